@@ -1,0 +1,51 @@
+# dream-worker — `make help` lists the targets.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: help install run demo test test-fast lint typecheck migrate check-migrations bench eval clean
+
+help: ## Show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install the worker with its dev tools
+
+run: $(STAMP) ## Set up and run the main job on the embedded default (SQLite, rule-based judge): the demo dream
+	$(BIN)/dream db upgrade
+	$(BIN)/dream demo
+
+demo: run ## Alias of run
+
+test: $(STAMP) ## Set up and run every test (unit, SQLite, PostgreSQL+pgvector, Redis + Celery)
+	$(BIN)/pytest
+
+test-fast: $(STAMP) ## Unit tests only
+	$(BIN)/pytest tests/unit -q
+
+lint: $(STAMP) ## ruff
+	$(BIN)/ruff check worker tests migrations
+
+typecheck: $(STAMP) ## mypy on the package
+	$(BIN)/mypy worker
+
+migrate: $(STAMP) ## Apply migrations to DREAM_DATABASE_URL (default: the SQLite file)
+	$(BIN)/dream db upgrade
+
+check-migrations: $(STAMP) ## Fail if models changed without a migration
+	$(BIN)/pytest -q tests/integration/test_migrations.py
+
+bench: $(STAMP) ## Performance benchmark (prints tables; see README "Benchmarks")
+	$(BIN)/python -m tests.bench.run
+
+eval: $(STAMP) ## Quality evaluation on ../shared/eval-data (skips what is absent)
+	$(BIN)/python -m tests.bench.eval
+
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis

@@ -1,0 +1,79 @@
+"""Shared fixtures: an App on a fresh SQLite file or a fresh PostgreSQL schema, per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from tests.support.services import postgres_url
+from worker.app import App, build_app
+from worker.config import Settings
+from worker.store.db import make_engine
+from worker.store.migrate import upgrade
+
+
+def _settings(url: str, **overrides: object) -> Settings:
+    return Settings(database_url=url, llm_provider="none", **overrides)  # type: ignore[arg-type]
+
+
+def make_sqlite_app(tmp_path: Path, **overrides: object) -> App:
+    app = build_app(_settings(f"sqlite:///{tmp_path / 'dream.db'}", **overrides))
+    upgrade(app.engine)
+    return app
+
+
+def make_postgres_app(**overrides: object) -> App:
+    base = postgres_url()
+    schema = "t_" + uuid.uuid4().hex[:12]
+    admin = make_engine(base)
+    with admin.begin() as conn:
+        conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    admin.dispose()
+    sep = "&" if "?" in base else "?"
+    url = f"{base}{sep}options=-csearch_path%3D{schema},public"
+    app = build_app(_settings(url, **overrides))
+    app.extras["schema"] = schema
+    upgrade(app.engine)
+    return app
+
+
+def drop_postgres_app(app: App) -> None:
+    schema = app.extras.get("schema")
+    app.dispose()
+    if schema:
+        admin = make_engine(postgres_url())
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        admin.dispose()
+
+
+@pytest.fixture
+def sqlite_app(tmp_path: Path) -> Iterator[App]:
+    app = make_sqlite_app(tmp_path)
+    yield app
+    app.dispose()
+
+
+@pytest.fixture
+def pg_app() -> Iterator[App]:
+    app = make_postgres_app()
+    yield app
+    drop_postgres_app(app)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
+    """The same test on SQLite and on PostgreSQL+pgvector."""
+    if request.param == "sqlite":
+        a = make_sqlite_app(tmp_path)
+        yield a
+        a.dispose()
+    else:
+        a = make_postgres_app()
+        yield a
+        drop_postgres_app(a)

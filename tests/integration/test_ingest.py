@@ -1,0 +1,58 @@
+"""JSONL import/export on SQLite and PostgreSQL: idempotent, all-or-nothing, line-numbered errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.factories import add_notes
+from worker.app import App
+from worker.export import export_notes
+from worker.ingest import InputError, import_notes
+
+
+def _count(app: App) -> int:
+    with app.uow() as uow:
+        return sum(uow.notes.count_by_status().values())
+
+
+def test_import_is_idempotent_by_id_and_by_content(app: App) -> None:
+    """Same id, or same normalised content in the same scope, adds no row; other scopes do."""
+    lines = [json.dumps({"id": "n1", "agent_id": "a", "content": "User likes tea"}),
+             json.dumps({"agent_id": "a", "content": "user likes TEA!"}),
+             json.dumps({"agent_id": "b", "content": "User likes tea"})]
+    first = import_notes(app, lines)
+    assert (first.inserted, first.duplicates) == (2, 1)
+    second = import_notes(app, lines)
+    assert (second.inserted, second.duplicates) == (0, 3)
+    assert _count(app) == 2
+
+
+@pytest.mark.parametrize(("bad_line", "expected"), [
+    ("{not json", "line 2: not valid JSON"),
+    (json.dumps({"agent_id": "a"}), "line 2: content is required"),
+    (json.dumps({"content": "x"}), "line 2: agent_id is required"),
+    (json.dumps({"agent_id": "a", "content": "x", "created_at": "yesterday"}), "line 2: created_at"),
+    (json.dumps({"agent_id": "a", "content": "x", "embedding": [0.1, 0.2]}), "dimensions"),
+    (json.dumps({"agent_id": "a", "content": "x", "type": "Opinion"}), "line 2: type must be"),
+])
+def test_bad_line_names_the_line_and_writes_nothing(app: App, bad_line: str, expected: str) -> None:
+    """R22: a malformed line gets a one-line error naming it, and nothing is written."""
+    lines = [json.dumps({"agent_id": "a", "content": "fine"}), bad_line,
+             json.dumps({"agent_id": "a", "content": "also fine"})]
+    with pytest.raises(InputError) as err:
+        import_notes(app, lines)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+    assert _count(app) == 0
+
+
+def test_export_round_trip_keeps_fields(app: App) -> None:
+    """Export carries status, pointers and timestamps; re-importing the export adds nothing."""
+    add_notes(app, {"id": "x1", "content": "Customer uses metric units", "user_id": "u",
+                    "importance": 0.9, "access_count": 3, "created_at": "2026-01-02T03:04:05Z"})
+    rows = [json.loads(line) for line in export_notes(app)]
+    assert rows[0]["id"] == "x1" and rows[0]["status"] == "active"
+    assert rows[0]["importance"] == 0.9 and rows[0]["access_count"] == 3
+    assert rows[0]["created_at"].startswith("2026-01-02T03:04:05")
+    assert import_notes(app, [json.dumps(r) for r in rows]).inserted == 0

@@ -1,0 +1,37 @@
+"""Small builders for notes and sessions used across tests (through the real import path)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from worker.app import App
+from worker.ingest import import_entities, import_notes, import_sessions
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def days_ago(days: float, now: datetime = NOW) -> str:
+    return (now - timedelta(days=days)).isoformat()
+
+
+def add_notes(app: App, *notes: dict[str, Any]) -> None:
+    lines = []
+    for n in notes:
+        n = dict(n)
+        n.setdefault("agent_id", "agent-1")
+        lines.append(json.dumps(n))
+    import_notes(app, lines)
+
+
+def add_sessions(app: App, count: int, agent_id: str = "agent-1", user_id: str | None = None,
+                 company_id: str | None = None, start: datetime = NOW) -> None:
+    import_sessions(app, [json.dumps({"agent_id": agent_id, "user_id": user_id,
+                                      "company_id": company_id,
+                                      "started_at": (start - timedelta(minutes=i)).isoformat()})
+                          for i in range(count)])
+
+
+def add_entities(app: App, *entities: dict[str, Any]) -> None:
+    import_entities(app, [json.dumps(e) for e in entities])

@@ -1,0 +1,32 @@
+"""Range search: unordered unique pairs above the threshold, deterministic order."""
+
+import numpy as np
+
+from worker.similarity.index import neighbour_pairs
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_pairs_are_unique_unordered_and_sorted() -> None:
+    """Each pair once (i < j), never a self pair, most similar first."""
+    rng = np.random.default_rng(3)
+    x = _unit(rng.normal(size=(50, 16)))
+    x[10] = x[2]
+    x[20] = _unit((x[2] + 0.3 * x[5])[None, :])[0]
+    pairs = neighbour_pairs(x, 0.9)
+    assert pairs[0][:2] == (2, 10)
+    assert all(i < j for i, j, _ in pairs)
+    assert len({(i, j) for i, j, _ in pairs}) == len(pairs)
+    sims = [s for _, _, s in pairs]
+    assert sims == sorted(sims, reverse=True)
+
+
+def test_approximate_index_finds_planted_duplicates() -> None:
+    """Above the ANN threshold the IVF index still finds exact duplicates."""
+    rng = np.random.default_rng(4)
+    x = _unit(rng.normal(size=(3000, 32)))
+    x[2999] = x[7]
+    pairs = neighbour_pairs(x, 0.99, ann_threshold=1000)
+    assert (7, 2999) in {(i, j) for i, j, _ in pairs}

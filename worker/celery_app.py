@@ -1,0 +1,86 @@
+"""Celery app, beat schedule and per-process resources; no maintenance logic lives here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from celery import Celery, signals
+
+from worker.app import App, build_app
+from worker.config import Settings, load_settings
+from worker.logging import configure_logging
+
+_resources: dict[str, App] = {}
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """R7: a message is acknowledged only after its task finished, one at a time, and a lost
+    worker's message is redelivered only after the hard time limit has surely passed."""
+    return {
+        "broker_url": settings.broker_url or "redis://127.0.0.1:6379/0",
+        "result_backend": settings.result_backend,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_serializer": "json",
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_time_limit": settings.task_time_limit,
+        "task_soft_time_limit": int(settings.task_time_limit * 0.9),
+        "broker_transport_options": {"visibility_timeout": settings.task_time_limit * 2},
+        "result_expires": 24 * 3600,
+        "task_default_queue": "dream",
+        "broker_connection_retry_on_startup": True,
+        "worker_hijack_root_logger": False,
+        "beat_schedule": {
+            "dream-gate-check": {
+                "task": "dream.gate_check",
+                "schedule": float(settings.beat_interval_seconds),
+            }
+        },
+    }
+
+
+def make_celery(settings: Settings | None = None) -> Celery:
+    settings = settings or load_settings()
+    celery = Celery("dream")
+    celery.conf.update(celery_config(settings))
+    celery.conf.update(include=["worker.tasks"])
+    return celery
+
+
+app = make_celery()
+
+
+def resources() -> App:
+    """This process's App; created in worker_process_init (or lazily in a solo/threads pool)."""
+    if "app" not in _resources:
+        settings = load_settings()
+        configure_logging(settings.log_format, settings.log_level)
+        _resources["app"] = build_app(settings)
+    return _resources["app"]
+
+
+@signals.worker_process_init.connect
+def _init_process(**_: Any) -> None:
+    # A forked child must not reuse the parent's connections.
+    _resources.pop("app", None)
+    resources()
+
+
+@signals.worker_process_shutdown.connect
+def _shutdown_process(**_: Any) -> None:
+    res = _resources.pop("app", None)
+    if res is not None:
+        res.dispose()
+
+
+@signals.task_prerun.connect
+def _bind_task(task_id: str | None = None, task: Any = None, **_: Any) -> None:
+    structlog.contextvars.bind_contextvars(task_id=task_id, task_name=getattr(task, "name", None))
+
+
+@signals.task_postrun.connect
+def _clear_task(**_: Any) -> None:
+    structlog.contextvars.clear_contextvars()

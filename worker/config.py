@@ -1,0 +1,144 @@
+"""Settings for every shell (CLI, Celery, API); the only module that reads os.environ.
+
+Nested sections use a double underscore: ``DREAM_CONSOLIDATE__THRESHOLD=0.65``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import platformdirs
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_database_url() -> str:
+    data_dir = Path(platformdirs.user_data_dir("dream-worker"))
+    return f"sqlite:///{data_dir / 'dream.db'}"
+
+
+class ConsolidateSettings(BaseModel):
+    threshold: float = Field(0.60, ge=0.0, le=1.0)
+    rule_threshold: float = Field(0.80, ge=0.0, le=1.0)
+    min_cluster_size: int = Field(3, ge=2)
+    max_cluster_size: int = Field(7, ge=2)
+    max_chars: int = Field(300, ge=20)
+    max_generation: int = Field(3, ge=1)
+    block_on_omission: bool = False
+
+
+class ContradictionSettings(BaseModel):
+    threshold: float = Field(0.70, ge=0.0, le=1.0)
+    max_pairs_per_run: int = Field(50, ge=0)
+    pairs_per_call: int = Field(10, ge=1)
+    min_confidence: float = Field(0.7, ge=0.0, le=1.0)
+    newer_wins_days: int = Field(7, ge=0)
+    high_importance: float = Field(0.8, ge=0.0, le=1.0)
+
+
+class PruneSettings(BaseModel):
+    max_notes_per_run: int = Field(200, ge=0)
+    review: Literal["archive", "llm"] = "archive"
+    checker: Literal["registry", "sql"] = "registry"
+    # SQL checker: "table.id_column.status_column" per entity type, read-only look-ups.
+    sql_agents: str | None = None
+    sql_users: str | None = None
+    sql_companies: str | None = None
+    sql_conversations: str | None = None
+
+
+class ArchiveSettings(BaseModel):
+    review: Literal["off", "llm"] = "off"
+    protected_inactive_days: int = Field(365, ge=1)
+    high_importance: float = Field(0.8, ge=0.0, le=1.0)
+
+
+class GuardSettings(BaseModel):
+    max_retire_share: float = Field(0.5, ge=0.0, le=1.0)
+    # The share only applies to scopes at least this big; tiny scopes would trip it on one merge.
+    min_scope_size: int = Field(10, ge=1)
+
+
+class BudgetSettings(BaseModel):
+    max_calls_per_run: int | None = Field(None, ge=0)
+    max_tokens_per_run: int | None = Field(None, ge=0)
+    max_calls_per_scope: int | None = Field(None, ge=0)
+    max_tokens_per_scope: int | None = Field(None, ge=0)
+
+
+class PrivacySettings(BaseModel):
+    redact: bool = False
+
+
+class RememberSettings(BaseModel):
+    noop_threshold: float = Field(0.85, ge=0.0, le=1.0)
+    update_threshold: float = Field(0.5, ge=0.0, le=1.0)
+    measure: Literal["jaccard", "cosine"] = "jaccard"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="DREAM_",
+        env_nested_delimiter="__",
+        extra="ignore",
+    )
+
+    database_url: str = Field(default_factory=default_database_url)
+    broker_url: str | None = None
+    result_backend: str | None = None
+
+    gate_hours: float = Field(24.0, ge=0)
+    gate_sessions: int = Field(5, ge=0)
+    beat_interval_seconds: int = Field(900, ge=10)
+    lease_seconds: int = Field(3600, ge=10)
+    max_attempts: int = Field(3, ge=1)
+    task_time_limit: int = Field(3000, ge=10)
+
+    llm_provider: Literal["none", "openai", "fake"] = "none"
+    llm_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: str | None = None
+    llm_timeout: float = Field(30.0, gt=0)
+    llm_max_retries: int = Field(2, ge=0)
+    llm_concurrency: int = Field(4, ge=1)
+    fake_llm_script: Path | None = None
+
+    embedding_provider: Literal["hashing", "openai"] = "hashing"
+    embedding_base_url: str | None = None
+    embedding_model: str = "text-embedding-3-small"
+    embedding_api_key: str | None = None
+    embedding_dimensions: int = Field(512, ge=8, le=16000)
+    embedding_batch_size: int = Field(256, ge=1)
+
+    ann_threshold: int = Field(20000, ge=100)
+
+    api_tokens: str | None = None  # JSON: {"token": {"role": "admin"} | {"agent_id":..}}
+    log_format: Literal["auto", "console", "json"] = "auto"
+    log_level: str = "INFO"
+
+    consolidate: ConsolidateSettings = ConsolidateSettings()
+    contradictions: ContradictionSettings = ContradictionSettings()
+    prune: PruneSettings = PruneSettings()
+    archive: ArchiveSettings = ArchiveSettings()
+    guard: GuardSettings = GuardSettings()
+    budget: BudgetSettings = BudgetSettings()
+    privacy: PrivacySettings = PrivacySettings()
+    remember: RememberSettings = RememberSettings()
+
+
+class ConfigError(Exception):
+    """A setting has a value the worker cannot use; the message is one line for the user."""
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment, turning validation errors into one clear line."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = "__".join(str(p) for p in first["loc"]).upper()
+        raise ConfigError(
+            f"invalid setting DREAM_{path}: {first['msg']} (got {first.get('input')!r}); "
+            "fix the environment variable and retry"
+        ) from None

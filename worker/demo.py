@@ -1,0 +1,146 @@
+"""`dream demo`: a small store that exercises every phase, dreamt on, then explained."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import platformdirs
+
+from worker.app import build_app
+from worker.clock import utcnow
+from worker.config import load_settings
+from worker.domain.types import Scope
+from worker.logging import configure_logging
+from worker.ingest import import_entities, import_notes, import_sessions
+from worker.reporting import run_tree
+from worker.runs import service
+from worker.store.migrate import upgrade
+
+AGENT = "demo-assistant"
+USER = "alice"
+
+
+def demo_notes(now_iso: Callable[[int], str]) -> list[dict[str, object]]:
+    """The seed example plus one case for each other phase; ``now_iso(days_ago)`` dates them."""
+    scope = {"agent_id": AGENT, "user_id": USER}
+    return [
+        # Consolidation: one preference stated five ways over three months.
+        {"id": "py-1", **scope, "type": "Preference", "content": "User prefers Python",
+         "created_at": now_iso(60), "access_count": 4},
+        {"id": "py-2", **scope, "type": "Preference", "content": "user prefers python.",
+         "created_at": now_iso(55), "access_count": 1},
+        {"id": "py-3", **scope, "type": "Preference",
+         "content": "User prefers Python 3.12 specifically", "created_at": now_iso(40),
+         "access_count": 3},
+        {"id": "py-4", **scope, "type": "Preference",
+         "content": "User prefers Python 3.12 with type hints and pytest",
+         "created_at": now_iso(20), "access_count": 2},
+        {"id": "py-5", **scope, "type": "Preference",
+         "content": "User moved from pytest to unittest for Python 3.12 projects",
+         "created_at": now_iso(3), "access_count": 1},
+        # Contradiction: the newer fact should retire the older one (with a model judging).
+        {"id": "units-old", **scope, "type": "Preference",
+         "content": "Customer uses metric units in every report", "created_at": now_iso(30)},
+        {"id": "units-new", **scope, "type": "Preference",
+         "content": "Customer uses imperial units in every report", "created_at": now_iso(2)},
+        # Complementary facts: both must survive.
+        {"id": "tea", **scope, "type": "Preference", "content": "User prefers tea in the afternoon",
+         "created_at": now_iso(10)},
+        {"id": "coffee", **scope, "type": "Preference",
+         "content": "User drinks coffee in the morning", "created_at": now_iso(9)},
+        # Archive: expired, and long unused.
+        {"id": "expired", **scope, "type": "Context",
+         "content": "Sprint 14 demo is scheduled for Friday", "created_at": now_iso(30),
+         "expires_at": now_iso(1)},
+        {"id": "stale", **scope, "type": "Context",
+         "content": "User was evaluating a trial of a diagram tool", "created_at": now_iso(120),
+         "last_accessed_at": now_iso(100)},
+        # Manual notes are never archived, however old.
+        {"id": "manual", **scope, "type": "Constraint", "is_auto_generated": False,
+         "content": "Never send email on the user's behalf without asking",
+         "created_at": now_iso(400)},
+        # Prune: a note from a conversation that was deleted.
+        {"id": "orphan-conv", **scope, "type": "Context",
+         "content": "User asked about migrating the wiki to a new host",
+         "created_at": now_iso(15), "source_conversation_id": "conv-deleted"},
+        # Prune: a whole scope whose agent was disabled.
+        {"id": "retired-1", "agent_id": "retired-bot", "user_id": USER, "type": "Context",
+         "content": "User reports build failures on the old CI runner", "created_at": now_iso(50)},
+    ]
+
+
+def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
+    path = Path(database) if database else Path(platformdirs.user_data_dir("dream-worker")) / "demo.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    url = f"sqlite:///{path}"
+    settings = load_settings(database_url=url)
+    configure_logging(settings.log_format, "WARNING")
+    app = build_app(settings)
+    try:
+        upgrade(app.engine)
+        now = utcnow()
+
+        def now_iso(days_ago: int) -> str:
+            return (now - timedelta(days=days_ago)).isoformat()
+
+        import_entities(app, [json.dumps(e) for e in (
+            {"kind": "agent", "id": AGENT, "status": "active", "note_retention_days": 90},
+            {"kind": "agent", "id": "retired-bot", "status": "disabled"},
+            {"kind": "user", "id": USER, "status": "active"},
+            {"kind": "conversation", "id": "conv-deleted", "status": "deleted"},
+        )])
+        import_notes(app, [json.dumps(n) for n in demo_notes(now_iso)])
+        import_sessions(app, [json.dumps({"agent_id": AGENT, "user_id": USER,
+                                          "started_at": now_iso(d)}) for d in range(5)])
+        judge = {"none": "rule-based judge (no model)", "fake": "scripted fake LLM",
+                 "openai": f"model {settings.llm_model}"}[settings.llm_provider]
+        echo(f"demo store: {path}  ({len(demo_notes(now_iso))} notes, judge: {judge})")
+        run_ids = []
+        for scope in (Scope(AGENT, USER), Scope("retired-bot", USER)):
+            run_id = service.create_run(app, scope, trigger="demo", force=True)
+            assert run_id is not None
+            status = service.execute_run(app, run_id)
+            run_ids.append(run_id)
+            echo("")
+            echo(f"dream run {run_id} on {scope.key}: {status}")
+            _explain(app, run_id, echo)
+        echo("")
+        echo("Next:")
+        echo(f"  DREAM_DATABASE_URL={url} dream runs show {run_ids[0]}")
+        echo(f"  DREAM_DATABASE_URL={url} dream notes export --status revoked")
+        if settings.llm_provider == "none":
+            echo("  DREAM_LLM_PROVIDER=fake DREAM_FAKE_LLM_SCRIPT=examples/fake-llm-demo.json "
+                 "dream demo   # the same store judged by a scripted model")
+        return run_ids[0]
+    finally:
+        app.dispose()
+
+
+def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
+    tree = run_tree(app, run_id)  # type: ignore[arg-type]
+    for step in tree["steps"]:
+        output = step["output"] or {}
+        counters = ", ".join(f"{k}={v}" for k, v in output.items() if isinstance(v, int | float))
+        echo(f"  {step['phase']:<15} {step['status']:<9} {counters}")
+        for child in step["children"]:
+            verdict = (child["output"] or {}).get("verdict") or child["status"]
+            reason = (child["output"] or {}).get("reason") or ""
+            echo(f"      - {child['name']}: {verdict}{' — ' + reason if reason else ''}")
+    with app.uow() as uow:  # type: ignore[attr-defined]
+        scope = Scope(tree["agent_id"], tree["user_id"], tree["company_id"])
+        snap = uow.notes.load_scope(scope, statuses=("active", "revoked", "archived"))
+    active = [n for n in snap.notes if n.status == "active"]
+    echo(f"  active notes now ({len(active)}):")
+    for n in sorted(active, key=lambda n: n.id):
+        echo(f"      {n.id:<12} {n.content}")
+    retired = [n for n in snap.notes if n.status != "active"]
+    if retired:
+        echo("  retired (kept, with the reason, undoable):")
+        for n in sorted(retired, key=lambda n: n.id):
+            pointer = f" → {n.consolidated_into_id}" if n.consolidated_into_id else ""
+            echo(f"      {n.id:<12} {n.status}{pointer}")

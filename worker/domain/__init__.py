@@ -1,0 +1,29 @@
+"""Pure domain types shared by every phase; no I/O here."""
+
+from worker.domain.types import (
+    Cluster,
+    Note,
+    NoteStatus,
+    NoteType,
+    PhaseReport,
+    Protection,
+    RunStatus,
+    Scope,
+    StepStatus,
+    content_hash,
+    normalise_text,
+)
+
+__all__ = [
+    "Cluster",
+    "Note",
+    "NoteStatus",
+    "NoteType",
+    "PhaseReport",
+    "Protection",
+    "RunStatus",
+    "Scope",
+    "StepStatus",
+    "content_hash",
+    "normalise_text",
+]

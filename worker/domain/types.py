@@ -1,0 +1,155 @@
+"""Notes, scopes, clusters, run and step states: plain values with no database attached."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class NoteType(StrEnum):
+    PREFERENCE = "Preference"
+    CONSTRAINT = "Constraint"
+    CONTEXT = "Context"
+    EXAMPLE = "Example"
+    ISSUE = "Issue"
+
+
+class NoteStatus(StrEnum):
+    ACTIVE = "active"
+    PENDING = "pending"
+    REVOKED = "revoked"
+    ARCHIVED = "archived"
+
+
+class Protection(StrEnum):
+    IMMUTABLE = "immutable"
+    PROTECTED = "protected"
+    STANDARD = "standard"
+    EPHEMERAL = "ephemeral"
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    UNDONE = "undone"
+
+
+ACTIVE_RUN_STATUSES = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
+
+
+class StepStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    NO_ITEMS = "no_items"
+
+
+PHASES = ("consolidate", "contradictions", "prune", "archive")
+
+
+@dataclass(frozen=True, order=True)
+class Scope:
+    """One tenant partition. ``None`` is a value, not a wildcard."""
+
+    agent_id: str
+    user_id: str | None = None
+    company_id: str | None = None
+
+    @property
+    def key(self) -> str:
+        return json.dumps([self.agent_id, self.user_id, self.company_id], separators=(",", ":"))
+
+    @classmethod
+    def from_key(cls, key: str) -> Scope:
+        agent_id, user_id, company_id = json.loads(key)
+        return cls(agent_id, user_id, company_id)
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"agent_id": self.agent_id, "user_id": self.user_id, "company_id": self.company_id}
+
+
+_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
+_SPACE = re.compile(r"\s+")
+
+
+def normalise_text(text: str) -> str:
+    """Case, whitespace, punctuation and Unicode form folded away; used for identity checks."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = _PUNCT.sub(" ", text)
+    return _SPACE.sub(" ", text).strip()
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(normalise_text(text).encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Note:
+    """What the phases plan with: a read-only snapshot of one note row."""
+
+    id: str
+    scope: Scope
+    content: str
+    type: str = NoteType.CONTEXT.value
+    status: str = NoteStatus.ACTIVE.value
+    protection: str = Protection.STANDARD.value
+    is_auto_generated: bool = True
+    importance: float = 0.5
+    access_count: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    last_accessed_at: datetime | None = None
+    expires_at: datetime | None = None
+    source_conversation_id: str | None = None
+    consolidation_generation: int = 0
+    consolidated_into_id: str | None = None
+    version: int = 1
+    content_hash: str = ""
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def retirable(self) -> bool:
+        return self.protection not in (Protection.IMMUTABLE.value, Protection.PROTECTED.value)
+
+
+@dataclass
+class Cluster:
+    """Notes of one scope that a phase treats as one question for a judge."""
+
+    scope: Scope
+    note_ids: list[str]
+    similarity: float
+
+    def fingerprint(self, versions: dict[str, int]) -> str:
+        parts = sorted(f"{nid}:{versions[nid]}" for nid in self.note_ids)
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+def fingerprint_notes(notes: list[Note]) -> str:
+    """Identity of a set of notes at their current versions; changes when any member changes."""
+    parts = sorted(f"{n.id}:{n.version}" for n in notes)
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+@dataclass
+class PhaseReport:
+    """What a phase hands back to the run: its counters, step status and usage."""
+
+    phase: str
+    status: str = StepStatus.SUCCEEDED.value
+    counters: dict[str, Any] = field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    calls: int = 0
+    reason: str | None = None

@@ -1,0 +1,49 @@
+"""JSONL export of notes, with status, pointers, comments and lineage."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from worker.app import App
+
+
+def export_notes(
+    app: App, *, status: str | None = None, agent_id: str | None = None,
+    user_id: str | None = None, company_id: str | None = None, with_embedding: bool = False,
+) -> Iterator[str]:
+    with app.uow() as uow:
+        batch: list[Any] = []
+        for row in uow.notes.export_rows(status, agent_id, user_id, company_id):
+            batch.append(row)
+            if len(batch) >= 2000:
+                yield from _lines(uow, batch, with_embedding)
+                batch = []
+        if batch:
+            yield from _lines(uow, batch, with_embedding)
+
+
+def _lines(uow: Any, rows: list[Any], with_embedding: bool) -> Iterator[str]:
+    parents = uow.notes.lineage_parents([r.id for r in rows])
+    for r in rows:
+        obj: dict[str, Any] = {
+            "id": r.id, "agent_id": r.agent_id, "user_id": r.user_id, "company_id": r.company_id,
+            "type": r.type, "content": r.content, "status": r.status,
+            "protection": r.protection, "is_auto_generated": r.is_auto_generated,
+            "importance": r.importance, "access_count": r.access_count,
+            "created_at": _iso(r.created_at), "updated_at": _iso(r.updated_at),
+            "last_accessed_at": _iso(r.last_accessed_at), "expires_at": _iso(r.expires_at),
+            "valid_from": _iso(r.valid_from), "valid_to": _iso(r.valid_to),
+            "source_conversation_id": r.source_conversation_id,
+            "consolidated_into_id": r.consolidated_into_id, "comments": r.comments,
+            "lineage": sorted(parents.get(r.id, [])), "metadata": r.meta,
+        }
+        if with_embedding and r.embedding is not None:
+            obj["embedding"] = [round(float(x), 6) for x in r.embedding]
+            obj["embedding_model"] = r.embedding_model
+        yield json.dumps(obj, ensure_ascii=False)
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None

@@ -1,0 +1,101 @@
+"""Ask the model, validate the reply, re-ask at most twice with the reason, within the budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from worker.llm.base import LLMClient, LLMError
+from worker.llm.prompts import RenderedPrompt
+
+T = TypeVar("T", bound=BaseModel)
+
+MAX_REASKS = 2
+
+
+class ReplyRejected(Exception):
+    """Raised by a semantic validator: the reply parsed but cannot be applied (reason is shown)."""
+
+
+@dataclass
+class Outcome(Generic[T]):
+    """The result of one question to the model, after validation and any re-asks."""
+
+    value: T | None
+    status: str  # ok | invalid | budget_exhausted | error
+    reason: str = ""
+    attempts: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    model: str = ""
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def ask(
+    llm: LLMClient,
+    prompt: RenderedPrompt,
+    reply_model: type[T],
+    *,
+    validate: Callable[[T], None] | None = None,
+    reserve: Callable[[], bool] | None = None,
+    charge: Callable[[int], None] | None = None,
+) -> Outcome[T]:
+    """One question, at most 1 + MAX_REASKS calls; nothing here touches the database (R12).
+
+    ``reserve`` is asked before each call (False → stop with budget_exhausted); ``charge`` is
+    told the tokens each call used.
+    """
+    schema = reply_model.model_json_schema()
+    user = prompt.user
+    outcome: Outcome[T] = Outcome(value=None, status="invalid")
+    for attempt in range(1 + MAX_REASKS):
+        if reserve is not None and not reserve():
+            outcome.status = "budget_exhausted"
+            outcome.reason = "model budget exhausted"
+            return outcome
+        try:
+            reply = llm.complete_json(
+                prompt_name=prompt.name, system=prompt.system, user=user, schema=schema
+            )
+        except LLMError as exc:
+            outcome.attempts = attempt + 1
+            outcome.status = "error"
+            outcome.reason = str(exc)[:300]
+            return outcome
+        outcome.attempts = attempt + 1
+        outcome.tokens_in += reply.tokens_in
+        outcome.tokens_out += reply.tokens_out
+        outcome.model = reply.model
+        if charge is not None:
+            charge(reply.tokens_in + reply.tokens_out)
+        try:
+            value = reply_model.model_validate(reply.data)
+            if validate is not None:
+                validate(value)
+        except ValidationError as exc:
+            problem = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'reply'}: {e['msg']}" for e in exc.errors()[:5]
+            )
+        except ReplyRejected as exc:
+            problem = str(exc)
+        else:
+            outcome.value = value
+            outcome.status = "ok"
+            outcome.reason = ""
+            return outcome
+        outcome.errors.append(problem[:300])
+        outcome.reason = problem[:300]
+        user = (
+            prompt.user
+            + "\n\nYour previous reply could not be used: "
+            + problem[:300]
+            + "\nReply again with one JSON object that follows the schema exactly."
+        )
+    return outcome

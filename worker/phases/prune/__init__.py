@@ -1,0 +1,1 @@
+"""The prune phase: core.py plans (pure), service.py loads, judges, applies and records."""

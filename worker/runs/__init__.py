@@ -1,0 +1,1 @@
+"""Run lifecycle: the gate, run creation and claiming, phase execution, step records."""

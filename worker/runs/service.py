@@ -1,0 +1,278 @@
+"""Run lifecycle services shared by the CLI, Celery tasks and the API.
+
+The database is the source of truth: a run row is created only through the unique partial
+index (R1), claimed with a fencing epoch, and each phase is recorded as a parent step so that
+re-executing a finished phase is a no-op (R4).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatus
+from worker.embeddings.refresh import ensure_scope_embeddings
+from worker.runs.context import Budget, PhaseContext
+from worker.runs.gate import GateDecision, decide_gate
+from worker.runs.steps import StepRecorder
+from worker.store.models import RunStepRow
+from worker.store.uow import StaleLease
+
+log = structlog.get_logger(__name__)
+
+TERMINAL_STEP = (
+    StepStatus.SUCCEEDED.value,
+    StepStatus.FAILED.value,
+    StepStatus.SKIPPED.value,
+    StepStatus.NO_ITEMS.value,
+)
+
+
+class RunError(Exception):
+    """A user-facing problem with a run request (unknown id, nothing to run); one line."""
+
+
+@dataclass
+class GateResult:
+    created: list[str]
+    skipped: dict[str, str]
+    retried: list[str]
+    failed: list[str]
+
+
+def create_run(
+    app: App, scope: Scope, *, trigger: str = "cli", force: bool = False, dry_run: bool = False,
+    phases: list[str] | None = None, clock: datetime | None = None,
+) -> str | None:
+    """A queued run for the scope, or None if one is already queued/running (R1)."""
+    phases = list(phases or PHASES)
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        raise RunError(f"unknown phase {unknown[0]!r}; choose from {', '.join(PHASES)}")
+    with app.uow() as uow:
+        run_id = uow.runs.create(
+            scope, now=utcnow(), trigger=trigger, phases=phases, force=force,
+            dry_run=dry_run, clock=clock,
+        )
+        uow.commit()
+    if run_id:
+        log.info("run.created", run_id=run_id, scope=scope.key, trigger=trigger)
+    return run_id
+
+
+def gate_check(app: App, now: datetime | None = None) -> GateResult:
+    """Create a run for every due scope; recover runs whose lease expired (R5)."""
+    now = now or utcnow()
+    settings = app.settings
+    result = GateResult([], {}, [], [])
+    with app.uow() as uow:
+        for run in uow.runs.expired_running(now):
+            if run.attempts >= settings.max_attempts:
+                uow.runs.set_status(
+                    run.id, RunStatus.FAILED.value, finished_at=now,
+                    error=f"gave up after {run.attempts} attempts (lease expired each time)",
+                )
+                result.failed.append(run.id)
+            else:
+                uow.runs.set_status(run.id, RunStatus.INTERRUPTED.value)
+                result.retried.append(run.id)
+        uow.commit()
+        scopes = sorted(set(uow.sessions.scopes()) | set(uow.notes.scopes()))
+        keys = [s.key for s in scopes]
+        last = uow.runs.last_success_at(keys)
+        counts = uow.sessions.counts_since({k: last.get(k) for k in keys})
+    for scope in scopes:
+        decision = decide_gate(
+            now=now, last_success_at=last.get(scope.key), sessions_since=counts.get(scope.key, 0),
+            gate_hours=settings.gate_hours, gate_sessions=settings.gate_sessions,
+        )
+        if not decision.due:
+            result.skipped[scope.key] = decision.reason
+            continue
+        run_id = create_run(app, scope, trigger="beat")
+        if run_id is None:
+            result.skipped[scope.key] = "a run is already queued or running"
+        else:
+            result.created.append(run_id)
+    log.info("gate.checked", created=len(result.created), skipped=len(result.skipped),
+             retried=len(result.retried), failed=len(result.failed))
+    return result
+
+
+def scope_gate(app: App, scope: Scope, now: datetime | None = None) -> GateDecision:
+    """The gate decision for one scope (the CLI asks before an unforced run)."""
+    now = now or utcnow()
+    with app.uow() as uow:
+        last = uow.runs.last_success_at([scope.key]).get(scope.key)
+        count = uow.sessions.counts_since({scope.key: last}).get(scope.key, 0)
+    return decide_gate(now=now, last_success_at=last, sessions_since=count,
+                       gate_hours=app.settings.gate_hours, gate_sessions=app.settings.gate_sessions)
+
+
+def claim_run(app: App, run_id: str) -> int | None:
+    """Take the run's lease (queued/interrupted → running). None if someone else runs it."""
+    with app.uow() as uow:
+        epoch = uow.runs.claim(run_id, utcnow(), app.settings.lease_seconds)
+        uow.commit()
+    return epoch
+
+
+def _phase_done(app: App, run_id: str, phase: str) -> bool:
+    with app.uow() as uow:
+        return any(
+            s.parent_id is None and s.phase == phase and s.status in TERMINAL_STEP
+            for s in uow.runs.steps(run_id)
+        )
+
+
+def _make_context(app: App, run_id: str) -> PhaseContext:
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        if run is None:
+            raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+        scope = Scope(run.agent_id, run.user_id, run.company_id)
+        epoch = run.lease_epoch if run.status == RunStatus.RUNNING.value else None
+        ctx = PhaseContext(
+            app=app, run_id=run_id, scope=scope, now=run.clock or utcnow(), epoch=epoch,
+            steps=StepRecorder(app, run_id, scope), dry_run=run.dry_run, force=run.force,
+            budget=_budget_for(app, run_id),
+        )
+    return ctx
+
+
+def _budget_for(app: App, run_id: str) -> Budget:
+    b = app.settings.budget
+    budgets = app.extras.setdefault("budgets", {})
+    if run_id not in budgets:
+        calls = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
+        tokens = [t for t in (b.max_tokens_per_run, b.max_tokens_per_scope) if t is not None]
+        budgets[run_id] = Budget(max_calls=min(calls) if calls else None,
+                                 max_tokens=min(tokens) if tokens else None)
+    return budgets[run_id]
+
+
+def execute_phase(app: App, run_id: str, phase: str) -> str:
+    """Run one phase of a run; record its failure as a failed step and return normally (R6)."""
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        if run is None:
+            raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+        status = run.status
+        wanted = phase in (run.phases or PHASES)
+    if status in (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value):
+        if claim_run(app, run_id) is None:
+            return "not_claimed"
+    elif status != RunStatus.RUNNING.value:
+        return "run_not_running"
+    if _phase_done(app, run_id, phase):
+        return "already_done"
+    ctx = _make_context(app, run_id)
+    bound = log.bind(run_id=run_id, scope=ctx.scope.key, phase=phase)
+    if not wanted:
+        step_id = ctx.steps.start_phase(phase)
+        ctx.steps.finish_phase(step_id, status=StepStatus.SKIPPED.value,
+                               output={"reason": "phase not requested"}, started=time.perf_counter())
+        return StepStatus.SKIPPED.value
+    started = time.perf_counter()
+    step_id = ctx.steps.start_phase(phase, {"dry_run": ctx.dry_run, "now": ctx.now.isoformat()})
+    try:
+        if phase in ("consolidate", "contradictions"):
+            ensure_scope_embeddings(app, ctx.scope)
+        fn = _registry()[phase]
+        report: PhaseReport = fn(ctx, step_id)
+    except StaleLease:
+        bound.warning("phase.lease_lost")
+        raise
+    except Exception as exc:  # a failing phase must not stop the next one (R6)
+        bound.exception("phase.failed", error_type=type(exc).__name__)
+        ctx.steps.finish_phase(
+            step_id, status=StepStatus.FAILED.value, output={}, started=started,
+            error=f"{type(exc).__name__}: {_safe_message(exc)}",
+        )
+        return StepStatus.FAILED.value
+    output = dict(report.counters)
+    if report.reason:
+        output.setdefault("reason", report.reason)
+    ctx.steps.finish_phase(
+        step_id, status=report.status, output=output, started=started,
+        tokens_in=report.tokens_in, tokens_out=report.tokens_out,
+        model=getattr(app.llm, "model", None) if report.calls else None,
+    )
+    bound.info("phase.finished", status=report.status, **{k: v for k, v in report.counters.items()
+                                                          if isinstance(v, int | float)})
+    return report.status
+
+
+def _safe_message(exc: Exception) -> str:
+    # Exception messages can quote note text (e.g. a database error echoing a row); keep it short
+    # and never let it be the only record: the type name always comes first.
+    return str(exc).splitlines()[0][:200] if str(exc) else ""
+
+
+def _registry() -> dict[str, Any]:
+    from worker.phases import phase_registry
+
+    return phase_registry()
+
+
+def finalize_run(app: App, run_id: str) -> str:
+    """Set the run's final status and totals from its steps, and release the lease."""
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        if run is None:
+            raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+        if run.status != RunStatus.RUNNING.value:
+            return run.status
+        steps = uow.runs.steps(run_id)
+        parents = [s for s in steps if s.parent_id is None]
+        status = _final_status(parents)
+        scope = Scope(run.agent_id, run.user_id, run.company_id)
+        totals = {
+            "notes_after": uow.notes.count_by_status(scope),
+            "tokens_in": sum(s.tokens_in for s in steps),
+            "tokens_out": sum(s.tokens_out for s in steps),
+            "phase_ms": {s.phase: round(s.duration_ms or 0.0, 1) for s in parents},
+            "phases": {s.phase: s.status for s in parents},
+        }
+        if run.totals:
+            totals = {**run.totals, **totals}
+        uow.runs.set_status(run_id, status, finished_at=utcnow(), totals=totals,
+                            lease_expires_at=None)
+        uow.commit()
+    log.info("run.finished", run_id=run_id, status=status)
+    return status
+
+
+def _final_status(parents: list[RunStepRow]) -> str:
+    if not parents:
+        return RunStatus.FAILED.value
+    failed = sum(1 for s in parents if s.status == StepStatus.FAILED.value)
+    if failed == len(parents):
+        return RunStatus.FAILED.value
+    return RunStatus.PARTIAL.value if failed else RunStatus.SUCCEEDED.value
+
+
+def record_before(app: App, run_id: str) -> None:
+    """Snapshot the scope's note counts by status before the first phase touches it."""
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        if run is None or (run.totals and "notes_before" in run.totals):
+            return
+        scope = Scope(run.agent_id, run.user_id, run.company_id)
+        uow.runs.set_status(run_id, run.status,
+                            totals={"notes_before": uow.notes.count_by_status(scope)})
+        uow.commit()
+
+
+def execute_run(app: App, run_id: str) -> str:
+    """The whole run in this process: every phase in order, then finalize."""
+    record_before(app, run_id)
+    for phase in PHASES:
+        execute_phase(app, run_id, phase)
+    return finalize_run(app, run_id)

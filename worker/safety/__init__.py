@@ -1,0 +1,1 @@
+"""Safety machinery shared by every phase: crash points, guardrails, undo, erasure."""

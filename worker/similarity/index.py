@@ -1,0 +1,47 @@
+"""FAISS inner-product index over one scope's normalised vectors, and range search over it."""
+
+from __future__ import annotations
+
+import math
+
+import faiss
+import numpy as np
+
+
+def build_index(vectors: np.ndarray, ann_threshold: int = 20000) -> faiss.Index:
+    """Exact ``IndexFlatIP`` for ordinary scopes; IVF (approximate) above ``ann_threshold`` rows."""
+    n, dim = vectors.shape
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    if n <= ann_threshold:
+        index = faiss.IndexFlatIP(dim)
+        index.add(x)
+        return index
+    nlist = max(16, int(4 * math.sqrt(n)))
+    quantizer = faiss.IndexFlatIP(dim)
+    ivf = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    # Training on a deterministic sample keeps the same store → the same clusters.
+    rng = np.random.default_rng(0)
+    sample = x[rng.choice(n, size=min(n, nlist * 40), replace=False)]
+    ivf.cp.seed = 1234
+    ivf.train(sample)
+    ivf.add(x)
+    ivf.nprobe = min(nlist, 16)
+    return ivf
+
+
+def neighbour_pairs(
+    vectors: np.ndarray, threshold: float, ann_threshold: int = 20000
+) -> list[tuple[int, int, float]]:
+    """All unordered pairs (i < j) with cosine ≥ threshold, most similar first, ties by index."""
+    n = vectors.shape[0]
+    if n < 2 or vectors.shape[1] == 0:
+        return []
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    index = build_index(x, ann_threshold)
+    # FAISS range search keeps scores strictly greater than the radius.
+    lims, dists, ids = index.range_search(x, float(np.nextafter(np.float32(threshold), -1)))
+    rows = np.repeat(np.arange(n), np.diff(lims.astype(np.int64)))
+    keep = ids > rows
+    i, j, s = rows[keep], ids[keep], dists[keep]
+    order = np.lexsort((j, i, -np.round(s, 6)))
+    return [(int(i[k]), int(j[k]), float(s[k])) for k in order]

@@ -1,0 +1,309 @@
+"""SQLAlchemy 2 models for the memory store, the reference registry and run records.
+
+Every scoped row carries ``scope_key`` (JSON of agent, user, company) so that "null is a value"
+holds in plain equality and one index serves each per-scope bulk load.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import (
+    Boolean,
+
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from worker.store.types import Embedding, JSONType, UTCDateTime
+
+ID = String(64)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class NoteRow(Base):
+    __tablename__ = "notes"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    scope_key: Mapped[str] = mapped_column(String(400), nullable=False)
+    agent_id: Mapped[str] = mapped_column(ID, nullable=False)
+    user_id: Mapped[str | None] = mapped_column(ID)
+    company_id: Mapped[str | None] = mapped_column(ID)
+    source_conversation_id: Mapped[str | None] = mapped_column(ID)
+    type: Mapped[str] = mapped_column(String(20), nullable=False, default="Context")
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    content_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    embedding: Mapped[np.ndarray | None] = mapped_column(Embedding())
+    embedding_model: Mapped[str | None] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="active")
+    is_auto_generated: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    protection: Mapped[str] = mapped_column(String(16), nullable=False, default="standard")
+    importance: Mapped[float] = mapped_column(Float, nullable=False, default=0.5)
+    access_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    last_accessed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    valid_from: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    valid_to: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    consolidated_into_id: Mapped[str | None] = mapped_column(
+        ID, ForeignKey("notes.id", ondelete="SET NULL")
+    )
+    consolidation_generation: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    comments: Mapped[str | None] = mapped_column(Text)
+    meta: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSONType())
+    flags: Mapped[list[str] | None] = mapped_column(JSONType())
+    last_checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    version: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+
+    __table_args__ = (
+        Index("ix_notes_scope_status", "scope_key", "status"),
+        Index("ix_notes_scope_hash", "scope_key", "content_hash"),
+        Index("ix_notes_user", "user_id"),
+        Index("ix_notes_conversation", "source_conversation_id"),
+        Index("ix_notes_consolidated_into", "consolidated_into_id"),
+    )
+
+
+class NoteLineageRow(Base):
+    """Provenance edge: ``parent`` note was folded into (or superseded by) ``child``."""
+
+    __tablename__ = "note_lineage"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    scope_key: Mapped[str] = mapped_column(String(400), nullable=False)
+    parent_id: Mapped[str] = mapped_column(ID, ForeignKey("notes.id", ondelete="CASCADE"))
+    child_id: Mapped[str] = mapped_column(ID, ForeignKey("notes.id", ondelete="CASCADE"))
+    relation: Mapped[str] = mapped_column(String(32), nullable=False)
+    run_id: Mapped[str | None] = mapped_column(ID)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+    __table_args__ = (
+        Index("ix_lineage_parent", "parent_id"),
+        Index("ix_lineage_child", "child_id"),
+        Index("ix_lineage_run", "run_id"),
+    )
+
+
+class ExampleRow(Base):
+    __tablename__ = "examples"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    scope_key: Mapped[str] = mapped_column(String(400), nullable=False)
+    agent_id: Mapped[str] = mapped_column(ID, nullable=False)
+    user_id: Mapped[str | None] = mapped_column(ID)
+    company_id: Mapped[str | None] = mapped_column(ID)
+    input: Mapped[str] = mapped_column(Text, nullable=False)
+    output: Mapped[str] = mapped_column(Text, nullable=False)
+    success_score: Mapped[float | None] = mapped_column(Float)
+    is_auto_generated: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="active")
+    access_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    last_accessed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    version: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+
+    __table_args__ = (Index("ix_examples_scope_status", "scope_key", "status"),)
+
+
+class AgentRow(Base):
+    __tablename__ = "agents"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="active")
+    note_retention_days: Mapped[int] = mapped_column(Integer, nullable=False, default=90)
+    example_retention_days: Mapped[int] = mapped_column(Integer, nullable=False, default=180)
+    auto_archive_enabled: Mapped[bool | None] = mapped_column(Boolean, default=True)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="active")
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class CompanyRow(Base):
+    __tablename__ = "companies"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="active")
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class ConversationRow(Base):
+    __tablename__ = "conversations"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="active")
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    deleted_reason: Mapped[str | None] = mapped_column(String(32))
+
+
+class SessionRow(Base):
+    __tablename__ = "sessions"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    scope_key: Mapped[str] = mapped_column(String(400), nullable=False)
+    agent_id: Mapped[str] = mapped_column(ID, nullable=False)
+    user_id: Mapped[str | None] = mapped_column(ID)
+    company_id: Mapped[str | None] = mapped_column(ID)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_sessions_scope_started", "scope_key", "started_at"),)
+
+
+class DreamRunRow(Base):
+    __tablename__ = "dream_runs"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    scope_key: Mapped[str] = mapped_column(String(400), nullable=False)
+    agent_id: Mapped[str] = mapped_column(ID, nullable=False)
+    user_id: Mapped[str | None] = mapped_column(ID)
+    company_id: Mapped[str | None] = mapped_column(ID)
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="queued")
+    trigger: Mapped[str] = mapped_column(String(16), nullable=False, default="cli")
+    force: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    dry_run: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    phases: Mapped[list[str]] = mapped_column(JSONType(), nullable=False)
+    clock: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    lease_epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    totals: Mapped[dict[str, Any] | None] = mapped_column(JSONType())
+    error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        # R1: the database, not the broker, guarantees one queued/running run per scope.
+        Index(
+            "uq_dream_runs_one_active_per_scope",
+            "scope_key",
+            unique=True,
+            sqlite_where=text("status IN ('queued', 'running')"),
+            postgresql_where=text("status IN ('queued', 'running')"),
+        ),
+        Index("ix_dream_runs_scope_created", "scope_key", "created_at"),
+        Index("ix_dream_runs_status", "status"),
+    )
+
+
+class RunStepRow(Base):
+    """One phase (parent) or one cluster/batch (child) of a run; what ops dashboards read."""
+
+    __tablename__ = "run_steps"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    run_id: Mapped[str] = mapped_column(ID, ForeignKey("dream_runs.id", ondelete="CASCADE"))
+    parent_id: Mapped[str | None] = mapped_column(ID, ForeignKey("run_steps.id", ondelete="CASCADE"))
+    scope_key: Mapped[str] = mapped_column(String(400), nullable=False)
+    phase: Mapped[str] = mapped_column(String(32), nullable=False)
+    name: Mapped[str] = mapped_column(String(200), nullable=False)
+    seq: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    input: Mapped[dict[str, Any] | None] = mapped_column(JSONType())
+    output: Mapped[dict[str, Any] | None] = mapped_column(JSONType())
+    error: Mapped[str | None] = mapped_column(Text)
+    prompt_name: Mapped[str | None] = mapped_column(String(100))
+    template_hash: Mapped[str | None] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(String(200))
+    tokens_in: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    tokens_out: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    duration_ms: Mapped[float | None] = mapped_column(Float)
+
+    __table_args__ = (
+        Index("ix_run_steps_run", "run_id"),
+        Index("ix_run_steps_scope_started", "scope_key", "started_at"),
+        Index("ix_run_steps_status", "status"),
+    )
+
+
+class OperationLogRow(Base):
+    """Every row change a run made, with the before/after image undo needs."""
+
+    __tablename__ = "operation_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str | None] = mapped_column(ID)
+    scope_key: Mapped[str] = mapped_column(String(400), nullable=False)
+    entity: Mapped[str] = mapped_column(String(16), nullable=False)  # note | example
+    entity_id: Mapped[str] = mapped_column(ID, nullable=False)
+    op: Mapped[str] = mapped_column(String(16), nullable=False)  # insert | update
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSONType())
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSONType())
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+    __table_args__ = (
+        Index("ix_oplog_run", "run_id"),
+        Index("ix_oplog_entity", "entity_id"),
+    )
+
+
+class JudgementRow(Base):
+    """Verdict memory: a cluster/pair already judged at these versions is not asked again."""
+
+    __tablename__ = "judgements"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    scope_key: Mapped[str] = mapped_column(String(400), nullable=False)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)  # cluster | pair | keep_apart
+    fingerprint: Mapped[str] = mapped_column(String(64), nullable=False)
+    note_ids: Mapped[list[str]] = mapped_column(JSONType(), nullable=False)
+    verdict: Mapped[str] = mapped_column(String(32), nullable=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+    run_id: Mapped[str | None] = mapped_column(ID)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+
+    __table_args__ = (
+        UniqueConstraint("scope_key", "kind", "fingerprint", name="uq_judgements_fingerprint"),
+    )
+
+
+class ReviewRow(Base):
+    """Something the worker would not decide alone (e.g. a conflict with a protected note)."""
+
+    __tablename__ = "reviews"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    scope_key: Mapped[str] = mapped_column(String(400), nullable=False)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    note_ids: Mapped[list[str]] = mapped_column(JSONType(), nullable=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+    run_id: Mapped[str | None] = mapped_column(ID)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (Index("ix_reviews_scope", "scope_key"),)
+
+
+class ScopeLeaseRow(Base):
+    """Fencing token: a run writes only while it holds the scope's current epoch."""
+
+    __tablename__ = "scope_leases"
+
+    scope_key: Mapped[str] = mapped_column(String(400), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ID, nullable=False)
+    epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)

@@ -1,0 +1,58 @@
+"""All SQL touching verdict memory and review records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from worker.domain.types import Scope
+from worker.store.models import JudgementRow, ReviewRow
+
+
+class JudgementRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def known(self, scope: Scope, kind: str, fingerprints: Iterable[str]) -> dict[str, str]:
+        """Fingerprint → verdict for those already judged in this scope."""
+        fps = list(set(fingerprints))
+        out: dict[str, str] = {}
+        for start in range(0, len(fps), 500):
+            rows = self.session.execute(
+                select(JudgementRow.fingerprint, JudgementRow.verdict).where(
+                    JudgementRow.scope_key == scope.key,
+                    JudgementRow.kind == kind,
+                    JudgementRow.fingerprint.in_(fps[start : start + 500]),
+                )
+            ).all()
+            out.update({r.fingerprint: r.verdict for r in rows})
+        return out
+
+    def record(
+        self, scope: Scope, kind: str, fingerprint: str, note_ids: list[str], verdict: str,
+        reason: str | None, run_id: str | None, now: datetime,
+    ) -> None:
+        if self.known(scope, kind, [fingerprint]):
+            return
+        self.session.execute(
+            insert(JudgementRow),
+            [{"scope_key": scope.key, "kind": kind, "fingerprint": fingerprint,
+              "note_ids": sorted(note_ids), "verdict": verdict, "reason": reason,
+              "run_id": run_id, "created_at": now}],
+        )
+
+    def add_review(
+        self, scope: Scope, kind: str, note_ids: list[str], reason: str | None,
+        run_id: str | None, now: datetime,
+    ) -> None:
+        self.session.execute(
+            insert(ReviewRow),
+            [{"scope_key": scope.key, "kind": kind, "note_ids": sorted(note_ids),
+              "reason": reason, "run_id": run_id, "created_at": now}],
+        )
+
+    def reviews(self, scope: Scope) -> list[ReviewRow]:
+        return list(self.session.scalars(select(ReviewRow).where(ReviewRow.scope_key == scope.key)))

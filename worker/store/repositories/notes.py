@@ -1,0 +1,350 @@
+"""All SQL touching notes, lineage and the operation log."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session
+
+from worker.clock import utcnow
+from worker.domain.types import Note, NoteStatus, Scope
+from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
+
+# Columns the planners need; the embedding is loaded separately into one matrix.
+_NOTE_COLUMNS = (
+    NoteRow.id,
+    NoteRow.agent_id,
+    NoteRow.user_id,
+    NoteRow.company_id,
+    NoteRow.content,
+    NoteRow.type,
+    NoteRow.status,
+    NoteRow.protection,
+    NoteRow.is_auto_generated,
+    NoteRow.importance,
+    NoteRow.access_count,
+    NoteRow.created_at,
+    NoteRow.updated_at,
+    NoteRow.last_accessed_at,
+    NoteRow.expires_at,
+    NoteRow.source_conversation_id,
+    NoteRow.consolidation_generation,
+    NoteRow.consolidated_into_id,
+    NoteRow.version,
+    NoteRow.content_hash,
+    NoteRow.flags,
+)
+
+# Fields whose before/after images the operation log keeps (what undo restores).
+TRACKED_FIELDS = (
+    "status",
+    "consolidated_into_id",
+    "comments",
+    "valid_to",
+    "importance",
+    "flags",
+    "last_checked_at",
+)
+
+
+def _row_to_note(row: Any) -> Note:
+    return Note(
+        id=row.id,
+        scope=Scope(row.agent_id, row.user_id, row.company_id),
+        content=row.content,
+        type=row.type,
+        status=row.status,
+        protection=row.protection,
+        is_auto_generated=row.is_auto_generated,
+        importance=row.importance,
+        access_count=row.access_count,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        last_accessed_at=row.last_accessed_at,
+        expires_at=row.expires_at,
+        source_conversation_id=row.source_conversation_id,
+        consolidation_generation=row.consolidation_generation,
+        consolidated_into_id=row.consolidated_into_id,
+        version=row.version,
+        content_hash=row.content_hash,
+        flags=list(row.flags or []),
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+@dataclass
+class ScopeSnapshot:
+    """A scope's notes as loaded in one query, with their embeddings as one float32 matrix."""
+
+    notes: list[Note]
+    vectors: np.ndarray  # shape (len(notes), dim); rows align with notes
+
+    def by_id(self) -> dict[str, Note]:
+        return {n.id: n for n in self.notes}
+
+
+class NoteRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    # ---- reads -------------------------------------------------------------------------
+    def load_scope(
+        self, scope: Scope, statuses: Sequence[str] = (NoteStatus.ACTIVE.value,)
+    ) -> ScopeSnapshot:
+        """One query for the whole scope: notes plus their vectors, ordered by id for determinism."""
+        stmt = (
+            select(*_NOTE_COLUMNS, NoteRow.embedding)
+            .where(NoteRow.scope_key == scope.key, NoteRow.status.in_(statuses))
+            .order_by(NoteRow.id)
+        )
+        rows = self.session.execute(stmt).all()
+        notes = [_row_to_note(r) for r in rows]
+        vecs = [r.embedding for r in rows]
+        if vecs and all(v is not None for v in vecs):
+            matrix = np.vstack(vecs).astype(np.float32, copy=False)
+        else:
+            matrix = np.zeros((len(notes), 0), dtype=np.float32)
+        return ScopeSnapshot(notes, matrix)
+
+    def get_many(self, ids: Iterable[str]) -> list[Note]:
+        ids = list(ids)
+        if not ids:
+            return []
+        rows = self.session.execute(select(*_NOTE_COLUMNS).where(NoteRow.id.in_(ids))).all()
+        return [_row_to_note(r) for r in rows]
+
+    def versions(self, ids: Iterable[str]) -> dict[str, tuple[int, str]]:
+        """Current (version, status) of each id; the stale-plan check before applying."""
+        ids = list(ids)
+        if not ids:
+            return {}
+        rows = self.session.execute(
+            select(NoteRow.id, NoteRow.version, NoteRow.status).where(NoteRow.id.in_(ids))
+        ).all()
+        return {r.id: (r.version, r.status) for r in rows}
+
+    def needing_embedding(self, scope: Scope, model: str) -> list[tuple[str, str]]:
+        rows = self.session.execute(
+            select(NoteRow.id, NoteRow.content).where(
+                NoteRow.scope_key == scope.key,
+                NoteRow.status == NoteStatus.ACTIVE.value,
+                (NoteRow.embedding.is_(None))
+                | (NoteRow.embedding_model.is_(None))
+                | (NoteRow.embedding_model != model),
+            )
+        ).all()
+        return [(r.id, r.content) for r in rows]
+
+    def scopes(self, status: str = NoteStatus.ACTIVE.value) -> list[Scope]:
+        rows = self.session.execute(
+            select(NoteRow.scope_key).where(NoteRow.status == status).distinct()
+        ).all()
+        return sorted(Scope.from_key(r.scope_key) for r in rows)
+
+    def count_by_status(self, scope: Scope | None = None) -> dict[str, int]:
+        stmt = select(NoteRow.status, func.count()).group_by(NoteRow.status)
+        if scope is not None:
+            stmt = stmt.where(NoteRow.scope_key == scope.key)
+        return {status: count for status, count in self.session.execute(stmt).all()}
+
+    def find_by_hash(self, scope: Scope, hashes: Iterable[str]) -> dict[str, str]:
+        hashes = list(set(hashes))
+        if not hashes:
+            return {}
+        rows = self.session.execute(
+            select(NoteRow.content_hash, NoteRow.id).where(
+                NoteRow.scope_key == scope.key, NoteRow.content_hash.in_(hashes)
+            )
+        ).all()
+        return {r.content_hash: r.id for r in rows}
+
+    def existing_ids(self, ids: Iterable[str]) -> set[str]:
+        ids = list(set(ids))
+        found: set[str] = set()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            found.update(
+                r[0] for r in self.session.execute(select(NoteRow.id).where(NoteRow.id.in_(chunk)))
+            )
+        return found
+
+    def export_rows(
+        self,
+        status: str | None = None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        company_id: str | None = None,
+        batch_size: int = 2000,
+    ) -> Iterable[NoteRow]:
+        stmt = select(NoteRow).order_by(NoteRow.scope_key, NoteRow.created_at, NoteRow.id)
+        if status:
+            stmt = stmt.where(NoteRow.status == status)
+        if agent_id:
+            stmt = stmt.where(NoteRow.agent_id == agent_id)
+        if user_id:
+            stmt = stmt.where(NoteRow.user_id == user_id)
+        if company_id:
+            stmt = stmt.where(NoteRow.company_id == company_id)
+        yield from self.session.scalars(stmt.execution_options(yield_per=batch_size))
+
+    def lineage_parents(self, child_ids: Iterable[str]) -> dict[str, list[str]]:
+        child_ids = list(child_ids)
+        out: dict[str, list[str]] = {}
+        if not child_ids:
+            return out
+        rows = self.session.execute(
+            select(NoteLineageRow.child_id, NoteLineageRow.parent_id).where(
+                NoteLineageRow.child_id.in_(child_ids)
+            )
+        ).all()
+        for child, parent in rows:
+            out.setdefault(child, []).append(parent)
+        return out
+
+    # ---- writes ------------------------------------------------------------------------
+    def insert_many(self, rows: list[dict[str, Any]]) -> None:
+        """Bulk insert of fully-formed row dicts (one executemany, not one round-trip per note)."""
+        if rows:
+            self.session.execute(insert(NoteRow), rows)
+
+    def set_embeddings(self, items: list[tuple[str, np.ndarray]], model: str) -> None:
+        if not items:
+            return
+        self.session.execute(
+            update(NoteRow),
+            [{"id": nid, "embedding": vec, "embedding_model": model} for nid, vec in items],
+        )
+
+    def create_note(
+        self,
+        *,
+        scope: Scope,
+        content: str,
+        content_hash: str,
+        type: str,
+        embedding: np.ndarray | None,
+        embedding_model: str | None,
+        run_id: str | None,
+        note_id: str | None = None,
+        now: datetime | None = None,
+        reason: str | None = None,
+        **fields: Any,
+    ) -> str:
+        now = now or utcnow()
+        nid = note_id or str(uuid.uuid4())
+        row = {
+            "id": nid,
+            "scope_key": scope.key,
+            "agent_id": scope.agent_id,
+            "user_id": scope.user_id,
+            "company_id": scope.company_id,
+            "content": content,
+            "content_hash": content_hash,
+            "type": type,
+            "embedding": embedding,
+            "embedding_model": embedding_model,
+            "status": NoteStatus.ACTIVE.value,
+            "created_at": now,
+            "updated_at": now,
+            "valid_from": now,
+            "version": 1,
+        }
+        row.update(fields)
+        self.session.execute(insert(NoteRow), [row])
+        self.log(
+            run_id=run_id, scope=scope, entity_id=nid, op="insert", before=None,
+            after={"status": NoteStatus.ACTIVE.value, "version": 1}, reason=reason, now=now,
+        )
+        return nid
+
+    def change(
+        self,
+        note: Note,
+        *,
+        run_id: str | None,
+        reason: str | None,
+        now: datetime | None = None,
+        **changes: Any,
+    ) -> bool:
+        """Optimistic update: applies only if the note is still at ``note.version``.
+
+        Writes the before/after image of the tracked fields to the operation log. Returns False
+        (and writes nothing) when the host changed the note since it was loaded.
+        """
+        now = now or utcnow()
+        current = self.session.execute(
+            select(*(getattr(NoteRow, f) for f in TRACKED_FIELDS), NoteRow.version).where(
+                NoteRow.id == note.id
+            )
+        ).one_or_none()
+        if current is None or current.version != note.version:
+            return False
+        before = {f: _jsonable(getattr(current, f)) for f in TRACKED_FIELDS if f in changes}
+        before["version"] = current.version
+        values = dict(changes, version=note.version + 1, updated_at=now)
+        result = self.session.execute(
+            update(NoteRow)
+            .where(NoteRow.id == note.id, NoteRow.version == note.version)
+            .values(**values)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            return False
+        after = {f: _jsonable(v) for f, v in changes.items() if f in TRACKED_FIELDS}
+        after["version"] = note.version + 1
+        self.log(
+            run_id=run_id, scope=note.scope, entity_id=note.id, op="update",
+            before=before, after=after, reason=reason, now=now,
+        )
+        note.version += 1
+        return True
+
+    def add_lineage(
+        self, scope: Scope, parent_ids: Iterable[str], child_id: str, relation: str,
+        run_id: str | None, now: datetime | None = None,
+    ) -> None:
+        now = now or utcnow()
+        rows = [
+            {"scope_key": scope.key, "parent_id": p, "child_id": child_id,
+             "relation": relation, "run_id": run_id, "created_at": now}
+            for p in parent_ids
+        ]
+        if rows:
+            self.session.execute(insert(NoteLineageRow), rows)
+
+    def log(
+        self, *, run_id: str | None, scope: Scope, entity_id: str, op: str,
+        before: dict[str, Any] | None, after: dict[str, Any] | None,
+        reason: str | None, now: datetime | None = None, entity: str = "note",
+    ) -> None:
+        self.session.execute(
+            insert(OperationLogRow),
+            [{"run_id": run_id, "scope_key": scope.key, "entity": entity, "entity_id": entity_id,
+              "op": op, "before": before, "after": after, "reason": reason,
+              "created_at": now or utcnow()}],
+        )
+
+    def mark_checked(self, ids: Iterable[str], when: datetime) -> None:
+        """Bookkeeping only (no version bump): when prune last looked at each note."""
+        ids = list(ids)
+        if ids:
+            self.session.execute(
+                update(NoteRow).where(NoteRow.id.in_(ids)).values(last_checked_at=when)
+            )
+
+    def count_access(self, note_id: str, now: datetime) -> None:
+        self.session.execute(
+            update(NoteRow)
+            .where(NoteRow.id == note_id)
+            .values(access_count=NoteRow.access_count + 1, last_accessed_at=now)
+        )

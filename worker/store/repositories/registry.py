@@ -1,0 +1,92 @@
+"""All SQL touching sessions and the reference registry (agents, users, companies, conversations)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from worker.domain.types import Scope
+from worker.store.models import AgentRow, CompanyRow, ConversationRow, SessionRow, UserRow
+
+ENTITY_MODELS: dict[str, Any] = {
+    "agent": AgentRow,
+    "user": UserRow,
+    "company": CompanyRow,
+    "conversation": ConversationRow,
+}
+
+
+class SessionRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add_many(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self.session.execute(insert(SessionRow), rows)
+
+    def existing_ids(self, ids: Iterable[str]) -> set[str]:
+        ids = list(set(ids))
+        if not ids:
+            return set()
+        return set(self.session.scalars(select(SessionRow.id).where(SessionRow.id.in_(ids))))
+
+    def counts_since(self, since: dict[str, datetime | None]) -> dict[str, int]:
+        """Sessions per scope started after each scope's own cut-off, grouped in one query."""
+        if not since:
+            return {}
+        rows = self.session.execute(
+            select(SessionRow.scope_key, SessionRow.started_at).where(
+                SessionRow.scope_key.in_(list(since))
+            )
+        ).all()
+        counts = dict.fromkeys(since, 0)
+        for key, started in rows:
+            cutoff = since[key]
+            if cutoff is None or started > cutoff:
+                counts[key] += 1
+        return counts
+
+    def scopes(self) -> list[Scope]:
+        keys = self.session.scalars(select(SessionRow.scope_key).distinct())
+        return sorted(Scope.from_key(k) for k in keys)
+
+    def count(self) -> int:
+        return int(self.session.scalar(select(func.count()).select_from(SessionRow)) or 0)
+
+
+class EntityRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def upsert(self, kind: str, rows: list[dict[str, Any]]) -> None:
+        model = ENTITY_MODELS[kind]
+        if not rows:
+            return
+        dialect = self.session.get_bind().dialect.name
+        ins = pg_insert(model) if dialect == "postgresql" else sqlite_insert(model)
+        cols = {k for r in rows for k in r} - {"id"}
+        stmt = ins.values(rows)
+        if cols:
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["id"], set_={c: getattr(stmt.excluded, c) for c in cols}
+            )
+        else:
+            stmt = stmt.on_conflict_do_nothing(index_elements=["id"])
+        self.session.execute(stmt)
+
+    def fetch(self, kind: str, ids: Iterable[str]) -> dict[str, Any]:
+        """One query for a batch of ids of one entity type; missing ids are absent from the result."""
+        model = ENTITY_MODELS[kind]
+        ids = list(set(ids))
+        if not ids:
+            return {}
+        return {r.id: r for r in self.session.scalars(select(model).where(model.id.in_(ids)))}
+
+    def agent(self, agent_id: str) -> AgentRow | None:
+        return self.session.get(AgentRow, agent_id)

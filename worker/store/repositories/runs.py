@@ -1,0 +1,133 @@
+"""All SQL touching dream runs, run steps and scope leases."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from worker.domain.types import ACTIVE_RUN_STATUSES, RunStatus, Scope
+from worker.store.models import DreamRunRow, RunStepRow, ScopeLeaseRow
+
+
+class RunRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def create(
+        self, scope: Scope, *, now: datetime, trigger: str, phases: list[str],
+        force: bool = False, dry_run: bool = False, clock: datetime | None = None,
+    ) -> str | None:
+        """Insert a queued run; None when the scope already has a queued/running run (R1).
+
+        Runs in a SAVEPOINT so the unique-index violation leaves the caller's transaction usable.
+        """
+        run_id = str(uuid.uuid4())
+        try:
+            with self.session.begin_nested():
+                self.session.execute(
+                    insert(DreamRunRow),
+                    [{"id": run_id, "scope_key": scope.key, **scope.as_dict(),
+                      "status": RunStatus.QUEUED.value, "trigger": trigger, "force": force,
+                      "dry_run": dry_run, "phases": phases, "clock": clock, "created_at": now}],
+                )
+        except IntegrityError:
+            return None
+        return run_id
+
+    def get(self, run_id: str) -> DreamRunRow | None:
+        return self.session.get(DreamRunRow, run_id)
+
+    def active_for_scope(self, scope: Scope) -> DreamRunRow | None:
+        return self.session.scalars(
+            select(DreamRunRow).where(
+                DreamRunRow.scope_key == scope.key, DreamRunRow.status.in_(ACTIVE_RUN_STATUSES)
+            )
+        ).first()
+
+    def last_success_at(self, scope_keys: list[str]) -> dict[str, datetime]:
+        """Start time of each scope's last successful (or partial) non-dry run, in one query."""
+        if not scope_keys:
+            return {}
+        rows = self.session.execute(
+            select(DreamRunRow.scope_key, func.max(DreamRunRow.started_at))
+            .where(
+                DreamRunRow.scope_key.in_(scope_keys),
+                DreamRunRow.status.in_((RunStatus.SUCCEEDED.value, RunStatus.PARTIAL.value)),
+                DreamRunRow.dry_run.is_(False),
+            )
+            .group_by(DreamRunRow.scope_key)
+        ).all()
+        return {k: v for k, v in rows if v is not None}
+
+    def set_status(self, run_id: str, status: str, **values: Any) -> None:
+        self.session.execute(
+            update(DreamRunRow).where(DreamRunRow.id == run_id).values(status=status, **values)
+        )
+
+    def claim(self, run_id: str, now: datetime, lease_seconds: int) -> int | None:
+        """Move queued/interrupted → running and bump the fencing epoch; None if not claimable."""
+        run = self.session.get(DreamRunRow, run_id, with_for_update=True)
+        if run is None or run.status not in (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value):
+            return None
+        epoch = run.lease_epoch + 1
+        result = self.session.execute(
+            update(DreamRunRow)
+            .where(DreamRunRow.id == run_id, DreamRunRow.lease_epoch == run.lease_epoch,
+                   DreamRunRow.status == run.status)
+            .values(status=RunStatus.RUNNING.value, lease_epoch=epoch,
+                    lease_expires_at=now + timedelta(seconds=lease_seconds),
+                    attempts=run.attempts + 1, started_at=run.started_at or now)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            return None
+        return epoch
+
+    def holds_lease(self, run_id: str, epoch: int) -> bool:
+        row = self.session.execute(
+            select(DreamRunRow.lease_epoch, DreamRunRow.status).where(DreamRunRow.id == run_id)
+        ).one_or_none()
+        return row is not None and row.lease_epoch == epoch and row.status == RunStatus.RUNNING.value
+
+    def expired_running(self, now: datetime) -> list[DreamRunRow]:
+        return list(self.session.scalars(
+            select(DreamRunRow).where(
+                DreamRunRow.status == RunStatus.RUNNING.value,
+                DreamRunRow.lease_expires_at < now,
+            )
+        ))
+
+    def list(
+        self, scope: Scope | None = None, status: str | None = None,
+        since: datetime | None = None, limit: int = 50,
+    ) -> list[DreamRunRow]:
+        stmt = select(DreamRunRow).order_by(DreamRunRow.created_at.desc()).limit(limit)
+        if scope is not None:
+            stmt = stmt.where(DreamRunRow.scope_key == scope.key)
+        if status:
+            stmt = stmt.where(DreamRunRow.status == status)
+        if since:
+            stmt = stmt.where(DreamRunRow.created_at >= since)
+        return list(self.session.scalars(stmt))
+
+    # ---- steps -------------------------------------------------------------------------
+    def add_step(self, values: dict[str, Any]) -> str:
+        step_id = values.setdefault("id", str(uuid.uuid4()))
+        self.session.execute(insert(RunStepRow), [values])
+        return step_id
+
+    def update_step(self, step_id: str, **values: Any) -> None:
+        self.session.execute(update(RunStepRow).where(RunStepRow.id == step_id).values(**values))
+
+    def steps(self, run_id: str) -> list[RunStepRow]:
+        return list(self.session.scalars(
+            select(RunStepRow).where(RunStepRow.run_id == run_id)
+            .order_by(RunStepRow.started_at, RunStepRow.seq)
+        ))
+
+    def lease(self, scope: Scope) -> ScopeLeaseRow | None:
+        return self.session.get(ScopeLeaseRow, scope.key)

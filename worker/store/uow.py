@@ -1,0 +1,54 @@
+"""Unit of work: one short transaction; the only object that commits."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from worker.store.repositories import (
+    EntityRepository,
+    JudgementRepository,
+    NoteRepository,
+    RunRepository,
+    SessionRepository,
+)
+
+
+class StaleLease(Exception):
+    """The run lost its scope lease (another attempt took over); it must write nothing more."""
+
+
+class UnitOfWork:
+    def __init__(self, session_factory: sessionmaker[Session]) -> None:
+        self._factory = session_factory
+
+    def __enter__(self) -> UnitOfWork:
+        self.session = self._factory()
+        self.notes = NoteRepository(self.session)
+        self.runs = RunRepository(self.session)
+        self.sessions = SessionRepository(self.session)
+        self.entities = EntityRepository(self.session)
+        self.judgements = JudgementRepository(self.session)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Anything not committed explicitly is rolled back by close(): a crash mid-apply leaves
+        # nothing. close() detaches loaded rows without expiring them, so callers may read them.
+        self.session.close()
+
+    def commit(self) -> None:
+        self.session.commit()
+
+    def rollback(self) -> None:
+        self.session.rollback()
+
+    def check_lease(self, run_id: str | None, epoch: int | None) -> None:
+        """Fencing: raise before writing if this run no longer holds its lease epoch."""
+        if run_id is None or epoch is None:
+            return
+        if not self.runs.holds_lease(run_id, epoch):
+            raise StaleLease(f"run {run_id} lost its lease (epoch {epoch})")
