@@ -1,0 +1,151 @@
+"""The rule-based judge: merges only what rules settle safely, keeping one note's text verbatim.
+
+Two notes are settled as the same when they are identical after normalisation, or when one
+note's content words all appear in the other and neither adds a number, a negation or a name
+the other lacks in a way that could change the meaning. Everything else stays open.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from worker.domain.types import Note, normalise_text
+
+
+def _wordset(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+STOPWORDS = _wordset("""
+a an the and or but
+is are was were be been being am do does did has have had having
+this that these those it its it's there their they them he she his her
+him i me my we our us you your user users user's which who whom whose what when where while
+also very just so such some any each every all both either one ones own same too
+being getting got get gets
+""")
+
+NEGATIONS = _wordset("""
+no not never none nobody nothing nowhere neither nor without cannot can't won't don't doesn't
+didn't isn't aren't wasn't weren't hasn't haven't hadn't shouldn't wouldn't couldn't mustn't
+n't stop stopped stops quit avoid avoids avoided dislike dislikes hate hates anymore longer
+except instead
+""")
+
+_WORD = re.compile(r"[\w.+#/'’-]+", re.UNICODE)
+_NUMBER = re.compile(r"\d")
+
+
+@dataclass(frozen=True)
+class Words:
+    """What the rules compare: content words, numbers, negations and capitalised names."""
+
+    content: frozenset[str]
+    sequence: tuple[str, ...]
+    numbers: frozenset[str]
+    negations: frozenset[str]
+    names: frozenset[str]
+
+
+def _tokens(text: str) -> list[str]:
+    text = unicodedata.normalize("NFKC", text)
+    text = text.replace("’", "'")
+    return [t.strip(".,;:!?-/'") for t in _WORD.findall(text) if t.strip(".,;:!?-/'")]
+
+
+def analyse(text: str) -> Words:
+    raw = _tokens(text)
+    lowered = [t.casefold() for t in raw]
+    numbers = frozenset(t for t in lowered if _NUMBER.search(t))
+    negations = frozenset(t for t in lowered if t in NEGATIONS or t.endswith("n't"))
+    # A capitalised word that is not the first word of the note (sentence case) is a name.
+    names = frozenset(
+        t.casefold() for i, t in enumerate(raw)
+        if i > 0 and t[:1].isupper() and t.casefold() not in STOPWORDS
+    )
+    sequence = tuple(t for t in lowered if t not in STOPWORDS and t not in NEGATIONS)
+    return Words(frozenset(sequence), sequence, numbers, negations, names)
+
+
+def _is_run_within(small: tuple[str, ...], big: tuple[str, ...]) -> bool:
+    """``small`` occurs in ``big`` as one contiguous run of content words."""
+    n = len(small)
+    return any(big[i : i + n] == small for i in range(len(big) - n + 1))
+
+
+def same_or_contained(small: str, big: str) -> bool:
+    """True when ``big`` says everything ``small`` says, in place, and changes no specifics.
+
+    ``big`` may add content words but no negation; it may add numbers or names only where
+    ``small`` has none of that kind to contradict (a refinement, "Python" → "Python 3.12").
+    """
+    if normalise_text(small) == normalise_text(big):
+        return True
+    a, b = analyse(small), analyse(big)
+    # Order and adjacency matter: "cutting a box" is not contained in "cutting the tape on the
+    # box", nor "the dog chases the cat" in "the cat chases the dog" (SICK NEUTRAL pairs).
+    if not a.content or not _is_run_within(a.sequence, b.sequence):
+        return False
+    if a.negations != b.negations:
+        return False
+    if a.numbers and a.numbers != b.numbers:
+        return False
+    return not (a.names and a.names != b.names)
+
+
+def settles_pair(text_a: str, text_b: str) -> bool:
+    """The rule verdict for one pair, in either direction."""
+    return same_or_contained(text_a, text_b) or same_or_contained(text_b, text_a)
+
+
+def rule_judge_pairs(pairs: Sequence[tuple[str, str]]) -> list[bool]:
+    """Would the rule judge merge each (text_a, text_b)? Used by the eval harness."""
+    return [settles_pair(a, b) for a, b in pairs]
+
+
+def _richness(note: Note) -> tuple[int, datetime | str, str]:
+    created = note.created_at.isoformat() if note.created_at else ""
+    return (len(analyse(note.content).content), created, note.id)
+
+
+@dataclass(frozen=True)
+class RuleGroup:
+    """Notes the rules settle as one: ``keep_id``'s text is kept verbatim."""
+
+    keep_id: str
+    note_ids: tuple[str, ...]
+    rule: str  # identical | contained
+
+
+def rule_groups(notes: Sequence[Note]) -> tuple[list[RuleGroup], list[str]]:
+    """Partition a candidate cluster into groups the rules settle and ids left open.
+
+    Each note joins the richest (then newest) note that subsumes it; a note that subsumes no
+    other and is subsumed by none stays open. Deterministic in the input order.
+    """
+    ordered = sorted(notes, key=_richness, reverse=True)
+    heads: dict[str, list[Note]] = {}
+    placed: set[str] = set()
+    for head in ordered:
+        if head.id in placed:
+            continue
+        members = [head]
+        for other in ordered:
+            if other.id == head.id or other.id in placed or other.id in heads:
+                continue
+            if same_or_contained(other.content, head.content):
+                members.append(other)
+        if len(members) > 1:
+            heads[head.id] = members
+            placed.update(m.id for m in members)
+    groups = []
+    for head_id, members in heads.items():
+        identical = len({normalise_text(m.content) for m in members}) == 1
+        groups.append(RuleGroup(head_id, tuple(sorted(m.id for m in members)),
+                                "identical" if identical else "contained"))
+    open_ids = sorted(n.id for n in notes if n.id not in placed)
+    return sorted(groups, key=lambda g: g.note_ids), open_ids
