@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import structlog
+from sqlalchemy.exc import IntegrityError
 
 from worker.app import App
 from worker.clock import utcnow
@@ -119,16 +120,27 @@ def claim_run(app: App, run_id: str) -> int | None:
     """Take the run's lease (queued/interrupted → running). None if someone else runs it."""
     with app.uow() as uow:
         epoch = uow.runs.claim(run_id, utcnow(), app.settings.lease_seconds)
+        if epoch is not None:
+            # Parent steps a killed attempt left "running" stay visible, marked as interrupted.
+            for step in uow.runs.steps(run_id):
+                if step.parent_id is None and step.status == StepStatus.RUNNING.value:
+                    uow.runs.update_step(step.id, error=f"interrupted; retried by attempt {epoch}")
         uow.commit()
     return epoch
 
 
-def _phase_done(app: App, run_id: str, phase: str) -> bool:
+def _done_phases(app: App, run_id: str) -> set[str]:
     with app.uow() as uow:
-        return any(
-            s.parent_id is None and s.phase == phase and s.status in TERMINAL_STEP
-            for s in uow.runs.steps(run_id)
-        )
+        return {
+            s.phase for s in uow.runs.steps(run_id)
+            if s.parent_id is None and s.status in TERMINAL_STEP
+        }
+
+
+def _phase_step_id(run_id: str, phase: str, epoch: int | None) -> str:
+    # Deterministic per lease epoch: a duplicate executor of the same phase (a re-delivered
+    # message, a second `execute_run`) fails to insert it and backs off (R4).
+    return f"{run_id}:{phase}:{epoch}"
 
 
 def _make_context(app: App, run_id: str) -> PhaseContext:
@@ -170,17 +182,26 @@ def execute_phase(app: App, run_id: str, phase: str) -> str:
             return "not_claimed"
     elif status != RunStatus.RUNNING.value:
         return "run_not_running"
-    if _phase_done(app, run_id, phase):
+    done = _done_phases(app, run_id)
+    if phase in done:
         return "already_done"
+    if any(p not in done for p in PHASES[: PHASES.index(phase)]):
+        return "waiting"  # an earlier phase is still running elsewhere or was lost
     ctx = _make_context(app, run_id)
     bound = log.bind(run_id=run_id, scope=ctx.scope.key, phase=phase)
+    try:
+        step_id = ctx.steps.start_phase(
+            phase, {"dry_run": ctx.dry_run, "now": ctx.now.isoformat()},
+            step_id=_phase_step_id(run_id, phase, ctx.epoch),
+        )
+    except IntegrityError:
+        bound.info("phase.busy")
+        return "busy"
     if not wanted:
-        step_id = ctx.steps.start_phase(phase)
         ctx.steps.finish_phase(step_id, status=StepStatus.SKIPPED.value,
                                output={"reason": "phase not requested"}, started=time.perf_counter())
         return StepStatus.SKIPPED.value
     started = time.perf_counter()
-    step_id = ctx.steps.start_phase(phase, {"dry_run": ctx.dry_run, "now": ctx.now.isoformat()})
     try:
         if phase in ("consolidate", "contradictions"):
             ensure_scope_embeddings(app, ctx.scope)
@@ -231,6 +252,10 @@ def finalize_run(app: App, run_id: str) -> str:
             return run.status
         steps = uow.runs.steps(run_id)
         parents = [s for s in steps if s.parent_id is None]
+        if not {s.phase for s in parents if s.status in TERMINAL_STEP} >= set(PHASES):
+            return run.status  # a phase is still running elsewhere, or was lost (lease recovers it)
+        # The latest attempt of each phase decides; an interrupted attempt's step is history.
+        parents = [s for s in parents if s.status in TERMINAL_STEP]
         status = _final_status(parents)
         scope = Scope(run.agent_id, run.user_id, run.company_id)
         totals = {
@@ -274,5 +299,6 @@ def execute_run(app: App, run_id: str) -> str:
     """The whole run in this process: every phase in order, then finalize."""
     record_before(app, run_id)
     for phase in PHASES:
-        execute_phase(app, run_id, phase)
+        if execute_phase(app, run_id, phase) in ("busy", "waiting", "not_claimed"):
+            break  # another executor holds this run; it finalizes
     return finalize_run(app, run_id)

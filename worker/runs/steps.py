@@ -43,9 +43,12 @@ class StepRecorder:
         self._seq += 1
         return self._seq
 
-    def start_phase(self, phase: str, input: dict[str, Any] | None = None) -> str:
+    def start_phase(self, phase: str, input: dict[str, Any] | None = None,
+                    step_id: str | None = None) -> str:
+        """Commit the parent step; a fixed ``step_id`` makes a duplicate start fail (IntegrityError)."""
         with self.app.uow() as uow:
             step_id = uow.runs.add_step({
+                **({"id": step_id} if step_id else {}),
                 "run_id": self.run_id, "parent_id": None, "scope_key": self.scope.key,
                 "phase": phase, "name": phase, "seq": self._next_seq(),
                 "status": StepStatus.RUNNING.value, "input": input or {},
