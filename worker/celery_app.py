@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import structlog
@@ -30,9 +31,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_soft_time_limit": int(settings.task_time_limit * 0.9),
         "broker_transport_options": {"visibility_timeout": settings.task_time_limit * 2},
         "result_expires": 24 * 3600,
-        "task_default_queue": "dream",
+        "task_default_queue": settings.celery_queue,
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
+        # structlog writes JSON lines to the real stderr; Celery must not wrap them as warnings.
+        "worker_redirect_stdouts": False,
         "beat_schedule": {
             "dream-gate-check": {
                 "task": "dream.gate_check",
@@ -66,7 +69,10 @@ def resources() -> App:
 def _init_process(**_: Any) -> None:
     # A forked child must not reuse the parent's connections.
     _resources.pop("app", None)
-    resources()
+    res = resources()
+    structlog.get_logger(__name__).info(
+        "celery.process_ready", pid=os.getpid(), database=res.engine.url.get_backend_name()
+    )
 
 
 @signals.worker_process_shutdown.connect

@@ -280,7 +280,7 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
         if via_celery:
             from worker.tasks import enqueue_run
 
-            enqueue_run(run_id)
+            enqueue_run(run_id, app)
             click.echo(f"run {run_id} queued on the broker; follow it with `dream runs show {run_id}`")
             continue
         status = service.execute_run(app, run_id)

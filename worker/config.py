@@ -77,6 +77,13 @@ class RememberSettings(BaseModel):
     measure: Literal["jaccard", "cosine"] = "jaccard"
 
 
+class HostSettings(BaseModel):
+    """Limits on what a host may write through the API (fused text, remembered notes)."""
+
+    max_fused_chars: int = Field(2000, ge=20)
+    max_note_chars: int = Field(8000, ge=20)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="DREAM_",
@@ -87,6 +94,7 @@ class Settings(BaseSettings):
     database_url: str = Field(default_factory=default_database_url)
     broker_url: str | None = None
     result_backend: str | None = None
+    celery_queue: str = Field("dream", min_length=1)  # workers consume it; beat and the CLI send to it
 
     gate_hours: float = Field(24.0, ge=0)
     gate_sessions: int = Field(5, ge=0)
@@ -125,6 +133,7 @@ class Settings(BaseSettings):
     budget: BudgetSettings = BudgetSettings()
     privacy: PrivacySettings = PrivacySettings()
     remember: RememberSettings = RememberSettings()
+    host: HostSettings = HostSettings()
 
 
 class ConfigError(Exception):

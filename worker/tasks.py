@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import chain
 
+from worker.app import App
 from worker.celery_app import app, resources
 from worker.runs import service
 
@@ -45,9 +46,11 @@ def finalize(run_id: str) -> str:
     return service.finalize_run(resources(), run_id)
 
 
-def enqueue_run(run_id: str) -> None:
-    """One chain per run; immutable signatures so no result is passed along, only the id."""
-    service.record_before(resources(), run_id)
+def enqueue_run(run_id: str, dream_app: App | None = None) -> None:
+    """One chain per run; immutable signatures so no result is passed along, only the id.
+
+    ``dream_app`` is the caller's App (the CLI passes its own); in a task, this process's."""
+    service.record_before(dream_app or resources(), run_id)
     chain(
         consolidate.si(run_id), contradictions.si(run_id), prune.si(run_id),
         archive.si(run_id), finalize.si(run_id),
