@@ -77,3 +77,13 @@ def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
         a = make_postgres_app()
         yield a
         drop_postgres_app(a)
+
+
+@pytest.fixture
+def llm_stub() -> Iterator[object]:
+    """A local OpenAI-compatible HTTP server (tests/support/llm_stub.py): .url, .set_handler, .requests."""
+    from tests.support.llm_stub import LLMStub
+
+    stub = LLMStub().start()
+    yield stub
+    stub.stop()

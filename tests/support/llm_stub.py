@@ -1,0 +1,200 @@
+"""A local OpenAI-compatible HTTP server for tests: the real `openai` client talks to it.
+
+Use the ``llm_stub`` fixture (tests/conftest.py)::
+
+    def test_x(llm_stub):
+        llm_stub.set_handler(FakeLLM(rules=[...]))          # answer as a scripted FakeLLM, or
+        llm_stub.set_handler(lambda req: {"should_consolidate": False, ...})  # JSON content, or
+        llm_stub.set_handler(lambda req: StubResponse.rate_limited(retry_after=1))
+        llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="m", api_key="k")
+        ...
+        assert llm_stub.requests[0].prompt_name == "consolidate"
+
+A handler gets a ``StubRequest`` (path, body, headers, prompt_name, system, user) and returns
+a dict/list (sent as the JSON reply content), a str (sent as raw content, e.g. broken JSON), or a
+``StubResponse`` for full control: ``StubResponse.rate_limited(retry_after)``,
+``StubResponse.error(500)``, ``StubResponse.hang(seconds)`` (sleeps, released early by
+``stop()``), ``StubResponse.reply(data, delay=...)``. Set ``reject_json_schema = True`` to answer
+400 to ``response_format: json_schema`` (as servers without it do) and exercise the fallback.
+``POST /v1/embeddings`` answers with the built-in hashing embedder.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from worker.embeddings.hashing import HashingEmbedder
+
+
+@dataclass
+class StubRequest:
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    @property
+    def prompt_name(self) -> str:
+        if self.headers.get("x-dream-prompt"):
+            return self.headers["x-dream-prompt"]
+        fmt = self.body.get("response_format") or {}
+        return (fmt.get("json_schema") or {}).get("name", "")
+
+    def _message(self, role: str) -> str:
+        return "\n".join(m.get("content", "") for m in self.body.get("messages", [])
+                         if m.get("role") == role)
+
+    @property
+    def system(self) -> str:
+        return self._message("system")
+
+    @property
+    def user(self) -> str:
+        return self._message("user")
+
+    @property
+    def response_format(self) -> str | None:
+        return (self.body.get("response_format") or {}).get("type")
+
+
+@dataclass
+class StubResponse:
+    status: int = 200
+    content: Any = None  # dict/list → JSON text; str → raw text
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    body: dict[str, Any] | None = None  # full body override
+    tokens_in: int = 11
+    tokens_out: int = 7
+
+    @classmethod
+    def reply(cls, content: Any, delay: float = 0.0) -> StubResponse:
+        return cls(content=content, delay=delay)
+
+    @classmethod
+    def rate_limited(cls, retry_after: float = 1.0) -> StubResponse:
+        return cls(status=429, headers={"Retry-After": str(retry_after)},
+                   body={"error": {"message": "rate limited", "type": "rate_limit"}})
+
+    @classmethod
+    def error(cls, status: int = 500) -> StubResponse:
+        return cls(status=status, body={"error": {"message": f"stub error {status}"}})
+
+    @classmethod
+    def hang(cls, seconds: float) -> StubResponse:
+        return cls(status=500, delay=seconds, body={"error": {"message": "hung"}})
+
+
+Handler = Callable[[StubRequest], Any]
+
+
+class LLMStub:
+    """Threaded stdlib HTTP server; ``url`` is the base URL to give the client (ends in /v1)."""
+
+    def __init__(self) -> None:
+        self.requests: list[StubRequest] = []
+        self.reject_json_schema = False
+        self._handler: Handler = lambda req: StubResponse.error(503)
+        self._released = threading.Event()
+        self._lock = threading.Lock()
+        self._embedder = HashingEmbedder(512)
+        self._server: ThreadingHTTPServer | None = None
+        self.url = ""
+
+    def set_handler(self, handler: Handler | Any) -> None:
+        """A callable(StubRequest), or an object with ``complete_json`` (e.g. a FakeLLM)."""
+        if hasattr(handler, "complete_json"):
+            fake = handler
+
+            def from_fake(req: StubRequest) -> Any:
+                reply = fake.complete_json(prompt_name=req.prompt_name, system=req.system,
+                                           user=req.user, schema={})
+                return StubResponse(content=reply.raw, tokens_in=reply.tokens_in,
+                                    tokens_out=reply.tokens_out)
+
+            self._handler = from_fake
+        else:
+            self._handler = handler
+
+    def chat_requests(self) -> list[StubRequest]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def start(self) -> LLMStub:
+        stub = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                req = StubRequest(self.path, body, {k.lower(): v for k, v in self.headers.items()})
+                with stub._lock:
+                    stub.requests.append(req)
+                status, payload, headers = stub._answer(req)
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    for k, v in headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and left
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        server.daemon_threads = True
+        server.block_on_close = False
+        self._server = server
+        self.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._released.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    # ---- answering ---------------------------------------------------------------------
+    def _answer(self, req: StubRequest) -> tuple[int, Any, dict[str, str]]:
+        if req.path.endswith("/embeddings"):
+            texts = req.body.get("input") or []
+            texts = [texts] if isinstance(texts, str) else texts
+            dims = int(req.body.get("dimensions") or 512)
+            if dims != self._embedder.dimensions:
+                self._embedder = HashingEmbedder(dims)
+            vecs = self._embedder.embed(texts)
+            return 200, {"object": "list", "model": req.body.get("model", "stub"),
+                         "data": [{"object": "embedding", "index": i, "embedding": v.tolist()}
+                                  for i, v in enumerate(vecs)],
+                         "usage": {"prompt_tokens": 1, "total_tokens": 1}}, {}
+        if self.reject_json_schema and req.response_format == "json_schema":
+            return 400, {"error": {"message": "response_format json_schema is not supported",
+                                   "type": "invalid_request_error"}}, {}
+        out = self._handler(req)
+        resp = out if isinstance(out, StubResponse) else StubResponse(content=out)
+        if resp.delay:
+            self._released.wait(resp.delay)
+        if resp.body is not None:
+            return resp.status, resp.body, resp.headers
+        content = resp.content if isinstance(resp.content, str) else json.dumps(resp.content)
+        return resp.status, {
+            "id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()),
+            "model": req.body.get("model", "stub"),
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": resp.tokens_in, "completion_tokens": resp.tokens_out,
+                      "total_tokens": resp.tokens_in + resp.tokens_out},
+        }, resp.headers

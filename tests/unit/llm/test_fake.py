@@ -1,0 +1,93 @@
+"""FakeLLM: rule matching, reply templates, call records and script-file errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from worker.app import make_llm
+from worker.config import ConfigError, Settings
+from worker.llm.base import LLMError
+from worker.llm.fake import FakeLLM, FakeRule, expand_templates
+
+PROMPT = '[{"alias": "n1", "content": "a"}, {"alias": "n2", "content": "b"}]'
+
+
+def _ask(fake: FakeLLM, name: str = "consolidate", user: str = PROMPT):  # type: ignore[no-untyped-def]
+    return fake.complete_json(prompt_name=name, system="s", user=user, schema={})
+
+
+def test_first_matching_rule_wins_then_default() -> None:
+    """Rules are tried in order on prompt name and substrings; unmatched prompts get the default."""
+    fake = FakeLLM(rules=[
+        FakeRule(prompt="contradictions", reply={"r": "contra"}),
+        FakeRule(prompt="consolidate", contains=["n2"], reply={"r": "first"}),
+        FakeRule(prompt="consolidate", reply={"r": "second"}),
+    ], default={"r": "default"})
+    assert _ask(fake).data == {"r": "first"}
+    assert _ask(fake, user="nothing").data == {"r": "second"}
+    assert _ask(fake, name="prune").data == {"r": "default"}
+    assert [c.rule for c in fake.calls] == [1, 2, None]
+    assert fake.counts() == {"consolidate": 2, "prune": 1}
+
+
+def test_times_limits_a_rule_and_callable_replies_see_the_prompt() -> None:
+    """A rule with times=1 is used once; a callable reply is computed from the prompt."""
+    fake = FakeLLM(rules=[FakeRule(reply="{broken", times=1),
+                          FakeRule(reply=lambda name, system, user: {"len": len(user)})])
+    first = _ask(fake)
+    assert first.data is None and first.raw == "{broken"
+    assert _ask(fake, user="abc").data == {"len": 3}
+
+
+def test_no_rule_and_no_default_is_an_llm_error() -> None:
+    """An unscripted question fails loudly rather than inventing an answer."""
+    with pytest.raises(LLMError, match="no rule"):
+        _ask(FakeLLM())
+
+
+def test_templates_expand_aliases_and_per_id_lists() -> None:
+    """$aliases lists the prompt's note aliases; <name>_all repeats an item for every id."""
+    reply = {"source_ids": "$aliases", "verdicts_all": {"relation": "conflicting"}}
+    text = PROMPT + ' {"pair_id": "p1"} {"pair_id": "p2"} {"pair_id": "p1"}'
+    assert expand_templates(reply, text) == {
+        "source_ids": ["n1", "n2"],
+        "verdicts": [{"relation": "conflicting", "pair_id": "p1"},
+                     {"relation": "conflicting", "pair_id": "p2"}],
+    }
+
+
+def test_script_file_from_settings(tmp_path: Path) -> None:
+    """DREAM_LLM_PROVIDER=fake + DREAM_FAKE_LLM_SCRIPT builds a FakeLLM from the file."""
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"model": "m1", "rules": [
+        {"prompt": "consolidate", "contains": "n1", "reply": {"ok": 1}, "latency": 0}]}))
+    llm = make_llm(Settings(llm_provider="fake", fake_llm_script=script))
+    assert isinstance(llm, FakeLLM) and llm.model == "m1"
+    assert _ask(llm).data == {"ok": 1}
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "cannot read"),
+    ("{not json", "not valid JSON"),
+    ('{"rules": [{"prompt": "x"}]}', "needs a \"reply\""),
+    ('{"rules": [{"reply": {}, "colour": 1}]}', "unknown key"),
+    ('[]', "must be an object"),
+])
+def test_bad_script_is_one_line_config_error(tmp_path: Path, content: str | None,
+                                              message: str) -> None:
+    """A missing or malformed script file is a ConfigError naming the problem in one line."""
+    script = tmp_path / "s.json"
+    if content is not None:
+        script.write_text(content)
+    with pytest.raises(ConfigError, match=message) as info:
+        FakeLLM.from_settings(Settings(llm_provider="fake", fake_llm_script=script))
+    assert "\n" not in str(info.value)
+
+
+def test_missing_script_setting_is_config_error() -> None:
+    """provider=fake without a script path tells the user which variable to set."""
+    with pytest.raises(ConfigError, match="DREAM_FAKE_LLM_SCRIPT"):
+        FakeLLM.from_settings(Settings(llm_provider="fake"))

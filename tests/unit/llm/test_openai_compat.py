@@ -1,0 +1,123 @@
+"""OpenAICompatibleLLM through the real `openai` client against the local HTTP stub."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from pydantic import BaseModel
+
+from tests.support.llm_stub import StubResponse
+from worker.llm.ask import ask
+from worker.llm.base import LLMError
+from worker.llm.fake import FakeLLM, FakeRule
+from worker.llm.openai_compat import OpenAICompatibleLLM, parse_retry_after
+from worker.llm.prompts import RenderedPrompt
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+
+
+class Ok(BaseModel):
+    ok: bool
+
+
+def _llm(stub, **kw) -> OpenAICompatibleLLM:  # type: ignore[no-untyped-def]
+    kw.setdefault("timeout", 5.0)
+    return OpenAICompatibleLLM(base_url=stub.url, model="stub-model", api_key="k", **kw)
+
+
+def _call(llm: OpenAICompatibleLLM):  # type: ignore[no-untyped-def]
+    return llm.complete_json(prompt_name="consolidate", system="sys", user="usr", schema=SCHEMA)
+
+
+def test_reply_carries_parsed_json_and_token_usage(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """A 200 answer is parsed into data; usage and model come from the response body."""
+    llm_stub.set_handler(lambda req: {"ok": True})
+    reply = _call(_llm(llm_stub))
+    assert reply.data == {"ok": True}
+    assert (reply.tokens_in, reply.tokens_out, reply.model) == (11, 7, "stub-model")
+    req = llm_stub.requests[0]
+    assert req.response_format == "json_schema" and req.prompt_name == "consolidate"
+
+
+def test_json_schema_rejected_falls_back_to_json_object_and_remembers(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """A server that 400s json_schema gets json_object, and the next call goes straight there."""
+    llm_stub.reject_json_schema = True
+    llm_stub.set_handler(lambda req: {"ok": True})
+    llm = _llm(llm_stub)
+    assert _call(llm).data == {"ok": True}
+    assert _call(llm).data == {"ok": True}
+    formats = [r.response_format for r in llm_stub.chat_requests()]
+    assert formats == ["json_schema", "json_object", "json_object"]
+    assert "JSON schema" in llm_stub.requests[-1].system
+
+
+def test_429_with_retry_after_is_retried_then_succeeds(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """Rate limiting is retried after the server's Retry-After, within max_retries."""
+    answers = iter([StubResponse.rate_limited(0.2), StubResponse.error(502), {"ok": False}])
+    llm_stub.set_handler(lambda req: next(answers))
+    started = time.monotonic()
+    reply = _call(_llm(llm_stub, max_retries=2))
+    assert reply.data == {"ok": False}
+    assert len(llm_stub.chat_requests()) == 3
+    assert time.monotonic() - started >= 0.2
+
+
+def test_persistent_5xx_gives_one_line_llm_error_after_bounded_attempts(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """500 on every call: 1 + max_retries attempts, then LLMError with one line."""
+    llm_stub.set_handler(lambda req: StubResponse.error(500))
+    with pytest.raises(LLMError) as info:
+        _call(_llm(llm_stub, max_retries=1))
+    assert len(llm_stub.chat_requests()) == 2
+    assert "\n" not in str(info.value) and "HTTP 500" in str(info.value)
+
+
+def test_retry_after_beyond_wall_cap_gives_up_at_once(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """A Retry-After longer than the wall-time cap is not slept through."""
+    llm_stub.set_handler(lambda req: StubResponse.rate_limited(120))
+    started = time.monotonic()
+    with pytest.raises(LLMError, match="deferred"):
+        _call(_llm(llm_stub, max_retries=3, max_wall_seconds=5))
+    assert time.monotonic() - started < 3
+
+
+def test_hanging_endpoint_is_bounded_by_timeout_and_retries(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """An endpoint that never answers costs at most (1 + retries) timeouts, then LLMError."""
+    llm_stub.set_handler(lambda req: StubResponse.hang(30))
+    started = time.monotonic()
+    with pytest.raises(LLMError):
+        _call(_llm(llm_stub, timeout=0.5, max_retries=1))
+    assert time.monotonic() - started < 4
+    assert len(llm_stub.chat_requests()) == 2
+
+
+def test_unauthorised_is_not_retried(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """401 is a configuration problem: one attempt, a message naming the API key setting."""
+    llm_stub.set_handler(lambda req: StubResponse.error(401))
+    with pytest.raises(LLMError, match="DREAM_LLM_API_KEY"):
+        _call(_llm(llm_stub))
+    assert len(llm_stub.chat_requests()) == 1
+
+
+def test_bad_json_content_is_returned_not_raised_and_ask_reasks(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """Garbage content gives data=None; ask() re-asks with the reason and accepts the fix."""
+    fake = FakeLLM(rules=[FakeRule(reply="not json {", times=1), FakeRule(reply={"ok": True})])
+    llm_stub.set_handler(fake)
+    llm = _llm(llm_stub)
+    assert _call(llm).data is None
+    outcome = ask(llm, RenderedPrompt("consolidate", "sys", "usr", "h"), Ok)
+    assert outcome.ok and outcome.value == Ok(ok=True)
+    assert outcome.attempts == 1
+    fake.rules[0].used = 0
+    outcome = ask(llm, RenderedPrompt("consolidate", "sys", "usr", "h"), Ok)
+    assert outcome.ok and outcome.attempts == 2
+    assert "previous reply could not be used" in llm_stub.chat_requests()[-1].user
+
+
+@pytest.mark.parametrize(("headers", "expected"), [
+    ({"retry-after": "3"}, 3.0), ({"retry-after-ms": "250"}, 0.25), ({}, None),
+    ({"retry-after": "soon"}, None),
+])
+def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> None:
+    """Retry-After in seconds or milliseconds; unusable values mean 'use our back-off'."""
+    assert parse_retry_after(headers) == expected

@@ -1,0 +1,202 @@
+"""A scripted LLMClient: replies chosen by rules, for tests and for integration-testing a deployment.
+
+Script file (``DREAM_LLM_PROVIDER=fake``, ``DREAM_FAKE_LLM_SCRIPT=path.json``)::
+
+    {"model": "fake-demo",
+     "rules": [
+       {"prompt": "consolidate", "contains": ["Python 3.12"],
+        "reply": {"should_consolidate": true, "content": "...", "type": "Preference",
+                  "source_ids": "$aliases", "reason": "..."}},
+       {"prompt": "contradictions", "contains": ["metric"],
+        "reply": {"verdicts_all": {"relation": "conflicting", "confidence": 0.9}}}],
+     "default": {"should_consolidate": false, "content": "", "type": "Context",
+                 "source_ids": [], "reason": "no rule matched"}}
+
+A rule matches when ``prompt`` (optional) equals the prompt name and every ``contains`` string
+(optional) occurs in the rendered system or user text; the first match wins, else ``default``.
+Optional per rule: ``not_contains``, ``times`` (use at most N times), ``latency`` (seconds).
+Templates inside a reply: the string ``"$aliases"`` becomes the list of note aliases (n1, n2, …)
+in the prompt, ``"$ids"`` the list of ids matched by the rule's ``ids`` regex (default: values of
+``"pair_id"``/``"id"`` keys), and a key ``"<name>_all": {...}`` becomes ``"<name>": [{...,
+"<id_field>": id} for each id]`` (``id_field`` defaults to ``"pair_id"``). A reply that is a
+string is sent as raw text (use it to script invalid JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from worker.config import ConfigError
+from worker.llm.base import LLMError, LLMReply
+from worker.llm.openai_compat import parse_content
+
+ReplyFn = Callable[[str, str, str], Any]  # (prompt_name, system, user) -> reply
+
+_ALIAS = re.compile(r'"alias"\s*:\s*"(n\d+)"')
+_DEFAULT_IDS = r'"(?:pair_id|id)"\s*:\s*"([^"]+)"'
+
+
+@dataclass
+class FakeRule:
+    """One scripted answer; ``reply`` is JSON data, raw text, or a callable (Python only)."""
+
+    reply: Any
+    prompt: str | None = None
+    contains: Sequence[str] = ()
+    not_contains: Sequence[str] = ()
+    times: int | None = None
+    latency: float = 0.0
+    ids: str = _DEFAULT_IDS
+    id_field: str = "pair_id"
+    used: int = 0
+
+    def matches(self, prompt_name: str, text: str) -> bool:
+        if self.prompt is not None and self.prompt != prompt_name:
+            return False
+        if self.times is not None and self.used >= self.times:
+            return False
+        return all(s in text for s in self.contains) and not any(
+            s in text for s in self.not_contains
+        )
+
+
+@dataclass
+class FakeCall:
+    """What a test can inspect about one call."""
+
+    prompt_name: str
+    system: str
+    user: str
+    rule: int | None  # index of the matching rule, None for the default
+
+
+@dataclass
+class FakeLLM:
+    rules: list[FakeRule] = field(default_factory=list)
+    default: Any = None
+    model: str = "fake"
+    calls: list[FakeCall] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> FakeLLM:
+        path = settings.fake_llm_script
+        if path is None:
+            raise ConfigError("DREAM_LLM_PROVIDER=fake needs DREAM_FAKE_LLM_SCRIPT=<script.json>; "
+                              "see examples/fake-llm-demo.json")
+        return cls.from_file(Path(path))
+
+    @classmethod
+    def from_file(cls, path: Path) -> FakeLLM:
+        try:
+            script = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read fake LLM script {path}: {exc.strerror}; "
+                              "fix DREAM_FAKE_LLM_SCRIPT") from None
+        except ValueError as exc:
+            raise ConfigError(f"fake LLM script {path} is not valid JSON ({exc}); "
+                              "fix the file") from None
+        return cls.from_script(script, source=str(path))
+
+    @classmethod
+    def from_script(cls, script: Any, source: str = "script") -> FakeLLM:
+        if not isinstance(script, dict) or not isinstance(script.get("rules", []), list):
+            raise ConfigError(f"fake LLM {source} must be an object with a \"rules\" list")
+        allowed = {"prompt", "contains", "not_contains", "times", "latency", "reply", "ids",
+                   "id_field"}
+        rules = []
+        for i, raw in enumerate(script.get("rules", [])):
+            if not isinstance(raw, dict) or "reply" not in raw:
+                raise ConfigError(f"fake LLM {source}: rule {i} needs a \"reply\"")
+            unknown = sorted(set(raw) - allowed)
+            if unknown:
+                raise ConfigError(f"fake LLM {source}: rule {i} has unknown key {unknown[0]!r}")
+            contains = raw.get("contains", [])
+            not_contains = raw.get("not_contains", [])
+            try:
+                rules.append(FakeRule(
+                    reply=raw["reply"], prompt=raw.get("prompt"),
+                    contains=[contains] if isinstance(contains, str) else list(contains),
+                    not_contains=[not_contains] if isinstance(not_contains, str)
+                    else list(not_contains),
+                    times=raw.get("times"), latency=float(raw.get("latency", 0.0)),
+                    ids=raw.get("ids", _DEFAULT_IDS), id_field=raw.get("id_field", "pair_id"),
+                ))
+                re.compile(rules[-1].ids)
+            except (TypeError, ValueError, re.error) as exc:
+                raise ConfigError(f"fake LLM {source}: rule {i} is malformed ({exc})") from None
+        return cls(rules=rules, default=script.get("default"), model=script.get("model", "fake"))
+
+    # ---- LLMClient -----------------------------------------------------------------------
+    def complete_json(
+        self, *, prompt_name: str, system: str, user: str, schema: dict[str, Any]
+    ) -> LLMReply:
+        text = system + "\n" + user
+        with self._lock:
+            index = next(
+                (i for i, r in enumerate(self.rules) if r.matches(prompt_name, text)), None
+            )
+            rule = self.rules[index] if index is not None else None
+            if rule is not None:
+                rule.used += 1
+            self.calls.append(FakeCall(prompt_name, system, user, index))
+        if rule is None and self.default is None:
+            raise LLMError(f"fake LLM has no rule for prompt {prompt_name!r} and no default")
+        reply = rule.reply if rule is not None else self.default
+        if rule is not None and rule.latency:
+            time.sleep(rule.latency)
+        if callable(reply):
+            reply = reply(prompt_name, system, user)
+        ids_pattern = rule.ids if rule is not None else _DEFAULT_IDS
+        id_field = rule.id_field if rule is not None else "pair_id"
+        if isinstance(reply, str):
+            raw = reply
+            data = parse_content(reply)
+        else:
+            data = expand_templates(reply, text, ids_pattern, id_field)
+            raw = json.dumps(data)
+        return LLMReply(data=data, tokens_in=max(1, len(text) // 4),
+                        tokens_out=max(1, len(raw) // 4), model=self.model, raw=raw)
+
+    # ---- for tests -----------------------------------------------------------------------
+    def counts(self) -> Counter[str]:
+        """Number of calls per prompt name."""
+        return Counter(c.prompt_name for c in self.calls)
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def expand_templates(reply: Any, prompt_text: str, ids_pattern: str = _DEFAULT_IDS,
+                     id_field: str = "pair_id") -> Any:
+    """Fill ``$aliases`` / ``$ids`` and ``<name>_all`` keys from the rendered prompt."""
+    aliases = _unique(_ALIAS.findall(prompt_text))
+    ids = _unique(re.findall(ids_pattern, prompt_text))
+
+    def walk(value: Any) -> Any:
+        if value == "$aliases":
+            return list(aliases)
+        if value == "$ids":
+            return list(ids)
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                if key.endswith("_all") and isinstance(item, dict):
+                    out[key[: -len("_all")]] = [{**walk(item), id_field: i} for i in ids]
+                else:
+                    out[key] = walk(item)
+            return out
+        return value
+
+    return walk(reply)
