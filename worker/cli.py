@@ -94,7 +94,34 @@ def _timestamp(value: str | None, name: str) -> datetime | None:
         raise UserError(f"{name}: {exc}") from None
 
 
-@click.group()
+class DreamGroup(click.Group):
+    """Usage mistakes (unknown option, bad choice, missing argument) are user errors too: one
+    line, exit 2. Asking for help (a bare group) still prints the help."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise _usage_error(exc) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise _usage_error(exc) from None
+
+
+def _usage_error(exc: click.UsageError) -> UserError:
+    where = exc.ctx.command_path if exc.ctx is not None else "dream"
+    message = " ".join(exc.format_message().split())
+    return UserError(f"{message} (see `{where} --help`)")
+
+
+@click.group(cls=DreamGroup)
 @click.option("--log-level", default=None, help="DEBUG, INFO, WARNING (default from DREAM_LOG_LEVEL).")
 @click.pass_context
 def main(ctx: click.Context, log_level: str | None) -> None:
@@ -365,7 +392,8 @@ def _register_optional() -> None:
     """Commands owned by other modules register themselves here (keeps this file a thin shell)."""
     import importlib
 
-    for module in ("worker.cli_host", "worker.cli_safety", "worker.cli_api", "worker.cli_bench"):
+    for module in ("worker.cli_host", "worker.cli_safety", "worker.cli_api", "worker.cli_bench",
+                   "worker.cli_examples"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

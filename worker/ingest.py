@@ -308,3 +308,67 @@ def import_entities(app: App, lines: Iterable[str]) -> ImportResult:
         uow.commit()
     result.inserted = sum(len(r) for r in grouped.values())
     return result
+
+
+EXAMPLE_FIELDS = {
+    "id", "agent_id", "user_id", "company_id", "input", "output", "success_score",
+    "is_auto_generated", "status", "access_count", "last_accessed_at", "created_at", "expires_at",
+}
+
+
+def parse_example(obj: dict[str, Any], number: int, now: datetime) -> dict[str, Any]:
+    """One JSONL object → an ``examples`` row dict, or InputError naming the line."""
+    unknown = sorted(set(obj) - EXAMPLE_FIELDS)
+    if unknown:
+        raise InputError(f"line {number}: unknown field {unknown[0]!r}")
+    agent_id = _opt_str(obj, "agent_id", number)
+    if agent_id is None:
+        raise InputError(f"line {number}: agent_id is required")
+    scope = Scope(agent_id, _opt_str(obj, "user_id", number), _opt_str(obj, "company_id", number))
+    for key in ("input", "output"):
+        if not isinstance(obj.get(key), str) or not obj[key].strip():
+            raise InputError(f"line {number}: {key} is required and must be a non-empty string")
+    score = obj.get("success_score")
+    if score is not None:
+        score = _opt_number(obj, "success_score", number, 0.0, lo=0.0, hi=100.0)
+    auto = obj.get("is_auto_generated", True)
+    if not isinstance(auto, bool):
+        raise InputError(f"line {number}: is_auto_generated must be true or false")
+    status = obj.get("status", NoteStatus.ACTIVE.value)
+    if status not in (NoteStatus.ACTIVE.value, NoteStatus.ARCHIVED.value):
+        raise InputError(f"line {number}: status must be active or archived")
+    access_count = _opt_number(obj, "access_count", number, 0, lo=0)
+    if access_count != int(access_count):
+        raise InputError(f"line {number}: access_count must be a whole number")
+    return {
+        "id": _opt_str(obj, "id", number) or str(uuid.uuid4()),
+        "scope_key": scope.key, **scope.as_dict(),
+        "input": obj["input"], "output": obj["output"], "success_score": score,
+        "is_auto_generated": auto, "status": status, "access_count": int(access_count),
+        "last_accessed_at": _opt_time(obj, "last_accessed_at", number),
+        "created_at": _opt_time(obj, "created_at", number) or now,
+        "expires_at": _opt_time(obj, "expires_at", number), "version": 1,
+    }
+
+
+def import_examples(app: App, lines: Iterable[str]) -> ImportResult:
+    """All-or-nothing and idempotent by id: a bad line anywhere writes nothing (R22)."""
+    from worker.store.repositories.examples import ExampleRepository
+
+    now = utcnow()
+    result = ImportResult()
+    rows: dict[str, dict[str, Any]] = {}
+    for number, obj in read_jsonl(lines):
+        result.read += 1
+        row = parse_example(obj, number, now)
+        rows.setdefault(row["id"], row)
+    with app.uow() as uow:
+        repo = ExampleRepository(uow.session)
+        existing = repo.existing_ids(rows)
+        fresh = [r for r in rows.values() if r["id"] not in existing]
+        for start in range(0, len(fresh), 5000):
+            repo.insert_many(fresh[start : start + 5000])
+        uow.commit()
+    result.inserted = len(fresh)
+    result.duplicates = result.read - len(fresh)
+    return result

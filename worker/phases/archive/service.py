@@ -1,10 +1,154 @@
-"""The archive phase service (placeholder until the phase lands: records a no_items step)."""
+"""Archive: expired and long-unused notes and examples leave the active set (phase 4)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import structlog
+
 from worker.domain.types import PhaseReport, StepStatus
+from worker.phases.archive.core import (
+    Decision,
+    ExamplePlan,
+    NotePlan,
+    RetentionPolicy,
+    plan_examples,
+    plan_notes,
+)
+from worker.phases.keep_review import ReviewResult, review_keep
 from worker.runs.context import PhaseContext
+from worker.runs.steps import ChildStep
+from worker.safety.crashpoints import crashpoint
+from worker.store.repositories.examples import ExampleRepository
+from worker.store.repositories.retention import ArchiveItem, RetentionRepository
+
+log = structlog.get_logger(__name__)
+
+COUNTERS = ("notes_expired", "notes_stale", "examples_expired", "examples_stale",
+            "protected_preserved", "manual_preserved")
+
+
+def _items(decisions: list[Decision]) -> list[ArchiveItem]:
+    return [ArchiveItem(d.id, d.version, d.comment) for d in decisions]
 
 
 def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
-    return PhaseReport(phase="archive", status=StepStatus.NO_ITEMS.value, reason="not implemented yet")
+    with ctx.uow() as uow:
+        agent = uow.entities.agent(ctx.scope.agent_id)
+        notes = RetentionRepository(uow.session).active_notes(ctx.scope)
+        examples = ExampleRepository(uow.session).active(ctx.scope)
+    zero = dict.fromkeys(COUNTERS, 0)
+    if agent is not None and agent.auto_archive_enabled is False:
+        return PhaseReport("archive", StepStatus.SKIPPED.value, zero,
+                           reason="auto-archive is disabled for this agent")
+    policy = RetentionPolicy(
+        note_retention_days=agent.note_retention_days if agent else 90,
+        example_retention_days=agent.example_retention_days if agent else 180,
+        protected_inactive_days=ctx.settings.archive.protected_inactive_days,
+    )
+    note_plan = plan_notes(notes, policy, ctx.now)
+    example_plan = plan_examples(examples, policy, ctx.now)
+    if not (note_plan.expired or note_plan.stale or example_plan.expired or example_plan.stale
+            or note_plan.protected_preserved or note_plan.manual_preserved):
+        return PhaseReport("archive", StepStatus.NO_ITEMS.value, zero,
+                           reason="nothing expired or unused past retention")
+
+    review = _review(ctx, notes, note_plan, policy)
+    stale = note_plan.stale
+    kept: list[str] = []
+    deferred: list[str] = []
+    if review is not None:
+        asked = set(review.asked)
+        kept = sorted(i for i in asked if review.result.keep.get(i) is True)
+        deferred = sorted(i for i in asked if i not in review.result.keep)
+        stale = [d for d in stale if d.id not in set(kept) | set(deferred)]
+
+    done = _apply(ctx, parent_step_id, note_plan, stale, example_plan, review, kept, deferred)
+    counters = {
+        "notes_expired": len(done["notes_expired"]), "notes_stale": len(done["notes_stale"]),
+        "examples_expired": len(done["examples_expired"]),
+        "examples_stale": len(done["examples_stale"]),
+        "protected_preserved": len(note_plan.protected_preserved),
+        "manual_preserved": len(note_plan.manual_preserved),
+    }
+    log.info("archive.applied", run_id=ctx.run_id, scope=ctx.scope.key, kept_by_review=len(kept),
+             deferred=len(deferred), **counters)
+    result = review.result if review else None
+    return PhaseReport(
+        "archive", StepStatus.SUCCEEDED.value, counters,
+        tokens_in=result.tokens_in if result else 0, tokens_out=result.tokens_out if result else 0,
+        calls=result.calls if result else 0,
+    )
+
+
+class _Review:
+    def __init__(self, asked: list[str], result: ReviewResult) -> None:
+        self.asked = asked
+        self.result = result
+
+
+def _review(ctx: PhaseContext, notes: list[Any], plan: NotePlan,
+            policy: RetentionPolicy) -> _Review | None:
+    """archive.review=llm: high-importance notes about to go for inactivity are shown to the model."""
+    settings = ctx.settings.archive
+    if settings.review != "llm" or ctx.app.llm is None:
+        return None
+    by_id = {n.id: n for n in notes}
+    idle = {d.id: d.idle_days for d in plan.stale}
+    important = [by_id[d.id] for d in plan.stale if by_id[d.id].importance >= settings.high_importance]
+    if not important:
+        return None
+    result = review_keep(ctx, "archive", [
+        {"id": n.id, "type": n.type, "content": n.content, "importance": n.importance,
+         "days_unused": idle[n.id],
+         "created_at": n.created_at.isoformat() if n.created_at else None}
+        for n in important
+    ], {"now": ctx.now.date().isoformat(), "retention_days": policy.note_retention_days})
+    return _Review([n.id for n in important], result)
+
+
+def _apply(
+    ctx: PhaseContext, parent_step_id: str, note_plan: NotePlan, stale: list[Decision],
+    example_plan: ExamplePlan, review: _Review | None, kept: list[str], deferred: list[str],
+) -> dict[str, list[str]]:
+    """One short transaction for the scope: a few batched statements, an oplog row per item."""
+    batches = {
+        "notes_expired": ("note", note_plan.expired, "archive: expired"),
+        "notes_stale": ("note", stale, "archive: unused past retention"),
+        "examples_expired": ("example", example_plan.expired, "archive: expired"),
+        "examples_stale": ("example", example_plan.stale, "archive: unsuccessful and unused"),
+    }
+    done: dict[str, list[str]] = {}
+    with ctx.uow() as uow:
+        uow.check_lease(ctx.run_id, ctx.epoch)
+        notes_repo = RetentionRepository(uow.session)
+        examples_repo = ExampleRepository(uow.session)
+        for step in review.result.steps if review else []:
+            ctx.steps.child(uow, parent_step_id, "archive", step)
+        for name, (entity, decisions, reason) in batches.items():
+            if ctx.dry_run:
+                done[name] = [d.id for d in decisions]
+            elif entity == "note":
+                done[name] = notes_repo.archive_notes(ctx.scope, _items(decisions),
+                                                      run_id=ctx.run_id, reason=reason, now=ctx.now)
+            else:
+                done[name] = examples_repo.archive(ctx.scope, _items(decisions),
+                                                   run_id=ctx.run_id, reason=reason, now=ctx.now)
+            if decisions:
+                archived = set(done[name])
+                ctx.steps.child(uow, parent_step_id, "archive", ChildStep(
+                    name=name.replace("_", " "), status=StepStatus.SUCCEEDED.value,
+                    input={"planned": len(decisions)},
+                    output={"archived": sorted(archived), "dry_run": ctx.dry_run,
+                            "stale": sorted(d.id for d in decisions if d.id not in archived)},
+                ))
+        if note_plan.protected_preserved or note_plan.manual_preserved or kept or deferred:
+            ctx.steps.child(uow, parent_step_id, "archive", ChildStep(
+                name="preserved", status=StepStatus.SUCCEEDED.value,
+                output={"protected": note_plan.protected_preserved,
+                        "manual": note_plan.manual_preserved,
+                        "kept_by_review": kept, "deferred": deferred},
+            ))
+        crashpoint("archive.after_archive")
+        uow.commit()
+    return done

@@ -1,10 +1,108 @@
-"""The prune phase service (placeholder until the phase lands: records a no_items step)."""
+"""Prune: archive notes whose agent, user, company or source conversation is gone (phase 3)."""
 
 from __future__ import annotations
 
+import structlog
+
 from worker.domain.types import PhaseReport, StepStatus
+from worker.phases.keep_review import review_keep
+from worker.phases.prune.core import REF_ORDER, Orphan, count_by_kind, find_orphans, references_of
+from worker.references import ReferenceChecker, make_reference_checker
 from worker.runs.context import PhaseContext
+from worker.runs.steps import ChildStep
+from worker.safety.crashpoints import crashpoint
+from worker.store.repositories.retention import ArchiveItem, RetentionRepository
+
+log = structlog.get_logger(__name__)
 
 
-def run_prune(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
-    return PhaseReport(phase="prune", status=StepStatus.NO_ITEMS.value, reason="not implemented yet")
+def _counters(checked: int, archived: list[Orphan]) -> dict[str, int]:
+    by_kind = count_by_kind(archived)
+    return {
+        "notes_checked": checked, "notes_archived": len(archived),
+        "orphaned_agents": by_kind["agent"], "orphaned_users": by_kind["user"],
+        "orphaned_companies": by_kind["company"],
+        "orphaned_conversations": by_kind["conversation"],
+    }
+
+
+def run_prune(
+    ctx: PhaseContext, parent_step_id: str, checker: ReferenceChecker | None = None
+) -> PhaseReport:
+    settings = ctx.settings.prune
+    checker = checker or make_reference_checker(ctx.app)
+    with ctx.uow() as uow:
+        notes = RetentionRepository(uow.session).prune_candidates(ctx.scope, settings.max_notes_per_run)
+    if not notes:
+        return PhaseReport("prune", StepStatus.NO_ITEMS.value, _counters(0, []),
+                           reason="no auto-generated notes to check")
+
+    # One batched, cached look-up per entity type for the whole batch (never one per note).
+    wanted: dict[str, set[str]] = {k: set() for k in REF_ORDER}
+    for note in notes:
+        for kind, entity_id in references_of(note).items():
+            wanted[kind].add(entity_id)
+    records = {kind: checker.records(kind, ids) for kind, ids in wanted.items() if ids}
+    orphans = find_orphans(notes, records)
+
+    review = None
+    askable = [o for o in orphans if o.only_conversation]
+    if settings.review == "llm" and askable and ctx.app.llm is not None:
+        review = review_keep(ctx, "prune", [
+            {"id": o.note.id, "type": o.note.type, "content": o.note.content,
+             "created_at": o.note.created_at.isoformat() if o.note.created_at else None,
+             "missing": [d.describe() for d in o.dead]}
+            for o in askable
+        ], {"now": ctx.now.date().isoformat()})
+    to_archive: list[Orphan] = []
+    kept: list[str] = []
+    deferred: list[str] = []
+    for orphan in orphans:
+        if review is not None and orphan.only_conversation:
+            decision = review.keep.get(orphan.note.id)
+            if decision is None:
+                deferred.append(orphan.note.id)
+                continue
+            if decision:
+                kept.append(orphan.note.id)
+                continue
+        to_archive.append(orphan)
+
+    archived_ids: list[str] = []
+    with ctx.uow() as uow:
+        uow.check_lease(ctx.run_id, ctx.epoch)
+        if not ctx.dry_run:
+            archived_ids = RetentionRepository(uow.session).archive_notes(
+                ctx.scope,
+                [ArchiveItem(o.note.id, o.note.version, o.comment(ctx.now)) for o in to_archive],
+                run_id=ctx.run_id, reason="prune: orphaned", now=ctx.now,
+            )
+            # Deferred notes stay unchecked so the next run looks at them first.
+            uow.notes.mark_checked([n.id for n in notes if n.id not in set(deferred)], ctx.now)
+        else:
+            archived_ids = [o.note.id for o in to_archive]
+        for step in review.steps if review else []:
+            ctx.steps.child(uow, parent_step_id, "prune", step)
+        done = set(archived_ids)
+        stale = [o.note.id for o in to_archive if o.note.id not in done]
+        ctx.steps.child(uow, parent_step_id, "prune", ChildStep(
+            name="orphans", status=StepStatus.SUCCEEDED.value if orphans else StepStatus.NO_ITEMS.value,
+            input={"notes_checked": len(notes),
+                   "lookups": {k: checker.lookups[k] for k in REF_ORDER}},
+            output={
+                "archived": {o.note.id: [d.describe() for d in o.dead]
+                             for o in to_archive if o.note.id in done},
+                "kept_by_review": kept, "deferred": deferred,
+                "stale": stale, "dry_run": ctx.dry_run,
+            },
+        ))
+        crashpoint("prune.after_archive")
+        uow.commit()
+    archived = [o for o in to_archive if o.note.id in set(archived_ids)]
+    log.info("prune.applied", run_id=ctx.run_id, scope=ctx.scope.key, checked=len(notes),
+             archived=len(archived), kept=len(kept), deferred=len(deferred), stale=len(stale))
+    return PhaseReport(
+        "prune", StepStatus.SUCCEEDED.value, _counters(len(notes), archived),
+        tokens_in=review.tokens_in if review else 0, tokens_out=review.tokens_out if review else 0,
+        calls=review.calls if review else 0,
+    )

@@ -1,0 +1,107 @@
+"""Pure planning for archive: which notes and examples expired or went unused for too long."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from worker.domain.types import Note, NoteStatus, Protection
+from worker.store.repositories.examples import Example
+
+DEFAULT_NOTE_RETENTION_DAYS = 90
+DEFAULT_EXAMPLE_RETENTION_DAYS = 180
+LOW_SUCCESS_SCORE = 50.0
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """An agent's retention settings; the defaults apply to agents missing from the registry."""
+
+    note_retention_days: int = DEFAULT_NOTE_RETENTION_DAYS
+    example_retention_days: int = DEFAULT_EXAMPLE_RETENTION_DAYS
+    auto_archive_enabled: bool = True
+    protected_inactive_days: int = 365
+
+
+@dataclass(frozen=True)
+class Decision:
+    id: str
+    version: int
+    comment: str
+    idle_days: int
+
+
+@dataclass
+class NotePlan:
+    expired: list[Decision] = field(default_factory=list)
+    stale: list[Decision] = field(default_factory=list)
+    protected_preserved: list[str] = field(default_factory=list)
+    manual_preserved: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ExamplePlan:
+    expired: list[Decision] = field(default_factory=list)
+    stale: list[Decision] = field(default_factory=list)
+
+
+def idle_since(last_accessed_at: datetime | None, created_at: datetime | None) -> datetime | None:
+    """Never-accessed items count from creation."""
+    return last_accessed_at or created_at
+
+
+def _idle(now: datetime, last: datetime | None) -> timedelta:
+    return now - last if last is not None else timedelta(0)
+
+
+def _stamp(now: datetime, why: str) -> str:
+    return f"archived by archive on {now.date().isoformat()}: {why}"
+
+
+def plan_notes(notes: list[Note], policy: RetentionPolicy, now: datetime) -> NotePlan:
+    """Expired or unused auto-generated notes; manual ones never, protected ones only after long idle."""
+    plan = NotePlan()
+    retention = timedelta(days=policy.note_retention_days)
+    protected_limit = timedelta(days=policy.protected_inactive_days)
+    for note in notes:
+        if note.status != NoteStatus.ACTIVE.value:
+            continue
+        idle = _idle(now, idle_since(note.last_accessed_at, note.created_at))
+        expired = note.expires_at is not None and note.expires_at <= now
+        stale = idle > retention
+        if not (expired or stale):
+            continue
+        if not note.is_auto_generated:
+            plan.manual_preserved.append(note.id)
+            continue
+        if note.protection == Protection.IMMUTABLE.value or (
+            note.protection == Protection.PROTECTED.value and idle <= protected_limit
+        ):
+            plan.protected_preserved.append(note.id)
+            continue
+        if expired:
+            assert note.expires_at is not None
+            why = f"expired on {note.expires_at.date().isoformat()}"
+            plan.expired.append(Decision(note.id, note.version, _stamp(now, why), idle.days))
+        else:
+            why = (f"not accessed for {idle.days} days "
+                   f"(retention {policy.note_retention_days} days)")
+            plan.stale.append(Decision(note.id, note.version, _stamp(now, why), idle.days))
+    return plan
+
+
+def plan_examples(examples: list[Example], policy: RetentionPolicy, now: datetime) -> ExamplePlan:
+    """Expired examples; unsuccessful (score < 50) auto-generated examples unused past retention."""
+    plan = ExamplePlan()
+    retention = timedelta(days=policy.example_retention_days)
+    for ex in examples:
+        idle = _idle(now, idle_since(ex.last_accessed_at, ex.created_at))
+        if ex.expires_at is not None and ex.expires_at <= now:
+            why = f"expired on {ex.expires_at.date().isoformat()}"
+            plan.expired.append(Decision(ex.id, ex.version, _stamp(now, why), idle.days))
+        elif (ex.is_auto_generated and ex.success_score is not None
+              and ex.success_score < LOW_SUCCESS_SCORE and idle > retention):
+            why = (f"success score {ex.success_score:g} and not accessed for {idle.days} days "
+                   f"(retention {policy.example_retention_days} days)")
+            plan.stale.append(Decision(ex.id, ex.version, _stamp(now, why), idle.days))
+    return plan

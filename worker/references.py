@@ -1,0 +1,101 @@
+"""Reference checkers: does the agent, user, company or conversation a note points at still exist?
+
+Look-ups are batched (one query per entity type per batch) and cached on the checker, which lives
+for one run: the same entity is never looked up twice in a run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+import structlog
+
+from worker.config import ConfigError
+from worker.store.repositories.references import EntityRecord, HostTable, ReferenceRepository
+
+log = structlog.get_logger(__name__)
+
+KINDS = ("agent", "user", "company", "conversation")
+
+
+class ReferenceChecker(Protocol):
+    lookups: Counter[str]
+
+    def records(self, kind: str, ids: Iterable[str]) -> dict[str, EntityRecord | None]:
+        """The record of every id (None when missing), from the cache or one batched look-up."""
+        ...
+
+
+class _CachingChecker:
+    """Cache and count look-ups; subclasses implement ``_fetch`` (one query per kind per call)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.lookups: Counter[str] = Counter()
+        self._cache: dict[str, dict[str, EntityRecord | None]] = {k: {} for k in KINDS}
+
+    def records(self, kind: str, ids: Iterable[str]) -> dict[str, EntityRecord | None]:
+        cache = self._cache[kind]
+        wanted = {i for i in ids if i is not None}
+        missing = sorted(wanted - cache.keys())
+        if missing:
+            self.lookups[kind] += 1
+            with self.app.uow() as uow:
+                found = self._fetch(ReferenceRepository(uow.session), kind, missing)
+            for entity_id in missing:
+                cache[entity_id] = found.get(entity_id)
+        return {i: cache[i] for i in wanted}
+
+    def _fetch(self, repo: ReferenceRepository, kind: str, ids: list[str]) -> Mapping[str, EntityRecord]:
+        raise NotImplementedError
+
+
+class RegistryReferenceChecker(_CachingChecker):
+    """The worker's own agents/users/companies/conversations tables (`dream entities import`)."""
+
+    def _fetch(self, repo: ReferenceRepository, kind: str, ids: list[str]) -> Mapping[str, EntityRecord]:
+        return repo.registry(kind, ids)
+
+
+class SqlReferenceChecker(_CachingChecker):
+    """A host's own tables in the same database, named by settings.prune.sql_<kind>s; read-only.
+
+    Entity types without a configured table are not checked (every id counts as present).
+    """
+
+    def __init__(self, app: Any, tables: Mapping[str, HostTable]) -> None:
+        super().__init__(app)
+        self.tables = dict(tables)
+
+    @classmethod
+    def from_settings(cls, app: Any) -> SqlReferenceChecker:
+        prune = app.settings.prune
+        specs = {"agent": prune.sql_agents, "user": prune.sql_users,
+                 "company": prune.sql_companies, "conversation": prune.sql_conversations}
+        try:
+            tables = {kind: HostTable.parse(spec, f"DREAM_PRUNE__SQL_{kind.upper()}S")
+                      for kind, spec in specs.items() if spec}
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return cls(app, tables)
+
+    def records(self, kind: str, ids: Iterable[str]) -> dict[str, EntityRecord | None]:
+        if kind not in self.tables:
+            return {i: EntityRecord(status="active", deleted=False) for i in ids if i is not None}
+        return super().records(kind, ids)
+
+    def _fetch(self, repo: ReferenceRepository, kind: str, ids: list[str]) -> Mapping[str, EntityRecord]:
+        return repo.host(self.tables[kind], ids)
+
+
+def make_reference_checker(app: Any) -> ReferenceChecker:
+    """A fresh checker for one run: a host hook in app.extras, else the configured built-in."""
+    factory = app.extras.get("reference_checker")
+    if factory is not None:
+        checker: ReferenceChecker = factory(app)
+        return checker
+    if app.settings.prune.checker == "sql":
+        return SqlReferenceChecker.from_settings(app)
+    return RegistryReferenceChecker(app)

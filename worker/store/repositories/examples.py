@@ -1,0 +1,71 @@
+"""All SQL touching examples (input/output pairs the agent learned from)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.orm import Session
+
+from worker.domain.types import NoteStatus, Scope
+from worker.store.models import ExampleRow
+from worker.store.repositories.retention import ArchiveItem, archive_rows
+
+
+@dataclass
+class Example:
+    """What the archive planner needs of one example (never its input/output text)."""
+
+    id: str
+    is_auto_generated: bool
+    success_score: float | None
+    created_at: datetime
+    last_accessed_at: datetime | None
+    expires_at: datetime | None
+    version: int
+
+
+class ExampleRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def insert_many(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self.session.execute(insert(ExampleRow), rows)
+
+    def existing_ids(self, ids: Iterable[str]) -> set[str]:
+        ids = list(set(ids))
+        found: set[str] = set()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            found.update(self.session.scalars(select(ExampleRow.id).where(ExampleRow.id.in_(chunk))))
+        return found
+
+    def active(self, scope: Scope) -> list[Example]:
+        """One query per scope: every active example with the fields retention decides on."""
+        rows = self.session.execute(
+            select(ExampleRow.id, ExampleRow.is_auto_generated, ExampleRow.success_score,
+                   ExampleRow.created_at, ExampleRow.last_accessed_at, ExampleRow.expires_at,
+                   ExampleRow.version)
+            .where(ExampleRow.scope_key == scope.key, ExampleRow.status == NoteStatus.ACTIVE.value)
+            .order_by(ExampleRow.id)
+        ).all()
+        return [Example(**r._asdict()) for r in rows]
+
+    def count_by_status(self, scope: Scope) -> dict[str, int]:
+        rows = self.session.execute(
+            select(ExampleRow.status, func.count())
+            .where(ExampleRow.scope_key == scope.key).group_by(ExampleRow.status)
+        ).all()
+        return {status: count for status, count in rows}
+
+    def archive(
+        self, scope: Scope, items: list[ArchiveItem], *, run_id: str | None, reason: str,
+        now: datetime,
+    ) -> list[str]:
+        """Batched archive with an operation-log row per example (entity="example")."""
+        return archive_rows(self.session, ExampleRow, "example", scope, items, run_id=run_id,
+                            reason=reason, now=now, has_comments=False)

@@ -1,0 +1,93 @@
+"""Read-only look-ups of reference entities: the worker's registry or a host's own tables."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import column, select, table
+from sqlalchemy.orm import Session
+
+from worker.store.repositories.registry import ENTITY_MODELS
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_CHUNK = 1000  # bound-parameter lists stay well under every driver's limit
+
+
+@dataclass(frozen=True)
+class EntityRecord:
+    """What a look-up found for one id; ids that do not exist are simply absent."""
+
+    status: str
+    deleted: bool
+    deleted_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class HostTable:
+    """Where a host keeps one entity type: "table.id_column.status_column[.reason_column]"."""
+
+    table: str
+    id_column: str
+    status_column: str
+    reason_column: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str, setting: str) -> HostTable:
+        parts = spec.split(".")
+        if len(parts) not in (3, 4) or not all(_IDENTIFIER.match(p) for p in parts):
+            # Identifiers are checked strictly (letters, digits, underscore) and then quoted by
+            # SQLAlchemy, so a setting can never smuggle SQL into the look-up.
+            raise ValueError(
+                f"{setting} must look like table.id_column.status_column[.reason_column] using "
+                f"letters, digits and underscores only (got {spec!r})"
+            )
+        return cls(*parts)
+
+
+def _chunks(ids: list[str]) -> Iterable[list[str]]:
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start : start + _CHUNK]
+
+
+class ReferenceRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def registry(self, kind: str, ids: Iterable[str]) -> dict[str, EntityRecord]:
+        """The worker's own registry table for ``kind``; one query per 1,000 ids."""
+        model = ENTITY_MODELS[kind]
+        wanted = sorted(set(ids))
+        out: dict[str, EntityRecord] = {}
+        reason_col = getattr(model, "deleted_reason", None)
+        for chunk in _chunks(wanted):
+            cols = [model.id, model.status, model.deleted_at]
+            if reason_col is not None:
+                cols.append(reason_col)
+            for row in self.session.execute(select(*cols).where(model.id.in_(chunk))):
+                out[row.id] = EntityRecord(
+                    status=row.status,
+                    deleted=row.deleted_at is not None or row.status == "deleted",
+                    deleted_reason=row.deleted_reason if reason_col is not None else None,
+                )
+        return out
+
+    def host(self, where: HostTable, ids: Iterable[str]) -> dict[str, EntityRecord]:
+        """A host table named by configuration, read-only; one query per 1,000 ids."""
+        cols = [column(where.id_column), column(where.status_column)]
+        if where.reason_column:
+            cols.append(column(where.reason_column))
+        tbl = table(where.table, *cols)
+        wanted = sorted(set(ids))
+        out: dict[str, EntityRecord] = {}
+        for chunk in _chunks(wanted):
+            stmt = select(*tbl.c).where(tbl.c[where.id_column].in_(chunk))
+            for row in self.session.execute(stmt):
+                status = str(row[1]) if row[1] is not None else "active"
+                reason = row[2] if where.reason_column else None
+                out[str(row[0])] = EntityRecord(
+                    status=status, deleted=status == "deleted",
+                    deleted_reason=str(reason) if reason is not None else None,
+                )
+        return out

@@ -1,0 +1,130 @@
+"""SQL for prune and archive: candidate loads and batched archiving with a per-note operation log."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import case, insert, select, tuple_, update
+from sqlalchemy.orm import Session
+
+from worker.domain.types import Note, NoteStatus, Protection, Scope
+from worker.store.models import NoteRow, OperationLogRow
+from worker.store.repositories.notes import _NOTE_COLUMNS, _row_to_note
+
+
+@dataclass(frozen=True)
+class ArchiveItem:
+    """One row to archive if it is still at ``version``; ``comment`` is appended to its comments."""
+
+    id: str
+    version: int
+    comment: str
+
+
+def append_comment(existing: str | None, comment: str) -> str:
+    return comment if not existing else f"{existing}\n{comment}"
+
+
+def archive_rows(
+    session: Session, model: Any, entity: str, scope: Scope, items: list[ArchiveItem], *,
+    run_id: str | None, reason: str, now: datetime, has_comments: bool,
+) -> list[str]:
+    """Archive rows still active at their planned version; returns the ids actually archived.
+
+    One SELECT for the before-images, one UPDATE … RETURNING per distinct comment, and one
+    executemany into the operation log: a few statements per scope, never one per row. A row
+    the host changed since it was loaded fails the version guard and is left alone (R10).
+    """
+    if not items:
+        return []
+    cols = [model.id, model.version, model.status]
+    if has_comments:
+        cols.append(model.comments)
+    current = {
+        r.id: r for r in session.execute(
+            select(*cols).where(model.id.in_([i.id for i in items])).with_for_update()
+        )
+    }
+    groups: dict[str, list[ArchiveItem]] = defaultdict(list)
+    for item in items:
+        row = current.get(item.id)
+        if row is not None and row.version == item.version and row.status == NoteStatus.ACTIVE.value:
+            groups[item.comment].append(item)
+    archived: list[str] = []
+    for comment, group in groups.items():
+        values: dict[str, Any] = {"status": NoteStatus.ARCHIVED.value, "version": model.version + 1}
+        if has_comments:
+            values["comments"] = case(
+                (model.comments.is_(None), comment),
+                else_=model.comments + "\n" + comment,
+            )
+        if hasattr(model, "updated_at"):
+            values["updated_at"] = now
+        stmt = (
+            update(model)
+            .where(tuple_(model.id, model.version).in_([(i.id, i.version) for i in group]),
+                   model.status == NoteStatus.ACTIVE.value)
+            .values(**values)
+            .returning(model.id)
+            .execution_options(synchronize_session=False)
+        )
+        archived.extend(r[0] for r in session.execute(stmt))
+    done = set(archived)
+    log_rows = []
+    by_id = {i.id: i for i in items}
+    for nid in sorted(done):
+        row = current[nid]
+        before: dict[str, Any] = {"status": row.status, "version": row.version}
+        after: dict[str, Any] = {"status": NoteStatus.ARCHIVED.value, "version": row.version + 1}
+        if has_comments:
+            before["comments"] = row.comments
+            after["comments"] = append_comment(row.comments, by_id[nid].comment)
+        log_rows.append({
+            "run_id": run_id, "scope_key": scope.key, "entity": entity, "entity_id": nid,
+            "op": "update", "before": before, "after": after,
+            "reason": f"{reason}: {by_id[nid].comment}", "created_at": now,
+        })
+    if log_rows:
+        session.execute(insert(OperationLogRow), log_rows)
+    return sorted(done)
+
+
+class RetentionRepository:
+    """Notes as prune and archive see them (no embeddings loaded: neither phase needs vectors)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def prune_candidates(self, scope: Scope, limit: int) -> list[Note]:
+        """Active, auto-generated, non-protected notes, least recently checked first (never first)."""
+        never_first = case((NoteRow.last_checked_at.is_(None), 0), else_=1)
+        rows = self.session.execute(
+            select(*_NOTE_COLUMNS)
+            .where(
+                NoteRow.scope_key == scope.key,
+                NoteRow.status == NoteStatus.ACTIVE.value,
+                NoteRow.is_auto_generated.is_(True),
+                NoteRow.protection.notin_((Protection.IMMUTABLE.value, Protection.PROTECTED.value)),
+            )
+            .order_by(never_first, NoteRow.last_checked_at, NoteRow.created_at, NoteRow.id)
+            .limit(limit)
+        ).all()
+        return [_row_to_note(r) for r in rows]
+
+    def active_notes(self, scope: Scope) -> list[Note]:
+        rows = self.session.execute(
+            select(*_NOTE_COLUMNS)
+            .where(NoteRow.scope_key == scope.key, NoteRow.status == NoteStatus.ACTIVE.value)
+            .order_by(NoteRow.id)
+        ).all()
+        return [_row_to_note(r) for r in rows]
+
+    def archive_notes(
+        self, scope: Scope, items: list[ArchiveItem], *, run_id: str | None, reason: str,
+        now: datetime,
+    ) -> list[str]:
+        return archive_rows(self.session, NoteRow, "note", scope, items, run_id=run_id,
+                            reason=reason, now=now, has_comments=True)
