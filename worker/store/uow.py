@@ -13,6 +13,7 @@ from worker.store.repositories import (
     RunRepository,
     SessionRepository,
 )
+from worker.store.repositories.safety import SafetyRepository
 
 
 class StaleLease(Exception):
@@ -30,6 +31,7 @@ class UnitOfWork:
         self.sessions = SessionRepository(self.session)
         self.entities = EntityRepository(self.session)
         self.judgements = JudgementRepository(self.session)
+        self.safety = SafetyRepository(self.session)
         return self
 
     def __exit__(

@@ -1,0 +1,58 @@
+"""`dream undo` and `dream erase`: thin shells over worker.safety.undo / worker.safety.erase."""
+
+from __future__ import annotations
+
+import click
+
+from worker.cli import UserError, _app, user_errors
+
+
+def register(main: click.Group) -> None:
+    main.add_command(undo_cmd)
+    main.add_command(erase_cmd)
+
+
+@click.command("undo")
+@click.argument("run_id")
+@click.option("--force-cascade", is_flag=True,
+              help="Also undo later runs that changed the same notes, then overwrite host edits "
+                   "to the fields this run changed.")
+@click.pass_context
+@user_errors
+def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool) -> None:
+    """Revert every change RUN_ID made, in one transaction (refuses if a note changed since)."""
+    from worker.safety.undo import undo_run
+
+    result = undo_run(_app(ctx), run_id, force_cascade=force_cascade)
+    for rid in result.run_ids:
+        click.echo(f"undone run {rid}")
+    click.echo(f"restored {len(result.restored)} notes, retired {len(result.retired)} notes the "
+               f"run(s) created, overwrote {len(result.overwritten)} host edits, "
+               f"{len(result.missing)} already erased")
+
+
+@click.command("erase")
+@click.option("--user", "user_id", default=None, help="Erase every note of this user.")
+@click.option("--conversation", "conversation_id", default=None,
+              help="Erase every note taken from this conversation.")
+@click.option("--note", "note_id", default=None, help="Erase one note.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_context
+@user_errors
+def erase_cmd(ctx: click.Context, user_id: str | None, conversation_id: str | None,
+              note_id: str | None, yes: bool) -> None:
+    """Hard-delete notes and everything derived from them (the only deleting command)."""
+    from worker.safety.erase import erase
+
+    if sum(v is not None for v in (user_id, conversation_id, note_id)) != 1:
+        raise UserError("give exactly one of --user, --conversation or --note")
+    if not yes and not click.confirm("Erase permanently, including derived notes?", default=False):
+        raise UserError("aborted; nothing erased")
+    result = erase(_app(ctx), user_id=user_id, conversation_id=conversation_id, note_id=note_id)
+    click.echo(f"erased {result.subject}: {len(result.note_ids)} notes, "
+               f"{len(result.derived_ids)} derived notes")
+    for nid in result.note_ids:
+        click.echo(f"  removed note {nid}")
+    for nid in result.derived_ids:
+        click.echo(f"  removed derived note {nid}")
+    click.echo("  " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items())))

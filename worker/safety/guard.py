@@ -1,0 +1,88 @@
+"""Blast-radius guardrail (R20, R23): a run may not retire too much of a scope, nor protected notes.
+
+Phases call ``check_retire`` inside the apply transaction, just before they revoke or archive
+notes. It counts what this run already retired (from the operation log, so it holds across
+phases and across Celery processes) plus what is proposed, against the scope's active notes at
+the start of the run. A refusal is a reason string: the phase rolls back that change, calls
+``record_trip`` and stops retiring. ``run.force`` lifts the share limit, never the protection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import structlog
+
+from worker.domain.types import Note, Protection, StepStatus
+from worker.runs.context import PhaseContext
+from worker.runs.steps import ChildStep
+from worker.store.uow import UnitOfWork
+
+log = structlog.get_logger(__name__)
+
+
+class GuardTripped(Exception):
+    """Raised by ``ensure_retire``; the message is the recorded reason (ids, counts; no text)."""
+
+
+def check_retire(
+    uow: UnitOfWork, ctx: PhaseContext, notes: Sequence[Note], *, allow_protected: bool = False,
+) -> str | None:
+    """None if retiring ``notes`` now is allowed, else the reason it is not.
+
+    ``allow_protected`` is for the one rule that may archive a protected note (archive after
+    ``archive.protected_inactive_days`` without access); immutable notes are never allowed.
+    """
+    for note in notes:
+        if note.protection == Protection.IMMUTABLE.value:
+            return f"note {note.id} is immutable; maintenance never retires it"
+        if note.protection == Protection.PROTECTED.value and not allow_protected:
+            return f"note {note.id} is protected; maintenance never retires it"
+    if ctx.force or not notes:
+        return None
+    settings = ctx.settings.guard
+    already = uow.safety.retired_by_run(ctx.run_id)
+    proposed = {n.id for n in notes} - already
+    baseline = _baseline(uow, ctx, len(already))
+    if baseline < settings.min_scope_size:
+        return None
+    total = len(already) + len(proposed)
+    if total > settings.max_retire_share * baseline:
+        return (
+            f"blast-radius guard: would retire {total} of {baseline} active notes "
+            f"(limit {settings.max_retire_share:.0%}); re-run with --force if this is intended"
+        )
+    return None
+
+
+def ensure_retire(
+    uow: UnitOfWork, ctx: PhaseContext, notes: Sequence[Note], *, allow_protected: bool = False,
+) -> None:
+    """``check_retire`` that raises ``GuardTripped`` instead of returning the reason."""
+    reason = check_retire(uow, ctx, notes, allow_protected=allow_protected)
+    if reason is not None:
+        raise GuardTripped(reason)
+
+
+def _baseline(uow: UnitOfWork, ctx: PhaseContext, already: int) -> int:
+    run = uow.runs.get(ctx.run_id)
+    before = ((run.totals or {}).get("notes_before") or {}) if run is not None else {}
+    if "active" in before:
+        return int(before["active"])
+    # No snapshot (a phase executed on its own): what is active now plus what this run retired.
+    return uow.safety.active_count(ctx.scope.key) + already
+
+
+def record_trip(ctx: PhaseContext, parent_step_id: str, phase: str, reason: str,
+                note_ids: Sequence[str] = ()) -> None:
+    """Record why the guard stopped a phase: a skipped child step and an open review."""
+    with ctx.uow() as uow:
+        ctx.steps.child(uow, parent_step_id, phase, ChildStep(
+            name="blast_radius_guard", status=StepStatus.SKIPPED.value,
+            input={"note_ids": list(note_ids)}, output={"reason": reason, "guard": True},
+        ))
+        uow.judgements.add_review(ctx.scope, kind="blast_radius", note_ids=list(note_ids),
+                                  reason=reason, run_id=ctx.run_id, now=ctx.now)
+        uow.commit()
+    log.warning("guard.tripped", run_id=ctx.run_id, scope=ctx.scope.key, phase=phase,
+                notes=len(note_ids))

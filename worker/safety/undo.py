@@ -1,0 +1,168 @@
+"""Undo a run from its operation log, in one transaction (R17).
+
+Every change a run made is in ``operation_log`` with the before/after image of the tracked
+fields. Undo restores the before-images of the notes the run updated and retires (status
+``revoked``, comment "undone run X") the notes it inserted — nothing is deleted, so erasure can
+still follow lineage afterwards.
+
+A note is *changed since* when its version moved past the run's after-image by anything other
+than a later run that was itself undone (and that undo): a later run's change, or a host edit
+(which bumps the version without a log row, or logs with no run id). Then undo refuses, naming
+the note. ``force_cascade`` first undoes, newest first, every later run that touched such a
+note, then restores anyway; host edits to the fields the run changed are overwritten (other
+fields, like a host's content edit, are kept).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import NoteStatus, RunStatus, Scope
+from worker.runs.service import RunError
+from worker.store.models import OperationLogRow
+from worker.store.repositories.notes import TRACKED_FIELDS
+from worker.store.uow import UnitOfWork
+
+log = structlog.get_logger(__name__)
+
+_DATETIME_FIELDS = ("valid_to", "last_checked_at")
+
+
+class UndoRefused(RunError):
+    """A note the run changed has changed since; the message names it and the way out."""
+
+
+@dataclass
+class UndoResult:
+    run_ids: list[str]  # the run itself last; cascaded later runs first
+    restored: list[str] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
+    overwritten: list[str] = field(default_factory=list)  # host edits replaced (force_cascade)
+    missing: list[str] = field(default_factory=list)  # erased since; nothing to restore
+
+
+def undo_run(app: App, run_id: str, force_cascade: bool = False) -> UndoResult:
+    """Revert every change ``run_id`` made, or raise ``UndoRefused`` and change nothing."""
+    now = utcnow()
+    with app.uow() as uow:
+        _check_undoable(uow, run_id)
+        result = UndoResult(run_ids=[])
+        _undo(uow, run_id, force_cascade, now, result)
+        uow.commit()
+    log.info("undo.finished", run_id=run_id, runs=len(result.run_ids),
+             restored=len(result.restored), retired=len(result.retired),
+             overwritten=len(result.overwritten))
+    return result
+
+
+def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
+    run = uow.runs.get(run_id)
+    if run is None:
+        raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+    if run.status in (RunStatus.QUEUED.value, RunStatus.RUNNING.value):
+        raise RunError(f"run {run_id} is {run.status}; wait for it to finish before undoing it")
+    if run.status == RunStatus.UNDONE.value:
+        raise RunError(f"run {run_id} is already undone")
+
+
+def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: UndoResult) -> None:
+    rows = uow.safety.run_log(run_id)
+    by_note: dict[str, list[OperationLogRow]] = defaultdict(list)
+    for row in rows:
+        if row.entity == "note":
+            by_note[row.entity_id].append(row)
+    last_id = max((r.id for r in rows), default=0)
+    conflicts = _conflicts(uow, by_note, last_id, set(result.run_ids))
+    if conflicts and not force:
+        note_id, why = next(iter(sorted(conflicts.items())))
+        raise UndoRefused(
+            f"cannot undo run {run_id}: note {note_id} {why} ({len(conflicts)} note(s) changed "
+            "since); undo the later run first or pass --force-cascade"
+        )
+    if conflicts:
+        later = uow.safety.log_after(conflicts, last_id)
+        newest_first: list[str] = []
+        for r in sorted(later, key=lambda r: r.id, reverse=True):
+            if r.run_id and r.run_id not in newest_first and r.op != "undo":
+                newest_first.append(r.run_id)
+        for later_run in newest_first:
+            run = uow.runs.get(later_run)
+            if later_run not in result.run_ids and run is not None and run.status not in (RunStatus.UNDONE.value,
+                                                       RunStatus.QUEUED.value,
+                                                       RunStatus.RUNNING.value):
+                _undo(uow, later_run, True, now, result)
+        remaining = _conflicts(uow, by_note, last_id, set(result.run_ids))
+        result.overwritten.extend(sorted(remaining))
+    state = uow.safety.note_state(by_note)
+    for note_id, note_rows in sorted(by_note.items()):
+        row = state.get(note_id)
+        if row is None:
+            result.missing.append(note_id)
+            continue
+        if any(r.op == "insert" for r in note_rows):
+            values: dict[str, Any] = {"status": NoteStatus.REVOKED.value,
+                                      "comments": f"undone run {run_id}"}
+            result.retired.append(note_id)
+        else:
+            values = _before_image(note_rows)
+            result.restored.append(note_id)
+        before = {f: _jsonable(getattr(row, f)) for f in values}
+        before["version"] = row.version
+        uow.safety.restore(note_id, row.version, {**values, "updated_at": now})
+        uow.notes.log(run_id=None, scope=Scope.from_key(row.scope_key), entity_id=note_id,
+                      op="undo", before=before,
+                      after={**{f: _jsonable(v) for f, v in values.items()},
+                             "version": row.version + 1},
+                      reason=f"undo of run {run_id}", now=now)
+    uow.runs.set_status(run_id, RunStatus.UNDONE.value)
+    result.run_ids.append(run_id)
+
+
+def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],
+               last_id: int, undone_now: set[str]) -> dict[str, str]:
+    """Notes changed since the run, with why; an undone later run (and its undo) is no change."""
+    state = uow.safety.note_state(by_note)
+    later: dict[str, list[OperationLogRow]] = defaultdict(list)
+    for r in uow.safety.log_after(by_note, last_id):
+        later[r.entity_id].append(r)
+    undone = undone_now | {
+        rid for rid in {r.run_id for rows in later.values() for r in rows if r.run_id}
+        if (run := uow.runs.get(rid)) is not None and run.status == RunStatus.UNDONE.value
+    }
+    out: dict[str, str] = {}
+    for note_id, rows in by_note.items():
+        row = state.get(note_id)
+        if row is None:
+            continue  # erased since; nothing to restore or to conflict with
+        expected = max(int((r.after or {}).get("version", 0)) for r in rows)
+        if row.version == expected:
+            continue
+        changes = later.get(note_id, [])
+        foreign = [r for r in changes if r.op != "undo" and r.run_id not in undone]
+        if foreign:
+            who = f"run {foreign[-1].run_id}" if foreign[-1].run_id else "the host"
+            out[note_id] = f"was changed since by {who} (version {row.version}, expected {expected})"
+        elif row.version != expected + len(changes):
+            out[note_id] = f"was edited since (version {row.version}, expected {expected})"
+    return out
+
+
+def _before_image(rows: list[OperationLogRow]) -> dict[str, Any]:
+    """The earliest before-value of every tracked field the run changed."""
+    values: dict[str, Any] = {}
+    for r in rows:
+        for f, v in (r.before or {}).items():
+            if f in TRACKED_FIELDS and f not in values:
+                values[f] = datetime.fromisoformat(v) if f in _DATETIME_FIELDS and v else v
+    return values
+
+
+def _jsonable(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value

@@ -1,0 +1,195 @@
+"""All SQL behind undo, erasure and the blast-radius guard.
+
+Erasure is the only code in the worker that issues DELETE against notes (R18, R19).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from worker.domain.types import NoteStatus
+from worker.store.models import (
+    ExampleRow,
+    JudgementRow,
+    NoteLineageRow,
+    NoteRow,
+    OperationLogRow,
+    ReviewRow,
+    RunStepRow,
+)
+
+RETIRED = (NoteStatus.REVOKED.value, NoteStatus.ARCHIVED.value)
+
+
+def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
+    for start in range(0, len(ids), size):
+        yield ids[start : start + size]
+
+
+class SafetyRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    # ---- guard ---------------------------------------------------------------------------
+    def retired_by_run(self, run_id: str) -> set[str]:
+        """Ids of notes this run moved from active to revoked/archived (from the operation log)."""
+        rows = self.session.execute(
+            select(OperationLogRow.entity_id, OperationLogRow.before, OperationLogRow.after).where(
+                OperationLogRow.run_id == run_id, OperationLogRow.op == "update"
+            )
+        ).all()
+        return {
+            r.entity_id for r in rows
+            if (r.after or {}).get("status") in RETIRED
+            and (r.before or {}).get("status", NoteStatus.ACTIVE.value) == NoteStatus.ACTIVE.value
+        }
+
+    def active_count(self, scope_key: str) -> int:
+        return int(self.session.execute(
+            select(func.count()).select_from(NoteRow).where(
+                NoteRow.scope_key == scope_key, NoteRow.status == NoteStatus.ACTIVE.value
+            )
+        ).scalar_one())
+
+    # ---- undo ----------------------------------------------------------------------------
+    def run_log(self, run_id: str) -> list[OperationLogRow]:
+        return list(self.session.scalars(
+            select(OperationLogRow).where(OperationLogRow.run_id == run_id)
+            .order_by(OperationLogRow.id)
+        ))
+
+    def log_after(self, entity_ids: Iterable[str], after_log_id: int) -> list[OperationLogRow]:
+        """Log rows on these notes written after ``after_log_id`` (by later runs, hosts, undos)."""
+        out: list[OperationLogRow] = []
+        for chunk in _chunks(list(set(entity_ids))):
+            out.extend(self.session.scalars(
+                select(OperationLogRow).where(OperationLogRow.entity_id.in_(chunk),
+                                              OperationLogRow.id > after_log_id)
+                .order_by(OperationLogRow.id)
+            ))
+        return out
+
+    def note_state(self, ids: Iterable[str]) -> dict[str, Any]:
+        """Current row of each id (tracked fields + version + scope), one query per 500 ids."""
+        out: dict[str, Any] = {}
+        for chunk in _chunks(list(set(ids))):
+            stmt = select(NoteRow).where(NoteRow.id.in_(chunk))
+            # populate_existing: undo re-reads rows it has just updated with Core statements.
+            for row in self.session.scalars(stmt.execution_options(populate_existing=True)):
+                out[row.id] = row
+        return out
+
+    def restore(self, note_id: str, version: int, values: dict[str, Any]) -> bool:
+        """Write ``values`` if the note is still at ``version``; bumps the version."""
+        result = self.session.execute(
+            update(NoteRow).where(NoteRow.id == note_id, NoteRow.version == version)
+            .values(**values, version=version + 1)
+        )
+        return result.rowcount == 1  # type: ignore[attr-defined]
+
+    # ---- erasure -------------------------------------------------------------------------
+    def subject_note_ids(
+        self, *, user_id: str | None = None, conversation_id: str | None = None,
+        note_id: str | None = None,
+    ) -> set[str]:
+        stmt = select(NoteRow.id)
+        if user_id is not None:
+            stmt = stmt.where(NoteRow.user_id == user_id)
+        elif conversation_id is not None:
+            stmt = stmt.where(NoteRow.source_conversation_id == conversation_id)
+        else:
+            stmt = stmt.where(NoteRow.id == note_id)
+        return {r[0] for r in self.session.execute(stmt)}
+
+    def derived_closure(self, seed: set[str]) -> set[str]:
+        """``seed`` plus every note derived from it through lineage or consolidated_into, transitively."""
+        found = set(seed)
+        frontier = set(seed)
+        while frontier:
+            nxt: set[str] = set()
+            for chunk in _chunks(sorted(frontier)):
+                nxt.update(r[0] for r in self.session.execute(
+                    select(NoteLineageRow.child_id).where(NoteLineageRow.parent_id.in_(chunk))))
+                nxt.update(r[0] for r in self.session.execute(
+                    select(NoteRow.consolidated_into_id).where(
+                        NoteRow.id.in_(chunk), NoteRow.consolidated_into_id.is_not(None))))
+            frontier = nxt - found
+            found |= frontier
+        return found
+
+    def contents(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """id → (scope_key, content) for the notes about to be erased."""
+        out: dict[str, tuple[str, str]] = {}
+        for chunk in _chunks(list(set(ids))):
+            for r in self.session.execute(
+                select(NoteRow.id, NoteRow.scope_key, NoteRow.content).where(NoteRow.id.in_(chunk))
+            ):
+                out[r.id] = (r.scope_key, r.content)
+        return out
+
+    def erase_notes(self, ids: set[str], texts: list[str], scope_keys: set[str]) -> dict[str, int]:
+        """Hard-delete the notes and every record that names them or quotes their text."""
+        counts = {"notes": 0, "lineage": 0, "operation_log": 0, "operation_log_scrubbed": 0,
+                  "judgements": 0, "reviews": 0, "run_steps_scrubbed": 0}
+        id_list = sorted(ids)
+
+        def mentions(value: Any) -> bool:
+            if value is None:
+                return False
+            blob = json.dumps(value, ensure_ascii=False)
+            return any(i in blob for i in id_list) or any(t and t in blob for t in texts)
+
+        for chunk in _chunks(id_list):
+            counts["lineage"] += self.session.execute(delete(NoteLineageRow).where(
+                or_(NoteLineageRow.parent_id.in_(chunk), NoteLineageRow.child_id.in_(chunk))
+            )).rowcount  # type: ignore[attr-defined]
+            counts["operation_log"] += self.session.execute(delete(OperationLogRow).where(
+                OperationLogRow.entity_id.in_(chunk))).rowcount  # type: ignore[attr-defined]
+            # Survivors that pointed at an erased note keep no trace of its id.
+            self.session.execute(update(NoteRow).where(NoteRow.consolidated_into_id.in_(chunk))
+                                 .values(consolidated_into_id=None))
+        for key in sorted(scope_keys):
+            for row in self.session.scalars(
+                select(OperationLogRow).where(OperationLogRow.scope_key == key)
+            ):
+                if mentions(row.before) or mentions(row.after) or mentions(row.reason):
+                    row.before = {"erased": True} if row.before is not None else None
+                    row.after = {"erased": True} if row.after is not None else None
+                    row.reason = "erased"
+                    counts["operation_log_scrubbed"] += 1
+            for j in self.session.scalars(select(JudgementRow).where(JudgementRow.scope_key == key)):
+                if set(j.note_ids or []) & ids or mentions(j.reason):
+                    self.session.delete(j)
+                    counts["judgements"] += 1
+            for rv in self.session.scalars(select(ReviewRow).where(ReviewRow.scope_key == key)):
+                if set(rv.note_ids or []) & ids or mentions(rv.reason):
+                    self.session.delete(rv)
+                    counts["reviews"] += 1
+            for note in self.session.scalars(select(NoteRow).where(
+                    NoteRow.scope_key == key, NoteRow.comments.is_not(None))):
+                if note.id not in ids and mentions(note.comments):
+                    comments = note.comments or ""
+                    for i in id_list:
+                        comments = comments.replace(i, "[erased note]")
+                    note.comments = "[erased]" if mentions(comments) else comments
+                    counts["comments_scrubbed"] = counts.get("comments_scrubbed", 0) + 1
+            for st in self.session.scalars(select(RunStepRow).where(RunStepRow.scope_key == key)):
+                if mentions(st.input) or mentions(st.output) or mentions(st.error):
+                    st.input = {"erased": True}
+                    st.output = {"erased": True}
+                    st.error = None if st.error is None else "erased"
+                    counts["run_steps_scrubbed"] += 1
+        self.session.flush()
+        for chunk in _chunks(id_list):
+            counts["notes"] += self.session.execute(
+                delete(NoteRow).where(NoteRow.id.in_(chunk))).rowcount  # type: ignore[attr-defined]
+        return counts
+
+    def erase_examples(self, user_id: str) -> int:
+        return self.session.execute(
+            delete(ExampleRow).where(ExampleRow.user_id == user_id)).rowcount  # type: ignore[attr-defined]
