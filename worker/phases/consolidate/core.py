@@ -1,0 +1,283 @@
+"""Pure planning for consolidation: clusters, prompt context, reply validation, the fused note."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from worker.domain.types import Note, NoteType, Protection
+from worker.llm.ask import ReplyRejected
+
+PROMPT_NAME = "consolidate"
+
+
+# ---- clustering ---------------------------------------------------------------------------
+@dataclass
+class PlannedCluster:
+    """Indices into the scope snapshot, with how similar the members are to each other."""
+
+    members: list[int]
+    similarity: float  # mean pairwise cosine
+    min_similarity: float
+
+
+@dataclass
+class ClusterPlan:
+    clusters: list[PlannedCluster]
+    leftovers: list[int]  # candidates (had a neighbour) that ended up in no cluster
+
+
+def clusterable(note: Note) -> bool:
+    """Immutable and protected notes are never cluster members; nor are flagged ones."""
+    return note.retirable and not any(f.startswith("injection") for f in note.flags)
+
+
+def plan_clusters(
+    notes: Sequence[Note], vectors: np.ndarray, pairs: Sequence[tuple[int, int, float]],
+    threshold: float, min_size: int, max_size: int, ephemeral_pairs: bool = True,
+) -> ClusterPlan:
+    """Deterministic clusters of ``min_size``..``max_size`` notes, each coherent.
+
+    Connected components of the similarity graph are grown greedily from the best-connected
+    seed (ties by id): a candidate joins only if its mean similarity to the members so far is
+    at least ``threshold``, so a chain A~B~C with A≁C does not become one cluster and an
+    oversized component splits into several coherent clusters. A group smaller than
+    ``min_size`` is kept only as a pair containing an ephemeral note; members that fit nowhere
+    are returned as leftovers.
+    """
+    eligible = {i for i, n in enumerate(notes) if clusterable(n)}
+    adjacency: dict[int, dict[int, float]] = {}
+    for i, j, s in pairs:
+        if i in eligible and j in eligible:
+            adjacency.setdefault(i, {})[j] = s
+            adjacency.setdefault(j, {})[i] = s
+    ids = [n.id for n in notes]
+    components = _components(adjacency, ids)
+    clusters: list[PlannedCluster] = []
+    leftovers: list[int] = []
+    for component in components:
+        pool = set(component)
+        while pool:
+            seed = min(pool, key=lambda i: (-len(adjacency[i].keys() & pool), ids[i]))
+            candidates = sorted(
+                (j for j in adjacency[seed] if j in pool),
+                key=lambda j: (-adjacency[seed][j], ids[j]),
+            )
+            members = [seed]
+            for j in candidates:
+                if len(members) >= max_size:
+                    break
+                sims = [float(vectors[j] @ vectors[m]) for m in members]
+                if sum(sims) / len(sims) >= threshold:
+                    members.append(j)
+            ephemeral = any(notes[m].protection == Protection.EPHEMERAL.value for m in members)
+            if len(members) >= min_size or (ephemeral_pairs and ephemeral and len(members) >= 2):
+                pool.difference_update(members)
+                clusters.append(_planned(sorted(members, key=lambda m: ids[m]), vectors))
+            else:
+                pool.discard(seed)
+                leftovers.append(seed)
+    clusters.sort(key=lambda c: ids[c.members[0]])
+    return ClusterPlan(clusters, sorted(leftovers, key=lambda m: ids[m]))
+
+
+def _components(adjacency: dict[int, dict[int, float]], ids: list[str]) -> list[list[int]]:
+    seen: set[int] = set()
+    out = []
+    for start in sorted(adjacency, key=lambda i: ids[i]):
+        if start in seen:
+            continue
+        stack, comp = [start], []
+        seen.add(start)
+        while stack:
+            node = stack.pop()
+            comp.append(node)
+            for nxt in adjacency[node]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        out.append(sorted(comp, key=lambda i: ids[i]))
+    return out
+
+
+def _planned(members: list[int], vectors: np.ndarray) -> PlannedCluster:
+    sims = [float(vectors[a] @ vectors[b]) for k, a in enumerate(members) for b in members[k + 1 :]]
+    return PlannedCluster(members, round(sum(sims) / len(sims), 4), round(min(sims), 4))
+
+
+# ---- the question -------------------------------------------------------------------------
+class FusionReply(BaseModel):
+    """What the model answers for one cluster (aliases, never note ids)."""
+
+    should_consolidate: bool
+    content: str = ""
+    type: str = ""
+    source_ids: list[str] = Field(default_factory=list)
+    reason: str = ""
+
+
+def _day(value: datetime | None) -> str | None:
+    return value.date().isoformat() if value else None
+
+
+def prompt_context(sources: Sequence[Note], now: datetime, max_chars: int) -> dict[str, Any]:
+    """Notes as a JSON array under short aliases n1..nK; the aliases map back in code."""
+    notes = [
+        {"alias": f"n{k + 1}", "type": n.type, "content": n.content,
+         "created_at": _day(n.created_at), "last_accessed_at": _day(n.last_accessed_at),
+         "access_count": n.access_count}
+        for k, n in enumerate(sources)
+    ]
+    return {"notes": notes, "today": now.date().isoformat(), "max_chars": max_chars,
+            "note_types": [t.value for t in NoteType]}
+
+
+# ---- validation ---------------------------------------------------------------------------
+_URL = re.compile(r"https?://[^\s)\"'>]+|www\.[^\s)\"'>]+", re.IGNORECASE)
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
+_WORD = re.compile(r"[^\W\d_][\w'’-]*", re.UNICODE)
+_SENTENCE_START = re.compile(r"(^|[.!?:;]\s+|\n)\s*$")
+_RELATIVE = re.compile(
+    r"\b(yesterday|today|tomorrow|tonight|recently|last|next|this|ago|weeks?|months?|"
+    r"days?|earlier|lately|previous)\b", re.IGNORECASE)
+# Words a fused note may capitalise without a source saying them (not names).
+_COMMON_CAPS = frozenset({
+    "user", "users", "the", "a", "an", "i", "they", "he", "she", "we", "customer", "client",
+    "note", "as", "since", "after", "before", "on", "in", "at", "for", "and", "but", "also",
+})
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
+           "september", "october", "november", "december")
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+@dataclass
+class Specifics:
+    """The facts a text commits to that a fusion must neither invent nor silently drop."""
+
+    numbers: set[str] = field(default_factory=set)
+    urls: set[str] = field(default_factory=set)
+    emails: set[str] = field(default_factory=set)
+    names: set[str] = field(default_factory=set)
+
+    def all(self) -> set[str]:
+        return self.numbers | self.urls | self.emails | self.names
+
+
+def specifics(text: str) -> Specifics:
+    urls = {u.rstrip(".,;").casefold() for u in _URL.findall(text)}
+    emails = {e.casefold() for e in _EMAIL.findall(text)}
+    rest = _EMAIL.sub(" ", _URL.sub(" ", text))
+    numbers = {n.rstrip(".,") for n in _NUMBER.findall(rest)}
+    names = set()
+    for m in _WORD.finditer(rest):
+        word = m.group(0)
+        if not word[:1].isupper() or word.casefold() in _COMMON_CAPS:
+            continue
+        if _SENTENCE_START.search(rest[: m.start()]):
+            continue
+        names.add(word.casefold())
+    return Specifics(numbers, urls, emails, names)
+
+
+def allowed_dates(sources: Sequence[Note]) -> set[str]:
+    """Specifics a fusion may add: dates a source's relative time ("last week") can resolve to."""
+    out: set[str] = set()
+    for n in sources:
+        if n.created_at is None or not _RELATIVE.search(n.content):
+            continue
+        for back in range(-7, 32):
+            d = (n.created_at - timedelta(days=back)).date()
+            out.update({d.isoformat(), str(d.year), str(d.day), f"{d.day:02d}", f"{d.month:02d}",
+                        f"{d.year}-{d.month:02d}", _MONTHS[d.month - 1], _WEEKDAYS[d.weekday()]})
+    return out
+
+
+def _word_tokens(text: str) -> set[str]:
+    return {w.casefold() for w in re.findall(r"[\w.@/:+-]+", text)} | {
+        w.casefold() for w in _WORD.findall(text)
+    }
+
+
+def validate_fusion(
+    reply: FusionReply, aliases: Sequence[str], sources: Sequence[Note], max_chars: int,
+    block_on_omission: bool = False,
+) -> list[str]:
+    """Raise ReplyRejected when the reply cannot be applied; return warnings (omissions).
+
+    Refusals are valid replies and skip the text checks.
+    """
+    if not reply.should_consolidate:
+        return []
+    given = list(reply.source_ids)
+    unknown = sorted(set(given) - set(aliases))
+    if unknown:
+        raise ReplyRejected(f"source_ids has unknown alias {unknown[0]!r}; use only "
+                            f"{', '.join(aliases)}")
+    missing = [a for a in aliases if a not in given]
+    if missing:
+        raise ReplyRejected(f"source_ids must list every note; missing {', '.join(missing)}")
+    text = reply.content.strip()
+    if not text:
+        raise ReplyRejected("content is empty")
+    if len(text) > max_chars:
+        raise ReplyRejected(f"content has {len(text)} characters; the limit is {max_chars}")
+    source_text = "\n".join(n.content for n in sources)
+    source_tokens = _word_tokens(source_text)
+    lowered_sources = source_text.casefold()
+    extra_ok = allowed_dates(sources)
+    fused = specifics(text)
+    invented = sorted(
+        s for s in fused.all()
+        if s not in source_tokens and s not in extra_ok and s not in lowered_sources
+    )
+    if invented:
+        raise ReplyRejected(f"content adds {invented[0]!r}, which no source note states; "
+                            "use only facts from the notes")
+    source_specifics = specifics(source_text)
+    fused_tokens = _word_tokens(text)
+    lowered_fused = text.casefold()
+    omitted = sorted(
+        s for s in source_specifics.all() if s not in fused_tokens and s not in lowered_fused
+    )
+    warnings = [f"omits {s!r}" for s in omitted]
+    if omitted and block_on_omission:
+        raise ReplyRejected(f"content drops {omitted[0]!r} stated by a source; keep every "
+                            "specific detail or refuse")
+    return warnings
+
+
+# ---- the fused note -----------------------------------------------------------------------
+def majority_type(notes: Sequence[Note]) -> str:
+    """Most common type; ties go to the type of the newest note among the tied."""
+    counts = Counter(n.type for n in notes)
+    best = max(counts.values())
+    tied = {t for t, c in counts.items() if c == best}
+    newest = max((n for n in notes if n.type in tied),
+                 key=lambda n: (n.created_at or datetime.min, n.id))
+    return newest.type
+
+
+def fused_fields(members: Sequence[Note], generation_sources: Sequence[Note]) -> dict[str, Any]:
+    """Columns of the fused note that code decides (policy), not the model."""
+    accessed = [n.last_accessed_at for n in members if n.last_accessed_at is not None]
+    return {
+        "importance": max(n.importance for n in members),
+        "access_count": sum(n.access_count for n in members),
+        "consolidation_generation": max(n.consolidation_generation for n in generation_sources) + 1,
+        "last_accessed_at": max(accessed) if accessed else None,
+        "is_auto_generated": True,
+        "protection": Protection.STANDARD.value,
+    }
+
+
+def revocation_comment(new_id: str, reason: str) -> str:
+    reason = " ".join(reason.split())[:200] or "merged overlapping notes"
+    return f"Consolidated into {new_id}: {reason}"
