@@ -264,6 +264,9 @@ def finalize_run(app: App, run_id: str) -> str:
             "tokens_out": sum(s.tokens_out for s in steps),
             "phase_ms": {s.phase: round(s.duration_ms or 0.0, 1) for s in parents},
             "phases": {s.phase: s.status for s in parents},
+            # Wall time of the run (first claim → finalize), including time between phases.
+            "duration_ms": round((utcnow() - run.started_at).total_seconds() * 1000, 1)
+            if run.started_at else None,
         }
         if run.totals:
             totals = {**run.totals, **totals}
