@@ -74,6 +74,9 @@ class NoteRow(Base):
         Index("ix_notes_user", "user_id"),
         Index("ix_notes_conversation", "source_conversation_id"),
         Index("ix_notes_consolidated_into", "consolidated_into_id"),
+        # Covering index for write-time dedup: a scope's active ids and hashes of one type
+        # come from the index alone (no table lookups) on every `remember`.
+        Index("ix_notes_scope_status_type", "scope_key", "status", "type", "id", "content_hash"),
     )
 
 
