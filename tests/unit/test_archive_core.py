@@ -1,0 +1,75 @@
+"""Pure archive planning, by table: expiry, idle days, protection, manual notes, examples."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.support.factories import NOW
+from worker.domain.types import Note, Scope
+from worker.phases.archive.core import RetentionPolicy, plan_examples, plan_notes
+from worker.store.repositories.examples import Example
+
+
+def _note(idle: float | None = None, age: float = 500, expires_in: float | None = None,
+          auto: bool = True, protection: str = "standard") -> Note:
+    return Note(
+        id="n", scope=Scope("a"), content="x", is_auto_generated=auto, protection=protection,
+        created_at=NOW - timedelta(days=age),
+        last_accessed_at=NOW - timedelta(days=idle) if idle is not None else None,
+        expires_at=NOW + timedelta(days=expires_in) if expires_in is not None else None,
+    )
+
+
+@pytest.mark.parametrize(("note", "outcome"), [
+    (_note(idle=91), "stale"),
+    (_note(idle=89), None),
+    (_note(idle=90), None),  # "not accessed within 90 days" means strictly more than 90
+    (_note(idle=None, age=91), "stale"),  # never accessed: counts from creation
+    (_note(idle=1, expires_in=-1), "expired"),
+    (_note(idle=1, expires_in=0), "expired"),  # expires_at == now is past
+    (_note(idle=1, expires_in=3), None),
+    (_note(idle=400, auto=False), "manual"),
+    (_note(idle=200, protection="protected"), "protected"),
+    (_note(idle=366, protection="protected"), "stale"),
+    (_note(idle=900, protection="immutable"), "protected"),
+])
+def test_plan_notes(note: Note, outcome: str | None) -> None:
+    """Each row: one note, the default policy (90 days, protected 365), and where it ends up."""
+    plan = plan_notes([note], RetentionPolicy(), NOW)
+    found = {
+        "stale": bool(plan.stale), "expired": bool(plan.expired),
+        "manual": bool(plan.manual_preserved), "protected": bool(plan.protected_preserved),
+    }
+    assert [k for k, v in found.items() if v] == ([outcome] if outcome else [])
+
+
+def test_policy_retention_days_apply() -> None:
+    """A 30-day agent archives a 31-day-idle note; a 200-day agent keeps a 150-day-idle one."""
+    assert plan_notes([_note(idle=31)], RetentionPolicy(note_retention_days=30), NOW).stale
+    assert not plan_notes([_note(idle=150)], RetentionPolicy(note_retention_days=200), NOW).stale
+
+
+def _example(score: float | None, idle: float, auto: bool = True,
+             expires_in: float | None = None) -> Example:
+    return Example(id="e", is_auto_generated=auto, success_score=score,
+                   created_at=NOW - timedelta(days=idle), last_accessed_at=None,
+                   expires_at=NOW + timedelta(days=expires_in) if expires_in is not None else None,
+                   version=1)
+
+
+@pytest.mark.parametrize(("example", "outcome"), [
+    (_example(40, 181), "stale"),
+    (_example(60, 181), None),
+    (_example(50, 181), None),  # < 50 only
+    (_example(40, 179), None),
+    (_example(None, 400), None),  # unscored examples are not judged unsuccessful
+    (_example(10, 400, auto=False), None),
+    (_example(90, 1, expires_in=-1), "expired"),
+])
+def test_plan_examples(example: Example, outcome: str | None) -> None:
+    """Each row: one example under the default 180-day policy and where it ends up."""
+    plan = plan_examples([example], RetentionPolicy(), NOW)
+    found = [k for k, v in (("stale", plan.stale), ("expired", plan.expired)) if v]
+    assert found == ([outcome] if outcome else [])
