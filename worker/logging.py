@@ -14,6 +14,8 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
         structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
     )
     logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(message)s")
+    # faiss announces every CPU-feature probe at INFO; that is noise on a user's terminal.
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -31,6 +31,20 @@ class JudgementRepository:
             out.update({r.fingerprint: r.verdict for r in rows})
         return out
 
+    def judged_pairs(self, scope: Scope, kind: str = "pair") -> set[tuple[str, str]]:
+        """Id pairs with a verdict at any version (fair selection puts them after new pairs)."""
+        rows = self.session.execute(
+            select(JudgementRow.note_ids).where(
+                JudgementRow.scope_key == scope.key, JudgementRow.kind == kind
+            )
+        ).all()
+        out: set[tuple[str, str]] = set()
+        for (ids,) in rows:
+            if ids and len(ids) == 2:
+                a, b = sorted(ids)
+                out.add((a, b))
+        return out
+
     def record(
         self, scope: Scope, kind: str, fingerprint: str, note_ids: list[str], verdict: str,
         reason: str | None, run_id: str | None, now: datetime,

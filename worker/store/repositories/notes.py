@@ -212,6 +212,28 @@ class NoteRepository:
             out.setdefault(child, []).append(parent)
         return out
 
+    def inserted_by_run(self, run_id: str, scope: Scope) -> set[str]:
+        """Ids of notes this run created (its operation-log inserts), e.g. consolidation's fusions."""
+        rows = self.session.execute(
+            select(OperationLogRow.entity_id).where(
+                OperationLogRow.run_id == run_id,
+                OperationLogRow.scope_key == scope.key,
+                OperationLogRow.entity == "note",
+                OperationLogRow.op == "insert",
+            )
+        ).all()
+        return {r[0] for r in rows}
+
+    def comments_of(self, ids: Iterable[str]) -> dict[str, str | None]:
+        """Current comments of each id (the snapshot does not carry them); one query."""
+        ids = list(ids)
+        if not ids:
+            return {}
+        rows = self.session.execute(
+            select(NoteRow.id, NoteRow.comments).where(NoteRow.id.in_(ids))
+        ).all()
+        return {r.id: r.comments for r in rows}
+
     # ---- writes ------------------------------------------------------------------------
     def insert_many(self, rows: list[dict[str, Any]]) -> None:
         """Bulk insert of fully-formed row dicts (one executemany, not one round-trip per note)."""

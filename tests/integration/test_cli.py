@@ -1,0 +1,302 @@
+"""The `dream` command as a user meets it: one-line user errors that write nothing, JSONL round
+trips, the gate through the CLI, run options, run inspection and the demo (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy import func, select, text
+
+from tests.conftest import make_sqlite_app
+from tests.support.services import postgres_url
+from worker.app import App
+from worker.cli import main
+from worker.domain.types import PHASES
+from worker.store.db import make_engine
+from worker.store.models import AgentRow, DreamRunRow, NoteRow, SessionRow
+
+
+def dream(url: str, *args: str, input: str | None = None, **env: str) -> Result:
+    """Invoke `dream ARGS` with DREAM_DATABASE_URL=url and a clean DREAM_ environment."""
+    environ = {"DREAM_DATABASE_URL": url, "DREAM_LOG_LEVEL": "WARNING", "DREAM_BROKER_URL": None,
+               "DREAM_LLM_PROVIDER": "none", **env}
+    return CliRunner().invoke(main, list(args), input=input, env=environ, catch_exceptions=False)
+
+
+def one_error_line(result: Result) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert result.stdout == ""
+    return lines[0]
+
+
+def counts(app: App) -> dict[str, int]:
+    with app.uow() as uow:
+        s = uow.session
+        return {m.__tablename__: int(s.scalar(select(func.count()).select_from(m)) or 0)
+                for m in (NoteRow, SessionRow, DreamRunRow, AgentRow)}
+
+
+def url_of(app: App) -> str:
+    return app.settings.database_url
+
+
+NOTES = [
+    {"id": "n1", "agent_id": "a1", "user_id": "u1", "content": "User prefers Python 3.12",
+     "type": "Preference", "created_at": "2026-01-02T03:04:05+00:00", "importance": 0.9,
+     "access_count": 3, "last_accessed_at": "2026-02-01T00:00:00+00:00",
+     "metadata": {"source": "chat", "n": 1}},
+    {"id": "n2", "agent_id": "a1", "user_id": "u1", "company_id": "c1",
+     "content": "Never email the customer without asking", "type": "Constraint",
+     "protection": "protected", "is_auto_generated": False,
+     "source_conversation_id": "conv-9", "expires_at": "2027-01-01T00:00:00+00:00"},
+    {"id": "n3", "agent_id": "a2", "content": "Sprint demo is on Friday", "type": "Context"},
+]
+
+
+def jsonl(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[App]:
+    app = make_sqlite_app(tmp_path)
+    yield app
+    app.dispose()
+
+
+# ---- user errors -------------------------------------------------------------------------------
+
+BAD_NOTES = jsonl(NOTES[:2]) + '{"agent_id": "a1", "content": "ok"\n'
+MISSING = jsonl(NOTES[:2]) + json.dumps({"agent_id": "a1"}) + "\n"
+
+USER_ERRORS = [
+    # (args, stdin, extra env, what the line must say)
+    (["notes", "import", "/nonexistent/notes.jsonl"], None, {}, "file not found"),
+    (["notes", "import", "-"], BAD_NOTES, {}, "line 3: not valid JSON"),
+    (["notes", "import", "-"], MISSING, {}, "line 3: content is required"),
+    (["notes", "import", "-"], '[1, 2]\n', {}, "line 1: expected a JSON object"),
+    (["notes", "import", "-"], json.dumps({**NOTES[0], "colour": "red"}) + "\n", {}, "unknown field 'colour'"),
+    (["notes", "import", "-"], json.dumps({**NOTES[0], "importance": 7}) + "\n", {}, "line 1: importance"),
+    (["notes", "export", "--status", "gone"], None, {}, "unknown status"),
+    (["sessions", "import", "-"], '{"agent_id": "a1"}\n', {}, "line 1: started_at is required"),
+    (["sessions", "add", "--agent", "a1", "--at", "last tuesday"], None, {}, "--at"),
+    (["entities", "import", "-"], '{"kind": "robot", "id": "r"}\n', {}, "line 1: kind must be"),
+    (["runs", "show", "no-such-run"], None, {}, "no run with id no-such-run"),
+    (["run", "--agent", "a1", "--now", "yesterday"], None, {}, "--now"),
+    (["run", "--agent", "a1", "--force", "--now", "2026-13-45"], None, {}, "--now"),
+    (["run", "--due", "--now", "soon"], None, {}, "--now"),
+    (["run"], None, {}, "give either --agent"),
+    (["run", "--user", "u1", "--due"], None, {}, "--user and --company need --agent"),
+    (["run", "--agent", "a1", "--phase", "dance"], None, {}, "Invalid value for '--phase'"),
+    (["run", "--agent", "a1", "--force", "--via-celery"], None, {}, "DREAM_BROKER_URL"),
+    (["no-such-command"], None, {}, "No such command"),
+    (["runs", "list"], None, {"DREAM_GATE_HOURS": "a day"}, "invalid setting DREAM_GATE_HOURS"),
+    (["runs", "list"], None, {"DREAM_CONSOLIDATE__THRESHOLD": "2"},
+     "invalid setting DREAM_CONSOLIDATE__THRESHOLD"),
+    (["runs", "list"], None, {"DREAM_LLM_PROVIDER": "magic"}, "invalid setting DREAM_LLM_PROVIDER"),
+]
+
+
+@pytest.mark.parametrize(("args", "stdin", "env", "says"), USER_ERRORS,
+                         ids=[" ".join(c[0]) + f"#{i}" for i, c in enumerate(USER_ERRORS)])
+def test_user_error_is_one_line_exit_2_and_writes_nothing(
+    db: App, args: list[str], stdin: str | None, env: dict[str, str], says: str,
+) -> None:
+    """Every mistake a user can make gives one 'error:' line naming it, exit 2, and no rows."""
+    dream(url_of(db), "sessions", "add", "--agent", "other")  # a non-empty store to compare
+    before = counts(db)
+    line = one_error_line(dream(url_of(db), *args, input=stdin, **env))
+    assert says in line
+    assert counts(db) == before
+
+
+def test_unreachable_database_is_one_line() -> None:
+    """A database that does not answer: one line naming DREAM_DATABASE_URL, exit 2, no traceback."""
+    line = one_error_line(dream("postgresql://nobody@127.0.0.1:1/x", "runs", "list"))
+    assert "cannot use the database" in line and "DREAM_DATABASE_URL" in line
+
+
+def test_missing_schema_tells_to_upgrade_sqlite(tmp_path: Path) -> None:
+    """A database without the schema points at `dream db upgrade` (SQLite)."""
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    for args in (["runs", "list"], ["notes", "export"], ["run", "--agent", "a", "--force"]):
+        assert "run `dream db upgrade`" in one_error_line(dream(url, *args))
+
+
+@pytest.mark.postgres
+def test_missing_schema_tells_to_upgrade_postgres() -> None:
+    """Same on PostgreSQL: an empty schema, then `dream db upgrade` makes the command work."""
+    schema = "t_" + uuid.uuid4().hex[:12]
+    admin = make_engine(postgres_url())
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    base = postgres_url()
+    url = f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema},public"
+    try:
+        assert "run `dream db upgrade`" in one_error_line(dream(url, "runs", "list"))
+        assert dream(url, "db", "upgrade").exit_code == 0
+        ok = dream(url, "runs", "list")
+        assert ok.exit_code == 0 and "no runs yet" in ok.stdout
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()
+
+
+# ---- import / export ---------------------------------------------------------------------------
+
+def test_notes_import_export_round_trip(app: App, tmp_path: Path) -> None:
+    """Import is idempotent; export carries every imported field plus status and lineage; the
+    exported file imports into a fresh store and exports identically (SQLite and PostgreSQL)."""
+    src = tmp_path / "notes.jsonl"
+    src.write_text(jsonl(NOTES), encoding="utf-8")
+    first = dream(url_of(app), "notes", "import", str(src))
+    assert first.exit_code == 0 and first.stdout.strip() == "read 3 notes: 3 added, 0 already present"
+    again = dream(url_of(app), "notes", "import", str(src))
+    assert again.stdout.strip() == "read 3 notes: 0 added, 3 already present"
+    # the same content under a new id in the same scope is a duplicate, in another scope it is not
+    twin = dream(url_of(app), "notes", "import", "-", input=jsonl([
+        {**NOTES[2], "id": "n3-twin"}, {**NOTES[2], "id": "n3-other", "agent_id": "a3"}]))
+    assert twin.stdout.strip() == "read 2 notes: 1 added, 1 already present"
+
+    out = dream(url_of(app), "notes", "export")
+    assert out.exit_code == 0
+    rows = {r["id"]: r for r in map(json.loads, out.stdout.splitlines())}
+    assert set(rows) == {"n1", "n2", "n3", "n3-other"}
+    for given in NOTES:
+        got = rows[given["id"]]
+        for key, value in given.items():
+            if key.endswith("_at"):
+                assert got[key].startswith(value[:19]), key
+            else:
+                assert got[key] == value, key
+        assert got["status"] == "active" and got["lineage"] == [] and got["consolidated_into_id"] is None
+    assert rows["n3"]["is_auto_generated"] is True and rows["n3"]["protection"] == "standard"
+
+    only = dream(url_of(app), "notes", "export", "--agent", "a1", "--user", "u1", "--company", "c1")
+    assert [json.loads(line)["id"] for line in only.stdout.splitlines()] == ["n2"]
+    assert dream(url_of(app), "notes", "export", "--status", "archived").stdout == ""
+    vec = json.loads(dream(url_of(app), "notes", "export", "--agent", "a2", "--with-embedding")
+                     .stdout.splitlines()[0])
+    assert len(vec["embedding"]) == app.embedder.dimensions and vec["embedding_model"]
+
+    other = make_sqlite_app(tmp_path / "copy")
+    try:
+        copied = dream(url_of(other), "notes", "import", "-", input=out.stdout)
+        assert copied.stdout.strip() == "read 4 notes: 4 added, 0 already present"
+        assert dream(url_of(other), "notes", "export").stdout == out.stdout
+    finally:
+        other.dispose()
+
+
+def test_bad_line_in_big_file_writes_nothing(db: App) -> None:
+    """R22: line 1,001 is bad, so none of the 1,000 good lines before it are written."""
+    good = [{"agent_id": "a1", "content": f"fact number {i}"} for i in range(1000)]
+    result = dream(url_of(db), "notes", "import", "-", input=jsonl(good) + '{"agent_id": 5}\n')
+    assert "line 1001" in one_error_line(result)
+    assert counts(db)["notes"] == 0
+
+
+def test_sessions_and_the_gate_through_the_cli(app: App) -> None:
+    """`sessions add` feeds the gate: 4 sessions → not due (message, exit 0, no run); the 5th
+    makes `dream run` run; `sessions import` is idempotent by id."""
+    for day in range(1, 5):
+        res = dream(url_of(app), "sessions", "add", "--agent", "a1", "--user", "u1",
+                    "--at", f"2026-03-0{day}T10:00:00Z")
+        assert res.exit_code == 0 and res.stdout.startswith('session recorded for ["a1","u1",null]')
+    wait = dream(url_of(app), "run", "--agent", "a1", "--user", "u1")
+    assert wait.exit_code == 0
+    assert wait.stdout.startswith('not due for ["a1","u1",null]: 4 of 5 sessions')
+    assert counts(app)["dream_runs"] == 0
+    line = jsonl([{"id": "s5", "agent_id": "a1", "user_id": "u1", "started_at": "2026-03-05T10:00:00Z"}])
+    assert dream(url_of(app), "sessions", "import", "-", input=line).stdout.strip() == \
+        "read 1 sessions: 1 added, 0 already present"
+    assert dream(url_of(app), "sessions", "import", "-", input=line).stdout.strip() == \
+        "read 1 sessions: 0 added, 1 already present"
+    ran = dream(url_of(app), "run", "--agent", "a1", "--user", "u1", "--now", "2026-03-06T00:00:00Z")
+    assert ran.exit_code == 0 and " succeeded " in ran.stdout.splitlines()[0]
+    assert [ln.split()[0] for ln in ran.stdout.splitlines()[1:5]] == list(PHASES)
+
+
+def test_entities_import_upserts(app: App) -> None:
+    """`entities import` writes agents/users/companies/conversations and re-importing updates."""
+    rows = [{"kind": "agent", "id": "a1", "status": "active", "note_retention_days": 30},
+            {"kind": "user", "id": "u1", "status": "deleted", "deleted_at": "2026-01-01T00:00:00Z"},
+            {"kind": "company", "id": "c1"},
+            {"kind": "conversation", "id": "conv-9", "status": "deleted", "deleted_reason": "gdpr"}]
+    res = dream(url_of(app), "entities", "import", "-", input=jsonl(rows))
+    assert res.exit_code == 0 and res.stdout.strip() == "read 4 entities: 4 upserted"
+    res = dream(url_of(app), "entities", "import", "-",
+                input=jsonl([{"kind": "agent", "id": "a1", "status": "disabled"}]))
+    assert res.stdout.strip() == "read 1 entities: 1 upserted"
+    with app.uow() as uow:
+        agent = uow.entities.agent("a1")
+        assert agent is not None and agent.status == "disabled"
+        assert uow.entities.fetch("user", ["u1", "nobody"])["u1"].status == "deleted"
+
+
+# ---- runs --------------------------------------------------------------------------------------
+
+def test_run_options_and_run_inspection(app: App) -> None:
+    """--force bypasses the gate, --dry-run changes no note, --phase skips the others, and
+    `runs list/show --json` describe the runs; text `runs show` prints the step tree."""
+    expired = {"id": "old", "agent_id": "a1", "content": "Offer ends Friday",
+               "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-02-01T00:00:00Z"}
+    dream(url_of(app), "notes", "import", "-", input=jsonl([expired, NOTES[2] | {"agent_id": "a1"}]))
+    before = dream(url_of(app), "notes", "export").stdout
+
+    dry = dream(url_of(app), "run", "--agent", "a1", "--force", "--dry-run",
+                "--now", "2026-06-01T00:00:00Z")
+    assert dry.exit_code == 0, dry.output
+    assert dream(url_of(app), "notes", "export").stdout == before
+
+    only = dream(url_of(app), "run", "--agent", "a1", "--force", "--phase", "archive",
+                 "--now", "2026-06-01T00:00:00Z")
+    assert only.exit_code == 0, only.output
+    run_id = only.stdout.split()[1]
+
+    listed = json.loads(dream(url_of(app), "runs", "list", "--json").stdout)
+    assert [r["id"] for r in listed][0] == run_id and len(listed) == 2
+    assert listed[1]["dry_run"] is True and listed[0]["phases"] == ["archive"]
+    assert all(r["force"] and r["status"] == "succeeded" for r in listed)
+
+    tree = json.loads(dream(url_of(app), "runs", "show", run_id, "--json").stdout)
+    assert tree["clock"].startswith("2026-06-01T00:00:00")
+    status = {s["phase"]: s["status"] for s in tree["steps"]}
+    assert status == {"consolidate": "skipped", "contradictions": "skipped", "prune": "skipped",
+                      "archive": status["archive"]}
+    assert status["archive"] in ("succeeded", "no_items")
+    text_tree = dream(url_of(app), "runs", "show", run_id).stdout
+    assert text_tree.startswith(f"run {run_id}  succeeded")
+    assert dream(url_of(app), "runs", "list").stdout.splitlines()[0].startswith(run_id)
+
+
+def test_second_run_for_a_busy_scope_is_refused(db: App) -> None:
+    """A queued run for the scope makes `dream run` refuse with one line (the DB constraint)."""
+    from worker.domain.types import Scope
+    from worker.runs import service
+
+    assert service.create_run(db, Scope("a1")) is not None
+    before = counts(db)
+    assert "already queued or running" in one_error_line(
+        dream(url_of(db), "run", "--agent", "a1", "--force"))
+    assert counts(db) == before
+
+
+def test_demo_on_a_temp_database(tmp_path: Path) -> None:
+    """`dream demo --database F` builds the demo store in F, dreams, and says where to look next;
+    the runs it made are then visible with `dream runs list`."""
+    path = tmp_path / "demo.db"
+    res = dream("sqlite:////nonexistent-dir/never-used.db", "demo", "--database", str(path))
+    assert res.exit_code == 0, res.output
+    assert path.exists() and "Next:" in res.stdout and "dream runs show" in res.stdout
+    listed = json.loads(dream(f"sqlite:///{path}", "runs", "list", "--json").stdout)
+    assert len(listed) >= 1 and all(r["status"] == "succeeded" for r in listed)

@@ -1,0 +1,316 @@
+"""The contradictions phase end to end: the real `openai` client against a local stub model.
+
+The stub answers from the pairs JSON in the rendered prompt, so the whole path runs: FAISS
+candidates → prompt → HTTP → validation → policy → version-checked apply → steps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.support.factories import NOW, add_notes, days_ago
+from tests.support.llm_stub import LLMStub, StubRequest
+from worker.app import App
+from worker.domain.types import Scope
+from worker.llm.openai_compat import OpenAICompatibleLLM
+from worker.llm.prompts import render_prompt
+from worker.phases.contradictions.service import open_pairs
+from worker.reporting import run_tree
+from worker.runs import service
+from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow, ReviewRow
+
+SCOPE = Scope("agent-1")
+EXPRESS = "The API uses Express for the HTTP layer"
+FASTIFY = "The API uses Fastify for the HTTP layer"
+HONO = "The API uses Hono for the HTTP layer"
+METRIC = "Customer uses metric units for all reports"
+IMPERIAL = "Customer uses imperial units for all reports"
+TEA_BREAKFAST = "The user prefers tea with breakfast every day"
+TEA_SUGAR = "The user prefers tea without sugar every day"
+
+Judge = Callable[[str, str], tuple[str, float] | None]
+
+
+def prompt_pairs(req: StubRequest) -> list[dict[str, Any]]:
+    """The pairs JSON array exactly as the prompt carried it."""
+    start = req.user.index("[")
+    pairs, _ = json.JSONDecoder().raw_decode(req.user[start:])
+    return pairs
+
+
+def answering(judge: Judge, extra: list[dict[str, Any]] | None = None):  # type: ignore[no-untyped-def]
+    """A stub handler: one verdict per pair from ``judge(text_a, text_b)`` (None = omit it)."""
+
+    def handle(req: StubRequest) -> dict[str, Any]:
+        verdicts = []
+        for p in prompt_pairs(req):
+            answer = judge(p["a"]["text"], p["b"]["text"])
+            if answer is not None:
+                verdicts.append({"pair": p["pair"], "relation": answer[0],
+                                 "confidence": answer[1], "reason": "compared the values"})
+        return {"verdicts": verdicts + (extra or [])}
+
+    return handle
+
+
+def topics(a: str, b: str) -> tuple[str, float]:
+    """Same sentence frame, different value → conflicting; identical → equivalent."""
+    if a == b:
+        return ("equivalent", 0.95)
+    frame_a, frame_b = a.split(" uses ")[0], b.split(" uses ")[0]
+    if " uses " in a and " uses " in b and frame_a == frame_b:
+        return ("conflicting", 0.9)
+    return ("independent", 0.9)
+
+
+def with_stub(app: App, stub: LLMStub, judge: Judge = topics, extra: list | None = None) -> App:
+    stub.set_handler(answering(judge, extra))
+    app.llm = OpenAICompatibleLLM(base_url=stub.url, model="stub-model", api_key="k",
+                                  timeout=10, max_retries=0)
+    return app
+
+
+def run_phase(app: App, scope: Scope = SCOPE, dry_run: bool = False) -> str:
+    run_id = service.create_run(app, scope, force=True, phases=["contradictions"], clock=NOW,
+                                dry_run=dry_run)
+    assert run_id
+    service.execute_run(app, run_id)
+    return run_id
+
+
+def rows(app: App) -> dict[str, NoteRow]:
+    with app.uow() as uow:
+        return {r.id: r for r in uow.session.query(NoteRow).all()}
+
+
+def phase_step(app: App, run_id: str) -> dict[str, Any]:
+    (step,) = [s for s in run_tree(app, run_id)["steps"] if s["phase"] == "contradictions"]
+    return step
+
+
+def test_newer_note_wins_when_created_14_days_apart(app: App, llm_stub: LLMStub) -> None:
+    """Conflicting notes 14 days apart: the newer is kept; the older is revoked with pointer,
+    valid_to = the winner's creation, an explanation, lineage and operation log."""
+    with_stub(app, llm_stub)
+    add_notes(app, {"id": "old", "content": METRIC, "created_at": days_ago(20), "access_count": 50},
+              {"id": "new", "content": IMPERIAL, "created_at": days_ago(6)})
+    run_id = run_phase(app)
+    notes = rows(app)
+    assert notes["new"].status == "active"
+    old = notes["old"]
+    assert (old.status, old.consolidated_into_id) == ("revoked", "new")
+    assert old.valid_to == notes["new"].created_at
+    assert old.comments.startswith("[Contradiction resolved: superseded by new. ")
+    with app.uow() as uow:
+        edges = uow.session.query(NoteLineageRow).all()
+        log = uow.session.query(OperationLogRow).filter_by(entity_id="old", run_id=run_id).all()
+    assert [(e.parent_id, e.child_id, e.relation, e.run_id) for e in edges] == [
+        ("old", "new", "superseded", run_id)]
+    assert [(entry.before["status"], entry.after["status"]) for entry in log] == [
+        ("active", "revoked")]
+    step = phase_step(app, run_id)
+    assert step["output"]["conflicts_resolved"] == 1
+    assert step["output"]["pairs_judged"] == 1
+    (child,) = step["children"]
+    assert child["prompt_name"] == "contradictions" and child["model"] == "stub-model"
+    assert child["template_hash"] and child["tokens_in"] > 0
+    assert child["output"]["verdicts"][0]["relation"] == "conflicting"
+    assert child["input"]["pairs"][0]["a"] == "new" and child["input"]["pairs"][0]["b"] == "old"
+
+
+def test_same_day_the_more_used_note_wins(app: App, llm_stub: LLMStub) -> None:
+    """Created the same day, access counts 25 and 2 → the 25 is kept."""
+    with_stub(app, llm_stub)
+    add_notes(app, {"id": "used", "content": EXPRESS, "created_at": days_ago(3), "access_count": 25},
+              {"id": "rare", "content": FASTIFY, "created_at": days_ago(2.5), "access_count": 2})
+    run_phase(app)
+    notes = rows(app)
+    assert notes["used"].status == "active"
+    assert (notes["rare"].status, notes["rare"].consolidated_into_id) == ("revoked", "used")
+
+
+def test_complementary_pair_is_judged_and_both_kept(app: App, llm_stub: LLMStub) -> None:
+    """A complementary pair reaches the model, is judged independent, and both notes stay."""
+    with_stub(app, llm_stub)
+    add_notes(app, {"id": "t1", "content": TEA_BREAKFAST, "created_at": days_ago(30)},
+              {"id": "t2", "content": TEA_SUGAR, "created_at": days_ago(1)})
+    run_id = run_phase(app)
+    assert len(llm_stub.chat_requests()) == 1
+    assert {n.status for n in rows(app).values()} == {"active"}
+    assert phase_step(app, run_id)["output"]["pairs_judged"] == 1
+
+
+def test_protected_loser_is_kept_and_flagged(app: App, llm_stub: LLMStub) -> None:
+    """The older note is protected: both stay active, each gets a comment and a flag, and a
+    review record names the pair; nothing is revoked."""
+    with_stub(app, llm_stub)
+    add_notes(app, {"id": "old", "content": METRIC, "created_at": days_ago(30),
+                    "protection": "protected"},
+              {"id": "new", "content": IMPERIAL, "created_at": days_ago(1)})
+    run_id = run_phase(app)
+    notes = rows(app)
+    assert {n.status for n in notes.values()} == {"active"}
+    assert "Contradiction flagged for review: conflicts with new" in notes["old"].comments
+    assert "contradiction_review" in notes["new"].flags
+    with app.uow() as uow:
+        reviews = uow.session.query(ReviewRow).all()
+    assert [(r.kind, r.note_ids) for r in reviews] == [("contradiction", ["new", "old"])]
+    assert phase_step(app, run_id)["output"]["conflicts_flagged"] == 1
+    # Remembered at the flagged versions: the next run does not ask again.
+    run_phase(app)
+    assert len(llm_stub.chat_requests()) == 1
+
+
+def test_pairs_are_unique_unordered_in_scope_and_never_judged_twice(
+    app: App, llm_stub: LLMStub
+) -> None:
+    """No pair judged twice in a run, A–B = B–A, no self pairs, no pair across scopes, and a
+    second run asks nothing about unchanged notes (verdict memory)."""
+    with_stub(app, llm_stub, judge=lambda a, b: ("independent", 0.9))
+    other = Scope("agent-1", "user-2")
+    texts = [EXPRESS, FASTIFY, HONO, METRIC, IMPERIAL]
+    add_notes(app, *[{"id": f"s1-{k}", "content": t} for k, t in enumerate(texts)],
+              *[{"id": f"s2-{k}", "content": t, "user_id": "user-2"} for k, t in enumerate(texts)])
+    app.settings.contradictions.pairs_per_call = 2
+    run_id = run_phase(app)
+    children = phase_step(app, run_id)["children"]
+    seen = [(p["a"], p["b"]) for c in children for p in c["input"]["pairs"]]
+    assert len(seen) == len(set(seen)) == 4  # E–F, E–H, F–H, metric–imperial
+    assert all(a < b and a.startswith("s1-") and b.startswith("s1-") for a, b in seen)
+    assert sum(len(prompt_pairs(r)) for r in llm_stub.chat_requests()) == 4
+    run_phase(app)
+    assert len(llm_stub.chat_requests()) == 2  # the second run asked nothing
+    run_phase(app, other)
+    assert sum(len(prompt_pairs(r)) for r in llm_stub.chat_requests()) == 8
+
+
+def test_chain_ends_with_only_the_newest_active(app: App, llm_stub: LLMStub) -> None:
+    """A → B → C, each contradicting the previous weeks apart: only C stays active."""
+    with_stub(app, llm_stub)
+    add_notes(app, {"id": "a", "content": EXPRESS, "created_at": days_ago(60)},
+              {"id": "b", "content": FASTIFY, "created_at": days_ago(40)},
+              {"id": "c", "content": HONO, "created_at": days_ago(20)})
+    run_id = run_phase(app)
+    notes = rows(app)
+    assert [n for n in notes if notes[n].status == "active"] == ["c"]
+    assert (notes["a"].consolidated_into_id, notes["b"].consolidated_into_id) == ("b", "c")
+    out = phase_step(app, run_id)["output"]
+    assert out["conflicts_resolved"] == 2 and out["pairs_skipped_stale"] == 0
+
+
+def test_revert_ends_with_the_reinstated_fact_active(app: App, llm_stub: LLMStub) -> None:
+    """A → B → A' (back to A's value): across successive runs A' ends up the only active note."""
+    with_stub(app, llm_stub)
+    add_notes(app, {"id": "a", "content": EXPRESS, "created_at": days_ago(60)},
+              {"id": "b", "content": FASTIFY, "created_at": days_ago(40)})
+    run_phase(app)
+    # Reworded: the importer would drop an exact duplicate of a stored note.
+    add_notes(app, {"id": "a2", "content": "The API uses Express for the HTTP layer again",
+                    "created_at": days_ago(10)})
+    run_phase(app)
+    notes = rows(app)
+    assert [n for n in notes if notes[n].status == "active"] == ["a2"]
+    assert notes["b"].consolidated_into_id == "a2"
+
+
+def test_missing_or_unknown_verdicts_change_nothing_for_that_pair(
+    app: App, llm_stub: LLMStub
+) -> None:
+    """The model keeps omitting one pair and naming an unknown one: after the re-asks the pair
+    it answered is applied, the omitted pair's notes are untouched, the reasons are recorded."""
+
+    def judge(a: str, b: str) -> tuple[str, float] | None:
+        return None if "units" in a else topics(a, b)
+
+    with_stub(app, llm_stub, judge=judge,
+              extra=[{"pair": "p99", "relation": "conflicting", "confidence": 1.0, "reason": "x"}])
+    add_notes(app, {"id": "m", "content": METRIC, "created_at": days_ago(30)},
+              {"id": "i", "content": IMPERIAL, "created_at": days_ago(1)},
+              {"id": "e", "content": EXPRESS, "created_at": days_ago(30)},
+              {"id": "f", "content": FASTIFY, "created_at": days_ago(1)})
+    run_id = run_phase(app)
+    assert len(llm_stub.chat_requests()) == 3  # first ask + 2 re-asks
+    assert "no verdict for the pair" in llm_stub.chat_requests()[1].user
+    notes = rows(app)
+    assert (notes["m"].status, notes["m"].version) == ("active", 1)
+    assert (notes["i"].status, notes["i"].version) == ("active", 1)
+    assert notes["e"].status == "revoked"
+    (child,) = phase_step(app, run_id)["children"]
+    assert {d["reason"] for d in child["output"]["dropped"]} == {
+        "no verdict for the pair", "unknown pair id"}
+    with app.uow() as uow:
+        assert uow.judgements.judged_pairs(SCOPE) == {("e", "f")}  # the dropped pair stays open
+
+
+def test_dry_run_applies_nothing(app: App, llm_stub: LLMStub) -> None:
+    """--dry-run judges and records steps but changes no note and remembers no verdict."""
+    with_stub(app, llm_stub)
+    add_notes(app, {"id": "old", "content": METRIC, "created_at": days_ago(20)},
+              {"id": "new", "content": IMPERIAL, "created_at": days_ago(1)})
+    run_id = run_phase(app, dry_run=True)
+    assert {n.version for n in rows(app).values()} == {1}
+    assert phase_step(app, run_id)["output"]["conflicts_resolved"] == 1
+    with app.uow() as uow:
+        assert uow.judgements.judged_pairs(SCOPE) == set()
+
+
+def test_rule_judge_settles_duplicates_and_leaves_conflicts_open(app: App) -> None:
+    """No LLM: a contained note is merged into the richer one; a conflicting pair stays open
+    (child output verdict "open", listed by open_pairs) and nothing is declared conflicting."""
+    assert app.llm is None
+    add_notes(app, {"id": "d1", "content": "User prefers dark mode in the editor",
+                    "created_at": days_ago(2)},
+              {"id": "d2", "content": "User prefers dark mode in the editor and terminal",
+                    "created_at": days_ago(9)},
+              {"id": "m", "content": METRIC, "created_at": days_ago(30)},
+              {"id": "i", "content": IMPERIAL, "created_at": days_ago(1)})
+    run_id = run_phase(app)
+    notes = rows(app)
+    assert (notes["d1"].status, notes["d1"].consolidated_into_id) == ("revoked", "d2")
+    assert notes["m"].status == notes["i"].status == "active"
+    step = phase_step(app, run_id)
+    assert step["output"]["equivalents_merged"] == 1 and step["output"]["pairs_open"] == 1
+    verdicts = [v for c in step["children"] for v in c["output"]["verdicts"]]
+    assert [v for v in verdicts if v.get("verdict") == "open"] != []
+    assert not [v for v in verdicts if v.get("relation") == "conflicting"]
+    assert [(p["a"], p["b"]) for p in open_pairs(app, SCOPE)] == [("i", "m")]
+
+
+def test_host_edit_during_the_model_call_skips_the_pair_as_stale(
+    sqlite_app: App, llm_stub: LLMStub
+) -> None:
+    """R10: the host edits a note while the model thinks; the pair is skipped, not applied."""
+    app = sqlite_app
+
+    def judge(a: str, b: str) -> tuple[str, float]:
+        with app.uow() as uow:
+            (note,) = uow.notes.get_many(["old"])
+            uow.notes.change(note, run_id=None, reason="host edit", comments="edited")
+            uow.commit()
+        return ("conflicting", 0.9)
+
+    with_stub(app, llm_stub, judge=judge)
+    add_notes(app, {"id": "old", "content": METRIC, "created_at": days_ago(20)},
+              {"id": "new", "content": IMPERIAL, "created_at": days_ago(1)})
+    run_id = run_phase(app)
+    assert rows(app)["old"].status == "active"
+    assert phase_step(app, run_id)["output"]["pairs_skipped_stale"] == 1
+
+
+@pytest.mark.parametrize("relation", ["conflicting"])
+def test_prompt_renders_pairs_as_json_with_the_rules(relation: str) -> None:
+    """The rendered prompt carries the five relations, the doubt rule, the exception rule and
+    the pairs as JSON with pair ids and aliases (note text only as JSON string values)."""
+    pairs = [{"pair": "p1", "a": {"alias": "n1", "type": "Context", "text": 'Uses "metric"'},
+              "b": {"alias": "n2", "type": "Context", "text": "Uses imperial"}}]
+    p = render_prompt("contradictions", {"pairs": pairs, "pair_ids": ["p1"]})
+    for word in ("independent", "equivalent", "a_subsumes_b", "b_subsumes_a", relation,
+                 "When in doubt", "one-off exception", "complementary", "entity"):
+        assert word in p.system
+    assert '"text": "Uses \\"metric\\""' in p.user
+    assert "Pair ids to answer: p1." in p.user
+    assert len(p.template_hash) == 64
