@@ -10,6 +10,7 @@ the start of the run. A refusal is a reason string: the phase rolls back that ch
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import structlog
 
@@ -26,17 +27,19 @@ class GuardTripped(Exception):
 
 
 def check_retire(
-    uow: UnitOfWork, ctx: PhaseContext, notes: Sequence[Note], *, allow_protected: bool = False,
+    uow: UnitOfWork, ctx: PhaseContext, notes: Sequence[Note | Any], *, allow_protected: bool = False,
 ) -> str | None:
     """None if retiring ``notes`` now is allowed, else the reason it is not.
 
+    ``notes`` are Notes or any objects with ``id`` (and ``protection`` when known).
     ``allow_protected`` is for the one rule that may archive a protected note (archive after
     ``archive.protected_inactive_days`` without access); immutable notes are never allowed.
     """
     for note in notes:
-        if note.protection == Protection.IMMUTABLE.value:
+        protection = getattr(note, "protection", Protection.STANDARD.value)
+        if protection == Protection.IMMUTABLE.value:
             return f"note {note.id} is immutable; maintenance never retires it"
-        if note.protection == Protection.PROTECTED.value and not allow_protected:
+        if protection == Protection.PROTECTED.value and not allow_protected:
             return f"note {note.id} is protected; maintenance never retires it"
     if ctx.force or not notes:
         return None

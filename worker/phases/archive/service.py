@@ -19,6 +19,7 @@ from worker.phases.keep_review import ReviewResult, review_keep
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
+from worker.safety.guard import check_retire, record_trip
 from worker.store.repositories.examples import ExampleRepository
 from worker.store.repositories.retention import ArchiveItem, RetentionRepository
 
@@ -119,8 +120,16 @@ def _apply(
         "examples_stale": ("example", example_plan.stale, "archive: unsuccessful and unused"),
     }
     done: dict[str, list[str]] = {}
+    planned = [*note_plan.expired, *stale]
+    guard_reason: str | None = None
     with ctx.uow() as uow:
         uow.check_lease(ctx.run_id, ctx.epoch)
+        if not ctx.dry_run:
+            # R20; the plan already keeps immutable and recently used protected notes out.
+            guard_reason = check_retire(uow, ctx, planned, allow_protected=True)
+            if guard_reason:
+                batches["notes_expired"] = ("note", [], "archive: expired")
+                batches["notes_stale"] = ("note", [], "archive: unused past retention")
         notes_repo = RetentionRepository(uow.session)
         examples_repo = ExampleRepository(uow.session)
         for step in review.result.steps if review else []:
@@ -151,4 +160,6 @@ def _apply(
             ))
         crashpoint("archive.after_archive")
         uow.commit()
+    if guard_reason:
+        record_trip(ctx, parent_step_id, "archive", guard_reason, [d.id for d in planned])
     return done

@@ -11,6 +11,7 @@ from worker.references import ReferenceChecker, make_reference_checker
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
+from worker.safety.guard import check_retire, record_trip
 from worker.store.repositories.retention import ArchiveItem, RetentionRepository
 
 log = structlog.get_logger(__name__)
@@ -69,9 +70,14 @@ def run_prune(
         to_archive.append(orphan)
 
     archived_ids: list[str] = []
+    guard_reason: str | None = None
+    planned_ids = [o.note.id for o in to_archive]
     with ctx.uow() as uow:
         uow.check_lease(ctx.run_id, ctx.epoch)
         if not ctx.dry_run:
+            guard_reason = check_retire(uow, ctx, [o.note for o in to_archive])  # R20
+            if guard_reason:
+                to_archive = []
             archived_ids = RetentionRepository(uow.session).archive_notes(
                 ctx.scope,
                 [ArchiveItem(o.note.id, o.note.version, o.comment(ctx.now)) for o in to_archive],
@@ -98,6 +104,8 @@ def run_prune(
         ))
         crashpoint("prune.after_archive")
         uow.commit()
+    if guard_reason:
+        record_trip(ctx, parent_step_id, "prune", guard_reason, planned_ids)
     archived = [o for o in to_archive if o.note.id in set(archived_ids)]
     log.info("prune.applied", run_id=ctx.run_id, scope=ctx.scope.key, checked=len(notes),
              archived=len(archived), kept=len(kept), deferred=len(deferred), stale=len(stale))
