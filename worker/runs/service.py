@@ -22,6 +22,7 @@ from worker.embeddings.refresh import ensure_scope_embeddings
 from worker.runs.context import Budget, PhaseContext
 from worker.runs.gate import GateDecision, decide_gate
 from worker.runs.steps import StepRecorder
+from worker.safety.crashpoints import crashpoint
 from worker.store.models import RunStepRow
 from worker.store.uow import StaleLease
 
@@ -244,6 +245,7 @@ def _registry() -> dict[str, Any]:
 
 def finalize_run(app: App, run_id: str) -> str:
     """Set the run's final status and totals from its steps, and release the lease."""
+    crashpoint("run.before_finalize")
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         if run is None:
