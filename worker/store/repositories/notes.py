@@ -234,6 +234,36 @@ class NoteRepository:
         ).all()
         return {r.id: r.comments for r in rows}
 
+    def remember_keys(self, scope: Scope, type: str) -> list[str]:
+        """``id || content_hash`` of the scope's active notes of ``type``: what a remembered write
+        compares against, read from the covering index alone as one string per row."""
+        stmt = select(NoteRow.id.concat(NoteRow.content_hash)).where(
+            NoteRow.scope_key == scope.key, NoteRow.status == NoteStatus.ACTIVE.value,
+            NoteRow.type == type,
+        )
+        # Core execution (no ORM row processing): this runs on every write over the whole scope.
+        return list(self.session.connection().execute(stmt).scalars().all())
+
+    def with_hash(self, scope: Scope, hash_: str) -> list[tuple[str, str]]:
+        """(id, status) of every note of the scope with this content hash, any status."""
+        rows = self.session.execute(
+            select(NoteRow.id, NoteRow.status).where(
+                NoteRow.scope_key == scope.key, NoteRow.content_hash == hash_)
+        ).all()
+        return [(r[0], r[1]) for r in rows]
+
+    def contents(self, ids: Iterable[str]) -> list[tuple[str, str, str, Any, str | None]]:
+        """(id, content, content_hash, embedding, embedding_model) for ids, in chunks."""
+        ids = list(ids)
+        out: list[tuple[str, str, str, Any, str | None]] = []
+        for start in range(0, len(ids), 500):
+            rows = self.session.execute(
+                select(NoteRow.id, NoteRow.content, NoteRow.content_hash, NoteRow.embedding,
+                       NoteRow.embedding_model).where(NoteRow.id.in_(ids[start : start + 500]))
+            ).all()
+            out.extend((r[0], r[1], r[2], r[3], r[4]) for r in rows)
+        return out
+
     # ---- writes ------------------------------------------------------------------------
     def insert_many(self, rows: list[dict[str, Any]]) -> None:
         """Bulk insert of fully-formed row dicts (one executemany, not one round-trip per note)."""

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import case, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -128,6 +128,43 @@ class RunRepository:
             select(RunStepRow).where(RunStepRow.run_id == run_id)
             .order_by(RunStepRow.started_at, RunStepRow.seq)
         ))
+
+    def latest_finished(self, scope: Scope) -> DreamRunRow | None:
+        """The scope's most recently created run that has finished (what open candidates come from)."""
+        return self.session.scalars(
+            select(DreamRunRow)
+            .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None))
+            .order_by(DreamRunRow.created_at.desc())
+            .limit(1)
+        ).first()
+
+    def count_by_status(self, scope: Scope | None = None) -> dict[str, int]:
+        stmt = select(DreamRunRow.status, func.count()).group_by(DreamRunRow.status)
+        if scope is not None:
+            stmt = stmt.where(DreamRunRow.scope_key == scope.key)
+        return {status: count for status, count in self.session.execute(stmt).all()}
+
+    def step_usage(self, scope: Scope | None = None) -> dict[str, dict[str, float]]:
+        """Per phase: model calls (child steps naming a model), tokens (the phase totals on the
+        parent steps, so children are not counted twice) and parent-step durations."""
+        parent = RunStepRow.parent_id.is_(None)
+        calls = func.sum(case((~parent & RunStepRow.model.is_not(None), 1), else_=0))
+        stmt = select(
+            RunStepRow.phase,
+            calls,
+            func.coalesce(func.sum(case((parent, RunStepRow.tokens_in), else_=0)), 0),
+            func.coalesce(func.sum(case((parent, RunStepRow.tokens_out), else_=0)), 0),
+            func.coalesce(func.sum(case((parent, RunStepRow.duration_ms), else_=0.0)), 0.0),
+            func.sum(case((parent & RunStepRow.duration_ms.is_not(None), 1), else_=0)),
+        ).group_by(RunStepRow.phase)
+        if scope is not None:
+            stmt = stmt.where(RunStepRow.scope_key == scope.key)
+        return {
+            phase: {"calls": float(c or 0), "tokens_in": float(ti or 0),
+                    "tokens_out": float(to or 0), "duration_ms_sum": float(d or 0),
+                    "duration_count": float(n or 0)}
+            for phase, c, ti, to, d, n in self.session.execute(stmt).all()
+        }
 
     def lease(self, scope: Scope) -> ScopeLeaseRow | None:
         return self.session.get(ScopeLeaseRow, scope.key)

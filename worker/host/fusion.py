@@ -1,0 +1,214 @@
+"""Fusion for hosts that bring their own model: list candidates, fuse with host text, keep apart.
+
+No model call happens here; the host's LLM judges and writes the fused text, the worker checks
+and applies it in one transaction with the same guarantees as the consolidate phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import Note, NoteStatus, Scope, content_hash, fingerprint_notes
+from worker.embeddings.refresh import ensure_scope_embeddings
+from worker.host.errors import Conflict, Invalid, NotFound
+from worker.host.grounding import ungrounded_facts
+from worker.host.records import note_record
+from worker.phases.consolidate.core import fused_fields, majority_type, revocation_comment
+from worker.similarity import neighbour_pairs
+from worker.store.models import RunStepRow
+
+log = structlog.get_logger(__name__)
+
+KEEP_APART = "keep_apart"
+FUSED = "fused"
+_OPEN_TYPES = {"consolidate": "cluster", "contradictions": "contradiction"}
+
+
+@dataclass
+class FuseResult:
+    note: dict[str, Any]
+    superseded: list[str]
+    warnings: list[str]
+
+
+def fusion_candidates(
+    app: App, scope: Scope, threshold: float = 0.88, limit: int | None = 50
+) -> list[dict[str, Any]]:
+    """Similar active pairs of the scope (most similar first) plus the open items of its latest run.
+
+    Excludes pairs/clusters judged "keep apart" or already fused at their current versions, and
+    anything involving a protected or immutable note.
+    """
+    if not 0.0 <= threshold <= 1.0:
+        raise Invalid("threshold must be between 0 and 1")
+    ensure_scope_embeddings(app, scope)
+    with app.uow() as uow:
+        snap = uow.notes.load_scope(scope)
+        run = uow.runs.latest_finished(scope)
+        steps = uow.runs.steps(run.id) if run is not None else []
+        notes = snap.notes
+        pairs = [(i, j, s) for i, j, s in neighbour_pairs(
+            snap.vectors, threshold, app.settings.ann_threshold)
+            if notes[i].retirable and notes[j].retirable]
+        by_id = snap.by_id()
+        open_items = _open_items(steps, by_id, run.id if run is not None else None)
+        groups = [[notes[i], notes[j]] for i, j, _ in pairs] + [g for _, g in open_items]
+        fps = [fingerprint_notes(g) for g in groups]
+        hidden = set(uow.judgements.known(scope, KEEP_APART, fps))
+        hidden |= set(uow.judgements.known(scope, FUSED, fps))
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for (i, j, sim), fp in zip(pairs, fps, strict=False):
+        if fp in hidden or fp in seen:
+            continue
+        seen.add(fp)
+        out.append({"type": "pair", "note_ids": [notes[i].id, notes[j].id],
+                    "record_a": note_record(notes[i]), "record_b": note_record(notes[j]),
+                    "similarity": round(sim, 4)})
+    for (meta, group), fp in zip(open_items, fps[len(pairs):], strict=True):
+        if fp in hidden or fp in seen:
+            continue
+        seen.add(fp)
+        item: dict[str, Any] = {"type": meta["type"], "note_ids": [n.id for n in group],
+                                "records": [note_record(n) for n in group],
+                                "similarity": meta.get("similarity"), "reason": meta.get("reason"),
+                                "run_id": meta["run_id"], "step_id": meta["step_id"]}
+        if len(group) == 2:
+            item["record_a"], item["record_b"] = item["records"]
+        out.append(item)
+    return out[:limit] if limit is not None else out
+
+
+def _step_note_ids(step: RunStepRow) -> list[str]:
+    for blob in (step.output or {}, step.input or {}):
+        for key in ("note_ids", "ids", "pair", "cluster"):
+            value = blob.get(key)
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return list(value)
+    return []
+
+
+def _open_items(
+    steps: list[RunStepRow], by_id: dict[str, Note], run_id: str | None
+) -> list[tuple[dict[str, Any], list[Note]]]:
+    """Child steps the rule-based judge left open, whose notes are all still active and retirable."""
+    items: list[tuple[dict[str, Any], list[Note]]] = []
+    for step in steps:
+        output = step.output or {}
+        if step.parent_id is None or output.get("verdict") != "open":
+            continue
+        ids = _step_note_ids(step)
+        group = [by_id[i] for i in ids if i in by_id]
+        if len(group) < 2 or len(group) != len(ids) or not all(n.retirable for n in group):
+            continue
+        sim = output.get("similarity", (step.input or {}).get("similarity"))
+        items.append(({"type": _OPEN_TYPES.get(step.phase, step.phase), "run_id": run_id,
+                       "step_id": step.id, "reason": output.get("reason"),
+                       "similarity": sim if isinstance(sim, int | float) else None}, group))
+    return items
+
+
+def _load_sources(app: App, source_ids: Iterable[str], allowed: Scope | None) -> list[Note]:
+    ids = list(dict.fromkeys(source_ids))
+    if len(ids) < 2:
+        raise Invalid("give at least two distinct source ids")
+    with app.uow() as uow:
+        notes = uow.notes.get_many(ids)
+    found = {n.id: n for n in notes if allowed is None or n.scope == allowed}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise NotFound(f"unknown note id {missing[0]}" + (
+            f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    ordered = [found[i] for i in ids]
+    if len({n.scope for n in ordered}) > 1:
+        raise Invalid("source notes belong to different scopes; notes are only fused within one scope")
+    return ordered
+
+
+def _check_fusable(notes: list[Note]) -> None:
+    for n in notes:
+        if n.status != NoteStatus.ACTIVE.value:
+            raise Conflict(f"note {n.id} is {n.status}, not active; only active notes can be fused")
+        if not n.retirable:
+            raise Conflict(f"note {n.id} is {n.protection}; protected notes are never superseded")
+
+
+def fuse(
+    app: App, source_ids: list[str], fused_content: str, fused_importance: float | None = None,
+    strict: bool = False, *, allowed_scope: Scope | None = None, note_type: str | None = None,
+) -> FuseResult:
+    """Create the host's fused note and supersede every source, atomically (R9).
+
+    Sources end revoked with importance 0.0, ``consolidated_into_id`` pointing at the new note, a
+    lineage edge each and an operation-log entry each. ``allowed_scope`` limits which ids exist for
+    the caller (a scoped API token). Ungrounded facts are a warning, or a refusal when ``strict``.
+    """
+    text = (fused_content or "").strip()
+    if not text:
+        raise Invalid("fused_content is empty")
+    limit = app.settings.host.max_fused_chars
+    if len(text) > limit:
+        raise Invalid(f"fused_content has {len(text)} characters; the limit is {limit} "
+                      "(DREAM_HOST__MAX_FUSED_CHARS)")
+    if fused_importance is not None and not 0.0 <= fused_importance <= 1.0:
+        raise Invalid("fused_importance must be between 0 and 1")
+    sources = _load_sources(app, source_ids, allowed_scope)
+    _check_fusable(sources)
+    ungrounded = ungrounded_facts(sources, text)
+    if ungrounded and strict:
+        raise Invalid(f"fused_content states {len(ungrounded)} fact(s) no source contains: "
+                      + ", ".join(ungrounded[:5]))
+    warnings = ([f"not found in any source: {', '.join(ungrounded[:10])}"] if ungrounded else [])
+    scope = sources[0].scope
+    fields = fused_fields(sources, sources)  # same policy as the consolidate phase
+    if fused_importance is not None:
+        fields["importance"] = fused_importance
+    kind = note_type or majority_type(sources)
+    vector = app.embedder.embed([text])[0]
+    now = utcnow()
+    with app.uow() as uow:
+        new_id = uow.notes.create_note(
+            scope=scope, content=text, content_hash=content_hash(text), type=kind,
+            embedding=vector, embedding_model=app.embedder.model_name, run_id=None, now=now,
+            reason="host fuse", comments=f"fused by the host from {len(sources)} notes",
+            **fields,
+        )
+        for note in sources:
+            ok = uow.notes.change(
+                note, run_id=None, reason="host fuse", now=now, status=NoteStatus.REVOKED.value,
+                importance=0.0, consolidated_into_id=new_id, valid_to=now,
+                comments=revocation_comment(new_id, "fused by the host"),
+            )
+            if not ok:
+                uow.rollback()
+                raise Conflict(f"note {note.id} changed or was retired meanwhile; "
+                               "fetch candidates again")
+        uow.notes.add_lineage(scope, [n.id for n in sources], new_id, "fused", None, now)
+        uow.judgements.record(scope, FUSED, fingerprint_notes(sources), [n.id for n in sources],
+                              FUSED, "host fuse", None, now)
+        uow.commit()
+        created = uow.notes.get_many([new_id])[0]
+    log.info("host.fused", scope=scope.key, note_id=new_id, sources=len(sources),
+             ungrounded=len(ungrounded))
+    return FuseResult(note_record(created), [n.id for n in sources], warnings)
+
+
+def keep_apart(
+    app: App, source_ids: list[str], *, allowed_scope: Scope | None = None
+) -> dict[str, Any]:
+    """Record "not the same" for these notes at their current versions (until one changes)."""
+    notes = _load_sources(app, source_ids, allowed_scope)
+    scope = notes[0].scope
+    fp = fingerprint_notes(notes)
+    with app.uow() as uow:
+        uow.judgements.record(scope, KEEP_APART, fp, [n.id for n in notes], KEEP_APART,
+                              "host said keep apart", None, utcnow())
+        uow.commit()
+    log.info("host.kept_apart", scope=scope.key, notes=len(notes))
+    return {"note_ids": [n.id for n in notes], "fingerprint": fp}

@@ -1,0 +1,308 @@
+"""Write-time dedup: a host's new note becomes NOOP (already known), UPDATE (supersedes a shorter
+near-duplicate) or ADD, with one light indexed query and one vectorised comparison per write."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import structlog
+from sqlalchemy.exc import IntegrityError
+
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import NoteStatus, NoteType, Scope, content_hash, normalise_text
+from worker.host.errors import Conflict, Invalid
+
+log = structlog.get_logger(__name__)
+
+Action = Literal["NOOP", "UPDATE", "ADD"]
+_TYPES = {t.value.lower(): t.value for t in NoteType}
+_ACTIVE = NoteStatus.ACTIVE.value
+LONGER_BY = 1.2  # an UPDATE must carry at least 20% more text than the note it supersedes
+
+
+@dataclass(frozen=True)
+class RememberResult:
+    action: Action
+    id: str
+    reason: str
+    similarity: float | None = None
+    superseded_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "id": self.id, "reason": self.reason,
+                "similarity": self.similarity, "superseded_id": self.superseded_id}
+
+
+def decide(
+    best: float | None, new_len: int, old_len: int, noop_threshold: float, update_threshold: float
+) -> tuple[Action, str]:
+    """Pure policy for a write that is not byte-identical (after normalisation) to a note."""
+    if best is None:
+        return "ADD", "no active note of this type in the scope"
+    if best >= noop_threshold:
+        return "NOOP", f"similarity {best:.2f} ≥ noop threshold {noop_threshold:.2f}"
+    if best >= update_threshold and new_len >= LONGER_BY * old_len:
+        return "UPDATE", (f"similarity {best:.2f} ≥ update threshold {update_threshold:.2f} and "
+                          f"the new text is {new_len / max(old_len, 1):.2f}× as long")
+    if best >= update_threshold:
+        return "ADD", (f"similarity {best:.2f} but the new text is not 20% longer; kept both")
+    return "ADD", f"most similar note {best:.2f} < update threshold {update_threshold:.2f}"
+
+
+def derived_id(scope: Scope, normalised: str, attempt: int = 0) -> str:
+    """Deterministic id so concurrent identical writes collide on the primary key (idempotent)."""
+    raw = f"{scope.key}\n{normalised}" + (f"\n#{attempt}" if attempt else "")
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+def words(normalised: str) -> set[str]:
+    return set(normalised.split())
+
+
+# ---- per-process feature cache --------------------------------------------------------------
+class _Grow:
+    """Append-only numpy buffer with amortised doubling (no full copy per append)."""
+
+    def __init__(self, dtype: Any, width: int | None = None) -> None:
+        shape = (64,) if width is None else (64, width)
+        self.data = np.zeros(shape, dtype=dtype)
+        self.n = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self.data):
+            cap = max(need, 2 * len(self.data))
+            grown = np.zeros((cap, *self.data.shape[1:]), dtype=self.data.dtype)
+            grown[: self.n] = self.data[: self.n]
+            self.data = grown
+        self.data[self.n : need] = values
+        self.n = need
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.data[: self.n]
+
+
+class _ScopeFeatures:
+    """Features of one (scope, type)'s notes keyed by ``id + content_hash``. Content never changes
+    under a given hash, so a cached row can be unused (note retired) but never wrong."""
+
+    def __init__(self, dims: int) -> None:
+        self.row: dict[str, int] = {}
+        self.lengths = _Grow(np.int64)
+        self.sizes = _Grow(np.int64)
+        self.tok_flat = _Grow(np.int64)
+        self.tok_owner = _Grow(np.int64)
+        self.vectors = _Grow(np.float32, dims) if dims else None
+
+    @property
+    def n(self) -> int:
+        return self.lengths.n
+
+    def add(self, key: str, normalised: str, token_ids: np.ndarray,
+            vector: np.ndarray | None) -> None:
+        r = self.n
+        self.row[key] = r
+        self.lengths.extend(np.array([len(normalised)]))
+        self.sizes.extend(np.array([len(token_ids)]))
+        self.tok_flat.extend(token_ids)
+        self.tok_owner.extend(np.full(len(token_ids), r, dtype=np.int64))
+        if self.vectors is not None and vector is not None:
+            self.vectors.extend(vector[None, :])
+
+
+class RememberCache:
+    def __init__(self, max_scopes: int = 256) -> None:
+        self.lock = threading.Lock()
+        self.vocab: dict[str, int] = {}
+        self.scopes: OrderedDict[tuple[str, str, str], _ScopeFeatures] = OrderedDict()
+        self.max_scopes = max_scopes
+
+    def token_ids(self, tokens: set[str]) -> np.ndarray:
+        vocab = self.vocab
+        return np.fromiter((vocab.setdefault(t, len(vocab)) for t in sorted(tokens)),
+                           dtype=np.int64, count=len(tokens))
+
+    def features(self, key: tuple[str, str, str], dims: int) -> _ScopeFeatures:
+        feats = self.scopes.get(key)
+        if feats is None or feats.n > 4 * max(len(feats.row), 1024):
+            feats = _ScopeFeatures(dims)  # new, or too many dead rows: start over
+            self.scopes[key] = feats
+        self.scopes.move_to_end(key)
+        while len(self.scopes) > self.max_scopes:
+            self.scopes.popitem(last=False)
+        return feats
+
+
+def _cache(app: App) -> RememberCache:
+    with _CACHE_LOCK:
+        cache = app.extras.get("remember_cache")
+        if cache is None:
+            cache = app.extras["remember_cache"] = RememberCache()
+        return cache  # type: ignore[no-any-return]
+
+
+_CACHE_LOCK = threading.Lock()
+
+
+# ---- the service ----------------------------------------------------------------------------
+def _validate(app: App, content: str, note_type: str) -> tuple[str, str]:
+    text = (content or "").strip()
+    if not text or not normalise_text(text):
+        raise Invalid("content is empty")
+    limit = app.settings.host.max_note_chars
+    if len(text) > limit:
+        raise Invalid(f"content has {len(text)} characters; the limit is {limit} "
+                      "(DREAM_HOST__MAX_NOTE_CHARS)")
+    canonical = _TYPES.get((note_type or "").lower())
+    if canonical is None:
+        raise Invalid(f"type must be one of {', '.join(t.value for t in NoteType)}")
+    return text, canonical
+
+
+def remember(
+    app: App, scope: Scope, content: str, note_type: str = NoteType.CONTEXT.value,
+    importance: float = 0.5,
+) -> RememberResult:
+    """Store a host's note unless the scope already knows it; see the module docstring."""
+    text, kind = _validate(app, content, note_type)
+    if not 0.0 <= importance <= 1.0:
+        raise Invalid("importance must be between 0 and 1")
+    for _ in range(2):
+        result = _remember_once(app, scope, text, kind, importance)
+        if result is not None:
+            log.info("host.remembered", scope=scope.key, action=result.action, note_id=result.id)
+            return result
+    raise Conflict("the note to update changed twice while writing; retry the request")
+
+
+def _remember_once(
+    app: App, scope: Scope, text: str, kind: str, importance: float
+) -> RememberResult | None:
+    settings = app.settings.remember
+    normalised = normalise_text(text)
+    h = content_hash(text)
+    now = utcnow()
+    with app.uow() as uow:
+        same = sorted(uow.notes.with_hash(scope, h), key=lambda r: (r[1] != _ACTIVE, r[0]))
+        live = [r for r in same if r[1] in (_ACTIVE, NoteStatus.PENDING.value)]
+        if live:
+            uow.notes.count_access(live[0][0], now)
+            uow.commit()
+            return RememberResult("NOOP", live[0][0], "identical content already in the scope", 1.0)
+        keys = uow.notes.remember_keys(scope, kind)
+        best_id, best, old_len, vector = _most_similar(app, uow, scope, kind, keys, normalised,
+                                                       text)
+    action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
+                            settings.update_threshold)
+    if action == "NOOP":
+        assert best_id is not None
+        with app.uow() as uow:
+            uow.notes.count_access(best_id, now)
+            uow.commit()
+        return RememberResult("NOOP", best_id, reason, _round(best))
+    taken = {r[0] for r in same}
+    attempt = 0
+    while derived_id(scope, normalised, attempt) in taken:
+        attempt += 1  # the same text was remembered before and has since been retired
+    new_id = derived_id(scope, normalised, attempt)
+    with app.uow() as uow:
+        try:
+            uow.notes.create_note(
+                scope=scope, content=text, content_hash=h, type=kind, embedding=vector,
+                embedding_model=app.embedder.model_name if vector is not None else None,
+                run_id=None, note_id=new_id, now=now, reason=f"remember {action.lower()}",
+                importance=importance, is_auto_generated=False,
+            )
+            uow.session.flush()
+        except IntegrityError:
+            uow.rollback()
+            return _concurrent_noop(app, new_id, now)
+        superseded = None
+        if action == "UPDATE":
+            assert best_id is not None
+            old = uow.notes.get_many([best_id])
+            if not old or not uow.notes.change(
+                old[0], run_id=None, reason="remember update", now=now,
+                status=NoteStatus.REVOKED.value, consolidated_into_id=new_id, valid_to=now,
+                comments=f"superseded by a longer note {new_id}",
+            ):
+                uow.rollback()
+                return None
+            uow.notes.add_lineage(scope, [best_id], new_id, "updated", None, now)
+            superseded = best_id
+        try:
+            uow.commit()
+        except IntegrityError:
+            uow.rollback()
+            return _concurrent_noop(app, new_id, now)
+    return RememberResult(action, new_id, reason, _round(best), superseded)
+
+
+def _concurrent_noop(app: App, note_id: str, now: Any) -> RememberResult:
+    with app.uow() as uow:
+        uow.notes.count_access(note_id, now)
+        uow.commit()
+    return RememberResult("NOOP", note_id, "identical content written concurrently", 1.0)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 4)
+
+
+def _most_similar(
+    app: App, uow: Any, scope: Scope, kind: str, keys: list[str], normalised: str, text: str,
+) -> tuple[str | None, float | None, int, np.ndarray | None]:
+    """Best (id, similarity, its normalised length) among the notes behind ``keys`` (id + hash),
+    plus the new text's vector when the measure is cosine. Unseen notes load in one bulk query."""
+    cosine = app.settings.remember.measure == "cosine"
+    embedder = app.embedder
+    vector = embedder.embed([text])[0] if cosine else None
+    cache = _cache(app)
+    with cache.lock:
+        feats = cache.features((scope.key, kind, app.settings.remember.measure),
+                               embedder.dimensions if cosine else 0)
+        get = feats.row.get
+        rows = [get(k) for k in keys]
+    missing = [k[:-64] for k, r in zip(keys, rows, strict=True) if r is None]
+    if missing:
+        loaded = uow.notes.contents(missing)
+        vecs: list[np.ndarray | None] = [None] * len(loaded)
+        if cosine:
+            vecs = [row[3] if row[3] is not None and row[4] == embedder.model_name else None
+                    for row in loaded]
+            need = [i for i, v in enumerate(vecs) if v is None]
+            if need:
+                fresh = embedder.embed([loaded[i][1] for i in need])
+                for k, i in enumerate(need):
+                    vecs[i] = fresh[k]
+        with cache.lock:
+            for (nid, content, h, _, _), vec in zip(loaded, vecs, strict=True):
+                if nid + h not in feats.row:
+                    norm = normalise_text(content)
+                    feats.add(nid + h, norm, cache.token_ids(words(norm)), vec)
+            get = feats.row.get
+            rows = [get(k) for k in keys]
+    present = [(k, r) for k, r in zip(keys, rows, strict=True) if r is not None]
+    if not present:
+        return None, None, 0, vector
+    idx = np.fromiter((r for _, r in present), dtype=np.int64, count=len(present))
+    with cache.lock:
+        if cosine:
+            assert feats.vectors is not None and vector is not None
+            sims_all = feats.vectors.view @ vector.astype(np.float32)
+        else:
+            new_ids = cache.token_ids(words(normalised))
+            hit = np.isin(feats.tok_flat.view, new_ids)
+            inter = np.bincount(feats.tok_owner.view[hit], minlength=feats.n)
+            union = feats.sizes.view + len(new_ids) - inter
+            sims_all = inter / np.maximum(union, 1)
+        sims = sims_all[idx]
+        k = int(np.argmax(sims))  # first maximum: ties go to the earliest cached note
+        return present[k][0][:-64], float(sims[k]), int(feats.lengths.view[present[k][1]]), vector
