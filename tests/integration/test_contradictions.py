@@ -74,8 +74,8 @@ def with_stub(app: App, stub: LLMStub, judge: Judge = topics, extra: list | None
     return app
 
 
-def run_phase(app: App, scope: Scope = SCOPE, dry_run: bool = False) -> str:
-    run_id = service.create_run(app, scope, force=True, phases=["contradictions"], clock=NOW,
+def run_phase(app: App, scope: Scope = SCOPE, dry_run: bool = False, force: bool = True) -> str:
+    run_id = service.create_run(app, scope, force=force, phases=["contradictions"], clock=NOW,
                                 dry_run=dry_run)
     assert run_id
     service.execute_run(app, run_id)
@@ -256,6 +256,22 @@ def test_dry_run_applies_nothing(app: App, llm_stub: LLMStub) -> None:
     assert phase_step(app, run_id)["output"]["conflicts_resolved"] == 1
     with app.uow() as uow:
         assert uow.judgements.judged_pairs(SCOPE) == set()
+
+
+def test_blast_radius_guard_stops_revocations(app: App, llm_stub: LLMStub) -> None:
+    """R20: a revocation over the guard's share is rolled back; the trip is a step and a review."""
+    with_stub(app, llm_stub)
+    app.settings.guard.min_scope_size = 1
+    app.settings.guard.max_retire_share = 0.4
+    add_notes(app, {"id": "old", "content": METRIC, "created_at": days_ago(20)},
+              {"id": "new", "content": IMPERIAL, "created_at": days_ago(1)})
+    run_id = run_phase(app, force=False)
+    assert {n.status for n in rows(app).values()} == {"active"}
+    step = phase_step(app, run_id)
+    assert step["output"]["pairs_guarded"] == 1 and step["output"]["conflicts_resolved"] == 0
+    assert [c["name"] for c in step["children"]] == ["blast_radius_guard", "model"]
+    with app.uow() as uow:
+        assert [r.kind for r in uow.session.query(ReviewRow).all()] == ["blast_radius"]
 
 
 def test_rule_judge_settles_duplicates_and_leaves_conflicts_open(app: App) -> None:

@@ -39,6 +39,7 @@ from worker.phases.contradictions.core import (
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
+from worker.safety.guard import check_retire, record_trip
 from worker.similarity import neighbour_pairs
 
 log = structlog.get_logger(__name__)
@@ -135,7 +136,7 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     else:
         results = _ask_all(ctx, llm, groups, notes)
 
-    outcomes = _apply(ctx, results, notes, counters)
+    outcomes = _apply(ctx, parent_step_id, results, notes, counters)
     _record_batches(ctx, parent_step_id, results, outcomes)
 
     calls = sum(r.outcome.attempts for r in results if r.outcome is not None)
@@ -211,7 +212,7 @@ def _ask_batch(
 # ---- applying -------------------------------------------------------------------------------
 
 def _apply(
-    ctx: PhaseContext, results: list[BatchResult], notes: dict[str, Note],
+    ctx: PhaseContext, parent_step_id: str, results: list[BatchResult], notes: dict[str, Note],
     counters: dict[str, Any],
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """Apply every verdict in a fixed order; returns what happened to each pair (for the steps)."""
@@ -219,6 +220,8 @@ def _apply(
     retired: set[str] = set()  # revoked by this phase already: never applied twice
     done: dict[tuple[str, str], dict[str, Any]] = {}
     remember: list[Verdict] = []
+    guard_reason: str | None = None
+    guarded: list[str] = []
     verdicts = [v for r in results for v in r.verdicts]
     counters["pairs_judged"] = len(verdicts)
     for verdict in apply_order(verdicts, notes):
@@ -235,14 +238,24 @@ def _apply(
         if decision.action == "none":
             remember.append(verdict)
             continue
+        if decision.action == "revoke" and guard_reason is not None:
+            guarded.append(decision.loser_id or "")
+            entry["action"] = "guarded"
+            continue
         if ctx.dry_run:
             entry["dry_run"] = True
-            applied = True
+            result = "ok"
         elif decision.action == "revoke":
-            applied = _revoke(ctx, verdict, decision, notes)
+            result = _revoke(ctx, verdict, decision, notes)
         else:
-            applied = _flag(ctx, verdict, a, b, decision)
-        if not applied:
+            result = "ok" if _flag(ctx, verdict, a, b, decision) else "stale"
+        if result.startswith("guard:"):
+            # The blast-radius guard said no (R20): this and every later revocation stays undone.
+            guard_reason = result.removeprefix("guard:")
+            guarded.append(decision.loser_id or "")
+            entry["action"] = "guarded"
+            continue
+        if result == "stale":
             entry["action"] = "stale"
             counters["pairs_skipped_stale"] += 1
             continue
@@ -253,6 +266,9 @@ def _apply(
             counters[key] += 1
         else:
             counters["conflicts_flagged"] += 1
+    if guard_reason is not None:
+        counters["pairs_guarded"] = len(guarded)
+        record_trip(ctx, parent_step_id, PHASE, guard_reason, guarded)
     if remember and not ctx.dry_run:
         with ctx.uow() as uow:
             uow.check_lease(ctx.run_id, ctx.epoch)
@@ -276,7 +292,8 @@ def _remember(ctx: PhaseContext, uow: Any, verdict: Verdict, notes: dict[str, No
     )
 
 
-def _revoke(ctx: PhaseContext, verdict: Verdict, decision: Decision, notes: dict[str, Note]) -> bool:
+def _revoke(ctx: PhaseContext, verdict: Verdict, decision: Decision, notes: dict[str, Note]) -> str:
+    """ok | stale (a note changed since the plan) | guard:<reason> (the blast-radius guard)."""
     assert decision.winner_id is not None and decision.loser_id is not None
     winner, loser = notes[decision.winner_id], notes[decision.loser_id]
     reason = verdict.reason or decision.why
@@ -288,21 +305,25 @@ def _revoke(ctx: PhaseContext, verdict: Verdict, decision: Decision, notes: dict
     with ctx.uow() as uow:
         uow.check_lease(ctx.run_id, ctx.epoch)
         if not _fresh(uow, winner, loser):
-            return False
+            return "stale"
+        refusal = check_retire(uow, ctx, [loser])  # R20
+        if refusal is not None:
+            uow.rollback()
+            return f"guard:{refusal}"
         existing = uow.notes.comments_of([loser.id]).get(loser.id)
         changes["comments"] = append_comment(
             existing, resolved_comment(winner.id, decision.kind, reason))
         if not uow.notes.change(loser, run_id=ctx.run_id, now=ctx.now,
                                 reason=f"contradictions.{decision.kind}", **changes):
             uow.rollback()
-            return False
+            return "stale"
         uow.notes.add_lineage(ctx.scope, [loser.id], winner.id, LINEAGE[decision.kind],
                               ctx.run_id, ctx.now)
         _remember(ctx, uow, verdict, notes)
         crashpoint("contradictions.after_revoke")
         uow.commit()
     loser.status = NoteStatus.REVOKED.value
-    return True
+    return "ok"
 
 
 def _flag(ctx: PhaseContext, verdict: Verdict, a: Note, b: Note, decision: Decision) -> bool:
