@@ -1,0 +1,271 @@
+"""FastAPI app factory: the host API, ops endpoints and the read-only dashboard.
+
+Routes only translate HTTP into calls to worker.host / worker.runs / worker.reporting.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import structlog
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sqlalchemy import text
+
+from worker.api import metrics
+from worker.api.auth import Principal, authenticate, bearer, parse_tokens
+from worker.api.schemas import CandidatesIn, FuseIn, KeepApartIn, NoteIn, RunIn, ScopeIn, UndoIn
+from worker.app import App
+from worker.clock import parse_timestamp
+from worker.domain.types import RunStatus, Scope
+from worker.host import HostError, NotFound, fuse, fusion_candidates, keep_apart, remember
+from worker.host.errors import Invalid
+from worker.runs.service import RunError
+
+log = structlog.get_logger(__name__)
+TOKEN_COOKIE = "dream_token"
+_TEMPLATES = Path(__file__).parent / "templates"
+
+
+class Unauthorized(Exception):
+    pass
+
+
+def create_api(app: App) -> FastAPI:
+    """One FastAPI application over an already-built App (settings, engine, embedder)."""
+    tokens = parse_tokens(app.settings.api_tokens)
+    api = FastAPI(title="dream-worker host API", version="1",
+                  description="Fusion candidates and fuse, write-time dedup, dream runs. Every "
+                              "endpoint except /healthz needs `Authorization: Bearer <token>`.")
+    api.state.app = app
+    jinja = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape())
+    jinja.globals.update(counts=_counts, numbers=_numbers)
+
+    def principal(request: Request) -> Principal:
+        found = authenticate(tokens, bearer(request.headers.get("authorization")))
+        if found is None:
+            raise Unauthorized()
+        return found
+
+    Caller = Annotated[Principal, Depends(principal)]
+
+    @api.exception_handler(Unauthorized)
+    async def _unauthorized(request: Request, exc: Unauthorized) -> Response:
+        return JSONResponse({"error": "unauthorized", "detail": "missing or unknown bearer token"},
+                            status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+    @api.exception_handler(HostError)
+    async def _host_error(request: Request, exc: HostError) -> Response:
+        return JSONResponse({"error": exc.code, "detail": str(exc)}, status_code=exc.status)
+
+    @api.exception_handler(RunError)
+    async def _run_error(request: Request, exc: RunError) -> Response:
+        status = 404 if str(exc).startswith("no run with id") else 409
+        return JSONResponse({"error": "not_found" if status == 404 else "conflict",
+                             "detail": str(exc)}, status_code=status)
+
+    @api.middleware("http")
+    async def _access_log(request: Request, call_next: Any) -> Response:
+        started = time.perf_counter()
+        response: Response = await call_next(request)
+        # Path only: the query string may carry the dashboard token.
+        log.info("api.request", method=request.method, path=request.url.path,
+                 status=response.status_code, ms=round((time.perf_counter() - started) * 1000, 1))
+        return response
+
+    # ---- fusion ---------------------------------------------------------------------------
+    @api.post("/api/forgetting/fusion-candidates", tags=["forgetting"])
+    def candidates(body: CandidatesIn, who: Caller) -> dict[str, Any]:
+        """Similar active pairs of a scope plus open items the rule-based judge left."""
+        scope = _scope_for(who, body.scope)
+        return {"candidates": fusion_candidates(app, scope, body.threshold, body.limit)}
+
+    @api.post("/api/forgetting/fuse", status_code=201, tags=["forgetting"])
+    def fuse_notes(body: FuseIn, who: Caller) -> dict[str, Any]:
+        """Replace the sources with the host's fused text in one transaction."""
+        result = fuse(app, body.source_ids, body.fused_content, body.fused_importance,
+                      body.strict, allowed_scope=who.scope, note_type=body.type)
+        return {"note": result.note, "superseded": result.superseded, "warnings": result.warnings}
+
+    @api.post("/api/forgetting/keep-apart", tags=["forgetting"])
+    def keep_notes_apart(body: KeepApartIn, who: Caller) -> dict[str, Any]:
+        """Never offer these notes together again until one of them changes."""
+        return keep_apart(app, body.source_ids, allowed_scope=who.scope)
+
+    # ---- notes ----------------------------------------------------------------------------
+    @api.post("/api/notes", tags=["notes"])
+    def add_note(body: NoteIn, who: Caller, response: Response) -> dict[str, Any]:
+        """Write-time dedup: NOOP (already known), UPDATE (supersedes a shorter one) or ADD."""
+        result = remember(app, _scope_for(who, body.scope), body.content, body.type,
+                          body.importance)
+        response.status_code = 200 if result.action == "NOOP" else 201
+        return result.as_dict()
+
+    # ---- runs -----------------------------------------------------------------------------
+    @api.get("/api/runs", tags=["runs"])
+    def list_runs(
+        who: Caller, scope: str | None = Query(None, description='Scope key, e.g. ["agent",null,null]'),
+        agent_id: str | None = None, user_id: str | None = None, company_id: str | None = None,
+        status: str | None = None, since: str | None = None,
+        limit: int = Query(50, ge=1, le=500),
+    ) -> dict[str, Any]:
+        from worker.reporting import list_runs as _list
+
+        wanted = _query_scope(scope, agent_id, user_id, company_id)
+        if who.scope is not None:
+            if wanted is not None and wanted != who.scope:
+                raise NotFound("no such scope")
+            wanted = who.scope
+        when = None
+        if since:
+            try:
+                when = parse_timestamp(since)
+            except ValueError as exc:
+                raise Invalid(f"since: {exc}") from None
+        return {"runs": _list(app, scope=wanted, status=status, since=when, limit=limit)}
+
+    @api.get("/api/runs/{run_id}", tags=["runs"])
+    def show_run(run_id: str, who: Caller) -> dict[str, Any]:
+        return _visible_run(app, run_id, who)
+
+    @api.post("/api/runs", status_code=202, tags=["runs"])
+    def start_run(body: RunIn, who: Caller) -> dict[str, Any]:
+        """Create a run; Celery executes it when DREAM_BROKER_URL is set, else a thread here."""
+        from worker.runs import service
+
+        scope = _scope_for(who, body.scope)
+        if not body.force:
+            decision = service.scope_gate(app, scope)
+            if not decision.due:
+                raise RunError(f"not due for {scope.key}: {decision.reason}; send force=true")
+        run_id = service.create_run(app, scope, trigger="api", force=body.force,
+                                    dry_run=body.dry_run)
+        if run_id is None:
+            raise RunError(f"a run is already queued or running for {scope.key}")
+        mode = _dispatch(app, run_id)
+        return {"run_id": run_id, "status": RunStatus.QUEUED.value, "mode": mode}
+
+    @api.post("/api/runs/{run_id}/undo", tags=["runs"])
+    def undo(run_id: str, who: Caller, body: UndoIn | None = None) -> Any:
+        _visible_run(app, run_id, who)
+        try:
+            from worker.safety.undo import undo_run
+        except ModuleNotFoundError:
+            return JSONResponse({"error": "not_implemented", "detail": "undo is not available"},
+                                status_code=501)
+        result = undo_run(app, run_id, force_cascade=bool(body and body.force_cascade))
+        return {"run_ids": result.run_ids, "restored": result.restored,
+                "retired": result.retired, "overwritten": result.overwritten,
+                "missing": result.missing}
+
+    # ---- ops ------------------------------------------------------------------------------
+    @api.get("/healthz", tags=["ops"])
+    def healthz() -> Any:
+        """Liveness plus a database round-trip; no token needed."""
+        try:
+            with app.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        except Exception as exc:  # any driver error means "not healthy", never a 500
+            log.warning("api.health_failed", error_type=type(exc).__name__)
+            return JSONResponse({"status": "unavailable", "database": "down"}, status_code=503)
+        return {"status": "ok", "database": "ok"}
+
+    @api.get("/metrics", response_class=PlainTextResponse, tags=["ops"])
+    def prometheus(who: Caller) -> PlainTextResponse:
+        """Runs and notes by status, model calls and tokens, phase durations (a scoped token
+        sees its own scope's figures)."""
+        body = metrics.render(metrics.collect(app, who.scope))
+        return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
+
+    @api.get("/dashboard", response_class=HTMLResponse, include_in_schema=False)
+    def dashboard(request: Request, token: str | None = None,
+                  run: str | None = None) -> Response:
+        from worker.reporting import list_runs as _list
+
+        given = token or request.cookies.get(TOKEN_COOKIE) or bearer(
+            request.headers.get("authorization"))
+        who = authenticate(tokens, given)
+        if who is None:
+            return HTMLResponse(jinja.get_template("login.html").render(), status_code=401)
+        runs = _list(app, scope=who.scope, limit=20)
+        selected = run or (runs[0]["id"] if runs else None)
+        tree = None
+        if selected:
+            try:
+                tree = _visible_run(app, selected, who)
+            except (NotFound, RunError):
+                tree = None
+        html = jinja.get_template("dashboard.html").render(runs=runs, tree=tree, who=who.label)
+        response = HTMLResponse(html)
+        if token:
+            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+        return response
+
+    return api
+
+
+def _counts(by_status: dict[str, int] | None) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted((by_status or {}).items())) or "—"
+
+
+def _numbers(output: dict[str, Any] | None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (output or {}).items()
+                     if isinstance(v, int | float) and not isinstance(v, bool))
+
+
+def _scope_for(who: Principal, requested: ScopeIn | None) -> Scope:
+    """The scope a request acts on: a scoped token's own, or the admin's explicit choice."""
+    if who.scope is not None:
+        if requested is not None and requested.to_scope() != who.scope:
+            raise NotFound("no such scope")
+        return who.scope
+    if requested is None:
+        raise Invalid("scope is required with an admin token")
+    return requested.to_scope()
+
+
+def _query_scope(key: str | None, agent_id: str | None, user_id: str | None,
+                 company_id: str | None) -> Scope | None:
+    if key:
+        try:
+            return Scope.from_key(key)
+        except (ValueError, TypeError):
+            raise Invalid('scope must be a scope key such as ["agent",null,null]') from None
+    if agent_id:
+        return Scope(agent_id, user_id, company_id)
+    if user_id or company_id:
+        raise Invalid("user_id and company_id need agent_id")
+    return None
+
+
+def _visible_run(app: App, run_id: str, who: Principal) -> dict[str, Any]:
+    from worker.reporting import run_tree
+
+    tree = run_tree(app, run_id)
+    if who.scope is not None and tree["scope"] != who.scope.key:
+        raise NotFound(f"no run with id {run_id}")
+    return tree
+
+
+def _dispatch(app: App, run_id: str) -> str:
+    if app.settings.broker_url:
+        from worker.tasks import enqueue_run
+
+        enqueue_run(run_id)
+        return "celery"
+    from worker.runs.service import execute_run
+
+    def work() -> None:
+        try:
+            execute_run(app, run_id)
+        except Exception as exc:  # the run row records phase failures; this is a last resort
+            log.exception("api.run_failed", run_id=run_id, error_type=type(exc).__name__)
+
+    thread = threading.Thread(target=work, name=f"dream-run-{run_id[:8]}", daemon=True)
+    app.extras.setdefault("api_threads", []).append(thread)
+    thread.start()
+    return "in_process"

@@ -1,0 +1,48 @@
+"""Prometheus text exposition of run, note, model-usage and phase-duration counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.app import App
+from worker.domain.types import Scope
+
+
+def _esc(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def collect(app: App, scope: Scope | None) -> dict[str, Any]:
+    with app.uow() as uow:
+        return {"runs": uow.runs.count_by_status(scope), "notes": uow.notes.count_by_status(scope),
+                "phases": uow.runs.step_usage(scope)}
+
+
+def render(data: dict[str, Any]) -> str:
+    """Pure: the collected counts as Prometheus text format 0.0.4."""
+    lines: list[str] = []
+
+    def family(name: str, kind: str, help_: str, samples: list[tuple[dict[str, str], float]]) -> None:
+        lines.append(f"# HELP {name} {help_}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            label = ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(labels.items()))
+            lines.append(f"{name}{{{label}}} {value:g}" if label else f"{name} {value:g}")
+
+    family("dream_runs", "gauge", "Dream runs by status.",
+           [({"status": s}, float(n)) for s, n in sorted(data["runs"].items())])
+    family("dream_notes", "gauge", "Notes by status.",
+           [({"status": s}, float(n)) for s, n in sorted(data["notes"].items())])
+    phases = sorted(data["phases"].items())
+    family("dream_model_calls_total", "counter", "Model calls recorded in run steps, by phase.",
+           [({"phase": p}, u["calls"]) for p, u in phases])
+    family("dream_model_tokens_total", "counter", "Model tokens by phase and direction.",
+           [({"phase": p, "direction": d}, u[f"tokens_{d}"]) for p, u in phases
+            for d in ("in", "out")])
+    family("dream_phase_duration_seconds", "summary", "Wall time of phase steps.", [])
+    for p, u in phases:
+        lines.append(f'dream_phase_duration_seconds_sum{{phase="{_esc(p)}"}} '
+                     f"{u['duration_ms_sum'] / 1000:g}")
+        lines.append(f'dream_phase_duration_seconds_count{{phase="{_esc(p)}"}} '
+                     f"{u['duration_count']:g}")
+    return "\n".join(lines) + "\n"

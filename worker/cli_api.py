@@ -1,0 +1,30 @@
+"""`dream api`: serve the host API and dashboard with uvicorn."""
+
+from __future__ import annotations
+
+import click
+
+from worker.cli import UserError, _app, user_errors
+
+
+@click.command("api")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.pass_context
+@user_errors
+def api_cmd(ctx: click.Context, host: str, port: int) -> None:
+    """Serve the HTTP API (tokens from DREAM_API_TOKENS; /healthz needs none)."""
+    import uvicorn
+
+    from worker.api import create_api
+
+    app = _app(ctx)
+    if not app.settings.api_tokens:
+        raise UserError("DREAM_API_TOKENS is not set; every request would be refused. Set it to "
+                        '{"<token>": {"role": "admin"}} (tokens ≥ 16 characters)')
+    # uvicorn's access log would print query strings (the dashboard token): ours logs paths only.
+    uvicorn.run(create_api(app), host=host, port=port, access_log=False, log_config=None)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(api_cmd)

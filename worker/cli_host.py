@@ -1,0 +1,121 @@
+"""`dream candidates`, `dream fuse`, `dream keep-apart`, `dream notes add`: thin shells over
+worker.host (the same functions the HTTP API calls)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from worker.cli import UserError, _app, user_errors
+from worker.domain.types import NoteType, Scope
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def host_errors(fn: F) -> F:
+    """Refusals from worker.host become one line and exit status 2 (nothing was written)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from worker.host import HostError
+
+        try:
+            return fn(*args, **kwargs)
+        except HostError as exc:
+            raise UserError(str(exc)) from None
+
+    return user_errors(wrapper)  # type: ignore[return-value]
+
+
+def _scope(agent: str, user: str | None, company: str | None) -> Scope:
+    return Scope(agent, user, company)
+
+
+def _scope_options(fn: F) -> F:
+    fn = click.option("--company", default=None)(fn)
+    fn = click.option("--user", default=None)(fn)
+    return click.option("--agent", required=True, help="Scope: agent id.")(fn)  # type: ignore[return-value]
+
+
+@click.command("candidates")
+@_scope_options
+@click.option("--threshold", default=0.88, show_default=True, type=click.FloatRange(0, 1))
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500))
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@host_errors
+def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
+                   threshold: float, limit: int, as_json: bool) -> None:
+    """Fusion candidates of one scope: similar pairs plus open items of its latest run."""
+    from worker.host import fusion_candidates
+
+    items = fusion_candidates(_app(ctx), _scope(agent, user, company), threshold, limit)
+    if as_json:
+        click.echo(json.dumps({"candidates": items}, indent=2))
+        return
+    if not items:
+        click.echo("no candidates")
+    for item in items:
+        sim = item.get("similarity")
+        click.echo(f"{item['type']:<13} {'' if sim is None else f'{sim:.3f}':>6}  "
+                   + "  ".join(item["note_ids"]))
+
+
+@click.command("fuse")
+@click.argument("source_ids", nargs=-1, required=True)
+@click.option("--content", required=True, help="The fused text (your model's answer).")
+@click.option("--importance", type=click.FloatRange(0, 1), default=None)
+@click.option("--strict", is_flag=True, help="Refuse text with facts no source states.")
+@click.pass_context
+@host_errors
+def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
+             importance: float | None, strict: bool) -> None:
+    """Replace SOURCE_IDS with one fused note (sources revoked, pointer and lineage kept)."""
+    from worker.host import fuse
+
+    result = fuse(_app(ctx), list(source_ids), content, importance, strict)
+    click.echo(f"fused {len(result.superseded)} notes into {result.note['id']}")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+@click.command("keep-apart")
+@click.argument("source_ids", nargs=-1, required=True)
+@click.pass_context
+@host_errors
+def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
+    """Never offer SOURCE_IDS as a candidate again until one of them changes."""
+    from worker.host import keep_apart
+
+    result = keep_apart(_app(ctx), list(source_ids))
+    click.echo(f"kept apart: {' '.join(result['note_ids'])}")
+
+
+@click.command("add")
+@_scope_options
+@click.option("--content", required=True)
+@click.option("--type", "note_type", default="Context", show_default=True,
+              type=click.Choice([t.value for t in NoteType], case_sensitive=False))
+@click.option("--importance", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@click.pass_context
+@host_errors
+def notes_add_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
+                  content: str, note_type: str, importance: float) -> None:
+    """Remember one note with write-time dedup; prints NOOP, UPDATE or ADD, the id and why."""
+    from worker.host import remember
+
+    result = remember(_app(ctx), _scope(agent, user, company), content, note_type, importance)
+    click.echo(f"{result.action} {result.id}  ({result.reason})")
+
+
+def register(main: click.Group) -> None:
+    main.add_command(candidates_cmd)
+    main.add_command(fuse_cmd)
+    main.add_command(keep_apart_cmd)
+    notes = main.commands.get("notes")
+    if isinstance(notes, click.Group):
+        notes.add_command(notes_add_cmd)
