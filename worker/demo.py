@@ -13,8 +13,8 @@ from worker.app import build_app
 from worker.clock import utcnow
 from worker.config import load_settings
 from worker.domain.types import Scope
-from worker.logging import configure_logging
 from worker.ingest import import_entities, import_notes, import_sessions
+from worker.logging import configure_logging
 from worker.reporting import run_tree
 from worker.runs import service
 from worker.store.migrate import upgrade
@@ -38,8 +38,9 @@ def demo_notes(now_iso: Callable[[int], str]) -> list[dict[str, object]]:
         {"id": "py-4", **scope, "type": "Preference",
          "content": "User prefers Python 3.12 with type hints and pytest",
          "created_at": now_iso(20), "access_count": 2},
+        # Worded close to py-4: the built-in hashing embedder sees shared words, not meaning.
         {"id": "py-5", **scope, "type": "Preference",
-         "content": "User moved from pytest to unittest for Python 3.12 projects",
+         "content": "User prefers Python 3.12 with type hints and unittest, not pytest",
          "created_at": now_iso(3), "access_count": 1},
         # Contradiction: the newer fact should retire the older one (with a model judging).
         {"id": "units-old", **scope, "type": "Preference",
@@ -128,9 +129,15 @@ def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
         counters = ", ".join(f"{k}={v}" for k, v in output.items() if isinstance(v, int | float))
         echo(f"  {step['phase']:<15} {step['status']:<9} {counters}")
         for child in step["children"]:
-            verdict = (child["output"] or {}).get("verdict") or child["status"]
-            reason = (child["output"] or {}).get("reason") or ""
+            out = child["output"] or {}
+            verdict = out.get("verdict") or child["status"]
+            reason = out.get("reason") or ""
             echo(f"      - {child['name']}: {verdict}{' — ' + reason if reason else ''}")
+            if step["phase"] == "consolidate" and out.get("note_ids"):
+                echo(f"          notes: {', '.join(out['note_ids'])}")
+                if out.get("content") and verdict in ("merge", "stale"):
+                    target = f" → {out['new_note_id']}" if out.get("new_note_id") else ""
+                    echo(f"          fused{target}: {out['content']}")
     with app.uow() as uow:  # type: ignore[attr-defined]
         scope = Scope(tree["agent_id"], tree["user_id"], tree["company_id"])
         snap = uow.notes.load_scope(scope, statuses=("active", "revoked", "archived"))

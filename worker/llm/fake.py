@@ -17,8 +17,8 @@ A rule matches when ``prompt`` (optional) equals the prompt name and every ``con
 Optional per rule: ``not_contains``, ``times`` (use at most N times), ``latency`` (seconds).
 Templates inside a reply: the string ``"$aliases"`` becomes the list of note aliases (n1, n2, …)
 in the prompt, ``"$ids"`` the list of ids matched by the rule's ``ids`` regex (default: values of
-``"pair_id"``/``"id"`` keys), and a key ``"<name>_all": {...}`` becomes ``"<name>": [{...,
-"<id_field>": id} for each id]`` (``id_field`` defaults to ``"pair_id"``). A reply that is a
+``"pair"``/``"pair_id"``/``"id"`` keys), and a key ``"<name>_all": {...}`` becomes
+``"<name>": [{..., "<id_field>": id} for each id]`` (``id_field`` defaults to ``"pair"``). A reply that is a
 string is sent as raw text (use it to script invalid JSON).
 """
 
@@ -41,7 +41,7 @@ from worker.llm.openai_compat import parse_content
 ReplyFn = Callable[[str, str, str], Any]  # (prompt_name, system, user) -> reply
 
 _ALIAS = re.compile(r'"alias"\s*:\s*"(n\d+)"')
-_DEFAULT_IDS = r'"(?:pair_id|id)"\s*:\s*"([^"]+)"'
+_DEFAULT_IDS = r'"(?:pair|pair_id|id)"\s*:\s*"([^"]+)"'
 
 
 @dataclass
@@ -55,7 +55,7 @@ class FakeRule:
     times: int | None = None
     latency: float = 0.0
     ids: str = _DEFAULT_IDS
-    id_field: str = "pair_id"
+    id_field: str = "pair"
     used: int = 0
 
     def matches(self, prompt_name: str, text: str) -> bool:
@@ -128,7 +128,7 @@ class FakeLLM:
                     not_contains=[not_contains] if isinstance(not_contains, str)
                     else list(not_contains),
                     times=raw.get("times"), latency=float(raw.get("latency", 0.0)),
-                    ids=raw.get("ids", _DEFAULT_IDS), id_field=raw.get("id_field", "pair_id"),
+                    ids=raw.get("ids", _DEFAULT_IDS), id_field=raw.get("id_field", "pair"),
                 ))
                 re.compile(rules[-1].ids)
             except (TypeError, ValueError, re.error) as exc:
@@ -156,7 +156,7 @@ class FakeLLM:
         if callable(reply):
             reply = reply(prompt_name, system, user)
         ids_pattern = rule.ids if rule is not None else _DEFAULT_IDS
-        id_field = rule.id_field if rule is not None else "pair_id"
+        id_field = rule.id_field if rule is not None else "pair"
         if isinstance(reply, str):
             raw = reply
             data = parse_content(reply)
@@ -177,7 +177,7 @@ def _unique(items: list[str]) -> list[str]:
 
 
 def expand_templates(reply: Any, prompt_text: str, ids_pattern: str = _DEFAULT_IDS,
-                     id_field: str = "pair_id") -> Any:
+                     id_field: str = "pair") -> Any:
     """Fill ``$aliases`` / ``$ids`` and ``<name>_all`` keys from the rendered prompt."""
     aliases = _unique(_ALIAS.findall(prompt_text))
     ids = _unique(re.findall(ids_pattern, prompt_text))

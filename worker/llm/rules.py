@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -121,11 +121,14 @@ class RuleGroup:
     rule: str  # identical | contained
 
 
-def rule_groups(notes: Sequence[Note]) -> tuple[list[RuleGroup], list[str]]:
+def rule_groups(
+    notes: Sequence[Note], related: Callable[[Note, Note], bool] | None = None,
+) -> tuple[list[RuleGroup], list[str]]:
     """Partition a candidate cluster into groups the rules settle and ids left open.
 
     Each note joins the richest (then newest) note that subsumes it; a note that subsumes no
-    other and is subsumed by none stays open. Deterministic in the input order.
+    other and is subsumed by none stays open. ``related`` (e.g. cosine ≥ the rule threshold) must
+    also hold between a note and the one it joins. Deterministic whatever the input order.
     """
     ordered = sorted(notes, key=_richness, reverse=True)
     heads: dict[str, list[Note]] = {}
@@ -137,7 +140,9 @@ def rule_groups(notes: Sequence[Note]) -> tuple[list[RuleGroup], list[str]]:
         for other in ordered:
             if other.id == head.id or other.id in placed or other.id in heads:
                 continue
-            if same_or_contained(other.content, head.content):
+            if (related is None or related(other, head)) and same_or_contained(
+                other.content, head.content
+            ):
                 members.append(other)
         if len(members) > 1:
             heads[head.id] = members

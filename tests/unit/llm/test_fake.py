@@ -51,11 +51,11 @@ def test_no_rule_and_no_default_is_an_llm_error() -> None:
 def test_templates_expand_aliases_and_per_id_lists() -> None:
     """$aliases lists the prompt's note aliases; <name>_all repeats an item for every id."""
     reply = {"source_ids": "$aliases", "verdicts_all": {"relation": "conflicting"}}
-    text = PROMPT + ' {"pair_id": "p1"} {"pair_id": "p2"} {"pair_id": "p1"}'
+    text = PROMPT + ' {"pair": "p1"} {"pair": "p2"} {"pair": "p1"}'
     assert expand_templates(reply, text) == {
         "source_ids": ["n1", "n2"],
-        "verdicts": [{"relation": "conflicting", "pair_id": "p1"},
-                     {"relation": "conflicting", "pair_id": "p2"}],
+        "verdicts": [{"relation": "conflicting", "pair": "p1"},
+                     {"relation": "conflicting", "pair": "p2"}],
     }
 
 

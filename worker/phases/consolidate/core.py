@@ -45,9 +45,9 @@ def plan_clusters(
 ) -> ClusterPlan:
     """Deterministic clusters of ``min_size``..``max_size`` notes, each coherent.
 
-    Connected components of the similarity graph are grown greedily from the best-connected
-    seed (ties by id): a candidate joins only if its mean similarity to the members so far is
-    at least ``threshold``, so a chain A~B~C with A≁C does not become one cluster and an
+    Within each connected component of the similarity graph, a cluster grows greedily from the
+    best-connected seed (ties by id), each time adding the note with the highest mean similarity
+    to the members so far, while that mean is at least ``threshold``; so a chain A~B~C with A≁C does not become one cluster and an
     oversized component splits into several coherent clusters. A group smaller than
     ``min_size`` is kept only as a pair containing an ephemeral note; members that fit nowhere
     are returned as leftovers.
@@ -66,17 +66,7 @@ def plan_clusters(
         pool = set(component)
         while pool:
             seed = min(pool, key=lambda i: (-len(adjacency[i].keys() & pool), ids[i]))
-            candidates = sorted(
-                (j for j in adjacency[seed] if j in pool),
-                key=lambda j: (-adjacency[seed][j], ids[j]),
-            )
-            members = [seed]
-            for j in candidates:
-                if len(members) >= max_size:
-                    break
-                sims = [float(vectors[j] @ vectors[m]) for m in members]
-                if sum(sims) / len(sims) >= threshold:
-                    members.append(j)
+            members = _grow(seed, pool, vectors, ids, threshold, max_size)
             ephemeral = any(notes[m].protection == Protection.EPHEMERAL.value for m in members)
             if len(members) >= min_size or (ephemeral_pairs and ephemeral and len(members) >= 2):
                 pool.difference_update(members)
@@ -86,6 +76,28 @@ def plan_clusters(
                 leftovers.append(seed)
     clusters.sort(key=lambda c: ids[c.members[0]])
     return ClusterPlan(clusters, sorted(leftovers, key=lambda m: ids[m]))
+
+
+def _grow(
+    seed: int, pool: set[int], vectors: np.ndarray, ids: list[str], threshold: float,
+    max_size: int,
+) -> list[int]:
+    """Add, one at a time, the pool note most similar on average to the members so far."""
+    members = [seed]
+    rest = sorted(pool - {seed}, key=lambda i: ids[i])
+    if not rest:
+        return members
+    sums = vectors[rest] @ vectors[seed]
+    alive = np.ones(len(rest), dtype=bool)
+    while len(members) < max_size and alive.any():
+        means = np.where(alive, sums / len(members), -np.inf)
+        best = int(np.argmax(means))  # first maximum: ties go to the smaller id
+        if means[best] < threshold - 1e-6:
+            break
+        members.append(rest[best])
+        alive[best] = False
+        sums = sums + vectors[rest] @ vectors[rest[best]]
+    return members
 
 
 def _components(adjacency: dict[int, dict[int, float]], ids: list[str]) -> list[list[int]]:
@@ -274,7 +286,10 @@ def fused_fields(members: Sequence[Note], generation_sources: Sequence[Note]) ->
         "consolidation_generation": max(n.consolidation_generation for n in generation_sources) + 1,
         "last_accessed_at": max(accessed) if accessed else None,
         "is_auto_generated": True,
-        "protection": Protection.STANDARD.value,
+        # Fusing throwaway notes gives a throwaway note; anything else is ordinary memory.
+        "protection": Protection.EPHEMERAL.value
+        if all(n.protection == Protection.EPHEMERAL.value for n in members)
+        else Protection.STANDARD.value,
     }
 
 
