@@ -290,10 +290,16 @@ def test_rule_judge_settles_duplicates_and_leaves_conflicts_open(app: App) -> No
     assert notes["m"].status == notes["i"].status == "active"
     step = phase_step(app, run_id)
     assert step["output"]["equivalents_merged"] == 1 and step["output"]["pairs_open"] == 1
-    verdicts = [v for c in step["children"] for v in c["output"]["verdicts"]]
-    assert [v for v in verdicts if v.get("verdict") == "open"] != []
-    assert not [v for v in verdicts if v.get("relation") == "conflicting"]
+    opened = [c for c in step["children"] if c["output"].get("verdict") == "open"]
+    assert [c["input"]["note_ids"] for c in opened] == [["i", "m"]]
+    verdicts = [v for c in step["children"] for v in c["output"].get("verdicts", [])]
+    assert [v["relation"] for v in verdicts] == ["b_subsumes_a"]
     assert [(p["a"], p["b"]) for p in open_pairs(app, SCOPE)] == [("i", "m")]
+    from worker.host.fusion import fusion_candidates
+
+    listed = [c for c in fusion_candidates(app, SCOPE, threshold=0.99)
+              if c["type"] == "contradiction"]
+    assert [c["note_ids"] for c in listed] == [["i", "m"]]
 
 
 def test_host_edit_during_the_model_call_skips_the_pair_as_stale(

@@ -362,11 +362,28 @@ def _record_batches(
     ctx: PhaseContext, parent_step_id: str, results: list[BatchResult],
     done: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
+    # Open pairs get one child each ({"verdict": "open"}, note_ids) so the host API can list
+    # them; capped per run, the rest stay reachable through open_pairs().
+    open_budget = ctx.settings.contradictions.max_pairs_per_run
     with ctx.uow() as uow:
         uow.check_lease(ctx.run_id, ctx.epoch)
         for k, r in enumerate(results, start=1):
-            ctx.steps.child(uow, parent_step_id, PHASE, _batch_step(ctx, k, r, done))
+            if r.outcome is not None or r.verdicts:
+                ctx.steps.child(uow, parent_step_id, PHASE, _batch_step(ctx, k, r, done))
+            for pair in r.open[: max(0, open_budget)]:
+                ctx.steps.child(uow, parent_step_id, PHASE, _open_step(pair))
+            open_budget -= len(r.open)
         uow.commit()
+
+
+def _open_step(pair: CandidatePair) -> ChildStep:
+    return ChildStep(
+        name="open_pair", status=StepStatus.SKIPPED.value,
+        input={"note_ids": list(pair.ids), "similarity": pair.similarity,
+               "fingerprint": pair.fingerprint},
+        output={"verdict": OPEN, "reason": "the rule-based judge cannot settle this pair",
+                "similarity": pair.similarity},
+    )
 
 
 def _batch_step(
@@ -380,7 +397,6 @@ def _batch_step(
          "reason": v.reason, **done.get(v.pair.ids, {})}
         for v in r.verdicts
     ]
-    verdicts += [{"pair": pid_of[p.ids], "verdict": OPEN} for p in r.open]
     output: dict[str, Any] = {"verdicts": verdicts, "dry_run": ctx.dry_run}
     if r.dropped:
         output["dropped"] = [{"pair": pid, "reason": why} for pid, why in sorted(r.dropped.items())]
