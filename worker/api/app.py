@@ -35,6 +35,17 @@ class Unauthorized(Exception):
     pass
 
 
+def principal(request: Request) -> Principal:
+    """The caller behind the bearer token, or 401."""
+    found = authenticate(request.app.state.tokens, bearer(request.headers.get("authorization")))
+    if found is None:
+        raise Unauthorized()
+    return found
+
+
+Caller = Annotated[Principal, Depends(principal)]
+
+
 def create_api(app: App) -> FastAPI:
     """One FastAPI application over an already-built App (settings, engine, embedder)."""
     tokens = parse_tokens(app.settings.api_tokens)
@@ -42,16 +53,9 @@ def create_api(app: App) -> FastAPI:
                   description="Fusion candidates and fuse, write-time dedup, dream runs. Every "
                               "endpoint except /healthz needs `Authorization: Bearer <token>`.")
     api.state.app = app
+    api.state.tokens = tokens
     jinja = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape())
     jinja.globals.update(counts=_counts, numbers=_numbers)
-
-    def principal(request: Request) -> Principal:
-        found = authenticate(tokens, bearer(request.headers.get("authorization")))
-        if found is None:
-            raise Unauthorized()
-        return found
-
-    Caller = Annotated[Principal, Depends(principal)]
 
     @api.exception_handler(Unauthorized)
     async def _unauthorized(request: Request, exc: Unauthorized) -> Response:
