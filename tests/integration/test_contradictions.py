@@ -15,7 +15,7 @@ import pytest
 from tests.support.factories import NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub, StubRequest
 from worker.app import App
-from worker.domain.types import Scope
+from worker.domain.types import Scope, content_hash
 from worker.llm.openai_compat import OpenAICompatibleLLM
 from worker.llm.prompts import render_prompt
 from worker.phases.contradictions.service import open_pairs
@@ -186,6 +186,24 @@ def test_pairs_are_unique_unordered_in_scope_and_never_judged_twice(
     assert len(llm_stub.chat_requests()) == 2  # the second run asked nothing
     run_phase(app, other)
     assert sum(len(prompt_pairs(r)) for r in llm_stub.chat_requests()) == 8
+
+
+def test_pairs_of_two_notes_this_run_created_are_not_judged(app: App, llm_stub: LLMStub) -> None:
+    """Two notes consolidation produced in this same run are never paired with each other."""
+    with_stub(app, llm_stub)
+    run_id = service.create_run(app, SCOPE, force=True, phases=["contradictions"], clock=NOW)
+    assert run_id
+    with app.uow() as uow:
+        for nid, text in (("f1", METRIC), ("f2", IMPERIAL)):
+            uow.notes.create_note(scope=SCOPE, content=text, content_hash=content_hash(text),
+                                  type="Context", embedding=app.embedder.embed([text])[0],
+                                  embedding_model=app.embedder.model_name, run_id=run_id,
+                                  note_id=nid, now=NOW)
+        uow.commit()
+    service.execute_run(app, run_id)
+    assert llm_stub.chat_requests() == []
+    out = phase_step(app, run_id)["output"]
+    assert (out["pairs_considered"], out["pairs_skipped_same_run"]) == (1, 1)
 
 
 def test_chain_ends_with_only_the_newest_active(app: App, llm_stub: LLMStub) -> None:
