@@ -293,6 +293,9 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     else:
         assert agent is not None
         scope = Scope(agent, user, company)
+        if not service.scope_known(app, scope):
+            raise UserError(f"unknown scope {scope.key}: it has no notes and no sessions; check "
+                            "--agent/--user/--company (None is a value, not a wildcard)")
         if not force:
             decision = service.scope_gate(app, scope, now=clock)
             if not decision.due:

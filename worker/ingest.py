@@ -170,7 +170,7 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
 def import_notes(app: App, lines: Iterable[str]) -> ImportResult:
     """All-or-nothing, idempotent: same id, or same content hash in the same scope, adds no row."""
     now = utcnow()
-    dims = None
+    dims = app.embedder.dimensions  # checked per line so the error names the line (R22)
     result = ImportResult()
     rows: list[dict[str, Any]] = []
     for number, obj in read_jsonl(lines):

@@ -117,6 +117,14 @@ def scope_gate(app: App, scope: Scope, now: datetime | None = None) -> GateDecis
                        gate_hours=app.settings.gate_hours, gate_sessions=app.settings.gate_sessions)
 
 
+def scope_known(app: App, scope: Scope) -> bool:
+    """True if the scope has any note, session or run (a run on an unknown scope is a typo, R22)."""
+    with app.uow() as uow:
+        return bool(uow.notes.count_by_status(scope)) or bool(
+            uow.sessions.counts_since({scope.key: None}).get(scope.key, 0)
+        ) or bool(uow.runs.list(scope, limit=1))
+
+
 def claim_run(app: App, run_id: str) -> int | None:
     """Take the run's lease (queued/interrupted → running). None if someone else runs it."""
     with app.uow() as uow:

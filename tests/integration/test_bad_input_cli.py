@@ -1,0 +1,45 @@
+"""R22 through the `dream` command: bad input is one line naming the problem; nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tests.support.factories import add_notes
+from tests.support.safety import all_rows_text
+from worker.app import App
+from worker.cli import main
+
+GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"})
+
+
+@pytest.mark.parametrize(("args", "stdin", "says"), [
+    (["notes", "import", "-"],
+     GOOD + "\n" + json.dumps({"agent_id": "a", "content": "x", "created_at": "31/02/2026"}),
+     "line 2: created_at"),
+    (["notes", "import", "-"],
+     GOOD + "\n" + json.dumps({"agent_id": "a", "content": "x", "expires_at": "2026-02-30"}),
+     "line 2: expires_at"),
+    (["notes", "import", "-"],
+     GOOD + "\n" + json.dumps({"agent_id": "a", "content": "x", "embedding": [0.5] * 7}),
+     "line 2"),
+    (["run", "--agent", "ghost", "--force"], None, "unknown scope"),
+    (["run", "--agent", "a", "--user", "nobody", "--force"], None, "unknown scope"),
+    (["undo", "no-such-run"], None, "no run with id no-such-run"),
+    (["erase", "--note", "no-such-note", "--yes"], None, "no note with id no-such-note"),
+])
+def test_r22_bad_input_is_one_line_and_writes_nothing(
+    app: App, monkeypatch: pytest.MonkeyPatch, args: list[str], stdin: str | None, says: str,
+) -> None:
+    """R22: a bad date, a wrong embedding size, an unknown scope or id → exit 2, one 'error:'
+    line naming it (and the line number for files), and the database is byte-for-byte as before."""
+    add_notes(app, {"agent_id": "a", "content": "An existing note"})
+    before = all_rows_text(app)
+    monkeypatch.setenv("DREAM_DATABASE_URL", app.settings.database_url)
+    result = CliRunner().invoke(main, args, input=stdin)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], result.output
+    assert all_rows_text(app) == before

@@ -1,0 +1,96 @@
+"""Blast-radius guard (R20) and protected/immutable notes through every phase (R23)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from tests.support.factories import NOW, add_entities, add_notes, days_ago
+from worker.app import App
+from worker.domain.types import Scope
+from worker.reporting import run_tree
+from worker.runs import service
+from worker.store.models import NoteRow, ReviewRow
+
+SCOPE = Scope("agent-1", "u1")
+
+
+def _orphan_heavy_store(app: App) -> None:
+    add_entities(app, {"kind": "agent", "id": "agent-1"}, {"kind": "user", "id": "u1"},
+                 {"kind": "conversation", "id": "gone", "status": "deleted"})
+    add_notes(app, *({"user_id": "u1", "content": f"Order {i} was discussed in a deleted chat",
+                      "source_conversation_id": "gone"} for i in range(8)),
+              *({"user_id": "u1", "content": f"Distinct durable fact number {i} about the user"}
+                for i in range(4)))
+
+
+def _run(app: App, force: bool) -> str:
+    run_id = service.create_run(app, SCOPE, force=force, clock=NOW, phases=["prune"])
+    assert run_id
+    service.execute_run(app, run_id)
+    return run_id
+
+
+def _statuses(app: App) -> dict[str, int]:
+    with app.uow() as uow:
+        return uow.notes.count_by_status(SCOPE)
+
+
+def test_r20_guard_stops_a_run_that_would_retire_most_of_a_scope(app: App) -> None:
+    """R20: prune would archive 8 of 12 active notes (> 50%): nothing is archived, a skipped
+    'blast_radius_guard' step and an open review say why and how to override."""
+    _orphan_heavy_store(app)
+    run_id = _run(app, force=False)
+    assert _statuses(app) == {"active": 12}
+    prune = next(s for s in run_tree(app, run_id)["steps"] if s["phase"] == "prune")
+    guard = next(c for c in prune["children"] if c["name"] == "blast_radius_guard")
+    assert guard["status"] == "skipped"
+    assert "would retire 8 of 12" in guard["output"]["reason"]
+    assert "--force" in guard["output"]["reason"]
+    with app.uow() as uow:
+        reviews = uow.session.scalars(select(ReviewRow)).all()
+    assert [r.kind for r in reviews] == ["blast_radius"] and len(reviews[0].note_ids) == 8
+
+
+def test_r20_force_overrides_the_share_limit(app: App) -> None:
+    """R20: the same run with --force (run.force) archives the 8 orphans."""
+    _orphan_heavy_store(app)
+    _run(app, force=True)
+    assert _statuses(app) == {"active": 4, "archived": 8}
+
+
+def test_r23_protected_and_immutable_notes_survive_every_phase(app: App) -> None:
+    """R23: immutable and protected notes that are duplicates, contained in other notes,
+    orphaned and expired are never revoked, archived or rewritten by a full run."""
+    add_entities(app, {"kind": "agent", "id": "agent-1"}, {"kind": "user", "id": "u1"},
+                 {"kind": "conversation", "id": "gone", "status": "deleted"})
+    guarded = []
+    for protection in ("immutable", "protected"):
+        ids = [f"{protection}-{k}" for k in range(4)]
+        guarded += ids
+        add_notes(app,
+                  {"id": ids[0], "user_id": "u1", "protection": protection,
+                   "content": f"User prefers dark mode ({protection})",
+                   "last_accessed_at": days_ago(1)},
+                  {"id": ids[1], "user_id": "u1", "protection": protection,
+                   "content": f"User prefers dark mode in the editor ({protection})",
+                   "last_accessed_at": days_ago(1)},
+                  {"id": ids[2], "user_id": "u1", "protection": protection,
+                   "content": f"Order {protection} discussed in a deleted chat",
+                   "source_conversation_id": "gone", "last_accessed_at": days_ago(1)},
+                  {"id": ids[3], "user_id": "u1", "protection": protection,
+                   "content": f"Trial of {protection} plan ends", "expires_at": days_ago(5),
+                   "last_accessed_at": days_ago(1)})
+    add_notes(app, {"user_id": "u1", "content": "User prefers dark mode"},
+              {"user_id": "u1", "content": "User prefers dark mode in the editor at night"},
+              {"user_id": "u1", "content": "Trial of immutable plan ends"})
+    with app.uow() as uow:
+        before = {r.id: (r.version, r.status, r.content)
+                  for r in uow.session.scalars(select(NoteRow).where(NoteRow.id.in_(guarded)))}
+    run_id = service.create_run(app, SCOPE, force=True, clock=NOW)
+    assert run_id
+    service.execute_run(app, run_id)
+    with app.uow() as uow:
+        after = {r.id: (r.version, r.status, r.content)
+                 for r in uow.session.scalars(select(NoteRow).where(NoteRow.id.in_(guarded)))}
+    assert after == before
+    assert all(status == "active" for _, status, _ in after.values())

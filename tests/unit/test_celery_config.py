@@ -1,0 +1,36 @@
+"""R7: Celery settings that cannot cause double execution of a run."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.celery_app import celery_config
+from worker.config import Settings
+
+
+@pytest.mark.parametrize("time_limit", [60, 3000, 7200])
+def test_r07_celery_settings_prevent_double_execution(time_limit: int) -> None:
+    """R7: ack after the task finished, one message at a time, redelivery only after the hard
+    time limit surely passed, lost workers' messages rejected back to the queue, and no beat
+    entry carries a countdown/ETA."""
+    conf = celery_config(Settings(task_time_limit=time_limit))
+    assert conf["task_acks_late"] is True
+    assert conf["task_reject_on_worker_lost"] is True
+    assert conf["worker_prefetch_multiplier"] == 1
+    assert conf["task_time_limit"] == time_limit
+    assert conf["task_soft_time_limit"] < conf["task_time_limit"]
+    visibility = conf["broker_transport_options"]["visibility_timeout"]
+    assert visibility > conf["task_time_limit"]
+    for entry in conf["beat_schedule"].values():
+        assert "countdown" not in entry.get("options", {}) and "eta" not in entry.get("options", {})
+
+
+def test_r07_enqueue_uses_no_countdown_or_eta() -> None:
+    """R7: the run chain is sent immediately (a countdown/ETA longer than the visibility timeout
+    would make Redis redeliver it while it waits)."""
+    import inspect
+
+    from worker import tasks
+
+    source = inspect.getsource(tasks)
+    assert "countdown" not in source and "eta=" not in source
