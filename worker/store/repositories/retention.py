@@ -65,7 +65,10 @@ def archive_rows(
             values["updated_at"] = now
         stmt = (
             update(model)
-            .where(tuple_(model.id, model.version).in_([(i.id, i.version) for i in group]),
+            # The plain ``id IN`` lets SQLite use the primary key; it scans the whole table
+            # for a row-value IN alone (measured: 0.5 s per scope at 10k notes).
+            .where(model.id.in_([i.id for i in group]),
+                   tuple_(model.id, model.version).in_([(i.id, i.version) for i in group]),
                    model.status == NoteStatus.ACTIVE.value)
             .values(**values)
             .returning(model.id)
