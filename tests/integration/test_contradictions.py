@@ -206,6 +206,35 @@ def test_pairs_of_two_notes_this_run_created_are_not_judged(app: App, llm_stub: 
     assert (out["pairs_considered"], out["pairs_skipped_same_run"]) == (1, 1)
 
 
+def test_model_calls_run_concurrently_up_to_the_limit(sqlite_app: App, llm_stub: LLMStub) -> None:
+    """One prompt per batch, at most llm_concurrency in flight at once (and more than one)."""
+    import threading
+    import time
+
+    app = sqlite_app
+    inflight, peak, lock = [0], [0], threading.Lock()
+    handle = answering(lambda a, b: ("independent", 0.9))
+
+    def slow(req: StubRequest) -> dict[str, Any]:
+        with lock:
+            inflight[0] += 1
+            peak[0] = max(peak[0], inflight[0])
+        time.sleep(0.3)
+        with lock:
+            inflight[0] -= 1
+        return handle(req)
+
+    with_stub(app, llm_stub)
+    llm_stub.set_handler(slow)
+    app.settings.contradictions.pairs_per_call = 1
+    app.settings.llm_concurrency = 2
+    add_notes(app, *[{"content": t} for t in (EXPRESS, FASTIFY, HONO, METRIC, IMPERIAL)])
+    run_id = run_phase(app)
+    assert len(llm_stub.chat_requests()) == 4
+    assert peak[0] == 2
+    assert len(phase_step(app, run_id)["children"]) == 4
+
+
 def test_chain_ends_with_only_the_newest_active(app: App, llm_stub: LLMStub) -> None:
     """A → B → C, each contradicting the previous weeks apart: only C stays active."""
     with_stub(app, llm_stub)
@@ -290,6 +319,53 @@ def test_blast_radius_guard_stops_revocations(app: App, llm_stub: LLMStub) -> No
     assert [c["name"] for c in step["children"]] == ["blast_radius_guard", "model"]
     with app.uow() as uow:
         assert [r.kind for r in uow.session.query(ReviewRow).all()] == ["blast_radius"]
+
+
+def test_exhausted_budget_stops_cleanly_and_leaves_pairs_for_later(
+    app: App, llm_stub: LLMStub
+) -> None:
+    """R15: with no model calls left nothing is asked or applied, the step says why, and the
+    pairs are not remembered (a later run with budget judges them)."""
+    with_stub(app, llm_stub)
+    app.settings.budget.max_calls_per_run = 0
+    add_notes(app, {"id": "old", "content": METRIC, "created_at": days_ago(20)},
+              {"id": "new", "content": IMPERIAL, "created_at": days_ago(1)})
+    run_id = run_phase(app)
+    assert llm_stub.chat_requests() == []
+    step = phase_step(app, run_id)
+    assert step["status"] == "succeeded" and "budget" in step["output"]["reason"]
+    assert step["output"]["pairs_judged"] == 0 and step["output"]["pairs_dropped"] == 1
+    app.settings.budget.max_calls_per_run = None
+    run_phase(app)
+    assert rows(app)["old"].status == "revoked"
+
+
+def test_crash_after_revoke_leaves_nothing_half_applied(app: App, llm_stub: LLMStub) -> None:
+    """R9: a crash inside the pair's transaction (after the revoke) rolls it all back: no
+    revoke, no lineage, no remembered verdict; the next run applies it once."""
+    from worker.safety import crashpoints
+
+    class Crash(Exception):
+        pass
+
+    def crash() -> None:
+        raise Crash
+
+    with_stub(app, llm_stub)
+    add_notes(app, {"id": "old", "content": METRIC, "created_at": days_ago(20)},
+              {"id": "new", "content": IMPERIAL, "created_at": days_ago(1)})
+    crashpoints.arm("contradictions.after_revoke", crash)
+    try:
+        run_id = run_phase(app)
+    finally:
+        crashpoints.disarm_all()
+    assert phase_step(app, run_id)["status"] == "failed"
+    assert rows(app)["old"].status == "active"
+    with app.uow() as uow:
+        assert uow.session.query(NoteLineageRow).count() == 0
+        assert uow.judgements.judged_pairs(SCOPE) == set()
+    run_phase(app)
+    assert (rows(app)["old"].status, rows(app)["old"].version) == ("revoked", 2)
 
 
 def test_rule_judge_settles_duplicates_and_leaves_conflicts_open(app: App) -> None:

@@ -187,7 +187,8 @@ def _ask_batch(
     last_reply: list[list[tuple[str, str, float, str]]] = []
 
     def validate(reply: ContradictionReply) -> None:
-        replied = [(v.pair, v.relation, v.confidence, v.reason) for v in reply.verdicts]
+        replied: list[tuple[str, str, float, str]] = [
+            (v.pair, str(v.relation), v.confidence, v.reason) for v in reply.verdicts]
         last_reply.append(replied)
         problem = problems(replied, by_pair)
         if problem:
