@@ -1,0 +1,66 @@
+"""The rule-based judge: what it settles, what it leaves open."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from worker.domain.types import Note, Scope
+from worker.llm.rules import rule_groups, rule_judge_pairs, same_or_contained
+
+
+@pytest.mark.parametrize(("small", "big", "merged"), [
+    ("User prefers Python", "user prefers python.", True),  # identical after normalisation
+    ("Café  ÉTÉ", "cafe\u0301 été", True),  # Unicode form and case
+    ("User prefers Python", "User prefers Python 3.12 specifically", True),  # refinement
+    ("User prefers Python 3.12", "User prefers Python 3.12 with type hints", True),
+    ("User prefers Python 3.11", "User prefers Python 3.12 with type hints", False),  # number
+    ("User prefers Python 3.12", "User prefers Python 3.11 and 3.12", False),  # numbers differ
+    ("User likes coffee", "User does not like coffee", False),  # negation added
+    ("User doesn't like coffee", "User doesn't like coffee in the morning", True),
+    ("User isn't vegan", "User is vegan", False),
+    ("Meeting with Alice on Friday", "Meeting with Bob and Alice on Friday", False),  # names
+    ("The dog chases the cat", "The cat chases the dog", False),  # order
+    ("A man is cutting a box", "The man is cutting the tape on the box", False),  # adjacency
+    ("User prefers tea", "User prefers coffee", False),
+    ("", "User prefers tea", False),
+])
+def test_same_or_contained(small: str, big: str, merged: bool) -> None:
+    """Identity or in-place containment with no differing numbers, negations or names."""
+    assert same_or_contained(small, big) is merged
+
+
+def test_rule_judge_pairs_is_symmetric() -> None:
+    """The eval entry point checks both directions of each pair."""
+    assert rule_judge_pairs([("User prefers Python 3.12 specifically", "User prefers Python"),
+                             ("User likes tea", "User likes coffee")]) == [True, False]
+
+
+def _note(nid: str, text: str, day: int) -> Note:
+    return Note(id=nid, scope=Scope("a"), content=text, created_at=datetime(2026, 1, day, tzinfo=UTC))
+
+
+def test_groups_keep_the_richest_newest_text_and_leave_the_rest_open() -> None:
+    """Contained notes join the richest note that contains them; unrelated ones stay open."""
+    notes = [_note("a", "User prefers Python", 1), _note("b", "user prefers python!", 2),
+             _note("c", "User prefers Python 3.12 specifically", 3),
+             _note("d", "User moved from pytest to unittest", 4)]
+    groups, open_ids = rule_groups(notes)
+    assert [(g.keep_id, g.note_ids, g.rule) for g in groups] == [("c", ("a", "b", "c"), "contained")]
+    assert open_ids == ["d"]
+    groups_rev, open_rev = rule_groups(list(reversed(notes)))
+    assert groups_rev == groups and open_rev == open_ids
+
+
+def test_identical_group_keeps_the_newest() -> None:
+    """Identical notes: the newest one's wording is kept."""
+    groups, open_ids = rule_groups([_note("x", "User prefers tea.", 1), _note("y", "user prefers tea", 5)])
+    assert groups[0].keep_id == "y" and groups[0].rule == "identical" and open_ids == []
+
+
+def test_related_callback_can_veto() -> None:
+    """The similarity bar applies on top of the text rules."""
+    notes = [_note("a", "User prefers Python", 1), _note("c", "User prefers Python 3.12", 3)]
+    groups, open_ids = rule_groups(notes, related=lambda a, b: False)
+    assert groups == [] and open_ids == ["a", "c"]
