@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 from sqlalchemy import text
 
 from tests.support.services import postgres_url
@@ -14,6 +17,17 @@ from worker.app import App, build_app
 from worker.config import Settings
 from worker.store.db import make_engine
 from worker.store.migrate import upgrade
+
+# CI (.ci/run exports HYPOTHESIS_PROFILE=ci) runs every property suite with >= 200 examples.
+hypothesis_settings.register_profile(
+    "ci", max_examples=200, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+hypothesis_settings.register_profile(
+    "dev", max_examples=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 def _settings(url: str, **overrides: object) -> Settings:
