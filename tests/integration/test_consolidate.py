@@ -277,3 +277,51 @@ def test_rule_judge_merges_contained_note_and_leaves_rest_open(sqlite_app: App) 
     candidates = open_candidates(app, SCOPE)
     assert len(candidates) == 1 and "d2" in candidates[0]["note_ids"]
     assert len(candidates[0]["note_ids"]) == 2
+
+
+def test_over_consolidated_member_is_rederived_from_its_original_notes(
+    sqlite_app: App, llm_stub: LLMStub
+) -> None:
+    """At the generation cap, the model sees the fused note's original sources instead of the
+    summary; the new note's generation restarts from them (max + 1 = 1)."""
+    app = sqlite_app
+    app.settings.consolidate.max_generation = 1
+    add_notes(app, *_notes(DARK))
+    _use_stub(app, llm_stub, FakeLLM(default=merge_reply()))
+    _run(app)
+    first = next(n for n in _all(app).values() if n.status == "active")
+    assert first.consolidation_generation == 1
+    add_notes(app, *_notes(["User prefers dark mode in the code editor and terminal at work",
+                            "User prefers dark mode in the code editor and terminal, always"],
+                           prefix="x"))
+    result = _run(app)
+    assert result["out"]["clusters_merged"] == 1
+    child = result["children"][0]
+    assert sorted(child.input["note_ids"]) == sorted([first.id, "x0", "x1"])
+    assert sorted(child.input["source_ids"]) == sorted([*(f"d{k}" for k in range(5)), "x0", "x1"])
+    prompt = llm_stub.chat_requests()[-1].user
+    assert '"alias": "n7"' in prompt and FUSED not in prompt
+    newest = next(n for n in _all(app).values() if n.status == "active")
+    assert newest.consolidation_generation == 1
+    assert _all(app)[first.id].consolidated_into_id == newest.id
+
+
+def test_clusters_are_asked_concurrently(sqlite_app: App, llm_stub: LLMStub) -> None:
+    """Three clusters with a 0.6 s model each finish in well under 3 × 0.6 s (llm_concurrency)."""
+    import time
+
+    app = sqlite_app
+    topics = [
+        ["User prefers dark mode in the code editor", "User prefers dark mode in the editor",
+         "User prefers the dark mode theme in the code editor"],
+        ["Customer ships orders by express courier", "Customer ships all orders by express courier",
+         "Customer ships most orders by express courier service"],
+        ["Team deploys the backend service on Kubernetes", "Team deploys the backend on Kubernetes",
+         "Team deploys every backend service on Kubernetes"],
+    ]
+    add_notes(app, *(n for k, t in enumerate(topics) for n in _notes(t, prefix=f"t{k}-")))
+    _use_stub(app, llm_stub, FakeLLM(rules=[FakeRule(reply=REFUSE, latency=0.6)]))
+    started = time.monotonic()
+    result = _run(app)
+    assert result["out"]["clusters_refused"] == 3
+    assert time.monotonic() - started < 1.5
