@@ -166,6 +166,8 @@ def _inprocess_child(url: str, scopes: int, latency: float | None, concurrency: 
     phase_wall: Counter[str] = Counter()
     scope_list = _scopes_in(app)[:scopes] if scopes else _scopes_in(app)
     before = _status_counts(app)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = usage.ru_utime + usage.ru_stime
     t0 = time.perf_counter()
     for scope in scope_list:
         cur: Any = sql
@@ -187,6 +189,9 @@ def _inprocess_child(url: str, scopes: int, latency: float | None, concurrency: 
         "wall": wall, "phase_wall": dict(phase_wall), "sql": dict(sql), "scopes": len(scope_list),
         "before": before, "after": after, "steps": steps,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        # CPU seconds of this process: robust to other load on the machine, unlike wall time.
+        "cpu": resource.getrusage(resource.RUSAGE_SELF).ru_utime
+        + resource.getrusage(resource.RUSAGE_SELF).ru_stime - cpu0,
         "calls": llm.calls if llm else 0, "tokens": (llm.tokens_in + llm.tokens_out) if llm else 0,
         "calls_by_prompt": dict(llm.by_prompt) if llm else {},
     })
@@ -378,7 +383,8 @@ def report_run(label: str, notes: int, r: dict[str, Any]) -> list[list[Any]]:
                  sum(r["sql"].values()) / scopes if "sql" in r else "-", ret,
                  f"{calls} ({calls / ret:.2f}/retired)" if ret and "calls" in r else "-",
                  f"{tokens} ({tokens / ret:.0f}/retired)" if ret else tokens,
-                 f"rss {r['rss_mb']:.0f} MB"])
+                 f"rss {r['rss_mb']:.0f} MB"
+                 + (f", cpu {r['cpu']:.1f} s" if "cpu" in r else "")])
     return rows
 
 
