@@ -265,6 +265,7 @@ def run_celery(url: str, *, latency: float = 0.0, workers: int = 2) -> dict[str,
     try:
         os.environ["DREAM_DATABASE_URL"] = url
         os.environ["DREAM_BROKER_URL"] = BENCH_BROKER
+        os.environ["DREAM_LOG_LEVEL"] = "WARNING"
         from worker import celery_app as capp
 
         capp.app.conf.broker_url = BENCH_BROKER
