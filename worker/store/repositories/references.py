@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import column, select, table
 from sqlalchemy.orm import Session
@@ -62,7 +63,7 @@ class ReferenceRepository:
         out: dict[str, EntityRecord] = {}
         reason_col = getattr(model, "deleted_reason", None)
         for chunk in _chunks(wanted):
-            cols = [model.id, model.status, model.deleted_at]
+            cols: list[Any] = [model.id, model.status, model.deleted_at]
             if reason_col is not None:
                 cols.append(reason_col)
             for row in self.session.execute(select(*cols).where(model.id.in_(chunk))):
@@ -75,7 +76,7 @@ class ReferenceRepository:
 
     def host(self, where: HostTable, ids: Iterable[str]) -> dict[str, EntityRecord]:
         """A host table named by configuration, read-only; one query per 1,000 ids."""
-        cols = [column(where.id_column), column(where.status_column)]
+        cols: list[Any] = [column(where.id_column), column(where.status_column)]
         if where.reason_column:
             cols.append(column(where.reason_column))
         tbl = table(where.table, *cols)
