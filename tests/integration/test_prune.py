@@ -241,3 +241,29 @@ class KeepEverything:
                                             for i in ids]},
                         tokens_in=len(user) // 4, tokens_out=10, model=self.model,
                         raw=json.dumps(ids))
+
+
+def test_dry_run_reports_but_archives_nothing(app: App) -> None:
+    """A dry run counts the orphans it would archive and changes no note (not even last_checked_at)."""
+    add_entities(app, {"kind": "agent", "id": "agent-1", "status": "disabled"}, *ALIVE[1:])
+    add_notes(app, _scoped(id="n1", content="prefers tea"))
+    run_id = service.create_run(app, SCOPE, force=True, clock=NOW, phases=["prune"], dry_run=True)
+    assert run_id
+    service.execute_run(app, run_id)
+    row = _rows(app)["n1"]
+    assert (row.status, row.last_checked_at, row.version) == ("active", None, 1)
+    assert _prune_step(app, run_id)["output"]["notes_archived"] == 1
+
+
+def test_sql_checker_reason_column_marks_erasure(app: App) -> None:
+    """A host conversations table with a reason column: "erasure" is named in the comment."""
+    from sqlalchemy import text
+
+    with app.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE host_convs (cid VARCHAR(64), state VARCHAR(16), why TEXT)"))
+        conn.execute(text("INSERT INTO host_convs VALUES ('c1', 'deleted', 'erasure')"))
+    app.settings.prune.checker = "sql"
+    app.settings.prune.sql_conversations = "host_convs.cid.state.why"
+    add_notes(app, _scoped(id="n1", content="x", source_conversation_id="c1"))
+    _run(app, phases=["prune"])
+    assert _rows(app)["n1"].comments.endswith("source conversation was erased")
