@@ -27,7 +27,11 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 
 def injection_signals(text: str) -> list[str]:
-    """Names of the instruction-like patterns found in ``text`` (empty list: looks like a fact)."""
+    """Names of the instruction-like patterns found in ``text`` (empty list: looks like a fact).
+
+    Invisible characters are removed first, so "ig\u200bnore previous instructions" is caught.
+    """
+    text = strip_invisible(text)
     return [name for name, pattern in _PATTERNS if pattern.search(text)]
 
 
