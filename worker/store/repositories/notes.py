@@ -108,7 +108,10 @@ class NoteRepository:
             .where(NoteRow.scope_key == scope.key, NoteRow.status.in_(statuses))
             .order_by(NoteRow.id)
         )
-        rows = self.session.execute(stmt).all()
+        if self.session.get_bind().dialect.name == "postgresql":
+            rows = self._fetch_binary(stmt)
+        else:
+            rows = self.session.execute(stmt).all()
         notes = [_row_to_note(r) for r in rows]
         vecs = [r.embedding for r in rows]
         if vecs and all(v is not None for v in vecs):
@@ -116,6 +119,39 @@ class NoteRepository:
         else:
             matrix = np.zeros((len(notes), 0), dtype=np.float32)
         return ScopeSnapshot(notes, matrix)
+
+    def _fetch_binary(self, stmt: Any) -> list[Any]:
+        """The same SELECT through a binary psycopg cursor with pgvector's loader.
+
+        pgvector's text format costs ~10× the CPU (measured: 0.74 s vs 0.08 s per 10k
+        512-d vectors), which dominated the per-scope load on PostgreSQL.
+        """
+        from collections import namedtuple
+
+        from pgvector.psycopg import register_vector
+
+        compiled = stmt.compile(dialect=self.session.get_bind().dialect,
+                                compile_kwargs={"render_postcompile": True})
+        dbapi = self.session.connection().connection.driver_connection
+        if not getattr(dbapi, "_dream_vector_registered", False):
+            register_vector(dbapi)
+            dbapi._dream_vector_registered = True
+        with dbapi.cursor(binary=True) as cur:
+            cur.execute(str(compiled), compiled.params)
+            names = [c.name for c in cur.description or []]
+            row_type = namedtuple("Row", names)  # type: ignore[misc]  # noqa: PYI024
+            rows = [row_type(*r) for r in cur.fetchall()]
+        utc = NoteRow.created_at.type
+        times = ("created_at", "updated_at", "last_accessed_at", "expires_at")
+        return [
+            r._replace(
+                embedding=None if r.embedding is None else np.asarray(
+                    r.embedding.to_numpy() if hasattr(r.embedding, "to_numpy") else r.embedding,
+                    dtype=np.float32),
+                **{f: utc.process_result_value(getattr(r, f), None) for f in times},
+            )
+            for r in rows
+        ]
 
     def get_many(self, ids: Iterable[str]) -> list[Note]:
         ids = list(ids)
