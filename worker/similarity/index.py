@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import math
+import os
 
 import faiss
 import numpy as np
+
+
+SMALL_SCOPE = 5000
+
+
+def _default_threads() -> int:
+    return max(1, os.cpu_count() or 1)
 
 
 def build_index(vectors: np.ndarray, ann_threshold: int = 20000) -> faiss.Index:
@@ -37,6 +45,9 @@ def neighbour_pairs(
     if n < 2 or vectors.shape[1] == 0:
         return []
     x = np.ascontiguousarray(vectors, dtype=np.float32)
+    # OpenMP threads cost more than they save on a small scope (measured: 14 ms vs 2 ms for 100
+    # notes on 2 busy cores), and scopes already run in parallel across worker processes.
+    faiss.omp_set_num_threads(1 if n < SMALL_SCOPE else _default_threads())
     index = build_index(x, ann_threshold)
     # FAISS range search keeps scores strictly greater than the radius.
     lims, dists, ids = index.range_search(x, float(np.nextafter(np.float32(threshold), -1)))
