@@ -86,6 +86,24 @@ def test_policy_table(a_kw: dict, b_kw: dict, relation: str, confidence: float,
         assert (d.winner_id, d.loser_id) == (winner, loser)
 
 
+@pytest.mark.parametrize(
+    ("relation", "a_days", "b_days", "expected"),
+    [
+        ("conflicting", 0, 14, "flag"),   # the suspicious note b would win → flagged
+        ("conflicting", 14, 0, "revoke"),  # the suspicious note b loses → fine
+        ("b_subsumes_a", 0, 0, "flag"),
+        ("a_subsumes_b", 0, 0, "revoke"),
+    ],
+)
+def test_a_note_reading_like_instructions_never_makes_another_lose(
+    relation: str, a_days: int, b_days: int, expected: str
+) -> None:
+    """R14: a suspicious note may be retired but never wins; the pair goes to review instead."""
+    a, b = note("a", days=a_days), note("b", days=b_days)
+    d = decide(verdict(a, b, relation), a, b, POLICY, suspicious=frozenset({"b"}))
+    assert d.action == expected
+
+
 def test_plan_pairs_dedupes_and_skips_self_same_run_and_known() -> None:
     """A–B and B–A are one pair, no self pairs, same-run pairs and remembered verdicts skipped."""
     notes = [note("n1"), note("n2"), note("n3"), note("n4")]

@@ -189,24 +189,36 @@ def _created(note: Note) -> datetime:
     return note.created_at
 
 
-def decide(verdict: Verdict, a: Note, b: Note, policy: PolicySettings) -> Decision:
-    """Policy in code: the model only classified the pair (a = ``pair.a_id``)."""
+def decide(
+    verdict: Verdict, a: Note, b: Note, policy: PolicySettings,
+    suspicious: frozenset[str] = frozenset(),
+) -> Decision:
+    """Policy in code: the model only classified the pair (a = ``pair.a_id``).
+
+    ``suspicious`` holds ids of notes whose text reads like instructions (R14): such a note may
+    lose, but never makes another note lose — that pair is flagged for a person instead.
+    """
     rel = verdict.relation
     if rel == Relation.INDEPENDENT:
         return Decision("none", "independent")
     if verdict.confidence < policy.min_confidence:
         return Decision("none", "low_confidence", why="confidence below the minimum")
     if rel == Relation.CONFLICTING:
-        return _decide_conflict(a, b, policy)
-    if rel == Relation.A_SUBSUMES_B:
-        return _merge(winner=a, loser=b, kind="subsumed")
-    if rel == Relation.B_SUBSUMES_A:
-        return _merge(winner=b, loser=a, kind="subsumed")
-    # Equivalent: the older one goes, unless only the newer one may be retired.
-    older, newer = sorted((a, b), key=lambda n: (_created(n), n.access_count, n.id))
-    if not older.retirable and newer.retirable:
-        older, newer = newer, older
-    return _merge(winner=newer, loser=older, kind="equivalent")
+        decision = _decide_conflict(a, b, policy)
+    elif rel == Relation.A_SUBSUMES_B:
+        decision = _merge(winner=a, loser=b, kind="subsumed")
+    elif rel == Relation.B_SUBSUMES_A:
+        decision = _merge(winner=b, loser=a, kind="subsumed")
+    else:
+        # Equivalent: the older one goes, unless only the newer one may be retired.
+        older, newer = sorted((a, b), key=lambda n: (_created(n), n.access_count, n.id))
+        if not older.retirable and newer.retirable:
+            older, newer = newer, older
+        decision = _merge(winner=newer, loser=older, kind="equivalent")
+    if decision.action == "revoke" and decision.winner_id in suspicious:
+        return Decision("flag", decision.kind, decision.winner_id, decision.loser_id,
+                        why="the winning note reads like instructions")
+    return decision
 
 
 def _merge(*, winner: Note, loser: Note, kind: str) -> Decision:

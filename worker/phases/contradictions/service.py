@@ -40,6 +40,7 @@ from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
 from worker.safety.guard import check_retire, record_trip
+from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
 
 log = structlog.get_logger(__name__)
@@ -224,10 +225,15 @@ def _apply(
     guard_reason: str | None = None
     guarded: list[str] = []
     verdicts = [v for r in results for v in r.verdicts]
+    suspicious = frozenset(
+        nid for v in verdicts for nid in v.pair.ids
+        if any(f.startswith("injection") for f in notes[nid].flags)
+        or injection_signals(notes[nid].content)
+    )
     counters["pairs_judged"] = len(verdicts)
     for verdict in apply_order(verdicts, notes):
         a, b = notes[verdict.pair.a_id], notes[verdict.pair.b_id]
-        decision = decide(verdict, a, b, policy)
+        decision = decide(verdict, a, b, policy, suspicious)
         entry: dict[str, Any] = {"action": decision.action, "kind": decision.kind}
         if decision.winner_id:
             entry["winner"] = decision.winner_id
