@@ -7,6 +7,8 @@ Prints the first (cold-cache) write and p50/p95/max over the rest, per measure.
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import random
 import tempfile
 import time
@@ -17,10 +19,11 @@ from worker.clock import utcnow
 from worker.domain.types import Scope, content_hash
 from worker.host.remember import remember
 
-WORDS = ("python deploy friday tests pytest unittest typing hints docker redis celery cache "
-         "postgres sqlite review branch release monday logging metrics alert oncall latency "
-         "budget invoice customer report weekly daily backup restore schema migration index "
-         "query vector search token model prompt agent memory note user company project").split()
+_VOCABULARY = """python deploy friday tests pytest unittest typing hints docker redis celery cache
+postgres sqlite review branch release monday logging metrics alert oncall latency budget invoice
+customer report weekly daily backup restore schema migration index query vector search token
+model prompt agent memory note user company project"""
+WORDS = _VOCABULARY.split()
 
 
 def sentence(rng: random.Random, n: int = 12) -> str:
@@ -48,6 +51,7 @@ def run(notes: int, writes: int, measure: str) -> None:
         scope = Scope("bench-agent", "bench-user")
         texts = seed(app, scope, notes, rng)
         timings: list[float] = []
+        cpu: list[float] = []
         actions: dict[str, int] = {}
         for i in range(writes):
             roll = rng.random()
@@ -57,24 +61,31 @@ def run(notes: int, writes: int, measure: str) -> None:
                 text = rng.choice(texts) + " " + sentence(rng, 6)  # longer near-duplicate
             else:
                 text = sentence(rng)  # new
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             result = remember(app, scope, text)
             timings.append((time.perf_counter() - start) * 1000)
+            cpu.append((time.process_time() - start_cpu) * 1000)
             actions[result.action] = actions.get(result.action, 0) + 1
             if i % 50 == 0:
                 texts.append(text)
         app.dispose()
-    cold, warm = timings[0], sorted(timings[1:])
+    cold, warm, warm_cpu = timings[0], sorted(timings[1:]), sorted(cpu[1:])
 
-    def pct(p: float) -> float:
-        return warm[min(len(warm) - 1, int(p * len(warm)))]
+    def pct(values: list[float], p: float) -> float:
+        return values[min(len(values) - 1, int(p * len(values)))]
 
-    print(f"measure={measure} notes={notes} writes={writes} actions={actions}")
-    print(f"  first write (cold cache) {cold:.1f} ms; p50 {pct(0.5):.2f} ms  "
-          f"p95 {pct(0.95):.2f} ms  max {warm[-1]:.2f} ms")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"measure={measure} notes={notes} writes={writes} actions={actions} "
+          f"load1={load:.1f} cpus={os.cpu_count()}")
+    print(f"  first write (cold cache) {cold:.1f} ms; wall p50 {pct(warm, 0.5):.2f} ms  "
+          f"p95 {pct(warm, 0.95):.2f} ms  max {warm[-1]:.2f} ms; "
+          f"CPU p50 {pct(warm_cpu, 0.5):.2f} ms  p95 {pct(warm_cpu, 0.95):.2f} ms")
 
 
 def main() -> None:
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--notes", type=int, default=10_000)
     parser.add_argument("--writes", type=int, default=500)

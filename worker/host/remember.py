@@ -90,31 +90,56 @@ class _Grow:
 
 
 class _ScopeFeatures:
-    """Features of one (scope, type)'s notes keyed by ``id + content_hash``. Content never changes
-    under a given hash, so a cached row can be unused (note retired) but never wrong."""
+    """Features of one (scope, type)'s distinct contents, keyed by content hash. Content never
+    changes under a hash, so a cached row can be unused (note retired) but never wrong."""
 
     def __init__(self, dims: int) -> None:
-        self.row: dict[str, int] = {}
+        self.hashes = _Grow(np.uint64, 4)  # sha256 as four 64-bit words
         self.lengths = _Grow(np.int64)
         self.sizes = _Grow(np.int64)
         self.tok_flat = _Grow(np.int64)
         self.tok_owner = _Grow(np.int64)
         self.vectors = _Grow(np.float32, dims) if dims else None
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def n(self) -> int:
         return self.lengths.n
 
-    def add(self, key: str, normalised: str, token_ids: np.ndarray,
+    def add(self, hash_: str, normalised: str, token_ids: np.ndarray,
             vector: np.ndarray | None) -> None:
         r = self.n
-        self.row[key] = r
+        self.hashes.extend(hash_words(hash_))
         self.lengths.extend(np.array([len(normalised)]))
         self.sizes.extend(np.array([len(token_ids)]))
         self.tok_flat.extend(token_ids)
         self.tok_owner.extend(np.full(len(token_ids), r, dtype=np.int64))
         if self.vectors is not None and vector is not None:
-            self.vectors.extend(vector[None, :])
+            self.vectors.extend(np.asarray(vector, dtype=np.float32)[None, :])
+        self._sorted = None
+
+    def rows(self, wanted: np.ndarray) -> np.ndarray:
+        """Row of each wanted hash (n × 4 words), or -1 where unknown: a binary search on the
+        first word, confirmed on all four (so a prefix collision is a miss, never a wrong row)."""
+        if self.n == 0 or len(wanted) == 0:
+            return np.full(len(wanted), -1, dtype=np.int64)
+        if self._sorted is None:
+            order = np.argsort(self.hashes.view[:, 0], kind="stable")
+            self._sorted = (self.hashes.view[order, 0], order)
+        first, order = self._sorted
+        pos = np.minimum(np.searchsorted(first, wanted[:, 0]), len(first) - 1)
+        rows = order[pos]
+        same = (self.hashes.view[rows] == wanted).all(axis=1)
+        return np.where(same, rows, -1)
+
+
+def hash_words(hex_hashes: str) -> np.ndarray:
+    """Concatenated 64-char hex sha256 digests → an (n, 4) uint64 matrix, decoded in C."""
+    return np.frombuffer(bytes.fromhex(hex_hashes), dtype=np.uint64).reshape(-1, 4)
+
+
+def _hex(words: np.ndarray) -> str:
+    return words.astype(np.uint64).tobytes().hex()
 
 
 class RememberCache:
@@ -129,10 +154,10 @@ class RememberCache:
         return np.fromiter((vocab.setdefault(t, len(vocab)) for t in sorted(tokens)),
                            dtype=np.int64, count=len(tokens))
 
-    def features(self, key: tuple[str, str, str], dims: int) -> _ScopeFeatures:
+    def features(self, key: tuple[str, str, str], dims: int, live: int) -> _ScopeFeatures:
         feats = self.scopes.get(key)
-        if feats is None or feats.n > 4 * max(len(feats.row), 1024):
-            feats = _ScopeFeatures(dims)  # new, or too many dead rows: start over
+        if feats is None or feats.n > 4 * max(live, 1024):
+            feats = _ScopeFeatures(dims)  # new, or mostly retired contents: start over
             self.scopes[key] = feats
         self.scopes.move_to_end(key)
         while len(self.scopes) > self.max_scopes:
@@ -196,9 +221,11 @@ def _remember_once(
             uow.notes.count_access(live[0][0], now)
             uow.commit()
             return RememberResult("NOOP", live[0][0], "identical content already in the scope", 1.0)
-        keys = uow.notes.remember_keys(scope, kind)
-        best_id, best, old_len, vector = _most_similar(app, uow, scope, kind, keys, normalised,
-                                                       text)
+        best_hash, best, old_len, vector = _most_similar(app, uow, scope, kind, normalised, text)
+        best_id = (uow.notes.active_with_hash(scope, kind, best_hash)
+                   if best_hash is not None else None)
+    if best_hash is not None and best_id is None:
+        return None  # the best match was retired between the two reads: decide again
     action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
                             settings.update_threshold)
     if action == "NOOP":
@@ -257,25 +284,29 @@ def _round(value: float | None) -> float | None:
 
 
 def _most_similar(
-    app: App, uow: Any, scope: Scope, kind: str, keys: list[str], normalised: str, text: str,
+    app: App, uow: Any, scope: Scope, kind: str, normalised: str, text: str,
 ) -> tuple[str | None, float | None, int, np.ndarray | None]:
-    """Best (id, similarity, its normalised length) among the notes behind ``keys`` (id + hash),
-    plus the new text's vector when the measure is cosine. Unseen notes load in one bulk query."""
+    """Best (content hash, similarity, its normalised length) among the scope's active notes of
+    ``kind``, plus the new text's vector when the measure is cosine. One read of the active
+    hashes; contents not seen before load in one bulk query; one vectorised comparison."""
     cosine = app.settings.remember.measure == "cosine"
     embedder = app.embedder
     vector = embedder.embed([text])[0] if cosine else None
+    active = hash_words(uow.notes.active_hashes(scope, kind))
+    if len(active) == 0:
+        return None, None, 0, vector
     cache = _cache(app)
+    key = (scope.key, kind, app.settings.remember.measure)
     with cache.lock:
-        feats = cache.features((scope.key, kind, app.settings.remember.measure),
-                               embedder.dimensions if cosine else 0)
-        get = feats.row.get
-        rows = [get(k) for k in keys]
-    missing = [k[:-64] for k, r in zip(keys, rows, strict=True) if r is None]
-    if missing:
-        loaded = uow.notes.contents(missing)
-        vecs: list[np.ndarray | None] = [None] * len(loaded)
+        feats = cache.features(key, embedder.dimensions if cosine else 0, len(active))
+        rows = feats.rows(active)
+    unknown = rows < 0
+    if unknown.any():
+        missing = sorted({_hex(w) for w in active[unknown]})
+        loaded = uow.notes.contents_by_hash(scope, missing)
+        vecs: list[Any] = [None] * len(loaded)
         if cosine:
-            vecs = [row[3] if row[3] is not None and row[4] == embedder.model_name else None
+            vecs = [row[2] if row[2] is not None and row[3] == embedder.model_name else None
                     for row in loaded]
             need = [i for i, v in enumerate(vecs) if v is None]
             if need:
@@ -283,16 +314,15 @@ def _most_similar(
                 for k, i in enumerate(need):
                     vecs[i] = fresh[k]
         with cache.lock:
-            for (nid, content, h, _, _), vec in zip(loaded, vecs, strict=True):
-                if nid + h not in feats.row:
+            known = feats.rows(hash_words("".join(h for h, *_ in loaded)))
+            for (h, content, _, _), vec, row in zip(loaded, vecs, known, strict=True):
+                if row < 0:
                     norm = normalise_text(content)
-                    feats.add(nid + h, norm, cache.token_ids(words(norm)), vec)
-            get = feats.row.get
-            rows = [get(k) for k in keys]
-    present = [(k, r) for k, r in zip(keys, rows, strict=True) if r is not None]
-    if not present:
+                    feats.add(h, norm, cache.token_ids(words(norm)), vec)
+            rows[unknown] = feats.rows(active[unknown])
+    rows = rows[rows >= 0]
+    if len(rows) == 0:
         return None, None, 0, vector
-    idx = np.fromiter((r for _, r in present), dtype=np.int64, count=len(present))
     with cache.lock:
         if cosine:
             assert feats.vectors is not None and vector is not None
@@ -303,6 +333,8 @@ def _most_similar(
             inter = np.bincount(feats.tok_owner.view[hit], minlength=feats.n)
             union = feats.sizes.view + len(new_ids) - inter
             sims_all = inter / np.maximum(union, 1)
-        sims = sims_all[idx]
-        k = int(np.argmax(sims))  # first maximum: ties go to the earliest cached note
-        return present[k][0][:-64], float(sims[k]), int(feats.lengths.view[present[k][1]]), vector
+        sims = sims_all[rows]
+        k = int(np.argmax(sims))  # first maximum
+        best_row = int(rows[k])
+        return (_hex(feats.hashes.view[best_row]), float(sims[k]),
+                int(feats.lengths.view[best_row]), vector)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import func, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from worker.clock import utcnow
 from worker.domain.types import Note, NoteStatus, Scope
@@ -222,8 +222,11 @@ class NoteRepository:
         user_id: str | None = None,
         company_id: str | None = None,
         batch_size: int = 2000,
+        with_embedding: bool = True,
     ) -> Iterable[NoteRow]:
         stmt = select(NoteRow).order_by(NoteRow.scope_key, NoteRow.created_at, NoteRow.id)
+        if not with_embedding:  # decoding vectors dominates an export that does not print them
+            stmt = stmt.options(defer(NoteRow.embedding, raiseload=True))
         if status:
             stmt = stmt.where(NoteRow.status == status)
         if agent_id:
@@ -270,15 +273,40 @@ class NoteRepository:
         ).all()
         return {r.id: r.comments for r in rows}
 
-    def remember_keys(self, scope: Scope, type: str) -> list[str]:
-        """``id || content_hash`` of the scope's active notes of ``type``: what a remembered write
-        compares against, read from the covering index alone as one string per row."""
-        stmt = select(NoteRow.id.concat(NoteRow.content_hash)).where(
+    def active_hashes(self, scope: Scope, type: str) -> str:
+        """Content hashes of the scope's active notes of ``type``, concatenated (64 hex chars
+        each, no separator): read from the covering index alone and returned as one value, so a
+        write on a 10,000-note scope allocates no per-row objects."""
+        stmt = select(func.aggregate_strings(NoteRow.content_hash, "")).where(
             NoteRow.scope_key == scope.key, NoteRow.status == NoteStatus.ACTIVE.value,
             NoteRow.type == type,
         )
-        # Core execution (no ORM row processing): this runs on every write over the whole scope.
-        return list(self.session.connection().execute(stmt).scalars().all())
+        return self.session.execute(stmt).scalar() or ""
+
+    def contents_by_hash(
+        self, scope: Scope, hashes: Iterable[str]
+    ) -> list[tuple[str, str, Any, str | None]]:
+        """(content_hash, content, embedding, embedding_model) of one note per hash, in chunks."""
+        hashes = list(hashes)
+        out: dict[str, tuple[str, str, Any, str | None]] = {}
+        for start in range(0, len(hashes), 500):
+            rows = self.session.execute(
+                select(NoteRow.content_hash, NoteRow.content, NoteRow.embedding,
+                       NoteRow.embedding_model).where(
+                    NoteRow.scope_key == scope.key,
+                    NoteRow.content_hash.in_(hashes[start : start + 500]))
+            ).all()
+            for r in rows:
+                out.setdefault(r[0], (r[0], r[1], r[2], r[3]))
+        return list(out.values())
+
+    def active_with_hash(self, scope: Scope, type: str, hash_: str) -> str | None:
+        """Lowest id of an active note of ``type`` with this content hash in the scope."""
+        return self.session.execute(
+            select(func.min(NoteRow.id)).where(
+                NoteRow.scope_key == scope.key, NoteRow.content_hash == hash_,
+                NoteRow.status == NoteStatus.ACTIVE.value, NoteRow.type == type)
+        ).scalar()
 
     def with_hash(self, scope: Scope, hash_: str) -> list[tuple[str, str]]:
         """(id, status) of every note of the scope with this content hash, any status."""
@@ -288,23 +316,38 @@ class NoteRepository:
         ).all()
         return [(r[0], r[1]) for r in rows]
 
-    def contents(self, ids: Iterable[str]) -> list[tuple[str, str, str, Any, str | None]]:
-        """(id, content, content_hash, embedding, embedding_model) for ids, in chunks."""
-        ids = list(ids)
-        out: list[tuple[str, str, str, Any, str | None]] = []
-        for start in range(0, len(ids), 500):
-            rows = self.session.execute(
-                select(NoteRow.id, NoteRow.content, NoteRow.content_hash, NoteRow.embedding,
-                       NoteRow.embedding_model).where(NoteRow.id.in_(ids[start : start + 500]))
-            ).all()
-            out.extend((r[0], r[1], r[2], r[3], r[4]) for r in rows)
-        return out
-
     # ---- writes ------------------------------------------------------------------------
     def insert_many(self, rows: list[dict[str, Any]]) -> None:
-        """Bulk insert of fully-formed row dicts (one executemany, not one round-trip per note)."""
-        if rows:
+        """Bulk insert of fully-formed row dicts (one executemany, not one round-trip per note);
+        on PostgreSQL a binary COPY in the unit of work's transaction (vectors stay binary)."""
+        if not rows:
+            return
+        if self.session.get_bind().dialect.name == "postgresql":
+            self._copy_postgres(rows)
+        else:
             self.session.execute(insert(NoteRow), rows)
+
+    def _copy_postgres(self, rows: list[dict[str, Any]]) -> None:
+        from pgvector.psycopg.vector import register_vector_info
+        from psycopg.types import TypeInfo
+        from psycopg.types.json import Jsonb
+
+        conn = self.session.connection().connection.driver_connection
+        columns = _copy_columns()
+        with conn.cursor() as cur:
+            # Adapters on this cursor only: the pooled connection keeps SQLAlchemy's own.
+            register_vector_info(cur, TypeInfo.fetch(conn, "vector"))
+            names = ", ".join(f'"{c.name}"' for _, c, _, _ in columns)
+            with cur.copy(f"COPY notes ({names}) FROM STDIN WITH (FORMAT BINARY)") as copy:
+                copy.set_types([pg_type for _, _, pg_type, _ in columns])
+                for r in rows:
+                    values = [r.get(key, default) for key, _, _, default in columns]
+                    for i, (_, _, pg_type, _) in enumerate(columns):
+                        if pg_type == "jsonb" and values[i] is not None:
+                            values[i] = Jsonb(values[i])
+                        elif pg_type == "vector" and values[i] is not None:
+                            values[i] = np.asarray(values[i], dtype=np.float32)
+                    copy.write_row(values)
 
     def set_embeddings(self, items: list[tuple[str, np.ndarray]], model: str) -> None:
         if not items:
@@ -436,3 +479,20 @@ class NoteRepository:
             .where(NoteRow.id == note_id)
             .values(access_count=NoteRow.access_count + 1, last_accessed_at=now)
         )
+
+
+_COPY_TYPES = {"Embedding": "vector", "JSONType": "jsonb", "UTCDateTime": "timestamptz",
+               "Boolean": "bool", "Float": "float8", "Integer": "int4"}
+
+
+def _copy_columns() -> list[tuple[str, Any, str, Any]]:
+    """(attribute key, column, PostgreSQL type for binary COPY, Python-side default) per column."""
+    from sqlalchemy import inspect as sa_inspect
+
+    out = []
+    for attr in sa_inspect(NoteRow).column_attrs:
+        col = attr.columns[0]
+        pg_type = _COPY_TYPES.get(type(col.type).__name__, "text")
+        default = col.default.arg if col.default is not None and col.default.is_scalar else None
+        out.append((attr.key, col, pg_type, default))
+    return out
