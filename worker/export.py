@@ -15,7 +15,8 @@ def export_notes(
 ) -> Iterator[str]:
     with app.uow() as uow:
         batch: list[Any] = []
-        for row in uow.notes.export_rows(status, agent_id, user_id, company_id):
+        for row in uow.notes.export_rows(status, agent_id, user_id, company_id,
+                                         with_embedding=with_embedding):
             batch.append(row)
             if len(batch) >= 2000:
                 yield from _lines(uow, batch, with_embedding)
