@@ -130,6 +130,8 @@ def create_api(app: App) -> FastAPI:
                 when = parse_timestamp(since)
             except ValueError as exc:
                 raise Invalid(f"since: {exc}") from None
+        if status is not None and ("\x00" in status or len(status) > 16):
+            raise Invalid("unknown status")
         return {"runs": _list(app, scope=wanted, status=status, since=when, limit=limit)}
 
     @api.get("/api/runs/{run_id}", tags=["runs"])
@@ -234,6 +236,9 @@ def _scope_for(who: Principal, requested: ScopeIn | None) -> Scope:
 
 def _query_scope(key: str | None, agent_id: str | None, user_id: str | None,
                  company_id: str | None) -> Scope | None:
+    if any(v is not None and ("\x00" in v or len(v) > 400)
+           for v in (key, agent_id, user_id, company_id)):
+        raise Invalid("scope parameters must be short and contain no NUL character")
     if key:
         try:
             return Scope.from_key(key)
@@ -249,6 +254,8 @@ def _query_scope(key: str | None, agent_id: str | None, user_id: str | None,
 def _visible_run(app: App, run_id: str, who: Principal) -> dict[str, Any]:
     from worker.reporting import run_tree
 
+    if "\x00" in run_id or len(run_id) > 64:
+        raise NotFound(f"no run with id {run_id[:64]!r}")
     tree = run_tree(app, run_id)
     if who.scope is not None and tree["scope"] != who.scope.key:
         raise NotFound(f"no run with id {run_id}")

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from worker.domain.types import Scope
+
+# Ids and scope parts: no NUL (PostgreSQL text cannot hold it), at most the column width.
+Ident = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00]+$")]
 
 
 class ScopeIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    agent_id: str = Field(min_length=1, max_length=64)
-    user_id: str | None = Field(None, min_length=1, max_length=64)
-    company_id: str | None = Field(None, min_length=1, max_length=64)
+    agent_id: Ident
+    user_id: Ident | None = None
+    company_id: Ident | None = None
 
     def to_scope(self) -> Scope:
         return Scope(self.agent_id, self.user_id, self.company_id)
@@ -30,17 +35,17 @@ class CandidatesIn(BaseModel):
 class FuseIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    source_ids: list[str] = Field(max_length=50)
+    source_ids: list[Ident] = Field(max_length=50)
     fused_content: str = Field(max_length=100_000)
     fused_importance: float | None = Field(None, ge=0.0, le=1.0)
     strict: bool = Field(False, description="Refuse (422) instead of warning on ungrounded facts.")
-    type: str | None = None
+    type: str | None = Field(None, max_length=20)
 
 
 class KeepApartIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    source_ids: list[str] = Field(max_length=50)
+    source_ids: list[Ident] = Field(max_length=50)
 
 
 class NoteIn(BaseModel):
@@ -48,7 +53,7 @@ class NoteIn(BaseModel):
 
     scope: ScopeIn | None = None
     content: str = Field(max_length=100_000)
-    type: str = "Context"
+    type: str = Field("Context", max_length=20)
     importance: float = Field(0.5, ge=0.0, le=1.0)
 
 

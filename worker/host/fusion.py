@@ -19,6 +19,7 @@ from worker.embeddings.refresh import ensure_scope_embeddings
 from worker.host.errors import Conflict, Invalid, NotFound
 from worker.host.grounding import ungrounded_facts
 from worker.host.records import note_record
+from worker.host.remember import canonical_type
 from worker.phases.consolidate.core import fused_fields, majority_type, revocation_comment
 from worker.similarity import neighbour_pairs
 from worker.store.models import RunStepRow
@@ -152,6 +153,10 @@ def fuse(
     text = (fused_content or "").strip()
     if not text:
         raise Invalid("fused_content is empty")
+    if "\x00" in text:
+        raise Invalid("fused_content contains a NUL character")
+    if note_type is not None:
+        note_type = canonical_type(note_type)
     limit = app.settings.host.max_fused_chars
     if len(text) > limit:
         raise Invalid(f"fused_content has {len(text)} characters; the limit is {limit} "

@@ -177,18 +177,25 @@ _CACHE_LOCK = threading.Lock()
 
 
 # ---- the service ----------------------------------------------------------------------------
+def canonical_type(note_type: str | None) -> str:
+    """The NoteType spelled as stored, from any case; Invalid for anything else."""
+    canonical = _TYPES.get((note_type or "").lower())
+    if canonical is None:
+        raise Invalid(f"type must be one of {', '.join(t.value for t in NoteType)}")
+    return canonical
+
+
 def _validate(app: App, content: str, note_type: str) -> tuple[str, str]:
     text = (content or "").strip()
     if not text or not normalise_text(text):
         raise Invalid("content is empty")
+    if "\x00" in text:
+        raise Invalid("content contains a NUL character")
     limit = app.settings.host.max_note_chars
     if len(text) > limit:
         raise Invalid(f"content has {len(text)} characters; the limit is {limit} "
                       "(DREAM_HOST__MAX_NOTE_CHARS)")
-    canonical = _TYPES.get((note_type or "").lower())
-    if canonical is None:
-        raise Invalid(f"type must be one of {', '.join(t.value for t in NoteType)}")
-    return text, canonical
+    return text, canonical_type(note_type)
 
 
 def remember(

@@ -203,3 +203,18 @@ def test_scoped_token_cannot_touch_another_scope(api_app: App, client: TestClien
     r = client.post("/api/notes", headers=auth(AGENT_2), json={"scope": SCOPE, "content": "x y"})
     assert r.status_code == 404
     assert state(api_app) == before
+
+
+@pytest.mark.parametrize("body", [
+    {"source_ids": ["pytest", "unittest"], "fused_content": FUSED, "type": "Mood"},
+    {"source_ids": ["pytest", "unittest"], "fused_content": "Python\x00 3.12"},
+    {"source_ids": ["pytest", "bad\x00id"], "fused_content": FUSED},
+])
+def test_fuse_rejects_values_the_store_cannot_hold(api_app: App, client: TestClient,
+                                                   body: dict[str, Any]) -> None:
+    """Unknown note types and NUL characters are 422 on both databases, never a 500."""
+    seed(api_app)
+    before = state(api_app)
+    r = client.post("/api/forgetting/fuse", headers=auth(AGENT_1), json=body)
+    assert r.status_code == 422, r.text
+    assert state(api_app) == before
