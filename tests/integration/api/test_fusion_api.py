@@ -218,3 +218,34 @@ def test_fuse_rejects_values_the_store_cannot_hold(api_app: App, client: TestCli
     r = client.post("/api/forgetting/fuse", headers=auth(AGENT_1), json=body)
     assert r.status_code == 422, r.text
     assert state(api_app) == before
+
+
+def test_open_items_left_by_a_real_rule_judged_run(api_app: App, client: TestClient) -> None:
+    """After a real run with the rule-based judge, the clusters and contradiction pairs it could
+    not settle are listed (typed) and fusing one removes it from the listing."""
+    from tests.support.factories import add_entities
+    from worker.domain.types import Scope
+    from worker.runs.service import create_run, execute_run
+
+    seed(api_app)
+    add_notes(api_app, {"id": "dark", "content": "The user prefers dark mode in the editor."},
+              {"id": "light", "content": "The user prefers light mode in the editor."})
+    add_entities(api_app, {"kind": "agent", "id": "agent-1", "status": "active"})
+    run_id = create_run(api_app, Scope("agent-1"), force=True)
+    assert run_id
+    execute_run(api_app, run_id)
+
+    def listing() -> list[dict[str, Any]]:
+        r = client.post("/api/forgetting/fusion-candidates", headers=auth(AGENT_1),
+                        json={"threshold": 0.99, "limit": 500})
+        return list(r.json()["candidates"])
+
+    items = listing()
+    assert {c["type"] for c in items} == {"cluster", "contradiction"}
+    assert all(c["run_id"] == run_id and len(c["records"]) >= 2 for c in items)
+    target = next(c for c in items if sorted(c["note_ids"]) == ["dark", "light"])
+    r = client.post("/api/forgetting/fuse", headers=auth(AGENT_1), json={
+        "source_ids": target["note_ids"],
+        "fused_content": "The user prefers dark or light mode in the editor."})
+    assert r.status_code == 201, r.text
+    assert all({"dark", "light"} & set(c["note_ids"]) == set() for c in listing())
