@@ -115,9 +115,8 @@ class OpenAICompatibleLLM:
                                "wall time; check DREAM_LLM_BASE_URL or raise DREAM_LLM_TIMEOUT")
             fmt = self._response_format(prompt_name, schema)
             try:
-                resp = self.client.chat.completions.create(
-                    model=self.model, messages=messages,  # type: ignore[arg-type]
-                    response_format=fmt,  # type: ignore[arg-type]
+                resp = self.client.chat.completions.create(  # type: ignore[call-overload]
+                    model=self.model, messages=messages, response_format=fmt,
                     temperature=0, timeout=min(self.timeout, remaining),
                     # Lets proxies, logs and test stubs tell prompts apart; carries no note text.
                     extra_headers={"X-Dream-Prompt": prompt_name},
