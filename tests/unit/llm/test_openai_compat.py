@@ -121,3 +121,15 @@ def test_bad_json_content_is_returned_not_raised_and_ask_reasks(llm_stub) -> Non
 def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> None:
     """Retry-After in seconds or milliseconds; unusable values mean 'use our back-off'."""
     assert parse_retry_after(headers) == expected
+
+
+def test_stub_serves_embeddings_to_the_openai_embedder(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """/v1/embeddings answers with normalised vectors of the requested size."""
+    from worker.embeddings.openai_compat import OpenAICompatibleEmbedder
+
+    embedder = OpenAICompatibleEmbedder(base_url=llm_stub.url, api_key="k", model="e",
+                                        dimensions=64, batch_size=2)
+    vectors = embedder.embed(["a b", "a b", "c d e"])
+    assert vectors.shape == (3, 64)
+    assert abs(float(vectors[0] @ vectors[1]) - 1.0) < 1e-5
+    assert len(llm_stub.requests) == 2  # two batches
