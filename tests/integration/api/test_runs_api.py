@@ -138,3 +138,18 @@ def test_openapi_document_lists_the_endpoints(client: TestClient) -> None:
               "/api/forgetting/keep-apart", "/api/notes", "/api/runs", "/api/runs/{run_id}",
               "/api/runs/{run_id}/undo", "/healthz", "/metrics"):
         assert p in paths
+
+
+def test_tokens_and_note_text_never_reach_the_logs(client: TestClient) -> None:
+    """Request logs carry method, path and status only: neither a query-string token, a bearer
+    token nor the text of a remembered note appears in any log event."""
+    from structlog.testing import capture_logs
+
+    canary = "canary-note-text-7f3a"
+    with capture_logs() as events:
+        client.get("/dashboard", params={"token": AGENT_1})
+        client.post("/api/notes", headers=auth(AGENT_1), json={"content": f"{canary} here"})
+        client.get("/api/runs", headers=auth("not-a-valid-token-000000"))
+    dumped = repr(events)
+    assert any(e["event"] == "api.request" for e in events)
+    assert AGENT_1 not in dumped and canary not in dumped and "not-a-valid-token" not in dumped
