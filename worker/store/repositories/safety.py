@@ -31,6 +31,10 @@ def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
         yield ids[start : start + size]
 
 
+# Lineage relations whose child note's text was written from the parent's text.
+DERIVED_RELATIONS = ("consolidated", "fused")
+
+
 class SafetyRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -107,17 +111,20 @@ class SafetyRepository:
         return {r[0] for r in self.session.execute(stmt)}
 
     def derived_closure(self, seed: set[str]) -> set[str]:
-        """``seed`` plus every note derived from it through lineage or consolidated_into, transitively."""
+        """``seed`` plus every note whose text was derived from it (consolidated or fused), transitively.
+
+        Contradiction and dedup edges (superseded / duplicate / subsumed / updated) point at a note
+        that existed on its own; erasing the loser must not erase the independent winner.
+        """
         found = set(seed)
         frontier = set(seed)
         while frontier:
             nxt: set[str] = set()
             for chunk in _chunks(sorted(frontier)):
                 nxt.update(r[0] for r in self.session.execute(
-                    select(NoteLineageRow.child_id).where(NoteLineageRow.parent_id.in_(chunk))))
-                nxt.update(r[0] for r in self.session.execute(
-                    select(NoteRow.consolidated_into_id).where(
-                        NoteRow.id.in_(chunk), NoteRow.consolidated_into_id.is_not(None))))
+                    select(NoteLineageRow.child_id).where(
+                        NoteLineageRow.parent_id.in_(chunk),
+                        NoteLineageRow.relation.in_(DERIVED_RELATIONS))))
             frontier = nxt - found
             found |= frontier
         return found
