@@ -143,11 +143,13 @@ def _hex(words: np.ndarray) -> str:
 
 
 class RememberCache:
-    def __init__(self, max_scopes: int = 256) -> None:
+    def __init__(self, max_scopes: int = 256, max_rows: int = 200_000) -> None:
         self.lock = threading.Lock()
         self.vocab: dict[str, int] = {}
         self.scopes: OrderedDict[tuple[str, str, str], _ScopeFeatures] = OrderedDict()
+        # Bounded memory: least recently written scopes go first (≈ 2 KB a row with cosine).
         self.max_scopes = max_scopes
+        self.max_rows = max_rows
 
     def token_ids(self, tokens: set[str]) -> np.ndarray:
         vocab = self.vocab
@@ -160,8 +162,14 @@ class RememberCache:
             feats = _ScopeFeatures(dims)  # new, or mostly retired contents: start over
             self.scopes[key] = feats
         self.scopes.move_to_end(key)
-        while len(self.scopes) > self.max_scopes:
+        while len(self.scopes) > 1 and (
+                len(self.scopes) > self.max_scopes
+                or sum(f.n for f in self.scopes.values()) > self.max_rows):
             self.scopes.popitem(last=False)
+        if len(self.vocab) > 2_000_000:
+            self.vocab.clear()  # token ids are re-derived; drop every scope that used the old ones
+            self.scopes.clear()
+            self.scopes[key] = feats = _ScopeFeatures(dims)
         return feats
 
 
