@@ -87,3 +87,26 @@ def test_metrics_text_format() -> None:
     assert 'dream_model_tokens_total{direction="in",phase="consolidate"} 100' in text
     assert 'dream_phase_duration_seconds_sum{phase="consolidate"} 1.5' in text
     assert text.endswith("\n")
+
+
+def test_feature_cache_finds_known_hashes_and_evicts_least_recent_scopes() -> None:
+    """Rows are found by full sha256 (unknown → -1) and the cache keeps at most max_scopes /
+    max_rows, dropping the least recently used scope first."""
+    import numpy as np
+
+    from worker.domain.types import content_hash
+    from worker.host.remember import RememberCache, hash_words
+
+    cache = RememberCache(max_scopes=2, max_rows=10)
+    feats = cache.features(("s1", "Context", "jaccard"), 0, live=1)
+    hashes = [content_hash(t) for t in ("alpha", "beta", "gamma")]
+    for h, t in zip(hashes[:2], ("alpha", "beta"), strict=True):
+        feats.add(h, t, cache.token_ids({t}), None)
+    rows = feats.rows(hash_words("".join(hashes)))
+    assert rows.tolist() == [0, 1, -1]
+    near = hashes[0][:16] + "0" * 48  # same first word, different digest
+    assert feats.rows(hash_words(near)).tolist() == [-1]
+    cache.features(("s2", "Context", "jaccard"), 0, live=1)
+    cache.features(("s3", "Context", "jaccard"), 0, live=1)
+    assert list(cache.scopes) == [("s2", "Context", "jaccard"), ("s3", "Context", "jaccard")]
+    assert np.array_equal(hash_words(hashes[0])[0], hash_words(hashes[0]).ravel())
