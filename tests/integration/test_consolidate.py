@@ -50,8 +50,9 @@ def _use_stub(app: App, stub: LLMStub, handler: Any) -> None:
                                   timeout=10, max_retries=1)
 
 
-def _run(app: App, scope: Scope = SCOPE, dry_run: bool = False) -> dict[str, Any]:
-    run_id = service.create_run(app, scope, force=True, dry_run=dry_run,
+def _run(app: App, scope: Scope = SCOPE, dry_run: bool = False, force: bool = True
+         ) -> dict[str, Any]:
+    run_id = service.create_run(app, scope, force=force, dry_run=dry_run,
                                 phases=["consolidate"], clock=NOW)
     assert run_id is not None
     service.execute_run(app, run_id)
@@ -325,3 +326,21 @@ def test_clusters_are_asked_concurrently(sqlite_app: App, llm_stub: LLMStub) -> 
     result = _run(app)
     assert result["out"]["clusters_refused"] == 3
     assert time.monotonic() - started < 1.5
+
+
+def test_blast_radius_guard_stops_merges_without_force(sqlite_app: App, llm_stub: LLMStub) -> None:
+    """A merge that would retire more than the allowed share of the scope is not applied and
+    the trip is recorded (R20); --force lifts it."""
+    app = sqlite_app
+    app.settings.guard.max_retire_share = 0.3
+    others = [{"id": f"o{k}", "user_id": "u1", "content": text} for k, text in enumerate([
+        "Owns a sailing boat", "Collects old maps", "Files taxes in April",
+        "Dislikes blue cheese", "Plays piano on weekends", "Walks to work when it rains"])]
+    add_notes(app, *_notes(DARK), *others)
+    _use_stub(app, llm_stub, FakeLLM(default=merge_reply()))
+    result = _run(app, force=False)
+    assert result["out"]["clusters_merged"] == 0 and result["out"]["guard_tripped"] == 1
+    names = [c.name for c in result["children"]]
+    assert "blast_radius_guard" in names
+    assert all(n.status == "active" for n in _all(app).values())
+    assert _run(app, force=True)["out"]["clusters_merged"] == 1

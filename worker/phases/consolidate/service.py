@@ -34,6 +34,7 @@ from worker.phases.consolidate.core import (
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
+from worker.safety.guard import check_retire, record_trip
 from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
 
@@ -338,12 +339,12 @@ def _apply_all(
 
             texts = [redact(t) for t in texts]
         vectors = ctx.app.embedder.embed(texts)  # one batch, before any transaction opens
-    k = 0
+    vector_of = {id(d): vectors[k] for k, d in enumerate(merges)} if vectors is not None else {}
     for d in decisions:
+        if d.verdict == "merge" and counters.get("guard_tripped"):
+            d.verdict, d.reason = "deferred", "blast-radius guard stopped this run's merges"
         if d.verdict == "merge":
-            vector = vectors[k] if vectors is not None else None
-            k += 1
-            _apply_merge(ctx, parent_step_id, d, vector, counters)
+            _apply_merge(ctx, parent_step_id, d, vector_of.get(id(d)), counters)
         else:
             _record(ctx, parent_step_id, d, counters)
 
@@ -380,7 +381,8 @@ def _apply_merge(
         current = uow.notes.versions([n.id for n in d.members])
         stale = [n.id for n in d.members if current.get(n.id) != (n.version, "active")]
         new_id = None
-        if not stale:
+        guard = None if stale else check_retire(uow, ctx, d.members)  # R20, R23
+        if not stale and not guard:
             new_id = uow.notes.create_note(
                 scope=ctx.scope, content=d.content, content_hash=content_hash(d.content),
                 type=majority_type(d.members), embedding=vector,
@@ -401,9 +403,7 @@ def _apply_merge(
                     break
                 if i + 1 == half:
                     crashpoint("consolidate.after_half_revocations")
-        if stale:
-            uow.rollback()
-        else:
+        if not stale and not guard:
             crashpoint("consolidate.before_step")
             d.new_id = new_id
             ctx.steps.child(uow, parent_step_id, PHASE,
@@ -412,6 +412,13 @@ def _apply_merge(
             counters["clusters_merged"] += 1
             counters["notes_revoked"] += len(d.members)
             return
+        uow.rollback()
+    if guard:
+        counters["guard_tripped"] = 1
+        record_trip(ctx, parent_step_id, PHASE, guard, [n.id for n in d.members])
+        d.verdict, d.reason = "deferred", guard
+        _record(ctx, parent_step_id, d, counters)
+        return
     counters["clusters_skipped_stale"] += 1
     d.verdict = "stale"
     with ctx.uow() as uow:
