@@ -237,8 +237,9 @@ def validate_fusion(
     if missing:
         raise ReplyRejected(f"source_ids must list every note; missing {', '.join(missing)}")
     text = reply.content.strip()
-    if not text:
-        raise ReplyRejected("content is empty")
+    # Invisible characters or bare punctuation would replace every source with nothing (R12).
+    if not any(ch.isalnum() for ch in text):
+        raise ReplyRejected("content is empty (no letters or digits)")
     if len(text) > max_chars:
         raise ReplyRejected(f"content has {len(text)} characters; the limit is {max_chars}")
     source_text = "\n".join(n.content for n in sources)

@@ -1,0 +1,365 @@
+"""A misbehaving model never changes memory (R12, R13) and a misbehaving endpoint costs bounded
+time and defers the cluster to the next run (R16).
+
+Most R12 examples run the reply parser and validator alone (``ask`` + ``validate_fusion`` with the
+scripted FakeLLM, no store): cheap enough for the CI profile's 200 examples. A handful run end to
+end through the real `openai` client against the local HTTP stub, on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+import uuid
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from tests.support.factories import NOW, add_notes, days_ago
+from tests.support.llm_stub import LLMStub, StubRequest, StubResponse
+from worker.app import App
+from worker.domain.types import Note, Scope
+from worker.llm.ask import MAX_REASKS, ask
+from worker.llm.fake import FakeLLM
+from worker.llm.openai_compat import OpenAICompatibleLLM
+from worker.llm.prompts import render_prompt
+from worker.phases.consolidate.core import (
+    PROMPT_NAME,
+    FusionReply,
+    prompt_context,
+    validate_fusion,
+)
+from worker.runs import service
+
+DARK = [
+    "User prefers dark mode in the code editor",
+    "User prefers dark mode in the editor at night",
+    "User prefers dark mode in the code editor and terminal",
+    "User prefers the dark mode theme in the code editor",
+    "User likes dark mode in the code editor",
+]
+GROUNDED = "User prefers dark mode in the code editor and terminal, at night too"
+MAX_CHARS = 300
+CALLS_PER_QUESTION = 1 + MAX_REASKS  # = 3
+
+SOURCES = [Note(id=f"d{k}", scope=Scope("a", "u"), content=t, type="Preference",
+                created_at=NOW) for k, t in enumerate(DARK)]
+ALIASES = [f"n{k + 1}" for k in range(len(SOURCES))]
+# Ids the model could have seen in another cluster or read from storage: never valid here.
+OTHER_CLUSTER = ["d7", "d8", "n6", "n7", "n12", "N1", " n1", "n1 ", "n01", "cluster 2", ""]
+
+
+def _valid_reply(**changes: Any) -> dict[str, Any]:
+    reply = {"should_consolidate": True, "content": GROUNDED, "type": "Preference",
+             "source_ids": list(ALIASES), "reason": "same editor preference"}
+    reply.update(changes)
+    return reply
+
+
+# ---- strategies: every example carries at least one defect -------------------------------
+_invented = st.one_of(
+    st.integers(0, 10**9).map(lambda n: f"since {n}"),
+    st.integers(1, 28).map(lambda d: f"on 2024-03-{d:02d}"),
+    st.from_regex(r"[A-Z][a-z]{3,9}", fullmatch=True)
+    .filter(lambda w: w.casefold() not in {"user", "dark", "mode", "code", "editor", "night",
+                                           "terminal", "theme", "prefers", "likes", "the", "and",
+                                           "also", "since", "after", "before", "customer",
+                                           "client", "note", "they", "users"})
+    .map(lambda w: f"with {w}"),
+    st.from_regex(r"https://[a-z]{3,8}\.example/[a-z0-9]{0,6}", fullmatch=True)
+    .map(lambda u: f"see {u}"),
+    st.from_regex(r"[a-z]{3,6}@[a-z]{3,6}\.com", fullmatch=True).map(lambda e: f"mail {e}"),
+)
+_wrong_bool = st.one_of(st.none(), st.lists(st.booleans(), min_size=1, max_size=2),
+                        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+                        st.sampled_from(["maybe", "perhaps", "", "2"]), st.floats(0.1, 0.9))
+_wrong_str = st.one_of(st.none(), st.integers(), st.floats(allow_nan=False),
+                       st.lists(st.text(max_size=5), max_size=3),
+                       st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2))
+_wrong_ids = st.one_of(st.none(), st.sampled_from(ALIASES), st.integers(),
+                       st.lists(st.integers(1, 9), min_size=1, max_size=5),
+                       st.dictionaries(st.sampled_from(ALIASES), st.booleans(), max_size=3))
+_invisible = st.text(alphabet=" \t\n\r\u200b\u200c\u200d\u2060\ufeff\u00a0", max_size=40)
+
+
+@st.composite
+def bad_replies(draw: st.DrawFn) -> tuple[str, Any]:
+    """(defect, what the model sends): raw text, a non-object, or an object with a defect."""
+    kind = draw(st.sampled_from([
+        "not_json", "not_object", "wrong_type", "unknown_alias", "other_cluster_id",
+        "missing_alias", "empty_text", "huge_text", "invented_fact",
+    ]))
+    if kind == "not_json":
+        text = draw(st.one_of(
+            st.text(max_size=200).filter(lambda s: _not_json_object(s)),
+            st.just(json.dumps(_valid_reply()))
+            .flatmap(lambda s: st.integers(1, len(s) - 1).map(lambda n: s[:n])),  # truncated
+            st.just("```json\n{\"should_consolidate\": true,\n```"),
+        ))
+        return kind, text
+    if kind == "not_object":
+        return kind, draw(st.one_of(st.lists(st.integers(), max_size=3), st.integers(),
+                                    st.just([_valid_reply()])).map(json.dumps))
+    reply = _valid_reply()
+    if kind == "wrong_type":
+        field = draw(st.sampled_from(["should_consolidate", "content", "source_ids", "type",
+                                      "reason"]))
+        reply[field] = draw({"should_consolidate": _wrong_bool, "source_ids": _wrong_ids}.get(
+            field, _wrong_str))
+    elif kind == "unknown_alias":
+        extra = draw(st.integers(len(ALIASES) + 1, 999).map(lambda k: f"n{k}"))
+        reply["source_ids"] = draw(st.permutations([*ALIASES, extra]))
+    elif kind == "other_cluster_id":
+        reply["source_ids"] = draw(st.permutations(
+            [*draw(st.lists(st.sampled_from(ALIASES), unique=True)),
+             draw(st.sampled_from(OTHER_CLUSTER))]))
+    elif kind == "missing_alias":
+        reply["source_ids"] = draw(st.lists(st.sampled_from(ALIASES), unique=True,
+                                            max_size=len(ALIASES) - 1))
+    elif kind == "empty_text":
+        reply["content"] = draw(st.one_of(_invisible, st.sampled_from(["", ".", "-", "…", "..."])))
+    elif kind == "huge_text":
+        reply["content"] = GROUNDED + " " + "dark mode " * draw(st.integers(
+            MAX_CHARS // 10, 5000))
+    elif kind == "invented_fact":
+        reply["content"] = f"{GROUNDED} {draw(_invented)}"
+    # Extra keys never rescue a defective reply (they are ignored, not a loophole).
+    if draw(st.booleans()):
+        reply["note_ids"] = draw(st.lists(st.sampled_from(["d0", "d7", "x"]), max_size=3))
+    return kind, json.dumps(reply)
+
+
+def _not_json_object(text: str) -> bool:
+    try:
+        return not isinstance(json.loads(text), dict)
+    except ValueError:
+        return True
+
+
+@functools.cache
+def _prompt() -> Any:
+    return render_prompt(PROMPT_NAME, prompt_context(SOURCES, NOW, MAX_CHARS))
+
+
+@hsettings(suppress_health_check=[HealthCheck.too_slow])
+@given(bad=bad_replies())
+def test_r12_fuzzed_replies_never_applied(bad: tuple[str, str]) -> None:
+    """R12: bad JSON, non-objects, wrong types, unknown/extra aliases, ids from another cluster,
+    missing aliases, empty or invisible-only text, huge text and invented facts are never
+    accepted: the question ends ``invalid`` with a reason after exactly 1 + 2 calls (re-asks
+    carry the reason), and every reply the validator sees is rejected."""
+    kind, raw = bad
+    fake = FakeLLM(default=raw)
+    seen: list[str] = []
+
+    def validate(reply: FusionReply) -> None:
+        seen.append(reply.content)
+        validate_fusion(reply, ALIASES, SOURCES, MAX_CHARS)
+
+    outcome = ask(fake, _prompt(), FusionReply, validate=validate)
+    assert outcome.status == "invalid", (kind, raw[:200], outcome)
+    assert outcome.value is None and not outcome.ok
+    assert outcome.attempts == CALLS_PER_QUESTION == len(fake.calls)
+    assert outcome.reason and len(outcome.errors) == CALLS_PER_QUESTION
+    assert all(len(e) <= 300 for e in outcome.errors)
+    for call in fake.calls[1:]:
+        assert "Your previous reply could not be used: " + outcome.errors[0] in call.user
+    if kind in ("unknown_alias", "other_cluster_id", "missing_alias", "empty_text",
+                "huge_text", "invented_fact"):
+        assert len(seen) == CALLS_PER_QUESTION  # parsed, then refused by the validator
+
+
+def test_r12_the_oracle_accepts_a_grounded_reply() -> None:
+    """The fuzz above could pass by rejecting everything: the undamaged reply it mutates is
+    accepted in one call."""
+    fake = FakeLLM(default=json.dumps(_valid_reply()))
+
+    def validate(reply: FusionReply) -> None:
+        validate_fusion(reply, ALIASES, SOURCES, MAX_CHARS)
+
+    outcome = ask(fake, _prompt(), FusionReply, validate=validate)
+    assert outcome.ok and outcome.attempts == 1 and outcome.value is not None
+    assert outcome.value.content == GROUNDED
+
+
+# ---- end to end: the real openai client, the stub, a store ----------------------------------
+def _use_stub(app: App, stub: LLMStub, handler: Any, **kw: Any) -> OpenAICompatibleLLM:
+    stub.set_handler(handler)
+    s = app.settings
+    llm = OpenAICompatibleLLM(base_url=stub.url, model="stub-model", api_key="k",
+                              timeout=kw.get("timeout", s.llm_timeout),
+                              max_retries=kw.get("max_retries", s.llm_max_retries))
+    app.llm = llm
+    return llm
+
+
+def _scope() -> Scope:
+    return Scope(f"agent-{uuid.uuid4().hex[:8]}", "u1")
+
+
+def _add_dark(app: App, scope: Scope, texts: list[str] = DARK) -> list[str]:
+    prefix = scope.agent_id[-8:]
+    notes = [{"id": f"{prefix}-d{k}", "agent_id": scope.agent_id, "user_id": scope.user_id,
+              "type": "Preference", "content": t, "created_at": days_ago(30 - k),
+              "access_count": k + 1} for k, t in enumerate(texts)]
+    add_notes(app, *notes)
+    return [n["id"] for n in notes]
+
+
+def _run(app: App, scope: Scope) -> dict[str, Any]:
+    run_id = service.create_run(app, scope, force=True, phases=["consolidate"], clock=NOW)
+    assert run_id is not None
+    started = time.monotonic()
+    service.execute_run(app, run_id)
+    elapsed = time.monotonic() - started
+    with app.uow() as uow:
+        steps = uow.runs.steps(run_id)
+        run = uow.runs.get(run_id)
+    parent = next(s for s in steps if s.parent_id is None and s.phase == "consolidate")
+    children = [s for s in steps if s.parent_id == parent.id]
+    return {"run_id": run_id, "run": run, "parent": parent, "children": children,
+            "out": parent.output, "elapsed": elapsed}
+
+
+def _state(app: App, scope: Scope) -> dict[str, dict[str, Any]]:
+    with app.uow() as uow:
+        snap = uow.notes.load_scope(scope, statuses=("active", "revoked", "archived"))
+    return {n.id: {k: v for k, v in asdict(n).items() if k != "scope"} for n in snap.notes}
+
+
+@hsettings(max_examples=4, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                   HealthCheck.too_slow])
+@given(bad=bad_replies())
+def test_r12_fuzzed_replies_never_applied_through_the_stub(
+    app: App, llm_stub: LLMStub, bad: tuple[str, str]
+) -> None:
+    """R12 end to end (a few examples per backend, each in a fresh scope): whatever defective
+    reply the endpoint sends, the cluster is skipped as invalid with the reason and the three
+    attempts' errors on its step, after exactly 3 requests; no note changes, none is added."""
+    kind, raw = bad
+    scope = _scope()
+    _add_dark(app, scope)
+    before = _state(app, scope)
+    asked_before = len(llm_stub.chat_requests())
+    _use_stub(app, llm_stub, lambda req: StubResponse(content=raw), max_retries=0)
+    result = _run(app, scope)
+    assert len(llm_stub.chat_requests()) - asked_before == CALLS_PER_QUESTION
+    out = result["out"]
+    assert (out["clusters_found"], out["clusters_invalid"], out["clusters_merged"]) == (1, 1, 0)
+    (child,) = result["children"]
+    assert child.status == "skipped" and child.output["verdict"] == "invalid"
+    assert child.output["reason"] and len(child.output["errors"]) == CALLS_PER_QUESTION
+    assert child.output["attempts"] == CALLS_PER_QUESTION
+    assert _state(app, scope) == before, kind
+
+
+# ---- R13 --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("addition", "invented"), [
+    ("for 45 minutes a day", "45"),
+    ("as Marguerite suggested", "marguerite"),
+    ("per https://themes.example.org/dark", "https://themes.example.org/dark"),
+    ("since 2024-03-12", "2024-03-12"),
+])
+def test_r13_fused_note_must_be_grounded(
+    app: App, llm_stub: LLMStub, addition: str, invented: str
+) -> None:
+    """R13: a fusion that adds a number, a name, a URL or a date no source states is rejected
+    (re-asked twice with the reason, then skipped): sources unchanged, no fused note, the reason
+    naming the invented detail on the cluster's step."""
+    scope = _scope()
+    _add_dark(app, scope)
+    before = _state(app, scope)
+    content = f"{GROUNDED}, {addition}"
+    _use_stub(app, llm_stub, lambda req: _valid_reply(content=content), max_retries=0)
+    result = _run(app, scope)
+    assert len(llm_stub.chat_requests()) == CALLS_PER_QUESTION
+    assert f"adds {invented!r}" in llm_stub.chat_requests()[1].user
+    (child,) = result["children"]
+    assert child.output["verdict"] == "invalid"
+    assert f"adds {invented!r}" in child.output["reason"]
+    assert "which no source note states" in child.output["reason"]
+    assert result["out"]["clusters_merged"] == 0
+    assert _state(app, scope) == before
+
+
+def test_r13_grounded_rephrasing_is_merged(app: App, llm_stub: LLMStub) -> None:
+    """R13's control: the same cluster with a reply that only recombines the sources' facts
+    (and a source that says "last week", so the resolved date is allowed) is merged."""
+    scope = _scope()
+    texts = [*DARK[:4], "User prefers dark mode in the code editor since last week"]
+    _add_dark(app, scope, texts)
+    week_before = (NOW - timedelta(days=26 + 7)).date()  # the last note was written 26 days ago
+    content = f"{GROUNDED}; since about {week_before.isoformat()}"
+    _use_stub(app, llm_stub, FakeLLM(default=_valid_reply(content=content,
+                                                          source_ids="$aliases")), max_retries=0)
+    result = _run(app, scope)
+    assert result["out"]["clusters_merged"] == 1, result["children"][0].output
+    assert len(llm_stub.chat_requests()) == 1
+    active = [n for n in _state(app, scope).values() if n["status"] == "active"]
+    assert [n["content"] for n in active] == [content]
+
+
+# ---- R16 --------------------------------------------------------------------------------
+def _timed(handler: Any) -> tuple[list[float], Any]:
+    times: list[float] = []
+    lock = threading.Lock()
+
+    def wrapped(req: StubRequest) -> Any:
+        with lock:
+            times.append(time.monotonic())
+        return handler(req)
+
+    return times, wrapped
+
+
+@pytest.mark.parametrize("failure", ["rate_limited", "server_error", "hanging"])
+def test_r16_rate_limits_and_hangs_are_bounded(app: App, llm_stub: LLMStub, failure: str) -> None:
+    """R16: an endpoint answering 429 with Retry-After, 500 on every call, or never answering
+    costs each question at most 1 + llm_max_retries requests and the client's wall-time cap
+    (timeout x attempts + back-offs); the phase still ends (succeeded, not failed), the cluster is
+    deferred with the reason and nothing is remembered against it, so the next run with a
+    healthy endpoint merges it."""
+    app.settings.llm_timeout = 1.0
+    app.settings.llm_max_retries = 1
+    scope = _scope()
+    ids = _add_dark(app, scope)
+    before = _state(app, scope)
+    bad = {
+        "rate_limited": lambda req: StubResponse.rate_limited(retry_after=1),
+        "server_error": lambda req: StubResponse.error(500),
+        "hanging": lambda req: StubResponse.hang(60),
+    }[failure]
+    times, handler = _timed(bad)
+    llm = _use_stub(app, llm_stub, handler)
+    attempts = 1 + app.settings.llm_max_retries
+    assert llm.max_wall_seconds <= app.settings.llm_timeout * attempts + 10.0
+    result = _run(app, scope)
+
+    assert len(times) == attempts  # bounded retries
+    if failure == "rate_limited":
+        assert times[1] - times[0] >= 0.9  # Retry-After honoured
+    # Wall time: one question's cap (the only cluster), plus the run's own bookkeeping.
+    assert result["elapsed"] <= llm.max_wall_seconds + 5.0, result["elapsed"]
+    assert result["parent"].status == "succeeded"
+    assert result["run"].status == "succeeded"
+    (child,) = result["children"]
+    assert child.output["verdict"] == "deferred" and child.status == "skipped"
+    assert "deferred to the next run" in child.output["reason"]
+    assert result["out"]["clusters_deferred"] == 1
+    assert _state(app, scope) == before
+    with app.uow() as uow:
+        assert not uow.judgements.known(scope, "cluster", [child.input["fingerprint"]])
+
+    llm_stub.set_handler(lambda req: _valid_reply())  # the endpoint recovers
+    later = _run(app, scope)
+    assert later["out"]["clusters_merged"] == 1 and later["out"]["clusters_deferred"] == 0
+    state = _state(app, scope)
+    assert all(state[i]["status"] == "revoked" for i in ids)
+    assert [n["content"] for n in state.values() if n["status"] == "active"] == [GROUNDED]
