@@ -283,6 +283,10 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     app = _app(ctx)
     if via_celery and not app.settings.broker_url:
         raise UserError("--via-celery needs a broker: set DREAM_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
+    if via_celery:
+        from worker.tasks import check_broker
+
+        check_broker(app.settings.broker_url)  # before any run row is written
     if due:
         if force:
             raise UserError("--due runs what the gate allows; use --agent ... --force to bypass it")

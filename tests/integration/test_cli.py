@@ -97,6 +97,8 @@ USER_ERRORS = [
     (["run", "--user", "u1", "--due"], None, {}, "--user and --company need --agent"),
     (["run", "--agent", "a1", "--phase", "dance"], None, {}, "Invalid value for '--phase'"),
     (["run", "--agent", "a1", "--force", "--via-celery"], None, {}, "DREAM_BROKER_URL"),
+    (["run", "--agent", "other", "--force", "--via-celery"], None,
+     {"DREAM_BROKER_URL": "redis://127.0.0.1:1/0"}, "cannot reach the broker"),
     (["no-such-command"], None, {}, "No such command"),
     (["runs", "list"], None, {"DREAM_GATE_HOURS": "a day"}, "invalid setting DREAM_GATE_HOURS"),
     (["runs", "list"], None, {"DREAM_CONSOLIDATE__THRESHOLD": "2"},
@@ -300,3 +302,17 @@ def test_demo_on_a_temp_database(tmp_path: Path) -> None:
     assert path.exists() and "Next:" in res.stdout and "dream runs show" in res.stdout
     listed = json.loads(dream(f"sqlite:///{path}", "runs", "list", "--json").stdout)
     assert len(listed) >= 1 and all(r["status"] == "succeeded" for r in listed)
+
+
+def test_abandoned_queued_run_frees_the_scope(db: App) -> None:
+    """A run the broker never received is marked failed with the reason, so the scope's next
+    run is not refused by the one-active-run index forever."""
+    from worker.domain.types import Scope
+    from worker.runs import service
+
+    run_id = service.create_run(db, Scope("a1"))
+    assert run_id is not None and service.create_run(db, Scope("a1")) is None
+    service.abandon_run(db, run_id, "could not enqueue: OperationalError")
+    tree = json.loads(dream(url_of(db), "runs", "show", run_id, "--json").stdout)
+    assert tree["status"] == "failed" and tree["error"] == "could not enqueue: OperationalError"
+    assert service.create_run(db, Scope("a1")) is not None

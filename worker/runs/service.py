@@ -40,6 +40,10 @@ class RunError(Exception):
     """A user-facing problem with a run request (unknown id, nothing to run); one line."""
 
 
+class BrokerUnavailable(RunError):
+    """The Celery broker did not answer; nothing was queued (one line for the user)."""
+
+
 @dataclass
 class GateResult:
     created: list[str]
@@ -315,3 +319,14 @@ def execute_run(app: App, run_id: str) -> str:
         if execute_phase(app, run_id, phase) in ("busy", "waiting", "not_claimed"):
             break  # another executor holds this run; it finalizes
     return finalize_run(app, run_id)
+
+
+def abandon_run(app: App, run_id: str, reason: str) -> None:
+    """A queued run that never reached the broker: mark it failed so the scope is free again
+    (a queued run is never retried by the lease recovery, it would block its scope for good)."""
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        if run is not None and run.status == RunStatus.QUEUED.value:
+            uow.runs.set_status(run_id, RunStatus.FAILED.value, finished_at=utcnow(), error=reason)
+            uow.commit()
+    log.warning("run.abandoned", run_id=run_id, reason=reason)
