@@ -23,6 +23,8 @@ from worker.runs.context import Budget, PhaseContext
 from worker.runs.gate import GateDecision, decide_gate
 from worker.runs.steps import StepRecorder
 from worker.safety.crashpoints import crashpoint
+from worker.safety.scrub import safe_error_message
+from worker.safety.scrub import stack as error_stack
 from worker.store.models import RunStepRow
 from worker.store.uow import StaleLease
 
@@ -224,10 +226,14 @@ def execute_phase(app: App, run_id: str, phase: str) -> str:
         bound.warning("phase.lease_lost")
         raise
     except Exception as exc:  # a failing phase must not stop the next one (R6)
-        bound.exception("phase.failed", error_type=type(exc).__name__)
+        # R21: the message is scrubbed of the scope's note text; the traceback goes to the log
+        # as frames only (format_exc_info would print the raw message).
+        message = _safe_message(app, ctx.scope, exc)
+        bound.error("phase.failed", error_type=type(exc).__name__, error=message,
+                    frames=error_stack(exc))
         ctx.steps.finish_phase(
             step_id, status=StepStatus.FAILED.value, output={}, started=started,
-            error=f"{type(exc).__name__}: {_safe_message(exc)}",
+            error=f"{type(exc).__name__}: {message}",
         )
         return StepStatus.FAILED.value
     output = dict(report.counters)
@@ -243,10 +249,11 @@ def execute_phase(app: App, run_id: str, phase: str) -> str:
     return report.status
 
 
-def _safe_message(exc: Exception) -> str:
-    # Exception messages can quote note text (e.g. a database error echoing a row); keep it short
-    # and never let it be the only record: the type name always comes first.
-    return str(exc).splitlines()[0][:200] if str(exc) else ""
+def _safe_message(app: App, scope: Scope, exc: Exception) -> str:
+    # Exception messages can quote note text (e.g. a database error echoing a row, a model
+    # client quoting the prompt): first line only, every word shared with a note of the scope
+    # masked, at most 200 characters; the type name always comes first on the step.
+    return safe_error_message(app, scope, exc)
 
 
 def _registry() -> dict[str, Any]:

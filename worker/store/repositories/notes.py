@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -262,6 +262,11 @@ class NoteRepository:
             )
         ).all()
         return {r[0] for r in rows}
+
+    def contents(self, scope: Scope) -> Iterator[str]:
+        """Every note text of the scope, any status, streamed (to scrub error messages, R21)."""
+        stmt = select(NoteRow.content).where(NoteRow.scope_key == scope.key)
+        yield from self.session.execute(stmt.execution_options(yield_per=1000)).scalars()
 
     def comments_of(self, ids: Iterable[str]) -> dict[str, str | None]:
         """Current comments of each id (the snapshot does not carry them); one query."""
