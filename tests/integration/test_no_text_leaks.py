@@ -8,16 +8,27 @@ line, stdlib log record, captured stdout/stderr, or the failed step's error.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import structlog
 
+from tests.conftest import drop_postgres_app, make_postgres_app
+from tests.integration.test_celery import ROOT, _events, _stop, _wait_terminal
 from tests.support.factories import NOW, add_notes, days_ago
+from tests.support.services import redis_url
 from worker.app import App
 from worker.domain.types import Scope
 from worker.llm.fake import FakeLLM, FakeRule
@@ -132,3 +143,192 @@ def test_r21_error_messages_are_scrubbed_of_note_words(message: str, expected: s
     neighbouring masks collapse; other text is kept so the error stays useful."""
     notes = [f"User likes {CANARY} tea", "Budget is 1234 euros", "Pay the rent"]
     assert scrub(message, notes) == expected
+
+
+# ---- through Celery: a real worker subprocess on Redis, every broker command inspected --------
+REDIS_DB = 12  # dedicated to this test (test_celery uses 14, the default test URL 15)
+_ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_ESCAPES = {"n": b"\n", "r": b"\r", "t": b"\t", "a": b"\a", "b": b"\b"}
+
+
+def _unescape(arg: str) -> str:
+    """One MONITOR argument back to its text (Redis quotes it with sdscatrepr escapes)."""
+    out, i = bytearray(), 0
+    while i < len(arg):
+        if arg[i] == "\\" and i + 1 < len(arg):
+            nxt = arg[i + 1]
+            if nxt == "x":
+                out.append(int(arg[i + 2 : i + 4], 16))
+                i += 4
+                continue
+            out += _ESCAPES.get(nxt, nxt.encode())
+            i += 2
+            continue
+        out += arg[i].encode("latin-1", "replace")
+        i += 1
+    return out.decode("utf-8", "replace")
+
+
+def canary_forms(canary: str = CANARY) -> list[str]:
+    """The canary as it would appear raw or inside base64 at any of the three byte alignments."""
+    raw = canary.encode()
+    forms = [canary]
+    for pad in range(3):
+        encoded = base64.b64encode(b"\0" * pad + raw).decode()
+        start = -(-pad * 4 // 3)  # characters that depend on the padding bytes
+        end = ((pad + len(raw)) // 3) * 4  # characters that depend on bytes after the canary
+        forms.append(encoded[start + 1 : end - 1])
+    return forms
+
+
+class BrokerMonitor(threading.Thread):
+    """Redis MONITOR on its own connection: every command (all databases) with its arguments."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        import redis
+
+        self.client = redis.Redis.from_url(url)
+        self.sentinel = f"r21-stop-{uuid.uuid4().hex}"
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        conn = self.client.connection_pool.get_connection()
+        try:
+            conn.send_command("MONITOR")
+            assert conn.read_response() in (b"OK", "OK")
+            self.ready.set()
+            while True:
+                line = conn.read_response()
+                text = line.decode("latin-1") if isinstance(line, bytes) else str(line)
+                if self.sentinel in text:
+                    return
+                self.lines.append(text)
+        finally:
+            conn.disconnect()
+
+    def stop(self) -> None:
+        self.client.echo(self.sentinel)
+        self.join(10)
+        self.client.close()
+
+    def arguments(self) -> list[str]:
+        """Every argument of every command sent to the broker database."""
+        out = []
+        for line in self.lines:
+            if f"[{REDIS_DB} " not in line:
+                continue
+            out.extend(_unescape(a) for a in _ARG.findall(line))
+        return out
+
+
+def _task_messages(arguments: list[str]) -> list[dict[str, Any]]:
+    """Kombu envelopes among the arguments, with the body decoded."""
+    out = []
+    for arg in arguments:
+        try:
+            msg = json.loads(arg)
+        except ValueError:
+            continue
+        if not isinstance(msg, dict) or "body" not in msg or "headers" not in msg:
+            continue
+        body = msg["body"]
+        if msg.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body).decode()
+        out.append({"task": msg["headers"].get("task"), "body": body,
+                    "argsrepr": msg["headers"].get("argsrepr")})
+    return out
+
+
+@pytest.mark.celery
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_r21_no_note_text_in_logs_or_broker(tmp_path: Path, json_logs: io.StringIO) -> None:
+    """R21 through Celery: canary notes, `dream run --via-celery` on a dedicated Redis database,
+    a real prefork worker with the scripted model merging them (DEBUG JSON logs). The canary
+    reaches the fused note in PostgreSQL, yet appears in no broker command (raw or base64, task
+    messages decoded: their only argument is the run id), no worker or producer log line and no
+    in-process log line."""
+    broker = redis_url().rsplit("/", 1)[0] + f"/{REDIS_DB}"
+    queue = f"dream-r21-{uuid.uuid4().hex[:10]}"
+    scope = Scope("agent-leak-celery", "u-leak")
+    script = tmp_path / "fake-llm.json"
+    script.write_text(json.dumps({"model": "fake-r21", "rules": [
+        {"prompt": "consolidate", "contains": ["code editor"], "reply": {
+            "should_consolidate": True, "content": FUSED, "type": "Preference",
+            "source_ids": "$aliases", "reason": "same editor preference"}}],
+        "default": {"should_consolidate": False, "content": "", "type": "Preference",
+                    "source_ids": [], "reason": "no", "verdicts": []}}))
+    app = make_postgres_app()
+    env = {**os.environ, "DREAM_DATABASE_URL": app.settings.database_url,
+           "DREAM_BROKER_URL": broker, "DREAM_RESULT_BACKEND": broker,
+           "DREAM_CELERY_QUEUE": queue, "DREAM_LLM_PROVIDER": "fake",
+           "DREAM_FAKE_LLM_SCRIPT": str(script), "DREAM_LOG_FORMAT": "json",
+           "DREAM_LOG_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1"}
+    monitor = BrokerMonitor(broker)
+    monitor.start()
+    assert monitor.ready.wait(10)
+    log = tmp_path / "worker.log"
+    worker = None
+    try:
+        add_notes(app, *canary_notes(scope))
+        with open(log, "ab") as fh:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "worker.celery_app", "worker",
+                 "--pool", "prefork", "-c", "1", "-Q", queue, "-n", f"{queue}@%h",
+                 "--without-gossip", "--without-mingle", "--loglevel", "DEBUG"],
+                cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        producer = subprocess.run(
+            [str(Path(sys.executable).with_name("dream")), "run", "--agent", scope.agent_id,
+             "--user", scope.user_id or "", "--force", "--via-celery"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert producer.returncode == 0, producer.stderr
+        run_id = producer.stdout.strip().splitlines()[-1].split()[1]
+        tree = _wait_terminal(app, run_id, timeout=90)
+        assert tree["status"] in ("succeeded", "partial"), tree
+        with app.uow() as uow:
+            stored = [n.content for n in uow.notes.load_scope(
+                scope, statuses=("active", "revoked", "archived")).notes]
+        assert FUSED in stored  # the canary went through the worker, the model and the store
+    finally:
+        if worker is not None:
+            assert _stop(worker) == 0, log.read_text()[-3000:]
+        monitor.stop()
+        import redis
+
+        client = redis.Redis.from_url(broker)
+        client.flushdb()
+        client.close()
+        drop_postgres_app(app)
+
+    arguments = monitor.arguments()
+    messages = _task_messages(arguments)
+    # The inspection saw the run's task messages (else it proves nothing) ...
+    sent = {m["task"] for m in messages}
+    assert {"dream.consolidate", "dream.contradictions", "dream.prune", "dream.archive",
+            "dream.finalize"} <= sent, sent
+    for m in (m for m in messages if m["task"]):
+        args = json.loads(m["body"])[0]
+        assert args == [run_id] and m["argsrepr"] in (repr((run_id,)), repr([run_id])), m
+    # ... and the worker really logged the run.
+    events = _events(log)
+    assert any(e["event"] == "phase.finished" and e.get("run_id") == run_id for e in events)
+    forms = canary_forms()
+    texts = {"broker": "\n".join(arguments + [m["body"] for m in messages]),
+             "worker log": log.read_text(encoding="utf-8", errors="replace"),
+             "producer": producer.stdout + producer.stderr, "in-process": json_logs.getvalue()}
+    for where, text in texts.items():
+        for form in forms:
+            assert form not in text, (where, form)
+        for line in DARK + PAIR:
+            assert line not in text, (where, line)
+
+
+def test_canary_forms_find_base64_at_every_alignment() -> None:
+    """The broker check would see the canary base64-encoded at any offset in a message body."""
+    forms = canary_forms()
+    for prefix in ("", "a", "ab", "abc", '{"note": "'):
+        encoded = base64.b64encode((prefix + f"x {CANARY} y").encode()).decode()
+        assert any(f in encoded for f in forms[1:]), prefix
+    assert not any(f in base64.b64encode(b"nothing to see here").decode() for f in forms)
