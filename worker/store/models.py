@@ -74,9 +74,11 @@ class NoteRow(Base):
         Index("ix_notes_user", "user_id"),
         Index("ix_notes_conversation", "source_conversation_id"),
         Index("ix_notes_consolidated_into", "consolidated_into_id"),
-        # Covering index for write-time dedup: a scope's active ids and hashes of one type
-        # come from the index alone (no table lookups) on every `remember`.
-        Index("ix_notes_scope_status_type", "scope_key", "status", "type", "id", "content_hash"),
+        # Covering index for write-time dedup: a scope's active content hashes of one type come
+        # from the index alone on every `remember`. No `id` in it on purpose: a query that also
+        # needs the id then cannot be "covered" by it, so SQLite keeps using ix_notes_scope_hash
+        # for hash look-ups instead of scanning the whole scope through this index.
+        Index("ix_notes_scope_status_type_hash", "scope_key", "status", "type", "content_hash"),
     )
 
 

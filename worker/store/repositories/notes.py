@@ -307,11 +307,14 @@ class NoteRepository:
 
     def active_with_hash(self, scope: Scope, type: str, hash_: str) -> str | None:
         """Lowest id of an active note of ``type`` with this content hash in the scope."""
-        return self.session.execute(
-            select(func.min(NoteRow.id)).where(
-                NoteRow.scope_key == scope.key, NoteRow.content_hash == hash_,
-                NoteRow.status == NoteStatus.ACTIVE.value, NoteRow.type == type)
-        ).scalar()
+        # Filter status/type here: with them in the WHERE clause SQLite prefers the covering
+        # (scope, status, type) index and scans the whole scope instead of the hash index.
+        rows = self.session.execute(
+            select(NoteRow.id, NoteRow.status, NoteRow.type).where(
+                NoteRow.scope_key == scope.key, NoteRow.content_hash == hash_)
+        ).all()
+        ids = [r[0] for r in rows if r[1] == NoteStatus.ACTIVE.value and r[2] == type]
+        return min(ids) if ids else None
 
     def with_hash(self, scope: Scope, hash_: str) -> list[tuple[str, str]]:
         """(id, status) of every note of the scope with this content hash, any status."""
