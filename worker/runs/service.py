@@ -314,8 +314,8 @@ def record_before(app: App, run_id: str) -> None:
         if run is None or (run.totals and "notes_before" in run.totals):
             return
         scope = Scope(run.agent_id, run.user_id, run.company_id)
-        uow.runs.set_status(run_id, run.status,
-                            totals={"notes_before": uow.notes.count_by_status(scope)})
+        # Only the totals: writing the status read above back could undo a concurrent claim.
+        uow.runs.set_totals(run_id, {"notes_before": uow.notes.count_by_status(scope)})
         uow.commit()
 
 

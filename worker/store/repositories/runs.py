@@ -69,6 +69,11 @@ class RunRepository:
             update(DreamRunRow).where(DreamRunRow.id == run_id).values(status=status, **values)
         )
 
+    def set_totals(self, run_id: str, totals: dict[str, Any]) -> None:
+        self.session.execute(
+            update(DreamRunRow).where(DreamRunRow.id == run_id).values(totals=totals)
+        )
+
     def claim(self, run_id: str, now: datetime, lease_seconds: int) -> int | None:
         """Move queued/interrupted → running and bump the fencing epoch; None if not claimable."""
         run = self.session.get(DreamRunRow, run_id, with_for_update=True)
