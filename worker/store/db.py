@@ -20,6 +20,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         return engine
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith("postgresql") and "connect_timeout" not in url:
+        # An unreachable host fails in seconds with one line, instead of hanging the command.
+        kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 10)
     return create_engine(url, pool_pre_ping=True, **kwargs)
 
 
