@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -73,6 +75,14 @@ def demo_notes(now_iso: Callable[[int], str]) -> list[dict[str, object]]:
     ]
 
 
+def _dream_command() -> str:
+    """How the user can call `dream` again: plain if it is on PATH, else this venv's script."""
+    if shutil.which("dream"):
+        return "dream"
+    script = Path(sys.argv[0])
+    return str(script) if script.name == "dream" else "dream"
+
+
 def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
     path = Path(database) if database else Path(platformdirs.user_data_dir("dream-worker")) / "demo.db"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,11 +122,12 @@ def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
             _explain(app, run_id, echo)
         echo("")
         echo("Next:")
-        echo(f"  DREAM_DATABASE_URL={url} dream runs show {run_ids[0]}")
-        echo(f"  DREAM_DATABASE_URL={url} dream notes export --status revoked")
+        dream = _dream_command()
+        echo(f"  DREAM_DATABASE_URL={url} {dream} runs show {run_ids[0]}")
+        echo(f"  DREAM_DATABASE_URL={url} {dream} notes export --status revoked")
         if settings.llm_provider == "none":
             echo("  DREAM_LLM_PROVIDER=fake DREAM_FAKE_LLM_SCRIPT=examples/fake-llm-demo.json "
-                 "dream demo   # the same store judged by a scripted model")
+                 f"{dream} demo   # the same store judged by a scripted model")
         return run_ids[0]
     finally:
         app.dispose()
