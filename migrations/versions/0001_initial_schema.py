@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
 import worker.store.types
 
 revision: str = '0001'

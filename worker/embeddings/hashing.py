@@ -68,8 +68,8 @@ class HashingEmbedder:
             signed_arr = np.asarray(cols, dtype=np.int64)
             flat = np.asarray(rows, dtype=np.int64) * self.dimensions + (np.abs(signed_arr) - 1)
             weights = np.where(signed_arr > 0, 1.0, -1.0)
-            out = np.bincount(flat, weights=weights, minlength=n * self.dimensions)
-            out = out.reshape(n, self.dimensions).astype(np.float32)
+            counts = np.bincount(flat, weights=weights, minlength=n * self.dimensions)
+            out = counts.reshape(n, self.dimensions).astype(np.float32)
         # Sublinear term frequency keeps one repeated word from dominating a short note.
         out = np.sign(out) * np.log1p(np.abs(out))
         norms = np.linalg.norm(out, axis=1, keepdims=True)

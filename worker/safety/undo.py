@@ -102,8 +102,8 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         result.overwritten.extend(sorted(remaining))
     state = uow.safety.note_state(by_note)
     for note_id, note_rows in sorted(by_note.items()):
-        row = state.get(note_id)
-        if row is None:
+        current = state.get(note_id)
+        if current is None:
             result.missing.append(note_id)
             continue
         if any(r.op == "insert" for r in note_rows):
@@ -113,13 +113,13 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         else:
             values = _before_image(note_rows)
             result.restored.append(note_id)
-        before = {f: _jsonable(getattr(row, f)) for f in values}
-        before["version"] = row.version
-        uow.safety.restore(note_id, row.version, {**values, "updated_at": now})
-        uow.notes.log(run_id=None, scope=Scope.from_key(row.scope_key), entity_id=note_id,
+        before = {f: _jsonable(getattr(current, f)) for f in values}
+        before["version"] = current.version
+        uow.safety.restore(note_id, current.version, {**values, "updated_at": now})
+        uow.notes.log(run_id=None, scope=Scope.from_key(current.scope_key), entity_id=note_id,
                       op="undo", before=before,
                       after={**{f: _jsonable(v) for f, v in values.items()},
-                             "version": row.version + 1},
+                             "version": current.version + 1},
                       reason=f"undo of run {run_id}", now=now)
     uow.runs.set_status(run_id, RunStatus.UNDONE.value)
     result.run_ids.append(run_id)

@@ -8,7 +8,6 @@ import os
 import faiss
 import numpy as np
 
-
 SMALL_SCOPE = 5000
 
 

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 from sqlalchemy import (
     Boolean,
-
     Float,
     ForeignKey,
     Index,

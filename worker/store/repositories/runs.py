@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -98,7 +99,7 @@ class RunRepository:
         ).one_or_none()
         return row is not None and row.lease_epoch == epoch and row.status == RunStatus.RUNNING.value
 
-    def expired_running(self, now: datetime) -> list[DreamRunRow]:
+    def expired_running(self, now: datetime) -> builtins.list[DreamRunRow]:
         return list(self.session.scalars(
             select(DreamRunRow).where(
                 DreamRunRow.status == RunStatus.RUNNING.value,
@@ -109,7 +110,7 @@ class RunRepository:
     def list(
         self, scope: Scope | None = None, status: str | None = None,
         since: datetime | None = None, limit: int = 50,
-    ) -> list[DreamRunRow]:
+    ) -> builtins.list[DreamRunRow]:
         stmt = select(DreamRunRow).order_by(DreamRunRow.created_at.desc()).limit(limit)
         if scope is not None:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
@@ -128,7 +129,7 @@ class RunRepository:
     def update_step(self, step_id: str, **values: Any) -> None:
         self.session.execute(update(RunStepRow).where(RunStepRow.id == step_id).values(**values))
 
-    def steps(self, run_id: str) -> list[RunStepRow]:
+    def steps(self, run_id: str) -> builtins.list[RunStepRow]:
         return list(self.session.scalars(
             select(RunStepRow).where(RunStepRow.run_id == run_id)
             .order_by(RunStepRow.started_at, RunStepRow.seq)
