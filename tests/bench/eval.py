@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 
 from tests.bench.run import table
+from tests.support.evaldata import eval_data_dir
 from worker.config import Settings
 from worker.embeddings.hashing import HashingEmbedder
 from worker.llm.base import LLMReply
 from worker.llm.rules import rule_judge_pairs
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "eval-data"
+DATA = eval_data_dir()
 RELATIVE_TIME = re.compile(
     r"\b(yesterday|today|tonight|tomorrow|recently|lately|ago|last (?:night|week|weekend|month|"
     r"year|friday|saturday|sunday|monday|tuesday|wednesday|thursday)|next (?:week|month|year)|"

@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from tests.support.evaldata import eval_data_dir
 from worker.embeddings import Embedder, HashingEmbedder
 
-SICK_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "eval-data" / "sts" / "sick2014"
+SICK_DIR = eval_data_dir() / "sts" / "sick2014"
 SPLITS = ("SICK_train.txt", "SICK_trial.txt")
 
 

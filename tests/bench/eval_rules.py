@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from tests.support.evaldata import eval_data_dir
 from worker.config import ConsolidateSettings
 from worker.embeddings.hashing import HashingEmbedder
 from worker.llm.rules import rule_judge_pairs
 
-EVAL_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "eval-data" / "sts"
+EVAL_DIR = eval_data_dir() / "sts"
 SICK_DIR = EVAL_DIR / "sick2014"
 MSRP_TRAIN = EVAL_DIR / "msrp" / "msr-para-train.tsv"
 
