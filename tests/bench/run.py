@@ -175,10 +175,11 @@ def _inprocess_child(url: str, scopes: int, latency: float | None, concurrency: 
         run_id = service.create_run(app, scope, trigger="bench", force=True, clock=corpus.NOW)
         assert run_id is not None
         service.record_before(app, run_id)
+        cache: dict[str, Any] = {}  # what execute_run carries from phase to phase
         for phase in PHASES:
             cur.current["phase"] = phase
             p0 = time.perf_counter()
-            service.execute_phase(app, run_id, phase)
+            service.execute_phase(app, run_id, phase, cache)
             phase_wall[phase] += time.perf_counter() - p0
         cur.current["phase"] = "setup"
         service.finalize_run(app, run_id)

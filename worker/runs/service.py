@@ -184,25 +184,70 @@ def _budget_for(app: App, run_id: str) -> Budget:
     return budgets[run_id]
 
 
-def execute_phase(app: App, run_id: str, phase: str) -> str:
-    """Run one phase of a run; record its failure as a failed step and return normally (R6)."""
-    with app.uow() as uow:
-        run = uow.runs.get(run_id)
-        if run is None:
-            raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
-        status = run.status
-        wanted = phase in (run.phases or PHASES)
-    if status in (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value):
-        if claim_run(app, run_id) is None:
-            return "not_claimed"
-    elif status != RunStatus.RUNNING.value:
-        return "run_not_running"
-    done = _done_phases(app, run_id)
+@dataclass
+class _RunState:
+    """What an in-process ``execute_run`` learned about its run at its first phase, so later
+    phases need not re-read the run row and its steps. Valid only while the lease epoch it was
+    read under is still held (checked with one cheap query per phase)."""
+
+    scope: Scope
+    now: datetime
+    epoch: int
+    dry_run: bool
+    force: bool
+    phases: list[str]
+    done: set[str]
+    embedded: bool = False  # ensure_scope_embeddings ran for this run in this process
+
+    def context(self, app: App, run_id: str) -> PhaseContext:
+        return PhaseContext(
+            app=app, run_id=run_id, scope=self.scope, now=self.now, epoch=self.epoch,
+            steps=StepRecorder(app, run_id, self.scope), dry_run=self.dry_run, force=self.force,
+            budget=_budget_for(app, run_id),
+        )
+
+
+def execute_phase(app: App, run_id: str, phase: str,
+                  _cache: dict[str, _RunState] | None = None) -> str:
+    """Run one phase of a run; record its failure as a failed step and return normally (R6).
+
+    ``_cache`` (``execute_run`` only) carries the run's state from phase to phase in this
+    process; any doubt (lease lost, a duplicate start) falls back to re-reading everything.
+    """
+    state = _cache.get("state") if _cache is not None else None
+    if state is not None:
+        with app.uow() as uow:
+            holds = uow.runs.holds_lease(run_id, state.epoch)
+        if not holds:
+            assert _cache is not None
+            _cache.pop("state", None)
+            state = None
+    if state is None:
+        with app.uow() as uow:
+            run = uow.runs.get(run_id)
+            if run is None:
+                raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+            status = run.status
+            phases = list(run.phases or PHASES)
+        if status in (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value):
+            if claim_run(app, run_id) is None:
+                return "not_claimed"
+        elif status != RunStatus.RUNNING.value:
+            return "run_not_running"
+        done = _done_phases(app, run_id)
+        ctx = _make_context(app, run_id)
+        if _cache is not None and ctx.epoch is not None:
+            state = _RunState(ctx.scope, ctx.now, ctx.epoch, ctx.dry_run, ctx.force, phases,
+                              done)
+            _cache["state"] = state
+    else:
+        done, phases = state.done, state.phases
+        ctx = state.context(app, run_id)
+    wanted = phase in phases
     if phase in done:
         return "already_done"
     if any(p not in done for p in PHASES[: PHASES.index(phase)]):
         return "waiting"  # an earlier phase is still running elsewhere or was lost
-    ctx = _make_context(app, run_id)
     bound = log.bind(run_id=run_id, scope=ctx.scope.key, phase=phase)
     try:
         step_id = ctx.steps.start_phase(
@@ -210,8 +255,19 @@ def execute_phase(app: App, run_id: str, phase: str) -> str:
             step_id=_phase_step_id(run_id, phase, ctx.epoch),
         )
     except IntegrityError:
+        if _cache is not None and _cache.pop("state", None) is not None:
+            # Someone else started this phase under our epoch: decide on fresh reads.
+            return execute_phase(app, run_id, phase)
         bound.info("phase.busy")
         return "busy"
+    result = _run_phase(app, ctx, phase, step_id, wanted, state, bound)
+    if state is not None:
+        state.done.add(phase)
+    return result
+
+
+def _run_phase(app: App, ctx: PhaseContext, phase: str, step_id: str, wanted: bool,
+               state: _RunState | None, bound: Any) -> str:
     if not wanted:
         ctx.steps.finish_phase(step_id, status=StepStatus.SKIPPED.value,
                                output={"reason": "phase not requested"}, started=time.perf_counter())
@@ -219,7 +275,12 @@ def execute_phase(app: App, run_id: str, phase: str) -> str:
     started = time.perf_counter()
     try:
         if phase in ("consolidate", "contradictions"):
-            ensure_scope_embeddings(app, ctx.scope)
+            # In-process, the second ensure is skipped: contradictions re-embeds lazily when
+            # its load finds a note without a vector (one the host added in between).
+            if state is None or not state.embedded:
+                ensure_scope_embeddings(app, ctx.scope)
+            if state is not None:
+                state.embedded = True
         fn = _registry()[phase]
         report: PhaseReport = fn(ctx, step_id)
     except StaleLease:
@@ -322,8 +383,9 @@ def record_before(app: App, run_id: str) -> None:
 def execute_run(app: App, run_id: str) -> str:
     """The whole run in this process: every phase in order, then finalize."""
     record_before(app, run_id)
+    cache: dict[str, _RunState] = {}
     for phase in PHASES:
-        if execute_phase(app, run_id, phase) in ("busy", "waiting", "not_claimed"):
+        if execute_phase(app, run_id, phase, cache) in ("busy", "waiting", "not_claimed"):
             break  # another executor holds this run; it finalizes
     return finalize_run(app, run_id)
 

@@ -378,8 +378,12 @@ def _apply_merge(
     fields = fused_fields(d.members, d.sources)
     with ctx.uow() as uow:
         uow.check_lease(ctx.run_id, ctx.epoch)
-        current = uow.notes.versions([n.id for n in d.members])
-        stale = [n.id for n in d.members if current.get(n.id) != (n.version, "active")]
+        # One read of the members' current state serves the freshness check and the
+        # operation log's before images (change_many below reuses it).
+        state = uow.notes.current_state(n.id for n in d.members)
+        stale = [n.id for n in d.members
+                 if (state.get(n.id, {}).get("version"), state.get(n.id, {}).get("status"))
+                 != (n.version, "active")]
         new_id = None
         guard = None if stale else check_retire(uow, ctx, d.members)  # R20, R23
         if not stale and not guard:
@@ -393,16 +397,14 @@ def _apply_merge(
             uow.notes.add_lineage(ctx.scope, [n.id for n in d.members], new_id, "consolidated",
                                   ctx.run_id, ctx.now)
             comment = revocation_comment(new_id, d.reason)
-            half = max(1, len(d.members) // 2)
-            for i, note in enumerate(d.members):
-                ok = uow.notes.change(note, run_id=ctx.run_id, reason="consolidated",
-                                      now=ctx.now, status="revoked",
-                                      consolidated_into_id=new_id, comments=comment)
-                if not ok:  # the host changed it between our check and this update (R10)
-                    stale = [note.id]
-                    break
-                if i + 1 == half:
-                    crashpoint("consolidate.after_half_revocations")
+            changes = {"status": "revoked", "consolidated_into_id": new_id, "comments": comment}
+            # One executemany UPDATE (version-guarded) and one operation-log INSERT for the
+            # cluster; a note the host changed since the check above fails it all (R10).
+            stale = uow.notes.change_many(
+                d.members, dict.fromkeys((n.id for n in d.members), changes),
+                run_id=ctx.run_id, reason="consolidated", now=ctx.now, current=state)[:1]
+            # Same transaction as the inserts above: a crash here commits none of it.
+            crashpoint("consolidate.after_half_revocations")
         if not stale and not guard:
             crashpoint("consolidate.before_step")
             d.new_id = new_id

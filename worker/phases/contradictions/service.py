@@ -100,6 +100,15 @@ def load_candidates(app: Any, scope: Scope, run_id: str | None, max_pairs: int |
     settings = app.settings
     with app.uow() as uow:
         snap = uow.notes.load_scope(scope)
+    if snap.notes and snap.vectors.shape[1] == 0:
+        # A note without a vector (the in-process runner embeds once per run; the host may
+        # have added one since): embed now and read again.
+        from worker.embeddings.refresh import ensure_scope_embeddings
+
+        ensure_scope_embeddings(app, scope)
+        with app.uow() as uow:
+            snap = uow.notes.load_scope(scope)
+    with app.uow() as uow:
         produced = uow.notes.inserted_by_run(run_id, scope) if run_id else set()
         judged = uow.judgements.judged_pairs(scope, JUDGEMENT_KIND)
     neighbours = neighbour_pairs(
@@ -311,17 +320,20 @@ def _revoke(ctx: PhaseContext, verdict: Verdict, decision: Decision, notes: dict
         changes["valid_to"] = winner.created_at
     with ctx.uow() as uow:
         uow.check_lease(ctx.run_id, ctx.epoch)
-        if not _fresh(uow, winner, loser):
+        # One read: the freshness check (R10), the loser's comments and the log's before image.
+        state = uow.notes.current_state([winner.id, loser.id])
+        if not all((state.get(n.id, {}).get("version"), state.get(n.id, {}).get("status"))
+                   == (n.version, NoteStatus.ACTIVE.value) for n in (winner, loser)):
             return "stale"
         refusal = check_retire(uow, ctx, [loser])  # R20
         if refusal is not None:
             uow.rollback()
             return f"guard:{refusal}"
-        existing = uow.notes.comments_of([loser.id]).get(loser.id)
+        existing = state[loser.id]["comments"]
         changes["comments"] = append_comment(
             existing, resolved_comment(winner.id, decision.kind, reason))
-        if not uow.notes.change(loser, run_id=ctx.run_id, now=ctx.now,
-                                reason=f"contradictions.{decision.kind}", **changes):
+        if uow.notes.change_many([loser], {loser.id: changes}, run_id=ctx.run_id, now=ctx.now,
+                                 reason=f"contradictions.{decision.kind}", current=state):
             uow.rollback()
             return "stale"
         uow.notes.add_lineage(ctx.scope, [loser.id], winner.id, LINEAGE[decision.kind],

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session, defer
 
 from worker.clock import utcnow
@@ -447,6 +447,85 @@ class NoteRepository:
         )
         note.version += 1
         return True
+
+    def current_state(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Current version, status and tracked fields of each id, in one query (what
+        ``change_many`` needs; callers may use it for their own freshness checks first)."""
+        ids = list(dict.fromkeys(ids))
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), 500):
+            rows = self.session.execute(
+                select(NoteRow.id, NoteRow.version, NoteRow.status,
+                       *(getattr(NoteRow, f) for f in TRACKED_FIELDS if f != "status"))
+                .where(NoteRow.id.in_(ids[start : start + 500]))
+            ).all()
+            out.update((r.id, r._asdict()) for r in rows)
+        return out
+
+    def change_many(
+        self,
+        notes: Sequence[Note],
+        changes_by_id: dict[str, dict[str, Any]],
+        *,
+        run_id: str | None,
+        reason: str | None,
+        now: datetime | None = None,
+        current: dict[str, dict[str, Any]] | None = None,
+    ) -> list[str]:
+        """``change`` for several notes in the caller's transaction, all or nothing.
+
+        One SELECT of the current state (skipped when ``current`` from ``current_state`` in the
+        same transaction is given), one executemany UPDATE guarded by version, one executemany
+        INSERT into the operation log. Returns the ids found changed since they were loaded
+        (R10); when that list is not empty nothing was written and the caller rolls back.
+        """
+        if not notes:
+            return []
+        now = now or utcnow()
+        if current is None:
+            current = self.current_state(n.id for n in notes)
+        stale = [n.id for n in notes
+                 if n.id not in current or current[n.id]["version"] != n.version]
+        if stale:
+            return stale
+        table = NoteRow.__table__
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        log_rows = []
+        for n in notes:
+            changes = changes_by_id[n.id]
+            cur = current[n.id]
+            keys = tuple(sorted(changes))
+            groups.setdefault(keys, []).append(
+                {**{f"v_{k}": changes[k] for k in keys}, "b_id": n.id, "b_version": n.version,
+                 "v_version": n.version + 1, "v_updated_at": now})
+            before = {f: _jsonable(cur[f]) for f in TRACKED_FIELDS if f in changes}
+            before["version"] = cur["version"]
+            after = {f: _jsonable(v) for f, v in changes.items() if f in TRACKED_FIELDS}
+            after["version"] = n.version + 1
+            log_rows.append({"run_id": run_id, "scope_key": n.scope.key, "entity": "note",
+                             "entity_id": n.id, "op": "update", "before": before,
+                             "after": after, "reason": reason, "created_at": now})
+        updated = 0
+        for keys, params in groups.items():
+            stmt = (
+                update(table)
+                .where(table.c.id == bindparam("b_id"),
+                       table.c.version == bindparam("b_version"))
+                .values({**{k: bindparam(f"v_{k}") for k in keys},
+                         "version": bindparam("v_version"),
+                         "updated_at": bindparam("v_updated_at")})
+            )
+            result = self.session.execute(stmt, params)
+            updated += result.rowcount  # type: ignore[attr-defined]
+        if updated != len(notes):
+            # Sane multi-row counts on SQLite and psycopg; re-select to name the culprits.
+            fresh = self.current_state(n.id for n in notes)
+            return [n.id for n in notes
+                    if fresh.get(n.id, {}).get("version") != n.version + 1] or [notes[0].id]
+        self.session.execute(insert(OperationLogRow), log_rows)
+        for n in notes:
+            n.version += 1
+        return []
 
     def add_lineage(
         self, scope: Scope, parent_ids: Iterable[str], child_id: str, relation: str,
