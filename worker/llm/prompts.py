@@ -6,12 +6,13 @@ import hashlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
+from worker.resources import resource_dir
+
+PROMPTS_DIR = resource_dir("prompts")
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+from worker.resources import resource_dir
+
+MIGRATIONS_DIR = resource_dir("migrations")
 
 
 def alembic_config(engine: Engine) -> Config:
