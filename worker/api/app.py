@@ -25,6 +25,7 @@ from worker.domain.types import RunStatus, Scope
 from worker.host import HostError, NotFound, fuse, fusion_candidates, keep_apart, remember
 from worker.host.errors import Invalid
 from worker.runs.service import RunError
+from worker.safety.scrub import stack
 
 log = structlog.get_logger(__name__)
 TOKEN_COOKIE = "dream_token"
@@ -274,7 +275,9 @@ def _dispatch(app: App, run_id: str) -> str:
         try:
             execute_run(app, run_id)
         except Exception as exc:  # the run row records phase failures; this is a last resort
-            log.exception("api.run_failed", run_id=run_id, error_type=type(exc).__name__)
+            # No raw message or traceback text: either can quote note content (R21).
+            log.error("api.run_failed", run_id=run_id, error_type=type(exc).__name__,
+                      frames=stack(exc))
 
     thread = threading.Thread(target=work, name=f"dream-run-{run_id[:8]}", daemon=True)
     app.extras.setdefault("api_threads", []).append(thread)
