@@ -154,7 +154,7 @@ def _count_sql(app: App) -> Counter[str]:
 
 
 def _inprocess_child(url: str, scopes: int, latency: float | None, concurrency: int,
-                     extra: dict[str, Any], out: Any) -> None:
+                     extra: dict[str, Any], out: Any, part: tuple[int, int] = (0, 1)) -> None:
     import resource
 
     from worker.runs import service
@@ -165,9 +165,11 @@ def _inprocess_child(url: str, scopes: int, latency: float | None, concurrency: 
     sql = _count_sql(app)
     phase_wall: Counter[str] = Counter()
     scope_list = _scopes_in(app)[:scopes] if scopes else _scopes_in(app)
+    scope_list = scope_list[part[0]::part[1]]  # this worker's share (--workers)
     before = _status_counts(app)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
+    start_epoch = time.time()
     t0 = time.perf_counter()
     for scope in scope_list:
         cur: Any = sql
@@ -187,9 +189,10 @@ def _inprocess_child(url: str, scopes: int, latency: float | None, concurrency: 
     after = _status_counts(app)
     steps = _step_summary(app)
     out.put({
-        "wall": wall, "phase_wall": dict(phase_wall), "sql": dict(sql), "scopes": len(scope_list),
+        "wall": wall, "phase_wall": dict(phase_wall), "span": (start_epoch, start_epoch + wall), "sql": dict(sql), "scopes": len(scope_list),
         "before": before, "after": after, "steps": steps,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "load": os.getloadavg()[0],  # other work on the machine during this run
         # CPU seconds of this process: robust to other load on the machine, unlike wall time.
         "cpu": resource.getrusage(resource.RUSAGE_SELF).ru_utime
         + resource.getrusage(resource.RUSAGE_SELF).ru_stime - cpu0,
@@ -231,16 +234,49 @@ def _step_summary(app: App) -> dict[str, Any]:
                 "tokens": v["tokens"]} for p, v in summary.items()}
 
 
+WORKERS = 1  # in-process worker processes, each taking every N-th scope (--workers)
+
+
 def run_inprocess(url: str, *, scopes: int = 0, latency: float | None = None,
-                  concurrency: int = 4, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                  concurrency: int = 4, extra: dict[str, Any] | None = None,
+                  workers: int | None = None) -> dict[str, Any]:
+    """All phases over the scopes in ``workers`` fresh processes (default ``--workers``).
+
+    With several workers: wall = first start → last finish, CPU and SQL summed, RSS the
+    largest single process (each is its own process, as Celery's are)."""
+    workers = workers or WORKERS
+    before = None
+    if workers > 1:  # counted here: the workers start at different moments
+        app = build_app(_settings(url))
+        before = _status_counts(app)
+        app.dispose()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    p = ctx.Process(target=_inprocess_child,
-                    args=(url, scopes, latency, concurrency, extra or {}, q))
-    p.start()
-    result = q.get()
-    p.join()
-    return result
+    procs = [ctx.Process(target=_inprocess_child,
+                         args=(url, scopes, latency, concurrency, extra or {}, q, (k, workers)))
+             for k in range(workers)]
+    for p in procs:
+        p.start()
+    results = [q.get() for _ in procs]
+    for p in procs:
+        p.join()
+    if workers == 1:
+        return results[0]
+    merged = dict(results[0])
+    merged["wall"] = max(r["span"][1] for r in results) - min(r["span"][0] for r in results)
+    merged["phase_wall"] = {ph: sum(r["phase_wall"].get(ph, 0) for r in results) / workers
+                            for ph in PHASES}
+    merged["sql"] = dict(sum((Counter(r["sql"]) for r in results), Counter()))
+    for key in ("scopes", "cpu", "calls", "tokens"):
+        merged[key] = sum(r[key] for r in results)
+    merged["rss_mb"] = max(r["rss_mb"] for r in results)
+    merged["calls_by_prompt"] = dict(sum((Counter(r["calls_by_prompt"]) for r in results),
+                                         Counter()))
+    app = build_app(_settings(url))
+    merged["before"], merged["after"] = before, _status_counts(app)
+    merged["steps"] = _step_summary(app)
+    app.dispose()
+    return merged
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,7 +343,10 @@ def run_celery(url: str, *, latency: float = 0.0, workers: int = 2) -> dict[str,
         return {"wall": wall, "before": before, "after": after, "steps": steps,
                 "rss_mb": peak, "scopes": len(scope_list)}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        # SIGTERM to the main process only: a warm shutdown lets each child finish its task.
+        # (killpg(SIGTERM) hit the pool children directly; Celery then logged them as "exited
+        # prematurely: signal 15" — the harness's own cleanup, not a crash.)
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -386,7 +425,8 @@ def report_run(label: str, notes: int, r: dict[str, Any]) -> list[list[Any]]:
                  f"{calls} ({calls / ret:.2f}/retired)" if ret and "calls" in r else "-",
                  f"{tokens} ({tokens / ret:.0f}/retired)" if ret else tokens,
                  f"rss {r['rss_mb']:.0f} MB"
-                 + (f", cpu {r['cpu']:.1f} s" if "cpu" in r else "")])
+                 + (f", cpu {r['cpu']:.1f} s" if "cpu" in r else "")
+                 + (f", load {r['load']:.1f}" if "load" in r else "")])
     return rows
 
 
@@ -397,17 +437,21 @@ PHASE_HEADER = ["run", "phase", "wall s", "notes/s", "SQL/scope", "retired", "mo
 # ---------------------------------------------------------------------------------------------
 # Scenarios
 # ---------------------------------------------------------------------------------------------
+def _w() -> str:
+    return f" w{WORKERS}" if WORKERS > 1 else ""
+
+
 def bench_corpus(backend: str, spec: CorpusSpec, modes: set[str]) -> list[list[Any]]:
     tpl, load_s = template(backend, spec)
     print(f"# {backend}: corpus {spec.notes:,} notes in {spec.scopes:,} scopes "
           f"({f'loaded in {load_s:.1f} s' if load_s else 'cached template'})", flush=True)
     rows: list[list[Any]] = []
     if "rule" in modes:
-        label = f"{backend} {spec.notes // 1000}k/{spec.scopes} rule"
+        label = f"{backend} {spec.notes // 1000}k/{spec.scopes} rule{_w()}"
         r = run_inprocess(fresh_copy(backend, tpl, "rule"))
         rows += report_run(label, spec.notes, r)
     if "fake" in modes:
-        label = f"{backend} {spec.notes // 1000}k/{spec.scopes} fake0"
+        label = f"{backend} {spec.notes // 1000}k/{spec.scopes} fake0{_w()}"
         r = run_inprocess(fresh_copy(backend, tpl, "fake"), latency=0.0, concurrency=8)
         rows += report_run(label, spec.notes, r)
     if "celery" in modes:
@@ -449,7 +493,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--large-scope", type=int, default=0, metavar="N",
                     help="also one scope of N notes (approximate index path), e.g. 50000")
     ap.add_argument("--quick", action="store_true", help="10k notes in 100 scopes, SQLite only")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="in-process runs: this many worker processes share the scopes "
+                         "(2 = both cores, as `celery worker -c 2` would)")
     args = ap.parse_args(argv)
+    global WORKERS
+    WORKERS = max(1, args.workers)
     configure_logging("auto", "WARNING")
     if args.quick:
         args.notes, args.scopes, args.backend = 2_000, 20, "sqlite"
