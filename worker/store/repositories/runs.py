@@ -7,12 +7,16 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, insert, select, update
+from sqlalchemy import bindparam, case, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from worker.domain.types import ACTIVE_RUN_STATUSES, RunStatus, Scope
 from worker.store.models import DreamRunRow, RunStepRow, ScopeLeaseRow
+
+_RUNS = DreamRunRow.__table__
+_LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
+_INSERT_STEP = insert(RunStepRow.__table__)
 
 
 class RunRepository:
@@ -94,9 +98,9 @@ class RunRepository:
         return epoch
 
     def holds_lease(self, run_id: str, epoch: int) -> bool:
-        row = self.session.execute(
-            select(DreamRunRow.lease_epoch, DreamRunRow.status).where(DreamRunRow.id == run_id)
-        ).one_or_none()
+        # Prebuilt Core statement: every apply transaction runs this (fencing), so it skips
+        # statement construction, cache-key generation and the ORM session layer.
+        row = self.session.connection().execute(_LEASE, {"run_id": run_id}).one_or_none()
         return row is not None and row.lease_epoch == epoch and row.status == RunStatus.RUNNING.value
 
     def expired_running(self, now: datetime) -> builtins.list[DreamRunRow]:
@@ -123,11 +127,13 @@ class RunRepository:
     # ---- steps -------------------------------------------------------------------------
     def add_step(self, values: dict[str, Any]) -> str:
         step_id = values.setdefault("id", str(uuid.uuid4()))
-        self.session.execute(insert(RunStepRow), [values])
+        # Core on the session's connection: no ORM per-statement work (hot: every cluster).
+        self.session.connection().execute(_INSERT_STEP, [values])
         return step_id
 
     def update_step(self, step_id: str, **values: Any) -> None:
-        self.session.execute(update(RunStepRow).where(RunStepRow.id == step_id).values(**values))
+        self.session.connection().execute(
+            update(RunStepRow).where(RunStepRow.id == step_id).values(**values))
 
     def steps(self, run_id: str) -> builtins.list[RunStepRow]:
         return list(self.session.scalars(
