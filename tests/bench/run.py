@@ -410,7 +410,8 @@ def report_run(label: str, notes: int, r: dict[str, Any]) -> list[list[Any]]:
         wall = phase_wall.get(phase)
         c = st.get("counters", {})
         retired_phase = sum(v for k, v in c.items()
-                            if any(w in k for w in ("revoked", "archived", "retired")))
+                            if any(w in k for w in ("revoked", "archived", "retired",
+                                                    "conflicts_resolved", "equivalents_merged")))
         rows.append([label, phase, wall if wall is not None else "-",
                      notes / wall if wall else "-",
                      r["sql"].get(phase, 0) / scopes if "sql" in r else "-",
