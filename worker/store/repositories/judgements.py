@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, insert, select
+from sqlalchemy import Table, bindparam, insert, select
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Scope
 from worker.store.models import JudgementRow, ReviewRow
 
-_J = JudgementRow.__table__
+_J = cast(Table, JudgementRow.__table__)
 _KNOWN = select(_J.c.fingerprint, _J.c.verdict).where(
     _J.c.scope_key == bindparam("scope_key"), _J.c.kind == bindparam("kind"),
     _J.c.fingerprint.in_(bindparam("fps", expanding=True)))

@@ -6,10 +6,10 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session, defer
 
 from worker.clock import utcnow
@@ -55,10 +55,10 @@ TRACKED_FIELDS = (
 
 # Prebuilt Core statements for the per-cluster apply path (no construction or cache-key
 # generation per call; plain table columns, no ORM annotations).
-_NOTES = NoteRow.__table__
+_NOTES = cast(Table, NoteRow.__table__)
 _INSERT_NOTE = insert(_NOTES)
-_INSERT_LOG = insert(OperationLogRow.__table__)
-_INSERT_LINEAGE = insert(NoteLineageRow.__table__)
+_INSERT_LOG = insert(cast(Table, OperationLogRow.__table__))
+_INSERT_LINEAGE = insert(cast(Table, NoteLineageRow.__table__))
 _CURRENT_STATE = select(
     _NOTES.c.id, _NOTES.c.version, _NOTES.c.status,
     *(_NOTES.c[f] for f in TRACKED_FIELDS if f != "status"),
@@ -150,7 +150,7 @@ class NoteRepository:
 
         compiled = stmt.compile(dialect=self.session.get_bind().dialect,
                                 compile_kwargs={"render_postcompile": True})
-        dbapi = self.session.connection().connection.driver_connection
+        dbapi: Any = self.session.connection().connection.driver_connection
         if not getattr(dbapi, "_dream_vector_registered", False):
             register_vector(dbapi)
             dbapi._dream_vector_registered = True
@@ -158,7 +158,7 @@ class NoteRepository:
             cur.execute(str(compiled), compiled.params)
             names = [c.name for c in cur.description or []]
             row_type = namedtuple("Row", names)  # type: ignore[misc]  # noqa: PYI024
-            rows = [row_type(*r) for r in cur.fetchall()]
+            rows: list[Any] = [row_type(*r) for r in cur.fetchall()]
         utc = NoteRow.created_at.type
         times = ("created_at", "updated_at", "last_accessed_at", "expires_at")
         return [
@@ -359,7 +359,7 @@ class NoteRepository:
         from psycopg.types import TypeInfo
         from psycopg.types.json import Jsonb
 
-        conn = self.session.connection().connection.driver_connection
+        conn: Any = self.session.connection().connection.driver_connection
         columns = _copy_columns()
         with conn.cursor() as cur:
             # Adapters on this cursor only: the pooled connection keeps SQLAlchemy's own.
@@ -506,7 +506,7 @@ class NoteRepository:
                  if n.id not in current or current[n.id]["version"] != n.version]
         if stale:
             return stale
-        table = NoteRow.__table__
+        table = cast(Table, NoteRow.__table__)
         groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         log_rows = []
         for n in notes:

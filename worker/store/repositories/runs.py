@@ -5,18 +5,18 @@ from __future__ import annotations
 import builtins
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, case, func, insert, select, update
+from sqlalchemy import Table, bindparam, case, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from worker.domain.types import ACTIVE_RUN_STATUSES, RunStatus, Scope
 from worker.store.models import DreamRunRow, RunStepRow, ScopeLeaseRow
 
-_RUNS = DreamRunRow.__table__
+_RUNS = cast(Table, DreamRunRow.__table__)
 _LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
-_INSERT_STEP = insert(RunStepRow.__table__)
+_INSERT_STEP = insert(cast(Table, RunStepRow.__table__))
 
 
 class RunRepository:
