@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from tests.support.factories import NOW, add_notes, days_ago
+from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub, StubRequest
 from worker.app import App
 from worker.domain.types import Note, Scope
@@ -18,13 +18,7 @@ from worker.phases.consolidate.service import open_candidates
 from worker.runs import service
 from worker.store.models import JudgementRow, NoteLineageRow, NoteRow, OperationLogRow
 
-DARK = [
-    "User prefers dark mode in the code editor",
-    "User prefers dark mode in the editor at night",
-    "User prefers dark mode in the code editor and terminal",
-    "User prefers the dark mode theme in the code editor",
-    "User likes dark mode in the code editor",
-]
+DARK = DARK_MODE_NOTES
 FUSED = "User prefers dark mode in the code editor and terminal, at night too"
 SCOPE = Scope("agent-1", "u1")
 

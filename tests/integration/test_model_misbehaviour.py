@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from tests.support.factories import NOW, add_notes, days_ago
+from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub, StubRequest, StubResponse
 from worker.app import App
 from worker.domain.types import Note, Scope
@@ -38,13 +38,7 @@ from worker.phases.consolidate.core import (
 )
 from worker.runs import service
 
-DARK = [
-    "User prefers dark mode in the code editor",
-    "User prefers dark mode in the editor at night",
-    "User prefers dark mode in the code editor and terminal",
-    "User prefers the dark mode theme in the code editor",
-    "User likes dark mode in the code editor",
-]
+DARK = DARK_MODE_NOTES
 GROUNDED = "User prefers dark mode in the code editor and terminal, at night too"
 MAX_CHARS = 300
 CALLS_PER_QUESTION = 1 + MAX_REASKS  # = 3

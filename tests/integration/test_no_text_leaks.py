@@ -27,7 +27,7 @@ import structlog
 
 from tests.conftest import drop_postgres_app, make_postgres_app
 from tests.integration.test_celery import ROOT, _events, _stop, _wait_terminal
-from tests.support.factories import NOW, add_notes, days_ago
+from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes, days_ago
 from tests.support.services import redis_url
 from worker.app import App
 from worker.domain.types import Scope
@@ -39,13 +39,7 @@ from worker.safety.scrub import MASK, scrub
 
 CANARY = "quokkacanary4417"
 SCOPE = Scope("agent-leak", "u-leak")
-DARK = [
-    "User prefers dark mode in the code editor",
-    "User prefers dark mode in the editor at night",
-    "User prefers dark mode in the code editor and terminal",
-    "User prefers the dark mode theme in the code editor",
-    "User likes dark mode in the code editor",
-]
+DARK = DARK_MODE_NOTES
 PAIR = ["The team's staging database password rotates every Monday",
         "The team's staging database password rotates every Friday"]
 FUSED = f"User prefers dark mode in the code editor and terminal, at night too ({CANARY})"

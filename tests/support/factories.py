@@ -35,3 +35,13 @@ def add_sessions(app: App, count: int, agent_id: str = "agent-1", user_id: str |
 
 def add_entities(app: App, *entities: dict[str, Any]) -> None:
     import_entities(app, [json.dumps(e) for e in entities])
+
+
+# Five paraphrases of one preference: the cluster the consolidation tests fuse.
+DARK_MODE_NOTES = [
+    "User prefers dark mode in the code editor",
+    "User prefers dark mode in the editor at night",
+    "User prefers dark mode in the code editor and terminal",
+    "User prefers the dark mode theme in the code editor",
+    "User likes dark mode in the code editor",
+]
