@@ -174,13 +174,20 @@ def _make_context(app: App, run_id: str) -> PhaseContext:
 
 
 def _budget_for(app: App, run_id: str) -> Budget:
+    """One Budget per run in this process. A process that did not run the earlier phases (a
+    Celery chain spreads them over workers) starts from the usage those phases recorded, so the
+    limit holds for the run, not per process."""
     b = app.settings.budget
     budgets = app.extras.setdefault("budgets", {})
     if run_id not in budgets:
         calls = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
         tokens = [t for t in (b.max_tokens_per_run, b.max_tokens_per_scope) if t is not None]
-        budgets[run_id] = Budget(max_calls=min(calls) if calls else None,
-                                 max_tokens=min(tokens) if tokens else None)
+        budget = Budget(max_calls=min(calls) if calls else None,
+                        max_tokens=min(tokens) if tokens else None)
+        if calls or tokens:
+            with app.uow() as uow:
+                budget.calls, budget.tokens = uow.runs.run_usage(run_id)
+        budgets[run_id] = budget
     return budgets[run_id]
 
 
@@ -326,6 +333,7 @@ def _registry() -> dict[str, Any]:
 def finalize_run(app: App, run_id: str) -> str:
     """Set the run's final status and totals from its steps, and release the lease."""
     crashpoint("run.before_finalize")
+    app.extras.get("budgets", {}).pop(run_id, None)
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         if run is None:

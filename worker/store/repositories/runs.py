@@ -156,6 +156,20 @@ class RunRepository:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
         return {status: count for status, count in self.session.execute(stmt).all()}
 
+    def run_usage(self, run_id: str) -> tuple[int, int]:
+        """(model calls, tokens) a run has recorded so far: child steps naming a model, and the
+        token totals of its finished parent steps."""
+        parent = RunStepRow.parent_id.is_(None)
+        row = self.session.execute(
+            select(
+                func.coalesce(func.sum(case((~parent & RunStepRow.model.is_not(None), 1),
+                                            else_=0)), 0),
+                func.coalesce(func.sum(case((parent, RunStepRow.tokens_in + RunStepRow.tokens_out),
+                                            else_=0)), 0),
+            ).where(RunStepRow.run_id == run_id)
+        ).one()
+        return int(row[0]), int(row[1])
+
     def step_usage(self, scope: Scope | None = None) -> dict[str, dict[str, float]]:
         """Per phase: model calls (child steps naming a model), tokens (the phase totals on the
         parent steps, so children are not counted twice) and parent-step durations."""
