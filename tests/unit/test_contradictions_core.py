@@ -26,9 +26,11 @@ POLICY = PolicySettings(min_confidence=0.7, newer_wins_days=7, high_importance=0
 
 
 def note(nid: str, *, days: float = 0, access: int = 0, protection: str = "standard",
-         importance: float = 0.5, content: str = "x", scope: Scope = SCOPE) -> Note:
+         importance: float = 0.5, content: str = "x", scope: Scope = SCOPE,
+         manual: bool = False) -> Note:
     return Note(id=nid, scope=scope, content=content, created_at=T0 + timedelta(days=days),
-                access_count=access, protection=protection, importance=importance)
+                access_count=access, protection=protection, importance=importance,
+                is_auto_generated=not manual)
 
 
 def verdict(a: Note, b: Note, relation: str, confidence: float = 0.9) -> Verdict:
@@ -55,6 +57,12 @@ def verdict(a: Note, b: Note, relation: str, confidence: float = 0.9) -> Verdict
         # a protected winner is fine
         ({"days": 0}, {"days": 14, "protection": "immutable"}, "conflicting", 0.9,
          ("revoke", "conflict", "b", "a")),
+        # the loser was written by a person → flagged; a manual note may win, never lose
+        ({"manual": True}, {"days": 14}, "conflicting", 0.9, ("flag", "conflict", "b", "a")),
+        ({"manual": True, "access": 1}, {"access": 9}, "conflicting", 0.9,
+         ("flag", "conflict", "b", "a")),
+        ({"days": 0}, {"days": 14, "manual": True}, "conflicting", 0.9,
+         ("revoke", "conflict", "b", "a")),
         # both of high importance → flagged even though one is newer
         ({"importance": 0.9}, {"days": 30, "importance": 0.8}, "conflicting", 0.9,
          ("flag", "conflict", None, None)),
@@ -71,11 +79,18 @@ def verdict(a: Note, b: Note, relation: str, confidence: float = 0.9) -> Verdict
          ("revoke", "equivalent", "a", "b")),
         ({"protection": "protected"}, {"protection": "immutable"}, "equivalent", 0.9,
          ("none", "equivalent", None, None)),
+        # a manual note is never the one retired as subsumed or as the older duplicate
+        ({}, {"manual": True}, "a_subsumes_b", 0.9, ("none", "subsumed", "a", "b")),
+        ({"days": 1, "manual": True}, {"days": 3}, "equivalent", 0.9,
+         ("revoke", "equivalent", "a", "b")),
+        ({"manual": True}, {"manual": True, "days": 3}, "equivalent", 0.9,
+         ("none", "equivalent", None, None)),
     ],
 )
 def test_policy_table(a_kw: dict, b_kw: dict, relation: str, confidence: float,
                       expected: tuple) -> None:
-    """Code, not the model, decides: newer (>7 days) wins, else more used; ties/protected flag."""
+    """Code, not the model, decides: newer (>7 days) wins, else more used; ties, protected
+    and manual losers are flagged, never revoked."""
     a, b = note("a", **a_kw), note("b", **b_kw)
     d = decide(verdict(a, b, relation, confidence), a, b, POLICY)
     action, kind, winner, loser = expected

@@ -212,7 +212,7 @@ def decide(
     else:
         # Equivalent: the older one goes, unless only the newer one may be retired.
         older, newer = sorted((a, b), key=lambda n: (_created(n), n.access_count, n.id))
-        if not older.retirable and newer.retirable:
+        if not _may_lose(older) and _may_lose(newer):
             older, newer = newer, older
         decision = _merge(winner=newer, loser=older, kind="equivalent")
     if decision.action == "revoke" and decision.winner_id in suspicious:
@@ -221,10 +221,21 @@ def decide(
     return decision
 
 
+def _may_lose(note: Note) -> bool:
+    # A person wrote a manual note (R26): it may win, but no verdict retires it in favour of
+    # another note, however new or used that one is. Protected and immutable notes likewise.
+    return note.retirable and note.is_auto_generated
+
+
+def _why_kept(note: Note) -> str:
+    return note.protection if not note.retirable else "manual"
+
+
 def _merge(*, winner: Note, loser: Note, kind: str) -> Decision:
     # Never the other way round: a subsumed note that may not be retired simply stays.
-    if not loser.retirable:
-        return Decision("none", kind, winner.id, loser.id, why="the note to retire is protected")
+    if not _may_lose(loser):
+        return Decision("none", kind, winner.id, loser.id,
+                        why=f"the note to retire is {_why_kept(loser)}")
     return Decision("revoke", kind, winner.id, loser.id)
 
 
@@ -240,9 +251,9 @@ def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
         why = "more used note wins"
     else:
         return Decision("flag", "conflict", why="no rule picks a winner (same age and use)")
-    if not loser.retirable:
+    if not _may_lose(loser):
         return Decision("flag", "conflict", winner.id, loser.id,
-                        why=f"{why}, but the loser is {loser.protection}")
+                        why=f"{why}, but the loser is {_why_kept(loser)}")
     return Decision("revoke", "conflict", winner.id, loser.id, why=why)
 
 
