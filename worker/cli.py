@@ -373,12 +373,29 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 @main.command("gate")
 @click.option("--now", default=None, help="Clock for the gate (ISO-8601).")
+@click.option("--explain", is_flag=True,
+              help="Only show each scope's decision and why; create no run.")
+@click.option("--json", "as_json", is_flag=True, help="With --explain: one JSON object.")
 @click.pass_context
 @user_errors
-def gate_cmd(ctx: click.Context, now: str | None) -> None:
+def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool) -> None:
     """Create queued runs for every due scope (what Celery beat does), without executing them."""
-    from worker.runs.service import gate_check
+    from worker.runs.service import decide_scopes, gate_check
 
+    if as_json and not explain:
+        raise UserError("--json goes with --explain")
+    if explain:
+        decisions = decide_scopes(_app(ctx), _timestamp(now, "--now") or utcnow())
+        if as_json:
+            click.echo(json.dumps({"scopes": [{"scope": scope.key, **d.as_dict()}
+                                              for scope, d in decisions.items()]}, indent=2))
+            return
+        if not decisions:
+            click.echo("no scopes yet: import notes or record sessions first")
+        for scope, d in decisions.items():
+            click.echo(f"{'due' if d.due else 'not due':<8} {d.rule.value:<20} {scope.key}  "
+                       f"{d.reason}")
+        return
     result = gate_check(_app(ctx), now=_timestamp(now, "--now"))
     click.echo(f"created {len(result.created)} runs, {len(result.skipped)} scopes not due, "
                f"{len(result.retried)} interrupted runs to retry, {len(result.failed)} given up")

@@ -100,6 +100,10 @@ class Settings(BaseSettings):
 
     gate_hours: float = Field(24.0, ge=0)
     gate_sessions: int = Field(5, ge=0)
+    # Optional gate rules (off by default; an agent's own settings in the agents table win):
+    gate_notes: int | None = Field(None, ge=1)  # or this many new/changed notes since the last dream
+    gate_idle_minutes: float | None = Field(None, gt=0)  # wait for quiet before a due scope runs
+    gate_max_stale_hours: float | None = Field(None, gt=0)  # … but never past this age
     beat_interval_seconds: int = Field(900, ge=10)
     lease_seconds: int = Field(3600, ge=10)
     max_attempts: int = Field(3, ge=1)

@@ -287,12 +287,36 @@ def parse_entity(obj: dict[str, Any], number: int) -> tuple[str, dict[str, Any]]
             raise InputError(f"line {number}: auto_archive_enabled must be true, false or null")
         row["auto_archive_enabled"] = enabled
         row["name"] = obj.get("name")
+        row.update(_agent_gate(obj, number))
     if kind == "conversation":
         reason = obj.get("deleted_reason")
         if reason is not None and not isinstance(reason, str):
             raise InputError(f"line {number}: deleted_reason must be a string")
         row["deleted_reason"] = reason
     return kind, row
+
+
+# An agent's own gate (NULL = the deployment's DREAM_GATE_*): (key, whole number?, lowest, above?).
+_AGENT_GATE = (("gate_hours", False, 0, False), ("gate_sessions", True, 0, False),
+               ("gate_notes", True, 1, False), ("gate_idle_minutes", False, 0, True),
+               ("gate_max_stale_hours", False, 0, True))
+
+
+def _agent_gate(obj: dict[str, Any], number: int) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for key, whole, lowest, strictly_above in _AGENT_GATE:
+        value = obj.get(key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float)
+            or (whole and value != int(value))
+            or value < lowest or (strictly_above and value == lowest)
+        ):
+            kind = "a whole number" if whole else "a number"
+            bound = f"above {lowest}" if strictly_above else f"at least {lowest}"
+            raise InputError(f"line {number}: {key} must be {kind} {bound} (or null for the "
+                             "deployment default)")
+        row[key] = None if value is None else (int(value) if whole else float(value))
+    return row
 
 
 def import_entities(app: App, lines: Iterable[str]) -> ImportResult:

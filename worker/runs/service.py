@@ -8,7 +8,7 @@ re-executing a finished phase is a no-op (R4).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +20,7 @@ from worker.clock import utcnow
 from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatus
 from worker.embeddings.refresh import ensure_scope_embeddings
 from worker.runs.context import Budget, PhaseContext
-from worker.runs.gate import GateDecision, decide_gate
+from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
 from worker.runs.steps import StepRecorder
 from worker.safety.crashpoints import crashpoint
 from worker.safety.scrub import safe_error_message
@@ -52,6 +52,8 @@ class GateResult:
     skipped: dict[str, str]
     retried: list[str]
     failed: list[str]
+    # Every scope checked, due or not, with the rule that decided and why (`dream gate --explain`).
+    decisions: dict[str, GateDecision] = field(default_factory=dict)
 
 
 def create_run(
@@ -91,36 +93,70 @@ def gate_check(app: App, now: datetime | None = None) -> GateResult:
                 uow.runs.set_status(run.id, RunStatus.INTERRUPTED.value)
                 result.retried.append(run.id)
         uow.commit()
-        scopes = sorted(set(uow.sessions.scopes()) | set(uow.notes.scopes()))
-        keys = [s.key for s in scopes]
-        last = uow.runs.last_success_at(keys)
-        counts = uow.sessions.counts_since({k: last.get(k) for k in keys})
-    for scope in scopes:
-        decision = decide_gate(
-            now=now, last_success_at=last.get(scope.key), sessions_since=counts.get(scope.key, 0),
-            gate_hours=settings.gate_hours, gate_sessions=settings.gate_sessions,
-        )
+    for scope, decision in decide_scopes(app, now).items():
+        result.decisions[scope.key] = decision
         if not decision.due:
             result.skipped[scope.key] = decision.reason
             continue
         run_id = create_run(app, scope, trigger="beat")
         if run_id is None:
             result.skipped[scope.key] = "a run is already queued or running"
+            result.decisions[scope.key] = GateDecision(
+                False, f"{decision.reason}; a run is already queued or running",
+                GateRule.ALREADY_ACTIVE)
         else:
             result.created.append(run_id)
+    rules: dict[str, int] = {}
+    for decision in result.decisions.values():
+        rules[decision.rule.value] = rules.get(decision.rule.value, 0) + 1
     log.info("gate.checked", created=len(result.created), skipped=len(result.skipped),
-             retried=len(result.retried), failed=len(result.failed))
+             retried=len(result.retried), failed=len(result.failed), rules=rules)
     return result
 
 
 def scope_gate(app: App, scope: Scope, now: datetime | None = None) -> GateDecision:
     """The gate decision for one scope (the CLI asks before an unforced run)."""
-    now = now or utcnow()
+    return decide_scopes(app, now or utcnow(), [scope])[scope]
+
+
+def decide_scopes(
+    app: App, now: datetime, scopes: list[Scope] | None = None
+) -> dict[Scope, GateDecision]:
+    """The gate decision of every known scope (or of ``scopes``), read in a few bulk queries;
+    creates nothing."""
+    s = app.settings
+    default = GatePolicy(hours=s.gate_hours, sessions=s.gate_sessions, notes=s.gate_notes,
+                         idle_minutes=s.gate_idle_minutes, max_stale_hours=s.gate_max_stale_hours)
     with app.uow() as uow:
-        last = uow.runs.last_success_at([scope.key]).get(scope.key)
-        count = uow.sessions.counts_since({scope.key: last}).get(scope.key, 0)
-    return decide_gate(now=now, last_success_at=last, sessions_since=count,
-                       gate_hours=app.settings.gate_hours, gate_sessions=app.settings.gate_sessions)
+        if scopes is None:
+            scopes = sorted(set(uow.sessions.scopes()) | set(uow.notes.scopes()))
+        keys = [sc.key for sc in scopes]
+        last = uow.runs.last_success_at(keys)
+        sessions = uow.sessions.activity_since({k: last.get(k) for k in keys})
+        agents = uow.entities.fetch("agent", {sc.agent_id for sc in scopes})
+        policies = {sc: default.overridden(_agent_gate(agents.get(sc.agent_id)))
+                    for sc in scopes}
+        # The volume count is one aggregate over notes: only paid for when some scope uses it.
+        changed = (uow.runs.notes_changed_since_last_success(keys)
+                   if any(p.notes is not None for p in policies.values()) else {})
+    decisions: dict[Scope, GateDecision] = {}
+    for scope in scopes:
+        count, latest, earliest = sessions.get(scope.key, (0, None, None))
+        activity = ScopeActivity(
+            last_success_at=last.get(scope.key), sessions_since=count,
+            notes_changed_since=changed.get(scope.key, 0), last_session_at=latest,
+            pending_since=earliest,
+        )
+        decisions[scope] = decide_gate(now=now, policy=policies[scope], activity=activity)
+    return decisions
+
+
+def _agent_gate(agent: Any) -> dict[str, Any]:
+    if agent is None:
+        return {}
+    return {"hours": agent.gate_hours, "sessions": agent.gate_sessions, "notes": agent.gate_notes,
+            "idle_minutes": agent.gate_idle_minutes,
+            "max_stale_hours": agent.gate_max_stale_hours}
 
 
 def scope_known(app: App, scope: Scope) -> bool:

@@ -133,6 +133,12 @@ class AgentRow(Base):
     example_retention_days: Mapped[int] = mapped_column(Integer, nullable=False, default=180)
     auto_archive_enabled: Mapped[bool | None] = mapped_column(Boolean, default=True)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The agent's own gate (worker.runs.gate.GatePolicy); NULL = the deployment's DREAM_GATE_*.
+    gate_hours: Mapped[float | None] = mapped_column(Float)
+    gate_sessions: Mapped[int | None] = mapped_column(Integer)
+    gate_notes: Mapped[int | None] = mapped_column(Integer)
+    gate_idle_minutes: Mapped[float | None] = mapped_column(Float)
+    gate_max_stale_hours: Mapped[float | None] = mapped_column(Float)
 
 
 class UserRow(Base):

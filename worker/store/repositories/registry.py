@@ -52,6 +52,31 @@ class SessionRepository:
                 counts[key] += 1
         return counts
 
+    def activity_since(
+        self, since: dict[str, datetime | None]
+    ) -> dict[str, tuple[int, datetime | None, datetime | None]]:
+        """Per scope, in one query: (sessions started after its cut-off, latest session start or
+        end at any time, earliest session start after the cut-off)."""
+        if not since:
+            return {}
+        rows = self.session.execute(
+            select(SessionRow.scope_key, SessionRow.started_at, SessionRow.ended_at).where(
+                SessionRow.scope_key.in_(list(since))
+            )
+        ).all()
+        out: dict[str, tuple[int, datetime | None, datetime | None]] = {
+            k: (0, None, None) for k in since}
+        for key, started, ended in rows:
+            count, latest, earliest = out[key]
+            touched = max(started, ended) if ended is not None else started
+            latest = touched if latest is None else max(latest, touched)
+            cutoff = since[key]
+            if cutoff is None or started > cutoff:
+                count += 1
+                earliest = started if earliest is None else min(earliest, started)
+            out[key] = (count, latest, earliest)
+        return out
+
     def scopes(self) -> list[Scope]:
         keys = self.session.scalars(select(SessionRow.scope_key).distinct())
         return sorted(Scope.from_key(k) for k in keys)

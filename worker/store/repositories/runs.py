@@ -7,12 +7,12 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, func, insert, select, update
+from sqlalchemy import Table, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from worker.domain.types import ACTIVE_RUN_STATUSES, RunStatus, Scope
-from worker.store.models import DreamRunRow, RunStepRow, ScopeLeaseRow
+from worker.store.models import DreamRunRow, NoteRow, RunStepRow, ScopeLeaseRow
 
 _RUNS = cast(Table, DreamRunRow.__table__)
 _LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
@@ -68,6 +68,31 @@ class RunRepository:
             .group_by(DreamRunRow.scope_key)
         ).all()
         return {k: v for k, v in rows if v is not None}
+
+    def notes_changed_since_last_success(self, scope_keys: list[str]) -> dict[str, int]:
+        """Notes created or changed per scope since its last successful dream finished (all
+        notes for a scope never dreamed): the gate's volume trigger, aggregated in one query.
+        The cut-off is the run's end, so the dream's own changes never count as new activity."""
+        if not scope_keys:
+            return {}
+        last = (
+            select(DreamRunRow.scope_key, func.max(DreamRunRow.finished_at).label("at"))
+            .where(
+                DreamRunRow.scope_key.in_(scope_keys),
+                DreamRunRow.status.in_((RunStatus.SUCCEEDED.value, RunStatus.PARTIAL.value)),
+                DreamRunRow.dry_run.is_(False),
+            )
+            .group_by(DreamRunRow.scope_key)
+            .subquery()
+        )
+        rows = self.session.execute(
+            select(NoteRow.scope_key, func.count())
+            .outerjoin(last, last.c.scope_key == NoteRow.scope_key)
+            .where(NoteRow.scope_key.in_(scope_keys),
+                   or_(last.c.at.is_(None), NoteRow.updated_at > last.c.at))
+            .group_by(NoteRow.scope_key)
+        ).all()
+        return {k: int(n) for k, n in rows}
 
     def set_status(self, run_id: str, status: str, **values: Any) -> None:
         self.session.execute(

@@ -1,0 +1,123 @@
+"""The gate against a real store (SQLite and PostgreSQL): per-agent overrides from the agents
+table, the idle wait, the volume trigger counted in the database, every decision on the
+gate_check result, and `dream gate --explain` through the CLI."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tests.support.factories import NOW, add_entities, add_notes, add_sessions
+from worker.app import App
+from worker.cli import main
+from worker.clock import utcnow
+from worker.domain.types import Scope
+from worker.host import remember
+from worker.runs import service
+from worker.runs.gate import GateRule
+
+
+def test_gate_check_decides_each_scope_by_its_agents_gate(app: App) -> None:
+    """Three agents, three gates: a busy one waits for quiet, a quiet one with many notes is due
+    by volume, a default one lacks sessions. Only the due scope gets a run, and the result carries
+    every scope's rule and reason."""
+    add_entities(app, {"kind": "agent", "id": "busy", "gate_idle_minutes": 30,
+                       "gate_max_stale_hours": 72},
+                 {"kind": "agent", "id": "quiet", "gate_notes": 3})
+    add_sessions(app, 5, agent_id="busy", start=NOW - timedelta(minutes=2))
+    add_notes(app, *({"agent_id": "quiet", "content": f"Fact number {i} about the project"}
+                     for i in range(3)))
+    add_sessions(app, 4, agent_id="plain")
+    result = service.gate_check(app, now=NOW)
+    rules = {k: d.rule for k, d in result.decisions.items()}
+    assert rules == {Scope("busy").key: GateRule.WAITING_FOR_IDLE,
+                     Scope("quiet").key: GateRule.DUE,
+                     Scope("plain").key: GateRule.TOO_LITTLE_ACTIVITY}
+    with app.uow() as uow:
+        assert [r.id for r in uow.runs.list(Scope("quiet"))] == result.created
+        assert not uow.runs.list(Scope("busy")) and not uow.runs.list(Scope("plain"))
+    assert "3 of 3 changed notes" in result.decisions[Scope("quiet").key].reason
+    assert "last session 2.0 min ago" in result.skipped[Scope("busy").key]
+    # A second tick: the quiet scope is due but already has its queued run, and says so.
+    again = service.gate_check(app, now=NOW)
+    assert again.created == []
+    assert again.decisions[Scope("quiet").key].rule is GateRule.ALREADY_ACTIVE
+
+
+def test_busy_scope_runs_once_it_is_stale(app: App) -> None:
+    """The idle wait holds a busy scope back only until the maximum staleness: 72 h after its
+    earliest pending session it runs although the user is still active."""
+    add_entities(app, {"kind": "agent", "id": "busy", "gate_idle_minutes": 30,
+                       "gate_max_stale_hours": 72})
+    add_sessions(app, 1, agent_id="busy", start=NOW - timedelta(hours=73))
+    add_sessions(app, 4, agent_id="busy", start=NOW - timedelta(minutes=1))
+    decision = service.scope_gate(app, Scope("busy"), now=NOW)
+    assert decision.rule is GateRule.DUE_STALE and decision.due
+    early = service.scope_gate(app, Scope("busy"), now=NOW - timedelta(hours=2))
+    assert early.rule is GateRule.WAITING_FOR_IDLE
+
+
+def test_volume_counts_host_writes_not_the_dreams_own_changes(app: App) -> None:
+    """The volume trigger counts notes created or changed after the last successful dream ended:
+    the three notes the dream itself archived do not make the scope due again; three notes the
+    host remembers afterwards do."""
+    add_entities(app, {"kind": "agent", "id": "vol", "gate_notes": 3, "gate_hours": 0})
+    add_notes(app, *({"agent_id": "vol", "content": f"Offer number {i} ends in January",
+                      "expires_at": "2026-01-31T00:00:00+00:00"} for i in range(3)))
+    run_id = service.create_run(app, Scope("vol"), force=True)
+    assert run_id is not None
+    assert service.execute_run(app, run_id) == "succeeded"
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and run.totals is not None
+        assert run.totals["notes_after"] == {"archived": 3}  # the dream did change notes
+    after = service.scope_gate(app, Scope("vol"), now=utcnow() + timedelta(seconds=1))
+    assert after.rule is GateRule.TOO_LITTLE_ACTIVITY
+    assert "0 of 3 changed notes" in after.reason
+    for text in ("User likes green tea", "User works from Lisbon", "User owns a red bicycle"):
+        remember(app, Scope("vol"), text)
+    later = service.scope_gate(app, Scope("vol"), now=utcnow() + timedelta(seconds=1))
+    assert later.rule is GateRule.DUE and "3 of 3 changed notes" in later.reason
+
+
+def _dream(app: App, *args: str) -> Result:
+    env = {"DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LOG_LEVEL": "WARNING",
+           "DREAM_BROKER_URL": None, "DREAM_LLM_PROVIDER": "none"}
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def test_cli_gate_explain_creates_nothing(app: App) -> None:
+    """`dream gate --explain` prints one line per scope with its decision, rule and reason, and
+    queues no run; `--json` gives the same as data; `--json` alone is a one-line user error."""
+    add_sessions(app, 5, agent_id="due-agent", start=NOW)
+    add_sessions(app, 2, agent_id="short-agent", start=NOW)
+    result = _dream(app, "gate", "--explain", "--now", NOW.isoformat())
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("due ") and '["due-agent",null,null]' in lines[0]
+    assert "first dream" in lines[0]
+    assert lines[1].startswith("not due") and "2 of 5 sessions" in lines[1]
+    with app.uow() as uow:
+        assert not uow.runs.list(Scope("due-agent"))
+    data = json.loads(_dream(app, "gate", "--explain", "--json", "--now",
+                             NOW.isoformat()).output)
+    assert {s["scope"]: s["rule"] for s in data["scopes"]} == {
+        Scope("due-agent").key: "due", Scope("short-agent").key: "too_little_activity"}
+    bad = _dream(app, "gate", "--json")
+    assert bad.exit_code == 2
+    assert bad.stderr.strip() == "error: --json goes with --explain"
+
+
+def test_bad_agent_gate_value_is_refused_and_writes_nothing(app: App) -> None:
+    """An agent line with gate_notes 0 is one error naming the line and field; nothing written."""
+    from worker.ingest import InputError
+
+    with pytest.raises(InputError, match=r"line 2: gate_notes must be a whole number at least 1"):
+        add_entities(app, {"kind": "agent", "id": "ok"}, {"kind": "agent", "id": "x",
+                                                         "gate_notes": 0})
+    with app.uow() as uow:
+        assert uow.entities.agent("ok") is None
