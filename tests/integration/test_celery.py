@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import drop_postgres_app, make_postgres_app
-from tests.support.factories import add_notes, add_sessions
+from tests.support.factories import add_entities, add_notes, add_sessions
 from tests.support.services import redis_url
 from worker.app import App
 from worker.celery_app import celery_config, make_celery
@@ -209,6 +209,49 @@ def test_beat_fires_gate_check_on_its_interval(cluster: Cluster) -> None:
     finally:
         assert _stop(beat) == 0
     _assert_four_phases(_wait_terminal(app, runs[0]["id"]))
+
+
+def _start_beat(cluster: Cluster, name: str) -> subprocess.Popen[bytes]:
+    with open(cluster.tmp / f"{name}.log", "ab") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "worker.celery_app", "beat",
+             "-s", str(cluster.tmp / f"{name}-schedule"), "--pidfile=", "--loglevel", "INFO"],
+            cwd=ROOT, env=cluster.env, stdout=fh, stderr=subprocess.STDOUT,
+        )
+
+
+def test_beat_applies_each_agents_idle_wait_staleness_and_volume(cluster: Cluster) -> None:
+    """Under beat and a real worker, the agents table's gates decide: a busy scope (session a
+    moment ago, idle wait 30 min) gets no run; a busy scope past its 1 h maximum staleness and a
+    quiet scope with 2 new notes (volume trigger, no sessions) each get one; the worker's
+    gate.checked log counts the waiting scope by its rule."""
+    app = cluster.app
+    now = utcnow()
+    add_entities(app, {"kind": "agent", "id": "celery-busy", "gate_idle_minutes": 30},
+                 {"kind": "agent", "id": "celery-stale", "gate_idle_minutes": 30,
+                  "gate_max_stale_hours": 1},
+                 {"kind": "agent", "id": "celery-volume", "gate_notes": 2})
+    add_sessions(app, 5, agent_id="celery-busy", start=now)
+    add_sessions(app, 1, agent_id="celery-stale", start=now - timedelta(hours=2))
+    add_sessions(app, 4, agent_id="celery-stale", start=now)
+    add_notes(app, {"agent_id": "celery-volume", "content": "Invoices go out on the 3rd"},
+              {"agent_id": "celery-volume", "content": "The office closes at six"})
+    beat = _start_beat(cluster, "gate-beat")
+    try:
+        deadline = time.monotonic() + 45
+        due = [Scope("celery-stale"), Scope("celery-volume")]
+        while time.monotonic() < deadline and not all(list_runs(app, scope=s) for s in due):
+            time.sleep(0.3)
+    finally:
+        assert _stop(beat) == 0
+    for scope in due:
+        (run,) = list_runs(app, scope=scope)
+        _assert_four_phases(_wait_terminal(app, run["id"]))
+        assert run["trigger"] == "beat"
+    assert list_runs(app, scope=Scope("celery-busy")) == []
+    checks = [e for e in _events(cluster.log) if e["event"] == "gate.checked"
+              and (e.get("rules") or {}).get("waiting_for_idle")]
+    assert checks and checks[-1]["task_name"] == "dream.gate_check"
 
 
 def test_celery_settings_follow_r7() -> None:
