@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from worker.config import Settings, load_settings
 from worker.embeddings.base import Embedder, make_embedder
 from worker.llm.base import LLMClient
+from worker.privacy import OutboundEmbedder, OutboundLLM, outbound
 from worker.store.db import make_engine, make_session_factory
 from worker.store.uow import UnitOfWork
 
@@ -23,6 +24,16 @@ class App:
     embedder: Embedder
     llm: LLMClient | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The one outbound boundary (R29): a model client or embedder reaches the phases and
+        # host paths only behind worker.privacy's wrappers, however it was set (here, or a test
+        # or shell assigning ``app.llm`` later), so no caller can forget to redact.
+        if name == "llm":
+            value = outbound(value, self, OutboundLLM)
+        elif name == "embedder":
+            value = outbound(value, self, OutboundEmbedder)
+        super().__setattr__(name, value)
 
     def uow(self) -> UnitOfWork:
         return UnitOfWork(self.session_factory)

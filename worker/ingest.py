@@ -219,10 +219,6 @@ def _embed_missing(app: App, rows: list[dict[str, Any]]) -> None:
     if not todo:
         return
     texts = [r["content"] for r in todo]
-    if app.settings.privacy.redact:
-        from worker.privacy import redact
-
-        texts = [redact(t) for t in texts]
     vectors = app.embedder.embed(texts)
     for r, v in zip(todo, vectors, strict=True):
         r["embedding"] = v

@@ -15,10 +15,6 @@ def ensure_scope_embeddings(app: Any, scope: Scope) -> int:
     if not missing:
         return 0
     texts = [content for _, content in missing]
-    if app.settings.privacy.redact:
-        from worker.privacy import redact
-
-        texts = [redact(t) for t in texts]
     vectors = embedder.embed(texts)
     with app.uow() as uow:
         uow.notes.set_embeddings(

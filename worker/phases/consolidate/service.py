@@ -204,11 +204,10 @@ def _judge_with_model(
             to_ask.append(d)
     llm = ctx.app.llm
     assert llm is not None
-    privacy = ctx.settings.privacy.redact
 
     def one(d: Decision) -> None:
-        prompt = render_prompt(PROMPT_NAME, prompt_context(
-            [_outbound(n, privacy) for n in d.sources], ctx.now, settings.max_chars))
+        # Redaction and invisible-character stripping happen at the boundary (worker.privacy).
+        prompt = render_prompt(PROMPT_NAME, prompt_context(d.sources, ctx.now, settings.max_chars))
         d.template_hash = prompt.template_hash
         aliases = [f"n{k + 1}" for k in range(len(d.sources))]
         warnings: list[str] = []
@@ -244,14 +243,6 @@ def _judge_with_model(
         counters["calls"] = counters.get("calls", 0) + o.attempts
     counters["template_hash"] = template_hash(PROMPT_NAME)
     return decisions
-
-
-def _outbound(note: Note, redact_pii: bool) -> Note:
-    from dataclasses import replace
-
-    from worker.privacy import outbound_text
-
-    return replace(note, content=outbound_text(note.content, redact_pii=redact_pii))
 
 
 def _unique(notes: list[Note]) -> list[Note]:
@@ -333,12 +324,7 @@ def _apply_all(
     merges = [d for d in decisions if d.verdict == "merge"]
     vectors = None
     if merges and not ctx.dry_run:
-        texts = [d.content for d in merges]
-        if ctx.settings.privacy.redact:
-            from worker.privacy import redact
-
-            texts = [redact(t) for t in texts]
-        vectors = ctx.app.embedder.embed(texts)  # one batch, before any transaction opens
+        vectors = ctx.app.embedder.embed([d.content for d in merges])  # one batch, before any transaction opens
     vector_of = {id(d): vectors[k] for k, d in enumerate(merges)} if vectors is not None else {}
     for d in decisions:
         if d.verdict == "merge" and counters.get("guard_tripped"):
