@@ -52,7 +52,8 @@ def test_expired_note_is_archived(app: App) -> None:
             "archived by archive on 2026-06-01: expired on 2026-05-31")
     assert _output(app, run_id) == {
         "notes_expired": 1, "notes_stale": 0, "examples_expired": 0, "examples_stale": 0,
-        "protected_preserved": 0, "manual_preserved": 0}
+        "protected_preserved": 0, "manual_preserved": 0,
+        "examples_manual_preserved": 0}
 
 
 @pytest.mark.parametrize(("days", "expected"), [(91, "archived"), (89, "active")])

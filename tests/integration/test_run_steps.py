@@ -34,7 +34,8 @@ def test_nothing_to_do_still_shows_four_parent_steps(app: App) -> None:
         "orphaned_companies": 0, "orphaned_conversations": 0}
     assert {k: v for k, v in by_phase["archive"]["output"].items() if k != "reason"} == {
         "notes_expired": 0, "notes_stale": 0, "examples_expired": 0, "examples_stale": 0,
-        "protected_preserved": 0, "manual_preserved": 0}
+        "protected_preserved": 0, "manual_preserved": 0,
+        "examples_manual_preserved": 0}
     assert all(s["duration_ms"] is not None and s["finished_at"] for s in tree["steps"])
     assert tree["status"] == RunStatus.SUCCEEDED.value
 

@@ -65,11 +65,14 @@ def _example(score: float | None, idle: float, auto: bool = True,
     (_example(50, 181), None),  # < 50 only
     (_example(40, 179), None),
     (_example(None, 400), None),  # unscored examples are not judged unsuccessful
-    (_example(10, 400, auto=False), None),
+    (_example(10, 400, auto=False), "manual"),  # a person wrote it: kept, counted
     (_example(90, 1, expires_in=-1), "expired"),
+    (_example(90, 1, auto=False, expires_in=-1), "manual"),  # even past expires_at (R26)
+    (_example(90, 400, auto=False), None),  # nothing would retire it: not counted either
 ])
 def test_plan_examples(example: Example, outcome: str | None) -> None:
     """Each row: one example under the default 180-day policy and where it ends up."""
     plan = plan_examples([example], RetentionPolicy(), NOW)
-    found = [k for k, v in (("stale", plan.stale), ("expired", plan.expired)) if v]
+    found = [k for k, v in (("stale", plan.stale), ("expired", plan.expired),
+                            ("manual", plan.manual_preserved)) if v]
     assert found == ([outcome] if outcome else [])

@@ -171,6 +171,20 @@ def test_fused_fields_follow_policy() -> None:
     assert majority_type(members[:2]) == "Context"
 
 
+@pytest.mark.parametrize(("members_auto", "originals_auto", "expected"), [
+    ((True, True), (True,), True),     # only auto-generated notes → auto-generated
+    ((True, False), (True,), False),   # one manual member → the fusion is manual
+    ((True, True), (False,), False),   # a manual original behind an over-fused member → manual
+])
+def test_fused_note_with_a_manual_source_stays_manual(
+    members_auto: tuple[bool, ...], originals_auto: tuple[bool, ...], expected: bool
+) -> None:
+    """R26: a fused note that includes a note a person wrote is itself manual."""
+    members = [_note(f"m{k}", is_auto_generated=a) for k, a in enumerate(members_auto)]
+    originals = [_note(f"o{k}", is_auto_generated=a) for k, a in enumerate(originals_auto)]
+    assert fused_fields(members, originals)["is_auto_generated"] is expected
+
+
 def test_prompt_renders_notes_as_json_with_aliases_only() -> None:
     """The rendered prompt holds each note as a JSON string under n1..nK, the rules that
     matter (newer wins, absolute dates, limit, refusal), and no stored note id."""

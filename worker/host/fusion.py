@@ -14,7 +14,14 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import Note, NoteStatus, Scope, content_hash, fingerprint_notes
+from worker.domain.types import (
+    Note,
+    NoteStatus,
+    Scope,
+    content_hash,
+    fingerprint_notes,
+    retired_at,
+)
 from worker.embeddings.refresh import ensure_scope_embeddings
 from worker.host.errors import Conflict, Invalid, NotFound
 from worker.host.grounding import ungrounded_facts
@@ -187,7 +194,7 @@ def fuse(
         for note in sources:
             ok = uow.notes.change(
                 note, run_id=None, reason="host fuse", now=now, status=NoteStatus.REVOKED.value,
-                importance=0.0, consolidated_into_id=new_id, valid_to=now,
+                importance=0.0, consolidated_into_id=new_id, valid_to=retired_at(note, now),
                 comments=revocation_comment(new_id, "fused by the host"),
             )
             if not ok:

@@ -15,7 +15,14 @@ from sqlalchemy.exc import IntegrityError
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import NoteStatus, NoteType, Scope, content_hash, normalise_text
+from worker.domain.types import (
+    NoteStatus,
+    NoteType,
+    Scope,
+    content_hash,
+    normalise_text,
+    retired_at,
+)
 from worker.host.errors import Conflict, Invalid
 
 log = structlog.get_logger(__name__)
@@ -267,12 +274,17 @@ def _remember_once(
             uow.rollback()
             return _concurrent_noop(app, new_id, now)
         superseded = None
-        if action == "UPDATE":
+        old = uow.notes.get_many([best_id]) if action == "UPDATE" and best_id else []
+        if old and not old[0].retirable:
+            # A protected or immutable note is never superseded (R23), not even by a longer
+            # host write: both stay, and the new one is an ADD.
+            action, reason = "ADD", f"{reason}; the similar note is {old[0].protection}, kept both"
+        elif action == "UPDATE":
             assert best_id is not None
-            old = uow.notes.get_many([best_id])
             if not old or not uow.notes.change(
                 old[0], run_id=None, reason="remember update", now=now,
-                status=NoteStatus.REVOKED.value, consolidated_into_id=new_id, valid_to=now,
+                status=NoteStatus.REVOKED.value, consolidated_into_id=new_id,
+                valid_to=retired_at(old[0], now),
                 comments=f"superseded by a longer note {new_id}",
             ):
                 uow.rollback()

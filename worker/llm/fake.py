@@ -13,7 +13,10 @@ Script file (``DREAM_LLM_PROVIDER=fake``, ``DREAM_FAKE_LLM_SCRIPT=path.json``)::
                  "source_ids": [], "reason": "no rule matched"}}
 
 A rule matches when ``prompt`` (optional) equals the prompt name and every ``contains`` string
-(optional) occurs in the rendered system or user text; the first match wins, else ``default``.
+(optional) occurs in the notes' part of the prompt: the string values of the JSON data in the user
+message (note texts, types, aliases, pair ids), or the whole user message when it holds no JSON.
+Never the system prompt or the template's own words: their examples ("metric units") would
+match every question. The first match wins, else ``default``.
 Optional per rule: ``not_contains``, ``times`` (use at most N times), ``latency`` (seconds).
 Templates inside a reply: the string ``"$aliases"`` becomes the list of note aliases (n1, n2, …)
 in the prompt, ``"$ids"`` the list of ids matched by the rule's ``ids`` regex (default: values of
@@ -140,9 +143,10 @@ class FakeLLM:
         self, *, prompt_name: str, system: str, user: str, schema: dict[str, Any]
     ) -> LLMReply:
         text = system + "\n" + user
+        data_text = notes_part(user)
         with self._lock:
             index = next(
-                (i for i, r in enumerate(self.rules) if r.matches(prompt_name, text)), None
+                (i for i, r in enumerate(self.rules) if r.matches(prompt_name, data_text)), None
             )
             rule = self.rules[index] if index is not None else None
             if rule is not None:
@@ -161,7 +165,7 @@ class FakeLLM:
             raw = reply
             data = parse_content(reply)
         else:
-            data = expand_templates(reply, text, ids_pattern, id_field)
+            data = expand_templates(reply, user, ids_pattern, id_field)
             raw = json.dumps(data)
         return LLMReply(data=data, tokens_in=max(1, len(text) // 4),
                         tokens_out=max(1, len(raw) // 4), model=self.model, raw=raw)
@@ -170,6 +174,38 @@ class FakeLLM:
     def counts(self) -> Counter[str]:
         """Number of calls per prompt name."""
         return Counter(c.prompt_name for c in self.calls)
+
+
+def notes_part(user: str) -> str:
+    """The string values of every JSON array/object in ``user``, one per line (what the notes
+    say, without the template around them); ``user`` itself when it holds no JSON."""
+    decoder = json.JSONDecoder()
+    values: list[str] = []
+    pos = 0
+    while True:
+        starts = [k for k in (user.find("[", pos), user.find("{", pos)) if k >= 0]
+        if not starts:
+            break
+        start = min(starts)
+        try:
+            data, end = decoder.raw_decode(user, start)
+        except ValueError:
+            pos = start + 1
+            continue
+        if isinstance(data, list | dict):
+            values.extend(_strings(data))
+        pos = end
+    return "\n".join(values) if values else user
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -91,3 +91,41 @@ def test_missing_script_setting_is_config_error() -> None:
     """provider=fake without a script path tells the user which variable to set."""
     with pytest.raises(ConfigError, match="DREAM_FAKE_LLM_SCRIPT"):
         FakeLLM.from_settings(Settings(llm_provider="fake"))
+
+
+def test_rules_match_the_notes_not_the_system_prompt_or_template() -> None:
+    """`contains` looks only at the notes' part of the prompt: a phrase that occurs in the
+    system prompt or in the template's own words matches nothing."""
+    fake = FakeLLM(rules=[FakeRule(contains=["metric units"], reply={"r": "hit"})],
+                   default={"r": "default"})
+    user = 'Classify these pairs of metric units:\n[{"pair": "p1", "text": "likes tea"}]'
+    assert fake.complete_json(prompt_name="x", system="e.g. metric units", user=user,
+                              schema={}).data == {"r": "default"}
+    user = '[{"pair": "p1", "text": "uses metric units"}]'
+    assert fake.complete_json(prompt_name="x", system="", user=user,
+                              schema={}).data == {"r": "hit"}
+
+
+DEMO = Path(__file__).resolve().parents[3] / "examples" / "fake-llm-demo.json"
+
+
+@pytest.mark.parametrize(("a", "b", "relation"), [
+    ("Customer uses metric units in every report", "Customer uses imperial units in every report",
+     "conflicting"),
+    ("User prefers dark mode", "User prefers dark mode in the editor", "independent"),
+])
+def test_demo_script_calls_only_the_units_pair_conflicting(a: str, b: str, relation: str) -> None:
+    """examples/fake-llm-demo.json as its comments say: the metric/imperial pair is
+    conflicting, any other pair independent (the real rendered contradictions prompt, whose
+    system text itself mentions metric and imperial units)."""
+    from worker.llm.prompts import render_prompt
+
+    pairs = [{"pair": "p1", "a": {"alias": "n1", "type": "Context", "text": a},
+              "b": {"alias": "n2", "type": "Context", "text": b}}]
+    prompt = render_prompt("contradictions", {"pairs": pairs, "pair_ids": ["p1"]})
+    assert "metric units" in prompt.system
+    fake = FakeLLM.from_file(DEMO)
+    reply = fake.complete_json(prompt_name="contradictions", system=prompt.system,
+                               user=prompt.user, schema={})
+    assert [v["relation"] for v in reply.data["verdicts"]] == [relation]
+    assert [v["pair"] for v in reply.data["verdicts"]] == ["p1"]

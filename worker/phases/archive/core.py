@@ -43,6 +43,7 @@ class NotePlan:
 class ExamplePlan:
     expired: list[Decision] = field(default_factory=list)
     stale: list[Decision] = field(default_factory=list)
+    manual_preserved: list[str] = field(default_factory=list)
 
 
 def idle_since(last_accessed_at: datetime | None, created_at: datetime | None) -> datetime | None:
@@ -91,16 +92,27 @@ def plan_notes(notes: list[Note], policy: RetentionPolicy, now: datetime) -> Not
 
 
 def plan_examples(examples: list[Example], policy: RetentionPolicy, now: datetime) -> ExamplePlan:
-    """Expired examples; unsuccessful (score < 50) auto-generated examples unused past retention."""
+    """Expired examples; unsuccessful (score < 50) auto-generated examples unused past retention.
+
+    A manual example is never archived, not even past its expires_at (R26): a person wrote it,
+    and only a person retires it. It is counted as preserved instead.
+    """
     plan = ExamplePlan()
     retention = timedelta(days=policy.example_retention_days)
     for ex in examples:
         idle = _idle(now, idle_since(ex.last_accessed_at, ex.created_at))
-        if ex.expires_at is not None and ex.expires_at <= now:
+        expired = ex.expires_at is not None and ex.expires_at <= now
+        unsuccessful = (ex.success_score is not None and ex.success_score < LOW_SUCCESS_SCORE
+                        and idle > retention)
+        if not ex.is_auto_generated:
+            if expired or unsuccessful:
+                plan.manual_preserved.append(ex.id)
+            continue
+        if expired:
+            assert ex.expires_at is not None
             why = f"expired on {ex.expires_at.date().isoformat()}"
             plan.expired.append(Decision(ex.id, ex.version, _stamp(now, why), idle.days))
-        elif (ex.is_auto_generated and ex.success_score is not None
-              and ex.success_score < LOW_SUCCESS_SCORE and idle > retention):
+        elif unsuccessful:
             why = (f"success score {ex.success_score:g} and not accessed for {idle.days} days "
                    f"(retention {policy.example_retention_days} days)")
             plan.stale.append(Decision(ex.id, ex.version, _stamp(now, why), idle.days))

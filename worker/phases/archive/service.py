@@ -26,7 +26,7 @@ from worker.store.repositories.retention import ArchiveItem, RetentionRepository
 log = structlog.get_logger(__name__)
 
 COUNTERS = ("notes_expired", "notes_stale", "examples_expired", "examples_stale",
-            "protected_preserved", "manual_preserved")
+            "protected_preserved", "manual_preserved", "examples_manual_preserved")
 
 
 def _items(decisions: list[Decision]) -> list[ArchiveItem]:
@@ -50,7 +50,8 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     note_plan = plan_notes(notes, policy, ctx.now)
     example_plan = plan_examples(examples, policy, ctx.now)
     if not (note_plan.expired or note_plan.stale or example_plan.expired or example_plan.stale
-            or note_plan.protected_preserved or note_plan.manual_preserved):
+            or note_plan.protected_preserved or note_plan.manual_preserved
+            or example_plan.manual_preserved):
         return PhaseReport("archive", StepStatus.NO_ITEMS.value, zero,
                            reason="nothing expired or unused past retention")
 
@@ -71,6 +72,7 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         "examples_stale": len(done["examples_stale"]),
         "protected_preserved": len(note_plan.protected_preserved),
         "manual_preserved": len(note_plan.manual_preserved),
+        "examples_manual_preserved": len(example_plan.manual_preserved),
     }
     log.info("archive.applied", run_id=ctx.run_id, scope=ctx.scope.key, kept_by_review=len(kept),
              deferred=len(deferred), **counters)
@@ -151,11 +153,13 @@ def _apply(
                     output={"archived": sorted(archived), "dry_run": ctx.dry_run,
                             "stale": sorted(d.id for d in decisions if d.id not in archived)},
                 ))
-        if note_plan.protected_preserved or note_plan.manual_preserved or kept or deferred:
+        if (note_plan.protected_preserved or note_plan.manual_preserved
+                or example_plan.manual_preserved or kept or deferred):
             ctx.steps.child(uow, parent_step_id, "archive", ChildStep(
                 name="preserved", status=StepStatus.SUCCEEDED.value,
                 output={"protected": note_plan.protected_preserved,
                         "manual": note_plan.manual_preserved,
+                        "manual_examples": example_plan.manual_preserved,
                         "kept_by_review": kept, "deferred": deferred},
             ))
         crashpoint("archive.after_archive")

@@ -286,7 +286,9 @@ def fused_fields(members: Sequence[Note], generation_sources: Sequence[Note]) ->
         "access_count": sum(n.access_count for n in members),
         "consolidation_generation": max(n.consolidation_generation for n in generation_sources) + 1,
         "last_accessed_at": max(accessed) if accessed else None,
-        "is_auto_generated": True,
+        # A fusion that carries a person's note is still that person's note (R26): manual, so
+        # no later archive or contradiction retires it.
+        "is_auto_generated": all(n.is_auto_generated for n in [*members, *generation_sources]),
         # Fusing throwaway notes gives a throwaway note; anything else is ordinary memory.
         "protection": Protection.EPHEMERAL.value
         if all(n.protection == Protection.EPHEMERAL.value for n in members)

@@ -13,7 +13,15 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, Field
 
-from worker.domain.types import Note, NoteStatus, PhaseReport, Scope, StepStatus, fingerprint_notes
+from worker.domain.types import (
+    Note,
+    NoteStatus,
+    PhaseReport,
+    Scope,
+    StepStatus,
+    fingerprint_notes,
+    retired_at,
+)
 from worker.llm.ask import Outcome, ReplyRejected, ask
 from worker.llm.base import LLMClient
 from worker.llm.prompts import render_prompt
@@ -316,8 +324,10 @@ def _revoke(ctx: PhaseContext, verdict: Verdict, decision: Decision, notes: dict
     changes: dict[str, Any] = {"status": NoteStatus.REVOKED.value,
                                "consolidated_into_id": winner.id}
     if decision.kind == "conflict":
-        # The old fact stopped being true when the newer one was recorded.
-        changes["valid_to"] = winner.created_at
+        # The losing fact stopped being true once the conflicting one was recorded too: the
+        # winner's creation, or the loser's own when the winner is the older, more used note.
+        assert winner.created_at is not None
+        changes["valid_to"] = retired_at(loser, winner.created_at)
     with ctx.uow() as uow:
         uow.check_lease(ctx.run_id, ctx.epoch)
         # One read: the freshness check (R10), the loser's comments and the log's before image.
@@ -367,7 +377,7 @@ def _flag(ctx: PhaseContext, verdict: Verdict, a: Note, b: Note, decision: Decis
                 return False
         uow.judgements.add_review(ctx.scope, REVIEW_KIND, [a.id, b.id], reason[:500],
                                   ctx.run_id, ctx.now)
-        # Remembered at the versions the flag produced, so the next run does not ask again.
+        # Remembered at the notes' versions (a flag keeps them), so no later run asks again.
         uow.judgements.record(ctx.scope, JUDGEMENT_KIND, fingerprint_notes([a, b]),
                               [a.id, b.id], verdict.relation, verdict.reason, ctx.run_id, ctx.now)
         uow.commit()

@@ -52,6 +52,12 @@ TRACKED_FIELDS = (
     "last_checked_at",
 )
 
+# Annotations a run writes on a note it keeps (review flags, "flagged for review" comments).
+# Writing only these keeps the note's version: the version is what freshness checks
+# and the judgement memory ("asked before at these versions") key on, and an annotation changes
+# nothing a judge saw, so a cluster refused before a flag was added is not asked again.
+ANNOTATION_FIELDS = frozenset({"flags", "comments"})
+
 
 # Prebuilt Core statements for the per-cluster apply path (no construction or cache-key
 # generation per call; plain table columns, no ORM annotations).
@@ -441,7 +447,9 @@ class NoteRepository:
         """Optimistic update: applies only if the note is still at ``note.version``.
 
         Writes the before/after image of the tracked fields to the operation log. Returns False
-        (and writes nothing) when the host changed the note since it was loaded.
+        (and writes nothing) when the host changed the note since it was loaded. A run's change
+        of ``ANNOTATION_FIELDS`` only is still version-guarded but keeps the version; anything
+        from outside a run (``run_id=None``) counts as an edit.
         """
         now = now or utcnow()
         current = self._run(
@@ -453,7 +461,9 @@ class NoteRepository:
             return False
         before = {f: _jsonable(getattr(current, f)) for f in TRACKED_FIELDS if f in changes}
         before["version"] = current.version
-        values = dict(changes, version=note.version + 1, updated_at=now)
+        annotation = run_id is not None and set(changes) <= ANNOTATION_FIELDS
+        new_version = note.version if annotation else note.version + 1
+        values = dict(changes, version=new_version, updated_at=now)
         result = self._run(
             update(NoteRow)
             .where(NoteRow.id == note.id, NoteRow.version == note.version)
@@ -462,12 +472,12 @@ class NoteRepository:
         if result.rowcount != 1:  # type: ignore[attr-defined]
             return False
         after = {f: _jsonable(v) for f, v in changes.items() if f in TRACKED_FIELDS}
-        after["version"] = note.version + 1
+        after["version"] = new_version
         self.log(
             run_id=run_id, scope=note.scope, entity_id=note.id, op="update",
             before=before, after=after, reason=reason, now=now,
         )
-        note.version += 1
+        note.version = new_version
         return True
 
     def current_state(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
