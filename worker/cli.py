@@ -417,7 +417,7 @@ def _register_optional() -> None:
     import importlib
 
     for module in ("worker.cli_host", "worker.cli_safety", "worker.cli_api", "worker.cli_bench",
-                   "worker.cli_examples"):
+                   "worker.cli_examples", "worker.cli_mcp"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

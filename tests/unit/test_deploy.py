@@ -82,10 +82,10 @@ def cli_command_exists(argv: list[str]) -> bool:
 # ---- docker-compose -----------------------------------------------------------------------------
 
 def test_compose_has_the_production_topology() -> None:
-    """postgres (pgvector image), redis, a one-shot migrate job, N workers, exactly one beat, api;
-    the workers, beat and api wait for the migration to complete."""
+    """postgres (pgvector image), redis, a one-shot migrate job, N workers, exactly one beat, api,
+    mcp; the workers, beat, api and mcp wait for the migration to complete."""
     services = compose()["services"]
-    assert set(services) == {"postgres", "redis", "migrate", "worker", "beat", "api"}
+    assert set(services) == {"postgres", "redis", "migrate", "worker", "beat", "api", "mcp"}
     assert services["postgres"]["image"].startswith("pgvector/pgvector:pg")
     assert services["redis"]["image"].startswith("redis:")
     assert services["migrate"]["command"] == ["dream", "db", "upgrade"]
@@ -97,7 +97,7 @@ def test_compose_has_the_production_topology() -> None:
     assert runs_beat == ["beat"]  # no worker runs an embedded beat (-B)
     assert all("-B" not in (s.get("command") or []) for s in services.values())
     assert api["command"][:2] == ["dream", "api"] and "8080:8080" in api["ports"]
-    for name in ("worker", "beat", "api"):
+    for name in ("worker", "beat", "api", "mcp"):
         dep = services[name]["depends_on"]
         assert dep["migrate"]["condition"] == "service_completed_successfully"
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
@@ -112,7 +112,7 @@ def test_compose_environment_is_valid_settings() -> None:
     worker consumes the queue the others send to, and the database is PostgreSQL on `postgres`."""
     services = compose()["services"]
     known = setting_names()
-    for name in ("migrate", "worker", "beat", "api"):
+    for name in ("migrate", "worker", "beat", "api", "mcp"):
         env = {k: interpolate(str(v)) for k, v in services[name]["environment"].items()}
         assert set(env) <= known, set(env) - known
         env = {k: v for k, v in env.items() if v != ""}
@@ -127,7 +127,7 @@ def test_compose_environment_is_valid_settings() -> None:
 def test_compose_images_build_from_the_dockerfile_and_commands_exist() -> None:
     """Every app service builds deploy/Dockerfile and runs a command that exists."""
     services = compose()["services"]
-    for name in ("migrate", "worker", "beat", "api"):
+    for name in ("migrate", "worker", "beat", "api", "mcp"):
         svc = services[name]
         assert svc["build"]["dockerfile"] == "deploy/Dockerfile"
         assert (ROOT / svc["build"]["context"] / svc["build"]["dockerfile"]).is_file()
@@ -143,7 +143,9 @@ def test_dockerfile_is_slim_non_root_and_copies_what_the_code_needs() -> None:
     text = (ROOT / "deploy" / "Dockerfile").read_text(encoding="utf-8")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     assert lines[0] == "FROM python:3.11-slim"
-    assert any(re.search(r"\bpip install \.(\s|$)", ln) for ln in lines)
+    # The project itself, with the extras its roles need (the mcp service runs `dream mcp`).
+    installs = [m for ln in lines for m in re.findall(r'\bpip install "?\.(?:\[([a-z,]+)\])?"?(?:\s|$)', ln)]
+    assert installs and "mcp" in installs[0].split(",")
     users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     copies = [ln.split()[1:] for ln in lines if ln.startswith("COPY ")]
@@ -164,7 +166,7 @@ def test_k8s_manifests_are_namespace_less_and_complete() -> None:
     assert kinds == sorted([
         ("ConfigMap", "dream-config"), ("Secret", "dream-secrets"), ("Job", "dream-migrate"),
         ("Deployment", "dream-worker"), ("Deployment", "dream-beat"), ("Deployment", "dream-api"),
-        ("Service", "dream-api"),
+        ("Service", "dream-api"), ("Deployment", "dream-mcp"), ("Service", "dream-mcp"),
     ])
     for d in docs:
         assert "namespace" not in d["metadata"]
@@ -183,7 +185,8 @@ def test_k8s_exactly_one_beat_and_several_workers() -> None:
     assert beats == ["dream-beat"]
 
 
-@pytest.mark.parametrize("name", ["dream-worker", "dream-beat", "dream-api", "dream-migrate"])
+@pytest.mark.parametrize("name", ["dream-worker", "dream-beat", "dream-api", "dream-mcp",
+                                  "dream-migrate"])
 def test_k8s_workloads_run_real_commands_with_valid_config(name: str) -> None:
     """Each workload takes its DREAM_ env from the ConfigMap and the Secret (both defined, every key
     a valid setting, values that validate), its selector matches its pod labels, and its command
@@ -214,10 +217,11 @@ def test_k8s_workloads_run_real_commands_with_valid_config(name: str) -> None:
     assert container["image"].startswith("dream-worker")
 
 
-def test_k8s_api_service_targets_the_api_pods() -> None:
-    """The Service selects the api pods and targets the named container port; probes hit /healthz."""
-    svc = by_kind_name("Service", "dream-api")
-    api = by_kind_name("Deployment", "dream-api")
+@pytest.mark.parametrize("name", ["dream-api", "dream-mcp"])
+def test_k8s_service_targets_its_pods(name: str) -> None:
+    """Each Service selects its own pods and targets the named container port; probes hit /healthz."""
+    svc = by_kind_name("Service", name)
+    api = by_kind_name("Deployment", name)
     pod = api["spec"]["template"]
     assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     (container,) = pod["spec"]["containers"]
@@ -225,3 +229,19 @@ def test_k8s_api_service_targets_the_api_pods() -> None:
     assert svc["spec"]["ports"][0]["targetPort"] in port_names
     assert port_names["http"] == int(container["command"][container["command"].index("--port") + 1])
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_mcp_serves_http_with_scoped_tokens_from_the_secret() -> None:
+    """compose and k8s run `dream mcp` over HTTP on the port they publish and probe, and the
+    example Secret has the scoped token `dream mcp` needs to start (admin tokens are refused)."""
+    from worker.api.auth import parse_tokens
+
+    mcp = compose()["services"]["mcp"]
+    cmd = mcp["command"]
+    assert cmd[:4] == ["dream", "mcp", "--transport", "http"]
+    port = cmd[cmd.index("--port") + 1]
+    assert f"{port}:{port}" in mcp["ports"] and f":{port}/healthz" in " ".join(mcp["healthcheck"]["test"])
+    (container,) = by_kind_name("Deployment", "dream-mcp")["spec"]["template"]["spec"]["containers"]
+    assert container["command"][:4] == ["dream", "mcp", "--transport", "http"]
+    secret = by_kind_name("Secret", "dream-secrets")["stringData"]
+    assert any(p.scope is not None for _, p in parse_tokens(secret["DREAM_API_TOKENS"]))

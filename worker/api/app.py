@@ -5,7 +5,6 @@ Routes only translate HTTP into calls to worker.host / worker.runs / worker.repo
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,7 +24,6 @@ from worker.domain.types import RunStatus, Scope
 from worker.host import HostError, NotFound, fuse, fusion_candidates, keep_apart, remember
 from worker.host.errors import Invalid
 from worker.runs.service import RunError
-from worker.safety.scrub import stack
 
 log = structlog.get_logger(__name__)
 TOKEN_COOKIE = "dream_token"
@@ -142,19 +140,11 @@ def create_api(app: App) -> FastAPI:
     @api.post("/api/runs", status_code=202, tags=["runs"])
     def start_run(body: RunIn, who: Caller) -> dict[str, Any]:
         """Create a run; Celery executes it when DREAM_BROKER_URL is set, else a thread here."""
-        from worker.runs import service
+        from worker.runs.dispatch import start_run as start
 
-        scope = _scope_for(who, body.scope)
-        if not body.force:
-            decision = service.scope_gate(app, scope)
-            if not decision.due:
-                raise RunError(f"not due for {scope.key}: {decision.reason}; send force=true")
-        run_id = service.create_run(app, scope, trigger="api", force=body.force,
-                                    dry_run=body.dry_run)
-        if run_id is None:
-            raise RunError(f"a run is already queued or running for {scope.key}")
-        mode = _dispatch(app, run_id)
-        return {"run_id": run_id, "status": RunStatus.QUEUED.value, "mode": mode}
+        started = start(app, _scope_for(who, body.scope), trigger="api", force=body.force,
+                        dry_run=body.dry_run)
+        return {"run_id": started.run_id, "status": RunStatus.QUEUED.value, "mode": started.mode}
 
     @api.post("/api/runs/{run_id}/undo", tags=["runs"])
     def undo(run_id: str, who: Caller, body: UndoIn | None = None) -> Any:
@@ -261,25 +251,3 @@ def _visible_run(app: App, run_id: str, who: Principal) -> dict[str, Any]:
     if who.scope is not None and tree["scope"] != who.scope.key:
         raise NotFound(f"no run with id {run_id}")
     return tree
-
-
-def _dispatch(app: App, run_id: str) -> str:
-    if app.settings.broker_url:
-        from worker.tasks import enqueue_run
-
-        enqueue_run(run_id)
-        return "celery"
-    from worker.runs.service import execute_run
-
-    def work() -> None:
-        try:
-            execute_run(app, run_id)
-        except Exception as exc:  # the run row records phase failures; this is a last resort
-            # No raw message or traceback text: either can quote note content (R21).
-            log.error("api.run_failed", run_id=run_id, error_type=type(exc).__name__,
-                      frames=stack(exc))
-
-    thread = threading.Thread(target=work, name=f"dream-run-{run_id[:8]}", daemon=True)
-    app.extras.setdefault("api_threads", []).append(thread)
-    thread.start()
-    return "in_process"

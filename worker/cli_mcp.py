@@ -1,0 +1,59 @@
+"""`dream mcp`: serve the memory tools to MCP clients (stdio for one scope, or streamable HTTP)."""
+
+from __future__ import annotations
+
+import click
+
+from worker.cli import UserError, _app, user_errors
+from worker.domain.types import Scope
+
+
+@click.command("mcp")
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio",
+              show_default=True, help="stdio: one client, one scope; http: streamable HTTP at /mcp.")
+@click.option("--agent", default=None, help="stdio: the scope every tool acts on (agent id).")
+@click.option("--user", default=None, help="stdio: scope user id.")
+@click.option("--company", default=None, help="stdio: scope company id.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="http only.")
+@click.option("--port", default=8090, show_default=True, type=click.IntRange(0, 65535),
+              help="http only.")
+@click.pass_context
+@user_errors
+def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | None,
+            company: str | None, host: str, port: int) -> None:
+    """Serve remember, list_candidates, fuse, keep_apart, start_dream, dream_status and undo_run.
+
+    Over stdio the tools act on --agent/--user/--company; over HTTP on the scope of each
+    request's bearer token (a scoped token of DREAM_API_TOKENS)."""
+    try:
+        from worker.mcp import server
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("mcp"):
+            raise
+        raise UserError("`dream mcp` needs the MCP SDK: pip install 'dream-worker[mcp]'") from None
+    if (user or company) and not agent:
+        raise UserError("--user and --company need --agent")
+    app = _app(ctx)
+    if transport == "stdio":
+        if not agent:
+            raise UserError("--transport stdio needs --agent (with optional --user/--company): "
+                            "the one scope this server's tools act on")
+        server.stdio_server(app, Scope(agent, user, company)).run("stdio")
+        return
+    if agent:
+        raise UserError("--agent binds stdio only; over HTTP each request's bearer token names "
+                        "its scope")
+    from worker.api.auth import parse_tokens
+
+    if not any(p.scope is not None for _, p in parse_tokens(app.settings.api_tokens)):
+        raise UserError('DREAM_API_TOKENS has no scoped token; add {"<token>": {"agent_id": '
+                        '"..."}} (tokens ≥ 16 characters; admin tokens are not accepted here)')
+    import uvicorn
+
+    # Our own log lines carry paths only; uvicorn's access log would add client details.
+    uvicorn.run(server.http_app(app, host, port), host=host, port=port, access_log=False,
+                log_config=None)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(mcp_cmd)

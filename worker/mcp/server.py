@@ -1,0 +1,176 @@
+"""`dream mcp`: the tools of worker.mcp.tools on the official MCP SDK, over stdio or streamable HTTP.
+
+Over stdio the server is bound to the scope it was started with; over HTTP every request is
+bound to the scope of its bearer token (the tokens of DREAM_API_TOKENS; admin tokens are refused:
+an MCP client acts for one tenant).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from worker.api.auth import Principal, authenticate, bearer, parse_tokens
+from worker.app import App
+from worker.domain.types import Scope
+from worker.host import HostError
+from worker.mcp.tools import ScopedTools
+from worker.runs.service import RunError
+
+log = structlog.get_logger(__name__)
+
+INSTRUCTIONS = (
+    "Long-term memory of one agent scope, maintained by dream-worker. `remember` stores a note "
+    "with write-time dedup; `list_candidates` shows similar notes your model may fuse with "
+    "`fuse` or mark with `keep_apart`; `start_dream` runs the maintenance dream, `dream_status` "
+    "follows it, `undo_run` reverts a whole run. Ids from another scope are not found."
+)
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                            open_world_hint=False)
+# Adds or records without retiring anything the caller did not name.
+ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                           open_world_hint=False)
+# Retires notes (revoked, never deleted, undoable) or reverts a run.
+DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False,
+                              open_world_hint=False)
+
+ScopeOf = Callable[[Context], Scope]
+
+
+class DreamTokenVerifier:
+    """The SDK's bearer check against DREAM_API_TOKENS: only scoped tokens get in."""
+
+    def __init__(self, tokens: list[tuple[bytes, Principal]]) -> None:
+        self.tokens = tokens
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        principal = authenticate(self.tokens, token)
+        if principal is None or principal.scope is None:
+            if principal is not None:
+                log.warning("mcp.admin_token_refused")
+            return None
+        return AccessToken(token=token, client_id=principal.label, scopes=[])
+
+
+def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = None,
+                 verifier: DreamTokenVerifier | None = None) -> MCPServer:
+    """One MCPServer whose every tool call runs for ``scope_of(ctx)``."""
+    server: MCPServer = MCPServer(
+        "dream-worker", instructions=INSTRUCTIONS, version="1", auth=auth,
+        token_verifier=verifier, log_level="WARNING",
+    )
+
+    def tools(ctx: Context) -> ScopedTools:
+        return ScopedTools(app, scope_of(ctx))
+
+    @server.tool(annotations=ADDITIVE)
+    def remember(content: str, ctx: Context, type: str = "Context",
+                 importance: float = 0.5) -> dict[str, Any]:
+        """Store a note in this scope unless it is already known: NOOP (known), UPDATE (supersedes
+        a shorter near-duplicate) or ADD, with the id and why. type: Preference, Constraint,
+        Context, Example or Issue."""
+        return _call(lambda: tools(ctx).remember(content, type, importance))
+
+    @server.tool(annotations=READ_ONLY)
+    def list_candidates(ctx: Context, threshold: float = 0.88, limit: int = 50) -> dict[str, Any]:
+        """Fusion candidates of this scope: similar active pairs (most similar first) and the
+        items the last dream left open for a model to judge."""
+        return _call(lambda: tools(ctx).list_candidates(threshold, limit))
+
+    @server.tool(annotations=DESTRUCTIVE)
+    def fuse(source_ids: list[str], fused_content: str, ctx: Context,
+             fused_importance: float | None = None, strict: bool = False,
+             type: str | None = None) -> dict[str, Any]:
+        """Replace the source notes with your fused text in one transaction: sources are revoked
+        (kept, undoable), the new note points back to them. strict refuses facts no source has."""
+        return _call(lambda: tools(ctx).fuse(source_ids, fused_content, fused_importance,
+                                             strict, type))
+
+    @server.tool(annotations=ADDITIVE)
+    def keep_apart(source_ids: list[str], ctx: Context) -> dict[str, Any]:
+        """Record that these notes are not the same: never offered together again until one of
+        them changes."""
+        return _call(lambda: tools(ctx).keep_apart(source_ids))
+
+    @server.tool(annotations=DESTRUCTIVE)
+    def start_dream(ctx: Context, force: bool = False, dry_run: bool = False) -> dict[str, Any]:
+        """Queue a dream for this scope (consolidate, contradictions, prune, archive); refused
+        with the gate's reason when it is not due, unless force. dry_run applies nothing."""
+        return _call(lambda: tools(ctx).start_dream(force, dry_run))
+
+    @server.tool(annotations=READ_ONLY)
+    def dream_status(ctx: Context, run_id: str | None = None) -> dict[str, Any]:
+        """One run's status and step tree, or (no run_id) this scope's latest runs and whether a
+        dream is due, with the reason."""
+        return _call(lambda: tools(ctx).dream_status(run_id))
+
+    @server.tool(annotations=DESTRUCTIVE)
+    def undo_run(run_id: str, ctx: Context, force_cascade: bool = False) -> dict[str, Any]:
+        """Revert every change a run made; refused (nothing changed) if a note it touched has
+        changed since, unless force_cascade also undoes the later runs that touched it."""
+        return _call(lambda: tools(ctx).undo_run(run_id, force_cascade))
+
+    @server.custom_route("/healthz", methods=["GET"], include_in_schema=False)
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    return server
+
+
+def _call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Refusals the caller can fix become a tool error (``code: one line``), never a traceback."""
+    try:
+        return fn()
+    except HostError as exc:
+        raise ToolError(f"{exc.code}: {exc}") from None
+    except RunError as exc:
+        code = "not_found" if str(exc).startswith("no run with id") else "conflict"
+        raise ToolError(f"{code}: {exc}") from None
+
+
+def bound_scope(scope: Scope) -> ScopeOf:
+    """stdio: every call acts on the scope the server was started for."""
+    return lambda ctx: scope
+
+
+def token_scope(tokens: list[tuple[bytes, Principal]]) -> ScopeOf:
+    """HTTP: every call acts on the scope of the bearer token of the request that carried it."""
+
+    def scope_of(ctx: Context) -> Scope:
+        headers = ctx.headers or {}
+        principal = authenticate(tokens, bearer(headers.get("authorization")))
+        if principal is None or principal.scope is None:
+            raise ToolError("unauthorized: send a scoped bearer token from DREAM_API_TOKENS")
+        return principal.scope
+
+    return scope_of
+
+
+def stdio_server(app: App, scope: Scope) -> MCPServer:
+    return build_server(app, bound_scope(scope))
+
+
+def http_app(app: App, host: str, port: int) -> Starlette:
+    """The streamable HTTP app at /mcp (bearer tokens from DREAM_API_TOKENS) plus /healthz."""
+    tokens = parse_tokens(app.settings.api_tokens)
+    # The SDK wants an issuer for its metadata; the tokens are ours, so the server names itself.
+    auth = AuthSettings(issuer_url=f"http://{_url_host(host)}:{port}", resource_server_url=None)
+    server = build_server(app, token_scope(tokens), auth=auth, verifier=DreamTokenVerifier(tokens))
+    # Stateless: no per-process session table, so any replica behind a Service can answer any
+    # request (every tool call is one self-contained request carrying its token).
+    return server.streamable_http_app(host=host, stateless_http=True)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

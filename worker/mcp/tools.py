@@ -1,0 +1,79 @@
+"""What each MCP tool does, for one scope, over the host and run services (no SDK here).
+
+Every id a caller names is looked up inside the bound scope only: another scope's note or run
+is "not found", exactly as over the HTTP API (R11, R24).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from worker.app import App
+from worker.domain.types import NoteType, Scope
+from worker.host import NotFound, fuse, fusion_candidates, keep_apart, remember
+from worker.runs.dispatch import start_run
+from worker.runs.service import RunError, scope_gate
+
+MAX_ID_CHARS = 64
+
+
+@dataclass(frozen=True)
+class ScopedTools:
+    """The tools of one caller; ``scope`` comes from its token or the server's configuration."""
+
+    app: App
+    scope: Scope
+
+    def remember(self, content: str, type: str = NoteType.CONTEXT.value,
+                 importance: float = 0.5) -> dict[str, Any]:
+        return remember(self.app, self.scope, content, type, importance).as_dict()
+
+    def list_candidates(self, threshold: float = 0.88, limit: int = 50) -> dict[str, Any]:
+        limit = max(1, min(int(limit), 500))
+        return {"candidates": fusion_candidates(self.app, self.scope, threshold, limit)}
+
+    def fuse(self, source_ids: list[str], fused_content: str,
+             fused_importance: float | None = None, strict: bool = False,
+             type: str | None = None) -> dict[str, Any]:
+        result = fuse(self.app, source_ids, fused_content, fused_importance, strict,
+                      allowed_scope=self.scope, note_type=type)
+        return {"note": result.note, "superseded": result.superseded, "warnings": result.warnings}
+
+    def keep_apart(self, source_ids: list[str]) -> dict[str, Any]:
+        return keep_apart(self.app, source_ids, allowed_scope=self.scope)
+
+    def start_dream(self, force: bool = False, dry_run: bool = False) -> dict[str, Any]:
+        started = start_run(self.app, self.scope, trigger="mcp", force=force, dry_run=dry_run)
+        return {"run_id": started.run_id, "status": "queued", "mode": started.mode}
+
+    def dream_status(self, run_id: str | None = None) -> dict[str, Any]:
+        """One run's step tree, or the scope's latest runs and its gate decision."""
+        from worker.reporting import list_runs
+
+        if run_id:
+            return {"run": self._run(run_id)}
+        return {"scope": self.scope.as_dict(), "gate": scope_gate(self.app, self.scope).as_dict(),
+                "runs": list_runs(self.app, scope=self.scope, limit=10)}
+
+    def undo_run(self, run_id: str, force_cascade: bool = False) -> dict[str, Any]:
+        from worker.safety.undo import undo_run
+
+        self._run(run_id)
+        result = undo_run(self.app, run_id, force_cascade=force_cascade)
+        return {"run_ids": result.run_ids, "restored": result.restored,
+                "retired": result.retired, "overwritten": result.overwritten,
+                "missing": result.missing}
+
+    def _run(self, run_id: str) -> dict[str, Any]:
+        from worker.reporting import run_tree
+
+        if "\x00" in run_id or len(run_id) > MAX_ID_CHARS:
+            raise NotFound(f"no run with id {run_id[:MAX_ID_CHARS]!r}")
+        try:
+            tree = run_tree(self.app, run_id)
+        except RunError:
+            raise NotFound(f"no run with id {run_id}") from None
+        if tree["scope"] != self.scope.key:
+            raise NotFound(f"no run with id {run_id}")  # indistinguishable from a missing run
+        return tree
