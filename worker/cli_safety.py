@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from worker.cli import UserError, _app, user_errors
@@ -28,7 +30,9 @@ def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool) -> None:
         click.echo(f"undone run {rid}")
     click.echo(f"restored {len(result.restored)} notes, retired {len(result.retired)} notes the "
                f"run(s) created, overwrote {len(result.overwritten)} host edits, "
-               f"{len(result.missing)} already erased")
+               f"{len(result.missing)} already erased; gave {len(result.examples)} examples their "
+               f"status back; removed {result.judgements} judgements and {result.reviews} reviews "
+               "the run(s) recorded")
 
 
 @click.command("erase")
@@ -46,8 +50,12 @@ def erase_cmd(ctx: click.Context, user_id: str | None, conversation_id: str | No
 
     if sum(v is not None for v in (user_id, conversation_id, note_id)) != 1:
         raise UserError("give exactly one of --user, --conversation or --note")
-    if not yes and not click.confirm("Erase permanently, including derived notes?", default=False):
-        raise UserError("aborted; nothing erased")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UserError("erase asks for confirmation but stdin is not a terminal; pass --yes "
+                            "to erase without asking")
+        if not click.confirm("Erase permanently, including derived notes?", default=False):
+            raise UserError("aborted; nothing erased")
     result = erase(_app(ctx), user_id=user_id, conversation_id=conversation_id, note_id=note_id)
     click.echo(f"erased {result.subject}: {len(result.note_ids)} notes, "
                f"{len(result.derived_ids)} derived notes")
@@ -55,4 +63,12 @@ def erase_cmd(ctx: click.Context, user_id: str | None, conversation_id: str | No
         click.echo(f"  removed note {nid}")
     for nid in result.derived_ids:
         click.echo(f"  removed derived note {nid}")
+    for nid in result.restored_ids:
+        click.echo(f"  restored note {nid} (it was merged into an erased note; active again)")
+    for nid in result.held_ids:
+        click.echo(f"  kept note {nid} retired for review (an erased note had superseded it)")
+    if result.erase_id is not None:
+        click.echo(f"  to retire the restored notes again: dream undo {result.erase_id}")
     click.echo("  " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items())))
+    if result.checkpoint is not None and result.checkpoint != "done":
+        click.echo(f"warning: SQLite checkpoint {result.checkpoint}", err=True)

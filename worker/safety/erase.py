@@ -1,20 +1,47 @@
-"""Erasure (R19): the only path that hard-deletes notes (R18).
+"""Erasure (R19, R28): the only path that hard-deletes notes (R18).
 
-Removes the subject's notes and every note derived from them through lineage (transitively,
-re-deriving nothing), with their embeddings, lineage rows, operation-log rows and any log,
-judgement, review or step record that names them or quotes their text — in one transaction.
+Removes the subject's notes and every note whose text was written from them (lineage edges
+``consolidated``, ``fused``, ``updated``; transitively), with their embeddings, lineage rows,
+operation-log rows and any log, judgement, review or step record that names them or quotes their
+text — in one transaction. What was retired only because an erased note stood for it is not
+erased with it (R28): see ``plan_survivors``. On SQLite the write-ahead log is checkpointed
+afterwards so the erased text leaves the files too.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import structlog
+from sqlalchemy import text
 
 from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import NoteStatus, Scope
 from worker.runs.service import RunError
+from worker.store.db import SQLITE_BUSY_SECONDS
+from worker.store.repositories.retention import append_comment
+from worker.store.repositories.safety import Survivor
+from worker.store.uow import UnitOfWork
 
 log = structlog.get_logger(__name__)
+
+# A parent retired because this child stood for it (fused into it, replaced by the host's longer
+# version, or judged a duplicate of / contained in it) has its own provenance: when the child is
+# erased, the parent's fact would otherwise be lost although nobody asked to erase it.
+RESTORE_RELATIONS = frozenset({"consolidated", "fused", "updated", "duplicate", "subsumed"})
+# A parent the judge found *outdated* by the child (a conflict): making it active again would
+# assert a fact the store knows was replaced; keeping it silently retired would lose it. It stays
+# revoked, and a review record asks the host whether it holds again.
+REVIEW_RELATIONS = frozenset({"superseded"})
+
+RESTORED_COMMENT = "[Erasure: the note this was merged into was erased; active again]"
+HELD_COMMENT = ("[Erasure: the newer note that superseded this one was erased; kept retired "
+                "for review]")
+REVIEW_KIND = "erased_successor"
 
 
 @dataclass
@@ -22,7 +49,37 @@ class EraseResult:
     subject: str
     note_ids: list[str] = field(default_factory=list)
     derived_ids: list[str] = field(default_factory=list)  # erased because derived from the subject
+    restored_ids: list[str] = field(default_factory=list)  # co-sources made active again
+    held_ids: list[str] = field(default_factory=list)  # superseded by an erased note: for review
+    erase_id: str | None = None  # operation-log id of the restorations (`dream undo` takes it)
     counts: dict[str, int] = field(default_factory=dict)
+    checkpoint: str | None = None  # SQLite only: "done" or why the WAL still holds pages
+
+
+@dataclass(frozen=True)
+class SurvivorPlan:
+    restore: list[Survivor]
+    review: list[Survivor]
+
+
+def plan_survivors(survivors: Iterable[Survivor], erased: set[str]) -> SurvivorPlan:
+    """Which notes outside the erased set come back, and which are held for review.
+
+    Only a note that is revoked *into* an erased note (its pointer names it) is touched: a note
+    since revived, archived or retired into something else keeps its state.
+    """
+    restore, review = [], []
+    for s in sorted(survivors, key=lambda s: s.id):
+        if s.id in erased or s.status != NoteStatus.REVOKED.value:
+            continue
+        if s.consolidated_into_id not in erased:
+            continue
+        relation = s.relation or "consolidated"  # a pointer with no edge: an older fused note
+        if relation in REVIEW_RELATIONS:
+            review.append(s)
+        elif relation in RESTORE_RELATIONS:
+            restore.append(s)
+    return SurvivorPlan(restore, review)
 
 
 def erase(
@@ -35,20 +92,84 @@ def erase(
     subject = (f"user {user_id}" if user_id is not None else
                f"conversation {conversation_id}" if conversation_id is not None else
                f"note {note_id}")
+    now = utcnow()
+    erase_id = f"erase-{uuid.uuid4()}"
     with app.uow() as uow:
         seed = uow.safety.subject_note_ids(user_id=user_id, conversation_id=conversation_id,
                                            note_id=note_id)
         if note_id is not None and not seed:
-            raise RunError(f"no note with id {note_id}")
+            raise RunError(f"no note with id {note_id}; list notes with `dream notes list`")
         ids = uow.safety.derived_closure(seed)
         found = uow.safety.contents(ids)
+        plan = plan_survivors(uow.safety.retired_into(set(found)), set(found))
         texts = sorted({content for _, content in found.values()})
         scope_keys = {key for key, _ in found.values()}
         counts = uow.safety.erase_notes(set(found), texts, scope_keys)
         if user_id is not None:
             counts["examples"] = uow.safety.erase_examples(user_id)
+        _apply_survivors(uow, plan, erase_id, subject, now)
         uow.commit()
-    result = EraseResult(subject, sorted(seed), sorted(set(found) - seed), counts)
+    result = EraseResult(subject, sorted(seed), sorted(set(found) - seed),
+                         [s.id for s in plan.restore], [s.id for s in plan.review],
+                         erase_id if plan.restore or plan.review else None, counts)
+    result.checkpoint = checkpoint_sqlite(app)
     log.info("erase.finished", subject_kind=subject.split()[0], notes=counts.get("notes", 0),
-             derived=len(result.derived_ids))
+             derived=len(result.derived_ids), restored=len(result.restored_ids),
+             held=len(result.held_ids), checkpoint=result.checkpoint)
     return result
+
+
+def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject: str,
+                     now: datetime) -> None:
+    """Restore / hold in the erase transaction, logged under ``erase_id`` so undo can revert it."""
+    everyone = plan.restore + plan.review
+    if not everyone:
+        return
+    # Re-read after erase_notes: it cleared the pointers and scrubbed comments naming erased ids.
+    notes = {n.id: n for n in uow.notes.get_many([s.id for s in everyone])}
+    current = uow.notes.current_state(notes)
+    changes: dict[str, dict[str, object]] = {}
+    for s in plan.restore:
+        changes[s.id] = {"status": NoteStatus.ACTIVE.value, "consolidated_into_id": None,
+                         "valid_to": None,
+                         "comments": append_comment(current[s.id]["comments"], RESTORED_COMMENT)}
+    for s in plan.review:
+        changes[s.id] = {"consolidated_into_id": None,
+                         "comments": append_comment(current[s.id]["comments"], HELD_COMMENT)}
+    stale = uow.notes.change_many(list(notes.values()), changes, run_id=erase_id,
+                                  reason=f"erase of {subject.split()[0]}: a note it stood for "
+                                         "was erased", now=now, current=current)
+    if stale:  # cannot happen inside one transaction; refuse rather than half-apply
+        raise RunError(f"note {stale[0]} changed during the erase; run it again")
+    by_scope: dict[str, list[str]] = {}
+    for s in plan.review:
+        by_scope.setdefault(s.scope_key, []).append(s.id)
+    for key, ids in sorted(by_scope.items()):
+        uow.judgements.add_review(
+            Scope.from_key(key), REVIEW_KIND, ids,
+            "the newer note that superseded these was erased; reinstate any that still hold",
+            None, now)
+
+
+def checkpoint_sqlite(app: App) -> str | None:
+    """Fold the WAL into the main file and truncate it, so erased pages leave the disk (R28).
+
+    Another connection reading an older snapshot keeps the WAL from being fully checkpointed;
+    the result says so instead of pretending. None on PostgreSQL (see README "Safety").
+    """
+    if app.engine.dialect.name != "sqlite":
+        return None
+    with app.engine.connect() as conn:
+        # A reader with an open snapshot would make TRUNCATE wait the whole busy timeout.
+        conn.execute(text("PRAGMA busy_timeout=2000"))
+        try:
+            busy, frames, moved = conn.execute(text("PRAGMA wal_checkpoint(TRUNCATE)")).one()
+        finally:
+            conn.execute(text(f"PRAGMA busy_timeout={SQLITE_BUSY_SECONDS * 1000}"))
+    if frames < 0:
+        return "done"  # not in WAL mode: the pages were written to the main file directly
+    if busy or moved < frames:
+        return (f"blocked: another connection holds the database open, so {frames - moved} "
+                "write-ahead-log frame(s) may still hold erased text; close it and run the same "
+                "`dream erase` again (it finds nothing more to erase and checkpoints)")
+    return "done"

@@ -1,9 +1,11 @@
 """Undo a run from its operation log, in one transaction (R17).
 
 Every change a run made is in ``operation_log`` with the before/after image of the tracked
-fields. Undo restores the before-images of the notes the run updated and retires (status
-``revoked``, comment "undone run X") the notes it inserted — nothing is deleted, so erasure can
-still follow lineage afterwards.
+fields. Undo restores the before-images of the notes and examples the run updated, retires
+(status ``revoked``, comment "undone run X") the notes it inserted — nothing is deleted, so
+erasure can still follow lineage afterwards — and deletes the judgement (verdict memory) and
+review rows the run recorded, so no decision of an undone run outlives it. The restorations an
+erasure made are logged under an ``erase-…`` id and undone the same way (there is no run row).
 
 A note is *changed since* when its version moved past the run's after-image by anything other
 than a later run that was itself undone (and that undo): a later run's change, or a host edit
@@ -33,6 +35,7 @@ from worker.store.uow import UnitOfWork
 log = structlog.get_logger(__name__)
 
 _DATETIME_FIELDS = ("valid_to", "last_checked_at")
+ERASE_PREFIX = "erase-"  # operation-log id of an erasure's restorations (worker.safety.erase)
 
 
 class UndoRefused(RunError):
@@ -46,6 +49,9 @@ class UndoResult:
     retired: list[str] = field(default_factory=list)
     overwritten: list[str] = field(default_factory=list)  # host edits replaced (force_cascade)
     missing: list[str] = field(default_factory=list)  # erased since; nothing to restore
+    examples: list[str] = field(default_factory=list)  # examples given their status back
+    judgements: int = 0  # verdict-memory rows the run(s) recorded, deleted
+    reviews: int = 0  # review rows the run(s) recorded, deleted
 
 
 def undo_run(app: App, run_id: str, force_cascade: bool = False) -> UndoResult:
@@ -64,6 +70,10 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False) -> UndoResult:
 
 def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
     run = uow.runs.get(run_id)
+    if run is None and run_id.startswith(ERASE_PREFIX) and uow.safety.run_log(run_id):
+        if uow.safety.undo_logged(run_id):
+            raise RunError(f"{run_id} is already undone")
+        return
     if run is None:
         raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
     if run.status in (RunStatus.QUEUED.value, RunStatus.RUNNING.value):
@@ -75,11 +85,23 @@ def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
 def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: UndoResult) -> None:
     rows = uow.safety.run_log(run_id)
     by_note: dict[str, list[OperationLogRow]] = defaultdict(list)
+    by_example: dict[str, list[OperationLogRow]] = defaultdict(list)
     for row in rows:
         if row.entity == "note":
             by_note[row.entity_id].append(row)
+        elif row.entity == "example":
+            by_example[row.entity_id].append(row)
     last_id = max((r.id for r in rows), default=0)
     conflicts = _conflicts(uow, by_note, last_id, set(result.run_ids))
+    examples = uow.safety.example_state(by_example)
+    edited = {eid: v for eid, (v, _, _) in examples.items()
+              if v != max(int((r.after or {}).get("version", 0)) for r in by_example[eid])}
+    if edited and not force:
+        example_id, version = sorted(edited.items())[0]
+        raise UndoRefused(
+            f"cannot undo run {run_id}: example {example_id} was changed since (version "
+            f"{version}); pass --force-cascade to give it back its status anyway"
+        )
     if conflicts and not force:
         note_id, why = next(iter(sorted(conflicts.items())))
         raise UndoRefused(
@@ -121,7 +143,26 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
                       after={**{f: _jsonable(v) for f, v in values.items()},
                              "version": current.version + 1},
                       reason=f"undo of run {run_id}", now=now)
-    uow.runs.set_status(run_id, RunStatus.UNDONE.value)
+    for example_id, example_rows in sorted(by_example.items()):
+        if example_id not in examples:
+            result.missing.append(example_id)  # erased since (dream erase --user)
+            continue
+        version, status, scope_key = examples[example_id]
+        before_status = next((r.before or {}).get("status") for r in example_rows)
+        if before_status is None or not uow.safety.restore_example(example_id, version,
+                                                                   before_status):
+            continue
+        uow.notes.log(run_id=None, scope=Scope.from_key(scope_key), entity_id=example_id,
+                      op="undo", entity="example",
+                      before={"status": status, "version": version},
+                      after={"status": before_status, "version": version + 1},
+                      reason=f"undo of run {run_id}", now=now)
+        result.examples.append(example_id)
+    judged, reviewed = uow.safety.forget_run_records(run_id)
+    result.judgements += judged
+    result.reviews += reviewed
+    if uow.runs.get(run_id) is not None:
+        uow.runs.set_status(run_id, RunStatus.UNDONE.value)
     result.run_ids.append(run_id)
 
 

@@ -9,13 +9,15 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+SQLITE_BUSY_SECONDS = 30
+
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS}, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if url.startswith("postgresql://") or url.startswith("postgres://"):
@@ -32,6 +34,9 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
+    # Deleted content is overwritten, not left in free pages (R28): erasure must leave no copy
+    # in the file, whatever the SQLite build's default.
+    cur.execute("PRAGMA secure_delete=ON")
     cur.close()
 
 

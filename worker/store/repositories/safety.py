@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, func, or_, select, update
@@ -31,8 +32,21 @@ def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
         yield ids[start : start + size]
 
 
-# Lineage relations whose child note's text was written from the parent's text.
-DERIVED_RELATIONS = ("consolidated", "fused")
+# Lineage relations whose child note's text was written from the parent's text: consolidation,
+# host fuse, and a host `remember` UPDATE (the longer note replaces and restates the older one).
+# Contradiction edges (superseded / duplicate / subsumed) join two notes written independently.
+DERIVED_RELATIONS = ("consolidated", "fused", "updated")
+
+
+@dataclass(frozen=True)
+class Survivor:
+    """A note outside an erasure that pointed at an erased note (what erase.plan_survivors reads)."""
+
+    id: str
+    scope_key: str
+    status: str
+    consolidated_into_id: str | None
+    relation: str | None  # lineage edge to its pointer's note; None if there is no edge
 
 
 class SafetyRepository:
@@ -96,6 +110,39 @@ class SafetyRepository:
         )
         return result.rowcount == 1  # type: ignore[attr-defined]
 
+    def undo_logged(self, log_id: str) -> bool:
+        """Whether an undo of ``log_id`` was already written (for ids with no run row: erasures)."""
+        return self.session.execute(
+            select(OperationLogRow.id).where(OperationLogRow.op == "undo",
+                                             OperationLogRow.reason == f"undo of run {log_id}")
+            .limit(1)).first() is not None
+
+    def example_state(self, ids: Iterable[str]) -> dict[str, tuple[int, str, str]]:
+        """id → (version, status, scope_key) of each example, one query per 500 ids."""
+        out: dict[str, tuple[int, str, str]] = {}
+        for chunk in _chunks(list(set(ids))):
+            for r in self.session.execute(
+                select(ExampleRow.id, ExampleRow.version, ExampleRow.status, ExampleRow.scope_key)
+                .where(ExampleRow.id.in_(chunk))
+            ):
+                out[r.id] = (r.version, r.status, r.scope_key)
+        return out
+
+    def restore_example(self, example_id: str, version: int, status: str) -> bool:
+        result = self.session.execute(
+            update(ExampleRow).where(ExampleRow.id == example_id, ExampleRow.version == version)
+            .values(status=status, version=version + 1)
+        )
+        return result.rowcount == 1  # type: ignore[attr-defined]
+
+    def forget_run_records(self, run_id: str) -> tuple[int, int]:
+        """Delete the verdict memory and review records a run wrote; (judgements, reviews)."""
+        judged = self.session.execute(
+            delete(JudgementRow).where(JudgementRow.run_id == run_id)).rowcount  # type: ignore[attr-defined]
+        reviews = self.session.execute(
+            delete(ReviewRow).where(ReviewRow.run_id == run_id)).rowcount  # type: ignore[attr-defined]
+        return int(judged), int(reviews)
+
     # ---- erasure -------------------------------------------------------------------------
     def subject_note_ids(
         self, *, user_id: str | None = None, conversation_id: str | None = None,
@@ -128,6 +175,31 @@ class SafetyRepository:
             frontier = nxt - found
             found |= frontier
         return found
+
+    def retired_into(self, erased: set[str]) -> list[Survivor]:
+        """Notes outside ``erased`` that point at an erased note or are a lineage parent of one,
+        with the relation of the edge to the note they point at (two queries per 500 ids)."""
+        relation: dict[tuple[str, str], str] = {}
+        candidates: set[str] = set()
+        for chunk in _chunks(sorted(erased)):
+            for r in self.session.execute(
+                select(NoteLineageRow.parent_id, NoteLineageRow.child_id, NoteLineageRow.relation)
+                .where(NoteLineageRow.child_id.in_(chunk))
+            ):
+                relation[(r.parent_id, r.child_id)] = r.relation
+                candidates.add(r.parent_id)
+            candidates.update(r[0] for r in self.session.execute(
+                select(NoteRow.id).where(NoteRow.consolidated_into_id.in_(chunk))))
+        out: list[Survivor] = []
+        for chunk in _chunks(sorted(candidates - erased)):
+            for row in self.session.execute(
+                select(NoteRow.id, NoteRow.scope_key, NoteRow.status,
+                       NoteRow.consolidated_into_id).where(NoteRow.id.in_(chunk))
+            ):
+                into = row.consolidated_into_id
+                edge = relation.get((row.id, into)) if into else None
+                out.append(Survivor(row.id, row.scope_key, row.status, into, edge))
+        return out
 
     def contents(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
         """id → (scope_key, content) for the notes about to be erased."""

@@ -1,0 +1,205 @@
+"""R28 / R19: erasure takes the subject's text and what was written from it, and nothing else.
+
+Black-box through the CLI where the issue describes a user's steps (`dream run`, `dream erase`,
+`dream undo` with the real `openai` client against the local stub model), on SQLite and
+PostgreSQL; lineage shapes that a run cannot easily produce are written the way phases write them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy import select
+
+from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes, days_ago
+from tests.support.llm_stub import LLMStub, StubRequest
+from tests.support.safety import all_rows_text, note_states, run_row
+from worker.app import App
+from worker.cli import main
+from worker.domain.types import Scope, content_hash
+from worker.host.remember import remember
+from worker.safety.erase import REVIEW_KIND, erase
+from worker.store.models import ReviewRow
+
+SCOPE = Scope("agent-1", "u1")
+CANARY = "zebracanary"
+
+
+def _cli(app: App, monkeypatch: pytest.MonkeyPatch, *args: str,
+         stub: LLMStub | None = None) -> Result:
+    monkeypatch.setenv("DREAM_DATABASE_URL", app.settings.database_url)
+    if stub is not None:
+        monkeypatch.setenv("DREAM_LLM_PROVIDER", "openai")
+        monkeypatch.setenv("DREAM_LLM_BASE_URL", stub.url)
+        monkeypatch.setenv("DREAM_LLM_API_KEY", "k")
+        monkeypatch.setenv("DREAM_LLM_MAX_RETRIES", "0")
+    return CliRunner().invoke(main, list(args))
+
+
+def _fuse_everything(req: StubRequest) -> dict[str, Any]:
+    """A careful model: fuses a cluster into the sources' texts joined (grounded by design)."""
+    if req.prompt_name != "consolidate":
+        return {"verdicts": [], "decisions": []}
+    start = req.user.index("[")
+    notes, _ = json.JSONDecoder().raw_decode(req.user[start:])
+    return {"should_consolidate": True, "content": "; ".join(n["content"] for n in notes),
+            "type": "Preference", "source_ids": [n["alias"] for n in notes],
+            "reason": "same preference"}
+
+
+def _active(app: App) -> dict[str, str]:
+    return {k: v["content"] for k, v in note_states(app).items() if v["status"] == "active"}
+
+
+def test_r28_erasing_one_conversation_keeps_the_other_conversations_active(
+        app: App, llm_stub: LLMStub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11 case 4: four notes from four conversations fused into one; erasing c0 removes
+    c0's note and the fused note, the other three are active again (printed), and the next
+    dream re-fuses them into a note without the erased text — which no prompt carries either."""
+    texts = [f"{DARK_MODE_NOTES[0]} {CANARY}", *DARK_MODE_NOTES[1:4]]
+    add_notes(app, *({"id": f"n{k}", "user_id": "u1", "type": "Preference", "content": t,
+                      "source_conversation_id": f"c{k}", "created_at": days_ago(10 - k)}
+                     for k, t in enumerate(texts)))
+    llm_stub.set_handler(_fuse_everything)
+    run = _cli(app, monkeypatch, "run", "--agent", "agent-1", "--user", "u1", "--force",
+               "--phase", "consolidate", stub=llm_stub)
+    assert run.exit_code == 0, run.output
+    fused = list(_active(app))
+    assert len(fused) == 1 and CANARY in _active(app)[fused[0]]
+
+    out = _cli(app, monkeypatch, "erase", "--conversation", "c0", "--yes")
+    assert out.exit_code == 0, out.output
+    assert "removed note n0" in out.output and f"removed derived note {fused[0]}" in out.output
+    for k in (1, 2, 3):
+        assert f"restored note n{k}" in out.output
+    assert _active(app) == {f"n{k}": texts[k] for k in (1, 2, 3)}
+    states = note_states(app)
+    assert all(states[f"n{k}"]["consolidated_into_id"] is None for k in (1, 2, 3))
+    assert CANARY not in all_rows_text(app)
+
+    llm_stub.requests.clear()
+    again = _cli(app, monkeypatch, "run", "--agent", "agent-1", "--user", "u1", "--force",
+                 "--phase", "consolidate", stub=llm_stub)
+    assert again.exit_code == 0, again.output
+    rebuilt = list(_active(app).values())
+    assert len(rebuilt) == 1 and all(t in rebuilt[0] for t in texts[1:])
+    assert CANARY not in all_rows_text(app)
+    assert llm_stub.chat_requests() and not any(
+        CANARY in json.dumps(r.body) for r in llm_stub.requests)
+
+
+def _write_fusion(app: App, run_id: str, ids: list[str], text: str, relation: str = "consolidated",
+                  generation: int = 1) -> str:
+    """What consolidation (or host fuse) writes for one cluster: a new note, lineage, revoked
+    sources pointing at it."""
+    with app.uow() as uow:
+        notes = {n.id: n for n in uow.notes.get_many(ids)}
+        new_id = uow.notes.create_note(scope=SCOPE, content=text, content_hash=content_hash(text),
+                                       type="Preference", embedding=None, embedding_model=None,
+                                       run_id=run_id, now=NOW, consolidation_generation=generation)
+        uow.notes.add_lineage(SCOPE, ids, new_id, relation, run_id, NOW)
+        for nid in ids:
+            assert uow.notes.change(notes[nid], run_id=run_id, reason="merged", now=NOW,
+                                    status="revoked", consolidated_into_id=new_id,
+                                    comments=f"merged into {new_id}")
+        uow.commit()
+    return new_id
+
+
+def _retire_into(app: App, loser: str, winner: str, relation: str) -> None:
+    """What the contradictions phase writes: the loser revoked into the winner, one edge."""
+    run_id = run_row(app, SCOPE)
+    with app.uow() as uow:
+        note = uow.notes.get_many([loser])[0]
+        assert uow.notes.change(note, run_id=run_id, reason=f"contradictions.{relation}", now=NOW,
+                                status="revoked", consolidated_into_id=winner,
+                                comments=f"[Contradiction check: into {winner}]")
+        uow.notes.add_lineage(SCOPE, [loser], winner, relation, run_id, NOW)
+        uow.commit()
+
+
+def test_r28_chain_of_fusions_gives_back_every_survivor(app: App) -> None:
+    """Generation 2: a0+b+c → f1, then f1+e → f2 (host fuse). Erasing a0 erases f1 and f2 and
+    makes b, c and e active again; the erased text is in no row."""
+    add_notes(app, *({"id": i, "user_id": "u1", "content": f"{i} likes tea {extra}"}
+                     for i, extra in (("a0", CANARY), ("b", "green"), ("c", "hot"), ("e", "iced"))))
+    f1 = _write_fusion(app, run_row(app, SCOPE), ["a0", "b", "c"], f"likes tea {CANARY} green hot")
+    f2 = _write_fusion(app, run_row(app, SCOPE), [f1, "e"], f"likes tea {CANARY} green hot iced",
+                       relation="fused", generation=2)
+    result = erase(app, note_id="a0")
+    assert result.derived_ids == sorted([f1, f2])
+    assert result.restored_ids == ["b", "c", "e"] and result.held_ids == []
+    assert set(_active(app)) == {"b", "c", "e"}
+    assert CANARY not in all_rows_text(app)
+
+
+def test_r28_a_loser_superseded_by_an_erased_winner_is_kept_for_review(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decision: a conflict loser is not resurrected (the store knew it was outdated) nor lost
+    in silence: it stays revoked, points at nothing, gets a comment, a review record, and a line
+    in `dream erase`'s output. An equivalent (duplicate) loser was retired only because the
+    erased note stood for it: it is active again."""
+    add_notes(app, {"id": "old", "user_id": "u1", "content": "User lives in Paris"},
+              {"id": "dup", "user_id": "u1", "content": "User now lives in Berlin!"},
+              {"id": "new", "user_id": "u1", "content": f"User now lives in Berlin {CANARY}"})
+    _retire_into(app, "old", "new", "superseded")
+    _retire_into(app, "dup", "new", "duplicate")
+    out = _cli(app, monkeypatch, "erase", "--note", "new", "--yes")
+    assert out.exit_code == 0, out.output
+    assert "kept note old retired for review" in out.output and "restored note dup" in out.output
+    states = note_states(app)
+    assert states["old"]["status"] == "revoked" and states["old"]["consolidated_into_id"] is None
+    assert "kept retired for review" in states["old"]["comments"]
+    assert states["dup"]["status"] == "active"
+    with app.uow() as uow:
+        reviews = list(uow.session.scalars(select(ReviewRow).where(ReviewRow.kind == REVIEW_KIND)))
+    assert [r.note_ids for r in reviews] == [["old"]]
+    assert CANARY not in all_rows_text(app)
+
+
+def test_r28_restorations_are_recorded_and_undoable(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The restorations are operation-log rows under an erase id; `dream undo <id>` retires the
+    co-sources again (a second undo is refused); the erased notes stay erased."""
+    add_notes(app, *({"id": f"n{k}", "user_id": "u1", "content": f"likes tea {k}"}
+                     for k in range(3)))
+    _write_fusion(app, run_row(app, SCOPE), ["n0", "n1", "n2"], "likes tea 0 1 2")
+    result = erase(app, note_id="n0")
+    assert result.erase_id is not None and result.restored_ids == ["n1", "n2"]
+    out = _cli(app, monkeypatch, "undo", result.erase_id)
+    assert out.exit_code == 0, out.output
+    assert "restored 2 notes" in out.output
+    states = note_states(app)
+    assert set(states) == {"n1", "n2"}
+    assert all(s["status"] == "revoked" and s["consolidated_into_id"] is None
+               for s in states.values())
+    again = _cli(app, monkeypatch, "undo", result.erase_id)
+    assert again.exit_code == 2 and "already undone" in again.output
+
+
+def test_r19_erasing_a_note_follows_the_remember_update_successor(app: App) -> None:
+    """Issue 12 item 19: a host `remember` UPDATE writes a longer successor of the note; erasing
+    the original erases the successor too (it restates it) and the fact is in no row."""
+    first = remember(app, SCOPE, f"User's locker code is {CANARY}")
+    second = remember(app, SCOPE, f"User's locker code is {CANARY} at the north gym entrance")
+    assert second.action == "UPDATE" and second.superseded_id == first.id
+    result = erase(app, note_id=first.id)
+    assert result.derived_ids == [second.id]
+    assert note_states(app) == {}
+    assert CANARY not in all_rows_text(app)
+
+
+def test_erase_without_yes_and_no_terminal_is_one_error_line(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11 case 6 / issue 12 item 15: not "Aborted!", one `error:` line, exit 2, nothing
+    erased."""
+    add_notes(app, {"id": "n0", "user_id": "u1", "content": "likes tea"})
+    out = _cli(app, monkeypatch, "erase", "--note", "n0")
+    assert out.exit_code == 2
+    lines = [line for line in out.output.splitlines() if line.strip()]
+    assert lines == ["error: erase asks for confirmation but stdin is not a terminal; pass "
+                     "--yes to erase without asking"]
+    assert set(note_states(app)) == {"n0"}
