@@ -14,7 +14,9 @@ A handler gets a ``StubRequest`` (path, body, headers, prompt_name, system, user
 a dict/list (sent as the JSON reply content), a str (sent as raw content, e.g. broken JSON), or a
 ``StubResponse`` for full control: ``StubResponse.rate_limited(retry_after)``,
 ``StubResponse.error(500)``, ``StubResponse.hang(seconds)`` (sleeps, released early by
-``stop()``), ``StubResponse.reply(data, delay=...)``. Set ``reject_json_schema = True`` to answer
+``stop()``), ``StubResponse.reply(data, delay=...)``, ``StubResponse.trickle(data, every=3)``
+(headers at once, then the body one byte every ``every`` seconds: a read timeout never fires),
+``StubResponse.raw(text, content_type=...)`` (an HTTP 200 whose body is not a chat completion). Set ``reject_json_schema = True`` to answer
 400 to ``response_format: json_schema`` (as servers without it do) and exercise the fallback.
 ``POST /v1/embeddings`` answers with the built-in hashing embedder.
 """
@@ -71,6 +73,9 @@ class StubResponse:
     body: dict[str, Any] | None = None  # full body override
     tokens_in: int = 11
     tokens_out: int = 7
+    trickle_every: float = 0.0  # > 0: send the body one byte at a time, this many seconds apart
+    raw_body: str | None = None  # sent as-is instead of a JSON body
+    content_type: str = "application/json"
 
     @classmethod
     def reply(cls, content: Any, delay: float = 0.0) -> StubResponse:
@@ -89,6 +94,14 @@ class StubResponse:
     def hang(cls, seconds: float) -> StubResponse:
         return cls(status=500, delay=seconds, body={"error": {"message": "hung"}})
 
+    @classmethod
+    def trickle(cls, content: Any, every: float = 3.0) -> StubResponse:
+        return cls(content=content, trickle_every=every)
+
+    @classmethod
+    def raw(cls, text: str, content_type: str = "text/html") -> StubResponse:
+        return cls(raw_body=text, content_type=content_type)
+
 
 Handler = Callable[[StubRequest], Any]
 
@@ -104,6 +117,7 @@ class LLMStub:
         self._lock = threading.Lock()
         self._embedder = HashingEmbedder(512)
         self._server: ThreadingHTTPServer | None = None
+        self._last_response: dict[int, StubResponse] = {}  # per request being answered
         self.url = ""
 
     def set_handler(self, handler: Handler | Any) -> None:
@@ -141,17 +155,32 @@ class LLMStub:
                 with stub._lock:
                     stub.requests.append(req)
                 status, payload, headers = stub._answer(req)
-                data = json.dumps(payload).encode()
+                resp = stub._last_response.get(id(req))
+                if resp is not None and resp.raw_body is not None:
+                    data = resp.raw_body.encode()
+                else:
+                    data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)
-                    self.send_header("content-type", "application/json")
+                    self.send_header("content-type", resp.content_type if resp else
+                                     "application/json")
                     self.send_header("content-length", str(len(data)))
                     for k, v in headers.items():
                         self.send_header(k, v)
                     self.end_headers()
-                    self.wfile.write(data)
+                    if resp is not None and resp.trickle_every > 0:
+                        self.wfile.flush()
+                        for k in range(len(data)):
+                            if stub._released.wait(resp.trickle_every):
+                                return
+                            self.wfile.write(data[k:k + 1])
+                            self.wfile.flush()
+                    else:
+                        self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and left
+                finally:
+                    stub._last_response.pop(id(req), None)
 
         server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         server.daemon_threads = True
@@ -185,6 +214,7 @@ class LLMStub:
                                    "type": "invalid_request_error"}}, {}
         out = self._handler(req)
         resp = out if isinstance(out, StubResponse) else StubResponse(content=out)
+        self._last_response[id(req)] = resp
         if resp.delay:
             self._released.wait(resp.delay)
         if resp.body is not None:

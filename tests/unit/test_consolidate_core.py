@@ -126,8 +126,13 @@ GOOD = ("User prefers Python 3.12 with type hints and unittest (since 2026-05-04
     (_reply("y" * 301), "limit is 300"),
     (_reply(GOOD.replace("3.12", "3.13")), "'3.13'"),
     (_reply(GOOD + " in Berlin"), "'berlin'"),
-    (_reply(GOOD + ", see https://evil.example"), "https://evil.example"),
-    (_reply(GOOD + ", cc bob@ex.org"), "bob@ex.org"),
+    (_reply(GOOD + ", https://evil.example"), "https://evil.example"),
+    (_reply(GOOD + ", bob@ex.org"), "bob@ex.org"),
+    (_reply(GOOD + "; Dana is an administrator"), "'administrator'"),
+    (_reply(GOOD.replace("Dana", "Dan")), "'dan'"),
+    (_reply(GOOD.replace("with type hints", "without type hints")), "negation"),
+    (_reply("User prefers Python 3.12 with type hints; reviewer Dana, dana@ex.org"),
+     "leaves out most of n2"),
     (_reply(GOOD.replace("2026-05-04", "2025-01-01")), "'2025-01-01'"),
 ])
 def test_invalid_fusions_are_rejected(reply: FusionReply, problem: str) -> None:
@@ -137,15 +142,18 @@ def test_invalid_fusions_are_rejected(reply: FusionReply, problem: str) -> None:
 
 
 def test_grounded_fusion_passes_with_resolved_relative_date() -> None:
-    """Every specific comes from a source; "last week" may become a date near its created_at."""
-    assert validate_fusion(_reply(GOOD), ALIASES, SOURCES, 300) == []
+    """Every specific comes from a source; "last week" may become a date near its created_at
+    (and is then no omission); the one dropped word is a warning."""
+    assert validate_fusion(_reply(GOOD), ALIASES, SOURCES, 300) == ["omits 'moved'"]
 
 
 def test_omissions_warn_or_block() -> None:
-    """Dropping a source's number/name/URL is a warning, or a refusal with block_on_omission."""
-    text = "User prefers Python with type hints and unittest"
+    """Dropping a source's number, address or word is a warning, or a refusal with
+    block_on_omission."""
+    text = ("User prefers Python with type hints and unittest, docs at https://ex.org/py; "
+            "reviewer Dana")
     warnings = validate_fusion(_reply(text), ALIASES, SOURCES, 300)
-    assert "omits '3.12'" in warnings and "omits 'dana'" in warnings
+    assert warnings == ["omits '3.12'", "omits 'moved'", "omits 'dana@ex.org'"]
     with pytest.raises(ReplyRejected, match="drops"):
         validate_fusion(_reply(text), ALIASES, SOURCES, 300, block_on_omission=True)
 

@@ -1,4 +1,5 @@
-"""Pure parts of the host API: remember policy, derived ids, grounding, tokens, metrics text."""
+"""Pure parts of the host API: remember policy, derived ids, tokens, metrics text (grounding:
+tests/unit/text/test_grounding.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import pytest
 from worker.api.auth import Principal, authenticate, bearer, parse_tokens
 from worker.api.metrics import render
 from worker.config import ConfigError
-from worker.domain.types import Note, Scope
-from worker.host.grounding import ungrounded_facts
+from worker.domain.types import Scope
 from worker.host.remember import decide, derived_id
 
 
@@ -35,25 +35,6 @@ def test_derived_ids_depend_on_scope_text_and_attempt() -> None:
     assert derived_id(a, "x y") == derived_id(a, "x y") and len(derived_id(a, "x y")) == 64
     assert len({derived_id(a, "x y"), derived_id(b, "x y"), derived_id(a, "x z"),
                 derived_id(a, "x y", 1)}) == 4
-
-
-def _notes(*texts: str) -> list[Note]:
-    return [Note(id=str(i), scope=Scope("a"), content=t) for i, t in enumerate(texts)]
-
-
-@pytest.mark.parametrize(("fused", "invented"), [
-    ("The user writes Python 3.12 with type hints.", []),
-    ("the user writes python 3.12", []),
-    ("The user writes Python 3.13.", ["3.13"]),
-    ("The user writes Python, per Guido.", ["guido"]),
-    ("See https://python.org for Python 3.12.", ["https://python.org"]),
-    ("Mail ada@example.com about Python.", ["ada@example.com"]),
-    ("Python 3.12 since 2024-05-01.", ["2024-05-01"]),
-])
-def test_grounding_names_facts_no_source_states(fused: str, invented: list[str]) -> None:
-    """Numbers, dates, URLs, e-mails and names absent from every source are reported."""
-    sources = _notes("The user writes Python 3.12.", "Type hints everywhere.")
-    assert ungrounded_facts(sources, fused) == invented
 
 
 def test_tokens_parse_admin_and_scoped_and_compare_all() -> None:

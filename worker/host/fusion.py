@@ -24,12 +24,13 @@ from worker.domain.types import (
 )
 from worker.embeddings.refresh import ensure_scope_embeddings
 from worker.host.errors import Conflict, Invalid, NotFound
-from worker.host.grounding import ungrounded_facts
 from worker.host.records import note_record
 from worker.host.remember import canonical_type
 from worker.phases.consolidate.core import fused_fields, majority_type, revocation_comment
 from worker.similarity import neighbour_pairs
 from worker.store.models import RunStepRow
+from worker.text.grounding import check_fusion
+from worker.text.temporal import allowed_dates
 
 log = structlog.get_logger(__name__)
 
@@ -155,7 +156,8 @@ def fuse(
 
     Sources end revoked with importance 0.0, ``consolidated_into_id`` pointing at the new note, a
     lineage edge each and an operation-log entry each. ``allowed_scope`` limits which ids exist for
-    the caller (a scoped API token). Ungrounded facts are a warning, or a refusal when ``strict``.
+    the caller (a scoped API token). Ungrounded text (``grounding_problems``) is a warning, or a
+    refusal when ``strict``; omissions are always only warnings.
     """
     text = (fused_content or "").strip()
     if not text:
@@ -172,11 +174,10 @@ def fuse(
         raise Invalid("fused_importance must be between 0 and 1")
     sources = _load_sources(app, source_ids, allowed_scope)
     _check_fusable(sources)
-    ungrounded = ungrounded_facts(sources, text)
-    if ungrounded and strict:
-        raise Invalid(f"fused_content states {len(ungrounded)} fact(s) no source contains: "
-                      + ", ".join(ungrounded[:5]))
-    warnings = ([f"not found in any source: {', '.join(ungrounded[:10])}"] if ungrounded else [])
+    problems, warnings = grounding_problems(sources, text)
+    if problems and strict:
+        raise Invalid(f"fused_content is not grounded in the sources: {'; '.join(problems[:3])}")
+    warnings = problems + warnings
     scope = sources[0].scope
     fields = fused_fields(sources, sources)  # same policy as the consolidate phase
     if fused_importance is not None:
@@ -207,8 +208,26 @@ def fuse(
         uow.commit()
         created = uow.notes.get_many([new_id])[0]
     log.info("host.fused", scope=scope.key, note_id=new_id, sources=len(sources),
-             ungrounded=len(ungrounded))
+             ungrounded=len(problems))
     return FuseResult(note_record(created), [n.id for n in sources], warnings)
+
+
+def grounding_problems(sources: list[Note], text: str) -> tuple[list[str], list[str]]:
+    """What ``strict`` refuses (invented facts, flipped negations, a dropped source, relative
+    time), and what is only a warning (omitted phrases); the consolidate phase's own check."""
+    check = check_fusion([n.content for n in sources], text, allowed=allowed_dates(sources))
+    problems = []
+    if check.invented:
+        problems.append(f"not found in any source: {', '.join(check.invented[:10])}")
+    if check.negation_flips:
+        problems.append(f"negation changed: {', '.join(check.negation_flips[:5])}")
+    if check.dropped:
+        problems.append("leaves out most of "
+                        + ", ".join(sources[i].id for i in check.dropped[:5]))
+    if check.relative_time:
+        problems.append(f"relative time: {', '.join(check.relative_time[:5])}")
+    warnings = [f"omits: {', '.join(check.omitted[:10])}"] if check.omitted else []
+    return problems, warnings
 
 
 def keep_apart(

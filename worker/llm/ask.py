@@ -17,7 +17,15 @@ MAX_REASKS = 2
 
 
 class ReplyRejected(Exception):
-    """Raised by a semantic validator: the reply parsed but cannot be applied (reason is shown)."""
+    """Raised by a semantic validator: the reply parsed but cannot be applied (reason is shown).
+
+    ``final`` ends the question without another re-ask; ``code`` names the check for counting.
+    """
+
+    def __init__(self, reason: str, *, final: bool = False, code: str = "") -> None:
+        super().__init__(reason)
+        self.final = final
+        self.code = code
 
 
 @dataclass
@@ -85,6 +93,10 @@ def ask(
             )
         except ReplyRejected as exc:
             problem = str(exc)
+            if exc.final:
+                outcome.errors.append(problem[:300])
+                outcome.reason = problem[:300]
+                return outcome
         else:
             outcome.value = value
             outcome.status = "ok"

@@ -1,18 +1,24 @@
 """An LLMClient for any OpenAI-compatible chat endpoint (OpenAI, vLLM, Ollama, LiteLLM).
 
 Retries are ours, not the client's: 429 and 5xx are retried a bounded number of times,
-honouring Retry-After, and the whole question never takes longer than a fixed wall-time cap.
+honouring Retry-After; each request has a whole-request deadline and the whole question a
+wall-time cap, so an endpoint that trickles its reply cannot hold a run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import ssl
 import threading
 import time
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, TypeVar
 
+import certifi
 import openai
 import structlog
 
@@ -22,6 +28,33 @@ log = structlog.get_logger(__name__)
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 MAX_BACKOFF = 8.0
+T = TypeVar("T")
+
+
+class RequestDeadlineExceeded(Exception):
+    """One request ran past its whole-request deadline (headers and body included)."""
+
+
+def run_with_deadline(coro: Coroutine[Any, Any, T], seconds: float) -> T:
+    """Run ``coro`` to completion or cancel it after ``seconds`` in total.
+
+    httpx's timeouts are per network operation, so a server sending one byte every few seconds
+    never trips them (encode/httpx#1450); cancelling the task closes the connection instead.
+    Runs on a fresh event loop, in a helper thread when this thread already runs one.
+    """
+
+    async def bounded() -> T:
+        try:
+            return await asyncio.wait_for(coro, timeout=seconds)
+        except TimeoutError:
+            raise RequestDeadlineExceeded(f"no complete reply within {seconds:.0f}s") from None
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(bounded())
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, bounded()).result()
 
 
 def parse_retry_after(headers: Any) -> float | None:
@@ -67,13 +100,14 @@ class OpenAICompatibleLLM:
         max_retries: int = 2, max_wall_seconds: float | None = None,
     ) -> None:
         self.model = model
-        self.timeout = timeout
+        self.base_url = base_url
+        self.timeout = timeout  # the whole-request deadline of one attempt
         self.max_retries = max_retries
         # One question may wait for every attempt plus short back-offs, never longer.
         self.max_wall_seconds = max_wall_seconds or timeout * (max_retries + 1) + 10.0
-        self.client = openai.OpenAI(
-            base_url=base_url, api_key=api_key or "unused", timeout=timeout, max_retries=0
-        )
+        self._api_key = api_key or "unused"
+        # Loading the CA bundle costs ~30 ms; every per-request client shares this context.
+        self._ssl = ssl.create_default_context(cafile=certifi.where())
         self._json_schema_supported = True
         self._lock = threading.Lock()
 
@@ -115,12 +149,7 @@ class OpenAICompatibleLLM:
                                "wall time; check DREAM_LLM_BASE_URL or raise DREAM_LLM_TIMEOUT")
             fmt = self._response_format(prompt_name, schema)
             try:
-                resp = self.client.chat.completions.create(  # type: ignore[call-overload]
-                    model=self.model, messages=messages, response_format=fmt,
-                    temperature=0, timeout=min(self.timeout, remaining),
-                    # Lets proxies, logs and test stubs tell prompts apart; carries no note text.
-                    extra_headers={"X-Dream-Prompt": prompt_name},
-                )
+                resp = self._create(prompt_name, messages, fmt, min(self.timeout, remaining))
             except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
                 if fmt["type"] == "json_schema":
                     with self._lock:
@@ -137,7 +166,8 @@ class OpenAICompatibleLLM:
                 raise LLMError("model endpoint answered 404; check DREAM_LLM_BASE_URL "
                                "(usually ends in /v1) and DREAM_LLM_MODEL") from None
             except (openai.RateLimitError, openai.InternalServerError, openai.APIStatusError,
-                    openai.APITimeoutError, openai.APIConnectionError) as exc:
+                    openai.APITimeoutError, openai.APIConnectionError,
+                    RequestDeadlineExceeded) as exc:
                 status = getattr(exc, "status_code", None)
                 if isinstance(exc, openai.APIStatusError) and not (
                     status == 429 or (status is not None and status >= 500)
@@ -167,14 +197,46 @@ class OpenAICompatibleLLM:
                 raise LLMError(f"model call failed ({type(exc).__name__})") from None
             return _reply(resp, self.model)
 
+    def _create(
+        self, prompt_name: str, messages: list[dict[str, str]], fmt: dict[str, Any],
+        deadline_s: float,
+    ) -> Any:
+        """One chat completion, headers and body within ``deadline_s`` seconds in total."""
+
+        async def create() -> Any:
+            client = openai.AsyncOpenAI(
+                base_url=self.base_url, api_key=self._api_key, timeout=deadline_s, max_retries=0,
+                http_client=openai.DefaultAsyncHttpxClient(verify=self._ssl, timeout=deadline_s),
+            )
+            async with client:
+                return await client.chat.completions.create(  # type: ignore[call-overload]
+                    model=self.model, messages=messages, response_format=fmt, temperature=0,
+                    # Lets proxies, logs and test stubs tell prompts apart; carries no note text.
+                    extra_headers={"X-Dream-Prompt": prompt_name},
+                )
+
+        return run_with_deadline(create(), deadline_s)
+
 
 def _describe(exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
+    if isinstance(exc, RequestDeadlineExceeded):
+        return "whole-request deadline"
     return f"HTTP {status}" if status else type(exc).__name__
 
 
 def _reply(resp: Any, default_model: str) -> LLMReply:
-    content = resp.choices[0].message.content if resp.choices else None
+    """The reply of a chat completion; any other HTTP 200 body (an HTML error page from a
+    proxy, ``null``, an unrelated JSON object) is an endpoint failure: the item is deferred."""
+    choices = getattr(resp, "choices", None)
+    if not isinstance(resp, openai.types.chat.ChatCompletion) or not isinstance(choices, list):
+        raise LLMError("model endpoint answered HTTP 200 without a chat completion (not the "
+                       "expected JSON); check DREAM_LLM_BASE_URL; the item is deferred to the "
+                       "next run")
+    message = getattr(choices[0], "message", None) if choices else None
+    content = getattr(message, "content", None)
+    if content is not None and not isinstance(content, str):
+        content = None
     usage = resp.usage
     return LLMReply(
         data=parse_content(content),

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+from worker.text.words import strip_invisible
+
+__all__ = ["injection_signals", "looks_like_injection", "strip_invisible"]
+
 # Each pattern names one way note text tries to speak to the model instead of about the user.
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("override", re.compile(
@@ -37,16 +41,3 @@ def injection_signals(text: str) -> list[str]:
 
 def looks_like_injection(text: str) -> bool:
     return bool(injection_signals(text))
-
-
-# Control and invisible format characters (zero-width, bidi overrides, BOM, tag characters) can
-# hide instructions from a human reviewer while a model still reads them; \t and \n are kept.
-_INVISIBLE = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e"
-    "\u2060-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
-)
-
-
-def strip_invisible(text: str) -> str:
-    """``text`` without control/invisible characters: what a model is allowed to see (R14)."""
-    return _INVISIBLE.sub("", text)

@@ -19,7 +19,7 @@ SEED = [  # the seed example: Python → 3.12 → type hints + pytest → unitte
     ("pytest", "The user writes Python 3.12 with type hints and tests with pytest."),
     ("unittest", "The user writes Python 3.12 with type hints and tests with unittest."),
 ]
-FUSED = "The user writes Python 3.12 with type hints; tests moved from pytest to unittest."
+FUSED = "The user writes Python 3.12 with type hints and tests with pytest and unittest."
 SCOPE = {"agent_id": "agent-1"}
 
 

@@ -91,6 +91,43 @@ def test_hanging_endpoint_is_bounded_by_timeout_and_retries(llm_stub) -> None:  
     assert len(llm_stub.chat_requests()) == 2
 
 
+def test_trickling_endpoint_is_bounded_by_the_whole_request_deadline(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """Headers at once, then one byte every 0.3 s: the read timeout never fires (each byte resets
+    it), yet each attempt ends at the whole-request deadline (timeout) and the question at
+    (1 + retries) deadlines, then LLMError naming the deadline; no reply is half-read."""
+    llm_stub.set_handler(lambda req: StubResponse.trickle({"ok": True}, every=0.3))
+    started = time.monotonic()
+    with pytest.raises(LLMError, match="whole-request deadline"):
+        _call(_llm(llm_stub, timeout=1.0, max_retries=1))
+    elapsed = time.monotonic() - started
+    # The body is ~300 bytes: trickled in full it would take ~90 s.
+    assert 2.0 <= elapsed < 5, elapsed
+    assert len(llm_stub.chat_requests()) == 2
+
+
+def test_trickle_within_the_deadline_is_read_in_full(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """The deadline bounds the whole request, it does not cut a slow reply that fits in it."""
+    llm_stub.set_handler(lambda req: StubResponse.trickle({"ok": True}, every=0.001))
+    assert _call(_llm(llm_stub, timeout=10.0, max_retries=0)).data == {"ok": True}
+
+
+@pytest.mark.parametrize(("body", "content_type"), [
+    ("<html><body>502 Bad Gateway</body></html>", "text/html"),
+    ("null", "application/json"),
+    ('{"unexpected": 1}', "application/json"),
+    ("[]", "application/json"),
+])
+def test_http_200_without_a_chat_completion_is_an_llm_error(  # type: ignore[no-untyped-def]
+    llm_stub, body: str, content_type: str,
+) -> None:
+    """An HTTP 200 whose body is not a chat completion (a proxy's HTML page, null, another JSON
+    object) is an endpoint failure (LLMError, so the item is deferred), never an exception that
+    fails the phase."""
+    llm_stub.set_handler(lambda req: StubResponse.raw(body, content_type))
+    with pytest.raises(LLMError, match="HTTP 200 without a chat completion"):
+        _call(_llm(llm_stub, max_retries=0))
+
+
 def test_unauthorised_is_not_retried(llm_stub) -> None:  # type: ignore[no-untyped-def]
     """401 is a configuration problem: one attempt, a message naming the API key setting."""
     llm_stub.set_handler(lambda req: StubResponse.error(401))

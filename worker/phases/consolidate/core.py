@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -14,6 +13,8 @@ from pydantic import BaseModel, Field
 
 from worker.domain.types import Note, NoteType, Protection
 from worker.llm.ask import ReplyRejected
+from worker.text.grounding import check_fusion
+from worker.text.temporal import allowed_dates
 
 PROMPT_NAME = "consolidate"
 
@@ -152,79 +153,17 @@ def prompt_context(sources: Sequence[Note], now: datetime, max_chars: int) -> di
 
 
 # ---- validation ---------------------------------------------------------------------------
-_URL = re.compile(r"https?://[^\s)\"'>]+|www\.[^\s)\"'>]+", re.IGNORECASE)
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
-_WORD = re.compile(r"[^\W\d_][\w'’-]*", re.UNICODE)
-_SENTENCE_START = re.compile(r"(^|[.!?:;]\s+|\n)\s*$")
-_RELATIVE = re.compile(
-    r"\b(yesterday|today|tomorrow|tonight|recently|last|next|this|ago|weeks?|months?|"
-    r"days?|earlier|lately|previous)\b", re.IGNORECASE)
-# Words a fused note may capitalise without a source saying them (not names).
-_COMMON_CAPS = frozenset({
-    "user", "users", "the", "a", "an", "i", "they", "he", "she", "we", "customer", "client",
-    "note", "as", "since", "after", "before", "on", "in", "at", "for", "and", "but", "also",
-})
-_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
-           "september", "october", "november", "december")
-_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-
-
-@dataclass
-class Specifics:
-    """The facts a text commits to that a fusion must neither invent nor silently drop."""
-
-    numbers: set[str] = field(default_factory=set)
-    urls: set[str] = field(default_factory=set)
-    emails: set[str] = field(default_factory=set)
-    names: set[str] = field(default_factory=set)
-
-    def all(self) -> set[str]:
-        return self.numbers | self.urls | self.emails | self.names
-
-
-def specifics(text: str) -> Specifics:
-    urls = {u.rstrip(".,;").casefold() for u in _URL.findall(text)}
-    emails = {e.casefold() for e in _EMAIL.findall(text)}
-    rest = _EMAIL.sub(" ", _URL.sub(" ", text))
-    numbers = {n.rstrip(".,") for n in _NUMBER.findall(rest)}
-    names = set()
-    for m in _WORD.finditer(rest):
-        word = m.group(0)
-        if not word[:1].isupper() or word.casefold() in _COMMON_CAPS:
-            continue
-        if _SENTENCE_START.search(rest[: m.start()]):
-            continue
-        names.add(word.casefold())
-    return Specifics(numbers, urls, emails, names)
-
-
-def allowed_dates(sources: Sequence[Note]) -> set[str]:
-    """Specifics a fusion may add: dates a source's relative time ("last week") can resolve to."""
-    out: set[str] = set()
-    for n in sources:
-        if n.created_at is None or not _RELATIVE.search(n.content):
-            continue
-        for back in range(-7, 32):
-            d = (n.created_at - timedelta(days=back)).date()
-            out.update({d.isoformat(), str(d.year), str(d.day), f"{d.day:02d}", f"{d.month:02d}",
-                        f"{d.year}-{d.month:02d}", _MONTHS[d.month - 1], _WEEKDAYS[d.weekday()]})
-    return out
-
-
-def _word_tokens(text: str) -> set[str]:
-    return {w.casefold() for w in re.findall(r"[\w.@/:+-]+", text)} | {
-        w.casefold() for w in _WORD.findall(text)
-    }
+RELATIVE_TIME = "relative_time"  # ReplyRejected.code: the fusion kept "yesterday" & co.
 
 
 def validate_fusion(
     reply: FusionReply, aliases: Sequence[str], sources: Sequence[Note], max_chars: int,
-    block_on_omission: bool = False,
+    block_on_omission: bool = False, *, relative_time_reasked: bool = False,
 ) -> list[str]:
     """Raise ReplyRejected when the reply cannot be applied; return warnings (omissions).
 
-    Refusals are valid replies and skip the text checks.
+    Refusals are valid replies and skip the text checks. Relative time left in the text is
+    re-asked once: with ``relative_time_reasked`` the rejection is final.
     """
     if not reply.should_consolidate:
         return []
@@ -242,27 +181,25 @@ def validate_fusion(
         raise ReplyRejected("content is empty (no letters or digits)")
     if len(text) > max_chars:
         raise ReplyRejected(f"content has {len(text)} characters; the limit is {max_chars}")
-    source_text = "\n".join(n.content for n in sources)
-    source_tokens = _word_tokens(source_text)
-    lowered_sources = source_text.casefold()
-    extra_ok = allowed_dates(sources)
-    fused = specifics(text)
-    invented = sorted(
-        s for s in fused.all()
-        if s not in source_tokens and s not in extra_ok and s not in lowered_sources
-    )
-    if invented:
-        raise ReplyRejected(f"content adds {invented[0]!r}, which no source note states; "
-                            "use only facts from the notes")
-    source_specifics = specifics(source_text)
-    fused_tokens = _word_tokens(text)
-    lowered_fused = text.casefold()
-    omitted = sorted(
-        s for s in source_specifics.all() if s not in fused_tokens and s not in lowered_fused
-    )
-    warnings = [f"omits {s!r}" for s in omitted]
-    if omitted and block_on_omission:
-        raise ReplyRejected(f"content drops {omitted[0]!r} stated by a source; keep every "
+    check = check_fusion([n.content for n in sources], text, allowed=allowed_dates(sources))
+    if check.invented:
+        raise ReplyRejected(f"content adds {check.invented[0]!r}, which no source note states; "
+                            "use only facts and words from the notes")
+    if check.negation_flips:
+        raise ReplyRejected(f"content changes a negation ({check.negation_flips[0]!r}) that the "
+                            "notes state the other way; keep each fact's polarity")
+    if check.dropped:
+        alias = aliases[check.dropped[0]] if check.dropped[0] < len(aliases) else "a note"
+        raise ReplyRejected(f"content leaves out most of {alias}; keep every note's facts or "
+                            "refuse")
+    if check.relative_time:
+        raise ReplyRejected(
+            f"content keeps the relative time {check.relative_time[0]!r}; write the absolute "
+            "date from the created_at of the note that says it, or leave it out",
+            final=relative_time_reasked, code=RELATIVE_TIME)
+    warnings = [f"omits {s!r}" for s in check.omitted]
+    if check.omitted and block_on_omission:
+        raise ReplyRejected(f"content drops {check.omitted[0]!r} stated by a source; keep every "
                             "specific detail or refuse")
     return warnings
 

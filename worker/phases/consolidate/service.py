@@ -17,11 +17,12 @@ from worker.domain.types import (
     content_hash,
     fingerprint_notes,
 )
-from worker.llm.ask import Outcome, ask
+from worker.llm.ask import Outcome, ReplyRejected, ask
 from worker.llm.prompts import render_prompt, template_hash
 from worker.llm.rules import rule_groups
 from worker.phases.consolidate.core import (
     PROMPT_NAME,
+    RELATIVE_TIME,
     FusionReply,
     PlannedCluster,
     fused_fields,
@@ -49,6 +50,7 @@ COUNTERS = (
     "notes_scanned", "clusters_found", "clusters_merged", "clusters_refused",
     "clusters_skipped_stale", "clusters_invalid", "notes_revoked", "tokens_in", "tokens_out",
     "clusters_known_refused", "clusters_deferred", "clusters_open", "notes_flagged", "leftovers",
+    "relative_time_reasks", "clusters_relative_time_refused", "omission_warnings",
 )
 
 
@@ -68,6 +70,7 @@ class Decision:
     outcome: Outcome[FusionReply] | None = None
     template_hash: str | None = None
     new_id: str | None = None
+    relative_time_rejections: int = 0  # replies that kept "yesterday" & co. (re-asked once)
 
     @property
     def fingerprint(self) -> str:
@@ -93,6 +96,8 @@ class Decision:
             out["rule"] = self.rule
         if self.warnings:
             out["warnings"] = self.warnings
+        if self.relative_time_rejections:
+            out["relative_time_rejections"] = self.relative_time_rejections
         if self.outcome is not None:
             out["aliases"] = {f"n{k + 1}": n.id for k, n in enumerate(self.sources)}
             out["attempts"] = self.outcome.attempts
@@ -213,8 +218,14 @@ def _judge_with_model(
         warnings: list[str] = []
 
         def validate(reply: FusionReply) -> None:
-            warnings[:] = validate_fusion(reply, aliases, d.sources, settings.max_chars,
-                                          settings.block_on_omission)
+            try:
+                warnings[:] = validate_fusion(
+                    reply, aliases, d.sources, settings.max_chars, settings.block_on_omission,
+                    relative_time_reasked=d.relative_time_rejections > 0)
+            except ReplyRejected as exc:
+                if exc.code == RELATIVE_TIME:
+                    d.relative_time_rejections += 1
+                raise
 
         d.outcome = ask(llm, prompt, FusionReply, validate=validate,
                         reserve=ctx.budget.try_reserve_call, charge=ctx.budget.charge)
@@ -241,6 +252,13 @@ def _judge_with_model(
         counters["tokens_in"] += o.tokens_in
         counters["tokens_out"] += o.tokens_out
         counters["calls"] = counters.get("calls", 0) + o.attempts
+        # Counted for the eval: how often a fusion kept relative time, and how often it stayed.
+        if d.warnings:
+            counters["omission_warnings"] += 1
+        if d.relative_time_rejections:
+            counters["relative_time_reasks"] += 1
+            if d.verdict == "invalid":
+                counters["clusters_relative_time_refused"] += 1
     counters["template_hash"] = template_hash(PROMPT_NAME)
     return decisions
 

@@ -1,0 +1,101 @@
+"""The shared grounding check (R13): whole tokens, content words, numbers, negations, omissions."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.text.grounding import check_fusion
+from worker.text.words import stem, tokens
+
+PY = ["The user writes Python 3.12.", "Type hints everywhere."]
+
+
+@pytest.mark.parametrize(("sources", "fused", "invented"), [
+    # Verbatim sources and clean unions are grounded, whatever the case or word form.
+    (PY, "The user writes Python 3.12.", ()),
+    (PY, "the user writes python 3.12 with type hints everywhere", ()),
+    (["User prefers dark mode", "User likes dark mode at night"],
+     "User prefers dark mode and likes it at night too", ()),
+    (["User runs tests with pytest"], "User running tests with pytest", ()),  # -ing / -s forms
+    (["User owes three dollars"], "User owes 3 dollars", ()),  # spelled-out = digits
+    (["Budget is 1,000 euros"], "Budget is 1000 euros", ()),
+    (["Docs at https://python.org/dev"], "Python docs at https://python.org/dev", ()),
+    # Specifics no source states.
+    (PY, "The user writes Python 3.13.", ("3.13",)),
+    (PY, "The user writes Python, per Guido.", ("guido",)),
+    (PY, "Python 3.12 docs: https://python.org", ("docs", "https://python.org")),
+    (PY, "Python 3.12, ada@example.com", ("ada@example.com",)),
+    (PY, "Python 3.12 since 2024-05-01.", ("2024-05-01",)),
+    # The adversarial pass's cases: whole tokens, never substrings; every content word counts.
+    (["User jogs every morning"], "Orn jogs every morning", ("orn",)),
+    (["Account opened in 2021"], "Account opened in 2021; owes 20", ("owes", "20")),
+    (["User likes lemon in tea"], "User likes Lemo in tea", ("lemo",)),
+    (["User likes lemon in tea"], "User likes lemon in tea, says bob", ("says", "bob")),
+    (["User owes three dollars"], "User owes twenty dollars", ("twenty",)),
+    (["User owes three dollars"], "User owes 30 dollars", ("30",)),
+    (["Dana reviews billing reports"],
+     "Dana reviews billing reports and is an administrator with full billing access",
+     ("administrator", "full", "access")),
+])
+def test_invented_tokens(sources: list[str], fused: str, invented: tuple[str, ...]) -> None:
+    """Each content token of the fusion (word stem, number, URL, address) must be a whole
+    token of some source; stop words and word forms are free, nothing else is."""
+    assert check_fusion(sources, fused).invented == invented
+
+
+@pytest.mark.parametrize(("sources", "fused", "flipped"), [
+    # A negation the fusion adds to a fact the sources state positively.
+    (["User never drinks coffee", "User drinks green tea"], "User never drinks green tea",
+     True),
+    (["User drinks green tea"], "User does not drink green tea", True),
+    # A negation the fusion drops.
+    (["User does not drink green tea"], "User drinks green tea", True),
+    (["User stopped using Slack"], "User uses Slack", True),
+    (["User never drinks coffee after 2pm"], "User drinks coffee", True),
+    # Kept polarity, in other words or another order: not a flip.
+    (["User never drinks coffee", "User drinks green tea"],
+     "User drinks green tea and never drinks coffee", False),
+    (["User does not use Windows", "User uses macOS"], "User uses macOS, not Windows", False),
+    (["User stopped using Slack"], "User stopped using Slack", False),
+    (["User does not drink coffee", "User does not drink tea"],
+     "User drinks neither coffee nor tea", False),
+])
+def test_negation_flips(sources: list[str], fused: str, flipped: bool) -> None:
+    """A negator scopes the rest of its clause; the fusion may neither negate what the sources
+    state positively nor restate positively what a source negates."""
+    assert bool(check_fusion(sources, fused).negation_flips) is flipped
+
+
+def test_omissions_are_phrases_and_dropped_sources_are_named() -> None:
+    """Missing source content comes back as adjacent phrases ("session store"); a source whose
+    content is mostly missing is dropped, not merged."""
+    sources = ["User keeps the session store in Postgres", "User caches with Redis"]
+    check = check_fusion(sources, "User caches with Redis")
+    assert check.omitted == ("keeps", "session store", "postgres")
+    assert check.dropped == (0,)
+    union = check_fusion(sources, "User keeps the session store in Postgres and caches with Redis")
+    assert union.omitted == () and union.dropped == () and union.grounded
+
+
+@pytest.mark.parametrize(("fused", "found"), [
+    ("User moved to unittest yesterday", ("yesterday",)),
+    ("Demo is next week", ("next week",)),
+    ("User switched 3 days ago", ("3 days ago",)),
+    ("User recently switched", ("recently",)),
+    ("The demo is on Friday", ("friday",)),
+    ("The demo is on Friday, May 8", ()),
+    ("The database is reset every Monday at 06:00", ()),
+    ("User moved to unittest on 2026-05-04", ()),
+])
+def test_relative_time_left_in_the_fusion(fused: str, found: tuple[str, ...]) -> None:
+    """Relative time (and a bare weekday) is reported; absolute dates and schedules are not."""
+    assert check_fusion([fused], fused).relative_time == found
+
+
+def test_stemmer_and_number_words() -> None:
+    """Word forms share a stem; different words keep different ones; number words fold."""
+    assert {stem(w) for w in ("use", "uses", "using", "used")} == {"us"}
+    assert stem("preferred") == stem("prefers") == "prefer"
+    assert len({stem("morning"), stem("orn"), stem("lemon"), stem("lemo")}) == 4
+    assert [t.key for t in tokens("twenty-five, three hundred and one thousand two")
+            if t.content] == ["25", "300", "1002"]

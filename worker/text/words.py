@@ -1,0 +1,208 @@
+"""Whole-token reading of note text: URLs, e-mails, numbers (spelled-out ones as digits), words
+reduced by a light stemmer, function words and negators marked. Pure; shared by every check."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    URL = "url"
+    EMAIL = "email"
+    NUMBER = "number"
+    WORD = "word"
+    BREAK = "break"  # punctuation or a conjunction that ends a clause
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: Kind
+    surface: str  # as written (casefolded); what a warning or a re-ask names
+    key: str  # what matching compares: a stem, digits, a URL or an address
+    content: bool = False  # states something: must be grounded, can be omitted
+    negator: bool = False  # opens a negated scope up to the end of its clause
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Function words a fusion may add to join facts ("User prefers X and Y, at night too"). Kept
+# small on purpose: quantifiers (all, every, always, only) and every noun/verb/adjective carry
+# facts and must come from a source.
+STOPWORDS = _words("""
+a an the this that these those there here it its it's they them their theirs he him his she
+her hers we us our you your i me my who whom whose which what when where how why
+user users user's
+is are was were be been being am do does did done has have had having
+will would shall should can could may might must
+and or but so yet if than as because although though while whereas unless whether
+of in on at to for from by with about into onto over under between through during via per
+since until till before after within across around toward towards upon up out off
+also too very just both either each any some such own same other
+now then still currently e.g i.e etc
+""")
+
+# A negator flips the polarity of what follows it in its clause. Polarity verbs (stop, avoid,
+# dislike...) are facts too, so they must be grounded as well as scoped.
+NEGATORS = _words("""
+no not never none nobody nothing nowhere neither nor without cannot instead except
+n't don't doesn't didn't isn't aren't wasn't weren't hasn't haven't hadn't won't wouldn't
+can't couldn't shouldn't mustn't
+""")
+_POLARITY_VERBS = _words("stop quit avoid dislike hate refuse")
+
+# Words that end a clause, and with it a negator's scope: "never drinks coffee and prefers tea"
+# negates the coffee only. "or"/"nor" continue the scope ("no coffee or tea").
+_CLAUSE_WORDS = _words("and but however although though while whereas yet")
+
+_UNITS = {w: i for i, w in enumerate(
+    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"])}
+_TENS = {w: 10 * (i + 2) for i, w in enumerate(
+    ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"])}
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
+
+_TOKEN = re.compile(
+    r"(?P<url>https?://[^\s)\"'<>\]]+|www\.[^\s)\"'<>\]]+)"
+    r"|(?P<email>[\w.+-]+@[\w-]+(?:\.[\w-]+)+)"
+    r"|(?P<number>\d+(?:[.,:/-]\d+)*(?:[^\W\d_]{1,3}\b)?)"  # 3.12, 2026-05-04, 2pm, 5kg
+    r"|(?P<word>[^\W\d_]+(?:['’][^\W\d_]+)*)"
+    r"|(?P<break>[.;:!?,()\[\]{}\n\"]|\s[-–—]\s)",
+    re.IGNORECASE,
+)
+_THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+")
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper, applied the same way to sources and fused text.
+
+    Plurals, -ing, -ed, a possessive and a final -e are removed ("use", "uses", "using", "used"
+    → "us"; "preferred" → "prefer"), so a fusion may change a word's form, never the word. A stem
+    that would lose its last vowel is left whole ("thing", "shed").
+    """
+    w = word.casefold().replace("’", "'")
+    if w.endswith("'s"):
+        w = w[:-2]
+    w = w.replace("'", "")
+    if len(w) <= 3:
+        return w[:-1] if len(w) == 3 and w.endswith("e") else w
+    if w.endswith("ies") and len(w) > 4:
+        w = w[:-3] + "y"
+    elif w.endswith("sses"):
+        w = w[:-2]
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        w = w[:-1]
+    for suffix in ("ing", "ed"):
+        if w.endswith(suffix) and not w.endswith("eed"):
+            base = w[: -len(suffix)]
+            if len(base) >= 2 and any(c in "aeiouy" for c in base):
+                w = base
+                if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "aeiouls":
+                    w = w[:-1]  # preferred → prefer, running → run
+                break
+    if w.endswith("e") and len(w) > 2:
+        w = w[:-1]
+    return w
+
+
+_POLARITY_KEYS = frozenset(stem(w) for w in _POLARITY_VERBS)
+
+
+# Control and invisible format characters (zero-width, bidi overrides, BOM, tag characters) can
+# hide instructions from a human reviewer while a model still reads them; \t and \n are kept.
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
+
+
+def strip_invisible(text: str) -> str:
+    """``text`` without control/invisible characters: what a model is allowed to see (R14)."""
+    return _INVISIBLE.sub("", text)
+
+
+def _normal(text: str) -> str:
+    return unicodedata.normalize("NFKC", strip_invisible(text))
+
+
+def tokens(text: str) -> list[Token]:
+    """The text's tokens in order, spelled-out numbers folded into one digit token each."""
+    raw = list(_raw_tokens(_normal(text)))
+    return list(_fold_number_words(raw))
+
+
+def _raw_tokens(text: str) -> Iterator[Token]:
+    for m in _TOKEN.finditer(text):
+        kind = Kind(m.lastgroup or "break")
+        value = m.group(0)
+        if kind is Kind.URL:
+            value = value.rstrip(".,;:!?").casefold()
+            yield Token(kind, value, value.rstrip("/"), content=True)
+        elif kind is Kind.EMAIL:
+            value = value.casefold()
+            yield Token(kind, value, value, content=True)
+        elif kind is Kind.NUMBER:
+            value = value.casefold()
+            digits = value.replace(",", "") if _THOUSANDS.fullmatch(value) else value
+            yield Token(kind, value, digits, content=True)
+        elif kind is Kind.WORD:
+            yield _word(value.casefold())
+        else:
+            yield Token(kind, value.strip(), "")
+
+
+def _word(word: str) -> Token:
+    plain = word.replace("’", "'")
+    if plain in _CLAUSE_WORDS:
+        return Token(Kind.BREAK, plain, "")
+    key = stem(plain)
+    if key in _POLARITY_KEYS:  # "stopped" is a fact to ground and a negator to scope
+        return Token(Kind.WORD, plain, key, content=True, negator=True)
+    if plain in NEGATORS or plain.endswith("n't"):
+        return Token(Kind.WORD, plain, key, negator=True)
+    return Token(Kind.WORD, plain, key, content=plain not in STOPWORDS)
+
+
+def _fold_number_words(raw: list[Token]) -> Iterator[Token]:
+    """"twenty five" / "three hundred" become one number token (25, 300) with its words."""
+    k = 0
+    while k < len(raw):
+        j, value = _number_phrase(raw, k)
+        if j == k:
+            yield raw[k]
+            k += 1
+            continue
+        surface = " ".join(t.surface for t in raw[k:j])
+        yield Token(Kind.NUMBER, surface, str(value), content=True)
+        k = j
+
+
+def _number_phrase(raw: list[Token], start: int) -> tuple[int, int]:
+    """End index and value of the spelled-out number starting at ``start`` (end == start: none)."""
+    total, group, k = 0, -1, start  # group: the part below a thousand; -1 before any word
+    while k < len(raw) and raw[k].kind is Kind.WORD:
+        w = raw[k].surface
+        unit, tens = _UNITS.get(w), _TENS.get(w)
+        if group < 0 and (unit is not None or tens is not None):
+            group = unit if unit is not None else tens  # type: ignore[assignment]
+        elif group >= 20 and group % 10 == 0 and unit is not None and 0 < unit < 10:
+            group += unit  # twenty five, three hundred twenty five
+        elif group >= 100 and group % 100 == 0 and (tens is not None or unit):
+            group += tens if tens is not None else unit  # type: ignore[operator]
+        elif 0 < group < 100 and w == "hundred":
+            group *= 100
+        elif group > 0 and w in _SCALES and w != "hundred":
+            total, group = total + group * _SCALES[w], -1
+        else:
+            break
+        k += 1
+    return (k, total + max(group, 0)) if k > start else (start, 0)
+
+
+def content_keys(text: str) -> set[str]:
+    """Keys of every content token of ``text``."""
+    return {t.key for t in tokens(text) if t.content}
