@@ -203,3 +203,25 @@ def test_erase_without_yes_and_no_terminal_is_one_error_line(
     assert lines == ["error: erase asks for confirmation but stdin is not a terminal; pass "
                      "--yes to erase without asking"]
     assert set(note_states(app)) == {"n0"}
+
+
+def test_r19_text_with_quotes_and_newlines_is_scrubbed_from_every_record(app: App) -> None:
+    """Siblings of item 19: records hold text as JSON, where quotes and newlines are escaped; a
+    survivor's comments and host metadata and a run's error quoting the erased note are scrubbed
+    too (before, a multi-line note's text survived in JSON records)."""
+    quoted = f'He said "{CANARY}"\nand left'
+    add_notes(app, {"id": "x", "user_id": "u1", "content": quoted},
+              {"id": "y", "user_id": "u1", "content": "likes tea",
+               "metadata": {"context": quoted}})
+    run_id = run_row(app, SCOPE)
+    with app.uow() as uow:
+        note = uow.notes.get_many(["y"])[0]
+        assert uow.notes.change(note, run_id=run_id, reason="test", now=NOW,
+                                comments=f"see also: {quoted}")
+        uow.notes.log(run_id=run_id, scope=SCOPE, entity_id="y", op="update", before=None,
+                      after={"quote": quoted}, reason="planted quote", now=NOW)
+        uow.runs.set_status(run_id, "failed", error=f"boom while reading {quoted}")
+        uow.commit()
+    erase(app, note_id="x")
+    assert CANARY not in all_rows_text(app)
+    assert set(note_states(app)) == {"y"}

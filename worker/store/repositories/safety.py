@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from worker.domain.types import NoteStatus
 from worker.store.models import (
+    DreamRunRow,
     ExampleRow,
     JudgementRow,
     NoteLineageRow,
@@ -216,12 +217,16 @@ class SafetyRepository:
         counts = {"notes": 0, "lineage": 0, "operation_log": 0, "operation_log_scrubbed": 0,
                   "judgements": 0, "reviews": 0, "run_steps_scrubbed": 0}
         id_list = sorted(ids)
+        # Records are compared as JSON text, where a quote or a newline in a note is escaped:
+        # look for each text both as written and as JSON writes it.
+        needles = sorted({form for t in texts if t
+                          for form in (t, json.dumps(t, ensure_ascii=False)[1:-1])})
 
         def mentions(value: Any) -> bool:
             if value is None:
                 return False
-            blob = json.dumps(value, ensure_ascii=False)
-            return any(i in blob for i in id_list) or any(t and t in blob for t in texts)
+            blob = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            return any(i in blob for i in id_list) or any(t in blob for t in needles)
 
         for chunk in _chunks(id_list):
             counts["lineage"] += self.session.execute(delete(NoteLineageRow).where(
@@ -250,13 +255,26 @@ class SafetyRepository:
                     self.session.delete(rv)
                     counts["reviews"] += 1
             for note in self.session.scalars(select(NoteRow).where(
-                    NoteRow.scope_key == key, NoteRow.comments.is_not(None))):
-                if note.id not in ids and mentions(note.comments):
+                    NoteRow.scope_key == key,
+                    or_(NoteRow.comments.is_not(None), NoteRow.meta.is_not(None)))):
+                if note.id in ids:
+                    continue
+                if mentions(note.comments):
                     comments = note.comments or ""
                     for i in id_list:
                         comments = comments.replace(i, "[erased note]")
                     note.comments = "[erased]" if mentions(comments) else comments
                     counts["comments_scrubbed"] = counts.get("comments_scrubbed", 0) + 1
+                if mentions(note.meta):  # a host's metadata quoting or naming an erased note
+                    note.meta = {"erased": True}
+                    counts["metadata_scrubbed"] = counts.get("metadata_scrubbed", 0) + 1
+            for run in self.session.scalars(select(DreamRunRow).where(
+                    DreamRunRow.scope_key == key,
+                    or_(DreamRunRow.error.is_not(None), DreamRunRow.totals.is_not(None)))):
+                if mentions(run.error) or mentions(run.totals):
+                    run.error = None if run.error is None else "erased"
+                    run.totals = None if run.totals is None else {"erased": True}
+                    counts["runs_scrubbed"] = counts.get("runs_scrubbed", 0) + 1
             for st in self.session.scalars(select(RunStepRow).where(RunStepRow.scope_key == key)):
                 if mentions(st.input) or mentions(st.output) or mentions(st.error):
                     st.input = {"erased": True}
