@@ -11,10 +11,12 @@ import json
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from tests.support.factories import NOW, add_entities, add_notes, days_ago
 from tests.support.llm_stub import LLMStub, StubRequest
 from worker.app import App
+from worker.cli import main
 from worker.domain.types import Scope
 from worker.embeddings.openai_compat import OpenAICompatibleEmbedder
 from worker.embeddings.refresh import ensure_scope_embeddings
@@ -186,3 +188,41 @@ def test_outbound_placeholders_round_trip(text: str, expected: str) -> None:
     out = outbound_text(text, redact_pii=True, mask=table.mask)
     assert out == expected
     assert table.restore({"content": [out]}) == {"content": [text]}
+
+
+def test_r29_black_box_cli_every_phase_and_host_path(
+        app: App, llm_stub: LLMStub, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11 case 5 as a user runs it: DREAM_PRIVACY__REDACT=true, a remote model and
+    embedder, `dream notes import`, `dream notes add`, `dream run --force` with both reviews on:
+    every phase asked the model and no request carried a canary."""
+    llm_stub.set_handler(_answer)
+    for key, value in {"DATABASE_URL": app.settings.database_url, "PRIVACY__REDACT": "true",
+                       "LLM_PROVIDER": "openai", "LLM_BASE_URL": llm_stub.url,
+                       "LLM_API_KEY": "k", "LLM_MAX_RETRIES": "0",
+                       "EMBEDDING_PROVIDER": "openai", "EMBEDDING_BASE_URL": llm_stub.url,
+                       "PRUNE__REVIEW": "llm", "ARCHIVE__REVIEW": "llm"}.items():
+        monkeypatch.setenv(f"DREAM_{key}", value)
+    notes = [*_consolidate_notes(),
+             {"id": "a", "content": f"Customer uses metric units for all reports to {EMAIL}",
+              "created_at": days_ago(5)},
+             {"id": "b", "content": f"Customer uses imperial units for all reports to {EMAIL}",
+              "created_at": days_ago(4)},
+             {"id": "p", "content": f"Pays with card {CARD}", "source_conversation_id": "gone"},
+             {"id": "old", "content": f"Emergency contact {PHONE}", "importance": 0.9,
+              "created_at": days_ago(400)}]
+    path = tmp_path / "notes.jsonl"
+    path.write_text("\n".join(json.dumps({"agent_id": "agent-1", **n}) for n in notes))
+    entities = tmp_path / "entities.jsonl"
+    entities.write_text("\n".join(json.dumps(e) for e in (
+        {"kind": "agent", "id": "agent-1"},
+        {"kind": "conversation", "id": "gone", "status": "deleted"})))
+    runner = CliRunner()
+    for args in (["notes", "import", str(path)], ["entities", "import", str(entities)],
+                 ["notes", "add", "--agent", "agent-1", "--content", f"Backup mail {EMAIL}"],
+                 ["run", "--agent", "agent-1", "--force", "--now", NOW.isoformat()]):
+        out = runner.invoke(main, args)
+        assert out.exit_code == 0, (args, out.output)
+    asked = {r.prompt_name for r in llm_stub.chat_requests()}
+    assert asked == {"consolidate", "contradictions", "prune", "archive"}
+    assert any(r.path.endswith("/embeddings") for r in llm_stub.requests)
+    assert _leaks(llm_stub) == []
