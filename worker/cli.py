@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from worker.app import App, build_app
 from worker.clock import parse_timestamp, utcnow
 from worker.config import ConfigError, load_settings
-from worker.domain.types import PHASES, Scope
+from worker.domain.types import PHASES, RunStatus, Scope
 from worker.logging import configure_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -262,7 +262,11 @@ def entities_import(ctx: click.Context, file: str) -> None:
 @click.option("--user", default=None)
 @click.option("--company", default=None)
 @click.option("--due", is_flag=True, help="Run every scope the gate finds due.")
-@click.option("--force", is_flag=True, help="Bypass the gate and the blast-radius guard (never the lease).")
+@click.option("--force", is_flag=True,
+              help="Bypass the gate (never the lease, never the blast-radius guard).")
+@click.option("--allow-retire", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Let this run retire up to N notes past the blast-radius guard's share "
+                   "(the count a blocked run's reason names).")
 @click.option("--dry-run", is_flag=True, help="Record proposed changes as steps; apply nothing.")
 @click.option("--phase", "phases", multiple=True, type=click.Choice(PHASES), help="Only these phases.")
 @click.option("--now", default=None, help="Clock for the gate and the archive rules (ISO-8601).")
@@ -270,9 +274,11 @@ def entities_import(ctx: click.Context, file: str) -> None:
 @click.pass_context
 @user_errors
 def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: str | None,
-            due: bool, force: bool, dry_run: bool, phases: tuple[str, ...], now: str | None,
-            via_celery: bool) -> None:
-    """Run a dream for one scope (in-process by default) or for every due scope."""
+            due: bool, force: bool, allow_retire: int | None, dry_run: bool,
+            phases: tuple[str, ...], now: str | None, via_celery: bool) -> None:
+    """Run a dream for one scope (in-process by default) or for every due scope.
+
+    --due also resumes every queued or interrupted run (a killed run, a lost broker message)."""
     from worker.runs import service
 
     if bool(agent) == due:
@@ -288,27 +294,31 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
 
         check_broker(app.settings.broker_url)  # before any run row is written
     if due:
-        if force:
-            raise UserError("--due runs what the gate allows; use --agent ... --force to bypass it")
+        if force or allow_retire is not None:
+            raise UserError("--due runs what the gate allows; use --agent ... --force (and "
+                            "--allow-retire N) for one scope")
         result = service.gate_check(app, now=clock)
-        run_ids = result.created + result.retried
+        run_ids = result.created + result.retried + result.requeued
+        if not via_celery:
+            # In-process, every waiting run is ours to resume: a claim is atomic, so a Celery
+            # worker that holds the same message simply finds it taken (R4).
+            run_ids += [r for r in service.unclaimed_runs(app) if r not in run_ids]
         if not run_ids:
             click.echo(f"no scope is due ({len(result.skipped)} checked)")
     else:
         assert agent is not None
         scope = Scope(agent, user, company)
-        if not service.scope_known(app, scope):
-            raise UserError(f"unknown scope {scope.key}: it has no notes and no sessions; check "
-                            "--agent/--user/--company (None is a value, not a wildcard)")
+        service.ensure_scope_known(app, scope)
         if not force:
             decision = service.scope_gate(app, scope, now=clock)
             if not decision.due:
                 click.echo(f"not due for {scope.key}: {decision.reason}; use --force to run anyway")
                 return
         run_id = service.create_run(app, scope, trigger="cli", force=force, dry_run=dry_run,
-                                    phases=list(phases) or None, clock=clock)
+                                    phases=list(phases) or None, clock=clock,
+                                    allow_retire=allow_retire)
         if run_id is None:
-            raise UserError(f"a run is already queued or running for {scope.key}; see `dream runs list`")
+            raise UserError(service.busy_message(app, scope))
         run_ids = [run_id]
     for run_id in run_ids:
         if via_celery:
@@ -319,6 +329,9 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
             continue
         status = service.execute_run(app, run_id)
         _print_summary(app, run_id, status)
+        if status == RunStatus.INTERRUPTED.value:
+            click.echo(f"run {run_id} lost its lease to another executor or the gate check; "
+                       "resume it with `dream run --due`")
 
 
 def _print_summary(app: App, run_id: str, status: str) -> None:
@@ -326,6 +339,8 @@ def _print_summary(app: App, run_id: str, status: str) -> None:
 
     tree = run_tree(app, run_id)
     click.echo(f"run {run_id} {status}  scope={tree['scope']}")
+    if tree.get("status_reason"):
+        click.echo(f"  {status}: {tree['status_reason']}")
     for step in tree["steps"]:
         counters = ", ".join(f"{k}={v}" for k, v in (step["output"] or {}).items()
                              if isinstance(v, int | float | str) and k != "reason")
@@ -355,7 +370,26 @@ def runs_list(ctx: click.Context, as_json: bool, limit: int) -> None:
     if not rows:
         click.echo("no runs yet; start one with `dream run --agent A --force` or `dream demo`")
     for r in rows:
-        click.echo(f"{r['id']}  {r['status']:<11} {r['created_at'][:19]}  {r['scope']}")
+        why = r["status_reason"] or (r["error"] if r["status"] == RunStatus.FAILED.value else None)
+        click.echo(f"{r['id']}  {r['status']:<11} {r['created_at'][:19]}  {r['scope']}"
+                   + (f"  ({why})" if why else ""))
+
+
+@runs.command("cancel")
+@click.argument("run_id")
+@click.option("--reason", default="cancelled by the operator", show_default=True,
+              help="Recorded on the run (ids and words, no note text).")
+@click.pass_context
+@user_errors
+def runs_cancel(ctx: click.Context, run_id: str, reason: str) -> None:
+    """Cancel a queued, interrupted or running run and free its scope."""
+    from worker.runs.service import cancel_run
+
+    was = cancel_run(_app(ctx), run_id, reason)
+    click.echo(f"run {run_id} cancelled (was {was})")
+    if was == RunStatus.RUNNING.value:
+        click.echo("its executor stops at its next write; what it applied stays recorded: "
+                   f"`dream undo {run_id}` reverts it")
 
 
 @runs.command("show")
@@ -379,13 +413,16 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.pass_context
 @user_errors
 def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool) -> None:
-    """Create queued runs for every due scope (what Celery beat does), without executing them."""
+    """What Celery beat does: recover lost runs, create a run for every due scope, and hand
+    them to the broker (DREAM_BROKER_URL); without a broker they wait for `dream run --due`."""
     from worker.runs.service import decide_scopes, gate_check
 
     if as_json and not explain:
         raise UserError("--json goes with --explain")
+    app = _app(ctx)
+    clock = _timestamp(now, "--now")
     if explain:
-        decisions = decide_scopes(_app(ctx), _timestamp(now, "--now") or utcnow())
+        decisions = decide_scopes(app, clock or utcnow())
         if as_json:
             click.echo(json.dumps({"scopes": [{"scope": scope.key, **d.as_dict()}
                                               for scope, d in decisions.items()]}, indent=2))
@@ -396,9 +433,27 @@ def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool) 
             click.echo(f"{'due' if d.due else 'not due':<8} {d.rule.value:<20} {scope.key}  "
                        f"{d.reason}")
         return
-    result = gate_check(_app(ctx), now=_timestamp(now, "--now"))
+    if app.settings.broker_url:
+        from worker.tasks import check_broker
+
+        check_broker(app.settings.broker_url)  # before any run row is written
+    result = gate_check(app, now=clock)
     click.echo(f"created {len(result.created)} runs, {len(result.skipped)} scopes not due, "
-               f"{len(result.retried)} interrupted runs to retry, {len(result.failed)} given up")
+               f"{len(result.retried)} interrupted runs to retry, {len(result.requeued)} "
+               f"unclaimed runs handed out again, {len(result.failed)} given up")
+    handed_out = result.created + result.retried + result.requeued
+    if not handed_out:
+        return
+    if app.settings.broker_url:
+        from worker.tasks import enqueue_run
+
+        for run_id in handed_out:
+            enqueue_run(run_id, app)
+        click.echo(f"{len(handed_out)} runs sent to the broker")
+    else:
+        click.echo(f"no broker (DREAM_BROKER_URL unset): execute them here with `dream run "
+                   f"--due`; unclaimed runs are failed after {app.settings.max_attempts} "
+                   f"hand-overs of {app.settings.queued_timeout_seconds} s")
 
 
 @main.command("demo")

@@ -52,8 +52,11 @@ def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: st
                    threshold: float, limit: int, as_json: bool) -> None:
     """Fusion candidates of one scope: similar pairs plus open items of its latest run."""
     from worker.host import fusion_candidates
+    from worker.runs.service import ensure_scope_known
 
-    items = fusion_candidates(_app(ctx), _scope(agent, user, company), threshold, limit)
+    app, scope = _app(ctx), _scope(agent, user, company)
+    ensure_scope_known(app, scope)
+    items = fusion_candidates(app, scope, threshold, limit)
     if as_json:
         click.echo(json.dumps({"candidates": items}, indent=2))
         return

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -48,6 +48,18 @@ class PruneSettings(BaseModel):
     sql_users: str | None = None
     sql_companies: str | None = None
     sql_conversations: str | None = None
+    # Positive evidence only (R25): an id the checker cannot find is "unknown", never a reason
+    # to retire. A host whose own tables (checker=sql) hold every entity it ever had may declare
+    # that an id absent from them was deleted.
+    absence_means_deleted: bool = False
+
+    @model_validator(mode="after")
+    def _absence_needs_host_tables(self) -> PruneSettings:
+        if self.absence_means_deleted and self.checker != "sql":
+            # The built-in registry holds only what was imported: absence there says nothing.
+            raise ValueError("DREAM_PRUNE__ABSENCE_MEANS_DELETED=true needs DREAM_PRUNE__CHECKER=sql "
+                             "(the host's own tables)")
+        return self
 
 
 class ArchiveSettings(BaseModel):
@@ -108,6 +120,11 @@ class Settings(BaseSettings):
     lease_seconds: int = Field(3600, ge=10)
     max_attempts: int = Field(3, ge=1)
     task_time_limit: int = Field(3000, ge=10)
+    # A queued (or interrupted) run nobody claimed this long after it was enqueued is enqueued
+    # again by the gate check, and failed after max_attempts re-enqueues (R30).
+    queued_timeout_seconds: int = Field(3600, ge=10)
+    # Open candidates that grew over this many consecutive runs of a scope make its run blocked.
+    open_growth_runs: int = Field(3, ge=2)
 
     llm_provider: Literal["none", "openai", "fake"] = "none"
     llm_base_url: str | None = None

@@ -22,6 +22,8 @@ def run_summary(run: DreamRunRow) -> dict[str, Any]:
         "attempts": run.attempts, "created_at": _iso(run.created_at),
         "started_at": _iso(run.started_at), "finished_at": _iso(run.finished_at),
         "clock": _iso(run.clock), "totals": run.totals or {}, "error": run.error,
+        "status_reason": run.status_reason, "allow_retire": run.allow_retire,
+        "requeues": run.requeues,
     }
 
 
@@ -61,6 +63,8 @@ def run_tree(app: App, run_id: str) -> dict[str, Any]:
 def render_tree(tree: dict[str, Any]) -> str:
     lines = [f"run {tree['id']}  {tree['status']}  scope={tree['scope']}  "
              f"trigger={tree['trigger']}{'  dry-run' if tree['dry_run'] else ''}"]
+    if tree.get("status_reason"):
+        lines.append(f"  {tree['status']}: {tree['status_reason']}")
     totals = tree.get("totals") or {}
     if "notes_before" in totals or "notes_after" in totals:
         lines.append(f"  notes before {totals.get('notes_before', {})} → after {totals.get('notes_after', {})}")

@@ -14,9 +14,10 @@ from worker.runs import service
 @app.task(name="dream.gate_check")
 def gate_check() -> list[str]:
     result = service.gate_check(resources())
-    for run_id in result.created + result.retried:
+    handed_out = result.created + result.retried + result.requeued
+    for run_id in handed_out:
         enqueue_run(run_id)
-    return result.created + result.retried
+    return handed_out
 
 
 def _phase(run_id: str, phase: str) -> str:

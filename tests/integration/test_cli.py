@@ -99,6 +99,9 @@ USER_ERRORS = [
     (["run", "--agent", "a1", "--force", "--via-celery"], None, {}, "DREAM_BROKER_URL"),
     (["run", "--agent", "other", "--force", "--via-celery"], None,
      {"DREAM_BROKER_URL": "redis://127.0.0.1:1/0"}, "cannot reach the broker"),
+    (["candidates", "--agent", "nobody"], None, {}, "unknown scope [\"nobody\",null,null]"),
+    (["runs", "cancel", "no-such-run"], None, {}, "no run with id no-such-run"),
+    (["run", "--agent", "a1", "--force", "--allow-retire", "-1"], None, {}, "--allow-retire"),
     (["no-such-command"], None, {}, "No such command"),
     (["runs", "list"], None, {"DREAM_GATE_HOURS": "a day"}, "invalid setting DREAM_GATE_HOURS"),
     (["runs", "list"], None, {"DREAM_CONSOLIDATE__THRESHOLD": "2"},
@@ -288,7 +291,7 @@ def test_second_run_for_a_busy_scope_is_refused(db: App) -> None:
 
     assert service.create_run(db, Scope("a1")) is not None
     before = counts(db)
-    assert "already queued or running" in one_error_line(
+    assert "is already queued" in one_error_line(
         dream(url_of(db), "run", "--agent", "a1", "--force"))
     assert counts(db) == before
 

@@ -23,7 +23,7 @@ from worker.clock import parse_timestamp
 from worker.domain.types import RunStatus, Scope
 from worker.host import HostError, NotFound, fuse, fusion_candidates, keep_apart, remember
 from worker.host.errors import Invalid
-from worker.runs.service import RunError
+from worker.runs.service import RunError, UnknownScope, ensure_scope_known
 
 log = structlog.get_logger(__name__)
 TOKEN_COOKIE = "dream_token"
@@ -67,7 +67,8 @@ def create_api(app: App) -> FastAPI:
 
     @api.exception_handler(RunError)
     async def _run_error(request: Request, exc: RunError) -> Response:
-        status = 404 if str(exc).startswith("no run with id") else 409
+        missing = isinstance(exc, UnknownScope) or str(exc).startswith("no run with id")
+        status = 404 if missing else 409
         return JSONResponse({"error": "not_found" if status == 404 else "conflict",
                              "detail": str(exc)}, status_code=status)
 
@@ -85,6 +86,7 @@ def create_api(app: App) -> FastAPI:
     def candidates(body: CandidatesIn, who: Caller) -> dict[str, Any]:
         """Similar active pairs of a scope plus open items the rule-based judge left."""
         scope = _scope_for(who, body.scope)
+        ensure_scope_known(app, scope)
         return {"candidates": fusion_candidates(app, scope, body.threshold, body.limit)}
 
     @api.post("/api/forgetting/fuse", status_code=201, tags=["forgetting"])
@@ -143,8 +145,17 @@ def create_api(app: App) -> FastAPI:
         from worker.runs.dispatch import start_run as start
 
         started = start(app, _scope_for(who, body.scope), trigger="api", force=body.force,
-                        dry_run=body.dry_run)
+                        dry_run=body.dry_run, allow_retire=body.allow_retire)
         return {"run_id": started.run_id, "status": RunStatus.QUEUED.value, "mode": started.mode}
+
+    @api.post("/api/runs/{run_id}/cancel", tags=["runs"])
+    def cancel(run_id: str, who: Caller) -> dict[str, Any]:
+        """Cancel a queued, interrupted or running run and free its scope (409 if finished)."""
+        from worker.runs.service import cancel_run
+
+        _visible_run(app, run_id, who)
+        was = cancel_run(app, run_id, f"cancelled through the API by {who.label}")
+        return {"run_id": run_id, "status": RunStatus.CANCELLED.value, "was": was}
 
     @api.post("/api/runs/{run_id}/undo", tags=["runs"])
     def undo(run_id: str, who: Caller, body: UndoIn | None = None) -> Any:

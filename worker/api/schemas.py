@@ -61,8 +61,10 @@ class RunIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scope: ScopeIn | None = None
-    force: bool = False
+    force: bool = False  # skips the gate only
     dry_run: bool = False
+    # Retirements this run may make past the blast-radius guard's share (R20).
+    allow_retire: int | None = Field(None, ge=0, le=10_000_000)
 
 
 class UndoIn(BaseModel):

@@ -41,10 +41,22 @@ class RunStatus(StrEnum):
     PARTIAL = "partial"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    # Finished, but something stopped it from doing the work it found (the blast-radius guard,
+    # an exhausted model budget, open candidates growing run after run); ``status_reason`` says
+    # what. Never shown as plain succeeded (R27).
+    BLOCKED = "blocked"
+    CANCELLED = "cancelled"
     UNDONE = "undone"
 
 
-ACTIVE_RUN_STATUSES = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
+# A scope has at most one run in these states (the partial unique index, R1): an interrupted
+# run still owns its scope until it is resumed, given up or cancelled.
+ACTIVE_RUN_STATUSES = (RunStatus.QUEUED.value, RunStatus.RUNNING.value,
+                       RunStatus.INTERRUPTED.value)
+# Runs that dreamed (the gate measures time and sessions since the last of these). A blocked run
+# counts: re-trying it every beat would only trip the same guard every 15 minutes.
+DREAMED_RUN_STATUSES = (RunStatus.SUCCEEDED.value, RunStatus.PARTIAL.value,
+                        RunStatus.BLOCKED.value)
 
 
 class StepStatus(StrEnum):

@@ -23,15 +23,18 @@ class StartedRun:
 
 
 def start_run(app: App, scope: Scope, *, trigger: str, force: bool = False,
-              dry_run: bool = False) -> StartedRun:
-    """RunError (one line) when the scope is not due and not forced, or already has a run."""
+              dry_run: bool = False, allow_retire: int | None = None) -> StartedRun:
+    """RunError (one line) when the scope is unknown (UnknownScope: a typo must not create a
+    run, as in the CLI), not due and not forced, or already has a run."""
+    service.ensure_scope_known(app, scope)
     if not force:
         decision = service.scope_gate(app, scope)
         if not decision.due:
             raise service.RunError(f"not due for {scope.key}: {decision.reason}; send force=true")
-    run_id = service.create_run(app, scope, trigger=trigger, force=force, dry_run=dry_run)
+    run_id = service.create_run(app, scope, trigger=trigger, force=force, dry_run=dry_run,
+                                allow_retire=allow_retire)
     if run_id is None:
-        raise service.RunError(f"a run is already queued or running for {scope.key}")
+        raise service.RunError(service.busy_message(app, scope))
     return StartedRun(run_id, dispatch_run(app, run_id))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
@@ -21,6 +21,7 @@ from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatu
 from worker.embeddings.refresh import ensure_scope_embeddings
 from worker.runs.context import Budget, PhaseContext
 from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
+from worker.runs.lease import LeaseHeartbeat
 from worker.runs.steps import StepRecorder
 from worker.safety.crashpoints import crashpoint
 from worker.safety.scrub import safe_error_message
@@ -29,6 +30,10 @@ from worker.store.models import RunStepRow
 from worker.store.uow import StaleLease
 
 log = structlog.get_logger(__name__)
+
+LEASE_LOST = "lease_lost"
+# execute_phase results after which this process stops executing the run.
+STOP_RESULTS = ("busy", "waiting", "not_claimed", "run_not_running", LEASE_LOST)
 
 TERMINAL_STEP = (
     StepStatus.SUCCEEDED.value,
@@ -50,25 +55,34 @@ class BrokerUnavailable(RunError):
 class GateResult:
     created: list[str]
     skipped: dict[str, str]
-    retried: list[str]
+    retried: list[str]  # expired leases, now interrupted: to be executed again
     failed: list[str]
     # Every scope checked, due or not, with the rule that decided and why (`dream gate --explain`).
     decisions: dict[str, GateDecision] = field(default_factory=dict)
+    # Queued/interrupted runs nobody claimed within DREAM_QUEUED_TIMEOUT_SECONDS (a lost broker
+    # message, a creator killed before its claim, no broker at all): to be enqueued again.
+    requeued: list[str] = field(default_factory=list)
 
 
 def create_run(
     app: App, scope: Scope, *, trigger: str = "cli", force: bool = False, dry_run: bool = False,
     phases: list[str] | None = None, clock: datetime | None = None,
+    allow_retire: int | None = None,
 ) -> str | None:
-    """A queued run for the scope, or None if one is already queued/running (R1)."""
+    """A queued run for the scope, or None if one is already queued/running/interrupted (R1).
+
+    ``force`` skips the gate only; ``allow_retire`` is how many retirements the run may make
+    past the blast-radius guard's share (R20)."""
     phases = list(phases or PHASES)
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
         raise RunError(f"unknown phase {unknown[0]!r}; choose from {', '.join(PHASES)}")
+    if allow_retire is not None and allow_retire < 0:
+        raise RunError(f"allow_retire must be 0 or more (got {allow_retire})")
     with app.uow() as uow:
         run_id = uow.runs.create(
             scope, now=utcnow(), trigger=trigger, phases=phases, force=force,
-            dry_run=dry_run, clock=clock,
+            dry_run=dry_run, clock=clock, allow_retire=allow_retire,
         )
         uow.commit()
     if run_id:
@@ -76,23 +90,90 @@ def create_run(
     return run_id
 
 
-def gate_check(app: App, now: datetime | None = None) -> GateResult:
-    """Create a run for every due scope; recover runs whose lease expired (R5)."""
-    now = now or utcnow()
+def busy_message(app: App, scope: Scope) -> str:
+    """Why a run cannot be created for the scope, naming the run that holds it and the way out."""
+    with app.uow() as uow:
+        run = uow.runs.active_for_scope(scope)
+    if run is None:  # it finished between the refusal and this read
+        return f"a run was queued or running for {scope.key}; retry"
+    hint = ("resume it with `dream run --due` or cancel it"
+            if run.status != RunStatus.RUNNING.value else "wait for it or cancel it")
+    return (f"run {run.id} is already {run.status} for {scope.key}; {hint} with "
+            f"`dream runs cancel {run.id}`")
+
+
+def recover_runs(app: App, now: datetime, result: GateResult) -> None:
+    """R5 + R30: runs whose lease expired become interrupted (failed after max_attempts);
+    queued/interrupted runs nobody claimed in time are handed out again (failed after
+    max_attempts hand-overs). Every transition is compare-and-set: a live executor wins."""
     settings = app.settings
-    result = GateResult([], {}, [], [])
+    stale_before = now - timedelta(seconds=settings.queued_timeout_seconds)
     with app.uow() as uow:
         for run in uow.runs.expired_running(now):
             if run.attempts >= settings.max_attempts:
-                uow.runs.set_status(
-                    run.id, RunStatus.FAILED.value, finished_at=now,
+                if uow.runs.expire(
+                    run, now, RunStatus.FAILED.value, finished_at=now, lease_expires_at=None,
                     error=f"gave up after {run.attempts} attempts (lease expired each time)",
-                )
-                result.failed.append(run.id)
-            else:
-                uow.runs.set_status(run.id, RunStatus.INTERRUPTED.value)
+                ):
+                    result.failed.append(run.id)
+            elif uow.runs.expire(run, now, RunStatus.INTERRUPTED.value, enqueued_at=now):
                 result.retried.append(run.id)
+        for run in uow.runs.unclaimed(enqueued_before=stale_before):
+            if run.requeues >= settings.max_attempts:
+                if uow.runs.finish_unclaimed(
+                    run, RunStatus.FAILED.value, now,
+                    error=f"never claimed after {run.requeues + 1} hand-overs of "
+                          f"{settings.queued_timeout_seconds} s each (no worker consumes the "
+                          "queue, or its messages were lost)",
+                ):
+                    result.failed.append(run.id)
+            elif uow.runs.requeue(run, now):
+                result.requeued.append(run.id)
         uow.commit()
+
+
+def unclaimed_runs(app: App) -> list[str]:
+    """Every queued or interrupted run, oldest first (what `dream run --due` executes here)."""
+    with app.uow() as uow:
+        return [r.id for r in uow.runs.unclaimed()]
+
+
+def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator") -> str:
+    """Cancel a queued, interrupted or running run and free its scope; the status it had.
+
+    A running executor notices at its next fenced write and stops; what it applied before
+    stays recorded in the operation log, so `dream undo` can still revert it."""
+    now = utcnow()
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        if run is None:
+            raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+        before = run.status
+        if before == RunStatus.RUNNING.value:
+            done = uow.runs.cancel_running(run, now, reason)
+        elif before in (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value):
+            done = uow.runs.finish_unclaimed(run, RunStatus.CANCELLED.value, now,
+                                             status_reason=reason)
+        else:
+            raise RunError(f"run {run_id} is {before}; only queued, interrupted or running runs "
+                           "can be cancelled")
+        if not done:
+            raise RunError(f"run {run_id} changed while cancelling it; look again with "
+                           f"`dream runs show {run_id}`")
+        for step in uow.runs.steps(run_id):
+            if step.parent_id is None and step.status == StepStatus.RUNNING.value:
+                uow.runs.update_step(step.id, status=StepStatus.SKIPPED.value,
+                                     error="run cancelled", finished_at=now)
+        uow.commit()
+    log.info("run.cancelled", run_id=run_id, was=before)
+    return before
+
+
+def gate_check(app: App, now: datetime | None = None) -> GateResult:
+    """Create a run for every due scope; recover lost or stuck runs first (R5, R30)."""
+    now = now or utcnow()
+    result = GateResult([], {}, [], [])
+    recover_runs(app, now, result)
     for scope, decision in decide_scopes(app, now).items():
         result.decisions[scope.key] = decision
         if not decision.due:
@@ -110,7 +191,8 @@ def gate_check(app: App, now: datetime | None = None) -> GateResult:
     for decision in result.decisions.values():
         rules[decision.rule.value] = rules.get(decision.rule.value, 0) + 1
     log.info("gate.checked", created=len(result.created), skipped=len(result.skipped),
-             retried=len(result.retried), failed=len(result.failed), rules=rules)
+             retried=len(result.retried), requeued=len(result.requeued),
+             failed=len(result.failed), rules=rules)
     return result
 
 
@@ -157,6 +239,17 @@ def _agent_gate(agent: Any) -> dict[str, Any]:
     return {"hours": agent.gate_hours, "sessions": agent.gate_sessions, "notes": agent.gate_notes,
             "idle_minutes": agent.gate_idle_minutes,
             "max_stale_hours": agent.gate_max_stale_hours}
+
+
+class UnknownScope(RunError):
+    """The scope has no note, session or run: almost always a typo in agent/user/company."""
+
+
+def ensure_scope_known(app: App, scope: Scope) -> None:
+    """Raise UnknownScope (one line naming the scope) unless ``scope_known``."""
+    if not scope_known(app, scope):
+        raise UnknownScope(f"unknown scope {scope.key}: it has no notes, sessions or runs; check "
+                           "agent/user/company (None is a value, not a wildcard)")
 
 
 def scope_known(app: App, scope: Scope) -> bool:
@@ -303,7 +396,15 @@ def execute_phase(app: App, run_id: str, phase: str,
             return execute_phase(app, run_id, phase)
         bound.info("phase.busy")
         return "busy"
-    result = _run_phase(app, ctx, phase, step_id, wanted, state, bound)
+    try:
+        with LeaseHeartbeat(app, run_id, ctx.epoch):
+            result = _run_phase(app, ctx, phase, step_id, wanted, state, bound)
+    except StaleLease:
+        # Someone else owns the run now (the gate check recovered it, or it was cancelled):
+        # stop here without a traceback; the parent step stays "running" until the next claim.
+        if _cache is not None:
+            _cache.pop("state", None)
+        return LEASE_LOST
     if state is not None:
         state.done.add(phase)
     return result
@@ -427,16 +528,17 @@ def record_before(app: App, run_id: str) -> None:
 def execute_run(app: App, run_id: str) -> str:
     """The whole run in this process: every phase in order, then finalize."""
     record_before(app, run_id)
+    crashpoint("run.before_claim")  # R30: a creator killed here leaves a queued run behind
     cache: dict[str, _RunState] = {}
     for phase in PHASES:
-        if execute_phase(app, run_id, phase, cache) in ("busy", "waiting", "not_claimed"):
-            break  # another executor holds this run; it finalizes
+        if execute_phase(app, run_id, phase, cache) in STOP_RESULTS:
+            break  # another executor holds this run (or it was cancelled); it finalizes
     return finalize_run(app, run_id)
 
 
 def abandon_run(app: App, run_id: str, reason: str) -> None:
-    """A queued run that never reached the broker: mark it failed so the scope is free again
-    (a queued run is never retried by the lease recovery, it would block its scope for good)."""
+    """A queued run that never reached the broker: mark it failed at once, so the user who asked
+    for it sees why and the scope is free (rather than waiting for the gate check's timeout)."""
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         if run is not None and run.status == RunStatus.QUEUED.value:

@@ -202,15 +202,25 @@ class DreamRunRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     totals: Mapped[dict[str, Any] | None] = mapped_column(JSONType())
     error: Mapped[str | None] = mapped_column(Text)
+    # Why a run is blocked or cancelled: one line of ids and counts, never note text.
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    # How many retirements the operator allowed past the blast-radius guard (--allow-retire N).
+    allow_retire: Mapped[int | None] = mapped_column(Integer)
+    # When the run was last handed to an executor; a queued or interrupted run nobody claimed
+    # within DREAM_QUEUED_TIMEOUT_SECONDS of this is re-enqueued by the gate check (R30).
+    enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    requeues: Mapped[int] = mapped_column(Integer, nullable=False, default=0,
+                                          server_default="0")
 
     __table_args__ = (
-        # R1: the database, not the broker, guarantees one queued/running run per scope.
+        # R1: the database, not the broker, guarantees one queued/running/interrupted run per
+        # scope (an interrupted run is resumed, never run beside a newer one).
         Index(
             "uq_dream_runs_one_active_per_scope",
             "scope_key",
             unique=True,
-            sqlite_where=text("status IN ('queued', 'running')"),
-            postgresql_where=text("status IN ('queued', 'running')"),
+            sqlite_where=text("status IN ('queued', 'running', 'interrupted')"),
+            postgresql_where=text("status IN ('queued', 'running', 'interrupted')"),
         ),
         Index("ix_dream_runs_scope_created", "scope_key", "created_at"),
         Index("ix_dream_runs_status", "status"),

@@ -18,6 +18,7 @@ ENDPOINTS = [
     ("get", "/api/runs/some-run", None),
     ("post", "/api/runs", {"scope": {"agent_id": "agent-1"}, "force": True}),
     ("post", "/api/runs/some-run/undo", None),
+    ("post", "/api/runs/some-run/cancel", None),
     ("get", "/metrics", None),
 ]
 
@@ -91,12 +92,13 @@ def test_not_due_and_duplicate_runs_are_conflicts(sqlite_api_app: App) -> None:
     from worker.domain.types import Scope
     from worker.runs.service import create_run
 
+    add_notes(sqlite_api_app, {"content": "Works from Lisbon."})
     with TestClient(create_api(sqlite_api_app)) as client:
         r = client.post("/api/runs", headers=auth(AGENT_1), json={})
         assert r.status_code == 409 and "not due" in r.json()["detail"]
         assert create_run(sqlite_api_app, Scope("agent-1"))
         r = client.post("/api/runs", headers=auth(AGENT_1), json={"force": True})
-        assert r.status_code == 409 and "already queued" in r.json()["detail"]
+        assert r.status_code == 409 and "is already queued" in r.json()["detail"]
         r = client.post("/api/runs", headers=auth(ADMIN), json={"force": True})
         assert r.status_code == 422  # an admin must name the scope
 
@@ -104,6 +106,7 @@ def test_not_due_and_duplicate_runs_are_conflicts(sqlite_api_app: App) -> None:
 def test_scoped_token_sees_only_its_scope(api_app: App, client: TestClient) -> None:
     """Another scope's run is 404 (show, undo), listing it by scope is 404, and the list and
     metrics of a scoped token only contain its own scope."""
+    add_notes(api_app, {"content": "Works from Lisbon."})
     run_id = _run(client, api_app, AGENT_1)
     assert client.get(f"/api/runs/{run_id}", headers=auth(AGENT_2)).status_code == 404
     assert client.post(f"/api/runs/{run_id}/undo", headers=auth(AGENT_2)).status_code == 404
@@ -112,6 +115,43 @@ def test_scoped_token_sees_only_its_scope(api_app: App, client: TestClient) -> N
     assert r.status_code == 404
     assert "dream_runs{" not in client.get("/metrics", headers=auth(AGENT_2)).text
     assert client.get("/api/runs/nope", headers=auth(ADMIN)).status_code == 404
+
+
+def test_runs_and_candidates_on_an_unknown_scope_are_404(api_app: App,
+                                                         client: TestClient) -> None:
+    """As the CLI refuses: starting a run or listing fusion candidates for a scope with no
+    notes, sessions or runs (a typo) is a 404 naming the scope, and writes nothing."""
+    add_notes(api_app, {"content": "Works from Lisbon."})
+    typo = {"scope": {"agent_id": "agnet-1"}, "force": True}
+    r = client.post("/api/runs", headers=auth(ADMIN), json=typo)
+    assert r.status_code == 404 and "unknown scope" in r.json()["detail"], r.text
+    r = client.post("/api/forgetting/fusion-candidates", headers=auth(ADMIN),
+                    json={"scope": {"agent_id": "agnet-1"}})
+    assert r.status_code == 404 and "agnet-1" in r.json()["detail"], r.text
+    r = client.post("/api/runs", headers=auth(AGENT_2), json={"force": True})
+    assert r.status_code == 404
+    with api_app.uow() as uow:
+        assert uow.runs.list() == []
+
+
+def test_cancel_through_the_api(api_app: App, client: TestClient) -> None:
+    """POST /api/runs/{id}/cancel cancels a queued run (its scope takes a new one at once);
+    a finished run is a 409, another scope's run a 404."""
+    from worker.domain.types import Scope
+    from worker.runs.service import create_run
+
+    add_notes(api_app, {"content": "Works from Lisbon."})
+    run_id = create_run(api_app, Scope("agent-1"))
+    assert run_id is not None
+    assert client.post(f"/api/runs/{run_id}/cancel", headers=auth(AGENT_2)).status_code == 404
+    r = client.post(f"/api/runs/{run_id}/cancel", headers=auth(AGENT_1))
+    assert r.status_code == 200 and r.json() == {"run_id": run_id, "status": "cancelled",
+                                                 "was": "queued"}
+    assert client.get(f"/api/runs/{run_id}", headers=auth(AGENT_1)).json()["status_reason"] == (
+        "cancelled through the API by [\"agent-1\",null,null]")
+    second = _run(client, api_app)
+    r = client.post(f"/api/runs/{second}/cancel", headers=auth(AGENT_1))
+    assert r.status_code == 409 and "only queued" in r.json()["detail"]
 
 
 def test_dashboard_renders_runs_and_keeps_the_token_in_a_cookie(api_app: App,

@@ -11,12 +11,14 @@ from sqlalchemy import Table, bindparam, case, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from worker.domain.types import ACTIVE_RUN_STATUSES, RunStatus, Scope
+from worker.domain.types import ACTIVE_RUN_STATUSES, DREAMED_RUN_STATUSES, RunStatus, Scope
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow, ScopeLeaseRow
 
 _RUNS = cast(Table, DreamRunRow.__table__)
 _LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
 _INSERT_STEP = insert(cast(Table, RunStepRow.__table__))
+# Runs waiting for an executor: never claimed, or interrupted by a lost lease.
+_UNCLAIMED = (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value)
 
 
 class RunRepository:
@@ -26,6 +28,7 @@ class RunRepository:
     def create(
         self, scope: Scope, *, now: datetime, trigger: str, phases: list[str],
         force: bool = False, dry_run: bool = False, clock: datetime | None = None,
+        allow_retire: int | None = None,
     ) -> str | None:
         """Insert a queued run; None when the scope already has a queued/running run (R1).
 
@@ -38,7 +41,8 @@ class RunRepository:
                     insert(DreamRunRow),
                     [{"id": run_id, "scope_key": scope.key, **scope.as_dict(),
                       "status": RunStatus.QUEUED.value, "trigger": trigger, "force": force,
-                      "dry_run": dry_run, "phases": phases, "clock": clock, "created_at": now}],
+                      "dry_run": dry_run, "phases": phases, "clock": clock, "created_at": now,
+                      "enqueued_at": now, "allow_retire": allow_retire}],
                 )
         except IntegrityError:
             return None
@@ -55,14 +59,15 @@ class RunRepository:
         ).first()
 
     def last_success_at(self, scope_keys: list[str]) -> dict[str, datetime]:
-        """Start time of each scope's last successful (or partial) non-dry run, in one query."""
+        """Start time of each scope's last non-dry run that dreamed (succeeded, partial or
+        blocked), in one query."""
         if not scope_keys:
             return {}
         rows = self.session.execute(
             select(DreamRunRow.scope_key, func.max(DreamRunRow.started_at))
             .where(
                 DreamRunRow.scope_key.in_(scope_keys),
-                DreamRunRow.status.in_((RunStatus.SUCCEEDED.value, RunStatus.PARTIAL.value)),
+                DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                 DreamRunRow.dry_run.is_(False),
             )
             .group_by(DreamRunRow.scope_key)
@@ -128,6 +133,16 @@ class RunRepository:
         row = self.session.connection().execute(_LEASE, {"run_id": run_id}).one_or_none()
         return row is not None and row.lease_epoch == epoch and row.status == RunStatus.RUNNING.value
 
+    def renew_lease(self, run_id: str, epoch: int, until: datetime) -> bool:
+        """Extend a held lease (the heartbeat); False when the epoch is no longer ours."""
+        result = self.session.execute(
+            update(DreamRunRow)
+            .where(DreamRunRow.id == run_id, DreamRunRow.lease_epoch == epoch,
+                   DreamRunRow.status == RunStatus.RUNNING.value)
+            .values(lease_expires_at=until)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
     def expired_running(self, now: datetime) -> builtins.list[DreamRunRow]:
         return list(self.session.scalars(
             select(DreamRunRow).where(
@@ -135,6 +150,65 @@ class RunRepository:
                 DreamRunRow.lease_expires_at < now,
             )
         ))
+
+    def expire(self, run: DreamRunRow, now: datetime, status: str, **values: Any) -> bool:
+        """running → ``status`` (interrupted, failed), only if the lease is still expired under
+        the epoch read: a heartbeat that renewed it meanwhile wins (compare-and-set)."""
+        result = self.session.execute(
+            update(DreamRunRow)
+            .where(DreamRunRow.id == run.id, DreamRunRow.lease_epoch == run.lease_epoch,
+                   DreamRunRow.status == RunStatus.RUNNING.value,
+                   DreamRunRow.lease_expires_at < now)
+            .values(status=status, **values)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+    def unclaimed(self, enqueued_before: datetime | None = None,
+                  scope: Scope | None = None) -> builtins.list[DreamRunRow]:
+        """Queued or interrupted runs, oldest first; with ``enqueued_before``, only those last
+        handed to an executor before then (their message was lost or nobody consumes it)."""
+        stmt = (select(DreamRunRow).where(DreamRunRow.status.in_(_UNCLAIMED))
+                .order_by(DreamRunRow.created_at))
+        if enqueued_before is not None:
+            enqueued = func.coalesce(DreamRunRow.enqueued_at, DreamRunRow.created_at)
+            stmt = stmt.where(enqueued < enqueued_before)
+        if scope is not None:
+            stmt = stmt.where(DreamRunRow.scope_key == scope.key)
+        return list(self.session.scalars(stmt))
+
+    def requeue(self, run: DreamRunRow, now: datetime) -> bool:
+        """Record one more hand-over to an executor; False if the run moved on meanwhile."""
+        result = self.session.execute(
+            update(DreamRunRow)
+            .where(DreamRunRow.id == run.id, DreamRunRow.status == run.status,
+                   DreamRunRow.lease_epoch == run.lease_epoch,
+                   DreamRunRow.requeues == run.requeues)
+            .values(enqueued_at=now, requeues=run.requeues + 1)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+    def finish_unclaimed(self, run: DreamRunRow, status: str, now: datetime, **values: Any) -> bool:
+        """queued/interrupted → a final status (failed, cancelled), compare-and-set on the
+        status and epoch read, so a claim that happened meanwhile wins."""
+        result = self.session.execute(
+            update(DreamRunRow)
+            .where(DreamRunRow.id == run.id, DreamRunRow.status == run.status,
+                   DreamRunRow.lease_epoch == run.lease_epoch)
+            .values(status=status, finished_at=now, lease_expires_at=None, **values)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+    def cancel_running(self, run: DreamRunRow, now: datetime, reason: str) -> bool:
+        """running → cancelled and the epoch bumped: the executor's next fenced write raises
+        StaleLease and it stops; what it applied before stays recorded (and undoable)."""
+        result = self.session.execute(
+            update(DreamRunRow)
+            .where(DreamRunRow.id == run.id, DreamRunRow.status == RunStatus.RUNNING.value,
+                   DreamRunRow.lease_epoch == run.lease_epoch)
+            .values(status=RunStatus.CANCELLED.value, lease_epoch=run.lease_epoch + 1,
+                    finished_at=now, lease_expires_at=None, status_reason=reason)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
     def list(
         self, scope: Scope | None = None, status: str | None = None,
