@@ -84,7 +84,7 @@ class RunRepository:
             select(DreamRunRow.scope_key, func.max(DreamRunRow.finished_at).label("at"))
             .where(
                 DreamRunRow.scope_key.in_(scope_keys),
-                DreamRunRow.status.in_((RunStatus.SUCCEEDED.value, RunStatus.PARTIAL.value)),
+                DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                 DreamRunRow.dry_run.is_(False),
             )
             .group_by(DreamRunRow.scope_key)
