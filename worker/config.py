@@ -32,8 +32,15 @@ class ConsolidateSettings(BaseModel):
 
 class ContradictionSettings(BaseModel):
     threshold: float = Field(0.70, ge=0.0, le=1.0)
-    max_pairs_per_run: int = Field(50, ge=0)
-    pairs_per_call: int = Field(10, ge=1)
+    # Same-frame candidates: notes equal but for one span of at most this many words.
+    frame_max_span: int = Field(3, ge=0, le=10)
+    frame_min_words: int = Field(2, ge=1)  # words both notes share around the span
+    topic_size: int = Field(8, ge=2, le=50)  # notes of one topic asked about together
+    notes_per_call: int = Field(24, ge=2)  # trusted topics packed into one prompt up to this
+    # The phase's own model budget per run and scope (the run's budget applies as well).
+    max_calls_per_run: int | None = Field(20, ge=0)
+    max_tokens_per_run: int | None = Field(None, ge=0)
+    max_open_steps: int = Field(50, ge=0)  # rule judge: open pairs recorded as child steps
     min_confidence: float = Field(0.7, ge=0.0, le=1.0)
     newer_wins_days: int = Field(7, ge=0)
     high_importance: float = Field(0.8, ge=0.0, le=1.0)

@@ -175,11 +175,10 @@ class LocomoScriptedLLM:
             data: Any = {"should_consolidate": True, "content": content, "type": "Context",
                          "source_ids": [n["alias"] for n in notes], "reason": "scripted"}
         elif prompt_name.startswith("contradictions"):
-            data = {"verdicts": [
-                {"pair": p["pair"], "confidence": 0.9, "reason": "scripted",
-                 "relation": "equivalent" if p["a"]["text"].strip().casefold()
-                 == p["b"]["text"].strip().casefold() else "independent"}
-                for p in items if isinstance(p, dict) and "pair" in p]}
+            from tests.support.topic_judge import topic_reply
+
+            data = topic_reply(user, lambda a, b: "equivalent" if a.strip().casefold()
+                               == b.strip().casefold() else "independent", confidence=0.9)
         else:
             data = {}
         raw = json.dumps(data)

@@ -58,10 +58,9 @@ def _notes(n: int, rng: random.Random) -> list[dict[str, Any]]:
 
 def _fake_llm() -> FakeLLM:
     def verdicts(prompt_name: str, system: str, user: str) -> dict[str, Any]:
-        found = re.search(r"Pair ids to answer: (.*)\.", user)
-        ids = [p.strip() for p in found.group(1).split(",")] if found else []
-        return {"verdicts": [{"pair": p, "relation": "independent", "confidence": 0.9}
-                             for p in ids]}
+        found = re.search(r"Topic ids to answer: (.*)\.", user)
+        ids = [t.strip() for t in found.group(1).split(",")] if found else []
+        return {"topics": [{"topic": t, "attributes": []} for t in ids]}
 
     def decisions(prompt_name: str, system: str, user: str) -> dict[str, Any]:
         return {"decisions": [{"id": i, "decision": "archive", "reason": "bench"}

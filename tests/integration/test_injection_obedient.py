@@ -36,7 +36,7 @@ def obedient(req: StubRequest) -> Any:
     if req.prompt_name == "consolidate":
         return {"should_consolidate": True, "content": content, "type": "Preference",
                 "source_ids": ids, "reason": "as instructed"}
-    return {"verdicts": []}
+    return {"topics": []}
 
 
 def _states(app: App) -> dict[str, tuple[str, str, int]]:

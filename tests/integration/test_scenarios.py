@@ -7,7 +7,6 @@ careful judge would; the code's policy (newer wins, exceptions kept) decides the
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.support.factories import NOW, add_entities, add_notes, days_ago
+from tests.support.topic_judge import topic_reply
 from worker.app import App
 from worker.domain.types import Scope
 from worker.llm.fake import FakeLLM, FakeRule
@@ -42,18 +42,8 @@ def _relation(a: str, b: str) -> str:
     return "independent"
 
 
-def _pairs(user: str) -> list[dict[str, Any]]:
-    start = user.index("[")
-    value, _ = json.JSONDecoder().raw_decode(user, start)
-    return [p for p in value if isinstance(p, dict) and "pair" in p]
-
-
 def _judge(prompt_name: str, system: str, user: str) -> dict[str, Any]:
-    return {"verdicts": [
-        {"pair": p["pair"], "relation": _relation(p["a"]["text"], p["b"]["text"]),
-         "confidence": 0.95, "reason": "scripted judge"}
-        for p in _pairs(user)
-    ]}
+    return topic_reply(user, _relation)
 
 
 def scripted_llm() -> FakeLLM:

@@ -1,4 +1,4 @@
-"""Pure contradiction planning and policy: pair selection, verdict checks, who wins."""
+"""Pure contradiction policy: who wins a pair, the rule judge, the order verdicts apply in."""
 
 from __future__ import annotations
 
@@ -12,11 +12,7 @@ from worker.phases.contradictions.core import (
     PolicySettings,
     Verdict,
     apply_order,
-    batches,
-    check_verdicts,
     decide,
-    plan_pairs,
-    prompt_pairs,
     rule_verdict,
 )
 
@@ -117,64 +113,6 @@ def test_a_note_reading_like_instructions_never_makes_another_lose(
     a, b = note("a", days=a_days), note("b", days=b_days)
     d = decide(verdict(a, b, relation), a, b, POLICY, suspicious=frozenset({"b"}))
     assert d.action == expected
-
-
-def test_plan_pairs_dedupes_and_skips_self_same_run_and_known() -> None:
-    """A–B and B–A are one pair, no self pairs, same-run pairs and remembered verdicts skipped."""
-    notes = [note("n1"), note("n2"), note("n3"), note("n4")]
-    neighbours = [(0, 1, 0.95), (1, 0, 0.95), (2, 2, 1.0), (2, 3, 0.9), (0, 3, 0.8), (1, 2, 0.75)]
-    from worker.domain.types import fingerprint_notes
-
-    known = {fingerprint_notes([notes[0], notes[3]])}
-    plan = plan_pairs(notes, neighbours, produced_this_run={"n3", "n4"}, known_fingerprints=known,
-                      judged_id_pairs=set(), max_pairs=None)
-    assert [p.ids for p in plan.selected] == [("n1", "n2"), ("n2", "n3")]
-    assert (plan.considered, plan.skipped_same_run, plan.remembered) == (4, 1, 1)
-
-
-def test_plan_pairs_never_judged_first_then_most_similar_capped() -> None:
-    """Fair selection: pairs never judged come first, then by similarity; the rest deferred."""
-    notes = [note(f"n{k}") for k in range(5)]
-    neighbours = [(0, 1, 0.99), (1, 2, 0.98), (2, 3, 0.80), (3, 4, 0.75)]
-    plan = plan_pairs(notes, neighbours, produced_this_run=set(), known_fingerprints=set(),
-                      judged_id_pairs={("n0", "n1"), ("n1", "n2")}, max_pairs=3)
-    assert [p.ids for p in plan.selected] == [("n2", "n3"), ("n3", "n4"), ("n0", "n1")]
-    assert plan.deferred == 1
-
-
-def test_plan_pairs_never_crosses_scopes() -> None:
-    """A neighbour pair of notes from two scopes is never a candidate (R11)."""
-    notes = [note("n1"), note("n2", scope=Scope("agent-1", "u2"))]
-    plan = plan_pairs(notes, [(0, 1, 1.0)], produced_this_run=set(), known_fingerprints=set(),
-                      judged_id_pairs=set(), max_pairs=None)
-    assert plan.selected == []
-
-
-def test_check_verdicts_drops_missing_unknown_and_doubled_pairs() -> None:
-    """Each known pair needs exactly one verdict; anything else changes nothing for that pair."""
-    by_pair = {f"p{k}": CandidatePair(f"a{k}", f"b{k}", 0.9, f"f{k}") for k in (1, 2, 3, 4)}
-    replied = [
-        ("p1", "conflicting", 0.9, "r"),
-        ("p2", "equivalent", 0.9, "r"), ("p2", "independent", 0.9, "r"),
-        ("p9", "conflicting", 0.9, "r"),
-        ("p4", "contradicts", 0.9, "r"),
-    ]
-    verdicts, dropped = check_verdicts(replied, by_pair)
-    assert [v.pair.a_id for v in verdicts] == ["a1"]
-    assert dropped == {"p2": "more than one verdict for the pair", "p9": "unknown pair id",
-                       "p3": "no verdict for the pair", "p4": "unknown relation 'contradicts'"}
-
-
-def test_prompt_pairs_alias_notes_and_hide_ids() -> None:
-    """The model sees pair ids p1.. and note aliases n1.. reused across pairs, never stored ids."""
-    n = {k: note(k, content=f"text {i}") for i, k in enumerate(("x-id", "y-id", "z-id"))}
-    items, by_pair = prompt_pairs(
-        [CandidatePair("x-id", "y-id", 0.9, "f"), CandidatePair("x-id", "z-id", 0.8, "g")], n)
-    assert [i["pair"] for i in items] == ["p1", "p2"]
-    assert [(i["a"]["alias"], i["b"]["alias"]) for i in items] == [("n1", "n2"), ("n1", "n3")]
-    assert "x-id" not in repr(items)
-    assert by_pair["p2"].b_id == "z-id"
-    assert [len(b) for b in batches(list(by_pair.values()) * 3, 4)] == [4, 2]
 
 
 def test_apply_order_resolves_chains_oldest_first() -> None:

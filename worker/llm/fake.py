@@ -7,8 +7,9 @@ Script file (``DREAM_LLM_PROVIDER=fake``, ``DREAM_FAKE_LLM_SCRIPT=path.json``)::
        {"prompt": "consolidate", "contains": ["Python 3.12"],
         "reply": {"should_consolidate": true, "content": "...", "type": "Preference",
                   "source_ids": "$aliases", "reason": "..."}},
-       {"prompt": "contradictions", "contains": ["metric"],
-        "reply": {"verdicts_all": {"relation": "conflicting", "confidence": 0.9}}}],
+       {"prompt": "contradictions", "contains": ["metric"], "id_field": "topic",
+        "reply": {"topics_all": {"attributes": [
+            {"name": "units", "confidence": 0.9, "values": "$alias_values"}]}}}],
      "default": {"should_consolidate": false, "content": "", "type": "Context",
                  "source_ids": [], "reason": "no rule matched"}}
 
@@ -19,8 +20,9 @@ Never the system prompt or the template's own words: their examples ("metric uni
 match every question. The first match wins, else ``default``.
 Optional per rule: ``not_contains``, ``times`` (use at most N times), ``latency`` (seconds).
 Templates inside a reply: the string ``"$aliases"`` becomes the list of note aliases (n1, n2, …)
-in the prompt, ``"$ids"`` the list of ids matched by the rule's ``ids`` regex (default: values of
-``"pair"``/``"pair_id"``/``"id"`` keys), and a key ``"<name>_all": {...}`` becomes
+in the prompt, ``"$alias_values"`` one contradictions value group per alias, ``"$ids"`` the list
+of ids matched by the rule's ``ids`` regex (default: values of ``"pair"``/``"pair_id"``/``"id"``/
+``"topic"`` keys), and a key ``"<name>_all": {...}`` becomes
 ``"<name>": [{..., "<id_field>": id} for each id]`` (``id_field`` defaults to ``"pair"``). A reply that is a
 string is sent as raw text (use it to script invalid JSON).
 """
@@ -44,7 +46,7 @@ from worker.llm.openai_compat import parse_content
 ReplyFn = Callable[[str, str, str], Any]  # (prompt_name, system, user) -> reply
 
 _ALIAS = re.compile(r'"alias"\s*:\s*"(n\d+)"')
-_DEFAULT_IDS = r'"(?:pair|pair_id|id)"\s*:\s*"([^"]+)"'
+_DEFAULT_IDS = r'"(?:pair|pair_id|id|topic)"\s*:\s*"([^"]+)"'
 
 
 @dataclass
@@ -223,6 +225,8 @@ def expand_templates(reply: Any, prompt_text: str, ids_pattern: str = _DEFAULT_I
             return list(aliases)
         if value == "$ids":
             return list(ids)
+        if value == "$alias_values":  # contradictions: every note a value of its own
+            return [{"notes": [a]} for a in aliases]
         if isinstance(value, list):
             return [walk(v) for v in value]
         if isinstance(value, dict):

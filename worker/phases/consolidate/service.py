@@ -457,3 +457,19 @@ def open_candidates(app: Any, scope: Scope) -> list[dict[str, Any]]:
             out.append({"note_ids": note_ids, "similarity": s.output.get("similarity"),
                         "reason": s.output.get("reason"), "step_id": s.id, "run_id": run.id})
     return out
+
+
+# Verdicts of clusters this phase found and did not merge: the notes are alike but not one
+# fact, often two values of one attribute, so the contradictions phase takes them as candidates.
+UNMERGED = frozenset({"refused", "known_refused", "open", "invalid", "deferred"})
+
+
+def unmerged_clusters(uow: Any, run_id: str) -> list[list[str]]:
+    """Note ids of each cluster this run's consolidate phase refused or left open.
+
+    Read from the run's recorded steps, so a phase running in another process (Celery) sees the
+    same hand-off as one in the same process.
+    """
+    return [list(s.output.get("note_ids", [])) for s in uow.runs.steps(run_id)
+            if s.phase == PHASE and s.parent_id is not None
+            and (s.output or {}).get("verdict") in UNMERGED]

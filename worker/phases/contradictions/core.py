@@ -1,17 +1,17 @@
-"""Pure planning for the contradictions phase: which pairs to ask about, and what a verdict does.
+"""Pure policy for the contradictions phase: what a verdict about a pair does, and the rule judge.
 
-No I/O here. The service loads a scope, calls these functions, talks to the judge and applies
-the resulting ``Decision`` values in short transactions.
+No I/O here. Topics (``topics.py``) turn a model's answer into pair verdicts; ``decide`` turns
+each into a ``Decision`` the service applies in a short transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from worker.domain.types import Note, fingerprint_notes, normalise_text
+from worker.domain.types import Note, normalise_text
 
 
 class Relation(StrEnum):
@@ -45,21 +45,11 @@ class CandidatePair:
     similarity: float
     fingerprint: str
     judged_before: bool = False  # this id pair has a verdict at some earlier version
+    sources: tuple[str, ...] = ()  # which candidate searches proposed it (worker.similarity)
 
     @property
     def ids(self) -> tuple[str, str]:
         return (self.a_id, self.b_id)
-
-
-@dataclass
-class PairPlan:
-    """What the search found in one scope and what this run will ask about."""
-
-    selected: list[CandidatePair] = field(default_factory=list)
-    considered: int = 0
-    skipped_same_run: int = 0
-    remembered: int = 0
-    deferred: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,105 +73,6 @@ class Decision:
     winner_id: str | None = None
     loser_id: str | None = None
     why: str = ""
-
-
-def plan_pairs(
-    notes: Sequence[Note],
-    neighbours: Iterable[tuple[int, int, float]],
-    *,
-    produced_this_run: set[str],
-    known_fingerprints: set[str],
-    judged_id_pairs: set[tuple[str, str]],
-    max_pairs: int | None,
-) -> PairPlan:
-    """Unique unordered pairs, minus same-run pairs and remembered verdicts, chosen fairly.
-
-    Fair: pairs never judged at any version come first, then the most similar; so notes added
-    late cannot be starved by an old, very similar pair that keeps changing.
-    """
-    plan = PairPlan()
-    seen: set[tuple[str, str]] = set()
-    fresh: list[CandidatePair] = []
-    for i, j, sim in neighbours:
-        a, b = notes[i], notes[j]
-        if a.id == b.id or a.scope != b.scope:
-            continue
-        if b.id < a.id:
-            a, b = b, a
-        key = (a.id, b.id)
-        if key in seen:
-            continue
-        seen.add(key)
-        plan.considered += 1
-        if a.id in produced_this_run and b.id in produced_this_run:
-            plan.skipped_same_run += 1
-            continue
-        fp = fingerprint_notes([a, b])
-        if fp in known_fingerprints:
-            plan.remembered += 1
-            continue
-        fresh.append(CandidatePair(a.id, b.id, round(float(sim), 6), fp, key in judged_id_pairs))
-    fresh.sort(key=lambda p: (p.judged_before, -p.similarity, p.a_id, p.b_id))
-    if max_pairs is not None and len(fresh) > max_pairs:
-        plan.deferred = len(fresh) - max_pairs
-        fresh = fresh[:max_pairs]
-    plan.selected = fresh
-    return plan
-
-
-def batches(pairs: Sequence[CandidatePair], size: int) -> list[list[CandidatePair]]:
-    return [list(pairs[k : k + size]) for k in range(0, len(pairs), max(1, size))]
-
-
-def prompt_pairs(
-    batch: Sequence[CandidatePair], notes: dict[str, Note]
-) -> tuple[list[dict[str, object]], dict[str, CandidatePair]]:
-    """The JSON the model sees: pair ids p1.., note aliases n1.. (never the stored ids)."""
-    aliases: dict[str, str] = {}
-    items: list[dict[str, object]] = []
-    by_pair: dict[str, CandidatePair] = {}
-    for k, pair in enumerate(batch, start=1):
-        pid = f"p{k}"
-        by_pair[pid] = pair
-        sides = []
-        for nid in pair.ids:
-            alias = aliases.setdefault(nid, f"n{len(aliases) + 1}")
-            sides.append({"alias": alias, "type": notes[nid].type, "text": notes[nid].content})
-        items.append({"pair": pid, "a": sides[0], "b": sides[1]})
-    return items, by_pair
-
-
-def check_verdicts(
-    replied: Sequence[tuple[str, str, float, str]], by_pair: dict[str, CandidatePair]
-) -> tuple[list[Verdict], dict[str, str]]:
-    """Keep exactly one verdict per known pair; every other pair is dropped with its reason.
-
-    ``replied`` holds (pair, relation, confidence, reason) as the model sent them.
-    """
-    counts: dict[str, int] = {}
-    for pid, *_ in replied:
-        counts[pid] = counts.get(pid, 0) + 1
-    dropped: dict[str, str] = {}
-    verdicts: list[Verdict] = []
-    for pid, relation, confidence, reason in replied:
-        if pid not in by_pair:
-            dropped[pid] = "unknown pair id"
-        elif counts[pid] > 1:
-            dropped[pid] = "more than one verdict for the pair"
-        elif relation not in {r.value for r in Relation}:
-            dropped[pid] = f"unknown relation {relation[:40]!r}"
-        else:
-            verdicts.append(Verdict(by_pair[pid], relation, float(confidence), reason[:300]))
-    for pid in by_pair:
-        if pid not in counts:
-            dropped[pid] = "no verdict for the pair"
-    return verdicts, dropped
-
-
-def problems(replied: Sequence[tuple[str, str, float, str]], by_pair: dict[str, CandidatePair]) -> str:
-    """One line for a re-ask, empty when the reply is complete and clean."""
-    _, dropped = check_verdicts(replied, by_pair)
-    return "; ".join(f"{pid}: {why}" for pid, why in sorted(dropped.items()))
 
 
 def _created(note: Note) -> datetime:

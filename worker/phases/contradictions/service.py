@@ -1,14 +1,17 @@
-"""The contradictions phase: find similar pairs in a scope, have them classified, apply policy.
+"""The contradictions phase: find candidate pairs in a scope, judge them as topics, apply policy.
 
-Short read → pure plan → model calls (no transaction open) → one short transaction per pair.
+Short read → candidates from three sources → topics → model calls in rounds (no transaction
+open), re-planned after each round → one short transaction per decision → steps.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
 
 import structlog
 from pydantic import BaseModel, Field
@@ -29,20 +32,26 @@ from worker.phases.contradictions.core import (
     OPEN,
     CandidatePair,
     Decision,
-    PairPlan,
     PolicySettings,
     Verdict,
     append_comment,
     apply_order,
-    batches,
-    check_verdicts,
     decide,
     flagged_comment,
-    plan_pairs,
-    problems,
-    prompt_pairs,
     resolved_comment,
     rule_verdict,
+)
+from worker.phases.contradictions.topics import (
+    Call,
+    Topic,
+    TopicVerdict,
+    check_topic_reply,
+    follow_retirements,
+    isolate_suspicious,
+    pack_calls,
+    plan_topics,
+    prompt_topics,
+    topic_decisions,
 )
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
@@ -50,6 +59,7 @@ from worker.safety.crashpoints import crashpoint
 from worker.safety.guard import check_retire, record_trip
 from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
+from worker.similarity.candidates import FrameSettings, same_frame_pairs, source_counts, union_edges
 
 log = structlog.get_logger(__name__)
 
@@ -59,43 +69,99 @@ JUDGEMENT_KIND = "pair"
 REVIEW_KIND = "contradiction"
 REVIEW_FLAG = "contradiction_review"
 LINEAGE = {"conflict": "superseded", "equivalent": "duplicate", "subsumed": "subsumed"}
+RULE_STEP_PAIRS = 50  # rule verdicts recorded per child step
 
 COUNTERS = (
     "pairs_considered", "pairs_judged", "conflicts_resolved", "conflicts_flagged",
-    "equivalents_merged", "pairs_skipped_stale", "tokens_in", "tokens_out",
+    "equivalents_merged", "pairs_skipped_stale", "tokens_in", "tokens_out", "verdicts_wasted",
 )
 
 
-class PairVerdict(BaseModel):
-    pair: str
-    relation: Literal["independent", "equivalent", "a_subsumes_b", "b_subsumes_a", "conflicting"]
+class ValueReply(BaseModel):
+    notes: list[str] = Field(max_length=100)
+    fullest: str | None = None
+
+
+class AttributeReply(BaseModel):
+    name: str = Field("", max_length=300)
     confidence: float = Field(ge=0.0, le=1.0)
     reason: str = Field("", max_length=1000)
+    values: list[ValueReply] = Field(max_length=100)
+
+
+class TopicReply(BaseModel):
+    topic: str
+    attributes: list[AttributeReply] = Field(default_factory=list, max_length=50)
 
 
 class ContradictionReply(BaseModel):
-    verdicts: list[PairVerdict]
+    topics: list[TopicReply]
 
 
 @dataclass
-class BatchResult:
-    """One question to the judge and what came back, before anything is applied."""
+class CallResult:
+    """One prompt to the judge and what came back, before anything is applied."""
 
-    pairs: list[CandidatePair]
-    by_pair: dict[str, CandidatePair]
-    verdicts: list[Verdict] = field(default_factory=list)
+    call: Call
+    round: int
+    alias_of: dict[str, str] = field(default_factory=dict)
+    by_topic: dict[str, Topic] = field(default_factory=dict)
+    verdicts: list[TopicVerdict] = field(default_factory=list)
     dropped: dict[str, str] = field(default_factory=dict)
-    open: list[CandidatePair] = field(default_factory=list)
     outcome: Outcome[ContradictionReply] | None = None
     template_hash: str | None = None
-    started: float = 0.0
     duration_ms: float = 0.0
+    actions: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
 class Loaded:
     notes: dict[str, Note]
-    plan: PairPlan
+    pairs: list[CandidatePair]  # fresh candidates: not remembered, not two same-run notes
+    counters: dict[str, Any]
+
+
+@dataclass
+class PhaseBudget:
+    """The phase's own cap on model calls and tokens (per run and scope), thread-safe."""
+
+    max_calls: int | None
+    max_tokens: int | None
+    calls: int = 0
+    tokens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def reserve(self) -> bool:
+        with self._lock:
+            if self.max_calls is not None and self.calls >= self.max_calls:
+                return False
+            if self.max_tokens is not None and self.tokens >= self.max_tokens:
+                return False
+            self.calls += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self.calls -= 1
+
+    def charge(self, tokens: int) -> None:
+        with self._lock:
+            self.tokens += tokens
+
+    def calls_left(self) -> int | None:
+        with self._lock:
+            return None if self.max_calls is None else self.max_calls - self.calls
+
+    def affords(self, estimated_tokens: int) -> bool:
+        with self._lock:
+            if self.max_calls is not None and self.calls >= self.max_calls:
+                return False
+            return self.max_tokens is None or self.tokens + estimated_tokens <= self.max_tokens
+
+
+def _calls_left(ctx: PhaseContext) -> int | None:
+    b = ctx.budget
+    return None if b.max_calls is None else b.max_calls - b.calls
 
 
 def _policy(ctx: PhaseContext) -> PolicySettings:
@@ -103,8 +169,14 @@ def _policy(ctx: PhaseContext) -> PolicySettings:
     return PolicySettings(s.min_confidence, s.newer_wins_days, s.high_importance)
 
 
-def load_candidates(app: Any, scope: Scope, run_id: str | None, max_pairs: int | None) -> Loaded:
-    """Two short reads per scope (notes + memory), FAISS range search in between."""
+def load_candidates(app: Any, scope: Scope, run_id: str | None) -> Loaded:
+    """Short reads per scope (notes, memory, the run's steps); candidate search in between.
+
+    Candidates: cosine neighbours at the threshold ∪ clusters this run's consolidation did
+    not merge ∪ same-frame pairs. Each source's contribution is counted for the step.
+    """
+    from worker.phases.consolidate.service import unmerged_clusters
+
     settings = app.settings
     with app.uow() as uow:
         snap = uow.notes.load_scope(scope)
@@ -119,187 +191,337 @@ def load_candidates(app: Any, scope: Scope, run_id: str | None, max_pairs: int |
     with app.uow() as uow:
         produced = uow.notes.inserted_by_run(run_id, scope) if run_id else set()
         judged = uow.judgements.judged_pairs(scope, JUDGEMENT_KIND)
-    neighbours = neighbour_pairs(
-        snap.vectors, settings.contradictions.threshold, settings.ann_threshold
-    )
-    fps = [fingerprint_notes([snap.notes[i], snap.notes[j]]) for i, j, _ in neighbours]
+        clusters = unmerged_clusters(uow, run_id) if run_id else []
+    s = settings.contradictions
+    row = {n.id: k for k, n in enumerate(snap.notes)}
+    cosine = neighbour_pairs(snap.vectors, s.threshold, settings.ann_threshold)
+    frames = same_frame_pairs([n.content for n in snap.notes],
+                              FrameSettings(max_span=s.frame_max_span, min_frame=s.frame_min_words))
+    cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
+    edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs)
+    counters: dict[str, Any] = {
+        f"candidates_{k}": v for k, v in source_counts(edges).items()}
+    counters["generic_frames_skipped"] = frames.generic_frames
+    fps = {(e.i, e.j): fingerprint_notes([snap.notes[e.i], snap.notes[e.j]]) for e in edges}
     with app.uow() as uow:
-        known = set(uow.judgements.known(scope, JUDGEMENT_KIND, fps)) if fps else set()
-    plan = plan_pairs(
-        snap.notes, neighbours, produced_this_run=produced, known_fingerprints=known,
-        judged_id_pairs=judged, max_pairs=max_pairs,
-    )
-    return Loaded(snap.by_id(), plan)
+        known = set(uow.judgements.known(scope, JUDGEMENT_KIND, fps.values())) if fps else set()
+    pairs: list[CandidatePair] = []
+    same_run = remembered = 0
+    for e in edges:
+        a, b = snap.notes[e.i], snap.notes[e.j]
+        if b.id < a.id:
+            a, b = b, a
+        if a.id in produced and b.id in produced:
+            same_run += 1
+            continue
+        fp = fps[(e.i, e.j)]
+        if fp in known:
+            remembered += 1
+            continue
+        pairs.append(CandidatePair(a.id, b.id, e.similarity, fp, (a.id, b.id) in judged,
+                                   tuple(sorted(e.sources))))
+    pairs.sort(key=lambda p: (p.judged_before, -p.similarity, p.a_id, p.b_id))
+    counters.update(pairs_considered=len(edges), pairs_skipped_same_run=same_run,
+                    pairs_remembered=remembered)
+    return Loaded(snap.by_id(), pairs, counters)
 
 
 def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
-    settings = ctx.settings.contradictions
     llm: LLMClient | None = ctx.app.llm
-    # The rule judge costs nothing, so it is not capped; the cap is for model calls.
-    loaded = load_candidates(
-        ctx.app, ctx.scope, ctx.run_id, settings.max_pairs_per_run if llm is not None else None
-    )
-    plan, notes = loaded.plan, loaded.notes
+    loaded = load_candidates(ctx.app, ctx.scope, ctx.run_id)
+    notes = loaded.notes
     counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
-    counters.update(pairs_considered=plan.considered, pairs_skipped_same_run=plan.skipped_same_run,
-                    pairs_remembered=plan.remembered, pairs_deferred=plan.deferred,
-                    pairs_open=0, pairs_dropped=0)
-    if not plan.selected:
-        status = StepStatus.NO_ITEMS.value if plan.considered == 0 else StepStatus.SUCCEEDED.value
+    counters.update(loaded.counters, judge="llm" if llm is not None else "rules")
+    if not loaded.pairs:
+        status = StepStatus.NO_ITEMS.value if not counters["pairs_considered"] else \
+            StepStatus.SUCCEEDED.value
         return PhaseReport(phase=PHASE, status=status, counters=counters)
-
-    groups = batches(plan.selected, settings.pairs_per_call)
+    applier = Applier(ctx, parent_step_id, notes, counters)
     if llm is None:
-        results = [_rule_batch(b, notes) for b in groups]
-    else:
-        results = _ask_all(ctx, llm, groups, notes)
+        _judge_with_rules(ctx, parent_step_id, loaded.pairs, applier)
+        applier.finish()
+        return PhaseReport(phase=PHASE, status=StepStatus.SUCCEEDED.value, counters=counters)
 
-    outcomes = _apply(ctx, parent_step_id, results, notes, counters)
-    _record_batches(ctx, parent_step_id, results, outcomes)
-
-    calls = sum(r.outcome.attempts for r in results if r.outcome is not None)
+    results, deferred = _judge_topics(ctx, llm, loaded.pairs, applier)
+    applier.finish()
+    _record_calls(ctx, parent_step_id, results)
     counters["tokens_in"] = sum(r.outcome.tokens_in for r in results if r.outcome is not None)
     counters["tokens_out"] = sum(r.outcome.tokens_out for r in results if r.outcome is not None)
-    counters["pairs_open"] = sum(len(r.open) for r in results)
-    counters["pairs_dropped"] = sum(len(r.dropped) for r in results)
-    budget_hit = any(r.outcome is not None and r.outcome.status == "budget_exhausted"
-                     for r in results)
+    calls = sum(r.outcome.attempts for r in results if r.outcome is not None)
+    counters["calls"] = calls
+    counters["topics_dropped"] = sum(len(r.dropped) for r in results)
+    counters["topics_deferred"] = len(deferred)
+    if deferred:
+        oldest = min(t.waiting_since for t in deferred)
+        counters["oldest_deferral_days"] = round((ctx.now - oldest).total_seconds() / 86400, 1)
+    budget_hit = bool(deferred) or any(
+        r.outcome is not None and r.outcome.status == "budget_exhausted" for r in results)
     log.info("contradictions.finished", run_id=ctx.run_id, scope=ctx.scope.key,
              **{k: v for k, v in counters.items() if isinstance(v, int)})
     return PhaseReport(
         phase=PHASE, status=StepStatus.SUCCEEDED.value, counters=counters,
         tokens_in=counters["tokens_in"], tokens_out=counters["tokens_out"], calls=calls,
-        reason="model budget exhausted; remaining pairs wait for a later run" if budget_hit else None,
+        reason="model budget exhausted; remaining topics wait for a later run"
+        if budget_hit else None,
     )
 
 
-# ---- judging --------------------------------------------------------------------------------
+# ---- judging with a model: topics in rounds -------------------------------------------------
 
-def _rule_batch(batch: list[CandidatePair], notes: dict[str, Note]) -> BatchResult:
-    result = BatchResult(batch, {f"p{k}": p for k, p in enumerate(batch, start=1)})
-    for pair in batch:
-        relation, reason = rule_verdict(notes[pair.a_id], notes[pair.b_id])
-        if relation == OPEN:
-            result.open.append(pair)
-        else:
-            result.verdicts.append(Verdict(pair, relation, 1.0, reason))
-    return result
+def _suspicious(notes: dict[str, Note], pairs: list[CandidatePair]) -> frozenset[str]:
+    return frozenset(
+        nid for p in pairs for nid in p.ids
+        if any(f.startswith("injection") for f in notes[nid].flags)
+        or injection_signals(notes[nid].content))
 
 
-def _ask_all(
-    ctx: PhaseContext, llm: LLMClient, groups: list[list[CandidatePair]], notes: dict[str, Note]
-) -> list[BatchResult]:
-    # Model calls run concurrently and no transaction is open while they do.
-    workers = max(1, min(ctx.settings.llm_concurrency, len(groups)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="contradictions") as pool:
-        return list(pool.map(lambda b: _ask_batch(ctx, llm, b, notes), groups))
+def _judge_topics(
+    ctx: PhaseContext, llm: LLMClient, pairs: list[CandidatePair], applier: Applier,
+) -> tuple[list[CallResult], list[Topic]]:
+    """Rounds of at most ``llm_concurrency`` concurrent calls; after each round the applied
+    retirements re-plan the rest, so no question is ever spent on a note already retired."""
+    s = ctx.settings.contradictions
+    notes = applier.notes
+    budget = PhaseBudget(s.max_calls_per_run, s.max_tokens_per_run)
+    suspicious = _suspicious(notes, pairs)
+    applier.counters["notes_isolated"] = len(suspicious)
+    results: list[CallResult] = []
+    asked: set[tuple[str, str]] = set()
+    pending, deferred = pairs, []
+    round_no = 0
+    while pending:
+        round_no += 1
+        active = {k: n for k, n in notes.items() if n.id not in applier.retired}
+        planned = isolate_suspicious(plan_topics(pending, active, s.topic_size), suspicious)
+        applier.counters["topics_found"] = applier.counters.get("topics_found", 0) + len(planned)
+        calls = pack_calls(planned, suspicious, s.notes_per_call)
+        # Never more prompts in flight than calls left: the fair order decides who is asked.
+        room = min(x for x in (ctx.settings.llm_concurrency, budget.calls_left(),
+                               _calls_left(ctx)) if x is not None)
+        batch = calls[: max(0, room)]
+        if not batch or ctx.budget.exhausted or not budget.affords(0):
+            deferred = planned
+            break
+        with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix=PHASE) as pool:
+            ask_one = partial(_ask_call, ctx, llm, notes=notes, budget=budget, round_no=round_no)
+            done = list(pool.map(ask_one, batch))
+        for result in done:
+            results.append(result)
+            for verdict in result.verdicts:
+                result.actions.extend(applier.apply_topic(verdict))
+            for t in result.call.topics:
+                asked.update(p.ids for p in t.pairs)
+        unasked = [t for c in calls[len(batch):] for t in c.topics]
+        unasked += [t for r in done if r.outcome is not None
+                    and r.outcome.status == "budget_exhausted" for t in r.call.topics]
+        if any(r.outcome is not None and r.outcome.status == "budget_exhausted" for r in done):
+            deferred = unasked
+            break
+        active = {k: n for k, n in notes.items() if n.id not in applier.retired}
+        pending = follow_retirements(pending, applier.retired_into, asked, active)
+    applier.counters["rounds"] = round_no
+    applier.counters["topics_judged"] = sum(len(r.verdicts) for r in results)
+    return results, deferred
 
 
-def _ask_batch(
-    ctx: PhaseContext, llm: LLMClient, batch: list[CandidatePair], notes: dict[str, Note]
-) -> BatchResult:
-    items, by_pair = prompt_pairs(batch, notes)
-    result = BatchResult(batch, by_pair, started=time.perf_counter())
-    prompt = render_prompt(PROMPT, {"pairs": items, "pair_ids": list(by_pair)})
+def _ask_call(
+    ctx: PhaseContext, llm: LLMClient, call: Call, *, notes: dict[str, Note],
+    budget: PhaseBudget, round_no: int,
+) -> CallResult:
+    from worker.privacy import outbound_text
+
+    redact = ctx.settings.privacy.redact
+    texts = {nid: outbound_text(notes[nid].content, redact_pii=redact) for nid in call.note_ids}
+    items, alias_of, by_topic = prompt_topics(call, notes, texts)
+    result = CallResult(call, round_no, alias_of, by_topic)
+    started = time.perf_counter()
+    prompt = render_prompt(PROMPT, {"topics": items, "topic_ids": list(by_topic)})
     result.template_hash = prompt.template_hash
-    last_reply: list[list[tuple[str, str, float, str]]] = []
+    estimate = (len(prompt.system) + len(prompt.user)) // 4
+    last_reply: list[list[dict[str, object]]] = []
 
     def validate(reply: ContradictionReply) -> None:
-        replied: list[tuple[str, str, float, str]] = [
-            (v.pair, str(v.relation), v.confidence, v.reason) for v in reply.verdicts]
+        replied = [t.model_dump() for t in reply.topics]
         last_reply.append(replied)
-        problem = problems(replied, by_pair)
-        if problem:
-            raise ReplyRejected(f"every pair needs exactly one verdict: {problem}"[:300])
+        _, dropped = check_topic_reply(replied, alias_of, by_topic)
+        if dropped:
+            problem = "; ".join(f"{tid}: {why}" for tid, why in sorted(dropped.items()))
+            raise ReplyRejected(f"every topic needs exactly one clean answer: {problem}"[:300])
 
-    outcome = ask(llm, prompt, ContradictionReply, validate=validate,
-                  reserve=ctx.budget.try_reserve_call, charge=ctx.budget.charge)
+    def reserve() -> bool:
+        if not budget.affords(estimate) or not budget.reserve():
+            return False
+        if not ctx.budget.try_reserve_call():
+            budget.release()
+            return False
+        return True
+
+    def charge(tokens: int) -> None:
+        budget.charge(tokens)
+        ctx.budget.charge(tokens)
+
+    outcome = ask(llm, prompt, ContradictionReply, validate=validate, reserve=reserve,
+                  charge=charge)
     result.outcome = outcome
-    result.duration_ms = (time.perf_counter() - result.started) * 1000
+    result.duration_ms = (time.perf_counter() - started) * 1000
     if last_reply:
-        # After the re-asks, keep the pairs the last parsed reply answered cleanly; a missing,
-        # doubled or unknown pair changes nothing for that pair (R12).
-        result.verdicts, result.dropped = check_verdicts(last_reply[-1], by_pair)
+        # After the re-asks, keep the topics the last parsed reply answered cleanly; a missing,
+        # doubled or malformed topic changes nothing for its notes (R12).
+        result.verdicts, result.dropped = check_topic_reply(last_reply[-1], alias_of, by_topic)
     else:
-        result.dropped = {pid: outcome.reason or outcome.status for pid in by_pair}
+        result.dropped = {tid: outcome.reason or outcome.status for tid in by_topic}
     if result.dropped:
-        log.warning("contradictions.pairs_dropped", run_id=ctx.run_id, scope=ctx.scope.key,
+        log.warning("contradictions.topics_dropped", run_id=ctx.run_id, scope=ctx.scope.key,
                     dropped=len(result.dropped), status=outcome.status, attempts=outcome.attempts)
     return result
 
 
+# ---- judging with rules: pairs --------------------------------------------------------------
+
+def _judge_with_rules(
+    ctx: PhaseContext, parent_step_id: str, pairs: list[CandidatePair], applier: Applier,
+) -> None:
+    """No model: rules settle identity and containment; every other pair stays open."""
+    notes = applier.notes
+    verdicts: list[Verdict] = []
+    open_pairs_: list[CandidatePair] = []
+    for pair in pairs:
+        relation, reason = rule_verdict(notes[pair.a_id], notes[pair.b_id])
+        if relation == OPEN:
+            open_pairs_.append(pair)
+        else:
+            verdicts.append(Verdict(pair, relation, 1.0, reason))
+    applier.counters["pairs_open"] = len(open_pairs_)
+    policy = _policy(ctx)
+    entries = []
+    for v in apply_order(verdicts, notes):
+        a, b = notes[v.pair.a_id], notes[v.pair.b_id]
+        entries.append((v, applier.apply(v, decide(v, a, b, policy))))
+    with ctx.uow() as uow:
+        uow.check_lease(ctx.run_id, ctx.epoch)
+        for k in range(0, len(entries), RULE_STEP_PAIRS):
+            chunk = entries[k: k + RULE_STEP_PAIRS]
+            ctx.steps.child(uow, parent_step_id, PHASE, ChildStep(
+                name="rules", status=StepStatus.SUCCEEDED.value,
+                input={"batch": k // RULE_STEP_PAIRS + 1, "judge": "rules",
+                       "pairs": [_pair_json(v.pair) for v, _ in chunk]},
+                output={"verdicts": [{"a": v.pair.a_id, "b": v.pair.b_id, "relation": v.relation,
+                                      "confidence": v.confidence, "reason": v.reason, **entry}
+                                     for v, entry in chunk], "dry_run": ctx.dry_run}))
+        # Open pairs get one child each ({"verdict": "open"}, note_ids) so the host API can
+        # list them; capped per run, the rest stay reachable through open_pairs().
+        for pair in open_pairs_[: ctx.settings.contradictions.max_open_steps]:
+            ctx.steps.child(uow, parent_step_id, PHASE, _open_step(pair))
+        uow.commit()
+
+
+def _pair_json(pair: CandidatePair) -> dict[str, Any]:
+    return {"a": pair.a_id, "b": pair.b_id, "similarity": pair.similarity,
+            "judged_before": pair.judged_before, "sources": list(pair.sources)}
+
+
 # ---- applying -------------------------------------------------------------------------------
 
-def _apply(
-    ctx: PhaseContext, parent_step_id: str, results: list[BatchResult], notes: dict[str, Note],
-    counters: dict[str, Any],
-) -> dict[tuple[str, str], dict[str, Any]]:
-    """Apply every verdict in a fixed order; returns what happened to each pair (for the steps)."""
-    policy = _policy(ctx)
-    retired: set[str] = set()  # revoked by this phase already: never applied twice
-    done: dict[tuple[str, str], dict[str, Any]] = {}
-    remember: list[Verdict] = []
-    guard_reason: str | None = None
-    guarded: list[str] = []
-    verdicts = [v for r in results for v in r.verdicts]
-    suspicious = frozenset(
-        nid for v in verdicts for nid in v.pair.ids
-        if any(f.startswith("injection") for f in notes[nid].flags)
-        or injection_signals(notes[nid].content)
-    )
-    counters["pairs_judged"] = len(verdicts)
-    for verdict in apply_order(verdicts, notes):
-        a, b = notes[verdict.pair.a_id], notes[verdict.pair.b_id]
-        decision = decide(verdict, a, b, policy, suspicious)
+class Applier:
+    """Applies decisions one short transaction each and keeps what this run retired."""
+
+    def __init__(self, ctx: PhaseContext, parent_step_id: str, notes: dict[str, Note],
+                 counters: dict[str, Any]) -> None:
+        self.ctx, self.parent_step_id, self.notes, self.counters = ctx, parent_step_id, notes, counters
+        self.policy = _policy(ctx)
+        self.retired: set[str] = set()
+        self.retired_into: dict[str, str] = {}
+        self.remember: dict[tuple[str, str], Verdict] = {}
+        self.guard_reason: str | None = None
+        self.guarded: list[str] = []
+
+    def apply_topic(self, verdict: TopicVerdict) -> list[dict[str, Any]]:
+        """Every decision the topic's answer implies, in order; unmentioned pairs remembered."""
+        suspicious = _suspicious(self.notes, list(verdict.topic.pairs))
+        entries = []
+        covered: set[tuple[str, str]] = set()
+        for pd in topic_decisions(verdict, self.notes, self.policy, suspicious):
+            covered.add(pd.verdict.pair.ids)
+            entry = self.apply(pd.verdict, pd.decision)
+            entries.append({"a": pd.verdict.pair.a_id, "b": pd.verdict.pair.b_id,
+                            "relation": pd.verdict.relation, **entry})
+        for p in verdict.topic.pairs:
+            if p.ids not in covered and not (set(p.ids) & self.retired):
+                self.remember.setdefault(p.ids, Verdict(p, "independent", 1.0,
+                                                        "not one attribute's values"))
+        self.counters["pairs_judged"] += len(verdict.topic.pairs)
+        return entries
+
+    def apply(self, verdict: Verdict, decision: Decision) -> dict[str, Any]:
+        ctx, counters = self.ctx, self.counters
+        a, b = self.notes[verdict.pair.a_id], self.notes[verdict.pair.b_id]
         entry: dict[str, Any] = {"action": decision.action, "kind": decision.kind}
         if decision.winner_id:
             entry["winner"] = decision.winner_id
-        done[verdict.pair.ids] = entry
-        if a.id in retired or b.id in retired:
-            entry["action"] = "skipped"
-            entry["why"] = "a note of the pair was already retired in this run"
-            continue
+        if decision.why:
+            entry["why"] = decision.why
+        if a.id in self.retired or b.id in self.retired:
+            # Planning never asks about a retired note; were one to slip through, it is counted.
+            counters["verdicts_wasted"] += 1
+            entry.update(action="skipped", why="a note of the pair was already retired in this run")
+            return entry
         if decision.action == "none":
-            remember.append(verdict)
-            continue
-        if decision.action == "revoke" and guard_reason is not None:
-            guarded.append(decision.loser_id or "")
+            self.remember[verdict.pair.ids] = verdict
+            return entry
+        if decision.action == "revoke" and self.guard_reason is not None:
+            self.guarded.append(decision.loser_id or "")
             entry["action"] = "guarded"
-            continue
+            return entry
         if ctx.dry_run:
             entry["dry_run"] = True
             result = "ok"
         elif decision.action == "revoke":
-            result = _revoke(ctx, verdict, decision, notes)
+            result = _revoke(ctx, verdict, decision, self.notes)
         else:
             result = "ok" if _flag(ctx, verdict, a, b, decision) else "stale"
         if result.startswith("guard:"):
             # The blast-radius guard said no (R20): this and every later revocation stays undone.
-            guard_reason = result.removeprefix("guard:")
-            guarded.append(decision.loser_id or "")
+            self.guard_reason = result.removeprefix("guard:")
+            self.guarded.append(decision.loser_id or "")
             entry["action"] = "guarded"
-            continue
+            return entry
         if result == "stale":
             entry["action"] = "stale"
             counters["pairs_skipped_stale"] += 1
-            continue
+            return entry
         if decision.action == "revoke":
-            assert decision.loser_id is not None
-            retired.add(decision.loser_id)
+            assert decision.loser_id is not None and decision.winner_id is not None
+            self.retired.add(decision.loser_id)
+            self.retired_into[decision.loser_id] = decision.winner_id
             key = "conflicts_resolved" if decision.kind == "conflict" else "equivalents_merged"
             counters[key] += 1
         else:
             counters["conflicts_flagged"] += 1
-    if guard_reason is not None:
-        counters["pairs_guarded"] = len(guarded)
-        record_trip(ctx, parent_step_id, PHASE, guard_reason, guarded)
-    if remember and not ctx.dry_run:
+        return entry
+
+    def finish(self) -> None:
+        """Record the guard's trip and remember every settled pair at its current versions."""
+        ctx = self.ctx
+        if self.guard_reason is not None:
+            self.counters["pairs_guarded"] = len(self.guarded)
+            record_trip(ctx, self.parent_step_id, PHASE, self.guard_reason, self.guarded)
+        remember = [v for ids, v in self.remember.items() if not set(ids) & self.retired]
+        if not remember or ctx.dry_run:
+            return
         with ctx.uow() as uow:
             uow.check_lease(ctx.run_id, ctx.epoch)
+            current = uow.notes.versions({i for v in remember for i in v.pair.ids})
             for v in remember:
-                _remember(ctx, uow, v, notes)
+                pair = [self.notes[i] for i in v.pair.ids]
+                if any(current.get(n.id, (0, ""))[1] != NoteStatus.ACTIVE.value for n in pair):
+                    continue
+                # At the versions now stored (a flag may have moved one), so the next run
+                # does not ask again about an unchanged pair.
+                pair = [replace(n, version=current[n.id][0]) for n in pair]
+                uow.judgements.record(ctx.scope, JUDGEMENT_KIND, fingerprint_notes(pair),
+                                      [n.id for n in pair], v.relation, v.reason, ctx.run_id,
+                                      ctx.now)
             uow.commit()
-    return done
 
 
 def _fresh(uow: Any, *members: Note) -> bool:
@@ -387,21 +609,11 @@ def _flag(ctx: PhaseContext, verdict: Verdict, a: Note, b: Note, decision: Decis
 
 # ---- steps ----------------------------------------------------------------------------------
 
-def _record_batches(
-    ctx: PhaseContext, parent_step_id: str, results: list[BatchResult],
-    done: dict[tuple[str, str], dict[str, Any]],
-) -> None:
-    # Open pairs get one child each ({"verdict": "open"}, note_ids) so the host API can list
-    # them; capped per run, the rest stay reachable through open_pairs().
-    open_budget = ctx.settings.contradictions.max_pairs_per_run
+def _record_calls(ctx: PhaseContext, parent_step_id: str, results: list[CallResult]) -> None:
     with ctx.uow() as uow:
         uow.check_lease(ctx.run_id, ctx.epoch)
         for k, r in enumerate(results, start=1):
-            if r.outcome is not None or r.verdicts:
-                ctx.steps.child(uow, parent_step_id, PHASE, _batch_step(ctx, k, r, done))
-            for pair in r.open[: max(0, open_budget)]:
-                ctx.steps.child(uow, parent_step_id, PHASE, _open_step(pair))
-            open_budget -= len(r.open)
+            ctx.steps.child(uow, parent_step_id, PHASE, _call_step(ctx, k, r))
         uow.commit()
 
 
@@ -409,36 +621,35 @@ def _open_step(pair: CandidatePair) -> ChildStep:
     return ChildStep(
         name="open_pair", status=StepStatus.SKIPPED.value,
         input={"note_ids": list(pair.ids), "similarity": pair.similarity,
-               "fingerprint": pair.fingerprint},
+               "fingerprint": pair.fingerprint, "sources": list(pair.sources)},
         output={"verdict": OPEN, "reason": "the rule-based judge cannot settle this pair",
                 "similarity": pair.similarity},
     )
 
 
-def _batch_step(
-    ctx: PhaseContext, number: int, r: BatchResult, done: dict[tuple[str, str], dict[str, Any]]
-) -> ChildStep:
-    pid_of = {p.ids: pid for pid, p in r.by_pair.items()}
-    pairs = [{"pair": pid_of[p.ids], "a": p.a_id, "b": p.b_id, "similarity": p.similarity,
-              "judged_before": p.judged_before} for p in r.pairs]
-    verdicts: list[dict[str, Any]] = [
-        {"pair": pid_of[v.pair.ids], "relation": v.relation, "confidence": v.confidence,
-         "reason": v.reason, **done.get(v.pair.ids, {})}
-        for v in r.verdicts
-    ]
-    output: dict[str, Any] = {"verdicts": verdicts, "dry_run": ctx.dry_run}
+def _call_step(ctx: PhaseContext, number: int, r: CallResult) -> ChildStep:
+    tid_of = {t.key: tid for tid, t in r.by_topic.items()}
+    topics_in = [{"topic": tid_of[t.key], "note_ids": list(t.note_ids),
+                  "pairs": [_pair_json(p) for p in t.pairs], "judged_before": t.judged_before,
+                  "waiting_since": t.waiting_since.isoformat()} for t in r.call.topics]
+    answered = [{"topic": tid_of[v.topic.key], "attributes": [
+        {"name": a.name, "confidence": a.confidence, "reason": a.reason,
+         "values": [{"note_ids": list(c.note_ids), "fullest": c.fullest} for c in a.values]}
+        for a in v.attributes]} for v in r.verdicts]
+    output: dict[str, Any] = {"topics": answered, "actions": r.actions, "dry_run": ctx.dry_run,
+                              "aliases": r.alias_of}
     if r.dropped:
-        output["dropped"] = [{"pair": pid, "reason": why} for pid, why in sorted(r.dropped.items())]
+        output["dropped"] = [{"topic": tid, "reason": why} for tid, why in sorted(r.dropped.items())]
     o = r.outcome
-    if o is None:
-        return ChildStep(name="rules", status=StepStatus.SUCCEEDED.value,
-                         input={"batch": number, "judge": "rules", "pairs": pairs}, output=output)
+    assert o is not None
     output["attempts"] = o.attempts
     if o.errors:
         output["errors"] = o.errors
     status = StepStatus.SUCCEEDED.value if r.verdicts else StepStatus.SKIPPED.value
     return ChildStep(
-        name="model", status=status, input={"batch": number, "judge": "llm", "pairs": pairs},
+        name="model", status=status,
+        input={"call": number, "round": r.round, "judge": "llm", "isolated": r.call.isolated,
+               "topics": topics_in},
         output=output, error=None if o.ok else f"{o.status}: {o.reason}"[:300],
         prompt_name=PROMPT, template_hash=r.template_hash, model=o.model or None,
         tokens_in=o.tokens_in, tokens_out=o.tokens_out, duration_ms=r.duration_ms,
@@ -452,19 +663,20 @@ def open_pairs(app: Any, scope: Scope, limit: int | None = None) -> list[dict[st
 
     Read-only apart from embedding notes that lack a vector. Ordered fairly (never judged first,
     then most similar). Each item: a, b (note ids), similarity, fingerprint (ids + versions; pass
-    it back with a verdict so a note changed meanwhile is detected).
+    it back with a verdict so a note changed meanwhile is detected), sources.
     """
     from worker.embeddings.refresh import ensure_scope_embeddings
 
     ensure_scope_embeddings(app, scope)
-    loaded = load_candidates(app, scope, None, None)
+    loaded = load_candidates(app, scope, None)
     out: list[dict[str, Any]] = []
-    for pair in loaded.plan.selected:
+    for pair in loaded.pairs:
         relation, _ = rule_verdict(loaded.notes[pair.a_id], loaded.notes[pair.b_id])
         if relation != OPEN:
             continue
         out.append({"a": pair.a_id, "b": pair.b_id, "similarity": pair.similarity,
-                    "fingerprint": pair.fingerprint, "judged_before": pair.judged_before})
+                    "fingerprint": pair.fingerprint, "judged_before": pair.judged_before,
+                    "sources": list(pair.sources)})
         if limit is not None and len(out) >= limit:
             break
     return out
