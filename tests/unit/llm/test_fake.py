@@ -109,23 +109,23 @@ def test_rules_match_the_notes_not_the_system_prompt_or_template() -> None:
 DEMO = Path(__file__).resolve().parents[3] / "examples" / "fake-llm-demo.json"
 
 
-@pytest.mark.parametrize(("a", "b", "relation"), [
+@pytest.mark.parametrize(("a", "b", "values"), [
     ("Customer uses metric units in every report", "Customer uses imperial units in every report",
-     "conflicting"),
-    ("User prefers dark mode", "User prefers dark mode in the editor", "independent"),
+     [[{"notes": ["n1"]}, {"notes": ["n2"]}]]),
+    ("User prefers dark mode", "User prefers dark mode in the editor", []),
 ])
-def test_demo_script_calls_only_the_units_pair_conflicting(a: str, b: str, relation: str) -> None:
-    """examples/fake-llm-demo.json as its comments say: the metric/imperial pair is
-    conflicting, any other pair independent (the real rendered contradictions prompt, whose
-    system text itself mentions metric and imperial units)."""
+def test_demo_script_calls_only_the_units_pair_conflicting(a: str, b: str, values: list) -> None:
+    """examples/fake-llm-demo.json as its comments say: the metric/imperial notes are two
+    values of one attribute, any other topic states no shared attribute (the real rendered
+    contradictions prompt)."""
     from worker.llm.prompts import render_prompt
 
-    pairs = [{"pair": "p1", "a": {"alias": "n1", "type": "Context", "text": a},
-              "b": {"alias": "n2", "type": "Context", "text": b}}]
-    prompt = render_prompt("contradictions", {"pairs": pairs, "pair_ids": ["p1"]})
-    assert "metric units" in prompt.system
+    topics = [{"topic": "t1", "notes": [
+        {"alias": "n1", "created_at": "2026-01-01", "type": "Context", "text": a},
+        {"alias": "n2", "created_at": "2026-02-01", "type": "Context", "text": b}]}]
+    prompt = render_prompt("contradictions", {"topics": topics, "topic_ids": ["t1"]})
     fake = FakeLLM.from_file(DEMO)
     reply = fake.complete_json(prompt_name="contradictions", system=prompt.system,
                                user=prompt.user, schema={})
-    assert [v["relation"] for v in reply.data["verdicts"]] == [relation]
-    assert [v["pair"] for v in reply.data["verdicts"]] == ["p1"]
+    assert [t["topic"] for t in reply.data["topics"]] == ["t1"]
+    assert [attr["values"] for attr in reply.data["topics"][0]["attributes"]] == values

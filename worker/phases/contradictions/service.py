@@ -328,11 +328,8 @@ def _ask_call(
     ctx: PhaseContext, llm: LLMClient, call: Call, *, notes: dict[str, Note],
     budget: PhaseBudget, round_no: int,
 ) -> CallResult:
-    from worker.privacy import outbound_text
-
-    redact = ctx.settings.privacy.redact
-    texts = {nid: outbound_text(notes[nid].content, redact_pii=redact) for nid in call.note_ids}
-    items, alias_of, by_topic = prompt_topics(call, notes, texts)
+    # Redaction (R29) happens at the one outbound boundary: the App wraps the client.
+    items, alias_of, by_topic = prompt_topics(call, notes)
     result = CallResult(call, round_no, alias_of, by_topic)
     started = time.perf_counter()
     prompt = render_prompt(PROMPT, {"topics": items, "topic_ids": list(by_topic)})
