@@ -225,3 +225,21 @@ def test_r19_text_with_quotes_and_newlines_is_scrubbed_from_every_record(app: Ap
     erase(app, note_id="x")
     assert CANARY not in all_rows_text(app)
     assert set(note_states(app)) == {"y"}
+
+
+def test_r28_host_fuse_sources_come_back_as_they_were(app: App) -> None:
+    """A host fuse zeroes its sources' importance and ends their validity; erasing one source
+    erases the fused note and gives the others back their importance, open validity, active."""
+    from worker.host.fusion import fuse
+
+    add_notes(app, *({"id": f"s{k}", "user_id": "u1", "content": f"likes tea {word}",
+                      "importance": 0.7} for k, word in enumerate((CANARY, "green", "hot"))))
+    fused = fuse(app, ["s0", "s1", "s2"], f"likes tea {CANARY} green hot")
+    assert note_states(app)["s1"]["importance"] == 0.0
+    result = erase(app, note_id="s0")
+    assert result.derived_ids == [fused.note["id"]] and result.restored_ids == ["s1", "s2"]
+    states = note_states(app)
+    for nid in ("s1", "s2"):
+        assert states[nid]["status"] == "active" and states[nid]["importance"] == 0.7
+        assert states[nid]["valid_to"] is None
+    assert CANARY not in all_rows_text(app)

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import structlog
 from sqlalchemy import text
@@ -82,6 +83,17 @@ def plan_survivors(survivors: Iterable[Survivor], erased: set[str]) -> SurvivorP
     return SurvivorPlan(restore, review)
 
 
+def restored_fields(before: dict[str, Any]) -> dict[str, Any]:
+    """What a restored note gets back: active, and the importance / validity it had before it
+    was retired into the erased note (a host fuse zeroes importance and sets valid_to)."""
+    values: dict[str, Any] = {"status": NoteStatus.ACTIVE.value, "valid_to": None}
+    if isinstance(before.get("importance"), int | float):
+        values["importance"] = float(before["importance"])
+    if before.get("valid_to"):
+        values["valid_to"] = datetime.fromisoformat(before["valid_to"])
+    return values
+
+
 def erase(
     app: App, *, user_id: str | None = None, conversation_id: str | None = None,
     note_id: str | None = None,
@@ -128,10 +140,9 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
     # Re-read after erase_notes: it cleared the pointers and scrubbed comments naming erased ids.
     notes = {n.id: n for n in uow.notes.get_many([s.id for s in everyone])}
     current = uow.notes.current_state(notes)
-    changes: dict[str, dict[str, object]] = {}
+    changes: dict[str, dict[str, Any]] = {}
     for s in plan.restore:
-        changes[s.id] = {"status": NoteStatus.ACTIVE.value, "consolidated_into_id": None,
-                         "valid_to": None,
+        changes[s.id] = {**restored_fields(s.before), "consolidated_into_id": None,
                          "comments": append_comment(current[s.id]["comments"], RESTORED_COMMENT)}
     for s in plan.review:
         changes[s.id] = {"consolidated_into_id": None,

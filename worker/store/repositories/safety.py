@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import delete, func, or_, select, update
@@ -48,6 +48,10 @@ class Survivor:
     status: str
     consolidated_into_id: str | None
     relation: str | None  # lineage edge to its pointer's note; None if there is no edge
+    # Tracked fields as they were before it was retired into that note (from the operation log;
+    # empty if the log has no such row): what a restoration gives back, e.g. a host fuse's
+    # importance 0.0 and valid_to.
+    before: dict[str, Any] = field(default_factory=dict)
 
 
 class SafetyRepository:
@@ -193,13 +197,25 @@ class SafetyRepository:
                 select(NoteRow.id).where(NoteRow.consolidated_into_id.in_(chunk))))
         out: list[Survivor] = []
         for chunk in _chunks(sorted(candidates - erased)):
+            retiring: dict[str, dict[str, Any]] = {}
+            for entry in self.session.execute(
+                select(OperationLogRow.entity_id, OperationLogRow.before, OperationLogRow.after)
+                .where(OperationLogRow.entity == "note", OperationLogRow.entity_id.in_(chunk))
+                .order_by(OperationLogRow.id)
+            ):
+                into = (entry.after or {}).get("consolidated_into_id")
+                if into in erased:  # the latest change that retired it into an erased note
+                    retiring[entry.entity_id] = {**(entry.before or {}), "_into": into}
             for row in self.session.execute(
                 select(NoteRow.id, NoteRow.scope_key, NoteRow.status,
                        NoteRow.consolidated_into_id).where(NoteRow.id.in_(chunk))
             ):
                 into = row.consolidated_into_id
                 edge = relation.get((row.id, into)) if into else None
-                out.append(Survivor(row.id, row.scope_key, row.status, into, edge))
+                image = retiring.get(row.id, {})
+                before = ({k: v for k, v in image.items() if k != "_into"}
+                          if image.get("_into") == into else {})
+                out.append(Survivor(row.id, row.scope_key, row.status, into, edge, before))
         return out
 
     def contents(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
