@@ -166,9 +166,7 @@ def create_api(app: App) -> FastAPI:
             return JSONResponse({"error": "not_implemented", "detail": "undo is not available"},
                                 status_code=501)
         result = undo_run(app, run_id, force_cascade=bool(body and body.force_cascade))
-        return {"run_ids": result.run_ids, "restored": result.restored,
-                "retired": result.retired, "overwritten": result.overwritten,
-                "missing": result.missing}
+        return result.as_dict()
 
     # ---- ops ------------------------------------------------------------------------------
     @api.get("/healthz", tags=["ops"])

@@ -61,9 +61,7 @@ class ScopedTools:
 
         self._run(run_id)
         result = undo_run(self.app, run_id, force_cascade=force_cascade)
-        return {"run_ids": result.run_ids, "restored": result.restored,
-                "retired": result.retired, "overwritten": result.overwritten,
-                "missing": result.missing}
+        return result.as_dict()
 
     def _run(self, run_id: str) -> dict[str, Any]:
         from worker.reporting import run_tree

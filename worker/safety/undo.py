@@ -53,6 +53,13 @@ class UndoResult:
     judgements: int = 0  # verdict-memory rows the run(s) recorded, deleted
     reviews: int = 0  # review rows the run(s) recorded, deleted
 
+    def as_dict(self) -> dict[str, Any]:
+        """What the API and the MCP tool answer."""
+        return {"run_ids": self.run_ids, "restored": self.restored, "retired": self.retired,
+                "overwritten": self.overwritten, "missing": self.missing,
+                "examples": self.examples, "judgements": self.judgements,
+                "reviews": self.reviews}
+
 
 def undo_run(app: App, run_id: str, force_cascade: bool = False) -> UndoResult:
     """Revert every change ``run_id`` made, or raise ``UndoRefused`` and change nothing."""
