@@ -110,7 +110,7 @@ def erase(
         seed = uow.safety.subject_note_ids(user_id=user_id, conversation_id=conversation_id,
                                            note_id=note_id)
         if note_id is not None and not seed:
-            raise RunError(f"no note with id {note_id}; list notes with `dream notes list`")
+            raise RunError(f"no note with id {note_id}; find ids with `dream notes export`")
         ids = uow.safety.derived_closure(seed)
         found = uow.safety.contents(ids)
         plan = plan_survivors(uow.safety.retired_into(set(found)), set(found))
@@ -150,8 +150,8 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
     stale = uow.notes.change_many(list(notes.values()), changes, run_id=erase_id,
                                   reason=f"erase of {subject.split()[0]}: a note it stood for "
                                          "was erased", now=now, current=current)
-    if stale:  # cannot happen inside one transaction; refuse rather than half-apply
-        raise RunError(f"note {stale[0]} changed during the erase; run it again")
+    if stale:  # the host wrote to it meanwhile: roll everything back rather than half-apply
+        raise RunError(f"note {stale[0]} changed during the erase; nothing was erased, run it again")
     by_scope: dict[str, list[str]] = {}
     for s in plan.review:
         by_scope.setdefault(s.scope_key, []).append(s.id)
