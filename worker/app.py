@@ -57,10 +57,10 @@ def make_llm(settings: Settings) -> LLMClient | None:
 
 def build_app(
     settings: Settings | None = None, *, llm: LLMClient | None = None,
-    embedder: Embedder | None = None,
+    embedder: Embedder | None = None, create_database: bool = True,
 ) -> App:
     settings = settings or load_settings()
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, create=create_database)
     return App(
         settings=settings,
         engine=engine,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -15,6 +16,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from worker.app import App, build_app
 from worker.clock import parse_timestamp, utcnow
 from worker.config import ConfigError, load_settings
+from worker.domain.limits import ident_problem, text_problem
 from worker.domain.types import PHASES, RunStatus, Scope
 from worker.logging import configure_logging
 
@@ -27,62 +29,88 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.message}", err=True)
+        # The message may quote an argument with a lone surrogate (invalid UTF-8 in argv):
+        # printed escaped, never as a UnicodeEncodeError traceback.
+        line = " ".join(f"error: {self.message}".split())
+        click.echo(line.encode("utf-8", "backslashreplace").decode("utf-8"), err=True)
+
+
+def user_error(exc: BaseException) -> UserError | None:
+    """The one line for an error the user can cause (input, settings, a database that is missing,
+    unreachable or not ours), or None for a bug, which keeps its traceback."""
+    from sqlalchemy.exc import ArgumentError, DatabaseError
+
+    from worker.embeddings.openai_compat import EmbeddingError
+    from worker.host import HostError
+    from worker.ingest import InputError
+    from worker.llm.base import LLMError
+    from worker.runs.service import RunError
+
+    if isinstance(exc, UserError):
+        return exc
+    if isinstance(exc, ConfigError | InputError | RunError | LLMError | EmbeddingError | HostError):
+        return UserError(str(exc))
+    if isinstance(exc, OperationalError):
+        reason = str(exc.orig).splitlines()[0] if exc.orig else "connection failed"
+        if "no such table" in reason or "does not exist" in reason:
+            return UserError(
+                f"the database has no dream-worker schema ({reason}); run `dream db upgrade`")
+        return UserError(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and that "
+                         "the server is running")
+    if isinstance(exc, ProgrammingError):
+        reason = str(exc.orig).splitlines()[0] if exc.orig else "bad schema"
+        return UserError(
+            f"the database schema is missing or out of date ({reason}); run `dream db upgrade`")
+    if isinstance(exc, DatabaseError) and "file is not a database" in str(exc.orig):
+        return UserError("DREAM_DATABASE_URL points at a file that is not an SQLite database; "
+                         "point it at a dream-worker database or a new path")
+    if isinstance(exc, ArgumentError):  # an unparsable DREAM_DATABASE_URL
+        return UserError(f"invalid DREAM_DATABASE_URL ({exc}); use sqlite:///PATH or "
+                         "postgresql://USER@HOST/DB")
+    if isinstance(exc, OSError) and exc.filename is not None:  # a path the user named
+        return UserError(f"cannot use {exc.filename}: {exc.strerror or type(exc).__name__}")
+    return None
 
 
 def user_errors(fn: F) -> F:
-    """Turn every error a user can cause into one clear line (stack traces are for bugs)."""
+    """Turn every error a user can cause into one clear line (stack traces are for bugs).
+    The `dream` group does the same for every command; this keeps direct callers safe."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from worker.embeddings.openai_compat import EmbeddingError
-        from worker.ingest import InputError
-        from worker.llm.base import LLMError
-        from worker.runs.service import RunError
-
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, InputError, RunError, LLMError, EmbeddingError) as exc:
-            raise UserError(str(exc)) from None
-        except OperationalError as exc:
-            reason = str(exc.orig).splitlines()[0] if exc.orig else "connection failed"
-            if "no such table" in reason or "does not exist" in reason:
-                raise UserError(
-                    f"the database has no dream-worker schema ({reason}); run `dream db upgrade`"
-                ) from None
-            raise UserError(
-                f"cannot use the database ({reason}); check DREAM_DATABASE_URL and that the "
-                "server is running"
-            ) from None
-        except ProgrammingError as exc:
-            reason = str(exc.orig).splitlines()[0] if exc.orig else "bad schema"
-            raise UserError(
-                f"the database schema is missing or out of date ({reason}); run `dream db upgrade`"
-            ) from None
+        except Exception as exc:
+            translated = user_error(exc)
+            if translated is None:
+                raise
+            raise translated from None
 
     return wrapper  # type: ignore[return-value]
 
 
-def _app(ctx: click.Context) -> App:
+def _app(ctx: click.Context, create: bool = False) -> App:
+    """The process's App; ``create`` only for commands that may create a missing SQLite file."""
     obj = ctx.ensure_object(dict)
     if "app" not in obj:
         settings = load_settings()
         configure_logging(settings.log_format, obj.get("log_level") or settings.log_level)
-        obj["app"] = build_app(settings)
+        obj["app"] = build_app(settings, create_database=create)
         ctx.call_on_close(obj["app"].dispose)
     return obj["app"]
 
 
-def _lines(path: str) -> Iterable[str]:
+def _lines(path: str) -> Iterable[bytes]:
+    """Raw lines of FILE or stdin; ingest decodes them and names a line that is not UTF-8."""
     if path == "-":
-        return sys.stdin
+        return sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin  # type: ignore[return-value]
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, "rb") as fh:
             return fh.readlines()
     except FileNotFoundError:
         raise UserError(f"file not found: {path}") from None
-    except (UnicodeDecodeError, IsADirectoryError) as exc:
-        raise UserError(f"cannot read {path}: {type(exc).__name__}; expected a UTF-8 JSONL file") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}; expected a UTF-8 JSONL file") from None
 
 
 def _timestamp(value: str | None, name: str) -> datetime | None:
@@ -94,13 +122,50 @@ def _timestamp(value: str | None, name: str) -> datetime | None:
         raise UserError(f"{name}: {exc}") from None
 
 
-class DreamGroup(click.Group):
-    """Usage mistakes (unknown option, bad choice, missing argument) are user errors too: one
-    line, exit 2. Asking for help (a bare group) still prints the help."""
+class FiniteRange(click.FloatRange):
+    """A float option that also refuses nan and inf (FloatRange lets nan through every bound)."""
 
-    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class Ident(click.ParamType):
+    """An id or scope part: what both database backends can store (no NUL, ≤ 64 characters)."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        problem = ident_problem(value) if isinstance(value, str) else None
+        if problem:
+            self.fail(problem, param, ctx)
+        return value
+
+
+IDENT = Ident()
+
+
+def _argument_problem(args: list[str]) -> str | None:
+    """Arguments a shell can pass but no command can use: invalid UTF-8 (decoded by Python as
+    lone surrogates) or NUL characters (only possible from code)."""
+    for position, arg in enumerate(args, start=1):
+        if problem := text_problem(arg):
+            return f"argument {position} {problem}; pass UTF-8 text"
+    return None
+
+
+class DreamGroup(click.Group):
+    """Usage mistakes (unknown option, bad choice, missing argument) and every user error a
+    command raises are one line, exit 2. Asking for help (a bare group) still prints the help."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        if parent is None and (problem := _argument_problem(args)):
+            raise UserError(problem)
         try:
-            return super().make_context(*args, **kwargs)
+            return super().make_context(info_name, args, parent=parent, **extra)
         except click.exceptions.NoArgsIsHelpError:
             raise
         except click.UsageError as exc:
@@ -113,6 +178,13 @@ class DreamGroup(click.Group):
             raise
         except click.UsageError as exc:
             raise _usage_error(exc) from None
+        except click.ClickException:
+            raise
+        except Exception as exc:
+            translated = user_error(exc)
+            if translated is None:
+                raise
+            raise translated from None
 
 
 def _usage_error(exc: click.UsageError) -> UserError:
@@ -142,7 +214,7 @@ def db_upgrade(ctx: click.Context) -> None:
     """Apply all migrations (creates the SQLite file or the pgvector extension as needed)."""
     from worker.store.migrate import upgrade
 
-    app = _app(ctx)
+    app = _app(ctx, create=True)
     upgrade(app.engine)
     click.echo(f"database at head: {app.engine.url.render_as_string(hide_password=True)}")
 
@@ -183,9 +255,9 @@ def notes_import(ctx: click.Context, file: str) -> None:
 
 @notes.command("export")
 @click.option("--status", default=None, help="active, pending, revoked or archived")
-@click.option("--agent", default=None)
-@click.option("--user", default=None)
-@click.option("--company", default=None)
+@click.option("--agent", default=None, type=IDENT)
+@click.option("--user", default=None, type=IDENT)
+@click.option("--company", default=None, type=IDENT)
 @click.option("--with-embedding", is_flag=True, help="Include the stored vectors.")
 @click.pass_context
 @user_errors
@@ -221,9 +293,9 @@ def sessions_import(ctx: click.Context, file: str) -> None:
 
 
 @sessions.command("add")
-@click.option("--agent", required=True)
-@click.option("--user", default=None)
-@click.option("--company", default=None)
+@click.option("--agent", required=True, type=IDENT)
+@click.option("--user", default=None, type=IDENT)
+@click.option("--company", default=None, type=IDENT)
 @click.option("--at", "at", default=None, help="Start time (ISO-8601); default now.")
 @click.pass_context
 @user_errors
@@ -258,9 +330,9 @@ def entities_import(ctx: click.Context, file: str) -> None:
 
 # ---- runs -----------------------------------------------------------------------------------
 @main.command("run")
-@click.option("--agent", default=None)
-@click.option("--user", default=None)
-@click.option("--company", default=None)
+@click.option("--agent", default=None, type=IDENT)
+@click.option("--user", default=None, type=IDENT)
+@click.option("--company", default=None, type=IDENT)
 @click.option("--due", is_flag=True, help="Run every scope the gate finds due.")
 @click.option("--force", is_flag=True,
               help="Bypass the gate (never the lease, never the blast-radius guard).")
@@ -356,7 +428,7 @@ def runs() -> None:
 
 @runs.command("list")
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--limit", default=20, show_default=True)
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000))
 @click.pass_context
 @user_errors
 def runs_list(ctx: click.Context, as_json: bool, limit: int) -> None:

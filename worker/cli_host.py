@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from worker.cli import UserError, _app, user_errors
+from worker.cli import IDENT, FiniteRange, UserError, _app, user_errors
 from worker.domain.types import NoteType, Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -36,14 +36,14 @@ def _scope(agent: str, user: str | None, company: str | None) -> Scope:
 
 
 def _scope_options(fn: F) -> F:
-    fn = click.option("--company", default=None)(fn)
-    fn = click.option("--user", default=None)(fn)
-    return click.option("--agent", required=True, help="Scope: agent id.")(fn)  # type: ignore[return-value]
+    fn = click.option("--company", default=None, type=IDENT)(fn)
+    fn = click.option("--user", default=None, type=IDENT)(fn)
+    return click.option("--agent", required=True, type=IDENT, help="Scope: agent id.")(fn)  # type: ignore[return-value]
 
 
 @click.command("candidates")
 @_scope_options
-@click.option("--threshold", default=0.88, show_default=True, type=click.FloatRange(0, 1))
+@click.option("--threshold", default=0.88, show_default=True, type=FiniteRange(0, 1))
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500))
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -71,7 +71,7 @@ def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: st
 @click.command("fuse")
 @click.argument("source_ids", nargs=-1, required=True)
 @click.option("--content", required=True, help="The fused text (your model's answer).")
-@click.option("--importance", type=click.FloatRange(0, 1), default=None)
+@click.option("--importance", type=FiniteRange(0, 1), default=None)
 @click.option("--strict", is_flag=True, help="Refuse text with facts no source states.")
 @click.pass_context
 @host_errors
@@ -103,7 +103,7 @@ def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
 @click.option("--content", required=True)
 @click.option("--type", "note_type", default="Context", show_default=True,
               type=click.Choice([t.value for t in NoteType], case_sensitive=False))
-@click.option("--importance", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@click.option("--importance", type=FiniteRange(0, 1), default=0.5, show_default=True)
 @click.pass_context
 @host_errors
 def notes_add_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+# Timestamps outside these bounds are refused: the phases subtract look-back windows and add
+# leases to them, which must not overflow Python's year 1..9999 (R31).
+EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -15,4 +20,12 @@ def parse_timestamp(value: str) -> datetime:
         parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except (ValueError, AttributeError):
         raise ValueError(f"not an ISO-8601 timestamp: {value!r} (use e.g. 2026-01-31T09:00:00Z)") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    out_of_range = ValueError(f"timestamp {value!r} is out of range; use a time between "
+                              f"{EARLIEST.date()} and {LATEST.date()}")
+    try:
+        when = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 is year 0 in UTC
+        raise out_of_range from None
+    if not EARLIEST <= when < LATEST:
+        raise out_of_range
+    return when

@@ -152,6 +152,9 @@ class Settings(BaseSettings):
     ann_threshold: int = Field(20000, ge=100)
 
     api_tokens: str | None = None  # JSON: {"token": {"role": "admin"} | {"agent_id":..}}
+    # Largest request body the API reads (checked before authentication); 1 MiB holds the
+    # longest note the host limits allow, JSON-escaped, many times over.
+    api_max_body_bytes: int = Field(1_048_576, ge=1024)
     log_format: Literal["auto", "console", "json"] = "auto"
     log_level: str = "INFO"
 

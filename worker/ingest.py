@@ -6,6 +6,7 @@ A bad line anywhere means nothing is written (R22); the error names the line num
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -16,6 +17,14 @@ import numpy as np
 
 from worker.app import App
 from worker.clock import parse_timestamp, utcnow
+from worker.domain.limits import (
+    INT_MAX,
+    MAX_NESTING,
+    ident_problem,
+    nesting_depth,
+    scope_problem,
+    text_problem,
+)
 from worker.domain.types import NoteStatus, NoteType, Protection, Scope, content_hash
 
 
@@ -41,26 +50,135 @@ class ImportResult:
     duplicates: int = 0
 
 
-def read_jsonl(lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    for number, line in enumerate(lines, start=1):
+MAX_RETENTION_DAYS = 36_500  # a century; longer windows overflow date arithmetic
+
+
+class _NotFinite(Exception):
+    def __init__(self, literal: str) -> None:
+        super().__init__(literal)
+        self.literal = literal
+
+
+def _refuse_constant(literal: str) -> float:
+    raise _NotFinite(literal)  # NaN, Infinity, -Infinity: valid to Python's json, not to JSON
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e400 parses as inf
+        raise _NotFinite(literal)
+    return value
+
+
+def _decoded(lines: Iterable[str | bytes]) -> Iterator[tuple[int, str]]:
+    """Number each line and decode bytes as strict UTF-8, naming the line that is not."""
+    number = 0
+    iterator = iter(lines)
+    while True:
+        number += 1
+        try:
+            line = next(iterator)
+        except StopIteration:
+            return
+        except UnicodeDecodeError:  # a text stream (stdin) decoding as it reads
+            raise InputError(f"line {number}: not valid UTF-8; save the file as UTF-8") from None
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError(f"line {number}: not valid UTF-8; save the file as UTF-8") from None
+        yield number, line
+
+
+def read_jsonl(lines: Iterable[str | bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, object); refuse what either backend could not store the same way."""
+    for number, line in _decoded(lines):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
         except json.JSONDecodeError as exc:
             raise InputError(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except _NotFinite as exc:
+            raise InputError(f"line {number}: {exc.literal[:20]} is not a finite number") from None
+        except RecursionError:
+            raise InputError(f"line {number}: nested more than {MAX_NESTING} levels deep") from None
+        except ValueError:  # an integer literal longer than Python's 4300-digit limit
+            raise InputError(f"line {number}: a number is too large") from None
         if not isinstance(obj, dict):
             raise InputError(f"line {number}: expected a JSON object, got {type(obj).__name__}")
+        if nesting_depth(obj) > MAX_NESTING:
+            raise InputError(f"line {number}: nested more than {MAX_NESTING} levels deep")
+        _check_text(obj, number)
         yield number, obj
 
 
+def _check_text(obj: dict[str, Any], number: int) -> None:
+    """Every key and string value, at any depth: no NUL (PostgreSQL refuses it), no lone
+    surrogate (no UTF-8 encoder can write it). Named by top-level field, never quoted."""
+    for field, value in obj.items():
+        if problem := text_problem(field):
+            raise InputError(f"line {number}: a field name {problem}")
+        stack: list[Any] = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                if problem := text_problem(item):
+                    raise InputError(f"line {number}: {field} {problem}")
+            elif isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+
+
+def _unknown_fields(obj: dict[str, Any], allowed: set[str], number: int) -> None:
+    unknown = sorted(set(obj) - allowed)
+    if unknown:
+        raise InputError(f"line {number}: unknown field {unknown[0]!r}; allowed: "
+                         f"{', '.join(sorted(allowed))}")
+
+
 def _opt_str(obj: dict[str, Any], key: str, number: int) -> str | None:
+    """An id: a non-empty string (or a whole number, taken as its digits) that fits the column."""
     value = obj.get(key)
     if value is None:
         return None
-    if not isinstance(value, str | int) or isinstance(value, bool) or str(value).strip() == "":
+    if not isinstance(value, str | int) or isinstance(value, bool):
         raise InputError(f"line {number}: {key} must be a non-empty string")
-    return str(value)
+    text = str(value)
+    if problem := ident_problem(text):
+        raise InputError(f"line {number}: {key} {problem}")
+    return text
+
+
+def _opt_text(obj: dict[str, Any], key: str, number: int, max_chars: int) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"line {number}: {key} must be a string")
+    if len(value) > max_chars:
+        raise InputError(f"line {number}: {key} has {len(value)} characters; the limit is {max_chars}")
+    return value
+
+
+def _choice(obj: dict[str, Any], key: str, choices: Iterable[str], default: str,
+            number: int) -> str:
+    value = obj.get(key, default)
+    if not isinstance(value, str) or value not in choices:
+        raise InputError(f"line {number}: {key} must be one of {', '.join(sorted(choices))}")
+    return value
+
+
+def _scope(obj: dict[str, Any], number: int) -> Scope:
+    agent_id = _opt_str(obj, "agent_id", number)
+    if agent_id is None:
+        raise InputError(f"line {number}: agent_id is required")
+    scope = Scope(agent_id, _opt_str(obj, "user_id", number), _opt_str(obj, "company_id", number))
+    if problem := scope_problem(scope):
+        raise InputError(f"line {number}: {problem}")
+    return scope
 
 
 def _opt_time(obj: dict[str, Any], key: str, number: int) -> datetime | None:
@@ -82,6 +200,8 @@ def _opt_number(obj: dict[str, Any], key: str, number: int, default: float,
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(f"line {number}: {key} must be a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"line {number}: {key} must be a finite number")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise InputError(f"line {number}: {key} must be between {lo} and {hi}")
     return value
@@ -95,21 +215,14 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
     content = obj.get("content")
     if not isinstance(content, str) or not content.strip():
         raise InputError(f"line {number}: content is required and must be a non-empty string")
-    agent_id = _opt_str(obj, "agent_id", number)
-    if agent_id is None:
-        raise InputError(f"line {number}: agent_id is required")
-    scope = Scope(agent_id, _opt_str(obj, "user_id", number), _opt_str(obj, "company_id", number))
+    scope = _scope(obj, number)
     raw_type = obj.get("type", "Context")
     if not isinstance(raw_type, str) or raw_type.lower() not in _NOTE_TYPES:
         raise InputError(
             f"line {number}: type must be one of {', '.join(t.value for t in NoteType)}"
         )
-    protection = obj.get("protection", Protection.STANDARD.value)
-    if protection not in _PROTECTIONS:
-        raise InputError(f"line {number}: protection must be one of {', '.join(sorted(_PROTECTIONS))}")
-    status = obj.get("status", NoteStatus.ACTIVE.value)
-    if status not in _STATUSES:
-        raise InputError(f"line {number}: status must be one of {', '.join(sorted(_STATUSES))}")
+    protection = _choice(obj, "protection", _PROTECTIONS, Protection.STANDARD.value, number)
+    status = _choice(obj, "status", _STATUSES, NoteStatus.ACTIVE.value, number)
     auto = obj.get("is_auto_generated", True)
     if not isinstance(auto, bool):
         raise InputError(f"line {number}: is_auto_generated must be true or false")
@@ -128,16 +241,23 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
                 f"line {number}: embedding has {len(embedding)} dimensions, the configured "
                 f"embedder uses {dims} (DREAM_EMBEDDING_DIMENSIONS); drop the field to re-embed"
             )
-        vector = np.asarray(embedding, dtype=np.float32)
-        norm = float(np.linalg.norm(vector))
+        # float64 first: a value beyond float32's range would silently become inf.
+        try:
+            wide = np.asarray(embedding, dtype=np.float64)
+        except OverflowError:  # an integer beyond float range
+            wide = np.asarray([math.inf])
+        if not np.isfinite(wide).all() or (np.abs(wide) > np.finfo(np.float32).max).any():
+            raise InputError(f"line {number}: embedding values must be finite float32 numbers")
+        norm = float(np.linalg.norm(wide))
         if norm == 0:
             raise InputError(f"line {number}: embedding is all zeros")
-        vector = vector / norm
+        vector = (wide / norm).astype(np.float32)
     created = _opt_time(obj, "created_at", number) or now
-    access_count = int(_opt_number(obj, "access_count", number, 0, lo=0))
+    access_count = int(_opt_number(obj, "access_count", number, 0, lo=0, hi=INT_MAX))
     if access_count != _opt_number(obj, "access_count", number, 0):
         raise InputError(f"line {number}: access_count must be a whole number")
     note_id = _opt_str(obj, "id", number) or str(uuid.uuid4())
+    model = _opt_text(obj, "embedding_model", number, 200)
     return {
         "id": note_id,
         "scope_key": scope.key,
@@ -149,7 +269,7 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
         "content": content,
         "content_hash": content_hash(content),
         "embedding": vector,
-        "embedding_model": (obj.get("embedding_model") or "imported") if vector is not None else None,
+        "embedding_model": (model or "imported") if vector is not None else None,
         "status": status,
         "is_auto_generated": auto,
         "protection": protection,
@@ -167,15 +287,22 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
     }
 
 
-def import_notes(app: App, lines: Iterable[str]) -> ImportResult:
+def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     """All-or-nothing, idempotent: same id, or same content hash in the same scope, adds no row."""
     now = utcnow()
     dims = app.embedder.dimensions  # checked per line so the error names the line (R22)
     result = ImportResult()
     rows: list[dict[str, Any]] = []
+    first_line: dict[str, tuple[int, str, str]] = {}
     for number, obj in read_jsonl(lines):
         result.read += 1
-        rows.append(parse_note(obj, number, now, dims))
+        row = parse_note(obj, number, now, dims)
+        first = first_line.setdefault(row["id"], (number, row["scope_key"], row["content_hash"]))
+        if first[1:] != (row["scope_key"], row["content_hash"]):
+            # 1 and "1" are the same id: keeping either line would drop the other silently.
+            raise InputError(f"line {number}: id {row['id']!r} is also the id of line {first[0]}, "
+                             "with other content or scope; give each note its own id")
+        rows.append(row)
     explicit = [r for r in rows if r["embedding"] is not None]
     if explicit:
         # Vectors given in the file must match what this deployment embeds with.
@@ -189,7 +316,9 @@ def import_notes(app: App, lines: Iterable[str]) -> ImportResult:
             if r["embedding_model"] == "imported":
                 r["embedding_model"] = app.embedder.model_name
     with app.uow() as uow:
-        existing_ids = uow.notes.existing_ids(r["id"] for r in rows)
+        stored = uow.notes.identities(r["id"] for r in rows)
+        _refuse_id_conflicts(rows, stored, first_line)
+        existing_ids = set(stored)
         by_scope: dict[str, list[dict[str, Any]]] = {}
         for r in rows:
             by_scope.setdefault(r["scope_key"], []).append(r)
@@ -214,6 +343,24 @@ def import_notes(app: App, lines: Iterable[str]) -> ImportResult:
     return result
 
 
+def _refuse_id_conflicts(rows: list[dict[str, Any]], stored: dict[str, tuple[str, str]],
+                         first_line: dict[str, tuple[int, str, str]]) -> None:
+    """An id already stored counts as "already present" only for the same note; anything else
+    would be a silent drop of the line (import never overwrites)."""
+    for r in rows:
+        if r["id"] not in stored:
+            continue
+        scope_key, hash_ = stored[r["id"]]
+        number = first_line[r["id"]][0]
+        if scope_key != r["scope_key"]:
+            raise InputError(f"line {number}: id {r['id']!r} is already used by a note of another "
+                             "scope; give this note a new id (or drop the id field)")
+        if hash_ != r["content_hash"]:
+            raise InputError(f"line {number}: note {r['id']!r} already exists with other content; "
+                             "import never overwrites a note: give a new id (or drop the id "
+                             "field) to add it")
+
+
 def _embed_missing(app: App, rows: list[dict[str, Any]]) -> None:
     todo = [r for r in rows if r["embedding"] is None]
     if not todo:
@@ -225,30 +372,46 @@ def _embed_missing(app: App, rows: list[dict[str, Any]]) -> None:
         r["embedding_model"] = app.embedder.model_name
 
 
+SESSION_FIELDS = {"id", "agent_id", "user_id", "company_id", "started_at", "ended_at"}
+
+
 def parse_session(obj: dict[str, Any], number: int) -> dict[str, Any]:
-    agent_id = _opt_str(obj, "agent_id", number)
-    if agent_id is None:
-        raise InputError(f"line {number}: agent_id is required")
-    scope = Scope(agent_id, _opt_str(obj, "user_id", number), _opt_str(obj, "company_id", number))
+    _unknown_fields(obj, SESSION_FIELDS, number)
+    scope = _scope(obj, number)
     started = _opt_time(obj, "started_at", number)
     if started is None:
         raise InputError(f"line {number}: started_at is required")
+    ended = _opt_time(obj, "ended_at", number)
+    if ended is not None and ended < started:
+        raise InputError(f"line {number}: ended_at is before started_at")
     return {
         "id": _opt_str(obj, "id", number) or str(uuid.uuid4()),
         "scope_key": scope.key, **scope.as_dict(),
-        "started_at": started, "ended_at": _opt_time(obj, "ended_at", number),
+        "started_at": started, "ended_at": ended,
     }
 
 
-def import_sessions(app: App, lines: Iterable[str]) -> ImportResult:
+def import_sessions(app: App, lines: Iterable[str | bytes]) -> ImportResult:
+    """All-or-nothing and idempotent by id; an id reused for another session is refused."""
     result = ImportResult()
-    rows = []
+    rows: dict[str, dict[str, Any]] = {}
+    line_of: dict[str, int] = {}
     for number, obj in read_jsonl(lines):
         result.read += 1
-        rows.append(parse_session(obj, number))
+        row = parse_session(obj, number)
+        first = rows.setdefault(row["id"], row)
+        line_of.setdefault(row["id"], number)
+        if _session_identity(first) != _session_identity(row):
+            raise InputError(f"line {number}: session id {row['id']!r} is also the id of line "
+                             f"{line_of[row['id']]}, with another scope or start; give each "
+                             "session its own id")
     with app.uow() as uow:
-        existing = uow.sessions.existing_ids(r["id"] for r in rows)
-        fresh = [r for r in {r["id"]: r for r in rows}.values() if r["id"] not in existing]
+        stored = uow.sessions.identities(rows)
+        for session_id, identity in stored.items():
+            if identity != _session_identity(rows[session_id]):
+                raise InputError(f"line {line_of[session_id]}: session {session_id!r} already "
+                                 "exists with another scope or start; give a new id")
+        fresh = [r for r in rows.values() if r["id"] not in stored]
         uow.sessions.add_many(fresh)
         uow.commit()
     result.inserted = len(fresh)
@@ -256,39 +419,48 @@ def import_sessions(app: App, lines: Iterable[str]) -> ImportResult:
     return result
 
 
+def _session_identity(row: dict[str, Any]) -> tuple[str, datetime]:
+    return row["scope_key"], row["started_at"]
+
+
 _ENTITY_KINDS = {"agent", "user", "company", "conversation"}
 _ENTITY_STATUSES = {"active", "disabled", "deleted"}
+_ENTITY_FIELDS = {"kind", "id", "status", "deleted_at"}
+_KIND_FIELDS = {
+    "agent": {"name", "note_retention_days", "example_retention_days", "auto_archive_enabled",
+              "gate_hours", "gate_sessions", "gate_notes", "gate_idle_minutes",
+              "gate_max_stale_hours"},
+    "user": set(),
+    "company": set(),
+    "conversation": {"deleted_reason"},
+}
 
 
 def parse_entity(obj: dict[str, Any], number: int) -> tuple[str, dict[str, Any]]:
-    kind = obj.get("kind")
-    if kind not in _ENTITY_KINDS:
-        raise InputError(f"line {number}: kind must be one of agent, user, company, conversation")
+    kind = _choice(obj, "kind", _ENTITY_KINDS, "", number)
+    _unknown_fields(obj, _ENTITY_FIELDS | _KIND_FIELDS[kind], number)
     entity_id = _opt_str(obj, "id", number)
     if entity_id is None:
         raise InputError(f"line {number}: id is required")
-    status = obj.get("status", "active")
-    if status not in _ENTITY_STATUSES:
-        raise InputError(f"line {number}: status must be one of active, disabled, deleted")
+    status = _choice(obj, "status", _ENTITY_STATUSES, "active", number)
     row: dict[str, Any] = {"id": entity_id, "status": status,
                            "deleted_at": _opt_time(obj, "deleted_at", number)}
     if kind == "agent":
         for key, default in (("note_retention_days", 90), ("example_retention_days", 180)):
             value = obj.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"line {number}: {key} must be a positive whole number of days")
+            if (isinstance(value, bool) or not isinstance(value, int)
+                    or not 1 <= value <= MAX_RETENTION_DAYS):
+                raise InputError(f"line {number}: {key} must be a whole number of days from 1 "
+                                 f"to {MAX_RETENTION_DAYS}")
             row[key] = value
         enabled = obj.get("auto_archive_enabled", True)
         if enabled is not None and not isinstance(enabled, bool):
             raise InputError(f"line {number}: auto_archive_enabled must be true, false or null")
         row["auto_archive_enabled"] = enabled
-        row["name"] = obj.get("name")
+        row["name"] = _opt_text(obj, "name", number, 200)
         row.update(_agent_gate(obj, number))
     if kind == "conversation":
-        reason = obj.get("deleted_reason")
-        if reason is not None and not isinstance(reason, str):
-            raise InputError(f"line {number}: deleted_reason must be a string")
-        row["deleted_reason"] = reason
+        row["deleted_reason"] = _opt_text(obj, "deleted_reason", number, 32)
     return kind, row
 
 
@@ -296,6 +468,13 @@ def parse_entity(obj: dict[str, Any], number: int) -> tuple[str, dict[str, Any]]
 _AGENT_GATE = (("gate_hours", False, 0, False), ("gate_sessions", True, 0, False),
                ("gate_notes", True, 1, False), ("gate_idle_minutes", False, 0, True),
                ("gate_max_stale_hours", False, 0, True))
+
+
+# Highest accepted value: a century of hours/minutes (timedelta arithmetic must not overflow),
+# a 32-bit count (PostgreSQL Integer).
+_GATE_HIGHEST = {"gate_hours": MAX_RETENTION_DAYS * 24, "gate_max_stale_hours": MAX_RETENTION_DAYS * 24,
+                 "gate_idle_minutes": MAX_RETENTION_DAYS * 24 * 60, "gate_sessions": INT_MAX,
+                 "gate_notes": INT_MAX}
 
 
 def _agent_gate(obj: dict[str, Any], number: int) -> dict[str, Any]:
@@ -311,17 +490,26 @@ def _agent_gate(obj: dict[str, Any], number: int) -> dict[str, Any]:
             bound = f"above {lowest}" if strictly_above else f"at least {lowest}"
             raise InputError(f"line {number}: {key} must be {kind} {bound} (or null for the "
                              "deployment default)")
+        if value is not None and value > _GATE_HIGHEST[key]:
+            raise InputError(f"line {number}: {key} must be at most {_GATE_HIGHEST[key]}")
         row[key] = None if value is None else (int(value) if whole else float(value))
     return row
 
 
-def import_entities(app: App, lines: Iterable[str]) -> ImportResult:
+def import_entities(app: App, lines: Iterable[str | bytes]) -> ImportResult:
+    """Upserts by (kind, id): the file's values replace stored ones. One id given twice with
+    different values is refused rather than letting the later line win silently."""
     result = ImportResult()
     grouped: dict[str, dict[str, dict[str, Any]]] = {}
+    line_of: dict[tuple[str, str], int] = {}
     for number, obj in read_jsonl(lines):
         result.read += 1
         kind, row = parse_entity(obj, number)
-        grouped.setdefault(kind, {})[row["id"]] = row
+        first = grouped.setdefault(kind, {}).setdefault(row["id"], row)
+        line_of.setdefault((kind, row["id"]), number)
+        if first != row:
+            raise InputError(f"line {number}: {kind} {row['id']!r} is also line "
+                             f"{line_of[(kind, row['id'])]}, with other values; keep one line")
     with app.uow() as uow:
         for kind, rows in grouped.items():
             uow.entities.upsert(kind, list(rows.values()))
@@ -341,10 +529,7 @@ def parse_example(obj: dict[str, Any], number: int, now: datetime) -> dict[str, 
     unknown = sorted(set(obj) - EXAMPLE_FIELDS)
     if unknown:
         raise InputError(f"line {number}: unknown field {unknown[0]!r}")
-    agent_id = _opt_str(obj, "agent_id", number)
-    if agent_id is None:
-        raise InputError(f"line {number}: agent_id is required")
-    scope = Scope(agent_id, _opt_str(obj, "user_id", number), _opt_str(obj, "company_id", number))
+    scope = _scope(obj, number)
     for key in ("input", "output"):
         if not isinstance(obj.get(key), str) or not obj[key].strip():
             raise InputError(f"line {number}: {key} is required and must be a non-empty string")
@@ -354,10 +539,9 @@ def parse_example(obj: dict[str, Any], number: int, now: datetime) -> dict[str, 
     auto = obj.get("is_auto_generated", True)
     if not isinstance(auto, bool):
         raise InputError(f"line {number}: is_auto_generated must be true or false")
-    status = obj.get("status", NoteStatus.ACTIVE.value)
-    if status not in (NoteStatus.ACTIVE.value, NoteStatus.ARCHIVED.value):
-        raise InputError(f"line {number}: status must be active or archived")
-    access_count = _opt_number(obj, "access_count", number, 0, lo=0)
+    status = _choice(obj, "status", (NoteStatus.ACTIVE.value, NoteStatus.ARCHIVED.value),
+                     NoteStatus.ACTIVE.value, number)
+    access_count = _opt_number(obj, "access_count", number, 0, lo=0, hi=INT_MAX)
     if access_count != int(access_count):
         raise InputError(f"line {number}: access_count must be a whole number")
     return {
@@ -371,24 +555,40 @@ def parse_example(obj: dict[str, Any], number: int, now: datetime) -> dict[str, 
     }
 
 
-def import_examples(app: App, lines: Iterable[str]) -> ImportResult:
-    """All-or-nothing and idempotent by id: a bad line anywhere writes nothing (R22)."""
+def import_examples(app: App, lines: Iterable[str | bytes]) -> ImportResult:
+    """All-or-nothing and idempotent by id: a bad line anywhere writes nothing (R22); an id
+    reused for another example is refused, never dropped."""
     from worker.store.repositories.examples import ExampleRepository
 
     now = utcnow()
     result = ImportResult()
     rows: dict[str, dict[str, Any]] = {}
+    line_of: dict[str, int] = {}
     for number, obj in read_jsonl(lines):
         result.read += 1
         row = parse_example(obj, number, now)
-        rows.setdefault(row["id"], row)
+        first = rows.setdefault(row["id"], row)
+        line_of.setdefault(row["id"], number)
+        if _example_identity(first) != _example_identity(row):
+            raise InputError(f"line {number}: example id {row['id']!r} is also the id of line "
+                             f"{line_of[row['id']]}, with other content or scope; give each "
+                             "example its own id")
     with app.uow() as uow:
         repo = ExampleRepository(uow.session)
-        existing = repo.existing_ids(rows)
-        fresh = [r for r in rows.values() if r["id"] not in existing]
+        stored = repo.identities(rows)
+        for example_id, identity in stored.items():
+            if identity != _example_identity(rows[example_id]):
+                raise InputError(f"line {line_of[example_id]}: example {example_id!r} already "
+                                 "exists with other content or scope; import never overwrites: "
+                                 "give a new id")
+        fresh = [r for r in rows.values() if r["id"] not in stored]
         for start in range(0, len(fresh), 5000):
             repo.insert_many(fresh[start : start + 5000])
         uow.commit()
     result.inserted = len(fresh)
     result.duplicates = result.read - len(fresh)
     return result
+
+
+def _example_identity(row: dict[str, Any]) -> tuple[str, str, str]:
+    return row["scope_key"], row["input"], row["output"]

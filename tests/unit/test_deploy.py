@@ -245,3 +245,14 @@ def test_mcp_serves_http_with_scoped_tokens_from_the_secret() -> None:
     assert container["command"][:4] == ["dream", "mcp", "--transport", "http"]
     secret = by_kind_name("Secret", "dream-secrets")["stringData"]
     assert any(p.scope is not None for _, p in parse_tokens(secret["DREAM_API_TOKENS"]))
+
+
+def test_api_body_limit_ships_in_compose_and_k8s() -> None:
+    """Both deployments set DREAM_API_MAX_BODY_BYTES to a value that validates and stays at or
+    below the 1 MiB default (R31: oversized bodies refused before authentication)."""
+    compose_env = compose()["services"]["api"]["environment"]
+    k8s_env = by_kind_name("ConfigMap", "dream-config")["data"]
+    for value in (interpolate(str(compose_env["DREAM_API_MAX_BODY_BYTES"])),
+                  str(k8s_env["DREAM_API_MAX_BODY_BYTES"])):
+        limit = env_to_settings({"DREAM_API_MAX_BODY_BYTES": value}).api_max_body_bytes
+        assert 1024 <= limit <= Settings().api_max_body_bytes

@@ -11,12 +11,14 @@ from typing import Annotated, Any
 
 import structlog
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy import text
 
 from worker.api import metrics
 from worker.api.auth import Principal, authenticate, bearer, parse_tokens
+from worker.api.guards import BodyLimit, ScrubbedErrors
 from worker.api.schemas import CandidatesIn, FuseIn, KeepApartIn, NoteIn, RunIn, ScopeIn, UndoIn
 from worker.app import App
 from worker.clock import parse_timestamp
@@ -61,6 +63,13 @@ def create_api(app: App) -> FastAPI:
         return JSONResponse({"error": "unauthorized", "detail": "missing or unknown bearer token"},
                             status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
+    @api.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        # FastAPI's default echoes the offending input back, which fails to encode for NaN or a
+        # lone surrogate (a 500 whose traceback quoted the text); name the field and the rule only.
+        return JSONResponse({"error": "invalid", "detail": validation_detail(exc.errors())},
+                            status_code=422)
+
     @api.exception_handler(HostError)
     async def _host_error(request: Request, exc: HostError) -> Response:
         return JSONResponse({"error": exc.code, "detail": str(exc)}, status_code=exc.status)
@@ -80,6 +89,10 @@ def create_api(app: App) -> FastAPI:
         log.info("api.request", method=request.method, path=request.url.path,
                  status=response.status_code, ms=round((time.perf_counter() - started) * 1000, 1))
         return response
+
+    # Outermost last: the size limit runs before anything reads the body or the token.
+    api.add_middleware(ScrubbedErrors)
+    api.add_middleware(BodyLimit, max_bytes=app.settings.api_max_body_bytes)
 
     # ---- fusion ---------------------------------------------------------------------------
     @api.post("/api/forgetting/fusion-candidates", tags=["forgetting"])
@@ -212,6 +225,16 @@ def create_api(app: App) -> FastAPI:
         return response
 
     return api
+
+
+def validation_detail(errors: Any) -> str:
+    """``body.scope.agent_id: String should have at most 64 characters; ...`` (no input values)."""
+    parts = []
+    for error in list(errors)[:3]:
+        where = ".".join(str(p) for p in error.get("loc", ()))
+        parts.append(f"{where}: {str(error.get('msg', 'invalid')).removeprefix('Value error, ')}")
+    text = "; ".join(parts) or "invalid request"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:500]
 
 
 def _counts(by_status: dict[str, int] | None) -> str:

@@ -2,39 +2,63 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from worker.domain.limits import ID_MAX, scope_problem, text_problem
 from worker.domain.types import Scope
 
 # Ids and scope parts: no NUL (PostgreSQL text cannot hold it), at most the column width.
-Ident = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[^\x00]+$")]
+Ident = Annotated[str, Field(min_length=1, max_length=ID_MAX, pattern=r"^[^\x00]+$")]
 
 
-class ScopeIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Body(BaseModel):
+    """Every request body: unknown fields, NaN/Infinity (and 1e400, which parses as infinity)
+    and strings no backend can store (NUL, lone surrogates) are a 422, never a 500."""
 
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, data: Any) -> Any:
+        stack = [data]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                if problem := text_problem(item):
+                    raise ValueError(f"a string {problem}")
+            elif isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif isinstance(item, list):
+                stack.extend(item)
+        return data
+
+
+class ScopeIn(Body):
     agent_id: Ident
     user_id: Ident | None = None
     company_id: Ident | None = None
+
+    @model_validator(mode="after")
+    def _fits(self) -> ScopeIn:
+        if problem := scope_problem(self.to_scope()):
+            raise ValueError(problem)
+        return self
 
     def to_scope(self) -> Scope:
         return Scope(self.agent_id, self.user_id, self.company_id)
 
 
-class CandidatesIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class CandidatesIn(Body):
     scope: ScopeIn | None = Field(None, description="Required for admin tokens; a scoped token "
                                   "defaults to its own scope.")
     threshold: float = Field(0.88, ge=0.0, le=1.0)
     limit: int = Field(50, ge=1, le=500)
 
 
-class FuseIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class FuseIn(Body):
     source_ids: list[Ident] = Field(max_length=50)
     fused_content: str = Field(max_length=100_000)
     fused_importance: float | None = Field(None, ge=0.0, le=1.0)
@@ -42,24 +66,18 @@ class FuseIn(BaseModel):
     type: str | None = Field(None, max_length=20)
 
 
-class KeepApartIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class KeepApartIn(Body):
     source_ids: list[Ident] = Field(max_length=50)
 
 
-class NoteIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class NoteIn(Body):
     scope: ScopeIn | None = None
     content: str = Field(max_length=100_000)
     type: str = Field("Context", max_length=20)
     importance: float = Field(0.5, ge=0.0, le=1.0)
 
 
-class RunIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class RunIn(Body):
     scope: ScopeIn | None = None
     force: bool = False  # skips the gate only
     dry_run: bool = False
@@ -67,7 +85,5 @@ class RunIn(BaseModel):
     allow_retire: int | None = Field(None, ge=0, le=10_000_000)
 
 
-class UndoIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class UndoIn(Body):
     force_cascade: bool = False

@@ -6,17 +6,31 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
 
+from worker.config import ConfigError
+
 SQLITE_BUSY_SECONDS = 30
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    if url.startswith("sqlite"):
-        path = url.split("///", 1)[-1]
-        if path and path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
+    """An engine for a sqlite:// or postgresql:// URL. With ``create`` False a missing SQLite
+    file is refused instead of created (read-only commands must not leave empty files)."""
+    try:
+        backend = make_url(url).get_backend_name()
+    except ArgumentError:
+        raise ConfigError("DREAM_DATABASE_URL is not a database URL; use sqlite:///PATH or "
+                          "postgresql://USER@HOST/DB") from None
+    if backend not in ("sqlite", "postgresql", "postgres"):
+        raise ConfigError(f"DREAM_DATABASE_URL uses {backend!r}, which dream-worker does not "
+                          "support; use sqlite:///PATH or postgresql://USER@HOST/DB")
+    if backend == "sqlite":
+        database = make_url(url).database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            check_sqlite_file(Path(database).expanduser(), create)
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS}, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
@@ -26,6 +40,33 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         # An unreachable host fails in seconds with one line, instead of hanging the command.
         kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 10)
     return create_engine(url, pool_pre_ping=True, **kwargs)
+
+
+def check_sqlite_file(path: Path, create: bool) -> None:
+    """Refuse, with what to do, a path that is not an SQLite database or cannot become one."""
+    if path.is_dir():
+        raise ConfigError(f"DREAM_DATABASE_URL points at the directory {path}; name a file in it")
+    if path.exists():
+        try:
+            with path.open("rb") as fh:
+                header = fh.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            raise ConfigError(f"cannot read the database {path}: {exc.strerror}") from None
+        if header and header != SQLITE_HEADER:  # an empty file is a valid empty database
+            raise ConfigError(f"{path} is not an SQLite database; point DREAM_DATABASE_URL at a "
+                              "dream-worker database or at a new path")
+        return
+    if not create:
+        raise ConfigError(f"no database at {path}; run `dream db upgrade` to create it (or point "
+                          "DREAM_DATABASE_URL at an existing one)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigError(f"cannot create the database {path}: part of {path.parent} is a file, "
+                          "not a directory; choose another path") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot create the database directory {path.parent}: "
+                          f"{exc.strerror or type(exc).__name__}") from None
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

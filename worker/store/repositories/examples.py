@@ -36,6 +36,17 @@ class ExampleRepository:
         if rows:
             self.session.execute(insert(ExampleRow), rows)
 
+    def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, str, str]]:
+        """id → (scope key, input, output) for the ids that exist: what an import compares against."""
+        ids = list(set(ids))
+        found: dict[str, tuple[str, str, str]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            stmt = select(ExampleRow.id, ExampleRow.scope_key, ExampleRow.input,
+                          ExampleRow.output).where(ExampleRow.id.in_(chunk))
+            found.update((r.id, (r.scope_key, r.input, r.output)) for r in self.session.execute(stmt))
+        return found
+
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(set(ids))
         found: set[str] = set()

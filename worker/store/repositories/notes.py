@@ -239,6 +239,17 @@ class NoteRepository:
             )
         return found
 
+    def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """id → (scope key, content hash) for the ids that exist: what an import compares against."""
+        ids = list(set(ids))
+        found: dict[str, tuple[str, str]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            stmt = select(NoteRow.id, NoteRow.scope_key, NoteRow.content_hash).where(
+                NoteRow.id.in_(chunk))
+            found.update((r.id, (r.scope_key, r.content_hash)) for r in self._run(stmt))
+        return found
+
     def export_rows(
         self,
         status: str | None = None,

@@ -36,6 +36,16 @@ class SessionRepository:
             return set()
         return set(self.session.scalars(select(SessionRow.id).where(SessionRow.id.in_(ids))))
 
+    def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, datetime]]:
+        """id → (scope key, started_at) for the ids that exist: what an import compares against."""
+        ids = list(set(ids))
+        found: dict[str, tuple[str, datetime]] = {}
+        for start in range(0, len(ids), 500):
+            stmt = select(SessionRow.id, SessionRow.scope_key, SessionRow.started_at).where(
+                SessionRow.id.in_(ids[start : start + 500]))
+            found.update((r.id, (r.scope_key, r.started_at)) for r in self.session.execute(stmt))
+        return found
+
     def counts_since(self, since: dict[str, datetime | None]) -> dict[str, int]:
         """Sessions per scope started after each scope's own cut-off, grouped in one query."""
         if not since:

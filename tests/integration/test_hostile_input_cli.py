@@ -1,0 +1,220 @@
+"""R31 through the `dream` command: hostile or careless input (lone surrogates, invalid UTF-8,
+NaN/Infinity/huge numbers, timestamps that overflow, deep nesting, NUL characters, over-long ids,
+id clashes, broken database paths) is one `error:` line, exit 2, and the store stays as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tests.support.factories import add_notes
+from tests.support.safety import all_rows_text
+from worker.app import App
+from worker.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "Zanzibar-canary-4471 prefers oat milk"  # note text that must never be echoed
+
+
+def dream(url: str, args: list[str], stdin: str | bytes | None = None,
+          **env: str) -> Result:
+    environ = {"DREAM_DATABASE_URL": url, "DREAM_LOG_LEVEL": "WARNING", "DREAM_BROKER_URL": None,
+               "DREAM_LLM_PROVIDER": "none", **env}
+    return CliRunner().invoke(main, args, input=stdin, env=environ)
+
+
+def one_error_line(result: Result) -> str:
+    """Exit 2, exactly one `error:` line on stderr, nothing on stdout, no exception escaped."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert result.stdout == ""
+    return lines[0]
+
+
+def note(**fields: object) -> str:
+    return json.dumps({"agent_id": "a", "content": SECRET, **fields})
+
+
+DIMS = 512
+FINE = note(id="fine") + "\n"
+
+HOSTILE = [
+    # (args, stdin, what the error line says)
+    # numbers: NaN / Infinity are not JSON; 1e400 parses as infinity; 5000 digits beat int()
+    (["notes", "import", "-"], FINE + note(importance="NaN").replace('"NaN"', "NaN"), "line 2: NaN is not a finite number"),
+    (["notes", "import", "-"], FINE + note(importance=0).replace("0}", "Infinity}"), "line 2: Infinity is not a finite number"),
+    (["notes", "import", "-"], FINE + note(importance=0).replace("0}", "1e400}"), "line 2: 1e400 is not a finite number"),
+    (["notes", "import", "-"], FINE + note(access_count=0).replace("0}", "9" * 5000 + "}"), "line 2: a number is too large"),
+    (["notes", "import", "-"], FINE + note(access_count=2**40), "line 2: access_count must be between"),
+    (["examples", "import", "-"], json.dumps({"agent_id": "a", "input": "i", "output": "o",
+                                              "success_score": 1}).replace("1}", "-Infinity}"),
+     "line 1: -Infinity is not a finite number"),
+    # embeddings (item 12): non-finite, or beyond float32 (which would silently become inf)
+    (["notes", "import", "-"], note(embedding=[1e39] + [0.0] * (DIMS - 1)), "embedding values must be finite"),
+    (["notes", "import", "-"], note(embedding=[0.5] * DIMS).replace("0.5]", "NaN]"), "NaN is not a finite number"),
+    (["notes", "import", "-"], note(embedding=[0] * DIMS).replace("0]", "1" + "0" * 400 + "]"),
+     "embedding values must be finite"),
+    # text no backend stores the same way (item 22): NUL, lone surrogates, at any depth
+    (["notes", "import", "-"], FINE + note(content="tea\u0000time"), "line 2: content contains a NUL character"),
+    (["notes", "import", "-"], FINE + note(metadata={"k": ["x\u0000"]}), "line 2: metadata contains a NUL"),
+    (["notes", "import", "-"], FINE + note().replace("oat", "\\ud800oat"), "line 2: content is not valid Unicode"),
+    (["sessions", "import", "-"], json.dumps({"agent_id": "a\udfff", "started_at": "2026-01-01"}),
+     "line 1: agent_id is not valid Unicode"),
+    # ids longer than the column, and scope keys whose escaped form overflows theirs (item 22)
+    (["notes", "import", "-"], FINE + note(id="n" * 65), "line 2: id has 65 characters"),
+    (["notes", "import", "-"], FINE + note(agent_id="a" * 65), "line 2: agent_id has 65 characters"),
+    (["notes", "import", "-"], FINE + note(agent_id="é" * 60, user_id="é" * 60), "scope key is"),
+    (["notes", "import", "-"], FINE + note(embedding_model="m" * 201, embedding=[0.1] * DIMS), "embedding_model has 201"),
+    (["entities", "import", "-"], json.dumps({"kind": "conversation", "id": "c", "deleted_reason": "r" * 33}),
+     "deleted_reason has 33 characters"),
+    # invalid UTF-8 on stdin, and nesting that would blow the parser's recursion
+    (["notes", "import", "-"], FINE.encode() + b'{"agent_id": "a", "content": "\xff\xfe"}\n', "line 2: not valid UTF-8"),
+    (["notes", "import", "-"], "[" * 100_000, "line 1: nested more than"),
+    (["notes", "import", "-"], FINE + note(metadata=0).replace("0}", '{"a":' * 200 + "1" + "}" * 200 + "}"),
+     "line 2: nested more than"),
+    # timestamps that overflow once converted to UTC, or leave no room for date arithmetic
+    (["notes", "import", "-"], FINE + note(created_at="0001-01-01T00:00:00+01:00"), "line 2: created_at: timestamp"),
+    (["run", "--agent", "a", "--force", "--now", "0001-01-01T00:00:00+01:00"], None, "--now: timestamp"),
+    (["gate", "--now", "9999-12-31T23:59:59-01:00"], None, "out of range"),
+    (["sessions", "add", "--agent", "a", "--at", "9999-12-31T23:00:00Z"], None, "--at: timestamp"),
+    # unhashable values where a choice is expected (a TypeError before)
+    (["notes", "import", "-"], FINE + note(status=["active"]), "line 2: status must be one of"),
+    (["entities", "import", "-"], json.dumps({"kind": {"agent": 1}, "id": "x"}), "line 1: kind must be one of"),
+    # sessions and entities accept only their own fields (item 14); a bad agent name is named
+    (["sessions", "import", "-"], json.dumps({"agent_id": "a", "started_at": "2026-01-01", "colour": 1}),
+     "line 1: unknown field 'colour'"),
+    (["entities", "import", "-"], json.dumps({"kind": "user", "id": "u", "name": "Ann"}), "line 1: unknown field 'name'"),
+    (["entities", "import", "-"], json.dumps({"kind": "agent", "id": "a", "name": ["x"]}), "line 1: name must be a string"),
+    (["entities", "import", "-"], json.dumps({"kind": "agent", "id": "a", "name": "n" * 201}), "name has 201 characters"),
+    (["entities", "import", "-"], json.dumps({"kind": "agent", "id": "a", "note_retention_days": 10**12}),
+     "note_retention_days must be a whole number of days"),
+    # option values: numbers that are not finite or not in range, ids that do not fit
+    (["runs", "list", "--limit", "1e30"], None, "--limit"),
+    (["runs", "list", "--limit", "1" + "0" * 30], None, "--limit"),
+    (["candidates", "--agent", "a", "--threshold", "nan"], None, "not a finite number"),
+    (["notes", "add", "--agent", "a", "--content", "hi", "--importance", "nan"], None, "not a finite number"),
+    (["notes", "add", "--agent", "a" * 65, "--content", "hi"], None, "ids are at most 64"),
+    (["notes", "add", "--agent", "a", "--content", "hi\x00there"], None, "argument 6 contains a NUL"),
+    (["notes", "add", "--agent", "a", "--content", "hi\udcff"], None, "argument 6 is not valid Unicode"),
+    (["run", "--agent", "a\udcff", "--force"], None, "argument 3 is not valid Unicode"),
+]
+
+
+@pytest.mark.parametrize(("args", "stdin", "says"), HOSTILE,
+                         ids=[f"{' '.join(a[:2])}#{i}" for i, (a, _, _) in enumerate(HOSTILE)])
+def test_hostile_cli_input_is_one_error_line_and_changes_nothing(
+    app: App, args: list[str], stdin: str | bytes | None, says: str,
+) -> None:
+    """Each input the adversarial pass broke the CLI with (and its siblings) now gives exit 2,
+    one `error:` line naming the problem, no note text, and a byte-identical database, on
+    SQLite and on PostgreSQL (where NUL, over-long ids and 32-bit overflows used to surface)."""
+    add_notes(app, {"id": "existing", "agent_id": "a", "content": "An existing note"})
+    before = all_rows_text(app)
+    line = one_error_line(dream(app.settings.database_url, args, stdin))
+    assert says in line, line
+    assert "Zanzibar" not in line
+    assert all_rows_text(app) == before
+
+
+def test_id_clashes_on_import_are_reported_not_dropped(app: App) -> None:
+    """Item 13: the same id with other content (in the file or already stored), an id already
+    used by another scope, and 1 vs "1" are refused naming the line; re-importing the same note
+    under its id is still an idempotent duplicate (SQLite and PostgreSQL)."""
+    url = app.settings.database_url
+    stored = json.dumps({"id": "n1", "agent_id": "a", "content": "User likes tea"})
+    assert dream(url, ["notes", "import", "-"], stored).exit_code == 0
+    before = all_rows_text(app)
+    clashes = [
+        (stored + "\n" + json.dumps({"id": "n2", "agent_id": "a", "content": "x"}) + "\n"
+         + json.dumps({"id": "n2", "agent_id": "a", "content": "y"}), "line 3: id 'n2' is also the id of line 2"),
+        (json.dumps({"id": 7, "agent_id": "a", "content": "x"}) + "\n"
+         + json.dumps({"id": "7", "agent_id": "a", "content": "z"}), "line 2: id '7' is also the id of line 1"),
+        (json.dumps({"id": "n1", "agent_id": "a", "content": "User likes coffee"}), "note 'n1' already exists with other content"),
+        (json.dumps({"id": "n1", "agent_id": "b", "content": "User likes tea"}), "already used by a note of another scope"),
+    ]
+    for stdin, says in clashes:
+        assert says in one_error_line(dream(url, ["notes", "import", "-"], stdin))
+        assert all_rows_text(app) == before
+    again = dream(url, ["notes", "import", "-"], stored)
+    assert again.exit_code == 0 and "0 added, 1 already present" in again.stdout
+
+
+def test_session_example_and_entity_clashes_are_reported(app: App) -> None:
+    """Siblings of item 13: a session or example id reused for another session/example, and an
+    entity given twice with different values, are refused instead of one line winning silently."""
+    url = app.settings.database_url
+    session = {"id": "s1", "agent_id": "a", "started_at": "2026-01-01T00:00:00Z"}
+    example = {"id": "e1", "agent_id": "a", "input": "hi", "output": "hello"}
+    assert dream(url, ["sessions", "import", "-"], json.dumps(session)).exit_code == 0
+    assert dream(url, ["examples", "import", "-"], json.dumps(example)).exit_code == 0
+    before = all_rows_text(app)
+    cases = [
+        (["sessions", "import", "-"], json.dumps({**session, "started_at": "2026-02-01T00:00:00Z"}), "session 's1' already exists"),
+        (["sessions", "import", "-"], json.dumps({**session, "id": "s2"}) + "\n"
+         + json.dumps({**session, "id": "s2", "agent_id": "b"}), "line 2: session id 's2' is also"),
+        (["examples", "import", "-"], json.dumps({**example, "output": "bye"}), "example 'e1' already exists"),
+        (["entities", "import", "-"], json.dumps({"kind": "user", "id": "u"}) + "\n"
+         + json.dumps({"kind": "user", "id": "u", "status": "deleted"}), "line 2: user 'u' is also line 1"),
+    ]
+    for args, stdin, says in cases:
+        assert says in one_error_line(dream(url, args, stdin))
+        assert all_rows_text(app) == before
+    assert "0 added, 1 already present" in dream(url, ["sessions", "import", "-"], json.dumps(session)).stdout
+
+
+def test_database_paths_that_cannot_work_are_one_line(tmp_path: Path) -> None:
+    """Item 10/16: a missing SQLite file is named with what to run and is NOT created by any
+    command but `dream db upgrade`; a parent that is a file, a junk file, a directory and an
+    unsupported or unparsable URL are each one line."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"definitely not sqlite" * 10)
+    missing = tmp_path / "sub" / "dream.db"
+    cases = [
+        (f"sqlite:///{missing}", ["runs", "list"], "run `dream db upgrade` to create it"),
+        (f"sqlite:///{missing}", ["notes", "export"], "no database at"),
+        (f"sqlite:///{missing}", ["notes", "import", "-"], "no database at"),
+        (f"sqlite:///{blocker / 'x.db'}", ["runs", "list"], "no database at"),
+        (f"sqlite:///{blocker / 'x.db'}", ["db", "upgrade"], "is a file, not a directory"),
+        (f"sqlite:///{junk}", ["runs", "list"], "is not an SQLite database"),
+        (f"sqlite:///{tmp_path}", ["runs", "list"], "points at the directory"),
+        ("mysql://root@localhost/dream", ["runs", "list"], "does not support"),
+        ("gopher://x", ["db", "upgrade"], "does not support"),
+        ("::not a url::", ["runs", "list"], "not a database URL"),
+    ]
+    for url, args, says in cases:
+        assert says in one_error_line(dream(url, args, "")), (url, args)
+    assert not missing.exists() and not missing.parent.exists()
+    assert junk.read_bytes() == b"definitely not sqlite" * 10
+    created = dream(f"sqlite:///{missing}", ["db", "upgrade"])
+    assert created.exit_code == 0 and missing.exists()
+    assert dream(f"sqlite:///{missing}", ["runs", "list"]).exit_code == 0
+
+
+def test_invalid_utf8_in_argv_and_stdin_through_a_real_process(app: App) -> None:
+    """The real `dream` process: argv bytes that are not UTF-8 (Python decodes them to lone
+    surrogates) and a stdin line that is not UTF-8 are one line each, never a traceback."""
+    env = {**os.environ, "DREAM_DATABASE_URL": app.settings.database_url,
+           "DREAM_LOG_LEVEL": "WARNING", "PYTHONIOENCODING": "utf-8"}
+    before = all_rows_text(app)
+    cli = [sys.executable, "-c", "from worker.cli import main; main()"]
+    for argv, stdin, says in (
+        ([b"sessions", b"add", b"--agent", b"caf\xe9"], b"", b"argument 4 is not valid Unicode"),
+        ([b"notes", b"import", b"-"], FINE.encode() + b'{"agent_id":"a","content":"\xc3"}\n',
+         b"line 2: not valid UTF-8"),
+    ):
+        done = subprocess.run(cli + argv, input=stdin, env=env, cwd=ROOT, capture_output=True,
+                              timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().startswith(b"error: ") and says in done.stderr
+        assert b"Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert all_rows_text(app) == before

@@ -1,0 +1,62 @@
+"""What every shell accepts as text, ids and numbers, so SQLite and PostgreSQL store the same thing.
+
+SQLite stores a NUL character, an over-long id or a lone surrogate that PostgreSQL refuses (or that
+no UTF-8 encoder can write); the CLI, the importers and the API check against these limits first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.domain.types import Scope
+
+ID_MAX = 64  # String(64) columns: note, run, session, entity and scope-part ids
+SCOPE_KEY_MAX = 400  # String(400): the JSON scope key, with non-ASCII escaped as \uXXXX
+INT_MAX = 2**31 - 1  # Integer columns are 32-bit on PostgreSQL
+MAX_NESTING = 64  # JSON deeper than this is not a note, a session or an entity
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text on both backends, or None."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    if any("\ud800" <= ch <= "\udfff" for ch in value):
+        return "is not valid Unicode (a lone surrogate, e.g. from invalid UTF-8 or a broken \\ud800 escape)"
+    return None
+
+
+def ident_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an id or a scope part, or None."""
+    if not value.strip():
+        return "must be a non-empty string"
+    if len(value) > ID_MAX:
+        return f"has {len(value)} characters; ids are at most {ID_MAX}"
+    return text_problem(value)
+
+
+def scope_problem(scope: Scope) -> str | None:
+    """Why ``scope`` cannot be stored (each part an id, the whole key within its column), or None."""
+    for name, part in (("agent_id", scope.agent_id), ("user_id", scope.user_id),
+                       ("company_id", scope.company_id)):
+        if part is not None and (problem := ident_problem(part)):
+            return f"{name} {problem}"
+    if len(scope.key) > SCOPE_KEY_MAX:
+        return (f"the scope key is {len(scope.key)} characters once encoded; the limit is "
+                f"{SCOPE_KEY_MAX} (non-ASCII characters count six each)")
+    return None
+
+
+def nesting_depth(value: Any, limit: int = MAX_NESTING) -> int:
+    """Depth of nested lists/objects, counted only up to ``limit + 1`` (iterative: no recursion)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, dict | list):
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
