@@ -141,7 +141,7 @@ def test_r28_a_loser_superseded_by_an_erased_winner_is_kept_for_review(
     """Decision: a conflict loser is not resurrected (the store knew it was outdated) nor lost
     in silence: it stays revoked, points at nothing, gets a comment, a review record, and a line
     in `dream erase`'s output. An equivalent (duplicate) loser was retired only because the
-    erased note stood for it: it is active again."""
+    erased note stood for it: it is active again. Undoing the erase takes both back, review too."""
     add_notes(app, {"id": "old", "user_id": "u1", "content": "User lives in Paris"},
               {"id": "dup", "user_id": "u1", "content": "User now lives in Berlin!"},
               {"id": "new", "user_id": "u1", "content": f"User now lives in Berlin {CANARY}"})
@@ -158,6 +158,10 @@ def test_r28_a_loser_superseded_by_an_erased_winner_is_kept_for_review(
         reviews = list(uow.session.scalars(select(ReviewRow).where(ReviewRow.kind == REVIEW_KIND)))
     assert [r.note_ids for r in reviews] == [["old"]]
     assert CANARY not in all_rows_text(app)
+    erase_id = next(line.split()[-1] for line in out.output.splitlines() if "dream undo" in line)
+    undone = _cli(app, monkeypatch, "undo", erase_id)
+    assert undone.exit_code == 0 and "removed 0 judgements and 1 reviews" in undone.output
+    assert note_states(app)["dup"]["status"] == "revoked"
 
 
 def test_r28_restorations_are_recorded_and_undoable(

@@ -159,7 +159,7 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
         uow.judgements.add_review(
             Scope.from_key(key), REVIEW_KIND, ids,
             "the newer note that superseded these was erased; reinstate any that still hold",
-            None, now)
+            erase_id, now)  # undoing the erase removes the review with the restorations
 
 
 def checkpoint_sqlite(app: App) -> str | None:
