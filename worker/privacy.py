@@ -118,6 +118,8 @@ class OutboundLLM:
 
     def __getattr__(self, name: str) -> Any:
         # ``model`` and anything a test or a client-specific caller reads on the real client.
+        if name == "inner":  # not set yet (copy/unpickle): no recursion through __getattr__
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def complete_json(self, *, prompt_name: str, system: str, user: str,
@@ -140,6 +142,8 @@ class OutboundEmbedder:
         self.owner = owner
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     @property
