@@ -57,8 +57,11 @@ def erase_cmd(ctx: click.Context, user_id: str | None, conversation_id: str | No
         if not click.confirm("Erase permanently, including derived notes?", default=False):
             raise UserError("aborted; nothing erased")
     result = erase(_app(ctx), user_id=user_id, conversation_id=conversation_id, note_id=note_id)
-    click.echo(f"erased {result.subject}: {len(result.note_ids)} notes, "
-               f"{len(result.derived_ids)} derived notes")
+    if not result.note_ids and not result.counts.get("examples"):
+        click.echo(f"nothing to erase: no notes or examples of {result.subject}")
+    else:
+        click.echo(f"erased {result.subject}: {len(result.note_ids)} notes, "
+                   f"{len(result.derived_ids)} derived notes")
     for nid in result.note_ids:
         click.echo(f"  removed note {nid}")
     for nid in result.derived_ids:

@@ -247,3 +247,14 @@ def test_r28_host_fuse_sources_come_back_as_they_were(app: App) -> None:
         assert states[nid]["status"] == "active" and states[nid]["importance"] == 0.7
         assert states[nid]["valid_to"] is None
     assert CANARY not in all_rows_text(app)
+
+
+def test_erasing_a_subject_with_no_notes_says_so(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An erasure request for a conversation the store never saw is done (exit 0), and the
+    output says nothing was there instead of a row of zeros only."""
+    add_notes(app, {"id": "n0", "user_id": "u1", "content": "likes tea",
+                    "source_conversation_id": "c1"})
+    out = _cli(app, monkeypatch, "erase", "--conversation", "never-seen", "--yes")
+    assert out.exit_code == 0, out.output
+    assert "nothing to erase: no notes or examples of conversation never-seen" in out.output
+    assert set(note_states(app)) == {"n0"}
