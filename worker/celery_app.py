@@ -11,6 +11,7 @@ from celery import Celery, signals
 from worker.app import App, build_app
 from worker.config import Settings, load_settings
 from worker.logging import configure_logging
+from worker.telemetry import configure_telemetry
 
 _resources: dict[str, App] = {}
 
@@ -62,6 +63,7 @@ def resources() -> App:
         settings = load_settings()
         configure_logging(settings.log_format, settings.log_level)
         _resources["app"] = build_app(settings)
+        configure_telemetry(_resources["app"])  # after the fork: spans and instrumentation
     return _resources["app"]
 
 

@@ -19,6 +19,7 @@ from worker.config import ConfigError, load_settings
 from worker.domain.limits import ident_problem, text_problem
 from worker.domain.types import PHASES, RunStatus, Scope
 from worker.logging import configure_logging
+from worker.telemetry import configure_telemetry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -96,6 +97,7 @@ def _app(ctx: click.Context, create: bool = False) -> App:
         settings = load_settings()
         configure_logging(settings.log_format, obj.get("log_level") or settings.log_level)
         obj["app"] = build_app(settings, create_database=create)
+        configure_telemetry(obj["app"])
         ctx.call_on_close(obj["app"].dispose)
     return obj["app"]
 

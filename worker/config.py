@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -151,6 +151,13 @@ class Settings(BaseSettings):
 
     ann_threshold: int = Field(20000, ge=100)
 
+    # OpenTelemetry's own variables decide whether spans are exported (worker.telemetry); the
+    # exporter and SDK read the rest of OTEL_* (headers, sampler, service name) themselves.
+    otel_sdk_disabled: bool = Field(False, validation_alias="OTEL_SDK_DISABLED")
+    otel_traces_exporter: str | None = Field(None, validation_alias="OTEL_TRACES_EXPORTER")
+    otel_exporter_otlp_endpoint: str | None = Field(None, validation_alias=AliasChoices(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"))
+
     api_tokens: str | None = None  # JSON: {"token": {"role": "admin"} | {"agent_id":..}}
     # Largest request body the API reads (checked before authentication); 1 MiB holds the
     # longest note the host limits allow, JSON-escaped, many times over.
@@ -180,7 +187,8 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         first = exc.errors()[0]
         path = "__".join(str(p) for p in first["loc"]).upper()
+        name = path if path.startswith("OTEL_") else f"DREAM_{path}"  # OpenTelemetry's own
         raise ConfigError(
-            f"invalid setting DREAM_{path}: {first['msg']} (got {first.get('input')!r}); "
+            f"invalid setting {name}: {first['msg']} (got {first.get('input')!r}); "
             "fix the environment variable and retry"
         ) from None

@@ -8,6 +8,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from worker import telemetry
 from worker.llm.base import LLMClient, LLMError
 from worker.llm.prompts import RenderedPrompt
 
@@ -69,9 +70,11 @@ def ask(
             outcome.reason = "model budget exhausted"
             return outcome
         try:
-            reply = llm.complete_json(
-                prompt_name=prompt.name, system=prompt.system, user=user, schema=schema
-            )
+            with telemetry.model_call_span(llm, prompt.name) as span:
+                reply = llm.complete_json(
+                    prompt_name=prompt.name, system=prompt.system, user=user, schema=schema
+                )
+                span.model_reply(reply)
         except LLMError as exc:
             outcome.attempts = attempt + 1
             outcome.status = "error"

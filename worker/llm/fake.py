@@ -88,6 +88,7 @@ class FakeLLM:
     rules: list[FakeRule] = field(default_factory=list)
     default: Any = None
     model: str = "fake"
+    provider_name: str = "dream.fake"  # gen_ai.provider.name of the scripted stand-in
     calls: list[FakeCall] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

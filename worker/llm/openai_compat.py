@@ -95,6 +95,8 @@ def parse_content(content: str | None) -> Any:
 class OpenAICompatibleLLM:
     """Chat completions with a JSON-schema reply, falling back to JSON mode where unsupported."""
 
+    provider_name = "openai"  # gen_ai.provider.name: the API spoken, whoever serves it
+
     def __init__(
         self, *, base_url: str | None, model: str, api_key: str | None, timeout: float = 30.0,
         max_retries: int = 2, max_wall_seconds: float | None = None,

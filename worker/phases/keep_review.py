@@ -16,6 +16,7 @@ from worker.llm.ask import ReplyRejected, ask
 from worker.llm.prompts import render_prompt
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
+from worker.telemetry import in_current_trace
 
 BATCH = 10
 
@@ -77,7 +78,7 @@ def review_keep(
         return batch, prompt, outcome
 
     with ThreadPoolExecutor(max_workers=min(ctx.settings.llm_concurrency, len(batches))) as pool:
-        answers = list(pool.map(one, batches))
+        answers = list(pool.map(in_current_trace(one), batches))
     for number, (batch, prompt, outcome) in enumerate(answers, start=1):
         ids = [b["id"] for b in batch]
         result.tokens_in += outcome.tokens_in

@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 from sqlalchemy.exc import IntegrityError
 
+from worker import telemetry
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatus
@@ -425,8 +426,9 @@ def _run_phase(app: App, ctx: PhaseContext, phase: str, step_id: str, wanted: bo
                 ensure_scope_embeddings(app, ctx.scope)
             if state is not None:
                 state.embedded = True
-        fn = _registry()[phase]
-        report: PhaseReport = fn(ctx, step_id)
+        with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
+            report: PhaseReport = _registry()[phase](ctx, step_id)
+            span.phase_result(report.status, report.counters)
     except StaleLease:
         bound.warning("phase.lease_lost")
         raise
@@ -527,13 +529,16 @@ def record_before(app: App, run_id: str) -> None:
 
 def execute_run(app: App, run_id: str) -> str:
     """The whole run in this process: every phase in order, then finalize."""
-    record_before(app, run_id)
-    crashpoint("run.before_claim")  # R30: a creator killed here leaves a queued run behind
-    cache: dict[str, _RunState] = {}
-    for phase in PHASES:
-        if execute_phase(app, run_id, phase, cache) in STOP_RESULTS:
-            break  # another executor holds this run (or it was cancelled); it finalizes
-    return finalize_run(app, run_id)
+    with telemetry.run_span(run_id) as span:
+        record_before(app, run_id)
+        crashpoint("run.before_claim")  # R30: a creator killed here leaves a queued run behind
+        cache: dict[str, _RunState] = {}
+        for phase in PHASES:
+            if execute_phase(app, run_id, phase, cache) in STOP_RESULTS:
+                break  # another executor holds this run (or it was cancelled); it finalizes
+        status = finalize_run(app, run_id)
+        span.set(dream__run__status=status)
+        return status
 
 
 def abandon_run(app: App, run_id: str, reason: str) -> None:

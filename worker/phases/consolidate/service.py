@@ -38,6 +38,7 @@ from worker.safety.crashpoints import crashpoint
 from worker.safety.guard import check_retire, record_trip
 from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
+from worker.telemetry import in_current_trace
 
 log = structlog.get_logger(__name__)
 
@@ -245,7 +246,7 @@ def _judge_with_model(
     if to_ask:
         workers = min(ctx.settings.llm_concurrency, len(to_ask))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="consolidate-llm") as pool:
-            list(pool.map(one, to_ask))
+            list(pool.map(in_current_trace(one), to_ask))
     for d in to_ask:
         o = d.outcome
         assert o is not None

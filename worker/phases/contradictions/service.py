@@ -60,6 +60,7 @@ from worker.safety.guard import check_retire, record_trip
 from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
 from worker.similarity.candidates import FrameSettings, same_frame_pairs, source_counts, union_edges
+from worker.telemetry import in_current_trace
 
 log = structlog.get_logger(__name__)
 
@@ -304,7 +305,7 @@ def _judge_topics(
             break
         with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix=PHASE) as pool:
             ask_one = partial(_ask_call, ctx, llm, notes=notes, budget=budget, round_no=round_no)
-            done = list(pool.map(ask_one, batch))
+            done = list(pool.map(in_current_trace(ask_one), batch))
         for result in done:
             results.append(result)
             for verdict in result.verdicts:

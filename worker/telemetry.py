@@ -1,0 +1,193 @@
+"""OpenTelemetry traces: a span per run, per phase and per model call (GenAI conventions).
+
+Optional: without the ``otel`` extra every helper is a no-op. Spans carry ids, names, counts and
+token usage, never note or prompt text (R21): no exception message or event is recorded either.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ModuleNotFoundError:  # the otel extra is not installed
+    trace = None  # type: ignore[assignment]
+
+TRACER = "dream_worker"
+T = TypeVar("T")
+_setup_lock = threading.Lock()
+_configured: dict[str, bool] = {}
+
+
+class SpanHandle:
+    """What the hooks may record on a span; only numbers and short identifiers get through."""
+
+    def __init__(self, span: Any = None) -> None:
+        self.span = span
+
+    def set(self, **attributes: str | int | float | bool | None) -> None:
+        if self.span is not None:
+            for key, value in attributes.items():
+                if value is not None:
+                    self.span.set_attribute(key.replace("__", "."), value)
+
+    def phase_result(self, status: str, counters: Mapping[str, Any]) -> None:
+        """A phase's status and its numeric counters (``dream.counter.<name>``)."""
+        self.set(dream__phase__status=status)
+        if self.span is not None:
+            for name, value in counters.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self.span.set_attribute(f"dream.counter.{name}", value)
+
+    def model_reply(self, reply: Any) -> None:
+        """Usage and the answering model of one completed model call."""
+        self.set(gen_ai__response__model=reply.model or None,
+                 gen_ai__usage__input_tokens=int(reply.tokens_in),
+                 gen_ai__usage__output_tokens=int(reply.tokens_out))
+
+
+@contextmanager
+def _span(name: str, kind: Any = None, **attributes: Any) -> Iterator[SpanHandle]:
+    if trace is None:
+        yield SpanHandle()
+        return
+    tracer = trace.get_tracer(TRACER)
+    # Exceptions are recorded by type only: their messages may quote note text.
+    with tracer.start_as_current_span(
+        name, kind=kind or SpanKind.INTERNAL, record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        handle = SpanHandle(span)
+        handle.set(**attributes)
+        try:
+            yield handle
+        except BaseException as exc:
+            span.set_attribute("error.type", type(exc).__name__)
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+
+
+def run_span(run_id: str) -> Any:
+    """The whole in-process run: a GenAI memory operation on the scope's store."""
+    return _span("update_memory dream", gen_ai__operation__name="update_memory",
+                 gen_ai__provider__name="dream-worker", dream__run_id=run_id)
+
+
+def phase_span(run_id: str, phase: str, scope_key: str) -> Any:
+    return _span(f"dream.phase {phase}", dream__run_id=run_id, dream__phase=phase,
+                 gen_ai__memory__store__id=scope_key)
+
+
+def model_call_span(llm: Any, prompt_name: str) -> Any:
+    """One question to the model (``chat {model}``, kind CLIENT); the reply adds usage."""
+    model = str(getattr(llm, "model", "") or "unknown")
+    provider = str(getattr(llm, "provider_name", "") or "unknown")
+    return _span(f"chat {model}", SpanKind.CLIENT if trace is not None else None,
+                 gen_ai__operation__name="chat", gen_ai__provider__name=provider,
+                 gen_ai__system=provider, gen_ai__request__model=model,
+                 dream__prompt__name=prompt_name)
+
+
+def in_current_trace(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` for a worker thread, run under the caller's trace context (a phase's model calls
+    fan out over a thread pool; their spans stay children of the phase span)."""
+    if trace is None:
+        return fn
+    captured = otel_context.get_current()
+
+    def run(*args: Any, **kwargs: Any) -> T:
+        token = otel_context.attach(captured)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            otel_context.detach(token)
+
+    return run
+
+
+def configure_telemetry(app: Any) -> None:
+    """Once per process: export spans as the standard OTEL_* variables say, and instrument
+    Celery and this process's SQLAlchemy engine when those instrumentations are installed.
+
+    Exporting starts only when OTEL_TRACES_EXPORTER or an OTLP endpoint is set (and
+    OTEL_SDK_DISABLED is not true); a tracer provider installed by someone else (the
+    ``opentelemetry-instrument`` launcher, a test) is kept.
+    """
+    if trace is None:
+        return
+    settings = app.settings
+    with _setup_lock:
+        if not _configured.get("provider") and not settings.otel_sdk_disabled:
+            _configured["provider"] = True
+            wanted = settings.otel_traces_exporter or (
+                "otlp" if settings.otel_exporter_otlp_endpoint else None)
+            if wanted and wanted != "none":
+                _install_provider(wanted)
+        if not _configured.get("instrumented"):
+            _configured["instrumented"] = True
+            try:
+                _instrument(app)
+            except Exception as exc:  # tracing must never stop a worker from working
+                log.warning("telemetry.instrumentation_failed", error_type=type(exc).__name__)
+
+
+def _install_provider(exporters: str) -> None:
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+    except ModuleNotFoundError:
+        log.warning("telemetry.sdk_missing", hint="pip install 'dream-worker[otel]'")
+        return
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return  # already configured by the launcher or the host application
+    # Resource.create reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES; the sampler and the
+    # batch processor read OTEL_TRACES_SAMPLER* / OTEL_BSP_* themselves.
+    provider = TracerProvider(resource=Resource.create({"service.name": "dream-worker"})
+                              .merge(Resource.create()))
+    for name in (n.strip() for n in exporters.split(",")):
+        if name == "console":
+            provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+        elif name == "otlp":
+            try:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                    OTLPSpanExporter,
+                )
+            except ModuleNotFoundError:
+                log.warning("telemetry.otlp_exporter_missing",
+                            hint="pip install opentelemetry-exporter-otlp-proto-http")
+                continue
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        elif name:
+            log.warning("telemetry.unknown_exporter", exporter=name, supported="otlp, console")
+    trace.set_tracer_provider(provider)
+    log.info("telemetry.configured", exporters=exporters)
+
+
+def _instrument(app: Any) -> None:
+    try:
+        from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    except ModuleNotFoundError:
+        pass
+    else:
+        if not CeleryInstrumentor().is_instrumented_by_opentelemetry:
+            CeleryInstrumentor().instrument()
+    try:
+        from opentelemetry.instrumentation.sqlalchemy import SQLAlchemyInstrumentor
+    except ModuleNotFoundError:
+        pass
+    else:
+        if not SQLAlchemyInstrumentor().is_instrumented_by_opentelemetry:
+            # Statements only (the instrumentation never records bound parameters). Its declared
+            # range stops below SQLAlchemy 2.1, whose engine events it uses are unchanged; the
+            # integration test proves the spans on the version we run.
+            SQLAlchemyInstrumentor().instrument(engine=app.engine, skip_dep_check=True)
