@@ -33,16 +33,16 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
         raise UserError("`dream mcp` needs the MCP SDK: pip install 'dream-worker[mcp]'") from None
     if (user or company) and not agent:
         raise UserError("--user and --company need --agent")
-    app = _app(ctx)
-    if transport == "stdio":
-        if not agent:
-            raise UserError("--transport stdio needs --agent (with optional --user/--company): "
-                            "the one scope this server's tools act on")
-        server.stdio_server(app, Scope(agent, user, company)).run("stdio")
-        return
-    if agent:
+    if transport == "stdio" and not agent:
+        raise UserError("--transport stdio needs --agent (with optional --user/--company): "
+                        "the one scope this server's tools act on")
+    if transport == "http" and agent:
         raise UserError("--agent binds stdio only; over HTTP each request's bearer token names "
                         "its scope")
+    app = _app(ctx)
+    if agent:
+        server.stdio_server(app, Scope(agent, user, company)).run("stdio")
+        return
     from worker.api.auth import parse_tokens
 
     if not any(p.scope is not None for _, p in parse_tokens(app.settings.api_tokens)):

@@ -29,6 +29,7 @@ from mcp.client.stdio import StdioServerParameters  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.types import CallToolResult  # noqa: E402
 
+from tests.conftest import make_sqlite_app  # noqa: E402
 from tests.support.factories import DARK_MODE_NOTES, add_notes  # noqa: E402
 from worker.app import App  # noqa: E402
 from worker.cli import main  # noqa: E402
@@ -266,8 +267,10 @@ def test_http_refuses_missing_wrong_and_admin_tokens(http_server: str, token: st
 def test_mcp_usage_errors_are_one_line(tmp_path: Path, args: list[str], env: dict[str, str],
                                        message: str) -> None:
     """Each misuse of `dream mcp` is one `error:` line naming the fix, exit 2, no server."""
+    make_sqlite_app(tmp_path).dispose()
     result = CliRunner().invoke(main, args, env={
-        "DREAM_DATABASE_URL": f"sqlite:///{tmp_path / 'd.db'}", "DREAM_API_TOKENS": None, **env})
+        "DREAM_DATABASE_URL": f"sqlite:///{tmp_path / 'dream.db'}", "DREAM_API_TOKENS": None,
+        **env})
     assert result.exit_code == 2, result.output
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line
