@@ -253,6 +253,17 @@ def test_http_refuses_missing_wrong_and_admin_tokens(http_server: str, token: st
     assert refused.value.code == 401
 
 
+def test_http_refuses_an_oversized_body_before_the_token(http_server: str) -> None:
+    """R31 for MCP: a body over DREAM_API_MAX_BODY_BYTES is 413 unread, even without a token."""
+    host, port = http_server.removeprefix("http://").split("/")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        # Only the headers: the server must answer from Content-Length without reading a byte.
+        sock.sendall(f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: "
+                     f"application/json\r\nContent-Length: {1_048_576 + 1}\r\n\r\n".encode())
+        status_line = sock.recv(4096).split(b"\r\n", 1)[0]
+    assert status_line.split()[1] == b"413", status_line
+
+
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [

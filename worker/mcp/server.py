@@ -16,16 +16,18 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp
 
 from worker.api.auth import Principal, authenticate, bearer, parse_tokens
+from worker.api.guards import BodyLimit
 from worker.app import App
 from worker.domain.types import Scope
 from worker.host import HostError
 from worker.mcp.tools import ScopedTools
 from worker.runs.service import RunError
+from worker.safety.scrub import stack
 
 log = structlog.get_logger(__name__)
 
@@ -137,6 +139,14 @@ def _call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     except RunError as exc:
         code = "not_found" if str(exc).startswith("no run with id") else "conflict"
         raise ToolError(f"{code}: {exc}") from None
+    except ToolError:
+        raise
+    except Exception as exc:
+        # A bug or a database error: its message may quote note text (R21), so neither the
+        # caller nor the log (the SDK would print it with the traceback) gets it; frames only.
+        log.error("mcp.tool_failed", error_type=type(exc).__name__, frames=stack(exc))
+        raise ToolError(f"internal: the tool failed ({type(exc).__name__}); see the server "
+                        "log") from None
 
 
 def bound_scope(scope: Scope) -> ScopeOf:
@@ -161,15 +171,19 @@ def stdio_server(app: App, scope: Scope) -> MCPServer:
     return build_server(app, bound_scope(scope))
 
 
-def http_app(app: App, host: str, port: int) -> Starlette:
+def http_app(app: App, host: str, port: int) -> ASGIApp:
     """The streamable HTTP app at /mcp (bearer tokens from DREAM_API_TOKENS) plus /healthz."""
     tokens = parse_tokens(app.settings.api_tokens)
     # The SDK wants an issuer for its metadata; the tokens are ours, so the server names itself.
     auth = AuthSettings(issuer_url=f"http://{_url_host(host)}:{port}", resource_server_url=None)
     server = build_server(app, token_scope(tokens), auth=auth, verifier=DreamTokenVerifier(tokens))
+    limit = app.settings.api_max_body_bytes
     # Stateless: no per-process session table, so any replica behind a Service can answer any
     # request (every tool call is one self-contained request carrying its token).
-    return server.streamable_http_app(host=host, stateless_http=True)
+    starlette = server.streamable_http_app(host=host, stateless_http=True,
+                                           max_request_body_size=limit)
+    # The API's own limit, outermost: an oversized body is refused unread, before the token (R31).
+    return BodyLimit(starlette, max_bytes=limit)
 
 
 def _url_host(host: str) -> str:
