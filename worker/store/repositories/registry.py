@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import case, func, insert, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from worker.domain.types import Scope
-from worker.store.models import AgentRow, CompanyRow, ConversationRow, SessionRow, UserRow
+from worker.domain.types import RunStatus, Scope
+from worker.store.models import (
+    AgentRow,
+    CompanyRow,
+    ConversationRow,
+    DreamRunRow,
+    SessionRow,
+    UserRow,
+)
 
 ENTITY_MODELS: dict[str, Any] = {
     "agent": AgentRow,
@@ -62,29 +69,37 @@ class SessionRepository:
                 counts[key] += 1
         return counts
 
-    def activity_since(
-        self, since: dict[str, datetime | None]
+    def activity_since_last_success(
+        self, scope_keys: list[str]
     ) -> dict[str, tuple[int, datetime | None, datetime | None]]:
-        """Per scope, in one query: (sessions started after its cut-off, latest session start or
-        end at any time, earliest session start after the cut-off)."""
-        if not since:
+        """Per scope, aggregated in the database in one query (the session history only grows):
+        (sessions started after its last successful dream began, latest session start or end at
+        any time, earliest session start after that dream)."""
+        if not scope_keys:
             return {}
-        rows = self.session.execute(
-            select(SessionRow.scope_key, SessionRow.started_at, SessionRow.ended_at).where(
-                SessionRow.scope_key.in_(list(since))
+        last = (
+            select(DreamRunRow.scope_key, func.max(DreamRunRow.started_at).label("at"))
+            .where(
+                DreamRunRow.scope_key.in_(scope_keys),
+                DreamRunRow.status.in_((RunStatus.SUCCEEDED.value, RunStatus.PARTIAL.value)),
+                DreamRunRow.dry_run.is_(False),
             )
+            .group_by(DreamRunRow.scope_key)
+            .subquery()
+        )
+        pending = or_(last.c.at.is_(None), SessionRow.started_at > last.c.at)
+        rows = self.session.execute(
+            select(SessionRow.scope_key, func.count(case((pending, 1))),
+                   func.max(SessionRow.started_at), func.max(SessionRow.ended_at),
+                   func.min(case((pending, SessionRow.started_at))))
+            .outerjoin(last, last.c.scope_key == SessionRow.scope_key)
+            .where(SessionRow.scope_key.in_(scope_keys))
+            .group_by(SessionRow.scope_key)
         ).all()
-        out: dict[str, tuple[int, datetime | None, datetime | None]] = {
-            k: (0, None, None) for k in since}
-        for key, started, ended in rows:
-            count, latest, earliest = out[key]
-            touched = max(started, ended) if ended is not None else started
-            latest = touched if latest is None else max(latest, touched)
-            cutoff = since[key]
-            if cutoff is None or started > cutoff:
-                count += 1
-                earliest = started if earliest is None else min(earliest, started)
-            out[key] = (count, latest, earliest)
+        out: dict[str, tuple[int, datetime | None, datetime | None]] = {}
+        for key, count, started, ended, earliest in rows:
+            latest = max(started, ended) if ended is not None else started
+            out[key] = (int(count), latest, _aware(earliest))
         return out
 
     def scopes(self) -> list[Scope]:
@@ -125,3 +140,10 @@ class EntityRepository:
 
     def agent(self, agent_id: str) -> AgentRow | None:
         return self.session.get(AgentRow, agent_id)
+
+
+def _aware(value: Any) -> datetime | None:
+    """An aggregate over a CASE loses the column type on some backends: parse and mark UTC."""
+    if value is None or isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
