@@ -26,6 +26,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
     InMemorySpanExporter,
 )
+from opentelemetry.sdk.trace.sampling import (  # noqa: E402
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    Sampler,
+    SamplingResult,
+)
 from opentelemetry.trace import SpanKind  # noqa: E402
 
 from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes, add_sessions  # noqa: E402
@@ -44,17 +50,32 @@ CANARY = "Quetzalcoatl-7731"
 FUSED = "User prefers dark mode in the code editor and terminal"
 
 
+class _WhileTesting(Sampler):
+    """Records spans only while this module runs: a global provider cannot be unset, and the
+    tests after this module should not pay for spans nobody reads."""
+
+    on = True
+
+    def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+        return (ALWAYS_ON if self.on else ALWAYS_OFF).should_sample(*args, **kwargs)
+
+    def get_description(self) -> str:
+        return "WhileTesting"
+
+
 @pytest.fixture(scope="module")
 def exporter() -> Iterator[InMemorySpanExporter]:
     """The process's tracer provider with an in-memory exporter (a provider is set only once)."""
+    sampler = _WhileTesting()
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
+        provider = TracerProvider(sampler=sampler)
         trace.set_tracer_provider(provider)
     exported = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exported))
     yield exported
-    exported.shutdown()  # later tests' spans are dropped, not collected for the whole session
+    sampler.on = False
+    exported.shutdown()
 
 
 def _notes() -> list[dict[str, Any]]:
