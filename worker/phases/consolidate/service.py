@@ -127,8 +127,17 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     counters["judge"] = "llm" if llm is not None else "rules"
     with ctx.uow() as uow:
         snap = uow.notes.load_scope(ctx.scope)
+        produced = uow.notes.inserted_by_run(ctx.run_id, ctx.scope)
+    # R3: a retried attempt plans exactly what a crash-free run would have planned after the
+    # merges the interrupted attempt committed; the notes those merges inserted are this run's
+    # output, never its input (a crash-free run could not have merged them again).
+    held_out = len(snap.notes)
+    snap = snap.without(produced)
+    held_out -= len(snap.notes)
     notes = snap.notes
     counters["notes_scanned"] = len(notes)
+    if held_out:
+        counters["notes_skipped_same_run"] = held_out
     flagged = _flag_injections(ctx, notes)
     counters["notes_flagged"] = len(flagged)
     if flagged:

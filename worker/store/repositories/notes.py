@@ -112,6 +112,13 @@ class ScopeSnapshot:
     def by_id(self) -> dict[str, Note]:
         return {n.id: n for n in self.notes}
 
+    def without(self, ids: set[str]) -> ScopeSnapshot:
+        """The snapshot minus ``ids`` (rows and vectors kept aligned)."""
+        keep = [i for i, n in enumerate(self.notes) if n.id not in ids]
+        if len(keep) == len(self.notes):
+            return self
+        return ScopeSnapshot([self.notes[i] for i in keep], self.vectors[keep])
+
 
 class NoteRepository:
     def __init__(self, session: Session) -> None:
