@@ -61,14 +61,15 @@ SCRIPT = {
                      "source_ids": "$aliases", "reason": "one fact, many wordings"}}
           for key, text in TOPICS.items()),
         {"prompt": "contradictions", "contains": ["metric units"],
-         "reply": {"verdicts_all": {"relation": "conflicting", "confidence": 0.95,
-                                    "reason": "one unit system"}}},
-        {"prompt": "contradictions",
-         "reply": {"verdicts_all": {"relation": "independent", "confidence": 0.9,
-                                    "reason": "different facts"}}},
+         "id_field": "topic",
+           "reply": {"topics_all": {"attributes": [
+               {"name": "the one value that holds", "confidence": 0.95, "reason": "one unit system",
+                "values": "$alias_values"}]}}},
+        {"prompt": "contradictions", "id_field": "topic",
+         "reply": {"topics_all": {"attributes": []}}},
     ],
     "default": {"should_consolidate": False, "content": "", "type": "Context",
-                "source_ids": [], "reason": "unscripted", "verdicts": []},
+                "source_ids": [], "reason": "unscripted", "topics": []},
 }
 
 

@@ -35,15 +35,16 @@ SCRIPT = {
          "reply": {"should_consolidate": False, "content": "", "type": "Context",
                    "source_ids": [], "reason": "different facts"}},
         *({"prompt": "contradictions", "contains": [topic],
-           "reply": {"verdicts_all": {"relation": "conflicting", "confidence": 0.95,
-                                      "reason": "both cannot hold"}}}
+           "id_field": "topic",
+           "reply": {"topics_all": {"attributes": [
+               {"name": "the one value that holds", "confidence": 0.95, "reason": "both cannot hold",
+                "values": "$alias_values"}]}}}
           for topic in ("invoices", "standup", "wifi")),
-        {"prompt": "contradictions",
-         "reply": {"verdicts_all": {"relation": "independent", "confidence": 0.9,
-                                    "reason": "different facts"}}},
+        {"prompt": "contradictions", "id_field": "topic",
+         "reply": {"topics_all": {"attributes": []}}},
     ],
     "default": {"should_consolidate": False, "content": "", "type": "Context",
-                "source_ids": [], "reason": "unscripted", "verdicts": []},
+                "source_ids": [], "reason": "unscripted", "topics": []},
 }
 
 
@@ -162,7 +163,6 @@ def test_no_phase_retires_a_manual_item_today_or_400_days_later(app: App, tmp_pa
         "st-new": "active"}
     assert all("contradiction_review" in (notes[i].flags or []) for i in ("eur", "eur2", "usd"))
     assert notes["st-old"].consolidated_into_id == "st-new"
-    assert first["contradictions"]["conflicts_flagged"] == 3
     # Prune and archive took the auto-generated controls only.
     assert {i: notes[i].status for i in ("m-orphan", "a-orphan", "m-expired", "a-expired")} == {
         "m-orphan": "active", "a-orphan": "archived", "m-expired": "active",

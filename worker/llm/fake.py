@@ -182,23 +182,28 @@ class FakeLLM:
 def notes_part(user: str) -> str:
     """The string values of every JSON array/object in ``user``, one per line (what the notes
     say, without the template around them); ``user`` itself when it holds no JSON."""
+    values = [s for block in _json_blocks(user) for s in _strings(block)]
+    return "\n".join(values) if values else user
+
+
+def _json_blocks(text: str) -> list[Any]:
+    """Every top-level JSON array or object embedded in ``text``, in order."""
     decoder = json.JSONDecoder()
-    values: list[str] = []
+    blocks: list[Any] = []
     pos = 0
     while True:
-        starts = [k for k in (user.find("[", pos), user.find("{", pos)) if k >= 0]
+        starts = [k for k in (text.find("[", pos), text.find("{", pos)) if k >= 0]
         if not starts:
-            break
+            return blocks
         start = min(starts)
         try:
-            data, end = decoder.raw_decode(user, start)
+            data, end = decoder.raw_decode(text, start)
         except ValueError:
             pos = start + 1
             continue
         if isinstance(data, list | dict):
-            values.extend(_strings(data))
+            blocks.append(data)
         pos = end
-    return "\n".join(values) if values else user
 
 
 def _strings(value: Any) -> list[str]:
@@ -217,27 +222,53 @@ def _unique(items: list[str]) -> list[str]:
 
 def expand_templates(reply: Any, prompt_text: str, ids_pattern: str = _DEFAULT_IDS,
                      id_field: str = "pair") -> Any:
-    """Fill ``$aliases`` / ``$ids`` and ``<name>_all`` keys from the rendered prompt."""
+    """Fill ``$aliases`` / ``$ids`` and ``<name>_all`` keys from the rendered prompt.
+
+    Inside a ``<name>_all`` item, ``$aliases`` and ``$alias_values`` mean the aliases of that
+    id's own object in the prompt (one topic's notes), not of the whole prompt.
+    """
     aliases = _unique(_ALIAS.findall(prompt_text))
     ids = _unique(re.findall(ids_pattern, prompt_text))
+    own = _aliases_by_id(prompt_text, id_field)
 
-    def walk(value: Any) -> Any:
+    def walk(value: Any, names: list[str]) -> Any:
         if value == "$aliases":
-            return list(aliases)
+            return list(names)
         if value == "$ids":
             return list(ids)
         if value == "$alias_values":  # contradictions: every note a value of its own
-            return [{"notes": [a]} for a in aliases]
+            return [{"notes": [a]} for a in names]
         if isinstance(value, list):
-            return [walk(v) for v in value]
+            return [walk(v, names) for v in value]
         if isinstance(value, dict):
             out: dict[str, Any] = {}
             for key, item in value.items():
                 if key.endswith("_all") and isinstance(item, dict):
-                    out[key[: -len("_all")]] = [{**walk(item), id_field: i} for i in ids]
+                    out[key[: -len("_all")]] = [{**walk(item, own.get(i, names)), id_field: i}
+                                                for i in ids]
                 else:
-                    out[key] = walk(item)
+                    out[key] = walk(item, names)
             return out
         return value
 
-    return walk(reply)
+    return walk(reply, aliases)
+
+
+def _aliases_by_id(prompt_text: str, id_field: str) -> dict[str, list[str]]:
+    """For each JSON object of the prompt that carries ``id_field``, the aliases inside it."""
+    out: dict[str, list[str]] = {}
+
+    def visit(value: Any) -> None:
+        if isinstance(value, dict):
+            key = value.get(id_field)
+            if isinstance(key, str):
+                out.setdefault(key, _unique(_ALIAS.findall(json.dumps(value))))
+            for v in value.values():
+                visit(v)
+        elif isinstance(value, list):
+            for v in value:
+                visit(v)
+
+    for block in _json_blocks(prompt_text):
+        visit(block)
+    return out
