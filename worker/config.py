@@ -32,9 +32,9 @@ class ConsolidateSettings(BaseModel):
 
 class ContradictionSettings(BaseModel):
     threshold: float = Field(0.70, ge=0.0, le=1.0)
-    # Same-frame candidates: notes equal but for one span of at most this many words.
-    frame_max_span: int = Field(3, ge=0, le=10)
-    frame_min_words: int = Field(2, ge=1)  # words both notes share around the span
+    # Same-frame candidates: notes equal but for spans of at most this many words together.
+    frame_max_span: int = Field(4, ge=0, le=10)
+    frame_min_words: int = Field(1, ge=1)  # words both notes share around the spans
     topic_size: int = Field(8, ge=2, le=50)  # notes of one topic asked about together
     notes_per_call: int = Field(24, ge=2)  # trusted topics packed into one prompt up to this
     # The phase's own model budget per run and scope (the run's budget applies as well).

@@ -2,8 +2,10 @@
 
 MSRP val: ROC AUC of the similarity, precision/recall of the rule-based judge's merges.
 SICK train+trial: which CONTRADICTION / NEUTRAL pairs become contradiction candidates, and
-whether the rule judge would merge any (must be 0). LoCoMo dev end to end: every question's
-evidence must still be held by an active note, directly or through lineage. The scenario suite
+whether the rule judge would merge any (must be 0). The evolving-fact suite
+(tests/bench/eval_endstate.py): exact end states per judge, oracle and rules. LoCoMo dev end
+to end: every question's evidence must still be held by an active note, directly or through
+lineage. The scenario suite
 (tests/integration/test_scenarios.py). The optional ``semantic`` embedder side by side.
 """
 
@@ -136,12 +138,27 @@ def eval_sick(embedders: dict[str, Any], settings: Settings) -> list[list[Any]]:
         for label in ("CONTRADICTION", "NEUTRAL", "ENTAILMENT"):
             m = labels == label
             row.append(f"{cand[m].mean():.3f} ({int(cand[m].sum())}/{int(m.sum())})")
+        framed = _same_frame_mask(a, b, settings)
+        union = cand | framed
+        for label in ("CONTRADICTION", "NEUTRAL"):
+            m = labels == label
+            row.append(f"{union[m].mean():.3f} ({int(union[m].sum())}/{int(m.sum())})")
         bad = (labels == "CONTRADICTION") | (labels == "NEUTRAL")
         row.append(f"{int((merged & bad).sum())}/{int(bad.sum())}")
         ent = labels == "ENTAILMENT"
         row.append(f"{int((merged & ent).sum())}/{int(ent.sum())}")
         rows.append(row)
     return rows
+
+
+def _same_frame_mask(a: Sequence[str], b: Sequence[str], settings: Settings) -> np.ndarray:
+    """Which pairs the contradictions phase's same-frame index proposes (each pair alone)."""
+    from worker.similarity.candidates import FrameSettings, same_frame_pairs
+
+    s = settings.contradictions
+    frame = FrameSettings(max_span=s.frame_max_span, min_frame=s.frame_min_words)
+    return np.asarray([bool(same_frame_pairs([x, y], frame).pairs)
+                       for x, y in zip(a, b, strict=True)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="make eval", description=__doc__)
     ap.add_argument("--skip-locomo", action="store_true")
     ap.add_argument("--skip-scenarios", action="store_true")
+    ap.add_argument("--skip-evolving", action="store_true")
+    ap.add_argument("--profiles", type=int, default=200, help="evolving-fact profiles")
     args = ap.parse_args(argv)
     from worker.logging import configure_logging
 
@@ -342,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
            "gated recall"], eval_msrp(embedders, settings))
     table("SICK train+trial: contradiction candidates and rule-judge merges",
           ["embedder", "threshold", "CONTRADICTION surfaced", "NEUTRAL surfaced (wasted)",
-           "ENTAILMENT surfaced", "CONTRA+NEUTRAL merged by rules (must be 0)",
+           "ENTAILMENT surfaced", "CONTRADICTION surfaced ∪ same-frame",
+           "NEUTRAL surfaced ∪ same-frame", "CONTRA+NEUTRAL merged by rules (must be 0)",
            "ENTAILMENT merged"], eval_sick(embedders, settings))
     try:
         from tests.bench import eval_contradictions  # B's finer SICK breakdown
@@ -351,6 +371,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# eval_contradictions.candidate_shares: {shares['share']}")
     except (ImportError, FileNotFoundError):
         pass
+    if not args.skip_evolving:
+        from tests.bench import eval_endstate
+
+        eval_endstate.main(["--profiles", str(args.profiles)])
     if not args.skip_locomo:
         table("LoCoMo dev end to end (one note per observation fact)",
               ["conversation", "judge", "run", "active before", "active after", "fused notes",

@@ -19,16 +19,21 @@ from worker.similarity.candidates import (
 @pytest.mark.parametrize(
     ("a", "b", "expected"),
     [
-        # one differing span: a negation, a value, a tool name (up to 3 words)
+        # one differing span: a negation, a value, a tool name (up to 4 words)
         ("Always use a linter", "Never use a linter", True),
         ("The user has 7 vacation days left", "The user has half of the vacation days left", True),
         ("The team chats on Slack every day", "The team chats on Microsoft Teams every day", True),
         ("I use a linter", "I do not use a linter", True),  # inserted span
         ("User likes tea.", "user LIKES tea", True),  # case and punctuation do not matter
-        # two separate differing spans, or too little shared frame: not the same frame
-        ("Always use a linter in Python", "Never use a formatter in Python", False),
-        ("Use Slack", "Use Discord", False),  # a one-word frame ("use …") would pair any two tools
+        ("Use Slack", "Use Microsoft Teams", True),  # as many shared words as the fewer cut
+        ("The team chats on Zulip", "The team chats on Microsoft Teams every day", True),
+        # short notes may differ in two spans when they share more words than either cut
+        ("Reports use metric units", "All reports use imperial units", True),
+        ("Pull requests need one approval", "Every pull request needs two approvals", True),
+        ("Reports use metric units", "Use Slack", False),
+        # too little shared frame: not the same frame
         ("Slack", "Discord", False),
+        ("User likes green tea", "User hates black coffee", False),
         ("The user flies economy", "The team prefers tea in the morning", False),
     ],
 )

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from worker.safety.injection import strip_invisible
+from worker.text.words import stem, strip_invisible
 
 
 class Source(StrEnum):
@@ -29,15 +29,17 @@ _GAP = "\x00"  # stands for the cut-out span in a frame key; never a token
 
 
 def frame_tokens(text: str) -> list[str]:
-    """Case-folded word tokens; punctuation and invisible characters never split a frame."""
-    return _WORD.findall(strip_invisible(text).casefold())
+    """Stemmed, case-folded words ("requests" = "request"); punctuation and invisible
+    characters never split a frame."""
+    return [stem(w) for w in _WORD.findall(strip_invisible(text).casefold())]
 
 
 @dataclass(frozen=True)
 class FrameSettings:
-    max_span: int = 3  # words that may differ on each side ("Slack" / "Microsoft Teams")
-    min_frame: int = 2  # words both notes must share around the span
+    max_span: int = 4  # words a note may differ in ("Slack" / "Microsoft Teams every day")
+    min_frame: int = 1  # words both notes must share around the spans
     max_tokens: int = 40  # longer notes are not slot-like facts; cosine covers them
+    two_spans_up_to: int = 16  # notes this short may also differ in a second span
     max_bucket: int = 32  # a frame shared by more notes is too generic to mean one attribute
 
 
@@ -47,36 +49,61 @@ class FrameReport:
     generic_frames: int = 0  # buckets skipped for being larger than max_bucket
 
 
-def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettings()) -> FrameReport:
-    """Pairs (i < j) whose token sequences are equal but for one span of ≤ ``max_span`` words.
+def _frame_keys(tokens: list[str], s: FrameSettings) -> dict[tuple[str, ...], int]:
+    """Each copy of ``tokens`` with one (or, for short notes, two) spans cut out → the fewest
+    words cut to reach it."""
+    n = len(tokens)
+    keys: dict[tuple[str, ...], int] = {}
 
-    Inverted index: each note is filed under every copy of itself with one span of 0..max_span
-    words cut out (prefix, gap, suffix). Two notes P·X·S and P·Y·S meet under the key P·◇·S, so
-    candidates come from shared keys (about n·(max_span+1) keys per note), never from all pairs.
+    def put(key: tuple[str, ...], cut: int) -> None:
+        if n - cut >= s.min_frame and keys.get(key, cut + 1) > cut:
+            keys[key] = cut
+
+    for l1 in range(0, s.max_span + 1):
+        for i in range(0, n - l1 + 1):
+            head, rest = tokens[:i], tokens[i + l1:]
+            put((*head, _GAP, *rest), l1)
+            if n > s.two_spans_up_to:
+                continue
+            # A second span after the first, separated by at least one kept word.
+            for l2 in range(1, s.max_span - l1 + 1):
+                for j in range(1, len(rest) - l2 + 1):
+                    put((*head, _GAP, *rest[:j], _GAP, *rest[j + l2:]), l1 + l2)
+    return keys
+
+
+def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettings()) -> FrameReport:
+    """Pairs (i < j) whose token sequences are equal but for short differing spans.
+
+    Inverted index: each note is filed under every copy of itself with a span of 0..max_span
+    words cut out (or two spans of that many words together, for short notes: "Reports use metric units" / "All reports use
+    imperial units"). Notes P·X·S and P·Y·S meet under the key P·◇·S, so candidates come from
+    shared keys, never from all pairs. The words they share must be at least as many as the
+    fewer words either cut, or with two spans the more ("use Slack" / "use Microsoft Teams"
+    pass; "User likes green tea" / "User hates black coffee" do not).
     """
-    buckets: dict[tuple[str, ...], list[int]] = {}
+    # Per key: (row, words cut). With one gap, the shared words must be at least as many as
+    # the fewer words either note cut; with two gaps, at least as many as the more.
+    buckets: dict[tuple[str, ...], list[tuple[int, int]]] = {}
     for row, text in enumerate(texts):
         tokens = frame_tokens(text)
-        if not settings.min_frame <= len(tokens) <= settings.max_tokens:
+        if not 1 <= len(tokens) <= settings.max_tokens:
             continue
-        keys: set[tuple[str, ...]] = set()
-        for span in range(0, settings.max_span + 1):
-            if len(tokens) - span < settings.min_frame:
-                break
-            for start in range(0, len(tokens) - span + 1):
-                keys.add((*tokens[:start], _GAP, *tokens[start + span:]))
-        for key in keys:
-            buckets.setdefault(key, []).append(row)
+        for key, cut in _frame_keys(tokens, settings).items():
+            buckets.setdefault(key, []).append((row, cut))
     report = FrameReport()
-    for rows in buckets.values():
+    for key, rows in buckets.items():
         if len(rows) < 2:
             continue
         if len(rows) > settings.max_bucket:
             report.generic_frames += 1
             continue
-        for x, i in enumerate(rows):
-            for j in rows[x + 1:]:
-                report.pairs.add((i, j) if i < j else (j, i))
+        shared = len(key) - key.count(_GAP)
+        needed = max if key.count(_GAP) > 1 else min
+        for x, (i, cut_i) in enumerate(rows):
+            for j, cut_j in rows[x + 1:]:
+                if i != j and shared >= max(settings.min_frame, needed(cut_i, cut_j)):
+                    report.pairs.add((i, j) if i < j else (j, i))
     return report
 
 

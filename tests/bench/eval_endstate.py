@@ -1,0 +1,237 @@
+"""End states on the evolving-fact suite (tests/bench/evolving.py), per judge, after each run.
+
+Judges: ``oracle`` — a fake model answering every contradictions topic from the gold (same
+prompt, same JSON protocol, through the phase's validation) and refusing every fusion, so what
+is measured is the pipeline's recall, not a model's quality; ``rules`` — the rule-based judge.
+Run: ``.venv/bin/python -m tests.bench.eval_endstate [--profiles N] [--runs 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from tests.bench.evolving import GoldNote, Profile, generate
+from worker.llm.base import LLMReply
+
+
+class OracleLLM:
+    """Answers the contradictions prompt from the gold: notes of one slot are one attribute,
+    notes of one value are one value group; facts that stand alone are left out."""
+
+    model = "oracle"
+
+    def __init__(self, gold: dict[str, GoldNote]) -> None:
+        self.gold = gold  # note text → gold
+        self.calls: dict[str, int] = {}
+        self.unknown_texts = 0
+
+    def complete_json(self, *, prompt_name: str, system: str, user: str,
+                      schema: dict[str, Any]) -> LLMReply:
+        from tests.support.topic_judge import prompt_topics
+
+        self.calls[prompt_name] = self.calls.get(prompt_name, 0) + 1
+        if prompt_name.startswith("contradictions"):
+            data: Any = {"topics": [self._topic(t) for t in prompt_topics(user)]}
+        elif prompt_name.startswith("consolidate"):
+            data = {"should_consolidate": False, "content": "", "type": "Context",
+                    "source_ids": [], "reason": "oracle: versions are judged as contradictions"}
+        else:
+            data = {}
+        raw = json.dumps(data)
+        return LLMReply(data=data, tokens_in=(len(system) + len(user)) // 4,
+                        tokens_out=len(raw) // 4, model=self.model, raw=raw)
+
+    def _topic(self, topic: dict[str, Any]) -> dict[str, Any]:
+        slots: dict[str, dict[str, list[str]]] = {}
+        for n in topic["notes"]:
+            g = self.gold.get(n["text"])
+            if g is None:
+                self.unknown_texts += 1
+                continue
+            slots.setdefault(g.slot, {}).setdefault(g.value, []).append(n["alias"])
+        attributes = [
+            {"name": slot, "confidence": 1.0, "reason": "oracle",
+             "values": [{"notes": aliases} for aliases in values.values()]}
+            for slot, values in slots.items() if sum(len(a) for a in values.values()) > 1]
+        return {"topic": topic["topic"], "attributes": attributes}
+
+
+@dataclass
+class RunFigures:
+    exact: int = 0
+    lost: int = 0
+    superseded_active: int = 0
+    duplicates_active: int = 0
+    retired_superseded: int = 0
+    retired: int = 0
+    calls: int = 0  # contradictions model calls, this run and before
+    tokens: int = 0
+    consolidate_calls: int = 0
+    wasted: int = 0
+    deferred: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class SuiteResult:
+    judge: str
+    profiles: int
+    facts: int
+    superseded: int
+    per_run: list[RunFigures] = field(default_factory=list)
+
+
+def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3) -> SuiteResult:
+    """Load every profile as its own scope, run ``runs`` daily dreams each, score every run."""
+    from tests.support.factories import add_entities, add_notes
+    from worker.app import build_app
+    from worker.config import Settings
+    from worker.domain.types import Scope
+    from worker.runs import service
+    from worker.store.migrate import upgrade
+
+    gold = {n.text: n for p in profiles for n in p.notes}
+    superseded = sum(1 for p in profiles for n in p.notes
+                     if n.kind == "version" and n.value != p.current[n.slot])
+    result = SuiteResult(judge, len(profiles), sum(len(p.current) for p in profiles), superseded)
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(database_url=f"sqlite:///{tmp}/endstate.db", llm_provider="none")
+        oracle = OracleLLM(gold) if judge == "oracle" else None
+        app = build_app(settings, llm=oracle)
+        upgrade(app.engine)
+        add_entities(app, {"kind": "agent", "id": "eval"},
+                     *({"kind": "user", "id": p.user_id} for p in profiles))
+        add_notes(app, *({"id": n.id, "agent_id": "eval", "user_id": p.user_id,
+                          "content": n.text, "created_at": n.created_at.isoformat(),
+                          # The agent read its memory in the last session: nothing is idle.
+                          "last_accessed_at": p.last_session.isoformat()}
+                         for p in profiles for n in p.notes))
+        totals = RunFigures()
+        for day in range(1, runs + 1):
+            started = time.perf_counter()
+            for p in profiles:
+                clock = p.last_session + timedelta(days=day)
+                run_id = service.create_run(app, Scope("eval", p.user_id), trigger="eval",
+                                            force=True, clock=clock)
+                assert run_id is not None
+                service.execute_run(app, run_id)
+                _add_usage(app, run_id, totals)
+            figures = _score(app, profiles)
+            figures.calls, figures.tokens = totals.calls, totals.tokens
+            figures.consolidate_calls, figures.wasted = totals.consolidate_calls, totals.wasted
+            figures.deferred = totals.deferred
+            totals.deferred = 0
+            figures.seconds = time.perf_counter() - started
+            result.per_run.append(figures)
+        app.dispose()
+    return result
+
+
+def _add_usage(app: Any, run_id: str, totals: RunFigures) -> None:
+    from worker.reporting import run_tree
+
+    for step in run_tree(app, run_id)["steps"]:
+        out = step.get("output") or {}
+        if step["phase"] == "contradictions":
+            totals.calls += int(out.get("calls", 0))
+            totals.tokens += int(out.get("tokens_in", 0)) + int(out.get("tokens_out", 0))
+            totals.wasted += int(out.get("verdicts_wasted", 0))
+            totals.deferred += int(out.get("topics_deferred", 0))
+        elif step["phase"] == "consolidate":
+            totals.consolidate_calls += int(out.get("calls", 0))
+
+
+def _score(app: Any, profiles: Sequence[Profile]) -> RunFigures:
+    from sqlalchemy import select
+
+    from worker.store.models import NoteRow
+
+    with app.uow() as uow:
+        rows = uow.session.execute(
+            select(NoteRow.id, NoteRow.user_id, NoteRow.content, NoteRow.status)).all()
+    by_user: dict[str, list[tuple[str, str, str]]] = {}
+    for nid, user, content, status in rows:
+        by_user.setdefault(user, []).append((nid, content, status))
+    f = RunFigures()
+    for p in profiles:
+        gold = {n.text: n for n in p.notes}  # a text is unique within its profile
+        active: dict[str, list[str]] = {}
+        for nid, content, status in by_user.get(p.user_id, []):
+            g = gold.get(content)
+            if g is None:
+                continue  # a fused note: scored through its text only when it is a source's
+            if status == "active":
+                active.setdefault(g.slot, []).append(g.value)
+            elif status == "revoked" and nid == g.id:
+                f.retired += 1
+                f.retired_superseded += g.kind == "version" and g.value != p.current[g.slot]
+        exact = True
+        for slot, value in p.current.items():
+            held = active.get(slot, [])
+            if value not in held:
+                f.lost += 1
+                exact = False
+            wrong = sum(1 for v in held if v != value)
+            f.superseded_active += wrong
+            f.duplicates_active += max(0, held.count(value) - 1)
+            exact = exact and wrong == 0 and held.count(value) == 1
+        f.exact += exact
+    return f
+
+
+def table_rows(results: Sequence[SuiteResult]) -> list[list[Any]]:
+    rows = []
+    for r in results:
+        for k, f in enumerate(r.per_run, start=1):
+            rows.append([
+                r.judge, k, f"{f.exact / r.profiles:.1%} ({f.exact}/{r.profiles})", f.lost,
+                f"{f.superseded_active}/{r.superseded}", f.duplicates_active,
+                f"{f.retired_superseded}/{r.superseded}", f.calls,
+                f"{f.calls / f.retired_superseded:.2f}" if f.retired_superseded else "-",
+                f"{f.tokens / f.retired_superseded:.0f}" if f.retired_superseded else "-",
+                f.wasted, f.deferred, f.consolidate_calls, f"{f.seconds:.1f}"])
+    return rows
+
+
+HEADERS = ["judge", "after run", "exact end states", "current facts lost",
+           "superseded left active", "duplicates left active", "superseded retired",
+           "contradiction calls (cumulative)", "calls per retired superseded",
+           "tokens per retired superseded", "wasted verdicts", "topics deferred (this run)",
+           "consolidation calls", "seconds"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tests.bench.run import table
+    from worker.logging import configure_logging
+
+    ap = argparse.ArgumentParser(prog="eval_endstate", description=__doc__)
+    ap.add_argument("--profiles", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--judge", action="append", choices=["oracle", "rules"])
+    ap.add_argument("--rewording", choices=["light", "heavy"], default="light",
+                    help="how differently the paraphrased versions are worded")
+    args = ap.parse_args(argv)
+    configure_logging("auto", "WARNING")
+    profiles = generate(args.profiles, seed=args.seed, rewording=args.rewording)
+    notes = sum(len(p.notes) for p in profiles)
+    changes = [c for p in profiles for c in p.changes.values()]
+    print(f"# evolving suite: {len(profiles)} profiles, {notes} notes, {len(changes)} slots "
+          f"changing 1-7 times (mean {sum(changes) / len(changes):.2f}), seed {args.seed}, "
+          f"{args.rewording} rewording")
+    results = [evaluate(profiles, judge, args.runs) for judge in args.judge or ["oracle", "rules"]]
+    table("Evolving facts: end states per judge after each daily run", HEADERS,
+          table_rows(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

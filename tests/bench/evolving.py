@@ -1,0 +1,199 @@
+"""Generator of evolving-fact profiles with their exact gold end state (written by this team).
+
+A profile is one user's memory after months of sessions: slot-like facts whose value changes 1-7
+times (negation flips, tool replacements, partial quantity changes, reverts to an earlier value,
+restatements in other words), one-off exceptions that must not overturn a policy, complementary
+facts that must both stay, and chit-chat distractors. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+
+@dataclass(frozen=True)
+class Family:
+    """One attribute: sentence frames (``{v}`` = the value) and the values it can take."""
+
+    name: str
+    frames: tuple[str, ...]
+    values: tuple[str, ...]
+    exception: str | None = None  # a one-off event that leaves the attribute unchanged
+
+
+# frames: (canonical, a light rewording, a heavy rewording that shares few words).
+FAMILIES: tuple[Family, ...] = (
+    Family("linter", ("{v} run the linter before committing",
+                      "{v} run the linter before each commit", "Linting before commits: {v}"),
+           ("Always", "Never", "Only on Fridays", "Sometimes")),
+    Family("chat", ("The team chats on {v} every day", "The team chats on {v}",
+                    "Team chat runs on {v}"),
+           ("Slack", "Microsoft Teams", "Discord", "Zulip", "Mattermost", "Google Chat")),
+    Family("vacation", ("The user has {v} vacation days left this year",
+                        "The user has {v} vacation days left",
+                        "Remaining vacation this year: {v} days"),
+           ("20", "10", "half of the", "all of the", "3", "none of the")),
+    Family("units", ("Reports use {v} units", "All reports use {v} units",
+                     "The customer wants {v} units in reports"),
+           ("metric", "imperial")),
+    Family("editor", ("The user writes code in {v}", "The user writes all code in {v}",
+                      "Preferred code editor: {v}"),
+           ("VS Code", "Vim", "Emacs", "JetBrains IDEA", "Zed", "Sublime Text")),
+    Family("standup", ("The daily standup starts at {v}", "The standup starts at {v} every day",
+                       "Standup meetings are held at {v}"),
+           ("9:00", "9:30", "10:00", "8:45", "11:00")),
+    Family("flight", ("The user always flies {v} class", "The user always books {v} class",
+                      "Books {v} class for every flight"),
+           ("economy", "premium economy", "business"),
+           exception="The user flew first class once, for the honeymoon trip to Tokyo"),
+    Family("diet", ("The user follows a {v} diet", "The user eats a {v} diet",
+                    "Diet preference: {v}"),
+           ("vegetarian", "vegan", "pescatarian", "low-carb", "omnivorous")),
+    Family("deploy", ("Deployments go out on {v}", "Production deployments go out on {v}",
+                      "The team ships releases on {v}"),
+           ("Tuesdays", "Thursdays", "Mondays", "every weekday")),
+    Family("tests", ("Unit tests run with {v}", "All unit tests run with {v}",
+                     "The project's test runner is {v}"),
+           ("pytest", "unittest", "nose2", "ward")),
+    Family("review", ("Pull requests need {v} approvals", "Every pull request needs {v} approvals",
+                      "Every pull request requires {v} reviews"),
+           ("two", "one", "three", "no")),
+    Family("timezone", ("The user works in the {v} time zone",
+                        "The user is based in the {v} time zone",
+                        "Working hours follow {v} time"),
+           ("Berlin", "London", "New York", "Singapore", "Lisbon")),
+)
+
+COMPLEMENTARY: tuple[tuple[str, str], ...] = (
+    ("The user prefers tea in the afternoon", "The user drinks coffee in the morning"),
+    ("The user uses a standing desk at the office", "The user uses a laptop stand at home"),
+    ("The user reads fiction on weekends", "The user reads technical books on the train"),
+    ("The user runs on Monday mornings", "The user swims on Thursday evenings"),
+    ("The user's invoices go to the Berlin office", "The user's contracts go to the Paris office"),
+)
+
+CHITCHAT: tuple[str, ...] = (
+    "Mentioned that the weather in {p} was lovely",
+    "Asked for a banana bread recipe for a party in {p}",
+    "Said the train to {p} was late again",
+    "Talked about a documentary on octopuses",
+    "Shared a photo of a hike near {p}",
+    "Laughed about a cat video a friend sent",
+    "Asked which museums are open in {p}",
+)
+PLACES = ("Porto", "Kyoto", "Oslo", "Denver", "Nairobi", "Quito", "Hanoi", "Perth")
+
+
+@dataclass(frozen=True)
+class GoldNote:
+    id: str
+    text: str
+    created_at: datetime
+    slot: str  # family name, or a unique id for a fact that stands alone
+    value: str
+    kind: str  # version | exception | complementary | chitchat
+
+
+@dataclass
+class Profile:
+    user_id: str
+    notes: list[GoldNote] = field(default_factory=list)
+    current: dict[str, str] = field(default_factory=dict)  # slot → its current value
+    changes: dict[str, int] = field(default_factory=dict)  # family slot → number of changes
+
+    @property
+    def last_session(self) -> datetime:
+        return max(n.created_at for n in self.notes)
+
+
+START = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
+MIN_GAP_DAYS = 8  # the policy picks the newer of two values only when > 7 days apart
+
+
+REWORDING = {"light": 1, "heavy": 2}
+
+
+def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] = (4, 7),
+             paraphrase_share: float = 0.3, revert_share: float = 0.25,
+             rewording: str = "light") -> list[Profile]:
+    """``count`` profiles; each slot changes value 1-7 times over sessions 2-5 days apart.
+
+    ``paraphrase_share`` of the versions use another wording of the attribute: ``light`` (a
+    restatement that keeps the attribute's words) or ``heavy`` (few words in common).
+    """
+    rng = random.Random(seed)
+    frame = REWORDING[rewording]
+    return [_profile(rng, f"p{k:04d}", families_per_profile, paraphrase_share, revert_share,
+                     frame) for k in range(count)]
+
+
+def _profile(rng: random.Random, user_id: str, families_per_profile: tuple[int, int],
+             paraphrase_share: float, revert_share: float, reworded: int) -> Profile:
+    profile = Profile(user_id)
+    used_texts: set[str] = set()
+    families = rng.sample(FAMILIES, rng.randint(*families_per_profile))
+    # Sessions: a few months, one every 2-5 days.
+    sessions = [START + timedelta(days=rng.randint(0, 20))]
+    while len(sessions) < 60:
+        sessions.append(sessions[-1] + timedelta(days=rng.randint(2, 5), hours=rng.randint(0, 8)))
+
+    def add(text: str, when: datetime, slot: str, value: str, kind: str) -> None:
+        base = text
+        for suffix in ("", " again", " once more", " still"):
+            text = base + suffix
+            if text not in used_texts:
+                break
+        used_texts.add(text)
+        profile.notes.append(GoldNote(f"{user_id}-{len(profile.notes)}", text, when, slot,
+                                      value, kind))
+
+    for family in families:
+        changes = rng.randint(1, 7)
+        values = _value_sequence(rng, family.values, changes + 1, revert_share)
+        when = rng.choice(sessions[:10])
+        for k, value in enumerate(values):
+            frame = (family.frames[reworded] if rng.random() < paraphrase_share
+                     else family.frames[0])
+            add(frame.format(v=value), when, family.name, value, "version")
+            if family.exception and k == 0:
+                add(family.exception, when + timedelta(days=rng.randint(1, 3)),
+                    f"exception:{family.name}", "once", "exception")
+            later = [s for s in sessions if s >= when + timedelta(days=MIN_GAP_DAYS)]
+            if not later:
+                break
+            when = rng.choice(later[:6])
+        profile.current[family.name] = [n for n in profile.notes if n.slot == family.name][-1].value
+        profile.changes[family.name] = sum(1 for n in profile.notes if n.slot == family.name) - 1
+    for a, b in rng.sample(COMPLEMENTARY, rng.randint(1, 2)):
+        for text in (a, b):
+            slot = f"complementary:{text}"  # named by its text: one slot across profiles
+            add(text, rng.choice(sessions), slot, text, "complementary")
+            profile.current[slot] = text
+    for _ in range(rng.randint(2, 5)):
+        text = rng.choice(CHITCHAT).format(p=rng.choice(PLACES))
+        if text in used_texts:
+            continue
+        slot = f"chitchat:{text}"
+        add(text, rng.choice(sessions), slot, text, "chitchat")
+        profile.current[slot] = text
+    for n in profile.notes:
+        if n.kind == "exception":
+            profile.current[n.slot] = n.value
+    profile.notes.sort(key=lambda n: (n.created_at, n.id))
+    return profile
+
+
+def _value_sequence(rng: random.Random, pool: tuple[str, ...], length: int,
+                    revert_share: float) -> list[str]:
+    """Consecutive values always differ; sometimes a value returns to an earlier one."""
+    out = [rng.choice(pool)]
+    while len(out) < length:
+        if len(out) >= 2 and rng.random() < revert_share:
+            earlier = [v for v in out[:-1] if v != out[-1]]
+            if earlier:
+                out.append(rng.choice(earlier))
+                continue
+        out.append(rng.choice([v for v in pool if v != out[-1]]))
+    return out
