@@ -36,6 +36,13 @@ n't stop stopped stops quit avoid avoids avoided dislike dislikes hate hates any
 except instead
 """)
 
+# Quantity and frequency words are stop words for containment, yet they state the value:
+# "has all of the vacation days left" is not contained in "has half of the vacation days left".
+QUANTIFIERS = _wordset("""
+all every each some any both either one none half most many few several only
+always usually often sometimes rarely seldom
+""")
+
 _WORD = re.compile(r"[\w.+#/'’-]+", re.UNICODE)
 _NUMBER = re.compile(r"\d")
 
@@ -49,6 +56,7 @@ class Words:
     numbers: frozenset[str]
     negations: frozenset[str]
     names: frozenset[str]
+    quantifiers: frozenset[str] = frozenset()
 
 
 def _tokens(text: str) -> list[str]:
@@ -68,7 +76,8 @@ def analyse(text: str) -> Words:
         if i > 0 and t[:1].isupper() and t.casefold() not in STOPWORDS
     )
     sequence = tuple(t for t in lowered if t not in STOPWORDS and t not in NEGATIONS)
-    return Words(frozenset(sequence), sequence, numbers, negations, names)
+    quantifiers = frozenset(t for t in lowered if t in QUANTIFIERS)
+    return Words(frozenset(sequence), sequence, numbers, negations, names, quantifiers)
 
 
 def _is_run_within(small: tuple[str, ...], big: tuple[str, ...]) -> bool:
@@ -80,8 +89,9 @@ def _is_run_within(small: tuple[str, ...], big: tuple[str, ...]) -> bool:
 def same_or_contained(small: str, big: str) -> bool:
     """True when ``big`` says everything ``small`` says, in place, and changes no specifics.
 
-    ``big`` may add content words but no negation; it may add numbers or names only where
-    ``small`` has none of that kind to contradict (a refinement, "Python" → "Python 3.12").
+    ``big`` may add content words but no negation and no quantity word (all, half, always…);
+    it may add numbers or names only where ``small`` has none of that kind to contradict (a
+    refinement, "Python" → "Python 3.12").
     """
     if normalise_text(small) == normalise_text(big):
         return True
@@ -90,7 +100,7 @@ def same_or_contained(small: str, big: str) -> bool:
     # box", nor "the dog chases the cat" in "the cat chases the dog" (SICK NEUTRAL pairs).
     if not a.content or not _is_run_within(a.sequence, b.sequence):
         return False
-    if a.negations != b.negations:
+    if a.negations != b.negations or a.quantifiers != b.quantifiers:
         return False
     if a.numbers and a.numbers != b.numbers:
         return False

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 
 import numpy as np
 
@@ -25,7 +26,6 @@ class Source(StrEnum):
 
 
 _WORD = re.compile(r"[\w']+")
-_GAP = "\x00"  # stands for the cut-out span in a frame key; never a token
 
 
 def frame_tokens(text: str) -> list[str]:
@@ -39,7 +39,7 @@ class FrameSettings:
     max_span: int = 4  # words a note may differ in ("Slack" / "Microsoft Teams every day")
     min_frame: int = 1  # words both notes must share around the spans
     max_tokens: int = 40  # longer notes are not slot-like facts; cosine covers them
-    two_spans_up_to: int = 16  # notes this short may also differ in a second span
+    two_spans_up_to: int = 12  # notes this short may also differ in a second span (cost grows fast)
     max_bucket: int = 32  # a frame shared by more notes is too generic to mean one attribute
 
 
@@ -49,60 +49,96 @@ class FrameReport:
     generic_frames: int = 0  # buckets skipped for being larger than max_bucket
 
 
-def _frame_keys(tokens: list[str], s: FrameSettings) -> dict[tuple[str, ...], int]:
-    """Each copy of ``tokens`` with one (or, for short notes, two) spans cut out → the fewest
-    words cut to reach it."""
-    n = len(tokens)
-    keys: dict[tuple[str, ...], int] = {}
+# Polynomial hashes over uint64 (numpy wraps on overflow, which is the modulus we want).
+_BASE = np.uint64(1_000_003)
+_MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9))
 
-    def put(key: tuple[str, ...], cut: int) -> None:
-        if n - cut >= s.min_frame and keys.get(key, cut + 1) > cut:
-            keys[key] = cut
 
-    for l1 in range(0, s.max_span + 1):
+@lru_cache(maxsize=64)
+def _cuts(n: int, max_span: int, two_spans: bool) -> tuple[np.ndarray, ...]:
+    """Every way to cut a note of ``n`` words: segment bounds (kept head, middle, tail) as
+    (start, end) columns, the words cut, and whether there are two gaps."""
+    rows = []
+    for l1 in range(0, max_span + 1):
         for i in range(0, n - l1 + 1):
-            head, rest = tokens[:i], tokens[i + l1:]
-            put((*head, _GAP, *rest), l1)
-            if n > s.two_spans_up_to:
+            rows.append((0, i, i + l1, i + l1, i + l1, n, l1, 0))
+            if not two_spans:
                 continue
             # A second span after the first, separated by at least one kept word.
-            for l2 in range(1, s.max_span - l1 + 1):
-                for j in range(1, len(rest) - l2 + 1):
-                    put((*head, _GAP, *rest[:j], _GAP, *rest[j + l2:]), l1 + l2)
-    return keys
+            for l2 in range(1, max_span - l1 + 1):
+                for j in range(i + l1 + 1, n - l2 + 1):
+                    rows.append((0, i, i + l1, j, j + l2, n, l1 + l2, 1))
+    table = np.asarray(rows, dtype=np.int64)
+    return tuple(table[:, k] for k in range(8))
+
+
+def _segment_hash(prefix: np.ndarray, powers: np.ndarray, start: np.ndarray,
+                  end: np.ndarray) -> np.ndarray:
+    return prefix[:, end] - prefix[:, start] * powers[end - start]
 
 
 def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettings()) -> FrameReport:
     """Pairs (i < j) whose token sequences are equal but for short differing spans.
 
     Inverted index: each note is filed under every copy of itself with a span of 0..max_span
-    words cut out (or two spans of that many words together, for short notes: "Reports use metric units" / "All reports use
-    imperial units"). Notes P·X·S and P·Y·S meet under the key P·◇·S, so candidates come from
-    shared keys, never from all pairs. The words they share must be at least as many as the
-    fewer words either cut, or with two spans the more ("use Slack" / "use Microsoft Teams"
-    pass; "User likes green tea" / "User hates black coffee" do not).
+    words cut out (or two spans of that many words together, for short notes: "Reports use
+    metric units" / "All reports use imperial units"). Notes P·X·S and P·Y·S meet under the key
+    P·◇·S, so candidates come from shared keys (hashed, sorted with numpy), never from all
+    pairs. The words they share must be at least as many as the fewer words either cut, or with
+    two spans the more ("use Slack" / "use Microsoft Teams" pass; "User likes green tea" /
+    "User hates black coffee" do not).
     """
-    # Per key: (row, words cut). With one gap, the shared words must be at least as many as
-    # the fewer words either note cut; with two gaps, at least as many as the more.
-    buckets: dict[tuple[str, ...], list[tuple[int, int]]] = {}
+    vocabulary: dict[str, int] = {}
+    by_length: dict[int, list[tuple[int, list[int]]]] = {}
     for row, text in enumerate(texts):
-        tokens = frame_tokens(text)
-        if not 1 <= len(tokens) <= settings.max_tokens:
-            continue
-        for key, cut in _frame_keys(tokens, settings).items():
-            buckets.setdefault(key, []).append((row, cut))
+        ids = [vocabulary.setdefault(t, len(vocabulary) + 1) for t in frame_tokens(text)]
+        if 1 <= len(ids) <= settings.max_tokens:
+            by_length.setdefault(len(ids), []).append((row, ids))
+    keys, rows, cuts, shared, gaps = [], [], [], [], []
+    with np.errstate(over="ignore"):
+        powers = np.cumprod(np.full(settings.max_tokens + 1, _BASE, dtype=np.uint64))
+        powers = np.r_[np.uint64(1), powers[:-1]]
+        for n, members in by_length.items():
+            tokens = np.asarray([ids for _, ids in members], dtype=np.uint64)
+            prefix = np.zeros((len(members), n + 1), dtype=np.uint64)
+            for k in range(n):
+                prefix[:, k + 1] = prefix[:, k] * _BASE + tokens[:, k]
+            s0, e0, s1, e1, s2, e2, cut, two = _cuts(
+                n, settings.max_span, n <= settings.two_spans_up_to)
+            keep = (n - cut) >= settings.min_frame
+            s0, e0, s1, e1, s2, e2, cut, two = (x[keep] for x in (s0, e0, s1, e1, s2, e2, cut, two))
+            # Each kept segment hashed with its length, so "a b ◇ c" never meets "a ◇ b c".
+            key = np.zeros((len(members), len(cut)), dtype=np.uint64)
+            for (start, end), mix in zip(((s0, e0), (s1, e1), (s2, e2)), _MIX, strict=True):
+                seg = _segment_hash(prefix, powers, start, end)
+                key = (key ^ (seg + (end - start).astype(np.uint64))) * mix
+            key ^= two.astype(np.uint64)
+            keys.append(key.ravel())
+            rows.append(np.repeat(np.asarray([r for r, _ in members]), len(cut)))
+            cuts.append(np.tile(cut, len(members)))
+            shared.append(np.tile(n - cut, len(members)))
+            gaps.append(np.tile(two + 1, len(members)))
     report = FrameReport()
-    for key, rows in buckets.items():
-        if len(rows) < 2:
-            continue
-        if len(rows) > settings.max_bucket:
-            report.generic_frames += 1
-            continue
-        shared = len(key) - key.count(_GAP)
-        needed = max if key.count(_GAP) > 1 else min
-        for x, (i, cut_i) in enumerate(rows):
-            for j, cut_j in rows[x + 1:]:
-                if i != j and shared >= max(settings.min_frame, needed(cut_i, cut_j)):
+    if not keys:
+        return report
+    key_all, row_all, cut_all = np.concatenate(keys), np.concatenate(rows), np.concatenate(cuts)
+    shared_all, gaps_all = np.concatenate(shared), np.concatenate(gaps)
+    # A note reaching one key by two cuts (repeated words) appears twice; pairs of it with
+    # itself are skipped below, and a pair passes when any of its entries does.
+    order = np.argsort(key_all, kind="stable")
+    key_all, row_all, cut_all = key_all[order], row_all[order], cut_all[order]
+    shared_all, gaps_all = shared_all[order], gaps_all[order]
+    starts = np.flatnonzero(np.r_[True, key_all[1:] != key_all[:-1]])
+    sizes = np.diff(np.r_[starts, len(key_all)])
+    report.generic_frames = int((sizes > settings.max_bucket).sum())
+    for start, size in zip(starts[(sizes >= 2) & (sizes <= settings.max_bucket)],
+                           sizes[(sizes >= 2) & (sizes <= settings.max_bucket)], strict=True):
+        common = int(shared_all[start])
+        needed = max if gaps_all[start] > 1 else min
+        for x in range(start, start + size):
+            for y in range(x + 1, start + size):
+                if common >= max(settings.min_frame, needed(int(cut_all[x]), int(cut_all[y]))):
+                    i, j = int(row_all[x]), int(row_all[y])
                     report.pairs.add((i, j) if i < j else (j, i))
     return report
 

@@ -25,9 +25,15 @@ from worker.llm.rules import rule_groups, rule_judge_pairs, same_or_contained
     ("A man is cutting a box", "The man is cutting the tape on the box", False),  # adjacency
     ("User prefers tea", "User prefers coffee", False),
     ("", "User prefers tea", False),
+    # quantity and frequency words state the value (found by the evolving-fact suite)
+    ("The user has all of the vacation days left", "The user has half of the vacation days left",
+     False),
+    ("Run the linter before committing", "Always run the linter before committing", False),
+    ("The user has all of the vacation days", "The user has all of the vacation days left", True),
 ])
 def test_same_or_contained(small: str, big: str, merged: bool) -> None:
-    """Identity or in-place containment with no differing numbers, negations or names."""
+    """Identity or in-place containment with no differing numbers, negations, quantity
+    words or names."""
     assert same_or_contained(small, big) is merged
 
 
