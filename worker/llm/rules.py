@@ -36,8 +36,8 @@ n't stop stopped stops quit avoid avoids avoided dislike dislikes hate hates any
 except instead
 """)
 
-# Quantity and frequency words are stop words for containment, yet they state the value:
-# "has all of the vacation days left" is not contained in "has half of the vacation days left".
+# Quantity and frequency words are stop words for containment, yet they state a value like a
+# number does: "has all of the vacation days left" is not contained in "has half of them left".
 QUANTIFIERS = _wordset("""
 all every each some any both either one none half most many few several only
 always usually often sometimes rarely seldom
@@ -89,8 +89,8 @@ def _is_run_within(small: tuple[str, ...], big: tuple[str, ...]) -> bool:
 def same_or_contained(small: str, big: str) -> bool:
     """True when ``big`` says everything ``small`` says, in place, and changes no specifics.
 
-    ``big`` may add content words but no negation and no quantity word (all, half, always…);
-    it may add numbers or names only where ``small`` has none of that kind to contradict (a
+    ``big`` may add content words but no negation; it may add numbers, quantity words (all,
+    half, always…) or names only where ``small`` has none of that kind to contradict (a
     refinement, "Python" → "Python 3.12").
     """
     if normalise_text(small) == normalise_text(big):
@@ -100,7 +100,9 @@ def same_or_contained(small: str, big: str) -> bool:
     # box", nor "the dog chases the cat" in "the cat chases the dog" (SICK NEUTRAL pairs).
     if not a.content or not _is_run_within(a.sequence, b.sequence):
         return False
-    if a.negations != b.negations or a.quantifiers != b.quantifiers:
+    if a.negations != b.negations:
+        return False
+    if a.quantifiers and a.quantifiers != b.quantifiers:
         return False
     if a.numbers and a.numbers != b.numbers:
         return False

@@ -28,7 +28,8 @@ from worker.llm.rules import rule_groups, rule_judge_pairs, same_or_contained
     # quantity and frequency words state the value (found by the evolving-fact suite)
     ("The user has all of the vacation days left", "The user has half of the vacation days left",
      False),
-    ("Run the linter before committing", "Always run the linter before committing", False),
+    ("Always run the linter", "Sometimes run the linter before committing", False),
+    ("Run the linter before committing", "Always run the linter before committing", True),
     ("The user has all of the vacation days", "The user has all of the vacation days left", True),
 ])
 def test_same_or_contained(small: str, big: str, merged: bool) -> None:
