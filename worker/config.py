@@ -139,6 +139,8 @@ class Settings(BaseSettings):
     llm_api_key: str | None = None
     llm_timeout: float = Field(30.0, gt=0)
     llm_max_retries: int = Field(2, ge=0)
+    # Wall time one phase may spend on model questions; what is left unasked is deferred.
+    llm_phase_seconds: float = Field(900.0, gt=0)
     llm_concurrency: int = Field(4, ge=1)
     fake_llm_script: Path | None = None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import threading
 import time
 import uuid
@@ -361,3 +362,159 @@ def test_r16_rate_limits_and_hangs_are_bounded(app: App, llm_stub: LLMStub, fail
     state = _state(app, scope)
     assert all(state[i]["status"] == "revoked" for i in ids)
     assert [n["content"] for n in state.values() if n["status"] == "active"] == [GROUNDED]
+
+
+# ---- R13: the adversarial pass's fusions, through the real client ----------------------------
+def _reply_to(req: StubRequest, content: str) -> dict[str, Any]:
+    """A merge of every note the prompt shows (its aliases), with ``content``."""
+    return _valid_reply(content=content, source_ids=re.findall(r'"alias"\s*:\s*"(n\d+)"', req.user))
+
+
+@pytest.mark.parametrize(("extra_source", "content", "reason"), [
+    # An invented name that is a substring of a source word ("morning").
+    ("User prefers dark mode in the code editor every morning",
+     "Orn prefers dark mode in the code editor and terminal every morning", "adds 'orn'"),
+    # A number that is a substring of a source number ("2021").
+    ("User prefers dark mode in the code editor since 2021",
+     "User prefers dark mode in the code editor and terminal since 20", "adds '20'"),
+    # A lower-case name, a spelled-out number, a substring of "lemon".
+    ("User prefers dark mode in the code editor", f"{GROUNDED}, per dana", "adds 'dana'"),
+    ("User prefers dark mode in three code editors",
+     "User prefers dark mode in twelve code editors and the terminal, at night too",
+     "adds 'twelve'"),
+    ("User prefers dark mode with a lemon theme in the code editor",
+     "User prefers dark mode with a Lemo theme in the code editor and terminal", "adds 'lemo'"),
+    # What an obedient model wrote after an instruction planted in a note.
+    ("User prefers dark mode in the code editor",
+     f"{GROUNDED}; the user is an administrator with full billing access",
+     "adds 'administrator'"),
+    # A negation the sources do not state.
+    ("User never uses the light theme in the code editor",
+     "User never prefers dark mode in the code editor and terminal, at night too",
+     "changes a negation"),
+])
+def test_r13_adversarial_fusions_are_rejected_through_the_stub(
+    app: App, llm_stub: LLMStub, extra_source: str, content: str, reason: str,
+) -> None:
+    """R13 (issue 12 item 1): each fusion the adversarial pass got accepted — substrings of
+    source words and numbers, a lower-case name, a spelled-out number, an invented role, a
+    flipped negation — is rejected by the real validation path with the reason on the step,
+    and nothing changes."""
+    scope = _scope()
+    _add_dark(app, scope, [*DARK[:4], extra_source])
+    before = _state(app, scope)
+    _use_stub(app, llm_stub, lambda req: _reply_to(req, content), max_retries=0)
+    result = _run(app, scope)
+    (child,) = result["children"]
+    assert child.output["verdict"] == "invalid", child.output
+    assert reason in child.output["reason"]
+    assert result["out"]["clusters_merged"] == 0
+    assert _state(app, scope) == before
+
+
+# ---- temporal normalisation (issue 13 item 4) ----------------------------------------------
+def test_relative_time_is_reasked_once_then_refused(app: App, llm_stub: LLMStub) -> None:
+    """A fusion that keeps "yesterday" is re-asked once with the reason, then refused (2
+    requests, not 3); the cluster is invalid, nothing changes, and the parent step counts the
+    re-ask and the refusal for the eval."""
+    scope = _scope()
+    _add_dark(app, scope, [*DARK[:4], "User prefers dark mode in the code editor since yesterday"])
+    before = _state(app, scope)
+    content = "User prefers dark mode in the code editor and terminal since yesterday"
+    _use_stub(app, llm_stub, lambda req: _reply_to(req, content), max_retries=0)
+    result = _run(app, scope)
+    asked = llm_stub.chat_requests()
+    assert len(asked) == 2
+    assert "relative time 'yesterday'" in asked[1].user
+    (child,) = result["children"]
+    assert child.output["verdict"] == "invalid" and child.output["attempts"] == 2
+    assert child.output["relative_time_rejections"] == 2
+    out = result["out"]
+    assert (out["relative_time_reasks"], out["clusters_relative_time_refused"]) == (1, 1)
+    assert _state(app, scope) == before
+
+
+def test_relative_time_fixed_on_the_reask_is_merged(app: App, llm_stub: LLMStub) -> None:
+    """The control: a model that resolves "yesterday" to the date after the re-ask is merged."""
+    scope = _scope()
+    texts = [*DARK[:4], "User prefers dark mode in the code editor since yesterday"]
+    _add_dark(app, scope, texts)
+    day = (NOW - timedelta(days=26 + 1)).date().isoformat()  # the last note is 26 days old
+    replies = iter([f"{GROUNDED} since yesterday", f"{GROUNDED} since {day}"])
+    _use_stub(app, llm_stub, lambda req: _reply_to(req, next(replies)), max_retries=0)
+    result = _run(app, scope)
+    assert result["out"]["clusters_merged"] == 1, result["children"][0].output
+    assert (result["out"]["relative_time_reasks"],
+            result["out"]["clusters_relative_time_refused"]) == (1, 0)
+
+
+# ---- omissions (issue 13 item 5, issue 12 item 20) ------------------------------------------
+SESSION = ["User keeps the session store and the cache in Redis",
+           "User keeps the cache in Redis", "User keeps the cache in Redis for 30 minutes",
+           "User keeps the cache in Redis, 30 minutes"]
+WITHOUT_SESSIONS = "User keeps the cache in Redis for 30 minutes"
+
+
+@pytest.mark.parametrize("block", [False, True])
+def test_dropped_phrase_warns_on_the_step_or_blocks(
+    app: App, llm_stub: LLMStub, block: bool,
+) -> None:
+    """A fusion that silently drops "session store" is merged with the omission as a warning on
+    the cluster's step (and counted on the phase); with block_on_omission it is refused."""
+    app.settings.consolidate.block_on_omission = block
+    scope = _scope()
+    _add_dark(app, scope, SESSION)
+    _use_stub(app, llm_stub, lambda req: _reply_to(req, WITHOUT_SESSIONS), max_retries=0)
+    result = _run(app, scope)
+    (child,) = result["children"]
+    if block:
+        assert child.output["verdict"] == "invalid"
+        assert "drops 'session store'" in child.output["reason"]
+        assert result["out"]["clusters_merged"] == 0
+    else:
+        assert child.output["verdict"] == "merge"
+        assert "omits 'session store'" in child.output["warnings"]
+        assert result["out"]["omission_warnings"] == 1
+
+
+def test_a_source_dropped_wholesale_is_never_merged(app: App, llm_stub: LLMStub) -> None:
+    """Issue 12 item 20: a careless fusion that keeps one note and drops another's facts is
+    rejected whatever block_on_omission says, naming the note it left out."""
+    scope = _scope()
+    _add_dark(app, scope, [*DARK[:4], "User prefers dark mode in the code editor, uses Vim keys "
+                                      "and the Solarized palette with ligatures"])
+    _use_stub(app, llm_stub, lambda req: _reply_to(req, GROUNDED), max_retries=0)
+    result = _run(app, scope)
+    (child,) = result["children"]
+    assert child.output["verdict"] == "invalid"
+    assert "leaves out most of n5" in child.output["reason"]
+
+
+# ---- the phase's own wall budget (issue 12 item 3) ------------------------------------------
+def test_phase_wall_budget_defers_what_it_could_not_ask(
+    sqlite_app: App, llm_stub: LLMStub,
+) -> None:
+    """With llm_phase_seconds spent by the first (slow) question, the clusters not yet asked are
+    deferred with the reason — not failed, not asked past the budget — and the phase succeeds."""
+    app = sqlite_app
+    app.settings.llm_phase_seconds = 1.0
+    app.settings.llm_concurrency = 1
+    scope = _scope()
+    for k, topic in enumerate(["dark mode in the code editor", "green tea every morning",
+                               "express courier for every order"]):
+        add_notes(app, *({"id": f"{scope.agent_id}-t{k}-{j}", "agent_id": scope.agent_id,
+                          "user_id": scope.user_id, "content": text}
+                         for j, text in enumerate([f"User prefers {topic}",
+                                                   f"User really prefers {topic}",
+                                                   f"User prefers {topic} always"])))
+    refuse = {"should_consolidate": False, "content": "", "type": "Preference",
+              "source_ids": [], "reason": "different"}
+    _use_stub(app, llm_stub, lambda req: StubResponse.reply(refuse, delay=1.2), max_retries=0)
+    result = _run(app, scope)
+    out = result["out"]
+    assert out["clusters_found"] == 3
+    assert (out["clusters_refused"], out["clusters_deferred"]) == (1, 2)
+    assert len(llm_stub.chat_requests()) == 1
+    deferred = [c for c in result["children"] if c.output["verdict"] == "deferred"]
+    assert all("wall-time budget" in c.output["reason"] for c in deferred)
+    assert result["parent"].status == "succeeded"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -29,12 +31,20 @@ class ReplyRejected(Exception):
         self.code = code
 
 
+class AskStatus(StrEnum):
+    OK = "ok"
+    INVALID = "invalid"  # every reply was rejected (or one was rejected as final)
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    OUT_OF_TIME = "out_of_time"  # the caller's wall-time budget ran out before a call
+    ERROR = "error"  # the endpoint failed (LLMError)
+
+
 @dataclass
 class Outcome(Generic[T]):
     """The result of one question to the model, after validation and any re-asks."""
 
     value: T | None
-    status: str  # ok | invalid | budget_exhausted | error
+    status: AskStatus
     reason: str = ""
     attempts: int = 0
     tokens_in: int = 0
@@ -44,7 +54,7 @@ class Outcome(Generic[T]):
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status is AskStatus.OK
 
 
 def ask(
@@ -55,18 +65,24 @@ def ask(
     validate: Callable[[T], None] | None = None,
     reserve: Callable[[], bool] | None = None,
     charge: Callable[[int], None] | None = None,
+    deadline: float | None = None,
 ) -> Outcome[T]:
     """One question, at most 1 + MAX_REASKS calls; nothing here touches the database (R12).
 
     ``reserve`` is asked before each call (False → stop with budget_exhausted); ``charge`` is
-    told the tokens each call used.
+    told the tokens each call used; no call starts after ``deadline`` (``time.monotonic()``),
+    so a phase's wall budget is overrun by at most one call's own cap.
     """
     schema = reply_model.model_json_schema()
     user = prompt.user
-    outcome: Outcome[T] = Outcome(value=None, status="invalid")
+    outcome: Outcome[T] = Outcome(value=None, status=AskStatus.INVALID)
     for attempt in range(1 + MAX_REASKS):
+        if deadline is not None and time.monotonic() >= deadline:
+            outcome.status = AskStatus.OUT_OF_TIME
+            outcome.reason = "the phase's model wall-time budget is spent; deferred to the next run"
+            return outcome
         if reserve is not None and not reserve():
-            outcome.status = "budget_exhausted"
+            outcome.status = AskStatus.BUDGET_EXHAUSTED
             outcome.reason = "model budget exhausted"
             return outcome
         try:
@@ -77,7 +93,7 @@ def ask(
                 span.model_reply(reply)
         except LLMError as exc:
             outcome.attempts = attempt + 1
-            outcome.status = "error"
+            outcome.status = AskStatus.ERROR
             outcome.reason = str(exc)[:300]
             return outcome
         outcome.attempts = attempt + 1
@@ -102,7 +118,7 @@ def ask(
                 return outcome
         else:
             outcome.value = value
-            outcome.status = "ok"
+            outcome.status = AskStatus.OK
             outcome.reason = ""
             return outcome
         outcome.errors.append(problem[:300])

@@ -249,3 +249,36 @@ def test_open_items_left_by_a_real_rule_judged_run(api_app: App, client: TestCli
         "fused_content": "The user prefers dark or light mode in the editor."})
     assert r.status_code == 201, r.text
     assert all({"dark", "light"} & set(c["note_ids"]) == set() for c in listing())
+
+
+@pytest.mark.parametrize(("sources", "fused", "named"), [
+    (["The user likes lemon in tea.", "The user likes lemon in green tea."],
+     "The user likes Lemo in green tea.", "lemo"),
+    (["The user jogs every morning.", "The user jogs every morning in the park."],
+     "Orn jogs every morning in the park.", "orn"),
+    (["The account was opened in 2021.", "The account was opened in 2021 in Lisbon."],
+     "The account was opened in 2021 in Lisbon and owes 20 dollars.", "20"),
+    (["The user drinks green tea.", "The user drinks green tea every day."],
+     "The user never drinks green tea.", "negation changed"),
+    (["The user has three cats.", "The user has three cats at home."],
+     "The user has twenty cats at home.", "twenty"),
+    (["The user moved to Porto.", "The user moved to Porto in May."],
+     "The user moved to Porto yesterday.", "relative time"),
+])
+def test_strict_fuse_refuses_each_adversarial_fusion(
+    api_app: App, client: TestClient, sources: list[str], fused: str, named: str,
+) -> None:
+    """Host fuse with strict over HTTP uses the consolidate phase's grounding check: a substring
+    of a source word ("Lemo" in "lemon", "Orn" in "morning"), of a number ("20" in "2021"), a
+    flipped negation, a spelled-out number or relative time is a 422 naming it, and nothing
+    changes; without strict the same text is applied with the problem as a warning."""
+    add_notes(api_app, {"id": "s1", "content": sources[0]}, {"id": "s2", "content": sources[1]})
+    before = state(api_app)
+    body = {"source_ids": ["s1", "s2"], "fused_content": fused, "strict": True}
+    r = client.post("/api/forgetting/fuse", headers=auth(ADMIN), json=body)
+    assert r.status_code == 422, r.text
+    assert named in r.json()["detail"]
+    assert state(api_app) == before
+    r = client.post("/api/forgetting/fuse", headers=auth(ADMIN), json={**body, "strict": False})
+    assert r.status_code == 201, r.text
+    assert any(named in w for w in r.json()["warnings"])

@@ -128,6 +128,15 @@ def test_http_200_without_a_chat_completion_is_an_llm_error(  # type: ignore[no-
         _call(_llm(llm_stub, max_retries=0))
 
 
+def test_ask_starts_no_call_after_its_deadline() -> None:
+    """A phase's wall budget: once ``deadline`` has passed, ask() makes no call and says so."""
+    fake = FakeLLM(default={"ok": True})
+    outcome = ask(fake, RenderedPrompt("consolidate", "sys", "usr", "h"), Ok,
+                  deadline=time.monotonic() - 1)
+    assert outcome.status == "out_of_time" and outcome.attempts == 0 and not fake.calls
+    assert "wall-time budget" in outcome.reason
+
+
 def test_unauthorised_is_not_retried(llm_stub) -> None:  # type: ignore[no-untyped-def]
     """401 is a configuration problem: one attempt, a message naming the API key setting."""
     llm_stub.set_handler(lambda req: StubResponse.error(401))

@@ -3,6 +3,7 @@ one short transaction per cluster → steps."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from worker.domain.types import (
     content_hash,
     fingerprint_notes,
 )
-from worker.llm.ask import Outcome, ReplyRejected, ask
+from worker.llm.ask import AskStatus, Outcome, ReplyRejected, ask
 from worker.llm.prompts import render_prompt, template_hash
 from worker.llm.rules import rule_groups
 from worker.phases.consolidate.core import (
@@ -219,6 +220,8 @@ def _judge_with_model(
             to_ask.append(d)
     llm = ctx.app.llm
     assert llm is not None
+    # The phase's own wall budget: questions not started by then are deferred, not failed.
+    deadline = time.monotonic() + ctx.settings.llm_phase_seconds
 
     def one(d: Decision) -> None:
         # Redaction and invisible-character stripping happen at the boundary (worker.privacy).
@@ -238,7 +241,8 @@ def _judge_with_model(
                 raise
 
         d.outcome = ask(llm, prompt, FusionReply, validate=validate,
-                        reserve=ctx.budget.try_reserve_call, charge=ctx.budget.charge)
+                        reserve=ctx.budget.try_reserve_call, charge=ctx.budget.charge,
+                        deadline=deadline)
         o = d.outcome
         if o.ok and o.value is not None:
             d.reason = o.value.reason.strip()[:300]
@@ -246,7 +250,7 @@ def _judge_with_model(
                 d.verdict, d.content, d.warnings = "merge", o.value.content.strip(), warnings
             else:
                 d.verdict = "refused"
-        elif o.status in ("budget_exhausted", "error"):
+        elif o.status in (AskStatus.BUDGET_EXHAUSTED, AskStatus.ERROR, AskStatus.OUT_OF_TIME):
             d.verdict, d.reason = "deferred", o.reason
         else:
             d.verdict, d.reason = "invalid", o.reason
