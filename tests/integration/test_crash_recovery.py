@@ -1,13 +1,18 @@
-"""Crash safety and duplicate execution (R3, R4, R5, R9, R18) with real processes and databases."""
+"""Crash safety and duplicate execution (R3, R4, R5, R9, R18) with real processes and databases:
+SIGKILL at every crash point, in a `dream run` process and in a Celery worker child, ends note for
+note where a crash-free run ends."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -328,3 +333,123 @@ def test_r18_no_delete_on_notes_during_a_run(app: App) -> None:
     deletes = [s for s in statements if s.lstrip().upper().startswith("DELETE")
                and "NOTES" in s.upper().split("WHERE")[0]]
     assert deletes == []
+
+
+# ---- the same under Celery -------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _celery_worker(app: App, env: dict[str, str], tmp: Path, crash_at: str, marker: Path,
+                   queue: str) -> subprocess.Popen[bytes]:
+    """`celery -A worker.celery_app worker` (prefork, one child) armed to crash once."""
+    environ = {**os.environ, **env, "DREAM_DATABASE_URL": app.settings.database_url,
+               "DREAM_BROKER_URL": _celery_broker(), "DREAM_RESULT_BACKEND": _celery_broker(),
+               "DREAM_CELERY_QUEUE": queue, "DREAM_LOG_FORMAT": "json",
+               "DREAM_CRASH_AT": crash_at, "DREAM_CRASH_MARKER": str(marker),
+               "PYTHONUNBUFFERED": "1"}
+    with open(tmp / "worker.log", "ab") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "worker.celery_app", "worker", "--pool",
+             "prefork", "-c", "1", "-Q", queue, "-n", f"{queue}@%h", "--without-gossip",
+             "--without-mingle", "--loglevel", "INFO"],
+            cwd=ROOT, env=environ, stdout=fh, stderr=subprocess.STDOUT,
+        )
+
+
+def _celery_broker() -> str:
+    from tests.support.services import redis_url
+
+    return redis_url().rsplit("/", 1)[0] + "/13"  # a database of its own (test_celery uses 14)
+
+
+def _enqueue(app: App, run_id: str, queue: str) -> None:
+    """The chain `enqueue_run` sends, by task name, from a client of the test's own."""
+    from celery import chain
+
+    from worker.celery_app import make_celery
+    from worker.config import Settings
+    from worker.domain.types import PHASES
+
+    client = make_celery(Settings(database_url=app.settings.database_url,
+                                  broker_url=_celery_broker(), result_backend=_celery_broker(),
+                                  celery_queue=queue))
+    service.record_before(app, run_id)
+    chain(*(client.signature(f"dream.{name}", args=(run_id,), immutable=True)
+            for name in (*PHASES, "finalize"))).apply_async()
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _status(app: App, run_id: str) -> str:
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None
+        return run.status
+
+
+@pytest.mark.celery
+@pytest.mark.redis
+@pytest.mark.postgres
+@pytest.mark.parametrize("point", KNOWN)
+def test_r03_celery_worker_child_killed_at_each_crash_point_then_recovered_equals_crash_free(
+    pg_app: App, tmp_path: Path, point: str,
+) -> None:
+    """R3 under Celery: the prefork child running a run's phase task is SIGKILLed at each crash
+    point (a consolidate point at its second merge); the broker redelivers the task, the lease
+    expires, gate_check hands the run to a new attempt, and the worker finishes it — note for
+    note where a crash-free run of the same store ends."""
+    judge = JUDGES["model"]
+    env = judge.env(tmp_path)
+    if ("postgresql", judge.name) not in _REFERENCE:
+        twin = make_postgres_app()
+        try:
+            _reference(twin, judge, env)
+        finally:
+            drop_postgres_app(twin)
+    reference = _REFERENCE[("postgresql", judge.name)]
+    judge.store(pg_app)
+    queue = f"dream-crash-{uuid.uuid4().hex[:10]}"
+    marker = tmp_path / "crashed"
+    worker = _celery_worker(pg_app, env, tmp_path, judge.crash_target(point), marker, queue)
+    try:
+        run_id = service.create_run(pg_app, SCOPE, force=True, clock=NOW)
+        assert run_id
+        _enqueue(pg_app, run_id, queue)
+        _wait(marker.exists, 90, f"the worker to reach {point}")
+        # The redelivered task and the rest of the chain meet a run whose attempt died; unless
+        # the crash came after the last write (finalize), the run waits for its lease.
+        _wait(lambda: _status(pg_app, run_id) != "queued", 30, "the run to be claimed")
+        time.sleep(3)
+        if _status(pg_app, run_id) not in ("succeeded", "partial"):
+            later = utcnow() + timedelta(seconds=pg_app.settings.lease_seconds + 60)
+            retried = service.gate_check(pg_app, now=later).retried
+            assert retried == [run_id], retried
+            _enqueue(pg_app, run_id, queue)
+        _wait(lambda: _status(pg_app, run_id) in ("succeeded", "partial", "failed"), 90,
+              "the recovered run to finish")
+        assert _status(pg_app, run_id) in ("succeeded", "partial")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(timeout=10)
+        import redis
+
+        client = redis.Redis.from_url(_celery_broker())
+        client.delete(queue)
+        client.close()
+    check_invariants(pg_app)
+    state = exact_state(pg_app)
+    assert sorted(state) == sorted(reference)
+    differ = {k: [(a, b) for a, b in zip(v, reference[k], strict=True) if a != b]
+              for k, v in state.items() if reference[k] != v}
+    assert differ == {}, json.dumps(differ, default=str, indent=1)
