@@ -218,3 +218,16 @@ def test_invalid_utf8_in_argv_and_stdin_through_a_real_process(app: App) -> None
         assert done.stderr.strip().startswith(b"error: ") and says in done.stderr
         assert b"Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert all_rows_text(app) == before
+
+
+def test_demo_database_paths_are_one_line(tmp_path: Path) -> None:
+    """`dream demo --database` (not fuzzed: each valid path is a whole demo) on a path under a
+    file, on a directory, with a name too long for the file system, or with a NUL: one line."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    for path, says in ((str(blocker / "demo.db"), "cannot use"), (str(tmp_path), "cannot use"),
+                       (str(tmp_path / ("d" * 300)), "cannot use"),
+                       ("demo\x00.db", "contains a NUL character")):
+        assert says in one_error_line(dream(f"sqlite:///{tmp_path / 'unused.db'}",
+                                            ["demo", "--database", path]))
+    assert blocker.read_text() == "x"
