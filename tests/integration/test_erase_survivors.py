@@ -224,11 +224,15 @@ def test_r19_text_with_quotes_and_newlines_is_scrubbed_from_every_record(app: Ap
                                 comments=f"see also: {quoted}")
         uow.notes.log(run_id=run_id, scope=SCOPE, entity_id="y", op="update", before=None,
                       after={"quote": quoted}, reason="planted quote", now=NOW)
-        uow.runs.set_status(run_id, "failed", error=f"boom while reading {quoted}")
+        uow.runs.set_status(run_id, "blocked", error=f"boom while reading {quoted}",
+                            status_reason="guard: would retire x and 3 more")
         uow.commit()
     erase(app, note_id="x")
     assert CANARY not in all_rows_text(app)
     assert set(note_states(app)) == {"y"}
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and run.status_reason == "guard: would retire [erased note] and 3 more"
 
 
 def test_r28_host_fuse_sources_come_back_as_they_were(app: App) -> None:
@@ -258,3 +262,26 @@ def test_erasing_a_subject_with_no_notes_says_so(app: App, monkeypatch: pytest.M
     assert out.exit_code == 0, out.output
     assert "nothing to erase: no notes or examples of conversation never-seen" in out.output
     assert set(note_states(app)) == {"n0"}
+
+
+def test_an_erased_id_is_matched_as_a_whole_token_only(app: App) -> None:
+    """Erasing note n1 scrubs records that name n1, not records that name n12 or n1x (before,
+    the substring match wiped such log rows and mangled "n12" into "[erased note]2")."""
+    add_notes(app, {"id": "n1", "user_id": "u1", "content": "likes tea"},
+              {"id": "n12", "user_id": "u1", "content": "likes coffee"},
+              {"id": "n13", "user_id": "u1", "content": "likes cocoa"})
+    run_id = run_row(app, SCOPE)
+    with app.uow() as uow:
+        n12, n13 = uow.notes.get_many(["n12", "n13"])
+        assert uow.notes.change(n12, run_id=run_id, reason="kept n12", now=NOW,
+                                comments="n12 kept, unlike n1x")
+        assert uow.notes.change(n13, run_id=run_id, reason="compared", now=NOW,
+                                comments="compared with n1 and n12")
+        uow.commit()
+    erase(app, note_id="n1")
+    states = note_states(app)
+    assert states["n12"]["comments"] == "n12 kept, unlike n1x"
+    assert states["n13"]["comments"] == "compared with [erased note] and n12"
+    with app.uow() as uow:
+        reasons = sorted(r.reason for r in uow.safety.run_log(run_id))
+    assert reasons == ["erased", "kept n12"]  # only the row quoting n1 was scrubbed

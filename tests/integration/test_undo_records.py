@@ -100,3 +100,16 @@ def test_undo_removes_the_review_records_of_the_run(app: App, llm_stub: LLMStub)
     result = undo_run(app, run_id)
     assert result.reviews == 1 and _rows(app, ReviewRow) == []
     assert all(not r.flags for r in _rows(app, NoteRow))
+
+
+def test_undo_refuses_an_interrupted_run_that_may_still_resume(app: App) -> None:
+    """An interrupted run owns its scope and resumes its remaining phases; undo says to wait or
+    cancel it first and changes nothing."""
+    from tests.support.safety import run_row
+
+    run_id = run_row(app, SCOPE, status="interrupted")
+    with pytest.raises(Exception, match=f"dream runs cancel {run_id}"):
+        undo_run(app, run_id)
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and run.status == "interrupted"

@@ -26,7 +26,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import NoteStatus, RunStatus, Scope
+from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, RunStatus, Scope
 from worker.runs.service import RunError
 from worker.store.models import OperationLogRow
 from worker.store.repositories.notes import TRACKED_FIELDS
@@ -83,8 +83,11 @@ def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
         return
     if run is None:
         raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
-    if run.status in (RunStatus.QUEUED.value, RunStatus.RUNNING.value):
-        raise RunError(f"run {run_id} is {run.status}; wait for it to finish before undoing it")
+    if run.status in ACTIVE_RUN_STATUSES:
+        # An interrupted run still owns its scope and resumes its remaining phases: undoing
+        # half of it under a resuming executor would leave neither state.
+        raise RunError(f"run {run_id} is {run.status}; wait for it to finish (or stop it with "
+                       f"`dream runs cancel {run_id}`) before undoing it")
     if run.status == RunStatus.UNDONE.value:
         raise RunError(f"run {run_id} is already undone")
 

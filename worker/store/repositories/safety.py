@@ -6,6 +6,7 @@ Erasure is the only code in the worker that issues DELETE against notes (R18, R1
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from worker.store.models import (
 )
 
 RETIRED = (NoteStatus.REVOKED.value, NoteStatus.ARCHIVED.value)
+_TOKEN = re.compile(r"[\w-]+")
 
 
 def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
@@ -233,6 +235,11 @@ class SafetyRepository:
         counts = {"notes": 0, "lineage": 0, "operation_log": 0, "operation_log_scrubbed": 0,
                   "judgements": 0, "reviews": 0, "run_steps_scrubbed": 0}
         id_list = sorted(ids)
+        # An id counts as named only as a whole token: a short id ("n1") must not match inside
+        # another id ("n12") or a word, which would scrub or mangle unrelated records. A token
+        # set keeps this linear in the record's length however many notes are erased.
+        token_ids = {i for i in id_list if _TOKEN.fullmatch(i)}
+        odd_ids = [i for i in id_list if i not in token_ids]  # other characters: substring
         # Records are compared as JSON text, where a quote or a newline in a note is escaped:
         # look for each text both as written and as JSON writes it.
         needles = sorted({form for t in texts if t
@@ -242,7 +249,15 @@ class SafetyRepository:
             if value is None:
                 return False
             blob = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            return any(i in blob for i in id_list) or any(t in blob for t in needles)
+            return (not token_ids.isdisjoint(_TOKEN.findall(blob))
+                    or any(i in blob for i in odd_ids) or any(t in blob for t in needles))
+
+        def unname(value: str) -> str:
+            value = _TOKEN.sub(lambda m: "[erased note]" if m.group(0) in token_ids
+                               else m.group(0), value)
+            for i in odd_ids:
+                value = value.replace(i, "[erased note]")
+            return value
 
         for chunk in _chunks(id_list):
             counts["lineage"] += self.session.execute(delete(NoteLineageRow).where(
@@ -276,9 +291,7 @@ class SafetyRepository:
                 if note.id in ids:
                     continue
                 if mentions(note.comments):
-                    comments = note.comments or ""
-                    for i in id_list:
-                        comments = comments.replace(i, "[erased note]")
+                    comments = unname(note.comments or "")
                     note.comments = "[erased]" if mentions(comments) else comments
                     counts["comments_scrubbed"] = counts.get("comments_scrubbed", 0) + 1
                 if mentions(note.meta):  # a host's metadata quoting or naming an erased note
@@ -286,10 +299,14 @@ class SafetyRepository:
                     counts["metadata_scrubbed"] = counts.get("metadata_scrubbed", 0) + 1
             for run in self.session.scalars(select(DreamRunRow).where(
                     DreamRunRow.scope_key == key,
-                    or_(DreamRunRow.error.is_not(None), DreamRunRow.totals.is_not(None)))):
-                if mentions(run.error) or mentions(run.totals):
+                    or_(DreamRunRow.error.is_not(None), DreamRunRow.totals.is_not(None),
+                        DreamRunRow.status_reason.is_not(None)))):
+                if mentions(run.error) or mentions(run.totals) or mentions(run.status_reason):
                     run.error = None if run.error is None else "erased"
                     run.totals = None if run.totals is None else {"erased": True}
+                    if run.status_reason is not None:  # ids and counts: keep the counts
+                        reason = unname(run.status_reason)
+                        run.status_reason = "erased" if mentions(reason) else reason
                     counts["runs_scrubbed"] = counts.get("runs_scrubbed", 0) + 1
             for st in self.session.scalars(select(RunStepRow).where(RunStepRow.scope_key == key)):
                 if mentions(st.input) or mentions(st.output) or mentions(st.error):
