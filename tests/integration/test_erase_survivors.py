@@ -285,3 +285,23 @@ def test_an_erased_id_is_matched_as_a_whole_token_only(app: App) -> None:
     with app.uow() as uow:
         reasons = sorted(r.reason for r in uow.safety.run_log(run_id))
     assert reasons == ["erased", "kept n12"]  # only the row quoting n1 was scrubbed
+
+
+def test_erasing_a_user_takes_their_examples_and_sessions(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--user` erases the user's examples and session records too; another user's stay."""
+    from tests.support.factories import add_sessions
+    from worker.ingest import import_examples
+    from worker.store.models import ExampleRow, SessionRow
+
+    add_notes(app, {"id": "n0", "user_id": "u1", "content": "likes tea"})
+    import_examples(app, [json.dumps({"id": f"ex-{u}", "agent_id": "agent-1", "user_id": u,
+                                      "input": "q", "output": "a"}) for u in ("u1", "u2")])
+    add_sessions(app, 3, user_id="u1")
+    add_sessions(app, 2, user_id="u2")
+    out = _cli(app, monkeypatch, "erase", "--user", "u1", "--yes")
+    assert out.exit_code == 0, out.output
+    assert "examples=1" in out.output and "sessions=3" in out.output
+    with app.uow() as uow:
+        assert [r.user_id for r in uow.session.scalars(select(ExampleRow))] == ["u2"]
+        assert {r.user_id for r in uow.session.scalars(select(SessionRow))} == {"u2"}

@@ -119,6 +119,7 @@ def erase(
         counts = uow.safety.erase_notes(set(found), texts, scope_keys)
         if user_id is not None:
             counts["examples"] = uow.safety.erase_examples(user_id)
+            counts["sessions"] = uow.safety.erase_sessions(user_id)
         _apply_survivors(uow, plan, erase_id, subject, now)
         uow.commit()
     result = EraseResult(subject, sorted(seed), sorted(set(found) - seed),

@@ -24,6 +24,7 @@ from worker.store.models import (
     OperationLogRow,
     ReviewRow,
     RunStepRow,
+    SessionRow,
 )
 
 RETIRED = (NoteStatus.REVOKED.value, NoteStatus.ARCHIVED.value)
@@ -319,6 +320,11 @@ class SafetyRepository:
             counts["notes"] += self.session.execute(
                 delete(NoteRow).where(NoteRow.id.in_(chunk))).rowcount  # type: ignore[attr-defined]
         return counts
+
+    def erase_sessions(self, user_id: str) -> int:
+        """The user's session records (when they talked to which agent): theirs to erase too."""
+        return self.session.execute(
+            delete(SessionRow).where(SessionRow.user_id == user_id)).rowcount  # type: ignore[attr-defined]
 
     def erase_examples(self, user_id: str) -> int:
         return self.session.execute(
