@@ -18,7 +18,8 @@ a dict/list (sent as the JSON reply content), a str (sent as raw content, e.g. b
 (headers at once, then the body one byte every ``every`` seconds: a read timeout never fires),
 ``StubResponse.raw(text, content_type=...)`` (an HTTP 200 whose body is not a chat completion). Set ``reject_json_schema = True`` to answer
 400 to ``response_format: json_schema`` (as servers without it do) and exercise the fallback.
-``POST /v1/embeddings`` answers with the built-in hashing embedder.
+``POST /v1/embeddings`` answers with the built-in hashing embedder, or with
+``embeddings_response`` when it is set (e.g. a ``StubResponse.trickle`` or ``.raw``).
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class LLMStub:
         self._embedder = HashingEmbedder(512)
         self._server: ThreadingHTTPServer | None = None
         self._last_response: dict[int, StubResponse] = {}  # per request being answered
+        self.embeddings_response: StubResponse | None = None
         self.url = ""
 
     def set_handler(self, handler: Handler | Any) -> None:
@@ -198,6 +200,10 @@ class LLMStub:
 
     # ---- answering ---------------------------------------------------------------------
     def _answer(self, req: StubRequest) -> tuple[int, Any, dict[str, str]]:
+        if req.path.endswith("/embeddings") and self.embeddings_response is not None:
+            resp = self.embeddings_response
+            self._last_response[id(req)] = resp
+            return resp.status, resp.content, resp.headers
         if req.path.endswith("/embeddings"):
             texts = req.body.get("input") or []
             texts = [texts] if isinstance(texts, str) else texts

@@ -179,3 +179,29 @@ def test_stub_serves_embeddings_to_the_openai_embedder(llm_stub) -> None:  # typ
     assert vectors.shape == (3, 64)
     assert abs(float(vectors[0] @ vectors[1]) - 1.0) < 1e-5
     assert len(llm_stub.requests) == 2  # two batches
+
+
+def test_trickling_embedding_endpoint_is_bounded(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """The embedder's sibling of the trickle hole: a body sent one byte every 0.3 s ends at the
+    batch's whole-request deadline with an EmbeddingError, not after minutes."""
+    from worker.embeddings.openai_compat import EmbeddingError, OpenAICompatibleEmbedder
+
+    llm_stub.embeddings_response = StubResponse.trickle(
+        {"object": "list", "data": [{"index": 0, "embedding": [0.1] * 64}]}, every=0.3)
+    embedder = OpenAICompatibleEmbedder(base_url=llm_stub.url, api_key="k", model="e",
+                                        dimensions=64, timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError):
+        embedder.embed(["a b"])
+    assert time.monotonic() - started < embedder.deadline_seconds + 2
+
+
+def test_http_200_without_embeddings_is_an_embedding_error(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """A proxy's HTML page with HTTP 200 is a clear EmbeddingError, not an AttributeError."""
+    from worker.embeddings.openai_compat import EmbeddingError, OpenAICompatibleEmbedder
+
+    llm_stub.embeddings_response = StubResponse.raw("<html>502</html>")
+    embedder = OpenAICompatibleEmbedder(base_url=llm_stub.url, api_key="k", model="e",
+                                        dimensions=64)
+    with pytest.raises(EmbeddingError, match="without embeddings"):
+        embedder.embed(["a b"])
