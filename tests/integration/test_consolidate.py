@@ -274,6 +274,21 @@ def test_rule_judge_merges_contained_note_and_leaves_rest_open(sqlite_app: App) 
     assert len(candidates[0]["note_ids"]) == 2
 
 
+def test_rule_judge_leaves_relative_time_open(app: App) -> None:
+    """A verbatim rule merge dates the kept text today, so "next week" would move: notes whose
+    kept text holds relative time stay open for a model or the host (counted), never merged."""
+    add_notes(app, *_notes([
+        "The sprint demo moved to next week",
+        "The sprint demo moved to next week",
+        "The sprint demo moved to next week in room B",
+    ]))
+    result = _run(app)
+    out = result["out"]
+    assert out["clusters_merged"] == 0 and out["rule_groups_relative_time"] == 1
+    assert [c.output["verdict"] for c in result["children"]] == ["open"]
+    assert all(n.status == "active" for n in _all(app).values())
+
+
 def test_over_consolidated_member_is_rederived_from_its_original_notes(
     sqlite_app: App, llm_stub: LLMStub
 ) -> None:

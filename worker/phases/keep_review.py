@@ -6,6 +6,7 @@ for long). No transaction is open while the model is asked; replies are validate
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -69,12 +70,15 @@ def review_keep(
     if llm is None or not items:
         return result
     batches = [items[i : i + BATCH] for i in range(0, len(items), BATCH)]
+    # The phase's wall budget: batches not asked by then are deferred (kept), never failed.
+    deadline = time.monotonic() + ctx.settings.llm_phase_seconds
 
     def one(batch: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Any, Any]:
         prompt = render_prompt(prompt_name, {**context, "notes": batch})
         ids = [b["id"] for b in batch]
         outcome = ask(llm, prompt, KeepReply, validate=_validator(ids),
-                      reserve=ctx.budget.try_reserve_call, charge=ctx.budget.charge)
+                      reserve=ctx.budget.try_reserve_call, charge=ctx.budget.charge,
+                      deadline=deadline)
         return batch, prompt, outcome
 
     with ThreadPoolExecutor(max_workers=min(ctx.settings.llm_concurrency, len(batches))) as pool:

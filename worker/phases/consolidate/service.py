@@ -40,6 +40,7 @@ from worker.safety.guard import check_retire, record_trip
 from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
 from worker.telemetry import in_current_trace
+from worker.text.temporal import relative_time_expressions
 
 log = structlog.get_logger(__name__)
 
@@ -325,6 +326,12 @@ def _judge_and_apply_with_rules(
         for g_index, group in enumerate(groups):
             group_notes = [by_id[i] for i in group.note_ids]
             keep = by_id[group.keep_id]
+            if relative_time_expressions(keep.content):
+                # The fused note is dated today: "last week" kept verbatim would move a week.
+                open_ids = sorted({*open_ids, *group.note_ids})
+                counters["rule_groups_relative_time"] = (
+                    counters.get("rule_groups_relative_time", 0) + 1)
+                continue
             sub = PlannedCluster(sorted(row[i] for i in group.note_ids), cluster.similarity,
                                  cluster.min_similarity)
             d = Decision(f"{name}.{g_index + 1}" if len(groups) > 1 else name, sub, group_notes,
