@@ -110,6 +110,7 @@ class Settings(BaseSettings):
         env_prefix="DREAM_",
         env_nested_delimiter="__",
         extra="ignore",
+        allow_inf_nan=False,  # "inf" would pass every lower bound
     )
 
     database_url: str = Field(default_factory=default_database_url)
@@ -177,6 +178,27 @@ class Settings(BaseSettings):
     remember: RememberSettings = RememberSettings()
     host: HostSettings = HostSettings()
 
+    @model_validator(mode="after")
+    def _durations_fit(self) -> Settings:
+        # Each duration is added to or subtracted from a timestamp; past a century that overflows
+        # (a traceback after the run row was written), so it is refused at start-up instead.
+        for path, unit in _DURATIONS:
+            section, _, name = path.rpartition(".")
+            value = getattr(getattr(self, section) if section else self, name)
+            if value is not None and value * unit > CENTURY_SECONDS:
+                env = "DREAM_" + path.replace(".", "__").upper()
+                raise ValueError(f"{env} is {value}, more than a century")
+        return self
+
+
+CENTURY_SECONDS = 100 * 365 * 86_400
+# Settings that are durations, with the seconds in one unit of each.
+_DURATIONS = (("gate_hours", 3600), ("gate_idle_minutes", 60), ("gate_max_stale_hours", 3600),
+              ("beat_interval_seconds", 1), ("lease_seconds", 1), ("task_time_limit", 1),
+              ("queued_timeout_seconds", 1), ("llm_timeout", 1), ("llm_phase_seconds", 1),
+              ("contradictions.newer_wins_days", 86_400),
+              ("archive.protected_inactive_days", 86_400))
+
 
 class ConfigError(Exception):
     """A setting has a value the worker cannot use; the message is one line for the user."""
@@ -188,6 +210,9 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         first = exc.errors()[0]
+        if not first["loc"]:  # a check across fields names its variable itself
+            raise ConfigError(f"invalid setting: {first['msg'].removeprefix('Value error, ')}; "
+                              "fix the environment variable and retry") from None
         path = "__".join(str(p) for p in first["loc"]).upper()
         name = path if path.startswith("OTEL_") else f"DREAM_{path}"  # OpenTelemetry's own
         raise ConfigError(

@@ -25,6 +25,15 @@ def test_nested_section_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ("DREAM_GATE_HOURS", "soon", "DREAM_GATE_HOURS"),
     ("DREAM_LLM_PROVIDER", "gpt", "DREAM_LLM_PROVIDER"),
     ("DREAM_CONSOLIDATE__THRESHOLD", "1.7", "DREAM_CONSOLIDATE__THRESHOLD"),
+    # R31 siblings: non-finite values pass a lower bound; durations past a century overflow the
+    # timestamp arithmetic (a traceback after a run row had been written)
+    ("DREAM_GATE_HOURS", "inf", "DREAM_GATE_HOURS"),
+    ("DREAM_LLM_TIMEOUT", "nan", "DREAM_LLM_TIMEOUT"),
+    ("DREAM_LLM_TIMEOUT", "1e300", "DREAM_LLM_TIMEOUT"),
+    ("DREAM_LEASE_SECONDS", "99999999999999", "DREAM_LEASE_SECONDS"),
+    ("DREAM_QUEUED_TIMEOUT_SECONDS", "99999999999999", "DREAM_QUEUED_TIMEOUT_SECONDS"),
+    ("DREAM_CONTRADICTIONS__NEWER_WINS_DAYS", "99999999", "DREAM_CONTRADICTIONS__NEWER_WINS_DAYS"),
+    ("DREAM_API_MAX_BODY_BYTES", "10", "DREAM_API_MAX_BODY_BYTES"),
 ])
 def test_bad_value_fails_with_one_line(monkeypatch: pytest.MonkeyPatch, var: str, value: str,
                                        named: str) -> None:
