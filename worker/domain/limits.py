@@ -20,7 +20,11 @@ def text_problem(value: str) -> str | None:
     """Why ``value`` cannot be stored as text on both backends, or None."""
     if "\x00" in value:
         return "contains a NUL character"
-    if any("\ud800" <= ch <= "\udfff" for ch in value):
+    if value.isascii():
+        return None
+    try:
+        value.encode("utf-8")  # C speed; fails exactly on lone surrogates
+    except UnicodeEncodeError:
         return "is not valid Unicode (a lone surrogate, e.g. from invalid UTF-8 or a broken \\ud800 escape)"
     return None
 
