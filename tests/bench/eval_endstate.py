@@ -78,6 +78,7 @@ class RunFigures:
     wasted: int = 0
     deferred: int = 0
     seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)  # "profile/slot: expected, held"
 
 
 @dataclass
@@ -182,7 +183,9 @@ def _score(app: Any, profiles: Sequence[Profile]) -> RunFigures:
             wrong = sum(1 for v in held if v != value)
             f.superseded_active += wrong
             f.duplicates_active += max(0, held.count(value) - 1)
-            exact = exact and wrong == 0 and held.count(value) == 1
+            if wrong or held.count(value) != 1:
+                exact = False
+                f.failures.append(f"{p.user_id}/{slot}: {value!r}, active {held!r}")
         f.exact += exact
     return f
 
@@ -217,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--judge", action="append", choices=["oracle", "rules"])
+    ap.add_argument("--show-failures", type=int, default=0, metavar="N",
+                    help="print the first N slots not in their exact end state, per judge")
     ap.add_argument("--rewording", choices=["light", "heavy"], default="light",
                     help="how differently the paraphrased versions are worded")
     args = ap.parse_args(argv)
@@ -230,6 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     results = [evaluate(profiles, judge, args.runs) for judge in args.judge or ["oracle", "rules"]]
     table("Evolving facts: end states per judge after each daily run", HEADERS,
           table_rows(results))
+    for r in results:
+        if args.show_failures and r.per_run:
+            for line in r.per_run[-1].failures[: args.show_failures]:
+                print(f"# {r.judge} not exact: {line}")
     return 0
 
 

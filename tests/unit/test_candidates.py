@@ -30,6 +30,8 @@ from worker.similarity.candidates import (
         # short notes may differ in two spans when they share more words than either cut
         ("Reports use metric units", "All reports use imperial units", True),
         ("Pull requests need one approval", "Every pull request needs two approvals", True),
+        ("Only on Fridays run the linter before each commit",
+         "Sometimes run the linter before committing", True),  # one side inserts "each"
         ("Reports use metric units", "Use Slack", False),
         # too little shared frame: not the same frame
         ("Slack", "Discord", False),

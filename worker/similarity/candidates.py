@@ -64,8 +64,9 @@ def _cuts(n: int, max_span: int, two_spans: bool) -> tuple[np.ndarray, ...]:
             rows.append((0, i, i + l1, i + l1, i + l1, n, l1, 0))
             if not two_spans:
                 continue
-            # A second span after the first, separated by at least one kept word.
-            for l2 in range(1, max_span - l1 + 1):
+            # A second span after the first, separated by at least one kept word; either span
+            # may be empty (the other note inserted words there).
+            for l2 in range(0, max_span - l1 + 1):
                 for j in range(i + l1 + 1, n - l2 + 1):
                     rows.append((0, i, i + l1, j, j + l2, n, l1 + l2, 1))
     table = np.asarray(rows, dtype=np.int64)
@@ -137,8 +138,9 @@ def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettin
         needed = max if gaps_all[start] > 1 else min
         for x in range(start, start + size):
             for y in range(x + 1, start + size):
-                if common >= max(settings.min_frame, needed(int(cut_all[x]), int(cut_all[y]))):
-                    i, j = int(row_all[x]), int(row_all[y])
+                i, j = int(row_all[x]), int(row_all[y])
+                if i != j and common >= max(settings.min_frame,
+                                            needed(int(cut_all[x]), int(cut_all[y]))):
                     report.pairs.add((i, j) if i < j else (j, i))
     return report
 
