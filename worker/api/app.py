@@ -22,6 +22,7 @@ from worker.api.guards import BodyLimit, ScrubbedErrors
 from worker.api.schemas import CandidatesIn, FuseIn, KeepApartIn, NoteIn, RunIn, ScopeIn, UndoIn
 from worker.app import App
 from worker.clock import parse_timestamp
+from worker.domain.limits import scope_problem
 from worker.domain.types import RunStatus, Scope
 from worker.host import HostError, NotFound, fuse, fusion_candidates, keep_apart, remember
 from worker.host.errors import Invalid
@@ -264,14 +265,21 @@ def _query_scope(key: str | None, agent_id: str | None, user_id: str | None,
         raise Invalid("scope parameters must be short and contain no NUL character")
     if key:
         try:
-            return Scope.from_key(key)
-        except (ValueError, TypeError):
+            scope = Scope.from_key(key)
+        except (ValueError, TypeError, RecursionError):
             raise Invalid('scope must be a scope key such as ["agent",null,null]') from None
-    if agent_id:
-        return Scope(agent_id, user_id, company_id)
-    if user_id or company_id:
+        parts = (scope.agent_id, scope.user_id, scope.company_id)
+        if not isinstance(scope.agent_id, str) or not all(p is None or isinstance(p, str) for p in parts):
+            raise Invalid('scope parts are strings or null, e.g. ["agent",null,null]')
+    elif agent_id:
+        scope = Scope(agent_id, user_id, company_id)
+    elif user_id or company_id:
         raise Invalid("user_id and company_id need agent_id")
-    return None
+    else:
+        return None
+    if problem := scope_problem(scope):
+        raise Invalid(f"scope: {problem}")
+    return scope
 
 
 def _visible_run(app: App, run_id: str, who: Principal) -> dict[str, Any]:

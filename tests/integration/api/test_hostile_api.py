@@ -54,6 +54,11 @@ HOSTILE = [
     ("GET", "/api/runs?since=0001-01-01T00:00:00%2B01:00", None),
     ("GET", "/api/runs?since=9999-12-31T23:59:59-01:00", None),
     ("GET", "/api/runs?limit=1e400", None),
+    # scope keys in the query: parts that are not strings, surrogates, NUL, over-long parts
+    ("GET", '/api/runs?scope=["a",1,null]', None),
+    ("GET", '/api/runs?scope=["\\ud800",null,null]', None),
+    ("GET", '/api/runs?scope=["a","\\u0000",null]', None),
+    ("GET", "/api/runs?agent_id=" + "a" * 65, None),
 ]
 
 
