@@ -113,6 +113,9 @@ async def _exercise_scope_a(client: Client, app: App, ids: dict[str, list[str]])
     again = await _call(client, "remember", content="User's dog is called Pixel",
                         type="Preference")
     assert again["action"] == "NOOP" and again["id"] == added["id"]
+    assert (await _refused(client, "remember", content="  ")).endswith("invalid: content is empty")
+    assert "invalid: type must be one of" in await _refused(client, "remember", content="x",
+                                                            type="Gossip")
 
     candidates = (await _call(client, "list_candidates", threshold=0.5))["candidates"]
     seen = {i for c in candidates for i in c["note_ids"]}
