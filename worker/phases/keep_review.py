@@ -61,6 +61,16 @@ def _validator(ids: list[str]):  # type: ignore[no-untyped-def]
     return validate
 
 
+def review_batches(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Batches of ``BATCH``; a note whose text reads like instructions is asked alone, so it
+    can never steer the decision on another note of its prompt (issue 12 item 2, R14)."""
+    from worker.safety.injection import injection_signals
+
+    alone = [i for i in items if injection_signals(str(i.get("content", "")))]
+    trusted = [i for i in items if not any(i is a for a in alone)]
+    return [trusted[k : k + BATCH] for k in range(0, len(trusted), BATCH)] + [[i] for i in alone]
+
+
 def review_keep(
     ctx: PhaseContext, prompt_name: str, items: list[dict[str, Any]], context: dict[str, Any],
 ) -> ReviewResult:
@@ -69,7 +79,7 @@ def review_keep(
     llm = ctx.app.llm
     if llm is None or not items:
         return result
-    batches = [items[i : i + BATCH] for i in range(0, len(items), BATCH)]
+    batches = review_batches(items)
     # The phase's wall budget: batches not asked by then are deferred (kept), never failed.
     deadline = time.monotonic() + ctx.settings.llm_phase_seconds
 
