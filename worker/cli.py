@@ -53,9 +53,12 @@ def user_error(exc: BaseException) -> UserError | None:
         return UserError(str(exc))
     if isinstance(exc, OperationalError):
         reason = str(exc.orig).splitlines()[0] if exc.orig else "connection failed"
-        if "no such table" in reason or "does not exist" in reason:
+        if "no such table" in reason:  # SQLite; PostgreSQL's missing tables are ProgrammingError
             return UserError(
                 f"the database has no dream-worker schema ({reason}); run `dream db upgrade`")
+        if "does not exist" in reason:  # PostgreSQL: the database or role named in the URL
+            return UserError(f"cannot connect: {reason.rpartition('FATAL:')[2].strip()}; create "
+                             "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
         return UserError(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and that "
                          "the server is running")
     if isinstance(exc, ProgrammingError):

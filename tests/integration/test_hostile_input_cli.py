@@ -231,3 +231,19 @@ def test_demo_database_paths_are_one_line(tmp_path: Path) -> None:
         assert says in one_error_line(dream(f"sqlite:///{tmp_path / 'unused.db'}",
                                             ["demo", "--database", path]))
     assert blocker.read_text() == "x"
+
+
+@pytest.mark.postgres
+def test_a_missing_postgres_database_or_role_is_not_a_missing_schema() -> None:
+    """Sibling of item 14's misleading advice: a PostgreSQL database or role that does not
+    exist is named as such, not as "no dream-worker schema; run `dream db upgrade`"."""
+    from sqlalchemy.engine import make_url
+
+    from tests.support.services import postgres_url
+
+    base = make_url(postgres_url())
+    for url, says in ((base.set(database="no_such_db_r31"), 'database "no_such_db_r31" does not exist'),
+                      (base.set(username="no_such_role_r31"), 'role "no_such_role_r31" does not exist')):
+        line = one_error_line(dream(url.render_as_string(hide_password=False), ["runs", "list"]))
+        assert says in line and "create it or fix DREAM_DATABASE_URL" in line, line
+        assert "schema" not in line
