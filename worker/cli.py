@@ -61,8 +61,10 @@ def user_error(exc: BaseException) -> UserError | None:
                              "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
         return UserError(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and that "
                          "the server is running")
-    if isinstance(exc, ProgrammingError):
-        reason = str(exc.orig).splitlines()[0] if exc.orig else "bad schema"
+    if isinstance(exc, ProgrammingError) and "does not exist" in str(exc.orig):
+        # A missing table or column; any other ProgrammingError (a value the driver cannot
+        # adapt) is a validation bug and keeps its traceback rather than misleading advice.
+        reason = str(exc.orig).splitlines()[0]
         return UserError(
             f"the database schema is missing or out of date ({reason}); run `dream db upgrade`")
     if isinstance(exc, DatabaseError) and "file is not a database" in str(exc.orig):
