@@ -70,6 +70,9 @@ def user_error(exc: BaseException) -> UserError | None:
     if isinstance(exc, DatabaseError) and "file is not a database" in str(exc.orig):
         return UserError("DREAM_DATABASE_URL points at a file that is not an SQLite database; "
                          "point it at a dream-worker database or a new path")
+    if isinstance(exc, DatabaseError) and "malformed" in str(exc.orig):
+        return UserError("the SQLite database file is damaged (database disk image is malformed); "
+                         "restore it from a backup or export what `sqlite3 FILE .recover` finds")
     if isinstance(exc, ArgumentError):  # an unparsable DREAM_DATABASE_URL
         return UserError(f"invalid DREAM_DATABASE_URL ({exc}); use sqlite:///PATH or "
                          "postgresql://USER@HOST/DB")

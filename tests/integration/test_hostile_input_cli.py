@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -172,14 +173,21 @@ def test_session_example_and_entity_clashes_are_reported(app: App) -> None:
 
 def test_database_paths_that_cannot_work_are_one_line(tmp_path: Path) -> None:
     """Item 10/16: a missing SQLite file is named with what to run and is NOT created by any
-    command but `dream db upgrade`; a parent that is a file, a junk file, a directory and an
-    unsupported or unparsable URL are each one line."""
+    command but `dream db upgrade`; a parent that is a file, a junk file, a damaged database, a
+    directory and an unsupported or unparsable URL are each one line."""
     blocker = tmp_path / "blocker"
     blocker.write_text("not a directory")
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"definitely not sqlite" * 10)
+    damaged = tmp_path / "damaged.db"
+    with sqlite3.connect(damaged) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    image = bytearray(damaged.read_bytes())
+    image[100:4096] = b"\xa5" * (4096 - 100)  # the header survives, the schema page does not
+    damaged.write_bytes(bytes(image))
     missing = tmp_path / "sub" / "dream.db"
     cases = [
+        (f"sqlite:///{damaged}", ["runs", "list"], "the SQLite database file is damaged"),
         (f"sqlite:///{missing}", ["runs", "list"], "run `dream db upgrade` to create it"),
         (f"sqlite:///{missing}", ["notes", "export"], "no database at"),
         (f"sqlite:///{missing}", ["notes", "import", "-"], "no database at"),
