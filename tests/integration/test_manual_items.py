@@ -14,8 +14,8 @@ from typing import Any
 from click.testing import Result
 from sqlalchemy import select
 
-from tests.integration.test_cli import dream, jsonl
-from tests.support.factories import NOW
+from tests.integration.test_cli import dream, jsonl, one_error_line
+from tests.support.factories import NOW, add_notes
 from worker.app import App
 from worker.store.models import ExampleRow, NoteRow
 
@@ -237,3 +237,30 @@ def test_host_paths_keep_manual_and_protected_notes(app: App, tmp_path: Path) ->
     assert "UPDATE" in _ok(dream(url, "notes", "add", "--agent", "agent-s", "--content", LONGER))
     notes = _notes(app)
     assert (notes["p-base"].status, notes["s-base"].status) == ("active", "revoked")
+
+
+def test_undo_never_overwrites_a_later_runs_annotation(app: App) -> None:
+    """A run's flags and comments keep the note's version, yet they are a change: undoing an
+    earlier run that annotated the same note is refused, naming the later run, until that one
+    is undone; then both undos restore the note as it was."""
+    url = app.settings.database_url
+    add_notes(app, {"id": "n", "agent_id": "agent-u", "content": "User likes green tea"})
+    run_ids = []
+    for flag, comment in (("contradiction_review", "first"), ("injection", "second")):
+        out = _ok(dream(url, "run", "--agent", "agent-u", "--force", "--phase", "archive"))
+        run_id = re.search(r"^run (\S+) ", out, re.MULTILINE).group(1)  # type: ignore[union-attr]
+        with app.uow() as uow:  # what a phase's annotation writes
+            (note,) = uow.notes.get_many(["n"])
+            assert uow.notes.change(note, run_id=run_id, reason="test annotation",
+                                    flags=sorted({*note.flags, flag}),
+                                    comments=f"{uow.notes.comments_of(['n'])['n'] or ''}{comment}")
+            uow.commit()
+        run_ids.append(run_id)
+    assert _notes(app)["n"].version == 1
+    line = one_error_line(dream(url, "undo", run_ids[0]))
+    assert f"run {run_ids[1]}" in line
+    assert _notes(app)["n"].flags == ["contradiction_review", "injection"]
+    _ok(dream(url, "undo", run_ids[1]))
+    _ok(dream(url, "undo", run_ids[0]))
+    note = _notes(app)["n"]
+    assert (note.flags or [], note.comments, note.status) == ([], None, "active")

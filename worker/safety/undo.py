@@ -193,14 +193,18 @@ def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],
         if row is None:
             continue  # erased since; nothing to restore or to conflict with
         expected = max(int((r.after or {}).get("version", 0)) for r in rows)
-        if row.version == expected:
-            continue
         changes = later.get(note_id, [])
         foreign = [r for r in changes if r.op != "undo" and r.run_id not in undone]
+        # A later run's annotation (flags, comments) keeps the version but is still a change
+        # that restoring this run's before-image would silently overwrite.
+        if row.version == expected and not foreign:
+            continue
+        bumps = sum(1 for r in changes
+                    if (r.after or {}).get("version") != (r.before or {}).get("version"))
         if foreign:
             who = f"run {foreign[-1].run_id}" if foreign[-1].run_id else "the host"
             out[note_id] = f"was changed since by {who} (version {row.version}, expected {expected})"
-        elif row.version != expected + len(changes):
+        elif row.version != expected + bumps:
             out[note_id] = f"was edited since (version {row.version}, expected {expected})"
     return out
 
