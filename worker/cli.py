@@ -492,19 +492,31 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option("--explain", is_flag=True,
               help="Only show each scope's decision and why; create no run.")
 @click.option("--json", "as_json", is_flag=True, help="With --explain: one JSON object.")
+@click.option("--agent", default=None, help="With --explain: only this scope (agent id).")
+@click.option("--user", default=None)
+@click.option("--company", default=None)
 @click.pass_context
 @user_errors
-def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool) -> None:
+def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,
+             agent: str | None, user: str | None, company: str | None) -> None:
     """What Celery beat does: recover lost runs, create a run for every due scope, and hand
     them to the broker (DREAM_BROKER_URL); without a broker they wait for `dream run --due`."""
-    from worker.runs.service import decide_scopes, gate_check
+    from worker.runs.service import decide_scopes, gate_check, scope_known
 
-    if as_json and not explain:
-        raise UserError("--json goes with --explain")
+    if (as_json or agent) and not explain:
+        raise UserError(f"{'--json' if as_json else '--agent'} goes with --explain")
+    if (user or company) and not agent:
+        raise UserError("--user and --company need --agent")
     app = _app(ctx)
     clock = _timestamp(now, "--now")
     if explain:
-        decisions = decide_scopes(app, clock or utcnow())
+        only = None
+        if agent:
+            only = [Scope(agent, user, company)]
+            if not scope_known(app, only[0]):
+                raise UserError(f"unknown scope {only[0].key}: it has no notes and no sessions; "
+                                "check --agent/--user/--company (None is a value, not a wildcard)")
+        decisions = decide_scopes(app, clock or utcnow(), only)
         if as_json:
             click.echo(json.dumps({"scopes": [{"scope": scope.key, **d.as_dict()}
                                               for scope, d in decisions.items()]}, indent=2))

@@ -91,7 +91,7 @@ def _dream(app: App, *args: str) -> Result:
 
 def test_cli_gate_explain_creates_nothing(app: App) -> None:
     """`dream gate --explain` prints one line per scope with its decision, rule and reason, and
-    queues no run; `--json` gives the same as data; `--json` alone is a one-line user error."""
+    queues no run; `--json` gives the same as data, `--agent` one scope; misuse is one error line."""
     add_sessions(app, 5, agent_id="due-agent", start=NOW)
     add_sessions(app, 2, agent_id="short-agent", start=NOW)
     result = _dream(app, "gate", "--explain", "--now", NOW.isoformat())
@@ -107,9 +107,17 @@ def test_cli_gate_explain_creates_nothing(app: App) -> None:
                              NOW.isoformat()).output)
     assert {s["scope"]: s["rule"] for s in data["scopes"]} == {
         Scope("due-agent").key: "due", Scope("short-agent").key: "too_little_activity"}
-    bad = _dream(app, "gate", "--json")
-    assert bad.exit_code == 2
-    assert bad.stderr.strip() == "error: --json goes with --explain"
+    one = _dream(app, "gate", "--explain", "--agent", "short-agent", "--now", NOW.isoformat())
+    assert one.exit_code == 0 and len(one.output.strip().splitlines()) == 1
+    assert '["short-agent",null,null]' in one.output
+    for args, message in ((["--json"], "--json goes with --explain"),
+                          (["--agent", "a"], "--agent goes with --explain"),
+                          (["--explain", "--user", "u"], "--user and --company need --agent"),
+                          (["--explain", "--agent", "nobody"], "unknown scope")):
+        bad = _dream(app, "gate", *args)
+        assert bad.exit_code == 2, bad.output
+        (line,) = bad.stderr.strip().splitlines()
+        assert line.startswith("error: ") and message in line
 
 
 def test_bad_agent_gate_value_is_refused_and_writes_nothing(app: App) -> None:
