@@ -187,12 +187,13 @@ def _number_phrase(raw: list[Token], start: int) -> tuple[int, int]:
     while k < len(raw) and raw[k].kind is Kind.WORD:
         w = raw[k].surface
         unit, tens = _UNITS.get(w), _TENS.get(w)
-        if group < 0 and (unit is not None or tens is not None):
-            group = unit if unit is not None else tens  # type: ignore[assignment]
+        value = unit if unit is not None else tens
+        if group < 0 and value is not None:
+            group = value
         elif group >= 20 and group % 10 == 0 and unit is not None and 0 < unit < 10:
             group += unit  # twenty five, three hundred twenty five
-        elif group >= 100 and group % 100 == 0 and (tens is not None or unit):
-            group += tens if tens is not None else unit  # type: ignore[operator]
+        elif group >= 100 and group % 100 == 0 and value:
+            group += value  # three hundred twenty
         elif 0 < group < 100 and w == "hundred":
             group *= 100
         elif group > 0 and w in _SCALES and w != "hundred":
@@ -201,8 +202,3 @@ def _number_phrase(raw: list[Token], start: int) -> tuple[int, int]:
             break
         k += 1
     return (k, total + max(group, 0)) if k > start else (start, 0)
-
-
-def content_keys(text: str) -> set[str]:
-    """Keys of every content token of ``text``."""
-    return {t.key for t in tokens(text) if t.content}
