@@ -30,20 +30,22 @@ _RELATIVE = re.compile(
 )
 # A weekday names a date only next to one ("Friday 2026-05-08", "Friday, May 8"); after "every"
 # or "each", or as a plural ("on Mondays"), it is a recurring schedule, not a relative date.
-_WEEKDAY = re.compile(rf"\b(?<!every )(?<!each )(?:{'|'.join(_WEEKDAYS)})\b", re.IGNORECASE)
+_DAY_NAMES = "|".join(_WEEKDAYS)
+_MONTH_NAMES = "|".join(_MONTHS)
+_WEEKDAY = re.compile(rf"\b(?<!every )(?<!each )(?:{_DAY_NAMES})\b", re.IGNORECASE)
 _DATE_NEAR = re.compile(
-    rf"\d{{4}}-\d{{2}}-\d{{2}}|\b(?:{'|'.join(_MONTHS)})\s+\d{{1,2}}\b|\b\d{{1,2}}\s+(?:{'|'.join(_MONTHS)})\b",
-    re.IGNORECASE)
+    rf"\d{{4}}-\d{{2}}-\d{{2}}|\b(?:{_MONTH_NAMES})\s+\d{{1,2}}\b"
+    rf"|\b\d{{1,2}}\s+(?:{_MONTH_NAMES})\b", re.IGNORECASE)
 
 # Anything that hints at time relative to the note's own date, for allowed_dates (broad on
 # purpose: it only widens what a fusion may write, to dates near the source's creation).
 _HINT = re.compile(
     r"\b(yesterday|today|tomorrow|tonight|recently|last|next|this|ago|weeks?|months?|"
-    r"days?|earlier|lately|previous)\b", re.IGNORECASE)
+    rf"days?|earlier|lately|previous|{_DAY_NAMES})\b", re.IGNORECASE)
 
 
 def relative_time_expressions(text: str) -> list[str]:
-    """Relative time expressions in ``text`` (casefolded, in order); empty: every time is absolute."""
+    """Relative time expressions in ``text`` (casefolded, in order); empty: all time is absolute."""
     found = [m.group(0).casefold() for m in _RELATIVE.finditer(text)]
     for m in _WEEKDAY.finditer(text):
         window = text[max(0, m.start() - 25): m.end() + 25]

@@ -32,8 +32,8 @@ def _words(text: str) -> frozenset[str]:
 
 
 # Function words a fusion may add to join facts ("User prefers X and Y, at night too"). Kept
-# small on purpose: quantifiers (all, every, always, only) and every noun/verb/adjective carry
-# facts and must come from a source.
+# small on purpose: quantifiers (all, every, each, some, always, only) and every noun, verb and
+# adjective carry facts and must come from a source.
 STOPWORDS = _words("""
 a an the this that these those there here it its it's they them their theirs he him his she
 her hers we us our you your i me my who whom whose which what when where how why
@@ -43,8 +43,8 @@ will would shall should can could may might must
 and or but so yet if than as because although though while whereas unless whether
 of in on at to for from by with about into onto over under between through during via per
 since until till before after within across around toward towards upon up out off
-also too very just both either each any some such own same other
-now then still currently e.g i.e etc
+also too very just both either any such own same other
+now then still currently etc
 """)
 
 # A negator flips the polarity of what follows it in its clause. Polarity verbs (stop, avoid,
@@ -60,8 +60,10 @@ _POLARITY_VERBS = _words("stop quit avoid dislike hate refuse")
 # negates the coffee only. "or"/"nor" continue the scope ("no coffee or tea").
 _CLAUSE_WORDS = _words("and but however although though while whereas yet")
 
-_UNITS = {w: i for i, w in enumerate(
-    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"])}
+_UNITS = {w: i for i, w in enumerate([
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen"])}
 _TENS = {w: 10 * (i + 2) for i, w in enumerate(
     ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"])}
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}

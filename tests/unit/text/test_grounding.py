@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
+from worker.domain.types import Note, Scope
 from worker.text.grounding import check_fusion
+from worker.text.temporal import allowed_dates
 from worker.text.words import stem, tokens
 
 PY = ["The user writes Python 3.12.", "Type hints everywhere."]
@@ -99,3 +103,17 @@ def test_stemmer_and_number_words() -> None:
     assert len({stem("morning"), stem("orn"), stem("lemon"), stem("lemo")}) == 4
     assert [t.key for t in tokens("twenty-five, three hundred and one thousand two")
             if t.content] == ["25", "300", "1002"]
+
+
+def test_a_relative_date_may_be_resolved_near_its_note() -> None:
+    """"on Friday" / "last week" in a source allow the dates around its created_at, and only
+    those; a source without relative time allows none."""
+    written = datetime(2026, 5, 4, tzinfo=UTC)  # a Monday
+    friday = Note(id="a", scope=Scope("a"), content="Demo is on Friday", created_at=written)
+    plain = Note(id="b", scope=Scope("a"), content="Demo is in room B", created_at=written)
+    fused = "Demo is on 2026-05-08"
+    assert check_fusion([friday.content], fused, allowed=allowed_dates([friday])).invented == ()
+    assert check_fusion([plain.content], fused, allowed=allowed_dates([plain])).invented == (
+        "2026-05-08",)
+    assert check_fusion([friday.content], "Demo is on 2027-01-01",
+                        allowed=allowed_dates([friday])).invented == ("2027-01-01",)
