@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from worker.domain.types import Note, Scope
 from worker.text.grounding import check_fusion
@@ -117,3 +119,18 @@ def test_a_relative_date_may_be_resolved_near_its_note() -> None:
         "2026-05-08",)
     assert check_fusion([friday.content], "Demo is on 2027-01-01",
                         allowed=allowed_dates([friday])).invented == ("2027-01-01",)
+
+
+_VOCAB = ["user", "prefers", "dark", "mode", "never", "not", "tea", "drinks", "3.12", "2021",
+          "twenty", "five", "lemon", "morning", "and", "but", "https://ex.org/a", "a@ex.org",
+          "isn't", "stopped", "using", "Slack", "the", "in", ",", ".", ";", "User's", "boxes"]
+
+
+@given(st.lists(st.lists(st.sampled_from(_VOCAB), min_size=1, max_size=12).map(" ".join),
+                min_size=1, max_size=4))
+def test_verbatim_sources_and_their_union_invent_nothing(sources: list[str]) -> None:
+    """Whatever the sources say, one of them verbatim, or all of them joined, invents no token
+    and (the union) drops no source: the rule judge's verbatim merges stay grounded."""
+    assert check_fusion(sources, sources[0]).invented == ()
+    union = check_fusion(sources, " ; ".join(sources))
+    assert union.invented == () and union.dropped == () and union.omitted == ()
