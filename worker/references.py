@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import structlog
 
 from worker.config import ConfigError
+from worker.phases.prune.core import ABSENT
 from worker.store.repositories.references import EntityRecord, HostTable, ReferenceRepository
 
 log = structlog.get_logger(__name__)
@@ -62,12 +63,16 @@ class RegistryReferenceChecker(_CachingChecker):
 class SqlReferenceChecker(_CachingChecker):
     """A host's own tables in the same database, named by settings.prune.sql_<kind>s; read-only.
 
-    Entity types without a configured table are not checked (every id counts as present).
+    Entity types without a configured table are not checked (every id counts as present). An
+    id a configured table lacks is unknown, unless the host declared that absence means deleted
+    (``absence_means_deleted``): then it is ``ABSENT``, which prune treats as dead.
     """
 
-    def __init__(self, app: Any, tables: Mapping[str, HostTable]) -> None:
+    def __init__(self, app: Any, tables: Mapping[str, HostTable],
+                 absence_means_deleted: bool = False) -> None:
         super().__init__(app)
         self.tables = dict(tables)
+        self.absence_means_deleted = absence_means_deleted
 
     @classmethod
     def from_settings(cls, app: Any) -> SqlReferenceChecker:
@@ -79,7 +84,7 @@ class SqlReferenceChecker(_CachingChecker):
                       for kind, spec in specs.items() if spec}
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        return cls(app, tables)
+        return cls(app, tables, absence_means_deleted=prune.absence_means_deleted)
 
     def records(self, kind: str, ids: Iterable[str]) -> dict[str, EntityRecord | None]:
         if kind not in self.tables:
@@ -87,7 +92,10 @@ class SqlReferenceChecker(_CachingChecker):
         return super().records(kind, ids)
 
     def _fetch(self, repo: ReferenceRepository, kind: str, ids: list[str]) -> Mapping[str, EntityRecord]:
-        return repo.host(self.tables[kind], ids)
+        found = repo.host(self.tables[kind], ids)
+        if self.absence_means_deleted:
+            return {i: found.get(i, ABSENT) for i in ids}
+        return found
 
 
 def make_reference_checker(app: Any) -> ReferenceChecker:

@@ -44,10 +44,10 @@ def _use_stub(app: App, stub: LLMStub, handler: Any) -> None:
                                   timeout=10, max_retries=1)
 
 
-def _run(app: App, scope: Scope = SCOPE, dry_run: bool = False, force: bool = True
-         ) -> dict[str, Any]:
+def _run(app: App, scope: Scope = SCOPE, dry_run: bool = False, force: bool = True,
+         allow_retire: int | None = None) -> dict[str, Any]:
     run_id = service.create_run(app, scope, force=force, dry_run=dry_run,
-                                phases=["consolidate"], clock=NOW)
+                                phases=["consolidate"], clock=NOW, allow_retire=allow_retire)
     assert run_id is not None
     service.execute_run(app, run_id)
     with app.uow() as uow:
@@ -338,8 +338,9 @@ def test_clusters_are_asked_concurrently(sqlite_app: App, llm_stub: LLMStub) -> 
 
 
 def test_blast_radius_guard_stops_merges_without_force(sqlite_app: App, llm_stub: LLMStub) -> None:
-    """A merge that would retire more than the allowed share of the scope is not applied and
-    the trip is recorded (R20); --force lifts it."""
+    """A merge that would retire more than the allowed share of the scope is not applied, the
+    trip is recorded and the run is blocked (R20, R27), even with --force (which skips only the
+    gate); --allow-retire naming the count lifts it."""
     app = sqlite_app
     app.settings.guard.max_retire_share = 0.3
     others = [{"id": f"o{k}", "user_id": "u1", "content": text} for k, text in enumerate([
@@ -347,9 +348,14 @@ def test_blast_radius_guard_stops_merges_without_force(sqlite_app: App, llm_stub
         "Dislikes blue cheese", "Plays piano on weekends", "Walks to work when it rains"])]
     add_notes(app, *_notes(DARK), *others)
     _use_stub(app, llm_stub, FakeLLM(default=merge_reply()))
-    result = _run(app, force=False)
+    result = _run(app, force=True)
     assert result["out"]["clusters_merged"] == 0 and result["out"]["guard_tripped"] == 1
-    names = [c.name for c in result["children"]]
-    assert "blast_radius_guard" in names
+    guard = next(c for c in result["children"] if c.name == "blast_radius_guard")
+    assert "re-run with --allow-retire 5" in guard.output["reason"]
     assert all(n.status == "active" for n in _all(app).values())
-    assert _run(app, force=True)["out"]["clusters_merged"] == 1
+    with app.uow() as uow:
+        run = uow.runs.get(result["run_id"])
+        assert run is not None and run.status == "blocked"
+        assert (run.status_reason or "").startswith("blast-radius guard: would retire 5 of 11")
+    assert _run(app, force=True, allow_retire=4)["out"]["clusters_merged"] == 0
+    assert _run(app, force=True, allow_retire=5)["out"]["clusters_merged"] == 1

@@ -24,7 +24,14 @@ from sqlalchemy import event, select
 
 from tests.conftest import drop_postgres_app, make_postgres_app, make_sqlite_app
 from tests.support.factories import add_entities, add_notes, days_ago
-from tests.support.safety_store import NOW, OTHER, SCOPE, check_invariants, mixed_store
+from tests.support.safety_store import (
+    NOW,
+    OTHER,
+    RETIRE_ALLOWANCE,
+    SCOPE,
+    check_invariants,
+    mixed_store,
+)
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import RunStatus
@@ -187,7 +194,7 @@ def _dream_run(app: App, env: dict[str, str], crash_at: str | None) -> subproces
         environ["DREAM_CRASH_AT"] = crash_at
     return subprocess.run(
         [DREAM, "run", "--agent", SCOPE.agent_id, "--user", str(SCOPE.user_id), "--force",
-         "--now", NOW.isoformat()],
+         "--allow-retire", str(RETIRE_ALLOWANCE), "--now", NOW.isoformat()],
         env=environ, capture_output=True, text=True, timeout=120,
     )
 
@@ -257,7 +264,8 @@ def test_r04_same_run_twice_in_a_row_and_concurrently(app: App, twin: App) -> No
     """R4: executing one run id twice in a row, or from two threads at once, gives the same
     database state as executing it once."""
     mixed_store(app)
-    run_id = service.create_run(app, SCOPE, force=True, clock=NOW)
+    run_id = service.create_run(app, SCOPE, force=True, clock=NOW,
+                                allow_retire=RETIRE_ALLOWANCE)
     assert run_id
     errors: list[BaseException] = []
     barrier = threading.Barrier(2)
@@ -331,7 +339,8 @@ def test_r18_no_delete_on_notes_during_a_run(app: App) -> None:
 
     event.listen(app.engine, "before_cursor_execute", spy)
     try:
-        run_id = service.create_run(app, SCOPE, force=True, clock=NOW)
+        run_id = service.create_run(app, SCOPE, force=True, clock=NOW,
+                                allow_retire=RETIRE_ALLOWANCE)
         assert run_id
         service.execute_run(app, run_id)
     finally:

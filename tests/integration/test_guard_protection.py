@@ -23,8 +23,9 @@ def _orphan_heavy_store(app: App) -> None:
                 for i in range(4)))
 
 
-def _run(app: App, force: bool) -> str:
-    run_id = service.create_run(app, SCOPE, force=force, clock=NOW, phases=["prune"])
+def _run(app: App, force: bool, allow_retire: int | None = None) -> str:
+    run_id = service.create_run(app, SCOPE, force=force, clock=NOW, phases=["prune"],
+                                allow_retire=allow_retire)
     assert run_id
     service.execute_run(app, run_id)
     return run_id
@@ -36,26 +37,34 @@ def _statuses(app: App) -> dict[str, int]:
 
 
 def test_r20_guard_stops_a_run_that_would_retire_most_of_a_scope(app: App) -> None:
-    """R20: prune would archive 8 of 12 active notes (> 50%): nothing is archived, a skipped
-    'blast_radius_guard' step and an open review say why and how to override."""
+    """R20: prune would archive 8 of 12 active notes (> 50%): nothing is archived, even with
+    --force (it skips the gate only); a skipped 'blast_radius_guard' step and an open review say
+    why and name the override with its count; the run is blocked (R27)."""
     _orphan_heavy_store(app)
-    run_id = _run(app, force=False)
+    run_id = _run(app, force=True)
     assert _statuses(app) == {"active": 12}
-    prune = next(s for s in run_tree(app, run_id)["steps"] if s["phase"] == "prune")
+    tree = run_tree(app, run_id)
+    prune = next(s for s in tree["steps"] if s["phase"] == "prune")
     guard = next(c for c in prune["children"] if c["name"] == "blast_radius_guard")
     assert guard["status"] == "skipped"
     assert "would retire 8 of 12" in guard["output"]["reason"]
-    assert "--force" in guard["output"]["reason"]
+    assert "re-run with --allow-retire 8" in guard["output"]["reason"]
+    assert tree["status"] == "blocked" and "would retire 8 of 12" in tree["status_reason"]
     with app.uow() as uow:
         reviews = uow.session.scalars(select(ReviewRow)).all()
     assert [r.kind for r in reviews] == ["blast_radius"] and len(reviews[0].note_ids) == 8
 
 
-def test_r20_force_overrides_the_share_limit(app: App) -> None:
-    """R20: the same run with --force (run.force) archives the 8 orphans."""
+def test_r20_allow_retire_naming_the_count_overrides_the_share_limit(app: App) -> None:
+    """R20: --allow-retire 7 is not enough for 8 retirements (still blocked, nothing archived);
+    --allow-retire 8 archives the 8 orphans and the run succeeds."""
     _orphan_heavy_store(app)
-    _run(app, force=True)
+    short = _run(app, force=True, allow_retire=7)
+    assert _statuses(app) == {"active": 12}
+    assert "--allow-retire 7 is not enough" in run_tree(app, short)["status_reason"]
+    enough = _run(app, force=True, allow_retire=8)
     assert _statuses(app) == {"active": 4, "archived": 8}
+    assert run_tree(app, enough)["status"] == "succeeded"
 
 
 def test_r23_protected_and_immutable_notes_survive_every_phase(app: App) -> None:

@@ -77,15 +77,16 @@ def test_deleted_conversation_archives(app: App) -> None:
 
 
 def test_three_dead_references_archived_once_naming_all(app: App) -> None:
-    """Agent disabled, user deleted, conversation missing: one archive, one oplog row, three reasons."""
+    """Agent disabled, user and conversation deleted: one archive, one oplog row, three reasons."""
     add_entities(app, {"kind": "agent", "id": "agent-1", "status": "disabled"},
-                 {"kind": "user", "id": "user-1", "status": "deleted"}, ALIVE[2])
+                 {"kind": "user", "id": "user-1", "status": "deleted"}, ALIVE[2],
+                 {"kind": "conversation", "id": "gone", "status": "deleted"})
     add_notes(app, _scoped(id="n1", content="prefers tea", source_conversation_id="gone"))
     run_id = _run(app, phases=["prune"])
     row = _rows(app)["n1"]
     assert row.status == "archived" and row.version == 2
     assert row.comments == ("archived by prune on 2026-06-01: referenced agent is disabled; "
-                            "referenced user is deleted; source conversation no longer exists")
+                            "referenced user is deleted; source conversation is deleted")
     with app.uow() as uow:
         n_logs = len(uow.session.scalars(select(OperationLogRow).where(
             OperationLogRow.entity_id == "n1")).all())
@@ -183,12 +184,49 @@ def test_protected_manual_and_immutable_notes_are_never_pruned(app: App) -> None
         "p": "active", "i": "active", "m": "active", "s": "archived"}
 
 
-def test_missing_registry_entries_are_stale(app: App) -> None:
-    """An empty registry: every referenced entity is missing, so the note is an orphan."""
-    add_notes(app, {"agent_id": "ghost", "id": "n1", "content": "x"})
+def test_missing_registry_entries_are_unknown_never_a_reason(app: App) -> None:
+    """R25: an empty registry proves nothing. Every referenced entity is `unknown`, counted on
+    the step, and the note stays active; the run succeeds."""
+    add_notes(app, {"agent_id": "ghost", "user_id": "u9", "id": "n1", "content": "x",
+                    "source_conversation_id": "c9"})
+    run_id = _run(app, Scope("ghost", "u9"), phases=["prune"])
+    assert _rows(app)["n1"].status == "active" and not _rows(app)["n1"].comments
+    out = _prune_step(app, run_id)["output"]
+    assert out["notes_archived"] == 0 and out["orphaned_agents"] == 0
+    assert (out["unknown_agents"], out["unknown_users"], out["unknown_companies"],
+            out["unknown_conversations"]) == (1, 1, 0, 1)
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and run.status == "succeeded"
+
+
+def test_absence_means_deleted_only_when_the_host_says_so(app: App) -> None:
+    """R25: with the SQL checker, an id absent from the host's table is unknown (kept); only
+    DREAM_PRUNE__ABSENCE_MEANS_DELETED=true makes absence evidence (archived, "no longer
+    exists"). The setting is refused with the built-in registry."""
+    from sqlalchemy import text
+
+    from worker.config import ConfigError, load_settings
+
+    with app.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE host_agents (agent_key VARCHAR(64) PRIMARY KEY, "
+                          "state VARCHAR(16))"))
+        conn.execute(text("INSERT INTO host_agents VALUES ('agent-1', 'active')"))
+    add_notes(app, {"agent_id": "agent-1", "id": "kept", "content": "x"},
+              {"agent_id": "ghost", "id": "gone", "content": "y"})
+    app.settings.prune.checker = "sql"
+    app.settings.prune.sql_agents = "host_agents.agent_key.state"
+    _run(app, Scope("ghost"), phases=["prune"])
+    assert _rows(app)["gone"].status == "active"
+    app.settings.prune.absence_means_deleted = True
     run_id = _run(app, Scope("ghost"), phases=["prune"])
-    assert _rows(app)["n1"].comments.endswith("referenced agent no longer exists")
+    assert _rows(app)["gone"].status == "archived"
+    assert _rows(app)["gone"].comments.endswith("referenced agent no longer exists")
     assert _prune_step(app, run_id)["output"]["orphaned_agents"] == 1
+    _run(app, Scope("agent-1"), phases=["prune"])
+    assert _rows(app)["kept"].status == "active"
+    with pytest.raises(ConfigError, match="ABSENCE_MEANS_DELETED=true needs DREAM_PRUNE__CHECKER=sql"):
+        load_settings(prune={"absence_means_deleted": True})
 
 
 def test_sql_checker_reads_host_tables(app: App) -> None:

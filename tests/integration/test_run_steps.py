@@ -31,7 +31,8 @@ def test_nothing_to_do_still_shows_four_parent_steps(app: App) -> None:
     assert by_phase["prune"]["status"] == by_phase["archive"]["status"] == "no_items"
     assert {k: v for k, v in by_phase["prune"]["output"].items() if k != "reason"} == {
         "notes_checked": 0, "notes_archived": 0, "orphaned_agents": 0, "orphaned_users": 0,
-        "orphaned_companies": 0, "orphaned_conversations": 0}
+        "orphaned_companies": 0, "orphaned_conversations": 0, "unknown_agents": 0,
+        "unknown_users": 0, "unknown_companies": 0, "unknown_conversations": 0}
     assert {k: v for k, v in by_phase["archive"]["output"].items() if k != "reason"} == {
         "notes_expired": 0, "notes_stale": 0, "examples_expired": 0, "examples_stale": 0,
         "protected_preserved": 0, "manual_preserved": 0,

@@ -6,14 +6,23 @@ import pytest
 
 from tests.support.factories import NOW
 from worker.domain.types import Note, Scope
-from worker.phases.prune.core import count_by_kind, find_orphans, reference_state
+from worker.phases.prune.core import (
+    ABSENT,
+    count_by_kind,
+    count_unknown,
+    find_orphans,
+    reference_state,
+)
 from worker.store.repositories.references import EntityRecord
 
 ACTIVE = EntityRecord("active", False)
 
 
 @pytest.mark.parametrize(("kind", "record", "expected"), [
-    ("agent", None, "missing"),
+    # No record at all: unknown, never dead (R25; an empty registry proves nothing).
+    ("agent", None, "unknown"),
+    # Absent from a host table whose owner declared absence means deleted: dead.
+    ("agent", ABSENT, "missing"),
     ("agent", ACTIVE, None),
     ("agent", EntityRecord("disabled", False), "disabled"),
     ("user", EntityRecord("deleted", True), "deleted"),
@@ -22,7 +31,8 @@ ACTIVE = EntityRecord("active", False)
     ("conversation", EntityRecord("deleted", True, "retention"), "deleted"),
 ])
 def test_reference_state(kind: str, record: EntityRecord | None, expected: str | None) -> None:
-    """Missing, disabled and deleted are dead; an erasure is its own, stronger state."""
+    """Declared-absent, disabled and deleted are dead; an erasure is its own, stronger state;
+    no record is unknown."""
     assert reference_state(kind, record) == expected
 
 
@@ -33,8 +43,8 @@ def _note(nid: str, conversation: str | None = None, protection: str = "standard
 
 def test_orphan_lists_every_dead_reference_in_order() -> None:
     """One orphan per note, naming agent, user and conversation in that order with the date."""
-    records = {"agent": {"a": EntityRecord("disabled", False)}, "user": {"u": None},
-               "conversation": {"c": None}}
+    records = {"agent": {"a": EntityRecord("disabled", False)}, "user": {"u": ABSENT},
+               "conversation": {"c": ABSENT}}
     [orphan] = find_orphans([_note("n", "c")], records)
     assert orphan.comment(NOW) == (
         "archived by prune on 2026-06-01: referenced agent is disabled; "
@@ -46,7 +56,7 @@ def test_orphan_lists_every_dead_reference_in_order() -> None:
 def test_only_conversation_orphans_may_be_reviewed_unless_erased() -> None:
     """A note missing only its conversation may go to the model; an erased conversation may not."""
     alive = {"agent": {"a": ACTIVE}, "user": {"u": ACTIVE}}
-    gone = find_orphans([_note("n", "c")], {**alive, "conversation": {"c": None}})
+    gone = find_orphans([_note("n", "c")], {**alive, "conversation": {"c": ABSENT}})
     erased = find_orphans([_note("n", "c")], {
         **alive, "conversation": {"c": EntityRecord("deleted", True, "erasure")}})
     assert gone[0].only_conversation and not erased[0].only_conversation
@@ -54,6 +64,36 @@ def test_only_conversation_orphans_may_be_reviewed_unless_erased() -> None:
 
 def test_protected_and_immutable_notes_are_never_orphans() -> None:
     """R23: prune never plans to archive protected or immutable notes."""
-    records = {"agent": {"a": None}}
+    records = {"agent": {"a": EntityRecord("deleted", True)}}
     notes = [_note("p", protection="protected"), _note("i", protection="immutable"), _note("s")]
     assert [o.note.id for o in find_orphans(notes, records)] == ["s"]
+
+
+def test_unknown_references_are_counted_never_orphaned() -> None:
+    """R25: a note whose agent, user and conversation have no record is no orphan; each unknown
+    reference is counted per kind."""
+    notes = [_note("n1", "c"), _note("n2")]
+    records: dict[str, dict[str, EntityRecord | None]] = {
+        "agent": {"a": None}, "user": {"u": ACTIVE}, "conversation": {"c": None}}
+    assert find_orphans(notes, records) == []
+    assert count_unknown(notes, records) == {"agent": 2, "user": 0, "company": 0,
+                                             "conversation": 1}
+
+
+@pytest.mark.parametrize(("records", "owner"), [
+    # The scope's agent recorded disabled: explicit evidence about the whole scope.
+    ({"agent": {"a": EntityRecord("disabled", False)}}, True),
+    # The user recorded deleted: the same.
+    ({"agent": {"a": ACTIVE}, "user": {"u": EntityRecord("deleted", True)}}, True),
+    # The agent merely absent from a host table: evidence by absence, guarded by the share.
+    ({"agent": {"a": ABSENT}}, False),
+    # Only the conversation is gone: one note at a time, guarded by the share.
+    ({"agent": {"a": ACTIVE}, "user": {"u": ACTIVE},
+      "conversation": {"c": EntityRecord("deleted", True)}}, False),
+])
+def test_owner_recorded_gone(records: dict[str, dict[str, EntityRecord | None]],
+                             owner: bool) -> None:
+    """Which orphans the blast-radius share leaves alone (R20): only a scope owner recorded
+    disabled or deleted."""
+    [orphan] = find_orphans([_note("n", "c")], records)
+    assert orphan.owner_recorded_gone is owner

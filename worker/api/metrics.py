@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.app import App
-from worker.domain.types import Scope
+from worker.domain.types import RunStatus, Scope
 
 
 def _esc(value: str) -> str:
@@ -15,7 +15,8 @@ def _esc(value: str) -> str:
 def collect(app: App, scope: Scope | None) -> dict[str, Any]:
     with app.uow() as uow:
         return {"runs": uow.runs.count_by_status(scope), "notes": uow.notes.count_by_status(scope),
-                "phases": uow.runs.step_usage(scope)}
+                "phases": uow.runs.step_usage(scope),
+                "open_candidates": uow.runs.latest_open_candidates(scope)}
 
 
 def render(data: dict[str, Any]) -> str:
@@ -31,6 +32,13 @@ def render(data: dict[str, Any]) -> str:
 
     family("dream_runs", "gauge", "Dream runs by status.",
            [({"status": s}, float(n)) for s, n in sorted(data["runs"].items())])
+    # R27: a dream that could not do its work is counted on its own, so an alert can fire.
+    family("dream_runs_blocked_total", "counter",
+           "Runs that ended blocked (guard trip, budget exhausted, open candidates growing).",
+           [({}, float(data["runs"].get(RunStatus.BLOCKED.value, 0)))])
+    family("dream_open_candidates", "gauge",
+           "Open candidates per scope, as its latest finished run counted them.",
+           [({"scope": k}, float(n)) for k, n in sorted(data.get("open_candidates", {}).items())])
     family("dream_notes", "gauge", "Notes by status.",
            [({"status": s}, float(n)) for s, n in sorted(data["notes"].items())])
     phases = sorted(data["phases"].items())

@@ -51,8 +51,9 @@ class PhaseContext:
     epoch: int | None
     steps: StepRecorder
     dry_run: bool = False
-    force: bool = False
+    force: bool = False  # the gate was skipped; changes nothing inside the phases
     budget: Budget = field(default_factory=Budget)
+    allow_retire: int | None = None  # retirements allowed past the blast-radius share (R20)
 
     @property
     def settings(self):  # type: ignore[no-untyped-def]

@@ -23,8 +23,10 @@ from worker.embeddings.refresh import ensure_scope_embeddings
 from worker.runs.context import Budget, PhaseContext
 from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
 from worker.runs.lease import LeaseHeartbeat
+from worker.runs.outcome import RunFacts, decide_outcome
 from worker.runs.steps import StepRecorder
 from worker.safety.crashpoints import crashpoint
+from worker.safety.guard import GUARD_STEP
 from worker.safety.scrub import safe_error_message
 from worker.safety.scrub import stack as error_stack
 from worker.store.models import RunStepRow
@@ -298,7 +300,7 @@ def _make_context(app: App, run_id: str) -> PhaseContext:
         ctx = PhaseContext(
             app=app, run_id=run_id, scope=scope, now=run.clock or utcnow(), epoch=epoch,
             steps=StepRecorder(app, run_id, scope), dry_run=run.dry_run, force=run.force,
-            budget=_budget_for(app, run_id),
+            budget=_budget_for(app, run_id), allow_retire=run.allow_retire,
         )
     return ctx
 
@@ -332,6 +334,7 @@ class _RunState:
     epoch: int
     dry_run: bool
     force: bool
+    allow_retire: int | None
     phases: list[str]
     done: set[str]
     embedded: bool = False  # ensure_scope_embeddings ran for this run in this process
@@ -340,7 +343,7 @@ class _RunState:
         return PhaseContext(
             app=app, run_id=run_id, scope=self.scope, now=self.now, epoch=self.epoch,
             steps=StepRecorder(app, run_id, self.scope), dry_run=self.dry_run, force=self.force,
-            budget=_budget_for(app, run_id),
+            budget=_budget_for(app, run_id), allow_retire=self.allow_retire,
         )
 
 
@@ -374,8 +377,8 @@ def execute_phase(app: App, run_id: str, phase: str,
         done = _done_phases(app, run_id)
         ctx = _make_context(app, run_id)
         if _cache is not None and ctx.epoch is not None:
-            state = _RunState(ctx.scope, ctx.now, ctx.epoch, ctx.dry_run, ctx.force, phases,
-                              done)
+            state = _RunState(ctx.scope, ctx.now, ctx.epoch, ctx.dry_run, ctx.force,
+                              ctx.allow_retire, phases, done)
             _cache["state"] = state
     else:
         done, phases = state.done, state.phases
@@ -485,8 +488,20 @@ def finalize_run(app: App, run_id: str) -> str:
             return run.status  # a phase is still running elsewhere, or was lost (lease recovers it)
         # The latest attempt of each phase decides; an interrupted attempt's step is history.
         parents = [s for s in parents if s.status in TERMINAL_STEP]
-        status = _final_status(parents)
         scope = Scope(run.agent_id, run.user_id, run.company_id)
+        open_now = sum(1 for s in steps
+                       if s.parent_id is not None and (s.output or {}).get("verdict") == "open")
+        outcome = decide_outcome(RunFacts(
+            phase_statuses={s.phase: s.status for s in parents},
+            guard_reasons=[str((s.output or {}).get("reason")) for s in steps
+                           if s.parent_id is not None and s.name == GUARD_STEP],
+            budget_exhausted=_budget_left_work(app, uow, run_id, steps),
+            open_candidates=open_now,
+            open_history=uow.runs.open_candidates_before(
+                scope, run.created_at, app.settings.open_growth_runs - 1),
+            growth_runs=app.settings.open_growth_runs, dry_run=run.dry_run,
+        ))
+        status = outcome.status
         totals = {
             "notes_after": uow.notes.count_by_status(scope),
             "tokens_in": sum(s.tokens_in for s in steps),
@@ -496,23 +511,46 @@ def finalize_run(app: App, run_id: str) -> str:
             # Wall time of the run (first claim → finalize), including time between phases.
             "duration_ms": round((utcnow() - run.started_at).total_seconds() * 1000, 1)
             if run.started_at else None,
+            # What the gauges and the growth check read (R27).
+            "open_candidates": open_now,
+            "flags": outcome.flags,
         }
         if run.totals:
             totals = {**run.totals, **totals}
         uow.runs.set_status(run_id, status, finished_at=utcnow(), totals=totals,
-                            lease_expires_at=None)
+                            lease_expires_at=None, status_reason=outcome.reason)
         uow.commit()
-    log.info("run.finished", run_id=run_id, status=status)
+    log.info("run.finished", run_id=run_id, status=status, flags=outcome.flags)
     return status
 
 
-def _final_status(parents: list[RunStepRow]) -> str:
-    if not parents:
-        return RunStatus.FAILED.value
-    failed = sum(1 for s in parents if s.status == StepStatus.FAILED.value)
-    if failed == len(parents):
-        return RunStatus.FAILED.value
-    return RunStatus.PARTIAL.value if failed else RunStatus.SUCCEEDED.value
+def _budget_left_work(app: App, uow: Any, run_id: str, steps: list[RunStepRow]) -> str | None:
+    """"N of M calls" when the run spent a model budget and left work for lack of it; the
+    usage comes from the steps, so it holds for a run spread over Celery processes."""
+    b = app.settings.budget
+    calls_limits = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
+    token_limits = [t for t in (b.max_tokens_per_run, b.max_tokens_per_scope) if t is not None]
+    if not calls_limits and not token_limits:
+        return None
+    calls, tokens = uow.runs.run_usage(run_id)
+    spent = None
+    if calls_limits and calls >= min(calls_limits):
+        spent = f"{calls} of {min(calls_limits)} model calls"
+    elif token_limits and tokens >= min(token_limits):
+        spent = f"{tokens} of {min(token_limits)} tokens"
+    if spent is None:
+        return None
+    return spent if any(_left_for_later(s) for s in steps) else None
+
+
+def _left_for_later(step: RunStepRow) -> bool:
+    """A step that says it deferred work (a cluster, pairs, notes to review)."""
+    output = step.output or {}
+    if output.get("verdict") == "deferred" or output.get("deferred"):
+        return True
+    if "budget" in str(output.get("reason") or ""):
+        return True
+    return any(k.endswith("_deferred") and isinstance(v, int) and v > 0 for k, v in output.items())
 
 
 def record_before(app: App, run_id: str) -> None:

@@ -3,8 +3,10 @@
 Phases call ``check_retire`` inside the apply transaction, just before they revoke or archive
 notes. It counts what this run already retired (from the operation log, so it holds across
 phases and across Celery processes) plus what is proposed, against the scope's active notes at
-the start of the run. A refusal is a reason string: the phase rolls back that change, calls
-``record_trip`` and stops retiring. ``run.force`` lifts the share limit, never the protection.
+the start of the run. A refusal is a reason string naming the count: the phase rolls back that
+change, calls ``record_trip`` and stops retiring, and the run ends ``blocked``. Only
+``run.allow_retire`` (``--allow-retire N``) lifts the share, up to N; ``--force`` skips the gate
+and nothing else. Nothing lifts the protection.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from worker.runs.steps import ChildStep
 from worker.store.uow import UnitOfWork
 
 log = structlog.get_logger(__name__)
+
+
+# The operation-log reason of prune archiving a scope whose owner (agent, user, company) is
+# recorded disabled or deleted: explicit evidence about the whole scope, outside the share.
+OWNER_GONE_REASON = "prune: scope owner recorded gone"
+# The child step ``record_trip`` writes; finalize reads it to mark the run blocked (R27).
+GUARD_STEP = "blast_radius_guard"
 
 
 class GuardTripped(Exception):
@@ -41,21 +50,26 @@ def check_retire(
             return f"note {note.id} is immutable; maintenance never retires it"
         if protection == Protection.PROTECTED.value and not allow_protected:
             return f"note {note.id} is protected; maintenance never retires it"
-    if ctx.force or not notes:
+    if not notes:
         return None
     settings = ctx.settings.guard
-    already = uow.safety.retired_by_run(ctx.run_id)
+    already = uow.safety.retired_by_run(ctx.run_id, except_reason=OWNER_GONE_REASON)
     proposed = {n.id for n in notes} - already
     baseline = _baseline(uow, ctx, len(already))
     if baseline < settings.min_scope_size:
         return None
     total = len(already) + len(proposed)
-    if total > settings.max_retire_share * baseline:
-        return (
-            f"blast-radius guard: would retire {total} of {baseline} active notes "
-            f"(limit {settings.max_retire_share:.0%}); re-run with --force if this is intended"
-        )
-    return None
+    if total <= settings.max_retire_share * baseline:
+        return None
+    allowed = ctx.allow_retire
+    if allowed is not None and total <= allowed:
+        return None
+    over = f"; --allow-retire {allowed} is not enough" if allowed is not None else ""
+    return (
+        f"blast-radius guard: would retire {total} of {baseline} active notes "
+        f"(limit {settings.max_retire_share:.0%}){over}; if this is intended, re-run with "
+        f"--allow-retire {total}"
+    )
 
 
 def ensure_retire(
@@ -81,7 +95,7 @@ def record_trip(ctx: PhaseContext, parent_step_id: str, phase: str, reason: str,
     """Record why the guard stopped a phase: a skipped child step and an open review."""
     with ctx.uow() as uow:
         ctx.steps.child(uow, parent_step_id, phase, ChildStep(
-            name="blast_radius_guard", status=StepStatus.SKIPPED.value,
+            name=GUARD_STEP, status=StepStatus.SKIPPED.value,
             input={"note_ids": list(note_ids)}, output={"reason": reason, "guard": True},
         ))
         uow.judgements.add_review(ctx.scope, kind="blast_radius", note_ids=list(note_ids),

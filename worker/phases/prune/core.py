@@ -9,16 +9,27 @@ from worker.domain.types import Note, Protection
 from worker.store.repositories.references import EntityRecord
 
 ERASURE = "erasure"
+UNKNOWN = "unknown"
+# What a checker returns for an id absent from a host table whose owner declared that absence
+# means deleted (DREAM_PRUNE__ABSENCE_MEANS_DELETED); the only way "missing" is ever dead.
+ABSENT = EntityRecord(status="missing", deleted=True)
 
 # Reference kinds in the order a comment names them.
 REF_ORDER = ("agent", "user", "company", "conversation")
+# The entities that own a whole scope: one recorded decision about them covers every note.
+OWNER_KINDS = ("agent", "user", "company")
 
 
 @dataclass(frozen=True)
 class DeadReference:
     kind: str
     entity_id: str
-    state: str  # missing | disabled | deleted | erased
+    state: str  # missing | disabled | deleted | erased (or a host status other than active)
+
+    @property
+    def recorded(self) -> bool:
+        """The entity's own record says it is gone (not merely absent from a table)."""
+        return self.state != "missing"
 
     def describe(self) -> str:
         subject = "source conversation" if self.kind == "conversation" else f"referenced {self.kind}"
@@ -41,6 +52,12 @@ class Orphan:
             d.state == "erased" for d in self.dead
         )
 
+    @property
+    def owner_recorded_gone(self) -> bool:
+        """The scope's agent, user or company is recorded disabled/deleted: explicit evidence
+        about the whole scope, so the blast-radius share does not apply to it (R20)."""
+        return any(d.kind in OWNER_KINDS and d.recorded for d in self.dead)
+
     def comment(self, when: datetime) -> str:
         reasons = "; ".join(d.describe() for d in self.dead)
         return f"archived by prune on {when.date().isoformat()}: {reasons}"
@@ -54,8 +71,11 @@ def references_of(note: Note) -> dict[str, str]:
 
 
 def reference_state(kind: str, record: EntityRecord | None) -> str | None:
-    """None when the reference is alive; otherwise why it is dead."""
+    """None when the reference is alive, ``UNKNOWN`` when no record was found, otherwise why it
+    is dead. Positive evidence only (R25): an empty registry proves nothing about anyone."""
     if record is None:
+        return UNKNOWN
+    if record == ABSENT:
         return "missing"
     if kind == "conversation" and record.deleted_reason == ERASURE:
         return "erased"
@@ -83,11 +103,23 @@ def find_orphans(
             if entity_id is None:
                 continue
             state = reference_state(kind, records.get(kind, {}).get(entity_id))
-            if state is not None:
+            if state is not None and state != UNKNOWN:
                 dead.append(DeadReference(kind, entity_id, state))
         if dead:
             orphans.append(Orphan(note, dead))
     return orphans
+
+
+def count_unknown(
+    notes: list[Note], records: dict[str, dict[str, EntityRecord | None]]
+) -> dict[str, int]:
+    """Notes per kind whose referenced entity has no record at all (counted, never retired)."""
+    counts = dict.fromkeys(REF_ORDER, 0)
+    for note in notes:
+        for kind, entity_id in references_of(note).items():
+            if reference_state(kind, records.get(kind, {}).get(entity_id)) == UNKNOWN:
+                counts[kind] += 1
+    return counts
 
 
 def count_by_kind(orphans: list[Orphan]) -> dict[str, int]:

@@ -6,24 +6,37 @@ import structlog
 
 from worker.domain.types import PhaseReport, StepStatus
 from worker.phases.keep_review import review_keep
-from worker.phases.prune.core import REF_ORDER, Orphan, count_by_kind, find_orphans, references_of
+from worker.phases.prune.core import (
+    REF_ORDER,
+    Orphan,
+    count_by_kind,
+    count_unknown,
+    find_orphans,
+    references_of,
+)
 from worker.references import ReferenceChecker, make_reference_checker
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
-from worker.safety.guard import check_retire, record_trip
+from worker.safety.guard import OWNER_GONE_REASON, check_retire, record_trip
 from worker.store.repositories.retention import ArchiveItem, RetentionRepository
 
 log = structlog.get_logger(__name__)
 
 
-def _counters(checked: int, archived: list[Orphan]) -> dict[str, int]:
+def _counters(checked: int, archived: list[Orphan],
+              unknown: dict[str, int] | None = None) -> dict[str, int]:
     by_kind = count_by_kind(archived)
+    unknown = unknown or dict.fromkeys(REF_ORDER, 0)
     return {
         "notes_checked": checked, "notes_archived": len(archived),
         "orphaned_agents": by_kind["agent"], "orphaned_users": by_kind["user"],
         "orphaned_companies": by_kind["company"],
         "orphaned_conversations": by_kind["conversation"],
+        # Notes whose entity has no record: never a reason to retire (R25), shown so that an
+        # empty or partial registry is visible.
+        "unknown_agents": unknown["agent"], "unknown_users": unknown["user"],
+        "unknown_companies": unknown["company"], "unknown_conversations": unknown["conversation"],
     }
 
 
@@ -45,6 +58,7 @@ def run_prune(
             wanted[kind].add(entity_id)
     records = {kind: checker.records(kind, ids) for kind, ids in wanted.items() if ids}
     orphans = find_orphans(notes, records)
+    unknown = count_unknown(notes, records)
 
     review = None
     askable = [o for o in orphans if o.only_conversation]
@@ -71,16 +85,27 @@ def run_prune(
 
     archived_ids: list[str] = []
     guard_reason: str | None = None
-    planned_ids = [o.note.id for o in to_archive]
+    # A scope whose agent/user/company is recorded disabled or deleted is retired whole: that
+    # is one explicit decision, not a blast-radius accident. Everything else (a conversation at a
+    # time, ids merely absent from a host table) counts against the guard's share (R20).
+    owner_gone = [o for o in to_archive if o.owner_recorded_gone]
+    guarded = [o for o in to_archive if not o.owner_recorded_gone]
+    planned_ids = [o.note.id for o in guarded]
     with ctx.uow() as uow:
         uow.check_lease(ctx.run_id, ctx.epoch)
         if not ctx.dry_run:
-            guard_reason = check_retire(uow, ctx, [o.note for o in to_archive])  # R20
+            guard_reason = check_retire(uow, ctx, [o.note for o in guarded])  # R20
             if guard_reason:
-                to_archive = []
-            archived_ids = RetentionRepository(uow.session).archive_notes(
+                guarded = []
+            to_archive = owner_gone + guarded
+            retention = RetentionRepository(uow.session)
+            archived_ids = retention.archive_notes(
                 ctx.scope,
-                [ArchiveItem(o.note.id, o.note.version, o.comment(ctx.now)) for o in to_archive],
+                [ArchiveItem(o.note.id, o.note.version, o.comment(ctx.now)) for o in owner_gone],
+                run_id=ctx.run_id, reason=OWNER_GONE_REASON, now=ctx.now,
+            ) + retention.archive_notes(
+                ctx.scope,
+                [ArchiveItem(o.note.id, o.note.version, o.comment(ctx.now)) for o in guarded],
                 run_id=ctx.run_id, reason="prune: orphaned", now=ctx.now,
             )
             # Deferred notes stay unchecked so the next run looks at them first.
@@ -110,7 +135,7 @@ def run_prune(
     log.info("prune.applied", run_id=ctx.run_id, scope=ctx.scope.key, checked=len(notes),
              archived=len(archived), kept=len(kept), deferred=len(deferred), stale=len(stale))
     return PhaseReport(
-        "prune", StepStatus.SUCCEEDED.value, _counters(len(notes), archived),
+        "prune", StepStatus.SUCCEEDED.value, _counters(len(notes), archived, unknown),
         tokens_in=review.tokens_in if review else 0, tokens_out=review.tokens_out if review else 0,
         calls=review.calls if review else 0,
     )

@@ -249,6 +249,44 @@ class RunRepository:
             .limit(1)
         ).first()
 
+    def open_candidates_before(self, scope: Scope, before: datetime,
+                               limit: int) -> builtins.list[int]:
+        """``totals.open_candidates`` of the scope's last ``limit`` finished non-dry runs
+        created before ``before``, oldest first (runs without the count are left out)."""
+        rows = self.session.scalars(
+            select(DreamRunRow.totals)
+            .where(DreamRunRow.scope_key == scope.key, DreamRunRow.created_at < before,
+                   DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
+                   DreamRunRow.status.in_(DREAMED_RUN_STATUSES))
+            .order_by(DreamRunRow.created_at.desc())
+            .limit(limit)
+        ).all()
+        counts = [t.get("open_candidates") for t in rows if t]
+        return [int(c) for c in reversed(counts) if isinstance(c, int)]
+
+    def latest_open_candidates(self, scope: Scope | None = None) -> dict[str, int]:
+        """Open candidates per scope as its latest finished run counted them (the gauge)."""
+        latest = (
+            select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
+            .where(DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
+                   DreamRunRow.status.in_(DREAMED_RUN_STATUSES))
+            .group_by(DreamRunRow.scope_key)
+        )
+        if scope is not None:
+            latest = latest.where(DreamRunRow.scope_key == scope.key)
+        sub = latest.subquery()
+        rows = self.session.execute(
+            select(DreamRunRow.scope_key, DreamRunRow.totals)
+            .join(sub, (sub.c.scope_key == DreamRunRow.scope_key)
+                  & (sub.c.at == DreamRunRow.created_at))
+        ).all()
+        out: dict[str, int] = {}
+        for key, totals in rows:
+            value = (totals or {}).get("open_candidates")
+            if isinstance(value, int):
+                out[key] = value
+        return out
+
     def count_by_status(self, scope: Scope | None = None) -> dict[str, int]:
         stmt = select(DreamRunRow.status, func.count()).group_by(DreamRunRow.status)
         if scope is not None:

@@ -62,13 +62,15 @@ class SafetyRepository:
         self.session = session
 
     # ---- guard ---------------------------------------------------------------------------
-    def retired_by_run(self, run_id: str) -> set[str]:
-        """Ids of notes this run moved from active to revoked/archived (from the operation log)."""
-        rows = self.session.execute(
-            select(OperationLogRow.entity_id, OperationLogRow.before, OperationLogRow.after).where(
-                OperationLogRow.run_id == run_id, OperationLogRow.op == "update"
-            )
-        ).all()
+    def retired_by_run(self, run_id: str, except_reason: str | None = None) -> set[str]:
+        """Ids of notes this run moved from active to revoked/archived (from the operation log),
+        leaving out the changes logged with ``except_reason``."""
+        stmt = select(OperationLogRow.entity_id, OperationLogRow.before, OperationLogRow.after).where(
+            OperationLogRow.run_id == run_id, OperationLogRow.op == "update"
+        )
+        if except_reason is not None:
+            stmt = stmt.where(OperationLogRow.reason.is_distinct_from(except_reason))
+        rows = self.session.execute(stmt).all()
         return {
             r.entity_id for r in rows
             if (r.after or {}).get("status") in RETIRED

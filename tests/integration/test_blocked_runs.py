@@ -1,0 +1,199 @@
+"""A dream that could not do its work says so (R27) and the guard tells evidence from accidents
+(R20): blocked runs in `dream runs list --json`, /metrics and the dashboard; a disabled agent's
+scope pruned by the normal daily run; a host table that suddenly lacks everything trips the guard
+(black box through the CLI where it applies; SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes
+from worker.api import create_api
+from worker.app import App, build_app
+from worker.cli import main
+from worker.config import Settings
+from worker.domain.types import Scope
+from worker.llm.fake import FakeLLM
+from worker.runs import service
+
+ADMIN = "admin-token-0123456789abcdef"
+SCOPE = Scope("agent-1", "u1")
+
+
+def dream(app: App, *args: str, stdin: str | None = None, **env: str) -> Result:
+    environ = {"DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LOG_LEVEL": "WARNING",
+               "DREAM_BROKER_URL": None, "DREAM_LLM_PROVIDER": "none", **env}
+    result = CliRunner().invoke(main, list(args), input=stdin, env=environ,
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def jsonl(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+@pytest.fixture
+def api(app: App) -> Iterator[TestClient]:
+    """The HTTP API over the same database, with an admin token."""
+    other = build_app(Settings(database_url=app.settings.database_url, llm_provider="none",
+                               api_tokens=json.dumps({ADMIN: {"role": "admin"}})))
+    with TestClient(create_api(other)) as client:
+        yield client
+    other.dispose()
+
+
+def _metrics(api: TestClient) -> str:
+    r = api.get("/metrics", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 200
+    return r.text
+
+
+ORPHAN_HEAVY = [
+    *({"agent_id": "agent-1", "user_id": "u1", "content": f"Order {i} came up in a deleted chat",
+       "source_conversation_id": "gone"} for i in range(8)),
+    *({"agent_id": "agent-1", "user_id": "u1", "content": f"Durable fact number {i} about u1"}
+      for i in range(4)),
+]
+ENTITIES = [{"kind": "agent", "id": "agent-1"}, {"kind": "user", "id": "u1"},
+            {"kind": "conversation", "id": "gone", "status": "deleted"}]
+
+
+def test_r27_guard_trip_is_blocked_in_runs_list_metrics_and_dashboard(
+    app: App, api: TestClient
+) -> None:
+    """Prune would archive 8 of 12 notes: `dream run --force` (the gate skipped) archives
+    nothing, says blocked with the count to allow, `dream runs list --json` shows status
+    blocked with the reason, /metrics counts it in dream_runs_blocked_total, the dashboard
+    shows it; `--allow-retire 8` then archives the 8 and succeeds."""
+    dream(app, "entities", "import", "-", stdin=jsonl(ENTITIES))
+    dream(app, "notes", "import", "-", stdin=jsonl(ORPHAN_HEAVY))
+    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", "--phase", "prune")
+    first = ran.stdout.splitlines()
+    run_id = first[0].split()[1]
+    assert first[0].startswith(f"run {run_id} blocked")
+    assert first[1].strip().startswith("blocked: blast-radius guard: would retire 8 of 12")
+    assert "re-run with --allow-retire 8" in first[1]
+
+    [listed] = json.loads(dream(app, "runs", "list", "--json").stdout)
+    assert listed["id"] == run_id and listed["status"] == "blocked"
+    assert "would retire 8 of 12" in listed["status_reason"]
+    assert listed["totals"]["flags"] == ["guard"]
+    assert listed["totals"]["notes_after"] == {"active": 12}
+    assert "blocked" in dream(app, "runs", "list").stdout
+
+    body = _metrics(api)
+    assert "# TYPE dream_runs_blocked_total counter" in body
+    assert "dream_runs_blocked_total 1" in body.splitlines()
+    assert 'dream_runs{status="blocked"} 1' in body
+    page = api.get("/dashboard", params={"token": ADMIN}).text
+    assert 'class="blocked"' in page and "would retire 8 of 12" in page
+
+    allowed = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", "--phase",
+                    "prune", "--allow-retire", "8")
+    assert " succeeded " in allowed.stdout.splitlines()[0] + " "
+    with app.uow() as uow:
+        assert uow.notes.count_by_status(SCOPE) == {"active": 4, "archived": 8}
+    assert "dream_runs_blocked_total 1" in _metrics(api).splitlines()
+
+
+def test_r20_disabled_agent_scope_is_pruned_by_the_normal_daily_run(app: App) -> None:
+    """A scope whose agent is recorded disabled (12 of 12 notes orphaned) is archived whole by
+    the ordinary gate-driven run, which succeeds: explicit recorded evidence about the scope's
+    owner is not a blast-radius accident (and is not retried, blocked, every day)."""
+    dream(app, "entities", "import", "-",
+          stdin=jsonl([{"kind": "agent", "id": "agent-1", "status": "disabled"}]))
+    dream(app, "notes", "import", "-", stdin=jsonl(
+        [{"agent_id": "agent-1", "user_id": "u1", "content": f"Fact {i} the agent knew"}
+         for i in range(12)]))
+    for _ in range(5):
+        dream(app, "sessions", "add", "--agent", "agent-1", "--user", "u1")
+    ran = dream(app, "run", "--due")
+    assert " succeeded " in ran.stdout.splitlines()[0] + " ", ran.stdout
+    with app.uow() as uow:
+        assert uow.notes.count_by_status(SCOPE) == {"archived": 12}
+    exported = [json.loads(line) for line in dream(app, "notes", "export").stdout.splitlines()]
+    assert all(n["comments"].endswith("referenced agent is disabled") for n in exported)
+
+
+def test_r20_host_table_that_suddenly_lacks_everything_trips_the_guard(app: App) -> None:
+    """A host checker declared "absence means deleted" and its table is now empty (truncated by
+    accident): every note looks orphaned by absence, which is not a recorded decision, so the
+    guard stops the run (blocked) and nothing is archived."""
+    with app.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE host_agents (id VARCHAR(64) PRIMARY KEY, "
+                          "state VARCHAR(16))"))
+    dream(app, "notes", "import", "-", stdin=jsonl(
+        [{"agent_id": "agent-1", "user_id": "u1", "content": f"Fact {i} the agent knew"}
+         for i in range(12)]))
+    env = {"DREAM_PRUNE__CHECKER": "sql", "DREAM_PRUNE__SQL_AGENTS": "host_agents.id.state",
+           "DREAM_PRUNE__ABSENCE_MEANS_DELETED": "true"}
+    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", **env)
+    assert " blocked " in ran.stdout.splitlines()[0] + " ", ran.stdout
+    assert "would retire 12 of 12" in ran.stdout
+    with app.uow() as uow:
+        assert uow.notes.count_by_status(SCOPE) == {"active": 12}
+
+
+def test_r27_exhausted_budget_blocks_the_run(app: App) -> None:
+    """R15 + R27: no model calls left, the cluster is deferred; the run ends blocked naming the
+    budget, never plain succeeded."""
+    app.settings.budget.max_calls_per_run = 0
+    add_notes(app, *({"user_id": "u1", "content": c} for c in DARK_MODE_NOTES))
+    app.llm = FakeLLM(default={"should_consolidate": False, "content": "", "type": "Preference",
+                               "source_ids": [], "reason": "unused"})
+    run_id = service.create_run(app, SCOPE, force=True, clock=NOW)
+    assert run_id is not None
+    assert service.execute_run(app, run_id) == "blocked"
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None
+        assert "model budget exhausted (0 of 0 model calls)" in (run.status_reason or "")
+        assert (run.totals or {})["flags"] == ["budget"]
+
+
+GROWING = [
+    ["User prefers dark mode in the code editor at night",
+     "User likes dark mode for the code editor",
+     "User wants the code editor in dark mode always"],
+    ["User drinks green tea every morning before work", "Every morning the user has green tea",
+     "User usually drinks green tea in the mornings"],
+    ["User plays chess online every weekend evening", "User plays online chess on weekend evenings",
+     "On weekend evenings the user plays chess online"],
+]
+
+
+def test_r27_open_candidates_growing_run_after_run_block_and_are_gauged(
+    app: App, api: TestClient
+) -> None:
+    """With nothing to judge them (rule judge, no host fusing), open candidates that grow over
+    3 runs in a row make the third run blocked; /metrics shows the scope's open-candidate gauge;
+    a later run with no new candidates (no growth) succeeds again."""
+    scope = Scope("a1")
+    counts: list[int] = []
+    statuses: list[str] = []
+    for k, cluster in enumerate(GROWING):
+        add_notes(app, *({"agent_id": "a1", "id": f"g{k}{i}", "content": c}
+                         for i, c in enumerate(cluster)))
+        run_id = service.create_run(app, scope, force=True, clock=NOW)
+        assert run_id is not None
+        statuses.append(service.execute_run(app, run_id))
+        with app.uow() as uow:
+            run = uow.runs.get(run_id)
+            assert run is not None
+            counts.append((run.totals or {})["open_candidates"])
+    assert counts[0] < counts[1] < counts[2], counts
+    assert statuses == ["succeeded", "succeeded", "blocked"]
+    with app.uow() as uow:
+        [latest] = uow.runs.list(scope, limit=1)
+        assert "open candidates grew 3 runs in a row" in (latest.status_reason or "")
+    assert f'dream_open_candidates{{scope="[\\"a1\\",null,null]"}} {counts[2]}' in _metrics(api)
+    again = service.create_run(app, scope, force=True, clock=NOW)
+    assert again is not None and service.execute_run(app, again) == "succeeded"
