@@ -197,3 +197,22 @@ def test_r27_open_candidates_growing_run_after_run_block_and_are_gauged(
     assert f'dream_open_candidates{{scope="[\\"a1\\",null,null]"}} {counts[2]}' in _metrics(api)
     again = service.create_run(app, scope, force=True, clock=NOW)
     assert again is not None and service.execute_run(app, again) == "succeeded"
+
+
+def test_r27_a_phase_out_of_its_own_budget_blocks_the_run(app: App) -> None:
+    """The contradictions phase's own call limit (DREAM_CONTRADICTIONS__MAX_CALLS_PER_RUN=0)
+    leaves the pair for later: the run is blocked naming that phase, not plain succeeded."""
+    app.settings.contradictions.max_calls_per_run = 0
+    add_notes(app, {"user_id": "u1", "content": "Customer uses metric units for all reports",
+                    "created_at": "2026-05-12T12:00:00+00:00"},
+              {"user_id": "u1", "content": "Customer uses imperial units for all reports",
+               "created_at": "2026-05-31T12:00:00+00:00"})
+    app.llm = FakeLLM(default={"topics": []})
+    run_id = service.create_run(app, SCOPE, force=True, clock=NOW, phases=["contradictions"])
+    assert run_id is not None
+    assert service.execute_run(app, run_id) == "blocked"
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None
+        assert "model budget exhausted (the contradictions phase's limit" in (
+            run.status_reason or "")

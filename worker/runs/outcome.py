@@ -14,7 +14,8 @@ class RunFacts:
 
     phase_statuses: dict[str, str]
     guard_reasons: list[str] = field(default_factory=list)
-    budget_exhausted: str | None = None  # "12 of 12 calls", when work was left for lack of it
+    # What ran out ("12 of 12 model calls"), when work was left for lack of it.
+    budget_exhausted: str | None = None
     open_candidates: int = 0
     # open_candidates of the scope's earlier finished runs, oldest first (dry runs left out).
     open_history: list[int] = field(default_factory=list)
@@ -57,8 +58,8 @@ def decide_outcome(facts: RunFacts) -> RunOutcome:
         reasons.append(facts.guard_reasons[0] + (f" (and {more} more trips)" if more else ""))
     if facts.budget_exhausted:
         flags.append("budget")
-        reasons.append(f"model budget exhausted ({facts.budget_exhausted}); the rest waits for "
-                       "the next run or a larger DREAM_BUDGET__*")
+        reasons.append(f"model budget exhausted ({facts.budget_exhausted}): the rest waits for "
+                       "the next run or a larger budget")
     series = open_growing(facts)
     if series is not None:
         flags.append("open_growing")

@@ -525,8 +525,13 @@ def finalize_run(app: App, run_id: str) -> str:
 
 
 def _budget_left_work(app: App, uow: Any, run_id: str, steps: list[RunStepRow]) -> str | None:
-    """"N of M calls" when the run spent a model budget and left work for lack of it; the
-    usage comes from the steps, so it holds for a run spread over Celery processes."""
+    """What ran out, when the run left work for lack of model budget: a phase's own limit (its
+    parent step says so), or the run's ("N of M model calls", usage from the steps, so it holds
+    for a run spread over Celery processes)."""
+    for step in steps:
+        reason = str((step.output or {}).get("reason") or "")
+        if step.parent_id is None and "budget exhausted" in reason:
+            return f"the {step.phase} phase's limit, work deferred"
     b = app.settings.budget
     calls_limits = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
     token_limits = [t for t in (b.max_tokens_per_run, b.max_tokens_per_scope) if t is not None]

@@ -68,7 +68,7 @@ def check_retire(
     return (
         f"blast-radius guard: would retire {total} of {baseline} active notes "
         f"(limit {settings.max_retire_share:.0%}){over}; if this is intended, re-run with "
-        f"--allow-retire {total}"
+        f"--allow-retire {total} (and --force to skip the gate)"
     )
 
 

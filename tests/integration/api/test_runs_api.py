@@ -134,6 +134,24 @@ def test_runs_and_candidates_on_an_unknown_scope_are_404(api_app: App,
         assert uow.runs.list() == []
 
 
+def test_allow_retire_is_recorded_and_bounded(api_app: App, client: TestClient) -> None:
+    """POST /api/runs takes allow_retire (the guard override naming its count) onto the run;
+    a negative or non-integer count is a 422 that creates nothing."""
+    add_notes(api_app, {"content": "Works from Lisbon."})
+    for bad in (-1, 1.5, 10**12):
+        r = client.post("/api/runs", headers=auth(AGENT_1), json={"force": True,
+                                                                  "allow_retire": bad})
+        assert r.status_code == 422, (bad, r.text)
+    with api_app.uow() as uow:
+        assert uow.runs.list() == []
+    r = client.post("/api/runs", headers=auth(AGENT_1), json={"force": True, "allow_retire": 8})
+    assert r.status_code == 202, r.text
+    for thread in api_app.extras.get("api_threads", []):
+        thread.join(timeout=60)
+    shown = client.get(f"/api/runs/{r.json()['run_id']}", headers=auth(AGENT_1)).json()
+    assert shown["allow_retire"] == 8 and shown["force"] is True
+
+
 def test_cancel_through_the_api(api_app: App, client: TestClient) -> None:
     """POST /api/runs/{id}/cancel cancels a queued run (its scope takes a new one at once);
     a finished run is a 409, another scope's run a 404."""
