@@ -525,27 +525,26 @@ def finalize_run(app: App, run_id: str) -> str:
 
 
 def _budget_left_work(app: App, uow: Any, run_id: str, steps: list[RunStepRow]) -> str | None:
-    """What ran out, when the run left work for lack of model budget: a phase's own limit (its
-    parent step says so), or the run's ("N of M model calls", usage from the steps, so it holds
-    for a run spread over Celery processes)."""
+    """What ran out, when the run left work for lack of model budget: the run's own limit ("N
+    of M model calls"; usage from the steps, so it holds for a run spread over Celery
+    processes), else a phase's own limit (its parent step says so)."""
+    b = app.settings.budget
+    calls_limits = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
+    token_limits = [t for t in (b.max_tokens_per_run, b.max_tokens_per_scope) if t is not None]
+    if calls_limits or token_limits:
+        calls, tokens = uow.runs.run_usage(run_id)
+        spent = None
+        if calls_limits and calls >= min(calls_limits):
+            spent = f"{calls} of {min(calls_limits)} model calls"
+        elif token_limits and tokens >= min(token_limits):
+            spent = f"{tokens} of {min(token_limits)} tokens"
+        if spent is not None and any(_left_for_later(s) for s in steps):
+            return spent
     for step in steps:
         reason = str((step.output or {}).get("reason") or "")
         if step.parent_id is None and "budget exhausted" in reason:
             return f"the {step.phase} phase's limit, work deferred"
-    b = app.settings.budget
-    calls_limits = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
-    token_limits = [t for t in (b.max_tokens_per_run, b.max_tokens_per_scope) if t is not None]
-    if not calls_limits and not token_limits:
-        return None
-    calls, tokens = uow.runs.run_usage(run_id)
-    spent = None
-    if calls_limits and calls >= min(calls_limits):
-        spent = f"{calls} of {min(calls_limits)} model calls"
-    elif token_limits and tokens >= min(token_limits):
-        spent = f"{tokens} of {min(token_limits)} tokens"
-    if spent is None:
-        return None
-    return spent if any(_left_for_later(s) for s in steps) else None
+    return None
 
 
 def _left_for_later(step: RunStepRow) -> bool:
