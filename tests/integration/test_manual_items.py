@@ -124,11 +124,12 @@ def _store(app: App, tmp_path: Path) -> dict[str, str]:
     return {"DREAM_LLM_PROVIDER": "fake", "DREAM_FAKE_LLM_SCRIPT": str(script)}
 
 
-def _run(app: App, env: dict[str, str], when: datetime) -> tuple[str, dict[str, Any]]:
+def _run(app: App, env: dict[str, str], when: datetime,
+         *extra: str) -> tuple[str, dict[str, Any]]:
     """`dream run --force --now WHEN`; the run id and each phase's output (`runs show --json`)."""
     url = app.settings.database_url
     out = _ok(dream(url, "run", "--agent", AGENT, "--user", USER, "--force",
-                    "--now", when.isoformat(), **env))
+                    "--now", when.isoformat(), *extra, **env))
     found = re.search(r"^run (\S+) ", out, re.MULTILINE)
     assert found, out
     tree = json.loads(_ok(dream(url, "runs", "show", found.group(1), "--json")))
@@ -173,8 +174,11 @@ def test_no_phase_retires_a_manual_item_today_or_400_days_later(app: App, tmp_pa
 
     manual_active = {i for i, n in notes.items() if not n.is_auto_generated and n.status == "active"}
     for days in (120, 400):
-        _, later = _run(app, env, NOW + timedelta(days=days))
+        # Past the guard, so these runs retire everything else they find idle or expired.
+        _, later = _run(app, env, NOW + timedelta(days=days), "--allow-retire", "100")
         notes = _notes(app)
+        if days == 120:  # the auto-generated notes went; every manual one stayed
+            assert {notes[i].status for i in ("usd", "f0", "f5")} == {"archived"}
         assert {i for i in manual_active if notes[i].status != "active"} == set(), days
         assert later["archive"]["manual_preserved"] >= len(manual_active) - 1  # the fusion too
         assert later["archive"]["examples_manual_preserved"] == 2
