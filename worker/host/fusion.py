@@ -14,6 +14,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
+from worker.domain.limits import text_problem
 from worker.domain.types import (
     Note,
     NoteStatus,
@@ -162,8 +163,8 @@ def fuse(
     text = (fused_content or "").strip()
     if not text:
         raise Invalid("fused_content is empty")
-    if "\x00" in text:
-        raise Invalid("fused_content contains a NUL character")
+    if problem := text_problem(text):  # NUL or a lone surrogate (MCP and Python callers too)
+        raise Invalid(f"fused_content {problem}")
     if note_type is not None:
         note_type = canonical_type(note_type)
     limit = app.settings.host.max_fused_chars

@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from worker.app import App
 from worker.clock import utcnow
+from worker.domain.limits import text_problem
 from worker.domain.types import (
     NoteStatus,
     NoteType,
@@ -204,8 +205,8 @@ def _validate(app: App, content: str, note_type: str) -> tuple[str, str]:
     text = (content or "").strip()
     if not text or not normalise_text(text):
         raise Invalid("content is empty")
-    if "\x00" in text:
-        raise Invalid("content contains a NUL character")
+    if problem := text_problem(text):  # NUL or a lone surrogate (MCP and Python callers too)
+        raise Invalid(f"content {problem}")
     limit = app.settings.host.max_note_chars
     if len(text) > limit:
         raise Invalid(f"content has {len(text)} characters; the limit is {limit} "

@@ -211,3 +211,22 @@ def test_a_huge_unauthenticated_upload_costs_no_memory(sqlite_base_url: str) -> 
     assert answer.startswith(b"HTTP/1.1 413"), answer[:100]
     assert sent < 64 << 20  # the server answered long before 300 MB went out
     assert growth < 64 << 20, growth
+
+
+def test_host_functions_refuse_unstorable_text_for_every_caller(api_app: App) -> None:
+    """The MCP tools and Python callers reach worker.host without the API's schemas: a lone
+    surrogate or a NUL in remembered or fused text is a HostError (422), not a database error,
+    and nothing is written (SQLite and PostgreSQL)."""
+    from worker.domain.types import Scope
+    from worker.host import HostError, fuse, remember
+
+    add_notes(api_app, {"id": "n1", "agent_id": "a", "content": "The user writes Python 3.12."},
+              {"id": "n2", "agent_id": "a", "content": "The user writes Python 3.12 with hints."})
+    before = all_rows_text(api_app)
+    for text in ("tea \ud800 time", "tea \x00 time"):
+        with pytest.raises(HostError) as refused:
+            remember(api_app, Scope("a"), text, "Context", 0.5)
+        assert refused.value.status == 422
+        with pytest.raises(HostError):
+            fuse(api_app, ["n1", "n2"], text)
+    assert all_rows_text(api_app) == before
