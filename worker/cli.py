@@ -346,7 +346,7 @@ def entities_import(ctx: click.Context, file: str) -> None:
 @click.option("--due", is_flag=True, help="Run every scope the gate finds due.")
 @click.option("--force", is_flag=True,
               help="Bypass the gate (never the lease, never the blast-radius guard).")
-@click.option("--allow-retire", type=click.IntRange(min=0), default=None, metavar="N",
+@click.option("--allow-retire", type=click.IntRange(0, 10_000_000), default=None, metavar="N",
               help="Let this run retire up to N notes past the blast-radius guard's share "
                    "(the count a blocked run's reason names).")
 @click.option("--dry-run", is_flag=True, help="Record proposed changes as steps; apply nothing.")

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.support.factories import add_notes, add_sessions
 from tests.support.hostile import (
+    SEEDED_IDS,
     jsonl_bodies,
     number_texts,
     store_digest,
@@ -67,6 +68,8 @@ def values_for(param: click.Parameter) -> st.SearchStrategy[str]:
         return st.one_of(st.sampled_from([str(c) for c in kind.choices]), text_values())
     if isinstance(kind, click.types.IntParamType | click.types.FloatParamType):
         return number_texts()
+    if kind.name == "id":  # ids and scope parts: the seeded ones often, to reach real work
+        return st.one_of(st.sampled_from(SEEDED_IDS), st.sampled_from(SEEDED_IDS), text_values())
     if param.name in ("now", "at", "since") or "ISO-8601" in (getattr(param, "help", None) or ""):
         return timestamp_texts()
     if param.name in ("file",):

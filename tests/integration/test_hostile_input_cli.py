@@ -100,6 +100,7 @@ HOSTILE = [
     # option values: numbers that are not finite or not in range, ids that do not fit
     (["runs", "list", "--limit", "1e30"], None, "--limit"),
     (["runs", "list", "--limit", "1" + "0" * 30], None, "--limit"),
+    (["run", "--agent", "a", "--force", "--allow-retire", "1" + "0" * 30], None, "--allow-retire"),
     (["candidates", "--agent", "a", "--threshold", "nan"], None, "not a finite number"),
     (["notes", "add", "--agent", "a", "--content", "hi", "--importance", "nan"], None, "not a finite number"),
     (["notes", "add", "--agent", "a" * 65, "--content", "hi"], None, "ids are at most 64"),
