@@ -577,3 +577,20 @@ def test_a_note_that_steers_the_model_is_asked_alone(app: App, llm_stub: LLMStub
     trusted = [t["note_ids"] for c in calls if not c["input"]["isolated"]
                for t in c["input"]["topics"]]
     assert all("s" not in ids for ids in trusted)
+
+
+def test_rule_judge_follows_retirements_and_wastes_no_verdict(app: App) -> None:
+    """No model: once a note is merged into a richer one, its other pairs pass to that note and
+    are judged by the rules again; nothing is skipped as "already retired"."""
+    assert app.llm is None
+    add_notes(app, {"id": "d1", "content": "User prefers dark mode in the editor",
+                    "created_at": days_ago(30)},
+              {"id": "d2", "content": "User prefers dark mode in the editor and terminal",
+                    "created_at": days_ago(20)},
+              {"id": "d3", "content": "User prefers dark mode in the editor and terminal at night",
+                    "created_at": days_ago(10)})
+    run_id = run_phase(app)
+    notes = rows(app)
+    assert [n for n in notes if notes[n].status == "active"] == ["d3"]
+    out = phase_step(app, run_id)["output"]
+    assert out["verdicts_wasted"] == 0 and out["equivalents_merged"] == 2

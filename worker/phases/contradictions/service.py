@@ -389,12 +389,27 @@ def _judge_with_rules(
             open_pairs_.append(pair)
         else:
             verdicts.append(Verdict(pair, relation, 1.0, reason))
-    applier.counters["pairs_open"] = len(open_pairs_)
     policy = _policy(ctx)
     entries = []
+    seen: set[tuple[str, str]] = set()
     for v in apply_order(verdicts, notes):
+        # A note retired by an earlier verdict passes its pair to the note that replaced it,
+        # judged again by the rules (free), so no verdict is spent on a retired note.
+        active = {k: n for k, n in notes.items() if k not in applier.retired}
+        moved = follow_retirements([v.pair], applier.retired_into, seen, active)
+        if not moved:
+            continue
+        pair = moved[0]
+        seen.add(pair.ids)
+        if pair.ids != v.pair.ids:
+            relation, reason = rule_verdict(notes[pair.a_id], notes[pair.b_id])
+            if relation == OPEN:
+                open_pairs_.append(pair)
+                continue
+            v = Verdict(pair, relation, 1.0, reason)
         a, b = notes[v.pair.a_id], notes[v.pair.b_id]
         entries.append((v, applier.apply(v, decide(v, a, b, policy))))
+    applier.counters["pairs_open"] = len(open_pairs_)
     with ctx.uow() as uow:
         uow.check_lease(ctx.run_id, ctx.epoch)
         for k in range(0, len(entries), RULE_STEP_PAIRS):
