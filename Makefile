@@ -44,7 +44,7 @@ check-migrations: $(STAMP) ## Fail if models changed without a migration
 bench: $(STAMP) ## Performance benchmark (prints tables; see README "Benchmarks")
 	$(BIN)/python -m tests.bench.run
 
-eval: $(STAMP) ## Quality evaluation on ../shared/eval-data (skips what is absent)
+eval: $(STAMP) ## Quality evaluation: ../shared/eval-data (skips what is absent) and the evolving-fact suite
 	$(BIN)/python -m tests.bench.eval
 
 clean: ## Remove the virtualenv and caches
