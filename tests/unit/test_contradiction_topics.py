@@ -16,6 +16,7 @@ from worker.phases.contradictions.topics import (
     ValueClass,
     check_topic_reply,
     follow_retirements,
+    independent_pairs,
     isolate_suspicious,
     pack_calls,
     plan_topics,
@@ -145,3 +146,12 @@ def test_low_confidence_changes_nothing() -> None:
     """An attribute answered below min_confidence retires and flags nothing."""
     notes = {n.id: n for n in (note("a", 0), note("b", 20))}
     assert _decisions([["a"], ["b"]], notes, confidence=0.5) == []
+
+
+def test_only_pairs_outside_one_attribute_are_settled_as_independent() -> None:
+    """A pair of two values of one attribute is settled by the decisions applied to it, not by
+    the answer: if the guard stops them it must be asked again, so it is never remembered."""
+    topic = Topic(("a", "b", "c", "x"), (pair("a", "c"), pair("b", "c"), pair("a", "x")), False, T0)
+    verdict = TopicVerdict(topic, [Attribute("slot", (ValueClass(("a",)), ValueClass(("b",)),
+                                                      ValueClass(("c",))), 0.9)])
+    assert [p.ids for p in independent_pairs(verdict)] == [("a", "x")]

@@ -47,6 +47,7 @@ from worker.phases.contradictions.topics import (
     TopicVerdict,
     check_topic_reply,
     follow_retirements,
+    independent_pairs,
     isolate_suspicious,
     pack_calls,
     plan_topics,
@@ -458,7 +459,7 @@ class Applier:
             entry = self.apply(pd.verdict, pd.decision)
             entries.append({"a": pd.verdict.pair.a_id, "b": pd.verdict.pair.b_id,
                             "relation": pd.verdict.relation, **entry})
-        for p in verdict.topic.pairs:
+        for p in independent_pairs(verdict):
             if p.ids not in covered and not (set(p.ids) & self.retired):
                 self.remember.setdefault(p.ids, Verdict(p, "independent", 1.0,
                                                         "not one attribute's values"))

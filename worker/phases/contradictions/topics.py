@@ -269,6 +269,16 @@ def _parse_topic(
 
 # ---- from a verdict to decisions ------------------------------------------------------------
 
+def independent_pairs(verdict: TopicVerdict) -> list[CandidatePair]:
+    """The topic's candidate pairs the answer puts in no attribute together: settled as
+    independent. A pair inside one attribute is settled only by the decisions applied to it
+    (a guard trip or a stale note leaves it to be asked again, never remembered)."""
+    attribute_of = {nid: k for k, attr in enumerate(verdict.attributes)
+                    for cls in attr.values for nid in cls.note_ids}
+    return [p for p in verdict.topic.pairs
+            if attribute_of.get(p.a_id) is None or attribute_of.get(p.a_id) != attribute_of.get(p.b_id)]
+
+
 @dataclass(frozen=True)
 class PairDecision:
     """One policy decision inside a topic, in the order it must be applied."""
