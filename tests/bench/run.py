@@ -52,7 +52,17 @@ class CorpusSpec:
 
     @property
     def tag(self) -> str:
-        return f"s{self.scopes}_n{self.notes_per_scope}_r{self.seed}"
+        # The schema head is part of the name: a template built before a migration would
+        # otherwise be reused and every run would fail on a missing column.
+        return f"s{self.scopes}_n{self.notes_per_scope}_r{self.seed}_{_schema_head()}"
+
+
+def _schema_head() -> str:
+    from alembic.script import ScriptDirectory
+
+    from worker.store.migrate import MIGRATIONS_DIR
+
+    return str(ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head())
 
 # The benchmark measures the phases, not the blast-radius guard (R20): no scope trips it.
 ALLOW_EVERY_NOTE = 10**9
@@ -241,6 +251,21 @@ def _step_summary(app: App) -> dict[str, Any]:
 WORKERS = 1  # in-process worker processes, each taking every N-th scope (--workers)
 
 
+def _result_of(q: Any, procs: list[Any]) -> dict[str, Any]:
+    """The next child's result; a child that died without one ends the bench with its exit code
+    instead of leaving the parent waiting on the queue for ever."""
+    import queue
+
+    while True:
+        try:
+            return q.get(timeout=5)  # type: ignore[no-any-return]
+        except queue.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise SystemExit(f"error: a bench worker process exited with code "
+                                 f"{dead[0].exitcode} before reporting (its traceback is above)") from None
+
+
 def run_inprocess(url: str, *, scopes: int = 0, latency: float | None = None,
                   concurrency: int = 4, extra: dict[str, Any] | None = None,
                   workers: int | None = None) -> dict[str, Any]:
@@ -261,7 +286,7 @@ def run_inprocess(url: str, *, scopes: int = 0, latency: float | None = None,
              for k in range(workers)]
     for p in procs:
         p.start()
-    results = [q.get() for _ in procs]
+    results = [_result_of(q, procs) for _ in procs]
     for p in procs:
         p.join()
     if workers == 1:
