@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes
+from tests.support.llm_stub import LLMStub, StubResponse
 from worker.api import create_api
 from worker.app import App, build_app
 from worker.cli import main
@@ -216,3 +217,58 @@ def test_r27_a_phase_out_of_its_own_budget_blocks_the_run(app: App) -> None:
         assert run is not None
         assert "model budget exhausted (the contradictions phase's limit" in (
             run.status_reason or "")
+
+
+def _closed_port_url() -> str:
+    """A local URL nothing listens on: every connection is refused."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.mark.parametrize("failure", ["server_error", "connection_refused"])
+def test_r27_a_model_down_all_run_blocks_the_run(app: App, llm_stub: LLMStub,
+                                                 failure: str) -> None:
+    """An endpoint answering 500 to every call, or refusing every connection, through the real
+    openai client: every cluster is deferred, nothing changes, and the run is blocked (not
+    succeeded) with "model unavailable: N of N model calls failed (...)" in `dream runs list
+    --json`, naming the client's error and no note text. When the endpoint answers again, the
+    next run is not blocked for it."""
+    llm_stub.set_handler(lambda req: StubResponse.error(500))
+    url = llm_stub.url if failure == "server_error" else _closed_port_url()
+    env = {"DREAM_LLM_PROVIDER": "openai", "DREAM_LLM_BASE_URL": url, "DREAM_LLM_API_KEY": "k",
+           "DREAM_LLM_MODEL": "stub-model", "DREAM_LLM_MAX_RETRIES": "0",
+           "DREAM_LLM_TIMEOUT": "2"}
+    notes = [{"agent_id": "agent-1", "user_id": "u1", "content": t, "type": "Preference"}
+             for t in DARK_MODE_NOTES]
+    dream(app, "entities", "import", "-",
+          stdin=jsonl([{"kind": "agent", "id": "agent-1"}, {"kind": "user", "id": "u1"}]))
+    dream(app, "notes", "import", "-", stdin=jsonl(notes))
+    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", **env)
+    assert ran.stdout.splitlines()[0].split()[2] == "blocked", ran.stdout
+
+    [listed] = json.loads(dream(app, "runs", "list", "--json").stdout)
+    assert listed["status"] == "blocked"
+    assert listed["totals"]["flags"] == ["model_unavailable"]
+    reason = listed["status_reason"]
+    assert reason.startswith("model unavailable: "), reason
+    counted = reason.split(": ", 1)[1].split(" model calls failed")[0]
+    failed, of_total = counted.split(" of ")
+    assert failed == of_total and int(failed) >= 1, reason
+    cause = "HTTP 500" if failure == "server_error" else "APIConnectionError"
+    assert f"model endpoint failed after 1 attempts ({cause})" in reason
+    assert not any(word in reason for word in ("dark", "editor", "theme"))
+    with app.uow() as uow:
+        assert uow.notes.count_by_status(SCOPE) == {"active": len(DARK_MODE_NOTES)}
+
+    if failure == "server_error":
+        # The endpoint answers again (a model that declines to fuse): work was judged.
+        llm_stub.set_handler(lambda req: {"should_consolidate": False, "content": "",
+                                          "type": "Preference", "source_ids": [],
+                                          "reason": "keep apart", "verdicts": []})
+        dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", **env)
+        latest = json.loads(dream(app, "runs", "list", "--json").stdout)[0]
+        assert "model_unavailable" not in latest["totals"]["flags"], latest

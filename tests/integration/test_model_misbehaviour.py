@@ -322,7 +322,8 @@ def test_r16_rate_limits_and_hangs_are_bounded(app: App, llm_stub: LLMStub, fail
     cap (whole-request deadline x attempts + back-offs); an HTTP 200 that is no chat completion
     costs one request. The phase still ends (succeeded, not failed), the cluster is deferred with
     the reason and nothing is remembered against it, so the next run with a healthy endpoint
-    merges it."""
+    merges it. The run itself is blocked, not succeeded: its only model call failed, so it could
+    not do its work (R27, issue 11); the healthy run after it succeeds."""
     app.settings.llm_timeout = 1.0
     app.settings.llm_max_retries = 1
     scope = _scope()
@@ -347,7 +348,8 @@ def test_r16_rate_limits_and_hangs_are_bounded(app: App, llm_stub: LLMStub, fail
     # Wall time: one question's cap (the only cluster), plus the run's own bookkeeping.
     assert result["elapsed"] <= llm.max_wall_seconds + 5.0, result["elapsed"]
     assert result["parent"].status == "succeeded"
-    assert result["run"].status == "succeeded"
+    assert result["run"].status == "blocked"
+    assert result["run"].status_reason.startswith("model unavailable: 1 of 1 model calls failed")
     (child,) = result["children"]
     assert child.output["verdict"] == "deferred" and child.status == "skipped"
     assert "deferred to the next run" in child.output["reason"]
@@ -359,6 +361,7 @@ def test_r16_rate_limits_and_hangs_are_bounded(app: App, llm_stub: LLMStub, fail
     llm_stub.set_handler(lambda req: _valid_reply())  # the endpoint recovers
     later = _run(app, scope)
     assert later["out"]["clusters_merged"] == 1 and later["out"]["clusters_deferred"] == 0
+    assert later["run"].status == "succeeded"
     state = _state(app, scope)
     assert all(state[i]["status"] == "revoked" for i in ids)
     assert [n["content"] for n in state.values() if n["status"] == "active"] == [GROUNDED]

@@ -28,6 +28,12 @@ TRIP = "blast-radius guard: would retire 8 of 12 active notes (limit 50%); ..."
     (RunFacts(ONE_FAILED, guard_reasons=[TRIP]), "blocked", ["guard", "phase_failed"]),
     # The model budget ran out with work left: blocked.
     (RunFacts(OK, budget_exhausted="3 of 3 model calls"), "blocked", ["budget"]),
+    # Every model call of the run failed (the endpoint was down): blocked.
+    (RunFacts(OK, model_calls=4, model_calls_failed=4), "blocked", ["model_unavailable"]),
+    # Some calls got a reply: the run did part of its work, each miss is deferred on its step.
+    (RunFacts(OK, model_calls=4, model_calls_failed=3), "succeeded", []),
+    # No model call at all (nothing to ask): not a model outage.
+    (RunFacts(OK, model_calls=0, model_calls_failed=0), "succeeded", []),
     # Open candidates rose over the last 3 runs (1 → 2 → 4): blocked.
     (RunFacts(OK, open_candidates=4, open_history=[1, 2]), "blocked", ["open_growing"]),
     # The same open candidates as last time are not growth: succeeded.
@@ -65,3 +71,14 @@ def test_open_growing_uses_only_the_latest_runs() -> None:
                                  growth_runs=3)) == [1, 4, 7]
     assert open_growing(RunFacts(OK, open_candidates=7, open_history=[9, 1, 4],
                                  growth_runs=4)) is None
+
+
+def test_model_unavailable_reason_counts_calls_and_names_the_cause() -> None:
+    """The blocked reason says how many calls failed of how many and the client's error, so
+    `dream runs list` tells an outage from a guard trip without reading the steps."""
+    outcome = decide_outcome(RunFacts(OK, model_calls=3, model_calls_failed=3,
+                                      model_failure="model endpoint failed after 2 attempts "
+                                                    "(APIConnectionError)"))
+    assert outcome.reason is not None
+    assert outcome.reason.startswith("model unavailable: 3 of 3 model calls failed (model "
+                                     "endpoint failed after 2 attempts (APIConnectionError))")

@@ -20,6 +20,11 @@ class Budget:
     max_tokens: int | None = None
     calls: int = 0
     tokens: int = 0
+    # Calls started and calls that got a reply, in this process: ``ask`` reserves before each
+    # call and charges after each reply, so the difference is the calls the endpoint failed
+    # (R27: a run whose every model call failed could not do its work).
+    started: int = 0
+    answered: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def try_reserve_call(self) -> bool:
@@ -29,11 +34,13 @@ class Budget:
             if self.max_tokens is not None and self.tokens >= self.max_tokens:
                 return False
             self.calls += 1
+            self.started += 1
             return True
 
     def charge(self, tokens: int) -> None:
         with self._lock:
             self.tokens += tokens
+            self.answered += 1
 
     @property
     def exhausted(self) -> bool:

@@ -21,13 +21,18 @@ class RunFacts:
     open_history: list[int] = field(default_factory=list)
     growth_runs: int = 3
     dry_run: bool = False
+    # Model calls the run started and how many of them got no reply (the endpoint was down,
+    # timed out, or answered something that is no chat completion), and the first such error.
+    model_calls: int = 0
+    model_calls_failed: int = 0
+    model_failure: str | None = None
 
 
 @dataclass(frozen=True)
 class RunOutcome:
     status: str
     reason: str | None  # one line: ids, counts, phase names; never note text
-    flags: list[str]  # guard | budget | open_growing | phase_failed
+    flags: list[str]  # guard | budget | model_unavailable | open_growing | phase_failed
 
 
 def open_growing(facts: RunFacts) -> list[int] | None:
@@ -42,9 +47,16 @@ def open_growing(facts: RunFacts) -> list[int] | None:
     return series if rising else None
 
 
+def model_unavailable(facts: RunFacts) -> bool:
+    """Every model call of the run failed, and it made at least one: nothing the model was to
+    judge was judged. A run with some replies did part of its work and is not blocked for it
+    (each unanswered item is deferred on its step); a run that asked nothing is not either."""
+    return facts.model_calls > 0 and facts.model_calls_failed >= facts.model_calls
+
+
 def decide_outcome(facts: RunFacts) -> RunOutcome:
     """failed if every phase failed; blocked if the guard stopped it, the budget ran out with
-    work left, or its open candidates keep growing; partial if some phase failed; else
+    work left, every model call failed, or its open candidates keep growing; partial if some phase failed; else
     succeeded. Each reason is kept, so a blocked run with a failed phase says both."""
     statuses = facts.phase_statuses
     failed = [p for p, s in statuses.items() if s == StepStatus.FAILED.value]
@@ -60,6 +72,12 @@ def decide_outcome(facts: RunFacts) -> RunOutcome:
         flags.append("budget")
         reasons.append(f"model budget exhausted ({facts.budget_exhausted}): the rest waits for "
                        "the next run or a larger budget")
+    if model_unavailable(facts):
+        flags.append("model_unavailable")
+        cause = f" ({facts.model_failure})" if facts.model_failure else ""
+        reasons.append(f"model unavailable: {facts.model_calls_failed} of {facts.model_calls} "
+                       f"model calls failed{cause}; check DREAM_LLM_BASE_URL and the endpoint, "
+                       "the deferred work waits for the next run")
     series = open_growing(facts)
     if series is not None:
         flags.append("open_growing")

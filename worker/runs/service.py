@@ -421,6 +421,7 @@ def _run_phase(app: App, ctx: PhaseContext, phase: str, step_id: str, wanted: bo
                                output={"reason": "phase not requested"}, started=time.perf_counter())
         return StepStatus.SKIPPED.value
     started = time.perf_counter()
+    calls_before = (ctx.budget.started, ctx.budget.answered)
     try:
         if phase in ("consolidate", "contradictions"):
             # In-process, the second ensure is skipped: contradictions re-embeds lazily when
@@ -449,6 +450,11 @@ def _run_phase(app: App, ctx: PhaseContext, phase: str, step_id: str, wanted: bo
     output = dict(report.counters)
     if report.reason:
         output.setdefault("reason", report.reason)
+    # What finalize reads to tell "the model was down all run" from a quiet run (R27).
+    asked = ctx.budget.started - calls_before[0]
+    if asked:
+        output["model_calls_started"] = asked
+        output["model_calls_failed"] = asked - (ctx.budget.answered - calls_before[1])
     ctx.steps.finish_phase(
         step_id, status=report.status, output=output, started=started,
         tokens_in=report.tokens_in, tokens_out=report.tokens_out,
@@ -496,6 +502,11 @@ def finalize_run(app: App, run_id: str) -> str:
             guard_reasons=[str((s.output or {}).get("reason")) for s in steps
                            if s.parent_id is not None and s.name == GUARD_STEP],
             budget_exhausted=_budget_left_work(app, uow, run_id, steps),
+            model_calls=sum(int((s.output or {}).get("model_calls_started") or 0)
+                            for s in parents),
+            model_calls_failed=sum(int((s.output or {}).get("model_calls_failed") or 0)
+                                   for s in parents),
+            model_failure=_model_failure(steps),
             open_candidates=open_now,
             open_history=uow.runs.open_candidates_before(
                 scope, run.created_at, app.settings.open_growth_runs - 1),
@@ -544,6 +555,17 @@ def _budget_left_work(app: App, uow: Any, run_id: str, steps: list[RunStepRow]) 
         reason = str((step.output or {}).get("reason") or "")
         if step.parent_id is None and "budget exhausted" in reason:
             return f"the {step.phase} phase's limit, work deferred"
+    return None
+
+
+def _model_failure(steps: list[RunStepRow]) -> str | None:
+    """The first endpoint failure a step recorded, as the client worded it ("model endpoint
+    failed after 2 attempts (APIConnectionError)"): the client's own words, never note text."""
+    for step in steps:
+        reason = str((step.output or {}).get("reason") or "")
+        at = reason.find("model endpoint ")
+        if at >= 0:
+            return reason[at:].split(";")[0][:160]
     return None
 
 
