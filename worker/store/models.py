@@ -288,7 +288,7 @@ class JudgementRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     scope_key: Mapped[str] = mapped_column(String(400), nullable=False)
-    kind: Mapped[str] = mapped_column(String(32), nullable=False)  # cluster | pair | keep_apart
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)  # cluster | pair | keep_apart | retire_pending
     fingerprint: Mapped[str] = mapped_column(String(64), nullable=False)
     note_ids: Mapped[list[str]] = mapped_column(JSONType(), nullable=False)
     verdict: Mapped[str] = mapped_column(String(32), nullable=False)

@@ -148,6 +148,15 @@ def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
     return Decision("revoke", "conflict", winner.id, loser.id, why=why)
 
 
+def relation_of(kind: str, winner_id: str, pair: CandidatePair) -> str:
+    """The pair relation a revocation of ``kind`` into ``winner_id`` was decided on."""
+    if kind == "conflict":
+        return Relation.CONFLICTING.value
+    if kind == "subsumed":
+        return (Relation.A_SUBSUMES_B if winner_id == pair.a_id else Relation.B_SUBSUMES_A).value
+    return Relation.EQUIVALENT.value
+
+
 def apply_order(verdicts: Iterable[Verdict], notes: dict[str, Note]) -> list[Verdict]:
     """Oldest pairs first, so a chain A→B→C resolves in one pass: A into B, then B into C."""
 

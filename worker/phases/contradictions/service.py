@@ -38,6 +38,7 @@ from worker.phases.contradictions.core import (
     apply_order,
     decide,
     flagged_comment,
+    relation_of,
     resolved_comment,
     rule_verdict,
 )
@@ -121,6 +122,8 @@ class Loaded:
     notes: dict[str, Note]
     pairs: list[CandidatePair]  # fresh candidates: not remembered, not two same-run notes
     counters: dict[str, Any]
+    # Retirements an earlier run decided and the guard held back, both notes unchanged since.
+    held_back: list[tuple[Verdict, Decision]] = field(default_factory=list)
 
 
 @dataclass
@@ -193,6 +196,7 @@ def load_candidates(app: Any, scope: Scope, run_id: str | None) -> Loaded:
     with app.uow() as uow:
         produced = uow.notes.inserted_by_run(run_id, scope) if run_id else set()
         judged = uow.judgements.judged_pairs(scope, JUDGEMENT_KIND)
+        pending = uow.judgements.pending_retirements(scope)
         clusters = unmerged_clusters(uow, run_id) if run_id else []
     s = settings.contradictions
     row = {n.id: k for k, n in enumerate(snap.notes)}
@@ -225,7 +229,30 @@ def load_candidates(app: Any, scope: Scope, run_id: str | None) -> Loaded:
     pairs.sort(key=lambda p: (p.judged_before, -p.similarity, p.a_id, p.b_id))
     counters.update(pairs_considered=len(edges), pairs_skipped_same_run=same_run,
                     pairs_remembered=remembered)
-    return Loaded(snap.by_id(), pairs, counters)
+    notes = snap.by_id()
+    held_back = _still_pending(pending, notes)
+    counters["retirements_held_back"] = len(held_back)
+    return Loaded(notes, pairs, counters, held_back)
+
+
+def _still_pending(
+    rows: list[tuple[str, str, str, str, str | None]], notes: dict[str, Note],
+) -> list[tuple[Verdict, Decision]]:
+    """The held-back retirements whose two notes are active at the versions decided on.
+
+    A note edited, retired or restored since changes the fingerprint: its decision is void and
+    the pair is a candidate like any other again.
+    """
+    out = []
+    for fp, loser_id, winner_id, kind, reason in rows:
+        loser, winner = notes.get(loser_id), notes.get(winner_id)
+        if loser is None or winner is None or fingerprint_notes([loser, winner]) != fp:
+            continue
+        a_id, b_id = sorted((loser_id, winner_id))
+        pair = CandidatePair(a_id, b_id, 0.0, fp, True)
+        verdict = Verdict(pair, relation_of(kind, winner_id, pair), 1.0, reason or "")
+        out.append((verdict, Decision("revoke", kind, winner_id, loser_id, why=reason or "")))
+    return out
 
 
 def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
@@ -234,17 +261,20 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     notes = loaded.notes
     counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
     counters.update(loaded.counters, judge="llm" if llm is not None else "rules")
-    if not loaded.pairs:
+    if not loaded.pairs and not loaded.held_back:
         status = StepStatus.NO_ITEMS.value if not counters["pairs_considered"] else \
             StepStatus.SUCCEEDED.value
         return PhaseReport(phase=PHASE, status=status, counters=counters)
     applier = Applier(ctx, parent_step_id, notes, counters)
+    # What an earlier run decided but could not apply goes first and costs no question; the
+    # fresh pairs of every note it retires (or holds back again) pass to the winner.
+    pairs = applier.apply_held_back(loaded.held_back, loaded.pairs)
     if llm is None:
-        _judge_with_rules(ctx, parent_step_id, loaded.pairs, applier)
+        _judge_with_rules(ctx, parent_step_id, pairs, applier)
         applier.finish()
         return PhaseReport(phase=PHASE, status=StepStatus.SUCCEEDED.value, counters=counters)
 
-    results, deferred = _judge_topics(ctx, llm, loaded.pairs, applier)
+    results, deferred = _judge_topics(ctx, llm, pairs, applier)
     applier.finish()
     _record_calls(ctx, parent_step_id, results)
     counters["tokens_in"] = sum(r.outcome.tokens_in for r in results if r.outcome is not None)
@@ -320,7 +350,7 @@ def _judge_topics(
             deferred = unasked
             break
         active = {k: n for k, n in notes.items() if n.id not in applier.retired}
-        pending = follow_retirements(pending, applier.retired_into, asked, active)
+        pending = follow_retirements(pending, applier.decided_into(), asked, active)
     applier.counters["rounds"] = round_no
     applier.counters["topics_judged"] = sum(len(r.verdicts) for r in results)
     return results, deferred
@@ -448,6 +478,28 @@ class Applier:
         self.remember: dict[tuple[str, str], Verdict] = {}
         self.guard_reason: str | None = None
         self.guarded: list[str] = []
+        # Revocations the guard refused: kept for the next run, which applies them unasked.
+        self.held_back: list[tuple[Verdict, Decision]] = []
+        self.held_into: dict[str, str] = {}
+
+    def decided_into(self) -> dict[str, str]:
+        """Loser → winner of every retirement decided, applied or held back by the guard:
+        a decided loser's remaining pairs are questions about its winner."""
+        return {**self.held_into, **self.retired_into}
+
+    def apply_held_back(
+        self, held_back: list[tuple[Verdict, Decision]], pairs: list[CandidatePair],
+    ) -> list[CandidatePair]:
+        """Apply an earlier run's held-back retirements; the fresh pairs left to ask."""
+        if not held_back:
+            return pairs
+        applied = 0
+        for verdict, decision in held_back:
+            entry = self.apply(verdict, decision)
+            applied += entry["action"] == "revoke"
+        self.counters["retirements_applied_unasked"] = applied
+        active = {k: n for k, n in self.notes.items() if k not in self.retired}
+        return follow_retirements(pairs, self.decided_into(), set(), active)
 
     def apply_topic(self, verdict: TopicVerdict) -> list[dict[str, Any]]:
         """Every decision the topic's answer implies, in order; unmentioned pairs remembered."""
@@ -483,7 +535,7 @@ class Applier:
             self.remember[verdict.pair.ids] = verdict
             return entry
         if decision.action == "revoke" and self.guard_reason is not None:
-            self.guarded.append(decision.loser_id or "")
+            self._hold_back(verdict, decision)
             entry["action"] = "guarded"
             return entry
         if ctx.dry_run:
@@ -496,7 +548,7 @@ class Applier:
         if result.startswith("guard:"):
             # The blast-radius guard said no (R20): this and every later revocation stays undone.
             self.guard_reason = result.removeprefix("guard:")
-            self.guarded.append(decision.loser_id or "")
+            self._hold_back(verdict, decision)
             entry["action"] = "guarded"
             return entry
         if result == "stale":
@@ -513,18 +565,38 @@ class Applier:
             counters["conflicts_flagged"] += 1
         return entry
 
+    def _hold_back(self, verdict: Verdict, decision: Decision) -> None:
+        assert decision.loser_id is not None and decision.winner_id is not None
+        self.guarded.append(decision.loser_id)
+        self.held_back.append((verdict, decision))
+        self.held_into[decision.loser_id] = decision.winner_id
+
     def finish(self) -> None:
-        """Record the guard's trip and remember every settled pair at its current versions."""
+        """Record the guard's trip and what it held back, and remember every settled pair,
+        each at the notes' current versions."""
         ctx = self.ctx
         if self.guard_reason is not None:
             self.counters["pairs_guarded"] = len(self.guarded)
             record_trip(ctx, self.parent_step_id, PHASE, self.guard_reason, self.guarded)
         remember = [v for ids, v in self.remember.items() if not set(ids) & self.retired]
-        if not remember or ctx.dry_run:
+        held_back = [(v, d) for v, d in self.held_back
+                     if not {d.loser_id, d.winner_id} & self.retired]
+        if not (remember or held_back) or ctx.dry_run:
             return
         with ctx.uow() as uow:
             uow.check_lease(ctx.run_id, ctx.epoch)
-            current = uow.notes.versions({i for v in remember for i in v.pair.ids})
+            current = uow.notes.versions(
+                {i for v in remember for i in v.pair.ids} | {i for v, _ in held_back
+                                                             for i in v.pair.ids})
+            for v, d in held_back:
+                assert d.loser_id is not None and d.winner_id is not None
+                pair = [self.notes[d.loser_id], self.notes[d.winner_id]]
+                if any(current.get(n.id, (0, ""))[1] != NoteStatus.ACTIVE.value for n in pair):
+                    continue
+                pair = [replace(n, version=current[n.id][0]) for n in pair]
+                uow.judgements.record_retirement(
+                    ctx.scope, fingerprint_notes(pair), d.loser_id, d.winner_id, d.kind,
+                    v.reason or d.why, ctx.run_id, ctx.now)
             for v in remember:
                 pair = [self.notes[i] for i in v.pair.ids]
                 if any(current.get(n.id, (0, ""))[1] != NoteStatus.ACTIVE.value for n in pair):
