@@ -3,7 +3,8 @@
 MSRP val: ROC AUC of the similarity, precision/recall of the rule-based judge's merges.
 SICK train+trial: which CONTRADICTION / NEUTRAL pairs become contradiction candidates, and
 whether the rule judge would merge any (must be 0). The evolving-fact suite
-(tests/bench/eval_endstate.py): exact end states per judge, oracle and rules. LoCoMo dev end
+(tests/bench/eval_endstate.py): exact end states per judge, oracle and rules, with the
+blast-radius guard lifted and kept. LoCoMo dev end
 to end: every question's evidence must still be held by an active note, directly or through
 lineage. The scenario suite
 (tests/integration/test_scenarios.py). The optional ``semantic`` embedder side by side.
@@ -377,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         from tests.bench import eval_endstate
 
         eval_endstate.main(["--profiles", str(args.profiles)])
+        # A real deployment keeps the guard: the runs after the first finish what it held back.
+        eval_endstate.main(["--profiles", str(args.profiles), "--keep-guard"])
     if not args.skip_locomo:
         table("LoCoMo dev end to end (one note per observation fact)",
               ["conversation", "judge", "run", "active before", "active after", "fused notes",

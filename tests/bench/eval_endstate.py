@@ -243,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.rewording} rewording")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard)
                for judge in args.judge or ["oracle", "rules"]]
-    table("Evolving facts: end states per judge after each daily run", HEADERS,
+    guard = ("blast-radius guard kept (its share of a scope per run)" if args.keep_guard
+             else "blast-radius guard lifted per profile")
+    table(f"Evolving facts: end states per judge after each daily run, {guard}", HEADERS,
           table_rows(results))
     for r in results:
         if args.show_failures and r.per_run:

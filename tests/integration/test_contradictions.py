@@ -594,3 +594,67 @@ def test_rule_judge_follows_retirements_and_wastes_no_verdict(app: App) -> None:
     assert [n for n in notes if notes[n].status == "active"] == ["d3"]
     out = phase_step(app, run_id)["output"]
     assert out["verdicts_wasted"] == 0 and out["equivalents_merged"] == 2
+
+
+KOA = "The API uses Koa for the HTTP layer"
+
+
+def test_guard_stopping_a_chain_mid_way_is_finished_next_run_without_asking(
+    app: App, llm_stub: LLMStub
+) -> None:
+    """A chain of four versions over the guard's share: run 1 retires two and holds the third
+    retirement back; run 2 applies it without a model call, so only the current value stays
+    active, its lineage points at the winner, no verdict is wasted and run 3 has nothing to do."""
+    with_stub(app, llm_stub)
+    app.settings.guard.min_scope_size = 1
+    app.settings.guard.max_retire_share = 0.4
+    add_notes(app, {"id": "v1", "content": EXPRESS, "created_at": days_ago(40)},
+              {"id": "v2", "content": FASTIFY, "created_at": days_ago(30)},
+              {"id": "v3", "content": HONO, "created_at": days_ago(20)},
+              {"id": "v4", "content": KOA, "created_at": days_ago(10)},
+              {"id": "tea", "content": TEA_BREAKFAST, "created_at": days_ago(5)})
+    first = run_phase(app, force=False)
+    step = phase_step(app, first)["output"]
+    assert (step["conflicts_resolved"], step["pairs_guarded"]) == (2, 1)
+    assert {i for i, n in rows(app).items() if n.status == "active"} == {"v3", "v4", "tea"}
+    asked = len(llm_stub.chat_requests())
+
+    second = run_phase(app, force=False)
+    step = phase_step(app, second)["output"]
+    assert len(llm_stub.chat_requests()) == asked  # the decision was applied, not asked again
+    assert step["retirements_held_back"] == 1 and step["retirements_applied_unasked"] == 1
+    notes = rows(app)
+    assert {i for i, n in notes.items() if n.status == "active"} == {"v4", "tea"}
+    assert (notes["v3"].consolidated_into_id, notes["v3"].valid_to) == ("v4", notes["v4"].created_at)
+    with app.uow() as uow:
+        edges = uow.session.query(NoteLineageRow).filter_by(parent_id="v3").all()
+    assert [(e.child_id, e.relation, e.run_id) for e in edges] == [("v4", "superseded", second)]
+
+    third = run_phase(app, force=False)
+    assert len(llm_stub.chat_requests()) == asked
+    assert phase_step(app, third)["output"].get("retirements_held_back", 0) == 0
+    for run_id in (first, second, third):
+        assert phase_step(app, run_id)["output"].get("verdicts_wasted", 0) == 0
+
+
+def test_held_back_retirement_is_void_once_a_note_changed(app: App, llm_stub: LLMStub) -> None:
+    """A held-back retirement is tied to the versions decided on: the loser edited meanwhile,
+    the next run applies nothing unasked and asks about the pair again."""
+    with_stub(app, llm_stub)
+    app.settings.guard.min_scope_size = 1
+    app.settings.guard.max_retire_share = 0.4
+    add_notes(app, {"id": "old", "content": METRIC, "created_at": days_ago(20)},
+              {"id": "new", "content": IMPERIAL, "created_at": days_ago(1)})
+    run_phase(app, force=False)
+    with app.uow() as uow:
+        uow.session.query(NoteRow).filter_by(id="old").update(
+            {"content": "Customer uses metric units for all invoices",
+             "version": NoteRow.version + 1})
+        uow.commit()
+    asked = len(llm_stub.chat_requests())
+    app.settings.guard.max_retire_share = 0.5
+    run_id = run_phase(app, force=False)
+    step = phase_step(app, run_id)["output"]
+    assert step["retirements_held_back"] == 0
+    assert len(llm_stub.chat_requests()) == asked + 1
+    assert rows(app)["old"].status == "revoked"
