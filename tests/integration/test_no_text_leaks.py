@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,36 +177,68 @@ def canary_forms(canary: str = CANARY) -> list[str]:
 
 
 class BrokerMonitor(threading.Thread):
-    """Redis MONITOR on its own connection: every command (all databases) with its arguments."""
+    """Redis MONITOR on its own connection: every command (all databases) with its arguments.
+
+    Robust under load: the MONITOR connection never times out (redis-py's default 5 s read
+    timeout fired while a slow worker booted, the thread died and the test saw no messages);
+    ``ready`` is set only once a probe command came back through MONITOR, so nothing sent after
+    ``start`` is missed; ``stop`` waits for its own sentinel, so every command sent before it
+    was read (MONITOR streams in order). A thread that died leaves its error in ``error``."""
 
     def __init__(self, url: str) -> None:
         super().__init__(daemon=True)
         import redis
 
+        # socket_timeout=None: a quiet broker for many seconds is normal, not a failure.
+        self.monitor_client = redis.Redis.from_url(url, socket_timeout=None)
         self.client = redis.Redis.from_url(url)
+        self.probe = f"r21-ready-{uuid.uuid4().hex}"
         self.sentinel = f"r21-stop-{uuid.uuid4().hex}"
         self.lines: list[str] = []
         self.ready = threading.Event()
+        self.stopped = threading.Event()
+        self.error: BaseException | None = None
 
     def run(self) -> None:
-        conn = self.client.connection_pool.get_connection()
+        conn = self.monitor_client.connection_pool.get_connection()
         try:
             conn.send_command("MONITOR")
             assert conn.read_response() in (b"OK", "OK")
-            self.ready.set()
             while True:
                 line = conn.read_response()
                 text = line.decode("latin-1") if isinstance(line, bytes) else str(line)
+                if self.probe in text:
+                    self.ready.set()
+                    continue
                 if self.sentinel in text:
+                    self.stopped.set()
                     return
                 self.lines.append(text)
+        except BaseException as exc:  # kept for the test to report, not swallowed
+            self.error = exc
         finally:
             conn.disconnect()
 
-    def stop(self) -> None:
-        self.client.echo(self.sentinel)
-        self.join(10)
-        self.client.close()
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Send probes until one is seen through MONITOR (the thread may still be connecting)."""
+        deadline = time.monotonic() + timeout
+        while not self.ready.is_set():
+            assert self.error is None, f"MONITOR failed: {self.error!r}"
+            assert time.monotonic() < deadline, "MONITOR never saw its probe"
+            self.client.echo(self.probe)
+            self.ready.wait(0.5)
+
+    def stop(self, timeout: float = 120.0) -> None:
+        """Stop after every command sent so far was read; fail loudly if it could not be."""
+        try:
+            if self.error is None and self.is_alive():
+                self.client.echo(self.sentinel)
+            self.join(timeout)
+        finally:
+            self.client.close()
+            self.monitor_client.close()
+        assert self.error is None, f"MONITOR failed: {self.error!r}"
+        assert self.stopped.is_set(), f"MONITOR did not reach its sentinel within {timeout}s"
 
     def arguments(self) -> list[str]:
         """Every argument of every command sent to the broker database."""
@@ -262,7 +295,7 @@ def test_r21_no_note_text_in_logs_or_broker(tmp_path: Path, json_logs: io.String
            "DREAM_LOG_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1"}
     monitor = BrokerMonitor(broker)
     monitor.start()
-    assert monitor.ready.wait(10)
+    monitor.wait_ready()
     log = tmp_path / "worker.log"
     worker = None
     try:
