@@ -4,27 +4,63 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import structlog
 
+# structlog's method names to stdlib levels (``exception`` logs at error).
+_METHOD_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "msg": logging.INFO,
+                  "warning": logging.WARNING, "warn": logging.WARNING, "error": logging.ERROR,
+                  "exception": logging.ERROR, "critical": logging.CRITICAL,
+                  "fatal": logging.CRITICAL}
+
+
+class _DropBelow:
+    """The level filter as a processor, not a filtering wrapper class: structlog's config is
+    process-global, and a wrapper class fixed at WARNING by one CLI call kept dropping INFO
+    events in everything that ran in the process later, even under ``capture_logs`` (which
+    swaps the processors, not the wrapper). A processor is replaced with the rest."""
+
+    def __init__(self, level: int) -> None:
+        self.level = level
+
+    def __call__(self, _logger: Any, method: str, event: Any) -> Any:
+        if _METHOD_LEVELS.get(method, logging.INFO) < self.level:
+            raise structlog.DropEvent
+        return event
+
+
+class _CurrentStderr:
+    """A file that is whatever ``sys.stderr`` is now: the setup outlives the stream it was
+    called under (click's CliRunner swaps stderr for one invocation and closes it after)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
 
 def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
+    """Set up structlog (and the stdlib root, once) for this process; each call replaces the
+    previous structlog setup entirely, so it is safe to call once per CLI invocation."""
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
     )
-    logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(message)s")
+    logging.basicConfig(level=level.upper(), stream=_CurrentStderr(), format="%(message)s")  # type: ignore[arg-type]
     # faiss announces every CPU-feature probe at INFO; that is noise on a user's terminal.
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     structlog.configure(
         processors=[
+            _DropBelow(logging.getLevelName(level.upper())),
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        wrapper_class=structlog.BoundLogger,
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
