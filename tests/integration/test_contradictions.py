@@ -658,3 +658,27 @@ def test_held_back_retirement_is_void_once_a_note_changed(app: App, llm_stub: LL
     assert step["retirements_held_back"] == 0
     assert len(llm_stub.chat_requests()) == asked + 1
     assert rows(app)["old"].status == "revoked"
+
+
+def test_rule_judge_finishes_held_back_duplicates_next_run(app: App) -> None:
+    """Without a model too: notes contained in a fuller one, over the guard's share, are merged
+    as far as it allows, the rest held back once per note and merged by the next run; only the
+    fullest stays, no verdict is wasted in either run."""
+    app.settings.guard.min_scope_size = 1
+    app.settings.guard.max_retire_share = 0.4
+    fuller = ["Customer uses metric units", "Customer uses metric units for reports",
+              "Customer uses metric units for all reports",
+              "Customer uses metric units for all reports and invoices"]
+    add_notes(app, *({"id": f"d{k}", "content": text, "created_at": days_ago(40 - k)}
+                     for k, text in enumerate(fuller)),
+              {"id": "tea", "content": TEA_BREAKFAST, "created_at": days_ago(5)})
+    first = run_phase(app, force=False)
+    step = phase_step(app, first)["output"]
+    assert (step["equivalents_merged"], step["pairs_guarded"] > 0) == (2, True)
+    second = run_phase(app, force=False)
+    step = phase_step(app, second)["output"]
+    assert step["retirements_applied_unasked"] == 1
+    active = {i for i, n in rows(app).items() if n.status == "active"}
+    assert active == {"d3", "tea"}
+    for run_id in (first, second):
+        assert phase_step(app, run_id)["output"]["verdicts_wasted"] == 0

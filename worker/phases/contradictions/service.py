@@ -424,10 +424,11 @@ def _judge_with_rules(
     entries = []
     seen: set[tuple[str, str]] = set()
     for v in apply_order(verdicts, notes):
-        # A note retired by an earlier verdict passes its pair to the note that replaced it,
-        # judged again by the rules (free), so no verdict is spent on a retired note.
+        # A note retired (or held back by the guard) by an earlier verdict passes its pair to
+        # the note that replaced it, judged again by the rules (free), so no verdict is spent
+        # on a retired note.
         active = {k: n for k, n in notes.items() if k not in applier.retired}
-        moved = follow_retirements([v.pair], applier.retired_into, seen, active)
+        moved = follow_retirements([v.pair], applier.decided_into(), seen, active)
         if not moved:
             continue
         pair = moved[0]
@@ -495,6 +496,8 @@ class Applier:
             return pairs
         applied = 0
         for verdict, decision in held_back:
+            if {decision.loser_id, decision.winner_id} & self.retired:
+                continue  # its winner went too: the loser's pairs are asked about afresh
             entry = self.apply(verdict, decision)
             applied += entry["action"] == "revoke"
         self.counters["retirements_applied_unasked"] = applied
@@ -568,6 +571,8 @@ class Applier:
     def _hold_back(self, verdict: Verdict, decision: Decision) -> None:
         assert decision.loser_id is not None and decision.winner_id is not None
         self.guarded.append(decision.loser_id)
+        if decision.loser_id in self.held_into:
+            return  # a loser is held back into one winner: the first decided
         self.held_back.append((verdict, decision))
         self.held_into[decision.loser_id] = decision.winner_id
 
