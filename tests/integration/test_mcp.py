@@ -46,7 +46,8 @@ TOKENS = json.dumps({TOKEN_A: {"agent_id": "agent-a"}, TOKEN_B: {"agent_id": "ag
 EXPECTED_ANNOTATIONS = {
     # tool: (readOnlyHint, destructiveHint, idempotentHint)
     "remember": (False, False, True),
-    "list_candidates": (True, False, True),
+    # Not read-only: it stores the vectors of notes not embedded yet (changes no note).
+    "list_candidates": (False, False, True),
     "fuse": (False, True, False),
     "keep_apart": (False, False, True),
     "start_dream": (False, True, False),
@@ -88,11 +89,12 @@ async def _refused(client: Client, tool: str, **args: Any) -> str:
     return _text(result)
 
 
-async def _wait_finished(client: Client, run_id: str, timeout: float = 60) -> dict[str, Any]:
+async def _wait_finished(client: Client, run_id: str, timeout: float = 60,
+                         terminal: set[str] = TERMINAL) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run = (await _call(client, "dream_status", run_id=run_id))["run"]
-        if run["status"] in TERMINAL:
+        if run["status"] in terminal:
             return run
         await anyio.sleep(0.2)
     raise AssertionError(f"run {run_id} did not finish in {timeout}s")
@@ -175,6 +177,52 @@ def test_stdio_tools_are_listed_annotated_and_bound_to_the_configured_scope(app:
             await _exercise_scope_a(client, app, ids)
 
     anyio.run(scenario)
+
+
+def test_stdio_start_dream_allow_retire_lets_a_blocked_run_retire_what_it_names(
+    app: App,
+) -> None:
+    """`start_dream` takes allow_retire like `dream run --allow-retire N` and POST /api/runs:
+    8 of 12 notes point at a deleted conversation, so a forced dream is blocked by the guard and
+    retires nothing; allow_retire outside 0..10000000 is refused in one line
+    and queues nothing; allow_retire=8 archives the 8 and succeeds."""
+    env = {"DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LLM_PROVIDER": "none",
+           "DREAM_LOG_LEVEL": "WARNING"}
+    entities = [{"kind": "agent", "id": "agent-r"}, {"kind": "user", "id": "u1"},
+                {"kind": "conversation", "id": "gone", "status": "deleted"}]
+    imported = CliRunner().invoke(main, ["entities", "import", "-"], env=env,
+                                  input="".join(json.dumps(e) + "\n" for e in entities))
+    assert imported.exit_code == 0, imported.output
+    add_notes(app, *({"agent_id": "agent-r", "user_id": "u1", "source_conversation_id": "gone",
+                      "content": f"Order {i} came up in a deleted chat"} for i in range(8)),
+              *({"agent_id": "agent-r", "user_id": "u1",
+                 "content": f"Durable fact number {i} about u1"} for i in range(4)))
+    scope = Scope("agent-r", "u1")
+    params = StdioServerParameters(command=DREAM,
+                                   args=["mcp", "--agent", "agent-r", "--user", "u1"],
+                                   env=_env(app), cwd=str(ROOT))
+
+    async def scenario() -> None:
+        async with Client(params) as client:
+            blocked = await _call(client, "start_dream", force=True)
+            run = await _wait_finished(client, blocked["run_id"], terminal=TERMINAL | {"blocked"})
+            assert run["status"] == "blocked", run
+            for bad in (-1, 10_000_001):
+                refused = await _refused(client, "start_dream", force=True, allow_retire=bad)
+                assert ("invalid: allow_retire must be a whole number from 0 to 10000000"
+                        in refused), refused
+                assert "\n" not in refused
+            with app.uow() as uow:
+                assert len(uow.runs.list(scope=scope)) == 1  # the refusals queued nothing
+            allowed = await _call(client, "start_dream", force=True, allow_retire=8)
+            run = await _wait_finished(client, allowed["run_id"],
+                                       terminal=TERMINAL | {"blocked"})
+            assert run["status"] == "succeeded", run
+
+    anyio.run(scenario)
+    with app.uow() as uow:
+        assert uow.notes.count_by_status(scope) == {"active": 4, "archived": 8}
+        assert len(uow.runs.list(scope=scope)) == 2
 
 
 def _free_port() -> int:

@@ -44,6 +44,11 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                            open_world_hint=False)
 # Retires notes (revoked, never deleted, undoable) or reverts a run.
+# Answers a question, but may write a derived cache on the way: list_candidates embeds the
+# scope's notes that have no vector yet (stored, so the next call and the dream reuse them).
+# Not read-only to a client that trusts the hint, yet changes no note and is safe to repeat.
+CACHING = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                          open_world_hint=False)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False,
                               open_world_hint=False)
 
@@ -84,10 +89,11 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
         Context, Example or Issue."""
         return _call(lambda: tools(ctx).remember(content, type, importance))
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(annotations=CACHING)
     def list_candidates(ctx: Context, threshold: float = 0.88, limit: int = 50) -> dict[str, Any]:
         """Fusion candidates of this scope: similar active pairs (most similar first) and the
-        items the last dream left open for a model to judge."""
+        items the last dream left open for a model to judge. Changes no note; embeds (and
+        stores the vectors of) notes not embedded yet."""
         return _call(lambda: tools(ctx).list_candidates(threshold, limit))
 
     @server.tool(annotations=DESTRUCTIVE)
@@ -106,10 +112,13 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
         return _call(lambda: tools(ctx).keep_apart(source_ids))
 
     @server.tool(annotations=DESTRUCTIVE)
-    def start_dream(ctx: Context, force: bool = False, dry_run: bool = False) -> dict[str, Any]:
+    def start_dream(ctx: Context, force: bool = False, dry_run: bool = False,
+                    allow_retire: int | None = None) -> dict[str, Any]:
         """Queue a dream for this scope (consolidate, contradictions, prune, archive); refused
-        with the gate's reason when it is not due, unless force. dry_run applies nothing."""
-        return _call(lambda: tools(ctx).start_dream(force, dry_run))
+        with the gate's reason when it is not due, unless force. dry_run applies nothing.
+        allow_retire (0 to 10000000) lets this run retire up to that many notes past the
+        blast-radius guard: the count a blocked run's reason names; force never does."""
+        return _call(lambda: tools(ctx).start_dream(force, dry_run, allow_retire))
 
     @server.tool(annotations=READ_ONLY)
     def dream_status(ctx: Context, run_id: str | None = None) -> dict[str, Any]:

@@ -11,11 +11,12 @@ from typing import Any
 
 from worker.app import App
 from worker.domain.types import NoteType, Scope
-from worker.host import NotFound, fuse, fusion_candidates, keep_apart, remember
+from worker.host import Invalid, NotFound, fuse, fusion_candidates, keep_apart, remember
 from worker.runs.dispatch import start_run
 from worker.runs.service import RunError, scope_gate
 
 MAX_ID_CHARS = 64
+MAX_ALLOW_RETIRE = 10_000_000  # the API's and the CLI's bound on --allow-retire
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,15 @@ class ScopedTools:
     def keep_apart(self, source_ids: list[str]) -> dict[str, Any]:
         return keep_apart(self.app, source_ids, allowed_scope=self.scope)
 
-    def start_dream(self, force: bool = False, dry_run: bool = False) -> dict[str, Any]:
-        started = start_run(self.app, self.scope, trigger="mcp", force=force, dry_run=dry_run)
+    def start_dream(self, force: bool = False, dry_run: bool = False,
+                    allow_retire: int | None = None) -> dict[str, Any]:
+        if allow_retire is not None and (
+            isinstance(allow_retire, bool) or not 0 <= allow_retire <= MAX_ALLOW_RETIRE
+        ):
+            raise Invalid(f"allow_retire must be a whole number from 0 to {MAX_ALLOW_RETIRE} "
+                          "(the count a blocked run's reason names)")
+        started = start_run(self.app, self.scope, trigger="mcp", force=force, dry_run=dry_run,
+                            allow_retire=allow_retire)
         return {"run_id": started.run_id, "status": "queued", "mode": started.mode}
 
     def dream_status(self, run_id: str | None = None) -> dict[str, Any]:
