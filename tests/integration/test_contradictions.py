@@ -682,3 +682,22 @@ def test_rule_judge_finishes_held_back_duplicates_next_run(app: App) -> None:
     assert active == {"d3", "tea"}
     for run_id in (first, second):
         assert phase_step(app, run_id)["output"]["verdicts_wasted"] == 0
+
+
+def test_undoing_the_run_forgets_what_it_held_back(app: App, llm_stub: LLMStub) -> None:
+    """Undo of the run that held a retirement back deletes that decision with its other
+    records: the next run applies nothing unasked and asks the model again."""
+    from worker.safety.undo import undo_run
+
+    with_stub(app, llm_stub)
+    app.settings.guard.min_scope_size = 1
+    app.settings.guard.max_retire_share = 0.4
+    add_notes(app, {"id": "old", "content": METRIC, "created_at": days_ago(20)},
+              {"id": "new", "content": IMPERIAL, "created_at": days_ago(1)})
+    first = run_phase(app, force=False)
+    assert phase_step(app, first)["output"]["pairs_guarded"] == 1
+    assert undo_run(app, first).judgements == 1
+    asked = len(llm_stub.chat_requests())
+    second = run_phase(app, force=False)
+    assert phase_step(app, second)["output"]["retirements_held_back"] == 0
+    assert len(llm_stub.chat_requests()) == asked + 1
