@@ -142,6 +142,23 @@ def test_a_protected_old_value_is_flagged_and_the_chain_goes_on() -> None:
         ("flag", "a", "b"), ("revoke", "b", "c")]
 
 
+def test_two_tied_values_both_meet_the_newer_one() -> None:
+    """A and B the same day (a tie: both stand, flagged), then C weeks later: C settles against
+    A as well as B, so no pair of the attribute is left to be asked again next run."""
+    notes = {n.id: n for n in (note("a", 0), note("b", 0), note("c", 40))}
+    assert _decisions([["a"], ["b"], ["c"]], notes) == [
+        ("flag", "", None), ("revoke", "a", "c"), ("revoke", "b", "c")]
+
+
+def test_a_value_beaten_by_a_standing_one_meets_no_other() -> None:
+    """A and B tie; C, newer by two days only and less used, loses to A and is retired once:
+    it is never compared with B as well (that verdict would be wasted)."""
+    notes = {n.id: n for n in (note("a", 0, access_count=9), note("b", 0, access_count=9),
+                               note("c", 2))}
+    decisions = _decisions([["a"], ["b"], ["c"]], notes)
+    assert [d for d in decisions if d[1] == "c"] == [("revoke", "c", "a")]
+
+
 def test_low_confidence_changes_nothing() -> None:
     """An attribute answered below min_confidence retires and flags nothing."""
     notes = {n.id: n for n in (note("a", 0), note("b", 20))}

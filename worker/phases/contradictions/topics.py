@@ -303,29 +303,52 @@ def topic_decisions(
         values.sort(key=lambda v: (_created(v[0]), v[0].id))
         if not values:
             continue
-        holder = values[0]
+        # Every value still standing meets each newer one: after a tie both stand, and the
+        # next value must be settled against each of them (a tied older value left out would
+        # stay unjudged and be asked again next run).
+        standing = [values[0]]
         for challenger in values[1:]:
-            # Which value is current is decided on the values (latest statement, most use),
-            # never on a protection: a protected loser is flagged below, not made the winner.
-            plain = [replace(v[0], protection="standard", is_auto_generated=True)
-                     for v in (holder, challenger)]
-            first = decide(Verdict(CandidatePair(plain[0].id, plain[1].id, 0.0, ""),
-                                   Relation.CONFLICTING.value, attr.confidence, attr.name),
-                           plain[0], plain[1], policy)
-            if first.action == "none":  # low confidence: nothing about this attribute holds
+            survivors, beaten = _settle(challenger, standing, attr, notes, policy, suspicious, out)
+            if survivors is None:  # low confidence: nothing about this attribute holds
                 break
-            winner, loser = ((challenger, holder) if first.winner_id == challenger[0].id
-                             else (holder, challenger) if first.winner_id == holder[0].id
-                             else (holder, challenger))
-            for member in loser[1]:
-                a = replace(winner[1][0], created_at=_created(winner[0]),
-                            access_count=winner[0].access_count)
-                b = replace(member, created_at=_created(loser[0]),
-                            access_count=loser[0].access_count)
-                out.append(PairDecision(*_decide(a, b, Relation.CONFLICTING, attr, policy,
-                                                 suspicious)))
-            # With no winner (a tie) both values stand; the later one is compared next.
-            holder = winner if first.winner_id is not None else challenger
+            standing = survivors if beaten else [*survivors, challenger]
+    return out
+
+
+def _settle(
+    challenger: tuple[Note, list[Note]], standing: list[tuple[Note, list[Note]]],
+    attr: Attribute, notes: dict[str, Note], policy: PolicySettings,
+    suspicious: frozenset[str], out: list[PairDecision],
+) -> tuple[list[tuple[Note, list[Note]]] | None, bool]:
+    """Settle one newer value against every standing one; the values still standing and
+    whether the challenger lost (then it meets no further value: its notes are retired)."""
+    survivors: list[tuple[Note, list[Note]]] = []
+    for k, holder in enumerate(standing):
+        # Which value is current is decided on the values (latest statement, most use),
+        # never on a protection: a protected loser is flagged below, not made the winner.
+        plain = [replace(v[0], protection="standard", is_auto_generated=True)
+                 for v in (holder, challenger)]
+        first = decide(Verdict(CandidatePair(plain[0].id, plain[1].id, 0.0, ""),
+                               Relation.CONFLICTING.value, attr.confidence, attr.name),
+                       plain[0], plain[1], policy)
+        if first.action == "none":
+            return None, False
+        winner, loser = ((challenger, holder) if first.winner_id == challenger[0].id
+                         else (holder, challenger))
+        for member in loser[1]:
+            a = replace(winner[1][0], created_at=_created(winner[0]),
+                        access_count=winner[0].access_count)
+            b = replace(member, created_at=_created(loser[0]),
+                        access_count=loser[0].access_count)
+            out.append(PairDecision(*_decide(a, b, Relation.CONFLICTING, attr, policy,
+                                             suspicious)))
+        if first.winner_id == holder[0].id:
+            return [*survivors, *standing[k:]], True
+        if first.winner_id is None:  # a tie: both values stand
+            survivors.append(holder)
+    return survivors, False
+
+
     return out
 
 
