@@ -29,7 +29,7 @@ from worker.clock import utcnow
 from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, RunStatus, Scope
 from worker.runs.service import RunError
 from worker.store.models import OperationLogRow
-from worker.store.repositories.notes import TRACKED_FIELDS
+from worker.store.repositories.note_writes import TRACKED_FIELDS
 from worker.store.uow import UnitOfWork
 
 log = structlog.get_logger(__name__)

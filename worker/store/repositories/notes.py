@@ -1,20 +1,19 @@
-"""All SQL touching notes, lineage and the operation log."""
+"""NoteRepository: the reads of notes, lineage and the operation log (the writes are
+inherited from ``note_writes.NoteWrites``), and the ScopeSnapshot they load."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
-from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, defer
 
-from worker.clock import utcnow
 from worker.domain.types import Note, NoteStatus, Scope
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
+from worker.store.repositories.note_writes import NoteWrites
 
 # Columns the planners need; the embedding is loaded separately into one matrix.
 _NOTE_COLUMNS = (
@@ -41,36 +40,6 @@ _NOTE_COLUMNS = (
     NoteRow.flags,
 )
 
-# Fields whose before/after images the operation log keeps (what undo restores).
-TRACKED_FIELDS = (
-    "status",
-    "consolidated_into_id",
-    "comments",
-    "valid_to",
-    "importance",
-    "flags",
-    "last_checked_at",
-)
-
-# Annotations a run writes on a note it keeps (review flags, "flagged for review" comments).
-# Writing only these keeps the note's version: the version is what freshness checks
-# and the judgement memory ("asked before at these versions") key on, and an annotation changes
-# nothing a judge saw, so a cluster refused before a flag was added is not asked again.
-ANNOTATION_FIELDS = frozenset({"flags", "comments"})
-
-
-# Prebuilt Core statements for the per-cluster apply path (no construction or cache-key
-# generation per call; plain table columns, no ORM annotations).
-_NOTES = cast(Table, NoteRow.__table__)
-_INSERT_NOTE = insert(_NOTES)
-_INSERT_LOG = insert(cast(Table, OperationLogRow.__table__))
-_INSERT_LINEAGE = insert(cast(Table, NoteLineageRow.__table__))
-_CURRENT_STATE = select(
-    _NOTES.c.id, _NOTES.c.version, _NOTES.c.status,
-    *(_NOTES.c[f] for f in TRACKED_FIELDS if f != "status"),
-).where(_NOTES.c.id.in_(bindparam("ids", expanding=True)))
-_GUARDED_UPDATES: dict[tuple[str, ...], Any] = {}
-
 
 def _row_to_note(row: Any) -> Note:
     return Note(
@@ -96,12 +65,6 @@ def _row_to_note(row: Any) -> Note:
     )
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return value
-
-
 @dataclass
 class ScopeSnapshot:
     """A scope's notes as loaded in one query, with their embeddings as one float32 matrix."""
@@ -120,14 +83,9 @@ class ScopeSnapshot:
         return ScopeSnapshot([self.notes[i] for i in keep], self.vectors[keep])
 
 
-class NoteRepository:
+class NoteRepository(NoteWrites):
     def __init__(self, session: Session) -> None:
         self.session = session
-
-    def _run(self, stmt: Any, params: Any = None) -> Any:
-        """Core execution on the session's connection (same transaction): skips the ORM
-        session's per-statement work, ≈0.25 ms a statement, ~20% of a dream run's CPU."""
-        return self.session.connection().execute(stmt, params)
 
     # ---- reads -------------------------------------------------------------------------
     def load_scope(
@@ -365,269 +323,3 @@ class NoteRepository:
                 NoteRow.scope_key == scope.key, NoteRow.content_hash == hash_)
         ).all()
         return [(r[0], r[1]) for r in rows]
-
-    # ---- writes ------------------------------------------------------------------------
-    def insert_many(self, rows: list[dict[str, Any]]) -> None:
-        """Bulk insert of fully-formed row dicts (one executemany, not one round-trip per note);
-        on PostgreSQL a binary COPY in the unit of work's transaction (vectors stay binary)."""
-        if not rows:
-            return
-        if self.session.get_bind().dialect.name == "postgresql":
-            self._copy_postgres(rows)
-        else:
-            # ORM bulk insert: maps attribute keys (``meta``) to columns; not the Core path.
-            self.session.execute(insert(NoteRow), rows)
-
-    def _copy_postgres(self, rows: list[dict[str, Any]]) -> None:
-        from pgvector.psycopg.vector import register_vector_info
-        from psycopg.types import TypeInfo
-        from psycopg.types.json import Jsonb
-
-        conn: Any = self.session.connection().connection.driver_connection
-        columns = _copy_columns()
-        with conn.cursor() as cur:
-            # Adapters on this cursor only: the pooled connection keeps SQLAlchemy's own.
-            register_vector_info(cur, TypeInfo.fetch(conn, "vector"))
-            names = ", ".join(f'"{c.name}"' for _, c, _, _ in columns)
-            with cur.copy(f"COPY notes ({names}) FROM STDIN WITH (FORMAT BINARY)") as copy:
-                copy.set_types([pg_type for _, _, pg_type, _ in columns])
-                for r in rows:
-                    values = [r.get(key, default) for key, _, _, default in columns]
-                    for i, (_, _, pg_type, _) in enumerate(columns):
-                        if pg_type == "jsonb" and values[i] is not None:
-                            values[i] = Jsonb(values[i])
-                        elif pg_type == "vector" and values[i] is not None:
-                            values[i] = np.asarray(values[i], dtype=np.float32)
-                    copy.write_row(values)
-
-    def set_embeddings(self, items: list[tuple[str, np.ndarray]], model: str) -> None:
-        if not items:
-            return
-        # ORM bulk UPDATE by primary key (Core would run it without a WHERE clause).
-        self.session.execute(
-            update(NoteRow),
-            [{"id": nid, "embedding": vec, "embedding_model": model} for nid, vec in items],
-        )
-
-    def create_note(
-        self,
-        *,
-        scope: Scope,
-        content: str,
-        content_hash: str,
-        type: str,
-        embedding: np.ndarray | None,
-        embedding_model: str | None,
-        run_id: str | None,
-        note_id: str | None = None,
-        now: datetime | None = None,
-        reason: str | None = None,
-        **fields: Any,
-    ) -> str:
-        now = now or utcnow()
-        nid = note_id or str(uuid.uuid4())
-        row = {
-            "id": nid,
-            "scope_key": scope.key,
-            "agent_id": scope.agent_id,
-            "user_id": scope.user_id,
-            "company_id": scope.company_id,
-            "content": content,
-            "content_hash": content_hash,
-            "type": type,
-            "embedding": embedding,
-            "embedding_model": embedding_model,
-            "status": NoteStatus.ACTIVE.value,
-            "created_at": now,
-            "updated_at": now,
-            "valid_from": now,
-            "version": 1,
-        }
-        row.update(fields)
-        if "meta" in row:  # attribute name → column name (Core insert on the table)
-            row["metadata"] = row.pop("meta")
-        self._run(_INSERT_NOTE, [row])
-        self.log(
-            run_id=run_id, scope=scope, entity_id=nid, op="insert", before=None,
-            after={"status": NoteStatus.ACTIVE.value, "version": 1}, reason=reason, now=now,
-        )
-        return nid
-
-    def change(
-        self,
-        note: Note,
-        *,
-        run_id: str | None,
-        reason: str | None,
-        now: datetime | None = None,
-        **changes: Any,
-    ) -> bool:
-        """Optimistic update: applies only if the note is still at ``note.version``.
-
-        Writes the before/after image of the tracked fields to the operation log. Returns False
-        (and writes nothing) when the host changed the note since it was loaded. A run's change
-        of ``ANNOTATION_FIELDS`` only is still version-guarded but keeps the version; anything
-        from outside a run (``run_id=None``) counts as an edit.
-        """
-        now = now or utcnow()
-        current = self._run(
-            select(*(getattr(NoteRow, f) for f in TRACKED_FIELDS), NoteRow.version).where(
-                NoteRow.id == note.id
-            )
-        ).one_or_none()
-        if current is None or current.version != note.version:
-            return False
-        before = {f: _jsonable(getattr(current, f)) for f in TRACKED_FIELDS if f in changes}
-        before["version"] = current.version
-        annotation = run_id is not None and set(changes) <= ANNOTATION_FIELDS
-        new_version = note.version if annotation else note.version + 1
-        values = dict(changes, version=new_version, updated_at=now)
-        result = self._run(
-            update(NoteRow)
-            .where(NoteRow.id == note.id, NoteRow.version == note.version)
-            .values(**values)
-        )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
-            return False
-        after = {f: _jsonable(v) for f, v in changes.items() if f in TRACKED_FIELDS}
-        after["version"] = new_version
-        self.log(
-            run_id=run_id, scope=note.scope, entity_id=note.id, op="update",
-            before=before, after=after, reason=reason, now=now,
-        )
-        note.version = new_version
-        return True
-
-    def current_state(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """Current version, status and tracked fields of each id, in one query (what
-        ``change_many`` needs; callers may use it for their own freshness checks first)."""
-        ids = list(dict.fromkeys(ids))
-        out: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(ids), 500):
-            rows = self._run(_CURRENT_STATE, {"ids": ids[start : start + 500]}).all()
-            out.update((r.id, r._asdict()) for r in rows)
-        return out
-
-    def change_many(
-        self,
-        notes: Sequence[Note],
-        changes_by_id: dict[str, dict[str, Any]],
-        *,
-        run_id: str | None,
-        reason: str | None,
-        now: datetime | None = None,
-        current: dict[str, dict[str, Any]] | None = None,
-    ) -> list[str]:
-        """``change`` for several notes in the caller's transaction, all or nothing.
-
-        One SELECT of the current state (skipped when ``current`` from ``current_state`` in the
-        same transaction is given), one executemany UPDATE guarded by version, one executemany
-        INSERT into the operation log. Returns the ids found changed since they were loaded
-        (R10); when that list is not empty nothing was written and the caller rolls back.
-        """
-        if not notes:
-            return []
-        now = now or utcnow()
-        if current is None:
-            current = self.current_state(n.id for n in notes)
-        stale = [n.id for n in notes
-                 if n.id not in current or current[n.id]["version"] != n.version]
-        if stale:
-            return stale
-        table = cast(Table, NoteRow.__table__)
-        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-        log_rows = []
-        for n in notes:
-            changes = changes_by_id[n.id]
-            cur = current[n.id]
-            keys = tuple(sorted(changes))
-            groups.setdefault(keys, []).append(
-                {**{f"v_{k}": changes[k] for k in keys}, "b_id": n.id, "b_version": n.version,
-                 "v_version": n.version + 1, "v_updated_at": now})
-            before = {f: _jsonable(cur[f]) for f in TRACKED_FIELDS if f in changes}
-            before["version"] = cur["version"]
-            after = {f: _jsonable(v) for f, v in changes.items() if f in TRACKED_FIELDS}
-            after["version"] = n.version + 1
-            log_rows.append({"run_id": run_id, "scope_key": n.scope.key, "entity": "note",
-                             "entity_id": n.id, "op": "update", "before": before,
-                             "after": after, "reason": reason, "created_at": now})
-        updated = 0
-        for keys, params in groups.items():
-            stmt = _GUARDED_UPDATES.get(keys)
-            if stmt is None:  # built once per set of changed columns, then reused
-                stmt = _GUARDED_UPDATES[keys] = (
-                    update(table)
-                    .where(table.c.id == bindparam("b_id"),
-                           table.c.version == bindparam("b_version"))
-                    .values({**{k: bindparam(f"v_{k}") for k in keys},
-                             "version": bindparam("v_version"),
-                             "updated_at": bindparam("v_updated_at")})
-                )
-            result = self._run(stmt, params)
-            updated += result.rowcount  # type: ignore[attr-defined]
-        if updated != len(notes):
-            # Sane multi-row counts on SQLite and psycopg; re-select to name the culprits.
-            fresh = self.current_state(n.id for n in notes)
-            return [n.id for n in notes
-                    if fresh.get(n.id, {}).get("version") != n.version + 1] or [notes[0].id]
-        self._run(_INSERT_LOG, log_rows)
-        for n in notes:
-            n.version += 1
-        return []
-
-    def add_lineage(
-        self, scope: Scope, parent_ids: Iterable[str], child_id: str, relation: str,
-        run_id: str | None, now: datetime | None = None,
-    ) -> None:
-        now = now or utcnow()
-        rows = [
-            {"scope_key": scope.key, "parent_id": p, "child_id": child_id,
-             "relation": relation, "run_id": run_id, "created_at": now}
-            for p in parent_ids
-        ]
-        if rows:
-            self._run(_INSERT_LINEAGE, rows)
-
-    def log(
-        self, *, run_id: str | None, scope: Scope, entity_id: str, op: str,
-        before: dict[str, Any] | None, after: dict[str, Any] | None,
-        reason: str | None, now: datetime | None = None, entity: str = "note",
-    ) -> None:
-        self._run(
-            _INSERT_LOG,
-            [{"run_id": run_id, "scope_key": scope.key, "entity": entity, "entity_id": entity_id,
-              "op": op, "before": before, "after": after, "reason": reason,
-              "created_at": now or utcnow()}],
-        )
-
-    def mark_checked(self, ids: Iterable[str], when: datetime) -> None:
-        """Bookkeeping only (no version bump): when prune last looked at each note."""
-        ids = list(ids)
-        if ids:
-            self._run(
-                update(NoteRow).where(NoteRow.id.in_(ids)).values(last_checked_at=when)
-            )
-
-    def count_access(self, note_id: str, now: datetime) -> None:
-        self._run(
-            update(NoteRow)
-            .where(NoteRow.id == note_id)
-            .values(access_count=NoteRow.access_count + 1, last_accessed_at=now)
-        )
-
-
-_COPY_TYPES = {"Embedding": "vector", "JSONType": "jsonb", "UTCDateTime": "timestamptz",
-               "Boolean": "bool", "Float": "float8", "Integer": "int4"}
-
-
-def _copy_columns() -> list[tuple[str, Any, str, Any]]:
-    """(attribute key, column, PostgreSQL type for binary COPY, Python-side default) per column."""
-    from sqlalchemy import inspect as sa_inspect
-
-    out = []
-    for attr in sa_inspect(NoteRow).column_attrs:
-        col = attr.columns[0]
-        pg_type = _COPY_TYPES.get(type(col.type).__name__, "text")
-        default = col.default.arg if col.default is not None and col.default.is_scalar else None
-        out.append((attr.key, col, pg_type, default))
-    return out
