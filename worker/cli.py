@@ -43,7 +43,7 @@ def user_error(exc: BaseException) -> UserError | None:
 
     from worker.embeddings.openai_compat import EmbeddingError
     from worker.host import HostError
-    from worker.ingest import InputError
+    from worker.ingest.jsonl import InputError
     from worker.llm.base import LLMError
     from worker.runs.service import RunError
 
@@ -257,7 +257,7 @@ def notes() -> None:
 @user_errors
 def notes_import(ctx: click.Context, file: str) -> None:
     """Import notes from a JSONL FILE (- for stdin); all-or-nothing and idempotent."""
-    from worker.ingest import import_notes
+    from worker.ingest.notes import import_notes
 
     result = import_notes(_app(ctx), _lines(file))
     click.echo(f"read {result.read} notes: {result.inserted} added, {result.duplicates} already present")
@@ -296,7 +296,7 @@ def sessions() -> None:
 @user_errors
 def sessions_import(ctx: click.Context, file: str) -> None:
     """Import sessions from JSONL: agent_id, started_at required; user_id, company_id, ended_at."""
-    from worker.ingest import import_sessions
+    from worker.ingest.sessions import import_sessions
 
     result = import_sessions(_app(ctx), _lines(file))
     click.echo(f"read {result.read} sessions: {result.inserted} added, {result.duplicates} already present")
@@ -312,7 +312,7 @@ def sessions_import(ctx: click.Context, file: str) -> None:
 def sessions_add(ctx: click.Context, agent: str, user: str | None, company: str | None,
                  at: str | None) -> None:
     """Record one session for a scope."""
-    from worker.ingest import import_sessions
+    from worker.ingest.sessions import import_sessions
 
     started = _timestamp(at, "--at") or utcnow()
     line = json.dumps({"agent_id": agent, "user_id": user, "company_id": company,
@@ -332,7 +332,7 @@ def entities() -> None:
 @user_errors
 def entities_import(ctx: click.Context, file: str) -> None:
     """Import JSONL lines {kind: agent|user|company|conversation, id, status, ...}; upserts."""
-    from worker.ingest import import_entities
+    from worker.ingest.entities import import_entities
 
     result = import_entities(_app(ctx), _lines(file))
     click.echo(f"read {result.read} entities: {result.inserted} upserted")

@@ -18,7 +18,7 @@ def register(main: click.Group) -> None:
     @user_errors
     def examples_import(ctx: click.Context, file: str) -> None:
         """Import examples from a JSONL FILE (- for stdin); all-or-nothing and idempotent by id."""
-        from worker.ingest import import_examples
+        from worker.ingest.examples import import_examples
 
         result = import_examples(_app(ctx), _lines(file))
         click.echo(f"read {result.read} examples: {result.inserted} added, "

@@ -15,7 +15,9 @@ from worker.app import build_app
 from worker.clock import utcnow
 from worker.config import load_settings
 from worker.domain.types import Scope
-from worker.ingest import import_entities, import_notes, import_sessions
+from worker.ingest.entities import import_entities
+from worker.ingest.notes import import_notes
+from worker.ingest.sessions import import_sessions
 from worker.logging import configure_logging
 from worker.reporting import run_tree
 from worker.runs import service

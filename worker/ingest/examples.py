@@ -1,0 +1,97 @@
+"""Import of examples (input/output pairs): all-or-nothing and idempotent by id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.limits import INT_MAX
+from worker.domain.types import NoteStatus
+from worker.ingest.fields import (
+    choice,
+    opt_number,
+    opt_str,
+    opt_time,
+    parse_scope,
+)
+from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+
+EXAMPLE_FIELDS = {
+    "id", "agent_id", "user_id", "company_id", "input", "output", "success_score",
+    "is_auto_generated", "status", "access_count", "last_accessed_at", "created_at", "expires_at",
+}
+
+
+def parse_example(obj: dict[str, Any], number: int, now: datetime) -> dict[str, Any]:
+    """One JSONL object → an ``examples`` row dict, or InputError naming the line."""
+    unknown = sorted(set(obj) - EXAMPLE_FIELDS)
+    if unknown:
+        raise InputError(f"line {number}: unknown field {unknown[0]!r}")
+    scope = parse_scope(obj, number)
+    for key in ("input", "output"):
+        if not isinstance(obj.get(key), str) or not obj[key].strip():
+            raise InputError(f"line {number}: {key} is required and must be a non-empty string")
+    score = obj.get("success_score")
+    if score is not None:
+        score = opt_number(obj, "success_score", number, 0.0, lo=0.0, hi=100.0)
+    auto = obj.get("is_auto_generated", True)
+    if not isinstance(auto, bool):
+        raise InputError(f"line {number}: is_auto_generated must be true or false")
+    status = choice(obj, "status", (NoteStatus.ACTIVE.value, NoteStatus.ARCHIVED.value),
+                     NoteStatus.ACTIVE.value, number)
+    access_count = opt_number(obj, "access_count", number, 0, lo=0, hi=INT_MAX)
+    if access_count != int(access_count):
+        raise InputError(f"line {number}: access_count must be a whole number")
+    return {
+        "id": opt_str(obj, "id", number) or str(uuid.uuid4()),
+        "scope_key": scope.key, **scope.as_dict(),
+        "input": obj["input"], "output": obj["output"], "success_score": score,
+        "is_auto_generated": auto, "status": status, "access_count": int(access_count),
+        "last_accessed_at": opt_time(obj, "last_accessed_at", number),
+        "created_at": opt_time(obj, "created_at", number) or now,
+        "expires_at": opt_time(obj, "expires_at", number), "version": 1,
+    }
+
+
+def import_examples(app: App, lines: Iterable[str | bytes]) -> ImportResult:
+    """All-or-nothing and idempotent by id: a bad line anywhere writes nothing (R22); an id
+    reused for another example is refused, never dropped."""
+    from worker.store.repositories.examples import ExampleRepository
+
+    now = utcnow()
+    result = ImportResult()
+    rows: dict[str, dict[str, Any]] = {}
+    line_of: dict[str, int] = {}
+    for number, obj in read_jsonl(lines):
+        result.read += 1
+        row = parse_example(obj, number, now)
+        first = rows.setdefault(row["id"], row)
+        line_of.setdefault(row["id"], number)
+        if _example_identity(first) != _example_identity(row):
+            raise InputError(f"line {number}: example id {row['id']!r} is also the id of line "
+                             f"{line_of[row['id']]}, with other content or scope; give each "
+                             "example its own id")
+    with app.uow() as uow:
+        repo = ExampleRepository(uow.session)
+        stored = repo.identities(rows)
+        for example_id, identity in stored.items():
+            if identity != _example_identity(rows[example_id]):
+                raise InputError(f"line {line_of[example_id]}: example {example_id!r} already "
+                                 "exists with other content or scope; import never overwrites: "
+                                 "give a new id")
+        fresh = [r for r in rows.values() if r["id"] not in stored]
+        for start in range(0, len(fresh), 5000):
+            repo.insert_many(fresh[start : start + 5000])
+        uow.commit()
+    result.inserted = len(fresh)
+    result.duplicates = result.read - len(fresh)
+    return result
+
+
+def _example_identity(row: dict[str, Any]) -> tuple[str, str, str]:
+    return row["scope_key"], row["input"], row["output"]

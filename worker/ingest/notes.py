@@ -1,0 +1,202 @@
+"""Import of notes: parse each line into a ``notes`` row (embedding checks included), then insert
+the new ones all at once, skipping notes already present by id or content hash.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.limits import INT_MAX
+from worker.domain.types import NoteStatus, NoteType, Protection, Scope, content_hash
+from worker.ingest.fields import (
+    choice,
+    opt_number,
+    opt_str,
+    opt_text,
+    opt_time,
+    parse_scope,
+)
+from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+
+NOTE_FIELDS = {
+    "id", "agent_id", "user_id", "company_id", "content", "type", "created_at", "updated_at",
+    "last_accessed_at", "access_count", "importance", "expires_at", "is_auto_generated",
+    "protection", "source_conversation_id", "embedding", "embedding_model", "metadata", "status",
+    "valid_from", "valid_to",
+}
+_NOTE_TYPES = {t.value.lower(): t.value for t in NoteType}
+_PROTECTIONS = {p.value for p in Protection}
+_STATUSES = {s.value for s in NoteStatus}
+
+
+def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None) -> dict[str, Any]:
+    """One JSONL object → a full ``notes`` row dict, or InputError naming the line."""
+    unknown = sorted(set(obj) - NOTE_FIELDS - {"consolidated_into_id", "comments", "lineage"})
+    if unknown:
+        raise InputError(f"line {number}: unknown field {unknown[0]!r}")
+    content = obj.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise InputError(f"line {number}: content is required and must be a non-empty string")
+    scope = parse_scope(obj, number)
+    raw_type = obj.get("type", "Context")
+    if not isinstance(raw_type, str) or raw_type.lower() not in _NOTE_TYPES:
+        raise InputError(
+            f"line {number}: type must be one of {', '.join(t.value for t in NoteType)}"
+        )
+    protection = choice(obj, "protection", _PROTECTIONS, Protection.STANDARD.value, number)
+    status = choice(obj, "status", _STATUSES, NoteStatus.ACTIVE.value, number)
+    auto = obj.get("is_auto_generated", True)
+    if not isinstance(auto, bool):
+        raise InputError(f"line {number}: is_auto_generated must be true or false")
+    metadata = obj.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InputError(f"line {number}: metadata must be a JSON object")
+    embedding = obj.get("embedding")
+    vector = None
+    if embedding is not None:
+        if not isinstance(embedding, list) or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in embedding
+        ):
+            raise InputError(f"line {number}: embedding must be an array of numbers")
+        if dims is not None and len(embedding) != dims:
+            raise InputError(
+                f"line {number}: embedding has {len(embedding)} dimensions, the configured "
+                f"embedder uses {dims} (DREAM_EMBEDDING_DIMENSIONS); drop the field to re-embed"
+            )
+        # float64 first: a value beyond float32's range would silently become inf.
+        try:
+            wide = np.asarray(embedding, dtype=np.float64)
+        except OverflowError:  # an integer beyond float range
+            wide = np.asarray([math.inf])
+        if not np.isfinite(wide).all() or (np.abs(wide) > np.finfo(np.float32).max).any():
+            raise InputError(f"line {number}: embedding values must be finite float32 numbers")
+        norm = float(np.linalg.norm(wide))
+        if norm == 0:
+            raise InputError(f"line {number}: embedding is all zeros")
+        vector = (wide / norm).astype(np.float32)
+    created = opt_time(obj, "created_at", number) or now
+    access_count = int(opt_number(obj, "access_count", number, 0, lo=0, hi=INT_MAX))
+    if access_count != opt_number(obj, "access_count", number, 0):
+        raise InputError(f"line {number}: access_count must be a whole number")
+    note_id = opt_str(obj, "id", number) or str(uuid.uuid4())
+    model = opt_text(obj, "embedding_model", number, 200)
+    return {
+        "id": note_id,
+        "scope_key": scope.key,
+        "agent_id": scope.agent_id,
+        "user_id": scope.user_id,
+        "company_id": scope.company_id,
+        "source_conversation_id": opt_str(obj, "source_conversation_id", number),
+        "type": _NOTE_TYPES[raw_type.lower()],
+        "content": content,
+        "content_hash": content_hash(content),
+        "embedding": vector,
+        "embedding_model": (model or "imported") if vector is not None else None,
+        "status": status,
+        "is_auto_generated": auto,
+        "protection": protection,
+        "importance": opt_number(obj, "importance", number, 0.5, lo=0.0, hi=1.0),
+        "access_count": access_count,
+        "last_accessed_at": opt_time(obj, "last_accessed_at", number),
+        "created_at": created,
+        "updated_at": opt_time(obj, "updated_at", number) or created,
+        "expires_at": opt_time(obj, "expires_at", number),
+        "valid_from": opt_time(obj, "valid_from", number) or created,
+        "valid_to": opt_time(obj, "valid_to", number),
+        "consolidation_generation": 0,
+        "meta": metadata,
+        "version": 1,
+    }
+
+
+def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
+    """All-or-nothing, idempotent: same id, or same content hash in the same scope, adds no row."""
+    now = utcnow()
+    dims = app.embedder.dimensions  # checked per line so the error names the line (R22)
+    result = ImportResult()
+    rows: list[dict[str, Any]] = []
+    first_line: dict[str, tuple[int, str, str]] = {}
+    for number, obj in read_jsonl(lines):
+        result.read += 1
+        row = parse_note(obj, number, now, dims)
+        first = first_line.setdefault(row["id"], (number, row["scope_key"], row["content_hash"]))
+        if first[1:] != (row["scope_key"], row["content_hash"]):
+            # 1 and "1" are the same id: keeping either line would drop the other silently.
+            raise InputError(f"line {number}: id {row['id']!r} is also the id of line {first[0]}, "
+                             "with other content or scope; give each note its own id")
+        rows.append(row)
+    explicit = [r for r in rows if r["embedding"] is not None]
+    if explicit:
+        # Vectors given in the file must match what this deployment embeds with.
+        expected = app.embedder.dimensions
+        for r in explicit:
+            if r["embedding"].shape[0] != expected:
+                raise InputError(
+                    f"note {r['id']}: embedding has {r['embedding'].shape[0]} dimensions, the "
+                    f"configured embedder uses {expected}; drop the field to re-embed"
+                )
+            if r["embedding_model"] == "imported":
+                r["embedding_model"] = app.embedder.model_name
+    with app.uow() as uow:
+        stored = uow.notes.identities(r["id"] for r in rows)
+        _refuse_id_conflicts(rows, stored, first_line)
+        existing_ids = set(stored)
+        by_scope: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            by_scope.setdefault(r["scope_key"], []).append(r)
+        fresh: list[dict[str, Any]] = []
+        seen: set[tuple[str, str]] = set()
+        seen_ids: set[str] = set()
+        for key, group in by_scope.items():
+            known = uow.notes.find_by_hash(Scope.from_key(key), [r["content_hash"] for r in group])
+            for r in group:
+                mark = (key, r["content_hash"])
+                if r["id"] in existing_ids or r["id"] in seen_ids or r["content_hash"] in known or mark in seen:
+                    result.duplicates += 1
+                    continue
+                seen.add(mark)
+                seen_ids.add(r["id"])
+                fresh.append(r)
+        _embed_missing(app, fresh)
+        for start in range(0, len(fresh), 5000):
+            uow.notes.insert_many(fresh[start : start + 5000])
+        uow.commit()
+    result.inserted = len(fresh)
+    return result
+
+
+def _refuse_id_conflicts(rows: list[dict[str, Any]], stored: dict[str, tuple[str, str]],
+                         first_line: dict[str, tuple[int, str, str]]) -> None:
+    """An id already stored counts as "already present" only for the same note; anything else
+    would be a silent drop of the line (import never overwrites)."""
+    for r in rows:
+        if r["id"] not in stored:
+            continue
+        scope_key, hash_ = stored[r["id"]]
+        number = first_line[r["id"]][0]
+        if scope_key != r["scope_key"]:
+            raise InputError(f"line {number}: id {r['id']!r} is already used by a note of another "
+                             "scope; give this note a new id (or drop the id field)")
+        if hash_ != r["content_hash"]:
+            raise InputError(f"line {number}: note {r['id']!r} already exists with other content; "
+                             "import never overwrites a note: give a new id (or drop the id "
+                             "field) to add it")
+
+
+def _embed_missing(app: App, rows: list[dict[str, Any]]) -> None:
+    todo = [r for r in rows if r["embedding"] is None]
+    if not todo:
+        return
+    texts = [r["content"] for r in todo]
+    vectors = app.embedder.embed(texts)
+    for r, v in zip(todo, vectors, strict=True):
+        r["embedding"] = v
+        r["embedding_model"] = app.embedder.model_name

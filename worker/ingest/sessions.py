@@ -1,0 +1,68 @@
+"""Import of sessions: all-or-nothing and idempotent by id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from worker.app import App
+from worker.ingest.fields import (
+    opt_str,
+    opt_time,
+    parse_scope,
+    unknown_fields,
+)
+from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+
+SESSION_FIELDS = {"id", "agent_id", "user_id", "company_id", "started_at", "ended_at"}
+
+
+def parse_session(obj: dict[str, Any], number: int) -> dict[str, Any]:
+    unknown_fields(obj, SESSION_FIELDS, number)
+    scope = parse_scope(obj, number)
+    started = opt_time(obj, "started_at", number)
+    if started is None:
+        raise InputError(f"line {number}: started_at is required")
+    ended = opt_time(obj, "ended_at", number)
+    if ended is not None and ended < started:
+        raise InputError(f"line {number}: ended_at is before started_at")
+    return {
+        "id": opt_str(obj, "id", number) or str(uuid.uuid4()),
+        "scope_key": scope.key, **scope.as_dict(),
+        "started_at": started, "ended_at": ended,
+    }
+
+
+def import_sessions(app: App, lines: Iterable[str | bytes]) -> ImportResult:
+    """All-or-nothing and idempotent by id; an id reused for another session is refused."""
+    result = ImportResult()
+    rows: dict[str, dict[str, Any]] = {}
+    line_of: dict[str, int] = {}
+    for number, obj in read_jsonl(lines):
+        result.read += 1
+        row = parse_session(obj, number)
+        first = rows.setdefault(row["id"], row)
+        line_of.setdefault(row["id"], number)
+        if _session_identity(first) != _session_identity(row):
+            raise InputError(f"line {number}: session id {row['id']!r} is also the id of line "
+                             f"{line_of[row['id']]}, with another scope or start; give each "
+                             "session its own id")
+    with app.uow() as uow:
+        stored = uow.sessions.identities(rows)
+        for session_id, identity in stored.items():
+            if identity != _session_identity(rows[session_id]):
+                raise InputError(f"line {line_of[session_id]}: session {session_id!r} already "
+                                 "exists with another scope or start; give a new id")
+        fresh = [r for r in rows.values() if r["id"] not in stored]
+        uow.sessions.add_many(fresh)
+        uow.commit()
+    result.inserted = len(fresh)
+    result.duplicates = result.read - len(fresh)
+    return result
+
+
+def _session_identity(row: dict[str, Any]) -> tuple[str, datetime]:
+    return row["scope_key"], row["started_at"]
