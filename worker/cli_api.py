@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from worker.cli import UserError, _app, user_errors
+from worker.cli_common import UserError, cli_app, user_errors
 
 
 @click.command("api")
@@ -18,7 +18,7 @@ def api_cmd(ctx: click.Context, host: str, port: int) -> None:
 
     from worker.api import create_api
 
-    app = _app(ctx)
+    app = cli_app(ctx)
     if not app.settings.api_tokens:
         raise UserError("DREAM_API_TOKENS is not set; every request would be refused. Set it to "
                         '{"<token>": {"role": "admin"}} (tokens ≥ 16 characters)')

@@ -6,7 +6,7 @@ import click
 
 
 def register(main: click.Group) -> None:
-    from worker.cli import _app, _lines, user_errors
+    from worker.cli_common import cli_app, read_lines, user_errors
 
     @main.group()
     def examples() -> None:
@@ -20,6 +20,6 @@ def register(main: click.Group) -> None:
         """Import examples from a JSONL FILE (- for stdin); all-or-nothing and idempotent by id."""
         from worker.ingest.examples import import_examples
 
-        result = import_examples(_app(ctx), _lines(file))
+        result = import_examples(cli_app(ctx), read_lines(file))
         click.echo(f"read {result.read} examples: {result.inserted} added, "
                    f"{result.duplicates} already present")

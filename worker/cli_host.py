@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from worker.cli import IDENT, FiniteRange, UserError, _app, user_errors
+from worker.cli_common import IDENT, FiniteRange, UserError, cli_app, user_errors
 from worker.domain.types import NoteType, Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,7 +54,7 @@ def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: st
     from worker.host import fusion_candidates
     from worker.runs.service import ensure_scope_known
 
-    app, scope = _app(ctx), _scope(agent, user, company)
+    app, scope = cli_app(ctx), _scope(agent, user, company)
     ensure_scope_known(app, scope)
     items = fusion_candidates(app, scope, threshold, limit)
     if as_json:
@@ -80,7 +80,7 @@ def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
     """Replace SOURCE_IDS with one fused note (sources revoked, pointer and lineage kept)."""
     from worker.host import fuse
 
-    result = fuse(_app(ctx), list(source_ids), content, importance, strict)
+    result = fuse(cli_app(ctx), list(source_ids), content, importance, strict)
     click.echo(f"fused {len(result.superseded)} notes into {result.note['id']}")
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -94,7 +94,7 @@ def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
     """Never offer SOURCE_IDS as a candidate again until one of them changes."""
     from worker.host import keep_apart
 
-    result = keep_apart(_app(ctx), list(source_ids))
+    result = keep_apart(cli_app(ctx), list(source_ids))
     click.echo(f"kept apart: {' '.join(result['note_ids'])}")
 
 
@@ -111,7 +111,7 @@ def notes_add_cmd(ctx: click.Context, agent: str, user: str | None, company: str
     """Remember one note with write-time dedup; prints NOOP, UPDATE or ADD, the id and why."""
     from worker.host import remember
 
-    result = remember(_app(ctx), _scope(agent, user, company), content, note_type, importance)
+    result = remember(cli_app(ctx), _scope(agent, user, company), content, note_type, importance)
     click.echo(f"{result.action} {result.id}  ({result.reason})")
 
 

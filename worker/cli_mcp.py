@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from worker.cli import UserError, _app, user_errors
+from worker.cli_common import UserError, cli_app, user_errors
 from worker.domain.types import Scope
 
 
@@ -39,7 +39,7 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
     if transport == "http" and agent:
         raise UserError("--agent binds stdio only; over HTTP each request's bearer token names "
                         "its scope")
-    app = _app(ctx)
+    app = cli_app(ctx)
     if agent:
         server.stdio_server(app, Scope(agent, user, company)).run("stdio")
         return

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from worker.cli import UserError, _app, user_errors
+from worker.cli_common import UserError, cli_app, user_errors
 
 
 def register(main: click.Group) -> None:
@@ -25,7 +25,7 @@ def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool) -> None:
     """Revert every change RUN_ID made, in one transaction (refuses if a note changed since)."""
     from worker.safety.undo import undo_run
 
-    result = undo_run(_app(ctx), run_id, force_cascade=force_cascade)
+    result = undo_run(cli_app(ctx), run_id, force_cascade=force_cascade)
     for rid in result.run_ids:
         click.echo(f"undone run {rid}")
     click.echo(f"restored {len(result.restored)} notes, retired {len(result.retired)} notes the "
@@ -56,7 +56,7 @@ def erase_cmd(ctx: click.Context, user_id: str | None, conversation_id: str | No
                             "to erase without asking")
         if not click.confirm("Erase permanently, including derived notes?", default=False):
             raise UserError("aborted; nothing erased")
-    result = erase(_app(ctx), user_id=user_id, conversation_id=conversation_id, note_id=note_id)
+    result = erase(cli_app(ctx), user_id=user_id, conversation_id=conversation_id, note_id=note_id)
     if not result.note_ids and not result.counts.get("examples"):
         click.echo(f"nothing to erase: no notes or examples of {result.subject}")
     else:

@@ -1,0 +1,156 @@
+"""Shared by every `dream` command module: the one-line user error, the process's App,
+input readers and the parameter types."""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy.exc import OperationalError, ProgrammingError
+
+from worker.app import App, build_app
+from worker.clock import parse_timestamp
+from worker.config import ConfigError, load_settings
+from worker.domain.limits import ident_problem
+from worker.logging import configure_logging
+from worker.telemetry import configure_telemetry
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class UserError(click.ClickException):
+    """Printed as one line, exit status 2, no traceback."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        # The message may quote an argument with a lone surrogate (invalid UTF-8 in argv):
+        # printed escaped, never as a UnicodeEncodeError traceback.
+        line = " ".join(f"error: {self.message}".split())
+        click.echo(line.encode("utf-8", "backslashreplace").decode("utf-8"), err=True)
+
+
+def user_error(exc: BaseException) -> UserError | None:
+    """The one line for an error the user can cause (input, settings, a database that is missing,
+    unreachable or not ours), or None for a bug, which keeps its traceback."""
+    from sqlalchemy.exc import ArgumentError, DatabaseError
+
+    from worker.embeddings.openai_compat import EmbeddingError
+    from worker.host import HostError
+    from worker.ingest.jsonl import InputError
+    from worker.llm.base import LLMError
+    from worker.runs.service import RunError
+
+    if isinstance(exc, UserError):
+        return exc
+    if isinstance(exc, ConfigError | InputError | RunError | LLMError | EmbeddingError | HostError):
+        return UserError(str(exc))
+    if isinstance(exc, OperationalError):
+        reason = str(exc.orig).splitlines()[0] if exc.orig else "connection failed"
+        if "no such table" in reason:  # SQLite; PostgreSQL's missing tables are ProgrammingError
+            return UserError(
+                f"the database has no dream-worker schema ({reason}); run `dream db upgrade`")
+        if "does not exist" in reason:  # PostgreSQL: the database or role named in the URL
+            return UserError(f"cannot connect: {reason.rpartition('FATAL:')[2].strip()}; create "
+                             "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
+        return UserError(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and that "
+                         "the server is running")
+    if isinstance(exc, ProgrammingError) and "does not exist" in str(exc.orig):
+        # A missing table or column; any other ProgrammingError (a value the driver cannot
+        # adapt) is a validation bug and keeps its traceback rather than misleading advice.
+        reason = str(exc.orig).splitlines()[0]
+        return UserError(
+            f"the database schema is missing or out of date ({reason}); run `dream db upgrade`")
+    if isinstance(exc, DatabaseError) and "file is not a database" in str(exc.orig):
+        return UserError("DREAM_DATABASE_URL points at a file that is not an SQLite database; "
+                         "point it at a dream-worker database or a new path")
+    if isinstance(exc, DatabaseError) and "malformed" in str(exc.orig):
+        return UserError("the SQLite database file is damaged (database disk image is malformed); "
+                         "restore it from a backup or export what `sqlite3 FILE .recover` finds")
+    if isinstance(exc, ArgumentError):  # an unparsable DREAM_DATABASE_URL
+        return UserError(f"invalid DREAM_DATABASE_URL ({exc}); use sqlite:///PATH or "
+                         "postgresql://USER@HOST/DB")
+    if isinstance(exc, OSError) and exc.filename is not None:  # a path the user named
+        return UserError(f"cannot use {exc.filename}: {exc.strerror or type(exc).__name__}")
+    return None
+
+
+def user_errors(fn: F) -> F:
+    """Turn every error a user can cause into one clear line (stack traces are for bugs).
+    The `dream` group does the same for every command; this keeps direct callers safe."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            translated = user_error(exc)
+            if translated is None:
+                raise
+            raise translated from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def cli_app(ctx: click.Context, create: bool = False) -> App:
+    """The process's App; ``create`` only for commands that may create a missing SQLite file."""
+    obj = ctx.ensure_object(dict)
+    if "app" not in obj:
+        settings = load_settings()
+        configure_logging(settings.log_format, obj.get("log_level") or settings.log_level)
+        obj["app"] = build_app(settings, create_database=create)
+        configure_telemetry(obj["app"])
+        ctx.call_on_close(obj["app"].dispose)
+    return obj["app"]
+
+
+def read_lines(path: str) -> Iterable[bytes]:
+    """Raw lines of FILE or stdin; ingest decodes them and names a line that is not UTF-8."""
+    if path == "-":
+        return sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin  # type: ignore[return-value]
+    try:
+        with open(path, "rb") as fh:
+            return fh.readlines()
+    except FileNotFoundError:
+        raise UserError(f"file not found: {path}") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}; expected a UTF-8 JSONL file") from None
+
+
+def parse_option_timestamp(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_timestamp(value)
+    except ValueError as exc:
+        raise UserError(f"{name}: {exc}") from None
+
+
+class FiniteRange(click.FloatRange):
+    """A float option that also refuses nan and inf (FloatRange lets nan through every bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+class Ident(click.ParamType):
+    """An id or scope part: what both database backends can store (no NUL, ≤ 64 characters)."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        problem = ident_problem(value) if isinstance(value, str) else None
+        if problem:
+            self.fail(problem, param, ctx)
+        return value
+
+
+IDENT = Ident()

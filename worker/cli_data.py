@@ -1,0 +1,117 @@
+"""`dream notes`, `dream sessions` and `dream entities`: JSONL import and export of the store."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from worker.cli_common import (
+    IDENT,
+    UserError,
+    cli_app,
+    parse_option_timestamp,
+    read_lines,
+    user_errors,
+)
+from worker.clock import utcnow
+from worker.domain.types import Scope
+
+
+def register(main: click.Group) -> None:
+    main.add_command(notes)
+    main.add_command(sessions)
+    main.add_command(entities)
+
+
+@click.group()
+def notes() -> None:
+    """Import, export and add notes."""
+
+
+@notes.command("import")
+@click.argument("file")
+@click.pass_context
+@user_errors
+def notes_import(ctx: click.Context, file: str) -> None:
+    """Import notes from a JSONL FILE (- for stdin); all-or-nothing and idempotent."""
+    from worker.ingest.notes import import_notes
+
+    result = import_notes(cli_app(ctx), read_lines(file))
+    click.echo(f"read {result.read} notes: {result.inserted} added, {result.duplicates} already present")
+
+
+@notes.command("export")
+@click.option("--status", default=None, help="active, pending, revoked or archived")
+@click.option("--agent", default=None, type=IDENT)
+@click.option("--user", default=None, type=IDENT)
+@click.option("--company", default=None, type=IDENT)
+@click.option("--with-embedding", is_flag=True, help="Include the stored vectors.")
+@click.pass_context
+@user_errors
+def notes_export(ctx: click.Context, status: str | None, agent: str | None, user: str | None,
+                 company: str | None, with_embedding: bool) -> None:
+    """Write notes as JSONL to stdout, with status, pointers, comments and lineage."""
+    from worker.export import export_notes
+
+    if status is not None and status not in ("active", "pending", "revoked", "archived"):
+        raise UserError(f"unknown status {status!r}; use active, pending, revoked or archived")
+    out = sys.stdout
+    for line in export_notes(cli_app(ctx), status=status, agent_id=agent, user_id=user,
+                             company_id=company, with_embedding=with_embedding):
+        out.write(line + "\n")
+
+
+# ---- sessions and entities -----------------------------------------------------------------
+@click.group()
+def sessions() -> None:
+    """Record agent sessions (what the gate counts)."""
+
+
+@sessions.command("import")
+@click.argument("file")
+@click.pass_context
+@user_errors
+def sessions_import(ctx: click.Context, file: str) -> None:
+    """Import sessions from JSONL: agent_id, started_at required; user_id, company_id, ended_at."""
+    from worker.ingest.sessions import import_sessions
+
+    result = import_sessions(cli_app(ctx), read_lines(file))
+    click.echo(f"read {result.read} sessions: {result.inserted} added, {result.duplicates} already present")
+
+
+@sessions.command("add")
+@click.option("--agent", required=True, type=IDENT)
+@click.option("--user", default=None, type=IDENT)
+@click.option("--company", default=None, type=IDENT)
+@click.option("--at", "at", default=None, help="Start time (ISO-8601); default now.")
+@click.pass_context
+@user_errors
+def sessions_add(ctx: click.Context, agent: str, user: str | None, company: str | None,
+                 at: str | None) -> None:
+    """Record one session for a scope."""
+    from worker.ingest.sessions import import_sessions
+
+    started = parse_option_timestamp(at, "--at") or utcnow()
+    line = json.dumps({"agent_id": agent, "user_id": user, "company_id": company,
+                       "started_at": started.isoformat()})
+    import_sessions(cli_app(ctx), [line])
+    click.echo(f"session recorded for {Scope(agent, user, company).key} at {started.isoformat()}")
+
+
+@click.group()
+def entities() -> None:
+    """The reference registry used by stale-reference pruning."""
+
+
+@entities.command("import")
+@click.argument("file")
+@click.pass_context
+@user_errors
+def entities_import(ctx: click.Context, file: str) -> None:
+    """Import JSONL lines {kind: agent|user|company|conversation, id, status, ...}; upserts."""
+    from worker.ingest.entities import import_entities
+
+    result = import_entities(cli_app(ctx), read_lines(file))
+    click.echo(f"read {result.read} entities: {result.inserted} upserted")

@@ -1,0 +1,230 @@
+"""`dream run`, `dream runs` and `dream gate`: start dream runs, inspect or cancel them, and
+run the gate check that Celery beat runs."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from worker.app import App
+from worker.cli_common import IDENT, UserError, cli_app, parse_option_timestamp, user_errors
+from worker.clock import utcnow
+from worker.domain.types import PHASES, RunStatus, Scope
+
+
+def register(main: click.Group) -> None:
+    main.add_command(run_cmd)
+    main.add_command(runs)
+    main.add_command(gate_cmd)
+
+
+@click.command("run")
+@click.option("--agent", default=None, type=IDENT)
+@click.option("--user", default=None, type=IDENT)
+@click.option("--company", default=None, type=IDENT)
+@click.option("--due", is_flag=True, help="Run every scope the gate finds due.")
+@click.option("--force", is_flag=True,
+              help="Bypass the gate (never the lease, never the blast-radius guard).")
+@click.option("--allow-retire", type=click.IntRange(0, 10_000_000), default=None, metavar="N",
+              help="Let this run retire up to N notes past the blast-radius guard's share "
+                   "(the count a blocked run's reason names).")
+@click.option("--dry-run", is_flag=True, help="Record proposed changes as steps; apply nothing.")
+@click.option("--phase", "phases", multiple=True, type=click.Choice(PHASES), help="Only these phases.")
+@click.option("--now", default=None, help="Clock for the gate and the archive rules (ISO-8601).")
+@click.option("--via-celery", is_flag=True, help="Enqueue on the broker instead of running here.")
+@click.pass_context
+@user_errors
+def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: str | None,
+            due: bool, force: bool, allow_retire: int | None, dry_run: bool,
+            phases: tuple[str, ...], now: str | None, via_celery: bool) -> None:
+    """Run a dream for one scope (in-process by default) or for every due scope.
+
+    --due also resumes every queued or interrupted run (a killed run, a lost broker message)."""
+    from worker.runs import service
+
+    if bool(agent) == due:
+        raise UserError("give either --agent (with optional --user/--company) or --due")
+    if (user or company) and not agent:
+        raise UserError("--user and --company need --agent")
+    clock = parse_option_timestamp(now, "--now")
+    app = cli_app(ctx)
+    if via_celery and not app.settings.broker_url:
+        raise UserError("--via-celery needs a broker: set DREAM_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
+    if via_celery:
+        from worker.tasks import check_broker
+
+        check_broker(app.settings.broker_url)  # before any run row is written
+    if due:
+        if force or allow_retire is not None:
+            raise UserError("--due runs what the gate allows; use --agent ... --force (and "
+                            "--allow-retire N) for one scope")
+        result = service.gate_check(app, now=clock)
+        run_ids = result.created + result.retried + result.requeued
+        if not via_celery:
+            # In-process, every waiting run is ours to resume: a claim is atomic, so a Celery
+            # worker that holds the same message simply finds it taken (R4).
+            run_ids += [r for r in service.unclaimed_runs(app) if r not in run_ids]
+        if not run_ids:
+            click.echo(f"no scope is due ({len(result.skipped)} checked)")
+    else:
+        assert agent is not None
+        scope = Scope(agent, user, company)
+        service.ensure_scope_known(app, scope)
+        if not force:
+            decision = service.scope_gate(app, scope, now=clock)
+            if not decision.due:
+                click.echo(f"not due for {scope.key}: {decision.reason}; use --force to run anyway")
+                return
+        run_id = service.create_run(app, scope, trigger="cli", force=force, dry_run=dry_run,
+                                    phases=list(phases) or None, clock=clock,
+                                    allow_retire=allow_retire)
+        if run_id is None:
+            raise UserError(service.busy_message(app, scope))
+        run_ids = [run_id]
+    for run_id in run_ids:
+        if via_celery:
+            from worker.tasks import enqueue_run
+
+            enqueue_run(run_id, app)
+            click.echo(f"run {run_id} queued on the broker; follow it with `dream runs show {run_id}`")
+            continue
+        status = service.execute_run(app, run_id)
+        _print_summary(app, run_id, status)
+        if status == RunStatus.INTERRUPTED.value:
+            click.echo(f"run {run_id} lost its lease to another executor or the gate check; "
+                       "resume it with `dream run --due`")
+
+
+def _print_summary(app: App, run_id: str, status: str) -> None:
+    from worker.reporting import run_tree
+
+    tree = run_tree(app, run_id)
+    click.echo(f"run {run_id} {status}  scope={tree['scope']}")
+    if tree.get("status_reason"):
+        click.echo(f"  {status}: {tree['status_reason']}")
+    for step in tree["steps"]:
+        counters = ", ".join(f"{k}={v}" for k, v in (step["output"] or {}).items()
+                             if isinstance(v, int | float | str) and k != "reason")
+        reason = (step["output"] or {}).get("reason") or step.get("error") or ""
+        click.echo(f"  {step['phase']:<15} {step['status']:<10} {step['duration_ms'] or 0:>8.1f} ms  "
+                   f"{counters}{'  (' + reason + ')' if reason else ''}")
+
+
+@click.group()
+def runs() -> None:
+    """Inspect dream runs and their steps."""
+
+
+@runs.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000))
+@click.pass_context
+@user_errors
+def runs_list(ctx: click.Context, as_json: bool, limit: int) -> None:
+    """Most recent runs first."""
+    from worker.reporting import list_runs
+
+    rows = list_runs(cli_app(ctx), limit=limit)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no runs yet; start one with `dream run --agent A --force` or `dream demo`")
+    for r in rows:
+        why = r["status_reason"] or (r["error"] if r["status"] == RunStatus.FAILED.value else None)
+        click.echo(f"{r['id']}  {r['status']:<11} {r['created_at'][:19]}  {r['scope']}"
+                   + (f"  ({why})" if why else ""))
+
+
+@runs.command("cancel")
+@click.argument("run_id")
+@click.option("--reason", default="cancelled by the operator", show_default=True,
+              help="Recorded on the run (ids and words, no note text).")
+@click.pass_context
+@user_errors
+def runs_cancel(ctx: click.Context, run_id: str, reason: str) -> None:
+    """Cancel a queued, interrupted or running run and free its scope."""
+    from worker.runs.service import cancel_run
+
+    was = cancel_run(cli_app(ctx), run_id, reason)
+    click.echo(f"run {run_id} cancelled (was {was})")
+    if was == RunStatus.RUNNING.value:
+        click.echo("its executor stops at its next write; what it applied stays recorded: "
+                   f"`dream undo {run_id}` reverts it")
+
+
+@runs.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@user_errors
+def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """The step tree of one run with timings and counts."""
+    from worker.reporting import render_tree, run_tree
+
+    tree = run_tree(cli_app(ctx), run_id)
+    click.echo(json.dumps(tree, indent=2) if as_json else render_tree(tree))
+
+
+@click.command("gate")
+@click.option("--now", default=None, help="Clock for the gate (ISO-8601).")
+@click.option("--explain", is_flag=True,
+              help="Only show each scope's decision and why; create no run.")
+@click.option("--json", "as_json", is_flag=True, help="With --explain: one JSON object.")
+@click.option("--agent", default=None, help="With --explain: only this scope (agent id).")
+@click.option("--user", default=None)
+@click.option("--company", default=None)
+@click.pass_context
+@user_errors
+def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,
+             agent: str | None, user: str | None, company: str | None) -> None:
+    """What Celery beat does: recover lost runs, create a run for every due scope, and hand
+    them to the broker (DREAM_BROKER_URL); without a broker they wait for `dream run --due`."""
+    from worker.runs.service import decide_scopes, gate_check, scope_known
+
+    if (as_json or agent) and not explain:
+        raise UserError(f"{'--json' if as_json else '--agent'} goes with --explain")
+    if (user or company) and not agent:
+        raise UserError("--user and --company need --agent")
+    app = cli_app(ctx)
+    clock = parse_option_timestamp(now, "--now")
+    if explain:
+        only = None
+        if agent:
+            only = [Scope(agent, user, company)]
+            if not scope_known(app, only[0]):
+                raise UserError(f"unknown scope {only[0].key}: it has no notes and no sessions; "
+                                "check --agent/--user/--company (None is a value, not a wildcard)")
+        decisions = decide_scopes(app, clock or utcnow(), only)
+        if as_json:
+            click.echo(json.dumps({"scopes": [{"scope": scope.key, **d.as_dict()}
+                                              for scope, d in decisions.items()]}, indent=2))
+            return
+        if not decisions:
+            click.echo("no scopes yet: import notes or record sessions first")
+        for scope, d in decisions.items():
+            click.echo(f"{'due' if d.due else 'not due':<8} {d.rule.value:<20} {scope.key}  "
+                       f"{d.reason}")
+        return
+    if app.settings.broker_url:
+        from worker.tasks import check_broker
+
+        check_broker(app.settings.broker_url)  # before any run row is written
+    result = gate_check(app, now=clock)
+    click.echo(f"created {len(result.created)} runs, {len(result.skipped)} scopes not due, "
+               f"{len(result.retried)} interrupted runs to retry, {len(result.requeued)} "
+               f"unclaimed runs handed out again, {len(result.failed)} given up")
+    handed_out = result.created + result.retried + result.requeued
+    if not handed_out:
+        return
+    if app.settings.broker_url:
+        from worker.tasks import enqueue_run
+
+        for run_id in handed_out:
+            enqueue_run(run_id, app)
+        click.echo(f"{len(handed_out)} runs sent to the broker")
+    else:
+        click.echo(f"no broker (DREAM_BROKER_URL unset): execute them here with `dream run "
+                   f"--due`; unclaimed runs are failed after {app.settings.max_attempts} "
+                   f"hand-overs of {app.settings.queued_timeout_seconds} s")
