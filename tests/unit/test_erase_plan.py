@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.phases.contradictions.service import LINEAGE
+from worker.phases.contradictions.apply import LINEAGE
 from worker.safety.erase import (
     RESTORE_RELATIONS,
     REVIEW_RELATIONS,

@@ -13,6 +13,10 @@ from enum import StrEnum
 
 from worker.domain.types import Note, normalise_text
 
+PHASE = "contradictions"
+PROMPT = "contradictions"
+JUDGEMENT_KIND = "pair"
+
 
 class Relation(StrEnum):
     """ROAM's five relations between two notes (a, b)."""
