@@ -1,1 +1,2 @@
-"""The consolidate phase: core.py plans (pure), service.py loads, judges, applies and records."""
+"""The consolidate phase: core.py plans (pure), service.py loads and orchestrates, judging.py
+asks the model or the rules, apply.py writes each cluster, decision.py holds what a step records."""

@@ -1,0 +1,189 @@
+"""Judging clusters: the model (concurrent, no transaction open, replies validated) or the
+rules (which settle identical notes and apply what they settle)."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from worker.domain.types import Note, StepStatus, fingerprint_notes
+from worker.llm.ask import AskStatus, ReplyRejected, ask
+from worker.llm.prompts import render_prompt, template_hash
+from worker.llm.rules import rule_groups
+from worker.phases.consolidate.apply import apply_all
+from worker.phases.consolidate.core import (
+    PROMPT_NAME,
+    RELATIVE_TIME,
+    FusionReply,
+    PlannedCluster,
+    prompt_context,
+    validate_fusion,
+)
+from worker.phases.consolidate.decision import HOST_KEEP_APART, KIND, PHASE, Decision
+from worker.runs.context import PhaseContext
+from worker.telemetry import in_current_trace
+from worker.text.temporal import relative_time_expressions
+
+
+# ---- model judging ------------------------------------------------------------------------
+def judge_with_model(
+    ctx: PhaseContext, clusters: list[tuple[str, PlannedCluster, list[Note]]],
+    counters: dict[str, Any],
+) -> list[Decision]:
+    settings = ctx.settings.consolidate
+    decisions = []
+    with ctx.uow() as uow:
+        originals = _original_sources(uow, [n for _, _, ms in clusters for n in ms],
+                                      settings.max_generation)
+        fps = [fingerprint_notes(ms) for _, _, ms in clusters]
+        known = uow.judgements.known(ctx.scope, KIND, fps)
+        known |= uow.judgements.known(ctx.scope, HOST_KEEP_APART, fps)
+    for name, cluster, members in clusters:
+        sources: list[Note] = []
+        for m in members:
+            sources.extend(originals.get(m.id, [m]))
+        decisions.append(Decision(name, cluster, members, _unique(sources)))
+    to_ask = []
+    for d in decisions:
+        if d.fingerprint in known:
+            d.verdict, d.reason = "known_refused", "judged before at these versions; not asked again"
+        else:
+            to_ask.append(d)
+    llm = ctx.app.llm
+    assert llm is not None
+    # The phase's own wall budget: questions not started by then are deferred, not failed.
+    deadline = time.monotonic() + ctx.settings.llm_phase_seconds
+
+    def one(d: Decision) -> None:
+        # Redaction and invisible-character stripping happen at the boundary (worker.privacy).
+        prompt = render_prompt(PROMPT_NAME, prompt_context(d.sources, ctx.now, settings.max_chars))
+        d.template_hash = prompt.template_hash
+        aliases = [f"n{k + 1}" for k in range(len(d.sources))]
+        warnings: list[str] = []
+
+        def validate(reply: FusionReply) -> None:
+            try:
+                warnings[:] = validate_fusion(
+                    reply, aliases, d.sources, settings.max_chars, settings.block_on_omission,
+                    relative_time_reasked=d.relative_time_rejections > 0)
+            except ReplyRejected as exc:
+                if exc.code == RELATIVE_TIME:
+                    d.relative_time_rejections += 1
+                raise
+
+        d.outcome = ask(llm, prompt, FusionReply, validate=validate,
+                        reserve=ctx.budget.try_reserve_call, charge=ctx.budget.charge,
+                        deadline=deadline)
+        o = d.outcome
+        if o.ok and o.value is not None:
+            d.reason = o.value.reason.strip()[:300]
+            if o.value.should_consolidate:
+                d.verdict, d.content, d.warnings = "merge", o.value.content.strip(), warnings
+            else:
+                d.verdict = "refused"
+        elif o.status in (AskStatus.BUDGET_EXHAUSTED, AskStatus.ERROR, AskStatus.OUT_OF_TIME):
+            d.verdict, d.reason = "deferred", o.reason
+        else:
+            d.verdict, d.reason = "invalid", o.reason
+
+    # Model calls run concurrently and with no transaction open (the snapshot read is closed).
+    if to_ask:
+        workers = min(ctx.settings.llm_concurrency, len(to_ask))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="consolidate-llm") as pool:
+            list(pool.map(in_current_trace(one), to_ask))
+    for d in to_ask:
+        o = d.outcome
+        assert o is not None
+        counters["tokens_in"] += o.tokens_in
+        counters["tokens_out"] += o.tokens_out
+        counters["calls"] = counters.get("calls", 0) + o.attempts
+        # Counted for the eval: how often a fusion kept relative time, and how often it stayed.
+        if d.warnings:
+            counters["omission_warnings"] += 1
+        if d.relative_time_rejections:
+            counters["relative_time_reasks"] += 1
+            if d.verdict == "invalid":
+                counters["clusters_relative_time_refused"] += 1
+    counters["template_hash"] = template_hash(PROMPT_NAME)
+    return decisions
+
+
+def _unique(notes: list[Note]) -> list[Note]:
+    seen: dict[str, Note] = {}
+    for n in notes:
+        seen.setdefault(n.id, n)
+    return list(seen.values())
+
+
+def _original_sources(uow: Any, members: list[Note], max_generation: int) -> dict[str, list[Note]]:
+    """Members consolidated ``max_generation`` times, mapped to their original notes (lineage)."""
+    capped = [m for m in members if m.consolidation_generation >= max_generation]
+    if not capped:
+        return {}
+    roots: dict[str, list[str]] = {m.id: [m.id] for m in capped}
+    for _ in range(max_generation + 5):  # lineage depth is bounded by the generation
+        frontier = {i for ids in roots.values() for i in ids}
+        parents = uow.notes.lineage_parents(frontier)
+        if not parents:
+            break
+        roots = {m: [p for i in ids for p in parents.get(i, [i])] for m, ids in roots.items()}
+    by_id = {n.id: n for n in uow.notes.get_many({i for ids in roots.values() for i in ids})}
+    out = {}
+    for m in capped:
+        found = [by_id[i] for i in dict.fromkeys(roots[m.id]) if i in by_id and i != m.id]
+        if found:
+            out[m.id] = found
+    return out
+
+
+
+# ---- rule judging -------------------------------------------------------------------------
+def judge_and_apply_with_rules(
+    ctx: PhaseContext, parent_step_id: str, clusters: list[tuple[str, PlannedCluster, list[Note]]],
+    snap: Any, counters: dict[str, Any],
+) -> None:
+    """Rules merge what they settle (text kept verbatim); the rest of each cluster stays open."""
+    settings = ctx.settings.consolidate
+    row = {n.id: i for i, n in enumerate(snap.notes)}
+    vectors = snap.vectors
+
+    def related(a: Note, b: Note) -> bool:
+        return float(vectors[row[a.id]] @ vectors[row[b.id]]) >= settings.rule_threshold
+
+    for name, cluster, members in clusters:
+        groups, open_ids = rule_groups(members, related)
+        by_id = {m.id: m for m in members}
+        decisions = []
+        for g_index, group in enumerate(groups):
+            group_notes = [by_id[i] for i in group.note_ids]
+            keep = by_id[group.keep_id]
+            if relative_time_expressions(keep.content):
+                # The fused note is dated today: "last week" kept verbatim would move a week.
+                open_ids = sorted({*open_ids, *group.note_ids})
+                counters["rule_groups_relative_time"] = (
+                    counters.get("rule_groups_relative_time", 0) + 1)
+                continue
+            sub = PlannedCluster(sorted(row[i] for i in group.note_ids), cluster.similarity,
+                                 cluster.min_similarity)
+            d = Decision(f"{name}.{g_index + 1}" if len(groups) > 1 else name, sub, group_notes,
+                         group_notes, verdict="merge", content=keep.content, rule=group.rule,
+                         reason=f"rule: {group.rule} — kept the text of {keep.id} verbatim")
+            decisions.append(d)
+        apply_all(ctx, parent_step_id, decisions, counters)
+        remaining = [by_id[i] for i in open_ids]
+        for d in decisions:
+            if d.new_id is not None:  # merged: the fused note stands for its group
+                remaining.append(Note(id=d.new_id, scope=ctx.scope, content=d.content))
+            else:  # dry run or stale: the group is still there
+                remaining.extend(d.members)
+        if len(remaining) >= 2:
+            counters["clusters_open"] += 1
+            open_decision = Decision(name, cluster, remaining, remaining, verdict="open",
+                                     reason="rules cannot settle these; left for a model or the host")
+            with ctx.uow() as uow:
+                uow.check_lease(ctx.run_id, ctx.epoch)
+                ctx.steps.child(uow, parent_step_id, PHASE,
+                                open_decision.child(StepStatus.SKIPPED.value))
+                uow.commit()
+
