@@ -1,4 +1,4 @@
-"""FastAPI app factory: the host API, ops endpoints and the read-only dashboard.
+"""FastAPI app factory: the host API and ops endpoints; the dashboard is worker.api.dashboard.
 
 Routes only translate HTTP into calls to worker.host / worker.runs / worker.reporting.
 """
@@ -6,17 +6,15 @@ Routes only translate HTTP into calls to worker.host / worker.runs / worker.repo
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import structlog
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from sqlalchemy import text
 
-from worker.api import metrics
+from worker.api import dashboard, metrics
 from worker.api.auth import Principal, authenticate, bearer, parse_tokens
 from worker.api.guards import BodyLimit, ScrubbedErrors
 from worker.api.schemas import CandidatesIn, FuseIn, KeepApartIn, NoteIn, RunIn, ScopeIn, UndoIn
@@ -29,8 +27,6 @@ from worker.host.errors import Invalid
 from worker.runs.service import RunError, UnknownScope, ensure_scope_known
 
 log = structlog.get_logger(__name__)
-TOKEN_COOKIE = "dream_token"
-_TEMPLATES = Path(__file__).parent / "templates"
 
 
 class Unauthorized(Exception):
@@ -56,8 +52,6 @@ def create_api(app: App) -> FastAPI:
                               "endpoint except /healthz needs `Authorization: Bearer <token>`.")
     api.state.app = app
     api.state.tokens = tokens
-    jinja = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape())
-    jinja.globals.update(counts=_counts, numbers=_numbers)
 
     @api.exception_handler(Unauthorized)
     async def _unauthorized(request: Request, exc: Unauthorized) -> Response:
@@ -201,30 +195,7 @@ def create_api(app: App) -> FastAPI:
         body = metrics.render(metrics.collect(app, who.scope))
         return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
-    @api.get("/dashboard", response_class=HTMLResponse, include_in_schema=False)
-    def dashboard(request: Request, token: str | None = None,
-                  run: str | None = None) -> Response:
-        from worker.reporting import list_runs as _list
-
-        given = token or request.cookies.get(TOKEN_COOKIE) or bearer(
-            request.headers.get("authorization"))
-        who = authenticate(tokens, given)
-        if who is None:
-            return HTMLResponse(jinja.get_template("login.html").render(), status_code=401)
-        runs = _list(app, scope=who.scope, limit=20)
-        selected = run or (runs[0]["id"] if runs else None)
-        tree = None
-        if selected:
-            try:
-                tree = _visible_run(app, selected, who)
-            except (NotFound, RunError):
-                tree = None
-        html = jinja.get_template("dashboard.html").render(runs=runs, tree=tree, who=who.label)
-        response = HTMLResponse(html)
-        if token:
-            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
-        return response
-
+    api.include_router(dashboard.router)
     return api
 
 
@@ -236,15 +207,6 @@ def validation_detail(errors: Any) -> str:
         parts.append(f"{where}: {str(error.get('msg', 'invalid')).removeprefix('Value error, ')}")
     text = "; ".join(parts) or "invalid request"
     return text.encode("utf-8", "backslashreplace").decode("utf-8")[:500]
-
-
-def _counts(by_status: dict[str, int] | None) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted((by_status or {}).items())) or "—"
-
-
-def _numbers(output: dict[str, Any] | None) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (output or {}).items()
-                     if isinstance(v, int | float) and not isinstance(v, bool))
 
 
 def _scope_for(who: Principal, requested: ScopeIn | None) -> Scope:
