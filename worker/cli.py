@@ -115,7 +115,8 @@ def _register_optional() -> None:
     import importlib
 
     for module in ("worker.cli_data", "worker.cli_runs", "worker.cli_host", "worker.cli_safety",
-                   "worker.cli_api", "worker.cli_bench", "worker.cli_examples", "worker.cli_mcp"):
+                   "worker.cli_api", "worker.cli_bench", "worker.cli_examples", "worker.cli_mcp",
+                   "worker.cli_review"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

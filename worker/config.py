@@ -154,6 +154,13 @@ class Settings(BaseSettings):
 
     ann_threshold: int = Field(20000, ge=100)
 
+    # Review before apply (worker.review): auto applies what a run decides; propose records
+    # every change as a review item and applies nothing; safe_auto applies what rules settle and
+    # model verdicts at or above the confidence bar, and proposes the rest. An agent's own
+    # apply_mode (agents table) wins.
+    apply_mode: Literal["auto", "propose", "safe_auto"] = "auto"
+    safe_auto_min_confidence: float = Field(0.9, ge=0.0, le=1.0)
+
     # OpenTelemetry's own variables decide whether spans are exported (worker.telemetry); the
     # exporter and SDK read the rest of OTEL_* (headers, sampler, service name) themselves.
     otel_sdk_disabled: bool = Field(False, validation_alias="OTEL_SDK_DISABLED")

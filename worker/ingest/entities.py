@@ -18,6 +18,7 @@ from worker.ingest.fields import (
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
 
+APPLY_MODES = ("auto", "propose", "safe_auto")  # worker.review.items.ApplyMode
 MAX_RETENTION_DAYS = 36_500  # a century; longer windows overflow date arithmetic
 
 
@@ -27,7 +28,7 @@ _ENTITY_FIELDS = {"kind", "id", "status", "deleted_at"}
 _KIND_FIELDS = {
     "agent": {"name", "note_retention_days", "example_retention_days", "auto_archive_enabled",
               "gate_hours", "gate_sessions", "gate_notes", "gate_idle_minutes",
-              "gate_max_stale_hours"},
+              "gate_max_stale_hours", "apply_mode"},
     "user": set(),
     "company": set(),
     "conversation": {"deleted_reason"},
@@ -57,6 +58,11 @@ def parse_entity(obj: dict[str, Any], number: int) -> tuple[str, dict[str, Any]]
         row["auto_archive_enabled"] = enabled
         row["name"] = opt_text(obj, "name", number, 200)
         row.update(_agent_gate(obj, number))
+        mode = obj.get("apply_mode")
+        if mode is not None and mode not in APPLY_MODES:
+            raise InputError(f"line {number}: apply_mode must be one of {', '.join(APPLY_MODES)} "
+                             "(or null for the deployment's DREAM_APPLY_MODE)")
+        row["apply_mode"] = mode
     if kind == "conversation":
         row["deleted_reason"] = opt_text(obj, "deleted_reason", number, 32)
     return kind, row

@@ -139,6 +139,8 @@ class AgentRow(Base):
     gate_notes: Mapped[int | None] = mapped_column(Integer)
     gate_idle_minutes: Mapped[float | None] = mapped_column(Float)
     gate_max_stale_hours: Mapped[float | None] = mapped_column(Float)
+    # auto | propose | safe_auto (worker.review); NULL = the deployment's DREAM_APPLY_MODE.
+    apply_mode: Mapped[str | None] = mapped_column(String(16))
 
 
 class UserRow(Base):
@@ -316,6 +318,39 @@ class ReviewRow(Base):
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (Index("ix_reviews_scope", "scope_key"),)
+
+
+class ReviewItemRow(Base):
+    """A change a run planned and judged but did not apply (apply mode propose / safe_auto):
+    what an operator approves (applied then, in its own small run) or declines."""
+
+    __tablename__ = "review_items"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    scope_key: Mapped[str] = mapped_column(String(400), nullable=False)
+    run_id: Mapped[str | None] = mapped_column(ID)  # the run that proposed it
+    phase: Mapped[str] = mapped_column(String(32), nullable=False)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)  # merge | revoke | flag | archive
+    status: Mapped[str] = mapped_column(String(16), nullable=False, default="open")
+    # The notes the change writes, at the versions it was planned on (the staleness check).
+    versions: Mapped[dict[str, int]] = mapped_column(JSONType(), nullable=False)
+    fingerprint: Mapped[str] = mapped_column(String(64), nullable=False)
+    content: Mapped[str | None] = mapped_column(Text)  # the fused text of a merge
+    source_ids: Mapped[list[str] | None] = mapped_column(JSONType())
+    relation: Mapped[str | None] = mapped_column(String(32))
+    reason: Mapped[str | None] = mapped_column(Text)
+    confidence: Mapped[float | None] = mapped_column(Float)
+    payload: Mapped[dict[str, Any] | None] = mapped_column(JSONType())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    decided_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    decided_by: Mapped[str | None] = mapped_column(String(200))
+    applied_run_id: Mapped[str | None] = mapped_column(ID)  # the approval's own run
+    outcome: Mapped[str | None] = mapped_column(Text)  # why it went stale or was declined
+
+    __table_args__ = (
+        Index("ix_review_items_scope_status", "scope_key", "status"),
+        Index("ix_review_items_run", "run_id"),
+    )
 
 
 class ScopeLeaseRow(Base):

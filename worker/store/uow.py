@@ -13,6 +13,7 @@ from worker.store.repositories import (
     RunRepository,
     SessionRepository,
 )
+from worker.store.repositories.review import ReviewItemRepository
 from worker.store.repositories.safety import SafetyRepository
 
 
@@ -32,6 +33,7 @@ class UnitOfWork:
         self.entities = EntityRepository(self.session)
         self.judgements = JudgementRepository(self.session)
         self.safety = SafetyRepository(self.session)
+        self.review = ReviewItemRepository(self.session)
         return self
 
     def __exit__(

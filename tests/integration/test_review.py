@@ -1,0 +1,147 @@
+"""`dream review` over items stored through the review repository: approve applies through the
+phase's own write path in a run of its own (undoable), a changed note makes an item stale and
+refused, decline is remembered, and another scope's item is not found."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner, Result
+
+from tests.support.factories import add_notes
+from worker.app import App
+from worker.cli import main
+from worker.clock import utcnow
+from worker.domain.types import Scope
+from worker.review.items import DECLINED_KIND, ChangeKind, ProposedChange
+from worker.store.models import NoteRow
+
+SCOPE = Scope("agent-1")
+
+
+def _cli(app: App, *args: str) -> Result:
+    return CliRunner().invoke(main, list(args), env={
+        "DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LLM_PROVIDER": "none",
+        "DREAM_LOG_LEVEL": "WARNING"})
+
+
+def _statuses(app: App, agent: str = "agent-1") -> dict[str, tuple[str, str]]:
+    with app.uow() as uow:
+        rows = uow.session.query(NoteRow).filter(NoteRow.agent_id == agent).all()
+        return {r.id: (r.status, r.content) for r in rows}
+
+
+def _propose(app: App, change: ProposedChange, scope: Scope = SCOPE) -> int:
+    with app.uow() as uow:
+        uow.review.add_many(scope, None, [change.row()], utcnow())
+        uow.commit()
+        return int(uow.review.list(scope)[-1].id)
+
+
+def _merge(ids: list[str], content: str) -> ProposedChange:
+    return ProposedChange(phase="consolidate", kind=ChangeKind.MERGE,
+                          versions=dict.fromkeys(ids, 1), reason="rule: identical",
+                          content=content, source_ids=tuple(ids),
+                          payload={"rule": "identical", "similarity": 1.0})
+
+
+def _seed(app: App) -> None:
+    add_notes(app, {"id": "t1", "content": "Prefers green tea."},
+              {"id": "t2", "content": "Prefers green tea in the morning."},
+              {"id": "c1", "content": "Works from Lisbon."},
+              {"id": "c2", "content": "Works from Lisbon on Fridays."},
+              {"id": "x1", "agent_id": "agent-2", "content": "Prefers green tea."})
+
+
+def test_approve_applies_in_its_own_undoable_run(app: App) -> None:
+    """Approving a merge item revokes its members into a new note with the fused text, records
+    the approver and the approval's run; `dream undo` of that run gives the notes back."""
+    _seed(app)
+    before = _statuses(app)
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    listed = _cli(app, "review", "list", "--agent", "agent-1", "--json")
+    assert listed.exit_code == 0, listed.output
+    (shown,) = json.loads(listed.output)["items"]
+    assert shown["id"] == item and shown["note_ids"] == ["t1", "t2"]
+
+    approved = _cli(app, "review", "approve", str(item), "--agent", "agent-1", "--by", "ana")
+    assert approved.exit_code == 0, approved.output
+    after = _statuses(app)
+    assert after["t1"][0] == after["t2"][0] == "revoked"
+    (new_id,) = set(after) - set(before)
+    assert after[new_id] == ("active", "Prefers green tea.")
+    detail = json.loads(_cli(app, "review", "show", str(item), "--agent", "agent-1",
+                             "--json").output)
+    assert detail["status"] == "approved" and detail["decided_by"] == "cli:ana"
+    run_id = detail["applied_run_id"]
+    assert run_id and run_id in approved.output
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and run.trigger == "review" and run.status == "succeeded"
+
+    undone = _cli(app, "undo", run_id)
+    assert undone.exit_code == 0, undone.output
+    restored = _statuses(app)
+    assert {k: v for k, v in restored.items() if k != new_id} == before
+    assert restored[new_id][0] == "revoked"
+
+
+def test_a_changed_note_makes_the_item_stale_and_refused(app: App) -> None:
+    """The host edits a member after the proposal: approve refuses in one line naming the note,
+    writes nothing, and the item is recorded stale."""
+    _seed(app)
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    with app.uow() as uow:
+        uow.session.query(NoteRow).filter(NoteRow.id == "t2").update(
+            {"content": "Prefers black tea.", "version": 2})
+        uow.commit()
+    before = _statuses(app)
+    refused = _cli(app, "review", "approve", str(item), "--agent", "agent-1")
+    assert refused.exit_code == 2
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "stale" in line and "t2" in line
+    assert _statuses(app) == before
+    shown = json.loads(_cli(app, "review", "show", str(item), "--agent", "agent-1",
+                            "--json").output)
+    assert shown["status"] == "stale"
+    again = _cli(app, "review", "approve", str(item), "--agent", "agent-1")
+    assert again.exit_code == 2 and "already stale" in again.stderr
+
+
+def test_decline_is_remembered_and_run_items_are_decided_together(app: App) -> None:
+    """Declining by --all records the verdict memory at the items' versions; nothing changes."""
+    _seed(app)
+    first = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    second = _propose(app, _merge(["c1", "c2"], "Works from Lisbon."))
+    before = _statuses(app)
+    declined = _cli(app, "review", "decline", "--all", "--agent", "agent-1",
+                    "--reason", "two different teas")
+    assert declined.exit_code == 0, declined.output
+    assert f"declined item {first}" in declined.output
+    assert f"declined item {second}" in declined.output
+    assert _statuses(app) == before
+    fps = [_merge(["t1", "t2"], "").fingerprint, _merge(["c1", "c2"], "").fingerprint]
+    with app.uow() as uow:
+        assert set(uow.judgements.known(SCOPE, DECLINED_KIND, fps)) == set(fps)
+    assert "no open review items" in _cli(app, "review", "list", "--agent", "agent-1").output
+
+
+def test_another_scopes_item_is_not_found(app: App) -> None:
+    """agent-2's item cannot be shown, approved or declined as agent-1."""
+    _seed(app)
+    other = _propose(app, _merge(["x1"], "Prefers green tea."), Scope("agent-2"))
+    for verb in ("show", "approve", "decline"):
+        result = _cli(app, "review", verb, str(other), "--agent", "agent-1")
+        assert result.exit_code == 2, result.output
+        assert f"no review item {other} in this scope" in result.stderr
+    assert _statuses(app, "agent-2")["x1"][0] == "active"
+
+
+def test_usage_errors_are_one_line(app: App) -> None:
+    """approve needs exactly one of ITEM_ID, --run, --all."""
+    _seed(app)
+    for args in ([], ["1", "--all"], ["--run", "r", "--all"]):
+        result = _cli(app, "review", "approve", *args, "--agent", "agent-1")
+        assert result.exit_code == 2
+        (line,) = result.stderr.strip().splitlines()
+        assert "name one ITEM_ID" in line

@@ -1,0 +1,168 @@
+"""`dream review list|show|approve|decline`: thin shells over worker.review.service (the same
+functions the API, the dashboard and the MCP tools call)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from worker.cli_common import IDENT, UserError, cli_app, user_errors
+from worker.domain.limits import INT_MAX
+from worker.domain.types import Scope
+
+F = TypeVar("F", bound=Callable[..., Any])
+ITEM_ID = click.IntRange(1, INT_MAX)
+STATUSES = ("open", "approved", "declined", "stale", "any")
+
+
+def register(main: click.Group) -> None:
+    main.add_command(review)
+
+
+@click.group()
+def review() -> None:
+    """Changes a run proposed instead of applying (DREAM_APPLY_MODE=propose or safe_auto)."""
+
+
+def _scope_options(fn: F) -> F:
+    fn = click.option("--company", default=None, type=IDENT, help="Scope: company id.")(fn)
+    fn = click.option("--user", default=None, type=IDENT, help="Scope: user id.")(fn)
+    return click.option("--agent", required=True, type=IDENT, help="Scope: agent id.")(fn)  # type: ignore[return-value]
+
+
+def _known_scope(ctx: click.Context, agent: str, user: str | None, company: str | None) -> Any:
+    from worker.runs.service import ensure_scope_known
+
+    app, scope = cli_app(ctx), Scope(agent, user, company)
+    ensure_scope_known(app, scope)
+    return app, scope
+
+
+def _selector(item_id: int | None, run_id: str | None, all_: bool) -> Any:
+    from worker.review.service import Selector
+
+    selector = Selector(item_id, run_id, all_)
+    if sum((item_id is not None, run_id is not None, all_)) != 1:
+        raise UserError("name one ITEM_ID, or --run RUN_ID (that run's open items), or --all "
+                        "(every open item of the scope)")
+    return selector
+
+
+def _summary(item: dict[str, Any]) -> str:
+    confidence = "" if item["confidence"] is None else f" confidence {item['confidence']:.2f}"
+    relation = f" {item['relation']}" if item["relation"] else ""
+    return (f"{item['id']:>6}  {item['status']:<8} {item['phase']:<14} {item['kind']:<7}"
+            f"{relation}{confidence}  notes {' '.join(item['note_ids'])}")
+
+
+@review.command("list")
+@_scope_options
+@click.option("--run", "run_id", default=None, type=IDENT, help="Only this run's items.")
+@click.option("--status", type=click.Choice(STATUSES), default="open", show_default=True)
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@user_errors
+def list_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
+             run_id: str | None, status: str, limit: int, as_json: bool) -> None:
+    """The scope's review items, oldest first (ids, phase, kind, the notes each would change)."""
+    from worker.review.service import list_items
+
+    app, scope = _known_scope(ctx, agent, user, company)
+    items = list_items(app, scope, status=None if status == "any" else status, run_id=run_id,
+                       limit=limit)
+    if as_json:
+        click.echo(json.dumps({"items": items}, indent=2))
+        return
+    if not items:
+        click.echo(f"no {'' if status == 'any' else status + ' '}review items")
+    for item in items:
+        click.echo(_summary(item))
+
+
+@review.command("show")
+@click.argument("item_id", type=ITEM_ID)
+@_scope_options
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@user_errors
+def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
+             company: str | None, as_json: bool) -> None:
+    """One item: what it would write, why, and the current text of each note it names."""
+    from worker.review.service import show_item
+
+    app, scope = _known_scope(ctx, agent, user, company)
+    item = show_item(app, scope, item_id)
+    if as_json:
+        click.echo(json.dumps(item, indent=2))
+        return
+    click.echo(_summary(item))
+    click.echo(f"  proposed by run {item['run_id']} at {item['created_at']}")
+    if item["reason"]:
+        click.echo(f"  reason: {item['reason']}")
+    if item["content"]:
+        click.echo(f"  fused text: {item['content']}")
+    for note in item["notes"]:
+        mark = "  (changed since)" if note["changed"] else ""
+        click.echo(f"  note {note['id']} v{note['version']} {note['status']}{mark}: "
+                   f"{note['content']}")
+    if item["decided_by"]:
+        click.echo(f"  {item['status']} by {item['decided_by']} at {item['decided_at']}"
+                   + (f" (run {item['applied_run_id']})" if item["applied_run_id"] else ""))
+
+
+def _decision_options(fn: F) -> F:
+    fn = click.option("--json", "as_json", is_flag=True)(fn)
+    fn = click.option("--by", default="cli", show_default=True, type=IDENT,
+                      help="Who decides (recorded on the item).")(fn)
+    fn = click.option("--all", "all_", is_flag=True, help="Every open item of the scope.")(fn)
+    fn = click.option("--run", "run_id", default=None, type=IDENT,
+                      help="Every open item this run proposed.")(fn)
+    fn = _scope_options(fn)
+    return click.argument("item_id", type=ITEM_ID, required=False)(fn)  # type: ignore[return-value]
+
+
+def _echo(results: list[Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"items": [r.as_dict() for r in results]}, indent=2))
+        return
+    for r in results:
+        click.echo(r.line)
+    if not results:
+        click.echo("no open review items")
+
+
+@review.command("approve")
+@_decision_options
+@click.pass_context
+@user_errors
+def approve_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str | None,
+                company: str | None, run_id: str | None, all_: bool, by: str,
+                as_json: bool) -> None:
+    """Apply ITEM_ID (or a run's items, or all) in its own run; `dream undo RUN` reverts it.
+
+    A note changed since the proposal makes the item stale: refused, nothing written."""
+    from worker.review.service import approve
+
+    app, scope = _known_scope(ctx, agent, user, company)
+    _echo(approve(app, scope, _selector(item_id, run_id, all_), f"cli:{by}"), as_json)
+
+
+@review.command("decline")
+@_decision_options
+@click.option("--reason", default=None, help="Why (recorded; no note text needed).")
+@click.pass_context
+@user_errors
+def decline_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str | None,
+                company: str | None, run_id: str | None, all_: bool, by: str, as_json: bool,
+                reason: str | None) -> None:
+    """Decline ITEM_ID (or a run's items, or all): not proposed again until a note changes."""
+    from worker.review.service import decline
+
+    if reason is not None and (len(reason) > 500 or "\x00" in reason):
+        raise UserError("--reason must be at most 500 characters, without NUL")
+    app, scope = _known_scope(ctx, agent, user, company)
+    _echo(decline(app, scope, _selector(item_id, run_id, all_), f"cli:{by}", reason), as_json)

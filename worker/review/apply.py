@@ -1,0 +1,113 @@
+"""Applying one approved change through the phase's own write path, inside the approval's run.
+
+Each kind rebuilds what its phase decided (a consolidate ``Decision``, a contradictions verdict,
+an archive batch) with the notes at the versions the item was planned on, and hands it to the
+code a run uses; that code re-checks the versions in its write transaction, so a note changed
+between the approval's check and the write still makes the change stale, never a blind write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from worker.domain.types import Note, StepStatus, fingerprint_notes
+from worker.review.items import ChangeKind, ProposedChange
+from worker.runs.context import PhaseContext
+from worker.runs.steps import ChildStep
+
+OK, STALE, GUARDED = "ok", "stale", "guarded"
+
+
+def at_versions(notes: dict[str, Note], change: ProposedChange) -> dict[str, Note]:
+    """The notes as the plan saw them: current fields, the item's versions (the fence)."""
+    return {i: replace(n, version=change.versions.get(i, n.version)) for i, n in notes.items()}
+
+
+def apply_change(ctx: PhaseContext, parent_step_id: str, change: ProposedChange,
+                 notes: dict[str, Note], counters: dict[str, Any]) -> tuple[str, str | None]:
+    """(ok | stale | guarded, the guard's reason or the new note's id)."""
+    if change.kind == ChangeKind.MERGE:
+        return _merge(ctx, parent_step_id, change, notes, counters)
+    if change.kind in (ChangeKind.REVOKE, ChangeKind.FLAG):
+        return _contradiction(ctx, parent_step_id, change, notes, counters)
+    return _archive(ctx, parent_step_id, change, counters)
+
+
+def _merge(ctx: PhaseContext, parent_step_id: str, change: ProposedChange,
+           notes: dict[str, Note], counters: dict[str, Any]) -> tuple[str, str | None]:
+    from worker.phases.consolidate.apply import apply_all
+    from worker.phases.consolidate.core import PlannedCluster
+    from worker.phases.consolidate.decision import Decision
+
+    p = change.payload
+    members = [notes[i] for i in change.note_ids]
+    sources = [notes[i] for i in change.source_ids if i in notes] or members
+    d = Decision(str(p.get("name") or "approved merge"),
+                 PlannedCluster([], float(p.get("similarity") or 0.0),
+                                float(p.get("min_similarity") or 0.0)),
+                 members, sources, verdict="merge", content=change.content or "",
+                 reason=change.reason, rule=p.get("rule"))
+    apply_all(ctx, parent_step_id, [d], counters)
+    if d.new_id is not None:
+        return OK, d.new_id
+    return (GUARDED, d.reason) if d.verdict == "deferred" else (STALE, None)
+
+
+def _contradiction(ctx: PhaseContext, parent_step_id: str, change: ProposedChange,
+                   notes: dict[str, Note], counters: dict[str, Any]) -> tuple[str, str | None]:
+    from worker.phases.contradictions.apply import Applier
+    from worker.phases.contradictions.core import CandidatePair, Decision, Verdict
+
+    p = change.payload
+    a_id, b_id = sorted(change.versions)
+    pair = CandidatePair(a_id, b_id, float(p.get("similarity") or 0.0),
+                         fingerprint_notes([notes[a_id], notes[b_id]]), True)
+    verdict = Verdict(pair, change.relation or "", float(change.confidence or 0.0),
+                      change.reason)
+    decision = Decision(str(p["action"]), str(p["kind"]), p.get("winner"), p.get("loser"),
+                        str(p.get("why") or ""))
+    applier = Applier(ctx, parent_step_id, notes, counters)
+    entry = applier.apply(verdict, decision)
+    applier.finish()
+    action = entry["action"]
+    if action == "guarded":
+        return GUARDED, applier.guard_reason
+    return (OK, None) if action in ("revoke", "flag") else (STALE, None)
+
+
+def _archive(ctx: PhaseContext, parent_step_id: str, change: ProposedChange,
+             counters: dict[str, Any]) -> tuple[str, str | None]:
+    from worker.safety.guard import check_retire, record_trip
+    from worker.store.repositories.examples import ExampleRepository
+    from worker.store.repositories.retention import ArchiveItem, RetentionRepository
+
+    p = change.payload
+    comments: dict[str, str] = dict(p.get("comments") or {})
+    items = [ArchiveItem(i, v, comments.get(i, "")) for i, v in sorted(change.versions.items())]
+    reason = str(p.get("reason") or f"{change.phase}: approved")
+    with ctx.uow() as uow:
+        uow.check_lease(ctx.run_id, ctx.epoch)
+        if p.get("entity") == "example":
+            done = ExampleRepository(uow.session).archive(
+                ctx.scope, items, run_id=ctx.run_id, reason=reason, now=ctx.now)
+        else:
+            if not p.get("owner_gone"):
+                current = {n.id: n for n in uow.notes.get_many(change.versions)}
+                guard = check_retire(uow, ctx, list(current.values()),
+                                     allow_protected=bool(p.get("allow_protected")))
+                if guard is not None:
+                    uow.rollback()
+                    record_trip(ctx, parent_step_id, change.phase, guard, change.note_ids)
+                    return GUARDED, guard
+            done = RetentionRepository(uow.session).archive_notes(
+                ctx.scope, items, run_id=ctx.run_id, reason=reason, now=ctx.now)
+        if len(done) != len(items):
+            uow.rollback()  # all or nothing: the operator approved the batch as shown
+            return STALE, None
+        ctx.steps.child(uow, parent_step_id, change.phase, ChildStep(
+            name="approved archive", status=StepStatus.SUCCEEDED.value,
+            input={"planned": len(items)}, output={"archived": sorted(done), "reason": reason}))
+        uow.commit()
+    counters["archived"] = counters.get("archived", 0) + len(done)
+    return OK, None

@@ -1,0 +1,103 @@
+"""Review before apply, the pure part: apply modes, what a proposed change is, and whether a
+decision is applied at once or proposed for review."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ApplyMode(StrEnum):
+    AUTO = "auto"  # apply every decision (the behaviour before review existed)
+    PROPOSE = "propose"  # plan and judge; record every change as a review item; apply nothing
+    SAFE_AUTO = "safe_auto"  # apply rule verdicts and confident model verdicts; propose the rest
+
+
+class ChangeKind(StrEnum):
+    MERGE = "merge"  # consolidate: members revoked into one new note with the fused text
+    REVOKE = "revoke"  # contradictions: the loser revoked into the winner
+    FLAG = "flag"  # contradictions: both kept, flagged for a human
+    ARCHIVE = "archive"  # prune / archive: notes leave the active set
+
+
+class ItemStatus(StrEnum):
+    OPEN = "open"
+    APPROVED = "approved"
+    DECLINED = "declined"
+    STALE = "stale"  # a note changed after the plan; never applied
+
+
+# Verdict memory of a declined item (judgements.kind): not proposed again at these versions.
+DECLINED_KIND = "review_declined"
+
+
+@dataclass(frozen=True)
+class ProposedChange:
+    """One change a phase decided, as data: what it writes, at which versions, and why.
+
+    ``versions`` holds every note the change writes (members of a merge, the pair of a
+    contradiction, the notes to archive) at the version the plan read; approval re-checks them.
+    ``payload`` is what the phase needs to apply it later (small, JSON-serializable).
+    """
+
+    phase: str
+    kind: ChangeKind
+    versions: dict[str, int]
+    reason: str = ""
+    content: str | None = None
+    source_ids: tuple[str, ...] = ()
+    relation: str | None = None
+    confidence: float | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def note_ids(self) -> list[str]:
+        return sorted(self.versions)
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity of the change at these versions: any member's change makes a new one."""
+        parts = [self.phase, self.kind.value, *sorted(f"{i}:{v}" for i, v in self.versions.items())]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+    def row(self) -> dict[str, Any]:
+        """The review_items columns this change fills (scope, run and times come from the caller)."""
+        return {"phase": self.phase, "kind": self.kind.value, "versions": dict(self.versions),
+                "fingerprint": self.fingerprint, "content": self.content,
+                "source_ids": list(self.source_ids) or None, "relation": self.relation,
+                "reason": self.reason[:1000] or None, "confidence": self.confidence,
+                "payload": self.payload or None}
+
+    @classmethod
+    def from_row(cls, row: Any) -> ProposedChange:
+        return cls(phase=row.phase, kind=ChangeKind(row.kind),
+                   versions={str(k): int(v) for k, v in (row.versions or {}).items()},
+                   reason=row.reason or "", content=row.content,
+                   source_ids=tuple(row.source_ids or ()), relation=row.relation,
+                   confidence=row.confidence, payload=dict(row.payload or {}))
+
+
+def resolve_mode(deployment: str, agent: str | None) -> ApplyMode:
+    """The agent's own mode wins; NULL (or an unknown stored value) means the deployment's."""
+    if agent is not None and agent in set(ApplyMode):
+        return ApplyMode(agent)
+    return ApplyMode(deployment)
+
+
+def should_propose(mode: ApplyMode, *, settled_by_rule: bool, confidence: float | None,
+                   min_confidence: float) -> bool:
+    """True when a decision becomes a review item instead of being applied.
+
+    safe_auto trusts the rule judge (identity, containment, expiry, a recorded deletion: it
+    settles only what is safe by construction) and a model verdict whose stated confidence
+    reaches the bar; a model verdict without a confidence (a fusion) is always proposed.
+    """
+    if mode == ApplyMode.AUTO:
+        return False
+    if mode == ApplyMode.PROPOSE:
+        return True
+    if settled_by_rule:
+        return False
+    return confidence is None or confidence < min_confidence

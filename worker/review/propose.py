@@ -1,0 +1,95 @@
+"""The seam a phase calls: is this decision applied now or proposed, and recording proposals.
+
+A phase builds one ``Proposals`` per run and scope (one short read: the run's trigger, the
+agent's apply mode, the scope's open items), asks ``wants`` for each decision, ``add``s the
+proposed ones as ``ProposedChange`` data and writes them with ``record`` in one transaction.
+An approval's own run (trigger ``review``) always applies: it is the operator's decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from worker.review.items import (
+    DECLINED_KIND,
+    ApplyMode,
+    ProposedChange,
+    resolve_mode,
+    should_propose,
+)
+
+log = structlog.get_logger(__name__)
+
+REVIEW_TRIGGER = "review"  # dream_runs.trigger of an approval's run
+
+
+@dataclass
+class Proposals:
+    mode: ApplyMode
+    min_confidence: float
+    open_fingerprints: set[str] = field(default_factory=set)
+    # Notes an open item of an earlier run would write: phases leave them alone until decided.
+    held: set[str] = field(default_factory=set)
+    pending: list[ProposedChange] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        """False in auto mode: nothing is ever proposed, the phase runs as before."""
+        return self.mode != ApplyMode.AUTO
+
+    def wants(self, *, settled_by_rule: bool, confidence: float | None = None) -> bool:
+        return should_propose(self.mode, settled_by_rule=settled_by_rule, confidence=confidence,
+                              min_confidence=self.min_confidence)
+
+    def add(self, change: ProposedChange) -> None:
+        if change.fingerprint in self.open_fingerprints:
+            return  # proposed by an earlier run and still waiting for its review
+        self.open_fingerprints.add(change.fingerprint)
+        self.pending.append(change)
+
+
+def proposals_for(ctx: Any) -> Proposals:
+    """The apply mode of ``ctx``'s run and scope, read once."""
+    settings = ctx.settings
+    with ctx.uow() as uow:
+        run = uow.runs.get(ctx.run_id) if ctx.run_id else None
+        agent = uow.entities.agent(ctx.scope.agent_id)
+        mode = resolve_mode(settings.apply_mode, agent.apply_mode if agent else None)
+        if run is not None and run.trigger == REVIEW_TRIGGER:
+            mode = ApplyMode.AUTO
+        if mode == ApplyMode.AUTO:
+            return Proposals(mode, settings.safe_auto_min_confidence)
+        return Proposals(mode, settings.safe_auto_min_confidence,
+                         open_fingerprints=uow.review.open_fingerprints(ctx.scope),
+                         held=uow.review.open_note_ids(ctx.scope))
+
+
+def record(ctx: Any, proposals: Proposals, counters: dict[str, Any] | None = None) -> int:
+    """Write the pending proposals in one transaction (none in a dry run); the number written.
+
+    A change an operator declined at these versions is not proposed again.
+    """
+    pending, proposals.pending = proposals.pending, []
+    if not pending:
+        return 0
+    written = 0
+    if not ctx.dry_run:
+        with ctx.uow() as uow:
+            uow.check_lease(ctx.run_id, ctx.epoch)
+            declined = uow.judgements.known(ctx.scope, DECLINED_KIND,
+                                            [c.fingerprint for c in pending])
+            rows = [c.row() for c in pending if c.fingerprint not in declined]
+            written = uow.review.add_many(ctx.scope, ctx.run_id, rows, ctx.now)
+            uow.commit()
+        if len(pending) > written and counters is not None:
+            counters["proposals_declined_before"] = len(pending) - written
+    else:
+        written = len(pending)
+    if counters is not None:
+        counters["proposed"] = counters.get("proposed", 0) + written
+    log.info("review.proposed", run_id=ctx.run_id, scope=ctx.scope.key, items=written,
+             mode=proposals.mode.value)
+    return written

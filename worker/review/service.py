@@ -1,0 +1,273 @@
+"""Review items for the CLI, the API, the dashboard and MCP: list, show, approve, decline.
+
+Every call is bound to one scope: another scope's item id is "not found". Approving re-checks
+the item's note versions (a changed note makes it stale: refused, never written), then applies
+it in its own small run record (trigger ``review``, one phase) through the phase's own write
+path, so `dream undo <that run>` reverts it like any run. Declining records the verdict memory
+that keeps the change from being proposed again until one of its notes changes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import NoteStatus, RunStatus, Scope, StepStatus
+from worker.host.errors import Conflict, Invalid, NotFound
+from worker.review.apply import GUARDED, OK, apply_change, at_versions
+from worker.review.items import DECLINED_KIND, ChangeKind, ItemStatus, ProposedChange
+from worker.review.propose import REVIEW_TRIGGER
+from worker.runs.context import PhaseContext
+from worker.runs.steps import StepRecorder
+
+log = structlog.get_logger(__name__)
+
+MAX_ITEMS = 1000  # items one approve/decline call decides
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which items a call decides: one id, a run's open items, or every open item of the scope."""
+
+    item_id: int | None = None
+    run_id: str | None = None
+    all: bool = False
+
+    def check(self) -> None:
+        given = sum((self.item_id is not None, self.run_id is not None, self.all))
+        if given != 1:
+            raise Invalid("name one item id, or a run (--run RUN_ID), or --all")
+
+
+@dataclass
+class Decided:
+    item_id: int
+    status: str  # approved | declined | stale | blocked
+    line: str
+    run_id: str | None = None  # the approval's run (undo it with `dream undo`)
+    new_note_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.item_id, "status": self.status, "detail": self.line,
+                "run_id": self.run_id, "new_note_id": self.new_note_id}
+
+
+def item_dict(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "run_id": row.run_id, "phase": row.phase, "kind": row.kind,
+            "status": row.status, "note_ids": sorted(row.versions or {}),
+            "versions": dict(row.versions or {}), "content": row.content,
+            "source_ids": list(row.source_ids or []), "relation": row.relation,
+            "reason": row.reason, "confidence": row.confidence,
+            "payload": dict(row.payload or {}),
+            "created_at": row.created_at.isoformat() if row.created_at else None,
+            "decided_at": row.decided_at.isoformat() if row.decided_at else None,
+            "decided_by": row.decided_by, "applied_run_id": row.applied_run_id,
+            "outcome": row.outcome}
+
+
+def list_items(app: App, scope: Scope, *, status: str | None = ItemStatus.OPEN.value,
+               run_id: str | None = None, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+    if status is not None and status not in set(ItemStatus):
+        raise Invalid(f"status must be one of {', '.join(ItemStatus)}")
+    with app.uow() as uow:
+        return [item_dict(r) for r in uow.review.list(scope, status=status, run_id=run_id,
+                                                      limit=limit, offset=offset)]
+
+
+def show_item(app: App, scope: Scope, item_id: int) -> dict[str, Any]:
+    """The item with the current text of each note it names (what the reviewer compares)."""
+    with app.uow() as uow:
+        row = _get(uow, scope, item_id)
+        out = item_dict(row)
+        ids = set(out["note_ids"]) | set(out["source_ids"])
+        notes = {n.id: n for n in uow.notes.get_many(ids)}
+    out["notes"] = [{"id": i, "content": n.content, "status": n.status, "version": n.version,
+                     "changed": n.version != out["versions"].get(i, n.version)
+                     or (i in out["versions"] and n.status != NoteStatus.ACTIVE.value)}
+                    for i in sorted(ids) if (n := notes.get(i)) is not None]
+    return out
+
+
+def _get(uow: Any, scope: Scope, item_id: int) -> Any:
+    row = uow.review.get(scope, item_id)
+    if row is None:
+        raise NotFound(f"no review item {item_id} in this scope; list them with "
+                       "`dream review list`")
+    return row
+
+
+def _selected(app: App, scope: Scope, selector: Selector) -> list[Any]:
+    selector.check()
+    with app.uow() as uow:
+        if selector.item_id is not None:
+            row = _get(uow, scope, selector.item_id)
+            if row.status != ItemStatus.OPEN.value:
+                raise Conflict(f"review item {row.id} is already {row.status}")
+            return [row]
+        rows = uow.review.list(scope, run_id=selector.run_id, limit=MAX_ITEMS)
+    if selector.run_id is not None and not rows:
+        raise NotFound(f"no open review items of run {selector.run_id} in this scope")
+    return rows
+
+
+def decline(app: App, scope: Scope, selector: Selector, by: str,
+            reason: str | None = None) -> list[Decided]:
+    """Decline and remember: not proposed again until one of the item's notes changes."""
+    out = []
+    for row in _selected(app, scope, selector):
+        change = ProposedChange.from_row(row)
+        now = utcnow()
+        with app.uow() as uow:
+            if not uow.review.decide(row.id, ItemStatus.DECLINED.value, now=now, by=by,
+                                     outcome=(reason or "declined")[:500]):
+                out.append(Decided(row.id, "refused", f"item {row.id} was decided meanwhile"))
+                continue
+            _remember_declined(uow, scope, change, reason, now)
+            uow.commit()
+        out.append(Decided(row.id, ItemStatus.DECLINED.value, f"declined item {row.id}"))
+    log.info("review.declined", scope=scope.key, items=len(out), by=by)
+    return out
+
+
+def _remember_declined(uow: Any, scope: Scope, change: ProposedChange, reason: str | None,
+                       now: Any) -> None:
+    """The review's own memory, plus the phase's verdict memory so no model is asked again."""
+    from worker.phases.consolidate.decision import KEEP_SEPARATE
+    from worker.phases.consolidate.decision import KIND as CLUSTER_KIND
+    from worker.phases.contradictions.core import JUDGEMENT_KIND as PAIR_KIND
+
+    ids = change.note_ids
+    why = f"declined in review: {reason}" if reason else "declined in review"
+    uow.judgements.record(scope, DECLINED_KIND, change.fingerprint, ids, "declined", why, None,
+                          now)
+    members = _members_fingerprint(change.versions)
+    if change.kind == ChangeKind.MERGE:
+        uow.judgements.record(scope, CLUSTER_KIND, members, ids, KEEP_SEPARATE, why, None, now)
+    elif change.kind in (ChangeKind.REVOKE, ChangeKind.FLAG):
+        uow.judgements.record(scope, PAIR_KIND, members, ids, "declined", why, None, now)
+
+
+def _members_fingerprint(versions: dict[str, int]) -> str:
+    """``fingerprint_notes`` of the item's notes at the versions it was planned on."""
+    import hashlib
+
+    parts = sorted(f"{i}:{v}" for i, v in versions.items())
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided]:
+    """Apply each selected item in proposal order; a single item refused raises Conflict."""
+    out = [_approve_one(app, scope, row, by) for row in _selected(app, scope, selector)]
+    if selector.item_id is not None and out[0].status != ItemStatus.APPROVED.value:
+        raise Conflict(out[0].line)
+    return out
+
+
+def _stale_line(row: Any, current: dict[str, Any]) -> str | None:
+    for note_id, version in sorted((row.versions or {}).items()):
+        note = current.get(note_id)
+        if note is None:
+            return f"item {row.id} is stale: note {note_id} no longer exists; decline it"
+        if note.version != version or note.status != NoteStatus.ACTIVE.value:
+            return (f"item {row.id} is stale: note {note_id} changed since it was proposed "
+                    f"(version {version} → {note.version}, {note.status}); nothing was "
+                    "written; the next run proposes afresh")
+    return None
+
+
+def _approve_one(app: App, scope: Scope, row: Any, by: str) -> Decided:
+    change = ProposedChange.from_row(row)
+    with app.uow() as uow:
+        current = {n.id: n for n in uow.notes.get_many(set(change.versions) | set(change.source_ids))}
+    if change.kind != ChangeKind.ARCHIVE or change.payload.get("entity") != "example":
+        line = _stale_line(row, current)
+        if line is not None:
+            return _mark_stale(app, row, by, line)
+    ctx = _approval_context(app, scope, change, row, by)
+    parent = ctx.steps.start_phase(change.phase, {"review_item": row.id, "approved_by": by})
+    started = time.perf_counter()
+    counters: dict[str, Any] = _phase_counters(change.phase)
+    result, detail = apply_change(ctx, parent, change, at_versions(current, change), counters)
+    ctx.steps.finish_phase(parent, status=StepStatus.SUCCEEDED.value if result == OK
+                           else StepStatus.SKIPPED.value, output=counters, started=started)
+    return _finish(app, ctx, row, by, result, detail)
+
+
+def _phase_counters(phase: str) -> dict[str, Any]:
+    if phase == "consolidate":
+        from worker.phases.consolidate.service import COUNTERS as CONSOLIDATE
+
+        return dict.fromkeys(CONSOLIDATE, 0)
+    if phase == "contradictions":
+        from worker.phases.contradictions.service import COUNTERS as CONTRADICTIONS
+
+        return dict.fromkeys(CONTRADICTIONS, 0)
+    return {}
+
+
+def _mark_stale(app: App, row: Any, by: str, line: str) -> Decided:
+    with app.uow() as uow:
+        uow.review.decide(row.id, ItemStatus.STALE.value, now=utcnow(), by=by, outcome=line)
+        uow.commit()
+    log.info("review.stale", item=row.id)
+    return Decided(row.id, ItemStatus.STALE.value, line)
+
+
+def _approval_context(app: App, scope: Scope, change: ProposedChange, row: Any,
+                      by: str) -> PhaseContext:
+    """A run of its own for the approval: queued → running with a lease, like any run, so it
+    cannot write beside a dream of the same scope (one active run per scope, R1)."""
+    now = utcnow()
+    with app.uow() as uow:
+        # phases=["review"]: were this process killed mid-approval, the run recovered and
+        # resumed by an executor runs no phase (each is "not requested") and just finishes.
+        run_id = uow.runs.create(scope, now=now, trigger=REVIEW_TRIGGER, phases=["review"],
+                                 force=True)
+        if run_id is None:
+            raise Conflict(f"a run is queued or running for {scope.key}; approve item {row.id} "
+                           "after it finishes")
+        epoch = uow.runs.claim(run_id, now, app.settings.lease_seconds)
+        uow.runs.set_totals(run_id, {"notes_before": uow.notes.count_by_status(scope),
+                                     "review_item": row.id, "approved_by": by})
+        uow.commit()
+    assert epoch is not None
+    return PhaseContext(app=app, run_id=run_id, scope=scope, now=now, epoch=epoch,
+                        steps=StepRecorder(app, run_id, scope), force=True)
+
+
+def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,
+            detail: str | None) -> Decided:
+    now = utcnow()
+    if result == OK:
+        status, line = RunStatus.SUCCEEDED.value, f"approved item {row.id}: applied in run {ctx.run_id}"
+        decided = Decided(row.id, ItemStatus.APPROVED.value, line, ctx.run_id,
+                          detail if row.kind == ChangeKind.MERGE.value else None)
+    elif result == GUARDED:
+        status = RunStatus.BLOCKED.value
+        line = f"item {row.id} not applied: {detail}"
+        decided = Decided(row.id, "blocked", line, ctx.run_id)
+    else:
+        status = RunStatus.CANCELLED.value  # it wrote nothing
+        line = (f"item {row.id} is stale: a note changed while it was being applied; nothing "
+                "was written; the next run proposes afresh")
+        decided = Decided(row.id, ItemStatus.STALE.value, line, ctx.run_id)
+    with app.uow() as uow:
+        run = uow.runs.get(ctx.run_id)
+        totals = {**((run.totals or {}) if run else {}),
+                  "notes_after": uow.notes.count_by_status(ctx.scope)}
+        uow.runs.set_status(ctx.run_id, status, finished_at=now, totals=totals,
+                            lease_expires_at=None, status_reason=line[:300])
+        if result == OK:
+            uow.review.decide(row.id, ItemStatus.APPROVED.value, now=now, by=by,
+                              applied_run_id=ctx.run_id, outcome=line)
+        elif result != GUARDED:
+            uow.review.decide(row.id, ItemStatus.STALE.value, now=now, by=by, outcome=line,
+                              applied_run_id=ctx.run_id)
+        uow.commit()
+    log.info("review.approved", item=row.id, result=result, run_id=ctx.run_id)
+    return decided

@@ -1,0 +1,87 @@
+"""All SQL touching review items (changes proposed by a run, approved or declined later)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, insert, select, update
+from sqlalchemy.orm import Session
+
+from worker.domain.types import Scope
+from worker.store.models import ReviewItemRow
+
+_ITEMS = cast(Table, ReviewItemRow.__table__)
+OPEN = "open"
+
+
+class ReviewItemRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add_many(self, scope: Scope, run_id: str | None, rows: Iterable[dict[str, Any]],
+                 now: datetime) -> int:
+        """Insert open items (one executemany); the number inserted."""
+        values = [{**r, "scope_key": scope.key, "run_id": run_id, "status": OPEN,
+                   "created_at": now} for r in rows]
+        if values:
+            self.session.connection().execute(insert(_ITEMS), values)
+        return len(values)
+
+    def open_fingerprints(self, scope: Scope) -> set[str]:
+        return set(self.session.scalars(
+            select(ReviewItemRow.fingerprint).where(ReviewItemRow.scope_key == scope.key,
+                                                    ReviewItemRow.status == OPEN)))
+
+    def open_note_ids(self, scope: Scope) -> set[str]:
+        """Every note an open item of the scope would write: later plans leave them alone."""
+        rows = self.session.scalars(
+            select(ReviewItemRow.versions).where(ReviewItemRow.scope_key == scope.key,
+                                                 ReviewItemRow.status == OPEN))
+        return {str(i) for versions in rows for i in (versions or {})}
+
+    def get(self, scope: Scope, item_id: int) -> ReviewItemRow | None:
+        """The item, only if it belongs to ``scope`` (another scope's id is not found)."""
+        return self.session.scalars(
+            select(ReviewItemRow).where(ReviewItemRow.id == item_id,
+                                        ReviewItemRow.scope_key == scope.key)).first()
+
+    def list(self, scope: Scope, *, status: str | None = OPEN, run_id: str | None = None,
+             limit: int | None = None, offset: int = 0) -> list[ReviewItemRow]:
+        """The scope's items, oldest first (the order they were proposed in)."""
+        stmt = select(ReviewItemRow).where(ReviewItemRow.scope_key == scope.key)
+        if status is not None:
+            stmt = stmt.where(ReviewItemRow.status == status)
+        if run_id is not None:
+            stmt = stmt.where(ReviewItemRow.run_id == run_id)
+        stmt = stmt.order_by(ReviewItemRow.id).offset(offset)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        return list(self.session.scalars(stmt))
+
+    def counts(self, scope: Scope) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for status in self.session.scalars(
+                select(ReviewItemRow.status).where(ReviewItemRow.scope_key == scope.key)):
+            out[status] = out.get(status, 0) + 1
+        return out
+
+    def decide(self, item_id: int, status: str, *, now: datetime, by: str | None,
+               outcome: str | None = None, applied_run_id: str | None = None) -> bool:
+        """Compare-and-set open → ``status``; False when someone decided it first."""
+        result = self.session.execute(
+            update(ReviewItemRow)
+            .where(ReviewItemRow.id == item_id, ReviewItemRow.status == OPEN)
+            .values(status=status, decided_at=now, decided_by=by, outcome=outcome,
+                    applied_run_id=applied_run_id))
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+    def withdraw_run(self, run_id: str, now: datetime) -> int:
+        """An undone run's open proposals go with it (declined, nothing remembered)."""
+        result = self.session.execute(
+            update(ReviewItemRow)
+            .where(ReviewItemRow.run_id == run_id, ReviewItemRow.status == OPEN)
+            .values(status="declined", decided_at=now, decided_by="undo",
+                    outcome=f"withdrawn: run {run_id} was undone"))
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
