@@ -29,10 +29,11 @@ test: $(STAMP) ## Set up and run every test (unit, SQLite, PostgreSQL+pgvector, 
 test-fast: $(STAMP) ## Unit tests only
 	$(BIN)/pytest tests/unit -q
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff (incl. complexity) and the import contracts (lint-imports, see pyproject)
 	$(BIN)/ruff check worker tests migrations
+	$(BIN)/lint-imports --no-cache
 
-typecheck: $(STAMP) ## mypy on the package
+typecheck: $(STAMP) ## mypy --strict on the package (strict is set in pyproject)
 	$(BIN)/mypy worker
 
 migrate: $(STAMP) ## Apply migrations to DREAM_DATABASE_URL (default: the SQLite file)

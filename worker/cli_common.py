@@ -106,7 +106,8 @@ def cli_app(ctx: click.Context, create: bool = False) -> App:
         obj["app"] = build_app(settings, create_database=create)
         configure_telemetry(obj["app"])
         ctx.call_on_close(obj["app"].dispose)
-    return obj["app"]
+    app: App = obj["app"]
+    return app
 
 
 def read_lines(path: str) -> Iterable[bytes]:
@@ -141,7 +142,8 @@ class FiniteRange(click.FloatRange):
         return number
 
 
-class Ident(click.ParamType):
+# ParamType is generic from click 8.2 on; 8.1 (still supported) cannot be subscripted.
+class Ident(click.ParamType):  # type: ignore[type-arg]
     """An id or scope part: what both database backends can store (no NUL, ≤ 64 characters)."""
 
     name = "id"

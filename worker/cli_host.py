@@ -38,7 +38,7 @@ def _scope(agent: str, user: str | None, company: str | None) -> Scope:
 def _scope_options(fn: F) -> F:
     fn = click.option("--company", default=None, type=IDENT)(fn)
     fn = click.option("--user", default=None, type=IDENT)(fn)
-    return click.option("--agent", required=True, type=IDENT, help="Scope: agent id.")(fn)  # type: ignore[return-value]
+    return click.option("--agent", required=True, type=IDENT, help="Scope: agent id.")(fn)
 
 
 @click.command("candidates")

@@ -48,7 +48,7 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
     )
-    logging.basicConfig(level=level.upper(), stream=_CurrentStderr(), format="%(message)s")  # type: ignore[arg-type]
+    logging.basicConfig(level=level.upper(), stream=_CurrentStderr(), format="%(message)s")
     # faiss announces every CPU-feature probe at INFO; that is noise on a user's terminal.
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     structlog.configure(

@@ -70,8 +70,10 @@ def check_broker(url: str | None = None, timeout: float = 5.0) -> None:
     anything is written."""
     try:
         with (Connection(url) if url else app.connection_for_write()) as conn:
-            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0.2,
-                                   interval_max=0.5, timeout=timeout)
+            # celery-types declares these int; kombu takes (fractional) seconds.
+            conn.ensure_connection(max_retries=1, interval_start=0,
+                                   interval_step=0.2, interval_max=0.5,  # type: ignore[arg-type]
+                                   timeout=timeout)  # type: ignore[arg-type]
     except (KombuOperationalError, OSError) as exc:
         raise service.BrokerUnavailable(_broker_message(exc, url)) from None
 

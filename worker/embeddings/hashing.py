@@ -74,4 +74,5 @@ class HashingEmbedder:
         out = np.sign(out) * np.log1p(np.abs(out))
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        return (out / norms).astype(np.float32)
+        unit: np.ndarray = (out / norms).astype(np.float32)
+        return unit

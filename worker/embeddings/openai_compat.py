@@ -66,7 +66,8 @@ class OpenAICompatibleEmbedder:
         out = np.vstack(chunks)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        return out / norms
+        unit: np.ndarray = out / norms
+        return unit
 
     async def _create(self, batch: list[str]) -> Any:
         client = openai.AsyncOpenAI(

@@ -186,7 +186,7 @@ def _cache(app: App) -> RememberCache:
         cache = app.extras.get("remember_cache")
         if cache is None:
             cache = app.extras["remember_cache"] = RememberCache()
-        return cache  # type: ignore[no-any-return]
+        return cache
 
 
 _CACHE_LOCK = threading.Lock()

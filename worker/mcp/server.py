@@ -132,9 +132,11 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
         changed since, unless force_cascade also undoes the later runs that touched it."""
         return _call(lambda: tools(ctx).undo_run(run_id, force_cascade))
 
-    @server.custom_route("/healthz", methods=["GET"], include_in_schema=False)
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
+
+    # Called, not used as a decorator: the SDK's custom_route has no return annotation.
+    server.custom_route("/healthz", methods=["GET"], include_in_schema=False)(healthz)
 
     return server
 

@@ -310,7 +310,7 @@ def _budget_for(app: App, run_id: str) -> Budget:
     Celery chain spreads them over workers) starts from the usage those phases recorded, so the
     limit holds for the run, not per process."""
     b = app.settings.budget
-    budgets = app.extras.setdefault("budgets", {})
+    budgets: dict[str, Budget] = app.extras.setdefault("budgets", {})
     if run_id not in budgets:
         calls = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
         tokens = [t for t in (b.max_tokens_per_run, b.max_tokens_per_scope) if t is not None]

@@ -75,7 +75,8 @@ def _cuts(n: int, max_span: int, two_spans: bool) -> tuple[np.ndarray, ...]:
 
 def _segment_hash(prefix: np.ndarray, powers: np.ndarray, start: np.ndarray,
                   end: np.ndarray) -> np.ndarray:
-    return prefix[:, end] - prefix[:, start] * powers[end - start]
+    hashes: np.ndarray = prefix[:, end] - prefix[:, start] * powers[end - start]
+    return hashes
 
 
 def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettings()) -> FrameReport:

@@ -149,7 +149,7 @@ def judge_and_apply_with_rules(
     vectors = snap.vectors
 
     def related(a: Note, b: Note) -> bool:
-        return float(vectors[row[a.id]] @ vectors[row[b.id]]) >= settings.rule_threshold
+        return bool(float(vectors[row[a.id]] @ vectors[row[b.id]]) >= settings.rule_threshold)
 
     for name, cluster, members in clusters:
         groups, open_ids = rule_groups(members, related)

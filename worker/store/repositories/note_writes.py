@@ -184,7 +184,7 @@ class NoteWrites:
             .where(NoteRow.id == note.id, NoteRow.version == note.version)
             .values(**values)
         )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
+        if result.rowcount != 1:
             return False
         after = {f: _jsonable(v) for f, v in changes.items() if f in TRACKED_FIELDS}
         after["version"] = new_version
@@ -261,7 +261,7 @@ class NoteWrites:
                              "updated_at": bindparam("v_updated_at")})
                 )
             result = self._run(stmt, params)
-            updated += result.rowcount  # type: ignore[attr-defined]
+            updated += result.rowcount
         if updated != len(notes):
             # Sane multi-row counts on SQLite and psycopg; re-select to name the culprits.
             fresh = self.current_state(n.id for n in notes)

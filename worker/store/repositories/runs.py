@@ -225,7 +225,7 @@ class RunRepository:
 
     # ---- steps -------------------------------------------------------------------------
     def add_step(self, values: dict[str, Any]) -> str:
-        step_id = values.setdefault("id", str(uuid.uuid4()))
+        step_id: str = values.setdefault("id", str(uuid.uuid4()))
         # Core on the session's connection: no ORM per-statement work (hot: every cluster).
         self.session.connection().execute(_INSERT_STEP, [values])
         return step_id

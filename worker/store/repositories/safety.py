@@ -118,7 +118,7 @@ class SafetyRepository:
             update(NoteRow).where(NoteRow.id == note_id, NoteRow.version == version)
             .values(**values, version=version + 1)
         )
-        return result.rowcount == 1  # type: ignore[attr-defined]
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
     def undo_logged(self, log_id: str) -> bool:
         """Whether an undo of ``log_id`` was already written (for ids with no run row: erasures)."""
@@ -143,7 +143,7 @@ class SafetyRepository:
             update(ExampleRow).where(ExampleRow.id == example_id, ExampleRow.version == version)
             .values(status=status, version=version + 1)
         )
-        return result.rowcount == 1  # type: ignore[attr-defined]
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
     def forget_run_records(self, run_id: str) -> tuple[int, int]:
         """Delete the verdict memory and review records a run wrote; (judgements, reviews)."""
@@ -325,9 +325,9 @@ class SafetyRepository:
 
     def erase_sessions(self, user_id: str) -> int:
         """The user's session records (when they talked to which agent): theirs to erase too."""
-        return self.session.execute(
-            delete(SessionRow).where(SessionRow.user_id == user_id)).rowcount  # type: ignore[attr-defined]
+        return int(self.session.execute(
+            delete(SessionRow).where(SessionRow.user_id == user_id)).rowcount)  # type: ignore[attr-defined]
 
     def erase_examples(self, user_id: str) -> int:
-        return self.session.execute(
-            delete(ExampleRow).where(ExampleRow.user_id == user_id)).rowcount  # type: ignore[attr-defined]
+        return int(self.session.execute(
+            delete(ExampleRow).where(ExampleRow.user_id == user_id)).rowcount)  # type: ignore[attr-defined]

@@ -1,0 +1,1 @@
+"""Persistence: engine, models, migrations, repositories and the unit of work."""
