@@ -30,7 +30,7 @@ def review() -> None:
 def _scope_options(fn: F) -> F:
     fn = click.option("--company", default=None, type=IDENT, help="Scope: company id.")(fn)
     fn = click.option("--user", default=None, type=IDENT, help="Scope: user id.")(fn)
-    return click.option("--agent", required=True, type=IDENT, help="Scope: agent id.")(fn)  # type: ignore[return-value]
+    return click.option("--agent", required=True, type=IDENT, help="Scope: agent id.")(fn)
 
 
 def _known_scope(ctx: click.Context, agent: str, user: str | None, company: str | None) -> Any:
@@ -122,7 +122,7 @@ def _decision_options(fn: F) -> F:
     fn = click.option("--run", "run_id", default=None, type=IDENT,
                       help="Every open item this run proposed.")(fn)
     fn = _scope_options(fn)
-    return click.argument("item_id", type=ITEM_ID, required=False)(fn)  # type: ignore[return-value]
+    return click.argument("item_id", type=ITEM_ID, required=False)(fn)
 
 
 def _echo(results: list[Any], as_json: bool) -> None:
