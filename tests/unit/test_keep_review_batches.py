@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.phases.keep_review import BATCH, review_batches
+from worker.phases.keep.judging import BATCH, review_batches
 
 
 def test_instruction_like_note_is_reviewed_alone() -> None:

@@ -39,6 +39,10 @@ class AskStatus(StrEnum):
     ERROR = "error"  # the endpoint failed (LLMError)
 
 
+# Outcomes that say nothing about the question: its items are asked again by a later run.
+DEFERRING = frozenset({AskStatus.BUDGET_EXHAUSTED, AskStatus.OUT_OF_TIME, AskStatus.ERROR})
+
+
 @dataclass
 class Outcome(Generic[T]):
     """The result of one question to the model, after validation and any re-asks."""

@@ -15,7 +15,7 @@ from worker.phases.archive.core import (
     plan_examples,
     plan_notes,
 )
-from worker.phases.keep_review import ReviewResult, review_keep
+from worker.phases.keep.judging import ReviewResult, review_keep
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint

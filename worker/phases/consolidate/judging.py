@@ -4,11 +4,11 @@ rules (which settle identical notes and apply what they settle)."""
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from worker.domain.types import Note, StepStatus, fingerprint_notes
-from worker.llm.ask import AskStatus, ReplyRejected, ask
+from worker.llm.ask import DEFERRING, Outcome, ReplyRejected
+from worker.llm.fanout import Question, ask_all
 from worker.llm.prompts import render_prompt, template_hash
 from worker.llm.rules import rule_groups
 from worker.phases.consolidate.apply import apply_all
@@ -22,7 +22,6 @@ from worker.phases.consolidate.core import (
 )
 from worker.phases.consolidate.decision import HOST_KEEP_APART, KIND, PHASE, Decision
 from worker.runs.context import PhaseContext
-from worker.telemetry import in_current_trace
 from worker.text.temporal import relative_time_expressions
 
 
@@ -50,51 +49,14 @@ def judge_with_model(
             d.verdict, d.reason = "known_refused", "judged before at these versions; not asked again"
         else:
             to_ask.append(d)
-    llm = ctx.app.llm
-    assert llm is not None
     # The phase's own wall budget: questions not started by then are deferred, not failed.
     deadline = time.monotonic() + ctx.settings.llm_phase_seconds
-
-    def one(d: Decision) -> None:
-        # Redaction and invisible-character stripping happen at the boundary (worker.privacy).
-        prompt = render_prompt(PROMPT_NAME, prompt_context(d.sources, ctx.now, settings.max_chars))
-        d.template_hash = prompt.template_hash
-        aliases = [f"n{k + 1}" for k in range(len(d.sources))]
-        warnings: list[str] = []
-
-        def validate(reply: FusionReply) -> None:
-            try:
-                warnings[:] = validate_fusion(
-                    reply, aliases, d.sources, settings.max_chars, settings.block_on_omission,
-                    relative_time_reasked=d.relative_time_rejections > 0)
-            except ReplyRejected as exc:
-                if exc.code == RELATIVE_TIME:
-                    d.relative_time_rejections += 1
-                raise
-
-        d.outcome = ask(llm, prompt, FusionReply, validate=validate,
-                        reserve=ctx.budget.try_reserve_call, charge=ctx.budget.charge,
-                        deadline=deadline)
-        o = d.outcome
-        if o.ok and o.value is not None:
-            d.reason = o.value.reason.strip()[:300]
-            if o.value.should_consolidate:
-                d.verdict, d.content, d.warnings = "merge", o.value.content.strip(), warnings
-            else:
-                d.verdict = "refused"
-        elif o.status in (AskStatus.BUDGET_EXHAUSTED, AskStatus.ERROR, AskStatus.OUT_OF_TIME):
-            d.verdict, d.reason = "deferred", o.reason
-        else:
-            d.verdict, d.reason = "invalid", o.reason
-
-    # Model calls run concurrently and with no transaction open (the snapshot read is closed).
-    if to_ask:
-        workers = min(ctx.settings.llm_concurrency, len(to_ask))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="consolidate-llm") as pool:
-            list(pool.map(in_current_trace(one), to_ask))
-    for d in to_ask:
-        o = d.outcome
-        assert o is not None
+    # Redaction and invisible-character stripping happen at the boundary (worker.privacy).
+    questions = [_question(ctx, d) for d in to_ask]
+    # One fan-out: concurrent, cached, validated, with no transaction open (the read is closed).
+    outcomes = ask_all(ctx, questions, deadline=deadline, phase=PHASE) if to_ask else []
+    for d, o in zip(to_ask, outcomes, strict=True):
+        _settle(d, o)
         counters["tokens_in"] += o.tokens_in
         counters["tokens_out"] += o.tokens_out
         counters["calls"] = counters.get("calls", 0) + o.attempts
@@ -107,6 +69,41 @@ def judge_with_model(
                 counters["clusters_relative_time_refused"] += 1
     counters["template_hash"] = template_hash(PROMPT_NAME)
     return decisions
+
+
+def _question(ctx: PhaseContext, d: Decision) -> Question[FusionReply]:
+    settings = ctx.settings.consolidate
+    prompt = render_prompt(PROMPT_NAME, prompt_context(d.sources, ctx.now, settings.max_chars))
+    d.template_hash = prompt.template_hash
+    aliases = [f"n{k + 1}" for k in range(len(d.sources))]
+
+    def validate(reply: FusionReply) -> None:
+        try:
+            d.warnings = validate_fusion(
+                reply, aliases, d.sources, settings.max_chars, settings.block_on_omission,
+                relative_time_reasked=d.relative_time_rejections > 0)
+        except ReplyRejected as exc:
+            if exc.code == RELATIVE_TIME:
+                d.relative_time_rejections += 1
+            raise
+
+    return Question(prompt, FusionReply, validate)
+
+
+def _settle(d: Decision, o: Outcome[FusionReply]) -> None:
+    """The cluster's verdict from its answer: merge, refused, deferred (ask again next run) or
+    invalid (the model's replies could not be used)."""
+    d.outcome = o
+    if o.ok and o.value is not None:
+        d.reason = o.value.reason.strip()[:300]
+        if o.value.should_consolidate:
+            d.verdict, d.content = "merge", o.value.content.strip()
+        else:
+            d.verdict, d.warnings = "refused", []
+    elif o.status in DEFERRING:
+        d.verdict, d.reason, d.warnings = "deferred", o.reason, []
+    else:
+        d.verdict, d.reason, d.warnings = "invalid", o.reason, []
 
 
 def _unique(notes: list[Note]) -> list[Note]:

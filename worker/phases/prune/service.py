@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 
 from worker.domain.types import PhaseReport, StepStatus
-from worker.phases.keep_review import review_keep
+from worker.phases.keep.judging import review_keep
 from worker.phases.prune.core import (
     REF_ORDER,
     Orphan,

@@ -1,4 +1,4 @@
-"""Ask the model, in concurrent batches, whether notes about to be archived should be kept.
+"""Ask the model, a batch of notes per prompt, whether notes about to be archived should be kept.
 
 Shared by prune (only the source conversation is gone) and archive (high-importance notes unused
 for long). No transaction is open while the model is asked; replies are validated (R12).
@@ -7,17 +7,16 @@ for long). No transaction is open while the model is asked; replies are validate
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from worker.llm.ask import ReplyRejected, ask
+from worker.llm.ask import ReplyRejected
+from worker.llm.fanout import Question, ask_all
 from worker.llm.prompts import render_prompt
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
-from worker.telemetry import in_current_trace
 
 BATCH = 10
 
@@ -82,24 +81,17 @@ def review_keep(
     batches = review_batches(items)
     # The phase's wall budget: batches not asked by then are deferred (kept), never failed.
     deadline = time.monotonic() + ctx.settings.llm_phase_seconds
-
-    def one(batch: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Any, Any]:
-        prompt = render_prompt(prompt_name, {**context, "notes": batch})
-        ids = [b["id"] for b in batch]
-        outcome = ask(llm, prompt, KeepReply, validate=_validator(ids),
-                      reserve=ctx.budget.try_reserve_call, charge=ctx.budget.charge,
-                      deadline=deadline)
-        return batch, prompt, outcome
-
-    with ThreadPoolExecutor(max_workers=min(ctx.settings.llm_concurrency, len(batches))) as pool:
-        answers = list(pool.map(in_current_trace(one), batches))
+    questions = [Question(render_prompt(prompt_name, {**context, "notes": batch}), KeepReply,
+                          _validator([b["id"] for b in batch])) for batch in batches]
+    outcomes = ask_all(ctx, questions, deadline=deadline, phase=prompt_name)
+    answers = [(b, q.prompt, o) for b, q, o in zip(batches, questions, outcomes, strict=True)]
     for number, (batch, prompt, outcome) in enumerate(answers, start=1):
         ids = [b["id"] for b in batch]
         result.tokens_in += outcome.tokens_in
         result.tokens_out += outcome.tokens_out
         result.calls += outcome.attempts
         output: dict[str, Any] = {"asked": len(ids)}
-        if outcome.ok:
+        if outcome.ok and outcome.value is not None:
             for d in outcome.value.decisions:
                 result.keep[d.id] = d.decision == "keep"
                 result.reasons[d.id] = d.reason

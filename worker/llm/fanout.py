@@ -1,0 +1,250 @@
+"""The one concurrent fan-out every judge asks through: questions in, outcomes out (same order).
+
+Concurrency, the run's budget (and a phase's own cap), a per-run reply cache, validation with
+bounded re-asks (``ask``) and, with ``DREAM_LLM_BATCH``, one provider batch per fan-out. No
+database anywhere: callers ask with no transaction open.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from worker.llm.ask import AskStatus, Outcome, ReplyRejected, ask
+from worker.llm.base import LLMClient
+from worker.llm.prompts import RenderedPrompt
+from worker.telemetry import in_current_trace
+
+T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Question(Generic[T]):
+    """One prompt, the reply shape it wants and the semantic check its reply must pass."""
+
+    prompt: RenderedPrompt
+    reply_model: type[T]
+    validate: Callable[[T], None] | None = None
+
+    def schema(self) -> dict[str, Any]:
+        return self.reply_model.model_json_schema()
+
+    def estimate_tokens(self) -> int:
+        return (len(self.prompt.system) + len(self.prompt.user)) // 4
+
+
+class Spender(Protocol):
+    """The run's budget (``worker.runs.context.Budget``)."""
+
+    max_calls: int | None
+    max_tokens: int | None
+    calls: int
+    tokens: int
+
+    def try_reserve_call(self) -> bool: ...
+
+    def charge(self, tokens: int) -> None: ...
+
+
+class AskingContext(Protocol):
+    """What a fan-out needs from a phase's context."""
+
+    run_id: str
+    app: Any  # .llm: the client behind the outbound boundary
+
+    @property
+    def budget(self) -> Spender: ...
+
+    @property
+    def settings(self) -> Any: ...
+
+    @property
+    def scope(self) -> Any: ...
+
+
+@dataclass
+class CallLimit:
+    """A phase's own cap on model calls and tokens (per run and scope), on top of the run's."""
+
+    max_calls: int | None
+    max_tokens: int | None
+    calls: int = 0
+    tokens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def reserve(self, estimated_tokens: int = 0) -> bool:
+        """One call, if it is left and its estimated tokens still fit."""
+        with self._lock:
+            if self.max_calls is not None and self.calls >= self.max_calls:
+                return False
+            if self.max_tokens is not None and (
+                self.tokens >= self.max_tokens or self.tokens + estimated_tokens > self.max_tokens
+            ):
+                return False
+            self.calls += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self.calls -= 1
+
+    def charge(self, tokens: int) -> None:
+        with self._lock:
+            self.tokens += tokens
+
+    def calls_left(self) -> int | None:
+        with self._lock:
+            return None if self.max_calls is None else self.max_calls - self.calls
+
+
+def room(ctx: AskingContext, limit: CallLimit | None = None) -> int:
+    """How many questions may go out now: the concurrency, the calls left to the run and to
+    the phase, and none once the run's tokens are spent."""
+    b = ctx.budget
+    if b.max_tokens is not None and b.tokens >= b.max_tokens:
+        return 0
+    if limit is not None and limit.max_tokens is not None and limit.tokens >= limit.max_tokens:
+        return 0
+    left = [int(ctx.settings.llm_concurrency)]
+    if b.max_calls is not None:
+        left.append(b.max_calls - b.calls)
+    if limit is not None and (phase_left := limit.calls_left()) is not None:
+        left.append(phase_left)
+    return max(0, min(left))
+
+
+class Spending:
+    """Reserve before each call and charge after each reply, on the run and the phase cap."""
+
+    def __init__(self, ctx: AskingContext, limit: CallLimit | None) -> None:
+        self.budget = ctx.budget
+        self.limit = limit
+
+    def reserve(self, estimated_tokens: int) -> bool:
+        if self.limit is not None and not self.limit.reserve(estimated_tokens):
+            return False
+        if not self.budget.try_reserve_call():
+            if self.limit is not None:
+                self.limit.release()
+            return False
+        return True
+
+    def charge(self, tokens: int) -> None:
+        if self.limit is not None:
+            self.limit.charge(tokens)
+        self.budget.charge(tokens)
+
+
+# ---- the per-run reply cache ---------------------------------------------------------------
+class ReplyCache:
+    """Validated replies by question, for one process; a key names the run and scope, so an
+    answer is reused only for the identical prompt of the same run (a retried phase, a batch
+    picked up again), never across runs or scopes."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self.max_entries = max_entries
+        self._data: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Any | None:
+        with self._lock:
+            if key not in self._data:
+                return None
+            self._data.move_to_end(key)
+            return self._data[key]
+
+    def put(self, key: str, data: Any) -> None:
+        with self._lock:
+            self._data[key] = data
+            self._data.move_to_end(key)
+            while len(self._data) > self.max_entries:
+                self._data.popitem(last=False)
+
+
+REPLIES = ReplyCache()
+
+
+def question_key(ctx: AskingContext, model: str, q: Question[Any]) -> str:
+    """A digest of everything that decides the answer, salted with the run and scope; it names
+    a question to the provider (batch ``custom_id``) without carrying its text."""
+    digest = hashlib.sha256()
+    for part in (ctx.run_id, str(ctx.scope.key), model, q.prompt.name, q.prompt.system,
+                 q.prompt.user, json.dumps(q.schema(), sort_keys=True)):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return "q-" + digest.hexdigest()[:40]
+
+
+def check_reply(q: Question[T], data: Any) -> tuple[T | None, str]:
+    """``data`` as the validated reply, or None and why not (the same checks as ``ask``)."""
+    try:
+        value = q.reply_model.model_validate(data)
+        if q.validate is not None:
+            q.validate(value)
+    except ValidationError as exc:
+        return None, "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'reply'}: {e['msg']}"
+                               for e in exc.errors()[:5])[:300]
+    except ReplyRejected as exc:
+        return None, str(exc)[:300]
+    return value, ""
+
+
+def _cached(q: Question[T], data: Any) -> Outcome[T] | None:
+    value, _ = check_reply(q, data)
+    return None if value is None else Outcome(value=value, status=AskStatus.OK)
+
+
+# ---- the fan-out ---------------------------------------------------------------------------
+def ask_all(
+    ctx: AskingContext, questions: Sequence[Question[Any]], *, llm: LLMClient | None = None,
+    deadline: float | None = None, limit: CallLimit | None = None, phase: str = "",
+) -> list[Outcome[Any]]:
+    """Every question asked at most ``llm_concurrency`` at a time (or as one provider batch
+    with ``DREAM_LLM_BATCH``); outcomes in the order of ``questions``, failures as data.
+
+    ``deadline`` (``time.monotonic()``): no call starts after it; ``limit``: the phase's own
+    cap; ``phase`` names the run step a batch is recorded on.
+    """
+    client = llm if llm is not None else ctx.app.llm
+    if client is None:
+        raise ValueError("ask_all needs a model client; the rule judge asks nothing")
+    model = str(getattr(client, "model", "") or "")
+    keys = [question_key(ctx, model, q) for q in questions]
+    outcomes: list[Outcome[Any] | None] = []
+    for q, key in zip(questions, keys, strict=True):
+        data = REPLIES.get(key)
+        outcomes.append(_cached(q, data) if data is not None else None)
+    todo = [i for i, o in enumerate(outcomes) if o is None]
+    spending = Spending(ctx, limit)
+    if todo:
+        answered = _ask_online(ctx, client, [questions[i] for i in todo], spending, deadline)
+    else:
+        answered = []
+    for i, outcome in zip(todo, answered, strict=True):
+        outcomes[i] = outcome
+        if outcome.ok and outcome.value is not None:
+            REPLIES.put(keys[i], outcome.value.model_dump(mode="json"))
+    return [o for o in outcomes if o is not None]
+
+
+def _ask_online(
+    ctx: AskingContext, llm: LLMClient, questions: list[Question[Any]], spending: Spending,
+    deadline: float | None,
+) -> list[Outcome[Any]]:
+    def one(q: Question[Any]) -> Outcome[Any]:
+        estimate = q.estimate_tokens()
+        return ask(llm, q.prompt, q.reply_model, validate=q.validate,
+                   reserve=lambda: spending.reserve(estimate), charge=spending.charge,
+                   deadline=deadline)
+
+    workers = min(int(ctx.settings.llm_concurrency), len(questions))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm") as pool:
+        return list(pool.map(in_current_trace(one), questions))
