@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -82,13 +82,11 @@ def ask(
     outcome: Outcome[T] = Outcome(value=None, status=AskStatus.INVALID)
     for attempt in range(1 + MAX_REASKS):
         if deadline is not None and time.monotonic() >= deadline:
-            outcome.status = AskStatus.OUT_OF_TIME
-            outcome.reason = "the phase's model wall-time budget is spent; deferred to the next run"
-            return outcome
+            return _stop(outcome, AskStatus.OUT_OF_TIME,
+                         "the phase's model wall-time budget is spent; deferred to the next run")
         if reserve is not None and not reserve():
-            outcome.status = AskStatus.BUDGET_EXHAUSTED
-            outcome.reason = "model budget exhausted"
-            return outcome
+            return _stop(outcome, AskStatus.BUDGET_EXHAUSTED, "model budget exhausted")
+        outcome.attempts = attempt + 1
         try:
             with telemetry.model_call_span(llm, prompt.name) as span:
                 reply = llm.complete_json(
@@ -96,41 +94,49 @@ def ask(
                 )
                 span.model_reply(reply)
         except LLMError as exc:
-            outcome.attempts = attempt + 1
-            outcome.status = AskStatus.ERROR
-            outcome.reason = str(exc)[:300]
-            return outcome
-        outcome.attempts = attempt + 1
+            return _stop(outcome, AskStatus.ERROR, str(exc)[:300])
         outcome.tokens_in += reply.tokens_in
         outcome.tokens_out += reply.tokens_out
         outcome.model = reply.model
         if charge is not None:
             charge(reply.tokens_in + reply.tokens_out)
-        try:
-            value = reply_model.model_validate(reply.data)
-            if validate is not None:
-                validate(value)
-        except ValidationError as exc:
-            problem = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'reply'}: {e['msg']}" for e in exc.errors()[:5]
-            )
-        except ReplyRejected as exc:
-            problem = str(exc)
-            if exc.final:
-                outcome.errors.append(problem[:300])
-                outcome.reason = problem[:300]
-                return outcome
-        else:
-            outcome.value = value
+        value, problem, final = check(reply_model, validate, reply.data)
+        if value is not None:
+            outcome.value, outcome.reason = value, ""
             outcome.status = AskStatus.OK
-            outcome.reason = ""
             return outcome
-        outcome.errors.append(problem[:300])
-        outcome.reason = problem[:300]
+        outcome.errors.append(problem)
+        outcome.reason = problem
+        if final:
+            return outcome
         user = (
             prompt.user
             + "\n\nYour previous reply could not be used: "
-            + problem[:300]
+            + problem
             + "\nReply again with one JSON object that follows the schema exactly."
         )
+    return outcome
+
+
+def check(
+    reply_model: type[T], validate: Callable[[T], None] | None, data: Any,
+) -> tuple[T | None, str, bool]:
+    """``data`` as the validated reply, or None, why not (at most 300 characters) and whether
+    the rejection is final (no re-ask)."""
+    try:
+        value = reply_model.model_validate(data)
+        if validate is not None:
+            validate(value)
+    except ValidationError as exc:
+        problem = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'reply'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        return None, problem[:300], False
+    except ReplyRejected as exc:
+        return None, str(exc)[:300], exc.final
+    return value, "", False
+
+
+def _stop(outcome: Outcome[T], status: AskStatus, reason: str) -> Outcome[T]:
+    outcome.status, outcome.reason = status, reason
     return outcome

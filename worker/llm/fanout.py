@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from worker.llm.ask import AskStatus, Outcome, ReplyRejected, ask
+from worker.llm.ask import AskStatus, Outcome, ask, check
 from worker.llm.base import LLMClient
 from worker.llm.prompts import RenderedPrompt
 from worker.telemetry import in_current_trace
@@ -183,22 +183,8 @@ def question_key(ctx: AskingContext, model: str, q: Question[Any]) -> str:
     return "q-" + digest.hexdigest()[:40]
 
 
-def check_reply(q: Question[T], data: Any) -> tuple[T | None, str]:
-    """``data`` as the validated reply, or None and why not (the same checks as ``ask``)."""
-    try:
-        value = q.reply_model.model_validate(data)
-        if q.validate is not None:
-            q.validate(value)
-    except ValidationError as exc:
-        return None, "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'reply'}: {e['msg']}"
-                               for e in exc.errors()[:5])[:300]
-    except ReplyRejected as exc:
-        return None, str(exc)[:300]
-    return value, ""
-
-
 def _cached(q: Question[T], data: Any) -> Outcome[T] | None:
-    value, _ = check_reply(q, data)
+    value, _, _ = check(q.reply_model, q.validate, data)
     return None if value is None else Outcome(value=value, status=AskStatus.OK)
 
 
