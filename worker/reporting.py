@@ -8,6 +8,7 @@ from worker.app import App
 from worker.domain.types import Scope
 from worker.runs.service import RunError
 from worker.store.models import DreamRunRow, RunStepRow
+from worker.store.repositories.dashboard import NOTE_STATUSES, DashboardQueries, ScopeFilter
 
 
 def _iso(value: Any) -> str | None:
@@ -86,3 +87,107 @@ def _step_line(step: dict[str, Any], indent: str) -> str:
     tokens = f"  tokens {step['tokens_in']}/{step['tokens_out']}" if step.get("tokens_in") else ""
     return (f"{indent}{step['name']:<28} {step['status']:<10} {ms:>8.1f} ms  {counters}{tokens}"
             f"{'  — ' + str(reason) if reason else ''}")
+
+
+# ---- dashboard read models ---------------------------------------------------------------
+# Notes a phase retired, from its parent step's counters (``notes_retired`` wins when a phase
+# records it); dry runs are left out of every trend.
+RETIRED_BY = {"consolidate": ("notes_revoked",),
+              "contradictions": ("conflicts_resolved", "equivalents_merged"),
+              "prune": ("notes_archived",), "archive": ("notes_expired", "notes_stale")}
+PHASE_ORDER = tuple(RETIRED_BY)
+
+
+def _pages(total: int, per_page: int) -> int:
+    return max(1, -(-total // per_page))
+
+
+def runs_page(app: App, f: ScopeFilter, page: int, per_page: int) -> dict[str, Any]:
+    """One page of runs, unresolved blocked/partial/failed first, with the page arithmetic."""
+    with app.uow() as uow:
+        rows, total = DashboardQueries(uow.session).runs_page(f, (page - 1) * per_page, per_page)
+        runs = [run_summary(r) | {"attention": flag} for r, flag in rows]
+    return {"runs": runs, "total": total, "page": page, "pages": _pages(total, per_page)}
+
+
+def _growing(series: list[int], runs: int) -> bool:
+    tail = series[-runs:]
+    return len(tail) >= runs and all(a < b for a, b in zip(tail, tail[1:], strict=False))
+
+
+def _scope_row(key: str, recent: list[dict[str, Any]], notes: dict[str, int],
+               last_ok: Any, growth_runs: int) -> dict[str, Any]:
+    finished = [r for r in reversed(recent) if r["finished_at"] is not None and not r["dry_run"]]
+    opened = [int(r["open"] or 0) for r in finished]
+    deferred = [int(r["n"] or 0) for r in finished]
+    latest = recent[0] if recent else None
+    return {
+        "scope": key, "notes": notes, "last_succeeded": _iso(last_ok),
+        "open": opened, "deferred": deferred,
+        "open_growing": _growing(opened, growth_runs),
+        "deferred_growing": _growing(deferred, growth_runs),
+        "latest": None if latest is None else {
+            "id": latest["id"], "status": latest["status"],
+            "reason": latest["status_reason"] or latest["error"]},
+    }
+
+
+def scope_health(app: App, f: ScopeFilter, page: int, per_page: int,
+                 depth: int = 6) -> dict[str, Any]:
+    """A page of scopes: notes by status, last successful dream, the latest run, and open
+    candidates and deferrals over the last ``depth`` runs (growing at every one is flagged)."""
+    with app.uow() as uow:
+        q = DashboardQueries(uow.session)
+        keys, total = q.scopes_page(f, (page - 1) * per_page, per_page)
+        notes = q.notes_by_status(keys)
+        last_ok = q.last_succeeded(keys)
+        recent: dict[str, list[dict[str, Any]]] = {}
+        for row in q.recent_runs(keys, depth):
+            recent.setdefault(row["scope_key"], []).append(row)
+    growth = app.settings.open_growth_runs
+    scopes = [_scope_row(k, recent.get(k, []), notes.get(k, {}), last_ok.get(k), growth)
+              for k in keys]
+    return {"scopes": scopes, "total": total, "page": page, "pages": _pages(total, per_page)}
+
+
+def _notes_series(runs: list[dict[str, Any]], baseline: dict[str, dict[str, int]]
+                  ) -> dict[str, list[int]]:
+    """Notes by status after each run, summed over the scopes seen so far (one scope: its own)."""
+    state = dict(baseline)
+    series: dict[str, list[int]] = {s: [] for s in NOTE_STATUSES}
+    for run in runs:
+        state[run["scope_key"]] = {s: int(run[f"after_{s}"] or 0) for s in NOTE_STATUSES}
+        for s in NOTE_STATUSES:
+            series[s].append(sum(counts.get(s, 0) for counts in state.values()))
+    return {s: v for s, v in series.items() if any(v)}
+
+
+def _retired(figures: dict[str, Any], phase: str) -> int:
+    if figures.get("notes_retired"):
+        return int(figures["notes_retired"])
+    return sum(int(figures.get(k) or 0) for k in RETIRED_BY.get(phase, ()))
+
+
+def trends(app: App, f: ScopeFilter, last: int) -> dict[str, Any]:
+    """Per-run figures of the last ``last`` finished non-dry runs, oldest first: notes by
+    status, notes retired per phase, model calls and tokens."""
+    with app.uow() as uow:
+        q = DashboardQueries(uow.session)
+        runs = q.trend_runs(f, last)
+        ids = [r["id"] for r in runs]
+        figures = q.phase_figures(ids) if ids else []
+        keys = sorted({r["scope_key"] for r in runs})
+        baseline = q.baseline_notes(keys, runs[0]["created_at"]) if runs else {}
+    by_run: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in figures:
+        by_run.setdefault(row["run_id"], {})[row["phase"]] = row
+    per = [by_run.get(i, {}) for i in ids]
+    return {
+        "labels": [r["created_at"].strftime("%m-%d %H:%M") for r in runs],
+        "run_ids": ids, "scopes": len(keys),
+        "notes": _notes_series(runs, baseline),
+        "retired": {p: [_retired(x.get(p, {}), p) for x in per] for p in PHASE_ORDER},
+        "calls": [sum(int(v["calls"]) for v in x.values()) for x in per],
+        "tokens_in": [sum(int(v["tokens_in"]) for v in x.values()) for x in per],
+        "tokens_out": [sum(int(v["tokens_out"]) for v in x.values()) for x in per],
+    }

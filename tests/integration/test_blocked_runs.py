@@ -95,7 +95,7 @@ def test_r27_guard_trip_is_blocked_in_runs_list_metrics_and_dashboard(
     assert "dream_runs_blocked_total 1" in body.splitlines()
     assert 'dream_runs{status="blocked"} 1' in body
     page = api.get("/dashboard", params={"token": ADMIN}).text
-    assert 'class="blocked"' in page and "would retire 8 of 12" in page
+    assert 'class="status blocked"' in page and "would retire 8 of 12" in page
 
     allowed = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", "--phase",
                     "prune", "--allow-retire", "8")

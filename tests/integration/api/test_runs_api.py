@@ -174,19 +174,23 @@ def test_cancel_through_the_api(api_app: App, client: TestClient) -> None:
 
 def test_dashboard_renders_runs_and_keeps_the_token_in_a_cookie(api_app: App,
                                                                 client: TestClient) -> None:
-    """The read-only page lists runs with steps, timings and notes before → after; a query
-    token is moved into an HttpOnly cookie; no token gets the login page with 401."""
+    """The read-only page lists runs with notes before → after and links each run's steps; a
+    query token is moved into an HttpOnly cookie by a redirect that drops it from the address;
+    no token gets the login page with 401; another tenant's token sees neither list nor run."""
     add_notes(api_app, {"content": "Prefers tea.", "expires_at": "2000-01-01T00:00:00+00:00"})
     run_id = _run(client, api_app)
     assert client.get("/dashboard").status_code == 401
-    r = client.get("/dashboard", params={"token": AGENT_1})
-    assert r.status_code == 200
-    assert run_id[:8] in r.text and "archive" in r.text and "notes before" in r.text.lower()
+    r = client.get("/dashboard", params={"token": AGENT_1, "page": 1}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/dashboard?page=1"
     assert "httponly" in r.headers["set-cookie"].lower()
-    client.cookies.set("dream_token", AGENT_1)
-    assert run_id in client.get("/dashboard").text
+    page = client.get("/dashboard")
+    assert page.status_code == 200
+    assert run_id[:8] in page.text and "notes before" in page.text.lower()
+    detail = client.get(f"/dashboard/runs/{run_id}")
+    assert detail.status_code == 200 and run_id in detail.text and "archive" in detail.text
     client.cookies.clear()
     assert run_id[:8] not in client.get("/dashboard", params={"token": AGENT_2}).text
+    assert client.get(f"/dashboard/runs/{run_id}").status_code == 404
 
 
 def test_openapi_document_lists_the_endpoints(client: TestClient) -> None:
