@@ -42,8 +42,12 @@ migrate: $(STAMP) ## Apply migrations to DREAM_DATABASE_URL (default: the SQLite
 check-migrations: $(STAMP) ## Fail if models changed without a migration
 	$(BIN)/pytest -q tests/integration/test_migrations.py
 
-bench: $(STAMP) ## Performance benchmark (prints tables; see README "Benchmarks")
-	$(BIN)/python -m tests.bench.run
+$(VENV)/.bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	@touch $@
+
+bench: $(VENV)/.bench ## Performance benchmark, with the peer kore-memory (prints tables; see README "Benchmarks")
+	$(BIN)/python -m tests.bench.run $(BENCH_ARGS)
 
 eval: $(STAMP) ## Quality evaluation: ../shared/eval-data (skips what is absent) and the evolving-fact suite
 	$(BIN)/python -m tests.bench.eval

@@ -105,7 +105,8 @@ def ours(url: str, cons: float, contra: float) -> dict[str, Any]:
 
 def our_calls(url: str) -> int:
     """Model calls our phases make on this data (zero-latency stand-in, in a child process)."""
-    from tests.bench.run import fresh_copy, run_inprocess
+    from tests.bench.inprocess import run_inprocess
+    from tests.bench.stores import fresh_copy
 
     db = make_db_name(url)
     r = run_inprocess(fresh_copy("postgres", db, "calls"), latency=0.0, concurrency=8)

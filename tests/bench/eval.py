@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.bench.run import table
+from tests.bench.report import table
 from tests.support.evaldata import eval_data_dir
 from worker.config import Settings
 from worker.embeddings.hashing import HashingEmbedder

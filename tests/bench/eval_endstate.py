@@ -219,7 +219,7 @@ HEADERS = ["judge", "after run", "exact end states", "current facts lost",
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.bench.run import table
+    from tests.bench.report import table
     from worker.logging import configure_logging
 
     ap = argparse.ArgumentParser(prog="eval_endstate", description=__doc__)
