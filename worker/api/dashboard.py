@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.routing import Match
 
 from worker.api import dashboard_charts
 from worker.api.auth import Principal, authenticate, bearer
@@ -32,6 +33,8 @@ CHILDREN_SHOWN = 200
 # (label, path) of the pages in the dashboard's navigation; other page modules (the review
 # page) append theirs with add_nav_link() when their router is included.
 NAV_LINKS: list[tuple[str, str]] = [("Overview", "/dashboard")]
+# Pages other modules serve (the review page): linked once their route is mounted.
+KNOWN_PAGES = (("Review", "/dashboard/review"),)
 
 router = APIRouter(include_in_schema=False)
 
@@ -39,6 +42,17 @@ router = APIRouter(include_in_schema=False)
 def add_nav_link(label: str, path: str) -> None:
     if (label, path) not in NAV_LINKS:
         NAV_LINKS.append((label, path))
+
+
+def nav_for(request: Request) -> list[tuple[str, str]]:
+    """The navigation: the registered links, plus each known page this application mounts."""
+    return [*NAV_LINKS, *(link for link in KNOWN_PAGES
+                          if link not in NAV_LINKS and _serves(request, link[1]))]
+
+
+def _serves(request: Request, path: str) -> bool:
+    probe = {"type": "http", "method": "GET", "path": path, "root_path": "", "headers": []}
+    return any(route.matches(probe)[0] == Match.FULL for route in request.app.routes)
 
 
 def _counts(by_status: dict[str, int] | None) -> str:
@@ -146,7 +160,7 @@ def overview(request: Request, token: str | None = None, run: str | None = None,
     if who is None:
         return login_page()
     if run:
-        return RedirectResponse(f"/dashboard/runs/{run[:64]}", status_code=303)
+        return RedirectResponse(f"/dashboard/runs/{quote(run[:64], safe='')}", status_code=303)
     app: App = request.app.state.app
     f, problem = parse_filter(scope, who)
     runs = runs_page(app, f, page, RUNS_PER_PAGE)
@@ -154,6 +168,7 @@ def overview(request: Request, token: str | None = None, run: str | None = None,
     trend = trends(app, f, last)
     return _render(
         "dashboard.html", status=400 if problem and problem != "no such scope" else 200,
+        nav_links=nav_for(request),
         who=who.label, admin=who.admin, problem=problem,
         scope_text=scope or "" if who.scope is None else who.scope.key,
         runs=runs, health=health, trend=trend, last=last, refresh=refresh,
@@ -196,5 +211,5 @@ def run_detail(request: Request, run_id: str, token: str | None = None) -> Respo
         children = step["children"]
         step["hidden_children"] = max(0, len(children) - CHILDREN_SHOWN)
         step["child_views"] = [child_view(c, tree) for c in children[:CHILDREN_SHOWN]]
-    return _render("run.html", who=who.label, tree=tree,
+    return _render("run.html", who=who.label, tree=tree, nav_links=nav_for(request),
                    scope_link="/dashboard?" + urlencode({"scope": tree["scope"]}))

@@ -172,3 +172,21 @@ def test_statement_count_does_not_grow_with_runs_or_scopes(tmp_path: Path) -> No
                                f"/dashboard/runs/{store.runs[Scope('a4').key][0]}") == run_small
     finally:
         app.dispose()
+
+
+def test_navigation_links_the_review_page_once_it_is_mounted(
+        seeded: tuple[App, SeededStore]) -> None:
+    """The top navigation links /dashboard/review only in an application that serves it."""
+    from fastapi import APIRouter
+
+    app, _ = seeded
+    api = create_api(app)
+    link = 'href="/dashboard/review"'
+    if not any(getattr(r, "path", None) == "/dashboard/review" for r in api.routes):
+        with TestClient(api) as c:
+            assert link not in c.get("/dashboard", headers=auth(ADMIN)).text
+        extra = APIRouter()
+        extra.add_api_route("/dashboard/review", lambda: {"page": "review"})
+        api.include_router(extra)
+    with TestClient(api) as c:
+        assert link in c.get("/dashboard", headers=auth(ADMIN)).text

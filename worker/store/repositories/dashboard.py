@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, and_, case, exists, func, null, select, union_all
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy import ColumnElement, Select, and_, case, func, null, or_, select, union_all
+from sqlalchemy.orm import Session
 
 from worker.domain.types import DREAMED_RUN_STATUSES, NoteStatus, RunStatus, Scope, StepStatus
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
@@ -61,14 +61,16 @@ class DashboardQueries:
                   limit: int) -> tuple[list[tuple[DreamRunRow, bool]], int]:
         """A page of runs, unresolved problems first (blocked, partial or failed with no later
         success in the scope), then newest first; and how many runs match."""
-        later = aliased(DreamRunRow)
-        resolved = exists().where(later.scope_key == DreamRunRow.scope_key,
-                                  later.created_at > DreamRunRow.created_at,
-                                  later.status == RunStatus.SUCCEEDED.value,
-                                  later.dry_run.is_(False))
-        attention = case((and_(DreamRunRow.status.in_(ATTENTION_STATUSES), ~resolved), 1),
+        last_ok = _filtered(
+            select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
+            .where(DreamRunRow.status == RunStatus.SUCCEEDED.value, DreamRunRow.dry_run.is_(False)),
+            f, DreamRunRow.scope_key, DreamRunRow.agent_id,
+        ).group_by(DreamRunRow.scope_key).subquery()
+        unresolved = or_(last_ok.c.at.is_(None), DreamRunRow.created_at > last_ok.c.at)
+        attention = case((and_(DreamRunRow.status.in_(ATTENTION_STATUSES), unresolved), 1),
                          else_=0)
-        stmt = _filtered(select(DreamRunRow, attention.label("attention")), f,
+        stmt = _filtered(select(DreamRunRow, attention.label("attention"))
+                         .outerjoin(last_ok, last_ok.c.scope_key == DreamRunRow.scope_key), f,
                          DreamRunRow.scope_key, DreamRunRow.agent_id)
         rows = self.session.execute(
             stmt.order_by(attention.desc(), DreamRunRow.created_at.desc(), DreamRunRow.id)
@@ -134,31 +136,33 @@ class DashboardQueries:
         return [dict(r._mapping) for r in rows]
 
     def trend_runs(self, f: ScopeFilter, n: int) -> list[dict[str, Any]]:
-        """The last ``n`` finished non-dry runs, oldest first, with their notes-after counts."""
-        after = DreamRunRow.totals["notes_after"]
-        stmt = _filtered(
-            select(DreamRunRow.id, DreamRunRow.scope_key, DreamRunRow.status,
-                   DreamRunRow.created_at,
-                   *(after[s].as_integer().label(f"after_{s}") for s in NOTE_STATUSES))
+        """The last ``n`` finished non-dry runs, oldest first, with their notes-after counts
+        (the JSON is read for those ``n`` rows only, after the newest are picked)."""
+        last = _filtered(
+            select(DreamRunRow.id)
             .where(DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
                    DreamRunRow.status.in_(DREAMED_RUN_STATUSES)),
-            f, DreamRunRow.scope_key, DreamRunRow.agent_id)
+            f, DreamRunRow.scope_key, DreamRunRow.agent_id,
+        ).order_by(DreamRunRow.created_at.desc(), DreamRunRow.id).limit(n).subquery()
         rows = self.session.execute(
-            stmt.order_by(DreamRunRow.created_at.desc(), DreamRunRow.id).limit(n)).all()
-        return [dict(r._mapping) for r in reversed(rows)]
+            _with_notes_after(select(DreamRunRow.id, DreamRunRow.scope_key, DreamRunRow.status,
+                                     DreamRunRow.created_at), "after_")
+            .join(last, last.c.id == DreamRunRow.id)
+            .order_by(DreamRunRow.created_at, DreamRunRow.id)).all()
+        return [dict(r._mapping) for r in rows]
 
     def baseline_notes(self, keys: list[str], before: datetime) -> dict[str, dict[str, int]]:
         """Each scope's notes by status after its last finished non-dry run before ``before``
         (where a multi-scope trend starts from)."""
-        after = DreamRunRow.totals["notes_after"]
         rank = func.row_number().over(partition_by=DreamRunRow.scope_key,
                                       order_by=(DreamRunRow.created_at.desc(), DreamRunRow.id))
-        ranked = (select(DreamRunRow.scope_key, rank.label("rank"),
-                         *(after[s].as_integer().label(s) for s in NOTE_STATUSES))
+        ranked = (select(DreamRunRow.id, rank.label("rank"))
                   .where(DreamRunRow.scope_key.in_(keys), DreamRunRow.created_at < before,
                          DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
                          DreamRunRow.status.in_(DREAMED_RUN_STATUSES)).subquery())
-        rows = self.session.execute(select(ranked).where(ranked.c.rank == 1)).all()
+        rows = self.session.execute(
+            _with_notes_after(select(DreamRunRow.scope_key), "")
+            .join(ranked, ranked.c.id == DreamRunRow.id).where(ranked.c.rank == 1)).all()
         return {r.scope_key: {s: int(getattr(r, s) or 0) for s in NOTE_STATUSES} for r in rows}
 
     def phase_figures(self, run_ids: list[str]) -> list[dict[str, Any]]:
@@ -179,6 +183,12 @@ class DashboardQueries:
             .group_by(RunStepRow.run_id, RunStepRow.phase)).all()
         return [{k: (v if k in ("run_id", "phase") else int(v or 0))
                  for k, v in r._mapping.items()} for r in rows]
+
+
+def _with_notes_after(stmt: _S, prefix: str) -> _S:
+    after = DreamRunRow.totals["notes_after"]
+    return stmt.add_columns(  # type: ignore[return-value]
+        *(after[s].as_integer().label(f"{prefix}{s}") for s in NOTE_STATUSES))
 
 
 def sum_keys(keys: tuple[str, ...]) -> ColumnElement[int]:
