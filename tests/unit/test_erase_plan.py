@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from worker.phases.consolidate.decision import LINEAGE as CONSOLIDATED
 from worker.phases.contradictions.apply import LINEAGE
 from worker.safety.erase import (
     RESTORE_RELATIONS,
@@ -64,13 +65,16 @@ def test_restored_fields_give_back_importance_and_validity() -> None:
 
 
 def test_every_lineage_relation_written_has_an_erasure_rule() -> None:
-    """Every relation passed to add_lineage anywhere in worker/ (string literals and the
-    contradictions table) is either followed as derivation or has a survivor rule."""
+    """Every relation passed to add_lineage or supersede anywhere in worker/ (string literals,
+    the consolidation constant and the contradictions table) is either followed as derivation or has a survivor rule."""
     root = Path(__file__).resolve().parents[2] / "worker"
     literals = set()
     for path in root.rglob("*.py"):
-        literals |= set(re.findall(r'add_lineage\([^)]*?"(\w+)"', path.read_text(), re.DOTALL))
-    written = literals | set(LINEAGE.values())
+        text = path.read_text()
+        literals |= set(re.findall(r'add_lineage\([^)]*?"(\w+)"', text, re.DOTALL))
+        # The phase kit's supersede() takes the relation as a keyword.
+        literals |= set(re.findall(r'relation="(\w+)"', text))
+    written = literals | set(LINEAGE.values()) | {CONSOLIDATED}
     assert {"consolidated", "fused", "updated"} <= written
     assert set(DERIVED_RELATIONS) <= RESTORE_RELATIONS
     assert written - (RESTORE_RELATIONS | REVIEW_RELATIONS) == set()

@@ -61,6 +61,9 @@ class PhaseContext:
     force: bool = False  # the gate was skipped; changes nothing inside the phases
     budget: Budget = field(default_factory=Budget)
     allow_retire: int | None = None  # retirements allowed past the blast-radius share (R20)
+    # The scope's note counts before the run's first phase (``totals.notes_before``), when the
+    # engine has them: the guard's baseline, so a phase's write need not read the run row.
+    notes_before: dict[str, int] | None = None
 
     @property
     def settings(self):  # type: ignore[no-untyped-def]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -74,13 +75,17 @@ class StepRecorder:
 
     def child(self, uow: UnitOfWork, parent_id: str, phase: str, step: ChildStep) -> str:
         """Add a child step inside the caller's transaction (it commits with the change it explains)."""
+        return uow.runs.add_step(self.child_row(parent_id, phase, step))
+
+    def child_row(self, parent_id: str, phase: str, step: ChildStep) -> dict[str, Any]:
+        """The row of a child step, for a write that inserts its steps in one statement."""
         now = utcnow()
-        return uow.runs.add_step({
-            "run_id": self.run_id, "parent_id": parent_id, "scope_key": self.scope.key,
+        return {
+            "id": str(uuid.uuid4()), "run_id": self.run_id, "parent_id": parent_id, "scope_key": self.scope.key,
             "phase": phase, "name": step.name, "seq": self._next_seq(), "status": step.status,
             "input": step.input, "output": step.output, "error": step.error,
             "prompt_name": step.prompt_name, "template_hash": step.template_hash,
             "model": step.model, "tokens_in": step.tokens_in, "tokens_out": step.tokens_out,
             "started_at": step.started_at or now, "finished_at": now,
             "duration_ms": step.duration_ms,
-        })
+        }

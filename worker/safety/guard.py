@@ -35,6 +35,30 @@ class GuardTripped(Exception):
     """Raised by ``ensure_retire``; the message is the recorded reason (ids, counts; no text)."""
 
 
+def protection_refusal(note_id: str, protection: str, allow_protected: bool = False) -> str | None:
+    """Why maintenance may not retire this note (R23), or None."""
+    if protection == Protection.IMMUTABLE.value:
+        return f"note {note_id} is immutable; maintenance never retires it"
+    if protection == Protection.PROTECTED.value and not allow_protected:
+        return f"note {note_id} is protected; maintenance never retires it"
+    return None
+
+
+def share_refusal(total: int, baseline: int, max_share: float, min_scope_size: int,
+                  allowed: int | None) -> str | None:
+    """Why a run may not have retired ``total`` of ``baseline`` active notes (R20), or None."""
+    if baseline < min_scope_size or total <= max_share * baseline:
+        return None
+    if allowed is not None and total <= allowed:
+        return None
+    over = f"; --allow-retire {allowed} is not enough" if allowed is not None else ""
+    return (
+        f"blast-radius guard: would retire {total} of {baseline} active notes "
+        f"(limit {max_share:.0%}){over}; if this is intended, re-run with "
+        f"--allow-retire {total} (and --force to skip the gate)"
+    )
+
+
 def check_retire(
     uow: UnitOfWork, ctx: PhaseContext, notes: Sequence[Note | Any], *, allow_protected: bool = False,
 ) -> str | None:
@@ -46,30 +70,17 @@ def check_retire(
     """
     for note in notes:
         protection = getattr(note, "protection", Protection.STANDARD.value)
-        if protection == Protection.IMMUTABLE.value:
-            return f"note {note.id} is immutable; maintenance never retires it"
-        if protection == Protection.PROTECTED.value and not allow_protected:
-            return f"note {note.id} is protected; maintenance never retires it"
+        refusal = protection_refusal(note.id, protection, allow_protected)
+        if refusal is not None:
+            return refusal
     if not notes:
         return None
     settings = ctx.settings.guard
     already = uow.safety.retired_by_run(ctx.run_id, except_reason=OWNER_GONE_REASON)
     proposed = {n.id for n in notes} - already
     baseline = _baseline(uow, ctx, len(already))
-    if baseline < settings.min_scope_size:
-        return None
-    total = len(already) + len(proposed)
-    if total <= settings.max_retire_share * baseline:
-        return None
-    allowed = ctx.allow_retire
-    if allowed is not None and total <= allowed:
-        return None
-    over = f"; --allow-retire {allowed} is not enough" if allowed is not None else ""
-    return (
-        f"blast-radius guard: would retire {total} of {baseline} active notes "
-        f"(limit {settings.max_retire_share:.0%}){over}; if this is intended, re-run with "
-        f"--allow-retire {total} (and --force to skip the gate)"
-    )
+    return share_refusal(len(already) + len(proposed), baseline, settings.max_retire_share,
+                         settings.min_scope_size, ctx.allow_retire)
 
 
 def ensure_retire(

@@ -15,6 +15,7 @@ from worker.store.repositories import (
 )
 from worker.store.repositories.review import ReviewItemRepository
 from worker.store.repositories.safety import SafetyRepository
+from worker.store.repositories.writes import WriteRepository
 
 
 class StaleLease(Exception):
@@ -34,6 +35,7 @@ class UnitOfWork:
         self.judgements = JudgementRepository(self.session)
         self.safety = SafetyRepository(self.session)
         self.review = ReviewItemRepository(self.session)
+        self.writes = WriteRepository(self.session)
         return self
 
     def __exit__(

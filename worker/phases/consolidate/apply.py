@@ -1,114 +1,144 @@
-"""Applying decisions: one short transaction per cluster — insert the fused note, revoke its
-sources, record lineage and the step — or record why a cluster was not merged."""
+"""Applying decisions: one guarded write for the phase — fused notes inserted, their sources
+revoked, lineage, verdict memory and every cluster's step — through the phase kit."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from worker.domain.types import StepStatus, content_hash
-from worker.phases.consolidate.core import fused_fields, majority_type, revocation_comment
-from worker.phases.consolidate.decision import KEEP_SEPARATE, KIND, PHASE, Decision
+from worker.domain.types import Note, StepStatus
+from worker.phases.consolidate.core import (
+    PlannedCluster,
+    fused_fields,
+    majority_type,
+    revocation_comment,
+)
+from worker.phases.consolidate.counters import ConsolidateCounters
+from worker.phases.consolidate.decision import (
+    KEEP_SEPARATE,
+    KIND,
+    LINEAGE,
+    PHASE,
+    VERDICT_COUNTER,
+    ClusterVerdict,
+    Decision,
+)
+from worker.phases.kit import (
+    Change,
+    ItemResult,
+    ItemStatus,
+    NewNote,
+    PhaseWrite,
+    RunJournal,
+    WriteTarget,
+    embed_new_notes,
+    open_write,
+    supersede,
+)
 from worker.runs.context import PhaseContext
 from worker.safety.crashpoints import crashpoint
-from worker.safety.guard import check_retire, record_trip
+
+GUARD_STOPPED = "blast-radius guard stopped this run's merges"
+OPEN_REASON = "rules cannot settle these; left for a model or the host"
 
 
-# ---- applying -----------------------------------------------------------------------------
-def apply_all(
-    ctx: PhaseContext, parent_step_id: str, decisions: list[Decision], counters: dict[str, Any],
-) -> None:
-    merges = [d for d in decisions if d.verdict == "merge"]
-    vectors = None
-    if merges and not ctx.dry_run:
-        vectors = ctx.app.embedder.embed([d.content for d in merges])  # one batch, before any transaction opens
-    vector_of = {id(d): vectors[k] for k, d in enumerate(merges)} if vectors is not None else {}
-    for d in decisions:
-        if d.verdict == "merge" and counters.get("guard_tripped"):
-            d.verdict, d.reason = "deferred", "blast-radius guard stopped this run's merges"
-        if d.verdict == "merge":
-            _apply_merge(ctx, parent_step_id, d, vector_of.get(id(d)), counters)
-        else:
-            _record(ctx, parent_step_id, d, counters)
+@dataclass
+class Unit:
+    """Decisions recorded together: one model-judged cluster, or the merges the rules settled
+    in one cluster plus the notes they left open (``open_notes``, rules only)."""
+
+    decisions: list[Decision]
+    name: str = ""
+    cluster: PlannedCluster | None = None
+    open_notes: list[Note] | None = None
+    merged_stand_ins: list[Note] = field(default_factory=list)
 
 
-def _record(ctx: PhaseContext, parent_step_id: str, d: Decision, counters: dict[str, Any]) -> None:
-    counter = {"refused": "clusters_refused", "invalid": "clusters_invalid",
-               "deferred": "clusters_deferred", "known_refused": "clusters_known_refused",
-               "open": "clusters_open"}[d.verdict]
-    counters[counter] += 1
-    with ctx.uow() as uow:
-        uow.check_lease(ctx.run_id, ctx.epoch)
-        if d.verdict == "refused" and not ctx.dry_run:
-            uow.judgements.record(ctx.scope, KIND, d.fingerprint, [n.id for n in d.members],
-                                  KEEP_SEPARATE, d.reason or None, ctx.run_id, ctx.now)
-        ctx.steps.child(uow, parent_step_id, PHASE, d.child(StepStatus.SKIPPED.value))
-        uow.commit()
-
-
-def _apply_merge(
-    ctx: PhaseContext, parent_step_id: str, d: Decision, vector: Any, counters: dict[str, Any],
-) -> None:
-    if ctx.dry_run:
-        counters["clusters_merged"] += 1
-        with ctx.uow() as uow:
-            uow.check_lease(ctx.run_id, ctx.epoch)
-            ctx.steps.child(uow, parent_step_id, PHASE,
-                            d.child(StepStatus.SKIPPED.value, dry_run=True))
-            uow.commit()
-        return
-    embedder = ctx.app.embedder
+def merge_change(d: Decision) -> Change:
+    """The SUPERSEDE a merge decision asks for (its fused note's id fixed here)."""
     fields = fused_fields(d.members, d.sources)
-    with ctx.uow() as uow:
-        uow.check_lease(ctx.run_id, ctx.epoch)
-        # One read of the members' current state serves the freshness check and the
-        # operation log's before images (change_many below reuses it).
-        state = uow.notes.current_state(n.id for n in d.members)
-        stale = [n.id for n in d.members
-                 if (state.get(n.id, {}).get("version"), state.get(n.id, {}).get("status"))
-                 != (n.version, "active")]
-        new_id = None
-        guard = None if stale else check_retire(uow, ctx, d.members)  # R20, R23
-        if not stale and not guard:
-            new_id = uow.notes.create_note(
-                scope=ctx.scope, content=d.content, content_hash=content_hash(d.content),
-                type=majority_type(d.members), embedding=vector,
-                embedding_model=embedder.model_name, run_id=ctx.run_id, now=ctx.now,
-                reason=f"consolidated {len(d.members)} notes", **fields,
-            )
-            crashpoint("consolidate.after_insert")
-            uow.notes.add_lineage(ctx.scope, [n.id for n in d.members], new_id, "consolidated",
-                                  ctx.run_id, ctx.now)
-            comment = revocation_comment(new_id, d.reason)
-            changes = {"status": "revoked", "consolidated_into_id": new_id, "comments": comment}
-            # One executemany UPDATE (version-guarded) and one operation-log INSERT for the
-            # cluster; a note the host changed since the check above fails it all (R10).
-            stale = uow.notes.change_many(
-                d.members, dict.fromkeys((n.id for n in d.members), changes),
-                run_id=ctx.run_id, reason="consolidated", now=ctx.now, current=state)[:1]
-            # Same transaction as the inserts above: a crash here commits none of it.
-            crashpoint("consolidate.after_half_revocations")
-        if not stale and not guard:
-            crashpoint("consolidate.before_step")
-            d.new_id = new_id
-            ctx.steps.child(uow, parent_step_id, PHASE,
-                            d.child(StepStatus.SUCCEEDED.value, new_note_id=new_id))
-            uow.commit()
-            counters["clusters_merged"] += 1
-            counters["notes_revoked"] += len(d.members)
-            return
-        uow.rollback()
-    if guard:
-        counters["guard_tripped"] = 1
-        record_trip(ctx, parent_step_id, PHASE, guard, [n.id for n in d.members])
-        d.verdict, d.reason = "deferred", guard
-        _record(ctx, parent_step_id, d, counters)
-        return
-    counters["clusters_skipped_stale"] += 1
-    d.verdict = "stale"
-    with ctx.uow() as uow:
-        uow.check_lease(ctx.run_id, ctx.epoch)
-        ctx.steps.child(uow, parent_step_id, PHASE, d.child(
-            StepStatus.SKIPPED.value, verdict="stale", stale_ids=stale,
-            proposed_reason=d.reason))
-        uow.commit()
+    d.new_id = d.new_id or str(uuid.uuid4())
+    note = NewNote(id=d.new_id, content=d.content, type=majority_type(d.members),
+                   reason=f"consolidated {len(d.members)} notes", **fields)
+    return supersede(d.name, d.members, new_note=note, relation=LINEAGE, reason="consolidated",
+                     comment=revocation_comment(d.new_id, d.reason),
+                     detail={"similarity": d.cluster.similarity, "rule": d.rule})
 
+
+def apply_all(ctx: PhaseContext, parent_step_id: str, decisions: list[Decision],
+              counters: Any) -> None:
+    """One write for ``decisions`` (what ``judge_and_apply_with_rules`` calls per cluster)."""
+    write_units(ctx, parent_step_id, [Unit(decisions)], counters)
+
+
+def write_units(ctx: PhaseContext, parent_step_id: str, units: Sequence[Unit],
+                counters: ConsolidateCounters, *, flags: Sequence[Change] = (),
+                journal: RunJournal | None = None) -> None:
+    """The phase's one write: flags, then every merge; then each unit's steps in order."""
+    merges = [d for u in units for d in u.decisions if d.verdict == ClusterVerdict.MERGE]
+    changes = [merge_change(d) for d in merges]
+    vectors = embed_new_notes(ctx.app, changes) if not ctx.dry_run else {}
+    with open_write(WriteTarget.of(ctx, PHASE, parent_step_id)) as w:
+        results = w.apply([*flags, *changes], vectors=vectors, journal=journal)
+        outcome = {id(d): r for d, r in zip(merges, results[len(flags):], strict=True)}
+        for u in units:
+            for d in u.decisions:
+                _record(w, d, outcome.get(id(d)), counters)
+            if u.open_notes is not None:
+                _record_open(w, u, counters)
+
+
+def _record(w: PhaseWrite, d: Decision, r: ItemResult | None,
+            counters: ConsolidateCounters) -> None:
+    if r is not None and r.status == ItemStatus.DRY_RUN:
+        counters.clusters_merged += 1
+        d.new_id = None
+        w.step(d.child(StepStatus.SKIPPED.value, dry_run=True))
+        return
+    if r is not None and r.status == ItemStatus.APPLIED:
+        # Crash points inside the one write: a crash at any of them commits nothing (R9).
+        crashpoint("consolidate.after_insert")
+        crashpoint("consolidate.after_half_revocations")
+        crashpoint("consolidate.before_step")
+        w.step(d.child(StepStatus.SUCCEEDED.value, new_note_id=d.new_id))
+        counters.clusters_merged += 1
+        counters.notes_revoked += len(d.members)
+        return
+    d.new_id = None
+    if r is not None and r.status == ItemStatus.STALE:
+        counters.clusters_skipped_stale += 1
+        d.verdict = ClusterVerdict.STALE
+        w.step(d.child(StepStatus.SKIPPED.value, verdict=ClusterVerdict.STALE,
+                       stale_ids=r.stale_ids, proposed_reason=d.reason))
+        return
+    if r is not None:  # guarded: deferred, the first one with the guard's own reason
+        first = not counters.guard_tripped
+        if first:
+            counters.guard_tripped = 1
+            w.trip(r.reason, [n.id for n in d.members])
+        d.verdict, d.reason = ClusterVerdict.DEFERRED, r.reason if first else GUARD_STOPPED
+    counters[VERDICT_COUNTER[ClusterVerdict(d.verdict)]] += 1
+    if d.verdict == ClusterVerdict.REFUSED:
+        w.judgement(KIND, d.fingerprint, [n.id for n in d.members], KEEP_SEPARATE,
+                    d.reason or None)
+    w.step(d.child(StepStatus.SKIPPED.value))
+
+
+def _record_open(w: PhaseWrite, u: Unit, counters: ConsolidateCounters) -> None:
+    """What the rules left of a cluster: open notes, plus each merged group's fused note (or
+    the group itself when it was not written)."""
+    assert u.open_notes is not None and u.cluster is not None
+    remaining = list(u.open_notes)
+    for d in u.decisions:
+        if d.new_id is not None:
+            remaining.append(Note(id=d.new_id, scope=d.members[0].scope, content=d.content))
+        else:
+            remaining.extend(d.members)
+    if len(remaining) < 2:
+        return
+    counters.clusters_open += 1
+    open_decision = Decision(u.name, u.cluster, remaining, remaining,
+                             verdict=ClusterVerdict.OPEN, reason=OPEN_REASON)
+    w.step(open_decision.child(StepStatus.SKIPPED.value))

@@ -4,6 +4,7 @@ step and verdict-memory names."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from worker.domain.types import Note, fingerprint_notes
@@ -15,6 +16,27 @@ PHASE = "consolidate"
 KIND = "cluster"  # verdict memory: judgements of kind "cluster", verdict "keep_separate"
 KEEP_SEPARATE = "keep_separate"
 HOST_KEEP_APART = "keep_apart"  # the host's own "do not fuse" verdicts (host API)
+LINEAGE = "consolidated"
+
+
+class ClusterVerdict(StrEnum):
+    """What became of one cluster (the ``verdict`` its child step records)."""
+
+    MERGE = "merge"
+    REFUSED = "refused"
+    INVALID = "invalid"
+    DEFERRED = "deferred"
+    KNOWN_REFUSED = "known_refused"
+    OPEN = "open"
+    STALE = "stale"
+
+
+# The step counter each verdict not merged adds to.
+VERDICT_COUNTER = {
+    ClusterVerdict.REFUSED: "clusters_refused", ClusterVerdict.INVALID: "clusters_invalid",
+    ClusterVerdict.DEFERRED: "clusters_deferred",
+    ClusterVerdict.KNOWN_REFUSED: "clusters_known_refused", ClusterVerdict.OPEN: "clusters_open",
+}
 
 
 @dataclass
@@ -25,7 +47,7 @@ class Decision:
     cluster: PlannedCluster
     members: list[Note]  # what is revoked on merge
     sources: list[Note]  # what the judge saw (originals in place of over-consolidated members)
-    verdict: str = "open"  # merge | refused | invalid | deferred | known_refused | open
+    verdict: str = ClusterVerdict.OPEN  # a ClusterVerdict (judging assigns its values)
     content: str = ""
     reason: str = ""
     rule: str | None = None

@@ -1,5 +1,5 @@
-"""The consolidate phase: short read → clusters → judge (model or rules, no transaction open) →
-one short transaction per cluster → steps."""
+"""The consolidate phase: snapshot read → clusters → judge (model or rules, no transaction
+open) → one guarded write for the phase (flags, merges, verdict memory, steps)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ from typing import Any
 import structlog
 
 from worker.domain.types import Note, PhaseReport, Scope, StepStatus
-from worker.phases.consolidate.apply import apply_all
+from worker.phases.consolidate.apply import Unit, write_units
 from worker.phases.consolidate.core import plan_clusters
+from worker.phases.consolidate.counters import ConsolidateCounters
 from worker.phases.consolidate.decision import PHASE
-from worker.phases.consolidate.judging import judge_and_apply_with_rules, judge_with_model
+from worker.phases.consolidate.judging import judge_with_model
+from worker.phases.consolidate.rules import plan_rule_units
+from worker.phases.kit import Change, ChangeKind, Member, read_snapshot
 from worker.runs.context import PhaseContext
 from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
@@ -19,87 +22,78 @@ from worker.similarity import neighbour_pairs
 log = structlog.get_logger(__name__)
 
 INJECTION_FLAG = "injection"
-COUNTERS = (
-    "notes_scanned", "clusters_found", "clusters_merged", "clusters_refused",
-    "clusters_skipped_stale", "clusters_invalid", "notes_revoked", "tokens_in", "tokens_out",
-    "clusters_known_refused", "clusters_deferred", "clusters_open", "notes_flagged", "leftovers",
-    "relative_time_reasks", "clusters_relative_time_refused", "omission_warnings",
-)
 
 
 def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     settings = ctx.settings.consolidate
     llm = ctx.app.llm
-    counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
-    counters["judge"] = "llm" if llm is not None else "rules"
+    counters = ConsolidateCounters(judge="llm" if llm is not None else "rules")
     with ctx.uow() as uow:
-        snap = uow.notes.load_scope(ctx.scope)
-        produced = uow.notes.inserted_by_run(ctx.run_id, ctx.scope)
+        phase_snap = read_snapshot(uow, ctx.scope, ctx.run_id)
     # R3: a retried attempt plans exactly what a crash-free run would have planned after the
     # merges the interrupted attempt committed; the notes those merges inserted are this run's
     # output, never its input (a crash-free run could not have merged them again).
-    held_out = len(snap.notes)
-    snap = snap.without(produced)
-    held_out -= len(snap.notes)
+    snap = phase_snap.notes.without(set(phase_snap.journal.produced))
+    held_out = len(phase_snap.notes.notes) - len(snap.notes)
     notes = snap.notes
-    counters["notes_scanned"] = len(notes)
+    counters.notes_scanned = len(notes)
     if held_out:
-        counters["notes_skipped_same_run"] = held_out
-    flagged = _flag_injections(ctx, notes)
-    counters["notes_flagged"] = len(flagged)
-    if flagged:
-        counters["flagged_ids"] = flagged
-    if len(notes) < 2 or snap.vectors.shape[1] == 0:
-        return PhaseReport(PHASE, StepStatus.NO_ITEMS.value, counters)
+        counters.notes_skipped_same_run = held_out
+    flags = _flag_injections(ctx, notes, counters)
+    units: list[Unit] = []
+    if len(notes) >= 2 and snap.vectors.shape[1] > 0:
+        pairs = neighbour_pairs(snap.vectors, settings.threshold, ctx.settings.ann_threshold)
+        # The rule judge settles pairs too (identical notes); a model is only asked about clusters.
+        min_size = settings.min_cluster_size if llm is not None else 2
+        plan = plan_clusters(notes, snap.vectors, pairs, settings.threshold, min_size,
+                             settings.max_cluster_size)
+        counters.clusters_found = len(plan.clusters)
+        counters.leftovers = len(plan.leftovers)
+        if plan.leftovers:
+            counters.leftover_ids = [notes[i].id for i in plan.leftovers][:100]
+        clusters = [(f"cluster {k + 1}", c, [notes[i] for i in c.members])
+                    for k, c in enumerate(plan.clusters)]
+        if llm is not None and clusters:
+            units = [Unit([d]) for d in judge_with_model(ctx, clusters, counters)]  # type: ignore[arg-type]
+        elif clusters:
+            row = {n.id: i for i, n in enumerate(notes)}
+            threshold = settings.rule_threshold
 
-    pairs = neighbour_pairs(snap.vectors, settings.threshold, ctx.settings.ann_threshold)
-    # The rule judge settles pairs too (identical notes); a model is only asked about clusters.
-    min_size = settings.min_cluster_size if llm is not None else 2
-    plan = plan_clusters(notes, snap.vectors, pairs, settings.threshold, min_size,
-                         settings.max_cluster_size)
-    counters["clusters_found"] = len(plan.clusters)
-    counters["leftovers"] = len(plan.leftovers)
-    if plan.leftovers:
-        counters["leftover_ids"] = [notes[i].id for i in plan.leftovers][:100]
-    if not plan.clusters:
-        return PhaseReport(PHASE, StepStatus.NO_ITEMS.value, counters)
+            def related(a: Note, b: Note) -> bool:
+                return float(snap.vectors[row[a.id]] @ snap.vectors[row[b.id]]) >= threshold
 
-    clusters = [(f"cluster {k + 1}", c, [notes[i] for i in c.members])
-                for k, c in enumerate(plan.clusters)]
-    if llm is not None:
-        decisions = judge_with_model(ctx, clusters, counters)
-        apply_all(ctx, parent_step_id, decisions, counters)
-    else:
-        judge_and_apply_with_rules(ctx, parent_step_id, clusters, snap, counters)
-    report = PhaseReport(PHASE, StepStatus.SUCCEEDED.value, counters,
-                         tokens_in=counters["tokens_in"], tokens_out=counters["tokens_out"],
-                         calls=counters.get("calls", 0))
-    log.info("consolidate.finished", run_id=ctx.run_id, scope=ctx.scope.key,
-             **{k: v for k, v in counters.items() if isinstance(v, int)})
-    return report
-
+            units = plan_rule_units(clusters, row, related, counters)
+    if flags or units:
+        write_units(ctx, parent_step_id, units, counters, flags=flags,
+                    journal=phase_snap.journal)
+    if not units:
+        return PhaseReport(PHASE, StepStatus.NO_ITEMS.value, counters.as_dict())
+    log.info("consolidate.finished", run_id=ctx.run_id, scope=ctx.scope.key, **counters.ints())
+    return PhaseReport(PHASE, StepStatus.SUCCEEDED.value, counters.as_dict(),
+                       tokens_in=counters.tokens_in, tokens_out=counters.tokens_out,
+                       calls=counters.calls or 0)
 
 
 # ---- injection ----------------------------------------------------------------------------
-def _flag_injections(ctx: PhaseContext, notes: list[Note]) -> list[str]:
-    """Notes whose text reads like instructions never join a cluster; flag them once (R14)."""
+def _flag_injections(ctx: PhaseContext, notes: list[Note],
+                     counters: ConsolidateCounters) -> list[Change]:
+    """Notes whose text reads like instructions never join a cluster; flag them once (R14).
+
+    Returns the annotations for the phase's write; a note the host changed meanwhile keeps its
+    own flags there (stale), and is still excluded here."""
     suspects = [n for n in notes if n.retirable and injection_signals(n.content)]
     to_write = [n for n in suspects if INJECTION_FLAG not in n.flags]
     for n in to_write:
         n.flags = [*n.flags, INJECTION_FLAG]  # excluded from clustering even in a dry run
-    if to_write and not ctx.dry_run:
-        with ctx.uow() as uow:
-            uow.check_lease(ctx.run_id, ctx.epoch)
-            for n in to_write:
-                # A note the host just changed keeps its own flags; it is still excluded here.
-                uow.notes.change(n, run_id=ctx.run_id, reason="instruction-like text",
-                                 now=ctx.now, flags=list(n.flags))
-            uow.commit()
+    counters.notes_flagged = len(suspects)
     if suspects:
+        counters.flagged_ids = [n.id for n in suspects]
         log.warning("consolidate.injection_flagged", run_id=ctx.run_id, scope=ctx.scope.key,
                     count=len(suspects))
-    return [n.id for n in suspects]
-
+    if ctx.dry_run:
+        return []
+    return [Change(kind=ChangeKind.ANNOTATE, name="flag", members=(Member(n.id, n.version),),
+                   flags=(INJECTION_FLAG,), reason="instruction-like text") for n in to_write]
 
 
 def open_candidates(app: Any, scope: Scope) -> list[dict[str, Any]]:

@@ -40,6 +40,14 @@ class JudgementRepository:
             out.update({r.fingerprint: r.verdict for r in rows})
         return out
 
+    def of_kinds(self, scope: Scope, kinds: Iterable[str]) -> list[Any]:
+        """Every verdict-memory row of these kinds in the scope, oldest first (one SELECT):
+        kind, fingerprint, note_ids, verdict, reason."""
+        return list(self._run(
+            select(_J.c.kind, _J.c.fingerprint, _J.c.note_ids, _J.c.verdict, _J.c.reason)
+            .where(_J.c.scope_key == scope.key, _J.c.kind.in_(list(kinds))).order_by(_J.c.id)
+        ).all())
+
     def judged_pairs(self, scope: Scope, kind: str = "pair") -> set[tuple[str, str]]:
         """Id pairs with a verdict at any version (fair selection puts them after new pairs)."""
         rows = self._run(

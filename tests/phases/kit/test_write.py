@@ -1,0 +1,154 @@
+"""The phase kit's one guarded write, on SQLite and PostgreSQL: stale items skipped one by one,
+a lost lease writes nothing, and a phase commits once whatever the number of its items."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select, update
+
+from tests.support.factories import NOW, add_notes, days_ago
+from worker.app import App
+from worker.domain.types import Scope
+from worker.phases.consolidate.service import run_consolidate
+from worker.phases.kit import (
+    ItemStatus,
+    WriteTarget,
+    apply_changes,
+    supersede,
+)
+from worker.runs import service
+from worker.runs.context import PhaseContext
+from worker.runs.steps import StepRecorder
+from worker.store.models import DreamRunRow, NoteLineageRow, NoteRow, OperationLogRow, RunStepRow
+from worker.store.uow import StaleLease
+
+SCOPE = Scope("agent-1")
+TOPICS = ["User drinks green tea", "Team deploys the billing service",
+          "Customer reads invoices on paper", "Owner walks the dog downtown",
+          "Engineer reviews pull requests carefully", "Manager books meeting rooms early"]
+
+
+def _context(app: App) -> tuple[PhaseContext, str]:
+    run_id = service.create_run(app, SCOPE, force=True, clock=NOW)
+    assert run_id
+    epoch = service.claim_run(app, run_id)
+    assert epoch is not None
+    ctx = PhaseContext(app=app, run_id=run_id, scope=SCOPE, now=NOW, epoch=epoch,
+                       steps=StepRecorder(app, run_id, SCOPE), allow_retire=10**6)
+    return ctx, ctx.steps.start_phase("contradictions")
+
+
+def _notes(app: App) -> dict[str, NoteRow]:
+    with app.uow() as uow:
+        return {r.id: r for r in uow.session.scalars(select(NoteRow))}
+
+
+def _count(app: App, model: Any) -> int:
+    with app.uow() as uow:
+        return int(uow.session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def _pairs(app: App) -> list[Any]:
+    add_notes(app, *({"id": f"{k}{side}", "content": f"fact {k} {side}",
+                      "created_at": days_ago(10 if side == "old" else 1)}
+                     for k in "abc" for side in ("old", "new")))
+    notes = {n.id: n for n in _load(app)}
+    return [supersede(f"pair {k}", [notes[f"{k}old"]], into=notes[f"{k}new"],
+                      relation="superseded", reason="contradictions.conflict",
+                      comment="[superseded]", append_comment=True) for k in "abc"]
+
+
+def _load(app: App) -> list[Any]:
+    with app.uow() as uow:
+        return uow.notes.load_scope(SCOPE).notes
+
+
+def test_stale_item_among_fresh_ones_is_skipped_alone(app: App) -> None:
+    """A note the host edits between plan and write makes only its own item stale: the other
+    items apply, the stale one writes nothing (no revoke, no lineage, no log row)."""
+    ctx, parent = _context(app)
+    changes = _pairs(app)
+    with app.uow() as uow:  # the host edits "bold" after the plan read it
+        (bold,) = uow.notes.get_many(["bold"])
+        assert uow.notes.change(bold, run_id=None, reason="host edit", importance=0.9)
+        uow.commit()
+    results = apply_changes(WriteTarget.of(ctx, "contradictions", parent), changes)
+    assert [r.status for r in results] == [ItemStatus.APPLIED, ItemStatus.STALE,
+                                           ItemStatus.APPLIED]
+    assert results[1].stale_ids == ["bold"]
+    notes = _notes(app)
+    assert {k: notes[k].status for k in ("aold", "bold", "cold")} == {
+        "aold": "revoked", "bold": "active", "cold": "revoked"}
+    assert (notes["aold"].consolidated_into_id, notes["aold"].version) == ("anew", 2)
+    assert (notes["bold"].consolidated_into_id, notes["bold"].version) == (None, 2)
+    with app.uow() as uow:
+        edges = {(e.parent_id, e.child_id) for e in uow.session.scalars(select(NoteLineageRow))}
+        logged = set(uow.session.scalars(select(OperationLogRow.entity_id).where(
+            OperationLogRow.run_id == ctx.run_id)))
+    assert edges == {("aold", "anew"), ("cold", "cnew")}
+    assert logged == {"aold", "cold"}
+
+
+def test_lease_lost_between_plan_and_write_writes_nothing(app: App) -> None:
+    """Another attempt takes the run over after the plan: the write raises StaleLease from its
+    own fenced statement and leaves notes, lineage, log and steps exactly as they were."""
+    ctx, parent = _context(app)
+    changes = _pairs(app)
+    steps_before = _count(app, RunStepRow)
+    with app.uow() as uow:
+        uow.session.execute(update(DreamRunRow).where(DreamRunRow.id == ctx.run_id)
+                            .values(lease_epoch=DreamRunRow.lease_epoch + 1))
+        uow.commit()
+    with pytest.raises(StaleLease):
+        apply_changes(WriteTarget.of(ctx, "contradictions", parent), changes)
+    assert {n.status for n in _notes(app).values()} == {"active"}
+    assert (_count(app, NoteLineageRow), _count(app, OperationLogRow)) == (0, 0)
+    assert _count(app, RunStepRow) == steps_before
+
+
+@contextmanager
+def _counting(app: App) -> Iterator[dict[str, int]]:
+    seen = {"statements": 0, "commits": 0}
+
+    def on_statement(*_: Any) -> None:
+        seen["statements"] += 1
+
+    def on_commit(*_: Any) -> None:
+        seen["commits"] += 1
+
+    event.listen(app.engine, "before_cursor_execute", on_statement)
+    event.listen(app.engine, "commit", on_commit)
+    try:
+        yield seen
+    finally:
+        event.remove(app.engine, "before_cursor_execute", on_statement)
+        event.remove(app.engine, "commit", on_commit)
+
+
+@pytest.mark.parametrize("clusters", [2, 6])
+def test_a_phase_commits_once_with_the_same_statements_for_any_number_of_items(
+    app: App, clusters: int,
+) -> None:
+    """Rule-judged consolidation of 2 or of 6 duplicate groups: one commit, and a statement
+    count that does not grow with the number of clusters (no per-item round trips)."""
+    from worker.embeddings.refresh import ensure_scope_embeddings
+
+    facts = TOPICS[:clusters]
+    add_notes(app, *({"id": f"g{k}-{i}", "content": fact + (" every single day" if i else ""),
+                      "created_at": days_ago(5 + i)} for k, fact in enumerate(facts)
+                     for i in range(2)))
+    ensure_scope_embeddings(app, SCOPE)
+    ctx, _ = _context(app)
+    parent = ctx.steps.start_phase("consolidate")
+    with _counting(app) as seen:
+        report = run_consolidate(ctx, parent)
+    assert report.counters["clusters_merged"] == clusters
+    assert seen["commits"] == 1
+    # snapshot (notes, journal) + fence + locked re-read + insert, update, lineage, log, steps
+    assert seen["statements"] <= 10, seen
+    active = [n for n in _notes(app).values() if n.status == "active"]
+    assert len(active) == clusters

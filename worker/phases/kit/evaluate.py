@@ -1,0 +1,150 @@
+"""Pure: which changes of a write still apply, given every member's current state, and what the
+blast-radius guard allows (R10, R20, R23, R26). No I/O; the write feeds it one locked read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from worker.domain.types import NoteStatus
+from worker.phases.kit.changes import Change, ChangeKind, ItemResult, ItemStatus
+from worker.safety.guard import protection_refusal, share_refusal
+
+State = dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class GuardLimits:
+    """What the guard needs, read once per write: this run's retirements so far (outside the
+    owner-gone rule), the scope's active notes at the start of the run, and the limits."""
+
+    already: frozenset[str]
+    baseline: int
+    max_share: float
+    min_scope_size: int
+    allow_retire: int | None
+    each: bool = True  # False: the phase's retirements are allowed or refused all together
+
+
+def evaluate(changes: Sequence[Change], state: State,
+             guard: GuardLimits | None) -> tuple[list[ItemResult], str | None]:
+    """The result of each change in order, and the guard's refusal if it tripped.
+
+    ``state`` (a scratch copy of the locked re-read) is updated as each applied change would
+    write it, so a later change sees an earlier one: a note revoked by item 1 is stale for
+    item 3, two comments on one note compose.
+    """
+    results: list[ItemResult] = []
+    gate = _Gate(guard)
+    for c in changes:
+        r = _freshness(c, state)
+        if r.status == ItemStatus.APPLIED and c.retires and c.entity == "note":
+            gate.admit(r, state)
+        if r.status == ItemStatus.APPLIED:
+            apply_change(c, state)
+        results.append(r)
+    return results, gate.finish()
+
+
+def _fresh(row: dict[str, Any] | None, version: int) -> bool:
+    return row is not None and row["version"] == version and row["status"] == NoteStatus.ACTIVE.value
+
+
+def _freshness(c: Change, state: State) -> ItemResult:
+    if c.entity != "note":  # examples are re-checked by their own guarded update
+        return ItemResult(c, ItemStatus.APPLIED)
+    stale = [m.id for m in (*c.members, *c.keep) if not _fresh(state.get(m.id), m.version)]
+    if c.kind == ChangeKind.ARCHIVE:
+        # Backstop for R26 under every planner: maintenance never archives what a person wrote.
+        stale += [m.id for m in c.members
+                  if m.id in state and not state[m.id]["is_auto_generated"] and m.id not in stale]
+    if stale:
+        return ItemResult(c, ItemStatus.STALE, stale_ids=stale)
+    return ItemResult(c, ItemStatus.APPLIED)
+
+
+class _Gate:
+    """The guard over one write: each retirement in order (``each``), or all of them at once."""
+
+    def __init__(self, guard: GuardLimits | None) -> None:
+        self.guard = guard
+        self.retired = set(guard.already) if guard is not None else set()
+        self.tripped: str | None = None
+        self.counted: list[ItemResult] = []
+
+    def admit(self, r: ItemResult, state: State) -> None:
+        g, c = self.guard, r.change
+        if g is None:
+            return
+        if self.tripped is not None and g.each:
+            r.status, r.reason = ItemStatus.GUARDED, self.tripped
+            return
+        refusal = next((p for m in c.members if (p := protection_refusal(
+            m.id, state[m.id]["protection"], c.protected_ok))), None)
+        if refusal is None and not c.owner_gone:
+            proposed = {m.id for m in c.members} - self.retired
+            refusal = _share(g, len(self.retired) + len(proposed)) if g.each else None
+            if refusal is None:
+                self.retired |= proposed
+                self.counted.append(r)
+        if refusal is not None:
+            self.tripped = self.tripped or refusal
+            r.status, r.reason = ItemStatus.GUARDED, refusal
+
+    def finish(self) -> str | None:
+        g = self.guard
+        if g is None or g.each:
+            return self.tripped
+        refusal = self.tripped or _share(g, len(self.retired))
+        if refusal is not None:  # all or nothing: every counted retirement is held back
+            for r in self.counted:
+                r.status, r.reason = ItemStatus.GUARDED, refusal
+        return refusal
+
+
+def _share(guard: GuardLimits, total: int) -> str | None:
+    return share_refusal(total, guard.baseline, guard.max_share, guard.min_scope_size,
+                         guard.allow_retire)
+
+
+def _append(existing: str | None, line: str) -> str:
+    return f"{existing}\n{line}" if existing else line
+
+
+def apply_change(c: Change, state: State) -> None:
+    """``state`` as it is once ``c`` is written (members and the new note)."""
+    if c.entity != "note":
+        return
+    for m in c.members:
+        row = state[m.id]
+        if c.kind == ChangeKind.ANNOTATE:
+            if c.flags:
+                row["flags"] = sorted(set(row.get("flags") or []) | set(c.flags))
+            if c.comment:
+                row["comments"] = _append(row.get("comments"), c.comment)
+            continue
+        row["version"] += 1
+        row["comments"] = (_append(row.get("comments"), c.comment) if c.append_comment
+                           or c.kind == ChangeKind.ARCHIVE else c.comment)
+        if c.kind == ChangeKind.ARCHIVE:
+            row["status"] = NoteStatus.ARCHIVED.value
+            continue
+        row["status"] = NoteStatus.REVOKED.value
+        row["consolidated_into_id"] = c.target_id
+        if c.valid_to is not None:
+            row["valid_to"] = _not_before(row.get("created_at"), c.valid_to)
+        if c.importance is not None:
+            row["importance"] = c.importance
+    if c.new_note is not None:
+        state[c.new_note.id] = {"version": 1, "status": NoteStatus.ACTIVE.value,
+                                "protection": c.new_note.protection,
+                                "is_auto_generated": c.new_note.is_auto_generated,
+                                "created_at": None, "comments": c.new_note.comments,
+                                "flags": []}
+
+
+def _not_before(created: datetime | None, when: datetime) -> datetime:
+    """A retirement never takes effect before the note itself was recorded."""
+    return created if created is not None and created > when else when

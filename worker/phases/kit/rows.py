@@ -1,0 +1,98 @@
+"""The rows one write inserts and updates, built from the applied changes in order."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from worker.domain.types import NoteStatus, Scope, content_hash
+from worker.phases.kit.changes import Change, ChangeKind
+from worker.phases.kit.evaluate import State, apply_change
+from worker.store.repositories.note_writes import TRACKED_FIELDS
+
+
+def _jsonable(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+class RowBuilder:
+    def __init__(self, scope: Scope, run_id: str | None, now: datetime, before: State,
+                 embedding_model: str | None, vectors: dict[str, np.ndarray]) -> None:
+        self.scope, self.run_id, self.now = scope, run_id, now
+        self.after: State = {k: dict(v) for k, v in before.items()}
+        self.embedding_model, self.vectors = embedding_model, vectors
+        self.notes: list[dict[str, Any]] = []
+        self.updates: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+        self.lineage: list[dict[str, Any]] = []
+        self.log: list[dict[str, Any]] = []
+
+    def add(self, c: Change) -> None:
+        if c.entity != "note":
+            return
+        if c.new_note is not None:
+            self._insert(c)
+        was = {m.id: dict(self.after[m.id]) for m in c.members}
+        apply_change(c, self.after)
+        reason = f"{c.reason}: {c.comment}" if c.kind == ChangeKind.ARCHIVE else c.reason
+        for m in c.members:
+            self._update(m.id, was[m.id], self.after[m.id], reason)
+        target = c.target_id
+        if c.kind == ChangeKind.SUPERSEDE and target is not None:
+            self.lineage.extend(
+                {"scope_key": self.scope.key, "parent_id": m.id, "child_id": target,
+                 "relation": c.relation, "run_id": self.run_id, "created_at": self.now}
+                for m in c.members)
+
+    def _insert(self, c: Change) -> None:
+        n = c.new_note
+        assert n is not None
+        vector = self.vectors.get(n.id)
+        self.notes.append({
+            "id": n.id, "scope_key": self.scope.key, "agent_id": self.scope.agent_id,
+            "user_id": self.scope.user_id, "company_id": self.scope.company_id,
+            "content": n.content, "content_hash": content_hash(n.content), "type": n.type,
+            "embedding": vector, "embedding_model": self.embedding_model if vector is not None
+            else None, "status": NoteStatus.ACTIVE.value, "created_at": self.now,
+            "updated_at": self.now, "valid_from": self.now, "version": 1,
+            "importance": n.importance, "access_count": n.access_count,
+            "consolidation_generation": n.consolidation_generation,
+            "last_accessed_at": n.last_accessed_at, "is_auto_generated": n.is_auto_generated,
+            "protection": n.protection, "comments": n.comments,
+        })
+        self.log.append(self._log_row(n.id, "insert", None,
+                                      {"status": NoteStatus.ACTIVE.value, "version": 1},
+                                      n.reason or c.reason))
+
+    def _update(self, note_id: str, was: dict[str, Any], now: dict[str, Any],
+                reason: str) -> None:
+        changed = {f: now.get(f) for f in TRACKED_FIELDS if now.get(f) != was.get(f)}
+        if not changed and now["version"] == was["version"]:
+            return
+        keys = tuple(sorted(changed))
+        row = {**{f"v_{k}": changed[k] for k in keys}, "b_id": note_id,
+               "b_version": was["version"], "v_version": now["version"],
+               "v_updated_at": self.now}
+        self.updates.append((keys, row))
+        before = {f: _jsonable(was.get(f)) for f in keys}
+        before["version"] = was["version"]
+        after = {f: _jsonable(v) for f, v in changed.items()}
+        after["version"] = now["version"]
+        self.log.append(self._log_row(note_id, "update", before, after, reason))
+
+    def _log_row(self, entity_id: str, op: str, before: dict[str, Any] | None,
+                 after: dict[str, Any] | None, reason: str) -> dict[str, Any]:
+        return {"run_id": self.run_id, "scope_key": self.scope.key, "entity": "note",
+                "entity_id": entity_id, "op": op, "before": before, "after": after,
+                "reason": reason, "created_at": self.now}
+
+    def update_batches(self) -> list[tuple[tuple[str, ...], list[dict[str, Any]]]]:
+        """Consecutive updates with the same columns, one executemany each, in item order."""
+        out: list[tuple[tuple[str, ...], list[dict[str, Any]]]] = []
+        for keys, row in self.updates:
+            if out and out[-1][0] == keys:
+                out[-1][1].append(row)
+            else:
+                out.append((keys, [row]))
+        return out

@@ -1,0 +1,195 @@
+"""One guarded write transaction per phase per scope.
+
+``open_write`` opens the unit of work and fences it: its first statement is an UPDATE of the
+run row guarded by the lease epoch (``StaleLease`` when another attempt owns the run, so a
+write planned under a lost lease writes nothing). ``PhaseWrite.apply`` re-reads every member of
+every change in one locked SELECT, skips stale items one by one, asks the blast-radius guard
+once, and writes what is left with one executemany per table; steps, verdict memory and reviews
+queued on the write go in with it. Nothing commits until the block ends without an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from worker.domain.types import NoteStatus, Scope, StepStatus
+from worker.phases.kit.changes import Change, ItemResult, ItemStatus
+from worker.phases.kit.evaluate import GuardLimits, State, evaluate
+from worker.phases.kit.rows import RowBuilder
+from worker.phases.kit.snapshot import RunJournal, journal_of
+from worker.runs.steps import ChildStep, StepRecorder
+from worker.safety.guard import GUARD_STEP
+from worker.store.uow import StaleLease, UnitOfWork
+
+
+class WriteConflict(Exception):
+    """A row changed between the locked re-read and the update (only without a fence)."""
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """Who writes, where and when; a run's phase, or a host call (``run_id`` None)."""
+
+    app: Any
+    scope: Scope
+    now: datetime
+    run_id: str | None = None
+    epoch: int | None = None
+    phase: str = ""
+    parent_step_id: str | None = None
+    steps: StepRecorder | None = None
+    dry_run: bool = False
+    allow_retire: int | None = None
+    notes_before: dict[str, int] | None = None  # the run's counts before its first phase
+
+    @classmethod
+    def of(cls, ctx: Any, phase: str, parent_step_id: str | None) -> WriteTarget:
+        """The target of a phase's write, from its ``PhaseContext``."""
+        return cls(app=ctx.app, scope=ctx.scope, now=ctx.now, run_id=ctx.run_id,
+                   epoch=ctx.epoch, phase=phase, parent_step_id=parent_step_id,
+                   steps=ctx.steps, dry_run=ctx.dry_run, allow_retire=ctx.allow_retire,
+                   notes_before=ctx.notes_before)
+
+
+@contextmanager
+def open_write(target: WriteTarget) -> Iterator[PhaseWrite]:
+    """``with open_write(target) as w:`` … ``w.apply(changes)``, ``w.step(...)`` …; commits at
+    the end of the block, rolls back everything on any exception (a crash commits nothing)."""
+    with target.app.uow() as uow:
+        totals = None
+        if target.run_id is not None and target.epoch is not None:
+            totals = uow.writes.fence(target.run_id, target.epoch)
+            if totals is None:
+                raise StaleLease(f"run {target.run_id} lost its lease (epoch {target.epoch})")
+        write = PhaseWrite(uow, target, totals)
+        yield write
+        write.flush()
+        uow.commit()
+
+
+class PhaseWrite:
+    def __init__(self, uow: UnitOfWork, target: WriteTarget,
+                 totals: dict[str, Any] | None) -> None:
+        self.uow, self.target, self._totals = uow, target, totals
+        self.state: State = {}
+        self.tripped: str | None = None
+        self._steps: list[dict[str, Any]] = []
+        self._judgements: list[dict[str, Any]] = []
+        self._reviews: list[dict[str, Any]] = []
+
+    # ---- the changes ---------------------------------------------------------------------
+    def apply(self, changes: Sequence[Change], *, vectors: dict[str, np.ndarray] | None = None,
+              journal: RunJournal | None = None, guard_each: bool = True) -> list[ItemResult]:
+        """Apply ``changes`` in order; each result says applied, stale, guarded or dry run."""
+        t = self.target
+        if t.dry_run:
+            return [ItemResult(c, ItemStatus.DRY_RUN) for c in changes]
+        if not changes:
+            return []
+        self.state = self.uow.writes.lock_state(i for c in changes for i in c.ids())
+        guard = self._guard_limits(changes, journal, guard_each)
+        results, self.tripped = evaluate(changes, self._before_images(), guard)
+        rows = RowBuilder(t.scope, t.run_id, t.now, self.state,
+                          getattr(t.app.embedder, "model_name", None), vectors or {})
+        for r in results:
+            if r.status == ItemStatus.APPLIED:
+                rows.add(r.change)
+        self.uow.writes.insert_notes(rows.notes)
+        for keys, batch in rows.update_batches():
+            if self.uow.writes.update_notes(keys, batch) != len(batch):
+                raise WriteConflict("a note changed while this write held it; nothing was written")
+        self._archive_examples(results)
+        self.uow.writes.add_lineage(rows.lineage)
+        self.uow.writes.add_log(rows.log)
+        self.state = rows.after
+        return results
+
+    def _before_images(self) -> State:
+        return {k: dict(v) for k, v in self.state.items()}
+
+    def _guard_limits(self, changes: Sequence[Change], journal: RunJournal | None,
+                      each: bool) -> GuardLimits | None:
+        t = self.target
+        if t.run_id is None or not any(c.retires and c.entity == "note" for c in changes):
+            return None  # a host call is its own decision, not a run's blast radius
+        if journal is None:
+            journal = journal_of(self.uow.writes.journal(t.run_id, t.scope.key))
+        before = t.notes_before
+        if before is None:
+            totals = self._totals if self._totals is not None else self.uow.writes.run_totals(
+                t.run_id)
+            before = totals.get("notes_before")
+        if before and "active" in before:
+            baseline = int(before["active"])
+        else:  # no snapshot (a phase executed on its own): active now plus what the run retired
+            baseline = self.uow.writes.active_count(t.scope.key) + len(journal.retired)
+        s = t.app.settings.guard
+        return GuardLimits(frozenset(journal.retired), baseline, s.max_retire_share,
+                           s.min_scope_size, t.allow_retire, each)
+
+    def _archive_examples(self, results: list[ItemResult]) -> None:
+        from worker.store.repositories.examples import ExampleRepository
+        from worker.store.repositories.retention import ArchiveItem
+
+        todo = [r for r in results if r.status == ItemStatus.APPLIED and r.change.entity != "note"]
+        if not todo:
+            return
+        t = self.target
+        repo = ExampleRepository(self.uow.session)
+        for r in todo:
+            c = r.change
+            done = set(repo.archive(t.scope, [ArchiveItem(m.id, m.version, c.comment)
+                                              for m in c.members],
+                                    run_id=t.run_id, reason=c.reason, now=t.now))
+            if not done:
+                r.status, r.stale_ids = ItemStatus.STALE, [m.id for m in c.members]
+
+    # ---- what is recorded with them -------------------------------------------------------
+    def step(self, step: ChildStep) -> None:
+        t = self.target
+        assert t.steps is not None and t.parent_step_id is not None
+        self._steps.append(t.steps.child_row(t.parent_step_id, t.phase, step))
+
+    def judgement(self, kind: str, fingerprint: str, note_ids: Sequence[str], verdict: str,
+                  reason: str | None, *, ordered: bool = False) -> None:
+        """Verdict memory; ``ordered`` keeps ``note_ids`` as given (a held-back retirement)."""
+        if self.target.dry_run:
+            return
+        self._judgements.append({
+            "scope_key": self.target.scope.key, "kind": kind, "fingerprint": fingerprint,
+            "note_ids": list(note_ids) if ordered else sorted(note_ids), "verdict": verdict,
+            "reason": reason, "run_id": self.target.run_id, "created_at": self.target.now})
+
+    def review(self, kind: str, note_ids: Sequence[str], reason: str | None) -> None:
+        self._reviews.append({"scope_key": self.target.scope.key, "kind": kind,
+                              "note_ids": sorted(note_ids), "reason": reason,
+                              "run_id": self.target.run_id, "created_at": self.target.now})
+
+    def trip(self, reason: str, note_ids: Sequence[str]) -> None:
+        """Why the guard stopped the phase: a skipped child step and an open review (R20, R27)."""
+        self.step(ChildStep(name=GUARD_STEP, status=StepStatus.SKIPPED.value,
+                            input={"note_ids": list(note_ids)},
+                            output={"reason": reason, "guard": True}))
+        self.review("blast_radius", note_ids, reason)
+
+    def current(self, note_id: str) -> tuple[int, str] | None:
+        """(version, status) as this write leaves it, for ids it re-read."""
+        row = self.state.get(note_id)
+        return None if row is None else (int(row["version"]), str(row["status"]))
+
+    def active_at(self, note_id: str) -> int | None:
+        cur = self.current(note_id)
+        return cur[0] if cur is not None and cur[1] == NoteStatus.ACTIVE.value else None
+
+    def flush(self) -> None:
+        self.uow.writes.add_steps(self._steps)
+        self.uow.writes.add_judgements(self._judgements)
+        self.uow.writes.add_reviews(self._reviews)
+        self._steps, self._judgements, self._reviews = [], [], []
+

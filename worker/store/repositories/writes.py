@@ -1,0 +1,138 @@
+"""SQL for a phase's one guarded write: the lease fence, the locked re-read of every member,
+and the batched inserts and updates (notes, lineage, operation log, steps, verdict memory)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from worker.domain.types import NoteStatus, RunStatus
+from worker.store.models import (
+    DreamRunRow,
+    JudgementRow,
+    NoteLineageRow,
+    NoteRow,
+    OperationLogRow,
+    ReviewRow,
+    RunStepRow,
+)
+from worker.store.repositories.note_writes import TRACKED_FIELDS
+
+_NOTES = cast(Table, NoteRow.__table__)
+_RUNS = cast(Table, DreamRunRow.__table__)
+_JUDGEMENTS = cast(Table, JudgementRow.__table__)
+# The fencing token checked by the write itself: a no-op UPDATE of the run row guarded by the
+# lease epoch. Its rowcount says whether the lease is still ours; on SQLite it also takes the
+# write lock first, on PostgreSQL it locks the run row, so no claim can move the epoch until
+# this write commits or rolls back.
+_FENCE = (
+    update(_RUNS)
+    .where(_RUNS.c.id == bindparam("run_id"), _RUNS.c.lease_epoch == bindparam("epoch"),
+           _RUNS.c.status == RunStatus.RUNNING.value)
+    .values(lease_epoch=_RUNS.c.lease_epoch)
+    .returning(_RUNS.c.totals)
+)
+STATE_FIELDS = ("version", "status", "protection", "is_auto_generated", "created_at",
+                *(f for f in TRACKED_FIELDS if f != "status"))
+_STATE = select(_NOTES.c.id, *(_NOTES.c[f] for f in STATE_FIELDS)).where(
+    _NOTES.c.id.in_(bindparam("ids", expanding=True)))
+_INSERT_NOTE = insert(_NOTES)
+_LOG = cast(Table, OperationLogRow.__table__)
+_INSERT_LOG = insert(_LOG)
+_INSERT_LINEAGE = insert(cast(Table, NoteLineageRow.__table__))
+_INSERT_STEP = insert(cast(Table, RunStepRow.__table__))
+_INSERT_REVIEW = insert(cast(Table, ReviewRow.__table__))
+_UPDATES: dict[tuple[str, ...], Any] = {}
+CHUNK = 500
+
+
+class WriteRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def _run(self, stmt: Any, params: Any = None) -> Any:
+        return self.session.connection().execute(stmt, params)
+
+    def fence(self, run_id: str, epoch: int) -> dict[str, Any] | None:
+        """The run's totals if it still holds lease ``epoch``, else None; the first statement
+        of a run's write (the guard reads the scope's size at the start of the run from it)."""
+        row = self._run(_FENCE, {"run_id": run_id, "epoch": epoch}).first()
+        return None if row is None else dict(row.totals or {})
+
+    def run_totals(self, run_id: str) -> dict[str, Any]:
+        row = self._run(select(_RUNS.c.totals).where(_RUNS.c.id == run_id)).first()
+        return dict(row.totals or {}) if row is not None else {}
+
+    def journal(self, run_id: str, scope_key: str) -> list[Any]:
+        """(entity_id, op, before, after, reason) of every note change this run logged in the
+        scope: what it inserted and what it retired (one SELECT)."""
+        stmt = select(_LOG.c.entity_id, _LOG.c.op, _LOG.c.before, _LOG.c.after,
+                      _LOG.c.reason).where(_LOG.c.run_id == run_id, _LOG.c.scope_key == scope_key,
+                                           _LOG.c.entity == "note")
+        return list(self._run(stmt).all())
+
+    def active_count(self, scope_key: str) -> int:
+        stmt = select(func.count()).select_from(_NOTES).where(
+            _NOTES.c.scope_key == scope_key, _NOTES.c.status == NoteStatus.ACTIVE.value)
+        return int(self._run(stmt).scalar_one())
+
+    def lock_state(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Current version, status, protection and tracked fields of each id, in one SELECT
+        per 500 ids, locked on PostgreSQL (``FOR UPDATE``) until the write ends."""
+        wanted = list(dict.fromkeys(ids))
+        out: dict[str, dict[str, Any]] = {}
+        postgres = self.session.get_bind().dialect.name == "postgresql"
+        stmt = _STATE.with_for_update() if postgres else _STATE
+        for start in range(0, len(wanted), CHUNK):
+            rows = self._run(stmt, {"ids": wanted[start:start + CHUNK]}).all()
+            out.update((r.id, r._asdict()) for r in rows)
+        return out
+
+    def insert_notes(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self._run(_INSERT_NOTE, rows)
+
+    def update_notes(self, keys: tuple[str, ...], rows: list[dict[str, Any]]) -> int:
+        """One executemany UPDATE guarded by id and version; ``rows`` carry ``b_id``,
+        ``b_version`` and ``v_<column>`` for each of ``keys`` (plus version, updated_at)."""
+        if not rows:
+            return 0
+        stmt = _UPDATES.get(keys)
+        if stmt is None:  # built once per set of changed columns, then reused
+            stmt = _UPDATES[keys] = (
+                update(_NOTES)
+                .where(_NOTES.c.id == bindparam("b_id"),
+                       _NOTES.c.version == bindparam("b_version"))
+                .values({k: bindparam(f"v_{k}") for k in (*keys, "version", "updated_at")})
+            )
+        return int(self._run(stmt, rows).rowcount)
+
+    def add_lineage(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self._run(_INSERT_LINEAGE, rows)
+
+    def add_log(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self._run(_INSERT_LOG, rows)
+
+    def add_steps(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self._run(_INSERT_STEP, rows)
+
+    def add_reviews(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self._run(_INSERT_REVIEW, rows)
+
+    def add_judgements(self, rows: list[dict[str, Any]]) -> None:
+        """Verdict memory, first writer wins: a fingerprint already recorded is left as it is."""
+        if not rows:
+            return
+        postgres = self.session.get_bind().dialect.name == "postgresql"
+        stmt = (pg_insert(_JUDGEMENTS) if postgres else sqlite_insert(_JUDGEMENTS))
+        self._run(stmt.on_conflict_do_nothing(
+            index_elements=["scope_key", "kind", "fingerprint"]), rows)
