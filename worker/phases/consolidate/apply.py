@@ -69,8 +69,13 @@ def merge_change(d: Decision) -> Change:
 
 def apply_all(ctx: PhaseContext, parent_step_id: str, decisions: list[Decision],
               counters: Any) -> None:
-    """One write for ``decisions`` (what ``judge_and_apply_with_rules`` calls per cluster)."""
-    write_units(ctx, parent_step_id, [Unit(decisions)], counters)
+    """One write for ``decisions`` (what ``judge_and_apply_with_rules`` calls per cluster, and
+    an approved proposal); ``counters`` typed or a plain dict, which the counts are added to."""
+    typed = counters if isinstance(counters, ConsolidateCounters) else ConsolidateCounters()
+    write_units(ctx, parent_step_id, [Unit(decisions)], typed)
+    if typed is not counters:
+        for key, value in typed.ints().items():
+            counters[key] = counters.get(key, 0) + value
 
 
 def write_units(ctx: PhaseContext, parent_step_id: str, units: Sequence[Unit],

@@ -22,6 +22,8 @@ from worker.similarity import neighbour_pairs
 log = structlog.get_logger(__name__)
 
 INJECTION_FLAG = "injection"
+# The phase's integer counters (what an approval's run starts from, worker.review).
+COUNTERS = tuple(k for k, v in ConsolidateCounters().as_dict().items() if isinstance(v, int))
 
 
 def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
@@ -57,7 +59,7 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
             units = [Unit([d]) for d in judge_with_model(ctx, clusters, counters)]  # type: ignore[arg-type]
         elif clusters:
             row = {n.id: i for i, n in enumerate(notes)}
-            threshold = settings.rule_threshold
+            threshold: float = settings.rule_threshold
 
             def related(a: Note, b: Note) -> bool:
                 return float(snap.vectors[row[a.id]] @ snap.vectors[row[b.id]]) >= threshold
