@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,13 +52,13 @@ def make_postgres_app(**overrides: object) -> App:
     sep = "&" if "?" in base else "?"
     url = f"{base}{sep}options=-csearch_path%3D{schema},public"
     app = build_app(_settings(url, **overrides))
-    app.extras["schema"] = schema
     upgrade(app.engine)
     return app
 
 
 def drop_postgres_app(app: App) -> None:
-    schema = app.extras.get("schema")
+    found = re.search(r"search_path%3D(t_[0-9a-f]{12}),", app.settings.database_url)
+    schema = found.group(1) if found else None  # the schema make_postgres_app made
     app.dispose()
     if schema:
         admin = make_engine(postgres_url())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -15,6 +17,11 @@ from worker.privacy import OutboundEmbedder, OutboundLLM, outbound
 from worker.store.db import make_engine, make_session_factory
 from worker.store.uow import UnitOfWork
 
+if TYPE_CHECKING:
+    from worker.host.remember import RememberCache
+    from worker.references import ReferenceChecker
+    from worker.runs.context import Budget
+
 
 @dataclass
 class App:
@@ -23,7 +30,12 @@ class App:
     session_factory: sessionmaker[Session]
     embedder: Embedder
     llm: LLMClient | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    # A host's own reference checker (prune), made fresh per run; None: the configured built-in.
+    reference_checker: Callable[[App], ReferenceChecker] | None = None
+    # Per-process state the services keep between calls (never note text across scopes).
+    remember_cache: RememberCache | None = field(default=None, repr=False)
+    budgets: dict[str, Budget] = field(default_factory=dict, repr=False)  # run id → its budget
+    threads: list[threading.Thread] = field(default_factory=list, repr=False)  # runs started here
 
     def __setattr__(self, name: str, value: Any) -> None:
         # The one outbound boundary (R29): a model client or embedder reaches the phases and

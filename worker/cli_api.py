@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from worker.cli_common import UserError, cli_app, user_errors
+from worker.cli_common import cli_app, user_errors
+from worker.errors import ConfigError
 
 
 @click.command("api")
@@ -20,7 +21,7 @@ def api_cmd(ctx: click.Context, host: str, port: int) -> None:
 
     app = cli_app(ctx)
     if not app.settings.api_tokens:
-        raise UserError("DREAM_API_TOKENS is not set; every request would be refused. Set it to "
+        raise ConfigError("DREAM_API_TOKENS is not set; every request would be refused. Set it to "
                         '{"<token>": {"role": "admin"}} (tokens ≥ 16 characters)')
     # uvicorn's access log would print query strings (the dashboard token): ours logs paths only.
     uvicorn.run(create_api(app), host=host, port=port, access_log=False, log_config=None)

@@ -11,22 +11,32 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import click
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DatabaseError,
+    OperationalError,
+    ProgrammingError,
+    SQLAlchemyError,
+)
 
 from worker.app import App, build_app
 from worker.clock import parse_timestamp
-from worker.config import ConfigError, load_settings
+from worker.config import load_settings
 from worker.domain.limits import ident_problem
+from worker.errors import EXIT_CODES, ConfigError, DreamError, InvalidInput, NotFound, Unavailable
 from worker.logging import configure_logging
 from worker.telemetry import configure_telemetry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class UserError(click.ClickException):
-    """Printed as one line, exit status 2, no traceback."""
+class UserError(InvalidInput):
+    """A command line no command can use (conflicting or missing options): exit 2."""
 
-    exit_code = 2
+
+class ErrorLine(click.ClickException):
+    """A DreamError as click shows it: one ``error:`` line; ``error_line`` picks the subclass
+    whose exit code is the error's class's (click reads ``exit_code`` from the class)."""
 
     def show(self, file: Any = None) -> None:
         # The message may quote an argument with a lone surrogate (invalid UTF-8 in argv):
@@ -35,48 +45,55 @@ class UserError(click.ClickException):
         click.echo(line.encode("utf-8", "backslashreplace").decode("utf-8"), err=True)
 
 
-def user_error(exc: BaseException) -> UserError | None:
-    """The one line for an error the user can cause (input, settings, a database that is missing,
-    unreachable or not ours), or None for a bug, which keeps its traceback."""
-    from sqlalchemy.exc import ArgumentError, DatabaseError
+_LINES: dict[int, type[ErrorLine]] = {
+    code: type(f"ErrorLine{code}", (ErrorLine,), {"exit_code": code})
+    for code in {1, *EXIT_CODES.values()}}
 
-    from worker.embeddings.openai_compat import EmbeddingError
-    from worker.host import HostError
-    from worker.ingest.jsonl import InputError
-    from worker.llm.base import LLMError
-    from worker.runs.service import RunError
 
-    if isinstance(exc, UserError):
+def error_line(error: DreamError) -> ErrorLine:
+    return _LINES.get(error.exit_code, _LINES[1])(str(error))
+
+
+def user_error(exc: BaseException) -> DreamError | None:
+    """The DreamError for an error the user can cause (input, settings, a database that is
+    missing, unreachable or not ours), or None for a bug, which keeps its traceback."""
+    if isinstance(exc, DreamError):
         return exc
-    if isinstance(exc, ConfigError | InputError | RunError | LLMError | EmbeddingError | HostError):
-        return UserError(str(exc))
+    if isinstance(exc, SQLAlchemyError):
+        return database_error(exc)
+    if isinstance(exc, OSError) and exc.filename is not None:  # a path the user named
+        return InvalidInput(f"cannot use {exc.filename}: {exc.strerror or type(exc).__name__}")
+    return None
+
+
+def database_error(exc: SQLAlchemyError) -> DreamError | None:
+    """A database that is missing, unreachable, not ours or damaged; None for a bug."""
+    orig = str(getattr(exc, "orig", None) or "")
     if isinstance(exc, OperationalError):
-        reason = str(exc.orig).splitlines()[0] if exc.orig else "connection failed"
+        reason = orig.splitlines()[0] if exc.orig else "connection failed"
         if "no such table" in reason:  # SQLite; PostgreSQL's missing tables are ProgrammingError
-            return UserError(
+            return ConfigError(
                 f"the database has no dream-worker schema ({reason}); run `dream db upgrade`")
         if "does not exist" in reason:  # PostgreSQL: the database or role named in the URL
-            return UserError(f"cannot connect: {reason.rpartition('FATAL:')[2].strip()}; create "
-                             "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
-        return UserError(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and that "
-                         "the server is running")
-    if isinstance(exc, ProgrammingError) and "does not exist" in str(exc.orig):
+            return ConfigError(f"cannot connect: {reason.rpartition('FATAL:')[2].strip()}; create "
+                               "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
+        return Unavailable(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and "
+                           "that the server is running")
+    if isinstance(exc, ProgrammingError) and "does not exist" in orig:
         # A missing table or column; any other ProgrammingError (a value the driver cannot
         # adapt) is a validation bug and keeps its traceback rather than misleading advice.
-        reason = str(exc.orig).splitlines()[0]
-        return UserError(
-            f"the database schema is missing or out of date ({reason}); run `dream db upgrade`")
-    if isinstance(exc, DatabaseError) and "file is not a database" in str(exc.orig):
-        return UserError("DREAM_DATABASE_URL points at a file that is not an SQLite database; "
-                         "point it at a dream-worker database or a new path")
-    if isinstance(exc, DatabaseError) and "malformed" in str(exc.orig):
-        return UserError("the SQLite database file is damaged (database disk image is malformed); "
-                         "restore it from a backup or export what `sqlite3 FILE .recover` finds")
+        return ConfigError(f"the database schema is missing or out of date "
+                           f"({orig.splitlines()[0]}); run `dream db upgrade`")
+    if isinstance(exc, DatabaseError) and "file is not a database" in orig:
+        return ConfigError("DREAM_DATABASE_URL points at a file that is not an SQLite database; "
+                           "point it at a dream-worker database or a new path")
+    if isinstance(exc, DatabaseError) and "malformed" in orig:
+        return Unavailable("the SQLite database file is damaged (database disk image is "
+                           "malformed); restore it from a backup or export what `sqlite3 FILE "
+                           ".recover` finds")
     if isinstance(exc, ArgumentError):  # an unparsable DREAM_DATABASE_URL
-        return UserError(f"invalid DREAM_DATABASE_URL ({exc}); use sqlite:///PATH or "
-                         "postgresql://USER@HOST/DB")
-    if isinstance(exc, OSError) and exc.filename is not None:  # a path the user named
-        return UserError(f"cannot use {exc.filename}: {exc.strerror or type(exc).__name__}")
+        return ConfigError(f"invalid DREAM_DATABASE_URL ({exc}); use sqlite:///PATH or "
+                           "postgresql://USER@HOST/DB")
     return None
 
 
@@ -88,11 +105,13 @@ def user_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except click.ClickException:
+            raise
         except Exception as exc:
             translated = user_error(exc)
             if translated is None:
                 raise
-            raise translated from None
+            raise error_line(translated) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -118,7 +137,7 @@ def read_lines(path: str) -> Iterable[bytes]:
         with open(path, "rb") as fh:
             return fh.readlines()
     except FileNotFoundError:
-        raise UserError(f"file not found: {path}") from None
+        raise NotFound(f"file not found: {path}") from None
     except (IsADirectoryError, PermissionError) as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}; expected a UTF-8 JSONL file") from None
 

@@ -3,32 +3,16 @@ worker.host (the same functions the HTTP API calls)."""
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from worker.cli_common import IDENT, FiniteRange, UserError, cli_app, user_errors
+from worker.cli_common import IDENT, FiniteRange, cli_app, user_errors
 from worker.domain.types import NoteType, Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def host_errors(fn: F) -> F:
-    """Refusals from worker.host become one line and exit status 2 (nothing was written)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from worker.host import HostError
-
-        try:
-            return fn(*args, **kwargs)
-        except HostError as exc:
-            raise UserError(str(exc)) from None
-
-    return user_errors(wrapper)  # type: ignore[return-value]
 
 
 def _scope(agent: str, user: str | None, company: str | None) -> Scope:
@@ -47,7 +31,7 @@ def _scope_options(fn: F) -> F:
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500))
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-@host_errors
+@user_errors
 def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
                    threshold: float, limit: int, as_json: bool) -> None:
     """Fusion candidates of one scope: similar pairs plus open items of its latest run."""
@@ -74,7 +58,7 @@ def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: st
 @click.option("--importance", type=FiniteRange(0, 1), default=None)
 @click.option("--strict", is_flag=True, help="Refuse text with facts no source states.")
 @click.pass_context
-@host_errors
+@user_errors
 def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
              importance: float | None, strict: bool) -> None:
     """Replace SOURCE_IDS with one fused note (sources revoked, pointer and lineage kept)."""
@@ -89,7 +73,7 @@ def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
 @click.command("keep-apart")
 @click.argument("source_ids", nargs=-1, required=True)
 @click.pass_context
-@host_errors
+@user_errors
 def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
     """Never offer SOURCE_IDS as a candidate again until one of them changes."""
     from worker.host import keep_apart
@@ -105,7 +89,7 @@ def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
               type=click.Choice([t.value for t in NoteType], case_sensitive=False))
 @click.option("--importance", type=FiniteRange(0, 1), default=0.5, show_default=True)
 @click.pass_context
-@host_errors
+@user_errors
 def notes_add_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
                   content: str, note_type: str, importance: float) -> None:
     """Remember one note with write-time dedup; prints NOOP, UPDATE or ADD, the id and why."""

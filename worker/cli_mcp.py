@@ -6,6 +6,7 @@ import click
 
 from worker.cli_common import UserError, cli_app, user_errors
 from worker.domain.types import Scope
+from worker.errors import ConfigError
 
 
 @click.command("mcp")
@@ -30,7 +31,7 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("mcp"):
             raise
-        raise UserError("`dream mcp` needs the MCP SDK: pip install 'dream-worker[mcp]'") from None
+        raise ConfigError("`dream mcp` needs the MCP SDK: pip install 'dream-worker[mcp]'") from None
     if (user or company) and not agent:
         raise UserError("--user and --company need --agent")
     if transport == "stdio" and not agent:
@@ -46,7 +47,7 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
     from worker.api.auth import parse_tokens
 
     if not any(p.scope is not None for _, p in parse_tokens(app.settings.api_tokens)):
-        raise UserError('DREAM_API_TOKENS has no scoped token; add {"<token>": {"agent_id": '
+        raise ConfigError('DREAM_API_TOKENS has no scoped token; add {"<token>": {"agent_id": '
                         '"..."}} (tokens ≥ 16 characters; admin tokens are not accepted here)')
     import uvicorn
 

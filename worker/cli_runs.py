@@ -4,6 +4,7 @@ run the gate check that Celery beat runs."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import click
 
@@ -11,6 +12,7 @@ from worker.app import App
 from worker.cli_common import IDENT, UserError, cli_app, parse_option_timestamp, user_errors
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope
+from worker.errors import UnknownScope
 
 
 def register(main: click.Group) -> None:
@@ -41,59 +43,58 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     """Run a dream for one scope (in-process by default) or for every due scope.
 
     --due also resumes every queued or interrupted run (a killed run, a lost broker message)."""
-    from worker.runs import service
+    from worker.runs.start import NotDue, RunRequest, Via, dispatch_run, require_broker, start_run
 
     if bool(agent) == due:
         raise UserError("give either --agent (with optional --user/--company) or --due")
     if (user or company) and not agent:
         raise UserError("--user and --company need --agent")
+    if due and (force or allow_retire is not None):
+        raise UserError("--due runs what the gate allows; use --agent ... --force (and "
+                        "--allow-retire N) for one scope")
     clock = parse_option_timestamp(now, "--now")
     app = cli_app(ctx)
-    if via_celery and not app.settings.broker_url:
-        raise UserError("--via-celery needs a broker: set DREAM_BROKER_URL (e.g. redis://127.0.0.1:6379/0)")
-    if via_celery:
-        from worker.tasks import check_broker
-
-        check_broker(app.settings.broker_url)  # before any run row is written
-    if due:
-        if force or allow_retire is not None:
-            raise UserError("--due runs what the gate allows; use --agent ... --force (and "
-                            "--allow-retire N) for one scope")
-        result = service.gate_check(app, now=clock)
-        run_ids = result.created + result.retried + result.requeued
-        if not via_celery:
-            # In-process, every waiting run is ours to resume: a claim is atomic, so a Celery
-            # worker that holds the same message simply finds it taken (R4).
-            run_ids += [r for r in service.unclaimed_runs(app) if r not in run_ids]
-        if not run_ids:
-            click.echo(f"no scope is due ({len(result.skipped)} checked)")
-    else:
-        assert agent is not None
-        scope = Scope(agent, user, company)
-        service.ensure_scope_known(app, scope)
-        if not force:
-            decision = service.scope_gate(app, scope, now=clock)
-            if not decision.due:
-                click.echo(f"not due for {scope.key}: {decision.reason}; use --force to run anyway")
-                return
-        run_id = service.create_run(app, scope, trigger="cli", force=force, dry_run=dry_run,
-                                    phases=list(phases) or None, clock=clock,
-                                    allow_retire=allow_retire)
-        if run_id is None:
-            raise UserError(service.busy_message(app, scope))
-        run_ids = [run_id]
-    for run_id in run_ids:
+    via = Via.CELERY if via_celery else Via.HERE
+    if not agent:
         if via_celery:
-            from worker.tasks import enqueue_run
+            require_broker(app)  # before any run row is written
+        for run_id in _due_runs(app, clock, in_process=not via_celery):
+            _report(app, run_id, dispatch_run(app, run_id, via), via)
+        return
 
-            enqueue_run(run_id, app)
-            click.echo(f"run {run_id} queued on the broker; follow it with `dream runs show {run_id}`")
-            continue
-        status = service.execute_run(app, run_id)
-        _print_summary(app, run_id, status)
-        if status == RunStatus.INTERRUPTED.value:
-            click.echo(f"run {run_id} lost its lease to another executor or the gate check; "
-                       "resume it with `dream run --due`")
+    request = RunRequest(Scope(agent, user, company), trigger="cli", force=force,
+                         dry_run=dry_run, allow_retire=allow_retire, phases=phases, clock=clock)
+    try:
+        started = start_run(app, request, via)
+    except NotDue as exc:
+        click.echo(str(exc))  # not an error: the gate did its job (exit 0, no run)
+        return
+    _report(app, started.run_id, started.status, via)
+
+
+def _due_runs(app: App, clock: datetime | None, in_process: bool) -> list[str]:
+    """What `--due` executes: the runs the gate created or handed out again, plus (in-process)
+    every waiting run: a claim is atomic, so a Celery worker that holds the same message simply
+    finds it taken (R4)."""
+    from worker.runs import service
+
+    result = service.gate_check(app, now=clock)
+    run_ids = result.created + result.retried + result.requeued
+    if in_process:
+        run_ids += [r for r in service.unclaimed_runs(app) if r not in run_ids]
+    if not run_ids:
+        click.echo(f"no scope is due ({len(result.skipped)} checked)")
+    return run_ids
+
+
+def _report(app: App, run_id: str, status: str, via: str) -> None:
+    if via == "celery":
+        click.echo(f"run {run_id} queued on the broker; follow it with `dream runs show {run_id}`")
+        return
+    _print_summary(app, run_id, status)
+    if status == RunStatus.INTERRUPTED.value:
+        click.echo(f"run {run_id} lost its lease to another executor or the gate check; "
+                   "resume it with `dream run --due`")
 
 
 def _print_summary(app: App, run_id: str, status: str) -> None:
@@ -194,7 +195,7 @@ def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,
         if agent:
             only = [Scope(agent, user, company)]
             if not scope_known(app, only[0]):
-                raise UserError(f"unknown scope {only[0].key}: it has no notes and no sessions; "
+                raise UnknownScope(f"unknown scope {only[0].key}: it has no notes and no sessions; "
                                 "check --agent/--user/--company (None is a value, not a wildcard)")
         decisions = decide_scopes(app, clock or utcnow(), only)
         if as_json:

@@ -12,6 +12,8 @@ import platformdirs
 from pydantic import AliasChoices, BaseModel, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
+
 
 def default_database_url() -> str:
     data_dir = Path(platformdirs.user_data_dir("dream-worker"))
@@ -205,10 +207,6 @@ _DURATIONS = (("gate_hours", 3600), ("gate_idle_minutes", 60), ("gate_max_stale_
               ("queued_timeout_seconds", 1), ("llm_timeout", 1), ("llm_phase_seconds", 1),
               ("contradictions.newer_wins_days", 86_400),
               ("archive.protected_inactive_days", 86_400))
-
-
-class ConfigError(Exception):
-    """A setting has a value the worker cannot use; the message is one line for the user."""
 
 
 def load_settings(**overrides: object) -> Settings:

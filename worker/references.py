@@ -99,10 +99,10 @@ class SqlReferenceChecker(_CachingChecker):
 
 
 def make_reference_checker(app: Any) -> ReferenceChecker:
-    """A fresh checker for one run: a host hook in app.extras, else the configured built-in."""
-    factory = app.extras.get("reference_checker")
-    if factory is not None:
-        checker: ReferenceChecker = factory(app)
+    """A fresh checker for one run: the host's ``app.reference_checker``, else the configured
+    built-in."""
+    if app.reference_checker is not None:
+        checker: ReferenceChecker = app.reference_checker(app)
         return checker
     if app.settings.prune.checker == "sql":
         return SqlReferenceChecker.from_settings(app)

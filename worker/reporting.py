@@ -6,7 +6,7 @@ from typing import Any
 
 from worker.app import App
 from worker.domain.types import Scope
-from worker.runs.service import RunError
+from worker.errors import RunNotFound
 from worker.store.models import DreamRunRow, RunStepRow
 from worker.store.repositories.dashboard import NOTE_STATUSES, DashboardQueries, ScopeFilter
 
@@ -49,7 +49,7 @@ def run_tree(app: App, run_id: str) -> dict[str, Any]:
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         if run is None:
-            raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+            raise RunNotFound(run_id)
         out = run_summary(run)
         steps = uow.runs.steps(run_id)
     parents = [step_dict(s) | {"children": []} for s in steps if s.parent_id is None]

@@ -11,6 +11,7 @@ from tests.support.factories import add_notes
 from tests.support.safety import all_rows_text
 from worker.app import App
 from worker.cli import main
+from worker.errors import NotFound
 
 GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"})
 
@@ -33,13 +34,16 @@ GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"}
 def test_r22_bad_input_is_one_line_and_writes_nothing(
     app: App, monkeypatch: pytest.MonkeyPatch, args: list[str], stdin: str | None, says: str,
 ) -> None:
-    """R22: a bad date, a wrong embedding size, an unknown scope or id → exit 2, one 'error:'
-    line naming it (and the line number for files), and the database is byte-for-byte as before."""
+    """R22: a bad date, a wrong embedding size, an unknown scope or id → exit 2 (3: not found),
+    one 'error:' line naming it (and the line number for files), and the database is
+    byte-for-byte as before."""
     add_notes(app, {"agent_id": "a", "content": "An existing note"})
     before = all_rows_text(app)
     monkeypatch.setenv("DREAM_DATABASE_URL", app.settings.database_url)
     result = CliRunner().invoke(main, args, input=stdin)
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2, result.output
+    # Input mistakes exit 2; an unknown scope, run or note is not found (worker.errors).
+    not_found = says.startswith(("unknown scope", "no run with id", "no note with id"))
+    assert result.exit_code == (NotFound.exit_code if not_found else 2), result.output
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], result.output
     assert all_rows_text(app) == before

@@ -18,6 +18,7 @@ from tests.support.services import postgres_url
 from worker.app import App
 from worker.cli import main
 from worker.domain.types import PHASES
+from worker.errors import ConfigError, Conflict, NotFound, Unavailable
 from worker.store.db import make_engine
 from worker.store.models import AgentRow, DreamRunRow, NoteRow, SessionRow
 
@@ -29,8 +30,9 @@ def dream(url: str, *args: str, input: str | None = None, **env: str) -> Result:
     return CliRunner().invoke(main, list(args), input=input, env=environ, catch_exceptions=False)
 
 
-def one_error_line(result: Result) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.output)
+def one_error_line(result: Result, code: int = 2) -> str:
+    """One `error:` line on stderr, nothing on stdout, the exit code of the error's class."""
+    assert result.exit_code == code, (result.exit_code, result.output)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert result.stdout == ""
@@ -109,23 +111,38 @@ USER_ERRORS = [
     (["runs", "list"], None, {"DREAM_LLM_PROVIDER": "magic"}, "invalid setting DREAM_LLM_PROVIDER"),
 ]
 
+# The exit code of each error's class (worker.errors): 2 (invalid input or usage) unless here.
+EXIT_CODES = {
+    "file not found": NotFound.exit_code,
+    "no run with id no-such-run": NotFound.exit_code,
+    "unknown scope [\"nobody\",null,null]": NotFound.exit_code,
+    "DREAM_BROKER_URL": ConfigError.exit_code,
+    "cannot reach the broker": Unavailable.exit_code,
+    "invalid setting DREAM_GATE_HOURS": ConfigError.exit_code,
+    "invalid setting DREAM_CONSOLIDATE__THRESHOLD": ConfigError.exit_code,
+    "invalid setting DREAM_LLM_PROVIDER": ConfigError.exit_code,
+}
+
 
 @pytest.mark.parametrize(("args", "stdin", "env", "says"), USER_ERRORS,
                          ids=[" ".join(c[0]) + f"#{i}" for i, c in enumerate(USER_ERRORS)])
-def test_user_error_is_one_line_exit_2_and_writes_nothing(
+def test_user_error_is_one_line_with_its_class_exit_code_and_writes_nothing(
     db: App, args: list[str], stdin: str | None, env: dict[str, str], says: str,
 ) -> None:
-    """Every mistake a user can make gives one 'error:' line naming it, exit 2, and no rows."""
+    """Every mistake a user can make gives one 'error:' line naming it, the exit code of its
+    class (2 for input and usage, 3 not found, 5 unavailable, 8 settings), and no rows."""
     dream(url_of(db), "sessions", "add", "--agent", "other")  # a non-empty store to compare
     before = counts(db)
-    line = one_error_line(dream(url_of(db), *args, input=stdin, **env))
+    line = one_error_line(dream(url_of(db), *args, input=stdin, **env), EXIT_CODES.get(says, 2))
     assert says in line
     assert counts(db) == before
 
 
 def test_unreachable_database_is_one_line() -> None:
-    """A database that does not answer: one line naming DREAM_DATABASE_URL, exit 2, no traceback."""
-    line = one_error_line(dream("postgresql://nobody@127.0.0.1:1/x", "runs", "list"))
+    """A database that does not answer: one line naming DREAM_DATABASE_URL, exit 5
+    (unavailable), no traceback."""
+    line = one_error_line(dream("postgresql://nobody@127.0.0.1:1/x", "runs", "list"),
+                          Unavailable.exit_code)
     assert "cannot use the database" in line and "DREAM_DATABASE_URL" in line
 
 
@@ -133,7 +150,7 @@ def test_missing_schema_tells_to_upgrade_sqlite(tmp_path: Path) -> None:
     """A database without the schema points at `dream db upgrade` (SQLite)."""
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     for args in (["runs", "list"], ["notes", "export"], ["run", "--agent", "a", "--force"]):
-        assert "run `dream db upgrade`" in one_error_line(dream(url, *args))
+        assert "run `dream db upgrade`" in one_error_line(dream(url, *args), ConfigError.exit_code)
 
 
 @pytest.mark.postgres
@@ -146,7 +163,8 @@ def test_missing_schema_tells_to_upgrade_postgres() -> None:
     base = postgres_url()
     url = f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema},public"
     try:
-        assert "run `dream db upgrade`" in one_error_line(dream(url, "runs", "list"))
+        assert "run `dream db upgrade`" in one_error_line(dream(url, "runs", "list"),
+                                                         ConfigError.exit_code)
         assert dream(url, "db", "upgrade").exit_code == 0
         ok = dream(url, "runs", "list")
         assert ok.exit_code == 0 and "no runs yet" in ok.stdout
@@ -292,7 +310,7 @@ def test_second_run_for_a_busy_scope_is_refused(db: App) -> None:
     assert service.create_run(db, Scope("a1")) is not None
     before = counts(db)
     assert "is already queued" in one_error_line(
-        dream(url_of(db), "run", "--agent", "a1", "--force"))
+        dream(url_of(db), "run", "--agent", "a1", "--force"), Conflict.exit_code)
     assert counts(db) == before
 
 

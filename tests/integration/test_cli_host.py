@@ -12,6 +12,7 @@ from tests.conftest import make_sqlite_app
 from tests.integration.test_cli import dream, one_error_line
 from tests.support.factories import add_notes
 from worker.app import App
+from worker.errors import ConfigError, NotFound
 from worker.store.models import NoteRow
 
 
@@ -45,18 +46,20 @@ def test_candidates_keep_apart_and_fuse_from_the_cli(db: App) -> None:
     assert s["a"] == s["b"] == "revoked" and list(s.values()).count("active") == 2
 
 
-@pytest.mark.parametrize("args", [
-    ("fuse", "a", "x", "--content", "text"),          # two scopes
-    ("fuse", "a", "nope", "--content", "text"),       # unknown id
-    ("fuse", "a", "b", "--content", " "),             # empty text
-    ("fuse", "a", "b", "--strict", "--content", "Since 2019 at Acme."),  # invented facts
-    ("keep-apart", "a"),                              # one id
-    ("notes", "add", "--agent", "agent-1", "--content", "   "),
+@pytest.mark.parametrize(("args", "code"), [
+    (("fuse", "a", "x", "--content", "text"), 2),          # two scopes
+    (("fuse", "a", "nope", "--content", "text"), NotFound.exit_code),  # unknown id
+    (("fuse", "a", "b", "--content", " "), 2),             # empty text
+    (("fuse", "a", "b", "--strict", "--content", "Since 2019 at Acme."), 2),  # invented facts
+    (("keep-apart", "a"), 2),                              # one id
+    (("notes", "add", "--agent", "agent-1", "--content", "   "), 2),
 ])
-def test_refusals_are_one_line_and_change_nothing(db: App, args: tuple[str, ...]) -> None:
-    """Every refusal prints one `error:` line, exits 2 and leaves every note as it was."""
+def test_refusals_are_one_line_and_change_nothing(db: App, args: tuple[str, ...],
+                                                  code: int) -> None:
+    """Every refusal prints one `error:` line, exits with its class's code (2 invalid input,
+    3 not found) and leaves every note as it was."""
     before = statuses(db)
-    one_error_line(dream(db.settings.database_url, *args))
+    one_error_line(dream(db.settings.database_url, *args), code)
     assert statuses(db) == before
 
 
@@ -71,5 +74,6 @@ def test_notes_add_reports_the_action(db: App) -> None:
 
 def test_api_refuses_to_start_without_tokens(db: App) -> None:
     """`dream api` without DREAM_API_TOKENS would lock everyone out: one-line error instead."""
-    line = one_error_line(dream(db.settings.database_url, "api", "--port", "0"))
+    line = one_error_line(dream(db.settings.database_url, "api", "--port", "0"),
+                          ConfigError.exit_code)
     assert "DREAM_API_TOKENS" in line

@@ -20,6 +20,7 @@ from tests.support.safety import all_rows_text, note_states, run_row
 from worker.app import App
 from worker.cli import main
 from worker.domain.types import Scope, content_hash
+from worker.errors import Conflict
 from worker.host.remember import remember
 from worker.safety.erase import REVIEW_KIND, erase
 from worker.store.models import ReviewRow
@@ -181,7 +182,7 @@ def test_r28_restorations_are_recorded_and_undoable(
     assert all(s["status"] == "revoked" and s["consolidated_into_id"] is None
                for s in states.values())
     again = _cli(app, monkeypatch, "undo", result.erase_id)
-    assert again.exit_code == 2 and "already undone" in again.output
+    assert again.exit_code == Conflict.exit_code and "already undone" in again.output
 
 
 def test_r19_erasing_a_note_follows_the_remember_update_successor(app: App) -> None:

@@ -25,6 +25,7 @@ from tests.support.hostile import (
 )
 from worker.app import App
 from worker.cli import main
+from worker.errors import EXIT_CODES
 from worker.ingest import EXAMPLE_FIELDS, NOTE_FIELDS, SESSION_FIELDS
 
 # Commands whose success means serving or a whole separate store, each with the test that
@@ -141,7 +142,7 @@ def check_invocation(app: App, argv: list[str], stdin: bytes, before: str) -> st
     assert "Traceback" not in result.output, shown
     if result.exit_code == 0:
         return store_digest(app)  # a valid command may change the store
-    assert result.exit_code == 2, shown
+    assert result.exit_code in EXIT_CODES.values(), shown  # a user error's class, never a bug
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), shown
     assert CANARY not in result.output, shown

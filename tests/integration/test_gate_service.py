@@ -15,6 +15,7 @@ from worker.app import App
 from worker.cli import main
 from worker.clock import utcnow
 from worker.domain.types import Scope
+from worker.errors import NotFound
 from worker.host import remember
 from worker.runs import service
 from worker.runs.gate import GateRule
@@ -115,7 +116,7 @@ def test_cli_gate_explain_creates_nothing(app: App) -> None:
                           (["--explain", "--user", "u"], "--user and --company need --agent"),
                           (["--explain", "--agent", "nobody"], "unknown scope")):
         bad = _dream(app, "gate", *args)
-        assert bad.exit_code == 2, bad.output
+        assert bad.exit_code == (NotFound.exit_code if message == "unknown scope" else 2), bad.output
         (line,) = bad.stderr.strip().splitlines()
         assert line.startswith("error: ") and message in line
 

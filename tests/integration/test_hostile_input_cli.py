@@ -1,6 +1,7 @@
 """R31 through the `dream` command: hostile or careless input (lone surrogates, invalid UTF-8,
 NaN/Infinity/huge numbers, timestamps that overflow, deep nesting, NUL characters, over-long ids,
-id clashes, broken database paths) is one `error:` line, exit 2, and the store stays as it was."""
+id clashes, broken database paths) is one `error:` line, the exit code of its
+class, and the store stays as it was."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.support.factories import add_notes
 from tests.support.safety import all_rows_text
 from worker.app import App
 from worker.cli import main
+from worker.errors import ConfigError, Unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "Zanzibar-canary-4471 prefers oat milk"  # note text that must never be echoed
@@ -30,10 +32,11 @@ def dream(url: str, args: list[str], stdin: str | bytes | None = None,
     return CliRunner().invoke(main, args, input=stdin, env=environ)
 
 
-def one_error_line(result: Result) -> str:
-    """Exit 2, exactly one `error:` line on stderr, nothing on stdout, no exception escaped."""
+def one_error_line(result: Result, code: int = 2) -> str:
+    """Exactly one `error:` line on stderr, nothing on stdout, no exception escaped, and the
+    exit code of the error's class (worker.errors; 2 is invalid input or usage)."""
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert result.exit_code == code, (result.exit_code, result.output)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert result.stdout == ""
@@ -201,7 +204,8 @@ def test_database_paths_that_cannot_work_are_one_line(tmp_path: Path) -> None:
         ("::not a url::", ["runs", "list"], "not a database URL"),
     ]
     for url, args, says in cases:
-        assert says in one_error_line(dream(url, args, "")), (url, args)
+        code = Unavailable.exit_code if "damaged" in says else ConfigError.exit_code
+        assert says in one_error_line(dream(url, args, ""), code), (url, args)
     assert not missing.exists() and not missing.parent.exists()
     assert junk.read_bytes() == b"definitely not sqlite" * 10
     created = dream(f"sqlite:///{missing}", ["db", "upgrade"])
@@ -253,6 +257,7 @@ def test_a_missing_postgres_database_or_role_is_not_a_missing_schema() -> None:
     base = make_url(postgres_url())
     for url, says in ((base.set(database="no_such_db_r31"), 'database "no_such_db_r31" does not exist'),
                       (base.set(username="no_such_role_r31"), 'role "no_such_role_r31" does not exist')):
-        line = one_error_line(dream(url.render_as_string(hide_password=False), ["runs", "list"]))
+        line = one_error_line(dream(url.render_as_string(hide_password=False), ["runs", "list"]),
+                              ConfigError.exit_code)
         assert says in line and "create it or fix DREAM_DATABASE_URL" in line, line
         assert "schema" not in line

@@ -34,6 +34,7 @@ from tests.support.factories import DARK_MODE_NOTES, add_notes  # noqa: E402
 from worker.app import App  # noqa: E402
 from worker.cli import main  # noqa: E402
 from worker.domain.types import Scope  # noqa: E402
+from worker.errors import ConfigError  # noqa: E402
 from worker.runs import service  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -328,11 +329,13 @@ def test_http_refuses_an_oversized_body_before_the_token(http_server: str) -> No
 )
 def test_mcp_usage_errors_are_one_line(tmp_path: Path, args: list[str], env: dict[str, str],
                                        message: str) -> None:
-    """Each misuse of `dream mcp` is one `error:` line naming the fix, exit 2, no server."""
+    """Each misuse of `dream mcp` is one `error:` line naming the fix, exit 2 (8 for a
+    setting that cannot serve), no server."""
     make_sqlite_app(tmp_path).dispose()
     result = CliRunner().invoke(main, args, env={
         "DREAM_DATABASE_URL": f"sqlite:///{tmp_path / 'dream.db'}", "DREAM_API_TOKENS": None,
         **env})
-    assert result.exit_code == 2, result.output
+    code = ConfigError.exit_code if message.startswith("DREAM_API_TOKENS") else 2
+    assert result.exit_code == code, result.output
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line

@@ -134,7 +134,7 @@ def test_one_lookup_per_entity_type_per_batch(app: App) -> None:
         checkers.append(RegistryReferenceChecker(a))
         return checkers[-1]
 
-    app.extras["reference_checker"] = factory
+    app.reference_checker = factory
     run_id = _run(app, phases=["prune"])
     checker = checkers[0]
     assert dict(checker.lookups) == {"agent": 1, "user": 1, "company": 1, "conversation": 1}

@@ -13,6 +13,7 @@ from worker.app import App
 from worker.cli import main
 from worker.clock import utcnow
 from worker.domain.types import Scope
+from worker.errors import Conflict, NotFound
 from worker.review.items import DECLINED_KIND, ChangeKind, ProposedChange
 from worker.store.models import NoteRow
 
@@ -97,7 +98,7 @@ def test_a_changed_note_makes_the_item_stale_and_refused(app: App) -> None:
         uow.commit()
     before = _statuses(app)
     refused = _cli(app, "review", "approve", str(item), "--agent", "agent-1")
-    assert refused.exit_code == 2
+    assert refused.exit_code == Conflict.exit_code
     (line,) = refused.stderr.strip().splitlines()
     assert line.startswith("error: ") and "stale" in line and "t2" in line
     assert _statuses(app) == before
@@ -105,7 +106,7 @@ def test_a_changed_note_makes_the_item_stale_and_refused(app: App) -> None:
                             "--json").output)
     assert shown["status"] == "stale"
     again = _cli(app, "review", "approve", str(item), "--agent", "agent-1")
-    assert again.exit_code == 2 and "already stale" in again.stderr
+    assert again.exit_code == Conflict.exit_code and "already stale" in again.stderr
 
 
 def test_decline_is_remembered_and_run_items_are_decided_together(app: App) -> None:
@@ -132,7 +133,7 @@ def test_another_scopes_item_is_not_found(app: App) -> None:
     other = _propose(app, _merge(["x1"], "Prefers green tea."), Scope("agent-2"))
     for verb in ("show", "approve", "decline"):
         result = _cli(app, "review", verb, str(other), "--agent", "agent-1")
-        assert result.exit_code == 2, result.output
+        assert result.exit_code == NotFound.exit_code, result.output
         assert f"no review item {other} in this scope" in result.stderr
     assert _statuses(app, "agent-2")["x1"][0] == "active"
 

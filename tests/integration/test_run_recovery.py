@@ -25,6 +25,7 @@ from worker.app import App
 from worker.cli import main
 from worker.clock import utcnow
 from worker.domain.types import PhaseReport, RunStatus, Scope, StepStatus
+from worker.errors import Conflict, NotFound
 from worker.reporting import run_tree
 from worker.runs import service
 
@@ -38,8 +39,9 @@ def dream(app: App, *args: str, **env: str) -> Result:
     return CliRunner().invoke(main, list(args), env=environ, catch_exceptions=False)
 
 
-def one_error_line(result: Result) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.output)
+def one_error_line(result: Result, code: int) -> str:
+    """One `error:` line and the exit code of the error's class (worker.errors)."""
+    assert result.exit_code == code, (result.exit_code, result.output)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     return lines[0]
@@ -71,7 +73,7 @@ def test_creator_killed_before_its_claim_leaves_a_run_that_run_due_resumes(app: 
         run = uow.runs.active_for_scope(SCOPE)
         assert run is not None and run.status == RunStatus.QUEUED.value
         run_id = run.id
-    line = one_error_line(dream(app, "run", "--agent", "a1", "--force"))
+    line = one_error_line(dream(app, "run", "--agent", "a1", "--force"), Conflict.exit_code)
     assert run_id in line and f"dream runs cancel {run_id}" in line and "--due" in line
     resumed = dream(app, "run", "--due")
     assert resumed.exit_code == 0, resumed.output
@@ -132,7 +134,8 @@ def test_interrupted_run_owns_its_scope_until_resumed_by_run_due(app: App) -> No
     assert service.gate_check(app, now=later).retried == [run_id]
     assert status_of(app, run_id) == RunStatus.INTERRUPTED.value
     assert service.create_run(app, SCOPE, force=True) is None
-    assert "is already interrupted" in one_error_line(dream(app, "run", "--agent", "a1", "--force"))
+    assert "is already interrupted" in one_error_line(dream(app, "run", "--agent", "a1", "--force"),
+                                                   Conflict.exit_code)
     resumed = dream(app, "run", "--due")
     assert f"run {run_id} succeeded" in resumed.stdout, resumed.output
     with app.uow() as uow:
@@ -156,8 +159,9 @@ def test_runs_cancel_frees_the_scope_and_refuses_finished_runs(app: App) -> None
     second = service.create_run(app, SCOPE, force=True)
     assert second is not None and service.execute_run(app, second) == RunStatus.SUCCEEDED.value
     assert "only queued, interrupted or running" in one_error_line(
-        dream(app, "runs", "cancel", second))
-    assert "no run with id nope" in one_error_line(dream(app, "runs", "cancel", "nope"))
+        dream(app, "runs", "cancel", second), Conflict.exit_code)
+    assert "no run with id nope" in one_error_line(dream(app, "runs", "cancel", "nope"),
+                                                    NotFound.exit_code)
     assert status_of(app, second) == RunStatus.SUCCEEDED.value
 
 

@@ -52,7 +52,7 @@ def test_failing_prune_leaves_archive_running_and_run_partial(
         def records(self, kind: str, ids: Any) -> Any:
             raise ConnectionError("host registry unreachable")
 
-    app.extras["reference_checker"] = lambda a: BrokenChecker()
+    app.reference_checker = lambda a: BrokenChecker()
     add_notes(app, {"id": "old", "content": "a", "created_at": days_ago(200)})
     run_id = _run(app)
     tree = run_tree(app, run_id)

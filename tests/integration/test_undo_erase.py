@@ -13,6 +13,7 @@ from tests.support.safety import all_rows_text, note_states, run_row
 from worker.app import App
 from worker.cli import main
 from worker.domain.types import RunStatus, Scope, content_hash
+from worker.errors import NotFound
 from worker.export import export_notes
 from worker.safety.erase import erase
 from worker.safety.undo import UndoRefused, undo_run
@@ -105,7 +106,7 @@ def test_r17_undo_cli(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     assert out.exit_code == 0, out.output
     assert f"undone run {run_id}" in out.output and "restored 2 notes" in out.output
     bad = runner.invoke(main, ["undo", "nope"])
-    assert bad.exit_code == 2 and "no run with id nope" in bad.output
+    assert bad.exit_code == NotFound.exit_code and "no run with id nope" in bad.output
 
 
 def test_r19_erase_follows_lineage_and_leaves_no_canary(app: App,

@@ -22,22 +22,18 @@ from worker.app import App
 from worker.clock import parse_timestamp
 from worker.domain.limits import scope_problem
 from worker.domain.types import RunStatus, Scope
-from worker.host import HostError, NotFound, fuse, fusion_candidates, keep_apart, remember
-from worker.host.errors import Invalid
-from worker.runs.service import RunError, UnknownScope, ensure_scope_known
+from worker.errors import DreamError, InvalidInput, NotFound, Unauthorized
+from worker.host import fuse, fusion_candidates, keep_apart, remember
+from worker.runs.service import ensure_scope_known
 
 log = structlog.get_logger(__name__)
-
-
-class Unauthorized(Exception):
-    pass
 
 
 def principal(request: Request) -> Principal:
     """The caller behind the bearer token, or 401."""
     found = authenticate(request.app.state.tokens, bearer(request.headers.get("authorization")))
     if found is None:
-        raise Unauthorized()
+        raise Unauthorized("missing or unknown bearer token")
     return found
 
 
@@ -53,10 +49,12 @@ def create_api(app: App) -> FastAPI:
     api.state.app = app
     api.state.tokens = tokens
 
-    @api.exception_handler(Unauthorized)
-    async def _unauthorized(request: Request, exc: Unauthorized) -> Response:
-        return JSONResponse({"error": "unauthorized", "detail": "missing or unknown bearer token"},
-                            status_code=401, headers={"WWW-Authenticate": "Bearer"})
+    @api.exception_handler(DreamError)
+    async def _dream_error(request: Request, exc: DreamError) -> Response:
+        # One mapping for every expected error: the class decides the status (worker.errors).
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        return JSONResponse({"error": exc.code, "detail": str(exc)}, status_code=exc.status,
+                            headers=headers)
 
     @api.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -64,17 +62,6 @@ def create_api(app: App) -> FastAPI:
         # lone surrogate (a 500 whose traceback quoted the text); name the field and the rule only.
         return JSONResponse({"error": "invalid", "detail": validation_detail(exc.errors())},
                             status_code=422)
-
-    @api.exception_handler(HostError)
-    async def _host_error(request: Request, exc: HostError) -> Response:
-        return JSONResponse({"error": exc.code, "detail": str(exc)}, status_code=exc.status)
-
-    @api.exception_handler(RunError)
-    async def _run_error(request: Request, exc: RunError) -> Response:
-        missing = isinstance(exc, UnknownScope) or str(exc).startswith("no run with id")
-        status = 404 if missing else 409
-        return JSONResponse({"error": "not_found" if status == 404 else "conflict",
-                             "detail": str(exc)}, status_code=status)
 
     @api.middleware("http")
     async def _access_log(request: Request, call_next: Any) -> Response:
@@ -138,9 +125,9 @@ def create_api(app: App) -> FastAPI:
             try:
                 when = parse_timestamp(since)
             except ValueError as exc:
-                raise Invalid(f"since: {exc}") from None
+                raise InvalidInput(f"since: {exc}") from None
         if status is not None and ("\x00" in status or len(status) > 16):
-            raise Invalid("unknown status")
+            raise InvalidInput("unknown status")
         return {"runs": _list(app, scope=wanted, status=status, since=when, limit=limit)}
 
     @api.get("/api/runs/{run_id}", tags=["runs"])
@@ -150,11 +137,14 @@ def create_api(app: App) -> FastAPI:
     @api.post("/api/runs", status_code=202, tags=["runs"])
     def start_run(body: RunIn, who: Caller) -> dict[str, Any]:
         """Create a run; Celery executes it when DREAM_BROKER_URL is set, else a thread here."""
-        from worker.runs.dispatch import start_run as start
+        from worker.runs.start import RunRequest
+        from worker.runs.start import start_run as start
 
-        started = start(app, _scope_for(who, body.scope), trigger="api", force=body.force,
-                        dry_run=body.dry_run, allow_retire=body.allow_retire)
-        return {"run_id": started.run_id, "status": RunStatus.QUEUED.value, "mode": started.mode}
+        started = start(app, RunRequest(_scope_for(who, body.scope), trigger="api",
+                                        force=body.force, dry_run=body.dry_run,
+                                        allow_retire=body.allow_retire))
+        return {"run_id": started.run_id, "status": started.status,
+                "mode": started.mode.value}
 
     @api.post("/api/runs/{run_id}/cancel", tags=["runs"])
     def cancel(run_id: str, who: Caller) -> dict[str, Any]:
@@ -216,7 +206,7 @@ def _scope_for(who: Principal, requested: ScopeIn | None) -> Scope:
             raise NotFound("no such scope")
         return who.scope
     if requested is None:
-        raise Invalid("scope is required with an admin token")
+        raise InvalidInput("scope is required with an admin token")
     return requested.to_scope()
 
 
@@ -224,23 +214,23 @@ def _query_scope(key: str | None, agent_id: str | None, user_id: str | None,
                  company_id: str | None) -> Scope | None:
     if any(v is not None and ("\x00" in v or len(v) > 400)
            for v in (key, agent_id, user_id, company_id)):
-        raise Invalid("scope parameters must be short and contain no NUL character")
+        raise InvalidInput("scope parameters must be short and contain no NUL character")
     if key:
         try:
             scope = Scope.from_key(key)
         except (ValueError, TypeError, RecursionError):
-            raise Invalid('scope must be a scope key such as ["agent",null,null]') from None
+            raise InvalidInput('scope must be a scope key such as ["agent",null,null]') from None
         parts = (scope.agent_id, scope.user_id, scope.company_id)
         if not isinstance(scope.agent_id, str) or not all(p is None or isinstance(p, str) for p in parts):
-            raise Invalid('scope parts are strings or null, e.g. ["agent",null,null]')
+            raise InvalidInput('scope parts are strings or null, e.g. ["agent",null,null]')
     elif agent_id:
         scope = Scope(agent_id, user_id, company_id)
     elif user_id or company_id:
-        raise Invalid("user_id and company_id need agent_id")
+        raise InvalidInput("user_id and company_id need agent_id")
     else:
         return None
     if problem := scope_problem(scope):
-        raise Invalid(f"scope: {problem}")
+        raise InvalidInput(f"scope: {problem}")
     return scope
 
 

@@ -10,12 +10,13 @@ import certifi
 import numpy as np
 import openai
 
+from worker.errors import ModelFailure
 from worker.llm.openai_compat import RequestDeadlineExceeded, run_with_deadline
 
 CLIENT_RETRIES = 2
 
 
-class EmbeddingError(Exception):
+class EmbeddingError(ModelFailure):
     """The embedding endpoint failed or answered with vectors of the wrong shape."""
 
 

@@ -183,10 +183,9 @@ class RememberCache:
 
 def _cache(app: App) -> RememberCache:
     with _CACHE_LOCK:
-        cache = app.extras.get("remember_cache")
-        if cache is None:
-            cache = app.extras["remember_cache"] = RememberCache()
-        return cache
+        if app.remember_cache is None:
+            app.remember_cache = RememberCache()
+        return app.remember_cache
 
 
 _CACHE_LOCK = threading.Lock()

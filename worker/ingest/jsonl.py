@@ -15,9 +15,10 @@ from worker.domain.limits import (
     nesting_depth,
     text_problem,
 )
+from worker.errors import InvalidInput
 
 
-class InputError(Exception):
+class InputError(InvalidInput):
     """Bad user input; the message is one line naming what and where."""
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from worker.errors import ModelFailure
+
 
 @dataclass
 class LLMReply:
@@ -17,7 +19,7 @@ class LLMReply:
     raw: str = field(default="", repr=False)
 
 
-class LLMError(Exception):
+class LLMError(ModelFailure):
     """The model endpoint failed in a way retries did not fix (unreachable, 4xx, timeouts)."""
 
 

@@ -12,8 +12,8 @@ from typing import Any
 from worker.app import App
 from worker.domain.types import NoteType, Scope
 from worker.host import Invalid, NotFound, fuse, fusion_candidates, keep_apart, remember
-from worker.runs.dispatch import start_run
 from worker.runs.service import RunError, scope_gate
+from worker.runs.start import RunRequest, start_run
 
 MAX_ID_CHARS = 64
 MAX_ALLOW_RETIRE = 10_000_000  # the API's and the CLI's bound on --allow-retire
@@ -51,9 +51,9 @@ class ScopedTools:
         ):
             raise Invalid(f"allow_retire must be a whole number from 0 to {MAX_ALLOW_RETIRE} "
                           "(the count a blocked run's reason names)")
-        started = start_run(self.app, self.scope, trigger="mcp", force=force, dry_run=dry_run,
-                            allow_retire=allow_retire)
-        return {"run_id": started.run_id, "status": "queued", "mode": started.mode}
+        started = start_run(self.app, RunRequest(self.scope, trigger="mcp", force=force,
+                                                 dry_run=dry_run, allow_retire=allow_retire))
+        return {"run_id": started.run_id, "status": started.status, "mode": started.mode.value}
 
     def dream_status(self, run_id: str | None = None) -> dict[str, Any]:
         """One run's step tree, or the scope's latest runs and its gate decision."""

@@ -20,6 +20,10 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatus
 from worker.embeddings.refresh import ensure_scope_embeddings
+from worker.errors import BrokerUnavailable as BrokerUnavailable  # (re-exported for callers)
+from worker.errors import InvalidRun, RunNotFound
+from worker.errors import RunError as RunError  # (re-exported for callers)
+from worker.errors import UnknownScope as UnknownScope  # (re-exported for callers)
 from worker.runs.context import Budget, PhaseContext
 from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
 from worker.runs.lease import LeaseHeartbeat
@@ -44,14 +48,6 @@ TERMINAL_STEP = (
     StepStatus.SKIPPED.value,
     StepStatus.NO_ITEMS.value,
 )
-
-
-class RunError(Exception):
-    """A user-facing problem with a run request (unknown id, nothing to run); one line."""
-
-
-class BrokerUnavailable(RunError):
-    """The Celery broker did not answer; nothing was queued (one line for the user)."""
 
 
 @dataclass
@@ -79,9 +75,9 @@ def create_run(
     phases = list(phases or PHASES)
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
-        raise RunError(f"unknown phase {unknown[0]!r}; choose from {', '.join(PHASES)}")
+        raise InvalidRun(f"unknown phase {unknown[0]!r}; choose from {', '.join(PHASES)}")
     if allow_retire is not None and allow_retire < 0:
-        raise RunError(f"allow_retire must be 0 or more (got {allow_retire})")
+        raise InvalidRun(f"allow_retire must be 0 or more (got {allow_retire})")
     with app.uow() as uow:
         run_id = uow.runs.create(
             scope, now=utcnow(), trigger=trigger, phases=phases, force=force,
@@ -150,7 +146,7 @@ def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator")
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         if run is None:
-            raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+            raise RunNotFound(run_id)
         before = run.status
         if before == RunStatus.RUNNING.value:
             done = uow.runs.cancel_running(run, now, reason)
@@ -244,10 +240,6 @@ def _agent_gate(agent: Any) -> dict[str, Any]:
             "max_stale_hours": agent.gate_max_stale_hours}
 
 
-class UnknownScope(RunError):
-    """The scope has no note, session or run: almost always a typo in agent/user/company."""
-
-
 def ensure_scope_known(app: App, scope: Scope) -> None:
     """Raise UnknownScope (one line naming the scope) unless ``scope_known``."""
     if not scope_known(app, scope):
@@ -294,7 +286,7 @@ def _make_context(app: App, run_id: str) -> PhaseContext:
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         if run is None:
-            raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+            raise RunNotFound(run_id)
         scope = Scope(run.agent_id, run.user_id, run.company_id)
         epoch = run.lease_epoch if run.status == RunStatus.RUNNING.value else None
         ctx = PhaseContext(
@@ -310,7 +302,7 @@ def _budget_for(app: App, run_id: str) -> Budget:
     Celery chain spreads them over workers) starts from the usage those phases recorded, so the
     limit holds for the run, not per process."""
     b = app.settings.budget
-    budgets: dict[str, Budget] = app.extras.setdefault("budgets", {})
+    budgets = app.budgets
     if run_id not in budgets:
         calls = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
         tokens = [t for t in (b.max_tokens_per_run, b.max_tokens_per_scope) if t is not None]
@@ -366,7 +358,7 @@ def execute_phase(app: App, run_id: str, phase: str,
         with app.uow() as uow:
             run = uow.runs.get(run_id)
             if run is None:
-                raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+                raise RunNotFound(run_id)
             status = run.status
             phases = list(run.phases or PHASES)
         if status in (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value):
@@ -481,11 +473,11 @@ def _registry() -> dict[str, Any]:
 def finalize_run(app: App, run_id: str) -> str:
     """Set the run's final status and totals from its steps, and release the lease."""
     crashpoint("run.before_finalize")
-    app.extras.get("budgets", {}).pop(run_id, None)
+    app.budgets.pop(run_id, None)
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         if run is None:
-            raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+            raise RunNotFound(run_id)
         if run.status != RunStatus.RUNNING.value:
             return run.status
         steps = uow.runs.steps(run_id)

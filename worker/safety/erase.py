@@ -22,7 +22,7 @@ from sqlalchemy import text
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import NoteStatus, Scope
-from worker.runs.service import RunError
+from worker.errors import Conflict, InvalidInput, NotFound
 from worker.store.db import SQLITE_BUSY_SECONDS
 from worker.store.repositories.retention import append_comment
 from worker.store.repositories.safety import Survivor
@@ -100,7 +100,7 @@ def erase(
 ) -> EraseResult:
     given = [v for v in (user_id, conversation_id, note_id) if v is not None]
     if len(given) != 1:
-        raise RunError("give exactly one of --user, --conversation or --note")
+        raise InvalidInput("give exactly one of --user, --conversation or --note")
     subject = (f"user {user_id}" if user_id is not None else
                f"conversation {conversation_id}" if conversation_id is not None else
                f"note {note_id}")
@@ -110,7 +110,7 @@ def erase(
         seed = uow.safety.subject_note_ids(user_id=user_id, conversation_id=conversation_id,
                                            note_id=note_id)
         if note_id is not None and not seed:
-            raise RunError(f"no note with id {note_id}; find ids with `dream notes export`")
+            raise NotFound(f"no note with id {note_id}; find ids with `dream notes export`")
         ids = uow.safety.derived_closure(seed)
         found = uow.safety.contents(ids)
         plan = plan_survivors(uow.safety.retired_into(set(found)), set(found))
@@ -152,7 +152,7 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
                                   reason=f"erase of {subject.split()[0]}: a note it stood for "
                                          "was erased", now=now, current=current)
     if stale:  # the host wrote to it meanwhile: roll everything back rather than half-apply
-        raise RunError(f"note {stale[0]} changed during the erase; nothing was erased, run it again")
+        raise Conflict(f"note {stale[0]} changed during the erase; nothing was erased, run it again")
     by_scope: dict[str, list[str]] = {}
     for s in plan.review:
         by_scope.setdefault(s.scope_key, []).append(s.id)

@@ -27,7 +27,7 @@ import structlog
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, RunStatus, Scope
-from worker.runs.service import RunError
+from worker.errors import RunError, RunNotFound
 from worker.store.models import OperationLogRow
 from worker.store.repositories.note_writes import TRACKED_FIELDS
 from worker.store.uow import UnitOfWork
@@ -82,7 +82,7 @@ def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
             raise RunError(f"{run_id} is already undone")
         return
     if run is None:
-        raise RunError(f"no run with id {run_id}; list runs with `dream runs list`")
+        raise RunNotFound(run_id)
     if run.status in ACTIVE_RUN_STATUSES:
         # An interrupted run still owns its scope and resumes its remaining phases: undoing
         # half of it under a resuming executor would leave neither state.

@@ -141,7 +141,7 @@ def check_request(app: App, client: TestClient, method: str, path: str, call: di
     headers = {"content-type": "application/json", **(auth(call["token"]) if call["token"] else {})}
     response = client.request(method, url + (f"?{query}" if query else ""), content=call["body"],
                               headers=headers)
-    for thread in app.extras.get("api_threads", []):  # a started run finishes before we compare
+    for thread in app.threads:  # a started run finishes before we compare
         thread.join(timeout=60)
     shown = f"{method} {url}?{query} body={(call['body'] or b'')[:200]!r} -> {response.status_code} {response.text[:300]}"
     assert response.status_code < 500, shown

@@ -51,7 +51,7 @@ def _run(client: TestClient, api_app: App, token: str = AGENT_1) -> str:
     r = client.post("/api/runs", headers=auth(token), json={"force": True})
     assert r.status_code == 202, r.text
     assert r.json()["mode"] == "in_process"
-    for thread in api_app.extras.get("api_threads", []):
+    for thread in api_app.threads:
         thread.join(timeout=60)
     return str(r.json()["run_id"])
 
@@ -146,7 +146,7 @@ def test_allow_retire_is_recorded_and_bounded(api_app: App, client: TestClient) 
         assert uow.runs.list() == []
     r = client.post("/api/runs", headers=auth(AGENT_1), json={"force": True, "allow_retire": 8})
     assert r.status_code == 202, r.text
-    for thread in api_app.extras.get("api_threads", []):
+    for thread in api_app.threads:
         thread.join(timeout=60)
     shown = client.get(f"/api/runs/{r.json()['run_id']}", headers=auth(AGENT_1)).json()
     assert shown["allow_retire"] == 8 and shown["force"] is True
