@@ -145,6 +145,11 @@ class Settings(BaseSettings):
     # Wall time one phase may spend on model questions; what is left unasked is deferred.
     llm_phase_seconds: float = Field(900.0, gt=0)
     llm_concurrency: int = Field(4, ge=1)
+    # Batch pricing: a phase's questions go as one provider batch (files + batches API).
+    llm_batch: bool = False
+    # In-process: how long a phase polls its batch before deferring what is unanswered.
+    llm_batch_wait: float = Field(600.0, ge=0)
+    llm_batch_poll: float = Field(10.0, gt=0)  # seconds between polls (and Celery re-schedules)
     fake_llm_script: Path | None = None
 
     embedding_provider: Literal["hashing", "openai"] = "hashing"
@@ -205,6 +210,7 @@ CENTURY_SECONDS = 100 * 365 * 86_400
 _DURATIONS = (("gate_hours", 3600), ("gate_idle_minutes", 60), ("gate_max_stale_hours", 3600),
               ("beat_interval_seconds", 1), ("lease_seconds", 1), ("task_time_limit", 1),
               ("queued_timeout_seconds", 1), ("llm_timeout", 1), ("llm_phase_seconds", 1),
+              ("llm_batch_wait", 1), ("llm_batch_poll", 1),
               ("contradictions.newer_wins_days", 86_400),
               ("archive.protected_inactive_days", 86_400))
 

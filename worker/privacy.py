@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
 
 from worker.config import Settings
+from worker.llm.base import BatchItem, BatchState
 
 
 class HasSettings(Protocol):
@@ -124,14 +126,40 @@ class OutboundLLM:
 
     def complete_json(self, *, prompt_name: str, system: str, user: str,
                       schema: dict[str, Any]) -> Any:
-        on = self.owner.settings.privacy.redact
         table = Placeholders()
         reply = self.inner.complete_json(
-            prompt_name=prompt_name, schema=schema,
-            system=outbound_text(system, redact_pii=on, mask=table.mask),
-            user=outbound_text(user, redact_pii=on, mask=table.mask))
+            prompt_name=prompt_name, schema=schema, system=self._out(system, table),
+            user=self._out(user, table))
         reply.data = table.restore(reply.data)
         return reply
+
+    def _out(self, text: str, table: Placeholders) -> str:
+        return outbound_text(text, redact_pii=self.owner.settings.privacy.redact, mask=table.mask)
+
+    # A provider batch leaves through here too. Its placeholders are put back when the replies
+    # are read, maybe by another process: masking the same text again numbers them the same.
+    @property
+    def supports_batch(self) -> bool:
+        return bool(getattr(self.inner, "supports_batch", False))
+
+    def _outbound_items(self, items: Sequence[BatchItem]) -> tuple[list[BatchItem], dict[str, Placeholders]]:
+        out, tables = [], {}
+        for item in items:
+            table = tables[item.custom_id] = Placeholders()
+            out.append(replace(item, system=self._out(item.system, table),
+                               user=self._out(item.user, table)))
+        return out, tables
+
+    def submit_batch(self, items: Sequence[BatchItem]) -> str:
+        return str(self.inner.submit_batch(self._outbound_items(items)[0]))
+
+    def batch_state(self, batch_id: str, items: Sequence[BatchItem]) -> BatchState:
+        out, tables = self._outbound_items(items)
+        state: BatchState = self.inner.batch_state(batch_id, out)
+        for custom_id, reply in state.replies.items():
+            if custom_id in tables:
+                reply.data = tables[custom_id].restore(reply.data)
+        return state
 
 
 class OutboundEmbedder:

@@ -20,6 +20,8 @@ a dict/list (sent as the JSON reply content), a str (sent as raw content, e.g. b
 400 to ``response_format: json_schema`` (as servers without it do) and exercise the fallback.
 ``POST /v1/embeddings`` answers with the built-in hashing embedder, or with
 ``embeddings_response`` when it is set (e.g. a ``StubResponse.trickle`` or ``.raw``).
+``/v1/files`` and ``/v1/batches`` (the provider batch API) are served by ``stub.batches``
+(tests/support/llm_stub_batches.py): expiry, failed and torn lines are set per test there.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.support.llm_stub_batches import BatchEndpoints
 from worker.embeddings.hashing import HashingEmbedder
 
 
@@ -107,6 +110,79 @@ class StubResponse:
 Handler = Callable[[StubRequest], Any]
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """One request to the stub; ``stub`` is set on the subclass each server uses."""
+
+    protocol_version = "HTTP/1.1"
+    stub: LLMStub
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _batch_api(self, raw: bytes | None) -> bool:
+        """The files and batches endpoints (llm_stub_batches); False for any other path."""
+        if not self.path.split("?")[0].rstrip("/").split("/v1/")[-1].startswith(
+                ("files", "batches")):
+            return False
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        with self.stub._lock:
+            self.stub.requests.append(StubRequest(self.path, {}, headers))
+        status, payload = (self.stub.batches.get(self.path) if raw is None
+                           else self.stub.batches.post(self.path, headers, raw))
+        self._send_json(status, payload)
+        return True
+
+    def do_GET(self) -> None:
+        if not self._batch_api(None):
+            self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
+        if self._batch_api(raw):
+            return
+        body = json.loads(raw or b"{}")
+        req = StubRequest(self.path, body, {k.lower(): v for k, v in self.headers.items()})
+        with self.stub._lock:
+            self.stub.requests.append(req)
+        status, payload, headers = self.stub._answer(req)
+        resp = self.stub._last_response.get(id(req))
+        if resp is not None and resp.raw_body is not None:
+            data = resp.raw_body.encode()
+        else:
+            data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("content-type", resp.content_type if resp else
+                             "application/json")
+            self.send_header("content-length", str(len(data)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            if resp is not None and resp.trickle_every > 0:
+                self.wfile.flush()
+                for k in range(len(data)):
+                    if self.stub._released.wait(resp.trickle_every):
+                        return
+                    self.wfile.write(data[k:k + 1])
+                    self.wfile.flush()
+            else:
+                self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client timed out and left
+        finally:
+            self.stub._last_response.pop(id(req), None)
+
+
+
 class LLMStub:
     """Threaded stdlib HTTP server; ``url`` is the base URL to give the client (ends in /v1)."""
 
@@ -121,6 +197,8 @@ class LLMStub:
         self._last_response: dict[int, StubResponse] = {}  # per request being answered
         self.embeddings_response: StubResponse | None = None
         self.url = ""
+        # /v1/files and /v1/batches; each batch line is answered by the handler (_answer_line).
+        self.batches = BatchEndpoints(self._answer_line, StubRequest)
 
     def set_handler(self, handler: Handler | Any) -> None:
         """A callable(StubRequest), or an object with ``complete_json`` (e.g. a FakeLLM)."""
@@ -144,47 +222,8 @@ class LLMStub:
     def start(self) -> LLMStub:
         stub = self
 
-        class _Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                req = StubRequest(self.path, body, {k.lower(): v for k, v in self.headers.items()})
-                with stub._lock:
-                    stub.requests.append(req)
-                status, payload, headers = stub._answer(req)
-                resp = stub._last_response.get(id(req))
-                if resp is not None and resp.raw_body is not None:
-                    data = resp.raw_body.encode()
-                else:
-                    data = json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("content-type", resp.content_type if resp else
-                                     "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    for k, v in headers.items():
-                        self.send_header(k, v)
-                    self.end_headers()
-                    if resp is not None and resp.trickle_every > 0:
-                        self.wfile.flush()
-                        for k in range(len(data)):
-                            if stub._released.wait(resp.trickle_every):
-                                return
-                            self.wfile.write(data[k:k + 1])
-                            self.wfile.flush()
-                    else:
-                        self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client timed out and left
-                finally:
-                    stub._last_response.pop(id(req), None)
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        handler = type("_BoundHandler", (_Handler,), {"stub": stub})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         server.daemon_threads = True
         server.block_on_close = False
         self._server = server
@@ -199,6 +238,13 @@ class LLMStub:
             self._server.server_close()
 
     # ---- answering ---------------------------------------------------------------------
+    def _answer_line(self, req: StubRequest) -> tuple[int, Any, dict[str, str]]:
+        """One batch line, answered as the same request online would be."""
+        try:
+            return self._answer(req)
+        finally:
+            self._last_response.pop(id(req), None)
+
     def _answer(self, req: StubRequest) -> tuple[int, Any, dict[str, str]]:
         if req.path.endswith("/embeddings") and self.embeddings_response is not None:
             resp = self.embeddings_response

@@ -37,10 +37,12 @@ class AskStatus(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
     OUT_OF_TIME = "out_of_time"  # the caller's wall-time budget ran out before a call
     ERROR = "error"  # the endpoint failed (LLMError)
+    DEFERRED = "deferred"  # a provider batch gave no usable answer (expired, failed, garbage)
 
 
 # Outcomes that say nothing about the question: its items are asked again by a later run.
-DEFERRING = frozenset({AskStatus.BUDGET_EXHAUSTED, AskStatus.OUT_OF_TIME, AskStatus.ERROR})
+DEFERRING = frozenset({AskStatus.BUDGET_EXHAUSTED, AskStatus.OUT_OF_TIME, AskStatus.ERROR,
+                       AskStatus.DEFERRED})
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,4 +31,49 @@ class LLMClient(Protocol):
         self, *, prompt_name: str, system: str, user: str, schema: dict[str, Any]
     ) -> LLMReply:
         """Send one prompt, return the JSON object the model answered (not yet validated)."""
+        ...
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One question of a provider batch; ``custom_id`` names it without carrying its text."""
+
+    custom_id: str
+    prompt_name: str
+    system: str
+    user: str
+    schema: dict[str, Any]
+
+
+# The provider's terminal batch statuses: nothing more will be answered.
+BATCH_FINISHED = frozenset({"completed", "expired", "failed", "cancelled"})
+
+
+@dataclass
+class BatchState:
+    """A provider batch as it stands: its status, the replies so far and the requests it
+    failed (by ``custom_id``, with a reason that carries no prompt text)."""
+
+    batch_id: str
+    status: str
+    replies: dict[str, LLMReply] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in BATCH_FINISHED
+
+
+class BatchLLM(LLMClient, Protocol):
+    """A client that can also send questions as one provider batch (files + batches API)."""
+
+    supports_batch: bool
+
+    def submit_batch(self, items: Sequence[BatchItem]) -> str:
+        """Upload the requests and start the batch; its id."""
+        ...
+
+    def batch_state(self, batch_id: str, items: Sequence[BatchItem]) -> BatchState:
+        """The batch's status and, once finished, its replies; ``items`` are the questions
+        its replies may answer (the boundary restores their placeholders)."""
         ...

@@ -10,16 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from pydantic import BaseModel
 
 from worker.llm.ask import AskStatus, Outcome, ask, check
-from worker.llm.base import LLMClient
+from worker.llm.base import BatchLLM, LLMClient
+from worker.llm.cache import ReplyCache
 from worker.llm.prompts import RenderedPrompt
 from worker.telemetry import in_current_trace
 
@@ -143,32 +143,7 @@ class Spending:
         self.budget.charge(tokens)
 
 
-# ---- the per-run reply cache ---------------------------------------------------------------
-class ReplyCache:
-    """Validated replies by question, for one process; a key names the run and scope, so an
-    answer is reused only for the identical prompt of the same run (a retried phase, a batch
-    picked up again), never across runs or scopes."""
-
-    def __init__(self, max_entries: int = 4096) -> None:
-        self.max_entries = max_entries
-        self._data: OrderedDict[str, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> Any | None:
-        with self._lock:
-            if key not in self._data:
-                return None
-            self._data.move_to_end(key)
-            return self._data[key]
-
-    def put(self, key: str, data: Any) -> None:
-        with self._lock:
-            self._data[key] = data
-            self._data.move_to_end(key)
-            while len(self._data) > self.max_entries:
-                self._data.popitem(last=False)
-
-
+# The per-run reply cache: validated replies by question key (worker.llm.cache).
 REPLIES = ReplyCache()
 
 
@@ -210,7 +185,13 @@ def ask_all(
         outcomes.append(_cached(q, data) if data is not None else None)
     todo = [i for i, o in enumerate(outcomes) if o is None]
     spending = Spending(ctx, limit)
-    if todo:
+    if todo and ctx.settings.llm_batch and getattr(client, "supports_batch", False):
+        from worker.llm.batch import ask_as_batch
+        from worker.llm.ledger import StepLedger
+
+        answered = ask_as_batch(ctx, cast(BatchLLM, client), [questions[i] for i in todo],
+                                [keys[i] for i in todo], spending, StepLedger(ctx, phase))
+    elif todo:
         answered = _ask_online(ctx, client, [questions[i] for i in todo], spending, deadline)
     else:
         answered = []

@@ -13,7 +13,7 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -22,7 +22,7 @@ import certifi
 import openai
 import structlog
 
-from worker.llm.base import LLMError, LLMReply
+from worker.llm.base import BatchItem, BatchState, LLMError, LLMReply
 
 log = structlog.get_logger(__name__)
 
@@ -132,16 +132,25 @@ class OpenAICompatibleLLM:
                                     "schema": schema, "strict": False}}
         return {"type": "json_object"}
 
-    def complete_json(
-        self, *, prompt_name: str, system: str, user: str, schema: dict[str, Any]
-    ) -> LLMReply:
+    def chat_messages(self, system: str, user: str, schema: dict[str, Any]) -> list[dict[str, str]]:
         # The schema also goes into the system message: JSON mode needs the word JSON and a shape.
         system_full = (
             system.rstrip()
             + "\n\nReply with one JSON object that follows this JSON schema:\n"
             + json.dumps(schema, separators=(",", ":"))
         )
-        messages = [{"role": "system", "content": system_full}, {"role": "user", "content": user}]
+        return [{"role": "system", "content": system_full}, {"role": "user", "content": user}]
+
+    def chat_body(self, prompt_name: str, system: str, user: str,
+                  schema: dict[str, Any]) -> dict[str, Any]:
+        """The body of one chat completion request, as a batch line carries it."""
+        return {"model": self.model, "messages": self.chat_messages(system, user, schema),
+                "response_format": self._response_format(prompt_name, schema), "temperature": 0}
+
+    def complete_json(
+        self, *, prompt_name: str, system: str, user: str, schema: dict[str, Any]
+    ) -> LLMReply:
+        messages = self.chat_messages(system, user, schema)
         deadline = time.monotonic() + self.max_wall_seconds
         attempt = 0
         while True:
@@ -153,51 +162,67 @@ class OpenAICompatibleLLM:
             try:
                 resp = self._create(prompt_name, messages, fmt, min(self.timeout, remaining))
             except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
-                if fmt["type"] == "json_schema":
-                    with self._lock:
-                        self._json_schema_supported = False
-                    log.info("llm.json_schema_unsupported", prompt=prompt_name,
-                             status=exc.status_code)
-                    continue  # retry at once in JSON mode; not counted as a retry
-                raise LLMError(f"model endpoint rejected the request ({exc.status_code}); "
-                               "check DREAM_LLM_MODEL and the server's logs") from None
-            except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-                raise LLMError(f"model endpoint refused the credentials ({exc.status_code}); "
-                               "check DREAM_LLM_API_KEY") from None
-            except openai.NotFoundError:
-                raise LLMError("model endpoint answered 404; check DREAM_LLM_BASE_URL "
-                               "(usually ends in /v1) and DREAM_LLM_MODEL") from None
+                if fmt["type"] != "json_schema":
+                    raise LLMError(f"model endpoint rejected the request ({exc.status_code}); "
+                                   "check DREAM_LLM_MODEL and the server's logs") from None
+                with self._lock:
+                    self._json_schema_supported = False
+                log.info("llm.json_schema_unsupported", prompt=prompt_name, status=exc.status_code)
+                continue  # retry at once in JSON mode; not counted as a retry
             except (openai.RateLimitError, openai.InternalServerError, openai.APIStatusError,
                     openai.APITimeoutError, openai.APIConnectionError,
                     RequestDeadlineExceeded) as exc:
-                status = getattr(exc, "status_code", None)
-                if isinstance(exc, openai.APIStatusError) and not (
-                    status == 429 or (status is not None and status >= 500)
-                ):
-                    raise LLMError(f"model endpoint answered {status}; check the server") from None
-                if attempt >= self.max_retries:
-                    raise LLMError(
-                        f"model endpoint failed after {attempt + 1} attempts "
-                        f"({_describe(exc)}); the item is deferred to the next run"
-                    ) from None
-                wait = None
-                if isinstance(exc, openai.APIStatusError):
-                    wait = parse_retry_after(exc.response.headers)
-                if wait is None:
-                    wait = min(MAX_BACKOFF, 0.5 * 2**attempt)
-                if time.monotonic() + wait >= deadline:
-                    raise LLMError(
-                        f"model endpoint asked to wait {wait:.0f}s ({_describe(exc)}), beyond the "
-                        f"{self.max_wall_seconds:.0f}s cap; the item is deferred to the next run"
-                    ) from None
+                wait = self._retry_wait(exc, attempt, deadline)
                 log.info("llm.retry", prompt=prompt_name, attempt=attempt + 1,
                          error=_describe(exc), wait_s=round(wait, 2))
                 time.sleep(wait)
                 attempt += 1
                 continue
             except openai.OpenAIError as exc:
-                raise LLMError(f"model call failed ({type(exc).__name__})") from None
-            return _reply(resp, self.model)
+                raise client_error(exc) from None
+            return chat_reply(resp, self.model)
+
+    def _retry_wait(self, exc: Exception, attempt: int, deadline: float) -> float:
+        """Seconds to wait before retrying ``exc``, or LLMError when it is not retried."""
+        status = getattr(exc, "status_code", None)
+        if isinstance(exc, openai.APIStatusError) and not (
+            status == 429 or (status is not None and status >= 500)
+        ):
+            raise client_error(exc) from None
+        if attempt >= self.max_retries:
+            raise LLMError(f"model endpoint failed after {attempt + 1} attempts "
+                           f"({_describe(exc)}); the item is deferred to the next run") from None
+        wait = parse_retry_after(exc.response.headers) if isinstance(
+            exc, openai.APIStatusError) else None
+        if wait is None:
+            wait = min(MAX_BACKOFF, 0.5 * 2**attempt)
+        if time.monotonic() + wait >= deadline:
+            raise LLMError(
+                f"model endpoint asked to wait {wait:.0f}s ({_describe(exc)}), beyond the "
+                f"{self.max_wall_seconds:.0f}s cap; the item is deferred to the next run"
+            ) from None
+        return wait
+
+    # ---- provider batches (worker.llm.openai_batch) -------------------------------------
+    supports_batch = True
+
+    def submit_batch(self, items: Sequence[BatchItem]) -> str:
+        from worker.llm.openai_batch import submit_batch
+
+        return submit_batch(self, items)
+
+    def batch_state(self, batch_id: str, items: Sequence[BatchItem]) -> BatchState:
+        from worker.llm.openai_batch import batch_state
+
+        return batch_state(self, batch_id)
+
+    def sync_client(self) -> openai.OpenAI:
+        """A client for the few calls of a batch (upload, create, retrieve, download)."""
+        return openai.OpenAI(
+            base_url=self.base_url, api_key=self._api_key, timeout=self.timeout,
+            max_retries=self.max_retries,
+            http_client=openai.DefaultHttpxClient(verify=self._ssl, timeout=self.timeout),
+        )
 
     def _create(
         self, prompt_name: str, messages: list[dict[str, str]], fmt: dict[str, Any],
@@ -220,6 +245,23 @@ class OpenAICompatibleLLM:
         return run_with_deadline(create(), deadline_s)
 
 
+def client_error(exc: Exception) -> LLMError:
+    """The one line a client-side failure (credentials, URL, model, bad request) becomes."""
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
+        return LLMError(f"model endpoint refused the credentials ({status}); "
+                        "check DREAM_LLM_API_KEY")
+    if isinstance(exc, openai.NotFoundError):
+        return LLMError("model endpoint answered 404; check DREAM_LLM_BASE_URL "
+                        "(usually ends in /v1) and DREAM_LLM_MODEL")
+    if isinstance(exc, openai.BadRequestError | openai.UnprocessableEntityError):
+        return LLMError(f"model endpoint rejected the request ({status}); "
+                        "check DREAM_LLM_MODEL and the server's logs")
+    if isinstance(exc, openai.APIStatusError):
+        return LLMError(f"model endpoint answered {status}; check the server")
+    return LLMError(f"model call failed ({type(exc).__name__})")
+
+
 def _describe(exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
     if isinstance(exc, RequestDeadlineExceeded):
@@ -227,7 +269,7 @@ def _describe(exc: Exception) -> str:
     return f"HTTP {status}" if status else type(exc).__name__
 
 
-def _reply(resp: Any, default_model: str) -> LLMReply:
+def chat_reply(resp: Any, default_model: str) -> LLMReply:
     """The reply of a chat completion; any other HTTP 200 body (an HTML error page from a
     proxy, ``null``, an unrelated JSON object) is an endpoint failure: the item is deferred."""
     choices = getattr(resp, "choices", None)

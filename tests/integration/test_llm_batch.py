@@ -1,0 +1,237 @@
+"""Batch pricing (DREAM_LLM_BATCH): a run whose questions go as provider batches, through the
+real `openai` client's files and batches API against the local stub (llm_stub_batches.py).
+
+A batch run ends exactly like the online run; what a batch does not answer usably (expired,
+failed lines, garbage, not finished in time) is deferred, never applied, and asked next run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from tests.support.factories import DARK_MODE_NOTES, NOW, add_entities, add_notes, days_ago
+from tests.support.llm_stub import LLMStub, StubRequest
+from tests.support.topic_judge import topic_reply
+from worker.app import App
+from worker.domain.types import Scope
+from worker.llm.openai_compat import OpenAICompatibleLLM
+from worker.runs import service
+
+TEA_NOTES = ["User drinks green tea every morning", "User drinks green tea each morning",
+             "User drinks a cup of green tea every morning"]
+
+
+def _notes_of(req: StubRequest) -> list[dict[str, Any]]:
+    start = req.user.index("[")
+    notes, _ = json.JSONDecoder().raw_decode(req.user[start:])
+    return list(notes)
+
+
+def _relation(a: str, b: str) -> str:
+    sides = [("tabs" in t, "spaces" in t) for t in (a, b)]
+    return "conflicting" if sides[0] != sides[1] and all(any(s) for s in sides) else "independent"
+
+
+def answer(req: StubRequest) -> Any:
+    """A careful judge: fuses a cluster keeping its first note, tabs vs spaces conflict,
+    archives the orphan shown by prune, keeps the important note shown by archive."""
+    if req.prompt_name == "consolidate":
+        notes = _notes_of(req)
+        return {"should_consolidate": True, "content": notes[0]["content"], "type": "Preference",
+                "source_ids": [n["alias"] for n in notes], "reason": "one preference"}
+    if req.prompt_name == "contradictions":
+        return topic_reply(req.user, _relation)
+    verdict = "archive" if req.prompt_name == "prune" else "keep"
+    return {"decisions": [{"id": n["id"], "decision": verdict, "reason": "scripted"}
+                          for n in _notes_of(req)]}
+
+
+def _store(app: App, scope: Scope, clusters: tuple[list[str], ...] = (DARK_MODE_NOTES,),
+           every_phase: bool = True) -> None:
+    """Notes for every judge: clusters to fuse, a conflicting pair, an orphan of a deleted
+    conversation (prune review) and an important idle note (archive review)."""
+    p = scope.agent_id
+    notes = [{"id": f"{p}-c{c}-{k}", "type": "Preference", "content": text,
+              "created_at": days_ago(30 - k), "agent_id": p}
+             for c, texts in enumerate(clusters) for k, text in enumerate(texts)]
+    if every_phase:
+        add_entities(app, {"kind": "agent", "id": p},
+                     {"kind": "conversation", "id": f"{p}-gone", "status": "deleted"})
+        notes += [
+            {"id": f"{p}-tabs", "content": "User indents Python code with tabs",
+             "created_at": days_ago(200), "agent_id": p},
+            {"id": f"{p}-spaces", "content": "User indents Python code with spaces",
+             "created_at": days_ago(10), "agent_id": p},
+            {"id": f"{p}-orphan", "content": "User asked about the invoice from that chat",
+             "source_conversation_id": f"{p}-gone", "agent_id": p},
+            {"id": f"{p}-old", "content": "Emergency contact is the office reception",
+             "importance": 0.9, "created_at": days_ago(400), "agent_id": p},
+        ]
+    add_notes(app, *notes)
+
+
+@pytest.fixture
+def stub_app(app: App, llm_stub: LLMStub) -> App:
+    llm_stub.set_handler(answer)
+    app.llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
+                                  timeout=10, max_retries=0)
+    app.settings.prune.review = "llm"
+    app.settings.archive.review = "llm"
+    app.settings.llm_batch_poll = 0.05
+    app.settings.llm_batch_wait = 20
+    return app
+
+
+def _run(app: App, scope: Scope, phases: list[str] | None = None) -> str:
+    run_id = service.create_run(app, scope, force=True, phases=phases, clock=NOW)
+    assert run_id is not None
+    service.execute_run(app, run_id)
+    return run_id
+
+
+def _end_state(app: App, scope: Scope) -> list[tuple[str, str]]:
+    with app.uow() as uow:
+        notes = uow.notes.load_scope(scope, ("active", "archived", "revoked")).notes
+    return sorted((n.status, n.content) for n in notes)
+
+
+def _verdicts(app: App, run_id: str) -> list[tuple[str, str, str, Any]]:
+    """Each child step's phase, name, status and verdict, without the batch records and ids."""
+    with app.uow() as uow:
+        steps = uow.runs.steps(run_id)
+    return sorted((s.phase, s.name, s.status, (s.output or {}).get("verdict")) for s in steps
+                  if s.parent_id is not None and not s.name.startswith("llm batch "))
+
+
+def _usage(app: App, run_id: str) -> tuple[int, int]:
+    with app.uow() as uow:
+        steps = uow.runs.steps(run_id)
+    parents = [s for s in steps if s.parent_id is None]
+    return sum(s.tokens_in for s in parents), sum(s.tokens_out for s in parents)
+
+
+def test_batch_run_ends_like_the_online_run(stub_app: App, llm_stub: LLMStub) -> None:
+    """The same store in two scopes, one run online and one in batch mode: the same end state,
+    the same steps and verdicts, the same token usage; the batch run sends no chat completion,
+    only one batch per fan-out, each recorded on its run step."""
+    online, batched = Scope("online"), Scope("batched")
+    _store(stub_app, online)
+    _store(stub_app, batched)
+    online_run = _run(stub_app, online)
+    chats = len(llm_stub.chat_requests())
+    assert chats >= 4  # every judge asked: consolidate, contradictions, prune, archive
+    stub_app.settings.llm_batch = True
+    batch_run = _run(stub_app, batched)
+    assert len(llm_stub.chat_requests()) == chats  # nothing online
+    end = _end_state(stub_app, batched)
+    assert end == _end_state(stub_app, online)
+    assert {("archived", "User asked about the invoice from that chat"),
+            ("revoked", "User indents Python code with tabs"),
+            ("active", DARK_MODE_NOTES[0])} <= set(end)
+    assert ("consolidate", "cluster 1", "succeeded", "merge") in _verdicts(stub_app, batch_run)
+    assert _verdicts(stub_app, batch_run) == _verdicts(stub_app, online_run)
+    assert _usage(stub_app, batch_run) == _usage(stub_app, online_run) != (0, 0)
+    assert len(llm_stub.batches.line_requests) == chats
+    with stub_app.uow() as uow:
+        records = [s for s in uow.runs.steps(batch_run) if s.name.startswith("llm batch ")]
+        status = {r: uow.runs.get(r).status for r in (online_run, batch_run)}
+    assert sorted(r.phase for r in records) == ["archive", "consolidate", "contradictions",
+                                                "prune"]
+    assert {r.input["batch_id"] for r in records} == set(llm_stub.batches.batches)
+    assert status[batch_run] == status[online_run]
+    assert all(llm_stub.batches.purposes[b.input_file_id] == "batch"
+               for b in llm_stub.batches.batches.values())
+
+
+def _consolidate_run(app: App, scope: Scope) -> tuple[str, list[tuple[str, Any]]]:
+    run_id = _run(app, scope, ["consolidate"])
+    with app.uow() as uow:
+        steps = uow.runs.steps(run_id)
+    clusters = sorted(((s.output or {}).get("verdict"), (s.output or {}).get("reason", ""))
+                      for s in steps if s.parent_id is not None and s.name.startswith("cluster"))
+    return run_id, clusters
+
+
+def _active(app: App, scope: Scope) -> list[str]:
+    return [c for status, c in _end_state(app, scope) if status == "active"]
+
+
+def test_expired_batch_defers_its_items_and_the_next_run_asks_again(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """A batch that expires before answering: the cluster is deferred (nothing merged); the
+    next run submits a new batch and merges it."""
+    scope = Scope("expiring")
+    _store(stub_app, scope, every_phase=False)
+    stub_app.settings.llm_batch = True
+    llm_stub.batches.finish_as = "expired"
+    _, clusters = _consolidate_run(stub_app, scope)
+    assert [v for v, _ in clusters] == ["deferred"]
+    assert "batch_expired" in clusters[0][1]
+    assert len(_active(stub_app, scope)) == len(DARK_MODE_NOTES)
+    llm_stub.batches.finish_as = "completed"
+    _, clusters = _consolidate_run(stub_app, scope)
+    assert [v for v, _ in clusters] == ["merge"]
+    assert _active(stub_app, scope) == [DARK_MODE_NOTES[0]]
+    assert len(llm_stub.batches.batches) == 2
+
+
+def _is_tea(req: StubRequest) -> bool:
+    return "green tea" in req.user
+
+
+@pytest.mark.parametrize("broken", ["failed_line", "torn_line", "garbage_reply"])
+def test_a_failed_torn_or_garbage_line_defers_only_its_item(
+        stub_app: App, llm_stub: LLMStub, broken: str) -> None:
+    """Two clusters in one batch; the tea cluster's line fails (error file), is torn (not
+    JSON) or answers garbage: that cluster is deferred, the other merges."""
+    scope = Scope(f"partial-{broken}")
+    _store(stub_app, scope, clusters=(DARK_MODE_NOTES, TEA_NOTES), every_phase=False)
+    stub_app.settings.llm_batch = True
+    if broken == "failed_line":
+        llm_stub.batches.fail_line = _is_tea
+    elif broken == "torn_line":
+        llm_stub.batches.corrupt_line = _is_tea
+    else:
+        llm_stub.set_handler(lambda req: "no JSON here" if _is_tea(req) else answer(req))
+    _, clusters = _consolidate_run(stub_app, scope)
+    assert sorted(v for v, _ in clusters) == ["deferred", "merge"]
+    active = _active(stub_app, scope)
+    assert DARK_MODE_NOTES[0] in active and not set(DARK_MODE_NOTES[1:]) & set(active)
+    assert set(TEA_NOTES) <= set(active)
+
+
+def test_a_batch_not_finished_in_time_is_deferred_in_process(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """In-process the wait is bounded (DREAM_LLM_BATCH_WAIT): a batch still in progress after
+    it is deferred, with the reason on the step; nothing is applied."""
+    scope = Scope("slow")
+    _store(stub_app, scope, every_phase=False)
+    stub_app.settings.llm_batch = True
+    stub_app.settings.llm_batch_wait = 0.3
+    llm_stub.batches.polls = 10_000
+    _, clusters = _consolidate_run(stub_app, scope)
+    assert [v for v, _ in clusters] == ["deferred"]
+    assert re.search(r"not finished within DREAM_LLM_BATCH_WAIT", clusters[0][1])
+    assert len(_active(stub_app, scope)) == len(DARK_MODE_NOTES)
+
+
+def test_batch_requests_leave_through_the_outbound_boundary(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """R29 in batch mode: with redaction on the uploaded batch file carries placeholders, never
+    the address; the reply's placeholder is put back when the batch is read."""
+    email = "jane.doe@example.com"
+    scope = Scope("redacted")
+    stub_app.settings.privacy.redact = True
+    stub_app.settings.llm_batch = True
+    _store(stub_app, scope, clusters=([f"{DARK_MODE_NOTES[0]}, mail {email}",
+                                       *DARK_MODE_NOTES[1:]],), every_phase=False)
+    _consolidate_run(stub_app, scope)
+    uploads = [data for fid, data in llm_stub.batches.files.items()
+               if llm_stub.batches.purposes[fid] == "batch"]
+    assert uploads and all(email.encode() not in data for data in uploads)
+    assert b"[EMAIL_1]" in uploads[0]
+    assert _active(stub_app, scope) == [f"{DARK_MODE_NOTES[0]}, mail {email}"]

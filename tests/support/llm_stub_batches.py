@@ -1,0 +1,170 @@
+"""The files and batches endpoints of the local model stub (tests/support/llm_stub.py).
+
+``POST /v1/files`` (multipart upload), ``GET /v1/files/{id}`` and ``/v1/files/{id}/content``;
+``POST /v1/batches`` and ``GET /v1/batches/{id}``. Each retrieve moves a batch one status on:
+validating → in_progress → (after ``polls`` in progress) completed, or what the test asked for.
+Per test, on ``stub.batches``: ``polls`` (retrieves spent in progress), ``finish_as``
+("completed", "expired", "failed"), ``answer_before_expiry`` (lines answered when it expires),
+``fail_line(req) -> bool`` (an error-file line instead of a reply) and ``corrupt_line(req) ->
+bool`` (a broken JSON line in the output file). Every answered line goes through the stub's
+handler exactly as an online chat completion would.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Answer = Callable[[Any], tuple[int, Any, dict[str, str]]]  # StubRequest → (status, body, headers)
+
+
+@dataclass
+class StubBatch:
+    id: str
+    input_file_id: str
+    endpoint: str
+    status: str = "validating"
+    retrieves: int = 0
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: int = field(default_factory=lambda: int(time.time()))
+
+    def body(self, lines: int) -> dict[str, Any]:
+        done = self.status in ("completed", "expired", "failed")
+        return {
+            "id": self.id, "object": "batch", "endpoint": self.endpoint,
+            "input_file_id": self.input_file_id, "completion_window": "24h",
+            "status": self.status, "created_at": self.created_at,
+            "output_file_id": self.output_file_id, "error_file_id": self.error_file_id,
+            "metadata": self.metadata,
+            "request_counts": {"total": lines, "completed": lines if done else 0, "failed": 0},
+        }
+
+
+class BatchEndpoints:
+    """State and answers of the files and batches API; thread-safe (the server is threaded)."""
+
+    def __init__(self, answer: Answer, request_type: Any) -> None:
+        self._answer = answer
+        self._request_type = request_type
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.files: dict[str, bytes] = {}
+        self.purposes: dict[str, str] = {}
+        self.batches: dict[str, StubBatch] = {}
+        self.line_requests: list[Any] = []  # every batch line the handler answered
+        self.polls = 1
+        self.finish_as = "completed"
+        self.answer_before_expiry = 0
+        self.fail_line: Callable[[Any], bool] | None = None
+        self.corrupt_line: Callable[[Any], bool] | None = None
+
+    # ---- routing -----------------------------------------------------------------------
+    def post(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
+        if path.endswith("/files"):
+            return self._upload(headers.get("content-type", ""), raw)
+        if path.endswith("/batches"):
+            return self._create(json.loads(raw or b"{}"))
+        return 404, {"error": {"message": f"no route {path}"}}
+
+    def get(self, path: str) -> tuple[int, Any]:
+        parts = path.split("?")[0].rstrip("/").split("/")
+        if len(parts) >= 3 and parts[-2] == "batches":
+            return self._retrieve(parts[-1])
+        if parts[-1] == "content" and parts[-3] == "files":
+            with self._lock:
+                data = self.files.get(parts[-2])
+            return (200, data) if data is not None else (404, {"error": {"message": "no file"}})
+        if parts[-2] == "files" and parts[-1] in self.files:
+            return 200, self._file_body(parts[-1])
+        return 404, {"error": {"message": f"no route {path}"}}
+
+    # ---- files ---------------------------------------------------------------------------
+    def _upload(self, content_type: str, raw: bytes) -> tuple[int, Any]:
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            f"content-type: {content_type}\r\n\r\n".encode() + raw)
+        fields: dict[str, bytes] = {}
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            fields[str(name)] = part.get_payload(decode=True) or b""
+        if "file" not in fields:
+            return 400, {"error": {"message": "no file in the upload"}}
+        file_id = self._store(fields["file"], fields.get("purpose", b"").decode())
+        return 200, self._file_body(file_id)
+
+    def _store(self, data: bytes, purpose: str) -> str:
+        with self._lock:
+            file_id = f"file-{next(self._ids)}"
+            self.files[file_id], self.purposes[file_id] = data, purpose
+        return file_id
+
+    def _file_body(self, file_id: str) -> dict[str, Any]:
+        return {"id": file_id, "object": "file", "bytes": len(self.files[file_id]),
+                "created_at": int(time.time()), "filename": f"{file_id}.jsonl",
+                "purpose": self.purposes[file_id], "status": "processed"}
+
+    # ---- batches -------------------------------------------------------------------------
+    def _create(self, body: dict[str, Any]) -> tuple[int, Any]:
+        file_id = body.get("input_file_id")
+        if file_id not in self.files or self.purposes.get(file_id) != "batch":
+            return 400, {"error": {"message": "input_file_id is not a batch file"}}
+        if body.get("completion_window") != "24h":
+            return 400, {"error": {"message": "completion_window must be 24h"}}
+        with self._lock:
+            batch = StubBatch(f"batch_{next(self._ids)}", file_id, str(body.get("endpoint")),
+                              metadata=dict(body.get("metadata") or {}))
+            self.batches[batch.id] = batch
+        return 200, batch.body(self._line_count(batch))
+
+    def _retrieve(self, batch_id: str) -> tuple[int, Any]:
+        with self._lock:
+            batch = self.batches.get(batch_id)
+        if batch is None:
+            return 404, {"error": {"message": f"no batch {batch_id}"}}
+        batch.retrieves += 1
+        if batch.status == "validating":
+            batch.status = "in_progress"
+        elif batch.status == "in_progress" and batch.retrieves > self.polls:
+            self._finish(batch)
+        return 200, batch.body(self._line_count(batch))
+
+    def _line_count(self, batch: StubBatch) -> int:
+        return len(self.files[batch.input_file_id].splitlines())
+
+    def _finish(self, batch: StubBatch) -> None:
+        """Answer the batch's lines the way the test asked, into its output and error files."""
+        out, errors = [], []
+        lines = [json.loads(x) for x in self.files[batch.input_file_id].splitlines() if x.strip()]
+        for index, line in enumerate(lines):
+            req = self._request_type(line["url"], line["body"], {})
+            if self.finish_as != "completed" and index >= self.answer_before_expiry:
+                code = "batch_expired" if self.finish_as == "expired" else "batch_failed"
+                errors.append({"id": f"req_{index}", "custom_id": line["custom_id"],
+                               "response": None, "error": {"code": code, "message": code}})
+                continue
+            if self.fail_line is not None and self.fail_line(req):
+                errors.append({"id": f"req_{index}", "custom_id": line["custom_id"],
+                               "response": {"status_code": 500, "body": {"error": {
+                                   "message": "server error"}}}, "error": None})
+                continue
+            self.line_requests.append(req)
+            status, body, _ = self._answer(req)
+            row = json.dumps({"id": f"req_{index}", "custom_id": line["custom_id"], "error": None,
+                              "response": {"status_code": status, "body": body}})
+            if self.corrupt_line is not None and self.corrupt_line(req):
+                row = row[: len(row) // 2]  # a torn line: not JSON
+            out.append(row)
+        if out:
+            batch.output_file_id = self._store(("\n".join(out) + "\n").encode(), "batch_output")
+        if errors:
+            batch.error_file_id = self._store(
+                ("\n".join(json.dumps(e) for e in errors) + "\n").encode(), "batch_output")
+        batch.status = self.finish_as

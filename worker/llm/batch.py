@@ -1,0 +1,185 @@
+"""Batch pricing (``DREAM_LLM_BATCH``): a fan-out's questions go as one provider batch, submitted
+once per run step (the ledger), picked up when finished and validated like online replies.
+What a batch did not answer usably (expired, failed lines, garbage) is deferred, never applied."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+import structlog
+
+from worker import telemetry
+from worker.llm.ask import AskStatus, Outcome, check
+from worker.llm.base import BatchItem, BatchLLM, BatchState, LLMError, LLMReply
+from worker.llm.cache import ReplyCache
+
+log = structlog.get_logger(__name__)
+
+_RESCHEDULE: ContextVar[bool] = ContextVar("dream_llm_batch_reschedule", default=False)
+# Custom ids whose tokens this process charged: a batch read again (a retried step) is not
+# charged twice. Bounded like the reply cache.
+_CHARGED = ReplyCache(max_entries=100_000)
+
+
+@contextmanager
+def reschedule_while_pending() -> Iterator[None]:
+    """Under Celery: an unfinished batch raises ``BatchPending`` at once instead of being
+    polled, so the task can be scheduled again and no worker waits."""
+    token = _RESCHEDULE.set(True)
+    try:
+        yield
+    finally:
+        _RESCHEDULE.reset(token)
+
+
+class BatchPending(Exception):
+    """The phase's questions are with the provider; nothing is written until they come back."""
+
+    def __init__(self, batch_ids: Sequence[str], retry_after: float) -> None:
+        super().__init__(f"waiting on batch {', '.join(batch_ids)}")
+        self.batch_ids = list(batch_ids)
+        self.retry_after = retry_after
+
+
+class BatchLedger(Protocol):
+    """Where a run step records the batches it submitted (so a retry never submits twice)."""
+
+    def recorded(self) -> list[tuple[str, set[str]]]:
+        """(batch id, custom ids) of every batch this phase of the run submitted."""
+        ...
+
+    def record(self, batch_id: str, custom_ids: Sequence[str]) -> None: ...
+
+
+class Spending(Protocol):
+    def reserve(self, estimated_tokens: int) -> bool: ...
+
+    def charge(self, tokens: int) -> None: ...
+
+
+def ask_as_batch(
+    ctx: Any, llm: BatchLLM, questions: Sequence[Any], keys: Sequence[str], spending: Spending,
+    ledger: BatchLedger,
+) -> list[Outcome[Any]]:
+    """The outcomes of ``questions`` (``keys`` are their custom ids) from the provider batches
+    of this run step, submitting one batch for those no batch holds yet."""
+    items = [BatchItem(k, q.prompt.name, q.prompt.system, q.prompt.user, q.schema())
+             for q, k in zip(questions, keys, strict=True)]
+    outcomes: dict[str, Outcome[Any]] = {}
+    recorded = ledger.recorded()
+    held = {i for _, ids in recorded for i in ids}
+    fresh = [it for it in items if it.custom_id not in held]
+    if fresh:
+        submitted = _submit(llm, fresh, questions, keys, spending, ledger, outcomes)
+        if submitted is not None:
+            recorded.append(submitted)
+    wanted = {k for k in keys if k not in outcomes}
+    batches = [(bid, ids & wanted) for bid, ids in recorded if ids & wanted]
+    by_id = {it.custom_id: it for it in items}
+    states = _poll(ctx, llm, batches, by_id)
+    wait = float(ctx.settings.llm_batch_wait)
+    for q, key in zip(questions, keys, strict=True):
+        if key not in outcomes:
+            bid = next(b for b, ids in batches if key in ids)
+            outcomes[key] = _settle(q, key, states[bid], spending, wait)
+    return [outcomes[k] for k in keys]
+
+
+def _submit(
+    llm: BatchLLM, fresh: list[BatchItem], questions: Sequence[Any], keys: Sequence[str],
+    spending: Spending, ledger: BatchLedger, outcomes: dict[str, Outcome[Any]],
+) -> tuple[str, set[str]] | None:
+    """One batch of the questions the budget allows; the rest stop as budget_exhausted."""
+    estimate = {k: q.estimate_tokens() for q, k in zip(questions, keys, strict=True)}
+    reserved = []
+    for it in fresh:
+        if spending.reserve(estimate[it.custom_id]):
+            reserved.append(it)
+        else:
+            outcomes[it.custom_id] = Outcome(None, AskStatus.BUDGET_EXHAUSTED,
+                                             "model budget exhausted")
+    if not reserved:
+        return None
+    try:
+        batch_id = llm.submit_batch(reserved)
+    except LLMError as exc:
+        for it in reserved:
+            outcomes[it.custom_id] = Outcome(None, AskStatus.ERROR, str(exc)[:300], attempts=1)
+        return None
+    ids = [it.custom_id for it in reserved]
+    ledger.record(batch_id, ids)
+    log.info("llm.batch_submitted", batch_id=batch_id, requests=len(ids),
+             prompt=reserved[0].prompt_name)
+    return batch_id, set(ids)
+
+
+def _poll(ctx: Any, llm: BatchLLM, batches: list[tuple[str, set[str]]],
+          by_id: dict[str, BatchItem]) -> dict[str, BatchState]:
+    """Each batch's state, polled every ``llm_batch_poll`` seconds until all are finished or
+    ``llm_batch_wait`` is spent; under Celery unfinished batches raise ``BatchPending``."""
+    settings = ctx.settings
+    rescheduling = _RESCHEDULE.get()
+    until = time.monotonic() + (0.0 if rescheduling else float(settings.llm_batch_wait))
+    states: dict[str, BatchState] = {}
+    while True:
+        for bid, ids in batches:
+            if bid not in states or not states[bid].finished:
+                states[bid] = _state(llm, bid, [by_id[i] for i in sorted(ids)])
+        unfinished = [bid for bid, _ in batches if not states[bid].finished]
+        left = until - time.monotonic()
+        if not unfinished or left <= 0:
+            break
+        time.sleep(min(float(settings.llm_batch_poll), left))
+    if unfinished and rescheduling:
+        raise BatchPending(unfinished, float(settings.llm_batch_poll))
+    return states
+
+
+def _state(llm: BatchLLM, batch_id: str, items: list[BatchItem]) -> BatchState:
+    """The batch as it stands; a batch that cannot be checked fails its items for this attempt
+    (deferred to the next run) rather than holding the phase."""
+    try:
+        state = llm.batch_state(batch_id, items)
+    except LLMError as exc:
+        return BatchState(batch_id, "failed", failed={it.custom_id: str(exc)[:200] for it in items})
+    if state.finished:
+        _trace(llm, state, items)
+    return state
+
+
+def _trace(llm: BatchLLM, state: BatchState, items: list[BatchItem]) -> None:
+    """One model-call span per finished batch: its usage, never its text (R21)."""
+    replies = [state.replies[it.custom_id] for it in items if it.custom_id in state.replies]
+    total = LLMReply(None, sum(r.tokens_in for r in replies), sum(r.tokens_out for r in replies),
+                     replies[0].model if replies else "")
+    with telemetry.model_call_span(llm, items[0].prompt_name) as span:
+        span.set(gen_ai__operation__name="batch", dream__batch__id=state.batch_id,
+                 dream__batch__status=state.status, dream__batch__requests=len(items),
+                 dream__batch__answered=len(replies))
+        span.model_reply(total)
+
+
+def _settle(q: Any, key: str, state: BatchState, spending: Spending,
+            wait: float) -> Outcome[Any]:
+    """One question's outcome from its batch: OK only for a reply the online validators accept."""
+    reply = state.replies.get(key)
+    if reply is None:
+        why = state.failed.get(key) or (
+            f"batch {state.batch_id} {state.status} without answering this request"
+            if state.finished else
+            f"batch {state.batch_id} not finished within DREAM_LLM_BATCH_WAIT ({wait:g}s)")
+        return Outcome(None, AskStatus.DEFERRED, f"{why}; deferred to the next run"[:300])
+    if _CHARGED.add(key):
+        spending.charge(reply.tokens_in + reply.tokens_out)
+    value, problem, _ = check(q.reply_model, q.validate, reply.data)
+    outcome: Outcome[Any] = Outcome(value, AskStatus.OK, attempts=1, tokens_in=reply.tokens_in,
+                                    tokens_out=reply.tokens_out, model=reply.model)
+    if value is None:
+        outcome.status = AskStatus.DEFERRED
+        outcome.reason = f"the batch reply could not be used ({problem}); deferred to the next run"
+        outcome.errors.append(problem)
+    return outcome

@@ -1,0 +1,98 @@
+"""Provider batches for OpenAICompatibleLLM: one JSONL of /v1/chat/completions requests per
+batch (files + batches API); the output and error files are read back by ``custom_id``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Final, Literal
+
+import openai
+import pydantic
+from openai.types.chat import ChatCompletion
+
+from worker.llm.base import BatchItem, BatchState, LLMError
+from worker.llm.openai_compat import OpenAICompatibleLLM, chat_reply, client_error
+
+ENDPOINT: Final[Literal["/v1/chat/completions"]] = "/v1/chat/completions"
+
+
+def batch_lines(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> bytes:
+    """The input file: one request per line, the same body an online call sends."""
+    lines = [json.dumps({"custom_id": it.custom_id, "method": "POST", "url": ENDPOINT,
+                         "body": llm.chat_body(it.prompt_name, it.system, it.user, it.schema)},
+                        ensure_ascii=False) for it in items]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def submit_batch(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> str:
+    """Upload the requests (purpose ``batch``) and start a 24 h batch; its id."""
+    try:
+        with llm.sync_client() as client:
+            uploaded = client.files.create(
+                file=("dream-batch.jsonl", batch_lines(llm, items), "application/jsonl"),
+                purpose="batch")
+            batch = client.batches.create(
+                input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h",
+                metadata={"source": "dream-worker", "prompt": items[0].prompt_name[:64]})
+    except openai.APIConnectionError:
+        raise LLMError("cannot reach the model endpoint to submit a batch; check "
+                       "DREAM_LLM_BASE_URL; the items are deferred to the next run") from None
+    except openai.OpenAIError as exc:
+        raise client_error(exc) from None
+    return batch.id
+
+
+def batch_state(llm: OpenAICompatibleLLM, batch_id: str) -> BatchState:
+    """The batch's status; once it is finished, every reply of its output file and every
+    failed request of its error file."""
+    try:
+        with llm.sync_client() as client:
+            batch = client.batches.retrieve(batch_id)
+            state = BatchState(batch_id, batch.status)
+            if not state.finished:
+                return state
+            if batch.output_file_id:
+                read_output(client.files.content(batch.output_file_id).text, state, llm.model)
+            if batch.error_file_id:
+                read_output(client.files.content(batch.error_file_id).text, state, llm.model)
+    except openai.APIConnectionError:
+        raise LLMError(f"cannot reach the model endpoint to check batch {batch_id}; check "
+                       "DREAM_LLM_BASE_URL") from None
+    except openai.OpenAIError as exc:
+        raise client_error(exc) from None
+    return state
+
+
+def read_output(text: str, state: BatchState, model: str) -> None:
+    """Replies and failures of one output or error file into ``state``. A line that is not a
+    result (broken JSON, no custom_id) answers nothing: its question stays unanswered."""
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        custom_id = row.get("custom_id") if isinstance(row, dict) else None
+        if not isinstance(custom_id, str):
+            continue
+        failure = _failure(row)
+        if failure:
+            state.failed[custom_id] = failure
+            continue
+        try:
+            completion = ChatCompletion.model_validate(row["response"]["body"])
+            state.replies[custom_id] = chat_reply(completion, model)
+        except (pydantic.ValidationError, LLMError, KeyError, TypeError):
+            state.failed[custom_id] = "the batch answered this request without a chat completion"
+
+
+def _failure(row: dict[str, Any]) -> str:
+    """Why a result line is a failure ("" when it carries a reply); never the prompt's text."""
+    error = row.get("error")
+    if isinstance(error, dict) and error:
+        return f"batch request failed ({str(error.get('code') or 'error')[:40]})"
+    response = row.get("response")
+    status = response.get("status_code") if isinstance(response, dict) else None
+    if status != 200:
+        return f"batch request failed (HTTP {status})"
+    return ""
