@@ -1,17 +1,15 @@
-"""Judging clusters: the model (concurrent, no transaction open, replies validated) or the
-rules (which settle identical notes and apply what they settle)."""
+"""Judging clusters with the model: one question per cluster through the one fan-out
+(concurrent or batched, no transaction open, replies validated); the rules are consolidate/rules.py."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from worker.domain.types import Note, StepStatus, fingerprint_notes
+from worker.domain.types import Note, fingerprint_notes
 from worker.llm.ask import DEFERRING, Outcome, ReplyRejected
 from worker.llm.fanout import Question, ask_all
 from worker.llm.prompts import render_prompt, template_hash
-from worker.llm.rules import rule_groups
-from worker.phases.consolidate.apply import apply_all
 from worker.phases.consolidate.core import (
     PROMPT_NAME,
     RELATIVE_TIME,
@@ -22,7 +20,6 @@ from worker.phases.consolidate.core import (
 )
 from worker.phases.consolidate.decision import HOST_KEEP_APART, KIND, PHASE, Decision
 from worker.runs.context import PhaseContext
-from worker.text.temporal import relative_time_expressions
 
 
 # ---- model judging ------------------------------------------------------------------------
@@ -132,55 +129,3 @@ def _original_sources(uow: Any, members: list[Note], max_generation: int) -> dic
         if found:
             out[m.id] = found
     return out
-
-
-
-# ---- rule judging -------------------------------------------------------------------------
-def judge_and_apply_with_rules(
-    ctx: PhaseContext, parent_step_id: str, clusters: list[tuple[str, PlannedCluster, list[Note]]],
-    snap: Any, counters: dict[str, Any],
-) -> None:
-    """Rules merge what they settle (text kept verbatim); the rest of each cluster stays open."""
-    settings = ctx.settings.consolidate
-    row = {n.id: i for i, n in enumerate(snap.notes)}
-    vectors = snap.vectors
-
-    def related(a: Note, b: Note) -> bool:
-        return bool(float(vectors[row[a.id]] @ vectors[row[b.id]]) >= settings.rule_threshold)
-
-    for name, cluster, members in clusters:
-        groups, open_ids = rule_groups(members, related)
-        by_id = {m.id: m for m in members}
-        decisions = []
-        for g_index, group in enumerate(groups):
-            group_notes = [by_id[i] for i in group.note_ids]
-            keep = by_id[group.keep_id]
-            if relative_time_expressions(keep.content):
-                # The fused note is dated today: "last week" kept verbatim would move a week.
-                open_ids = sorted({*open_ids, *group.note_ids})
-                counters["rule_groups_relative_time"] = (
-                    counters.get("rule_groups_relative_time", 0) + 1)
-                continue
-            sub = PlannedCluster(sorted(row[i] for i in group.note_ids), cluster.similarity,
-                                 cluster.min_similarity)
-            d = Decision(f"{name}.{g_index + 1}" if len(groups) > 1 else name, sub, group_notes,
-                         group_notes, verdict="merge", content=keep.content, rule=group.rule,
-                         reason=f"rule: {group.rule} — kept the text of {keep.id} verbatim")
-            decisions.append(d)
-        apply_all(ctx, parent_step_id, decisions, counters)
-        remaining = [by_id[i] for i in open_ids]
-        for d in decisions:
-            if d.new_id is not None:  # merged: the fused note stands for its group
-                remaining.append(Note(id=d.new_id, scope=ctx.scope, content=d.content))
-            else:  # dry run or stale: the group is still there
-                remaining.extend(d.members)
-        if len(remaining) >= 2:
-            counters["clusters_open"] += 1
-            open_decision = Decision(name, cluster, remaining, remaining, verdict="open",
-                                     reason="rules cannot settle these; left for a model or the host")
-            with ctx.uow() as uow:
-                uow.check_lease(ctx.run_id, ctx.epoch)
-                ctx.steps.child(uow, parent_step_id, PHASE,
-                                open_decision.child(StepStatus.SKIPPED.value))
-                uow.commit()
-
