@@ -98,6 +98,17 @@ RETIRED_BY = {"consolidate": ("notes_revoked",),
 PHASE_ORDER = tuple(RETIRED_BY)
 
 
+def run_labels(times: list[Any]) -> list[str]:
+    """x-axis labels: the shortest of date-and-time, time, time-with-seconds that tells the
+    runs apart (all the same day: no date)."""
+    same_day = len({t.date() for t in times}) <= 1
+    for fmt in (("%H:%M", "%H:%M:%S") if same_day else ("%m-%d %H:%M", "%m-%d %H:%M:%S")):
+        labels = [t.strftime(fmt) for t in times]
+        if len(set(labels)) == len(labels):
+            return labels
+    return labels
+
+
 def _pages(total: int, per_page: int) -> int:
     return max(1, -(-total // per_page))
 
@@ -183,7 +194,7 @@ def trends(app: App, f: ScopeFilter, last: int) -> dict[str, Any]:
         by_run.setdefault(row["run_id"], {})[row["phase"]] = row
     per = [by_run.get(i, {}) for i in ids]
     return {
-        "labels": [r["created_at"].strftime("%m-%d %H:%M") for r in runs],
+        "labels": run_labels([r["created_at"] for r in runs]),
         "run_ids": ids, "scopes": len(keys),
         "notes": _notes_series(runs, baseline),
         "retired": {p: [_retired(x.get(p, {}), p) for x in per] for p in PHASE_ORDER},

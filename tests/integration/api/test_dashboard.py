@@ -190,3 +190,20 @@ def test_navigation_links_the_review_page_once_it_is_mounted(
         api.include_router(extra)
     with TestClient(api) as c:
         assert link in c.get("/dashboard", headers=auth(ADMIN)).text
+
+
+def test_baseline_is_each_scopes_last_counted_run_before_the_window(
+        seeded: tuple[App, SeededStore]) -> None:
+    """Where a multi-scope trend starts: the notes after each scope's last finished non-dry
+    run before the window (the dry run between them is skipped)."""
+    from worker.reporting import run_tree
+    from worker.store.repositories.dashboard import NOTE_STATUSES, DashboardQueries
+
+    app, store = seeded
+    blocked, dry, allowed = store.runs[DEMO.key][:3]
+    with app.uow() as uow:
+        start = uow.runs.get(allowed).created_at  # type: ignore[union-attr]
+        base = DashboardQueries(uow.session).baseline_notes([DEMO.key, QUIET.key], start)
+    expected = run_tree(app, blocked)["totals"]["notes_after"]
+    assert run_tree(app, dry)["dry_run"]
+    assert base == {DEMO.key: {s: expected.get(s, 0) for s in NOTE_STATUSES}}

@@ -88,3 +88,15 @@ def test_all_zero_values_draw_on_the_base_line() -> None:
     ys = {p.split(",")[1] for p in (line.find(f"{SVG}polyline").get("points") or "").split()}  # type: ignore[union-attr]
     assert len(ys) == 1
     assert _svg(bar_chart("b", "t", ["a"], [Series("s", [0])])).findall(f"{SVG}rect") == []
+
+
+def test_run_labels_tell_runs_apart_as_briefly_as_possible() -> None:
+    from datetime import UTC, datetime
+
+    from worker.reporting import run_labels
+
+    day = datetime(2026, 12, 1, 11, 50, 1, tzinfo=UTC)
+    assert run_labels([day, day.replace(hour=12)]) == ["11:50", "12:50"]
+    assert run_labels([day, day.replace(second=30)]) == ["11:50:01", "11:50:30"]
+    assert run_labels([day, day.replace(day=2)]) == ["12-01 11:50", "12-02 11:50"]
+    assert run_labels([]) == []

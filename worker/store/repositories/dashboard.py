@@ -154,15 +154,19 @@ class DashboardQueries:
     def baseline_notes(self, keys: list[str], before: datetime) -> dict[str, dict[str, int]]:
         """Each scope's notes by status after its last finished non-dry run before ``before``
         (where a multi-scope trend starts from)."""
-        rank = func.row_number().over(partition_by=DreamRunRow.scope_key,
+        # Whether a run counts goes into the partition, not the WHERE: the scope's own index
+        # then serves the read (a status filter would have SQLite walk the status index).
+        counts = case((and_(DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
+                            DreamRunRow.status.in_(DREAMED_RUN_STATUSES)), 1), else_=0)
+        rank = func.row_number().over(partition_by=(DreamRunRow.scope_key, counts),
                                       order_by=(DreamRunRow.created_at.desc(), DreamRunRow.id))
-        ranked = (select(DreamRunRow.id, rank.label("rank"))
-                  .where(DreamRunRow.scope_key.in_(keys), DreamRunRow.created_at < before,
-                         DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
-                         DreamRunRow.status.in_(DREAMED_RUN_STATUSES)).subquery())
+        ranked = (select(DreamRunRow.id, rank.label("rank"), counts.label("counts"))
+                  .where(DreamRunRow.scope_key.in_(keys), DreamRunRow.created_at < before)
+                  .subquery())
         rows = self.session.execute(
             _with_notes_after(select(DreamRunRow.scope_key), "")
-            .join(ranked, ranked.c.id == DreamRunRow.id).where(ranked.c.rank == 1)).all()
+            .join(ranked, ranked.c.id == DreamRunRow.id)
+            .where(ranked.c.rank == 1, ranked.c.counts == 1)).all()
         return {r.scope_key: {s: int(getattr(r, s) or 0) for s in NOTE_STATUSES} for r in rows}
 
     def phase_figures(self, run_ids: list[str]) -> list[dict[str, Any]]:
