@@ -5,8 +5,8 @@
 validating → in_progress → (after ``polls`` in progress) completed, or what the test asked for.
 Per test, on ``stub.batches``: ``polls`` (retrieves spent in progress), ``finish_as``
 ("completed", "expired", "failed"), ``answer_before_expiry`` (lines answered when it expires),
-``fail_line(req) -> bool`` (an error-file line instead of a reply) and ``corrupt_line(req) ->
-bool`` (a broken JSON line in the output file). Every answered line goes through the stub's
+``fail_line(req) -> bool`` (an error-file line instead of a reply), ``corrupt_line(req) ->
+bool`` (a broken JSON line in the output file) and ``refuse_status`` (every request answers it). Every answered line goes through the stub's
 handler exactly as an online chat completion would.
 """
 
@@ -66,9 +66,12 @@ class BatchEndpoints:
         self.answer_before_expiry = 0
         self.fail_line: Callable[[Any], bool] | None = None
         self.corrupt_line: Callable[[Any], bool] | None = None
+        self.refuse_status: int | None = None  # every files/batches request answers this
 
     # ---- routing -----------------------------------------------------------------------
     def post(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
+        if self.refuse_status is not None:
+            return self.refuse_status, {"error": {"message": f"stub refuses ({self.refuse_status})"}}
         if path.endswith("/files"):
             return self._upload(headers.get("content-type", ""), raw)
         if path.endswith("/batches"):
@@ -76,6 +79,8 @@ class BatchEndpoints:
         return 404, {"error": {"message": f"no route {path}"}}
 
     def get(self, path: str) -> tuple[int, Any]:
+        if self.refuse_status is not None:
+            return self.refuse_status, {"error": {"message": f"stub refuses ({self.refuse_status})"}}
         parts = path.split("?")[0].rstrip("/").split("/")
         if len(parts) >= 3 and parts[-2] == "batches":
             return self._retrieve(parts[-1])
