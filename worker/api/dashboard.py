@@ -22,7 +22,7 @@ from worker.api.dashboard_steps import child_view, counter_columns
 from worker.app import App
 from worker.domain.limits import scope_problem
 from worker.domain.types import Scope
-from worker.runs.service import RunError
+from worker.errors import NotFound
 from worker.store.repositories.dashboard import ScopeFilter
 
 TOKEN_COOKIE = "dream_token"
@@ -188,7 +188,7 @@ def visible_tree(app: App, run_id: str, who: Principal) -> dict[str, Any] | None
         return None
     try:
         tree = run_tree(app, run_id)
-    except RunError:
+    except NotFound:
         return None
     if who.scope is not None and tree["scope"] != who.scope.key:
         return None

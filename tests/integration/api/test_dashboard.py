@@ -121,7 +121,8 @@ def test_scoped_token_never_sees_another_scope(seeded: tuple[App, SeededStore],
     r = client.get(f"/dashboard/runs/{other}", headers=auth(AGENT_2))
     assert r.status_code == 404 and "quiet-bot" not in r.text
     missing = client.get("/dashboard/runs/" + quote("no-such-run"), headers=auth(AGENT_2))
-    assert missing.status_code == 404
+    assert missing.status_code == 404 and 'id="missing"' in missing.text
+    assert 'id="missing"' in r.text  # the same page whether the run exists or not
 
 
 def test_trends_agree_with_the_store(seeded: tuple[App, SeededStore]) -> None:
