@@ -150,6 +150,39 @@ def test_run_phase_and_model_call_spans_follow_the_genai_conventions(
     assert all(not s.events for s in spans)  # no exception messages, no prompt events
 
 
+def test_a_provider_batch_is_one_chat_span_with_its_usage(
+    app: App, llm_stub: LLMStub, exporter: InMemorySpanExporter,
+) -> None:
+    """DREAM_LLM_BATCH: the consolidate phase's batch is one CLIENT `chat stub-model` span under
+    the phase span, naming the batch id and carrying the usage of its output file; no text."""
+    add_notes(app, *_notes())
+    llm_stub.set_handler(FakeLLM(rules=[FakeRule(prompt="consolidate", reply={
+        "should_consolidate": True, "content": FUSED, "type": "Preference",
+        "source_ids": "$aliases", "reason": "same editor preference"})]))
+    app.llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
+                                  timeout=10, max_retries=1)
+    app.settings.llm_batch, app.settings.llm_batch_poll = True, 0.05
+    exporter.clear()
+    run_id = service.create_run(app, Scope("agent-1", "u1"), force=True, clock=NOW,
+                                phases=["consolidate"])
+    assert run_id is not None
+    assert service.execute_run(app, run_id) == "succeeded"
+    spans = exporter.get_finished_spans()
+    (phase,) = [s for s in spans if s.name == "dream.phase consolidate"]
+    (call,) = [s for s in spans if s.name.startswith("chat ")]
+    attrs = call.attributes or {}
+    assert call.kind is SpanKind.CLIENT and phase.context is not None
+    assert call.parent is not None and call.parent.span_id == phase.context.span_id
+    assert attrs["gen_ai.operation.name"] == "chat"
+    assert attrs["dream.batch.id"] in llm_stub.batches.batches
+    assert attrs["dream.batch.status"] == "completed" and attrs["dream.batch.answered"] == 1
+    step = next(s for s in run_tree(app, run_id)["steps"] if s["phase"] == "consolidate")
+    assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (
+        step["tokens_in"], step["tokens_out"]) != (0, 0)
+    text = _attribute_text(list(spans))
+    assert CANARY not in text and "dark mode" not in text and FUSED not in text
+
+
 def test_a_failing_model_call_is_an_error_span_by_type_only(
     app: App, llm_stub: LLMStub, exporter: InMemorySpanExporter,
 ) -> None:

@@ -157,7 +157,7 @@ def _trace(llm: BatchLLM, state: BatchState, items: list[BatchItem]) -> None:
     total = LLMReply(None, sum(r.tokens_in for r in replies), sum(r.tokens_out for r in replies),
                      replies[0].model if replies else "")
     with telemetry.model_call_span(llm, items[0].prompt_name) as span:
-        span.set(gen_ai__operation__name="batch", dream__batch__id=state.batch_id,
+        span.set(dream__batch__id=state.batch_id,
                  dream__batch__status=state.status, dream__batch__requests=len(items),
                  dream__batch__answered=len(replies))
         span.model_reply(total)
