@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-WIDTH, HEIGHT = 640, 240
-LEFT, RIGHT, TOP, BOTTOM = 52, 12, 14, 44
+WIDTH, HEIGHT = 480, 220
+LEFT, RIGHT, TOP, BOTTOM = 46, 10, 12, 42
+CHAR_WIDTH = 7  # px of one tick-label character at the chart's 12 px font
 # Colour-blind-safe palette (Okabe–Ito), one per series in order.
 PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#000")
 
@@ -64,9 +65,12 @@ def _axes(top: float, x_labels: Sequence[str], slot: float, y_title: str) -> lis
                      f'text-anchor="end">{escape(_fmt(value))}</text>')
     parts.append(f'<line class="axis" x1="{LEFT}" x2="{LEFT + w}" y1="{TOP + h}" y2="{TOP + h}"/>')
     parts.append(f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + h}"/>')
-    every = max(1, math.ceil(len(x_labels) / 8))
+    # As many x labels as fit side by side without touching.
+    longest = max((len(label) for label in x_labels), default=1)
+    fit = max(1, int(w // (longest * CHAR_WIDTH + 10)))
+    every = max(1, math.ceil(len(x_labels) / fit))
     for i, label in enumerate(x_labels):
-        if i % every and i != len(x_labels) - 1:
+        if i % every:
             continue
         x = LEFT + slot * (i + 0.5)
         parts.append(f'<text class="tick" x="{x:.1f}" y="{TOP + h + 16}" '

@@ -100,3 +100,13 @@ def test_run_labels_tell_runs_apart_as_briefly_as_possible() -> None:
     assert run_labels([day, day.replace(second=30)]) == ["11:50:01", "11:50:30"]
     assert run_labels([day, day.replace(day=2)]) == ["12-01 11:50", "12-02 11:50"]
     assert run_labels([]) == []
+
+
+def test_x_labels_never_overlap() -> None:
+    """Thirty runs with long labels: only as many labels as fit side by side are drawn."""
+    labels = [f"12-{k:02d} 11:50" for k in range(1, 31)]
+    svg = _svg(line_chart("c", "t", labels, [Series("s", [1.0] * 30)]))
+    xs = [float(t.get("x") or 0) for t in svg.findall(f"{SVG}text")
+          if t.get("class") == "tick" and t.get("text-anchor") == "middle"]
+    assert 2 <= len(xs) < 30
+    assert all(b - a >= len(labels[0]) * 7 for a, b in zip(xs, xs[1:], strict=False))
