@@ -67,8 +67,9 @@ def ask_as_batch(
 ) -> list[Outcome[Any]]:
     """The outcomes of ``questions`` (``keys`` are their custom ids) from the provider batches
     of this run step, submitting one batch for those no batch holds yet."""
-    items = [BatchItem(k, q.prompt.name, q.prompt.system, q.prompt.user, q.schema())
-             for q, k in zip(questions, keys, strict=True)]
+    # One line per custom id (a provider refuses a file that repeats one).
+    items = list({k: BatchItem(k, q.prompt.name, q.prompt.system, q.prompt.user, q.schema())
+                  for q, k in zip(questions, keys, strict=True)}.values())
     outcomes: dict[str, Outcome[Any]] = {}
     recorded = ledger.recorded()
     held = {i for _, ids in recorded for i in ids}

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
+import structlog
 from pydantic import BaseModel
 
 from worker.llm.ask import AskStatus, Outcome, ask, check
@@ -24,6 +25,7 @@ from worker.llm.prompts import RenderedPrompt
 from worker.telemetry import in_current_trace
 
 T = TypeVar("T", bound=BaseModel)
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,8 @@ def ask_all(
         outcomes.append(_cached(q, data) if data is not None else None)
     todo = [i for i, o in enumerate(outcomes) if o is None]
     spending = Spending(ctx, limit)
-    if todo and ctx.settings.llm_batch and getattr(client, "supports_batch", False):
+    batch = bool(ctx.settings.llm_batch) and _batches_supported(client)
+    if todo and batch:
         from worker.llm.batch import ask_as_batch
         from worker.llm.ledger import StepLedger
 
@@ -200,6 +203,20 @@ def ask_all(
         if outcome.ok and outcome.value is not None:
             REPLIES.put(keys[i], outcome.value.model_dump(mode="json"))
     return [o for o in outcomes if o is not None]
+
+
+_warned: set[str] = set()
+
+
+def _batches_supported(client: Any) -> bool:
+    if getattr(client, "supports_batch", False):
+        return True
+    name = type(getattr(client, "inner", client)).__name__
+    if name not in _warned:  # once per process and client kind
+        _warned.add(name)
+        log.warning("llm.batch_unsupported", client=name,
+                    hint="DREAM_LLM_BATCH needs DREAM_LLM_PROVIDER=openai; asking online")
+    return False
 
 
 def _ask_online(
