@@ -17,7 +17,6 @@ MAX_FUNCTION_LINES = 60
 
 # path relative to worker/ -> lines today (may only go down)
 MODULE_ALLOW: dict[str, int] = {
-    "runs/service.py": 616,
 }
 
 # "path::Qualified.name" -> lines today (may only go down)
@@ -31,7 +30,6 @@ FUNCTION_ALLOW: dict[str, int] = {
     "mcp/server.py::build_server": 69,
     "phases/consolidate/apply.py::_apply_merge": 66,
     "phases/prune/service.py::run_prune": 99,
-    "runs/service.py::execute_phase": 65,
     "safety/undo.py::_undo": 82,
     "similarity/candidates.py::same_frame_pairs": 65,
     "store/repositories/note_writes.py::NoteWrites.change_many": 66,

@@ -20,7 +20,6 @@ from worker.store.uow import UnitOfWork
 if TYPE_CHECKING:
     from worker.host.remember import RememberCache
     from worker.references import ReferenceChecker
-    from worker.runs.context import Budget
 
 
 @dataclass
@@ -34,7 +33,6 @@ class App:
     reference_checker: Callable[[App], ReferenceChecker] | None = None
     # Per-process state the services keep between calls (never note text across scopes).
     remember_cache: RememberCache | None = field(default=None, repr=False)
-    budgets: dict[str, Budget] = field(default_factory=dict, repr=False)  # run id → its budget
     threads: list[threading.Thread] = field(default_factory=list, repr=False)  # runs started here
 
     def __setattr__(self, name: str, value: Any) -> None:

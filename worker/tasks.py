@@ -1,6 +1,11 @@
-"""Thin Celery tasks: run ids in, services do the work; every task is safe to run twice."""
+"""Thin Celery tasks: run ids in, services do the work; every task is safe to run twice.
+
+A phase task reads its run once (``engine.execute_phase``) and returns the phase's outcome; a
+phase WAITING on a provider batch re-schedules its own task instead of holding the worker."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from celery import chain
 from kombu import Connection
@@ -8,7 +13,9 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from worker.app import App
 from worker.celery_app import app, resources
+from worker.domain.types import PHASES
 from worker.runs import service
+from worker.runs.outcome import PhaseOutcome
 
 
 @app.task(name="dream.gate_check")
@@ -20,28 +27,41 @@ def gate_check() -> list[str]:
     return handed_out
 
 
-def _phase(run_id: str, phase: str) -> str:
-    return service.execute_phase(resources(), run_id, phase)
+def _phase(task: Any, run_id: str, phase: str) -> str:
+    dream_app = resources()
+    result = service.execute_phase(dream_app, run_id, phase)
+    if result.outcome is PhaseOutcome.WAITING:
+        # The phase's step stays open; the retried task resumes it under the same lease.
+        delay = wait_delay(result.retry_after, dream_app.settings.task_time_limit)
+        raise task.retry(countdown=delay, max_retries=None)
+    return result.outcome.value
 
 
-@app.task(name="dream.consolidate")
-def consolidate(run_id: str) -> str:
-    return _phase(run_id, "consolidate")
+def wait_delay(retry_after: float | None, task_time_limit: int) -> float:
+    """When a waiting phase task runs again: never later than the hard time limit, so the
+    delayed message is surely taken before Redis's visibility timeout (twice that limit) would
+    redeliver it (R7)."""
+    return max(1.0, min(retry_after or 30.0, float(task_time_limit)))
 
 
-@app.task(name="dream.contradictions")
-def contradictions(run_id: str) -> str:
-    return _phase(run_id, "contradictions")
+@app.task(name="dream.consolidate", bind=True)
+def consolidate(self: Any, run_id: str) -> str:
+    return _phase(self, run_id, "consolidate")
 
 
-@app.task(name="dream.prune")
-def prune(run_id: str) -> str:
-    return _phase(run_id, "prune")
+@app.task(name="dream.contradictions", bind=True)
+def contradictions(self: Any, run_id: str) -> str:
+    return _phase(self, run_id, "contradictions")
 
 
-@app.task(name="dream.archive")
-def archive(run_id: str) -> str:
-    return _phase(run_id, "archive")
+@app.task(name="dream.prune", bind=True)
+def prune(self: Any, run_id: str) -> str:
+    return _phase(self, run_id, "prune")
+
+
+@app.task(name="dream.archive", bind=True)
+def archive(self: Any, run_id: str) -> str:
+    return _phase(self, run_id, "archive")
 
 
 @app.task(name="dream.finalize")
@@ -49,17 +69,17 @@ def finalize(run_id: str) -> str:
     return service.finalize_run(resources(), run_id)
 
 
+PHASE_TASKS = {"consolidate": consolidate, "contradictions": contradictions, "prune": prune,
+               "archive": archive}
+
+
 def enqueue_run(run_id: str, dream_app: App | None = None) -> None:
     """One chain per run; immutable signatures so no result is passed along, only the id.
 
     ``dream_app`` is the caller's App (the CLI passes its own); in a task, this process's."""
     dream_app = dream_app or resources()
-    service.record_before(dream_app, run_id)
     try:
-        chain(
-            consolidate.si(run_id), contradictions.si(run_id), prune.si(run_id),
-            archive.si(run_id), finalize.si(run_id),
-        ).apply_async()
+        chain(*(PHASE_TASKS[p].si(run_id) for p in PHASES), finalize.si(run_id)).apply_async()
     except (KombuOperationalError, OSError) as exc:
         service.abandon_run(dream_app, run_id, f"could not enqueue: {type(exc).__name__}")
         raise service.BrokerUnavailable(_broker_message(exc)) from None

@@ -389,7 +389,6 @@ def _enqueue(app: App, run_id: str, queue: str) -> None:
     client = make_celery(Settings(database_url=app.settings.database_url,
                                   broker_url=_celery_broker(), result_backend=_celery_broker(),
                                   celery_queue=queue))
-    service.record_before(app, run_id)
     chain(*(client.signature(f"dream.{name}", args=(run_id,), immutable=True)
             for name in (*PHASES, "finalize"))).apply_async()
 

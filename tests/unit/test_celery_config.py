@@ -32,5 +32,20 @@ def test_r07_enqueue_uses_no_countdown_or_eta() -> None:
 
     from worker import tasks
 
-    source = inspect.getsource(tasks)
+    source = inspect.getsource(tasks.enqueue_run) + inspect.getsource(tasks.gate_check)
     assert "countdown" not in source and "eta=" not in source
+
+
+@pytest.mark.parametrize(("asked", "delay"), [(None, 30.0), (0.0, 30.0), (0.2, 1.0), (90.0, 90.0),
+                                              (10**9, 3000.0)])
+def test_r07_a_waiting_phase_retries_within_the_time_limit(asked: float | None,
+                                                           delay: float) -> None:
+    """A phase waiting on a provider batch re-schedules its task; the countdown never passes
+    the hard time limit, which is half the visibility timeout, so Redis never redelivers the
+    delayed message while it waits."""
+    from worker.tasks import wait_delay
+
+    settings = Settings(database_url="sqlite://")
+    assert wait_delay(asked, settings.task_time_limit) == delay
+    conf = celery_config(settings)
+    assert delay < conf["broker_transport_options"]["visibility_timeout"]

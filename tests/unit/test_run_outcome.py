@@ -1,15 +1,24 @@
-"""Pure: a run's final status from what its phases recorded (R27)."""
+"""Pure: how a phase ended (PhaseOutcome) and a run's final status from what its phases
+recorded (R27)."""
 
 from __future__ import annotations
 
 import pytest
 
-from worker.runs.outcome import RunFacts, decide_outcome, open_growing
+from worker.runs.outcome import (
+    PhaseOutcome,
+    RunFacts,
+    budget_exhausted,
+    decide_outcome,
+    open_growing,
+)
 
-OK = {"consolidate": "succeeded", "contradictions": "no_items", "prune": "succeeded",
-      "archive": "skipped"}
-ONE_FAILED = {**OK, "prune": "failed"}
-ALL_FAILED = dict.fromkeys(OK, "failed")
+S, N, D, K, F = (PhaseOutcome.SUCCEEDED, PhaseOutcome.NO_ITEMS, PhaseOutcome.DEFERRED,
+                 PhaseOutcome.SKIPPED, PhaseOutcome.FAILED)
+OK = {"consolidate": S, "contradictions": N, "prune": S, "archive": K}
+DEFERRING = {**OK, "consolidate": D}
+ONE_FAILED = {**OK, "prune": F}
+ALL_FAILED = dict.fromkeys(OK, F)
 TRIP = "blast-radius guard: would retire 8 of 12 active notes (limit 50%); ..."
 
 
@@ -26,14 +35,27 @@ TRIP = "blast-radius guard: would retire 8 of 12 active notes (limit 50%); ..."
     (RunFacts(OK, guard_reasons=[TRIP]), "blocked", ["guard"]),
     # A guard trip and a failed phase: blocked, and both reasons are kept.
     (RunFacts(ONE_FAILED, guard_reasons=[TRIP]), "blocked", ["guard", "phase_failed"]),
-    # The model budget ran out with work left: blocked.
-    (RunFacts(OK, budget_exhausted="3 of 3 model calls"), "blocked", ["budget"]),
+    # The run's model limit was reached and a phase left work for it: blocked.
+    (RunFacts(DEFERRING, limit_reached="3 of 3 model calls"), "blocked", ["budget"]),
+    # The limit was reached exactly, but nothing was left undone: not blocked.
+    (RunFacts(OK, limit_reached="3 of 3 model calls"), "succeeded", []),
+    # A phase's own limit deferred its work: blocked, naming the phase.
+    (RunFacts(DEFERRING, phase_limits=["contradictions"]), "blocked", ["budget"]),
     # Every model call of the run failed (the endpoint was down): blocked.
     (RunFacts(OK, model_calls=4, model_calls_failed=4), "blocked", ["model_unavailable"]),
-    # Some calls got a reply: the run did part of its work, each miss is deferred on its step.
-    (RunFacts(OK, model_calls=4, model_calls_failed=3), "succeeded", []),
+    # Some calls failed, some got a reply: partial, the failed share named.
+    (RunFacts(OK, model_calls=4, model_calls_failed=3), "partial", ["model_partial"]),
+    (RunFacts(OK, model_calls=10, model_calls_failed=1), "partial", ["model_partial"]),
+    # A partial outage beside a guard trip: blocked, both said.
+    (RunFacts(OK, guard_reasons=[TRIP], model_calls=4, model_calls_failed=1), "blocked",
+     ["guard", "model_partial"]),
+    # A partial outage and a failed phase: partial, both said.
+    (RunFacts(ONE_FAILED, model_calls=4, model_calls_failed=2), "partial",
+     ["model_partial", "phase_failed"]),
     # No model call at all (nothing to ask): not a model outage.
     (RunFacts(OK, model_calls=0, model_calls_failed=0), "succeeded", []),
+    # Every call answered: no outage.
+    (RunFacts(OK, model_calls=5, model_calls_failed=0), "succeeded", []),
     # Open candidates rose over the last 3 runs (1 → 2 → 4): blocked.
     (RunFacts(OK, open_candidates=4, open_history=[1, 2]), "blocked", ["open_growing"]),
     # The same open candidates as last time are not growth: succeeded.
@@ -53,8 +75,9 @@ def test_decide_outcome(facts: RunFacts, status: str, flags: list[str]) -> None:
 def test_reasons_name_the_count_and_the_way_out() -> None:
     """The blocked reason carries the guard's own line, the budget spent, the growth series
     and the failed phase, in that order, on one line."""
-    outcome = decide_outcome(RunFacts(ONE_FAILED, guard_reasons=[TRIP, TRIP],
-                                      budget_exhausted="3 of 3 model calls",
+    outcome = decide_outcome(RunFacts({**ONE_FAILED, "consolidate": D},
+                                      guard_reasons=[TRIP, TRIP],
+                                      limit_reached="3 of 3 model calls",
                                       open_candidates=5, open_history=[1, 3]))
     assert outcome.reason is not None and "\n" not in outcome.reason
     parts = outcome.reason.split("; ")
@@ -82,3 +105,56 @@ def test_model_unavailable_reason_counts_calls_and_names_the_cause() -> None:
     assert outcome.reason is not None
     assert outcome.reason.startswith("model unavailable: 3 of 3 model calls failed (model "
                                      "endpoint failed after 2 attempts (APIConnectionError))")
+
+
+def test_partial_outage_reason_names_the_failed_share_and_the_cause() -> None:
+    """3 of 12 calls failed: the reason says 3 of 12, 25 %, and the client's error."""
+    outcome = decide_outcome(RunFacts(OK, model_calls=12, model_calls_failed=3,
+                                      model_failure="model endpoint failed after 1 attempts "
+                                                    "(HTTP 500)"))
+    assert outcome.reason == ("model partly unavailable: 3 of 12 model calls failed (25%) "
+                              "(model endpoint failed after 1 attempts (HTTP 500)); what they "
+                              "were to judge waits for the next run")
+
+
+@pytest.mark.parametrize(("facts", "spent"), [
+    (RunFacts(DEFERRING, limit_reached="3 of 3 model calls"), "3 of 3 model calls"),
+    (RunFacts(OK, limit_reached="3 of 3 model calls"), None),
+    (RunFacts(DEFERRING, phase_limits=["prune"]), "the prune phase's limit, work deferred"),
+    (RunFacts(DEFERRING), None),
+])
+def test_budget_exhausted_needs_work_left_for_it(facts: RunFacts, spent: str | None) -> None:
+    assert budget_exhausted(facts) == spent
+
+
+@pytest.mark.parametrize(("status", "left", "outcome"), [
+    ("succeeded", False, PhaseOutcome.SUCCEEDED),
+    ("succeeded", True, PhaseOutcome.DEFERRED),
+    ("no_items", True, PhaseOutcome.DEFERRED),
+    ("no_items", False, PhaseOutcome.NO_ITEMS),
+    ("failed", True, PhaseOutcome.FAILED),  # a failure is never hidden as "deferred"
+    ("skipped", False, PhaseOutcome.SKIPPED),
+    ("waiting", False, PhaseOutcome.WAITING),
+])
+def test_phase_outcome_of_a_report(status: str, left: bool, outcome: PhaseOutcome) -> None:
+    assert PhaseOutcome.of_report(status, left) is outcome
+
+
+@pytest.mark.parametrize(("outcome", "step_status", "stops"), [
+    (PhaseOutcome.SUCCEEDED, "succeeded", False),
+    (PhaseOutcome.DEFERRED, "succeeded", False),
+    (PhaseOutcome.NO_ITEMS, "no_items", False),
+    (PhaseOutcome.SKIPPED, "skipped", False),
+    (PhaseOutcome.FAILED, "failed", False),  # R6: the next phase still runs
+    (PhaseOutcome.WAITING, "running", False),  # the step stays open; the phase is resumed
+])
+def test_recorded_outcomes_and_their_step_status(outcome: PhaseOutcome, step_status: str,
+                                                 stops: bool) -> None:
+    assert (outcome.step_status, outcome.stops_run) == (step_status, stops)
+
+
+@pytest.mark.parametrize("outcome", [PhaseOutcome.EARLIER_PENDING, PhaseOutcome.BUSY,
+                                     PhaseOutcome.NOT_CLAIMED, PhaseOutcome.NOT_RUNNING,
+                                     PhaseOutcome.LEASE_LOST])
+def test_an_executor_that_does_not_hold_the_run_stops(outcome: PhaseOutcome) -> None:
+    assert outcome.stops_run and outcome is not PhaseOutcome.ALREADY_DONE

@@ -1,7 +1,6 @@
 """Pure domain types shared by every phase; no I/O here."""
 
 from worker.domain.types import (
-    Cluster,
     Note,
     NoteStatus,
     NoteType,
@@ -15,7 +14,6 @@ from worker.domain.types import (
 )
 
 __all__ = [
-    "Cluster",
     "Note",
     "NoteStatus",
     "NoteType",

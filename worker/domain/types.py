@@ -1,4 +1,4 @@
-"""Notes, scopes, clusters, run and step states: plain values with no database attached."""
+"""Notes, scopes, run and step states: plain values with no database attached."""
 
 from __future__ import annotations
 
@@ -133,19 +133,6 @@ class Note:
     @property
     def retirable(self) -> bool:
         return self.protection not in (Protection.IMMUTABLE.value, Protection.PROTECTED.value)
-
-
-@dataclass
-class Cluster:
-    """Notes of one scope that a phase treats as one question for a judge."""
-
-    scope: Scope
-    note_ids: list[str]
-    similarity: float
-
-    def fingerprint(self, versions: dict[str, int]) -> str:
-        parts = sorted(f"{nid}:{versions[nid]}" for nid in self.note_ids)
-        return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
 def retired_at(note: Note, when: datetime) -> datetime:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from worker.app import App
-from worker.domain.types import Scope
+from worker.config import BudgetSettings, Settings
+from worker.domain.types import PhaseReport, Scope
 from worker.runs.steps import StepRecorder
 from worker.store.uow import UnitOfWork
 
@@ -42,11 +45,42 @@ class Budget:
             self.tokens += tokens
             self.answered += 1
 
+    @classmethod
+    def for_run(cls, limits: BudgetSettings, calls: int = 0, tokens: int = 0) -> Budget:
+        """The run's budget (the tighter of the per-run and per-scope limits), starting from
+        what the run has spent already (earlier phases, earlier attempts)."""
+        call_limits = [c for c in (limits.max_calls_per_run, limits.max_calls_per_scope)
+                       if c is not None]
+        token_limits = [t for t in (limits.max_tokens_per_run, limits.max_tokens_per_scope)
+                        if t is not None]
+        return cls(max_calls=min(call_limits) if call_limits else None,
+                   max_tokens=min(token_limits) if token_limits else None,
+                   calls=calls, tokens=tokens)
+
+    def spent(self) -> tuple[int, int]:
+        """(calls, tokens) so far, read under the lock (the heartbeat records it)."""
+        with self._lock:
+            return self.calls, self.tokens
+
     @property
     def exhausted(self) -> bool:
         return (self.max_calls is not None and self.calls >= self.max_calls) or (
             self.max_tokens is not None and self.tokens >= self.max_tokens
         )
+
+
+@dataclass
+class RunCarry:
+    """What an in-process run hands from phase to phase (``PhaseContext.carry``; None under
+    Celery, where every phase task reads afresh).
+
+    ``scope_notes`` belongs to the phase kit (worker/phases): its snapshot read stores the
+    scope's loaded notes here and keeps them current after its write, so the next phase of the
+    same run skips its read. The engine never looks inside it. ``embedded`` says the scope's
+    embeddings were brought up to date for this run already."""
+
+    scope_notes: Any = None
+    embedded: bool = False
 
 
 @dataclass
@@ -61,17 +95,19 @@ class PhaseContext:
     force: bool = False  # the gate was skipped; changes nothing inside the phases
     budget: Budget = field(default_factory=Budget)
     allow_retire: int | None = None  # retirements allowed past the blast-radius share (R20)
-    # The scope's note counts before the run's first phase (``totals.notes_before``), when the
-    # engine has them: the guard's baseline, so a phase's write need not read the run row.
+    carry: RunCarry | None = None  # in-process runs only: see RunCarry
+    # The scope's note counts before the run's first phase (the engine's run snapshot): the
+    # guard's baseline, so a phase's write need not read the run row. None outside a run.
     notes_before: dict[str, int] | None = None
 
     @property
-    def settings(self):  # type: ignore[no-untyped-def]
+    def settings(self) -> Settings:
         return self.app.settings
 
     def uow(self) -> UnitOfWork:
         return self.app.uow()
 
-    def write_uow(self) -> UnitOfWork:
-        """A unit of work for applying changes; callers must call ``check_lease`` before writing."""
-        return self.app.uow()
+
+# One phase: ``run(ctx, parent_step_id) -> PhaseReport``; the engine is handed the registry.
+PhaseFn = Callable[[PhaseContext, str], PhaseReport]
+Registry = Mapping[str, PhaseFn]

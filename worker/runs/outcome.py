@@ -1,21 +1,85 @@
-"""A run's final status from what its phases recorded (R27): a dream that could not do its work
-is never plain ``succeeded``. Pure; ``finalize_run`` gathers the facts."""
+"""How a phase ended and what the whole run ends as (R27): a dream that could not do its work is
+never plain ``succeeded``. Pure; the engine and ``finalize`` gather the facts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from worker.domain.types import RunStatus, StepStatus
+
+
+class PhaseOutcome(StrEnum):
+    """How one execution of one phase ended, for this executor.
+
+    Recorded on the phase's parent step: SUCCEEDED, NO_ITEMS, SKIPPED, FAILED (the step status
+    of the same name) and DEFERRED (status ``succeeded``; the phase or one of its child steps left
+    work for later, e.g. for lack of model budget; read back by ``finalize``).
+
+    WAITING: the phase handed work to a provider batch and has nothing to write yet. Its parent
+    step stays ``running`` with ``output.waiting`` set, and the next execution of the phase under
+    the same lease epoch resumes that step instead of starting a new one. A Celery task
+    re-schedules itself (``self.retry(countdown=...)``) without holding a worker; an in-process
+    run polls (``engine.execute_run``). A phase says so by returning
+    ``PhaseReport(status=PhaseOutcome.WAITING, counters={"retry_after": seconds}, reason=...)``.
+
+    The rest say why this executor did not run the phase; each stops an in-process run here
+    (another executor holds the run and finalizes it, or it was cancelled).
+    """
+
+    SUCCEEDED = "succeeded"
+    NO_ITEMS = "no_items"
+    DEFERRED = "deferred"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    WAITING = "waiting"
+    ALREADY_DONE = "already_done"  # a terminal parent step exists (a re-delivered task, R4)
+    EARLIER_PENDING = "earlier_pending"  # an earlier phase is running elsewhere, or was lost
+    BUSY = "busy"  # another executor started this phase under the same lease epoch
+    NOT_CLAIMED = "not_claimed"  # someone else claimed the run first
+    NOT_RUNNING = "not_running"  # the run is finished or cancelled
+    LEASE_LOST = "lease_lost"  # the gate check recovered the run, or it was cancelled
+
+    @property
+    def stops_run(self) -> bool:
+        return self in _STOPS
+
+    @property
+    def step_status(self) -> str:
+        """The parent step status this outcome is recorded as."""
+        if self is PhaseOutcome.DEFERRED:
+            return StepStatus.SUCCEEDED.value
+        if self is PhaseOutcome.WAITING:
+            return StepStatus.RUNNING.value
+        return StepStatus(self.value).value
+
+    @classmethod
+    def of_report(cls, status: str, left_work: bool) -> PhaseOutcome:
+        """A phase's reported status, DEFERRED when it (or a child step) left work for later."""
+        outcome = cls(status)
+        if left_work and outcome in (cls.SUCCEEDED, cls.NO_ITEMS):
+            return cls.DEFERRED
+        return outcome
+
+
+_STOPS = frozenset({PhaseOutcome.EARLIER_PENDING, PhaseOutcome.BUSY, PhaseOutcome.NOT_CLAIMED,
+                    PhaseOutcome.NOT_RUNNING, PhaseOutcome.LEASE_LOST})
+# Outcomes a parent step records for good: the phase is done for this run.
+RECORDED = frozenset({PhaseOutcome.SUCCEEDED, PhaseOutcome.NO_ITEMS, PhaseOutcome.DEFERRED,
+                      PhaseOutcome.SKIPPED, PhaseOutcome.FAILED})
 
 
 @dataclass(frozen=True)
 class RunFacts:
     """What finalize read from the run's steps and its scope's earlier runs."""
 
-    phase_statuses: dict[str, str]
+    phases: dict[str, PhaseOutcome]
     guard_reasons: list[str] = field(default_factory=list)
-    # What ran out ("12 of 12 model calls"), when work was left for lack of it.
-    budget_exhausted: str | None = None
+    # The run's own model limit, when reached ("12 of 12 model calls"); it blocks the run only
+    # when some phase left work for it (DEFERRED).
+    limit_reached: str | None = None
+    # Phases whose own model limit deferred work (their parent step says "budget exhausted").
+    phase_limits: list[str] = field(default_factory=list)
     open_candidates: int = 0
     # open_candidates of the scope's earlier finished runs, oldest first (dry runs left out).
     open_history: list[int] = field(default_factory=list)
@@ -32,7 +96,8 @@ class RunFacts:
 class RunOutcome:
     status: str
     reason: str | None  # one line: ids, counts, phase names; never note text
-    flags: list[str]  # guard | budget | model_unavailable | open_growing | phase_failed
+    # guard | budget | model_unavailable | open_growing | model_partial | phase_failed
+    flags: list[str]
 
 
 def open_growing(facts: RunFacts) -> list[int] | None:
@@ -49,32 +114,39 @@ def open_growing(facts: RunFacts) -> list[int] | None:
 
 def model_unavailable(facts: RunFacts) -> bool:
     """Every model call of the run failed, and it made at least one: nothing the model was to
-    judge was judged. A run with some replies did part of its work and is not blocked for it
-    (each unanswered item is deferred on its step); a run that asked nothing is not either."""
+    judge was judged. A run that asked nothing is not blocked for it."""
     return facts.model_calls > 0 and facts.model_calls_failed >= facts.model_calls
 
 
-def decide_outcome(facts: RunFacts) -> RunOutcome:
-    """failed if every phase failed; blocked if the guard stopped it, the budget ran out with
-    work left, every model call failed, or its open candidates keep growing; partial if some phase failed; else
-    succeeded. Each reason is kept, so a blocked run with a failed phase says both."""
-    statuses = facts.phase_statuses
-    failed = [p for p, s in statuses.items() if s == StepStatus.FAILED.value]
-    if not statuses or len(failed) == len(statuses):
-        return RunOutcome(RunStatus.FAILED.value, None, ["phase_failed"] if failed else [])
+def model_partly_unavailable(facts: RunFacts) -> bool:
+    """Some model calls failed and some got a reply: the run did part of its work."""
+    return 0 < facts.model_calls_failed < facts.model_calls
+
+
+def budget_exhausted(facts: RunFacts) -> str | None:
+    """What ran out, when work was left for lack of model budget, else None."""
+    if facts.limit_reached and PhaseOutcome.DEFERRED in facts.phases.values():
+        return facts.limit_reached
+    if facts.phase_limits:
+        return f"the {facts.phase_limits[0]} phase's limit, work deferred"
+    return None
+
+
+def _blocking_reasons(facts: RunFacts) -> tuple[list[str], list[str]]:
     flags: list[str] = []
     reasons: list[str] = []
     if facts.guard_reasons:
         flags.append("guard")
         more = len(facts.guard_reasons) - 1
         reasons.append(facts.guard_reasons[0] + (f" (and {more} more trips)" if more else ""))
-    if facts.budget_exhausted:
+    spent = budget_exhausted(facts)
+    if spent:
         flags.append("budget")
-        reasons.append(f"model budget exhausted ({facts.budget_exhausted}): the rest waits for "
-                       "the next run or a larger budget")
+        reasons.append(f"model budget exhausted ({spent}): the rest waits for the next run or "
+                       "a larger budget")
+    cause = f" ({facts.model_failure})" if facts.model_failure else ""
     if model_unavailable(facts):
         flags.append("model_unavailable")
-        cause = f" ({facts.model_failure})" if facts.model_failure else ""
         reasons.append(f"model unavailable: {facts.model_calls_failed} of {facts.model_calls} "
                        f"model calls failed{cause}; check DREAM_LLM_BASE_URL and the endpoint, "
                        "the deferred work waits for the next run")
@@ -84,12 +156,40 @@ def decide_outcome(facts: RunFacts) -> RunOutcome:
         reasons.append(f"open candidates grew {len(series)} runs in a row "
                        f"({' → '.join(map(str, series))}): nothing judges them; configure a model "
                        "(DREAM_LLM_PROVIDER) or fuse them with `dream candidates` / `dream fuse`")
-    blocked = bool(flags)
+    return flags, reasons
+
+
+def _partial_reasons(facts: RunFacts, failed: list[str]) -> tuple[list[str], list[str]]:
+    flags: list[str] = []
+    reasons: list[str] = []
+    if model_partly_unavailable(facts):
+        share = round(100 * facts.model_calls_failed / facts.model_calls)
+        cause = f" ({facts.model_failure})" if facts.model_failure else ""
+        flags.append("model_partial")
+        reasons.append(f"model partly unavailable: {facts.model_calls_failed} of "
+                       f"{facts.model_calls} model calls failed ({share}%){cause}; what they "
+                       "were to judge waits for the next run")
     if failed:
         flags.append("phase_failed")
         reasons.append(f"phase failed: {', '.join(failed)}")
+    return flags, reasons
+
+
+def decide_outcome(facts: RunFacts) -> RunOutcome:
+    """failed if every phase failed; blocked if the guard stopped it, the budget ran out with
+    work left, every model call failed, or its open candidates keep growing; partial if some
+    phase failed or some model calls failed; else succeeded. Each reason is kept, so a blocked
+    run with a failed phase says both."""
+    failed = [p for p, o in facts.phases.items() if o is PhaseOutcome.FAILED]
+    if not facts.phases or len(failed) == len(facts.phases):
+        return RunOutcome(RunStatus.FAILED.value, None, ["phase_failed"] if failed else [])
+    flags, reasons = _blocking_reasons(facts)
+    blocked = bool(flags)
+    more_flags, more_reasons = _partial_reasons(facts, failed)
+    flags += more_flags
+    reasons += more_reasons
     if blocked:
         return RunOutcome(RunStatus.BLOCKED.value, "; ".join(reasons), flags)
-    if failed:
+    if flags:
         return RunOutcome(RunStatus.PARTIAL.value, "; ".join(reasons), flags)
     return RunOutcome(RunStatus.SUCCEEDED.value, None, [])

@@ -93,8 +93,10 @@ def ensure_retire(
 
 
 def _baseline(uow: UnitOfWork, ctx: PhaseContext, already: int) -> int:
-    run = uow.runs.get(ctx.run_id)
-    before = ((run.totals or {}).get("notes_before") or {}) if run is not None else {}
+    before = ctx.notes_before  # the engine's snapshot: no read of the run here
+    if before is None:
+        run = uow.runs.get(ctx.run_id)
+        before = ((run.totals or {}).get("notes_before") or {}) if run is not None else {}
     if "active" in before:
         return int(before["active"])
     # No snapshot (a phase executed on its own): what is active now plus what this run retired.

@@ -352,13 +352,3 @@ class ReviewItemRow(Base):
         Index("ix_review_items_run", "run_id"),
     )
 
-
-class ScopeLeaseRow(Base):
-    """Fencing token: a run writes only while it holds the scope's current epoch."""
-
-    __tablename__ = "scope_leases"
-
-    scope_key: Mapped[str] = mapped_column(String(400), primary_key=True)
-    run_id: Mapped[str] = mapped_column(ID, nullable=False)
-    epoch: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)

@@ -1,4 +1,4 @@
-"""All SQL touching dream runs, run steps and scope leases."""
+"""All SQL touching dream runs and run steps."""
 
 from __future__ import annotations
 
@@ -7,16 +7,23 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, func, insert, or_, select, update
+from sqlalchemy import Table, bindparam, case, exists, func, insert, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from worker.domain.types import ACTIVE_RUN_STATUSES, DREAMED_RUN_STATUSES, RunStatus, Scope
-from worker.store.models import DreamRunRow, NoteRow, RunStepRow, ScopeLeaseRow
+from worker.domain.types import (
+    ACTIVE_RUN_STATUSES,
+    DREAMED_RUN_STATUSES,
+    RunStatus,
+    Scope,
+    StepStatus,
+)
+from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 
 _RUNS = cast(Table, DreamRunRow.__table__)
 _LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
-_INSERT_STEP = insert(cast(Table, RunStepRow.__table__))
+_STEPS = cast(Table, RunStepRow.__table__)
+_INSERT_STEP = insert(_STEPS)
 # Runs waiting for an executor: never claimed, or interrupted by a lost lease.
 _UNCLAIMED = (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value)
 
@@ -30,21 +37,20 @@ class RunRepository:
         force: bool = False, dry_run: bool = False, clock: datetime | None = None,
         allow_retire: int | None = None,
     ) -> str | None:
-        """Insert a queued run; None when the scope already has a queued/running run (R1).
-
-        Runs in a SAVEPOINT so the unique-index violation leaves the caller's transaction usable.
-        """
+        """Insert a queued run; None when the scope already has a queued/running/interrupted
+        run (R1). One statement, no savepoint: a refusal rolls the transaction back, so call it
+        first in a unit of work of its own (``create_run`` does)."""
         run_id = str(uuid.uuid4())
         try:
-            with self.session.begin_nested():
-                self.session.execute(
-                    insert(DreamRunRow),
-                    [{"id": run_id, "scope_key": scope.key, **scope.as_dict(),
-                      "status": RunStatus.QUEUED.value, "trigger": trigger, "force": force,
-                      "dry_run": dry_run, "phases": phases, "clock": clock, "created_at": now,
-                      "enqueued_at": now, "allow_retire": allow_retire}],
-                )
+            self.session.execute(
+                insert(DreamRunRow),
+                [{"id": run_id, "scope_key": scope.key, **scope.as_dict(),
+                  "status": RunStatus.QUEUED.value, "trigger": trigger, "force": force,
+                  "dry_run": dry_run, "phases": phases, "clock": clock, "created_at": now,
+                  "enqueued_at": now, "allow_retire": allow_retire}],
+            )
         except IntegrityError:
+            self.session.rollback()
             return None
         return run_id
 
@@ -126,6 +132,52 @@ class RunRepository:
         if result.rowcount != 1:  # type: ignore[attr-defined]
             return None
         return epoch
+
+    def claim_returning(self, run_id: str, now: datetime, lease_seconds: int) -> Any | None:
+        """queued/interrupted → running in one statement: the epoch bumped, one more attempt;
+        the claimed row, or None if not claimable (a concurrent claim or a finished run: the
+        WHERE is re-checked under the row lock)."""
+        stmt = (
+            update(_RUNS)
+            .where(_RUNS.c.id == run_id, _RUNS.c.status.in_(_UNCLAIMED))
+            .values(status=RunStatus.RUNNING.value, lease_epoch=_RUNS.c.lease_epoch + 1,
+                    lease_expires_at=now + timedelta(seconds=lease_seconds),
+                    attempts=_RUNS.c.attempts + 1,
+                    started_at=func.coalesce(_RUNS.c.started_at,
+                                             literal(now, _RUNS.c.started_at.type)))
+            .returning(*_RUNS.c)
+        )
+        return self.session.connection().execute(stmt).one_or_none()
+
+    def start_step_fenced(self, values: dict[str, Any], epoch: int) -> bool:
+        """Insert a parent step only while the run holds ``epoch`` (one statement: the fencing
+        check is the insert's own WHERE); False when the lease is lost. A duplicate id raises
+        IntegrityError (another executor started this phase under the same epoch, R4)."""
+        names = list(values)
+        held = exists().where(_RUNS.c.id == values["run_id"], _RUNS.c.lease_epoch == epoch,
+                              _RUNS.c.status == RunStatus.RUNNING.value)
+        rows = select(*(literal(values[n], _STEPS.c[n].type).label(n) for n in names)).where(held)
+        # RETURNING, not rowcount: psycopg reports no rowcount for INSERT ... SELECT.
+        inserted = self.session.connection().execute(
+            insert(_STEPS).from_select(names, rows).returning(_STEPS.c.id)).first()
+        return inserted is not None
+
+    def note_interrupted_steps(self, run_id: str, epoch: int) -> None:
+        """Parent steps a killed attempt left running stay visible, marked as interrupted."""
+        self.session.connection().execute(
+            update(_STEPS)
+            .where(_STEPS.c.run_id == run_id, _STEPS.c.parent_id.is_(None),
+                   _STEPS.c.status == StepStatus.RUNNING.value)
+            .values(error=f"interrupted; retried by attempt {epoch}"))
+
+    def finish_fenced(self, run_id: str, epoch: int, status: str, **values: Any) -> bool:
+        """running → a final status, only under ``epoch`` (a cancel or a recovery wins)."""
+        result = self.session.connection().execute(
+            update(_RUNS)
+            .where(_RUNS.c.id == run_id, _RUNS.c.lease_epoch == epoch,
+                   _RUNS.c.status == RunStatus.RUNNING.value)
+            .values(status=status, **values))
+        return bool(result.rowcount == 1)
 
     def holds_lease(self, run_id: str, epoch: int) -> bool:
         # Prebuilt Core statement: every apply transaction runs this (fencing), so it skips
@@ -293,20 +345,6 @@ class RunRepository:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
         return {status: count for status, count in self.session.execute(stmt).all()}
 
-    def run_usage(self, run_id: str) -> tuple[int, int]:
-        """(model calls, tokens) a run has recorded so far: child steps naming a model, and the
-        token totals of its finished parent steps."""
-        parent = RunStepRow.parent_id.is_(None)
-        row = self.session.execute(
-            select(
-                func.coalesce(func.sum(case((~parent & RunStepRow.model.is_not(None), 1),
-                                            else_=0)), 0),
-                func.coalesce(func.sum(case((parent, RunStepRow.tokens_in + RunStepRow.tokens_out),
-                                            else_=0)), 0),
-            ).where(RunStepRow.run_id == run_id)
-        ).one()
-        return int(row[0]), int(row[1])
-
     def step_usage(self, scope: Scope | None = None) -> dict[str, dict[str, float]]:
         """Per phase: model calls (child steps naming a model), tokens (the phase totals on the
         parent steps, so children are not counted twice) and parent-step durations."""
@@ -328,6 +366,3 @@ class RunRepository:
                     "duration_count": float(n or 0)}
             for phase, c, ti, to, d, n in self.session.execute(stmt).all()
         }
-
-    def lease(self, scope: Scope) -> ScopeLeaseRow | None:
-        return self.session.get(ScopeLeaseRow, scope.key)

@@ -1,0 +1,259 @@
+"""The run engine with a registry of its caller's: a killed attempt's model usage survives into
+the retry (R15), a partial model outage ends the run partial (R27), a phase waiting on a provider
+batch is resumed on its own step, and the statements one run costs the engine (SQLite and
+PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy import event
+
+from tests.conftest import drop_postgres_app, make_postgres_app, make_sqlite_app
+from tests.support.factories import DARK_MODE_NOTES, add_notes
+from tests.support.llm_stub import LLMStub, StubResponse
+from worker.app import App
+from worker.cli import main
+from worker.clock import utcnow
+from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatus
+from worker.runs import engine, service
+from worker.runs.context import PhaseContext, Registry
+from worker.runs.outcome import PhaseOutcome
+from worker.runs.steps import ChildStep
+
+SCOPE = Scope("agent-1")
+
+
+class Killed(BaseException):
+    """What a SIGKILL looks like from inside: nothing after it runs, no handler catches it."""
+
+
+def _nothing(name: str) -> Any:
+    return lambda ctx, step_id: PhaseReport(phase=name, status=StepStatus.NO_ITEMS.value)
+
+
+QUIET: Registry = {p: _nothing(p) for p in PHASES}
+
+
+def _spend(ctx: PhaseContext, calls: int, tokens_each: int) -> None:
+    """What ``ask`` does around each model call: reserve, then charge the reply's tokens."""
+    for _ in range(calls):
+        assert ctx.budget.try_reserve_call()
+        ctx.budget.charge(tokens_each)
+
+
+def _expire_and_retry(app: App, run_id: str, registry: Registry) -> str:
+    later = utcnow() + timedelta(seconds=app.settings.lease_seconds + 1)
+    assert service.gate_check(app, now=later).retried == [run_id]
+    return engine.execute_run(app, run_id, registry)
+
+
+def _totals(app: App, run_id: str) -> dict[str, Any]:
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None
+        return dict(run.totals or {})
+
+
+def test_a_killed_attempts_committed_usage_counts_in_the_retry(app: App) -> None:
+    """R15: an attempt killed mid-phase after three answered model calls (committed with their
+    child steps) leaves a retry whose budget starts at 3 calls / 300 tokens, and the run's
+    totals count them; the limit of 4 leaves the retry one call."""
+    add_notes(app, {"content": "a note"})
+    app.settings.budget.max_calls_per_run = 4
+
+    def killed(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        _spend(ctx, 3, 100)
+        with ctx.uow() as uow:
+            for k in range(3):
+                ctx.steps.child(uow, step_id, "consolidate", ChildStep(
+                    name=f"cluster {k + 1}", status="succeeded", model="m", tokens_in=90,
+                    tokens_out=10))
+            uow.commit()
+        raise Killed
+
+    seen: list[tuple[int, int, bool, bool]] = []
+
+    def retried(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        calls, tokens = ctx.budget.spent()
+        fourth = ctx.budget.try_reserve_call()
+        ctx.budget.charge(0)  # answered
+        seen.append((calls, tokens, fourth, ctx.budget.try_reserve_call()))
+        return PhaseReport(phase="consolidate", status=StepStatus.NO_ITEMS.value)
+
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    with pytest.raises(Killed):
+        engine.execute_run(app, run_id, {**QUIET, "consolidate": killed})
+    status = _expire_and_retry(app, run_id, {**QUIET, "consolidate": retried})
+    assert seen == [(3, 300, True, False)]
+    totals = _totals(app, run_id)
+    assert (totals["model_calls"], totals["model_tokens"]) == (4, 300)
+    assert status == RunStatus.SUCCEEDED.value
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def short_lease_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
+    """An App whose lease is the shortest allowed (10 s): the heartbeat beats every 3.3 s."""
+    if request.param == "sqlite":
+        a = make_sqlite_app(tmp_path, lease_seconds=10)
+        yield a
+        a.dispose()
+    else:
+        a = make_postgres_app(lease_seconds=10)
+        yield a
+        drop_postgres_app(a)
+
+
+def test_usage_spent_but_not_yet_written_survives_through_the_heartbeat(
+    short_lease_app: App,
+) -> None:
+    """R15: model calls answered but not yet written (the phase was still judging) are
+    recorded by the lease heartbeat; the attempt killed after a beat leaves them to the retry."""
+    app = short_lease_app
+    add_notes(app, {"content": "a note"})
+
+    def judging_then_killed(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        _spend(ctx, 2, 250)
+        time.sleep(app.settings.lease_seconds / 3 + 1.5)  # one beat at least
+        raise Killed
+
+    seen: list[tuple[int, int]] = []
+
+    def retried(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        seen.append(ctx.budget.spent())
+        return PhaseReport(phase="consolidate", status=StepStatus.NO_ITEMS.value)
+
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    with pytest.raises(Killed):
+        engine.execute_run(app, run_id, {**QUIET, "consolidate": judging_then_killed})
+    assert _expire_and_retry(app, run_id, {**QUIET, "consolidate": retried}) == "succeeded"
+    assert seen == [(2, 500)]
+    assert _totals(app, run_id)["model_tokens"] == 500
+
+
+def test_a_waiting_phase_is_resumed_on_its_own_step_then_the_run_goes_on(app: App) -> None:
+    """A phase that hands work to a provider batch returns WAITING: its parent step stays open
+    (output.waiting), the in-process run polls, the phase resumes on the same step, and the
+    run ends with one parent step per phase."""
+    add_notes(app, {"content": "a note"})
+    polls: list[str] = []
+
+    def batched(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        polls.append(step_id)
+        if len(polls) < 3:
+            with ctx.uow() as uow:
+                [parent] = [s for s in uow.runs.steps(ctx.run_id) if s.id == step_id]
+                assert parent.status == "running"
+            return PhaseReport(phase="consolidate", status=PhaseOutcome.WAITING.value,
+                               counters={"retry_after": 0.05}, reason="batch b-1 in progress")
+        return PhaseReport(phase="consolidate", status=StepStatus.SUCCEEDED.value)
+
+    outcomes: list[tuple[str, PhaseOutcome]] = []
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    status = engine.execute_run(app, run_id, {**QUIET, "consolidate": batched},
+                                on_phase=lambda p, o: outcomes.append((p, o)))
+    assert status == RunStatus.SUCCEEDED.value
+    assert len(polls) == 3 and len(set(polls)) == 1
+    assert outcomes[0] == ("consolidate", PhaseOutcome.SUCCEEDED)
+    with app.uow() as uow:
+        parents = [s for s in uow.runs.steps(run_id) if s.parent_id is None]
+    assert sorted(s.phase for s in parents) == sorted(PHASES)
+
+
+def test_a_celery_phase_waiting_reports_when_to_look_again(app: App) -> None:
+    """The Celery entry point hands WAITING back with the phase's retry_after (the task
+    re-schedules itself with it); the next execution resumes the same step."""
+    add_notes(app, {"content": "a note"})
+    answers = iter([PhaseOutcome.WAITING.value, StepStatus.SUCCEEDED.value])
+
+    def batched(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        return PhaseReport(phase="consolidate", status=next(answers),
+                           counters={"retry_after": 42})
+
+    registry = {**QUIET, "consolidate": batched}
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    first = engine.execute_phase(app, run_id, "consolidate", registry)
+    assert (first.outcome, first.retry_after) == (PhaseOutcome.WAITING, 42.0)
+    second = engine.execute_phase(app, run_id, "consolidate", registry)
+    assert (second.outcome, second.retry_after) == (PhaseOutcome.SUCCEEDED, None)
+    for phase in PHASES[1:]:
+        assert engine.execute_phase(app, run_id, phase, registry).outcome is PhaseOutcome.NO_ITEMS
+    assert service.finalize_run(app, run_id) == RunStatus.SUCCEEDED.value
+    with app.uow() as uow:
+        parents = [s for s in uow.runs.steps(run_id) if s.parent_id is None]
+    assert len(parents) == len(PHASES)
+
+
+def test_the_engine_reads_a_run_once_and_writes_two_statements_per_phase(app: App) -> None:
+    """In-process, around phases that touch nothing: the claim (2 statements: the claim and the
+    notes-before count), 2 per phase (the fenced parent step and its finish), one look for notes
+    without embeddings for the run, finalize (steps, notes after, the fenced final update): 14,
+    whatever the number of notes."""
+    add_notes(app, *({"content": f"note {k}"} for k in range(30)))
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    statements: list[str] = []
+
+    def count(*args: Any, **_: Any) -> None:
+        statements.append(str(args[2]).split()[0])
+
+    event.listen(app.engine, "before_cursor_execute", count)
+    try:
+        assert engine.execute_run(app, run_id, QUIET) == RunStatus.SUCCEEDED.value
+    finally:
+        event.remove(app.engine, "before_cursor_execute", count)
+    assert len(statements) == 2 + 2 * len(PHASES) + 1 + 3, statements
+
+
+# ---- a partial model outage, black box through the CLI and the real openai client ----------
+GREEN_TEA = ["User drinks green tea every morning before work",
+             "Every morning the user has green tea",
+             "User usually drinks green tea in the mornings"]
+
+
+def _dream(app: App, *args: str, **env: str) -> Result:
+    environ = {"DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LOG_LEVEL": "WARNING",
+               "DREAM_BROKER_URL": None, **env}
+    result = CliRunner().invoke(main, list(args), env=environ, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_r27_a_model_down_for_some_calls_ends_the_run_partial(app: App,
+                                                             llm_stub: LLMStub) -> None:
+    """Some model calls fail (HTTP 500 for one cluster), others are answered: the run is
+    partial (not succeeded, not blocked) with "model partly unavailable: F of N model calls
+    failed (P%)" naming the client's error and no note text; a total outage stays blocked."""
+    def handler(req: Any) -> Any:
+        if "green tea" in req.user:
+            return StubResponse.error(500)
+        return {"should_consolidate": False, "content": "", "type": "Preference",
+                "source_ids": [], "reason": "keep apart", "verdicts": [], "topics": []}
+
+    llm_stub.set_handler(handler)
+    env = {"DREAM_LLM_PROVIDER": "openai", "DREAM_LLM_BASE_URL": llm_stub.url,
+           "DREAM_LLM_API_KEY": "k", "DREAM_LLM_MODEL": "stub-model",
+           "DREAM_LLM_MAX_RETRIES": "0", "DREAM_LLM_TIMEOUT": "2"}
+    add_notes(app, *({"content": t, "type": "Preference"} for t in DARK_MODE_NOTES + GREEN_TEA))
+    ran = _dream(app, "run", "--agent", "agent-1", "--force", **env)
+    [listed] = json.loads(_dream(app, "runs", "list", "--json").stdout)
+    assert listed["status"] == "partial", (ran.stdout, listed)
+    assert "model_partial" in listed["totals"]["flags"]
+    reason = listed["status_reason"]
+    assert reason.startswith("model partly unavailable: "), reason
+    failed, total = reason.split(": ", 1)[1].split(" model calls failed")[0].split(" of ")
+    assert 0 < int(failed) < int(total), reason
+    share = round(100 * int(failed) / int(total))
+    assert f"failed ({share}%)" in reason and "(HTTP 500)" in reason
+    assert not any(word in reason for word in ("tea", "dark", "editor", "morning"))

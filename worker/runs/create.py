@@ -1,0 +1,53 @@
+"""Creating a run: one queued run per scope, refused by the database when one is active (R1)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import PHASES, RunStatus, Scope
+from worker.errors import InvalidRun
+
+log = structlog.get_logger(__name__)
+
+
+def create_run(
+    app: App, scope: Scope, *, trigger: str = "cli", force: bool = False, dry_run: bool = False,
+    phases: list[str] | None = None, clock: datetime | None = None,
+    allow_retire: int | None = None,
+) -> str | None:
+    """A queued run for the scope, or None if one is already queued/running/interrupted (R1).
+
+    ``force`` skips the gate only; ``allow_retire`` is how many retirements the run may make
+    past the blast-radius guard's share (R20)."""
+    phases = list(phases or PHASES)
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        raise InvalidRun(f"unknown phase {unknown[0]!r}; choose from {', '.join(PHASES)}")
+    if allow_retire is not None and allow_retire < 0:
+        raise InvalidRun(f"allow_retire must be 0 or more (got {allow_retire})")
+    with app.uow() as uow:
+        run_id = uow.runs.create(
+            scope, now=utcnow(), trigger=trigger, phases=phases, force=force,
+            dry_run=dry_run, clock=clock, allow_retire=allow_retire,
+        )
+        uow.commit()
+    if run_id:
+        log.info("run.created", run_id=run_id, scope=scope.key, trigger=trigger)
+    return run_id
+
+
+def busy_message(app: App, scope: Scope) -> str:
+    """Why a run cannot be created for the scope, naming the run that holds it and the way out."""
+    with app.uow() as uow:
+        run = uow.runs.active_for_scope(scope)
+    if run is None:  # it finished between the refusal and this read
+        return f"a run was queued or running for {scope.key}; retry"
+    hint = ("resume it with `dream run --due` or cancel it"
+            if run.status != RunStatus.RUNNING.value else "wait for it or cancel it")
+    return (f"run {run.id} is already {run.status} for {scope.key}; {hint} with "
+            f"`dream runs cancel {run.id}`")
+

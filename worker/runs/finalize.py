@@ -1,0 +1,132 @@
+"""The run's end: its final status and totals from what its phases recorded, the lease released.
+
+``finalize`` takes the executor's snapshot (in-process: the one the run started with; a Celery
+finalize task: a fresh one), reads the run's steps once and decides with ``decide_outcome``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import PHASES
+from worker.runs.outcome import PhaseOutcome, RunFacts, decide_outcome
+from worker.runs.phase_run import left_for_later
+from worker.runs.snapshot import TERMINAL_STEP, RunSnapshot, Usage, read_snapshot, usage_of
+from worker.safety.crashpoints import crashpoint
+from worker.safety.guard import GUARD_STEP
+from worker.store.models import RunStepRow
+from worker.store.uow import UnitOfWork
+
+log = structlog.get_logger(__name__)
+
+
+def finalize_run(app: App, run_id: str) -> str:
+    """Finalize from a fresh read (the Celery finalize task, or after an executor stopped)."""
+    return finalize(app, read_snapshot(app, run_id))
+
+
+def finalize(app: App, snap: RunSnapshot) -> str:
+    """The run's final status; a run not running (or with a phase still open) is left as is."""
+    crashpoint("run.before_finalize")
+    if snap.epoch is None:
+        return snap.status
+    with app.uow() as uow:
+        steps = uow.runs.steps(snap.run_id)
+        parents = [s for s in steps if s.parent_id is None and s.status in TERMINAL_STEP]
+        if not {s.phase for s in parents} >= set(PHASES):
+            return snap.status  # a phase is running elsewhere, or was lost (the lease recovers it)
+        facts = _facts(app, uow, snap, steps, parents)
+        outcome = decide_outcome(facts)
+        totals = _totals(uow, snap, steps, parents, facts, outcome.flags)
+        done = uow.runs.finish_fenced(snap.run_id, snap.epoch, outcome.status,
+                                      finished_at=utcnow(), totals=totals,
+                                      lease_expires_at=None, status_reason=outcome.reason)
+        if not done:  # cancelled, recovered or finalized by a twin meanwhile: it decided
+            run = uow.runs.get(snap.run_id)
+            return run.status if run is not None else snap.status
+        uow.commit()
+    log.info("run.finished", run_id=snap.run_id, status=outcome.status, flags=outcome.flags)
+    return outcome.status
+
+
+def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow],
+           parents: list[RunStepRow]) -> RunFacts:
+    """What decide_outcome needs, from the steps (the latest attempt of each phase decides;
+    an interrupted attempt's step is history)."""
+    left = {s.phase for s in steps if left_for_later(s.output or {})}
+    phases = {s.phase: PhaseOutcome.of_report(s.status, s.phase in left) for s in parents}
+    open_now = _open_candidates(steps)
+    growth = app.settings.open_growth_runs
+    # Growth needs `growth` strictly rising counts ending in this one, so at least growth - 1.
+    history = (uow.runs.open_candidates_before(snap.scope, snap.created_at, growth - 1)
+               if open_now >= growth - 1 and not snap.dry_run else [])
+    return RunFacts(
+        phases=phases,
+        guard_reasons=[str((s.output or {}).get("reason")) for s in steps
+                       if s.parent_id is not None and s.name == GUARD_STEP],
+        limit_reached=_limit_reached(app, usage_of(steps)),
+        phase_limits=[s.phase for s in parents
+                      if "budget exhausted" in str((s.output or {}).get("reason") or "")],
+        model_calls=sum(int((s.output or {}).get("model_calls_started") or 0) for s in parents),
+        model_calls_failed=sum(int((s.output or {}).get("model_calls_failed") or 0)
+                               for s in parents),
+        model_failure=_model_failure(steps), open_candidates=open_now, open_history=history,
+        growth_runs=growth, dry_run=snap.dry_run,
+    )
+
+
+def _open_candidates(steps: list[RunStepRow]) -> int:
+    return sum(1 for s in steps
+               if s.parent_id is not None and (s.output or {}).get("verdict") == "open")
+
+
+def _limit_reached(app: App, usage: Usage) -> str | None:
+    """The run's own model limit, when its usage (every attempt, R15) reached it."""
+    b = app.settings.budget
+    calls = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
+    tokens = [t for t in (b.max_tokens_per_run, b.max_tokens_per_scope) if t is not None]
+    if calls and usage.calls >= min(calls):
+        return f"{usage.calls} of {min(calls)} model calls"
+    if tokens and usage.tokens >= min(tokens):
+        return f"{usage.tokens} of {min(tokens)} tokens"
+    return None
+
+
+def _model_failure(steps: list[RunStepRow]) -> str | None:
+    """The first endpoint failure a step recorded, as the client worded it ("model endpoint
+    failed after 2 attempts (APIConnectionError)"): the client's own words, never note text."""
+    for step in steps:
+        for said in (str((step.output or {}).get("reason") or ""), step.error or ""):
+            at = said.find("model endpoint ")
+            if at >= 0:
+                return said[at:].split(";")[0][:160]
+    return None
+
+
+def _totals(uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow],
+            parents: list[RunStepRow], facts: RunFacts, flags: list[str]) -> dict[str, Any]:
+    usage = usage_of(steps)
+    tokens_in = sum(s.tokens_in or 0 for s in steps if s.parent_id is None)
+    tokens_out = sum(s.tokens_out or 0 for s in steps if s.parent_id is None)
+    totals: dict[str, Any] = {
+        "notes_after": uow.notes.count_by_status(snap.scope),
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        # Every attempt's spending, a killed one's included (R15).
+        "model_calls": usage.calls,
+        "model_tokens": usage.tokens,
+        "phase_ms": {s.phase: round(s.duration_ms or 0.0, 1) for s in parents},
+        "phases": {s.phase: s.status for s in parents},
+        # Wall time of the run (first claim → finalize), including time between phases.
+        "duration_ms": round((utcnow() - snap.started_at).total_seconds() * 1000, 1)
+        if snap.started_at else None,
+        # What the gauges and the growth check read (R27).
+        "open_candidates": facts.open_candidates,
+        "flags": flags,
+    }
+    if snap.notes_before is not None:
+        totals["notes_before"] = snap.notes_before
+    return {**(snap.totals or {}), **totals}

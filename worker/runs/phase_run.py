@@ -1,0 +1,196 @@
+"""One phase of one run, for an executor holding the run's snapshot: order checks, the fenced
+parent step, the phase itself (heartbeat, telemetry span, failures recorded, R6), the finish.
+
+``run_phase`` returns a PhaseOutcome and never re-reads the run: the snapshot it is handed is
+kept current (``done``, ``waiting``) for the next phase of an in-process run."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from sqlalchemy.exc import IntegrityError
+
+from worker import telemetry
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import PHASES, PhaseReport, StepStatus
+from worker.embeddings.refresh import ensure_scope_embeddings
+from worker.runs.context import Budget, PhaseContext, Registry, RunCarry
+from worker.runs.lease import LeaseHeartbeat
+from worker.runs.outcome import RECORDED, PhaseOutcome
+from worker.runs.snapshot import RunSnapshot, phase_step_id
+from worker.runs.steps import StepRecorder
+from worker.safety.scrub import safe_error_message
+from worker.safety.scrub import stack as error_stack
+from worker.store.uow import StaleLease, UnitOfWork
+
+log = structlog.get_logger(__name__)
+
+EMBEDDING_PHASES = ("consolidate", "contradictions")
+DEFAULT_RETRY_AFTER = 30.0  # seconds a WAITING phase is looked at again, unless it says
+
+
+@dataclass
+class Execution:
+    """What one executor holds for one run: the snapshot, the run's budget in this process,
+    and (in-process only) what the phases hand each other."""
+
+    snap: RunSnapshot
+    budget: Budget
+    registry: Registry
+    carry: RunCarry | None = None
+    retry_after: float = DEFAULT_RETRY_AFTER  # set when a phase ends WAITING
+    outcomes: dict[str, PhaseOutcome] = field(default_factory=dict)
+
+
+def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
+    """Run ``phase`` once under the snapshot's epoch; the outcome says what happened."""
+    snap = run.snap
+    if snap.epoch is None:
+        return PhaseOutcome.NOT_RUNNING
+    if phase in snap.done:
+        return PhaseOutcome.ALREADY_DONE
+    if any(p not in snap.done for p in PHASES[: PHASES.index(phase)]):
+        return PhaseOutcome.EARLIER_PENDING  # running elsewhere, or lost (the lease recovers it)
+    step_id = phase_step_id(snap.run_id, phase, snap.epoch)
+    if snap.waiting.get(phase) != step_id:  # a WAITING phase resumes its own step
+        started = _start_step(app, snap, phase, step_id)
+        if started is not None:
+            return started
+    ctx = PhaseContext(
+        app=app, run_id=snap.run_id, scope=snap.scope, now=snap.now, epoch=snap.epoch,
+        steps=StepRecorder(app, snap.run_id, snap.scope), dry_run=snap.dry_run,
+        force=snap.force, budget=run.budget, allow_retire=snap.allow_retire, carry=run.carry,
+        notes_before=snap.notes_before,
+    )
+    try:
+        with LeaseHeartbeat(app, snap.run_id, snap.epoch, _usage_recorder(ctx, step_id)):
+            outcome = _execute(app, run, ctx, phase, step_id)
+    except StaleLease:
+        # Someone else owns the run now (the gate check recovered it, or it was cancelled):
+        # stop without a traceback; the parent step stays "running" until the next claim.
+        log.warning("phase.lease_lost", run_id=snap.run_id, phase=phase)
+        return PhaseOutcome.LEASE_LOST
+    if outcome in RECORDED:
+        snap.done.add(phase)
+        snap.waiting.pop(phase, None)
+    elif outcome is PhaseOutcome.WAITING:
+        snap.waiting[phase] = step_id
+    run.outcomes[phase] = outcome
+    return outcome
+
+
+def _start_step(app: App, snap: RunSnapshot, phase: str, step_id: str) -> PhaseOutcome | None:
+    """The phase's parent step, inserted only under the held epoch (one statement); None when
+    it started, else why not."""
+    assert snap.epoch is not None
+    values: dict[str, Any] = {
+        "id": step_id, "run_id": snap.run_id, "parent_id": None, "scope_key": snap.scope.key,
+        "phase": phase, "name": phase, "seq": 0, "status": StepStatus.RUNNING.value,
+        "input": {"dry_run": snap.dry_run, "now": snap.now.isoformat(),
+                  **({"notes_before": snap.notes_before} if snap.unrecorded else {})},
+        "started_at": utcnow(), "tokens_in": 0, "tokens_out": 0,
+    }
+    try:
+        with app.uow() as uow:
+            started = uow.runs.start_step_fenced(values, snap.epoch)
+            uow.commit()
+    except IntegrityError:
+        log.info("phase.busy", run_id=snap.run_id, phase=phase)
+        return PhaseOutcome.BUSY
+    if not started:
+        return PhaseOutcome.LEASE_LOST
+    snap.unrecorded = False  # recorded once, on the first phase step
+    return None
+
+
+def _usage_recorder(ctx: PhaseContext, step_id: str) -> Any:
+    def record(uow: UnitOfWork) -> None:
+        calls, tokens = ctx.budget.spent()
+        uow.runs.update_step(step_id, output={"usage": {"calls": calls, "tokens": tokens}})
+
+    return record
+
+
+def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
+             step_id: str) -> PhaseOutcome:
+    started = time.perf_counter()
+    if phase not in run.snap.requested:
+        _finish(app, step_id, PhaseOutcome.SKIPPED, {"reason": "phase not requested"}, started)
+        return PhaseOutcome.SKIPPED
+    calls_before = (ctx.budget.started, ctx.budget.answered)
+    bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
+    try:
+        _embed_once(app, run, ctx, phase)
+        with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
+            report: PhaseReport = run.registry[phase](ctx, step_id)
+            span.phase_result(report.status, report.counters)
+    except StaleLease:
+        raise
+    except Exception as exc:  # a failing phase must not stop the next one (R6)
+        # R21: the message is scrubbed of the scope's note text; the traceback goes to the log
+        # as frames only (format_exc_info would print the raw message).
+        message = safe_error_message(app, ctx.scope, exc)
+        bound.error("phase.failed", error_type=type(exc).__name__, error=message,
+                    frames=error_stack(exc))
+        _finish(app, step_id, PhaseOutcome.FAILED, {}, started,
+                error=f"{type(exc).__name__}: {message}")
+        return PhaseOutcome.FAILED
+    output = _output(report, ctx.budget, calls_before)
+    outcome = PhaseOutcome.of_report(report.status, left_for_later(output))
+    if outcome is PhaseOutcome.WAITING:
+        run.retry_after = float(report.counters.get("retry_after") or DEFAULT_RETRY_AFTER)
+        output["waiting"] = report.reason or "waiting on a provider batch"
+    _finish(app, step_id, outcome, output, started, tokens=(report.tokens_in, report.tokens_out),
+            model=getattr(app.llm, "model", None) if report.calls else None)
+    bound.info("phase.finished", status=outcome.value,
+               **{k: v for k, v in report.counters.items() if isinstance(v, int | float)})
+    return outcome
+
+
+def _embed_once(app: App, run: Execution, ctx: PhaseContext, phase: str) -> None:
+    """Bring the scope's embeddings up to date before the first phase that needs them. In-process
+    the second is skipped: contradictions re-embeds lazily when its load finds a note without a
+    vector (one the host added in between)."""
+    if phase not in EMBEDDING_PHASES or (run.carry is not None and run.carry.embedded):
+        return
+    ensure_scope_embeddings(app, ctx.scope)
+    if run.carry is not None:
+        run.carry.embedded = True
+
+
+def _output(report: PhaseReport, budget: Budget, before: tuple[int, int]) -> dict[str, Any]:
+    output = dict(report.counters)
+    if report.reason:
+        output.setdefault("reason", report.reason)
+    # What finalize reads to tell "the model was down" (all calls, R27) or "partly down" (some).
+    asked = budget.started - before[0]
+    if asked:
+        output["model_calls_started"] = asked
+        output["model_calls_failed"] = asked - (budget.answered - before[1])
+    return output
+
+
+def _finish(app: App, step_id: str, outcome: PhaseOutcome, output: dict[str, Any],
+            started: float, *, error: str | None = None, tokens: tuple[int, int] = (0, 0),
+            model: str | None = None) -> None:
+    """One statement: the parent step's status, counters, usage and duration."""
+    values: dict[str, Any] = {"status": outcome.step_status, "output": output, "error": error,
+                              "tokens_in": tokens[0], "tokens_out": tokens[1], "model": model}
+    if outcome is not PhaseOutcome.WAITING:
+        values.update(finished_at=utcnow(), duration_ms=(time.perf_counter() - started) * 1000)
+    with app.uow() as uow:
+        uow.runs.update_step(step_id, **values)
+        uow.commit()
+
+
+def left_for_later(output: dict[str, Any]) -> bool:
+    """A step that says it deferred work (a cluster, pairs, notes to review)."""
+    if output.get("verdict") == "deferred" or output.get("deferred"):
+        return True
+    if "budget" in str(output.get("reason") or ""):
+        return True
+    return any(k.endswith("_deferred") and isinstance(v, int) and v > 0 for k, v in output.items())

@@ -1,0 +1,133 @@
+"""The gate check: which scopes are due, one queued run for each, and recovery of runs whose
+executor was lost (R5, R30). Reads in a few bulk queries; every transition is compare-and-set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import RunStatus, Scope
+from worker.runs.create import create_run
+from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class GateResult:
+    created: list[str]
+    skipped: dict[str, str]
+    retried: list[str]  # expired leases, now interrupted: to be executed again
+    failed: list[str]
+    # Every scope checked, due or not, with the rule that decided and why (`dream gate --explain`).
+    decisions: dict[str, GateDecision] = field(default_factory=dict)
+    # Queued/interrupted runs nobody claimed within DREAM_QUEUED_TIMEOUT_SECONDS (a lost broker
+    # message, a creator killed before its claim, no broker at all): to be enqueued again.
+    requeued: list[str] = field(default_factory=list)
+
+
+def recover_runs(app: App, now: datetime, result: GateResult) -> None:
+    """R5 + R30: runs whose lease expired become interrupted (failed after max_attempts);
+    queued/interrupted runs nobody claimed in time are handed out again (failed after
+    max_attempts hand-overs). Every transition is compare-and-set: a live executor wins."""
+    settings = app.settings
+    stale_before = now - timedelta(seconds=settings.queued_timeout_seconds)
+    with app.uow() as uow:
+        for run in uow.runs.expired_running(now):
+            if run.attempts >= settings.max_attempts:
+                if uow.runs.expire(
+                    run, now, RunStatus.FAILED.value, finished_at=now, lease_expires_at=None,
+                    error=f"gave up after {run.attempts} attempts (lease expired each time)",
+                ):
+                    result.failed.append(run.id)
+            elif uow.runs.expire(run, now, RunStatus.INTERRUPTED.value, enqueued_at=now):
+                result.retried.append(run.id)
+        for run in uow.runs.unclaimed(enqueued_before=stale_before):
+            if run.requeues >= settings.max_attempts:
+                if uow.runs.finish_unclaimed(
+                    run, RunStatus.FAILED.value, now,
+                    error=f"never claimed after {run.requeues + 1} hand-overs of "
+                          f"{settings.queued_timeout_seconds} s each (no worker consumes the "
+                          "queue, or its messages were lost)",
+                ):
+                    result.failed.append(run.id)
+            elif uow.runs.requeue(run, now):
+                result.requeued.append(run.id)
+        uow.commit()
+
+
+def gate_check(app: App, now: datetime | None = None) -> GateResult:
+    """Create a run for every due scope; recover lost or stuck runs first (R5, R30)."""
+    now = now or utcnow()
+    result = GateResult([], {}, [], [])
+    recover_runs(app, now, result)
+    for scope, decision in decide_scopes(app, now).items():
+        result.decisions[scope.key] = decision
+        if not decision.due:
+            result.skipped[scope.key] = decision.reason
+            continue
+        run_id = create_run(app, scope, trigger="beat")
+        if run_id is None:
+            result.skipped[scope.key] = "a run is already queued or running"
+            result.decisions[scope.key] = GateDecision(
+                False, f"{decision.reason}; a run is already queued or running",
+                GateRule.ALREADY_ACTIVE)
+        else:
+            result.created.append(run_id)
+    rules: dict[str, int] = {}
+    for decision in result.decisions.values():
+        rules[decision.rule.value] = rules.get(decision.rule.value, 0) + 1
+    log.info("gate.checked", created=len(result.created), skipped=len(result.skipped),
+             retried=len(result.retried), requeued=len(result.requeued),
+             failed=len(result.failed), rules=rules)
+    return result
+
+
+def scope_gate(app: App, scope: Scope, now: datetime | None = None) -> GateDecision:
+    """The gate decision for one scope (the CLI asks before an unforced run)."""
+    return decide_scopes(app, now or utcnow(), [scope])[scope]
+
+
+def decide_scopes(
+    app: App, now: datetime, scopes: list[Scope] | None = None
+) -> dict[Scope, GateDecision]:
+    """The gate decision of every known scope (or of ``scopes``), read in a few bulk queries;
+    creates nothing."""
+    s = app.settings
+    default = GatePolicy(hours=s.gate_hours, sessions=s.gate_sessions, notes=s.gate_notes,
+                         idle_minutes=s.gate_idle_minutes, max_stale_hours=s.gate_max_stale_hours)
+    with app.uow() as uow:
+        if scopes is None:
+            scopes = sorted(set(uow.sessions.scopes()) | set(uow.notes.scopes()))
+        keys = [sc.key for sc in scopes]
+        last = uow.runs.last_success_at(keys)
+        sessions = uow.sessions.activity_since_last_success(keys)
+        agents = uow.entities.fetch("agent", {sc.agent_id for sc in scopes})
+        policies = {sc: default.overridden(_agent_gate(agents.get(sc.agent_id)))
+                    for sc in scopes}
+        # The volume count is one aggregate over notes: only paid for when some scope uses it.
+        changed = (uow.runs.notes_changed_since_last_success(keys)
+                   if any(p.notes is not None for p in policies.values()) else {})
+    decisions: dict[Scope, GateDecision] = {}
+    for scope in scopes:
+        count, latest, earliest = sessions.get(scope.key, (0, None, None))
+        activity = ScopeActivity(
+            last_success_at=last.get(scope.key), sessions_since=count,
+            notes_changed_since=changed.get(scope.key, 0), last_session_at=latest,
+            pending_since=earliest,
+        )
+        decisions[scope] = decide_gate(now=now, policy=policies[scope], activity=activity)
+    return decisions
+
+
+def _agent_gate(agent: Any) -> dict[str, Any]:
+    if agent is None:
+        return {}
+    return {"hours": agent.gate_hours, "sessions": agent.gate_sessions, "notes": agent.gate_notes,
+            "idle_minutes": agent.gate_idle_minutes,
+            "max_stale_hours": agent.gate_max_stale_hours}

@@ -1,0 +1,147 @@
+"""One read of a run: its row, its phases' steps, its model usage and the lease epoch held.
+
+In-process ``execute_run`` reads (or claims) it once and keeps it from phase to phase; a Celery
+phase task reads it once per phase (another process may have run the phase before)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import PHASES, RunStatus, Scope, StepStatus
+from worker.errors import RunNotFound
+from worker.store.models import RunStepRow
+
+TERMINAL_STEP = frozenset({StepStatus.SUCCEEDED.value, StepStatus.FAILED.value,
+                           StepStatus.SKIPPED.value, StepStatus.NO_ITEMS.value})
+
+
+@dataclass
+class Usage:
+    """Model calls and tokens the run has spent, every attempt included (R15)."""
+
+    calls: int = 0
+    tokens: int = 0
+
+
+@dataclass
+class RunSnapshot:
+    run_id: str
+    scope: Scope
+    status: str
+    epoch: int | None  # the lease epoch this executor works under; None unless running
+    attempts: int
+    requested: tuple[str, ...]  # the phases the run asked for (the others are skipped)
+    now: datetime  # the run's clock
+    dry_run: bool
+    force: bool
+    allow_retire: int | None
+    created_at: datetime
+    started_at: datetime | None
+    totals: dict[str, Any] | None
+    done: set[str] = field(default_factory=set)  # phases with a terminal parent step
+    waiting: dict[str, str] = field(default_factory=dict)  # phase → its waiting parent step
+    usage: Usage = field(default_factory=Usage)
+    # The scope's note counts by status before the run's first phase: the run's totals (if its
+    # creator recorded them), else what its first phase step recorded (``input.notes_before``),
+    # else counted by this claim and, ``unrecorded``, carried by the next phase step it starts.
+    # The blast-radius guard's baseline (R20).
+    notes_before: dict[str, int] | None = None
+    unrecorded: bool = False
+
+
+def phase_step_id(run_id: str, phase: str, epoch: int | None) -> str:
+    """Deterministic per lease epoch: a duplicate executor of the same phase (a re-delivered
+    message, a second ``execute_run``) fails to insert it and backs off (R4)."""
+    return f"{run_id}:{phase}:{epoch}"
+
+
+def read_snapshot(app: App, run_id: str) -> RunSnapshot:
+    """The run as it is now (two statements); RunNotFound for an unknown id."""
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        steps = uow.runs.steps(run_id) if run.attempts else []
+        return _snapshot(run, steps)
+
+
+def claim(app: App, run_id: str) -> RunSnapshot | None:
+    """Take the run's lease (queued/interrupted → running); None if it is not claimable
+    (someone else claimed it first, or it finished). Two statements for a fresh run: the claim
+    itself and the scope's note counts before any phase touches it (written with the first
+    phase step, see ``notes_before``); a retried run also marks and reads its steps."""
+    with app.uow() as uow:
+        row = uow.runs.claim_returning(run_id, utcnow(), app.settings.lease_seconds)
+        if row is None:
+            return None
+        steps: list[RunStepRow] = []
+        if row.attempts > 1:
+            uow.runs.note_interrupted_steps(run_id, row.lease_epoch)
+            steps = uow.runs.steps(run_id)
+        snap = _snapshot(row, steps)
+        if snap.notes_before is None:
+            snap.notes_before = uow.notes.count_by_status(snap.scope)
+            snap.unrecorded = True
+        uow.commit()
+    return snap
+
+
+def _snapshot(run: Any, steps: Iterable[RunStepRow]) -> RunSnapshot:
+    steps = list(steps)
+    running = run.status == RunStatus.RUNNING.value
+    epoch = run.lease_epoch if running else None
+    parents = [s for s in steps if s.parent_id is None]
+    mine = {phase_step_id(run.id, p, epoch): p for p in PHASES}
+    return RunSnapshot(
+        run_id=run.id, scope=Scope(run.agent_id, run.user_id, run.company_id),
+        status=run.status, epoch=epoch, attempts=run.attempts,
+        requested=tuple(run.phases or PHASES), now=run.clock or utcnow(), dry_run=run.dry_run,
+        force=run.force, allow_retire=run.allow_retire, created_at=run.created_at,
+        started_at=run.started_at, totals=run.totals,
+        done={s.phase for s in parents if s.status in TERMINAL_STEP},
+        waiting={mine[s.id]: s.id for s in parents
+                 if s.id in mine and s.status == StepStatus.RUNNING.value
+                 and (s.output or {}).get("waiting")},
+        usage=usage_of(steps), notes_before=_notes_before(run.totals, parents),
+    )
+
+
+def _notes_before(totals: dict[str, Any] | None, parents: list[RunStepRow]) -> Any:
+    if totals and "notes_before" in totals:
+        return totals["notes_before"]
+    for step in parents:  # oldest first
+        recorded = step.input or {}
+        if "notes_before" in recorded:
+            return recorded["notes_before"]
+    return None
+
+
+def usage_of(steps: Iterable[RunStepRow]) -> Usage:
+    """What the run spent: a finished phase's own totals; for a phase an attempt left running
+    (killed), what its committed child steps and its last heartbeat recorded, whichever is more,
+    so a retried run's budget starts from what the killed attempt spent."""
+    children: dict[str | None, list[RunStepRow]] = {}
+    parents: list[RunStepRow] = []
+    for s in steps:
+        (parents.append(s) if s.parent_id is None else children.setdefault(s.parent_id, [])
+         .append(s))
+    usage = Usage()
+    for p in parents:
+        kids = children.get(p.id, [])
+        output = p.output or {}
+        beat = output.get("usage") or {}
+        calls = max(sum(1 for k in kids if k.model is not None),
+                    int(output.get("model_calls_started") or 0), int(beat.get("calls") or 0))
+        if p.status in TERMINAL_STEP:
+            tokens = (p.tokens_in or 0) + (p.tokens_out or 0)
+        else:
+            tokens = max(sum((k.tokens_in or 0) + (k.tokens_out or 0) for k in kids),
+                         int(beat.get("tokens") or 0))
+        usage.calls += calls
+        usage.tokens += tokens
+    return usage
