@@ -81,7 +81,9 @@ def bench_peer(backend: str, spec: CorpusSpec, results: dict[str, dict[str, Any]
         print("# peer skipped: needs an in-process fake run (--modes fake)")
         return
     tpl, _ = template(backend, spec)
-    path, built = peer.kore_store(stores.template_url(backend, tpl), f"{backend}_{spec.tag}")
+    # The same notes whatever the schema head: one kore store per corpus.
+    path, built = peer.kore_store(stores.template_url(backend, tpl),
+                                  f"{backend}_{spec.tag.rsplit('_', 1)[0]}")
     print(f"# kore-memory store: {path.name} ({f'built in {built:.1f} s' if built else 'cached'})")
     table(f"Our consolidation vs kore-memory's compressor, {spec.notes:,} notes "
           f"in {spec.scopes:,} scopes, same run",
