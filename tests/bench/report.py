@@ -75,8 +75,8 @@ def headline(label: str, notes: int, r: dict[str, Any]) -> list[Any]:
     """The figures the issue's targets name, one row per run."""
     return [label, r.get("workers", 1), r["wall"], r.get("cpu", "-"), sql_per_scope(r),
             r.get("phase_wall", {}).get("consolidate", 0.0) / r.get("workers", 1) or "-",
-            notes / r["wall"], retired(r), f"{r['load']:.1f} / {r['load_max']:.1f}"]
+            notes / r["wall"], retired(r), r["rss_mb"], f"{r['load']:.1f} / {r['load_max']:.1f}"]
 
 
 HEADLINE_HEADER = ["run", "procs", "wall s", "CPU s", "SQL/scope", "consolidate s", "notes/s",
-                   "retired", "load mean/max"]
+                   "retired", "peak RSS MB", "load mean/max"]

@@ -204,7 +204,7 @@ def _headlines(spec: CorpusSpec, results: dict[str, dict[str, Any]],
             rows.append([f"after / before: {label}", "-", f"{r['wall'] / old['wall']:.2f}×",
                          f"{r['cpu'] / old['cpu']:.2f}×",
                          f"{sum(r['sql'].values()) / max(1, sum(old['sql'].values())):.2f}×",
-                         "-", "-", "-", "-"])
+                         "-", "-", "-", "-", "-"])
     table(f"Headline figures, {spec.notes:,} notes in {spec.scopes:,} scopes",
           HEADLINE_HEADER, rows)
 
