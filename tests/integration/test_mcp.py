@@ -54,6 +54,10 @@ EXPECTED_ANNOTATIONS = {
     "start_dream": (False, True, False),
     "dream_status": (True, False, True),
     "undo_run": (False, True, False),
+    "review_list": (True, False, True),
+    "review_show": (True, False, True),
+    "review_approve": (False, True, False),
+    "review_decline": (False, False, True),
 }
 TERMINAL = {"succeeded", "partial", "failed"}
 

@@ -88,8 +88,8 @@ def test_approve_applies_in_its_own_undoable_run(app: App) -> None:
 
 
 def test_a_changed_note_makes_the_item_stale_and_refused(app: App) -> None:
-    """The host edits a member after the proposal: approve refuses in one line naming the note,
-    writes nothing, and the item is recorded stale."""
+    """The host edits a member after the proposal: approve refuses in one line naming the note
+    and writes nothing; approving the scope's items (--all) records it stale."""
     _seed(app)
     item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
     with app.uow() as uow:
@@ -104,7 +104,11 @@ def test_a_changed_note_makes_the_item_stale_and_refused(app: App) -> None:
     assert _statuses(app) == before
     shown = json.loads(_cli(app, "review", "show", str(item), "--agent", "agent-1",
                             "--json").output)
-    assert shown["status"] == "stale"
+    assert shown["status"] == "open"
+    assert {n["id"]: n["changed"] for n in shown["notes"]} == {"t1": False, "t2": True}
+    batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
+    assert batch.exit_code == 0 and f"item {item} is stale" in batch.output
+    assert _statuses(app) == before
     again = _cli(app, "review", "approve", str(item), "--agent", "agent-1")
     assert again.exit_code == Conflict.exit_code and "already stale" in again.stderr
 

@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from sqlalchemy import text
 
-from worker.api import dashboard, metrics
+from worker.api import dashboard, metrics, review_page, review_routes
 from worker.api.auth import Principal, authenticate, bearer, parse_tokens
 from worker.api.guards import BodyLimit, ScrubbedErrors
 from worker.api.schemas import CandidatesIn, FuseIn, KeepApartIn, NoteIn, RunIn, ScopeIn, UndoIn
@@ -186,6 +186,8 @@ def create_api(app: App) -> FastAPI:
         return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
     api.include_router(dashboard.router)
+    api.include_router(review_routes.router)
+    api.include_router(review_page.router)
     return api
 
 

@@ -35,7 +35,9 @@ INSTRUCTIONS = (
     "Long-term memory of one agent scope, maintained by dream-worker. `remember` stores a note "
     "with write-time dedup; `list_candidates` shows similar notes your model may fuse with "
     "`fuse` or mark with `keep_apart`; `start_dream` runs the maintenance dream, `dream_status` "
-    "follows it, `undo_run` reverts a whole run. Ids from another scope are not found."
+    "follows it, `undo_run` reverts a whole run; `review_list`, `review_show`, `review_approve` and "
+    "`review_decline` decide what a dream proposed instead of applying. Ids from another scope "
+    "are not found."
 )
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
@@ -132,13 +134,48 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
         changed since, unless force_cascade also undoes the later runs that touched it."""
         return _call(lambda: tools(ctx).undo_run(run_id, force_cascade))
 
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
-
+    _review_tools(server, tools)
     # Called, not used as a decorator: the SDK's custom_route has no return annotation.
-    server.custom_route("/healthz", methods=["GET"], include_in_schema=False)(healthz)
-
+    server.custom_route("/healthz", methods=["GET"], include_in_schema=False)(_healthz)
     return server
+
+
+async def _healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+def _review_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) -> None:
+    """review_*: the changes a dream proposed instead of applying (apply mode propose or
+    safe_auto), listed, shown, approved (applied in a run of their own) or declined."""
+
+    @server.tool(annotations=READ_ONLY)
+    def review_list(ctx: Context, status: str = "open", run_id: str | None = None,
+                    limit: int = 100) -> dict[str, Any]:
+        """Review items of this scope, oldest first: id, phase, kind (merge, revoke, flag,
+        archive), the notes each would change, reason and confidence. status: open, approved,
+        declined, stale or any; run_id: only that dream's items."""
+        return _call(lambda: tools(ctx).review_list(status, run_id, limit))
+
+    @server.tool(annotations=READ_ONLY)
+    def review_show(item_id: int, ctx: Context) -> dict[str, Any]:
+        """One review item with the fused text (for a merge) and the current text and version
+        of each note it names (changed = edited since it was proposed)."""
+        return _call(lambda: tools(ctx).review_show(item_id))
+
+    @server.tool(annotations=DESTRUCTIVE)
+    def review_approve(ctx: Context, item_id: int | None = None, run_id: str | None = None,
+                       all: bool = False) -> dict[str, Any]:
+        """Apply one item (or a dream's items with run_id, or all open items) exactly as the
+        dream would have, each in its own run (undo_run reverts it). A note changed since the
+        proposal makes the item stale: refused, nothing written."""
+        return _call(lambda: tools(ctx).review_approve(item_id, run_id, all))
+
+    @server.tool(annotations=ADDITIVE)
+    def review_decline(ctx: Context, item_id: int | None = None, run_id: str | None = None,
+                       all: bool = False, reason: str | None = None) -> dict[str, Any]:
+        """Decline one item (or a dream's items, or all): no note changes, and the same change
+        is not proposed again until one of its notes changes."""
+        return _call(lambda: tools(ctx).review_decline(item_id, run_id, all, reason))
 
 
 def _call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.app import App
+from worker.domain.limits import INT_MAX
 from worker.domain.types import NoteType, Scope
 from worker.host import Invalid, NotFound, fuse, fusion_candidates, keep_apart, remember
 from worker.runs.service import RunError, scope_gate
@@ -71,6 +72,39 @@ class ScopedTools:
         result = undo_run(self.app, run_id, force_cascade=force_cascade)
         return result.as_dict()
 
+    # ---- review before apply (worker.review) ----------------------------------------------
+    def review_list(self, status: str = "open", run_id: str | None = None,
+                    limit: int = 100) -> dict[str, Any]:
+        from worker.review.service import list_items
+
+        limit = max(1, min(int(limit), 1000))
+        wanted = None if status == "any" else status
+        return {"items": list_items(self.app, self.scope, status=wanted,
+                                    run_id=_ident(run_id), limit=limit)}
+
+    def review_show(self, item_id: int) -> dict[str, Any]:
+        from worker.review.service import show_item
+
+        return {"item": show_item(self.app, self.scope, _item_id(item_id))}
+
+    def review_approve(self, item_id: int | None = None, run_id: str | None = None,
+                       all: bool = False) -> dict[str, Any]:
+        from worker.review.service import Selector, approve
+
+        selector = Selector(None if item_id is None else _item_id(item_id), _ident(run_id), all)
+        done = approve(self.app, self.scope, selector, f"mcp:{self.scope.key}")
+        return {"items": [d.as_dict() for d in done]}
+
+    def review_decline(self, item_id: int | None = None, run_id: str | None = None,
+                       all: bool = False, reason: str | None = None) -> dict[str, Any]:
+        from worker.review.service import Selector, decline
+
+        if reason is not None and (len(reason) > 500 or "\x00" in reason):
+            raise Invalid("reason must be at most 500 characters, without NUL")
+        selector = Selector(None if item_id is None else _item_id(item_id), _ident(run_id), all)
+        done = decline(self.app, self.scope, selector, f"mcp:{self.scope.key}", reason)
+        return {"items": [d.as_dict() for d in done]}
+
     def _run(self, run_id: str) -> dict[str, Any]:
         from worker.reporting import run_tree
 
@@ -83,3 +117,15 @@ class ScopedTools:
         if tree["scope"] != self.scope.key:
             raise NotFound(f"no run with id {run_id}")  # indistinguishable from a missing run
         return tree
+
+
+def _item_id(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT_MAX:
+        raise NotFound(f"no review item {value!r} in this scope")
+    return value
+
+
+def _ident(value: str | None) -> str | None:
+    if value is not None and ("\x00" in value or len(value) > MAX_ID_CHARS):
+        raise NotFound(f"no run with id {value[:MAX_ID_CHARS]!r}")
+    return value

@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from worker.domain.types import NoteStatus
 from worker.review.items import (
     DECLINED_KIND,
     ApplyMode,
@@ -52,7 +53,9 @@ class Proposals:
 
 
 def proposals_for(ctx: Any) -> Proposals:
-    """The apply mode of ``ctx``'s run and scope, read once."""
+    """The apply mode of ``ctx``'s run and scope, read once; open items whose notes changed
+    since they were proposed are recorded stale here (they can never apply), so they hold
+    nothing back."""
     settings = ctx.settings
     with ctx.uow() as uow:
         run = uow.runs.get(ctx.run_id) if ctx.run_id else None
@@ -60,14 +63,34 @@ def proposals_for(ctx: Any) -> Proposals:
         mode = resolve_mode(settings.apply_mode, agent.apply_mode if agent else None)
         if run is not None and run.trigger == REVIEW_TRIGGER:
             mode = ApplyMode.AUTO
+        proposals = Proposals(mode, settings.safe_auto_min_confidence)
         if mode == ApplyMode.AUTO:
-            return Proposals(mode, settings.safe_auto_min_confidence)
-        return Proposals(mode, settings.safe_auto_min_confidence,
-                         open_fingerprints=uow.review.open_fingerprints(ctx.scope),
-                         held=uow.review.open_note_ids(ctx.scope))
+            return proposals
+        rows = uow.review.open_rows(ctx.scope)
+        stale = _stale_items(uow, rows)
+        if stale and not ctx.dry_run:
+            uow.check_lease(ctx.run_id, ctx.epoch)
+            uow.review.mark_stale(stale, ctx.now, f"a note changed before review (run "
+                                                  f"{ctx.run_id}); nothing was written")
+            uow.commit()
+    for row in rows:
+        if row.id not in stale:
+            proposals.open_fingerprints.add(row.fingerprint)
+            proposals.held.update(row.versions or {})
+    return proposals
 
 
-def record(ctx: Any, proposals: Proposals, counters: dict[str, Any] | None = None) -> int:
+def _stale_items(uow: Any, rows: list[Any]) -> list[int]:
+    """Open items a note of which is no longer active at the version it was proposed on
+    (one query; an example's archiving is re-checked when it is approved)."""
+    notes = [r for r in rows if (r.payload or {}).get("entity", "note") == "note"]
+    current = uow.notes.versions({i for r in notes for i in (r.versions or {})})
+    return [r.id for r in notes
+            if any(current.get(i) != (int(v), NoteStatus.ACTIVE.value)
+                   for i, v in (r.versions or {}).items())]
+
+
+def record(ctx: Any, proposals: Proposals, counters: Any = None) -> int:
     """Write the pending proposals in one transaction (none in a dry run); the number written.
 
     A change an operator declined at these versions is not proposed again.

@@ -18,7 +18,8 @@ import structlog
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import NoteStatus, RunStatus, Scope, StepStatus
-from worker.host.errors import Conflict, Invalid, NotFound
+from worker.errors import Conflict, NotFound
+from worker.errors import InvalidInput as Invalid
 from worker.review.apply import GUARDED, OK, apply_change, at_versions
 from worker.review.items import DECLINED_KIND, ChangeKind, ItemStatus, ProposedChange
 from worker.review.propose import REVIEW_TRIGGER
@@ -161,9 +162,15 @@ def _members_fingerprint(versions: dict[str, int]) -> str:
 
 
 def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided]:
-    """Apply each selected item in proposal order; a single item refused raises Conflict."""
-    out = [_approve_one(app, scope, row, by) for row in _selected(app, scope, selector)]
-    if selector.item_id is not None and out[0].status != ItemStatus.APPROVED.value:
+    """Apply each selected item in proposal order.
+
+    One named item that is stale raises Conflict and writes nothing (the item stays open until
+    a run or a batch approval records it stale); a batch records each stale item as stale.
+    """
+    single = selector.item_id is not None
+    out = [_approve_one(app, scope, row, by, record_stale=not single)
+           for row in _selected(app, scope, selector)]
+    if single and out[0].status != ItemStatus.APPROVED.value:
         raise Conflict(out[0].line)
     return out
 
@@ -180,14 +187,15 @@ def _stale_line(row: Any, current: dict[str, Any]) -> str | None:
     return None
 
 
-def _approve_one(app: App, scope: Scope, row: Any, by: str) -> Decided:
+def _approve_one(app: App, scope: Scope, row: Any, by: str, record_stale: bool) -> Decided:
     change = ProposedChange.from_row(row)
     with app.uow() as uow:
         current = {n.id: n for n in uow.notes.get_many(set(change.versions) | set(change.source_ids))}
     if change.kind != ChangeKind.ARCHIVE or change.payload.get("entity") != "example":
         line = _stale_line(row, current)
         if line is not None:
-            return _mark_stale(app, row, by, line)
+            return _mark_stale(app, row, by, line) if record_stale else Decided(
+                row.id, ItemStatus.STALE.value, line)
     ctx = _approval_context(app, scope, change, row, by)
     parent = ctx.steps.start_phase(change.phase, {"review_item": row.id, "approved_by": by})
     started = time.perf_counter()

@@ -170,7 +170,7 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         result.examples.append(example_id)
     judged, reviewed = uow.safety.forget_run_records(run_id)
     result.judgements += judged
-    result.reviews += reviewed
+    result.reviews += reviewed + uow.review.withdraw_run(run_id, now)  # + its open proposals
     if uow.runs.get(run_id) is not None:
         uow.runs.set_status(run_id, RunStatus.UNDONE.value)
     result.run_ids.append(run_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -16,6 +17,9 @@ from worker.phases.archive.core import (
     plan_notes,
 )
 from worker.phases.keep.judging import ReviewResult, review_keep
+from worker.review.changes import archive_change
+from worker.review.propose import Proposals, proposals_for
+from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
@@ -38,6 +42,8 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         agent = uow.entities.agent(ctx.scope.agent_id)
         notes = RetentionRepository(uow.session).active_notes(ctx.scope)
         examples = ExampleRepository(uow.session).active(ctx.scope)
+    proposals = proposals_for(ctx)
+    notes = [n for n in notes if n.id not in proposals.held]  # waiting for their review
     zero = dict.fromkeys(COUNTERS, 0)
     if agent is not None and agent.auto_archive_enabled is False:
         return PhaseReport("archive", StepStatus.SKIPPED.value, zero,
@@ -65,8 +71,11 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         deferred = sorted(i for i in asked if i not in review.result.keep)
         stale = [d for d in stale if d.id not in set(kept) | set(deferred)]
 
+    if _propose(ctx, proposals, note_plan, stale, example_plan):
+        note_plan, stale = replace(note_plan, expired=[]), []
+        example_plan = replace(example_plan, expired=[], stale=[])
     done = _apply(ctx, parent_step_id, note_plan, stale, example_plan, review, kept, deferred)
-    counters = {
+    counters: dict[str, Any] = {
         "notes_expired": len(done["notes_expired"]), "notes_stale": len(done["notes_stale"]),
         "examples_expired": len(done["examples_expired"]),
         "examples_stale": len(done["examples_stale"]),
@@ -74,6 +83,7 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         "manual_preserved": len(note_plan.manual_preserved),
         "examples_manual_preserved": len(example_plan.manual_preserved),
     }
+    record_proposals(ctx, proposals, counters)
     log.info("archive.applied", run_id=ctx.run_id, scope=ctx.scope.key, kept_by_review=len(kept),
              deferred=len(deferred), **counters)
     result = review.result if review else None
@@ -82,6 +92,24 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         tokens_in=result.tokens_in if result else 0, tokens_out=result.tokens_out if result else 0,
         calls=result.calls if result else 0,
     )
+
+
+def _propose(ctx: PhaseContext, proposals: Proposals, note_plan: NotePlan,
+             stale: list[Decision], example_plan: ExamplePlan) -> bool:
+    """Review before apply (mode propose): each archiving becomes a review item. Archive's
+    rules settle what they archive, so safe_auto applies them."""
+    batches = (("note", note_plan.expired, "archive: expired"),
+               ("note", stale, "archive: unused past retention"),
+               ("example", example_plan.expired, "archive: expired"),
+               ("example", example_plan.stale, "archive: unsuccessful and unused"))
+    if not any(b[1] for b in batches) or not proposals.wants(settled_by_rule=True):
+        return False
+    for entity, decisions, reason in batches:
+        for d in decisions:
+            proposals.add(archive_change("archive", d.id, d.version, reason=reason,
+                                         comment=d.comment, entity=entity,
+                                         allow_protected=entity == "note"))
+    return True
 
 
 class _Review:

@@ -37,6 +37,8 @@ from worker.phases.kit import (
     open_write,
     supersede,
 )
+from worker.review.changes import merge_change as review_merge
+from worker.review.propose import Proposals
 from worker.runs.context import PhaseContext
 from worker.safety.crashpoints import crashpoint
 
@@ -80,9 +82,13 @@ def apply_all(ctx: PhaseContext, parent_step_id: str, decisions: list[Decision],
 
 def write_units(ctx: PhaseContext, parent_step_id: str, units: Sequence[Unit],
                 counters: ConsolidateCounters, *, flags: Sequence[Change] = (),
-                journal: RunJournal | None = None) -> None:
-    """The phase's one write: flags, then every merge; then each unit's steps in order."""
+                journal: RunJournal | None = None, proposals: Proposals | None = None) -> None:
+    """The phase's one write: flags, then every merge; then each unit's steps in order.
+    Merges the apply mode holds back (``proposals``, worker.review) are recorded, not applied."""
     merges = [d for u in units for d in u.decisions if d.verdict == ClusterVerdict.MERGE]
+    held = {id(d) for d in merges if proposals is not None and proposals.active
+            and proposals.wants(settled_by_rule=d.rule is not None)}
+    merges = [d for d in merges if id(d) not in held]
     changes = [merge_change(d) for d in merges]
     vectors = embed_new_notes(ctx.app, changes) if not ctx.dry_run else {}
     with open_write(WriteTarget.of(ctx, PHASE, parent_step_id)) as w:
@@ -90,9 +96,20 @@ def write_units(ctx: PhaseContext, parent_step_id: str, units: Sequence[Unit],
         outcome = {id(d): r for d, r in zip(merges, results[len(flags):], strict=True)}
         for u in units:
             for d in u.decisions:
-                _record(w, d, outcome.get(id(d)), counters)
+                if id(d) in held:
+                    _record_proposed(w, d, proposals, counters)
+                else:
+                    _record(w, d, outcome.get(id(d)), counters)
             if u.open_notes is not None:
                 _record_open(w, u, counters)
+
+
+def _record_proposed(w: PhaseWrite, d: Decision, proposals: Proposals | None,
+                     counters: ConsolidateCounters) -> None:
+    assert proposals is not None
+    proposals.add(review_merge(d))
+    counters["clusters_proposed"] = counters.get("clusters_proposed", 0) + 1
+    w.step(d.child(StepStatus.SKIPPED.value, verdict="proposed"))
 
 
 def _record(w: PhaseWrite, d: Decision, r: ItemResult | None,

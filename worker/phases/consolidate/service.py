@@ -15,6 +15,8 @@ from worker.phases.consolidate.decision import PHASE
 from worker.phases.consolidate.judging import judge_with_model
 from worker.phases.consolidate.rules import plan_rule_units
 from worker.phases.kit import Change, ChangeKind, Member, read_snapshot
+from worker.review.propose import proposals_for
+from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
@@ -35,13 +37,17 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     # R3: a retried attempt plans exactly what a crash-free run would have planned after the
     # merges the interrupted attempt committed; the notes those merges inserted are this run's
     # output, never its input (a crash-free run could not have merged them again).
-    snap = phase_snap.notes.without(set(phase_snap.journal.produced))
+    # An open review item's notes wait for its decision (worker.review).
+    proposals = proposals_for(ctx)
+    snap = phase_snap.notes.without(set(phase_snap.journal.produced) | proposals.held)
     held_out = len(phase_snap.notes.notes) - len(snap.notes)
     notes = snap.notes
     counters.notes_scanned = len(notes)
     if held_out:
         counters.notes_skipped_same_run = held_out
     flags = _flag_injections(ctx, notes, counters)
+    if proposals.active:
+        flags = []  # a run that proposes applies nothing, not even the flag (kept out anyway)
     units: list[Unit] = []
     if len(notes) >= 2 and snap.vectors.shape[1] > 0:
         pairs = neighbour_pairs(snap.vectors, settings.threshold, ctx.settings.ann_threshold)
@@ -67,7 +73,8 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
             units = plan_rule_units(clusters, row, related, counters)
     if flags or units:
         write_units(ctx, parent_step_id, units, counters, flags=flags,
-                    journal=phase_snap.journal)
+                    journal=phase_snap.journal, proposals=proposals)
+    record_proposals(ctx, proposals, counters)
     if not units:
         return PhaseReport(PHASE, StepStatus.NO_ITEMS.value, counters.as_dict())
     log.info("consolidate.finished", run_id=ctx.run_id, scope=ctx.scope.key, **counters.ints())

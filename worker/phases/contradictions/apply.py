@@ -29,6 +29,8 @@ from worker.phases.contradictions.topics import (
     independent_pairs,
     topic_decisions,
 )
+from worker.review.changes import contradiction_change
+from worker.review.propose import Proposals
 from worker.runs.context import PhaseContext
 from worker.safety.crashpoints import crashpoint
 from worker.safety.guard import check_retire, record_trip
@@ -55,8 +57,11 @@ class Applier:
     """Applies decisions one short transaction each and keeps what this run retired."""
 
     def __init__(self, ctx: PhaseContext, parent_step_id: str, notes: dict[str, Note],
-                 counters: dict[str, Any]) -> None:
+                 counters: dict[str, Any], proposals: Proposals | None = None) -> None:
         self.ctx, self.parent_step_id, self.notes, self.counters = ctx, parent_step_id, notes, counters
+        # Review before apply: decisions the apply mode holds back become review items.
+        self.proposals = proposals if proposals is not None and proposals.active else None
+        self.by_rule = ctx.app.llm is None
         self.policy = policy_settings(ctx)
         self.retired: set[str] = set()
         self.retired_into: dict[str, str] = {}
@@ -125,6 +130,9 @@ class Applier:
             self._hold_back(verdict, decision)
             entry["action"] = "guarded"
             return entry
+        if self.proposals is not None and self.proposals.wants(
+                settled_by_rule=self.by_rule, confidence=verdict.confidence):
+            return self._propose(verdict, decision, a, b, entry)
         if ctx.dry_run:
             entry["dry_run"] = True
             result = "ok"
@@ -150,6 +158,18 @@ class Applier:
             counters[key] += 1
         else:
             counters["conflicts_flagged"] += 1
+        return entry
+
+    def _propose(self, verdict: Verdict, decision: Decision, a: Note, b: Note,
+                 entry: dict[str, Any]) -> dict[str, Any]:
+        """Recorded for review, not applied; a proposed loser's other pairs go to its winner,
+        as they would after the revocation."""
+        assert self.proposals is not None
+        self.proposals.add(contradiction_change(verdict, decision, a, b))
+        if decision.action == "revoke" and decision.loser_id and decision.winner_id:
+            self.held_into.setdefault(decision.loser_id, decision.winner_id)
+        self.counters["changes_proposed"] = self.counters.get("changes_proposed", 0) + 1
+        entry["action"] = "proposed"
         return entry
 
     def _hold_back(self, verdict: Verdict, decision: Decision) -> None:

@@ -35,6 +35,8 @@ from worker.phases.contradictions.core import (
 from worker.phases.contradictions.judging import judge_topics
 from worker.phases.contradictions.steps import open_step, pair_json, record_calls
 from worker.phases.contradictions.topics import follow_retirements
+from worker.review.propose import proposals_for
+from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.similarity import neighbour_pairs
@@ -143,6 +145,11 @@ def _still_pending(
 def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     llm: LLMClient | None = ctx.app.llm
     loaded = load_candidates(ctx.app, ctx.scope, ctx.run_id)
+    proposals = proposals_for(ctx)
+    if proposals.held:  # an open review item's notes wait for its decision (worker.review)
+        loaded.pairs = [p for p in loaded.pairs if not set(p.ids) & proposals.held]
+        loaded.held_back = [(v, d) for v, d in loaded.held_back
+                            if not set(v.pair.ids) & proposals.held]
     notes = loaded.notes
     counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
     counters.update(loaded.counters, judge="llm" if llm is not None else "rules")
@@ -150,17 +157,19 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         status = StepStatus.NO_ITEMS.value if not counters["pairs_considered"] else \
             StepStatus.SUCCEEDED.value
         return PhaseReport(phase=PHASE, status=status, counters=counters)
-    applier = Applier(ctx, parent_step_id, notes, counters)
+    applier = Applier(ctx, parent_step_id, notes, counters, proposals)
     # What an earlier run decided but could not apply goes first and costs no question; the
     # fresh pairs of every note it retires (or holds back again) pass to the winner.
     pairs = applier.apply_held_back(loaded.held_back, loaded.pairs)
     if llm is None:
         _judge_with_rules(ctx, parent_step_id, pairs, applier)
         applier.finish()
+        record_proposals(ctx, proposals, counters)
         return PhaseReport(phase=PHASE, status=StepStatus.SUCCEEDED.value, counters=counters)
 
     results, deferred = judge_topics(ctx, llm, pairs, applier)
     applier.finish()
+    record_proposals(ctx, proposals, counters)
     record_calls(ctx, parent_step_id, results)
     counters["tokens_in"] = sum(r.outcome.tokens_in for r in results if r.outcome is not None)
     counters["tokens_out"] = sum(r.outcome.tokens_out for r in results if r.outcome is not None)

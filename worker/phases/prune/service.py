@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 
 from worker.domain.types import PhaseReport, StepStatus
-from worker.phases.keep.judging import review_keep
+from worker.phases.keep.judging import ReviewResult, review_keep
 from worker.phases.prune.core import (
     REF_ORDER,
     Orphan,
@@ -15,6 +15,9 @@ from worker.phases.prune.core import (
     references_of,
 )
 from worker.references import ReferenceChecker, make_reference_checker
+from worker.review.changes import archive_change
+from worker.review.propose import Proposals, proposals_for
+from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
@@ -47,6 +50,8 @@ def run_prune(
     checker = checker or make_reference_checker(ctx.app)
     with ctx.uow() as uow:
         notes = RetentionRepository(uow.session).prune_candidates(ctx.scope, settings.max_notes_per_run)
+    proposals = proposals_for(ctx)
+    notes = [n for n in notes if n.id not in proposals.held]  # waiting for their review
     if not notes:
         return PhaseReport("prune", StepStatus.NO_ITEMS.value, _counters(0, []),
                            reason="no auto-generated notes to check")
@@ -60,15 +65,7 @@ def run_prune(
     orphans = find_orphans(notes, records)
     unknown = count_unknown(notes, records)
 
-    review = None
-    askable = [o for o in orphans if o.only_conversation]
-    if settings.review == "llm" and askable and ctx.app.llm is not None:
-        review = review_keep(ctx, "prune", [
-            {"id": o.note.id, "type": o.note.type, "content": o.note.content,
-             "created_at": o.note.created_at.isoformat() if o.note.created_at else None,
-             "missing": [d.describe() for d in o.dead]}
-            for o in askable
-        ], {"now": ctx.now.date().isoformat()})
+    review = _review(ctx, orphans)
     to_archive: list[Orphan] = []
     kept: list[str] = []
     deferred: list[str] = []
@@ -88,6 +85,8 @@ def run_prune(
     # A scope whose agent/user/company is recorded disabled or deleted is retired whole: that
     # is one explicit decision, not a blast-radius accident. Everything else (a conversation at a
     # time, ids merely absent from a host table) counts against the guard's share (R20).
+    if proposed := _propose(ctx, proposals, to_archive):
+        to_archive = []
     owner_gone = [o for o in to_archive if o.owner_recorded_gone]
     guarded = [o for o in to_archive if not o.owner_recorded_gone]
     planned_ids = [o.note.id for o in guarded]
@@ -125,17 +124,47 @@ def run_prune(
                              for o in to_archive if o.note.id in done},
                 "kept_by_review": kept, "deferred": deferred,
                 "stale": stale, "dry_run": ctx.dry_run,
+                **({"proposed": proposed} if proposed else {}),
             },
         ))
         crashpoint("prune.after_archive")
         uow.commit()
     if guard_reason:
         record_trip(ctx, parent_step_id, "prune", guard_reason, planned_ids)
+    counters_extra: dict[str, int] = {}
+    record_proposals(ctx, proposals, counters_extra)
     archived = [o for o in to_archive if o.note.id in set(archived_ids)]
     log.info("prune.applied", run_id=ctx.run_id, scope=ctx.scope.key, checked=len(notes),
              archived=len(archived), kept=len(kept), deferred=len(deferred), stale=len(stale))
     return PhaseReport(
-        "prune", StepStatus.SUCCEEDED.value, _counters(len(notes), archived, unknown),
+        "prune", StepStatus.SUCCEEDED.value,
+        {**_counters(len(notes), archived, unknown), **counters_extra},
         tokens_in=review.tokens_in if review else 0, tokens_out=review.tokens_out if review else 0,
         calls=review.calls if review else 0,
     )
+
+
+def _review(ctx: PhaseContext, orphans: list[Orphan]) -> ReviewResult | None:
+    """prune.review=llm: notes whose only dead reference is their conversation go to the model."""
+    askable = [o for o in orphans if o.only_conversation]
+    if ctx.settings.prune.review != "llm" or not askable or ctx.app.llm is None:
+        return None
+    return review_keep(ctx, "prune", [
+        {"id": o.note.id, "type": o.note.type, "content": o.note.content,
+         "created_at": o.note.created_at.isoformat() if o.note.created_at else None,
+         "missing": [d.describe() for d in o.dead]}
+        for o in askable
+    ], {"now": ctx.now.date().isoformat()})
+
+
+def _propose(ctx: PhaseContext, proposals: Proposals, orphans: list[Orphan]) -> list[str]:
+    """Review before apply (mode propose): every archiving becomes a review item, one a note.
+    Prune's rules settle what they archive, so safe_auto applies them."""
+    if not orphans or not proposals.wants(settled_by_rule=True):
+        return []
+    for o in orphans:
+        proposals.add(archive_change(
+            "prune", o.note.id, o.note.version,
+            reason=OWNER_GONE_REASON if o.owner_recorded_gone else "prune: orphaned",
+            comment=o.comment(ctx.now), owner_gone=o.owner_recorded_gone))
+    return [o.note.id for o in orphans]

@@ -29,17 +29,25 @@ class ReviewItemRepository:
             self.session.connection().execute(insert(_ITEMS), values)
         return len(values)
 
-    def open_fingerprints(self, scope: Scope) -> set[str]:
-        return set(self.session.scalars(
-            select(ReviewItemRow.fingerprint).where(ReviewItemRow.scope_key == scope.key,
-                                                    ReviewItemRow.status == OPEN)))
+    def open_rows(self, scope: Scope) -> list[ReviewItemRow]:
+        """The scope's open items (versions, fingerprint, payload): what a run plans around."""
+        return list(self.session.scalars(
+            select(ReviewItemRow).where(ReviewItemRow.scope_key == scope.key,
+                                        ReviewItemRow.status == OPEN).order_by(ReviewItemRow.id)))
 
-    def open_note_ids(self, scope: Scope) -> set[str]:
-        """Every note an open item of the scope would write: later plans leave them alone."""
-        rows = self.session.scalars(
-            select(ReviewItemRow.versions).where(ReviewItemRow.scope_key == scope.key,
-                                                 ReviewItemRow.status == OPEN))
-        return {str(i) for versions in rows for i in (versions or {})}
+    def mark_stale(self, item_ids: list[int], now: datetime, outcome: str) -> None:
+        if item_ids:
+            self.session.execute(
+                update(ReviewItemRow)
+                .where(ReviewItemRow.id.in_(item_ids), ReviewItemRow.status == OPEN)
+                .values(status="stale", decided_at=now, decided_by="run", outcome=outcome))
+
+    def scopes_with_open(self, limit: int = 200) -> list[Scope]:
+        """Scopes that have open items (what an admin's review page offers)."""
+        keys = self.session.scalars(
+            select(ReviewItemRow.scope_key).where(ReviewItemRow.status == OPEN).distinct()
+            .order_by(ReviewItemRow.scope_key).limit(limit))
+        return [Scope.from_key(k) for k in keys]
 
     def get(self, scope: Scope, item_id: int) -> ReviewItemRow | None:
         """The item, only if it belongs to ``scope`` (another scope's id is not found)."""
