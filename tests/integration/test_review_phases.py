@@ -102,3 +102,62 @@ def test_undoing_a_propose_run_withdraws_its_items_and_frees_its_notes(tmp_path:
             proposed
     finally:
         app.dispose()
+
+
+def _scripted(confidence: float) -> Any:
+    """The scenarios' careful judge (fusions refused, opposites conflict) at one confidence."""
+    from tests.integration.test_scenarios import _relation
+    from tests.support.topic_judge import topic_reply
+    from worker.llm.fake import FakeLLM, FakeRule
+
+    return FakeLLM(
+        rules=[FakeRule(prompt="contradictions",
+                        reply=lambda _n, _s, user: topic_reply(user, _relation, confidence))],
+        default={"should_consolidate": False, "content": "", "type": "Context",
+                 "source_ids": [], "reason": "keep separate"}, model="scripted-review")
+
+
+TOOLS = [("The billing API is built on Express", 300), ("The billing API is built on Fastify", 30),
+         ("CI for the billing API runs on Jenkins", 200),
+         ("CI for the billing API runs on GitHub Actions", 10)]
+
+
+def _model_store(tmp_path: Path, name: str, confidence: float, **settings: Any) -> App:
+    from tests.support.factories import days_ago
+
+    (tmp_path / name).mkdir()
+    app = make_sqlite_app(tmp_path / name, **settings)
+    add_notes(app, *({"id": f"n{k}", "content": text, "created_at": days_ago(age),
+                      "last_accessed_at": days_ago(1), "access_count": 1}
+                     for k, (text, age) in enumerate(TOOLS)))
+    app.llm = _scripted(confidence)
+    return app
+
+
+def test_safe_auto_applies_confident_model_verdicts_and_proposes_the_rest(tmp_path: Path) -> None:
+    """safe_auto with the bar at 0.9: a judge answering at 0.95 is applied like auto; at 0.8
+    (still above the policy's 0.7) every revocation is proposed, and approving them all gives the
+    auto run's end state."""
+    from tests.support.factories import NOW
+
+    for confidence, proposed in ((0.95, False), (0.8, True)):
+        tag = str(confidence).replace(".", "")
+        auto = _model_store(tmp_path, f"auto{tag}", confidence)
+        safe = _model_store(tmp_path, f"safe{tag}", confidence, apply_mode="safe_auto")
+        try:
+            for app in (auto, safe):
+                run_id = create_run(app, SCOPE, force=True, clock=NOW)
+                assert run_id is not None
+                execute_run(app, run_id)
+            items = list_items(safe, SCOPE, run_id=run_id)
+            assert bool(items) is proposed
+            if proposed:
+                assert {i["kind"] for i in items} == {"revoke"}
+                assert {i["confidence"] for i in items} == {0.8}
+                assert all(n[0] == "active" for n in _state(safe).values())
+                approve(safe, SCOPE, Selector(run_id=run_id), "test")
+            assert _state(safe) == _state(auto)
+            assert sum(v[0] == "revoked" for v in _state(auto).values()) == 2
+        finally:
+            auto.dispose()
+            safe.dispose()

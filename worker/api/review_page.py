@@ -19,15 +19,16 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from worker.api.auth import Principal, authenticate, bearer
-from worker.api.dashboard import TOKEN_COOKIE, login_page, make_templates
+from worker.api.dashboard import TOKEN_COOKIE, add_nav_link, login_page, make_templates
 from worker.app import App
 from worker.domain.limits import INT_MAX, scope_problem
 from worker.domain.types import Scope
 from worker.errors import DreamError
 
 router = APIRouter(include_in_schema=False)
-_JINJA = make_templates()
 PAGE = "/dashboard/review"
+add_nav_link("Review", PAGE)
+_JINJA = make_templates()
 _CSRF_CONTEXT = b"dream-worker review form v1"
 
 
@@ -36,8 +37,8 @@ def csrf_token(token: str) -> str:
     return hmac.new(token.encode(), _CSRF_CONTEXT, hashlib.sha256).hexdigest()
 
 
-def _given(request: Request, token: str | None = None) -> str | None:
-    return token or request.cookies.get(TOKEN_COOKIE) or bearer(
+def _given(request: Request) -> str | None:
+    return request.cookies.get(TOKEN_COOKIE) or bearer(
         request.headers.get("authorization"))
 
 
@@ -73,19 +74,22 @@ def _page_data(app: App, who: Principal, scope: Scope | None) -> dict[str, Any]:
 @router.get(PAGE, response_class=HTMLResponse)
 def review_page(request: Request, token: str | None = None, scope: str | None = None,
                 msg: str | None = None) -> Response:
-    given = _given(request, token)
+    if token:  # into the cookie, out of the address bar and the history (as the dashboard)
+        rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+        response = RedirectResponse(PAGE + (f"?{urllib.parse.urlencode(rest)}" if rest else ""),
+                                    status_code=303)
+        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+        return response
+    given = _given(request)
     who = authenticate(request.app.state.tokens, given)
     if who is None or given is None:
         return login_page()
     app: App = request.app.state.app
     shown = _scope_param(who, scope)
     html = _JINJA.get_template("review.html").render(
-        who=who.label, csrf=csrf_token(given), message=(msg or "")[:300],
+        who=who.label, current=PAGE, csrf=csrf_token(given), message=(msg or "")[:300],
         scope_key=shown.key if shown else "", **_page_data(app, who, shown))
-    response = HTMLResponse(html)
-    if token:
-        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
-    return response
+    return HTMLResponse(html)
 
 
 def _cross_site(request: Request) -> bool:
@@ -108,7 +112,7 @@ def decide_from_page(
     """One button: approve or decline ITEM_ID, then back to the page with the outcome line."""
     from worker.review.service import Selector, approve, decline
 
-    given = request.cookies.get(TOKEN_COOKIE) or bearer(request.headers.get("authorization"))
+    given = _given(request)
     who = authenticate(request.app.state.tokens, given)
     if who is None or given is None:
         return login_page()

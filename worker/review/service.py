@@ -17,7 +17,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import NoteStatus, RunStatus, Scope, StepStatus
+from worker.domain.types import Note, NoteStatus, RunStatus, Scope, StepStatus, fingerprint_notes
 from worker.errors import Conflict, NotFound
 from worker.errors import InvalidInput as Invalid
 from worker.review.apply import GUARDED, OK, apply_change, at_versions
@@ -146,19 +146,17 @@ def _remember_declined(uow: Any, scope: Scope, change: ProposedChange, reason: s
     why = f"declined in review: {reason}" if reason else "declined in review"
     uow.judgements.record(scope, DECLINED_KIND, change.fingerprint, ids, "declined", why, None,
                           now)
-    members = _members_fingerprint(change.versions)
+    members = _members_fingerprint(scope, change.versions)
     if change.kind == ChangeKind.MERGE:
         uow.judgements.record(scope, CLUSTER_KIND, members, ids, KEEP_SEPARATE, why, None, now)
     elif change.kind in (ChangeKind.REVOKE, ChangeKind.FLAG):
         uow.judgements.record(scope, PAIR_KIND, members, ids, "declined", why, None, now)
 
 
-def _members_fingerprint(versions: dict[str, int]) -> str:
+def _members_fingerprint(scope: Scope, versions: dict[str, int]) -> str:
     """``fingerprint_notes`` of the item's notes at the versions it was planned on."""
-    import hashlib
-
-    parts = sorted(f"{i}:{v}" for i, v in versions.items())
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+    return fingerprint_notes([Note(id=i, scope=scope, content="", version=v)
+                              for i, v in versions.items()])
 
 
 def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided]:
