@@ -19,15 +19,14 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from worker.api.auth import Principal, authenticate, bearer
-from worker.api.dashboard import TOKEN_COOKIE, add_nav_link, login_page, make_templates
+from worker.api.dashboard import TOKEN_COOKIE, login_page, make_templates, nav_for
 from worker.app import App
 from worker.domain.limits import INT_MAX, scope_problem
 from worker.domain.types import Scope
 from worker.errors import DreamError
 
 router = APIRouter(include_in_schema=False)
-PAGE = "/dashboard/review"
-add_nav_link("Review", PAGE)
+PAGE = "/dashboard/review"  # linked in the dashboard's navigation once mounted (nav_for)
 _JINJA = make_templates()
 _CSRF_CONTEXT = b"dream-worker review form v1"
 
@@ -87,7 +86,7 @@ def review_page(request: Request, token: str | None = None, scope: str | None = 
     app: App = request.app.state.app
     shown = _scope_param(who, scope)
     html = _JINJA.get_template("review.html").render(
-        who=who.label, current=PAGE, csrf=csrf_token(given), message=(msg or "")[:300],
+        who=who.label, current=PAGE, nav_links=nav_for(request), csrf=csrf_token(given), message=(msg or "")[:300],
         scope_key=shown.key if shown else "", **_page_data(app, who, shown))
     return HTMLResponse(html)
 

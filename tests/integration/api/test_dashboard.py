@@ -183,7 +183,9 @@ def test_navigation_links_the_review_page_once_it_is_mounted(
     app, _ = seeded
     api = create_api(app)
     link = 'href="/dashboard/review"'
-    if not any(getattr(r, "path", None) == "/dashboard/review" for r in api.routes):
+    with TestClient(api) as c:
+        mounted = c.get("/dashboard/review", headers=auth(ADMIN)).status_code != 404
+    if not mounted:
         with TestClient(api) as c:
             assert link not in c.get("/dashboard", headers=auth(ADMIN)).text
         extra = APIRouter()
