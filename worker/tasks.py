@@ -14,6 +14,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from worker.app import App
 from worker.celery_app import app, resources
 from worker.domain.types import PHASES
+from worker.llm.batch import reschedule_while_pending
 from worker.runs import service
 from worker.runs.outcome import PhaseOutcome
 
@@ -29,7 +30,8 @@ def gate_check() -> list[str]:
 
 def _phase(task: Any, run_id: str, phase: str) -> str:
     dream_app = resources()
-    result = service.execute_phase(dream_app, run_id, phase)
+    with reschedule_while_pending():  # a provider batch re-schedules the task, never blocks it
+        result = service.execute_phase(dream_app, run_id, phase)
     if result.outcome is PhaseOutcome.WAITING:
         # The phase's step stays open; the retried task resumes it under the same lease.
         delay = wait_delay(result.retry_after, dream_app.settings.task_time_limit)

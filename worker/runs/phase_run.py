@@ -18,6 +18,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import PHASES, PhaseReport, StepStatus
 from worker.embeddings.refresh import ensure_scope_embeddings
+from worker.llm.batch import BatchPending
 from worker.runs.context import Budget, PhaseContext, Registry, RunCarry
 from worker.runs.lease import LeaseHeartbeat
 from worker.runs.outcome import RECORDED, PhaseOutcome
@@ -130,6 +131,9 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
             span.phase_result(report.status, report.counters)
     except StaleLease:
         raise
+    except BatchPending as pending:  # its questions are with the provider; nothing written
+        report = PhaseReport(phase, PhaseOutcome.WAITING.value,
+                             {"retry_after": pending.retry_after}, reason=str(pending))
     except Exception as exc:  # a failing phase must not stop the next one (R6)
         # R21: the message is scrubbed of the scope's note text; the traceback goes to the log
         # as frames only (format_exc_info would print the raw message).
