@@ -26,7 +26,6 @@ FUNCTION_ALLOW: dict[str, int] = {
     "host/fusion.py::fuse": 62,
     "host/remember.py::_remember_once": 68,
     "ingest/notes.py::parse_note": 78,
-    "llm/openai_compat.py::OpenAICompatibleLLM.complete_json": 66,
     "mcp/server.py::build_server": 69,
     "phases/consolidate/apply.py::_apply_merge": 66,
     "phases/prune/service.py::run_prune": 99,
