@@ -257,3 +257,28 @@ def test_r27_a_model_down_for_some_calls_ends_the_run_partial(app: App,
     share = round(100 * int(failed) / int(total))
     assert f"failed ({share}%)" in reason and "(HTTP 500)" in reason
     assert not any(word in reason for word in ("tea", "dark", "editor", "morning"))
+
+
+def test_a_celery_phase_task_reads_its_run_once(app: App) -> None:
+    """Each phase task: one read of the run (row; its steps once it was claimed), the claim
+    for the first (claim + notes-before count), the fenced parent step and its finish, and the
+    embeddings look before the two phases that use vectors."""
+    add_notes(app, *({"content": f"note {k}"} for k in range(30)))
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    counted: dict[str, int] = {}
+    current = [""]
+
+    def count(*_: Any, **__: Any) -> None:
+        counted[current[0]] = counted.get(current[0], 0) + 1
+
+    event.listen(app.engine, "before_cursor_execute", count)
+    try:
+        for phase in PHASES:
+            current[0] = phase
+            assert engine.execute_phase(app, run_id, phase, QUIET).outcome is PhaseOutcome.NO_ITEMS
+    finally:
+        event.remove(app.engine, "before_cursor_execute", count)
+    assert counted == {"consolidate": 1 + 2 + 1 + 2, "contradictions": 2 + 1 + 2,
+                       "prune": 2 + 2, "archive": 2 + 2}
+    assert service.finalize_run(app, run_id) == RunStatus.SUCCEEDED.value

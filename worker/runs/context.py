@@ -62,12 +62,6 @@ class Budget:
         with self._lock:
             return self.calls, self.tokens
 
-    @property
-    def exhausted(self) -> bool:
-        return (self.max_calls is not None and self.calls >= self.max_calls) or (
-            self.max_tokens is not None and self.tokens >= self.max_tokens
-        )
-
 
 @dataclass
 class RunCarry:

@@ -57,7 +57,8 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
     if any(p not in snap.done for p in PHASES[: PHASES.index(phase)]):
         return PhaseOutcome.EARLIER_PENDING  # running elsewhere, or lost (the lease recovers it)
     step_id = phase_step_id(snap.run_id, phase, snap.epoch)
-    if snap.waiting.get(phase) != step_id:  # a WAITING phase resumes its own step
+    resumed = snap.waiting.get(phase) == step_id  # a WAITING phase resumes its own step
+    if not resumed:
         started = _start_step(app, snap, phase, step_id)
         if started is not None:
             return started
@@ -68,7 +69,8 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
         notes_before=snap.notes_before,
     )
     try:
-        with LeaseHeartbeat(app, snap.run_id, snap.epoch, _usage_recorder(ctx, step_id)):
+        with LeaseHeartbeat(app, snap.run_id, snap.epoch,
+                            _usage_recorder(ctx, step_id, waiting=resumed)):
             outcome = _execute(app, run, ctx, phase, step_id)
     except StaleLease:
         # Someone else owns the run now (the gate check recovered it, or it was cancelled):
@@ -108,10 +110,15 @@ def _start_step(app: App, snap: RunSnapshot, phase: str, step_id: str) -> PhaseO
     return None
 
 
-def _usage_recorder(ctx: PhaseContext, step_id: str) -> Any:
+def _usage_recorder(ctx: PhaseContext, step_id: str, *, waiting: bool) -> Any:
+    """What each heartbeat writes on the open phase step: the model usage so far (R15), and
+    that a resumed step is still waiting (so a re-delivered task resumes it too)."""
     def record(uow: UnitOfWork) -> None:
         calls, tokens = ctx.budget.spent()
-        uow.runs.update_step(step_id, output={"usage": {"calls": calls, "tokens": tokens}})
+        output: dict[str, Any] = {"usage": {"calls": calls, "tokens": tokens}}
+        if waiting:
+            output["waiting"] = "resumed"
+        uow.runs.update_step(step_id, output=output)
 
     return record
 
