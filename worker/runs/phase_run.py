@@ -134,13 +134,10 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
     try:
         _embed_once(app, run, ctx, phase)
         with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
-            report: PhaseReport = run.registry[phase](ctx, step_id)
+            report = _report(run, ctx, phase, step_id)
             span.phase_result(report.status, report.counters)
     except StaleLease:
         raise
-    except BatchPending as pending:  # its questions are with the provider; nothing written
-        report = PhaseReport(phase, PhaseOutcome.WAITING.value,
-                             {"retry_after": pending.retry_after}, reason=str(pending))
     except Exception as exc:  # a failing phase must not stop the next one (R6)
         # R21: the message is scrubbed of the scope's note text; the traceback goes to the log
         # as frames only (format_exc_info would print the raw message).
@@ -160,6 +157,16 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
     bound.info("phase.finished", status=outcome.value,
                **{k: v for k, v in report.counters.items() if isinstance(v, int | float)})
     return outcome
+
+
+def _report(run: Execution, ctx: PhaseContext, phase: str, step_id: str) -> PhaseReport:
+    """The phase's report; WAITING when its questions are with a provider batch (nothing was
+    written, the span says waiting rather than error)."""
+    try:
+        return run.registry[phase](ctx, step_id)
+    except BatchPending as pending:
+        return PhaseReport(phase, PhaseOutcome.WAITING.value,
+                           {"retry_after": pending.retry_after}, reason=str(pending))
 
 
 def _embed_once(app: App, run: Execution, ctx: PhaseContext, phase: str) -> None:
