@@ -161,3 +161,19 @@ def test_safe_auto_applies_confident_model_verdicts_and_proposes_the_rest(tmp_pa
         finally:
             auto.dispose()
             safe.dispose()
+
+
+def test_a_proposed_rule_merge_leaves_no_open_candidate(tmp_path: Path) -> None:
+    """The rules' merge of tea-1 into tea-2, proposed, is one note-to-be: the cluster is not
+    also recorded as open for a model or the host (auto would leave nothing open either)."""
+    from worker.reporting import run_tree
+
+    app = _store(tmp_path, "s", apply_mode="propose")
+    try:
+        tree = run_tree(app, _dream(app, ["consolidate"]))
+        (phase,) = [s for s in tree["steps"] if s["phase"] == "consolidate"]
+        assert phase["output"]["clusters_proposed"] == 1
+        assert phase["output"]["clusters_open"] == 0
+        assert [c["output"]["verdict"] for c in phase["children"]] == ["proposed"]
+    finally:
+        app.dispose()

@@ -250,7 +250,8 @@ def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,
             detail: str | None) -> Decided:
     now = utcnow()
     if result == OK:
-        status, line = RunStatus.SUCCEEDED.value, f"approved item {row.id}: applied in run {ctx.run_id}"
+        status = RunStatus.SUCCEEDED.value
+        line = f"approved item {row.id}: applied in run {ctx.run_id}"
         decided = Decided(row.id, ItemStatus.APPROVED.value, line, ctx.run_id,
                           detail if row.kind == ChangeKind.MERGE.value else None)
     elif result == GUARDED:
@@ -266,8 +267,9 @@ def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,
         run = uow.runs.get(ctx.run_id)
         totals = {**((run.totals or {}) if run else {}),
                   "notes_after": uow.notes.count_by_status(ctx.scope)}
+        reason = f"review item {row.id} approved by {by}" if result == OK else line
         uow.runs.set_status(ctx.run_id, status, finished_at=now, totals=totals,
-                            lease_expires_at=None, status_reason=line[:300])
+                            lease_expires_at=None, status_reason=reason[:300])
         if result == OK:
             uow.review.decide(row.id, ItemStatus.APPROVED.value, now=now, by=by,
                               applied_run_id=ctx.run_id, outcome=line)

@@ -4,7 +4,7 @@ revoked, lineage, verdict memory and every cluster's step — through the phase 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +101,7 @@ def write_units(ctx: PhaseContext, parent_step_id: str, units: Sequence[Unit],
                 else:
                     _record(w, d, outcome.get(id(d)), counters)
             if u.open_notes is not None:
-                _record_open(w, u, counters)
+                _record_open(w, u, counters, held)
 
 
 def _record_proposed(w: PhaseWrite, d: Decision, proposals: Proposals | None,
@@ -148,17 +148,18 @@ def _record(w: PhaseWrite, d: Decision, r: ItemResult | None,
     w.step(d.child(StepStatus.SKIPPED.value))
 
 
-def _record_open(w: PhaseWrite, u: Unit, counters: ConsolidateCounters) -> None:
+def _record_open(w: PhaseWrite, u: Unit, counters: ConsolidateCounters,
+                 proposed: Collection[int] = frozenset()) -> None:
     """What the rules left of a cluster: open notes, plus each merged group's fused note (or
-    the group itself when it was not written)."""
+    the group itself when it was not written; a proposed group counts as its one note-to-be)."""
     assert u.open_notes is not None and u.cluster is not None
     remaining = list(u.open_notes)
     for d in u.decisions:
         if d.new_id is not None:
             remaining.append(Note(id=d.new_id, scope=d.members[0].scope, content=d.content))
-        else:
+        elif id(d) not in proposed:
             remaining.extend(d.members)
-    if len(remaining) < 2:
+    if len(remaining) + sum(id(d) in proposed for d in u.decisions) < 2:
         return
     counters.clusters_open += 1
     open_decision = Decision(u.name, u.cluster, remaining, remaining,
