@@ -92,8 +92,12 @@ def login_page() -> HTMLResponse:
     return HTMLResponse(_JINJA.get_template("login.html").render(), status_code=401)
 
 
-def _keep_token(request: Request) -> RedirectResponse:
-    """Move a ``?token=`` into the cookie and drop it from the address (and browser history)."""
+def _keep_token(request: Request) -> Response:
+    """Move a ``?token=`` into the cookie and drop it from the address (and browser history).
+    Only a token that authenticates: an unknown value never reaches a header (one that is not
+    latin-1 cannot be encoded there at all)."""
+    if authenticate(request.app.state.tokens, request.query_params["token"]) is None:
+        return login_page()
     rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
     target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
     response = RedirectResponse(target, status_code=303)

@@ -43,11 +43,19 @@ PLAUSIBLE_TEXT = {"agent_id": "agent-1", "user_id": "u", "content": "The user wr
 
 
 def routes(api: FastAPI) -> list[tuple[str, str, APIRoute]]:
+    """Every (method, full path, route), through the routers ``create_api`` includes."""
+    try:
+        from fastapi.routing import iter_route_contexts
+    except ImportError:  # FastAPI before 0.137.2 copies included routes into api.routes
+        flat = [(route, getattr(route, "path", "")) for route in api.routes]
+    else:  # since 0.137 an included router is one lazy node of api.routes
+        flat = [(c.original_route, c.path or "") for c in iter_route_contexts(api.routes)]
     found = []
-    for route in api.routes:
+    for route, path in flat:
         if isinstance(route, APIRoute):
             for method in sorted(route.methods):
-                found.append((method, route.path, route))
+                found.append((method, path, route))
+    assert found, "no routes found: the walk no longer matches how FastAPI stores them"
     return found
 
 

@@ -4,29 +4,20 @@ worker.host (the same functions the HTTP API calls)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import click
 
-from worker.cli_common import IDENT, FiniteRange, cli_app, user_errors
+from worker.cli.common import FiniteRange, cli_app, scope_options
+from worker.cli.errors import user_errors
 from worker.domain.types import NoteType, Scope
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _scope(agent: str, user: str | None, company: str | None) -> Scope:
     return Scope(agent, user, company)
 
 
-def _scope_options(fn: F) -> F:
-    fn = click.option("--company", default=None, type=IDENT)(fn)
-    fn = click.option("--user", default=None, type=IDENT)(fn)
-    return click.option("--agent", required=True, type=IDENT, help="Scope: agent id.")(fn)
-
-
 @click.command("candidates")
-@_scope_options
+@scope_options
 @click.option("--threshold", default=0.88, show_default=True, type=FiniteRange(0, 1))
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500))
 @click.option("--json", "as_json", is_flag=True)
@@ -83,7 +74,7 @@ def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
 
 
 @click.command("add")
-@_scope_options
+@scope_options
 @click.option("--content", required=True)
 @click.option("--type", "note_type", default="Context", show_default=True,
               type=click.Choice([t.value for t in NoteType], case_sensitive=False))

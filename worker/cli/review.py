@@ -9,7 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
-from worker.cli_common import IDENT, UserError, cli_app, user_errors
+from worker.cli.common import IDENT, cli_app, scope_options
+from worker.cli.errors import UserError, user_errors
 from worker.domain.limits import INT_MAX
 from worker.domain.types import Scope
 
@@ -25,12 +26,6 @@ def register(main: click.Group) -> None:
 @click.group()
 def review() -> None:
     """Changes a run proposed instead of applying (DREAM_APPLY_MODE=propose or safe_auto)."""
-
-
-def _scope_options(fn: F) -> F:
-    fn = click.option("--company", default=None, type=IDENT, help="Scope: company id.")(fn)
-    fn = click.option("--user", default=None, type=IDENT, help="Scope: user id.")(fn)
-    return click.option("--agent", required=True, type=IDENT, help="Scope: agent id.")(fn)
 
 
 def _known_scope(ctx: click.Context, agent: str, user: str | None, company: str | None) -> Any:
@@ -59,7 +54,7 @@ def _summary(item: dict[str, Any]) -> str:
 
 
 @review.command("list")
-@_scope_options
+@scope_options
 @click.option("--run", "run_id", default=None, type=IDENT, help="Only this run's items.")
 @click.option("--status", type=click.Choice(STATUSES), default="open", show_default=True)
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
@@ -85,7 +80,7 @@ def list_cmd(ctx: click.Context, agent: str, user: str | None, company: str | No
 
 @review.command("show")
 @click.argument("item_id", type=ITEM_ID)
-@_scope_options
+@scope_options
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @user_errors
@@ -121,7 +116,7 @@ def _decision_options(fn: F) -> F:
     fn = click.option("--all", "all_", is_flag=True, help="Every open item of the scope.")(fn)
     fn = click.option("--run", "run_id", default=None, type=IDENT,
                       help="Every open item this run proposed.")(fn)
-    fn = _scope_options(fn)
+    fn = scope_options(fn)
     return click.argument("item_id", type=ITEM_ID, required=False)(fn)
 
 

@@ -9,7 +9,8 @@ from datetime import datetime
 import click
 
 from worker.app import App
-from worker.cli_common import IDENT, UserError, cli_app, parse_option_timestamp, user_errors
+from worker.cli.common import IDENT, cli_app, parse_option_timestamp
+from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope
 from worker.errors import UnknownScope
@@ -182,8 +183,6 @@ def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,
              agent: str | None, user: str | None, company: str | None) -> None:
     """What Celery beat does: recover lost runs, create a run for every due scope, and hand
     them to the broker (DREAM_BROKER_URL); without a broker they wait for `dream run --due`."""
-    from worker.runs.service import decide_scopes, gate_check, scope_known
-
     if (as_json or agent) and not explain:
         raise UserError(f"{'--json' if as_json else '--agent'} goes with --explain")
     if (user or company) and not agent:
@@ -191,27 +190,36 @@ def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,
     app = cli_app(ctx)
     clock = parse_option_timestamp(now, "--now")
     if explain:
-        only = None
-        if agent:
-            only = [Scope(agent, user, company)]
-            if not scope_known(app, only[0]):
-                raise UnknownScope(f"unknown scope {only[0].key}: it has no notes and no sessions; "
-                                "check --agent/--user/--company (None is a value, not a wildcard)")
-        decisions = decide_scopes(app, clock or utcnow(), only)
-        if as_json:
-            click.echo(json.dumps({"scopes": [{"scope": scope.key, **d.as_dict()}
-                                              for scope, d in decisions.items()]}, indent=2))
-            return
-        if not decisions:
-            click.echo("no scopes yet: import notes or record sessions first")
-        for scope, d in decisions.items():
-            click.echo(f"{'due' if d.due else 'not due':<8} {d.rule.value:<20} {scope.key}  "
-                       f"{d.reason}")
-        return
-    if app.settings.broker_url:
-        from worker.tasks import check_broker
+        _explain(app, clock, Scope(agent, user, company) if agent else None, as_json)
+    else:
+        _gate_and_hand_out(app, clock)
 
-        check_broker(app.settings.broker_url)  # before any run row is written
+
+def _explain(app: App, clock: datetime | None, scope: Scope | None, as_json: bool) -> None:
+    """Each scope's gate decision and why (only ``scope``'s when given); creates no run."""
+    from worker.runs.service import decide_scopes, scope_known
+
+    if scope is not None and not scope_known(app, scope):
+        raise UnknownScope(f"unknown scope {scope.key}: it has no notes and no sessions; "
+                           "check --agent/--user/--company (None is a value, not a wildcard)")
+    decisions = decide_scopes(app, clock or utcnow(), None if scope is None else [scope])
+    if as_json:
+        click.echo(json.dumps({"scopes": [{"scope": s.key, **d.as_dict()}
+                                          for s, d in decisions.items()]}, indent=2))
+        return
+    if not decisions:
+        click.echo("no scopes yet: import notes or record sessions first")
+    for s, d in decisions.items():
+        click.echo(f"{'due' if d.due else 'not due':<8} {d.rule.value:<20} {s.key}  {d.reason}")
+
+
+def _gate_and_hand_out(app: App, clock: datetime | None) -> None:
+    """What beat runs: the gate check, then every created or recovered run to the broker."""
+    from worker.runs.service import gate_check
+    from worker.runs.start import Via, dispatch_run, require_broker
+
+    if app.settings.broker_url:
+        require_broker(app)  # before any run row is written
     result = gate_check(app, now=clock)
     click.echo(f"created {len(result.created)} runs, {len(result.skipped)} scopes not due, "
                f"{len(result.retried)} interrupted runs to retry, {len(result.requeued)} "
@@ -220,10 +228,8 @@ def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,
     if not handed_out:
         return
     if app.settings.broker_url:
-        from worker.tasks import enqueue_run
-
         for run_id in handed_out:
-            enqueue_run(run_id, app)
+            dispatch_run(app, run_id, Via.CELERY)
         click.echo(f"{len(handed_out)} runs sent to the broker")
     else:
         click.echo(f"no broker (DREAM_BROKER_URL unset): execute them here with `dream run "

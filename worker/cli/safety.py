@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from worker.cli_common import UserError, cli_app, user_errors
+from worker.cli.common import cli_app
+from worker.cli.errors import UserError, user_errors
 
 
 def register(main: click.Group) -> None:

@@ -7,14 +7,8 @@ import sys
 
 import click
 
-from worker.cli_common import (
-    IDENT,
-    UserError,
-    cli_app,
-    parse_option_timestamp,
-    read_lines,
-    user_errors,
-)
+from worker.cli.common import IDENT, cli_app, parse_option_timestamp, read_lines
+from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
 from worker.domain.types import Scope
 

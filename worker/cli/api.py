@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from worker.cli_common import cli_app, user_errors
+from worker.cli.common import cli_app
+from worker.cli.errors import user_errors
 from worker.errors import ConfigError
 
 

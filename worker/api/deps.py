@@ -1,0 +1,86 @@
+"""What every router asks FastAPI for: the process's App, the caller behind the bearer token,
+and the scope a request may act on (a scoped token's own; another scope is "not found")."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from worker.api.auth import Principal, authenticate, bearer
+from worker.api.schemas import ScopeIn
+from worker.app import App
+from worker.domain.limits import scope_problem
+from worker.domain.types import Scope
+from worker.errors import InvalidInput, NotFound, Unauthorized
+
+
+def dream_app(request: Request) -> App:
+    """The App ``create_api`` was built over (one engine, one embedder per process)."""
+    app: App = request.app.state.app
+    return app
+
+
+def principal(request: Request) -> Principal:
+    """The caller behind the bearer token, or 401."""
+    found = authenticate(request.app.state.tokens, bearer(request.headers.get("authorization")))
+    if found is None:
+        raise Unauthorized("missing or unknown bearer token")
+    return found
+
+
+DreamApp = Annotated[App, Depends(dream_app)]
+Caller = Annotated[Principal, Depends(principal)]
+
+
+def scope_for(who: Principal, requested: ScopeIn | None) -> Scope:
+    """The scope a request acts on: a scoped token's own, or the admin's explicit choice."""
+    if who.scope is not None:
+        if requested is not None and requested.to_scope() != who.scope:
+            raise NotFound("no such scope")
+        return who.scope
+    if requested is None:
+        raise InvalidInput("scope is required with an admin token")
+    return requested.to_scope()
+
+
+def query_scope(key: str | None, agent_id: str | None, user_id: str | None,
+                company_id: str | None) -> Scope | None:
+    """A scope named in the query string (a key, or its parts), checked like a body's."""
+    if any(v is not None and ("\x00" in v or len(v) > 400)
+           for v in (key, agent_id, user_id, company_id)):
+        raise InvalidInput("scope parameters must be short and contain no NUL character")
+    if key:
+        scope = _scope_from_key(key)
+    elif agent_id:
+        scope = Scope(agent_id, user_id, company_id)
+    elif user_id or company_id:
+        raise InvalidInput("user_id and company_id need agent_id")
+    else:
+        return None
+    if problem := scope_problem(scope):
+        raise InvalidInput(f"scope: {problem}")
+    return scope
+
+
+def _scope_from_key(key: str) -> Scope:
+    try:
+        scope = Scope.from_key(key)
+    except (ValueError, TypeError, RecursionError):
+        raise InvalidInput('scope must be a scope key such as ["agent",null,null]') from None
+    parts = (scope.agent_id, scope.user_id, scope.company_id)
+    if not isinstance(scope.agent_id, str) or not all(p is None or isinstance(p, str) for p in parts):
+        raise InvalidInput('scope parts are strings or null, e.g. ["agent",null,null]')
+    return scope
+
+
+def visible_run(app: App, run_id: str, who: Principal) -> dict[str, Any]:
+    """The run's step tree; NotFound when it does not exist or lies outside the caller's scope."""
+    from worker.reporting import run_tree
+
+    if "\x00" in run_id or len(run_id) > 64:
+        raise NotFound(f"no run with id {run_id[:64]!r}")
+    tree = run_tree(app, run_id)
+    if who.scope is not None and tree["scope"] != who.scope.key:
+        raise NotFound(f"no run with id {run_id}")
+    return tree

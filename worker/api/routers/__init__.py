@@ -1,0 +1,20 @@
+"""The API's routers, one per area; ``create_api`` includes every router in ``ROUTERS``.
+
+To add an area (as the review API and the dashboard's pages do): write a module with
+``router = fastapi.APIRouter(...)``, take the App and the caller from ``worker.api.deps``
+(``DreamApp``, ``Caller``, ``scope_for``), raise ``worker.errors`` classes (one handler maps
+them to status codes), and append its router to ``ROUTERS``.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from worker.api import dashboard, review_page, review_routes
+from worker.api.routers import forgetting, notes, ops, runs
+
+ROUTERS: tuple[APIRouter, ...] = (
+    forgetting.router, notes.router, runs.router, ops.router,
+    review_routes.router,  # the review helper's: /api/review
+    dashboard.router, review_page.router,  # HTML pages (no schema)
+)

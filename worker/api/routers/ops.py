@@ -1,0 +1,36 @@
+"""Operations: liveness with a database round trip (no token), Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, PlainTextResponse
+from sqlalchemy import text
+
+from worker.api import metrics
+from worker.api.deps import Caller, DreamApp
+
+log = structlog.get_logger(__name__)
+router = APIRouter(tags=["ops"])
+
+
+@router.get("/healthz")
+def healthz(app: DreamApp) -> Any:
+    """Liveness plus a database round-trip; no token needed."""
+    try:
+        with app.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:  # any driver error means "not healthy", never a 500
+        log.warning("api.health_failed", error_type=type(exc).__name__)
+        return JSONResponse({"status": "unavailable", "database": "down"}, status_code=503)
+    return {"status": "ok", "database": "ok"}
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+def prometheus(who: Caller, app: DreamApp) -> PlainTextResponse:
+    """Runs and notes by status, model calls and tokens, phase durations (a scoped token
+    sees its own scope's figures)."""
+    body = metrics.render(metrics.collect(app, who.scope))
+    return PlainTextResponse(body, media_type="text/plain; version=0.0.4")

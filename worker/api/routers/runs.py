@@ -1,0 +1,76 @@
+"""Dream runs: list, show, start (worker.runs.start, as the CLI does), cancel, undo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+
+from worker.api.deps import Caller, DreamApp, query_scope, scope_for, visible_run
+from worker.api.schemas import RunIn, UndoIn
+from worker.clock import parse_timestamp
+from worker.domain.types import RunStatus
+from worker.errors import InvalidInput, NotFound
+
+router = APIRouter(prefix="/api/runs", tags=["runs"])
+
+
+@router.get("")
+def list_runs(
+    who: Caller, app: DreamApp,
+    scope: str | None = Query(None, description='Scope key, e.g. ["agent",null,null]'),
+    agent_id: str | None = None, user_id: str | None = None, company_id: str | None = None,
+    status: str | None = None, since: str | None = None,
+    limit: int = Query(50, ge=1, le=500),
+) -> dict[str, Any]:
+    from worker.reporting import list_runs as listed
+
+    wanted = query_scope(scope, agent_id, user_id, company_id)
+    if who.scope is not None:
+        if wanted is not None and wanted != who.scope:
+            raise NotFound("no such scope")
+        wanted = who.scope
+    when = None
+    if since:
+        try:
+            when = parse_timestamp(since)
+        except ValueError as exc:
+            raise InvalidInput(f"since: {exc}") from None
+    if status is not None and ("\x00" in status or len(status) > 16):
+        raise InvalidInput("unknown status")
+    return {"runs": listed(app, scope=wanted, status=status, since=when, limit=limit)}
+
+
+@router.get("/{run_id}")
+def show_run(run_id: str, who: Caller, app: DreamApp) -> dict[str, Any]:
+    return visible_run(app, run_id, who)
+
+
+@router.post("", status_code=202)
+def start_run(body: RunIn, who: Caller, app: DreamApp) -> dict[str, Any]:
+    """Create a run; Celery executes it when DREAM_BROKER_URL is set, else a thread here."""
+    from worker.runs.start import RunRequest
+    from worker.runs.start import start_run as start
+
+    started = start(app, RunRequest(scope_for(who, body.scope), trigger="api", force=body.force,
+                                    dry_run=body.dry_run, allow_retire=body.allow_retire))
+    return {"run_id": started.run_id, "status": started.status, "mode": started.mode.value}
+
+
+@router.post("/{run_id}/cancel")
+def cancel(run_id: str, who: Caller, app: DreamApp) -> dict[str, Any]:
+    """Cancel a queued, interrupted or running run and free its scope (409 if finished)."""
+    from worker.runs.service import cancel_run
+
+    visible_run(app, run_id, who)
+    was = cancel_run(app, run_id, f"cancelled through the API by {who.label}")
+    return {"run_id": run_id, "status": RunStatus.CANCELLED.value, "was": was}
+
+
+@router.post("/{run_id}/undo")
+def undo(run_id: str, who: Caller, app: DreamApp, body: UndoIn | None = None) -> dict[str, Any]:
+    """Revert every change the run made (409, nothing changed, if a note changed since)."""
+    from worker.safety.undo import undo_run
+
+    visible_run(app, run_id, who)
+    return undo_run(app, run_id, force_cascade=bool(body and body.force_cascade)).as_dict()

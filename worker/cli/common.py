@@ -1,0 +1,91 @@
+"""Shared by every `dream` command module: the process's App, input readers and the parameter
+types (errors are in worker.cli.errors)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+
+from worker.app import App, build_app
+from worker.cli.errors import UserError
+from worker.clock import parse_timestamp
+from worker.config import load_settings
+from worker.domain.limits import ident_problem
+from worker.errors import NotFound
+from worker.logging import configure_logging
+from worker.telemetry import configure_telemetry
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def cli_app(ctx: click.Context, create: bool = False) -> App:
+    """The process's App; ``create`` only for commands that may create a missing SQLite file."""
+    obj = ctx.ensure_object(dict)
+    if "app" not in obj:
+        settings = load_settings()
+        configure_logging(settings.log_format, obj.get("log_level") or settings.log_level)
+        obj["app"] = build_app(settings, create_database=create)
+        configure_telemetry(obj["app"])
+        ctx.call_on_close(obj["app"].dispose)
+    app: App = obj["app"]
+    return app
+
+
+def read_lines(path: str) -> Iterable[bytes]:
+    """Raw lines of FILE or stdin; ingest decodes them and names a line that is not UTF-8."""
+    if path == "-":
+        return sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin  # type: ignore[return-value]
+    try:
+        with open(path, "rb") as fh:
+            return fh.readlines()
+    except FileNotFoundError:
+        raise NotFound(f"file not found: {path}") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror}; expected a UTF-8 JSONL file") from None
+
+
+def parse_option_timestamp(value: str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_timestamp(value)
+    except ValueError as exc:
+        raise UserError(f"{name}: {exc}") from None
+
+
+class FiniteRange(click.FloatRange):
+    """A float option that also refuses nan and inf (FloatRange lets nan through every bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+# ParamType is generic from click 8.2 on; 8.1 (still supported) cannot be subscripted.
+class Ident(click.ParamType):  # type: ignore[type-arg]
+    """An id or scope part: what both database backends can store (no NUL, ≤ 64 characters)."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        problem = ident_problem(value) if isinstance(value, str) else None
+        if problem:
+            self.fail(problem, param, ctx)
+        return value
+
+
+IDENT = Ident()
+
+
+def scope_options(fn: F) -> F:
+    """``--agent`` (required), ``--user``, ``--company``: the scope a command acts on."""
+    fn = click.option("--company", default=None, type=IDENT, help="Scope: company id.")(fn)
+    fn = click.option("--user", default=None, type=IDENT, help="Scope: user id.")(fn)
+    return click.option("--agent", required=True, type=IDENT, help="Scope: agent id.")(fn)

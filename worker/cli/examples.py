@@ -1,0 +1,30 @@
+"""`dream examples import`: load examples (input/output pairs) the archive phase maintains."""
+
+from __future__ import annotations
+
+import click
+
+from worker.cli.common import cli_app, read_lines
+from worker.cli.errors import user_errors
+
+
+def register(main: click.Group) -> None:
+    main.add_command(examples)
+
+
+@click.group()
+def examples() -> None:
+    """Import examples."""
+
+
+@examples.command("import")
+@click.argument("file")
+@click.pass_context
+@user_errors
+def examples_import(ctx: click.Context, file: str) -> None:
+    """Import examples from a JSONL FILE (- for stdin); all-or-nothing and idempotent by id."""
+    from worker.ingest.examples import import_examples
+
+    result = import_examples(cli_app(ctx), read_lines(file))
+    click.echo(f"read {result.read} examples: {result.inserted} added, "
+               f"{result.duplicates} already present")
