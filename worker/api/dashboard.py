@@ -92,7 +92,7 @@ def login_page() -> HTMLResponse:
     return HTMLResponse(_JINJA.get_template("login.html").render(), status_code=401)
 
 
-def _keep_token(request: Request) -> Response:
+def keep_token(request: Request) -> Response:
     """Move a ``?token=`` into the cookie and drop it from the address (and browser history).
     Only a token that authenticates: an unknown value never reaches a header (one that is not
     latin-1 cannot be encoded there at all)."""
@@ -159,7 +159,7 @@ def overview(request: Request, token: str | None = None, run: str | None = None,
     from worker.reporting import runs_page, scope_health, trends
 
     if token:
-        return _keep_token(request)
+        return keep_token(request)
     who = page_principal(request, None)
     if who is None:
         return login_page()
@@ -203,7 +203,7 @@ def visible_tree(app: App, run_id: str, who: Principal) -> dict[str, Any] | None
 def run_detail(request: Request, run_id: str, token: str | None = None) -> Response:
     """One run: its reason, each phase's counters as columns, each child step by what it judged."""
     if token:
-        return _keep_token(request)
+        return keep_token(request)
     who = page_principal(request, None)
     if who is None:
         return login_page()

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from worker.api.auth import Principal, authenticate, bearer
-from worker.api.dashboard import TOKEN_COOKIE, login_page, make_templates, nav_for
+from worker.api.dashboard import TOKEN_COOKIE, keep_token, login_page, make_templates, nav_for
 from worker.app import App
 from worker.domain.limits import INT_MAX, scope_problem
 from worker.domain.types import Scope
@@ -74,11 +74,7 @@ def _page_data(app: App, who: Principal, scope: Scope | None) -> dict[str, Any]:
 def review_page(request: Request, token: str | None = None, scope: str | None = None,
                 msg: str | None = None) -> Response:
     if token:  # into the cookie, out of the address bar and the history (as the dashboard)
-        rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-        response = RedirectResponse(PAGE + (f"?{urllib.parse.urlencode(rest)}" if rest else ""),
-                                    status_code=303)
-        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
-        return response
+        return keep_token(request)
     given = _given(request)
     who = authenticate(request.app.state.tokens, given)
     if who is None or given is None:
