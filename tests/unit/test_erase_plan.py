@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from worker.host.fusion import FUSED
 from worker.phases.consolidate.decision import LINEAGE as CONSOLIDATED
 from worker.phases.contradictions.apply import LINEAGE
 from worker.safety.erase import (
@@ -66,7 +67,7 @@ def test_restored_fields_give_back_importance_and_validity() -> None:
 
 def test_every_lineage_relation_written_has_an_erasure_rule() -> None:
     """Every relation passed to add_lineage or supersede anywhere in worker/ (string literals,
-    the consolidation constant and the contradictions table) is either followed as derivation or has a survivor rule."""
+    the consolidation and host-fuse constants and the contradictions table) is either followed as derivation or has a survivor rule."""
     root = Path(__file__).resolve().parents[2] / "worker"
     literals = set()
     for path in root.rglob("*.py"):
@@ -74,7 +75,7 @@ def test_every_lineage_relation_written_has_an_erasure_rule() -> None:
         literals |= set(re.findall(r'add_lineage\([^)]*?"(\w+)"', text, re.DOTALL))
         # The phase kit's supersede() takes the relation as a keyword.
         literals |= set(re.findall(r'relation="(\w+)"', text))
-    written = literals | set(LINEAGE.values()) | {CONSOLIDATED}
+    written = literals | set(LINEAGE.values()) | {CONSOLIDATED, FUSED}
     assert {"consolidated", "fused", "updated"} <= written
     assert set(DERIVED_RELATIONS) <= RESTORE_RELATIONS
     assert written - (RESTORE_RELATIONS | REVIEW_RELATIONS) == set()

@@ -6,6 +6,7 @@ and applies it in one transaction with the same guarantees as the consolidate ph
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -19,15 +20,14 @@ from worker.domain.types import (
     Note,
     NoteStatus,
     Scope,
-    content_hash,
     fingerprint_notes,
-    retired_at,
 )
 from worker.embeddings.refresh import ensure_scope_embeddings
 from worker.host.errors import Conflict, Invalid, NotFound
 from worker.host.records import note_record
 from worker.host.remember import canonical_type
 from worker.phases.consolidate.core import fused_fields, majority_type, revocation_comment
+from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
 from worker.similarity import neighbour_pairs
 from worker.store.models import RunStepRow
 from worker.text.grounding import check_fusion
@@ -149,6 +149,21 @@ def _check_fusable(notes: list[Note]) -> None:
             raise Conflict(f"note {n.id} is {n.protection}; protected notes are never superseded")
 
 
+def _checked_text(app: App, fused_content: str, fused_importance: float | None) -> str:
+    text = (fused_content or "").strip()
+    if not text:
+        raise Invalid("fused_content is empty")
+    if problem := text_problem(text):  # NUL or a lone surrogate (MCP and Python callers too)
+        raise Invalid(f"fused_content {problem}")
+    limit = app.settings.host.max_fused_chars
+    if len(text) > limit:
+        raise Invalid(f"fused_content has {len(text)} characters; the limit is {limit} "
+                      "(DREAM_HOST__MAX_FUSED_CHARS)")
+    if fused_importance is not None and not 0.0 <= fused_importance <= 1.0:
+        raise Invalid("fused_importance must be between 0 and 1")
+    return text
+
+
 def fuse(
     app: App, source_ids: list[str], fused_content: str, fused_importance: float | None = None,
     strict: bool = False, *, allowed_scope: Scope | None = None, note_type: str | None = None,
@@ -160,19 +175,9 @@ def fuse(
     the caller (a scoped API token). Ungrounded text (``grounding_problems``) is a warning, or a
     refusal when ``strict``; omissions are always only warnings.
     """
-    text = (fused_content or "").strip()
-    if not text:
-        raise Invalid("fused_content is empty")
-    if problem := text_problem(text):  # NUL or a lone surrogate (MCP and Python callers too)
-        raise Invalid(f"fused_content {problem}")
+    text = _checked_text(app, fused_content, fused_importance)
     if note_type is not None:
         note_type = canonical_type(note_type)
-    limit = app.settings.host.max_fused_chars
-    if len(text) > limit:
-        raise Invalid(f"fused_content has {len(text)} characters; the limit is {limit} "
-                      "(DREAM_HOST__MAX_FUSED_CHARS)")
-    if fused_importance is not None and not 0.0 <= fused_importance <= 1.0:
-        raise Invalid("fused_importance must be between 0 and 1")
     sources = _load_sources(app, source_ids, allowed_scope)
     _check_fusable(sources)
     problems, warnings = grounding_problems(sources, text)
@@ -186,27 +191,25 @@ def fuse(
     kind = note_type or majority_type(sources)
     vector = app.embedder.embed([text])[0]
     now = utcnow()
+    new_id = str(uuid.uuid4())
+    note = NewNote(id=new_id, content=text, type=kind, reason="host fuse",
+                   comments=f"fused by the host from {len(sources)} notes", **fields)
+    change = supersede("host fuse", sources, new_note=note, relation=FUSED, reason="host fuse",
+                       comment=revocation_comment(new_id, "fused by the host"), valid_to=now,
+                       importance=0.0)
+    changed = sources[0].id
+    try:  # one write, no run: no fence and no blast-radius share (the host decided)
+        with open_write(WriteTarget(app=app, scope=scope, now=now)) as w:
+            (result,) = w.apply([change], vectors={new_id: vector})
+            if result.status != ItemStatus.APPLIED:
+                changed = (result.stale_ids or [changed])[0]
+                raise WriteConflict(f"note {changed} changed")
+            w.judgement(FUSED, fingerprint_notes(sources), [n.id for n in sources], FUSED,
+                        "host fuse")
+    except WriteConflict:
+        raise Conflict(f"note {changed} changed or was retired meanwhile; fetch candidates "
+                       "again") from None
     with app.uow() as uow:
-        new_id = uow.notes.create_note(
-            scope=scope, content=text, content_hash=content_hash(text), type=kind,
-            embedding=vector, embedding_model=app.embedder.model_name, run_id=None, now=now,
-            reason="host fuse", comments=f"fused by the host from {len(sources)} notes",
-            **fields,
-        )
-        for note in sources:
-            ok = uow.notes.change(
-                note, run_id=None, reason="host fuse", now=now, status=NoteStatus.REVOKED.value,
-                importance=0.0, consolidated_into_id=new_id, valid_to=retired_at(note, now),
-                comments=revocation_comment(new_id, "fused by the host"),
-            )
-            if not ok:
-                uow.rollback()
-                raise Conflict(f"note {note.id} changed or was retired meanwhile; "
-                               "fetch candidates again")
-        uow.notes.add_lineage(scope, [n.id for n in sources], new_id, "fused", None, now)
-        uow.judgements.record(scope, FUSED, fingerprint_notes(sources), [n.id for n in sources],
-                              FUSED, "host fuse", None, now)
-        uow.commit()
         created = uow.notes.get_many([new_id])[0]
     log.info("host.fused", scope=scope.key, note_id=new_id, sources=len(sources),
              ungrounded=len(problems))

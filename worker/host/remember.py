@@ -22,9 +22,9 @@ from worker.domain.types import (
     Scope,
     content_hash,
     normalise_text,
-    retired_at,
 )
 from worker.host.errors import Conflict, Invalid
+from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
 
 log = structlog.get_logger(__name__)
 
@@ -246,57 +246,46 @@ def _remember_once(
         best_hash, best, old_len, vector = _most_similar(app, uow, scope, kind, normalised, text)
         best_id = (uow.notes.active_with_hash(scope, kind, best_hash)
                    if best_hash is not None else None)
+        action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
+                                settings.update_threshold)
+        old = uow.notes.get_many([best_id]) if action == "UPDATE" and best_id else []
     if best_hash is not None and best_id is None:
         return None  # the best match was retired between the two reads: decide again
-    action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
-                            settings.update_threshold)
     if action == "NOOP":
         assert best_id is not None
         with app.uow() as uow:
             uow.notes.count_access(best_id, now)
             uow.commit()
         return RememberResult("NOOP", best_id, reason, _round(best))
+    if action == "UPDATE" and not old:
+        return None  # retired meanwhile: decide again
+    if old and not old[0].retirable:
+        # A protected or immutable note is never superseded (R23), not even by a longer
+        # host write: both stay, and the new one is an ADD.
+        action, reason = "ADD", f"{reason}; the similar note is {old[0].protection}, kept both"
+        old = []
     taken = {r[0] for r in same}
     attempt = 0
     while derived_id(scope, normalised, attempt) in taken:
         attempt += 1  # the same text was remembered before and has since been retired
     new_id = derived_id(scope, normalised, attempt)
-    with app.uow() as uow:
-        try:
-            uow.notes.create_note(
-                scope=scope, content=text, content_hash=h, type=kind, embedding=vector,
-                embedding_model=app.embedder.model_name if vector is not None else None,
-                run_id=None, note_id=new_id, now=now, reason=f"remember {action.lower()}",
-                importance=importance, is_auto_generated=False,
-            )
-            uow.session.flush()
-        except IntegrityError:
-            uow.rollback()
-            return _concurrent_noop(app, new_id, now)
-        superseded = None
-        old = uow.notes.get_many([best_id]) if action == "UPDATE" and best_id else []
-        if old and not old[0].retirable:
-            # A protected or immutable note is never superseded (R23), not even by a longer
-            # host write: both stay, and the new one is an ADD.
-            action, reason = "ADD", f"{reason}; the similar note is {old[0].protection}, kept both"
-        elif action == "UPDATE":
-            assert best_id is not None
-            if not old or not uow.notes.change(
-                old[0], run_id=None, reason="remember update", now=now,
-                status=NoteStatus.REVOKED.value, consolidated_into_id=new_id,
-                valid_to=retired_at(old[0], now),
-                comments=f"superseded by a longer note {new_id}",
-            ):
-                uow.rollback()
-                return None
-            uow.notes.add_lineage(scope, [best_id], new_id, "updated", None, now)
-            superseded = best_id
-        try:
-            uow.commit()
-        except IntegrityError:
-            uow.rollback()
-            return _concurrent_noop(app, new_id, now)
-    return RememberResult(action, new_id, reason, _round(best), superseded)
+    note = NewNote(id=new_id, content=text, type=kind, importance=importance,
+                   consolidation_generation=0, is_auto_generated=False,
+                   reason=f"remember {action.lower()}")
+    # ADD is a supersede of nothing: the same one write inserts the note (and its log row).
+    change = supersede("remember", old, new_note=note, relation="updated",
+                       reason="remember update", valid_to=now,
+                       comment=f"superseded by a longer note {new_id}")
+    try:
+        with open_write(WriteTarget(app=app, scope=scope, now=now)) as w:
+            (result,) = w.apply([change], vectors={new_id: vector} if vector is not None else {})
+            if result.status != ItemStatus.APPLIED:
+                raise WriteConflict("the note to update changed")
+    except WriteConflict:
+        return None
+    except IntegrityError:
+        return _concurrent_noop(app, new_id, now)
+    return RememberResult(action, new_id, reason, _round(best), old[0].id if old else None)
 
 
 def _concurrent_noop(app: App, note_id: str, now: Any) -> RememberResult:

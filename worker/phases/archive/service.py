@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -17,24 +17,42 @@ from worker.phases.archive.core import (
     plan_notes,
 )
 from worker.phases.keep.judging import ReviewResult, review_keep
+from worker.phases.kit import (
+    Change,
+    ChangeKind,
+    Counters,
+    ItemStatus,
+    Member,
+    WriteTarget,
+    open_write,
+)
 from worker.review.changes import archive_change
 from worker.review.propose import Proposals, proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
-from worker.safety.guard import check_retire, record_trip
 from worker.store.repositories.examples import ExampleRepository
-from worker.store.repositories.retention import ArchiveItem, RetentionRepository
+from worker.store.repositories.retention import RetentionRepository
 
 log = structlog.get_logger(__name__)
 
-COUNTERS = ("notes_expired", "notes_stale", "examples_expired", "examples_stale",
-            "protected_preserved", "manual_preserved", "examples_manual_preserved")
 
 
-def _items(decisions: list[Decision]) -> list[ArchiveItem]:
-    return [ArchiveItem(d.id, d.version, d.comment) for d in decisions]
+@dataclass
+class ArchiveCounters(Counters):
+    """What the archive phase counts (its parent step's output)."""
+
+    notes_expired: int = 0
+    notes_stale: int = 0
+    examples_expired: int = 0
+    examples_stale: int = 0
+    protected_preserved: int = 0
+    manual_preserved: int = 0
+    examples_manual_preserved: int = 0
+
+
+COUNTERS = tuple(ArchiveCounters().as_dict())
 
 
 def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
@@ -44,7 +62,7 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         examples = ExampleRepository(uow.session).active(ctx.scope)
     proposals = proposals_for(ctx)
     notes = [n for n in notes if n.id not in proposals.held]  # waiting for their review
-    zero = dict.fromkeys(COUNTERS, 0)
+    zero = ArchiveCounters().ints()
     if agent is not None and agent.auto_archive_enabled is False:
         return PhaseReport("archive", StepStatus.SKIPPED.value, zero,
                            reason="auto-archive is disabled for this agent")
@@ -75,14 +93,14 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         note_plan, stale = replace(note_plan, expired=[]), []
         example_plan = replace(example_plan, expired=[], stale=[])
     done = _apply(ctx, parent_step_id, note_plan, stale, example_plan, review, kept, deferred)
-    counters: dict[str, Any] = {
-        "notes_expired": len(done["notes_expired"]), "notes_stale": len(done["notes_stale"]),
-        "examples_expired": len(done["examples_expired"]),
-        "examples_stale": len(done["examples_stale"]),
-        "protected_preserved": len(note_plan.protected_preserved),
-        "manual_preserved": len(note_plan.manual_preserved),
-        "examples_manual_preserved": len(example_plan.manual_preserved),
-    }
+    counters: dict[str, Any] = ArchiveCounters(
+        notes_expired=len(done["notes_expired"]), notes_stale=len(done["notes_stale"]),
+        examples_expired=len(done["examples_expired"]),
+        examples_stale=len(done["examples_stale"]),
+        protected_preserved=len(note_plan.protected_preserved),
+        manual_preserved=len(note_plan.manual_preserved),
+        examples_manual_preserved=len(example_plan.manual_preserved),
+    ).ints()
     record_proposals(ctx, proposals, counters)
     log.info("archive.applied", run_id=ctx.run_id, scope=ctx.scope.key, kept_by_review=len(kept),
              deferred=len(deferred), **counters)
@@ -138,60 +156,60 @@ def _review(ctx: PhaseContext, notes: list[Any], plan: NotePlan,
     return _Review([n.id for n in important], result)
 
 
+_BATCHES = {
+    "notes_expired": ("note", "archive: expired"),
+    "notes_stale": ("note", "archive: unused past retention"),
+    "examples_expired": ("example", "archive: expired"),
+    "examples_stale": ("example", "archive: unsuccessful and unused"),
+}
+
+
+def _changes(name: str, decisions: list[Decision]) -> list[Change]:
+    entity, reason = _BATCHES[name]
+    # The plan already keeps immutable and recently used protected notes out (R23): a
+    # protected note long unused may go, an immutable one never.
+    return [Change(kind=ChangeKind.ARCHIVE, name=name, members=(Member(d.id, d.version),),
+                   comment=d.comment, reason=reason, entity=entity, protected_ok=True)
+            for d in decisions]
+
+
 def _apply(
     ctx: PhaseContext, parent_step_id: str, note_plan: NotePlan, stale: list[Decision],
     example_plan: ExamplePlan, review: _Review | None, kept: list[str], deferred: list[str],
 ) -> dict[str, list[str]]:
-    """One short transaction for the scope: a few batched statements, an oplog row per item."""
-    batches = {
-        "notes_expired": ("note", note_plan.expired, "archive: expired"),
-        "notes_stale": ("note", stale, "archive: unused past retention"),
-        "examples_expired": ("example", example_plan.expired, "archive: expired"),
-        "examples_stale": ("example", example_plan.stale, "archive: unsuccessful and unused"),
-    }
-    done: dict[str, list[str]] = {}
-    planned = [*note_plan.expired, *stale]
-    guard_reason: str | None = None
-    with ctx.uow() as uow:
-        uow.check_lease(ctx.run_id, ctx.epoch)
-        if not ctx.dry_run:
-            # R20; the plan already keeps immutable and recently used protected notes out.
-            guard_reason = check_retire(uow, ctx, planned, allow_protected=True)
-            if guard_reason:
-                batches["notes_expired"] = ("note", [], "archive: expired")
-                batches["notes_stale"] = ("note", [], "archive: unused past retention")
-        notes_repo = RetentionRepository(uow.session)
-        examples_repo = ExampleRepository(uow.session)
+    """The phase's one guarded write: every archive (notes and examples, the guard's share
+    asked once for all notes), the review's steps and one step per batch."""
+    planned = {"notes_expired": note_plan.expired, "notes_stale": stale,
+               "examples_expired": example_plan.expired, "examples_stale": example_plan.stale}
+    changes = [c for name, decisions in planned.items() for c in _changes(name, decisions)]
+    done: dict[str, list[str]] = {name: [] for name in planned}
+    with open_write(WriteTarget.of(ctx, "archive", parent_step_id)) as w:
+        results = w.apply(changes, guard_each=False)
         for step in review.result.steps if review else []:
-            ctx.steps.child(uow, parent_step_id, "archive", step)
-        for name, (entity, decisions, reason) in batches.items():
-            if ctx.dry_run:
-                done[name] = [d.id for d in decisions]
-            elif entity == "note":
-                done[name] = notes_repo.archive_notes(ctx.scope, _items(decisions),
-                                                      run_id=ctx.run_id, reason=reason, now=ctx.now)
-            else:
-                done[name] = examples_repo.archive(ctx.scope, _items(decisions),
-                                                   run_id=ctx.run_id, reason=reason, now=ctx.now)
-            if decisions:
-                archived = set(done[name])
-                ctx.steps.child(uow, parent_step_id, "archive", ChildStep(
-                    name=name.replace("_", " "), status=StepStatus.SUCCEEDED.value,
-                    input={"planned": len(decisions)},
-                    output={"archived": sorted(archived), "dry_run": ctx.dry_run,
-                            "stale": sorted(d.id for d in decisions if d.id not in archived)},
-                ))
+            w.step(step)
+        for name in planned:
+            mine = [r for r in results if r.change.name == name]
+            if not mine or any(r.status == ItemStatus.GUARDED for r in mine):
+                continue  # nothing planned, or held back by the guard (its trip says so)
+            done[name] = [r.change.members[0].id for r in mine if r.applied]
+            archived = set(done[name])
+            w.step(ChildStep(
+                name=name.replace("_", " "), status=StepStatus.SUCCEEDED.value,
+                input={"planned": len(mine)},
+                output={"archived": sorted(archived), "dry_run": ctx.dry_run,
+                        "stale": sorted(r.change.members[0].id for r in mine
+                                        if r.change.members[0].id not in archived)},
+            ))
         if (note_plan.protected_preserved or note_plan.manual_preserved
                 or example_plan.manual_preserved or kept or deferred):
-            ctx.steps.child(uow, parent_step_id, "archive", ChildStep(
+            w.step(ChildStep(
                 name="preserved", status=StepStatus.SUCCEEDED.value,
                 output={"protected": note_plan.protected_preserved,
                         "manual": note_plan.manual_preserved,
                         "manual_examples": example_plan.manual_preserved,
                         "kept_by_review": kept, "deferred": deferred},
             ))
+        if w.tripped is not None:
+            w.trip(w.tripped, [d.id for d in [*note_plan.expired, *stale]])
         crashpoint("archive.after_archive")
-        uow.commit()
-    if guard_reason:
-        record_trip(ctx, parent_step_id, "archive", guard_reason, [d.id for d in planned])
     return done

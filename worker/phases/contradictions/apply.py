@@ -1,25 +1,22 @@
-"""Applying the phase's decisions: one short lease-checked transaction per revoke or flag,
-and what this run retired, held back and remembers."""
+"""Applying the phase's decisions: planned in memory while the topics are judged (so each round
+re-plans around this run's retirements), then written in the phase's one guarded write with
+what this run retired, held back and remembers."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from worker.domain.types import (
-    Note,
-    NoteStatus,
-    fingerprint_notes,
-    retired_at,
-)
+from worker.domain.types import Note, NoteStatus, fingerprint_notes
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
     PHASE,
+    Action,
     CandidatePair,
     Decision,
     PolicySettings,
     Verdict,
-    append_comment,
     flagged_comment,
     resolved_comment,
 )
@@ -29,12 +26,26 @@ from worker.phases.contradictions.topics import (
     independent_pairs,
     topic_decisions,
 )
+from worker.phases.kit import (
+    Change,
+    ChangeKind,
+    ItemResult,
+    ItemStatus,
+    Member,
+    PhaseWrite,
+    RunJournal,
+    WriteTarget,
+    open_write,
+    supersede,
+)
+from worker.phases.kit.evaluate import Gate, GuardLimits
 from worker.review.changes import contradiction_change
 from worker.review.propose import Proposals
 from worker.runs.context import PhaseContext
+from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
-from worker.safety.guard import check_retire, record_trip
 from worker.safety.injection import injection_signals
+from worker.store.repositories.judgements import PENDING_RETIREMENT
 
 REVIEW_KIND = "contradiction"
 REVIEW_FLAG = "contradiction_review"
@@ -53,16 +64,33 @@ def suspicious_notes(notes: dict[str, Note], pairs: list[CandidatePair]) -> froz
         or injection_signals(notes[nid].content))
 
 
+@dataclass
+class _Planned:
+    """A revoke or flag decided during the phase, waiting for the write."""
+
+    verdict: Verdict
+    decision: Decision
+    entry: dict[str, Any]
+    changes: list[Change] = field(default_factory=list)
+
+
 class Applier:
-    """Applies decisions one short transaction each and keeps what this run retired."""
+    """Decides what each verdict does and keeps what this run retired; ``finish`` writes it.
+
+    With ``limits`` the blast-radius guard is asked as each revocation is decided (the same
+    limits the write checks with), so a held-back loser is known while the topics re-plan.
+    """
 
     def __init__(self, ctx: PhaseContext, parent_step_id: str, notes: dict[str, Note],
-                 counters: dict[str, Any], proposals: Proposals | None = None) -> None:
+                 counters: Any, limits: GuardLimits | None = None,
+                 journal: RunJournal | None = None, proposals: Proposals | None = None) -> None:
         self.ctx, self.parent_step_id, self.notes, self.counters = ctx, parent_step_id, notes, counters
         # Review before apply: decisions the apply mode holds back become review items.
         self.proposals = proposals if proposals is not None and proposals.active else None
         self.by_rule = ctx.app.llm is None
         self.policy = policy_settings(ctx)
+        self.gate = Gate(limits) if limits is not None else None
+        self.journal = journal
         self.retired: set[str] = set()
         self.retired_into: dict[str, str] = {}
         self.remember: dict[tuple[str, str], Verdict] = {}
@@ -71,6 +99,7 @@ class Applier:
         # Revocations the guard refused: kept for the next run, which applies them unasked.
         self.held_back: list[tuple[Verdict, Decision]] = []
         self.held_into: dict[str, str] = {}
+        self.planned: list[_Planned] = []
 
     def decided_into(self) -> dict[str, str]:
         """Loser → winner of every retirement decided, applied or held back by the guard:
@@ -88,7 +117,7 @@ class Applier:
             if {decision.loser_id, decision.winner_id} & self.retired:
                 continue  # its winner went too: the loser's pairs are asked about afresh
             entry = self.apply(verdict, decision)
-            applied += entry["action"] == "revoke"
+            applied += entry["action"] == Action.REVOKE
         self.counters["retirements_applied_unasked"] = applied
         active = {k: n for k, n in self.notes.items() if k not in self.retired}
         return follow_retirements(pairs, self.decided_into(), set(), active)
@@ -111,7 +140,8 @@ class Applier:
         return entries
 
     def apply(self, verdict: Verdict, decision: Decision) -> dict[str, Any]:
-        ctx, counters = self.ctx, self.counters
+        """Decide now what ``decision`` does; the returned entry is completed by ``finish``
+        (a revocation found stale or guarded in the write says so there)."""
         a, b = self.notes[verdict.pair.a_id], self.notes[verdict.pair.b_id]
         entry: dict[str, Any] = {"action": decision.action, "kind": decision.kind}
         if decision.winner_id:
@@ -120,44 +150,29 @@ class Applier:
             entry["why"] = decision.why
         if a.id in self.retired or b.id in self.retired:
             # Planning never asks about a retired note; were one to slip through, it is counted.
-            counters["verdicts_wasted"] += 1
-            entry.update(action="skipped", why="a note of the pair was already retired in this run")
+            self.counters["verdicts_wasted"] += 1
+            entry.update(action=Action.SKIPPED,
+                         why="a note of the pair was already retired in this run")
             return entry
-        if decision.action == "none":
+        if decision.action == Action.NONE:
             self.remember[verdict.pair.ids] = verdict
             return entry
-        if decision.action == "revoke" and self.guard_reason is not None:
+        if decision.action == Action.REVOKE and self.guard_reason is not None:
             self._hold_back(verdict, decision)
-            entry["action"] = "guarded"
+            entry["action"] = Action.GUARDED
             return entry
         if self.proposals is not None and self.proposals.wants(
                 settled_by_rule=self.by_rule, confidence=verdict.confidence):
             return self._propose(verdict, decision, a, b, entry)
-        if ctx.dry_run:
-            entry["dry_run"] = True
-            result = "ok"
-        elif decision.action == "revoke":
-            result = _revoke(ctx, verdict, decision, self.notes)
-        else:
-            result = "ok" if _flag(ctx, verdict, a, b, decision) else "stale"
-        if result.startswith("guard:"):
-            # The blast-radius guard said no (R20): this and every later revocation stays undone.
-            self.guard_reason = result.removeprefix("guard:")
+        if decision.action == Action.REVOKE and self._refused(decision):
             self._hold_back(verdict, decision)
-            entry["action"] = "guarded"
+            entry["action"] = Action.GUARDED
             return entry
-        if result == "stale":
-            entry["action"] = "stale"
-            counters["pairs_skipped_stale"] += 1
-            return entry
-        if decision.action == "revoke":
-            assert decision.loser_id is not None and decision.winner_id is not None
-            self.retired.add(decision.loser_id)
-            self.retired_into[decision.loser_id] = decision.winner_id
-            key = "conflicts_resolved" if decision.kind == "conflict" else "equivalents_merged"
-            counters[key] += 1
-        else:
-            counters["conflicts_flagged"] += 1
+        if self.ctx.dry_run:
+            entry["dry_run"] = True
+        planned = _Planned(verdict, decision, entry, self._changes(verdict, decision, a, b))
+        self.planned.append(planned)
+        self._count(planned, +1)
         return entry
 
     def _propose(self, verdict: Verdict, decision: Decision, a: Note, b: Note,
@@ -166,11 +181,57 @@ class Applier:
         as they would after the revocation."""
         assert self.proposals is not None
         self.proposals.add(contradiction_change(verdict, decision, a, b))
-        if decision.action == "revoke" and decision.loser_id and decision.winner_id:
+        if decision.action == Action.REVOKE and decision.loser_id and decision.winner_id:
             self.held_into.setdefault(decision.loser_id, decision.winner_id)
         self.counters["changes_proposed"] = self.counters.get("changes_proposed", 0) + 1
         entry["action"] = "proposed"
         return entry
+
+    def _refused(self, decision: Decision) -> bool:
+        if self.gate is None or self.ctx.dry_run:
+            return False
+        assert decision.loser_id is not None
+        loser = self.notes[decision.loser_id]
+        self.guard_reason = self.gate.check([loser.id], [loser.protection])
+        return self.guard_reason is not None
+
+    def _changes(self, verdict: Verdict, decision: Decision, a: Note, b: Note) -> list[Change]:
+        if decision.action == Action.REVOKE:
+            assert decision.winner_id is not None and decision.loser_id is not None
+            winner, loser = self.notes[decision.winner_id], self.notes[decision.loser_id]
+            assert winner.created_at is not None
+            reason = verdict.reason or decision.why
+            return [supersede(
+                f"{loser.id}->{winner.id}", [loser], into=winner,
+                relation=LINEAGE[decision.kind], reason=f"contradictions.{decision.kind}",
+                comment=resolved_comment(winner.id, decision.kind, reason), append_comment=True,
+                # The losing fact stopped being true once the conflicting one was recorded:
+                # the winner's creation (never before the loser's own).
+                valid_to=winner.created_at if decision.kind == "conflict" else None,
+                confidence=verdict.confidence, detail={"relation": verdict.relation})]
+        reason = f"{decision.why}. {verdict.reason}".strip()
+        # Both kept: a comment and a flag on each, each checked against the other's version too.
+        return [Change(kind=ChangeKind.ANNOTATE, name=f"flag {note.id}",
+                       members=(Member(note.id, note.version),),
+                       keep=(Member(other.id, other.version),), flags=(REVIEW_FLAG,),
+                       comment=flagged_comment(other.id, reason), reason="contradictions.flagged",
+                       confidence=verdict.confidence)
+                for note, other in ((a, b), (b, a))]
+
+    def _count(self, p: _Planned, sign: int) -> None:
+        d = p.decision
+        if d.action == Action.REVOKE:
+            assert d.loser_id is not None and d.winner_id is not None
+            if sign > 0:
+                self.retired.add(d.loser_id)
+                self.retired_into[d.loser_id] = d.winner_id
+            else:
+                self.retired.discard(d.loser_id)
+                self.retired_into.pop(d.loser_id, None)
+            key = "conflicts_resolved" if d.kind == "conflict" else "equivalents_merged"
+        else:
+            key = "conflicts_flagged"
+        self.counters[key] += sign
 
     def _hold_back(self, verdict: Verdict, decision: Decision) -> None:
         assert decision.loser_id is not None and decision.winner_id is not None
@@ -180,123 +241,76 @@ class Applier:
         self.held_back.append((verdict, decision))
         self.held_into[decision.loser_id] = decision.winner_id
 
-    def finish(self) -> None:
-        """Record the guard's trip and what it held back, and remember every settled pair,
-        each at the notes' current versions."""
-        ctx = self.ctx
-        if self.guard_reason is not None:
-            self.counters["pairs_guarded"] = len(self.guarded)
-            record_trip(ctx, self.parent_step_id, PHASE, self.guard_reason, self.guarded)
-        remember = [v for ids, v in self.remember.items() if not set(ids) & self.retired]
-        held_back = [(v, d) for v, d in self.held_back
-                     if not {d.loser_id, d.winner_id} & self.retired]
-        if not (remember or held_back) or ctx.dry_run:
+    def finish(self, steps: Callable[[], Sequence[ChildStep]] | None = None) -> None:
+        """The phase's one write: every planned revoke and flag (stale ones skipped, each
+        entry completed), the guard's trip and what it held back, every settled pair
+        remembered at the notes' current versions, then ``steps()``."""
+        changes = [c for p in self.planned for c in p.changes]
+        pending_ids = {i for v in self.remember.values() for i in v.pair.ids}
+        pending_ids |= {i for v, _ in self.held_back for i in v.pair.ids}
+        with open_write(WriteTarget.of(self.ctx, PHASE, self.parent_step_id)) as w:
+            results = iter(w.apply(changes, journal=self.journal, also=sorted(pending_ids)))
+            for p in self.planned:
+                self._settle(w, p, [next(results) for _ in p.changes])
+            if self.guard_reason is not None:
+                self.counters["pairs_guarded"] = len(self.guarded)
+                w.trip(self.guard_reason, self.guarded)
+            self._remember_all(w)
+            for step in steps() if steps is not None else ():
+                w.step(step)
+
+    def _settle(self, w: PhaseWrite, p: _Planned, results: list[ItemResult]) -> None:
+        if all(r.applied for r in results):
+            if results and results[0].status == ItemStatus.DRY_RUN:
+                return
+            a, b = (self.notes[i] for i in p.verdict.pair.ids)
+            if p.decision.action == Action.REVOKE:
+                crashpoint("contradictions.after_revoke")  # inside the one write (R9)
+                assert p.decision.loser_id is not None
+                self.notes[p.decision.loser_id].status = NoteStatus.REVOKED.value
+            else:
+                reason = f"{p.decision.why}. {p.verdict.reason}".strip()
+                w.review(REVIEW_KIND, [a.id, b.id], reason[:500])
+                for n in (a, b):
+                    n.flags = sorted(set(n.flags) | {REVIEW_FLAG})
+            # Remembered at the versions judged (a flag keeps them), so no later run asks again.
+            w.judgement(JUDGEMENT_KIND, fingerprint_notes([a, b]), [a.id, b.id],
+                        p.verdict.relation, p.verdict.reason)
             return
-        with ctx.uow() as uow:
-            uow.check_lease(ctx.run_id, ctx.epoch)
-            current = uow.notes.versions(
-                {i for v in remember for i in v.pair.ids} | {i for v, _ in held_back
-                                                             for i in v.pair.ids})
-            for v, d in held_back:
-                assert d.loser_id is not None and d.winner_id is not None
-                pair = [self.notes[d.loser_id], self.notes[d.winner_id]]
-                if any(current.get(n.id, (0, ""))[1] != NoteStatus.ACTIVE.value for n in pair):
-                    continue
-                pair = [replace(n, version=current[n.id][0]) for n in pair]
-                uow.judgements.record_retirement(
-                    ctx.scope, fingerprint_notes(pair), d.loser_id, d.winner_id, d.kind,
-                    v.reason or d.why, ctx.run_id, ctx.now)
-            for v in remember:
-                pair = [self.notes[i] for i in v.pair.ids]
-                if any(current.get(n.id, (0, ""))[1] != NoteStatus.ACTIVE.value for n in pair):
-                    continue
-                # At the versions now stored (a flag may have moved one), so the next run
-                # does not ask again about an unchanged pair.
-                pair = [replace(n, version=current[n.id][0]) for n in pair]
-                uow.judgements.record(ctx.scope, JUDGEMENT_KIND, fingerprint_notes(pair),
-                                      [n.id for n in pair], v.relation, v.reason, ctx.run_id,
-                                      ctx.now)
-            uow.commit()
+        self._count(p, -1)
+        guarded = next((r for r in results if r.status == ItemStatus.GUARDED), None)
+        if guarded is not None:  # no guard while planning (an approval): the write's says no
+            self.guard_reason = self.guard_reason or guarded.reason
+            self._hold_back(p.verdict, p.decision)
+            p.entry["action"] = Action.GUARDED
+            return
+        p.entry["action"] = Action.STALE
+        self.counters["pairs_skipped_stale"] += 1
 
+    def _remember_all(self, w: PhaseWrite) -> None:
+        """Held-back retirements and settled pairs, each at the versions the write leaves,
+        while both notes are still active."""
+        for v, d in self.held_back:
+            assert d.loser_id is not None and d.winner_id is not None
+            if {d.loser_id, d.winner_id} & self.retired:
+                continue
+            pair = self._at_current(w, [d.loser_id, d.winner_id])
+            if pair is not None:
+                w.judgement(PENDING_RETIREMENT, fingerprint_notes(pair), [d.loser_id, d.winner_id],
+                            d.kind, v.reason or d.why, ordered=True)
+        for ids, v in self.remember.items():
+            if set(ids) & self.retired:
+                continue
+            pair = self._at_current(w, list(ids))
+            if pair is not None:
+                w.judgement(JUDGEMENT_KIND, fingerprint_notes(pair), list(ids), v.relation,
+                            v.reason)
 
-def _fresh(uow: Any, *members: Note) -> bool:
-    """Both notes still active at the versions this plan read (R10)."""
-    current = uow.notes.versions([n.id for n in members])
-    return all(current.get(n.id) == (n.version, NoteStatus.ACTIVE.value) for n in members)
-
-
-def _remember(ctx: PhaseContext, uow: Any, verdict: Verdict, notes: dict[str, Note]) -> None:
-    pair = [notes[verdict.pair.a_id], notes[verdict.pair.b_id]]
-    uow.judgements.record(
-        ctx.scope, JUDGEMENT_KIND, fingerprint_notes(pair), [n.id for n in pair],
-        verdict.relation, verdict.reason, ctx.run_id, ctx.now,
-    )
-
-
-def _revoke(ctx: PhaseContext, verdict: Verdict, decision: Decision, notes: dict[str, Note]) -> str:
-    """ok | stale (a note changed since the plan) | guard:<reason> (the blast-radius guard)."""
-    assert decision.winner_id is not None and decision.loser_id is not None
-    winner, loser = notes[decision.winner_id], notes[decision.loser_id]
-    reason = verdict.reason or decision.why
-    changes: dict[str, Any] = {"status": NoteStatus.REVOKED.value,
-                               "consolidated_into_id": winner.id}
-    if decision.kind == "conflict":
-        # The losing fact stopped being true once the conflicting one was recorded too: the
-        # winner's creation, or the loser's own when the winner is the older, more used note.
-        assert winner.created_at is not None
-        changes["valid_to"] = retired_at(loser, winner.created_at)
-    with ctx.uow() as uow:
-        uow.check_lease(ctx.run_id, ctx.epoch)
-        # One read: the freshness check (R10), the loser's comments and the log's before image.
-        state = uow.notes.current_state([winner.id, loser.id])
-        if not all((state.get(n.id, {}).get("version"), state.get(n.id, {}).get("status"))
-                   == (n.version, NoteStatus.ACTIVE.value) for n in (winner, loser)):
-            return "stale"
-        refusal = check_retire(uow, ctx, [loser])  # R20
-        if refusal is not None:
-            uow.rollback()
-            return f"guard:{refusal}"
-        existing = state[loser.id]["comments"]
-        changes["comments"] = append_comment(
-            existing, resolved_comment(winner.id, decision.kind, reason))
-        if uow.notes.change_many([loser], {loser.id: changes}, run_id=ctx.run_id, now=ctx.now,
-                                 reason=f"contradictions.{decision.kind}", current=state):
-            uow.rollback()
-            return "stale"
-        uow.notes.add_lineage(ctx.scope, [loser.id], winner.id, LINEAGE[decision.kind],
-                              ctx.run_id, ctx.now)
-        _remember(ctx, uow, verdict, notes)
-        crashpoint("contradictions.after_revoke")
-        uow.commit()
-    loser.status = NoteStatus.REVOKED.value
-    return "ok"
-
-
-def _flag(ctx: PhaseContext, verdict: Verdict, a: Note, b: Note, decision: Decision) -> bool:
-    """Both kept: a comment and a flag on each, one review record; nothing revoked."""
-    reason = f"{decision.why}. {verdict.reason}".strip()
-    with ctx.uow() as uow:
-        uow.check_lease(ctx.run_id, ctx.epoch)
-        if not _fresh(uow, a, b):
-            return False
-        existing = uow.notes.comments_of([a.id, b.id])
-        new_flags: dict[str, list[str]] = {}
-        for note, other in ((a, b), (b, a)):
-            flags = sorted(set(note.flags) | {REVIEW_FLAG})
-            new_flags[note.id] = flags
-            ok = uow.notes.change(
-                note, run_id=ctx.run_id, now=ctx.now, reason="contradictions.flagged",
-                flags=flags,
-                comments=append_comment(existing.get(note.id), flagged_comment(other.id, reason)),
-            )
-            if not ok:
-                uow.rollback()
-                return False
-        uow.judgements.add_review(ctx.scope, REVIEW_KIND, [a.id, b.id], reason[:500],
-                                  ctx.run_id, ctx.now)
-        # Remembered at the notes' versions (a flag keeps them), so no later run asks again.
-        uow.judgements.record(ctx.scope, JUDGEMENT_KIND, fingerprint_notes([a, b]),
-                              [a.id, b.id], verdict.relation, verdict.reason, ctx.run_id, ctx.now)
-        uow.commit()
-    a.flags, b.flags = new_flags[a.id], new_flags[b.id]
-    return True
+    def _at_current(self, w: PhaseWrite, ids: list[str]) -> list[Note] | None:
+        out = []
+        for i in ids:
+            version = w.active_at(i)
+            if version is None:
+                return None
+            out.append(replace(self.notes[i], version=version))
+        return out

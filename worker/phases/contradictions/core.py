@@ -31,6 +31,17 @@ class Relation(StrEnum):
 OPEN = "open"  # the rule judge could not settle the pair; it waits for a model or the host
 
 
+class Action(StrEnum):
+    """What was done with a verdict (``action`` in the recorded entries)."""
+
+    REVOKE = "revoke"  # the loser revoked into the winner
+    FLAG = "flag"  # both kept, a review opened
+    NONE = "none"  # nothing to do (independent, low confidence, the loser may not lose)
+    SKIPPED = "skipped"  # a note of the pair was already retired in this run
+    GUARDED = "guarded"  # the blast-radius guard held the revocation back for a later run
+    STALE = "stale"  # a note changed since the plan read it
+
+
 @dataclass(frozen=True)
 class PolicySettings:
     """The slice of ``ContradictionSettings`` the policy reads (kept plain for table tests)."""
@@ -72,7 +83,7 @@ class Decision:
     kind: ``conflict`` | ``equivalent`` | ``subsumed`` | ``independent`` | ``low_confidence``.
     """
 
-    action: str
+    action: str  # an Action value
     kind: str
     winner_id: str | None = None
     loser_id: str | None = None
@@ -95,9 +106,9 @@ def decide(
     """
     rel = verdict.relation
     if rel == Relation.INDEPENDENT:
-        return Decision("none", "independent")
+        return Decision(Action.NONE, "independent")
     if verdict.confidence < policy.min_confidence:
-        return Decision("none", "low_confidence", why="confidence below the minimum")
+        return Decision(Action.NONE, "low_confidence", why="confidence below the minimum")
     if rel == Relation.CONFLICTING:
         decision = _decide_conflict(a, b, policy)
     elif rel == Relation.A_SUBSUMES_B:
@@ -110,8 +121,8 @@ def decide(
         if not _may_lose(older) and _may_lose(newer):
             older, newer = newer, older
         decision = _merge(winner=newer, loser=older, kind="equivalent")
-    if decision.action == "revoke" and decision.winner_id in suspicious:
-        return Decision("flag", decision.kind, decision.winner_id, decision.loser_id,
+    if decision.action == Action.REVOKE and decision.winner_id in suspicious:
+        return Decision(Action.FLAG, decision.kind, decision.winner_id, decision.loser_id,
                         why="the winning note reads like instructions")
     return decision
 
@@ -129,14 +140,14 @@ def _why_kept(note: Note) -> str:
 def _merge(*, winner: Note, loser: Note, kind: str) -> Decision:
     # Never the other way round: a subsumed note that may not be retired simply stays.
     if not _may_lose(loser):
-        return Decision("none", kind, winner.id, loser.id,
+        return Decision(Action.NONE, kind, winner.id, loser.id,
                         why=f"the note to retire is {_why_kept(loser)}")
-    return Decision("revoke", kind, winner.id, loser.id)
+    return Decision(Action.REVOKE, kind, winner.id, loser.id)
 
 
 def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
     if a.importance >= policy.high_importance and b.importance >= policy.high_importance:
-        return Decision("flag", "conflict", why="both notes are of high importance")
+        return Decision(Action.FLAG, "conflict", why="both notes are of high importance")
     gap = _created(a) - _created(b)
     if abs(gap) > timedelta(days=policy.newer_wins_days):
         winner, loser = (a, b) if gap > timedelta(0) else (b, a)
@@ -145,11 +156,11 @@ def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
         winner, loser = (a, b) if a.access_count > b.access_count else (b, a)
         why = "more used note wins"
     else:
-        return Decision("flag", "conflict", why="no rule picks a winner (same age and use)")
+        return Decision(Action.FLAG, "conflict", why="no rule picks a winner (same age and use)")
     if not _may_lose(loser):
-        return Decision("flag", "conflict", winner.id, loser.id,
+        return Decision(Action.FLAG, "conflict", winner.id, loser.id,
                         why=f"{why}, but the loser is {_why_kept(loser)}")
-    return Decision("revoke", "conflict", winner.id, loser.id, why=why)
+    return Decision(Action.REVOKE, "conflict", winner.id, loser.id, why=why)
 
 
 def relation_of(kind: str, winner_id: str, pair: CandidatePair) -> str:

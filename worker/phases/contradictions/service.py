@@ -24,6 +24,7 @@ from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
     OPEN,
     PHASE,
+    Action,
     CandidatePair,
     Decision,
     Verdict,
@@ -32,24 +33,25 @@ from worker.phases.contradictions.core import (
     relation_of,
     rule_verdict,
 )
+from worker.phases.contradictions.counters import ContradictionsCounters
 from worker.phases.contradictions.judging import judge_topics
-from worker.phases.contradictions.steps import open_step, pair_json, record_calls
+from worker.phases.contradictions.steps import call_steps, rule_steps
 from worker.phases.contradictions.topics import follow_retirements
+from worker.phases.kit import PhaseSnapshot, RunJournal, WriteTarget, read_snapshot
+from worker.phases.kit.evaluate import GuardLimits
+from worker.phases.kit.write import guard_limits
 from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
-from worker.runs.steps import ChildStep
 from worker.similarity import neighbour_pairs
 from worker.similarity.candidates import FrameSettings, same_frame_pairs, source_counts, union_edges
+from worker.store.repositories.judgements import PENDING_RETIREMENT
 
 log = structlog.get_logger(__name__)
 
-RULE_STEP_PAIRS = 50  # rule verdicts recorded per child step
-
-COUNTERS = (
-    "pairs_considered", "pairs_judged", "conflicts_resolved", "conflicts_flagged",
-    "equivalents_merged", "pairs_skipped_stale", "tokens_in", "tokens_out", "verdicts_wasted",
-)
+# The phase's integer counters (what an approval's run starts from, worker.review).
+COUNTERS = tuple(k for k, v in ContradictionsCounters().as_dict().items()
+                 if isinstance(v, int) and k != "judge")
 
 
 @dataclass
@@ -59,35 +61,40 @@ class Loaded:
     counters: dict[str, Any]
     # Retirements an earlier run decided and the guard held back, both notes unchanged since.
     held_back: list[tuple[Verdict, Decision]] = field(default_factory=list)
+    journal: RunJournal = field(default_factory=RunJournal)
 
 
-def load_candidates(app: Any, scope: Scope, run_id: str | None) -> Loaded:
-    """Short reads per scope (notes, memory, the run's steps); candidate search in between.
-
-    Candidates: cosine neighbours at the threshold ∪ clusters this run's consolidation did
-    not merge ∪ same-frame pairs. Each source's contribution is counted for the step.
-    """
+def _snapshot(app: Any, scope: Scope, run_id: str | None) -> tuple[PhaseSnapshot, list[list[str]]]:
+    """The kit's snapshot (notes, the run's journal, pair memory) and the clusters this run's
+    consolidation did not merge; notes without a vector are embedded and read again."""
     from worker.phases.consolidate.service import unmerged_clusters
 
-    settings = app.settings
+    kinds = (JUDGEMENT_KIND, PENDING_RETIREMENT)
     with app.uow() as uow:
-        snap = uow.notes.load_scope(scope)
-    if snap.notes and snap.vectors.shape[1] == 0:
+        snap = read_snapshot(uow, scope, run_id, kinds)
+        clusters = unmerged_clusters(uow, run_id) if run_id else []
+    if snap.notes.notes and snap.notes.vectors.shape[1] == 0:
         # A note without a vector (the in-process runner embeds once per run; the host may
         # have added one since): embed now and read again.
         from worker.embeddings.refresh import ensure_scope_embeddings
 
         ensure_scope_embeddings(app, scope)
         with app.uow() as uow:
-            snap = uow.notes.load_scope(scope)
-    with app.uow() as uow:
-        produced = uow.notes.inserted_by_run(run_id, scope) if run_id else set()
-        judged = uow.judgements.judged_pairs(scope, JUDGEMENT_KIND)
-        pending = uow.judgements.pending_retirements(scope)
-        clusters = unmerged_clusters(uow, run_id) if run_id else []
-    s = settings.contradictions
+            snap = read_snapshot(uow, scope, run_id, kinds)
+    return snap, clusters
+
+
+def load_candidates(app: Any, scope: Scope, run_id: str | None) -> Loaded:
+    """One snapshot read per scope; the candidate search after it, with no transaction open.
+
+    Candidates: cosine neighbours at the threshold ∪ clusters this run's consolidation did
+    not merge ∪ same-frame pairs. Each source's contribution is counted for the step.
+    """
+    s = app.settings.contradictions
+    phase_snap, clusters = _snapshot(app, scope, run_id)
+    snap, memory = phase_snap.notes, phase_snap.memory
     row = {n.id: k for k, n in enumerate(snap.notes)}
-    cosine = neighbour_pairs(snap.vectors, s.threshold, settings.ann_threshold)
+    cosine = neighbour_pairs(snap.vectors, s.threshold, app.settings.ann_threshold)
     frames = same_frame_pairs([n.content for n in snap.notes],
                               FrameSettings(max_span=s.frame_max_span, min_frame=s.frame_min_words))
     cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
@@ -95,9 +102,9 @@ def load_candidates(app: Any, scope: Scope, run_id: str | None) -> Loaded:
     counters: dict[str, Any] = {
         f"candidates_{k}": v for k, v in source_counts(edges).items()}
     counters["generic_frames_skipped"] = frames.generic_frames
-    fps = {(e.i, e.j): fingerprint_notes([snap.notes[e.i], snap.notes[e.j]]) for e in edges}
-    with app.uow() as uow:
-        known = set(uow.judgements.known(scope, JUDGEMENT_KIND, fps.values())) if fps else set()
+    judged = {tuple(sorted(r.note_ids)) for r in memory.rows
+              if r.kind == JUDGEMENT_KIND and r.note_ids and len(r.note_ids) == 2}
+    produced = phase_snap.journal.produced
     pairs: list[CandidatePair] = []
     same_run = remembered = 0
     for e in edges:
@@ -107,8 +114,8 @@ def load_candidates(app: Any, scope: Scope, run_id: str | None) -> Loaded:
         if a.id in produced and b.id in produced:
             same_run += 1
             continue
-        fp = fps[(e.i, e.j)]
-        if fp in known:
+        fp = fingerprint_notes([a, b])
+        if (JUDGEMENT_KIND, fp) in memory.verdicts:
             remembered += 1
             continue
         pairs.append(CandidatePair(a.id, b.id, e.similarity, fp, (a.id, b.id) in judged,
@@ -117,9 +124,12 @@ def load_candidates(app: Any, scope: Scope, run_id: str | None) -> Loaded:
     counters.update(pairs_considered=len(edges), pairs_skipped_same_run=same_run,
                     pairs_remembered=remembered)
     notes = snap.by_id()
+    pending = [(r.fingerprint, r.note_ids[0], r.note_ids[1], r.verdict, r.reason)
+               for r in memory.rows if r.kind == PENDING_RETIREMENT
+               and r.note_ids and len(r.note_ids) == 2]
     held_back = _still_pending(pending, notes)
     counters["retirements_held_back"] = len(held_back)
-    return Loaded(notes, pairs, counters, held_back)
+    return Loaded(notes, pairs, counters, held_back, phase_snap.journal)
 
 
 def _still_pending(
@@ -138,8 +148,17 @@ def _still_pending(
         a_id, b_id = sorted((loser_id, winner_id))
         pair = CandidatePair(a_id, b_id, 0.0, fp, True)
         verdict = Verdict(pair, relation_of(kind, winner_id, pair), 1.0, reason or "")
-        out.append((verdict, Decision("revoke", kind, winner_id, loser_id, why=reason or "")))
+        out.append((verdict, Decision(Action.REVOKE, kind, winner_id, loser_id,
+                                      why=reason or "")))
     return out
+
+
+def _limits(ctx: PhaseContext, journal: RunJournal) -> GuardLimits | None:
+    """The guard's limits while planning; the write checks with the same ones."""
+    if ctx.run_id is None or ctx.dry_run:
+        return None
+    with ctx.uow() as uow:
+        return guard_limits(uow, WriteTarget.of(ctx, PHASE, None), journal)
 
 
 def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
@@ -150,43 +169,47 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         loaded.pairs = [p for p in loaded.pairs if not set(p.ids) & proposals.held]
         loaded.held_back = [(v, d) for v, d in loaded.held_back
                             if not set(v.pair.ids) & proposals.held]
-    notes = loaded.notes
-    counters: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
-    counters.update(loaded.counters, judge="llm" if llm is not None else "rules")
+    counters = ContradictionsCounters(judge="llm" if llm is not None else "rules")
+    counters.update(loaded.counters)
     if not loaded.pairs and not loaded.held_back:
-        status = StepStatus.NO_ITEMS.value if not counters["pairs_considered"] else \
+        status = StepStatus.NO_ITEMS.value if not counters.pairs_considered else \
             StepStatus.SUCCEEDED.value
-        return PhaseReport(phase=PHASE, status=status, counters=counters)
-    applier = Applier(ctx, parent_step_id, notes, counters, proposals)
+        return PhaseReport(phase=PHASE, status=status, counters=counters.as_dict())
+    applier = Applier(ctx, parent_step_id, loaded.notes, counters,
+                      _limits(ctx, loaded.journal), loaded.journal, proposals=proposals)
     # What an earlier run decided but could not apply goes first and costs no question; the
     # fresh pairs of every note it retires (or holds back again) pass to the winner.
     pairs = applier.apply_held_back(loaded.held_back, loaded.pairs)
     if llm is None:
-        _judge_with_rules(ctx, parent_step_id, pairs, applier)
-        applier.finish()
+        entries, open_pairs_ = _judge_with_rules(ctx, pairs, applier)
+        applier.finish(lambda: rule_steps(ctx, entries, open_pairs_))
         record_proposals(ctx, proposals, counters)
-        return PhaseReport(phase=PHASE, status=StepStatus.SUCCEEDED.value, counters=counters)
+        return PhaseReport(phase=PHASE, status=StepStatus.SUCCEEDED.value,
+                           counters=counters.as_dict())
 
     results, deferred = judge_topics(ctx, llm, pairs, applier)
-    applier.finish()
+    applier.finish(lambda: call_steps(ctx, results))
     record_proposals(ctx, proposals, counters)
-    record_calls(ctx, parent_step_id, results)
-    counters["tokens_in"] = sum(r.outcome.tokens_in for r in results if r.outcome is not None)
-    counters["tokens_out"] = sum(r.outcome.tokens_out for r in results if r.outcome is not None)
+    return _model_report(ctx, counters, results, deferred)
+
+
+def _model_report(ctx: PhaseContext, counters: ContradictionsCounters, results: list[Any],
+                  deferred: list[Any]) -> PhaseReport:
+    counters.tokens_in = sum(r.outcome.tokens_in for r in results if r.outcome is not None)
+    counters.tokens_out = sum(r.outcome.tokens_out for r in results if r.outcome is not None)
     calls = sum(r.outcome.attempts for r in results if r.outcome is not None)
-    counters["calls"] = calls
-    counters["topics_dropped"] = sum(len(r.dropped) for r in results)
-    counters["topics_deferred"] = len(deferred)
+    counters.calls = calls
+    counters.topics_dropped = sum(len(r.dropped) for r in results)
+    counters.topics_deferred = len(deferred)
     if deferred:
         oldest = min(t.waiting_since for t in deferred)
-        counters["oldest_deferral_days"] = round((ctx.now - oldest).total_seconds() / 86400, 1)
+        counters.oldest_deferral_days = round((ctx.now - oldest).total_seconds() / 86400, 1)
     budget_hit = bool(deferred) or any(
         r.outcome is not None and r.outcome.status == "budget_exhausted" for r in results)
-    log.info("contradictions.finished", run_id=ctx.run_id, scope=ctx.scope.key,
-             **{k: v for k, v in counters.items() if isinstance(v, int)})
+    log.info("contradictions.finished", run_id=ctx.run_id, scope=ctx.scope.key, **counters.ints())
     return PhaseReport(
-        phase=PHASE, status=StepStatus.SUCCEEDED.value, counters=counters,
-        tokens_in=counters["tokens_in"], tokens_out=counters["tokens_out"], calls=calls,
+        phase=PHASE, status=StepStatus.SUCCEEDED.value, counters=counters.as_dict(),
+        tokens_in=counters.tokens_in, tokens_out=counters.tokens_out, calls=calls,
         reason="model budget exhausted; remaining topics wait for a later run"
         if budget_hit else None,
     )
@@ -195,8 +218,8 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
 # ---- judging with rules: pairs --------------------------------------------------------------
 
 def _judge_with_rules(
-    ctx: PhaseContext, parent_step_id: str, pairs: list[CandidatePair], applier: Applier,
-) -> None:
+    ctx: PhaseContext, pairs: list[CandidatePair], applier: Applier,
+) -> tuple[list[tuple[Verdict, dict[str, Any]]], list[CandidatePair]]:
     """No model: rules settle identity and containment; every other pair stays open."""
     notes = applier.notes
     verdicts: list[Verdict] = []
@@ -229,22 +252,7 @@ def _judge_with_rules(
         a, b = notes[v.pair.a_id], notes[v.pair.b_id]
         entries.append((v, applier.apply(v, decide(v, a, b, policy))))
     applier.counters["pairs_open"] = len(open_pairs_)
-    with ctx.uow() as uow:
-        uow.check_lease(ctx.run_id, ctx.epoch)
-        for k in range(0, len(entries), RULE_STEP_PAIRS):
-            chunk = entries[k: k + RULE_STEP_PAIRS]
-            ctx.steps.child(uow, parent_step_id, PHASE, ChildStep(
-                name="rules", status=StepStatus.SUCCEEDED.value,
-                input={"batch": k // RULE_STEP_PAIRS + 1, "judge": "rules",
-                       "pairs": [pair_json(v.pair) for v, _ in chunk]},
-                output={"verdicts": [{"a": v.pair.a_id, "b": v.pair.b_id, "relation": v.relation,
-                                      "confidence": v.confidence, "reason": v.reason, **entry}
-                                     for v, entry in chunk], "dry_run": ctx.dry_run}))
-        # Open pairs get one child each ({"verdict": "open"}, note_ids) so the host API can
-        # list them; capped per run, the rest stay reachable through open_pairs().
-        for pair in open_pairs_[: ctx.settings.contradictions.max_open_steps]:
-            ctx.steps.child(uow, parent_step_id, PHASE, open_step(pair))
-        uow.commit()
+    return entries, open_pairs_
 
 
 # ---- host access ----------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Child steps the phase records: one per model call, one per open pair, and the JSON a pair takes in them."""
+"""Child steps the phase records: one per model call, rule verdicts in batches, one per open
+pair, and the JSON a pair takes in them."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ from typing import Any
 from worker.domain.types import StepStatus
 from worker.phases.contradictions.core import (
     OPEN,
-    PHASE,
     PROMPT,
     CandidatePair,
+    Verdict,
 )
 from worker.phases.contradictions.judging import CallResult
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
+
+RULE_STEP_PAIRS = 50  # rule verdicts recorded per child step
 
 
 def pair_json(pair: CandidatePair) -> dict[str, Any]:
@@ -21,12 +24,27 @@ def pair_json(pair: CandidatePair) -> dict[str, Any]:
             "judged_before": pair.judged_before, "sources": list(pair.sources)}
 
 
-def record_calls(ctx: PhaseContext, parent_step_id: str, results: list[CallResult]) -> None:
-    with ctx.uow() as uow:
-        uow.check_lease(ctx.run_id, ctx.epoch)
-        for k, r in enumerate(results, start=1):
-            ctx.steps.child(uow, parent_step_id, PHASE, _call_step(ctx, k, r))
-        uow.commit()
+def call_steps(ctx: PhaseContext, results: list[CallResult]) -> list[ChildStep]:
+    """One child step per model call, in the order asked (written with the phase's write)."""
+    return [_call_step(ctx, k, r) for k, r in enumerate(results, start=1)]
+
+
+def rule_steps(ctx: PhaseContext, entries: list[tuple[Verdict, dict[str, Any]]],
+               open_pairs: list[CandidatePair]) -> list[ChildStep]:
+    """Rule verdicts in batches of ``RULE_STEP_PAIRS``, then one step per open pair (capped per
+    run; the rest stay reachable through ``open_pairs``) so the host API can list them."""
+    steps = []
+    for k in range(0, len(entries), RULE_STEP_PAIRS):
+        chunk = entries[k: k + RULE_STEP_PAIRS]
+        steps.append(ChildStep(
+            name="rules", status=StepStatus.SUCCEEDED.value,
+            input={"batch": k // RULE_STEP_PAIRS + 1, "judge": "rules",
+                   "pairs": [pair_json(v.pair) for v, _ in chunk]},
+            output={"verdicts": [{"a": v.pair.a_id, "b": v.pair.b_id, "relation": v.relation,
+                                  "confidence": v.confidence, "reason": v.reason, **entry}
+                                 for v, entry in chunk], "dry_run": ctx.dry_run}))
+    steps.extend(open_step(p) for p in open_pairs[: ctx.settings.contradictions.max_open_steps])
+    return steps
 
 
 def open_step(pair: CandidatePair) -> ChildStep:

@@ -37,7 +37,7 @@ def evaluate(changes: Sequence[Change], state: State,
     item 3, two comments on one note compose.
     """
     results: list[ItemResult] = []
-    gate = _Gate(guard)
+    gate = Gate(guard)
     for c in changes:
         r = _freshness(c, state)
         if r.status == ItemStatus.APPLIED and c.retires and c.entity == "note":
@@ -65,8 +65,12 @@ def _freshness(c: Change, state: State) -> ItemResult:
     return ItemResult(c, ItemStatus.APPLIED)
 
 
-class _Gate:
-    """The guard over one write: each retirement in order (``each``), or all of them at once."""
+class Gate:
+    """The guard over one phase: each retirement in order (``each``), or all of them at once.
+
+    A write builds one over its changes; a phase that must know while it plans (contradictions
+    re-plans its questions after every retirement) keeps one too, with the same limits, so the
+    write's own check agrees with what it planned."""
 
     def __init__(self, guard: GuardLimits | None) -> None:
         self.guard = guard
@@ -74,24 +78,34 @@ class _Gate:
         self.tripped: str | None = None
         self.counted: list[ItemResult] = []
 
-    def admit(self, r: ItemResult, state: State) -> None:
-        g, c = self.guard, r.change
+    def check(self, ids: Sequence[str], protections: Sequence[str], *, owner_gone: bool = False,
+              protected_ok: bool = False) -> str | None:
+        """None if retiring ``ids`` is allowed now (and counted), else the refusal."""
+        g = self.guard
         if g is None:
-            return
+            return None
         if self.tripped is not None and g.each:
-            r.status, r.reason = ItemStatus.GUARDED, self.tripped
-            return
-        refusal = next((p for m in c.members if (p := protection_refusal(
-            m.id, state[m.id]["protection"], c.protected_ok))), None)
-        if refusal is None and not c.owner_gone:
-            proposed = {m.id for m in c.members} - self.retired
+            return self.tripped
+        refusal = next((p for i, prot in zip(ids, protections, strict=True)
+                        if (p := protection_refusal(i, prot, protected_ok))), None)
+        if refusal is None and not owner_gone:
+            proposed = set(ids) - self.retired
             refusal = _share(g, len(self.retired) + len(proposed)) if g.each else None
             if refusal is None:
                 self.retired |= proposed
-                self.counted.append(r)
         if refusal is not None:
             self.tripped = self.tripped or refusal
+        return refusal
+
+    def admit(self, r: ItemResult, state: State) -> None:
+        c = r.change
+        ids = [m.id for m in c.members]
+        refusal = self.check(ids, [state[i]["protection"] for i in ids],
+                             owner_gone=c.owner_gone, protected_ok=c.protected_ok)
+        if refusal is not None:
             r.status, r.reason = ItemStatus.GUARDED, refusal
+        elif not c.owner_gone:
+            self.counted.append(r)
 
     def finish(self) -> str | None:
         g = self.guard

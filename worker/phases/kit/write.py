@@ -73,6 +73,26 @@ def open_write(target: WriteTarget) -> Iterator[PhaseWrite]:
         uow.commit()
 
 
+def guard_limits(uow: UnitOfWork, target: WriteTarget, journal: RunJournal | None, *,
+                 each: bool = True, totals: dict[str, Any] | None = None) -> GuardLimits:
+    """The guard's inputs for a run's phase: what the run retired so far, the scope's active
+    notes at its start (``notes_before``, else the run's totals), and the settings."""
+    assert target.run_id is not None
+    if journal is None:
+        journal = journal_of(uow.writes.journal(target.run_id, target.scope.key))
+    before = target.notes_before
+    if before is None:
+        totals = totals if totals is not None else uow.writes.run_totals(target.run_id)
+        before = totals.get("notes_before")
+    if before and "active" in before:
+        baseline = int(before["active"])
+    else:  # no snapshot (a phase executed on its own): active now plus what the run retired
+        baseline = uow.writes.active_count(target.scope.key) + len(journal.retired)
+    s = target.app.settings.guard
+    return GuardLimits(frozenset(journal.retired), baseline, s.max_retire_share,
+                       s.min_scope_size, target.allow_retire, each)
+
+
 class PhaseWrite:
     def __init__(self, uow: UnitOfWork, target: WriteTarget,
                  totals: dict[str, Any] | None) -> None:
@@ -85,14 +105,17 @@ class PhaseWrite:
 
     # ---- the changes ---------------------------------------------------------------------
     def apply(self, changes: Sequence[Change], *, vectors: dict[str, np.ndarray] | None = None,
-              journal: RunJournal | None = None, guard_each: bool = True) -> list[ItemResult]:
-        """Apply ``changes`` in order; each result says applied, stale, guarded or dry run."""
+              journal: RunJournal | None = None, guard_each: bool = True,
+              also: Sequence[str] = ()) -> list[ItemResult]:
+        """Apply ``changes`` in order; each result says applied, stale, guarded or dry run.
+
+        ``also``: more ids to re-read with the members (``current`` answers for them after)."""
         t = self.target
         if t.dry_run:
             return [ItemResult(c, ItemStatus.DRY_RUN) for c in changes]
-        if not changes:
+        if not changes and not also:
             return []
-        self.state = self.uow.writes.lock_state(i for c in changes for i in c.ids())
+        self.state = self.uow.writes.lock_state([*(i for c in changes for i in c.ids()), *also])
         guard = self._guard_limits(changes, journal, guard_each)
         results, self.tripped = evaluate(changes, self._before_images(), guard)
         rows = RowBuilder(t.scope, t.run_id, t.now, self.state,
@@ -118,37 +141,28 @@ class PhaseWrite:
         t = self.target
         if t.run_id is None or not any(c.retires and c.entity == "note" for c in changes):
             return None  # a host call is its own decision, not a run's blast radius
-        if journal is None:
-            journal = journal_of(self.uow.writes.journal(t.run_id, t.scope.key))
-        before = t.notes_before
-        if before is None:
-            totals = self._totals if self._totals is not None else self.uow.writes.run_totals(
-                t.run_id)
-            before = totals.get("notes_before")
-        if before and "active" in before:
-            baseline = int(before["active"])
-        else:  # no snapshot (a phase executed on its own): active now plus what the run retired
-            baseline = self.uow.writes.active_count(t.scope.key) + len(journal.retired)
-        s = t.app.settings.guard
-        return GuardLimits(frozenset(journal.retired), baseline, s.max_retire_share,
-                           s.min_scope_size, t.allow_retire, each)
+        return guard_limits(self.uow, t, journal, each=each, totals=self._totals)
 
     def _archive_examples(self, results: list[ItemResult]) -> None:
+        """Examples (archive's only other entity) through their own guarded update, one call
+        per reason; an example changed since the plan is left alone (stale)."""
         from worker.store.repositories.examples import ExampleRepository
         from worker.store.repositories.retention import ArchiveItem
 
-        todo = [r for r in results if r.status == ItemStatus.APPLIED and r.change.entity != "note"]
-        if not todo:
-            return
+        by_reason: dict[str, list[ItemResult]] = {}
+        for r in results:
+            if r.status == ItemStatus.APPLIED and r.change.entity != "note":
+                by_reason.setdefault(r.change.reason, []).append(r)
         t = self.target
         repo = ExampleRepository(self.uow.session)
-        for r in todo:
-            c = r.change
-            done = set(repo.archive(t.scope, [ArchiveItem(m.id, m.version, c.comment)
-                                              for m in c.members],
-                                    run_id=t.run_id, reason=c.reason, now=t.now))
-            if not done:
-                r.status, r.stale_ids = ItemStatus.STALE, [m.id for m in c.members]
+        for reason, todo in by_reason.items():
+            items = [ArchiveItem(m.id, m.version, r.change.comment)
+                     for r in todo for m in r.change.members]
+            done = set(repo.archive(t.scope, items, run_id=t.run_id, reason=reason, now=t.now))
+            for r in todo:
+                missing = [m.id for m in r.change.members if m.id not in done]
+                if missing:
+                    r.status, r.stale_ids = ItemStatus.STALE, missing
 
     # ---- what is recorded with them -------------------------------------------------------
     def step(self, step: ChildStep) -> None:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 import structlog
 
-from worker.domain.types import PhaseReport, StepStatus
+from worker.domain.types import Note, PhaseReport, StepStatus
 from worker.phases.keep.judging import ReviewResult, review_keep
+from worker.phases.kit import Change, ChangeKind, ItemStatus, WriteTarget, members_of, open_write
 from worker.phases.prune.core import (
     REF_ORDER,
     Orphan,
-    count_by_kind,
     count_unknown,
     find_orphans,
     references_of,
 )
+from worker.phases.prune.counters import PruneCounters
 from worker.references import ReferenceChecker, make_reference_checker
 from worker.review.changes import archive_change
 from worker.review.propose import Proposals, proposals_for
@@ -21,26 +25,24 @@ from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
-from worker.safety.guard import OWNER_GONE_REASON, check_retire, record_trip
-from worker.store.repositories.retention import ArchiveItem, RetentionRepository
+from worker.safety.guard import OWNER_GONE_REASON
+from worker.store.repositories.retention import RetentionRepository
 
 log = structlog.get_logger(__name__)
 
 
 def _counters(checked: int, archived: list[Orphan],
-              unknown: dict[str, int] | None = None) -> dict[str, int]:
-    by_kind = count_by_kind(archived)
-    unknown = unknown or dict.fromkeys(REF_ORDER, 0)
-    return {
-        "notes_checked": checked, "notes_archived": len(archived),
-        "orphaned_agents": by_kind["agent"], "orphaned_users": by_kind["user"],
-        "orphaned_companies": by_kind["company"],
-        "orphaned_conversations": by_kind["conversation"],
-        # Notes whose entity has no record: never a reason to retire (R25), shown so that an
-        # empty or partial registry is visible.
-        "unknown_agents": unknown["agent"], "unknown_users": unknown["user"],
-        "unknown_companies": unknown["company"], "unknown_conversations": unknown["conversation"],
-    }
+              unknown: dict[str, int] | None = None) -> dict[str, Any]:
+    return PruneCounters.of(checked, archived, unknown).ints()
+
+
+@dataclass
+class _Sorted:
+    """The orphans after the model's say: to archive, kept by it, deferred (it did not answer)."""
+
+    to_archive: list[Orphan] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)
 
 
 def run_prune(
@@ -63,82 +65,18 @@ def run_prune(
             wanted[kind].add(entity_id)
     records = {kind: checker.records(kind, ids) for kind, ids in wanted.items() if ids}
     orphans = find_orphans(notes, records)
-    unknown = count_unknown(notes, records)
-
-    review = _review(ctx, orphans)
-    to_archive: list[Orphan] = []
-    kept: list[str] = []
-    deferred: list[str] = []
-    for orphan in orphans:
-        if review is not None and orphan.only_conversation:
-            decision = review.keep.get(orphan.note.id)
-            if decision is None:
-                deferred.append(orphan.note.id)
-                continue
-            if decision:
-                kept.append(orphan.note.id)
-                continue
-        to_archive.append(orphan)
-
-    archived_ids: list[str] = []
-    guard_reason: str | None = None
-    # A scope whose agent/user/company is recorded disabled or deleted is retired whole: that
-    # is one explicit decision, not a blast-radius accident. Everything else (a conversation at a
-    # time, ids merely absent from a host table) counts against the guard's share (R20).
-    if proposed := _propose(ctx, proposals, to_archive):
-        to_archive = []
-    owner_gone = [o for o in to_archive if o.owner_recorded_gone]
-    guarded = [o for o in to_archive if not o.owner_recorded_gone]
-    planned_ids = [o.note.id for o in guarded]
-    with ctx.uow() as uow:
-        uow.check_lease(ctx.run_id, ctx.epoch)
-        if not ctx.dry_run:
-            guard_reason = check_retire(uow, ctx, [o.note for o in guarded])  # R20
-            if guard_reason:
-                guarded = []
-            to_archive = owner_gone + guarded
-            retention = RetentionRepository(uow.session)
-            archived_ids = retention.archive_notes(
-                ctx.scope,
-                [ArchiveItem(o.note.id, o.note.version, o.comment(ctx.now)) for o in owner_gone],
-                run_id=ctx.run_id, reason=OWNER_GONE_REASON, now=ctx.now,
-            ) + retention.archive_notes(
-                ctx.scope,
-                [ArchiveItem(o.note.id, o.note.version, o.comment(ctx.now)) for o in guarded],
-                run_id=ctx.run_id, reason="prune: orphaned", now=ctx.now,
-            )
-            # Deferred notes stay unchecked so the next run looks at them first.
-            uow.notes.mark_checked([n.id for n in notes if n.id not in set(deferred)], ctx.now)
-        else:
-            archived_ids = [o.note.id for o in to_archive]
-        for step in review.steps if review else []:
-            ctx.steps.child(uow, parent_step_id, "prune", step)
-        done = set(archived_ids)
-        stale = [o.note.id for o in to_archive if o.note.id not in done]
-        ctx.steps.child(uow, parent_step_id, "prune", ChildStep(
-            name="orphans", status=StepStatus.SUCCEEDED.value if orphans else StepStatus.NO_ITEMS.value,
-            input={"notes_checked": len(notes),
-                   "lookups": {k: checker.lookups[k] for k in REF_ORDER}},
-            output={
-                "archived": {o.note.id: [d.describe() for d in o.dead]
-                             for o in to_archive if o.note.id in done},
-                "kept_by_review": kept, "deferred": deferred,
-                "stale": stale, "dry_run": ctx.dry_run,
-                **({"proposed": proposed} if proposed else {}),
-            },
-        ))
-        crashpoint("prune.after_archive")
-        uow.commit()
-    if guard_reason:
-        record_trip(ctx, parent_step_id, "prune", guard_reason, planned_ids)
-    counters_extra: dict[str, int] = {}
-    record_proposals(ctx, proposals, counters_extra)
-    archived = [o for o in to_archive if o.note.id in set(archived_ids)]
+    review = _review(ctx, orphans) if settings.review == "llm" else None
+    plan = _sort(orphans, review)
+    proposed = _propose(ctx, proposals, plan.to_archive)
+    if proposed:
+        plan.to_archive = []
+    archived = _write(ctx, parent_step_id, notes, orphans, plan, review, checker, proposed)
+    counters = _counters(len(notes), archived, count_unknown(notes, records))
+    record_proposals(ctx, proposals, counters)
     log.info("prune.applied", run_id=ctx.run_id, scope=ctx.scope.key, checked=len(notes),
-             archived=len(archived), kept=len(kept), deferred=len(deferred), stale=len(stale))
+             archived=len(archived), kept=len(plan.kept), deferred=len(plan.deferred))
     return PhaseReport(
-        "prune", StepStatus.SUCCEEDED.value,
-        {**_counters(len(notes), archived, unknown), **counters_extra},
+        "prune", StepStatus.SUCCEEDED.value, counters,
         tokens_in=review.tokens_in if review else 0, tokens_out=review.tokens_out if review else 0,
         calls=review.calls if review else 0,
     )
@@ -147,7 +85,7 @@ def run_prune(
 def _review(ctx: PhaseContext, orphans: list[Orphan]) -> ReviewResult | None:
     """prune.review=llm: notes whose only dead reference is their conversation go to the model."""
     askable = [o for o in orphans if o.only_conversation]
-    if ctx.settings.prune.review != "llm" or not askable or ctx.app.llm is None:
+    if not askable or ctx.app.llm is None:
         return None
     return review_keep(ctx, "prune", [
         {"id": o.note.id, "type": o.note.type, "content": o.note.content,
@@ -155,6 +93,69 @@ def _review(ctx: PhaseContext, orphans: list[Orphan]) -> ReviewResult | None:
          "missing": [d.describe() for d in o.dead]}
         for o in askable
     ], {"now": ctx.now.date().isoformat()})
+
+
+def _sort(orphans: list[Orphan], review: ReviewResult | None) -> _Sorted:
+    plan = _Sorted()
+    for orphan in orphans:
+        if review is not None and orphan.only_conversation:
+            decision = review.keep.get(orphan.note.id)
+            if decision is None:
+                plan.deferred.append(orphan.note.id)
+                continue
+            if decision:
+                plan.kept.append(orphan.note.id)
+                continue
+        plan.to_archive.append(orphan)
+    return plan
+
+
+def _change(ctx: PhaseContext, o: Orphan) -> Change:
+    # A scope whose agent/user/company is recorded disabled or deleted is retired whole: that
+    # is one explicit decision, not a blast-radius accident. Everything else (a conversation at a
+    # time, ids merely absent from a host table) counts against the guard's share (R20).
+    gone = o.owner_recorded_gone
+    return Change(kind=ChangeKind.ARCHIVE, name=o.note.id, members=members_of([o.note]),
+                  comment=o.comment(ctx.now), owner_gone=gone,
+                  reason=OWNER_GONE_REASON if gone else "prune: orphaned",
+                  detail={"dead": [d.describe() for d in o.dead]})
+
+
+def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: list[Orphan],
+           plan: _Sorted, review: ReviewResult | None, checker: ReferenceChecker,
+           proposed: list[str]) -> list[Orphan]:
+    """The phase's one guarded write: archives (the guard's share asked once for all), the
+    checked marks, the review's and the orphans' steps. The orphans archived."""
+    changes = [_change(ctx, o) for o in plan.to_archive]
+    with open_write(WriteTarget.of(ctx, "prune", parent_step_id)) as w:
+        results = w.apply(changes, guard_each=False)
+        if not ctx.dry_run:
+            # Deferred notes stay unchecked so the next run looks at them first.
+            deferred = set(plan.deferred)
+            w.uow.notes.mark_checked([n.id for n in notes if n.id not in deferred], ctx.now)
+        for step in review.steps if review else []:
+            w.step(step)
+        done = {r.change.name for r in results if r.applied}
+        shown = [o for o, r in zip(plan.to_archive, results, strict=True)
+                 if r.status != ItemStatus.GUARDED]
+        w.step(ChildStep(
+            name="orphans",
+            status=StepStatus.SUCCEEDED.value if orphans else StepStatus.NO_ITEMS.value,
+            input={"notes_checked": len(notes),
+                   "lookups": {k: checker.lookups[k] for k in REF_ORDER}},
+            output={
+                "archived": {o.note.id: [d.describe() for d in o.dead]
+                             for o in shown if o.note.id in done},
+                "kept_by_review": plan.kept, "deferred": plan.deferred,
+                "stale": [o.note.id for o in shown if o.note.id not in done],
+                "dry_run": ctx.dry_run,
+                **({"proposed": proposed} if proposed else {}),
+            },
+        ))
+        if w.tripped is not None:
+            w.trip(w.tripped, [r.change.name for r in results if not r.change.owner_gone])
+        crashpoint("prune.after_archive")
+    return [o for o in plan.to_archive if o.note.id in done]
 
 
 def _propose(ctx: PhaseContext, proposals: Proposals, orphans: list[Orphan]) -> list[str]:

@@ -48,6 +48,12 @@ _INSERT_LINEAGE = insert(cast(Table, NoteLineageRow.__table__))
 _INSERT_STEP = insert(cast(Table, RunStepRow.__table__))
 _INSERT_REVIEW = insert(cast(Table, ReviewRow.__table__))
 _UPDATES: dict[tuple[str, ...], Any] = {}
+_TOTALS = select(_RUNS.c.totals).where(_RUNS.c.id == bindparam("run_id"))
+_JOURNAL = select(_LOG.c.entity_id, _LOG.c.op, _LOG.c.before, _LOG.c.after, _LOG.c.reason).where(
+    _LOG.c.run_id == bindparam("run_id"), _LOG.c.scope_key == bindparam("scope_key"),
+    _LOG.c.entity == "note")
+_ACTIVE_COUNT = select(func.count()).select_from(_NOTES).where(
+    _NOTES.c.scope_key == bindparam("scope_key"), _NOTES.c.status == NoteStatus.ACTIVE.value)
 CHUNK = 500
 
 
@@ -65,21 +71,16 @@ class WriteRepository:
         return None if row is None else dict(row.totals or {})
 
     def run_totals(self, run_id: str) -> dict[str, Any]:
-        row = self._run(select(_RUNS.c.totals).where(_RUNS.c.id == run_id)).first()
+        row = self._run(_TOTALS, {"run_id": run_id}).first()
         return dict(row.totals or {}) if row is not None else {}
 
     def journal(self, run_id: str, scope_key: str) -> list[Any]:
         """(entity_id, op, before, after, reason) of every note change this run logged in the
         scope: what it inserted and what it retired (one SELECT)."""
-        stmt = select(_LOG.c.entity_id, _LOG.c.op, _LOG.c.before, _LOG.c.after,
-                      _LOG.c.reason).where(_LOG.c.run_id == run_id, _LOG.c.scope_key == scope_key,
-                                           _LOG.c.entity == "note")
-        return list(self._run(stmt).all())
+        return list(self._run(_JOURNAL, {"run_id": run_id, "scope_key": scope_key}).all())
 
     def active_count(self, scope_key: str) -> int:
-        stmt = select(func.count()).select_from(_NOTES).where(
-            _NOTES.c.scope_key == scope_key, _NOTES.c.status == NoteStatus.ACTIVE.value)
-        return int(self._run(stmt).scalar_one())
+        return int(self._run(_ACTIVE_COUNT, {"scope_key": scope_key}).scalar_one())
 
     def lock_state(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """Current version, status, protection and tracked fields of each id, in one SELECT

@@ -1,0 +1,103 @@
+"""The kit's pure part: which changes of a write apply, given the members' current state and
+the guard, and the change items' JSON form (what a stored proposal is)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from worker.phases.kit.changes import Change, ChangeKind, ItemStatus, Member, NewNote
+from worker.phases.kit.evaluate import GuardLimits, evaluate
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def _state(*ids: str, protection: str = "standard", manual: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {i: {"version": 1, "status": "active", "protection": protection,
+                "is_auto_generated": i not in manual, "created_at": NOW, "comments": None,
+                "flags": []} for i in ids}
+
+
+def _archive(*ids: str, owner_gone: bool = False) -> Change:
+    return Change(kind=ChangeKind.ARCHIVE, name="+".join(ids),
+                  members=tuple(Member(i, 1) for i in ids), comment="gone", reason="prune",
+                  owner_gone=owner_gone)
+
+
+def _limits(already: int = 0, baseline: int = 10, each: bool = True,
+            allow: int | None = None) -> GuardLimits:
+    return GuardLimits(frozenset(f"r{k}" for k in range(already)), baseline, 0.5, 10, allow, each)
+
+
+@pytest.mark.parametrize(("limits", "expected"), [
+    # no guard (a host call): everything fresh applies
+    (None, ["applied", "applied", "applied"]),
+    # 5 of 10 is the share exactly ("more than half" trips): all three fit
+    (_limits(already=2), ["applied", "applied", "applied"]),
+    # one retirement already spent past the share: the third trips, in order
+    (_limits(already=3), ["applied", "applied", "guarded"]),
+    # all at once (prune, archive): the same total refuses the whole batch
+    (_limits(already=3, each=False), ["guarded", "guarded", "guarded"]),
+    # --allow-retire 6 lifts the share up to 6
+    (_limits(already=3, allow=6), ["applied", "applied", "applied"]),
+    # tiny scopes (below min_scope_size) are outside the share
+    (_limits(already=3, baseline=9), ["applied", "applied", "applied"]),
+])
+def test_the_guard_admits_retirements_in_order_or_all_together(
+    limits: GuardLimits | None, expected: list[str],
+) -> None:
+    """Three archives of one note each against the blast-radius share (R20)."""
+    results, tripped = evaluate([_archive("a"), _archive("b"), _archive("c")],
+                                _state("a", "b", "c"), limits)
+    assert [r.status.value for r in results] == expected
+    assert (tripped is not None) == ("guarded" in expected)
+
+
+def test_owner_gone_archives_are_outside_the_share() -> None:
+    """Prune's recorded-gone owner is one explicit decision: never counted, never refused."""
+    results, tripped = evaluate([_archive("a", "b", "c", owner_gone=True)],
+                                _state("a", "b", "c"), _limits(already=5))
+    assert [r.status for r in results] == [ItemStatus.APPLIED] and tripped is None
+
+
+def test_stale_members_and_manual_notes_are_skipped_one_item_at_a_time() -> None:
+    """A member at another version, retired by an earlier item, or written by a person (R26)
+    makes only its own item stale; the others apply."""
+    state = _state("a", "b", "c", "d", manual=("d",))
+    state["b"]["version"] = 2
+    first = Change(kind=ChangeKind.SUPERSEDE, name="a->c", members=(Member("a", 1),),
+                   keep=(Member("c", 1),), into_id="c", relation="superseded", comment="x")
+    again = Change(kind=ChangeKind.SUPERSEDE, name="a->c again", members=(Member("a", 1),),
+                   keep=(Member("c", 1),), into_id="c", relation="superseded", comment="x")
+    results, _ = evaluate([first, _archive("b"), again, _archive("d")], state, None)
+    assert [r.status for r in results] == [ItemStatus.APPLIED, ItemStatus.STALE,
+                                           ItemStatus.STALE, ItemStatus.STALE]
+    assert [r.stale_ids for r in results[1:]] == [["b"], ["a"], ["d"]]
+
+
+def test_protected_and_immutable_members_are_refused() -> None:
+    """R23: a protected note only where the change says so; an immutable one never."""
+    results, _ = evaluate([_archive("p")], _state("p", protection="protected"), _limits())
+    assert results[0].status == ItemStatus.GUARDED and "protected" in results[0].reason
+    allowed = Change(kind=ChangeKind.ARCHIVE, name="p", members=(Member("p", 1),),
+                     protected_ok=True)
+    results, _ = evaluate([allowed], _state("p", protection="protected"), _limits())
+    assert results[0].status == ItemStatus.APPLIED
+    immutable = Change(kind=ChangeKind.ARCHIVE, name="i", members=(Member("i", 1),),
+                       protected_ok=True)
+    results, _ = evaluate([immutable], _state("i", protection="immutable"), _limits())
+    assert results[0].status == ItemStatus.GUARDED and "immutable" in results[0].reason
+
+
+def test_a_change_survives_its_json_form() -> None:
+    """What the review flow stores is the same change when read back (dates included)."""
+    change = Change(kind=ChangeKind.SUPERSEDE, name="cluster 1",
+                    members=(Member("a", 3), Member("b", 1)),
+                    new_note=NewNote(id="n", content="fused", type="Preference",
+                                     last_accessed_at=NOW, reason="consolidated 2 notes"),
+                    relation="consolidated", reason="consolidated", comment="Consolidated into n",
+                    valid_to=NOW, confidence=0.9, detail={"similarity": 0.93})
+    assert Change.from_json(json.loads(json.dumps(change.to_json()))) == change

@@ -1,0 +1,37 @@
+"""What the contradictions phase counts (its parent step's output)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.phases.kit.counters import Counters
+
+
+@dataclass
+class ContradictionsCounters(Counters):
+    pairs_considered: int = 0
+    pairs_judged: int = 0
+    conflicts_resolved: int = 0
+    conflicts_flagged: int = 0
+    equivalents_merged: int = 0
+    pairs_skipped_stale: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    verdicts_wasted: int = 0
+    judge: str = "rules"
+    generic_frames_skipped: int = 0
+    pairs_skipped_same_run: int = 0
+    pairs_remembered: int = 0
+    retirements_held_back: int = 0
+    # Set only when they happen (absent from the step otherwise); candidates_<source> in extra.
+    retirements_applied_unasked: int | None = None
+    pairs_guarded: int | None = None
+    pairs_open: int | None = None
+    notes_isolated: int | None = None
+    topics_found: int | None = None
+    rounds: int | None = None
+    topics_judged: int | None = None
+    calls: int | None = None
+    topics_dropped: int | None = None
+    topics_deferred: int | None = None
+    oldest_deferral_days: float | None = None
