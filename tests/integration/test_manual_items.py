@@ -261,7 +261,7 @@ def test_undo_never_overwrites_a_later_runs_annotation(app: App) -> None:
             uow.commit()
         run_ids.append(run_id)
     assert _notes(app)["n"].version == 1
-    line = one_error_line(dream(url, "undo", run_ids[0]))
+    line = one_error_line(dream(url, "undo", run_ids[0]), code=4)
     assert f"run {run_ids[1]}" in line
     assert _notes(app)["n"].flags == ["contradiction_review", "injection"]
     _ok(dream(url, "undo", run_ids[1]))
