@@ -1,7 +1,7 @@
 """The seam a phase calls: is this decision applied now or proposed, and recording proposals.
 
-A phase builds one ``Proposals`` per run and scope (one short read: the run's trigger, the
-agent's apply mode, the scope's open items), asks ``wants`` for each decision, ``add``s the
+A phase builds one ``Proposals`` per run and scope (one short read: the agent's apply mode,
+the scope's open items; the run's trigger comes with the phase context), asks ``wants`` for each decision, ``add``s the
 proposed ones as ``ProposedChange`` data and writes them with ``record`` in one transaction.
 An approval's own run (trigger ``review``) always applies: it is the operator's decision.
 """
@@ -55,13 +55,12 @@ class Proposals:
 def proposals_for(ctx: Any) -> Proposals:
     """The apply mode of ``ctx``'s run and scope, read once; open items whose notes changed
     since they were proposed are recorded stale here (they can never apply), so they hold
-    nothing back."""
+    nothing back. The run's trigger comes with ``ctx`` (the engine's run snapshot)."""
     settings = ctx.settings
     with ctx.uow() as uow:
-        run = uow.runs.get(ctx.run_id) if ctx.run_id else None
         agent = uow.entities.agent(ctx.scope.agent_id)
         mode = resolve_mode(settings.apply_mode, agent.apply_mode if agent else None)
-        if run is not None and run.trigger == REVIEW_TRIGGER:
+        if ctx.trigger == REVIEW_TRIGGER:
             mode = ApplyMode.AUTO
         proposals = Proposals(mode, settings.safe_auto_min_confidence)
         if mode == ApplyMode.AUTO:

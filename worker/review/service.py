@@ -243,7 +243,8 @@ def _approval_context(app: App, scope: Scope, change: ProposedChange, row: Any,
         uow.commit()
     assert epoch is not None
     return PhaseContext(app=app, run_id=run_id, scope=scope, now=now, epoch=epoch,
-                        steps=StepRecorder(app, run_id, scope), force=True)
+                        steps=StepRecorder(app, run_id, scope), force=True,
+                        trigger=REVIEW_TRIGGER)
 
 
 def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,

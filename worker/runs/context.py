@@ -93,6 +93,9 @@ class PhaseContext:
     # The scope's note counts before the run's first phase (the engine's run snapshot): the
     # guard's baseline, so a phase's write need not read the run row. None outside a run.
     notes_before: dict[str, int] | None = None
+    # What started the run (dream_runs.trigger, from the run snapshot): an approval's run
+    # (``review``) applies what it is given whatever the scope's apply mode.
+    trigger: str = "cli"
 
     @property
     def settings(self) -> Settings:

@@ -52,6 +52,7 @@ class RunSnapshot:
     # The blast-radius guard's baseline (R20).
     notes_before: dict[str, int] | None = None
     unrecorded: bool = False
+    trigger: str = "cli"
 
 
 def phase_step_id(run_id: str, phase: str, epoch: int | None) -> str:
@@ -108,6 +109,7 @@ def _snapshot(run: Any, steps: Iterable[RunStepRow]) -> RunSnapshot:
                  if s.id in mine and s.status == StepStatus.RUNNING.value
                  and (s.output or {}).get("waiting")},
         usage=usage_of(steps), notes_before=_notes_before(run.totals, parents),
+        trigger=run.trigger,
     )
 
 
