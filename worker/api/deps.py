@@ -33,15 +33,17 @@ DreamApp = Annotated[App, Depends(dream_app)]
 Caller = Annotated[Principal, Depends(principal)]
 
 
-def scope_for(who: Principal, requested: ScopeIn | None) -> Scope:
-    """The scope a request acts on: a scoped token's own, or the admin's explicit choice."""
+def scope_for(who: Principal, requested: ScopeIn | Scope | None) -> Scope:
+    """The scope a request acts on (from its body or, through ``query_scope``, its query): a
+    scoped token's own, or the admin's explicit choice."""
+    wanted = requested.to_scope() if isinstance(requested, ScopeIn) else requested
     if who.scope is not None:
-        if requested is not None and requested.to_scope() != who.scope:
+        if wanted is not None and wanted != who.scope:
             raise NotFound("no such scope")
         return who.scope
-    if requested is None:
+    if wanted is None:
         raise InvalidInput("scope is required with an admin token")
-    return requested.to_scope()
+    return wanted
 
 
 def query_scope(key: str | None, agent_id: str | None, user_id: str | None,

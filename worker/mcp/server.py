@@ -24,9 +24,8 @@ from worker.api.auth import Principal, authenticate, bearer, parse_tokens
 from worker.api.guards import BodyLimit
 from worker.app import App
 from worker.domain.types import Scope
-from worker.host import HostError
+from worker.errors import DreamError
 from worker.mcp.tools import ScopedTools
-from worker.runs.service import RunError
 from worker.safety.scrub import stack
 
 log = structlog.get_logger(__name__)
@@ -182,11 +181,8 @@ def _call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Refusals the caller can fix become a tool error (``code: one line``), never a traceback."""
     try:
         return fn()
-    except HostError as exc:
+    except DreamError as exc:  # every refusal a caller can fix: its class names the code
         raise ToolError(f"{exc.code}: {exc}") from None
-    except RunError as exc:
-        code = "not_found" if str(exc).startswith("no run with id") else "conflict"
-        raise ToolError(f"{code}: {exc}") from None
     except ToolError:
         raise
     except Exception as exc:
