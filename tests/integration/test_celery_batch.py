@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import drop_postgres_app, make_postgres_app
-from tests.integration.test_llm_batch import answer
+from tests.llm.test_openai_batch import answer
 from tests.support.factories import DARK_MODE_NOTES, add_notes, days_ago
 from tests.support.llm_stub import LLMStub
 from tests.support.services import redis_url

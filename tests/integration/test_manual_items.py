@@ -14,7 +14,7 @@ from typing import Any
 from click.testing import Result
 from sqlalchemy import select
 
-from tests.integration.test_cli import dream, jsonl, one_error_line
+from tests.cli.test_commands import dream, jsonl, one_error_line
 from tests.support.factories import NOW, add_notes
 from worker.app import App
 from worker.store.models import ExampleRow, NoteRow

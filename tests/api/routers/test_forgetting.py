@@ -1,0 +1,284 @@
+"""Fusion through HTTP: candidates, fuse with the host's text, refusals, keep-apart (both DBs)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from tests.api.conftest import ADMIN, AGENT_1, AGENT_2, auth
+from tests.support.factories import add_notes
+from worker.app import App
+from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
+
+SEED = [  # the seed example: Python → 3.12 → type hints + pytest → unittest
+    ("py", "The user writes Python."),
+    ("py312", "The user writes Python 3.12."),
+    ("pytest", "The user writes Python 3.12 with type hints and tests with pytest."),
+    ("unittest", "The user writes Python 3.12 with type hints and tests with unittest."),
+]
+FUSED = "The user writes Python 3.12 with type hints and tests with pytest and unittest."
+SCOPE = {"agent_id": "agent-1"}
+
+
+def seed(app: App, **extra: Any) -> None:
+    add_notes(app, *({"id": i, "content": c, "importance": 0.6, **extra} for i, c in SEED))
+
+
+def state(app: App) -> dict[str, tuple[str, float, str | None, int]]:
+    with app.uow() as uow:
+        rows = uow.session.execute(select(NoteRow.id, NoteRow.status, NoteRow.importance,
+                                          NoteRow.consolidated_into_id, NoteRow.version)).all()
+    return {r.id: (r.status, r.importance, r.consolidated_into_id, r.version) for r in rows}
+
+
+def test_candidates_list_the_seed_pairs_most_similar_first(api_app: App, client: TestClient) -> None:
+    """Similar active pairs of the scope come back typed, with both records, best first."""
+    seed(api_app)
+    r = client.post("/api/forgetting/fusion-candidates", headers=auth(ADMIN),
+                    json={"scope": SCOPE, "threshold": 0.6})
+    assert r.status_code == 200, r.text
+    cands = r.json()["candidates"]
+    pairs = [tuple(sorted(c["note_ids"])) for c in cands]
+    assert pairs[0] == ("pytest", "unittest")
+    assert ("py", "py312") in pairs
+    sims = [c["similarity"] for c in cands]
+    assert sims == sorted(sims, reverse=True) and sims[-1] >= 0.6
+    assert {c["type"] for c in cands} == {"pair"}
+    assert cands[0]["record_a"]["content"] and cands[0]["record_b"]["scope"] == {
+        "agent_id": "agent-1", "user_id": None, "company_id": None}
+    default = client.post("/api/forgetting/fusion-candidates", headers=auth(ADMIN),
+                          json={"scope": SCOPE}).json()["candidates"]
+    assert all(c["similarity"] >= 0.88 for c in default) and default
+
+
+def test_candidates_skip_protected_notes(api_app: App, client: TestClient) -> None:
+    """A pair involving a protected note is never offered for fusion."""
+    seed(api_app)
+    add_notes(api_app, {"id": "pinned", "content": SEED[3][1] + " Always.", "protection": "protected"})
+    cands = client.post("/api/forgetting/fusion-candidates", headers=auth(AGENT_1),
+                        json={"threshold": 0.5}).json()["candidates"]
+    assert cands and all("pinned" not in c["note_ids"] for c in cands)
+
+
+def test_fuse_leaves_one_active_note_and_four_superseded(api_app: App, client: TestClient) -> None:
+    """The host's text becomes one note; every source is revoked with importance 0.0, the
+    pointer, a lineage edge and an operation-log entry."""
+    seed(api_app)
+    ids = [i for i, _ in SEED]
+    r = client.post("/api/forgetting/fuse", headers=auth(AGENT_1),
+                    json={"source_ids": ids, "fused_content": FUSED, "fused_importance": 0.8})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    new_id = body["note"]["id"]
+    assert body["note"]["content"] == FUSED and body["note"]["importance"] == 0.8
+    assert body["warnings"] == [] and sorted(body["superseded"]) == sorted(ids)
+    after = state(api_app)
+    assert [k for k, v in after.items() if v[0] == "active"] == [new_id]
+    for i in ids:
+        assert after[i][:3] == ("revoked", 0.0, new_id)
+    with api_app.uow() as uow:
+        parents = uow.session.scalars(select(NoteLineageRow.parent_id).where(
+            NoteLineageRow.child_id == new_id)).all()
+        logged = uow.session.scalars(select(OperationLogRow.entity_id)).all()
+    assert sorted(parents) == sorted(ids)
+    assert set(ids) | {new_id} <= set(logged)
+
+
+@pytest.mark.parametrize("case", ["cross_scope", "revoked", "unknown", "empty", "too_long",
+                                  "one_id", "protected", "strict_invented"])
+def test_fuse_refusals_change_nothing(api_app: App, client: TestClient, case: str) -> None:
+    """Each refused fuse answers 4xx with a reason and leaves every note exactly as it was."""
+    seed(api_app)
+    add_notes(api_app, {"id": "other", "agent_id": "agent-2", "content": SEED[2][1]},
+              {"id": "gone", "content": "The user writes Python 3.11.", "status": "revoked"},
+              {"id": "pinned", "content": "The user writes Python 3.12 daily.",
+               "protection": "immutable"})
+    body: dict[str, Any] = {"source_ids": ["pytest", "unittest"], "fused_content": FUSED}
+    expected = {"cross_scope": 422, "revoked": 409, "unknown": 404, "empty": 422,
+                "too_long": 422, "one_id": 422, "protected": 409, "strict_invented": 422}[case]
+    if case == "cross_scope":
+        body["source_ids"] = ["pytest", "other"]
+    elif case == "revoked":
+        body["source_ids"] = ["pytest", "gone"]
+    elif case == "unknown":
+        body["source_ids"] = ["pytest", "no-such-note"]
+    elif case == "empty":
+        body["fused_content"] = "   "
+    elif case == "too_long":
+        body["fused_content"] = "x" * (api_app.settings.host.max_fused_chars + 1)
+    elif case == "one_id":
+        body["source_ids"] = ["pytest", "pytest"]
+    elif case == "protected":
+        body["source_ids"] = ["pytest", "pinned"]
+    else:
+        body["fused_content"] = FUSED + " Since 2019 at Acme, see https://acme.example."
+        body["strict"] = True
+    before = state(api_app)
+    r = client.post("/api/forgetting/fuse", headers=auth(ADMIN), json=body)
+    assert r.status_code == expected, r.text
+    assert r.json()["detail"]
+    assert state(api_app) == before
+
+
+def test_fuse_warns_about_ungrounded_facts_unless_strict(api_app: App, client: TestClient) -> None:
+    """Without strict, invented specifics are applied but named in the warnings."""
+    seed(api_app)
+    r = client.post("/api/forgetting/fuse", headers=auth(AGENT_1), json={
+        "source_ids": ["pytest", "unittest"],
+        "fused_content": "The user writes Python 3.12 with type hints; unittest since 2019."})
+    assert r.status_code == 201, r.text
+    assert "2019" in r.json()["warnings"][0]
+
+
+def test_keep_apart_hides_the_pair_until_a_note_changes(api_app: App, client: TestClient) -> None:
+    """A keep-apart verdict hides the pair; editing one note (new version) brings it back."""
+    seed(api_app)
+    ask = {"threshold": 0.9}
+
+    def pairs() -> list[tuple[str, ...]]:
+        r = client.post("/api/forgetting/fusion-candidates", headers=auth(AGENT_1), json=ask)
+        return [tuple(sorted(c["note_ids"])) for c in r.json()["candidates"]]
+
+    assert ("pytest", "unittest") in pairs()
+    r = client.post("/api/forgetting/keep-apart", headers=auth(AGENT_1),
+                    json={"source_ids": ["unittest", "pytest"]})
+    assert r.status_code == 200, r.text
+    assert ("pytest", "unittest") not in pairs()
+    with api_app.uow() as uow:  # the host edits one of them
+        note = uow.notes.get_many(["unittest"])[0]
+        assert uow.notes.change(note, run_id=None, reason="host edit", importance=0.7)
+        uow.commit()
+    assert ("pytest", "unittest") in pairs()
+
+
+def test_open_items_of_the_latest_run_are_listed_typed(api_app: App, client: TestClient) -> None:
+    """Clusters and contradiction pairs the rule judge left open appear with their type."""
+    from worker.clock import utcnow
+    from worker.domain.types import Scope
+
+    seed(api_app)
+    scope = Scope("agent-1")
+    with api_app.uow() as uow:
+        run_id = uow.runs.create(scope, now=utcnow(), trigger="cli", phases=["consolidate"])
+        assert run_id
+        parent = uow.runs.add_step({"run_id": run_id, "scope_key": scope.key, "phase": "consolidate",
+                                    "name": "consolidate", "status": "succeeded",
+                                    "started_at": utcnow()})
+        uow.runs.add_step({"run_id": run_id, "parent_id": parent, "scope_key": scope.key,
+                           "phase": "consolidate", "name": "cluster 1", "status": "skipped",
+                           "input": {"note_ids": ["py", "py312", "pytest"]},
+                           "output": {"verdict": "open", "reason": "needs a judge"},
+                           "started_at": utcnow()})
+        uow.runs.add_step({"run_id": run_id, "parent_id": parent, "scope_key": scope.key,
+                           "phase": "contradictions", "name": "pair 1", "status": "skipped",
+                           "output": {"verdict": "open", "note_ids": ["pytest", "unittest"]},
+                           "started_at": utcnow()})
+        uow.runs.set_status(run_id, "succeeded", finished_at=utcnow())
+        uow.commit()
+    cands = client.post("/api/forgetting/fusion-candidates", headers=auth(AGENT_1),
+                        json={"threshold": 0.99}).json()["candidates"]
+    kinds = {c["type"]: c for c in cands}
+    assert set(kinds) == {"cluster", "contradiction"}
+    assert kinds["cluster"]["note_ids"] == ["py", "py312", "pytest"]
+    assert kinds["cluster"]["run_id"] == run_id and len(kinds["cluster"]["records"]) == 3
+    assert kinds["contradiction"]["record_a"]["id"] == "pytest"
+
+
+def test_scoped_token_cannot_touch_another_scope(api_app: App, client: TestClient) -> None:
+    """Another scope's ids and scope are 404 for a scoped token, and nothing changes."""
+    seed(api_app)
+    before = state(api_app)
+    r = client.post("/api/forgetting/fuse", headers=auth(AGENT_2),
+                    json={"source_ids": ["pytest", "unittest"], "fused_content": FUSED})
+    assert r.status_code == 404
+    r = client.post("/api/forgetting/keep-apart", headers=auth(AGENT_2),
+                    json={"source_ids": ["pytest", "unittest"]})
+    assert r.status_code == 404
+    r = client.post("/api/forgetting/fusion-candidates", headers=auth(AGENT_2),
+                    json={"scope": SCOPE})
+    assert r.status_code == 404
+    r = client.post("/api/notes", headers=auth(AGENT_2), json={"scope": SCOPE, "content": "x y"})
+    assert r.status_code == 404
+    assert state(api_app) == before
+
+
+@pytest.mark.parametrize("body", [
+    {"source_ids": ["pytest", "unittest"], "fused_content": FUSED, "type": "Mood"},
+    {"source_ids": ["pytest", "unittest"], "fused_content": "Python\x00 3.12"},
+    {"source_ids": ["pytest", "bad\x00id"], "fused_content": FUSED},
+])
+def test_fuse_rejects_values_the_store_cannot_hold(api_app: App, client: TestClient,
+                                                   body: dict[str, Any]) -> None:
+    """Unknown note types and NUL characters are 422 on both databases, never a 500."""
+    seed(api_app)
+    before = state(api_app)
+    r = client.post("/api/forgetting/fuse", headers=auth(AGENT_1), json=body)
+    assert r.status_code == 422, r.text
+    assert state(api_app) == before
+
+
+def test_open_items_left_by_a_real_rule_judged_run(api_app: App, client: TestClient) -> None:
+    """After a real run with the rule-based judge, the clusters and contradiction pairs it could
+    not settle are listed (typed) and fusing one removes it from the listing."""
+    from tests.support.factories import add_entities
+    from worker.domain.types import Scope
+    from worker.runs.service import create_run, execute_run
+
+    seed(api_app)
+    add_notes(api_app, {"id": "dark", "content": "The user prefers dark mode in the editor."},
+              {"id": "light", "content": "The user prefers light mode in the editor."})
+    add_entities(api_app, {"kind": "agent", "id": "agent-1", "status": "active"})
+    run_id = create_run(api_app, Scope("agent-1"), force=True)
+    assert run_id
+    execute_run(api_app, run_id)
+
+    def listing() -> list[dict[str, Any]]:
+        r = client.post("/api/forgetting/fusion-candidates", headers=auth(AGENT_1),
+                        json={"threshold": 0.99, "limit": 500})
+        return list(r.json()["candidates"])
+
+    items = listing()
+    assert {c["type"] for c in items} == {"cluster", "contradiction"}
+    assert all(c["run_id"] == run_id and len(c["records"]) >= 2 for c in items)
+    target = next(c for c in items if sorted(c["note_ids"]) == ["dark", "light"])
+    r = client.post("/api/forgetting/fuse", headers=auth(AGENT_1), json={
+        "source_ids": target["note_ids"],
+        "fused_content": "The user prefers dark or light mode in the editor."})
+    assert r.status_code == 201, r.text
+    assert all({"dark", "light"} & set(c["note_ids"]) == set() for c in listing())
+
+
+@pytest.mark.parametrize(("sources", "fused", "named"), [
+    (["The user likes lemon in tea.", "The user likes lemon in green tea."],
+     "The user likes Lemo in green tea.", "lemo"),
+    (["The user jogs every morning.", "The user jogs every morning in the park."],
+     "Orn jogs every morning in the park.", "orn"),
+    (["The account was opened in 2021.", "The account was opened in 2021 in Lisbon."],
+     "The account was opened in 2021 in Lisbon and owes 20 dollars.", "20"),
+    (["The user drinks green tea.", "The user drinks green tea every day."],
+     "The user never drinks green tea.", "negation changed"),
+    (["The user has three cats.", "The user has three cats at home."],
+     "The user has twenty cats at home.", "twenty"),
+    (["The user moved to Porto.", "The user moved to Porto in May."],
+     "The user moved to Porto yesterday.", "relative time"),
+])
+def test_strict_fuse_refuses_each_adversarial_fusion(
+    api_app: App, client: TestClient, sources: list[str], fused: str, named: str,
+) -> None:
+    """Host fuse with strict over HTTP uses the consolidate phase's grounding check: a substring
+    of a source word ("Lemo" in "lemon", "Orn" in "morning"), of a number ("20" in "2021"), a
+    flipped negation, a spelled-out number or relative time is a 422 naming it, and nothing
+    changes; without strict the same text is applied with the problem as a warning."""
+    add_notes(api_app, {"id": "s1", "content": sources[0]}, {"id": "s2", "content": sources[1]})
+    before = state(api_app)
+    body = {"source_ids": ["s1", "s2"], "fused_content": fused, "strict": True}
+    r = client.post("/api/forgetting/fuse", headers=auth(ADMIN), json=body)
+    assert r.status_code == 422, r.text
+    assert named in r.json()["detail"]
+    assert state(api_app) == before
+    r = client.post("/api/forgetting/fuse", headers=auth(ADMIN), json={**body, "strict": False})
+    assert r.status_code == 201, r.text
+    assert any(named in w for w in r.json()["warnings"])

@@ -1,0 +1,84 @@
+"""The review API and the review page's form guard: scoped listing, an admin naming the scope,
+and approve/decline forms refused without the CSRF token or from another site."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from tests.api.conftest import ADMIN, AGENT_1, AGENT_2, auth
+from tests.support.factories import add_notes
+from worker.api.review_page import csrf_token
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import Scope
+from worker.review.items import ChangeKind, ProposedChange
+from worker.store.models import NoteRow
+
+
+def _seed(app: App) -> int:
+    add_notes(app, {"id": "t1", "content": "Prefers green tea."},
+              {"id": "t2", "content": "Prefers green tea in the morning."})
+    change = ProposedChange("consolidate", ChangeKind.MERGE, {"t1": 1, "t2": 1},
+                            reason="rule: contained", content="Prefers green tea in the morning.",
+                            source_ids=("t1", "t2"), payload={"rule": "contained"})
+    with app.uow() as uow:
+        uow.review.add_many(Scope("agent-1"), None, [change.row()], utcnow())
+        uow.commit()
+        return int(uow.review.list(Scope("agent-1"))[0].id)
+
+
+def _statuses(app: App) -> dict[str, str]:
+    with app.uow() as uow:
+        return {r.id: r.status for r in uow.session.query(NoteRow).all()}
+
+
+def test_list_show_and_decline_are_scoped(client: TestClient, api_app: App) -> None:
+    """A scoped token sees its items only; an admin must name the scope; decline writes no note."""
+    item = _seed(api_app)
+    mine = client.get("/api/review/items", headers=auth(AGENT_1)).json()
+    assert [i["id"] for i in mine["items"]] == [item]
+    assert client.get("/api/review/items", headers=auth(AGENT_2)).json()["items"] == []
+    assert client.get(f"/api/review/items/{item}", headers=auth(AGENT_2)).status_code == 404
+    assert client.get("/api/review/items?agent_id=agent-1",
+                      headers=auth(AGENT_2)).status_code == 404
+    assert client.get("/api/review/items", headers=auth(ADMIN)).status_code == 422
+    shown = client.get(f"/api/review/items/{item}?agent_id=agent-1", headers=auth(ADMIN)).json()
+    assert [n["content"] for n in shown["notes"]] == ["Prefers green tea.",
+                                                      "Prefers green tea in the morning."]
+    assert client.get("/api/review/items").status_code == 401
+    before = _statuses(api_app)
+    both = client.post("/api/review/decline", json={"item_id": item, "all": True},
+                       headers=auth(AGENT_1))
+    assert both.status_code == 422  # one of item_id, run_id, all
+    declined = client.post("/api/review/decline",
+                           json={"all": True, "scope": {"agent_id": "agent-1"}, "by": "ops"},
+                           headers=auth(ADMIN))
+    assert declined.status_code == 200, declined.text
+    assert declined.json()["items"][0]["status"] == "declined"
+    assert _statuses(api_app) == before
+    again = client.post("/api/review/decline", json={"item_id": item}, headers=auth(AGENT_1))
+    assert again.status_code == 409 and "already declined" in again.json()["detail"]
+
+
+def test_review_page_forms_need_the_csrf_token_and_the_same_site(client: TestClient,
+                                                                 api_app: App) -> None:
+    """The signed-in cookie alone cannot approve: no CSRF token, a wrong one, a cross-site or
+    foreign-origin request are 403 and change nothing; the page's own form works."""
+    item = _seed(api_app)
+    page = client.get(f"/dashboard/review?token={AGENT_1}")
+    assert page.status_code == 200 and f'id="approve-{item}"' in page.text
+    assert csrf_token(AGENT_1) in page.text and AGENT_1 not in page.text
+    before = _statuses(api_app)
+    url = f"/dashboard/review/{item}/approve"
+    for data, headers in (({}, {}), ({"csrf": "0" * 64}, {}),
+                          ({"csrf": csrf_token(AGENT_1)}, {"sec-fetch-site": "cross-site"}),
+                          ({"csrf": csrf_token(AGENT_1)}, {"origin": "https://evil.example"})):
+        refused = client.post(url, data=data, headers=headers, follow_redirects=False)
+        assert refused.status_code == 403, (data, headers)
+    assert _statuses(api_app) == before
+    query_token = TestClient(client.app).post(f"{url}?token={AGENT_1}",
+                                              data={"csrf": csrf_token(AGENT_1)})
+    assert query_token.status_code == 401  # a token in the URL never authorizes a POST
+    done = client.post(url, data={"csrf": csrf_token(AGENT_1)}, follow_redirects=False)
+    assert done.status_code == 303 and "approved+item" in done.headers["location"]
+    assert _statuses(api_app)["t1"] == "revoked"

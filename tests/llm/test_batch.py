@@ -1,0 +1,79 @@
+"""ask_as_batch through the real `openai` client against the stub's files and batches API."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from tests.llm.test_fanout import Ctx, Echo, _ctx, _echo, _questions
+from worker.llm.ask import AskStatus
+from worker.llm.batch import BatchPending, ask_as_batch, reschedule_while_pending
+from worker.llm.fanout import Spending, question_key
+
+
+class MemoryLedger:
+    """A hand-written BatchLedger: what a run step would record, kept in a list."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[str, set[str]]] = []
+
+    def recorded(self) -> list[tuple[str, set[str]]]:
+        return [(b, set(ids)) for b, ids in self.batches]
+
+    def record(self, batch_id: str, custom_ids: Sequence[str]) -> None:
+        self.batches.append((batch_id, set(custom_ids)))
+
+
+def _batch_ctx(stub: Any, **budget: int) -> Ctx:
+    ctx = _ctx(stub, **budget)
+    ctx.settings.llm_batch_poll = 0.01
+    ctx.settings.llm_batch_wait = 5
+    return ctx
+
+
+def _ask(ctx: Ctx, count: int, ledger: MemoryLedger) -> list[Any]:
+    questions = _questions(count)
+    keys = [question_key(ctx, "stub-model", q) for q in questions]
+    return ask_as_batch(ctx, ctx.app.llm, questions, keys, Spending(ctx, None), ledger)
+
+
+def test_a_re_scheduled_attempt_picks_up_the_batch_it_submitted(llm_stub: Any) -> None:
+    """Under Celery an unfinished batch raises BatchPending (no waiting); the next attempt finds
+    the batch on the ledger, submits nothing new and gets every answer in question order."""
+    llm_stub.set_handler(_echo)
+    llm_stub.batches.polls = 3
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    with reschedule_while_pending(), pytest.raises(BatchPending) as pending:
+        _ask(ctx, 3, ledger)
+    assert pending.value.batch_ids == [ledger.batches[0][0]]
+    outcomes = _ask(ctx, 3, ledger)
+    assert [o.value.n for o in outcomes if isinstance(o.value, Echo)] == [0, 1, 2]
+    assert len(llm_stub.batches.batches) == 1 and llm_stub.chat_requests() == []
+    assert (ctx.budget.started, ctx.budget.answered) == (3, 3)
+    assert ctx.budget.tokens == 3 * (11 + 7)
+
+
+def test_the_budget_decides_what_goes_into_the_batch(llm_stub: Any) -> None:
+    """Two calls left: two questions go into the batch, the third stops as budget_exhausted."""
+    llm_stub.set_handler(_echo)
+    ctx = _batch_ctx(llm_stub, max_calls=2)
+    outcomes = _ask(ctx, 3, MemoryLedger())
+    assert [o.status for o in outcomes] == [AskStatus.OK, AskStatus.OK,
+                                            AskStatus.BUDGET_EXHAUSTED]
+    (batch,) = llm_stub.batches.batches.values()
+    assert len(llm_stub.batches.files[batch.input_file_id].splitlines()) == 2
+
+
+def test_an_unreachable_endpoint_fails_the_items_not_the_phase(llm_stub: Any) -> None:
+    """Submitting to an endpoint that refuses the key: every item is an error outcome (deferred
+    by the judges), with the one-line reason."""
+    llm_stub.set_handler(_echo)
+    ctx = _batch_ctx(llm_stub)
+    ctx.run_id = f"run-{uuid.uuid4()}"
+    llm_stub.batches.refuse_status = 401
+    outcomes = _ask(ctx, 2, MemoryLedger())
+    assert [o.status for o in outcomes] == [AskStatus.ERROR, AskStatus.ERROR]
+    assert "DREAM_LLM_API_KEY" in outcomes[0].reason

@@ -1,0 +1,131 @@
+"""FakeLLM: rule matching, reply templates, call records and script-file errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from worker.app import make_llm
+from worker.config import ConfigError, Settings
+from worker.llm.base import LLMError
+from worker.llm.fake import FakeLLM, FakeRule, expand_templates
+
+PROMPT = '[{"alias": "n1", "content": "a"}, {"alias": "n2", "content": "b"}]'
+
+
+def _ask(fake: FakeLLM, name: str = "consolidate", user: str = PROMPT):  # type: ignore[no-untyped-def]
+    return fake.complete_json(prompt_name=name, system="s", user=user, schema={})
+
+
+def test_first_matching_rule_wins_then_default() -> None:
+    """Rules are tried in order on prompt name and substrings; unmatched prompts get the default."""
+    fake = FakeLLM(rules=[
+        FakeRule(prompt="contradictions", reply={"r": "contra"}),
+        FakeRule(prompt="consolidate", contains=["n2"], reply={"r": "first"}),
+        FakeRule(prompt="consolidate", reply={"r": "second"}),
+    ], default={"r": "default"})
+    assert _ask(fake).data == {"r": "first"}
+    assert _ask(fake, user="nothing").data == {"r": "second"}
+    assert _ask(fake, name="prune").data == {"r": "default"}
+    assert [c.rule for c in fake.calls] == [1, 2, None]
+    assert fake.counts() == {"consolidate": 2, "prune": 1}
+
+
+def test_times_limits_a_rule_and_callable_replies_see_the_prompt() -> None:
+    """A rule with times=1 is used once; a callable reply is computed from the prompt."""
+    fake = FakeLLM(rules=[FakeRule(reply="{broken", times=1),
+                          FakeRule(reply=lambda name, system, user: {"len": len(user)})])
+    first = _ask(fake)
+    assert first.data is None and first.raw == "{broken"
+    assert _ask(fake, user="abc").data == {"len": 3}
+
+
+def test_no_rule_and_no_default_is_an_llm_error() -> None:
+    """An unscripted question fails loudly rather than inventing an answer."""
+    with pytest.raises(LLMError, match="no rule"):
+        _ask(FakeLLM())
+
+
+def test_templates_expand_aliases_and_per_id_lists() -> None:
+    """$aliases lists the prompt's note aliases; <name>_all repeats an item for every id."""
+    reply = {"source_ids": "$aliases", "verdicts_all": {"relation": "conflicting"}}
+    text = PROMPT + ' {"pair": "p1"} {"pair": "p2"} {"pair": "p1"}'
+    assert expand_templates(reply, text) == {
+        "source_ids": ["n1", "n2"],
+        "verdicts": [{"relation": "conflicting", "pair": "p1"},
+                     {"relation": "conflicting", "pair": "p2"}],
+    }
+
+
+def test_script_file_from_settings(tmp_path: Path) -> None:
+    """DREAM_LLM_PROVIDER=fake + DREAM_FAKE_LLM_SCRIPT builds a FakeLLM from the file."""
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"model": "m1", "rules": [
+        {"prompt": "consolidate", "contains": "n1", "reply": {"ok": 1}, "latency": 0}]}))
+    llm = make_llm(Settings(llm_provider="fake", fake_llm_script=script))
+    assert isinstance(llm, FakeLLM) and llm.model == "m1"
+    assert _ask(llm).data == {"ok": 1}
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "cannot read"),
+    ("{not json", "not valid JSON"),
+    ('{"rules": [{"prompt": "x"}]}', "needs a \"reply\""),
+    ('{"rules": [{"reply": {}, "colour": 1}]}', "unknown key"),
+    ('[]', "must be an object"),
+])
+def test_bad_script_is_one_line_config_error(tmp_path: Path, content: str | None,
+                                              message: str) -> None:
+    """A missing or malformed script file is a ConfigError naming the problem in one line."""
+    script = tmp_path / "s.json"
+    if content is not None:
+        script.write_text(content)
+    with pytest.raises(ConfigError, match=message) as info:
+        FakeLLM.from_settings(Settings(llm_provider="fake", fake_llm_script=script))
+    assert "\n" not in str(info.value)
+
+
+def test_missing_script_setting_is_config_error() -> None:
+    """provider=fake without a script path tells the user which variable to set."""
+    with pytest.raises(ConfigError, match="DREAM_FAKE_LLM_SCRIPT"):
+        FakeLLM.from_settings(Settings(llm_provider="fake"))
+
+
+def test_rules_match_the_notes_not_the_system_prompt_or_template() -> None:
+    """`contains` looks only at the notes' part of the prompt: a phrase that occurs in the
+    system prompt or in the template's own words matches nothing."""
+    fake = FakeLLM(rules=[FakeRule(contains=["metric units"], reply={"r": "hit"})],
+                   default={"r": "default"})
+    user = 'Classify these pairs of metric units:\n[{"pair": "p1", "text": "likes tea"}]'
+    assert fake.complete_json(prompt_name="x", system="e.g. metric units", user=user,
+                              schema={}).data == {"r": "default"}
+    user = '[{"pair": "p1", "text": "uses metric units"}]'
+    assert fake.complete_json(prompt_name="x", system="", user=user,
+                              schema={}).data == {"r": "hit"}
+
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "fake-llm-demo.json"
+
+
+@pytest.mark.parametrize(("a", "b", "values"), [
+    ("Customer uses metric units in every report", "Customer uses imperial units in every report",
+     [[{"notes": ["n1"]}, {"notes": ["n2"]}]]),
+    ("User prefers dark mode", "User prefers dark mode in the editor", []),
+])
+def test_demo_script_calls_only_the_units_pair_conflicting(a: str, b: str, values: list) -> None:
+    """examples/fake-llm-demo.json as its comments say: the metric/imperial notes are two
+    values of one attribute, any other topic states no shared attribute (the real rendered
+    contradictions prompt)."""
+    from worker.llm.prompts import render_prompt
+
+    topics = [{"topic": "t1", "notes": [
+        {"alias": "n1", "created_at": "2026-01-01", "type": "Context", "text": a},
+        {"alias": "n2", "created_at": "2026-02-01", "type": "Context", "text": b}]}]
+    prompt = render_prompt("contradictions", {"topics": topics, "topic_ids": ["t1"]})
+    fake = FakeLLM.from_file(DEMO)
+    reply = fake.complete_json(prompt_name="contradictions", system=prompt.system,
+                               user=prompt.user, schema={})
+    assert [t["topic"] for t in reply.data["topics"]] == ["t1"]
+    assert [attr["values"] for attr in reply.data["topics"][0]["attributes"]] == values
