@@ -30,6 +30,26 @@ hypothesis_settings.register_profile(
 )
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# What a test needs beyond Python: any of these fixtures, a service marker or tests/integration/
+# (tests/README.md). A test that needs none of them is marked `unit` (`make test-fast`).
+_STORE_FIXTURES = frozenset({"app", "sqlite_app", "pg_app", "api_app", "sqlite_api_app", "client",
+                             "tmp_path", "tmp_path_factory"})
+_SERVICE_MARKS = ("postgres", "redis", "celery", "browser", "slow")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "unit: needs nothing but Python (set by tests/conftest.py)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if (item.nodeid.startswith(("tests/integration/", "tests/bench/"))
+                or _STORE_FIXTURES & set(getattr(item, "fixturenames", ()))
+                or any(item.get_closest_marker(name) for name in _SERVICE_MARKS)):
+            continue
+        item.add_marker(pytest.mark.unit)
+
 
 def _settings(url: str, **overrides: object) -> Settings:
     return Settings(database_url=url, llm_provider="none", **overrides)  # type: ignore[arg-type]
@@ -81,7 +101,7 @@ def pg_app() -> Iterator[App]:
     drop_postgres_app(app)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
     """The same test on SQLite and on PostgreSQL+pgvector."""
     if request.param == "sqlite":

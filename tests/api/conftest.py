@@ -27,7 +27,7 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def api_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
     """The same API test on SQLite and on PostgreSQL+pgvector."""
     if request.param == "sqlite":
