@@ -27,7 +27,7 @@ test: $(STAMP) ## Set up and run every test (unit, SQLite, PostgreSQL+pgvector, 
 	$(BIN)/pytest
 
 test-fast: $(STAMP) ## Unit tests only
-	$(BIN)/pytest tests/unit -q
+	$(BIN)/pytest -m unit -q
 
 lint: $(STAMP) ## ruff (incl. complexity) and the import contracts (lint-imports, see pyproject)
 	$(BIN)/ruff check worker tests migrations
@@ -40,7 +40,7 @@ migrate: $(STAMP) ## Apply migrations to DREAM_DATABASE_URL (default: the SQLite
 	$(BIN)/dream db upgrade
 
 check-migrations: $(STAMP) ## Fail if models changed without a migration
-	$(BIN)/pytest -q tests/integration/test_migrations.py
+	$(BIN)/pytest -q tests/store/test_migrate.py
 
 $(VENV)/.bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
