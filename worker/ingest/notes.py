@@ -37,6 +37,32 @@ _PROTECTIONS = {p.value for p in Protection}
 _STATUSES = {s.value for s in NoteStatus}
 
 
+def _embedding(embedding: object, number: int, dims: int | None) -> np.ndarray | None:
+    """An imported vector, checked and normalised; None when the line has none (re-embedded)."""
+    if embedding is None:
+        return None
+    if not isinstance(embedding, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in embedding
+    ):
+        raise InputError(f"line {number}: embedding must be an array of numbers")
+    if dims is not None and len(embedding) != dims:
+        raise InputError(
+            f"line {number}: embedding has {len(embedding)} dimensions, the configured "
+            f"embedder uses {dims} (DREAM_EMBEDDING_DIMENSIONS); drop the field to re-embed"
+        )
+    # float64 first: a value beyond float32's range would silently become inf.
+    try:
+        wide = np.asarray(embedding, dtype=np.float64)
+    except OverflowError:  # an integer beyond float range
+        wide = np.asarray([math.inf])
+    if not np.isfinite(wide).all() or (np.abs(wide) > np.finfo(np.float32).max).any():
+        raise InputError(f"line {number}: embedding values must be finite float32 numbers")
+    norm = float(np.linalg.norm(wide))
+    if norm == 0:
+        raise InputError(f"line {number}: embedding is all zeros")
+    return (wide / norm).astype(np.float32)
+
+
 def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None) -> dict[str, Any]:
     """One JSONL object → a full ``notes`` row dict, or InputError naming the line."""
     unknown = sorted(set(obj) - NOTE_FIELDS - {"consolidated_into_id", "comments", "lineage"})
@@ -59,29 +85,7 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
     metadata = obj.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise InputError(f"line {number}: metadata must be a JSON object")
-    embedding = obj.get("embedding")
-    vector = None
-    if embedding is not None:
-        if not isinstance(embedding, list) or not all(
-            isinstance(x, int | float) and not isinstance(x, bool) for x in embedding
-        ):
-            raise InputError(f"line {number}: embedding must be an array of numbers")
-        if dims is not None and len(embedding) != dims:
-            raise InputError(
-                f"line {number}: embedding has {len(embedding)} dimensions, the configured "
-                f"embedder uses {dims} (DREAM_EMBEDDING_DIMENSIONS); drop the field to re-embed"
-            )
-        # float64 first: a value beyond float32's range would silently become inf.
-        try:
-            wide = np.asarray(embedding, dtype=np.float64)
-        except OverflowError:  # an integer beyond float range
-            wide = np.asarray([math.inf])
-        if not np.isfinite(wide).all() or (np.abs(wide) > np.finfo(np.float32).max).any():
-            raise InputError(f"line {number}: embedding values must be finite float32 numbers")
-        norm = float(np.linalg.norm(wide))
-        if norm == 0:
-            raise InputError(f"line {number}: embedding is all zeros")
-        vector = (wide / norm).astype(np.float32)
+    vector = _embedding(obj.get("embedding"), number, dims)
     created = opt_time(obj, "created_at", number) or now
     access_count = int(opt_number(obj, "access_count", number, 0, lo=0, hi=INT_MAX))
     if access_count != opt_number(obj, "access_count", number, 0):

@@ -112,6 +112,16 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
         them changes."""
         return _call(lambda: tools(ctx).keep_apart(source_ids))
 
+    _dream_tools(server, tools)
+    _review_tools(server, tools)
+    # Called, not used as a decorator: the SDK's custom_route has no return annotation.
+    server.custom_route("/healthz", methods=["GET"], include_in_schema=False)(_healthz)
+    return server
+
+
+def _dream_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) -> None:
+    """The dream itself: queue one, read its status and step tree, undo a run."""
+
     @server.tool(annotations=DESTRUCTIVE)
     def start_dream(ctx: Context, force: bool = False, dry_run: bool = False,
                     allow_retire: int | None = None) -> dict[str, Any]:
@@ -132,11 +142,6 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
         """Revert every change a run made; refused (nothing changed) if a note it touched has
         changed since, unless force_cascade also undoes the later runs that touched it."""
         return _call(lambda: tools(ctx).undo_run(run_id, force_cascade))
-
-    _review_tools(server, tools)
-    # Called, not used as a decorator: the SDK's custom_route has no return annotation.
-    server.custom_route("/healthz", methods=["GET"], include_in_schema=False)(_healthz)
-    return server
 
 
 async def _healthz(request: Request) -> Response:

@@ -119,19 +119,38 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
             "since); undo the later run first or pass --force-cascade"
         )
     if conflicts:
-        later = uow.safety.log_after(conflicts, last_id)
-        newest_first: list[str] = []
-        for r in sorted(later, key=lambda r: r.id, reverse=True):
-            if r.run_id and r.run_id not in newest_first and r.op != "undo":
-                newest_first.append(r.run_id)
-        for later_run in newest_first:
-            run = uow.runs.get(later_run)
-            if later_run not in result.run_ids and run is not None and run.status not in (RunStatus.UNDONE.value,
-                                                       RunStatus.QUEUED.value,
-                                                       RunStatus.RUNNING.value):
-                _undo(uow, later_run, True, now, result)
+        _cascade(uow, conflicts, last_id, now, result)
         remaining = _conflicts(uow, by_note, last_id, set(result.run_ids))
         result.overwritten.extend(sorted(remaining))
+    _restore_notes(uow, run_id, by_note, now, result)
+    _restore_examples(uow, run_id, by_example, examples, now, result)
+    judged, reviewed = uow.safety.forget_run_records(run_id)
+    result.judgements += judged
+    result.reviews += reviewed + uow.review.withdraw_run(run_id, now)  # + its open proposals
+    if uow.runs.get(run_id) is not None:
+        uow.runs.set_status(run_id, RunStatus.UNDONE.value)
+    result.run_ids.append(run_id)
+
+
+def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: datetime,
+             result: UndoResult) -> None:
+    """--force-cascade: undo the later finished runs that touched a conflicting note, newest
+    first, so this run's before-images are laid back over their changes, not under them."""
+    later = uow.safety.log_after(conflicts, last_id)
+    newest_first: list[str] = []
+    for r in sorted(later, key=lambda r: r.id, reverse=True):
+        if r.run_id and r.run_id not in newest_first and r.op != "undo":
+            newest_first.append(r.run_id)
+    for later_run in newest_first:
+        run = uow.runs.get(later_run)
+        if later_run not in result.run_ids and run is not None and run.status not in (
+                RunStatus.UNDONE.value, RunStatus.QUEUED.value, RunStatus.RUNNING.value):
+            _undo(uow, later_run, True, now, result)
+
+
+def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[OperationLogRow]],
+                   now: datetime, result: UndoResult) -> None:
+    """A note the run inserted is revoked; one it changed gets its before-image back."""
     state = uow.safety.note_state(by_note)
     for note_id, note_rows in sorted(by_note.items()):
         current = state.get(note_id)
@@ -153,6 +172,12 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
                       after={**{f: _jsonable(v) for f, v in values.items()},
                              "version": current.version + 1},
                       reason=f"undo of run {run_id}", now=now)
+
+
+def _restore_examples(uow: UnitOfWork, run_id: str,
+                      by_example: dict[str, list[OperationLogRow]],
+                      examples: dict[str, tuple[int, str, str]], now: datetime,
+                      result: UndoResult) -> None:
     for example_id, example_rows in sorted(by_example.items()):
         if example_id not in examples:
             result.missing.append(example_id)  # erased since (dream erase --user)
@@ -168,12 +193,6 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
                       after={"status": before_status, "version": version + 1},
                       reason=f"undo of run {run_id}", now=now)
         result.examples.append(example_id)
-    judged, reviewed = uow.safety.forget_run_records(run_id)
-    result.judgements += judged
-    result.reviews += reviewed + uow.review.withdraw_run(run_id, now)  # + its open proposals
-    if uow.runs.get(run_id) is not None:
-        uow.runs.set_status(run_id, RunStatus.UNDONE.value)
-    result.run_ids.append(run_id)
 
 
 def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],

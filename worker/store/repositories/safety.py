@@ -238,30 +238,7 @@ class SafetyRepository:
         counts = {"notes": 0, "lineage": 0, "operation_log": 0, "operation_log_scrubbed": 0,
                   "judgements": 0, "reviews": 0, "run_steps_scrubbed": 0}
         id_list = sorted(ids)
-        # An id counts as named only as a whole token: a short id ("n1") must not match inside
-        # another id ("n12") or a word, which would scrub or mangle unrelated records. A token
-        # set keeps this linear in the record's length however many notes are erased.
-        token_ids = {i for i in id_list if _TOKEN.fullmatch(i)}
-        odd_ids = [i for i in id_list if i not in token_ids]  # other characters: substring
-        # Records are compared as JSON text, where a quote or a newline in a note is escaped:
-        # look for each text both as written and as JSON writes it.
-        needles = sorted({form for t in texts if t
-                          for form in (t, json.dumps(t, ensure_ascii=False)[1:-1])})
-
-        def mentions(value: Any) -> bool:
-            if value is None:
-                return False
-            blob = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            return (not token_ids.isdisjoint(_TOKEN.findall(blob))
-                    or any(i in blob for i in odd_ids) or any(t in blob for t in needles))
-
-        def unname(value: str) -> str:
-            value = _TOKEN.sub(lambda m: "[erased note]" if m.group(0) in token_ids
-                               else m.group(0), value)
-            for i in odd_ids:
-                value = value.replace(i, "[erased note]")
-            return value
-
+        erased = _Mentions(id_list, texts)
         for chunk in _chunks(id_list):
             counts["lineage"] += self.session.execute(delete(NoteLineageRow).where(
                 or_(NoteLineageRow.parent_id.in_(chunk), NoteLineageRow.child_id.in_(chunk))
@@ -272,56 +249,68 @@ class SafetyRepository:
             self.session.execute(update(NoteRow).where(NoteRow.consolidated_into_id.in_(chunk))
                                  .values(consolidated_into_id=None))
         for key in sorted(scope_keys):
-            for row in self.session.scalars(
-                select(OperationLogRow).where(OperationLogRow.scope_key == key)
-            ):
-                if mentions(row.before) or mentions(row.after) or mentions(row.reason):
-                    row.before = {"erased": True} if row.before is not None else None
-                    row.after = {"erased": True} if row.after is not None else None
-                    row.reason = "erased"
-                    counts["operation_log_scrubbed"] += 1
-            for j in self.session.scalars(select(JudgementRow).where(JudgementRow.scope_key == key)):
-                if set(j.note_ids or []) & ids or mentions(j.reason):
-                    self.session.delete(j)
-                    counts["judgements"] += 1
-            for rv in self.session.scalars(select(ReviewRow).where(ReviewRow.scope_key == key)):
-                if set(rv.note_ids or []) & ids or mentions(rv.reason):
-                    self.session.delete(rv)
-                    counts["reviews"] += 1
-            for note in self.session.scalars(select(NoteRow).where(
-                    NoteRow.scope_key == key,
-                    or_(NoteRow.comments.is_not(None), NoteRow.meta.is_not(None)))):
-                if note.id in ids:
-                    continue
-                if mentions(note.comments):
-                    comments = unname(note.comments or "")
-                    note.comments = "[erased]" if mentions(comments) else comments
-                    counts["comments_scrubbed"] = counts.get("comments_scrubbed", 0) + 1
-                if mentions(note.meta):  # a host's metadata quoting or naming an erased note
-                    note.meta = {"erased": True}
-                    counts["metadata_scrubbed"] = counts.get("metadata_scrubbed", 0) + 1
-            for run in self.session.scalars(select(DreamRunRow).where(
-                    DreamRunRow.scope_key == key,
-                    or_(DreamRunRow.error.is_not(None), DreamRunRow.totals.is_not(None),
-                        DreamRunRow.status_reason.is_not(None)))):
-                if mentions(run.error) or mentions(run.totals) or mentions(run.status_reason):
-                    run.error = None if run.error is None else "erased"
-                    run.totals = None if run.totals is None else {"erased": True}
-                    if run.status_reason is not None:  # ids and counts: keep the counts
-                        reason = unname(run.status_reason)
-                        run.status_reason = "erased" if mentions(reason) else reason
-                    counts["runs_scrubbed"] = counts.get("runs_scrubbed", 0) + 1
-            for st in self.session.scalars(select(RunStepRow).where(RunStepRow.scope_key == key)):
-                if mentions(st.input) or mentions(st.output) or mentions(st.error):
-                    st.input = {"erased": True}
-                    st.output = {"erased": True}
-                    st.error = None if st.error is None else "erased"
-                    counts["run_steps_scrubbed"] += 1
+            self._scrub_records(key, ids, erased, counts)
+            self._scrub_notes_and_runs(key, ids, erased, counts)
         self.session.flush()
         for chunk in _chunks(id_list):
             counts["notes"] += self.session.execute(
                 delete(NoteRow).where(NoteRow.id.in_(chunk))).rowcount  # type: ignore[attr-defined]
         return counts
+
+    def _scrub_records(self, key: str, ids: set[str], erased: _Mentions,
+                       counts: dict[str, int]) -> None:
+        """The audit trail, judgements and reviews of one scope that name or quote a note."""
+        mentions = erased.mentions
+        for row in self.session.scalars(
+            select(OperationLogRow).where(OperationLogRow.scope_key == key)
+        ):
+            if mentions(row.before) or mentions(row.after) or mentions(row.reason):
+                row.before = {"erased": True} if row.before is not None else None
+                row.after = {"erased": True} if row.after is not None else None
+                row.reason = "erased"
+                counts["operation_log_scrubbed"] += 1
+        for j in self.session.scalars(select(JudgementRow).where(JudgementRow.scope_key == key)):
+            if set(j.note_ids or []) & ids or mentions(j.reason):
+                self.session.delete(j)
+                counts["judgements"] += 1
+        for rv in self.session.scalars(select(ReviewRow).where(ReviewRow.scope_key == key)):
+            if set(rv.note_ids or []) & ids or mentions(rv.reason):
+                self.session.delete(rv)
+                counts["reviews"] += 1
+
+    def _scrub_notes_and_runs(self, key: str, ids: set[str], erased: _Mentions,
+                              counts: dict[str, int]) -> None:
+        """Other notes' comments and metadata, runs and run steps of one scope."""
+        mentions, unname = erased.mentions, erased.unname
+        for note in self.session.scalars(select(NoteRow).where(
+                NoteRow.scope_key == key,
+                or_(NoteRow.comments.is_not(None), NoteRow.meta.is_not(None)))):
+            if note.id in ids:
+                continue
+            if mentions(note.comments):
+                comments = unname(note.comments or "")
+                note.comments = "[erased]" if mentions(comments) else comments
+                counts["comments_scrubbed"] = counts.get("comments_scrubbed", 0) + 1
+            if mentions(note.meta):  # a host's metadata quoting or naming an erased note
+                note.meta = {"erased": True}
+                counts["metadata_scrubbed"] = counts.get("metadata_scrubbed", 0) + 1
+        for run in self.session.scalars(select(DreamRunRow).where(
+                DreamRunRow.scope_key == key,
+                or_(DreamRunRow.error.is_not(None), DreamRunRow.totals.is_not(None),
+                    DreamRunRow.status_reason.is_not(None)))):
+            if mentions(run.error) or mentions(run.totals) or mentions(run.status_reason):
+                run.error = None if run.error is None else "erased"
+                run.totals = None if run.totals is None else {"erased": True}
+                if run.status_reason is not None:  # ids and counts: keep the counts
+                    reason = unname(run.status_reason)
+                    run.status_reason = "erased" if mentions(reason) else reason
+                counts["runs_scrubbed"] = counts.get("runs_scrubbed", 0) + 1
+        for st in self.session.scalars(select(RunStepRow).where(RunStepRow.scope_key == key)):
+            if mentions(st.input) or mentions(st.output) or mentions(st.error):
+                st.input = {"erased": True}
+                st.output = {"erased": True}
+                st.error = None if st.error is None else "erased"
+                counts["run_steps_scrubbed"] += 1
 
     def erase_sessions(self, user_id: str) -> int:
         """The user's session records (when they talked to which agent): theirs to erase too."""
@@ -331,3 +320,32 @@ class SafetyRepository:
     def erase_examples(self, user_id: str) -> int:
         return int(self.session.execute(
             delete(ExampleRow).where(ExampleRow.user_id == user_id)).rowcount)  # type: ignore[attr-defined]
+
+
+class _Mentions:
+    """Whether a record names an erased note's id or quotes its text, and the id taken out."""
+
+    def __init__(self, id_list: list[str], texts: list[str]) -> None:
+        # An id counts as named only as a whole token: a short id ("n1") must not match inside
+        # another id ("n12") or a word, which would scrub or mangle unrelated records. A token
+        # set keeps this linear in the record's length however many notes are erased.
+        self.token_ids = {i for i in id_list if _TOKEN.fullmatch(i)}
+        self.odd_ids = [i for i in id_list if i not in self.token_ids]  # other characters
+        # Records are compared as JSON text, where a quote or a newline in a note is escaped:
+        # look for each text both as written and as JSON writes it.
+        self.needles = sorted({form for t in texts if t
+                               for form in (t, json.dumps(t, ensure_ascii=False)[1:-1])})
+
+    def mentions(self, value: Any) -> bool:
+        if value is None:
+            return False
+        blob = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        return (not self.token_ids.isdisjoint(_TOKEN.findall(blob))
+                or any(i in blob for i in self.odd_ids) or any(t in blob for t in self.needles))
+
+    def unname(self, value: str) -> str:
+        value = _TOKEN.sub(lambda m: "[erased note]" if m.group(0) in self.token_ids
+                           else m.group(0), value)
+        for i in self.odd_ids:
+            value = value.replace(i, "[erased note]")
+        return value
