@@ -13,6 +13,9 @@ from worker.store.repositories import (
     RunRepository,
     SessionRepository,
 )
+from worker.store.repositories.examples import ExampleRepository
+from worker.store.repositories.references import ReferenceRepository
+from worker.store.repositories.retention import RetentionRepository
 from worker.store.repositories.review import ReviewItemRepository
 from worker.store.repositories.safety import SafetyRepository
 from worker.store.repositories.writes import WriteRepository
@@ -36,6 +39,9 @@ class UnitOfWork:
         self.safety = SafetyRepository(self.session)
         self.review = ReviewItemRepository(self.session)
         self.writes = WriteRepository(self.session)
+        self.examples = ExampleRepository(self.session)
+        self.retention = RetentionRepository(self.session)
+        self.references = ReferenceRepository(self.session)
         return self
 
     def __exit__(
