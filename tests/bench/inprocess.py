@@ -97,10 +97,10 @@ def _child(url: str, latency: float | None, concurrency: int, extra: dict[str, A
     start_epoch, t0, cpu0 = time.time(), time.perf_counter(), time.process_time()
     with meter.section(ENGINE):
         for scope in scope_list:
-            run_id = service.create_run(app, scope, trigger="bench", force=True,
-                                        clock=corpus.NOW, allow_retire=ALLOW_EVERY_NOTE)
-            assert run_id is not None, f"a run is already open for {scope.key}"
-            statuses[str(service.execute_run(app, run_id))] += 1
+            run = service.create_claimed_run(app, scope, trigger="bench", force=True,
+                                             clock=corpus.NOW, allow_retire=ALLOW_EVERY_NOTE)
+            assert run is not None, f"a run is already open for {scope.key}"
+            statuses[str(service.execute_run(app, run))] += 1
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     out.put({
         "wall": wall, "cpu": cpu, "span": (start_epoch, start_epoch + wall),

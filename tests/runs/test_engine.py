@@ -195,14 +195,8 @@ def test_a_celery_phase_waiting_reports_when_to_look_again(app: App) -> None:
     assert len(parents) == len(PHASES)
 
 
-def test_the_engine_reads_a_run_once_and_writes_two_statements_per_phase(app: App) -> None:
-    """In-process, around phases that touch nothing: the claim (2 statements: the claim and the
-    notes-before count), 2 per phase (the fenced parent step and its finish), one look for notes
-    without embeddings for the run, finalize (steps, notes after, the fenced final update): 14,
-    whatever the number of notes."""
-    add_notes(app, *({"content": f"note {k}"} for k in range(30)))
-    run_id = service.create_run(app, SCOPE, force=True)
-    assert run_id is not None
+def _statements(app: App, work: Any) -> tuple[Any, list[str]]:
+    """What ``work()`` returned and the first word of each statement it sent."""
     statements: list[str] = []
 
     def count(*args: Any, **_: Any) -> None:
@@ -210,10 +204,45 @@ def test_the_engine_reads_a_run_once_and_writes_two_statements_per_phase(app: Ap
 
     event.listen(app.engine, "before_cursor_execute", count)
     try:
-        assert engine.execute_run(app, run_id, QUIET) == RunStatus.SUCCEEDED.value
+        return work(), statements
     finally:
         event.remove(app.engine, "before_cursor_execute", count)
-    assert len(statements) == 2 + 2 * len(PHASES) + 1 + 3, statements
+
+
+def test_the_engine_reads_a_run_once_and_writes_two_statements_per_phase(app: App) -> None:
+    """In-process, around phases that touch nothing: the claim (2 statements: the claim and the
+    notes-before count), 2 per phase (the fenced parent step and its finish), one look for notes
+    without embeddings for the run, finalize (notes after, the fenced final update; the steps
+    are the ones this process wrote, not read again): 13, whatever the number of notes."""
+    add_notes(app, *({"content": f"note {k}"} for k in range(30)))
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    status, statements = _statements(app, lambda: engine.execute_run(app, run_id, QUIET))
+    assert status == RunStatus.SUCCEEDED.value
+    assert len(statements) == 2 + 2 * len(PHASES) + 1 + 2, statements
+
+
+def test_a_run_created_claimed_needs_no_claim(app: App) -> None:
+    """``create_claimed_run`` inserts the run running under epoch 1 with its notes-before
+    counts (2 statements); executing it spends no claim: 2 per phase, the embeddings look,
+    finalize's 2. Its steps and totals are what a claimed run gets."""
+    add_notes(app, *({"content": f"note {k}"} for k in range(30)))
+    snap, created = _statements(app, lambda: service.create_claimed_run(app, SCOPE, force=True))
+    assert snap is not None and created == ["SELECT", "INSERT"]
+    assert service.create_claimed_run(app, SCOPE, force=True) is None  # R1: one holds the scope
+    with app.uow() as uow:
+        row = uow.runs.active_for_scope(SCOPE)
+        assert row is not None and row.id == snap.run_id
+        assert (row.status, row.lease_epoch, row.attempts) == (RunStatus.RUNNING.value, 1, 1)
+        assert row.totals == {"notes_before": {"active": 30}}
+    status, statements = _statements(app, lambda: engine.execute_run(app, snap, QUIET))
+    assert status == RunStatus.SUCCEEDED.value
+    assert len(statements) == 2 * len(PHASES) + 1 + 2, statements
+    with app.uow() as uow:
+        run = uow.runs.get(snap.run_id)
+        assert run is not None and run.totals is not None
+        assert run.totals["notes_before"] == run.totals["notes_after"] == {"active": 30}
+        assert run.totals["phases"] == dict.fromkeys(PHASES, StepStatus.NO_ITEMS.value)
 
 
 # ---- a partial model outage, black box through the CLI and the real openai client ----------

@@ -59,20 +59,26 @@ def _notes(app: App) -> None:
               {"agent_id": "a1", "content": "User works from Lisbon"})
 
 
-def test_creator_killed_before_its_claim_leaves_a_run_that_run_due_resumes(app: App) -> None:
-    """R30 (case 1 of issue 12.4): `dream run` SIGKILLed between creating its run and claiming
-    it leaves a queued run; a new `dream run` for the scope refuses with one line naming that
-    run and `dream runs cancel`; `dream run --due` executes it to the end."""
+def test_creator_killed_after_creating_its_run_leaves_a_run_that_run_due_resumes(
+        app: App) -> None:
+    """R30 (case 1 of issue 12.4): `dream run` creates its run already claimed; SIGKILLed
+    before its first phase, it leaves a running run whose lease lapses: the gate check marks
+    it interrupted, a new `dream run` for the scope refuses with one line naming that run and
+    `dream runs cancel`, and `dream run --due` executes it to the end."""
     _notes(app)
     env = {**os.environ, "DREAM_DATABASE_URL": app.settings.database_url,
-           "DREAM_LLM_PROVIDER": "none", "DREAM_CRASH_AT": "run.before_claim"}
+           "DREAM_LLM_PROVIDER": "none", "DREAM_CRASH_AT": "run.after_create"}
     killed = subprocess.run([DREAM, "run", "--agent", "a1", "--force"], env=env,
                             capture_output=True, text=True, timeout=120)
     assert killed.returncode == -9, killed.stderr[-2000:]
     with app.uow() as uow:
         run = uow.runs.active_for_scope(SCOPE)
-        assert run is not None and run.status == RunStatus.QUEUED.value
+        assert run is not None and run.status == RunStatus.RUNNING.value
         run_id = run.id
+    assert service.gate_check(app).retried == []  # its lease has not lapsed yet
+    later = utcnow() + timedelta(seconds=app.settings.lease_seconds + 1)
+    assert service.gate_check(app, now=later).retried == [run_id]
+    assert status_of(app, run_id) == RunStatus.INTERRUPTED.value
     line = one_error_line(dream(app, "run", "--agent", "a1", "--force"), Conflict.exit_code)
     assert run_id in line and f"dream runs cancel {run_id}" in line and "--due" in line
     resumed = dream(app, "run", "--due")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+from types import SimpleNamespace
 
 import structlog
 
@@ -10,6 +11,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope
 from worker.errors import InvalidRun
+from worker.runs.snapshot import RunSnapshot, snapshot_of
 
 log = structlog.get_logger(__name__)
 
@@ -23,12 +25,7 @@ def create_run(
 
     ``force`` skips the gate only; ``allow_retire`` is how many retirements the run may make
     past the blast-radius guard's share (R20)."""
-    phases = list(phases or PHASES)
-    unknown = [p for p in phases if p not in PHASES]
-    if unknown:
-        raise InvalidRun(f"unknown phase {unknown[0]!r}; choose from {', '.join(PHASES)}")
-    if allow_retire is not None and allow_retire < 0:
-        raise InvalidRun(f"allow_retire must be 0 or more (got {allow_retire})")
+    phases = _checked(phases, allow_retire)
     with app.uow() as uow:
         run_id = uow.runs.create(
             scope, now=utcnow(), trigger=trigger, phases=phases, force=force,
@@ -38,6 +35,41 @@ def create_run(
     if run_id:
         log.info("run.created", run_id=run_id, scope=scope.key, trigger=trigger)
     return run_id
+
+
+def create_claimed_run(
+    app: App, scope: Scope, *, trigger: str = "cli", force: bool = False, dry_run: bool = False,
+    phases: list[str] | None = None, clock: datetime | None = None,
+    allow_retire: int | None = None,
+) -> RunSnapshot | None:
+    """``create_run`` for an executor that runs it at once (``dream run``, an API thread, the
+    bench): inserted already running under lease epoch 1 with the scope's note counts (the
+    guard's baseline, R20) in its totals; two statements and no claim. The run's snapshot, or
+    None when the scope has a run already (R1). A creator killed after this leaves a running
+    run whose lease lapses; the gate check recovers it like any killed run (R30)."""
+    phases = _checked(phases, allow_retire)
+    now = utcnow()
+    with app.uow() as uow:
+        before = uow.notes.count_by_status(scope)
+        values = uow.runs.create_values(
+            scope, now=now, trigger=trigger, phases=phases, force=force, dry_run=dry_run,
+            clock=clock, allow_retire=allow_retire, totals={"notes_before": before},
+            claimed_until=now + timedelta(seconds=app.settings.lease_seconds))
+        uow.commit()
+    if values is None:
+        return None
+    log.info("run.created", run_id=values["id"], scope=scope.key, trigger=trigger, claimed=True)
+    return snapshot_of(SimpleNamespace(**{"totals": None, **values}), [])
+
+
+def _checked(phases: list[str] | None, allow_retire: int | None) -> list[str]:
+    phases = list(phases or PHASES)
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        raise InvalidRun(f"unknown phase {unknown[0]!r}; choose from {', '.join(PHASES)}")
+    if allow_retire is not None and allow_retire < 0:
+        raise InvalidRun(f"allow_retire must be 0 or more (got {allow_retire})")
+    return phases
 
 
 def busy_message(app: App, scope: Scope) -> str:

@@ -38,31 +38,45 @@ class PhaseResult:
     retry_after: float | None = None  # WAITING only: seconds until the phase is looked at again
 
 
-def execute_run(app: App, run_id: str, registry: Registry,
+def execute_run(app: App, run: str | RunSnapshot, registry: Registry,
                 on_phase: Callable[[str, PhaseOutcome], None] | None = None) -> str:
     """The whole run in this process: every phase in order, then finalize; the final status.
 
-    ``on_phase`` is told each phase's outcome as it ends (the benchmark times phases with it)."""
+    ``run`` is a run id (claimed here), or the snapshot of a run created already claimed
+    (``create_claimed_run``). ``on_phase`` is told each phase's outcome as it ends (the
+    benchmark times phases with it)."""
+    run_id = run if isinstance(run, str) else run.run_id
     with telemetry.run_span(run_id) as span:
-        crashpoint("run.before_claim")  # R30: a creator killed here leaves a queued run behind
-        snap = claim(app, run_id) or read_snapshot(app, run_id)
+        if isinstance(run, str):
+            crashpoint("run.before_claim")  # R30: a creator killed here leaves a queued run
+            snap = claim(app, run_id) or read_snapshot(app, run_id)
+        else:
+            # R30: a creator killed here leaves a running run whose lease lapses (recovered).
+            crashpoint("run.after_create")
+            snap = run
         if snap.epoch is None:  # finished, cancelled, or never claimable: nothing to do
             span.set(dream__run__status=snap.status)
             return snap.status
-        run = Execution(snap, Budget.for_run(app.settings.budget, snap.usage.calls,
-                                             snap.usage.tokens), registry, carry=RunCarry())
-        stopped = False
-        for phase in PHASES:
-            outcome = _run_until_settled(app, run, phase)
-            if on_phase is not None:
-                on_phase(phase, outcome)
-            if outcome.stops_run:
-                stopped = True  # another executor holds this run (or it was cancelled)
-                break
-        # After a stop the snapshot is stale: decide on a fresh read.
-        status = finalize_run(app, run_id) if stopped else finalize(app, snap)
+        status = _execute_all(app, snap, registry, on_phase)
         span.set(dream__run__status=status)
         return status
+
+
+def _execute_all(app: App, snap: RunSnapshot, registry: Registry,
+                 on_phase: Callable[[str, PhaseOutcome], None] | None) -> str:
+    # A run with no step before this attempt: every step it gets is written here, so finalize
+    # can decide from what this process wrote (no read of the steps).
+    fresh = snap.attempts == 1 and not snap.done and not snap.waiting
+    run = Execution(snap, Budget.for_run(app.settings.budget, snap.usage.calls,
+                                         snap.usage.tokens), registry, carry=RunCarry(),
+                    written=[] if fresh else None)
+    for phase in PHASES:
+        outcome = _run_until_settled(app, run, phase)
+        if on_phase is not None:
+            on_phase(phase, outcome)
+        if outcome.stops_run:  # another executor holds this run (or it was cancelled):
+            return finalize_run(app, snap.run_id)  # the snapshot is stale, decide on a read
+    return finalize(app, snap, run.written)
 
 
 def _run_until_settled(app: App, run: Execution, phase: str) -> PhaseOutcome:

@@ -5,6 +5,7 @@ finalize task: a fresh one), reads the run's steps once and decides with ``decid
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import structlog
@@ -28,13 +29,17 @@ def finalize_run(app: App, run_id: str) -> str:
     return finalize(app, read_snapshot(app, run_id))
 
 
-def finalize(app: App, snap: RunSnapshot) -> str:
-    """The run's final status; a run not running (or with a phase still open) is left as is."""
+def finalize(app: App, snap: RunSnapshot, written: list[dict[str, Any]] | None = None) -> str:
+    """The run's final status; a run not running (or with a phase still open) is left as is.
+
+    ``written``: every step row of the run, as the in-process executor that wrote them all
+    holds them (no read of the steps); None reads them."""
     crashpoint("run.before_finalize")
     if snap.epoch is None:
         return snap.status
     with app.uow() as uow:
-        steps = uow.runs.steps(snap.run_id)
+        steps = (uow.runs.steps(snap.run_id) if written is None
+                 else [_row(r) for r in written])
         parents = [s for s in steps if s.parent_id is None and s.status in TERMINAL_STEP]
         if not {s.phase for s in parents} >= set(PHASES):
             return snap.status  # a phase is running elsewhere, or was lost (the lease recovers it)
@@ -50,6 +55,15 @@ def finalize(app: App, snap: RunSnapshot) -> str:
         uow.commit()
     log.info("run.finished", run_id=snap.run_id, status=outcome.status, flags=outcome.flags)
     return outcome.status
+
+
+_STEP_FIELDS = ("parent_id", "status", "output", "error", "model", "tokens_in", "tokens_out",
+                "duration_ms")
+
+
+def _row(values: dict[str, Any]) -> Any:
+    """A step row as written, read like a ``RunStepRow`` (the columns finalize looks at)."""
+    return SimpleNamespace(**{**dict.fromkeys(_STEP_FIELDS), **values})
 
 
 def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow],

@@ -45,6 +45,18 @@ class Execution:
     carry: RunCarry | None = None
     retry_after: float = DEFAULT_RETRY_AFTER  # set when a phase ends WAITING
     outcomes: dict[str, PhaseOutcome] = field(default_factory=dict)
+    # Every step row this executor committed for the run (parents and children), when that is
+    # all the run's steps (a fresh in-process run): finalize decides from it. None: read them.
+    written: list[dict[str, Any]] | None = None
+
+    def wrote(self, row: dict[str, Any]) -> None:
+        if self.written is not None:
+            self.written.append(row)
+
+    def finished(self, step_id: str, values: dict[str, Any]) -> None:
+        for row in self.written or ():
+            if row["id"] == step_id:
+                row.update(values)
 
 
 def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
@@ -59,7 +71,7 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
     step_id = phase_step_id(snap.run_id, phase, snap.epoch)
     resumed = snap.waiting.get(phase) == step_id  # a WAITING phase resumes its own step
     if not resumed:
-        started = _start_step(app, snap, phase, step_id)
+        started = _start_step(app, run, phase, step_id)
         if started is not None:
             return started
     ctx = PhaseContext(
@@ -73,10 +85,15 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
                             _usage_recorder(ctx, step_id, waiting=resumed)):
             outcome = _execute(app, run, ctx, phase, step_id)
     except StaleLease:
+        run.written = None
         # Someone else owns the run now (the gate check recovered it, or it was cancelled):
         # stop without a traceback; the parent step stays "running" until the next claim.
         log.warning("phase.lease_lost", run_id=snap.run_id, phase=phase)
         return PhaseOutcome.LEASE_LOST
+    if ctx.steps.untracked:  # a child step written outside the phase kit: finalize reads
+        run.written = None
+    elif run.written is not None:
+        run.written.extend(ctx.steps.committed)
     if outcome in RECORDED:
         snap.done.add(phase)
         snap.waiting.pop(phase, None)
@@ -86,9 +103,10 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
     return outcome
 
 
-def _start_step(app: App, snap: RunSnapshot, phase: str, step_id: str) -> PhaseOutcome | None:
+def _start_step(app: App, run: Execution, phase: str, step_id: str) -> PhaseOutcome | None:
     """The phase's parent step, inserted only under the held epoch (one statement); None when
     it started, else why not."""
+    snap = run.snap
     assert snap.epoch is not None
     values: dict[str, Any] = {
         "id": step_id, "run_id": snap.run_id, "parent_id": None, "scope_key": snap.scope.key,
@@ -107,6 +125,7 @@ def _start_step(app: App, snap: RunSnapshot, phase: str, step_id: str) -> PhaseO
     if not started:
         return PhaseOutcome.LEASE_LOST
     snap.unrecorded = False  # recorded once, on the first phase step
+    run.wrote(values)
     return None
 
 
@@ -127,7 +146,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
              step_id: str) -> PhaseOutcome:
     started = time.perf_counter()
     if phase not in run.snap.requested:
-        _finish(app, step_id, PhaseOutcome.SKIPPED, {"reason": "phase not requested"}, started)
+        _finish(app, run, step_id, PhaseOutcome.SKIPPED, {"reason": "phase not requested"}, started)
         return PhaseOutcome.SKIPPED
     calls_before = (ctx.budget.started, ctx.budget.answered)
     bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
@@ -144,7 +163,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
         message = safe_error_message(app, ctx.scope, exc)
         bound.error("phase.failed", error_type=type(exc).__name__, error=message,
                     frames=error_stack(exc))
-        _finish(app, step_id, PhaseOutcome.FAILED, {}, started,
+        _finish(app, run, step_id, PhaseOutcome.FAILED, {}, started,
                 error=f"{type(exc).__name__}: {message}")
         return PhaseOutcome.FAILED
     output = _output(report, ctx.budget, calls_before)
@@ -152,7 +171,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
     if outcome is PhaseOutcome.WAITING:
         run.retry_after = float(report.counters.get("retry_after") or DEFAULT_RETRY_AFTER)
         output["waiting"] = report.reason or "waiting on a provider batch"
-    _finish(app, step_id, outcome, output, started, tokens=(report.tokens_in, report.tokens_out),
+    _finish(app, run, step_id, outcome, output, started, tokens=(report.tokens_in, report.tokens_out),
             model=getattr(app.llm, "model", None) if report.calls else None)
     bound.info("phase.finished", status=outcome.value,
                **{k: v for k, v in report.counters.items() if isinstance(v, int | float)})
@@ -192,7 +211,7 @@ def _output(report: PhaseReport, budget: Budget, before: tuple[int, int]) -> dic
     return output
 
 
-def _finish(app: App, step_id: str, outcome: PhaseOutcome, output: dict[str, Any],
+def _finish(app: App, run: Execution, step_id: str, outcome: PhaseOutcome, output: dict[str, Any],
             started: float, *, error: str | None = None, tokens: tuple[int, int] = (0, 0),
             model: str | None = None) -> None:
     """One statement: the parent step's status, counters, usage and duration."""
@@ -203,6 +222,7 @@ def _finish(app: App, step_id: str, outcome: PhaseOutcome, output: dict[str, Any
     with app.uow() as uow:
         uow.runs.update_step(step_id, **values)
         uow.commit()
+    run.finished(step_id, values)
 
 
 def left_for_later(output: dict[str, Any]) -> bool:

@@ -16,11 +16,11 @@ from worker.domain.types import RunStatus, Scope, StepStatus
 from worker.errors import BrokerUnavailable, RunError, RunNotFound, UnknownScope
 from worker.runs import engine
 from worker.runs.context import Registry
-from worker.runs.create import busy_message, create_run
+from worker.runs.create import busy_message, create_claimed_run, create_run
 from worker.runs.finalize import finalize_run
 from worker.runs.outcome import PhaseOutcome
 from worker.runs.scheduling import GateResult, decide_scopes, gate_check, recover_runs, scope_gate
-from worker.runs.snapshot import claim
+from worker.runs.snapshot import RunSnapshot, claim
 
 log = structlog.get_logger(__name__)
 
@@ -32,9 +32,10 @@ def phase_registry() -> Registry:
     return phases.phase_registry()
 
 
-def execute_run(app: App, run_id: str, registry: Registry | None = None) -> str:
-    """The whole run in this process (``engine.execute_run`` with the real phases)."""
-    return engine.execute_run(app, run_id, registry or phase_registry())
+def execute_run(app: App, run: str | RunSnapshot, registry: Registry | None = None) -> str:
+    """The whole run in this process (``engine.execute_run`` with the real phases): a run id,
+    or the snapshot ``create_claimed_run`` returned."""
+    return engine.execute_run(app, run, registry or phase_registry())
 
 
 def execute_phase(app: App, run_id: str, phase: str,
@@ -114,7 +115,7 @@ def abandon_run(app: App, run_id: str, reason: str) -> None:
 
 __all__ = [
     "BrokerUnavailable", "GateResult", "PhaseOutcome", "RunError", "UnknownScope",
-    "abandon_run", "busy_message", "cancel_run", "claim_run", "create_run", "decide_scopes",
+    "abandon_run", "busy_message", "cancel_run", "claim_run", "create_claimed_run", "create_run", "decide_scopes",
     "ensure_scope_known", "execute_phase", "execute_run", "finalize_run", "gate_check",
     "recover_runs", "scope_gate", "scope_known", "unclaimed_runs",
 ]

@@ -68,7 +68,7 @@ def read_snapshot(app: App, run_id: str) -> RunSnapshot:
         if run is None:
             raise RunNotFound(run_id)
         steps = uow.runs.steps(run_id) if run.attempts else []
-        return _snapshot(run, steps)
+        return snapshot_of(run, steps)
 
 
 def claim(app: App, run_id: str) -> RunSnapshot | None:
@@ -84,7 +84,7 @@ def claim(app: App, run_id: str) -> RunSnapshot | None:
         if row.attempts > 1:
             uow.runs.note_interrupted_steps(run_id, row.lease_epoch)
             steps = uow.runs.steps(run_id)
-        snap = _snapshot(row, steps)
+        snap = snapshot_of(row, steps)
         if snap.notes_before is None:
             snap.notes_before = uow.notes.count_by_status(snap.scope)
             snap.unrecorded = True
@@ -92,7 +92,8 @@ def claim(app: App, run_id: str) -> RunSnapshot | None:
     return snap
 
 
-def _snapshot(run: Any, steps: Iterable[RunStepRow]) -> RunSnapshot:
+def snapshot_of(run: Any, steps: Iterable[RunStepRow]) -> RunSnapshot:
+    """The snapshot of a run row (or anything with its attributes) and its steps."""
     steps = list(steps)
     running = run.status == RunStatus.RUNNING.value
     epoch = run.lease_epoch if running else None

@@ -18,6 +18,7 @@ from worker.domain.types import PHASES, RunStatus, Scope
 from worker.errors import ConfigError, Conflict, InvalidRun
 from worker.runs import service
 from worker.runs.gate import GateDecision
+from worker.runs.snapshot import RunSnapshot
 from worker.safety.scrub import stack
 
 log = structlog.get_logger(__name__)
@@ -83,13 +84,17 @@ def start_run(app: App, request: RunRequest, via: Via | None = None) -> StartedR
         if not decision.due:
             hint = _FORCE_HINT.get(request.trigger, "force it to run anyway")
             raise NotDue(f"not due for {request.scope.key}: {decision.reason}; {hint}", decision)
-    run_id = service.create_run(
+    # A run executed here starts claimed (one statement for create and claim); Celery's
+    # workers claim theirs.
+    create = service.create_run if via is Via.CELERY else service.create_claimed_run
+    run = create(
         app, request.scope, trigger=request.trigger, force=request.force,
         dry_run=request.dry_run, phases=list(request.phases) or None, clock=request.clock,
         allow_retire=request.allow_retire)
-    if run_id is None:
+    if run is None:
         raise Conflict(service.busy_message(app, request.scope))
-    return StartedRun(run_id, via, dispatch_run(app, run_id, via))
+    run_id = run if isinstance(run, str) else run.run_id
+    return StartedRun(run_id, via, dispatch_run(app, run, via))
 
 
 def check_request(request: RunRequest) -> None:
@@ -112,10 +117,12 @@ def require_broker(app: App) -> None:
     check_broker(app.settings.broker_url)
 
 
-def dispatch_run(app: App, run_id: str, via: Via) -> str:
-    """Execute a queued run ``via``; the run's status afterwards (queued unless Via.HERE)."""
+def dispatch_run(app: App, run: str | RunSnapshot, via: Via) -> str:
+    """Execute a queued run (an id) or one created claimed (its snapshot; not for Celery)
+    ``via``; the run's status afterwards (queued unless Via.HERE)."""
     if via is Via.HERE:
-        return service.execute_run(app, run_id)
+        return service.execute_run(app, run)
+    run_id = run if isinstance(run, str) else run.run_id
     if via is Via.CELERY:
         from worker.tasks import enqueue_run
 
@@ -124,7 +131,7 @@ def dispatch_run(app: App, run_id: str, via: Via) -> str:
 
     def work() -> None:
         try:
-            service.execute_run(app, run_id)
+            service.execute_run(app, run)
         except Exception as exc:  # the run row records phase failures; this is a last resort
             # No raw message or traceback text: either can quote note content (R21).
             log.error("run.thread_failed", run_id=run_id, error_type=type(exc).__name__,

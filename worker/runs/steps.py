@@ -39,6 +39,10 @@ class StepRecorder:
         self.run_id = run_id
         self.scope = scope
         self._seq = 0
+        # The child rows the phase kit committed (``committed``), and whether a child step was
+        # written another way (``untracked``): what the engine's finalize may rely on.
+        self.committed: list[dict[str, Any]] = []
+        self.untracked = False
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -75,6 +79,7 @@ class StepRecorder:
 
     def child(self, uow: UnitOfWork, parent_id: str, phase: str, step: ChildStep) -> str:
         """Add a child step inside the caller's transaction (it commits with the change it explains)."""
+        self.untracked = True
         return uow.runs.add_step(self.child_row(parent_id, phase, step))
 
     def child_row(self, parent_id: str, phase: str, step: ChildStep) -> dict[str, Any]:

@@ -69,8 +69,10 @@ def open_write(target: WriteTarget) -> Iterator[PhaseWrite]:
                 raise StaleLease(f"run {target.run_id} lost its lease (epoch {target.epoch})")
         write = PhaseWrite(uow, target, totals)
         yield write
-        write.flush()
+        steps = write.flush()
         uow.commit()
+    if target.steps is not None:
+        target.steps.committed.extend(steps)
 
 
 def guard_limits(uow: UnitOfWork, target: WriteTarget, journal: RunJournal | None, *,
@@ -201,9 +203,12 @@ class PhaseWrite:
         cur = self.current(note_id)
         return cur[0] if cur is not None and cur[1] == NoteStatus.ACTIVE.value else None
 
-    def flush(self) -> None:
-        self.uow.writes.add_steps(self._steps)
+    def flush(self) -> list[dict[str, Any]]:
+        """Write what was queued on the write; the step rows written."""
+        steps = self._steps
+        self.uow.writes.add_steps(steps)
         self.uow.writes.add_judgements(self._judgements)
         self.uow.writes.add_reviews(self._reviews)
         self._steps, self._judgements, self._reviews = [], [], []
+        return steps
 

@@ -24,6 +24,7 @@ _RUNS = cast(Table, DreamRunRow.__table__)
 _LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
 _STEPS = cast(Table, RunStepRow.__table__)
 _INSERT_STEP = insert(_STEPS)
+_INSERT_RUN = insert(_RUNS)
 # Runs waiting for an executor: never claimed, or interrupted by a lost lease.
 _UNCLAIMED = (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value)
 
@@ -35,24 +36,42 @@ class RunRepository:
     def create(
         self, scope: Scope, *, now: datetime, trigger: str, phases: list[str],
         force: bool = False, dry_run: bool = False, clock: datetime | None = None,
-        allow_retire: int | None = None,
+        allow_retire: int | None = None, claimed_until: datetime | None = None,
+        totals: dict[str, Any] | None = None,
     ) -> str | None:
         """Insert a queued run; None when the scope already has a queued/running/interrupted
         run (R1). One statement, no savepoint: a refusal rolls the transaction back, so call it
         first in a unit of work of its own (``create_run`` does)."""
-        run_id = str(uuid.uuid4())
+        values = self.create_values(
+            scope, now=now, trigger=trigger, phases=phases, force=force, dry_run=dry_run,
+            clock=clock, allow_retire=allow_retire, claimed_until=claimed_until, totals=totals)
+        return None if values is None else str(values["id"])
+
+    def create_values(
+        self, scope: Scope, *, now: datetime, trigger: str, phases: list[str],
+        force: bool = False, dry_run: bool = False, clock: datetime | None = None,
+        allow_retire: int | None = None, claimed_until: datetime | None = None,
+        totals: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """``create``, returning the row's values; with ``claimed_until`` the run is inserted
+        already running under lease epoch 1 (an executor that runs it at once: no claim)."""
+        values: dict[str, Any] = {
+            "id": str(uuid.uuid4()), "scope_key": scope.key, **scope.as_dict(),
+            "status": RunStatus.QUEUED.value, "trigger": trigger, "force": force,
+            "dry_run": dry_run, "phases": phases, "clock": clock, "created_at": now,
+            "enqueued_at": now, "allow_retire": allow_retire, "attempts": 0, "lease_epoch": 0,
+            "started_at": None, "lease_expires_at": None}
+        if totals is not None:  # (a None would be stored as JSON null, not SQL NULL)
+            values["totals"] = totals
+        if claimed_until is not None:
+            values.update(status=RunStatus.RUNNING.value, lease_epoch=1, attempts=1,
+                          started_at=now, lease_expires_at=claimed_until)
         try:
-            self.session.execute(
-                insert(DreamRunRow),
-                [{"id": run_id, "scope_key": scope.key, **scope.as_dict(),
-                  "status": RunStatus.QUEUED.value, "trigger": trigger, "force": force,
-                  "dry_run": dry_run, "phases": phases, "clock": clock, "created_at": now,
-                  "enqueued_at": now, "allow_retire": allow_retire}],
-            )
+            self.session.connection().execute(_INSERT_RUN, [values])
         except IntegrityError:
             self.session.rollback()
             return None
-        return run_id
+        return values
 
     def get(self, run_id: str) -> DreamRunRow | None:
         return self.session.get(DreamRunRow, run_id)
