@@ -150,3 +150,60 @@ def test_usage_errors_are_one_line(app: App) -> None:
         assert result.exit_code == 2
         (line,) = result.stderr.strip().splitlines()
         assert "name one ITEM_ID" in line
+
+
+def _archive(note_id: str) -> ProposedChange:
+    from worker.review.changes import archive_change
+
+    return archive_change("prune", note_id, 1, reason="prune: orphaned",
+                          comment="[Pruned: its conversation is gone]")
+
+
+def test_an_approved_archive_is_the_phases_guarded_write_and_undoable(app: App) -> None:
+    """An approved prune item archives its note through the phase kit's write: comment
+    appended, one operation-log row with the phase's reason, the step under the approval's
+    run; undo gives the note back."""
+    _seed(app)
+    item = _propose(app, _archive("c1"))
+    approved = _cli(app, "review", "approve", str(item), "--agent", "agent-1", "--by", "ana")
+    assert approved.exit_code == 0, approved.output
+    with app.uow() as uow:
+        note = uow.session.get(NoteRow, "c1")
+        assert note is not None and note.status == "archived" and note.version == 2
+        assert note.comments == "[Pruned: its conversation is gone]"
+        row = uow.review.get(SCOPE, item)
+        assert row is not None and row.status == "approved" and row.decided_by == "cli:ana"
+        run_id = row.applied_run_id
+        assert run_id is not None
+        (logged,) = uow.safety.run_log(run_id)
+        assert logged.entity_id == "c1" and logged.reason == (
+            "prune: orphaned: [Pruned: its conversation is gone]")
+        assert logged.before == {"status": "active", "comments": None, "version": 1}
+        names = [s.name for s in uow.runs.steps(run_id)]
+        run = uow.runs.get(run_id)
+        assert run is not None and run.status == "succeeded" and run.trigger == "review"
+    assert "approved archive" in names
+    assert _cli(app, "undo", run_id).exit_code == 0
+    assert _statuses(app)["c1"][0] == "active"
+
+
+def test_an_archive_the_guard_refuses_writes_nothing_and_says_why(app: App) -> None:
+    """A protected note (R23): the approval is refused with the guard's reason, nothing is
+    archived, the approval's run is blocked with the guard's step and review, the item open."""
+    add_notes(app, {"id": "p1", "content": "Allergic to peanuts.", "protection": "protected"})
+    item = _propose(app, _archive("p1"))
+    refused = _cli(app, "review", "approve", str(item), "--agent", "agent-1")
+    assert refused.exit_code == Conflict.exit_code, refused.output
+    assert "p1 is protected" in refused.stderr
+    assert _statuses(app)["p1"][0] == "active"
+    with app.uow() as uow:
+        runs = [r for r in uow.runs.list(SCOPE) if r.trigger == "review"]
+        assert [r.status for r in runs] == ["blocked"]
+        steps = {s.name: s for s in uow.runs.steps(runs[0].id)}
+        assert "approved archive" not in steps
+        assert (steps["blast_radius_guard"].output or {}).get("guard") is True
+        assert [(r.kind, r.note_ids) for r in uow.judgements.reviews(SCOPE)] == [
+            ("blast_radius", ["p1"])]
+        assert not uow.safety.run_log(runs[0].id)
+        row = uow.review.get(SCOPE, item)
+        assert row is not None and row.status == "open"

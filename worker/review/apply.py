@@ -12,6 +12,9 @@ from dataclasses import replace
 from typing import Any
 
 from worker.domain.types import Note, StepStatus, fingerprint_notes
+from worker.phases.kit import Change, Member, WriteTarget, open_write
+from worker.phases.kit import ChangeKind as KitKind
+from worker.phases.kit import ItemStatus as KitStatus
 from worker.review.items import ChangeKind, ProposedChange
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
@@ -76,38 +79,51 @@ def _contradiction(ctx: PhaseContext, parent_step_id: str, change: ProposedChang
     return (OK, None) if action in ("revoke", "flag") else (STALE, None)
 
 
-def _archive(ctx: PhaseContext, parent_step_id: str, change: ProposedChange,
-             counters: dict[str, Any]) -> tuple[str, str | None]:
-    from worker.safety.guard import check_retire, record_trip
-    from worker.store.repositories.examples import ExampleRepository
-    from worker.store.repositories.retention import ArchiveItem, RetentionRepository
+class _NotAll(Exception):
+    """Leaves the approval's write so it rolls back: the batch applies whole or not at all."""
 
+    def __init__(self, result: str, reason: str | None = None) -> None:
+        super().__init__(result)
+        self.result, self.reason = result, reason
+
+
+def archive_changes(change: ProposedChange) -> list[Change]:
+    """The ARCHIVE items the phase would have written for this proposal, one per member."""
     p = change.payload
     comments: dict[str, str] = dict(p.get("comments") or {})
-    items = [ArchiveItem(i, v, comments.get(i, "")) for i, v in sorted(change.versions.items())]
     reason = str(p.get("reason") or f"{change.phase}: approved")
-    with ctx.uow() as uow:
-        uow.check_lease(ctx.run_id, ctx.epoch)
-        if p.get("entity") == "example":
-            done = ExampleRepository(uow.session).archive(
-                ctx.scope, items, run_id=ctx.run_id, reason=reason, now=ctx.now)
-        else:
-            if not p.get("owner_gone"):
-                current = {n.id: n for n in uow.notes.get_many(change.versions)}
-                guard = check_retire(uow, ctx, list(current.values()),
-                                     allow_protected=bool(p.get("allow_protected")))
-                if guard is not None:
-                    uow.rollback()
-                    record_trip(ctx, parent_step_id, change.phase, guard, change.note_ids)
-                    return GUARDED, guard
-            done = RetentionRepository(uow.session).archive_notes(
-                ctx.scope, items, run_id=ctx.run_id, reason=reason, now=ctx.now)
-        if len(done) != len(items):
-            uow.rollback()  # all or nothing: the operator approved the batch as shown
-            return STALE, None
-        ctx.steps.child(uow, parent_step_id, change.phase, ChildStep(
-            name="approved archive", status=StepStatus.SUCCEEDED.value,
-            input={"planned": len(items)}, output={"archived": sorted(done), "reason": reason}))
-        uow.commit()
+    entity = "example" if p.get("entity") == "example" else "note"
+    return [Change(kind=KitKind.ARCHIVE, name=i, members=(Member(i, v),),
+                   comment=comments.get(i, ""), reason=reason, entity=entity,
+                   owner_gone=bool(p.get("owner_gone")),
+                   protected_ok=bool(p.get("allow_protected")))
+            for i, v in sorted(change.versions.items())]
+
+
+def _archive(ctx: PhaseContext, parent_step_id: str, change: ProposedChange,
+             counters: dict[str, Any]) -> tuple[str, str | None]:
+    """The phase's own guarded write (version re-check, the guard over the whole batch, the
+    operation log and the step in the same transaction); all or nothing, as approved."""
+    changes = archive_changes(change)
+    target = WriteTarget.of(ctx, change.phase, parent_step_id)
+    try:
+        with open_write(target) as w:
+            results = w.apply(changes, guard_each=False)
+            guarded = next((r.reason for r in results if r.status == KitStatus.GUARDED), None)
+            if guarded is not None:
+                raise _NotAll(GUARDED, w.tripped or guarded)
+            if any(r.status != KitStatus.APPLIED for r in results):
+                raise _NotAll(STALE)
+            done = sorted(m.id for c in changes for m in c.members)
+            w.step(ChildStep(
+                name="approved archive", status=StepStatus.SUCCEEDED.value,
+                input={"planned": len(changes)},
+                output={"archived": done, "reason": changes[0].reason}))
+    except _NotAll as refused:
+        if refused.result == GUARDED:
+            assert refused.reason is not None
+            with open_write(target) as w:  # why, recorded on its own: the archive rolled back
+                w.trip(refused.reason, change.note_ids)
+        return refused.result, refused.reason
     counters["archived"] = counters.get("archived", 0) + len(done)
     return OK, None

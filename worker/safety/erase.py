@@ -23,6 +23,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import NoteStatus, Scope
 from worker.errors import Conflict, InvalidInput, NotFound
+from worker.phases.kit.rows import RowBuilder
 from worker.store.db import SQLITE_BUSY_SECONDS
 from worker.store.repositories.retention import append_comment
 from worker.store.repositories.safety import Survivor
@@ -134,33 +135,47 @@ def erase(
 
 def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject: str,
                      now: datetime) -> None:
-    """Restore / hold in the erase transaction, logged under ``erase_id`` so undo can revert it."""
+    """Restore / hold in the erase transaction, logged under ``erase_id`` so undo can revert it.
+
+    The phase kit's write path: one locked re-read, one executemany UPDATE guarded by version
+    per set of columns, one executemany into the operation log and one into reviews."""
     everyone = plan.restore + plan.review
     if not everyone:
         return
     # Re-read after erase_notes: it cleared the pointers and scrubbed comments naming erased ids.
-    notes = {n.id: n for n in uow.notes.get_many([s.id for s in everyone])}
-    current = uow.notes.current_state(notes)
-    changes: dict[str, dict[str, Any]] = {}
-    for s in plan.restore:
-        changes[s.id] = {**restored_fields(s.before), "consolidated_into_id": None,
-                         "comments": append_comment(current[s.id]["comments"], RESTORED_COMMENT)}
-    for s in plan.review:
-        changes[s.id] = {"consolidated_into_id": None,
-                         "comments": append_comment(current[s.id]["comments"], HELD_COMMENT)}
-    stale = uow.notes.change_many(list(notes.values()), changes, run_id=erase_id,
-                                  reason=f"erase of {subject.split()[0]}: a note it stood for "
-                                         "was erased", now=now, current=current)
-    if stale:  # the host wrote to it meanwhile: roll everything back rather than half-apply
-        raise Conflict(f"note {stale[0]} changed during the erase; nothing was erased, run it again")
+    state = uow.writes.lock_state(s.id for s in everyone)
+    reason = f"erase of {subject.split()[0]}: a note it stood for was erased"
+    restoring = {s.id for s in plan.restore}
+    builders: dict[str, RowBuilder] = {}
+    for s in everyone:
+        if s.id not in state:
+            raise Conflict(f"note {s.id} changed during the erase; nothing was erased, run it "
+                           "again")
+        restore = s.id in restoring
+        values = {**(restored_fields(s.before) if restore else {}), "consolidated_into_id": None,
+                  "comments": append_comment(state[s.id]["comments"],
+                                             RESTORED_COMMENT if restore else HELD_COMMENT)}
+        rows = builders.get(s.scope_key)
+        if rows is None:
+            rows = builders[s.scope_key] = RowBuilder(Scope.from_key(s.scope_key), erase_id, now,
+                                                      state, None, {})
+        rows.set_fields(s.id, values, reason)
+    for rows in builders.values():
+        for keys, batch in rows.update_batches():
+            if uow.writes.update_notes(keys, batch) != len(batch):
+                # The host wrote to one meanwhile: roll everything back rather than half-apply.
+                raise Conflict("a note changed during the erase; nothing was erased, run it "
+                               "again")
+        uow.writes.add_log(rows.log)
     by_scope: dict[str, list[str]] = {}
     for s in plan.review:
         by_scope.setdefault(s.scope_key, []).append(s.id)
-    for key, ids in sorted(by_scope.items()):
-        uow.judgements.add_review(
-            Scope.from_key(key), REVIEW_KIND, ids,
-            "the newer note that superseded these was erased; reinstate any that still hold",
-            erase_id, now)  # undoing the erase removes the review with the restorations
+    # Undoing the erase removes the review with the restorations (same run id).
+    uow.writes.add_reviews([
+        {"scope_key": key, "kind": REVIEW_KIND, "note_ids": sorted(ids),
+         "reason": "the newer note that superseded these was erased; reinstate any that "
+                   "still hold", "run_id": erase_id, "created_at": now}
+        for key, ids in sorted(by_scope.items())])
 
 
 def checkpoint_sqlite(app: App) -> str | None:

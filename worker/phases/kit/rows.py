@@ -45,6 +45,13 @@ class RowBuilder:
                  "relation": c.relation, "run_id": self.run_id, "created_at": self.now}
                 for m in c.members)
 
+    def set_fields(self, note_id: str, values: dict[str, Any], reason: str) -> None:
+        """A change no ``Change`` kind names (an erasure giving a retired note back): ``values``
+        over the locked state, one version up, logged like any update."""
+        was = dict(self.after[note_id])
+        self.after[note_id].update(values, version=was["version"] + 1)
+        self._update(note_id, was, self.after[note_id], reason)
+
     def _insert(self, c: Change) -> None:
         n = c.new_note
         assert n is not None

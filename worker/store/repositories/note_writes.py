@@ -1,15 +1,15 @@
-"""NoteRepository's write paths: inserts, guarded change/change_many, lineage and
-operation-log writes, with the prebuilt Core statements they execute."""
+"""NoteRepository's write paths outside the phase kit: inserts (bulk import), embeddings, the
+host's single guarded change, lineage and operation-log rows, access and check marks."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy import Table, insert, select, update
 from sqlalchemy.orm import Session
 
 from worker.clock import utcnow
@@ -34,17 +34,12 @@ TRACKED_FIELDS = (
 ANNOTATION_FIELDS = frozenset({"flags", "comments"})
 
 
-# Prebuilt Core statements for the per-cluster apply path (no construction or cache-key
-# generation per call; plain table columns, no ORM annotations).
+# Prebuilt Core statements (no construction or cache-key generation per call; plain table
+# columns, no ORM annotations).
 _NOTES = cast(Table, NoteRow.__table__)
 _INSERT_NOTE = insert(_NOTES)
 _INSERT_LOG = insert(cast(Table, OperationLogRow.__table__))
 _INSERT_LINEAGE = insert(cast(Table, NoteLineageRow.__table__))
-_CURRENT_STATE = select(
-    _NOTES.c.id, _NOTES.c.version, _NOTES.c.status,
-    *(_NOTES.c[f] for f in TRACKED_FIELDS if f != "status"),
-).where(_NOTES.c.id.in_(bindparam("ids", expanding=True)))
-_GUARDED_UPDATES: dict[tuple[str, ...], Any] = {}
 
 
 def _jsonable(value: Any) -> Any:
@@ -194,83 +189,6 @@ class NoteWrites:
         )
         note.version = new_version
         return True
-
-    def current_state(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """Current version, status and tracked fields of each id, in one query (what
-        ``change_many`` needs; callers may use it for their own freshness checks first)."""
-        ids = list(dict.fromkeys(ids))
-        out: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(ids), 500):
-            rows = self._run(_CURRENT_STATE, {"ids": ids[start : start + 500]}).all()
-            out.update((r.id, r._asdict()) for r in rows)
-        return out
-
-    def change_many(
-        self,
-        notes: Sequence[Note],
-        changes_by_id: dict[str, dict[str, Any]],
-        *,
-        run_id: str | None,
-        reason: str | None,
-        now: datetime | None = None,
-        current: dict[str, dict[str, Any]] | None = None,
-    ) -> list[str]:
-        """``change`` for several notes in the caller's transaction, all or nothing.
-
-        One SELECT of the current state (skipped when ``current`` from ``current_state`` in the
-        same transaction is given), one executemany UPDATE guarded by version, one executemany
-        INSERT into the operation log. Returns the ids found changed since they were loaded
-        (R10); when that list is not empty nothing was written and the caller rolls back.
-        """
-        if not notes:
-            return []
-        now = now or utcnow()
-        if current is None:
-            current = self.current_state(n.id for n in notes)
-        stale = [n.id for n in notes
-                 if n.id not in current or current[n.id]["version"] != n.version]
-        if stale:
-            return stale
-        table = cast(Table, NoteRow.__table__)
-        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-        log_rows = []
-        for n in notes:
-            changes = changes_by_id[n.id]
-            cur = current[n.id]
-            keys = tuple(sorted(changes))
-            groups.setdefault(keys, []).append(
-                {**{f"v_{k}": changes[k] for k in keys}, "b_id": n.id, "b_version": n.version,
-                 "v_version": n.version + 1, "v_updated_at": now})
-            before = {f: _jsonable(cur[f]) for f in TRACKED_FIELDS if f in changes}
-            before["version"] = cur["version"]
-            after = {f: _jsonable(v) for f, v in changes.items() if f in TRACKED_FIELDS}
-            after["version"] = n.version + 1
-            log_rows.append({"run_id": run_id, "scope_key": n.scope.key, "entity": "note",
-                             "entity_id": n.id, "op": "update", "before": before,
-                             "after": after, "reason": reason, "created_at": now})
-        updated = 0
-        for keys, params in groups.items():
-            stmt = _GUARDED_UPDATES.get(keys)
-            if stmt is None:  # built once per set of changed columns, then reused
-                stmt = _GUARDED_UPDATES[keys] = (
-                    update(table)
-                    .where(table.c.id == bindparam("b_id"),
-                           table.c.version == bindparam("b_version"))
-                    .values({**{k: bindparam(f"v_{k}") for k in keys},
-                             "version": bindparam("v_version"),
-                             "updated_at": bindparam("v_updated_at")})
-                )
-            result = self._run(stmt, params)
-            updated += result.rowcount
-        if updated != len(notes):
-            # Sane multi-row counts on SQLite and psycopg; re-select to name the culprits.
-            fresh = self.current_state(n.id for n in notes)
-            return [n.id for n in notes
-                    if fresh.get(n.id, {}).get("version") != n.version + 1] or [notes[0].id]
-        self._run(_INSERT_LOG, log_rows)
-        for n in notes:
-            n.version += 1
-        return []
 
     def add_lineage(
         self, scope: Scope, parent_ids: Iterable[str], child_id: str, relation: str,

@@ -11,10 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import Session
 
-from worker.domain.types import NoteStatus
 from worker.store.models import (
     DreamRunRow,
     ExampleRow,
@@ -27,7 +26,6 @@ from worker.store.models import (
     SessionRow,
 )
 
-RETIRED = (NoteStatus.REVOKED.value, NoteStatus.ARCHIVED.value)
 _TOKEN = re.compile(r"[\w-]+")
 
 
@@ -60,29 +58,6 @@ class Survivor:
 class SafetyRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
-
-    # ---- guard ---------------------------------------------------------------------------
-    def retired_by_run(self, run_id: str, except_reason: str | None = None) -> set[str]:
-        """Ids of notes this run moved from active to revoked/archived (from the operation log),
-        leaving out the changes logged with ``except_reason``."""
-        stmt = select(OperationLogRow.entity_id, OperationLogRow.before, OperationLogRow.after).where(
-            OperationLogRow.run_id == run_id, OperationLogRow.op == "update"
-        )
-        if except_reason is not None:
-            stmt = stmt.where(OperationLogRow.reason.is_distinct_from(except_reason))
-        rows = self.session.execute(stmt).all()
-        return {
-            r.entity_id for r in rows
-            if (r.after or {}).get("status") in RETIRED
-            and (r.before or {}).get("status", NoteStatus.ACTIVE.value) == NoteStatus.ACTIVE.value
-        }
-
-    def active_count(self, scope_key: str) -> int:
-        return int(self.session.execute(
-            select(func.count()).select_from(NoteRow).where(
-                NoteRow.scope_key == scope_key, NoteRow.status == NoteStatus.ACTIVE.value
-            )
-        ).scalar_one())
 
     # ---- undo ----------------------------------------------------------------------------
     def run_log(self, run_id: str) -> list[OperationLogRow]:
