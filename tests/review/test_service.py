@@ -207,3 +207,35 @@ def test_an_archive_the_guard_refuses_writes_nothing_and_says_why(app: App) -> N
         assert not uow.safety.run_log(runs[0].id)
         row = uow.review.get(SCOPE, item)
         assert row is not None and row.status == "open"
+
+
+def test_an_approvals_run_asks_for_no_dream_phase(app: App) -> None:
+    """The approval's run is created by worker.runs, running under its lease, with the guard's
+    baseline and who approved in its totals; an executor that picks such a run up (as after a
+    crash mid-approval) runs none of the four phases on the scope and only finishes it."""
+    from worker.runs.create import create_phaseless_run
+    from worker.runs.service import execute_run
+
+    _seed(app)
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    assert _cli(app, "review", "approve", str(item), "--agent", "agent-1",
+                "--by", "ana").exit_code == 0
+    with app.uow() as uow:
+        row = uow.review.get(SCOPE, item)
+        assert row is not None and row.applied_run_id is not None
+        run = uow.runs.get(row.applied_run_id)
+        assert run is not None and run.phases == ["review"]
+        totals = run.totals or {}
+        assert totals["notes_before"]["active"] == 4 and totals["approved_by"] == "cli:ana"
+        assert totals["review_item"] == item
+
+    before = _statuses(app)
+    snap = create_phaseless_run(app, SCOPE, trigger="review", totals={"review_item": 0})
+    assert snap is not None and snap.epoch == 1 and snap.requested == ("review",)
+    assert execute_run(app, snap.run_id) == "succeeded"
+    assert _statuses(app) == before
+    with app.uow() as uow:
+        phases = {s.phase: (s.output or {}).get("reason") for s in uow.runs.steps(snap.run_id)
+                  if s.parent_id is None}
+    assert phases == dict.fromkeys(("consolidate", "contradictions", "prune", "archive"),
+                                   "phase not requested")

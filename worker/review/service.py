@@ -2,8 +2,8 @@
 
 Every call is bound to one scope: another scope's item id is "not found". Approving re-checks
 the item's note versions (a changed note makes it stale: refused, never written), then applies
-it in its own small run record (trigger ``review``, one phase) through the phase's own write
-path, so `dream undo <that run>` reverts it like any run. Declining records the verdict memory
+it in a run of its own (trigger ``review``, created by ``worker.runs`` under its lease) through
+the phase's own write path, so `dream undo <that run>` reverts it like any run. Declining records the verdict memory
 that keeps the change from being proposed again until one of its notes changes.
 """
 
@@ -24,6 +24,7 @@ from worker.review.apply import GUARDED, OK, apply_change, at_versions
 from worker.review.items import DECLINED_KIND, ChangeKind, ItemStatus, ProposedChange
 from worker.review.propose import REVIEW_TRIGGER
 from worker.runs.context import PhaseContext
+from worker.runs.create import create_phaseless_run
 from worker.runs.steps import StepRecorder
 
 log = structlog.get_logger(__name__)
@@ -226,25 +227,18 @@ def _mark_stale(app: App, row: Any, by: str, line: str) -> Decided:
 
 def _approval_context(app: App, scope: Scope, change: ProposedChange, row: Any,
                       by: str) -> PhaseContext:
-    """A run of its own for the approval: queued → running with a lease, like any run, so it
-    cannot write beside a dream of the same scope (one active run per scope, R1)."""
-    now = utcnow()
-    with app.uow() as uow:
-        # phases=["review"]: were this process killed mid-approval, the run recovered and
-        # resumed by an executor runs no phase (each is "not requested") and just finishes.
-        run_id = uow.runs.create(scope, now=now, trigger=REVIEW_TRIGGER, phases=["review"],
-                                 force=True)
-        if run_id is None:
-            raise Conflict(f"a run is queued or running for {scope.key}; approve item {row.id} "
-                           "after it finishes")
-        epoch = uow.runs.claim(run_id, now, app.settings.lease_seconds)
-        uow.runs.set_totals(run_id, {"notes_before": uow.notes.count_by_status(scope),
-                                     "review_item": row.id, "approved_by": by})
-        uow.commit()
-    assert epoch is not None
-    return PhaseContext(app=app, run_id=run_id, scope=scope, now=now, epoch=epoch,
-                        steps=StepRecorder(app, run_id, scope), force=True,
-                        trigger=REVIEW_TRIGGER)
+    """A run of its own for the approval, created running under its lease by the runs
+    package like any run an executor runs at once, so it cannot write beside a dream of the
+    same scope (one active run per scope, R1); the phase kit's write is fenced by it."""
+    snap = create_phaseless_run(app, scope, trigger=REVIEW_TRIGGER,
+                                totals={"review_item": row.id, "approved_by": by})
+    if snap is None:
+        raise Conflict(f"a run is queued or running for {scope.key}; approve item {row.id} "
+                       "after it finishes")
+    assert snap.epoch is not None
+    return PhaseContext(app=app, run_id=snap.run_id, scope=scope, now=snap.now,
+                        epoch=snap.epoch, steps=StepRecorder(app, snap.run_id, scope),
+                        force=True, trigger=REVIEW_TRIGGER, notes_before=snap.notes_before)
 
 
 def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,

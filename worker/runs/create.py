@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from types import SimpleNamespace
+from typing import Any
 
 import structlog
 
@@ -60,6 +61,26 @@ def create_claimed_run(
         return None
     log.info("run.created", run_id=values["id"], scope=scope.key, trigger=trigger, claimed=True)
     return snapshot_of(SimpleNamespace(**{"totals": None, **values}), [])
+
+
+def create_phaseless_run(app: App, scope: Scope, *, trigger: str,
+                         totals: dict[str, Any]) -> RunSnapshot | None:
+    """``create_claimed_run`` for a run that asks for no dream phase (a review approval, which
+    applies one item through the phase kit itself): ``phases`` ["<trigger>"], so an executor that
+    recovers it after a crash runs none of the four phases and only finishes it. Forced (the
+    gate does not apply); ``totals`` join the scope's note counts."""
+    now = utcnow()
+    with app.uow() as uow:
+        before = uow.notes.count_by_status(scope)
+        values = uow.runs.create_values(
+            scope, now=now, trigger=trigger, phases=[trigger], force=True,
+            totals={"notes_before": before, **totals},
+            claimed_until=now + timedelta(seconds=app.settings.lease_seconds))
+        uow.commit()
+    if values is None:
+        return None
+    log.info("run.created", run_id=values["id"], scope=scope.key, trigger=trigger, claimed=True)
+    return snapshot_of(SimpleNamespace(**values), [])
 
 
 def _checked(phases: list[str] | None, allow_retire: int | None) -> list[str]:
