@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from worker.config import Settings, load_settings
 from worker.embeddings.base import Embedder, make_embedder
 from worker.llm.base import LLMClient
+from worker.llm.fanout import shutdown_pool
 from worker.privacy import OutboundEmbedder, OutboundLLM, outbound
 from worker.store.db import make_engine, make_session_factory
 from worker.store.uow import UnitOfWork
@@ -50,6 +51,7 @@ class App:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        shutdown_pool()  # the model fan-out's threads (worker.llm.fanout)
 
 
 def make_llm(settings: Settings) -> LLMClient | None:

@@ -8,17 +8,17 @@ database anywhere: callers ask with no transaction open.
 from __future__ import annotations
 
 import hashlib
-import json
+import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 import structlog
 from pydantic import BaseModel
 
-from worker.llm.ask import AskStatus, Outcome, ask, check
+from worker.llm.ask import AskStatus, Outcome, ask, check, reply_schema, schema_text
 from worker.llm.base import BatchLLM, LLMClient
 from worker.llm.cache import ReplyCache
 from worker.llm.prompts import RenderedPrompt
@@ -37,7 +37,7 @@ class Question(Generic[T]):
     validate: Callable[[T], None] | None = None
 
     def schema(self) -> dict[str, Any]:
-        return self.reply_model.model_json_schema()
+        return reply_schema(self.reply_model)
 
     def estimate_tokens(self) -> int:
         return (len(self.prompt.system) + len(self.prompt.user)) // 4
@@ -154,7 +154,7 @@ def question_key(ctx: AskingContext, model: str, q: Question[Any]) -> str:
     a question to the provider (batch ``custom_id``) without carrying its text."""
     digest = hashlib.sha256()
     for part in (ctx.run_id, str(ctx.scope.key), model, q.prompt.name, q.prompt.system,
-                 q.prompt.user, json.dumps(q.schema(), sort_keys=True)):
+                 q.prompt.user, schema_text(q.reply_model)):
         digest.update(part.encode())
         digest.update(b"\0")
     return "q-" + digest.hexdigest()[:40]
@@ -230,5 +230,54 @@ def _ask_online(
                    deadline=deadline)
 
     workers = min(int(ctx.settings.llm_concurrency), len(questions))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm") as pool:
-        return list(pool.map(in_current_trace(one), questions))
+    if workers <= 1:  # nothing to overlap: a hand-off to a thread would only add its cost
+        return [one(q) for q in questions]
+    # ``workers`` drainers take the questions in order, so at most that many are in flight.
+    outcomes: list[Outcome[Any] | None] = [None] * len(questions)
+    queue = iter(enumerate(questions))
+    taking = threading.Lock()
+
+    def drain() -> None:
+        while True:
+            with taking:
+                item = next(queue, None)
+            if item is None:
+                return
+            outcomes[item[0]] = one(item[1])
+
+    for future in _submit(in_current_trace(drain), workers, int(ctx.settings.llm_concurrency)):
+        future.result()
+    return [o for o in outcomes if o is not None]
+
+
+# ---- the process's one pool ------------------------------------------------------------------
+# Threads are started once per process, not per fan-out (a run asks several times per phase).
+# It grows to the largest concurrency asked for; a fork (Celery prefork) starts a fresh one.
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_pid = 0
+
+
+def _submit(fn: Callable[[], None], copies: int, size: int) -> list[Future[None]]:
+    """``copies`` runs of ``fn`` on the shared pool (at least ``size`` threads), submitted under
+    the lock that may replace it (a pool shut down between lookup and submit refuses work)."""
+    global _pool, _pool_size, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid() or _pool_size < max(size, copies):
+            old = _pool if _pool_pid == os.getpid() else None
+            _pool_size, _pool_pid = max(size, copies, _pool_size), os.getpid()
+            _pool = ThreadPoolExecutor(max_workers=_pool_size, thread_name_prefix="llm")
+            if old is not None:
+                old.shutdown(wait=False)  # work already queued on it still runs
+        return [_pool.submit(fn) for _ in range(copies)]
+
+
+def shutdown_pool() -> None:
+    """Let the shared pool's threads end once their work is done; the next fan-out starts a
+    new pool (another App of this process may still be asking: nothing queued is dropped)."""
+    global _pool, _pool_size
+    with _pool_lock:
+        pool, _pool, _pool_size = _pool, None, 0
+        if pool is not None and _pool_pid == os.getpid():
+            pool.shutdown(wait=False)
