@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -21,17 +20,27 @@ T = TypeVar("T", bound=BaseModel)
 MAX_REASKS = 2
 
 
-@lru_cache(maxsize=64)
+# Reply models are a handful of classes defined at import time: the caches stay tiny.
+_SCHEMAS: dict[type[BaseModel], tuple[dict[str, Any], str]] = {}
+
+
+def _schema(reply_model: type[BaseModel]) -> tuple[dict[str, Any], str]:
+    cached = _SCHEMAS.get(reply_model)
+    if cached is None:
+        schema = reply_model.model_json_schema()
+        cached = _SCHEMAS[reply_model] = (schema, json.dumps(schema, sort_keys=True))
+    return cached
+
+
 def reply_schema(reply_model: type[BaseModel]) -> dict[str, Any]:
     """The reply's JSON schema, built once per model class: pydantic rebuilds it on every call
     (a third of a question's own cost). Callers only read it; nobody mutates it."""
-    return reply_model.model_json_schema()
+    return _schema(reply_model)[0]
 
 
-@lru_cache(maxsize=64)
 def schema_text(reply_model: type[BaseModel]) -> str:
     """``reply_schema`` as canonical JSON (sorted keys): what a question's key digests."""
-    return json.dumps(reply_schema(reply_model), sort_keys=True)
+    return _schema(reply_model)[1]
 
 
 class ReplyRejected(Exception):
