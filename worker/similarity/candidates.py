@@ -90,60 +90,96 @@ def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettin
     two spans the more ("use Slack" / "use Microsoft Teams" pass; "User likes green tea" /
     "User hates black coffee" do not).
     """
+    report = FrameReport()
+    entries = [_entries(n, members, settings) for n, members in _by_length(texts, settings).items()]
+    if not entries:
+        return report
+    key, row, cut, shared, gaps = (np.concatenate(column) for column in zip(*entries, strict=True))
+    # A note reaching one key by two cuts (repeated words) appears twice; pairs of it with
+    # itself are skipped below, and a pair passes when any of its entries does. The test is
+    # symmetric and a key fixes the words shared and the gaps, so a bucket's order does not
+    # matter: the faster unstable sort.
+    order = np.argsort(key)
+    key, row, cut, shared, gaps = key[order], row[order], cut[order], shared[order], gaps[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    sizes = np.diff(np.r_[starts, len(key)])
+    report.generic_frames = int((sizes > settings.max_bucket).sum())
+    usable = (sizes >= 2) & (sizes <= settings.max_bucket)
+    report.pairs = _bucket_pairs(starts[usable], sizes[usable], row, cut, shared, gaps,
+                                 settings.min_frame)
+    return report
+
+
+def _by_length(texts: Sequence[str], settings: FrameSettings) -> dict[int, list[tuple[int, list[int]]]]:
+    """Each short enough note as (row, word ids), grouped by its number of words."""
     vocabulary: dict[str, int] = {}
     by_length: dict[int, list[tuple[int, list[int]]]] = {}
     for row, text in enumerate(texts):
         ids = [vocabulary.setdefault(t, len(vocabulary) + 1) for t in frame_tokens(text)]
         if 1 <= len(ids) <= settings.max_tokens:
             by_length.setdefault(len(ids), []).append((row, ids))
-    keys, rows, cuts, shared, gaps = [], [], [], [], []
+    return by_length
+
+
+def _entries(
+    n: int, members: list[tuple[int, list[int]]], settings: FrameSettings,
+) -> tuple[np.ndarray, ...]:
+    """Index entries of the notes of ``n`` words: key, row, words cut, words shared, gaps."""
     with np.errstate(over="ignore"):
-        powers = np.cumprod(np.full(settings.max_tokens + 1, _BASE, dtype=np.uint64))
-        powers = np.r_[np.uint64(1), powers[:-1]]
-        for n, members in by_length.items():
-            tokens = np.asarray([ids for _, ids in members], dtype=np.uint64)
-            prefix = np.zeros((len(members), n + 1), dtype=np.uint64)
-            for k in range(n):
-                prefix[:, k + 1] = prefix[:, k] * _BASE + tokens[:, k]
-            s0, e0, s1, e1, s2, e2, cut, two = _cuts(
-                n, settings.max_span, n <= settings.two_spans_up_to)
-            keep = (n - cut) >= settings.min_frame
-            s0, e0, s1, e1, s2, e2, cut, two = (x[keep] for x in (s0, e0, s1, e1, s2, e2, cut, two))
-            # Each kept segment hashed with its length, so "a b ◇ c" never meets "a ◇ b c".
-            key = np.zeros((len(members), len(cut)), dtype=np.uint64)
-            for (start, end), mix in zip(((s0, e0), (s1, e1), (s2, e2)), _MIX, strict=True):
-                seg = _segment_hash(prefix, powers, start, end)
-                key = (key ^ (seg + (end - start).astype(np.uint64))) * mix
-            key ^= two.astype(np.uint64)
-            keys.append(key.ravel())
-            rows.append(np.repeat(np.asarray([r for r, _ in members]), len(cut)))
-            cuts.append(np.tile(cut, len(members)))
-            shared.append(np.tile(n - cut, len(members)))
-            gaps.append(np.tile(two + 1, len(members)))
-    report = FrameReport()
-    if not keys:
-        return report
-    key_all, row_all, cut_all = np.concatenate(keys), np.concatenate(rows), np.concatenate(cuts)
-    shared_all, gaps_all = np.concatenate(shared), np.concatenate(gaps)
-    # A note reaching one key by two cuts (repeated words) appears twice; pairs of it with
-    # itself are skipped below, and a pair passes when any of its entries does.
-    order = np.argsort(key_all, kind="stable")
-    key_all, row_all, cut_all = key_all[order], row_all[order], cut_all[order]
-    shared_all, gaps_all = shared_all[order], gaps_all[order]
-    starts = np.flatnonzero(np.r_[True, key_all[1:] != key_all[:-1]])
-    sizes = np.diff(np.r_[starts, len(key_all)])
-    report.generic_frames = int((sizes > settings.max_bucket).sum())
-    for start, size in zip(starts[(sizes >= 2) & (sizes <= settings.max_bucket)],
-                           sizes[(sizes >= 2) & (sizes <= settings.max_bucket)], strict=True):
-        common = int(shared_all[start])
-        needed = max if gaps_all[start] > 1 else min
-        for x in range(start, start + size):
-            for y in range(x + 1, start + size):
-                i, j = int(row_all[x]), int(row_all[y])
-                if i != j and common >= max(settings.min_frame,
-                                            needed(int(cut_all[x]), int(cut_all[y]))):
-                    report.pairs.add((i, j) if i < j else (j, i))
-    return report
+        tokens = np.asarray([ids for _, ids in members], dtype=np.uint64)
+        prefix = np.zeros((len(members), n + 1), dtype=np.uint64)
+        for k in range(n):
+            prefix[:, k + 1] = prefix[:, k] * _BASE + tokens[:, k]
+        s0, e0, s1, e1, s2, e2, cut, two = _kept_cuts(n, settings)
+        # Each kept segment hashed with its length, so "a b ◇ c" never meets "a ◇ b c".
+        key = np.zeros((len(members), len(cut)), dtype=np.uint64)
+        for (start, end), mix in zip(((s0, e0), (s1, e1), (s2, e2)), _MIX, strict=True):
+            seg = _segment_hash(prefix, _powers(settings.max_tokens), start, end)
+            key = (key ^ (seg + (end - start).astype(np.uint64))) * mix
+        key ^= two.astype(np.uint64)
+    rows = np.repeat(np.asarray([r for r, _ in members]), len(cut))
+    count = len(members)
+    return key.ravel(), rows, np.tile(cut, count), np.tile(n - cut, count), np.tile(two + 1, count)
+
+
+@lru_cache(maxsize=64)
+def _kept_cuts(n: int, settings: FrameSettings) -> tuple[np.ndarray, ...]:
+    """``_cuts`` of ``n`` words without those leaving fewer than ``min_frame`` words."""
+    columns = _cuts(n, settings.max_span, n <= settings.two_spans_up_to)
+    keep = (n - columns[6]) >= settings.min_frame
+    return tuple(x[keep] for x in columns)
+
+
+@lru_cache(maxsize=8)
+def _powers(max_tokens: int) -> np.ndarray:
+    """_BASE**k for k = 0..max_tokens, wrapping like the hashes."""
+    with np.errstate(over="ignore"):
+        powers = np.cumprod(np.full(max_tokens + 1, _BASE, dtype=np.uint64))
+    out: np.ndarray = np.r_[np.uint64(1), powers[:-1]]
+    return out
+
+
+def _bucket_pairs(
+    starts: np.ndarray, sizes: np.ndarray, row: np.ndarray, cut: np.ndarray, shared: np.ndarray,
+    gaps: np.ndarray, min_frame: int,
+) -> set[tuple[int, int]]:
+    """Row pairs of every two entries of one bucket that pass the shared-words test; all
+    buckets of one size at once (entries x < y of a bucket, as the sorted order has them)."""
+    found: list[np.ndarray] = []
+    for size in np.unique(sizes):
+        first = starts[sizes == size]
+        dx, dy = np.triu_indices(int(size), 1)
+        x, y = (first[:, None] + dx).ravel(), (first[:, None] + dy).ravel()
+        bucket = np.repeat(first, len(dx))
+        # One span: the fewer words either cut; two spans: the more.
+        needed = np.where(gaps[bucket] > 1, np.maximum(cut[x], cut[y]), np.minimum(cut[x], cut[y]))
+        ok = (row[x] != row[y]) & (shared[bucket] >= np.maximum(min_frame, needed))
+        i, j = row[x][ok], row[y][ok]
+        found.append(np.stack([np.minimum(i, j), np.maximum(i, j)], axis=1))
+    if not found:
+        return set()
+    pairs = np.unique(np.concatenate(found), axis=0)
+    return {(int(i), int(j)) for i, j in pairs}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 
 class Kind(StrEnum):
@@ -79,6 +80,9 @@ _TOKEN = re.compile(
 _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+")
 
 
+# Words repeat far more than notes do: a bounded memo of the pure function (a word alone, never
+# a note's text) saves most of the suffix tests.
+@lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
     """A light suffix stripper, applied the same way to sources and fused text.
 
