@@ -93,27 +93,88 @@ class InstructionScore:
 _STRONG_NAMES = frozenset(name for name, _ in _STRONG)
 
 
+# ---- the gate: which patterns can match at all -----------------------------------------------
+# A pattern is searched only when the text holds a word it cannot match without; an exact
+# shortcut (most notes hold none of them), not a weaker check. Every gated pattern needs one of
+# its words as a whole \w+ token (the patterns put \b, \s or punctuation around them), or the
+# text to contain one of its fragments; words are read case-folded the way re.IGNORECASE
+# compares, one character at a time (tests/unit/test_injection.py checks every code point).
+_FOLD = str.maketrans({**{chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") + 1)},
+                       "\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+_TOKENS = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class _Gate:
+    words: frozenset[str] = frozenset()
+    fragments: tuple[str, ...] = ()
+
+    def open(self, words: set[str], folded: str) -> bool:
+        if not self.words.isdisjoint(words):
+            return True
+        return bool(self.fragments) and any(f in folded for f in self.fragments)
+
+
+def _gate(words: str, *fragments: str) -> _Gate:
+    return _Gate(frozenset(words.split()), fragments)
+
+
+_ALWAYS = _Gate(fragments=("",))
+_GATES: dict[str, _Gate] = {
+    "override": _gate("ignore disregard forget override"),
+    "role_tag": _gate("system assistant developer tool"),
+    "chat_template": _gate("", "<|", "[", "<<"),
+    "tool_call": _gate("tool_call function_call tool_use invoke tool_calls"),
+    "reply_hijack": _gate("should_consolidate source_ids verdict verdicts"),
+    "you_are_now": _gate("you new act"),
+    "addressee": _gate("assistant model llm ai chatbot gpt system agent bot reviewer whoever "
+                       "reading combining merging processing"),
+    "second_person": _gate("you your yours yourself"),
+    "imperative": _gate(_COMMAND_VERBS.replace("|", " ")),
+    "directive": _gate("you assistant model ai system agent", "whoever"),
+    "meta:notes": _gate("note notes"),
+    "meta:prompt": _gate("prompt instruction instructions system rules"),
+    "meta:reply": _gate("json source_ids should_consolidate verdict verdicts fused merged reply "
+                        "answer output"),
+    "meta:self": _gate("this these"),
+    "meta:labels": _gate("conflicting complementary independent keep_separate",
+                         "consolidat", "supersed"),
+    "meta:pairs": _gate("pair pairs cluster clusters"),
+    "meta:aliases": _ALWAYS,  # case-sensitive, and "-" or an "n" followed by digits is common
+}
+
+
+# (signal, pattern, weight, gate) in the order signals are reported; a meta signal's weight is
+# counted apart (+1 per kind, at most 3).
+_CHECKS: tuple[tuple[str, re.Pattern[str], float, _Gate], ...] = (
+    *((name, pattern, 3.0, _GATES[name]) for name, pattern in _STRONG),
+    ("addressee", _ADDRESSEE, 2.0, _GATES["addressee"]),
+    ("second_person", _SECOND_PERSON, 1.0, _GATES["second_person"]),
+    ("imperative", _IMPERATIVE, 1.5, _GATES["imperative"]),
+    ("directive", _DIRECTIVE, 1.5, _GATES["directive"]),
+    *((f"meta:{name}", pattern, 0.0, _GATES[f"meta:{name}"]) for name, pattern in _META),
+)
+
+
 def instruction_score(text: str) -> InstructionScore:
     """Score ``text``: +3 per strong pattern, +2 when it addresses the model or "whoever
     combines these notes", +1 for second person, +1.5 for a command, +1.5 for "you/the
     assistant must", +1 per kind of machinery it names (at most 3). Invisible characters are
     removed first, so "ig\u200bnore previous instructions" is caught."""
     text = strip_invisible(text)
+    folded = text.translate(_FOLD)
+    words = set(_TOKENS.findall(folded))
     signals: list[str] = []
     score = 0.0
-    for name, pattern in _STRONG:
-        if pattern.search(text):
+    meta = 0
+    for name, pattern, weight, gate in _CHECKS:
+        if gate.open(words, folded) and pattern.search(text) is not None:
             signals.append(name)
-            score += 3
-    for name, pattern, weight in (("addressee", _ADDRESSEE, 2.0), ("second_person",
-                                   _SECOND_PERSON, 1.0), ("imperative", _IMPERATIVE, 1.5),
-                                  ("directive", _DIRECTIVE, 1.5)):
-        if pattern.search(text):
-            signals.append(name)
-            score += weight
-    meta = [name for name, pattern in _META if pattern.search(text)]
-    signals.extend(f"meta:{name}" for name in meta)
-    score += min(3, len(meta))
+            if weight:
+                score += weight
+            else:
+                meta += 1
+    score += min(3, meta)
     return InstructionScore(score, tuple(signals))
 
 
