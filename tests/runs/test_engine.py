@@ -211,21 +211,21 @@ def _statements(app: App, work: Any) -> tuple[Any, list[str]]:
 
 def test_the_engine_reads_a_run_once_and_writes_two_statements_per_phase(app: App) -> None:
     """In-process, around phases that touch nothing: the claim (2 statements: the claim and the
-    notes-before count), 2 per phase (the fenced parent step and its finish), one look for notes
-    without embeddings for the run, finalize (notes after, the fenced final update; the steps
-    are the ones this process wrote, not read again): 13, whatever the number of notes."""
+    notes-before count), 2 per phase (the fenced parent step and its finish), finalize (notes
+    after, the fenced final update; the steps are the ones this process wrote, not read again):
+    12, whatever the number of notes (the phases' own load embeds what lacks a vector: the
+    engine no longer looks)."""
     add_notes(app, *({"content": f"note {k}"} for k in range(30)))
     run_id = service.create_run(app, SCOPE, force=True)
     assert run_id is not None
     status, statements = _statements(app, lambda: engine.execute_run(app, run_id, QUIET))
     assert status == RunStatus.SUCCEEDED.value
-    assert len(statements) == 2 + 2 * len(PHASES) + 1 + 2, statements
+    assert len(statements) == 2 + 2 * len(PHASES) + 2, statements
 
 
 def test_a_run_created_claimed_needs_no_claim(app: App) -> None:
     """``create_claimed_run`` inserts the run running under epoch 1 with its notes-before
-    counts (2 statements); executing it spends no claim: 2 per phase, the embeddings look,
-    finalize's 2. Its steps and totals are what a claimed run gets."""
+    counts (2 statements); executing it spends no claim: 2 per phase, finalize's 2. Its steps and totals are what a claimed run gets."""
     add_notes(app, *({"content": f"note {k}"} for k in range(30)))
     snap, created = _statements(app, lambda: service.create_claimed_run(app, SCOPE, force=True))
     assert snap is not None and created == ["SELECT", "INSERT"]
@@ -237,7 +237,7 @@ def test_a_run_created_claimed_needs_no_claim(app: App) -> None:
         assert row.totals == {"notes_before": {"active": 30}}
     status, statements = _statements(app, lambda: engine.execute_run(app, snap, QUIET))
     assert status == RunStatus.SUCCEEDED.value
-    assert len(statements) == 2 * len(PHASES) + 1 + 2, statements
+    assert len(statements) == 2 * len(PHASES) + 2, statements
     with app.uow() as uow:
         run = uow.runs.get(snap.run_id)
         assert run is not None and run.totals is not None
@@ -290,8 +290,8 @@ def test_r27_a_model_down_for_some_calls_ends_the_run_partial(app: App,
 
 def test_a_celery_phase_task_reads_its_run_once(app: App) -> None:
     """Each phase task: one read of the run (row; its steps once it was claimed), the claim
-    for the first (claim + notes-before count), the fenced parent step and its finish, and the
-    embeddings look before the two phases that use vectors."""
+    for the first (claim + notes-before count), the fenced parent step and its finish (the
+    phases' own load embeds what lacks a vector: the engine no longer looks)."""
     add_notes(app, *({"content": f"note {k}"} for k in range(30)))
     run_id = service.create_run(app, SCOPE, force=True)
     assert run_id is not None
@@ -308,6 +308,6 @@ def test_a_celery_phase_task_reads_its_run_once(app: App) -> None:
             assert engine.execute_phase(app, run_id, phase, QUIET).outcome is PhaseOutcome.NO_ITEMS
     finally:
         event.remove(app.engine, "before_cursor_execute", count)
-    assert counted == {"consolidate": 1 + 2 + 1 + 2, "contradictions": 2 + 1 + 2,
+    assert counted == {"consolidate": 1 + 2 + 2, "contradictions": 2 + 2,
                        "prune": 2 + 2, "archive": 2 + 2}
     assert service.finalize_run(app, run_id) == RunStatus.SUCCEEDED.value

@@ -58,7 +58,7 @@ def proposals_for(ctx: Any) -> Proposals:
     nothing back. The run's trigger comes with ``ctx`` (the engine's run snapshot)."""
     settings = ctx.settings
     with ctx.uow() as uow:
-        agent = uow.entities.agent(ctx.scope.agent_id)
+        agent = ctx.agent(uow)  # read once per phase (per run in-process)
         mode = resolve_mode(settings.apply_mode, agent.apply_mode if agent else None)
         if ctx.trigger == REVIEW_TRIGGER:
             mode = ApplyMode.AUTO

@@ -63,18 +63,23 @@ class Budget:
             return self.calls, self.tokens
 
 
+_UNREAD: Any = object()  # the agent row was not read yet (None means "not registered")
+
+
 @dataclass
 class RunCarry:
     """What an in-process run hands from phase to phase (``PhaseContext.carry``; None under
     Celery, where every phase task reads afresh).
 
-    ``scope_notes`` belongs to the phase kit (worker/phases): its snapshot read stores the
-    scope's loaded notes here and keeps them current after its write, so the next phase of the
-    same run skips its read. The engine never looks inside it. ``embedded`` says the scope's
-    embeddings were brought up to date for this run already."""
+    ``scope_notes`` belongs to the phase kit (``worker.phases.kit.carry.ScopeLoad``): the first
+    phase's read stores the scope there (notes with vectors, the run's journal, verdict memory)
+    and every write keeps it current, so later phases of the run skip their read. The engine
+    never looks inside it. ``fresh``: the run's first attempt, claimed by this executor, so
+    nothing of it was written before and its journal starts empty without a query."""
 
     scope_notes: Any = None
-    embedded: bool = False
+    fresh: bool = False
+    agent: Any = _UNREAD
 
 
 @dataclass
@@ -96,6 +101,24 @@ class PhaseContext:
     # What started the run (dream_runs.trigger, from the run snapshot): an approval's run
     # (``review``) applies what it is given whatever the scope's apply mode.
     trigger: str = "cli"
+    _agent: Any = field(default=_UNREAD, repr=False)
+
+    def agent(self, uow: UnitOfWork | None = None) -> Any:
+        """The scope's agent row (None when the registry lacks it): read once per phase, or
+        once per in-process run (carried). ``uow``: read on that open transaction."""
+        cached = self.carry.agent if self.carry is not None else self._agent
+        if cached is not _UNREAD:
+            return cached
+        if uow is None:
+            with self.uow() as fresh:
+                row = fresh.entities.agent(self.scope.agent_id)
+        else:
+            row = uow.entities.agent(self.scope.agent_id)
+        if self.carry is not None:
+            self.carry.agent = row
+        else:
+            self._agent = row
+        return row
 
     @property
     def settings(self) -> Settings:

@@ -68,7 +68,7 @@ def _execute_all(app: App, snap: RunSnapshot, registry: Registry,
     # can decide from what this process wrote (no read of the steps).
     fresh = snap.attempts == 1 and not snap.done and not snap.waiting
     run = Execution(snap, Budget.for_run(app.settings.budget, snap.usage.calls,
-                                         snap.usage.tokens), registry, carry=RunCarry(),
+                                         snap.usage.tokens), registry, carry=RunCarry(fresh=fresh),
                     written=[] if fresh else None)
     for phase in PHASES:
         outcome = _run_until_settled(app, run, phase)

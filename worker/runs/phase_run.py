@@ -17,7 +17,6 @@ from worker import telemetry
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import PHASES, PhaseReport, StepStatus
-from worker.embeddings.refresh import ensure_scope_embeddings
 from worker.llm.batch import BatchPending
 from worker.runs.context import Budget, PhaseContext, Registry, RunCarry
 from worker.runs.lease import LeaseHeartbeat
@@ -30,7 +29,6 @@ from worker.store.uow import StaleLease, UnitOfWork
 
 log = structlog.get_logger(__name__)
 
-EMBEDDING_PHASES = ("consolidate", "contradictions")
 DEFAULT_RETRY_AFTER = 30.0  # seconds a WAITING phase is looked at again, unless it says
 
 
@@ -151,7 +149,6 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
     calls_before = (ctx.budget.started, ctx.budget.answered)
     bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
     try:
-        _embed_once(app, run, ctx, phase)
         with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
             report = _report(run, ctx, phase, step_id)
             span.phase_result(report.status, report.counters)
@@ -186,17 +183,6 @@ def _report(run: Execution, ctx: PhaseContext, phase: str, step_id: str) -> Phas
     except BatchPending as pending:
         return PhaseReport(phase, PhaseOutcome.WAITING.value,
                            {"retry_after": pending.retry_after}, reason=str(pending))
-
-
-def _embed_once(app: App, run: Execution, ctx: PhaseContext, phase: str) -> None:
-    """Bring the scope's embeddings up to date before the first phase that needs them. In-process
-    the second is skipped: contradictions re-embeds lazily when its load finds a note without a
-    vector (one the host added in between)."""
-    if phase not in EMBEDDING_PHASES or (run.carry is not None and run.carry.embedded):
-        return
-    ensure_scope_embeddings(app, ctx.scope)
-    if run.carry is not None:
-        run.carry.embedded = True
 
 
 def _output(report: PhaseReport, budget: Budget, before: tuple[int, int]) -> dict[str, Any]:

@@ -9,17 +9,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy import update
+
 from tests.support.factories import NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub, StubRequest
 from tests.support.topic_judge import answer_topic, prompt_topics
 from worker.app import App
-from worker.domain.types import Scope, content_hash
+from worker.domain.types import RunStatus, Scope, content_hash
 from worker.llm.openai_compat import OpenAICompatibleLLM
 from worker.llm.prompts import render_prompt
 from worker.phases.contradictions.service import open_pairs
 from worker.reporting import run_tree
 from worker.runs import service
-from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow, ReviewRow
+from worker.runs.snapshot import claim
+from worker.store.models import DreamRunRow, NoteLineageRow, NoteRow, OperationLogRow, ReviewRow
 
 SCOPE = Scope("agent-1")
 EXPRESS = "The API uses Express for the HTTP layer"
@@ -182,16 +185,23 @@ def test_pairs_are_unique_unordered_in_scope_and_never_judged_twice(
 
 
 def test_pairs_of_two_notes_this_run_created_are_not_judged(app: App, llm_stub: LLMStub) -> None:
-    """Two notes consolidation produced in this same run are never paired with each other."""
+    """Two notes consolidation produced in this same run are never paired with each other.
+
+    The notes are what a first attempt wrote before it was killed (claimed, then left
+    interrupted): the retry reads them back from the run's operation log (a first attempt
+    knows it wrote nothing before and reads no journal)."""
     with_stub(app, llm_stub)
     run_id = service.create_run(app, SCOPE, force=True, phases=["contradictions"], clock=NOW)
     assert run_id
+    assert claim(app, run_id) is not None
     with app.uow() as uow:
         for nid, text in (("f1", METRIC), ("f2", IMPERIAL)):
             uow.notes.create_note(scope=SCOPE, content=text, content_hash=content_hash(text),
                                   type="Context", embedding=app.embedder.embed([text])[0],
                                   embedding_model=app.embedder.model_name, run_id=run_id,
                                   note_id=nid, now=NOW)
+        uow.session.execute(update(DreamRunRow).where(DreamRunRow.id == run_id)
+                            .values(status=RunStatus.INTERRUPTED.value))
         uow.commit()
     service.execute_run(app, run_id)
     assert llm_stub.chat_requests() == []

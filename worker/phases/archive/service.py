@@ -26,13 +26,14 @@ from worker.phases.kit import (
     WriteTarget,
     open_write,
 )
+from worker.phases.kit.carry import keep_current, load, written
 from worker.review.changes import archive_change
 from worker.review.propose import Proposals, proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
-from worker.store.repositories.examples import ExampleRepository
+from worker.store.repositories.examples import Example, ExampleRepository
 from worker.store.repositories.retention import RetentionRepository
 
 log = structlog.get_logger(__name__)
@@ -56,10 +57,8 @@ COUNTERS = tuple(ArchiveCounters().as_dict())
 
 
 def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
-    with ctx.uow() as uow:
-        agent = uow.entities.agent(ctx.scope.agent_id)
-        notes = RetentionRepository(uow.session).active_notes(ctx.scope)
-        examples = ExampleRepository(uow.session).active(ctx.scope)
+    notes, examples = _load(ctx)
+    agent = ctx.agent()
     proposals = proposals_for(ctx)
     notes = [n for n in notes if n.id not in proposals.held]  # waiting for their review
     zero = ArchiveCounters().ints()
@@ -110,6 +109,18 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         tokens_in=result.tokens_in if result else 0, tokens_out=result.tokens_out if result else 0,
         calls=result.calls if result else 0,
     )
+
+
+def _load(ctx: PhaseContext) -> tuple[list[Any], list[Example]]:
+    """The scope's active notes (from the run's carried scope in-process, else read with the
+    agent row) and its active examples, which only this phase reads."""
+    held = load(ctx, vectors=False).notes.notes if ctx.carry is not None else None
+    with ctx.uow() as uow:
+        examples = ExampleRepository(uow.session).active(ctx.scope)
+        if held is None:
+            ctx.agent(uow)
+            held = RetentionRepository(uow.session).active_notes(ctx.scope)
+    return held, examples
 
 
 def _propose(ctx: PhaseContext, proposals: Proposals, note_plan: NotePlan,
@@ -183,8 +194,10 @@ def _apply(
                "examples_expired": example_plan.expired, "examples_stale": example_plan.stale}
     changes = [c for name, decisions in planned.items() for c in _changes(name, decisions)]
     done: dict[str, list[str]] = {name: [] for name in planned}
+    held = ctx.carry.scope_notes if ctx.carry is not None else None
     with open_write(WriteTarget.of(ctx, "archive", parent_step_id)) as w:
-        results = w.apply(changes, guard_each=False)
+        results = w.apply(changes, guard_each=False,
+                          journal=held.journal if held is not None else None)
         for step in review.result.steps if review else []:
             w.step(step)
         for name in planned:
@@ -212,4 +225,6 @@ def _apply(
         if w.tripped is not None:
             w.trip(w.tripped, [d.id for d in [*note_plan.expired, *stale]])
         crashpoint("archive.after_archive")
+        wrote = written(w, results)
+    keep_current(ctx, wrote)
     return done

@@ -37,6 +37,7 @@ from worker.phases.kit import (
     open_write,
     supersede,
 )
+from worker.phases.kit.carry import Written, keep_current, written
 from worker.review.changes import merge_change as review_merge
 from worker.review.propose import Proposals
 from worker.runs.context import PhaseContext
@@ -82,9 +83,10 @@ def apply_all(ctx: PhaseContext, parent_step_id: str, decisions: list[Decision],
 
 def write_units(ctx: PhaseContext, parent_step_id: str, units: Sequence[Unit],
                 counters: ConsolidateCounters, *, flags: Sequence[Change] = (),
-                journal: RunJournal | None = None, proposals: Proposals | None = None) -> None:
+                journal: RunJournal | None = None, proposals: Proposals | None = None) -> Written:
     """The phase's one write: flags, then every merge; then each unit's steps in order.
-    Merges the apply mode holds back (``proposals``, worker.review) are recorded, not applied."""
+    Merges the apply mode holds back (``proposals``, worker.review) are recorded, not applied.
+    What it wrote, once committed, keeps the run's carried scope current."""
     merges = [d for u in units for d in u.decisions if d.verdict == ClusterVerdict.MERGE]
     held = {id(d) for d in merges if proposals is not None and proposals.active
             and proposals.wants(settled_by_rule=d.rule is not None)}
@@ -102,6 +104,9 @@ def write_units(ctx: PhaseContext, parent_step_id: str, units: Sequence[Unit],
                     _record(w, d, outcome.get(id(d)), counters)
             if u.open_notes is not None:
                 _record_open(w, u, counters, held)
+        done = written(w, results, vectors)
+    keep_current(ctx, done)
+    return done
 
 
 def _record_proposed(w: PhaseWrite, d: Decision, proposals: Proposals | None,

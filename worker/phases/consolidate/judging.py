@@ -19,22 +19,27 @@ from worker.phases.consolidate.core import (
     validate_fusion,
 )
 from worker.phases.consolidate.decision import HOST_KEEP_APART, KIND, PHASE, Decision
+from worker.phases.kit.snapshot import Memory
 from worker.runs.context import PhaseContext
 
 
 # ---- model judging ------------------------------------------------------------------------
 def judge_with_model(
     ctx: PhaseContext, clusters: list[tuple[str, PlannedCluster, list[Note]]],
-    counters: dict[str, Any],
+    counters: dict[str, Any], memory: Memory | None = None,
 ) -> list[Decision]:
+    """``memory``: the scope's verdict memory as the phase loaded it (else read here)."""
     settings = ctx.settings.consolidate
     decisions = []
     with ctx.uow() as uow:
         originals = _original_sources(uow, [n for _, _, ms in clusters for n in ms],
                                       settings.max_generation)
         fps = [fingerprint_notes(ms) for _, _, ms in clusters]
-        known = uow.judgements.known(ctx.scope, KIND, fps)
-        known |= uow.judgements.known(ctx.scope, HOST_KEEP_APART, fps)
+        if memory is not None:
+            known = memory.known(KIND, fps) | memory.known(HOST_KEEP_APART, fps)
+        else:
+            known = set(uow.judgements.known(ctx.scope, KIND, fps))
+            known |= set(uow.judgements.known(ctx.scope, HOST_KEEP_APART, fps))
     for name, cluster, members in clusters:
         sources: list[Note] = []
         for m in members:

@@ -3,6 +3,7 @@ open) → one guarded write for the phase (flags, merges, verdict memory, steps)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
@@ -14,7 +15,8 @@ from worker.phases.consolidate.counters import ConsolidateCounters
 from worker.phases.consolidate.decision import PHASE
 from worker.phases.consolidate.judging import judge_with_model
 from worker.phases.consolidate.rules import plan_rule_units
-from worker.phases.kit import Change, ChangeKind, Member, read_snapshot
+from worker.phases.kit import Change, ChangeKind, Member
+from worker.phases.kit.carry import Written, load
 from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
@@ -32,8 +34,8 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     settings = ctx.settings.consolidate
     llm = ctx.app.llm
     counters = ConsolidateCounters(judge="llm" if llm is not None else "rules")
-    with ctx.uow() as uow:
-        phase_snap = read_snapshot(uow, ctx.scope, ctx.run_id)
+    # Memory for the model's known refusals; in-process also for contradictions, which follows.
+    phase_snap = load(ctx, memory=llm is not None or ctx.carry is not None)
     # R3: a retried attempt plans exactly what a crash-free run would have planned after the
     # merges the interrupted attempt committed; the notes those merges inserted are this run's
     # output, never its input (a crash-free run could not have merged them again).
@@ -62,7 +64,8 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         clusters = [(f"cluster {k + 1}", c, [notes[i] for i in c.members])
                     for k, c in enumerate(plan.clusters)]
         if llm is not None and clusters:
-            units = [Unit([d]) for d in judge_with_model(ctx, clusters, counters)]  # type: ignore[arg-type]
+            units = [Unit([d]) for d in judge_with_model(ctx, clusters, counters,  # type: ignore[arg-type]
+                                                         memory=phase_snap.memory)]
         elif clusters:
             row = {n.id: i for i, n in enumerate(notes)}
             threshold: float = settings.rule_threshold
@@ -71,9 +74,11 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
                 return float(snap.vectors[row[a.id]] @ snap.vectors[row[b.id]]) >= threshold
 
             units = plan_rule_units(clusters, row, related, counters)
+    done = None
     if flags or units:
-        write_units(ctx, parent_step_id, units, counters, flags=flags,
-                    journal=phase_snap.journal, proposals=proposals)
+        done = write_units(ctx, parent_step_id, units, counters, flags=flags,
+                           journal=phase_snap.journal, proposals=proposals)
+    _hand_off(ctx, done)
     record_proposals(ctx, proposals, counters)
     if not units:
         return PhaseReport(PHASE, StepStatus.NO_ITEMS.value, counters.as_dict())
@@ -81,6 +86,15 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     return PhaseReport(PHASE, StepStatus.SUCCEEDED.value, counters.as_dict(),
                        tokens_in=counters.tokens_in, tokens_out=counters.tokens_out,
                        calls=counters.calls or 0)
+
+
+def _hand_off(ctx: PhaseContext, done: Written | None) -> None:
+    """In-process: the clusters left unmerged go to the contradictions phase in the carry, as
+    the steps just written record them (what it would read back from the run's steps)."""
+    held = ctx.carry.scope_notes if ctx.carry is not None else None
+    if held is not None:
+        rows = done.steps if done is not None else []
+        held.unmerged = unmerged_of((r["phase"], r["parent_id"], r["output"]) for r in rows)
 
 
 # ---- injection ----------------------------------------------------------------------------
@@ -140,6 +154,12 @@ def unmerged_clusters(uow: Any, run_id: str) -> list[list[str]]:
     Read from the run's recorded steps, so a phase running in another process (Celery) sees the
     same hand-off as one in the same process.
     """
-    return [list(s.output.get("note_ids", [])) for s in uow.runs.steps(run_id)
-            if s.phase == PHASE and s.parent_id is not None
-            and (s.output or {}).get("verdict") in UNMERGED]
+    return unmerged_of((s.phase, s.parent_id, s.output) for s in uow.runs.steps(run_id))
+
+
+def unmerged_of(steps: Iterable[tuple[str, str | None, Any]]) -> list[list[str]]:
+    """The note ids of each (phase, parent id, output) child step of this phase recording an
+    unmerged cluster."""
+    return [list(output.get("note_ids", [])) for phase, parent_id, output in steps
+            if phase == PHASE and parent_id is not None
+            and (output or {}).get("verdict") in UNMERGED]

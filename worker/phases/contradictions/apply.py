@@ -38,6 +38,7 @@ from worker.phases.kit import (
     open_write,
     supersede,
 )
+from worker.phases.kit.carry import keep_current, written
 from worker.phases.kit.evaluate import Gate, GuardLimits
 from worker.review.changes import contradiction_change
 from worker.review.propose import Proposals
@@ -249,7 +250,8 @@ class Applier:
         pending_ids = {i for v in self.remember.values() for i in v.pair.ids}
         pending_ids |= {i for v, _ in self.held_back for i in v.pair.ids}
         with open_write(WriteTarget.of(self.ctx, PHASE, self.parent_step_id)) as w:
-            results = iter(w.apply(changes, journal=self.journal, also=sorted(pending_ids)))
+            applied = w.apply(changes, journal=self.journal, also=sorted(pending_ids))
+            results = iter(applied)
             for p in self.planned:
                 self._settle(w, p, [next(results) for _ in p.changes])
             if self.guard_reason is not None:
@@ -258,6 +260,8 @@ class Applier:
             self._remember_all(w)
             for step in steps() if steps is not None else ():
                 w.step(step)
+            done = written(w, applied)
+        keep_current(self.ctx, done)  # committed: the run's carried scope follows
 
     def _settle(self, w: PhaseWrite, p: _Planned, results: list[ItemResult]) -> None:
         if all(r.applied for r in results):

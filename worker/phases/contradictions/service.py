@@ -38,6 +38,7 @@ from worker.phases.contradictions.judging import judge_topics
 from worker.phases.contradictions.steps import call_steps, rule_steps
 from worker.phases.contradictions.topics import follow_retirements
 from worker.phases.kit import PhaseSnapshot, RunJournal, WriteTarget, read_snapshot
+from worker.phases.kit.carry import ScopeLoad, load
 from worker.phases.kit.evaluate import GuardLimits
 from worker.phases.kit.write import guard_limits
 from worker.review.propose import proposals_for
@@ -64,35 +65,42 @@ class Loaded:
     journal: RunJournal = field(default_factory=RunJournal)
 
 
-def _snapshot(app: Any, scope: Scope, run_id: str | None) -> tuple[PhaseSnapshot, list[list[str]]]:
-    """The kit's snapshot (notes, the run's journal, pair memory) and the clusters this run's
-    consolidation did not merge; notes without a vector are embedded and read again."""
+def _snapshot(ctx: PhaseContext) -> tuple[ScopeLoad, list[list[str]]]:
+    """The kit's load (notes with current vectors, the run's journal, pair memory) and the
+    clusters this run's consolidation did not merge: handed over in the carry when it ran in
+    this process on this attempt, else read back from the run's steps (another process, or an
+    earlier attempt, may have recorded them)."""
     from worker.phases.consolidate.service import unmerged_clusters
 
-    kinds = (JUDGEMENT_KIND, PENDING_RETIREMENT)
+    phase_snap = load(ctx, memory=True)
+    clusters = phase_snap.unmerged
+    if clusters is None or ctx.carry is None or not ctx.carry.fresh:
+        clusters = []
+        if ctx.run_id is not None:
+            with ctx.uow() as uow:
+                clusters = unmerged_clusters(uow, ctx.run_id)
+    return phase_snap, clusters
+
+
+def _host_snapshot(app: Any, scope: Scope) -> PhaseSnapshot:
+    """A host's read (``open_pairs``): every note embedded first, no run."""
+    from worker.embeddings.refresh import ensure_scope_embeddings
+
+    ensure_scope_embeddings(app, scope)
     with app.uow() as uow:
-        snap = read_snapshot(uow, scope, run_id, kinds)
-        clusters = unmerged_clusters(uow, run_id) if run_id else []
-    if snap.notes.notes and snap.notes.vectors.shape[1] == 0:
-        # A note without a vector (the in-process runner embeds once per run; the host may
-        # have added one since): embed now and read again.
-        from worker.embeddings.refresh import ensure_scope_embeddings
-
-        ensure_scope_embeddings(app, scope)
-        with app.uow() as uow:
-            snap = read_snapshot(uow, scope, run_id, kinds)
-    return snap, clusters
+        return read_snapshot(uow, scope, None, (JUDGEMENT_KIND, PENDING_RETIREMENT))
 
 
-def load_candidates(app: Any, scope: Scope, run_id: str | None) -> Loaded:
-    """One snapshot read per scope; the candidate search after it, with no transaction open.
+def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
+                    clusters: list[list[str]]) -> Loaded:
+    """The candidate search over the phase's one load, with no transaction open.
 
     Candidates: cosine neighbours at the threshold ∪ clusters this run's consolidation did
     not merge ∪ same-frame pairs. Each source's contribution is counted for the step.
     """
     s = app.settings.contradictions
-    phase_snap, clusters = _snapshot(app, scope, run_id)
     snap, memory = phase_snap.notes, phase_snap.memory
+    assert memory is not None
     row = {n.id: k for k, n in enumerate(snap.notes)}
     cosine = neighbour_pairs(snap.vectors, s.threshold, app.settings.ann_threshold)
     frames = same_frame_pairs([n.content for n in snap.notes],
@@ -163,7 +171,7 @@ def _limits(ctx: PhaseContext, journal: RunJournal) -> GuardLimits | None:
 
 def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     llm: LLMClient | None = ctx.app.llm
-    loaded = load_candidates(ctx.app, ctx.scope, ctx.run_id)
+    loaded = load_candidates(ctx.app, *_snapshot(ctx))
     proposals = proposals_for(ctx)
     if proposals.held:  # an open review item's notes wait for its decision (worker.review)
         loaded.pairs = [p for p in loaded.pairs if not set(p.ids) & proposals.held]
@@ -264,10 +272,7 @@ def open_pairs(app: Any, scope: Scope, limit: int | None = None) -> list[dict[st
     then most similar). Each item: a, b (note ids), similarity, fingerprint (ids + versions; pass
     it back with a verdict so a note changed meanwhile is detected), sources.
     """
-    from worker.embeddings.refresh import ensure_scope_embeddings
-
-    ensure_scope_embeddings(app, scope)
-    loaded = load_candidates(app, scope, None)
+    loaded = load_candidates(app, _host_snapshot(app, scope), [])
     out: list[dict[str, Any]] = []
     for pair in loaded.pairs:
         relation, _ = rule_verdict(loaded.notes[pair.a_id], loaded.notes[pair.b_id])

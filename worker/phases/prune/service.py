@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
-from worker.domain.types import Note, PhaseReport, StepStatus
+from worker.domain.types import Note, PhaseReport, Protection, StepStatus
 from worker.phases.keep.judging import ReviewResult, review_keep
 from worker.phases.kit import Change, ChangeKind, ItemStatus, WriteTarget, members_of, open_write
+from worker.phases.kit.carry import keep_current, load, written
 from worker.phases.prune.core import (
     REF_ORDER,
     Orphan,
@@ -18,7 +20,7 @@ from worker.phases.prune.core import (
     references_of,
 )
 from worker.phases.prune.counters import PruneCounters
-from worker.references import ReferenceChecker, make_reference_checker
+from worker.references import ReferenceChecker, make_reference_checker, records_of
 from worker.review.changes import archive_change
 from worker.review.propose import Proposals, proposals_for
 from worker.review.propose import record as record_proposals
@@ -29,6 +31,9 @@ from worker.safety.guard import OWNER_GONE_REASON
 from worker.store.repositories.retention import RetentionRepository
 
 log = structlog.get_logger(__name__)
+
+_KEPT = (Protection.IMMUTABLE.value, Protection.PROTECTED.value)  # never prune candidates
+_EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
 def _counters(checked: int, archived: list[Orphan],
@@ -50,8 +55,7 @@ def run_prune(
 ) -> PhaseReport:
     settings = ctx.settings.prune
     checker = checker or make_reference_checker(ctx.app)
-    with ctx.uow() as uow:
-        notes = RetentionRepository(uow.session).prune_candidates(ctx.scope, settings.max_notes_per_run)
+    notes = _candidates(ctx, settings.max_notes_per_run)
     proposals = proposals_for(ctx)
     notes = [n for n in notes if n.id not in proposals.held]  # waiting for their review
     if not notes:
@@ -63,7 +67,7 @@ def run_prune(
     for note in notes:
         for kind, entity_id in references_of(note).items():
             wanted[kind].add(entity_id)
-    records = {kind: checker.records(kind, ids) for kind, ids in wanted.items() if ids}
+    records = records_of(checker, {kind: ids for kind, ids in wanted.items() if ids})
     orphans = find_orphans(notes, records)
     review = _review(ctx, orphans) if settings.review == "llm" else None
     plan = _sort(orphans, review)
@@ -80,6 +84,23 @@ def run_prune(
         tokens_in=review.tokens_in if review else 0, tokens_out=review.tokens_out if review else 0,
         calls=review.calls if review else 0,
     )
+
+
+def _candidates(ctx: PhaseContext, limit: int) -> list[Note]:
+    """Active, auto-generated, non-protected notes, least recently checked first (never checked
+    first): from the run's carried scope in-process, else one read."""
+    if ctx.carry is None:
+        with ctx.uow() as uow:
+            notes = RetentionRepository(uow.session).prune_candidates(ctx.scope, limit)
+            ctx.agent(uow)  # on the same transaction; proposals ask for it next
+        return notes
+    snap = load(ctx, vectors=False).notes
+    checked = snap.checked
+    mine = [n for n in snap.notes if n.is_auto_generated and n.protection not in _KEPT]
+    # The SQL order of ``prune_candidates``: never checked first, then oldest check, age, id.
+    mine.sort(key=lambda n: (checked.get(n.id) is not None, checked.get(n.id) or _EPOCH,
+                             n.created_at or _EPOCH, n.id))
+    return mine[:limit]
 
 
 def _review(ctx: PhaseContext, orphans: list[Orphan]) -> ReviewResult | None:
@@ -127,12 +148,16 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
     """The phase's one guarded write: archives (the guard's share asked once for all), the
     checked marks, the review's and the orphans' steps. The orphans archived."""
     changes = [_change(ctx, o) for o in plan.to_archive]
+    held = ctx.carry.scope_notes if ctx.carry is not None else None
+    checked: list[str] = []
     with open_write(WriteTarget.of(ctx, "prune", parent_step_id)) as w:
-        results = w.apply(changes, guard_each=False)
+        results = w.apply(changes, guard_each=False,
+                          journal=held.journal if held is not None else None)
         if not ctx.dry_run:
             # Deferred notes stay unchecked so the next run looks at them first.
             deferred = set(plan.deferred)
-            w.uow.notes.mark_checked([n.id for n in notes if n.id not in deferred], ctx.now)
+            checked = [n.id for n in notes if n.id not in deferred]
+            w.uow.notes.mark_checked(checked, ctx.now)
         for step in review.steps if review else []:
             w.step(step)
         done = {r.change.name for r in results if r.applied}
@@ -155,6 +180,8 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
         if w.tripped is not None:
             w.trip(w.tripped, [r.change.name for r in results if not r.change.owner_gone])
         crashpoint("prune.after_archive")
+        wrote = written(w, results, checked=checked)
+    keep_current(ctx, wrote)
     return [o for o in plan.to_archive if o.note.id in done]
 
 

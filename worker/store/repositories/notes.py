@@ -4,11 +4,12 @@ inherited from ``note_writes.NoteWrites``), and the ScopeSnapshot they load."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import LargeBinary, func, select, type_coerce
 from sqlalchemy.orm import Session, defer
 
 from worker.domain.types import Note, NoteStatus, Scope
@@ -71,6 +72,11 @@ class ScopeSnapshot:
 
     notes: list[Note]
     vectors: np.ndarray  # shape (len(notes), dim); rows align with notes
+    # Rows without a vector from the model the load was asked about (their matrix rows are
+    # zero until embedded); empty when the load was not asked (``load_scope(model=None)``).
+    unembedded: list[int] = field(default_factory=list)
+    # When prune last looked at each note (prune's order; bookkeeping, no version).
+    checked: dict[str, datetime | None] = field(default_factory=dict)
 
     def by_id(self) -> dict[str, Note]:
         return {n.id: n for n in self.notes}
@@ -80,7 +86,51 @@ class ScopeSnapshot:
         keep = [i for i, n in enumerate(self.notes) if n.id not in ids]
         if len(keep) == len(self.notes):
             return self
-        return ScopeSnapshot([self.notes[i] for i in keep], self.vectors[keep])
+        return ScopeSnapshot([self.notes[i] for i in keep], self.vectors[keep],
+                             checked=self.checked)
+
+
+# The scope load's columns: Note's fields in its own order after ``scope`` (each row becomes a
+# Note in one positional call), then what the phases keep beside the notes, the vector last.
+_LOAD_COLUMNS = (
+    NoteRow.id, NoteRow.content, NoteRow.type, NoteRow.status, NoteRow.protection,
+    NoteRow.is_auto_generated, NoteRow.importance, NoteRow.access_count, NoteRow.created_at,
+    NoteRow.updated_at, NoteRow.last_accessed_at, NoteRow.expires_at,
+    NoteRow.source_conversation_id, NoteRow.consolidation_generation,
+    NoteRow.consolidated_into_id, NoteRow.version, NoteRow.content_hash, NoteRow.flags,
+    NoteRow.last_checked_at, NoteRow.embedding_model,
+)
+_FLAGS, _CHECKED, _MODEL, _VECTOR = 17, 18, 19, 20
+_TIMES = (8, 9, 10, 11, 18)  # the UTC datetime columns (the binary PostgreSQL path converts them)
+_RAW_VECTOR = type_coerce(NoteRow.embedding, LargeBinary).label("embedding")
+
+
+def _notes_of(rows: Sequence[Any], scope: Scope) -> list[Note]:
+    # Every row is of ``scope`` (the WHERE clause says so): one Scope shared by all.
+    return [Note(r[0], scope, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11],
+                 r[12], r[13], r[14], r[15], r[16], list(r[_FLAGS] or ())) for r in rows]
+
+
+def _matrix(vectors: list[Any], unembedded: list[int]) -> np.ndarray:
+    """The rows' vectors as one float32 matrix; rows in ``unembedded`` are zero (width 0 when
+    no row has a usable vector). SQLite's are raw bytes: joined and read with one
+    ``np.frombuffer`` when every row has one of the same width."""
+    if not unembedded and vectors and isinstance(vectors[0], bytes):
+        width = len(vectors[0])
+        if width and all(isinstance(v, bytes) and len(v) == width for v in vectors):
+            flat = np.frombuffer(b"".join(vectors), dtype=np.float32)
+            return flat.reshape(len(vectors), width // 4)
+    skip = set(unembedded)
+    usable = {k: np.frombuffer(v, dtype=np.float32) if isinstance(v, bytes | memoryview) else v
+              for k, v in enumerate(vectors) if v is not None and k not in skip}
+    if not usable:
+        return np.zeros((len(vectors), 0), dtype=np.float32)
+    dim = len(next(iter(usable.values())))
+    out = np.zeros((len(vectors), dim), dtype=np.float32)
+    for k, v in usable.items():
+        if len(v) == dim:
+            out[k] = v
+    return out
 
 
 class NoteRepository(NoteWrites):
@@ -89,25 +139,36 @@ class NoteRepository(NoteWrites):
 
     # ---- reads -------------------------------------------------------------------------
     def load_scope(
-        self, scope: Scope, statuses: Sequence[str] = (NoteStatus.ACTIVE.value,)
+        self, scope: Scope, statuses: Sequence[str] = (NoteStatus.ACTIVE.value,), *,
+        model: str | None = None, vectors: bool = True,
     ) -> ScopeSnapshot:
-        """One query for the whole scope: notes plus their vectors, ordered by id for determinism."""
-        stmt = (
-            select(*_NOTE_COLUMNS, NoteRow.embedding)
-            .where(NoteRow.scope_key == scope.key, NoteRow.status.in_(statuses))
-            .order_by(NoteRow.id)
-        )
-        if self.session.get_bind().dialect.name == "postgresql":
+        """One query for the whole scope: notes plus their vectors, ordered by id for determinism.
+
+        With ``model``, a row whose vector is missing or from another model is listed in
+        ``unembedded`` (the caller embeds it) and the others keep theirs; without, any missing
+        vector leaves the matrix empty (width 0). ``vectors=False`` reads none (prune, archive)."""
+        cols: tuple[Any, ...] = (*_LOAD_COLUMNS, _RAW_VECTOR) if vectors else _LOAD_COLUMNS
+        stmt = (select(*cols).where(NoteRow.scope_key == scope.key, NoteRow.status.in_(statuses))
+                .order_by(NoteRow.id))
+        if vectors and self.session.get_bind().dialect.name == "postgresql":
             rows = self._fetch_binary(stmt)
         else:
             rows = self._run(stmt).all()
-        notes = [_row_to_note(r) for r in rows]
-        vecs = [r.embedding for r in rows]
-        if vecs and all(v is not None for v in vecs):
-            matrix = np.vstack(vecs).astype(np.float32, copy=False)
+        notes = _notes_of(rows, scope)
+        checked = {r[0]: r[_CHECKED] for r in rows}
+        if not vectors:
+            return ScopeSnapshot(notes, np.zeros((len(notes), 0), dtype=np.float32),
+                                 checked=checked)
+        raw = [r[_VECTOR] for r in rows]
+        if model is None:
+            unembedded = [k for k, v in enumerate(raw) if v is None]
+            if unembedded:
+                return ScopeSnapshot(notes, np.zeros((len(notes), 0), dtype=np.float32),
+                                     checked=checked)
         else:
-            matrix = np.zeros((len(notes), 0), dtype=np.float32)
-        return ScopeSnapshot(notes, matrix)
+            unembedded = [k for k, r in enumerate(rows)
+                          if r[_VECTOR] is None or r[_MODEL] is None or r[_MODEL] != model]
+        return ScopeSnapshot(notes, _matrix(raw, unembedded), unembedded, checked)
 
     def _fetch_binary(self, stmt: Any) -> list[Any]:
         """The same SELECT through a binary psycopg cursor with pgvector's loader.
@@ -115,8 +176,6 @@ class NoteRepository(NoteWrites):
         pgvector's text format costs ~10× the CPU (measured: 0.74 s vs 0.08 s per 10k
         512-d vectors), which dominated the per-scope load on PostgreSQL.
         """
-        from collections import namedtuple
-
         from pgvector.psycopg import register_vector
 
         compiled = stmt.compile(dialect=self.session.get_bind().dialect,
@@ -127,20 +186,19 @@ class NoteRepository(NoteWrites):
             dbapi._dream_vector_registered = True
         with dbapi.cursor(binary=True) as cur:
             cur.execute(str(compiled), compiled.params)
-            names = [c.name for c in cur.description or []]
-            row_type = namedtuple("Row", names)  # type: ignore[misc]  # noqa: PYI024
-            rows: list[Any] = [row_type(*r) for r in cur.fetchall()]
-        utc = NoteRow.created_at.type
-        times = ("created_at", "updated_at", "last_accessed_at", "expires_at")
-        return [
-            r._replace(
-                embedding=None if r.embedding is None else np.asarray(
-                    r.embedding.to_numpy() if hasattr(r.embedding, "to_numpy") else r.embedding,
-                    dtype=np.float32),
-                **{f: utc.process_result_value(getattr(r, f), None) for f in times},
-            )
-            for r in rows
-        ]
+            rows: list[Any] = cur.fetchall()
+        utc = NoteRow.created_at.type.process_result_value
+        out = []
+        for r in rows:
+            row = list(r)
+            for k in _TIMES:
+                row[k] = utc(row[k], None)
+            v = row[_VECTOR]
+            if v is not None:
+                row[_VECTOR] = np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v,
+                                          dtype=np.float32)
+            out.append(row)
+        return out
 
     def get_many(self, ids: Iterable[str]) -> list[Note]:
         ids = list(ids)
