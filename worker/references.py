@@ -44,7 +44,7 @@ class _CachingChecker:
         if missing:
             self.lookups[kind] += 1
             with self.app.uow() as uow:
-                found = self._fetch(ReferenceRepository(uow.session), kind, missing)
+                found = self._fetch(uow.references, kind, missing)
             for entity_id in missing:
                 cache[entity_id] = found.get(entity_id)
         return {i: cache[i] for i in wanted}
@@ -57,7 +57,7 @@ class _CachingChecker:
         missing = {kind: ids for kind, ids in missing.items() if ids}
         if missing:
             with self.app.uow() as uow:
-                found = self._fetch_many(ReferenceRepository(uow.session), missing)
+                found = self._fetch_many(uow.references, missing)
             for kind, ids in missing.items():
                 self.lookups[kind] += 1
                 for entity_id in ids:

@@ -33,8 +33,7 @@ from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
-from worker.store.repositories.examples import Example, ExampleRepository
-from worker.store.repositories.retention import RetentionRepository
+from worker.store.repositories.examples import Example
 
 log = structlog.get_logger(__name__)
 
@@ -116,10 +115,10 @@ def _load(ctx: PhaseContext) -> tuple[list[Any], list[Example]]:
     agent row) and its active examples, which only this phase reads."""
     held = load(ctx, vectors=False).notes.notes if ctx.carry is not None else None
     with ctx.uow() as uow:
-        examples = ExampleRepository(uow.session).active(ctx.scope)
+        examples = uow.examples.active(ctx.scope)
         if held is None:
             ctx.agent(uow)
-            held = RetentionRepository(uow.session).active_notes(ctx.scope)
+            held = uow.retention.active_notes(ctx.scope)
     return held, examples
 
 

@@ -28,7 +28,6 @@ from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
 from worker.safety.guard import OWNER_GONE_REASON
-from worker.store.repositories.retention import RetentionRepository
 
 log = structlog.get_logger(__name__)
 
@@ -91,7 +90,7 @@ def _candidates(ctx: PhaseContext, limit: int) -> list[Note]:
     first): from the run's carried scope in-process, else one read."""
     if ctx.carry is None:
         with ctx.uow() as uow:
-            notes = RetentionRepository(uow.session).prune_candidates(ctx.scope, limit)
+            notes = uow.retention.prune_candidates(ctx.scope, limit)
             ctx.agent(uow)  # on the same transaction; proposals ask for it next
         return notes
     snap = load(ctx, vectors=False).notes
