@@ -180,12 +180,16 @@ class NoteRepository(NoteWrites):
 
         compiled = stmt.compile(dialect=self.session.get_bind().dialect,
                                 compile_kwargs={"render_postcompile": True})
-        dbapi: Any = self.session.connection().connection.driver_connection
+        conn = self.session.connection()
+        dbapi: Any = conn.connection.driver_connection
         if not getattr(dbapi, "_dream_vector_registered", False):
             register_vector(dbapi)
             dbapi._dream_vector_registered = True
+        sql = str(compiled)
         with dbapi.cursor(binary=True) as cur:
-            cur.execute(str(compiled), compiled.params)
+            # Statement listeners (counts, the no-DELETE hook) see this one like any other.
+            conn.dispatch.before_cursor_execute(conn, cur, sql, compiled.params, None, False)
+            cur.execute(sql, compiled.params)
             rows: list[Any] = cur.fetchall()
         utc = NoteRow.created_at.type.process_result_value
         out = []

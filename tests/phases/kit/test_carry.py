@@ -1,0 +1,163 @@
+"""The scope read once per in-process run (the carry) on SQLite and PostgreSQL: one notes load,
+one memory read, no journal on a fresh run; kept current so the end state equals a run whose
+phases each read afresh (Celery); a host's edit between phases is never overwritten."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import event, select, update
+
+from tests.support.factories import NOW, add_entities, add_notes, days_ago
+from worker.app import App
+from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope
+from worker.reporting import run_tree
+from worker.runs import service
+from worker.runs.context import PhaseContext
+from worker.store.models import NoteRow
+
+GONE = {"kind": "conversation", "id": "c-gone", "status": "deleted"}
+HOST_TEXT = "User drinks black tea every morning"
+
+
+def _prepare(app: App, *agents: str) -> None:
+    """Every phase has work in each agent's scope: two notes the rules merge (one holds the
+    other), one whose
+    conversation was deleted (prune), one expired (archive), one that stays."""
+    add_entities(app, GONE)
+    for agent in agents:
+        _scope_notes(app, agent)
+
+
+def _scope_notes(app: App, agent: str) -> None:
+    add_notes(app, *(
+        {"agent_id": agent, "id": f"{agent}-{k}", **fields} for k, fields in (
+            ("d1", {"content": "User prefers dark mode in the code editor"}),
+            ("d2", {"content": "User prefers dark mode in the code editor at night"}),
+            ("t", {"content": "User drinks green tea every morning",
+                   "source_conversation_id": "c-gone"}),
+            ("x", {"content": "Sale ends Friday", "expires_at": days_ago(1)}),
+            ("k", {"content": "User lives in Berlin"}),
+        )))
+
+
+@contextmanager
+def _statements(app: App) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        seen.append(" ".join(statement.split()))
+
+    event.listen(app.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(app.engine, "before_cursor_execute", record)
+
+
+def _in_process(app: App, agent: str, registry: Any = None) -> str:
+    run_id = service.create_run(app, Scope(agent), force=True, clock=NOW)
+    assert run_id
+    assert service.execute_run(app, run_id, registry) == RunStatus.SUCCEEDED.value
+    return run_id
+
+
+def _phase_by_phase(app: App, agent: str, registry: Any = None) -> str:
+    """What Celery does: one task per phase, each in its own executor (no carry)."""
+    run_id = service.create_run(app, Scope(agent), force=True, clock=NOW)
+    assert run_id
+    for phase in PHASES:
+        service.execute_phase(app, run_id, phase, registry)
+    assert service.finalize_run(app, run_id) == RunStatus.SUCCEEDED.value
+    return run_id
+
+
+def _state(app: App, agent: str) -> list[tuple[str, str, str, int, list[str]]]:
+    """The scope note for note: id (a fused note's is new), text, status, version, flags."""
+    with app.uow() as uow:
+        rows = uow.session.scalars(select(NoteRow).where(NoteRow.agent_id == agent)).all()
+        return sorted((r.id.removeprefix(f"{agent}-") if r.id.startswith(agent) else "new",
+                       r.content, r.status, r.version, sorted(r.flags or [])) for r in rows)
+
+
+def _after(phase: str, then: Callable[[App], None]) -> Any:
+    """The real registry, with ``then`` run once ``phase`` finished (a host acting between)."""
+    real = service.phase_registry()
+
+    def wrapped(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
+        report = real[phase](ctx, parent_step_id)
+        then(ctx.app)
+        return report
+
+    return {**real, phase: wrapped}
+
+
+def _host_edits(agent: str) -> Callable[[App], None]:
+    def edit(app: App) -> None:
+        with app.uow() as uow:
+            uow.session.execute(update(NoteRow).where(NoteRow.id == f"{agent}-t").values(
+                content=HOST_TEXT, version=NoteRow.version + 1))
+            uow.commit()
+    return edit
+
+
+def test_an_in_process_run_reads_the_scope_once(app: App) -> None:
+    """Four phases, each with work, in one process: one notes load, one verdict-memory read,
+    one agent row, prune's one entity look-up (agents, users and conversations in one
+    statement), archive's examples; no journal (a first attempt wrote nothing before), no
+    read-back of the run's steps, no look for notes without a vector."""
+    _prepare(app, "a1")
+    with _statements(app) as seen:
+        _in_process(app, "a1")
+    selects = [s for s in seen if s.startswith("SELECT") or s.startswith("WITH")]
+    loads = [s for s in selects
+             if s.startswith("SELECT notes.id, notes.") and "FROM notes WHERE notes.scope_key" in s]
+    assert len(loads) == 1, loads
+    assert len([s for s in selects if "FROM judgements" in s]) == 1
+    assert len([s for s in selects if "agents.apply_mode" in s]) == 1
+    lookups = [s for s in selects if "FROM conversations" in s]
+    assert len(lookups) == 1 and "UNION ALL" in lookups[0] and "FROM agents" in lookups[0]
+    assert [s for s in selects if "FROM operation_log" in s] == []
+    assert [s for s in selects if "FROM run_steps" in s] == []
+    assert [s for s in selects if "embedding IS NULL" in s] == []
+    state = {k: (text, status) for k, text, status, _, _ in _state(app, "a1")}
+    assert (state["t"][1], state["x"][1], state["k"][1]) == ("archived", "archived", "active")
+    assert {state["d1"][1], state["d2"][1]} == {"revoked"}, state  # merged into a new note
+    assert state["new"][1] == "active"
+
+
+def test_a_carried_run_ends_as_phases_reading_afresh_do(app: App) -> None:
+    """The carry is kept current from each write: the same scope run in one process and phase
+    by phase (each phase reading afresh, as under Celery) ends note for note the same."""
+    _prepare(app, "a1", "a2")
+    _in_process(app, "a1")
+    with _statements(app) as seen:
+        _phase_by_phase(app, "a2")
+    assert _state(app, "a1") == _state(app, "a2")
+    # Each phase task read the scope itself (archive and prune without vectors).
+    loads = [s for s in seen if s.startswith("SELECT notes.id, notes.")
+             and "FROM notes WHERE notes.scope_key" in s]
+    assert len(loads) == 4, loads
+
+
+def test_a_host_edit_between_phases_is_never_overwritten_in_process(app: App) -> None:
+    """The host rewrites a note after contradictions: prune plans from the carried (older)
+    version, its write finds the note moved and skips it as stale; the host's text stays."""
+    _prepare(app, "a1")
+    run_id = _in_process(app, "a1", _after("contradictions", _host_edits("a1")))
+    state = {k: (text, status, version) for k, text, status, version, _ in _state(app, "a1")}
+    assert state["t"] == (HOST_TEXT, "active", 2)
+    prune = next(s for s in run_tree(app, run_id)["steps"] if s["phase"] == "prune")
+    orphans = next(c for c in prune["children"] if c["name"] == "orphans")
+    assert orphans["output"]["stale"] == ["a1-t"] and orphans["output"]["archived"] == {}
+
+
+def test_a_phase_task_reads_afresh_and_sees_the_host_edit(app: App) -> None:
+    """Under Celery the phase after the edit reads the note at its new version and text, and
+    archives it (the host's text kept, the archive recorded)."""
+    _prepare(app, "a1")
+    _phase_by_phase(app, "a1", _after("contradictions", _host_edits("a1")))
+    state = {k: (text, status, version) for k, text, status, version, _ in _state(app, "a1")}
+    assert state["t"] == (HOST_TEXT, "archived", 3)
