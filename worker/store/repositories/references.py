@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, cast, column, literal, null, select, table, union_all
+from sqlalchemy import String, bindparam, cast, column, literal, null, select, table, union_all
 from sqlalchemy.orm import Session
 
 from worker.store.repositories.registry import ENTITY_MODELS
@@ -52,6 +52,27 @@ def _chunks(ids: list[str]) -> Iterable[list[str]]:
         yield ids[start : start + _CHUNK]
 
 
+_UNIONS: dict[tuple[str, ...], Any] = {}
+
+
+def _registry_union(kinds: tuple[str, ...]) -> Any:
+    """One SELECT per kind (kind, id, status, deleted_at, deleted_reason), UNION ALL; built
+    once per set of kinds, the ids bound as expanding parameters ``<kind>_ids``."""
+    stmt = _UNIONS.get(kinds)
+    if stmt is None:
+        parts = []
+        for kind in kinds:
+            model = ENTITY_MODELS[kind]
+            reason = getattr(model, "deleted_reason", None)
+            parts.append(select(
+                literal(kind, String).label("kind"), model.id.label("id"),
+                model.status.label("status"), model.deleted_at.label("deleted_at"),
+                (reason if reason is not None else cast(null(), String)).label("deleted_reason"),
+            ).where(model.id.in_(bindparam(f"{kind}_ids", expanding=True))))
+        stmt = _UNIONS[kinds] = parts[0] if len(parts) == 1 else union_all(*parts)
+    return stmt
+
+
 class ReferenceRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -83,26 +104,15 @@ class ReferenceRepository:
             chunk: dict[str, list[str]] = {}
             for kind, i in pairs[start : start + _CHUNK]:
                 chunk.setdefault(kind, []).append(i)
-            parts: list[Any] = [self._registry_select(k, ids) for k, ids in chunk.items()]
-            stmt: Any = parts[0]
-            if len(parts) > 1:
-                stmt = union_all(*parts)
-            for row in self.session.execute(stmt):
+            stmt = _registry_union(tuple(chunk))
+            rows = self.session.connection().execute(stmt, {f"{k}_ids": v for k, v in chunk.items()})
+            for row in rows:
                 out[row.kind][row.id] = EntityRecord(
                     status=row.status,
                     deleted=row.deleted_at is not None or row.status == "deleted",
                     deleted_reason=row.deleted_reason,
                 )
         return out
-
-    @staticmethod
-    def _registry_select(kind: str, ids: list[str]) -> Any:
-        model = ENTITY_MODELS[kind]
-        reason = getattr(model, "deleted_reason", None)
-        return select(literal(kind, String).label("kind"), model.id.label("id"),
-                      model.status.label("status"), model.deleted_at.label("deleted_at"),
-                      (reason if reason is not None else cast(null(), String))
-                      .label("deleted_reason")).where(model.id.in_(ids))
 
     def host(self, where: HostTable, ids: Iterable[str]) -> dict[str, EntityRecord]:
         """A host table named by configuration, read-only; one query per 1,000 ids."""
