@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import LargeBinary, func, select, type_coerce
+from sqlalchemy import LargeBinary, String, bindparam, func, select, type_coerce
 from sqlalchemy.orm import Session, defer
 
 from worker.domain.types import Note, NoteStatus, Scope
@@ -90,25 +90,50 @@ class ScopeSnapshot:
                              checked=self.checked)
 
 
+def _raw(column: Any) -> Any:
+    """A datetime column as the driver returns it (SQLite: text), converted by ``_utc``."""
+    return type_coerce(column, String).label(column.key)
+
+
 # The scope load's columns: Note's fields in its own order after ``scope`` (each row becomes a
 # Note in one positional call), then what the phases keep beside the notes, the vector last.
 _LOAD_COLUMNS = (
     NoteRow.id, NoteRow.content, NoteRow.type, NoteRow.status, NoteRow.protection,
-    NoteRow.is_auto_generated, NoteRow.importance, NoteRow.access_count, NoteRow.created_at,
-    NoteRow.updated_at, NoteRow.last_accessed_at, NoteRow.expires_at,
+    NoteRow.is_auto_generated, NoteRow.importance, NoteRow.access_count, _raw(NoteRow.created_at),
+    _raw(NoteRow.updated_at), _raw(NoteRow.last_accessed_at), _raw(NoteRow.expires_at),
     NoteRow.source_conversation_id, NoteRow.consolidation_generation,
     NoteRow.consolidated_into_id, NoteRow.version, NoteRow.content_hash, NoteRow.flags,
-    NoteRow.last_checked_at, NoteRow.embedding_model,
+    _raw(NoteRow.last_checked_at), NoteRow.embedding_model,
 )
 _FLAGS, _CHECKED, _MODEL, _VECTOR = 17, 18, 19, 20
-_TIMES = (8, 9, 10, 11, 18)  # the UTC datetime columns (the binary PostgreSQL path converts them)
 _RAW_VECTOR = type_coerce(NoteRow.embedding, LargeBinary).label("embedding")
+# Built once: the scope and statuses are bound per call (no statement construction per load).
+_LOADS = {
+    with_vectors: select(*_LOAD_COLUMNS, *((_RAW_VECTOR,) if with_vectors else ()))
+    .where(NoteRow.scope_key == bindparam("scope_key"),
+           NoteRow.status.in_(bindparam("statuses", expanding=True)))
+    .order_by(NoteRow.id)
+    for with_vectors in (True, False)
+}
+
+
+def _utc(value: Any) -> datetime | None:
+    """What ``UTCDateTime`` reads, from SQLite's naive UTC text (one parse, no ``replace``)
+    or a driver's datetime."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return datetime.fromisoformat(value + "+00:00")
+    moment: datetime = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    return moment
 
 
 def _notes_of(rows: Sequence[Any], scope: Scope) -> list[Note]:
     # Every row is of ``scope`` (the WHERE clause says so): one Scope shared by all.
-    return [Note(r[0], scope, r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11],
-                 r[12], r[13], r[14], r[15], r[16], list(r[_FLAGS] or ())) for r in rows]
+    t = _utc
+    return [Note(r[0], scope, r[1], r[2], r[3], r[4], r[5], r[6], r[7], t(r[8]), t(r[9]),
+                 t(r[10]), t(r[11]), r[12], r[13], r[14], r[15], r[16], list(r[_FLAGS] or ()))
+            for r in rows]
 
 
 def _matrix(vectors: list[Any], unembedded: list[int]) -> np.ndarray:
@@ -147,15 +172,13 @@ class NoteRepository(NoteWrites):
         With ``model``, a row whose vector is missing or from another model is listed in
         ``unembedded`` (the caller embeds it) and the others keep theirs; without, any missing
         vector leaves the matrix empty (width 0). ``vectors=False`` reads none (prune, archive)."""
-        cols: tuple[Any, ...] = (*_LOAD_COLUMNS, _RAW_VECTOR) if vectors else _LOAD_COLUMNS
-        stmt = (select(*cols).where(NoteRow.scope_key == scope.key, NoteRow.status.in_(statuses))
-                .order_by(NoteRow.id))
+        params = {"scope_key": scope.key, "statuses": list(statuses)}
         if vectors and self.session.get_bind().dialect.name == "postgresql":
-            rows = self._fetch_binary(stmt)
+            rows = self._fetch_binary(_LOADS[True].params(params))
         else:
-            rows = self._run(stmt).all()
+            rows = self._run(_LOADS[vectors], params).all()
         notes = _notes_of(rows, scope)
-        checked = {r[0]: r[_CHECKED] for r in rows}
+        checked = {r[0]: _utc(r[_CHECKED]) for r in rows}
         if not vectors:
             return ScopeSnapshot(notes, np.zeros((len(notes), 0), dtype=np.float32),
                                  checked=checked)
@@ -191,12 +214,9 @@ class NoteRepository(NoteWrites):
             conn.dispatch.before_cursor_execute(conn, cur, sql, compiled.params, None, False)
             cur.execute(sql, compiled.params)
             rows: list[Any] = cur.fetchall()
-        utc = NoteRow.created_at.type.process_result_value
         out = []
         for r in rows:
             row = list(r)
-            for k in _TIMES:
-                row[k] = utc(row[k], None)
             v = row[_VECTOR]
             if v is not None:
                 row[_VECTOR] = np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v,
