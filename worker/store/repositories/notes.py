@@ -174,7 +174,12 @@ class NoteRepository(NoteWrites):
         vector leaves the matrix empty (width 0). ``vectors=False`` reads none (prune, archive)."""
         params = {"scope_key": scope.key, "statuses": list(statuses)}
         if vectors and self.session.get_bind().dialect.name == "postgresql":
-            rows = self._fetch_binary(_LOADS[True].params(params))
+            # Values inline (not the prebuilt statement's bind names): the raw cursor is
+            # handed the compiled SQL and parameters as they are.
+            rows = self._fetch_binary(
+                select(*_LOAD_COLUMNS, _RAW_VECTOR)
+                .where(NoteRow.scope_key == scope.key, NoteRow.status.in_(list(statuses)))
+                .order_by(NoteRow.id))
         else:
             rows = self._run(_LOADS[vectors], params).all()
         notes = _notes_of(rows, scope)
