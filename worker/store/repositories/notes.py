@@ -4,17 +4,17 @@ inherited from ``note_writes.NoteWrites``), and the ScopeSnapshot they load."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
-from sqlalchemy import LargeBinary, String, bindparam, func, select, type_coerce
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, defer
 
 from worker.domain.types import Note, NoteStatus, Scope
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
+from worker.store.repositories.note_load import ScopeSnapshot, load_scope
 from worker.store.repositories.note_writes import NoteWrites
+
+__all__ = ["NoteRepository", "ScopeSnapshot"]
 
 # Columns the planners need; the embedding is loaded separately into one matrix.
 _NOTE_COLUMNS = (
@@ -66,98 +66,6 @@ def _row_to_note(row: Any) -> Note:
     )
 
 
-@dataclass
-class ScopeSnapshot:
-    """A scope's notes as loaded in one query, with their embeddings as one float32 matrix."""
-
-    notes: list[Note]
-    vectors: np.ndarray  # shape (len(notes), dim); rows align with notes
-    # Rows without a vector from the model the load was asked about (their matrix rows are
-    # zero until embedded); empty when the load was not asked (``load_scope(model=None)``).
-    unembedded: list[int] = field(default_factory=list)
-    # When prune last looked at each note (prune's order; bookkeeping, no version).
-    checked: dict[str, datetime | None] = field(default_factory=dict)
-
-    def by_id(self) -> dict[str, Note]:
-        return {n.id: n for n in self.notes}
-
-    def without(self, ids: set[str]) -> ScopeSnapshot:
-        """The snapshot minus ``ids`` (rows and vectors kept aligned)."""
-        keep = [i for i, n in enumerate(self.notes) if n.id not in ids]
-        if len(keep) == len(self.notes):
-            return self
-        return ScopeSnapshot([self.notes[i] for i in keep], self.vectors[keep],
-                             checked=self.checked)
-
-
-def _raw(column: Any) -> Any:
-    """A datetime column as the driver returns it (SQLite: text), converted by ``_utc``."""
-    return type_coerce(column, String).label(column.key)
-
-
-# The scope load's columns: Note's fields in its own order after ``scope`` (each row becomes a
-# Note in one positional call), then what the phases keep beside the notes, the vector last.
-_LOAD_COLUMNS = (
-    NoteRow.id, NoteRow.content, NoteRow.type, NoteRow.status, NoteRow.protection,
-    NoteRow.is_auto_generated, NoteRow.importance, NoteRow.access_count, _raw(NoteRow.created_at),
-    _raw(NoteRow.updated_at), _raw(NoteRow.last_accessed_at), _raw(NoteRow.expires_at),
-    NoteRow.source_conversation_id, NoteRow.consolidation_generation,
-    NoteRow.consolidated_into_id, NoteRow.version, NoteRow.content_hash, NoteRow.flags,
-    _raw(NoteRow.last_checked_at), NoteRow.embedding_model,
-)
-_FLAGS, _CHECKED, _MODEL, _VECTOR = 17, 18, 19, 20
-_RAW_VECTOR = type_coerce(NoteRow.embedding, LargeBinary).label("embedding")
-# Built once: the scope and statuses are bound per call (no statement construction per load).
-_LOADS = {
-    with_vectors: select(*_LOAD_COLUMNS, *((_RAW_VECTOR,) if with_vectors else ()))
-    .where(NoteRow.scope_key == bindparam("scope_key"),
-           NoteRow.status.in_(bindparam("statuses", expanding=True)))
-    .order_by(NoteRow.id)
-    for with_vectors in (True, False)
-}
-
-
-def _utc(value: Any) -> datetime | None:
-    """What ``UTCDateTime`` reads, from SQLite's naive UTC text (one parse, no ``replace``)
-    or a driver's datetime."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return datetime.fromisoformat(value + "+00:00")
-    moment: datetime = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
-    return moment
-
-
-def _notes_of(rows: Sequence[Any], scope: Scope) -> list[Note]:
-    # Every row is of ``scope`` (the WHERE clause says so): one Scope shared by all.
-    t = _utc
-    return [Note(r[0], scope, r[1], r[2], r[3], r[4], r[5], r[6], r[7], t(r[8]), t(r[9]),
-                 t(r[10]), t(r[11]), r[12], r[13], r[14], r[15], r[16], list(r[_FLAGS] or ()))
-            for r in rows]
-
-
-def _matrix(vectors: list[Any], unembedded: list[int]) -> np.ndarray:
-    """The rows' vectors as one float32 matrix; rows in ``unembedded`` are zero (width 0 when
-    no row has a usable vector). SQLite's are raw bytes: joined and read with one
-    ``np.frombuffer`` when every row has one of the same width."""
-    if not unembedded and vectors and isinstance(vectors[0], bytes):
-        width = len(vectors[0])
-        if width and all(isinstance(v, bytes) and len(v) == width for v in vectors):
-            flat = np.frombuffer(b"".join(vectors), dtype=np.float32)
-            return flat.reshape(len(vectors), width // 4)
-    skip = set(unembedded)
-    usable = {k: np.frombuffer(v, dtype=np.float32) if isinstance(v, bytes | memoryview) else v
-              for k, v in enumerate(vectors) if v is not None and k not in skip}
-    if not usable:
-        return np.zeros((len(vectors), 0), dtype=np.float32)
-    dim = len(next(iter(usable.values())))
-    out = np.zeros((len(vectors), dim), dtype=np.float32)
-    for k, v in usable.items():
-        if len(v) == dim:
-            out[k] = v
-    return out
-
-
 class NoteRepository(NoteWrites):
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -167,67 +75,8 @@ class NoteRepository(NoteWrites):
         self, scope: Scope, statuses: Sequence[str] = (NoteStatus.ACTIVE.value,), *,
         model: str | None = None, vectors: bool = True,
     ) -> ScopeSnapshot:
-        """One query for the whole scope: notes plus their vectors, ordered by id for determinism.
-
-        With ``model``, a row whose vector is missing or from another model is listed in
-        ``unembedded`` (the caller embeds it) and the others keep theirs; without, any missing
-        vector leaves the matrix empty (width 0). ``vectors=False`` reads none (prune, archive)."""
-        params = {"scope_key": scope.key, "statuses": list(statuses)}
-        if vectors and self.session.get_bind().dialect.name == "postgresql":
-            # Values inline (not the prebuilt statement's bind names): the raw cursor is
-            # handed the compiled SQL and parameters as they are.
-            rows = self._fetch_binary(
-                select(*_LOAD_COLUMNS, _RAW_VECTOR)
-                .where(NoteRow.scope_key == scope.key, NoteRow.status.in_(list(statuses)))
-                .order_by(NoteRow.id))
-        else:
-            rows = self._run(_LOADS[vectors], params).all()
-        notes = _notes_of(rows, scope)
-        checked = {r[0]: _utc(r[_CHECKED]) for r in rows}
-        if not vectors:
-            return ScopeSnapshot(notes, np.zeros((len(notes), 0), dtype=np.float32),
-                                 checked=checked)
-        raw = [r[_VECTOR] for r in rows]
-        if model is None:
-            unembedded = [k for k, v in enumerate(raw) if v is None]
-            if unembedded:
-                return ScopeSnapshot(notes, np.zeros((len(notes), 0), dtype=np.float32),
-                                     checked=checked)
-        else:
-            unembedded = [k for k, r in enumerate(rows)
-                          if r[_VECTOR] is None or r[_MODEL] is None or r[_MODEL] != model]
-        return ScopeSnapshot(notes, _matrix(raw, unembedded), unembedded, checked)
-
-    def _fetch_binary(self, stmt: Any) -> list[Any]:
-        """The same SELECT through a binary psycopg cursor with pgvector's loader.
-
-        pgvector's text format costs ~10× the CPU (measured: 0.74 s vs 0.08 s per 10k
-        512-d vectors), which dominated the per-scope load on PostgreSQL.
-        """
-        from pgvector.psycopg import register_vector
-
-        compiled = stmt.compile(dialect=self.session.get_bind().dialect,
-                                compile_kwargs={"render_postcompile": True})
-        conn = self.session.connection()
-        dbapi: Any = conn.connection.driver_connection
-        if not getattr(dbapi, "_dream_vector_registered", False):
-            register_vector(dbapi)
-            dbapi._dream_vector_registered = True
-        sql = str(compiled)
-        with dbapi.cursor(binary=True) as cur:
-            # Statement listeners (counts, the no-DELETE hook) see this one like any other.
-            conn.dispatch.before_cursor_execute(conn, cur, sql, compiled.params, None, False)
-            cur.execute(sql, compiled.params)
-            rows: list[Any] = cur.fetchall()
-        out = []
-        for r in rows:
-            row = list(r)
-            v = row[_VECTOR]
-            if v is not None:
-                row[_VECTOR] = np.asarray(v.to_numpy() if hasattr(v, "to_numpy") else v,
-                                          dtype=np.float32)
-            out.append(row)
-        return out
+        """One query for the whole scope: notes plus their vectors (``note_load.load_scope``)."""
+        return load_scope(self, scope, statuses, model=model, vectors=vectors)
 
     def get_many(self, ids: Iterable[str]) -> list[Note]:
         ids = list(ids)
