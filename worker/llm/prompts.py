@@ -32,6 +32,9 @@ def _environment() -> Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
+        # Prompts are read-only resources: no stat of both files on every render (their hash,
+        # recorded on each step, is computed once per process anyway).
+        auto_reload=False,
     )
     # Note text only ever enters a prompt as a JSON string value (R14).
     env.filters["tojson_data"] = lambda value: json.dumps(value, ensure_ascii=False, indent=1)

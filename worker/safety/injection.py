@@ -144,6 +144,11 @@ _GATES: dict[str, _Gate] = {
 }
 
 
+# Every gate at once: a text holding none of these words or fragments opens only _ALWAYS gates.
+_ANY_WORD = frozenset().union(*(g.words for g in _GATES.values()))
+_ANY_FRAGMENT = tuple(f for g in _GATES.values() if g is not _ALWAYS for f in g.fragments)
+_UNGATED = tuple(name for name, g in _GATES.items() if g is _ALWAYS)
+
 # (signal, pattern, weight, gate) in the order signals are reported; a meta signal's weight is
 # counted apart (+1 per kind, at most 3).
 _CHECKS: tuple[tuple[str, re.Pattern[str], float, _Gate], ...] = (
@@ -156,6 +161,10 @@ _CHECKS: tuple[tuple[str, re.Pattern[str], float, _Gate], ...] = (
 )
 
 
+_CHECKS_UNGATED = tuple(c for c in _CHECKS if c[0] in _UNGATED)
+assert all(c[2] == 0.0 for c in _CHECKS_UNGATED)  # the shortcut's score counts meta kinds only
+
+
 def instruction_score(text: str) -> InstructionScore:
     """Score ``text``: +3 per strong pattern, +2 when it addresses the model or "whoever
     combines these notes", +1 for second person, +1.5 for a command, +1.5 for "you/the
@@ -164,6 +173,10 @@ def instruction_score(text: str) -> InstructionScore:
     text = strip_invisible(text)
     folded = text.translate(_FOLD)
     words = set(_TOKENS.findall(folded))
+    if words.isdisjoint(_ANY_WORD) and not any(f in folded for f in _ANY_FRAGMENT):
+        # Most notes: only the ungated patterns can match (meta signals only, weight counted).
+        found = tuple(name for name, pattern, _, _ in _CHECKS_UNGATED if pattern.search(text))
+        return InstructionScore(float(min(3, len(found))), found)
     signals: list[str] = []
     score = 0.0
     meta = 0

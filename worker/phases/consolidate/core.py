@@ -88,7 +88,8 @@ def _grow(
     rest = sorted(pool - {seed}, key=lambda i: ids[i])
     if not rest:
         return members
-    sums = vectors[rest] @ vectors[seed]
+    candidates = vectors[rest]  # gathered once, not on every step
+    sums = candidates @ vectors[seed]
     alive = np.ones(len(rest), dtype=bool)
     while len(members) < max_size and alive.any():
         means = np.where(alive, sums / len(members), -np.inf)
@@ -97,7 +98,7 @@ def _grow(
             break
         members.append(rest[best])
         alive[best] = False
-        sums = sums + vectors[rest] @ vectors[rest[best]]
+        sums = sums + candidates @ candidates[best]
     return members
 
 
