@@ -146,7 +146,8 @@ _GATES: dict[str, _Gate] = {
 
 # Every gate at once: a text holding none of these words or fragments opens only _ALWAYS gates.
 _ANY_WORD = frozenset().union(*(g.words for g in _GATES.values()))
-_ANY_FRAGMENT = tuple(f for g in _GATES.values() if g is not _ALWAYS for f in g.fragments)
+_ANY_FRAGMENT = re.compile("|".join(re.escape(f) for g in _GATES.values() if g is not _ALWAYS
+                                     for f in g.fragments))
 _UNGATED = tuple(name for name, g in _GATES.items() if g is _ALWAYS)
 
 # (signal, pattern, weight, gate) in the order signals are reported; a meta signal's weight is
@@ -173,7 +174,7 @@ def instruction_score(text: str) -> InstructionScore:
     text = strip_invisible(text)
     folded = text.translate(_FOLD)
     words = set(_TOKENS.findall(folded))
-    if words.isdisjoint(_ANY_WORD) and not any(f in folded for f in _ANY_FRAGMENT):
+    if words.isdisjoint(_ANY_WORD) and _ANY_FRAGMENT.search(folded) is None:
         # Most notes: only the ungated patterns can match (meta signals only, weight counted).
         found = tuple(name for name, pattern, _, _ in _CHECKS_UNGATED if pattern.search(text))
         return InstructionScore(float(min(3, len(found))), found)
@@ -194,4 +195,4 @@ def instruction_score(text: str) -> InstructionScore:
 def injection_signals(text: str) -> list[str]:
     """Names of the signals that make ``text`` instruction-like (empty list: reads like a fact)."""
     scored = instruction_score(text)
-    return list(scored.signals) if scored.flagged else []
+    return list(scored.signals) if scored.signals and scored.flagged else []

@@ -98,8 +98,9 @@ def find_orphans(
         if note.protection in (Protection.IMMUTABLE.value, Protection.PROTECTED.value):
             continue
         dead = []
+        refs = references_of(note)
         for kind in REF_ORDER:
-            entity_id = references_of(note).get(kind)
+            entity_id = refs.get(kind)
             if entity_id is None:
                 continue
             state = reference_state(kind, records.get(kind, {}).get(entity_id))
