@@ -161,3 +161,72 @@ def test_a_phase_commits_once_with_the_same_statements_for_any_number_of_items(
     many = _consolidate(app, Scope("agent-many"), 6)
     assert few["commits"] == many["commits"] == 1
     assert few["statements"] == many["statements"], (few, many)
+
+
+def _before_statement(app: App, starts: str, action: Any) -> Any:
+    """Run ``action()`` (on its own connection) once, just before the first statement of
+    this process that starts with ``starts``; the listener, to remove."""
+    done: list[bool] = []
+
+    def on_statement(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if not done and " ".join(statement.split()).startswith(starts):
+            done.append(True)
+            action()
+
+    event.listen(app.engine, "before_cursor_execute", on_statement)
+    return on_statement
+
+
+def _host_edit(app: App, note_id: str) -> None:
+    with app.uow() as uow:
+        (note,) = uow.notes.get_many([note_id])
+        assert uow.notes.change(note, run_id=None, reason="host edit", importance=0.9)
+        uow.commit()
+
+
+@pytest.mark.parametrize("app", ["sqlite"], indirect=True)
+def test_a_host_edit_between_the_re_read_and_the_update_is_stale_alone(app: App) -> None:
+    """SQLite: the write re-reads before it holds the write lock; a host edit that lands right
+    then makes the guarded update fall short, and the write starts over behind the fence and
+    skips that item alone (the others apply, nothing is written twice). On PostgreSQL the
+    re-read locks the rows (FOR UPDATE): the host edit would wait for the commit."""
+    ctx, parent = _context(app)
+    changes = _pairs(app)
+    listener = _before_statement(app, "UPDATE notes SET", lambda: _host_edit(app, "bold"))
+    try:
+        results = apply_changes(WriteTarget.of(ctx, "contradictions", parent), changes)
+    finally:
+        event.remove(app.engine, "before_cursor_execute", listener)
+    assert [r.status for r in results] == [ItemStatus.APPLIED, ItemStatus.STALE,
+                                           ItemStatus.APPLIED]
+    notes = _notes(app)
+    assert {k: notes[f"{k}old"].status for k in "abc"} == {
+        "a": "revoked", "b": "active", "c": "revoked"}
+    assert _count(app, NoteLineageRow) == 2
+
+
+@pytest.mark.parametrize("app", [pytest.param("postgres", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_a_takeover_during_the_write_on_postgres_writes_nothing(app: App) -> None:
+    """PostgreSQL, READ COMMITTED: the write holds no lock on the run row until its last,
+    fenced statement; a claim that commits in between (after the notes were updated) is seen
+    by that statement, and the whole write rolls back."""
+    ctx, parent = _context(app)
+    changes = _pairs(app)
+    steps_before = _count(app, RunStepRow)
+
+    def take_over() -> None:
+        with app.uow() as uow:
+            uow.session.execute(update(DreamRunRow).where(DreamRunRow.id == ctx.run_id)
+                                .values(lease_epoch=DreamRunRow.lease_epoch + 1))
+            uow.commit()
+
+    listener = _before_statement(app, "INSERT INTO run_steps", take_over)
+    try:
+        with pytest.raises(StaleLease):
+            apply_changes(WriteTarget.of(ctx, "contradictions", parent), changes)
+    finally:
+        event.remove(app.engine, "before_cursor_execute", listener)
+    assert {n.status for n in _notes(app).values()} == {"active"}
+    assert (_count(app, NoteLineageRow), _count(app, OperationLogRow)) == (0, 0)
+    assert _count(app, RunStepRow) == steps_before

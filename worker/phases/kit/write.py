@@ -1,11 +1,11 @@
 """One guarded write transaction per phase per scope.
 
-``open_write`` opens the unit of work and fences it: its first statement is an UPDATE of the
-run row guarded by the lease epoch (``StaleLease`` when another attempt owns the run, so a
-write planned under a lost lease writes nothing). ``PhaseWrite.apply`` re-reads every member of
-every change in one locked SELECT, skips stale items one by one, asks the blast-radius guard
-once, and writes what is left with one executemany per table; steps, verdict memory and reviews
-queued on the write go in with it. Nothing commits until the block ends without an exception.
+``PhaseWrite.apply`` re-reads every member of every change in one locked SELECT, skips stale
+items one by one, asks the blast-radius guard once, and writes what is left with one
+executemany per table; verdict memory, reviews and steps queued on the write go in with it, the
+steps last and fenced by the lease epoch (``StaleLease`` when another attempt owns the run: the
+whole write rolls back, so a write planned under a lost lease writes nothing). Nothing commits
+until the block ends without an exception.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from worker.store.uow import StaleLease, UnitOfWork
 
 
 class WriteConflict(Exception):
-    """A row changed between the locked re-read and the update (only without a fence)."""
+    """A row changed between the re-read and the update (a host write, which holds no lease)."""
 
 
 @dataclass(frozen=True)
@@ -62,12 +62,7 @@ def open_write(target: WriteTarget) -> Iterator[PhaseWrite]:
     """``with open_write(target) as w:`` … ``w.apply(changes)``, ``w.step(...)`` …; commits at
     the end of the block, rolls back everything on any exception (a crash commits nothing)."""
     with target.app.uow() as uow:
-        totals = None
-        if target.run_id is not None and target.epoch is not None:
-            totals = uow.writes.fence(target.run_id, target.epoch)
-            if totals is None:
-                raise StaleLease(f"run {target.run_id} lost its lease (epoch {target.epoch})")
-        write = PhaseWrite(uow, target, totals)
+        write = PhaseWrite(uow, target)
         yield write
         steps = write.flush()
         uow.commit()
@@ -96,9 +91,12 @@ def guard_limits(uow: UnitOfWork, target: WriteTarget, journal: RunJournal | Non
 
 
 class PhaseWrite:
-    def __init__(self, uow: UnitOfWork, target: WriteTarget,
-                 totals: dict[str, Any] | None) -> None:
-        self.uow, self.target, self._totals = uow, target, totals
+    def __init__(self, uow: UnitOfWork, target: WriteTarget) -> None:
+        self.uow, self.target = uow, target
+        self._totals: dict[str, Any] | None = None
+        # A run's write is fenced by its steps insert, last; ``fenced``: by the fence UPDATE
+        # already (taken first when the re-read must be current at the write, see ``apply``).
+        self.fenced = target.run_id is None or target.epoch is None
         self.state: State = {}
         self.tripped: str | None = None
         self._steps: list[dict[str, Any]] = []
@@ -117,7 +115,35 @@ class PhaseWrite:
             return [ItemResult(c, ItemStatus.DRY_RUN) for c in changes]
         if not changes and not also:
             return []
-        self.state = self.uow.writes.lock_state([*(i for c in changes for i in c.ids()), *also])
+        if not self.fenced and self.uow.session.in_transaction():
+            self.fence()  # the caller wrote before: a retry below could not redo its part
+        ids = [*(i for c in changes for i in c.ids()), *also]
+        try:
+            return self._apply(changes, ids, vectors, journal, guard_each)
+        except WriteConflict:
+            if self.fenced:
+                raise
+        # A note changed between the re-read and the update (SQLite reads before it holds
+        # the write lock; nothing of this write is kept): again, with the lock taken first.
+        self.uow.rollback()
+        self.fence()
+        return self._apply(changes, ids, vectors, journal, guard_each)
+
+    def fence(self) -> None:
+        """The lease check as a statement of its own (an UPDATE of the run row guarded by the
+        epoch): it takes SQLite's write lock and PostgreSQL's run-row lock until the commit."""
+        t = self.target
+        assert t.run_id is not None and t.epoch is not None
+        self._totals = self.uow.writes.fence(t.run_id, t.epoch)
+        if self._totals is None:
+            raise StaleLease(f"run {t.run_id} lost its lease (epoch {t.epoch})")
+        self.fenced = True
+
+    def _apply(self, changes: Sequence[Change], ids: list[str],
+               vectors: dict[str, np.ndarray] | None, journal: RunJournal | None,
+               guard_each: bool) -> list[ItemResult]:
+        t = self.target
+        self.state = self.uow.writes.lock_state(ids)
         guard = self._guard_limits(changes, journal, guard_each)
         results, self.tripped = evaluate(changes, self._before_images(), guard)
         rows = RowBuilder(t.scope, t.run_id, t.now, self.state,
@@ -204,11 +230,17 @@ class PhaseWrite:
         return cur[0] if cur is not None and cur[1] == NoteStatus.ACTIVE.value else None
 
     def flush(self) -> list[dict[str, Any]]:
-        """Write what was queued on the write; the step rows written."""
-        steps = self._steps
-        self.uow.writes.add_steps(steps)
+        """Write what was queued on the write, the steps last and fenced (or the fence on its
+        own when no step was queued); the step rows written. StaleLease: nothing is kept."""
+        steps, t = self._steps, self.target
         self.uow.writes.add_judgements(self._judgements)
         self.uow.writes.add_reviews(self._reviews)
         self._steps, self._judgements, self._reviews = [], [], []
+        if self.fenced:
+            self.uow.writes.add_steps(steps)
+        elif not steps:
+            self.fence()
+        elif not self.uow.writes.add_steps_fenced(steps, str(t.run_id), int(t.epoch or 0)):
+            raise StaleLease(f"run {t.run_id} lost its lease (epoch {t.epoch})")
         return steps
 

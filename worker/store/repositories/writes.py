@@ -1,12 +1,13 @@
-"""SQL for a phase's one guarded write: the lease fence, the locked re-read of every member,
-and the batched inserts and updates (notes, lineage, operation log, steps, verdict memory)."""
+"""SQL for a phase's one guarded write: the locked re-read of every member, the batched inserts
+and updates (notes, lineage, operation log, verdict memory) and the steps, inserted fenced by
+the lease epoch as the write's last statement (or the lease fence on its own)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy import Table, bindparam, exists, func, insert, literal, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -45,7 +46,9 @@ _INSERT_NOTE = insert(_NOTES)
 _LOG = cast(Table, OperationLogRow.__table__)
 _INSERT_LOG = insert(_LOG)
 _INSERT_LINEAGE = insert(cast(Table, NoteLineageRow.__table__))
-_INSERT_STEP = insert(cast(Table, RunStepRow.__table__))
+_STEPS = cast(Table, RunStepRow.__table__)
+_INSERT_STEP = insert(_STEPS)
+_FENCED_STEPS: dict[tuple[tuple[str, ...], bool], Any] = {}
 _INSERT_REVIEW = insert(cast(Table, ReviewRow.__table__))
 _UPDATES: dict[tuple[str, ...], Any] = {}
 _TOTALS = select(_RUNS.c.totals).where(_RUNS.c.id == bindparam("run_id"))
@@ -124,6 +127,36 @@ class WriteRepository:
     def add_steps(self, rows: list[dict[str, Any]]) -> None:
         if rows:
             self._run(_INSERT_STEP, rows)
+
+    def add_steps_fenced(self, rows: list[dict[str, Any]], run_id: str, epoch: int) -> bool:
+        """Insert ``rows`` (one executemany) only while the run holds lease ``epoch``; False,
+        with nothing inserted, when it does not (the caller rolls the whole write back).
+
+        Why this fences the whole transaction when it is its last statement: on SQLite the
+        write lock is held from the transaction's first write to its commit, so the epoch this
+        statement sees is the epoch at commit. On PostgreSQL (READ COMMITTED) the EXISTS reads
+        the run row FOR SHARE: a claim or a cancel that committed before it is seen (no row,
+        we roll back), one in flight is waited for and re-checked, one after it waits for our
+        commit (its UPDATE needs the row lock)."""
+        if not rows:
+            return True
+        names = tuple(rows[0])
+        postgres = self.session.get_bind().dialect.name == "postgresql"
+        stmt = _FENCED_STEPS.get((names, postgres))
+        if stmt is None:  # built once per set of columns and dialect
+            held = (select(literal(1)).where(
+                _RUNS.c.id == bindparam("f_run"), _RUNS.c.lease_epoch == bindparam("f_epoch"),
+                _RUNS.c.status == RunStatus.RUNNING.value))
+            if postgres:
+                held = held.with_for_update(read=True)
+            values = select(*(bindparam(n, type_=_STEPS.c[n].type).label(n) for n in names))
+            # preserve_rowcount: SQLAlchemy keeps an INSERT's rowcount only when asked (psycopg
+            # sums it over an executemany, as sqlite3 does).
+            stmt = _FENCED_STEPS[(names, postgres)] = insert(_STEPS).from_select(
+                names, values.where(exists(held))).execution_options(preserve_rowcount=True)
+        params = [{**r, "f_run": run_id, "f_epoch": epoch} for r in rows]
+        inserted = int(self._run(stmt, params).rowcount)
+        return inserted == len(rows)
 
     def add_reviews(self, rows: list[dict[str, Any]]) -> None:
         if rows:
