@@ -18,11 +18,12 @@ from worker.phases.kit import (
     ItemStatus,
     WriteTarget,
     apply_changes,
+    open_write,
     supersede,
 )
 from worker.runs import service
 from worker.runs.context import PhaseContext
-from worker.runs.steps import StepRecorder
+from worker.runs.steps import ChildStep, StepRecorder
 from worker.store.models import DreamRunRow, NoteLineageRow, NoteRow, OperationLogRow, RunStepRow
 from worker.store.uow import StaleLease
 
@@ -163,7 +164,7 @@ def test_a_phase_commits_once_with_the_same_statements_for_any_number_of_items(
     assert few["statements"] == many["statements"], (few, many)
 
 
-def _before_statement(app: App, starts: str, action: Any) -> Any:
+def _before_statement(app: App, starts: str | tuple[str, ...], action: Any) -> Any:
     """Run ``action()`` (on its own connection) once, just before the first statement of
     this process that starts with ``starts``; the listener, to remove."""
     done: list[bool] = []
@@ -207,26 +208,34 @@ def test_a_host_edit_between_the_re_read_and_the_update_is_stale_alone(app: App)
 
 @pytest.mark.parametrize("app", [pytest.param("postgres", marks=pytest.mark.postgres)],
                          indirect=True)
-def test_a_takeover_during_the_write_on_postgres_writes_nothing(app: App) -> None:
+@pytest.mark.parametrize("with_step", [True, False])
+def test_a_takeover_during_the_write_on_postgres_writes_nothing(app: App, with_step: bool) -> None:
     """PostgreSQL, READ COMMITTED: the write holds no lock on the run row until its last,
-    fenced statement; a claim that commits in between (after the notes were updated) is seen
-    by that statement, and the whole write rolls back."""
+    fenced statement (the steps insert, or the fence alone when it records no step); a claim
+    that commits in between (after the notes were updated) is seen by that statement, and the
+    whole write rolls back."""
     ctx, parent = _context(app)
     changes = _pairs(app)
     steps_before = _count(app, RunStepRow)
+    seen: list[str] = []
 
     def take_over() -> None:
         with app.uow() as uow:
             uow.session.execute(update(DreamRunRow).where(DreamRunRow.id == ctx.run_id)
                                 .values(lease_epoch=DreamRunRow.lease_epoch + 1))
             uow.commit()
+        seen.append("taken")
 
-    listener = _before_statement(app, "INSERT INTO run_steps", take_over)
+    listener = _before_statement(app, ("INSERT INTO run_steps", "UPDATE dream_runs"), take_over)
     try:
-        with pytest.raises(StaleLease):
-            apply_changes(WriteTarget.of(ctx, "contradictions", parent), changes)
+        with pytest.raises(StaleLease), open_write(
+                WriteTarget.of(ctx, "contradictions", parent)) as w:
+            w.apply(changes)
+            if with_step:
+                w.step(ChildStep(name="pairs", status="succeeded"))
     finally:
         event.remove(app.engine, "before_cursor_execute", listener)
+    assert seen == ["taken"]
     assert {n.status for n in _notes(app).values()} == {"active"}
     assert (_count(app, NoteLineageRow), _count(app, OperationLogRow)) == (0, 0)
     assert _count(app, RunStepRow) == steps_before
