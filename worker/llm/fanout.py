@@ -11,7 +11,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -232,7 +232,8 @@ def _ask_online(
     workers = min(int(ctx.settings.llm_concurrency), len(questions))
     if workers <= 1:  # nothing to overlap: a hand-off to a thread would only add its cost
         return [one(q) for q in questions]
-    # ``workers`` drainers take the questions in order, so at most that many are in flight.
+    # ``workers`` drainers take the questions in order, so at most that many are in flight; the
+    # caller is one of them (it would only wait otherwise), the pool runs the others.
     outcomes: list[Outcome[Any] | None] = [None] * len(questions)
     queue = iter(enumerate(questions))
     taking = threading.Lock()
@@ -245,7 +246,12 @@ def _ask_online(
                 return
             outcomes[item[0]] = one(item[1])
 
-    for future in _submit(in_current_trace(drain), workers, int(ctx.settings.llm_concurrency)):
+    helpers = _submit(in_current_trace(drain), workers - 1, int(ctx.settings.llm_concurrency))
+    try:
+        drain()
+    finally:
+        wait(helpers)  # no question of this fan-out is still in flight when it returns
+    for future in helpers:
         future.result()
     return [o for o in outcomes if o is not None]
 
