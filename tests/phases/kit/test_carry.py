@@ -114,7 +114,9 @@ def test_an_in_process_run_reads_the_scope_once(app: App) -> None:
     selects = [s for s in seen if s.startswith("SELECT") or s.startswith("WITH")]
     loads = [s for s in selects
              if s.startswith("SELECT notes.id, notes.") and "FROM notes WHERE notes.scope_key" in s]
-    assert len(loads) == 1, loads
+    # PostgreSQL's load runs on a raw binary psycopg cursor, which statement listeners do not
+    # see (the vectors' binary format); there it is the only notes read of the run.
+    assert len(loads) == (1 if app.engine.dialect.name == "sqlite" else 0), loads
     assert len([s for s in selects if "FROM judgements" in s]) == 1
     assert len([s for s in selects if "agents.apply_mode" in s]) == 1
     lookups = [s for s in selects if "FROM conversations" in s]
@@ -136,10 +138,11 @@ def test_a_carried_run_ends_as_phases_reading_afresh_do(app: App) -> None:
     with _statements(app) as seen:
         _phase_by_phase(app, "a2")
     assert _state(app, "a1") == _state(app, "a2")
-    # Each phase task read the scope itself (archive and prune without vectors).
+    # Each phase task read the scope itself (archive and prune without vectors; PostgreSQL's
+    # vector loads, on a raw binary cursor, are not seen by the listener).
     loads = [s for s in seen if s.startswith("SELECT notes.id, notes.")
              and "FROM notes WHERE notes.scope_key" in s]
-    assert len(loads) == 4, loads
+    assert len(loads) == (4 if app.engine.dialect.name == "sqlite" else 2), loads
 
 
 def test_a_host_edit_between_phases_is_never_overwritten_in_process(app: App) -> None:

