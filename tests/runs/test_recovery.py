@@ -24,7 +24,7 @@ from tests.support.factories import add_notes
 from worker.app import App
 from worker.cli import main
 from worker.clock import utcnow
-from worker.domain.types import PhaseReport, RunStatus, Scope, StepStatus
+from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatus
 from worker.errors import Conflict, NotFound
 from worker.reporting import run_tree
 from worker.runs import service
@@ -207,7 +207,12 @@ def test_cancelling_a_running_run_stops_its_executor_cleanly(
     assert outcome == [RunStatus.CANCELLED.value]
     tree = run_tree(app, run_id)
     assert tree["status_reason"] == "operator stop"
-    assert [s["phase"] for s in tree["steps"]] == ["consolidate"]
+    # In-process every phase's parent step is opened with the claim; the cancel skipped them
+    # all and none ran (no step finished, no child step recorded).
+    steps = tree["steps"]
+    assert [s["phase"] for s in steps] == list(PHASES)
+    assert {(s["status"], s["error"]) for s in steps} == {("skipped", "run cancelled")}
+    assert all(not s["children"] for s in steps)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -12,7 +12,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope
 from worker.errors import InvalidRun
-from worker.runs.snapshot import RunSnapshot, snapshot_of
+from worker.runs.snapshot import RunSnapshot, open_phases, snapshot_of
 
 log = structlog.get_logger(__name__)
 
@@ -45,7 +45,8 @@ def create_claimed_run(
 ) -> RunSnapshot | None:
     """``create_run`` for an executor that runs it at once (``dream run``, an API thread, the
     bench): inserted already running under lease epoch 1 with the scope's note counts (the
-    guard's baseline, R20) in its totals; two statements and no claim. The run's snapshot, or
+    guard's baseline, R20) in its totals and its phases' parent steps opened; three statements
+    and no claim. The run's snapshot, or
     None when the scope has a run already (R1). A creator killed after this leaves a running
     run whose lease lapses; the gate check recovers it like any killed run (R30)."""
     phases = _checked(phases, allow_retire)
@@ -56,11 +57,13 @@ def create_claimed_run(
             scope, now=now, trigger=trigger, phases=phases, force=force, dry_run=dry_run,
             clock=clock, allow_retire=allow_retire, totals={"notes_before": before},
             claimed_until=now + timedelta(seconds=app.settings.lease_seconds))
+        if values is None:
+            return None
+        snap = snapshot_of(SimpleNamespace(**{"totals": None, **values}), [])
+        open_phases(uow, snap)
         uow.commit()
-    if values is None:
-        return None
-    log.info("run.created", run_id=values["id"], scope=scope.key, trigger=trigger, claimed=True)
-    return snapshot_of(SimpleNamespace(**{"totals": None, **values}), [])
+    log.info("run.created", run_id=snap.run_id, scope=scope.key, trigger=trigger, claimed=True)
+    return snap
 
 
 def create_phaseless_run(app: App, scope: Scope, *, trigger: str,

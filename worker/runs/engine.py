@@ -49,7 +49,7 @@ def execute_run(app: App, run: str | RunSnapshot, registry: Registry,
     with telemetry.run_span(run_id) as span:
         if isinstance(run, str):
             crashpoint("run.before_claim")  # R30: a creator killed here leaves a queued run
-            snap = claim(app, run_id) or read_snapshot(app, run_id)
+            snap = claim(app, run_id, opening=True) or read_snapshot(app, run_id)
         else:
             # R30: a creator killed here leaves a running run whose lease lapses (recovered).
             crashpoint("run.after_create")
@@ -69,7 +69,7 @@ def _execute_all(app: App, snap: RunSnapshot, registry: Registry,
     fresh = snap.attempts == 1 and not snap.done and not snap.waiting
     run = Execution(snap, Budget.for_run(app.settings.budget, snap.usage.calls,
                                          snap.usage.tokens), registry, carry=RunCarry(fresh=fresh),
-                    written=[] if fresh else None)
+                    written=list(snap.opened.values()) if fresh else None)
     for phase in PHASES:
         outcome = _run_until_settled(app, run, phase)
         if on_phase is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -16,12 +17,12 @@ from sqlalchemy.exc import IntegrityError
 from worker import telemetry
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import PHASES, PhaseReport, StepStatus
+from worker.domain.types import PHASES, PhaseReport
 from worker.llm.batch import BatchPending
 from worker.runs.context import Budget, PhaseContext, Registry, RunCarry
 from worker.runs.lease import LeaseHeartbeat
 from worker.runs.outcome import RECORDED, PhaseOutcome
-from worker.runs.snapshot import RunSnapshot, phase_step_id
+from worker.runs.snapshot import RunSnapshot, parent_step_row, phase_step_id
 from worker.runs.steps import StepRecorder
 from worker.safety.scrub import safe_error_message
 from worker.safety.scrub import stack as error_stack
@@ -46,6 +47,7 @@ class Execution:
     # Every step row this executor committed for the run (parents and children), when that is
     # all the run's steps (a fresh in-process run): finalize decides from it. None: read them.
     written: list[dict[str, Any]] | None = None
+    begun: dict[str, datetime] = field(default_factory=dict)  # opened steps: when they began
 
     def wrote(self, row: dict[str, Any]) -> None:
         if self.written is not None:
@@ -68,7 +70,9 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
         return PhaseOutcome.EARLIER_PENDING  # running elsewhere, or lost (the lease recovers it)
     step_id = phase_step_id(snap.run_id, phase, snap.epoch)
     resumed = snap.waiting.get(phase) == step_id  # a WAITING phase resumes its own step
-    if not resumed:
+    if snap.opened.pop(phase, None) is not None:  # inserted with the claim: started now
+        run.begun[step_id] = utcnow()
+    elif not resumed:
         started = _start_step(app, run, phase, step_id)
         if started is not None:
             return started
@@ -106,23 +110,19 @@ def _start_step(app: App, run: Execution, phase: str, step_id: str) -> PhaseOutc
     it started, else why not."""
     snap = run.snap
     assert snap.epoch is not None
-    values: dict[str, Any] = {
-        "id": step_id, "run_id": snap.run_id, "parent_id": None, "scope_key": snap.scope.key,
-        "phase": phase, "name": phase, "seq": 0, "status": StepStatus.RUNNING.value,
-        "input": {"dry_run": snap.dry_run, "now": snap.now.isoformat(),
-                  **({"notes_before": snap.notes_before} if snap.unrecorded else {})},
-        "started_at": utcnow(), "tokens_in": 0, "tokens_out": 0,
-    }
+    unrecorded = snap.unrecorded
+    values = parent_step_row(snap, phase, utcnow())
     try:
         with app.uow() as uow:
             started = uow.runs.start_step_fenced(values, snap.epoch)
             uow.commit()
     except IntegrityError:
+        snap.unrecorded = unrecorded
         log.info("phase.busy", run_id=snap.run_id, phase=phase)
         return PhaseOutcome.BUSY
     if not started:
+        snap.unrecorded = unrecorded
         return PhaseOutcome.LEASE_LOST
-    snap.unrecorded = False  # recorded once, on the first phase step
     run.wrote(values)
     return None
 
@@ -200,13 +200,21 @@ def _output(report: PhaseReport, budget: Budget, before: tuple[int, int]) -> dic
 def _finish(app: App, run: Execution, step_id: str, outcome: PhaseOutcome, output: dict[str, Any],
             started: float, *, error: str | None = None, tokens: tuple[int, int] = (0, 0),
             model: str | None = None) -> None:
-    """One statement: the parent step's status, counters, usage and duration."""
+    """One statement: the parent step's status, counters, usage and duration, under the epoch
+    (StaleLease when the run lost it)."""
     values: dict[str, Any] = {"status": outcome.step_status, "output": output, "error": error,
                               "tokens_in": tokens[0], "tokens_out": tokens[1], "model": model}
     if outcome is not PhaseOutcome.WAITING:
         values.update(finished_at=utcnow(), duration_ms=(time.perf_counter() - started) * 1000)
+    if step_id in run.begun:  # opened with the claim: when the phase really began
+        values["started_at"] = run.begun.pop(step_id)
+    snap = run.snap
+    assert snap.epoch is not None
     with app.uow() as uow:
-        uow.runs.update_step(step_id, **values)
+        # Fenced: a phase whose parent step was opened with the claim has no fenced start, so
+        # its finish is where a cancel or a recovery stops the run (no later phase starts).
+        if not uow.runs.finish_step_fenced(step_id, snap.run_id, snap.epoch, **values):
+            raise StaleLease(f"run {snap.run_id} lost its lease (epoch {snap.epoch})")
         uow.commit()
     run.finished(step_id, values)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from worker.app import App
@@ -53,12 +53,43 @@ class RunSnapshot:
     notes_before: dict[str, int] | None = None
     unrecorded: bool = False
     trigger: str = "cli"
+    # In-process: the parent steps this executor inserted, running, with its claim (one per
+    # phase still to run; ``open_phases``): phase → the row. Such a phase starts with no
+    # statement of its own; a second executor of the same epoch still fails to insert it (R4).
+    opened: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def phase_step_id(run_id: str, phase: str, epoch: int | None) -> str:
     """Deterministic per lease epoch: a duplicate executor of the same phase (a re-delivered
     message, a second ``execute_run``) fails to insert it and backs off (R4)."""
     return f"{run_id}:{phase}:{epoch}"
+
+
+def parent_step_row(snap: RunSnapshot, phase: str, at: datetime) -> dict[str, Any]:
+    """A phase's parent step as it starts (running); the first one of the run's first attempt
+    records the scope's note counts before the run when the run row does not."""
+    row: dict[str, Any] = {
+        "id": phase_step_id(snap.run_id, phase, snap.epoch), "run_id": snap.run_id,
+        "parent_id": None, "scope_key": snap.scope.key, "phase": phase, "name": phase,
+        "seq": 0, "status": StepStatus.RUNNING.value,
+        "input": {"dry_run": snap.dry_run, "now": snap.now.isoformat(),
+                  **({"notes_before": snap.notes_before} if snap.unrecorded else {})},
+        "started_at": at, "tokens_in": 0, "tokens_out": 0,
+    }
+    snap.unrecorded = False  # recorded once, on the first phase step
+    return row
+
+
+def open_phases(uow: Any, snap: RunSnapshot) -> None:
+    """Insert a running parent step for every phase not done yet, in the claim's transaction
+    (one executemany): an in-process executor's phases then start without a statement. Their
+    start times are a microsecond apart (the steps are read back in that order); each phase's
+    finish records when it really started."""
+    now = utcnow()
+    rows = [parent_step_row(snap, p, now + timedelta(microseconds=i))
+            for i, p in enumerate(PHASES) if p not in snap.done]
+    uow.writes.add_steps(rows)
+    snap.opened = {r["phase"]: r for r in rows}
 
 
 def read_snapshot(app: App, run_id: str) -> RunSnapshot:
@@ -71,11 +102,12 @@ def read_snapshot(app: App, run_id: str) -> RunSnapshot:
         return snapshot_of(run, steps)
 
 
-def claim(app: App, run_id: str) -> RunSnapshot | None:
+def claim(app: App, run_id: str, *, opening: bool = False) -> RunSnapshot | None:
     """Take the run's lease (queued/interrupted → running); None if it is not claimable
     (someone else claimed it first, or it finished). Two statements for a fresh run: the claim
     itself and the scope's note counts before any phase touches it (written with the first
-    phase step, see ``notes_before``); a retried run also marks and reads its steps."""
+    phase step, see ``notes_before``); a retried run also marks and reads its steps. With
+    ``opening`` (an in-process executor), one more: ``open_phases``."""
     with app.uow() as uow:
         row = uow.runs.claim_returning(run_id, utcnow(), app.settings.lease_seconds)
         if row is None:
@@ -88,6 +120,8 @@ def claim(app: App, run_id: str) -> RunSnapshot | None:
         if snap.notes_before is None:
             snap.notes_before = uow.notes.count_by_status(snap.scope)
             snap.unrecorded = True
+        if opening:
+            open_phases(uow, snap)
         uow.commit()
     return snap
 

@@ -181,6 +181,18 @@ class RunRepository:
             insert(_STEPS).from_select(names, rows).returning(_STEPS.c.id)).first()
         return inserted is not None
 
+    def finish_step_fenced(self, step_id: str, run_id: str, epoch: int, **values: Any) -> bool:
+        """Update a parent step only while the run holds ``epoch`` (the check is the UPDATE's
+        own WHERE; FOR SHARE of the run row on PostgreSQL, so a claim waits for our commit);
+        False when the lease is lost (the step stays as the cancel or the recovery left it)."""
+        held = select(literal(1)).where(_RUNS.c.id == run_id, _RUNS.c.lease_epoch == epoch,
+                                        _RUNS.c.status == RunStatus.RUNNING.value)
+        if self.session.get_bind().dialect.name == "postgresql":
+            held = held.with_for_update(read=True)
+        result = self.session.connection().execute(
+            update(_STEPS).where(_STEPS.c.id == step_id, exists(held)).values(**values))
+        return bool(result.rowcount == 1)
+
     def note_interrupted_steps(self, run_id: str, epoch: int) -> None:
         """Parent steps a killed attempt left running stay visible, marked as interrupted."""
         self.session.connection().execute(
