@@ -5,6 +5,7 @@ PostgreSQL)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -246,7 +247,7 @@ def test_a_run_created_claimed_needs_no_claim(app: App) -> None:
         parents = uow.runs.steps(snap.run_id)
     assert [s.phase for s in parents] == list(PHASES)
     assert all(a.finished_at is not None and b.started_at is not None
-               and a.finished_at <= b.started_at for a, b in zip(parents, parents[1:]))
+               and a.finished_at <= b.started_at for a, b in itertools.pairwise(parents))
     with app.uow() as uow:
         run = uow.runs.get(snap.run_id)
         assert run is not None and run.totals is not None
