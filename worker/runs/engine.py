@@ -2,9 +2,10 @@
 
 Two entry points, one path:
 
-- ``execute_run`` (CLI, API thread, tests): claims the run (or reads it, when another executor
-  holds it) once, runs every phase from that one snapshot, carrying the scope's loaded notes
-  from phase to phase (``RunCarry``), then finalizes from the same snapshot.
+- ``execute_run`` (CLI, API thread, tests): claims the run, opening every phase's parent step
+  (or is handed the snapshot of a run created claimed, or reads it when another executor holds
+  it) once, runs every phase from that one snapshot, carrying the scope's loaded notes from
+  phase to phase (``RunCarry``), then finalizes from the same snapshot and the steps it wrote.
 - ``execute_phase`` (one Celery task per phase, ``worker/tasks.py``): reads the snapshot once,
   claims the run if nobody has, runs that one phase.
 
