@@ -19,6 +19,7 @@ from worker.domain.types import (
     StepStatus,
 )
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
+from worker.store.repositories.run_statements import finish_step_statement
 
 _RUNS = cast(Table, DreamRunRow.__table__)
 _LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
@@ -185,12 +186,11 @@ class RunRepository:
         """Update a parent step only while the run holds ``epoch`` (the check is the UPDATE's
         own WHERE; FOR SHARE of the run row on PostgreSQL, so a claim waits for our commit);
         False when the lease is lost (the step stays as the cancel or the recovery left it)."""
-        held = select(literal(1)).where(_RUNS.c.id == run_id, _RUNS.c.lease_epoch == epoch,
-                                        _RUNS.c.status == RunStatus.RUNNING.value)
-        if self.session.get_bind().dialect.name == "postgresql":
-            held = held.with_for_update(read=True)
+        dialect = self.session.get_bind().dialect.name
+        stmt = finish_step_statement(dialect, tuple(sorted(values)))
+        params = {f"v_{k}": v for k, v in values.items()}
         result = self.session.connection().execute(
-            update(_STEPS).where(_STEPS.c.id == step_id, exists(held)).values(**values))
+            stmt, {"s_id": step_id, "s_run": run_id, "s_epoch": epoch, **params})
         return bool(result.rowcount == 1)
 
     def note_interrupted_steps(self, run_id: str, epoch: int) -> None:
@@ -397,3 +397,4 @@ class RunRepository:
                     "duration_count": float(n or 0)}
             for phase, c, ti, to, d, n in self.session.execute(stmt).all()
         }
+
