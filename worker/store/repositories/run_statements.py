@@ -15,17 +15,24 @@ _STEPS = cast(Table, RunStepRow.__table__)
 _FINISH_STEP: dict[tuple[str, tuple[str, ...]], Any] = {}
 
 
+def lease_held(run_param: str, epoch_param: str, *, postgres: bool) -> Any:
+    """SELECT 1 while the run (bound as ``run_param``) is running under the epoch bound as
+    ``epoch_param``: the fence every step write puts in its own WHERE EXISTS. On PostgreSQL it
+    reads the run row FOR SHARE, so a claim or a cancel in flight is waited for and re-checked,
+    and one after it waits for our commit."""
+    held = select(literal(1)).where(_RUNS.c.id == bindparam(run_param),
+                                    _RUNS.c.lease_epoch == bindparam(epoch_param),
+                                    _RUNS.c.status == RunStatus.RUNNING.value)
+    return held.with_for_update(read=True) if postgres else held
+
+
 def finish_step_statement(dialect: str, columns: tuple[str, ...]) -> Any:
     """UPDATE of a parent step (id ``s_id``, values ``v_<column>``) while the run ``s_run`` holds
-    epoch ``s_epoch``; FOR SHARE of the run row on PostgreSQL, so a claim waits for our commit."""
+    epoch ``s_epoch`` (``lease_held``)."""
     key = (dialect, columns)
     stmt = _FINISH_STEP.get(key)
     if stmt is None:
-        held = select(literal(1)).where(_RUNS.c.id == bindparam("s_run"),
-                                        _RUNS.c.lease_epoch == bindparam("s_epoch"),
-                                        _RUNS.c.status == RunStatus.RUNNING.value)
-        if dialect == "postgresql":
-            held = held.with_for_update(read=True)
+        held = lease_held("s_run", "s_epoch", postgres=dialect == "postgresql")
         stmt = (update(_STEPS).where(_STEPS.c.id == bindparam("s_id"), exists(held))
                 .values({c: bindparam(f"v_{c}", type_=_STEPS.c[c].type) for c in columns}))
         _FINISH_STEP[key] = stmt

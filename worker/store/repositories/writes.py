@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, exists, func, insert, literal, select, update
+from sqlalchemy import Table, bindparam, exists, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -23,6 +23,7 @@ from worker.store.models import (
     RunStepRow,
 )
 from worker.store.repositories.note_writes import TRACKED_FIELDS
+from worker.store.repositories.run_statements import lease_held
 
 _NOTES = cast(Table, NoteRow.__table__)
 _RUNS = cast(Table, DreamRunRow.__table__)
@@ -144,11 +145,7 @@ class WriteRepository:
         postgres = self.session.get_bind().dialect.name == "postgresql"
         stmt = _FENCED_STEPS.get((names, postgres))
         if stmt is None:  # built once per set of columns and dialect
-            held = (select(literal(1)).where(
-                _RUNS.c.id == bindparam("f_run"), _RUNS.c.lease_epoch == bindparam("f_epoch"),
-                _RUNS.c.status == RunStatus.RUNNING.value))
-            if postgres:
-                held = held.with_for_update(read=True)
+            held = lease_held("f_run", "f_epoch", postgres=postgres)
             values = select(*(bindparam(n, type_=_STEPS.c[n].type).label(n) for n in names))
             # preserve_rowcount: SQLAlchemy keeps an INSERT's rowcount only when asked (psycopg
             # sums it over an executemany, as sqlite3 does).
