@@ -49,6 +49,12 @@ def read_lines(path: str) -> Iterable[bytes]:
         raise UserError(f"cannot read {path}: {exc.strerror}; expected a UTF-8 JSONL file") from None
 
 
+def echo_imported(result: Any, noun: str) -> None:
+    """The one summary line of every JSONL import (an ingest result: read, inserted, duplicates)."""
+    click.echo(f"read {result.read} {noun}: {result.inserted} added, "
+               f"{result.duplicates} already present")
+
+
 def parse_option_timestamp(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None

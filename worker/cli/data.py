@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from worker.cli.common import IDENT, cli_app, parse_option_timestamp, read_lines
+from worker.cli.common import IDENT, cli_app, echo_imported, parse_option_timestamp, read_lines
 from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
 from worker.domain.types import Scope
@@ -33,7 +33,7 @@ def notes_import(ctx: click.Context, file: str) -> None:
     from worker.ingest.notes import import_notes
 
     result = import_notes(cli_app(ctx), read_lines(file))
-    click.echo(f"read {result.read} notes: {result.inserted} added, {result.duplicates} already present")
+    echo_imported(result, "notes")
 
 
 @notes.command("export")
@@ -72,7 +72,7 @@ def sessions_import(ctx: click.Context, file: str) -> None:
     from worker.ingest.sessions import import_sessions
 
     result = import_sessions(cli_app(ctx), read_lines(file))
-    click.echo(f"read {result.read} sessions: {result.inserted} added, {result.duplicates} already present")
+    echo_imported(result, "sessions")
 
 
 @sessions.command("add")

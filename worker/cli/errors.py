@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 from sqlalchemy.exc import (
@@ -100,9 +100,14 @@ def user_errors(fn: F) -> F:
         except click.ClickException:
             raise
         except Exception as exc:
-            translated = user_error(exc)
-            if translated is None:
-                raise
-            raise error_line(translated) from None
+            raise_as_user_error(exc)
 
     return wrapper  # type: ignore[return-value]
+
+
+def raise_as_user_error(exc: Exception) -> NoReturn:
+    """Re-raise ``exc`` as its one-line user error, or unchanged when it is a bug."""
+    translated = user_error(exc)
+    if translated is None:
+        raise exc
+    raise error_line(translated) from None

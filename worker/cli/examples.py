@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from worker.cli.common import cli_app, read_lines
+from worker.cli.common import cli_app, echo_imported, read_lines
 from worker.cli.errors import user_errors
 
 
@@ -26,5 +26,4 @@ def examples_import(ctx: click.Context, file: str) -> None:
     from worker.ingest.examples import import_examples
 
     result = import_examples(cli_app(ctx), read_lines(file))
-    click.echo(f"read {result.read} examples: {result.inserted} added, "
-               f"{result.duplicates} already present")
+    echo_imported(result, "examples")

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from worker.cli.errors import UserError, error_line, user_error
+from worker.cli.errors import UserError, error_line, raise_as_user_error
 from worker.domain.limits import text_problem
 
 
@@ -45,10 +45,7 @@ class DreamGroup(click.Group):
         except click.ClickException:
             raise
         except Exception as exc:
-            translated = user_error(exc)
-            if translated is None:
-                raise
-            raise error_line(translated) from None
+            raise_as_user_error(exc)
 
 
 def _usage_error(exc: click.UsageError) -> UserError:
