@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from worker.embeddings.hashing import HashingEmbedder
 from worker.similarity.candidates import (
     FrameSettings,
     Source,
+    frame_tokens,
     same_frame_pairs,
     source_counts,
     topics,
@@ -83,3 +86,63 @@ def test_topics_are_components_split_along_the_weakest_links() -> None:
              ("x", "y", 0.5)]
     assert topics("abcdexyz", edges, max_size=8) == [["a", "b", "c", "d", "e"], ["x", "y"]]
     assert topics("abcdexyz", edges, max_size=3) == [["a", "b", "c"], ["d", "e"], ["x", "y"]]
+
+
+def _reference_cuts(n: int, frame: FrameSettings) -> list[tuple[tuple[int, int], tuple[int, int] | None]]:
+    """Every span (and, for short notes, second span after it) a note of ``n`` words may lose."""
+    out: list[tuple[tuple[int, int], tuple[int, int] | None]] = []
+    for i in range(n + 1):
+        for l1 in range(min(frame.max_span, n - i) + 1):
+            out.append(((i, i + l1), None))
+            if n <= frame.two_spans_up_to:
+                out += [((i, i + l1), (j, j + l2)) for l2 in range(frame.max_span - l1 + 1)
+                        for j in range(i + l1 + 1, n - l2 + 1)]
+    return out
+
+
+def _reference_frame_pairs(texts: list[str], frame: FrameSettings) -> tuple[set[tuple[int, int]], int]:
+    """same_frame_pairs spelled out without hashing or numpy: every cut of every note filed
+    under its exact kept words, buckets of 2..max_bucket entries paired by the shared-words test."""
+    buckets: dict[tuple[object, ...], list[tuple[int, int, int]]] = {}
+    for row, text in enumerate(texts):
+        words = frame_tokens(text)
+        if not 1 <= len(words) <= frame.max_tokens:
+            continue
+        for first, second in _reference_cuts(len(words), frame):
+            gap = second or (first[1], first[1])
+            cut = (first[1] - first[0]) + (gap[1] - gap[0])
+            if len(words) - cut >= frame.min_frame:
+                key = (tuple(words[:first[0]]), tuple(words[first[1]:gap[0]]),
+                       tuple(words[gap[1]:]), second is not None)
+                buckets.setdefault(key, []).append((row, cut, 2 if second else 1))
+    pairs: set[tuple[int, int]] = set()
+    generic = 0
+    for key, entries in buckets.items():
+        if len(entries) > frame.max_bucket:
+            generic += 1
+            continue
+        shared = sum(len(part) for part in key[:3])  # type: ignore[arg-type]
+        for x, (ra, ca, gaps) in enumerate(entries):
+            for rb, cb, _ in entries[x + 1:]:
+                needed = max(ca, cb) if gaps > 1 else min(ca, cb)
+                if ra != rb and shared >= max(frame.min_frame, needed):
+                    pairs.add((min(ra, rb), max(ra, rb)))
+    return pairs, generic
+
+
+_FRAME_WORDS = ["User", "user", "USES", "use", "Slack", "Microsoft", "Teams", "never", "always",
+                "a", "linter", "tea", "Tee", "ﬁle", "file", "Straße", "STRASSE", "zero\u200bwidth",
+                "café", "cafe\u0301", "it's", "units", "metric", "."]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_FRAME_WORDS), min_size=0, max_size=15).map(" ".join),
+                min_size=0, max_size=12),
+       st.sampled_from([FrameSettings(), FrameSettings(max_span=2, min_frame=2, max_bucket=3),
+                        FrameSettings(max_tokens=6, two_spans_up_to=4)]))
+def test_same_frame_pairs_agree_with_the_unhashed_definition(texts: list[str],
+                                                             frame: FrameSettings) -> None:
+    """The hashed, sorted index finds exactly the pairs (and generic buckets) the definition
+    gives, on texts mixing case, repeated words, invisible characters and unicode forms."""
+    report = same_frame_pairs(texts, frame)
+    assert (report.pairs, report.generic_frames) == _reference_frame_pairs(texts, frame)

@@ -31,7 +31,7 @@ _WORD = re.compile(r"[\w']+")
 def frame_tokens(text: str) -> list[str]:
     """Stemmed, case-folded words ("requests" = "request"); punctuation and invisible
     characters never split a frame."""
-    return [stem(w) for w in _WORD.findall(strip_invisible(text).casefold())]
+    return list(map(stem, _WORD.findall(strip_invisible(text).casefold())))
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,6 @@ def _cuts(n: int, max_span: int, two_spans: bool) -> tuple[np.ndarray, ...]:
     return tuple(table[:, k] for k in range(8))
 
 
-def _segment_hash(prefix: np.ndarray, powers: np.ndarray, start: np.ndarray,
-                  end: np.ndarray) -> np.ndarray:
-    hashes: np.ndarray = prefix[:, end] - prefix[:, start] * powers[end - start]
-    return hashes
-
-
 def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettings()) -> FrameReport:
     """Pairs (i < j) whose token sequences are equal but for short differing spans.
 
@@ -100,13 +94,17 @@ def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettin
     # symmetric and a key fixes the words shared and the gaps, so a bucket's order does not
     # matter: the faster unstable sort.
     order = np.argsort(key)
-    key, row, cut, shared, gaps = key[order], row[order], cut[order], shared[order], gaps[order]
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    ordered = key[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     sizes = np.diff(np.r_[starts, len(key)])
     report.generic_frames = int((sizes > settings.max_bucket).sum())
     usable = (sizes >= 2) & (sizes <= settings.max_bucket)
-    report.pairs = _bucket_pairs(starts[usable], sizes[usable], row, cut, shared, gaps,
-                                 settings.min_frame)
+    # Most keys hold one entry alone: only the entries of usable buckets are carried on.
+    chosen = order[np.repeat(usable, sizes)]
+    sizes = sizes[usable]
+    starts = np.cumsum(sizes) - sizes
+    report.pairs = _bucket_pairs(starts, sizes, row[chosen], cut[chosen], shared[chosen],
+                                 gaps[chosen], settings.min_frame)
     return report
 
 
@@ -125,29 +123,51 @@ def _entries(
     n: int, members: list[tuple[int, list[int]]], settings: FrameSettings,
 ) -> tuple[np.ndarray, ...]:
     """Index entries of the notes of ``n`` words: key, row, words cut, words shared, gaps."""
+    table = _cut_table(n, settings)
     with np.errstate(over="ignore"):
         tokens = np.asarray([ids for _, ids in members], dtype=np.uint64)
         prefix = np.zeros((len(members), n + 1), dtype=np.uint64)
         for k in range(n):
             prefix[:, k + 1] = prefix[:, k] * _BASE + tokens[:, k]
-        s0, e0, s1, e1, s2, e2, cut, two = _kept_cuts(n, settings)
         # Each kept segment hashed with its length, so "a b ◇ c" never meets "a ◇ b c".
-        key = np.zeros((len(members), len(cut)), dtype=np.uint64)
-        for (start, end), mix in zip(((s0, e0), (s1, e1), (s2, e2)), _MIX, strict=True):
-            seg = _segment_hash(prefix, _powers(settings.max_tokens), start, end)
-            key = (key ^ (seg + (end - start).astype(np.uint64))) * mix
-        key ^= two.astype(np.uint64)
-    rows = np.repeat(np.asarray([r for r, _ in members]), len(cut))
+        key = np.zeros((len(members), len(table.cut)), dtype=np.uint64)
+        for (start, end, power, length), mix in zip(table.segments, _MIX, strict=True):
+            # key = (key ^ (prefix[end] - prefix[start] * power + length)) * mix, in place.
+            segment = np.take(prefix, start, axis=1)
+            segment *= power
+            np.subtract(np.take(prefix, end, axis=1), segment, out=segment)
+            segment += length
+            key ^= segment
+            key *= mix
+        key ^= table.two
+    rows = np.repeat(np.asarray([r for r, _ in members]), len(table.cut))
     count = len(members)
-    return key.ravel(), rows, np.tile(cut, count), np.tile(n - cut, count), np.tile(two + 1, count)
+    return (key.ravel(), rows, np.tile(table.cut, count), np.tile(table.shared, count),
+            np.tile(table.gaps, count))
+
+
+@dataclass(frozen=True)
+class _CutTable:
+    """The kept cuts of one note length, with what hashing them needs: per kept segment (head,
+    middle, tail) its start and end columns, _BASE**length and length."""
+
+    segments: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+    cut: np.ndarray  # words cut
+    shared: np.ndarray  # words kept
+    gaps: np.ndarray  # 1 or 2
+    two: np.ndarray  # 1 where there are two gaps, as mixed into the key
 
 
 @lru_cache(maxsize=64)
-def _kept_cuts(n: int, settings: FrameSettings) -> tuple[np.ndarray, ...]:
+def _cut_table(n: int, settings: FrameSettings) -> _CutTable:
     """``_cuts`` of ``n`` words without those leaving fewer than ``min_frame`` words."""
     columns = _cuts(n, settings.max_span, n <= settings.two_spans_up_to)
     keep = (n - columns[6]) >= settings.min_frame
-    return tuple(x[keep] for x in columns)
+    s0, e0, s1, e1, s2, e2, cut, two = (x[keep] for x in columns)
+    powers = _powers(settings.max_tokens)
+    segments = tuple((start, end, powers[end - start], (end - start).astype(np.uint64))
+                     for start, end in ((s0, e0), (s1, e1), (s2, e2)))
+    return _CutTable(segments, cut, n - cut, two + 1, two.astype(np.uint64))
 
 
 @lru_cache(maxsize=8)
@@ -165,7 +185,7 @@ def _bucket_pairs(
 ) -> set[tuple[int, int]]:
     """Row pairs of every two entries of one bucket that pass the shared-words test; all
     buckets of one size at once (entries x < y of a bucket, as the sorted order has them)."""
-    found: list[np.ndarray] = []
+    pairs: set[tuple[int, int]] = set()
     for size in np.unique(sizes):
         first = starts[sizes == size]
         dx, dy = np.triu_indices(int(size), 1)
@@ -175,11 +195,8 @@ def _bucket_pairs(
         needed = np.where(gaps[bucket] > 1, np.maximum(cut[x], cut[y]), np.minimum(cut[x], cut[y]))
         ok = (row[x] != row[y]) & (shared[bucket] >= np.maximum(min_frame, needed))
         i, j = row[x][ok], row[y][ok]
-        found.append(np.stack([np.minimum(i, j), np.maximum(i, j)], axis=1))
-    if not found:
-        return set()
-    pairs = np.unique(np.concatenate(found), axis=0)
-    return {(int(i), int(j)) for i, j in pairs}
+        pairs.update(zip(np.minimum(i, j).tolist(), np.maximum(i, j).tolist(), strict=True))
+    return pairs
 
 
 @dataclass(frozen=True)
