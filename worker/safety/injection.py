@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from worker.text.words import strip_invisible
 
@@ -104,6 +105,12 @@ _FOLD = str.maketrans({**{chr(c): chr(c + 32) for c in range(ord("A"), ord("Z") 
 _TOKENS = re.compile(r"\w+")
 
 
+def _fold(text: str) -> str:
+    """``text`` case-folded the way the gates read it; for ASCII text that is ``str.lower``
+    (A-Z only), which is much cheaper than the translation table."""
+    return text.lower() if text.isascii() else text.translate(_FOLD)
+
+
 @dataclass(frozen=True)
 class _Gate:
     words: frozenset[str] = frozenset()
@@ -166,13 +173,17 @@ _CHECKS_UNGATED = tuple(c for c in _CHECKS if c[0] in _UNGATED)
 assert all(c[2] == 0.0 for c in _CHECKS_UNGATED)  # the shortcut's score counts meta kinds only
 
 
+# The same texts are scored again and again: consolidate scores every note of a scope, then
+# contradictions and the judges score the ones they send to a model. A bounded memo of the
+# pure score keeps the last few scopes' texts (a few MB at most).
+@lru_cache(maxsize=1 << 12)
 def instruction_score(text: str) -> InstructionScore:
     """Score ``text``: +3 per strong pattern, +2 when it addresses the model or "whoever
     combines these notes", +1 for second person, +1.5 for a command, +1.5 for "you/the
     assistant must", +1 per kind of machinery it names (at most 3). Invisible characters are
     removed first, so "ig\u200bnore previous instructions" is caught."""
     text = strip_invisible(text)
-    folded = text.translate(_FOLD)
+    folded = _fold(text)
     words = set(_TOKENS.findall(folded))
     if words.isdisjoint(_ANY_WORD) and _ANY_FRAGMENT.search(folded) is None:
         # Most notes: only the ungated patterns can match (meta signals only, weight counted).
