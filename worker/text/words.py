@@ -68,6 +68,7 @@ _UNITS = {w: i for i, w in enumerate([
 _TENS = {w: 10 * (i + 2) for i, w in enumerate(
     ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"])}
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
+_PHRASE_STARTS = frozenset(_UNITS) | frozenset(_TENS)
 
 _TOKEN = re.compile(
     r"(?P<url>https?://[^\s)\"'<>\]]+|www\.[^\s)\"'<>\]]+)"
@@ -137,13 +138,23 @@ def _normal(text: str) -> str:
 
 def tokens(text: str) -> list[Token]:
     """The text's tokens in order, spelled-out numbers folded into one digit token each."""
-    raw = list(_raw_tokens(_normal(text)))
-    return list(_fold_number_words(raw))
+    return list(_tokens(text))
+
+
+# A fusion's sources are read again on every re-ask, and the date parts a source's relative
+# time allows (allowed_dates) on every check: a bounded memo of whole texts. Tokens are frozen
+# and shared through _word's memo, so an entry costs little more than its text.
+@lru_cache(maxsize=1 << 12)
+def _tokens(text: str) -> tuple[Token, ...]:
+    return tuple(_fold_number_words(list(_raw_tokens(_normal(text)))))
+
+
+_KINDS = {kind.value: kind for kind in Kind}
 
 
 def _raw_tokens(text: str) -> Iterator[Token]:
     for m in _TOKEN.finditer(text):
-        kind = Kind(m.lastgroup or "break")
+        kind = _KINDS[m.lastgroup or "break"]
         value = m.group(0)
         if kind is Kind.URL:
             value = value.rstrip(".,;:!?").casefold()
@@ -161,6 +172,8 @@ def _raw_tokens(text: str) -> Iterator[Token]:
             yield Token(kind, value.strip(), "")
 
 
+# Words repeat across notes: the same bounded memo as stem's (a word's token is frozen).
+@lru_cache(maxsize=1 << 16)
 def _word(word: str) -> Token:
     plain = word.replace("’", "'")
     if plain in _CLAUSE_WORDS:
@@ -177,6 +190,10 @@ def _fold_number_words(raw: list[Token]) -> Iterator[Token]:
     """"twenty five" / "three hundred" become one number token (25, 300) with its words."""
     k = 0
     while k < len(raw):
+        if raw[k].kind is not Kind.WORD or raw[k].surface not in _PHRASE_STARTS:
+            yield raw[k]  # the common case, and no phrase: one starts with a unit or a ten
+            k += 1
+            continue
         j, value = _number_phrase(raw, k)
         if j == k:
             yield raw[k]
