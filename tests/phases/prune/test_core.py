@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support.factories import NOW
 from worker.domain.types import Note, Scope
 from worker.phases.prune.core import (
     ABSENT,
+    REF_ORDER,
     count_by_kind,
     count_unknown,
     find_orphans,
     reference_state,
+    references_of,
 )
 from worker.store.repositories.references import EntityRecord
 
@@ -97,3 +101,38 @@ def test_owner_recorded_gone(records: dict[str, dict[str, EntityRecord | None]],
     disabled or deleted."""
     [orphan] = find_orphans([_note("n", "c")], records)
     assert orphan.owner_recorded_gone is owner
+
+
+_RECORDS = [None, ABSENT, ACTIVE, EntityRecord("disabled", False), EntityRecord("deleted", True),
+            EntityRecord("suspended", False), EntityRecord("deleted", True, "erasure")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", None]), st.sampled_from(["c1", "c2", None]),
+                          st.sampled_from(["standard", "protected", "immutable"])), max_size=8),
+       st.dictionaries(st.sampled_from(["agent", "user", "company", "conversation"]),
+                       st.dictionaries(st.sampled_from(["a", "b", "u", "c1", "c2"]),
+                                       st.sampled_from(_RECORDS), max_size=4), max_size=4))
+def test_states_read_once_per_entity_match_each_notes_own_reading(
+    shape: list[tuple[str | None, str | None, str]],
+    records: dict[str, dict[str, EntityRecord | None]],
+) -> None:
+    """Orphans and unknown counts equal what reading every reference of every note on its own
+    gives, whichever ids lack a record, have None, or are dead."""
+    notes = [Note(id=f"n{k}", scope=Scope(agent or "", "u", None), content="x",
+                  protection=protection, source_conversation_id=conversation)
+             for k, (agent, conversation, protection) in enumerate(shape)]
+    expected_orphans, expected_unknown = [], dict.fromkeys(REF_ORDER, 0)
+    for note in notes:
+        states = {kind: reference_state(kind, records.get(kind, {}).get(entity_id))
+                  for kind, entity_id in references_of(note).items()}
+        dead = [(kind, references_of(note)[kind], state) for kind, state in states.items()
+                if state not in (None, "unknown")]
+        if dead and note.protection == "standard":
+            expected_orphans.append((note.id, dead))
+        for kind, state in states.items():
+            expected_unknown[kind] += state == "unknown"
+    orphans = [(o.note.id, [(d.kind, d.entity_id, d.state) for d in o.dead])
+               for o in find_orphans(notes, records)]
+    assert orphans == expected_orphans
+    assert count_unknown(notes, records) == expected_unknown

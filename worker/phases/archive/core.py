@@ -64,8 +64,11 @@ def plan_notes(notes: list[Note], policy: RetentionPolicy, now: datetime) -> Not
     plan = NotePlan()
     retention = timedelta(days=policy.note_retention_days)
     protected_limit = timedelta(days=policy.protected_inactive_days)
+    # The enum values read once, not once per note.
+    active, immutable, protected = (NoteStatus.ACTIVE.value, Protection.IMMUTABLE.value,
+                                    Protection.PROTECTED.value)
     for note in notes:
-        if note.status != NoteStatus.ACTIVE.value:
+        if note.status != active:
             continue
         idle = _idle(now, idle_since(note.last_accessed_at, note.created_at))
         expired = note.expires_at is not None and note.expires_at <= now
@@ -75,9 +78,7 @@ def plan_notes(notes: list[Note], policy: RetentionPolicy, now: datetime) -> Not
         if not note.is_auto_generated:
             plan.manual_preserved.append(note.id)
             continue
-        if note.protection == Protection.IMMUTABLE.value or (
-            note.protection == Protection.PROTECTED.value and idle <= protected_limit
-        ):
+        if note.protection == immutable or (note.protection == protected and idle <= protected_limit):
             plan.protected_preserved.append(note.id)
             continue
         if expired:

@@ -64,7 +64,7 @@ class Orphan:
 
 
 def references_of(note: Note) -> dict[str, str]:
-    """Every entity the note points at, by kind (None values left out)."""
+    """Every entity the note points at, by kind in REF_ORDER (None values left out)."""
     refs = {"agent": note.scope.agent_id, "user": note.scope.user_id,
             "company": note.scope.company_id, "conversation": note.source_conversation_id}
     return {k: v for k, v in refs.items() if v is not None}
@@ -86,6 +86,17 @@ def reference_state(kind: str, record: EntityRecord | None) -> str | None:
     return None
 
 
+# Protected and immutable notes are never orphans (R23).
+_NEVER_ORPHANS = frozenset({Protection.IMMUTABLE.value, Protection.PROTECTED.value})
+
+
+def _states(records: dict[str, dict[str, EntityRecord | None]]) -> dict[str, dict[str, str | None]]:
+    """``reference_state`` of every record, once per entity: a batch's notes share their
+    agent, user and company, and often a conversation."""
+    return {kind: {entity_id: reference_state(kind, record) for entity_id, record in by_id.items()}
+            for kind, by_id in records.items()}
+
+
 def find_orphans(
     notes: list[Note], records: dict[str, dict[str, EntityRecord | None]]
 ) -> list[Orphan]:
@@ -93,17 +104,15 @@ def find_orphans(
 
     Protected and immutable notes are never orphans (R23), whatever they reference.
     """
+    states = _states(records)
     orphans = []
     for note in notes:
-        if note.protection in (Protection.IMMUTABLE.value, Protection.PROTECTED.value):
+        if note.protection in _NEVER_ORPHANS:
             continue
         dead = []
-        refs = references_of(note)
-        for kind in REF_ORDER:
-            entity_id = refs.get(kind)
-            if entity_id is None:
-                continue
-            state = reference_state(kind, records.get(kind, {}).get(entity_id))
+        for kind, entity_id in references_of(note).items():  # in REF_ORDER
+            # An id without a record is UNKNOWN, like a record of None.
+            state = states.get(kind, {}).get(entity_id, UNKNOWN)
             if state is not None and state != UNKNOWN:
                 dead.append(DeadReference(kind, entity_id, state))
         if dead:
@@ -115,10 +124,11 @@ def count_unknown(
     notes: list[Note], records: dict[str, dict[str, EntityRecord | None]]
 ) -> dict[str, int]:
     """Notes per kind whose referenced entity has no record at all (counted, never retired)."""
+    states = _states(records)
     counts = dict.fromkeys(REF_ORDER, 0)
     for note in notes:
         for kind, entity_id in references_of(note).items():
-            if reference_state(kind, records.get(kind, {}).get(entity_id)) == UNKNOWN:
+            if states.get(kind, {}).get(entity_id, UNKNOWN) == UNKNOWN:
                 counts[kind] += 1
     return counts
 
