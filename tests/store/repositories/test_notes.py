@@ -3,6 +3,8 @@ marks, and the rows a model's vectors are missing for."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import numpy as np
 from sqlalchemy import update
 
@@ -56,3 +58,36 @@ def test_rows_without_the_models_vector_are_listed_and_zero(app: App) -> None:
     assert np.array_equal(snap.vectors[1], before[1])
     assert plain.vectors.shape == (3, 0)
     assert bare.vectors.shape == (3, 0) and [n.id for n in bare.notes] == ["n0", "n1", "n2"]
+
+
+def test_the_loads_state_is_what_the_locked_re_read_returns(app: App) -> None:
+    """What a write checks its changes against without re-reading (``ScopeSnapshot.state``)
+    equals the locked re-read field for field: comments, valid_to, flags stored as a list, as
+    [] and as JSON null, the checked mark, created_at; None for an id the load lacks."""
+    add_notes(app, {"id": "n0", "content": "User drinks green tea"},
+              {"id": "n1", "content": "User lives in Berlin", "importance": 0.9,
+               "created_at": days_ago(4)},
+              {"id": "n2", "content": "User walks the dog"},
+              {"id": "n3", "content": "User reads on paper"},
+              {"id": "gone", "content": "User had a cat"})
+    with app.uow() as uow:
+        uow.session.execute(update(NoteRow).where(NoteRow.id == "n1").values(
+            comments="fused from 2 notes\nflagged", valid_to=NOW + timedelta(days=30),
+            flags=["injection", "review"]))
+        uow.session.execute(update(NoteRow).where(NoteRow.id == "n2").values(flags=[]))
+        uow.session.execute(update(NoteRow).where(NoteRow.id == "n3").values(flags=None))
+        uow.session.execute(update(NoteRow).where(NoteRow.id == "gone").values(status="revoked"))
+        uow.notes.mark_checked(["n0", "n1"], NOW)
+        uow.commit()
+    ids = ["n0", "n1", "n2", "n3"]
+    with app.uow() as uow:
+        for vectors in (True, False):
+            snap = uow.notes.load_scope(SCOPE, vectors=vectors)
+            assert snap.state(ids) == uow.writes.lock_state(ids)
+            assert snap.state([*ids, "gone"]) is None
+        state = snap.state(ids)
+    assert state is not None
+    assert state["n1"]["valid_to"] == NOW + timedelta(days=30) and state["n1"]["flags"] == [
+        "injection", "review"]
+    assert (state["n0"]["comments"], state["n2"]["flags"], state["n0"]["last_checked_at"]) == (
+        None, [], NOW)

@@ -3,7 +3,7 @@ as ``ScopeSnapshot``; a lean row → Note, one float32 matrix, SQLite's datetime
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +26,10 @@ class ScopeSnapshot:
     unembedded: list[int] = field(default_factory=list)
     # When prune last looked at each note (prune's order; bookkeeping, no version).
     checked: dict[str, datetime | None] = field(default_factory=dict)
+    # What a write's before-images need beyond ``Note``: (comments, valid_to as read, flags as
+    # stored, None kept apart from []) of the notes that have any; absent: all three None.
+    rest: dict[str, tuple[Any, Any, Any]] = field(default_factory=dict)
+    _index: dict[str, Note] | None = field(default=None, repr=False, compare=False)
 
     def by_id(self) -> dict[str, Note]:
         return {n.id: n for n in self.notes}
@@ -36,7 +40,28 @@ class ScopeSnapshot:
         if len(keep) == len(self.notes):
             return self
         return ScopeSnapshot([self.notes[i] for i in keep], self.vectors[keep],
-                             checked=self.checked)
+                             checked=self.checked, rest=self.rest)
+
+    def state(self, ids: Iterable[str]) -> dict[str, dict[str, Any]] | None:
+        """What the locked re-read (``WriteRepository.lock_state``) returns for ``ids``, as this
+        snapshot knows them; None when one is not among its notes (not active when loaded)."""
+        index = self._index
+        if index is None:
+            index = self._index = {n.id: n for n in self.notes}
+        out: dict[str, dict[str, Any]] = {}
+        for i in ids:
+            n = index.get(i)
+            if n is None:
+                return None
+            comments, valid_to, flags = self.rest.get(i, _NOTHING)
+            out[i] = {"id": i, "version": n.version, "status": n.status,
+                      "protection": n.protection,
+                      "is_auto_generated": n.is_auto_generated, "created_at": n.created_at,
+                      "consolidated_into_id": n.consolidated_into_id, "comments": comments,
+                      "valid_to": _utc(valid_to), "importance": n.importance,
+                      "flags": list(flags) if flags is not None else None,
+                      "last_checked_at": self.checked.get(i)}
+        return out
 
 
 def _raw(column: Any) -> Any:
@@ -52,9 +77,11 @@ _LOAD_COLUMNS = (
     _raw(NoteRow.updated_at), _raw(NoteRow.last_accessed_at), _raw(NoteRow.expires_at),
     NoteRow.source_conversation_id, NoteRow.consolidation_generation,
     NoteRow.consolidated_into_id, NoteRow.version, NoteRow.content_hash, NoteRow.flags,
-    _raw(NoteRow.last_checked_at), NoteRow.embedding_model,
+    _raw(NoteRow.last_checked_at), NoteRow.embedding_model, NoteRow.comments,
+    _raw(NoteRow.valid_to),
 )
-_FLAGS, _CHECKED, _MODEL, _VECTOR = 17, 18, 19, 20
+_FLAGS, _CHECKED, _MODEL, _COMMENTS, _VALID_TO, _VECTOR = 17, 18, 19, 20, 21, 22
+_NOTHING = (None, None, None)
 _RAW_VECTOR = type_coerce(NoteRow.embedding, LargeBinary).label("embedding")
 # Built once: the scope and statuses are bound per call (no statement construction per load).
 _LOADS = {
@@ -129,19 +156,21 @@ def load_scope(
         rows = repo._run(_LOADS[vectors], params).all()
     notes = _notes_of(rows, scope)
     checked = {r[0]: _utc(r[_CHECKED]) for r in rows}
+    # Kept as read (valid_to parsed only for a note a write touches): most rows have none.
+    rest = {r[0]: (r[_COMMENTS], r[_VALID_TO], r[_FLAGS]) for r in rows
+            if r[_COMMENTS] is not None or r[_VALID_TO] is not None or r[_FLAGS] is not None}
+    empty = np.zeros((len(notes), 0), dtype=np.float32)
     if not vectors:
-        return ScopeSnapshot(notes, np.zeros((len(notes), 0), dtype=np.float32),
-                             checked=checked)
+        return ScopeSnapshot(notes, empty, checked=checked, rest=rest)
     raw = [r[_VECTOR] for r in rows]
     if model is None:
         unembedded = [k for k, v in enumerate(raw) if v is None]
         if unembedded:
-            return ScopeSnapshot(notes, np.zeros((len(notes), 0), dtype=np.float32),
-                                 checked=checked)
+            return ScopeSnapshot(notes, empty, checked=checked, rest=rest)
     else:
         unembedded = [k for k, r in enumerate(rows)
                       if r[_VECTOR] is None or r[_MODEL] is None or r[_MODEL] != model]
-    return ScopeSnapshot(notes, _matrix(raw, unembedded), unembedded, checked)
+    return ScopeSnapshot(notes, _matrix(raw, unembedded), unembedded, checked, rest)
 
 def _fetch_binary(repo: Any, stmt: Any) -> list[Any]:
     """The same SELECT through a binary psycopg cursor with pgvector's loader.
