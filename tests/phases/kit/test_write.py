@@ -21,8 +21,10 @@ from worker.phases.kit import (
     open_write,
     supersede,
 )
+from worker.phases.kit.carry import ScopeLoad, keep_current, known, written
+from worker.phases.kit.snapshot import RunJournal
 from worker.runs import service
-from worker.runs.context import PhaseContext
+from worker.runs.context import PhaseContext, RunCarry
 from worker.runs.steps import ChildStep, StepRecorder
 from worker.store.models import DreamRunRow, NoteLineageRow, NoteRow, OperationLogRow, RunStepRow
 from worker.store.uow import StaleLease
@@ -109,6 +111,20 @@ def test_lease_lost_between_plan_and_write_writes_nothing(app: App) -> None:
     assert {n.status for n in _notes(app).values()} == {"active"}
     assert (_count(app, NoteLineageRow), _count(app, OperationLogRow)) == (0, 0)
     assert _count(app, RunStepRow) == steps_before
+
+
+@contextmanager
+def _statements(app: App) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        seen.append(" ".join(statement.split()))
+
+    event.listen(app.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(app.engine, "before_cursor_execute", record)
 
 
 @contextmanager
@@ -239,3 +255,110 @@ def test_a_takeover_during_the_write_on_postgres_writes_nothing(app: App, with_s
     assert {n.status for n in _notes(app).values()} == {"active"}
     assert (_count(app, NoteLineageRow), _count(app, OperationLogRow)) == (0, 0)
     assert _count(app, RunStepRow) == steps_before
+
+
+# ---- the write from the run's carried state (no re-read) ------------------------------------
+_RE_READ = "SELECT notes.id, notes.version, notes.status"  # WriteRepository.lock_state
+
+
+def _known(app: App) -> ScopeLoad:
+    """The scope as a run carries it: loaded once, before the plan."""
+    with app.uow() as uow:
+        return ScopeLoad(uow.notes.load_scope(SCOPE), RunJournal(), vectors=False)
+
+
+def _log(app: App, run_id: str) -> dict[str, tuple[Any, Any]]:
+    with app.uow() as uow:
+        return {r.entity_id: (r.before, r.after) for r in uow.session.scalars(
+            select(OperationLogRow).where(OperationLogRow.run_id == run_id))}
+
+
+def _edit(app: App, note_id: str, **values: Any) -> None:
+    """A host write straight to the table (it holds no lease and goes through no guard)."""
+    with app.uow() as uow:
+        uow.session.execute(update(NoteRow).where(NoteRow.id == note_id).values(**values))
+        uow.commit()
+
+
+def test_a_write_from_the_carried_state_re_reads_nothing(app: App) -> None:
+    """Nothing moved since the load: the write re-reads no member, applies every item, and
+    logs the before-images the load had (a host's earlier comment included)."""
+    ctx, parent = _context(app)
+    changes = _pairs(app)
+    _edit(app, "aold", comments="host: keep an eye on this")
+    known = _known(app)
+    with _statements(app) as seen, open_write(WriteTarget.of(ctx, "contradictions", parent)) as w:
+        results = w.apply(changes, known=known)
+    assert [r.status for r in results] == [ItemStatus.APPLIED] * 3
+    assert [s for s in seen if s.startswith(_RE_READ)] == []
+    log = _log(app, ctx.run_id)
+    assert log["aold"] == (
+        {"status": "active", "consolidated_into_id": None,
+         "comments": "host: keep an eye on this", "version": 1},
+        {"status": "revoked", "consolidated_into_id": "anew",
+         "comments": "host: keep an eye on this\n[superseded]", "version": 2})
+    assert log["bold"][0] == {"status": "active", "consolidated_into_id": None,
+                              "comments": None, "version": 1}
+    notes = _notes(app)
+    assert notes["aold"].comments == "host: keep an eye on this\n[superseded]"
+    assert known.current is False  # until keep_current follows the write
+
+
+@pytest.mark.parametrize("host", ["edits a source", "edits the kept note", "annotates"])
+def test_a_host_write_after_the_load_is_caught_by_the_guarded_update(app: App,
+                                                                     host: str) -> None:
+    """After the load the host edits the source of pair b (version up), or the note pair b
+    keeps (version up), or only comments on the source (no version): the guarded UPDATE falls
+    short, the write starts over behind the fence with one re-read. An edit makes pair b
+    stale alone (a and c apply); an annotation is no edit: pair b applies over the host's
+    comment, which its before-image in the operation log shows."""
+    ctx, parent = _context(app)
+    changes = _pairs(app)
+    known = _known(app)
+    if host == "annotates":
+        _edit(app, "bold", comments="host: checked")
+    else:
+        _host_edit(app, "bold" if host == "edits a source" else "bnew")
+    with _statements(app) as seen, open_write(WriteTarget.of(ctx, "contradictions", parent)) as w:
+        results = w.apply(changes, known=known)
+    assert len([s for s in seen if s.startswith(_RE_READ)]) == 1  # the slow path, once
+    after, log = _notes(app), _log(app, ctx.run_id)
+    if host == "annotates":
+        assert [r.status for r in results] == [ItemStatus.APPLIED] * 3
+        assert after["bold"].comments == "host: checked\n[superseded]"
+        assert log["bold"][0] == {"status": "active", "consolidated_into_id": None,
+                                  "comments": "host: checked", "version": 1}
+        assert _count(app, NoteLineageRow) == 3
+        return
+    assert [r.status for r in results] == [ItemStatus.APPLIED, ItemStatus.STALE,
+                                           ItemStatus.APPLIED]
+    assert results[1].stale_ids == ["bold" if host == "edits a source" else "bnew"]
+    assert {k: after[f"{k}old"].status for k in "abc"} == {
+        "a": "revoked", "b": "active", "c": "revoked"}
+    assert set(log) == {"aold", "cold"}
+    assert log["cold"][0] == {"status": "active", "consolidated_into_id": None,
+                              "comments": None, "version": 1}
+    assert _count(app, NoteLineageRow) == 2
+
+
+def test_a_run_trusts_its_carry_only_while_every_write_was_followed(app: App) -> None:
+    """A write given the carry marks it untrusted until keep_current follows what it
+    committed; a phase that failed in between leaves it so (the next write re-reads)."""
+    ctx, parent = _context(app)
+    changes = _pairs(app)
+    held = _known(app)
+    ctx.carry = RunCarry(scope_notes=held)
+    assert known(ctx) is held
+    with open_write(WriteTarget.of(ctx, "contradictions", parent)) as w:
+        results = w.apply(changes[:1], known=known(ctx))
+        done = written(w, results)
+    assert known(ctx) is None  # committed, not followed yet
+    keep_current(ctx, done)
+    assert known(ctx) is held and held.current
+    state = held.notes.state(["anew", "bold"])
+    assert state is not None and state["anew"]["version"] == 1
+    assert held.notes.state(["aold"]) is None  # revoked: no longer among the carried notes
+    with _statements(app) as seen, open_write(WriteTarget.of(ctx, "contradictions", parent)) as w:
+        results = w.apply(changes[1:], known=known(ctx))
+    assert [r.status for r in results] == [ItemStatus.APPLIED] * 2
+    assert [s for s in seen if s.startswith(_RE_READ)] == []

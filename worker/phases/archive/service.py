@@ -26,7 +26,7 @@ from worker.phases.kit import (
     WriteTarget,
     open_write,
 )
-from worker.phases.kit.carry import keep_current, load, written
+from worker.phases.kit.carry import keep_current, known, load, written
 from worker.review.changes import archive_change
 from worker.review.propose import Proposals, proposals_for
 from worker.review.propose import record as record_proposals
@@ -196,7 +196,7 @@ def _apply(
     held = ctx.carry.scope_notes if ctx.carry is not None else None
     with open_write(WriteTarget.of(ctx, "archive", parent_step_id)) as w:
         results = w.apply(changes, guard_each=False,
-                          journal=held.journal if held is not None else None)
+                          journal=held.journal if held is not None else None, known=known(ctx))
         for step in review.result.steps if review else []:
             w.step(step)
         for name in planned:

@@ -37,7 +37,7 @@ from worker.phases.kit import (
     open_write,
     supersede,
 )
-from worker.phases.kit.carry import Written, keep_current, written
+from worker.phases.kit.carry import Written, keep_current, known, written
 from worker.review.changes import merge_change as review_merge
 from worker.review.propose import Proposals
 from worker.runs.context import PhaseContext
@@ -94,7 +94,8 @@ def write_units(ctx: PhaseContext, parent_step_id: str, units: Sequence[Unit],
     changes = [merge_change(d) for d in merges]
     vectors = embed_new_notes(ctx.app, changes) if not ctx.dry_run else {}
     with open_write(WriteTarget.of(ctx, PHASE, parent_step_id)) as w:
-        results = w.apply([*flags, *changes], vectors=vectors, journal=journal)
+        results = w.apply([*flags, *changes], vectors=vectors, journal=journal,
+                          known=known(ctx))
         outcome = {id(d): r for d, r in zip(merges, results[len(flags):], strict=True)}
         for u in units:
             for d in u.decisions:

@@ -38,7 +38,7 @@ from worker.phases.kit import (
     open_write,
     supersede,
 )
-from worker.phases.kit.carry import keep_current, written
+from worker.phases.kit.carry import keep_current, known, written
 from worker.phases.kit.evaluate import Gate, GuardLimits
 from worker.review.changes import contradiction_change
 from worker.review.propose import Proposals
@@ -250,7 +250,8 @@ class Applier:
         pending_ids = {i for v in self.remember.values() for i in v.pair.ids}
         pending_ids |= {i for v, _ in self.held_back for i in v.pair.ids}
         with open_write(WriteTarget.of(self.ctx, PHASE, self.parent_step_id)) as w:
-            applied = w.apply(changes, journal=self.journal, also=sorted(pending_ids))
+            applied = w.apply(changes, journal=self.journal, also=sorted(pending_ids),
+                              known=known(self.ctx))
             results = iter(applied)
             for p in self.planned:
                 self._settle(w, p, [next(results) for _ in p.changes])

@@ -42,6 +42,10 @@ class ScopeLoad:
     # The clusters this run's consolidation left unmerged, as its steps recorded them (set by
     # consolidation in this process; None: read them from the run's steps).
     unmerged: list[list[str]] | None = None
+    # False from the start of a write given this load as its known state (``known``) until
+    # ``keep_current`` followed what it committed: a phase that failed in between leaves it
+    # False, and later writes re-read under the lock instead of trusting it.
+    current: bool = True
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ def _embed(ctx: Any, snap: ScopeSnapshot) -> ScopeSnapshot:
     for i, k in enumerate(todo):
         matrix[k] = fresh[i]
     matrix.setflags(write=False)
-    return ScopeSnapshot(snap.notes, matrix, checked=snap.checked)
+    return ScopeSnapshot(snap.notes, matrix, checked=snap.checked, rest=snap.rest)
 
 
 def _copy(held: ScopeLoad) -> ScopeLoad:
@@ -121,9 +125,20 @@ def _copy(held: ScopeLoad) -> ScopeLoad:
         c = object.__new__(Note)  # a field-for-field copy, without __init__'s defaults
         c.__dict__.update(n.__dict__)
         notes.append(c)
-    # The matrix is read-only, the journal frozen; memory and the checked marks are only read.
-    return ScopeLoad(ScopeSnapshot(notes, held.notes.vectors, checked=held.notes.checked),
+    # The matrix is read-only, the journal frozen; memory, the checked marks and the rest of
+    # each row are only read.
+    return ScopeLoad(ScopeSnapshot(notes, held.notes.vectors, checked=held.notes.checked,
+                                   rest=held.notes.rest),
                      held.journal, held.memory, held.vectors, held.unmerged)
+
+
+def known(ctx: Any) -> ScopeLoad | None:
+    """The run's carried scope as the state a write may check its changes against instead of
+    re-reading them (``PhaseWrite.apply(known=...)``): in-process only, and only while every
+    write so far was followed (under Celery, or after a failed phase: None, the write re-reads).
+    """
+    held: ScopeLoad | None = ctx.carry.scope_notes if ctx.carry is not None else None
+    return held if held is not None and held.current else None
 
 
 def written(w: Any, results: Sequence[ItemResult], vectors: dict[str, np.ndarray] | None = None,
@@ -146,6 +161,7 @@ def keep_current(ctx: Any, done: Written) -> ScopeLoad | None:
     held: ScopeLoad | None = carry.scope_notes if carry is not None else None
     if held is None or done.dry_run:
         return held
+    held.current = True
     applied = [r for r in done.results
                if r.status == ItemStatus.APPLIED and r.change.entity == "note"]
     touched = {m.id for r in applied for m in r.change.members}
@@ -193,7 +209,28 @@ def _notes_after(scope: Any, held: ScopeLoad, touched: set[str], born: list[Any]
               np.zeros((len(notes), 0), dtype=np.float32))
     for n in new:
         snap.checked[n.id] = None
-    return ScopeSnapshot([notes[k] for k in order], matrix, checked=snap.checked)
+    _rest_after(snap.rest, touched, born, done)
+    return ScopeSnapshot([notes[k] for k in order], matrix, checked=snap.checked,
+                         rest=snap.rest)
+
+
+def _rest_after(rest: dict[str, tuple[Any, Any, Any]], touched: set[str], born: list[Any],
+                done: Written) -> None:
+    """The comments, valid_to and flags the write left on what it touched (its after-images)
+    and on what it inserted (its comments; no flags, no valid_to)."""
+    for i in touched:
+        after = done.state.get(i)
+        if after is None or after["status"] != NoteStatus.ACTIVE.value:
+            rest.pop(i, None)
+            continue
+        values = (after.get("comments"), after.get("valid_to"), after.get("flags"))
+        if values == (None, None, None):
+            rest.pop(i, None)
+        else:
+            rest[i] = values
+    for nn in born:
+        if nn.comments is not None:
+            rest[nn.id] = (nn.comments, None, None)
 
 
 def _new_note(scope: Any, nn: Any, now: datetime) -> Note:

@@ -1,5 +1,6 @@
 """Pure: which changes of a write still apply, given every member's current state, and what the
-blast-radius guard allows (R10, R20, R23, R26). No I/O; the write feeds it one locked read."""
+blast-radius guard allows (R10, R20, R23, R26). No I/O; the write feeds it the run's carried
+state of the members, or one locked re-read."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def evaluate(changes: Sequence[Change], state: State,
              guard: GuardLimits | None) -> tuple[list[ItemResult], str | None]:
     """The result of each change in order, and the guard's refusal if it tripped.
 
-    ``state`` (a scratch copy of the locked re-read) is updated as each applied change would
+    ``state`` (a scratch copy of the members' state) is updated as each applied change would
     write it, so a later change sees an earlier one: a note revoked by item 1 is stale for
     item 3, two comments on one note compose.
     """

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from worker.domain.types import NoteStatus, Scope, content_hash
-from worker.phases.kit.changes import Change, ChangeKind
+from worker.phases.kit.changes import Change, ChangeKind, Member
 from worker.phases.kit.evaluate import State, apply_change
-from worker.store.repositories.note_writes import TRACKED_FIELDS
+from worker.store.repositories.note_writes import TRACKED_FIELDS, UNVERSIONED_FIELDS
 
 
 def _jsonable(value: Any) -> Any:
@@ -36,8 +36,9 @@ class RowBuilder:
         was = {m.id: dict(self.after[m.id]) for m in c.members}
         apply_change(c, self.after)
         reason = f"{c.reason}: {c.comment}" if c.kind == ChangeKind.ARCHIVE else c.reason
+        keep = c.keep[0] if c.keep else None
         for m in c.members:
-            self._update(m.id, was[m.id], self.after[m.id], reason)
+            self._update(m.id, was[m.id], self.after[m.id], reason, keep)
         target = c.target_id
         if c.kind == ChangeKind.SUPERSEDE and target is not None:
             self.lineage.extend(
@@ -73,14 +74,19 @@ class RowBuilder:
                                       n.reason or c.reason))
 
     def _update(self, note_id: str, was: dict[str, Any], now: dict[str, Any],
-                reason: str) -> None:
+                reason: str, keep: Member | None = None) -> None:
         changed = {f: now.get(f) for f in TRACKED_FIELDS if now.get(f) != was.get(f)}
         if not changed and now["version"] == was["version"]:
             return
         keys = tuple(sorted(changed))
+        # b_: the row as it must still be (g_: what may change without a version, checked
+        # when the state was not re-read; k_: the note the change keeps, still active there).
         row = {**{f"v_{k}": changed[k] for k in keys}, "b_id": note_id,
                "b_version": was["version"], "v_version": now["version"],
-               "v_updated_at": self.now}
+               "v_updated_at": self.now,
+               **{f"g_{k}": was.get(k) for k in keys if k in UNVERSIONED_FIELDS},
+               "k_id": keep.id if keep is not None else None,
+               "k_version": keep.version if keep is not None else None}
         self.updates.append((keys, row))
         before = {f: _jsonable(was.get(f)) for f in keys}
         before["version"] = was["version"]

@@ -1,9 +1,11 @@
 """One guarded write transaction per phase per scope.
 
-``PhaseWrite.apply`` re-reads every member of every change in one locked SELECT, skips stale
-items one by one, asks the blast-radius guard once, and writes what is left with one
-executemany per table; verdict memory, reviews and steps queued on the write go in with it, the
-steps last and fenced by the lease epoch (``StaleLease`` when another attempt owns the run: the
+``PhaseWrite.apply`` checks every member of every change against the run's carried state (or,
+without one, re-reads them in one locked SELECT), skips stale items one by one, asks the
+blast-radius guard once, and writes what is left with one executemany per table (each UPDATE
+guarded, so what moved since the state was read starts the write over under the lock);
+verdict memory, reviews and steps queued on the write go in with it, the steps last and
+fenced by the lease epoch (``StaleLease`` when another attempt owns the run: the
 whole write rolls back, so a write planned under a lost lease writes nothing). Nothing commits
 until the block ends without an exception.
 """
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from worker.domain.types import NoteStatus, Scope, StepStatus
+from worker.phases.kit.carry import ScopeLoad
 from worker.phases.kit.changes import Change, ItemResult, ItemStatus
 from worker.phases.kit.evaluate import GuardLimits, State, evaluate
 from worker.phases.kit.rows import RowBuilder
@@ -29,7 +32,8 @@ from worker.store.uow import StaleLease, UnitOfWork
 
 
 class WriteConflict(Exception):
-    """A row changed between the re-read and the update (a host write, which holds no lease)."""
+    """A row changed between the state the write checked and its update (a host write, which
+    holds no lease)."""
 
 
 @dataclass(frozen=True)
@@ -106,10 +110,13 @@ class PhaseWrite:
     # ---- the changes ---------------------------------------------------------------------
     def apply(self, changes: Sequence[Change], *, vectors: dict[str, np.ndarray] | None = None,
               journal: RunJournal | None = None, guard_each: bool = True,
-              also: Sequence[str] = ()) -> list[ItemResult]:
+              also: Sequence[str] = (), known: ScopeLoad | None = None) -> list[ItemResult]:
         """Apply ``changes`` in order; each result says applied, stale, guarded or dry run.
 
-        ``also``: more ids to re-read with the members (``current`` answers for them after)."""
+        ``also``: more ids to re-read with the members (``current`` answers for them after).
+        ``known``: the run's carried scope (``carry.known``), kept current by every write of
+        the run: the changes are checked against it instead of a re-read, and each UPDATE's
+        own guard catches what moved since (then the write starts over with the re-read)."""
         t = self.target
         if t.dry_run:
             return [ItemResult(c, ItemStatus.DRY_RUN) for c in changes]
@@ -118,16 +125,31 @@ class PhaseWrite:
         if not self.fenced and self.uow.session.in_transaction():
             self.fence()  # the caller wrote before: a retry below could not redo its part
         ids = [*(i for c in changes for i in c.ids()), *also]
+        state = self._known_state(changes, also, known)
         try:
-            return self._apply(changes, ids, vectors, journal, guard_each)
+            return self._apply(changes, ids, vectors, journal, guard_each, state)
         except WriteConflict:
             if self.fenced:
                 raise
-        # A note changed between the re-read and the update (SQLite reads before it holds
-        # the write lock; nothing of this write is kept): again, with the lock taken first.
+        # A note changed since the plan's state was read (the host holds no lease; on SQLite
+        # the re-read comes before the write lock; nothing of this write is kept): again,
+        # with the lock taken first and the members re-read under it.
         self.uow.rollback()
         self.fence()
-        return self._apply(changes, ids, vectors, journal, guard_each)
+        return self._apply(changes, ids, vectors, journal, guard_each, None)
+
+    def _known_state(self, changes: Sequence[Change], also: Sequence[str],
+                     known: ScopeLoad | None) -> State | None:
+        """The members' state as ``known`` has it, or None: re-read them (a write that is
+        fenced already could not start over; a member the load did not have; two notes
+        kept, which one UPDATE cannot check)."""
+        if known is None:
+            return None
+        known.current = False  # until keep_current follows this write
+        if self.fenced or any(len(c.keep) > 1 for c in changes):
+            return None
+        return known.notes.state([*(i for c in changes if c.entity == "note"
+                                    for i in c.ids()), *also])
 
     def fence(self) -> None:
         """The lease check as a statement of its own (an UPDATE of the run row guarded by the
@@ -141,9 +163,9 @@ class PhaseWrite:
 
     def _apply(self, changes: Sequence[Change], ids: list[str],
                vectors: dict[str, np.ndarray] | None, journal: RunJournal | None,
-               guard_each: bool) -> list[ItemResult]:
+               guard_each: bool, known: State | None) -> list[ItemResult]:
         t = self.target
-        self.state = self.uow.writes.lock_state(ids)
+        self.state = known if known is not None else self.uow.writes.lock_state(ids)
         guard = self._guard_limits(changes, journal, guard_each)
         results, self.tripped = evaluate(changes, self._before_images(), guard)
         rows = RowBuilder(t.scope, t.run_id, t.now, self.state,
@@ -152,8 +174,11 @@ class PhaseWrite:
             if r.status == ItemStatus.APPLIED:
                 rows.add(r.change)
         self.uow.writes.insert_notes(rows.notes)
+        # From a known state each UPDATE also checks what can change without a version (see
+        # ``WriteRepository.update_notes``); after the locked re-read, id and version suffice.
         for keys, batch in rows.update_batches():
-            if self.uow.writes.update_notes(keys, batch) != len(batch):
+            if self.uow.writes.update_notes(keys, batch, unversioned=known is not None) \
+                    != len(batch):
                 raise WriteConflict("a note changed while this write held it; nothing was written")
         self._archive_examples(results)
         self.uow.writes.add_lineage(rows.lineage)

@@ -11,7 +11,7 @@ import structlog
 from worker.domain.types import Note, PhaseReport, Protection, StepStatus
 from worker.phases.keep.judging import ReviewResult, review_keep
 from worker.phases.kit import Change, ChangeKind, ItemStatus, WriteTarget, members_of, open_write
-from worker.phases.kit.carry import keep_current, load, written
+from worker.phases.kit.carry import keep_current, known, load, written
 from worker.phases.prune.core import (
     REF_ORDER,
     Orphan,
@@ -151,7 +151,7 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
     checked: list[str] = []
     with open_write(WriteTarget.of(ctx, "prune", parent_step_id)) as w:
         results = w.apply(changes, guard_each=False,
-                          journal=held.journal if held is not None else None)
+                          journal=held.journal if held is not None else None, known=known(ctx))
         if not ctx.dry_run:
             # Deferred notes stay unchecked so the next run looks at them first.
             deferred = set(plan.deferred)

@@ -27,6 +27,14 @@ TRACKED_FIELDS = (
     "last_checked_at",
 )
 
+# Tracked fields a writer changes without a version: erasure clears pointers to an erased
+# note and scrubs comments naming it (no version, so undo of earlier runs still applies), and
+# a host may annotate comments. A write that checks its changes against a state it did not
+# re-read (the run's carried scope) adds these to its UPDATE's guard; the version covers the
+# rest. ``flags``, also unversioned, are written only by the phase kit's own annotations, and
+# those of one scope by one run at a time (its lease): the carried state has them current.
+UNVERSIONED_FIELDS = frozenset({"comments", "consolidated_into_id"})
+
 # Annotations a run writes on a note it keeps (review flags, "flagged for review" comments).
 # Writing only these keeps the note's version: the version is what freshness checks
 # and the judgement memory ("asked before at these versions") key on, and an annotation changes

@@ -1,5 +1,6 @@
-"""SQL for a phase's one guarded write: the locked re-read of every member, the batched inserts
-and updates (notes, lineage, operation log, verdict memory) and the steps, inserted fenced by
+"""SQL for a phase's one guarded write: the locked re-read of every member (when the write has
+no carried state to check against, or its guarded update fell short), the batched inserts and
+updates (notes, lineage, operation log, verdict memory) and the steps, inserted fenced by
 the lease epoch as the write's last statement (or the lease fence on its own)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, exists, func, insert, select, update
+from sqlalchemy import Integer, Table, bindparam, exists, func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -22,7 +23,7 @@ from worker.store.models import (
     ReviewRow,
     RunStepRow,
 )
-from worker.store.repositories.note_writes import TRACKED_FIELDS
+from worker.store.repositories.note_writes import TRACKED_FIELDS, UNVERSIONED_FIELDS
 from worker.store.repositories.run_statements import lease_held
 
 _NOTES = cast(Table, NoteRow.__table__)
@@ -51,7 +52,7 @@ _STEPS = cast(Table, RunStepRow.__table__)
 _INSERT_STEP = insert(_STEPS)
 _FENCED_STEPS: dict[tuple[tuple[str, ...], bool], Any] = {}
 _INSERT_REVIEW = insert(cast(Table, ReviewRow.__table__))
-_UPDATES: dict[tuple[str, ...], Any] = {}
+_UPDATES: dict[tuple[tuple[str, ...], bool, bool], Any] = {}
 _TOTALS = select(_RUNS.c.totals).where(_RUNS.c.id == bindparam("run_id"))
 _JOURNAL = select(_LOG.c.entity_id, _LOG.c.op, _LOG.c.before, _LOG.c.after, _LOG.c.reason).where(
     _LOG.c.run_id == bindparam("run_id"), _LOG.c.scope_key == bindparam("scope_key"),
@@ -59,6 +60,20 @@ _JOURNAL = select(_LOG.c.entity_id, _LOG.c.op, _LOG.c.before, _LOG.c.after, _LOG
 _ACTIVE_COUNT = select(func.count()).select_from(_NOTES).where(
     _NOTES.c.scope_key == bindparam("scope_key"), _NOTES.c.status == NoteStatus.ACTIVE.value)
 CHUNK = 500
+
+
+def _kept(postgres: bool) -> Any:
+    """Per row of a guarded UPDATE: no note kept (``k_id`` None), or the kept one still active
+    at ``k_version`` (a supersede into an existing note writes nothing to that note). On
+    PostgreSQL the kept row is read FOR SHARE: a host edit in flight is waited for and seen,
+    one after it waits for this write's commit (what ``lock_state``'s FOR UPDATE did); SQLite
+    holds its write lock from the first write on."""
+    kept = _NOTES.alias("kept")
+    k_id = bindparam("k_id", type_=_NOTES.c.id.type)
+    found = select(kept.c.id).where(
+        kept.c.id == k_id, kept.c.version == bindparam("k_version", type_=Integer),
+        kept.c.status == NoteStatus.ACTIVE.value)
+    return or_(k_id.is_(None), exists(found.with_for_update(read=True) if postgres else found))
 
 
 class WriteRepository:
@@ -102,17 +117,28 @@ class WriteRepository:
         if rows:
             self._run(_INSERT_NOTE, rows)
 
-    def update_notes(self, keys: tuple[str, ...], rows: list[dict[str, Any]]) -> int:
+    def update_notes(self, keys: tuple[str, ...], rows: list[dict[str, Any]], *,
+                     unversioned: bool = False) -> int:
         """One executemany UPDATE guarded by id and version; ``rows`` carry ``b_id``,
-        ``b_version`` and ``v_<column>`` for each of ``keys`` (plus version, updated_at)."""
+        ``b_version`` and ``v_<column>`` for each of ``keys`` (plus version, updated_at);
+        the number of rows it updated.
+
+        ``unversioned``: the caller did not re-read the rows (it checked them against the
+        run's carried state), so the guard also holds each ``UNVERSIONED_FIELDS`` column it
+        sets at its before-image (``g_<column>``) and, per row, the note its change keeps
+        (``k_id`` at ``k_version``, still active; None: none kept)."""
         if not rows:
             return 0
-        stmt = _UPDATES.get(keys)
+        postgres = unversioned and self.session.get_bind().dialect.name == "postgresql"
+        stmt = _UPDATES.get((keys, unversioned, postgres))
         if stmt is None:  # built once per set of changed columns, then reused
-            stmt = _UPDATES[keys] = (
-                update(_NOTES)
-                .where(_NOTES.c.id == bindparam("b_id"),
-                       _NOTES.c.version == bindparam("b_version"))
+            guard = [_NOTES.c.id == bindparam("b_id"), _NOTES.c.version == bindparam("b_version")]
+            if unversioned:
+                guard += [_NOTES.c[k].is_not_distinct_from(bindparam(f"g_{k}"))
+                          for k in keys if k in UNVERSIONED_FIELDS]
+                guard.append(_kept(postgres))
+            stmt = _UPDATES[(keys, unversioned, postgres)] = (
+                update(_NOTES).where(*guard)
                 .values({k: bindparam(f"v_{k}") for k in (*keys, "version", "updated_at")})
             )
         return int(self._run(stmt, rows).rowcount)
