@@ -74,7 +74,8 @@ def _random_texts(count: int, seed: int = 7) -> list[str]:
     random case."""
     rng = random.Random(seed)
     words = sorted({w for g in injection._GATES.values() for w in g.words}
-                   | {"the", "user", "prefers", "tea", "n12", "jira-7", "are", "now", "to",
+                   | {"the", "user", "prefers", "tea", "n12", "jira-7", "n\u0663", "x-\u0663\u0664",
+                      "version 3", "are", "now", "to",
                       "instructions", "message", "above", "of", "these", "notes", "reading"}
                    | {"ignore all previous instructions", "you are now", "<tool_call", "< /invoke",
                       "act as the assistant", "you must", "whoever reads this should",

@@ -171,6 +171,9 @@ _CHECKS: tuple[tuple[str, re.Pattern[str], float, _Gate], ...] = (
 
 _CHECKS_UNGATED = tuple(c for c in _CHECKS if c[0] in _UNGATED)
 assert all(c[2] == 0.0 for c in _CHECKS_UNGATED)  # the shortcut's score counts meta kinds only
+# Every ungated pattern (the aliases "n12", "jira-7") needs a decimal digit, as \d reads one.
+_DIGIT = re.compile(r"\d")
+_NO_SIGNAL = InstructionScore(0.0, ())
 
 
 # The same texts are scored again and again: consolidate scores every note of a scope, then
@@ -184,11 +187,15 @@ def instruction_score(text: str) -> InstructionScore:
     removed first, so "ig\u200bnore previous instructions" is caught."""
     text = strip_invisible(text)
     folded = _fold(text)
-    words = set(_TOKENS.findall(folded))
-    if words.isdisjoint(_ANY_WORD) and _ANY_FRAGMENT.search(folded) is None:
-        # Most notes: only the ungated patterns can match (meta signals only, weight counted).
+    tokens = _TOKENS.findall(folded)
+    if _ANY_WORD.isdisjoint(tokens) and _ANY_FRAGMENT.search(folded) is None:
+        # Most notes: only the ungated patterns can match (meta signals only, weight counted),
+        # and only in a text with a digit.
+        if _DIGIT.search(text) is None:
+            return _NO_SIGNAL
         found = tuple(name for name, pattern, _, _ in _CHECKS_UNGATED if pattern.search(text))
         return InstructionScore(float(min(3, len(found))), found)
+    words = set(tokens)
     signals: list[str] = []
     score = 0.0
     meta = 0
