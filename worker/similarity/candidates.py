@@ -183,20 +183,18 @@ def _bucket_pairs(
     starts: np.ndarray, sizes: np.ndarray, row: np.ndarray, cut: np.ndarray, shared: np.ndarray,
     gaps: np.ndarray, min_frame: int,
 ) -> set[tuple[int, int]]:
-    """Row pairs of every two entries of one bucket that pass the shared-words test; all
-    buckets of one size at once (entries x < y of a bucket, as the sorted order has them)."""
-    pairs: set[tuple[int, int]] = set()
-    for size in np.unique(sizes):
-        first = starts[sizes == size]
-        dx, dy = np.triu_indices(int(size), 1)
-        x, y = (first[:, None] + dx).ravel(), (first[:, None] + dy).ravel()
-        bucket = np.repeat(first, len(dx))
-        # One span: the fewer words either cut; two spans: the more.
-        needed = np.where(gaps[bucket] > 1, np.maximum(cut[x], cut[y]), np.minimum(cut[x], cut[y]))
-        ok = (row[x] != row[y]) & (shared[bucket] >= np.maximum(min_frame, needed))
-        i, j = row[x][ok], row[y][ok]
-        pairs.update(zip(np.minimum(i, j).tolist(), np.maximum(i, j).tolist(), strict=True))
-    return pairs
+    """Row pairs of every two entries x < y of one bucket that pass the shared-words test, all
+    buckets at once (``starts``/``sizes``: the buckets, consecutive in the entry order)."""
+    # Entry x pairs with the ``after[x]`` entries behind it in its bucket: y = x+1 .. x+after[x].
+    after = np.repeat(starts + sizes, sizes) - np.arange(int(sizes.sum())) - 1
+    x = np.repeat(np.arange(len(after)), after)
+    y = x + 1 + np.arange(len(x)) - np.repeat(np.cumsum(after) - after, after)
+    bucket = np.repeat(np.repeat(starts, sizes), after)
+    # One span: the fewer words either cut; two spans: the more.
+    needed = np.where(gaps[bucket] > 1, np.maximum(cut[x], cut[y]), np.minimum(cut[x], cut[y]))
+    ok = (row[x] != row[y]) & (shared[bucket] >= np.maximum(min_frame, needed))
+    i, j = row[x][ok], row[y][ok]
+    return set(zip(np.minimum(i, j).tolist(), np.maximum(i, j).tolist(), strict=True))
 
 
 @dataclass(frozen=True)
