@@ -85,10 +85,10 @@ def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettin
     "User hates black coffee" do not).
     """
     report = FrameReport()
-    entries = [_entries(n, members, settings) for n, members in _by_length(texts, settings).items()]
-    if not entries:
+    groups = [_entries(n, members, settings) for n, members in _by_length(texts, settings).items()]
+    if not groups:
         return report
-    key, row, cut, shared, gaps = (np.concatenate(column) for column in zip(*entries, strict=True))
+    key = np.concatenate([g.key for g in groups])
     # A note reaching one key by two cuts (repeated words) appears twice; pairs of it with
     # itself are skipped below, and a pair passes when any of its entries does. The test is
     # symmetric and a key fixes the words shared and the gaps, so a bucket's order does not
@@ -103,8 +103,7 @@ def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettin
     chosen = order[np.repeat(usable, sizes)]
     sizes = sizes[usable]
     starts = np.cumsum(sizes) - sizes
-    report.pairs = _bucket_pairs(starts, sizes, row[chosen], cut[chosen], shared[chosen],
-                                 gaps[chosen], settings.min_frame)
+    report.pairs = _bucket_pairs(starts, sizes, *_describe(groups, chosen), settings.min_frame)
     return report
 
 
@@ -119,16 +118,21 @@ def _by_length(texts: Sequence[str], settings: FrameSettings) -> dict[int, list[
     return by_length
 
 
-def _entries(
-    n: int, members: list[tuple[int, list[int]]], settings: FrameSettings,
-) -> tuple[np.ndarray, ...]:
-    """Index entries of the notes of ``n`` words: key, row, words cut, words shared, gaps."""
+@dataclass(frozen=True)
+class _Group:
+    """The index entries of the notes of one length: a key per note and cut, note after note."""
+
+    rows: np.ndarray  # the notes' rows
+    table: _CutTable
+    key: np.ndarray
+
+
+def _entries(n: int, members: list[tuple[int, list[int]]], settings: FrameSettings) -> _Group:
+    """Index entries of the notes of ``n`` words."""
     table = _cut_table(n, settings)
     with np.errstate(over="ignore"):
         tokens = np.asarray([ids for _, ids in members], dtype=np.uint64)
-        prefix = np.zeros((len(members), n + 1), dtype=np.uint64)
-        for k in range(n):
-            prefix[:, k + 1] = prefix[:, k] * _BASE + tokens[:, k]
+        prefix = tokens @ table.prefix
         # Each kept segment hashed with its length, so "a b ◇ c" never meets "a ◇ b c".
         key = np.zeros((len(members), len(table.cut)), dtype=np.uint64)
         for (start, end, power, length), mix in zip(table.segments, _MIX, strict=True):
@@ -140,10 +144,24 @@ def _entries(
             key ^= segment
             key *= mix
         key ^= table.two
-    rows = np.repeat(np.asarray([r for r, _ in members]), len(table.cut))
-    count = len(members)
-    return (key.ravel(), rows, np.tile(table.cut, count), np.tile(table.shared, count),
-            np.tile(table.gaps, count))
+    return _Group(np.asarray([r for r, _ in members]), table, key.ravel())
+
+
+def _describe(
+    groups: list[_Group], chosen: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Row, words cut, words shared and gaps of the ``chosen`` entries (positions in the
+    groups' keys laid end to end); looked up for these few entries only."""
+    widths = np.asarray([len(g.table.cut) for g in groups])
+    counts = np.asarray([len(g.rows) for g in groups])
+    ends = np.cumsum(widths * counts)
+    group = np.searchsorted(ends, chosen, side="right")
+    note, cut = np.divmod(chosen - (ends - widths * counts)[group], widths[group])
+    row = np.concatenate([g.rows for g in groups])[(np.cumsum(counts) - counts)[group] + note]
+    column = (np.cumsum(widths) - widths)[group] + cut
+    return (row, np.concatenate([g.table.cut for g in groups])[column],
+            np.concatenate([g.table.shared for g in groups])[column],
+            np.concatenate([g.table.gaps for g in groups])[column])
 
 
 @dataclass(frozen=True)
@@ -152,6 +170,9 @@ class _CutTable:
     middle, tail) its start and end columns, _BASE**length and length."""
 
     segments: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+    # Word ids @ prefix = the hashes of every prefix, Horner's sum_i id_i * _BASE**(k-1-i) for
+    # k = 0..n at once (integer matmul wraps like the hashes).
+    prefix: np.ndarray
     cut: np.ndarray  # words cut
     shared: np.ndarray  # words kept
     gaps: np.ndarray  # 1 or 2
@@ -167,7 +188,9 @@ def _cut_table(n: int, settings: FrameSettings) -> _CutTable:
     powers = _powers(settings.max_tokens)
     segments = tuple((start, end, powers[end - start], (end - start).astype(np.uint64))
                      for start, end in ((s0, e0), (s1, e1), (s2, e2)))
-    return _CutTable(segments, cut, n - cut, two + 1, two.astype(np.uint64))
+    word, end = np.arange(n)[:, None], np.arange(n + 1)[None, :]
+    prefix = np.where(word < end, powers[np.clip(end - 1 - word, 0, None)], np.uint64(0))
+    return _CutTable(segments, prefix, cut, n - cut, two + 1, two.astype(np.uint64))
 
 
 @lru_cache(maxsize=8)
