@@ -21,6 +21,9 @@ def test_pairs_are_unique_unordered_and_sorted() -> None:
     assert len({(i, j) for i, j, _ in pairs}) == len(pairs)
     sims = [s for _, _, s in pairs]
     assert sims == sorted(sims, reverse=True)
+    # Plain Python numbers, each score exactly the float32 the index computed.
+    assert all(type(i) is int and type(j) is int and type(s) is float for i, j, s in pairs)
+    assert all(s == float(np.float32(s)) for s in sims)
 
 
 def test_approximate_index_finds_planted_duplicates() -> None:

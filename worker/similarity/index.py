@@ -54,4 +54,5 @@ def neighbour_pairs(
     keep = ids > rows
     i, j, s = rows[keep], ids[keep], dists[keep]
     order = np.lexsort((j, i, -np.round(s, 6)))
-    return [(int(i[k]), int(j[k]), float(s[k])) for k in order]
+    # tolist gives the same Python ints and floats as int() / float() of each element.
+    return list(zip(i[order].tolist(), j[order].tolist(), s[order].tolist(), strict=True))
