@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,6 +58,23 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     impl = DateTime(timezone=True)
     cache_ok = True
+
+    # On SQLite one function instead of ours chained to the dialect's: a third cheaper, and every
+    # row a run writes carries several of these.
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+
+        def process(value: Any) -> str | None:
+            if value is None:
+                return None
+            if value.tzinfo is not None:
+                value = value.astimezone(UTC).replace(tzinfo=None)
+            # The text SQLite's DATETIME writes: "%04d-%02d-%02d %02d:%02d:%02d.%06d".
+            text: str = value.isoformat(" ", "microseconds")
+            return text
+
+        return process
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         if value is None:
