@@ -275,6 +275,25 @@ print("ok", re.search(r"^run \\S+ (\\w+)", result.output, re.M).group(1))
     assert proc.stdout.strip().splitlines()[-1] == "ok succeeded"
 
 
+def test_without_a_provider_no_span_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the API but no SDK provider (the default), a phase span starts nothing and the
+    caller's span stays current; a provider installed later is used from the next span on."""
+    from worker import telemetry
+
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    caller = trace.get_current_span()
+    with telemetry.phase_span("r", "consolidate", "k") as handle:
+        assert handle.span is None and trace.get_current_span() is caller
+        handle.phase_result("succeeded", {"notes": 3})  # records nothing, fails nothing
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    with telemetry.phase_span("r", "consolidate", "k") as handle:
+        assert handle.span is not None
+    assert [s.name for s in exporter.get_finished_spans()] == ["dream.phase consolidate"]
+
+
 @pytest.mark.celery
 @pytest.mark.redis
 def test_celery_tasks_and_phases_are_traced_under_a_real_worker(tmp_path: Path) -> None:
