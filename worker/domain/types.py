@@ -9,6 +9,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 
@@ -70,6 +71,10 @@ class StepStatus(StrEnum):
 PHASES = ("consolidate", "contradictions", "prune", "archive")
 
 
+# ``json.dumps`` with separators builds a new encoder on every call.
+_SCOPE_KEY = json.JSONEncoder(separators=(",", ":")).encode
+
+
 @dataclass(frozen=True, order=True)
 class Scope:
     """One tenant partition. ``None`` is a value, not a wildcard."""
@@ -78,9 +83,10 @@ class Scope:
     user_id: str | None = None
     company_id: str | None = None
 
-    @property
+    # Cached on the instance (the fields are frozen): every row a run writes carries the key.
+    @cached_property
     def key(self) -> str:
-        return json.dumps([self.agent_id, self.user_id, self.company_id], separators=(",", ":"))
+        return _SCOPE_KEY([self.agent_id, self.user_id, self.company_id])
 
     @classmethod
     def from_key(cls, key: str) -> Scope:
