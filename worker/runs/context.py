@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -12,7 +13,7 @@ from worker.app import App
 from worker.config import BudgetSettings, Settings
 from worker.domain.types import PhaseReport, Scope
 from worker.runs.steps import StepRecorder
-from worker.store.uow import UnitOfWork
+from worker.store.uow import UnitOfWork, before_next_unit
 
 
 @dataclass
@@ -83,6 +84,64 @@ class RunCarry:
 
 
 @dataclass
+class Held:
+    """A write's open transaction (``close`` ends it) and its child steps, not inserted yet
+    (``flush`` inserts them fenced, as the write would have)."""
+
+    uow: UnitOfWork
+    close: ExitStack
+    steps: list[dict[str, Any]]
+    flush: Callable[[], object]
+
+
+class HeldWrite:
+    """A phase's write whose statements ran but its steps and its commit: the engine inserts
+    the steps with the phase's parent-step finish (one fenced statement) and commits, so a
+    phase is one transaction, one commit and no statement of the engine's.
+
+    Why the engine ends it rather than the phase: the finish needs the phase's report, which
+    the phase builds after its write; queueing the finish on the run's next transaction
+    instead would show a done phase as running (and lose it to a crash) while the next phase
+    asks its model. Holding is safe because a phase's one write is its last DB work, and any
+    further transaction of the thread (a proposal, another write, any ``uow()``) first ends the
+    held one as the write would have (``release``, ``store.uow.before_next_unit``), so nothing
+    ever waits on it or misses it."""
+
+    def __init__(self) -> None:
+        self._held: Held | None = None
+
+    @property
+    def holding(self) -> bool:
+        return self._held is not None
+
+    def hold(self, held: Held) -> None:
+        self.release()
+        self._held = held
+        before_next_unit(self.release)
+
+    def take(self) -> Held | None:
+        """The held write, handed over (the taker ends it), or None."""
+        held, self._held = self._held, None
+        if held is not None:
+            before_next_unit(None)
+        return held
+
+    def release(self) -> None:
+        """End the held write on its own: its steps (fenced, StaleLease), then the commit."""
+        held = self.take()
+        if held is not None:
+            with held.close:
+                held.flush()
+                held.uow.commit()
+
+    def discard(self) -> None:
+        """Roll the held write back (the phase ended without a finish: a crash commits nothing)."""
+        held = self.take()
+        if held is not None:
+            held.close.close()
+
+
+@dataclass
 class PhaseContext:
     app: App
     run_id: str
@@ -101,6 +160,9 @@ class PhaseContext:
     # What started the run (dream_runs.trigger, from the run snapshot): an approval's run
     # (``review``) applies what it is given whatever the scope's apply mode.
     trigger: str = "cli"
+    # Set by the engine: the phase's write is held there for the parent step's finish (None: a
+    # write commits at the end of its block, as outside a run).
+    held: HeldWrite | None = None
     _agent: Any = field(default=_UNREAD, repr=False)
 
     def agent(self, uow: UnitOfWork | None = None) -> Any:

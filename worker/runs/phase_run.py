@@ -8,19 +8,20 @@ kept current (``done``, ``waiting``) for the next phase of an in-process run."""
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import structlog
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from worker import telemetry
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import PHASES, PhaseReport
 from worker.llm.batch import BatchPending
-from worker.runs.context import Budget, PhaseContext, Registry, RunCarry
+from worker.runs.context import Budget, HeldWrite, PhaseContext, Registry, RunCarry
 from worker.runs.lease import LeaseHeartbeat
 from worker.runs.outcome import RECORDED, PhaseOutcome
 from worker.runs.snapshot import RunSnapshot, parent_step_row, phase_step_id
@@ -81,7 +82,7 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
         app=app, run_id=snap.run_id, scope=snap.scope, now=snap.now, epoch=snap.epoch,
         steps=StepRecorder(app, snap.run_id, snap.scope), dry_run=snap.dry_run,
         force=snap.force, budget=run.budget, allow_retire=snap.allow_retire, carry=run.carry,
-        notes_before=snap.notes_before, trigger=snap.trigger,
+        notes_before=snap.notes_before, trigger=snap.trigger, held=HeldWrite(),
     )
     try:
         with LeaseHeartbeat(app, snap.run_id, snap.epoch,
@@ -93,6 +94,9 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
         # stop without a traceback; the parent step stays "running" until the next claim.
         log.warning("phase.lease_lost", run_id=snap.run_id, phase=phase)
         return PhaseOutcome.LEASE_LOST
+    finally:
+        assert ctx.held is not None
+        ctx.held.discard()  # a write left unfinished (the phase stopped): nothing of it is kept
     if ctx.steps.untracked:  # a child step written outside the phase kit: finalize reads
         run.written = None
     elif run.written is not None:
@@ -144,8 +148,10 @@ def _usage_recorder(ctx: PhaseContext, step_id: str, *, waiting: bool) -> Any:
 def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
              step_id: str) -> PhaseOutcome:
     started = time.perf_counter()
+    held = ctx.held or HeldWrite()
     if phase not in run.snap.requested:
-        _finish(app, run, step_id, PhaseOutcome.SKIPPED, {"reason": "phase not requested"}, started)
+        _finish(app, run, held, step_id, PhaseOutcome.SKIPPED, {"reason": "phase not requested"},
+                started)
         return PhaseOutcome.SKIPPED
     calls_before = (ctx.budget.started, ctx.budget.answered)
     bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
@@ -156,24 +162,43 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
     except StaleLease:
         raise
     except Exception as exc:  # a failing phase must not stop the next one (R6)
-        # R21: the message is scrubbed of the scope's note text; the traceback goes to the log
-        # as frames only (format_exc_info would print the raw message).
-        message = safe_error_message(app, ctx.scope, exc)
-        bound.error("phase.failed", error_type=type(exc).__name__, error=message,
-                    frames=error_stack(exc))
-        _finish(app, run, step_id, PhaseOutcome.FAILED, {}, started,
-                error=f"{type(exc).__name__}: {message}")
-        return PhaseOutcome.FAILED
+        return _failed(app, run, held, ctx, phase, started, exc)  # with what it wrote (held)
     output = _output(report, ctx.budget, calls_before)
     outcome = PhaseOutcome.of_report(report.status, left_for_later(output))
     if outcome is PhaseOutcome.WAITING:
         run.retry_after = float(report.counters.get("retry_after") or DEFAULT_RETRY_AFTER)
         output["waiting"] = report.reason or "waiting on a provider batch"
-    _finish(app, run, step_id, outcome, output, started, tokens=(report.tokens_in, report.tokens_out),
-            model=getattr(app.llm, "model", None) if report.calls else None)
+    wrote = held.holding
+    try:
+        _finish(app, run, held, step_id, outcome, output, started,
+                tokens=(report.tokens_in, report.tokens_out),
+                model=getattr(app.llm, "model", None) if report.calls else None)
+    except SQLAlchemyError as exc:
+        if not wrote:
+            raise
+        # The phase's write failed to commit (with its finish): nothing of it was kept, so the
+        # run's carried scope and the steps it holds are not what the database has.
+        run.written = None
+        if run.carry is not None:
+            run.carry.scope_notes = None
+        return _failed(app, run, held, ctx, phase, started, exc)
     bound.info("phase.finished", status=outcome.value,
                **{k: v for k, v in report.counters.items() if isinstance(v, int | float)})
     return outcome
+
+
+def _failed(app: App, run: Execution, held: HeldWrite, ctx: PhaseContext, phase: str,
+            started: float, exc: Exception) -> PhaseOutcome:
+    """Record the phase as failed: its parent step's finish, in the phase's write if one is
+    held (what it wrote before failing stays, as it would have committed)."""
+    # R21: the message is scrubbed of the scope's note text; the traceback goes to the log
+    # as frames only (format_exc_info would print the raw message).
+    message = safe_error_message(app, ctx.scope, exc)
+    log.error("phase.failed", run_id=ctx.run_id, scope=ctx.scope.key, phase=phase,
+              error_type=type(exc).__name__, error=message, frames=error_stack(exc))
+    _finish(app, run, held, phase_step_id(ctx.run_id, phase, ctx.epoch), PhaseOutcome.FAILED,
+            {}, started, error=f"{type(exc).__name__}: {message}")
+    return PhaseOutcome.FAILED
 
 
 def _report(run: Execution, ctx: PhaseContext, phase: str, step_id: str) -> PhaseReport:
@@ -198,26 +223,52 @@ def _output(report: PhaseReport, budget: Budget, before: tuple[int, int]) -> dic
     return output
 
 
-def _finish(app: App, run: Execution, step_id: str, outcome: PhaseOutcome, output: dict[str, Any],
-            started: float, *, error: str | None = None, tokens: tuple[int, int] = (0, 0),
-            model: str | None = None) -> None:
+def _finish(app: App, run: Execution, held: HeldWrite, step_id: str, outcome: PhaseOutcome,
+            output: dict[str, Any], started: float, *, error: str | None = None,
+            tokens: tuple[int, int] = (0, 0), model: str | None = None) -> None:
     """One statement: the parent step's status, counters, usage and duration, under the epoch
-    (StaleLease when the run lost it)."""
+    (StaleLease when the run lost it: nothing is written, the held write neither), the last
+    of the phase's held write if there is one, else a transaction of its own."""
     values: dict[str, Any] = {"status": outcome.step_status, "output": output, "error": error,
                               "tokens_in": tokens[0], "tokens_out": tokens[1], "model": model}
     if outcome is not PhaseOutcome.WAITING:
         values.update(finished_at=utcnow(), duration_ms=(time.perf_counter() - started) * 1000)
     if step_id in run.begun:  # opened with the claim: when the phase really began
-        values["started_at"] = run.begun.pop(step_id)
+        values["started_at"] = run.begun[step_id]
     snap = run.snap
     assert snap.epoch is not None
-    with app.uow() as uow:
-        # Fenced: a phase whose parent step was opened with the claim has no fenced start, so
-        # its finish is where a cancel or a recovery stops the run (no later phase starts).
-        if not uow.runs.finish_step_fenced(step_id, snap.run_id, snap.epoch, **values):
+    write = held.take()
+    with ExitStack() as ending:
+        if write is None:
+            uow = ending.enter_context(app.uow())
+        else:
+            uow = write.uow
+            ending.enter_context(write.close)
+        if write is not None and write.steps:  # the phase's children and its finish, one statement
+            rows = [*write.steps, _finished_parent(snap, step_id, values, like=write.steps[0])]
+            done = uow.writes.add_steps_fenced(rows, snap.run_id, snap.epoch,
+                                               finishing=tuple(sorted(values)))
+        else:
+            # Fenced: a phase whose parent step was opened with the claim has no fenced start,
+            # so its finish is where a cancel or a recovery stops the run (no later phase starts).
+            done = uow.runs.finish_step_fenced(step_id, snap.run_id, snap.epoch, **values)
+        if not done:
             raise StaleLease(f"run {snap.run_id} lost its lease (epoch {snap.epoch})")
         uow.commit()
+    run.begun.pop(step_id, None)
     run.finished(step_id, values)
+
+
+def _finished_parent(snap: RunSnapshot, step_id: str, values: dict[str, Any],
+                     like: dict[str, Any]) -> dict[str, Any]:
+    """The parent step's finish as a row shaped like the children's it is inserted with: its
+    id exists, so only the finish's own columns (``values``) are updated from it."""
+    phase = like["phase"]  # the children's
+    row = dict.fromkeys(like)
+    row.update({"id": step_id, "run_id": snap.run_id, "parent_id": None,
+                "scope_key": snap.scope.key, "phase": phase, "name": phase, "seq": 0,
+                "started_at": utcnow(), **values})
+    return row
 
 
 def left_for_later(output: dict[str, Any]) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from types import TracebackType
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -20,6 +22,17 @@ from worker.store.repositories.review import ReviewItemRepository
 from worker.store.repositories.safety import SafetyRepository
 from worker.store.repositories.writes import WriteRepository
 
+_next_unit = threading.local()
+
+
+def before_next_unit(callback: Callable[[], None] | None) -> None:
+    """Run ``callback`` (once) when this thread next opens a unit of work; None cancels it.
+
+    A transaction left open for its owner to end (the engine's held phase write) is ended by
+    it before the same thread begins another, which would otherwise not see it (or, on SQLite,
+    wait on its write lock)."""
+    _next_unit.callback = callback
+
 
 class StaleLease(Exception):
     """The run lost its scope lease (another attempt took over); it must write nothing more."""
@@ -30,6 +43,10 @@ class UnitOfWork:
         self._factory = session_factory
 
     def __enter__(self) -> UnitOfWork:
+        callback = getattr(_next_unit, "callback", None)
+        if callback is not None:
+            _next_unit.callback = None
+            callback()
         self.session = self._factory()
         self.notes = NoteRepository(self.session)
         self.runs = RunRepository(self.session)

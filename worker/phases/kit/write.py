@@ -13,7 +13,7 @@ until the block ends without an exception.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,6 +26,7 @@ from worker.phases.kit.changes import Change, ItemResult, ItemStatus
 from worker.phases.kit.evaluate import GuardLimits, State, evaluate
 from worker.phases.kit.rows import RowBuilder
 from worker.phases.kit.snapshot import RunJournal, journal_of
+from worker.runs.context import Held, HeldWrite
 from worker.runs.steps import ChildStep, StepRecorder
 from worker.safety.guard import GUARD_STEP
 from worker.store.uow import StaleLease, UnitOfWork
@@ -51,6 +52,7 @@ class WriteTarget:
     dry_run: bool = False
     allow_retire: int | None = None
     notes_before: dict[str, int] | None = None  # the run's counts before its first phase
+    held: HeldWrite | None = None  # the engine commits the write, with the phase's finish
 
     @classmethod
     def of(cls, ctx: Any, phase: str, parent_step_id: str | None) -> WriteTarget:
@@ -58,18 +60,26 @@ class WriteTarget:
         return cls(app=ctx.app, scope=ctx.scope, now=ctx.now, run_id=ctx.run_id,
                    epoch=ctx.epoch, phase=phase, parent_step_id=parent_step_id,
                    steps=ctx.steps, dry_run=ctx.dry_run, allow_retire=ctx.allow_retire,
-                   notes_before=ctx.notes_before)
+                   notes_before=ctx.notes_before, held=ctx.held)
 
 
 @contextmanager
 def open_write(target: WriteTarget) -> Iterator[PhaseWrite]:
     """``with open_write(target) as w:`` … ``w.apply(changes)``, ``w.step(...)`` …; commits at
-    the end of the block, rolls back everything on any exception (a crash commits nothing)."""
-    with target.app.uow() as uow:
+    the end of the block, rolls back everything on any exception (a crash commits nothing).
+
+    A run's phase executed by the engine (``target.held``) leaves its steps and the commit to
+    the engine, which inserts them with the phase's parent-step finish (``HeldWrite``)."""
+    held = target.held  # (an earlier held write ends as this one's unit of work begins)
+    with ExitStack() as close:
+        uow = close.enter_context(target.app.uow())
         write = PhaseWrite(uow, target)
         yield write
-        steps = write.flush()
-        uow.commit()
+        steps = write.flush(steps=held is None)
+        if held is not None:
+            held.hold(Held(uow, close.pop_all(), steps, write.flush))
+        else:
+            uow.commit()
     if target.steps is not None:
         target.steps.committed.extend(steps)
 
@@ -254,18 +264,24 @@ class PhaseWrite:
         cur = self.current(note_id)
         return cur[0] if cur is not None and cur[1] == NoteStatus.ACTIVE.value else None
 
-    def flush(self) -> list[dict[str, Any]]:
+    def flush(self, *, steps: bool = True) -> list[dict[str, Any]]:
         """Write what was queued on the write, the steps last and fenced (or the fence on its
-        own when no step was queued); the step rows written. StaleLease: nothing is kept."""
-        steps, t = self._steps, self.target
+        own when no step was queued); the step rows. StaleLease: nothing is kept.
+
+        ``steps=False``: the steps stay queued (a later ``flush()`` writes them) for the engine
+        to insert with the phase's finish, fenced, as the transaction's last statement."""
         self.uow.writes.add_judgements(self._judgements)
         self.uow.writes.add_reviews(self._reviews)
-        self._steps, self._judgements, self._reviews = [], [], []
+        self._judgements, self._reviews = [], []
+        if not steps:
+            return list(self._steps)
+        rows, t = self._steps, self.target
+        self._steps = []
         if self.fenced:
-            self.uow.writes.add_steps(steps)
-        elif not steps:
+            self.uow.writes.add_steps(rows)
+        elif not rows:
             self.fence()
-        elif not self.uow.writes.add_steps_fenced(steps, str(t.run_id), int(t.epoch or 0)):
+        elif not self.uow.writes.add_steps_fenced(rows, str(t.run_id), int(t.epoch or 0)):
             raise StaleLease(f"run {t.run_id} lost its lease (epoch {t.epoch})")
-        return steps
+        return rows
 

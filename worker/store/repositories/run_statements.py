@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, exists, literal, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from worker.domain.types import RunStatus
 from worker.store.models import DreamRunRow, RunStepRow
@@ -13,6 +15,7 @@ from worker.store.models import DreamRunRow, RunStepRow
 _RUNS = cast(Table, DreamRunRow.__table__)
 _STEPS = cast(Table, RunStepRow.__table__)
 _FINISH_STEP: dict[tuple[str, tuple[str, ...]], Any] = {}
+_FENCED_STEPS: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Any] = {}
 
 
 def lease_held(run_param: str, epoch_param: str, *, postgres: bool) -> Any:
@@ -36,4 +39,27 @@ def finish_step_statement(dialect: str, columns: tuple[str, ...]) -> Any:
         stmt = (update(_STEPS).where(_STEPS.c.id == bindparam("s_id"), exists(held))
                 .values({c: bindparam(f"v_{c}", type_=_STEPS.c[c].type) for c in columns}))
         _FINISH_STEP[key] = stmt
+    return stmt
+
+
+def fenced_steps_statement(dialect: str, names: tuple[str, ...],
+                           finishing: tuple[str, ...] = ()) -> Any:
+    """INSERT of step rows (columns ``names``, bound by name) while the run ``f_run`` holds
+    epoch ``f_epoch`` (``lease_held``), one executemany. With ``finishing``, a row whose id
+    exists already (the phase's parent step, opened when the phase started) updates those
+    columns instead: the phase's children and its finish in one statement."""
+    key = (dialect, names, finishing)
+    stmt = _FENCED_STEPS.get(key)
+    if stmt is None:
+        postgres = dialect == "postgresql"
+        held = lease_held("f_run", "f_epoch", postgres=postgres)
+        rows = select(*(bindparam(n, type_=_STEPS.c[n].type).label(n) for n in names))
+        insert = (pg_insert if postgres else sqlite_insert)(_STEPS).from_select(
+            names, rows.where(exists(held)))  # SQLite needs the WHERE before an ON CONFLICT
+        if finishing:
+            insert = insert.on_conflict_do_update(
+                index_elements=[_STEPS.c.id], set_={c: insert.excluded[c] for c in finishing})
+        # preserve_rowcount: SQLAlchemy keeps an INSERT's rowcount only when asked (psycopg
+        # sums it over an executemany, as sqlite3 does; an upsert's update counts as a row).
+        stmt = _FENCED_STEPS[key] = insert.execution_options(preserve_rowcount=True)
     return stmt

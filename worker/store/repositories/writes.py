@@ -24,7 +24,7 @@ from worker.store.models import (
     RunStepRow,
 )
 from worker.store.repositories.note_writes import TRACKED_FIELDS, UNVERSIONED_FIELDS
-from worker.store.repositories.run_statements import lease_held
+from worker.store.repositories.run_statements import fenced_steps_statement
 
 _NOTES = cast(Table, NoteRow.__table__)
 _RUNS = cast(Table, DreamRunRow.__table__)
@@ -50,7 +50,6 @@ _INSERT_LOG = insert(_LOG)
 _INSERT_LINEAGE = insert(cast(Table, NoteLineageRow.__table__))
 _STEPS = cast(Table, RunStepRow.__table__)
 _INSERT_STEP = insert(_STEPS)
-_FENCED_STEPS: dict[tuple[tuple[str, ...], bool], Any] = {}
 _INSERT_REVIEW = insert(cast(Table, ReviewRow.__table__))
 _UPDATES: dict[tuple[tuple[str, ...], bool, bool], Any] = {}
 _TOTALS = select(_RUNS.c.totals).where(_RUNS.c.id == bindparam("run_id"))
@@ -155,9 +154,12 @@ class WriteRepository:
         if rows:
             self._run(_INSERT_STEP, rows)
 
-    def add_steps_fenced(self, rows: list[dict[str, Any]], run_id: str, epoch: int) -> bool:
+    def add_steps_fenced(self, rows: list[dict[str, Any]], run_id: str, epoch: int, *,
+                         finishing: tuple[str, ...] = ()) -> bool:
         """Insert ``rows`` (one executemany) only while the run holds lease ``epoch``; False,
         with nothing inserted, when it does not (the caller rolls the whole write back).
+        ``finishing``: the columns a row whose id exists updates (the phase's parent step, its
+        finish joining its children's insert, ``run_statements.fenced_steps_statement``).
 
         Why this fences the whole transaction when it is its last statement: on SQLite the
         write lock is held from the transaction's first write to its commit, so the epoch this
@@ -167,16 +169,8 @@ class WriteRepository:
         commit (its UPDATE needs the row lock)."""
         if not rows:
             return True
-        names = tuple(rows[0])
-        postgres = self.session.get_bind().dialect.name == "postgresql"
-        stmt = _FENCED_STEPS.get((names, postgres))
-        if stmt is None:  # built once per set of columns and dialect
-            held = lease_held("f_run", "f_epoch", postgres=postgres)
-            values = select(*(bindparam(n, type_=_STEPS.c[n].type).label(n) for n in names))
-            # preserve_rowcount: SQLAlchemy keeps an INSERT's rowcount only when asked (psycopg
-            # sums it over an executemany, as sqlite3 does).
-            stmt = _FENCED_STEPS[(names, postgres)] = insert(_STEPS).from_select(
-                names, values.where(exists(held))).execution_options(preserve_rowcount=True)
+        dialect = self.session.get_bind().dialect.name
+        stmt = fenced_steps_statement(dialect, tuple(rows[0]), finishing)
         params = [{**r, "f_run": run_id, "f_epoch": epoch} for r in rows]
         inserted = int(self._run(stmt, params).rowcount)
         return inserted == len(rows)
