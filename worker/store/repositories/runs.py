@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, exists, func, insert, literal, or_, select, update
+from sqlalchemy import Table, bindparam, case, func, insert, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -19,7 +19,7 @@ from worker.domain.types import (
     StepStatus,
 )
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
-from worker.store.repositories.run_statements import finish_step_statement
+from worker.store.repositories.run_statements import fenced_steps_statement, finish_step_statement
 
 _RUNS = cast(Table, DreamRunRow.__table__)
 _LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
@@ -170,17 +170,15 @@ class RunRepository:
         return self.session.connection().execute(stmt).one_or_none()
 
     def start_step_fenced(self, values: dict[str, Any], epoch: int) -> bool:
-        """Insert a parent step only while the run holds ``epoch`` (one statement: the fencing
-        check is the insert's own WHERE); False when the lease is lost. A duplicate id raises
-        IntegrityError (another executor started this phase under the same epoch, R4)."""
-        names = list(values)
-        held = exists().where(_RUNS.c.id == values["run_id"], _RUNS.c.lease_epoch == epoch,
-                              _RUNS.c.status == RunStatus.RUNNING.value)
-        rows = select(*(literal(values[n], _STEPS.c[n].type).label(n) for n in names)).where(held)
-        # RETURNING, not rowcount: psycopg reports no rowcount for INSERT ... SELECT.
-        inserted = self.session.connection().execute(
-            insert(_STEPS).from_select(names, rows).returning(_STEPS.c.id)).first()
-        return inserted is not None
+        """Insert a parent step only while the run holds ``epoch`` (one prebuilt statement: the
+        fence is the insert's own WHERE EXISTS, ``run_statements.lease_held``, FOR SHARE of the
+        run row on PostgreSQL, so a claim waits for our commit and then marks the step
+        interrupted); False when the lease is lost. A duplicate id raises IntegrityError
+        (another executor started this phase under the same epoch, R4)."""
+        dialect = self.session.get_bind().dialect.name
+        stmt = fenced_steps_statement(dialect, tuple(values))
+        params = {**values, "f_run": values["run_id"], "f_epoch": epoch}
+        return bool(self.session.connection().execute(stmt, params).rowcount == 1)
 
     def finish_step_fenced(self, step_id: str, run_id: str, epoch: int, **values: Any) -> bool:
         """Update a parent step only while the run holds ``epoch`` (the check is the UPDATE's
