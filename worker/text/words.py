@@ -143,8 +143,8 @@ def tokens(text: str) -> list[Token]:
 
 # A fusion's sources are read again on every re-ask, and the date parts a source's relative
 # time allows (allowed_dates) on every check: a bounded memo of whole texts. Tokens are frozen
-# and shared through _word's memo, so an entry costs little more than its text.
-@lru_cache(maxsize=1 << 12)
+# and mostly shared through _word's memo; 2,048 texts hold about 2 MB.
+@lru_cache(maxsize=1 << 11)
 def _tokens(text: str) -> tuple[Token, ...]:
     return tuple(_fold_number_words(list(_raw_tokens(_normal(text)))))
 
@@ -172,8 +172,8 @@ def _raw_tokens(text: str) -> Iterator[Token]:
             yield Token(kind, value.strip(), "")
 
 
-# Words repeat across notes: the same bounded memo as stem's (a word's token is frozen).
-@lru_cache(maxsize=1 << 16)
+# Words repeat across notes and checks: a bounded memo (a word's token is frozen).
+@lru_cache(maxsize=1 << 14)
 def _word(word: str) -> Token:
     plain = word.replace("’", "'")
     if plain in _CLAUSE_WORDS:
