@@ -27,13 +27,14 @@ TRACKED_FIELDS = (
     "last_checked_at",
 )
 
-# Tracked fields a writer changes without a version: erasure clears pointers to an erased
-# note and scrubs comments naming it (no version, so undo of earlier runs still applies), and
-# a host may annotate comments. A write that checks its changes against a state it did not
-# re-read (the run's carried scope) adds these to its UPDATE's guard; the version covers the
-# rest. ``flags``, also unversioned, are written only by the phase kit's own annotations, and
-# those of one scope by one run at a time (its lease): the carried state has them current.
-UNVERSIONED_FIELDS = frozenset({"comments", "consolidated_into_id"})
+# Tracked fields written without a version: erasure clears pointers to an erased note and
+# scrubs comments naming it, the phase kit's annotations add flags and comments
+# (``ANNOTATION_FIELDS``), and a host may annotate too. Giving these a version would undo what
+# the version means (what a judge saw; erasure would also block undo of earlier runs), so a
+# write that checks its changes against a state it did not re-read (the run's carried scope)
+# holds each of them it sets at its before-image in the UPDATE's guard instead; the version
+# covers the rest (status, valid_to, importance: only ever written with a new version).
+UNVERSIONED_FIELDS = frozenset({"comments", "consolidated_into_id", "flags"})
 
 # Annotations a run writes on a note it keeps (review flags, "flagged for review" comments).
 # Writing only these keeps the note's version: the version is what freshness checks

@@ -8,7 +8,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, cast
 
-from sqlalchemy import Integer, Table, bindparam, exists, func, insert, or_, select, update
+from sqlalchemy import (
+    Integer,
+    Table,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -59,6 +70,20 @@ _JOURNAL = select(_LOG.c.entity_id, _LOG.c.op, _LOG.c.before, _LOG.c.after, _LOG
 _ACTIVE_COUNT = select(func.count()).select_from(_NOTES).where(
     _NOTES.c.scope_key == bindparam("scope_key"), _NOTES.c.status == NoteStatus.ACTIVE.value)
 CHUNK = 500
+
+
+def _unchanged(name: str, postgres: bool) -> Any:
+    """Column ``name`` still at its before-image ``g_<name>``, NULL equal to NULL. JSON (flags)
+    is compared as JSON, SQL NULL and JSON null alike (a NULL written as JSON reads back as
+    None too): canonical text on SQLite, jsonb equality on PostgreSQL."""
+    column = _NOTES.c[name]
+    given = bindparam(f"g_{name}", type_=column.type)
+    if name != "flags":
+        return column.is_not_distinct_from(given)
+    if postgres:
+        null: Any = literal_column("'null'::jsonb")
+        return func.coalesce(column, null) == func.coalesce(given, null)
+    return func.coalesce(func.json(column), "null") == func.coalesce(func.json(given), "null")
 
 
 def _kept(postgres: bool) -> Any:
@@ -133,8 +158,7 @@ class WriteRepository:
         if stmt is None:  # built once per set of changed columns, then reused
             guard = [_NOTES.c.id == bindparam("b_id"), _NOTES.c.version == bindparam("b_version")]
             if unversioned:
-                guard += [_NOTES.c[k].is_not_distinct_from(bindparam(f"g_{k}"))
-                          for k in keys if k in UNVERSIONED_FIELDS]
+                guard += [_unchanged(k, postgres) for k in keys if k in UNVERSIONED_FIELDS]
                 guard.append(_kept(postgres))
             stmt = _UPDATES[(keys, unversioned, postgres)] = (
                 update(_NOTES).where(*guard)
