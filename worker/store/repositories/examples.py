@@ -5,14 +5,23 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import Table, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from worker.domain.types import NoteStatus, Scope
 from worker.store.models import ExampleRow
 from worker.store.repositories.retention import ArchiveItem, archive_rows
+
+_E = cast(Table, ExampleRow.__table__)
+# Prebuilt (every run's archive phase asks it): no statement built, no cache key generated.
+_ACTIVE = (
+    select(_E.c.id, _E.c.is_auto_generated, _E.c.success_score, _E.c.created_at,
+           _E.c.last_accessed_at, _E.c.expires_at, _E.c.version)
+    .where(_E.c.scope_key == bindparam("scope_key"), _E.c.status == NoteStatus.ACTIVE.value)
+    .order_by(_E.c.id)
+)
 
 
 @dataclass
@@ -57,13 +66,7 @@ class ExampleRepository:
 
     def active(self, scope: Scope) -> list[Example]:
         """One query per scope: every active example with the fields retention decides on."""
-        rows = self.session.execute(
-            select(ExampleRow.id, ExampleRow.is_auto_generated, ExampleRow.success_score,
-                   ExampleRow.created_at, ExampleRow.last_accessed_at, ExampleRow.expires_at,
-                   ExampleRow.version)
-            .where(ExampleRow.scope_key == scope.key, ExampleRow.status == NoteStatus.ACTIVE.value)
-            .order_by(ExampleRow.id)
-        ).all()
+        rows = self.session.connection().execute(_ACTIVE, {"scope_key": scope.key}).all()
         return [Example(**r._asdict()) for r in rows]
 
     def count_by_status(self, scope: Scope) -> dict[str, int]:

@@ -16,6 +16,9 @@ _J = cast(Table, JudgementRow.__table__)
 _KNOWN = select(_J.c.fingerprint, _J.c.verdict).where(
     _J.c.scope_key == bindparam("scope_key"), _J.c.kind == bindparam("kind"),
     _J.c.fingerprint.in_(bindparam("fps", expanding=True)))
+_OF_KINDS = select(_J.c.kind, _J.c.fingerprint, _J.c.note_ids, _J.c.verdict, _J.c.reason).where(
+    _J.c.scope_key == bindparam("scope_key"), _J.c.kind.in_(bindparam("kinds", expanding=True)),
+).order_by(_J.c.id)
 _INSERT_JUDGEMENT = insert(_J)
 # A retirement a phase decided but the blast-radius guard (R20) held back for a later run.
 PENDING_RETIREMENT = "retire_pending"
@@ -43,10 +46,7 @@ class JudgementRepository:
     def of_kinds(self, scope: Scope, kinds: Iterable[str]) -> list[Any]:
         """Every verdict-memory row of these kinds in the scope, oldest first (one SELECT):
         kind, fingerprint, note_ids, verdict, reason."""
-        return list(self._run(
-            select(_J.c.kind, _J.c.fingerprint, _J.c.note_ids, _J.c.verdict, _J.c.reason)
-            .where(_J.c.scope_key == scope.key, _J.c.kind.in_(list(kinds))).order_by(_J.c.id)
-        ).all())
+        return list(self._run(_OF_KINDS, {"scope_key": scope.key, "kinds": list(kinds)}).all())
 
     def judged_pairs(self, scope: Scope, kind: str = "pair") -> set[tuple[str, str]]:
         """Id pairs with a verdict at any version (fair selection puts them after new pairs)."""
