@@ -213,25 +213,25 @@ def _statements(app: App, work: Any) -> tuple[Any, list[str]]:
 def test_the_engine_reads_a_run_once_and_writes_one_statement_per_phase(app: App) -> None:
     """In-process, around phases that touch nothing: the claim (3 statements: the claim, the
     notes-before count, every phase's parent step opened in one executemany), 1 per phase (its
-    parent step's finish), finalize (notes after, the fenced final update; the steps are the
-    ones this process wrote, not read again): 9, whatever the number of notes (the phases' own
-    load embeds what lacks a vector: the engine no longer looks)."""
+    parent step's finish), finalize (the fenced final update, which counts the notes after
+    itself; the steps are the ones this process wrote, not read again): 8, whatever the number
+    of notes (the phases' own load embeds what lacks a vector: the engine no longer looks)."""
     add_notes(app, *({"content": f"note {k}"} for k in range(30)))
     run_id = service.create_run(app, SCOPE, force=True)
     assert run_id is not None
     status, statements = _statements(app, lambda: engine.execute_run(app, run_id, QUIET))
     assert status == RunStatus.SUCCEEDED.value
-    assert len(statements) == 3 + len(PHASES) + 2, statements
+    assert len(statements) == 3 + len(PHASES) + 1, statements
 
 
 def test_a_run_created_claimed_needs_no_claim(app: App) -> None:
     """``create_claimed_run`` inserts the run running under epoch 1 with its notes-before
-    counts and opens its phases' parent steps (3 statements); executing it spends no claim: 1
-    per phase, finalize's 2. Its steps and totals are what a claimed run gets: one parent step
+    counts (taken by the insert) and opens its phases' parent steps (2 statements); executing
+    it spends no claim: 1 per phase, finalize's 1. Its steps and totals are what a claimed run gets: one parent step
     per phase, started in phase order, each with its own start time."""
     add_notes(app, *({"content": f"note {k}"} for k in range(30)))
     snap, created = _statements(app, lambda: service.create_claimed_run(app, SCOPE, force=True))
-    assert snap is not None and created == ["SELECT", "INSERT", "INSERT"]
+    assert snap is not None and created == ["INSERT", "INSERT"]
     assert service.create_claimed_run(app, SCOPE, force=True) is None  # R1: one holds the scope
     with app.uow() as uow:
         row = uow.runs.active_for_scope(SCOPE)
@@ -242,7 +242,7 @@ def test_a_run_created_claimed_needs_no_claim(app: App) -> None:
     assert opened == [(p, StepStatus.RUNNING.value) for p in PHASES]
     status, statements = _statements(app, lambda: engine.execute_run(app, snap, QUIET))
     assert status == RunStatus.SUCCEEDED.value
-    assert len(statements) == len(PHASES) + 2, statements
+    assert len(statements) == len(PHASES) + 1, statements
     with app.uow() as uow:
         parents = uow.runs.steps(snap.run_id)
     assert [s.phase for s in parents] == list(PHASES)

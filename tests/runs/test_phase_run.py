@@ -86,13 +86,14 @@ def _flags(app: App) -> list[list[str]]:
 def test_a_phase_that_writes_costs_the_engine_no_statement_and_no_commit(app: App) -> None:
     """In-process, a phase's one write is its only commit, and its child steps go in with its
     parent step's finish (one fenced INSERT … ON CONFLICT, the write's last statement): the
-    engine adds no statement and no commit per phase; around the phases, the run's insert with
-    its parent steps (1 commit) and the finalize (1 commit). Every parent step ends succeeded
+    engine adds no statement and no commit per phase; around the phases, the run's insert
+    (counting the notes before) with its parent steps (2 statements, 1 commit) and the final
+    update (counting the notes after; 1 statement, 1 commit). Every parent step ends succeeded
     with its counters and its duration, every child step is there, under its parent."""
     add_notes(app, {"content": "a note"}, {"content": "another note"})
     snap, created, created_commits = _counting(
         app, lambda: service.create_claimed_run(app, SCOPE, force=True))
-    assert snap is not None and (len(created), created_commits) == (3, 1), created
+    assert snap is not None and (len(created), created_commits) == (2, 1), created
     status, statements, commits = _counting(app, lambda: engine.execute_run(app, snap, WRITING))
     assert status == RunStatus.SUCCEEDED.value
     assert commits == len(PHASES) + 1
@@ -100,7 +101,7 @@ def test_a_phase_that_writes_costs_the_engine_no_statement_and_no_commit(app: Ap
     finishes, rest = ours[:len(PHASES)], ours[len(PHASES):]
     assert all(s.startswith("INSERT INTO run_steps") and "ON CONFLICT" in s
                for s in finishes), finishes
-    assert [s.split(" ")[0] for s in rest] == ["SELECT", "UPDATE"], rest  # notes after, final
+    assert [s.split(" ")[0] for s in rest] == ["UPDATE"], rest  # counting the notes after
     steps = _steps(app, snap.run_id)
     parents = {s.phase: s for s in steps if s.parent_id is None}
     assert {p: (s.status, (s.output or {}).get("flagged")) for p, s in parents.items()} == {

@@ -45,17 +45,16 @@ def create_claimed_run(
 ) -> RunSnapshot | None:
     """``create_run`` for an executor that runs it at once (``dream run``, an API thread, the
     bench): inserted already running under lease epoch 1 with the scope's note counts (the
-    guard's baseline, R20) in its totals and its phases' parent steps opened; three statements
-    and no claim. The run's snapshot, or
+    guard's baseline, R20) in its totals, counted by the insert, and its phases' parent steps
+    opened; two statements and no claim. The run's snapshot, or
     None when the scope has a run already (R1). A creator killed after this leaves a running
     run whose lease lapses; the gate check recovers it like any killed run (R30)."""
     phases = _checked(phases, allow_retire)
     now = utcnow()
     with app.uow() as uow:
-        before = uow.notes.count_by_status(scope)
         values = uow.runs.create_values(
             scope, now=now, trigger=trigger, phases=phases, force=force, dry_run=dry_run,
-            clock=clock, allow_retire=allow_retire, totals={"notes_before": before},
+            clock=clock, allow_retire=allow_retire, count_notes=True,
             claimed_until=now + timedelta(seconds=app.settings.lease_seconds))
         if values is None:
             return None

@@ -45,8 +45,8 @@ def finalize(app: App, snap: RunSnapshot, written: list[dict[str, Any]] | None =
             return snap.status  # a phase is running elsewhere, or was lost (the lease recovers it)
         facts = _facts(app, uow, snap, steps, parents)
         outcome = decide_outcome(facts)
-        totals = _totals(uow, snap, steps, parents, facts, outcome.flags)
-        done = uow.runs.finish_fenced(snap.run_id, snap.epoch, outcome.status,
+        totals = _totals(snap, steps, parents, facts, outcome.flags)
+        done = uow.runs.finish_fenced(snap.run_id, snap.epoch, outcome.status, snap.scope,
                                       finished_at=utcnow(), totals=totals,
                                       lease_expires_at=None, status_reason=outcome.reason)
         if not done:  # cancelled, recovered or finalized by a twin meanwhile: it decided
@@ -120,13 +120,13 @@ def _model_failure(steps: list[RunStepRow]) -> str | None:
     return None
 
 
-def _totals(uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow],
-            parents: list[RunStepRow], facts: RunFacts, flags: list[str]) -> dict[str, Any]:
+def _totals(snap: RunSnapshot, steps: list[RunStepRow], parents: list[RunStepRow],
+            facts: RunFacts, flags: list[str]) -> dict[str, Any]:
     usage = usage_of(steps)
     tokens_in = sum(s.tokens_in or 0 for s in steps if s.parent_id is None)
     tokens_out = sum(s.tokens_out or 0 for s in steps if s.parent_id is None)
     totals: dict[str, Any] = {
-        "notes_after": uow.notes.count_by_status(snap.scope),
+        "notes_after": None,  # the scope's counts, taken by the final update (``finish_fenced``)
         "tokens_in": tokens_in,
         "tokens_out": tokens_out,
         # Every attempt's spending, a killed one's included (R15).

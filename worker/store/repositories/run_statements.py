@@ -5,17 +5,30 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, exists, literal, select, update
+from sqlalchemy import (
+    Table,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    literal_column,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from worker.domain.types import RunStatus
-from worker.store.models import DreamRunRow, RunStepRow
+from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 
 _RUNS = cast(Table, DreamRunRow.__table__)
+_NOTES = cast(Table, NoteRow.__table__)
 _STEPS = cast(Table, RunStepRow.__table__)
 _FINISH_STEP: dict[tuple[str, tuple[str, ...]], Any] = {}
 _FENCED_STEPS: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Any] = {}
+_INSERT_COUNTED: dict[tuple[str, tuple[str, ...]], Any] = {}
+_FINISH_COUNTED: dict[tuple[str, tuple[str, ...]], Any] = {}
 
 
 def lease_held(run_param: str, epoch_param: str, *, postgres: bool) -> Any:
@@ -62,4 +75,58 @@ def fenced_steps_statement(dialect: str, names: tuple[str, ...],
         # preserve_rowcount: SQLAlchemy keeps an INSERT's rowcount only when asked (psycopg
         # sums it over an executemany, as sqlite3 does; an upsert's update counts as a row).
         stmt = _FENCED_STEPS[key] = insert.execution_options(preserve_rowcount=True)
+    return stmt
+
+
+def note_counts(dialect: str, scope_param: str) -> Any:
+    """The notes of the scope bound as ``scope_param`` counted by status, as one JSON object
+    (``{}`` for none): what ``NoteRepository.count_by_status`` returns, computed inside the
+    statement that stores it (same GROUP BY, so the same order of statuses on SQLite)."""
+    counts = (select(_NOTES.c.status, func.count().label("n"))
+              .where(_NOTES.c.scope_key == bindparam(scope_param))
+              .group_by(_NOTES.c.status).subquery())
+    if dialect == "postgresql":
+        agg = select(func.jsonb_object_agg(counts.c.status, counts.c.n)).scalar_subquery()
+        return func.coalesce(agg, literal_column("'{}'::jsonb"))
+    # json(): a subquery's value loses its JSON subtype; json() gives it back, so json_object
+    # and json_set nest the object rather than quote it as a string.
+    return func.json(select(func.json_group_object(counts.c.status, counts.c.n))
+                     .scalar_subquery())
+
+
+def insert_counted_run_statement(dialect: str, names: tuple[str, ...]) -> Any:
+    """INSERT of a run row (columns ``names``, bound by name) whose ``totals`` are
+    ``{"notes_before": <the scope's counts>}``, counted by the insert itself (scope bound as
+    ``c_scope``), RETURNING the totals."""
+    key = (dialect, names)
+    stmt = _INSERT_COUNTED.get(key)
+    if stmt is None:
+        build = func.jsonb_build_object if dialect == "postgresql" else func.json_object
+        totals = build("notes_before", note_counts(dialect, "c_scope"))
+        row = select(*(bindparam(n, type_=_RUNS.c[n].type).label(n) for n in names),
+                     totals.label("totals"))
+        stmt = _INSERT_COUNTED[key] = (insert(_RUNS).from_select([*names, "totals"], row)
+                                       .returning(_RUNS.c.totals))
+    return stmt
+
+
+def finish_counted_run_statement(dialect: str, columns: tuple[str, ...]) -> Any:
+    """running → a final status under the epoch (``f_run``, ``f_epoch``): ``columns`` bound as
+    ``v_<column>``; ``v_totals`` stored with its ``notes_after`` set to the scope's counts
+    (``c_scope``) as the update runs."""
+    key = (dialect, columns)
+    stmt = _FINISH_COUNTED.get(key)
+    if stmt is None:
+        values: dict[str, Any] = {c: bindparam(f"v_{c}", type_=_RUNS.c[c].type) for c in columns}
+        after = note_counts(dialect, "c_scope")
+        if dialect == "postgresql":
+            values["totals"] = func.jsonb_set(values["totals"],
+                                              literal_column("'{notes_after}'::text[]"), after)
+        else:
+            values["totals"] = func.json_set(values["totals"], "$.notes_after", after)
+        stmt = _FINISH_COUNTED[key] = (
+            update(_RUNS).where(_RUNS.c.id == bindparam("f_run"),
+                                _RUNS.c.lease_epoch == bindparam("f_epoch"),
+                                _RUNS.c.status == RunStatus.RUNNING.value)
+            .values(values))
     return stmt

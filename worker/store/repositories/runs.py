@@ -19,7 +19,12 @@ from worker.domain.types import (
     StepStatus,
 )
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
-from worker.store.repositories.run_statements import fenced_steps_statement, finish_step_statement
+from worker.store.repositories.run_statements import (
+    fenced_steps_statement,
+    finish_counted_run_statement,
+    finish_step_statement,
+    insert_counted_run_statement,
+)
 
 _RUNS = cast(Table, DreamRunRow.__table__)
 _LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
@@ -52,10 +57,12 @@ class RunRepository:
         self, scope: Scope, *, now: datetime, trigger: str, phases: list[str],
         force: bool = False, dry_run: bool = False, clock: datetime | None = None,
         allow_retire: int | None = None, claimed_until: datetime | None = None,
-        totals: dict[str, Any] | None = None,
+        totals: dict[str, Any] | None = None, count_notes: bool = False,
     ) -> dict[str, Any] | None:
         """``create``, returning the row's values; with ``claimed_until`` the run is inserted
-        already running under lease epoch 1 (an executor that runs it at once: no claim)."""
+        already running under lease epoch 1 (an executor that runs it at once: no claim).
+        ``count_notes`` (instead of ``totals``): the totals are ``{"notes_before": …}``, the
+        scope's note counts taken by the insert itself."""
         values: dict[str, Any] = {
             "id": str(uuid.uuid4()), "scope_key": scope.key, **scope.as_dict(),
             "status": RunStatus.QUEUED.value, "trigger": trigger, "force": force,
@@ -68,7 +75,13 @@ class RunRepository:
             values.update(status=RunStatus.RUNNING.value, lease_epoch=1, attempts=1,
                           started_at=now, lease_expires_at=claimed_until)
         try:
-            self.session.connection().execute(_INSERT_RUN, [values])
+            if count_notes:
+                stmt = insert_counted_run_statement(self.session.get_bind().dialect.name,
+                                                    tuple(values))
+                values["totals"] = self.session.connection().execute(
+                    stmt, {**values, "c_scope": scope.key}).scalar_one()
+            else:
+                self.session.connection().execute(_INSERT_RUN, [values])
         except IntegrityError:
             self.session.rollback()
             return None
@@ -130,29 +143,6 @@ class RunRepository:
             update(DreamRunRow).where(DreamRunRow.id == run_id).values(status=status, **values)
         )
 
-    def set_totals(self, run_id: str, totals: dict[str, Any]) -> None:
-        self.session.execute(
-            update(DreamRunRow).where(DreamRunRow.id == run_id).values(totals=totals)
-        )
-
-    def claim(self, run_id: str, now: datetime, lease_seconds: int) -> int | None:
-        """Move queued/interrupted → running and bump the fencing epoch; None if not claimable."""
-        run = self.session.get(DreamRunRow, run_id, with_for_update=True)
-        if run is None or run.status not in (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value):
-            return None
-        epoch = run.lease_epoch + 1
-        result = self.session.execute(
-            update(DreamRunRow)
-            .where(DreamRunRow.id == run_id, DreamRunRow.lease_epoch == run.lease_epoch,
-                   DreamRunRow.status == run.status)
-            .values(status=RunStatus.RUNNING.value, lease_epoch=epoch,
-                    lease_expires_at=now + timedelta(seconds=lease_seconds),
-                    attempts=run.attempts + 1, started_at=run.started_at or now)
-        )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
-            return None
-        return epoch
-
     def claim_returning(self, run_id: str, now: datetime, lease_seconds: int) -> Any | None:
         """queued/interrupted → running in one statement: the epoch bumped, one more attempt;
         the claimed row, or None if not claimable (a concurrent claim or a finished run: the
@@ -199,14 +189,17 @@ class RunRepository:
                    _STEPS.c.status == StepStatus.RUNNING.value)
             .values(error=f"interrupted; retried by attempt {epoch}"))
 
-    def finish_fenced(self, run_id: str, epoch: int, status: str, **values: Any) -> bool:
-        """running → a final status, only under ``epoch`` (a cancel or a recovery wins)."""
-        result = self.session.connection().execute(
-            update(_RUNS)
-            .where(_RUNS.c.id == run_id, _RUNS.c.lease_epoch == epoch,
-                   _RUNS.c.status == RunStatus.RUNNING.value)
-            .values(status=status, **values))
-        return bool(result.rowcount == 1)
+    def finish_fenced(self, run_id: str, epoch: int, status: str, scope: Scope,
+                      **values: Any) -> bool:
+        """running → a final status, only under ``epoch`` (a cancel or a recovery wins);
+        ``values`` include ``totals``, stored with their ``notes_after`` set to the scope's note
+        counts as the update runs (one prebuilt statement, no count of its own)."""
+        values["status"] = status
+        stmt = finish_counted_run_statement(self.session.get_bind().dialect.name,
+                                            tuple(sorted(values)))
+        params = {"f_run": run_id, "f_epoch": epoch, "c_scope": scope.key,
+                  **{f"v_{k}": v for k, v in values.items()}}
+        return bool(self.session.connection().execute(stmt, params).rowcount == 1)
 
     def holds_lease(self, run_id: str, epoch: int) -> bool:
         # Prebuilt Core statement: every apply transaction runs this (fencing), so it skips
