@@ -1,6 +1,7 @@
 """One phase of one run, for an executor holding the run's snapshot: order checks, the parent
 step (opened with an in-process claim, else inserted fenced), the phase itself (heartbeat,
-telemetry span, failures recorded, R6), the fenced finish.
+telemetry span, failures recorded, R6), the fenced finish: with the phase's children as the
+last statement of the phase's own write, which the engine commits (``HeldWrite``), else alone.
 
 ``run_phase`` returns a PhaseOutcome and never re-reads the run: the snapshot it is handed is
 kept current (``done``, ``waiting``) for the next phase of an in-process run."""
