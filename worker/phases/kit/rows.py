@@ -10,7 +10,11 @@ import numpy as np
 from worker.domain.types import NoteStatus, Scope, content_hash
 from worker.phases.kit.changes import Change, ChangeKind, Member
 from worker.phases.kit.evaluate import State, apply_change
-from worker.store.repositories.note_writes import TRACKED_FIELDS, UNVERSIONED_FIELDS
+from worker.store.repositories.note_writes import (
+    DECIDING_FIELDS,
+    TRACKED_FIELDS,
+    UNVERSIONED_FIELDS,
+)
 
 
 def _jsonable(value: Any) -> Any:
@@ -85,6 +89,7 @@ class RowBuilder:
                "b_version": was["version"], "v_version": now["version"],
                "v_updated_at": self.now,
                **{f"g_{k}": was.get(k) for k in keys if k in UNVERSIONED_FIELDS},
+               **{f"w_{k}": was.get(k) for k in DECIDING_FIELDS},
                "k_id": keep.id if keep is not None else None,
                "k_version": keep.version if keep is not None else None}
         self.updates.append((keys, row))

@@ -34,7 +34,11 @@ from worker.store.models import (
     ReviewRow,
     RunStepRow,
 )
-from worker.store.repositories.note_writes import TRACKED_FIELDS, UNVERSIONED_FIELDS
+from worker.store.repositories.note_writes import (
+    DECIDING_FIELDS,
+    TRACKED_FIELDS,
+    UNVERSIONED_FIELDS,
+)
 from worker.store.repositories.run_statements import fenced_steps_statement
 
 _NOTES = cast(Table, NoteRow.__table__)
@@ -149,7 +153,8 @@ class WriteRepository:
 
         ``unversioned``: the caller did not re-read the rows (it checked them against the
         run's carried state), so the guard also holds each ``UNVERSIONED_FIELDS`` column it
-        sets at its before-image (``g_<column>``) and, per row, the note its change keeps
+        sets at its before-image (``g_<column>``), each ``DECIDING_FIELDS`` column at its
+        before-image (``w_<column>``) and, per row, the note its change keeps
         (``k_id`` at ``k_version``, still active; None: none kept)."""
         if not rows:
             return 0
@@ -159,6 +164,7 @@ class WriteRepository:
             guard = [_NOTES.c.id == bindparam("b_id"), _NOTES.c.version == bindparam("b_version")]
             if unversioned:
                 guard += [_unchanged(k, postgres) for k in keys if k in UNVERSIONED_FIELDS]
+                guard += [_NOTES.c[k] == bindparam(f"w_{k}") for k in DECIDING_FIELDS]
                 guard.append(_kept(postgres))
             stmt = _UPDATES[(keys, unversioned, postgres)] = (
                 update(_NOTES).where(*guard)
