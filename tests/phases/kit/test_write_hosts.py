@@ -181,13 +181,22 @@ def test_an_erasure_after_the_load_skips_its_pair_alone_and_undo_restores_the_re
 
 
 # ---- PostgreSQL: a host edit in flight ------------------------------------------------------
+_EDIT = {"version": NoteRow.version + 1, "importance": 0.9}
+
+
 @pytest.mark.parametrize("app", [pytest.param("postgres", marks=pytest.mark.postgres)],
                          indirect=True)
-@pytest.mark.parametrize("edited", ["bold", "bnew"])
-def test_a_host_edit_in_flight_on_postgres_is_waited_for_and_seen(app: App, edited: str) -> None:
-    """The host's edit of pair b's source (or of the note pair b keeps) holds its row lock,
-    not committed, when the phase's write reaches that row: the write waits for it, sees the
-    new version once it commits, starts over under the fence, and skips pair b alone."""
+@pytest.mark.parametrize(("edited", "values", "b"), [
+    pytest.param("bold", _EDIT, ItemStatus.STALE, id="edits the source"),
+    pytest.param("bnew", _EDIT, ItemStatus.STALE, id="edits the kept note"),
+    pytest.param("bold", {"protection": "immutable"}, ItemStatus.GUARDED, id="pins the source"),
+])
+def test_a_host_edit_in_flight_on_postgres_is_waited_for_and_seen(
+        app: App, edited: str, values: dict[str, Any], b: ItemStatus) -> None:
+    """The host's edit of pair b's source or kept note (a new version), or its pin of the
+    source (none), holds the row lock, not committed, when the phase's write reaches that
+    row: the write waits for it, sees the change once it commits, starts over under the
+    fence, and does not write pair b (stale; a pin: guarded, which holds back pair c too)."""
     ctx, parent = _context(app)
     changes = _pairs(app)
     known = _known(app)
@@ -201,8 +210,7 @@ def test_a_host_edit_in_flight_on_postgres_is_waited_for_and_seen(app: App, edit
 
     with app.engine.connect() as host:
         pid = host.execute(text("SELECT pg_backend_pid()")).scalar_one()
-        host.execute(update(NoteRow).where(NoteRow.id == edited).values(
-            version=NoteRow.version + 1, importance=0.9))
+        host.execute(update(NoteRow).where(NoteRow.id == edited).values(**values))
         worker = threading.Thread(target=phase)
         worker.start()
         with app.engine.connect() as probe:  # until the phase's statement waits on the host
@@ -216,8 +224,12 @@ def test_a_host_edit_in_flight_on_postgres_is_waited_for_and_seen(app: App, edit
     worker.join()
     (results,) = out
     assert not isinstance(results, Exception), results
-    assert results[1].status == ItemStatus.STALE and results[1].stale_ids == [edited]
+    assert results[1].status == b
+    if b == ItemStatus.STALE:
+        assert results[1].stale_ids == [edited]
     before = _rows(app)
+    assert before["bold"]["status"] == "active"
     before.update({f"{k}old": {**before[f"{k}old"], "status": "active", "version": 1,
                                "comments": None, "consolidated_into_id": None} for k in "ac"})
-    _only_b_skipped(app, ctx, results, before)
+    _only_b_skipped(app, ctx, results, before, b if b == ItemStatus.GUARDED
+                    else ItemStatus.APPLIED)
