@@ -63,3 +63,27 @@ def test_a_beat_after_the_finish_keeps_the_phase_counters(app: App,
         p: StepStatus.SUCCEEDED.value for p in PHASES}
     assert {p: (s.output or {}).get("flagged") for p, s in parents.items()} == {
         p: 2 for p in PHASES}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a beat after the finish replaces the parent step's output, and a Celery finalize decides "
+    "from the steps it reads: the phase's deferred work and its budget reason are gone, the run "
+    "says succeeded instead of blocked (R27)"))
+def test_r27_a_beat_after_the_finish_does_not_hide_deferred_work_from_finalize(
+        app: App, monkeypatch: Any) -> None:
+    add_notes(app, {"content": "a note"})
+    monkeypatch.setattr("worker.runs.phase_run.LeaseHeartbeat", _LateBeat)
+    flag = _flagging("consolidate")
+
+    def deferring(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        report = flag(ctx, step_id)
+        return PhaseReport(phase=report.phase, status=report.status,
+                           counters={**report.counters, "clusters_deferred": 1},
+                           reason="budget exhausted: 3 of 3 model calls")
+
+    registry = {**{p: _flagging(p) for p in PHASES}, "consolidate": deferring}
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id
+    for phase in PHASES:  # what Celery does: one task per phase, then finalize from a read
+        service.execute_phase(app, run_id, phase, registry)
+    assert service.finalize_run(app, run_id) == RunStatus.BLOCKED.value
