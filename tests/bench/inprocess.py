@@ -4,7 +4,8 @@ Each child builds its App (as a Celery worker process does), creates one forced 
 its share and executes it with ``service.execute_run``. A ``Meter`` charges wall time, CPU time
 (all threads of the process: the model fan-out included) and SQL statements to what is running:
 each phase function of the registry (load, plan, judge, apply, steps) or the engine around them
-(create, claim, phase steps, finalize). The registry is wrapped where the engine looks it up
+(create, claim, finalize; a phase's write committed by the engine with the phase's finish is
+charged to the phase). The registry is wrapped where the engine looks it up
 (``worker.phases.phase_registry``), so the same harness measures any commit of the worker.
 """
 
@@ -40,6 +41,7 @@ class Meter:
         self.cpu: Counter[str] = Counter()
         self.sql: Counter[str] = Counter()
         self.current = "setup"
+        self.last_phase: str | None = None  # the phase whose held write the engine commits
         self._mark = (time.perf_counter(), time.process_time())
         event.listen(app.engine, "before_cursor_execute", self._count)
 
@@ -71,6 +73,7 @@ def metered_registry(meter: Meter) -> None:
 
     def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def metered(*args: Any, **kwargs: Any) -> Any:
+            meter.last_phase = name
             with meter.section(name):
                 return fn(*args, **kwargs)
         return metered
@@ -79,6 +82,24 @@ def metered_registry(meter: Meter) -> None:
         return {name: wrap(name, fn) for name, fn in original().items()}
 
     phases.phase_registry = registry  # type: ignore[assignment]
+    _meter_held_commits(meter)
+
+
+def _meter_held_commits(meter: Meter) -> None:
+    """Where the engine commits a phase's held write with the phase's finish (one statement,
+    one commit: ``runs.context.HeldWrite``), that commit is the phase's write and is charged to
+    the phase, as the phase's own commit was before; older checkouts commit inside the phase."""
+    from worker.runs import context, phase_run
+
+    finish = getattr(phase_run, "_finish", None)
+    if finish is None or not hasattr(context, "HeldWrite"):
+        return
+
+    def metered(*args: Any, **kwargs: Any) -> Any:
+        with meter.section(meter.last_phase or ENGINE):
+            return finish(*args, **kwargs)
+
+    phase_run._finish = metered  # type: ignore[attr-defined]
 
 
 def _child(url: str, latency: float | None, concurrency: int, extra: dict[str, Any],
