@@ -91,3 +91,18 @@ def test_the_loads_state_is_what_the_locked_re_read_returns(app: App) -> None:
         "injection", "review"]
     assert (state["n0"]["comments"], state["n2"]["flags"], state["n0"]["last_checked_at"]) == (
         None, [], NOW)
+
+
+def test_counts_by_status_in_a_scope_and_in_all(app: App) -> None:
+    """Per status: the scope's notes only when a scope is given, every note otherwise."""
+    add_notes(app, {"id": "c1", "content": "User drinks green tea"},
+              {"id": "c2", "content": "User lives in Berlin"},
+              {"id": "c3", "content": "User owns a bicycle", "agent_id": "agent-2"})
+    with app.uow() as uow:
+        uow.session.execute(update(NoteRow).where(NoteRow.id == "c2").values(status="archived"))
+        uow.commit()
+    with app.uow() as uow:
+        assert uow.notes.count_by_status(SCOPE) == {"active": 1, "archived": 1}
+        assert uow.notes.count_by_status(Scope("agent-2")) == {"active": 1}
+        assert uow.notes.count_by_status(Scope("agent-3")) == {}
+        assert uow.notes.count_by_status() == {"active": 2, "archived": 1}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session, defer
 
 from worker.domain.types import Note, NoteStatus, Scope
@@ -40,6 +40,11 @@ _NOTE_COLUMNS = (
     NoteRow.content_hash,
     NoteRow.flags,
 )
+
+
+# Prebuilt (a run counts its scope's notes before and after): no statement or cache key per call.
+_COUNT_ALL = select(NoteRow.status, func.count()).group_by(NoteRow.status)
+_COUNT_SCOPE = _COUNT_ALL.where(NoteRow.scope_key == bindparam("scope_key"))
 
 
 def _row_to_note(row: Any) -> Note:
@@ -114,10 +119,9 @@ class NoteRepository(NoteWrites):
         return sorted(Scope.from_key(r.scope_key) for r in rows)
 
     def count_by_status(self, scope: Scope | None = None) -> dict[str, int]:
-        stmt = select(NoteRow.status, func.count()).group_by(NoteRow.status)
-        if scope is not None:
-            stmt = stmt.where(NoteRow.scope_key == scope.key)
-        return {status: count for status, count in self._run(stmt).all()}
+        rows = (self._run(_COUNT_ALL) if scope is None
+                else self._run(_COUNT_SCOPE, {"scope_key": scope.key}))
+        return {status: count for status, count in rows.all()}
 
     def find_by_hash(self, scope: Scope, hashes: Iterable[str]) -> dict[str, str]:
         hashes = list(set(hashes))
