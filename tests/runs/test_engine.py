@@ -211,17 +211,18 @@ def _statements(app: App, work: Any) -> tuple[Any, list[str]]:
 
 
 def test_the_engine_reads_a_run_once_and_writes_one_statement_per_phase(app: App) -> None:
-    """In-process, around phases that touch nothing: the claim (3 statements: the claim, the
-    notes-before count, every phase's parent step opened in one executemany), 1 per phase (its
-    parent step's finish), finalize (the fenced final update, which counts the notes after
-    itself; the steps are the ones this process wrote, not read again): 8, whatever the number
-    of notes (the phases' own load embeds what lacks a vector: the engine no longer looks)."""
+    """In-process, around phases that touch nothing: the claim (2 statements: the claim, which
+    returns the notes-before counts too, and every phase's parent step opened in one
+    executemany), 1 per phase (its parent step's finish), finalize (the fenced final update,
+    which counts the notes after itself; the steps are the ones this process wrote, not read
+    again): 7, whatever the number of notes (the phases' own load embeds what lacks a vector:
+    the engine no longer looks)."""
     add_notes(app, *({"content": f"note {k}"} for k in range(30)))
     run_id = service.create_run(app, SCOPE, force=True)
     assert run_id is not None
     status, statements = _statements(app, lambda: engine.execute_run(app, run_id, QUIET))
     assert status == RunStatus.SUCCEEDED.value
-    assert len(statements) == 3 + len(PHASES) + 1, statements
+    assert len(statements) == 2 + len(PHASES) + 1, statements
 
 
 def test_a_run_created_claimed_needs_no_claim(app: App) -> None:
@@ -300,7 +301,8 @@ def test_r27_a_model_down_for_some_calls_ends_the_run_partial(app: App,
 
 def test_a_celery_phase_task_reads_its_run_once(app: App) -> None:
     """Each phase task: one read of the run (row; its steps once it was claimed), the claim
-    for the first (claim + notes-before count), the fenced parent step and its finish (the
+    for the first (which returns the notes-before counts too), the fenced parent step and its
+    finish (the
     phases' own load embeds what lacks a vector: the engine no longer looks)."""
     add_notes(app, *({"content": f"note {k}"} for k in range(30)))
     run_id = service.create_run(app, SCOPE, force=True)
@@ -318,6 +320,6 @@ def test_a_celery_phase_task_reads_its_run_once(app: App) -> None:
             assert engine.execute_phase(app, run_id, phase, QUIET).outcome is PhaseOutcome.NO_ITEMS
     finally:
         event.remove(app.engine, "before_cursor_execute", count)
-    assert counted == {"consolidate": 1 + 2 + 2, "contradictions": 2 + 2,
+    assert counted == {"consolidate": 1 + 1 + 2, "contradictions": 2 + 2,
                        "prune": 2 + 2, "archive": 2 + 2}
     assert service.finalize_run(app, run_id) == RunStatus.SUCCEEDED.value

@@ -104,9 +104,9 @@ def read_snapshot(app: App, run_id: str) -> RunSnapshot:
 
 def claim(app: App, run_id: str, *, opening: bool = False) -> RunSnapshot | None:
     """Take the run's lease (queued/interrupted → running); None if it is not claimable
-    (someone else claimed it first, or it finished). Two statements for a fresh run: the claim
-    itself and the scope's note counts before any phase touches it (written with the first
-    phase step, see ``notes_before``); a retried run also marks and reads its steps. With
+    (someone else claimed it first, or it finished). One statement for a fresh run: the claim,
+    which returns the scope's note counts before any phase touches it too (written with the
+    first phase step, see ``notes_before``); a retried run also marks and reads its steps. With
     ``opening`` (an in-process executor), one more: ``open_phases``."""
     with app.uow() as uow:
         row = uow.runs.claim_returning(run_id, utcnow(), app.settings.lease_seconds)
@@ -117,8 +117,8 @@ def claim(app: App, run_id: str, *, opening: bool = False) -> RunSnapshot | None
             uow.runs.note_interrupted_steps(run_id, row.lease_epoch)
             steps = uow.runs.steps(run_id)
         snap = snapshot_of(row, steps)
-        if snap.notes_before is None:
-            snap.notes_before = uow.notes.count_by_status(snap.scope)
+        if snap.notes_before is None:  # counted by the claim itself
+            snap.notes_before = dict(row.notes_now)
             snap.unrecorded = True
         if opening:
             open_phases(uow, snap)

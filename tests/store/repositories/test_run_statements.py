@@ -1,5 +1,5 @@
-"""The run statements that count the scope's notes themselves (the claimed run's insert, the
-final update), on SQLite and PostgreSQL: the counts they store are the scope's real counts
+"""The run statements that count the scope's notes themselves (the claimed run's insert, a
+queued run's claim, the final update), on SQLite and PostgreSQL: the counts they store are the scope's real counts
 (``count_by_status``), before and after, in the order readers saw them, and never another
 scope's."""
 
@@ -83,3 +83,24 @@ def test_a_scope_without_notes_counts_as_an_empty_object(app: App) -> None:
     assert engine.execute_run(app, snap, quiet) == RunStatus.SUCCEEDED.value
     totals = _totals(app, snap.run_id)
     assert (totals["notes_before"], totals["notes_after"]) == ({}, {})
+
+
+def test_a_queued_runs_claim_counts_the_scope_it_claims(app: App) -> None:
+    """A run created queued is counted by its claim (the claim's RETURNING): its first phase
+    step records the counts (the guard's baseline) and its totals end with them as
+    notes_before; another scope's notes are not in them."""
+    add_notes(app, *({"content": f"note {k}"} for k in range(5)))
+    add_notes(app, *({"content": f"other {k}", "agent_id": "agent-2"} for k in range(3)))
+    _set_status(app, SCOPE, "archived", 1)
+    before = _counts(app, SCOPE)
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    quiet: Registry = {p: (lambda name: lambda ctx, step_id: PhaseReport(
+        phase=name, status=StepStatus.NO_ITEMS.value))(p) for p in PHASES}
+    assert engine.execute_run(app, run_id, quiet) == RunStatus.SUCCEEDED.value
+    with app.uow() as uow:
+        first = uow.runs.steps(run_id)[0]
+    assert (first.phase, (first.input or {}).get("notes_before")) == (PHASES[0], before)
+    assert before == {"active": 4, "archived": 1}
+    totals = _totals(app, run_id)
+    assert (totals["notes_before"], totals["notes_after"]) == (before, before)

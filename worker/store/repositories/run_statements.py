@@ -14,6 +14,7 @@ from sqlalchemy import (
     literal,
     literal_column,
     select,
+    type_coerce,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -78,12 +79,13 @@ def fenced_steps_statement(dialect: str, names: tuple[str, ...],
     return stmt
 
 
-def note_counts(dialect: str, scope_param: str) -> Any:
-    """The notes of the scope bound as ``scope_param`` counted by status, as one JSON object
-    (``{}`` for none): what ``NoteRepository.count_by_status`` returns, computed inside the
-    statement that stores it (same GROUP BY, so the same order of statuses on SQLite)."""
+def note_counts(dialect: str, scope: Any) -> Any:
+    """The notes of the scope keyed by ``scope`` (a parameter, or the run row's column)
+    counted by status, as one JSON object (``{}`` for none): what
+    ``NoteRepository.count_by_status`` returns, computed inside the statement that stores it
+    (same GROUP BY, so the same order of statuses on SQLite)."""
     counts = (select(_NOTES.c.status, func.count().label("n"))
-              .where(_NOTES.c.scope_key == bindparam(scope_param))
+              .where(_NOTES.c.scope_key == scope)
               .group_by(_NOTES.c.status).subquery())
     if dialect == "postgresql":
         agg = select(func.jsonb_object_agg(counts.c.status, counts.c.n)).scalar_subquery()
@@ -102,7 +104,7 @@ def insert_counted_run_statement(dialect: str, names: tuple[str, ...]) -> Any:
     stmt = _INSERT_COUNTED.get(key)
     if stmt is None:
         build = func.jsonb_build_object if dialect == "postgresql" else func.json_object
-        totals = build("notes_before", note_counts(dialect, "c_scope"))
+        totals = build("notes_before", note_counts(dialect, bindparam("c_scope")))
         row = select(*(bindparam(n, type_=_RUNS.c[n].type).label(n) for n in names),
                      totals.label("totals"))
         stmt = _INSERT_COUNTED[key] = (insert(_RUNS).from_select([*names, "totals"], row)
@@ -118,7 +120,7 @@ def finish_counted_run_statement(dialect: str, columns: tuple[str, ...]) -> Any:
     stmt = _FINISH_COUNTED.get(key)
     if stmt is None:
         values: dict[str, Any] = {c: bindparam(f"v_{c}", type_=_RUNS.c[c].type) for c in columns}
-        after = note_counts(dialect, "c_scope")
+        after = note_counts(dialect, bindparam("c_scope"))
         if dialect == "postgresql":
             values["totals"] = func.jsonb_set(values["totals"],
                                               literal_column("'{notes_after}'::text[]"), after)
@@ -130,3 +132,11 @@ def finish_counted_run_statement(dialect: str, columns: tuple[str, ...]) -> Any:
                                 _RUNS.c.status == RunStatus.RUNNING.value)
             .values(values))
     return stmt
+
+
+def claimed_notes(dialect: str) -> Any:
+    """The claimed run's scope's note counts, for the claim's RETURNING (``notes_now``)."""
+    # Spelled out: SQLite's RETURNING names columns without their table, so the run's
+    # scope_key would read as the notes' own.
+    own: Any = literal_column("dream_runs.scope_key")
+    return type_coerce(note_counts(dialect, own), _RUNS.c.totals.type).label("notes_now")

@@ -20,6 +20,7 @@ from worker.domain.types import (
 )
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 from worker.store.repositories.run_statements import (
+    claimed_notes,
     fenced_steps_statement,
     finish_counted_run_statement,
     finish_step_statement,
@@ -145,8 +146,9 @@ class RunRepository:
 
     def claim_returning(self, run_id: str, now: datetime, lease_seconds: int) -> Any | None:
         """queued/interrupted → running in one statement: the epoch bumped, one more attempt;
-        the claimed row, or None if not claimable (a concurrent claim or a finished run: the
-        WHERE is re-checked under the row lock)."""
+        the claimed row and its scope's note counts as the claim saw them (``notes_now``), or
+        None if not claimable (a concurrent claim or a finished run: the WHERE is re-checked
+        under the row lock)."""
         stmt = (
             update(_RUNS)
             .where(_RUNS.c.id == run_id, _RUNS.c.status.in_(_UNCLAIMED))
@@ -155,7 +157,7 @@ class RunRepository:
                     attempts=_RUNS.c.attempts + 1,
                     started_at=func.coalesce(_RUNS.c.started_at,
                                              literal(now, _RUNS.c.started_at.type)))
-            .returning(*_RUNS.c)
+            .returning(*_RUNS.c, claimed_notes(self.session.get_bind().dialect.name))
         )
         return self.session.connection().execute(stmt).one_or_none()
 
