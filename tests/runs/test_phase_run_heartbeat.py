@@ -1,14 +1,12 @@
 """The lease heartbeat against a phase's finish, on SQLite and PostgreSQL: a beat can land after
 the finish committed and before the heartbeat stops (on SQLite it waits on the held write's
 lock for the whole held window, then runs right after the finish); it must not overwrite what
-the finish recorded on the parent step."""
+the finish recorded on the parent step (its counters, what finalize decides from)."""
 
 from __future__ import annotations
 
 from types import TracebackType
 from typing import Any
-
-import pytest
 
 from tests.support.factories import add_notes
 from worker.app import App
@@ -45,12 +43,10 @@ class _LateBeat(lease.LeaseHeartbeat):
         super().__exit__(exc_type, exc, tb)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the heartbeat's usage recorder (phase_run._usage_recorder -> runs.update_step) replaces "
-    "the parent step's output unguarded: a beat after the finish wipes the phase's counters "
-    "(only {'usage': ...} is left on a succeeded step)"))
 def test_a_beat_after_the_finish_keeps_the_phase_counters(app: App,
                                                            monkeypatch: Any) -> None:
+    """The beat records usage on a running step only: each phase's finished step keeps its
+    counters (an unguarded beat left ``{"usage": ...}`` alone on a succeeded step)."""
     add_notes(app, {"content": "a note"}, {"content": "another note"})
     monkeypatch.setattr("worker.runs.phase_run.LeaseHeartbeat", _LateBeat)
     snap = service.create_claimed_run(app, SCOPE, force=True)
@@ -65,12 +61,10 @@ def test_a_beat_after_the_finish_keeps_the_phase_counters(app: App,
         p: 2 for p in PHASES}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a beat after the finish replaces the parent step's output, and a Celery finalize decides "
-    "from the steps it reads: the phase's deferred work and its budget reason are gone, the run "
-    "says succeeded instead of blocked (R27)"))
 def test_r27_a_beat_after_the_finish_does_not_hide_deferred_work_from_finalize(
         app: App, monkeypatch: Any) -> None:
+    """Under Celery finalize decides from the steps it reads: the late beat must leave the
+    phase's budget-deferred work on its step, so the run is blocked, not succeeded."""
     add_notes(app, {"content": "a note"})
     monkeypatch.setattr("worker.runs.phase_run.LeaseHeartbeat", _LateBeat)
     flag = _flagging("consolidate")

@@ -141,7 +141,7 @@ def _usage_recorder(ctx: PhaseContext, step_id: str, *, waiting: bool) -> Any:
         output: dict[str, Any] = {"usage": {"calls": calls, "tokens": tokens}}
         if waiting:
             output["waiting"] = "resumed"
-        uow.runs.update_step(step_id, output=output)
+        uow.runs.update_running_step(step_id, output=output)
 
     return record
 

@@ -310,6 +310,14 @@ class RunRepository:
         self.session.connection().execute(
             update(RunStepRow).where(RunStepRow.id == step_id).values(**values))
 
+    def update_running_step(self, step_id: str, **values: Any) -> None:
+        """``update_step`` while the step is still running: a lease beat racing the phase's
+        finish (on SQLite it waits on the held write's lock) never replaces what it recorded."""
+        self.session.connection().execute(
+            update(RunStepRow).where(RunStepRow.id == step_id,
+                                     RunStepRow.status == StepStatus.RUNNING.value)
+            .values(**values))
+
     def steps(self, run_id: str) -> builtins.list[RunStepRow]:
         return list(self.session.scalars(
             select(RunStepRow).where(RunStepRow.run_id == run_id)
