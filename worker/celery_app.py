@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -72,6 +73,9 @@ def _init_process(**_: Any) -> None:
     # A forked child must not reuse the parent's connections.
     _resources.pop("app", None)
     res = resources()
+    # The App, the imported modules and their prebuilt statements live as long as the process:
+    # frozen, no later collection scans them again (~3% of a run's CPU went to collections).
+    gc.freeze()
     structlog.get_logger(__name__).info(
         "celery.process_ready", pid=os.getpid(), database=res.engine.url.get_backend_name()
     )

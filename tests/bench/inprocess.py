@@ -11,6 +11,7 @@ charged to the phase). The registry is wrapped where the engine looks it up
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import queue
@@ -113,6 +114,7 @@ def _child(url: str, latency: float | None, concurrency: int, extra: dict[str, A
     app = build_app(settings(url, llm_concurrency=concurrency, **extra), llm=llm)
     meter = Meter(app)
     metered_registry(meter)
+    gc.freeze()  # as a Celery worker process does once its App is built (celery_app)
     scope_list = scopes_in(app)[part[0]::part[1]]
     statuses: Counter[str] = Counter()
     start_epoch, t0, cpu0 = time.time(), time.perf_counter(), time.process_time()
