@@ -72,3 +72,41 @@ def test_a_note_the_host_renewed_between_phases_is_kept_in_process_as_under_cele
     assert service.finalize_run(app, run_id) == RunStatus.SUCCEEDED.value
     assert _status(app, "celery") == "active"  # read afresh: renewed, kept
     assert _status(app, "inproc") == "active"
+
+
+def _pin(app: App, agent: str, now: Any) -> None:
+    """The host pins the expiring note immutable: the column alone, no version."""
+    with app.uow() as uow:
+        uow.session.execute(update(NoteRow).where(NoteRow.id == f"{agent}-x")
+                            .values(protection="immutable"))
+        uow.commit()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "archive plans on the carried protection (standard); its write, seeing the pin at the "
+    "update, refuses the pinned note as a protection trip, which holds back the whole batch "
+    "(guard_each=False) and blocks the run, where a fresh read preserves the note and "
+    "archives the rest"))
+def test_a_note_the_host_pinned_between_phases_is_preserved_in_process_as_under_celery(
+        app: App) -> None:
+    registry = _after_consolidate(_pin)
+    statuses = {}
+    for agent in ("inproc", "celery"):
+        _notes(app, agent)
+        add_notes(app, {"agent_id": agent, "id": f"{agent}-y", "content": "Coupon valid today",
+                        "expires_at": days_ago(2)})
+    run_id = service.create_run(app, Scope("celery"), force=True, clock=NOW)
+    assert run_id
+    for phase in PHASES:
+        service.execute_phase(app, run_id, phase, registry)
+    statuses["celery"] = service.finalize_run(app, run_id)
+    run_id = service.create_run(app, Scope("inproc"), force=True, clock=NOW)
+    assert run_id
+    statuses["inproc"] = service.execute_run(app, run_id, registry)
+    assert _status(app, "celery") == "active"  # the pin seen: preserved
+    assert _status(app, "inproc") == "active"  # never archived over the pin (the write's guard)
+    with app.uow() as uow:
+        archived = {r for r in uow.session.scalars(select(NoteRow.id).where(
+            NoteRow.status == "archived"))}
+    assert statuses["celery"] == RunStatus.SUCCEEDED.value and "celery-y" in archived
+    assert (statuses["inproc"], "inproc-y" in archived) == (RunStatus.SUCCEEDED.value, True)
