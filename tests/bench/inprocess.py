@@ -90,8 +90,13 @@ def _meter_held_commits(meter: Meter) -> None:
     """Where the engine commits a phase's held write with the phase's finish (one statement,
     one commit: ``runs.context.HeldWrite``), that commit is the phase's write and is charged to
     the phase, as the phase's own commit was before; older checkouts commit inside the phase."""
-    from worker.runs import context, phase_run
+    import importlib
 
+    try:  # an older checkout (--before) may have neither module
+        context = importlib.import_module("worker.runs.context")
+        phase_run = importlib.import_module("worker.runs.phase_run")
+    except ImportError:
+        return
     finish = getattr(phase_run, "_finish", None)
     if finish is None or not hasattr(context, "HeldWrite"):
         return
@@ -100,7 +105,7 @@ def _meter_held_commits(meter: Meter) -> None:
         with meter.section(meter.last_phase or ENGINE):
             return finish(*args, **kwargs)
 
-    phase_run._finish = metered  # type: ignore[attr-defined]
+    phase_run._finish = metered
 
 
 def _child(url: str, latency: float | None, concurrency: int, extra: dict[str, Any],
