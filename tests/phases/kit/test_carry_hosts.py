@@ -53,10 +53,6 @@ def _status(app: App, agent: str) -> str:
                                       .where(NoteRow.id == f"{agent}-x")))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the carried scope keeps a note's expires_at (and last_accessed_at) as loaded: a host "
-    "write of it without a version between phases is not seen by an in-process run's archive, "
-    "which archives a note the host just renewed; a Celery run (fresh read) keeps it"))
 def test_a_note_the_host_renewed_between_phases_is_kept_in_process_as_under_celery(
         app: App) -> None:
     registry = _after_consolidate(_renew)
@@ -82,11 +78,6 @@ def _pin(app: App, agent: str, now: Any) -> None:
         uow.commit()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "archive plans on the carried protection (standard); its write, seeing the pin at the "
-    "update, refuses the pinned note as a protection trip, which holds back the whole batch "
-    "(guard_each=False) and blocks the run, where a fresh read preserves the note and "
-    "archives the rest"))
 def test_a_note_the_host_pinned_between_phases_is_preserved_in_process_as_under_celery(
         app: App) -> None:
     registry = _after_consolidate(_pin)
@@ -110,3 +101,32 @@ def test_a_note_the_host_pinned_between_phases_is_preserved_in_process_as_under_
             NoteRow.status == "archived"))}
     assert statuses["celery"] == RunStatus.SUCCEEDED.value and "celery-y" in archived
     assert (statuses["inproc"], "inproc-y" in archived) == (RunStatus.SUCCEEDED.value, True)
+
+
+def test_an_unchanged_expiring_note_is_archived_from_the_carried_scope_without_a_conflict(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The UPDATE's guard holds expires_at and last_accessed_at at the carried values: equal to
+    the stored ones (no false mismatch, no start-over) when the host wrote nothing."""
+    from worker.store.repositories.writes import WriteRepository
+
+    short: list[tuple[int, int]] = []
+    real = WriteRepository.update_notes
+
+    def spy(self: WriteRepository, keys: Any, rows: Any, **kw: Any) -> int:
+        done = real(self, keys, rows, **kw)
+        if done != len(rows):
+            short.append((done, len(rows)))
+        return done
+
+    monkeypatch.setattr(WriteRepository, "update_notes", spy)
+    _notes(app, "quiet")
+    add_notes(app, {"agent_id": "quiet", "id": "quiet-y", "content": "Coupon valid today",
+                    "expires_at": days_ago(2.123456), "last_accessed_at": days_ago(3.5)})
+    run_id = service.create_run(app, Scope("quiet"), force=True, clock=NOW)
+    assert run_id
+    assert service.execute_run(app, run_id, service.phase_registry()) == RunStatus.SUCCEEDED.value
+    with app.uow() as uow:
+        archived = set(uow.session.scalars(select(NoteRow.id).where(
+            NoteRow.status == "archived")))
+    assert archived == {"quiet-x", "quiet-y"}
+    assert short == []

@@ -101,3 +101,19 @@ def test_a_change_survives_its_json_form() -> None:
                     relation="consolidated", reason="consolidated", comment="Consolidated into n",
                     valid_to=NOW, confidence=0.9, detail={"similarity": 0.93})
     assert Change.from_json(json.loads(json.dumps(change.to_json()))) == change
+
+
+def test_a_member_whose_decided_field_moved_is_stale_alone_not_guarded() -> None:
+    """``expect``: what the plan read beside the version (a host renews or pins a note without
+    one); a member that differs there is stale, skipped alone, the rest still applies."""
+    state = _state("a", "b", "c")
+    state["a"]["expires_at"], state["b"]["expires_at"] = NOW, NOW
+    state["b"]["protection"] = "immutable"  # pinned since the plan: stale, not a guard trip
+    planned = {"expires_at": NOW, "protection": "standard"}
+    changes = [Change(kind=ChangeKind.ARCHIVE, name=i, members=(Member(i, 1),), comment="gone",
+                      expect={i: planned}) for i in "abc"]
+    results, tripped = evaluate(changes, state, _limits(baseline=3, each=False))
+    assert tripped is None
+    # c: no expires_at in the state (None) where the plan read one: stale too
+    assert [(r.status.value, r.stale_ids) for r in results] == [
+        ("applied", []), ("stale", ["b"]), ("stale", ["c"])]

@@ -23,12 +23,18 @@ class RetentionPolicy:
     protected_inactive_days: int = 365
 
 
+# What ``plan_notes`` decides a note on beside its status and version; a host may write each
+# without a version (a renewal, a retrieval's touch, a pin), so the write re-checks them.
+DECIDED_FIELDS = ("expires_at", "last_accessed_at", "protection", "is_auto_generated")
+
+
 @dataclass(frozen=True)
 class Decision:
     id: str
     version: int
     comment: str
     idle_days: int
+    decided: tuple[tuple[str, object], ...] = ()  # a note's DECIDED_FIELDS as the plan read them
 
 
 @dataclass
@@ -81,14 +87,17 @@ def plan_notes(notes: list[Note], policy: RetentionPolicy, now: datetime) -> Not
         if note.protection == immutable or (note.protection == protected and idle <= protected_limit):
             plan.protected_preserved.append(note.id)
             continue
+        decided = tuple((f, getattr(note, f)) for f in DECIDED_FIELDS)
         if expired:
             assert note.expires_at is not None
             why = f"expired on {note.expires_at.date().isoformat()}"
-            plan.expired.append(Decision(note.id, note.version, _stamp(now, why), idle.days))
+            plan.expired.append(Decision(note.id, note.version, _stamp(now, why), idle.days,
+                                         decided))
         else:
             why = (f"not accessed for {idle.days} days "
                    f"(retention {policy.note_retention_days} days)")
-            plan.stale.append(Decision(note.id, note.version, _stamp(now, why), idle.days))
+            plan.stale.append(Decision(note.id, note.version, _stamp(now, why), idle.days,
+                                       decided))
     return plan
 
 

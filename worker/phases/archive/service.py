@@ -178,8 +178,10 @@ def _changes(name: str, decisions: list[Decision]) -> list[Change]:
     entity, reason = _BATCHES[name]
     # The plan already keeps immutable and recently used protected notes out (R23): a
     # protected note long unused may go, an immutable one never.
+    # ``expect``: a renewal or a pin since the plan makes the note stale, skipped alone.
     return [Change(kind=ChangeKind.ARCHIVE, name=name, members=(Member(d.id, d.version),),
-                   comment=d.comment, reason=reason, entity=entity, protected_ok=True)
+                   comment=d.comment, reason=reason, entity=entity, protected_ok=True,
+                   expect={d.id: dict(d.decided)} if d.decided else {})
             for d in decisions]
 
 

@@ -8,6 +8,7 @@ values can be stored as a proposal and approved later through the same write
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -67,6 +68,9 @@ class Change:
     ``reason`` goes to the operation log; ``confidence`` and ``detail`` are for reviewers.
     ``owner_gone`` (prune) keeps the item outside the guard's share; ``protected_ok`` (archive's
     long-unused protected notes) lets a protected member be retired, never an immutable one.
+    ``expect``: per member, what else its plan decided on ({field: value as read}); a host may
+    write those without a version (a renewal, a pin), so a member where one differs at the
+    write is stale. A plan-time check: not stored with a proposal (approved later, afresh).
     """
 
     kind: ChangeKind
@@ -87,6 +91,7 @@ class Change:
     owner_gone: bool = False
     protected_ok: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
+    expect: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def target_id(self) -> str | None:

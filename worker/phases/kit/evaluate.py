@@ -57,6 +57,9 @@ def _freshness(c: Change, state: State) -> ItemResult:
     if c.entity != "note":  # examples are re-checked by their own guarded update
         return ItemResult(c, ItemStatus.APPLIED)
     stale = [m.id for m in (*c.members, *c.keep) if not _fresh(state.get(m.id), m.version)]
+    # What the plan decided on beyond the version (``Change.expect``), as the write sees it now.
+    stale += [i for i, want in c.expect.items() if i not in stale and i in state
+              and any(state[i].get(f) != v for f, v in want.items())]
     if c.kind == ChangeKind.ARCHIVE:
         # Backstop for R26 under every planner: maintenance never archives what a person wrote.
         stale += [m.id for m in c.members
@@ -157,6 +160,8 @@ def apply_change(c: Change, state: State) -> None:
                                 "protection": c.new_note.protection,
                                 "is_auto_generated": c.new_note.is_auto_generated,
                                 "created_at": None, "comments": c.new_note.comments,
+                                "last_accessed_at": c.new_note.last_accessed_at,
+                                "expires_at": None,
                                 "flags": []}
 
 

@@ -57,6 +57,7 @@ class ScopeSnapshot:
             out[i] = {"id": i, "version": n.version, "status": n.status,
                       "protection": n.protection,
                       "is_auto_generated": n.is_auto_generated, "created_at": n.created_at,
+                      "expires_at": n.expires_at, "last_accessed_at": n.last_accessed_at,
                       "consolidated_into_id": n.consolidated_into_id, "comments": comments,
                       "valid_to": _utc(valid_to), "importance": n.importance,
                       "flags": list(flags) if flags is not None else None,

@@ -36,9 +36,11 @@ TRACKED_FIELDS = (
 # covers the rest (status, valid_to, importance: only ever written with a new version).
 UNVERSIONED_FIELDS = frozenset({"comments", "consolidated_into_id", "flags"})
 # What a retirement decides on that a host may write straight to the table without a version
-# (a pin, taking a note over as manual, retiring it): a write from the carried state guards
-# every UPDATE with these at their before-images too, so a changed one starts it over.
-DECIDING_FIELDS = ("status", "protection", "is_auto_generated")
+# (a pin, taking a note over as manual, retiring it, renewing its expiry, a retrieval's touch):
+# a write from the carried state guards every UPDATE with these at their before-images too, so
+# a changed one starts it over (re-read under the lock, where a ``Change.expect`` sees it).
+DECIDING_FIELDS = ("status", "protection", "is_auto_generated", "expires_at",
+                   "last_accessed_at")
 
 # Annotations a run writes on a note it keeps (review flags, "flagged for review" comments).
 # Writing only these keeps the note's version: the version is what freshness checks

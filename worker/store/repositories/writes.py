@@ -55,7 +55,8 @@ _FENCE = (
     .values(lease_epoch=_RUNS.c.lease_epoch)
     .returning(_RUNS.c.totals)
 )
-STATE_FIELDS = ("version", "status", "protection", "is_auto_generated", "created_at",
+STATE_FIELDS = ("version", "status", "created_at",
+                *(f for f in DECIDING_FIELDS if f != "status"),
                 *(f for f in TRACKED_FIELDS if f != "status"))
 _STATE = select(_NOTES.c.id, *(_NOTES.c[f] for f in STATE_FIELDS)).where(
     _NOTES.c.id.in_(bindparam("ids", expanding=True)))
@@ -130,7 +131,7 @@ class WriteRepository:
         return int(self._run(_ACTIVE_COUNT, {"scope_key": scope_key}).scalar_one())
 
     def lock_state(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """Current version, status, protection and tracked fields of each id, in one SELECT
+        """Current version, status, ``DECIDING_FIELDS`` and tracked fields of each id, in one SELECT
         per 500 ids, locked on PostgreSQL (``FOR UPDATE``) until the write ends."""
         wanted = list(dict.fromkeys(ids))
         out: dict[str, dict[str, Any]] = {}
@@ -164,7 +165,8 @@ class WriteRepository:
             guard = [_NOTES.c.id == bindparam("b_id"), _NOTES.c.version == bindparam("b_version")]
             if unversioned:
                 guard += [_unchanged(k, postgres) for k in keys if k in UNVERSIONED_FIELDS]
-                guard += [_NOTES.c[k] == bindparam(f"w_{k}") for k in DECIDING_FIELDS]
+                guard += [_NOTES.c[k].is_not_distinct_from(bindparam(f"w_{k}"))
+                          for k in DECIDING_FIELDS]  # (expires_at, last_accessed_at: NULL)
                 guard.append(_kept(postgres))
             stmt = _UPDATES[(keys, unversioned, postgres)] = (
                 update(_NOTES).where(*guard)
