@@ -311,8 +311,7 @@ class RunRepository:
             update(RunStepRow).where(RunStepRow.id == step_id).values(**values))
 
     def update_running_step(self, step_id: str, **values: Any) -> None:
-        """``update_step`` while the step is still running: a lease beat racing the phase's
-        finish (on SQLite it waits on the held write's lock) never replaces what it recorded."""
+        """``update_step`` while the step runs: a lease beat after the finish replaces nothing."""
         self.session.connection().execute(
             update(RunStepRow).where(RunStepRow.id == step_id,
                                      RunStepRow.status == StepStatus.RUNNING.value)
