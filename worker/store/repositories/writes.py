@@ -77,12 +77,13 @@ _ACTIVE_COUNT = select(func.count()).select_from(_NOTES).where(
 CHUNK = 500
 
 
-def _unchanged(name: str, postgres: bool) -> Any:
-    """Column ``name`` still at its before-image ``g_<name>``, NULL equal to NULL. JSON (flags)
+def _unchanged(name: str, postgres: bool, prefix: str = "g") -> Any:
+    """Column ``name`` still at its before-image ``<prefix>_<name>`` (bound with the column's
+    own type, so a datetime binds as it is stored), NULL equal to NULL. JSON (flags)
     is compared as JSON, SQL NULL and JSON null alike (a NULL written as JSON reads back as
     None too): canonical text on SQLite, jsonb equality on PostgreSQL."""
     column = _NOTES.c[name]
-    given = bindparam(f"g_{name}", type_=column.type)
+    given = bindparam(f"{prefix}_{name}", type_=column.type)
     if name != "flags":
         return column.is_not_distinct_from(given)
     if postgres:
@@ -165,8 +166,7 @@ class WriteRepository:
             guard = [_NOTES.c.id == bindparam("b_id"), _NOTES.c.version == bindparam("b_version")]
             if unversioned:
                 guard += [_unchanged(k, postgres) for k in keys if k in UNVERSIONED_FIELDS]
-                guard += [_NOTES.c[k].is_not_distinct_from(bindparam(f"w_{k}"))
-                          for k in DECIDING_FIELDS]  # (expires_at, last_accessed_at: NULL)
+                guard += [_unchanged(k, postgres, "w") for k in DECIDING_FIELDS]
                 guard.append(_kept(postgres))
             stmt = _UPDATES[(keys, unversioned, postgres)] = (
                 update(_NOTES).where(*guard)
