@@ -4,13 +4,13 @@ phases each read afresh (Celery); a host's edit between phases is never overwrit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import event, select, update
+from sqlalchemy import select, update
 
 from tests.support.factories import NOW, add_entities, add_notes, days_ago
+from tests.support.sql import recorded_statements
 from worker.app import App
 from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope
 from worker.reporting import run_tree
@@ -41,20 +41,6 @@ def _scope_notes(app: App, agent: str) -> None:
             ("x", {"content": "Sale ends Friday", "expires_at": days_ago(1)}),
             ("k", {"content": "User lives in Berlin"}),
         )))
-
-
-@contextmanager
-def _statements(app: App) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
-        seen.append(" ".join(statement.split()))
-
-    event.listen(app.engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(app.engine, "before_cursor_execute", record)
 
 
 def _in_process(app: App, agent: str, registry: Any = None) -> str:
@@ -109,7 +95,7 @@ def test_an_in_process_run_reads_the_scope_once(app: App) -> None:
     statement), archive's examples; no journal (a first attempt wrote nothing before), no
     read-back of the run's steps, no look for notes without a vector."""
     _prepare(app, "a1")
-    with _statements(app) as seen:
+    with recorded_statements(app) as seen:
         _in_process(app, "a1")
     selects = [s for s in seen if s.startswith("SELECT") or s.startswith("WITH")]
     loads = [s for s in selects
@@ -135,7 +121,7 @@ def test_a_carried_run_ends_as_phases_reading_afresh_do(app: App) -> None:
     by phase (each phase reading afresh, as under Celery) ends note for note the same."""
     _prepare(app, "a1", "a2")
     _in_process(app, "a1")
-    with _statements(app) as seen:
+    with recorded_statements(app) as seen:
         _phase_by_phase(app, "a2")
     assert _state(app, "a1") == _state(app, "a2")
     # Each phase task read the scope itself (archive and prune without vectors; PostgreSQL's
@@ -173,10 +159,10 @@ def test_an_in_process_run_writes_without_re_reading_its_notes(app: App) -> None
     """Every phase's write checks its changes against the carried scope: no locked re-read in
     the whole run (phase by phase, each write re-reads its members as before)."""
     _prepare(app, "a1", "a2")
-    with _statements(app) as seen:
+    with recorded_statements(app) as seen:
         _in_process(app, "a1")
     assert [s for s in seen if s.startswith(_RE_READ)] == []
-    with _statements(app) as seen:
+    with recorded_statements(app) as seen:
         _phase_by_phase(app, "a2")
     assert len([s for s in seen if s.startswith(_RE_READ)]) >= 3  # consolidate, prune, archive
     assert _state(app, "a1") == _state(app, "a2")

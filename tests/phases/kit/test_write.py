@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import event, func, select, update
 
 from tests.support.factories import NOW, add_notes, days_ago
+from tests.support.sql import recorded_statements
 from worker.app import App
 from worker.domain.types import Scope
 from worker.phases.consolidate.service import run_consolidate
@@ -112,20 +113,6 @@ def test_lease_lost_between_plan_and_write_writes_nothing(app: App) -> None:
     assert {n.status for n in _notes(app).values()} == {"active"}
     assert (_count(app, NoteLineageRow), _count(app, OperationLogRow)) == (0, 0)
     assert _count(app, RunStepRow) == steps_before
-
-
-@contextmanager
-def _statements(app: App) -> Iterator[list[str]]:
-    seen: list[str] = []
-
-    def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
-        seen.append(" ".join(statement.split()))
-
-    event.listen(app.engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(app.engine, "before_cursor_execute", record)
 
 
 @contextmanager
@@ -288,7 +275,7 @@ def test_a_write_from_the_carried_state_re_reads_nothing(app: App) -> None:
     changes = _pairs(app)
     _edit(app, "aold", comments="host: keep an eye on this")
     known = _known(app)
-    with _statements(app) as seen, open_write(WriteTarget.of(ctx, "contradictions", parent)) as w:
+    with recorded_statements(app) as seen, open_write(WriteTarget.of(ctx, "contradictions", parent)) as w:
         results = w.apply(changes, known=known)
     assert [r.status for r in results] == [ItemStatus.APPLIED] * 3
     assert [s for s in seen if s.startswith(_RE_READ)] == []
@@ -320,7 +307,7 @@ def test_a_host_write_after_the_load_is_caught_by_the_guarded_update(app: App,
         _edit(app, "bold", comments="host: checked")
     else:
         _host_edit(app, "bold" if host == "edits a source" else "bnew")
-    with _statements(app) as seen, open_write(WriteTarget.of(ctx, "contradictions", parent)) as w:
+    with recorded_statements(app) as seen, open_write(WriteTarget.of(ctx, "contradictions", parent)) as w:
         results = w.apply(changes, known=known)
     assert len([s for s in seen if s.startswith(_RE_READ)]) == 1  # the slow path, once
     after, log = _notes(app), _log(app, ctx.run_id)
@@ -357,7 +344,7 @@ def test_a_flag_the_host_adds_after_the_load_is_kept_beside_the_runs(
     _edit(app, "n1", flags=["host-reviewed"])
     changes = [Change(kind=ChangeKind.ANNOTATE, name="flag", members=(Member(i, 1),),
                       flags=("injection",), reason="instruction-like text") for i in ("n1", "n2")]
-    with _statements(app) as seen, open_write(WriteTarget.of(ctx, "consolidate", parent)) as w:
+    with recorded_statements(app) as seen, open_write(WriteTarget.of(ctx, "consolidate", parent)) as w:
         results = w.apply(changes, known=known)
     assert [r.status for r in results] == [ItemStatus.APPLIED] * 2
     assert len([s for s in seen if s.startswith(_RE_READ)]) == 1
@@ -378,7 +365,7 @@ def test_a_carried_note_without_flags_is_flagged_without_a_re_read(app: App, non
         _edit(app, "n1", flags=None)
     change = Change(kind=ChangeKind.ANNOTATE, name="flag", members=(Member("n1", 1),),
                     flags=("injection",), reason="instruction-like text")
-    with _statements(app) as seen, open_write(WriteTarget.of(ctx, "consolidate", parent)) as w:
+    with recorded_statements(app) as seen, open_write(WriteTarget.of(ctx, "consolidate", parent)) as w:
         (result,) = w.apply([change], known=_known(app))
     assert result.status == ItemStatus.APPLIED
     assert [s for s in seen if s.startswith(_RE_READ)] == []
@@ -403,7 +390,7 @@ def test_a_run_trusts_its_carry_only_while_every_write_was_followed(app: App) ->
     state = held.notes.state(["anew", "bold"])
     assert state is not None and state["anew"]["version"] == 1
     assert held.notes.state(["aold"]) is None  # revoked: no longer among the carried notes
-    with _statements(app) as seen, open_write(WriteTarget.of(ctx, "contradictions", parent)) as w:
+    with recorded_statements(app) as seen, open_write(WriteTarget.of(ctx, "contradictions", parent)) as w:
         results = w.apply(changes[1:], known=known(ctx))
     assert [r.status for r in results] == [ItemStatus.APPLIED] * 2
     assert [s for s in seen if s.startswith(_RE_READ)] == []
