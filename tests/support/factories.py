@@ -45,3 +45,19 @@ DARK_MODE_NOTES = [
     "User prefers the dark mode theme in the code editor",
     "User likes dark mode in the code editor",
 ]
+
+
+def claimed_phase_context(app: App, scope: Any, phase: str = "contradictions") -> tuple[Any, str]:
+    """A forced run of ``scope`` created and claimed, its ``PhaseContext`` and ``phase``'s
+    started parent step (what a phase function is handed)."""
+    from worker.runs import service
+    from worker.runs.context import PhaseContext
+    from worker.runs.steps import StepRecorder
+
+    run_id = service.create_run(app, scope, force=True, clock=NOW)
+    assert run_id
+    epoch = service.claim_run(app, run_id)
+    assert epoch is not None
+    ctx = PhaseContext(app=app, run_id=run_id, scope=scope, now=NOW, epoch=epoch,
+                       steps=StepRecorder(app, run_id, scope), allow_retire=10**6)
+    return ctx, ctx.steps.start_phase(phase)

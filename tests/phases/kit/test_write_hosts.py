@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text, update
 
-from tests.support.factories import NOW, add_notes, days_ago
+from tests.support.factories import add_notes, claimed_phase_context, days_ago
 from worker.app import App
 from worker.domain.types import Scope
 from worker.phases.kit import (
@@ -29,23 +29,12 @@ from worker.phases.kit.changes import ItemResult
 from worker.phases.kit.snapshot import RunJournal
 from worker.runs import service
 from worker.runs.context import PhaseContext
-from worker.runs.steps import StepRecorder
 from worker.safety.erase import erase
 from worker.safety.undo import undo_run
 from worker.store.models import NoteRow, OperationLogRow
 
 SCOPE = Scope("agent-1")
 _ROW = ("status", "version", "comments", "consolidated_into_id", "protection", "flags")
-
-
-def _context(app: App) -> tuple[PhaseContext, str]:
-    run_id = service.create_run(app, SCOPE, force=True, clock=NOW)
-    assert run_id
-    epoch = service.claim_run(app, run_id)
-    assert epoch is not None
-    ctx = PhaseContext(app=app, run_id=run_id, scope=SCOPE, now=NOW, epoch=epoch,
-                       steps=StepRecorder(app, run_id, SCOPE), allow_retire=10**6)
-    return ctx, ctx.steps.start_phase("contradictions")
 
 
 def _rows(app: App) -> dict[str, dict[str, Any]]:
@@ -124,7 +113,7 @@ def test_a_host_write_that_keeps_the_version_never_lets_the_plan_retire_the_note
     retirement). Each UPDATE from the carried state holds the columns a retirement decides on
     (``DECIDING_FIELDS``) at their before-images: it falls short, the write starts over with
     the locked re-read, as it always did before it trusted the carry."""
-    ctx, parent = _context(app)
+    ctx, parent = claimed_phase_context(app, SCOPE)
     changes = _pairs(app)
     known = _known(app)
     _host(app, "bold", **write)
@@ -140,7 +129,7 @@ def test_a_host_write_that_keeps_the_version_never_lets_the_plan_retire_the_note
 def test_a_note_marked_manual_after_the_load_is_never_archived(app: App) -> None:
     """R26: the host takes over a note (``is_auto_generated`` false, its version kept) after
     archive's load; archive's backstop (never archive what a person wrote) must see it."""
-    ctx, parent = _context(app)
+    ctx, parent = claimed_phase_context(app, SCOPE)
     add_notes(app, *({"id": i, "content": f"expired fact {i}", "is_auto_generated": True}
                      for i in ("x", "y", "z")))
     known = _known(app)
@@ -162,7 +151,7 @@ def test_an_erasure_after_the_load_skips_its_pair_alone_and_undo_restores_the_re
     """The host erases a conversation after the load: the source of pair b, or the note pair b
     keeps. Pair b is stale (its note is gone), a and c apply with the rows as they were in the
     log; once the run is stopped, undo gives a and c back exactly as they were."""
-    ctx, parent = _context(app)
+    ctx, parent = claimed_phase_context(app, SCOPE)
     changes = _pairs(app)
     known = _known(app)
     erase(app, conversation_id=f"conv-{erased}")
@@ -197,7 +186,7 @@ def test_a_host_edit_in_flight_on_postgres_is_waited_for_and_seen(
     source (none), holds the row lock, not committed, when the phase's write reaches that
     row: the write waits for it, sees the change once it commits, starts over under the
     fence, and does not write pair b (stale; a pin: guarded, which holds back pair c too)."""
-    ctx, parent = _context(app)
+    ctx, parent = claimed_phase_context(app, SCOPE)
     changes = _pairs(app)
     known = _known(app)
     out: list[Any] = []
