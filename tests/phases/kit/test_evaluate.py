@@ -78,6 +78,28 @@ def test_stale_members_and_manual_notes_are_skipped_one_item_at_a_time() -> None
     assert [r.stale_ids for r in results[1:]] == [["b"], ["a"], ["d"]]
 
 
+@pytest.mark.parametrize(("into", "new_manual", "expected"), [
+    # a manual loser of a conflict: never retired into the winner
+    ("w", None, "stale"),
+    # a manual source of a fusion built as auto-generated (the host took it over since)
+    (None, False, "stale"),
+    # a fusion that carries a person's note is manual: it applies
+    (None, True, "applied"),
+])
+def test_a_manual_member_is_superseded_only_into_a_new_manual_note(
+        into: str | None, new_manual: bool | None, expected: str) -> None:
+    """R26 at the write, whatever the plan read: a manual note may win a conflict, never lose
+    one, and is fused only into a note that stays manual."""
+    new = None if new_manual is None else NewNote(id="f", content="fused", type="Context",
+                                                  is_auto_generated=not new_manual)
+    change = Change(kind=ChangeKind.SUPERSEDE, name="m", members=(Member("m", 1),),
+                    keep=(Member("w", 1),) if into else (), into_id=into, new_note=new,
+                    relation="superseded", comment="x")
+    results, _ = evaluate([change], _state("m", "w", manual=("m",)), None)
+    assert results[0].status.value == expected
+    assert results[0].stale_ids == (["m"] if expected == "stale" else [])
+
+
 def test_protected_and_immutable_members_are_refused() -> None:
     """R23: a protected note only where the change says so; an immutable one never."""
     results, _ = evaluate([_archive("p")], _state("p", protection="protected"), _limits())

@@ -60,13 +60,23 @@ def _freshness(c: Change, state: State) -> ItemResult:
     # What the plan decided on beyond the version (``Change.expect``), as the write sees it now.
     stale += [i for i, want in c.expect.items() if i not in stale and i in state
               and any(state[i].get(f) != v for f, v in want.items())]
-    if c.kind == ChangeKind.ARCHIVE:
-        # Backstop for R26 under every planner: maintenance never archives what a person wrote.
+    if _spares_manual(c):
+        # Backstop for R26 under every planner: maintenance never archives what a person wrote,
+        # never lets it lose a conflict and fuses it only into a manual note; a note the host
+        # took over since the plan (no version) makes the item stale.
         stale += [m.id for m in c.members
                   if m.id in state and not state[m.id]["is_auto_generated"] and m.id not in stale]
     if stale:
         return ItemResult(c, ItemStatus.STALE, stale_ids=stale)
     return ItemResult(c, ItemStatus.APPLIED)
+
+
+def _spares_manual(c: Change) -> bool:
+    """Whether a manual member makes ``c`` stale: every archive and every supersede, except
+    one into a new manual note (a fusion that carries a person's note, remember's update)."""
+    if c.kind == ChangeKind.ARCHIVE:
+        return True
+    return c.kind == ChangeKind.SUPERSEDE and (c.new_note is None or c.new_note.is_auto_generated)
 
 
 class Gate:
