@@ -14,6 +14,7 @@ from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatu
 from worker.phases.kit import Change, ChangeKind, Member, WriteTarget, open_write
 from worker.runs import engine, lease, service
 from worker.runs.context import PhaseContext
+from worker.runs.outcome import PhaseOutcome
 from worker.runs.steps import ChildStep
 
 SCOPE = Scope("agent-1")
@@ -81,3 +82,37 @@ def test_r27_a_beat_after_the_finish_does_not_hide_deferred_work_from_finalize(
     for phase in PHASES:  # what Celery does: one task per phase, then finalize from a read
         service.execute_phase(app, run_id, phase, registry)
     assert service.finalize_run(app, run_id) == RunStatus.BLOCKED.value
+
+
+def test_a_beat_after_a_waiting_finish_keeps_the_step_waiting_and_resumable(
+        app: App, monkeypatch: Any) -> None:
+    """A phase left waiting on a provider batch keeps its step running: a beat landing after
+    that finish must leave what it recorded (``waiting``, ``retry_after``, its counters), only
+    its usage brought up to date, so the re-scheduled Celery task resumes the step (before: the
+    beat replaced the output with its usage, the step no longer read as waiting, and the next
+    task found its own step id taken: busy, the run stuck until its lease lapsed)."""
+    add_notes(app, {"content": "a note"})
+    monkeypatch.setattr("worker.runs.phase_run.LeaseHeartbeat", _LateBeat)
+    answers = iter([PhaseOutcome.WAITING.value, StepStatus.SUCCEEDED.value])
+
+    def batched(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        return PhaseReport(phase="consolidate", status=next(answers),
+                           counters={"retry_after": 42, "clusters_found": 3},
+                           reason="waiting on batch b-1")
+
+    registry = {**{p: _flagging(p) for p in PHASES}, "consolidate": batched}
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id
+    assert service.execute_phase(app, run_id, "consolidate", registry).outcome \
+        is PhaseOutcome.WAITING
+    with app.uow() as uow:
+        (step,) = [s for s in uow.runs.steps(run_id) if s.parent_id is None]
+    assert step.status == StepStatus.RUNNING.value
+    assert {k: step.output.get(k) for k in ("waiting", "retry_after", "clusters_found")} == {
+        "waiting": "waiting on batch b-1", "retry_after": 42, "clusters_found": 3}
+    assert step.output["usage"] == {"calls": 0, "tokens": 0}
+    assert service.execute_phase(app, run_id, "consolidate", registry).outcome \
+        is PhaseOutcome.SUCCEEDED
+    for phase in PHASES[1:]:
+        service.execute_phase(app, run_id, phase, registry)
+    assert service.finalize_run(app, run_id) == RunStatus.SUCCEEDED.value

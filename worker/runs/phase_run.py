@@ -86,8 +86,7 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
         notes_before=snap.notes_before, trigger=snap.trigger, held=HeldWrite(),
     )
     try:
-        with LeaseHeartbeat(app, snap.run_id, snap.epoch,
-                            _usage_recorder(ctx, step_id, waiting=resumed)):
+        with LeaseHeartbeat(app, snap.run_id, snap.epoch, _usage_recorder(ctx, step_id)):
             outcome = _execute(app, run, ctx, phase, step_id)
     except StaleLease:
         run.written = None
@@ -133,15 +132,13 @@ def _start_step(app: App, run: Execution, phase: str, step_id: str) -> PhaseOutc
     return None
 
 
-def _usage_recorder(ctx: PhaseContext, step_id: str, *, waiting: bool) -> Any:
-    """What each heartbeat writes on the open phase step: the model usage so far (R15), and
-    that a resumed step is still waiting (so a re-delivered task resumes it too)."""
+def _usage_recorder(ctx: PhaseContext, step_id: str) -> Any:
+    """What each heartbeat writes on the open phase step: the model usage so far (R15), beside
+    what the step recorded (a step waiting on a batch, resumed or just left waiting, keeps its
+    ``waiting``, so a re-delivered or re-scheduled task resumes it)."""
     def record(uow: UnitOfWork) -> None:
         calls, tokens = ctx.budget.spent()
-        output: dict[str, Any] = {"usage": {"calls": calls, "tokens": tokens}}
-        if waiting:
-            output["waiting"] = "resumed"
-        uow.runs.update_running_step(step_id, output=output)
+        uow.runs.record_running_usage(step_id, {"calls": calls, "tokens": tokens})
 
     return record
 

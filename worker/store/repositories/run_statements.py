@@ -20,7 +20,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from worker.domain.types import RunStatus
+from worker.domain.types import RunStatus, StepStatus
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 
 _RUNS = cast(Table, DreamRunRow.__table__)
@@ -30,6 +30,13 @@ _FINISH_STEP: dict[tuple[str, tuple[str, ...]], Any] = {}
 _FENCED_STEPS: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Any] = {}
 _INSERT_COUNTED: dict[tuple[str, tuple[str, ...]], Any] = {}
 _FINISH_COUNTED: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+
+# A lease beat's usage on a parent step while it runs: its output read (locked on PostgreSQL;
+# SQLite's write lock is the beat's from its lease renewal on), then written back with it.
+_RUNNING_STEP = (_STEPS.c.id == bindparam("s_id"), _STEPS.c.status == StepStatus.RUNNING.value)
+RUNNING_OUTPUT = select(_STEPS.c.output).where(*_RUNNING_STEP).with_for_update()
+SET_RUNNING_OUTPUT = update(_STEPS).where(*_RUNNING_STEP).values(output=bindparam("v_output"))
 
 
 def lease_held(run_param: str, epoch_param: str, *, postgres: bool) -> Any:

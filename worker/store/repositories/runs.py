@@ -20,6 +20,8 @@ from worker.domain.types import (
 )
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 from worker.store.repositories.run_statements import (
+    RUNNING_OUTPUT,
+    SET_RUNNING_OUTPUT,
     claimed_notes,
     fenced_steps_statement,
     finish_counted_run_statement,
@@ -310,12 +312,13 @@ class RunRepository:
         self.session.connection().execute(
             update(RunStepRow).where(RunStepRow.id == step_id).values(**values))
 
-    def update_running_step(self, step_id: str, **values: Any) -> None:
-        """``update_step`` while the step runs: a lease beat after the finish replaces nothing."""
-        self.session.connection().execute(
-            update(RunStepRow).where(RunStepRow.id == step_id,
-                                     RunStepRow.status == StepStatus.RUNNING.value)
-            .values(**values))
+    def record_running_usage(self, step_id: str, usage: dict[str, int]) -> None:
+        """A lease beat's ``output.usage`` while the step runs, the rest of its output kept (a
+        step left waiting on a batch stays waiting); after the finish it writes nothing."""
+        conn = self.session.connection()
+        if (row := conn.execute(RUNNING_OUTPUT, {"s_id": step_id}).first()) is not None:
+            output = {**(row.output or {}), "usage": usage}
+            conn.execute(SET_RUNNING_OUTPUT, {"s_id": step_id, "v_output": output})
 
     def steps(self, run_id: str) -> builtins.list[RunStepRow]:
         return list(self.session.scalars(
@@ -363,12 +366,8 @@ class RunRepository:
             .join(sub, (sub.c.scope_key == DreamRunRow.scope_key)
                   & (sub.c.at == DreamRunRow.created_at))
         ).all()
-        out: dict[str, int] = {}
-        for key, totals in rows:
-            value = (totals or {}).get("open_candidates")
-            if isinstance(value, int):
-                out[key] = value
-        return out
+        counts = {key: (totals or {}).get("open_candidates") for key, totals in rows}
+        return {key: n for key, n in counts.items() if isinstance(n, int)}
 
     def count_by_status(self, scope: Scope | None = None) -> dict[str, int]:
         stmt = select(DreamRunRow.status, func.count()).group_by(DreamRunRow.status)
