@@ -87,6 +87,37 @@ def test_approve_applies_in_its_own_undoable_run(app: App) -> None:
     assert restored[new_id][0] == "revoked"
 
 
+def test_an_undone_approval_shows_its_item_undone_not_approved(app: App) -> None:
+    """`dream undo` of the run that applied an item: the item no longer reads as approved (it
+    is not what the notes show); it is ``undone``, as its run is, still naming its approver
+    and that run. Not open again: the apply and the undo moved its notes' versions, so it could
+    only be refused as stale; the next run proposes afresh."""
+    _seed(app)
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    approved = _cli(app, "review", "approve", str(item), "--agent", "agent-1", "--by", "ana")
+    assert approved.exit_code == 0, approved.output
+
+    def show() -> dict[str, object]:
+        shown = _cli(app, "review", "show", str(item), "--agent", "agent-1", "--json")
+        assert shown.exit_code == 0, shown.output
+        return dict(json.loads(shown.output))
+
+    run_id = show()["applied_run_id"]
+    assert isinstance(run_id, str)
+    assert _cli(app, "undo", run_id).exit_code == 0
+    detail = show()
+    assert (detail["status"], detail["decided_by"], detail["applied_run_id"]) == (
+        "undone", "cli:ana", run_id)
+    assert f"run {run_id}" in str(detail["outcome"]) and "undone" in str(detail["outcome"])
+
+    def listed(status: str) -> list[int]:
+        out = _cli(app, "review", "list", "--agent", "agent-1", "--status", status, "--json")
+        assert out.exit_code == 0, out.output
+        return [i["id"] for i in json.loads(out.output)["items"]]
+
+    assert (listed("approved"), listed("undone"), listed("open")) == ([], [item], [])
+
+
 def test_a_changed_note_makes_the_item_stale_and_refused(app: App) -> None:
     """The host edits a member after the proposal: approve refuses in one line naming the note
     and writes nothing; approving the scope's items (--all) records it stale."""

@@ -59,7 +59,7 @@ ScopeQuery = Annotated[str | None, Query(max_length=64, pattern=r"^[^\x00]+$")]
 def list_review_items(
     app: DreamApp, who: Caller, agent_id: ScopeQuery = None, user_id: ScopeQuery = None,
     company_id: ScopeQuery = None, run_id: ScopeQuery = None,
-    status: Annotated[str, Query(pattern=r"^(open|approved|declined|stale|any)$")] = "open",
+    status: Annotated[str, Query(pattern=r"^(open|approved|declined|stale|undone|any)$")] = "open",
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=INT_MAX)] = 0,
 ) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from worker.domain.types import Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
 ITEM_ID = click.IntRange(1, INT_MAX)
-STATUSES = ("open", "approved", "declined", "stale", "any")
+STATUSES = ("open", "approved", "declined", "stale", "undone", "any")
 
 
 def register(main: click.Group) -> None:

@@ -157,7 +157,8 @@ def _review_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) ->
                     limit: int = 100) -> dict[str, Any]:
         """Review items of this scope, oldest first: id, phase, kind (merge, revoke, flag,
         archive), the notes each would change, reason and confidence. status: open, approved,
-        declined, stale or any; run_id: only that dream's items."""
+        declined, stale, undone (approved, its run undone) or any; run_id: only that dream's
+        items."""
         return _call(lambda: tools(ctx).review_list(status, run_id, limit))
 
     @server.tool(annotations=READ_ONLY)

@@ -27,6 +27,7 @@ class ItemStatus(StrEnum):
     APPROVED = "approved"
     DECLINED = "declined"
     STALE = "stale"  # a note changed after the plan; never applied
+    UNDONE = "undone"  # approved, then the run that applied it was undone (`dream undo`)
 
 
 # Verdict memory of a declined item (judgements.kind): not proposed again at these versions.

@@ -3,8 +3,9 @@
 Every call is bound to one scope: another scope's item id is "not found". Approving re-checks
 the item's note versions (a changed note makes it stale: refused, never written), then applies
 it in a run of its own (trigger ``review``, created by ``worker.runs`` under its lease) through
-the phase's own write path, so `dream undo <that run>` reverts it like any run. Declining records the verdict memory
-that keeps the change from being proposed again until one of its notes changes.
+the phase's own write path, so `dream undo <that run>` reverts it like any run (the item then
+reads ``undone``). Declining records the verdict memory that keeps the change from being
+proposed again until one of its notes changes.
 """
 
 from __future__ import annotations

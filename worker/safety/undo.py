@@ -4,7 +4,8 @@ Every change a run made is in ``operation_log`` with the before/after image of t
 fields. Undo restores the before-images of the notes and examples the run updated, retires
 (status ``revoked``, comment "undone run X") the notes it inserted — nothing is deleted, so
 erasure can still follow lineage afterwards — and deletes the judgement (verdict memory) and
-review rows the run recorded, so no decision of an undone run outlives it. The restorations an
+review rows the run recorded, so no decision of an undone run outlives it (its open proposals
+are withdrawn; a review item it applied reads ``undone``, not approved). The restorations an
 erasure made are logged under an ``erase-…`` id and undone the same way (there is no run row).
 
 A note is *changed since* when its version moved past the run's after-image by anything other
@@ -126,7 +127,9 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
     _restore_examples(uow, run_id, by_example, examples, now, result)
     judged, reviewed = uow.safety.forget_run_records(run_id)
     result.judgements += judged
-    result.reviews += reviewed + uow.review.withdraw_run(run_id, now)  # + its open proposals
+    # + its open proposals withdrawn, and the items it applied (an approval's run) undone
+    result.reviews += reviewed + uow.review.withdraw_run(run_id, now) + uow.review.undo_applied(
+        run_id)
     if uow.runs.get(run_id) is not None:
         uow.runs.set_status(run_id, RunStatus.UNDONE.value)
     result.run_ids.append(run_id)

@@ -85,6 +85,15 @@ class ReviewItemRepository:
                     applied_run_id=applied_run_id))
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
+    def undo_applied(self, run_id: str) -> int:
+        """The items an undone run applied: approved → undone (approver and run kept)."""
+        result = self.session.execute(
+            update(ReviewItemRow)
+            .where(ReviewItemRow.applied_run_id == run_id, ReviewItemRow.status == "approved")
+            .values(status="undone", outcome=f"undone: run {run_id}, which applied it, was "
+                                             "undone; the next run proposes afresh"))
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
     def withdraw_run(self, run_id: str, now: datetime) -> int:
         """An undone run's open proposals go with it (declined, nothing remembered)."""
         result = self.session.execute(
