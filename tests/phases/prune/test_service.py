@@ -57,12 +57,15 @@ def test_disabled_agent_archives_note_with_reason(app: App) -> None:
 
 
 def test_active_references_keep_the_note(app: App) -> None:
-    """Every referenced entity active → the note stays active, but is recorded as checked."""
+    """Every referenced entity active → the note stays active, counted as checked on the step;
+    its row is not written at all (the scope fits one run's budget: no rotation mark)."""
     add_entities(app, *ALIVE, {"kind": "conversation", "id": "c1"})
     add_notes(app, _scoped(id="n1", content="prefers tea", source_conversation_id="c1"))
+    before = _rows(app)["n1"].updated_at
     run_id = _run(app, phases=["prune"])
     row = _rows(app)["n1"]
-    assert row.status == "active" and row.last_checked_at == NOW
+    assert (row.status, row.version, row.updated_at, row.last_checked_at) == (
+        "active", 1, before, None)
     out = _prune_step(app, run_id)["output"]
     assert out["notes_checked"] == 1 and out["notes_archived"] == 0
 
@@ -108,7 +111,8 @@ def test_250_orphans_take_two_runs(app: App) -> None:
 
 
 def test_unchecked_notes_come_before_recently_checked_ones(app: App) -> None:
-    """Notes never checked are checked first, then the least recently checked (all eventually)."""
+    """Over the budget, the checked notes are marked: never checked first, then the least
+    recently checked (all eventually)."""
     add_entities(app, *ALIVE)
     add_notes(app, *(_scoped(id=f"n{i}", content=f"fact number {i}") for i in range(5)))
     app.settings.prune.max_notes_per_run = 3

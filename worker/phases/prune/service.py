@@ -54,7 +54,7 @@ def run_prune(
 ) -> PhaseReport:
     settings = ctx.settings.prune
     checker = checker or make_reference_checker(ctx.app)
-    notes = _candidates(ctx, settings.max_notes_per_run)
+    notes, rotating = _candidates(ctx, settings.max_notes_per_run)
     proposals = proposals_for(ctx)
     notes = [n for n in notes if n.id not in proposals.held]  # waiting for their review
     if not notes:
@@ -73,7 +73,8 @@ def run_prune(
     proposed = _propose(ctx, proposals, plan.to_archive)
     if proposed:
         plan.to_archive = []
-    archived = _write(ctx, parent_step_id, notes, orphans, plan, review, checker, proposed)
+    archived = _write(ctx, parent_step_id, notes, orphans, plan, review, checker, proposed,
+                      rotating=rotating)
     counters = _counters(len(notes), archived, count_unknown(notes, records))
     record_proposals(ctx, proposals, counters)
     log.info("prune.applied", run_id=ctx.run_id, scope=ctx.scope.key, checked=len(notes),
@@ -85,21 +86,22 @@ def run_prune(
     )
 
 
-def _candidates(ctx: PhaseContext, limit: int) -> list[Note]:
+def _candidates(ctx: PhaseContext, limit: int) -> tuple[list[Note], bool]:
     """Active, auto-generated, non-protected notes, least recently checked first (never checked
-    first): from the run's carried scope in-process, else one read."""
+    first): from the run's carried scope in-process, else one read. With them, whether the
+    budget left some out: only then does the next run's choice depend on this run's marks."""
     if ctx.carry is None:
         with ctx.uow() as uow:
-            notes = uow.retention.prune_candidates(ctx.scope, limit)
+            notes = uow.retention.prune_candidates(ctx.scope, limit + 1)
             ctx.agent(uow)  # on the same transaction; proposals ask for it next
-        return notes
+        return notes[:limit], len(notes) > limit
     snap = load(ctx, vectors=False).notes
     checked = snap.checked
     mine = [n for n in snap.notes if n.is_auto_generated and n.protection not in _KEPT]
     # The SQL order of ``prune_candidates``: never checked first, then oldest check, age, id.
     mine.sort(key=lambda n: (checked.get(n.id) is not None, checked.get(n.id) or _EPOCH,
                              n.created_at or _EPOCH, n.id))
-    return mine[:limit]
+    return mine[:limit], len(mine) > limit
 
 
 def _review(ctx: PhaseContext, orphans: list[Orphan]) -> ReviewResult | None:
@@ -143,16 +145,21 @@ def _change(ctx: PhaseContext, o: Orphan) -> Change:
 
 def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: list[Orphan],
            plan: _Sorted, review: ReviewResult | None, checker: ReferenceChecker,
-           proposed: list[str]) -> list[Orphan]:
+           proposed: list[str], *, rotating: bool) -> list[Orphan]:
     """The phase's one guarded write: archives (the guard's share asked once for all), the
-    checked marks, the review's and the orphans' steps. The orphans archived."""
+    checked marks, the review's and the orphans' steps. The orphans archived.
+
+    Marks are written only while the scope has more candidates than one run checks
+    (``rotating``): they order the next run's share. When every candidate fits, every run checks
+    them all and a mark would order nothing, so none is written: marking a whole scope rewrote
+    every note row on each run, the largest write of the phase."""
     changes = [_change(ctx, o) for o in plan.to_archive]
     held = ctx.carry.scope_notes if ctx.carry is not None else None
     checked: list[str] = []
     with open_write(WriteTarget.of(ctx, "prune", parent_step_id)) as w:
         results = w.apply(changes, guard_each=False,
                           journal=held.journal if held is not None else None, known=known(ctx))
-        if not ctx.dry_run:
+        if rotating and not ctx.dry_run:
             # Deferred notes stay unchecked so the next run looks at them first.
             deferred = set(plan.deferred)
             checked = [n.id for n in notes if n.id not in deferred]
