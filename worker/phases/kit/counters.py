@@ -10,13 +10,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+_DECLARED: dict[type, tuple[frozenset[str], tuple[str, ...]]] = {}
+
+
+def _declared(cls: type) -> tuple[frozenset[str], tuple[str, ...]]:
+    """A counters class's field names but ``extra``, as a set and in declaration order (read
+    once per class: counters are indexed like a dict many times a phase)."""
+    found = _DECLARED.get(cls)
+    if found is None:
+        names = tuple(f.name for f in fields(cls) if f.name != "extra")
+        found = _DECLARED[cls] = (frozenset(names), names)
+    return found
+
 
 @dataclass
 class Counters:
     extra: dict[str, Any] = field(default_factory=dict, kw_only=True)
 
-    def _names(self) -> set[str]:
-        return {f.name for f in fields(self)} - {"extra"}
+    def _names(self) -> frozenset[str]:
+        return _declared(type(self))[0]
 
     def __getitem__(self, key: str) -> Any:
         if key in self._names():
@@ -45,8 +57,8 @@ class Counters:
         return list(self.as_dict().items())
 
     def as_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)
-               if f.name != "extra" and getattr(self, f.name) is not None}
+        out = {name: getattr(self, name) for name in _declared(type(self))[1]
+               if getattr(self, name) is not None}
         out.update(self.extra)
         return out
 

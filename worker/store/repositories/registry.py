@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import case, func, insert, or_, select
+from sqlalchemy import Row, bindparam, case, func, insert, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -27,6 +27,8 @@ ENTITY_MODELS: dict[str, Any] = {
     "company": CompanyRow,
     "conversation": ConversationRow,
 }
+# Built once: a run asks for its agent's record once per run or phase.
+_AGENT = select(AgentRow.__table__).where(AgentRow.__table__.c.id == bindparam("id"))
 
 
 class SessionRepository:
@@ -138,8 +140,10 @@ class EntityRepository:
             return {}
         return {r.id: r for r in self.session.scalars(select(model).where(model.id.in_(ids)))}
 
-    def agent(self, agent_id: str) -> AgentRow | None:
-        return self.session.get(AgentRow, agent_id)
+    def agent(self, agent_id: str) -> Row[Any] | None:
+        """The agent's registry record, read-only (its columns as attributes), or None. A plain
+        row, not a mapped object: a run reads it once and never writes through it."""
+        return self.session.execute(_AGENT, {"id": agent_id}).first()
 
 
 def _aware(value: Any) -> datetime | None:
