@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from worker.config import ConfigError
 
 SQLITE_BUSY_SECONDS = 30
 SQLITE_HEADER = b"SQLite format 3\x00"
+# A pooled PostgreSQL connection idle for longer than this is pinged before it is handed out (a
+# dead one is replaced); one back within it is not: a run's short transactions follow each other
+# within milliseconds, and a ping before each was a round trip per transaction.
+PING_AFTER_IDLE_SECONDS = 5.0
 
 
 def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
@@ -39,7 +44,30 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
     if url.startswith("postgresql") and "connect_timeout" not in url:
         # An unreachable host fails in seconds with one line, instead of hanging the command.
         kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 10)
-    return create_engine(url, pool_pre_ping=True, **kwargs)
+    engine = create_engine(url, **kwargs)
+    _ping_when_idle(engine)
+    return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """SQLAlchemy's pessimistic disconnect handling, for connections that sat in the pool: a
+    failed ping raises DisconnectionError, and the pool retries with a new connection."""
+
+    @event.listens_for(engine, "checkin")
+    def _returned(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _handed_out(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_SECONDS:
+            return  # new, or back from a transaction a moment ago
+        try:
+            alive = engine.dialect.do_ping(dbapi_conn)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            raise DisconnectionError(f"a pooled connection is gone: {type(exc).__name__}") from exc
+        if not alive:
+            raise DisconnectionError("a pooled connection is gone")
 
 
 def check_sqlite_file(path: Path, create: bool) -> None:

@@ -1,0 +1,52 @@
+"""Pooled PostgreSQL connections: pinged only after sitting idle, and a dead one is replaced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+import worker.store.db as db
+from worker.app import App
+
+pytestmark = pytest.mark.postgres
+
+
+def _backend_pid(app: App) -> int:
+    with app.engine.connect() as conn:
+        return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def _counting_pings(app: App, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    pings: list[Any] = []
+    real = app.engine.dialect.do_ping
+
+    def counted(dbapi_conn: Any) -> bool:
+        pings.append(dbapi_conn)
+        return real(dbapi_conn)
+
+    monkeypatch.setattr(app.engine.dialect, "do_ping", counted)
+    return pings
+
+
+def test_a_connection_back_a_moment_ago_is_handed_out_without_a_ping(
+        pg_app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    pings = _counting_pings(pg_app, monkeypatch)
+    first = _backend_pid(pg_app)
+    assert [_backend_pid(pg_app) for _ in range(3)] == [first] * 3  # the same pooled connection
+    assert pings == []
+    monkeypatch.setattr(db, "PING_AFTER_IDLE_SECONDS", 0.0)  # now every return counts as idle
+    assert _backend_pid(pg_app) == first
+    assert len(pings) == 1
+
+
+def test_a_pooled_connection_that_died_while_idle_is_replaced(
+        pg_app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = _backend_pid(pg_app)
+    admin = create_engine(pg_app.engine.url)
+    with admin.begin() as conn:  # the server ends it, as a restart or an idle timeout would
+        assert conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": dead}).scalar_one()
+    admin.dispose()
+    monkeypatch.setattr(db, "PING_AFTER_IDLE_SECONDS", 0.0)
+    assert _backend_pid(pg_app) != dead  # no error reached the caller: a new connection
