@@ -68,12 +68,13 @@ class NoteRow(Base):
     version: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
 
     __table_args__ = (
-        Index("ix_notes_scope_status", "scope_key", "status"),
+        # (scope_key, status) look-ups use the prefix of ix_notes_scope_status_type_hash below.
         Index("ix_notes_scope_hash", "scope_key", "content_hash"),
         Index("ix_notes_user", "user_id"),
         Index("ix_notes_conversation", "source_conversation_id"),
         Index("ix_notes_consolidated_into", "consolidated_into_id"),
-        # Covering index for write-time dedup: a scope's active content hashes of one type come
+        # Covering index for write-time dedup (and every scope-and-status look-up, by its
+        # prefix): a scope's active content hashes of one type come
         # from the index alone on every `remember`. No `id` in it on purpose: a query that also
         # needs the id then cannot be "covered" by it, so SQLite keeps using ix_notes_scope_hash
         # for hash look-ups instead of scanning the whole scope through this index.
