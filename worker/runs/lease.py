@@ -7,11 +7,17 @@ its length (at least once a minute), only under the epoch the phase holds, and g
 lapse so the gate check can recover the run, exactly as if its process had died. Each beat also
 runs ``on_beat`` in the same transaction (the engine records the phase's model usage so far, so
 a killed attempt's spending survives it, R15).
+
+One thread per process beats for every open heartbeat (a run has one per phase; starting and
+joining a thread for each was a measurable share of a short phase): each ``with`` block is a
+registration on it, and the block does not end while its beat is in flight.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
@@ -38,21 +44,16 @@ class LeaseHeartbeat:
         self.lease = timedelta(seconds=app.settings.lease_seconds)
         self.interval = max(1.0, min(app.settings.lease_seconds / 3, 60.0))
         self.give_up_after = float(app.settings.task_time_limit)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> LeaseHeartbeat:
         if self.epoch is not None:
-            self._thread = threading.Thread(target=self._beat, daemon=True,
-                                            name=f"dream-lease-{self.run_id[:8]}")
-            self._thread.start()
+            _BEATS.add(self)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self.epoch is not None:
+            _BEATS.remove(self)
 
     def renew(self) -> bool:
         """One renewal; False once the lease belongs to someone else (or the run was cancelled)."""
@@ -64,18 +65,77 @@ class LeaseHeartbeat:
             uow.commit()
         return held
 
-    def _beat(self) -> None:
-        waited = 0.0
-        while not self._stop.wait(self.interval):
-            waited += self.interval
-            if waited > self.give_up_after:
-                log.warning("lease.heartbeat_gave_up", run_id=self.run_id, epoch=self.epoch,
-                            seconds=round(waited))
-                return
-            try:
-                if not self.renew():
-                    log.warning("lease.lost", run_id=self.run_id, epoch=self.epoch)
-                    return
-            except SQLAlchemyError as exc:  # a busy or briefly unreachable database: next beat
-                log.warning("lease.renew_failed", run_id=self.run_id,
-                            error_type=type(exc).__name__)
+    def beat(self, beating_for: float) -> bool:
+        """One beat ``beating_for`` seconds after the block began; False: beat no more."""
+        if beating_for > self.give_up_after:
+            log.warning("lease.heartbeat_gave_up", run_id=self.run_id, epoch=self.epoch,
+                        seconds=round(beating_for))
+            return False
+        try:
+            if not self.renew():
+                log.warning("lease.lost", run_id=self.run_id, epoch=self.epoch)
+                return False
+        except SQLAlchemyError as exc:  # a busy or briefly unreachable database: next beat
+            log.warning("lease.renew_failed", run_id=self.run_id, error_type=type(exc).__name__)
+        return True
+
+
+class _Beats:
+    """The process's heartbeat thread and what it beats for: each open heartbeat's next beat
+    (monotonic seconds) and when its block began. Started on first use; a forked child (a
+    Celery worker process) starts empty, with a thread of its own when it needs one."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[LeaseHeartbeat, tuple[float, float]] = {}
+        self._beating: LeaseHeartbeat | None = None
+        self._thread: threading.Thread | None = None
+
+    def add(self, hb: LeaseHeartbeat) -> None:
+        now = time.monotonic()
+        with self._cond:
+            self._due[hb] = (now + hb.interval, now)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="dream-lease-heartbeat")
+                self._thread.start()
+            self._cond.notify_all()
+
+    def remove(self, hb: LeaseHeartbeat) -> None:
+        """Ends ``hb``'s beats; returns once none of them is in flight."""
+        with self._cond:
+            self._due.pop(hb, None)
+            while self._beating is hb:
+                self._cond.wait()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                hb = self._next()
+                due, began = self._due[hb]
+                self._beating = hb
+            keep = hb.beat(time.monotonic() - began)
+            with self._cond:
+                self._beating = None
+                if hb in self._due:
+                    if keep:
+                        self._due[hb] = (due + hb.interval, began)
+                    else:
+                        del self._due[hb]
+                self._cond.notify_all()
+
+    def _next(self) -> LeaseHeartbeat:
+        """Waits (holding the condition) until a heartbeat is due; returns it."""
+        while True:
+            now = time.monotonic()
+            soonest = min(self._due.items(), key=lambda item: item[1][0], default=None)
+            if soonest is not None and soonest[1][0] <= now:
+                return soonest[0]
+            self._cond.wait(None if soonest is None else soonest[1][0] - now)
+
+
+_BEATS = _Beats()
+os.register_at_fork(after_in_child=_BEATS.reset)  # the parent's thread and lock stay there
