@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from worker.resources import resource_dir
+from worker.text.json_text import dumps_indented
 
 PROMPTS_DIR = resource_dir("prompts")
 
@@ -37,7 +37,7 @@ def _environment() -> Environment:
         auto_reload=False,
     )
     # Note text only ever enters a prompt as a JSON string value (R14).
-    env.filters["tojson_data"] = lambda value: json.dumps(value, ensure_ascii=False, indent=1)
+    env.filters["tojson_data"] = dumps_indented  # json.dumps(value, ensure_ascii=False, indent=1)
     return env
 
 
