@@ -1,14 +1,16 @@
-"""Pooled PostgreSQL connections: pinged only after sitting idle, and a dead one is replaced."""
+"""Pooled PostgreSQL connections: pinged only after sitting idle, a dead one replaced; a unit of
+work that only read ends with COMMIT (the driver keeps its prepared statements)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, insert, select, text
 
 import worker.store.db as db
 from worker.app import App
+from worker.store.models import AgentRow
 
 pytestmark = pytest.mark.postgres
 
@@ -50,3 +52,32 @@ def test_a_pooled_connection_that_died_while_idle_is_replaced(
     admin.dispose()
     monkeypatch.setattr(db, "PING_AFTER_IDLE_SECONDS", 0.0)
     assert _backend_pid(pg_app) != dead  # no error reached the caller: a new connection
+
+
+def _ends(app: App) -> list[str]:
+    ended: list[str] = []
+    event.listen(app.engine, "commit", lambda _conn: ended.append("commit"))
+    event.listen(app.engine, "rollback", lambda _conn: ended.append("rollback"))
+    return ended
+
+
+def test_a_unit_that_only_read_ends_with_commit_and_keeps_prepared_statements(pg_app: App) -> None:
+    """psycopg deallocates every prepared statement on ROLLBACK: a read-only unit commits."""
+    ended = _ends(pg_app)
+    for _ in range(8):  # past psycopg's prepare threshold (5 executions of one query)
+        with pg_app.uow() as uow:
+            uow.session.execute(select(AgentRow.id).where(AgentRow.id == "a1")).all()
+    assert ended == ["commit"] * 8
+    with pg_app.engine.connect() as conn:
+        prepared = conn.execute(text("SELECT count(*) FROM pg_prepared_statements")).scalar_one()
+    assert prepared >= 1
+
+
+def test_a_unit_that_wrote_and_did_not_commit_still_rolls_back(pg_app: App) -> None:
+    ended = _ends(pg_app)
+    with pg_app.uow() as uow:
+        uow.session.execute(insert(AgentRow).values(id="a1", name="a1"))
+        uow.session.execute(select(AgentRow.id)).all()  # a read after the write: still a write
+    assert ended == ["rollback"]
+    with pg_app.uow() as uow:
+        assert uow.entities.agent("a1") is None

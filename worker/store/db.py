@@ -46,7 +46,31 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
         kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 10)
     engine = create_engine(url, **kwargs)
     _ping_when_idle(engine)
+    _note_writes(engine)
     return engine
+
+
+_WROTE = "dream_wrote"  # connection info: the open transaction ran a statement other than SELECT
+
+
+def _note_writes(engine: Engine) -> None:
+    """Mark the transaction of any statement but a plain SELECT (a WITH counts as a write)."""
+
+    @event.listens_for(engine, "begin")
+    def _began(conn: Any) -> None:
+        conn.info[_WROTE] = False
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _executing(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip()[:6].upper() != "SELECT":
+            conn.info[_WROTE] = True
+
+
+def only_read(conn: Any) -> bool:
+    """Whether ``conn``'s open transaction (PostgreSQL) ran nothing but SELECTs so far: ending
+    it with COMMIT is then the same as ROLLBACK, and keeps psycopg's prepared statements, which
+    it deallocates on every ROLLBACK."""
+    return conn.info.get(_WROTE) is False
 
 
 def _ping_when_idle(engine: Engine) -> None:

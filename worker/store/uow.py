@@ -8,6 +8,7 @@ from types import TracebackType
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from worker.store.db import only_read
 from worker.store.repositories import (
     EntityRepository,
     JudgementRepository,
@@ -67,6 +68,12 @@ class UnitOfWork:
     ) -> None:
         # Anything not committed explicitly is rolled back by close(): a crash mid-apply leaves
         # nothing. close() detaches loaded rows without expiring them, so callers may read them.
+        # A transaction that only read ends with COMMIT on PostgreSQL (``only_read``): the same
+        # outcome, and the driver keeps its prepared statements for the next transaction.
+        if exc_type is None and self.session.in_transaction():
+            conn = self.session.connection()
+            if conn.dialect.name == "postgresql" and only_read(conn):
+                self.session.commit()
         self.session.close()
 
     def commit(self) -> None:
