@@ -18,6 +18,7 @@ from worker.runs.context import Budget, PhaseContext, Registry
 from worker.runs.outcome import PhaseOutcome
 from worker.runs.phase_run import Execution, run_phase
 from worker.runs.steps import ChildStep
+from worker.store.db import only_read
 
 SCOPE = Scope("agent-1")
 Phase = Callable[[PhaseContext, str], PhaseReport]
@@ -47,15 +48,16 @@ WRITING: Registry = {p: _writing(p) for p in PHASES}
 
 
 def _counting(app: App, work: Callable[[], Any]) -> tuple[Any, list[str], int]:
-    """What ``work`` returns, every statement it executed (whitespace folded), its commits."""
+    """What ``work`` returns, every statement it executed (whitespace folded), its commits of
+    transactions that wrote (on PostgreSQL a read-only unit also ends with COMMIT)."""
     statements: list[str] = []
     commits = [0]
 
     def statement(*args: Any, **_: Any) -> None:
         statements.append(" ".join(str(args[2]).split()))
 
-    def commit(*_: Any) -> None:
-        commits[0] += 1
+    def commit(conn: Any) -> None:
+        commits[0] += not only_read(conn)
 
     event.listen(app.engine, "before_cursor_execute", statement)
     event.listen(app.engine, "commit", commit)

@@ -28,6 +28,7 @@ from worker.phases.kit.snapshot import RunJournal
 from worker.runs import service
 from worker.runs.context import PhaseContext, RunCarry
 from worker.runs.steps import ChildStep, StepRecorder
+from worker.store.db import only_read
 from worker.store.models import DreamRunRow, NoteLineageRow, NoteRow, OperationLogRow, RunStepRow
 from worker.store.uow import StaleLease
 
@@ -112,8 +113,8 @@ def _counting(app: App) -> Iterator[dict[str, int]]:
     def on_statement(*_: Any) -> None:
         seen["statements"] += 1
 
-    def on_commit(*_: Any) -> None:
-        seen["commits"] += 1
+    def on_commit(conn: Any) -> None:  # of a transaction that wrote (PostgreSQL commits reads)
+        seen["commits"] += not only_read(conn)
 
     event.listen(app.engine, "before_cursor_execute", on_statement)
     event.listen(app.engine, "commit", on_commit)
