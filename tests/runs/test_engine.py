@@ -141,6 +141,46 @@ def test_usage_spent_but_not_yet_written_survives_through_the_heartbeat(
     assert _totals(app, run_id)["model_tokens"] == 500
 
 
+def test_a_beat_records_its_phase_s_usage_so_earlier_phases_count_once(
+    short_lease_app: App,
+) -> None:
+    """R15: a beat during the second phase records that phase's own usage, not the run's
+    running total: the retry's budget counts the first phase's 2 calls / 200 tokens once, so
+    with a limit of 4 calls it still has one (before: the beat wrote 3 calls / 250 tokens on
+    the second phase's step, the first phase's spending was counted again, 5 of 4 calls)."""
+    app = short_lease_app
+    add_notes(app, {"content": "a note"})
+    app.settings.budget.max_calls_per_run = 4
+
+    def asking(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        _spend(ctx, 2, 100)
+        return PhaseReport(phase="consolidate", status=StepStatus.SUCCEEDED.value,
+                           tokens_in=180, tokens_out=20)
+
+    def judging_then_killed(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        _spend(ctx, 1, 50)
+        time.sleep(app.settings.lease_seconds / 3 + 1.5)  # one beat at least
+        raise Killed
+
+    seen: list[tuple[int, int, bool]] = []
+
+    def retried(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        calls, tokens = ctx.budget.spent()
+        seen.append((calls, tokens, ctx.budget.try_reserve_call()))
+        ctx.budget.charge(0)
+        return PhaseReport(phase="contradictions", status=StepStatus.NO_ITEMS.value)
+
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    with pytest.raises(Killed):
+        engine.execute_run(app, run_id, {**QUIET, "consolidate": asking,
+                                         "contradictions": judging_then_killed})
+    assert _expire_and_retry(app, run_id, {**QUIET, "contradictions": retried}) == "succeeded"
+    assert seen == [(3, 250, True)]
+    totals = _totals(app, run_id)
+    assert (totals["model_calls"], totals["model_tokens"]) == (2 + 1 + 1, 250)
+
+
 def test_a_waiting_phase_is_resumed_on_its_own_step_then_the_run_goes_on(app: App) -> None:
     """A phase that hands work to a provider batch returns WAITING: its parent step stays open
     (output.waiting), the in-process run polls, the phase resumes on the same step, and the

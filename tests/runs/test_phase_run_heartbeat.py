@@ -116,3 +116,44 @@ def test_a_beat_after_a_waiting_finish_keeps_the_step_waiting_and_resumable(
     for phase in PHASES[1:]:
         service.execute_phase(app, run_id, phase, registry)
     assert service.finalize_run(app, run_id) == RunStatus.SUCCEEDED.value
+
+
+def test_r15_a_beat_on_a_waiting_step_counts_the_earlier_phase_once(
+        app: App, monkeypatch: Any) -> None:
+    """Under Celery, a beat landing on the second phase's step after it was left waiting on a
+    provider batch records that phase's own usage (the batch's one call), not the run's: the
+    re-scheduled task's budget starts at 3 calls / 200 tokens (before: the beat wrote the run's
+    3 calls / 200 tokens on the step, the first phase was counted again, 5 / 400)."""
+    add_notes(app, {"content": "a note"})
+    monkeypatch.setattr("worker.runs.phase_run.LeaseHeartbeat", _LateBeat)
+
+    def asking(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        for _ in range(2):
+            assert ctx.budget.try_reserve_call()
+            ctx.budget.charge(100)
+        return PhaseReport(phase="consolidate", status=StepStatus.SUCCEEDED.value,
+                           tokens_in=200)
+
+    seen: list[tuple[int, int]] = []
+
+    def batched(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        seen.append(ctx.budget.spent())
+        if len(seen) == 1:
+            assert ctx.budget.try_reserve_call()  # the batch's one request, submitted
+            return PhaseReport(phase="contradictions", status=PhaseOutcome.WAITING.value,
+                               counters={"retry_after": 1}, reason="waiting on batch b-1")
+        ctx.budget.charge(50)
+        return PhaseReport(phase="contradictions", status=StepStatus.SUCCEEDED.value,
+                           tokens_in=50)
+
+    registry = {**{p: _flagging(p) for p in PHASES}, "consolidate": asking,
+                "contradictions": batched}
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id
+    assert service.execute_phase(app, run_id, "consolidate", registry).outcome \
+        is PhaseOutcome.SUCCEEDED
+    assert service.execute_phase(app, run_id, "contradictions", registry).outcome \
+        is PhaseOutcome.WAITING
+    assert service.execute_phase(app, run_id, "contradictions", registry).outcome \
+        is PhaseOutcome.SUCCEEDED
+    assert seen == [(2, 200), (3, 200)]

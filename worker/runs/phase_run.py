@@ -51,6 +51,9 @@ class Execution:
     # all the run's steps (a fresh in-process run): finalize decides from it. None: read them.
     written: list[dict[str, Any]] | None = None
     begun: dict[str, datetime] = field(default_factory=dict)  # opened steps: when they began
+    # Per phase step: the (calls, tokens) of the budget that are not the step's own, taken when
+    # this executor first runs it; its heartbeat records the rest (``_usage_recorder``).
+    bases: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def wrote(self, row: dict[str, Any]) -> None:
         if self.written is not None:
@@ -85,8 +88,9 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
         force=snap.force, budget=run.budget, allow_retire=snap.allow_retire, carry=run.carry,
         notes_before=snap.notes_before, trigger=snap.trigger, held=HeldWrite(),
     )
+    base = run.bases.setdefault(step_id, _usage_base(run, step_id))
     try:
-        with LeaseHeartbeat(app, snap.run_id, snap.epoch, _usage_recorder(ctx, step_id)):
+        with LeaseHeartbeat(app, snap.run_id, snap.epoch, _usage_recorder(ctx, step_id, base)):
             outcome = _execute(app, run, ctx, phase, step_id)
     except StaleLease:
         run.written = None
@@ -132,13 +136,25 @@ def _start_step(app: App, run: Execution, phase: str, step_id: str) -> PhaseOutc
     return None
 
 
-def _usage_recorder(ctx: PhaseContext, step_id: str) -> Any:
-    """What each heartbeat writes on the open phase step: the model usage so far (R15), beside
-    what the step recorded (a step waiting on a batch, resumed or just left waiting, keeps its
+def _usage_base(run: Execution, step_id: str) -> tuple[int, int]:
+    """What the run's budget holds that is not the step's own: the budget started from the
+    run's usage (earlier phases, earlier attempts) and has the earlier phases of this executor
+    on it; a resumed waiting step's own usage so far stays the step's."""
+    calls, tokens = run.budget.spent()
+    own = run.snap.step_usage.get(step_id)
+    return (calls, tokens) if own is None else (calls - own.calls, tokens - own.tokens)
+
+
+def _usage_recorder(ctx: PhaseContext, step_id: str, base: tuple[int, int]) -> Any:
+    """What each heartbeat writes on the open phase step: the phase's own model usage so far
+    (R15), as its finish would count it (not the run's running total: the snapshot adds every
+    step's usage, so earlier phases would be counted again by the next snapshot), beside what
+    the step recorded (a step waiting on a batch, resumed or just left waiting, keeps its
     ``waiting``, so a re-delivered or re-scheduled task resumes it)."""
     def record(uow: UnitOfWork) -> None:
         calls, tokens = ctx.budget.spent()
-        uow.runs.record_running_usage(step_id, {"calls": calls, "tokens": tokens})
+        uow.runs.record_running_usage(step_id, {"calls": calls - base[0],
+                                                "tokens": tokens - base[1]})
 
     return record
 

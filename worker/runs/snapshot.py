@@ -46,6 +46,9 @@ class RunSnapshot:
     done: set[str] = field(default_factory=set)  # phases with a terminal parent step
     waiting: dict[str, str] = field(default_factory=dict)  # phase → its waiting parent step
     usage: Usage = field(default_factory=Usage)
+    # Each parent step's own share of ``usage`` (step id → Usage): what a resumed waiting step
+    # had spent, which its heartbeat goes on from (R15).
+    step_usage: dict[str, Usage] = field(default_factory=dict)
     # The scope's note counts by status before the run's first phase: the run's totals (if its
     # creator recorded them), else what its first phase step recorded (``input.notes_before``),
     # else counted by this claim and, ``unrecorded``, carried by the next phase step it starts.
@@ -133,6 +136,7 @@ def snapshot_of(run: Any, steps: Iterable[RunStepRow]) -> RunSnapshot:
     epoch = run.lease_epoch if running else None
     parents = [s for s in steps if s.parent_id is None]
     mine = {phase_step_id(run.id, p, epoch): p for p in PHASES}
+    by_step = usage_by_step(steps)
     return RunSnapshot(
         run_id=run.id, scope=Scope(run.agent_id, run.user_id, run.company_id),
         status=run.status, epoch=epoch, attempts=run.attempts,
@@ -143,7 +147,8 @@ def snapshot_of(run: Any, steps: Iterable[RunStepRow]) -> RunSnapshot:
         waiting={mine[s.id]: s.id for s in parents
                  if s.id in mine and s.status == StepStatus.RUNNING.value
                  and (s.output or {}).get("waiting")},
-        usage=usage_of(steps), notes_before=_notes_before(run.totals, parents),
+        usage=_summed(by_step.values()), step_usage=by_step,
+        notes_before=_notes_before(run.totals, parents),
         trigger=run.trigger,
     )
 
@@ -159,15 +164,22 @@ def _notes_before(totals: dict[str, Any] | None, parents: list[RunStepRow]) -> A
 
 
 def usage_of(steps: Iterable[RunStepRow]) -> Usage:
-    """What the run spent: a finished phase's own totals; for a phase an attempt left running
-    (killed), what its committed child steps and its last heartbeat recorded, whichever is more,
-    so a retried run's budget starts from what the killed attempt spent."""
+    """What the run spent, every phase's own usage summed (``usage_by_step``)."""
+    return _summed(usage_by_step(steps).values())
+
+
+def usage_by_step(steps: Iterable[RunStepRow]) -> dict[str, Usage]:
+    """Each parent step's own usage: a finished phase's own totals; for a phase an attempt left
+    running (killed, or waiting on a batch), what its committed child steps and its last
+    heartbeat recorded, whichever is more, so a retried run's budget starts from what the
+    killed attempt spent. A beat records its phase's usage only (``phase_run``), never the
+    run's running total, so no phase is counted twice."""
     children: dict[str | None, list[RunStepRow]] = {}
     parents: list[RunStepRow] = []
     for s in steps:
         (parents.append(s) if s.parent_id is None else children.setdefault(s.parent_id, [])
          .append(s))
-    usage = Usage()
+    usage: dict[str, Usage] = {}
     for p in parents:
         kids = children.get(p.id, [])
         output = p.output or {}
@@ -179,6 +191,13 @@ def usage_of(steps: Iterable[RunStepRow]) -> Usage:
         else:
             tokens = max(sum((k.tokens_in or 0) + (k.tokens_out or 0) for k in kids),
                          int(beat.get("tokens") or 0))
-        usage.calls += calls
-        usage.tokens += tokens
+        usage[p.id] = Usage(calls, tokens)
     return usage
+
+
+def _summed(usages: Iterable[Usage]) -> Usage:
+    total = Usage()
+    for u in usages:
+        total.calls += u.calls
+        total.tokens += u.tokens
+    return total
