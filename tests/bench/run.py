@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +91,9 @@ def bench_peer(backend: str, spec: CorpusSpec, results: dict[str, dict[str, Any]
           ["what is timed", "wall s", "CPU s", "found"], peer.compare(ours, peer.measure(path)))
 
 
-def run_before(checkout: Path, argv: list[str]) -> dict[str, dict[str, Any]]:
-    """This harness on another checkout (its own venv and worker): results by label."""
+def start_before(checkout: Path, argv: list[str]) -> Callable[[], dict[str, dict[str, Any]]]:
+    """Start this harness on another checkout (its own venv and worker); the returned function
+    waits for it and returns its results by label."""
     python = checkout / ".venv" / "bin" / "python"
     if not python.exists():
         raise SystemExit(f"error: {python} not found; run `make install` in {checkout} first")
@@ -104,11 +106,17 @@ def run_before(checkout: Path, argv: list[str]) -> dict[str, dict[str, Any]]:
         (shutil.copytree if src.is_dir() else shutil.copyfile)(src, dst)
     out = harness / "results.json"
     print(f"# before: this harness on {checkout} (git {_commit(checkout)})", flush=True)
-    subprocess.run([str(python), "-m", "tests.bench.run", *argv, "--json", str(out)],
-                   cwd=harness, check=True)
-    results: dict[str, dict[str, Any]] = json.loads(out.read_text())
-    shutil.rmtree(harness, ignore_errors=True)
-    return results
+    proc = subprocess.Popen([str(python), "-m", "tests.bench.run", *argv, "--json", str(out)],
+                            cwd=harness)
+
+    def finish() -> dict[str, dict[str, Any]]:
+        if proc.wait() != 0:
+            raise SystemExit(f"error: the before run on {checkout} exited with {proc.returncode}")
+        results: dict[str, dict[str, Any]] = json.loads(out.read_text())
+        shutil.rmtree(harness, ignore_errors=True)
+        return results
+
+    return finish
 
 
 def _commit(checkout: Path) -> str:
@@ -144,6 +152,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="the per-note pgvector baseline (PostgreSQL)")
     ap.add_argument("--before", type=Path, metavar="DIR",
                     help="first run this harness on the checkout in DIR (its own .venv)")
+    ap.add_argument("--side-by-side", action="store_true",
+                    help="with --before: run both at the same time, each in-process run on its "
+                         "own core, so a drifting machine slows both alike (the peer runs after)")
     ap.add_argument("--large-scope", type=int, default=0, metavar="N",
                     help="also one scope of N notes (approximate index path), e.g. 50000")
     ap.add_argument("--quick", action="store_true", help="2,000 notes in 20 scopes, SQLite only")
@@ -163,12 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(raw)
     configure_logging("auto", "WARNING")
     _machine()
-    before = run_before(args.before.resolve(), _before_argv(args)) if args.before else {}
+    pending = start_before(args.before.resolve(), _before_argv(args)) if args.before else None
+    before = pending() if pending is not None and not args.side_by_side else {}
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     spec = CorpusSpec(args.scopes, max(1, args.notes // args.scopes))
     results: dict[str, dict[str, Any]] = {}
     for backend in backends:
         results.update(bench_corpus(backend, spec, args))
+        if pending is not None and not before:
+            before = pending()  # side by side: the peer is timed alone, after both
         if args.peer:
             bench_peer(backend, spec, results)
     if args.json:
