@@ -32,3 +32,13 @@ def test_a_read_key_changes_no_comparison() -> None:
     assert read == fresh and hash(read) == hash(fresh) and not read < fresh
     assert sorted([Scope("b", "u"), read, Scope("a", "t")]) == [Scope("a", "t"), fresh, Scope("b", "u")]
     assert {read: 1}[fresh] == 1
+
+
+def test_scopes_sort_when_one_has_an_id_another_lacks() -> None:
+    """``dream gate`` sorts every known scope: None and an id of the same agent compare (None
+    first), and a scope equal to another is neither before nor after it."""
+    scopes = {Scope("a", "u1"), Scope("a"), Scope("a", None, "c1"), Scope("a", "u1", "c1"),
+              Scope("b")}
+    assert sorted(scopes) == [Scope("a"), Scope("a", None, "c1"), Scope("a", "u1"),
+                              Scope("a", "u1", "c1"), Scope("b")]
+    assert not Scope("a", "u") < Scope("a", "u") and Scope("a", "u") <= Scope("a", "u")

@@ -9,7 +9,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from functools import cached_property
+from functools import cached_property, total_ordering
 from typing import Any
 
 
@@ -75,9 +75,11 @@ PHASES = ("consolidate", "contradictions", "prune", "archive")
 _SCOPE_KEY = json.JSONEncoder(separators=(",", ":")).encode
 
 
-@dataclass(frozen=True, order=True)
+@total_ordering
+@dataclass(frozen=True)
 class Scope:
-    """One tenant partition. ``None`` is a value, not a wildcard."""
+    """One tenant partition. ``None`` is a value, not a wildcard; it sorts before any id (the
+    generated field-by-field order compared None with a string and raised)."""
 
     agent_id: str
     user_id: str | None = None
@@ -95,6 +97,15 @@ class Scope:
 
     def as_dict(self) -> dict[str, str | None]:
         return {"agent_id": self.agent_id, "user_id": self.user_id, "company_id": self.company_id}
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Scope):
+            return NotImplemented
+        return self._order() < other._order()
+
+    def _order(self) -> tuple[tuple[bool, str], ...]:
+        return tuple((v is not None, v or "") for v in (self.agent_id, self.user_id,
+                                                        self.company_id))
 
 
 _PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
