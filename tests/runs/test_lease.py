@@ -73,3 +73,23 @@ def test_a_block_open_past_the_task_time_limit_is_left_to_lapse(tmp_path: Path) 
         time.sleep(0.3)
         assert len(hb.renewals) == given_up <= 5  # no beat after giving up
     app.dispose()
+
+
+class Failing(Counting):
+    def renew(self) -> bool:
+        self.in_flight.set()
+        raise RuntimeError("not a database error")
+
+
+def test_a_beat_that_raises_stops_its_block_only(tmp_path: Path) -> None:
+    """The shared thread survives a beat failing unexpectedly: that block's exit does not hang
+    and the other open blocks are still beaten."""
+    app = make_sqlite_app(tmp_path)
+    other = Counting(app, "run-b")
+    with other:
+        broken = Failing(app, "run-a")
+        with broken:
+            assert broken.in_flight.wait(2)
+        time.sleep(0.3)
+    assert len(other.renewals) >= 3
+    app.dispose()

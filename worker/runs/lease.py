@@ -117,7 +117,11 @@ class _Beats:
                 hb = self._next()
                 due, began = self._due[hb]
                 self._beating = hb
-            keep = hb.beat(time.monotonic() - began)
+            try:
+                keep = hb.beat(time.monotonic() - began)
+            except Exception as exc:  # never the thread (every block's beats) nor a waiting exit
+                log.error("lease.beat_failed", run_id=hb.run_id, error_type=type(exc).__name__)
+                keep = False
             with self._cond:
                 self._beating = None
                 if hb in self._due:

@@ -70,10 +70,9 @@ class UnitOfWork:
         # nothing. close() detaches loaded rows without expiring them, so callers may read them.
         # A transaction that only read ends with COMMIT on PostgreSQL (``only_read``): the same
         # outcome, and the driver keeps its prepared statements for the next transaction.
-        if exc_type is None and self.session.in_transaction():
-            conn = self.session.connection()
-            if conn.dialect.name == "postgresql" and only_read(conn):
-                self.session.commit()
+        if exc_type is None and self.session.in_transaction() and only_read(
+                self.session.connection()):
+            self.session.commit()
         self.session.close()
 
     def commit(self) -> None:

@@ -14,6 +14,8 @@ from worker.store.models import ReviewItemRow
 
 _ITEMS = cast(Table, ReviewItemRow.__table__)
 OPEN = "open"
+APPROVED = "approved"
+UNDONE = "undone"
 
 
 class ReviewItemRepository:
@@ -89,8 +91,8 @@ class ReviewItemRepository:
         """The items an undone run applied: approved → undone (approver and run kept)."""
         result = self.session.execute(
             update(ReviewItemRow)
-            .where(ReviewItemRow.applied_run_id == run_id, ReviewItemRow.status == "approved")
-            .values(status="undone", outcome=f"undone: run {run_id}, which applied it, was "
+            .where(ReviewItemRow.applied_run_id == run_id, ReviewItemRow.status == APPROVED)
+            .values(status=UNDONE, outcome=f"undone: run {run_id}, which applied it, was "
                                              "undone; the next run proposes afresh"))
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
