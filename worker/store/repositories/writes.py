@@ -25,6 +25,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from worker.domain.types import NoteStatus, RunStatus
+from worker.store.many import execute_many
 from worker.store.models import (
     DreamRunRow,
     JudgementRow,
@@ -75,6 +76,12 @@ _JOURNAL = select(_LOG.c.entity_id, _LOG.c.op, _LOG.c.before, _LOG.c.after, _LOG
 _ACTIVE_COUNT = select(func.count()).select_from(_NOTES).where(
     _NOTES.c.scope_key == bindparam("scope_key"), _NOTES.c.status == NoteStatus.ACTIVE.value)
 CHUNK = 500
+# Verdict memory's insert, by dialect (PostgreSQL?): a fingerprint already there is kept.
+_NEW_JUDGEMENTS = {
+    postgres: (pg_insert(_JUDGEMENTS) if postgres else sqlite_insert(_JUDGEMENTS))
+    .on_conflict_do_nothing(index_elements=["scope_key", "kind", "fingerprint"])
+    for postgres in (False, True)
+}
 
 
 def _unchanged(name: str, postgres: bool, prefix: str = "g") -> Any:
@@ -113,6 +120,10 @@ class WriteRepository:
     def _run(self, stmt: Any, params: Any = None) -> Any:
         return self.session.connection().execute(stmt, params)
 
+    def _many(self, stmt: Any, rows: list[dict[str, Any]]) -> int:
+        """One executemany of ``rows`` (same keys) straight to the driver; the rowcount."""
+        return execute_many(self.session.connection(), stmt, rows)
+
     def fence(self, run_id: str, epoch: int) -> dict[str, Any] | None:
         """The run's totals if it still holds lease ``epoch``, else None; the first statement
         of a run's write (the guard reads the scope's size at the start of the run from it)."""
@@ -145,7 +156,7 @@ class WriteRepository:
 
     def insert_notes(self, rows: list[dict[str, Any]]) -> None:
         if rows:
-            self._run(_INSERT_NOTE, rows)
+            self._many(_INSERT_NOTE, rows)
 
     def update_notes(self, keys: tuple[str, ...], rows: list[dict[str, Any]], *,
                      unversioned: bool = False) -> int:
@@ -172,19 +183,19 @@ class WriteRepository:
                 update(_NOTES).where(*guard)
                 .values({k: bindparam(f"v_{k}") for k in (*keys, "version", "updated_at")})
             )
-        return int(self._run(stmt, rows).rowcount)
+        return self._many(stmt, rows)
 
     def add_lineage(self, rows: list[dict[str, Any]]) -> None:
         if rows:
-            self._run(_INSERT_LINEAGE, rows)
+            self._many(_INSERT_LINEAGE, rows)
 
     def add_log(self, rows: list[dict[str, Any]]) -> None:
         if rows:
-            self._run(_INSERT_LOG, rows)
+            self._many(_INSERT_LOG, rows)
 
     def add_steps(self, rows: list[dict[str, Any]]) -> None:
         if rows:
-            self._run(_INSERT_STEP, rows)
+            self._many(_INSERT_STEP, rows)
 
     def add_steps_fenced(self, rows: list[dict[str, Any]], run_id: str, epoch: int, *,
                          finishing: tuple[str, ...] = ()) -> bool:
@@ -204,18 +215,14 @@ class WriteRepository:
         dialect = self.session.get_bind().dialect.name
         stmt = fenced_steps_statement(dialect, tuple(rows[0]), finishing)
         params = [{**r, "f_run": run_id, "f_epoch": epoch} for r in rows]
-        inserted = int(self._run(stmt, params).rowcount)
+        inserted = self._many(stmt, params)
         return inserted == len(rows)
 
     def add_reviews(self, rows: list[dict[str, Any]]) -> None:
         if rows:
-            self._run(_INSERT_REVIEW, rows)
+            self._many(_INSERT_REVIEW, rows)
 
     def add_judgements(self, rows: list[dict[str, Any]]) -> None:
         """Verdict memory, first writer wins: a fingerprint already recorded is left as it is."""
-        if not rows:
-            return
-        postgres = self.session.get_bind().dialect.name == "postgresql"
-        stmt = (pg_insert(_JUDGEMENTS) if postgres else sqlite_insert(_JUDGEMENTS))
-        self._run(stmt.on_conflict_do_nothing(
-            index_elements=["scope_key", "kind", "fingerprint"]), rows)
+        if rows:
+            self._many(_NEW_JUDGEMENTS[self.session.get_bind().dialect.name == "postgresql"], rows)

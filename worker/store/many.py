@@ -1,0 +1,87 @@
+"""One executemany of a prebuilt DML statement on the driver: compiled once per dialect and row
+shape, each row bound through the columns' own bind processors. A run's batched writes skip
+SQLAlchemy's per-row parameter construction and the statement's cache-key walk; the SQL, the
+driver call and the rowcount are the ones ``Connection.execute(stmt, rows)`` would make."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql import ClauseElement
+
+# Prebuilt statements only (module constants or per-shape caches): a plan holds its statement.
+MAX_PLANS = 512
+_PLANS: dict[tuple[ClauseElement, str, tuple[str, ...]], _Plan | None] = {}
+Processor = Callable[[Any], Any]
+_STYLES = ("qmark", "format", "pyformat", "named")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    sql: str
+    positional: bool
+    # (name, row key or None for a value fixed in the statement, fixed value, processor)
+    binds: tuple[tuple[str, str | None, Any, Processor | None], ...]
+
+    def bind(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
+        out: list[Any] = []
+        if self.positional:
+            for row in rows:
+                out.append(tuple(
+                    (fixed if key is None else (row[key] if proc is None or row[key] is None
+                                                else proc(row[key])))
+                    for _, key, fixed, proc in self.binds))
+            return out
+        for row in rows:
+            out.append({name: (fixed if key is None else (row[key] if proc is None or row[key] is None
+                                                          else proc(row[key])))
+                        for name, key, fixed, proc in self.binds})
+        return out
+
+
+def execute_many(conn: Connection, stmt: ClauseElement, rows: Sequence[dict[str, Any]]) -> int:
+    """``conn.execute(stmt, rows)`` for a list of rows with the same keys; the rowcount. A
+    statement this cannot bind exactly (Python-side column defaults to fill, RETURNING,
+    expanding or literal parameters, escaped names) goes through ``Connection.execute``."""
+    if not rows:
+        return 0
+    keys = tuple(rows[0])
+    key = (stmt, conn.dialect.name, keys)
+    if key in _PLANS:
+        plan = _PLANS[key]
+    else:
+        plan = _plan(conn, stmt, keys)
+        if len(_PLANS) < MAX_PLANS:
+            _PLANS[key] = plan
+    if plan is None:
+        return int(conn.execute(stmt, list(rows)).rowcount)
+    return int(conn.exec_driver_sql(plan.sql, plan.bind(rows)).rowcount)  # type: ignore[arg-type]
+
+
+def _plan(conn: Connection, stmt: ClauseElement, keys: tuple[str, ...]) -> _Plan | None:
+    dialect = conn.dialect
+    compiled: Any = stmt.compile(dialect=dialect, column_keys=list(keys))
+    if (compiled.insert_prefetch or compiled.update_prefetch or compiled.effective_returning
+            or compiled.literal_execute_params or compiled.post_compile_params
+            or compiled.escaped_bind_names or dialect.paramstyle not in _STYLES):
+        return None
+    positional = bool(compiled.positional)
+    names = list(compiled.positiontup) if positional else list(compiled.binds)
+    wanted = set(keys)
+    binds = []
+    for name in names:
+        param = compiled.binds[name]
+        if param.expanding or param.callable is not None:
+            return None
+        proc = param.type.dialect_impl(dialect).bind_processor(dialect)
+        if name in wanted:
+            binds.append((name, name, None, proc))
+        elif param.required:
+            return None  # a value the rows do not carry: let SQLAlchemy raise its error
+        else:
+            value = param.effective_value
+            binds.append((name, None, proc(value) if proc and value is not None else value, None))
+    return _Plan(compiled.string, positional, tuple(binds))
