@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import Executable
 
 # Prebuilt statements only (module constants or per-shape caches): a plan holds its statement.
 MAX_PLANS = 512
-_PLANS: dict[tuple[ClauseElement, str, tuple[str, ...]], _Plan | None] = {}
+_PLANS: dict[tuple[Executable, str, tuple[str, ...]], _Plan | None] = {}
 Processor = Callable[[Any], Any]
 _STYLES = ("qmark", "format", "pyformat", "named")
 
@@ -42,7 +42,7 @@ class _Plan:
         return out
 
 
-def execute_many(conn: Connection, stmt: ClauseElement, rows: Sequence[dict[str, Any]]) -> int:
+def execute_many(conn: Connection, stmt: Executable, rows: Sequence[dict[str, Any]]) -> int:
     """``conn.execute(stmt, rows)`` for a list of rows with the same keys; the rowcount. A
     statement this cannot bind exactly (Python-side column defaults to fill, RETURNING,
     expanding or literal parameters, escaped names) goes through ``Connection.execute``."""
@@ -58,12 +58,12 @@ def execute_many(conn: Connection, stmt: ClauseElement, rows: Sequence[dict[str,
             _PLANS[key] = plan
     if plan is None:
         return int(conn.execute(stmt, list(rows)).rowcount)
-    return int(conn.exec_driver_sql(plan.sql, plan.bind(rows)).rowcount)  # type: ignore[arg-type]
+    return int(conn.exec_driver_sql(plan.sql, plan.bind(rows)).rowcount)
 
 
-def _plan(conn: Connection, stmt: ClauseElement, keys: tuple[str, ...]) -> _Plan | None:
+def _plan(conn: Connection, stmt: Executable, keys: tuple[str, ...]) -> _Plan | None:
     dialect = conn.dialect
-    compiled: Any = stmt.compile(dialect=dialect, column_keys=list(keys))
+    compiled: Any = cast(Any, stmt).compile(dialect=dialect, column_keys=list(keys))
     if (compiled.insert_prefetch or compiled.update_prefetch or compiled.effective_returning
             or compiled.literal_execute_params or compiled.post_compile_params
             or compiled.escaped_bind_names or dialect.paramstyle not in _STYLES):
