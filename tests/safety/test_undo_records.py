@@ -4,19 +4,32 @@ judgement (verdict memory) and review rows it recorded — not only notes. SQLit
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from tests.api.conftest import ADMIN, TOKENS, auth
+from tests.conftest import drop_postgres_app, make_postgres_app, make_sqlite_app
 from tests.phases.contradictions.test_service import IMPERIAL, METRIC, with_stub
 from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub
+from tests.support.safety import run_row
+from worker.api import create_api
 from worker.app import App
 from worker.cli import main
+from worker.clock import utcnow
 from worker.domain.types import Scope
 from worker.ingest import import_examples
 from worker.llm.openai_compat import OpenAICompatibleLLM
+from worker.mcp.tools import ScopedTools
+from worker.review import service as review
+from worker.review.items import ChangeKind, ProposedChange
 from worker.runs import service
 from worker.safety.undo import undo_run
 from worker.store.models import ExampleRow, JudgementRow, NoteRow, ReviewRow
@@ -105,11 +118,88 @@ def test_undo_removes_the_review_records_of_the_run(app: App, llm_stub: LLMStub)
 def test_undo_refuses_an_interrupted_run_that_may_still_resume(app: App) -> None:
     """An interrupted run owns its scope and resumes its remaining phases; undo says to wait or
     cancel it first and changes nothing."""
-    from tests.support.safety import run_row
-
     run_id = run_row(app, SCOPE, status="interrupted")
     with pytest.raises(Exception, match=f"dream runs cancel {run_id}"):
         undo_run(app, run_id)
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         assert run is not None and run.status == "interrupted"
+
+
+# ---- what undo says it did, on every surface ----------------------------------------------
+def _undo_by(surface: str, app: App, run_id: str) -> tuple[dict[str, Any], str]:
+    """``dream undo`` / ``POST /api/runs/{id}/undo`` / the MCP ``undo_run`` tool: (the result's
+    fields, as the API and MCP answer them, or {} for the CLI; the CLI's line, or "")."""
+    if surface == "cli":
+        out = CliRunner().invoke(main, ["undo", run_id],
+                                 env={"DREAM_DATABASE_URL": app.settings.database_url})
+        assert out.exit_code == 0, out.output
+        return {}, out.output
+    if surface == "api":
+        with TestClient(create_api(app)) as client:
+            answer = client.post(f"/api/runs/{run_id}/undo", headers=auth(ADMIN), json={})
+        assert answer.status_code == 200, answer.text
+        return answer.json(), ""
+    return ScopedTools(app, SCOPE).undo_run(run_id), ""
+
+
+def _said(fields: dict[str, Any], line: str) -> tuple[int, int, int]:
+    """(reviews deleted, review items withdrawn, review items undone) as the surface says."""
+    if fields:
+        return (fields["reviews"], fields["review_items_withdrawn"],
+                fields["review_items_undone"])
+    found = re.search(r"removed \d+ judgements and (\d+) reviews the run\(s\) recorded; "
+                      r"withdrew (\d+) open review items and marked (\d+) applied review items "
+                      r"undone", line)
+    assert found, line
+    return int(found[1]), int(found[2]), int(found[3])
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def token_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
+    """An app with API tokens (the API surface), on SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        app = make_sqlite_app(tmp_path, api_tokens=TOKENS)
+        yield app
+        app.dispose()
+    else:
+        app = make_postgres_app(api_tokens=TOKENS)
+        yield app
+        drop_postgres_app(app)
+
+
+@pytest.mark.parametrize("surface", ["cli", "api", "mcp"])
+def test_undo_says_review_items_were_withdrawn_and_undone_not_removed(
+        token_app: App, surface: str) -> None:
+    """Undo keeps review items: an undone approval's item reads ``undone`` and an undone
+    proposing run's open item is withdrawn (declined). Every surface reports those two apart
+    from the review rows it deleted, under the same names (``reviews``,
+    ``review_items_withdrawn``, ``review_items_undone``); before, all three were summed into
+    ``reviews`` and the CLI said "removed 1 reviews" of items still there."""
+    app = token_app
+    add_notes(app, {"id": "t1", "content": "Prefers green tea."},
+              {"id": "t2", "content": "Prefers green tea in the morning."},
+              {"id": "c1", "content": "Works from Lisbon."},
+              {"id": "c2", "content": "Works from Lisbon on Fridays."})
+    proposer = run_row(app, SCOPE)
+    with app.uow() as uow:
+        uow.review.add_many(SCOPE, proposer, [_merge(["t1", "t2"], "Prefers green tea."),
+                                              _merge(["c1", "c2"], "Works from Lisbon.")],
+                            utcnow())
+        uow.commit()
+        first = min(int(i.id) for i in uow.review.list(SCOPE))
+    (approved,) = review.approve(app, SCOPE, review.Selector(item_id=first), "ana")
+    assert approved.run_id is not None
+
+    assert _said(*_undo_by(surface, app, approved.run_id)) == (0, 0, 1)
+    assert _said(*_undo_by(surface, app, proposer)) == (0, 1, 0)
+    with app.uow() as uow:
+        statuses = sorted(i.status for i in uow.review.list(SCOPE, status=None))
+    assert statuses == ["declined", "undone"]  # both kept
+
+
+def _merge(ids: list[str], content: str) -> dict[str, Any]:
+    return ProposedChange(phase="consolidate", kind=ChangeKind.MERGE,
+                          versions=dict.fromkeys(ids, 1), reason="rule: identical",
+                          content=content, source_ids=tuple(ids),
+                          payload={"rule": "identical", "similarity": 1.0}).row()

@@ -29,11 +29,7 @@ def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool) -> None:
     result = undo_run(cli_app(ctx), run_id, force_cascade=force_cascade)
     for rid in result.run_ids:
         click.echo(f"undone run {rid}")
-    click.echo(f"restored {len(result.restored)} notes, retired {len(result.retired)} notes the "
-               f"run(s) created, overwrote {len(result.overwritten)} host edits, "
-               f"{len(result.missing)} already erased; gave {len(result.examples)} examples their "
-               f"status back; removed {result.judgements} judgements and {result.reviews} reviews "
-               "the run(s) recorded")
+    click.echo(result.summary())
 
 
 @click.command("erase")

@@ -35,6 +35,19 @@ class Protection(StrEnum):
     EPHEMERAL = "ephemeral"
 
 
+_WEAKEST_FIRST = (Protection.EPHEMERAL, Protection.STANDARD, Protection.PROTECTED,
+                  Protection.IMMUTABLE)
+
+
+def protection_rank(protection: str) -> int:
+    """How strongly a protection keeps a note (ephemeral 0 … immutable 3); a value this code
+    does not know ranks above all, so nothing weaker ever takes its note's place."""
+    try:
+        return _WEAKEST_FIRST.index(Protection(protection))
+    except ValueError:
+        return len(_WEAKEST_FIRST)
+
+
 class RunStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"

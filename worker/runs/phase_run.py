@@ -25,7 +25,7 @@ from worker.llm.batch import BatchPending
 from worker.runs.context import Budget, HeldWrite, PhaseContext, Registry, RunCarry
 from worker.runs.lease import LeaseHeartbeat
 from worker.runs.outcome import RECORDED, PhaseOutcome
-from worker.runs.snapshot import RunSnapshot, parent_step_row, phase_step_id
+from worker.runs.snapshot import RunSnapshot, StepRecord, parent_step_row, phase_step_id
 from worker.runs.steps import StepRecorder
 from worker.safety.scrub import safe_error_message
 from worker.safety.scrub import stack as error_stack
@@ -152,11 +152,16 @@ def _usage_recorder(ctx: PhaseContext, step_id: str, base: tuple[int, int]) -> A
     the step recorded (a step waiting on a batch, resumed or just left waiting, keeps its
     ``waiting``, so a re-delivered or re-scheduled task resumes it)."""
     def record(uow: UnitOfWork) -> None:
-        calls, tokens = ctx.budget.spent()
-        uow.runs.record_running_usage(step_id, {"calls": calls - base[0],
-                                                "tokens": tokens - base[1]})
+        uow.runs.record_running_usage(step_id, own_usage(ctx.budget, base))
 
     return record
+
+
+def own_usage(budget: Budget, base: tuple[int, int]) -> dict[str, int]:
+    """The step's model calls and tokens since it started, its earlier executions included
+    (``base`` leaves them in): what its beats and every finish record as ``output.usage``."""
+    calls, tokens = budget.spent()
+    return {"calls": calls - base[0], "tokens": tokens - base[1]}
 
 
 def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
@@ -177,7 +182,10 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
         raise
     except Exception as exc:  # a failing phase must not stop the next one (R6)
         return _failed(app, run, held, ctx, phase, started, exc)  # with what it wrote (held)
-    output = _output(report, ctx.budget, calls_before)
+    # A resumed waiting step: its finish adds this execution to what the earlier ones recorded.
+    prior = run.snap.recorded.get(step_id, StepRecord())
+    output = _output(report, ctx.budget, calls_before, prior)
+    _record_usage(output, own_usage(ctx.budget, run.bases[step_id]))
     outcome = PhaseOutcome.of_report(report.status, left_for_later(output))
     if outcome is PhaseOutcome.WAITING:
         run.retry_after = float(report.counters.get("retry_after") or DEFAULT_RETRY_AFTER)
@@ -185,7 +193,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
     wrote = held.holding
     try:
         _finish(app, run, held, step_id, outcome, output, started,
-                tokens=(report.tokens_in, report.tokens_out),
+                tokens=(prior.tokens_in + report.tokens_in, prior.tokens_out + report.tokens_out),
                 model=getattr(app.llm, "model", None) if report.calls else None)
     except SQLAlchemyError as exc:
         if not wrote:
@@ -210,8 +218,13 @@ def _failed(app: App, run: Execution, held: HeldWrite, ctx: PhaseContext, phase:
     message = safe_error_message(app, ctx.scope, exc)
     log.error("phase.failed", run_id=ctx.run_id, scope=ctx.scope.key, phase=phase,
               error_type=type(exc).__name__, error=message, frames=error_stack(exc))
-    _finish(app, run, held, phase_step_id(ctx.run_id, phase, ctx.epoch), PhaseOutcome.FAILED,
-            {}, started, error=f"{type(exc).__name__}: {message}")
+    step_id = phase_step_id(ctx.run_id, phase, ctx.epoch)
+    # The calls it made before failing stay counted (R15): the next phase task's budget, or a
+    # retry's, starts from what the steps record.
+    prior = run.snap.recorded.get(step_id, StepRecord())
+    _finish(app, run, held, step_id, PhaseOutcome.FAILED,
+            _record_usage({}, own_usage(ctx.budget, run.bases[step_id])), started,
+            error=f"{type(exc).__name__}: {message}", tokens=(prior.tokens_in, prior.tokens_out))
     return PhaseOutcome.FAILED
 
 
@@ -225,15 +238,26 @@ def _report(run: Execution, ctx: PhaseContext, phase: str, step_id: str) -> Phas
                            {"retry_after": pending.retry_after}, reason=str(pending))
 
 
-def _output(report: PhaseReport, budget: Budget, before: tuple[int, int]) -> dict[str, Any]:
+def _record_usage(output: dict[str, Any], usage: dict[str, int]) -> dict[str, Any]:
+    """``output`` with the step's usage, if it made model calls (a deterministic phase's output
+    stays its counters)."""
+    if any(usage.values()):
+        output["usage"] = usage
+    return output
+
+
+def _output(report: PhaseReport, budget: Budget, before: tuple[int, int],
+            prior: StepRecord) -> dict[str, Any]:
     output = dict(report.counters)
     if report.reason:
         output.setdefault("reason", report.reason)
-    # What finalize reads to tell "the model was down" (all calls, R27) or "partly down" (some).
+    # What finalize reads to tell "the model was down" (all calls, R27) or "partly down" (some),
+    # over the step's executions: a batch's calls start in one and are answered in a later one.
     asked = budget.started - before[0]
-    if asked:
-        output["model_calls_started"] = asked
-        output["model_calls_failed"] = asked - (budget.answered - before[1])
+    if started := prior.calls_started + asked:
+        output["model_calls_started"] = started
+        output["model_calls_failed"] = max(
+            0, prior.calls_failed + asked - (budget.answered - before[1]))
     return output
 
 
@@ -271,6 +295,10 @@ def _finish(app: App, run: Execution, held: HeldWrite, step_id: str, outcome: Ph
         uow.commit()
     run.begun.pop(step_id, None)
     run.finished(step_id, values)
+    if outcome is PhaseOutcome.WAITING:  # what this executor's resumption adds to
+        snap.recorded[step_id] = StepRecord.of(tokens[0], tokens[1], output)
+    else:
+        snap.recorded.pop(step_id, None)
 
 
 def _finished_parent(snap: RunSnapshot, step_id: str, values: dict[str, Any],

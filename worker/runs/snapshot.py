@@ -28,6 +28,26 @@ class Usage:
     tokens: int = 0
 
 
+@dataclass(frozen=True)
+class StepRecord:
+    """What the earlier executions of a phase step left waiting on a batch recorded on it: the
+    next execution's finish adds its own to these, so the step's totals are the sum over its
+    executions, not the last one's (R15; ``phase_run``)."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    calls_started: int = 0
+    calls_failed: int = 0
+
+    @classmethod
+    def of(cls, tokens_in: int | None, tokens_out: int | None,
+           output: dict[str, Any] | None) -> StepRecord:
+        output = output or {}
+        return cls(tokens_in or 0, tokens_out or 0,
+                   int(output.get("model_calls_started") or 0),
+                   int(output.get("model_calls_failed") or 0))
+
+
 @dataclass
 class RunSnapshot:
     run_id: str
@@ -49,6 +69,9 @@ class RunSnapshot:
     # Each parent step's own share of ``usage`` (step id → Usage): what a resumed waiting step
     # had spent, which its heartbeat goes on from (R15).
     step_usage: dict[str, Usage] = field(default_factory=dict)
+    # Each waiting parent step's record so far (step id → StepRecord), which its resumed
+    # execution's finish adds to (kept current by an in-process executor that resumes it).
+    recorded: dict[str, StepRecord] = field(default_factory=dict)
     # The scope's note counts by status before the run's first phase: the run's totals (if its
     # creator recorded them), else what its first phase step recorded (``input.notes_before``),
     # else counted by this claim and, ``unrecorded``, carried by the next phase step it starts.
@@ -137,6 +160,8 @@ def snapshot_of(run: Any, steps: Iterable[RunStepRow]) -> RunSnapshot:
     parents = [s for s in steps if s.parent_id is None]
     mine = {phase_step_id(run.id, p, epoch): p for p in PHASES}
     by_step = usage_by_step(steps)
+    waiting = [s for s in parents if s.id in mine and s.status == StepStatus.RUNNING.value
+               and (s.output or {}).get("waiting")]
     return RunSnapshot(
         run_id=run.id, scope=Scope(run.agent_id, run.user_id, run.company_id),
         status=run.status, epoch=epoch, attempts=run.attempts,
@@ -144,10 +169,9 @@ def snapshot_of(run: Any, steps: Iterable[RunStepRow]) -> RunSnapshot:
         force=run.force, allow_retire=run.allow_retire, created_at=run.created_at,
         started_at=run.started_at, totals=run.totals,
         done={s.phase for s in parents if s.status in TERMINAL_STEP},
-        waiting={mine[s.id]: s.id for s in parents
-                 if s.id in mine and s.status == StepStatus.RUNNING.value
-                 and (s.output or {}).get("waiting")},
+        waiting={mine[s.id]: s.id for s in waiting},
         usage=_summed(by_step.values()), step_usage=by_step,
+        recorded={s.id: StepRecord.of(s.tokens_in, s.tokens_out, s.output) for s in waiting},
         notes_before=_notes_before(run.totals, parents),
         trigger=run.trigger,
     )
@@ -169,11 +193,18 @@ def usage_of(steps: Iterable[RunStepRow]) -> Usage:
 
 
 def usage_by_step(steps: Iterable[RunStepRow]) -> dict[str, Usage]:
-    """Each parent step's own usage: a finished phase's own totals; for a phase an attempt left
-    running (killed, or waiting on a batch), what its committed child steps and its last
-    heartbeat recorded, whichever is more, so a retried run's budget starts from what the
-    killed attempt spent. A beat records its phase's usage only (``phase_run``), never the
-    run's running total, so no phase is counted twice."""
+    """Each parent step's own usage, every execution of it included, so a retried run's budget
+    starts from what the earlier attempts spent (R15).
+
+    What a step records of its calls are views of the same calls, so the most of them is taken,
+    never their sum: ``output.usage`` (written by every lease beat and every finish, waiting,
+    failed or done: the step's calls and tokens since it started, counted from a base that
+    leaves a resumed step's earlier executions in), ``model_calls_started`` and the parent's
+    tokens (each finish adds the step's earlier executions' to its own), and its committed
+    children's model calls and tokens (a subset of the step's calls; more than its last beat
+    only when an attempt was killed after a child committed, before the next beat). Separate
+    executions of one step are added where they are recorded (``phase_run``); separate steps
+    (a killed attempt's and its retry's) are added by ``usage_of``."""
     children: dict[str | None, list[RunStepRow]] = {}
     parents: list[RunStepRow] = []
     for s in steps:
@@ -183,14 +214,11 @@ def usage_by_step(steps: Iterable[RunStepRow]) -> dict[str, Usage]:
     for p in parents:
         kids = children.get(p.id, [])
         output = p.output or {}
-        beat = output.get("usage") or {}
+        recorded = output.get("usage") or {}
         calls = max(sum(1 for k in kids if k.model is not None),
-                    int(output.get("model_calls_started") or 0), int(beat.get("calls") or 0))
-        if p.status in TERMINAL_STEP:
-            tokens = (p.tokens_in or 0) + (p.tokens_out or 0)
-        else:
-            tokens = max(sum((k.tokens_in or 0) + (k.tokens_out or 0) for k in kids),
-                         int(beat.get("tokens") or 0))
+                    int(output.get("model_calls_started") or 0), int(recorded.get("calls") or 0))
+        tokens = max(sum((k.tokens_in or 0) + (k.tokens_out or 0) for k in kids),
+                     (p.tokens_in or 0) + (p.tokens_out or 0), int(recorded.get("tokens") or 0))
         usage[p.id] = Usage(calls, tokens)
     return usage
 

@@ -4,8 +4,9 @@ Every change a run made is in ``operation_log`` with the before/after image of t
 fields. Undo restores the before-images of the notes and examples the run updated, retires
 (status ``revoked``, comment "undone run X") the notes it inserted — nothing is deleted, so
 erasure can still follow lineage afterwards — and deletes the judgement (verdict memory) and
-review rows the run recorded, so no decision of an undone run outlives it (its open proposals
-are withdrawn; a review item it applied reads ``undone``, not approved). The restorations an
+review rows the run recorded, so no decision of an undone run outlives it; its open review
+items are withdrawn (declined) and an item it applied reads ``undone``, not approved — items
+are kept, not deleted, and the result counts each of the three apart. The restorations an
 erasure made are logged under an ``erase-…`` id and undone the same way (there is no run row).
 
 A note is *changed since* when its version moved past the run's after-image by anything other
@@ -52,14 +53,26 @@ class UndoResult:
     missing: list[str] = field(default_factory=list)  # erased since; nothing to restore
     examples: list[str] = field(default_factory=list)  # examples given their status back
     judgements: int = 0  # verdict-memory rows the run(s) recorded, deleted
-    reviews: int = 0  # review rows the run(s) recorded, deleted
+    reviews: int = 0  # review rows (``reviews``: flagged for a person) they recorded, deleted
+    review_items_withdrawn: int = 0  # their open proposals, declined (kept, not deleted)
+    review_items_undone: int = 0  # items they applied (an approval's run), now ``undone``
 
     def as_dict(self) -> dict[str, Any]:
-        """What the API and the MCP tool answer."""
+        """What the API and the MCP tool answer (the CLI's ``summary`` says the same)."""
         return {"run_ids": self.run_ids, "restored": self.restored, "retired": self.retired,
                 "overwritten": self.overwritten, "missing": self.missing,
                 "examples": self.examples, "judgements": self.judgements,
-                "reviews": self.reviews}
+                "reviews": self.reviews, "review_items_withdrawn": self.review_items_withdrawn,
+                "review_items_undone": self.review_items_undone}
+
+    def summary(self) -> str:
+        """One line of what was done, each count under its ``as_dict`` field's words."""
+        return (f"restored {len(self.restored)} notes, retired {len(self.retired)} notes the "
+                f"run(s) created, overwrote {len(self.overwritten)} host edits, "
+                f"{len(self.missing)} already erased; gave {len(self.examples)} examples their "
+                f"status back; removed {self.judgements} judgements and {self.reviews} reviews "
+                f"the run(s) recorded; withdrew {self.review_items_withdrawn} open review items "
+                f"and marked {self.review_items_undone} applied review items undone")
 
 
 def undo_run(app: App, run_id: str, force_cascade: bool = False) -> UndoResult:
@@ -72,7 +85,9 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False) -> UndoResult:
         uow.commit()
     log.info("undo.finished", run_id=run_id, runs=len(result.run_ids),
              restored=len(result.restored), retired=len(result.retired),
-             overwritten=len(result.overwritten))
+             overwritten=len(result.overwritten), judgements=result.judgements,
+             reviews=result.reviews, review_items_withdrawn=result.review_items_withdrawn,
+             review_items_undone=result.review_items_undone)
     return result
 
 
@@ -127,9 +142,9 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
     _restore_examples(uow, run_id, by_example, examples, now, result)
     judged, reviewed = uow.safety.forget_run_records(run_id)
     result.judgements += judged
-    # + its open proposals withdrawn, and the items it applied (an approval's run) undone
-    result.reviews += reviewed + uow.review.withdraw_run(run_id, now) + uow.review.undo_applied(
-        run_id)
+    result.reviews += reviewed
+    result.review_items_withdrawn += uow.review.withdraw_run(run_id, now)
+    result.review_items_undone += uow.review.undo_applied(run_id)
     if uow.runs.get(run_id) is not None:
         uow.runs.set_status(run_id, RunStatus.UNDONE.value)
     result.run_ids.append(run_id)

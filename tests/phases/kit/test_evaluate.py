@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from worker.domain.types import Note, Scope
+from worker.phases.kit import supersede
 from worker.phases.kit.changes import Change, ChangeKind, ItemStatus, Member, NewNote
 from worker.phases.kit.evaluate import GuardLimits, evaluate
 
@@ -139,3 +141,52 @@ def test_a_member_whose_decided_field_moved_is_stale_alone_not_guarded() -> None
     # c: no expires_at in the state (None) where the plan read one: stale too
     assert [(r.status.value, r.stale_ids) for r in results] == [
         ("applied", []), ("stale", ["b"]), ("stale", ["c"])]
+
+
+@pytest.mark.parametrize(("new", "now", "expected"), [
+    # an ephemeral fusion of a note the host has since made standard: it would lose its keep
+    ("ephemeral", "standard", "stale"),
+    # a standard fusion (or remember's update) of a note the host has since protected or pinned
+    ("standard", "protected", "stale"),
+    ("standard", "immutable", "stale"),
+    # a protection this code does not know is never weakened either
+    ("standard", "archival", "stale"),
+    # the new note is as strong as the member, or stronger: it applies
+    ("ephemeral", "ephemeral", "applied"),
+    ("standard", "standard", "applied"),
+    ("standard", "ephemeral", "applied"),
+])
+def test_a_new_note_is_never_weaker_than_a_member_it_replaces(
+        new: str, now: str, expected: str) -> None:
+    """The backstop for every planner, an approved proposal too (no ``expect``): a SUPERSEDE
+    into a new note is stale when a member's protection, as the write reads it, is stronger
+    than the new note's; the guard never sees it (not a blast-radius trip)."""
+    change = Change(kind=ChangeKind.SUPERSEDE, name="f", members=(Member("a", 1), Member("b", 1)),
+                    new_note=NewNote(id="f", content="fused", type="Context", protection=new),
+                    relation="consolidated", comment="x")
+    state = _state("a", "b", protection=new)
+    state["b"]["protection"] = now
+    results, tripped = evaluate([change], state, _limits(baseline=100))
+    assert (results[0].status.value, tripped) == (expected, None)
+    assert results[0].stale_ids == (["b"] if expected == "stale" else [])
+
+
+@pytest.mark.parametrize(("loaded", "now", "expected"), [
+    ("ephemeral", "standard", "stale"),  # raised since the load
+    ("standard", "ephemeral", "stale"),  # lowered: the plan (ephemeral pairs) read otherwise
+    ("ephemeral", "ephemeral", "applied"),
+])
+def test_supersede_into_a_new_note_expects_each_sources_protection_as_loaded(
+        loaded: str, now: str, expected: str) -> None:
+    """``supersede`` (consolidation, host fuse, remember) derives the new note from its sources
+    as read: a source whose protection moved since, either way, makes the item stale."""
+    sources = [Note(id=i, scope=Scope("a"), content=i, version=1, protection=loaded)
+               for i in ("a", "b")]
+    new = NewNote(id="f", content="fused", type="Context", protection=loaded)  # as derived
+    change = supersede("f", sources, new_note=new, relation="consolidated", reason="r",
+                       comment="x")
+    state = _state("a", "b", protection=loaded)
+    state["b"]["protection"] = now
+    results, _ = evaluate([change], state, None)
+    assert (results[0].status.value, results[0].stale_ids) == (
+        expected, ["b"] if expected == "stale" else [])

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from worker.domain.types import NoteStatus
+from worker.domain.types import NoteStatus, protection_rank
 from worker.phases.kit.changes import Change, ChangeKind, ItemResult, ItemStatus
 from worker.safety.guard import protection_refusal, share_refusal
 
@@ -66,6 +66,13 @@ def _freshness(c: Change, state: State) -> ItemResult:
         # took over since the plan (no version) makes the item stale.
         stale += [m.id for m in c.members
                   if m.id in state and not state[m.id]["is_auto_generated"] and m.id not in stale]
+    if c.kind == ChangeKind.SUPERSEDE and c.new_note is not None:
+        # Backstop under every planner (an approved proposal carries no ``expect``): the new
+        # note takes its sources' place, so it is never weaker than one of them is now (an
+        # ephemeral fusion of a note the host has since made standard, or protected).
+        floor = protection_rank(c.new_note.protection)
+        stale += [m.id for m in c.members if m.id in state and m.id not in stale
+                  and protection_rank(state[m.id]["protection"]) > floor]
     if stale:
         return ItemResult(c, ItemStatus.STALE, stale_ids=stale)
     return ItemResult(c, ItemStatus.APPLIED)

@@ -1,0 +1,74 @@
+"""The host's fuse against a host write between its read of the sources and its write, on
+SQLite and PostgreSQL: a source whose protection moved since (the column alone, its version
+kept) is never replaced by a note derived from what it was."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+from sqlalchemy import select, update
+
+from tests.support.factories import add_notes
+from worker.app import App
+from worker.host import Conflict, fuse
+from worker.store.models import NoteRow
+
+
+class WritingEmbedder:
+    """The app's embedder, running a host write before its first call: fuse embeds the fused
+    text after it read the sources and before its write transaction."""
+
+    def __init__(self, inner: object, host_write: Callable[[], None]) -> None:
+        self.inner = inner
+        self.model_name: str = inner.model_name  # type: ignore[attr-defined]
+        self.dimensions: int = inner.dimensions  # type: ignore[attr-defined]
+        self.host_write: Callable[[], None] | None = host_write
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self.host_write is not None:
+            write, self.host_write = self.host_write, None
+            write()
+        return self.inner.embed(texts)  # type: ignore[attr-defined, no-any-return]
+
+
+def _protect(app: App, note_id: str, protection: str) -> None:
+    with app.uow() as uow:
+        uow.session.execute(update(NoteRow).where(NoteRow.id == note_id)
+                            .values(protection=protection))
+        uow.commit()
+
+
+def _statuses(app: App) -> dict[str, tuple[str, str]]:
+    with app.uow() as uow:
+        return {r.id: (r.status, r.protection) for r in uow.session.scalars(select(NoteRow))}
+
+
+@pytest.mark.parametrize(("loaded", "now"), [
+    ("ephemeral", "standard"),  # the host's fusion of throwaway notes, one kept since
+    ("standard", "protected"),  # one pinned since: never superseded (R23)
+])
+def test_a_source_whose_protection_moved_during_the_fuse_is_refused(
+        app: App, loaded: str, now: str) -> None:
+    """The host raises b's protection after fuse read the two sources: fuse answers a conflict
+    naming b and changes nothing (before: an ephemeral fused note replaced the now-standard b,
+    and a pinned b was revoked by a fuse that refuses protected sources)."""
+    add_notes(app, {"id": "a", "content": "Prefers green tea.", "protection": loaded},
+              {"id": "b", "content": "Prefers green tea in the morning.", "protection": loaded})
+    app.embedder = WritingEmbedder(app.embedder, lambda: _protect(app, "b", now))
+    with pytest.raises(Conflict, match="note b changed"):
+        fuse(app, ["a", "b"], "Prefers green tea in the morning.")
+    assert _statuses(app) == {"a": ("active", loaded), "b": ("active", now)}
+
+
+def test_an_ephemeral_fusion_stays_ephemeral(app: App) -> None:
+    """Nothing moved: two ephemeral sources fuse into an ephemeral note (the policy the
+    staleness check protects)."""
+    add_notes(app, {"id": "a", "content": "Prefers green tea.", "protection": "ephemeral"},
+              {"id": "b", "content": "Prefers green tea in the morning.",
+               "protection": "ephemeral"})
+    result = fuse(app, ["a", "b"], "Prefers green tea in the morning.")
+    statuses = _statuses(app)
+    assert statuses["a"][0] == statuses["b"][0] == "revoked"
+    assert statuses[result.note["id"]] == ("active", "ephemeral")

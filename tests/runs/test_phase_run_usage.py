@@ -1,0 +1,181 @@
+"""A phase step's recorded model usage over its executions, on SQLite and PostgreSQL: a phase
+left waiting on a provider batch and resumed (under Celery, one task per execution; in-process,
+by the same executor) records the sum of its executions' calls and tokens, a failed phase the
+calls it made before failing, so the run's budget counts every call exactly once (R15)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import drop_postgres_app, make_postgres_app, make_sqlite_app
+from tests.support.factories import add_notes
+from worker.app import App
+from worker.config import BudgetSettings
+from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatus
+from worker.runs import engine, service
+from worker.runs.context import PhaseContext, Registry
+from worker.runs.outcome import PhaseOutcome
+from worker.runs.snapshot import Usage, usage_of
+from worker.store.models import RunStepRow
+
+SCOPE = Scope("agent-1")
+QUIET: Registry = {p: (lambda ctx, step_id, p=p: PhaseReport(p, StepStatus.NO_ITEMS.value))
+                   for p in PHASES}
+Execution = Callable[[PhaseContext], PhaseReport]
+
+
+def _calls(ctx: PhaseContext, wanted: int, tokens_each: int | None) -> int:
+    """Up to ``wanted`` model calls on the run's budget, as the fan-out makes them: reserved
+    before, charged on the reply (None: no reply yet, a batch still pending)."""
+    made = 0
+    for _ in range(wanted):
+        if not ctx.budget.try_reserve_call():
+            break
+        made += 1
+        if tokens_each is not None:
+            ctx.budget.charge(tokens_each)
+    return made
+
+
+def _waiting(made: int = 0) -> PhaseReport:
+    return PhaseReport("consolidate", PhaseOutcome.WAITING.value,
+                       {"retry_after": 0.01, "made": made}, reason="waiting on batch b-1")
+
+
+def _phase(executions: list[Execution]) -> Callable[[PhaseContext, str], PhaseReport]:
+    """A consolidate phase whose n-th execution is ``executions[n]``."""
+    left = iter(executions)
+    return lambda ctx, step_id: next(left)(ctx)
+
+
+def _parent(app: App, run_id: str, phase: str = "consolidate") -> RunStepRow:
+    with app.uow() as uow:
+        [step] = [s for s in uow.runs.steps(run_id) if s.parent_id is None and s.phase == phase]
+    return step
+
+
+def _usage(app: App, run_id: str) -> Usage:
+    with app.uow() as uow:
+        return usage_of(uow.runs.steps(run_id))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def capped_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
+    """An app whose runs may make 3 model calls, on SQLite and on PostgreSQL."""
+    budget = BudgetSettings(max_calls_per_run=3)
+    if request.param == "sqlite":
+        app = make_sqlite_app(tmp_path, budget=budget)
+        yield app
+        app.dispose()
+    else:
+        app = make_postgres_app(budget=budget)
+        yield app
+        drop_postgres_app(app)
+
+
+def test_a_rescheduled_waiting_phase_keeps_its_submissions_calls(app: App) -> None:
+    """Under Celery: the batch's 2 calls, submitted by the first execution, stay on the step
+    through a second execution that finds the batch still pending (the old finish replaced the
+    step's output with that execution's calls, none, and the run forgot the submission), and the
+    last execution's finish records the sum of the three: calls 2 + 1, tokens 2*50 + 30, the
+    reply tokens the executions reported added up, no call counted as failed."""
+    add_notes(app, {"content": "a note"})
+
+    def answered(ctx: PhaseContext) -> PhaseReport:
+        ctx.budget.charge(50)  # the batch's two replies, charged as they are read
+        ctx.budget.charge(50)
+        _calls(ctx, 1, 30)  # and one online follow-up
+        return PhaseReport("consolidate", StepStatus.SUCCEEDED.value, {"merged": 1},
+                           tokens_in=110, tokens_out=20)
+
+    phase = _phase([lambda ctx: _waiting(_calls(ctx, 2, None)), lambda ctx: _waiting(),
+                    answered])
+    registry = {**QUIET, "consolidate": phase}
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    assert engine.execute_phase(app, run_id, "consolidate", registry).outcome \
+        is PhaseOutcome.WAITING
+    assert _usage(app, run_id) == Usage(calls=2, tokens=0)
+    assert engine.execute_phase(app, run_id, "consolidate", registry).outcome \
+        is PhaseOutcome.WAITING
+    assert _usage(app, run_id) == Usage(calls=2, tokens=0)
+    assert engine.execute_phase(app, run_id, "consolidate", registry).outcome \
+        is PhaseOutcome.SUCCEEDED
+    step = _parent(app, run_id)
+    assert (step.tokens_in, step.tokens_out) == (110, 20)
+    output = step.output or {}
+    assert (output["model_calls_started"], output["model_calls_failed"]) == (3, 0)
+    assert output["usage"] == {"calls": 3, "tokens": 130}
+    assert _usage(app, run_id) == Usage(calls=3, tokens=130)
+
+
+def test_r15_a_resumed_batch_phase_stays_within_the_runs_call_cap(capped_app: App) -> None:
+    """A run capped at 3 calls: the first execution submits 2, the resumed one asks for 2 more
+    and gets 1, so the run records 3 calls (the resumed task's budget started from the
+    step's recorded usage; before, from 0 once a pending execution's finish had dropped it)."""
+    app = capped_app
+    add_notes(app, {"content": "a note"})
+    got: list[int] = []
+
+    def more(ctx: PhaseContext) -> PhaseReport:
+        got.append(_calls(ctx, 2, 10))
+        return PhaseReport("consolidate", StepStatus.SUCCEEDED.value)
+
+    phase = _phase([lambda ctx: _waiting(_calls(ctx, 2, None)), lambda ctx: _waiting(), more])
+    registry = {**QUIET, "consolidate": phase}
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    for _ in range(3):
+        engine.execute_phase(app, run_id, "consolidate", registry)
+    assert got == [1]
+    assert _usage(app, run_id).calls == 3
+
+
+def test_an_in_process_resumed_phase_records_the_sum_of_its_executions(app: App) -> None:
+    """In-process, the executor resumes the waiting step itself: its finish adds every
+    execution's calls and reported tokens (2 + 1 calls, tokens in 10 + 5 + 7), so the run's
+    totals say what the phase spent, not what its last execution did."""
+    add_notes(app, {"content": "a note"})
+
+    def done(ctx: PhaseContext) -> PhaseReport:
+        return PhaseReport("consolidate", StepStatus.SUCCEEDED.value, tokens_in=7)
+
+    def pending(calls: int, tokens_in: int) -> Execution:
+        def run(ctx: PhaseContext) -> PhaseReport:
+            _calls(ctx, calls, 4)
+            report = _waiting()
+            report.tokens_in = tokens_in
+            return report
+        return run
+
+    registry = {**QUIET, "consolidate": _phase([pending(2, 10), pending(1, 5), done])}
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    assert engine.execute_run(app, run_id, registry) == RunStatus.SUCCEEDED.value
+    step = _parent(app, run_id)
+    assert step.tokens_in == 10 + 5 + 7
+    assert (step.output or {})["model_calls_started"] == 3
+    assert _usage(app, run_id) == Usage(calls=3, tokens=22)
+
+
+def test_a_failed_phase_keeps_the_calls_it_made(app: App) -> None:
+    """A phase that made 2 calls (40 tokens) and then raised: its failed step records them, so
+    the next phase task's budget, which starts from the steps, still counts them (the failed
+    finish recorded no usage at all)."""
+    add_notes(app, {"content": "a note"})
+
+    def failing(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        _calls(ctx, 2, 20)
+        raise RuntimeError("the phase broke after its calls")
+
+    registry: dict[str, Any] = {**QUIET, "consolidate": failing}
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    assert engine.execute_phase(app, run_id, "consolidate", registry).outcome \
+        is PhaseOutcome.FAILED
+    assert _parent(app, run_id).status == StepStatus.FAILED.value
+    assert _usage(app, run_id) == Usage(calls=2, tokens=40)
