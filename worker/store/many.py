@@ -63,7 +63,8 @@ def execute_many(conn: Connection, stmt: Executable, rows: Sequence[dict[str, An
 
 def _plan(conn: Connection, stmt: Executable, keys: tuple[str, ...]) -> _Plan | None:
     dialect = conn.dialect
-    compiled: Any = cast(Any, stmt).compile(dialect=dialect, column_keys=list(keys))
+    compiled: Any = cast(Any, stmt).compile(dialect=dialect, column_keys=list(keys),
+                                            for_executemany=True)
     if (compiled.insert_prefetch or compiled.update_prefetch or compiled.effective_returning
             or compiled.literal_execute_params or compiled.post_compile_params
             or compiled.escaped_bind_names or dialect.paramstyle not in _STYLES):
