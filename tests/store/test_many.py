@@ -28,9 +28,13 @@ def _note(i: str, scope: str, **extra: Any) -> dict[str, Any]:
 
 
 def _read(app: App, scope: str) -> list[tuple[Any, ...]]:
+    """Every column as read back, plus whether each JSON column holds SQL NULL (None written
+    through the JSON type is JSON null, which reads back as None too)."""
+    json_nulls = [_NOTES.c[c].is_(None).label(f"{c}_is_sql_null") for c in ("flags", "metadata")]
     with app.uow() as uow:
         rows = uow.session.execute(
-            select(_NOTES).where(_NOTES.c.scope_key == scope).order_by(_NOTES.c.id)).all()
+            select(_NOTES, *json_nulls).where(_NOTES.c.scope_key == scope)
+            .order_by(_NOTES.c.id)).all()
     # Everything but the ids' scope prefix, which differs by design between the two scopes.
     return [tuple(v for k, v in r._mapping.items() if k not in ("id", "scope_key")) for r in rows]
 

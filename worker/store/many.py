@@ -27,17 +27,18 @@ class _Plan:
     binds: tuple[tuple[str, str | None, Any, Processor | None], ...]
 
     def bind(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
+        """Each row's parameters as the driver takes them; a processor sees every value, None
+        included, as in SQLAlchemy's own execution (JSON writes None as JSON null)."""
         out: list[Any] = []
         if self.positional:
             for row in rows:
-                out.append(tuple(
-                    (fixed if key is None else (row[key] if proc is None or row[key] is None
-                                                else proc(row[key])))
-                    for _, key, fixed, proc in self.binds))
+                out.append(tuple(fixed if key is None else (row[key] if proc is None
+                                                            else proc(row[key]))
+                                 for _, key, fixed, proc in self.binds))
             return out
         for row in rows:
-            out.append({name: (fixed if key is None else (row[key] if proc is None or row[key] is None
-                                                          else proc(row[key])))
+            out.append({name: fixed if key is None else (row[key] if proc is None
+                                                         else proc(row[key]))
                         for name, key, fixed, proc in self.binds})
         return out
 
@@ -84,5 +85,5 @@ def _plan(conn: Connection, stmt: Executable, keys: tuple[str, ...]) -> _Plan | 
             return None  # a value the rows do not carry: let SQLAlchemy raise its error
         else:
             value = param.effective_value
-            binds.append((name, None, proc(value) if proc and value is not None else value, None))
+            binds.append((name, None, proc(value) if proc else value, None))
     return _Plan(compiled.string, positional, tuple(binds))
