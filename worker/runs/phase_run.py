@@ -152,12 +152,12 @@ def _usage_recorder(ctx: PhaseContext, step_id: str, base: tuple[int, int]) -> A
     the step recorded (a step waiting on a batch, resumed or just left waiting, keeps its
     ``waiting``, so a re-delivered or re-scheduled task resumes it)."""
     def record(uow: UnitOfWork) -> None:
-        uow.runs.record_running_usage(step_id, own_usage(ctx.budget, base))
+        uow.runs.record_running_usage(step_id, _own_usage(ctx.budget, base))
 
     return record
 
 
-def own_usage(budget: Budget, base: tuple[int, int]) -> dict[str, int]:
+def _own_usage(budget: Budget, base: tuple[int, int]) -> dict[str, int]:
     """The step's model calls and tokens since it started, its earlier executions included
     (``base`` leaves them in): what its beats and every finish record as ``output.usage``."""
     calls, tokens = budget.spent()
@@ -186,7 +186,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
     # A resumed waiting step: its finish adds this execution to what the earlier ones recorded.
     prior = run.snap.recorded.get(step_id, StepRecord())
     output = _output(report, ctx.budget, before, prior)
-    _record_usage(output, own_usage(ctx.budget, run.bases[step_id]))
+    _record_usage(output, _own_usage(ctx.budget, run.bases[step_id]))
     outcome = PhaseOutcome.of_report(report.status, left_for_later(output))
     if outcome is PhaseOutcome.WAITING:
         run.retry_after = float(report.counters.get("retry_after") or DEFAULT_RETRY_AFTER)
@@ -228,7 +228,7 @@ def _failed(app: App, run: Execution, held: HeldWrite, ctx: PhaseContext, phase:
     # Its tokens too, by direction, as the budget charged them (it has no report to say).
     b = ctx.budget
     _finish(app, run, held, step_id, PhaseOutcome.FAILED,
-            _record_usage({}, own_usage(b, run.bases[step_id])), started,
+            _record_usage({}, _own_usage(b, run.bases[step_id])), started,
             error=f"{type(exc).__name__}: {message}",
             tokens=(prior.tokens_in + b.tokens_in - before[2],
                     prior.tokens_out + b.tokens_out - before[3]))
