@@ -70,7 +70,8 @@ def render_tree(tree: dict[str, Any]) -> str:
     if "notes_before" in totals or "notes_after" in totals:
         lines.append(f"  notes before {totals.get('notes_before', {})} → after {totals.get('notes_after', {})}")
     if totals.get("duration_ms") is not None:
-        lines.append(f"  duration {totals['duration_ms']:.1f} ms  tokens "
+        lines.append(f"  duration {totals['duration_ms']:.1f} ms  model calls "
+                     f"{totals.get('model_calls', 0)}  tokens "
                      f"{totals.get('tokens_in', 0)}/{totals.get('tokens_out', 0)}")
     for step in tree["steps"]:
         lines.append(_step_line(step, "  "))

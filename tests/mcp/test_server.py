@@ -36,6 +36,7 @@ from worker.cli import main  # noqa: E402
 from worker.domain.types import Scope  # noqa: E402
 from worker.errors import ConfigError  # noqa: E402
 from worker.runs import service  # noqa: E402
+from worker.safety.undo import UndoResult  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DREAM = str(Path(sys.executable).with_name("dream"))
@@ -113,6 +114,10 @@ async def _exercise_scope_a(client: Client, app: App, ids: dict[str, list[str]])
                    for t in listed if t.annotations is not None}
     assert annotations == EXPECTED_ANNOTATIONS
     assert all(t.description for t in listed)
+    undo = next(t for t in listed if t.name == "undo_run")
+    assert undo.description is not None
+    missing = [f for f in UndoResult(run_ids=[]).as_dict() if f not in undo.description]
+    assert missing == [], f"undo_run's description names no {missing}"
 
     added = await _call(client, "remember", content="User's dog is called Pixel",
                         type="Preference")

@@ -94,13 +94,13 @@ def ask(
     *,
     validate: Callable[[T], None] | None = None,
     reserve: Callable[[], bool] | None = None,
-    charge: Callable[[int], None] | None = None,
+    charge: Callable[[int, int], None] | None = None,
     deadline: float | None = None,
 ) -> Outcome[T]:
     """One question, at most 1 + MAX_REASKS calls; nothing here touches the database (R12).
 
     ``reserve`` is asked before each call (False → stop with budget_exhausted); ``charge`` is
-    told the tokens each call used; no call starts after ``deadline`` (``time.monotonic()``),
+    told the tokens (in, out) each call used; no call starts after ``deadline`` (``time.monotonic()``),
     so a phase's wall budget is overrun by at most one call's own cap.
     """
     schema = reply_schema(reply_model)
@@ -125,7 +125,7 @@ def ask(
         outcome.tokens_out += reply.tokens_out
         outcome.model = reply.model
         if charge is not None:
-            charge(reply.tokens_in + reply.tokens_out)
+            charge(reply.tokens_in, reply.tokens_out)
         value, problem, final = check(reply_model, validate, reply.data)
         if value is not None:
             outcome.value, outcome.reason = value, ""

@@ -58,7 +58,7 @@ class BatchLedger(Protocol):
 class Spending(Protocol):
     def reserve(self, estimated_tokens: int) -> bool: ...
 
-    def charge(self, tokens: int) -> None: ...
+    def charge(self, tokens_in: int, tokens_out: int) -> None: ...
 
 
 def ask_as_batch(
@@ -175,7 +175,7 @@ def _settle(q: Any, key: str, state: BatchState, spending: Spending,
             f"batch {state.batch_id} not finished within DREAM_LLM_BATCH_WAIT ({wait:g}s)")
         return Outcome(None, AskStatus.DEFERRED, f"{why}; deferred to the next run"[:300])
     if _CHARGED.add(key):
-        spending.charge(reply.tokens_in + reply.tokens_out)
+        spending.charge(reply.tokens_in, reply.tokens_out)
     value, problem, _ = check(q.reply_model, q.validate, reply.data)
     outcome: Outcome[Any] = Outcome(value, AskStatus.OK, attempts=1, tokens_in=reply.tokens_in,
                                     tokens_out=reply.tokens_out, model=reply.model)

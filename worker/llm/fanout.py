@@ -53,7 +53,7 @@ class Spender(Protocol):
 
     def try_reserve_call(self) -> bool: ...
 
-    def charge(self, tokens: int) -> None: ...
+    def charge(self, tokens_in: int, tokens_out: int = 0) -> None: ...
 
 
 class AskingContext(Protocol):
@@ -139,10 +139,10 @@ class Spending:
             return False
         return True
 
-    def charge(self, tokens: int) -> None:
+    def charge(self, tokens_in: int, tokens_out: int) -> None:
         if self.limit is not None:
-            self.limit.charge(tokens)
-        self.budget.charge(tokens)
+            self.limit.charge(tokens_in + tokens_out)
+        self.budget.charge(tokens_in, tokens_out)
 
 
 # The per-run reply cache: validated replies by question key (worker.llm.cache).

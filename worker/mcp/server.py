@@ -140,7 +140,16 @@ def _dream_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) -> 
     @server.tool(annotations=DESTRUCTIVE)
     def undo_run(run_id: str, ctx: Context, force_cascade: bool = False) -> dict[str, Any]:
         """Revert every change a run made; refused (nothing changed) if a note it touched has
-        changed since, unless force_cascade also undoes the later runs that touched it."""
+        changed since, unless force_cascade also undoes the later runs that touched it.
+
+        Answers: run_ids (the runs undone, cascaded later runs first, this run last);
+        restored (ids of notes given back their state before the run); retired (ids of notes
+        the runs created, now retired); overwritten (ids whose later host edit force_cascade
+        replaced); missing (ids erased since, nothing to restore); examples (ids of examples
+        given their status back); judgements, reviews (how many verdict-memory and
+        flagged-for-review rows the runs recorded were deleted); review_items_withdrawn (how
+        many of their open review items were declined, kept for the record);
+        review_items_undone (how many review items they applied are now marked undone)."""
         return _call(lambda: tools(ctx).undo_run(run_id, force_cascade))
 
 

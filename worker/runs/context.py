@@ -29,6 +29,10 @@ class Budget:
     # (R27: a run whose every model call failed could not do its work).
     started: int = 0
     answered: int = 0
+    # The tokens charged in this process by direction (``tokens`` has the run's sum only): a
+    # phase that fails records its execution's share on its step from these.
+    tokens_in: int = 0
+    tokens_out: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def try_reserve_call(self) -> bool:
@@ -41,9 +45,11 @@ class Budget:
             self.started += 1
             return True
 
-    def charge(self, tokens: int) -> None:
+    def charge(self, tokens_in: int, tokens_out: int = 0) -> None:
         with self._lock:
-            self.tokens += tokens
+            self.tokens += tokens_in + tokens_out
+            self.tokens_in += tokens_in
+            self.tokens_out += tokens_out
             self.answered += 1
 
     @classmethod

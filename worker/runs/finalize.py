@@ -15,7 +15,14 @@ from worker.clock import utcnow
 from worker.domain.types import PHASES
 from worker.runs.outcome import PhaseOutcome, RunFacts, decide_outcome
 from worker.runs.phase_run import left_for_later
-from worker.runs.snapshot import TERMINAL_STEP, RunSnapshot, Usage, read_snapshot, usage_of
+from worker.runs.snapshot import (
+    TERMINAL_STEP,
+    RunSnapshot,
+    Usage,
+    read_snapshot,
+    step_usages,
+    usage_of,
+)
 from worker.safety.crashpoints import crashpoint
 from worker.safety.guard import GUARD_STEP
 from worker.store.models import RunStepRow
@@ -123,8 +130,11 @@ def _model_failure(steps: list[RunStepRow]) -> str | None:
 def _totals(snap: RunSnapshot, steps: list[RunStepRow], parents: list[RunStepRow],
             facts: RunFacts, flags: list[str]) -> dict[str, Any]:
     usage = usage_of(steps)
-    tokens_in = sum(s.tokens_in or 0 for s in steps if s.parent_id is None)
-    tokens_out = sum(s.tokens_out or 0 for s in steps if s.parent_id is None)
+    # Each phase step's tokens as its budget counts them (a failed phase's, a killed
+    # attempt's committed calls included), each call once.
+    by_step = step_usages(steps).values()
+    tokens_in = sum(u.tokens_in for u in by_step)
+    tokens_out = sum(u.tokens_out for u in by_step)
     totals: dict[str, Any] = {
         "notes_after": None,  # the scope's counts, taken by the final update (``finish_fenced``)
         "tokens_in": tokens_in,

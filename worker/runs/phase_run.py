@@ -152,12 +152,12 @@ def _usage_recorder(ctx: PhaseContext, step_id: str, base: tuple[int, int]) -> A
     the step recorded (a step waiting on a batch, resumed or just left waiting, keeps its
     ``waiting``, so a re-delivered or re-scheduled task resumes it)."""
     def record(uow: UnitOfWork) -> None:
-        uow.runs.record_running_usage(step_id, own_usage(ctx.budget, base))
+        uow.runs.record_running_usage(step_id, _own_usage(ctx.budget, base))
 
     return record
 
 
-def own_usage(budget: Budget, base: tuple[int, int]) -> dict[str, int]:
+def _own_usage(budget: Budget, base: tuple[int, int]) -> dict[str, int]:
     """The step's model calls and tokens since it started, its earlier executions included
     (``base`` leaves them in): what its beats and every finish record as ``output.usage``."""
     calls, tokens = budget.spent()
@@ -172,7 +172,8 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
         _finish(app, run, held, step_id, PhaseOutcome.SKIPPED, {"reason": "phase not requested"},
                 started)
         return PhaseOutcome.SKIPPED
-    calls_before = (ctx.budget.started, ctx.budget.answered)
+    b = ctx.budget
+    before = (b.started, b.answered, b.tokens_in, b.tokens_out)
     bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
     try:
         with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
@@ -181,11 +182,11 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
     except StaleLease:
         raise
     except Exception as exc:  # a failing phase must not stop the next one (R6)
-        return _failed(app, run, held, ctx, phase, started, exc)  # with what it wrote (held)
+        return _failed(app, run, held, ctx, phase, (started, before), exc)  # with its write
     # A resumed waiting step: its finish adds this execution to what the earlier ones recorded.
     prior = run.snap.recorded.get(step_id, StepRecord())
-    output = _output(report, ctx.budget, calls_before, prior)
-    _record_usage(output, own_usage(ctx.budget, run.bases[step_id]))
+    output = _output(report, ctx.budget, before, prior)
+    _record_usage(output, _own_usage(ctx.budget, run.bases[step_id]))
     outcome = PhaseOutcome.of_report(report.status, left_for_later(output))
     if outcome is PhaseOutcome.WAITING:
         run.retry_after = float(report.counters.get("retry_after") or DEFAULT_RETRY_AFTER)
@@ -203,16 +204,18 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
         run.written = None
         if run.carry is not None:
             run.carry.scope_notes = None
-        return _failed(app, run, held, ctx, phase, started, exc)
+        return _failed(app, run, held, ctx, phase, (started, before), exc)
     bound.info("phase.finished", status=outcome.value,
                **{k: v for k, v in report.counters.items() if isinstance(v, int | float)})
     return outcome
 
 
 def _failed(app: App, run: Execution, held: HeldWrite, ctx: PhaseContext, phase: str,
-            started: float, exc: Exception) -> PhaseOutcome:
+            at: tuple[float, tuple[int, ...]], exc: Exception) -> PhaseOutcome:
     """Record the phase as failed: its parent step's finish, in the phase's write if one is
-    held (what it wrote before failing stays, as it would have committed)."""
+    held (what it wrote before failing stays, as it would have committed). ``at``: when the
+    execution started, and the budget's (started, answered, tokens in, tokens out) then."""
+    started, before = at
     # R21: the message is scrubbed of the scope's note text; the traceback goes to the log
     # as frames only (format_exc_info would print the raw message).
     message = safe_error_message(app, ctx.scope, exc)
@@ -222,9 +225,13 @@ def _failed(app: App, run: Execution, held: HeldWrite, ctx: PhaseContext, phase:
     # The calls it made before failing stay counted (R15): the next phase task's budget, or a
     # retry's, starts from what the steps record.
     prior = run.snap.recorded.get(step_id, StepRecord())
+    # Its tokens too, by direction, as the budget charged them (it has no report to say).
+    b = ctx.budget
     _finish(app, run, held, step_id, PhaseOutcome.FAILED,
-            _record_usage({}, own_usage(ctx.budget, run.bases[step_id])), started,
-            error=f"{type(exc).__name__}: {message}", tokens=(prior.tokens_in, prior.tokens_out))
+            _record_usage({}, _own_usage(b, run.bases[step_id])), started,
+            error=f"{type(exc).__name__}: {message}",
+            tokens=(prior.tokens_in + b.tokens_in - before[2],
+                    prior.tokens_out + b.tokens_out - before[3]))
     return PhaseOutcome.FAILED
 
 
@@ -246,7 +253,7 @@ def _record_usage(output: dict[str, Any], usage: dict[str, int]) -> dict[str, An
     return output
 
 
-def _output(report: PhaseReport, budget: Budget, before: tuple[int, int],
+def _output(report: PhaseReport, budget: Budget, before: tuple[int, ...],
             prior: StepRecord) -> dict[str, Any]:
     output = dict(report.counters)
     if report.reason:

@@ -13,6 +13,7 @@ from typing import Any
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope, StepStatus
+from worker.domain.usage import StepUsage, StepViews, step_usage
 from worker.errors import RunNotFound
 from worker.store.models import RunStepRow
 
@@ -197,30 +198,32 @@ def usage_by_step(steps: Iterable[RunStepRow]) -> dict[str, Usage]:
     starts from what the earlier attempts spent (R15).
 
     What a step records of its calls are views of the same calls, so the most of them is taken,
-    never their sum: ``output.usage`` (written by every lease beat and every finish, waiting,
-    failed or done: the step's calls and tokens since it started, counted from a base that
-    leaves a resumed step's earlier executions in), ``model_calls_started`` and the parent's
-    tokens (each finish adds the step's earlier executions' to its own), and its committed
-    children's model calls and tokens (a subset of the step's calls; more than its last beat
-    only when an attempt was killed after a child committed, before the next beat). Separate
-    executions of one step are added where they are recorded (``phase_run``); separate steps
-    (a killed attempt's and its retry's) are added by ``usage_of``."""
-    children: dict[str | None, list[RunStepRow]] = {}
+    never their sum (``domain.usage.step_usage``): ``output.usage`` (written by every lease beat
+    and every finish, waiting, failed or done: the step's calls and tokens since it started,
+    counted from a base that leaves a resumed step's earlier executions in),
+    ``model_calls_started`` and the parent's tokens (each finish adds the step's earlier
+    executions' to its own), and its committed children's model calls and tokens (a subset of
+    the step's calls; more than its last beat only when an attempt was killed after a child
+    committed, before the next beat). Separate executions of one step are added where they are
+    recorded (``phase_run``); separate steps (a killed attempt's and its retry's) are added by
+    ``usage_of``."""
+    return {i: Usage(u.calls, u.tokens) for i, u in step_usages(steps).items()}
+
+
+def step_usages(steps: Iterable[RunStepRow]) -> dict[str, StepUsage]:
+    """``usage_by_step`` with the tokens by direction (what a run's totals report)."""
+    kids: dict[str | None, tuple[int, int, int]] = {}
     parents: list[RunStepRow] = []
     for s in steps:
-        (parents.append(s) if s.parent_id is None else children.setdefault(s.parent_id, [])
-         .append(s))
-    usage: dict[str, Usage] = {}
-    for p in parents:
-        kids = children.get(p.id, [])
-        output = p.output or {}
-        recorded = output.get("usage") or {}
-        calls = max(sum(1 for k in kids if k.model is not None),
-                    int(output.get("model_calls_started") or 0), int(recorded.get("calls") or 0))
-        tokens = max(sum((k.tokens_in or 0) + (k.tokens_out or 0) for k in kids),
-                     (p.tokens_in or 0) + (p.tokens_out or 0), int(recorded.get("tokens") or 0))
-        usage[p.id] = Usage(calls, tokens)
-    return usage
+        if s.parent_id is None:
+            parents.append(s)
+            continue
+        calls, tokens_in, tokens_out = kids.get(s.parent_id, (0, 0, 0))
+        kids[s.parent_id] = (calls + (s.model is not None), tokens_in + (s.tokens_in or 0),
+                             tokens_out + (s.tokens_out or 0))
+    return {p.id: step_usage(StepViews.of(kids.get(p.id, (0, 0, 0)), p.tokens_in, p.tokens_out,
+                                          p.output))
+            for p in parents}
 
 
 def _summed(usages: Iterable[Usage]) -> Usage:

@@ -9,51 +9,28 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
 
 from tests.phases.consolidate.test_service import merge_reply
 from tests.phases.contradictions.test_service import IMPERIAL, METRIC, answering, topics
-from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes, days_ago
+from tests.support.factories import DARK_MODE_NOTES, add_notes, days_ago
+from tests.support.host_writes import PATHS, host_sets, note_rows, run_path, use_stub
 from tests.support.llm_stub import LLMStub, StubRequest
 from worker.app import App
-from worker.domain.types import PHASES, PhaseReport, Scope
-from worker.llm.openai_compat import OpenAICompatibleLLM
+from worker.domain.types import PhaseReport, Scope
 from worker.runs import service
 from worker.runs.context import PhaseContext
 from worker.store.models import NoteRow
 
 SCOPE = Scope("agent-1")
-PATHS = ["in-process", "celery"]
 
 
 def _mark_manual(app: App, note_id: str) -> None:
     """The host takes the note over: the column alone, straight to the table, no version."""
-    with app.uow() as uow:
-        uow.session.execute(update(NoteRow).where(NoteRow.id == note_id)
-                            .values(is_auto_generated=False))
-        uow.commit()
+    host_sets(app, note_id, is_auto_generated=False)
 
 
 def _run(app: App, phases: list[str], path: str, registry: Any = None) -> None:
-    run_id = service.create_run(app, SCOPE, force=True, phases=phases, clock=NOW)
-    assert run_id
-    if path == "in-process":
-        service.execute_run(app, run_id, registry)
-        return
-    for phase in PHASES:  # the Celery chain: a task per phase, each reading the run afresh
-        service.execute_phase(app, run_id, phase, registry)
-    service.finalize_run(app, run_id)
-
-
-def _notes(app: App) -> dict[str, NoteRow]:
-    with app.uow() as uow:
-        return {r.id: r for r in uow.session.scalars(select(NoteRow))}
-
-
-def _use(app: App, stub: LLMStub, handler: Callable[[StubRequest], Any]) -> None:
-    stub.set_handler(handler)
-    app.llm = OpenAICompatibleLLM(base_url=stub.url, model="stub-model", api_key="k",
-                                  timeout=10, max_retries=0)
+    run_path(app, SCOPE, phases, path, registry)
 
 
 def _no_manual_note_retired_into_an_auto_one(notes: dict[str, NoteRow]) -> None:
@@ -77,9 +54,9 @@ def test_a_source_marked_manual_while_the_model_fuses_is_never_fused_into_an_aut
         _mark_manual(app, "d2")
         return merge_reply(source_ids=[f"n{k}" for k in range(1, 6)])
 
-    _use(app, llm_stub, fuse)
+    use_stub(app, llm_stub, fuse)
     _run(app, ["consolidate"], path)
-    notes = _notes(app)
+    notes = note_rows(app)
     _no_manual_note_retired_into_an_auto_one(notes)
     assert notes["d2"].status == "active" and not notes["d2"].is_auto_generated
     assert {n.status for n in notes.values()} == {"active"} and len(notes) == 5
@@ -89,7 +66,7 @@ def _conflict(app: App, stub: LLMStub, judge: Callable[[str, str], Any]) -> None
     """``old`` (metric) and ``new`` (imperial) conflict; the newer wins, unless old is manual."""
     add_notes(app, {"id": "old", "content": METRIC, "created_at": days_ago(20)},
               {"id": "new", "content": IMPERIAL, "created_at": days_ago(1)})
-    _use(app, stub, answering(judge))
+    use_stub(app, stub, answering(judge))
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -104,7 +81,7 @@ def test_a_note_marked_manual_while_the_model_judges_never_loses_its_conflict(
 
     _conflict(app, llm_stub, judge)
     _run(app, ["contradictions"], path)
-    notes = _notes(app)
+    notes = note_rows(app)
     _no_manual_note_retired_into_an_auto_one(notes)
     assert notes["old"].status == "active" and not notes["old"].is_auto_generated
 
@@ -123,5 +100,5 @@ def test_a_note_marked_manual_between_phases_never_loses_its_conflict(
 
     _conflict(app, llm_stub, topics)
     _run(app, ["consolidate", "contradictions"], path, {**real, "consolidate": consolidate})
-    notes = _notes(app)
+    notes = note_rows(app)
     assert notes["old"].status == "active" and not notes["old"].is_auto_generated

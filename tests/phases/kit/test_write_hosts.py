@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select, text, update
 
 from tests.support.factories import add_notes, claimed_phase_context, days_ago
+from tests.support.host_writes import host_sets
 from worker.app import App
 from worker.domain.types import Scope
 from worker.phases.kit import (
@@ -55,13 +56,6 @@ def _known(app: App) -> ScopeLoad:
         return ScopeLoad(uow.notes.load_scope(SCOPE), RunJournal(), vectors=False)
 
 
-def _host(app: App, note_id: str, **values: Any) -> None:
-    """A host write straight to the table: no lease, no guard, no version unless given."""
-    with app.uow() as uow:
-        uow.session.execute(update(NoteRow).where(NoteRow.id == note_id).values(**values))
-        uow.commit()
-
-
 def _pairs(app: App) -> list[Change]:
     """Three contradiction pairs: ``<k>old`` retired into ``<k>new``, planned at version 1."""
     add_notes(app, *({"id": f"{k}{side}", "content": f"fact {k} {side}",
@@ -82,13 +76,12 @@ def _write(ctx: PhaseContext, parent: str, changes: list[Change],
 
 
 def _only_b_skipped(app: App, ctx: PhaseContext, results: list[ItemResult],
-                    before: dict[str, dict[str, Any]], c: ItemStatus = ItemStatus.APPLIED) -> None:
-    """Pair a applied, pair b written nowhere, pair c as ``c`` says (a protection refusal
-    trips the guard: the phase's later retirements are held back too); the before-images of
-    what applied are the rows as they were when the write began."""
-    assert [r.status for r in results][::2] == [ItemStatus.APPLIED, c]
+                    before: dict[str, dict[str, Any]]) -> None:
+    """Pairs a and c applied, pair b written nowhere; the before-images of what applied are
+    the rows as they were when the write began."""
+    assert [r.status for r in results][::2] == [ItemStatus.APPLIED, ItemStatus.APPLIED]
     assert results[1].status != ItemStatus.APPLIED, results[1]
-    applied = ["aold", "cold"] if c == ItemStatus.APPLIED else ["aold"]
+    applied = ["aold", "cold"]
     log = _log(app, ctx.run_id)
     assert sorted(log) == applied
     for i in applied:
@@ -99,31 +92,31 @@ def _only_b_skipped(app: App, ctx: PhaseContext, results: list[ItemResult],
 
 
 # ---- host writes that keep the version ------------------------------------------------------
-@pytest.mark.parametrize(("write", "b"), [
-    pytest.param({"protection": "immutable"}, ItemStatus.GUARDED, id="pins it immutable"),
-    pytest.param({"protection": "protected"}, ItemStatus.GUARDED, id="protects it"),
-    pytest.param({"status": "archived"}, ItemStatus.STALE, id="archives it"),
+@pytest.mark.parametrize("write", [
+    pytest.param({"protection": "immutable"}, id="pins it immutable"),
+    pytest.param({"protection": "protected"}, id="protects it"),
+    pytest.param({"status": "archived"}, id="archives it"),
 ])
 def test_a_host_write_that_keeps_the_version_never_lets_the_plan_retire_the_note(
-        app: App, write: dict[str, Any], b: ItemStatus) -> None:
+        app: App, write: dict[str, Any]) -> None:
     """R10/R23: after the load the host pins (or archives) the source of pair b by writing
     the column alone, its version kept. The write checks pair b against the carried state
     (standard, active) and its guarded UPDATE holds only the version, comments and pointer:
-    pair b must still not be written over the host's change: guarded (the pin) or stale (the
-    retirement). Each UPDATE from the carried state holds the columns a retirement decides on
-    (``DECIDING_FIELDS``) at their before-images: it falls short, the write starts over with
-    the locked re-read, as it always did before it trusted the carry."""
+    pair b must still not be written over the host's change: stale, alone (a pin is not the
+    guard's to refuse: the plan read the note retirable, so it moved since). Each UPDATE from
+    the carried state holds the columns a retirement decides on (``DECIDING_FIELDS``) at their
+    before-images: it falls short, the write starts over with the locked re-read, as it always
+    did before it trusted the carry."""
     ctx, parent = claimed_phase_context(app, SCOPE)
     changes = _pairs(app)
     known = _known(app)
-    _host(app, "bold", **write)
+    host_sets(app, "bold", **write)
     before = _rows(app)
     results = _write(ctx, parent, changes, known)
     after = _rows(app)
     assert after["bold"] == before["bold"], "the host's change was overwritten"
-    assert results[1].status == b
-    _only_b_skipped(app, ctx, results, before, b if b == ItemStatus.GUARDED
-                    else ItemStatus.APPLIED)
+    assert results[1].status == ItemStatus.STALE and results[1].stale_ids == ["bold"]
+    _only_b_skipped(app, ctx, results, before)
 
 
 def test_a_note_marked_manual_after_the_load_is_never_archived(app: App) -> None:
@@ -135,7 +128,7 @@ def test_a_note_marked_manual_after_the_load_is_never_archived(app: App) -> None
     known = _known(app)
     changes = [Change(kind=ChangeKind.ARCHIVE, name=f"archive {i}", members=(Member(i, 1),),
                       comment="expired", reason="archive: expired") for i in ("x", "y", "z")]
-    _host(app, "y", is_auto_generated=False)
+    host_sets(app, "y", is_auto_generated=False)
     with open_write(WriteTarget.of(ctx, "archive", parent)) as w:
         results = w.apply(changes, known=known)
     with app.uow() as uow:
@@ -175,17 +168,17 @@ _EDIT = {"version": NoteRow.version + 1, "importance": 0.9}
 
 @pytest.mark.parametrize("app", [pytest.param("postgres", marks=pytest.mark.postgres)],
                          indirect=True)
-@pytest.mark.parametrize(("edited", "values", "b"), [
-    pytest.param("bold", _EDIT, ItemStatus.STALE, id="edits the source"),
-    pytest.param("bnew", _EDIT, ItemStatus.STALE, id="edits the kept note"),
-    pytest.param("bold", {"protection": "immutable"}, ItemStatus.GUARDED, id="pins the source"),
+@pytest.mark.parametrize(("edited", "values"), [
+    pytest.param("bold", _EDIT, id="edits the source"),
+    pytest.param("bnew", _EDIT, id="edits the kept note"),
+    pytest.param("bold", {"protection": "immutable"}, id="pins the source"),
 ])
 def test_a_host_edit_in_flight_on_postgres_is_waited_for_and_seen(
-        app: App, edited: str, values: dict[str, Any], b: ItemStatus) -> None:
+        app: App, edited: str, values: dict[str, Any]) -> None:
     """The host's edit of pair b's source or kept note (a new version), or its pin of the
     source (none), holds the row lock, not committed, when the phase's write reaches that
     row: the write waits for it, sees the change once it commits, starts over under the
-    fence, and does not write pair b (stale; a pin: guarded, which holds back pair c too)."""
+    fence, and does not write pair b (stale), while pairs a and c apply."""
     ctx, parent = claimed_phase_context(app, SCOPE)
     changes = _pairs(app)
     known = _known(app)
@@ -213,12 +206,9 @@ def test_a_host_edit_in_flight_on_postgres_is_waited_for_and_seen(
     worker.join()
     (results,) = out
     assert not isinstance(results, Exception), results
-    assert results[1].status == b
-    if b == ItemStatus.STALE:
-        assert results[1].stale_ids == [edited]
+    assert results[1].status == ItemStatus.STALE and results[1].stale_ids == [edited]
     before = _rows(app)
     assert before["bold"]["status"] == "active"
     before.update({f"{k}old": {**before[f"{k}old"], "status": "active", "version": 1,
                                "comments": None, "consolidated_into_id": None} for k in "ac"})
-    _only_b_skipped(app, ctx, results, before, b if b == ItemStatus.GUARDED
-                    else ItemStatus.APPLIED)
+    _only_b_skipped(app, ctx, results, before)

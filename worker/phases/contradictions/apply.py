@@ -130,9 +130,11 @@ class Applier:
         covered: set[tuple[str, str]] = set()
         for pd in topic_decisions(verdict, self.notes, self.policy, suspicious):
             covered.add(pd.verdict.pair.ids)
-            entry = self.apply(pd.verdict, pd.decision)
-            entries.append({"a": pd.verdict.pair.a_id, "b": pd.verdict.pair.b_id,
-                            "relation": pd.verdict.relation, **entry})
+            # The entry itself, not a copy: the write completes it (a loser found stale).
+            entry = self.apply(pd.verdict, pd.decision, {
+                "a": pd.verdict.pair.a_id, "b": pd.verdict.pair.b_id,
+                "relation": pd.verdict.relation})
+            entries.append(entry)
         for p in independent_pairs(verdict):
             if p.ids not in covered and not (set(p.ids) & self.retired):
                 self.remember.setdefault(p.ids, Verdict(p, "independent", 1.0,
@@ -140,11 +142,12 @@ class Applier:
         self.counters["pairs_judged"] += len(verdict.topic.pairs)
         return entries
 
-    def apply(self, verdict: Verdict, decision: Decision) -> dict[str, Any]:
-        """Decide now what ``decision`` does; the returned entry is completed by ``finish``
-        (a revocation found stale or guarded in the write says so there)."""
+    def apply(self, verdict: Verdict, decision: Decision,
+              head: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Decide now what ``decision`` does; the returned entry (``head`` first) is completed
+        by ``finish`` (a revocation found stale or guarded in the write says so there)."""
         a, b = self.notes[verdict.pair.a_id], self.notes[verdict.pair.b_id]
-        entry: dict[str, Any] = {"action": decision.action, "kind": decision.kind}
+        entry: dict[str, Any] = {**(head or {}), "action": decision.action, "kind": decision.kind}
         if decision.winner_id:
             entry["winner"] = decision.winner_id
         if decision.why:

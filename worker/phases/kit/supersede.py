@@ -35,10 +35,11 @@ def supersede(
         into_id=into.id if into is not None else None, relation=relation, reason=reason,
         comment=comment, append_comment=append_comment, valid_to=valid_to,
         importance=importance, confidence=confidence, detail=detail or {},
-        # The new note's protection is derived from its sources as read (``fused_fields``:
-        # ephemeral only if all were) and a host may change one without a version: a source
-        # whose protection moved since makes the item stale at the write.
-        expect={n.id: {"protection": n.protection} for n in sources} if new_note else {},
+        # A host may change a source's protection without a version. A new note's protection
+        # is derived from its sources as read (``fused_fields``: ephemeral only if all were);
+        # a loser retired into a winner was judged retirable as read (a note pinned since is
+        # the guard's to refuse, and would block the run). Either way: stale at the write.
+        expect={n.id: {"protection": n.protection} for n in sources},
     )
 
 

@@ -136,11 +136,15 @@ def _change(ctx: PhaseContext, o: Orphan) -> Change:
     # A scope whose agent/user/company is recorded disabled or deleted is retired whole: that
     # is one explicit decision, not a blast-radius accident. Everything else (a conversation at a
     # time, ids merely absent from a host table) counts against the guard's share (R20).
-    gone = o.owner_recorded_gone
-    return Change(kind=ChangeKind.ARCHIVE, name=o.note.id, members=members_of([o.note]),
+    # ``expect``: a note the host pinned (or took over) since the candidates were read is
+    # stale, skipped alone; the guard would refuse it and block the whole run.
+    gone, n = o.owner_recorded_gone, o.note
+    return Change(kind=ChangeKind.ARCHIVE, name=n.id, members=members_of([n]),
                   comment=o.comment(ctx.now), owner_gone=gone,
                   reason=OWNER_GONE_REASON if gone else "prune: orphaned",
-                  detail={"dead": [d.describe() for d in o.dead]})
+                  detail={"dead": [d.describe() for d in o.dead]},
+                  expect={n.id: {"protection": n.protection,
+                                 "is_auto_generated": n.is_auto_generated}})
 
 
 def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: list[Orphan],

@@ -14,7 +14,9 @@ from sqlalchemy import ColumnElement, Select, and_, case, func, null, or_, selec
 from sqlalchemy.orm import Session
 
 from worker.domain.types import DREAMED_RUN_STATUSES, NoteStatus, RunStatus, Scope, StepStatus
+from worker.domain.usage import StepUsage
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
+from worker.store.repositories.usage import phase_step_usage
 
 # Runs an operator must look at, listed first until a later run of the scope succeeds.
 ATTENTION_STATUSES = (RunStatus.BLOCKED.value, RunStatus.PARTIAL.value, RunStatus.FAILED.value)
@@ -170,23 +172,27 @@ class DashboardQueries:
         return {r.scope_key: {s: int(getattr(r, s) or 0) for s in NOTE_STATUSES} for r in rows}
 
     def phase_figures(self, run_ids: list[str]) -> list[dict[str, Any]]:
-        """Per run and phase: the summed counters, tokens of the parent steps, and model calls
-        (child steps naming a model), over the phases' final attempts."""
-        parent = RunStepRow.parent_id.is_(None)
-        final_parent = and_(parent, RunStepRow.status.in_(_FINAL_STEPS))
+        """Per run and phase: the summed counters over the phases' final attempts, and the
+        model calls and tokens of every attempt, each call once (``usage.phase_step_usage``)."""
+        final_parent = and_(RunStepRow.parent_id.is_(None), RunStepRow.status.in_(_FINAL_STEPS))
         columns = [func.sum(case((final_parent, _counter(k)), else_=0)).label(k)
                    for k in COUNTER_KEYS]
         rows = self.session.execute(
-            select(RunStepRow.run_id, RunStepRow.phase, *columns,
-                   func.sum(case((final_parent, RunStepRow.tokens_in), else_=0)).label("tokens_in"),
-                   func.sum(case((final_parent, RunStepRow.tokens_out), else_=0))
-                   .label("tokens_out"),
-                   func.sum(case((and_(~parent, RunStepRow.model.is_not(None)), 1), else_=0))
-                   .label("calls"))
+            select(RunStepRow.run_id, RunStepRow.phase, *columns)
             .where(RunStepRow.run_id.in_(run_ids))
             .group_by(RunStepRow.run_id, RunStepRow.phase)).all()
-        return [{k: (v if k in ("run_id", "phase") else int(v or 0))
-                 for k, v in r._mapping.items()} for r in rows]
+        usage: dict[tuple[str, str], StepUsage] = {}
+        for step in phase_step_usage(self.session, run_ids=run_ids):
+            key = (step.run_id, step.phase)
+            usage[key] = usage.get(key, StepUsage()) + step.usage
+        figures = []
+        for r in rows:
+            row = {k: (v if k in ("run_id", "phase") else int(v or 0))
+                   for k, v in r._mapping.items()}
+            u = usage.get((r.run_id, r.phase), StepUsage())
+            figures.append({**row, "tokens_in": u.tokens_in, "tokens_out": u.tokens_out,
+                            "calls": u.calls})
+        return figures
 
 
 def _with_notes_after(stmt: _S, prefix: str) -> _S:

@@ -28,6 +28,7 @@ from worker.store.repositories.run_statements import (
     finish_step_statement,
     insert_counted_run_statement,
 )
+from worker.store.repositories.usage import phase_step_usage
 
 _RUNS = cast(Table, DreamRunRow.__table__)
 _LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
@@ -376,24 +377,23 @@ class RunRepository:
         return {status: count for status, count in self.session.execute(stmt).all()}
 
     def step_usage(self, scope: Scope | None = None) -> dict[str, dict[str, float]]:
-        """Per phase: model calls (child steps naming a model), tokens (the phase totals on the
-        parent steps, so children are not counted twice) and parent-step durations."""
+        """Per phase: model calls and tokens (each call once) and parent-step durations."""
         parent = RunStepRow.parent_id.is_(None)
-        calls = func.sum(case((~parent & RunStepRow.model.is_not(None), 1), else_=0))
         stmt = select(
             RunStepRow.phase,
-            calls,
-            func.coalesce(func.sum(case((parent, RunStepRow.tokens_in), else_=0)), 0),
-            func.coalesce(func.sum(case((parent, RunStepRow.tokens_out), else_=0)), 0),
             func.coalesce(func.sum(case((parent, RunStepRow.duration_ms), else_=0.0)), 0.0),
             func.sum(case((parent & RunStepRow.duration_ms.is_not(None), 1), else_=0)),
         ).group_by(RunStepRow.phase)
         if scope is not None:
             stmt = stmt.where(RunStepRow.scope_key == scope.key)
-        return {
-            phase: {"calls": float(c or 0), "tokens_in": float(ti or 0),
-                    "tokens_out": float(to or 0), "duration_ms_sum": float(d or 0),
-                    "duration_count": float(n or 0)}
-            for phase, c, ti, to, d, n in self.session.execute(stmt).all()
-        }
+        out = {phase: {"calls": 0.0, "tokens_in": 0.0, "tokens_out": 0.0,
+                       "duration_ms_sum": float(d or 0), "duration_count": float(n or 0)}
+               for phase, d, n in self.session.execute(stmt).all()}
+        for row in phase_step_usage(self.session,
+                                    scope_key=scope.key if scope is not None else None):
+            figures = out[row.phase]
+            figures["calls"] += row.usage.calls
+            figures["tokens_in"] += row.usage.tokens_in
+            figures["tokens_out"] += row.usage.tokens_out
+        return out
 

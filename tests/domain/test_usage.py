@@ -1,0 +1,35 @@
+"""``step_usage``: one phase step's calls and tokens from its views of the same calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.domain.usage import StepUsage, StepViews, step_usage
+
+
+@pytest.mark.parametrize(("views", "expected"), [
+    # A batch submission: the parent's usage only, no child names a model yet.
+    (StepViews(calls_started=2, usage_calls=2), StepUsage(2, 0, 0, 0)),
+    # A failed phase: its finish recorded usage and tokens by direction, no child committed.
+    (StepViews(tokens_in=25, tokens_out=5, calls_started=1, usage_calls=1, usage_tokens=30),
+     StepUsage(1, 30, 25, 5)),
+    # A call both the parent and its child record: once, not twice.
+    (StepViews(kid_calls=1, kid_tokens_in=8, kid_tokens_out=2, tokens_in=8, tokens_out=2,
+               calls_started=1, usage_calls=1, usage_tokens=10), StepUsage(1, 10, 8, 2)),
+    # A killed attempt: a child committed after its last beat; the beat knew the sum only.
+    (StepViews(kid_calls=3, kid_tokens_in=30, kid_tokens_out=6, usage_calls=2,
+               usage_tokens=50), StepUsage(3, 50, 30, 6)),
+    # Nothing asked.
+    (StepViews(), StepUsage()),
+])
+def test_the_most_of_a_steps_views_never_their_sum(views: StepViews,
+                                                   expected: StepUsage) -> None:
+    """Each view is a view of the same calls, so the step spent the most any of them says."""
+    assert step_usage(views) == expected
+
+
+def test_views_of_a_parent_step_row() -> None:
+    """``StepViews.of`` reads the output's usage and started calls, None columns as 0."""
+    views = StepViews.of((1, 4, 1), None, 3, {"model_calls_started": 2,
+                                             "usage": {"calls": 2, "tokens": 9}})
+    assert views == StepViews(1, 4, 1, 0, 3, 2, 2, 9)

@@ -1,0 +1,62 @@
+"""Pure: what one phase step spent on the model, from the views its rows keep of the same calls
+(R15). Every surface that counts a run's calls or tokens (budget, totals, /metrics, dashboard)
+decides through ``step_usage``, so each call is counted once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StepViews:
+    """What a parent step's rows record of its model calls.
+
+    ``kid_*``: its committed child steps that name a model (a subset of its calls: a batch
+    submission, or a call of a phase that failed before its write, has none); ``tokens_in`` /
+    ``tokens_out``: the parent's columns (every finish adds the step's earlier executions');
+    ``calls_started``: ``output.model_calls_started``; ``usage_*``: ``output.usage`` (written by
+    every lease beat and every finish, a killed attempt's last beat included)."""
+
+    kid_calls: int = 0
+    kid_tokens_in: int = 0
+    kid_tokens_out: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    calls_started: int = 0
+    usage_calls: int = 0
+    usage_tokens: int = 0
+
+    @classmethod
+    def of(cls, kids: tuple[int, int, int], tokens_in: int | None, tokens_out: int | None,
+           output: dict[str, Any] | None) -> StepViews:
+        """From the children's (calls, tokens in, tokens out), the parent's token columns and
+        its output."""
+        output = output or {}
+        usage = output.get("usage") or {}
+        return cls(kids[0], kids[1], kids[2], tokens_in or 0, tokens_out or 0,
+                   int(output.get("model_calls_started") or 0), int(usage.get("calls") or 0),
+                   int(usage.get("tokens") or 0))
+
+
+@dataclass(frozen=True)
+class StepUsage:
+    calls: int = 0
+    tokens: int = 0  # at least tokens_in + tokens_out: a beat records only the sum
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+    def __add__(self, other: StepUsage) -> StepUsage:
+        return StepUsage(self.calls + other.calls, self.tokens + other.tokens,
+                         self.tokens_in + other.tokens_in, self.tokens_out + other.tokens_out)
+
+
+def step_usage(v: StepViews) -> StepUsage:
+    """The most of the step's views of the same calls, never their sum (a parent's usage and
+    its children's are one spending); separate steps (a killed attempt's, its retry's) add."""
+    tokens_in = max(v.tokens_in, v.kid_tokens_in)
+    tokens_out = max(v.tokens_out, v.kid_tokens_out)
+    return StepUsage(
+        calls=max(v.kid_calls, v.calls_started, v.usage_calls),
+        tokens=max(tokens_in + tokens_out, v.tokens_in + v.tokens_out, v.usage_tokens),
+        tokens_in=tokens_in, tokens_out=tokens_out)
