@@ -100,19 +100,37 @@ def _measure(kore_path: str, out: Any) -> None:
              "load": os.getloadavg()[0]})
 
 
-def measure(kore_path: Path) -> dict[str, Any]:
-    """kore's load + clustering over every agent, in a fresh process (as our runs are)."""
+# numpy's BLAS runs a 100 × 100 matrix product on every core and its idle threads spin, which
+# counts as CPU; the one-thread measure shows kore's own work on the one core our phase uses.
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def measure(kore_path: Path, *, one_thread: bool = False) -> dict[str, Any]:
+    """kore's load + clustering over every agent, in a fresh process (as our runs are); with
+    ``one_thread``, its BLAS limited to one thread (set before the child imports numpy)."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    proc = ctx.Process(target=_measure, args=(str(kore_path), q))
-    proc.start()
+    saved = {k: os.environ.get(k) for k in _BLAS_THREADS}
+    if one_thread:
+        os.environ.update(dict.fromkeys(_BLAS_THREADS, "1"))
+    try:
+        proc = ctx.Process(target=_measure, args=(str(kore_path), q))
+        proc.start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     result: dict[str, Any] = q.get()
     proc.join()
     return result
 
 
-def compare(ours: dict[str, Any], peer: dict[str, Any]) -> list[list[Any]]:
-    """Rows: our consolidation phase vs kore's load + clustering, and the ratio."""
+def compare(ours: dict[str, Any], peer: dict[str, Any],
+            single: dict[str, Any] | None = None) -> list[list[Any]]:
+    """Rows: our consolidation phase vs kore's load + clustering, and the ratio; with
+    ``single``, kore again with one BLAS thread and our ratio to that."""
     workers = ours.get("workers", 1)
     wall = ours["phase_wall"].get("consolidate", 0.0) / workers
     cpu = ours["phase_cpu"].get("consolidate", 0.0)
@@ -130,4 +148,10 @@ def compare(ours: dict[str, Any], peer: dict[str, Any]) -> list[list[Any]]:
         ["ratio dream-worker / kore-memory", f"{wall / peer['wall']:.2f}×" if peer["wall"] else "-",
          f"{cpu / peer['cpu']:.2f}×" if peer["cpu"] else "-",
          "< 1 = ours faster" + (f" (ours over {workers} processes)" if workers > 1 else "")],
+        *([] if single is None else [
+            ["kore-memory, BLAS on one thread (the one core our phase uses)", single["wall"],
+             single["cpu"], f"{single['clusters']:,} clusters"],
+            ["ratio dream-worker / kore-memory on one thread",
+             f"{wall / single['wall']:.2f}×" if single["wall"] else "-",
+             f"{cpu / single['cpu']:.2f}×" if single["cpu"] else "-", "< 1 = ours faster"]]),
     ]

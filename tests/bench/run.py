@@ -88,7 +88,8 @@ def bench_peer(backend: str, spec: CorpusSpec, results: dict[str, dict[str, Any]
     print(f"# kore-memory store: {path.name} ({f'built in {built:.1f} s' if built else 'cached'})")
     table(f"Our consolidation vs kore-memory's compressor, {spec.notes:,} notes "
           f"in {spec.scopes:,} scopes, same run",
-          ["what is timed", "wall s", "CPU s", "found"], peer.compare(ours, peer.measure(path)))
+          ["what is timed", "wall s", "CPU s", "found"],
+          peer.compare(ours, peer.measure(path), peer.measure(path, one_thread=True)))
 
 
 def start_before(checkout: Path, argv: list[str]) -> Callable[[], dict[str, dict[str, Any]]]:
