@@ -168,7 +168,9 @@ def test_a_phase_task_reads_afresh_and_sees_the_host_edit(app: App) -> None:
     assert state["t"] == (HOST_TEXT, "archived", 3)
 
 
-_RE_READ = "SELECT notes.id, notes.version, notes.status"  # WriteRepository.lock_state
+# WriteRepository.lock_state (NoteRepository.versions, a stale-item check, starts like it
+# up to "status": the next column tells them apart).
+_RE_READ = "SELECT notes.id, notes.version, notes.status, notes.created_at"
 
 
 def test_an_in_process_run_writes_without_re_reading_its_notes(app: App) -> None:
