@@ -5,16 +5,21 @@ refused, decline is remembered, and another scope's item is not found."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 
-from tests.support.factories import add_notes
+from tests.support.factories import add_entities, add_notes
+from tests.support.host_writes import host_sets
 from worker.app import App
 from worker.cli import main
 from worker.clock import utcnow
 from worker.domain.types import Scope
 from worker.errors import Conflict, NotFound
 from worker.review.items import DECLINED_KIND, ChangeKind, ProposedChange
+from worker.review.service import list_items
+from worker.runs.service import create_run, execute_run
 from worker.store.models import NoteRow
 
 SCOPE = Scope("agent-1")
@@ -270,3 +275,57 @@ def test_an_approvals_run_asks_for_no_dream_phase(app: App) -> None:
                   if s.parent_id is None}
     assert phases == dict.fromkeys(("consolidate", "contradictions", "prune", "archive"),
                                    "phase not requested")
+
+
+def _proposed_then_pinned(app: App, host: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A propose run's revoke (contradictions, loser tea-1) and archive (prune, o1) items, by
+    kind; then the host sets ``host`` on both notes it would retire (no new version)."""
+    add_entities(app, {"kind": "agent", "id": "agent-1", "apply_mode": "propose"},
+                 {"kind": "conversation", "id": "c-gone", "status": "deleted"})
+    add_notes(app, {"id": "tea-1", "content": "Prefers green tea."},
+              {"id": "tea-2", "content": "Prefers green tea in the morning."},
+              {"id": "o1", "content": "Works from Lisbon.", "source_conversation_id": "c-gone"})
+    run_id = create_run(app, SCOPE, force=True, phases=["contradictions", "prune"])
+    assert run_id is not None and execute_run(app, run_id) == "succeeded"
+    items = {i["kind"]: i for i in list_items(app, SCOPE, run_id=run_id)}
+    assert items["revoke"]["payload"]["loser"] == "tea-1"
+    assert items["archive"]["note_ids"] == ["o1"]
+    for note_id in ("tea-1", "o1"):
+        host_sets(app, note_id, **host)
+    return items
+
+
+def test_the_next_run_records_an_item_whose_note_was_pinned_stale(app: App) -> None:
+    """As for a new version: the next propose run records the items stale (they can never
+    apply) and holds nothing back for them."""
+    items = _proposed_then_pinned(app, {"protection": "protected"})
+    run_id = create_run(app, SCOPE, force=True, phases=["prune"])
+    assert run_id is not None and execute_run(app, run_id) == "succeeded"
+    assert {i["id"]: i["status"] for i in list_items(app, SCOPE, status=None)
+            if i["run_id"] != run_id} == {items["revoke"]["id"]: "stale",
+                                          items["archive"]["id"]: "stale"}
+
+
+@pytest.mark.parametrize("host", [{"protection": "protected"}, {"protection": "immutable"},
+                                  {"is_auto_generated": False}])
+def test_a_note_pinned_since_the_proposal_makes_the_item_stale_not_blocked(
+        app: App, host: dict[str, Any]) -> None:
+    """A prune item and a contradictions item, proposed by a run; then the host pins each
+    note they would retire (or takes it over as manual), which keeps its version: approving
+    one refuses it as stale naming the note and what changed, with no run; approving all
+    records both stale; no approval run exists (none blocked by the guard), nothing written."""
+    items = _proposed_then_pinned(app, host)
+    before = _statuses(app)
+    refused = _cli(app, "review", "approve", str(items["archive"]["id"]), "--agent", "agent-1")
+    assert refused.exit_code == Conflict.exit_code, refused.output
+    (line,) = refused.stderr.strip().splitlines()
+    (field,) = host
+    assert "is stale" in line and "o1" in line and field in line, line
+    batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
+    assert batch.exit_code == 0, batch.output
+    assert {i["id"]: i["status"] for i in list_items(app, SCOPE, status=None)} == {
+        items["revoke"]["id"]: "stale", items["archive"]["id"]: "stale"}
+    assert _statuses(app) == before
+    with app.uow() as uow:
+        assert [r.status for r in uow.runs.list(SCOPE) if r.trigger == "review"] == []
+        assert uow.judgements.reviews(SCOPE) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -13,10 +14,15 @@ from worker.app import App
 
 @contextmanager
 def recorded_statements(app: App) -> Iterator[list[str]]:
+    """Only the statements of the thread that opened the block: the engine's listener also
+    sees other threads (the process's lease heartbeat reads and writes ``run_steps`` for any
+    phase that runs long enough), whose statements are not the block's to count."""
     seen: list[str] = []
+    me = threading.get_ident()
 
     def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
-        seen.append(" ".join(statement.split()))
+        if threading.get_ident() == me:
+            seen.append(" ".join(statement.split()))
 
     event.listen(app.engine, "before_cursor_execute", record)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.review.items import ChangeKind, ProposedChange
+from worker.review.items import ChangeKind, ProposedChange, seen_of
 
 
 def merge_change(d: Any) -> ProposedChange:
@@ -33,14 +33,19 @@ def contradiction_change(verdict: Any, decision: Any, a: Any, b: Any) -> Propose
         source_ids=tuple(i for i in (decision.winner_id,) if i),
         payload={"action": decision.action, "kind": decision.kind,
                  "winner": decision.winner_id, "loser": decision.loser_id,
-                 "why": decision.why, "similarity": verdict.pair.similarity})
+                 "why": decision.why, "similarity": verdict.pair.similarity,
+                 "seen": seen_of((a, b))})
 
 
 def archive_change(phase: str, item_id: str, version: int, *, reason: str, comment: str,
                    entity: str = "note", owner_gone: bool = False,
-                   allow_protected: bool = False) -> ProposedChange:
-    """One note (or example) prune or archive would archive, with its comment and log reason."""
+                   allow_protected: bool = False,
+                   seen: dict[str, dict[str, Any]] | None = None) -> ProposedChange:
+    """One note (or example) prune or archive would archive, with its comment and log reason;
+    ``seen``: the note's protection and manual mark as planned (``seen_of``)."""
     payload: dict[str, Any] = {"reason": reason, "comments": {item_id: comment}}
+    if seen:
+        payload["seen"] = seen
     if entity != "note":
         payload["entity"] = entity
     if owner_gone:

@@ -80,6 +80,24 @@ class ProposedChange:
                    confidence=row.confidence, payload=dict(row.payload or {}))
 
 
+def seen_of(notes: Any) -> dict[str, dict[str, Any]]:
+    """What a retirement decides on beyond the version, as the plan saw each note (a proposal's
+    ``payload["seen"]``): a host pins a note or takes it over as manual without a new version."""
+    return {n.id: {"protection": n.protection, "is_auto_generated": n.is_auto_generated}
+            for n in notes}
+
+
+def changed_unversioned(payload: dict[str, Any] | None, note: Any) -> str | None:
+    """How ``note`` moved since the plan beyond its version (``seen_of``), or None. An item
+    stored before ``seen`` was recorded is not checked here (the write's guard still is)."""
+    seen = ((payload or {}).get("seen") or {}).get(note.id)
+    if seen is None:
+        return None
+    moved = [f"{f} {seen[f]} → {getattr(note, f)}" for f in ("protection", "is_auto_generated")
+             if f in seen and seen[f] != getattr(note, f)]
+    return ", ".join(moved) or None
+
+
 def resolve_mode(deployment: str, agent: str | None) -> ApplyMode:
     """The agent's own mode wins; NULL (or an unknown stored value) means the deployment's."""
     if agent is not None and agent in set(ApplyMode):

@@ -18,6 +18,7 @@ from worker.review.items import (
     DECLINED_KIND,
     ApplyMode,
     ProposedChange,
+    changed_unversioned,
     resolve_mode,
     should_propose,
 )
@@ -80,13 +81,19 @@ def proposals_for(ctx: Any) -> Proposals:
 
 
 def _stale_items(uow: Any, rows: list[Any]) -> list[int]:
-    """Open items a note of which is no longer active at the version it was proposed on
-    (one query; an example's archiving is re-checked when it is approved)."""
+    """Open items a note of which is no longer active at the version it was proposed on, or
+    was pinned or taken over as manual since (``changed_unversioned``; one query; an example's
+    archiving is re-checked when it is approved)."""
     notes = [r for r in rows if (r.payload or {}).get("entity", "note") == "note"]
-    current = uow.notes.versions({i for r in notes for i in (r.versions or {})})
+    current = uow.notes.review_state({i for r in notes for i in (r.versions or {})})
+
+    def stale(row: Any, note_id: str, version: int) -> bool:
+        now = current.get(note_id)
+        return (now is None or (now.version, now.status) != (version, NoteStatus.ACTIVE.value)
+                or changed_unversioned(row.payload, now) is not None)
+
     return [r.id for r in notes
-            if any(current.get(i) != (int(v), NoteStatus.ACTIVE.value)
-                   for i, v in (r.versions or {}).items())]
+            if any(stale(r, i, int(v)) for i, v in (r.versions or {}).items())]
 
 
 def record(ctx: Any, proposals: Proposals, counters: Any = None) -> int:

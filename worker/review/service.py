@@ -22,7 +22,13 @@ from worker.domain.types import Note, NoteStatus, RunStatus, Scope, StepStatus, 
 from worker.errors import Conflict, NotFound
 from worker.errors import InvalidInput as Invalid
 from worker.review.apply import GUARDED, OK, apply_change, at_versions
-from worker.review.items import DECLINED_KIND, ChangeKind, ItemStatus, ProposedChange
+from worker.review.items import (
+    DECLINED_KIND,
+    ChangeKind,
+    ItemStatus,
+    ProposedChange,
+    changed_unversioned,
+)
 from worker.review.propose import REVIEW_TRIGGER
 from worker.runs.context import PhaseContext
 from worker.runs.create import create_phaseless_run
@@ -184,6 +190,11 @@ def _stale_line(row: Any, current: dict[str, Any]) -> str | None:
             return (f"item {row.id} is stale: note {note_id} changed since it was proposed "
                     f"(version {version} → {note.version}, {note.status}); nothing was "
                     "written; the next run proposes afresh")
+        # A pin or a manual takeover keeps the version: refused here as stale, like an edit,
+        # rather than left to the write's guard (which blocks the approval's run).
+        if moved := changed_unversioned(row.payload, note):
+            return (f"item {row.id} is stale: note {note_id} changed since it was proposed "
+                    f"({moved}); nothing was written; the next run proposes afresh")
     return None
 
 

@@ -4,6 +4,7 @@ phases each read afresh (Celery); a host's edit between phases is never overwrit
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope
 from worker.reporting import run_tree
 from worker.runs import service
 from worker.runs.context import PhaseContext
+from worker.runs.lease import LeaseHeartbeat
 from worker.store.models import NoteRow
 
 GONE = {"kind": "conversation", "id": "c-gone", "status": "deleted"}
@@ -61,11 +63,25 @@ def _phase_by_phase(app: App, agent: str, registry: Any = None) -> str:
 
 
 def _state(app: App, agent: str) -> list[tuple[str, str, str, int, list[str]]]:
-    """The scope note for note: id (a fused note's is new), text, status, version, flags."""
+    """The scope note for note: id (a fused note's is new), text, status, version, flags.
+
+    A prepared note's id is ``<agent>-<key>``; a fused note's is a UUID, whose first hex
+    digits may spell the agent ("a1d3…" in scope a1: 1 in 256), so the dash decides."""
     with app.uow() as uow:
         rows = uow.session.scalars(select(NoteRow).where(NoteRow.agent_id == agent)).all()
-        return sorted((r.id.removeprefix(f"{agent}-") if r.id.startswith(agent) else "new",
+        prefix = f"{agent}-"
+        return sorted((r.id.removeprefix(prefix) if r.id.startswith(prefix) else "new",
                        r.content, r.status, r.version, sorted(r.flags or [])) for r in rows)
+
+
+def test_a_fused_note_whose_uuid_spells_the_agent_reads_as_new(app: App) -> None:
+    """The state compared between runs names a fused note "new" whatever its UUID: one
+    beginning with the agent's name (seen once in 256 runs, and the in-process and
+    phase-by-phase states then differed by that id alone) is no prepared note."""
+    add_notes(app, {"agent_id": "a1", "id": "a1-k", "content": "User lives in Berlin"},
+              {"agent_id": "a1", "id": "a1d32740-814d-48ba-a518-28be732e3b97",
+               "content": "User prefers dark mode in the code editor at night"})
+    assert [k for k, *_ in _state(app, "a1")] == ["k", "new"]
 
 
 def _after(phase: str, then: Callable[[App], None]) -> Any:
@@ -152,7 +168,9 @@ def test_a_phase_task_reads_afresh_and_sees_the_host_edit(app: App) -> None:
     assert state["t"] == (HOST_TEXT, "archived", 3)
 
 
-_RE_READ = "SELECT notes.id, notes.version, notes.status"  # WriteRepository.lock_state
+# WriteRepository.lock_state (NoteRepository.versions, a stale-item check, starts like it
+# up to "status": the next column tells them apart).
+_RE_READ = "SELECT notes.id, notes.version, notes.status, notes.created_at"
 
 
 def test_an_in_process_run_writes_without_re_reading_its_notes(app: App) -> None:
@@ -165,6 +183,37 @@ def test_an_in_process_run_writes_without_re_reading_its_notes(app: App) -> None
     with recorded_statements(app) as seen:
         _phase_by_phase(app, "a2")
     assert len([s for s in seen if s.startswith(_RE_READ)]) >= 3  # consolidate, prune, archive
+    assert _state(app, "a1") == _state(app, "a2")
+
+
+def _beating(registry: Any) -> Any:
+    """``registry`` with a lease beat (renewal and usage on the phase step, as the heartbeat
+    writes them) run on another thread at the start of every phase: after the carried load,
+    before the phase's write."""
+    def beat_then(phase: str) -> Any:
+        def run(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
+            def on_beat(uow: Any) -> None:
+                uow.runs.record_running_usage(parent_step_id, {"calls": 0, "tokens": 0})
+
+            heartbeat = LeaseHeartbeat(ctx.app, ctx.run_id, ctx.epoch, on_beat)
+            beat = threading.Thread(target=heartbeat.renew)
+            beat.start()
+            beat.join()
+            return registry[phase](ctx, parent_step_id)
+        return run
+    return {p: beat_then(p) for p in registry}
+
+
+def test_a_lease_beat_during_each_phase_changes_nothing_the_run_counts(app: App) -> None:
+    """A beat between the carried load and each phase's write (it writes the run row and the
+    phase step) makes no write fall back to the locked re-read, and its statements, on the
+    heartbeat's thread, are not counted as the run's (its read of run_steps was, before)."""
+    _prepare(app, "a1", "a2")
+    with recorded_statements(app) as seen:
+        _in_process(app, "a1", _beating(service.phase_registry()))
+    assert [s for s in seen if s.startswith(_RE_READ)] == []
+    assert [s for s in seen if "FROM run_steps" in s] == []
+    _phase_by_phase(app, "a2")
     assert _state(app, "a1") == _state(app, "a2")
 
 

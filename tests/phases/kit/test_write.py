@@ -237,7 +237,9 @@ def test_a_takeover_during_the_write_on_postgres_writes_nothing(app: App, with_s
 
 
 # ---- the write from the run's carried state (no re-read) ------------------------------------
-_RE_READ = "SELECT notes.id, notes.version, notes.status"  # WriteRepository.lock_state
+# WriteRepository.lock_state (NoteRepository.versions, a stale-item check, starts like it
+# up to "status": the next column tells them apart).
+_RE_READ = "SELECT notes.id, notes.version, notes.status, notes.created_at"
 
 
 def _known(app: App) -> ScopeLoad:

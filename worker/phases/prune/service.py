@@ -22,6 +22,7 @@ from worker.phases.prune.core import (
 from worker.phases.prune.counters import PruneCounters
 from worker.references import ReferenceChecker, make_reference_checker, records_of
 from worker.review.changes import archive_change
+from worker.review.items import seen_of
 from worker.review.propose import Proposals, proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
@@ -204,5 +205,6 @@ def _propose(ctx: PhaseContext, proposals: Proposals, orphans: list[Orphan]) -> 
         proposals.add(archive_change(
             "prune", o.note.id, o.note.version,
             reason=OWNER_GONE_REASON if o.owner_recorded_gone else "prune: orphaned",
-            comment=o.comment(ctx.now), owner_gone=o.owner_recorded_gone))
+            comment=o.comment(ctx.now), owner_gone=o.owner_recorded_gone,
+            seen=seen_of([o.note])))
     return [o.note.id for o in orphans]
