@@ -65,7 +65,8 @@ def _count(root: Path, locator: str, backend: str, part: int) -> int:
         done = subprocess.run(
             ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
              str(python if python.exists() else sys.executable), "-c", code],
-            cwd=work, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
+            cwd=work, env={**os.environ, "PYTHONPATH": str(root), "PYTHONHASHSEED": "0"},
+            capture_output=True,
             text=True, check=False)
     finally:
         shutil.rmtree(work, ignore_errors=True)
