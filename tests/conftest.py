@@ -6,6 +6,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,21 @@ def drop_postgres_app(app: App) -> None:
         admin.dispose()
 
 
+@contextmanager
+def app_on(backend: str, tmp_path: Path, **overrides: object) -> Iterator[App]:
+    """An App on a fresh SQLite file (``backend`` "sqlite") or a fresh PostgreSQL schema,
+    disposed (the schema dropped) when the block ends: the body of every two-backend fixture."""
+    a = make_sqlite_app(tmp_path, **overrides) if backend == "sqlite" else \
+        make_postgres_app(**overrides)
+    try:
+        yield a
+    finally:
+        if backend == "sqlite":
+            a.dispose()
+        else:
+            drop_postgres_app(a)
+
+
 @pytest.fixture
 def sqlite_app(tmp_path: Path) -> Iterator[App]:
     app = make_sqlite_app(tmp_path)
@@ -104,14 +120,8 @@ def pg_app() -> Iterator[App]:
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
     """The same test on SQLite and on PostgreSQL+pgvector."""
-    if request.param == "sqlite":
-        a = make_sqlite_app(tmp_path)
+    with app_on(request.param, tmp_path) as a:
         yield a
-        a.dispose()
-    else:
-        a = make_postgres_app()
-        yield a
-        drop_postgres_app(a)
 
 
 @pytest.fixture

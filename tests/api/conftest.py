@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import drop_postgres_app, make_postgres_app, make_sqlite_app
+from tests.conftest import app_on, make_sqlite_app
 from worker.api import create_api
 from worker.app import App
 
@@ -30,14 +30,8 @@ def auth(token: str) -> dict[str, str]:
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def api_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
     """The same API test on SQLite and on PostgreSQL+pgvector."""
-    if request.param == "sqlite":
-        a = make_sqlite_app(tmp_path, api_tokens=TOKENS)
+    with app_on(request.param, tmp_path, api_tokens=TOKENS) as a:
         yield a
-        a.dispose()
-    else:
-        a = make_postgres_app(api_tokens=TOKENS)
-        yield a
-        drop_postgres_app(a)
 
 
 @pytest.fixture

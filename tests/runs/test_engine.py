@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import event
 
-from tests.conftest import drop_postgres_app, make_postgres_app, make_sqlite_app
+from tests.conftest import app_on
 from tests.support.factories import DARK_MODE_NOTES, add_notes
 from tests.support.llm_stub import LLMStub, StubResponse
 from worker.app import App
@@ -103,14 +103,8 @@ def test_a_killed_attempts_committed_usage_counts_in_the_retry(app: App) -> None
 @pytest.fixture(params=["sqlite", "postgres"])
 def short_lease_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
     """An App whose lease is the shortest allowed (10 s): the heartbeat beats every 3.3 s."""
-    if request.param == "sqlite":
-        a = make_sqlite_app(tmp_path, lease_seconds=10)
+    with app_on(request.param, tmp_path, lease_seconds=10) as a:
         yield a
-        a.dispose()
-    else:
-        a = make_postgres_app(lease_seconds=10)
-        yield a
-        drop_postgres_app(a)
 
 
 def test_usage_spent_but_not_yet_written_survives_through_the_heartbeat(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import drop_postgres_app, make_postgres_app, make_sqlite_app
+from tests.conftest import app_on
 from tests.support.factories import add_notes
 from worker.app import App
 from worker.config import BudgetSettings
@@ -67,14 +67,8 @@ def _usage(app: App, run_id: str) -> Usage:
 def capped_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
     """An app whose runs may make 3 model calls, on SQLite and on PostgreSQL."""
     budget = BudgetSettings(max_calls_per_run=3)
-    if request.param == "sqlite":
-        app = make_sqlite_app(tmp_path, budget=budget)
+    with app_on(request.param, tmp_path, budget=budget) as app:
         yield app
-        app.dispose()
-    else:
-        app = make_postgres_app(budget=budget)
-        yield app
-        drop_postgres_app(app)
 
 
 def test_a_rescheduled_waiting_phase_keeps_its_submissions_calls(app: App) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from tests.conftest import drop_postgres_app, make_postgres_app, make_sqlite_app
+from tests.conftest import app_on
 from tests.support.factories import add_notes
 from worker.app import App
 from worker.cli import main
@@ -218,14 +218,8 @@ def test_cancelling_a_running_run_stops_its_executor_cleanly(
 @pytest.fixture(params=["sqlite", "postgres"])
 def short_lease_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
     """An App whose lease is the shortest allowed (10 s)."""
-    if request.param == "sqlite":
-        a = make_sqlite_app(tmp_path, lease_seconds=10)
+    with app_on(request.param, tmp_path, lease_seconds=10) as a:
         yield a
-        a.dispose()
-    else:
-        a = make_postgres_app(lease_seconds=10)
-        yield a
-        drop_postgres_app(a)
 
 
 def test_a_working_run_renews_its_lease_past_lease_seconds(

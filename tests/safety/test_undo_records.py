@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from tests.api.conftest import ADMIN, TOKENS, auth
-from tests.conftest import drop_postgres_app, make_postgres_app, make_sqlite_app
+from tests.conftest import app_on
 from tests.phases.contradictions.test_service import IMPERIAL, METRIC, with_stub
 from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub
@@ -158,14 +158,8 @@ def _said(fields: dict[str, Any], line: str) -> tuple[int, int, int]:
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def token_app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[App]:
     """An app with API tokens (the API surface), on SQLite and on PostgreSQL."""
-    if request.param == "sqlite":
-        app = make_sqlite_app(tmp_path, api_tokens=TOKENS)
+    with app_on(request.param, tmp_path, api_tokens=TOKENS) as app:
         yield app
-        app.dispose()
-    else:
-        app = make_postgres_app(api_tokens=TOKENS)
-        yield app
-        drop_postgres_app(app)
 
 
 @pytest.mark.parametrize("surface", ["cli", "api", "mcp"])
