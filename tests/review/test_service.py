@@ -5,6 +5,7 @@ refused, decline is remembered, and another scope's item is not found."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -277,54 +278,70 @@ def test_an_approvals_run_asks_for_no_dream_phase(app: App) -> None:
                                    "phase not requested")
 
 
-def _proposed_then_pinned(app: App, host: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A propose run's revoke (contradictions, loser tea-1) and archive (prune, o1) items, by
-    kind; then the host sets ``host`` on both notes it would retire (no new version)."""
+# A propose run's phases and the note each of its items would retire, by item kind: a
+# contradictions revoke (loser tea-1) and a prune archive (o1, its conversation gone); a
+# consolidate merge (tea-1 contained in tea-2) and an archive-phase archive (e1, expired).
+PROPOSERS = {"contradictions+prune": (["contradictions", "prune"],
+                                      {"revoke": "tea-1", "archive": "o1"}),
+             "consolidate+archive": (["consolidate", "archive"],
+                                     {"merge": "tea-1", "archive": "e1"})}
+
+
+def _proposed_then_pinned(app: App, host: dict[str, Any],
+                          proposer: str = "contradictions+prune") -> dict[str, dict[str, Any]]:
+    """A propose run's items of ``proposer``, by kind; then the host sets ``host`` on each note
+    they would retire (no new version)."""
+    phases, retired = PROPOSERS[proposer]
     add_entities(app, {"kind": "agent", "id": "agent-1", "apply_mode": "propose"},
                  {"kind": "conversation", "id": "c-gone", "status": "deleted"})
     add_notes(app, {"id": "tea-1", "content": "Prefers green tea."},
               {"id": "tea-2", "content": "Prefers green tea in the morning."},
-              {"id": "o1", "content": "Works from Lisbon.", "source_conversation_id": "c-gone"})
-    run_id = create_run(app, SCOPE, force=True, phases=["contradictions", "prune"])
+              {"id": "o1", "content": "Works from Lisbon.", "source_conversation_id": "c-gone"},
+              {"id": "e1", "content": "Is on call this week.",
+               "expires_at": (utcnow() - timedelta(days=1)).isoformat()})
+    run_id = create_run(app, SCOPE, force=True, phases=phases)
     assert run_id is not None and execute_run(app, run_id) == "succeeded"
     items = {i["kind"]: i for i in list_items(app, SCOPE, run_id=run_id)}
-    assert items["revoke"]["payload"]["loser"] == "tea-1"
-    assert items["archive"]["note_ids"] == ["o1"]
-    for note_id in ("tea-1", "o1"):
+    assert {k: i["payload"].get("loser") or i["note_ids"][0] for k, i in items.items()} == retired
+    for note_id in retired.values():
         host_sets(app, note_id, **host)
     return items
 
 
-def test_the_next_run_records_an_item_whose_note_was_pinned_stale(app: App) -> None:
+@pytest.mark.parametrize("proposer", PROPOSERS)
+def test_the_next_run_records_an_item_whose_note_was_pinned_stale(app: App,
+                                                                  proposer: str) -> None:
     """As for a new version: the next propose run records the items stale (they can never
     apply) and holds nothing back for them."""
-    items = _proposed_then_pinned(app, {"protection": "protected"})
+    items = _proposed_then_pinned(app, {"protection": "protected"}, proposer)
     run_id = create_run(app, SCOPE, force=True, phases=["prune"])
     assert run_id is not None and execute_run(app, run_id) == "succeeded"
     assert {i["id"]: i["status"] for i in list_items(app, SCOPE, status=None)
-            if i["run_id"] != run_id} == {items["revoke"]["id"]: "stale",
-                                          items["archive"]["id"]: "stale"}
+            if i["run_id"] != run_id} == {i["id"]: "stale" for i in items.values()}
 
 
+@pytest.mark.parametrize("proposer", PROPOSERS)
 @pytest.mark.parametrize("host", [{"protection": "protected"}, {"protection": "immutable"},
                                   {"is_auto_generated": False}])
 def test_a_note_pinned_since_the_proposal_makes_the_item_stale_not_blocked(
-        app: App, host: dict[str, Any]) -> None:
-    """A prune item and a contradictions item, proposed by a run; then the host pins each
-    note they would retire (or takes it over as manual), which keeps its version: approving
-    one refuses it as stale naming the note and what changed, with no run; approving all
-    records both stale; no approval run exists (none blocked by the guard), nothing written."""
-    items = _proposed_then_pinned(app, host)
+        app: App, host: dict[str, Any], proposer: str) -> None:
+    """Every kind of item a run proposes (a revoke and a prune archive; a merge and an archive
+    phase's archive); then the host pins each note they would retire (or takes it over as
+    manual), which keeps its version: approving one refuses it as stale naming the note and
+    what changed, with no run; approving all records each stale; no approval run exists (none
+    blocked by the guard, none cancelled at the write), nothing written."""
+    items = _proposed_then_pinned(app, host, proposer)
     before = _statuses(app)
-    refused = _cli(app, "review", "approve", str(items["archive"]["id"]), "--agent", "agent-1")
-    assert refused.exit_code == Conflict.exit_code, refused.output
-    (line,) = refused.stderr.strip().splitlines()
     (field,) = host
-    assert "is stale" in line and "o1" in line and field in line, line
+    for kind, note_id in PROPOSERS[proposer][1].items():
+        refused = _cli(app, "review", "approve", str(items[kind]["id"]), "--agent", "agent-1")
+        assert refused.exit_code == Conflict.exit_code, refused.output
+        (line,) = refused.stderr.strip().splitlines()
+        assert "is stale" in line and note_id in line and field in line, line
     batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
     assert batch.exit_code == 0, batch.output
     assert {i["id"]: i["status"] for i in list_items(app, SCOPE, status=None)} == {
-        items["revoke"]["id"]: "stale", items["archive"]["id"]: "stale"}
+        i["id"]: "stale" for i in items.values()}
     assert _statuses(app) == before
     with app.uow() as uow:
         assert [r.status for r in uow.runs.list(SCOPE) if r.trigger == "review"] == []

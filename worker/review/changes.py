@@ -11,7 +11,8 @@ from worker.review.items import ChangeKind, ProposedChange, seen_of
 def merge_change(d: Any) -> ProposedChange:
     """A consolidate ``Decision`` with verdict merge: members, sources and the fused text."""
     payload: dict[str, Any] = {"name": d.name, "similarity": d.cluster.similarity,
-                               "min_similarity": d.cluster.min_similarity}
+                               "min_similarity": d.cluster.min_similarity,
+                               "seen": seen_of(d.members)}
     if d.rule:
         payload["rule"] = d.rule
     if d.warnings:

@@ -80,11 +80,15 @@ class ProposedChange:
                    confidence=row.confidence, payload=dict(row.payload or {}))
 
 
+# What a retirement decides on beyond the version: a host pins a note or takes it over as
+# manual without a new version.
+SEEN_FIELDS = ("protection", "is_auto_generated")
+
+
 def seen_of(notes: Any) -> dict[str, dict[str, Any]]:
-    """What a retirement decides on beyond the version, as the plan saw each note (a proposal's
-    ``payload["seen"]``): a host pins a note or takes it over as manual without a new version."""
-    return {n.id: {"protection": n.protection, "is_auto_generated": n.is_auto_generated}
-            for n in notes}
+    """``SEEN_FIELDS`` as the plan saw each note (a proposal's ``payload["seen"]``); every
+    proposal records them for every note it would retire or change."""
+    return {n.id: {f: getattr(n, f) for f in SEEN_FIELDS} for n in notes}
 
 
 def changed_unversioned(payload: dict[str, Any] | None, note: Any) -> str | None:
@@ -93,7 +97,7 @@ def changed_unversioned(payload: dict[str, Any] | None, note: Any) -> str | None
     seen = ((payload or {}).get("seen") or {}).get(note.id)
     if seen is None:
         return None
-    moved = [f"{f} {seen[f]} → {getattr(note, f)}" for f in ("protection", "is_auto_generated")
+    moved = [f"{f} {seen[f]} → {getattr(note, f)}" for f in SEEN_FIELDS
              if f in seen and seen[f] != getattr(note, f)]
     return ", ".join(moved) or None
 

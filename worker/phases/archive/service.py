@@ -28,6 +28,7 @@ from worker.phases.kit import (
 )
 from worker.phases.kit.carry import keep_current, known, load, written
 from worker.review.changes import archive_change
+from worker.review.items import SEEN_FIELDS
 from worker.review.propose import Proposals, proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
@@ -136,8 +137,15 @@ def _propose(ctx: PhaseContext, proposals: Proposals, note_plan: NotePlan,
         for d in decisions:
             proposals.add(archive_change("archive", d.id, d.version, reason=reason,
                                          comment=d.comment, entity=entity,
-                                         allow_protected=entity == "note"))
+                                         allow_protected=entity == "note", seen=_seen(d)))
     return True
+
+
+def _seen(d: Decision) -> dict[str, dict[str, Any]] | None:
+    """A note's protection and manual mark as the plan read them (``seen_of``), which approval
+    re-checks; an example's archiving is re-checked by its own guarded update."""
+    seen = {f: v for f, v in d.decided if f in SEEN_FIELDS}
+    return {d.id: seen} if seen else None
 
 
 class _Review:
