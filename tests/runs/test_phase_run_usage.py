@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from tests.conftest import app_on
 from tests.support.factories import add_notes
 from worker.app import App
+from worker.cli import main
 from worker.config import BudgetSettings
 from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatus
 from worker.runs import engine, service
@@ -21,6 +23,7 @@ from worker.runs.context import PhaseContext, Registry
 from worker.runs.outcome import PhaseOutcome
 from worker.runs.snapshot import Usage, usage_of
 from worker.store.models import RunStepRow
+from worker.store.repositories.dashboard import DashboardQueries
 
 SCOPE = Scope("agent-1")
 QUIET: Registry = {p: (lambda ctx, step_id, p=p: PhaseReport(p, StepStatus.NO_ITEMS.value))
@@ -80,8 +83,8 @@ def test_a_rescheduled_waiting_phase_keeps_its_submissions_calls(app: App) -> No
     add_notes(app, {"content": "a note"})
 
     def answered(ctx: PhaseContext) -> PhaseReport:
-        ctx.budget.charge(50)  # the batch's two replies, charged as they are read
-        ctx.budget.charge(50)
+        ctx.budget.charge(40, 10)  # the batch's two replies, charged as they are read
+        ctx.budget.charge(40, 10)
         _calls(ctx, 1, 30)  # and one online follow-up
         return PhaseReport("consolidate", StepStatus.SUCCEEDED.value, {"merged": 1},
                            tokens_in=110, tokens_out=20)
@@ -131,22 +134,24 @@ def test_r15_a_resumed_batch_phase_stays_within_the_runs_call_cap(capped_app: Ap
 
 def test_an_in_process_resumed_phase_records_the_sum_of_its_executions(app: App) -> None:
     """In-process, the executor resumes the waiting step itself: its finish adds every
-    execution's calls and reported tokens (2 + 1 calls, tokens in 10 + 5 + 7), so the run's
-    totals say what the phase spent, not what its last execution did."""
+    execution's calls and charged tokens (2 + 1 calls, tokens in 10 + 5 + 7, the last the
+    batch's reply read by the last execution), so the run's totals say what the phase spent,
+    not what its last execution did."""
     add_notes(app, {"content": "a note"})
 
     def done(ctx: PhaseContext) -> PhaseReport:
+        ctx.budget.charge(7)
         return PhaseReport("consolidate", StepStatus.SUCCEEDED.value, tokens_in=7)
 
-    def pending(calls: int, tokens_in: int) -> Execution:
+    def pending(calls: int, tokens_each: int) -> Execution:
         def run(ctx: PhaseContext) -> PhaseReport:
-            _calls(ctx, calls, 4)
+            _calls(ctx, calls, tokens_each)
             report = _waiting()
-            report.tokens_in = tokens_in
+            report.tokens_in = calls * tokens_each
             return report
         return run
 
-    registry = {**QUIET, "consolidate": _phase([pending(2, 10), pending(1, 5), done])}
+    registry = {**QUIET, "consolidate": _phase([pending(2, 5), pending(1, 5), done])}
     run_id = service.create_run(app, SCOPE, force=True)
     assert run_id is not None
     assert engine.execute_run(app, run_id, registry) == RunStatus.SUCCEEDED.value
@@ -173,3 +178,41 @@ def test_a_failed_phase_keeps_the_calls_it_made(app: App) -> None:
         is PhaseOutcome.FAILED
     assert _parent(app, run_id).status == StepStatus.FAILED.value
     assert _usage(app, run_id) == Usage(calls=2, tokens=40)
+
+
+def test_a_phases_step_tokens_are_its_budgets_not_its_report(app: App) -> None:
+    """A phase that charged its budget 2 calls of 90 in / 10 out, whose report says 5 in / 1
+    out (it under-reports): its parent step's token columns, the run's totals, /metrics'
+    per-phase figures, the dashboard's and `dream runs show` all say 180 in / 20 out, one
+    count of the same calls (before: the step's columns were the report's 5/1, and so were the
+    totals' in and out, which then fell 194 short of the run's 200 model tokens)."""
+    add_notes(app, {"content": "a note"})
+
+    def under_reporting(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        for _ in range(2):
+            assert ctx.budget.try_reserve_call()
+            ctx.budget.charge(90, 10)
+        return PhaseReport("consolidate", StepStatus.SUCCEEDED.value, tokens_in=5,
+                           tokens_out=1, calls=2)
+
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    assert engine.execute_run(app, run_id, {**QUIET, "consolidate": under_reporting}) \
+        == RunStatus.SUCCEEDED.value
+    step = _parent(app, run_id)
+    assert (step.tokens_in, step.tokens_out) == (180, 20)
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None
+        totals = run.totals or {}
+        metrics = uow.runs.step_usage(SCOPE)["consolidate"]
+        (dashboard,) = [f for f in DashboardQueries(uow.session).phase_figures([run_id])
+                        if f["phase"] == "consolidate"]
+    assert (totals["tokens_in"], totals["tokens_out"], totals["model_tokens"]) == (180, 20, 200)
+    assert (metrics["tokens_in"], metrics["tokens_out"]) == (180, 20)
+    assert (dashboard["tokens_in"], dashboard["tokens_out"]) == (180, 20)
+    shown = CliRunner().invoke(main, ["runs", "show", run_id], env={
+        "DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LOG_LEVEL": "WARNING"})
+    assert shown.exit_code == 0, shown.output
+    (line,) = [x for x in shown.output.splitlines() if x.strip().startswith("consolidate")]
+    assert "tokens 180/20" in line, line

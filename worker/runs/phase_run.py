@@ -192,10 +192,14 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
         run.retry_after = float(report.counters.get("retry_after") or DEFAULT_RETRY_AFTER)
         output["waiting"] = report.reason or "waiting on a provider batch"
     wrote = held.holding
+    # The step's tokens by direction as the budget charged them (``domain.usage``: what the
+    # run's totals, /metrics and the dashboard count), never as the phase's report says.
     try:
         _finish(app, run, held, step_id, outcome, output, started,
-                tokens=(prior.tokens_in + report.tokens_in, prior.tokens_out + report.tokens_out),
-                model=getattr(app.llm, "model", None) if report.calls else None)
+                tokens=(prior.tokens_in + b.tokens_in - before[2],
+                        prior.tokens_out + b.tokens_out - before[3]),
+                model=getattr(app.llm, "model", None)
+                if report.calls or b.started > before[0] else None)
     except SQLAlchemyError as exc:
         if not wrote:
             raise
