@@ -16,9 +16,18 @@ from worker.domain.usage import StepUsage, StepViews, step_usage
     # A call both the parent and its child record: once, not twice.
     (StepViews(kid_calls=1, kid_tokens_in=8, kid_tokens_out=2, tokens_in=8, tokens_out=2,
                calls_started=1, usage_calls=1, usage_tokens=10), StepUsage(1, 10, 8, 2)),
-    # A killed attempt: a child committed after its last beat; the beat knew the sum only.
+    # A killed attempt: a child committed after its last beat; a beat recorded before the
+    # split was kept knew the sum only.
     (StepViews(kid_calls=3, kid_tokens_in=30, kid_tokens_out=6, usage_calls=2,
                usage_tokens=50), StepUsage(3, 50, 30, 6)),
+    # A killed attempt whose last beat split its tokens: in and out add up to the total.
+    (StepViews(kid_calls=1, kid_tokens_in=30, kid_tokens_out=6, usage_calls=2,
+               usage_tokens=50, usage_tokens_in=40, usage_tokens_out=10),
+     StepUsage(2, 50, 40, 10)),
+    # ... and a child committed after that beat: the most of each direction.
+    (StepViews(kid_calls=3, kid_tokens_in=45, kid_tokens_out=8, usage_calls=2,
+               usage_tokens=50, usage_tokens_in=40, usage_tokens_out=10),
+     StepUsage(3, 55, 45, 10)),
     # Nothing asked.
     (StepViews(), StepUsage()),
 ])
@@ -29,7 +38,11 @@ def test_the_most_of_a_steps_views_never_their_sum(views: StepViews,
 
 
 def test_views_of_a_parent_step_row() -> None:
-    """``StepViews.of`` reads the output's usage and started calls, None columns as 0."""
+    """``StepViews.of`` reads the output's usage (its tokens by direction where recorded) and
+    started calls, None columns as 0."""
     views = StepViews.of((1, 4, 1), None, 3, {"model_calls_started": 2,
                                              "usage": {"calls": 2, "tokens": 9}})
     assert views == StepViews(1, 4, 1, 0, 3, 2, 2, 9)
+    views = StepViews.of((0, 0, 0), None, None, {"usage": {"calls": 2, "tokens": 9,
+                                                           "tokens_in": 7, "tokens_out": 2}})
+    assert views == StepViews(0, 0, 0, 0, 0, 0, 2, 9, 7, 2)

@@ -43,11 +43,12 @@ def _nothing(name: str) -> Any:
 QUIET: Registry = {p: _nothing(p) for p in PHASES}
 
 
-def _spend(ctx: PhaseContext, calls: int, tokens_each: int) -> None:
-    """What ``ask`` does around each model call: reserve, then charge the reply's tokens."""
+def _spend(ctx: PhaseContext, calls: int, tokens_each: int, out_each: int = 0) -> None:
+    """What ``ask`` does around each model call: reserve, then charge the reply's tokens
+    (``out_each`` of them out)."""
     for _ in range(calls):
         assert ctx.budget.try_reserve_call()
-        ctx.budget.charge(tokens_each)
+        ctx.budget.charge(tokens_each - out_each, out_each)
 
 
 def _expire_and_retry(app: App, run_id: str, registry: Registry) -> str:
@@ -111,12 +112,14 @@ def test_usage_spent_but_not_yet_written_survives_through_the_heartbeat(
     short_lease_app: App,
 ) -> None:
     """R15: model calls answered but not yet written (the phase was still judging) are
-    recorded by the lease heartbeat; the attempt killed after a beat leaves them to the retry."""
+    recorded by the lease heartbeat; the attempt killed after a beat leaves them to the retry,
+    and the run's totals and /metrics split them in and out as they were charged (before: the
+    beat recorded the sum only, and the tokens in and out added up to none of the 500)."""
     app = short_lease_app
     add_notes(app, {"content": "a note"})
 
     def judging_then_killed(ctx: PhaseContext, step_id: str) -> PhaseReport:
-        _spend(ctx, 2, 250)
+        _spend(ctx, 2, 250, out_each=50)
         time.sleep(app.settings.lease_seconds / 3 + 1.5)  # one beat at least
         raise Killed
 
@@ -132,7 +135,11 @@ def test_usage_spent_but_not_yet_written_survives_through_the_heartbeat(
         engine.execute_run(app, run_id, {**QUIET, "consolidate": judging_then_killed})
     assert _expire_and_retry(app, run_id, {**QUIET, "consolidate": retried}) == "succeeded"
     assert seen == [(2, 500)]
-    assert _totals(app, run_id)["model_tokens"] == 500
+    totals = _totals(app, run_id)
+    assert (totals["model_tokens"], totals["tokens_in"], totals["tokens_out"]) == (500, 400, 100)
+    with app.uow() as uow:  # /metrics and the dashboard, read in SQL from the same steps
+        metrics = uow.runs.step_usage(SCOPE)["consolidate"]
+    assert (metrics["tokens_in"], metrics["tokens_out"]) == (400, 100)
 
 
 def test_a_beat_records_its_phase_s_usage_so_earlier_phases_count_once(

@@ -110,7 +110,7 @@ def test_a_beat_after_a_waiting_finish_keeps_the_step_waiting_and_resumable(
     assert step.status == StepStatus.RUNNING.value
     assert {k: step.output.get(k) for k in ("waiting", "retry_after", "clusters_found")} == {
         "waiting": "waiting on batch b-1", "retry_after": 42, "clusters_found": 3}
-    assert step.output["usage"] == {"calls": 0, "tokens": 0}
+    assert step.output["usage"] == {"calls": 0, "tokens": 0, "tokens_in": 0, "tokens_out": 0}
     assert service.execute_phase(app, run_id, "consolidate", registry).outcome \
         is PhaseOutcome.SUCCEEDED
     for phase in PHASES[1:]:

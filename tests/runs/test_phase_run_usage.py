@@ -106,7 +106,7 @@ def test_a_rescheduled_waiting_phase_keeps_its_submissions_calls(app: App) -> No
     assert (step.tokens_in, step.tokens_out) == (110, 20)
     output = step.output or {}
     assert (output["model_calls_started"], output["model_calls_failed"]) == (3, 0)
-    assert output["usage"] == {"calls": 3, "tokens": 130}
+    assert output["usage"] == {"calls": 3, "tokens": 130, "tokens_in": 110, "tokens_out": 20}
     assert _usage(app, run_id) == Usage(calls=3, tokens=130)
 
 

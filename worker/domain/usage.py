@@ -16,7 +16,8 @@ class StepViews:
     submission, or a call of a phase that failed before its write, has none); ``tokens_in`` /
     ``tokens_out``: the parent's columns (every finish adds the step's earlier executions');
     ``calls_started``: ``output.model_calls_started``; ``usage_*``: ``output.usage`` (written by
-    every lease beat and every finish, a killed attempt's last beat included)."""
+    every lease beat and every finish, a killed attempt's last beat included; its tokens by
+    direction too, except on a step recorded before they were)."""
 
     kid_calls: int = 0
     kid_tokens_in: int = 0
@@ -26,6 +27,8 @@ class StepViews:
     calls_started: int = 0
     usage_calls: int = 0
     usage_tokens: int = 0
+    usage_tokens_in: int = 0
+    usage_tokens_out: int = 0
 
     @classmethod
     def of(cls, kids: tuple[int, int, int], tokens_in: int | None, tokens_out: int | None,
@@ -36,13 +39,16 @@ class StepViews:
         usage = output.get("usage") or {}
         return cls(kids[0], kids[1], kids[2], tokens_in or 0, tokens_out or 0,
                    int(output.get("model_calls_started") or 0), int(usage.get("calls") or 0),
-                   int(usage.get("tokens") or 0))
+                   int(usage.get("tokens") or 0), int(usage.get("tokens_in") or 0),
+                   int(usage.get("tokens_out") or 0))
 
 
 @dataclass(frozen=True)
 class StepUsage:
     calls: int = 0
-    tokens: int = 0  # at least tokens_in + tokens_out: a beat records only the sum
+    # At least tokens_in + tokens_out: equal unless a beat recorded before the split was kept
+    # knew more than the step's other views.
+    tokens: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
 
@@ -54,8 +60,8 @@ class StepUsage:
 def step_usage(v: StepViews) -> StepUsage:
     """The most of the step's views of the same calls, never their sum (a parent's usage and
     its children's are one spending); separate steps (a killed attempt's, its retry's) add."""
-    tokens_in = max(v.tokens_in, v.kid_tokens_in)
-    tokens_out = max(v.tokens_out, v.kid_tokens_out)
+    tokens_in = max(v.tokens_in, v.kid_tokens_in, v.usage_tokens_in)
+    tokens_out = max(v.tokens_out, v.kid_tokens_out, v.usage_tokens_out)
     return StepUsage(
         calls=max(v.kid_calls, v.calls_started, v.usage_calls),
         tokens=max(tokens_in + tokens_out, v.tokens_in + v.tokens_out, v.usage_tokens),

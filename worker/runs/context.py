@@ -65,9 +65,15 @@ class Budget:
                    calls=calls, tokens=tokens)
 
     def spent(self) -> tuple[int, int]:
-        """(calls, tokens) so far, read under the lock (the heartbeat records it)."""
+        """(calls, tokens) so far, read under the lock."""
         with self._lock:
             return self.calls, self.tokens
+
+    def spent_by_direction(self) -> tuple[int, int, int, int]:
+        """(calls, tokens, tokens in, tokens out) so far, read together under the lock (what a
+        phase step's heartbeat and finish record, from a base taken the same way)."""
+        with self._lock:
+            return self.calls, self.tokens, self.tokens_in, self.tokens_out
 
 
 _UNREAD: Any = object()  # the agent row was not read yet (None means "not registered")

@@ -51,9 +51,10 @@ class Execution:
     # all the run's steps (a fresh in-process run): finalize decides from it. None: read them.
     written: list[dict[str, Any]] | None = None
     begun: dict[str, datetime] = field(default_factory=dict)  # opened steps: when they began
-    # Per phase step: the (calls, tokens) of the budget that are not the step's own, taken when
-    # this executor first runs it; its heartbeat records the rest (``_usage_recorder``).
-    bases: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Per phase step: the (calls, tokens, tokens in, tokens out) of the budget that are not the
+    # step's own, taken when this executor first runs it; its heartbeat records the rest
+    # (``_usage_recorder``).
+    bases: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
 
     def wrote(self, row: dict[str, Any]) -> None:
         if self.written is not None:
@@ -136,16 +137,21 @@ def _start_step(app: App, run: Execution, phase: str, step_id: str) -> PhaseOutc
     return None
 
 
-def _usage_base(run: Execution, step_id: str) -> tuple[int, int]:
+def _usage_base(run: Execution, step_id: str) -> tuple[int, int, int, int]:
     """What the run's budget holds that is not the step's own: the budget started from the
-    run's usage (earlier phases, earlier attempts) and has the earlier phases of this executor
-    on it; a resumed waiting step's own usage so far stays the step's."""
-    calls, tokens = run.budget.spent()
+    run's usage (earlier phases, earlier attempts; its tokens by direction from this process's
+    charges only) and has the earlier phases of this executor on it; a resumed waiting step's
+    own usage so far stays the step's."""
+    spent = run.budget.spent_by_direction()
     own = run.snap.step_usage.get(step_id)
-    return (calls, tokens) if own is None else (calls - own.calls, tokens - own.tokens)
+    if own is None:
+        return spent
+    calls, tokens, tokens_in, tokens_out = spent
+    return (calls - own.calls, tokens - own.tokens, tokens_in - own.tokens_in,
+            tokens_out - own.tokens_out)
 
 
-def _usage_recorder(ctx: PhaseContext, step_id: str, base: tuple[int, int]) -> Any:
+def _usage_recorder(ctx: PhaseContext, step_id: str, base: tuple[int, int, int, int]) -> Any:
     """What each heartbeat writes on the open phase step: the phase's own model usage so far
     (R15), as its finish would count it (not the run's running total: the snapshot adds every
     step's usage, so earlier phases would be counted again by the next snapshot), beside what
@@ -157,11 +163,13 @@ def _usage_recorder(ctx: PhaseContext, step_id: str, base: tuple[int, int]) -> A
     return record
 
 
-def _own_usage(budget: Budget, base: tuple[int, int]) -> dict[str, int]:
-    """The step's model calls and tokens since it started, its earlier executions included
-    (``base`` leaves them in): what its beats and every finish record as ``output.usage``."""
-    calls, tokens = budget.spent()
-    return {"calls": calls - base[0], "tokens": tokens - base[1]}
+def _own_usage(budget: Budget, base: tuple[int, int, int, int]) -> dict[str, int]:
+    """The step's model calls and tokens (their sum and by direction) since it started, its
+    earlier executions included (``base`` leaves them in): what its beats and every finish
+    record as ``output.usage``, so a killed attempt's step says how its tokens split."""
+    spent = budget.spent_by_direction()
+    return {k: now - then for k, now, then in
+            zip(("calls", "tokens", "tokens_in", "tokens_out"), spent, base, strict=True)}
 
 
 def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,

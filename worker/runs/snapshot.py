@@ -67,9 +67,9 @@ class RunSnapshot:
     done: set[str] = field(default_factory=set)  # phases with a terminal parent step
     waiting: dict[str, str] = field(default_factory=dict)  # phase → its waiting parent step
     usage: Usage = field(default_factory=Usage)
-    # Each parent step's own share of ``usage`` (step id → Usage): what a resumed waiting step
-    # had spent, which its heartbeat goes on from (R15).
-    step_usage: dict[str, Usage] = field(default_factory=dict)
+    # Each parent step's own share of ``usage`` (step id → StepUsage, with its tokens by
+    # direction): what a resumed waiting step had spent, which its heartbeat goes on from (R15).
+    step_usage: dict[str, StepUsage] = field(default_factory=dict)
     # Each waiting parent step's record so far (step id → StepRecord), which its resumed
     # execution's finish adds to (kept current by an in-process executor that resumes it).
     recorded: dict[str, StepRecord] = field(default_factory=dict)
@@ -160,7 +160,7 @@ def snapshot_of(run: Any, steps: Iterable[RunStepRow]) -> RunSnapshot:
     epoch = run.lease_epoch if running else None
     parents = [s for s in steps if s.parent_id is None]
     mine = {phase_step_id(run.id, p, epoch): p for p in PHASES}
-    by_step = usage_by_step(steps)
+    by_step = step_usages(steps)
     waiting = [s for s in parents if s.id in mine and s.status == StepStatus.RUNNING.value
                and (s.output or {}).get("waiting")]
     return RunSnapshot(
@@ -171,7 +171,7 @@ def snapshot_of(run: Any, steps: Iterable[RunStepRow]) -> RunSnapshot:
         started_at=run.started_at, totals=run.totals,
         done={s.phase for s in parents if s.status in TERMINAL_STEP},
         waiting={mine[s.id]: s.id for s in waiting},
-        usage=_summed(by_step.values()), step_usage=by_step,
+        usage=_summed(Usage(u.calls, u.tokens) for u in by_step.values()), step_usage=by_step,
         recorded={s.id: StepRecord.of(s.tokens_in, s.tokens_out, s.output) for s in waiting},
         notes_before=_notes_before(run.totals, parents),
         trigger=run.trigger,
