@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from sqlalchemy import event
 
 from tests.conftest import app_on
 from tests.support.factories import DARK_MODE_NOTES, add_notes
 from tests.support.llm_stub import LLMStub, StubResponse
+from tests.support.sql import recorded_statements
 from worker.app import App
 from worker.cli import main
 from worker.clock import utcnow
@@ -238,17 +238,11 @@ def test_a_celery_phase_waiting_reports_when_to_look_again(app: App) -> None:
 
 
 def _statements(app: App, work: Any) -> tuple[Any, list[str]]:
-    """What ``work()`` returned and the first word of each statement it sent."""
-    statements: list[str] = []
-
-    def count(*args: Any, **_: Any) -> None:
-        statements.append(str(args[2]).split()[0])
-
-    event.listen(app.engine, "before_cursor_execute", count)
-    try:
-        return work(), statements
-    finally:
-        event.remove(app.engine, "before_cursor_execute", count)
+    """What ``work()`` returned and the first word of each statement it sent (this thread's:
+    a lease beat of the process is not the work's)."""
+    with recorded_statements(app) as statements:
+        result = work()
+    return result, [s.split()[0] for s in statements]
 
 
 def test_the_engine_reads_a_run_once_and_writes_one_statement_per_phase(app: App) -> None:
@@ -349,18 +343,10 @@ def test_a_celery_phase_task_reads_its_run_once(app: App) -> None:
     run_id = service.create_run(app, SCOPE, force=True)
     assert run_id is not None
     counted: dict[str, int] = {}
-    current = [""]
-
-    def count(*_: Any, **__: Any) -> None:
-        counted[current[0]] = counted.get(current[0], 0) + 1
-
-    event.listen(app.engine, "before_cursor_execute", count)
-    try:
-        for phase in PHASES:
-            current[0] = phase
+    for phase in PHASES:  # this thread's statements (a lease beat of the process is not its)
+        with recorded_statements(app) as seen:
             assert engine.execute_phase(app, run_id, phase, QUIET).outcome is PhaseOutcome.NO_ITEMS
-    finally:
-        event.remove(app.engine, "before_cursor_execute", count)
+        counted[phase] = len(seen)
     assert counted == {"consolidate": 1 + 1 + 2, "contradictions": 2 + 2,
                        "prune": 2 + 2, "archive": 2 + 2}
     assert service.finalize_run(app, run_id) == RunStatus.SUCCEEDED.value

@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import event
-
 from tests.support.factories import add_notes
+from tests.support.sql import recorded_commits, recorded_statements
 from worker.app import App
 from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatus
 from worker.phases.kit import Change, ChangeKind, Member, WriteTarget, open_write
@@ -18,7 +17,6 @@ from worker.runs.context import Budget, PhaseContext, Registry
 from worker.runs.outcome import PhaseOutcome
 from worker.runs.phase_run import Execution, run_phase
 from worker.runs.steps import ChildStep
-from worker.store.db import only_read
 
 SCOPE = Scope("agent-1")
 Phase = Callable[[PhaseContext, str], PhaseReport]
@@ -49,23 +47,11 @@ WRITING: Registry = {p: _writing(p) for p in PHASES}
 
 def _counting(app: App, work: Callable[[], Any]) -> tuple[Any, list[str], int]:
     """What ``work`` returns, every statement it executed (whitespace folded), its commits of
-    transactions that wrote (on PostgreSQL a read-only unit also ends with COMMIT)."""
-    statements: list[str] = []
-    commits = [0]
-
-    def statement(*args: Any, **_: Any) -> None:
-        statements.append(" ".join(str(args[2]).split()))
-
-    def commit(conn: Any) -> None:
-        commits[0] += not only_read(conn)
-
-    event.listen(app.engine, "before_cursor_execute", statement)
-    event.listen(app.engine, "commit", commit)
-    try:
-        return work(), statements, commits[0]
-    finally:
-        event.remove(app.engine, "before_cursor_execute", statement)
-        event.remove(app.engine, "commit", commit)
+    transactions that wrote (on PostgreSQL a read-only unit also ends with COMMIT); this
+    thread's only (a lease beat of the process is not the work's)."""
+    with recorded_statements(app) as statements, recorded_commits(app) as commits:
+        result = work()
+    return result, statements, sum(commits)
 
 
 def _engine_part(statements: list[str]) -> list[str]:

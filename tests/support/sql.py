@@ -29,3 +29,24 @@ def recorded_statements(app: App) -> Iterator[list[str]]:
         yield seen
     finally:
         event.remove(app.engine, "before_cursor_execute", record)
+
+
+@contextmanager
+def recorded_commits(app: App) -> Iterator[list[bool]]:
+    """The commits of the thread that opened the block, each True when its transaction wrote
+    (on PostgreSQL a unit that only read ends with COMMIT too); another thread's (a lease beat)
+    are not the block's."""
+    from worker.store.db import only_read
+
+    seen: list[bool] = []
+    me = threading.get_ident()
+
+    def record(conn: Any) -> None:
+        if threading.get_ident() == me:
+            seen.append(not only_read(conn))
+
+    event.listen(app.engine, "commit", record)
+    try:
+        yield seen
+    finally:
+        event.remove(app.engine, "commit", record)

@@ -3,6 +3,7 @@ a lost lease writes nothing, and a phase commits once whatever the number of its
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from sqlalchemy import event, func, select, update
 
 from tests.support.factories import NOW, add_notes, claimed_phase_context, days_ago
-from tests.support.sql import recorded_statements
+from tests.support.sql import recorded_commits, recorded_statements
 from worker.app import App
 from worker.domain.types import Scope
 from worker.phases.consolidate.service import run_consolidate
@@ -28,7 +29,6 @@ from worker.phases.kit.snapshot import RunJournal
 from worker.runs import service
 from worker.runs.context import PhaseContext, RunCarry
 from worker.runs.steps import ChildStep, StepRecorder
-from worker.store.db import only_read
 from worker.store.models import DreamRunRow, NoteLineageRow, NoteRow, OperationLogRow, RunStepRow
 from worker.store.uow import StaleLease
 
@@ -108,21 +108,27 @@ def test_lease_lost_between_plan_and_write_writes_nothing(app: App) -> None:
 
 @contextmanager
 def _counting(app: App) -> Iterator[dict[str, int]]:
+    """The block's statements and writing commits, its own thread's only (a lease beat of the
+    process is not the block's to count); filled in when the block ends."""
     seen = {"statements": 0, "commits": 0}
-
-    def on_statement(*_: Any) -> None:
-        seen["statements"] += 1
-
-    def on_commit(conn: Any) -> None:  # of a transaction that wrote (PostgreSQL commits reads)
-        seen["commits"] += not only_read(conn)
-
-    event.listen(app.engine, "before_cursor_execute", on_statement)
-    event.listen(app.engine, "commit", on_commit)
-    try:
+    with recorded_statements(app) as statements, recorded_commits(app) as commits:
         yield seen
-    finally:
-        event.remove(app.engine, "before_cursor_execute", on_statement)
-        event.remove(app.engine, "commit", on_commit)
+    seen.update(statements=len(statements), commits=sum(commits))
+
+
+def test_counting_leaves_out_other_threads(app: App) -> None:
+    """What another thread writes meanwhile (a lease beat) is not the block's to count."""
+    def beat() -> None:
+        with app.uow() as uow:
+            uow.session.execute(update(NoteRow).values(importance=NoteRow.importance))
+            uow.commit()
+
+    add_notes(app, {"content": "a note"})
+    with _counting(app) as seen:
+        other = threading.Thread(target=beat)
+        other.start()
+        other.join()
+    assert seen == {"statements": 0, "commits": 0}
 
 
 def _consolidate(app: App, scope: Scope, clusters: int) -> dict[str, int]:
