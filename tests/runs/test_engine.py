@@ -138,7 +138,7 @@ def test_usage_spent_but_not_yet_written_survives_through_the_heartbeat(
     totals = _totals(app, run_id)
     assert (totals["model_tokens"], totals["tokens_in"], totals["tokens_out"]) == (500, 400, 100)
     with app.uow() as uow:  # /metrics and the dashboard, read in SQL from the same steps
-        metrics = uow.runs.step_usage(SCOPE)["consolidate"]
+        metrics = uow.run_history.step_usage(SCOPE)["consolidate"]
     assert (metrics["tokens_in"], metrics["tokens_out"]) == (400, 100)
 
 

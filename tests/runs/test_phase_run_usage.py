@@ -205,7 +205,7 @@ def test_a_phases_step_tokens_are_its_budgets_not_its_report(app: App) -> None:
         run = uow.runs.get(run_id)
         assert run is not None
         totals = run.totals or {}
-        metrics = uow.runs.step_usage(SCOPE)["consolidate"]
+        metrics = uow.run_history.step_usage(SCOPE)["consolidate"]
         (dashboard,) = [f for f in DashboardQueries(uow.session).phase_figures([run_id])
                         if f["phase"] == "consolidate"]
     assert (totals["tokens_in"], totals["tokens_out"], totals["model_tokens"]) == (180, 20, 200)

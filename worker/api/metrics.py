@@ -14,9 +14,9 @@ def _esc(value: str) -> str:
 
 def collect(app: App, scope: Scope | None) -> dict[str, Any]:
     with app.uow() as uow:
-        return {"runs": uow.runs.count_by_status(scope), "notes": uow.notes.count_by_status(scope),
-                "phases": uow.runs.step_usage(scope),
-                "open_candidates": uow.runs.latest_open_candidates(scope)}
+        return {"runs": uow.run_history.count_by_status(scope), "notes": uow.notes.count_by_status(scope),
+                "phases": uow.run_history.step_usage(scope),
+                "open_candidates": uow.run_history.latest_open_candidates(scope)}
 
 
 def render(data: dict[str, Any]) -> str:

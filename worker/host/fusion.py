@@ -60,7 +60,7 @@ def fusion_candidates(
     ensure_scope_embeddings(app, scope)
     with app.uow() as uow:
         snap = uow.notes.load_scope(scope)
-        run = uow.runs.latest_finished(scope)
+        run = uow.run_history.latest_finished(scope)
         steps = uow.runs.steps(run.id) if run is not None else []
         notes = snap.notes
         pairs = [(i, j, s) for i, j, s in neighbour_pairs(

@@ -82,7 +82,7 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
     open_now = _open_candidates(steps)
     growth = app.settings.open_growth_runs
     # Growth needs `growth` strictly rising counts ending in this one, so at least growth - 1.
-    history = (uow.runs.open_candidates_before(snap.scope, snap.created_at, growth - 1)
+    history = (uow.run_history.open_candidates_before(snap.scope, snap.created_at, growth - 1)
                if open_now >= growth - 1 and not snap.dry_run else [])
     return RunFacts(
         phases=phases,

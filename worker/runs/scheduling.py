@@ -105,13 +105,13 @@ def decide_scopes(
         if scopes is None:
             scopes = sorted(set(uow.sessions.scopes()) | set(uow.notes.scopes()))
         keys = [sc.key for sc in scopes]
-        last = uow.runs.last_success_at(keys)
+        last = uow.run_history.last_success_at(keys)
         sessions = uow.sessions.activity_since_last_success(keys)
         agents = uow.entities.fetch("agent", {sc.agent_id for sc in scopes})
         policies = {sc: default.overridden(_agent_gate(agents.get(sc.agent_id)))
                     for sc in scopes}
         # The volume count is one aggregate over notes: only paid for when some scope uses it.
-        changed = (uow.runs.notes_changed_since_last_success(keys)
+        changed = (uow.run_history.notes_changed_since_last_success(keys)
                    if any(p.notes is not None for p in policies.values()) else {})
     decisions: dict[Scope, GateDecision] = {}
     for scope in scopes:

@@ -20,6 +20,7 @@ from worker.store.repositories.examples import ExampleRepository
 from worker.store.repositories.references import ReferenceRepository
 from worker.store.repositories.retention import RetentionRepository
 from worker.store.repositories.review import ReviewItemRepository
+from worker.store.repositories.run_history import RunHistoryRepository
 from worker.store.repositories.safety import SafetyRepository
 from worker.store.repositories.writes import WriteRepository
 
@@ -51,6 +52,7 @@ class UnitOfWork:
         self.session = self._factory()
         self.notes = NoteRepository(self.session)
         self.runs = RunRepository(self.session)
+        self.run_history = RunHistoryRepository(self.session)
         self.sessions = SessionRepository(self.session)
         self.entities = EntityRepository(self.session)
         self.judgements = JudgementRepository(self.session)

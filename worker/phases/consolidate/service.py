@@ -126,7 +126,7 @@ def open_candidates(app: Any, scope: Scope) -> list[dict[str, Any]]:
     same records (child steps of "consolidate" with output verdict "open").
     """
     with app.uow() as uow:
-        run = uow.runs.latest_finished(scope)
+        run = uow.run_history.latest_finished(scope)
         if run is None:
             return []
         steps = [s for s in uow.runs.steps(run.id)

@@ -1,0 +1,131 @@
+"""Runs as history: what the finished runs of a scope say (the gate's last success and the
+activity since, the open-candidate counts the growth check and the gauge read, run counts by
+status and phase usage for /metrics). The run's own life cycle is ``runs``."""
+
+from __future__ import annotations
+
+import builtins
+from datetime import datetime
+
+from sqlalchemy import case, func, or_, select
+from sqlalchemy.orm import Session
+
+from worker.domain.types import DREAMED_RUN_STATUSES, Scope
+from worker.store.models import DreamRunRow, NoteRow, RunStepRow
+from worker.store.repositories.usage import phase_step_usage
+
+
+class RunHistoryRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def last_success_at(self, scope_keys: list[str]) -> dict[str, datetime]:
+        """Start time of each scope's last non-dry run that dreamed (succeeded, partial or
+        blocked), in one query."""
+        if not scope_keys:
+            return {}
+        rows = self.session.execute(
+            select(DreamRunRow.scope_key, func.max(DreamRunRow.started_at))
+            .where(
+                DreamRunRow.scope_key.in_(scope_keys),
+                DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
+                DreamRunRow.dry_run.is_(False),
+            )
+            .group_by(DreamRunRow.scope_key)
+        ).all()
+        return {k: v for k, v in rows if v is not None}
+
+    def notes_changed_since_last_success(self, scope_keys: list[str]) -> dict[str, int]:
+        """Notes created or changed per scope since its last successful dream finished (all
+        notes for a scope never dreamed): the gate's volume trigger, aggregated in one query.
+        The cut-off is the run's end, so the dream's own changes never count as new activity."""
+        if not scope_keys:
+            return {}
+        last = (
+            select(DreamRunRow.scope_key, func.max(DreamRunRow.finished_at).label("at"))
+            .where(
+                DreamRunRow.scope_key.in_(scope_keys),
+                DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
+                DreamRunRow.dry_run.is_(False),
+            )
+            .group_by(DreamRunRow.scope_key)
+            .subquery()
+        )
+        rows = self.session.execute(
+            select(NoteRow.scope_key, func.count())
+            .outerjoin(last, last.c.scope_key == NoteRow.scope_key)
+            .where(NoteRow.scope_key.in_(scope_keys),
+                   or_(last.c.at.is_(None), NoteRow.updated_at > last.c.at))
+            .group_by(NoteRow.scope_key)
+        ).all()
+        return {k: int(n) for k, n in rows}
+
+    def latest_finished(self, scope: Scope) -> DreamRunRow | None:
+        """The scope's most recently created run that has finished (what open candidates come from)."""
+        return self.session.scalars(
+            select(DreamRunRow)
+            .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None))
+            .order_by(DreamRunRow.created_at.desc())
+            .limit(1)
+        ).first()
+
+    def open_candidates_before(self, scope: Scope, before: datetime,
+                               limit: int) -> builtins.list[int]:
+        """``totals.open_candidates`` of the scope's last ``limit`` finished non-dry runs
+        created before ``before``, oldest first (runs without the count are left out)."""
+        rows = self.session.scalars(
+            select(DreamRunRow.totals)
+            .where(DreamRunRow.scope_key == scope.key, DreamRunRow.created_at < before,
+                   DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
+                   DreamRunRow.status.in_(DREAMED_RUN_STATUSES))
+            .order_by(DreamRunRow.created_at.desc())
+            .limit(limit)
+        ).all()
+        counts = [t.get("open_candidates") for t in rows if t]
+        return [int(c) for c in reversed(counts) if isinstance(c, int)]
+
+    def latest_open_candidates(self, scope: Scope | None = None) -> dict[str, int]:
+        """Open candidates per scope as its latest finished run counted them (the gauge)."""
+        latest = (
+            select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
+            .where(DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
+                   DreamRunRow.status.in_(DREAMED_RUN_STATUSES))
+            .group_by(DreamRunRow.scope_key)
+        )
+        if scope is not None:
+            latest = latest.where(DreamRunRow.scope_key == scope.key)
+        sub = latest.subquery()
+        rows = self.session.execute(
+            select(DreamRunRow.scope_key, DreamRunRow.totals)
+            .join(sub, (sub.c.scope_key == DreamRunRow.scope_key)
+                  & (sub.c.at == DreamRunRow.created_at))
+        ).all()
+        counts = {key: (totals or {}).get("open_candidates") for key, totals in rows}
+        return {key: n for key, n in counts.items() if isinstance(n, int)}
+
+    def count_by_status(self, scope: Scope | None = None) -> dict[str, int]:
+        stmt = select(DreamRunRow.status, func.count()).group_by(DreamRunRow.status)
+        if scope is not None:
+            stmt = stmt.where(DreamRunRow.scope_key == scope.key)
+        return {status: count for status, count in self.session.execute(stmt).all()}
+
+    def step_usage(self, scope: Scope | None = None) -> dict[str, dict[str, float]]:
+        """Per phase: model calls and tokens (each call once) and parent-step durations."""
+        parent = RunStepRow.parent_id.is_(None)
+        stmt = select(
+            RunStepRow.phase,
+            func.coalesce(func.sum(case((parent, RunStepRow.duration_ms), else_=0.0)), 0.0),
+            func.sum(case((parent & RunStepRow.duration_ms.is_not(None), 1), else_=0)),
+        ).group_by(RunStepRow.phase)
+        if scope is not None:
+            stmt = stmt.where(RunStepRow.scope_key == scope.key)
+        out = {phase: {"calls": 0.0, "tokens_in": 0.0, "tokens_out": 0.0,
+                       "duration_ms_sum": float(d or 0), "duration_count": float(n or 0)}
+               for phase, d, n in self.session.execute(stmt).all()}
+        for row in phase_step_usage(self.session,
+                                    scope_key=scope.key if scope is not None else None):
+            figures = out[row.phase]
+            figures["calls"] += row.usage.calls
+            figures["tokens_in"] += row.usage.tokens_in
+            figures["tokens_out"] += row.usage.tokens_out
+        return out
