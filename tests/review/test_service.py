@@ -346,3 +346,38 @@ def test_a_note_pinned_since_the_proposal_makes_the_item_stale_not_blocked(
     with app.uow() as uow:
         assert [r.status for r in uow.runs.list(SCOPE) if r.trigger == "review"] == []
         assert uow.judgements.reviews(SCOPE) == []
+
+
+@pytest.mark.parametrize("host", [{"expires_at": "renewed"}, {"last_accessed_at": "touched"}])
+def test_an_archive_item_whose_note_was_renewed_or_used_since_is_stale(
+        app: App, host: dict[str, Any]) -> None:
+    """The archive phase decides on a note's expiry and last access as well, which a renewal
+    or a retrieval's touch changes without a new version: approving its item then refuses it
+    as stale naming the field, writes nothing and creates no run (before: the renewed or just
+    used note was archived), and the next run records the item stale."""
+    add_entities(app, {"kind": "agent", "id": "agent-1", "apply_mode": "propose"})
+    add_notes(app, {"id": "e1", "content": "Is on call this week.",
+                    "expires_at": (utcnow() - timedelta(days=1)).isoformat()},
+              {"id": "i1", "content": "Uses the old build server.",
+               "created_at": (utcnow() - timedelta(days=200)).isoformat()})
+    run_id = create_run(app, SCOPE, force=True, phases=["archive"])
+    assert run_id is not None and execute_run(app, run_id) == "succeeded"
+    items = {i["note_ids"][0]: i for i in list_items(app, SCOPE, run_id=run_id)}
+    assert sorted(items) == ["e1", "i1"]
+    (field,) = host
+    later = utcnow() + timedelta(days=30)
+    for note_id in items:
+        host_sets(app, note_id, **{field: later if field == "expires_at" else utcnow()})
+    before = _statuses(app)
+    for note_id, item in items.items():
+        refused = _cli(app, "review", "approve", str(item["id"]), "--agent", "agent-1")
+        assert refused.exit_code == Conflict.exit_code, refused.output
+        (line,) = refused.stderr.strip().splitlines()
+        assert "is stale" in line and note_id in line and field in line, line
+    assert _statuses(app) == before
+    with app.uow() as uow:
+        assert [r for r in uow.runs.list(SCOPE) if r.trigger == "review"] == []
+    again = create_run(app, SCOPE, force=True, phases=["prune"])
+    assert again is not None and execute_run(app, again) == "succeeded"
+    assert {i["id"]: i["status"] for i in list_items(app, SCOPE, status=None)} == {
+        i["id"]: "stale" for i in items.values()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -87,18 +88,29 @@ SEEN_FIELDS = ("protection", "is_auto_generated")
 
 def seen_of(notes: Any) -> dict[str, dict[str, Any]]:
     """``SEEN_FIELDS`` as the plan saw each note (a proposal's ``payload["seen"]``); every
-    proposal records them for every note it would retire or change."""
-    return {n.id: {f: getattr(n, f) for f in SEEN_FIELDS} for n in notes}
+    proposal records them for every note it would retire or change (archive records every
+    field it decided on: a renewal or a retrieval's touch keeps the version too)."""
+    return {n.id: seen_values({f: getattr(n, f) for f in SEEN_FIELDS}) for n in notes}
+
+
+def seen_values(values: dict[str, Any]) -> dict[str, Any]:
+    """A note's fields as a proposal records them (JSON: a time as ISO text)."""
+    return {f: _plain(v) for f, v in values.items()}
+
+
+def _plain(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def changed_unversioned(payload: dict[str, Any] | None, note: Any) -> str | None:
-    """How ``note`` moved since the plan beyond its version (``seen_of``), or None. An item
-    stored before ``seen`` was recorded is not checked here (the write's guard still is)."""
+    """How ``note`` moved since the plan beyond its version (each field ``seen_of`` recorded),
+    or None. An item stored before ``seen`` was recorded is not checked here (the write's
+    guard still is)."""
     seen = ((payload or {}).get("seen") or {}).get(note.id)
     if seen is None:
         return None
-    moved = [f"{f} {seen[f]} → {getattr(note, f)}" for f in SEEN_FIELDS
-             if f in seen and seen[f] != getattr(note, f)]
+    moved = [f"{f} {was} → {now}" for f, was in seen.items()
+             if (now := _plain(getattr(note, f))) != was]
     return ", ".join(moved) or None
 
 

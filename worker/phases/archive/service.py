@@ -28,7 +28,7 @@ from worker.phases.kit import (
 )
 from worker.phases.kit.carry import keep_current, known, load, written
 from worker.review.changes import archive_change
-from worker.review.items import SEEN_FIELDS
+from worker.review.items import seen_values
 from worker.review.propose import Proposals, proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
@@ -142,10 +142,10 @@ def _propose(ctx: PhaseContext, proposals: Proposals, note_plan: NotePlan,
 
 
 def _seen(d: Decision) -> dict[str, dict[str, Any]] | None:
-    """A note's protection and manual mark as the plan read them (``seen_of``), which approval
-    re-checks; an example's archiving is re-checked by its own guarded update."""
-    seen = {f: v for f, v in d.decided if f in SEEN_FIELDS}
-    return {d.id: seen} if seen else None
+    """What the plan decided a note on beside its version (``DECIDED_FIELDS``: a renewal, a
+    retrieval's touch, a pin, a manual takeover keep it), as approval re-checks it
+    (``seen_values``); an example's archiving is re-checked by its own guarded update."""
+    return {d.id: seen_values(dict(d.decided))} if d.decided else None
 
 
 class _Review:
