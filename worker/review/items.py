@@ -4,7 +4,9 @@ decision is applied at once or proposed for review."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -26,7 +28,7 @@ class ItemStatus(StrEnum):
     OPEN = "open"
     APPROVED = "approved"
     DECLINED = "declined"
-    STALE = "stale"  # a note changed after the plan; never applied
+    STALE = "stale"  # a note (or example) changed after the plan; never applied
     UNDONE = "undone"  # approved, then the run that applied it was undone (`dream undo`)
 
 
@@ -80,6 +82,11 @@ class ProposedChange:
                    confidence=row.confidence, payload=dict(row.payload or {}))
 
 
+def entity_of(payload: dict[str, Any] | None) -> str:
+    """What an archive item archives: "example" (the archive phase's other entity) or "note"."""
+    return "example" if (payload or {}).get("entity") == "example" else "note"
+
+
 def seen_of(notes: Any) -> dict[str, dict[str, Any]]:
     """What a retirement decides on beyond the version, as the plan saw each note (a proposal's
     ``payload["seen"]``): a host pins a note or takes it over as manual without a new version."""
@@ -87,14 +94,28 @@ def seen_of(notes: Any) -> dict[str, dict[str, Any]]:
             for n in notes}
 
 
-def changed_unversioned(payload: dict[str, Any] | None, note: Any) -> str | None:
-    """How ``note`` moved since the plan beyond its version (``seen_of``), or None. An item
-    stored before ``seen`` was recorded is not checked here (the write's guard still is)."""
-    seen = ((payload or {}).get("seen") or {}).get(note.id)
+def seen_value(value: Any) -> Any:
+    """A decided-on field as ``seen`` stores it (JSON): a time as its UTC ISO text."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
+    return value
+
+
+def seen_decided(item_id: str, decided: Iterable[tuple[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``seen`` of one note or example from the fields its plan decided on (archive's
+    ``Decision.decided``: expiry, last use, score, manual mark, protection)."""
+    return {item_id: {f: seen_value(v) for f, v in decided}}
+
+
+def changed_unversioned(payload: dict[str, Any] | None, item: Any) -> str | None:
+    """How ``item`` (a note or an example) moved since the plan beyond its version (the fields
+    ``seen`` recorded), or None. An item stored before ``seen`` was recorded is not checked
+    here (the write's guard still is)."""
+    seen = ((payload or {}).get("seen") or {}).get(item.id)
     if seen is None:
         return None
-    moved = [f"{f} {seen[f]} → {getattr(note, f)}" for f in ("protection", "is_auto_generated")
-             if f in seen and seen[f] != getattr(note, f)]
+    moved = [f"{f} {seen[f]} → {now}" for f in sorted(seen)
+             if (now := seen_value(getattr(item, f))) != seen[f]]
     return ", ".join(moved) or None
 
 

@@ -101,12 +101,14 @@ class NoteRepository(NoteWrites):
         return {r.id: (r.version, r.status) for r in rows}
 
     def review_state(self, ids: Iterable[str]) -> dict[str, Any]:
-        """Current version, status, protection and manual mark of each id (rows with those
-        attributes): what makes an open review item stale (``review.propose``)."""
+        """Current version, status and the fields a retirement decides on (protection, manual
+        mark, expiry, last use) of each id (rows with those attributes): what makes an open
+        review item stale (``review.propose``)."""
         ids = list(ids)
         if not ids:
             return {}
         rows = self._run(select(NoteRow.id, NoteRow.protection, NoteRow.is_auto_generated,
+                                NoteRow.expires_at, NoteRow.last_accessed_at,
                                 NoteRow.version, NoteRow.status)
                          .where(NoteRow.id.in_(ids))).all()
         return {r.id: r for r in rows}
