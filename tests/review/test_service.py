@@ -381,3 +381,20 @@ def test_an_archive_item_whose_note_was_renewed_or_used_since_is_stale(
     assert again is not None and execute_run(app, again) == "succeeded"
     assert {i["id"]: i["status"] for i in list_items(app, SCOPE, status=None)} == {
         i["id"]: "stale" for i in items.values()}
+
+
+def test_a_batch_reads_again_what_an_earlier_item_of_it_wrote(app: App) -> None:
+    """Approving all reads the items' notes once up front; an item naming a note an earlier
+    item of the same batch revoked is refused as stale from a fresh read (no run of its own),
+    not approved from the read taken before."""
+    _seed(app)
+    first = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    second = _propose(app, _merge(["t1", "c1"], "Prefers green tea; works from Lisbon."))
+    batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
+    assert batch.exit_code == 0, batch.output
+    assert f"item {second} is stale: note t1 changed" in batch.output, batch.output
+    assert {i["id"]: i["status"] for i in list_items(app, SCOPE, status=None)} == {
+        first: "approved", second: "stale"}
+    with app.uow() as uow:
+        assert [r.status for r in uow.runs.list(SCOPE) if r.trigger == "review"] == [
+            "succeeded"]

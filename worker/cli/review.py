@@ -104,6 +104,9 @@ def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
         mark = "  (changed since)" if note["changed"] else ""
         click.echo(f"  note {note['id']} v{note['version']} {note['status']}{mark}: "
                    f"{note['content']}")
+    for example in item["examples"]:
+        mark = "  (changed since)" if example["changed"] else ""
+        click.echo(f"  example {example['id']} v{example['version']} {example['status']}{mark}")
     if item["decided_by"]:
         click.echo(f"  {item['status']} by {item['decided_by']} at {item['decided_at']}"
                    + (f" (run {item['applied_run_id']})" if item["applied_run_id"] else ""))

@@ -43,7 +43,8 @@ def archive_change(phase: str, item_id: str, version: int, *, reason: str, comme
                    allow_protected: bool = False,
                    seen: dict[str, dict[str, Any]] | None = None) -> ProposedChange:
     """One note (or example) prune or archive would archive, with its comment and log reason;
-    ``seen``: the note's protection and manual mark as planned (``seen_of``)."""
+    ``seen``: what the plan decided it on beyond the version, as read (``seen_of``,
+    ``seen_decided``), re-checked when the item is approved."""
     payload: dict[str, Any] = {"reason": reason, "comments": {item_id: comment}}
     if seen:
         payload["seen"] = seen

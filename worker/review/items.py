@@ -4,8 +4,9 @@ decision is applied at once or proposed for review."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -27,7 +28,7 @@ class ItemStatus(StrEnum):
     OPEN = "open"
     APPROVED = "approved"
     DECLINED = "declined"
-    STALE = "stale"  # a note changed after the plan; never applied
+    STALE = "stale"  # a note (or example) changed after the plan; never applied
     UNDONE = "undone"  # approved, then the run that applied it was undone (`dream undo`)
 
 
@@ -86,31 +87,41 @@ class ProposedChange:
 SEEN_FIELDS = ("protection", "is_auto_generated")
 
 
+def entity_of(payload: dict[str, Any] | None) -> str:
+    """What an archive item archives: "example" (the archive phase's other entity) or "note"."""
+    return "example" if (payload or {}).get("entity") == "example" else "note"
+
+
 def seen_of(notes: Any) -> dict[str, dict[str, Any]]:
     """``SEEN_FIELDS`` as the plan saw each note (a proposal's ``payload["seen"]``); every
     proposal records them for every note it would retire or change (archive records every
-    field it decided on: a renewal or a retrieval's touch keeps the version too)."""
-    return {n.id: seen_values({f: getattr(n, f) for f in SEEN_FIELDS}) for n in notes}
+    field it decided on, ``seen_decided``: a renewal or a retrieval's touch keeps the version
+    too)."""
+    return {n.id: {f: seen_value(getattr(n, f)) for f in SEEN_FIELDS} for n in notes}
 
 
-def seen_values(values: dict[str, Any]) -> dict[str, Any]:
-    """A note's fields as a proposal records them (JSON: a time as ISO text)."""
-    return {f: _plain(v) for f, v in values.items()}
+def seen_value(value: Any) -> Any:
+    """A decided-on field as ``seen`` stores it (JSON): a time as its UTC ISO text."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
+    return value
 
 
-def _plain(value: Any) -> Any:
-    return value.isoformat() if isinstance(value, datetime) else value
+def seen_decided(item_id: str, decided: Iterable[tuple[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``seen`` of one note or example from the fields its plan decided on (archive's
+    ``Decision.decided``: expiry, last use, score, manual mark, protection)."""
+    return {item_id: {f: seen_value(v) for f, v in decided}}
 
 
-def changed_unversioned(payload: dict[str, Any] | None, note: Any) -> str | None:
-    """How ``note`` moved since the plan beyond its version (each field ``seen_of`` recorded),
-    or None. An item stored before ``seen`` was recorded is not checked here (the write's
-    guard still is)."""
-    seen = ((payload or {}).get("seen") or {}).get(note.id)
+def changed_unversioned(payload: dict[str, Any] | None, item: Any) -> str | None:
+    """How ``item`` (a note or an example) moved since the plan beyond its version (the fields
+    ``seen`` recorded), or None. An item stored before ``seen`` was recorded is not checked
+    here (the write's guard still is)."""
+    seen = ((payload or {}).get("seen") or {}).get(item.id)
     if seen is None:
         return None
-    moved = [f"{f} {was} → {now}" for f, was in seen.items()
-             if (now := _plain(getattr(note, f))) != was]
+    moved = [f"{f} {seen[f]} → {now}" for f in sorted(seen)
+             if (now := seen_value(getattr(item, f))) != seen[f]]
     return ", ".join(moved) or None
 
 

@@ -19,6 +19,7 @@ from worker.review.items import (
     ApplyMode,
     ProposedChange,
     changed_unversioned,
+    entity_of,
     resolve_mode,
     should_propose,
 )
@@ -70,8 +71,8 @@ def proposals_for(ctx: Any) -> Proposals:
         stale = _stale_items(uow, rows)
         if stale and not ctx.dry_run:
             uow.check_lease(ctx.run_id, ctx.epoch)
-            uow.review.mark_stale(stale, ctx.now, f"a note changed before review (run "
-                                                  f"{ctx.run_id}); nothing was written")
+            uow.review.mark_stale(stale, ctx.now, f"a note or example changed before review "
+                                                  f"(run {ctx.run_id}); nothing was written")
             uow.commit()
     for row in rows:
         if row.id not in stale:
@@ -81,18 +82,21 @@ def proposals_for(ctx: Any) -> Proposals:
 
 
 def _stale_items(uow: Any, rows: list[Any]) -> list[int]:
-    """Open items a note of which is no longer active at the version it was proposed on, or
-    was pinned or taken over as manual since (``changed_unversioned``; one query; an example's
-    archiving is re-checked when it is approved)."""
-    notes = [r for r in rows if (r.payload or {}).get("entity", "note") == "note"]
-    current = uow.notes.review_state({i for r in notes for i in (r.versions or {})})
+    """Open items a note or example of which is no longer active at the version it was
+    proposed on, or moved since in a way its plan decided on (pinned, taken over as manual,
+    renewed, re-scored: ``changed_unversioned``); one query per kind."""
+    examples = {r.id for r in rows if entity_of(r.payload) == "example"}
+    ids = {kind: {i for r in rows if (r.id in examples) == (kind == "example")
+                  for i in (r.versions or {})} for kind in ("note", "example")}
+    current = {"note": uow.notes.review_state(ids["note"]),
+               "example": uow.examples.review_state(ids["example"])}
 
-    def stale(row: Any, note_id: str, version: int) -> bool:
-        now = current.get(note_id)
+    def stale(row: Any, item_id: str, version: int) -> bool:
+        now = current["example" if row.id in examples else "note"].get(item_id)
         return (now is None or (now.version, now.status) != (version, NoteStatus.ACTIVE.value)
                 or changed_unversioned(row.payload, now) is not None)
 
-    return [r.id for r in notes
+    return [r.id for r in rows
             if any(stale(r, i, int(v)) for i, v in (r.versions or {}).items())]
 
 

@@ -1,7 +1,8 @@
 """Review items for the CLI, the API, the dashboard and MCP: list, show, approve, decline.
 
 Every call is bound to one scope: another scope's item id is "not found". Approving re-checks
-the item's note versions (a changed note makes it stale: refused, never written), then applies
+the item's notes (or example) against what its plan decided on (one that moved makes it stale:
+refused, never written), then applies
 it in a run of its own (trigger ``review``, created by ``worker.runs`` under its lease) through
 the phase's own write path, so `dream undo <that run>` reverts it like any run (the item then
 reads ``undone``). Declining records the verdict memory that keeps the change from being
@@ -28,6 +29,7 @@ from worker.review.items import (
     ItemStatus,
     ProposedChange,
     changed_unversioned,
+    entity_of,
 )
 from worker.review.propose import REVIEW_TRIGGER
 from worker.runs.context import PhaseContext
@@ -89,16 +91,24 @@ def list_items(app: App, scope: Scope, *, status: str | None = ItemStatus.OPEN.v
 
 
 def show_item(app: App, scope: Scope, item_id: int) -> dict[str, Any]:
-    """The item with the current text of each note it names (what the reviewer compares)."""
+    """The item with the current text of each note it names (what the reviewer compares), or
+    the current state of the example it would archive; ``changed``: moved since the plan."""
     with app.uow() as uow:
         row = _get(uow, scope, item_id)
         out = item_dict(row)
-        ids = set(out["note_ids"]) | set(out["source_ids"])
-        notes = {n.id: n for n in uow.notes.get_many(ids)}
-    out["notes"] = [{"id": i, "content": n.content, "status": n.status, "version": n.version,
-                     "changed": n.version != out["versions"].get(i, n.version)
-                     or (i in out["versions"] and n.status != NoteStatus.ACTIVE.value)}
-                    for i in sorted(ids) if (n := notes.get(i)) is not None]
+        kind, ids = _named(row)
+        found = (uow.examples.review_state(ids) if kind == "example"
+                 else {n.id: n for n in uow.notes.get_many(ids)})
+
+    def changed(i: str, now: Any) -> bool:
+        return i in out["versions"] and (
+            (now.version, now.status) != (out["versions"][i], NoteStatus.ACTIVE.value)
+            or changed_unversioned(row.payload, now) is not None)
+
+    shown = [{"id": i, "status": n.status, "version": n.version, "changed": changed(i, n),
+              **({} if kind == "example" else {"content": n.content})}
+             for i in sorted(ids) if (n := found.get(i)) is not None]
+    out["notes"], out["examples"] = ([], shown) if kind == "example" else (shown, [])
     return out
 
 
@@ -170,48 +180,91 @@ def _members_fingerprint(scope: Scope, versions: dict[str, int]) -> str:
 def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided]:
     """Apply each selected item in proposal order.
 
-    One named item that is stale raises Conflict and writes nothing (the item stays open until
-    a run or a batch approval records it stale); a batch records each stale item as stale.
+    What the items name is read once for all of them (``_Current``). One named item that is
+    stale raises Conflict and writes nothing (the item stays open until a run or a batch
+    approval records it stale); a batch records each stale item as stale.
     """
     single = selector.item_id is not None
-    out = [_approve_one(app, scope, row, by, record_stale=not single)
-           for row in _selected(app, scope, selector)]
+    rows = _selected(app, scope, selector)
+    current = _Current(app, rows)
+    out = [_approve_one(app, scope, row, by, current, record_stale=not single) for row in rows]
     if single and out[0].status != ItemStatus.APPROVED.value:
         raise Conflict(out[0].line)
     return out
 
 
+def _named(row: Any) -> tuple[str, set[str]]:
+    """("note" | "example", the ids of what the item names: its members and sources)."""
+    return entity_of(row.payload), set(row.versions or {}) | set(row.source_ids or ())
+
+
+class _Current:
+    """The notes and examples the selected items name, each kind read in one query for all
+    of them; what an applied item wrote is read again before a later item that names it."""
+
+    def __init__(self, app: App, rows: list[Any]) -> None:
+        self.app = app
+        self.state: dict[str, dict[str, Any]] = {"note": {}, "example": {}}
+        self.dirty: set[tuple[str, str]] = set()
+        self._read([_named(r) for r in rows])
+
+    def _read(self, named: list[tuple[str, set[str]]]) -> None:
+        wanted = {kind: {i for k, ids in named if k == kind for i in ids}
+                  for kind in self.state}
+        with self.app.uow() as uow:
+            notes = {n.id: n for n in uow.notes.get_many(wanted["note"])}
+            examples = uow.examples.review_state(wanted["example"])
+        for kind, found in (("note", notes), ("example", examples)):
+            for i in wanted[kind]:  # one gone since is absent, not as it was
+                self.state[kind].pop(i, None)
+            self.state[kind].update(found)
+
+    def of(self, row: Any) -> dict[str, Any]:
+        kind, ids = _named(row)
+        if self.dirty & {(kind, i) for i in ids}:
+            self._read([(kind, ids)])
+            self.dirty -= {(kind, i) for i in ids}
+        return {i: self.state[kind][i] for i in ids if i in self.state[kind]}
+
+    def wrote(self, row: Any) -> None:
+        kind, ids = _named(row)
+        self.dirty |= {(kind, i) for i in ids}
+
+
 def _stale_line(row: Any, current: dict[str, Any]) -> str | None:
-    for note_id, version in sorted((row.versions or {}).items()):
-        note = current.get(note_id)
-        if note is None:
-            return f"item {row.id} is stale: note {note_id} no longer exists; decline it"
-        if note.version != version or note.status != NoteStatus.ACTIVE.value:
-            return (f"item {row.id} is stale: note {note_id} changed since it was proposed "
-                    f"(version {version} → {note.version}, {note.status}); nothing was "
+    what = entity_of(row.payload)
+    for item_id, version in sorted((row.versions or {}).items()):
+        now = current.get(item_id)
+        if now is None:
+            return f"item {row.id} is stale: {what} {item_id} no longer exists; decline it"
+        if now.version != version or now.status != NoteStatus.ACTIVE.value:
+            return (f"item {row.id} is stale: {what} {item_id} changed since it was proposed "
+                    f"(version {version} → {now.version}, {now.status}); nothing was "
                     "written; the next run proposes afresh")
-        # A pin or a manual takeover keeps the version: refused here as stale, like an edit,
-        # rather than left to the write's guard (which blocks the approval's run).
-        if moved := changed_unversioned(row.payload, note):
-            return (f"item {row.id} is stale: note {note_id} changed since it was proposed "
+        # A pin, a manual takeover, a renewal or a new score keeps the version: refused here
+        # as stale, like an edit, rather than left to the write's guard (which blocks or
+        # cancels the approval's run).
+        if moved := changed_unversioned(row.payload, now):
+            return (f"item {row.id} is stale: {what} {item_id} changed since it was proposed "
                     f"({moved}); nothing was written; the next run proposes afresh")
     return None
 
 
-def _approve_one(app: App, scope: Scope, row: Any, by: str, record_stale: bool) -> Decided:
+def _approve_one(app: App, scope: Scope, row: Any, by: str, known: _Current,
+                 record_stale: bool) -> Decided:
     change = ProposedChange.from_row(row)
-    with app.uow() as uow:
-        current = {n.id: n for n in uow.notes.get_many(set(change.versions) | set(change.source_ids))}
-    if change.kind != ChangeKind.ARCHIVE or change.payload.get("entity") != "example":
-        line = _stale_line(row, current)
-        if line is not None:
-            return _mark_stale(app, row, by, line) if record_stale else Decided(
-                row.id, ItemStatus.STALE.value, line)
+    current = known.of(row)
+    line = _stale_line(row, current)
+    if line is not None:
+        return _mark_stale(app, row, by, line) if record_stale else Decided(
+            row.id, ItemStatus.STALE.value, line)
+    known.wrote(row)  # whatever the outcome: a later item naming these ids reads them again
     ctx = _approval_context(app, scope, change, row, by)
     parent = ctx.steps.start_phase(change.phase, {"review_item": row.id, "approved_by": by})
     started = time.perf_counter()
     counters: dict[str, Any] = _phase_counters(change.phase)
-    result, detail = apply_change(ctx, parent, change, at_versions(current, change), counters)
+    notes = at_versions(current, change) if entity_of(row.payload) == "note" else {}
+    result, detail = apply_change(ctx, parent, change, notes, counters)
     ctx.steps.finish_phase(parent, status=StepStatus.SUCCEEDED.value if result == OK
                            else StepStatus.SKIPPED.value, output=counters, started=started)
     return _finish(app, ctx, row, by, result, detail)
@@ -267,7 +320,8 @@ def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,
         decided = Decided(row.id, "blocked", line, ctx.run_id)
     else:
         status = RunStatus.CANCELLED.value  # it wrote nothing
-        line = (f"item {row.id} is stale: a note changed while it was being applied; nothing "
+        what = "an example" if entity_of(row.payload) == "example" else "a note"
+        line = (f"item {row.id} is stale: {what} changed while it was being applied; nothing "
                 "was written; the next run proposes afresh")
         decided = Decided(row.id, ItemStatus.STALE.value, line, ctx.run_id)
     with app.uow() as uow:

@@ -26,6 +26,10 @@ class RetentionPolicy:
 # What ``plan_notes`` decides a note on beside its status and version; a host may write each
 # without a version (a renewal, a retrieval's touch, a pin), so the write re-checks them.
 DECIDED_FIELDS = ("expires_at", "last_accessed_at", "protection", "is_auto_generated")
+# What ``plan_examples`` decides an example on, by reason; a host renews, re-scores, uses or
+# takes over an example without a version, so an approval re-checks them (``seen``).
+EXAMPLE_EXPIRED_FIELDS = ("expires_at", "is_auto_generated")
+EXAMPLE_UNSUCCESSFUL_FIELDS = ("success_score", "last_accessed_at", "is_auto_generated")
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class Decision:
     version: int
     comment: str
     idle_days: int
-    decided: tuple[tuple[str, object], ...] = ()  # a note's DECIDED_FIELDS as the plan read them
+    decided: tuple[tuple[str, object], ...] = ()  # the fields decided on, as the plan read them
 
 
 @dataclass
@@ -59,6 +63,10 @@ def idle_since(last_accessed_at: datetime | None, created_at: datetime | None) -
 
 def _idle(now: datetime, last: datetime | None) -> timedelta:
     return now - last if last is not None else timedelta(0)
+
+
+def _decided(item: Note | Example, fields: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
+    return tuple((f, getattr(item, f)) for f in fields)
 
 
 def _stamp(now: datetime, why: str) -> str:
@@ -87,7 +95,7 @@ def plan_notes(notes: list[Note], policy: RetentionPolicy, now: datetime) -> Not
         if note.protection == immutable or (note.protection == protected and idle <= protected_limit):
             plan.protected_preserved.append(note.id)
             continue
-        decided = tuple((f, getattr(note, f)) for f in DECIDED_FIELDS)
+        decided = _decided(note, DECIDED_FIELDS)
         if expired:
             assert note.expires_at is not None
             why = f"expired on {note.expires_at.date().isoformat()}"
@@ -121,9 +129,11 @@ def plan_examples(examples: list[Example], policy: RetentionPolicy, now: datetim
         if expired:
             assert ex.expires_at is not None
             why = f"expired on {ex.expires_at.date().isoformat()}"
-            plan.expired.append(Decision(ex.id, ex.version, _stamp(now, why), idle.days))
+            plan.expired.append(Decision(ex.id, ex.version, _stamp(now, why), idle.days,
+                                         _decided(ex, EXAMPLE_EXPIRED_FIELDS)))
         elif unsuccessful:
             why = (f"success score {ex.success_score:g} and not accessed for {idle.days} days "
                    f"(retention {policy.example_retention_days} days)")
-            plan.stale.append(Decision(ex.id, ex.version, _stamp(now, why), idle.days))
+            plan.stale.append(Decision(ex.id, ex.version, _stamp(now, why), idle.days,
+                                       _decided(ex, EXAMPLE_UNSUCCESSFUL_FIELDS)))
     return plan

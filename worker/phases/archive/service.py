@@ -28,7 +28,7 @@ from worker.phases.kit import (
 )
 from worker.phases.kit.carry import keep_current, known, load, written
 from worker.review.changes import archive_change
-from worker.review.items import seen_values
+from worker.review.items import seen_decided
 from worker.review.propose import Proposals, proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
@@ -37,7 +37,6 @@ from worker.safety.crashpoints import crashpoint
 from worker.store.repositories.examples import Example
 
 log = structlog.get_logger(__name__)
-
 
 
 @dataclass
@@ -137,15 +136,9 @@ def _propose(ctx: PhaseContext, proposals: Proposals, note_plan: NotePlan,
         for d in decisions:
             proposals.add(archive_change("archive", d.id, d.version, reason=reason,
                                          comment=d.comment, entity=entity,
-                                         allow_protected=entity == "note", seen=_seen(d)))
+                                         allow_protected=entity == "note",
+                                         seen=seen_decided(d.id, d.decided)))
     return True
-
-
-def _seen(d: Decision) -> dict[str, dict[str, Any]] | None:
-    """What the plan decided a note on beside its version (``DECIDED_FIELDS``: a renewal, a
-    retrieval's touch, a pin, a manual takeover keep it), as approval re-checks it
-    (``seen_values``); an example's archiving is re-checked by its own guarded update."""
-    return {d.id: seen_values(dict(d.decided))} if d.decided else None
 
 
 class _Review:

@@ -69,6 +69,18 @@ class ExampleRepository:
         rows = self.session.connection().execute(_ACTIVE, {"scope_key": scope.key}).all()
         return [Example(**r._asdict()) for r in rows]
 
+    def review_state(self, ids: Iterable[str]) -> dict[str, Any]:
+        """Current version, status and the fields archive decides on of each id (rows with
+        those attributes), one query: what makes an example's review item stale."""
+        ids = list(set(ids))
+        found: dict[str, Any] = {}
+        for start in range(0, len(ids), 500):
+            stmt = (select(_E.c.id, _E.c.version, _E.c.status, _E.c.is_auto_generated,
+                           _E.c.expires_at, _E.c.last_accessed_at, _E.c.success_score)
+                    .where(_E.c.id.in_(ids[start : start + 500])))
+            found.update((r.id, r) for r in self.session.connection().execute(stmt))
+        return found
+
     def count_by_status(self, scope: Scope) -> dict[str, int]:
         rows = self.session.execute(
             select(ExampleRow.status, func.count())

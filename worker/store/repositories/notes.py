@@ -101,8 +101,8 @@ class NoteRepository(NoteWrites):
         return {r.id: (r.version, r.status) for r in rows}
 
     def review_state(self, ids: Iterable[str]) -> dict[str, Any]:
-        """Current version, status and what a proposal records as seen (protection, manual
-        mark, expiry, last access) of each id (rows with those attributes): what makes an open
+        """Current version, status and the fields a retirement decides on (protection, manual
+        mark, expiry, last use) of each id (rows with those attributes): what makes an open
         review item stale (``review.propose``)."""
         ids = list(ids)
         if not ids:
