@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from tests.support.factories import NOW, add_entities, add_notes, days_ago
 from worker.app import App
@@ -155,6 +156,41 @@ def test_archive_skips_a_note_the_host_changed(app: App) -> None:
         assert done == []
         assert not uow.session.scalars(select(OperationLogRow)).all()
     assert _status(app) == {"n1": "active"}
+
+
+@pytest.mark.parametrize("host", [{"success_score": 95}, {"last_accessed_at": "now"},
+                                  {"expires_at": "renewed"}, {"is_auto_generated": False}])
+def test_an_example_the_host_moved_after_the_load_is_not_archived(
+        app: App, monkeypatch: pytest.MonkeyPatch, host: dict[str, Any]) -> None:
+    """A host re-scores, uses, renews or takes over an example between the phase's load and
+    its write, keeping the version: the example the plan decided on is gone, so it is skipped
+    (no archive, no log row) and the others of the write still go."""
+    import worker.phases.archive.service as archive_service
+
+    _examples(app, {"id": "low-old", "success_score": 40, "created_at": days_ago(181)},
+              {"id": "expired", "success_score": 90, "expires_at": days_ago(1)},
+              {"id": "other", "success_score": 10, "created_at": days_ago(300)})
+    (field, value), = host.items()
+    target = "expired" if field == "expires_at" else "low-old"
+    value = {"now": NOW, "renewed": NOW + timedelta(days=30)}.get(value, value)
+    original = archive_service._apply
+
+    def host_writes_first(*args: Any, **kwargs: Any) -> Any:
+        with app.uow() as uow:
+            uow.session.execute(update(ExampleRow).where(ExampleRow.id == target)
+                                .values(**{field: value}))
+            uow.commit()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(archive_service, "_apply", host_writes_first)
+    run_id = _run(app)
+    expected = {"low-old": "archived", "expired": "archived", "other": "archived"}
+    expected[target] = "active"
+    assert _status(app, ExampleRow) == expected
+    with app.uow() as uow:
+        logged = {e.entity_id for e in uow.session.scalars(select(OperationLogRow).where(
+            OperationLogRow.run_id == run_id))}
+    assert logged == {k for k, v in expected.items() if v == "archived"}
 
 
 def test_archive_review_lets_the_model_keep_important_notes(app: App) -> None:

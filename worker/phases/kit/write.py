@@ -219,7 +219,8 @@ class PhaseWrite:
         t = self.target
         repo = ExampleRepository(self.uow.session)
         for reason, todo in by_reason.items():
-            items = [ArchiveItem(m.id, m.version, r.change.comment)
+            items = [ArchiveItem(m.id, m.version, r.change.comment,
+                                 tuple((r.change.expect.get(m.id) or {}).items()))
                      for r in todo for m in r.change.members]
             done = set(repo.archive(t.scope, items, run_id=t.run_id, reason=reason, now=t.now))
             for r in todo:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import case, insert, select, tuple_, update
@@ -17,11 +17,14 @@ from worker.store.repositories.notes import _NOTE_COLUMNS, _row_to_note
 
 @dataclass(frozen=True)
 class ArchiveItem:
-    """One row to archive if it is still at ``version``; ``comment`` is appended to its comments."""
+    """One row to archive if it is still at ``version`` (and ``expect``'s fields still hold the
+    values the plan decided on: a host renews or re-scores an example without a new version);
+    ``comment`` is appended to its comments."""
 
     id: str
     version: int
     comment: str
+    expect: tuple[tuple[str, Any], ...] = ()
 
 
 def append_comment(existing: str | None, comment: str) -> str:
@@ -43,6 +46,8 @@ def archive_rows(
     cols = [model.id, model.version, model.status]
     if has_comments:
         cols.append(model.comments)
+    cols += [getattr(model, f) for f in sorted({f for i in items for f, _ in i.expect})
+             if f not in ("id", "version", "status", "comments")]
     current = {
         r.id: r for r in session.connection().execute(
             select(*cols).where(model.id.in_([i.id for i in items])).with_for_update()
@@ -51,7 +56,8 @@ def archive_rows(
     groups: dict[str, list[ArchiveItem]] = defaultdict(list)
     for item in items:
         row = current.get(item.id)
-        if row is not None and row.version == item.version and row.status == NoteStatus.ACTIVE.value:
+        if (row is not None and row.version == item.version
+                and row.status == NoteStatus.ACTIVE.value and _as_planned(row, item.expect)):
             groups[item.comment].append(item)
     archived: list[str] = []
     for comment, group in groups.items():
@@ -63,6 +69,17 @@ def archive_rows(
     if log_rows:
         session.connection().execute(insert(OperationLogRow), log_rows)
     return done
+
+
+def _as_planned(row: Any, expect: tuple[tuple[str, Any], ...]) -> bool:
+    return all(_comparable(getattr(row, f)) == _comparable(v) for f, v in expect)
+
+
+def _comparable(value: Any) -> Any:
+    """A time as UTC whether the driver returns it naive (SQLite) or aware."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+    return value
 
 
 def _archive_group(session: Session, model: Any, group: list[ArchiveItem], comment: str,
