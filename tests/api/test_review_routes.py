@@ -4,6 +4,7 @@ and approve/decline forms refused without the CSRF token or from another site.""
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from tests.api.conftest import ADMIN, AGENT_1, AGENT_2, auth
 from tests.support.factories import add_notes
@@ -11,8 +12,10 @@ from worker.api.review_page import csrf_token
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import Scope
+from worker.ingest import import_examples
+from worker.review.changes import archive_change
 from worker.review.items import ChangeKind, ProposedChange
-from worker.store.models import NoteRow
+from worker.store.models import ExampleRow, NoteRow
 
 
 def _seed(app: App) -> int:
@@ -82,3 +85,22 @@ def test_review_page_forms_need_the_csrf_token_and_the_same_site(client: TestCli
     done = client.post(url, data={"csrf": csrf_token(AGENT_1)}, follow_redirects=False)
     assert done.status_code == 303 and "approved+item" in done.headers["location"]
     assert _statuses(api_app)["t1"] == "revoked"
+
+
+def test_the_page_shows_the_example_an_archive_item_names(client: TestClient,
+                                                          api_app: App) -> None:
+    """An archive item for an example lists the example (id, version, status, moved since),
+    not an empty notes column."""
+    import_examples(api_app, ['{"agent_id": "agent-1", "id": "ex-9", "input": "q", '
+                              '"output": "a", "success_score": 10}'])
+    change = archive_change("archive", "ex-9", 1, reason="archive: unsuccessful and unused",
+                            comment="archived", entity="example",
+                            seen={"ex-9": {"success_score": 10}})
+    with api_app.uow() as uow:
+        uow.review.add_many(Scope("agent-1"), None, [change.row()], utcnow())
+        uow.session.execute(update(ExampleRow).where(ExampleRow.id == "ex-9")
+                            .values(success_score=80))
+        uow.commit()
+    page = client.get(f"/dashboard/review?token={AGENT_1}")
+    assert page.status_code == 200
+    assert 'example <code>ex-9</code> v1 active <strong>changed since</strong>' in page.text
