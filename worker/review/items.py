@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from worker.domain.types import NoteStatus
+
 
 class ApplyMode(StrEnum):
     AUTO = "auto"  # apply every decision (the behaviour before review existed)
@@ -123,6 +125,19 @@ def changed_unversioned(payload: dict[str, Any] | None, item: Any) -> str | None
     moved = [f"{f} {seen[f]} → {now}" for f in sorted(seen)
              if (now := seen_value(getattr(item, f))) != seen[f]]
     return ", ".join(moved) or None
+
+
+def moved_since(payload: dict[str, Any] | None, version: int, now: Any) -> str | None:
+    """How a note or example an item named at ``version`` moved since the plan (``now``: its
+    current row, None when gone): gone, a new version or status, or a field the plan decided
+    on (``changed_unversioned``: a pin, a manual takeover, a renewal, a new score keep the
+    version); None while it is as planned. The one rule of staleness for approval, the next
+    run's propose and ``review show``."""
+    if now is None:
+        return "no longer exists"
+    if (now.version, now.status) != (version, NoteStatus.ACTIVE.value):
+        return f"version {version} → {now.version}, {now.status}"
+    return changed_unversioned(payload, now)
 
 
 def resolve_mode(deployment: str, agent: str | None) -> ApplyMode:

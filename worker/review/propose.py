@@ -13,13 +13,12 @@ from typing import Any
 
 import structlog
 
-from worker.domain.types import NoteStatus
 from worker.review.items import (
     DECLINED_KIND,
     ApplyMode,
     ProposedChange,
-    changed_unversioned,
     entity_of,
+    moved_since,
     resolve_mode,
     should_propose,
 )
@@ -93,8 +92,7 @@ def _stale_items(uow: Any, rows: list[Any]) -> list[int]:
 
     def stale(row: Any, item_id: str, version: int) -> bool:
         now = current["example" if row.id in examples else "note"].get(item_id)
-        return (now is None or (now.version, now.status) != (version, NoteStatus.ACTIVE.value)
-                or changed_unversioned(row.payload, now) is not None)
+        return moved_since(row.payload, version, now) is not None
 
     return [r.id for r in rows
             if any(stale(r, i, int(v)) for i, v in (r.versions or {}).items())]

@@ -19,7 +19,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import Note, NoteStatus, RunStatus, Scope, StepStatus, fingerprint_notes
+from worker.domain.types import Note, RunStatus, Scope, StepStatus, fingerprint_notes
 from worker.errors import Conflict, NotFound
 from worker.errors import InvalidInput as Invalid
 from worker.review.apply import GUARDED, OK, apply_change, at_versions
@@ -28,8 +28,8 @@ from worker.review.items import (
     ChangeKind,
     ItemStatus,
     ProposedChange,
-    changed_unversioned,
     entity_of,
+    moved_since,
 )
 from worker.review.propose import REVIEW_TRIGGER
 from worker.runs.context import PhaseContext
@@ -101,9 +101,8 @@ def show_item(app: App, scope: Scope, item_id: int) -> dict[str, Any]:
                  else {n.id: n for n in uow.notes.get_many(ids)})
 
     def changed(i: str, now: Any) -> bool:
-        return i in out["versions"] and (
-            (now.version, now.status) != (out["versions"][i], NoteStatus.ACTIVE.value)
-            or changed_unversioned(row.payload, now) is not None)
+        return i in out["versions"] and moved_since(row.payload, out["versions"][i],
+                                                    now) is not None
 
     shown = [{"id": i, "status": n.status, "version": n.version, "changed": changed(i, n),
               **({} if kind == "example" else {"content": n.content})}
@@ -235,18 +234,16 @@ def _stale_line(row: Any, current: dict[str, Any]) -> str | None:
     what = entity_of(row.payload)
     for item_id, version in sorted((row.versions or {}).items()):
         now = current.get(item_id)
-        if now is None:
-            return f"item {row.id} is stale: {what} {item_id} no longer exists; decline it"
-        if now.version != version or now.status != NoteStatus.ACTIVE.value:
-            return (f"item {row.id} is stale: {what} {item_id} changed since it was proposed "
-                    f"(version {version} → {now.version}, {now.status}); nothing was "
-                    "written; the next run proposes afresh")
         # A pin, a manual takeover, a renewal or a new score keeps the version: refused here
         # as stale, like an edit, rather than left to the write's guard (which blocks or
         # cancels the approval's run).
-        if moved := changed_unversioned(row.payload, now):
-            return (f"item {row.id} is stale: {what} {item_id} changed since it was proposed "
-                    f"({moved}); nothing was written; the next run proposes afresh")
+        moved = moved_since(row.payload, version, now)
+        if moved is None:
+            continue
+        if now is None:
+            return f"item {row.id} is stale: {what} {item_id} no longer exists; decline it"
+        return (f"item {row.id} is stale: {what} {item_id} changed since it was proposed "
+                f"({moved}); nothing was written; the next run proposes afresh")
     return None
 
 
