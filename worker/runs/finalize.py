@@ -13,16 +13,10 @@ import structlog
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import PHASES
+from worker.domain.usage import StepUsage
 from worker.runs.outcome import PhaseOutcome, RunFacts, decide_outcome
 from worker.runs.phase_run import left_for_later
-from worker.runs.snapshot import (
-    TERMINAL_STEP,
-    RunSnapshot,
-    Usage,
-    read_snapshot,
-    step_usages,
-    usage_of,
-)
+from worker.runs.snapshot import TERMINAL_STEP, RunSnapshot, read_snapshot, step_usages
 from worker.safety.crashpoints import crashpoint
 from worker.safety.guard import GUARD_STEP
 from worker.store.models import RunStepRow
@@ -50,9 +44,12 @@ def finalize(app: App, snap: RunSnapshot, written: list[dict[str, Any]] | None =
         parents = [s for s in steps if s.parent_id is None and s.status in TERMINAL_STEP]
         if not {s.phase for s in parents} >= set(PHASES):
             return snap.status  # a phase is running elsewhere, or was lost (the lease recovers it)
-        facts = _facts(app, uow, snap, steps, parents)
+        # Each phase step's spending, each call once (``domain.usage``), summed over every
+        # attempt (R15): what the limit check and the totals both read.
+        spent = sum(step_usages(steps).values(), StepUsage())
+        facts = _facts(app, uow, snap, steps, parents, spent)
         outcome = decide_outcome(facts)
-        totals = _totals(snap, steps, parents, facts, outcome.flags)
+        totals = _totals(snap, parents, facts, outcome.flags, spent)
         done = uow.runs.finish_fenced(snap.run_id, snap.epoch, outcome.status, snap.scope,
                                       finished_at=utcnow(), totals=totals,
                                       lease_expires_at=None, status_reason=outcome.reason)
@@ -74,7 +71,7 @@ def _row(values: dict[str, Any]) -> Any:
 
 
 def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow],
-           parents: list[RunStepRow]) -> RunFacts:
+           parents: list[RunStepRow], spent: StepUsage) -> RunFacts:
     """What decide_outcome needs, from the steps (the latest attempt of each phase decides;
     an interrupted attempt's step is history)."""
     left = {s.phase for s in steps if left_for_later(s.output or {})}
@@ -88,7 +85,7 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
         phases=phases,
         guard_reasons=[str((s.output or {}).get("reason")) for s in steps
                        if s.parent_id is not None and s.name == GUARD_STEP],
-        limit_reached=_limit_reached(app, usage_of(steps)),
+        limit_reached=_limit_reached(app, spent),
         phase_limits=[s.phase for s in parents
                       if "budget exhausted" in str((s.output or {}).get("reason") or "")],
         model_calls=sum(int((s.output or {}).get("model_calls_started") or 0) for s in parents),
@@ -104,7 +101,7 @@ def _open_candidates(steps: list[RunStepRow]) -> int:
                if s.parent_id is not None and (s.output or {}).get("verdict") == "open")
 
 
-def _limit_reached(app: App, usage: Usage) -> str | None:
+def _limit_reached(app: App, usage: StepUsage) -> str | None:
     """The run's own model limit, when its usage (every attempt, R15) reached it."""
     b = app.settings.budget
     calls = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
@@ -127,21 +124,15 @@ def _model_failure(steps: list[RunStepRow]) -> str | None:
     return None
 
 
-def _totals(snap: RunSnapshot, steps: list[RunStepRow], parents: list[RunStepRow],
-            facts: RunFacts, flags: list[str]) -> dict[str, Any]:
-    usage = usage_of(steps)
-    # Each phase step's tokens as its budget counts them (a failed phase's, a killed
-    # attempt's committed calls included), each call once.
-    by_step = step_usages(steps).values()
-    tokens_in = sum(u.tokens_in for u in by_step)
-    tokens_out = sum(u.tokens_out for u in by_step)
+def _totals(snap: RunSnapshot, parents: list[RunStepRow], facts: RunFacts, flags: list[str],
+            spent: StepUsage) -> dict[str, Any]:
     totals: dict[str, Any] = {
         "notes_after": None,  # the scope's counts, taken by the final update (``finish_fenced``)
-        "tokens_in": tokens_in,
-        "tokens_out": tokens_out,
-        # Every attempt's spending, a killed one's included (R15).
-        "model_calls": usage.calls,
-        "model_tokens": usage.tokens,
+        # Every attempt's spending, a killed one's and a failed phase's included (R15).
+        "tokens_in": spent.tokens_in,
+        "tokens_out": spent.tokens_out,
+        "model_calls": spent.calls,
+        "model_tokens": spent.tokens,
         "phase_ms": {s.phase: round(s.duration_ms or 0.0, 1) for s in parents},
         "phases": {s.phase: s.status for s in parents},
         # Wall time of the run (first claim → finalize), including time between phases.
