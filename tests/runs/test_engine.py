@@ -84,7 +84,7 @@ def test_a_killed_attempts_committed_usage_counts_in_the_retry(app: App) -> None
     seen: list[tuple[int, int, bool, bool]] = []
 
     def retried(ctx: PhaseContext, step_id: str) -> PhaseReport:
-        calls, tokens = ctx.budget.spent()
+        calls, tokens = ctx.budget.spent_by_direction()[:2]
         fourth = ctx.budget.try_reserve_call()
         ctx.budget.charge(0)  # answered
         seen.append((calls, tokens, fourth, ctx.budget.try_reserve_call()))
@@ -126,7 +126,7 @@ def test_usage_spent_but_not_yet_written_survives_through_the_heartbeat(
     seen: list[tuple[int, int]] = []
 
     def retried(ctx: PhaseContext, step_id: str) -> PhaseReport:
-        seen.append(ctx.budget.spent())
+        seen.append(ctx.budget.spent_by_direction()[:2])
         return PhaseReport(phase="consolidate", status=StepStatus.NO_ITEMS.value)
 
     run_id = service.create_run(app, SCOPE, force=True)
@@ -166,7 +166,7 @@ def test_a_beat_records_its_phase_s_usage_so_earlier_phases_count_once(
     seen: list[tuple[int, int, bool]] = []
 
     def retried(ctx: PhaseContext, step_id: str) -> PhaseReport:
-        calls, tokens = ctx.budget.spent()
+        calls, tokens = ctx.budget.spent_by_direction()[:2]
         seen.append((calls, tokens, ctx.budget.try_reserve_call()))
         ctx.budget.charge(0)
         return PhaseReport(phase="contradictions", status=StepStatus.NO_ITEMS.value)

@@ -137,7 +137,7 @@ def test_r15_a_beat_on_a_waiting_step_counts_the_earlier_phase_once(
     seen: list[tuple[int, int]] = []
 
     def batched(ctx: PhaseContext, step_id: str) -> PhaseReport:
-        seen.append(ctx.budget.spent())
+        seen.append(ctx.budget.spent_by_direction()[:2])
         if len(seen) == 1:
             assert ctx.budget.try_reserve_call()  # the batch's one request, submitted
             return PhaseReport(phase="contradictions", status=PhaseOutcome.WAITING.value,

@@ -64,11 +64,6 @@ class Budget:
                    max_tokens=min(token_limits) if token_limits else None,
                    calls=calls, tokens=tokens)
 
-    def spent(self) -> tuple[int, int]:
-        """(calls, tokens) so far, read under the lock."""
-        with self._lock:
-            return self.calls, self.tokens
-
     def spent_by_direction(self) -> tuple[int, int, int, int]:
         """(calls, tokens, tokens in, tokens out) so far, read together under the lock (what a
         phase step's heartbeat and finish record, from a base taken the same way)."""

@@ -204,8 +204,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
     # run's totals, /metrics and the dashboard count), never as the phase's report says.
     try:
         _finish(app, run, held, step_id, outcome, output, started,
-                tokens=(prior.tokens_in + b.tokens_in - before[2],
-                        prior.tokens_out + b.tokens_out - before[3]),
+                tokens=_step_tokens(prior, b, before),
                 model=getattr(app.llm, "model", None)
                 if report.calls or b.started > before[0] else None)
     except SQLAlchemyError as exc:
@@ -241,9 +240,7 @@ def _failed(app: App, run: Execution, held: HeldWrite, ctx: PhaseContext, phase:
     b = ctx.budget
     _finish(app, run, held, step_id, PhaseOutcome.FAILED,
             _record_usage({}, _own_usage(b, run.bases[step_id])), started,
-            error=f"{type(exc).__name__}: {message}",
-            tokens=(prior.tokens_in + b.tokens_in - before[2],
-                    prior.tokens_out + b.tokens_out - before[3]))
+            error=f"{type(exc).__name__}: {message}", tokens=_step_tokens(prior, b, before))
     return PhaseOutcome.FAILED
 
 
@@ -255,6 +252,13 @@ def _report(run: Execution, ctx: PhaseContext, phase: str, step_id: str) -> Phas
     except BatchPending as pending:
         return PhaseReport(phase, PhaseOutcome.WAITING.value,
                            {"retry_after": pending.retry_after}, reason=str(pending))
+
+
+def _step_tokens(prior: StepRecord, budget: Budget, before: tuple[int, ...]) -> tuple[int, int]:
+    """The step's token columns (in, out): its earlier executions' plus what the budget charged
+    since this one began (``before``: the budget's started, answered, tokens in, out then)."""
+    return (prior.tokens_in + budget.tokens_in - before[2],
+            prior.tokens_out + budget.tokens_out - before[3])
 
 
 def _record_usage(output: dict[str, Any], usage: dict[str, int]) -> dict[str, Any]:
