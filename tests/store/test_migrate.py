@@ -46,3 +46,48 @@ def test_a_notes_vector_stays_in_its_row_on_postgres(pg_app: App) -> None:
             " FROM pg_class c WHERE c.oid = 'notes'::regclass")).one()
     assert "toast_tuple_target=8160" in options
     assert vectors == 3 and toast_bytes == 0
+
+
+def _pointer_keys(app: App) -> list[dict[str, object]]:
+    return [fk for fk in inspect(app.engine).get_foreign_keys("notes")
+            if fk["constrained_columns"] == ["consolidated_into_id"]]
+
+
+def _migrate(app: App, action: str, revision: str) -> None:
+    from alembic import command
+
+    with app.engine.begin() as conn:
+        cfg = alembic_config(app.engine)
+        cfg.attributes["connection"] = conn
+        getattr(command, action)(cfg, revision)
+
+
+def test_a_retired_notes_pointer_has_no_foreign_key(app: App) -> None:
+    """Migration 0010: notes.consolidated_into_id references nothing at the database (on SQLite
+    a self-referencing key made each UPDATE setting it rewrite the row and every index entry);
+    the lineage table keeps both of its keys to notes."""
+    assert _pointer_keys(app) == []
+    lineage = {tuple(fk["constrained_columns"]): fk["referred_table"]
+               for fk in inspect(app.engine).get_foreign_keys("note_lineage")}
+    assert lineage == {("parent_id",): "notes", ("child_id",): "notes"}
+
+
+def test_downgrade_from_0010_restores_the_key_without_dangling_pointers(app: App) -> None:
+    """Down to 0009 the key comes back (a pointer at a note that is gone is cleared first, or
+    the key could not be valid); up again it is dropped, the notes untouched."""
+    import_notes(app, [json.dumps({"agent_id": "a1", "id": i, "content": f"fact {i}"})
+                       for i in ("n1", "n2", "n3")])
+    with app.engine.begin() as conn:
+        conn.execute(text("UPDATE notes SET status = 'revoked', consolidated_into_id = :to"
+                          " WHERE id = :id"), [{"id": "n1", "to": "n2"},
+                                               {"id": "n3", "to": "gone"}])
+    _migrate(app, "downgrade", "0009")
+    assert len(_pointer_keys(app)) == 1
+    with app.engine.connect() as conn:
+        pointers = dict(conn.execute(text("SELECT id, consolidated_into_id FROM notes")).all())
+    assert pointers == {"n1": "n2", "n2": None, "n3": None}
+    _migrate(app, "upgrade", "head")
+    assert _pointer_keys(app) == []
+    check(app.engine)
+    with app.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM notes")).scalar_one() == 3

@@ -57,9 +57,11 @@ class NoteRow(Base):
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     valid_from: Mapped[datetime | None] = mapped_column(UTCDateTime())
     valid_to: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    consolidated_into_id: Mapped[str | None] = mapped_column(
-        ID, ForeignKey("notes.id", ondelete="SET NULL")
-    )
+    # The note this one was merged or superseded into. No foreign key (migration 0010): on
+    # SQLite a self-referencing one made every UPDATE setting it rewrite the row and all its
+    # index entries. The worker sets it only in the write that inserts or re-checks the target,
+    # and erase clears pointers at what it deletes.
+    consolidated_into_id: Mapped[str | None] = mapped_column(ID)
     consolidation_generation: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     comments: Mapped[str | None] = mapped_column(Text)
     meta: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSONType())
