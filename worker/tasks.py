@@ -71,6 +71,10 @@ def finalize(run_id: str) -> str:
     return service.finalize_run(resources(), run_id)
 
 
+# The phase modules load here, in the main process, before the pool forks its children: they
+# share those pages, and no child imports them on its first task.
+service.phase_registry()
+
 PHASE_TASKS = {"consolidate": consolidate, "contradictions": contradictions, "prune": prune,
                "archive": archive}
 

@@ -94,7 +94,7 @@ def _run_until_settled(app: App, run: Execution, phase: str) -> PhaseOutcome:
 def execute_phase(app: App, run_id: str, phase: str, registry: Registry) -> PhaseResult:
     """One phase of a run (a Celery task): one snapshot read, a claim if the run is unclaimed;
     its failure is recorded as a failed step and this returns normally (R6)."""
-    snap = _snapshot_for_phase(app, run_id)
+    snap = _snapshot_for_phase(app, run_id, first=phase == PHASES[0])
     if snap is None:
         return PhaseResult(PhaseOutcome.NOT_CLAIMED)
     run = Execution(snap, Budget.for_run(app.settings.budget, snap.usage.calls,
@@ -103,7 +103,13 @@ def execute_phase(app: App, run_id: str, phase: str, registry: Registry) -> Phas
     return PhaseResult(outcome, run.retry_after if outcome is PhaseOutcome.WAITING else None)
 
 
-def _snapshot_for_phase(app: App, run_id: str) -> RunSnapshot | None:
+def _snapshot_for_phase(app: App, run_id: str, *, first: bool) -> RunSnapshot | None:
+    """The run to execute a phase of: claimed here if nobody has (the first phase's task finds
+    its run queued: the claim alone, one transaction instead of a read and then the claim)."""
+    if first:
+        claimed = claim(app, run_id)
+        if claimed is not None:
+            return claimed
     snap = read_snapshot(app, run_id)
     if snap.status in UNCLAIMED:
         return claim(app, run_id)

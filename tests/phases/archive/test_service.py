@@ -143,19 +143,29 @@ def test_examples_by_score_age_and_expiry(app: App) -> None:
         ("example", "expired"), ("example", "low-old")]
 
 
-def test_archive_skips_a_note_the_host_changed(app: App) -> None:
-    """R10: a note whose version moved since planning is not archived and no log row is written."""
-    from worker.store.repositories.retention import ArchiveItem, RetentionRepository
+def test_archive_skips_a_note_the_host_changed(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """R10: a note whose version moved between the phase's load and its write is not archived
+    and gets no log row; the other expired note of the same write still goes."""
+    import worker.phases.archive.service as archive_service
 
-    add_notes(app, {"id": "n1", "content": "a", "created_at": days_ago(400)})
+    add_notes(app, {"id": "n1", "content": "a", "created_at": days_ago(400)},
+              {"id": "n2", "content": "b", "created_at": days_ago(400)})
+    original = archive_service._apply
+
+    def host_writes_first(*args: Any, **kwargs: Any) -> Any:
+        with app.uow() as uow:
+            uow.session.execute(update(NoteRow).where(NoteRow.id == "n1")
+                                .values(content="a, edited", version=NoteRow.version + 1))
+            uow.commit()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(archive_service, "_apply", host_writes_first)
+    run_id = _run(app)
+    assert _status(app) == {"n1": "active", "n2": "archived"}
     with app.uow() as uow:
-        repo = RetentionRepository(uow.session)
-        done = repo.archive_notes(SCOPE, [ArchiveItem("n1", 7, "x")], run_id="r", reason="t",
-                                  now=NOW)
-        uow.commit()
-        assert done == []
-        assert not uow.session.scalars(select(OperationLogRow)).all()
-    assert _status(app) == {"n1": "active"}
+        logged = {e.entity_id for e in uow.session.scalars(select(OperationLogRow).where(
+            OperationLogRow.run_id == run_id))}
+    assert logged == {"n2"}
 
 
 @pytest.mark.parametrize("host", [{"success_score": 95}, {"last_accessed_at": "now"},

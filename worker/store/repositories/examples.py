@@ -94,4 +94,4 @@ class ExampleRepository:
     ) -> list[str]:
         """Batched archive with an operation-log row per example (entity="example")."""
         return archive_rows(self.session, ExampleRow, "example", scope, items, run_id=run_id,
-                            reason=reason, now=now, has_comments=False)
+                            reason=reason, now=now)

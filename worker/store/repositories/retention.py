@@ -1,8 +1,8 @@
-"""SQL for prune and archive: candidate loads and batched archiving with a per-note operation log."""
+"""SQL for prune and archive: candidate loads, and the examples' batched archive with an
+operation-log row each (notes go through the phase kit's one guarded write)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -33,19 +33,17 @@ def append_comment(existing: str | None, comment: str) -> str:
 
 def archive_rows(
     session: Session, model: Any, entity: str, scope: Scope, items: list[ArchiveItem], *,
-    run_id: str | None, reason: str, now: datetime, has_comments: bool,
+    run_id: str | None, reason: str, now: datetime,
 ) -> list[str]:
     """Archive rows still active at their planned version; returns the ids actually archived.
 
-    One SELECT for the before-images, one UPDATE … RETURNING per distinct comment, and one
+    One SELECT for the before-images, one UPDATE … RETURNING, and one
     executemany into the operation log: a few statements per scope, never one per row. A row
     the host changed since it was loaded fails the version guard and is left alone (R10).
     """
     if not items:
         return []
     cols = [model.id, model.version, model.status]
-    if has_comments:
-        cols.append(model.comments)
     cols += [getattr(model, f) for f in sorted({f for i in items for f, _ in i.expect})
              if f not in ("id", "version", "status", "comments")]
     current = {
@@ -53,19 +51,14 @@ def archive_rows(
             select(*cols).where(model.id.in_([i.id for i in items])).with_for_update()
         )
     }
-    groups: dict[str, list[ArchiveItem]] = defaultdict(list)
-    for item in items:
-        row = current.get(item.id)
-        if (row is not None and row.version == item.version
-                and row.status == NoteStatus.ACTIVE.value and _as_planned(row, item.expect)):
-            groups[item.comment].append(item)
-    archived: list[str] = []
-    for comment, group in groups.items():
-        archived.extend(_archive_group(session, model, group, comment, now, has_comments))
-    done = sorted(set(archived))
+    current_items = [item for item in items if (row := current.get(item.id)) is not None
+                     and row.version == item.version and row.status == NoteStatus.ACTIVE.value
+                     and _as_planned(row, item.expect)]
+    done = sorted(set(_archive_group(session, model, current_items, now))) if current_items \
+        else []
     by_id = {i.id: i for i in items}
-    log_rows = [_log_row(current[nid], by_id[nid], entity, scope, run_id, reason, now,
-                         has_comments) for nid in done]
+    log_rows = [_log_row(current[nid], by_id[nid], entity, scope, run_id, reason, now)
+                for nid in done]
     if log_rows:
         session.connection().execute(insert(OperationLogRow), log_rows)
     return done
@@ -77,15 +70,10 @@ def _as_planned(row: Any, expect: tuple[tuple[str, Any], ...]) -> bool:
     return all(getattr(row, f) == v for f, v in expect)
 
 
-def _archive_group(session: Session, model: Any, group: list[ArchiveItem], comment: str,
-                   now: datetime, has_comments: bool) -> list[str]:
-    """One UPDATE … RETURNING for the items sharing a comment; the ids it archived."""
+def _archive_group(session: Session, model: Any, group: list[ArchiveItem],
+                   now: datetime) -> list[str]:
+    """One UPDATE … RETURNING for the items; the ids it archived."""
     values: dict[str, Any] = {"status": NoteStatus.ARCHIVED.value, "version": model.version + 1}
-    if has_comments:
-        values["comments"] = case(
-            (model.comments.is_(None), comment),
-            else_=model.comments + "\n" + comment,
-        )
     if hasattr(model, "updated_at"):
         values["updated_at"] = now
     stmt = (
@@ -106,13 +94,10 @@ def _archive_group(session: Session, model: Any, group: list[ArchiveItem], comme
 
 
 def _log_row(row: Any, item: ArchiveItem, entity: str, scope: Scope, run_id: str | None,
-             reason: str, now: datetime, has_comments: bool) -> dict[str, Any]:
+             reason: str, now: datetime) -> dict[str, Any]:
     """The operation-log row of one archived row, from the before-image loaded under lock."""
     before: dict[str, Any] = {"status": row.status, "version": row.version}
     after: dict[str, Any] = {"status": NoteStatus.ARCHIVED.value, "version": row.version + 1}
-    if has_comments:
-        before["comments"] = row.comments
-        after["comments"] = append_comment(row.comments, item.comment)
     return {
         "run_id": run_id, "scope_key": scope.key, "entity": entity, "entity_id": row.id,
         "op": "update", "before": before, "after": after,
@@ -150,9 +135,3 @@ class RetentionRepository:
         ).all()
         return [_row_to_note(r) for r in rows]
 
-    def archive_notes(
-        self, scope: Scope, items: list[ArchiveItem], *, run_id: str | None, reason: str,
-        now: datetime,
-    ) -> list[str]:
-        return archive_rows(self.session, NoteRow, "note", scope, items, run_id=run_id,
-                            reason=reason, now=now, has_comments=True)
