@@ -79,31 +79,13 @@ PHASE_TASKS = {"consolidate": consolidate, "contradictions": contradictions, "pr
                "archive": archive}
 
 
-# Redis hands out priority 0 first (kombu keeps one list per priority step and pops them in
-# order). A run's first phase is sent at START_PRIORITY, its later phases and its finalize at
-# 0: a worker finishes the runs it started before it starts queued ones, so a backlog of
-# thousands of runs is worked run by run (each scope's rows still in the database's cache, each
-# lease short) instead of every first phase before any second one. Brokers without priorities
-# ignore it.
-START_PRIORITY = 9
-CONTINUE_PRIORITY = 0
-
-
-def run_chain(run_id: str) -> Any:
-    """The run's chain: immutable signatures so no result is passed along, only the id."""
-    first, *rest = PHASES
-    return chain(PHASE_TASKS[first].si(run_id).set(priority=START_PRIORITY),
-                 *(PHASE_TASKS[p].si(run_id).set(priority=CONTINUE_PRIORITY) for p in rest),
-                 finalize.si(run_id).set(priority=CONTINUE_PRIORITY))
-
-
 def enqueue_run(run_id: str, dream_app: App | None = None) -> None:
-    """One chain per run (``run_chain``) on the broker.
+    """One chain per run; immutable signatures so no result is passed along, only the id.
 
     ``dream_app`` is the caller's App (the CLI passes its own); in a task, this process's."""
     dream_app = dream_app or resources()
     try:
-        run_chain(run_id).apply_async()
+        chain(*(PHASE_TASKS[p].si(run_id) for p in PHASES), finalize.si(run_id)).apply_async()
     except (KombuOperationalError, OSError) as exc:
         service.abandon_run(dream_app, run_id, f"could not enqueue: {type(exc).__name__}")
         raise service.BrokerUnavailable(_broker_message(exc)) from None

@@ -285,38 +285,3 @@ def test_phase_messages_carry_only_the_run_id() -> None:
     assert {"dream.gate_check", "dream.finalize", *(f"dream.{p}" for p in PHASES)} <= set(
         tasks.app.tasks
     )
-
-
-def test_a_started_run_goes_ahead_of_runs_not_started() -> None:
-    """Redis pops priority 0 first: a run's first phase is sent at START_PRIORITY, its later
-    phases and finalize (carried in the message's chain, sent by the worker as each phase
-    ends) at 0, so a worker finishes the runs it started before it starts queued ones."""
-    import base64
-
-    import redis
-    from kombu import Connection
-
-    from worker import tasks
-
-    broker = _broker()
-    client = redis.Redis.from_url(broker)
-    queue = tasks.app.conf.task_default_queue
-    keys = [queue, f"{queue}\x06\x16{tasks.START_PRIORITY}"]
-    client.delete(*keys)
-    try:
-        with Connection(broker) as conn:
-            tasks.run_chain("run-a").apply_async(connection=conn)
-        assert client.llen(keys[0]) == 0
-        (raw,) = client.lrange(keys[1], 0, -1)
-        message = json.loads(raw)
-        assert message["headers"]["task"] == "dream.consolidate"
-        assert message["properties"]["priority"] == tasks.START_PRIORITY == 9
-        _, _, embed = json.loads(base64.b64decode(message["body"]))
-        later = list(reversed(embed["chain"]))  # the next task is popped from the end
-        assert [s["task"] for s in later] == [*(f"dream.{p}" for p in PHASES[1:]),
-                                              "dream.finalize"]
-        assert {s["options"]["priority"] for s in later} == {tasks.CONTINUE_PRIORITY} == {0}
-        assert all(s["args"] == ["run-a"] for s in later)
-    finally:
-        client.delete(*keys)
-        client.close()
