@@ -137,12 +137,26 @@ def _child(url: str, latency: float | None, concurrency: int, extra: dict[str, A
         "wall": wall, "cpu": cpu, "span": (start_epoch, start_epoch + wall),
         "phase_wall": dict(meter.wall), "phase_cpu": dict(meter.cpu), "sql": dict(meter.sql),
         "scopes": len(scope_list), "run_status": dict(statuses),
-        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_mb": _peak_rss_mb(resource),
         "load": os.getloadavg()[0],
         "calls": llm.calls if llm else 0, "tokens": (llm.tokens_in + llm.tokens_out) if llm else 0,
         "calls_by_prompt": dict(llm.by_prompt) if llm else {},
     })
     app.dispose()
+
+
+def _peak_rss_mb(resource: Any) -> float:
+    """This process's own peak RSS (VmHWM). Not ``ru_maxrss``: Linux carries that across the
+    exec of a spawned child, so a child of a parent that just built a large corpus reported
+    the parent's peak as its own."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
 
 
 def scopes_in(app: App) -> list[Any]:
