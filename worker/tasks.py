@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import chain
+from celery import chain, signals
 from kombu import Connection
 from kombu.exceptions import OperationalError as KombuOperationalError
 
@@ -17,6 +17,14 @@ from worker.domain.types import PHASES
 from worker.llm.batch import reschedule_while_pending
 from worker.runs import service
 from worker.runs.outcome import PhaseOutcome
+
+
+@signals.worker_init.connect
+def _load_phases(**_: Any) -> None:
+    """In a worker's main process, before the pool forks: the children share the phase
+    modules' pages and none imports them on its first task (the CLI and the API, which import
+    this module to enqueue, never load them for that)."""
+    service.phase_registry()
 
 
 @app.task(name="dream.gate_check")
@@ -70,10 +78,6 @@ def archive(self: Any, run_id: str) -> str:
 def finalize(run_id: str) -> str:
     return service.finalize_run(resources(), run_id)
 
-
-# The phase modules load here, in the main process, before the pool forks its children: they
-# share those pages, and no child imports them on its first task.
-service.phase_registry()
 
 PHASE_TASKS = {"consolidate": consolidate, "contradictions": contradictions, "prune": prune,
                "archive": archive}

@@ -110,8 +110,6 @@ def _meter_held_commits(meter: Meter) -> None:
 
 def _child(url: str, latency: float | None, concurrency: int, extra: dict[str, Any],
            out: Any, part: tuple[int, int]) -> None:
-    import resource
-
     from worker.runs import service
 
     configure_logging("auto", "WARNING")
@@ -137,7 +135,7 @@ def _child(url: str, latency: float | None, concurrency: int, extra: dict[str, A
         "wall": wall, "cpu": cpu, "span": (start_epoch, start_epoch + wall),
         "phase_wall": dict(meter.wall), "phase_cpu": dict(meter.cpu), "sql": dict(meter.sql),
         "scopes": len(scope_list), "run_status": dict(statuses),
-        "rss_mb": _peak_rss_mb(resource),
+        "rss_mb": _peak_rss_mb(),
         "load": os.getloadavg()[0],
         "calls": llm.calls if llm else 0, "tokens": (llm.tokens_in + llm.tokens_out) if llm else 0,
         "calls_by_prompt": dict(llm.by_prompt) if llm else {},
@@ -145,7 +143,7 @@ def _child(url: str, latency: float | None, concurrency: int, extra: dict[str, A
     app.dispose()
 
 
-def _peak_rss_mb(resource: Any) -> float:
+def _peak_rss_mb() -> float:
     """This process's own peak RSS (VmHWM). Not ``ru_maxrss``: Linux carries that across the
     exec of a spawned child, so a child of a parent that just built a large corpus reported
     the parent's peak as its own."""
@@ -156,6 +154,8 @@ def _peak_rss_mb(resource: Any) -> float:
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
+    import resource
+
     return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
 
 

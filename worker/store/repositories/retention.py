@@ -19,7 +19,7 @@ from worker.store.repositories.notes import _NOTE_COLUMNS, _row_to_note
 class ArchiveItem:
     """One row to archive if it is still at ``version`` (and ``expect``'s fields still hold the
     values the plan decided on: a host renews or re-scores an example without a new version);
-    ``comment`` is appended to its comments."""
+    ``comment`` goes into its operation-log reason."""
 
     id: str
     version: int
@@ -51,11 +51,10 @@ def archive_rows(
             select(*cols).where(model.id.in_([i.id for i in items])).with_for_update()
         )
     }
-    current_items = [item for item in items if (row := current.get(item.id)) is not None
-                     and row.version == item.version and row.status == NoteStatus.ACTIVE.value
-                     and _as_planned(row, item.expect)]
-    done = sorted(set(_archive_group(session, model, current_items, now))) if current_items \
-        else []
+    planned = [item for item in items if (row := current.get(item.id)) is not None
+               and row.version == item.version and row.status == NoteStatus.ACTIVE.value
+               and _as_planned(row, item.expect)]
+    done = sorted(_archive(session, model, planned, now)) if planned else []
     by_id = {i.id: i for i in items}
     log_rows = [_log_row(current[nid], by_id[nid], entity, scope, run_id, reason, now)
                 for nid in done]
@@ -70,8 +69,8 @@ def _as_planned(row: Any, expect: tuple[tuple[str, Any], ...]) -> bool:
     return all(getattr(row, f) == v for f, v in expect)
 
 
-def _archive_group(session: Session, model: Any, group: list[ArchiveItem],
-                   now: datetime) -> list[str]:
+def _archive(session: Session, model: Any, group: list[ArchiveItem],
+             now: datetime) -> list[str]:
     """One UPDATE … RETURNING for the items; the ids it archived."""
     values: dict[str, Any] = {"status": NoteStatus.ARCHIVED.value, "version": model.version + 1}
     if hasattr(model, "updated_at"):
