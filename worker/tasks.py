@@ -1,7 +1,10 @@
 """Thin Celery tasks: run ids in, services do the work; every task is safe to run twice.
 
-A phase task reads its run once (``engine.execute_phase``) and returns the phase's outcome; a
-phase WAITING on a provider batch re-schedules its own task instead of holding the worker."""
+A run is enqueued as a chain of one task per phase then ``dream.finalize`` (the default), or as
+one ``dream.run`` task (``DREAM_CELERY_TASKS=run``). A phase task reads its run once
+(``engine.execute_phase``) and returns the phase's outcome; the run task executes the run as
+in-process (``engine.execute_run_once``). Either way a phase WAITING on a provider batch
+re-schedules its own task instead of holding the worker."""
 
 from __future__ import annotations
 
@@ -74,6 +77,18 @@ def archive(self: Any, run_id: str) -> str:
     return _phase(self, run_id, "archive")
 
 
+@app.task(name="dream.run", bind=True)
+def run(self: Any, run_id: str) -> str:
+    dream_app = resources()
+    with reschedule_while_pending():
+        result = service.execute_run_task(dream_app, run_id)
+    if result.retry_after is not None:  # resumed at the waiting phase by the retried task
+        raise self.retry(countdown=wait_delay(result.retry_after,
+                                              dream_app.settings.task_time_limit),
+                          max_retries=None)
+    return result.status
+
+
 @app.task(name="dream.finalize")
 def finalize(run_id: str) -> str:
     return service.finalize_run(resources(), run_id)
@@ -84,12 +99,17 @@ PHASE_TASKS = {"consolidate": consolidate, "contradictions": contradictions, "pr
 
 
 def enqueue_run(run_id: str, dream_app: App | None = None) -> None:
-    """One chain per run; immutable signatures so no result is passed along, only the id.
+    """One chain per run, immutable signatures so no result is passed along, only the id; or,
+    with ``celery_tasks = "run"``, the one run task.
 
     ``dream_app`` is the caller's App (the CLI passes its own); in a task, this process's."""
     dream_app = dream_app or resources()
     try:
-        chain(*(PHASE_TASKS[p].si(run_id) for p in PHASES), finalize.si(run_id)).apply_async()
+        if dream_app.settings.celery_tasks == "run":
+            run.si(run_id).apply_async()
+        else:
+            chain(*(PHASE_TASKS[p].si(run_id) for p in PHASES),
+                  finalize.si(run_id)).apply_async()
     except (KombuOperationalError, OSError) as exc:
         service.abandon_run(dream_app, run_id, f"could not enqueue: {type(exc).__name__}")
         raise service.BrokerUnavailable(_broker_message(exc)) from None

@@ -26,14 +26,18 @@ from worker.domain.types import RunStatus
 BENCH_BROKER = "redis://127.0.0.1:6379/14"
 
 
-def run_celery(url: str, *, latency: float = 0.0, workers: int = 2) -> dict[str, Any]:
+def run_celery(url: str, *, latency: float = 0.0, workers: int = 2,
+               tasks: str = "phase") -> dict[str, Any]:
+    """``tasks``: DREAM_CELERY_TASKS, how this process enqueues each run (a chain of phase
+    tasks, or one run task)."""
     import psutil
     import redis
 
     redis.Redis.from_url(BENCH_BROKER).flushdb()
     env = dict(os.environ, DREAM_DATABASE_URL=url, DREAM_BROKER_URL=BENCH_BROKER,
                DREAM_LLM_PROVIDER="none", DREAM_BENCH_LATENCY=str(latency),
-               DREAM_LOG_LEVEL="WARNING", DREAM_LOG_FORMAT="json", PYTHONPATH=str(Path.cwd()))
+               DREAM_LOG_LEVEL="WARNING", DREAM_LOG_FORMAT="json", PYTHONPATH=str(Path.cwd()),
+               DREAM_CELERY_TASKS=tasks)
     WORKDIR.mkdir(parents=True, exist_ok=True)
     log_path = WORKDIR / f"celery-{os.getpid()}.log"
     with log_path.open("w") as log_file:
@@ -43,7 +47,7 @@ def run_celery(url: str, *, latency: float = 0.0, workers: int = 2) -> dict[str,
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
             env=env, stdout=subprocess.DEVNULL, stderr=log_file, start_new_session=True)
         try:
-            return _drive(url, proc, psutil.Process(proc.pid), workers, log_path)
+            return _drive(url, proc, psutil.Process(proc.pid), workers, log_path, env)
         finally:
             # SIGTERM to the main process only: a warm shutdown lets each child finish its task.
             proc.send_signal(signal.SIGTERM)
@@ -53,9 +57,10 @@ def run_celery(url: str, *, latency: float = 0.0, workers: int = 2) -> dict[str,
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _drive(url: str, proc: Any, ps: Any, workers: int, log_path: Path) -> dict[str, Any]:
+def _drive(url: str, proc: Any, ps: Any, workers: int, log_path: Path,
+           env: dict[str, str]) -> dict[str, Any]:
     os.environ.update(DREAM_DATABASE_URL=url, DREAM_BROKER_URL=BENCH_BROKER,
-                      DREAM_LOG_LEVEL="WARNING")
+                      DREAM_LOG_LEVEL="WARNING", DREAM_CELERY_TASKS=env["DREAM_CELERY_TASKS"])
     from worker import celery_app as capp
 
     capp.app.conf.broker_url = BENCH_BROKER

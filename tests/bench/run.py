@@ -48,12 +48,14 @@ def bench_corpus(backend: str, spec: CorpusSpec, args: argparse.Namespace
         stores.drop_copy(url)
         print(f"# {label}: {results[label]['wall']:.1f} s", flush=True)
     if "celery" in args.modes:
-        for n in args.celery_workers:
-            url = fresh_copy(backend, tpl, "celery")
-            label = f"{backend} {size} celery -c {n} fake0"
-            results[label] = run_celery(url, latency=0.0, workers=n)
-            stores.drop_copy(url)
-            print(f"# {label}: {results[label]['wall']:.1f} s", flush=True)
+        for tasks in args.celery_tasks:
+            for n in args.celery_workers:
+                url = fresh_copy(backend, tpl, "celery")
+                per = " per-run" if tasks == "run" else ""
+                label = f"{backend} {size} celery -c {n}{per} fake0"
+                results[label] = run_celery(url, latency=0.0, workers=n, tasks=tasks)
+                stores.drop_copy(url)
+                print(f"# {label}: {results[label]['wall']:.1f} s", flush=True)
     return results
 
 
@@ -144,6 +146,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="in-process runs: this many processes share the scopes")
     ap.add_argument("--celery-workers", default="2",
                     help="comma list of `celery worker -c N` sizes, e.g. 1,2")
+    ap.add_argument("--celery-tasks", default="phase,run",
+                    help="comma list of DREAM_CELERY_TASKS: phase (a chain of one task per "
+                         "phase, the default), run (one task per run)")
     ap.add_argument("--latency", type=float, default=0.2, help="seconds per model call (0 = skip)")
     ap.add_argument("--latency-notes", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=8)
@@ -166,6 +171,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.latency_notes, args.baseline = 1000, False
     args.modes = set(args.modes.split(","))
     args.celery_workers = [int(n) for n in args.celery_workers.split(",")]
+    args.celery_tasks = args.celery_tasks.split(",")
+    if not set(args.celery_tasks) <= {"phase", "run"}:
+        ap.error("--celery-tasks takes phase, run or both")
     args.workers = max(1, args.workers)
     return args
 

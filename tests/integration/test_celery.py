@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import drop_postgres_app, make_postgres_app
-from tests.support.factories import add_entities, add_notes, add_sessions
+from tests.support.factories import DARK_MODE_NOTES, add_entities, add_notes, add_sessions
 from tests.support.services import redis_url
 from worker.app import App
 from worker.celery_app import celery_config, make_celery
@@ -184,6 +184,52 @@ def test_cli_run_via_celery(cluster: Cluster) -> None:
     tree = _wait_terminal(app, run_id)
     _assert_four_phases(tree)
     assert tree["trigger"] == "cli" and tree["force"] is True
+
+
+def _via_celery(cluster: Cluster, agent: str, tasks: str) -> str:
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("dream")), "run", "--agent", agent, "--force",
+         "--via-celery"],
+        cwd=ROOT, env={**cluster.env, "DREAM_CELERY_TASKS": tasks}, capture_output=True,
+        text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1].split()[1]
+
+
+def test_one_task_per_run_runs_every_phase_in_one_task(cluster: Cluster) -> None:
+    """With DREAM_CELERY_TASKS=run the CLI enqueues one ``dream.run`` task: every phase and the
+    finalize run in it (one task id), and the scope ends as the same notes do under the chain
+    of phase tasks."""
+    app = cluster.app
+    add_entities(app, {"kind": "conversation", "id": "c-gone", "status": "deleted"})
+    for agent in ("celery-chain", "celery-run"):
+        add_notes(app, *({"agent_id": agent, "content": text, "type": "Preference"}
+                         for text in DARK_MODE_NOTES),
+                  {"agent_id": agent, "content": "Trial ends soon",
+                   "expires_at": (utcnow() - timedelta(days=3)).isoformat()},
+                  {"agent_id": agent, "content": "Asked about invoice 4411 in a deleted chat",
+                   "source_conversation_id": "c-gone"})
+    chained = _via_celery(cluster, "celery-chain", "phase")
+    run_id = _via_celery(cluster, "celery-run", "run")
+    ends = {}
+    for agent, rid in (("celery-chain", chained), ("celery-run", run_id)):
+        tree = _wait_terminal(app, rid)
+        _assert_four_phases(tree)
+        assert tree["totals"]["notes_before"] == {"active": len(DARK_MODE_NOTES) + 2}
+        with app.uow() as uow:
+            notes = uow.notes.load_scope(Scope(agent), ("active", "revoked", "archived")).notes
+        ends[agent] = sorted((n.status, n.content) for n in notes)
+    assert ends["celery-run"] == ends["celery-chain"]
+    assert {status for status, _ in ends["celery-run"]} == {"active", "revoked", "archived"}
+    events = [e for e in _events(cluster.log) if e.get("run_id") == run_id]
+    finished = [e for e in events if e["event"] == "phase.finished"]
+    assert [e["phase"] for e in finished] == list(PHASES)
+    assert {e["task_name"] for e in finished} == {"dream.run"}
+    assert len({e["task_id"] for e in finished}) == 1
+    done = [e for e in events if e["event"] == "run.finished"]
+    assert len(done) == 1 and done[0]["task_name"] == "dream.run"
+    assert done[0]["task_id"] == finished[0]["task_id"]
 
 
 def test_beat_fires_gate_check_on_its_interval(cluster: Cluster) -> None:

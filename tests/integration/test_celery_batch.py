@@ -7,6 +7,7 @@ One prefork worker process (``-c 1``), Redis, PostgreSQL+pgvector and the local 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -96,26 +97,43 @@ def _until(check: Any, timeout: float, what: str, log: Path) -> Any:
     raise AssertionError(f"{what} not within {timeout}s:\n{log.read_text()[-3000:]}")
 
 
+def _events(log: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        start = line.find("{")
+        if start >= 0:
+            try:
+                out.append(json.loads(line[start:]))
+            except json.JSONDecodeError:
+                continue
+    return [e for e in out if isinstance(e, dict)]
+
+
 def _consolidate_step(app: App, run_id: str) -> dict[str, Any]:
     tree = run_tree(app, run_id)
     return next((s for s in tree["steps"] if s["phase"] == "consolidate"), {})
 
 
+@pytest.mark.parametrize("tasks", ["phase", "run"])
 def test_a_waiting_phase_frees_the_worker_and_completes_after_re_scheduling(
-        worker: Worker) -> None:
-    """The consolidate task submits its batch and re-schedules itself while the batch is in
-    progress: the one worker process meanwhile answers another task. When the stub finishes the
-    batch, a later attempt picks its answers up (no second batch) and the run completes with the
-    cluster merged, its tokens counted."""
+        worker: Worker, tasks: str) -> None:
+    """The consolidate task (or the run's one task, ``DREAM_CELERY_TASKS=run``) submits its
+    batch and re-schedules itself while the batch is in progress: the one worker process
+    meanwhile answers another task. When the stub finishes the batch, a later attempt picks its
+    answers up (no second batch) and the run completes with the cluster merged, its tokens
+    counted."""
     app, stub = worker.app, worker.stub
-    add_notes(app, *[{"agent_id": "celery-batch", "id": f"cb-{k}", "type": "Preference",
+    agent = f"celery-batch-{tasks}"
+    add_notes(app, *[{"agent_id": agent, "id": f"cb-{tasks}-{k}", "type": "Preference",
                       "content": text, "created_at": days_ago(30 - k)}
                      for k, text in enumerate(DARK_MODE_NOTES)])
+    stub.batches.batches.clear()
     stub.batches.polls = 10**6  # the batch stays in progress until released below
     proc = subprocess.run(
-        [str(Path(sys.executable).with_name("dream")), "run", "--agent", "celery-batch",
+        [str(Path(sys.executable).with_name("dream")), "run", "--agent", agent,
          "--force", "--via-celery"],
-        cwd=ROOT, env=worker.env, capture_output=True, text=True, timeout=60)
+        cwd=ROOT, env={**worker.env, "DREAM_CELERY_TASKS": tasks}, capture_output=True,
+        text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     run_id = proc.stdout.strip().splitlines()[-1].split()[1]
     _until(lambda: stub.batches.batches, 60, "a batch submitted", worker.log)
@@ -136,5 +154,10 @@ def test_a_waiting_phase_frees_the_worker_and_completes_after_re_scheduling(
     step = _consolidate_step(app, run_id)
     assert step["status"] == "succeeded" and step["tokens_in"] > 0
     with app.uow() as uow:
-        active = uow.notes.load_scope(Scope("celery-batch"), ("active",)).notes
+        active = uow.notes.load_scope(Scope(agent), ("active",)).notes
     assert [n.content for n in active] == [DARK_MODE_NOTES[0]]
+    task_names = {e.get("task_name") for e in _events(worker.log)
+                  if e.get("event") == "phase.finished" and e.get("run_id") == run_id}
+    assert task_names == ({"dream.run"} if tasks == "run"
+                          else {"dream.consolidate", "dream.contradictions", "dream.prune",
+                                "dream.archive"})

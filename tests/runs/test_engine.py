@@ -237,6 +237,42 @@ def test_a_celery_phase_waiting_reports_when_to_look_again(app: App) -> None:
     assert len(parents) == len(PHASES)
 
 
+def test_a_run_task_returns_at_a_waiting_phase_and_resumes_there(app: App) -> None:
+    """One Celery task per run (``poll=False``): a WAITING phase ends the call with its
+    retry_after, the run still running and unfinalized, the phases before it done once; the
+    next call resumes that phase on its own step (the done ones are not run again) and goes on
+    to finalize."""
+    add_notes(app, {"content": "a note"})
+    answers = iter([PhaseOutcome.WAITING.value, StepStatus.SUCCEEDED.value])
+    calls: list[str] = []
+
+    def counted(name: str, status: Any = None) -> Any:
+        def phase(ctx: PhaseContext, step_id: str) -> PhaseReport:
+            calls.append(step_id)
+            return PhaseReport(phase=name, status=status() if status else "no_items",
+                               counters={"retry_after": 42})
+        return phase
+
+    registry = {**{p: counted(p) for p in PHASES},
+                "contradictions": counted("contradictions", lambda: next(answers))}
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    first = service.execute_run_task(app, run_id, registry)
+    assert (first.status, first.retry_after) == (RunStatus.RUNNING.value, 42.0)
+    assert [c.split(":")[1] for c in calls] == ["consolidate", "contradictions"]
+    with app.uow() as uow:
+        assert uow.runs.get(run_id).finished_at is None
+    second = service.execute_run_task(app, run_id, registry)
+    assert (second.status, second.retry_after) == (RunStatus.SUCCEEDED.value, None)
+    assert [c.split(":")[1] for c in calls] == ["consolidate", "contradictions",
+                                                "contradictions", "prune", "archive"]
+    assert calls[1] == calls[2]  # the same step, resumed
+    with app.uow() as uow:
+        parents = [s for s in uow.runs.steps(run_id) if s.parent_id is None]
+    assert sorted(s.phase for s in parents) == sorted(PHASES)
+    assert all(s.status in ("succeeded", "no_items") for s in parents)
+
+
 def _statements(app: App, work: Any) -> tuple[Any, list[str]]:
     """What ``work()`` returned and the first word of each statement it sent (this thread's:
     a lease beat of the process is not the work's)."""

@@ -9,6 +9,11 @@ Two entry points, one path:
 - ``execute_phase`` (one Celery task per phase, ``worker/tasks.py``): reads the snapshot once,
   claims the run if nobody has, runs that one phase.
 
+A Celery worker set to one task per run (``DREAM_CELERY_TASKS=run``) calls ``execute_run`` with
+``poll=False``: the same path, except that a phase WAITING on a provider batch ends the call
+(``RunResult.retry_after``) so the task re-schedules itself instead of holding the worker; the
+next call resumes the run at that phase.
+
 Either way a phase runs through ``phase_run.run_phase`` and ends as a ``PhaseOutcome``; the
 registry of phase functions is handed in by the caller (``service`` passes the real one).
 """
@@ -34,6 +39,12 @@ UNCLAIMED = (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value)
 
 
 @dataclass(frozen=True)
+class RunResult:
+    status: str  # the run's status when the call returned
+    retry_after: float | None = None  # a phase is WAITING (``poll=False``): look again then
+
+
+@dataclass(frozen=True)
 class PhaseResult:
     outcome: PhaseOutcome
     retry_after: float | None = None  # WAITING only: seconds until the phase is looked at again
@@ -45,26 +56,37 @@ def execute_run(app: App, run: str | RunSnapshot, registry: Registry,
 
     ``run`` is a run id (claimed here), or the snapshot of a run created already claimed
     (``create_claimed_run``). ``on_phase`` is told each phase's outcome as it ends (the
-    benchmark times phases with it)."""
+    benchmark times phases with it). A phase WAITING on a provider batch is polled."""
+    return execute_run_once(app, run, registry, on_phase).status
+
+
+def execute_run_once(app: App, run: str | RunSnapshot, registry: Registry,
+                     on_phase: Callable[[str, PhaseOutcome], None] | None = None, *,
+                     poll: bool = True) -> RunResult:
+    """``execute_run``; with ``poll=False`` a WAITING phase ends the call unfinalized (the run
+    stays running under this lease, its waiting step open) and says when to call again."""
     run_id = run if isinstance(run, str) else run.run_id
     with telemetry.run_span(run_id) as span:
         if isinstance(run, str):
             crashpoint("run.before_claim")  # R30: a creator killed here leaves a queued run
-            snap = claim(app, run_id, opening=True) or read_snapshot(app, run_id)
+            # Not polled (a Celery run task), each phase opens its own step as it starts: a
+            # resumed call cannot tell steps it opened from a duplicate executor's (R4).
+            snap = claim(app, run_id, opening=poll) or read_snapshot(app, run_id)
         else:
             # R30: a creator killed here leaves a running run whose lease lapses (recovered).
             crashpoint("run.after_create")
             snap = run
         if snap.epoch is None:  # finished, cancelled, or never claimable: nothing to do
             span.set(dream__run__status=snap.status)
-            return snap.status
-        status = _execute_all(app, snap, registry, on_phase)
-        span.set(dream__run__status=status)
-        return status
+            return RunResult(snap.status)
+        result = _execute_all(app, snap, registry, on_phase, poll)
+        span.set(dream__run__status=result.status)
+        return result
 
 
 def _execute_all(app: App, snap: RunSnapshot, registry: Registry,
-                 on_phase: Callable[[str, PhaseOutcome], None] | None) -> str:
+                 on_phase: Callable[[str, PhaseOutcome], None] | None,
+                 poll: bool) -> RunResult:
     # A run with no step before this attempt: every step it gets is written here, so finalize
     # can decide from what this process wrote (no read of the steps).
     fresh = snap.attempts == 1 and not snap.done and not snap.waiting
@@ -72,19 +94,21 @@ def _execute_all(app: App, snap: RunSnapshot, registry: Registry,
                                          snap.usage.tokens), registry, carry=RunCarry(fresh=fresh),
                     written=list(snap.opened.values()) if fresh else None)
     for phase in PHASES:
-        outcome = _run_until_settled(app, run, phase)
+        outcome = _run_until_settled(app, run, phase, poll)
         if on_phase is not None:
             on_phase(phase, outcome)
+        if outcome is PhaseOutcome.WAITING:  # not polled: the caller comes back later
+            return RunResult(snap.status, run.retry_after)
         if outcome.stops_run:  # another executor holds this run (or it was cancelled):
-            return finalize_run(app, snap.run_id)  # the snapshot is stale, decide on a read
-    return finalize(app, snap, run.written)
+            return RunResult(finalize_run(app, snap.run_id))  # stale snapshot: decide on a read
+    return RunResult(finalize(app, snap, run.written))
 
 
-def _run_until_settled(app: App, run: Execution, phase: str) -> PhaseOutcome:
-    """The phase, again and again while it is WAITING on a provider batch (in-process runs
-    poll; the lease is kept alive while they wait)."""
+def _run_until_settled(app: App, run: Execution, phase: str, poll: bool) -> PhaseOutcome:
+    """The phase, again and again while it is WAITING on a provider batch (``poll``: in-process
+    runs poll; the lease is kept alive while they wait)."""
     outcome = run_phase(app, run, phase)
-    while outcome is PhaseOutcome.WAITING:
+    while poll and outcome is PhaseOutcome.WAITING:
         with LeaseHeartbeat(app, run.snap.run_id, run.snap.epoch):
             time.sleep(run.retry_after)
         outcome = run_phase(app, run, phase)

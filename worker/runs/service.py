@@ -38,6 +38,14 @@ def execute_run(app: App, run: str | RunSnapshot, registry: Registry | None = No
     return engine.execute_run(app, run, registry or phase_registry())
 
 
+def execute_run_task(app: App, run_id: str,
+                     registry: Registry | None = None) -> engine.RunResult:
+    """The whole run as one Celery task runs it (``DREAM_CELERY_TASKS=run``): every phase in
+    order and finalize, except that a phase waiting on a provider batch returns at once
+    (``RunResult.retry_after``) for the task to re-schedule itself."""
+    return engine.execute_run_once(app, run_id, registry or phase_registry(), poll=False)
+
+
 def execute_phase(app: App, run_id: str, phase: str,
                   registry: Registry | None = None) -> engine.PhaseResult:
     """One phase of a run, as a Celery task runs it (``engine.execute_phase``)."""
@@ -116,6 +124,6 @@ def abandon_run(app: App, run_id: str, reason: str) -> None:
 __all__ = [
     "BrokerUnavailable", "GateResult", "PhaseOutcome", "RunError", "UnknownScope",
     "abandon_run", "busy_message", "cancel_run", "claim_run", "create_claimed_run", "create_run", "decide_scopes",
-    "ensure_scope_known", "execute_phase", "execute_run", "finalize_run", "gate_check",
+    "ensure_scope_known", "execute_phase", "execute_run", "execute_run_task", "finalize_run", "gate_check",
     "recover_runs", "scope_gate", "scope_known", "unclaimed_runs",
 ]
