@@ -378,8 +378,9 @@ def _celery_broker() -> str:
     return redis_url().rsplit("/", 1)[0] + "/13"  # a database of its own (test_celery uses 14)
 
 
-def _enqueue(app: App, run_id: str, queue: str) -> None:
-    """The chain `enqueue_run` sends, by task name, from a client of the test's own."""
+def _enqueue(app: App, run_id: str, queue: str, tasks: str = "phase") -> None:
+    """What `enqueue_run` sends (the chain, or with ``tasks="run"`` the one run task), by task
+    name, from a client of the test's own."""
     from celery import chain
 
     from worker.celery_app import make_celery
@@ -389,6 +390,9 @@ def _enqueue(app: App, run_id: str, queue: str) -> None:
     client = make_celery(Settings(database_url=app.settings.database_url,
                                   broker_url=_celery_broker(), result_backend=_celery_broker(),
                                   celery_queue=queue))
+    if tasks == "run":
+        client.send_task("dream.run", args=(run_id,))
+        return
     chain(*(client.signature(f"dream.{name}", args=(run_id,), immutable=True)
             for name in (*PHASES, "finalize"))).apply_async()
 
@@ -412,14 +416,16 @@ def _status(app: App, run_id: str) -> str:
 @pytest.mark.celery
 @pytest.mark.redis
 @pytest.mark.postgres
+@pytest.mark.parametrize("tasks", ["phase", "run"])
 @pytest.mark.parametrize("point", KNOWN)
 def test_r03_celery_worker_child_killed_at_each_crash_point_then_recovered_equals_crash_free(
-    pg_app: App, tmp_path: Path, point: str,
+    pg_app: App, tmp_path: Path, point: str, tasks: str,
 ) -> None:
-    """R3 under Celery: the prefork child running a run's phase task is SIGKILLed at each crash
-    point (a consolidate point at its second merge); the broker redelivers the task, the lease
-    expires, gate_check hands the run to a new attempt, and the worker finishes it — note for
-    note where a crash-free run of the same store ends."""
+    """R3 under Celery: the prefork child running a run's phase task (or, ``tasks="run"``, its
+    one run task) is SIGKILLed at each crash point (a consolidate point at its second merge);
+    the broker redelivers the task, the lease expires, gate_check hands the run to a new
+    attempt, and the worker finishes it — note for note where a crash-free run of the same
+    store ends."""
     judge = JUDGES["model"]
     env = judge.env(tmp_path)
     if ("postgresql", judge.name) not in _REFERENCE:
@@ -436,7 +442,7 @@ def test_r03_celery_worker_child_killed_at_each_crash_point_then_recovered_equal
     try:
         run_id = service.create_run(pg_app, SCOPE, force=True, clock=NOW)
         assert run_id
-        _enqueue(pg_app, run_id, queue)
+        _enqueue(pg_app, run_id, queue, tasks)
         _wait(marker.exists, 90, f"the worker to reach {point}")
         # The redelivered task and the rest of the chain meet a run whose attempt died; unless
         # the crash came after the last write (finalize), the run waits for its lease.
@@ -446,7 +452,7 @@ def test_r03_celery_worker_child_killed_at_each_crash_point_then_recovered_equal
             later = utcnow() + timedelta(seconds=pg_app.settings.lease_seconds + 60)
             retried = service.gate_check(pg_app, now=later).retried
             assert retried == [run_id], retried
-            _enqueue(pg_app, run_id, queue)
+            _enqueue(pg_app, run_id, queue, tasks)
         _wait(lambda: _status(pg_app, run_id) in ("succeeded", "partial", "failed"), 90,
               "the recovered run to finish")
         assert _status(pg_app, run_id) in ("succeeded", "partial")
