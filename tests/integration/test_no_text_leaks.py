@@ -271,8 +271,11 @@ def _task_messages(arguments: list[str]) -> list[dict[str, Any]]:
 @pytest.mark.celery
 @pytest.mark.redis
 @pytest.mark.postgres
-def test_r21_no_note_text_in_logs_or_broker(tmp_path: Path, json_logs: io.StringIO) -> None:
-    """R21 through Celery: canary notes, `dream run --via-celery` on a dedicated Redis database,
+@pytest.mark.parametrize("tasks", ["phase", "run"])
+def test_r21_no_note_text_in_logs_or_broker(tmp_path: Path, json_logs: io.StringIO,
+                                            tasks: str) -> None:
+    """R21 through Celery (a chain of phase tasks, and ``DREAM_CELERY_TASKS=run``'s one run
+    task): canary notes, `dream run --via-celery` on a dedicated Redis database,
     a real prefork worker with the scripted model merging them (DEBUG JSON logs). The canary
     reaches the fused note in PostgreSQL, yet appears in no broker command (raw or base64, task
     messages decoded: their only argument is the run id), no worker or producer log line and no
@@ -292,7 +295,7 @@ def test_r21_no_note_text_in_logs_or_broker(tmp_path: Path, json_logs: io.String
            "DREAM_BROKER_URL": broker, "DREAM_RESULT_BACKEND": broker,
            "DREAM_CELERY_QUEUE": queue, "DREAM_LLM_PROVIDER": "fake",
            "DREAM_FAKE_LLM_SCRIPT": str(script), "DREAM_LOG_FORMAT": "json",
-           "DREAM_LOG_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1"}
+           "DREAM_LOG_LEVEL": "DEBUG", "PYTHONUNBUFFERED": "1", "DREAM_CELERY_TASKS": tasks}
     monitor = BrokerMonitor(broker)
     monitor.start()
     monitor.wait_ready()
@@ -333,8 +336,9 @@ def test_r21_no_note_text_in_logs_or_broker(tmp_path: Path, json_logs: io.String
     messages = _task_messages(arguments)
     # The inspection saw the run's task messages (else it proves nothing) ...
     sent = {m["task"] for m in messages}
-    assert {"dream.consolidate", "dream.contradictions", "dream.prune", "dream.archive",
-            "dream.finalize"} <= sent, sent
+    assert ({"dream.run"} if tasks == "run" else
+            {"dream.consolidate", "dream.contradictions", "dream.prune", "dream.archive",
+             "dream.finalize"}) <= sent, sent
     for m in (m for m in messages if m["task"]):
         args = json.loads(m["body"])[0]
         assert args == [run_id] and m["argsrepr"] in (repr((run_id,)), repr([run_id])), m
