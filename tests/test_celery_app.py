@@ -49,3 +49,13 @@ def test_r07_a_waiting_phase_retries_within_the_time_limit(asked: float | None,
     assert wait_delay(asked, settings.task_time_limit) == delay
     conf = celery_config(settings)
     assert delay < conf["broker_transport_options"]["visibility_timeout"]
+
+
+def test_tasks_that_re_schedule_themselves_have_no_retry_limit() -> None:
+    """A phase (or run) task waiting on a provider batch re-schedules itself until the batch is
+    back; ``retry(max_retries=None)`` means Celery's default limit of 3, so the tasks themselves
+    carry ``max_retries = None``."""
+    from worker import tasks
+
+    for task in (*tasks.PHASE_TASKS.values(), tasks.run):
+        assert task.max_retries is None, task.name

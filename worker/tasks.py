@@ -46,7 +46,9 @@ def _phase(task: Any, run_id: str, phase: str) -> str:
     if result.outcome is PhaseOutcome.WAITING:
         # The phase's step stays open; the retried task resumes it under the same lease.
         delay = wait_delay(result.retry_after, dream_app.settings.task_time_limit)
-        raise task.retry(countdown=delay, max_retries=None)
+        # Unbounded: the task's own max_retries is None (``retry(max_retries=None)`` alone
+        # means Celery's default of 3, which ended a batch wait after three looks).
+        raise task.retry(countdown=delay)
     return result.outcome.value
 
 
@@ -57,35 +59,36 @@ def wait_delay(retry_after: float | None, task_time_limit: int) -> float:
     return max(1.0, min(retry_after or 30.0, float(task_time_limit)))
 
 
-@app.task(name="dream.consolidate", bind=True)
+@app.task(name="dream.consolidate", bind=True, max_retries=None)
 def consolidate(self: Any, run_id: str) -> str:
     return _phase(self, run_id, "consolidate")
 
 
-@app.task(name="dream.contradictions", bind=True)
+@app.task(name="dream.contradictions", bind=True, max_retries=None)
 def contradictions(self: Any, run_id: str) -> str:
     return _phase(self, run_id, "contradictions")
 
 
-@app.task(name="dream.prune", bind=True)
+@app.task(name="dream.prune", bind=True, max_retries=None)
 def prune(self: Any, run_id: str) -> str:
     return _phase(self, run_id, "prune")
 
 
-@app.task(name="dream.archive", bind=True)
+@app.task(name="dream.archive", bind=True, max_retries=None)
 def archive(self: Any, run_id: str) -> str:
     return _phase(self, run_id, "archive")
 
 
-@app.task(name="dream.run", bind=True)
+@app.task(name="dream.run", bind=True, max_retries=None)
 def run(self: Any, run_id: str) -> str:
     dream_app = resources()
     with reschedule_while_pending():
         result = service.execute_run_task(dream_app, run_id)
     if result.retry_after is not None:  # resumed at the waiting phase by the retried task
         raise self.retry(countdown=wait_delay(result.retry_after,
-                                              dream_app.settings.task_time_limit),
-                          max_retries=None)
+                                              dream_app.settings.task_time_limit))
+    if result.hand_off:  # near its time limit: the next phases go on in a fresh task
+        raise self.retry(countdown=0)
     return result.status
 
 

@@ -59,7 +59,10 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
            "DREAM_BROKER_URL": broker, "DREAM_RESULT_BACKEND": broker, "DREAM_CELERY_QUEUE": queue,
            "DREAM_LLM_PROVIDER": "openai", "DREAM_LLM_BASE_URL": stub.url,
            "DREAM_LLM_API_KEY": "k", "DREAM_LLM_MODEL": "stub-model", "DREAM_LLM_BATCH": "true",
-           "DREAM_LLM_BATCH_POLL": "1", "DREAM_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1"}
+           "DREAM_LLM_BATCH_POLL": "1", "DREAM_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1",
+           # A phase may ask the model longer than the soft time limit leaves: a run task
+           # hands every phase after its first to a new task (``run_task_hand_off`` = 0).
+           "DREAM_LLM_PHASE_SECONDS": "3000"}
     settings = Settings(database_url=app.settings.database_url, broker_url=broker,
                         result_backend=broker, celery_queue=queue)
     log = tmp / "worker.log"
@@ -144,7 +147,8 @@ def test_a_waiting_phase_frees_the_worker_and_completes_after_re_scheduling(
     client = make_celery(worker.settings)
     assert client.send_task("dream.gate_check").get(timeout=30) == []
     (batch,) = stub.batches.batches.values()
-    _until(lambda: batch.retrieves >= 3, 30, "the batch polled by re-scheduled tasks", worker.log)
+    # More looks than Celery's default retry limit (3): the wait is unbounded.
+    _until(lambda: batch.retrieves >= 6, 40, "the batch polled by re-scheduled tasks", worker.log)
     stub.batches.polls = 0
     tree = _until(lambda: (t := run_tree(app, run_id))["status"] in ("succeeded", "partial",
                                                                      "failed") and t,
@@ -161,3 +165,6 @@ def test_a_waiting_phase_frees_the_worker_and_completes_after_re_scheduling(
     assert task_names == ({"dream.run"} if tasks == "run"
                           else {"dream.consolidate", "dream.contradictions", "dream.prune",
                                 "dream.archive"})
+    handed = [e["next_phase"] for e in _events(worker.log)
+              if e.get("event") == "run.handed_off" and e.get("run_id") == run_id]
+    assert handed == (["contradictions", "prune", "archive"] if tasks == "run" else [])

@@ -273,6 +273,48 @@ def test_a_run_task_returns_at_a_waiting_phase_and_resumes_there(app: App) -> No
     assert all(s.status in ("succeeded", "no_items") for s in parents)
 
 
+def test_a_run_task_past_its_hand_off_time_goes_on_in_the_next_call(app: App) -> None:
+    """``hand_off_after``: once a call has run a phase and that long has passed, it starts no
+    further phase and says so (``hand_off``); each next call resumes at the first phase not
+    done, runs at least one, and the last one finalizes. With 0, one phase per call."""
+    add_notes(app, {"content": "a note"})
+    ran: list[str] = []
+
+    def counted(name: str) -> Any:
+        def phase(ctx: PhaseContext, step_id: str) -> PhaseReport:
+            ran.append(name)
+            return PhaseReport(phase=name, status=StepStatus.NO_ITEMS.value)
+        return phase
+
+    registry = {p: counted(p) for p in PHASES}
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    results = []
+    for _ in range(len(PHASES)):
+        results.append(engine.execute_run_once(app, run_id, registry, poll=False,
+                                               hand_off_after=0.0))
+    assert [r.hand_off for r in results] == [True] * (len(PHASES) - 1) + [False]
+    assert [r.status for r in results] == ["running"] * (len(PHASES) - 1) + ["succeeded"]
+    assert ran == list(PHASES)
+    # A generous hand-off time: the whole run in one call.
+    add_notes(app, {"agent_id": "agent-2", "content": "a note"})
+    run_id = service.create_run(app, Scope("agent-2"), force=True)
+    assert run_id is not None
+    whole = engine.execute_run_once(app, run_id, registry, poll=False, hand_off_after=3600.0)
+    assert (whole.status, whole.hand_off) == ("succeeded", False)
+
+
+@pytest.mark.parametrize(("limit", "model_seconds", "hand_off"),
+                         [(3000, 900.0, 1740.0), (600, 900.0, 0.0), (1000, 100.0, 740.0)])
+def test_a_run_task_hands_off_before_its_soft_limit_could_cut_a_phase(
+        limit: int, model_seconds: float, hand_off: float) -> None:
+    """The soft limit (90 % of the hard one) less a phase's model time and a minute."""
+    from worker.config import Settings
+
+    settings = Settings(task_time_limit=limit, llm_phase_seconds=model_seconds)
+    assert service.run_task_hand_off(settings) == pytest.approx(hand_off)
+
+
 def _statements(app: App, work: Any) -> tuple[Any, list[str]]:
     """What ``work()`` returned and the first word of each statement it sent (this thread's:
     a lease beat of the process is not the work's)."""

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import structlog
+
 from worker import telemetry
 from worker.app import App
 from worker.domain.types import PHASES, RunStatus
@@ -35,6 +37,8 @@ from worker.runs.phase_run import Execution, run_phase
 from worker.runs.snapshot import RunSnapshot, claim, read_snapshot
 from worker.safety.crashpoints import crashpoint
 
+log = structlog.get_logger(__name__)
+
 UNCLAIMED = (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value)
 
 
@@ -42,6 +46,7 @@ UNCLAIMED = (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value)
 class RunResult:
     status: str  # the run's status when the call returned
     retry_after: float | None = None  # a phase is WAITING (``poll=False``): look again then
+    hand_off: bool = False  # ``hand_off_after`` passed: the rest of the run goes on elsewhere
 
 
 @dataclass(frozen=True)
@@ -62,9 +67,12 @@ def execute_run(app: App, run: str | RunSnapshot, registry: Registry,
 
 def execute_run_once(app: App, run: str | RunSnapshot, registry: Registry,
                      on_phase: Callable[[str, PhaseOutcome], None] | None = None, *,
-                     poll: bool = True) -> RunResult:
+                     poll: bool = True, hand_off_after: float | None = None) -> RunResult:
     """``execute_run``; with ``poll=False`` a WAITING phase ends the call unfinalized (the run
-    stays running under this lease, its waiting step open) and says when to call again."""
+    stays running under this lease, its waiting step open) and says when to call again. With
+    ``hand_off_after`` seconds, a phase is not started once the call has run one phase and
+    that long has passed (``RunResult.hand_off``): a Celery run task goes on in a new task
+    rather than let its time limit cut a phase."""
     run_id = run if isinstance(run, str) else run.run_id
     with telemetry.run_span(run_id) as span:
         if isinstance(run, str):
@@ -79,22 +87,29 @@ def execute_run_once(app: App, run: str | RunSnapshot, registry: Registry,
         if snap.epoch is None:  # finished, cancelled, or never claimable: nothing to do
             span.set(dream__run__status=snap.status)
             return RunResult(snap.status)
-        result = _execute_all(app, snap, registry, on_phase, poll)
+        deadline = None if hand_off_after is None else time.monotonic() + hand_off_after
+        result = _execute_all(app, snap, registry, on_phase, poll, deadline)
         span.set(dream__run__status=result.status)
         return result
 
 
 def _execute_all(app: App, snap: RunSnapshot, registry: Registry,
                  on_phase: Callable[[str, PhaseOutcome], None] | None,
-                 poll: bool) -> RunResult:
+                 poll: bool, deadline: float | None = None) -> RunResult:
     # A run with no step before this attempt: every step it gets is written here, so finalize
     # can decide from what this process wrote (no read of the steps).
     fresh = snap.attempts == 1 and not snap.done and not snap.waiting
     run = Execution(snap, Budget.for_run(app.settings.budget, snap.usage.calls,
                                          snap.usage.tokens), registry, carry=RunCarry(fresh=fresh),
                     written=list(snap.opened.values()) if fresh else None)
+    ran = False
     for phase in PHASES:
+        if ran and deadline is not None and phase not in snap.done and (
+                time.monotonic() > deadline):
+            log.info("run.handed_off", run_id=snap.run_id, next_phase=phase)
+            return RunResult(snap.status, hand_off=True)
         outcome = _run_until_settled(app, run, phase, poll)
+        ran = ran or outcome is not PhaseOutcome.ALREADY_DONE
         if on_phase is not None:
             on_phase(phase, outcome)
         if outcome is PhaseOutcome.WAITING:  # not polled: the caller comes back later

@@ -12,6 +12,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
+from worker.config import Settings
 from worker.domain.types import RunStatus, Scope, StepStatus
 from worker.errors import BrokerUnavailable, RunError, RunNotFound, UnknownScope
 from worker.runs import engine
@@ -42,8 +43,17 @@ def execute_run_task(app: App, run_id: str,
                      registry: Registry | None = None) -> engine.RunResult:
     """The whole run as one Celery task runs it (``DREAM_CELERY_TASKS=run``): every phase in
     order and finalize, except that a phase waiting on a provider batch returns at once
-    (``RunResult.retry_after``) for the task to re-schedule itself."""
-    return engine.execute_run_once(app, run_id, registry or phase_registry(), poll=False)
+    (``RunResult.retry_after``) for the task to re-schedule itself, and that no phase starts
+    after ``run_task_hand_off`` seconds (``RunResult.hand_off``: the task goes on in a new one)."""
+    return engine.execute_run_once(app, run_id, registry or phase_registry(), poll=False,
+                                   hand_off_after=run_task_hand_off(app.settings))
+
+
+def run_task_hand_off(settings: Settings) -> float:
+    """Seconds after which a run task starts no further phase: its soft time limit less the
+    longest a phase may ask the model (``llm_phase_seconds``) and a minute for the writes; 0
+    (every phase after the first in a task of its own) when the limit is shorter than that."""
+    return max(0.0, settings.task_time_limit * 0.9 - settings.llm_phase_seconds - 60.0)
 
 
 def execute_phase(app: App, run_id: str, phase: str,
