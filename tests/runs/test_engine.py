@@ -315,6 +315,33 @@ def test_a_run_task_hands_off_before_its_soft_limit_could_cut_a_phase(
     assert service.run_task_hand_off(settings) == pytest.approx(hand_off)
 
 
+def test_a_waiting_phase_renews_the_lease_at_each_look(app: App) -> None:
+    """Under Celery nothing beats between a waiting phase's looks: each look renews the run's
+    lease, so a batch that takes longer than the lease does not get its run recovered as lost
+    (the lease is set back below to stand for the time that passed since the claim)."""
+    add_notes(app, {"content": "a note"})
+
+    def batched(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        return PhaseReport(phase="consolidate", status=PhaseOutcome.WAITING.value,
+                           counters={"retry_after": 42})
+
+    registry = {**QUIET, "consolidate": batched}
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    assert engine.execute_phase(app, run_id, "consolidate", registry).outcome is (
+        PhaseOutcome.WAITING)
+    almost = utcnow() + timedelta(seconds=5)
+    with app.uow() as uow:
+        uow.runs.get(run_id).lease_expires_at = almost
+        uow.commit()
+    assert engine.execute_phase(app, run_id, "consolidate", registry).outcome is (
+        PhaseOutcome.WAITING)
+    later = almost + timedelta(seconds=60)
+    assert service.gate_check(app, now=later).retried == []
+    with app.uow() as uow:
+        assert uow.runs.get(run_id).status == RunStatus.RUNNING.value
+
+
 def _statements(app: App, work: Any) -> tuple[Any, list[str]]:
     """What ``work()`` returned and the first word of each statement it sent (this thread's:
     a lease beat of the process is not the work's)."""

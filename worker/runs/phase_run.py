@@ -111,8 +111,19 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
         snap.waiting.pop(phase, None)
     elif outcome is PhaseOutcome.WAITING:
         snap.waiting[phase] = step_id
+        _keep_lease_while_waiting(app, snap)
     run.outcomes[phase] = outcome
     return outcome
+
+
+def _keep_lease_while_waiting(app: App, snap: RunSnapshot) -> None:
+    """A phase waiting on its batch renews the run's lease as it ends: no heartbeat runs
+    between a Celery task's looks, and a batch may take hours; each look (at most the hard time
+    limit apart, ``tasks.wait_delay``) keeps the run from being recovered as lost."""
+    try:
+        LeaseHeartbeat(app, snap.run_id, snap.epoch).renew()
+    except SQLAlchemyError as exc:  # the next look renews it
+        log.warning("lease.renew_failed", run_id=snap.run_id, error_type=type(exc).__name__)
 
 
 def _start_step(app: App, run: Execution, phase: str, step_id: str) -> PhaseOutcome | None:
