@@ -119,10 +119,11 @@ class Settings(BaseSettings):
     broker_url: str | None = None
     result_backend: str | None = None
     celery_queue: str = Field("dream", min_length=1)  # workers consume it; beat and the CLI send to it
-    # How a run is cut into Celery tasks, decided where it is enqueued (the worker running gate_check, CLI, API, MCP): "phase",
-    # a chain of one task per phase then finalize (each phase under its own time limit); "run",
-    # one task for the whole run (the scope read once and carried, as in-process; the time
-    # limit covers the run). Either way a phase waiting on a batch frees the worker.
+    # How a run is cut into Celery tasks, decided where it is enqueued (the worker running
+    # gate_check, the CLI, the API, MCP): "phase", a chain of one task per phase then finalize
+    # (each phase under its own time limit); "run", one task for the whole run (the scope read
+    # once and carried, as in-process; it hands off to a new task before its time limit could
+    # cut a phase). Either way a phase waiting on a batch frees the worker.
     celery_tasks: Literal["phase", "run"] = "phase"
 
     gate_hours: float = Field(24.0, ge=0)
