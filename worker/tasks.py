@@ -1,7 +1,7 @@
 """Thin Celery tasks: run ids in, services do the work; every task is safe to run twice.
 
-A run is enqueued as a chain of one task per phase then ``dream.finalize`` (the default), or as
-one ``dream.run`` task (``DREAM_CELERY_TASKS=run``). A phase task reads its run once
+A run is enqueued as a chain of one task per phase, the last one finalizing the run (the
+default), or as one ``dream.run`` task (``DREAM_CELERY_TASKS=run``). A phase task reads its run once
 (``engine.execute_phase``) and returns the phase's outcome; the run task executes the run as
 in-process (``engine.execute_run_once``). Either way a phase WAITING on a provider batch
 re-schedules its own task instead of holding the worker."""
@@ -94,6 +94,7 @@ def run(self: Any, run_id: str) -> str:
 
 @app.task(name="dream.finalize")
 def finalize(run_id: str) -> str:
+    """No longer chained (the archive task finalizes); kept for chains an earlier version sent."""
     return service.finalize_run(resources(), run_id)
 
 
@@ -102,8 +103,8 @@ PHASE_TASKS = {"consolidate": consolidate, "contradictions": contradictions, "pr
 
 
 def enqueue_run(run_id: str, dream_app: App | None = None) -> None:
-    """One chain per run, immutable signatures so no result is passed along, only the id; or,
-    with ``celery_tasks = "run"``, the one run task.
+    """One chain per run (the last phase's task finalizes), immutable signatures so no result is
+    passed along, only the id; or, with ``celery_tasks = "run"``, the one run task.
 
     ``dream_app`` is the caller's App (the CLI passes its own); in a task, this process's."""
     dream_app = dream_app or resources()
@@ -111,8 +112,7 @@ def enqueue_run(run_id: str, dream_app: App | None = None) -> None:
         if dream_app.settings.celery_tasks == "run":
             run.si(run_id).apply_async()
         else:
-            chain(*(PHASE_TASKS[p].si(run_id) for p in PHASES),
-                  finalize.si(run_id)).apply_async()
+            chain(*(PHASE_TASKS[p].si(run_id) for p in PHASES)).apply_async()
     except (KombuOperationalError, OSError) as exc:
         service.abandon_run(dream_app, run_id, f"could not enqueue: {type(exc).__name__}")
         raise service.BrokerUnavailable(_broker_message(exc)) from None

@@ -141,7 +141,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 def test_gate_check_task_runs_the_chain_to_finalize(cluster: Cluster) -> None:
     """gate_check on the broker creates one run for the due scope; the worker runs consolidate →
-    contradictions → prune → archive → finalize; each task's logs carry its id and name; both
+    contradictions → prune → archive, which finalizes; each task's logs carry its id and name; both
     prefork children built their own engine (worker_process_init)."""
     app = cluster.app
     add_notes(app, {"agent_id": "celery-1", "content": "User prefers Python"},
@@ -163,7 +163,7 @@ def test_gate_check_task_runs_the_chain_to_finalize(cluster: Cluster) -> None:
     assert sorted(e["task_name"] for e in finished) == sorted(f"dream.{p}" for p in PHASES)
     assert all(e["task_id"] for e in finished) and len({e["task_id"] for e in finished}) == 4
     done = [e for e in events if e["event"] == "run.finished" and e.get("run_id") == created[0]]
-    assert done and done[0]["task_name"] == "dream.finalize"
+    assert done and done[0]["task_name"] == "dream.archive"  # the last phase task finalizes
     gate = [e for e in events if e["event"] == "gate.checked"]
     assert gate and gate[0]["task_name"] == "dream.gate_check"
     assert "User prefers Python" not in cluster.log.read_text()  # no note text in logs

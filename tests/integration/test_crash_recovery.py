@@ -394,7 +394,7 @@ def _enqueue(app: App, run_id: str, queue: str, tasks: str = "phase") -> None:
         client.send_task("dream.run", args=(run_id,))
         return
     chain(*(client.signature(f"dream.{name}", args=(run_id,), immutable=True)
-            for name in (*PHASES, "finalize"))).apply_async()
+            for name in PHASES)).apply_async()
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:

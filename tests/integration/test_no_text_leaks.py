@@ -337,8 +337,8 @@ def test_r21_no_note_text_in_logs_or_broker(tmp_path: Path, json_logs: io.String
     # The inspection saw the run's task messages (else it proves nothing) ...
     sent = {m["task"] for m in messages}
     assert ({"dream.run"} if tasks == "run" else
-            {"dream.consolidate", "dream.contradictions", "dream.prune", "dream.archive",
-             "dream.finalize"}) <= sent, sent
+            {"dream.consolidate", "dream.contradictions", "dream.prune",
+             "dream.archive"}) <= sent, sent
     for m in (m for m in messages if m["task"]):
         args = json.loads(m["body"])[0]
         assert args == [run_id] and m["argsrepr"] in (repr((run_id,)), repr([run_id])), m

@@ -442,15 +442,21 @@ def test_r27_a_model_down_for_some_calls_ends_the_run_partial(app: App,
 def test_a_celery_phase_task_reads_its_run_once(app: App) -> None:
     """Each phase task: one read of the run (row and steps), or for the first the claim alone
     (which returns the run and the notes-before counts), then the fenced parent step and its
-    finish (the phases' own load embeds what lacks a vector: the engine no longer looks)."""
+    finish (the phases' own load embeds what lacks a vector: the engine no longer looks); the
+    last one then finalizes from its snapshot: one read of the steps, the fenced final
+    update."""
     add_notes(app, *({"content": f"note {k}"} for k in range(30)))
     run_id = service.create_run(app, SCOPE, force=True)
     assert run_id is not None
     counted: dict[str, int] = {}
+    statuses = []
     for phase in PHASES:  # this thread's statements (a lease beat of the process is not its)
         with recorded_statements(app) as seen:
-            assert engine.execute_phase(app, run_id, phase, QUIET).outcome is PhaseOutcome.NO_ITEMS
+            result = engine.execute_phase(app, run_id, phase, QUIET)
+        assert result.outcome is PhaseOutcome.NO_ITEMS
+        statuses.append(result.status)
         counted[phase] = len(seen)
     assert counted == {"consolidate": 1 + 2, "contradictions": 2 + 2,
-                       "prune": 2 + 2, "archive": 2 + 2}
-    assert service.finalize_run(app, run_id) == RunStatus.SUCCEEDED.value
+                       "prune": 2 + 2, "archive": 2 + 2 + 2}
+    assert statuses == [None, None, None, RunStatus.SUCCEEDED.value]
+    assert service.finalize_run(app, run_id) == RunStatus.SUCCEEDED.value  # finished: as is

@@ -79,7 +79,7 @@ def test_r27_a_beat_after_the_finish_does_not_hide_deferred_work_from_finalize(
     registry = {**{p: _flagging(p) for p in PHASES}, "consolidate": deferring}
     run_id = service.create_run(app, SCOPE, force=True)
     assert run_id
-    for phase in PHASES:  # what Celery does: one task per phase, then finalize from a read
+    for phase in PHASES:  # what Celery does: one task per phase, the last one finalizing
         service.execute_phase(app, run_id, phase, registry)
     assert service.finalize_run(app, run_id) == RunStatus.BLOCKED.value
 

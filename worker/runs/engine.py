@@ -7,7 +7,7 @@ Two entry points, one path:
   it) once, runs every phase from that one snapshot, carrying the scope's loaded notes from
   phase to phase (``RunCarry``), then finalizes from the same snapshot and the steps it wrote.
 - ``execute_phase`` (one Celery task per phase, ``worker/tasks.py``): reads the snapshot once,
-  claims the run if nobody has, runs that one phase.
+  claims the run if nobody has, runs that one phase; the last phase's task finalizes.
 
 A Celery worker set to one task per run (``DREAM_CELERY_TASKS=run``) calls ``execute_run`` with
 ``poll=False``: the same path, except that a phase WAITING on a provider batch ends the call
@@ -53,6 +53,7 @@ class RunResult:
 class PhaseResult:
     outcome: PhaseOutcome
     retry_after: float | None = None  # WAITING only: seconds until the phase is looked at again
+    status: str | None = None  # the last phase's task: the run's status after it finalized
 
 
 def execute_run(app: App, run: str | RunSnapshot, registry: Registry,
@@ -132,14 +133,23 @@ def _run_until_settled(app: App, run: Execution, phase: str, poll: bool) -> Phas
 
 def execute_phase(app: App, run_id: str, phase: str, registry: Registry) -> PhaseResult:
     """One phase of a run (a Celery task): one snapshot read, a claim if the run is unclaimed;
-    its failure is recorded as a failed step and this returns normally (R6)."""
+    its failure is recorded as a failed step and this returns normally (R6). The last phase's
+    task then finalizes the run (no task of its own: from this snapshot and one read of the
+    steps, or from a fresh read when this executor did not hold the run)."""
+    last = phase == PHASES[-1]
     snap = _snapshot_for_phase(app, run_id, first=phase == PHASES[0])
     if snap is None:
-        return PhaseResult(PhaseOutcome.NOT_CLAIMED)
+        return PhaseResult(PhaseOutcome.NOT_CLAIMED,
+                           status=finalize_run(app, run_id) if last else None)
     run = Execution(snap, Budget.for_run(app.settings.budget, snap.usage.calls,
                                          snap.usage.tokens), registry)
     outcome = run_phase(app, run, phase)
-    return PhaseResult(outcome, run.retry_after if outcome is PhaseOutcome.WAITING else None)
+    if outcome is PhaseOutcome.WAITING:
+        return PhaseResult(outcome, run.retry_after)
+    if not last:
+        return PhaseResult(outcome)
+    return PhaseResult(outcome, status=finalize_run(app, run_id) if outcome.stops_run
+                       else finalize(app, snap))
 
 
 def _snapshot_for_phase(app: App, run_id: str, *, first: bool) -> RunSnapshot | None:
