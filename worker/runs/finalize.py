@@ -1,7 +1,8 @@
 """The run's end: its final status and totals from what its phases recorded, the lease released.
 
-``finalize`` takes the executor's snapshot (in-process: the one the run started with; a Celery
-finalize task: a fresh one), reads the run's steps once and decides with ``decide_outcome``."""
+``finalize`` takes the executor's snapshot (in-process: the one the run started with; under
+Celery: the one the last phase's task read, or a fresh one), reads the run's steps once unless
+the executor wrote them all, and decides with ``decide_outcome``."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ log = structlog.get_logger(__name__)
 
 
 def finalize_run(app: App, run_id: str) -> str:
-    """Finalize from a fresh read (the Celery finalize task, or after an executor stopped)."""
+    """Finalize from a fresh read (after an executor stopped, or a ``dream.finalize`` task an
+    earlier version chained)."""
     return finalize(app, read_snapshot(app, run_id))
 
 
