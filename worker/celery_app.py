@@ -30,7 +30,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
         "task_time_limit": settings.task_time_limit,
-        "task_soft_time_limit": int(settings.task_time_limit * 0.9),
+        "task_soft_time_limit": settings.task_soft_time_limit,
         "broker_transport_options": {"visibility_timeout": settings.task_time_limit * 2},
         "result_expires": 24 * 3600,
         "task_default_queue": settings.celery_queue,

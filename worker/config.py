@@ -120,8 +120,8 @@ class Settings(BaseSettings):
     result_backend: str | None = None
     celery_queue: str = Field("dream", min_length=1)  # workers consume it; beat and the CLI send to it
     # How a run is cut into Celery tasks, decided where it is enqueued (the worker running
-    # gate_check, the CLI, the API, MCP): "phase", a chain of one task per phase then finalize
-    # (each phase under its own time limit); "run", one task for the whole run (the scope read
+    # gate_check, the CLI, the API, MCP): "phase", a chain of one task per phase, the last one
+    # finalizing (each phase under its own time limit); "run", one task for the whole run (the scope read
     # once and carried, as in-process; it hands off to a new task before its time limit could
     # cut a phase). Either way a phase waiting on a batch frees the worker.
     celery_tasks: Literal["phase", "run"] = "phase"
@@ -197,6 +197,11 @@ class Settings(BaseSettings):
     privacy: PrivacySettings = PrivacySettings()
     remember: RememberSettings = RememberSettings()
     host: HostSettings = HostSettings()
+
+    @property
+    def task_soft_time_limit(self) -> int:
+        """Celery's soft limit (90 % of the hard one): what a run task plans its phases by."""
+        return int(self.task_time_limit * 0.9)
 
     @model_validator(mode="after")
     def _durations_fit(self) -> Settings:

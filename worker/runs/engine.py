@@ -9,8 +9,7 @@ Two entry points, one path:
 - ``execute_phase`` (one Celery task per phase, ``worker/tasks.py``): reads the snapshot once,
   claims the run if nobody has, runs that one phase; the last phase's task finalizes.
 
-A Celery worker set to one task per run (``DREAM_CELERY_TASKS=run``) calls ``execute_run`` with
-``poll=False``: the same path, except that a phase WAITING on a provider batch ends the call
+A Celery run task (``DREAM_CELERY_TASKS=run``) calls ``execute_run_once`` with ``poll=False``: the same path, except that a phase WAITING on a provider batch ends the call
 (``RunResult.retry_after``) so the task re-schedules itself instead of holding the worker; the
 next call resumes the run at that phase.
 

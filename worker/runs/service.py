@@ -53,7 +53,7 @@ def run_task_hand_off(settings: Settings) -> float:
     """Seconds after which a run task starts no further phase: its soft time limit less the
     longest a phase may ask the model (``llm_phase_seconds``) and a minute for the writes; 0
     (every phase after the first in a task of its own) when the limit is shorter than that."""
-    return max(0.0, settings.task_time_limit * 0.9 - settings.llm_phase_seconds - 60.0)
+    return max(0.0, settings.task_soft_time_limit - settings.llm_phase_seconds - 60.0)
 
 
 def execute_phase(app: App, run_id: str, phase: str,
