@@ -398,3 +398,32 @@ def test_a_batch_reads_again_what_an_earlier_item_of_it_wrote(app: App) -> None:
     with app.uow() as uow:
         assert [r.status for r in uow.runs.list(SCOPE) if r.trigger == "review"] == [
             "succeeded"]
+
+
+def test_the_review_page_reads_all_items_in_a_fixed_number_of_statements(app: App) -> None:
+    """The page shows each open item as ``show_item`` does, from one read of the items, one of
+    their notes and one of their examples however many there are; its history lists the
+    latest decided items, newest first."""
+    from tests.support.sql import recorded_statements
+    from worker.review.service import Selector, decline, recent_decisions, show_item, show_items
+
+    add_notes(app, *({"id": f"p{k}", "content": f"Prefers tea number {k}."} for k in range(12)))
+    ids = [_propose(app, _merge([f"p{2 * k}", f"p{2 * k + 1}"], f"Prefers tea {k}."))
+           for k in range(6)]
+    host_sets(app, "p0", content="Prefers coffee now.", version=2)  # item 0 moved since its plan
+    counts = []
+    for limit in (2, 6):
+        with recorded_statements(app) as seen:
+            shown = show_items(app, SCOPE, limit=limit)
+        counts.append(len(seen))
+        assert [s["id"] for s in shown] == ids[:limit]
+    assert counts[0] == counts[1] <= 3
+    assert shown == [show_item(app, SCOPE, i) for i in ids]
+    assert [n["changed"] for n in shown[0]["notes"]] == [True, False]
+    assert shown[1]["notes"][0]["content"] == "Prefers tea number 2."
+
+    for i in ids[:3]:
+        decline(app, SCOPE, Selector(item_id=i), by="test")
+    assert [d["id"] for d in recent_decisions(app, SCOPE, limit=2)] == [ids[2], ids[1]]
+    assert {d["status"] for d in recent_decisions(app, SCOPE)} == {"declined"}
+    assert [s["id"] for s in show_items(app, SCOPE)] == ids[3:]

@@ -59,15 +59,13 @@ def _scope_param(who: Principal, raw: str | None) -> Scope | None:
 
 
 def _page_data(app: App, who: Principal, scope: Scope | None) -> dict[str, Any]:
-    from worker.review.service import list_items, show_item
+    from worker.review.service import recent_decisions, show_items
 
     with app.uow() as uow:
         scopes = [who.scope] if who.scope is not None else uow.review.scopes_with_open()
-    items = [show_item(app, scope, i["id"]) for i in list_items(app, scope, limit=50)] \
-        if scope is not None else []
-    decided = [i for i in list_items(app, scope, status=None, limit=1000)
-               if i["status"] != "open"][-20:] if scope is not None else []
-    return {"scopes": scopes, "scope": scope, "items": items, "decided": decided[::-1]}
+    items = show_items(app, scope, limit=50) if scope is not None else []
+    decided = recent_decisions(app, scope, limit=20) if scope is not None else []
+    return {"scopes": scopes, "scope": scope, "items": items, "decided": decided}
 
 
 @router.get(PAGE, response_class=HTMLResponse)

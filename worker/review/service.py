@@ -95,19 +95,50 @@ def show_item(app: App, scope: Scope, item_id: int) -> dict[str, Any]:
     the current state of the example it would archive; ``changed``: moved since the plan."""
     with app.uow() as uow:
         row = _get(uow, scope, item_id)
-        out = item_dict(row)
+        return _shown([row], *_current(uow, [row]))[0]
+
+
+def show_items(app: App, scope: Scope, *, limit: int = 50) -> list[dict[str, Any]]:
+    """The scope's first ``limit`` open items, each as ``show_item`` shows it: the items, the
+    notes they name and the examples they name, one query each."""
+    with app.uow() as uow:
+        rows = uow.review.list(scope, limit=limit)
+        return _shown(rows, *_current(uow, rows))
+
+
+def recent_decisions(app: App, scope: Scope, *, limit: int = 20) -> list[dict[str, Any]]:
+    """The scope's ``limit`` latest items no longer open, newest first."""
+    with app.uow() as uow:
+        return [item_dict(r) for r in uow.review.decided(scope, limit)]
+
+
+def _current(uow: Any, rows: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The current notes and examples the items name: one read of each kind."""
+    named = [_named(r) for r in rows]
+    note_ids = {i for kind, ids in named if kind != "example" for i in ids}
+    example_ids = {i for kind, ids in named if kind == "example" for i in ids}
+    notes = {n.id: n for n in uow.notes.get_many(note_ids)} if note_ids else {}
+    examples = uow.examples.review_state(example_ids) if example_ids else {}
+    return notes, examples
+
+
+def _shown(rows: list[Any], notes: dict[str, Any], examples: dict[str, Any]
+           ) -> list[dict[str, Any]]:
+    out = []
+    for row in rows:
+        item = item_dict(row)
         kind, ids = _named(row)
-        found = (uow.examples.review_state(ids) if kind == "example"
-                 else {n.id: n for n in uow.notes.get_many(ids)})
+        found = examples if kind == "example" else notes
 
-    def changed(i: str, now: Any) -> bool:
-        return i in out["versions"] and moved_since(row.payload, out["versions"][i],
-                                                    now) is not None
+        def changed(i: str, now: Any, item: dict[str, Any] = item, row: Any = row) -> bool:
+            return i in item["versions"] and moved_since(row.payload, item["versions"][i],
+                                                         now) is not None
 
-    shown = [{"id": i, "status": n.status, "version": n.version, "changed": changed(i, n),
-              **({} if kind == "example" else {"content": n.content})}
-             for i in sorted(ids) if (n := found.get(i)) is not None]
-    out["notes"], out["examples"] = ([], shown) if kind == "example" else (shown, [])
+        shown = [{"id": i, "status": n.status, "version": n.version, "changed": changed(i, n),
+                  **({} if kind == "example" else {"content": n.content})}
+                 for i in sorted(ids) if (n := found.get(i)) is not None]
+        item["notes"], item["examples"] = ([], shown) if kind == "example" else (shown, [])
+        out.append(item)
     return out
 
 

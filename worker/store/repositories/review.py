@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
@@ -70,12 +71,13 @@ class ReviewItemRepository:
             stmt = stmt.limit(limit)
         return list(self.session.scalars(stmt))
 
-    def counts(self, scope: Scope) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for status in self.session.scalars(
-                select(ReviewItemRow.status).where(ReviewItemRow.scope_key == scope.key)):
-            out[status] = out.get(status, 0) + 1
-        return out
+    def decided(self, scope: Scope, limit: int) -> builtins.list[ReviewItemRow]:
+        """The scope's ``limit`` most recently proposed items that are no longer open, newest
+        first (the review page's history)."""
+        return list(self.session.scalars(
+            select(ReviewItemRow).where(ReviewItemRow.scope_key == scope.key,
+                                        ReviewItemRow.status != OPEN)
+            .order_by(ReviewItemRow.id.desc()).limit(limit)))
 
     def decide(self, item_id: int, status: str, *, now: datetime, by: str | None,
                outcome: str | None = None, applied_run_id: str | None = None) -> bool:
