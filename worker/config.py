@@ -139,6 +139,10 @@ class Settings(BaseSettings):
     # A queued (or interrupted) run nobody claimed this long after it was enqueued is enqueued
     # again by the gate check, and failed after max_attempts re-enqueues (R30).
     queued_timeout_seconds: int = Field(3600, ge=10)
+    # While the broker's queue still holds messages no worker has taken, a run waiting in it is
+    # not lost: the gate check neither hands it out again nor recovers its expired lease (a
+    # chain's next phase queued behind the backlog) until it has waited this long.
+    backlog_patience_seconds: int = Field(86_400, ge=10)
     # Open candidates that grew over this many consecutive runs of a scope make its run blocked.
     open_growth_runs: int = Field(3, ge=2)
 
@@ -220,7 +224,7 @@ CENTURY_SECONDS = 100 * 365 * 86_400
 # Settings that are durations, with the seconds in one unit of each.
 _DURATIONS = (("gate_hours", 3600), ("gate_idle_minutes", 60), ("gate_max_stale_hours", 3600),
               ("beat_interval_seconds", 1), ("lease_seconds", 1), ("task_time_limit", 1),
-              ("queued_timeout_seconds", 1), ("llm_timeout", 1), ("llm_phase_seconds", 1),
+              ("queued_timeout_seconds", 1), ("backlog_patience_seconds", 1), ("llm_timeout", 1), ("llm_phase_seconds", 1),
               ("llm_batch_wait", 1), ("llm_batch_poll", 1),
               ("contradictions.newer_wins_days", 86_400),
               ("archive.protected_inactive_days", 86_400))

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
 from celery import chain, signals
 from kombu import Connection
+from kombu.exceptions import ChannelError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from worker.app import App
@@ -20,6 +22,8 @@ from worker.domain.types import PHASES
 from worker.llm.batch import reschedule_while_pending
 from worker.runs import service
 from worker.runs.outcome import PhaseOutcome
+
+log = structlog.get_logger(__name__)
 
 
 @signals.worker_init.connect
@@ -32,7 +36,8 @@ def _load_phases(**_: Any) -> None:
 
 @app.task(name="dream.gate_check")
 def gate_check() -> list[str]:
-    result = service.gate_check(resources())
+    dream_app = resources()
+    result = service.gate_check(dream_app, backlog=queue_backlog(dream_app))
     handed_out = result.created + result.retried + result.requeued
     for run_id in handed_out:
         enqueue_run(run_id)
@@ -116,6 +121,22 @@ def enqueue_run(run_id: str, dream_app: App | None = None) -> None:
     except (KombuOperationalError, OSError) as exc:
         service.abandon_run(dream_app, run_id, f"could not enqueue: {type(exc).__name__}")
         raise service.BrokerUnavailable(_broker_message(exc)) from None
+
+
+def queue_backlog(dream_app: App) -> int | None:
+    """Messages waiting in the queue that no worker has taken yet (what the gate check gives
+    patience to, ``recover_runs``); None when the broker does not answer."""
+    queue = dream_app.settings.celery_queue
+    url = dream_app.settings.broker_url
+    try:
+        with (Connection(url) if url else app.connection_for_write()) as conn:
+            channel: Any = conn.default_channel  # kombu's stubs leave queue_declare out
+            return int(channel.queue_declare(queue=queue, passive=True).message_count)
+    except ChannelError:  # a queue never declared, or (Redis) empty: nothing waits in it
+        return 0
+    except (KombuOperationalError, OSError) as exc:
+        log.warning("gate.backlog_unknown", queue=queue, error=type(exc).__name__)
+        return None
 
 
 def check_broker(url: str | None = None, timeout: float = 5.0) -> None:

@@ -166,6 +166,7 @@ def test_gate_check_task_runs_the_chain_to_finalize(cluster: Cluster) -> None:
     assert done and done[0]["task_name"] == "dream.archive"  # the last phase task finalizes
     gate = [e for e in events if e["event"] == "gate.checked"]
     assert gate and gate[0]["task_name"] == "dream.gate_check"
+    assert isinstance(gate[0]["backlog"], int)  # the worker read its queue's backlog
     assert "User prefers Python" not in cluster.log.read_text()  # no note text in logs
 
 

@@ -302,3 +302,82 @@ def test_lost_broker_message_is_sent_again_by_the_gate(app: App) -> None:
     finally:
         client.delete(queue)
         client.close()
+
+
+@pytest.mark.redis
+def test_a_run_waiting_behind_a_broker_backlog_is_not_sent_twice(app: App) -> None:
+    """R30 at fleet scale: a run whose message still waits in the queue (a backlog that takes
+    longer than DREAM_QUEUED_TIMEOUT_SECONDS to drain) is not handed out again by `dream gate`,
+    which says why; once its message is gone from the queue, the next check sends it again."""
+    import redis
+
+    from tests.support.services import redis_url
+
+    broker = redis_url().rsplit("/", 1)[0] + "/13"
+    queue = f"dream-backlog-{uuid.uuid4().hex[:10]}"
+    _notes(app)
+    for _ in range(5):
+        assert dream(app, "sessions", "add", "--agent", "a1").exit_code == 0
+    env = {**os.environ, "DREAM_DATABASE_URL": app.settings.database_url,
+           "DREAM_LLM_PROVIDER": "none", "DREAM_BROKER_URL": broker, "DREAM_CELERY_QUEUE": queue}
+    client = redis.Redis.from_url(broker)
+
+    def gate(after_seconds: int) -> str:
+        later = utcnow() + timedelta(seconds=after_seconds)
+        done = subprocess.run([DREAM, "gate", "--now", later.isoformat()], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    try:
+        assert "1 runs sent to the broker" in gate(0)
+        with app.uow() as uow:
+            run = uow.runs.active_for_scope(SCOPE)
+            assert run is not None
+            run_id = run.id
+        timeout = app.settings.queued_timeout_seconds
+        for k in range(1, app.settings.max_attempts + 2):  # more timeouts than it may be sent
+            out = gate(k * (timeout + 1))
+            assert "0 unclaimed runs handed out again, 0 given up" in out, out
+            assert "(1 messages still queued: waiting runs get 86400 s)" in out, out
+        assert _queued_run_ids(client, queue) == [run_id]  # still the one message
+        assert status_of(app, run_id) == RunStatus.QUEUED.value
+        client.delete(queue)  # now the message is lost
+        assert "1 unclaimed runs handed out again" in gate(2 * timeout)
+        assert _queued_run_ids(client, queue) == [run_id]
+    finally:
+        client.delete(queue)
+        client.close()
+
+
+def test_a_backlog_gives_queued_and_between_phase_runs_patience_then_recovers_them(
+        app: App) -> None:
+    """R30 + R5 with a backlog (the gate check's ``backlog``): neither a queued run past its
+    timeout nor a running one whose lease lapsed (a chain's next phase task queued behind the
+    backlog) is handed out, recovered or failed, however many timeouts pass, until the queue
+    is empty or they have waited DREAM_BACKLOG_PATIENCE_SECONDS; without a backlog, as before."""
+    _notes(app)
+    add_notes(app, {"agent_id": "a2", "content": "User likes jazz"})
+    queued = service.create_run(app, SCOPE, force=True)
+    running = service.create_run(app, Scope("a2"), force=True)
+    assert queued is not None and running is not None and service.claim_run(app, running) == 1
+    s = app.settings
+    start = utcnow()
+    step = timedelta(seconds=max(s.queued_timeout_seconds, s.lease_seconds) + 1)
+    for k in range(1, s.max_attempts + 3):
+        result = service.gate_check(app, now=start + k * step, backlog=40)
+        assert (result.requeued, result.retried, result.failed) == ([], [], []), k
+        assert result.backlog == 40
+    assert status_of(app, queued) == RunStatus.QUEUED.value
+    assert status_of(app, running) == RunStatus.RUNNING.value
+    result = service.gate_check(app, now=start + step, backlog=0)
+    assert (result.requeued, result.retried) == ([queued], [running])
+
+    # Both now wait for an executor again: a backlog that never drains still hands them out
+    # once they have waited the patience.
+    wait = start + step + timedelta(seconds=s.queued_timeout_seconds + 1)
+    assert service.gate_check(app, now=wait, backlog=40).requeued == []
+    later = start + step + timedelta(seconds=s.backlog_patience_seconds + 1)
+    assert sorted(service.gate_check(app, now=later, backlog=40).requeued) == sorted(
+        [queued, running])
+    assert service.gate_check(app, now=later, backlog=None).requeued == []  # once per timeout

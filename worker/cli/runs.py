@@ -218,12 +218,18 @@ def _gate_and_hand_out(app: App, clock: datetime | None) -> None:
     from worker.runs.service import gate_check
     from worker.runs.start import Via, dispatch_run, require_broker
 
+    backlog = None
     if app.settings.broker_url:
+        from worker.tasks import queue_backlog
+
         require_broker(app)  # before any run row is written
-    result = gate_check(app, now=clock)
+        backlog = queue_backlog(app)
+    result = gate_check(app, now=clock, backlog=backlog)
     click.echo(f"created {len(result.created)} runs, {len(result.skipped)} scopes not due, "
                f"{len(result.retried)} interrupted runs to retry, {len(result.requeued)} "
-               f"unclaimed runs handed out again, {len(result.failed)} given up")
+               f"unclaimed runs handed out again, {len(result.failed)} given up"
+               + (f" ({backlog} messages still queued: waiting runs get "
+                  f"{app.settings.backlog_patience_seconds} s)" if backlog else ""))
     handed_out = result.created + result.retried + result.requeued
     if not handed_out:
         return

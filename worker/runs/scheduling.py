@@ -29,16 +29,26 @@ class GateResult:
     # Queued/interrupted runs nobody claimed within DREAM_QUEUED_TIMEOUT_SECONDS (a lost broker
     # message, a creator killed before its claim, no broker at all): to be enqueued again.
     requeued: list[str] = field(default_factory=list)
+    backlog: int | None = None  # messages the broker's queue held at the check (None: unknown)
 
 
-def recover_runs(app: App, now: datetime, result: GateResult) -> None:
+def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | None = None) -> None:
     """R5 + R30: runs whose lease expired become interrupted (failed after max_attempts);
     queued/interrupted runs nobody claimed in time are handed out again (failed after
-    max_attempts hand-overs). Every transition is compare-and-set: a live executor wins."""
+    max_attempts hand-overs). Every transition is compare-and-set: a live executor wins.
+
+    ``backlog``: messages waiting in the broker's queue (None: unknown, or no broker). While
+    some wait, a run's message may be one of them, behind the rest: a queued run, or a running
+    one whose next phase task is queued (its lease lapses between two tasks of a chain), is
+    given ``backlog_patience_seconds`` before it counts as lost. Otherwise a fleet whose queue
+    takes hours to drain would have its waiting runs sent again (more messages behind the same
+    backlog) and failed after ``max_attempts`` timeouts."""
     settings = app.settings
-    stale_before = now - timedelta(seconds=settings.queued_timeout_seconds)
+    patience = settings.backlog_patience_seconds if backlog else 0
+    lapsed_before = now - timedelta(seconds=patience)
+    stale_before = now - timedelta(seconds=max(settings.queued_timeout_seconds, patience))
     with app.uow() as uow:
-        for run in uow.runs.expired_running(now):
+        for run in uow.runs.expired_running(lapsed_before):
             if run.attempts >= settings.max_attempts:
                 if uow.runs.expire(
                     run, now, RunStatus.FAILED.value, finished_at=now, lease_expires_at=None,
@@ -61,11 +71,12 @@ def recover_runs(app: App, now: datetime, result: GateResult) -> None:
         uow.commit()
 
 
-def gate_check(app: App, now: datetime | None = None) -> GateResult:
-    """Create a run for every due scope; recover lost or stuck runs first (R5, R30)."""
+def gate_check(app: App, now: datetime | None = None, backlog: int | None = None) -> GateResult:
+    """Create a run for every due scope; recover lost or stuck runs first (R5, R30).
+    ``backlog``: messages waiting in the broker's queue, if known (see ``recover_runs``)."""
     now = now or utcnow()
-    result = GateResult([], {}, [], [])
-    recover_runs(app, now, result)
+    result = GateResult([], {}, [], [], backlog=backlog)
+    recover_runs(app, now, result, backlog)
     for scope, decision in decide_scopes(app, now).items():
         result.decisions[scope.key] = decision
         if not decision.due:
@@ -84,7 +95,7 @@ def gate_check(app: App, now: datetime | None = None) -> GateResult:
         rules[decision.rule.value] = rules.get(decision.rule.value, 0) + 1
     log.info("gate.checked", created=len(result.created), skipped=len(result.skipped),
              retried=len(result.retried), requeued=len(result.requeued),
-             failed=len(result.failed), rules=rules)
+             failed=len(result.failed), backlog=backlog, rules=rules)
     return result
 
 

@@ -180,11 +180,12 @@ class RunRepository:
         )
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
-    def expired_running(self, now: datetime) -> builtins.list[DreamRunRow]:
+    def expired_running(self, before: datetime) -> builtins.list[DreamRunRow]:
+        """Running runs whose lease expired before ``before``."""
         return list(self.session.scalars(
             select(DreamRunRow).where(
                 DreamRunRow.status == RunStatus.RUNNING.value,
-                DreamRunRow.lease_expires_at < now,
+                DreamRunRow.lease_expires_at < before,
             )
         ))
 
