@@ -79,7 +79,12 @@ def _due_runs(app: App, clock: datetime | None, in_process: bool) -> list[str]:
     finds it taken (R4)."""
     from worker.runs import service
 
-    result = service.gate_check(app, now=clock)
+    backlog = None
+    if not in_process:  # sent to the broker: runs behind its backlog are waiting, not lost
+        from worker.tasks import queue_backlog
+
+        backlog = queue_backlog(app)
+    result = service.gate_check(app, now=clock, backlog=backlog)
     run_ids = result.created + result.retried + result.requeued
     if in_process:
         run_ids += [r for r in service.unclaimed_runs(app) if r not in run_ids]
