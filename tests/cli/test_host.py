@@ -45,6 +45,14 @@ def test_candidates_keep_apart_and_fuse_from_the_cli(db: App) -> None:
     s = statuses(db)
     assert s["a"] == s["b"] == "revoked" and list(s.values()).count("active") == 2
 
+    undo_id = fused.output.split("`dream undo ")[1].split("`")[0]
+    undone = dream(url, "undo", undo_id)
+    assert undone.exit_code == 0, undone.output
+    s = statuses(db)
+    assert s["a"] == s["b"] == "active" and list(s.values()).count("active") == 3
+    again = dream(url, "undo", undo_id)
+    assert again.exit_code == 4 and "already undone" in again.output
+
 
 @pytest.mark.parametrize(("args", "code"), [
     (("fuse", "a", "x", "--content", "text"), 2),          # two scopes

@@ -164,6 +164,9 @@ async def _exercise_scope_a(client: Client, app: App, ids: dict[str, list[str]])
     assert run["scope"] == Scope("agent-a").key and run["trigger"] == "mcp"
     undone = await _call(client, "undo_run", run_id=started["run_id"])
     assert undone["run_ids"] == [started["run_id"]]
+    unfused = await _call(client, "undo_run", run_id=fused["undo_id"])  # the fuse, by its id
+    assert sorted(unfused["restored"]) == ids["a"][:2]
+    assert unfused["retired"] == [fused["note"]["id"]]
 
     assert _states(app, "agent-b") == b_before  # nothing agent-a did touched agent-b
 

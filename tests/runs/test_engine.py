@@ -402,11 +402,11 @@ GREEN_TEA = ["User drinks green tea every morning before work",
              "User usually drinks green tea in the mornings"]
 
 
-def _dream(app: App, *args: str, **env: str) -> Result:
+def _dream(app: App, *args: str, code: int = 0, **env: str) -> Result:
     environ = {"DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LOG_LEVEL": "WARNING",
                "DREAM_BROKER_URL": None, **env}
     result = CliRunner().invoke(main, list(args), env=environ, catch_exceptions=False)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == code, result.output
     return result
 
 
@@ -426,7 +426,7 @@ def test_r27_a_model_down_for_some_calls_ends_the_run_partial(app: App,
            "DREAM_LLM_API_KEY": "k", "DREAM_LLM_MODEL": "stub-model",
            "DREAM_LLM_MAX_RETRIES": "0", "DREAM_LLM_TIMEOUT": "2"}
     add_notes(app, *({"content": t, "type": "Preference"} for t in DARK_MODE_NOTES + GREEN_TEA))
-    ran = _dream(app, "run", "--agent", "agent-1", "--force", **env)
+    ran = _dream(app, "run", "--agent", "agent-1", "--force", code=11, **env)  # partial
     [listed] = json.loads(_dream(app, "runs", "list", "--json").stdout)
     assert listed["status"] == "partial", (ran.stdout, listed)
     assert "model_partial" in listed["totals"]["flags"]

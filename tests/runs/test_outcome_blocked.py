@@ -28,13 +28,16 @@ ADMIN = "admin-token-0123456789abcdef"
 SCOPE = Scope("agent-1", "u1")
 
 
-def dream(app: App, *args: str, stdin: str | None = None, **env: str) -> Result:
+def dream(app: App, *args: str, stdin: str | None = None, code: int = 0, **env: str) -> Result:
     environ = {"DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LOG_LEVEL": "WARNING",
                "DREAM_BROKER_URL": None, "DREAM_LLM_PROVIDER": "none", **env}
     result = CliRunner().invoke(main, list(args), input=stdin, env=environ,
                                 catch_exceptions=False)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == code, result.output
     return result
+
+
+BLOCKED = 10  # `dream run`'s exit code for a run that ended blocked (worker.cli.runs)
 
 
 def jsonl(rows: list[dict[str, Any]]) -> str:
@@ -76,7 +79,8 @@ def test_r27_guard_trip_is_blocked_in_runs_list_metrics_and_dashboard(
     shows it; `--allow-retire 8` then archives the 8 and succeeds."""
     dream(app, "entities", "import", "-", stdin=jsonl(ENTITIES))
     dream(app, "notes", "import", "-", stdin=jsonl(ORPHAN_HEAVY))
-    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", "--phase", "prune")
+    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", "--phase", "prune",
+                code=BLOCKED)
     first = ran.stdout.splitlines()
     run_id = first[0].split()[1]
     assert first[0].startswith(f"run {run_id} blocked")
@@ -136,7 +140,7 @@ def test_r20_host_table_that_suddenly_lacks_everything_trips_the_guard(app: App)
          for i in range(12)]))
     env = {"DREAM_PRUNE__CHECKER": "sql", "DREAM_PRUNE__SQL_AGENTS": "host_agents.id.state",
            "DREAM_PRUNE__ABSENCE_MEANS_DELETED": "true"}
-    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", **env)
+    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", code=BLOCKED, **env)
     assert " blocked " in ran.stdout.splitlines()[0] + " ", ran.stdout
     assert "would retire 12 of 12" in ran.stdout
     with app.uow() as uow:
@@ -247,7 +251,7 @@ def test_r27_a_model_down_all_run_blocks_the_run(app: App, llm_stub: LLMStub,
     dream(app, "entities", "import", "-",
           stdin=jsonl([{"kind": "agent", "id": "agent-1"}, {"kind": "user", "id": "u1"}]))
     dream(app, "notes", "import", "-", stdin=jsonl(notes))
-    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", **env)
+    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", code=BLOCKED, **env)
     assert ran.stdout.splitlines()[0].split()[2] == "blocked", ran.stdout
 
     [listed] = json.loads(dream(app, "runs", "list", "--json").stdout)

@@ -86,3 +86,15 @@ def visible_run(app: App, run_id: str, who: Principal) -> dict[str, Any]:
     if who.scope is not None and tree["scope"] != who.scope.key:
         raise NotFound(f"no run with id {run_id}")
     return tree
+
+
+def check_undoable_by(app: App, run_id: str, who: Principal) -> None:
+    """NotFound unless the caller may undo ``run_id``: a run it sees, or a write logged without
+    a run (a host fuse, an erasure) that touched only the caller's scope (any, for an admin)."""
+    from worker.safety.undo import logged_scopes
+
+    scopes = logged_scopes(app, run_id)
+    if not scopes:
+        visible_run(app, run_id, who)
+    elif who.scope is not None and scopes != {who.scope.key}:
+        raise NotFound(f"no run with id {run_id}")

@@ -56,7 +56,8 @@ def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
     from worker.host import fuse
 
     result = fuse(cli_app(ctx), list(source_ids), content, importance, strict)
-    click.echo(f"fused {len(result.superseded)} notes into {result.note['id']}")
+    click.echo(f"fused {len(result.superseded)} notes into {result.note['id']}; undo it with "
+               f"`dream undo {result.undo_id}`")
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
 

@@ -59,9 +59,12 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     if not agent:
         if via_celery:
             require_broker(app)  # before any run row is written
+        codes = [0]
         for run_id in _due_runs(app, clock, in_process=not via_celery):
-            _report(app, run_id, dispatch_run(app, run_id, via), via)
-        return
+            status = dispatch_run(app, run_id, via)
+            _report(app, run_id, status, via)
+            codes.append(run_exit_code(status))
+        ctx.exit(max(codes))
 
     request = RunRequest(Scope(agent, user, company), trigger="cli", force=force,
                          dry_run=dry_run, allow_retire=allow_retire, phases=phases, clock=clock)
@@ -71,6 +74,18 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
         click.echo(str(exc))  # not an error: the gate did its job (exit 0, no run)
         return
     _report(app, started.run_id, started.status, via)
+    ctx.exit(run_exit_code(started.status))
+
+
+# How a run ended, for cron and scripts (not user errors, whose codes are 2-8): 0 succeeded (or
+# queued on the broker, or not due); a run that stopped itself or did not finish says so.
+RUN_EXIT_CODES = {RunStatus.BLOCKED.value: 10, RunStatus.PARTIAL.value: 11,
+                  RunStatus.FAILED.value: 12, RunStatus.INTERRUPTED.value: 13,
+                  RunStatus.CANCELLED.value: 13}
+
+
+def run_exit_code(status: str) -> int:
+    return RUN_EXIT_CODES.get(status, 0)
 
 
 def _due_runs(app: App, clock: datetime | None, in_process: bool) -> list[str]:

@@ -28,6 +28,7 @@ from worker.host.records import note_record
 from worker.host.remember import canonical_type
 from worker.phases.consolidate.core import fused_fields, majority_type, revocation_comment
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
+from worker.safety.undo import FUSE_PREFIX
 from worker.similarity import neighbour_pairs
 from worker.store.models import RunStepRow
 from worker.text.grounding import check_fusion
@@ -45,6 +46,12 @@ class FuseResult:
     note: dict[str, Any]
     superseded: list[str]
     warnings: list[str]
+    undo_id: str  # `dream undo` (the API's and MCP's undo) takes it and revokes the fusion
+
+    def as_dict(self) -> dict[str, Any]:
+        """What the API and the MCP tool answer."""
+        return {"note": self.note, "superseded": self.superseded, "warnings": self.warnings,
+                "undo_id": self.undo_id}
 
 
 def fusion_candidates(
@@ -198,8 +205,9 @@ def fuse(
                        comment=revocation_comment(new_id, "fused by the host"), valid_to=now,
                        importance=0.0)
     changed = sources[0].id
+    undo_id = f"{FUSE_PREFIX}{uuid.uuid4()}"
     try:  # one write, no run: no fence and no blast-radius share (the host decided)
-        with open_write(WriteTarget(app=app, scope=scope, now=now)) as w:
+        with open_write(WriteTarget(app=app, scope=scope, now=now, log_id=undo_id)) as w:
             (result,) = w.apply([change], vectors={new_id: vector})
             if result.status != ItemStatus.APPLIED:
                 changed = (result.stale_ids or [changed])[0]
@@ -212,8 +220,8 @@ def fuse(
     with app.uow() as uow:
         created = uow.notes.get_many([new_id])[0]
     log.info("host.fused", scope=scope.key, note_id=new_id, sources=len(sources),
-             ungrounded=len(problems))
-    return FuseResult(note_record(created), [n.id for n in sources], warnings)
+             ungrounded=len(problems), undo_id=undo_id)
+    return FuseResult(note_record(created), [n.id for n in sources], warnings, undo_id)
 
 
 def grounding_problems(sources: list[Note], text: str) -> tuple[list[str], list[str]]:

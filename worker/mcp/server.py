@@ -102,7 +102,8 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
              fused_importance: float | None = None, strict: bool = False,
              type: str | None = None) -> dict[str, Any]:
         """Replace the source notes with your fused text in one transaction: sources are revoked
-        (kept, undoable), the new note points back to them. strict refuses facts no source has."""
+        (kept), the new note points back to them; undo_run(run_id=<the answer's undo_id>) gives
+        them back. strict refuses facts no source has."""
         return _call(lambda: tools(ctx).fuse(source_ids, fused_content, fused_importance,
                                              strict, type))
 

@@ -40,7 +40,7 @@ class ScopedTools:
              type: str | None = None) -> dict[str, Any]:
         result = fuse(self.app, source_ids, fused_content, fused_importance, strict,
                       allowed_scope=self.scope, note_type=type)
-        return {"note": result.note, "superseded": result.superseded, "warnings": result.warnings}
+        return result.as_dict()
 
     def keep_apart(self, source_ids: list[str]) -> dict[str, Any]:
         return keep_apart(self.app, source_ids, allowed_scope=self.scope)
@@ -66,9 +66,11 @@ class ScopedTools:
                 "runs": list_runs(self.app, scope=self.scope, limit=10)}
 
     def undo_run(self, run_id: str, force_cascade: bool = False) -> dict[str, Any]:
-        from worker.safety.undo import undo_run
+        """A run of this scope, or a fuse of this scope by its ``undo_id``."""
+        from worker.safety.undo import logged_scopes, undo_run
 
-        self._run(run_id)
+        if logged_scopes(self.app, run_id) != {self.scope.key}:
+            self._run(run_id)  # NotFound unless a run of this scope
         result = undo_run(self.app, run_id, force_cascade=force_cascade)
         return result.as_dict()
 

@@ -7,7 +7,8 @@ erasure can still follow lineage afterwards — and deletes the judgement (verdi
 review rows the run recorded, so no decision of an undone run outlives it; its open review
 items are withdrawn (declined) and an item it applied reads ``undone``, not approved — items
 are kept, not deleted, and the result counts each of the three apart. The restorations an
-erasure made are logged under an ``erase-…`` id and undone the same way (there is no run row).
+erasure made, and a host fuse, are logged under an ``erase-…`` or ``fuse-…`` id and undone the
+same way (there is no run row).
 
 A note is *changed since* when its version moved past the run's after-image by anything other
 than a later run that was itself undone (and that undo): a later run's change, or a host edit
@@ -38,6 +39,9 @@ log = structlog.get_logger(__name__)
 
 _DATETIME_FIELDS = ("valid_to", "last_checked_at")
 ERASE_PREFIX = "erase-"  # operation-log id of an erasure's restorations (worker.safety.erase)
+FUSE_PREFIX = "fuse-"  # operation-log id of a host fuse (worker.host.fusion)
+# Writes with no run row that `dream undo` takes by their operation-log id.
+LOGGED_WITHOUT_RUN = (ERASE_PREFIX, FUSE_PREFIX)
 
 
 class UndoRefused(RunError):
@@ -91,9 +95,18 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False) -> UndoResult:
     return result
 
 
+def logged_scopes(app: App, log_id: str) -> set[str]:
+    """The scopes a write logged without a run (an ``erase-…`` or ``fuse-…`` id) touched; empty
+    for any other id (a caller limited to one scope may undo it only when that is all)."""
+    if not log_id.startswith(LOGGED_WITHOUT_RUN) or len(log_id) > 64 or "\x00" in log_id:
+        return set()
+    with app.uow() as uow:
+        return {row.scope_key for row in uow.safety.run_log(log_id)}
+
+
 def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
     run = uow.runs.get(run_id)
-    if run is None and run_id.startswith(ERASE_PREFIX) and uow.safety.run_log(run_id):
+    if run is None and run_id.startswith(LOGGED_WITHOUT_RUN) and uow.safety.run_log(run_id):
         if uow.safety.undo_logged(run_id):
             raise RunError(f"{run_id} is already undone")
         return

@@ -282,3 +282,29 @@ def test_strict_fuse_refuses_each_adversarial_fusion(
     r = client.post("/api/forgetting/fuse", headers=auth(ADMIN), json={**body, "strict": False})
     assert r.status_code == 201, r.text
     assert any(named in w for w in r.json()["warnings"])
+
+
+def test_a_fuse_is_undone_by_its_undo_id_by_its_own_scope_only(api_app: App,
+                                                               client: TestClient) -> None:
+    """The answer carries an ``undo_id``; ``POST /api/runs/{undo_id}/undo`` with a token of
+    the fuse's scope (or an admin's) gives every source back and revokes the fused note, once;
+    another scope's token gets 404, as for a run it cannot see, and nothing changes."""
+    seed(api_app)
+    before = state(api_app)
+    ids = [i for i, _ in SEED]
+    body = client.post("/api/forgetting/fuse", headers=auth(AGENT_1),
+                       json={"source_ids": ids, "fused_content": FUSED}).json()
+    undo_id, new_id = body["undo_id"], body["note"]["id"]
+    assert undo_id.startswith("fuse-")
+    fused = state(api_app)
+    assert client.post(f"/api/runs/{undo_id}/undo", headers=auth(AGENT_2)).status_code == 404
+    assert state(api_app) == fused
+    r = client.post(f"/api/runs/{undo_id}/undo", headers=auth(AGENT_1))
+    assert r.status_code == 200, r.text
+    assert sorted(r.json()["restored"]) == sorted(ids) and r.json()["retired"] == [new_id]
+    after = state(api_app)
+    for i in ids:
+        assert after[i][:3] == before[i][:3]  # active, its importance, no pointer
+    assert after[new_id][0] == "revoked"
+    again = client.post(f"/api/runs/{undo_id}/undo", headers=auth(ADMIN))
+    assert again.status_code == 409 and "already undone" in again.text

@@ -27,7 +27,7 @@ def fuse_notes(body: FuseIn, who: Caller, app: DreamApp) -> dict[str, Any]:
     """Replace the sources with the host's fused text in one transaction."""
     result = fuse(app, body.source_ids, body.fused_content, body.fused_importance,
                   body.strict, allowed_scope=who.scope, note_type=body.type)
-    return {"note": result.note, "superseded": result.superseded, "warnings": result.warnings}
+    return result.as_dict()
 
 
 @router.post("/keep-apart")

@@ -6,7 +6,14 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from worker.api.deps import Caller, DreamApp, query_scope, scope_for, visible_run
+from worker.api.deps import (
+    Caller,
+    DreamApp,
+    check_undoable_by,
+    query_scope,
+    scope_for,
+    visible_run,
+)
 from worker.api.schemas import RunIn, UndoIn
 from worker.clock import parse_timestamp
 from worker.domain.types import RunStatus
@@ -72,5 +79,5 @@ def undo(run_id: str, who: Caller, app: DreamApp, body: UndoIn | None = None) ->
     """Revert every change the run made (409, nothing changed, if a note changed since)."""
     from worker.safety.undo import undo_run
 
-    visible_run(app, run_id, who)
+    check_undoable_by(app, run_id, who)
     return undo_run(app, run_id, force_cascade=bool(body and body.force_cascade)).as_dict()

@@ -53,6 +53,14 @@ class WriteTarget:
     allow_retire: int | None = None
     notes_before: dict[str, int] | None = None  # the run's counts before its first phase
     held: HeldWrite | None = None  # the engine commits the write, with the phase's finish
+    # A host write with no run: the id its operation log, lineage and verdicts carry, which
+    # `dream undo` takes as it takes a run id (``fuse-…``); None: a host write not undoable.
+    log_id: str | None = None
+
+    @property
+    def logged_as(self) -> str | None:
+        """The run id the write's log, lineage and verdict rows carry."""
+        return self.run_id or self.log_id
 
     @classmethod
     def of(cls, ctx: Any, phase: str, parent_step_id: str | None) -> WriteTarget:
@@ -178,7 +186,7 @@ class PhaseWrite:
         self.state = known if known is not None else self.uow.writes.lock_state(ids)
         guard = self._guard_limits(changes, journal, guard_each)
         results, self.tripped = evaluate(changes, self._before_images(), guard)
-        rows = RowBuilder(t.scope, t.run_id, t.now, self.state,
+        rows = RowBuilder(t.scope, t.logged_as, t.now, self.state,
                           getattr(t.app.embedder, "model_name", None), vectors or {})
         for r in results:
             if r.status == ItemStatus.APPLIED:
@@ -242,12 +250,12 @@ class PhaseWrite:
         self._judgements.append({
             "scope_key": self.target.scope.key, "kind": kind, "fingerprint": fingerprint,
             "note_ids": list(note_ids) if ordered else sorted(note_ids), "verdict": verdict,
-            "reason": reason, "run_id": self.target.run_id, "created_at": self.target.now})
+            "reason": reason, "run_id": self.target.logged_as, "created_at": self.target.now})
 
     def review(self, kind: str, note_ids: Sequence[str], reason: str | None) -> None:
         self._reviews.append({"scope_key": self.target.scope.key, "kind": kind,
                               "note_ids": sorted(note_ids), "reason": reason,
-                              "run_id": self.target.run_id, "created_at": self.target.now})
+                              "run_id": self.target.logged_as, "created_at": self.target.now})
 
     def trip(self, reason: str, note_ids: Sequence[str]) -> None:
         """Why the guard stopped the phase: a skipped child step and an open review (R20, R27)."""
