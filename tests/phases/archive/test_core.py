@@ -51,6 +51,15 @@ def test_policy_retention_days_apply() -> None:
     assert not plan_notes([_note(idle=150)], RetentionPolicy(note_retention_days=200), NOW).stale
 
 
+def test_the_archive_comment_names_the_limit_that_applied() -> None:
+    """A protected note goes after its own, longer idle limit, and its comment says that one."""
+    policy = RetentionPolicy(note_retention_days=90, protected_inactive_days=365)
+    [plain] = plan_notes([_note(idle=100)], policy, NOW).stale
+    [pinned] = plan_notes([_note(idle=700, protection="protected")], policy, NOW).stale
+    assert plain.comment.endswith("not accessed for 100 days (retention 90 days)")
+    assert pinned.comment.endswith("not accessed for 700 days (retention 365 days)")
+
+
 def _example(score: float | None, idle: float, auto: bool = True,
              expires_in: float | None = None) -> Example:
     return Example(id="e", is_auto_generated=auto, success_score=score,

@@ -101,9 +101,10 @@ def plan_notes(notes: list[Note], policy: RetentionPolicy, now: datetime) -> Not
             why = f"expired on {note.expires_at.date().isoformat()}"
             plan.expired.append(Decision(note.id, note.version, _stamp(now, why), idle.days,
                                          decided))
-        else:
-            why = (f"not accessed for {idle.days} days "
-                   f"(retention {policy.note_retention_days} days)")
+        else:  # the rule that let it go: a protected note's own, longer limit
+            limit = (policy.protected_inactive_days if note.protection == protected
+                     else policy.note_retention_days)
+            why = f"not accessed for {idle.days} days (retention {limit} days)"
             plan.stale.append(Decision(note.id, note.version, _stamp(now, why), idle.days,
                                        decided))
     return plan
