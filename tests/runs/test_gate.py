@@ -112,6 +112,8 @@ def test_reasons_name_the_figures() -> None:
     by_volume = decide_gate(now=NOW, policy=GatePolicy(notes=20), activity=ScopeActivity(
         NOW - 30 * H, 1, notes_changed_since=21))
     assert by_volume.reason == "due: 21 of 20 changed notes and 30.00 h since last dream"
+    first = decide_gate(now=NOW, policy=GatePolicy(), activity=ScopeActivity(None, 2))
+    assert first.reason == "2 of 5 sessions since the scope began (no dream yet)"
 
 
 @pytest.mark.parametrize(

@@ -71,8 +71,9 @@ def decide_gate(*, now: datetime, policy: GatePolicy, activity: ScopeActivity) -
     if p.notes is not None:
         counted += f" or {a.notes_changed_since} of {p.notes} changed notes"
     if not (by_sessions or by_notes):
-        return GateDecision(False, f"{counted} since last dream", GateRule.TOO_LITTLE_ACTIVITY)
-    since = "since last dream"
+        since = ("since last dream" if a.last_success_at is not None
+                 else "since the scope began (no dream yet)")
+        return GateDecision(False, f"{counted} {since}", GateRule.TOO_LITTLE_ACTIVITY)
     if a.last_success_at is not None:
         elapsed = now - a.last_success_at
         if elapsed < timedelta(hours=p.hours):
