@@ -427,3 +427,15 @@ def test_the_review_page_reads_all_items_in_a_fixed_number_of_statements(app: Ap
     assert [d["id"] for d in recent_decisions(app, SCOPE, limit=2)] == [ids[2], ids[1]]
     assert {d["status"] for d in recent_decisions(app, SCOPE)} == {"declined"}
     assert [s["id"] for s in show_items(app, SCOPE)] == ids[3:]
+
+
+def test_a_decision_without_by_records_the_login_name(app: App) -> None:
+    """Not ``cli:cli``: who ran the command, as the operating system names them."""
+    import getpass
+
+    _seed(app)
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea in the morning."))
+    declined = _cli(app, "review", "decline", str(item), "--agent", "agent-1")
+    assert declined.exit_code == 0, declined.output
+    [row] = list_items(app, SCOPE, status="declined")
+    assert row["decided_by"] == f"cli:{getpass.getuser()}"

@@ -3,6 +3,7 @@ functions the API, the dashboard and the MCP tools call)."""
 
 from __future__ import annotations
 
+import getpass
 import json
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -112,10 +113,21 @@ def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
                    + (f" (run {item['applied_run_id']})" if item["applied_run_id"] else ""))
 
 
+def _decider(by: str | None) -> str:
+    """``cli:<by>``, or ``cli:<login name>`` (what the item records as who decided)."""
+    if by is None:
+        try:
+            by = getpass.getuser()[:64] or "unknown"
+        except (OSError, KeyError):  # no login name for this uid (a container)
+            by = "unknown"
+    return f"cli:{by}"
+
+
 def _decision_options(fn: F) -> F:
     fn = click.option("--json", "as_json", is_flag=True)(fn)
-    fn = click.option("--by", default="cli", show_default=True, type=IDENT,
-                      help="Who decides (recorded on the item).")(fn)
+    fn = click.option("--by", default=None, type=IDENT,
+                      help="Who decides (recorded on the item as cli:<by>; default: your login "
+                           "name).")(fn)
     fn = click.option("--all", "all_", is_flag=True, help="Every open item of the scope.")(fn)
     fn = click.option("--run", "run_id", default=None, type=IDENT,
                       help="Every open item this run proposed.")(fn)
@@ -146,7 +158,7 @@ def approve_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str |
     from worker.review.service import approve
 
     app, scope = _known_scope(ctx, agent, user, company)
-    _echo(approve(app, scope, _selector(item_id, run_id, all_), f"cli:{by}"), as_json)
+    _echo(approve(app, scope, _selector(item_id, run_id, all_), _decider(by)), as_json)
 
 
 @review.command("decline")
@@ -163,4 +175,4 @@ def decline_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str |
     if reason is not None and (len(reason) > 500 or "\x00" in reason):
         raise UserError("--reason must be at most 500 characters, without NUL")
     app, scope = _known_scope(ctx, agent, user, company)
-    _echo(decline(app, scope, _selector(item_id, run_id, all_), f"cli:{by}", reason), as_json)
+    _echo(decline(app, scope, _selector(item_id, run_id, all_), _decider(by), reason), as_json)
