@@ -439,3 +439,24 @@ def test_a_decision_without_by_records_the_login_name(app: App) -> None:
     assert declined.exit_code == 0, declined.output
     [row] = list_items(app, SCOPE, status="declined")
     assert row["decided_by"] == f"cli:{getpass.getuser()}"
+
+
+def test_a_batch_approval_counts_its_retirements_together_against_the_guard(app: App) -> None:
+    """R20: each approved item runs alone, so ten archive items would each pass the guard while
+    together retiring 10 of 14 notes. ``approve --all`` counts them together against the scope
+    at the batch's start: 7 of 14 (the 50 % limit) go, the other three stay open with the
+    reason; one approved by its id is a decision of its own and goes."""
+    add_notes(app, *({"id": f"n{k:02}", "content": f"Fact number {k} about the project."}
+                     for k in range(14)))
+    items = [_propose(app, _archive(f"n{k:02}")) for k in range(10)]
+    batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1", "--json")
+    assert batch.exit_code == 0, batch.output
+    decided = {d["id"]: d for d in json.loads(batch.output)["items"]}
+    assert [decided[i]["status"] for i in items] == ["approved"] * 7 + ["blocked"] * 3
+    assert "would retire 8 of the scope's 14 active notes (limit 50%)" in decided[items[7]][
+        "detail"]
+    assert sorted(s for s, _ in _statuses(app).values()) == ["active"] * 7 + ["archived"] * 7
+    assert [i["id"] for i in list_items(app, SCOPE)] == items[7:]
+    one = _cli(app, "review", "approve", str(items[7]), "--agent", "agent-1")
+    assert one.exit_code == 0, one.output
+    assert _statuses(app)["n07"][0] == "archived"

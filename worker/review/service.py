@@ -23,6 +23,7 @@ from worker.domain.types import Note, RunStatus, Scope, StepStatus, fingerprint_
 from worker.errors import Conflict, NotFound
 from worker.errors import InvalidInput as Invalid
 from worker.review.apply import GUARDED, OK, apply_change, at_versions
+from worker.review.batch_guard import BatchGuard
 from worker.review.items import (
     DECLINED_KIND,
     ChangeKind,
@@ -212,12 +213,22 @@ def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided
 
     What the items name is read once for all of them (``_Current``). One named item that is
     stale raises Conflict and writes nothing (the item stays open until a run or a batch
-    approval records it stale); a batch records each stale item as stale.
+    approval records it stale); a batch records each stale item as stale, and counts its
+    retirements together against the guard (``BatchGuard``: one past it stays open, blocked).
     """
     single = selector.item_id is not None
     rows = _selected(app, scope, selector)
     current = _Current(app, rows)
-    out = [_approve_one(app, scope, row, by, current, record_stale=not single) for row in rows]
+    guard = None if single else BatchGuard.start(app, scope)
+    out = []
+    for row in rows:
+        refusal = guard.refusal(row) if guard is not None else None
+        if refusal is not None:
+            out.append(Decided(row.id, "blocked", refusal))  # still open
+            continue
+        out.append(_approve_one(app, scope, row, by, current, record_stale=not single))
+        if guard is not None and out[-1].status == ItemStatus.APPROVED.value:
+            guard.applied(row)
     if single and out[0].status != ItemStatus.APPROVED.value:
         raise Conflict(out[0].line)
     return out
