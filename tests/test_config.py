@@ -2,7 +2,8 @@
 
 import pytest
 
-from worker.config import ConfigError, load_settings
+from worker import config
+from worker.config import ConfigError, load_settings, masked_url, warn_unknown_variables
 
 
 def test_defaults_are_the_embedded_default(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,6 +35,13 @@ def test_nested_section_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ("DREAM_QUEUED_TIMEOUT_SECONDS", "99999999999999", "DREAM_QUEUED_TIMEOUT_SECONDS"),
     ("DREAM_CONTRADICTIONS__NEWER_WINS_DAYS", "99999999", "DREAM_CONTRADICTIONS__NEWER_WINS_DAYS"),
     ("DREAM_API_MAX_BODY_BYTES", "10", "DREAM_API_MAX_BODY_BYTES"),
+    # free strings that only take some values: each failed later with a traceback
+    ("DREAM_LOG_LEVEL", "LOUD", "DREAM_LOG_LEVEL: Input should be 'DEBUG', 'INFO'"),
+    ("DREAM_BROKER_URL", "foo://x", "unknown scheme 'foo://'; use redis://, rediss://, amqp://"),
+    ("DREAM_BROKER_URL", "localhost", "DREAM_BROKER_URL: 'localhost' is not a URL"),
+    ("DREAM_BROKER_URL", "redis://127.0.0.1:abc/0", "port of 'redis://127.0.0.1:abc/0' is not a number"),
+    ("DREAM_BROKER_URL", "redis://a:6379/0;nats://b", "unknown scheme 'nats://'"),
+    ("DREAM_RESULT_BACKEND", "foo://x", "DREAM_RESULT_BACKEND: unknown scheme 'foo://'; use redis://"),
 ])
 def test_bad_value_fails_with_one_line(monkeypatch: pytest.MonkeyPatch, var: str, value: str,
                                        named: str) -> None:
@@ -43,3 +51,70 @@ def test_bad_value_fails_with_one_line(monkeypatch: pytest.MonkeyPatch, var: str
         load_settings()
     message = str(err.value)
     assert named in message and "\n" not in message
+
+
+@pytest.mark.parametrize(("var", "value", "expected"), [
+    ("DREAM_LOG_LEVEL", "debug", "DEBUG"),  # any case, as before
+    ("DREAM_BROKER_URL", "amqp://guest@rabbit:5672//", "amqp://guest@rabbit:5672//"),
+    ("DREAM_BROKER_URL", "sqla+postgresql://u@h/db", "sqla+postgresql://u@h/db"),
+    ("DREAM_BROKER_URL", "redis://a:6379/0;redis://b:6379/0", "redis://a:6379/0;redis://b:6379/0"),
+    ("DREAM_RESULT_BACKEND", "db+postgresql://u@h/db", "db+postgresql://u@h/db"),
+    ("DREAM_RESULT_BACKEND", "rpc://", "rpc://"),
+])
+def test_values_celery_and_logging_take_still_load(monkeypatch: pytest.MonkeyPatch, var: str,
+                                                   value: str, expected: str) -> None:
+    monkeypatch.setenv(var, value)
+    assert getattr(load_settings(), var.removeprefix("DREAM_").lower()) == expected
+
+
+def test_a_bad_url_setting_never_echoes_its_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DREAM_BROKER_URL", "foo://bob:hunter2@host:1/0")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert "hunter2" not in str(err.value) and "foo://bob:**@host:1/0" in str(err.value)
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),  # no password: nothing masked
+    ("amqp://guest@h//", "amqp://guest@h//"),
+    ("redis://:s3cret@h:6379/0", "redis://:**@h:6379/0"),
+    ("amqp://u:p@ss@h//", "amqp://u:**@h//"),
+    ("redis://:a@x;redis://:b@y", "redis://:**@x;redis://:**@y"),
+])
+def test_masked_url_masks_only_a_password_that_is_there(url: str, shown: str) -> None:
+    assert masked_url(url) == shown
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget which unknown variables this process has already warned about."""
+    monkeypatch.setattr(config, "_warned", set())
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.parametrize(("var", "hint"), [
+    ("DREAM_GATE_HOUR", "did you mean DREAM_GATE_HOURS?"),
+    ("DREAM_CONSOLIDATE__TRESHOLD", "did you mean DREAM_CONSOLIDATE__THRESHOLD?"),
+    ("DREAM_CONSOLIDATE__BOGUS", "no dream-worker setting is called that"),
+    ("dream_log_levl", "did you mean DREAM_LOG_LEVEL?"),
+])
+def test_an_unknown_variable_is_one_warning_line_once(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], var: str,
+        hint: str) -> None:
+    """A typo was silently ignored; now one stderr line names it and the closest setting, once
+    per process, and settings still load (other tools may share the prefix)."""
+    monkeypatch.setenv(var, "5")
+    load_settings()
+    load_settings()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"warning: unknown variable {var} is ignored ({hint})"]
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_known_variables_do_not_warn(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every setting, a section given whole as JSON, and the worker's other variables."""
+    warn_unknown_variables({"DREAM_GATE_HOURS": "1", "DREAM_CONSOLIDATE__THRESHOLD": "0.6",
+                            "DREAM_CONSOLIDATE": "{}", "DREAM_CRASH_AT": "x",
+                            "DREAM_RESOURCES_DIR": "/tmp", "OTEL_TRACES_EXPORTER": "otlp",
+                            "dream_log_level": "info", "DREAMY": "1"})
+    assert capsys.readouterr().err == ""

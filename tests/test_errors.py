@@ -3,13 +3,17 @@ and the domain names callers import are the classes of their meaning."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from worker import errors
+from worker.api.auth import parse_tokens
 from worker.config import ConfigError
+from worker.domain.limits import json_syntax_problem
 from worker.embeddings.openai_compat import EmbeddingError
 from worker.host import Conflict, HostError, Invalid, NotFound
-from worker.ingest.jsonl import InputError
+from worker.ingest.jsonl import InputError, read_jsonl
 from worker.llm.base import LLMError
 from worker.runs.service import BrokerUnavailable, RunError, UnknownScope
 from worker.runs.start import NotDue
@@ -67,3 +71,19 @@ def test_a_run_not_found_is_still_a_run_error_and_answers_404() -> None:
     assert str(missing) == "no run with id r1; list runs with `dream runs list`"
     assert HostError is errors.DreamError
     assert errors.InvalidRun("x").status == 422  # its meaning wins over RunError's conflict
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('{"a": "tab\there"}', "Invalid control character at column 11"),
+    ('{"a": "open', "Unterminated string starting at column 7"),
+    ('{"a": }', "Expecting value at column 7"),
+])
+def test_json_syntax_errors_name_the_column_once(text: str, problem: str) -> None:
+    """The decoder's own message may end in "at": the import error said "at at column"."""
+    with pytest.raises(json.JSONDecodeError) as err:
+        json.loads(text)
+    assert json_syntax_problem(err.value) == problem
+    with pytest.raises(InputError, match=rf"^line 1: not valid JSON \({problem}\)$"):
+        list(read_jsonl([text]))
+    with pytest.raises(ConfigError, match=rf"DREAM_API_TOKENS is not valid JSON \({problem}\)"):
+        parse_tokens(text)

@@ -5,14 +5,29 @@ Nested sections use a double underscore: ``DREAM_CONSOLIDATE__THRESHOLD=0.65``.
 
 from __future__ import annotations
 
+import difflib
+import os
+import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 import platformdirs
-from pydantic import AliasChoices, BaseModel, Field, ValidationError, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
 
 
 def default_database_url() -> str:
@@ -190,7 +205,7 @@ class Settings(BaseSettings):
     # longest note the host limits allow, JSON-escaped, many times over.
     api_max_body_bytes: int = Field(1_048_576, ge=1024)
     log_format: Literal["auto", "console", "json"] = "auto"
-    log_level: str = "INFO"
+    log_level: LogLevel = "INFO"  # in any case: "debug" is DEBUG
 
     consolidate: ConsolidateSettings = ConsolidateSettings()
     contradictions: ContradictionSettings = ContradictionSettings()
@@ -206,6 +221,22 @@ class Settings(BaseSettings):
     def task_soft_time_limit(self) -> int:
         """Celery's soft limit (90 % of the hard one): what a run task plans its phases by."""
         return int(self.task_time_limit * 0.9)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("broker_url", "result_backend")
+    @classmethod
+    def _known_scheme(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Celery resolves the scheme only when it first connects: an unknown one was a KeyError
+        # (or ModuleNotFoundError) traceback, for the result backend after the run was written.
+        if value is not None:
+            check = broker_url_problem if info.field_name == "broker_url" else backend_url_problem
+            if problem := check(value):
+                raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _durations_fit(self) -> Settings:
@@ -230,18 +261,126 @@ _DURATIONS = (("gate_hours", 3600), ("gate_idle_minutes", 60), ("gate_max_stale_
               ("archive.protected_inactive_days", 86_400))
 
 
+def broker_url_problem(url: str) -> str | None:
+    """Why Celery's transport (kombu) cannot use ``url``, or None."""
+    from kombu.transport import TRANSPORT_ALIASES
+
+    return _scheme_problem(url, set(TRANSPORT_ALIASES), "redis://, rediss://, amqp://, amqps://, "
+                           "sqs:// or another kombu transport")
+
+
+def backend_url_problem(url: str) -> str | None:
+    """Why Celery cannot use ``url`` as its result backend, or None."""
+    from celery.app.backends import BACKEND_ALIASES
+
+    return _scheme_problem(url, set(BACKEND_ALIASES), "redis://, rediss://, rpc://, "
+                           "db+postgresql://, or another Celery result backend")
+
+
+def _scheme_problem(url: str, known: set[str], accepted: str) -> str | None:
+    """Each URL of a Celery URL (a ``;`` list of fail-over URLs) needs a scheme Celery knows
+    (before a ``+``: ``sqla+postgresql://``; a dotted name is a class path) and a numeric port."""
+    for part in filter(None, (p.strip() for p in url.split(";") or [url])):
+        scheme, sep, _ = part.partition("://")
+        if not sep or not scheme:
+            return f"{masked_url(part)!r} is not a URL; use {accepted}"
+        transport = scheme.partition("+")[0].lower()
+        if transport not in known and "." not in transport:
+            return f"unknown scheme {scheme + '://'!r}; use {accepted}"
+        try:
+            _ = urlsplit(part).port
+        except ValueError:
+            return f"the port of {masked_url(part)!r} is not a number from 0 to 65535"
+    return None
+
+
+def masked_url(url: str) -> str:
+    """``url`` as given, with a password (and only one that is there) replaced by ``**``."""
+    parts = []
+    for part in url.split(";"):
+        try:
+            password = urlsplit(part).password
+        except ValueError:
+            password = None
+        if password:
+            scheme, _, rest = part.partition("://")
+            auth, _, host = rest.rpartition("@")
+            user = auth.partition(":")[0]
+            part = f"{scheme}://{user}:**@{host}"
+        parts.append(part)
+    return ";".join(parts)
+
+
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, turning validation errors into one clear line."""
+    warn_unknown_variables()
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         first = exc.errors()[0]
+        msg = first["msg"].removeprefix("Value error, ")
         if not first["loc"]:  # a check across fields names its variable itself
-            raise ConfigError(f"invalid setting: {first['msg'].removeprefix('Value error, ')}; "
+            raise ConfigError(f"invalid setting: {msg}; "
                               "fix the environment variable and retry") from None
         path = "__".join(str(p) for p in first["loc"]).upper()
         name = path if path.startswith("OTEL_") else f"DREAM_{path}"  # OpenTelemetry's own
+        given = first.get("input")
+        if path in _URLS and isinstance(given, str):
+            given = masked_url(given)  # never echo a password
         raise ConfigError(
-            f"invalid setting {name}: {first['msg']} (got {first.get('input')!r}); "
+            f"invalid setting {name}: {msg} (got {given!r}); "
             "fix the environment variable and retry"
         ) from None
+
+
+_URLS = {"BROKER_URL", "RESULT_BACKEND", "DATABASE_URL"}
+# DREAM_* variables read outside Settings: by the worker itself, and by its test suite and
+# benchmarks (their own runs of `dream` must not warn about them).
+OTHER_VARIABLES = {
+    "DREAM_RESOURCES_DIR", "DREAM_CRASH_AT", "DREAM_CRASH_MARKER",
+    "DREAM_TEST_DATABASE_URL", "DREAM_TEST_PGDATA", "DREAM_REQUIRE_SERVICES", "DREAM_EVAL_DATA",
+    "DREAM_BENCH_DIR", "DREAM_BENCH_LATENCY", "DREAM_SCREENSHOT_DIR",
+}
+_warned: set[str] = set()
+
+
+def known_variables() -> set[str]:
+    """Every DREAM_* variable the worker reads: each setting, each section (as JSON) and each
+    field of a section, and OTHER_VARIABLES."""
+    known = set(OTHER_VARIABLES)
+    for name, field in Settings.model_fields.items():
+        if field.validation_alias is not None:
+            continue  # OpenTelemetry's own OTEL_* variables
+        known.add(f"DREAM_{name.upper()}")
+        section = field.annotation
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            known.update(f"DREAM_{name.upper()}__{sub.upper()}" for sub in section.model_fields)
+    return known
+
+
+def warn_unknown_variables(environ: dict[str, str] | None = None) -> None:
+    """One ``warning:`` line on stderr per unknown DREAM_* variable (a typo is otherwise silently
+    ignored), naming the closest known one; once per variable and process. Not an error: other
+    tools may share the prefix."""
+    env = os.environ if environ is None else environ
+    unknown = sorted(k for k in env if k.upper().startswith("DREAM_") and k not in _warned)
+    if not unknown:
+        return
+    known = known_variables()
+    for name in unknown:
+        _warned.add(name)
+        if name.upper() in known:
+            continue
+        close = _closest(name.upper(), known)
+        hint = f"did you mean {close}?" if close else "no dream-worker setting is called that"
+        sys.stderr.write(f"warning: unknown variable {name} is ignored ({hint})\n")
+
+
+def _closest(name: str, known: set[str]) -> str | None:
+    """The known variable ``name`` most likely misspells, compared without the shared prefix
+    (within its section when the section is right: DREAM_CONSOLIDATE__TRESHOLD)."""
+    section, nested, _ = name.partition("__")
+    prefix = section + "__" if nested and section in known else "DREAM_"
+    pool = {k.removeprefix(prefix): k for k in known if k.startswith(prefix)}
+    close = difflib.get_close_matches(name.removeprefix(prefix), list(pool), n=1, cutoff=0.6)
+    return pool[close[0]] if close else None

@@ -12,12 +12,14 @@ from typing import Any
 
 import structlog
 from celery import chain, signals
+from celery.exceptions import ImproperlyConfigured
 from kombu import Connection
 from kombu.exceptions import ChannelError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from worker.app import App
 from worker.celery_app import app, resources
+from worker.config import ConfigError, masked_url
 from worker.domain.types import PHASES
 from worker.llm.batch import reschedule_while_pending
 from worker.runs import service
@@ -120,7 +122,7 @@ def enqueue_run(run_id: str, dream_app: App | None = None) -> None:
             chain(*(PHASE_TASKS[p].si(run_id) for p in PHASES)).apply_async()
     except (KombuOperationalError, OSError) as exc:
         service.abandon_run(dream_app, run_id, f"could not enqueue: {type(exc).__name__}")
-        raise service.BrokerUnavailable(_broker_message(exc)) from None
+        raise service.BrokerUnavailable(_broker_message(exc, dream_app.settings.broker_url)) from None
 
 
 def queue_backlog(dream_app: App) -> int | None:
@@ -140,8 +142,13 @@ def queue_backlog(dream_app: App) -> int | None:
 
 
 def check_broker(url: str | None = None, timeout: float = 5.0) -> None:
-    """Raise BrokerUnavailable unless the broker (``url`` or this app's) answers; called before
-    anything is written."""
+    """Raise BrokerUnavailable unless the broker (``url`` or this app's) answers, ConfigError
+    when it or the result backend cannot be used at all; called before anything is written."""
+    try:
+        _ = app.backend  # built on first use: a missing driver or a bad URL fails here, not later
+    except (ImproperlyConfigured, ImportError, ValueError) as exc:
+        raise ConfigError(f"DREAM_RESULT_BACKEND cannot be used ({_first_line(exc)}); fix it or "
+                          "unset it") from None
     try:
         with (Connection(url) if url else app.connection_for_write()) as conn:
             # celery-types declares these int; kombu takes (fractional) seconds.
@@ -150,9 +157,18 @@ def check_broker(url: str | None = None, timeout: float = 5.0) -> None:
                                    timeout=timeout)  # type: ignore[arg-type]
     except (KombuOperationalError, OSError) as exc:
         raise service.BrokerUnavailable(_broker_message(exc, url)) from None
+    except (ImportError, ValueError) as exc:  # a transport without its driver, a bad redis db
+        where = masked_url(url or str(app.conf.broker_url))
+        raise ConfigError(f"DREAM_BROKER_URL {where} cannot be used ({_first_line(exc)}); "
+                          "fix it, or install the transport's package") from None
+
+
+def _first_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:160] or type(exc).__name__
 
 
 def _broker_message(exc: Exception, url: str | None = None) -> str:
-    where = (Connection(url) if url else app.connection_for_write()).as_uri()  # password masked
-    return (f"cannot reach the broker at {where} ({str(exc).splitlines()[0][:120]}); check "
-            "DREAM_BROKER_URL and that Redis is running")
+    # The URL as configured (kombu's as_uri() shows a default password the URL never had).
+    where = masked_url(url or str(app.conf.broker_url))
+    return (f"cannot reach the broker at {where} ({_first_line(exc)}); check "
+            "DREAM_BROKER_URL and that the broker it names is running")

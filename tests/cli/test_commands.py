@@ -109,6 +109,28 @@ USER_ERRORS = [
     (["runs", "list"], None, {"DREAM_CONSOLIDATE__THRESHOLD": "2"},
      "invalid setting DREAM_CONSOLIDATE__THRESHOLD"),
     (["runs", "list"], None, {"DREAM_LLM_PROVIDER": "magic"}, "invalid setting DREAM_LLM_PROVIDER"),
+    # a free string that only takes some values: a traceback (ValueError: Unknown level) before
+    (["runs", "list"], None, {"DREAM_LOG_LEVEL": "LOUD"}, "invalid setting DREAM_LOG_LEVEL"),
+    (["--log-level", "LOUD", "runs", "list"], None, {}, "'--log-level': 'LOUD' is not one of"),
+    # a scheme Celery does not know: a KeyError traceback (the result backend's after the run
+    # row was written, which stayed queued)
+    (["run", "--agent", "a1", "--force", "--via-celery"], None, {"DREAM_BROKER_URL": "foo://x"},
+     "invalid setting DREAM_BROKER_URL: unknown scheme 'foo://'; use redis://"),
+    (["run", "--agent", "a1", "--force", "--via-celery"], None,
+     {"DREAM_BROKER_URL": "redis://127.0.0.1:1/0", "DREAM_RESULT_BACKEND": "foo://x"},
+     "invalid setting DREAM_RESULT_BACKEND"),
+    (["run", "--agent", "a1", "--force", "--via-celery"], None,
+     {"DREAM_BROKER_URL": "redis://127.0.0.1:1/x"}, "DREAM_BROKER_URL redis://127.0.0.1:1/x cannot"),
+    # ids past the 64 characters the README states, wherever a run or note id is taken
+    (["runs", "show", "r" * 65], None, {}, "'RUN_ID': has 65 characters; ids are at most 64"),
+    (["runs", "cancel", "r" * 65], None, {}, "'RUN_ID': has 65 characters"),
+    (["undo", "r" * 65], None, {}, "'RUN_ID': has 65 characters"),
+    (["erase", "--note", "n" * 65, "--yes"], None, {}, "'--note': has 65 characters"),
+    (["keep-apart", "n1", "n" * 65], None, {}, "has 65 characters"),
+    (["review", "show", "nope"], None, {}, "the item id must be an integer"),
+    (["review", "approve", "nope"], None, {}, "'nope' is not an item id"),
+    (["notes", "import", "-"], '{"agent_id": "a1", "content": "tab\there"}\n', {},
+     "not valid JSON (Invalid control character at column 35)"),
 ]
 
 # The exit code of each error's class (worker.errors): 2 (invalid input or usage) unless here.
@@ -121,6 +143,10 @@ EXIT_CODES = {
     "invalid setting DREAM_GATE_HOURS": ConfigError.exit_code,
     "invalid setting DREAM_CONSOLIDATE__THRESHOLD": ConfigError.exit_code,
     "invalid setting DREAM_LLM_PROVIDER": ConfigError.exit_code,
+    "invalid setting DREAM_LOG_LEVEL": ConfigError.exit_code,
+    "invalid setting DREAM_BROKER_URL: unknown scheme 'foo://'; use redis://": ConfigError.exit_code,
+    "invalid setting DREAM_RESULT_BACKEND": ConfigError.exit_code,
+    "DREAM_BROKER_URL redis://127.0.0.1:1/x cannot": ConfigError.exit_code,
 }
 
 
@@ -135,6 +161,23 @@ def test_user_error_is_one_line_with_its_class_exit_code_and_writes_nothing(
     before = counts(db)
     line = one_error_line(dream(url_of(db), *args, input=stdin, **env), EXIT_CODES.get(says, 2))
     assert says in line
+    assert counts(db) == before
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("amqp://127.0.0.1:1//", "amqp://127.0.0.1:1//"),  # not amqp://guest:**@… (kombu's default)
+    ("redis://127.0.0.1:1/0", "redis://127.0.0.1:1/0"),  # not redis://:**@… (no password)
+    ("redis://bob:hunter2@127.0.0.1:1/0", "redis://bob:**@127.0.0.1:1/0"),
+])
+def test_an_unreachable_broker_is_named_as_given(db: App, url: str, shown: str) -> None:
+    """The broker error shows the URL as configured, masking a password only when it has one,
+    and names no broker product the URL did not choose."""
+    dream(url_of(db), "sessions", "add", "--agent", "other")
+    before = counts(db)
+    line = one_error_line(dream(url_of(db), "run", "--agent", "other", "--force", "--via-celery",
+                                DREAM_BROKER_URL=url), Unavailable.exit_code)
+    assert f"cannot reach the broker at {shown} (" in line, line
+    assert "hunter2" not in line and "Redis" not in line and "DREAM_BROKER_URL" in line
     assert counts(db) == before
 
 

@@ -147,6 +147,10 @@ async def _exercise_scope_a(client: Client, app: App, ids: dict[str, list[str]])
     b_before = _states(app, "agent-b")
     assert "not_found" in await _refused(client, "undo_run", run_id=b_queued)
     assert "not_found" in await _refused(client, "dream_status", run_id="no-such-run")
+    # An id no run can have is invalid (as in the CLI and the API), not merely not found.
+    assert "invalid: run_id has 65 characters" in await _refused(client, "dream_status",
+                                                                 run_id="r" * 65)
+    assert "invalid" in await _refused(client, "undo_run", run_id="r" * 65)
 
     kept = await _call(client, "keep_apart", source_ids=ids["a"][1:3])
     assert kept["note_ids"] == ids["a"][1:3]

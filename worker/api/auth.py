@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 
 from worker.config import ConfigError
+from worker.domain.limits import json_syntax_problem
 from worker.domain.types import Scope
 
 
@@ -33,7 +34,7 @@ def parse_tokens(raw: str | None) -> list[tuple[bytes, Principal]]:
     try:
         spec = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"DREAM_API_TOKENS is not valid JSON ({exc.msg}); expected "
+        raise ConfigError(f"DREAM_API_TOKENS is not valid JSON ({json_syntax_problem(exc)}); expected "
                           '{"<token>": {"role": "admin"} | {"agent_id": "..."}}') from None
     if not isinstance(spec, dict):
         raise ConfigError("DREAM_API_TOKENS must be a JSON object of token → grant")

@@ -10,7 +10,7 @@ from fastapi import Depends, Request
 from worker.api.auth import Principal, authenticate, bearer
 from worker.api.schemas import ScopeIn
 from worker.app import App
-from worker.domain.limits import scope_problem
+from worker.domain.limits import ident_problem, scope_problem
 from worker.domain.types import Scope
 from worker.errors import InvalidInput, NotFound, Unauthorized
 
@@ -80,8 +80,8 @@ def visible_run(app: App, run_id: str, who: Principal) -> dict[str, Any]:
     """The run's step tree; NotFound when it does not exist or lies outside the caller's scope."""
     from worker.reporting import run_tree
 
-    if "\x00" in run_id or len(run_id) > 64:
-        raise NotFound(f"no run with id {run_id[:64]!r}")
+    if problem := ident_problem(run_id):
+        raise InvalidInput(f"run_id {problem}")
     tree = run_tree(app, run_id)
     if who.scope is not None and tree["scope"] != who.scope.key:
         raise NotFound(f"no run with id {run_id}")

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from worker.cli.errors import UserError, error_line, raise_as_user_error
+from worker.config import LOG_LEVELS
 from worker.domain.limits import text_problem
 
 
@@ -55,7 +56,8 @@ def _usage_error(exc: click.UsageError) -> UserError:
 
 
 @click.group(cls=DreamGroup)
-@click.option("--log-level", default=None, help="DEBUG, INFO, WARNING (default from DREAM_LOG_LEVEL).")
+@click.option("--log-level", default=None, type=click.Choice(LOG_LEVELS, case_sensitive=False),
+              help="Log events at this level and above (default from DREAM_LOG_LEVEL).")
 @click.pass_context
 def main(ctx: click.Context, log_level: str | None) -> None:
     """dream-worker: keeps an agent's long-term memory healthy between sessions."""

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from worker.cli.common import FiniteRange, cli_app, scope_options
+from worker.cli.common import IDENT, FiniteRange, cli_app, scope_options
 from worker.cli.errors import user_errors
 from worker.domain.types import NoteType, Scope
 
@@ -44,7 +44,7 @@ def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: st
 
 
 @click.command("fuse")
-@click.argument("source_ids", nargs=-1, required=True)
+@click.argument("source_ids", nargs=-1, required=True, type=IDENT)
 @click.option("--content", required=True, help="The fused text (your model's answer).")
 @click.option("--importance", type=FiniteRange(0, 1), default=None)
 @click.option("--strict", is_flag=True, help="Refuse text with facts no source states.")
@@ -63,7 +63,7 @@ def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
 
 
 @click.command("keep-apart")
-@click.argument("source_ids", nargs=-1, required=True)
+@click.argument("source_ids", nargs=-1, required=True, type=IDENT)
 @click.pass_context
 @user_errors
 def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:

@@ -16,7 +16,20 @@ from worker.domain.limits import INT_MAX
 from worker.domain.types import Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
-ITEM_ID = click.IntRange(1, INT_MAX)
+
+
+class ItemId(click.IntRange):
+    """A review item id: a whole number from 1 (click's own message called it a "range")."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"{value!r} is not an item id: the item id must be an integer from 1 to "
+                      f"{INT_MAX}, as `dream review list` shows it", param, ctx)
+
+
+ITEM_ID = ItemId(1, INT_MAX)
 STATUSES = ("open", "approved", "declined", "stale", "undone", "any")
 
 

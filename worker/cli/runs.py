@@ -160,7 +160,7 @@ def runs_list(ctx: click.Context, as_json: bool, limit: int) -> None:
 
 
 @runs.command("cancel")
-@click.argument("run_id")
+@click.argument("run_id", type=IDENT)
 @click.option("--reason", default="cancelled by the operator", show_default=True,
               help="Recorded on the run (ids and words, no note text).")
 @click.pass_context
@@ -177,7 +177,7 @@ def runs_cancel(ctx: click.Context, run_id: str, reason: str) -> None:
 
 
 @runs.command("show")
-@click.argument("run_id")
+@click.argument("run_id", type=IDENT)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @user_errors

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from worker.cli.common import cli_app
+from worker.cli.common import IDENT, cli_app
 from worker.cli.errors import UserError, user_errors
 
 
@@ -16,7 +16,7 @@ def register(main: click.Group) -> None:
 
 
 @click.command("undo")
-@click.argument("run_id")
+@click.argument("run_id", type=IDENT)
 @click.option("--force-cascade", is_flag=True,
               help="Also undo later runs that changed the same notes, then overwrite host edits "
                    "to the fields this run changed.")
@@ -33,10 +33,10 @@ def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool) -> None:
 
 
 @click.command("erase")
-@click.option("--user", "user_id", default=None, help="Erase every note of this user.")
-@click.option("--conversation", "conversation_id", default=None,
+@click.option("--user", "user_id", default=None, type=IDENT, help="Erase every note of this user.")
+@click.option("--conversation", "conversation_id", default=None, type=IDENT,
               help="Erase every note taken from this conversation.")
-@click.option("--note", "note_id", default=None, help="Erase one note.")
+@click.option("--note", "note_id", default=None, type=IDENT, help="Erase one note.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 @user_errors

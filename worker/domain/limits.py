@@ -6,6 +6,7 @@ no UTF-8 encoder can write); the CLI, the importers and the API check against th
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from worker.domain.types import Scope
@@ -27,6 +28,12 @@ def text_problem(value: str) -> str | None:
     except UnicodeEncodeError:
         return "is not valid Unicode (a lone surrogate, e.g. from invalid UTF-8 or a broken \\ud800 escape)"
     return None
+
+
+def json_syntax_problem(exc: json.JSONDecodeError) -> str:
+    """``Expecting value at column 7``: the decoder's message with its column. Some messages
+    already end in "at" ("Invalid control character at"), which must not be doubled."""
+    return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
 
 
 def ident_problem(value: str) -> str | None:

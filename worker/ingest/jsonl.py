@@ -12,6 +12,7 @@ from typing import Any
 
 from worker.domain.limits import (
     MAX_NESTING,
+    json_syntax_problem,
     nesting_depth,
     text_problem,
 )
@@ -74,7 +75,7 @@ def read_jsonl(lines: Iterable[str | bytes]) -> Iterator[tuple[int, dict[str, An
         try:
             obj = json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
         except json.JSONDecodeError as exc:
-            raise InputError(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            raise InputError(f"line {number}: not valid JSON ({json_syntax_problem(exc)})") from None
         except _NotFinite as exc:
             raise InputError(f"line {number}: {exc.literal[:20]} is not a finite number") from None
         except RecursionError:

@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.app import App
-from worker.domain.limits import INT_MAX
+from worker.domain.limits import INT_MAX, ident_problem
 from worker.domain.types import NoteType, Scope
 from worker.host import Invalid, NotFound, fuse, fusion_candidates, keep_apart, remember
 from worker.runs.service import RunError, scope_gate
 from worker.runs.start import RunRequest, start_run
 
-MAX_ID_CHARS = 64
 MAX_ALLOW_RETIRE = 10_000_000  # the API's and the CLI's bound on --allow-retire
 
 
@@ -110,8 +109,7 @@ class ScopedTools:
     def _run(self, run_id: str) -> dict[str, Any]:
         from worker.reporting import run_tree
 
-        if "\x00" in run_id or len(run_id) > MAX_ID_CHARS:
-            raise NotFound(f"no run with id {run_id[:MAX_ID_CHARS]!r}")
+        _ident(run_id)
         try:
             tree = run_tree(self.app, run_id)
         except RunError:
@@ -128,6 +126,7 @@ def _item_id(value: int) -> int:
 
 
 def _ident(value: str | None) -> str | None:
-    if value is not None and ("\x00" in value or len(value) > MAX_ID_CHARS):
-        raise NotFound(f"no run with id {value[:MAX_ID_CHARS]!r}")
+    """A run id as every shell takes it (≤ 64 characters, no NUL): invalid, not "not found"."""
+    if value is not None and (problem := ident_problem(value)):
+        raise Invalid(f"run_id {problem}")
     return value

@@ -117,6 +117,15 @@ def test_scoped_token_sees_only_its_scope(api_app: App, client: TestClient) -> N
     assert client.get("/api/runs/nope", headers=auth(ADMIN)).status_code == 404
 
 
+@pytest.mark.parametrize(("method", "suffix"), [("get", ""), ("post", "/cancel"), ("post", "/undo")])
+def test_an_over_long_run_id_is_invalid_not_missing(client: TestClient, method: str,
+                                                     suffix: str) -> None:
+    """A run id past the 64 characters every id may have is a 422 naming the limit, as the CLI's
+    usage error and the scope ids are (it was a 404 "no run with id")."""
+    r = client.request(method, f"/api/runs/{'r' * 65}{suffix}", headers=auth(ADMIN))
+    assert r.status_code == 422 and "at most 64" in r.json()["detail"], r.text
+
+
 def test_runs_and_candidates_on_an_unknown_scope_are_404(api_app: App,
                                                          client: TestClient) -> None:
     """As the CLI refuses: starting a run or listing fusion candidates for a scope with no

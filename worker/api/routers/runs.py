@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from worker.api.deps import (
     Caller,
@@ -16,10 +16,14 @@ from worker.api.deps import (
 )
 from worker.api.schemas import RunIn, UndoIn
 from worker.clock import parse_timestamp
+from worker.domain.limits import ID_MAX
 from worker.domain.types import RunStatus
 from worker.errors import InvalidInput, NotFound
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
+# A run id is an id like any other (422 past 64 characters, as the CLI's usage error), not a
+# run that might exist (404).
+RunId = Annotated[str, Path(max_length=ID_MAX, pattern=r"^[^\x00]+$", description="A run id")]
 
 
 @router.get("")
@@ -49,7 +53,7 @@ def list_runs(
 
 
 @router.get("/{run_id}")
-def show_run(run_id: str, who: Caller, app: DreamApp) -> dict[str, Any]:
+def show_run(run_id: RunId, who: Caller, app: DreamApp) -> dict[str, Any]:
     return visible_run(app, run_id, who)
 
 
@@ -65,7 +69,7 @@ def start_run(body: RunIn, who: Caller, app: DreamApp) -> dict[str, Any]:
 
 
 @router.post("/{run_id}/cancel")
-def cancel(run_id: str, who: Caller, app: DreamApp) -> dict[str, Any]:
+def cancel(run_id: RunId, who: Caller, app: DreamApp) -> dict[str, Any]:
     """Cancel a queued, interrupted or running run and free its scope (409 if finished)."""
     from worker.runs.service import cancel_run
 
@@ -75,7 +79,7 @@ def cancel(run_id: str, who: Caller, app: DreamApp) -> dict[str, Any]:
 
 
 @router.post("/{run_id}/undo")
-def undo(run_id: str, who: Caller, app: DreamApp, body: UndoIn | None = None) -> dict[str, Any]:
+def undo(run_id: RunId, who: Caller, app: DreamApp, body: UndoIn | None = None) -> dict[str, Any]:
     """Revert every change the run made (409, nothing changed, if a note changed since)."""
     from worker.safety.undo import undo_run
 
