@@ -380,3 +380,14 @@ def test_abandoned_queued_run_frees_the_scope(db: App) -> None:
     tree = json.loads(dream(url_of(db), "runs", "show", run_id, "--json").stdout)
     assert tree["status"] == "failed" and tree["error"] == "could not enqueue: OperationalError"
     assert service.create_run(db, Scope("a1")) is not None
+
+
+def test_version_names_the_installed_package() -> None:
+    from importlib.metadata import version
+
+    from click.testing import CliRunner
+
+    from worker.cli import main
+
+    shown = CliRunner().invoke(main, ["--version"])
+    assert shown.exit_code == 0 and shown.output == f"dream, version {version('dream-worker')}\n"

@@ -56,6 +56,7 @@ def _usage_error(exc: click.UsageError) -> UserError:
 
 
 @click.group(cls=DreamGroup)
+@click.version_option(package_name="dream-worker", prog_name="dream")
 @click.option("--log-level", default=None, type=click.Choice(LOG_LEVELS, case_sensitive=False),
               help="Log events at this level and above (default from DREAM_LOG_LEVEL).")
 @click.pass_context
