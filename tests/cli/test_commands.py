@@ -385,8 +385,6 @@ def test_abandoned_queued_run_frees_the_scope(db: App) -> None:
 def test_version_names_the_installed_package() -> None:
     from importlib.metadata import version
 
-    from click.testing import CliRunner
-
     from worker.cli import main
 
     shown = CliRunner().invoke(main, ["--version"])
