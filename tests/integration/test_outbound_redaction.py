@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from tests.support.factories import NOW, add_entities, add_notes, days_ago
 from tests.support.llm_stub import LLMStub, StubRequest
+from tests.support.topic_judge import topic_reply
 from worker.app import App
 from worker.cli import main
 from worker.domain.types import Scope
@@ -53,11 +54,8 @@ def _answer(req: StubRequest) -> dict[str, Any]:
         keep = next((n for n in notes if "[EMAIL_1]" in n["content"]), notes[0])
         return {"should_consolidate": True, "content": keep["content"], "type": "Preference",
                 "source_ids": [n["alias"] for n in notes], "reason": "same preference"}
-    if req.prompt_name == "contradictions":
-        start = req.user.index("[")
-        pairs, _ = json.JSONDecoder().raw_decode(req.user[start:])
-        return {"verdicts": [{"pair": p["pair"], "relation": "independent", "confidence": 0.9,
-                              "reason": "different subjects"} for p in pairs]}
+    if req.prompt_name == "contradictions":  # the prompt asks by topic (tests.support.topic_judge)
+        return topic_reply(req.user, lambda a, b: "independent", confidence=0.9)
     return {"decisions": [{"id": n["id"], "decision": "keep", "reason": "durable"}
                           for n in _prompt_notes(req)]}
 
