@@ -1,4 +1,5 @@
-"""JSONL export of notes, with status, pointers, comments and lineage."""
+"""JSONL export of notes, with status, pointers, comments and lineage (parent and relation:
+the relation decides what an erasure follows), in the form ``dream notes import`` reads back."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def export_notes(
 
 
 def _lines(uow: Any, rows: list[Any], with_embedding: bool) -> Iterator[str]:
-    parents = uow.notes.lineage_parents([r.id for r in rows])
+    edges = uow.notes.lineage_edges([r.id for r in rows])
     for r in rows:
         obj: dict[str, Any] = {
             "id": r.id, "agent_id": r.agent_id, "user_id": r.user_id, "company_id": r.company_id,
@@ -38,7 +39,10 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool) -> Iterator[str]:
             "valid_from": _iso(r.valid_from), "valid_to": _iso(r.valid_to),
             "source_conversation_id": r.source_conversation_id,
             "consolidated_into_id": r.consolidated_into_id, "comments": r.comments,
-            "lineage": sorted(parents.get(r.id, [])), "metadata": r.meta,
+            "consolidation_generation": r.consolidation_generation,
+            "lineage": [{"parent_id": parent, "relation": relation}
+                        for parent, relation in edges.get(r.id, [])],
+            "metadata": r.meta,
         }
         if with_embedding and r.embedding is not None:
             obj["embedding"] = [round(float(x), 6) for x in r.embedding]

@@ -1,5 +1,6 @@
 """Import of notes: parse each line into a ``notes`` row (embedding checks included), then insert
-the new ones all at once, skipping notes already present by id or content hash.
+the new ones and their lineage all at once, skipping notes already present by id, or by content
+hash where a live note of the scope holds the text (``_present``).
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -25,16 +27,22 @@ from worker.ingest.fields import (
     parse_scope,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
+from worker.store.uow import UnitOfWork
 
 NOTE_FIELDS = {
     "id", "agent_id", "user_id", "company_id", "content", "type", "created_at", "updated_at",
     "last_accessed_at", "access_count", "importance", "expires_at", "is_auto_generated",
     "protection", "source_conversation_id", "embedding", "embedding_model", "metadata", "status",
-    "valid_from", "valid_to",
+    "valid_from", "valid_to", "consolidated_into_id", "comments", "lineage",
+    "consolidation_generation",
 }
 _NOTE_TYPES = {t.value.lower(): t.value for t in NoteType}
 _PROTECTIONS = {p.value for p in Protection}
 _STATUSES = {s.value for s in NoteStatus}
+# What ``remember`` also takes for "already in the scope": a note of these statuses stands in
+# for a line of any status; a retired one only for a retired line, never for a live one.
+_LIVE = frozenset({NoteStatus.ACTIVE.value, NoteStatus.PENDING.value})
 
 
 def _embedding(embedding: object, number: int, dims: int | None) -> np.ndarray | None:
@@ -65,7 +73,7 @@ def _embedding(embedding: object, number: int, dims: int | None) -> np.ndarray |
 
 def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None) -> dict[str, Any]:
     """One JSONL object → a full ``notes`` row dict, or InputError naming the line."""
-    unknown = sorted(set(obj) - NOTE_FIELDS - {"consolidated_into_id", "comments", "lineage"})
+    unknown = sorted(set(obj) - NOTE_FIELDS)
     if unknown:
         raise InputError(f"line {number}: unknown field {unknown[0]!r}")
     content = obj.get("content")
@@ -115,66 +123,117 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
         "expires_at": opt_time(obj, "expires_at", number),
         "valid_from": opt_time(obj, "valid_from", number) or created,
         "valid_to": opt_time(obj, "valid_to", number),
-        "consolidation_generation": 0,
         "meta": metadata,
         "version": 1,
+        **parse_links(obj, number),
     }
 
 
+@dataclass
+class _Lines:
+    """A file's rows in line order, with what the rows themselves do not carry."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    first_line: dict[str, tuple[int, str, str]] = field(default_factory=dict)
+    anonymous: set[str] = field(default_factory=set)  # ids made up here: the line had none
+    lineage: dict[str, Edges] = field(default_factory=dict)
+
+
 def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
-    """All-or-nothing, idempotent: same id, or same content hash in the same scope, adds no row."""
-    now = utcnow()
+    """All-or-nothing, idempotent: a stored id adds no row, nor does a line whose content its
+    scope already holds (see ``_present``)."""
     dims = app.embedder.dimensions  # checked per line so the error names the line (R22)
     result = ImportResult()
-    rows: list[dict[str, Any]] = []
-    first_line: dict[str, tuple[int, str, str]] = {}
+    parsed = _parse_lines(lines, utcnow(), dims, result)
+    _check_vectors(app, parsed.rows)
+    with app.uow() as uow:
+        stored = uow.notes.identities(r["id"] for r in parsed.rows)
+        _refuse_id_conflicts(parsed.rows, stored, parsed.first_line)
+        fresh = _fresh(uow, parsed, set(stored))
+        edges = lineage_rows(uow, fresh, parsed.lineage,
+                             {i: first[0] for i, first in parsed.first_line.items()})
+        _embed_missing(app, fresh)
+        for start in range(0, len(fresh), 5000):
+            uow.notes.insert_many(fresh[start : start + 5000])
+        for start in range(0, len(edges), 5000):  # after the notes: their foreign keys
+            uow.notes.insert_lineage(edges[start : start + 5000])
+        uow.commit()
+    result.inserted = len(fresh)
+    result.duplicates = result.read - len(fresh)
+    return result
+
+
+def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
+                 result: ImportResult) -> _Lines:
+    parsed = _Lines()
     for number, obj in read_jsonl(lines):
         result.read += 1
         row = parse_note(obj, number, now, dims)
-        first = first_line.setdefault(row["id"], (number, row["scope_key"], row["content_hash"]))
+        edges = row.pop("lineage")
+        if obj.get("id") is None:
+            parsed.anonymous.add(row["id"])
+        first = parsed.first_line.setdefault(
+            row["id"], (number, row["scope_key"], row["content_hash"]))
         if first[1:] != (row["scope_key"], row["content_hash"]):
             # 1 and "1" are the same id: keeping either line would drop the other silently.
             raise InputError(f"line {number}: id {row['id']!r} is also the id of line {first[0]}, "
                              "with other content or scope; give each note its own id")
-        rows.append(row)
-    explicit = [r for r in rows if r["embedding"] is not None]
-    if explicit:
-        # Vectors given in the file must match what this deployment embeds with.
-        expected = app.embedder.dimensions
-        for r in explicit:
-            if r["embedding"].shape[0] != expected:
-                raise InputError(
-                    f"note {r['id']}: embedding has {r['embedding'].shape[0]} dimensions, the "
-                    f"configured embedder uses {expected}; drop the field to re-embed"
-                )
-            if r["embedding_model"] == "imported":
-                r["embedding_model"] = app.embedder.model_name
-    with app.uow() as uow:
-        stored = uow.notes.identities(r["id"] for r in rows)
-        _refuse_id_conflicts(rows, stored, first_line)
-        existing_ids = set(stored)
-        by_scope: dict[str, list[dict[str, Any]]] = {}
-        for r in rows:
-            by_scope.setdefault(r["scope_key"], []).append(r)
-        fresh: list[dict[str, Any]] = []
-        seen: set[tuple[str, str]] = set()
-        seen_ids: set[str] = set()
-        for key, group in by_scope.items():
-            known = uow.notes.find_by_hash(Scope.from_key(key), [r["content_hash"] for r in group])
-            for r in group:
-                mark = (key, r["content_hash"])
-                if r["id"] in existing_ids or r["id"] in seen_ids or r["content_hash"] in known or mark in seen:
-                    result.duplicates += 1
-                    continue
-                seen.add(mark)
-                seen_ids.add(r["id"])
-                fresh.append(r)
-        _embed_missing(app, fresh)
-        for start in range(0, len(fresh), 5000):
-            uow.notes.insert_many(fresh[start : start + 5000])
-        uow.commit()
-    result.inserted = len(fresh)
-    return result
+        parsed.lineage.setdefault(row["id"], edges)
+        parsed.rows.append(row)
+    return parsed
+
+
+def _check_vectors(app: App, rows: list[dict[str, Any]]) -> None:
+    """Vectors given in the file must match what this deployment embeds with."""
+    expected = app.embedder.dimensions
+    for r in rows:
+        if r["embedding"] is None:
+            continue
+        if r["embedding"].shape[0] != expected:
+            raise InputError(
+                f"note {r['id']}: embedding has {r['embedding'].shape[0]} dimensions, the "
+                f"configured embedder uses {expected}; drop the field to re-embed"
+            )
+        if r["embedding_model"] == "imported":
+            r["embedding_model"] = app.embedder.model_name
+
+
+def _fresh(uow: UnitOfWork, parsed: _Lines, stored_ids: set[str]) -> list[dict[str, Any]]:
+    """The rows to insert: the lines not already present (``_present``), in file order. One
+    hash query per scope."""
+    by_scope: dict[str, list[dict[str, Any]]] = {}
+    for r in parsed.rows:
+        by_scope.setdefault(r["scope_key"], []).append(r)
+    named = {target for r in parsed.rows for _, target in references(r, parsed.lineage)}
+    fresh: list[dict[str, Any]] = []
+    seen = set(stored_ids)
+    for key, group in by_scope.items():
+        stored = uow.notes.statuses_by_hash(Scope.from_key(key), [r["content_hash"] for r in group])
+        earlier: dict[str, set[str]] = {}
+        for r in group:
+            if r["id"] in seen or _present(r, parsed, named, stored, earlier):
+                continue
+            seen.add(r["id"])
+            earlier.setdefault(r["content_hash"], set()).add(r["status"])
+            fresh.append(r)
+    return fresh
+
+
+def _present(row: dict[str, Any], parsed: _Lines, named: set[str],
+             stored: dict[str, set[str]], earlier: dict[str, set[str]]) -> bool:
+    """Whether the content of a line whose id is new makes it already present. A line with an id:
+    when it is live and a stored live note of its scope holds its text (no live twin), unless
+    another line points at it. Distinct ids in one file are distinct notes: a fused note and the
+    revoked source whose words it kept are both restored. A line without an id gets a new UUID on
+    each import, so re-importing the file must find it by content: present when its scope holds
+    the text, stored or earlier in the file, in a live note, or in any note when it is retired.
+    A retired note never stands in for a live line."""
+    h = row["content_hash"]
+    live = row["status"] in _LIVE
+    if row["id"] not in parsed.anonymous:
+        return live and bool(stored.get(h, set()) & _LIVE) and row["id"] not in named
+    held = stored.get(h, set()) | earlier.get(h, set())
+    return bool(held & _LIVE) or (bool(held) and not live)
 
 
 def _refuse_id_conflicts(rows: list[dict[str, Any]], stored: dict[str, tuple[str, str]],

@@ -218,6 +218,11 @@ class NoteWrites:
         if rows:
             self._run(_INSERT_LINEAGE, rows)
 
+    def insert_lineage(self, rows: list[dict[str, Any]]) -> None:
+        """Bulk insert of fully-formed ``note_lineage`` row dicts (one executemany)."""
+        if rows:
+            self._run(_INSERT_LINEAGE, rows)
+
     def log(
         self, *, run_id: str | None, scope: Scope, entity_id: str, op: str,
         before: dict[str, Any] | None, after: dict[str, Any] | None,

@@ -136,16 +136,21 @@ class NoteRepository(NoteWrites):
                 else self._run(_COUNT_SCOPE, {"scope_key": scope.key}))
         return {status: count for status, count in rows.all()}
 
-    def find_by_hash(self, scope: Scope, hashes: Iterable[str]) -> dict[str, str]:
+    def statuses_by_hash(self, scope: Scope, hashes: Iterable[str]) -> dict[str, set[str]]:
+        """content hash → the statuses of the scope's notes with it (what an import's
+        content dedup weighs: a retired note does not stand in for a live one); one query."""
         hashes = list(set(hashes))
         if not hashes:
             return {}
         rows = self._run(
-            select(NoteRow.content_hash, NoteRow.id).where(
+            select(NoteRow.content_hash, NoteRow.status).where(
                 NoteRow.scope_key == scope.key, NoteRow.content_hash.in_(hashes)
             )
         ).all()
-        return {r.content_hash: r.id for r in rows}
+        found: dict[str, set[str]] = {}
+        for r in rows:
+            found.setdefault(r.content_hash, set()).add(r.status)
+        return found
 
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(set(ids))
@@ -203,6 +208,20 @@ class NoteRepository(NoteWrites):
         for child, parent in rows:
             out.setdefault(child, []).append(parent)
         return out
+
+    def lineage_edges(self, child_ids: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
+        """child id → its (parent id, relation) edges, sorted: what an export writes; one query."""
+        child_ids = list(child_ids)
+        out: dict[str, list[tuple[str, str]]] = {}
+        if not child_ids:
+            return out
+        rows = self._run(
+            select(NoteLineageRow.child_id, NoteLineageRow.parent_id, NoteLineageRow.relation)
+            .where(NoteLineageRow.child_id.in_(child_ids))
+        ).all()
+        for child, parent, relation in rows:
+            out.setdefault(child, []).append((parent, relation))
+        return {child: sorted(edges) for child, edges in out.items()}
 
     def inserted_by_run(self, run_id: str, scope: Scope) -> set[str]:
         """Ids of notes this run created (its operation-log inserts), e.g. consolidation's fusions."""

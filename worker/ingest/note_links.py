@@ -1,0 +1,89 @@
+"""What an imported note says about other notes: ``consolidated_into_id``, ``comments``,
+``consolidation_generation`` and ``lineage`` (the edges ``dream notes export`` writes). Stored as
+given, so an export imports back unchanged; every pointer and edge is checked against the file and
+the store first, so an import never leaves one at a note that is not there (lineage has foreign
+keys, erasure follows both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from worker.domain.limits import INT_MAX
+from worker.ingest.fields import opt_number, opt_str
+from worker.ingest.jsonl import InputError
+from worker.store.uow import UnitOfWork
+
+MAX_RELATION_CHARS = 32  # note_lineage.relation
+Edges = list[tuple[str, str]]  # (parent id, relation) of one child
+
+
+def parse_links(obj: dict[str, Any], number: int) -> dict[str, Any]:
+    """The line's pointer, comments, fusion generation (what caps re-fusing) and lineage edges
+    (``lineage``, not a column: the caller takes it out of the row)."""
+    generation = opt_number(obj, "consolidation_generation", number, 0, lo=0, hi=INT_MAX)
+    if generation != int(generation):
+        raise InputError(f"line {number}: consolidation_generation must be a whole number")
+    comments = obj.get("comments")
+    if comments is not None and not isinstance(comments, str):
+        raise InputError(f"line {number}: comments must be a string")
+    raw = obj.get("lineage")
+    if raw is None:
+        raw = []
+    if not isinstance(raw, list):
+        raise InputError(f"line {number}: lineage must be an array")
+    return {"consolidated_into_id": opt_str(obj, "consolidated_into_id", number),
+            "comments": comments, "consolidation_generation": int(generation),
+            "lineage": [_edge(entry, number) for entry in raw]}
+
+
+def _edge(entry: object, number: int) -> tuple[str, str]:
+    if not isinstance(entry, dict) or set(entry) != {"parent_id", "relation"}:
+        # A bare parent id (exports before the relation was written) would have to guess the
+        # relation, and erasure follows "consolidated" edges but not "superseded" ones.
+        raise InputError(f"line {number}: each lineage entry must be an object "
+                         '{"parent_id": …, "relation": …}, as dream notes export writes it')
+    parent = opt_str(entry, "parent_id", number)
+    relation = entry["relation"]
+    if parent is None:
+        raise InputError(f"line {number}: lineage parent_id is required")
+    if not isinstance(relation, str) or not relation or len(relation) > MAX_RELATION_CHARS:
+        raise InputError(f"line {number}: lineage relation must be a string of 1 to "
+                         f"{MAX_RELATION_CHARS} characters")
+    return parent, relation
+
+
+def lineage_rows(uow: UnitOfWork, fresh: list[dict[str, Any]], lineage: dict[str, Edges],
+                 line_of: dict[str, int]) -> list[dict[str, Any]]:
+    """The ``note_lineage`` rows of the notes about to be inserted, once every pointer and parent
+    they name is known to be a note of the same scope: one of them, or one stored (one query per
+    500 names)."""
+    known = {r["id"]: r["scope_key"] for r in fresh}
+    named = {target for r in fresh for _, target in references(r, lineage)}
+    stored = uow.notes.identities(named - known.keys())
+    known.update((note_id, scope_key) for note_id, (scope_key, _) in stored.items())
+    rows: list[dict[str, Any]] = []
+    for r in fresh:
+        for field, target in references(r, lineage):
+            where = f"line {line_of[r['id']]}: {field}"
+            if target == r["id"]:
+                raise InputError(f"{where} names the note itself")
+            if target not in known:
+                raise InputError(f"{where} names note {target!r}, which is neither in this file "
+                                 "nor stored; import it too (an export filtered by --status "
+                                 "leaves it out) or drop the field")
+            if known[target] != r["scope_key"]:
+                raise InputError(f"{where} names note {target!r} of another scope")
+        rows.extend({"scope_key": r["scope_key"], "parent_id": parent, "child_id": r["id"],
+                     "relation": relation, "run_id": None, "created_at": r["created_at"]}
+                    for parent, relation in lineage.get(r["id"], []))
+    return rows
+
+
+def references(row: dict[str, Any], lineage: dict[str, Edges]) -> Iterable[tuple[str, str]]:
+    """(field, note id) of every note the row names."""
+    if row["consolidated_into_id"] is not None:
+        yield "consolidated_into_id", row["consolidated_into_id"]
+    for parent, _ in lineage.get(row["id"], []):
+        yield "lineage", parent
