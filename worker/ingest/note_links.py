@@ -43,7 +43,9 @@ def _edge(entry: object, number: int) -> tuple[str, str]:
         # A bare parent id (exports before the relation was written) would have to guess the
         # relation, and erasure follows "consolidated" edges but not "superseded" ones.
         raise InputError(f"line {number}: each lineage entry must be an object "
-                         '{"parent_id": …, "relation": …}, as dream notes export writes it')
+                         '{"parent_id": …, "relation": …}, as dream notes export writes it; a '
+                         "file exported before relations were written imports without lineage "
+                         "(as it always did) once its lineage fields are removed")
     parent = opt_str(entry, "parent_id", number)
     relation = entry["relation"]
     if parent is None:
