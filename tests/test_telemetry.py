@@ -207,6 +207,14 @@ def test_a_failing_model_call_is_an_error_span_by_type_only(
         assert not call.events and "credentials" not in (call.status.description or "")
 
 
+def _phases_and_their_tasks_exported(spans: list[dict[str, Any]]) -> bool:
+    """Every phase span is out, and the span of the task around each (it ends later: the
+    archive task finalizes the run after its phase)."""
+    ids = {s["context"]["span_id"] for s in spans}
+    phases = [s for s in spans if s["name"].startswith("dream.phase ")]
+    return len(phases) >= len(PHASES) and all(s["parent_id"] in ids for s in phases)
+
+
 def _console_spans(output: str) -> list[dict[str, Any]]:
     """The JSON objects ConsoleSpanExporter printed (one pretty-printed object per span)."""
     decoder = json.JSONDecoder()
@@ -335,7 +343,7 @@ def test_celery_tasks_and_phases_are_traced_under_a_real_worker(tmp_path: Path) 
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:  # the batch processor exports every 200 ms
             spans = _console_spans(log.read_text())
-            if any(s["name"] == "dream.phase archive" for s in spans):
+            if _phases_and_their_tasks_exported(spans):  # a task's span ends after its phase's
                 break
             time.sleep(0.3)
         app.dispose()
