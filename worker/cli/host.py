@@ -89,6 +89,8 @@ def notes_add_cmd(ctx: click.Context, agent: str, user: str | None, company: str
 
     result = remember(cli_app(ctx), _scope(agent, user, company), content, note_type, importance)
     click.echo(f"{result.action} {result.id}  ({result.reason})")
+    if result.undo_id:
+        click.echo(f"superseded {result.superseded_id}; undo it with `dream undo {result.undo_id}`")
 
 
 def register(main: click.Group) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,6 +26,7 @@ from worker.domain.types import (
 )
 from worker.host.errors import Conflict, Invalid
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
+from worker.safety.undo import REMEMBER_PREFIX
 
 log = structlog.get_logger(__name__)
 
@@ -41,10 +43,12 @@ class RememberResult:
     reason: str
     similarity: float | None = None
     superseded_id: str | None = None
+    undo_id: str | None = None  # an UPDATE's: `dream undo` gives the superseded note back
 
     def as_dict(self) -> dict[str, Any]:
         return {"action": self.action, "id": self.id, "reason": self.reason,
-                "similarity": self.similarity, "superseded_id": self.superseded_id}
+                "similarity": self.similarity, "superseded_id": self.superseded_id,
+                "undo_id": self.undo_id}
 
 
 def decide(
@@ -276,8 +280,9 @@ def _remember_once(
     change = supersede("remember", old, new_note=note, relation="updated",
                        reason="remember update", valid_to=now,
                        comment=f"superseded by a longer note {new_id}")
+    undo_id = f"{REMEMBER_PREFIX}{uuid.uuid4()}" if old else None
     try:
-        with open_write(WriteTarget(app=app, scope=scope, now=now)) as w:
+        with open_write(WriteTarget(app=app, scope=scope, now=now, log_id=undo_id)) as w:
             (result,) = w.apply([change], vectors={new_id: vector} if vector is not None else {})
             if result.status != ItemStatus.APPLIED:
                 raise WriteConflict("the note to update changed")
@@ -285,7 +290,8 @@ def _remember_once(
         return None
     except IntegrityError:
         return _concurrent_noop(app, new_id, now)
-    return RememberResult(action, new_id, reason, _round(best), old[0].id if old else None)
+    return RememberResult(action, new_id, reason, _round(best), old[0].id if old else None,
+                          undo_id)
 
 
 def _concurrent_noop(app: App, note_id: str, now: Any) -> RememberResult:

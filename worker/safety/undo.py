@@ -7,8 +7,8 @@ erasure can still follow lineage afterwards — and deletes the judgement (verdi
 review rows the run recorded, so no decision of an undone run outlives it; its open review
 items are withdrawn (declined) and an item it applied reads ``undone``, not approved — items
 are kept, not deleted, and the result counts each of the three apart. The restorations an
-erasure made, and a host fuse, are logged under an ``erase-…`` or ``fuse-…`` id and undone the
-same way (there is no run row).
+erasure made, a host fuse and a host remember that superseded a note are logged under an
+``erase-…``, ``fuse-…`` or ``remember-…`` id and undone the same way (there is no run row).
 
 A note is *changed since* when its version moved past the run's after-image by anything other
 than a later run that was itself undone (and that undo): a later run's change, or a host edit
@@ -40,8 +40,9 @@ log = structlog.get_logger(__name__)
 _DATETIME_FIELDS = ("valid_to", "last_checked_at")
 ERASE_PREFIX = "erase-"  # operation-log id of an erasure's restorations (worker.safety.erase)
 FUSE_PREFIX = "fuse-"  # operation-log id of a host fuse (worker.host.fusion)
+REMEMBER_PREFIX = "remember-"  # of a host remember that superseded a note (worker.host.remember)
 # Writes with no run row that `dream undo` takes by their operation-log id.
-LOGGED_WITHOUT_RUN = (ERASE_PREFIX, FUSE_PREFIX)
+LOGGED_WITHOUT_RUN = (ERASE_PREFIX, FUSE_PREFIX, REMEMBER_PREFIX)
 
 
 class UndoRefused(RunError):

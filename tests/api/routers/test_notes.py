@@ -96,3 +96,23 @@ def test_remember_rejects_bad_input(api_app: App, client: TestClient, body: dict
     assert r.status_code == status, r.text
     with api_app.uow() as uow:
         assert uow.session.scalar(select(func.count()).select_from(NoteRow)) == 0
+
+
+def test_an_update_is_undone_by_its_undo_id(api_app: App, client: TestClient) -> None:
+    """The UPDATE's answer carries an ``undo_id`` (ADD and NOOP none): undoing it gives the
+    superseded note back and revokes the longer one, once; another scope cannot."""
+    from tests.api.conftest import AGENT_2
+
+    base = client.post("/api/notes", headers=auth(AGENT_1), json={"content": BASE}).json()
+    assert base["undo_id"] is None
+    longer = client.post("/api/notes", headers=auth(AGENT_1), json={"content": TABLE[2][0]}).json()
+    assert longer["action"] == "UPDATE" and longer["undo_id"].startswith("remember-")
+    undo = f"/api/runs/{longer['undo_id']}/undo"
+    assert client.post(undo, headers=auth(AGENT_2)).status_code == 404
+    r = client.post(undo, headers=auth(AGENT_1))
+    assert r.status_code == 200, r.text
+    assert r.json()["restored"] == [base["id"]] and r.json()["retired"] == [longer["id"]]
+    with api_app.uow() as uow:
+        status = dict(uow.session.execute(select(NoteRow.id, NoteRow.status)).all())
+    assert status == {base["id"]: "active", longer["id"]: "revoked"}
+    assert client.post(undo, headers=auth(AGENT_1)).status_code == 409
