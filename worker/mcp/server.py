@@ -141,7 +141,8 @@ def _dream_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) -> 
     @server.tool(annotations=DESTRUCTIVE)
     def undo_run(run_id: str, ctx: Context, force_cascade: bool = False) -> dict[str, Any]:
         """Revert every change a run made; refused (nothing changed) if a note it touched has
-        changed since, unless force_cascade also undoes the later runs that touched it.
+        changed since, unless force_cascade also undoes the later runs that touched it. Also
+        takes the undo_id that fuse and an UPDATE of remember answer.
 
         Answers: run_ids (the runs undone, cascaded later runs first, this run last);
         restored (ids of notes given back their state before the run); retired (ids of notes
