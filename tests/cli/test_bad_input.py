@@ -47,3 +47,16 @@ def test_r22_bad_input_is_one_line_and_writes_nothing(
     assert result.exit_code == (NotFound.exit_code if not_found else 2), result.output
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], result.output
     assert all_rows_text(app) == before
+
+
+@pytest.mark.parametrize(("args", "where"), [
+    (["notes", "add", "--agent", "a", "--content"], "dream notes add"),  # raised without context
+    (["run", "--agent"], "dream run"),
+    (["notes", "add", "--agent", "a", "--bogus"], "dream notes add"),
+    (["bogus"], "dream"),
+])
+def test_a_usage_error_points_to_its_own_commands_help(args: list[str], where: str) -> None:
+    result = CliRunner().invoke(main, args, prog_name="dream",
+                                env={"DREAM_DATABASE_URL": "sqlite:///:memory:"})
+    assert result.exit_code == 2
+    assert result.stderr.strip().endswith(f"(see `{where} --help`)"), result.stderr

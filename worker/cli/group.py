@@ -30,11 +30,13 @@ class DreamGroup(click.Group):
         if parent is None and (problem := _argument_problem(args)):
             raise error_line(UserError(problem))
         try:
-            return super().make_context(info_name, args, parent=parent, **extra)
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
         except click.exceptions.NoArgsIsHelpError:
             raise
         except click.UsageError as exc:
             raise error_line(_usage_error(exc)) from None
+        ctx.meta["dream.argv"] = list(args)  # the subcommand a usage error belongs to
+        return ctx
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -42,15 +44,27 @@ class DreamGroup(click.Group):
         except click.exceptions.NoArgsIsHelpError:
             raise
         except click.UsageError as exc:
-            raise error_line(_usage_error(exc)) from None
+            raise error_line(_usage_error(exc, _command_path(ctx))) from None
         except click.ClickException:
             raise
         except Exception as exc:
             raise_as_user_error(exc)
 
 
-def _usage_error(exc: click.UsageError) -> UserError:
-    where = exc.ctx.command_path if exc.ctx is not None else "dream"
+def _command_path(ctx: click.Context) -> str:
+    """The command the arguments name (``dream notes add``): the leading words that are
+    subcommands; what a usage error the parser raised without its context points to."""
+    cmd, path = ctx.command, [ctx.command_path]
+    for word in ctx.meta.get("dream.argv", []):
+        sub = cmd.get_command(ctx, word) if isinstance(cmd, click.Group) else None
+        if sub is None:
+            break
+        cmd, path = sub, [*path, word]
+    return " ".join(path)
+
+
+def _usage_error(exc: click.UsageError, fallback: str = "dream") -> UserError:
+    where = exc.ctx.command_path if exc.ctx is not None else fallback
     message = " ".join(exc.format_message().split())
     return UserError(f"{message} (see `{where} --help`)")
 
