@@ -149,9 +149,10 @@ def test_overview_and_run_detail_at_desktop_and_phone_widths(
                 assert phases["consolidate"]["columns"][:3] == [
                     "notes scanned", "clusters found", "clusters merged"]
                 assert phases["consolidate"]["children"] == [
-                    "merge of 4 notes (py-1, py-3, py-4, +1)"]
+                    "merge of 5 notes (py-1, py-2, py-3, +2)"]
+                # The five wordings merged leave no room for the orphan: the guard holds it.
                 assert phases["prune"]["children"] == [
-                    "orphans of a conversation that is deleted"]
+                    "orphan check of 7 notes", "blast-radius guard held 1 note"]
                 assert "blast-radius guard held 2 notes" in phases["archive"]["children"]
 
 
