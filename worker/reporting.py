@@ -87,7 +87,19 @@ def _step_line(step: dict[str, Any], indent: str) -> str:
     ms = step.get("duration_ms") or 0.0
     tokens = f"  tokens {step['tokens_in']}/{step['tokens_out']}" if step.get("tokens_in") else ""
     return (f"{indent}{step['name']:<28} {step['status']:<10} {ms:>8.1f} ms  {counters}{tokens}"
-            f"{'  — ' + str(reason) if reason else ''}")
+            f"{'  — ' + str(reason) if reason else ''}{_held(step)}")
+
+
+HELD_SHOWN = 10
+
+
+def _held(step: dict[str, Any]) -> str:
+    """The notes a guard step held back (ids only, as the step records them)."""
+    if not (step.get("output") or {}).get("guard"):
+        return ""
+    ids = [str(i) for i in (step.get("input") or {}).get("note_ids") or []]
+    more = f" (+{len(ids) - HELD_SHOWN})" if len(ids) > HELD_SHOWN else ""
+    return f"; held: {', '.join(ids[:HELD_SHOWN])}{more}" if ids else ""
 
 
 # ---- dashboard read models ---------------------------------------------------------------

@@ -93,6 +93,12 @@ def test_r27_guard_trip_is_blocked_in_runs_list_metrics_and_dashboard(
     assert listed["totals"]["flags"] == ["guard"]
     assert listed["totals"]["notes_after"] == {"active": 12}
     assert "blocked" in dream(app, "runs", "list").stdout
+    shown = dream(app, "runs", "show", run_id).stdout  # which notes the guard held back
+    held = next(line for line in shown.splitlines() if "; held: " in line)
+    with app.uow() as uow:
+        orphans = {n.id for n in uow.notes.load_scope(SCOPE).notes
+                   if n.source_conversation_id == "gone"}
+    assert set(held.split("; held: ")[1].split(", ")) == orphans and len(orphans) == 8
 
     body = _metrics(api)
     assert "# TYPE dream_runs_blocked_total counter" in body
