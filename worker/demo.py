@@ -6,12 +6,12 @@ import json
 import shutil
 import sys
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import platformdirs
 
-from worker.app import build_app
+from worker.app import App, build_app
 from worker.clock import utcnow
 from worker.config import load_settings
 from worker.domain.types import Scope
@@ -85,6 +85,25 @@ def _dream_command() -> str:
     return str(script) if script.name == "dream" else "dream"
 
 
+def seed_demo(app: App, now: datetime) -> int:
+    """The demo's entities, notes and sessions, dated back from ``now``; how many notes."""
+
+    def now_iso(days_ago: int) -> str:
+        return (now - timedelta(days=days_ago)).isoformat()
+
+    import_entities(app, [json.dumps(e) for e in (
+        {"kind": "agent", "id": AGENT, "status": "active", "note_retention_days": 90},
+        {"kind": "agent", "id": "retired-bot", "status": "disabled"},
+        {"kind": "user", "id": USER, "status": "active"},
+        {"kind": "conversation", "id": "conv-deleted", "status": "deleted"},
+    )])
+    notes = demo_notes(now_iso)
+    import_notes(app, [json.dumps(n) for n in notes])
+    import_sessions(app, [json.dumps({"agent_id": AGENT, "user_id": USER,
+                                      "started_at": now_iso(d)}) for d in range(5)])
+    return len(notes)
+
+
 def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
     path = Path(database) if database else Path(platformdirs.user_data_dir("dream-worker")) / "demo.db"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,23 +115,10 @@ def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
     app = build_app(settings)
     try:
         upgrade(app.engine)
-        now = utcnow()
-
-        def now_iso(days_ago: int) -> str:
-            return (now - timedelta(days=days_ago)).isoformat()
-
-        import_entities(app, [json.dumps(e) for e in (
-            {"kind": "agent", "id": AGENT, "status": "active", "note_retention_days": 90},
-            {"kind": "agent", "id": "retired-bot", "status": "disabled"},
-            {"kind": "user", "id": USER, "status": "active"},
-            {"kind": "conversation", "id": "conv-deleted", "status": "deleted"},
-        )])
-        import_notes(app, [json.dumps(n) for n in demo_notes(now_iso)])
-        import_sessions(app, [json.dumps({"agent_id": AGENT, "user_id": USER,
-                                          "started_at": now_iso(d)}) for d in range(5)])
+        notes = seed_demo(app, utcnow())
         judge = {"none": "rule-based judge (no model)", "fake": "scripted fake LLM",
                  "openai": f"model {settings.llm_model}"}[settings.llm_provider]
-        echo(f"demo store: {path}  ({len(demo_notes(now_iso))} notes, judge: {judge})")
+        echo(f"demo store: {path}  ({notes} notes, judge: {judge})")
         run_ids = []
         for scope in (Scope(AGENT, USER), Scope("retired-bot", USER)):
             run_id = service.create_run(app, scope, trigger="demo", force=True)

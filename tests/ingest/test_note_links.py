@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,10 @@ from tests.conftest import app_on
 from tests.support.factories import add_notes
 from worker.app import App, build_app
 from worker.clock import utcnow
-from worker.demo import AGENT, USER, demo_notes
+from worker.demo import AGENT, USER, seed_demo
 from worker.domain.types import Scope
 from worker.export import export_notes
-from worker.ingest import InputError, import_entities, import_notes, import_sessions
+from worker.ingest import InputError, import_notes
 from worker.runs import service
 from worker.store.repositories.safety import SafetyRepository
 
@@ -44,19 +43,7 @@ def two_stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple
 
 def _dream_demo(app: App) -> None:
     """`dream demo`'s store and its forced run: merges, a superseded note, archived notes."""
-    now = utcnow()
-
-    def now_iso(days_ago: int) -> str:
-        return (now - timedelta(days=days_ago)).isoformat()
-
-    import_entities(app, [json.dumps(e) for e in (
-        {"kind": "agent", "id": AGENT, "status": "active", "note_retention_days": 90},
-        {"kind": "agent", "id": "retired-bot", "status": "disabled"},
-        {"kind": "user", "id": USER, "status": "active"},
-        {"kind": "conversation", "id": "conv-deleted", "status": "deleted"})])
-    import_notes(app, [json.dumps(n) for n in demo_notes(now_iso)])
-    import_sessions(app, [json.dumps({"agent_id": AGENT, "user_id": USER,
-                                      "started_at": now_iso(d)}) for d in range(5)])
+    seed_demo(app, utcnow())
     run_id = service.create_run(app, Scope(AGENT, USER), trigger="test", force=True)
     assert run_id is not None
     service.execute_run(app, run_id)  # its outcome aside: what it changed is what is exported

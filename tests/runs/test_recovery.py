@@ -13,8 +13,11 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -266,16 +269,41 @@ def _queued_run_ids(client: object, queue: str) -> list[str]:
     return ids
 
 
-@pytest.mark.redis
-def test_lost_broker_message_is_sent_again_by_the_gate(app: App) -> None:
-    """R30 (case 3): `dream gate` with a broker sends the run; the message is lost (the queue
-    deleted, as a Redis flush would); a later `dream gate` hands it out again on the broker."""
+@dataclass
+class BrokerGate:
+    """`dream gate` processes for scope a1 (due: notes and five sessions) on a Redis queue of
+    their own; ``gate(s)`` runs one with the clock ``s`` seconds ahead and returns its stdout."""
+
+    app: App
+    env: dict[str, str]
+    client: Any
+    queue: str
+
+    def gate(self, after_seconds: int = 0) -> str:
+        later = utcnow() + timedelta(seconds=after_seconds)
+        done = subprocess.run([DREAM, "gate", "--now", later.isoformat()], env=self.env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    def run_id(self) -> str:
+        with self.app.uow() as uow:
+            run = uow.runs.active_for_scope(SCOPE)
+            assert run is not None
+            return str(run.id)
+
+    def queued(self) -> list[str]:
+        return _queued_run_ids(self.client, self.queue)
+
+
+@contextmanager
+def broker_gate(app: App, prefix: str) -> Iterator[BrokerGate]:
     import redis
 
     from tests.support.services import redis_url
 
     broker = redis_url().rsplit("/", 1)[0] + "/13"
-    queue = f"dream-recovery-{uuid.uuid4().hex[:10]}"
+    queue = f"{prefix}-{uuid.uuid4().hex[:10]}"
     _notes(app)
     for _ in range(5):
         assert dream(app, "sessions", "add", "--agent", "a1").exit_code == 0
@@ -283,25 +311,24 @@ def test_lost_broker_message_is_sent_again_by_the_gate(app: App) -> None:
            "DREAM_LLM_PROVIDER": "none", "DREAM_BROKER_URL": broker, "DREAM_CELERY_QUEUE": queue}
     client = redis.Redis.from_url(broker)
     try:
-        first = subprocess.run([DREAM, "gate"], env=env, capture_output=True, text=True,
-                               timeout=120)
-        assert first.returncode == 0, first.stderr[-2000:]
-        assert "1 runs sent to the broker" in first.stdout
-        with app.uow() as uow:
-            run = uow.runs.active_for_scope(SCOPE)
-            assert run is not None
-            run_id = run.id
-        assert _queued_run_ids(client, queue) == [run_id]
-        client.delete(queue)  # the message is lost
-        later = utcnow() + timedelta(seconds=app.settings.queued_timeout_seconds + 1)
-        again = subprocess.run([DREAM, "gate", "--now", later.isoformat()], env=env,
-                               capture_output=True, text=True, timeout=120)
-        assert again.returncode == 0, again.stderr[-2000:]
-        assert "1 unclaimed runs handed out again" in again.stdout
-        assert _queued_run_ids(client, queue) == [run_id]
+        yield BrokerGate(app, env, client, queue)
     finally:
         client.delete(queue)
         client.close()
+
+
+@pytest.mark.redis
+def test_lost_broker_message_is_sent_again_by_the_gate(app: App) -> None:
+    """R30 (case 3): `dream gate` with a broker sends the run; the message is lost (the queue
+    deleted, as a Redis flush would); a later `dream gate` hands it out again on the broker."""
+    with broker_gate(app, "dream-recovery") as b:
+        assert "1 runs sent to the broker" in b.gate()
+        run_id = b.run_id()
+        assert b.queued() == [run_id]
+        b.client.delete(b.queue)  # the message is lost
+        again = b.gate(app.settings.queued_timeout_seconds + 1)
+        assert "1 unclaimed runs handed out again" in again
+        assert b.queued() == [run_id]
 
 
 @pytest.mark.redis
@@ -309,45 +336,19 @@ def test_a_run_waiting_behind_a_broker_backlog_is_not_sent_twice(app: App) -> No
     """R30 at fleet scale: a run whose message still waits in the queue (a backlog that takes
     longer than DREAM_QUEUED_TIMEOUT_SECONDS to drain) is not handed out again by `dream gate`,
     which says why; once its message is gone from the queue, the next check sends it again."""
-    import redis
-
-    from tests.support.services import redis_url
-
-    broker = redis_url().rsplit("/", 1)[0] + "/13"
-    queue = f"dream-backlog-{uuid.uuid4().hex[:10]}"
-    _notes(app)
-    for _ in range(5):
-        assert dream(app, "sessions", "add", "--agent", "a1").exit_code == 0
-    env = {**os.environ, "DREAM_DATABASE_URL": app.settings.database_url,
-           "DREAM_LLM_PROVIDER": "none", "DREAM_BROKER_URL": broker, "DREAM_CELERY_QUEUE": queue}
-    client = redis.Redis.from_url(broker)
-
-    def gate(after_seconds: int) -> str:
-        later = utcnow() + timedelta(seconds=after_seconds)
-        done = subprocess.run([DREAM, "gate", "--now", later.isoformat()], env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done.stdout
-
-    try:
-        assert "1 runs sent to the broker" in gate(0)
-        with app.uow() as uow:
-            run = uow.runs.active_for_scope(SCOPE)
-            assert run is not None
-            run_id = run.id
+    with broker_gate(app, "dream-backlog") as b:
+        assert "1 runs sent to the broker" in b.gate()
+        run_id = b.run_id()
         timeout = app.settings.queued_timeout_seconds
         for k in range(1, app.settings.max_attempts + 2):  # more timeouts than it may be sent
-            out = gate(k * (timeout + 1))
+            out = b.gate(k * (timeout + 1))
             assert "0 unclaimed runs handed out again, 0 given up" in out, out
             assert "(1 messages still queued: waiting runs get 86400 s)" in out, out
-        assert _queued_run_ids(client, queue) == [run_id]  # still the one message
+        assert b.queued() == [run_id]  # still the one message
         assert status_of(app, run_id) == RunStatus.QUEUED.value
-        client.delete(queue)  # now the message is lost
-        assert "1 unclaimed runs handed out again" in gate(2 * timeout)
-        assert _queued_run_ids(client, queue) == [run_id]
-    finally:
-        client.delete(queue)
-        client.close()
+        b.client.delete(b.queue)  # now the message is lost
+        assert "1 unclaimed runs handed out again" in b.gate(2 * timeout)
+        assert b.queued() == [run_id]
 
 
 def test_a_backlog_gives_queued_and_between_phase_runs_patience_then_recovers_them(
