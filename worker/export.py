@@ -41,7 +41,7 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool) -> Iterator[str]:
             "consolidated_into_id": r.consolidated_into_id, "comments": r.comments,
             "consolidation_generation": r.consolidation_generation,
             "lineage": [{"parent_id": parent, "relation": relation}
-                        for parent, relation in edges.get(r.id, [])],
+                        for parent, relation in sorted(edges.get(r.id, []))],
             "metadata": r.meta,
         }
         if with_embedding and r.embedding is not None:

@@ -196,21 +196,12 @@ class NoteRepository(NoteWrites):
         yield from self.session.scalars(stmt.execution_options(yield_per=batch_size))
 
     def lineage_parents(self, child_ids: Iterable[str]) -> dict[str, list[str]]:
-        child_ids = list(child_ids)
-        out: dict[str, list[str]] = {}
-        if not child_ids:
-            return out
-        rows = self._run(
-            select(NoteLineageRow.child_id, NoteLineageRow.parent_id).where(
-                NoteLineageRow.child_id.in_(child_ids)
-            )
-        ).all()
-        for child, parent in rows:
-            out.setdefault(child, []).append(parent)
-        return out
+        """child id → its parent ids, whatever the relation; one query."""
+        return {child: [parent for parent, _ in edges]
+                for child, edges in self.lineage_edges(child_ids).items()}
 
     def lineage_edges(self, child_ids: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
-        """child id → its (parent id, relation) edges, sorted: what an export writes; one query."""
+        """child id → its (parent id, relation) edges; one query."""
         child_ids = list(child_ids)
         out: dict[str, list[tuple[str, str]]] = {}
         if not child_ids:
@@ -221,7 +212,7 @@ class NoteRepository(NoteWrites):
         ).all()
         for child, parent, relation in rows:
             out.setdefault(child, []).append((parent, relation))
-        return {child: sorted(edges) for child, edges in out.items()}
+        return out
 
     def inserted_by_run(self, run_id: str, scope: Scope) -> set[str]:
         """Ids of notes this run created (its operation-log inserts), e.g. consolidation's fusions."""
