@@ -96,7 +96,7 @@ def show_item(app: App, scope: Scope, item_id: int) -> dict[str, Any]:
     the current state of the example it would archive; ``changed``: moved since the plan."""
     with app.uow() as uow:
         row = _get(uow, scope, item_id)
-        return _shown([row], *_current(uow, [row]))[0]
+        return _shown([row], _read_named(uow, [_named(row)]))[0]
 
 
 def show_items(app: App, scope: Scope, *, limit: int = 50) -> list[dict[str, Any]]:
@@ -104,7 +104,7 @@ def show_items(app: App, scope: Scope, *, limit: int = 50) -> list[dict[str, Any
     notes they name and the examples they name, one query each."""
     with app.uow() as uow:
         rows = uow.review.list(scope, limit=limit)
-        return _shown(rows, *_current(uow, rows))
+        return _shown(rows, _read_named(uow, [_named(r) for r in rows]))
 
 
 def recent_decisions(app: App, scope: Scope, *, limit: int = 20) -> list[dict[str, Any]]:
@@ -113,23 +113,21 @@ def recent_decisions(app: App, scope: Scope, *, limit: int = 20) -> list[dict[st
         return [item_dict(r) for r in uow.review.decided(scope, limit)]
 
 
-def _current(uow: Any, rows: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The current notes and examples the items name: one read of each kind."""
-    named = [_named(r) for r in rows]
-    note_ids = {i for kind, ids in named if kind != "example" for i in ids}
-    example_ids = {i for kind, ids in named if kind == "example" for i in ids}
-    notes = {n.id: n for n in uow.notes.get_many(note_ids)} if note_ids else {}
-    examples = uow.examples.review_state(example_ids) if example_ids else {}
-    return notes, examples
+def _read_named(uow: Any, named: list[tuple[str, set[str]]]) -> dict[str, dict[str, Any]]:
+    """kind ("note" | "example") → id → current row, of what the items name; one read per
+    kind (none for a kind no item names)."""
+    wanted = {kind: {i for k, ids in named if k == kind for i in ids}
+              for kind in ("note", "example")}
+    return {"note": {n.id: n for n in uow.notes.get_many(wanted["note"])},
+            "example": uow.examples.review_state(wanted["example"]) if wanted["example"] else {}}
 
 
-def _shown(rows: list[Any], notes: dict[str, Any], examples: dict[str, Any]
-           ) -> list[dict[str, Any]]:
+def _shown(rows: list[Any], current: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         item = item_dict(row)
         kind, ids = _named(row)
-        found = examples if kind == "example" else notes
+        found = current[kind]
 
         def changed(i: str, now: Any, item: dict[str, Any] = item, row: Any = row) -> bool:
             return i in item["versions"] and moved_since(row.payload, item["versions"][i],
@@ -250,14 +248,12 @@ class _Current:
         self._read([_named(r) for r in rows])
 
     def _read(self, named: list[tuple[str, set[str]]]) -> None:
-        wanted = {kind: {i for k, ids in named if k == kind for i in ids}
-                  for kind in self.state}
         with self.app.uow() as uow:
-            notes = {n.id: n for n in uow.notes.get_many(wanted["note"])}
-            examples = uow.examples.review_state(wanted["example"])
-        for kind, found in (("note", notes), ("example", examples)):
-            for i in wanted[kind]:  # one gone since is absent, not as it was
+            current = _read_named(uow, named)
+        for kind, ids in named:  # one gone since is absent, not as it was
+            for i in ids:
                 self.state[kind].pop(i, None)
+        for kind, found in current.items():
             self.state[kind].update(found)
 
     def of(self, row: Any) -> dict[str, Any]:
