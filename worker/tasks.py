@@ -131,7 +131,7 @@ def queue_backlog(dream_app: App) -> int | None:
     queue = dream_app.settings.celery_queue
     url = dream_app.settings.broker_url
     try:
-        with (Connection(url) if url else app.connection_for_write()) as conn:
+        with _connection(url) as conn:
             channel: Any = conn.default_channel  # kombu's stubs leave queue_declare out
             return int(channel.queue_declare(queue=queue, passive=True).message_count)
     except ChannelError:  # a queue never declared, or (Redis) empty: nothing waits in it
@@ -150,7 +150,7 @@ def check_broker(url: str | None = None, timeout: float = 5.0) -> None:
         raise ConfigError(f"DREAM_RESULT_BACKEND cannot be used ({_first_line(exc)}); fix it or "
                           "unset it") from None
     try:
-        with (Connection(url) if url else app.connection_for_write()) as conn:
+        with _connection(url) as conn:
             # celery-types declares these int; kombu takes (fractional) seconds.
             conn.ensure_connection(max_retries=1, interval_start=0,
                                    interval_step=0.2, interval_max=0.5,  # type: ignore[arg-type]
@@ -161,6 +161,11 @@ def check_broker(url: str | None = None, timeout: float = 5.0) -> None:
         where = masked_url(url or str(app.conf.broker_url))
         raise ConfigError(f"DREAM_BROKER_URL {where} cannot be used ({_first_line(exc)}); "
                           "fix it, or install the transport's package") from None
+
+
+def _connection(url: str | None) -> Connection:
+    """A connection to ``url``, or to this app's broker."""
+    return Connection(url) if url else app.connection_for_write()
 
 
 def _first_line(exc: Exception) -> str:
