@@ -52,6 +52,10 @@ class ContradictionSettings(BaseModel):
     # Same-frame candidates: notes equal but for spans of at most this many words together.
     frame_max_span: int = Field(4, ge=0, le=10)
     frame_min_words: int = Field(1, ge=1)  # words both notes share around the spans
+    # Shared-term candidates: short notes sharing a word at most this many of the scope's notes
+    # hold (below 2 turns the source off), at least this alike.
+    term_max_notes: int = Field(8, ge=0, le=64)
+    term_min_similarity: float = Field(0.15, ge=-1.0, le=1.0)
     topic_size: int = Field(8, ge=2, le=50)  # notes of one topic asked about together
     notes_per_call: int = Field(24, ge=2)  # trusted topics packed into one prompt up to this
     # The phase's own model budget per run and scope (the run's budget applies as well).

@@ -1,4 +1,5 @@
-"""Contradiction candidates: the same-frame index, the union of sources, topics of capped size."""
+"""Contradiction candidates: the same-frame index, shared rare terms, the union of sources,
+topics of capped size."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from worker.embeddings.hashing import HashingEmbedder
 from worker.similarity.candidates import (
     FrameSettings,
     Source,
+    TermSettings,
     frame_tokens,
     same_frame_pairs,
+    shared_term_pairs,
     source_counts,
     topics,
     union_edges,
@@ -77,7 +80,8 @@ def test_union_counts_each_source_and_what_only_it_found() -> None:
     assert [e.similarity for e in edges][:1] == [0.9]
     counts = source_counts(edges)
     assert counts == {"cosine": 1, "only_cosine": 0, "consolidation": 3,
-                      "only_consolidation": 2, "same_frame": 1, "only_same_frame": 1}
+                      "only_consolidation": 2, "same_frame": 1, "only_same_frame": 1,
+                      "shared_term": 0, "only_shared_term": 0}
 
 
 def test_topics_are_components_split_along_the_weakest_links() -> None:
@@ -146,3 +150,53 @@ def test_same_frame_pairs_agree_with_the_unhashed_definition(texts: list[str],
     gives, on texts mixing case, repeated words, invisible characters and unicode forms."""
     report = same_frame_pairs(texts, frame)
     assert (report.pairs, report.generic_frames) == _reference_frame_pairs(texts, frame)
+
+
+# ---- shared rare terms ----------------------------------------------------------------------
+RESTATED = [
+    ("The team chats on Slack every day", "Team chat runs on Zulip"),
+    ("Preferred code editor: Emacs", "The user writes code in Vim"),
+    ("Remaining vacation this year: 3 days", "The user has 20 vacation days left this year"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), RESTATED)
+def test_a_fact_restated_in_other_words_shares_a_rare_term(a: str, b: str) -> None:
+    """Neither a frame nor the hashing cosine joins these; the word they share does."""
+    assert same_frame_pairs([a, b]).pairs == set()
+    vectors = HashingEmbedder(512).embed([a, b])
+    assert float(vectors[0] @ vectors[1]) < 0.70
+    assert shared_term_pairs([a, b]) == {(0, 1)}
+
+
+def test_only_discourse_words_or_function_words_in_common_join_nothing() -> None:
+    texts = ["Reports use metric units again", "Pull requests need two approvals again",
+             "The user is in the office", "The user is on holiday"]
+    assert shared_term_pairs(texts) == set()
+
+
+def test_a_term_too_many_notes_hold_is_not_rare() -> None:
+    """A word in more of the scope's notes than max_notes names no one attribute."""
+    texts = [f"Project {name} ships soon" for name in
+             ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota")]
+    assert shared_term_pairs(texts, TermSettings(max_notes=8)) == set()
+    assert len(shared_term_pairs(texts[:8], TermSettings(max_notes=8))) == 28
+    assert shared_term_pairs(texts[:3], TermSettings(max_notes=1)) == set()  # the source off
+
+
+def test_long_notes_and_a_small_share_of_terms_are_left_to_cosine() -> None:
+    long = ("The user spent the whole afternoon comparing espresso machines for the new office "
+            "kitchen and finally picked the cheapest one")
+    assert shared_term_pairs([long, "The office kitchen has a new fridge"]) == set()
+    # One shared term among the five of the note with fewer is too little (a quarter: two).
+    texts = ["Kitchen rota: Alice Bob Carol Dave", "Kitchen duty: Erin Frank Grace Heidi Ivan"]
+    assert shared_term_pairs(texts, TermSettings(min_share=0.25)) == set()
+    assert shared_term_pairs(texts, TermSettings(min_share=0.15)) == {(0, 1)}
+
+
+def test_a_floor_on_cosine_drops_two_attributes_meeting_on_a_weekday() -> None:
+    texts = ["Deployments go out on Thursdays", "The user swims on Thursday evenings"]
+    assert shared_term_pairs(texts) == {(0, 1)}
+    apart = np.asarray([[1.0, 0.0], [0.1, 0.995]], dtype=np.float32)
+    assert shared_term_pairs(texts, vectors=apart, min_similarity=0.15) == set()
+    assert shared_term_pairs(texts, vectors=apart, min_similarity=0.05) == {(0, 1)}

@@ -1,9 +1,11 @@
-"""Contradiction candidates of one scope from three sources that fail differently, and the topics
+"""Contradiction candidates of one scope from four sources that fail differently, and the topics
 (connected groups of candidates) they form. Pure: rows in, row-index pairs out.
 
 Cosine neighbours miss two versions of a short fact that differ by one word (the hashing
 embedder scores "never use a linter" / "always use a linter" below 0.70); the same-frame index
-finds exactly those; consolidation's unmerged clusters carry the signal of a looser threshold.
+finds exactly those; consolidation's unmerged clusters carry the signal of a looser threshold;
+shared rare terms join two short facts restated in other words ("The team chats on Slack" /
+"Team chat runs on Zulip"), which neither cosine nor a frame connects.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from worker.text.words import stem, strip_invisible
+from worker.text.words import STOPWORDS, stem, strip_invisible
 
 
 class Source(StrEnum):
     COSINE = "cosine"
     CONSOLIDATION = "consolidation"
     SAME_FRAME = "same_frame"
+    SHARED_TERM = "shared_term"
 
 
 _WORD = re.compile(r"[\w']+")
@@ -232,6 +235,65 @@ def _bucket_pairs(
     return set(zip(np.minimum(i, j).tolist(), np.maximum(i, j).tolist(), strict=True))
 
 
+# Words that say when or how often a fact was stated, not what it is about: two notes sharing
+# only these ("… again", "… once more") are about different things.
+_NOT_ATTRIBUTES = frozenset({
+    "again", "once", "more", "anymore", "back", "already", "ever", "lately", "recently", "later",
+    "earlier", "today", "yesterday", "tomorrow", "really", "actually"})
+_NOT_TERMS = STOPWORDS | _NOT_ATTRIBUTES
+
+
+@dataclass(frozen=True)
+class TermSettings:
+    max_words: int = 12  # both notes this short: slot-like facts (longer ones are left to cosine)
+    max_notes: int = 8  # a term in more of the scope's notes is too common to name one attribute
+    min_share: float = 0.25  # shared rare terms / content terms of the note with fewer
+
+
+def shared_term_pairs(
+    texts: Sequence[str], settings: TermSettings = TermSettings(),
+    vectors: np.ndarray | None = None, min_similarity: float = -1.0,
+) -> set[tuple[int, int]]:
+    """Pairs (i < j) of short notes sharing rare content terms: restatements of one attribute
+    in other words ("Preferred code editor: Vim" / "The user writes code in Emacs").
+
+    A term is a stemmed word that is not a function word or a number; rare: in at least two and
+    at most ``max_notes`` of the scope's notes (counted over every note, so a word the scope
+    repeats everywhere joins nothing). A pair needs one rare term per ``1 / min_share`` content
+    terms of its shorter note. Posting lists, never all pairs: at most ``max_notes`` squared
+    pairs per term. With ``vectors`` (rows aligned with ``texts``), a pair also needs cosine
+    ``min_similarity``: a shared word with nothing else alike is mostly two attributes meeting
+    on a common verb or a weekday.
+    """
+    if settings.max_notes < 2:
+        return set()
+    terms: list[set[str]] = []
+    short: list[bool] = []
+    notes_with: dict[str, list[int]] = {}
+    for row, text in enumerate(texts):
+        words = _WORD.findall(strip_invisible(text).casefold())
+        found = {stem(w) for w in words if w not in _NOT_TERMS and not w.isdigit()}
+        terms.append(found)
+        short.append(len(words) <= settings.max_words)
+        for t in found:
+            notes_with.setdefault(t, []).append(row)
+    shared: dict[tuple[int, int], int] = {}
+    for rows in notes_with.values():
+        if not 2 <= len(rows) <= settings.max_notes:
+            continue
+        held = [r for r in rows if short[r]]
+        for x, i in enumerate(held):
+            for j in held[x + 1:]:
+                shared[(i, j)] = shared.get((i, j), 0) + 1
+    pairs = [(i, j) for (i, j), n in shared.items()
+             if n >= max(1.0, settings.min_share * min(len(terms[i]), len(terms[j])))]
+    if vectors is None or not pairs or vectors.shape[1] == 0:
+        return set(pairs)
+    ends = np.asarray(pairs)
+    alike = np.einsum("ij,ij->i", vectors[ends[:, 0]], vectors[ends[:, 1]]) >= min_similarity
+    return {p for p, ok in zip(pairs, alike.tolist(), strict=True) if ok}
+
+
 @dataclass(frozen=True)
 class Edge:
     """One candidate pair of rows (i < j), its cosine, and every source that proposed it."""
@@ -247,8 +309,9 @@ def union_edges(
     cosine: Iterable[tuple[int, int, float]],
     clusters: Iterable[Sequence[int]] = (),
     same_frame: Iterable[tuple[int, int]] = (),
+    shared_term: Iterable[tuple[int, int]] = (),
 ) -> list[Edge]:
-    """The union of the three sources, one edge per pair, most similar first (ties by rows)."""
+    """The union of the four sources, one edge per pair, most similar first (ties by rows)."""
     found: dict[tuple[int, int], set[str]] = {}
     sims: dict[tuple[int, int], float] = {}
     for i, j, s in cosine:
@@ -260,8 +323,9 @@ def union_edges(
         for x, i in enumerate(rows):
             for j in rows[x + 1:]:
                 found.setdefault((i, j), set()).add(Source.CONSOLIDATION.value)
-    for i, j in same_frame:
-        found.setdefault((min(i, j), max(i, j)), set()).add(Source.SAME_FRAME.value)
+    for source, proposed in ((Source.SAME_FRAME, same_frame), (Source.SHARED_TERM, shared_term)):
+        for i, j in proposed:
+            found.setdefault((min(i, j), max(i, j)), set()).add(source.value)
     edges = []
     for (i, j), sources in found.items():
         if i == j:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from sqlalchemy import update
 
 from tests.support.factories import NOW, add_notes, days_ago
@@ -462,8 +463,44 @@ def test_chain_of_three_below_the_cosine_threshold_is_resolved_in_one_run(
     assert (notes["v0"].consolidated_into_id, notes["v1"].consolidated_into_id) == ("v1", "v2")
     out = phase_step(app, run_id)["output"]
     assert len(llm_stub.chat_requests()) == 1 and out["calls"] == 1
-    assert (out["candidates_same_frame"], out["candidates_only_same_frame"]) == (3, 3)
+    # The frame index finds all three (the shared "linter" does too: no source alone).
+    assert (out["candidates_same_frame"], out["candidates_shared_term"]) == (3, 3)
     assert out["candidates_cosine"] == 0 and out["verdicts_wasted"] == 0
+
+
+CHAT = ["The team chats on Slack every day", "Team chat runs on Zulip",
+        "The user swims on Thursday evenings"]
+
+
+def chat_judge(a: str, b: str) -> tuple[str, float]:
+    both = all("chat" in t.casefold() for t in (a, b))
+    return ("conflicting", 0.9) if both else ("independent", 0.9)
+
+
+@pytest.mark.parametrize("term_max_notes", [8, 0])
+def test_a_value_restated_in_other_words_is_found_through_a_shared_rare_term(
+    app: App, llm_stub: LLMStub, term_max_notes: int
+) -> None:
+    """A fact restated in other words: no frame joins the two versions and their cosine is far
+    below the threshold; the rare word they share makes them a candidate, and the newer value
+    retires the older. With the source off (``term_max_notes`` 0) nothing is asked."""
+    vectors = app.embedder.embed(CHAT[:2])
+    assert float(vectors[0] @ vectors[1]) < 0.70
+    app.settings.contradictions.term_max_notes = term_max_notes
+    with_stub(app, llm_stub, judge=chat_judge)
+    add_notes(app, *({"id": f"c{k}", "content": t, "created_at": days_ago(40 - 20 * k)}
+                     for k, t in enumerate(CHAT)))
+    run_id = run_phase(app)
+    notes = rows(app)
+    out = phase_step(app, run_id)["output"]
+    if term_max_notes == 0:
+        assert [n for n in notes if notes[n].status == "active"] == ["c0", "c1", "c2"]
+        assert out["candidates_shared_term"] == 0 and llm_stub.chat_requests() == []
+        return
+    assert [n for n in notes if notes[n].status == "active"] == ["c1", "c2"]
+    assert notes["c0"].consolidated_into_id == "c1"
+    assert (out["candidates_shared_term"], out["candidates_only_shared_term"]) == (1, 1)
+    assert out["verdicts_wasted"] == 0
 
 
 def test_budget_is_never_spent_on_a_note_retired_this_run(app: App, llm_stub: LLMStub) -> None:
@@ -539,6 +576,7 @@ def test_refused_consolidation_cluster_is_handed_to_contradictions(
                                   timeout=10, max_retries=0)
     app.settings.contradictions.threshold = 0.999  # cosine proposes nothing here
     app.settings.contradictions.frame_max_span = 0  # nor does the frame index
+    app.settings.contradictions.term_max_notes = 0  # nor do the words they share
     add_notes(app, *({"id": f"d{k}", "content": t, "created_at": days_ago(30 - k)}
                      for k, t in enumerate(dark)))
     run_id = service.create_run(app, SCOPE, force=True, phases=["consolidate", "contradictions"],

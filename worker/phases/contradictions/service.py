@@ -45,7 +45,14 @@ from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.similarity import neighbour_pairs
-from worker.similarity.candidates import FrameSettings, same_frame_pairs, source_counts, union_edges
+from worker.similarity.candidates import (
+    FrameSettings,
+    TermSettings,
+    same_frame_pairs,
+    shared_term_pairs,
+    source_counts,
+    union_edges,
+)
 from worker.store.repositories.judgements import PENDING_RETIREMENT
 
 log = structlog.get_logger(__name__)
@@ -96,7 +103,7 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     """The candidate search over the phase's one load, with no transaction open.
 
     Candidates: cosine neighbours at the threshold ∪ clusters this run's consolidation did
-    not merge ∪ same-frame pairs. Each source's contribution is counted for the step.
+    not merge ∪ same-frame pairs ∪ short notes sharing rare terms. Each source's contribution is counted for the step.
     """
     s = app.settings.contradictions
     snap, memory = phase_snap.notes, phase_snap.memory
@@ -105,8 +112,11 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     cosine = neighbour_pairs(snap.vectors, s.threshold, app.settings.ann_threshold)
     frames = same_frame_pairs([n.content for n in snap.notes],
                               FrameSettings(max_span=s.frame_max_span, min_frame=s.frame_min_words))
+    texts = [n.content for n in snap.notes]
+    terms = shared_term_pairs(texts, TermSettings(max_notes=s.term_max_notes),
+                              snap.vectors, s.term_min_similarity)
     cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
-    edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs)
+    edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs, terms)
     counters: dict[str, Any] = {
         f"candidates_{k}": v for k, v in source_counts(edges).items()}
     counters["generic_frames_skipped"] = frames.generic_frames
