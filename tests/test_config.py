@@ -3,6 +3,7 @@
 import pytest
 
 from worker import config
+from worker.app import App
 from worker.config import ConfigError, load_settings, masked_url, warn_unknown_variables
 
 
@@ -42,6 +43,12 @@ def test_nested_section_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ("DREAM_BROKER_URL", "redis://127.0.0.1:abc/0", "port of 'redis://127.0.0.1:abc/0' is not a number"),
     ("DREAM_BROKER_URL", "redis://a:6379/0;nats://b", "unknown scheme 'nats://'"),
     ("DREAM_RESULT_BACKEND", "foo://x", "DREAM_RESULT_BACKEND: unknown scheme 'foo://'; use redis://"),
+    # the SQL checker's tables: before, refused only when a run built the checker (the run
+    # failed after its row was written), and never while CHECKER=registry
+    ("DREAM_PRUNE__SQL_AGENTS", "agents; drop table notes", "DREAM_PRUNE__SQL_AGENTS must look like table.id_column"),
+    ("DREAM_PRUNE__SQL_USERS", "users.id", "DREAM_PRUNE__SQL_USERS must look like"),
+    ("DREAM_PRUNE__SQL_COMPANIES", "a.b.c.d.e", "DREAM_PRUNE__SQL_COMPANIES must look like"),
+    ("DREAM_PRUNE__SQL_CONVERSATIONS", "conv.id.st-atus", "DREAM_PRUNE__SQL_CONVERSATIONS must look like"),
 ])
 def test_bad_value_fails_with_one_line(monkeypatch: pytest.MonkeyPatch, var: str, value: str,
                                        named: str) -> None:
@@ -118,3 +125,49 @@ def test_known_variables_do_not_warn(capsys: pytest.CaptureFixture[str]) -> None
                             "DREAM_RESOURCES_DIR": "/tmp", "OTEL_TRACES_EXPORTER": "otlp",
                             "dream_log_level": "info", "DREAMY": "1"})
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({"DREAM_PRUNE__CHECKER": "sql", "DREAM_PRUNE__SQL_USERS": "users.id"}, "DREAM_PRUNE__SQL_USERS"),
+    ({"DREAM_PRUNE__ABSENCE_MEANS_DELETED": "true"}, "DREAM_PRUNE__ABSENCE_MEANS_DELETED"),
+])
+def test_a_check_that_names_its_variable_is_said_once(monkeypatch: pytest.MonkeyPatch,
+                                                      env: dict[str, str], named: str) -> None:
+    """The line names the variable once, not again as ``DREAM_PRUNE`` with the section's
+    values as a dict (before: ``invalid setting DREAM_PRUNE: DREAM_PRUNE__… (got {…})``)."""
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    message = str(err.value)
+    assert message.startswith(f"invalid setting: {named}") and message.count(named) == 1
+    assert "{" not in message, message
+
+
+@pytest.mark.parametrize("spec", ["host_users.user_key.state", "host_users.user_key.state.why"])
+def test_a_well_formed_host_table_loads(monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
+    monkeypatch.setenv("DREAM_PRUNE__CHECKER", "sql")
+    monkeypatch.setenv("DREAM_PRUNE__SQL_USERS", spec)
+    assert load_settings().prune.sql_users == spec
+
+
+def test_a_bad_host_table_stops_dream_run_before_any_run(sqlite_app: App) -> None:
+    """`dream run` with DREAM_PRUNE__CHECKER=sql and a malformed table: exit 8 with one line
+    naming the variable, and no run row (before: the run was created and failed in prune)."""
+    from click.testing import CliRunner
+
+    from tests.support.factories import add_notes
+    from worker.cli import main
+    from worker.store.models import DreamRunRow
+
+    add_notes(sqlite_app, {"content": "Prefers tea."})
+    result = CliRunner().invoke(main, ["run", "--agent", "agent-1", "--force"], env={
+        "DREAM_DATABASE_URL": sqlite_app.settings.database_url, "DREAM_LLM_PROVIDER": "none",
+        "DREAM_LOG_LEVEL": "WARNING", "DREAM_PRUNE__CHECKER": "sql",
+        "DREAM_PRUNE__SQL_AGENTS": "host_agents.id"})
+    assert result.exit_code == ConfigError.exit_code == 8, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: invalid setting: DREAM_PRUNE__SQL_AGENTS must look like"), line
+    assert result.stdout == ""
+    with sqlite_app.uow() as uow:
+        assert uow.session.query(DreamRunRow).count() == 0

@@ -81,6 +81,17 @@ class PruneSettings(BaseModel):
     # that an id absent from them was deleted.
     absence_means_deleted: bool = False
 
+    @field_validator("sql_agents", "sql_users", "sql_companies", "sql_conversations")
+    @classmethod
+    def _host_table(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # The checker's own parse, at start-up: a typo was found only when a run built the
+        # checker (the run failed after its row was written), and only with CHECKER=sql.
+        if value:
+            from worker.store.repositories.references import HostTable
+
+            HostTable.parse(value, f"DREAM_PRUNE__{str(info.field_name).upper()}")
+        return value
+
     @model_validator(mode="after")
     def _absence_needs_host_tables(self) -> PruneSettings:
         if self.absence_means_deleted and self.checker != "sql":
@@ -323,11 +334,12 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         first = exc.errors()[0]
         msg = first["msg"].removeprefix("Value error, ")
-        if not first["loc"]:  # a check across fields names its variable itself
-            raise ConfigError(f"invalid setting: {msg}; "
-                              "fix the environment variable and retry") from None
         path = "__".join(str(p) for p in first["loc"]).upper()
         name = path if path.startswith("OTEL_") else f"DREAM_{path}"  # OpenTelemetry's own
+        if not first["loc"] or msg.startswith(name):
+            # A check across fields, or one whose message names its variable (and value) itself.
+            raise ConfigError(f"invalid setting: {msg}; "
+                              "fix the environment variable and retry") from None
         given = first.get("input")
         if path in _URLS and isinstance(given, str):
             given = masked_url(given)  # never echo a password

@@ -1,5 +1,7 @@
-"""JSONL export of notes, with status, pointers, comments and lineage (parent and relation:
-the relation decides what an erasure follows), in the form ``dream notes import`` reads back."""
+"""JSONL export of notes, with status, pointers, comments, flags and lineage (parent and
+relation: the relation decides what an erasure follows), in the form ``dream notes import``
+reads back. Not the version (a counter of this store's writes) nor an edge's run id (this
+store's runs are not exported)."""
 
 from __future__ import annotations
 
@@ -37,9 +39,11 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool) -> Iterator[str]:
             "created_at": _iso(r.created_at), "updated_at": _iso(r.updated_at),
             "last_accessed_at": _iso(r.last_accessed_at), "expires_at": _iso(r.expires_at),
             "valid_from": _iso(r.valid_from), "valid_to": _iso(r.valid_to),
+            "last_checked_at": _iso(r.last_checked_at),
             "source_conversation_id": r.source_conversation_id,
             "consolidated_into_id": r.consolidated_into_id, "comments": r.comments,
             "consolidation_generation": r.consolidation_generation,
+            "flags": list(r.flags or []),
             "lineage": [{"parent_id": parent, "relation": relation}
                         for parent, relation in sorted(edges.get(r.id, []))],
             "metadata": r.meta,

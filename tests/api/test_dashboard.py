@@ -99,8 +99,9 @@ def test_scope_filter_by_agent_or_key(seeded: tuple[App, SeededStore], client: T
 
 
 def test_a_bad_scope_filter_is_one_line_and_shows_nothing(client: TestClient) -> None:
+    """A malformed scope key is the API's class (422), said in one line; no run is listed."""
     r = client.get("/dashboard", params={"scope": '["agent", 1'}, headers=auth(ADMIN))
-    assert r.status_code == 400
+    assert r.status_code == 422
     assert 'scope filter: give an agent id or a scope key such as ["agent",null,null]' in (
         r.text.replace("&#34;", '"'))
     assert _listed(r.text) == []
@@ -210,3 +211,52 @@ def test_baseline_is_each_scopes_last_counted_run_before_the_window(
     expected = run_tree(app, blocked)["totals"]["notes_after"]
     assert run_tree(app, dry)["dry_run"]
     assert base == {DEMO.key: {s: expected.get(s, 0) for s in NOTE_STATUSES}}
+
+
+@pytest.mark.parametrize("path", [
+    "/dashboard/runs/" + "r" * 65,  # past the 64 characters of an id
+    "/dashboard/runs/%00",  # a NUL, which PostgreSQL cannot store
+    "/dashboard?run=" + "r" * 65,  # the run box: not cut to 64 characters (another id)
+])
+def test_a_malformed_run_id_is_422_with_one_line_not_404(tmp_path: Path, path: str) -> None:
+    """As the API answers (``/api/runs/{id}``: 422), not a 404 that says the run is missing:
+    one line naming the problem and what a run id looks like."""
+    app = make_sqlite_app(tmp_path, api_tokens=TOKENS)
+    try:
+        with TestClient(create_api(app)) as c:
+            r = c.get(path, headers=auth(ADMIN), follow_redirects=False)
+            api = c.get("/api/runs/" + path.rpartition("/")[2].removeprefix("dashboard?run="),
+                        headers=auth(ADMIN))
+    finally:
+        app.dispose()
+    assert (r.status_code, api.status_code) == (422, 422), r.text
+    (line,) = re.findall(r'<p id="invalid" class="problem">([^<]*)</p>', r.text)
+    assert line.startswith("malformed run id: it ") and "a run id is the UUID" in line, line
+    assert 'id="missing"' not in r.text
+
+
+def test_a_well_formed_unknown_run_id_is_still_404(tmp_path: Path) -> None:
+    """Only a malformed id is 422: a well-formed one the caller cannot see stays 404."""
+    app = make_sqlite_app(tmp_path, api_tokens=TOKENS)
+    try:
+        with TestClient(create_api(app)) as c:
+            r = c.get("/dashboard/runs/" + "r" * 64, headers=auth(ADMIN))
+    finally:
+        app.dispose()
+    assert r.status_code == 404 and 'id="missing"' in r.text
+
+
+def test_a_malformed_query_is_a_one_line_page_not_json(tmp_path: Path) -> None:
+    """A dashboard page's query FastAPI refuses (a page number that is not one) answers 422 as
+    the API does, but as a page a browser shows: one line naming the field and the rule."""
+    app = make_sqlite_app(tmp_path, api_tokens=TOKENS)
+    try:
+        with TestClient(create_api(app)) as c:
+            r = c.get("/dashboard", params={"page": "abc"}, headers=auth(ADMIN))
+            api = c.get("/api/runs", params={"limit": "abc"}, headers=auth(ADMIN))
+    finally:
+        app.dispose()
+    assert r.status_code == 422 and r.headers["content-type"].startswith("text/html")
+    (line,) = re.findall(r'<p id="invalid" class="problem">([^<]*)</p>', r.text)
+    assert line.startswith("query.page: ") and "go back to the dashboard" in line, line
+    assert api.status_code == 422 and api.json()["error"] == "invalid"  # the API keeps JSON

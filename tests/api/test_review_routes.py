@@ -104,3 +104,23 @@ def test_the_page_shows_the_example_an_archive_item_names(client: TestClient,
     page = client.get(f"/dashboard/review?token={AGENT_1}")
     assert page.status_code == 200
     assert 'example <code>ex-9</code> v1 active <strong>changed since</strong>' in page.text
+
+
+def test_a_malformed_item_id_or_scope_on_the_review_page_is_422_in_one_line(
+        client: TestClient, api_app: App) -> None:
+    """The page's sibling ids: an item id that is not a whole number from 1 answers 422 as a
+    page (not the API's JSON); an admin's malformed scope key is said in one line (422), not an
+    empty page; nothing is decided."""
+    item = _seed(api_app)
+    before = _statuses(api_app)
+    assert client.get(f"/dashboard/review?token={ADMIN}").status_code == 200
+    for bad in ("0", "abc", "99999999999"):
+        r = client.post(f"/dashboard/review/{bad}/approve", data={"csrf": csrf_token(ADMIN)})
+        assert r.status_code == 422 and r.headers["content-type"].startswith("text/html"), bad
+        assert 'id="invalid"' in r.text and "path.item_id: " in r.text, r.text
+    page = client.get("/dashboard/review", params={"scope": '["agent-1", 1'})
+    assert page.status_code == 422
+    assert "scope: give a scope key such as" in page.text.replace("&#34;", '"')
+    good = client.get("/dashboard/review", params={"scope": '["agent-1",null,null]'})
+    assert good.status_code == 200 and f'id="approve-{item}"' in good.text
+    assert _statuses(api_app) == before

@@ -25,6 +25,7 @@ from tests.support.hostile import (
 )
 from worker.app import App
 from worker.cli import main
+from worker.cli.review import REVIEW_EXIT_CODES
 from worker.cli.runs import RUN_EXIT_CODES
 from worker.errors import EXIT_CODES
 from worker.ingest import EXAMPLE_FIELDS, NOTE_FIELDS, SESSION_FIELDS
@@ -36,6 +37,11 @@ NOT_FUZZED = {
     ("demo",): "builds and dreams a fresh store per valid path, seconds each "
                "(test_hostile_input_cli.py::test_demo_database_paths_are_one_line)",
 }
+# Commands that also say how what they applied ended (outcomes, not errors: no `error:` line,
+# and the store may change), by command path.
+OUTCOMES = {("run",): set(RUN_EXIT_CODES.values()),
+            ("review", "approve"): set(REVIEW_EXIT_CODES.values()),
+            ("review", "decline"): set(REVIEW_EXIT_CODES.values())}
 CANARY = "Marmalade-canary-3318"
 # A valid line per importer, and the fields it knows: the fuzz mutates one field at a time.
 ENTITY_FIELDS = ["kind", "id", "status", "deleted_at", "name", "note_retention_days",
@@ -141,7 +147,8 @@ def check_invocation(app: App, argv: list[str], stdin: bytes, before: str) -> st
     assert result.exception is None or isinstance(result.exception, SystemExit), (
         shown, result.exc_info)
     assert "Traceback" not in result.output, shown
-    ran = argv[:1] == ["run"] and result.exit_code in RUN_EXIT_CODES.values()
+    ran = any(tuple(argv[:len(path)]) == path and result.exit_code in codes
+              for path, codes in OUTCOMES.items())
     if result.exit_code == 0 or ran:
         return store_digest(app)  # a valid command (a run that ended blocked…) may change it
     assert result.exit_code in EXIT_CODES.values(), shown  # a user error's class, never a bug

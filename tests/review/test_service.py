@@ -15,6 +15,7 @@ from tests.support.factories import add_entities, add_notes
 from tests.support.host_writes import host_sets
 from worker.app import App
 from worker.cli import main
+from worker.cli.common import Outcome
 from worker.clock import utcnow
 from worker.domain.types import Scope
 from worker.errors import Conflict, NotFound
@@ -24,6 +25,7 @@ from worker.runs.service import create_run, execute_run
 from worker.store.models import NoteRow
 
 SCOPE = Scope("agent-1")
+BLOCKED, STALE = Outcome.BLOCKED, Outcome.STALE  # a batch's exit codes (tests/cli/test_review.py)
 
 
 def _cli(app: App, *args: str) -> Result:
@@ -144,7 +146,7 @@ def test_a_changed_note_makes_the_item_stale_and_refused(app: App) -> None:
     assert shown["status"] == "open"
     assert {n["id"]: n["changed"] for n in shown["notes"]} == {"t1": False, "t2": True}
     batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
-    assert batch.exit_code == 0 and f"item {item} is stale" in batch.output
+    assert batch.exit_code == STALE and f"item {item} is stale" in batch.output
     assert _statuses(app) == before
     again = _cli(app, "review", "approve", str(item), "--agent", "agent-1")
     assert again.exit_code == Conflict.exit_code and "already stale" in again.stderr
@@ -339,7 +341,7 @@ def test_a_note_pinned_since_the_proposal_makes_the_item_stale_not_blocked(
         (line,) = refused.stderr.strip().splitlines()
         assert "is stale" in line and note_id in line and field in line, line
     batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
-    assert batch.exit_code == 0, batch.output
+    assert batch.exit_code == STALE, batch.output
     assert {i["id"]: i["status"] for i in list_items(app, SCOPE, status=None)} == {
         i["id"]: "stale" for i in items.values()}
     assert _statuses(app) == before
@@ -391,7 +393,7 @@ def test_a_batch_reads_again_what_an_earlier_item_of_it_wrote(app: App) -> None:
     first = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
     second = _propose(app, _merge(["t1", "c1"], "Prefers green tea; works from Lisbon."))
     batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
-    assert batch.exit_code == 0, batch.output
+    assert batch.exit_code == STALE, batch.output
     assert f"item {second} is stale: note t1 changed" in batch.output, batch.output
     assert {i["id"]: i["status"] for i in list_items(app, SCOPE, status=None)} == {
         first: "approved", second: "stale"}
@@ -450,7 +452,7 @@ def test_a_batch_approval_counts_its_retirements_together_against_the_guard(app:
                      for k in range(14)))
     items = [_propose(app, _archive(f"n{k:02}")) for k in range(10)]
     batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1", "--json")
-    assert batch.exit_code == 0, batch.output
+    assert batch.exit_code == BLOCKED, batch.output
     decided = {d["id"]: d for d in json.loads(batch.output)["items"]}
     assert [decided[i]["status"] for i in items] == ["approved"] * 7 + ["blocked"] * 3
     assert "would retire 8 of the scope's 14 active notes (limit 50%)" in decided[items[7]][

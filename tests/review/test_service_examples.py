@@ -17,6 +17,7 @@ from tests.support.factories import NOW, add_entities, add_notes, days_ago
 from tests.support.host_writes import host_sets
 from worker.app import App
 from worker.cli import main
+from worker.cli.common import Outcome
 from worker.domain.types import Scope
 from worker.errors import Conflict
 from worker.ingest import import_examples
@@ -95,7 +96,7 @@ def test_an_example_moved_since_the_proposal_is_refused_as_stale(
     assert show_item(app, SCOPE, items[example_id])["status"] == "open"
 
     batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
-    assert batch.exit_code == 0, batch.output
+    assert batch.exit_code == Outcome.STALE, batch.output
     statuses = {i["note_ids"][0]: i["status"] for i in list_items(app, SCOPE, status=None)}
     assert statuses == {**dict.fromkeys(items, "approved"), example_id: "stale"}
     after = _state(app)

@@ -20,7 +20,7 @@ from worker.api import dashboard_charts
 from worker.api.auth import Principal, authenticate, bearer
 from worker.api.dashboard_steps import child_view, counter_columns
 from worker.app import App
-from worker.domain.limits import scope_problem
+from worker.domain.limits import ident_problem, scope_problem
 from worker.domain.types import Scope
 from worker.errors import NotFound
 from worker.store.repositories.dashboard import ScopeFilter
@@ -148,6 +148,21 @@ def _render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(_JINJA.get_template(name).render(**context), status_code=status)
 
 
+def invalid_page(what: str, who: str | None = None) -> HTMLResponse:
+    """422 with one line: what the request got wrong and how it should look, as the API
+    answers a malformed request (never 404: a malformed id names no run that might exist)."""
+    return _render("invalid.html", status=422, who=who, what=what)
+
+
+def run_id_problem(run_id: str) -> str | None:
+    """Why ``run_id`` cannot be a run id (the API's 422), said with what one looks like."""
+    problem = ident_problem(run_id)
+    if problem is None:
+        return None
+    return (f"malformed run id: it {problem}; a run id is the UUID `dream runs list` shows, "
+            "such as 0f3c9a52-8b1e-4d7a-9c2f-5e6d7a8b9c0d")
+
+
 @router.get("/dashboard", response_class=HTMLResponse)
 def overview(request: Request, token: str | None = None, run: str | None = None,
              scope: str | None = Query(None, max_length=400),
@@ -164,14 +179,16 @@ def overview(request: Request, token: str | None = None, run: str | None = None,
     if who is None:
         return login_page()
     if run:
-        return RedirectResponse(f"/dashboard/runs/{quote(run[:64], safe='')}", status_code=303)
+        if problem := run_id_problem(run):  # cut to 64 characters, it could name another run
+            return invalid_page(problem, who.label)
+        return RedirectResponse(f"/dashboard/runs/{quote(run, safe='')}", status_code=303)
     app: App = request.app.state.app
     f, problem = parse_filter(scope, who)
     runs = runs_page(app, f, page, RUNS_PER_PAGE)
     health = scope_health(app, f, spage, SCOPES_PER_PAGE)
     trend = trends(app, f, last)
     return _render(
-        "dashboard.html", status=400 if problem and problem != "no such scope" else 200,
+        "dashboard.html", status=422 if problem and problem != "no such scope" else 200,
         nav_links=nav_for(request),
         who=who.label, admin=who.admin, problem=problem,
         scope_text=scope or "" if who.scope is None else who.scope.key,
@@ -185,11 +202,10 @@ def overview(request: Request, token: str | None = None, run: str | None = None,
 
 
 def visible_tree(app: App, run_id: str, who: Principal) -> dict[str, Any] | None:
-    """The run's step tree, or None when it does not exist or lies outside the caller's scope."""
+    """The run's step tree, or None when it does not exist or lies outside the caller's scope
+    (``run_id`` well-formed: ``run_id_problem``)."""
     from worker.reporting import run_tree
 
-    if "\x00" in run_id or len(run_id) > 64:
-        return None
     try:
         tree = run_tree(app, run_id)
     except NotFound:
@@ -207,6 +223,8 @@ def run_detail(request: Request, run_id: str, token: str | None = None) -> Respo
     who = page_principal(request, None)
     if who is None:
         return login_page()
+    if problem := run_id_problem(run_id):
+        return invalid_page(problem, who.label)
     tree = visible_tree(request.app.state.app, run_id, who)
     if tree is None:
         return _render("missing.html", status=404, who=who.label,

@@ -23,8 +23,12 @@ async def invalid_request(request: Request, exc: Exception) -> Response:
     # FastAPI's default echoes the offending input back, which fails to encode for NaN or a
     # lone surrogate (a 500 whose traceback quoted the text); name the field and the rule only.
     assert isinstance(exc, RequestValidationError)
-    return JSONResponse({"error": "invalid", "detail": validation_detail(exc.errors())},
-                        status_code=422)
+    detail = validation_detail(exc.errors())
+    if request.url.path.startswith("/dashboard"):  # a browser's page: one line of HTML
+        from worker.api.dashboard import invalid_page
+
+        return invalid_page(f"{detail}; correct the address, or go back to the dashboard")
+    return JSONResponse({"error": "invalid", "detail": detail}, status_code=422)
 
 
 def install_error_handlers(api: FastAPI) -> None:

@@ -79,10 +79,14 @@ def review_page(request: Request, token: str | None = None, scope: str | None = 
         return login_page()
     app: App = request.app.state.app
     shown = _scope_param(who, scope)
+    # An admin's malformed scope key is said, as the dashboard's filter says it (not an empty page).
+    malformed = bool(scope) and who.scope is None and shown is None
+    message = ('scope: give a scope key such as ["agent",null,null], or pick one below'
+               if malformed else (msg or "")[:300])
     html = _JINJA.get_template("review.html").render(
-        who=who.label, current=PAGE, nav_links=nav_for(request), csrf=csrf_token(given), message=(msg or "")[:300],
-        scope_key=shown.key if shown else "", **_page_data(app, who, shown))
-    return HTMLResponse(html)
+        who=who.label, current=PAGE, nav_links=nav_for(request), csrf=csrf_token(given),
+        message=message, scope_key=shown.key if shown else "", **_page_data(app, who, shown))
+    return HTMLResponse(html, status_code=422 if malformed else 200)
 
 
 def _cross_site(request: Request) -> bool:

@@ -7,6 +7,7 @@ import math
 import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from enum import IntEnum
 from typing import Any, TypeVar
 
 import click
@@ -21,6 +22,18 @@ from worker.logging import configure_logging
 from worker.telemetry import configure_telemetry
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Outcome(IntEnum):
+    """How a command that applies changes ended, for cron and scripts: outcomes, not user
+    errors (whose codes are 2-8, worker.errors), and they print no ``error:`` line."""
+
+    DONE = 0
+    BLOCKED = 10  # a guard held changes back (the blast-radius limit, the model budget, ...)
+    PARTIAL = 11  # a run's phase failed, the others applied
+    FAILED = 12
+    INTERRUPTED = 13  # or cancelled
+    STALE = 14  # what a review item was decided on changed: nothing written for it
 
 
 def cli_app(ctx: click.Context, create: bool = False) -> App:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from worker.cli.common import IDENT, cli_app, scope_options
+from worker.cli.common import IDENT, Outcome, cli_app, scope_options
 from worker.cli.errors import UserError, user_errors
 from worker.domain.limits import INT_MAX
 from worker.domain.types import Scope
@@ -148,14 +148,29 @@ def _decision_options(fn: F) -> F:
     return click.argument("item_id", type=ITEM_ID, required=False)(fn)
 
 
-def _echo(results: list[Any], as_json: bool) -> None:
+# An item a batch did not decide as asked, by its answer: left open by the blast-radius guard;
+# stale (its notes changed since the proposal) or decided meanwhile by someone else, so nothing
+# was written for it.
+REVIEW_EXIT_CODES = {"blocked": Outcome.BLOCKED, "stale": Outcome.STALE, "refused": Outcome.STALE}
+
+
+def review_exit_code(statuses: list[str]) -> int:
+    """0 when every item was decided as asked; else blocked (10) before stale (14): an item the
+    guard left open waits for you, a stale one only for the next run."""
+    codes = {REVIEW_EXIT_CODES.get(s, Outcome.DONE) for s in statuses}
+    return int(Outcome.BLOCKED if Outcome.BLOCKED in codes else max(codes, default=Outcome.DONE))
+
+
+def _echo(ctx: click.Context, results: list[Any], as_json: bool) -> None:
+    """Print each item's answer, then exit with ``review_exit_code`` of them."""
     if as_json:
         click.echo(json.dumps({"items": [r.as_dict() for r in results]}, indent=2))
-        return
-    for r in results:
-        click.echo(r.line)
-    if not results:
-        click.echo("no open review items")
+    else:
+        for r in results:
+            click.echo(r.line)
+        if not results:
+            click.echo("no open review items")
+    ctx.exit(review_exit_code([r.status for r in results]))
 
 
 @review.command("approve")
@@ -167,11 +182,12 @@ def approve_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str |
                 as_json: bool) -> None:
     """Apply ITEM_ID (or a run's items, or all) in its own run; `dream undo RUN` reverts it.
 
-    A note changed since the proposal makes the item stale: refused, nothing written."""
+    A note changed since the proposal makes the item stale: refused, nothing written. A batch
+    exits 10 when the blast-radius guard left an item open, else 14 when an item was stale."""
     from worker.review.service import approve
 
     app, scope = _known_scope(ctx, agent, user, company)
-    _echo(approve(app, scope, _selector(item_id, run_id, all_), _decider(by)), as_json)
+    _echo(ctx, approve(app, scope, _selector(item_id, run_id, all_), _decider(by)), as_json)
 
 
 @review.command("decline")
@@ -182,10 +198,13 @@ def approve_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str |
 def decline_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str | None,
                 company: str | None, run_id: str | None, all_: bool, by: str, as_json: bool,
                 reason: str | None) -> None:
-    """Decline ITEM_ID (or a run's items, or all): not proposed again until a note changes."""
+    """Decline ITEM_ID (or a run's items, or all): not proposed again until a note changes.
+
+    Exits 14 when an item of a batch was decided meanwhile by someone else."""
     from worker.review.service import decline
 
     if reason is not None and (len(reason) > 500 or "\x00" in reason):
         raise UserError("--reason must be at most 500 characters, without NUL")
     app, scope = _known_scope(ctx, agent, user, company)
-    _echo(decline(app, scope, _selector(item_id, run_id, all_), _decider(by), reason), as_json)
+    _echo(ctx, decline(app, scope, _selector(item_id, run_id, all_), _decider(by), reason),
+          as_json)

@@ -9,7 +9,7 @@ from datetime import datetime
 import click
 
 from worker.app import App
-from worker.cli.common import IDENT, cli_app, parse_option_timestamp
+from worker.cli.common import IDENT, Outcome, cli_app, parse_option_timestamp
 from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope
@@ -77,15 +77,16 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     ctx.exit(run_exit_code(started.status))
 
 
-# How a run ended, for cron and scripts (not user errors, whose codes are 2-8): 0 succeeded (or
-# queued on the broker, or not due); a run that stopped itself or did not finish says so.
-RUN_EXIT_CODES = {RunStatus.BLOCKED.value: 10, RunStatus.PARTIAL.value: 11,
-                  RunStatus.FAILED.value: 12, RunStatus.INTERRUPTED.value: 13,
-                  RunStatus.CANCELLED.value: 13}
+# How a run ended: 0 succeeded (or queued on the broker, or not due); a run that stopped itself
+# or did not finish says so.
+RUN_EXIT_CODES = {RunStatus.BLOCKED.value: Outcome.BLOCKED,
+                  RunStatus.PARTIAL.value: Outcome.PARTIAL, RunStatus.FAILED.value: Outcome.FAILED,
+                  RunStatus.INTERRUPTED.value: Outcome.INTERRUPTED,
+                  RunStatus.CANCELLED.value: Outcome.INTERRUPTED}
 
 
 def run_exit_code(status: str) -> int:
-    return RUN_EXIT_CODES.get(status, 0)
+    return int(RUN_EXIT_CODES.get(status, Outcome.DONE))
 
 
 def _due_runs(app: App, clock: datetime | None, in_process: bool) -> list[str]:

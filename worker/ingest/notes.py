@@ -16,7 +16,7 @@ import numpy as np
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.limits import INT_MAX
+from worker.domain.limits import INT_MAX, ident_problem
 from worker.domain.types import NoteStatus, NoteType, Protection, Scope, content_hash
 from worker.ingest.fields import (
     choice,
@@ -35,8 +35,9 @@ NOTE_FIELDS = {
     "last_accessed_at", "access_count", "importance", "expires_at", "is_auto_generated",
     "protection", "source_conversation_id", "embedding", "embedding_model", "metadata", "status",
     "valid_from", "valid_to", "consolidated_into_id", "comments", "lineage",
-    "consolidation_generation",
+    "consolidation_generation", "flags", "last_checked_at",
 }
+MAX_FLAGS = 32  # a run adds one or two ("injection", "contradiction_review")
 _NOTE_TYPES = {t.value.lower(): t.value for t in NoteType}
 _PROTECTIONS = {p.value for p in Protection}
 _STATUSES = {s.value for s in NoteStatus}
@@ -69,6 +70,23 @@ def _embedding(embedding: object, number: int, dims: int | None) -> np.ndarray |
     if norm == 0:
         raise InputError(f"line {number}: embedding is all zeros")
     return (wide / norm).astype(np.float32)
+
+
+def _flags(value: object, number: int) -> list[str] | None:
+    """The marks runs leave on a note they keep (``injection``: held out of clustering), as the
+    export writes them; absent or empty (an older export) is none."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_FLAGS:
+        raise InputError(f"line {number}: flags must be an array of at most {MAX_FLAGS} "
+                         'strings, e.g. ["injection"]')
+    for flag in value:
+        if not isinstance(flag, str) or (problem := ident_problem(flag)):
+            what = problem if isinstance(flag, str) else "must be a non-empty string"
+            raise InputError(f"line {number}: a flag {what}")
+    if len(set(value)) != len(value):
+        raise InputError(f"line {number}: flags names a flag twice; give each once")
+    return list(value) or None
 
 
 def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None) -> dict[str, Any]:
@@ -124,6 +142,8 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
         "valid_from": opt_time(obj, "valid_from", number) or created,
         "valid_to": opt_time(obj, "valid_to", number),
         "meta": metadata,
+        "flags": _flags(obj.get("flags"), number),
+        "last_checked_at": opt_time(obj, "last_checked_at", number),
         "version": 1,
         **parse_links(obj, number),
     }

@@ -1,0 +1,118 @@
+"""`dream review approve|decline` exit codes: a batch that left an item open (blocked by the
+blast-radius guard) or found one stale says so to scripts, as `dream run` does for its runs;
+a batch decided in full exits 0 (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tests.support.factories import add_notes
+from tests.support.host_writes import host_sets
+from worker.app import App
+from worker.cli import main
+from worker.cli.common import Outcome
+from worker.cli.review import review_exit_code
+from worker.clock import utcnow
+from worker.domain.types import Scope
+from worker.review.changes import archive_change
+from worker.review.items import ChangeKind, ProposedChange
+
+SCOPE = Scope("agent-1")
+
+
+def _cli(app: App, *args: str) -> Result:
+    return CliRunner().invoke(main, list(args), env={
+        "DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LLM_PROVIDER": "none",
+        "DREAM_LOG_LEVEL": "WARNING"})
+
+
+def _propose(app: App, change: ProposedChange) -> int:
+    with app.uow() as uow:
+        uow.review.add_many(SCOPE, None, [change.row()], utcnow())
+        uow.commit()
+        return int(uow.review.list(SCOPE)[-1].id)
+
+
+def _archive(note_id: str) -> ProposedChange:
+    return archive_change("prune", note_id, 1, reason="prune: orphaned",
+                          comment="[Pruned: its conversation is gone]")
+
+
+def _merge(ids: list[str], content: str) -> ProposedChange:
+    return ProposedChange(phase="consolidate", kind=ChangeKind.MERGE,
+                          versions=dict.fromkeys(ids, 1), reason="rule: identical",
+                          content=content, source_ids=tuple(ids),
+                          payload={"rule": "identical", "similarity": 1.0})
+
+
+def _facts(app: App, count: int) -> None:
+    add_notes(app, *({"id": f"n{k:02}", "content": f"Fact number {k} about the project."}
+                     for k in range(count)))
+
+
+def _statuses(result: Result) -> list[str]:
+    return [i["status"] for i in json.loads(result.stdout)["items"]]
+
+
+def test_a_batch_the_guard_cut_short_exits_blocked(app: App) -> None:
+    """Ten archive items over 14 notes: the guard lets 7 go and leaves 3 open; the batch prints
+    every item and exits 10 (before: 0), the same with --json."""
+    _facts(app, 14)
+    for k in range(10):
+        _propose(app, _archive(f"n{k:02}"))
+    batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1", "--json")
+    assert batch.exit_code == Outcome.BLOCKED == 10, batch.output
+    assert _statuses(batch) == ["approved"] * 7 + ["blocked"] * 3
+    assert batch.stderr == ""  # an outcome, not an error
+
+
+def test_a_batch_with_a_stale_item_exits_stale(app: App) -> None:
+    """One merge applies, the other names a note the host edited since: the batch exits 14
+    (before: 0) and the stale item's line says so; nothing written for it."""
+    _facts(app, 4)
+    _propose(app, _merge(["n00", "n01"], "Fact number 0 about the project."))
+    stale = _propose(app, _merge(["n02", "n03"], "Fact number 2 about the project."))
+    host_sets(app, "n03", content="Fact number 3, edited.", version=2)
+    batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
+    assert batch.exit_code == Outcome.STALE == 14, batch.output
+    assert f"item {stale} is stale: note n03 changed" in batch.stdout
+
+
+def test_blocked_wins_over_stale_and_a_full_batch_exits_0(app: App) -> None:
+    """Blocked and stale items in one batch: 10, the one that waits for a person. Approving the
+    open items again by run (all within the guard now) exits 0; so does a batch decline."""
+    _facts(app, 14)
+    first = _propose(app, _merge(["n12", "n13"], "Fact number 12 about the project."))
+    for k in range(10):
+        _propose(app, _archive(f"n{k:02}"))
+    host_sets(app, "n13", content="Fact number 13, edited.", version=2)
+    batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1", "--json")
+    assert batch.exit_code == Outcome.BLOCKED, batch.output
+    assert _statuses(batch) == ["stale"] + ["approved"] * 7 + ["blocked"] * 3
+    assert json.loads(batch.stdout)["items"][0]["id"] == first
+
+    declined = _cli(app, "review", "decline", "--all", "--agent", "agent-1")
+    assert declined.exit_code == 0, declined.output
+    assert declined.stdout.count("declined item") == 3
+
+    _propose(app, _archive("n10"))
+    done = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
+    assert done.exit_code == 0, done.output
+    assert "approved item" in done.stdout
+
+
+@pytest.mark.parametrize(("statuses", "code"), [
+    ([], 0),  # nothing open: nothing left undone
+    (["approved", "approved"], 0),
+    (["declined"], 0),
+    (["approved", "blocked"], 10),  # left open by the blast-radius guard
+    (["approved", "stale"], 14),  # notes changed since the proposal: nothing written for it
+    (["declined", "refused"], 14),  # decided meanwhile by someone else: not this call's decision
+    (["stale", "blocked", "approved"], 10),  # blocked waits for a person; stale only for a run
+])
+def test_review_exit_code(statuses: list[str], code: int) -> None:
+    """The batch's exit code from its items' answers."""
+    assert review_exit_code(statuses) == code
