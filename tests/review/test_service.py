@@ -462,3 +462,38 @@ def test_a_batch_approval_counts_its_retirements_together_against_the_guard(app:
     one = _cli(app, "review", "approve", str(items[7]), "--agent", "agent-1")
     assert one.exit_code == 0, one.output
     assert _statuses(app)["n07"][0] == "archived"
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_an_item_declined_while_its_approval_applies_stays_declined_and_unapplied(
+    app: App, monkeypatch: pytest.MonkeyPatch, batch: bool
+) -> None:
+    """Bo declines the item after Ana's approval wrote its change but before it recorded the
+    decision: the item keeps Bo's decline, and what Ana's approval wrote is reverted (its run
+    undone), so the notes never disagree with the item. One item: a conflict; a batch: 14."""
+    import worker.review.service as review_service
+    from worker.review.service import Selector, decline
+
+    _seed(app)
+    before = _statuses(app)
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    apply_change = review_service.apply_change
+
+    def declined_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        applied = apply_change(*args, **kwargs)
+        assert _statuses(app)["t1"][0] == "revoked"  # Ana's change is written
+        (bo,) = decline(app, SCOPE, Selector(item_id=item), "cli:bo", "two teas")
+        assert bo.status == "declined"
+        return applied
+
+    monkeypatch.setattr(review_service, "apply_change", declined_meanwhile)
+    args = ["--all"] if batch else [str(item)]
+    approved = _cli(app, "review", "approve", *args, "--agent", "agent-1", "--by", "ana")
+    assert approved.exit_code == (STALE if batch else Conflict.exit_code), approved.output
+    assert "decided meanwhile (declined)" in approved.output + approved.stderr
+    after = _statuses(app)
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert all(status == "revoked" for k, (status, _) in after.items() if k not in before)
+    detail = json.loads(_cli(app, "review", "show", str(item), "--agent", "agent-1",
+                             "--json").output)
+    assert (detail["status"], detail["decided_by"]) == ("declined", "cli:bo")

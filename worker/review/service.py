@@ -366,12 +366,29 @@ def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,
         reason = f"review item {row.id} approved by {by}" if result == OK else line
         uow.runs.set_status(ctx.run_id, status, finished_at=now, totals=totals,
                             lease_expires_at=None, status_reason=reason[:300])
+        recorded = True
         if result == OK:
-            uow.review.decide(row.id, ItemStatus.APPROVED.value, now=now, by=by,
-                              applied_run_id=ctx.run_id, outcome=line)
+            recorded = uow.review.decide(row.id, ItemStatus.APPROVED.value, now=now, by=by,
+                                         applied_run_id=ctx.run_id, outcome=line)
         elif result != GUARDED:
             uow.review.decide(row.id, ItemStatus.STALE.value, now=now, by=by, outcome=line,
                               applied_run_id=ctx.run_id)
         uow.commit()
+    if not recorded:
+        return _taken_back(app, ctx.run_id, row)
     log.info("review.approved", item=row.id, result=result, run_id=ctx.run_id)
     return decided
+
+
+def _taken_back(app: App, run_id: str, row: Any) -> Decided:
+    """Someone declined (or decided) the item while its change was being applied: the item
+    says what they decided, so what this approval wrote is undone (its run reverted)."""
+    from worker.safety.undo import undo_run
+
+    undo_run(app, run_id)
+    with app.uow() as uow:
+        now = uow.review.get(Scope.from_key(row.scope_key), row.id)
+    status = now.status if now is not None else "gone"
+    log.warning("review.decided_meanwhile", item=row.id, run_id=run_id, status=status)
+    return Decided(row.id, "refused", f"item {row.id} was decided meanwhile ({status}); what "
+                   f"this approval applied was reverted (run {run_id} undone)", run_id)
