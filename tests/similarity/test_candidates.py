@@ -169,10 +169,15 @@ def test_a_fact_restated_in_other_words_shares_a_rare_term(a: str, b: str) -> No
     assert shared_term_pairs([a, b]) == {(0, 1)}
 
 
-def test_only_discourse_words_or_function_words_in_common_join_nothing() -> None:
+def test_only_discourse_frequency_or_function_words_in_common_join_nothing() -> None:
     texts = ["Reports use metric units again", "Pull requests need two approvals again",
-             "The user is in the office", "The user is on holiday"]
+             "The user is in the office", "The user is on holiday",
+             "Deployments go out on every weekday", "The team chats on Zulip every day",
+             "The user has 10 vacation days left"]
     assert shared_term_pairs(texts) == set()
+    # A named day is a value: two notes sharing one may state one attribute.
+    assert shared_term_pairs(["Deployments go out on Thursdays",
+                              "The team ships releases on Thursdays"]) == {(0, 1)}
 
 
 def test_a_term_too_many_notes_hold_is_not_rare() -> None:

@@ -235,12 +235,15 @@ def _bucket_pairs(
     return set(zip(np.minimum(i, j).tolist(), np.maximum(i, j).tolist(), strict=True))
 
 
-# Words that say when or how often a fact was stated, not what it is about: two notes sharing
-# only these ("… again", "… once more") are about different things.
-_NOT_ATTRIBUTES = frozenset({
+# Words that say how often something holds, or that a fact was said again, not what it is
+# about: two notes sharing only these ("… every day", "… again") are most often about different
+# things. Compared as stems. A named day or date is kept: sharing one is sharing a value.
+_NOT_ATTRIBUTES = frozenset(stem(w) for w in (
     "again", "once", "more", "anymore", "back", "already", "ever", "lately", "recently", "later",
-    "earlier", "today", "yesterday", "tomorrow", "really", "actually"})
-_NOT_TERMS = STOPWORDS | _NOT_ATTRIBUTES
+    "earlier", "today", "yesterday", "tomorrow", "really", "actually",
+    "every", "each", "all", "always", "never", "sometimes", "often", "usually", "rarely",
+    "daily", "weekly", "monthly", "yearly", "day", "week", "month", "year", "morning",
+    "afternoon", "evening", "night", "weekend", "weekday"))
 
 
 @dataclass(frozen=True)
@@ -272,7 +275,8 @@ def shared_term_pairs(
     notes_with: dict[str, list[int]] = {}
     for row, text in enumerate(texts):
         words = _WORD.findall(strip_invisible(text).casefold())
-        found = {stem(w) for w in words if w not in _NOT_TERMS and not w.isdigit()}
+        found = {stem(w) for w in words if w not in STOPWORDS and not w.isdigit()}
+        found -= _NOT_ATTRIBUTES
         terms.append(found)
         short.append(len(words) <= settings.max_words)
         for t in found:
