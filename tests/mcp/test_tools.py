@@ -1,0 +1,48 @@
+"""The MCP tools' refusals through the SDK's own client, in process (worker.mcp.tools): every
+argument no note, run or item can take is one ``invalid:`` line and changes nothing, on SQLite
+and PostgreSQL. (tests/mcp/test_server.py drives the same tools through a real subprocess.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
+
+import anyio  # noqa: E402
+from mcp import Client  # noqa: E402
+
+from tests.mcp.test_server import _refused, _states  # noqa: E402
+from tests.support.factories import add_notes  # noqa: E402
+from worker.app import App  # noqa: E402
+from worker.domain.types import Scope  # noqa: E402
+from worker.mcp.server import stdio_server  # noqa: E402
+
+
+def _refusals(app: App, calls: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    async def scenario() -> list[str]:
+        async with Client(stdio_server(app, Scope("agent-a"))) as client:
+            return [await _refused(client, tool, **args) for tool, args in calls]
+
+    return anyio.run(scenario)
+
+
+BAD_IDS = [["a0", "b\x00"], ["a0", "\ud800"], ["a0", "b" * 65], ["a0", " "],
+           [f"n{i}" for i in range(5000)]]
+
+
+@pytest.mark.parametrize("ids", BAD_IDS, ids=["nul", "surrogate", "65", "blank", "5000"])
+def test_fuse_and_keep_apart_refuse_ids_no_note_can_have(app: App, ids: list[str]) -> None:
+    """A NUL, a lone surrogate, a 65-character or blank id, or 5,000 ids are ``invalid`` (as the
+    API's 422), never ``internal`` or a lookup; nothing changes (before: a surrogate was an
+    internal error on both backends and a NUL one on PostgreSQL)."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."},
+              {"id": "a1", "agent_id": "agent-a", "content": "Prefers green tea at noon."})
+    before = _states(app, "agent-a")
+    answers = _refusals(app, [("fuse", {"source_ids": ids, "fused_content": "Prefers tea."}),
+                              ("keep_apart", {"source_ids": ids})])
+    assert all(a.split(": ", 1)[1].startswith("invalid: ") and "source id" in a
+               for a in answers), answers
+    assert _states(app, "agent-a") == before
+
