@@ -14,6 +14,7 @@ import anyio  # noqa: E402
 from mcp import Client  # noqa: E402
 
 from tests.mcp.test_server import _refused, _states  # noqa: E402
+from tests.mcp.test_server_review import _seed as _seed_review  # noqa: E402
 from tests.support.factories import add_notes  # noqa: E402
 from worker.app import App  # noqa: E402
 from worker.domain.types import Scope  # noqa: E402
@@ -45,4 +46,15 @@ def test_fuse_and_keep_apart_refuse_ids_no_note_can_have(app: App, ids: list[str
     assert all(a.split(": ", 1)[1].startswith("invalid: ") and "source id" in a
                for a in answers), answers
     assert _states(app, "agent-a") == before
+
+
+def test_review_decline_refuses_a_reason_no_backend_can_store(app: App) -> None:
+    """A reason with a lone surrogate is ``invalid`` and the item stays open (before: an internal
+    error from the driver, as the API's schema already refused it with 422)."""
+    items = _seed_review(app)
+    item = items["agent-a"][0]
+    (answer,) = _refusals(app, [("review_decline", {"item_id": item, "reason": "no \ud800"})])
+    assert "invalid: reason" in answer, answer
+    with app.uow() as uow:
+        assert uow.review.get(Scope("agent-a"), item).status == "open"
 

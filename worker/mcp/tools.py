@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.app import App
-from worker.domain.limits import INT_MAX, ident_problem
+from worker.domain.limits import INT_MAX, ident_problem, text_problem
 from worker.domain.types import NoteType, Scope
 from worker.host import Invalid, NotFound, fuse, fusion_candidates, keep_apart, remember
 from worker.runs.service import RunError, scope_gate
@@ -100,8 +100,8 @@ class ScopedTools:
                        all: bool = False, reason: str | None = None) -> dict[str, Any]:
         from worker.review.service import Selector, decline
 
-        if reason is not None and (len(reason) > 500 or "\x00" in reason):
-            raise Invalid("reason must be at most 500 characters, without NUL")
+        if reason is not None and (len(reason) > 500 or text_problem(reason)):
+            raise Invalid("reason must be at most 500 characters of valid Unicode, without NUL")
         selector = Selector(None if item_id is None else _item_id(item_id), _ident(run_id), all)
         done = decline(self.app, self.scope, selector, f"mcp:{self.scope.key}", reason)
         return {"items": [d.as_dict() for d in done]}
