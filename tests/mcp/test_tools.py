@@ -58,3 +58,13 @@ def test_review_decline_refuses_a_reason_no_backend_can_store(app: App) -> None:
     with app.uow() as uow:
         assert uow.review.get(Scope("agent-a"), item).status == "open"
 
+
+@pytest.mark.parametrize(("tool", "limit"), [("list_candidates", 0), ("list_candidates", -1),
+                                             ("list_candidates", 501), ("review_list", 0),
+                                             ("review_list", -5), ("review_list", 1001)])
+def test_limits_out_of_range_are_invalid_as_over_the_api(app: App, tool: str, limit: int) -> None:
+    """A zero, negative or too large limit is ``invalid`` naming the range, as the API answers
+    422 (before: it was silently clamped to 1 or the maximum)."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
+    (answer,) = _refusals(app, [(tool, {"limit": limit})])
+    assert "invalid: limit must be" in answer, answer

@@ -31,8 +31,8 @@ class ScopedTools:
         return remember(self.app, self.scope, content, type, importance).as_dict()
 
     def list_candidates(self, threshold: float = 0.88, limit: int = 50) -> dict[str, Any]:
-        limit = max(1, min(int(limit), 500))
-        return {"candidates": fusion_candidates(self.app, self.scope, threshold, limit)}
+        return {"candidates": fusion_candidates(self.app, self.scope, threshold,
+                                                _limit(limit, 500))}
 
     def fuse(self, source_ids: list[str], fused_content: str,
              fused_importance: float | None = None, strict: bool = False,
@@ -78,10 +78,9 @@ class ScopedTools:
                     limit: int = 100) -> dict[str, Any]:
         from worker.review.service import list_items
 
-        limit = max(1, min(int(limit), 1000))
         wanted = None if status == "any" else status
         return {"items": list_items(self.app, self.scope, status=wanted,
-                                    run_id=_ident(run_id), limit=limit)}
+                                    run_id=_ident(run_id), limit=_limit(limit, 1000))}
 
     def review_show(self, item_id: int) -> dict[str, Any]:
         from worker.review.service import show_item
@@ -122,6 +121,13 @@ class ScopedTools:
 def _item_id(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT_MAX:
         raise NotFound(f"no review item {value!r} in this scope")
+    return value
+
+
+def _limit(value: int, most: int) -> int:
+    """The API's bounds (1 to ``most``, a 422 there): refused, never clamped into range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise Invalid(f"limit must be a whole number from 1 to {most}")
     return value
 
 
