@@ -68,3 +68,22 @@ def test_limits_out_of_range_are_invalid_as_over_the_api(app: App, tool: str, li
     add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
     (answer,) = _refusals(app, [(tool, {"limit": limit})])
     assert "invalid: limit must be" in answer, answer
+
+
+@pytest.mark.parametrize(("tool", "args", "field"), [
+    ("remember", {"content": ["CANARY-7f3 the user's secret"]}, "content"),
+    ("fuse", {"source_ids": "CANARY-7f3", "fused_content": "x"}, "source_ids"),
+    ("fuse", {"source_ids": ["a0", "a1"], "fused_content": {"CANARY-7f3": 1}}, "fused_content"),
+    ("review_show", {"item_id": "CANARY-7f3"}, "item_id"),
+])
+def test_arguments_of_the_wrong_type_are_one_invalid_line_without_the_value(
+        app: App, tool: str, args: dict[str, Any], field: str) -> None:
+    """An argument the tool's schema refuses answers ``invalid: <field>: <rule>`` on one line,
+    as the API's 422 names the field and the rule (before: the SDK's multi-line pydantic dump
+    quoted the value, note text included, and carried no code)."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
+    before = _states(app, "agent-a")
+    (answer,) = _refusals(app, [(tool, args)])
+    assert f"invalid: {field}: " in answer and "\n" not in answer, answer
+    assert "CANARY" not in answer
+    assert _states(app, "agent-a") == before
