@@ -4,6 +4,7 @@ and PostgreSQL. (tests/mcp/test_server.py drives the same tools through a real s
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -87,3 +88,19 @@ def test_arguments_of_the_wrong_type_are_one_invalid_line_without_the_value(
     assert f"invalid: {field}: " in answer and "\n" not in answer, answer
     assert "CANARY" not in answer
     assert _states(app, "agent-a") == before
+
+
+def test_a_refusal_quoting_note_words_reaches_the_caller_but_never_the_log(
+        app: App, caplog: pytest.LogCaptureFixture) -> None:
+    """A strict fuse is refused naming the invented word and the flipped clause (the caller's
+    model needs them to fix its text); the server log at INFO and below has neither (R21;
+    before: the SDK logged every refusal's text at INFO, as `dream mcp` runs by default)."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Drinks green tea each morning."},
+              {"id": "a1", "agent_id": "agent-a", "content": "Drinks green tea in the morning."})
+    caplog.set_level(logging.DEBUG)
+    (answer,) = _refusals(app, [("fuse", {
+        "source_ids": ["a0", "a1"], "strict": True,
+        "fused_content": "Never drinks green tea with Quuxcanary each morning."})])
+    assert "invalid: fused_content is not grounded" in answer and "quuxcanary" in answer
+    logged = caplog.text.lower()
+    assert "quuxcanary" not in logged and "green tea" not in logged, caplog.text

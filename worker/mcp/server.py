@@ -7,6 +7,7 @@ an MCP client acts for one tenant).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -96,6 +97,10 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
         "dream-worker", instructions=INSTRUCTIONS, version="1", auth=auth,
         token_verifier=verifier, log_level="WARNING",
     )
+    # The SDK logs each refusal's text at INFO ("Tool 'fuse' failed: ...") and, at DEBUG, some
+    # messages whole; a refusal may quote note words (a strict fuse names what it found
+    # ungrounded), so the SDK's records stop at WARNING whatever DREAM_LOG_LEVEL says (R21).
+    logging.getLogger("mcp").setLevel(logging.WARNING)
 
     def tools(ctx: Context) -> ScopedTools:
         return ScopedTools(app, scope_of(ctx))
