@@ -104,3 +104,14 @@ def test_a_refusal_quoting_note_words_reaches_the_caller_but_never_the_log(
     assert "invalid: fused_content is not grounded" in answer and "quuxcanary" in answer
     logged = caplog.text.lower()
     assert "quuxcanary" not in logged and "green tea" not in logged, caplog.text
+
+
+@pytest.mark.parametrize("run_id", ["fuse-\ud800", "fuse-a\x00", "remember-" + "r" * 60])
+@pytest.mark.parametrize("tool", ["undo_run", "dream_status"])
+def test_a_run_id_no_run_can_have_is_invalid_before_any_read(app: App, tool: str,
+                                                             run_id: str) -> None:
+    """A run or undo id with a lone surrogate, a NUL or over 64 characters is ``invalid``
+    whatever its prefix (before: undo_run looked a ``fuse-`` id with a surrogate up in the
+    operation log first, an internal error from the driver)."""
+    (answer,) = _refusals(app, [(tool, {"run_id": run_id})])
+    assert "invalid: run_id" in answer, answer

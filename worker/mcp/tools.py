@@ -68,6 +68,7 @@ class ScopedTools:
         """A run of this scope, or a fuse of this scope by its ``undo_id``."""
         from worker.safety.undo import logged_scopes, undo_run
 
+        _ident(run_id)  # before the operation-log read, which no driver could encode it for
         if logged_scopes(self.app, run_id) != {self.scope.key}:
             self._run(run_id)  # NotFound unless a run of this scope
         result = undo_run(self.app, run_id, force_cascade=force_cascade)
