@@ -72,3 +72,30 @@ def test_an_ephemeral_fusion_stays_ephemeral(app: App) -> None:
     statuses = _statuses(app)
     assert statuses["a"][0] == statuses["b"][0] == "revoked"
     assert statuses[result.note["id"]] == ("active", "ephemeral")
+
+
+@pytest.mark.parametrize(("ids", "named"), [
+    (["a", "b\x00"], "contains a NUL character"),
+    (["a", "\ud800"], "is not valid Unicode"),
+    (["a", "b" * 65], "ids are at most 64"),
+    (["a", " "], "must be a non-empty string"),
+    ([f"n{i}" for i in range(51)], "at most 50"),
+])
+@pytest.mark.parametrize("call", ["fuse", "keep_apart"])
+def test_source_ids_no_note_can_have_are_invalid_for_every_caller(
+        app: App, call: str, ids: list[str], named: str) -> None:
+    """An id no note can have (NUL, a lone surrogate, over 64 characters, blank) or more ids than
+    one call may name is ``Invalid`` naming the rule, on both backends, before any read, and
+    changes nothing (before: MCP's tools, which have no request schema, answered an internal
+    error for a NUL on PostgreSQL and for a surrogate on both, and looked 40,000 ids up)."""
+    from worker.host import Invalid, keep_apart
+
+    add_notes(app, {"id": "a", "content": "Prefers green tea."},
+              {"id": "b", "content": "Prefers green tea in the morning."})
+    before = _statuses(app)
+    with pytest.raises(Invalid, match=named):
+        if call == "fuse":
+            fuse(app, ids, "Prefers green tea in the morning.")
+        else:
+            keep_apart(app, ids)
+    assert _statuses(app) == before

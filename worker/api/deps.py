@@ -12,7 +12,7 @@ from worker.api.schemas import ScopeIn
 from worker.app import App
 from worker.domain.limits import ident_problem, scope_problem
 from worker.domain.types import Scope
-from worker.errors import InvalidInput, NotFound, Unauthorized
+from worker.errors import InvalidInput, NotFound, RunNotFound, Unauthorized
 
 
 def dream_app(request: Request) -> App:
@@ -84,7 +84,7 @@ def visible_run(app: App, run_id: str, who: Principal) -> dict[str, Any]:
         raise InvalidInput(f"run_id {problem}")
     tree = run_tree(app, run_id)
     if who.scope is not None and tree["scope"] != who.scope.key:
-        raise NotFound(f"no run with id {run_id}")
+        raise RunNotFound(run_id)  # word for word what a missing run answers
     return tree
 
 
@@ -97,4 +97,4 @@ def check_undoable_by(app: App, run_id: str, who: Principal) -> None:
     if not scopes:
         visible_run(app, run_id, who)
     elif who.scope is not None and scopes != {who.scope.key}:
-        raise NotFound(f"no run with id {run_id}")
+        raise RunNotFound(run_id)

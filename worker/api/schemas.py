@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from worker.domain.limits import ID_MAX, scope_problem, text_problem
 from worker.domain.types import Scope
+from worker.host.fusion import MAX_SOURCE_IDS
 
 # Ids and scope parts: no NUL (PostgreSQL text cannot hold it), at most the column width.
 Ident = Annotated[str, Field(min_length=1, max_length=ID_MAX, pattern=r"^[^\x00]+$")]
@@ -59,7 +60,7 @@ class CandidatesIn(Body):
 
 
 class FuseIn(Body):
-    source_ids: list[Ident] = Field(max_length=50)
+    source_ids: list[Ident] = Field(max_length=MAX_SOURCE_IDS)
     fused_content: str = Field(max_length=100_000)
     fused_importance: float | None = Field(None, ge=0.0, le=1.0)
     strict: bool = Field(False, description="Refuse (422) instead of warning on ungrounded facts.")
@@ -67,7 +68,7 @@ class FuseIn(Body):
 
 
 class KeepApartIn(Body):
-    source_ids: list[Ident] = Field(max_length=50)
+    source_ids: list[Ident] = Field(max_length=MAX_SOURCE_IDS)
 
 
 class NoteIn(Body):

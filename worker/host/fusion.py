@@ -15,7 +15,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.limits import text_problem
+from worker.domain.limits import ident_problem, text_problem
 from worker.domain.types import (
     Note,
     NoteStatus,
@@ -39,6 +39,7 @@ log = structlog.get_logger(__name__)
 KEEP_APART = "keep_apart"
 FUSED = "fused"
 _OPEN_TYPES = {"consolidate": "cluster", "contradictions": "contradiction"}
+MAX_SOURCE_IDS = 50  # ids one fuse or keep-apart may name (the API's schema says the same)
 
 
 @dataclass
@@ -135,6 +136,13 @@ def _load_sources(app: App, source_ids: Iterable[str], allowed: Scope | None) ->
     ids = list(dict.fromkeys(source_ids))
     if len(ids) < 2:
         raise Invalid("give at least two distinct source ids")
+    if len(ids) > MAX_SOURCE_IDS:
+        raise Invalid(f"give at most {MAX_SOURCE_IDS} source ids, not {len(ids)}")
+    # Checked before the read: PostgreSQL refuses a NUL and neither driver encodes a lone
+    # surrogate, so an id no note can have would be an internal error, not an answer.
+    for number, note_id in enumerate(ids, start=1):
+        if problem := ident_problem(note_id):
+            raise Invalid(f"source id {number} {problem}")
     with app.uow() as uow:
         notes = uow.notes.get_many(ids)
     found = {n.id: n for n in notes if allowed is None or n.scope == allowed}

@@ -7,6 +7,7 @@ an MCP client acts for one tenant).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -16,12 +17,14 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
 from worker.api.auth import Principal, authenticate, bearer, parse_tokens
 from worker.api.guards import BodyLimit
+from worker.api.handlers import validation_detail
 from worker.app import App
 from worker.domain.types import Scope
 from worker.errors import DreamError
@@ -71,13 +74,33 @@ class DreamTokenVerifier:
         return AccessToken(token=token, client_id=principal.label, scopes=[])
 
 
+class DreamServer(MCPServer):
+    """Arguments the tool's schema refuses answer ``invalid: <field>: <rule>``, one line, as the
+    API's 422: the SDK's own answer is pydantic's multi-line dump, which quotes the value sent
+    (note text too) and carries no code."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            raise ToolError(f"Error executing tool {name}: invalid: "
+                            f"{validation_detail(exc.__cause__.errors())}") from None
+
+
 def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = None,
                  verifier: DreamTokenVerifier | None = None) -> MCPServer:
     """One MCPServer whose every tool call runs for ``scope_of(ctx)``."""
-    server: MCPServer = MCPServer(
+    server: MCPServer = DreamServer(
         "dream-worker", instructions=INSTRUCTIONS, version="1", auth=auth,
         token_verifier=verifier, log_level="WARNING",
     )
+    # The SDK logs each refusal's text at INFO ("Tool 'fuse' failed: ...") and, at DEBUG, some
+    # messages whole; a refusal may quote note words (a strict fuse names what it found
+    # ungrounded), so the SDK's records stop at WARNING whatever DREAM_LOG_LEVEL says (R21).
+    logging.getLogger("mcp").setLevel(logging.WARNING)
 
     def tools(ctx: Context) -> ScopedTools:
         return ScopedTools(app, scope_of(ctx))

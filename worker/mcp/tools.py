@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.app import App
-from worker.domain.limits import INT_MAX, ident_problem
+from worker.domain.limits import INT_MAX, ident_problem, text_problem
 from worker.domain.types import NoteType, Scope
 from worker.host import Invalid, NotFound, fuse, fusion_candidates, keep_apart, remember
 from worker.runs.service import RunError, scope_gate
@@ -31,8 +31,8 @@ class ScopedTools:
         return remember(self.app, self.scope, content, type, importance).as_dict()
 
     def list_candidates(self, threshold: float = 0.88, limit: int = 50) -> dict[str, Any]:
-        limit = max(1, min(int(limit), 500))
-        return {"candidates": fusion_candidates(self.app, self.scope, threshold, limit)}
+        return {"candidates": fusion_candidates(self.app, self.scope, threshold,
+                                                _limit(limit, 500))}
 
     def fuse(self, source_ids: list[str], fused_content: str,
              fused_importance: float | None = None, strict: bool = False,
@@ -68,6 +68,7 @@ class ScopedTools:
         """A run of this scope, or a fuse of this scope by its ``undo_id``."""
         from worker.safety.undo import logged_scopes, undo_run
 
+        _ident(run_id)  # before the operation-log read, which no driver could encode it for
         if logged_scopes(self.app, run_id) != {self.scope.key}:
             self._run(run_id)  # NotFound unless a run of this scope
         result = undo_run(self.app, run_id, force_cascade=force_cascade)
@@ -78,10 +79,9 @@ class ScopedTools:
                     limit: int = 100) -> dict[str, Any]:
         from worker.review.service import list_items
 
-        limit = max(1, min(int(limit), 1000))
         wanted = None if status == "any" else status
         return {"items": list_items(self.app, self.scope, status=wanted,
-                                    run_id=_ident(run_id), limit=limit)}
+                                    run_id=_ident(run_id), limit=_limit(limit, 1000))}
 
     def review_show(self, item_id: int) -> dict[str, Any]:
         from worker.review.service import show_item
@@ -100,8 +100,8 @@ class ScopedTools:
                        all: bool = False, reason: str | None = None) -> dict[str, Any]:
         from worker.review.service import Selector, decline
 
-        if reason is not None and (len(reason) > 500 or "\x00" in reason):
-            raise Invalid("reason must be at most 500 characters, without NUL")
+        if reason is not None and (len(reason) > 500 or text_problem(reason)):
+            raise Invalid("reason must be at most 500 characters of valid Unicode, without NUL")
         selector = Selector(None if item_id is None else _item_id(item_id), _ident(run_id), all)
         done = decline(self.app, self.scope, selector, f"mcp:{self.scope.key}", reason)
         return {"items": [d.as_dict() for d in done]}
@@ -122,6 +122,13 @@ class ScopedTools:
 def _item_id(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT_MAX:
         raise NotFound(f"no review item {value!r} in this scope")
+    return value
+
+
+def _limit(value: int, most: int) -> int:
+    """The API's bounds (1 to ``most``, a 422 there): refused, never clamped into range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise Invalid(f"limit must be a whole number from 1 to {most}")
     return value
 
 

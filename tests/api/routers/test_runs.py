@@ -118,6 +118,26 @@ def test_scoped_token_sees_only_its_scope(api_app: App, client: TestClient) -> N
 
 
 @pytest.mark.parametrize(("method", "suffix"), [("get", ""), ("post", "/cancel"), ("post", "/undo")])
+def test_another_scopes_run_answers_exactly_like_a_missing_one(api_app: App, client: TestClient,
+                                                              method: str, suffix: str) -> None:
+    """Another scope's run (or fuse) and an id nobody has get the same 404 body, the id aside:
+    the answer never tells a scoped token that the run exists elsewhere (before: a missing run
+    added "; list runs with `dream runs list`", another scope's did not)."""
+    add_notes(api_app, {"id": "n1", "content": "Works from Lisbon."},
+              {"id": "n2", "content": "Works from Lisbon in Portugal."})
+    run_id = _run(client, api_app, AGENT_1)
+    fused = client.post("/api/forgetting/fuse", headers=auth(AGENT_1),
+                        json={"source_ids": ["n1", "n2"], "fused_content": "Works from Lisbon."})
+    assert fused.status_code == 201, fused.text
+    for theirs, absent in ((run_id, "0" * len(run_id)),
+                           (fused.json()["undo_id"], "fuse-" + "0" * 36)):
+        answers = [client.request(method, f"/api/runs/{i}{suffix}", headers=auth(AGENT_2))
+                   for i in (theirs, absent)]
+        assert [a.status_code for a in answers] == [404, 404]
+        assert answers[0].text.replace(theirs, "ID") == answers[1].text.replace(absent, "ID")
+
+
+@pytest.mark.parametrize(("method", "suffix"), [("get", ""), ("post", "/cancel"), ("post", "/undo")])
 def test_an_over_long_run_id_is_invalid_not_missing(client: TestClient, method: str,
                                                      suffix: str) -> None:
     """A run id past the 64 characters every id may have is a 422 naming the limit, as the CLI's

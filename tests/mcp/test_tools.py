@@ -1,0 +1,117 @@
+"""The MCP tools' refusals through the SDK's own client, in process (worker.mcp.tools): every
+argument no note, run or item can take is one ``invalid:`` line and changes nothing, on SQLite
+and PostgreSQL. (tests/mcp/test_server.py drives the same tools through a real subprocess.)"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
+
+import anyio  # noqa: E402
+from mcp import Client  # noqa: E402
+
+from tests.mcp.test_server import _refused, _states  # noqa: E402
+from tests.mcp.test_server_review import _seed as _seed_review  # noqa: E402
+from tests.support.factories import add_notes  # noqa: E402
+from worker.app import App  # noqa: E402
+from worker.domain.types import Scope  # noqa: E402
+from worker.mcp.server import stdio_server  # noqa: E402
+
+
+def _refusals(app: App, calls: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    async def scenario() -> list[str]:
+        async with Client(stdio_server(app, Scope("agent-a"))) as client:
+            return [await _refused(client, tool, **args) for tool, args in calls]
+
+    return anyio.run(scenario)
+
+
+BAD_IDS = [["a0", "b\x00"], ["a0", "\ud800"], ["a0", "b" * 65], ["a0", " "],
+           [f"n{i}" for i in range(5000)]]
+
+
+@pytest.mark.parametrize("ids", BAD_IDS, ids=["nul", "surrogate", "65", "blank", "5000"])
+def test_fuse_and_keep_apart_refuse_ids_no_note_can_have(app: App, ids: list[str]) -> None:
+    """A NUL, a lone surrogate, a 65-character or blank id, or 5,000 ids are ``invalid`` (as the
+    API's 422), never ``internal`` or a lookup; nothing changes (before: a surrogate was an
+    internal error on both backends and a NUL one on PostgreSQL)."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."},
+              {"id": "a1", "agent_id": "agent-a", "content": "Prefers green tea at noon."})
+    before = _states(app, "agent-a")
+    answers = _refusals(app, [("fuse", {"source_ids": ids, "fused_content": "Prefers tea."}),
+                              ("keep_apart", {"source_ids": ids})])
+    assert all(a.split(": ", 1)[1].startswith("invalid: ") and "source id" in a
+               for a in answers), answers
+    assert _states(app, "agent-a") == before
+
+
+def test_review_decline_refuses_a_reason_no_backend_can_store(app: App) -> None:
+    """A reason with a lone surrogate is ``invalid`` and the item stays open (before: an internal
+    error from the driver, as the API's schema already refused it with 422)."""
+    items = _seed_review(app)
+    item = items["agent-a"][0]
+    (answer,) = _refusals(app, [("review_decline", {"item_id": item, "reason": "no \ud800"})])
+    assert "invalid: reason" in answer, answer
+    with app.uow() as uow:
+        assert uow.review.get(Scope("agent-a"), item).status == "open"
+
+
+@pytest.mark.parametrize(("tool", "limit"), [("list_candidates", 0), ("list_candidates", -1),
+                                             ("list_candidates", 501), ("review_list", 0),
+                                             ("review_list", -5), ("review_list", 1001)])
+def test_limits_out_of_range_are_invalid_as_over_the_api(app: App, tool: str, limit: int) -> None:
+    """A zero, negative or too large limit is ``invalid`` naming the range, as the API answers
+    422 (before: it was silently clamped to 1 or the maximum)."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
+    (answer,) = _refusals(app, [(tool, {"limit": limit})])
+    assert "invalid: limit must be" in answer, answer
+
+
+@pytest.mark.parametrize(("tool", "args", "field"), [
+    ("remember", {"content": ["CANARY-7f3 the user's secret"]}, "content"),
+    ("fuse", {"source_ids": "CANARY-7f3", "fused_content": "x"}, "source_ids"),
+    ("fuse", {"source_ids": ["a0", "a1"], "fused_content": {"CANARY-7f3": 1}}, "fused_content"),
+    ("review_show", {"item_id": "CANARY-7f3"}, "item_id"),
+])
+def test_arguments_of_the_wrong_type_are_one_invalid_line_without_the_value(
+        app: App, tool: str, args: dict[str, Any], field: str) -> None:
+    """An argument the tool's schema refuses answers ``invalid: <field>: <rule>`` on one line,
+    as the API's 422 names the field and the rule (before: the SDK's multi-line pydantic dump
+    quoted the value, note text included, and carried no code)."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
+    before = _states(app, "agent-a")
+    (answer,) = _refusals(app, [(tool, args)])
+    assert f"invalid: {field}: " in answer and "\n" not in answer, answer
+    assert "CANARY" not in answer
+    assert _states(app, "agent-a") == before
+
+
+def test_a_refusal_quoting_note_words_reaches_the_caller_but_never_the_log(
+        app: App, caplog: pytest.LogCaptureFixture) -> None:
+    """A strict fuse is refused naming the invented word and the flipped clause (the caller's
+    model needs them to fix its text); the server log at INFO and below has neither (R21;
+    before: the SDK logged every refusal's text at INFO, as `dream mcp` runs by default)."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Drinks green tea each morning."},
+              {"id": "a1", "agent_id": "agent-a", "content": "Drinks green tea in the morning."})
+    caplog.set_level(logging.DEBUG)
+    (answer,) = _refusals(app, [("fuse", {
+        "source_ids": ["a0", "a1"], "strict": True,
+        "fused_content": "Never drinks green tea with Quuxcanary each morning."})])
+    assert "invalid: fused_content is not grounded" in answer and "quuxcanary" in answer
+    logged = caplog.text.lower()
+    assert "quuxcanary" not in logged and "green tea" not in logged, caplog.text
+
+
+@pytest.mark.parametrize("run_id", ["fuse-\ud800", "fuse-a\x00", "remember-" + "r" * 60])
+@pytest.mark.parametrize("tool", ["undo_run", "dream_status"])
+def test_a_run_id_no_run_can_have_is_invalid_before_any_read(app: App, tool: str,
+                                                             run_id: str) -> None:
+    """A run or undo id with a lone surrogate, a NUL or over 64 characters is ``invalid``
+    whatever its prefix (before: undo_run looked a ``fuse-`` id with a surrogate up in the
+    operation log first, an internal error from the driver)."""
+    (answer,) = _refusals(app, [(tool, {"run_id": run_id})])
+    assert "invalid: run_id" in answer, answer
