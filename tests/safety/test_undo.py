@@ -156,3 +156,13 @@ def test_r22_erase_needs_exactly_one_subject(app: App, monkeypatch: pytest.Monke
     out = CliRunner().invoke(main, ["erase", "--user", "u1", "--note", "n0", "--yes"])
     assert out.exit_code == 2 and "exactly one" in out.output
     assert len(note_states(app)) == 4
+
+
+@pytest.mark.parametrize("log_id", ["fuse-\ud800", "fuse-a\x00", "erase-" + "x" * 60, "run-1"])
+def test_an_id_no_logged_write_can_have_touches_no_scope(app: App, log_id: str) -> None:
+    """``logged_scopes`` answers nothing for an id a fuse, remember or erase never writes (a
+    lone surrogate, a NUL, too long, another prefix), without reading the log: a driver would
+    fail on the first two."""
+    from worker.safety.undo import logged_scopes
+
+    assert logged_scopes(app, log_id) == set()

@@ -99,7 +99,9 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False) -> UndoResult:
 def logged_scopes(app: App, log_id: str) -> set[str]:
     """The scopes a write logged without a run (an ``erase-…`` or ``fuse-…`` id) touched; empty
     for any other id (a caller limited to one scope may undo it only when that is all)."""
-    if not log_id.startswith(LOGGED_WITHOUT_RUN) or len(log_id) > 64 or "\x00" in log_id:
+    # These ids are a prefix and a UUID: anything else (a NUL, a lone surrogate) names none.
+    if not log_id.startswith(LOGGED_WITHOUT_RUN) or len(log_id) > 64 or not log_id.isascii() \
+            or "\x00" in log_id:
         return set()
     with app.uow() as uow:
         return {row.scope_key for row in uow.safety.run_log(log_id)}
