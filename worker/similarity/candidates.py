@@ -76,7 +76,8 @@ def _cuts(n: int, max_span: int, two_spans: bool) -> tuple[np.ndarray, ...]:
     return tuple(table[:, k] for k in range(8))
 
 
-def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettings()) -> FrameReport:
+def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettings(), *,
+                     tokens: Sequence[list[str]] | None = None) -> FrameReport:
     """Pairs (i < j) whose token sequences are equal but for short differing spans.
 
     Inverted index: each note is filed under every copy of itself with a span of 0..max_span
@@ -85,10 +86,13 @@ def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettin
     P·◇·S, so candidates come from shared keys (hashed, sorted with numpy), never from all
     pairs. The words they share must be at least as many as the fewer words either cut, or with
     two spans the more ("use Slack" / "use Microsoft Teams" pass; "User likes green tea" /
-    "User hates black coffee" do not).
+    "User hates black coffee" do not). ``tokens``: the texts' ``frame_tokens``, when the caller
+    has them already.
     """
     report = FrameReport()
-    groups = [_entries(n, members, settings) for n, members in _by_length(texts, settings).items()]
+    tokenized = tokens if tokens is not None else [frame_tokens(t) for t in texts]
+    groups = [_entries(n, members, settings)
+              for n, members in _by_length(tokenized, settings).items()]
     if not groups:
         return report
     key = np.concatenate([g.key for g in groups])
@@ -122,12 +126,13 @@ def _crowded(key: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.bincount(slot, minlength=1 << bits)[slot] >= 2)
 
 
-def _by_length(texts: Sequence[str], settings: FrameSettings) -> dict[int, list[tuple[int, list[int]]]]:
+def _by_length(tokens: Sequence[list[str]],
+               settings: FrameSettings) -> dict[int, list[tuple[int, list[int]]]]:
     """Each short enough note as (row, word ids), grouped by its number of words."""
     vocabulary: dict[str, int] = {}
     by_length: dict[int, list[tuple[int, list[int]]]] = {}
-    for row, text in enumerate(texts):
-        ids = [vocabulary.setdefault(t, len(vocabulary) + 1) for t in frame_tokens(text)]
+    for row, words in enumerate(tokens):
+        ids = [vocabulary.setdefault(t, len(vocabulary) + 1) for t in words]
         if 1 <= len(ids) <= settings.max_tokens:
             by_length.setdefault(len(ids), []).append((row, ids))
     return by_length
@@ -244,6 +249,7 @@ _NOT_ATTRIBUTES = frozenset(stem(w) for w in (
     "every", "each", "all", "always", "never", "sometimes", "often", "usually", "rarely",
     "daily", "weekly", "monthly", "yearly", "day", "week", "month", "year", "morning",
     "afternoon", "evening", "night", "weekend", "weekday"))
+_NOT_TERMS = _NOT_ATTRIBUTES | frozenset(map(stem, STOPWORDS))
 
 
 @dataclass(frozen=True)
@@ -255,7 +261,8 @@ class TermSettings:
 
 def shared_term_pairs(
     texts: Sequence[str], settings: TermSettings = TermSettings(),
-    vectors: np.ndarray | None = None, min_similarity: float = -1.0,
+    vectors: np.ndarray | None = None, min_similarity: float = -1.0, *,
+    tokens: Sequence[list[str]] | None = None,
 ) -> set[tuple[int, int]]:
     """Pairs (i < j) of short notes sharing rare content terms: restatements of one attribute
     in other words ("Preferred code editor: Vim" / "The user writes code in Emacs").
@@ -266,17 +273,16 @@ def shared_term_pairs(
     terms of its shorter note. Posting lists, never all pairs: at most ``max_notes`` squared
     pairs per term. With ``vectors`` (rows aligned with ``texts``), a pair also needs cosine
     ``min_similarity``: a shared word with nothing else alike is mostly two attributes meeting
-    on a common verb or a weekday.
+    on a common verb or a weekday. ``tokens``: the texts' ``frame_tokens``, when the caller has
+    them already.
     """
     if settings.max_notes < 2:
         return set()
     terms: list[set[str]] = []
     short: list[bool] = []
     notes_with: dict[str, list[int]] = {}
-    for row, text in enumerate(texts):
-        words = _WORD.findall(strip_invisible(text).casefold())
-        found = {stem(w) for w in words if w not in STOPWORDS and not w.isdigit()}
-        found -= _NOT_ATTRIBUTES
+    for row, words in enumerate(tokens if tokens is not None else map(frame_tokens, texts)):
+        found = {w for w in words if not w.isdigit()} - _NOT_TERMS
         terms.append(found)
         short.append(len(words) <= settings.max_words)
         for t in found:

@@ -48,6 +48,7 @@ from worker.similarity import neighbour_pairs
 from worker.similarity.candidates import (
     FrameSettings,
     TermSettings,
+    frame_tokens,
     same_frame_pairs,
     shared_term_pairs,
     source_counts,
@@ -110,11 +111,12 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     assert memory is not None
     row = {n.id: k for k, n in enumerate(snap.notes)}
     cosine = neighbour_pairs(snap.vectors, s.threshold, app.settings.ann_threshold)
-    frames = same_frame_pairs([n.content for n in snap.notes],
-                              FrameSettings(max_span=s.frame_max_span, min_frame=s.frame_min_words))
     texts = [n.content for n in snap.notes]
-    terms = shared_term_pairs(texts, TermSettings(max_notes=s.term_max_notes),
-                              snap.vectors, s.term_min_similarity)
+    tokens = [frame_tokens(t) for t in texts]  # one tokenization for both lexical sources
+    frames = same_frame_pairs(texts, FrameSettings(max_span=s.frame_max_span,
+                                                   min_frame=s.frame_min_words), tokens=tokens)
+    terms = shared_term_pairs(texts, TermSettings(max_notes=s.term_max_notes), snap.vectors,
+                              s.term_min_similarity, tokens=tokens)
     cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
     edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs, terms)
     counters: dict[str, Any] = {
