@@ -2,13 +2,17 @@
 
 Judges: ``oracle`` — a fake model answering every contradictions topic from the gold (same
 prompt, same JSON protocol, through the phase's validation) and refusing every fusion, so what
-is measured is the pipeline's recall, not a model's quality; ``rules`` — the rule-based judge.
+is measured is the pipeline's recall, not a model's quality; ``lumping`` — the oracle, except
+that on a share of the topics holding two attributes (``--lump-rate``) it calls them one, the
+error that retires a current fact, so what more candidates cost with a fallible model is
+measured; ``rules`` — the rule-based judge.
 Run: ``.venv/bin/python -m tests.bench.eval_endstate [--profiles N] [--runs 3]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import tempfile
@@ -28,10 +32,12 @@ class OracleLLM:
 
     model = "oracle"
 
-    def __init__(self, gold: dict[str, GoldNote]) -> None:
+    def __init__(self, gold: dict[str, GoldNote], lump_rate: float = 0.0) -> None:
         self.gold = gold  # note text → gold
+        self.lump_rate = lump_rate
         self.calls: dict[str, int] = {}
         self.unknown_texts = 0
+        self.lumped = 0  # topics answered as one attribute though they held several
 
     def complete_json(self, *, prompt_name: str, system: str, user: str,
                       schema: dict[str, Any]) -> LLMReply:
@@ -57,11 +63,23 @@ class OracleLLM:
                 self.unknown_texts += 1
                 continue
             slots.setdefault(g.slot, {}).setdefault(g.value, []).append(n["alias"])
+        if len(slots) > 1 and self._lumps(topic):
+            self.lumped += 1
+            values: dict[str, list[str]] = {}
+            for by_value in slots.values():
+                for value, aliases in by_value.items():
+                    values.setdefault(value, []).extend(aliases)
+            slots = {"lumped": values}
         attributes = [
             {"name": slot, "confidence": 1.0, "reason": "oracle",
              "values": [{"notes": aliases} for aliases in values.values()]}
             for slot, values in slots.items() if sum(len(a) for a in values.values()) > 1]
         return {"topic": topic["topic"], "attributes": attributes}
+
+    def _lumps(self, topic: dict[str, Any]) -> bool:
+        """The same topic (the same notes) is lumped on every run: a fixed draw per topic."""
+        digest = hashlib.sha256("\0".join(sorted(n["text"] for n in topic["notes"])).encode())
+        return int.from_bytes(digest.digest()[:8], "big") / 2**64 < self.lump_rate
 
 
 @dataclass
@@ -91,7 +109,7 @@ class SuiteResult:
 
 
 def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
-             lift_guard: bool = True) -> SuiteResult:
+             lift_guard: bool = True, lump_rate: float = 0.1) -> SuiteResult:
     """Load every profile as its own scope, run ``runs`` daily dreams each, score every run.
 
     A long history retires most of its notes at once, past the blast-radius guard's share
@@ -111,7 +129,8 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
     result = SuiteResult(judge, len(profiles), sum(len(p.current) for p in profiles), superseded)
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(database_url=f"sqlite:///{tmp}/endstate.db", llm_provider="none")
-        oracle = OracleLLM(gold) if judge == "oracle" else None
+        oracle = (OracleLLM(gold, lump_rate if judge == "lumping" else 0.0)
+                  if judge in ("oracle", "lumping") else None)
         app = build_app(settings, llm=oracle)
         upgrade(app.engine)
         add_entities(app, {"kind": "agent", "id": "eval"},
@@ -226,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profiles", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=13)
-    ap.add_argument("--judge", action="append", choices=["oracle", "rules"])
+    ap.add_argument("--judge", action="append", choices=["oracle", "lumping", "rules"])
+    ap.add_argument("--lump-rate", type=float, default=0.1,
+                    help="lumping judge: share of the topics with two attributes it calls one")
     ap.add_argument("--keep-guard", action="store_true",
                     help="leave the blast-radius guard at its share (default: lifted per profile)")
     ap.add_argument("--show-failures", type=int, default=0, metavar="N",
@@ -241,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# evolving suite: {len(profiles)} profiles, {notes} notes, {len(changes)} slots "
           f"changing 1-7 times (mean {sum(changes) / len(changes):.2f}), seed {args.seed}, "
           f"{args.rewording} rewording")
-    results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard)
+    results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,
+                        lump_rate=args.lump_rate)
                for judge in args.judge or ["oracle", "rules"]]
     guard = ("blast-radius guard kept (its share of a scope per run)" if args.keep_guard
              else "blast-radius guard lifted per profile")
