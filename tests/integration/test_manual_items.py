@@ -75,8 +75,9 @@ NOTES = [
     # must not be the winner's (earlier) creation time.
     _note("wifi-old", "Office wifi password rotates on Mondays", 5, access_count=9),
     _note("wifi-new", "Office wifi password rotates on Tuesdays", 3, access_count=1),
-    # Prune and archive: the manual ones stay, the auto-generated controls go.
-    _note("m-orphan", "Asked about invoice 4411 in a deleted chat", 40, manual=True,
+    # Prune and archive: the manual ones stay, the auto-generated controls go. (Their words are
+    # not the invoices': the scripted model calls every note of an invoices topic one attribute.)
+    _note("m-orphan", "Asked about parcel 4411 in a deleted chat", 40, manual=True,
           source_conversation_id="c-gone"),
     _note("a-orphan", "Wanted a refund for order 7781 in a deleted chat", 40,
           source_conversation_id="c-gone"),
