@@ -4,7 +4,8 @@ import pytest
 
 from worker import config
 from worker.app import App
-from worker.config import ConfigError, load_settings, masked_url, warn_unknown_variables
+from worker.config import ConfigError, load_settings, warn_unknown_variables
+from worker.urls import masked_url
 
 
 def test_defaults_are_the_embedded_default(monkeypatch: pytest.MonkeyPatch) -> None:

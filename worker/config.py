@@ -10,7 +10,6 @@ import os
 import sys
 from pathlib import Path
 from typing import Any, Literal, get_args
-from urllib.parse import urlsplit
 
 import platformdirs
 from pydantic import (
@@ -25,6 +24,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
+from worker.urls import backend_url_problem, broker_url_problem, masked_url
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
@@ -274,56 +274,6 @@ _DURATIONS = (("gate_hours", 3600), ("gate_idle_minutes", 60), ("gate_max_stale_
               ("llm_batch_wait", 1), ("llm_batch_poll", 1),
               ("contradictions.newer_wins_days", 86_400),
               ("archive.protected_inactive_days", 86_400))
-
-
-def broker_url_problem(url: str) -> str | None:
-    """Why Celery's transport (kombu) cannot use ``url``, or None."""
-    from kombu.transport import TRANSPORT_ALIASES
-
-    return _scheme_problem(url, set(TRANSPORT_ALIASES), "redis://, rediss://, amqp://, amqps://, "
-                           "sqs:// or another kombu transport")
-
-
-def backend_url_problem(url: str) -> str | None:
-    """Why Celery cannot use ``url`` as its result backend, or None."""
-    from celery.app.backends import BACKEND_ALIASES
-
-    return _scheme_problem(url, set(BACKEND_ALIASES), "redis://, rediss://, rpc://, "
-                           "db+postgresql://, or another Celery result backend")
-
-
-def _scheme_problem(url: str, known: set[str], accepted: str) -> str | None:
-    """Each URL of a Celery URL (a ``;`` list of fail-over URLs) needs a scheme Celery knows
-    (before a ``+``: ``sqla+postgresql://``; a dotted name is a class path) and a numeric port."""
-    for part in filter(None, (p.strip() for p in url.split(";") or [url])):
-        scheme, sep, _ = part.partition("://")
-        if not sep or not scheme:
-            return f"{masked_url(part)!r} is not a URL; use {accepted}"
-        transport = scheme.partition("+")[0].lower()
-        if transport not in known and "." not in transport:
-            return f"unknown scheme {scheme + '://'!r}; use {accepted}"
-        try:
-            _ = urlsplit(part).port
-        except ValueError:
-            return f"the port of {masked_url(part)!r} is not a number from 0 to 65535"
-    return None
-
-
-def masked_url(url: str) -> str:
-    """``url`` as given, with a password (and only one that is there) replaced by ``**``."""
-    parts = []
-    for part in url.split(";"):
-        try:
-            password = urlsplit(part).password
-        except ValueError:
-            password = None
-        if password:
-            scheme, _, rest = part.partition("://")
-            auth, _, host = rest.rpartition("@")
-            user = auth.partition(":")[0]
-            part = f"{scheme}://{user}:**@{host}"
-        parts.append(part)
-    return ";".join(parts)
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -19,11 +19,12 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 
 from worker.app import App
 from worker.celery_app import app, resources
-from worker.config import ConfigError, masked_url
+from worker.config import ConfigError
 from worker.domain.types import PHASES
 from worker.llm.batch import reschedule_while_pending
 from worker.runs import service
 from worker.runs.outcome import PhaseOutcome
+from worker.urls import masked_url
 
 log = structlog.get_logger(__name__)
 

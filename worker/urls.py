@@ -1,0 +1,56 @@
+"""Celery URLs as settings take them: whether Celery can use one, and one shown without its
+password (in error lines and logs)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+
+def broker_url_problem(url: str) -> str | None:
+    """Why Celery's transport (kombu) cannot use ``url``, or None."""
+    from kombu.transport import TRANSPORT_ALIASES
+
+    return _scheme_problem(url, set(TRANSPORT_ALIASES), "redis://, rediss://, amqp://, amqps://, "
+                           "sqs:// or another kombu transport")
+
+
+def backend_url_problem(url: str) -> str | None:
+    """Why Celery cannot use ``url`` as its result backend, or None."""
+    from celery.app.backends import BACKEND_ALIASES
+
+    return _scheme_problem(url, set(BACKEND_ALIASES), "redis://, rediss://, rpc://, "
+                           "db+postgresql://, or another Celery result backend")
+
+
+def _scheme_problem(url: str, known: set[str], accepted: str) -> str | None:
+    """Each URL of a Celery URL (a ``;`` list of fail-over URLs) needs a scheme Celery knows
+    (before a ``+``: ``sqla+postgresql://``; a dotted name is a class path) and a numeric port."""
+    for part in filter(None, (p.strip() for p in url.split(";") or [url])):
+        scheme, sep, _ = part.partition("://")
+        if not sep or not scheme:
+            return f"{masked_url(part)!r} is not a URL; use {accepted}"
+        transport = scheme.partition("+")[0].lower()
+        if transport not in known and "." not in transport:
+            return f"unknown scheme {scheme + '://'!r}; use {accepted}"
+        try:
+            _ = urlsplit(part).port
+        except ValueError:
+            return f"the port of {masked_url(part)!r} is not a number from 0 to 65535"
+    return None
+
+
+def masked_url(url: str) -> str:
+    """``url`` as given, with a password (and only one that is there) replaced by ``**``."""
+    parts = []
+    for part in url.split(";"):
+        try:
+            password = urlsplit(part).password
+        except ValueError:
+            password = None
+        if password:
+            scheme, _, rest = part.partition("://")
+            auth, _, host = rest.rpartition("@")
+            user = auth.partition(":")[0]
+            part = f"{scheme}://{user}:**@{host}"
+        parts.append(part)
+    return ";".join(parts)
