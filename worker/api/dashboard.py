@@ -179,7 +179,7 @@ def overview(request: Request, token: str | None = None, run: str | None = None,
     if who is None:
         return login_page()
     if run:
-        if problem := run_id_problem(run):  # cut to 64 characters, it could name another run
+        if problem := run_id_problem(run):  # not cut to 64 characters: that may name another run
             return invalid_page(problem, who.label)
         return RedirectResponse(f"/dashboard/runs/{quote(run, safe='')}", status_code=303)
     app: App = request.app.state.app

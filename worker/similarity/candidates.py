@@ -267,7 +267,8 @@ def shared_term_pairs(
     """Pairs (i < j) of short notes sharing rare content terms: restatements of one attribute
     in other words ("Preferred code editor: Vim" / "The user writes code in Emacs").
 
-    A term is a stemmed word that is not a function word or a number; rare: in at least two and
+    A term is a stemmed word that is not a function word, a number or a word of frequency or
+    repetition (``_NOT_ATTRIBUTES``); rare: in at least two and
     at most ``max_notes`` of the scope's notes (counted over every note, so a word the scope
     repeats everywhere joins nothing). A pair needs one rare term per ``1 / min_share`` content
     terms of its shorter note. Posting lists, never all pairs: at most ``max_notes`` squared

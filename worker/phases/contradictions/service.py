@@ -104,7 +104,8 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     """The candidate search over the phase's one load, with no transaction open.
 
     Candidates: cosine neighbours at the threshold ∪ clusters this run's consolidation did
-    not merge ∪ same-frame pairs ∪ short notes sharing rare terms. Each source's contribution is counted for the step.
+    not merge ∪ same-frame pairs ∪ short notes sharing rare terms. Each source's contribution
+    is counted for the step.
     """
     s = app.settings.contradictions
     snap, memory = phase_snap.notes, phase_snap.memory
