@@ -181,11 +181,13 @@ def test_only_discourse_frequency_or_function_words_in_common_join_nothing() -> 
 
 
 def test_a_term_too_many_notes_hold_is_not_rare() -> None:
-    """A word in more of the scope's notes than max_notes names no one attribute."""
+    """A word in more of the scope's notes than max_notes names no one attribute (in a scope
+    large enough that half of it is more: the other notes share nothing)."""
     texts = [f"Project {name} ships soon" for name in
              ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota")]
-    assert shared_term_pairs(texts, TermSettings(max_notes=8)) == set()
-    assert len(shared_term_pairs(texts[:8], TermSettings(max_notes=8))) == 28
+    others = [f"Note {k} stands alone" for k in range(20)]
+    assert shared_term_pairs(texts + others, TermSettings(max_notes=8)) == set()
+    assert len(shared_term_pairs(texts[:8] + others, TermSettings(max_notes=8))) == 28
     assert shared_term_pairs(texts[:3], TermSettings(max_notes=1)) == set()  # the source off
 
 
@@ -205,3 +207,12 @@ def test_a_floor_on_cosine_drops_two_attributes_meeting_on_a_weekday() -> None:
     apart = np.asarray([[1.0, 0.0], [0.1, 0.995]], dtype=np.float32)
     assert shared_term_pairs(texts, vectors=apart, min_similarity=0.15) == set()
     assert shared_term_pairs(texts, vectors=apart, min_similarity=0.05) == {(0, 1)}
+
+
+def test_a_word_most_of_a_small_scope_holds_is_not_rare() -> None:
+    """Seven notes about Alice: her name is in five (more than half), which is no attribute;
+    the chat versions still meet on the words only they share."""
+    texts = ["Alice prefers green tea in the afternoon", "Never call Alice before 9am",
+             "Alice's account number ends in 4411", "Alice walks to the office",
+             "Alice keeps a cat", "The team chats on Slack every day", "Team chat runs on Zulip"]
+    assert shared_term_pairs(texts) == {(5, 6)}

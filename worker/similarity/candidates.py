@@ -268,9 +268,9 @@ def shared_term_pairs(
     in other words ("Preferred code editor: Vim" / "The user writes code in Emacs").
 
     A term is a stemmed word that is not a function word, a number or a word of frequency or
-    repetition (``_NOT_ATTRIBUTES``); rare: in at least two and
-    at most ``max_notes`` of the scope's notes (counted over every note, so a word the scope
-    repeats everywhere joins nothing). A pair needs one rare term per ``1 / min_share`` content
+    repetition (``_NOT_ATTRIBUTES``); rare: in at least two and at most ``max_notes`` of the
+    scope's notes, and in a small scope in at most half of them, or three (counted over every
+    note, so a word the scope repeats everywhere, such as its user's name, joins nothing). A pair needs one rare term per ``1 / min_share`` content
     terms of its shorter note. Posting lists, never all pairs: at most ``max_notes`` squared
     pairs per term. With ``vectors`` (rows aligned with ``texts``), a pair also needs cosine
     ``min_similarity``: a shared word with nothing else alike is mostly two attributes meeting
@@ -288,9 +288,10 @@ def shared_term_pairs(
         short.append(len(words) <= settings.max_words)
         for t in found:
             notes_with.setdefault(t, []).append(row)
+    most = min(settings.max_notes, max(3, len(terms) // 2))
     shared: dict[tuple[int, int], int] = {}
     for rows in notes_with.values():
-        if not 2 <= len(rows) <= settings.max_notes:
+        if not 2 <= len(rows) <= most:
             continue
         held = [r for r in rows if short[r]]
         for x, i in enumerate(held):
