@@ -497,3 +497,44 @@ def test_an_item_declined_while_its_approval_applies_stays_declined_and_unapplie
     detail = json.loads(_cli(app, "review", "show", str(item), "--agent", "agent-1",
                              "--json").output)
     assert (detail["status"], detail["decided_by"]) == ("declined", "cli:bo")
+
+
+def test_an_approval_that_lost_the_race_and_cannot_revert_says_so_and_changes_nothing_more(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but the host also edits the fused note before the approval can revert its
+    run: the undo is refused (R17), so the approval answers one line saying the item was
+    declined meanwhile and why its change could not be reverted, with the way out, instead of
+    a bare undo error about a run the user never started. Nothing else moves: the item stays
+    declined, the change and the host's edit stay."""
+    import worker.review.service as review_service
+    from worker.review.service import Selector, decline
+
+    _seed(app)
+    before = _statuses(app)
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    apply_change = review_service.apply_change
+    fused: list[str] = []
+
+    def declined_and_edited_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        applied = apply_change(*args, **kwargs)
+        decline(app, SCOPE, Selector(item_id=item), "cli:bo", "two teas")
+        (new,) = [k for k in _statuses(app) if k not in before]
+        fused.append(new)
+        host_sets(app, new, importance=0.9, version=2)
+        return applied
+
+    monkeypatch.setattr(review_service, "apply_change", declined_and_edited_meanwhile)
+    approved = _cli(app, "review", "approve", str(item), "--agent", "agent-1", "--by", "ana")
+    out = approved.output + approved.stderr
+    assert approved.exit_code == Conflict.exit_code, out
+    assert "decided meanwhile (declined)" in out and "could not be reverted" in out, out
+    errors = [line for line in approved.output.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in out and len(errors) == 1, out
+    assert "cannot undo run" in errors[0] and "--force-cascade" in errors[0], out
+    after = _statuses(app)
+    assert after["t1"][0] == after["t2"][0] == "revoked"  # the change stays applied …
+    assert after[fused[0]][0] == "active"  # … with the host's edit on it
+    detail = json.loads(_cli(app, "review", "show", str(item), "--agent", "agent-1",
+                             "--json").output)
+    assert (detail["status"], detail["decided_by"]) == ("declined", "cli:bo")

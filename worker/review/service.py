@@ -383,12 +383,16 @@ def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,
 def _taken_back(app: App, run_id: str, row: Any) -> Decided:
     """Someone declined (or decided) the item while its change was being applied: the item
     says what they decided, so what this approval wrote is undone (its run reverted)."""
-    from worker.safety.undo import undo_run
+    from worker.safety.undo import UndoRefused, undo_run
 
-    undo_run(app, run_id)
+    try:  # refused when a later write (a host's edit) built on the change: the user's call
+        undo_run(app, run_id)
+        outcome = f"what this approval applied was reverted (run {run_id} undone)"
+    except UndoRefused as exc:
+        outcome = f"what this approval applied could not be reverted: {exc}"
     with app.uow() as uow:
         now = uow.review.get(Scope.from_key(row.scope_key), row.id)
     status = now.status if now is not None else "gone"
     log.warning("review.decided_meanwhile", item=row.id, run_id=run_id, status=status)
-    return Decided(row.id, "refused", f"item {row.id} was decided meanwhile ({status}); what "
-                   f"this approval applied was reverted (run {run_id} undone)", run_id)
+    return Decided(row.id, "refused", f"item {row.id} was decided meanwhile ({status}); "
+                   f"{outcome}", run_id)
