@@ -167,3 +167,38 @@ def test_stale_item_from_a_run_is_refused_and_declined_is_not_proposed_again(
         assert ("prune", ["chat-1"]) not in kinds  # declined at these versions
     finally:
         app.dispose()
+
+
+def test_a_batch_with_a_stale_item_answers_200_with_the_outcome_the_cli_exits_with(
+    tmp_path: Path,
+) -> None:
+    """`--all` over the API: the stale merge is not applied, the other items are, and the body
+    says `outcome: stale`, the answer `dream review approve --all` gives as exit code 14; a
+    batch that decides everything says `done`."""
+    (tmp_path / "s").mkdir()
+    app = make_sqlite_app(tmp_path / "s", api_tokens=TOKENS, apply_mode="propose")
+    try:
+        add_entities(app, *ENTITIES)
+        add_notes(app, *NOTES)
+        run_id = _dream(app)
+        merge, orphan, expired = (i["id"] for i in _items(app, run_id))
+        with app.uow() as uow:
+            uow.session.query(NoteRow).filter(NoteRow.id == "tea-2").update(
+                {"content": "Prefers black tea in the morning.", "version": 2})
+            uow.commit()
+        with TestClient(create_api(app)) as client:
+            batch = client.post("/api/review/approve", json={"all": True},
+                                headers=auth(AGENT_1))
+            assert batch.status_code == 200, batch.text
+            body = batch.json()
+            assert {i["id"]: i["status"] for i in body["items"]} == {
+                merge: "stale", orphan: "approved", expired: "approved"}
+            assert body["outcome"] == "stale"
+            none_left = client.post("/api/review/decline", json={"all": True},
+                                    headers=auth(AGENT_1))
+            assert none_left.status_code == 200, none_left.text
+            assert none_left.json() == {"items": [], "outcome": "done"}
+        notes = _notes(app)
+        assert notes["tea-1"][0] == "active" and notes["chat-1"][0] == "archived"
+    finally:
+        app.dispose()

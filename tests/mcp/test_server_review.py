@@ -59,8 +59,10 @@ def test_review_tools_decide_the_bound_scopes_items_only(app: App) -> None:
                 assert "not_found" in await _refused(client, "review_show", item_id=other)
                 assert "not_found" in await _refused(client, "review_approve", item_id=other)
                 assert "not_found" in await _refused(client, "review_decline", item_id=other)
-            approved = (await _call(client, "review_approve", item_id=merge))["items"]
+            answer = await _call(client, "review_approve", item_id=merge)
+            approved = answer["items"]
             assert approved[0]["status"] == "approved" and approved[0]["run_id"]
+            assert answer["outcome"] == "done"
             declined = (await _call(client, "review_decline", all=True, reason="still on call"))
             assert [i["id"] for i in declined["items"]] == [expired]
             assert (await _call(client, "review_list"))["items"] == []

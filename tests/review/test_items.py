@@ -58,3 +58,17 @@ def test_fingerprint_moves_with_any_version_and_round_trips() -> None:
     for key, value in change.row().items():
         setattr(row, key, value)
     assert ProposedChange.from_row(row) == change
+
+
+@pytest.mark.parametrize(("statuses", "outcome"), [
+    ([], "done"),                                   # nothing to decide: nothing left undone
+    (["approved", "declined"], "done"),             # every item as asked
+    (["approved", "stale"], "stale"),               # a member changed since the proposal
+    (["refused", "approved"], "stale"),             # decided meanwhile by someone else
+    (["stale", "blocked", "approved"], "blocked"),  # the guard's hold waits for a person
+])
+def test_a_batch_outcome_is_blocked_before_stale_before_done(statuses: list[str],
+                                                             outcome: str) -> None:
+    from worker.review.items import batch_outcome
+
+    assert batch_outcome(statuses).value == outcome

@@ -86,20 +86,24 @@ def show_review_item(app: DreamApp, item_id: ItemId, who: Caller,
 @router.post("/approve")
 def approve_review_items(app: DreamApp, body: DecisionIn, who: Caller) -> dict[str, Any]:
     """Apply the items in their own runs (undo each with POST /api/runs/{run_id}/undo); a
-    stale single item is 409 and writes nothing."""
+    stale single item is 409 and writes nothing. A batch answers 200 with each item's status
+    and ``outcome``: done, blocked (the guard left an item open) or stale (an item changed or
+    was decided meanwhile), as the CLI's exit code says."""
+    from worker.review.items import decided_body
     from worker.review.service import approve
 
     scope = scope_for(who, body.scope)
     done = approve(app, scope, _selector(body), _approver("api", who, body.by))
-    return {"items": [d.as_dict() for d in done]}
+    return decided_body(done)
 
 
 @router.post("/decline")
 def decline_review_items(app: DreamApp, body: DeclineIn, who: Caller) -> dict[str, Any]:
     """Decline the items; each is not proposed again until one of its notes changes."""
+    from worker.review.items import decided_body
     from worker.review.service import decline
 
     scope = scope_for(who, body.scope)
     done = decline(app, scope, _selector(body), _approver("api", who, body.by),
                    body.reason)
-    return {"items": [d.as_dict() for d in done]}
+    return decided_body(done)

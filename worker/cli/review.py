@@ -14,6 +14,7 @@ from worker.cli.common import IDENT, Outcome, cli_app, scope_options
 from worker.cli.errors import UserError, user_errors
 from worker.domain.limits import INT_MAX
 from worker.domain.types import Scope
+from worker.review.items import BatchOutcome, batch_outcome
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -148,17 +149,15 @@ def _decision_options(fn: F) -> F:
     return click.argument("item_id", type=ITEM_ID, required=False)(fn)
 
 
-# An item a batch did not decide as asked, by its answer: left open by the blast-radius guard;
-# stale (its notes changed since the proposal) or decided meanwhile by someone else, so nothing
-# was written for it.
-REVIEW_EXIT_CODES = {"blocked": Outcome.BLOCKED, "stale": Outcome.STALE, "refused": Outcome.STALE}
+REVIEW_EXIT_CODES = {BatchOutcome.DONE: Outcome.DONE, BatchOutcome.BLOCKED: Outcome.BLOCKED,
+                     BatchOutcome.STALE: Outcome.STALE}
 
 
 def review_exit_code(statuses: list[str]) -> int:
     """0 when every item was decided as asked; else blocked (10) before stale (14): an item the
-    guard left open waits for you, a stale one only for the next run."""
-    codes = {REVIEW_EXIT_CODES.get(s, Outcome.DONE) for s in statuses}
-    return int(Outcome.BLOCKED if Outcome.BLOCKED in codes else max(codes, default=Outcome.DONE))
+    guard left open waits for you, a stale one (or one decided meanwhile) only for the next
+    run (``batch_outcome``)."""
+    return int(REVIEW_EXIT_CODES[batch_outcome(statuses)])
 
 
 def _echo(ctx: click.Context, results: list[Any], as_json: bool) -> None:

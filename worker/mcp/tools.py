@@ -90,21 +90,23 @@ class ScopedTools:
 
     def review_approve(self, item_id: int | None = None, run_id: str | None = None,
                        all: bool = False) -> dict[str, Any]:
+        from worker.review.items import decided_body
         from worker.review.service import Selector, approve
 
         selector = Selector(None if item_id is None else _item_id(item_id), _ident(run_id), all)
         done = approve(self.app, self.scope, selector, f"mcp:{self.scope.key}")
-        return {"items": [d.as_dict() for d in done]}
+        return decided_body(done)
 
     def review_decline(self, item_id: int | None = None, run_id: str | None = None,
                        all: bool = False, reason: str | None = None) -> dict[str, Any]:
+        from worker.review.items import decided_body
         from worker.review.service import Selector, decline
 
         if reason is not None and (len(reason) > 500 or text_problem(reason)):
             raise Invalid("reason must be at most 500 characters of valid Unicode, without NUL")
         selector = Selector(None if item_id is None else _item_id(item_id), _ident(run_id), all)
         done = decline(self.app, self.scope, selector, f"mcp:{self.scope.key}", reason)
-        return {"items": [d.as_dict() for d in done]}
+        return decided_body(done)
 
     def _run(self, run_id: str) -> dict[str, Any]:
         from worker.reporting import run_tree

@@ -26,6 +26,50 @@ class ChangeKind(StrEnum):
     ARCHIVE = "archive"  # prune / archive: notes leave the active set
 
 
+class BatchOutcome(StrEnum):
+    """How a decision over several items ended, for callers that read one word (the CLI's exit
+    code, the API's and MCP's ``outcome``)."""
+
+    DONE = "done"  # every item decided as asked
+    BLOCKED = "blocked"  # the blast-radius guard left an item open: it waits for you
+    STALE = "stale"  # an item changed or was decided meanwhile: nothing written for it
+
+
+_NOT_AS_ASKED = {"blocked": BatchOutcome.BLOCKED, "stale": BatchOutcome.STALE,
+                 "refused": BatchOutcome.STALE}
+
+
+def batch_outcome(statuses: Iterable[str]) -> BatchOutcome:
+    """Blocked before stale before done: an item the guard held waits for a person, a stale
+    one only for the next run."""
+    found = {_NOT_AS_ASKED.get(s, BatchOutcome.DONE) for s in statuses}
+    for outcome in (BatchOutcome.BLOCKED, BatchOutcome.STALE):
+        if outcome in found:
+            return outcome
+    return BatchOutcome.DONE
+
+
+@dataclass
+class Decided:
+    """One item's answer to an approve or decline."""
+
+    item_id: int
+    status: str  # approved | declined | stale | blocked | refused
+    line: str
+    run_id: str | None = None  # the approval's run (undo it with `dream undo`)
+    new_note_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.item_id, "status": self.status, "detail": self.line,
+                "run_id": self.run_id, "new_note_id": self.new_note_id}
+
+
+def decided_body(done: list[Decided]) -> dict[str, Any]:
+    """What the API and MCP answer for a decision: each item, and the batch's outcome."""
+    return {"items": [d.as_dict() for d in done],
+            "outcome": batch_outcome(d.status for d in done).value}
+
+
 class ItemStatus(StrEnum):
     OPEN = "open"
     APPROVED = "approved"

@@ -27,6 +27,7 @@ from worker.review.batch_guard import BatchGuard
 from worker.review.items import (
     DECLINED_KIND,
     ChangeKind,
+    Decided,
     ItemStatus,
     ProposedChange,
     entity_of,
@@ -54,19 +55,6 @@ class Selector:
         given = sum((self.item_id is not None, self.run_id is not None, self.all))
         if given != 1:
             raise Invalid("name one item id, or a run (--run RUN_ID), or --all")
-
-
-@dataclass
-class Decided:
-    item_id: int
-    status: str  # approved | declined | stale | blocked
-    line: str
-    run_id: str | None = None  # the approval's run (undo it with `dream undo`)
-    new_note_id: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"id": self.item_id, "status": self.status, "detail": self.line,
-                "run_id": self.run_id, "new_note_id": self.new_note_id}
 
 
 def item_dict(row: Any) -> dict[str, Any]:
