@@ -9,6 +9,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from worker.app import App
 
 
@@ -49,8 +51,13 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool) -> Iterator[str]:
             "metadata": r.meta,
         }
         if with_embedding and r.embedding is not None:
-            obj["embedding"] = [round(float(x), 6) for x in r.embedding]
             obj["embedding_model"] = r.embedding_model
+            # Nine significant digits give back every float32 bit (import keeps a unit vector
+            # as it is), in about the text six decimals took; json.dumps would write 17.
+            line = json.dumps(obj, ensure_ascii=False)
+            numbers = ",".join(f"{x:.9g}" for x in np.asarray(r.embedding, np.float32).tolist())
+            yield f'{line[:-1]}, "embedding": [{numbers}]}}'
+            continue
         yield json.dumps(obj, ensure_ascii=False)
 
 

@@ -263,6 +263,33 @@ def test_notes_import_export_round_trip(app: App, tmp_path: Path) -> None:
         other.dispose()
 
 
+def test_an_export_with_embeddings_imports_bit_for_bit(app: App, tmp_path: Path) -> None:
+    """`--with-embedding` writes each float32 exactly (nine significant digits) and import keeps
+    a unit vector as it is: the copy holds the same vectors, to the bit, and exports the same
+    lines, so similarities (and every decision built on them) do not move."""
+    import numpy as np
+
+    assert dream(url_of(app), "notes", "import", "-", input=jsonl(NOTES)).exit_code == 0
+    out = dream(url_of(app), "notes", "export", "--with-embedding")
+    assert out.exit_code == 0
+    lines = out.stdout.splitlines()
+    assert all(len(json.loads(line)["embedding"]) == app.embedder.dimensions for line in lines)
+
+    def vectors(store: App) -> dict[str, bytes]:
+        with store.uow() as uow:
+            rows = uow.session.execute(select(NoteRow.id, NoteRow.embedding)).all()
+        return {i: np.asarray(v, dtype=np.float32).tobytes() for i, v in rows}
+
+    other = make_sqlite_app(tmp_path / "copy")
+    try:
+        copied = dream(url_of(other), "notes", "import", "-", input=out.stdout)
+        assert copied.exit_code == 0, copied.output
+        assert vectors(other) == vectors(app)
+        assert dream(url_of(other), "notes", "export", "--with-embedding").stdout == out.stdout
+    finally:
+        other.dispose()
+
+
 def test_bad_line_in_big_file_writes_nothing(db: App) -> None:
     """R22: line 1,001 is bad, so none of the 1,000 good lines before it are written."""
     good = [{"agent_id": "a1", "content": f"fact number {i}"} for i in range(1000)]

@@ -46,6 +46,10 @@ _STATUSES = {s.value for s in NoteStatus}
 _LIVE = frozenset({NoteStatus.ACTIVE.value, NoteStatus.PENDING.value})
 
 
+# A float32 unit vector's norm, summed in float64, is 1 within a few float32 ulps.
+UNIT_NORM_SLACK = 1e-6
+
+
 def _embedding(embedding: object, number: int, dims: int | None) -> np.ndarray | None:
     """An imported vector, checked and normalised; None when the line has none (re-embedded)."""
     if embedding is None:
@@ -69,6 +73,8 @@ def _embedding(embedding: object, number: int, dims: int | None) -> np.ndarray |
     norm = float(np.linalg.norm(wide))
     if norm == 0:
         raise InputError(f"line {number}: embedding is all zeros")
+    if abs(norm - 1.0) <= UNIT_NORM_SLACK:  # already unit length (an export): kept bit for bit
+        return wide.astype(np.float32)
     return (wide / norm).astype(np.float32)
 
 
