@@ -56,6 +56,9 @@ class ContradictionSettings(BaseModel):
     # hold (below 2 turns the source off), at least this alike.
     term_max_notes: int = Field(8, ge=0, le=64)
     term_min_similarity: float = Field(0.15, ge=-1.0, le=1.0)
+    # Pairs below the threshold down to this cosine whose texts the rules settle (one note
+    # states the other word for word, with more); at or above the threshold: none.
+    contained_min_similarity: float = Field(0.60, ge=0.0, le=1.0)
     topic_size: int = Field(8, ge=2, le=50)  # notes of one topic asked about together
     notes_per_call: int = Field(24, ge=2)  # trusted topics packed into one prompt up to this
     # The phase's own model budget per run and scope (the run's budget applies as well).

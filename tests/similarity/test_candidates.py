@@ -1,5 +1,4 @@
-"""Contradiction candidates: the same-frame index, shared rare terms, the union of sources,
-topics of capped size."""
+"""Contradiction candidates: the same-frame index, shared rare terms, the union of sources."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from worker.similarity.candidates import (
     same_frame_pairs,
     shared_term_pairs,
     source_counts,
-    topics,
     union_edges,
 )
 
@@ -70,26 +68,19 @@ def test_generic_frames_are_skipped_not_paired_quadratically() -> None:
 
 def test_union_counts_each_source_and_what_only_it_found() -> None:
     """One edge per pair with every source that proposed it; cosine computed for the others."""
-    v = np.eye(4, dtype=np.float32)
+    v = np.eye(5, dtype=np.float32)
     edges = union_edges(v, cosine=[(0, 1, 0.9), (1, 0, 0.9)], clusters=[[0, 1, 2]],
-                        same_frame=[(3, 2)])
+                        same_frame=[(3, 2)], contained=[(4, 3), (0, 1)])
     by_pair = {(e.i, e.j): e.sources for e in edges}
-    assert by_pair == {(0, 1): {Source.COSINE, Source.CONSOLIDATION},
+    assert by_pair == {(0, 1): {Source.COSINE, Source.CONSOLIDATION, Source.CONTAINED},
                        (0, 2): {Source.CONSOLIDATION}, (1, 2): {Source.CONSOLIDATION},
-                       (2, 3): {Source.SAME_FRAME}}
+                       (2, 3): {Source.SAME_FRAME}, (3, 4): {Source.CONTAINED}}
     assert [e.similarity for e in edges][:1] == [0.9]
     counts = source_counts(edges)
     assert counts == {"cosine": 1, "only_cosine": 0, "consolidation": 3,
                       "only_consolidation": 2, "same_frame": 1, "only_same_frame": 1,
-                      "shared_term": 0, "only_shared_term": 0}
-
-
-def test_topics_are_components_split_along_the_weakest_links() -> None:
-    """Components become topics; one larger than the cap splits where it is weakest."""
-    edges = [("a", "b", 0.9), ("b", "c", 0.8), ("c", "d", 0.3), ("d", "e", 0.85),
-             ("x", "y", 0.5)]
-    assert topics("abcdexyz", edges, max_size=8) == [["a", "b", "c", "d", "e"], ["x", "y"]]
-    assert topics("abcdexyz", edges, max_size=3) == [["a", "b", "c"], ["d", "e"], ["x", "y"]]
+                      "shared_term": 0, "only_shared_term": 0, "contained": 2,
+                      "only_contained": 1}
 
 
 def _reference_cuts(n: int, frame: FrameSettings) -> list[tuple[tuple[int, int], tuple[int, int] | None]]:

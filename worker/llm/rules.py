@@ -12,6 +12,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 
 from worker.domain.types import Note, normalise_text
 
@@ -65,6 +66,8 @@ def _tokens(text: str) -> list[str]:
     return [t.strip(".,;:!?-/'") for t in _WORD.findall(text) if t.strip(".,;:!?-/'")]
 
 
+# A scope's notes are compared pair by pair: a bounded memo of the pure analysis (frozen).
+@lru_cache(maxsize=1 << 12)
 def analyse(text: str) -> Words:
     raw = _tokens(text)
     lowered = [t.casefold() for t in raw]

@@ -1,11 +1,13 @@
-"""Contradiction candidates of one scope from four sources that fail differently, and the topics
+"""Contradiction candidates of one scope from five sources that fail differently, and the topics
 (connected groups of candidates) they form. Pure: rows in, row-index pairs out.
 
 Cosine neighbours miss two versions of a short fact that differ by one word (the hashing
 embedder scores "never use a linter" / "always use a linter" below 0.70); the same-frame index
 finds exactly those; consolidation's unmerged clusters carry the signal of a looser threshold;
 shared rare terms join two short facts restated in other words ("The team chats on Slack" /
-"Team chat runs on Zulip"), which neither cosine nor a frame connects.
+"Team chat runs on Zulip"), which neither cosine nor a frame connects; a note another states
+word for word with more detail is a duplicate however far the detail moves the cosine (the
+caller finds those with the text rules, below the cosine bar).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class Source(StrEnum):
     CONSOLIDATION = "consolidation"
     SAME_FRAME = "same_frame"
     SHARED_TERM = "shared_term"
+    CONTAINED = "contained"
 
 
 _WORD = re.compile(r"[\w']+")
@@ -268,14 +271,13 @@ def shared_term_pairs(
     in other words ("Preferred code editor: Vim" / "The user writes code in Emacs").
 
     A term is a stemmed word that is not a function word, a number or a word of frequency or
-    repetition (``_NOT_ATTRIBUTES``); rare: in at least two and at most ``max_notes`` of the
-    scope's notes, and in a small scope in at most half of them, or three (counted over every
-    note, so a word the scope repeats everywhere, such as its user's name, joins nothing). A pair needs one rare term per ``1 / min_share`` content
-    terms of its shorter note. Posting lists, never all pairs: at most ``max_notes`` squared
-    pairs per term. With ``vectors`` (rows aligned with ``texts``), a pair also needs cosine
+    repetition (``_NOT_ATTRIBUTES``); rare: in two to ``max_notes`` of the scope's notes, and in
+    a small scope in at most half of them, or three (counted over every note, so a word the
+    scope repeats everywhere, such as its user's name, joins nothing). A pair needs one rare
+    term per ``1 / min_share`` content terms of its shorter note. Posting lists, never all
+    pairs. With ``vectors`` (rows aligned with ``texts``), a pair also needs cosine
     ``min_similarity``: a shared word with nothing else alike is mostly two attributes meeting
-    on a common verb or a weekday. ``tokens``: the texts' ``frame_tokens``, when the caller has
-    them already.
+    on a common verb or a weekday. ``tokens``: the texts' ``frame_tokens``, if already made.
     """
     if settings.max_notes < 2:
         return set()
@@ -322,8 +324,9 @@ def union_edges(
     clusters: Iterable[Sequence[int]] = (),
     same_frame: Iterable[tuple[int, int]] = (),
     shared_term: Iterable[tuple[int, int]] = (),
+    contained: Iterable[tuple[int, int]] = (),
 ) -> list[Edge]:
-    """The union of the four sources, one edge per pair, most similar first (ties by rows)."""
+    """The union of the five sources, one edge per pair, most similar first (ties by rows)."""
     found: dict[tuple[int, int], set[str]] = {}
     sims: dict[tuple[int, int], float] = {}
     for i, j, s in cosine:
@@ -335,7 +338,8 @@ def union_edges(
         for x, i in enumerate(rows):
             for j in rows[x + 1:]:
                 found.setdefault((i, j), set()).add(Source.CONSOLIDATION.value)
-    for source, proposed in ((Source.SAME_FRAME, same_frame), (Source.SHARED_TERM, shared_term)):
+    for source, proposed in ((Source.SAME_FRAME, same_frame), (Source.SHARED_TERM, shared_term),
+                             (Source.CONTAINED, contained)):
         for i, j in proposed:
             found.setdefault((min(i, j), max(i, j)), set()).add(source.value)
     edges = []
@@ -363,37 +367,3 @@ def source_counts(edges: Iterable[Edge]) -> dict[str, int]:
             (only,) = e.sources
             out[f"only_{only}"] += 1
     return out
-
-
-def topics(
-    nodes: Iterable[str], edges: Iterable[tuple[str, str, float]], max_size: int
-) -> list[list[str]]:
-    """Connected groups of at most ``max_size`` nodes, each held together by its strongest edges.
-
-    Kruskal-style: edges strongest first join two groups only while the union fits, so a
-    component larger than ``max_size`` splits along its weakest links (one attribute's versions,
-    being most alike, stay together). Groups sorted by their first node; nodes sorted inside.
-    """
-    parent: dict[str, str] = {n: n for n in nodes}
-    size: dict[str, int] = dict.fromkeys(parent, 1)
-
-    def root(n: str) -> str:
-        while parent[n] != n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
-
-    for a, b, _ in sorted(edges, key=lambda e: (-e[2], e[0], e[1])):
-        if a not in parent or b not in parent:
-            continue
-        ra, rb = root(a), root(b)
-        if ra == rb or size[ra] + size[rb] > max_size:
-            continue
-        if rb < ra:
-            ra, rb = rb, ra
-        parent[rb] = ra
-        size[ra] += size[rb]
-    groups: dict[str, list[str]] = {}
-    for n in parent:
-        groups.setdefault(root(n), []).append(n)
-    return sorted((sorted(g) for g in groups.values() if len(g) > 1), key=lambda g: g[0])

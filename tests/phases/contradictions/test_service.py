@@ -503,6 +503,36 @@ def test_a_value_restated_in_other_words_is_found_through_a_shared_rare_term(
     assert out["verdicts_wasted"] == 0
 
 
+CELLO = ["Priya plays the cello.", "Priya plays the cello in a quartet on Sunday evenings.",
+         "Priya takes the train to work."]
+
+
+@pytest.mark.parametrize("floor", [0.60, 1.0])
+def test_a_note_restated_with_more_detail_merges_below_the_cosine_bar(app: App,
+                                                                     floor: float) -> None:
+    """The shorter note is stated word for word inside the longer one, whose added detail puts
+    the pair's cosine below the threshold (0.65 < 0.70) and no frame or rare word joins them:
+    the text rules find it from the looser floor, and the rule judge retires the shorter note
+    into the richer one. With the floor at or above the threshold the source is off."""
+    vectors = app.embedder.embed(CELLO[:2])
+    assert 0.60 <= float(vectors[0] @ vectors[1]) < app.settings.contradictions.threshold
+    app.settings.contradictions.contained_min_similarity = floor
+    app.settings.contradictions.frame_max_span = 0
+    app.settings.contradictions.term_max_notes = 0
+    add_notes(app, *({"id": f"p{k}", "content": t, "created_at": days_ago(20 - k)}
+                     for k, t in enumerate(CELLO)))
+    run_id = run_phase(app)
+    notes = rows(app)
+    active = [n for n in notes if notes[n].status == "active"]
+    if floor >= app.settings.contradictions.threshold:
+        assert active == ["p0", "p1", "p2"]
+        return
+    out = phase_step(app, run_id)["output"]
+    assert active == ["p1", "p2"] and notes["p0"].consolidated_into_id == "p1"
+    assert (out["candidates_contained"], out["candidates_only_contained"]) == (1, 1)
+    assert out["equivalents_merged"] == 1
+
+
 def test_budget_is_never_spent_on_a_note_retired_this_run(app: App, llm_stub: LLMStub) -> None:
     """Issue 13.2/13.3: seven versions of one fact, topics capped at three notes so the history
     splits; after each round the plan follows the retirements: no prompt ever names a note
@@ -577,6 +607,7 @@ def test_refused_consolidation_cluster_is_handed_to_contradictions(
     app.settings.contradictions.threshold = 0.999  # cosine proposes nothing here
     app.settings.contradictions.frame_max_span = 0  # nor does the frame index
     app.settings.contradictions.term_max_notes = 0  # nor do the words they share
+    app.settings.contradictions.contained_min_similarity = 1.0  # nor the text rules
     add_notes(app, *({"id": f"d{k}", "content": t, "created_at": days_ago(30 - k)}
                      for k, t in enumerate(dark)))
     run_id = service.create_run(app, SCOPE, force=True, phases=["consolidate", "contradictions"],

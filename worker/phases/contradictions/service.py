@@ -1,6 +1,6 @@
 """The contradictions phase: find candidate pairs in a scope, judge them as topics, apply policy.
 
-Short read → candidates from three sources → topics → model calls in rounds (no transaction
+Short read → candidates from five sources → topics → model calls in rounds (no transaction
 open), re-planned after each round → one short transaction per decision → steps.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import structlog
 
 from worker.domain.types import (
@@ -19,6 +20,7 @@ from worker.domain.types import (
     fingerprint_notes,
 )
 from worker.llm.base import LLMClient
+from worker.llm.rules import settles_pair
 from worker.phases.contradictions.apply import Applier, policy_settings
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
@@ -104,22 +106,24 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     """The candidate search over the phase's one load, with no transaction open.
 
     Candidates: cosine neighbours at the threshold ∪ clusters this run's consolidation did
-    not merge ∪ same-frame pairs ∪ short notes sharing rare terms. Each source's contribution
-    is counted for the step.
+    not merge ∪ same-frame pairs ∪ short notes sharing rare terms ∪ pairs a little less alike
+    that the text rules settle. Each source's contribution is counted for the step.
     """
     s = app.settings.contradictions
     snap, memory = phase_snap.notes, phase_snap.memory
     assert memory is not None
     row = {n.id: k for k, n in enumerate(snap.notes)}
-    cosine = neighbour_pairs(snap.vectors, s.threshold, app.settings.ann_threshold)
     texts = [n.content for n in snap.notes]
+    cosine, contained = _cosine_and_contained(texts, snap.vectors, s.threshold,
+                                              s.contained_min_similarity,
+                                              app.settings.ann_threshold)
     tokens = [frame_tokens(t) for t in texts]  # one tokenization for both lexical sources
     frames = same_frame_pairs(texts, FrameSettings(max_span=s.frame_max_span,
                                                    min_frame=s.frame_min_words), tokens=tokens)
     terms = shared_term_pairs(texts, TermSettings(max_notes=s.term_max_notes), snap.vectors,
                               s.term_min_similarity, tokens=tokens)
     cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
-    edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs, terms)
+    edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs, terms, contained)
     counters: dict[str, Any] = {
         f"candidates_{k}": v for k, v in source_counts(edges).items()}
     counters["generic_frames_skipped"] = frames.generic_frames
@@ -151,6 +155,24 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     held_back = _still_pending(pending, notes)
     counters["retirements_held_back"] = len(held_back)
     return Loaded(notes, pairs, counters, held_back, phase_snap.journal)
+
+
+def _cosine_and_contained(
+    texts: list[str], vectors: Any, threshold: float, floor: float, ann_threshold: int,
+) -> tuple[list[tuple[int, int, float]], list[tuple[int, int]]]:
+    """Cosine neighbours at ``threshold``; and, from one range search down to ``floor``, the
+    pairs below it whose texts the rules settle: one note stated inside the other, word for
+    word ("Priya plays the cello." / "Priya plays the cello in a quartet on Sunday evenings.",
+    0.65). The added detail lowers the cosine, not the duplication; the text rules never
+    settle a NEUTRAL or CONTRADICTION pair of SICK, whatever the cosine."""
+    if floor >= threshold:
+        return neighbour_pairs(vectors, threshold, ann_threshold), []
+    found = neighbour_pairs(vectors, floor, ann_threshold)
+    bar = float(np.float32(threshold))  # range search's own comparison: float32 scores ≥ it
+    cosine = [p for p in found if p[2] >= bar]
+    contained = [(i, j) for i, j, sim in found
+                 if sim < bar and settles_pair(texts[i], texts[j])]
+    return cosine, contained
 
 
 def _still_pending(

@@ -20,7 +20,7 @@ from worker.phases.contradictions.core import (
     Verdict,
     decide,
 )
-from worker.similarity.candidates import topics as group_topics
+from worker.similarity.topics import topics as group_topics
 
 
 @dataclass(frozen=True)
