@@ -107,6 +107,11 @@ HOSTILE = [
     (["candidates", "--agent", "a", "--threshold", "nan"], None, "not a finite number"),
     (["notes", "add", "--agent", "a", "--content", "hi", "--importance", "nan"], None, "not a finite number"),
     (["notes", "add", "--agent", "a" * 65, "--content", "hi"], None, "ids are at most 64"),
+    # every scope option, not only the ones of --agent-required commands (found by the README check)
+    (["gate", "--explain", "--agent", "a" * 65], None, "ids are at most 64"),
+    (["gate", "--explain", "--agent", "a", "--user", "u" * 65], None, "ids are at most 64"),
+    (["mcp", "--agent", "a" * 65], None, "ids are at most 64"),
+    (["mcp", "--agent", "a", "--company", "c" * 65], None, "ids are at most 64"),
     (["notes", "add", "--agent", "a", "--content", "hi\x00there"], None, "argument 6 contains a NUL"),
     (["notes", "add", "--agent", "a", "--content", "hi\udcff"], None, "argument 6 is not valid Unicode"),
     (["run", "--agent", "a\udcff", "--force"], None, "argument 3 is not valid Unicode"),

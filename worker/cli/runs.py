@@ -195,9 +195,10 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option("--explain", is_flag=True,
               help="Only show each scope's decision and why; create no run.")
 @click.option("--json", "as_json", is_flag=True, help="With --explain: one JSON object.")
-@click.option("--agent", default=None, help="With --explain: only this scope (agent id).")
-@click.option("--user", default=None)
-@click.option("--company", default=None)
+@click.option("--agent", default=None, type=IDENT,
+              help="With --explain: only this scope (agent id).")
+@click.option("--user", default=None, type=IDENT)
+@click.option("--company", default=None, type=IDENT)
 @click.pass_context
 @user_errors
 def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,
