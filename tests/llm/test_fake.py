@@ -129,3 +129,30 @@ def test_demo_script_calls_only_the_units_pair_conflicting(a: str, b: str, value
                                user=prompt.user, schema={})
     assert [t["topic"] for t in reply.data["topics"]] == ["t1"]
     assert [attr["values"] for attr in reply.data["topics"][0]["attributes"]] == values
+
+
+def test_topics_packed_into_one_prompt_each_get_their_own_rule() -> None:
+    """A ``<name>_all`` reply is chosen per id on that id's own notes: the demo script's units
+    rule answers the metric/imperial topic, and a topic packed beside it into the same prompt
+    falls to the script's "no shared attribute" rule (it used to be told its two notes were
+    two unit systems, and a tea preference was retired by a Python one)."""
+    from worker.llm.prompts import render_prompt
+
+    topics = [
+        {"topic": "t1", "notes": [
+            {"alias": "n1", "created_at": "2026-01-01", "type": "Preference",
+             "text": "Customer uses metric units in every report"},
+            {"alias": "n2", "created_at": "2026-02-01", "type": "Preference",
+             "text": "Customer uses imperial units in every report"}]},
+        {"topic": "t2", "notes": [
+            {"alias": "n3", "created_at": "2026-01-05", "type": "Preference",
+             "text": "User prefers tea in the afternoon"},
+            {"alias": "n4", "created_at": "2026-02-05", "type": "Preference",
+             "text": "User prefers Python 3.12 with type hints and unittest"}]},
+    ]
+    prompt = render_prompt("contradictions", {"topics": topics, "topic_ids": ["t1", "t2"]})
+    reply = FakeLLM.from_file(DEMO).complete_json(
+        prompt_name="contradictions", system=prompt.system, user=prompt.user, schema={})
+    answered = {t["topic"]: t["attributes"] for t in reply.data["topics"]}
+    assert [a["values"] for a in answered["t1"]] == [[{"notes": ["n1"]}, {"notes": ["n2"]}]]
+    assert answered["t2"] == []

@@ -23,8 +23,11 @@ Templates inside a reply: the string ``"$aliases"`` becomes the list of note ali
 in the prompt, ``"$alias_values"`` one contradictions value group per alias, ``"$ids"`` the list
 of ids matched by the rule's ``ids`` regex (default: values of ``"pair"``/``"pair_id"``/``"id"``/
 ``"topic"`` keys), and a key ``"<name>_all": {...}`` becomes
-``"<name>": [{..., "<id_field>": id} for each id]`` (``id_field`` defaults to ``"pair"``). A reply that is a
-string is sent as raw text (use it to script invalid JSON).
+``"<name>": [{..., "<id_field>": id} for each id]`` (``id_field`` defaults to ``"pair"``). Each id's
+item comes from the first rule with the same ``<name>_all`` key that matches the id's own notes
+(its object in the prompt), so topics packed into one prompt each get their own rule's item; an
+id no such rule matches gets the matched rule's. A reply that is a string is sent as raw text
+(use it to script invalid JSON).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from worker.llm.base import LLMError, LLMReply
 from worker.llm.openai_compat import parse_content
 
 ReplyFn = Callable[[str, str, str], Any]  # (prompt_name, system, user) -> reply
+ItemFor = Callable[[str, str, Any], Any]  # (<name>_all key, an id's own notes, default) -> item
 
 _ALIAS = re.compile(r'"alias"\s*:\s*"(n\d+)"')
 _DEFAULT_IDS = r'"(?:pair|pair_id|id|topic)"\s*:\s*"([^"]+)"'
@@ -168,10 +172,24 @@ class FakeLLM:
             raw = reply
             data = parse_content(reply)
         else:
-            data = expand_templates(reply, user, ids_pattern, id_field)
+            data = expand_templates(reply, user, ids_pattern, id_field,
+                                    item_for=self._item_for(prompt_name))
             raw = json.dumps(data)
         return LLMReply(data=data, tokens_in=max(1, len(text) // 4),
                         tokens_out=max(1, len(raw) // 4), model=self.model, raw=raw)
+
+    def _item_for(self, prompt_name: str) -> ItemFor:
+        """Per id of a ``<name>_all`` key: the item of the first rule with that key matching the
+        id's own notes (``times`` is counted per call, not here), else the given default."""
+
+        def pick(key: str, own_text: str, default: Any) -> Any:
+            for rule in self.rules:
+                item = rule.reply.get(key) if isinstance(rule.reply, dict) else None
+                if isinstance(item, dict) and rule.matches(prompt_name, own_text):
+                    return item
+            return default
+
+        return pick
 
     # ---- for tests -----------------------------------------------------------------------
     def counts(self) -> Counter[str]:
@@ -221,15 +239,22 @@ def _unique(items: list[str]) -> list[str]:
 
 
 def expand_templates(reply: Any, prompt_text: str, ids_pattern: str = _DEFAULT_IDS,
-                     id_field: str = "pair") -> Any:
+                     id_field: str = "pair", item_for: ItemFor | None = None) -> Any:
     """Fill ``$aliases`` / ``$ids`` and ``<name>_all`` keys from the rendered prompt.
 
     Inside a ``<name>_all`` item, ``$aliases`` and ``$alias_values`` mean the aliases of that
-    id's own object in the prompt (one topic's notes), not of the whole prompt.
+    id's own object in the prompt (one topic's notes), not of the whole prompt; ``item_for``
+    may pick another item for an id from its own notes.
     """
     aliases = _unique(_ALIAS.findall(prompt_text))
     ids = _unique(re.findall(ids_pattern, prompt_text))
-    own = _aliases_by_id(prompt_text, id_field)
+    objects = _objects_by_id(prompt_text, id_field)
+    own = {i: _unique(_ALIAS.findall(json.dumps(obj))) for i, obj in objects.items()}
+
+    def item_of(key: str, i: str, default: Any) -> Any:
+        if item_for is None or i not in objects:
+            return default
+        return item_for(key, "\n".join(_strings(objects[i])), default)
 
     def walk(value: Any, names: list[str]) -> Any:
         if value == "$aliases":
@@ -244,8 +269,9 @@ def expand_templates(reply: Any, prompt_text: str, ids_pattern: str = _DEFAULT_I
             out: dict[str, Any] = {}
             for key, item in value.items():
                 if key.endswith("_all") and isinstance(item, dict):
-                    out[key[: -len("_all")]] = [{**walk(item, own.get(i, names)), id_field: i}
-                                                for i in ids]
+                    out[key[: -len("_all")]] = [
+                        {**walk(item_of(key, i, item), own.get(i, names)), id_field: i}
+                        for i in ids]
                 else:
                     out[key] = walk(item, names)
             return out
@@ -254,15 +280,15 @@ def expand_templates(reply: Any, prompt_text: str, ids_pattern: str = _DEFAULT_I
     return walk(reply, aliases)
 
 
-def _aliases_by_id(prompt_text: str, id_field: str) -> dict[str, list[str]]:
-    """For each JSON object of the prompt that carries ``id_field``, the aliases inside it."""
-    out: dict[str, list[str]] = {}
+def _objects_by_id(prompt_text: str, id_field: str) -> dict[str, Any]:
+    """Each JSON object of the prompt that carries ``id_field``, by that id (the first one)."""
+    out: dict[str, Any] = {}
 
     def visit(value: Any) -> None:
         if isinstance(value, dict):
             key = value.get(id_field)
             if isinstance(key, str):
-                out.setdefault(key, _unique(_ALIAS.findall(json.dumps(value))))
+                out.setdefault(key, value)
             for v in value.values():
                 visit(v)
         elif isinstance(value, list):
