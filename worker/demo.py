@@ -119,9 +119,14 @@ def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
         judge = {"none": "rule-based judge (no model)", "fake": "scripted fake LLM",
                  "openai": f"model {settings.llm_model}"}[settings.llm_provider]
         echo(f"demo store: {path}  ({notes} notes, judge: {judge})")
+        # The store is built to be cleaned: with a model judging, one run retires more than
+        # the blast-radius guard's share of its 13 notes, which a real store would not.
+        echo(f"each run may retire up to {notes} notes past the blast-radius guard's share "
+             "(`dream run --allow-retire N`)")
         run_ids = []
         for scope in (Scope(AGENT, USER), Scope("retired-bot", USER)):
-            run_id = service.create_run(app, scope, trigger="demo", force=True)
+            run_id = service.create_run(app, scope, trigger="demo", force=True,
+                                        allow_retire=notes)
             assert run_id is not None
             status = service.execute_run(app, run_id)
             run_ids.append(run_id)

@@ -395,6 +395,28 @@ def test_demo_on_a_temp_database(tmp_path: Path) -> None:
     assert len(listed) >= 1 and all(r["status"] == "succeeded" for r in listed)
 
 
+def test_demo_with_the_scripted_model_does_what_its_notes_say(tmp_path: Path) -> None:
+    """`DREAM_LLM_PROVIDER=fake DREAM_FAKE_LLM_SCRIPT=examples/fake-llm-demo.json dream demo`
+    (the README's and the demo's own suggestion): the Python preferences are fused, the newer
+    unit system retires the older, tea and coffee both stay, and every run succeeds (it ended
+    blocked by the blast-radius guard, with the tea note retired by the Python one)."""
+    from worker.demo import AGENT, USER
+
+    path = tmp_path / "demo.db"
+    script = str(Path(__file__).resolve().parents[2] / "examples" / "fake-llm-demo.json")
+    res = dream("sqlite:////nonexistent-dir/never-used.db", "demo", "--database", str(path),
+                DREAM_LLM_PROVIDER="fake", DREAM_FAKE_LLM_SCRIPT=script)
+    assert res.exit_code == 0, res.output
+    listed = json.loads(dream(f"sqlite:///{path}", "runs", "list", "--json").stdout)
+    assert [r["status"] for r in listed] == ["succeeded", "succeeded"], listed
+    exported = dream(f"sqlite:///{path}", "notes", "export", "--agent", AGENT, "--user", USER)
+    status = {n["id"]: n for n in map(json.loads, exported.stdout.splitlines())}
+    assert status["tea"]["status"] == status["coffee"]["status"] == "active"
+    assert status["units-new"]["status"] == "active"
+    assert status["units-old"]["consolidated_into_id"] == "units-new"
+    assert all(status[f"py-{i}"]["status"] == "revoked" for i in range(1, 6))
+
+
 def test_abandoned_queued_run_frees_the_scope(db: App) -> None:
     """A run the broker never received is marked failed with the reason, so the scope's next
     run is not refused by the one-active-run index forever."""
