@@ -27,7 +27,10 @@ GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"}
      GOOD + "\n" + json.dumps({"agent_id": "a", "content": "x", "embedding": [0.5] * 7}),
      "line 2"),
     (["run", "--agent", "ghost", "--force"], None, "unknown scope"),
-    (["run", "--agent", "a", "--user", "nobody", "--force"], None, "unknown scope"),
+    # the key shows null, and so does the hint (it said None)
+    (["run", "--agent", "a", "--user", "nobody", "--force"], None,
+     'unknown scope ["a","nobody",null]: it has no notes, sessions or runs; check '
+     "agent/user/company (null is a value, not a wildcard)"),
     (["undo", "no-such-run"], None, "no run with id no-such-run"),
     (["erase", "--note", "no-such-note", "--yes"], None, "no note with id no-such-note"),
 ])

@@ -114,9 +114,12 @@ def test_cli_gate_explain_creates_nothing(app: App) -> None:
     for args, message in ((["--json"], "--json goes with --explain"),
                           (["--agent", "a"], "--agent goes with --explain"),
                           (["--explain", "--user", "u"], "--user and --company need --agent"),
-                          (["--explain", "--agent", "nobody"], "unknown scope")):
+                          (["--explain", "--agent", "nobody"],
+                           'unknown scope ["nobody",null,null]: it has no notes, sessions or runs; '
+                           "check agent/user/company (null is a value, not a wildcard)")):
         bad = _dream(app, "gate", *args)
-        assert bad.exit_code == (NotFound.exit_code if message == "unknown scope" else 2), bad.output
+        unknown = message.startswith("unknown scope")
+        assert bad.exit_code == (NotFound.exit_code if unknown else 2), bad.output
         (line,) = bad.stderr.strip().splitlines()
         assert line.startswith("error: ") and message in line
 

@@ -13,7 +13,6 @@ from worker.cli.common import IDENT, Outcome, cli_app, parse_option_timestamp
 from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope
-from worker.errors import UnknownScope
 
 
 def register(main: click.Group) -> None:
@@ -219,11 +218,10 @@ def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,
 
 def _explain(app: App, clock: datetime | None, scope: Scope | None, as_json: bool) -> None:
     """Each scope's gate decision and why (only ``scope``'s when given); creates no run."""
-    from worker.runs.service import decide_scopes, scope_known
+    from worker.runs.service import decide_scopes, ensure_scope_known
 
-    if scope is not None and not scope_known(app, scope):
-        raise UnknownScope(f"unknown scope {scope.key}: it has no notes and no sessions; "
-                           "check --agent/--user/--company (None is a value, not a wildcard)")
+    if scope is not None:
+        ensure_scope_known(app, scope)
     decisions = decide_scopes(app, clock or utcnow(), None if scope is None else [scope])
     if as_json:
         click.echo(json.dumps({"scopes": [{"scope": s.key, **d.as_dict()}

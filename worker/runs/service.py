@@ -110,7 +110,7 @@ def ensure_scope_known(app: App, scope: Scope) -> None:
     """Raise UnknownScope (one line naming the scope) unless ``scope_known``."""
     if not scope_known(app, scope):
         raise UnknownScope(f"unknown scope {scope.key}: it has no notes, sessions or runs; check "
-                           "agent/user/company (None is a value, not a wildcard)")
+                           "agent/user/company (null is a value, not a wildcard)")
 
 
 def scope_known(app: App, scope: Scope) -> bool:
