@@ -62,7 +62,7 @@ def test_undo_gives_archived_examples_their_status_back(
     monkeypatch.setenv("DREAM_DATABASE_URL", app.settings.database_url)
     out = CliRunner().invoke(main, ["undo", run_id])
     assert out.exit_code == 0, out.output
-    assert "gave 1 examples their status back" in out.output
+    assert "gave 1 example its status back" in out.output
     assert {r.id: r.status for r in _rows(app, ExampleRow)} == {"ex1": "active"}
 
 
@@ -148,9 +148,9 @@ def _said(fields: dict[str, Any], line: str) -> tuple[int, int, int]:
     if fields:
         return (fields["reviews"], fields["review_items_withdrawn"],
                 fields["review_items_undone"])
-    found = re.search(r"removed \d+ judgements and (\d+) reviews the run\(s\) recorded; "
-                      r"withdrew (\d+) open review items and marked (\d+) applied review items "
-                      r"undone", line)
+    found = re.search(r"removed \d+ judgements? and (\d+) reviews? the run\(s\) recorded; "
+                      r"withdrew (\d+) open review items? and marked (\d+) applied review "
+                      r"items? undone", line)
     assert found, line
     return int(found[1]), int(found[2]), int(found[3])
 

@@ -72,12 +72,18 @@ class UndoResult:
 
     def summary(self) -> str:
         """One line of what was done, each count under its ``as_dict`` field's words."""
-        return (f"restored {len(self.restored)} notes, retired {len(self.retired)} notes the "
-                f"run(s) created, overwrote {len(self.overwritten)} host edits, "
-                f"{len(self.missing)} already erased; gave {len(self.examples)} examples their "
-                f"status back; removed {self.judgements} judgements and {self.reviews} reviews "
-                f"the run(s) recorded; withdrew {self.review_items_withdrawn} open review items "
-                f"and marked {self.review_items_undone} applied review items undone")
+        return (f"restored {_n(len(self.restored), 'note')}, retired "
+                f"{_n(len(self.retired), 'note')} the run(s) created, overwrote "
+                f"{_n(len(self.overwritten), 'host edit')}, {len(self.missing)} already erased; "
+                f"gave {_n(len(self.examples), 'example')} "
+                f"{'its' if len(self.examples) == 1 else 'their'} status back; removed "
+                f"{_n(self.judgements, 'judgement')} and {_n(self.reviews, 'review')} the run(s) "
+                f"recorded; withdrew {_n(self.review_items_withdrawn, 'open review item')} and "
+                f"marked {_n(self.review_items_undone, 'applied review item')} undone")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def undo_run(app: App, run_id: str, force_cascade: bool = False) -> UndoResult:
