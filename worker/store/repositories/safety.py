@@ -21,6 +21,7 @@ from worker.store.models import (
     NoteLineageRow,
     NoteRow,
     OperationLogRow,
+    ReviewItemRow,
     ReviewRow,
     RunStepRow,
     SessionRow,
@@ -252,6 +253,15 @@ class SafetyRepository:
             if set(rv.note_ids or []) & ids or mentions(rv.reason):
                 self.session.delete(rv)
                 counts["reviews"] += 1
+        # A proposed change holds the fused text and the notes' ids: open, it could only go
+        # stale; decided, it is the record of a decision about erased text. Either way it goes.
+        for item in self.session.scalars(
+                select(ReviewItemRow).where(ReviewItemRow.scope_key == key)):
+            named = set(item.versions or {}) | set(item.source_ids or [])
+            if named & ids or any(mentions(v) for v in (item.content, item.reason,
+                                                         item.payload, item.outcome)):
+                self.session.delete(item)
+                counts["review_items"] = counts.get("review_items", 0) + 1
 
     def _scrub_notes_and_runs(self, key: str, ids: set[str], erased: _Mentions,
                               counts: dict[str, int]) -> None:

@@ -1,0 +1,52 @@
+"""Erasure meets review items, earlier runs' undo and a dream in flight: the erased text is in
+no record afterwards, and what erasure leaves behind (other notes, earlier runs) still works."""
+
+from __future__ import annotations
+
+from tests.safety.test_erase_survivors import CANARY, SCOPE
+from tests.support.factories import add_notes
+from tests.support.safety import all_rows_text
+from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import Scope
+from worker.review.items import ChangeKind, ProposedChange
+from worker.review.service import list_items
+from worker.safety.erase import erase
+
+
+def _merge_item(app: App, ids: list[str], content: str, scope: Scope = SCOPE) -> int:
+    change = ProposedChange(phase="consolidate", kind=ChangeKind.MERGE,
+                            versions=dict.fromkeys(ids, 1), reason="rule: contained",
+                            content=content, source_ids=tuple(ids),
+                            payload={"rule": "contained", "similarity": 1.0})
+    with app.uow() as uow:
+        uow.review.add_many(scope, None, [change.row()], utcnow())
+        uow.commit()
+        return int(uow.review.list(scope, status=None)[-1].id)
+
+
+def test_erasing_a_note_takes_the_review_items_that_name_or_quote_it(app: App) -> None:
+    """A proposed merge holds the fused text and its notes' ids; erasing a source took neither
+    before (the canary stayed in ``review_items``). Items naming the note, open or decided, go;
+    an item of the same scope about other notes and another scope's item stay."""
+    add_notes(app, {"id": "t1", "user_id": "u1", "content": f"Prefers green tea {CANARY}"},
+              {"id": "t2", "user_id": "u1", "content": f"Prefers green tea {CANARY} hot"},
+              {"id": "c1", "user_id": "u1", "content": "Works from Lisbon"},
+              {"id": "c2", "user_id": "u1", "content": "Works from Lisbon on Fridays"},
+              {"id": "x1", "user_id": "u2", "content": "Works from Lisbon"},
+              {"id": "x2", "user_id": "u2", "content": "Works from Lisbon on Fridays"})
+    _merge_item(app, ["t1", "t2"], f"Prefers green tea {CANARY} hot")
+    decided = _merge_item(app, ["t1", "c1"], "Prefers green tea; works from Lisbon")
+    with app.uow() as uow:
+        uow.review.decide(decided, "declined", now=utcnow(), by="ana", outcome="declined")
+        uow.commit()
+    kept = _merge_item(app, ["c1", "c2"], "Works from Lisbon on Fridays")
+    other = _merge_item(app, ["x1", "x2"], "Works from Lisbon on Fridays", Scope("agent-1", "u2"))
+
+    result = erase(app, note_id="t1")
+    assert result.derived_ids == []  # t2 was written on its own: erase it by id too
+    erase(app, note_id="t2")
+    assert CANARY not in all_rows_text(app)
+    assert [i["id"] for i in list_items(app, SCOPE, status=None)] == [kept]
+    assert [i["id"] for i in list_items(app, Scope("agent-1", "u2"), status=None)] == [other]
+    assert result.counts["review_items"] == 2
