@@ -3,9 +3,11 @@ no record afterwards, and what erasure leaves behind (other notes, earlier runs)
 
 from __future__ import annotations
 
-from tests.safety.test_erase_survivors import CANARY, SCOPE
+import pytest
+
+from tests.safety.test_erase_survivors import CANARY, SCOPE, _cli
 from tests.support.factories import add_notes
-from tests.support.safety import all_rows_text
+from tests.support.safety import all_rows_text, note_states, run_row
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import Scope
@@ -50,3 +52,42 @@ def test_erasing_a_note_takes_the_review_items_that_name_or_quote_it(app: App) -
     assert [i["id"] for i in list_items(app, SCOPE, status=None)] == [kept]
     assert [i["id"] for i in list_items(app, Scope("agent-1", "u2"), status=None)] == [other]
     assert result.counts["review_items"] == 2
+
+
+def _supersede(app: App, run_id: str, loser: str, winner: str) -> None:
+    """What the contradictions phase writes when ``winner`` makes ``loser`` outdated."""
+    with app.uow() as uow:
+        note = uow.notes.get_many([loser])[0]
+        assert uow.notes.change(note, run_id=run_id, reason="contradictions.superseded",
+                                now=utcnow(), status="revoked", consolidated_into_id=winner,
+                                comments=f"[Contradiction check: superseded by {winner}]")
+        uow.notes.add_lineage(SCOPE, [loser], winner, "superseded", run_id)
+        uow.commit()
+
+
+def _berlin(app: App) -> str:
+    add_notes(app, {"id": "old", "user_id": "u1", "content": "User lives in Paris"},
+              {"id": "new", "user_id": "u1", "content": f"User now lives in Berlin {CANARY}"})
+    run_id = run_row(app, SCOPE)
+    _supersede(app, run_id, "old", "new")
+    return run_id
+
+
+def test_erase_scrubs_only_the_fields_that_name_the_erased_note(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run that retired ``old`` into the erased note logged it; before, the erase wiped that
+    row whole (``{"erased": true}``), so `dream undo --force-cascade` of the run reported
+    ``old`` restored and an overwritten host edit, yet left it revoked. Now only the pointer and
+    the comment naming the erased note go: the run's undo gives ``old`` back."""
+    run_id = _berlin(app)
+    erase(app, note_id="new")
+    with app.uow() as uow:
+        (row,) = uow.safety.run_log(run_id)
+    assert row.before["status"] == "active" and row.before["version"] == 1
+    assert row.after["status"] == "revoked" and row.after["version"] == 2
+    assert row.after["consolidated_into_id"] is None
+    assert row.after["comments"] == "[Contradiction check: superseded by [erased note]]"
+    out = _cli(app, monkeypatch, "undo", run_id, "--force-cascade")
+    assert out.exit_code == 0, out.output
+    assert note_states(app)["old"]["status"] == "active"
+    assert CANARY not in all_rows_text(app)

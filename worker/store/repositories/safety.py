@@ -241,9 +241,10 @@ class SafetyRepository:
             select(OperationLogRow).where(OperationLogRow.scope_key == key)
         ):
             if mentions(row.before) or mentions(row.after) or mentions(row.reason):
-                row.before = {"erased": True} if row.before is not None else None
-                row.after = {"erased": True} if row.after is not None else None
-                row.reason = "erased"
+                # Field by field: a survivor's image keeps its status and version (what undo
+                # of that run restores and checks); only what names or quotes the note goes.
+                row.before, row.after = erased.scrub(row.before), erased.scrub(row.after)
+                row.reason = erased.scrub(row.reason)
                 counts["operation_log_scrubbed"] += 1
         for j in self.session.scalars(select(JudgementRow).where(JudgementRow.scope_key == key)):
             if set(j.note_ids or []) & ids or mentions(j.reason):
@@ -327,6 +328,26 @@ class _Mentions:
         blob = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         return (not self.token_ids.isdisjoint(_TOKEN.findall(blob))
                 or any(i in blob for i in self.odd_ids) or any(t in blob for t in self.needles))
+
+    def scrub(self, value: Any) -> Any:
+        """``value`` with what names or quotes an erased note taken out: a field that is an
+        erased id becomes None (a pointer at nothing), a string naming one has it replaced,
+        one quoting its text becomes "[erased]"; dicts and lists field by field."""
+        if not self.mentions(value):
+            return value
+        if isinstance(value, dict):
+            out: Any = {k: self.scrub(v) for k, v in value.items()}
+        elif isinstance(value, list):
+            out = [self.scrub(v) for v in value]
+        elif isinstance(value, str):
+            if value in self.token_ids or value in self.odd_ids:
+                return None
+            out = self.unname(value)
+        else:
+            out = None
+        if isinstance(out, str) and self.mentions(out):
+            return "[erased]"
+        return out if not self.mentions(out) else {"erased": True}
 
     def unname(self, value: str) -> str:
         value = _TOKEN.sub(lambda m: "[erased note]" if m.group(0) in self.token_ids
