@@ -91,3 +91,40 @@ def test_erase_scrubs_only_the_fields_that_name_the_erased_note(
     assert out.exit_code == 0, out.output
     assert note_states(app)["old"]["status"] == "active"
     assert CANARY not in all_rows_text(app)
+
+
+def test_undoing_the_erase_first_lets_the_earlier_run_be_undone(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dream undo RUN` refused because the erase's restoration changed ``old`` since and said
+    "undo the later run first"; after `dream undo erase-…` it still refused, naming the erase
+    id it had just undone (an id with no run row never counted as undone)."""
+    run_id = _berlin(app)
+    erase_id = erase(app, note_id="new").erase_id
+    assert erase_id is not None
+    refused = _cli(app, monkeypatch, "undo", run_id)
+    assert refused.exit_code != 0 and f"changed since by run {erase_id}" in refused.output
+    assert _cli(app, monkeypatch, "undo", erase_id).exit_code == 0
+    out = _cli(app, monkeypatch, "undo", run_id)
+    assert out.exit_code == 0, out.output
+    assert note_states(app)["old"]["status"] == "active"
+    assert CANARY not in all_rows_text(app)
+
+
+def test_an_undone_host_fuse_is_no_change_for_an_earlier_run(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for a ``fuse-…`` id: a run's note fused by the host, the fuse undone, then the
+    run undone (before: refused, naming the undone fuse)."""
+    from worker.host.fusion import fuse
+
+    add_notes(app, {"id": "a", "user_id": "u1", "content": "likes tea"},
+              {"id": "b", "user_id": "u1", "content": "likes green tea"})
+    run_id = run_row(app, SCOPE)
+    with app.uow() as uow:
+        assert uow.notes.change(uow.notes.get_many(["a"])[0], run_id=run_id, reason="scored",
+                                now=utcnow(), importance=0.9)
+        uow.commit()
+    fused = fuse(app, ["a", "b"], "likes green tea")
+    assert _cli(app, monkeypatch, "undo", str(fused.undo_id)).exit_code == 0
+    out = _cli(app, monkeypatch, "undo", run_id)
+    assert out.exit_code == 0, out.output
+    assert note_states(app)["a"]["importance"] == 0.5

@@ -183,9 +183,19 @@ def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: date
             newest_first.append(r.run_id)
     for later_run in newest_first:
         run = uow.runs.get(later_run)
-        if later_run not in result.run_ids and run is not None and run.status not in (
-                RunStatus.UNDONE.value, RunStatus.QUEUED.value, RunStatus.RUNNING.value):
+        if later_run in result.run_ids or _is_undone(uow, later_run):
+            continue
+        if (run is None and later_run.startswith(LOGGED_WITHOUT_RUN)) or (
+                run is not None and run.status not in ACTIVE_RUN_STATUSES):
             _undo(uow, later_run, True, now, result)
+
+
+def _is_undone(uow: UnitOfWork, run_id: str) -> bool:
+    """A run marked undone, or an erase/fuse/remember id (no run row) whose undo is logged."""
+    run = uow.runs.get(run_id)
+    if run is not None:
+        return run.status == RunStatus.UNDONE.value
+    return run_id.startswith(LOGGED_WITHOUT_RUN) and uow.safety.undo_logged(run_id)
 
 
 def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[OperationLogRow]],
@@ -244,7 +254,7 @@ def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],
         later[r.entity_id].append(r)
     undone = undone_now | {
         rid for rid in {r.run_id for rows in later.values() for r in rows if r.run_id}
-        if (run := uow.runs.get(rid)) is not None and run.status == RunStatus.UNDONE.value
+        if _is_undone(uow, rid)
     }
     out: dict[str, str] = {}
     for note_id, rows in by_note.items():
