@@ -3,10 +3,14 @@ no record afterwards, and what erasure leaves behind (other notes, earlier runs)
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
-from tests.safety.test_erase_survivors import CANARY, SCOPE, _cli
-from tests.support.factories import add_notes
+from tests.safety.test_erase_survivors import CANARY, SCOPE, _active, _cli, _fuse_everything
+from tests.support.factories import DARK_MODE_NOTES, add_entities, add_notes, days_ago
+from tests.support.llm_stub import LLMStub, StubRequest
 from tests.support.safety import all_rows_text, note_states, run_row
 from worker.app import App
 from worker.clock import utcnow
@@ -128,3 +132,103 @@ def test_an_undone_host_fuse_is_no_change_for_an_earlier_run(
     out = _cli(app, monkeypatch, "undo", run_id)
     assert out.exit_code == 0, out.output
     assert note_states(app)["a"]["importance"] == 0.5
+
+
+@pytest.mark.parametrize("mode", ["auto", "propose"])
+def test_r28_erasure_during_a_dream_leaves_none_of_the_erased_text(
+        app: App, llm_stub: LLMStub, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """The model fuses the four notes while c0 is erased. Before, the run wrote what it had
+    planned from c0's text after the erasure: the stale cluster's step kept the fused text,
+    and in propose mode a review item held it and named the erased note. Now the erasure
+    interrupts the run (its write rolls back), says so, and `dream run --due` resumes it from
+    a fresh read: the three other conversations' notes fused without the erased text."""
+    texts = [f"{DARK_MODE_NOTES[0]} {CANARY}", *DARK_MODE_NOTES[1:4]]
+    add_notes(app, *({"id": f"n{k}", "user_id": "u1", "type": "Preference", "content": t,
+                      "source_conversation_id": f"c{k}", "created_at": days_ago(10 - k)}
+                     for k, t in enumerate(texts)))
+    if mode == "propose":
+        add_entities(app, {"kind": "agent", "id": "agent-1", "apply_mode": "propose"})
+    erased: list[Any] = []
+
+    def erase_while_fusing(req: StubRequest) -> Any:
+        if req.prompt_name == "consolidate" and not erased:
+            erased.append(_cli(app, monkeypatch, "erase", "--conversation", "c0", "--yes"))
+        return _fuse_everything(req)
+
+    llm_stub.set_handler(erase_while_fusing)
+    run = _cli(app, monkeypatch, "run", "--agent", "agent-1", "--user", "u1", "--force",
+               "--phase", "consolidate", stub=llm_stub)
+    assert "lost its lease" in run.output
+    (out,) = erased
+    assert out.exit_code == 0 and "interrupted run" in out.output
+    assert CANARY not in all_rows_text(app)
+    assert _active(app) == {f"n{k}": texts[k] for k in (1, 2, 3)}
+
+    again = _cli(app, monkeypatch, "run", "--due", stub=llm_stub)
+    assert again.exit_code == 0, again.output
+    assert CANARY not in all_rows_text(app)
+    if mode == "auto":
+        (fused,) = _active(app).values()
+        assert all(t in fused for t in texts[1:])
+    else:
+        (item,) = list_items(app, SCOPE)
+        assert item["note_ids"] == ["n1", "n2", "n3"]
+
+
+def test_r29_no_prompt_after_an_erasure_carries_the_erased_text(
+        app: App, llm_stub: LLMStub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An in-process run carries the scope it loaded from phase to phase. Before, after c0 was
+    erased during consolidation, the contradictions phase still sent c0's text to the model
+    (three prompts). Now the erasure interrupts the run: no prompt follows it."""
+    texts = [f"{DARK_MODE_NOTES[0]} {CANARY}", *DARK_MODE_NOTES[1:4]]
+    add_notes(app, *({"id": f"n{k}", "user_id": "u1", "type": "Preference", "content": t,
+                      "source_conversation_id": f"c{k}", "created_at": days_ago(10 - k)}
+                     for k, t in enumerate(texts)))
+    erased_at: list[int] = []
+
+    def erase_then_refuse(req: StubRequest) -> Any:
+        if req.prompt_name == "consolidate" and not erased_at:
+            erase(app, conversation_id="c0")
+            erased_at.append(len(llm_stub.requests))
+            return {"should_consolidate": False, "content": "", "type": "Preference",
+                    "source_ids": [], "reason": "kept apart"}
+        return _fuse_everything(req)
+
+    llm_stub.set_handler(erase_then_refuse)
+    run = _cli(app, monkeypatch, "run", "--agent", "agent-1", "--user", "u1", "--force",
+               stub=llm_stub)
+    assert "lost its lease" in run.output
+    assert not any(CANARY in json.dumps(r.body) for r in llm_stub.requests[erased_at[0]:])
+    assert CANARY not in all_rows_text(app)
+
+
+def test_an_erasure_waits_for_a_host_fusion_of_its_note_in_flight(pg_app: App) -> None:
+    """PostgreSQL, READ COMMITTED: a host fuse holds the note (locked) and commits the fused
+    note after the erasure began. Before, the erasure read the derived notes first, then waited
+    only at its DELETE: the fused note, written from the erased text, stayed active with a
+    lineage edge to nothing. Now the erasure locks the subject's notes before reading what was
+    derived from them, so it sees the fusion and erases it too."""
+    import threading
+    import time
+
+    add_notes(pg_app, {"id": "n0", "user_id": "u1", "content": f"likes tea {CANARY}"},
+              {"id": "n1", "user_id": "u1", "content": "likes green tea"})
+    done: list[Any] = []
+    with pg_app.uow() as uow:
+        assert set(uow.writes.lock_state(["n0", "n1"])) == {"n0", "n1"}  # the fuse's re-read
+        worker = threading.Thread(target=lambda: done.append(erase(pg_app, note_id="n0")))
+        worker.start()
+        time.sleep(1.0)  # the erasure is waiting on the lock now (or would read past it)
+        sources = uow.notes.get_many(["n0", "n1"])
+        fused = uow.notes.create_note(scope=SCOPE, content=f"likes green tea {CANARY}",
+                                      content_hash="h", type="Preference", embedding=None,
+                                      embedding_model=None, run_id=None, now=utcnow())
+        uow.notes.add_lineage(SCOPE, ["n0", "n1"], fused, "fused", None)
+        for note in sources:
+            assert uow.notes.change(note, run_id=None, reason="fused", now=utcnow(),
+                                    status="revoked", consolidated_into_id=fused)
+        uow.commit()
+    worker.join(timeout=30)
+    (result,) = done
+    assert result.derived_ids == [fused] and result.restored_ids == ["n1"]
+    assert CANARY not in all_rows_text(pg_app)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from worker.cli.common import IDENT, cli_app
 from worker.cli.errors import UserError, user_errors
+
+if TYPE_CHECKING:
+    from worker.safety.erase import EraseResult
 
 
 def register(main: click.Group) -> None:
@@ -53,7 +57,11 @@ def erase_cmd(ctx: click.Context, user_id: str | None, conversation_id: str | No
                             "to erase without asking")
         if not click.confirm("Erase permanently, including derived notes?", default=False):
             raise UserError("aborted; nothing erased")
-    result = erase(cli_app(ctx), user_id=user_id, conversation_id=conversation_id, note_id=note_id)
+    _print_erased(erase(cli_app(ctx), user_id=user_id, conversation_id=conversation_id,
+                        note_id=note_id))
+
+
+def _print_erased(result: EraseResult) -> None:
     if not result.note_ids and not result.counts.get("examples"):
         click.echo(f"nothing to erase: no notes or examples of {result.subject}")
     else:
@@ -67,6 +75,9 @@ def erase_cmd(ctx: click.Context, user_id: str | None, conversation_id: str | No
         click.echo(f"  restored note {nid} (it was merged into an erased note; active again)")
     for nid in result.held_ids:
         click.echo(f"  kept note {nid} retired for review (an erased note had superseded it)")
+    for rid in result.interrupted_runs:
+        click.echo(f"  interrupted run {rid} (it had read the erased notes; `dream run --due` "
+                   "resumes it from a fresh read)")
     if result.erase_id is not None:
         click.echo(f"  to retire the restored notes again: dream undo {result.erase_id}")
     click.echo("  " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items())))

@@ -56,6 +56,8 @@ class EraseResult:
     erase_id: str | None = None  # operation-log id of the restorations (`dream undo` takes it)
     counts: dict[str, int] = field(default_factory=dict)
     checkpoint: str | None = None  # SQLite only: "done" or why the WAL still holds pages
+    # Runs that were reading a scope of the subject: interrupted, resumed by the gate check.
+    interrupted_runs: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,8 @@ def erase(
     now = utcnow()
     erase_id = f"erase-{uuid.uuid4()}"
     with app.uow() as uow:
-        seed = uow.safety.subject_note_ids(user_id=user_id, conversation_id=conversation_id,
-                                           note_id=note_id)
+        seed, interrupted = _hold_subject(uow, now, user_id=user_id,
+                                          conversation_id=conversation_id, note_id=note_id)
         if note_id is not None and not seed:
             raise NotFound(f"no note with id {note_id}; find ids with `dream notes export`")
         ids = uow.safety.derived_closure(seed)
@@ -125,12 +127,27 @@ def erase(
         uow.commit()
     result = EraseResult(subject, sorted(seed), sorted(set(found) - seed),
                          [s.id for s in plan.restore], [s.id for s in plan.review],
-                         erase_id if plan.restore or plan.review else None, counts)
+                         erase_id if plan.restore or plan.review else None, counts,
+                         interrupted_runs=interrupted)
     result.checkpoint = checkpoint_sqlite(app)
     log.info("erase.finished", subject_kind=subject.split()[0], notes=counts.get("notes", 0),
              derived=len(result.derived_ids), restored=len(result.restored_ids),
-             held=len(result.held_ids), checkpoint=result.checkpoint)
+             held=len(result.held_ids), interrupted=len(interrupted),
+             checkpoint=result.checkpoint)
     return result
+
+
+def _hold_subject(uow: UnitOfWork, now: datetime, **subject: str | None) -> tuple[set[str], list[str]]:
+    """The subject's note ids, locked, and the runs of their scopes interrupted, before the
+    erase reads anything derived from them. The order is the one a run's write takes its locks
+    in (notes, then the run row) on PostgreSQL, so the two cannot deadlock; on SQLite the
+    interrupting UPDATE comes first: it takes the write lock, and every read after it is
+    current."""
+    if uow.session.get_bind().dialect.name == "postgresql":
+        seed = uow.safety.subject_note_ids(**subject)
+        return seed, uow.safety.interrupt_runs(**subject, now=now)
+    interrupted = uow.safety.interrupt_runs(**subject, now=now)
+    return uow.safety.subject_note_ids(**subject), interrupted
 
 
 def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject: str,

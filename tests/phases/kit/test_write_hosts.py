@@ -7,6 +7,7 @@ edit in flight (its row lock held) when the phase's UPDATE reaches the row."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from worker.runs.context import PhaseContext
 from worker.safety.erase import erase
 from worker.safety.undo import undo_run
 from worker.store.models import NoteRow, OperationLogRow
+from worker.store.uow import StaleLease
 
 SCOPE = Scope("agent-1")
 _ROW = ("status", "version", "comments", "consolidated_into_id", "protection", "flags")
@@ -142,14 +144,22 @@ def test_a_note_marked_manual_after_the_load_is_never_archived(app: App) -> None
 def test_an_erasure_after_the_load_skips_its_pair_alone_and_undo_restores_the_rest(
         app: App, erased: str) -> None:
     """The host erases a conversation after the load: the source of pair b, or the note pair b
-    keeps. Pair b is stale (its note is gone), a and c apply with the rows as they were in the
-    log; once the run is stopped, undo gives a and c back exactly as they were."""
+    keeps. The erasure interrupts the run, so the write planned before it writes nothing
+    (StaleLease). Written anyway from that state under a new claim, pair b is stale (its note
+    is gone), a and c apply with the rows as they were in the log; once the run is stopped,
+    undo gives a and c back exactly as they were."""
     ctx, parent = claimed_phase_context(app, SCOPE)
     changes = _pairs(app)
     known = _known(app)
-    erase(app, conversation_id=f"conv-{erased}")
+    assert erase(app, conversation_id=f"conv-{erased}").interrupted_runs == [ctx.run_id]
     before = _rows(app)
     assert erased not in before
+    with pytest.raises(StaleLease):
+        _write(ctx, parent, changes, known)
+    assert _rows(app) == before
+    epoch = service.claim_run(app, ctx.run_id)
+    assert epoch is not None
+    ctx = replace(ctx, epoch=epoch)
     results = _write(ctx, parent, changes, known)
     assert results[1].status == ItemStatus.STALE and results[1].stale_ids == [erased]
     _only_b_skipped(app, ctx, results, before)

@@ -9,11 +9,13 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import Select, delete, or_, select, update
 from sqlalchemy.orm import Session
 
+from worker.domain.types import RunStatus
 from worker.store.models import (
     DreamRunRow,
     ExampleRow,
@@ -134,14 +136,47 @@ class SafetyRepository:
         self, *, user_id: str | None = None, conversation_id: str | None = None,
         note_id: str | None = None,
     ) -> set[str]:
-        stmt = select(NoteRow.id)
+        stmt = self._subject(select(NoteRow.id), user_id, conversation_id, note_id)
+        return {r[0] for r in self.session.execute(self._locked(stmt))}
+
+    def _locked(self, stmt: Select[Any]) -> Select[Any]:
+        """``stmt`` FOR UPDATE on PostgreSQL: a host fuse or a run writing from these notes
+        commits before the erase reads what was derived from them, or finds them gone."""
+        postgres = self.session.get_bind().dialect.name == "postgresql"
+        return stmt.with_for_update() if postgres else stmt
+
+    def _lock(self, ids: list[str]) -> None:
+        """Lock these notes before reading what was derived from them (PostgreSQL only: on
+        SQLite the erase holds the write lock already)."""
+        if self.session.get_bind().dialect.name == "postgresql":
+            self.session.execute(self._locked(select(NoteRow.id).where(NoteRow.id.in_(ids))))
+
+    @staticmethod
+    def _subject(stmt: Select[Any], user_id: str | None, conversation_id: str | None,
+                 note_id: str | None) -> Select[Any]:
         if user_id is not None:
-            stmt = stmt.where(NoteRow.user_id == user_id)
-        elif conversation_id is not None:
-            stmt = stmt.where(NoteRow.source_conversation_id == conversation_id)
-        else:
-            stmt = stmt.where(NoteRow.id == note_id)
-        return {r[0] for r in self.session.execute(stmt)}
+            return stmt.where(NoteRow.user_id == user_id)
+        if conversation_id is not None:
+            return stmt.where(NoteRow.source_conversation_id == conversation_id)
+        return stmt.where(NoteRow.id == note_id)
+
+    def interrupt_runs(self, *, user_id: str | None, conversation_id: str | None,
+                       note_id: str | None, now: datetime) -> list[str]:
+        """Interrupt every running run of a scope that holds a note of the subject: its lease
+        epoch moves on, so whatever it planned from the text it read (a fused note, a step
+        quoting the model's reply, a proposal) fails its fenced write and rolls back; the gate
+        check resumes it, reading the scope afresh. The erase's first statement: on SQLite it
+        takes the write lock, on PostgreSQL the run rows' locks, before anything is read."""
+        scopes = self._subject(select(NoteRow.scope_key), user_id, conversation_id, note_id)
+        return sorted(r[0] for r in self.session.execute(
+            update(DreamRunRow)
+            .where(DreamRunRow.status == RunStatus.RUNNING.value,
+                   DreamRunRow.scope_key.in_(scopes))
+            .values(status=RunStatus.INTERRUPTED.value, lease_epoch=DreamRunRow.lease_epoch + 1,
+                    lease_expires_at=None, enqueued_at=now,
+                    status_reason="interrupted by an erasure in its scope; `dream run --due` "
+                                  "resumes it from a fresh read")
+            .returning(DreamRunRow.id)))
 
     def derived_closure(self, seed: set[str]) -> set[str]:
         """``seed`` plus every note whose text was derived from it (consolidated or fused), transitively.
@@ -154,6 +189,7 @@ class SafetyRepository:
         while frontier:
             nxt: set[str] = set()
             for chunk in _chunks(sorted(frontier)):
+                self._lock(chunk)
                 nxt.update(r[0] for r in self.session.execute(
                     select(NoteLineageRow.child_id).where(
                         NoteLineageRow.parent_id.in_(chunk),
