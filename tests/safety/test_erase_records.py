@@ -15,8 +15,9 @@ from tests.support.safety import all_rows_text, note_states, run_row
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import Scope
+from worker.errors import Conflict
 from worker.review.items import ChangeKind, ProposedChange
-from worker.review.service import list_items
+from worker.review.service import Selector, approve, list_items
 from worker.safety.erase import erase
 
 
@@ -200,6 +201,47 @@ def test_r29_no_prompt_after_an_erasure_carries_the_erased_text(
     assert "lost its lease" in run.output
     assert not any(CANARY in json.dumps(r.body) for r in llm_stub.requests[erased_at[0]:])
     assert CANARY not in all_rows_text(app)
+
+
+@pytest.mark.parametrize("stop", ["erase", "cancel"])
+def test_an_approval_whose_run_is_stopped_meanwhile_is_one_refusal(app: App, stop: str) -> None:
+    """An erasure (or `dream runs cancel`) while an approved merge is being written: before,
+    the approval's write went on after the erasure and its stale step kept the fused text, and
+    a cancel surfaced as a StaleLease traceback. Now nothing is written, the approval is one
+    refusal naming its run, and the run is cancelled (never resumed by the gate check)."""
+    from worker.runs.service import cancel_run
+
+    add_notes(app, {"id": "t1", "user_id": "u1", "content": f"Prefers green tea {CANARY}"},
+              {"id": "t2", "user_id": "u1", "content": "Prefers green tea in the morning"})
+    item = _merge_item(app, ["t1", "t2"], f"Prefers green tea {CANARY} in the morning")
+    inner = app.embedder
+
+    class StopWhileEmbedding:
+        """The fused note is embedded before its write: the moment to stop the approval."""
+
+        model_name, dimensions = inner.model_name, inner.dimensions
+
+        def embed(self, texts: list[str]) -> Any:
+            if stop == "erase":
+                erase(app, note_id="t1")
+            else:
+                with app.uow() as uow:
+                    (run,) = uow.runs.list(SCOPE)
+                cancel_run(app, run.id)
+            return inner.embed(texts)
+
+    app.embedder = StopWhileEmbedding()  # type: ignore[assignment]
+    with pytest.raises(Conflict, match=f"item {item} not applied: its run .* was cancelled "
+                                       "meanwhile"):
+        approve(app, SCOPE, Selector(item_id=item), "ana")
+    with app.uow() as uow:
+        (run,) = uow.runs.list(SCOPE)
+    assert run.status == "cancelled"
+    if stop == "erase":
+        assert CANARY not in all_rows_text(app)
+    else:
+        assert note_states(app)["t1"]["status"] == "active"
+        assert [i["id"] for i in list_items(app, SCOPE)] == [item]
 
 
 def test_an_erasure_waits_for_a_host_fusion_of_its_note_in_flight(pg_app: App) -> None:

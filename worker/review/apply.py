@@ -11,15 +11,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from worker.domain.types import Note, StepStatus, fingerprint_notes
+from worker.clock import utcnow
+from worker.domain.types import Note, RunStatus, StepStatus, fingerprint_notes
 from worker.phases.kit import Change, Member, WriteTarget, open_write
 from worker.phases.kit import ChangeKind as KitKind
 from worker.phases.kit import ItemStatus as KitStatus
 from worker.review.items import ChangeKind, ProposedChange
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
+from worker.store.uow import StaleLease
 
 OK, STALE, GUARDED = "ok", "stale", "guarded"
+# The approval's run lost its lease while applying: an erasure in the scope interrupted it, or
+# `dream runs cancel` cancelled it; the fenced write rolled back, nothing was written.
+LOST = "lost"
 
 
 def at_versions(notes: dict[str, Note], change: ProposedChange) -> dict[str, Note]:
@@ -29,7 +34,28 @@ def at_versions(notes: dict[str, Note], change: ProposedChange) -> dict[str, Not
 
 def apply_change(ctx: PhaseContext, parent_step_id: str, change: ProposedChange,
                  notes: dict[str, Note], counters: dict[str, Any]) -> tuple[str, str | None]:
-    """(ok | stale | guarded, the guard's reason or the new note's id)."""
+    """(ok | stale | guarded | lost, the guard's reason or the new note's id)."""
+    try:
+        return _apply(ctx, parent_step_id, change, notes, counters)
+    except StaleLease:
+        return LOST, None
+
+
+def end_lost_run(app: Any, run_id: str) -> str:
+    """The approval's run after ``LOST``: an interrupted one (an erasure) is cancelled, so no
+    gate check resumes an approval nobody is applying; its status now."""
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        if run is not None and run.status == RunStatus.INTERRUPTED.value:
+            uow.runs.finish_unclaimed(run, RunStatus.CANCELLED.value, utcnow(),
+                                      status_reason="the approval lost its lease while "
+                                                    "applying; nothing was written")
+            uow.commit()
+        return str(run.status) if run is not None else "gone"
+
+
+def _apply(ctx: PhaseContext, parent_step_id: str, change: ProposedChange,
+           notes: dict[str, Note], counters: dict[str, Any]) -> tuple[str, str | None]:
     if change.kind == ChangeKind.MERGE:
         return _merge(ctx, parent_step_id, change, notes, counters)
     if change.kind in (ChangeKind.REVOKE, ChangeKind.FLAG):

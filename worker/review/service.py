@@ -22,7 +22,7 @@ from worker.clock import utcnow
 from worker.domain.types import Note, RunStatus, Scope, StepStatus, fingerprint_notes
 from worker.errors import Conflict, NotFound
 from worker.errors import InvalidInput as Invalid
-from worker.review.apply import GUARDED, OK, apply_change, at_versions
+from worker.review.apply import GUARDED, LOST, OK, apply_change, at_versions, end_lost_run
 from worker.review.batch_guard import BatchGuard
 from worker.review.items import (
     DECLINED_KIND,
@@ -288,6 +288,10 @@ def _approve_one(app: App, scope: Scope, row: Any, by: str, known: _Current,
     counters: dict[str, Any] = _phase_counters(change.phase)
     notes = at_versions(current, change) if entity_of(row.payload) == "note" else {}
     result, detail = apply_change(ctx, parent, change, notes, counters)
+    if result == LOST:
+        return Decided(row.id, "refused", f"item {row.id} not applied: its run {ctx.run_id} was "
+                       f"{end_lost_run(app, ctx.run_id)} meanwhile (an erasure in the scope or "
+                       "`dream runs cancel`); nothing was written", ctx.run_id)
     ctx.steps.finish_phase(parent, status=StepStatus.SUCCEEDED.value if result == OK
                            else StepStatus.SKIPPED.value, output=counters, started=started)
     return _finish(app, ctx, row, by, result, detail)
