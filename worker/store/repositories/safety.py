@@ -5,8 +5,6 @@ Erasure is the only code in the worker that issues DELETE against notes (R18, R1
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,8 +26,7 @@ from worker.store.models import (
     RunStepRow,
     SessionRow,
 )
-
-_TOKEN = re.compile(r"[\w-]+")
+from worker.store.repositories.mentions import Mentions
 
 
 def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
@@ -250,7 +247,7 @@ class SafetyRepository:
         counts = {"notes": 0, "lineage": 0, "operation_log": 0, "operation_log_scrubbed": 0,
                   "judgements": 0, "reviews": 0, "run_steps_scrubbed": 0}
         id_list = sorted(ids)
-        erased = _Mentions(id_list, texts)
+        erased = Mentions(id_list, texts)
         for chunk in _chunks(id_list):
             counts["lineage"] += self.session.execute(delete(NoteLineageRow).where(
                 or_(NoteLineageRow.parent_id.in_(chunk), NoteLineageRow.child_id.in_(chunk))
@@ -269,7 +266,7 @@ class SafetyRepository:
                 delete(NoteRow).where(NoteRow.id.in_(chunk))).rowcount  # type: ignore[attr-defined]
         return counts
 
-    def _scrub_records(self, key: str, ids: set[str], erased: _Mentions,
+    def _scrub_records(self, key: str, ids: set[str], erased: Mentions,
                        counts: dict[str, int]) -> None:
         """The audit trail, judgements and reviews of one scope that name or quote a note."""
         mentions = erased.mentions
@@ -300,7 +297,7 @@ class SafetyRepository:
                 self.session.delete(item)
                 counts["review_items"] = counts.get("review_items", 0) + 1
 
-    def _scrub_notes_and_runs(self, key: str, ids: set[str], erased: _Mentions,
+    def _scrub_notes_and_runs(self, key: str, ids: set[str], erased: Mentions,
                               counts: dict[str, int]) -> None:
         """Other notes' comments and metadata, runs and run steps of one scope."""
         mentions, unname = erased.mentions, erased.unname
@@ -342,52 +339,3 @@ class SafetyRepository:
     def erase_examples(self, user_id: str) -> int:
         return int(self.session.execute(
             delete(ExampleRow).where(ExampleRow.user_id == user_id)).rowcount)  # type: ignore[attr-defined]
-
-
-class _Mentions:
-    """Whether a record names an erased note's id or quotes its text, and the id taken out."""
-
-    def __init__(self, id_list: list[str], texts: list[str]) -> None:
-        # An id counts as named only as a whole token: a short id ("n1") must not match inside
-        # another id ("n12") or a word, which would scrub or mangle unrelated records. A token
-        # set keeps this linear in the record's length however many notes are erased.
-        self.token_ids = {i for i in id_list if _TOKEN.fullmatch(i)}
-        self.odd_ids = [i for i in id_list if i not in self.token_ids]  # other characters
-        # Records are compared as JSON text, where a quote or a newline in a note is escaped:
-        # look for each text both as written and as JSON writes it.
-        self.needles = sorted({form for t in texts if t
-                               for form in (t, json.dumps(t, ensure_ascii=False)[1:-1])})
-
-    def mentions(self, value: Any) -> bool:
-        if value is None:
-            return False
-        blob = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return (not self.token_ids.isdisjoint(_TOKEN.findall(blob))
-                or any(i in blob for i in self.odd_ids) or any(t in blob for t in self.needles))
-
-    def scrub(self, value: Any) -> Any:
-        """``value`` with what names or quotes an erased note taken out: a field that is an
-        erased id becomes None (a pointer at nothing), a string naming one has it replaced,
-        one quoting its text becomes "[erased]"; dicts and lists field by field."""
-        if not self.mentions(value):
-            return value
-        if isinstance(value, dict):
-            out: Any = {k: self.scrub(v) for k, v in value.items()}
-        elif isinstance(value, list):
-            out = [self.scrub(v) for v in value]
-        elif isinstance(value, str):
-            if value in self.token_ids or value in self.odd_ids:
-                return None
-            out = self.unname(value)
-        else:
-            out = None
-        if isinstance(out, str) and self.mentions(out):
-            return "[erased]"
-        return out if not self.mentions(out) else {"erased": True}
-
-    def unname(self, value: str) -> str:
-        value = _TOKEN.sub(lambda m: "[erased note]" if m.group(0) in self.token_ids
-                           else m.group(0), value)
-        for i in self.odd_ids:
-            value = value.replace(i, "[erased note]")
-        return value
