@@ -79,3 +79,27 @@ def test_every_lineage_relation_written_has_an_erasure_rule() -> None:
     assert {"consolidated", "fused", "updated"} <= written
     assert set(DERIVED_RELATIONS) <= RESTORE_RELATIONS
     assert written - (RESTORE_RELATIONS | REVIEW_RELATIONS) == set()
+
+
+FATES = {"gone": ("revoked", "kept"), "fused2": ("active", None), "mid": ("revoked", "fused2"),
+         "old": ("archived", None)}
+
+
+@pytest.mark.parametrize("into, outcome", [
+    # the erased fused note was active: its co-sources come back
+    ("fused2", "restore"),
+    # merged into a note that was fused again, the second fusion erased too and active: back
+    ("mid", "restore"),
+    # the erased fused note had been superseded by a note that is kept: its co-sources' fact
+    # was no longer current; before, they came back active beside the newer note
+    ("gone", "review"),
+    # the erased fused note had been archived: not made active either
+    ("old", "review"),
+])
+def test_a_cosource_follows_the_fate_of_the_erased_note_it_was_merged_into(
+        into: str, outcome: str) -> None:
+    """Restored only when the erased note it stood for (followed through erased fusions) was
+    live at the erase; otherwise held for review like a superseded loser."""
+    plan = plan_survivors([_s(into=into, relation="consolidated")], set(FATES), FATES)
+    got = "restore" if plan.restore else "review" if plan.review else "none"
+    assert got == outcome

@@ -274,3 +274,37 @@ def test_an_erasure_waits_for_a_host_fusion_of_its_note_in_flight(pg_app: App) -
     (result,) = done
     assert result.derived_ids == [fused] and result.restored_ids == ["n1"]
     assert CANARY not in all_rows_text(pg_app)
+
+
+def test_erasing_a_superseded_fusion_does_not_bring_its_cosources_back(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """c0 and c1 were fused into one note, which a newer independent note (c5) later
+    superseded. Before, erasing c0 made c1's note active again beside the note that had
+    replaced its fact. Now c1's note stays retired for review (comment, review record, a
+    `kept note` line); c5's note is untouched, and no row holds the erased text."""
+    from sqlalchemy import select
+
+    from tests.safety.test_erase_survivors import _retire_into, _write_fusion
+    from worker.safety.erase import HELD_RETIRED_COMMENT, REVIEW_KIND
+    from worker.store.models import ReviewRow
+
+    add_notes(app, {"id": "n0", "user_id": "u1", "content": f"User lives in Paris {CANARY}",
+                    "source_conversation_id": "c0"},
+              {"id": "n1", "user_id": "u1", "content": "User lives in Paris, 11th",
+               "source_conversation_id": "c1"},
+              {"id": "g", "user_id": "u1", "content": "User moved to Berlin",
+               "source_conversation_id": "c5"})
+    fused = _write_fusion(app, run_row(app, SCOPE), ["n0", "n1"],
+                          f"User lives in Paris 11th {CANARY}")
+    _retire_into(app, fused, "g", "superseded")
+    out = _cli(app, monkeypatch, "erase", "--conversation", "c0", "--yes")
+    assert out.exit_code == 0, out.output
+    assert "kept note n1 retired for review" in out.output and "restored note n1" not in out.output
+    assert _active(app) == {"g": "User moved to Berlin"}
+    n1 = note_states(app)["n1"]
+    assert n1["status"] == "revoked" and n1["consolidated_into_id"] is None
+    assert n1["comments"].endswith(HELD_RETIRED_COMMENT)
+    with app.uow() as uow:
+        reviews = list(uow.session.scalars(select(ReviewRow).where(ReviewRow.kind == REVIEW_KIND)))
+    assert [r.note_ids for r in reviews] == [["n1"]]
+    assert CANARY not in all_rows_text(app)

@@ -74,12 +74,13 @@ def _print_erased(result: EraseResult) -> None:
     for nid in result.restored_ids:
         click.echo(f"  restored note {nid} (it was merged into an erased note; active again)")
     for nid in result.held_ids:
-        click.echo(f"  kept note {nid} retired for review (an erased note had superseded it)")
+        click.echo(f"  kept note {nid} retired for review (an erased note had superseded it, "
+                   "or had been retired itself)")
     for rid in result.interrupted_runs:
         click.echo(f"  interrupted run {rid} (it had read the erased notes; `dream run --due` "
                    "resumes it from a fresh read)")
     if result.erase_id is not None:
-        click.echo(f"  to retire the restored notes again: dream undo {result.erase_id}")
+        click.echo(f"  to revert the restorations and holds above: dream undo {result.erase_id}")
     click.echo("  " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items())))
     if result.checkpoint is not None and result.checkpoint != "done":
         click.echo(f"warning: SQLite checkpoint {result.checkpoint}", err=True)

@@ -11,7 +11,7 @@ afterwards so the erased text leaves the files too.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -43,6 +43,8 @@ REVIEW_RELATIONS = frozenset({"superseded"})
 RESTORED_COMMENT = "[Erasure: the note this was merged into was erased; active again]"
 HELD_COMMENT = ("[Erasure: the newer note that superseded this one was erased; kept retired "
                 "for review]")
+HELD_RETIRED_COMMENT = ("[Erasure: the note this was merged into was erased, and it had been "
+                        "retired itself; kept retired for review]")
 REVIEW_KIND = "erased_successor"
 
 
@@ -66,13 +68,16 @@ class SurvivorPlan:
     review: list[Survivor]
 
 
-def plan_survivors(survivors: Iterable[Survivor], erased: set[str]) -> SurvivorPlan:
+def plan_survivors(survivors: Iterable[Survivor], erased: set[str],
+                   fates: Mapping[str, tuple[str, str | None]] | None = None) -> SurvivorPlan:
     """Which notes outside the erased set come back, and which are held for review.
 
     Only a note that is revoked *into* an erased note (its pointer names it) is touched: a note
-    since revived, archived or retired into something else keeps its state.
+    since revived, archived or retired into something else keeps its state. ``fates``: each
+    erased note's (status, consolidated_into_id) before the erase (absent: active).
     """
-    restore, review = [], []
+    restore: list[Survivor] = []
+    review: list[Survivor] = []
     for s in sorted(survivors, key=lambda s: s.id):
         if s.id in erased or s.status != NoteStatus.REVOKED.value:
             continue
@@ -82,8 +87,25 @@ def plan_survivors(survivors: Iterable[Survivor], erased: set[str]) -> SurvivorP
         if relation in REVIEW_RELATIONS:
             review.append(s)
         elif relation in RESTORE_RELATIONS:
-            restore.append(s)
+            # Stood for by a note that had been retired itself (superseded by a note that is
+            # kept, archived): its fact was no longer current either, so it is not made active.
+            live = _ends_live(s.consolidated_into_id, erased, fates or {})
+            (restore if live else review).append(s)
     return SurvivorPlan(restore, review)
+
+
+def _ends_live(note_id: str | None, erased: set[str],
+               fates: Mapping[str, tuple[str, str | None]]) -> bool:
+    """Whether the erased note, followed through the erased notes it was merged into (a fusion
+    fused again), was active (or pending) when the erase began."""
+    seen: set[str] = set()
+    while note_id is not None and note_id not in seen:
+        seen.add(note_id)
+        status, into = fates.get(note_id, (NoteStatus.ACTIVE.value, None))
+        if status != NoteStatus.REVOKED.value or into not in erased:
+            return status in (NoteStatus.ACTIVE.value, NoteStatus.PENDING.value)
+        note_id = into
+    return False
 
 
 def restored_fields(before: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +138,8 @@ def erase(
             raise NotFound(f"no note with id {note_id}; find ids with `dream notes export`")
         ids = uow.safety.derived_closure(seed)
         found = uow.safety.contents(ids)
-        plan = plan_survivors(uow.safety.retired_into(set(found)), set(found))
+        plan = plan_survivors(uow.safety.retired_into(set(found)), set(found),
+                              uow.safety.fates(set(found)))
         texts = sorted({content for _, content in found.values()})
         scope_keys = {key for key, _ in found.values()}
         counts = uow.safety.erase_notes(set(found), texts, scope_keys)
@@ -171,7 +194,7 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
         restore = s.id in restoring
         values = {**(restored_fields(s.before) if restore else {}), "consolidated_into_id": None,
                   "comments": append_comment(state[s.id]["comments"],
-                                             RESTORED_COMMENT if restore else HELD_COMMENT)}
+                                             _comment(s, restore))}
         rows = builders.get(s.scope_key)
         if rows is None:
             rows = builders[s.scope_key] = RowBuilder(Scope.from_key(s.scope_key), erase_id, now,
@@ -190,9 +213,15 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
     # Undoing the erase removes the review with the restorations (same run id).
     uow.writes.add_reviews([
         {"scope_key": key, "kind": REVIEW_KIND, "note_ids": sorted(ids),
-         "reason": "the newer note that superseded these was erased; reinstate any that "
-                   "still hold", "run_id": erase_id, "created_at": now}
+         "reason": "the note that superseded these, or that they were merged into after it "
+                   "was retired itself, was erased; reinstate any that still hold", "run_id": erase_id, "created_at": now}
         for key, ids in sorted(by_scope.items())])
+
+
+def _comment(s: Survivor, restored: bool) -> str:
+    if restored:
+        return RESTORED_COMMENT
+    return HELD_COMMENT if (s.relation or "") in REVIEW_RELATIONS else HELD_RETIRED_COMMENT
 
 
 def checkpoint_sqlite(app: App) -> str | None:

@@ -232,6 +232,16 @@ class SafetyRepository:
                 out.append(Survivor(row.id, row.scope_key, row.status, into, edge, before))
         return out
 
+    def fates(self, ids: Iterable[str]) -> dict[str, tuple[str, str | None]]:
+        """id → (status, consolidated_into_id) of the notes about to be erased."""
+        out: dict[str, tuple[str, str | None]] = {}
+        for chunk in _chunks(list(set(ids))):
+            for r in self.session.execute(select(NoteRow.id, NoteRow.status,
+                                                 NoteRow.consolidated_into_id)
+                                          .where(NoteRow.id.in_(chunk))):
+                out[r.id] = (r.status, r.consolidated_into_id)
+        return out
+
     def contents(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
         """id → (scope_key, content) for the notes about to be erased."""
         out: dict[str, tuple[str, str]] = {}
