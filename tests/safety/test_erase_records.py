@@ -308,3 +308,45 @@ def test_erasing_a_superseded_fusion_does_not_bring_its_cosources_back(
         reviews = list(uow.session.scalars(select(ReviewRow).where(ReviewRow.kind == REVIEW_KIND)))
     assert [r.note_ids for r in reviews] == [["n1"]]
     assert CANARY not in all_rows_text(app)
+
+
+def _fuse_in(app: App, scope: Scope, ids: list[str], text: str) -> str:
+    """A dream's fusion of ``ids`` in ``scope`` (fused note, lineage, sources revoked into it)
+    by a run of that scope; the run's id."""
+    from worker.domain.types import content_hash
+
+    run_id = run_row(app, scope)
+    with app.uow() as uow:
+        new_id = uow.notes.create_note(scope=scope, content=text, content_hash=content_hash(text),
+                                       type="Preference", embedding=None, embedding_model=None,
+                                       run_id=run_id, now=utcnow())
+        uow.notes.add_lineage(scope, ids, new_id, "consolidated", run_id)
+        for note in uow.notes.get_many(ids):
+            assert uow.notes.change(note, run_id=run_id, reason="merged", now=utcnow(),
+                                    status="revoked", consolidated_into_id=new_id)
+        uow.commit()
+    return run_id
+
+
+def test_force_cascade_never_undoes_an_erasure_in_another_scope(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Erasing conversation c0 restores a co-source in each of two scopes under one erase id.
+    Undoing scope A's fusion run with --force-cascade (what a caller limited to scope A may
+    do) must not undo that erase: it would retire scope B's note again."""
+    runs = {}
+    for agent in ("agent-1", "agent-2"):
+        scope = Scope(agent, "u1")
+        add_notes(app, {"id": f"{agent}-p", "agent_id": agent, "user_id": "u1",
+                        "source_conversation_id": "c0", "content": f"likes tea {CANARY}"},
+                  {"id": f"{agent}-q", "agent_id": agent, "user_id": "u1",
+                   "source_conversation_id": "c1", "content": "likes green tea"})
+        runs[agent] = _fuse_in(app, scope, [f"{agent}-p", f"{agent}-q"],
+                               f"likes green tea {CANARY}")
+    result = erase(app, conversation_id="c0")
+    assert result.restored_ids == ["agent-1-q", "agent-2-q"]
+    out = _cli(app, monkeypatch, "undo", runs["agent-1"], "--force-cascade")
+    assert out.exit_code == 0, out.output
+    assert result.erase_id not in out.output
+    states = note_states(app)
+    assert states["agent-1-q"]["status"] == states["agent-2-q"]["status"] == "active"
+    assert CANARY not in all_rows_text(app)

@@ -177,6 +177,7 @@ def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: date
     """--force-cascade: undo the later finished runs that touched a conflicting note, newest
     first, so this run's before-images are laid back over their changes, not under them."""
     later = uow.safety.log_after(conflicts, last_id)
+    scopes = {r.scope_key for r in later}
     newest_first: list[str] = []
     for r in sorted(later, key=lambda r: r.id, reverse=True):
         if r.run_id and r.run_id not in newest_first and r.op != "undo":
@@ -185,7 +186,10 @@ def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: date
         run = uow.runs.get(later_run)
         if later_run in result.run_ids or _is_undone(uow, later_run):
             continue
-        if (run is None and later_run.startswith(LOGGED_WITHOUT_RUN)) or (
+        # An erase of a user may have restored notes in several scopes: undoing it from here
+        # would reach another tenant's notes, so only one confined to these scopes cascades.
+        if (run is None and later_run.startswith(LOGGED_WITHOUT_RUN)
+                and {r.scope_key for r in uow.safety.run_log(later_run)} <= scopes) or (
                 run is not None and run.status not in ACTIVE_RUN_STATUSES):
             _undo(uow, later_run, True, now, result)
 
