@@ -203,6 +203,33 @@ def test_r29_no_prompt_after_an_erasure_carries_the_erased_text(
     assert CANARY not in all_rows_text(app)
 
 
+def test_r29_a_fan_out_asks_nothing_more_once_an_erasure_moved_the_lease(
+        app: App, llm_stub: LLMStub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Contradictions renders its prompts, then asks them one by one; c0 is erased during the
+    first. Before, the rest of the fan-out still went out quoting c0's notes (two prompts);
+    now the run's budget asks whether the run still holds its lease before each call."""
+    monkeypatch.setenv("DREAM_LLM_CONCURRENCY", "1")
+    add_notes(app, *({"id": f"p{k}", "user_id": "u1", "source_conversation_id": "c0",
+                      "content": f"User {CANARY} office is in city {k}"} for k in range(3)),
+              *({"id": f"q{k}", "user_id": "u1", "content": f"User office is in city {k + 10}"}
+                for k in range(3)))
+    erased_at: list[int] = []
+
+    def erase_first(req: StubRequest) -> Any:
+        if not erased_at:
+            erase(app, conversation_id="c0")
+            erased_at.append(len(llm_stub.requests))
+        return {"verdicts": [], "decisions": []}
+
+    llm_stub.set_handler(erase_first)
+    run = _cli(app, monkeypatch, "run", "--agent", "agent-1", "--user", "u1", "--force",
+               "--phase", "contradictions", stub=llm_stub)
+    assert "lost its lease" in run.output
+    assert llm_stub.chat_requests() and erased_at == [1]
+    assert not any(CANARY in json.dumps(r.body) for r in llm_stub.requests[1:])
+    assert CANARY not in all_rows_text(app)
+
+
 @pytest.mark.parametrize("stop", ["erase", "cancel"])
 def test_an_approval_whose_run_is_stopped_meanwhile_is_one_refusal(app: App, stop: str) -> None:
     """An erasure (or `dream runs cancel`) while an approved merge is being written: before,

@@ -33,10 +33,18 @@ class Budget:
     # phase that fails records its execution's share on its step from these.
     tokens_in: int = 0
     tokens_out: int = 0
+    # Whether the run still holds its lease, asked before every model call: an erasure (or a
+    # cancel) moves the epoch on, and the prompts a fan-out has not sent yet may quote the
+    # text it erased. Once it answers no, no call is reserved again (None: not asked).
+    fence: Callable[[], bool] | None = field(default=None, repr=False)
+    lost: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def try_reserve_call(self) -> bool:
         with self._lock:
+            if self.lost or (self.fence is not None and not self.fence()):
+                self.lost = True
+                return False
             if self.max_calls is not None and self.calls >= self.max_calls:
                 return False
             if self.max_tokens is not None and self.tokens >= self.max_tokens:

@@ -9,6 +9,7 @@ kept current (``done``, ``waiting``) for the next phase of an in-process run."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -89,6 +90,9 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
         force=snap.force, budget=run.budget, allow_retire=snap.allow_retire, carry=run.carry,
         notes_before=snap.notes_before, trigger=snap.trigger, held=HeldWrite(),
     )
+    run.budget.lost = False  # asked again under this claim's epoch
+    run.budget.fence = (None if snap.epoch is None
+                        else _lease_fence(app, snap.run_id, snap.epoch))
     base = run.bases.setdefault(step_id, _usage_base(run, step_id))
     try:
         with LeaseHeartbeat(app, snap.run_id, snap.epoch, _usage_recorder(ctx, step_id, base)):
@@ -124,6 +128,20 @@ def _keep_lease_while_waiting(app: App, snap: RunSnapshot) -> None:
         LeaseHeartbeat(app, snap.run_id, snap.epoch).renew()
     except SQLAlchemyError as exc:  # the next look renews it
         log.warning("lease.renew_failed", run_id=snap.run_id, error_type=type(exc).__name__)
+
+
+def _lease_fence(app: App, run_id: str, epoch: int) -> Callable[[], bool]:
+    """The budget's check before each model call: the run still holds lease ``epoch`` (a
+    failing read counts as held; the phase's fenced write decides then)."""
+
+    def held() -> bool:
+        try:
+            with app.uow() as uow:
+                return uow.runs.holds_lease(run_id, epoch)
+        except SQLAlchemyError:
+            return True
+
+    return held
 
 
 def _start_step(app: App, run: Execution, phase: str, step_id: str) -> PhaseOutcome | None:
