@@ -19,6 +19,7 @@ from worker.errors import Conflict
 from worker.review.items import ChangeKind, ProposedChange
 from worker.review.service import Selector, approve, list_items
 from worker.safety.erase import erase
+from worker.store.models import NoteRow
 
 
 def _merge_item(app: App, ids: list[str], content: str, scope: Scope = SCOPE) -> int:
@@ -377,3 +378,28 @@ def test_force_cascade_never_undoes_an_erasure_in_another_scope(
     states = note_states(app)
     assert states["agent-1-q"]["status"] == states["agent-2-q"]["status"] == "active"
     assert CANARY not in all_rows_text(app)
+
+
+def test_a_short_erased_text_takes_only_records_that_quote_it_as_words(app: App) -> None:
+    """Records are matched against the erased text. Before, a plain substring match made the
+    erased note "tea" wipe another note's host metadata ("steady pace"), scrub its comment
+    ("team lead") and delete a review item about the platform team. Now the text must stand as
+    words; a record quoting "likes tea" still goes."""
+    add_notes(app, {"id": "x", "user_id": "u1", "content": "tea"},
+              {"id": "y", "user_id": "u1", "content": "Works on the platform team",
+               "metadata": {"context": "steady pace"}},
+              {"id": "z", "user_id": "u1", "content": "Works on the platform team daily"},
+              {"id": "w", "user_id": "u1", "content": "Drinks coffee"})
+    run_id = run_row(app, SCOPE)
+    with app.uow() as uow:
+        assert uow.notes.change(uow.notes.get_many(["y"])[0], run_id=run_id, reason="noted",
+                                now=utcnow(), comments="team lead")
+        uow.commit()
+    kept = _merge_item(app, ["y", "z"], "Works on the platform team daily")
+    _merge_item(app, ["w", "z"], "Drinks coffee, likes tea")
+    erase(app, note_id="x")
+    y = note_states(app)["y"]
+    assert y["comments"] == "team lead"
+    with app.uow() as uow:
+        assert uow.session.get(NoteRow, "y").meta == {"context": "steady pace"}  # type: ignore[union-attr]
+    assert [i["id"] for i in list_items(app, SCOPE, status=None)] == [kept]

@@ -10,6 +10,26 @@ from typing import Any
 _TOKEN = re.compile(r"[\w-]+")
 
 
+def _word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def _quoted(text: str, blob: str) -> bool:
+    """``text`` occurs in ``blob`` not glued to a longer word: an erased note "tea" is quoted
+    by "likes tea." but not by "steady" or "team" (which erasure must leave alone). Before a
+    JSON escape (``\\n``, ``\\t``) a word may start."""
+    start = blob.find(text)
+    while start != -1:
+        end = start + len(text)
+        before = start == 0 or not _word(text[0]) or not _word(blob[start - 1]) \
+            or blob[max(0, start - 2):start] in ("\\n", "\\t", "\\r")
+        after = end == len(blob) or not _word(text[-1]) or not _word(blob[end])
+        if before and after:
+            return True
+        start = blob.find(text, start + 1)
+    return False
+
+
 class Mentions:
     """Whether a record names an erased note's id or quotes its text, and the id taken out."""
 
@@ -29,7 +49,8 @@ class Mentions:
             return False
         blob = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         return (not self.token_ids.isdisjoint(_TOKEN.findall(blob))
-                or any(i in blob for i in self.odd_ids) or any(t in blob for t in self.needles))
+                or any(i in blob for i in self.odd_ids)
+                or any(_quoted(t, blob) for t in self.needles))
 
     def scrub(self, value: Any) -> Any:
         """``value`` with what names or quotes an erased note taken out: a field that is an
