@@ -403,3 +403,34 @@ def test_a_short_erased_text_takes_only_records_that_quote_it_as_words(app: App)
     with app.uow() as uow:
         assert uow.session.get(NoteRow, "y").meta == {"context": "steady pace"}  # type: ignore[union-attr]
     assert [i["id"] for i in list_items(app, SCOPE, status=None)] == [kept]
+
+
+def test_an_erasure_that_deadlocks_with_a_run_write_tries_again(pg_app: App) -> None:
+    """PostgreSQL: a run's write that takes its fence first (its run row) and then its notes,
+    while an erasure holds a note and waits for that run row to interrupt the run: one of the
+    two is chosen to fail by the deadlock detector. The erasure was (an OperationalError, the
+    erase undone); now it tries again once the run's write has ended, and erases."""
+    import threading
+    import time
+
+    from sqlalchemy.exc import OperationalError
+
+    from tests.support.factories import claimed_phase_context
+
+    add_notes(pg_app, {"id": "n0", "user_id": "u1", "content": f"likes tea {CANARY}"})
+    ctx, _ = claimed_phase_context(pg_app, SCOPE)
+    done: list[Any] = []
+    with pg_app.uow() as uow:
+        assert uow.writes.fence(ctx.run_id, ctx.epoch) is not None  # the run row, locked
+        worker = threading.Thread(target=lambda: done.append(erase(pg_app, note_id="n0")))
+        worker.start()
+        time.sleep(0.5)  # the erasure holds n0 and waits for the run row
+        try:
+            uow.writes.lock_state(["n0"])  # the run's re-read: one of the two is the victim
+        except OperationalError:
+            uow.rollback()
+        else:
+            uow.commit()
+    worker.join(timeout=30)
+    assert [r.note_ids for r in done] == [["n0"]]
+    assert CANARY not in all_rows_text(pg_app)

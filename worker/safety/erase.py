@@ -18,6 +18,7 @@ from typing import Any
 
 import structlog
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from worker.app import App
 from worker.clock import utcnow
@@ -46,6 +47,7 @@ HELD_COMMENT = ("[Erasure: the newer note that superseded this one was erased; k
 HELD_RETIRED_COMMENT = ("[Erasure: the note this was merged into was erased, and it had been "
                         "retired itself; kept retired for review]")
 REVIEW_KIND = "erased_successor"
+DEADLOCK_ATTEMPTS = 3
 
 
 @dataclass
@@ -129,6 +131,29 @@ def erase(
     subject = (f"user {user_id}" if user_id is not None else
                f"conversation {conversation_id}" if conversation_id is not None else
                f"note {note_id}")
+    for attempt in range(DEADLOCK_ATTEMPTS):
+        try:
+            result = _erase_once(app, subject, user_id=user_id,
+                                 conversation_id=conversation_id, note_id=note_id)
+            break
+        except OperationalError as exc:
+            # The erasure locks notes, then run rows; a run's write that fenced first takes
+            # them the other way round, and PostgreSQL breaks the tie by failing one of them.
+            if getattr(exc.orig, "sqlstate", None) != "40P01" \
+                    or attempt == DEADLOCK_ATTEMPTS - 1:
+                raise
+            log.info("erase.deadlock_retried", attempt=attempt + 1)
+    result.checkpoint = checkpoint_sqlite(app)
+    log.info("erase.finished", subject_kind=subject.split()[0],
+             notes=result.counts.get("notes", 0), derived=len(result.derived_ids),
+             restored=len(result.restored_ids), held=len(result.held_ids),
+             interrupted=len(result.interrupted_runs), checkpoint=result.checkpoint)
+    return result
+
+
+def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id: str | None,
+                note_id: str | None) -> EraseResult:
+    """The erase in one transaction (what ``erase`` tries again after a deadlock)."""
     now = utcnow()
     erase_id = f"erase-{uuid.uuid4()}"
     with app.uow() as uow:
@@ -148,16 +173,10 @@ def erase(
             counts["sessions"] = uow.safety.erase_sessions(user_id)
         _apply_survivors(uow, plan, erase_id, subject, now)
         uow.commit()
-    result = EraseResult(subject, sorted(seed), sorted(set(found) - seed),
-                         [s.id for s in plan.restore], [s.id for s in plan.review],
-                         erase_id if plan.restore or plan.review else None, counts,
-                         interrupted_runs=interrupted)
-    result.checkpoint = checkpoint_sqlite(app)
-    log.info("erase.finished", subject_kind=subject.split()[0], notes=counts.get("notes", 0),
-             derived=len(result.derived_ids), restored=len(result.restored_ids),
-             held=len(result.held_ids), interrupted=len(interrupted),
-             checkpoint=result.checkpoint)
-    return result
+    return EraseResult(subject, sorted(seed), sorted(set(found) - seed),
+                       [s.id for s in plan.restore], [s.id for s in plan.review],
+                       erase_id if plan.restore or plan.review else None, counts,
+                       interrupted_runs=interrupted)
 
 
 def _hold_subject(uow: UnitOfWork, now: datetime, **subject: str | None) -> tuple[set[str], list[str]]:
