@@ -434,3 +434,20 @@ def test_an_erasure_that_deadlocks_with_a_run_write_tries_again(pg_app: App) -> 
     worker.join(timeout=30)
     assert [r.note_ids for r in done] == [["n0"]]
     assert CANARY not in all_rows_text(pg_app)
+
+
+def test_an_undone_fuse_stays_undone_after_its_fused_note_is_erased(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Erasing a fused note whose fuse was undone scrubbed the undo's log rows whole (their
+    reason too), so the fuse no longer read as undone and a second `dream undo fuse-…` ran
+    again. The undo rows keep their reason now: the second undo is refused."""
+    from worker.host.fusion import fuse
+
+    add_notes(app, {"id": "a", "user_id": "u1", "content": "likes tea"},
+              {"id": "b", "user_id": "u1", "content": "likes green tea"})
+    fused = fuse(app, ["a", "b"], "likes green tea")
+    assert _cli(app, monkeypatch, "undo", fused.undo_id).exit_code == 0
+    erase(app, note_id=fused.note["id"])
+    again = _cli(app, monkeypatch, "undo", fused.undo_id)
+    assert again.exit_code != 0 and "already undone" in again.output
+    assert {k: v["status"] for k, v in note_states(app).items()} == {"a": "active", "b": "active"}
