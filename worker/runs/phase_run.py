@@ -130,11 +130,26 @@ def _keep_lease_while_waiting(app: App, snap: RunSnapshot) -> None:
         log.warning("lease.renew_failed", run_id=snap.run_id, error_type=type(exc).__name__)
 
 
+# How long the answer to "does the run still hold its lease?" stands before a model call asks
+# again. An erasure (or a cancel) moves the lease on, and prompts a fan-out has not sent yet may
+# quote what it erased; but each ask is a transaction, and asking before every call of a fast
+# model doubled a phase's statements and CPU. The phase's start wrote its step under the epoch,
+# which counts as the first answer.
+FENCE_SECONDS = 1.0
+
+
 def _lease_fence(app: App, run_id: str, epoch: int) -> Callable[[], bool]:
-    """The budget's check before each model call: the run still holds lease ``epoch`` (a
-    failing read counts as held; the phase's fenced write decides then)."""
+    """The budget's check before each model call: the run still holds lease ``epoch``, read at
+    most once per ``FENCE_SECONDS`` (a failing read counts as held; the phase's fenced write
+    decides then)."""
+    next_ask = time.monotonic() + FENCE_SECONDS
 
     def held() -> bool:
+        nonlocal next_ask
+        now = time.monotonic()
+        if now < next_ask:
+            return True
+        next_ask = now + FENCE_SECONDS
         try:
             with app.uow() as uow:
                 return uow.runs.holds_lease(run_id, epoch)
