@@ -179,7 +179,8 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
                        interrupted_runs=interrupted)
 
 
-def _hold_subject(uow: UnitOfWork, now: datetime, **subject: str | None) -> tuple[set[str], list[str]]:
+def _hold_subject(uow: UnitOfWork, now: datetime,
+                  **subject: str | None) -> tuple[set[str], list[str]]:
     """The subject's note ids, locked, and the runs of their scopes interrupted, before the
     erase reads anything derived from them. The order is the one a run's write takes its locks
     in (notes, then the run row) on PostgreSQL, so the two cannot deadlock; on SQLite the
@@ -233,7 +234,8 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
     uow.writes.add_reviews([
         {"scope_key": key, "kind": REVIEW_KIND, "note_ids": sorted(ids),
          "reason": "the note that superseded these, or that they were merged into after it "
-                   "was retired itself, was erased; reinstate any that still hold", "run_id": erase_id, "created_at": now}
+                   "was retired itself, was erased; reinstate any that still hold",
+         "run_id": erase_id, "created_at": now}
         for key, ids in sorted(by_scope.items())])
 
 
