@@ -164,9 +164,9 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
         ids = uow.safety.derived_closure(seed)
         found = uow.safety.contents(ids)
         plan = plan_survivors(uow.safety.retired_into(set(found)), set(found),
-                              uow.safety.fates(set(found)))
-        texts = sorted({content for _, content in found.values()})
-        scope_keys = {key for key, _ in found.values()}
+                              {i: (n.status, n.consolidated_into_id) for i, n in found.items()})
+        texts = sorted({n.content for n in found.values()})
+        scope_keys = {n.scope_key for n in found.values()}
         counts = uow.safety.erase_notes(set(found), texts, scope_keys)
         if user_id is not None:
             counts["examples"] = uow.safety.erase_examples(user_id)

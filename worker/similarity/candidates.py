@@ -1,5 +1,5 @@
-"""Contradiction candidates of one scope from five sources that fail differently, and the topics
-(connected groups of candidates) they form. Pure: rows in, row-index pairs out.
+"""Contradiction candidates of one scope from five sources that fail differently (their topics:
+worker.similarity.topics). Pure: rows in, row-index pairs out.
 
 Cosine neighbours miss two versions of a short fact that differ by one word (the hashing
 embedder scores "never use a linter" / "always use a linter" below 0.70); the same-frame index

@@ -68,9 +68,9 @@ class Mentions:
             out = self.unname(value)
         else:
             out = None
-        if isinstance(out, str) and self.mentions(out):
-            return "[erased]"
-        return out if not self.mentions(out) else {"erased": True}
+        if self.mentions(out):  # still quoted after the ids came out: the whole value goes
+            return "[erased]" if isinstance(out, str) else {"erased": True}
+        return out
 
     def unname(self, value: str) -> str:
         value = _TOKEN.sub(lambda m: "[erased note]" if m.group(0) in self.token_ids

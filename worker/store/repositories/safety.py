@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Select, delete, or_, select, update
 from sqlalchemy.orm import Session
@@ -38,6 +38,15 @@ def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
 # host fuse, and a host `remember` UPDATE (the longer note replaces and restates the older one).
 # Contradiction edges (superseded / duplicate / subsumed) join two notes written independently.
 DERIVED_RELATIONS = ("consolidated", "fused", "updated")
+
+
+class ErasedNote(NamedTuple):
+    """What erasure reads of a note it is about to delete."""
+
+    scope_key: str
+    content: str
+    status: str
+    consolidated_into_id: str | None
 
 
 @dataclass(frozen=True)
@@ -146,7 +155,7 @@ class SafetyRepository:
         """Lock these notes before reading what was derived from them (PostgreSQL only: on
         SQLite the erase holds the write lock already)."""
         if self.session.get_bind().dialect.name == "postgresql":
-            self.session.execute(self._locked(select(NoteRow.id).where(NoteRow.id.in_(ids))))
+            self.session.execute(select(NoteRow.id).where(NoteRow.id.in_(ids)).with_for_update())
 
     @staticmethod
     def _subject(stmt: Select[Any], user_id: str | None, conversation_id: str | None,
@@ -232,24 +241,15 @@ class SafetyRepository:
                 out.append(Survivor(row.id, row.scope_key, row.status, into, edge, before))
         return out
 
-    def fates(self, ids: Iterable[str]) -> dict[str, tuple[str, str | None]]:
-        """id → (status, consolidated_into_id) of the notes about to be erased."""
-        out: dict[str, tuple[str, str | None]] = {}
-        for chunk in _chunks(list(set(ids))):
-            for r in self.session.execute(select(NoteRow.id, NoteRow.status,
-                                                 NoteRow.consolidated_into_id)
-                                          .where(NoteRow.id.in_(chunk))):
-                out[r.id] = (r.status, r.consolidated_into_id)
-        return out
-
-    def contents(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
-        """id → (scope_key, content) for the notes about to be erased."""
-        out: dict[str, tuple[str, str]] = {}
+    def contents(self, ids: Iterable[str]) -> dict[str, ErasedNote]:
+        """id → scope, text and (status, pointer) of each note about to be erased (one read)."""
+        out: dict[str, ErasedNote] = {}
         for chunk in _chunks(list(set(ids))):
             for r in self.session.execute(
-                select(NoteRow.id, NoteRow.scope_key, NoteRow.content).where(NoteRow.id.in_(chunk))
+                select(NoteRow.id, NoteRow.scope_key, NoteRow.content, NoteRow.status,
+                       NoteRow.consolidated_into_id).where(NoteRow.id.in_(chunk))
             ):
-                out[r.id] = (r.scope_key, r.content)
+                out[r.id] = ErasedNote(r.scope_key, r.content, r.status, r.consolidated_into_id)
         return out
 
     def erase_notes(self, ids: set[str], texts: list[str], scope_keys: set[str]) -> dict[str, int]:
