@@ -135,23 +135,34 @@ def test_propose_then_approve_by_cli_api_and_browser_equals_auto(tmp_path: Path)
         review.dispose()
 
 
+def _proposing_store(tmp_path: Path) -> App:
+    """DREAM_APPLY_MODE=propose for the deployment, the registry and the notes."""
+    (tmp_path / "s").mkdir()
+    app = make_sqlite_app(tmp_path / "s", api_tokens=TOKENS, apply_mode="propose")
+    add_entities(app, *ENTITIES)
+    add_notes(app, *NOTES)
+    return app
+
+
+def _items_with_a_stale_merge(app: App) -> tuple[int, int, int]:
+    """A dream's items (merge, orphan, expired); then the host edits a member of the merge."""
+    merge, orphan, expired = (i["id"] for i in _items(app, _dream(app)))
+    with app.uow() as uow:
+        uow.session.query(NoteRow).filter(NoteRow.id == "tea-2").update(
+            {"content": "Prefers black tea in the morning.", "version": 2})
+        uow.commit()
+    return merge, orphan, expired
+
+
 def test_stale_item_from_a_run_is_refused_and_declined_is_not_proposed_again(
     tmp_path: Path,
 ) -> None:
     """DREAM_APPLY_MODE=propose for the deployment: the host edits a member after the proposal,
     so approving the merge is refused (409, nothing written); a declined item is not proposed
     by the next run until one of its notes changes."""
-    (tmp_path / "s").mkdir()
-    app = make_sqlite_app(tmp_path / "s", api_tokens=TOKENS, apply_mode="propose")
+    app = _proposing_store(tmp_path)
     try:
-        add_entities(app, *ENTITIES)
-        add_notes(app, *NOTES)
-        run_id = _dream(app)
-        merge, orphan, _ = (i["id"] for i in _items(app, run_id))
-        with app.uow() as uow:
-            uow.session.query(NoteRow).filter(NoteRow.id == "tea-2").update(
-                {"content": "Prefers black tea in the morning.", "version": 2})
-            uow.commit()
+        merge, orphan, _ = _items_with_a_stale_merge(app)
         before = _notes(app)
         with TestClient(create_api(app)) as client:
             refused = client.post("/api/review/approve", json={"item_id": merge},
@@ -175,17 +186,9 @@ def test_a_batch_with_a_stale_item_answers_200_with_the_outcome_the_cli_exits_wi
     """`--all` over the API: the stale merge is not applied, the other items are, and the body
     says `outcome: stale`, the answer `dream review approve --all` gives as exit code 14; a
     batch that decides everything says `done`."""
-    (tmp_path / "s").mkdir()
-    app = make_sqlite_app(tmp_path / "s", api_tokens=TOKENS, apply_mode="propose")
+    app = _proposing_store(tmp_path)
     try:
-        add_entities(app, *ENTITIES)
-        add_notes(app, *NOTES)
-        run_id = _dream(app)
-        merge, orphan, expired = (i["id"] for i in _items(app, run_id))
-        with app.uow() as uow:
-            uow.session.query(NoteRow).filter(NoteRow.id == "tea-2").update(
-                {"content": "Prefers black tea in the morning.", "version": 2})
-            uow.commit()
+        merge, orphan, expired = _items_with_a_stale_merge(app)
         with TestClient(create_api(app)) as client:
             batch = client.post("/api/review/approve", json={"all": True},
                                 headers=auth(AGENT_1))
