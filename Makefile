@@ -34,7 +34,7 @@ lint: $(STAMP) ## ruff (incl. complexity) and the import contracts (lint-imports
 	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP) ## mypy --strict on the package (strict is set in pyproject)
-	$(BIN)/mypy worker
+	$(BIN)/mypy worker tests/bench tests/support
 
 migrate: $(STAMP) ## Apply migrations to DREAM_DATABASE_URL (default: the SQLite file)
 	$(BIN)/dream db upgrade

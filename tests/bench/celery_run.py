@@ -63,7 +63,7 @@ def _drive(url: str, proc: Any, ps: Any, workers: int, log_path: Path,
                       DREAM_LOG_LEVEL="WARNING", DREAM_CELERY_TASKS=env["DREAM_CELERY_TASKS"])
     from worker import celery_app as capp
 
-    capp.app.conf.broker_url = BENCH_BROKER
+    capp.app.conf.update(broker_url=BENCH_BROKER)
     capp._resources.clear()
     from worker.runs import service
     from worker.store.models import DreamRunRow

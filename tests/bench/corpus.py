@@ -250,6 +250,7 @@ def _copy_postgres(app: App, rows: list[dict[str, Any]]) -> None:
     raw = app.engine.raw_connection()
     try:
         conn = raw.driver_connection
+        assert conn is not None, "a pooled connection without its driver connection"
         register_vector(conn)
         cols = ", ".join(c for c, _ in _COPY_COLUMNS)
         with conn.cursor() as cur, cur.copy(

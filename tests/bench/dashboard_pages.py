@@ -42,7 +42,7 @@ def _run_rows(key: str, agent: str, r: int, at: datetime) -> tuple[dict[str, Any
            "status_reason": None if status == "succeeded" else "bench reason",
            "totals": {"notes_before": {"active": 20}, "notes_after": {"active": 18, "revoked": 2},
                       "open_candidates": r % 5}}
-    steps = []
+    steps: list[dict[str, Any]] = []
     for k, phase in enumerate(PHASES):
         parent = str(uuid.uuid4())
         steps.append({"id": parent, "run_id": run_id, "parent_id": None, "scope_key": key,
@@ -92,7 +92,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("console", "WARNING")
     url = args.url or f"sqlite:///{Path(tempfile.mkdtemp()) / 'dashboard.db'}"
-    app = build_app(Settings(database_url=url,  # type: ignore[call-arg]
+    app = build_app(Settings(database_url=url,
                              api_tokens=json.dumps({TOKEN: {"role": "admin"}})))
     upgrade(app.engine)
     newest = seed(app, args.scopes, args.runs)

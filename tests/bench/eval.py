@@ -65,7 +65,8 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
 
 def cosines(embedder: Any, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
     va, vb = embedder.embed(list(a)), embedder.embed(list(b))
-    return np.einsum("ij,ij->i", va, vb).astype(np.float32)
+    out: np.ndarray = np.einsum("ij,ij->i", va, vb).astype(np.float32)
+    return out
 
 
 def load_msrp(split: str) -> tuple[list[str], list[str], np.ndarray] | None:

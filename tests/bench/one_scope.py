@@ -88,7 +88,7 @@ def main() -> None:
         from worker.store.migrate import upgrade
 
         tmp = Path(tempfile.mkdtemp())
-        app = build_app(Settings(database_url=f"sqlite:///{tmp / 'bench.db'}"))  # type: ignore[call-arg]
+        app = build_app(Settings(database_url=f"sqlite:///{tmp / 'bench.db'}"))
         upgrade(app.engine)
     llm = _fake_llm()
     app.llm = llm

@@ -49,7 +49,7 @@ class StubRequest:
         if self.headers.get("x-dream-prompt"):
             return self.headers["x-dream-prompt"]
         fmt = self.body.get("response_format") or {}
-        return (fmt.get("json_schema") or {}).get("name", "")
+        return str((fmt.get("json_schema") or {}).get("name", ""))
 
     def _message(self, role: str) -> str:
         return "\n".join(m.get("content", "") for m in self.body.get("messages", [])
@@ -169,10 +169,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             if resp is not None and resp.trickle_every > 0:
                 self.wfile.flush()
-                for k in range(len(data)):
+                for at in range(len(data)):
                     if self.stub._released.wait(resp.trickle_every):
                         return
-                    self.wfile.write(data[k:k + 1])
+                    self.wfile.write(data[at:at + 1])
                     self.wfile.flush()
             else:
                 self.wfile.write(data)

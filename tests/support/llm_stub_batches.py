@@ -99,7 +99,8 @@ class BatchEndpoints:
         fields: dict[str, bytes] = {}
         for part in message.iter_parts():
             name = part.get_param("name", header="content-disposition")
-            fields[str(name)] = part.get_payload(decode=True) or b""
+            payload = part.get_payload(decode=True)
+            fields[str(name)] = payload if isinstance(payload, bytes) else b""
         if "file" not in fields:
             return 400, {"error": {"message": "no file in the upload"}}
         file_id = self._store(fields["file"], fields.get("purpose", b"").decode())

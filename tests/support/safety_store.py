@@ -89,7 +89,8 @@ def check_invariants(app: App) -> None:
         assert rows[e.parent_id].scope_key == rows[e.child_id].scope_key == e.scope_key, \
             "lineage crosses a scope"
     for start in rows:
-        seen, cur = set(), start
+        seen: set[str] = set()
+        cur: str | None = start
         while cur is not None:
             assert cur not in seen, f"supersession cycle through {cur}"
             seen.add(cur)

