@@ -33,7 +33,7 @@ lint: $(STAMP) ## ruff (incl. complexity) and the import contracts (lint-imports
 	$(BIN)/ruff check worker tests migrations
 	$(BIN)/lint-imports --no-cache
 
-typecheck: $(STAMP) ## mypy --strict on the package (strict is set in pyproject)
+typecheck: $(STAMP) ## mypy --strict on the package, the bench and the test support (strict is set in pyproject)
 	$(BIN)/mypy worker tests/bench tests/support
 
 migrate: $(STAMP) ## Apply migrations to DREAM_DATABASE_URL (default: the SQLite file)
