@@ -10,7 +10,7 @@ from datetime import datetime
 from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session
 
-from worker.domain.types import DREAMED_RUN_STATUSES, Scope
+from worker.domain.types import DREAMED_RUN_STATUSES, REVIEW_TRIGGER, RunStatus, Scope
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 from worker.store.repositories.usage import phase_step_usage
 
@@ -61,10 +61,14 @@ class RunHistoryRepository:
         return {k: int(n) for k, n in rows}
 
     def latest_finished(self, scope: Scope) -> DreamRunRow | None:
-        """The scope's most recently created run that has finished (what open candidates come from)."""
+        """The scope's most recently created finished dream whose decisions still stand (what
+        open candidates come from): an undone run's open items went with it, and a review
+        approval's run plans nothing, so neither hides the open items of the dream before it."""
         return self.session.scalars(
             select(DreamRunRow)
-            .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None))
+            .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None),
+                   DreamRunRow.status != RunStatus.UNDONE.value,
+                   DreamRunRow.trigger != REVIEW_TRIGGER)
             .order_by(DreamRunRow.created_at.desc())
             .limit(1)
         ).first()
