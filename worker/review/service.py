@@ -30,6 +30,7 @@ from worker.review.items import (
     Decided,
     ItemStatus,
     ProposedChange,
+    closed_line,
     entity_of,
     moved_since,
 )
@@ -143,17 +144,19 @@ def _selected(app: App, scope: Scope, selector: Selector) -> list[Any]:
         if selector.item_id is not None:
             row = _get(uow, scope, selector.item_id)
             if row.status != ItemStatus.OPEN.value:
-                raise Conflict(f"review item {row.id} is already {row.status}")
+                raise Conflict(closed_line(row))
             return [row]
         rows = uow.review.list(scope, run_id=selector.run_id, limit=MAX_ITEMS)
     if selector.run_id is not None and not rows:
-        raise NotFound(f"no open review items of run {selector.run_id} in this scope")
+        raise NotFound(f"no open review items of run {selector.run_id} in this scope; `dream "
+                       f"review list --run {selector.run_id} --status any` shows what became of them")
     return rows
 
 
 def decline(app: App, scope: Scope, selector: Selector, by: str,
             reason: str | None = None) -> list[Decided]:
-    """Decline and remember: not proposed again until one of the item's notes changes."""
+    """Decline and remember: not proposed again until one of the item's notes changes. One
+    named item someone decided meanwhile raises Conflict, as one already decided does."""
     out = []
     for row in _selected(app, scope, selector):
         change = ProposedChange.from_row(row)
@@ -161,12 +164,15 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
         with app.uow() as uow:
             if not uow.review.decide(row.id, ItemStatus.DECLINED.value, now=now, by=by,
                                      outcome=(reason or "declined")[:500]):
-                out.append(Decided(row.id, "refused", f"item {row.id} was decided meanwhile"))
+                out.append(Decided(row.id, "refused", closed_line(_get(uow, scope, row.id),
+                                                                  meanwhile=True)))
                 continue
             _remember_declined(uow, scope, change, reason, now)
             uow.commit()
         out.append(Decided(row.id, ItemStatus.DECLINED.value, f"declined item {row.id}"))
     log.info("review.declined", scope=scope.key, items=len(out), by=by)
+    if selector.item_id is not None and out[0].status != ItemStatus.DECLINED.value:
+        raise Conflict(out[0].line)
     return out
 
 
