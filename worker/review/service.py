@@ -2,11 +2,10 @@
 
 Every call is bound to one scope: another scope's item id is "not found". Approving re-checks
 the item's notes (or example) against what its plan decided on (one that moved makes it stale:
-refused, never written), then applies
-it in a run of its own (trigger ``review``, created by ``worker.runs`` under its lease) through
-the phase's own write path, so `dream undo <that run>` reverts it like any run (the item then
-reads ``undone``). Declining records the verdict memory that keeps the change from being
-proposed again until one of its notes changes.
+refused, never written), then applies it in a run of its own (trigger ``review``, created by
+``worker.runs`` under its lease) through the phase's own write path, so `dream undo <that run>`
+reverts it like any run (the item then reads ``undone``). Declining records the verdict memory
+that keeps the change from being proposed again until one of its notes changes.
 """
 
 from __future__ import annotations
@@ -19,7 +18,14 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import Note, RunStatus, Scope, StepStatus, fingerprint_notes
+from worker.domain.types import (
+    REVIEW_TRIGGER,
+    Note,
+    RunStatus,
+    Scope,
+    StepStatus,
+    fingerprint_notes,
+)
 from worker.errors import Conflict, NotFound
 from worker.errors import InvalidInput as Invalid
 from worker.review.apply import GUARDED, LOST, OK, apply_change, at_versions, end_lost_run
@@ -34,7 +40,6 @@ from worker.review.items import (
     entity_of,
     moved_since,
 )
-from worker.review.propose import REVIEW_TRIGGER
 from worker.runs.context import PhaseContext
 from worker.runs.create import create_phaseless_run
 from worker.runs.steps import StepRecorder
@@ -155,8 +160,7 @@ def _selected(app: App, scope: Scope, selector: Selector) -> list[Any]:
 
 def decline(app: App, scope: Scope, selector: Selector, by: str,
             reason: str | None = None) -> list[Decided]:
-    """Decline and remember: not proposed again until one of the item's notes changes. One
-    named item someone decided meanwhile raises Conflict, as one already decided does."""
+    """Decline and remember until a note changes; a named item decided meanwhile: Conflict."""
     out = []
     for row in _selected(app, scope, selector):
         change = ProposedChange.from_row(row)
