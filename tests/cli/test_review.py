@@ -180,3 +180,21 @@ def test_a_decline_that_lost_the_race_names_the_status_it_lost_to(
         assert one_error_line(result, Conflict.exit_code) == f"error: {says}"
     with app.uow() as uow:
         assert uow.judgements.known(SCOPE, DECLINED_KIND, [change.fingerprint]) == {}
+
+
+def test_a_run_filter_naming_no_run_of_the_scope_is_an_error_not_an_empty_list(app: App) -> None:
+    """`dream review list --run` with a mistyped id, or another scope's run, was "no open review
+    items" (exit 0): one line naming the run and what to do instead; a run of the scope without
+    items is still an empty list."""
+    add_notes(app, {"id": "o1", "agent_id": "agent-2", "content": "Another tenant's note."},
+              {"id": "n1", "content": "A note of this scope."})
+    assert _cli(app, "run", "--agent", "agent-2", "--force").exit_code == 0
+    assert _cli(app, "run", "--agent", "agent-1", "--force").exit_code == 0
+    theirs, ours = (json.loads(_cli(app, "runs", "list", "--json").stdout)[k]["id"] for k in (1, 0))
+    listed = _cli(app, "review", "list", "--agent", "agent-1", "--run", ours)
+    assert (listed.exit_code, listed.stdout) == (0, "no open review items\n")
+    for run_id, says in (("no-such-run", "no run with id no-such-run; list runs with"),
+                         (theirs, f"run {theirs} is not a run of scope {SCOPE.key}")):
+        line = one_error_line(_cli(app, "review", "list", "--agent", "agent-1", "--run", run_id),
+                              NotFound.exit_code)
+        assert says in line, line
