@@ -10,9 +10,11 @@ from contextlib import contextmanager
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.util.exc import CommandError
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from worker.errors import ConfigError
 from worker.resources import resource_dir
 
 MIGRATIONS_DIR = resource_dir("migrations")
@@ -25,6 +27,18 @@ def alembic_config(engine: Engine) -> Config:
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.attributes["engine"] = engine
     return cfg
+
+
+@contextmanager
+def _known_revision() -> Iterator[None]:
+    """A database stamped with a revision these migrations do not have (a newer dream-worker
+    migrated it, or another application's Alembic) is the user's to sort out, not a bug."""
+    try:
+        yield
+    except CommandError as exc:
+        raise ConfigError(f"the database is at a revision these migrations do not have ({exc}): "
+                          "another (newer?) dream-worker or another application migrated it; use "
+                          "that version, or point DREAM_DATABASE_URL at another database") from None
 
 
 @contextmanager
@@ -48,7 +62,7 @@ def _revision(conn: Connection) -> str | None:
 def upgrade(engine: Engine, revision: str = "head", *,
             verbose: bool = False) -> tuple[str | None, str | None]:
     """Migrate to ``revision``; the revision before and after (None: no schema yet)."""
-    with engine.begin() as conn, _alembic_logs(verbose):
+    with engine.begin() as conn, _alembic_logs(verbose), _known_revision():
         if conn.dialect.name == "postgresql":
             conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
         before = _revision(conn)
@@ -60,7 +74,7 @@ def upgrade(engine: Engine, revision: str = "head", *,
 
 def check(engine: Engine, *, verbose: bool = False) -> None:
     """Raise if the models differ from what the migrations build (``alembic check``)."""
-    with engine.connect() as conn, _alembic_logs(verbose):
+    with engine.connect() as conn, _alembic_logs(verbose), _known_revision():
         cfg = alembic_config(engine)
         cfg.attributes["connection"] = conn
         command.check(cfg)
