@@ -127,8 +127,9 @@ def test_review_exit_code(statuses: list[str], code: int) -> None:
 def test_an_undone_runs_items_are_not_open_and_refused_naming_the_undo(app: App) -> None:
     """After `dream undo` of a propose run, none of its items is listed open, and approving or
     declining one by its id is one line naming its status and the undo that withdrew it
-    (before: "review item 1 is already declined", as if a person had declined it); approving
-    the run's items names where to see what became of them. Nothing is written."""
+    (before: "review item 1 is already declined", as if a person had declined it); `review show`
+    says why; approving the run's items names where to see what became of them. Nothing is
+    written."""
     add_notes(app, {"id": "t1", "content": "Prefers green tea."},
               {"id": "t2", "content": "Prefers green tea in the morning."})
     ran = _cli(app, "run", "--agent", "agent-1", "--force", DREAM_APPLY_MODE="propose")
@@ -137,6 +138,8 @@ def test_an_undone_runs_items_are_not_open_and_refused_naming_the_undo(app: App)
     item, run_id = listed["items"][0]["id"], listed["items"][0]["run_id"]
     assert _cli(app, "undo", run_id).exit_code == 0
     assert _cli(app, "review", "list", "--agent", "agent-1").stdout == "no open review items\n"
+    shown = _cli(app, "review", "show", str(item), "--agent", "agent-1").stdout
+    assert f"  outcome: withdrawn: run {run_id} was undone\n" in shown, shown  # before: not said
     before = all_rows_text(app)
     for verb in ("approve", "decline"):
         line = one_error_line(_cli(app, "review", verb, str(item), "--agent", "agent-1"),

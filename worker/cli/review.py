@@ -137,6 +137,8 @@ def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
     if item["decided_by"]:
         click.echo(f"  {item['status']} by {item['decided_by']} at {item['decided_at']}"
                    + (f" (run {item['applied_run_id']})" if item["applied_run_id"] else ""))
+    if item["outcome"] and item["status"] != "approved":  # why: withdrawn, stale, undone, reason
+        click.echo(f"  outcome: {item['outcome']}")
 
 
 def _decider(by: str | None) -> str:
