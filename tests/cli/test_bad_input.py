@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -63,3 +64,57 @@ def test_a_usage_error_points_to_its_own_commands_help(args: list[str], where: s
                                 env={"DREAM_DATABASE_URL": "sqlite:///:memory:"})
     assert result.exit_code == 2
     assert result.stderr.strip().endswith(f"(see `{where} --help`)"), result.stderr
+
+
+NOTE = b'{"id": "bom-1", "agent_id": "a", "content": "Saved by Notepad"}\n'
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    (b"", "is empty (no JSONL line to import); check the path"),  # before: read 0, exit 0
+    (b"\n  \n", "is empty (no JSONL line to import)"),
+    (b"\xef\xbb\xbf\n", "is empty (no JSONL line to import)"),
+    # before: Python's "Unexpected UTF-8 BOM (decode using utf-8-sig)"
+    (NOTE + b"\xef\xbb\xbf" + NOTE, "line 2: not valid JSON (a byte-order mark (U+FEFF) before "
+                                    "the JSON; save the file as UTF-8 without BOM)"),
+    # before: "at column 1", the column of the line break the decoder read as a second line
+    (b'{"agent_id": "a", "content": "x"\n', "line 1: not valid JSON (Expecting ',' delimiter "
+                                           "at column 33)"),
+    (b'{"agent_id": "a", "content": "x"\r\n', "line 1: not valid JSON (Expecting ',' delimiter "
+                                             "at column 33)"),
+])
+def test_a_file_that_cannot_be_imported_is_one_line_and_writes_nothing(
+    app: App, tmp_path: Path, body: bytes, says: str,
+) -> None:
+    """An empty FILE (a wrong path, a failed export), a byte-order mark inside the file and an
+    unfinished line are each one line naming the problem and what to do; nothing written."""
+    add_notes(app, {"agent_id": "a", "content": "An existing note"})
+    before = all_rows_text(app)
+    path = tmp_path / "notes.jsonl"
+    path.write_bytes(body)
+    result = CliRunner().invoke(main, ["notes", "import", str(path)],
+                                env={"DREAM_DATABASE_URL": app.settings.database_url})
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: {path} {says}" if says.startswith("is empty")
+                           else f"error: {says}"), line
+    assert all_rows_text(app) == before
+
+
+def test_a_byte_order_mark_that_starts_a_file_is_not_part_of_it(app: App, tmp_path: Path) -> None:
+    """Windows editors start a UTF-8 file with a byte-order mark: every importer reads the file
+    as without one (before: line 1 was refused as not valid JSON). Empty stdin still imports
+    nothing, successfully (a pipeline with nothing to pass on)."""
+    env = {"DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LOG_LEVEL": "WARNING"}
+    for args, body in (
+        (["notes", "import"], NOTE),
+        (["sessions", "import"], b'{"agent_id": "a", "started_at": "2026-01-01T00:00:00Z"}\n'),
+        (["entities", "import"], b'{"kind": "agent", "id": "a", "status": "active"}\n'),
+    ):
+        path = tmp_path / f"{args[0]}.jsonl"
+        path.write_bytes(b"\xef\xbb\xbf" + body)
+        result = CliRunner().invoke(main, [*args, str(path)], env=env)
+        assert result.exit_code == 0 and result.stdout.startswith("read 1 "), result.output
+    with app.uow() as uow:
+        assert uow.notes.get_many(["bom-1"])[0].content == "Saved by Notepad"
+    empty = CliRunner().invoke(main, ["notes", "import", "-"], input=b"", env=env)
+    assert (empty.exit_code, empty.stdout) == (0, "read 0 notes: 0 added, 0 already present\n")

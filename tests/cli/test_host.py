@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,10 @@ from tests.cli.test_commands import dream, one_error_line
 from tests.conftest import make_sqlite_app
 from tests.support.factories import add_notes
 from worker.app import App
+from worker.clock import utcnow
+from worker.domain.types import Scope
 from worker.errors import ConfigError, NotFound
+from worker.review.changes import archive_change
 from worker.store.models import NoteRow
 
 
@@ -85,3 +89,46 @@ def test_api_refuses_to_start_without_tokens(db: App) -> None:
     line = one_error_line(dream(db.settings.database_url, "api", "--port", "0"),
                           ConfigError.exit_code)
     assert "DREAM_API_TOKENS" in line
+
+
+def _open_items(url: str) -> list[tuple[str, list[str]]]:
+    """The run and notes of each open item `dream candidates` lists (no similar pair reaches
+    the threshold 1)."""
+    out = dream(url, "candidates", "--agent", "agent-1", "--threshold", "1", "--json")
+    assert out.exit_code == 0, out.output
+    return [(c["run_id"], sorted(c["note_ids"])) for c in json.loads(out.stdout)["candidates"]]
+
+
+def _dream(url: str) -> str:
+    ran = dream(url, "run", "--agent", "agent-1", "--force")
+    assert ran.exit_code == 0, ran.output
+    return str(json.loads(dream(url, "runs", "list", "--json").stdout)[0]["id"])
+
+
+def test_candidates_are_the_open_items_of_the_latest_dream_that_still_stands(app: App) -> None:
+    """An undone run's open items went with it: `dream candidates` no longer lists them
+    (before: it did, under the undone run's id). A review approval's run plans nothing: the
+    dream before it still supplies the open items (before: the approval hid them all) and the
+    open-candidates gauge (before: the scope dropped out of it)."""
+    url = app.settings.database_url
+    add_notes(app, {"id": "b", "content": "Alice lives in Berlin."},
+              {"id": "m", "content": "Alice lives in Munich."},
+              {"id": "z", "content": "The office printer is on floor two."})
+    first = _dream(url)
+    assert _open_items(url) == [(first, ["b", "m"])]
+    assert dream(url, "undo", first).exit_code == 0
+    assert _open_items(url) == []
+
+    second = _dream(url)
+    with app.uow() as uow:
+        change = archive_change("prune", "z", 1, reason="prune: orphaned", comment="[Pruned]")
+        uow.review.add_many(Scope("agent-1"), None, [change.row()], utcnow())
+        uow.commit()
+        item = uow.review.list(Scope("agent-1"))[-1].id
+    approved = dream(url, "review", "approve", str(item), "--agent", "agent-1")
+    assert approved.exit_code == 0, approved.output
+    assert _open_items(url) == [(second, ["b", "m"])]
+    with app.uow() as uow:  # the /metrics gauge reads the same dream (before: no figure)
+        counted = (uow.runs.get(second).totals or {})["open_candidates"]
+        assert uow.run_history.latest_open_candidates(Scope("agent-1")) == {
+            Scope("agent-1").key: counted}

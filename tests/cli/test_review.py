@@ -1,32 +1,38 @@
 """`dream review approve|decline` exit codes: a batch that left an item open (blocked by the
 blast-radius guard) or found one stale says so to scripts, as `dream run` does for its runs;
-a batch decided in full exits 0 (SQLite and PostgreSQL)."""
+a batch decided in full exits 0; an item no longer open is refused with one line naming its
+status and why (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 from click.testing import CliRunner, Result
 
+from tests.cli.test_commands import one_error_line
 from tests.support.factories import add_notes
 from tests.support.host_writes import host_sets
+from tests.support.safety import all_rows_text
 from worker.app import App
 from worker.cli import main
 from worker.cli.common import Outcome
 from worker.cli.review import review_exit_code
 from worker.clock import utcnow
 from worker.domain.types import Scope
+from worker.errors import Conflict, NotFound
+from worker.review import service as review_service
 from worker.review.changes import archive_change
-from worker.review.items import ChangeKind, ProposedChange
+from worker.review.items import DECLINED_KIND, ChangeKind, ProposedChange
 
 SCOPE = Scope("agent-1")
 
 
-def _cli(app: App, *args: str) -> Result:
+def _cli(app: App, *args: str, **env: str) -> Result:
     return CliRunner().invoke(main, list(args), env={
         "DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LLM_PROVIDER": "none",
-        "DREAM_LOG_LEVEL": "WARNING"})
+        "DREAM_LOG_LEVEL": "WARNING", **env})
 
 
 def _propose(app: App, change: ProposedChange) -> int:
@@ -116,3 +122,82 @@ def test_blocked_wins_over_stale_and_a_full_batch_exits_0(app: App) -> None:
 def test_review_exit_code(statuses: list[str], code: int) -> None:
     """The batch's exit code from its items' answers."""
     assert review_exit_code(statuses) == code
+
+
+def test_an_undone_runs_items_are_not_open_and_refused_naming_the_undo(app: App) -> None:
+    """After `dream undo` of a propose run, none of its items is listed open, and approving or
+    declining one by its id is one line naming its status and the undo that withdrew it
+    (before: "review item 1 is already declined", as if a person had declined it); `review show`
+    says why; approving the run's items names where to see what became of them. Nothing is
+    written."""
+    add_notes(app, {"id": "t1", "content": "Prefers green tea."},
+              {"id": "t2", "content": "Prefers green tea in the morning."})
+    ran = _cli(app, "run", "--agent", "agent-1", "--force", DREAM_APPLY_MODE="propose")
+    assert ran.exit_code == 0, ran.output
+    listed = json.loads(_cli(app, "review", "list", "--agent", "agent-1", "--json").stdout)
+    item, run_id = listed["items"][0]["id"], listed["items"][0]["run_id"]
+    assert _cli(app, "undo", run_id).exit_code == 0
+    assert _cli(app, "review", "list", "--agent", "agent-1").stdout == "no open review items\n"
+    shown = _cli(app, "review", "show", str(item), "--agent", "agent-1").stdout
+    assert f"  outcome: withdrawn: run {run_id} was undone\n" in shown, shown  # before: not said
+    before = all_rows_text(app)
+    for verb in ("approve", "decline"):
+        line = one_error_line(_cli(app, "review", verb, str(item), "--agent", "agent-1"),
+                              Conflict.exit_code)
+        assert line == (f"error: review item {item} is already declined: withdrawn when run "
+                        f"{run_id}, which proposed it, was undone; the next dream proposes it "
+                        "afresh if it still applies")
+    line = one_error_line(_cli(app, "review", "approve", "--run", run_id, "--agent", "agent-1"),
+                          NotFound.exit_code)
+    assert f"`dream review list --run {run_id} --status any` shows what became of them" in line
+    assert all_rows_text(app) == before
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_decline_that_lost_the_race_names_the_status_it_lost_to(
+        app: App, monkeypatch: pytest.MonkeyPatch, batch: bool) -> None:
+    """Someone approves the item between this decline's read and its write: the answer names
+    the status and who decided (before: "item N was decided meanwhile", nothing more). One item
+    named by its id is then an error like one already decided (exit 4; before: 14, with no
+    error line); a batch prints the line and exits 14. The decline remembers nothing."""
+    _facts(app, 2)
+    change = _archive("n00")
+    item = _propose(app, change)
+    real_utcnow = review_service.utcnow
+
+    def approved_meanwhile() -> datetime:  # the decline reads its clock just before its write
+        with app.uow() as uow:
+            uow.review.decide(item, "approved", now=real_utcnow(), by="cli:bob",
+                              applied_run_id="r-bob")
+            uow.commit()
+        return real_utcnow()
+
+    monkeypatch.setattr(review_service, "utcnow", approved_meanwhile)
+    result = _cli(app, "review", "decline", *(["--all"] if batch else [str(item)]),
+                  "--agent", "agent-1")
+    says = (f"review item {item} was decided meanwhile: it is approved: approved by cli:bob in "
+            "run r-bob; `dream undo r-bob` reverts it")
+    if batch:
+        assert result.exit_code == Outcome.STALE and result.stdout == says + "\n", result.output
+    else:
+        assert one_error_line(result, Conflict.exit_code) == f"error: {says}"
+    with app.uow() as uow:
+        assert uow.judgements.known(SCOPE, DECLINED_KIND, [change.fingerprint]) == {}
+
+
+def test_a_run_filter_naming_no_run_of_the_scope_is_an_error_not_an_empty_list(app: App) -> None:
+    """`dream review list --run` with a mistyped id, or another scope's run, was "no open review
+    items" (exit 0): one line naming the run and what to do instead; a run of the scope without
+    items is still an empty list."""
+    add_notes(app, {"id": "o1", "agent_id": "agent-2", "content": "Another tenant's note."},
+              {"id": "n1", "content": "A note of this scope."})
+    assert _cli(app, "run", "--agent", "agent-2", "--force").exit_code == 0
+    assert _cli(app, "run", "--agent", "agent-1", "--force").exit_code == 0
+    theirs, ours = (json.loads(_cli(app, "runs", "list", "--json").stdout)[k]["id"] for k in (1, 0))
+    listed = _cli(app, "review", "list", "--agent", "agent-1", "--run", ours)
+    assert (listed.exit_code, listed.stdout) == (0, "no open review items\n")
+    for run_id, says in (("no-such-run", "no run with id no-such-run; list runs with"),
+                         (theirs, f"run {theirs} is not a run of scope {SCOPE.key}")):
+        line = one_error_line(_cli(app, "review", "list", "--agent", "agent-1", "--run", run_id),
+                              NotFound.exit_code)
+        assert says in line, line

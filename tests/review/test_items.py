@@ -3,9 +3,19 @@ applied at once or proposed."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from worker.review.items import ApplyMode, ChangeKind, ProposedChange, resolve_mode, should_propose
+from worker.review.items import (
+    WITHDRAWN_BY,
+    ApplyMode,
+    ChangeKind,
+    ProposedChange,
+    closed_line,
+    resolve_mode,
+    should_propose,
+)
 
 
 @pytest.mark.parametrize(
@@ -72,3 +82,35 @@ def test_a_batch_outcome_is_blocked_before_stale_before_done(statuses: list[str]
     from worker.review.items import batch_outcome
 
     assert batch_outcome(statuses).value == outcome
+
+
+def _row(status: str, by: str | None, applied: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(id=7, status=status, decided_by=by, run_id="r-proposed",
+                           applied_run_id=applied)
+
+
+@pytest.mark.parametrize(("row", "meanwhile", "line"), [
+    # withdrawn by an undo: still "declined" in the table, but nobody declined it
+    (_row("declined", WITHDRAWN_BY), False,
+     "review item 7 is already declined: withdrawn when run r-proposed, which proposed it, was "
+     "undone; the next dream proposes it afresh if it still applies"),
+    (_row("declined", "cli:ann"), False,
+     "review item 7 is already declined: declined by cli:ann; it is not proposed again until "
+     "one of its notes changes"),
+    # what a decline that lost the race to an approval answers
+    (_row("approved", "cli:bob", "r-applied"), True,
+     "review item 7 was decided meanwhile: it is approved: approved by cli:bob in run "
+     "r-applied; `dream undo r-applied` reverts it"),
+    (_row("undone", "cli:bob", "r-applied"), False,
+     "review item 7 is already undone: approved by cli:bob, then run r-applied, which applied "
+     "it, was undone; the next dream proposes it afresh"),
+    # stale: recorded by a run (decided_by "run") or a batch approval; who does not matter
+    (_row("stale", "run"), False,
+     "review item 7 is already stale: a note or example it names changed since it was "
+     "proposed, so it can never apply; the next dream proposes afresh"),
+])
+def test_an_item_no_longer_open_says_its_status_who_decided_and_what_is_left(
+        row: SimpleNamespace, meanwhile: bool, line: str) -> None:
+    """The one line approve and decline answer for an item that is not open: its status now
+    (a withdrawn item said only "already declined", a lost decline race not even that)."""
+    assert closed_line(row, meanwhile=meanwhile) == line

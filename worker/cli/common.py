@@ -50,16 +50,22 @@ def cli_app(ctx: click.Context, create: bool = False) -> App:
 
 
 def read_lines(path: str) -> Iterable[bytes]:
-    """Raw lines of FILE or stdin; ingest decodes them and names a line that is not UTF-8."""
+    """Raw lines of FILE or stdin; ingest decodes them and names a line that is not UTF-8.
+    A FILE without a line to import is a wrong path or a failed export, refused; an empty
+    stdin is a pipeline that had nothing to pass on, and imports nothing."""
     if path == "-":
         return sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin  # type: ignore[return-value]
     try:
         with open(path, "rb") as fh:
-            return fh.readlines()
+            lines = fh.readlines()
     except FileNotFoundError:
         raise NotFound(f"file not found: {path}") from None
     except (IsADirectoryError, PermissionError) as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}; expected a UTF-8 JSONL file") from None
+    if not any(line.removeprefix(b"\xef\xbb\xbf").strip() for line in lines):
+        raise UserError(f"{path} is empty (no JSONL line to import); check the path, or the "
+                        "export that wrote it")
+    return lines
 
 
 def echo_imported(result: Any, noun: str) -> None:

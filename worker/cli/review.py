@@ -14,6 +14,7 @@ from worker.cli.common import IDENT, Outcome, cli_app, scope_options
 from worker.cli.errors import UserError, user_errors
 from worker.domain.limits import INT_MAX
 from worker.domain.types import Scope
+from worker.errors import NotFound
 from worker.review.items import BatchOutcome, batch_outcome
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -84,6 +85,8 @@ def list_cmd(ctx: click.Context, agent: str, user: str | None, company: str | No
     app, scope = _known_scope(ctx, agent, user, company)
     items = list_items(app, scope, status=None if status == "any" else status, run_id=run_id,
                        limit=limit)
+    if not items and run_id is not None:
+        _check_run(app, scope, run_id)
     if as_json:
         click.echo(json.dumps({"items": items}, indent=2))
         return
@@ -91,6 +94,15 @@ def list_cmd(ctx: click.Context, agent: str, user: str | None, company: str | No
         click.echo(f"no {'' if status == 'any' else status + ' '}review items")
     for item in items:
         click.echo(_summary(item))
+
+
+def _check_run(app: Any, scope: Scope, run_id: str) -> None:
+    """A --run that names no run of the scope is a mistake, not an empty list."""
+    from worker.reporting import run_tree
+
+    if run_tree(app, run_id)["scope"] != scope.key:  # RunNotFound when there is no such run
+        raise NotFound(f"run {run_id} is not a run of scope {scope.key}; list the scope's runs "
+                       "with `dream runs list`")
 
 
 @review.command("show")
@@ -125,6 +137,8 @@ def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
     if item["decided_by"]:
         click.echo(f"  {item['status']} by {item['decided_by']} at {item['decided_at']}"
                    + (f" (run {item['applied_run_id']})" if item["applied_run_id"] else ""))
+    if item["outcome"] and item["status"] != "approved":  # why: withdrawn, stale, undone, reason
+        click.echo(f"  outcome: {item['outcome']}")
 
 
 def _decider(by: str | None) -> str:

@@ -32,7 +32,10 @@ def text_problem(value: str) -> str | None:
 
 def json_syntax_problem(exc: json.JSONDecodeError) -> str:
     """``Expecting value at column 7``: the decoder's message with its column. Some messages
-    already end in "at" ("Invalid control character at"), which must not be doubled."""
+    already end in "at" ("Invalid control character at"), which must not be doubled. Python's
+    advice for a byte-order mark ("decode using utf-8-sig") is for programmers."""
+    if exc.msg.startswith("Unexpected UTF-8 BOM"):
+        return "a byte-order mark (U+FEFF) before the JSON; save the file as UTF-8 without BOM"
     return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
 
 

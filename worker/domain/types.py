@@ -71,6 +71,9 @@ ACTIVE_RUN_STATUSES = (RunStatus.QUEUED.value, RunStatus.RUNNING.value,
 # counts: re-trying it every beat would only trip the same guard every 15 minutes.
 DREAMED_RUN_STATUSES = (RunStatus.SUCCEEDED.value, RunStatus.PARTIAL.value,
                         RunStatus.BLOCKED.value)
+# dream_runs.trigger of a review approval's run: it applies one item a person approved and
+# plans nothing, so it leaves no open candidates behind.
+REVIEW_TRIGGER = "review"
 
 
 class StepStatus(StrEnum):

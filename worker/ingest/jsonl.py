@@ -48,7 +48,8 @@ def _finite_float(literal: str) -> float:
 
 
 def _decoded(lines: Iterable[str | bytes]) -> Iterator[tuple[int, str]]:
-    """Number each line and decode bytes as strict UTF-8, naming the line that is not."""
+    """Number each line and decode bytes as strict UTF-8, naming the line that is not; a
+    byte-order mark that starts the input (Windows editors write one) is not part of it."""
     number = 0
     iterator = iter(lines)
     while True:
@@ -64,7 +65,7 @@ def _decoded(lines: Iterable[str | bytes]) -> Iterator[tuple[int, str]]:
                 line = line.decode("utf-8")
             except UnicodeDecodeError:
                 raise InputError(f"line {number}: not valid UTF-8; save the file as UTF-8") from None
-        yield number, line
+        yield number, (line.removeprefix("\ufeff") if number == 1 else line)
 
 
 def read_jsonl(lines: Iterable[str | bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -72,8 +73,9 @@ def read_jsonl(lines: Iterable[str | bytes]) -> Iterator[tuple[int, dict[str, An
     for number, line in _decoded(lines):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
+        try:  # without its line break, or an unfinished object's error points at "column 1"
+            obj = json.loads(line.rstrip("\r\n"), parse_constant=_refuse_constant,
+                             parse_float=_finite_float)
         except json.JSONDecodeError as exc:
             raise InputError(f"line {number}: not valid JSON ({json_syntax_problem(exc)})") from None
         except _NotFinite as exc:

@@ -80,6 +80,32 @@ class ItemStatus(StrEnum):
 
 # Verdict memory of a declined item (judgements.kind): not proposed again at these versions.
 DECLINED_KIND = "review_declined"
+# decided_by of an open item its proposing run's undo withdrew (ReviewRepository.withdraw_run).
+WITHDRAWN_BY = "undo"
+
+
+def closed_line(row: Any, *, meanwhile: bool = False) -> str:
+    """Why an item that is no longer open can be neither approved nor declined: its status
+    now, who or what decided it and what is left to do, in one line of ids (``meanwhile``: it
+    was open when the caller read it)."""
+    status = f"was decided meanwhile: it is {row.status}" if meanwhile else f"is already {row.status}"
+    return f"review item {row.id} {status}: {_closed_why(row)}"
+
+
+def _closed_why(row: Any) -> str:
+    by, applied = row.decided_by or "a run", row.applied_run_id
+    if row.status == ItemStatus.DECLINED and row.decided_by == WITHDRAWN_BY:
+        return (f"withdrawn when run {row.run_id}, which proposed it, was undone; the next dream "
+                "proposes it afresh if it still applies")
+    if row.status == ItemStatus.DECLINED:
+        return f"declined by {by}; it is not proposed again until one of its notes changes"
+    if row.status == ItemStatus.APPROVED:
+        return f"approved by {by} in run {applied}; `dream undo {applied}` reverts it"
+    if row.status == ItemStatus.UNDONE:
+        return (f"approved by {by}, then run {applied}, which applied it, was undone; the next "
+                "dream proposes it afresh")
+    return ("a note or example it names changed since it was proposed, so it can never apply; "
+            "the next dream proposes afresh")
 
 
 @dataclass(frozen=True)

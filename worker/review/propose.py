@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from worker.domain.types import REVIEW_TRIGGER
 from worker.review.items import (
     DECLINED_KIND,
     ApplyMode,
@@ -24,8 +25,6 @@ from worker.review.items import (
 )
 
 log = structlog.get_logger(__name__)
-
-REVIEW_TRIGGER = "review"  # dream_runs.trigger of an approval's run
 
 
 @dataclass

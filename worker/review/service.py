@@ -2,11 +2,10 @@
 
 Every call is bound to one scope: another scope's item id is "not found". Approving re-checks
 the item's notes (or example) against what its plan decided on (one that moved makes it stale:
-refused, never written), then applies
-it in a run of its own (trigger ``review``, created by ``worker.runs`` under its lease) through
-the phase's own write path, so `dream undo <that run>` reverts it like any run (the item then
-reads ``undone``). Declining records the verdict memory that keeps the change from being
-proposed again until one of its notes changes.
+refused, never written), then applies it in a run of its own (trigger ``review``, created by
+``worker.runs`` under its lease) through the phase's own write path, so `dream undo <that run>`
+reverts it like any run (the item then reads ``undone``). Declining records the verdict memory
+that keeps the change from being proposed again until one of its notes changes.
 """
 
 from __future__ import annotations
@@ -19,7 +18,14 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import Note, RunStatus, Scope, StepStatus, fingerprint_notes
+from worker.domain.types import (
+    REVIEW_TRIGGER,
+    Note,
+    RunStatus,
+    Scope,
+    StepStatus,
+    fingerprint_notes,
+)
 from worker.errors import Conflict, NotFound
 from worker.errors import InvalidInput as Invalid
 from worker.review.apply import GUARDED, LOST, OK, apply_change, at_versions, end_lost_run
@@ -30,10 +36,10 @@ from worker.review.items import (
     Decided,
     ItemStatus,
     ProposedChange,
+    closed_line,
     entity_of,
     moved_since,
 )
-from worker.review.propose import REVIEW_TRIGGER
 from worker.runs.context import PhaseContext
 from worker.runs.create import create_phaseless_run
 from worker.runs.steps import StepRecorder
@@ -143,17 +149,18 @@ def _selected(app: App, scope: Scope, selector: Selector) -> list[Any]:
         if selector.item_id is not None:
             row = _get(uow, scope, selector.item_id)
             if row.status != ItemStatus.OPEN.value:
-                raise Conflict(f"review item {row.id} is already {row.status}")
+                raise Conflict(closed_line(row))
             return [row]
         rows = uow.review.list(scope, run_id=selector.run_id, limit=MAX_ITEMS)
     if selector.run_id is not None and not rows:
-        raise NotFound(f"no open review items of run {selector.run_id} in this scope")
+        raise NotFound(f"no open review items of run {selector.run_id} in this scope; `dream "
+                       f"review list --run {selector.run_id} --status any` shows what became of them")
     return rows
 
 
 def decline(app: App, scope: Scope, selector: Selector, by: str,
             reason: str | None = None) -> list[Decided]:
-    """Decline and remember: not proposed again until one of the item's notes changes."""
+    """Decline and remember until a note changes; a named item decided meanwhile: Conflict."""
     out = []
     for row in _selected(app, scope, selector):
         change = ProposedChange.from_row(row)
@@ -161,12 +168,15 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
         with app.uow() as uow:
             if not uow.review.decide(row.id, ItemStatus.DECLINED.value, now=now, by=by,
                                      outcome=(reason or "declined")[:500]):
-                out.append(Decided(row.id, "refused", f"item {row.id} was decided meanwhile"))
+                out.append(Decided(row.id, "refused", closed_line(_get(uow, scope, row.id),
+                                                                  meanwhile=True)))
                 continue
             _remember_declined(uow, scope, change, reason, now)
             uow.commit()
         out.append(Decided(row.id, ItemStatus.DECLINED.value, f"declined item {row.id}"))
     log.info("review.declined", scope=scope.key, items=len(out), by=by)
+    if selector.item_id is not None and out[0].status != ItemStatus.DECLINED.value:
+        raise Conflict(out[0].line)
     return out
 
 

@@ -2,35 +2,79 @@
 
 from __future__ import annotations
 
+import logging
+from argparse import Namespace
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.util.exc import CommandError
 from sqlalchemy import text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
+from worker.errors import ConfigError
 from worker.resources import resource_dir
 
 MIGRATIONS_DIR = resource_dir("migrations")
 
 
 def alembic_config(engine: Engine) -> Config:
-    cfg = Config()
+    # quiet: Alembic's own stdout lines ("No new upgrade operations detected."); each command
+    # prints one line of its own.
+    cfg = Config(cmd_opts=Namespace(quiet=True))
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.attributes["engine"] = engine
     return cfg
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    with engine.begin() as conn:
+@contextmanager
+def _known_revision() -> Iterator[None]:
+    """A database stamped with a revision these migrations do not have (a newer dream-worker
+    migrated it, or another application's Alembic) is the user's to sort out, not a bug."""
+    try:
+        yield
+    except CommandError as exc:
+        raise ConfigError(f"the database is at a revision these migrations do not have ({exc}): "
+                          "another (newer?) dream-worker or another application migrated it; use "
+                          "that version, or point DREAM_DATABASE_URL at another database") from None
+
+
+@contextmanager
+def _alembic_logs(verbose: bool) -> Iterator[None]:
+    """Alembic logs each step at INFO ("Context impl SQLiteImpl.", "Running upgrade ..."): shown
+    only when asked for, so a successful command leaves stderr clean at the default level."""
+    logger = logging.getLogger("alembic")
+    level = logger.level
+    logger.setLevel(logging.INFO if verbose else max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _revision(conn: Connection) -> str | None:
+    with _alembic_logs(verbose=False):  # not a step: it would log "Context impl" again
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head", *,
+            verbose: bool = False) -> tuple[str | None, str | None]:
+    """Migrate to ``revision``; the revision before and after (None: no schema yet)."""
+    with engine.begin() as conn, _alembic_logs(verbose), _known_revision():
         if conn.dialect.name == "postgresql":
             conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+        before = _revision(conn)
         cfg = alembic_config(engine)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+        return before, _revision(conn)
 
 
-def check(engine: Engine) -> None:
+def check(engine: Engine, *, verbose: bool = False) -> None:
     """Raise if the models differ from what the migrations build (``alembic check``)."""
-    with engine.connect() as conn:
+    with engine.connect() as conn, _alembic_logs(verbose), _known_revision():
         cfg = alembic_config(engine)
         cfg.attributes["connection"] = conn
         command.check(cfg)

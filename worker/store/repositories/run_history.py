@@ -10,7 +10,7 @@ from datetime import datetime
 from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session
 
-from worker.domain.types import DREAMED_RUN_STATUSES, Scope
+from worker.domain.types import DREAMED_RUN_STATUSES, REVIEW_TRIGGER, RunStatus, Scope
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 from worker.store.repositories.usage import phase_step_usage
 
@@ -61,23 +61,29 @@ class RunHistoryRepository:
         return {k: int(n) for k, n in rows}
 
     def latest_finished(self, scope: Scope) -> DreamRunRow | None:
-        """The scope's most recently created run that has finished (what open candidates come from)."""
+        """The scope's most recently created finished dream whose decisions still stand (what
+        open candidates come from): an undone run's open items went with it, and a review
+        approval's run plans nothing, so neither hides the open items of the dream before it."""
         return self.session.scalars(
             select(DreamRunRow)
-            .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None))
+            .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None),
+                   DreamRunRow.status != RunStatus.UNDONE.value,
+                   DreamRunRow.trigger != REVIEW_TRIGGER)
             .order_by(DreamRunRow.created_at.desc())
             .limit(1)
         ).first()
 
     def open_candidates_before(self, scope: Scope, before: datetime,
                                limit: int) -> builtins.list[int]:
-        """``totals.open_candidates`` of the scope's last ``limit`` finished non-dry runs
-        created before ``before``, oldest first (runs without the count are left out)."""
+        """``totals.open_candidates`` of the scope's last ``limit`` finished non-dry dreams
+        created before ``before``, oldest first (runs without the count are left out; a review
+        approval's run, which counts none, takes no place among them)."""
         rows = self.session.scalars(
             select(DreamRunRow.totals)
             .where(DreamRunRow.scope_key == scope.key, DreamRunRow.created_at < before,
                    DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
-                   DreamRunRow.status.in_(DREAMED_RUN_STATUSES))
+                   DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
+                   DreamRunRow.trigger != REVIEW_TRIGGER)
             .order_by(DreamRunRow.created_at.desc())
             .limit(limit)
         ).all()
@@ -85,11 +91,13 @@ class RunHistoryRepository:
         return [int(c) for c in reversed(counts) if isinstance(c, int)]
 
     def latest_open_candidates(self, scope: Scope | None = None) -> dict[str, int]:
-        """Open candidates per scope as its latest finished run counted them (the gauge)."""
+        """Open candidates per scope as its latest finished dream counted them (the gauge; a
+        review approval's run counts none and would drop the scope from it)."""
         latest = (
             select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
             .where(DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
-                   DreamRunRow.status.in_(DREAMED_RUN_STATUSES))
+                   DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
+                   DreamRunRow.trigger != REVIEW_TRIGGER)
             .group_by(DreamRunRow.scope_key)
         )
         if scope is not None:

@@ -1,0 +1,83 @@
+"""`dream db upgrade|check` through a real process at the default log level: one line of their
+own on stdout, stderr clean unless --verbose (SQLite and PostgreSQL); a database they cannot
+migrate is one line."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from alembic.script import ScriptDirectory
+
+from worker.app import App
+from worker.errors import ConfigError
+from worker.store.migrate import alembic_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _dream(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`dream ARGS` as a user runs it: no DREAM_ setting but the database (INFO logs)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAM_")}
+    return subprocess.run([sys.executable, "-m", "worker.cli", *args], cwd=ROOT, text=True,
+                          env={**env, "DREAM_DATABASE_URL": url}, capture_output=True,
+                          timeout=120, check=False)
+
+
+def test_upgrade_and_check_of_a_current_schema_print_one_line_and_nothing_on_stderr(
+        app: App) -> None:
+    """Before, `dream db upgrade` wrote Alembic's INFO lines on stderr ("Context impl
+    PostgresqlImpl.", "Will assume transactional DDL.") and `dream db check` two lines on
+    stdout and eight on stderr."""
+    url = app.settings.database_url
+    head = ScriptDirectory.from_config(alembic_config(app.engine)).get_current_head()
+    shown = app.engine.url.render_as_string(hide_password=True)
+    upgraded = _dream(url, "db", "upgrade")
+    assert (upgraded.returncode, upgraded.stderr) == (0, ""), upgraded.stderr
+    assert upgraded.stdout == f"database already at the latest revision {head}: {shown}\n"
+    checked = _dream(url, "db", "check")
+    assert (checked.returncode, checked.stdout, checked.stderr) == (
+        0, "models match migrations\n", "")
+
+
+def test_a_new_database_says_what_it_was_upgraded_from_and_verbose_shows_each_step(
+        tmp_path: Path) -> None:
+    """A new SQLite file: one line naming both revisions, stderr clean (before: 14 lines of
+    "Running upgrade ..."); `--verbose` shows Alembic's steps."""
+    quiet = _dream(f"sqlite:///{tmp_path / 'quiet.db'}", "db", "upgrade")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert quiet.stdout.startswith("database upgraded from an empty schema to ")
+    assert len(quiet.stdout.splitlines()) == 1
+    verbose = _dream(f"sqlite:///{tmp_path / 'verbose.db'}", "db", "upgrade", "--verbose")
+    assert verbose.returncode == 0 and verbose.stdout.startswith("database upgraded from")
+    assert "Running upgrade  -> 0001" in verbose.stderr, verbose.stderr
+
+
+def _dump(path: Path) -> list[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+def test_a_database_at_a_revision_these_migrations_lack_is_one_line(tmp_path: Path) -> None:
+    """A database a newer dream-worker (or another application's Alembic) migrated: upgrade and
+    check were an Alembic CommandError traceback; one configuration line now, nothing changed."""
+    url = f"sqlite:///{tmp_path / 'newer.db'}"
+    assert _dream(url, "db", "upgrade").returncode == 0
+    with sqlite3.connect(tmp_path / "newer.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0099'")
+    before = _dump(tmp_path / "newer.db")
+    for command in ("upgrade", "check"):
+        done = _dream(url, "db", command)
+        assert (done.returncode, done.stdout) == (ConfigError.exit_code, ""), done.stderr
+        assert done.stderr.splitlines() == [
+            "error: the database is at a revision these migrations do not have (Can't locate "
+            "revision identified by '0099'): another (newer?) dream-worker or another "
+            "application migrated it; use that version, or point DREAM_DATABASE_URL at another "
+            "database"]
+    assert _dump(tmp_path / "newer.db") == before
