@@ -170,6 +170,9 @@ class Note:
     version: int = 1
     content_hash: str = ""
     flags: list[str] = field(default_factory=list)
+    # The source conversations of the notes this one was written from (fused), transitively:
+    # what prune checks a fused note's provenance against (``notes.lineage_conversation_ids``).
+    lineage_conversation_ids: tuple[str, ...] = ()
 
     @property
     def retirable(self) -> bool:
