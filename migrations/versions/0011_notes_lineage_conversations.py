@@ -84,5 +84,6 @@ def _lineage(note: str, parents: dict[str, set[str]], own: dict[str, str],
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('notes') as batch_op:
-        batch_op.drop_column('lineage_conversation_ids')
+    # SQLite drops a column in place since 3.35 (a batch copy of notes would rebuild the table
+    # and its indexes); PostgreSQL always has.
+    op.drop_column('notes', 'lineage_conversation_ids')
