@@ -219,5 +219,7 @@ def _propose(ctx: PhaseContext, proposals: Proposals, orphans: list[Orphan]) -> 
             "prune", o.note.id, o.note.version,
             reason=OWNER_GONE_REASON if o.owner_recorded_gone else "prune: orphaned",
             comment=o.comment(ctx.now), owner_gone=o.owner_recorded_gone,
-            seen=seen_of([o.note])))
+            seen=seen_of([o.note]),
+            gone_conversations=() if o.owner_recorded_gone else sorted(
+                {d.entity_id for d in o.dead if d.inherited})))
     return [o.note.id for o in orphans]
