@@ -46,10 +46,10 @@ def _backfill(bind: sa.engine.Connection) -> None:
     wanted = sorted({p for ps in parents.values() for p in ps})
     own: dict[str, str] = {}
     for start in range(0, len(wanted), 500):
-        own.update(bind.execute(
+        own.update((r[0], r[1]) for r in bind.execute(
             sa.select(_NOTES.c.id, _NOTES.c.source_conversation_id)
             .where(_NOTES.c.id.in_(wanted[start:start + 500]),
-                   _NOTES.c.source_conversation_id.is_not(None))).tuples())
+                   _NOTES.c.source_conversation_id.is_not(None))))
     found: dict[str, frozenset[str]] = {}
     for child in parents:
         _lineage(child, parents, own, found)
