@@ -14,6 +14,7 @@ from worker.domain.types import Note, RunStatus, Scope
 from worker.phases.prune.core import DeadReference, dead_conversations, find_orphans
 from worker.phases.prune.lineage import RESTORED_COMMENT, plan_restorations
 from worker.reporting import run_tree
+from worker.review.service import Selector, approve, list_items
 from worker.runs import service
 from worker.safety.undo import undo_run
 from worker.store.models import NoteRow
@@ -86,6 +87,22 @@ def test_a_fused_note_all_of_a_deleted_conversation_is_archived_with_nothing_bac
     _run(app)
     assert {i: r.status for i, r in _rows(app).items()} == {
         fused: "archived", "d1": "revoked", "d2": "revoked"}
+
+
+def test_approving_the_proposed_archive_gives_the_other_sources_back(app: App) -> None:
+    """Review before apply: the run proposes archiving the fused note (nothing changes yet);
+    approving the item archives it and makes c2's note active again, as the run would have."""
+    fused = _fused(app, ("c1", "c2"))
+    add_entities(app, {"kind": "agent", "id": "agent-1", "apply_mode": "propose"},
+                 {"kind": "conversation", "id": "c1", "status": "deleted"})
+    run_id = _run(app, ["prune"])
+    [item] = list_items(app, SCOPE, run_id=run_id)
+    assert item["note_ids"] == [fused] and item["payload"]["gone_conversations"] == ["c1"]
+    assert _rows(app)[fused].status == "active"
+    approve(app, SCOPE, Selector(item_id=item["id"]), by="ana")
+    rows = _rows(app)
+    assert (rows[fused].status, rows["d2"].status, rows["d1"].status) == (
+        "archived", "active", "revoked")
 
 
 @pytest.mark.parametrize("registry", ["alive", "unknown"])
