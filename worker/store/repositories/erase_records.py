@@ -159,8 +159,8 @@ def forget_user_scopes(session: Session, user_id: str, note_keys: Iterable[str])
     replaced by ``ERASED_USER``; the erase cancelled the user's unfinished runs first, so no two
     runs of one placeholder scope are ever active together."""
     keys = {k for k in note_keys if Scope.from_key(k).user_id == user_id}
-    for table in (DreamRunRow, ExampleRow, SessionRow):
-        keys.update(session.scalars(select(table.scope_key).where(table.user_id == user_id)
+    for owned in (DreamRunRow, ExampleRow, SessionRow):
+        keys.update(session.scalars(select(owned.scope_key).where(owned.user_id == user_id)
                                     .distinct()))
     counts: dict[str, int] = {}
     ordered = sorted(keys)
