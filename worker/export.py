@@ -46,6 +46,7 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool) -> Iterator[str]:
             "consolidated_into_id": r.consolidated_into_id, "comments": r.comments,
             "consolidation_generation": r.consolidation_generation,
             "flags": list(r.flags or []),
+            "lineage_conversation_ids": r.lineage_conversation_ids,
             "lineage": [{"parent_id": parent, "relation": relation}
                         for parent, relation in sorted(edges.get(r.id, []))],
             "metadata": r.meta,

@@ -42,6 +42,11 @@ def test_import_is_idempotent_by_id_and_by_content(app: App) -> None:
     (json.dumps({"agent_id": "a", "content": "x", "flags": ["f" * 65]}), "line 2: a flag has 65 characters"),
     (json.dumps({"agent_id": "a", "content": "x", "flags": ["a", "a"]}), "line 2: flags names a flag twice"),
     (json.dumps({"agent_id": "a", "content": "x", "last_checked_at": "soon"}), "line 2: last_checked_at"),
+    # lineage_conversation_ids: an array of conversation ids (the export's form)
+    (json.dumps({"agent_id": "a", "content": "x", "lineage_conversation_ids": "c1"}),
+     "line 2: lineage_conversation_ids must be an array"),
+    (json.dumps({"agent_id": "a", "content": "x", "lineage_conversation_ids": ["c" * 65]}),
+     "line 2: a lineage conversation id has 65 characters"),
 ])
 def test_bad_line_names_the_line_and_writes_nothing(app: App, bad_line: str, expected: str) -> None:
     """R22: a malformed line gets a one-line error naming it, and nothing is written."""

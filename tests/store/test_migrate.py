@@ -91,3 +91,29 @@ def test_downgrade_from_0010_restores_the_key_without_dangling_pointers(app: App
     check(app.engine)
     with app.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM notes")).scalar_one() == 3
+
+
+def test_upgrade_to_0011_gives_existing_fused_notes_their_sources_conversations(
+        app: App) -> None:
+    """Migration 0011 fills ``lineage_conversation_ids`` of the fused notes that exist from the
+    lineage, transitively (f2 was fused from f1 and n3, f1 from n1 and n2); a contradiction
+    edge is no provenance, and a note written on its own gets none."""
+    notes = {"n1": "c1", "n2": "c2", "n3": "c3", "f1": None, "f2": None, "w": "c9"}
+    import_notes(app, [json.dumps({"agent_id": "a1", "id": i, "content": f"fact {i}",
+                                   **({"source_conversation_id": c} if c else {})})
+                       for i, c in notes.items()])
+    _migrate(app, "downgrade", "0010")
+    with app.engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO note_lineage (scope_key, parent_id, child_id, relation, created_at)"
+            " VALUES ('[\"a1\",null,null]', :p, :c, :r, '2026-06-01 00:00:00')"),
+            [{"p": "n1", "c": "f1", "r": "consolidated"}, {"p": "n2", "c": "f1", "r": "fused"},
+             {"p": "f1", "c": "f2", "r": "consolidated"}, {"p": "n3", "c": "f2", "r": "updated"},
+             {"p": "w", "c": "f2", "r": "superseded"}])
+    _migrate(app, "upgrade", "head")
+    check(app.engine)
+    with app.engine.connect() as conn:
+        rows = dict(conn.execute(text("SELECT id, lineage_conversation_ids FROM notes")).all())
+    parsed = {i: json.loads(v) if isinstance(v, str) else v for i, v in rows.items()}
+    assert parsed == {"n1": None, "n2": None, "n3": None, "w": None, "f1": ["c1", "c2"],
+                      "f2": ["c1", "c2", "c3"]}

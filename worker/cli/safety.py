@@ -79,6 +79,8 @@ def _print_erased(result: EraseResult) -> None:
     for rid in result.interrupted_runs:
         click.echo(f"  interrupted run {rid} (it had read the erased notes; `dream run --due` "
                    "resumes it from a fresh read)")
+    for rid in result.cancelled_runs:
+        click.echo(f"  cancelled run {rid} (its user was erased; nothing is left in its scope)")
     if result.erase_id is not None:
         click.echo(f"  to revert the restorations and holds above: dream undo {result.erase_id}")
     click.echo("  " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items())))

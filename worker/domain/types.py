@@ -82,9 +82,20 @@ class StepStatus(StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     NO_ITEMS = "no_items"
+    # A parent step whose attempt lost the run (killed, lease lapsed, interrupted by an
+    # erasure): finished for the reader, but its phase is not done (not in TERMINAL_STEP).
+    INTERRUPTED = "interrupted"
 
 
 PHASES = ("consolidate", "contradictions", "prune", "archive")
+
+# A conflict kept for review: both notes get the flag, and one review row of this kind names
+# them. The row is the flag's reason: what deletes the row (an erasure) takes the flag too.
+CONTRADICTION_REVIEW_KIND = "contradiction"
+CONTRADICTION_REVIEW_FLAG = "contradiction_review"
+# What a user's erasure leaves as the user part of the scope keys of the runs it keeps (README
+# "Safety", Erasure): no record names the erased user; the rows keep their shape.
+ERASED_USER = "[erased]"
 
 
 # ``json.dumps`` with separators builds a new encoder on every call.
@@ -162,6 +173,9 @@ class Note:
     version: int = 1
     content_hash: str = ""
     flags: list[str] = field(default_factory=list)
+    # The source conversations of the notes this one was written from (fused), transitively:
+    # what prune checks a fused note's provenance against (``notes.lineage_conversation_ids``).
+    lineage_conversation_ids: tuple[str, ...] = ()
 
     @property
     def retirable(self) -> bool:

@@ -1,5 +1,6 @@
 """What an imported note says about other notes: ``consolidated_into_id``, ``comments``,
-``consolidation_generation`` and ``lineage`` (the edges ``dream notes export`` writes). Stored as
+``consolidation_generation``, ``lineage_conversation_ids`` and ``lineage`` (the edges ``dream
+notes export`` writes). Stored as
 given, so an export imports back unchanged; every pointer and edge is checked against the file and
 the store first, so an import never leaves one at a note that is not there (lineage has foreign
 keys, erasure follows both).
@@ -10,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from worker.domain.limits import INT_MAX
+from worker.domain.limits import INT_MAX, ident_problem
 from worker.ingest.fields import opt_number, opt_str
 from worker.ingest.jsonl import InputError
 from worker.store.uow import UnitOfWork
 
 MAX_RELATION_CHARS = 32  # note_lineage.relation
+MAX_LINEAGE_CONVERSATIONS = 10_000  # a fusion of fusions of whole conversations, and then some
 Edges = list[tuple[str, str]]  # (parent id, relation) of one child
 
 
@@ -35,7 +37,24 @@ def parse_links(obj: dict[str, Any], number: int) -> dict[str, Any]:
         raise InputError(f"line {number}: lineage must be an array")
     return {"consolidated_into_id": opt_str(obj, "consolidated_into_id", number),
             "comments": comments, "consolidation_generation": int(generation),
+            "lineage_conversation_ids": _conversations(obj.get("lineage_conversation_ids"),
+                                                       number),
             "lineage": [_edge(entry, number) for entry in raw]}
+
+
+def _conversations(value: object, number: int) -> list[str] | None:
+    """A fused note's sources' conversations (what prune checks it against), as the export
+    writes them; absent (an older export) is none."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_LINEAGE_CONVERSATIONS:
+        raise InputError(f"line {number}: lineage_conversation_ids must be an array of at most "
+                         f"{MAX_LINEAGE_CONVERSATIONS} conversation ids")
+    for entry in value:
+        if not isinstance(entry, str) or (problem := ident_problem(entry)):
+            what = problem if isinstance(entry, str) else "must be a non-empty string"
+            raise InputError(f"line {number}: a lineage conversation id {what}")
+    return sorted(set(value)) or None
 
 
 def _edge(entry: object, number: int) -> tuple[str, str]:

@@ -35,7 +35,7 @@ NOTE_FIELDS = {
     "last_accessed_at", "access_count", "importance", "expires_at", "is_auto_generated",
     "protection", "source_conversation_id", "embedding", "embedding_model", "metadata", "status",
     "valid_from", "valid_to", "consolidated_into_id", "comments", "lineage",
-    "consolidation_generation", "flags", "last_checked_at",
+    "consolidation_generation", "flags", "last_checked_at", "lineage_conversation_ids",
 }
 MAX_FLAGS = 32  # a run adds one or two ("injection", "contradiction_review")
 _NOTE_TYPES = {t.value.lower(): t.value for t in NoteType}

@@ -16,6 +16,7 @@ from worker.domain.types import Note, RunStatus, StepStatus, fingerprint_notes
 from worker.phases.kit import Change, Member, WriteTarget, open_write
 from worker.phases.kit import ChangeKind as KitKind
 from worker.phases.kit import ItemStatus as KitStatus
+from worker.phases.prune.lineage import restore_sources
 from worker.review.items import ChangeKind, ProposedChange
 from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
@@ -141,10 +142,13 @@ def _archive(ctx: PhaseContext, parent_step_id: str, change: ProposedChange,
             if any(r.status != KitStatus.APPLIED for r in results):
                 raise _NotAll(STALE)
             done = sorted(m.id for c in changes for m in c.members)
+            gone = set(change.payload.get("gone_conversations") or ())
+            restored = restore_sources(w, done, gone) if gone else []
             w.step(ChildStep(
                 name="approved archive", status=StepStatus.SUCCEEDED.value,
                 input={"planned": len(changes)},
-                output={"archived": done, "reason": changes[0].reason}))
+                output={"archived": done, "reason": changes[0].reason,
+                        **({"restored": restored} if restored else {})}))
     except _NotAll as refused:
         if refused.result == GUARDED:
             assert refused.reason is not None

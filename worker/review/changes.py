@@ -3,6 +3,7 @@ one line each and approval (worker.review.apply) reads back exactly what was bui
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from worker.review.items import ChangeKind, ProposedChange, seen_of
@@ -41,11 +42,16 @@ def contradiction_change(verdict: Any, decision: Any, a: Any, b: Any) -> Propose
 def archive_change(phase: str, item_id: str, version: int, *, reason: str, comment: str,
                    entity: str = "note", owner_gone: bool = False,
                    allow_protected: bool = False,
-                   seen: dict[str, dict[str, Any]] | None = None) -> ProposedChange:
+                   seen: dict[str, dict[str, Any]] | None = None,
+                   gone_conversations: Sequence[str] = ()) -> ProposedChange:
     """One note (or example) prune or archive would archive, with its comment and log reason;
     ``seen``: what the plan decided it on beyond the version, as read (``seen_of``,
-    ``seen_decided``), re-checked when the item is approved."""
+    ``seen_decided``), re-checked when the item is approved; ``gone_conversations``: a fused
+    note's sources' conversations found gone, whose other sources its approval gives back
+    (``phases.prune.lineage``)."""
     payload: dict[str, Any] = {"reason": reason, "comments": {item_id: comment}}
+    if gone_conversations:
+        payload["gone_conversations"] = sorted(gone_conversations)
     if seen:
         payload["seen"] = seen
     if entity != "note":

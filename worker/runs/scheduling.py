@@ -55,8 +55,11 @@ def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | Non
                     error=f"gave up after {run.attempts} attempts (lease expired each time)",
                 ):
                     result.failed.append(run.id)
+                    uow.runs.interrupt_steps([run.id], "the run gave up", now)
             elif uow.runs.expire(run, now, RunStatus.INTERRUPTED.value, enqueued_at=now):
                 result.retried.append(run.id)
+                uow.runs.interrupt_steps([run.id], "its lease expired; the run is retried",
+                                         now)
         for run in uow.runs.unclaimed(enqueued_before=stale_before):
             if run.requeues >= settings.max_attempts:
                 if uow.runs.finish_unclaimed(

@@ -17,6 +17,8 @@ from worker.domain.usage import StepUsage, StepViews, step_usage
 from worker.errors import RunNotFound
 from worker.store.models import RunStepRow
 
+# A phase with a parent step in one of these is done for the run. ``interrupted`` is not: the
+# attempt that opened that step lost the run before it finished the phase.
 TERMINAL_STEP = frozenset({StepStatus.SUCCEEDED.value, StepStatus.FAILED.value,
                            StepStatus.SKIPPED.value, StepStatus.NO_ITEMS.value})
 
@@ -141,7 +143,7 @@ def claim(app: App, run_id: str, *, opening: bool = False) -> RunSnapshot | None
             return None
         steps: list[RunStepRow] = []
         if row.attempts > 1:
-            uow.runs.note_interrupted_steps(run_id, row.lease_epoch)
+            uow.runs.note_interrupted_steps(run_id, row.lease_epoch, utcnow())
             steps = uow.runs.steps(run_id)
         snap = snapshot_of(row, steps)
         if snap.notes_before is None:  # counted by the claim itself

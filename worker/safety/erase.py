@@ -62,6 +62,8 @@ class EraseResult:
     checkpoint: str | None = None  # SQLite only: "done" or why the WAL still holds pages
     # Runs that were reading a scope of the subject: interrupted, resumed by the gate check.
     interrupted_runs: list[str] = field(default_factory=list)
+    # A user's erasure empties the user's scopes: their unfinished runs are cancelled instead.
+    cancelled_runs: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,8 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
     now = utcnow()
     erase_id = f"erase-{uuid.uuid4()}"
     with app.uow() as uow:
-        seed, interrupted = _hold_subject(uow, now, user_id=user_id,
-                                          conversation_id=conversation_id, note_id=note_id)
+        seed, stopped = _hold_subject(uow, now, user_id=user_id,
+                                      conversation_id=conversation_id, note_id=note_id)
         if note_id is not None and not seed:
             raise NotFound(f"no note with id {note_id}; find ids with `dream notes export`")
         ids = uow.safety.derived_closure(seed)
@@ -168,29 +170,39 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
         texts = sorted({n.content for n in found.values()})
         scope_keys = {n.scope_key for n in found.values()}
         counts = uow.safety.erase_notes(set(found), texts, scope_keys)
-        if user_id is not None:
-            counts["examples"] = uow.safety.erase_examples(user_id)
-            counts["sessions"] = uow.safety.erase_sessions(user_id)
         _apply_survivors(uow, plan, erase_id, subject, now)
+        if user_id is not None:
+            for name, n in uow.safety.forget_user(user_id, scope_keys).items():
+                counts[name] = counts.get(name, 0) + n
         uow.commit()
     return EraseResult(subject, sorted(seed), sorted(set(found) - seed),
                        [s.id for s in plan.restore], [s.id for s in plan.review],
                        erase_id if plan.restore or plan.review else None, counts,
-                       interrupted_runs=interrupted)
+                       interrupted_runs=[] if user_id is not None else stopped,
+                       cancelled_runs=stopped if user_id is not None else [])
 
 
 def _hold_subject(uow: UnitOfWork, now: datetime,
                   **subject: str | None) -> tuple[set[str], list[str]]:
-    """The subject's note ids, locked, and the runs of their scopes interrupted, before the
-    erase reads anything derived from them. The order is the one a run's write takes its locks
-    in (notes, then the run row) on PostgreSQL, so the two cannot deadlock; on SQLite the
-    interrupting UPDATE comes first: it takes the write lock, and every read after it is
-    current."""
+    """The subject's note ids, locked, and the runs of their scopes stopped, before the erase
+    reads anything derived from them: interrupted (to be resumed from a fresh read), or for a
+    user cancelled (the erase empties the user's scopes). The order is the one a run's write
+    takes its locks in (notes, then the run row) on PostgreSQL, so the two cannot deadlock; on
+    SQLite the stopping UPDATE comes first: it takes the write lock, and every read after it
+    is current."""
+    def stop() -> list[str]:
+        user = subject.get("user_id")
+        if user is None:  # the resuming attempt closes their open steps (its claim)
+            return uow.safety.interrupt_runs(**subject, now=now)
+        runs = uow.safety.cancel_user_runs(user, now)
+        uow.runs.interrupt_steps(runs, "the run was cancelled: its user was erased", now)
+        return runs
+
     if uow.session.get_bind().dialect.name == "postgresql":
         seed = uow.safety.subject_note_ids(**subject)
-        return seed, uow.safety.interrupt_runs(**subject, now=now)
-    interrupted = uow.safety.interrupt_runs(**subject, now=now)
-    return uow.safety.subject_note_ids(**subject), interrupted
+        return seed, stop()
+    stopped = stop()
+    return uow.safety.subject_note_ids(**subject), stopped
 
 
 def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject: str,

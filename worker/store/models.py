@@ -66,6 +66,10 @@ class NoteRow(Base):
     comments: Mapped[str | None] = mapped_column(Text)
     meta: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSONType())
     flags: Mapped[list[str] | None] = mapped_column(JSONType())
+    # A fused note's provenance: the source conversations of every note it was written from,
+    # transitively (NULL for a note written on its own), set when it is inserted, so prune
+    # checks them in the look-up it makes anyway (migration 0011).
+    lineage_conversation_ids: Mapped[list[str] | None] = mapped_column(JSONType())
     last_checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     version: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
 

@@ -231,7 +231,16 @@ def fused_fields(members: Sequence[Note], generation_sources: Sequence[Note]) ->
         "protection": Protection.EPHEMERAL.value
         if all(n.protection == Protection.EPHEMERAL.value for n in members)
         else Protection.STANDARD.value,
+        "lineage_conversation_ids": lineage_conversations([*members, *generation_sources]),
     }
+
+
+def lineage_conversations(sources: Sequence[Note]) -> tuple[str, ...]:
+    """The source conversations a note written from ``sources`` carries facts of: theirs, and
+    those of the notes they were written from (prune checks a fused note against them)."""
+    found = {c for n in sources for c in (n.source_conversation_id,
+                                          *n.lineage_conversation_ids) if c is not None}
+    return tuple(sorted(found))
 
 
 def revocation_comment(new_id: str, reason: str) -> str:

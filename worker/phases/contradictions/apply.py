@@ -8,7 +8,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from worker.domain.types import Note, NoteStatus, fingerprint_notes
+from worker.domain.types import (
+    CONTRADICTION_REVIEW_FLAG,
+    CONTRADICTION_REVIEW_KIND,
+    Note,
+    NoteStatus,
+    fingerprint_notes,
+)
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
     PHASE,
@@ -48,8 +54,8 @@ from worker.safety.crashpoints import crashpoint
 from worker.safety.injection import injection_signals
 from worker.store.repositories.judgements import PENDING_RETIREMENT
 
-REVIEW_KIND = "contradiction"
-REVIEW_FLAG = "contradiction_review"
+REVIEW_KIND = CONTRADICTION_REVIEW_KIND
+REVIEW_FLAG = CONTRADICTION_REVIEW_FLAG
 LINEAGE = {"conflict": "superseded", "equivalent": "duplicate", "subsumed": "subsumed"}
 
 

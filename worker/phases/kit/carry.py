@@ -240,7 +240,8 @@ def _new_note(scope: Any, nn: Any, now: datetime) -> Note:
                 access_count=nn.access_count, created_at=now, updated_at=now,
                 last_accessed_at=nn.last_accessed_at,
                 consolidation_generation=nn.consolidation_generation,
-                content_hash=content_hash(nn.content))
+                content_hash=content_hash(nn.content),
+                lineage_conversation_ids=tuple(nn.lineage_conversation_ids))
 
 
 def _journal_after(held: ScopeLoad, applied: list[ItemResult], done: Written) -> None:

@@ -51,6 +51,7 @@ class NewNote:
     protection: str = "standard"
     comments: str | None = None
     reason: str = ""  # the operation log's reason for the insert (else the change's)
+    lineage_conversation_ids: tuple[str, ...] = ()  # see ``Note``
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,9 @@ class Change:
         raw = data.get("new_note")
         new = None
         if raw is not None:
-            new = NewNote(**{**raw, "last_accessed_at": _when(raw.get("last_accessed_at"))})
+            new = NewNote(**{**raw, "last_accessed_at": _when(raw.get("last_accessed_at")),
+                             "lineage_conversation_ids": tuple(
+                                 raw.get("lineage_conversation_ids") or ())})
         return cls(
             kind=ChangeKind(data["kind"]), name=data["name"],
             members=tuple(Member(i, int(v)) for i, v in data["members"]),

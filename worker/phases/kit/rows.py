@@ -72,6 +72,7 @@ class RowBuilder:
             "consolidation_generation": n.consolidation_generation,
             "last_accessed_at": n.last_accessed_at, "is_auto_generated": n.is_auto_generated,
             "protection": n.protection, "comments": n.comments,
+            "lineage_conversation_ids": list(n.lineage_conversation_ids) or None,
         })
         self.log.append(self._log_row(n.id, "insert", None,
                                       {"status": NoteStatus.ACTIVE.value, "version": 1},

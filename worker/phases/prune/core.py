@@ -25,6 +25,9 @@ class DeadReference:
     kind: str
     entity_id: str
     state: str  # missing | disabled | deleted | erased (or a host status other than active)
+    # A conversation the note did not come from itself but a note it was fused from did
+    # (``Note.lineage_conversation_ids``): its text carries that conversation's facts too.
+    inherited: bool = False
 
     @property
     def recorded(self) -> bool:
@@ -32,7 +35,9 @@ class DeadReference:
         return self.state != "missing"
 
     def describe(self) -> str:
-        subject = "source conversation" if self.kind == "conversation" else f"referenced {self.kind}"
+        subject = ("source conversation of a note it was fused from" if self.inherited
+                   else "source conversation" if self.kind == "conversation"
+                   else f"referenced {self.kind}")
         if self.state == "missing":
             return f"{subject} no longer exists"
         if self.state == "erased":
@@ -53,6 +58,12 @@ class Orphan:
         )
 
     @property
+    def inherited(self) -> bool:
+        """A conversation one of its sources came from is gone (a fused note): archiving it
+        gives back the sources that came from elsewhere (``prune.lineage``)."""
+        return any(d.inherited for d in self.dead)
+
+    @property
     def owner_recorded_gone(self) -> bool:
         """The scope's agent, user or company is recorded disabled/deleted: explicit evidence
         about the whole scope, so the blast-radius share does not apply to it (R20)."""
@@ -68,6 +79,17 @@ def references_of(note: Note) -> dict[str, str]:
     refs = {"agent": note.scope.agent_id, "user": note.scope.user_id,
             "company": note.scope.company_id, "conversation": note.source_conversation_id}
     return {k: v for k, v in refs.items() if v is not None}
+
+
+def lineage_references(note: Note) -> list[str]:
+    """The conversations of the notes ``note`` was fused from that are not its own."""
+    return [c for c in note.lineage_conversation_ids if c != note.source_conversation_id]
+
+
+def dead_conversations(records: dict[str, dict[str, EntityRecord | None]]) -> set[str]:
+    """The conversations among ``records`` that are gone (positive evidence only)."""
+    return {i for i, r in records.get("conversation", {}).items()
+            if reference_state("conversation", r) not in (None, UNKNOWN)}
 
 
 def reference_state(kind: str, record: EntityRecord | None) -> str | None:
@@ -100,7 +122,8 @@ def _states(records: dict[str, dict[str, EntityRecord | None]]) -> dict[str, dic
 def find_orphans(
     notes: list[Note], records: dict[str, dict[str, EntityRecord | None]]
 ) -> list[Orphan]:
-    """Notes with at least one dead reference, each listed once with all of them.
+    """Notes with at least one dead reference, each listed once with all of them: a fused
+    note's references include the conversations of the notes it was fused from.
 
     Protected and immutable notes are never orphans (R23), whatever they reference.
     """
@@ -110,11 +133,13 @@ def find_orphans(
         if note.protection in _NEVER_ORPHANS:
             continue
         dead = []
-        for kind, entity_id in references_of(note).items():  # in REF_ORDER
+        refs = [(kind, entity_id, False) for kind, entity_id in references_of(note).items()]
+        refs += [("conversation", c, True) for c in lineage_references(note)]
+        for kind, entity_id, inherited in refs:  # in REF_ORDER, then the fused-from ones
             # An id without a record is UNKNOWN, like a record of None.
             state = states.get(kind, {}).get(entity_id, UNKNOWN)
             if state is not None and state != UNKNOWN:
-                dead.append(DeadReference(kind, entity_id, state))
+                dead.append(DeadReference(kind, entity_id, state, inherited))
         if dead:
             orphans.append(Orphan(note, dead))
     return orphans

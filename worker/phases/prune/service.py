@@ -16,10 +16,13 @@ from worker.phases.prune.core import (
     REF_ORDER,
     Orphan,
     count_unknown,
+    dead_conversations,
     find_orphans,
+    lineage_references,
     references_of,
 )
 from worker.phases.prune.counters import PruneCounters
+from worker.phases.prune.lineage import restore_sources
 from worker.references import ReferenceChecker, make_reference_checker, records_of
 from worker.review.changes import archive_change
 from worker.review.items import seen_of
@@ -67,15 +70,18 @@ def run_prune(
     for note in notes:
         for kind, entity_id in references_of(note).items():
             wanted[kind].add(entity_id)
+        # A fused note's sources' conversations: in the same look-up, no statement of their own.
+        wanted["conversation"].update(lineage_references(note))
     records = records_of(checker, {kind: ids for kind, ids in wanted.items() if ids})
     orphans = find_orphans(notes, records)
+    dead = dead_conversations(records) if any(o.inherited for o in orphans) else set()
     review = _review(ctx, orphans) if settings.review == "llm" else None
     plan = _sort(orphans, review)
     proposed = _propose(ctx, proposals, plan.to_archive)
     if proposed:
         plan.to_archive = []
     archived = _write(ctx, parent_step_id, notes, orphans, plan, review, checker, proposed,
-                      rotating=rotating)
+                      rotating=rotating, dead=dead)
     counters = _counters(len(notes), archived, count_unknown(notes, records))
     record_proposals(ctx, proposals, counters)
     log.info("prune.applied", run_id=ctx.run_id, scope=ctx.scope.key, checked=len(notes),
@@ -150,7 +156,7 @@ def _change(ctx: PhaseContext, o: Orphan) -> Change:
 
 def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: list[Orphan],
            plan: _Sorted, review: ReviewResult | None, checker: ReferenceChecker,
-           proposed: list[str], *, rotating: bool) -> list[Orphan]:
+           proposed: list[str], *, rotating: bool, dead: set[str]) -> list[Orphan]:
     """The phase's one guarded write: archives (the guard's share asked once for all), the
     checked marks, the review's and the orphans' steps. The orphans archived.
 
@@ -172,6 +178,10 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
         for step in review.steps if review else []:
             w.step(step)
         done = {r.change.name for r in results if r.applied}
+        # A fused note archived for a gone source conversation: what it stood for that came
+        # from elsewhere is active again (owner gone: the whole scope goes, nothing comes back).
+        restored = restore_sources(w, [o.note.id for o in plan.to_archive if o.note.id in done
+                                       and o.inherited and not o.owner_recorded_gone], dead)
         shown = [o for o, r in zip(plan.to_archive, results, strict=True)
                  if r.status != ItemStatus.GUARDED]
         w.step(ChildStep(
@@ -184,6 +194,7 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
                              for o in shown if o.note.id in done},
                 "kept_by_review": plan.kept, "deferred": plan.deferred,
                 "stale": [o.note.id for o in shown if o.note.id not in done],
+                **({"restored": restored} if restored else {}),
                 "dry_run": ctx.dry_run,
                 **({"proposed": proposed} if proposed else {}),
             },
@@ -193,6 +204,8 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
         crashpoint("prune.after_archive")
         wrote = written(w, results, checked=checked)
     keep_current(ctx, wrote)
+    if restored and ctx.carry is not None:
+        ctx.carry.scope_notes = None  # notes active again: the next phase reads the scope
     return [o for o in plan.to_archive if o.note.id in done]
 
 
@@ -206,5 +219,7 @@ def _propose(ctx: PhaseContext, proposals: Proposals, orphans: list[Orphan]) -> 
             "prune", o.note.id, o.note.version,
             reason=OWNER_GONE_REASON if o.owner_recorded_gone else "prune: orphaned",
             comment=o.comment(ctx.now), owner_gone=o.owner_recorded_gone,
-            seen=seen_of([o.note])))
+            seen=seen_of([o.note]),
+            gone_conversations=() if o.owner_recorded_gone else sorted(
+                {d.entity_id for d in o.dead if d.inherited})))
     return [o.note.id for o in orphans]

@@ -8,23 +8,57 @@ import re
 from typing import Any
 
 _TOKEN = re.compile(r"[\w-]+")
+_WORDS = re.compile(r"\w+")
+# A text of fewer words than this ("tea", "dark mode") is words that unrelated records share:
+# it is quoted only where it stands alone (``_alone``). A longer text that recurs word for word
+# is a quote wherever it stands.
+SHORT_WORDS = 3
+# What may stand right before / after a quoted text: quotation marks, brackets, a line break or
+# tab (also as JSON writes them, ``\\n``), the JSON string's own quotes; punctuation that ends
+# a sentence may come between the text and its closing mark ("tea." in quotes).
+_OPENING = frozenset("\"'“‘«`([{\n\t")
+_CLOSING = frozenset("\"'”’»`)]}\n\t")
+_ENDING = frozenset(".,;:!?")
+_ESCAPES = ("\\n", "\\t", "\\r")
 
 
 def _word(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
 
 
-def _quoted(text: str, blob: str) -> bool:
-    """``text`` occurs in ``blob`` not glued to a longer word: an erased note "tea" is quoted
-    by "likes tea." but not by "steady" or "team" (which erasure must leave alone). Before a
-    JSON escape (``\\n``, ``\\t``) a word may start."""
+def _as_words(text: str, blob: str, start: int) -> bool:
+    """The occurrence at ``start`` is not glued to a longer word: an erased note "likes tea"
+    is quoted by "he likes tea." but not by "unlikes teal". Before a JSON escape (``\\n``,
+    ``\\t``) a word may start."""
+    end = start + len(text)
+    before = start == 0 or not _word(text[0]) or not _word(blob[start - 1]) \
+        or blob[max(0, start - 2):start] in _ESCAPES
+    after = end == len(blob) or not _word(text[-1]) or not _word(blob[end])
+    return before and after
+
+
+def _closes(blob: str, end: int) -> bool:
+    # ``\\"``: a quotation mark inside a JSON string ('said "tea"' as JSON).
+    return end == len(blob) or blob[end] in _CLOSING or blob[end:end + 2] in (*_ESCAPES, '\\"')
+
+
+def _alone(text: str, blob: str, start: int) -> bool:
+    """The occurrence at ``start`` is the whole of a value, or set off by quotation marks,
+    brackets or line breaks: "tea" is quoted by ``{"content": "tea"}`` and by ``said "tea".``,
+    not by "likes tea" nor "tea and coffee", which only share the word."""
+    end = start + len(text)
+    before = start == 0 or blob[start - 1] in _OPENING or blob[max(0, start - 2):start] in _ESCAPES
+    after = _closes(blob, end) or (end < len(blob) and blob[end] in _ENDING
+                                   and _closes(blob, end + 1))
+    return before and after
+
+
+def _quoted(text: str, blob: str, short: bool) -> bool:
+    """``text`` occurs in ``blob`` as a quote of it: standing alone if ``short``, else as
+    words (an erased note "tea" is never quoted by "steady" or "team")."""
     start = blob.find(text)
     while start != -1:
-        end = start + len(text)
-        before = start == 0 or not _word(text[0]) or not _word(blob[start - 1]) \
-            or blob[max(0, start - 2):start] in ("\\n", "\\t", "\\r")
-        after = end == len(blob) or not _word(text[-1]) or not _word(blob[end])
-        if before and after:
+        if _alone(text, blob, start) if short else _as_words(text, blob, start):
             return True
         start = blob.find(text, start + 1)
     return False
@@ -41,7 +75,7 @@ class Mentions:
         self.odd_ids = [i for i in id_list if i not in self.token_ids]  # other characters
         # Records are compared as JSON text, where a quote or a newline in a note is escaped:
         # look for each text both as written and as JSON writes it.
-        self.needles = sorted({form for t in texts if t
+        self.needles = sorted({(form, len(_WORDS.findall(t)) < SHORT_WORDS) for t in texts if t
                                for form in (t, json.dumps(t, ensure_ascii=False)[1:-1])})
 
     def mentions(self, value: Any) -> bool:
@@ -50,7 +84,7 @@ class Mentions:
         blob = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         return (not self.token_ids.isdisjoint(_TOKEN.findall(blob))
                 or any(i in blob for i in self.odd_ids)
-                or any(_quoted(t, blob) for t in self.needles))
+                or any(_quoted(t, blob, short) for t, short in self.needles))
 
     def scrub(self, value: Any) -> Any:
         """``value`` with what names or quotes an erased note taken out: a field that is an

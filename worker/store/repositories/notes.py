@@ -39,6 +39,7 @@ _NOTE_COLUMNS = (
     NoteRow.version,
     NoteRow.content_hash,
     NoteRow.flags,
+    NoteRow.lineage_conversation_ids,
 )
 
 
@@ -68,6 +69,7 @@ def _row_to_note(row: Any) -> Note:
         version=row.version,
         content_hash=row.content_hash,
         flags=list(row.flags or []),
+        lineage_conversation_ids=tuple(row.lineage_conversation_ids or ()),
     )
 
 

@@ -11,8 +11,21 @@ from sqlalchemy import case, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Note, NoteStatus, Protection, Scope
-from worker.store.models import NoteRow, OperationLogRow
+from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
 from worker.store.repositories.notes import _NOTE_COLUMNS, _row_to_note
+
+
+@dataclass(frozen=True)
+class LineageParent:
+    """A note another note was written from or retired into (one lineage edge), as it is now."""
+
+    id: str
+    child_id: str
+    relation: str
+    status: str
+    consolidated_into_id: str | None
+    source_conversation_id: str | None
+    lineage_conversation_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -125,6 +138,25 @@ class RetentionRepository:
             .limit(limit)
         ).all()
         return [_row_to_note(r) for r in rows]
+
+    def lineage_parents(self, child_ids: list[str], relations: tuple[str, ...],
+                        ) -> list[LineageParent]:
+        """The parents of these notes over ``relations`` edges, with their state: one statement
+        per 500 children (what prune asks only when a fused note's conversation is gone)."""
+        out: list[LineageParent] = []
+        for start in range(0, len(child_ids), 500):
+            out.extend(LineageParent(r.id, r.child_id, r.relation, r.status,
+                                     r.consolidated_into_id, r.source_conversation_id,
+                                     tuple(r.lineage_conversation_ids or ()))
+                       for r in self.session.connection().execute(
+                select(NoteRow.id, NoteLineageRow.child_id, NoteLineageRow.relation,
+                       NoteRow.status, NoteRow.consolidated_into_id,
+                       NoteRow.source_conversation_id, NoteRow.lineage_conversation_ids)
+                .join(NoteRow, NoteRow.id == NoteLineageRow.parent_id)
+                .where(NoteLineageRow.child_id.in_(child_ids[start:start + 500]),
+                       NoteLineageRow.relation.in_(relations))
+                .order_by(NoteRow.id)))
+        return out
 
     def active_notes(self, scope: Scope) -> list[Note]:
         rows = self.session.connection().execute(

@@ -144,13 +144,23 @@ class RunRepository:
             stmt, {"s_id": step_id, "s_run": run_id, "s_epoch": epoch, **params})
         return bool(result.rowcount == 1)
 
-    def note_interrupted_steps(self, run_id: str, epoch: int) -> None:
+    def note_interrupted_steps(self, run_id: str, epoch: int, now: datetime) -> None:
         """Parent steps a killed attempt left running stay visible, marked as interrupted."""
+        self.interrupt_steps([run_id], f"retried by attempt {epoch}", now)
+
+    def interrupt_steps(self, run_ids: builtins.list[str], why: str, now: datetime) -> None:
+        """The parent steps the runs' attempts left running (killed, their lease lapsed, an
+        erasure interrupted them, the run was given up) end ``interrupted``: a terminal state
+        for whoever reads the run, never a done phase (``TERMINAL_STEP``), so a retry still
+        runs the phase under a step of its own."""
+        if not run_ids:
+            return
         self.session.connection().execute(
             update(_STEPS)
-            .where(_STEPS.c.run_id == run_id, _STEPS.c.parent_id.is_(None),
+            .where(_STEPS.c.run_id.in_(run_ids), _STEPS.c.parent_id.is_(None),
                    _STEPS.c.status == StepStatus.RUNNING.value)
-            .values(error=f"interrupted; retried by attempt {epoch}"))
+            .values(status=StepStatus.INTERRUPTED.value, error=f"interrupted; {why}",
+                    finished_at=now))
 
     def finish_fenced(self, run_id: str, epoch: int, status: str, scope: Scope,
                       **values: Any) -> bool:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Select, delete, or_, select, update
 from sqlalchemy.orm import Session
 
-from worker.domain.types import RunStatus
+from worker.domain.types import ACTIVE_RUN_STATUSES, RunStatus
 from worker.store.models import (
     DreamRunRow,
     ExampleRow,
@@ -21,11 +21,9 @@ from worker.store.models import (
     NoteLineageRow,
     NoteRow,
     OperationLogRow,
-    ReviewItemRow,
     ReviewRow,
-    RunStepRow,
-    SessionRow,
 )
+from worker.store.repositories.erase_records import forget_user_scopes, scrub_scope
 from worker.store.repositories.mentions import Mentions
 
 
@@ -184,6 +182,20 @@ class SafetyRepository:
                                   "resumes it from a fresh read")
             .returning(DreamRunRow.id)))
 
+    def cancel_user_runs(self, user_id: str, now: datetime) -> list[str]:
+        """Cancel every unfinished run of the user's scopes (queued, running, interrupted; a
+        running one's epoch moves on, so its executor writes nothing more): an erasure of the
+        user leaves nothing in those scopes to resume on. What ``interrupt_runs`` is for the
+        other subjects, and taken in the same order."""
+        return sorted(r[0] for r in self.session.execute(
+            update(DreamRunRow)
+            .where(DreamRunRow.user_id == user_id,
+                   DreamRunRow.status.in_(ACTIVE_RUN_STATUSES))
+            .values(status=RunStatus.CANCELLED.value, lease_epoch=DreamRunRow.lease_epoch + 1,
+                    lease_expires_at=None, finished_at=now,
+                    status_reason="cancelled: its user was erased, nothing is left in its scope")
+            .returning(DreamRunRow.id)))
+
     def derived_closure(self, seed: set[str]) -> set[str]:
         """``seed`` plus every note whose text was derived from it (consolidated or fused), transitively.
 
@@ -268,84 +280,13 @@ class SafetyRepository:
             self.session.execute(update(NoteRow).where(NoteRow.consolidated_into_id.in_(chunk))
                                  .values(consolidated_into_id=None))
         for key in sorted(scope_keys):
-            self._scrub_records(key, ids, erased, counts)
-            self._scrub_notes_and_runs(key, ids, erased, counts)
+            scrub_scope(self.session, key, ids, erased, counts)
         self.session.flush()
         for chunk in _chunks(id_list):
             counts["notes"] += self.session.execute(
                 delete(NoteRow).where(NoteRow.id.in_(chunk))).rowcount  # type: ignore[attr-defined]
         return counts
 
-    def _scrub_records(self, key: str, ids: set[str], erased: Mentions,
-                       counts: dict[str, int]) -> None:
-        """The audit trail, judgements and reviews of one scope that name or quote a note."""
-        mentions = erased.mentions
-        for row in self.session.scalars(
-            select(OperationLogRow).where(OperationLogRow.scope_key == key)
-        ):
-            if mentions(row.before) or mentions(row.after) or mentions(row.reason):
-                # Field by field: a survivor's image keeps its status and version (what undo
-                # of that run restores and checks); only what names or quotes the note goes.
-                row.before, row.after = erased.scrub(row.before), erased.scrub(row.after)
-                row.reason = erased.scrub(row.reason)
-                counts["operation_log_scrubbed"] += 1
-        for j in self.session.scalars(select(JudgementRow).where(JudgementRow.scope_key == key)):
-            if set(j.note_ids or []) & ids or mentions(j.reason):
-                self.session.delete(j)
-                counts["judgements"] += 1
-        for rv in self.session.scalars(select(ReviewRow).where(ReviewRow.scope_key == key)):
-            if set(rv.note_ids or []) & ids or mentions(rv.reason):
-                self.session.delete(rv)
-                counts["reviews"] += 1
-        # A proposed change holds the fused text and the notes' ids: open, it could only go
-        # stale; decided, it is the record of a decision about erased text. Either way it goes.
-        for item in self.session.scalars(
-                select(ReviewItemRow).where(ReviewItemRow.scope_key == key)):
-            named = set(item.versions or {}) | set(item.source_ids or [])
-            if named & ids or any(mentions(v) for v in (item.content, item.reason,
-                                                         item.payload, item.outcome)):
-                self.session.delete(item)
-                counts["review_items"] = counts.get("review_items", 0) + 1
-
-    def _scrub_notes_and_runs(self, key: str, ids: set[str], erased: Mentions,
-                              counts: dict[str, int]) -> None:
-        """Other notes' comments and metadata, runs and run steps of one scope."""
-        mentions, unname = erased.mentions, erased.unname
-        for note in self.session.scalars(select(NoteRow).where(
-                NoteRow.scope_key == key,
-                or_(NoteRow.comments.is_not(None), NoteRow.meta.is_not(None)))):
-            if note.id in ids:
-                continue
-            if mentions(note.comments):
-                comments = unname(note.comments or "")
-                note.comments = "[erased]" if mentions(comments) else comments
-                counts["comments_scrubbed"] = counts.get("comments_scrubbed", 0) + 1
-            if mentions(note.meta):  # a host's metadata quoting or naming an erased note
-                note.meta = {"erased": True}
-                counts["metadata_scrubbed"] = counts.get("metadata_scrubbed", 0) + 1
-        for run in self.session.scalars(select(DreamRunRow).where(
-                DreamRunRow.scope_key == key,
-                or_(DreamRunRow.error.is_not(None), DreamRunRow.totals.is_not(None),
-                    DreamRunRow.status_reason.is_not(None)))):
-            if mentions(run.error) or mentions(run.totals) or mentions(run.status_reason):
-                run.error = None if run.error is None else "erased"
-                run.totals = None if run.totals is None else {"erased": True}
-                if run.status_reason is not None:  # ids and counts: keep the counts
-                    reason = unname(run.status_reason)
-                    run.status_reason = "erased" if mentions(reason) else reason
-                counts["runs_scrubbed"] = counts.get("runs_scrubbed", 0) + 1
-        for st in self.session.scalars(select(RunStepRow).where(RunStepRow.scope_key == key)):
-            if mentions(st.input) or mentions(st.output) or mentions(st.error):
-                st.input = {"erased": True}
-                st.output = {"erased": True}
-                st.error = None if st.error is None else "erased"
-                counts["run_steps_scrubbed"] += 1
-
-    def erase_sessions(self, user_id: str) -> int:
-        """The user's session records (when they talked to which agent): theirs to erase too."""
-        return int(self.session.execute(
-            delete(SessionRow).where(SessionRow.user_id == user_id)).rowcount)  # type: ignore[attr-defined]
-
-    def erase_examples(self, user_id: str) -> int:
-        return int(self.session.execute(
-            delete(ExampleRow).where(ExampleRow.user_id == user_id)).rowcount)  # type: ignore[attr-defined]
+    def forget_user(self, user_id: str, note_keys: Iterable[str]) -> dict[str, int]:
+        """``erase_records.forget_user_scopes``: the user's scopes name the user no more."""
+        return forget_user_scopes(self.session, user_id, note_keys)

@@ -1,0 +1,46 @@
+"""Which records quote an erased note (``Mentions``): a longer text wherever it recurs as words,
+a text of one or two words only where it stands alone, never a record that shares a word."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from worker.store.repositories.mentions import Mentions
+
+
+@pytest.mark.parametrize("text, record, quoted", [
+    # A one-word note: a record quoting it as a whole value, or set off by quotation marks,
+    # brackets or a line break, quotes it ...
+    ("tea", "tea", True),
+    ("tea", {"content": "tea"}, True),
+    ("tea", {"reason": 'z repeats "tea".'}, True),
+    ("tea", "the note 'tea' again", True),
+    ("tea", "notes:\ntea\nmilk", True),
+    ("tea", "(tea)", True),
+    ("tea", ["coffee", "tea"], True),
+    # ... a record that merely uses the word does not (before: all of these were scrubbed).
+    ("tea", "likes tea", False),
+    ("tea", "tea and coffee", False),
+    ("tea", {"content": "Drinks coffee, likes tea"}, False),
+    ("tea", "asked about tea.", False),
+    # Never inside another word.
+    ("tea", "steady team", False),
+    # Two words are still words unrelated records share.
+    ("green tea", "User likes green tea daily", False),
+    ("green tea", {"content": "green tea"}, True),
+    # Three words and more recur word for word only when quoted, with or without marks.
+    ("likes green tea", "The user likes green tea daily", True),
+    ("likes green tea", "He dislikes green teapots", False),
+])
+def test_what_quotes_an_erased_note(text: str, record: Any, quoted: bool) -> None:
+    """One row per kind of record: quoted or not."""
+    assert Mentions(["n-erased"], [text]).mentions(record) is quoted
+
+
+def test_a_record_quoting_a_one_word_note_is_scrubbed_field_by_field() -> None:
+    """The field quoting the note goes; the field that only uses the word stays."""
+    erased = Mentions(["n-erased"], ["tea"])
+    assert erased.scrub({"quote": 'said "tea"', "comments": "likes tea"}) == {
+        "quote": "[erased]", "comments": "likes tea"}

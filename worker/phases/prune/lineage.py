@@ -1,0 +1,85 @@
+"""Prune follows lineage: a fused note that carries facts of a gone conversation is archived
+like a note of that conversation, and what it stood for that came from elsewhere is active again
+— what erasure does for the co-sources of an erased note (README "Prune and archive").
+
+Read and written only when such a note is archived: a scope where nothing is gone pays nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from worker.domain.types import NoteStatus
+from worker.phases.kit.rows import RowBuilder
+from worker.phases.kit.write import PhaseWrite, WriteConflict
+from worker.store.repositories.retention import LineageParent, append_comment
+
+# The note's text was written from the parent's: a parent behind a gone conversation's note
+# may carry it too, so the walk looks behind it.
+DERIVED = frozenset({"consolidated", "fused", "updated"})
+# A parent retired only because the archived note stood for it (erasure's RESTORE_RELATIONS);
+# a ``superseded`` one was outdated by it and stays retired.
+RESTORED = DERIVED | {"duplicate", "subsumed"}
+RESTORED_COMMENT = ("[Prune: the note this was merged into was archived (a conversation it "
+                    "drew on is gone); active again]")
+REASON = "prune: the note it was merged into drew on a gone conversation"
+
+ReadParents = Callable[[list[str]], Sequence[LineageParent]]
+
+
+def plan_restorations(archived: Iterable[str], dead: set[str],
+                      read: ReadParents) -> dict[str, str]:
+    """The notes to make active again: retired into an archived note (or into a note retired
+    into one, and so on), and free of every gone conversation (``dead``) themselves. A parent
+    that carries one is left retired; if it was written from others, they are looked at
+    in its place. One ``read`` per generation of the lineage, never one per note. Each id with
+    the note it was retired into."""
+    restore: dict[str, str] = {}
+    seen = set(archived)
+    frontier = sorted(seen)
+    while frontier:
+        behind: set[str] = set()
+        for p in read(frontier):
+            if p.id in seen or p.status != NoteStatus.REVOKED.value \
+                    or p.consolidated_into_id != p.child_id:
+                continue  # revived, archived or retired into something else since: as it is
+            seen.add(p.id)
+            if p.source_conversation_id not in dead and dead.isdisjoint(
+                    p.lineage_conversation_ids):
+                if p.relation in RESTORED:
+                    restore[p.id] = p.child_id
+            elif p.relation in DERIVED and p.lineage_conversation_ids:
+                behind.add(p.id)  # a fusion itself: its own sources may be clean
+        frontier = sorted(behind)
+    return dict(sorted(restore.items()))
+
+
+def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str]) -> list[str]:
+    """In prune's write, after ``archived`` (fused notes that drew on a ``dead`` conversation)
+    were archived: their clean sources made active again, pointer cleared, logged under the
+    run (its undo retires them again); the ids restored."""
+    if not archived or w.target.dry_run:
+        return []
+    planned = plan_restorations(archived, dead, lambda children: (
+        w.uow.retention.lineage_parents(children, tuple(sorted(RESTORED)))))
+    if not planned:
+        return []
+    t = w.target
+    state = w.uow.writes.lock_state(planned)
+    rows = RowBuilder(t.scope, t.logged_as, t.now, state, None, {})
+    restored = []
+    for note_id, into in planned.items():
+        row: dict[str, Any] | None = state.get(note_id)
+        if row is None or row["status"] != NoteStatus.REVOKED.value \
+                or row["consolidated_into_id"] != into:
+            continue  # the host changed it since the read: left as it is
+        rows.set_fields(note_id, {
+            "status": NoteStatus.ACTIVE.value, "consolidated_into_id": None, "valid_to": None,
+            "comments": append_comment(row["comments"], RESTORED_COMMENT)}, REASON)
+        restored.append(note_id)
+    for keys, batch in rows.update_batches():
+        if w.uow.writes.update_notes(keys, batch) != len(batch):
+            raise WriteConflict("a note changed while prune held it; nothing was written")
+    w.uow.writes.add_log(rows.log)
+    return restored
