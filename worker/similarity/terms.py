@@ -39,7 +39,7 @@ _NOT_TERMS = _NOT_ATTRIBUTES | frozenset(map(stem, STOPWORDS))
 
 def _content_terms(stems: Iterable[str]) -> set[str]:
     """A note's terms: its stems but numbers, function words and words of frequency."""
-    return {w for w in stems if not w.isdigit()} - _NOT_TERMS
+    return {w for w in set(stems) - _NOT_TERMS if not w.isdigit()}
 
 
 def _most_notes(notes: int, max_notes: int) -> int:
@@ -132,26 +132,27 @@ def topical_pairs(
     if max_notes < 2 or len(texts) < 2:
         return set()
     words = [_WORD.findall(strip_invisible(t)) for t in texts]
-    terms = [_content_terms(map(stem, w)) for w in words]
+    stems = [list(map(stem, w)) for w in words]
+    terms = [_content_terms(s) for s in stems]
     most = _most_notes(len(terms), max_notes)
-    subjects = _subjects(words, terms, most)
+    subjects = _subjects(words, stems, terms, most)
     pairs = [(i, j) for i, j in _shared_counts(terms, most)
              if not subjects[i] or not subjects[j] or subjects[i] & subjects[j]]
     return _alike(pairs, vectors, min_similarity)
 
 
-def _subjects(words: Sequence[list[str]], terms: Sequence[set[str]],
-              most: int) -> list[set[str]]:
-    """Each note's subjects: its terms that are names the scope repeats (capitalised in every
-    occurrence, in more than ``most`` notes)."""
-    capitalised: dict[str, bool] = {}
-    for note in words:
-        for w in note:
-            key = stem(w)
-            capitalised[key] = capitalised.get(key, True) and w[:1].isupper()
+def _subjects(words: Sequence[list[str]], stems: Sequence[list[str]],
+              terms: Sequence[set[str]], most: int) -> list[set[str]]:
+    """Each note's subjects: its terms that are names the scope repeats (in more than ``most``
+    notes, and never written lower case)."""
     notes_with: dict[str, int] = {}
     for found in terms:
         for t in found:
             notes_with[t] = notes_with.get(t, 0) + 1
-    names = {t for t, n in notes_with.items() if n > most and capitalised.get(t, False)}
+    common = {t for t, n in notes_with.items() if n > most}
+    if not common:
+        return [set() for _ in terms]
+    lowered = {s for ws, ss in zip(words, stems, strict=True)
+               for w, s in zip(ws, ss, strict=True) if not w[:1].isupper()}
+    names = common - lowered
     return [found & names for found in terms]

@@ -128,6 +128,16 @@ def test_topical_links_cluster_notes_that_cosine_leaves_apart() -> None:
     assert _plan_topical(notes, vectors, [(0, 1), (1, 2), (2, 3)])[0] == []
 
 
+def test_two_linked_ephemeral_notes_are_no_topical_cluster() -> None:
+    """The pair exception is for throwaway duplicates (cosine); two throwaway notes on one
+    topic wait for a third."""
+    notes = [_note(f"e{i}", protection="ephemeral") for i in range(3)]
+    vectors = _vectors([0, 1, 2])
+    assert _plan_topical(notes, vectors, [(0, 1)])[0] == []
+    assert _plan_topical(notes, vectors, [(0, 1), (0, 2), (1, 2)])[0] == [["e0", "e1", "e2"]]
+    assert _plan(notes, _vectors([0, 0, 1]))[0] == [["e0", "e1"]]
+
+
 def test_a_topical_cluster_grows_only_while_its_texts_fit_max_chars() -> None:
     """Four linked notes of 100 characters: joined by spaces, three take 302 characters."""
     notes = [_note(f"n{i}", "x" * 100) for i in range(4)]

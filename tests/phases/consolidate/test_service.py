@@ -361,17 +361,17 @@ def test_blast_radius_guard_stops_merges_without_force(sqlite_app: App, llm_stub
     assert _run(app, force=True, allow_retire=5)["out"]["clusters_merged"] == 1
 
 
-# Three notes on one topic, each pair below the 0.60 cosine (0.41, 0.46, 0.45 under the hashing
+# Three notes on one topic, each pair below the 0.60 cosine (0.41, 0.48, 0.45 under the hashing
 # embedder) but all holding "pottery", which few of the scope's notes hold.
 POTTERY = [
-    "Dana took a pottery class with her family on Saturday and made a small blue bowl.",
+    "Dana took a pottery class with her family at the arts centre and made a small blue bowl.",
     "Dana wants a pottery wheel at home so her family can make small bowls too.",
     "Dana's pottery teacher says the small bowls Dana made in class and at home are getting "
     "better.",
 ]
 # Every note names Dana and most name her family: common words, which link nothing.
 DANA = [
-    "Dana and her family go to the coast with the family dog.",  # 0.38 with the first above
+    "Dana and her family go to the coast with the family dog.",  # 0.47 with the first above
     "Dana's family visits her mother in Porto.",
     "Dana's family loves board games.",
     "Dana works as a nurse at the city hospital.",
@@ -381,16 +381,20 @@ DANA = [
     "Dana's family cooks together on Sundays.",
     "Dana takes the train to the hospital.",
 ]
-POTTERY_FUSED = ("Dana took a pottery class with her family on Saturday and made a small blue "
-                 "bowl; she wants a pottery wheel at home so her family can make small bowls too, "
+def _dana_notes() -> list[dict[str, Any]]:
+    return [{**n, "importance": 0.5} for n in _notes(POTTERY + DANA, prefix="p")]
+
+
+POTTERY_FUSED = ("Dana took a pottery class with her family at the arts centre and made a small "
+                 "blue bowl; she wants a pottery wheel at home so her family can make small bowls too, "
                  "and her pottery teacher says the bowls she made are getting better.")
 
 
 def test_a_topical_cluster_reaches_the_model_and_is_fused(app: App, llm_stub: LLMStub) -> None:
     """No cosine cluster forms; the topical pass sends the three pottery notes as one cluster,
-    which is fused, and the note sharing only "Dana" and "family" with them (cosine 0.38 with
+    which is fused, and the note sharing only "Dana" and "family" with them (cosine 0.47 with
     the first, above the 0.35 floor) stays out and active."""
-    add_notes(app, *_notes(POTTERY + DANA, prefix="p"))
+    add_notes(app, *_dana_notes())
     _use_stub(app, llm_stub, FakeLLM(
         rules=[FakeRule(prompt="consolidate", contains=["pottery"],
                         reply=merge_reply(POTTERY_FUSED))], default=REFUSE))
@@ -419,7 +423,7 @@ def test_without_term_links_or_a_model_no_topical_cluster_forms(
     """DREAM_CONSOLIDATE__TERM_MAX_NOTES below 2 restores the cosine-only plan: no cluster, no
     question, nothing changed. The rule judge never plans topical clusters (it merges nothing
     below its own cosine bar)."""
-    add_notes(app, *_notes(POTTERY + DANA, prefix="p"))
+    add_notes(app, *_dana_notes())
     if judge == "rules":
         assert app.llm is None
     else:

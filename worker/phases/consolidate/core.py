@@ -69,7 +69,9 @@ def plan_clusters(
     topical links among them, growing the same way except that two linked notes count as alike
     as ``threshold`` at least (so a member needs a link to most members, not one), and only
     while the members' texts joined by spaces fit in ``max_chars``: a topical member states
-    another fact, which the fused note must keep. Its clusters follow the first pass's.
+    another fact, which the fused note must keep. No pair is a topical cluster, ephemeral or
+    not (two throwaway notes on one topic are no duplicate). Its clusters follow the first
+    pass's.
     """
     eligible = {i for i, n in enumerate(notes) if clusterable(n)}
     ids = [n.id for n in notes]
@@ -82,7 +84,7 @@ def plan_clusters(
     links = _adjacency([*cosine, *topical.pairs], rest)
     lengths = np.asarray([len(n.content) + 1 for n in notes], dtype=np.int64)  # + a space
     second = _Growth(vectors, ids, threshold, max_size, links, lengths, topical.max_chars + 1)
-    found = _cluster(notes, links, second, min_size, ephemeral_pairs)
+    found = _cluster(notes, links, second, min_size, ephemeral_pairs=False)
     for c in found.clusters:
         c.topical = True
     taken = {m for c in found.clusters for m in c.members}
