@@ -118,7 +118,7 @@ def topical_pairs(
     min_similarity: float = -1.0,
 ) -> set[tuple[int, int]]:
     """Pairs (i < j) of notes of any length on one topic of one subject: they share a rare
-    term (rare as ``shared_term_pairs`` counts it: "adoption", "pottery"), their cosine reaches
+    term (rare as ``shared_term_pairs`` counts it: "pottery", "cello"), their cosine reaches
     ``min_similarity``, and they do not name two different subjects.
 
     One rare term is enough, whatever the notes' length (long notes restating one topic rarely
