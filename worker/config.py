@@ -45,6 +45,11 @@ class ConsolidateSettings(BaseModel):
     max_chars: int = Field(300, ge=20)
     max_generation: int = Field(3, ge=1)
     block_on_omission: bool = False
+    # Topical clusters (a model judge only): notes no cosine cluster took, sharing a word at
+    # most this many of the scope's notes hold (below 2 turns the pass off), at least this alike,
+    # not naming two different subjects (worker.similarity.terms.topical_pairs).
+    term_max_notes: int = Field(8, ge=0, le=64)
+    term_min_similarity: float = Field(0.35, ge=-1.0, le=1.0)
 
 
 class ContradictionSettings(BaseModel):

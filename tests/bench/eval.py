@@ -290,7 +290,7 @@ def _locomo_one(conv: dict[str, Any], judge: str) -> list[Any]:
     active_after = sum(1 for s in state.values() if s == "active")
     return [sample, judge, status, len(notes), active_after, len(fused),
             f"{held_q}/{questions} ({held_q / questions:.1%})" if questions else "-",
-            f"{relative}/{len(fused)}"]
+            f"{relative}/{len(fused)}", llm.calls if llm is not None else 0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_locomo:
         table("LoCoMo dev end to end (one note per observation fact)",
               ["conversation", "judge", "run", "active before", "active after", "fused notes",
-               "questions with evidence held (must be 100%)", "relative-time left in fused"],
+               "questions with evidence held (must be 100%)", "relative-time left in fused",
+               "model calls"],
               eval_locomo(["rules", "scripted"]))
     if not args.skip_scenarios:
         table("Scenario suite (tests/integration/test_scenarios.py)", ["scenario", "result"],

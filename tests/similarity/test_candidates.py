@@ -1,4 +1,5 @@
-"""Contradiction candidates: the same-frame index, shared rare terms, the union of sources."""
+"""Contradiction candidates: the same-frame index and the union of sources (shared rare terms:
+test_terms.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,11 @@ from worker.embeddings.hashing import HashingEmbedder
 from worker.similarity.candidates import (
     FrameSettings,
     Source,
-    TermSettings,
-    frame_tokens,
     same_frame_pairs,
-    shared_term_pairs,
     source_counts,
     union_edges,
 )
+from worker.similarity.terms import frame_tokens
 
 
 @pytest.mark.parametrize(
@@ -141,69 +140,3 @@ def test_same_frame_pairs_agree_with_the_unhashed_definition(texts: list[str],
     gives, on texts mixing case, repeated words, invisible characters and unicode forms."""
     report = same_frame_pairs(texts, frame)
     assert (report.pairs, report.generic_frames) == _reference_frame_pairs(texts, frame)
-
-
-# ---- shared rare terms ----------------------------------------------------------------------
-RESTATED = [
-    ("The team chats on Slack every day", "Team chat runs on Zulip"),
-    ("Preferred code editor: Emacs", "The user writes code in Vim"),
-    ("Remaining vacation this year: 3 days", "The user has 20 vacation days left this year"),
-]
-
-
-@pytest.mark.parametrize(("a", "b"), RESTATED)
-def test_a_fact_restated_in_other_words_shares_a_rare_term(a: str, b: str) -> None:
-    """Neither a frame nor the hashing cosine joins these; the word they share does."""
-    assert same_frame_pairs([a, b]).pairs == set()
-    vectors = HashingEmbedder(512).embed([a, b])
-    assert float(vectors[0] @ vectors[1]) < 0.70
-    assert shared_term_pairs([a, b]) == {(0, 1)}
-
-
-def test_only_discourse_frequency_or_function_words_in_common_join_nothing() -> None:
-    texts = ["Reports use metric units again", "Pull requests need two approvals again",
-             "The user is in the office", "The user is on holiday",
-             "Deployments go out on every weekday", "The team chats on Zulip every day",
-             "The user has 10 vacation days left"]
-    assert shared_term_pairs(texts) == set()
-    # A named day is a value: two notes sharing one may state one attribute.
-    assert shared_term_pairs(["Deployments go out on Thursdays",
-                              "The team ships releases on Thursdays"]) == {(0, 1)}
-
-
-def test_a_term_too_many_notes_hold_is_not_rare() -> None:
-    """A word in more of the scope's notes than max_notes names no one attribute (in a scope
-    large enough that half of it is more: the other notes share nothing)."""
-    texts = [f"Project {name} ships soon" for name in
-             ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota")]
-    others = [f"Note {k} stands alone" for k in range(20)]
-    assert shared_term_pairs(texts + others, TermSettings(max_notes=8)) == set()
-    assert len(shared_term_pairs(texts[:8] + others, TermSettings(max_notes=8))) == 28
-    assert shared_term_pairs(texts[:3], TermSettings(max_notes=1)) == set()  # the source off
-
-
-def test_long_notes_and_a_small_share_of_terms_are_left_to_cosine() -> None:
-    long = ("The user spent the whole afternoon comparing espresso machines for the new office "
-            "kitchen and finally picked the cheapest one")
-    assert shared_term_pairs([long, "The office kitchen has a new fridge"]) == set()
-    # One shared term among the five of the note with fewer is too little (a quarter: two).
-    texts = ["Kitchen rota: Alice Bob Carol Dave", "Kitchen duty: Erin Frank Grace Heidi Ivan"]
-    assert shared_term_pairs(texts, TermSettings(min_share=0.25)) == set()
-    assert shared_term_pairs(texts, TermSettings(min_share=0.15)) == {(0, 1)}
-
-
-def test_a_floor_on_cosine_drops_two_attributes_meeting_on_a_weekday() -> None:
-    texts = ["Deployments go out on Thursdays", "The user swims on Thursday evenings"]
-    assert shared_term_pairs(texts) == {(0, 1)}
-    apart = np.asarray([[1.0, 0.0], [0.1, 0.995]], dtype=np.float32)
-    assert shared_term_pairs(texts, vectors=apart, min_similarity=0.15) == set()
-    assert shared_term_pairs(texts, vectors=apart, min_similarity=0.05) == {(0, 1)}
-
-
-def test_a_word_most_of_a_small_scope_holds_is_not_rare() -> None:
-    """Seven notes about Alice: her name is in five (more than half), which is no attribute;
-    the chat versions still meet on the words only they share."""
-    texts = ["Alice prefers green tea in the afternoon", "Never call Alice before 9am",
-             "Alice's account number ends in 4411", "Alice walks to the office",
-             "Alice keeps a cat", "The team chats on Slack every day", "Team chat runs on Zulip"]
-    assert shared_term_pairs(texts) == {(5, 6)}

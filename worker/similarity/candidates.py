@@ -5,14 +5,13 @@ Cosine neighbours miss two versions of a short fact that differ by one word (the
 embedder scores "never use a linter" / "always use a linter" below 0.70); the same-frame index
 finds exactly those; consolidation's unmerged clusters carry the signal of a looser threshold;
 shared rare terms join two short facts restated in other words ("The team chats on Slack" /
-"Team chat runs on Zulip"), which neither cosine nor a frame connects; a note another states
-word for word with more detail is a duplicate however far the detail moves the cosine (the
-caller finds those with the text rules, below the cosine bar).
+"Team chat runs on Zulip"), which neither cosine nor a frame connects (worker.similarity.terms);
+a note another states word for word with more detail is a duplicate however far the detail
+moves the cosine (the caller finds those with the text rules, below the cosine bar).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -20,7 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from worker.text.words import STOPWORDS, stem, strip_invisible
+from worker.similarity.terms import frame_tokens
 
 
 class Source(StrEnum):
@@ -29,15 +28,6 @@ class Source(StrEnum):
     SAME_FRAME = "same_frame"
     SHARED_TERM = "shared_term"
     CONTAINED = "contained"
-
-
-_WORD = re.compile(r"[\w']+")
-
-
-def frame_tokens(text: str) -> list[str]:
-    """Stemmed, case-folded words ("requests" = "request"); punctuation and invisible
-    characters never split a frame."""
-    return list(map(stem, _WORD.findall(strip_invisible(text).casefold())))
 
 
 @dataclass(frozen=True)
@@ -241,71 +231,6 @@ def _bucket_pairs(
     ok = (row[x] != row[y]) & (shared[bucket] >= np.maximum(min_frame, needed))
     i, j = row[x][ok], row[y][ok]
     return set(zip(np.minimum(i, j).tolist(), np.maximum(i, j).tolist(), strict=True))
-
-
-# Words that say how often something holds, or that a fact was said again, not what it is
-# about: two notes sharing only these ("… every day", "… again") are most often about different
-# things. Compared as stems. A named day or date is kept: sharing one is sharing a value.
-_NOT_ATTRIBUTES = frozenset(stem(w) for w in (
-    "again", "once", "more", "anymore", "back", "already", "ever", "lately", "recently", "later",
-    "earlier", "today", "yesterday", "tomorrow", "really", "actually",
-    "every", "each", "all", "always", "never", "sometimes", "often", "usually", "rarely",
-    "daily", "weekly", "monthly", "yearly", "day", "week", "month", "year", "morning",
-    "afternoon", "evening", "night", "weekend", "weekday"))
-_NOT_TERMS = _NOT_ATTRIBUTES | frozenset(map(stem, STOPWORDS))
-
-
-@dataclass(frozen=True)
-class TermSettings:
-    max_words: int = 12  # both notes this short: slot-like facts (longer ones are left to cosine)
-    max_notes: int = 8  # a term in more of the scope's notes is too common to name one attribute
-    min_share: float = 0.25  # shared rare terms / content terms of the note with fewer
-
-
-def shared_term_pairs(
-    texts: Sequence[str], settings: TermSettings = TermSettings(),
-    vectors: np.ndarray | None = None, min_similarity: float = -1.0, *,
-    tokens: Sequence[list[str]] | None = None,
-) -> set[tuple[int, int]]:
-    """Pairs (i < j) of short notes sharing rare content terms: restatements of one attribute
-    in other words ("Preferred code editor: Vim" / "The user writes code in Emacs").
-
-    A term is a stemmed word that is not a function word, a number or a word of frequency or
-    repetition (``_NOT_ATTRIBUTES``); rare: in two to ``max_notes`` of the scope's notes, and in
-    a small scope in at most half of them, or three (counted over every note, so a word the
-    scope repeats everywhere, such as its user's name, joins nothing). A pair needs one rare
-    term per ``1 / min_share`` content terms of its shorter note. Posting lists, never all
-    pairs. With ``vectors`` (rows aligned with ``texts``), a pair also needs cosine
-    ``min_similarity``: a shared word with nothing else alike is mostly two attributes meeting
-    on a common verb or a weekday. ``tokens``: the texts' ``frame_tokens``, if already made.
-    """
-    if settings.max_notes < 2:
-        return set()
-    terms: list[set[str]] = []
-    short: list[bool] = []
-    notes_with: dict[str, list[int]] = {}
-    for row, words in enumerate(tokens if tokens is not None else map(frame_tokens, texts)):
-        found = {w for w in words if not w.isdigit()} - _NOT_TERMS
-        terms.append(found)
-        short.append(len(words) <= settings.max_words)
-        for t in found:
-            notes_with.setdefault(t, []).append(row)
-    most = min(settings.max_notes, max(3, len(terms) // 2))
-    shared: dict[tuple[int, int], int] = {}
-    for rows in notes_with.values():
-        if not 2 <= len(rows) <= most:
-            continue
-        held = [r for r in rows if short[r]]
-        for x, i in enumerate(held):
-            for j in held[x + 1:]:
-                shared[(i, j)] = shared.get((i, j), 0) + 1
-    pairs = [(i, j) for (i, j), n in shared.items()
-             if n >= max(1.0, settings.min_share * min(len(terms[i]), len(terms[j])))]
-    if vectors is None or not pairs or vectors.shape[1] == 0:
-        return set(pairs)
-    ends = np.asarray(pairs)
-    alike = np.einsum("ij,ij->i", vectors[ends[:, 0]], vectors[ends[:, 1]]) >= min_similarity
-    return {p for p, ok in zip(pairs, alike.tolist(), strict=True) if ok}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from worker.llm.ask import ReplyRejected
 from worker.llm.prompts import render_prompt
 from worker.phases.consolidate.core import (
     FusionReply,
+    TopicalLinks,
     fused_fields,
     majority_type,
     plan_clusters,
@@ -98,6 +99,66 @@ def test_chain_does_not_become_one_cluster() -> None:
     clusters, _ = _plan(notes, vectors)
     for cluster in clusters:
         assert not ({"n0", "n1"} & set(cluster) and {"n3", "n4"} & set(cluster))
+
+
+# ---- the topical pass --------------------------------------------------------------------
+Planned = tuple[list[list[str]], list[bool], list[str]]
+
+
+def _plan_topical(notes: list[Note], vectors: np.ndarray, links: list[tuple[int, int]],
+                  max_chars: int = 300) -> Planned:
+    """Clusters (ids), whether each is topical, and leftovers, with ``links`` as the second
+    signal."""
+    plan = plan_clusters(notes, vectors, neighbour_pairs(vectors, 0.6), 0.6, 3, 7,
+                         topical=TopicalLinks(links, max_chars))
+    ids = [n.id for n in notes]
+    return ([[ids[i] for i in c.members] for c in plan.clusters],
+            [c.topical for c in plan.clusters], [ids[i] for i in plan.leftovers])
+
+
+def test_topical_links_cluster_notes_that_cosine_leaves_apart() -> None:
+    """Three notes linked pairwise (a rare term in common) but pointing apart become one
+    topical cluster; without the links, or with only a chain of them, nothing forms."""
+    notes = [_note(f"n{i}") for i in range(5)]
+    vectors = _vectors([0, 1, 2, 3, 4])
+    assert _plan(notes, vectors) == ([], [])
+    clusters, topical, _ = _plan_topical(notes, vectors, [(0, 1), (0, 2), (1, 2)])
+    assert (clusters, topical) == ([["n0", "n1", "n2"]], [True])
+    # A chain n0-n1-n2-n3: each new member is linked to one member of two, which is not enough.
+    assert _plan_topical(notes, vectors, [(0, 1), (1, 2), (2, 3)])[0] == []
+
+
+def test_two_linked_ephemeral_notes_are_no_topical_cluster() -> None:
+    """The pair exception is for throwaway duplicates (cosine); two throwaway notes on one
+    topic wait for a third."""
+    notes = [_note(f"e{i}", protection="ephemeral") for i in range(3)]
+    vectors = _vectors([0, 1, 2])
+    assert _plan_topical(notes, vectors, [(0, 1)])[0] == []
+    assert _plan_topical(notes, vectors, [(0, 1), (0, 2), (1, 2)])[0] == [["e0", "e1", "e2"]]
+    assert _plan(notes, _vectors([0, 0, 1]))[0] == [["e0", "e1"]]
+
+
+def test_a_topical_cluster_grows_only_while_its_texts_fit_max_chars() -> None:
+    """Four linked notes of 100 characters: joined by spaces, three take 302 characters."""
+    notes = [_note(f"n{i}", "x" * 100) for i in range(4)]
+    links = [(i, j) for i in range(4) for j in range(i + 1, 4)]
+    vectors = _vectors([0, 1, 2, 3])
+    assert _plan_topical(notes, vectors, links, max_chars=301)[0] == []
+    assert _plan_topical(notes, vectors, links, max_chars=302)[0] == [["n0", "n1", "n2"]]
+
+
+def test_cosine_clusters_come_first_and_keep_their_members() -> None:
+    """Links into a cosine cluster change nothing in it; the topical pass takes the rest, and
+    a cosine pair too small to be a cluster may join a topical one (no longer a leftover)."""
+    notes = [_note(f"n{i}") for i in range(8)]
+    vectors = _vectors([0, 0, 0, 1, 2, 3, 4, 4])
+    assert _plan(notes, vectors) == ([["n0", "n1", "n2"]], ["n6", "n7"])
+    links = [(2, 3), (2, 4), (3, 4), (3, 5), (4, 5), (5, 6), (5, 7)]
+    clusters, topical, leftovers = _plan_topical(notes, vectors, links)
+    assert clusters == [["n0", "n1", "n2"], ["n3", "n4", "n5"]] and topical == [False, True]
+    assert leftovers == ["n6", "n7"]
+    clusters, topical, leftovers = _plan_topical(notes, vectors, [(5, 6), (5, 7)])
+    assert clusters == [["n0", "n1", "n2"], ["n5", "n6", "n7"]] and leftovers == []
 
 
 SOURCES = [

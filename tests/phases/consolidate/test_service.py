@@ -359,3 +359,79 @@ def test_blast_radius_guard_stops_merges_without_force(sqlite_app: App, llm_stub
         assert (run.status_reason or "").startswith("blast-radius guard: would retire 5 of 11")
     assert _run(app, force=True, allow_retire=4)["out"]["clusters_merged"] == 0
     assert _run(app, force=True, allow_retire=5)["out"]["clusters_merged"] == 1
+
+
+# Three notes on one topic, each pair below the 0.60 cosine (0.41, 0.48, 0.45 under the hashing
+# embedder) but all holding "pottery", which few of the scope's notes hold.
+POTTERY = [
+    "Dana took a pottery class with her family at the arts centre and made a small blue bowl.",
+    "Dana wants a pottery wheel at home so her family can make small bowls too.",
+    "Dana's pottery teacher says the small bowls Dana made in class and at home are getting "
+    "better.",
+]
+# Every note names Dana and most name her family: common words, which link nothing.
+DANA = [
+    "Dana and her family go to the coast with the family dog.",  # 0.47 with the first above
+    "Dana's family visits her mother in Porto.",
+    "Dana's family loves board games.",
+    "Dana works as a nurse at the city hospital.",
+    "Dana reads crime novels on the train.",
+    "Dana's family eats ramen on Fridays.",
+    "Dana is learning to play the cello.",
+    "Dana's family cooks together on Sundays.",
+    "Dana takes the train to the hospital.",
+]
+def _dana_notes() -> list[dict[str, Any]]:
+    return [{**n, "importance": 0.5} for n in _notes(POTTERY + DANA, prefix="p")]
+
+
+POTTERY_FUSED = ("Dana took a pottery class with her family at the arts centre and made a small "
+                 "blue bowl; she wants a pottery wheel at home so her family can make small bowls too, "
+                 "and her pottery teacher says the bowls she made are getting better.")
+
+
+def test_a_topical_cluster_reaches_the_model_and_is_fused(app: App, llm_stub: LLMStub) -> None:
+    """No cosine cluster forms; the topical pass sends the three pottery notes as one cluster,
+    which is fused, and the note sharing only "Dana" and "family" with them (cosine 0.47 with
+    the first, above the 0.35 floor) stays out and active."""
+    add_notes(app, *_dana_notes())
+    _use_stub(app, llm_stub, FakeLLM(
+        rules=[FakeRule(prompt="consolidate", contains=["pottery"],
+                        reply=merge_reply(POTTERY_FUSED))], default=REFUSE))
+    result = _run(app)
+    out = result["out"]
+    assert (out["clusters_found"], out["topical_clusters"], out["clusters_merged"],
+            out["notes_revoked"]) == (1, 1, 1, 3)
+    assert out["topical_links"] >= 3
+    child = result["children"][0]
+    assert child.input["topical"] is True
+    assert sorted(child.output["note_ids"]) == ["p0", "p1", "p2"]
+    (request,) = llm_stub.chat_requests()
+    assert '"alias": "n3"' in request.user and '"alias": "n4"' not in request.user
+    assert "coast" not in request.user
+    notes = _all(app)
+    assert [n.content for n in notes.values() if n.status == "active"
+            and n.content == POTTERY_FUSED] == [POTTERY_FUSED]
+    assert notes["p3"].status == "active"
+    assert sum(n.status == "active" for n in notes.values()) == 1 + len(DANA)
+
+
+@pytest.mark.parametrize("judge", ["model, term links off", "rules"])
+def test_without_term_links_or_a_model_no_topical_cluster_forms(
+    app: App, llm_stub: LLMStub, judge: str,
+) -> None:
+    """DREAM_CONSOLIDATE__TERM_MAX_NOTES below 2 restores the cosine-only plan: no cluster, no
+    question, nothing changed. The rule judge never plans topical clusters (it merges nothing
+    below its own cosine bar)."""
+    add_notes(app, *_dana_notes())
+    if judge == "rules":
+        assert app.llm is None
+    else:
+        app.settings.consolidate.term_max_notes = 1
+        _use_stub(app, llm_stub, FakeLLM(default=merge_reply(POTTERY_FUSED)))
+    result = _run(app)
+    out = result["out"]
+    assert out["clusters_found"] == 0 and result["parent"].status == "no_items"
+    assert "topical_links" not in out and "topical_clusters" not in out
+    assert llm_stub.chat_requests() == []
+    assert all(n.status == "active" for n in _all(app).values())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,12 +27,23 @@ class PlannedCluster:
     members: list[int]
     similarity: float  # mean pairwise cosine
     min_similarity: float
+    topical: bool = False  # found by the second pass, over shared rare terms
 
 
 @dataclass
 class ClusterPlan:
     clusters: list[PlannedCluster]
     leftovers: list[int]  # candidates (had a neighbour) that ended up in no cluster
+
+
+@dataclass(frozen=True)
+class TopicalLinks:
+    """The second signal: pairs of rows (i < j) on one topic of one subject, whatever their
+    cosine (worker.similarity.terms.topical_pairs), and the length a topical cluster's texts
+    may reach together."""
+
+    pairs: Collection[tuple[int, int]]
+    max_chars: int
 
 
 def clusterable(note: Note) -> bool:
@@ -43,35 +54,83 @@ def clusterable(note: Note) -> bool:
 def plan_clusters(
     notes: Sequence[Note], vectors: np.ndarray, pairs: Sequence[tuple[int, int, float]],
     threshold: float, min_size: int, max_size: int, ephemeral_pairs: bool = True,
+    topical: TopicalLinks | None = None,
 ) -> ClusterPlan:
     """Deterministic clusters of ``min_size``..``max_size`` notes, each coherent.
 
     Within each connected component of the similarity graph, a cluster grows greedily from the
     best-connected seed (ties by id), each time adding the note with the highest mean similarity
-    to the members so far, while that mean is at least ``threshold``; so a chain A~B~C with A≁C does not become one cluster and an
-    oversized component splits into several coherent clusters. A group smaller than
-    ``min_size`` is kept only as a pair containing an ephemeral note; members that fit nowhere
-    are returned as leftovers.
+    to the members so far, while that mean is at least ``threshold``; so a chain A~B~C with
+    A≁C does not become one cluster and an oversized component splits into several coherent
+    clusters. A group smaller than ``min_size`` is kept only as a pair containing an ephemeral
+    note; members that fit nowhere are returned as leftovers.
+
+    ``topical``: a second pass over the notes no cluster took, on the cosine pairs and the
+    topical links among them, growing the same way except that two linked notes count as alike
+    as ``threshold`` at least (so a member needs a link to most members, not one), and only
+    while the members' texts joined by spaces fit in ``max_chars``: a topical member states
+    another fact, which the fused note must keep. No pair is a topical cluster, ephemeral or
+    not (two throwaway notes on one topic are no duplicate). Its clusters follow the first
+    pass's.
     """
     eligible = {i for i, n in enumerate(notes) if clusterable(n)}
-    adjacency: dict[int, dict[int, float]] = {}
-    for i, j, s in pairs:
-        if i in eligible and j in eligible:
-            adjacency.setdefault(i, {})[j] = s
-            adjacency.setdefault(j, {})[i] = s
     ids = [n.id for n in notes]
-    components = _components(adjacency, ids)
+    cosine = [(i, j) for i, j, _ in pairs]
+    first = _Growth(vectors, ids, threshold, max_size)
+    plan = _cluster(notes, _adjacency(cosine, eligible), first, min_size, ephemeral_pairs)
+    if topical is None:
+        return plan
+    rest = eligible - {m for c in plan.clusters for m in c.members}
+    links = _adjacency([*cosine, *topical.pairs], rest)
+    lengths = np.asarray([len(n.content) + 1 for n in notes], dtype=np.int64)  # + a space
+    second = _Growth(vectors, ids, threshold, max_size, links, lengths, topical.max_chars + 1)
+    found = _cluster(notes, links, second, min_size, ephemeral_pairs=False)
+    for c in found.clusters:
+        c.topical = True
+    taken = {m for c in found.clusters for m in c.members}
+    return ClusterPlan([*plan.clusters, *found.clusters],
+                       [i for i in plan.leftovers if i not in taken])
+
+
+@dataclass(frozen=True)
+class _Growth:
+    """How a cluster grows: the snapshot's vectors and ids, the bar and size, and for the
+    topical pass the links that lift a pair to the bar and the texts' lengths with their cap."""
+
+    vectors: np.ndarray
+    ids: list[str]
+    threshold: float
+    max_size: int
+    links: dict[int, set[int]] | None = None
+    lengths: np.ndarray | None = None
+    max_chars: int = 0
+
+
+def _adjacency(pairs: Iterable[tuple[int, int]], eligible: set[int]) -> dict[int, set[int]]:
+    adjacency: dict[int, set[int]] = {}
+    for i, j in pairs:
+        if i in eligible and j in eligible and i != j:
+            adjacency.setdefault(i, set()).add(j)
+            adjacency.setdefault(j, set()).add(i)
+    return adjacency
+
+
+def _cluster(
+    notes: Sequence[Note], adjacency: dict[int, set[int]], growth: _Growth, min_size: int,
+    ephemeral_pairs: bool,
+) -> ClusterPlan:
+    ids = growth.ids
     clusters: list[PlannedCluster] = []
     leftovers: list[int] = []
-    for component in components:
+    for component in _components(adjacency, ids):
         pool = set(component)
         while pool:
-            seed = min(pool, key=lambda i: (-len(adjacency[i].keys() & pool), ids[i]))
-            members = _grow(seed, pool, vectors, ids, threshold, max_size)
+            seed = min(pool, key=lambda i: (-len(adjacency[i] & pool), ids[i]))
+            members = _grow(seed, pool, growth)
             ephemeral = any(notes[m].protection == Protection.EPHEMERAL.value for m in members)
             if len(members) >= min_size or (ephemeral_pairs and ephemeral and len(members) >= 2):
                 pool.difference_update(members)
-                clusters.append(_planned(sorted(members, key=lambda m: ids[m]), vectors))
+                clusters.append(_planned(sorted(members, key=lambda m: ids[m]), growth.vectors))
             else:
                 pool.discard(seed)
                 leftovers.append(seed)
@@ -79,30 +138,45 @@ def plan_clusters(
     return ClusterPlan(clusters, sorted(leftovers, key=lambda m: ids[m]))
 
 
-def _grow(
-    seed: int, pool: set[int], vectors: np.ndarray, ids: list[str], threshold: float,
-    max_size: int,
-) -> list[int]:
-    """Add, one at a time, the pool note most similar on average to the members so far."""
+def _grow(seed: int, pool: set[int], g: _Growth) -> list[int]:
+    """Add, one at a time, the pool note most similar on average to the members so far (and,
+    with a length cap, whose text still fits)."""
     members = [seed]
-    rest = sorted(pool - {seed}, key=lambda i: ids[i])
+    rest = sorted(pool - {seed}, key=lambda i: g.ids[i])
     if not rest:
         return members
-    candidates = vectors[rest]  # gathered once, not on every step
-    sums = candidates @ vectors[seed]
+    candidates = g.vectors[rest]  # gathered once, not on every step
+    at = {r: k for k, r in enumerate(rest)} if g.links is not None else {}
+    sums = _lifted(candidates @ g.vectors[seed], seed, at, g)
     alive = np.ones(len(rest), dtype=bool)
-    while len(members) < max_size and alive.any():
-        means = np.where(alive, sums / len(members), -np.inf)
+    lengths = g.lengths[rest] if g.lengths is not None else None
+    room = g.max_chars - int(g.lengths[seed]) if g.lengths is not None else 0
+    while len(members) < g.max_size and alive.any():
+        usable = alive if lengths is None else alive & (lengths <= room)
+        means = np.where(usable, sums / len(members), -np.inf)
         best = int(np.argmax(means))  # first maximum: ties go to the smaller id
-        if means[best] < threshold - 1e-6:
+        if means[best] < g.threshold - 1e-6:
             break
         members.append(rest[best])
         alive[best] = False
-        sums = sums + candidates @ candidates[best]
+        if lengths is not None:
+            room -= int(lengths[best])
+        sums = sums + _lifted(candidates @ candidates[best], rest[best], at, g)
     return members
 
 
-def _components(adjacency: dict[int, dict[int, float]], ids: list[str]) -> list[list[int]]:
+def _lifted(sims: np.ndarray, member: int, at: dict[int, int], g: _Growth) -> np.ndarray:
+    """``sims`` (cosine of each candidate to ``member``) with the candidates linked to the
+    member raised to the threshold: a topical link counts as a neighbour."""
+    if g.links is None:
+        return sims
+    linked = [at[i] for i in g.links.get(member, ()) if i in at]
+    if linked:
+        sims[linked] = np.maximum(sims[linked], g.threshold)
+    return sims
+
+
+def _components(adjacency: dict[int, set[int]], ids: list[str]) -> list[list[int]]:
     seen: set[int] = set()
     out = []
     for start in sorted(adjacency, key=lambda i: ids[i]):

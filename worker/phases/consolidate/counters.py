@@ -35,3 +35,6 @@ class ConsolidateCounters(Counters):
     leftover_ids: list[str] | None = None
     guard_tripped: int | None = None
     rule_groups_relative_time: int | None = None
+    # Set when the topical pass runs: the pairs it found, and the clusters it added.
+    topical_links: int | None = None
+    topical_clusters: int | None = None

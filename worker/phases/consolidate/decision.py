@@ -68,6 +68,8 @@ class Decision:
         }
         if [n.id for n in self.sources] != data["note_ids"]:
             data["source_ids"] = [n.id for n in self.sources]
+        if self.cluster.topical:
+            data["topical"] = True
         return data
 
     def step_output(self, verdict: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import structlog
 
 from worker.domain.types import Note, PhaseReport, Scope, StepStatus
 from worker.phases.consolidate.apply import Unit, write_units
-from worker.phases.consolidate.core import plan_clusters
+from worker.phases.consolidate.core import ClusterPlan, TopicalLinks, plan_clusters
 from worker.phases.consolidate.counters import ConsolidateCounters
 from worker.phases.consolidate.decision import PHASE
 from worker.phases.consolidate.judging import judge_with_model
@@ -22,6 +23,7 @@ from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
+from worker.similarity.terms import topical_pairs
 
 log = structlog.get_logger(__name__)
 
@@ -52,11 +54,7 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         flags = []  # a run that proposes applies nothing, not even the flag (kept out anyway)
     units: list[Unit] = []
     if len(notes) >= 2 and snap.vectors.shape[1] > 0:
-        pairs = neighbour_pairs(snap.vectors, settings.threshold, ctx.settings.ann_threshold)
-        # The rule judge settles pairs too (identical notes); a model is only asked about clusters.
-        min_size = settings.min_cluster_size if llm is not None else 2
-        plan = plan_clusters(notes, snap.vectors, pairs, settings.threshold, min_size,
-                             settings.max_cluster_size)
+        plan = _plan(ctx, notes, snap.vectors, counters)
         counters.clusters_found = len(plan.clusters)
         counters.leftovers = len(plan.leftovers)
         if plan.leftovers:
@@ -86,6 +84,29 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     return PhaseReport(PHASE, StepStatus.SUCCEEDED.value, counters.as_dict(),
                        tokens_in=counters.tokens_in, tokens_out=counters.tokens_out,
                        calls=counters.calls or 0)
+
+
+def _plan(ctx: PhaseContext, notes: list[Note], vectors: np.ndarray,
+          counters: ConsolidateCounters) -> ClusterPlan:
+    """The scope's clusters: cosine neighbours, then (for a model) topical links among the
+    notes left over. The rule judge merges nothing below its own cosine bar (RULE_THRESHOLD,
+    0.70 by default, above the threshold), so a topical cluster would only leave it open."""
+    settings = ctx.settings.consolidate
+    pairs = neighbour_pairs(vectors, settings.threshold, ctx.settings.ann_threshold)
+    # The rule judge settles pairs too (identical notes); a model is only asked about clusters.
+    with_model = ctx.app.llm is not None
+    min_size = settings.min_cluster_size if with_model else 2
+    topical = None
+    if with_model and settings.term_max_notes >= 2:
+        links = topical_pairs([n.content for n in notes], settings.term_max_notes, vectors,
+                              settings.term_min_similarity)
+        topical = TopicalLinks(links, settings.max_chars)
+        counters.topical_links = len(links)
+    plan = plan_clusters(notes, vectors, pairs, settings.threshold, min_size,
+                         settings.max_cluster_size, topical=topical)
+    if topical is not None:
+        counters.topical_clusters = sum(c.topical for c in plan.clusters)
+    return plan
 
 
 def _hand_off(ctx: PhaseContext, done: Written | None) -> None:

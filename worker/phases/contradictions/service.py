@@ -49,13 +49,11 @@ from worker.runs.context import PhaseContext
 from worker.similarity import neighbour_pairs
 from worker.similarity.candidates import (
     FrameSettings,
-    TermSettings,
-    frame_tokens,
     same_frame_pairs,
-    shared_term_pairs,
     source_counts,
     union_edges,
 )
+from worker.similarity.terms import TermSettings, frame_tokens, shared_term_pairs
 from worker.store.repositories.judgements import PENDING_RETIREMENT
 
 log = structlog.get_logger(__name__)
