@@ -2,8 +2,9 @@
 
 It counts calls and tokens so the bench can report model cost per retired note. Replies are
 built from the rendered prompt (aliases and the first note text) so they pass validation and
-grounding without inventing anything: a fused note repeats one source verbatim; a pair verdict
-says the newer note wins when both carry a date.
+grounding without inventing anything: a fused note repeats one source verbatim, and only when
+every source restates it (other clusters are declined); a pair verdict says the newer note
+wins when both carry a date.
 """
 
 from __future__ import annotations
@@ -51,8 +52,11 @@ class BenchLLM:
         items = _first_json_array(user)
         if prompt_name.startswith("consolidate"):
             notes = [i for i in items if isinstance(i, dict) and "alias" in i]
-            text = max((str(n.get("content") or n.get("text") or "") for n in notes),
-                       key=len, default="")
+            texts = [str(n.get("content") or n.get("text") or "") for n in notes]
+            text = max(texts, key=len, default="")
+            if not _one_fact(texts, text):  # different facts on one topic: kept apart
+                return {"should_consolidate": False, "content": "", "type": "Context",
+                        "source_ids": [], "reason": "bench: not one fact"}
             return {"should_consolidate": bool(text), "content": text, "type": "Preference",
                     "source_ids": [n["alias"] for n in notes], "reason": "bench"}
         if prompt_name.startswith("contradictions"):
@@ -60,6 +64,23 @@ class BenchLLM:
 
             return topic_reply(user, _relation, confidence=0.9)
         return _from_schema(schema)
+
+
+_WORDS = re.compile(r"[a-z0-9']{3,}")
+_FILLER = frozenset({"the", "and", "for", "about", "that", "this", "with", "user"})
+
+
+def _content(text: str) -> set[str]:
+    return set(_WORDS.findall(text.casefold())) - _FILLER
+
+
+def _one_fact(texts: list[str], longest: str) -> bool:
+    """What a careful model decides before fusing: every note restates the longest one (holds
+    at least half its own content words in it), so the longest note loses nothing. Notes that
+    share a topic but state different facts ("Asked about a b c" / "Asked about d e f") are
+    declined, as such a model would rather than drop all but one of them."""
+    kept = _content(longest)
+    return all(len(words & kept) * 2 >= len(words) for words in map(_content, texts))
 
 
 _PLANTED_CONFLICT = re.compile(r"^The (.+) of the user is \S+ since ")
