@@ -11,6 +11,7 @@ from tests.support.factories import NOW, add_entities, add_notes
 from tests.support.sql import recorded_statements
 from worker.app import App
 from worker.domain.types import Note, RunStatus, Scope
+from worker.host.fusion import fuse
 from worker.phases.prune.core import DeadReference, dead_conversations, find_orphans
 from worker.phases.prune.lineage import RESTORED_COMMENT, plan_restorations
 from worker.reporting import run_tree
@@ -77,6 +78,29 @@ def test_a_fused_note_of_a_deleted_conversation_gives_back_its_other_sources(app
     rows = _rows(app)
     assert rows[fused].status == "active"
     assert (rows["d2"].status, rows["d2"].consolidated_into_id) == ("revoked", fused)
+
+
+def test_a_restored_source_of_a_host_fusion_gets_its_importance_back(app: App) -> None:
+    """A host fuse revokes its sources at importance 0.0. When the fused note is archived for
+    c1's deletion, c2's note comes back with the importance it had (0.7, from the operation
+    log), not the fusion's zero, as erasure gives a co-source back; undo zeroes it again."""
+    add_entities(app, {"kind": "agent", "id": "agent-1"},
+                 {"kind": "conversation", "id": "c1"}, {"kind": "conversation", "id": "c2"})
+    add_notes(app, {"id": "d1", "content": EDITOR, "source_conversation_id": "c1",
+                    "importance": 0.4},
+              {"id": "d2", "content": "User codes at night", "source_conversation_id": "c2",
+               "importance": 0.7})
+    fused = fuse(app, ["d1", "d2"], f"{EDITOR}; codes at night").note["id"]
+    assert _rows(app)["d2"].importance == 0.0
+    add_entities(app, {"kind": "conversation", "id": "c1", "status": "deleted"})
+    run_id = _run(app)
+    rows = _rows(app)
+    assert rows[fused].status == "archived"
+    assert (rows["d2"].status, rows["d2"].importance) == ("active", 0.7)
+    assert (rows["d1"].status, rows["d1"].importance) == ("revoked", 0.0)
+
+    undo_run(app, run_id)
+    assert (_rows(app)["d2"].status, _rows(app)["d2"].importance) == ("revoked", 0.0)
 
 
 def test_a_fused_note_all_of_a_deleted_conversation_is_archived_with_nothing_back(

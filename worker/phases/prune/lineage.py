@@ -8,6 +8,7 @@ Read and written only when such a note is archived: a scope where nothing is gon
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from worker.domain.types import NoteStatus
@@ -55,6 +56,18 @@ def plan_restorations(archived: Iterable[str], dead: set[str],
     return dict(sorted(restore.items()))
 
 
+def given_back(before: dict[str, Any]) -> dict[str, Any]:
+    """What a restored note gets back besides its status: the importance and validity it had
+    before it was retired (its operation-log before-image; a host fuse zeroes importance and
+    sets ``valid_to``), as erasure gives a co-source back."""
+    values: dict[str, Any] = {"status": NoteStatus.ACTIVE.value, "valid_to": None}
+    if isinstance(before.get("importance"), int | float):
+        values["importance"] = float(before["importance"])
+    if before.get("valid_to"):
+        values["valid_to"] = datetime.fromisoformat(before["valid_to"])
+    return values
+
+
 def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str]) -> list[str]:
     """In prune's write, after ``archived`` (fused notes that drew on a ``dead`` conversation)
     were archived: their clean sources made active again, pointer cleared, logged under the
@@ -67,6 +80,7 @@ def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str]) -> l
         return []
     t = w.target
     state = w.uow.writes.lock_state(planned)
+    befores = w.uow.retention.retirement_befores(planned)
     rows = RowBuilder(t.scope, t.logged_as, t.now, state, None, {})
     restored = []
     for note_id, into in planned.items():
@@ -75,7 +89,7 @@ def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str]) -> l
                 or row["consolidated_into_id"] != into:
             continue  # the host changed it since the read: left as it is
         rows.set_fields(note_id, {
-            "status": NoteStatus.ACTIVE.value, "consolidated_into_id": None, "valid_to": None,
+            **given_back(befores.get(note_id, {})), "consolidated_into_id": None,
             "comments": append_comment(row["comments"], RESTORED_COMMENT)}, REASON)
         restored.append(note_id)
     for keys, batch in rows.update_batches():

@@ -158,6 +158,23 @@ class RetentionRepository:
                 .order_by(NoteRow.id)))
         return out
 
+    def retirement_befores(self, into: dict[str, str]) -> dict[str, dict[str, Any]]:
+        """Per note id: the tracked fields as they were before the latest change that retired
+        it into ``into[id]`` (its operation-log before-image; a host fuse zeroes importance);
+        absent when the log has none. One statement per 500 notes."""
+        out: dict[str, dict[str, Any]] = {}
+        ids = sorted(into)
+        for start in range(0, len(ids), 500):
+            for entry in self.session.connection().execute(
+                select(OperationLogRow.entity_id, OperationLogRow.before, OperationLogRow.after)
+                .where(OperationLogRow.entity == "note",
+                       OperationLogRow.entity_id.in_(ids[start:start + 500]))
+                .order_by(OperationLogRow.id)
+            ):
+                if (entry.after or {}).get("consolidated_into_id") == into[entry.entity_id]:
+                    out[entry.entity_id] = dict(entry.before or {})
+        return out
+
     def active_notes(self, scope: Scope) -> list[Note]:
         rows = self.session.connection().execute(
             select(*_NOTE_COLUMNS)
