@@ -15,7 +15,7 @@ from worker.cli.errors import UserError, user_errors
 from worker.domain.limits import INT_MAX
 from worker.domain.types import Scope
 from worker.errors import NotFound
-from worker.review.items import BatchOutcome, batch_outcome
+from worker.review.items import WITHDRAWN_BY, BatchOutcome, ItemStatus, batch_outcome
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -134,11 +134,31 @@ def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
     for example in item["examples"]:
         mark = "  (changed since)" if example["changed"] else ""
         click.echo(f"  example {example['id']} v{example['version']} {example['status']}{mark}")
-    if item["decided_by"]:
-        click.echo(f"  {item['status']} by {item['decided_by']} at {item['decided_at']}"
-                   + (f" (run {item['applied_run_id']})" if item["applied_run_id"] else ""))
-    if item["outcome"] and item["status"] != "approved":  # why: withdrawn, stale, undone, reason
-        click.echo(f"  outcome: {item['outcome']}")
+    for line in decision_lines(item):
+        click.echo(f"  {line}")
+
+
+def decision_lines(item: dict[str, Any]) -> list[str]:
+    """What became of a decided item, in words: who approved or declined it and when, and
+    what happened since. ``decided_by`` is who decided, never who undid the approval's run
+    (not recorded): an undone item's line names its approver as the approver."""
+    status, by, at = item["status"], item["decided_by"], item["decided_at"]
+    applied, outcome = item["applied_run_id"], item["outcome"]
+    if status == ItemStatus.OPEN:
+        return []
+    if status == ItemStatus.DECLINED and by == WITHDRAWN_BY:
+        return [f"withdrawn at {at}: run {item['run_id']}, which proposed it, was undone"]
+    if status == ItemStatus.APPROVED:
+        return [f"approved by {by} at {at}, applied in run {applied}; `dream undo {applied}` "
+                "reverts it"]
+    if status == ItemStatus.UNDONE:
+        return [f"approved by {by} at {at}, applied in run {applied}",
+                f"undone: run {applied} was undone since; the next dream proposes it afresh"]
+    if status == ItemStatus.DECLINED:
+        reason = f": {outcome}" if outcome and outcome != "declined" else ""
+        return [f"declined by {by} at {at}{reason}"]
+    found = f" (found when {by} approved it)" if by and by != "run" else ""
+    return [f"{status} since {at}{found}: {outcome}"]
 
 
 def _decider(by: str | None) -> str:
