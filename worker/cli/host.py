@@ -4,6 +4,7 @@ worker.host (the same functions the HTTP API calls)."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
@@ -25,8 +26,11 @@ def _scope(agent: str, user: str | None, company: str | None) -> Scope:
 @user_errors
 def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
                    threshold: float, limit: int, as_json: bool) -> None:
-    """Fusion candidates of one scope: similar pairs plus open items of its latest run."""
-    from worker.host import fusion_candidates
+    """Fusion candidates of one scope: similar pairs plus open items of its latest run.
+
+    A note an open review item would change is left out until the item is decided; the last
+    line names those items."""
+    from worker.host import fusion_candidates, held_for_review
     from worker.runs.service import ensure_scope_known
 
     app, scope = cli_app(ctx), _scope(agent, user, company)
@@ -41,6 +45,22 @@ def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: st
         sim = item.get("similarity")
         click.echo(f"{item['type']:<13} {'' if sim is None else f'{sim:.3f}':>6}  "
                    + "  ".join(item["note_ids"]))
+    if held := held_for_review(app, scope):
+        click.echo(_held_line(held, scope))
+
+
+def _held_line(held: dict[str, int], scope: Scope) -> str:
+    """Which open review items keep notes out of the list, and where to see them."""
+    item_ids = sorted(set(held.values()))
+    options = " ".join(f"--{name} {shlex.quote(value)}" for name, value in
+                       (("agent", scope.agent_id), ("user", scope.user_id),
+                        ("company", scope.company_id)) if value is not None)
+    notes = f"{len(held)} note{'s' if len(held) != 1 else ''}"
+    if len(item_ids) == 1:
+        return (f"left out: {notes} that open review item {item_ids[0]} would change "
+                f"(`dream review show {item_ids[0]} {options}`)")
+    return (f"left out: {notes} that open review items {', '.join(map(str, item_ids))} would "
+            f"change (`dream review list {options}`)")
 
 
 @click.command("fuse")
