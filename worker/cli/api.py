@@ -20,7 +20,7 @@ def api_cmd(ctx: click.Context, host: str, port: int) -> None:
 
     from worker.api import create_api
 
-    app = cli_app(ctx)
+    app = cli_app(ctx, serving=True)
     if not app.settings.api_tokens:
         raise ConfigError("DREAM_API_TOKENS is not set; every request would be refused. Set it to "
                         '{"<token>": {"role": "admin"}} (tokens ≥ 16 characters)')
