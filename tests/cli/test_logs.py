@@ -1,6 +1,7 @@
-"""What a `dream` command prints on stderr besides its answer: nothing at the default level but
-what needs a person (WARNING and up, readable lines); the log events only when asked for; the
-servers (`dream api`, `dream mcp`) log as the Celery worker does."""
+"""What a `dream` command prints besides its answer: on stderr nothing at the default level but
+what needs a person (WARNING and up, readable lines), the log events only when asked for (the
+servers, `dream api` and `dream mcp`, log as the Celery worker does); and a run's summary
+without its zero counters."""
 
 from __future__ import annotations
 
@@ -81,3 +82,19 @@ def test_log_setup(env: dict[str, str], flag: str | None, serving: bool,
     monkeypatch.delenv("DREAM_LOG_FORMAT", raising=False)
     settings = Settings(database_url="sqlite://", **env)  # type: ignore[arg-type]
     assert log_setup(settings, flag, serving) == setup
+
+
+def test_the_run_summary_says_what_happened_not_every_zero_counter(app: App) -> None:
+    """`dream run` printed every counter of every phase, zeros included (about 25 on the
+    contradictions line): a phase's line keeps its non-zero counts and its reason; `dream runs
+    show` keeps them all."""
+    add_notes(app, {"id": "t1", "content": "Prefers green tea."},
+              {"id": "t2", "content": "Prefers green tea in the morning."})
+    ran = _cli(app, "run", "--agent", "agent-1", "--force")
+    assert ran.exit_code == 0, ran.output
+    lines = {line.split()[0]: line for line in ran.stdout.splitlines()[1:]}
+    assert "notes_revoked=2" in lines["consolidate"] and "=0," not in ran.stdout, ran.stdout
+    assert not any(line.endswith("=0") for line in lines.values()), ran.stdout
+    assert lines["archive"].endswith(" ms  (nothing expired or unused past retention)"), ran.stdout
+    run_id = ran.stdout.split()[1]
+    assert "clusters_refused=0" in _cli(app, "runs", "show", run_id).stdout

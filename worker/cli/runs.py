@@ -126,11 +126,14 @@ def _print_summary(app: App, run_id: str, status: str) -> None:
     if tree.get("status_reason"):
         click.echo(f"  {status}: {tree['status_reason']}")
     for step in tree["steps"]:
+        # What happened, not every counter the phase keeps: zeros are for `dream runs show`.
         counters = ", ".join(f"{k}={v}" for k, v in (step["output"] or {}).items()
-                             if isinstance(v, int | float | str) and k != "reason")
+                             if isinstance(v, int | float | str) and not isinstance(v, bool)
+                             and v != 0 and k != "reason")
         reason = (step["output"] or {}).get("reason") or step.get("error") or ""
+        said = "  ".join(part for part in (counters, f"({reason})" if reason else "") if part)
         click.echo(f"  {step['phase']:<15} {step['status']:<10} {step['duration_ms'] or 0:>8.1f} ms  "
-                   f"{counters}{'  (' + reason + ')' if reason else ''}")
+                   f"{said}".rstrip())
 
 
 @click.group()
