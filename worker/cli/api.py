@@ -10,8 +10,9 @@ from worker.errors import ConfigError
 
 
 @click.command("api")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on.")
 @click.pass_context
 @user_errors
 def api_cmd(ctx: click.Context, host: str, port: int) -> None:

@@ -123,6 +123,12 @@ class Ident(click.ParamType):  # type: ignore[type-arg]
 IDENT = Ident()
 
 
+def json_option(fn: F) -> F:
+    """``--json``: the answer as one JSON document on stdout, for scripts."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print JSON instead of text (for scripts).")(fn)
+
+
 def scope_options(fn: F) -> F:
     """``--agent`` (required), ``--user``, ``--company``: the scope a command acts on."""
     fn = click.option("--company", default=None, type=IDENT, help="Scope: company id.")(fn)

@@ -8,7 +8,7 @@ import shlex
 
 import click
 
-from worker.cli.common import IDENT, FiniteRange, cli_app, scope_options
+from worker.cli.common import IDENT, FiniteRange, cli_app, json_option, scope_options
 from worker.cli.errors import user_errors
 from worker.domain.types import NoteType, Scope
 
@@ -19,9 +19,11 @@ def _scope(agent: str, user: str | None, company: str | None) -> Scope:
 
 @click.command("candidates")
 @scope_options
-@click.option("--threshold", default=0.88, show_default=True, type=FiniteRange(0, 1))
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500))
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--threshold", default=0.88, show_default=True, type=FiniteRange(0, 1),
+              help="Cosine similarity a pair of notes needs to be listed.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500),
+              help="List at most this many candidates.")
+@json_option
 @click.pass_context
 @user_errors
 def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
@@ -66,7 +68,8 @@ def _held_line(held: dict[str, int], scope: Scope) -> str:
 @click.command("fuse")
 @click.argument("source_ids", nargs=-1, required=True, type=IDENT)
 @click.option("--content", required=True, help="The fused text (your model's answer).")
-@click.option("--importance", type=FiniteRange(0, 1), default=None)
+@click.option("--importance", type=FiniteRange(0, 1), default=None,
+              help="The fused note's importance (0-1; default: the sources' highest).")
 @click.option("--strict", is_flag=True, help="Refuse text with facts no source states.")
 @click.pass_context
 @user_errors
@@ -96,10 +99,12 @@ def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
 
 @click.command("add")
 @scope_options
-@click.option("--content", required=True)
+@click.option("--content", required=True, help="The note's text.")
 @click.option("--type", "note_type", default="Context", show_default=True,
-              type=click.Choice([t.value for t in NoteType], case_sensitive=False))
-@click.option("--importance", type=FiniteRange(0, 1), default=0.5, show_default=True)
+              type=click.Choice([t.value for t in NoteType], case_sensitive=False),
+              help="The note's type; only notes of this type are compared.")
+@click.option("--importance", type=FiniteRange(0, 1), default=0.5, show_default=True,
+              help="How much the note matters (0-1).")
 @click.pass_context
 @user_errors
 def notes_add_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,

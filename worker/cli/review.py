@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from worker.cli.common import IDENT, Outcome, cli_app, scope_options
+from worker.cli.common import IDENT, Outcome, cli_app, json_option, scope_options
 from worker.cli.errors import UserError, user_errors
 from worker.domain.limits import INT_MAX
 from worker.domain.types import Scope
@@ -72,9 +72,11 @@ def _summary(item: dict[str, Any]) -> str:
 @review.command("list")
 @scope_options
 @click.option("--run", "run_id", default=None, type=IDENT, help="Only this run's items.")
-@click.option("--status", type=click.Choice(STATUSES), default="open", show_default=True)
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--status", type=click.Choice(STATUSES), default="open", show_default=True,
+              help="Only items with this status (any: all).")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000),
+              help="List at most this many items.")
+@json_option
 @click.pass_context
 @user_errors
 def list_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
@@ -108,7 +110,7 @@ def _check_run(app: Any, scope: Scope, run_id: str) -> None:
 @review.command("show")
 @click.argument("item_id", type=ITEM_ID)
 @scope_options
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 @user_errors
 def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
@@ -172,7 +174,7 @@ def _decider(by: str | None) -> str:
 
 
 def _decision_options(fn: F) -> F:
-    fn = click.option("--json", "as_json", is_flag=True)(fn)
+    fn = json_option(fn)
     fn = click.option("--by", default=None, type=IDENT,
                       help="Who decides (recorded on the item as cli:<by>; default: your login "
                            "name).")(fn)
