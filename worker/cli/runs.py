@@ -119,17 +119,14 @@ def _report(app: App, run_id: str, status: str, via: str) -> None:
 
 
 def _print_summary(app: App, run_id: str, status: str) -> None:
-    from worker.reporting import run_tree
+    from worker.reporting import run_tree, said_counters
 
     tree = run_tree(app, run_id)
     click.echo(f"run {run_id} {status}  scope={tree['scope']}")
     if tree.get("status_reason"):
         click.echo(f"  {status}: {tree['status_reason']}")
     for step in tree["steps"]:
-        # What happened, not every counter the phase keeps: zeros are for `dream runs show`.
-        counters = ", ".join(f"{k}={v}" for k, v in (step["output"] or {}).items()
-                             if isinstance(v, int | float | str) and not isinstance(v, bool)
-                             and v != 0 and k != "reason")
+        counters = said_counters(step["output"])
         reason = (step["output"] or {}).get("reason") or step.get("error") or ""
         said = "  ".join(part for part in (counters, f"({reason})" if reason else "") if part)
         click.echo(f"  {step['phase']:<15} {step['status']:<10} {step['duration_ms'] or 0:>8.1f} ms  "
