@@ -54,6 +54,7 @@ def test_candidates_keep_apart_and_fuse_from_the_cli(db: App) -> None:
     undo_id = fused.output.split("`dream undo ")[1].split("`")[0]
     undone = dream(url, "undo", undo_id)
     assert undone.exit_code == 0, undone.output
+    assert undone.stdout.startswith(f"undone {undo_id}\n")  # before: "undone run fuse-…"
     s = statuses(db)
     assert s["a"] == s["b"] == "active" and list(s.values()).count("active") == 3
     again = dream(url, "undo", undo_id)

@@ -31,11 +31,11 @@ def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool) -> None:
 
     RUN_ID is a run's id, or the `fuse-…`, `remember-…` or `erase-…` id that `dream fuse`,
     `dream notes add` (an UPDATE) or `dream erase` printed."""
-    from worker.safety.undo import undo_run
+    from worker.safety.undo import LOGGED_WITHOUT_RUN, undo_run
 
     result = undo_run(cli_app(ctx), run_id, force_cascade=force_cascade)
-    for rid in result.run_ids:
-        click.echo(f"undone run {rid}")
+    for rid in result.run_ids:  # a fuse, remember or erase id names no run
+        click.echo(f"undone {rid}" if rid.startswith(LOGGED_WITHOUT_RUN) else f"undone run {rid}")
     click.echo(result.summary())
 
 
