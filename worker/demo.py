@@ -19,7 +19,7 @@ from worker.ingest.entities import import_entities
 from worker.ingest.notes import import_notes
 from worker.ingest.sessions import import_sessions
 from worker.logging import configure_logging
-from worker.reporting import run_tree
+from worker.reporting import run_tree, said_counters
 from worker.runs import service
 from worker.store.migrate import upgrade
 
@@ -150,8 +150,7 @@ def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
     tree = run_tree(app, run_id)  # type: ignore[arg-type]
     for step in tree["steps"]:
         output = step["output"] or {}
-        counters = ", ".join(f"{k}={v}" for k, v in output.items() if isinstance(v, int | float))
-        echo(f"  {step['phase']:<15} {step['status']:<9} {counters}")
+        echo(f"  {step['phase']:<15} {step['status']:<9} {said_counters(output)}".rstrip())
         for child in step["children"]:
             out = child["output"] or {}
             verdict = out.get("verdict") or child["status"]

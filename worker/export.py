@@ -6,19 +6,29 @@ store's runs are not exported)."""
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from worker.app import App
+from worker.errors import UnknownScope
 
 
 def export_notes(
     app: App, *, status: str | None = None, agent_id: str | None = None,
     user_id: str | None = None, company_id: str | None = None, with_embedding: bool = False,
 ) -> Iterator[str]:
+    """The notes the filters select (None: any value), as JSONL lines. A filter no note,
+    session or run matches is a mistyped scope: UnknownScope before the first line; a known
+    scope without notes (of ``status``) exports nothing."""
     with app.uow() as uow:
+        if (agent_id, user_id, company_id) != (None, None, None) and \
+                not uow.sessions.any_scope_matches(agent_id, user_id, company_id):
+            given = (("--agent", agent_id), ("--user", user_id), ("--company", company_id))
+            named = " ".join(f"{option} {shlex.quote(v)}" for option, v in given if v is not None)
+            raise UnknownScope(f"unknown scope {named}: no note, session or run has it")
         batch: list[Any] = []
         for row in uow.notes.export_rows(status, agent_id, user_id, company_id,
                                          with_embedding=with_embedding):

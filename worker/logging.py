@@ -46,7 +46,9 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
     previous structlog setup entirely, so it is safe to call once per CLI invocation."""
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
+        # No colour codes into a file or a pipe (a cron mail, `2> log`).
+        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()) if use_console
+        else structlog.processors.JSONRenderer()
     )
     logging.basicConfig(level=level.upper(), stream=_CurrentStderr(), format="%(message)s")
     # faiss announces every CPU-feature probe at INFO; that is noise on a user's terminal.

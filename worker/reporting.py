@@ -80,6 +80,15 @@ def render_tree(tree: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def said_counters(output: dict[str, Any] | None) -> str:
+    """A phase step's counters that say what happened, ``k=v`` comma-separated: the non-zero
+    numbers and the words (the judge), never the reason; what `dream run` and `dream demo`
+    print per phase (``render_tree``, `dream runs show`, keeps every counter)."""
+    return ", ".join(f"{k}={v}" for k, v in (output or {}).items()
+                     if isinstance(v, int | float | str) and not isinstance(v, bool)
+                     and v != 0 and k != "reason")
+
+
 def _step_line(step: dict[str, Any], indent: str) -> str:
     output = step.get("output") or {}
     counters = ", ".join(f"{k}={v}" for k, v in output.items() if isinstance(v, int | float | bool))

@@ -118,3 +118,52 @@ def test_a_byte_order_mark_that_starts_a_file_is_not_part_of_it(app: App, tmp_pa
         assert uow.notes.get_many(["bom-1"])[0].content == "Saved by Notepad"
     empty = CliRunner().invoke(main, ["notes", "import", "-"], input=b"", env=env)
     assert (empty.exit_code, empty.stdout) == (0, "read 0 notes: 0 added, 0 already present\n")
+
+
+_LISTED = "; `dream gate --explain` lists the known scopes"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    # before: no output, exit 0, as if the scope had no notes
+    (["--agent", "nobody"], "unknown scope --agent nobody: no note, session or run has it"),
+    (["--agent", "a", "--user", "no one"],
+     "unknown scope --agent a --user 'no one': no note, session or run has it"),
+    (["--company", "acme", "--status", "active"],
+     "unknown scope --company acme: no note, session or run has it"),
+])
+def test_notes_export_of_an_unknown_scope_is_one_line_naming_it(
+        app: App, args: list[str], says: str) -> None:
+    """A scope filter no note, session or run matches is a mistyped id, as for every other
+    command: one line on stderr naming the filter and how to list the known scopes, exit 3."""
+    add_notes(app, {"agent_id": "a", "user_id": "u", "content": "An existing note"})
+    result = CliRunner().invoke(main, ["notes", "export", *args],
+                                env={"DREAM_DATABASE_URL": app.settings.database_url})
+    assert (result.exit_code, result.stdout) == (NotFound.exit_code, ""), result.output
+    assert result.stderr.splitlines() == [f"error: {says}{_LISTED}"]
+
+
+def test_notes_export_of_a_known_scope_without_such_notes_exports_nothing(app: App) -> None:
+    """A known scope (sessions only, or notes of another status) exports nothing and exits 0,
+    as `dream candidates` and `dream review list` answer an empty known scope."""
+    add_notes(app, {"agent_id": "a", "content": "An existing note"})
+    env = {"DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LOG_LEVEL": "WARNING"}
+    assert CliRunner().invoke(main, ["sessions", "add", "--agent", "quiet"], env=env).exit_code == 0
+    for args in (["--agent", "quiet"], ["--agent", "a", "--status", "archived"]):
+        result = CliRunner().invoke(main, ["notes", "export", *args], env=env)
+        assert (result.exit_code, result.output) == (0, ""), (args, result.output)
+    exported = CliRunner().invoke(main, ["notes", "export", "--agent", "a"], env=env)
+    assert [json.loads(line)["content"] for line in exported.stdout.splitlines()] == [
+        "An existing note"]
+
+
+def test_every_unknown_scope_error_says_how_to_list_the_scopes(app: App) -> None:
+    """`dream run`, `candidates`, `review list` of an unknown scope end with where the known
+    scopes are listed (before: only what to check)."""
+    env = {"DREAM_DATABASE_URL": app.settings.database_url}
+    for args in (["run", "--agent", "ghost", "--force"], ["candidates", "--agent", "ghost"],
+                 ["review", "list", "--agent", "ghost"]):
+        result = CliRunner().invoke(main, args, env=env)
+        assert result.exit_code == NotFound.exit_code, result.output
+        [line] = result.stderr.splitlines()
+        assert line.startswith('error: unknown scope ["ghost",null,null]') and \
+            line.endswith(_LISTED), line

@@ -391,6 +391,9 @@ def test_demo_on_a_temp_database(tmp_path: Path) -> None:
     res = dream("sqlite:////nonexistent-dir/never-used.db", "demo", "--database", str(path))
     assert res.exit_code == 0, res.output
     assert path.exists() and "Next:" in res.stdout and "dream runs show" in res.stdout
+    # each phase's line says what happened (before: every counter, zeros included)
+    phases = [line for line in res.stdout.splitlines() if line.startswith("  consolidate ")]
+    assert phases and "clusters_merged=1" in phases[0] and "=0" not in res.stdout, res.stdout
     listed = json.loads(dream(f"sqlite:///{path}", "runs", "list", "--json").stdout)
     assert len(listed) >= 1 and all(r["status"] == "succeeded" for r in listed)
 

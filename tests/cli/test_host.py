@@ -12,11 +12,13 @@ from sqlalchemy import select
 from tests.cli.test_commands import dream, one_error_line
 from tests.conftest import make_sqlite_app
 from tests.support.factories import add_notes
+from tests.support.host_writes import host_sets
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import Scope
 from worker.errors import ConfigError, NotFound
 from worker.review.changes import archive_change
+from worker.review.items import ChangeKind, ProposedChange
 from worker.store.models import NoteRow
 
 
@@ -52,6 +54,7 @@ def test_candidates_keep_apart_and_fuse_from_the_cli(db: App) -> None:
     undo_id = fused.output.split("`dream undo ")[1].split("`")[0]
     undone = dream(url, "undo", undo_id)
     assert undone.exit_code == 0, undone.output
+    assert undone.stdout.startswith(f"undone {undo_id}\n")  # before: "undone run fuse-…"
     s = statuses(db)
     assert s["a"] == s["b"] == "active" and list(s.values()).count("active") == 3
     again = dream(url, "undo", undo_id)
@@ -132,3 +135,35 @@ def test_candidates_are_the_open_items_of_the_latest_dream_that_still_stands(app
         counted = (uow.runs.get(second).totals or {})["open_candidates"]
         assert uow.run_history.latest_open_candidates(Scope("agent-1")) == {
             Scope("agent-1").key: counted}
+
+
+def test_candidates_leave_out_notes_an_open_review_item_would_change(db: App) -> None:
+    """A pair whose notes an open review item already proposes to merge was offered for the
+    host to fuse too (fusing it would only make the item stale): it is left out, as a run
+    leaves those notes alone, and the text output names the item; once a note of the item
+    changed (the item can never apply), the pair is offered again."""
+    url = db.settings.database_url
+    add_notes(db, {"id": "t1", "content": "The user drinks green tea every morning."},
+              {"id": "t2", "content": "The user drinks green tea every morning at home."})
+    change = ProposedChange(phase="consolidate", kind=ChangeKind.MERGE,
+                            versions={"t1": 1, "t2": 1}, reason="rule: contained",
+                            content="The user drinks green tea every morning at home.",
+                            source_ids=("t1", "t2"))
+    with db.uow() as uow:
+        uow.review.add_many(Scope("agent-1"), None, [change.row()], utcnow())
+        uow.commit()
+        item = uow.review.list(Scope("agent-1"))[-1].id
+
+    def pairs() -> list[list[str]]:
+        out = dream(url, "candidates", "--agent", "agent-1", "--threshold", "0.5", "--json")
+        assert out.exit_code == 0, out.output
+        return [c["note_ids"] for c in json.loads(out.stdout)["candidates"]]
+
+    assert pairs() == [["a", "b"]]  # before: ["t1", "t2"] as well
+    text = dream(url, "candidates", "--agent", "agent-1", "--threshold", "0.5")
+    assert text.stdout.splitlines()[-1] == (
+        f"left out: 2 notes that open review item {item} would change "
+        f"(`dream review show {item} --agent agent-1`)"), text.stdout
+    host_sets(db, "t1", version=2)  # the host edited it: the item is stale
+    assert sorted(pairs()) == [["a", "b"], ["t1", "t2"]]
+    assert "left out" not in dream(url, "candidates", "--agent", "agent-1").stdout

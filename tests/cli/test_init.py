@@ -32,3 +32,21 @@ def test_python_dash_m_worker_cli_is_the_dream_command() -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Usage: dream runs [OPTIONS] COMMAND")
+
+
+def _commands(cmd: click.Command, path: str) -> list[tuple[str, click.Command]]:
+    found = [(path, cmd)]
+    if isinstance(cmd, click.Group):
+        for name, sub in sorted(cmd.commands.items()):
+            found += _commands(sub, f"{path} {name}")
+    return found
+
+
+def test_every_option_and_command_says_what_it_is_for_in_help() -> None:
+    """`dream X --help` of every command: a help line for each command and each option (before:
+    `run --agent`, `notes export --agent/--status`, `sessions add --agent`, `candidates
+    --threshold`, every `--json`, … showed only their type)."""
+    bare = [f"{path} {' / '.join(p.opts)}" for path, cmd in _commands(main, "dream")
+            for p in cmd.params if isinstance(p, click.Option) and not p.hidden and not p.help]
+    assert bare == []
+    assert [path for path, cmd in _commands(main, "dream") if not cmd.help] == []

@@ -18,7 +18,7 @@ from tests.support.safety import all_rows_text
 from worker.app import App
 from worker.cli import main
 from worker.cli.common import Outcome
-from worker.cli.review import review_exit_code
+from worker.cli.review import decision_lines, review_exit_code
 from worker.clock import utcnow
 from worker.domain.types import Scope
 from worker.errors import Conflict, NotFound
@@ -139,7 +139,8 @@ def test_an_undone_runs_items_are_not_open_and_refused_naming_the_undo(app: App)
     assert _cli(app, "undo", run_id).exit_code == 0
     assert _cli(app, "review", "list", "--agent", "agent-1").stdout == "no open review items\n"
     shown = _cli(app, "review", "show", str(item), "--agent", "agent-1").stdout
-    assert f"  outcome: withdrawn: run {run_id} was undone\n" in shown, shown  # before: not said
+    assert f": run {run_id}, which proposed it, was undone\n" in shown, shown  # before: not said
+    assert "declined by undo" not in shown, shown
     before = all_rows_text(app)
     for verb in ("approve", "decline"):
         line = one_error_line(_cli(app, "review", verb, str(item), "--agent", "agent-1"),
@@ -201,3 +202,57 @@ def test_a_run_filter_naming_no_run_of_the_scope_is_an_error_not_an_empty_list(a
         line = one_error_line(_cli(app, "review", "list", "--agent", "agent-1", "--run", run_id),
                               NotFound.exit_code)
         assert says in line, line
+
+
+def test_show_of_an_undone_approval_names_the_approver_as_approver_and_the_undone_run(
+        app: App) -> None:
+    """`review show` of an item whose applying run was undone said "undone by cli:ana … (run
+    R)", as if ana had undone it: it names ana as the approver, the run that applied it, and
+    that this run was undone since."""
+    add_notes(app, {"id": "t1", "content": "Prefers green tea."},
+              {"id": "t2", "content": "Prefers green tea in the morning."})
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea in the morning."))
+    assert _cli(app, "review", "approve", str(item), "--agent", "agent-1",
+                "--by", "ana").exit_code == 0
+    shown = json.loads(_cli(app, "review", "show", str(item), "--agent", "agent-1",
+                            "--json").stdout)
+    run_id, at = shown["applied_run_id"], shown["decided_at"]
+    assert _cli(app, "undo", run_id).exit_code == 0
+    text = _cli(app, "review", "show", str(item), "--agent", "agent-1").stdout
+    assert text.splitlines()[-2:] == [
+        f"  approved by cli:ana at {at}, applied in run {run_id}",
+        f"  undone: run {run_id} was undone since; the next dream proposes it afresh"], text
+    assert "undone by" not in text
+
+
+_AT = "2026-12-01T10:00:00+00:00"
+
+
+@pytest.mark.parametrize(("status", "by", "outcome", "lines"), [
+    # approved: the approver, the run that applied it, and how to revert it
+    ("approved", "cli:ana", None,
+     [f"approved by cli:ana at {_AT}, applied in run A; `dream undo A` reverts it"]),
+    # undone: still the approver's decision; the undo is the run's, its author not recorded
+    ("undone", "cli:ana", "undone: run A, which applied it, was undone; …",
+     [f"approved by cli:ana at {_AT}, applied in run A",
+      "undone: run A was undone since; the next dream proposes it afresh"]),
+    # withdrawn by the undo of the run that proposed it: not "declined by undo"
+    ("declined", "undo", "withdrawn: run P was undone",
+     [f"withdrawn at {_AT}: run P, which proposed it, was undone"]),
+    # a person's decline, with and without a reason ("declined" is the stored placeholder)
+    ("declined", "cli:bob", "too vague", [f"declined by cli:bob at {_AT}: too vague"]),
+    ("declined", "cli:bob", "declined", [f"declined by cli:bob at {_AT}"]),
+    # stale, recorded by a later run, or found by an approval
+    ("stale", "run", "a note changed", [f"stale since {_AT}: a note changed"]),
+    ("stale", "cli:ana", "note t1 v1 → v2",
+     [f"stale since {_AT} (found when cli:ana approved it): note t1 v1 → v2"]),
+    # open: nothing decided yet
+    ("open", None, None, []),
+])
+def test_decision_lines(status: str, by: str | None, outcome: str | None,
+                        lines: list[str]) -> None:
+    """What `review show` says became of an item, per status and decider."""
+    applied = "A" if status in ("approved", "undone") else None
+    item = {"status": status, "decided_by": by, "decided_at": _AT if by else None,
+            "applied_run_id": applied, "outcome": outcome, "run_id": "P"}
+    assert decision_lines(item) == lines

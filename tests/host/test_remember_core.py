@@ -29,6 +29,17 @@ def test_remember_policy_table(best: float | None, new_len: int, old_len: int, a
     assert got == action and reason
 
 
+@pytest.mark.parametrize(("best", "reason"), [
+    (None, "no active Preference notes in the scope"),
+    # before: "most similar note 0.11 < …", though a near-duplicate of another type existed
+    (0.11, "most similar of the scope's Preference notes 0.11 < update threshold 0.50"),
+])
+def test_an_add_names_the_type_it_compared_within(best: float | None, reason: str) -> None:
+    """Only notes of the write's type are compared; an ADD's reason says which."""
+    assert decide(best, 10, 10, noop_threshold=0.85, update_threshold=0.5,
+                  note_type="Preference") == ("ADD", reason)
+
+
 def test_derived_ids_depend_on_scope_text_and_attempt() -> None:
     """Same scope + normalised text → same id; another scope, text or attempt → another id."""
     a, b = Scope("a"), Scope("a", "u")

@@ -87,6 +87,35 @@ def test_bad_script_is_one_line_config_error(tmp_path: Path, content: str | None
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(("content", "line"), [
+    # Before: "… is not valid JSON ('utf-8' codec can't decode byte 0xff in position 1: …)".
+    (b'{\xff}', "fake LLM script {path} is not UTF-8 (byte 0xff at offset 1); save it as UTF-8 "
+                "JSON or point DREAM_FAKE_LLM_SCRIPT at another file"),
+    # Before: "(Expecting value: line 2 column 11 (char 12))", Python's wording.
+    (b'{\n"rules": ,}', "fake LLM script {path} is not valid JSON (Expecting value at line 2 "
+                       "column 10); fix the file (see examples/fake-llm-demo.json)"),
+    (b'{"a": ' + b"1" * 5000 + b"}", "fake LLM script {path} holds a number too large or "
+                                   "nesting too deep to read; fix the file"),
+])
+def test_a_script_not_utf8_or_not_json_is_one_line_naming_file_problem_and_fix(
+        tmp_path: Path, content: bytes, line: str) -> None:
+    """The script's bytes or syntax are named as the importers name them (where, what, the
+    fix), never in Python's codec or decoder wording."""
+    script = tmp_path / "s.json"
+    script.write_bytes(content)
+    with pytest.raises(ConfigError) as info:
+        FakeLLM.from_file(script)
+    assert str(info.value) == line.format(path=script)
+
+
+def test_a_script_starting_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """A BOM a Windows editor wrote is not part of the script, as for every importer (before:
+    "Unexpected UTF-8 BOM (decode using utf-8-sig)")."""
+    script = tmp_path / "s.json"
+    script.write_bytes(b"\xef\xbb\xbf" + json.dumps({"model": "m2", "rules": []}).encode())
+    assert FakeLLM.from_file(script).model == "m2"
+
+
 def test_missing_script_setting_is_config_error() -> None:
     """provider=fake without a script path tells the user which variable to set."""
     with pytest.raises(ConfigError, match="DREAM_FAKE_LLM_SCRIPT"):

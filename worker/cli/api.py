@@ -10,8 +10,9 @@ from worker.errors import ConfigError
 
 
 @click.command("api")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on.")
 @click.pass_context
 @user_errors
 def api_cmd(ctx: click.Context, host: str, port: int) -> None:
@@ -20,7 +21,7 @@ def api_cmd(ctx: click.Context, host: str, port: int) -> None:
 
     from worker.api import create_api
 
-    app = cli_app(ctx)
+    app = cli_app(ctx, serving=True)
     if not app.settings.api_tokens:
         raise ConfigError("DREAM_API_TOKENS is not set; every request would be refused. Set it to "
                         '{"<token>": {"role": "admin"}} (tokens ≥ 16 characters)')

@@ -15,7 +15,7 @@ import click
 from worker.app import App, build_app
 from worker.cli.errors import UserError
 from worker.clock import parse_timestamp
-from worker.config import load_settings
+from worker.config import Settings, load_settings
 from worker.domain.limits import ident_problem
 from worker.errors import NotFound
 from worker.logging import configure_logging
@@ -36,17 +36,31 @@ class Outcome(IntEnum):
     STALE = 14  # what a review item was decided on changed: nothing written for it
 
 
-def cli_app(ctx: click.Context, create: bool = False) -> App:
-    """The process's App; ``create`` only for commands that may create a missing SQLite file."""
+def cli_app(ctx: click.Context, create: bool = False, serving: bool = False) -> App:
+    """The process's App; ``create`` only for commands that may create a missing SQLite file,
+    ``serving`` for the servers (`dream api`, `dream mcp`), which log as the worker does."""
     obj = ctx.ensure_object(dict)
     if "app" not in obj:
         settings = load_settings()
-        configure_logging(settings.log_format, obj.get("log_level") or settings.log_level)
+        configure_logging(*log_setup(settings, obj.get("log_level"), serving))
         obj["app"] = build_app(settings, create_database=create)
         configure_telemetry(obj["app"])
         ctx.call_on_close(obj["app"].dispose)
     app: App = obj["app"]
     return app
+
+
+def log_setup(settings: Settings, flag_level: str | None, serving: bool) -> tuple[str, str]:
+    """(format, level) of a command's logs on stderr. A server logs as the worker does
+    (DREAM_LOG_FORMAT, DREAM_LOG_LEVEL: INFO, JSON off a terminal). Any other command prints
+    its own answer on stdout; its stderr is for what needs a person: WARNING and up, one
+    readable line each, unless ``--log-level`` or an explicitly set DREAM_LOG_LEVEL asks for
+    more (and DREAM_LOG_FORMAT, when set, for another format)."""
+    explicit = settings.model_fields_set
+    level = flag_level or (settings.log_level if serving or "log_level" in explicit
+                           else "WARNING")
+    fmt = settings.log_format if serving or "log_format" in explicit else "console"
+    return fmt, level
 
 
 def read_lines(path: str) -> Iterable[bytes]:
@@ -107,6 +121,12 @@ class Ident(click.ParamType):  # type: ignore[type-arg]
 
 
 IDENT = Ident()
+
+
+def json_option(fn: F) -> F:
+    """``--json``: the answer as one JSON document on stdout, for scripts."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print JSON instead of text (for scripts).")(fn)
 
 
 def scope_options(fn: F) -> F:

@@ -7,7 +7,14 @@ import sys
 
 import click
 
-from worker.cli.common import IDENT, cli_app, echo_imported, parse_option_timestamp, read_lines
+from worker.cli.common import (
+    IDENT,
+    cli_app,
+    echo_imported,
+    parse_option_timestamp,
+    read_lines,
+    scope_options,
+)
 from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
 from worker.domain.types import Scope
@@ -37,16 +44,21 @@ def notes_import(ctx: click.Context, file: str) -> None:
 
 
 @notes.command("export")
-@click.option("--status", default=None, help="active, pending, revoked or archived")
-@click.option("--agent", default=None, type=IDENT)
-@click.option("--user", default=None, type=IDENT)
-@click.option("--company", default=None, type=IDENT)
+@click.option("--status", default=None,
+              help="Only notes with this status: active, pending, revoked or archived.")
+@click.option("--agent", default=None, type=IDENT,
+              help="Only this agent's notes (of every user and company unless given).")
+@click.option("--user", default=None, type=IDENT, help="Only this user's notes.")
+@click.option("--company", default=None, type=IDENT, help="Only this company's notes.")
 @click.option("--with-embedding", is_flag=True, help="Include the stored vectors.")
 @click.pass_context
 @user_errors
 def notes_export(ctx: click.Context, status: str | None, agent: str | None, user: str | None,
                  company: str | None, with_embedding: bool) -> None:
-    """Write notes as JSONL to stdout, with status, pointers, comments and lineage."""
+    """Write notes as JSONL to stdout, with status, pointers, comments and lineage.
+
+    Without options: every note of every scope. A scope option no note, session or run
+    matches is an error (exit 3)."""
     from worker.export import export_notes
 
     if status is not None and status not in ("active", "pending", "revoked", "archived"):
@@ -76,9 +88,7 @@ def sessions_import(ctx: click.Context, file: str) -> None:
 
 
 @sessions.command("add")
-@click.option("--agent", required=True, type=IDENT)
-@click.option("--user", default=None, type=IDENT)
-@click.option("--company", default=None, type=IDENT)
+@scope_options
 @click.option("--at", "at", default=None, help="Start time (ISO-8601); default now.")
 @click.pass_context
 @user_errors

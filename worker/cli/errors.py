@@ -17,7 +17,14 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from worker.errors import EXIT_CODES, ConfigError, DreamError, InvalidInput, Unavailable
+from worker.errors import (
+    EXIT_CODES,
+    ConfigError,
+    DreamError,
+    InvalidInput,
+    Unavailable,
+    UnknownScope,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,6 +56,8 @@ def error_line(error: DreamError) -> ErrorLine:
 def user_error(exc: BaseException) -> DreamError | None:
     """The DreamError for an error the user can cause (input, settings, a database that is
     missing, unreachable or not ours), or None for a bug, which keeps its traceback."""
+    if isinstance(exc, UnknownScope):  # the shell says where the known scopes are listed
+        return UnknownScope(f"{exc}; `dream gate --explain` lists the known scopes")
     if isinstance(exc, DreamError):
         return exc
     if isinstance(exc, SQLAlchemyError):

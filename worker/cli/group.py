@@ -72,7 +72,8 @@ def _usage_error(exc: click.UsageError, fallback: str = "dream") -> UserError:
 @click.group(cls=DreamGroup)
 @click.version_option(package_name="dream-worker", prog_name="dream")
 @click.option("--log-level", default=None, type=click.Choice(LOG_LEVELS, case_sensitive=False),
-              help="Log events at this level and above (default from DREAM_LOG_LEVEL).")
+              help="Log events on stderr at this level and above (default: WARNING, or "
+                   "DREAM_LOG_LEVEL when set; `info` shows what a run did).")
 @click.pass_context
 def main(ctx: click.Context, log_level: str | None) -> None:
     """dream-worker: keeps an agent's long-term memory healthy between sessions."""

@@ -4,10 +4,11 @@ worker.host (the same functions the HTTP API calls)."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
-from worker.cli.common import IDENT, FiniteRange, cli_app, scope_options
+from worker.cli.common import IDENT, FiniteRange, cli_app, json_option, scope_options
 from worker.cli.errors import user_errors
 from worker.domain.types import NoteType, Scope
 
@@ -18,15 +19,20 @@ def _scope(agent: str, user: str | None, company: str | None) -> Scope:
 
 @click.command("candidates")
 @scope_options
-@click.option("--threshold", default=0.88, show_default=True, type=FiniteRange(0, 1))
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500))
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--threshold", default=0.88, show_default=True, type=FiniteRange(0, 1),
+              help="Cosine similarity a pair of notes needs to be listed.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 500),
+              help="List at most this many candidates.")
+@json_option
 @click.pass_context
 @user_errors
 def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
                    threshold: float, limit: int, as_json: bool) -> None:
-    """Fusion candidates of one scope: similar pairs plus open items of its latest run."""
-    from worker.host import fusion_candidates
+    """Fusion candidates of one scope: similar pairs plus open items of its latest run.
+
+    A note an open review item would change is left out until the item is decided; the last
+    line names those items."""
+    from worker.host import fusion_candidates, held_for_review
     from worker.runs.service import ensure_scope_known
 
     app, scope = cli_app(ctx), _scope(agent, user, company)
@@ -41,12 +47,29 @@ def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: st
         sim = item.get("similarity")
         click.echo(f"{item['type']:<13} {'' if sim is None else f'{sim:.3f}':>6}  "
                    + "  ".join(item["note_ids"]))
+    if held := held_for_review(app, scope):
+        click.echo(_held_line(held, scope))
+
+
+def _held_line(held: dict[str, int], scope: Scope) -> str:
+    """Which open review items keep notes out of the list, and where to see them."""
+    item_ids = sorted(set(held.values()))
+    options = " ".join(f"--{name} {shlex.quote(value)}" for name, value in
+                       (("agent", scope.agent_id), ("user", scope.user_id),
+                        ("company", scope.company_id)) if value is not None)
+    notes = f"{len(held)} note{'s' if len(held) != 1 else ''}"
+    if len(item_ids) == 1:
+        return (f"left out: {notes} that open review item {item_ids[0]} would change "
+                f"(`dream review show {item_ids[0]} {options}`)")
+    return (f"left out: {notes} that open review items {', '.join(map(str, item_ids))} would "
+            f"change (`dream review list {options}`)")
 
 
 @click.command("fuse")
 @click.argument("source_ids", nargs=-1, required=True, type=IDENT)
 @click.option("--content", required=True, help="The fused text (your model's answer).")
-@click.option("--importance", type=FiniteRange(0, 1), default=None)
+@click.option("--importance", type=FiniteRange(0, 1), default=None,
+              help="The fused note's importance (0-1; default: the sources' highest).")
 @click.option("--strict", is_flag=True, help="Refuse text with facts no source states.")
 @click.pass_context
 @user_errors
@@ -76,10 +99,12 @@ def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
 
 @click.command("add")
 @scope_options
-@click.option("--content", required=True)
+@click.option("--content", required=True, help="The note's text.")
 @click.option("--type", "note_type", default="Context", show_default=True,
-              type=click.Choice([t.value for t in NoteType], case_sensitive=False))
-@click.option("--importance", type=FiniteRange(0, 1), default=0.5, show_default=True)
+              type=click.Choice([t.value for t in NoteType], case_sensitive=False),
+              help="The note's type; only notes of this type are compared.")
+@click.option("--importance", type=FiniteRange(0, 1), default=0.5, show_default=True,
+              help="How much the note matters (0-1).")
 @click.pass_context
 @user_errors
 def notes_add_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,

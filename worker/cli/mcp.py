@@ -42,7 +42,7 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
     if transport == "http" and agent:
         raise UserError("--agent binds stdio only; over HTTP each request's bearer token names "
                         "its scope")
-    app = cli_app(ctx)
+    app = cli_app(ctx, serving=True)
     if agent:
         server.stdio_server(app, Scope(agent, user, company)).run("stdio")
         return

@@ -10,12 +10,12 @@ from typing import Any, TypeVar
 
 import click
 
-from worker.cli.common import IDENT, Outcome, cli_app, scope_options
+from worker.cli.common import IDENT, Outcome, cli_app, json_option, scope_options
 from worker.cli.errors import UserError, user_errors
 from worker.domain.limits import INT_MAX
 from worker.domain.types import Scope
 from worker.errors import NotFound
-from worker.review.items import BatchOutcome, batch_outcome
+from worker.review.items import WITHDRAWN_BY, BatchOutcome, ItemStatus, batch_outcome
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -72,9 +72,11 @@ def _summary(item: dict[str, Any]) -> str:
 @review.command("list")
 @scope_options
 @click.option("--run", "run_id", default=None, type=IDENT, help="Only this run's items.")
-@click.option("--status", type=click.Choice(STATUSES), default="open", show_default=True)
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--status", type=click.Choice(STATUSES), default="open", show_default=True,
+              help="Only items with this status (any: all).")
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000),
+              help="List at most this many items.")
+@json_option
 @click.pass_context
 @user_errors
 def list_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
@@ -108,7 +110,7 @@ def _check_run(app: Any, scope: Scope, run_id: str) -> None:
 @review.command("show")
 @click.argument("item_id", type=ITEM_ID)
 @scope_options
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 @user_errors
 def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
@@ -134,11 +136,31 @@ def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
     for example in item["examples"]:
         mark = "  (changed since)" if example["changed"] else ""
         click.echo(f"  example {example['id']} v{example['version']} {example['status']}{mark}")
-    if item["decided_by"]:
-        click.echo(f"  {item['status']} by {item['decided_by']} at {item['decided_at']}"
-                   + (f" (run {item['applied_run_id']})" if item["applied_run_id"] else ""))
-    if item["outcome"] and item["status"] != "approved":  # why: withdrawn, stale, undone, reason
-        click.echo(f"  outcome: {item['outcome']}")
+    for line in decision_lines(item):
+        click.echo(f"  {line}")
+
+
+def decision_lines(item: dict[str, Any]) -> list[str]:
+    """What became of a decided item, in words: who approved or declined it and when, and
+    what happened since. ``decided_by`` is who decided, never who undid the approval's run
+    (not recorded): an undone item's line names its approver as the approver."""
+    status, by, at = item["status"], item["decided_by"], item["decided_at"]
+    applied, outcome = item["applied_run_id"], item["outcome"]
+    if status == ItemStatus.OPEN:
+        return []
+    if status == ItemStatus.DECLINED and by == WITHDRAWN_BY:
+        return [f"withdrawn at {at}: run {item['run_id']}, which proposed it, was undone"]
+    if status == ItemStatus.APPROVED:
+        return [f"approved by {by} at {at}, applied in run {applied}; `dream undo {applied}` "
+                "reverts it"]
+    if status == ItemStatus.UNDONE:
+        return [f"approved by {by} at {at}, applied in run {applied}",
+                f"undone: run {applied} was undone since; the next dream proposes it afresh"]
+    if status == ItemStatus.DECLINED:
+        reason = f": {outcome}" if outcome and outcome != "declined" else ""
+        return [f"declined by {by} at {at}{reason}"]
+    found = f" (found when {by} approved it)" if by and by != "run" else ""
+    return [f"{status} since {at}{found}: {outcome}"]
 
 
 def _decider(by: str | None) -> str:
@@ -152,7 +174,7 @@ def _decider(by: str | None) -> str:
 
 
 def _decision_options(fn: F) -> F:
-    fn = click.option("--json", "as_json", is_flag=True)(fn)
+    fn = json_option(fn)
     fn = click.option("--by", default=None, type=IDENT,
                       help="Who decides (recorded on the item as cli:<by>; default: your login "
                            "name).")(fn)

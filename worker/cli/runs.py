@@ -9,7 +9,7 @@ from datetime import datetime
 import click
 
 from worker.app import App
-from worker.cli.common import IDENT, Outcome, cli_app, parse_option_timestamp
+from worker.cli.common import IDENT, Outcome, cli_app, json_option, parse_option_timestamp
 from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope
@@ -22,9 +22,9 @@ def register(main: click.Group) -> None:
 
 
 @click.command("run")
-@click.option("--agent", default=None, type=IDENT)
-@click.option("--user", default=None, type=IDENT)
-@click.option("--company", default=None, type=IDENT)
+@click.option("--agent", default=None, type=IDENT, help="Scope: agent id (or give --due).")
+@click.option("--user", default=None, type=IDENT, help="Scope: user id.")
+@click.option("--company", default=None, type=IDENT, help="Scope: company id.")
 @click.option("--due", is_flag=True, help="Run every scope the gate finds due.")
 @click.option("--force", is_flag=True,
               help="Bypass the gate (never the lease, never the blast-radius guard).")
@@ -119,18 +119,18 @@ def _report(app: App, run_id: str, status: str, via: str) -> None:
 
 
 def _print_summary(app: App, run_id: str, status: str) -> None:
-    from worker.reporting import run_tree
+    from worker.reporting import run_tree, said_counters
 
     tree = run_tree(app, run_id)
     click.echo(f"run {run_id} {status}  scope={tree['scope']}")
     if tree.get("status_reason"):
         click.echo(f"  {status}: {tree['status_reason']}")
     for step in tree["steps"]:
-        counters = ", ".join(f"{k}={v}" for k, v in (step["output"] or {}).items()
-                             if isinstance(v, int | float | str) and k != "reason")
+        counters = said_counters(step["output"])
         reason = (step["output"] or {}).get("reason") or step.get("error") or ""
+        said = "  ".join(part for part in (counters, f"({reason})" if reason else "") if part)
         click.echo(f"  {step['phase']:<15} {step['status']:<10} {step['duration_ms'] or 0:>8.1f} ms  "
-                   f"{counters}{'  (' + reason + ')' if reason else ''}")
+                   f"{said}".rstrip())
 
 
 @click.group()
@@ -139,8 +139,9 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000))
+@json_option
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000),
+              help="List at most this many runs.")
 @click.pass_context
 @user_errors
 def runs_list(ctx: click.Context, as_json: bool, limit: int) -> None:
@@ -178,7 +179,7 @@ def runs_cancel(ctx: click.Context, run_id: str, reason: str) -> None:
 
 @runs.command("show")
 @click.argument("run_id", type=IDENT)
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 @user_errors
 def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
@@ -196,8 +197,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="With --explain: one JSON object.")
 @click.option("--agent", default=None, type=IDENT,
               help="With --explain: only this scope (agent id).")
-@click.option("--user", default=None, type=IDENT)
-@click.option("--company", default=None, type=IDENT)
+@click.option("--user", default=None, type=IDENT, help="With --agent: scope user id.")
+@click.option("--company", default=None, type=IDENT, help="With --agent: scope company id.")
 @click.pass_context
 @user_errors
 def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,

@@ -27,12 +27,15 @@ def register(main: click.Group) -> None:
 @click.pass_context
 @user_errors
 def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool) -> None:
-    """Revert every change RUN_ID made, in one transaction (refuses if a note changed since)."""
-    from worker.safety.undo import undo_run
+    """Revert every change RUN_ID made, in one transaction (refuses if a note changed since).
+
+    RUN_ID is a run's id, or the `fuse-…`, `remember-…` or `erase-…` id that `dream fuse`,
+    `dream notes add` (an UPDATE) or `dream erase` printed."""
+    from worker.safety.undo import LOGGED_WITHOUT_RUN, undo_run
 
     result = undo_run(cli_app(ctx), run_id, force_cascade=force_cascade)
-    for rid in result.run_ids:
-        click.echo(f"undone run {rid}")
+    for rid in result.run_ids:  # a fuse, remember or erase id names no run
+        click.echo(f"undone {rid}" if rid.startswith(LOGGED_WITHOUT_RUN) else f"undone run {rid}")
     click.echo(result.summary())
 
 

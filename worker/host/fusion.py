@@ -28,6 +28,7 @@ from worker.host.records import note_record
 from worker.host.remember import canonical_type
 from worker.phases.consolidate.core import fused_fields, majority_type, revocation_comment
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
+from worker.review.propose import held_notes
 from worker.safety.undo import FUSE_PREFIX
 from worker.similarity import neighbour_pairs
 from worker.store.models import RunStepRow
@@ -60,8 +61,9 @@ def fusion_candidates(
 ) -> list[dict[str, Any]]:
     """Similar active pairs of the scope (most similar first) plus the open items of its latest run.
 
-    Excludes pairs/clusters judged "keep apart" or already fused at their current versions, and
-    anything involving a protected or immutable note.
+    Excludes pairs/clusters judged "keep apart" or already fused at their current versions,
+    anything involving a protected or immutable note, and anything involving a note an open
+    review item would change (``held_notes``: it waits for the reviewer).
     """
     if not 0.0 <= threshold <= 1.0:
         raise Invalid("threshold must be between 0 and 1")
@@ -80,6 +82,10 @@ def fusion_candidates(
         fps = [fingerprint_notes(g) for g in groups]
         hidden = set(uow.judgements.known(scope, KEEP_APART, fps))
         hidden |= set(uow.judgements.known(scope, FUSED, fps))
+        # A note an open review item would change waits for the reviewer, as a run leaves it:
+        # fusing it here would only make the item stale.
+        held = held_notes(uow, scope)
+        hidden |= {fp for fp, g in zip(fps, groups, strict=True) if any(n.id in held for n in g)}
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     for (i, j, sim), fp in zip(pairs, fps, strict=False):
@@ -101,6 +107,12 @@ def fusion_candidates(
             item["record_a"], item["record_b"] = item["records"]
         out.append(item)
     return out[:limit] if limit is not None else out
+
+
+def held_for_review(app: App, scope: Scope) -> dict[str, int]:
+    """Note id → the open review item that holds it out of ``fusion_candidates``."""
+    with app.uow() as uow:
+        return held_notes(uow, scope)
 
 
 def _step_note_ids(step: RunStepRow) -> list[str]:

@@ -52,11 +52,15 @@ class RememberResult:
 
 
 def decide(
-    best: float | None, new_len: int, old_len: int, noop_threshold: float, update_threshold: float
+    best: float | None, new_len: int, old_len: int, noop_threshold: float, update_threshold: float,
+    note_type: str = "",
 ) -> tuple[Action, str]:
-    """Pure policy for a write that is not byte-identical (after normalisation) to a note."""
+    """Pure policy for a write that is not byte-identical (after normalisation) to a note.
+    Only notes of the write's type are compared: an ADD's reason names it (``note_type``), or
+    a near-duplicate of another type reads as unexplained."""
+    notes = f"{note_type} notes" if note_type else "notes of this type"
     if best is None:
-        return "ADD", "no active note of this type in the scope"
+        return "ADD", f"no active {notes} in the scope"
     if best >= noop_threshold:
         return "NOOP", f"similarity {best:.2f} ≥ noop threshold {noop_threshold:.2f}"
     if best >= update_threshold and new_len >= LONGER_BY * old_len:
@@ -64,7 +68,8 @@ def decide(
                           f"the new text is {new_len / max(old_len, 1):.2f}× as long")
     if best >= update_threshold:
         return "ADD", (f"similarity {best:.2f} but the new text is not 20% longer; kept both")
-    return "ADD", f"most similar note {best:.2f} < update threshold {update_threshold:.2f}"
+    return "ADD", (f"most similar of the scope's {notes} {best:.2f} < update threshold "
+                   f"{update_threshold:.2f}")
 
 
 def derived_id(scope: Scope, normalised: str, attempt: int = 0) -> str:
@@ -251,7 +256,7 @@ def _remember_once(
         best_id = (uow.notes.active_with_hash(scope, kind, best_hash)
                    if best_hash is not None else None)
         action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
-                                settings.update_threshold)
+                                settings.update_threshold, kind)
         old = uow.notes.get_many([best_id]) if action == "UPDATE" and best_id else []
     if best_hash is not None and best_id is None:
         return None  # the best match was retired between the two reads: decide again

@@ -106,14 +106,29 @@ class FakeLLM:
 
     @classmethod
     def from_file(cls, path: Path) -> FakeLLM:
+        """The script at ``path``; a file that cannot be read, is not UTF-8 or not JSON is one
+        line naming it, the problem and the fix (a leading byte-order mark is allowed, as the
+        importers allow it)."""
         try:
-            script = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = Path(path).read_bytes()
         except OSError as exc:
             raise ConfigError(f"cannot read fake LLM script {path}: {exc.strerror}; "
                               "fix DREAM_FAKE_LLM_SCRIPT") from None
-        except ValueError as exc:
-            raise ConfigError(f"fake LLM script {path} is not valid JSON ({exc}); "
-                              "fix the file") from None
+        try:
+            text = data.decode("utf-8").removeprefix("\ufeff")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"fake LLM script {path} is not UTF-8 (byte {data[exc.start]:#04x} "
+                              f"at offset {exc.start}); save it as UTF-8 JSON or point "
+                              "DREAM_FAKE_LLM_SCRIPT at another file") from None
+        try:
+            script = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"fake LLM script {path} is not valid JSON ({exc.msg} at line "
+                              f"{exc.lineno} column {exc.colno}); fix the file (see "
+                              "examples/fake-llm-demo.json)") from None
+        except (ValueError, RecursionError):  # a 4,300-digit number, nesting past the stack
+            raise ConfigError(f"fake LLM script {path} holds a number too large or nesting too "
+                              "deep to read; fix the file") from None
         return cls.from_script(script, source=str(path))
 
     @classmethod

@@ -79,6 +79,15 @@ def proposals_for(ctx: Any) -> Proposals:
     return proposals
 
 
+def held_notes(uow: Any, scope: Any) -> dict[str, int]:
+    """Note id → the open review item that would change it, of the scope's items still as
+    proposed: what a run leaves alone until the item is decided, and what the host's fusion
+    candidates leave out (a stale open item holds nothing: it can never apply)."""
+    rows = [r for r in uow.review.open_rows(scope) if entity_of(r.payload) == "note"]
+    stale = set(_stale_items(uow, rows))
+    return {note_id: r.id for r in rows if r.id not in stale for note_id in (r.versions or {})}
+
+
 def _stale_items(uow: Any, rows: list[Any]) -> list[int]:
     """Open items a note or example of which is no longer active at the version it was
     proposed on, or moved since in a way its plan decided on (pinned, taken over as manual,

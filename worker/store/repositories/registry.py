@@ -17,6 +17,7 @@ from worker.store.models import (
     CompanyRow,
     ConversationRow,
     DreamRunRow,
+    NoteRow,
     SessionRow,
     UserRow,
 )
@@ -107,6 +108,20 @@ class SessionRepository:
     def scopes(self) -> list[Scope]:
         keys = self.session.scalars(select(SessionRow.scope_key).distinct())
         return sorted(Scope.from_key(k) for k in keys)
+
+    def any_scope_matches(self, agent_id: str | None, user_id: str | None,
+                          company_id: str | None) -> bool:
+        """Whether a note (of any status), a session or a run has the given scope parts (None:
+        any value): a filter that names a scope this store knows."""
+        for model in (NoteRow, SessionRow, DreamRunRow):
+            stmt = select(model.id)
+            for column, value in (("agent_id", agent_id), ("user_id", user_id),
+                                  ("company_id", company_id)):
+                if value is not None:
+                    stmt = stmt.where(getattr(model, column) == value)
+            if self.session.scalars(stmt.limit(1)).first() is not None:
+                return True
+        return False
 
     def count(self) -> int:
         return int(self.session.scalar(select(func.count()).select_from(SessionRow)) or 0)
