@@ -7,7 +7,14 @@ import sys
 
 import click
 
-from worker.cli.common import IDENT, cli_app, echo_imported, parse_option_timestamp, read_lines
+from worker.cli.common import (
+    IDENT,
+    USER_IDENT,
+    cli_app,
+    echo_imported,
+    parse_option_timestamp,
+    read_lines,
+)
 from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
 from worker.domain.types import Scope
@@ -77,7 +84,7 @@ def sessions_import(ctx: click.Context, file: str) -> None:
 
 @sessions.command("add")
 @click.option("--agent", required=True, type=IDENT)
-@click.option("--user", default=None, type=IDENT)
+@click.option("--user", default=None, type=USER_IDENT)
 @click.option("--company", default=None, type=IDENT)
 @click.option("--at", "at", default=None, help="Start time (ISO-8601); default now.")
 @click.pass_context

@@ -10,7 +10,13 @@ from datetime import datetime
 from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session
 
-from worker.domain.types import DREAMED_RUN_STATUSES, REVIEW_TRIGGER, RunStatus, Scope
+from worker.domain.types import (
+    DREAMED_RUN_STATUSES,
+    ERASED_USER,
+    REVIEW_TRIGGER,
+    RunStatus,
+    Scope,
+)
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 from worker.store.repositories.usage import phase_step_usage
 
@@ -92,12 +98,14 @@ class RunHistoryRepository:
 
     def latest_open_candidates(self, scope: Scope | None = None) -> dict[str, int]:
         """Open candidates per scope as its latest finished dream counted them (the gauge; a
-        review approval's run counts none and would drop the scope from it)."""
+        review approval's run counts none and would drop the scope from it). The runs kept of
+        erased users count none: their candidates went with their notes."""
         latest = (
             select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
             .where(DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
                    DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
-                   DreamRunRow.trigger != REVIEW_TRIGGER)
+                   DreamRunRow.trigger != REVIEW_TRIGGER,
+                   DreamRunRow.user_id.is_distinct_from(ERASED_USER))
             .group_by(DreamRunRow.scope_key)
         )
         if scope is not None:
