@@ -14,7 +14,6 @@ from worker.domain.types import (
     DREAMED_RUN_STATUSES,
     ERASED_USER,
     REVIEW_TRIGGER,
-    RunStatus,
     Scope,
 )
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
@@ -68,12 +67,13 @@ class RunHistoryRepository:
 
     def latest_finished(self, scope: Scope) -> DreamRunRow | None:
         """The scope's most recently created finished dream whose decisions still stand (what
-        open candidates come from): an undone run's open items went with it, and a review
-        approval's run plans nothing, so neither hides the open items of the dream before it."""
+        open candidates come from): an undone run's open items went with it, a review
+        approval's run plans nothing, and a cancelled or failed one may have judged nothing,
+        so none hides the open items of the dream before it (the runs the gauge reads)."""
         return self.session.scalars(
             select(DreamRunRow)
             .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None),
-                   DreamRunRow.status != RunStatus.UNDONE.value,
+                   DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                    DreamRunRow.trigger != REVIEW_TRIGGER)
             .order_by(DreamRunRow.created_at.desc())
             .limit(1)
