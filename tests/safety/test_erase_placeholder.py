@@ -16,7 +16,8 @@ from worker.app import App
 from worker.cli import main
 from worker.domain.types import ERASED_USER, RunStatus, Scope
 from worker.ingest import InputError, import_notes, import_sessions
-from worker.reporting import runs_page
+from worker.reporting import runs_page, scope_health
+from worker.runs import service
 from worker.safety.erase import erase
 from worker.store.models import DreamRunRow, NoteRow, SessionRow
 from worker.store.repositories.dashboard import ScopeFilter
@@ -73,3 +74,27 @@ def test_an_erased_users_runs_leave_the_gauge_and_the_attention_list(app: App) -
     [run] = runs_page(app, ScopeFilter(), 1, 10)["runs"]
     assert (run["id"], run["status"], run["attention"]) == (
         run_id, RunStatus.BLOCKED.value, False)
+
+
+def test_an_erased_users_growing_candidates_flag_no_scope_on_the_dashboard(app: App) -> None:
+    """The user's last three dreams left 1, 2, then 3 open candidates: the health view flags the
+    scope. After the erasure the placeholder scope kept that flag for good (its series is
+    history, it never runs again); now its row shows the series and flags nothing."""
+    runs = [_dream(app, USER)]
+    for _ in range(2):
+        again = service.create_run(app, Scope("agent-1", USER), force=True)
+        assert again is not None
+        service.execute_run(app, again)
+        runs.append(again)
+    with app.uow() as uow:
+        for count, run_id in enumerate(runs, start=1):
+            uow.session.execute(update(DreamRunRow).where(DreamRunRow.id == run_id).values(
+                totals={"open_candidates": count}))
+        uow.commit()
+    [row] = scope_health(app, ScopeFilter(), 1, 10)["scopes"]
+    assert (row["open"], row["open_growing"]) == ([1, 2, 3], True)
+
+    erase(app, user_id=USER)
+    [row] = scope_health(app, ScopeFilter(), 1, 10)["scopes"]
+    assert (row["scope"], row["open"], row["open_growing"]) == (
+        Scope("agent-1", ERASED_USER).key, [1, 2, 3], False)
