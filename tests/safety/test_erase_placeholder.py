@@ -98,3 +98,19 @@ def test_an_erased_users_growing_candidates_flag_no_scope_on_the_dashboard(app: 
     [row] = scope_health(app, ScopeFilter(), 1, 10)["scopes"]
     assert (row["scope"], row["open"], row["open_growing"]) == (
         Scope("agent-1", ERASED_USER).key, [1, 2, 3], False)
+
+
+def test_undoing_an_erased_users_run_is_refused_and_changes_nothing(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dream undo` of a run of a user erased since said "undone run …, restored 0 notes" and
+    set the kept run's status to ``undone``: a revert that never happened, and the record of
+    what ran rewritten. Now it is one error line and the run stays as it was."""
+    run_id = _dream(app, USER)
+    erase(app, user_id=USER)
+    monkeypatch.setenv("DREAM_DATABASE_URL", app.settings.database_url)
+    out = CliRunner().invoke(main, ["undo", run_id])
+    assert out.exit_code != 0
+    assert out.output.startswith(f"error: run {run_id} was a run of a user since erased"), \
+        out.output
+    with app.uow() as uow:
+        assert uow.runs.get(run_id).status == RunStatus.SUCCEEDED.value  # type: ignore[union-attr]
