@@ -40,3 +40,22 @@ def test_a_run_that_ended_before_judging_hides_no_candidate(app: App, ends: str)
         assert uow.runs.get(later).status == ends  # type: ignore[union-attr]
         assert uow.run_history.latest_open_candidates(SCOPE) == {SCOPE.key: 1}
     assert [c["run_id"] for c in open_candidates(app, SCOPE)] == [dreamed]
+
+
+def test_a_run_of_other_phases_hides_no_candidate(app: App) -> None:
+    """`dream run --phases prune` after the dream judged no cluster, yet `dream candidates`
+    read it and listed none, and the gauge counted zero for the scope. Now both still read the
+    dream that judged them; the prune run records no count of its own."""
+    add_notes(app, *_notes([
+        "User prefers dark mode in the code editor",
+        "User prefers dark mode in the code editor and terminal",
+        "User prefers the dark mode theme in the code editor",
+    ]))
+    dreamed = _run(app)["run_id"]
+    later = service.create_run(app, SCOPE, force=True, clock=NOW, phases=["prune", "archive"])
+    assert later is not None
+    assert service.execute_run(app, later) == RunStatus.SUCCEEDED.value
+    with app.uow() as uow:
+        assert uow.run_history.latest_open_candidates(SCOPE) == {SCOPE.key: 1}
+        assert (uow.runs.get(later).totals or {})["open_candidates"] is None  # type: ignore[union-attr]
+    assert [c["run_id"] for c in open_candidates(app, SCOPE)] == [dreamed]

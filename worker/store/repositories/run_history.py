@@ -13,11 +13,16 @@ from sqlalchemy.orm import Session
 from worker.domain.types import (
     DREAMED_RUN_STATUSES,
     ERASED_USER,
+    JUDGING_PHASES,
+    PHASES,
     REVIEW_TRIGGER,
     Scope,
 )
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 from worker.store.repositories.usage import phase_step_usage
+
+# How many of a scope's latest dreams `latest_finished` looks through for one that judged.
+_LATEST_WINDOW = 50
 
 
 class RunHistoryRepository:
@@ -70,14 +75,15 @@ class RunHistoryRepository:
         open candidates come from): an undone run's open items went with it, a review
         approval's run plans nothing, and a cancelled or failed one may have judged nothing,
         so none hides the open items of the dream before it (the runs the gauge reads)."""
-        return self.session.scalars(
+        rows = self.session.scalars(
             select(DreamRunRow)
             .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None),
                    DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                    DreamRunRow.trigger != REVIEW_TRIGGER)
             .order_by(DreamRunRow.created_at.desc())
-            .limit(1)
-        ).first()
+            .limit(_LATEST_WINDOW))
+        # A run of other phases (``--phases prune``) judged nothing either.
+        return next((r for r in rows if JUDGING_PHASES & set(r.phases or PHASES)), None)
 
     def open_candidates_before(self, scope: Scope, before: datetime,
                                limit: int) -> builtins.list[int]:
@@ -105,7 +111,9 @@ class RunHistoryRepository:
             .where(DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
                    DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                    DreamRunRow.trigger != REVIEW_TRIGGER,
-                   DreamRunRow.user_id.is_distinct_from(ERASED_USER))
+                   DreamRunRow.user_id.is_distinct_from(ERASED_USER),
+                   # a run that judged nothing records no count (``--phases prune``)
+                   DreamRunRow.totals["open_candidates"].as_integer().is_not(None))
             .group_by(DreamRunRow.scope_key)
         )
         if scope is not None:
