@@ -142,7 +142,8 @@ def _growing(series: list[int], runs: int) -> bool:
 def _scope_row(key: str, recent: list[dict[str, Any]], notes: dict[str, int],
                last_ok: Any, growth_runs: int) -> dict[str, Any]:
     finished = [r for r in reversed(recent) if r["finished_at"] is not None and not r["dry_run"]]
-    opened = [int(r["open"] or 0) for r in finished]
+    # A run that judged nothing (``--phases prune``) counted none: no point in the series.
+    opened = [int(r["open"]) for r in finished if r["open"] is not None]
     deferred = [int(r["n"] or 0) for r in finished]
     latest = recent[0] if recent else None
     # The runs kept of erased users are history: nothing is left open, and none will run.

@@ -11,7 +11,9 @@ from tests.support.factories import NOW, add_notes
 from worker.app import App
 from worker.domain.types import RunStatus
 from worker.phases.consolidate.service import open_candidates
+from worker.reporting import scope_health
 from worker.runs import service
+from worker.store.repositories.dashboard import ScopeFilter
 
 
 @pytest.mark.parametrize("ends", [RunStatus.CANCELLED.value, RunStatus.FAILED.value])
@@ -59,3 +61,5 @@ def test_a_run_of_other_phases_hides_no_candidate(app: App) -> None:
         assert uow.run_history.latest_open_candidates(SCOPE) == {SCOPE.key: 1}
         assert (uow.runs.get(later).totals or {})["open_candidates"] is None  # type: ignore[union-attr]
     assert [c["run_id"] for c in open_candidates(app, SCOPE)] == [dreamed]
+    [row] = scope_health(app, ScopeFilter(scope=SCOPE), 1, 10)["scopes"]
+    assert row["open"] == [1]  # the dashboard's series: no zero for the prune run
