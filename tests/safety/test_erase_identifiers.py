@@ -35,3 +35,22 @@ def test_an_erased_phone_number_leaves_no_record_repeating_it(app: App) -> None:
     assert NUMBER not in all_rows_text(app)
     with app.uow() as uow:
         assert [r.reason for r in uow.judgements.reviews(SCOPE)] == ["phone provider changed"]
+
+
+def test_erasing_a_conversation_takes_a_fused_note_that_records_it(app: App) -> None:
+    """A fused note imported without its lineage edges (an export filtered by --status, whose
+    parents the file lacks: the import says to drop the field) still records its sources'
+    conversation in ``lineage_conversation_ids``, and prune archives it for that conversation;
+    `dream erase --conversation` followed only the edges and left its text. Now the erasure
+    takes it too; a note of another conversation stays."""
+    from worker.ingest import import_notes
+
+    import_notes(app, [
+        '{"id": "f", "agent_id": "agent-1", "content": "' + f"Dials {NUMBER} for the gym" + '",'
+        ' "lineage_conversation_ids": ["c1", "c2"], "consolidation_generation": 1}',
+        '{"id": "k", "agent_id": "agent-1", "content": "Keeps a gym locker",'
+        ' "lineage_conversation_ids": ["c2"], "consolidation_generation": 1}'])
+    result = erase(app, conversation_id="c1")
+    assert (result.note_ids, result.derived_ids) == ([], ["f"])
+    assert NUMBER not in all_rows_text(app)
+    assert "Keeps a gym locker" in all_rows_text(app)
