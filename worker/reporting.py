@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.app import App
-from worker.domain.types import Scope
+from worker.domain.types import ERASED_USER, Scope
 from worker.errors import RunNotFound
 from worker.store.models import DreamRunRow, RunStepRow
 from worker.store.repositories.dashboard import NOTE_STATUSES, DashboardQueries, ScopeFilter
@@ -151,14 +151,17 @@ def _growing(series: list[int], runs: int) -> bool:
 def _scope_row(key: str, recent: list[dict[str, Any]], notes: dict[str, int],
                last_ok: Any, growth_runs: int) -> dict[str, Any]:
     finished = [r for r in reversed(recent) if r["finished_at"] is not None and not r["dry_run"]]
-    opened = [int(r["open"] or 0) for r in finished]
+    # A run that judged nothing (``--phases prune``) counted none: no point in the series.
+    opened = [int(r["open"]) for r in finished if r["open"] is not None]
     deferred = [int(r["n"] or 0) for r in finished]
     latest = recent[0] if recent else None
+    # The runs kept of erased users are history: nothing is left open, and none will run.
+    live = Scope.from_key(key).user_id != ERASED_USER
     return {
         "scope": key, "notes": notes, "last_succeeded": _iso(last_ok),
         "open": opened, "deferred": deferred,
-        "open_growing": _growing(opened, growth_runs),
-        "deferred_growing": _growing(deferred, growth_runs),
+        "open_growing": live and _growing(opened, growth_runs),
+        "deferred_growing": live and _growing(deferred, growth_runs),
         "latest": None if latest is None else {
             "id": latest["id"], "status": latest["status"],
             "reason": latest["status_reason"] or latest["error"]},

@@ -16,7 +16,7 @@ from worker.app import App, build_app
 from worker.cli.errors import UserError
 from worker.clock import parse_timestamp
 from worker.config import Settings, load_settings
-from worker.domain.limits import ident_problem
+from worker.domain.limits import ident_problem, user_problem
 from worker.errors import NotFound
 from worker.logging import configure_logging
 from worker.telemetry import configure_telemetry
@@ -129,8 +129,21 @@ def json_option(fn: F) -> F:
                         help="Print JSON instead of text (for scripts).")(fn)
 
 
+class UserIdent(Ident):
+    """A user id a scope may have: an id, not the erased users' placeholder."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        problem = user_problem(value) if isinstance(value, str) else None
+        if problem:
+            self.fail(problem, param, ctx)
+        return value
+
+
+USER_IDENT = UserIdent()
+
+
 def scope_options(fn: F) -> F:
     """``--agent`` (required), ``--user``, ``--company``: the scope a command acts on."""
     fn = click.option("--company", default=None, type=IDENT, help="Scope: company id.")(fn)
-    fn = click.option("--user", default=None, type=IDENT, help="Scope: user id.")(fn)
+    fn = click.option("--user", default=None, type=USER_IDENT, help="Scope: user id.")(fn)
     return click.option("--agent", required=True, type=IDENT, help="Scope: agent id.")(fn)

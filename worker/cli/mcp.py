@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from worker.cli.common import IDENT, cli_app
+from worker.cli.common import IDENT, USER_IDENT, cli_app
 from worker.cli.errors import UserError, user_errors
 from worker.domain.types import Scope
 from worker.errors import ConfigError
@@ -15,7 +15,7 @@ from worker.errors import ConfigError
               show_default=True, help="stdio: one client, one scope; http: streamable HTTP at /mcp.")
 @click.option("--agent", default=None, type=IDENT,
               help="stdio: the scope every tool acts on (agent id).")
-@click.option("--user", default=None, type=IDENT, help="stdio: scope user id.")
+@click.option("--user", default=None, type=USER_IDENT, help="stdio: scope user id.")
 @click.option("--company", default=None, type=IDENT, help="stdio: scope company id.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="http only.")
 @click.option("--port", default=8090, show_default=True, type=click.IntRange(0, 65535),

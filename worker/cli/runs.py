@@ -9,7 +9,14 @@ from datetime import datetime
 import click
 
 from worker.app import App
-from worker.cli.common import IDENT, Outcome, cli_app, json_option, parse_option_timestamp
+from worker.cli.common import (
+    IDENT,
+    USER_IDENT,
+    Outcome,
+    cli_app,
+    json_option,
+    parse_option_timestamp,
+)
 from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope
@@ -23,7 +30,7 @@ def register(main: click.Group) -> None:
 
 @click.command("run")
 @click.option("--agent", default=None, type=IDENT, help="Scope: agent id (or give --due).")
-@click.option("--user", default=None, type=IDENT, help="Scope: user id.")
+@click.option("--user", default=None, type=USER_IDENT, help="Scope: user id.")
 @click.option("--company", default=None, type=IDENT, help="Scope: company id.")
 @click.option("--due", is_flag=True, help="Run every scope the gate finds due.")
 @click.option("--force", is_flag=True,
@@ -197,7 +204,7 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="With --explain: one JSON object.")
 @click.option("--agent", default=None, type=IDENT,
               help="With --explain: only this scope (agent id).")
-@click.option("--user", default=None, type=IDENT, help="With --agent: scope user id.")
+@click.option("--user", default=None, type=USER_IDENT, help="With --agent: scope user id.")
 @click.option("--company", default=None, type=IDENT, help="With --agent: scope company id.")
 @click.pass_context
 @user_errors

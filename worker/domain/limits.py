@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from worker.domain.types import Scope
+from worker.domain.types import ERASED_USER, Scope
 
 ID_MAX = 64  # String(64) columns: note, run, session, entity and scope-part ids
 SCOPE_KEY_MAX = 400  # String(400): the JSON scope key, with non-ASCII escaped as \uXXXX
@@ -48,11 +48,21 @@ def ident_problem(value: str) -> str | None:
     return text_problem(value)
 
 
+def user_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a user id, or None: an id, and not the placeholder the runs of
+    erased users are kept under (a user of that name would share their scope: its gate would
+    read their dreams, its token their runs)."""
+    if value == ERASED_USER:
+        return f"{ERASED_USER} is reserved for the runs kept of erased users"
+    return ident_problem(value)
+
+
 def scope_problem(scope: Scope) -> str | None:
     """Why ``scope`` cannot be stored (each part an id, the whole key within its column), or None."""
-    for name, part in (("agent_id", scope.agent_id), ("user_id", scope.user_id),
-                       ("company_id", scope.company_id)):
-        if part is not None and (problem := ident_problem(part)):
+    for name, part, check in (("agent_id", scope.agent_id, ident_problem),
+                              ("user_id", scope.user_id, user_problem),
+                              ("company_id", scope.company_id, ident_problem)):
+        if part is not None and (problem := check(part)):
             return f"{name} {problem}"
     if len(scope.key) > SCOPE_KEY_MAX:
         return (f"the scope key is {len(scope.key)} characters once encoded; the limit is "

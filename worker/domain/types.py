@@ -88,6 +88,8 @@ class StepStatus(StrEnum):
 
 
 PHASES = ("consolidate", "contradictions", "prune", "archive")
+# The phases that leave open candidates (clusters, pairs) a run counts.
+JUDGING_PHASES = frozenset({"consolidate", "contradictions"})
 
 # A conflict kept for review: both notes get the flag, and one review row of this kind names
 # them. The row is the flag's reason: what deletes the row (an erasure) takes the flag too.

@@ -13,7 +13,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import PHASES
+from worker.domain.types import JUDGING_PHASES, PHASES
 from worker.domain.usage import StepUsage
 from worker.runs.outcome import PhaseOutcome, RunFacts, decide_outcome
 from worker.runs.phase_run import left_for_later
@@ -140,8 +140,10 @@ def _totals(snap: RunSnapshot, parents: list[RunStepRow], facts: RunFacts, flags
         # Wall time of the run (first claim → finalize), including time between phases.
         "duration_ms": round((utcnow() - snap.started_at).total_seconds() * 1000, 1)
         if snap.started_at else None,
-        # What the gauges and the growth check read (R27).
-        "open_candidates": facts.open_candidates,
+        # What the gauges and the growth check read (R27); none from a run that judged
+        # nothing (``--phases prune``): it says nothing about the candidates left open.
+        "open_candidates": facts.open_candidates
+        if JUDGING_PHASES & set(snap.requested) else None,
         "flags": flags,
     }
     if snap.notes_before is not None:

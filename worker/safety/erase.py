@@ -163,7 +163,11 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
                                       conversation_id=conversation_id, note_id=note_id)
         if note_id is not None and not seed:
             raise NotFound(f"no note with id {note_id}; find ids with `dream notes export`")
-        ids = uow.safety.derived_closure(seed)
+        # What prune archives for a gone conversation goes with it: a note that records it among
+        # its sources' (``lineage_conversation_ids``), even with no lineage edge to follow.
+        recorded = (uow.safety.recording_conversation(conversation_id)
+                    if conversation_id is not None else set())
+        ids = uow.safety.derived_closure(seed | recorded)
         found = uow.safety.contents(ids)
         plan = plan_survivors(uow.safety.retired_into(set(found)), set(found),
                               {i: (n.status, n.consolidated_into_id) for i, n in found.items()})

@@ -29,7 +29,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, RunStatus, Scope
+from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus, Scope
 from worker.errors import RunError, RunNotFound
 from worker.store.models import OperationLogRow
 from worker.store.repositories.note_writes import TRACKED_FIELDS
@@ -128,6 +128,11 @@ def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
                        f"`dream runs cancel {run_id}`) before undoing it")
     if run.status == RunStatus.UNDONE.value:
         raise RunError(f"run {run_id} is already undone")
+    if run.user_id == ERASED_USER:
+        # Its notes and its operation log went with the user: "undone" would claim a revert
+        # that never happened and rewrite the record of what ran.
+        raise RunError(f"run {run_id} was a run of a user since erased: what it changed was "
+                       "erased with the user, so nothing is left to undo")
 
 
 def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: UndoResult) -> None:

@@ -1,5 +1,6 @@
-"""Which records quote an erased note (``Mentions``): a longer text wherever it recurs as words,
-a text of one or two words only where it stands alone, never a record that shares a word."""
+"""Which records quote an erased note (``Mentions``): a longer text, or one holding a digit or an
+@, wherever it recurs as words; a text of one or two words only where it stands alone, never a
+record that shares a word."""
 
 from __future__ import annotations
 
@@ -33,6 +34,15 @@ from worker.store.repositories.mentions import Mentions
     # Three words and more recur word for word only when quoted, with or without marks.
     ("likes green tea", "The user likes green tea daily", True),
     ("likes green tea", "He dislikes green teapots", False),
+    # A short note holding a digit or an @ is an identifier, not words records share: a phone
+    # number, an e-mail address, a code is quoted wherever it recurs as words (before: a model's
+    # reason or a comment repeating it in a sentence kept it after the erasure) ...
+    ("555-0199", {"reason": "the number 555-0199 is outdated"}, True),
+    ("ana@example.com", "wrote to ana@example.com twice", True),
+    ("locker 4417", "asked for locker 4417 again", True),
+    # ... and still never inside a longer number or word.
+    ("555-0199", "call 555-01990", False),
+    ("4417", "locker 44170", False),
 ])
 def test_what_quotes_an_erased_note(text: str, record: Any, quoted: bool) -> None:
     """One row per kind of record: quoted or not."""

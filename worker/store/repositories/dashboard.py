@@ -13,7 +13,14 @@ from typing import Any, TypeVar
 from sqlalchemy import ColumnElement, Select, and_, case, func, null, or_, select, union_all
 from sqlalchemy.orm import Session
 
-from worker.domain.types import DREAMED_RUN_STATUSES, NoteStatus, RunStatus, Scope, StepStatus
+from worker.domain.types import (
+    DREAMED_RUN_STATUSES,
+    ERASED_USER,
+    NoteStatus,
+    RunStatus,
+    Scope,
+    StepStatus,
+)
 from worker.domain.usage import StepUsage
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 from worker.store.repositories.usage import phase_step_usage
@@ -62,15 +69,17 @@ class DashboardQueries:
     def runs_page(self, f: ScopeFilter, offset: int,
                   limit: int) -> tuple[list[tuple[DreamRunRow, bool]], int]:
         """A page of runs, unresolved problems first (blocked, partial or failed with no later
-        success in the scope), then newest first; and how many runs match."""
+        success in the scope, not kept of an erased user), then newest first; and how many
+        runs match."""
         last_ok = _filtered(
             select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
             .where(DreamRunRow.status == RunStatus.SUCCEEDED.value, DreamRunRow.dry_run.is_(False)),
             f, DreamRunRow.scope_key, DreamRunRow.agent_id,
         ).group_by(DreamRunRow.scope_key).subquery()
         unresolved = or_(last_ok.c.at.is_(None), DreamRunRow.created_at > last_ok.c.at)
-        attention = case((and_(DreamRunRow.status.in_(ATTENTION_STATUSES), unresolved), 1),
-                         else_=0)
+        # A run kept of an erased user is history: its scope is empty and never runs again.
+        attention = case((and_(DreamRunRow.status.in_(ATTENTION_STATUSES), unresolved,
+                               DreamRunRow.user_id.is_distinct_from(ERASED_USER)), 1), else_=0)
         stmt = _filtered(select(DreamRunRow, attention.label("attention"))
                          .outerjoin(last_ok, last_ok.c.scope_key == DreamRunRow.scope_key), f,
                          DreamRunRow.scope_key, DreamRunRow.agent_id)

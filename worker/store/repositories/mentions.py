@@ -22,6 +22,14 @@ _ENDING = frozenset(".,;:!?")
 _ESCAPES = ("\\n", "\\t", "\\r")
 
 
+def _short(text: str) -> bool:
+    """Quoted only where it stands alone: fewer than ``SHORT_WORDS`` words and no digit or @.
+    A short text holding one is an identifier (a phone number, an address, a code), which no
+    unrelated record shares and no record may keep once it is erased."""
+    return len(_WORDS.findall(text)) < SHORT_WORDS and not any(
+        ch.isdigit() or ch == "@" for ch in text)
+
+
 def _word(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
 
@@ -75,7 +83,7 @@ class Mentions:
         self.odd_ids = [i for i in id_list if i not in self.token_ids]  # other characters
         # Records are compared as JSON text, where a quote or a newline in a note is escaped:
         # look for each text both as written and as JSON writes it.
-        self.needles = sorted({(form, len(_WORDS.findall(t)) < SHORT_WORDS) for t in texts if t
+        self.needles = sorted({(form, _short(t)) for t in texts if t
                                for form in (t, json.dumps(t, ensure_ascii=False)[1:-1])})
 
     def mentions(self, value: Any) -> bool:

@@ -10,9 +10,19 @@ from datetime import datetime
 from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session
 
-from worker.domain.types import DREAMED_RUN_STATUSES, REVIEW_TRIGGER, RunStatus, Scope
+from worker.domain.types import (
+    DREAMED_RUN_STATUSES,
+    ERASED_USER,
+    JUDGING_PHASES,
+    PHASES,
+    REVIEW_TRIGGER,
+    Scope,
+)
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 from worker.store.repositories.usage import phase_step_usage
+
+# How many of a scope's latest dreams `latest_finished` looks through for one that judged.
+_LATEST_WINDOW = 50
 
 
 class RunHistoryRepository:
@@ -62,16 +72,18 @@ class RunHistoryRepository:
 
     def latest_finished(self, scope: Scope) -> DreamRunRow | None:
         """The scope's most recently created finished dream whose decisions still stand (what
-        open candidates come from): an undone run's open items went with it, and a review
-        approval's run plans nothing, so neither hides the open items of the dream before it."""
-        return self.session.scalars(
+        open candidates come from): an undone run's open items went with it, a review
+        approval's run plans nothing, and a cancelled or failed one may have judged nothing,
+        so none hides the open items of the dream before it (the runs the gauge reads)."""
+        rows = self.session.scalars(
             select(DreamRunRow)
             .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None),
-                   DreamRunRow.status != RunStatus.UNDONE.value,
+                   DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                    DreamRunRow.trigger != REVIEW_TRIGGER)
             .order_by(DreamRunRow.created_at.desc())
-            .limit(1)
-        ).first()
+            .limit(_LATEST_WINDOW))
+        # A run of other phases (``--phases prune``) judged nothing either.
+        return next((r for r in rows if JUDGING_PHASES & set(r.phases or PHASES)), None)
 
     def open_candidates_before(self, scope: Scope, before: datetime,
                                limit: int) -> builtins.list[int]:
@@ -92,12 +104,16 @@ class RunHistoryRepository:
 
     def latest_open_candidates(self, scope: Scope | None = None) -> dict[str, int]:
         """Open candidates per scope as its latest finished dream counted them (the gauge; a
-        review approval's run counts none and would drop the scope from it)."""
+        review approval's run counts none and would drop the scope from it). The runs kept of
+        erased users count none: their candidates went with their notes."""
         latest = (
             select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
             .where(DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
                    DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
-                   DreamRunRow.trigger != REVIEW_TRIGGER)
+                   DreamRunRow.trigger != REVIEW_TRIGGER,
+                   DreamRunRow.user_id.is_distinct_from(ERASED_USER),
+                   # a run that judged nothing records no count (``--phases prune``)
+                   DreamRunRow.totals["open_candidates"].as_integer().is_not(None))
             .group_by(DreamRunRow.scope_key)
         )
         if scope is not None:

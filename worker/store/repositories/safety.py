@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, delete, or_, select, update
+from sqlalchemy import ColumnElement, Select, cast, delete, exists, func, or_, select, update
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from worker.domain.types import ACTIVE_RUN_STATUSES, RunStatus
@@ -140,7 +141,14 @@ class SafetyRepository:
         self, *, user_id: str | None = None, conversation_id: str | None = None,
         note_id: str | None = None,
     ) -> set[str]:
-        stmt = self._subject(select(NoteRow.id), user_id, conversation_id, note_id)
+        stmt = self._subject(select(NoteRow.id), user_id, conversation_id, note_id,
+                             recorded=False)
+        return {r[0] for r in self.session.execute(self._locked(stmt))}
+
+    def recording_conversation(self, conversation_id: str) -> set[str]:
+        """Notes that record ``conversation_id`` among their sources' conversations, locked:
+        derived from its notes, lineage edges or not (an import without them)."""
+        stmt = select(NoteRow.id).where(self._records_conversation(conversation_id))
         return {r[0] for r in self.session.execute(self._locked(stmt))}
 
     def _locked(self, stmt: Select[Any]) -> Select[Any]:
@@ -155,14 +163,27 @@ class SafetyRepository:
         if self.session.get_bind().dialect.name == "postgresql":
             self.session.execute(select(NoteRow.id).where(NoteRow.id.in_(ids)).with_for_update())
 
-    @staticmethod
-    def _subject(stmt: Select[Any], user_id: str | None, conversation_id: str | None,
-                 note_id: str | None) -> Select[Any]:
+    def _subject(self, stmt: Select[Any], user_id: str | None, conversation_id: str | None,
+                 note_id: str | None, *, recorded: bool = True) -> Select[Any]:
         if user_id is not None:
             return stmt.where(NoteRow.user_id == user_id)
         if conversation_id is not None:
-            return stmt.where(NoteRow.source_conversation_id == conversation_id)
+            own = NoteRow.source_conversation_id == conversation_id
+            if not recorded:
+                return stmt.where(own)
+            # A note recording the conversation among its sources' carries its facts, lineage
+            # edges or not (an import without them): its scope is the subject's too.
+            return stmt.where(or_(own, self._records_conversation(conversation_id)))
         return stmt.where(NoteRow.id == note_id)
+
+    def _records_conversation(self, conversation_id: str) -> ColumnElement[bool]:
+        """``notes.lineage_conversation_ids`` holds ``conversation_id`` (JSONB containment on
+        PostgreSQL, ``json_each`` on SQLite)."""
+        column = NoteRow.lineage_conversation_ids
+        if self.session.get_bind().dialect.name == "postgresql":
+            return cast(column, JSONB).contains([conversation_id])
+        each = func.json_each(column).table_valued("value")
+        return exists(select(each.c.value).where(each.c.value == conversation_id))
 
     def interrupt_runs(self, *, user_id: str | None, conversation_id: str | None,
                        note_id: str | None, now: datetime) -> list[str]:
