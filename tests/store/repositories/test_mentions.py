@@ -1,6 +1,6 @@
 """Which records quote an erased note (``Mentions``): a longer text, or one holding a digit or an
-@, wherever it recurs as words; a text of one or two words only where it stands alone, never a
-record that shares a word."""
+@, or a name of capitalised words, wherever it recurs as words; a text of one or two words
+only where it stands alone, never a record that shares a word."""
 
 from __future__ import annotations
 
@@ -43,6 +43,15 @@ from worker.store.repositories.mentions import Mentions
     # ... and still never inside a longer number or word.
     ("555-0199", "call 555-01990", False),
     ("4417", "locker 44170", False),
+    # A name of two or more words, each capitalised, is quoted wherever it recurs as words
+    # (before: "John Smith" erased, a reason "merged John Smith's notes" kept it) ...
+    ("John Smith", {"reason": "merged John Smith's notes"}, True),
+    ("Acme Corp", "the Acme Corp account", True),
+    # ... a one-word capitalised note is no name we can tell from a sentence's first word,
+    # and two words not all capitalised are still words records share.
+    ("Tea", "Tea with milk", False),
+    ("Green tea", "Green tea daily", False),
+    ("John Smith", "Johnny Smithers", False),
 ])
 def test_what_quotes_an_erased_note(text: str, record: Any, quoted: bool) -> None:
     """One row per kind of record: quoted or not."""

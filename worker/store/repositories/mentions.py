@@ -23,11 +23,14 @@ _ESCAPES = ("\\n", "\\t", "\\r")
 
 
 def _short(text: str) -> bool:
-    """Quoted only where it stands alone: fewer than ``SHORT_WORDS`` words and no digit or @.
-    A short text holding one is an identifier (a phone number, an address, a code), which no
-    unrelated record shares and no record may keep once it is erased."""
-    return len(_WORDS.findall(text)) < SHORT_WORDS and not any(
-        ch.isdigit() or ch == "@" for ch in text)
+    """Quoted only where it stands alone: fewer than ``SHORT_WORDS`` words, no digit or @, and
+    not a name. A short text holding a digit or @ is an identifier (a phone number, an address,
+    a code); one of two or more words each written capitalised ("John Smith", "Acme Corp") is a
+    name. No unrelated record shares either, and no record may keep one once it is erased."""
+    words = _WORDS.findall(text)
+    if len(words) >= SHORT_WORDS or any(ch.isdigit() or ch == "@" for ch in text):
+        return False
+    return len(words) < 2 or not all(w[:1].isupper() for w in words)
 
 
 def _word(ch: str) -> bool:
