@@ -81,6 +81,8 @@ def plan_clusters(
     if topical is None:
         return plan
     rest = eligible - {m for c in plan.clusters for m in c.members}
+    if len(rest) < min_size:  # no pair is a topical cluster
+        return plan
     links = _adjacency([*cosine, *topical.pairs], rest)
     lengths = np.asarray([len(n.content) + 1 for n in notes], dtype=np.int64)  # + a space
     second = _Growth(vectors, ids, threshold, max_size, links, lengths, topical.max_chars + 1)
@@ -123,6 +125,10 @@ def _cluster(
     clusters: list[PlannedCluster] = []
     leftovers: list[int] = []
     for component in _components(adjacency, ids):
+        if len(component) < min_size and not (ephemeral_pairs and any(
+                notes[m].protection == Protection.EPHEMERAL.value for m in component)):
+            leftovers.extend(component)  # what growing from each seed in turn would leave
+            continue
         pool = set(component)
         while pool:
             seed = min(pool, key=lambda i: (-len(adjacency[i] & pool), ids[i]))
