@@ -8,7 +8,18 @@ import pytest
 
 from worker.embeddings.hashing import HashingEmbedder
 from worker.similarity.candidates import same_frame_pairs
-from worker.similarity.terms import TermSettings, shared_term_pairs, topical_pairs
+from worker.similarity.terms import (
+    _WORD,
+    NoteWords,
+    TermSettings,
+    _content_terms,
+    frame_tokens,
+    note_words,
+    shared_term_pairs,
+    topical_pairs,
+    words_of,
+)
+from worker.text.words import stem, strip_invisible
 
 # ---- shared rare terms ----------------------------------------------------------------------
 RESTATED = [
@@ -151,3 +162,38 @@ def test_a_floor_on_cosine_drops_two_notes_meeting_on_one_incidental_word() -> N
     apart[1] = [0.3, 0.954]
     assert (0, 1) in topical_pairs(texts, vectors=apart, min_similarity=0.25)
     assert (0, 1) not in topical_pairs(texts, vectors=apart, min_similarity=0.35)
+
+
+# ---- a note's words, made once ----------------------------------------------------------------
+WORDS = ["The team chats on Slack every day", "Dana's pottery wheel arrives on 3 May",
+         "İlkay moved to İzmir", "STRASSE and Straße", "zero\u200bwidth Words", "ﬁle ǅemal",
+         "Priya plays the cello", "priya's cello"]
+
+
+@pytest.mark.parametrize("text", WORDS)
+def test_a_notes_words_are_what_each_signal_reads_alone(text: str) -> None:
+    """One tokenisation serves the frame source (case-folded, so "İ" splits a word as folding
+    makes it two characters) and the topical pass (words as written, for capitals)."""
+    words = note_words(text)
+    assert words.frame == tuple(frame_tokens(text))
+    assert words.terms == _content_terms(frame_tokens(text))
+    written = _WORD.findall(strip_invisible(text))
+    assert words.topical == _content_terms(map(stem, written))
+    assert words.lowered == {stem(w) for w in written if not w[0].isupper()}
+
+
+def test_words_made_once_give_the_pairs_of_words_made_by_each_signal() -> None:
+    """The signals given the words find what they find making them; ``words_of`` with a
+    mapping reads what it holds (the same objects) and adds what it lacks."""
+    texts = POTTERY + OTHERS + WORDS + [t for pair in RESTATED for t in pair] + _two_people()
+    known: dict[str, NoteWords] = {}
+    first = words_of(texts[:5], known)
+    words = words_of(texts, known)
+    assert words[:5] == first and all(a is b for a, b in zip(first, words, strict=False))
+    assert words == words_of(texts) and set(known) == set(texts)
+    vectors = np.asarray(HashingEmbedder(512).embed(texts), dtype=np.float32)
+    for floor in (-1.0, 0.15, 0.35):
+        assert topical_pairs(texts, 8, vectors, floor, words=words) == topical_pairs(
+            texts, 8, vectors, floor)
+        assert shared_term_pairs(texts, TermSettings(), vectors, floor, words=words) == (
+            shared_term_pairs(texts, TermSettings(), vectors, floor))

@@ -35,6 +35,8 @@ class Protection(StrEnum):
     EPHEMERAL = "ephemeral"
 
 
+# Read for every note of every plan: plain strings, not enum members looked up on each call.
+_NEVER_RETIRED = frozenset((Protection.IMMUTABLE.value, Protection.PROTECTED.value))
 _WEAKEST_FIRST = (Protection.EPHEMERAL, Protection.STANDARD, Protection.PROTECTED,
                   Protection.IMMUTABLE)
 
@@ -181,7 +183,7 @@ class Note:
 
     @property
     def retirable(self) -> bool:
-        return self.protection not in (Protection.IMMUTABLE.value, Protection.PROTECTED.value)
+        return self.protection not in _NEVER_RETIRED
 
 
 def retired_at(note: Note, when: datetime) -> datetime:

@@ -70,7 +70,7 @@ def _cuts(n: int, max_span: int, two_spans: bool) -> tuple[np.ndarray, ...]:
 
 
 def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettings(), *,
-                     tokens: Sequence[list[str]] | None = None) -> FrameReport:
+                     tokens: Sequence[Sequence[str]] | None = None) -> FrameReport:
     """Pairs (i < j) whose token sequences are equal but for short differing spans.
 
     Inverted index: each note is filed under every copy of itself with a span of 0..max_span
@@ -119,7 +119,7 @@ def _crowded(key: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.bincount(slot, minlength=1 << bits)[slot] >= 2)
 
 
-def _by_length(tokens: Sequence[list[str]],
+def _by_length(tokens: Sequence[Sequence[str]],
                settings: FrameSettings) -> dict[int, list[tuple[int, list[int]]]]:
     """Each short enough note as (row, word ids), grouped by its number of words."""
     vocabulary: dict[str, int] = {}

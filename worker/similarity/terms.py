@@ -3,14 +3,18 @@ cosine misses. Pure: texts in, row-index pairs out.
 
 ``shared_term_pairs``: short notes restating one attribute in other words (contradiction
 candidates). ``topical_pairs``: notes of any length on one topic of one subject (consolidation's
-second signal for its clusters).
+second signal for its clusters). ``NoteWords``: a note's words made once for all of them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, compress, filterfalse
+from operator import itemgetter, not_
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,9 +41,54 @@ _NOT_ATTRIBUTES = frozenset(stem(w) for w in (
 _NOT_TERMS = _NOT_ATTRIBUTES | frozenset(map(stem, STOPWORDS))
 
 
-def _content_terms(stems: Iterable[str]) -> set[str]:
+def _content_terms(stems: Iterable[str]) -> frozenset[str]:
     """A note's terms: its stems but numbers, function words and words of frequency."""
-    return {w for w in set(stems) - _NOT_TERMS if not w.isdigit()}
+    terms = frozenset(stems).difference(_NOT_TERMS)
+    return frozenset(filterfalse(str.isdigit, terms)) if any(map(str.isdigit, terms)) else terms
+
+
+class NoteWords(NamedTuple):
+    """One note's words as every lexical signal reads them: what ``frame_tokens`` makes and
+    its content terms (same-frame and shared-term pairs), and the words as written, stemmed:
+    their content terms and the stems of those not capitalised (topical pairs, subjects)."""
+
+    frame: tuple[str, ...]
+    terms: frozenset[str]
+    topical: frozenset[str]
+    lowered: frozenset[str]
+
+
+_FIRST = itemgetter(0)
+
+
+def note_words(text: str) -> NoteWords:
+    """The words of ``text``, tokenised and stemmed once (each step over all words at once)."""
+    plain = strip_invisible(text)
+    written = _WORD.findall(plain)
+    stems = tuple(map(stem, written))
+    topical = _content_terms(stems)
+    lowered = frozenset(compress(stems, map(not_, map(str.isupper, map(_FIRST, written)))))
+    if plain.isascii():
+        # Case folding ASCII neither splits nor joins a word, and stem folds case itself: the
+        # frame is the words as written, stemmed.
+        return NoteWords(stems, topical, topical, lowered)
+    frame = tuple(frame_tokens(plain))  # "İ" folds to two characters, one no word character
+    return NoteWords(frame, _content_terms(frame), topical, lowered)
+
+
+def words_of(texts: Sequence[str],
+             known: MutableMapping[str, NoteWords] | None = None) -> list[NoteWords]:
+    """``note_words`` of each text; with ``known`` (text → its words, as an earlier signal of
+    the run made them) only the texts it lacks are read, and added to it."""
+    if known is None:
+        return list(map(note_words, texts))
+    out = []
+    for text in texts:
+        found = known.get(text)
+        if found is None:
+            found = known[text] = note_words(text)
+        out.append(found)
+    return out
 
 
 def _most_notes(notes: int, max_notes: int) -> int:
@@ -48,22 +97,32 @@ def _most_notes(notes: int, max_notes: int) -> int:
     return min(max_notes, max(3, notes // 2))
 
 
+def _rarity(terms: Sequence[frozenset[str]], most: int) -> tuple[set[str], set[str]]:
+    """The terms in two to ``most`` of the notes (rare), and those in more (common)."""
+    rare: set[str] = set()
+    common: set[str] = set()
+    for t, n in Counter(chain.from_iterable(terms)).items():
+        if n > most:
+            common.add(t)
+        elif n > 1:
+            rare.add(t)
+    return rare, common
+
+
 def _shared_counts(
-    terms: Sequence[set[str]], most: int, pairable: Sequence[bool] | None = None,
+    terms: Sequence[frozenset[str]], rare: set[str], pairable: Sequence[bool] | None = None,
 ) -> dict[tuple[int, int], int]:
-    """Rare terms shared per pair (i < j) of ``pairable`` notes, from posting lists (never all
-    pairs). Rarity counts every note."""
+    """Rare terms shared per pair (i < j) of ``pairable`` notes, from posting lists of the rare
+    terms alone (never all pairs)."""
     notes_with: dict[str, list[int]] = {}
     for row, found in enumerate(terms):
-        for t in found:
-            notes_with.setdefault(t, []).append(row)
+        if pairable is None or pairable[row]:
+            for t in found & rare:
+                notes_with.setdefault(t, []).append(row)
     shared: dict[tuple[int, int], int] = {}
     for rows in notes_with.values():
-        if not 2 <= len(rows) <= most:
-            continue
-        held = rows if pairable is None else [r for r in rows if pairable[r]]
-        for x, i in enumerate(held):
-            for j in held[x + 1:]:
+        for x, i in enumerate(rows):
+            for j in rows[x + 1:]:
                 shared[(i, j)] = shared.get((i, j), 0) + 1
     return shared
 
@@ -88,7 +147,7 @@ class TermSettings:
 def shared_term_pairs(
     texts: Sequence[str], settings: TermSettings = TermSettings(),
     vectors: np.ndarray | None = None, min_similarity: float = -1.0, *,
-    tokens: Sequence[list[str]] | None = None,
+    words: Sequence[NoteWords] | None = None,
 ) -> set[tuple[int, int]]:
     """Pairs (i < j) of short notes sharing rare content terms: restatements of one attribute
     in other words ("Preferred code editor: Vim" / "The user writes code in Emacs").
@@ -100,14 +159,14 @@ def shared_term_pairs(
     term per ``1 / min_share`` content terms of its shorter note. Posting lists, never all
     pairs. With ``vectors`` (rows aligned with ``texts``), a pair also needs cosine
     ``min_similarity``: a shared word with nothing else alike is mostly two attributes meeting
-    on a common verb or a weekday. ``tokens``: the texts' ``frame_tokens``, if already made.
+    on a common verb or a weekday. ``words``: the texts' ``note_words``, if already made.
     """
     if settings.max_notes < 2:
         return set()
-    words = list(tokens if tokens is not None else map(frame_tokens, texts))
-    terms = [_content_terms(w) for w in words]
-    shared = _shared_counts(terms, _most_notes(len(terms), settings.max_notes),
-                            [len(w) <= settings.max_words for w in words])
+    found = words if words is not None else words_of(texts)
+    terms = [w.terms for w in found]
+    rare, _ = _rarity(terms, _most_notes(len(terms), settings.max_notes))
+    shared = _shared_counts(terms, rare, [len(w.frame) <= settings.max_words for w in found])
     pairs = [(i, j) for (i, j), n in shared.items()
              if n >= max(1.0, settings.min_share * min(len(terms[i]), len(terms[j])))]
     return _alike(pairs, vectors, min_similarity)
@@ -115,7 +174,7 @@ def shared_term_pairs(
 
 def topical_pairs(
     texts: Sequence[str], max_notes: int = 8, vectors: np.ndarray | None = None,
-    min_similarity: float = -1.0,
+    min_similarity: float = -1.0, *, words: Sequence[NoteWords] | None = None,
 ) -> set[tuple[int, int]]:
     """Pairs (i < j) of notes of any length on one topic of one subject: they share a rare
     term (rare as ``shared_term_pairs`` counts it: "pottery", "cello"), their cosine reaches
@@ -127,32 +186,19 @@ def topical_pairs(
     name the scope keeps repeating: a term written capitalised wherever it occurs and too common
     to be rare (the two people of a conversation). Two notes that both name subjects must share
     one ("Priya lost her job at the bakery" / "Tomas lost his job at the bakery" are two facts
-    about two people); a note naming none may be about either.
+    about two people); a note naming none may be about either. ``words``: the texts'
+    ``note_words``, if already made.
     """
     if max_notes < 2 or len(texts) < 2:
         return set()
-    words = [_WORD.findall(strip_invisible(t)) for t in texts]
-    stems = [list(map(stem, w)) for w in words]
-    terms = [_content_terms(s) for s in stems]
-    most = _most_notes(len(terms), max_notes)
-    subjects = _subjects(words, stems, terms, most)
-    pairs = [(i, j) for i, j in _shared_counts(terms, most)
-             if not subjects[i] or not subjects[j] or subjects[i] & subjects[j]]
+    found = words if words is not None else words_of(texts)
+    terms = [w.topical for w in found]
+    rare, common = _rarity(terms, _most_notes(len(terms), max_notes))
+    pairs = list(_shared_counts(terms, rare))
+    # A name is never written lower case (``any`` stops at the first note writing it so).
+    names = {t for t in common if not any(t in w.lowered for w in found)}
+    if names:
+        subjects = [t & names for t in terms]
+        pairs = [(i, j) for i, j in pairs
+                 if not subjects[i] or not subjects[j] or subjects[i] & subjects[j]]
     return _alike(pairs, vectors, min_similarity)
-
-
-def _subjects(words: Sequence[list[str]], stems: Sequence[list[str]],
-              terms: Sequence[set[str]], most: int) -> list[set[str]]:
-    """Each note's subjects: its terms that are names the scope repeats (in more than ``most``
-    notes, and never written lower case)."""
-    notes_with: dict[str, int] = {}
-    for found in terms:
-        for t in found:
-            notes_with[t] = notes_with.get(t, 0) + 1
-    common = {t for t, n in notes_with.items() if n > most}
-    if not common:
-        return [set() for _ in terms]
-    lowered = {s for ws, ss in zip(words, stems, strict=True)
-               for w, s in zip(ws, ss, strict=True) if not w[:1].isupper()}
-    names = common - lowered
-    return [found & names for found in terms]

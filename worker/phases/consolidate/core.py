@@ -81,6 +81,8 @@ def plan_clusters(
     if topical is None:
         return plan
     rest = eligible - {m for c in plan.clusters for m in c.members}
+    if len(rest) < min_size:  # no pair is a topical cluster
+        return plan
     links = _adjacency([*cosine, *topical.pairs], rest)
     lengths = np.asarray([len(n.content) + 1 for n in notes], dtype=np.int64)  # + a space
     second = _Growth(vectors, ids, threshold, max_size, links, lengths, topical.max_chars + 1)
@@ -106,6 +108,9 @@ class _Growth:
     max_chars: int = 0
 
 
+_EPHEMERAL = Protection.EPHEMERAL.value
+
+
 def _adjacency(pairs: Iterable[tuple[int, int]], eligible: set[int]) -> dict[int, set[int]]:
     adjacency: dict[int, set[int]] = {}
     for i, j in pairs:
@@ -125,9 +130,13 @@ def _cluster(
     for component in _components(adjacency, ids):
         pool = set(component)
         while pool:
+            if len(pool) < min_size and not (ephemeral_pairs and any(
+                    notes[m].protection == _EPHEMERAL for m in pool)):
+                leftovers.extend(pool)  # what growing from each seed in turn would leave
+                break
             seed = min(pool, key=lambda i: (-len(adjacency[i] & pool), ids[i]))
             members = _grow(seed, pool, growth)
-            ephemeral = any(notes[m].protection == Protection.EPHEMERAL.value for m in members)
+            ephemeral = any(notes[m].protection == _EPHEMERAL for m in members)
             if len(members) >= min_size or (ephemeral_pairs and ephemeral and len(members) >= 2):
                 pool.difference_update(members)
                 clusters.append(_planned(sorted(members, key=lambda m: ids[m]), growth.vectors))

@@ -23,7 +23,7 @@ from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
-from worker.similarity.terms import topical_pairs
+from worker.similarity.terms import NoteWords, topical_pairs, words_of
 
 log = structlog.get_logger(__name__)
 
@@ -54,7 +54,7 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         flags = []  # a run that proposes applies nothing, not even the flag (kept out anyway)
     units: list[Unit] = []
     if len(notes) >= 2 and snap.vectors.shape[1] > 0:
-        plan = _plan(ctx, notes, snap.vectors, counters)
+        plan = _plan(ctx, notes, snap.vectors, counters, phase_snap.words)
         counters.clusters_found = len(plan.clusters)
         counters.leftovers = len(plan.leftovers)
         if plan.leftovers:
@@ -87,10 +87,11 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
 
 
 def _plan(ctx: PhaseContext, notes: list[Note], vectors: np.ndarray,
-          counters: ConsolidateCounters) -> ClusterPlan:
+          counters: ConsolidateCounters, words: dict[str, NoteWords]) -> ClusterPlan:
     """The scope's clusters: cosine neighbours, then (for a model) topical links among the
     notes left over. The rule judge merges nothing below its own cosine bar (RULE_THRESHOLD,
-    0.70 by default, above the threshold), so a topical cluster would only leave it open."""
+    0.70 by default, above the threshold), so a topical cluster would only leave it open.
+    ``words``: the run's words of each text (``ScopeLoad.words``), read and added to."""
     settings = ctx.settings.consolidate
     pairs = neighbour_pairs(vectors, settings.threshold, ctx.settings.ann_threshold)
     # The rule judge settles pairs too (identical notes); a model is only asked about clusters.
@@ -98,8 +99,9 @@ def _plan(ctx: PhaseContext, notes: list[Note], vectors: np.ndarray,
     min_size = settings.min_cluster_size if with_model else 2
     topical = None
     if with_model and settings.term_max_notes >= 2:
-        links = topical_pairs([n.content for n in notes], settings.term_max_notes, vectors,
-                              settings.term_min_similarity)
+        texts = [n.content for n in notes]
+        links = topical_pairs(texts, settings.term_max_notes, vectors,
+                              settings.term_min_similarity, words=words_of(texts, words))
         topical = TopicalLinks(links, settings.max_chars)
         counters.topical_links = len(links)
     plan = plan_clusters(notes, vectors, pairs, settings.threshold, min_size,

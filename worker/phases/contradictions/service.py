@@ -53,7 +53,7 @@ from worker.similarity.candidates import (
     source_counts,
     union_edges,
 )
-from worker.similarity.terms import TermSettings, frame_tokens, shared_term_pairs
+from worker.similarity.terms import TermSettings, shared_term_pairs, words_of
 from worker.store.repositories.judgements import PENDING_RETIREMENT
 
 log = structlog.get_logger(__name__)
@@ -115,11 +115,13 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     cosine, contained = _cosine_and_contained(texts, snap.vectors, s.threshold,
                                               s.contained_min_similarity,
                                               app.settings.ann_threshold)
-    tokens = [frame_tokens(t) for t in texts]  # one tokenization for both lexical sources
+    # One tokenization for both lexical sources; in-process, the run's (consolidation's).
+    words = words_of(texts, phase_snap.words if isinstance(phase_snap, ScopeLoad) else None)
     frames = same_frame_pairs(texts, FrameSettings(max_span=s.frame_max_span,
-                                                   min_frame=s.frame_min_words), tokens=tokens)
+                                                   min_frame=s.frame_min_words),
+                              tokens=[w.frame for w in words])
     terms = shared_term_pairs(texts, TermSettings(max_notes=s.term_max_notes), snap.vectors,
-                              s.term_min_similarity, tokens=tokens)
+                              s.term_min_similarity, words=words)
     cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
     edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs, terms, contained)
     counters: dict[str, Any] = {

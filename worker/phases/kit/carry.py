@@ -5,7 +5,7 @@ and kept current from what each write applied; under Celery every phase reads it
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -14,6 +14,7 @@ import numpy as np
 from worker.domain.types import Note, NoteStatus, content_hash
 from worker.phases.kit.changes import ItemResult, ItemStatus
 from worker.phases.kit.snapshot import _OWNER_GONE, _RETIRED, Memory, RunJournal, journal_of
+from worker.similarity.terms import NoteWords
 from worker.store.repositories.notes import ScopeSnapshot
 
 # Every verdict-memory kind a phase reads (consolidation's refusals and the host's keep-apart,
@@ -46,6 +47,10 @@ class ScopeLoad:
     # ``keep_current`` followed what it committed: a phase that failed in between leaves it
     # False, and later writes re-read under the lock instead of trusting it.
     current: bool = True
+    # Each text's words as a lexical signal made them (text → words, worker.similarity.terms):
+    # consolidation's topical pass reads the notes' words, contradictions reuses them. Keyed by
+    # the text, so no write can leave one stale; a phase without it makes its own.
+    words: dict[str, NoteWords] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,7 @@ def load(ctx: Any, *, vectors: bool = True, memory: bool = False) -> ScopeLoad:
         ctx.agent(uow)  # read once with the rest; proposals and retention ask it later
     if snap.unembedded:
         snap = _embed(ctx, snap)
-    fresh = ScopeLoad(snap, journal, mem, vectors)
+    fresh = ScopeLoad(snap, journal, mem, vectors, words=held.words if held is not None else {})
     if carry is not None:
         carry.scope_notes = fresh
     return _copy(fresh)
@@ -126,10 +131,10 @@ def _copy(held: ScopeLoad) -> ScopeLoad:
         c.__dict__.update(n.__dict__)
         notes.append(c)
     # The matrix is read-only, the journal frozen; memory, the checked marks and the rest of
-    # each row are only read.
+    # each row are only read; the words are shared, each phase adding the texts it read.
     return ScopeLoad(ScopeSnapshot(notes, held.notes.vectors, checked=held.notes.checked,
                                    rest=held.notes.rest),
-                     held.journal, held.memory, held.vectors, held.unmerged)
+                     held.journal, held.memory, held.vectors, held.unmerged, words=held.words)
 
 
 def known(ctx: Any) -> ScopeLoad | None:
