@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import structlog
 from sqlalchemy import text
@@ -24,7 +23,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import NoteStatus, Scope
 from worker.errors import Conflict, InvalidInput, NotFound
-from worker.phases.kit.rows import RowBuilder
+from worker.phases.kit.rows import RowBuilder, restored_fields
 from worker.store.db import SQLITE_BUSY_SECONDS
 from worker.store.repositories.retention import append_comment
 from worker.store.repositories.safety import Survivor
@@ -110,17 +109,6 @@ def _ends_live(note_id: str | None, erased: set[str],
             return status in (NoteStatus.ACTIVE.value, NoteStatus.PENDING.value)
         note_id = into
     return False
-
-
-def restored_fields(before: dict[str, Any]) -> dict[str, Any]:
-    """What a restored note gets back: active, and the importance / validity it had before it
-    was retired into the erased note (a host fuse zeroes importance and sets valid_to)."""
-    values: dict[str, Any] = {"status": NoteStatus.ACTIVE.value, "valid_to": None}
-    if isinstance(before.get("importance"), int | float):
-        values["importance"] = float(before["importance"])
-    if before.get("valid_to"):
-        values["valid_to"] = datetime.fromisoformat(before["valid_to"])
-    return values
 
 
 def erase(

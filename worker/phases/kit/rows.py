@@ -17,6 +17,18 @@ from worker.store.repositories.note_writes import (
 )
 
 
+def restored_fields(before: dict[str, Any]) -> dict[str, Any]:
+    """What a note given back gets besides its pointer: active, and the importance and validity
+    it had before it was retired (``before``: its operation-log before-image; a host fuse zeroes
+    importance and sets ``valid_to``). Erasure gives co-sources back so, prune a fused note's."""
+    values: dict[str, Any] = {"status": NoteStatus.ACTIVE.value, "valid_to": None}
+    if isinstance(before.get("importance"), int | float):
+        values["importance"] = float(before["importance"])
+    if before.get("valid_to"):
+        values["valid_to"] = datetime.fromisoformat(before["valid_to"])
+    return values
+
+
 def _jsonable(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
 

@@ -8,11 +8,10 @@ Read and written only when such a note is archived: a scope where nothing is gon
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
 from typing import Any
 
 from worker.domain.types import NoteStatus
-from worker.phases.kit.rows import RowBuilder
+from worker.phases.kit.rows import RowBuilder, restored_fields
 from worker.phases.kit.write import PhaseWrite, WriteConflict
 from worker.store.repositories.retention import LineageParent, append_comment
 
@@ -56,18 +55,6 @@ def plan_restorations(archived: Iterable[str], dead: set[str],
     return dict(sorted(restore.items()))
 
 
-def given_back(before: dict[str, Any]) -> dict[str, Any]:
-    """What a restored note gets back besides its status: the importance and validity it had
-    before it was retired (its operation-log before-image; a host fuse zeroes importance and
-    sets ``valid_to``), as erasure gives a co-source back."""
-    values: dict[str, Any] = {"status": NoteStatus.ACTIVE.value, "valid_to": None}
-    if isinstance(before.get("importance"), int | float):
-        values["importance"] = float(before["importance"])
-    if before.get("valid_to"):
-        values["valid_to"] = datetime.fromisoformat(before["valid_to"])
-    return values
-
-
 def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str]) -> list[str]:
     """In prune's write, after ``archived`` (fused notes that drew on a ``dead`` conversation)
     were archived: their clean sources made active again, pointer cleared, logged under the
@@ -89,7 +76,7 @@ def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str]) -> l
                 or row["consolidated_into_id"] != into:
             continue  # the host changed it since the read: left as it is
         rows.set_fields(note_id, {
-            **given_back(befores.get(note_id, {})), "consolidated_into_id": None,
+            **restored_fields(befores.get(note_id, {})), "consolidated_into_id": None,
             "comments": append_comment(row["comments"], RESTORED_COMMENT)}, REASON)
         restored.append(note_id)
     for keys, batch in rows.update_batches():
