@@ -117,6 +117,24 @@ def _log_row(row: Any, item: ArchiveItem, entity: str, scope: Scope, run_id: str
     }
 
 
+def retirement_befores(session: Session, into: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Per note id: the tracked fields as they were before the latest change that retired it
+    into ``into[id]`` (its operation-log before-image; a host fuse zeroes importance), what a
+    note given back gets again; absent when the log has none. One statement per 500 notes."""
+    out: dict[str, dict[str, Any]] = {}
+    ids = sorted(into)
+    for start in range(0, len(ids), 500):
+        for entry in session.connection().execute(
+            select(OperationLogRow.entity_id, OperationLogRow.before, OperationLogRow.after)
+            .where(OperationLogRow.entity == "note",
+                   OperationLogRow.entity_id.in_(ids[start:start + 500]))
+            .order_by(OperationLogRow.id)
+        ):
+            if (entry.after or {}).get("consolidated_into_id") == into[entry.entity_id]:
+                out[entry.entity_id] = dict(entry.before or {})
+    return out
+
+
 class RetentionRepository:
     """Notes as prune and archive see them (no embeddings loaded: neither phase needs vectors)."""
 
@@ -159,21 +177,7 @@ class RetentionRepository:
         return out
 
     def retirement_befores(self, into: dict[str, str]) -> dict[str, dict[str, Any]]:
-        """Per note id: the tracked fields as they were before the latest change that retired
-        it into ``into[id]`` (its operation-log before-image; a host fuse zeroes importance);
-        absent when the log has none. One statement per 500 notes."""
-        out: dict[str, dict[str, Any]] = {}
-        ids = sorted(into)
-        for start in range(0, len(ids), 500):
-            for entry in self.session.connection().execute(
-                select(OperationLogRow.entity_id, OperationLogRow.before, OperationLogRow.after)
-                .where(OperationLogRow.entity == "note",
-                       OperationLogRow.entity_id.in_(ids[start:start + 500]))
-                .order_by(OperationLogRow.id)
-            ):
-                if (entry.after or {}).get("consolidated_into_id") == into[entry.entity_id]:
-                    out[entry.entity_id] = dict(entry.before or {})
-        return out
+        return retirement_befores(self.session, into)
 
     def active_notes(self, scope: Scope) -> list[Note]:
         rows = self.session.connection().execute(

@@ -26,6 +26,7 @@ from worker.store.models import (
 )
 from worker.store.repositories.erase_records import forget_user_scopes, scrub_scope
 from worker.store.repositories.mentions import Mentions
+from worker.store.repositories.retention import retirement_befores
 
 
 def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
@@ -253,25 +254,17 @@ class SafetyRepository:
                 select(NoteRow.id).where(NoteRow.consolidated_into_id.in_(chunk))))
         out: list[Survivor] = []
         for chunk in _chunks(sorted(candidates - erased)):
-            retiring: dict[str, dict[str, Any]] = {}
-            for entry in self.session.execute(
-                select(OperationLogRow.entity_id, OperationLogRow.before, OperationLogRow.after)
-                .where(OperationLogRow.entity == "note", OperationLogRow.entity_id.in_(chunk))
-                .order_by(OperationLogRow.id)
-            ):
-                into = (entry.after or {}).get("consolidated_into_id")
-                if into in erased:  # the latest change that retired it into an erased note
-                    retiring[entry.entity_id] = {**(entry.before or {}), "_into": into}
-            for row in self.session.execute(
+            rows = self.session.execute(
                 select(NoteRow.id, NoteRow.scope_key, NoteRow.status,
-                       NoteRow.consolidated_into_id).where(NoteRow.id.in_(chunk))
-            ):
+                       NoteRow.consolidated_into_id).where(NoteRow.id.in_(chunk))).all()
+            # The before-image of the change that retired each into the erased note it points at.
+            befores = retirement_befores(self.session, {
+                r.id: r.consolidated_into_id for r in rows if r.consolidated_into_id in erased})
+            for row in rows:
                 into = row.consolidated_into_id
                 edge = relation.get((row.id, into)) if into else None
-                image = retiring.get(row.id, {})
-                before = ({k: v for k, v in image.items() if k != "_into"}
-                          if image.get("_into") == into else {})
-                out.append(Survivor(row.id, row.scope_key, row.status, into, edge, before))
+                out.append(Survivor(row.id, row.scope_key, row.status, into, edge,
+                                    befores.get(row.id, {})))
         return out
 
     def contents(self, ids: Iterable[str]) -> dict[str, ErasedNote]:
