@@ -106,11 +106,11 @@ Planned = tuple[list[list[str]], list[bool], list[str]]
 
 
 def _plan_topical(notes: list[Note], vectors: np.ndarray, links: list[tuple[int, int]],
-                  max_chars: int = 300) -> Planned:
+                  max_chars: int = 300, apart: tuple[tuple[int, int], ...] = ()) -> Planned:
     """Clusters (ids), whether each is topical, and leftovers, with ``links`` as the second
-    signal."""
+    signal and ``apart`` the pairs no topical cluster may hold."""
     plan = plan_clusters(notes, vectors, neighbour_pairs(vectors, 0.6), 0.6, 3, 7,
-                         topical=TopicalLinks(links, max_chars))
+                         topical=TopicalLinks(links, max_chars, apart))
     ids = [n.id for n in notes]
     return ([[ids[i] for i in c.members] for c in plan.clusters],
             [c.topical for c in plan.clusters], [ids[i] for i in plan.leftovers])
@@ -126,6 +126,24 @@ def test_topical_links_cluster_notes_that_cosine_leaves_apart() -> None:
     assert (clusters, topical) == ([["n0", "n1", "n2"]], [True])
     # A chain n0-n1-n2-n3: each new member is linked to one member of two, which is not enough.
     assert _plan_topical(notes, vectors, [(0, 1), (1, 2), (2, 3)])[0] == []
+
+
+def test_a_topical_cluster_never_holds_a_pair_kept_apart() -> None:
+    """Four notes linked pairwise, n1 and n2 alike (two values of one attribute): whichever
+    joins first shuts the other out, so the cluster is the other three, and a cosine cluster
+    (first pass) ignores ``apart``."""
+    notes = [_note(f"n{i}") for i in range(4)]
+    links = [(i, j) for i in range(4) for j in range(i + 1, 4)]
+    vectors = _vectors([0, 1, 1, 2])
+    assert _plan_topical(notes, vectors, links)[0] == [["n0", "n1", "n2", "n3"]]
+    clusters, topical, _ = _plan_topical(notes, vectors, links, apart=((1, 2),))
+    assert len(clusters) == 1 and topical == [True]
+    assert len(clusters[0]) == 3 and not {"n1", "n2"} <= set(clusters[0])
+    # The seed's own apart partner is shut out from the start.
+    assert _plan_topical(notes, vectors, links, apart=((0, 1), (0, 2), (0, 3)))[0] == [
+        ["n1", "n2", "n3"]]
+    cosine = _vectors([0, 0, 0, 3])
+    assert _plan_topical(notes, cosine, [], apart=((0, 1),))[0] == [["n0", "n1", "n2"]]
 
 
 def test_two_linked_ephemeral_notes_are_no_topical_cluster() -> None:

@@ -416,6 +416,30 @@ def test_a_topical_cluster_reaches_the_model_and_is_fused(app: App, llm_stub: LL
     assert sum(n.status == "active" for n in notes.values()) == 1 + len(DANA)
 
 
+# Two values of one attribute (the same words but for one span) and a third note on the topic:
+# without the apart rule the three form one topical cluster.
+TEACHER = ["Dana's pottery teacher is Mrs Alder.", "Dana's pottery teacher is Mr Birch.",
+           "Dana's pottery teacher praises the small bowls she made."]
+
+
+def test_a_topical_cluster_never_holds_two_values_of_one_attribute(
+    app: App, llm_stub: LLMStub,
+) -> None:
+    """A model that fuses whatever it is asked gets no cluster holding both teachers: they are
+    kept apart (counted), left for contradictions to judge as a pair, and stay active. The
+    third note and either teacher would be a pair, no topical cluster, so no pottery cluster is
+    asked at all (the family notes' cluster is)."""
+    add_notes(app, *[{**n, "importance": 0.5} for n in _notes(TEACHER + DANA, prefix="p")])
+    _use_stub(app, llm_stub, FakeLLM(default=merge_reply("Dana's pottery teacher is kind.")))
+    result = _run(app)
+    out = result["out"]
+    assert out["topical_apart"] == 1
+    asked = [set(c.input["note_ids"]) for c in result["children"]]
+    assert asked and not any({"p0", "p1", "p2"} & c for c in asked)
+    notes = _all(app)
+    assert notes["p0"].status == notes["p1"].status == notes["p2"].status == "active"
+
+
 @pytest.mark.parametrize("judge", ["model, term links off", "rules"])
 def test_without_term_links_or_a_model_no_topical_cluster_forms(
     app: App, llm_stub: LLMStub, judge: str,

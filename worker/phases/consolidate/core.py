@@ -39,11 +39,13 @@ class ClusterPlan:
 @dataclass(frozen=True)
 class TopicalLinks:
     """The second signal: pairs of rows (i < j) on one topic of one subject, whatever their
-    cosine (worker.similarity.terms.topical_pairs), and the length a topical cluster's texts
-    may reach together."""
+    cosine (worker.similarity.terms.topical_pairs), the length a topical cluster's texts may
+    reach together, and the pairs no topical cluster may hold both of (two values of one
+    attribute: notes of one frame a short span apart)."""
 
     pairs: Collection[tuple[int, int]]
     max_chars: int
+    apart: Collection[tuple[int, int]] = ()
 
 
 def clusterable(note: Note) -> bool:
@@ -85,7 +87,8 @@ def plan_clusters(
         return plan
     links = _adjacency([*cosine, *topical.pairs], rest)
     lengths = np.asarray([len(n.content) + 1 for n in notes], dtype=np.int64)  # + a space
-    second = _Growth(vectors, ids, threshold, max_size, links, lengths, topical.max_chars + 1)
+    second = _Growth(vectors, ids, threshold, max_size, links, lengths, topical.max_chars + 1,
+                     _adjacency(topical.apart, rest))
     found = _cluster(notes, links, second, min_size, ephemeral_pairs=False)
     for c in found.clusters:
         c.topical = True
@@ -106,6 +109,7 @@ class _Growth:
     links: dict[int, set[int]] | None = None
     lengths: np.ndarray | None = None
     max_chars: int = 0
+    apart: dict[int, set[int]] | None = None  # a member shuts these out
 
 
 _EPHEMERAL = Protection.EPHEMERAL.value
@@ -158,6 +162,7 @@ def _grow(seed: int, pool: set[int], g: _Growth) -> list[int]:
     at = {r: k for k, r in enumerate(rest)} if g.links is not None else {}
     sums = _lifted(candidates @ g.vectors[seed], seed, at, g)
     alive = np.ones(len(rest), dtype=bool)
+    _shut_out(alive, seed, at, g)
     lengths = g.lengths[rest] if g.lengths is not None else None
     room = g.max_chars - int(g.lengths[seed]) if g.lengths is not None else 0
     while len(members) < g.max_size and alive.any():
@@ -168,10 +173,19 @@ def _grow(seed: int, pool: set[int], g: _Growth) -> list[int]:
             break
         members.append(rest[best])
         alive[best] = False
+        _shut_out(alive, rest[best], at, g)
         if lengths is not None:
             room -= int(lengths[best])
         sums = sums + _lifted(candidates @ candidates[best], rest[best], at, g)
     return members
+
+
+def _shut_out(alive: np.ndarray, member: int, at: dict[int, int], g: _Growth) -> None:
+    """The candidates that may not share a cluster with ``member`` can no longer join."""
+    if g.apart:
+        for i in g.apart.get(member, ()):
+            if i in at:
+                alive[at[i]] = False
 
 
 def _lifted(sims: np.ndarray, member: int, at: dict[int, int], g: _Growth) -> np.ndarray:

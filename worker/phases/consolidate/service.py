@@ -23,6 +23,7 @@ from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
+from worker.similarity.candidates import FrameSettings, same_frame_pairs
 from worker.similarity.terms import NoteWords, topical_pairs, words_of
 
 log = structlog.get_logger(__name__)
@@ -100,15 +101,41 @@ def _plan(ctx: PhaseContext, notes: list[Note], vectors: np.ndarray,
     topical = None
     if with_model and settings.term_max_notes >= 2:
         texts = [n.content for n in notes]
+        found = words_of(texts, words)
         links = topical_pairs(texts, settings.term_max_notes, vectors,
-                              settings.term_min_similarity, words=words_of(texts, words))
-        topical = TopicalLinks(links, settings.max_chars)
+                              settings.term_min_similarity, words=found)
+        apart = _one_frame(ctx, links, found)
+        links -= apart
+        topical = TopicalLinks(links, settings.max_chars, apart)
         counters.topical_links = len(links)
+        if apart:
+            counters.topical_apart = len(apart)
     plan = plan_clusters(notes, vectors, pairs, settings.threshold, min_size,
                          settings.max_cluster_size, topical=topical)
     if topical is not None:
         counters.topical_clusters = sum(c.topical for c in plan.clusters)
     return plan
+
+
+def _one_frame(ctx: PhaseContext, links: set[tuple[int, int]],
+               words: list[NoteWords]) -> set[tuple[int, int]]:
+    """Pairs of linked notes that no topical cluster may hold both of: the same words but for
+    one short span, as contradictions' same-frame source finds them ("The editor of the user
+    is Vim" / "... is Emacs"; "Asked about X in that chat" / "Asked about Y in that chat").
+    Those are one attribute's values or one template's instances, never a topic's facts to
+    fuse; contradictions judges each such pair (equivalent, subsumed, conflicting or
+    independent). Two notes of the very same words are restatements and may fuse; notes apart
+    in two places ("Gina has a store where she buys pieces" / "Gina owns a store where she
+    sells fashion") are mostly one topic told twice, and may too."""
+    rows = sorted({i for pair in links for i in pair})
+    if len(rows) < 2:
+        return set()
+    s = ctx.settings.contradictions
+    frames = [words[r].frame for r in rows]
+    one_span = FrameSettings(max_span=s.frame_max_span, min_frame=s.frame_min_words,
+                             two_spans_up_to=0)
+    report = same_frame_pairs([], one_span, tokens=frames)
+    return {(rows[i], rows[j]) for i, j in report.pairs if frames[i] != frames[j]}
 
 
 def _hand_off(ctx: PhaseContext, done: Written | None) -> None:
