@@ -12,10 +12,12 @@ moves the cosine (the caller finds those with the text rules, below the cosine b
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+from itertools import count
 
 import numpy as np
 
@@ -121,13 +123,15 @@ def _crowded(key: np.ndarray) -> np.ndarray:
 
 def _by_length(tokens: Sequence[Sequence[str]],
                settings: FrameSettings) -> dict[int, list[tuple[int, list[int]]]]:
-    """Each short enough note as (row, word ids), grouped by its number of words."""
-    vocabulary: dict[str, int] = {}
+    """Each short enough note as (row, word ids), grouped by its number of words. A word's id
+    is its order of first appearance, from 1 (a new word takes the next number as the
+    dictionary looks it up: no Python call per word)."""
+    vocabulary: defaultdict[str, int] = defaultdict(count(1).__next__)
     by_length: dict[int, list[tuple[int, list[int]]]] = {}
     for row, words in enumerate(tokens):
-        ids = [vocabulary.setdefault(t, len(vocabulary) + 1) for t in words]
-        if 1 <= len(ids) <= settings.max_tokens:
-            by_length.setdefault(len(ids), []).append((row, ids))
+        if 1 <= len(words) <= settings.max_tokens:
+            by_length.setdefault(len(words), []).append(
+                (row, list(map(vocabulary.__getitem__, words))))
     return by_length
 
 

@@ -91,10 +91,19 @@ def stem(word: str) -> str:
     → "us"; "preferred" → "prefer"), so a fusion may change a word's form, never the word. A stem
     that would lose its last vowel is left whole ("thing", "shed").
     """
-    w = word.casefold().replace("’", "'")
-    if w.endswith("'s"):
-        w = w[:-2]
-    w = w.replace("'", "")
+    w = word.casefold()
+    if "'" in w or "’" in w:
+        w = w.replace("’", "'")
+        if w.endswith("'s"):
+            w = w[:-2]
+        w = w.replace("'", "")
+    if not w or w[-1] not in "sdge":  # every suffix stripped ends so: most words stop here
+        return w
+    return _strip_suffixes(w)
+
+
+def _strip_suffixes(w: str) -> str:
+    """``stem`` of a case-folded word without apostrophes that ends in s, d, g or e."""
     if len(w) <= 3:
         return w[:-1] if len(w) == 3 and w.endswith("e") else w
     if w.endswith("ies") and len(w) > 4:
