@@ -12,6 +12,7 @@ from worker.embeddings.hashing import HashingEmbedder
 from worker.similarity.candidates import (
     FrameSettings,
     Source,
+    one_span_apart,
     same_frame_pairs,
     source_counts,
     union_edges,
@@ -140,3 +141,39 @@ def test_same_frame_pairs_agree_with_the_unhashed_definition(texts: list[str],
     gives, on texts mixing case, repeated words, invisible characters and unicode forms."""
     report = same_frame_pairs(texts, frame)
     assert (report.pairs, report.generic_frames) == _reference_frame_pairs(texts, frame)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_FRAME_WORDS), min_size=0, max_size=15).map(" ".join),
+                min_size=0, max_size=12),
+       st.sampled_from([FrameSettings(two_spans_up_to=0, max_bucket=10**6),
+                        FrameSettings(max_span=2, min_frame=2, two_spans_up_to=0,
+                                      max_bucket=10**6),
+                        FrameSettings(max_tokens=6, two_spans_up_to=0, max_bucket=10**6)]))
+def test_one_span_apart_is_the_index_with_one_span(texts: list[str],
+                                                   frame: FrameSettings) -> None:
+    """A pair at a time (consolidation's few topical pairs), the same answer as the index
+    with one span and no bucket cap: the longest common head and tail are the best cut."""
+    words = [frame_tokens(t) for t in texts]
+    found = {(i, j) for i in range(len(texts)) for j in range(i + 1, len(texts))
+             if one_span_apart(words[i], words[j], frame)}
+    assert found == same_frame_pairs(texts, frame, tokens=words).pairs
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ("Dana's pottery teacher is Mrs Alder", "Dana's pottery teacher is Mr Birch", True),
+        ("Asked about tea in that chat", "Asked about green tea prices in that chat", True),
+        ("I use a linter", "I do not use a linter", True),  # a span inserted
+        ("Use Slack", "Use Microsoft Teams", True),
+        ("User likes tea", "user LIKES tea", True),  # the same frame: the caller tells these
+        ("Reports use metric units", "All reports use imperial units", False),  # two spans
+        ("Slack", "Discord", False),
+        ("The user flies economy class", "The user flies business class with extra legroom",
+         False),  # a five-word span
+    ],
+)
+def test_one_span_apart_table(a: str, b: str, expected: bool) -> None:
+    assert one_span_apart(frame_tokens(a), frame_tokens(b)) is expected
+    assert one_span_apart(frame_tokens(b), frame_tokens(a)) is expected

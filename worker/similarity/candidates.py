@@ -110,6 +110,28 @@ def same_frame_pairs(texts: Sequence[str], settings: FrameSettings = FrameSettin
     return report
 
 
+def one_span_apart(a: Sequence[str], b: Sequence[str],
+                   settings: FrameSettings = FrameSettings()) -> bool:
+    """Whether two notes' ``frame_tokens`` are a same-frame pair with one span: ``a`` = P·X·S
+    and ``b`` = P·Y·S, X and Y at most ``max_span`` words, P and S together at least
+    ``min_frame`` words and as many as the fewer of X and Y (what ``same_frame_pairs`` finds
+    with ``two_spans_up_to`` 0, bucket sizes aside). For a few pairs at a time: the longest
+    common head and tail make X and Y as short, and P·S as long, as any cut can."""
+    la, lb = len(a), len(b)
+    if not (1 <= la <= settings.max_tokens and 1 <= lb <= settings.max_tokens):
+        return False
+    shorter = min(la, lb)
+    head = 0
+    while head < shorter and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < shorter - head and a[la - 1 - tail] == b[lb - 1 - tail]:
+        tail += 1
+    x, y = la - head - tail, lb - head - tail
+    return (x <= settings.max_span and y <= settings.max_span
+            and head + tail >= max(settings.min_frame, min(x, y)))
+
+
 def _crowded(key: np.ndarray) -> np.ndarray:
     """Positions of the keys whose hash slot another key shares, in order. Most keys are alone
     (a note's cut copies rarely meet another note's): a key alone in its slot is in a bucket of

@@ -37,5 +37,5 @@ class ConsolidateCounters(Counters):
     rule_groups_relative_time: int | None = None
     # Set when the topical pass runs: the pairs it found, and the clusters it added.
     topical_links: int | None = None
-    topical_apart: int | None = None  # pairs kept apart: one frame, a short span apart
+    topical_apart: int | None = None  # links dropped: one frame, a short span apart
     topical_clusters: int | None = None

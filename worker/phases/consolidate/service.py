@@ -4,6 +4,7 @@ open) → one guarded write for the phase (flags, merges, verdict memory, steps)
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
-from worker.similarity.candidates import FrameSettings, same_frame_pairs
+from worker.similarity.candidates import FrameSettings, one_span_apart
 from worker.similarity.terms import NoteWords, topical_pairs, words_of
 
 log = structlog.get_logger(__name__)
@@ -104,12 +105,14 @@ def _plan(ctx: PhaseContext, notes: list[Note], vectors: np.ndarray,
         found = words_of(texts, words)
         links = topical_pairs(texts, settings.term_max_notes, vectors,
                               settings.term_min_similarity, words=found)
-        apart = _one_frame(ctx, links, found)
+        apart = _one_frame(ctx, chain(links, ((i, j) for i, j, _ in pairs)), found)
+        dropped = len(links)
         links -= apart
+        dropped -= len(links)
         topical = TopicalLinks(links, settings.max_chars, apart)
         counters.topical_links = len(links)
-        if apart:
-            counters.topical_apart = len(apart)
+        if dropped:
+            counters.topical_apart = dropped
     plan = plan_clusters(notes, vectors, pairs, settings.threshold, min_size,
                          settings.max_cluster_size, topical=topical)
     if topical is not None:
@@ -117,25 +120,21 @@ def _plan(ctx: PhaseContext, notes: list[Note], vectors: np.ndarray,
     return plan
 
 
-def _one_frame(ctx: PhaseContext, links: set[tuple[int, int]],
+def _one_frame(ctx: PhaseContext, pairs: Iterable[tuple[int, int]],
                words: list[NoteWords]) -> set[tuple[int, int]]:
-    """Pairs of linked notes that no topical cluster may hold both of: the same words but for
-    one short span, as contradictions' same-frame source finds them ("The editor of the user
-    is Vim" / "... is Emacs"; "Asked about X in that chat" / "Asked about Y in that chat").
-    Those are one attribute's values or one template's instances, never a topic's facts to
-    fuse; contradictions judges each such pair (equivalent, subsumed, conflicting or
-    independent). Two notes of the very same words are restatements and may fuse; notes apart
-    in two places ("Gina has a store where she buys pieces" / "Gina owns a store where she
-    sells fashion") are mostly one topic told twice, and may too."""
-    rows = sorted({i for pair in links for i in pair})
-    if len(rows) < 2:
-        return set()
+    """The ``pairs`` (topical links and cosine pairs) that no topical cluster may hold both
+    of: the same words but for one short span, as contradictions' same-frame source finds them
+    ("The editor of the user is Vim" / "... is Emacs"; "Asked about X in that chat" / "Asked
+    about Y in that chat"). Those are one attribute's values or one template's instances, never
+    a topic's facts to fuse; contradictions judges each such pair (equivalent, subsumed,
+    conflicting or independent). Two notes of the very same words are restatements and may
+    fuse; notes apart in two places ("Gina has a store where she buys pieces" / "Gina owns a
+    store where she sells fashion") are mostly one topic told twice, and may too."""
     s = ctx.settings.contradictions
-    frames = [words[r].frame for r in rows]
-    one_span = FrameSettings(max_span=s.frame_max_span, min_frame=s.frame_min_words,
-                             two_spans_up_to=0)
-    report = same_frame_pairs([], one_span, tokens=frames)
-    return {(rows[i], rows[j]) for i, j in report.pairs if frames[i] != frames[j]}
+    one_span = FrameSettings(max_span=s.frame_max_span, min_frame=s.frame_min_words)
+    return {(i, j) for i, j in pairs
+            if words[i].frame != words[j].frame
+            and one_span_apart(words[i].frame, words[j].frame, one_span)}
 
 
 def _hand_off(ctx: PhaseContext, done: Written | None) -> None:
