@@ -40,9 +40,12 @@ def step_dict(step: RunStepRow) -> dict[str, Any]:
 
 
 def list_runs(app: App, *, scope: Scope | None = None, status: str | None = None,
-              since: Any = None, limit: int = 50) -> list[dict[str, Any]]:
+              since: Any = None, limit: int = 50,
+              within: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """``within``: agent_id / user_id / company_id every listed run's scope has."""
     with app.uow() as uow:
-        return [run_summary(r) for r in uow.runs.list(scope, status, since, limit)]
+        return [run_summary(r) for r in uow.runs.list(scope, status, since, limit,
+                                                      within=within)]
 
 
 def run_tree(app: App, run_id: str) -> dict[str, Any]:

@@ -372,6 +372,33 @@ def test_run_options_and_run_inspection(app: App) -> None:
     assert dream(url_of(app), "runs", "list").stdout.splitlines()[0].startswith(run_id)
 
 
+def test_runs_list_filters_by_agent_user_company_and_status(db: App) -> None:
+    """`runs list --agent A` lists A's runs of every user and company (before: no filter at
+    all, so a new user's run hid among every agent's); --user, --company and --status narrow
+    it; a filter matching nothing says so; a bad status is one line, exit 2."""
+    from worker.domain.types import Scope
+    from worker.runs import service
+
+    made = {}
+    for scope in (Scope("a1"), Scope("a1", "u1"), Scope("a1", "u2", "c1"), Scope("a2", "u1")):
+        made[scope] = service.create_run(db, scope)
+    service.cancel_run(db, str(made[Scope("a1", "u1")]), "test")
+
+    def ids(*args: str) -> set[str]:
+        out = dream(url_of(db), "runs", "list", "--json", *args)
+        assert out.exit_code == 0, out.output
+        return {r["id"] for r in json.loads(out.stdout)}
+
+    assert ids("--agent", "a1") == {made[s] for s in made if s.agent_id == "a1"}
+    assert ids("--user", "u1") == {made[Scope("a1", "u1")], made[Scope("a2", "u1")]}
+    assert ids("--agent", "a1", "--company", "c1") == {made[Scope("a1", "u2", "c1")]}
+    assert ids("--agent", "a1", "--status", "cancelled") == {made[Scope("a1", "u1")]}
+    assert ids("--agent", "a3") == set()
+    assert "no runs match" in dream(url_of(db), "runs", "list", "--agent", "a3").stdout
+    assert "'--status': 'done' is not one of" in one_error_line(
+        dream(url_of(db), "runs", "list", "--status", "done"))
+
+
 def test_second_run_for_a_busy_scope_is_refused(db: App) -> None:
     """A queued run for the scope makes `dream run` refuse with one line (the DB constraint)."""
     from worker.domain.types import Scope

@@ -149,17 +149,29 @@ def runs() -> None:
 @json_option
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000),
               help="List at most this many runs.")
+@click.option("--agent", default=None, type=IDENT,
+              help="Only runs of this agent's scopes (any user and company unless given).")
+@click.option("--user", default=None, type=USER_IDENT, help="Only runs of scopes of this user.")
+@click.option("--company", default=None, type=IDENT,
+              help="Only runs of scopes of this company.")
+@click.option("--status", default=None, type=click.Choice([s.value for s in RunStatus]),
+              help="Only runs in this status.")
 @click.pass_context
 @user_errors
-def runs_list(ctx: click.Context, as_json: bool, limit: int) -> None:
+def runs_list(ctx: click.Context, as_json: bool, limit: int, agent: str | None,
+              user: str | None, company: str | None, status: str | None) -> None:
     """Most recent runs first."""
     from worker.reporting import list_runs
 
-    rows = list_runs(cli_app(ctx), limit=limit)
+    within = {k: v for k, v in (("agent_id", agent), ("user_id", user),
+                                 ("company_id", company)) if v is not None}
+    rows = list_runs(cli_app(ctx), limit=limit, status=status, within=within)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    if not rows:
+    if not rows and (within or status):
+        click.echo("no runs match; `dream runs list` without filters shows the latest")
+    elif not rows:
         click.echo("no runs yet; start one with `dream run --agent A --force` or `dream demo`")
     for r in rows:
         why = r["status_reason"] or (r["error"] if r["status"] == RunStatus.FAILED.value else None)

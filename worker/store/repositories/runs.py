@@ -260,11 +260,16 @@ class RunRepository:
 
     def list(
         self, scope: Scope | None = None, status: str | None = None,
-        since: datetime | None = None, limit: int = 50,
+        since: datetime | None = None, limit: int = 50, *,
+        within: dict[str, str] | None = None,
     ) -> builtins.list[DreamRunRow]:
+        """Most recent first: of one ``scope``, or of every scope ``within`` names the columns
+        of (``{"agent_id": …, "user_id": …}``: all that agent's runs for that user)."""
         stmt = select(DreamRunRow).order_by(DreamRunRow.created_at.desc()).limit(limit)
         if scope is not None:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
+        for column, value in (within or {}).items():
+            stmt = stmt.where(getattr(DreamRunRow, column) == value)
         if status:
             stmt = stmt.where(DreamRunRow.status == status)
         if since:
