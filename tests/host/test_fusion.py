@@ -99,3 +99,17 @@ def test_source_ids_no_note_can_have_are_invalid_for_every_caller(
         else:
             keep_apart(app, ids)
     assert _statuses(app) == before
+
+
+@pytest.mark.parametrize("text", ["   ", "\u200b\u200d\u2060", "\ufeff \u200b"])
+def test_a_fused_text_with_nothing_visible_is_invalid(app: App, text: str) -> None:
+    """Blank or only invisible characters (before: zero-width spaces were stored as the fused
+    note and both sources revoked into it) is ``Invalid`` and changes nothing."""
+    from worker.host import Invalid
+
+    add_notes(app, {"id": "a", "content": "Prefers green tea."},
+              {"id": "b", "content": "Prefers green tea in the morning."})
+    before = _statuses(app)
+    with pytest.raises(Invalid, match="fused_content is empty"):
+        fuse(app, ["a", "b"], text)
+    assert _statuses(app) == before

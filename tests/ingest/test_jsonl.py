@@ -32,6 +32,9 @@ def test_import_is_idempotent_by_id_and_by_content(app: App) -> None:
 @pytest.mark.parametrize(("bad_line", "expected"), [
     ("{not json", "line 2: not valid JSON"),
     (json.dumps({"agent_id": "a"}), "line 2: content is required"),
+    # before: accepted, a note nobody can read (zero-width space, word joiner, BOM)
+    (json.dumps({"agent_id": "a", "content": "\u200b \u2060\ufeff"}),
+     "line 2: content has no visible text"),
     (json.dumps({"content": "x"}), "line 2: agent_id is required"),
     (json.dumps({"agent_id": "a", "content": "x", "created_at": "yesterday"}), "line 2: created_at"),
     (json.dumps({"agent_id": "a", "content": "x", "embedding": [0.1, 0.2]}), "dimensions"),

@@ -125,7 +125,10 @@ async def _exercise_scope_a(client: Client, app: App, ids: dict[str, list[str]])
     again = await _call(client, "remember", content="User's dog is called Pixel",
                         type="Preference")
     assert again["action"] == "NOOP" and again["id"] == added["id"]
-    assert (await _refused(client, "remember", content="  ")).endswith("invalid: content is empty")
+    assert "invalid: content is empty" in await _refused(client, "remember", content="  ")
+    # before: stored, a note of zero-width spaces
+    assert "invalid: content is empty" in await _refused(client, "remember",
+                                                         content="\u200b\u200b")
     assert "invalid: type must be one of" in await _refused(client, "remember", content="x",
                                                             type="Gossip")
 

@@ -34,6 +34,7 @@ from worker.similarity import neighbour_pairs
 from worker.store.models import RunStepRow
 from worker.text.grounding import check_fusion
 from worker.text.temporal import allowed_dates
+from worker.text.words import is_blank
 
 log = structlog.get_logger(__name__)
 
@@ -178,8 +179,8 @@ def _check_fusable(notes: list[Note]) -> None:
 
 def _checked_text(app: App, fused_content: str, fused_importance: float | None) -> str:
     text = (fused_content or "").strip()
-    if not text:
-        raise Invalid("fused_content is empty")
+    if is_blank(text):
+        raise Invalid("fused_content is empty (or only invisible characters)")
     if problem := text_problem(text):  # NUL or a lone surrogate (MCP and Python callers too)
         raise Invalid(f"fused_content {problem}")
     limit = app.settings.host.max_fused_chars

@@ -27,6 +27,7 @@ from worker.domain.types import (
 from worker.host.errors import Conflict, Invalid
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
 from worker.safety.undo import REMEMBER_PREFIX
+from worker.text.words import is_blank
 
 log = structlog.get_logger(__name__)
 
@@ -211,8 +212,8 @@ def canonical_type(note_type: str | None) -> str:
 
 def _validate(app: App, content: str, note_type: str) -> tuple[str, str]:
     text = (content or "").strip()
-    if not text or not normalise_text(text):
-        raise Invalid("content is empty")
+    if not normalise_text(text) or is_blank(text):
+        raise Invalid("content is empty (or only invisible characters)")
     if problem := text_problem(text):  # NUL or a lone surrogate (MCP and Python callers too)
         raise Invalid(f"content {problem}")
     limit = app.settings.host.max_note_chars

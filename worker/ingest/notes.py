@@ -29,6 +29,7 @@ from worker.ingest.fields import (
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
 from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
 from worker.store.uow import UnitOfWork
+from worker.text.words import is_blank
 
 NOTE_FIELDS = {
     "id", "agent_id", "user_id", "company_id", "content", "type", "created_at", "updated_at",
@@ -103,6 +104,9 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
     content = obj.get("content")
     if not isinstance(content, str) or not content.strip():
         raise InputError(f"line {number}: content is required and must be a non-empty string")
+    if is_blank(content):
+        raise InputError(f"line {number}: content has no visible text (only invisible "
+                         "characters such as zero-width spaces)")
     scope = parse_scope(obj, number)
     raw_type = obj.get("type", "Context")
     if not isinstance(raw_type, str) or raw_type.lower() not in _NOTE_TYPES:

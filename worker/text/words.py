@@ -141,6 +141,12 @@ def strip_invisible(text: str) -> str:
     return _INVISIBLE.sub("", text)
 
 
+def is_blank(text: str) -> bool:
+    """Nothing to read once invisible characters and whitespace are gone ("\u200b\u200b"):
+    no note, however it arrives."""
+    return not strip_invisible(text).strip()
+
+
 def _normal(text: str) -> str:
     return unicodedata.normalize("NFKC", strip_invisible(text))
 
