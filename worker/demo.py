@@ -123,10 +123,10 @@ def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
         # the blast-radius guard's share of its 13 notes, which a real store would not.
         echo(f"each run may retire up to {notes} notes past the blast-radius guard's share "
              "(`dream run --allow-retire N`)")
+        runs = service.create_runs(app, [Scope(AGENT, USER), Scope("retired-bot", USER)],
+                                   trigger="demo", force=True, allow_retire=notes)
         run_ids = []
-        for scope in (Scope(AGENT, USER), Scope("retired-bot", USER)):
-            run_id = service.create_run(app, scope, trigger="demo", force=True,
-                                        allow_retire=notes)
+        for scope, run_id in runs.items():
             assert run_id is not None
             status = service.execute_run(app, run_id)
             run_ids.append(run_id)

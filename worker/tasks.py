@@ -8,12 +8,13 @@ re-schedules its own task instead of holding the worker."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
 from celery import chain, signals
 from celery.exceptions import ImproperlyConfigured
-from kombu import Connection
+from kombu import Connection, Producer
 from kombu.exceptions import ChannelError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
@@ -42,8 +43,7 @@ def gate_check() -> list[str]:
     dream_app = resources()
     result = service.gate_check(dream_app, backlog=queue_backlog(dream_app))
     handed_out = result.created + result.retried + result.requeued
-    for run_id in handed_out:
-        enqueue_run(run_id)
+    enqueue_runs(handed_out, dream_app)
     return handed_out
 
 
@@ -115,15 +115,38 @@ def enqueue_run(run_id: str, dream_app: App | None = None) -> None:
     passed along, only the id; or, with ``celery_tasks = "run"``, the one run task.
 
     ``dream_app`` is the caller's App (the CLI passes its own); in a task, this process's."""
+    enqueue_runs([run_id], dream_app)
+
+
+def enqueue_runs(run_ids: Sequence[str], dream_app: App | None = None) -> None:
+    """``enqueue_run`` for each run, all over one producer taken from the pool once (a gate
+    check hands out thousands). A broker failure abandons the run being sent (failed, the
+    scope freed) and raises BrokerUnavailable: runs sent before it stay sent, runs after it
+    stay queued until the gate check hands them out again (R30)."""
+    if not run_ids:
+        return
     dream_app = dream_app or resources()
+    sent = 0
     try:
-        if dream_app.settings.celery_tasks == "run":
-            run.si(run_id).apply_async()
-        else:
-            chain(*(PHASE_TASKS[p].si(run_id) for p in PHASES)).apply_async()
+        with app.producer_or_acquire() as producer:
+            for run_id in run_ids:
+                _publish(run_id, dream_app.settings.celery_tasks, producer)
+                sent += 1
     except (KombuOperationalError, OSError) as exc:
-        service.abandon_run(dream_app, run_id, f"could not enqueue: {type(exc).__name__}")
+        if sent < len(run_ids):  # (not a failure to hand the producer back after the last)
+            service.abandon_run(dream_app, run_ids[sent],
+                                f"could not enqueue: {type(exc).__name__}")
         raise service.BrokerUnavailable(_broker_message(exc, dream_app.settings.broker_url)) from None
+
+
+def _publish(run_id: str, celery_tasks: str, producer: Producer) -> None:
+    if celery_tasks == "run":
+        run.si(run_id).apply_async(producer=producer)
+        return
+    # A chain's apply_async takes ``producer`` by name and drops it (chain.run, Celery 5.7);
+    # ``connection`` reaches the first task's send_task, which publishes on that connection.
+    chain(*(PHASE_TASKS[p].si(run_id) for p in PHASES)).apply_async(
+        connection=producer.connection)
 
 
 def queue_backlog(dream_app: App) -> int | None:

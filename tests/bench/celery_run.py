@@ -67,7 +67,7 @@ def _drive(url: str, proc: Any, ps: Any, workers: int, log_path: Path,
     capp._resources.clear()
     from worker.runs import service
     from worker.store.models import DreamRunRow
-    from worker.tasks import enqueue_run
+    from worker.tasks import enqueue_runs
 
     app = capp.resources()
     before = status_counts(app)
@@ -76,11 +76,13 @@ def _drive(url: str, proc: Any, ps: Any, workers: int, log_path: Path,
     cpu0 = _cpu([ps, *children])
     loads: list[float] = []
     t0 = time.perf_counter()
-    for scope in scope_list:
-        run_id = service.create_run(app, scope, trigger="bench", force=True, clock=corpus.NOW,
-                                    allow_retire=ALLOW_EVERY_NOTE)
-        assert run_id is not None
-        enqueue_run(run_id)
+    # Every run in one transaction and every message over one producer: the wall measures the
+    # workers, not one driver transaction and one pooled producer per scope.
+    runs = service.create_runs(app, scope_list, trigger="bench", force=True, clock=corpus.NOW,
+                               allow_retire=ALLOW_EVERY_NOTE)
+    run_ids = [run_id for run_id in runs.values() if run_id is not None]
+    assert len(run_ids) == len(scope_list), "a scope already had an active run"
+    enqueue_runs(run_ids)
     peak, cpu = 0.0, 0.0
     while True:
         with app.uow() as uow:

@@ -11,14 +11,17 @@ import pytest
 from click.testing import CliRunner, Result
 
 from tests.support.factories import NOW, add_entities, add_notes, add_sessions
+from tests.support.sql import recorded_commits, recorded_statements
 from worker.app import App
 from worker.cli import main
 from worker.clock import utcnow
 from worker.domain.types import Scope
 from worker.errors import NotFound
 from worker.host import remember
+from worker.ingest import import_sessions
 from worker.runs import service
-from worker.runs.gate import GateRule
+from worker.runs.gate import GateDecision, GateRule
+from worker.runs.scheduling import GateResult
 
 
 def test_gate_check_decides_each_scope_by_its_agents_gate(app: App) -> None:
@@ -133,3 +136,57 @@ def test_bad_agent_gate_value_is_refused_and_writes_nothing(app: App) -> None:
                                                          "gate_notes": 0})
     with app.uow() as uow:
         assert uow.entities.agent("ok") is None
+
+
+def _due(app: App, *agents: str, sessions: int = 5) -> None:
+    """``sessions`` sessions for each agent's scope, in one import."""
+    import_sessions(app, [json.dumps({"agent_id": agent, "user_id": None, "company_id": None,
+                                      "started_at": (NOW - timedelta(minutes=i)).isoformat()})
+                          for agent in agents for i in range(sessions)])
+
+
+def test_gate_check_result_with_due_idle_and_busy_scopes(app: App) -> None:
+    """Two due scopes get a run each, in scope order; a scope short of sessions is skipped with
+    its reason; a due scope whose queued run is still there keeps it and is recorded as
+    already active, its due reason kept in front. Nothing recovered, retried or failed."""
+    _due(app, "due-1", "due-2", "held")
+    _due(app, "short", sessions=2)
+    held = service.create_run(app, Scope("held"), force=True)
+    assert held is not None
+    result = service.gate_check(app, now=NOW)
+    with app.uow() as uow:
+        created = [r.id for agent in ("due-1", "due-2") for r in uow.runs.list(Scope(agent))]
+        assert [r.id for r in uow.runs.list(Scope("held"))] == [held]
+    first = "due: 5 of 5 sessions since the scope began (first dream)"
+    busy = "a run is already queued or running"
+    assert len(created) == 2
+    assert result == GateResult(
+        created=created,
+        skipped={Scope("held").key: busy,
+                 Scope("short").key: "2 of 5 sessions since the scope began (no dream yet)"},
+        retried=[], failed=[], requeued=[], backlog=None,
+        decisions={
+            Scope("due-1").key: GateDecision(True, first, GateRule.DUE),
+            Scope("due-2").key: GateDecision(True, first, GateRule.DUE),
+            Scope("held").key: GateDecision(False, f"{first}; {busy}", GateRule.ALREADY_ACTIVE),
+            Scope("short").key: GateDecision(
+                False, "2 of 5 sessions since the scope began (no dream yet)",
+                GateRule.TOO_LITTLE_ACTIVITY),
+        })
+
+
+def test_gate_check_statements_do_not_grow_with_the_due_scopes(app: App) -> None:
+    """One INSERT of runs in one transaction for all due scopes: a check that creates 50 runs
+    (and finds 5 scopes holding one) runs as many statements and commits as one that creates 5."""
+    _due(app, *(f"few-{i}" for i in range(5)))
+    with recorded_statements(app) as few, recorded_commits(app) as few_commits:
+        assert len(service.gate_check(app, now=NOW).created) == 5
+    _due(app, *(f"many-{i:02d}" for i in range(50)))
+    with recorded_statements(app) as many, recorded_commits(app) as many_commits:
+        result = service.gate_check(app, now=NOW)
+    assert len(result.created) == 50
+    assert sum(d.rule is GateRule.ALREADY_ACTIVE for d in result.decisions.values()) == 5
+    assert len(many) == len(few)
+    inserts = [s for s in many if s.startswith("INSERT")]
+    assert len(inserts) == 1 and inserts[0].startswith("INSERT INTO dream_runs")
+    assert many_commits == few_commits  # the same transactions, whatever the count of scopes

@@ -256,7 +256,7 @@ def _explain(app: App, clock: datetime | None, scope: Scope | None, as_json: boo
 def _gate_and_hand_out(app: App, clock: datetime | None) -> None:
     """What beat runs: the gate check, then every created or recovered run to the broker."""
     from worker.runs.service import gate_check
-    from worker.runs.start import Via, dispatch_run, require_broker
+    from worker.runs.start import require_broker
 
     backlog = None
     if app.settings.broker_url:
@@ -274,8 +274,9 @@ def _gate_and_hand_out(app: App, clock: datetime | None) -> None:
     if not handed_out:
         return
     if app.settings.broker_url:
-        for run_id in handed_out:
-            dispatch_run(app, run_id, Via.CELERY)
+        from worker.tasks import enqueue_runs
+
+        enqueue_runs(handed_out, app)  # over one producer, as the beat's gate_check task
         click.echo(f"{len(handed_out)} runs sent to the broker")
     else:
         click.echo(f"no broker (DREAM_BROKER_URL unset): execute them here with `dream run "

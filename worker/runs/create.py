@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -36,6 +37,30 @@ def create_run(
     if run_id:
         log.info("run.created", run_id=run_id, scope=scope.key, trigger=trigger)
     return run_id
+
+
+def create_runs(
+    app: App, scopes: Iterable[Scope], *, trigger: str, force: bool = False,
+    clock: datetime | None = None, allow_retire: int | None = None,
+    phases: list[str] | None = None,
+) -> dict[Scope, str | None]:
+    """``create_run`` for many scopes in one transaction (the gate check's due scopes, the
+    bench's): each scope's queued run id, or None where a run is already queued, running or
+    interrupted (R1), which leaves the other scopes' runs created. A scope given twice gets
+    one run. A few statements however many scopes (``RunRepository.create_many``)."""
+    phases = _checked(phases, allow_retire)
+    scopes = list(scopes)
+    if not scopes:
+        return {}
+    with app.uow() as uow:
+        created = uow.runs.create_many(scopes, now=utcnow(), trigger=trigger, phases=phases,
+                                       force=force, clock=clock, allow_retire=allow_retire)
+        uow.commit()
+    runs = {scope: created.get(scope.key) for scope in scopes}
+    for scope, run_id in runs.items():
+        if run_id is not None:
+            log.info("run.created", run_id=run_id, scope=scope.key, trigger=trigger)
+    return runs
 
 
 def create_claimed_run(

@@ -12,7 +12,7 @@ import structlog
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import RunStatus, Scope
-from worker.runs.create import create_run
+from worker.runs.create import create_runs
 from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
 
 log = structlog.get_logger(__name__)
@@ -80,12 +80,15 @@ def gate_check(app: App, now: datetime | None = None, backlog: int | None = None
     now = now or utcnow()
     result = GateResult([], {}, [], [], backlog=backlog)
     recover_runs(app, now, result, backlog)
-    for scope, decision in decide_scopes(app, now).items():
+    decisions = decide_scopes(app, now)
+    # Every due scope's run in one transaction (R1 still refuses a scope that has one).
+    runs = create_runs(app, [scope for scope, d in decisions.items() if d.due], trigger="beat")
+    for scope, decision in decisions.items():
         result.decisions[scope.key] = decision
         if not decision.due:
             result.skipped[scope.key] = decision.reason
             continue
-        run_id = create_run(app, scope, trigger="beat")
+        run_id = runs[scope]
         if run_id is None:
             result.skipped[scope.key] = "a run is already queued or running"
             result.decisions[scope.key] = GateDecision(

@@ -17,7 +17,7 @@ from worker.domain.types import RunStatus, Scope, StepStatus
 from worker.errors import BrokerUnavailable, RunError, RunNotFound, UnknownScope
 from worker.runs import engine
 from worker.runs.context import Registry
-from worker.runs.create import busy_message, create_claimed_run, create_run
+from worker.runs.create import busy_message, create_claimed_run, create_run, create_runs
 from worker.runs.finalize import finalize_run
 from worker.runs.outcome import PhaseOutcome
 from worker.runs.scheduling import GateResult, decide_scopes, gate_check, recover_runs, scope_gate
@@ -133,7 +133,8 @@ def abandon_run(app: App, run_id: str, reason: str) -> None:
 
 __all__ = [
     "BrokerUnavailable", "GateResult", "PhaseOutcome", "RunError", "UnknownScope",
-    "abandon_run", "busy_message", "cancel_run", "claim_run", "create_claimed_run", "create_run", "decide_scopes",
+    "abandon_run", "busy_message", "cancel_run", "claim_run", "create_claimed_run", "create_run", "create_runs",
+    "decide_scopes",
     "ensure_scope_known", "execute_phase", "execute_run", "execute_run_task", "finalize_run", "gate_check",
     "recover_runs", "scope_gate", "scope_known", "unclaimed_runs",
 ]

@@ -1,0 +1,119 @@
+"""Handing runs to the broker in bulk (``worker.tasks.enqueue_runs``) on a real Redis: one
+message per run over one producer in both task modes; a broker that does not answer fails the
+run being sent with one line and leaves the rest queued (R30 hands them out again)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from worker.app import App
+from worker.domain.types import PHASES, RunStatus, Scope
+from worker.runs import service
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class BrokerQueue:
+    broker: str
+    name: str
+    client: Any  # redis.Redis, to read the queue
+
+
+@pytest.fixture
+def queue() -> Iterator[BrokerQueue]:
+    """A Redis queue of the test's own, deleted afterwards."""
+    import redis
+
+    from tests.support.services import redis_url
+
+    broker = redis_url()
+    client = redis.Redis.from_url(broker)
+    found = BrokerQueue(broker, f"dream-enqueue-{uuid.uuid4().hex[:10]}", client)
+    try:
+        yield found
+    finally:
+        client.delete(found.name)
+        client.close()
+
+
+def _probe(app: App, broker: str, queue: str, tasks: str, run_ids: list[str]) -> dict[str, Any]:
+    env = {**os.environ, "DREAM_DATABASE_URL": app.settings.database_url,
+           "DREAM_BROKER_URL": broker, "DREAM_CELERY_QUEUE": queue, "DREAM_CELERY_TASKS": tasks,
+           "DREAM_LLM_PROVIDER": "none", "DREAM_LOG_LEVEL": "WARNING",
+           "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "tests.support.enqueue_probe", *run_ids],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _messages(client: Any, queue: str) -> list[tuple[str, list[Any], list[tuple[str, Any]]]]:
+    """Each message waiting in the queue, oldest first: its task, its arguments, and the tasks
+    the chain sends after it (name and arguments, in order)."""
+    found = []
+    for raw in reversed(client.lrange(queue, 0, -1)):  # kombu LPUSHes: the oldest is last
+        envelope = json.loads(raw)
+        args, _kwargs, embed = json.loads(base64.b64decode(envelope["body"]))
+        then = [(sig["task"], sig["args"]) for sig in reversed(embed.get("chain") or [])]
+        found.append((envelope["headers"]["task"], args, then))
+    return found
+
+
+def _runs(app: App, n: int) -> list[str]:
+    runs = service.create_runs(app, [Scope(f"enqueue-{i}") for i in range(n)], trigger="beat")
+    ids = [run_id for run_id in runs.values() if run_id is not None]
+    assert len(ids) == n
+    return ids
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("tasks", ["phase", "run"])
+def test_enqueue_runs_sends_one_message_per_run_over_one_producer(
+        sqlite_app: App, queue: BrokerQueue, tasks: str) -> None:
+    """Three runs, one producer taken from the pool: three messages in the order given, each
+    carrying only its run id; "phase" sends the phase chain (consolidate first, the other
+    three phases chained after it), "run" the one run task. The runs stay queued."""
+    run_ids = _runs(sqlite_app, 3)
+    assert _probe(sqlite_app, queue.broker, queue.name, tasks, run_ids) == {
+        "producers": 1, "error": None}
+    expected: list[tuple[str, list[Any], list[tuple[str, Any]]]]
+    if tasks == "run":
+        expected = [("dream.run", [run_id], []) for run_id in run_ids]
+    else:
+        expected = [(f"dream.{PHASES[0]}", [run_id],
+                     [(f"dream.{p}", [run_id]) for p in PHASES[1:]]) for run_id in run_ids]
+    assert _messages(queue.client, queue.name) == expected
+    with sqlite_app.uow() as uow:
+        assert {uow.runs.get(r).status for r in run_ids} == {  # type: ignore[union-attr]
+            RunStatus.QUEUED.value}
+
+
+@pytest.mark.redis
+def test_an_unreachable_broker_fails_the_run_being_sent_and_leaves_the_rest(
+        sqlite_app: App) -> None:
+    """Nothing answers at the broker URL: the first run is failed at once with the reason (its
+    scope freed), the error is one line naming the broker, and the runs after it stay queued
+    for the gate check to hand out again (R30)."""
+    run_ids = _runs(sqlite_app, 3)
+    out = _probe(sqlite_app, "redis://127.0.0.1:1/0", "dream-nowhere", "phase", run_ids)
+    error = out["error"]
+    assert error is not None and "\n" not in error
+    assert error.startswith("cannot reach the broker at redis://127.0.0.1:1/0 (")
+    with sqlite_app.uow() as uow:
+        runs = [uow.runs.get(r) for r in run_ids]
+        assert [(r.status, r.error) for r in runs if r is not None] == [
+            (RunStatus.FAILED.value, "could not enqueue: OperationalError"),
+            (RunStatus.QUEUED.value, None), (RunStatus.QUEUED.value, None)]
