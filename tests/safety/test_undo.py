@@ -106,6 +106,8 @@ def test_r17_undo_cli(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     assert out.exit_code == 0, out.output
     assert f"undone run {run_id}" in out.output and "restored 2 notes" in out.output
     assert "retired 1 note the run(s) created" in out.output  # one count, one noun
+    # counts of nothing are left out (before: "overwrote 0 host edits, 0 already erased; …")
+    assert "host edit" not in out.output and " 0 " not in out.output
     bad = runner.invoke(main, ["undo", "nope"])
     assert bad.exit_code == NotFound.exit_code and "no run with id nope" in bad.output
 

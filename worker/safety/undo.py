@@ -71,15 +71,25 @@ class UndoResult:
                 "review_items_undone": self.review_items_undone}
 
     def summary(self) -> str:
-        """One line of what was done, each count under its ``as_dict`` field's words."""
-        return (f"restored {_n(len(self.restored), 'note')}, retired "
-                f"{_n(len(self.retired), 'note')} the run(s) created, overwrote "
-                f"{_n(len(self.overwritten), 'host edit')}, {len(self.missing)} already erased; "
-                f"gave {_n(len(self.examples), 'example')} "
-                f"{'its' if len(self.examples) == 1 else 'their'} status back; removed "
-                f"{_n(self.judgements, 'judgement')} and {_n(self.reviews, 'review')} the run(s) "
-                f"recorded; withdrew {_n(self.review_items_withdrawn, 'open review item')} and "
-                f"marked {_n(self.review_items_undone, 'applied review item')} undone")
+        """One line of what was done, each count under its ``as_dict`` field's words; counts
+        of nothing left out (a run that only archived reads "restored 3 notes")."""
+        examples = len(self.examples)
+        parts = [
+            (len(self.restored), f"restored {_n(len(self.restored), 'note')}"),
+            (len(self.retired), f"retired {_n(len(self.retired), 'note')} the run(s) created"),
+            (len(self.overwritten), f"overwrote {_n(len(self.overwritten), 'host edit')}"),
+            (len(self.missing), f"{len(self.missing)} already erased"),
+            (examples, f"gave {_n(examples, 'example')} "
+                       f"{'its' if examples == 1 else 'their'} status back"),
+            (self.judgements, f"removed {_n(self.judgements, 'judgement')} the run(s) recorded"),
+            (self.reviews, f"removed {_n(self.reviews, 'review')} the run(s) recorded"),
+            (self.review_items_withdrawn,
+             f"withdrew {_n(self.review_items_withdrawn, 'open review item')}"),
+            (self.review_items_undone,
+             f"marked {_n(self.review_items_undone, 'applied review item')} undone"),
+        ]
+        said = [text for count, text in parts if count]
+        return "; ".join(said) if said else "nothing to revert: the run(s) changed nothing"
 
 
 def _n(count: int, noun: str) -> str:
