@@ -74,10 +74,18 @@ def test_r17_undo_refuses_when_a_note_changed_since(app: App) -> None:
         undo_run(app, first)
     assert "--force-cascade" in str(err.value)
     assert note_states(app)[fused]["status"] == "revoked"  # refused → nothing changed
-    result = undo_run(app, first, force_cascade=True)
+    result = undo_run(app, first, force_cascade=True, by="cli:dana")
     assert result.run_ids == [second, first]
     active = {k: v for k, v in note_states(app).items() if v["status"] == "active"}
     assert active == {k: v for k, v in before.items() if v["status"] == "active"}
+    # Who undid each run and why the later one went too (before: nothing said who undid).
+    with app.uow() as uow:
+        runs = {r: uow.runs.get(r) for r in (first, second)}
+        reasons = {r: row.status_reason if row is not None else None for r, row in runs.items()}
+    assert reasons[first] is not None and reasons[first].startswith("undone by cli:dana at ")
+    assert reasons[first].endswith("; was succeeded")
+    assert reasons[second] is not None and reasons[second].startswith("undone by cli:dana at ")
+    assert f"(a later run, with the undo of {first}); was succeeded" in reasons[second]
 
 
 def test_r17_undo_refuses_after_host_edit(app: App) -> None:
@@ -106,6 +114,8 @@ def test_r17_undo_cli(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     assert out.exit_code == 0, out.output
     assert f"undone run {run_id}" in out.output and "restored 2 notes" in out.output
     assert "retired 1 note the run(s) created" in out.output  # one count, one noun
+    shown = runner.invoke(main, ["runs", "show", run_id, "--json"])
+    assert json.loads(shown.stdout)["status_reason"].startswith("undone by cli:")
     # counts of nothing are left out (before: "overwrote 0 host edits, 0 already erased; …")
     assert "host edit" not in out.output and " 0 " not in out.output
     bad = runner.invoke(main, ["undo", "nope"])

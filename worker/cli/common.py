@@ -3,6 +3,7 @@ types (errors are in worker.cli.errors)."""
 
 from __future__ import annotations
 
+import getpass
 import math
 import sys
 from collections.abc import Callable, Iterable
@@ -140,6 +141,16 @@ class UserIdent(Ident):
 
 
 USER_IDENT = UserIdent()
+
+
+def operator(by: str | None = None) -> str:
+    """``cli:<by>``, or ``cli:<login name>``: who decided a review item or undid a run."""
+    if by is None:
+        try:
+            by = getpass.getuser()[:64] or "unknown"
+        except (OSError, KeyError):  # no login name for this uid (a container)
+            by = "unknown"
+    return f"cli:{by}"
 
 
 def scope_options(fn: F) -> F:

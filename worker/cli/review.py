@@ -3,14 +3,13 @@ functions the API, the dashboard and the MCP tools call)."""
 
 from __future__ import annotations
 
-import getpass
 import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from worker.cli.common import IDENT, Outcome, cli_app, json_option, scope_options
+from worker.cli.common import IDENT, Outcome, cli_app, json_option, operator, scope_options
 from worker.cli.errors import UserError, user_errors
 from worker.domain.limits import INT_MAX
 from worker.domain.types import Scope
@@ -163,16 +162,6 @@ def decision_lines(item: dict[str, Any]) -> list[str]:
     return [f"{status} since {at}{found}: {outcome}"]
 
 
-def _decider(by: str | None) -> str:
-    """``cli:<by>``, or ``cli:<login name>`` (what the item records as who decided)."""
-    if by is None:
-        try:
-            by = getpass.getuser()[:64] or "unknown"
-        except (OSError, KeyError):  # no login name for this uid (a container)
-            by = "unknown"
-    return f"cli:{by}"
-
-
 def _decision_options(fn: F) -> F:
     fn = json_option(fn)
     fn = click.option("--by", default=None, type=IDENT,
@@ -222,7 +211,7 @@ def approve_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str |
     from worker.review.service import approve
 
     app, scope = _known_scope(ctx, agent, user, company)
-    _echo(ctx, approve(app, scope, _selector(item_id, run_id, all_), _decider(by)), as_json)
+    _echo(ctx, approve(app, scope, _selector(item_id, run_id, all_), operator(by)), as_json)
 
 
 @review.command("decline")
@@ -241,5 +230,5 @@ def decline_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str |
     if reason is not None and (len(reason) > 500 or "\x00" in reason):
         raise UserError("--reason must be at most 500 characters, without NUL")
     app, scope = _known_scope(ctx, agent, user, company)
-    _echo(ctx, decline(app, scope, _selector(item_id, run_id, all_), _decider(by), reason),
+    _echo(ctx, decline(app, scope, _selector(item_id, run_id, all_), operator(by), reason),
           as_json)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from worker.cli.common import IDENT, cli_app
+from worker.cli.common import IDENT, cli_app, operator
 from worker.cli.errors import UserError, user_errors
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool) -> None:
     `dream notes add` (an UPDATE) or `dream erase` printed."""
     from worker.safety.undo import LOGGED_WITHOUT_RUN, undo_run
 
-    result = undo_run(cli_app(ctx), run_id, force_cascade=force_cascade)
+    result = undo_run(cli_app(ctx), run_id, force_cascade=force_cascade, by=operator())
     for rid in result.run_ids:  # a fuse, remember or erase id names no run
         click.echo(f"undone {rid}" if rid.startswith(LOGGED_WITHOUT_RUN) else f"undone run {rid}")
     click.echo(result.summary())

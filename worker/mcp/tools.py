@@ -71,7 +71,8 @@ class ScopedTools:
         _ident(run_id)  # before the operation-log read, which no driver could encode it for
         if logged_scopes(self.app, run_id) != {self.scope.key}:
             self._run(run_id)  # NotFound unless a run of this scope
-        result = undo_run(self.app, run_id, force_cascade=force_cascade)
+        result = undo_run(self.app, run_id, force_cascade=force_cascade,
+                          by=f"mcp:{self.scope.key}")
         return result.as_dict()
 
     # ---- review before apply (worker.review) ----------------------------------------------

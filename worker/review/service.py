@@ -388,7 +388,7 @@ def _taken_back(app: App, run_id: str, row: Any) -> Decided:
     from worker.safety.undo import UndoRefused, undo_run
 
     try:  # refused when a later write (a host's edit) built on the change: the user's call
-        undo_run(app, run_id)
+        undo_run(app, run_id, by="review: the item was decided meanwhile")
         outcome = f"what this approval applied was reverted (run {run_id} undone)"
     except UndoRefused as exc:
         outcome = f"what this approval applied could not be reverted: {exc}"

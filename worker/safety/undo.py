@@ -96,13 +96,17 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def undo_run(app: App, run_id: str, force_cascade: bool = False) -> UndoResult:
-    """Revert every change ``run_id`` made, or raise ``UndoRefused`` and change nothing."""
+def undo_run(app: App, run_id: str, force_cascade: bool = False,
+             by: str = "unknown") -> UndoResult:
+    """Revert every change ``run_id`` made, or raise ``UndoRefused`` and change nothing.
+    ``by``: who asked (``cli:<login>``, ``api:<token>``, ``mcp:<scope>``), recorded with the
+    time on each undone run's ``status_reason``, before what it said."""
     now = utcnow()
     with app.uow() as uow:
         _check_undoable(uow, run_id)
         result = UndoResult(run_ids=[])
-        _undo(uow, run_id, force_cascade, now, result)
+        _undo(uow, run_id, force_cascade, now, result,
+              _Undoer(by, run_id, now.isoformat(timespec="seconds")))
         uow.commit()
     log.info("undo.finished", run_id=run_id, runs=len(result.run_ids),
              restored=len(result.restored), retired=len(result.retired),
@@ -145,7 +149,24 @@ def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
                        "erased with the user, so nothing is left to undo")
 
 
-def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: UndoResult) -> None:
+@dataclass(frozen=True)
+class _Undoer:
+    """Who undid, the run they asked to undo, and when: what an undone run's reason says."""
+
+    by: str
+    asked: str
+    at: str
+
+    def reason(self, run: Any) -> str:
+        said = f"undone by {self.by} at {self.at}"
+        if run.id != self.asked:
+            said += f" (a later run, with the undo of {self.asked})"
+        return f"{said}; was {run.status}" + (f": {run.status_reason}" if run.status_reason
+                                              else "")
+
+
+def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: UndoResult,
+          undoer: _Undoer) -> None:
     rows = uow.safety.run_log(run_id)
     by_note: dict[str, list[OperationLogRow]] = defaultdict(list)
     by_example: dict[str, list[OperationLogRow]] = defaultdict(list)
@@ -172,7 +193,7 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
             "since); undo the later run first or pass --force-cascade"
         )
     if conflicts:
-        _cascade(uow, conflicts, last_id, now, result)
+        _cascade(uow, conflicts, last_id, now, result, undoer)
         remaining = _conflicts(uow, by_note, last_id, set(result.run_ids))
         result.overwritten.extend(sorted(remaining))
     _restore_notes(uow, run_id, by_note, now, result)
@@ -182,13 +203,14 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
     result.reviews += reviewed
     result.review_items_withdrawn += uow.review.withdraw_run(run_id, now)
     result.review_items_undone += uow.review.undo_applied(run_id)
-    if uow.runs.get(run_id) is not None:
-        uow.runs.set_status(run_id, RunStatus.UNDONE.value)
+    run = uow.runs.get(run_id)
+    if run is not None:
+        uow.runs.set_status(run_id, RunStatus.UNDONE.value, status_reason=undoer.reason(run))
     result.run_ids.append(run_id)
 
 
 def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: datetime,
-             result: UndoResult) -> None:
+             result: UndoResult, undoer: _Undoer) -> None:
     """--force-cascade: undo the later finished runs that touched a conflicting note, newest
     first, so this run's before-images are laid back over their changes, not under them."""
     later = uow.safety.log_after(conflicts, last_id)
@@ -206,7 +228,7 @@ def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: date
         if (run is None and later_run.startswith(LOGGED_WITHOUT_RUN)
                 and {r.scope_key for r in uow.safety.run_log(later_run)} <= scopes) or (
                 run is not None and run.status not in ACTIVE_RUN_STATUSES):
-            _undo(uow, later_run, True, now, result)
+            _undo(uow, later_run, True, now, result, undoer)
 
 
 def _is_undone(uow: UnitOfWork, run_id: str) -> bool:

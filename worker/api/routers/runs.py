@@ -84,4 +84,5 @@ def undo(run_id: RunId, who: Caller, app: DreamApp, body: UndoIn | None = None) 
     from worker.safety.undo import undo_run
 
     check_undoable_by(app, run_id, who)
-    return undo_run(app, run_id, force_cascade=bool(body and body.force_cascade)).as_dict()
+    return undo_run(app, run_id, force_cascade=bool(body and body.force_cascade),
+                    by=f"api:{who.label}").as_dict()
