@@ -49,10 +49,12 @@ def queue() -> Iterator[BrokerQueue]:
 
 
 def _probe(app: App, broker: str, queue: str, tasks: str, run_ids: list[str]) -> dict[str, Any]:
-    env = {**os.environ, "DREAM_DATABASE_URL": app.settings.database_url,
-           "DREAM_BROKER_URL": broker, "DREAM_CELERY_QUEUE": queue, "DREAM_CELERY_TASKS": tasks,
-           "DREAM_LLM_PROVIDER": "none", "DREAM_LOG_LEVEL": "WARNING",
-           "PYTHONPATH": str(ROOT)}
+    """``tasks`` "" leaves DREAM_CELERY_TASKS unset (the default)."""
+    env = {k: v for k, v in os.environ.items() if k != "DREAM_CELERY_TASKS"}
+    env |= {"DREAM_DATABASE_URL": app.settings.database_url,
+            "DREAM_BROKER_URL": broker, "DREAM_CELERY_QUEUE": queue,
+            "DREAM_LLM_PROVIDER": "none", "DREAM_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(ROOT)} | ({"DREAM_CELERY_TASKS": tasks} if tasks else {})
     done = subprocess.run([sys.executable, "-m", "tests.support.enqueue_probe", *run_ids],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -80,17 +82,18 @@ def _runs(app: App, n: int) -> list[str]:
 
 
 @pytest.mark.redis
-@pytest.mark.parametrize("tasks", ["phase", "run"])
+@pytest.mark.parametrize("tasks", ["phase", "run", ""])
 def test_enqueue_runs_sends_one_message_per_run_over_one_producer(
         sqlite_app: App, queue: BrokerQueue, tasks: str) -> None:
     """Three runs, one producer taken from the pool: three messages in the order given, each
     carrying only its run id; "phase" sends the phase chain (consolidate first, the other
-    three phases chained after it), "run" the one run task. The runs stay queued."""
+    three phases chained after it), "run" the one run task, and so does the default (unset;
+    before: the chain). The runs stay queued."""
     run_ids = _runs(sqlite_app, 3)
     assert _probe(sqlite_app, queue.broker, queue.name, tasks, run_ids) == {
         "producers": 1, "error": None}
     expected: list[tuple[str, list[Any], list[tuple[str, Any]]]]
-    if tasks == "run":
+    if tasks in ("run", ""):
         expected = [("dream.run", [run_id], []) for run_id in run_ids]
     else:
         expected = [(f"dream.{PHASES[0]}", [run_id],

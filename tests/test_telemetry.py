@@ -312,7 +312,8 @@ def test_celery_tasks_and_phases_are_traced_under_a_real_worker(tmp_path: Path) 
     url = f"sqlite:///{tmp_path / 'c.db'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DREAM_", "OTEL_"))}
     env |= {"DREAM_DATABASE_URL": url, "DREAM_BROKER_URL": broker, "DREAM_CELERY_QUEUE": queue,
-            "DREAM_LLM_PROVIDER": "none", "DREAM_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1"}
+            "DREAM_LLM_PROVIDER": "none", "DREAM_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1",
+            "DREAM_CELERY_TASKS": "phase"}
     subprocess.run([DREAM, "db", "upgrade"], env=env, check=True, capture_output=True, timeout=60)
     log = tmp_path / "worker.log"
     with open(log, "ab") as fh:

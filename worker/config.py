@@ -158,11 +158,12 @@ class Settings(BaseSettings):
     result_backend: str | None = None
     celery_queue: str = Field("dream", min_length=1)  # workers consume it; beat and the CLI send to it
     # How a run is cut into Celery tasks, decided where it is enqueued (the worker running
-    # gate_check, the CLI, the API, MCP): "phase", a chain of one task per phase, the last one
-    # finalizing (each phase under its own time limit); "run", one task for the whole run (the scope read
-    # once and carried, as in-process; it hands off to a new task before its time limit could
-    # cut a phase). Either way a phase waiting on a batch frees the worker.
-    celery_tasks: Literal["phase", "run"] = "phase"
+    # gate_check, the CLI, the API, MCP): "run" (the default), one task for the whole run (the
+    # scope read once and carried, as in-process; it hands off to a new task before its time
+    # limit could cut a phase); "phase", a chain of one task per phase, the last one finalizing
+    # (each phase under its own time limit). Either way a phase waiting on a batch frees the
+    # worker.
+    celery_tasks: Literal["phase", "run"] = "run"
 
     gate_hours: float = Field(24.0, ge=0)
     gate_sessions: int = Field(5, ge=0)

@@ -1,7 +1,7 @@
 """Thin Celery tasks: run ids in, services do the work; every task is safe to run twice.
 
-A run is enqueued as a chain of one task per phase, the last one finalizing the run (the
-default), or as one ``dream.run`` task (``DREAM_CELERY_TASKS=run``). A phase task reads its run once
+A run is enqueued as one ``dream.run`` task (the default, ``DREAM_CELERY_TASKS=run``), or as a
+chain of one task per phase, the last one finalizing the run (``phase``). A phase task reads its run once
 (``engine.execute_phase``) and returns the phase's outcome; the run task executes the run as
 in-process (``engine.execute_run_once``). Either way a phase WAITING on a provider batch
 re-schedules its own task instead of holding the worker."""

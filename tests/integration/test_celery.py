@@ -114,6 +114,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         "DREAM_LOG_FORMAT": "json",
         "DREAM_LOG_LEVEL": "INFO",
         "DREAM_BEAT_INTERVAL_SECONDS": "10",
+        # The chain of phase tasks, which these tests follow task by task (the default, one
+        # run task, is the subject of test_one_task_per_run_runs_every_phase_in_one_task).
+        "DREAM_CELERY_TASKS": "phase",
         "PYTHONUNBUFFERED": "1",
     }
     settings = Settings(database_url=app.settings.database_url, broker_url=broker,
