@@ -1,8 +1,9 @@
 """Range search: unordered unique pairs above the threshold, deterministic order."""
 
+import faiss
 import numpy as np
 
-from worker.similarity.index import neighbour_pairs
+from worker.similarity.index import BLAS_FROM, neighbour_pairs
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -53,3 +54,30 @@ def test_identical_vectors_are_a_pair_even_at_threshold_one() -> None:
         assert all(s >= 1.0 for _, _, s in pairs)
     # A threshold just below 1 finds the same pairs without the help.
     assert {(i, j) for i, j, _ in neighbour_pairs(x, 0.99)} == twins
+
+
+def _kernel_scores(x: np.ndarray, blas_threshold: int) -> dict[tuple[int, int], float]:
+    """Every pair's score as FAISS computes it with ``blas_threshold`` (query components)."""
+    before = faiss.cvar.distance_compute_blas_threshold
+    faiss.cvar.distance_compute_blas_threshold = blas_threshold
+    try:
+        index = faiss.IndexFlatIP(x.shape[1])
+        index.add(x)
+        lims, dists, ids = index.range_search(x, -2.0)
+    finally:
+        faiss.cvar.distance_compute_blas_threshold = before
+    return {(q, int(ids[k])): float(dists[k]) for q in range(len(x))
+            for k in range(int(lims[q]), int(lims[q + 1])) if ids[k] > q}
+
+
+def test_blas_takes_over_from_blas_from_notes() -> None:
+    """Scopes under BLAS_FROM notes keep the pairwise loop, larger ones take BLAS, whatever
+    the dimensions (before: FAISS counts its threshold in vectors times dimensions, so 20 put
+    every scope on BLAS, the slower of the two for a few notes)."""
+    rng = np.random.default_rng(8)
+    for n, dims in ((5, 512), (BLAS_FROM - 1, 384), (BLAS_FROM, 64), (60, 512)):
+        x = _unit(rng.normal(size=(n, dims)))
+        loop, blas = _kernel_scores(x, 2**31 - 1), _kernel_scores(x, 1)
+        assert loop != blas  # the two kernels round differently: the test can tell them apart
+        found = {(i, j): s for i, j, s in neighbour_pairs(x, -1.0)}
+        assert found == (loop if n < BLAS_FROM else blas)
