@@ -399,6 +399,25 @@ def test_runs_list_filters_by_agent_user_company_and_status(db: App) -> None:
         dream(url_of(db), "runs", "list", "--status", "done"))
 
 
+def test_runs_list_finds_the_runs_kept_of_an_erased_user(app: App) -> None:
+    """After `dream erase --user u1` the user's runs are kept under the placeholder their scope
+    column shows; `runs list --user` takes it as a filter (before: refused as reserved, though
+    listing those runs is what it is reserved for)."""
+    from worker.domain.types import ERASED_USER, Scope
+    from worker.runs import service
+    from worker.safety.erase import erase
+
+    kept = service.create_run(app, Scope("a1", "u1"))
+    other = service.create_run(app, Scope("a1", "u2"))
+    assert kept is not None and other is not None
+    erase(app, user_id="u1")
+    out = dream(url_of(app), "runs", "list", "--json", "--user", ERASED_USER)
+    assert out.exit_code == 0, out.output
+    assert [(r["id"], r["scope"]) for r in json.loads(out.stdout)] == [
+        (kept, Scope("a1", ERASED_USER).key)]
+    assert "no runs match" in dream(url_of(app), "runs", "list", "--user", "u1").stdout
+
+
 def test_second_run_for_a_busy_scope_is_refused(db: App) -> None:
     """A queued run for the scope makes `dream run` refuse with one line (the DB constraint)."""
     from worker.domain.types import Scope

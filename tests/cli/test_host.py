@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlalchemy import select
 
@@ -135,6 +136,22 @@ def test_candidates_are_the_open_items_of_the_latest_dream_that_still_stands(app
         counted = (uow.runs.get(second).totals or {})["open_candidates"]
         assert uow.run_history.latest_open_candidates(Scope("agent-1")) == {
             Scope("agent-1").key: counted}
+
+
+def test_candidates_at_threshold_one_list_every_pair_of_identical_vectors(app: App) -> None:
+    """`dream candidates --threshold 1`: two notes the host gave one embedding are cosine 1,
+    and every such pair is listed (before: some were not, their float32 inner product a hair
+    below 1; which ones changed with the kernel FAISS took)."""
+    rng = np.random.default_rng(11)
+    vectors = rng.normal(size=(12, app.embedder.dimensions))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    add_notes(app, *[{"id": f"n{k:02d}{side}", "content": f"Fact {k} as told by {side}.",
+                      "embedding": vectors[k].tolist()} for k in range(12) for side in "ab"])
+    out = dream(app.settings.database_url, "candidates", "--agent", "agent-1", "--threshold",
+                "1", "--json")
+    assert out.exit_code == 0, out.output
+    listed = [(c["type"], sorted(c["note_ids"])) for c in json.loads(out.stdout)["candidates"]]
+    assert sorted(listed) == [("pair", [f"n{k:02d}a", f"n{k:02d}b"]) for k in range(12)]
 
 
 def test_candidates_leave_out_notes_an_open_review_item_would_change(db: App) -> None:

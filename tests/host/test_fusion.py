@@ -101,7 +101,7 @@ def test_source_ids_no_note_can_have_are_invalid_for_every_caller(
     assert _statuses(app) == before
 
 
-@pytest.mark.parametrize("text", ["   ", "\u200b\u200d\u2060", "\ufeff \u200b"])
+@pytest.mark.parametrize("text", ["   ", "\u200b\u200d\u2060", "\ufeff \u200b", "\u3164 \u2800"])
 def test_a_fused_text_with_nothing_visible_is_invalid(app: App, text: str) -> None:
     """Blank or only invisible characters (before: zero-width spaces were stored as the fused
     note and both sources revoked into it) is ``Invalid`` and changes nothing."""

@@ -16,7 +16,7 @@ from worker.domain.types import RunStatus, Scope, content_hash
 from worker.errors import NotFound
 from worker.export import export_notes
 from worker.safety.erase import erase
-from worker.safety.undo import UndoRefused, undo_run
+from worker.safety.undo import UndoRefused, UndoResult, undo_run
 from worker.store.models import NoteRow
 
 SCOPE = Scope("agent-1", "u1")
@@ -179,3 +179,20 @@ def test_an_id_no_logged_write_can_have_touches_no_scope(app: App, log_id: str) 
     from worker.safety.undo import logged_scopes
 
     assert logged_scopes(app, log_id) == set()
+
+
+@pytest.mark.parametrize(("result", "line"), [
+    (UndoResult([], restored=["a", "b"]), "restored 2 notes"),
+    # A count alone keeps its noun (before: "2 already erased", and after a host edit's count
+    # "overwrote 1 host edit; 2 already erased" read as two host edits erased).
+    (UndoResult([], missing=["a", "b"]), "2 notes already erased"),
+    (UndoResult([], overwritten=["a"], missing=["b"]),
+     "overwrote 1 host edit; 1 note already erased"),
+    (UndoResult([], retired=["f"], judgements=2, reviews=1),
+     "retired 1 note the run(s) created; removed 2 judgements the run(s) recorded; "
+     "removed 1 review the run(s) recorded"),
+    (UndoResult([]), "nothing to revert: the run(s) changed nothing"),
+])
+def test_undo_summary_names_each_count_that_is_not_zero(result: UndoResult, line: str) -> None:
+    """`dream undo`'s line: every count it names has its noun, zeros are left out."""
+    assert result.summary() == line

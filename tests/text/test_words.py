@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,3 +55,38 @@ def test_a_caller_cannot_change_the_memo() -> None:
     first.clear()
     assert [t.key for t in tokens("User drinks twenty five coffees") if t.content] == [
         "drink", "25", "coffe"]
+
+
+@pytest.mark.parametrize(
+    ("text", "blank"),
+    [
+        # Nothing anyone can read: refused as a note by import, remember and fuse.
+        ("", True),
+        (" \t\n\u3000\u00a0", True),  # whitespace of every kind
+        ("\u200b\u200d\u2060\ufeff", True),  # zero-width space, joiner, word joiner, BOM
+        ("\u3164\u3164", True),  # Hangul filler: the classic "blank name" (before: accepted)
+        ("\uffa0 \u115f\u1160", True),  # the halfwidth, choseong and jungseong fillers
+        ("\u2800\u2800\u2800", True),  # blank braille cells (before: accepted)
+        ("\ufe0f\U000e0100\u034f", True),  # variation selectors, the grapheme joiner alone
+        ("\u17b4\u180b\U0001d173\U0001bca0", True),  # Khmer, Mongolian, music, shorthand
+        # Text in any script, emoji alone, combining marks: something to read.
+        ("用户喜欢绿茶", False),
+        ("\u061cيفضل المستخدم الشاي الأخضر", False),  # Arabic letter mark in front
+        ("کتاب\u200cها", False),  # Persian, a zero-width non-joiner inside a word
+        ("사용자는 녹차를 좋아한다", False),
+        ("\u115f\u1161", False),  # a filler with the vowel it carries (old Hangul)
+        ("👍", False),
+        ("❤\ufe0f", False),  # an emoji with its presentation selector
+        ("👩\u200d💻", False),  # a ZWJ sequence
+        ("1\ufe0f\u20e3", False),  # a keycap
+        ("🇫🇷", False),
+        ("cafe\u0301", False),  # a decomposed accent
+        ("हिन्दी", False),
+        ("\u0301", False),  # a combining mark alone still shows (on a dotted circle)
+        ("\u2800x", False),
+    ],
+)
+def test_is_blank_means_nothing_visible(text: str, blank: bool) -> None:
+    """Blank is whitespace, invisible formatting and the characters that show nothing on their
+    own (fillers, selectors, the blank braille cell); a letter, digit, emoji or mark is text."""
+    assert words.is_blank(text) is blank

@@ -151,7 +151,8 @@ def runs() -> None:
               help="List at most this many runs.")
 @click.option("--agent", default=None, type=IDENT,
               help="Only runs of this agent's scopes (any user and company unless given).")
-@click.option("--user", default=None, type=USER_IDENT, help="Only runs of scopes of this user.")
+# Any id, the erased users' placeholder included: their runs are kept under it (a filter).
+@click.option("--user", default=None, type=IDENT, help="Only runs of scopes of this user.")
 @click.option("--company", default=None, type=IDENT,
               help="Only runs of scopes of this company.")
 @click.option("--status", default=None, type=click.Choice([s.value for s in RunStatus]),

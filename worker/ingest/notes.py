@@ -96,17 +96,22 @@ def _flags(value: object, number: int) -> list[str] | None:
     return list(value) or None
 
 
+def _content(value: object, number: int) -> str:
+    """A note's text: a string with something to read in it."""
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"line {number}: content is required and must be a non-empty string")
+    if is_blank(value):
+        raise InputError(f"line {number}: content has no visible text (only invisible "
+                         "characters such as zero-width spaces)")
+    return value
+
+
 def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None) -> dict[str, Any]:
     """One JSONL object → a full ``notes`` row dict, or InputError naming the line."""
     unknown = sorted(set(obj) - NOTE_FIELDS)
     if unknown:
         raise InputError(f"line {number}: unknown field {unknown[0]!r}")
-    content = obj.get("content")
-    if not isinstance(content, str) or not content.strip():
-        raise InputError(f"line {number}: content is required and must be a non-empty string")
-    if is_blank(content):
-        raise InputError(f"line {number}: content has no visible text (only invisible "
-                         "characters such as zero-width spaces)")
+    content = _content(obj.get("content"), number)
     scope = parse_scope(obj, number)
     raw_type = obj.get("type", "Context")
     if not isinstance(raw_type, str) or raw_type.lower() not in _NOTE_TYPES:

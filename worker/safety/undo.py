@@ -78,7 +78,7 @@ class UndoResult:
             (len(self.restored), f"restored {_n(len(self.restored), 'note')}"),
             (len(self.retired), f"retired {_n(len(self.retired), 'note')} the run(s) created"),
             (len(self.overwritten), f"overwrote {_n(len(self.overwritten), 'host edit')}"),
-            (len(self.missing), f"{len(self.missing)} already erased"),
+            (len(self.missing), f"{_n(len(self.missing), 'note')} already erased"),
             (examples, f"gave {_n(examples, 'example')} "
                        f"{'its' if examples == 1 else 'their'} status back"),
             (self.judgements, f"removed {_n(self.judgements, 'judgement')} the run(s) recorded"),

@@ -141,10 +141,20 @@ def strip_invisible(text: str) -> str:
     return _INVISIBLE.sub("", text)
 
 
+# What else shows nothing on its own, kept for the model (a variation selector still picks an
+# emoji's form): Unicode's other default-ignorable code points (the Hangul fillers, the
+# grapheme joiner, variation selectors, Khmer inherent vowels, Mongolian selectors, format
+# controls of musical and shorthand notation) and the blank braille cell.
+_BLANK_ALONE = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+    "\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0080-\U000e0fff]"
+)
+
+
 def is_blank(text: str) -> bool:
-    """Nothing to read once invisible characters and whitespace are gone ("\u200b\u200b"):
-    no note, however it arrives."""
-    return not strip_invisible(text).strip()
+    """Nothing to read once invisible characters and whitespace are gone ("\u200b\u200b",
+    "\u3164", "\u2800"): no note, however it arrives."""
+    return not _BLANK_ALONE.sub("", strip_invisible(text)).strip()
 
 
 def _normal(text: str) -> str:

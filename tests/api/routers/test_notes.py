@@ -87,11 +87,13 @@ def test_remember_ids_are_derived_from_scope_and_text(api_app: App, client: Test
 
 @pytest.mark.parametrize(("body", "status"), [
     ({"content": "   "}, 422), ({"content": "!!!"}, 422), ({"content": "ok", "type": "Mood"}, 422),
+    ({"content": "\u3164\u2800\u3164"}, 422),  # fillers, a blank braille cell (before: 201)
     ({"content": "x" * 9000}, 422), ({"content": "ok", "importance": 2}, 422),
 ])
 def test_remember_rejects_bad_input(api_app: App, client: TestClient, body: dict[str, object],
                                     status: int) -> None:
-    """Empty, punctuation-only, unknown type, too long or out-of-range input → 422, no row."""
+    """Empty, punctuation-only, nothing visible, unknown type, too long or out-of-range input
+    → 422, no row."""
     r = client.post("/api/notes", headers=auth(AGENT_1), json=body)
     assert r.status_code == status, r.text
     with api_app.uow() as uow:

@@ -4,7 +4,8 @@ open) → one guarded write for the phase (flags, merges, verdict memory, steps)
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import chain
+from dataclasses import replace
+from itertools import chain, combinations
 from typing import Any
 
 import numpy as np
@@ -100,6 +101,7 @@ def _plan(ctx: PhaseContext, notes: list[Note], vectors: np.ndarray,
     with_model = ctx.app.llm is not None
     min_size = settings.min_cluster_size if with_model else 2
     topical = None
+    found: list[NoteWords] = []
     if with_model and settings.term_max_notes >= 2:
         texts = [n.content for n in notes]
         found = words_of(texts, words)
@@ -115,9 +117,24 @@ def _plan(ctx: PhaseContext, notes: list[Note], vectors: np.ndarray,
             counters.topical_apart = dropped
     plan = plan_clusters(notes, vectors, pairs, settings.threshold, min_size,
                          settings.max_cluster_size, topical=topical)
+    # A member joins on its mean similarity to the others: two members need be neither linked
+    # nor a cosine pair. Such a pair of one frame is kept apart too, and the scope planned
+    # again (each round keeps at least one more pair apart, so the rounds end).
+    while topical is not None and (more := _one_frame(ctx, _members_paired(plan), found)
+                                   - set(topical.apart)):
+        topical = replace(topical, apart={*topical.apart, *more})
+        plan = plan_clusters(notes, vectors, pairs, settings.threshold, min_size,
+                             settings.max_cluster_size, topical=topical)
     if topical is not None:
         counters.topical_clusters = sum(c.topical for c in plan.clusters)
     return plan
+
+
+def _members_paired(plan: ClusterPlan) -> Iterable[tuple[int, int]]:
+    """Every pair (i < j) of members of a topical cluster of ``plan``."""
+    for cluster in plan.clusters:
+        if cluster.topical:
+            yield from combinations(sorted(cluster.members), 2)
 
 
 def _one_frame(ctx: PhaseContext, pairs: Iterable[tuple[int, int]],
