@@ -113,9 +113,10 @@ class Ident(click.ParamType):  # type: ignore[type-arg]
     """An id or scope part: what both database backends can store (no NUL, ≤ 64 characters)."""
 
     name = "id"
+    problem = staticmethod(ident_problem)  # why a value cannot be one, or None
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        problem = ident_problem(value) if isinstance(value, str) else None
+        problem = self.problem(value) if isinstance(value, str) else None
         if problem:
             self.fail(problem, param, ctx)
         return value
@@ -133,11 +134,7 @@ def json_option(fn: F) -> F:
 class UserIdent(Ident):
     """A user id a scope may have: an id, not the erased users' placeholder."""
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        problem = user_problem(value) if isinstance(value, str) else None
-        if problem:
-            self.fail(problem, param, ctx)
-        return value
+    problem = staticmethod(user_problem)
 
 
 USER_IDENT = UserIdent()
