@@ -76,6 +76,8 @@ def test_r28_erasing_one_conversation_keeps_the_other_conversations_active(
     assert "removed note n0" in out.output and f"removed derived note {fused[0]}" in out.output
     for k in (1, 2, 3):
         assert f"restored note n{k}" in out.output
+    # the counts line names only what was done (before: examples=0 and the like too)
+    assert "=0" not in out.output, out.output
     assert _active(app) == {f"n{k}": texts[k] for k in (1, 2, 3)}
     states = note_states(app)
     assert all(states[f"n{k}"]["consolidated_into_id"] is None for k in (1, 2, 3))

@@ -86,6 +86,8 @@ def _print_erased(result: EraseResult) -> None:
         click.echo(f"  cancelled run {rid} (its user was erased; nothing is left in its scope)")
     if result.erase_id is not None:
         click.echo(f"  to revert the restorations and holds above: dream undo {result.erase_id}")
-    click.echo("  " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items())))
+    counted = ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()) if v)
+    if counted:  # like the run and undo summaries: only what was done
+        click.echo("  " + counted)
     if result.checkpoint is not None and result.checkpoint != "done":
         click.echo(f"warning: SQLite checkpoint {result.checkpoint}", err=True)
