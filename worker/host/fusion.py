@@ -26,9 +26,15 @@ from worker.embeddings.refresh import ensure_scope_embeddings
 from worker.host.errors import Conflict, Invalid, NotFound
 from worker.host.records import note_record
 from worker.host.remember import canonical_type
-from worker.phases.consolidate.core import fused_fields, majority_type, revocation_comment
+from worker.phases.consolidate.core import (
+    clusterable,
+    fused_fields,
+    majority_type,
+    revocation_comment,
+)
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
 from worker.review.propose import held_notes
+from worker.safety.injection import injection_signals
 from worker.safety.undo import FUSE_PREFIX
 from worker.similarity import neighbour_pairs
 from worker.store.models import RunStepRow
@@ -63,8 +69,9 @@ def fusion_candidates(
     """Similar active pairs of the scope (most similar first) plus the open items of its latest run.
 
     Excludes pairs/clusters judged "keep apart" or already fused at their current versions,
-    anything involving a protected or immutable note, and anything involving a note an open
-    review item would change (``held_notes``: it waits for the reviewer).
+    anything involving a protected or immutable note, a note whose text reads like instructions
+    (``offered``), and anything involving a note an open review item would change
+    (``held_notes``: it waits for the reviewer).
     """
     if not 0.0 <= threshold <= 1.0:
         raise Invalid("threshold must be between 0 and 1")
@@ -76,7 +83,7 @@ def fusion_candidates(
         notes = snap.notes
         pairs = [(i, j, s) for i, j, s in neighbour_pairs(
             snap.vectors, threshold, app.settings.ann_threshold)
-            if notes[i].retirable and notes[j].retirable]
+            if offered(notes[i]) and offered(notes[j])]
         by_id = snap.by_id()
         open_items = _open_items(steps, by_id, run.id if run is not None else None)
         groups = [[notes[i], notes[j]] for i, j, _ in pairs] + [g for _, g in open_items]
@@ -110,6 +117,13 @@ def fusion_candidates(
     return out[:limit] if limit is not None else out
 
 
+def offered(note: Note) -> bool:
+    """Whether a host's model may be shown ``note`` as a candidate: retirable, neither flagged
+    nor reading like instructions. The worker's own judge never sees such a note in a cluster
+    or a pair either (R14); a host's model must not be the way round it."""
+    return clusterable(note) and not injection_signals(note.content)
+
+
 def held_for_review(app: App, scope: Scope) -> dict[str, int]:
     """Note id → the open review item that holds it out of ``fusion_candidates``."""
     with app.uow() as uow:
@@ -128,7 +142,8 @@ def _step_note_ids(step: RunStepRow) -> list[str]:
 def _open_items(
     steps: list[RunStepRow], by_id: dict[str, Note], run_id: str | None
 ) -> list[tuple[dict[str, Any], list[Note]]]:
-    """Child steps the rule-based judge left open, whose notes are all still active and retirable."""
+    """Child steps the rule-based judge left open, whose notes are all still active and
+    ``offered``."""
     items: list[tuple[dict[str, Any], list[Note]]] = []
     for step in steps:
         output = step.output or {}
@@ -136,7 +151,7 @@ def _open_items(
             continue
         ids = _step_note_ids(step)
         group = [by_id[i] for i in ids if i in by_id]
-        if len(group) < 2 or len(group) != len(ids) or not all(n.retirable for n in group):
+        if len(group) < 2 or len(group) != len(ids) or not all(map(offered, group)):
             continue
         sim = output.get("similarity", (step.input or {}).get("similarity"))
         items.append(({"type": _OPEN_TYPES.get(step.phase, step.phase), "run_id": run_id,

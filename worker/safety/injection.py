@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from worker.text.words import strip_invisible
+from worker.text.words import hides_text, strip_invisible
 
 __all__ = ["InstructionScore", "injection_signals", "instruction_score", "strip_invisible"]
 
@@ -91,7 +91,10 @@ class InstructionScore:
         return strong or (meta and self.score >= FLAG_AT)
 
 
-_STRONG_NAMES = frozenset(name for name, _ in _STRONG)
+# Text hidden in invisible characters (``hides_text``): the model never sees it, yet a note
+# carrying a message nobody can read was written to be read by something; a strong signal.
+HIDDEN = "hidden_text"
+_STRONG_NAMES = frozenset(name for name, _ in _STRONG) | {HIDDEN}
 
 
 # ---- the gate: which patterns can match at all -----------------------------------------------
@@ -184,8 +187,16 @@ def instruction_score(text: str) -> InstructionScore:
     """Score ``text``: +3 per strong pattern, +2 when it addresses the model or "whoever
     combines these notes", +1 for second person, +1.5 for a command, +1.5 for "you/the
     assistant must", +1 per kind of machinery it names (at most 3). Invisible characters are
-    removed first, so "ig\u200bnore previous instructions" is caught."""
-    text = strip_invisible(text)
+    removed first, so "ig\u200bnore previous instructions" is caught; a message hidden in them
+    (a run of variation selectors or tag characters) is itself a strong signal."""
+    found = _score(strip_invisible(text))
+    if hides_text(text):
+        return InstructionScore(found.score + 3, (HIDDEN, *found.signals))
+    return found
+
+
+def _score(text: str) -> InstructionScore:
+    """``instruction_score`` of a text whose invisible characters are gone."""
     folded = _fold(text)
     tokens = _TOKENS.findall(folded)
     if _ANY_WORD.isdisjoint(tokens) and _ANY_FRAGMENT.search(folded) is None:

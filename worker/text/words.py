@@ -130,9 +130,11 @@ _POLARITY_KEYS = frozenset(stem(w) for w in _POLARITY_VERBS)
 
 # Control and invisible format characters (zero-width, bidi overrides, BOM, tag characters) can
 # hide instructions from a human reviewer while a model still reads them; \t and \n are kept.
+# So can variation selectors: 256 of them, one per byte, smuggle any text behind one visible
+# emoji. A model loses nothing without them (they pick a glyph's form, not its meaning).
 _INVISIBLE = re.compile(
     "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e"
-    "\u2060-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+    "\u2060-\u206f\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
 )
 
 
@@ -141,12 +143,30 @@ def strip_invisible(text: str) -> str:
     return _INVISIBLE.sub("", text)
 
 
-# What else shows nothing on its own, kept for the model (a variation selector still picks an
-# emoji's form): Unicode's other default-ignorable code points (the Hangul fillers, the
-# grapheme joiner, variation selectors, Khmer inherent vowels, Mongolian selectors, format
-# controls of musical and shorthand notation) and the blank braille cell.
+# Where invisible characters carry a message rather than shape one: two or more variation
+# selectors in a row (one picks a glyph; a run is bytes), a byte-valued selector (not the
+# emoji/text pair FE0E/FE0F) on an ASCII character, or tag characters other than one
+# subdivision flag's (the black flag, up to six tag letters or digits, the cancel tag).
+_SELECTOR = "[\ufe00-\ufe0f\U000e0100-\U000e01ef]"
+_HIDDEN = re.compile(
+    f"{_SELECTOR}{{2,}}|[\x00-\x7f][\ufe00-\ufe0d\U000e0100-\U000e01ef]|[\U000e0000-\U000e007f]")
+_FLAG_TAGS = re.compile("\U0001f3f4[\U000e0030-\U000e0039\U000e0061-\U000e007a]{1,6}\U000e007f")
+
+
+def hides_text(text: str) -> bool:
+    """Whether ``text`` carries a message in characters nobody sees ("tea👍" followed by a run
+    of variation selectors or tag characters spelling out an instruction); the model never
+    reads them (``strip_invisible``), the note is flagged for a human (R14)."""
+    if text.isascii():
+        return False
+    return _HIDDEN.search(_FLAG_TAGS.sub("", text)) is not None
+
+
+# What else shows nothing on its own, kept for the model: Unicode's other default-ignorable
+# code points (the Hangul fillers, the grapheme joiner, Khmer inherent vowels, Mongolian
+# selectors, format controls of musical and shorthand notation) and the blank braille cell.
 _BLANK_ALONE = re.compile(
-    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\uffa0"
     "\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0080-\U000e0fff]"
 )
 
