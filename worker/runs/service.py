@@ -129,7 +129,9 @@ def abandon_run(app: App, run_id: str, reason: str) -> None:
         if run is not None and run.status == RunStatus.QUEUED.value:
             uow.runs.set_status(run_id, RunStatus.FAILED.value, finished_at=utcnow(), error=reason)
             uow.commit()
-    log.warning("run.abandoned", run_id=run_id, reason=reason)
+    # Not a warning: the BrokerUnavailable raised next names the run (the CLI's one error
+    # line, the gate check task's failure); a second line on a terminal would repeat it.
+    log.info("run.abandoned", run_id=run_id, reason=reason)
 
 __all__ = [
     "BrokerUnavailable", "GateResult", "PhaseOutcome", "RunError", "UnknownScope",
