@@ -13,8 +13,9 @@ import structlog
 from worker.app import App
 from worker.clock import utcnow
 from worker.config import Settings
+from worker.domain.limits import visible_problem
 from worker.domain.types import RunStatus, Scope, StepStatus
-from worker.errors import BrokerUnavailable, RunError, RunNotFound, UnknownScope
+from worker.errors import BrokerUnavailable, InvalidRun, RunError, RunNotFound, UnknownScope
 from worker.runs import engine
 from worker.runs.context import Registry
 from worker.runs.create import busy_message, create_claimed_run, create_run, create_runs
@@ -80,6 +81,8 @@ def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator")
 
     A running executor notices at its next fenced write and stops; what it applied before
     stays recorded in the operation log, so `dream undo` can still revert it."""
+    if problem := visible_problem(reason):  # the run's reason on every dashboard
+        raise InvalidRun(f"reason {problem}; say why, or leave --reason out")
     now = utcnow()
     with app.uow() as uow:
         run = uow.runs.get(run_id)
