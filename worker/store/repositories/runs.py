@@ -39,6 +39,12 @@ _INSERT_STEP = insert(_STEPS)
 _INSERT_RUN = insert(_RUNS)
 # Runs waiting for an executor: never claimed, or interrupted by a lost lease.
 _UNCLAIMED = (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value)
+# How lists of runs are ordered, everywhere (`dream runs list`, the API, MCP, the dashboard's
+# pages): newest first, and among runs created together (a gate check creates them in one
+# statement, with one created_at) by scope key, as ``create_many`` inserts them, then by id,
+# so two reads, and consecutive pages, agree on one total order.
+NEWEST_FIRST = (DreamRunRow.created_at.desc(), DreamRunRow.scope_key, DreamRunRow.id)
+OLDEST_FIRST = (DreamRunRow.created_at, DreamRunRow.scope_key, DreamRunRow.id)
 # Rows per INSERT of ``create_many``: 18 columns a row keeps a chunk's parameters (9,000) well
 # under SQLite's 32,766 and PostgreSQL's 65,535 bound values per statement.
 CREATE_CHUNK = 500
@@ -241,7 +247,7 @@ class RunRepository:
         """Queued or interrupted runs, oldest first; with ``enqueued_before``, only those last
         handed to an executor before then (their message was lost or nobody consumes it)."""
         stmt = (select(DreamRunRow).where(DreamRunRow.status.in_(_UNCLAIMED))
-                .order_by(DreamRunRow.created_at))
+                .order_by(*OLDEST_FIRST))
         if enqueued_before is not None:
             enqueued = func.coalesce(DreamRunRow.enqueued_at, DreamRunRow.created_at)
             stmt = stmt.where(enqueued < enqueued_before)
@@ -288,9 +294,9 @@ class RunRepository:
         since: datetime | None = None, limit: int = 50, *,
         within: dict[str, str] | None = None,
     ) -> builtins.list[DreamRunRow]:
-        """Most recent first: of one ``scope``, or of every scope ``within`` names the columns
+        """``NEWEST_FIRST``: of one ``scope``, or of every scope ``within`` names the columns
         of (``{"agent_id": …, "user_id": …}``: all that agent's runs for that user)."""
-        stmt = select(DreamRunRow).order_by(DreamRunRow.created_at.desc()).limit(limit)
+        stmt = select(DreamRunRow).order_by(*NEWEST_FIRST).limit(limit)
         if scope is not None:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
         for column, value in (within or {}).items():
