@@ -14,7 +14,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.config import Settings
 from worker.domain.limits import visible_problem
-from worker.domain.types import RunStatus, Scope, StepStatus
+from worker.domain.types import RunStatus, Scope
 from worker.errors import BrokerUnavailable, InvalidRun, RunError, RunNotFound, UnknownScope
 from worker.runs import engine
 from worker.runs.context import Registry
@@ -100,10 +100,9 @@ def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator")
         if not done:
             raise RunError(f"run {run_id} changed while cancelling it; look again with "
                            f"`dream runs show {run_id}`")
-        for step in uow.runs.steps(run_id):
-            if step.parent_id is None and step.status == StepStatus.RUNNING.value:
-                uow.runs.update_step(step.id, status=StepStatus.SKIPPED.value,
-                                     error="run cancelled", finished_at=now)
+        # As an erasure's cancel records them: never "skipped", which says a phase was not
+        # asked for (and counts it done).
+        uow.runs.stop_steps([run_id], f"the run was cancelled: {reason}", now)
         uow.commit()
     log.info("run.cancelled", run_id=run_id, was=before)
     return before

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from worker.domain.types import (
     ACTIVE_RUN_STATUSES,
+    PHASES,
     RunStatus,
     Scope,
     StepStatus,
@@ -192,6 +193,37 @@ class RunRepository:
                    _STEPS.c.status == StepStatus.RUNNING.value)
             .values(status=StepStatus.INTERRUPTED.value, error=f"interrupted; {why}",
                     finished_at=now))
+
+    def stop_steps(self, run_ids: builtins.list[str], why: str, now: datetime) -> None:
+        """Runs stopped for good (cancelled by the operator, or by their user's erasure): the
+        parent steps their attempts left running end ``interrupted`` ("interrupted; ``why``",
+        ``interrupt_steps``), and each phase a run never reached gets a parent step that says
+        so ("not started; ``why``", also ``interrupted``), so a stopped run shows its four
+        phases whichever executor had it (in-process opens all four with its claim, Celery's
+        tasks one at a time) and a dashboard reads why each did not finish."""
+        if not run_ids:
+            return
+        self.interrupt_steps(run_ids, why, now)
+        conn = self.session.connection()
+        scopes = dict(conn.execute(select(_RUNS.c.id, _RUNS.c.scope_key)
+                                   .where(_RUNS.c.id.in_(run_ids))).all())
+        steps = conn.execute(select(_STEPS.c.run_id, _STEPS.c.phase, _STEPS.c.parent_id,
+                                    _STEPS.c.seq).where(_STEPS.c.run_id.in_(run_ids))).all()
+        reached = {(s.run_id, s.phase) for s in steps if s.parent_id is None}
+        last = {s.run_id: s.seq for s in sorted(steps, key=lambda s: s.seq)}
+        rows = []
+        for run_id, scope_key in sorted(scopes.items()):
+            missing = [p for p in PHASES if (run_id, p) not in reached]
+            for i, phase in enumerate(missing, start=1):  # after its steps, in phase order
+                at = now + timedelta(microseconds=i)
+                rows.append({"id": str(uuid.uuid4()), "run_id": run_id, "parent_id": None,
+                             "scope_key": scope_key, "phase": phase, "name": phase,
+                             "seq": last.get(run_id, 0) + i,
+                             "status": StepStatus.INTERRUPTED.value, "input": {},
+                             "error": f"not started; {why}", "started_at": at,
+                             "finished_at": at})
+        if rows:
+            conn.execute(_INSERT_STEP, rows)
 
     def finish_fenced(self, run_id: str, epoch: int, status: str, scope: Scope,
                       **values: Any) -> bool:
