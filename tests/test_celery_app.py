@@ -32,7 +32,8 @@ def test_r07_enqueue_uses_no_countdown_or_eta() -> None:
 
     from worker import tasks
 
-    senders = (tasks.enqueue_run, tasks.enqueue_runs, tasks._publish, tasks.gate_check)
+    senders = (tasks.enqueue_run, tasks.enqueue_runs, tasks.send_runs, tasks._publish,
+               tasks.gate_check)
     source = "".join(inspect.getsource(f) for f in senders)
     assert "apply_async(" in source  # the functions that send the messages, not wrappers alone
     assert "countdown" not in source and "eta=" not in source

@@ -108,13 +108,15 @@ def test_enqueue_runs_sends_one_message_per_run_over_one_producer(
 def test_an_unreachable_broker_fails_the_run_being_sent_and_leaves_the_rest(
         sqlite_app: App) -> None:
     """Nothing answers at the broker URL: the first run is failed at once with the reason (its
-    scope freed), the error is one line naming the broker, and the runs after it stay queued
-    for the gate check to hand out again (R30)."""
+    scope freed), the error is one line naming the broker, the run that failed and how many
+    stay queued, and the runs after it stay queued for the gate check to hand out again (R30)."""
     run_ids = _runs(sqlite_app, 3)
     out = _probe(sqlite_app, "redis://127.0.0.1:1/0", "dream-nowhere", "phase", run_ids)
     error = out["error"]
     assert error is not None and "\n" not in error
     assert error.startswith("cannot reach the broker at redis://127.0.0.1:1/0 (")
+    assert (f"; run {run_ids[0]} failed unsent after 0 of 3 were sent, 2 more stay queued for "
+            "the gate check to hand out again after 3600 s; check DREAM_BROKER_URL") in error
     with sqlite_app.uow() as uow:
         runs = [uow.runs.get(r) for r in run_ids]
         assert [(r.status, r.error) for r in runs if r is not None] == [

@@ -8,7 +8,7 @@ re-schedules its own task instead of holding the worker."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import structlog
@@ -119,10 +119,18 @@ def enqueue_run(run_id: str, dream_app: App | None = None) -> None:
 
 
 def enqueue_runs(run_ids: Sequence[str], dream_app: App | None = None) -> None:
-    """``enqueue_run`` for each run, all over one producer taken from the pool once (a gate
-    check hands out thousands). A broker failure abandons the run being sent (failed, the
-    scope freed) and raises BrokerUnavailable: runs sent before it stay sent, runs after it
-    stay queued until the gate check hands them out again (R30)."""
+    """``enqueue_run`` for each run, all over one producer (``send_runs``)."""
+    for _ in send_runs(run_ids, dream_app):
+        pass
+
+
+def send_runs(run_ids: Sequence[str], dream_app: App | None = None) -> Iterator[str]:
+    """Send each run's message, all over one producer taken from the pool once (a gate check
+    hands out thousands), yielding each run id once its message is sent (what the caller does
+    with it runs outside this function's error handling: a closed stdout is not a broker
+    failure). A broker failure abandons the run being sent (failed, the scope freed) and raises
+    BrokerUnavailable saying so: runs sent before it stay sent, runs after it stay queued until
+    the gate check hands them out again (R30)."""
     if not run_ids:
         return
     dream_app = dream_app or resources()
@@ -132,11 +140,24 @@ def enqueue_runs(run_ids: Sequence[str], dream_app: App | None = None) -> None:
             for run_id in run_ids:
                 _publish(run_id, dream_app.settings.celery_tasks, producer)
                 sent += 1
+                yield run_id
     except (KombuOperationalError, OSError) as exc:
+        cut = ""
         if sent < len(run_ids):  # (not a failure to hand the producer back after the last)
             service.abandon_run(dream_app, run_ids[sent],
                                 f"could not enqueue: {type(exc).__name__}")
-        raise service.BrokerUnavailable(_broker_message(exc, dream_app.settings.broker_url)) from None
+            cut = _cut_short(sent, run_ids, dream_app.settings.queued_timeout_seconds)
+        raise service.BrokerUnavailable(
+            _broker_message(exc, dream_app.settings.broker_url, cut)) from None
+
+
+def _cut_short(sent: int, run_ids: Sequence[str], timeout: int) -> str:
+    """What a broker failure after ``sent`` messages left, as one clause (run ids only)."""
+    left = len(run_ids) - sent - 1
+    return (f"run {run_ids[sent]} failed unsent"
+            + (f" after {sent} of {len(run_ids)} were sent" if len(run_ids) > 1 else "")
+            + (f", {left} more {'stays' if left == 1 else 'stay'} queued for the gate check "
+               f"to hand out again after {timeout} s" if left else ""))
 
 
 def _publish(run_id: str, celery_tasks: str, producer: Producer) -> None:
@@ -196,8 +217,9 @@ def _first_line(exc: Exception) -> str:
     return " ".join(str(exc).split())[:160] or type(exc).__name__
 
 
-def _broker_message(exc: Exception, url: str | None = None) -> str:
+def _broker_message(exc: Exception, url: str | None = None, what_happened: str = "") -> str:
     # The URL as configured (kombu's as_uri() shows a default password the URL never had).
     where = masked_url(url or str(app.conf.broker_url))
-    return (f"cannot reach the broker at {where} ({_first_line(exc)}); check "
+    return (f"cannot reach the broker at {where} ({_first_line(exc)})"
+            f"{'; ' + what_happened if what_happened else ''}; check "
             "DREAM_BROKER_URL and that the broker it names is running")

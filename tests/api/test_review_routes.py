@@ -63,6 +63,21 @@ def test_list_show_and_decline_are_scoped(client: TestClient, api_app: App) -> N
     assert again.status_code == 409 and "already declined" in again.json()["detail"]
 
 
+def test_a_decision_by_or_reason_with_nothing_visible_is_a_422(client: TestClient,
+                                                               api_app: App) -> None:
+    """``by`` (who decided) and ``reason`` are recorded for people to read: invisible-only
+    ones were recorded (``by`` as "api:… (\u200b)"). Now each is a 422 naming the field, and
+    the item stays open."""
+    item = _seed(api_app)
+    for field, verb in (("by", "approve"), ("by", "decline"), ("reason", "decline")):
+        r = client.post(f"/api/review/{verb}", json={"item_id": item, field: "\u200b\u2060"},
+                        headers=auth(AGENT_1))
+        assert r.status_code == 422, (field, verb, r.text)
+        assert f"{field}" in r.json()["detail"] and "no visible text" in r.json()["detail"]
+    listed = client.get("/api/review/items", headers=auth(AGENT_1)).json()
+    assert [(i["id"], i["status"]) for i in listed["items"]] == [(item, "open")]
+
+
 def test_review_page_forms_need_the_csrf_token_and_the_same_site(client: TestClient,
                                                                  api_app: App) -> None:
     """The signed-in cookie alone cannot approve: no CSRF token, a wrong one, a cross-site or

@@ -131,6 +131,19 @@ USER_ERRORS = [
     (["review", "approve", "nope"], None, {}, "'nope' is not an item id"),
     (["notes", "import", "-"], '{"agent_id": "a1", "content": "tab\there"}\n', {},
      "not valid JSON (Invalid control character at column 35)"),
+    # text someone reads with nothing visible in it: imported, or a scope nobody can read
+    # (before: accepted; an id or a name of zero-width spaces and Hangul fillers)
+    (["notes", "import", "-"], json.dumps({"agent_id": "\u200b", "content": "x"}) + "\n", {},
+     "line 1: agent_id has no visible character"),
+    (["sessions", "add", "--agent", "\u3164"], None, {}, "'--agent': has no visible character"),
+    (["entities", "import", "-"], json.dumps({"kind": "agent", "id": "a9",
+                                              "name": "\u200b\u200b"}) + "\n", {},
+     "line 1: name has no visible text"),
+    (["entities", "import", "-"], json.dumps({"kind": "conversation", "id": "c9",
+                                              "deleted_reason": " \u2800"}) + "\n", {},
+     "line 1: deleted_reason has no visible text"),
+    (["runs", "cancel", "no-such-run", "--reason", "\u2060"], None, {},
+     "reason has no visible text"),
 ]
 
 # The exit code of each error's class (worker.errors): 2 (invalid input or usage) unless here.
@@ -397,6 +410,22 @@ def test_runs_list_filters_by_agent_user_company_and_status(db: App) -> None:
     assert "no runs match" in dream(url_of(db), "runs", "list", "--agent", "a3").stdout
     assert "'--status': 'done' is not one of" in one_error_line(
         dream(url_of(db), "runs", "list", "--status", "done"))
+
+
+def test_a_cancel_reason_with_nothing_visible_is_refused_and_the_run_stays(db: App) -> None:
+    """The reason is the run's status_reason on every dashboard: one of zero-width characters
+    cancelled the run with a reason nobody could read. Now it is one line naming --reason,
+    exit 2, and the run is still queued."""
+    from worker.domain.types import Scope
+    from worker.runs import service
+
+    run_id = service.create_run(db, Scope("a1"))
+    assert run_id is not None
+    line = one_error_line(dream(url_of(db), "runs", "cancel", run_id, "--reason", "\u200b "))
+    assert "reason has no visible text" in line and "--reason" in line
+    with db.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and (run.status, run.status_reason) == ("queued", None)
 
 
 def test_runs_list_finds_the_runs_kept_of_an_erased_user(app: App) -> None:

@@ -52,3 +52,23 @@ def test_bad_line_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert "line 2: success_score must be between 0.0 and 100.0" in result.output
     assert _count(app) == 0
     app.dispose()
+
+
+@pytest.mark.parametrize(("key", "text"), [
+    ("input", "\u200b\u2060"),  # zero-width space, word joiner
+    ("output", "\u3164 \u2800"),  # a Hangul filler and a blank braille cell
+    ("output", " \ufeff\t"),  # a byte-order mark between whitespace
+])
+def test_an_example_with_nothing_visible_is_refused_and_nothing_written(
+        sqlite_app: App, key: str, text: str) -> None:
+    """An example is shown to a model and to a reviewer: one whose input or output shows
+    nothing was imported (before: only an empty or all-whitespace one was refused). Now the
+    line is refused, named with its field, and no example of the file is written."""
+    from worker.ingest import InputError, import_examples
+
+    lines = [json.dumps({"agent_id": "a", "input": "q", "output": "a"}),
+             json.dumps({"agent_id": "a", "input": "q2", "output": "a2", key: text})]
+    with pytest.raises(InputError) as refused:
+        import_examples(sqlite_app, lines)
+    assert str(refused.value).startswith(f"line 2: {key} has no visible text")
+    assert _count(sqlite_app) == 0

@@ -49,13 +49,20 @@ def test_fuse_and_keep_apart_refuse_ids_no_note_can_have(app: App, ids: list[str
     assert _states(app, "agent-a") == before
 
 
-def test_review_decline_refuses_a_reason_no_backend_can_store(app: App) -> None:
-    """A reason with a lone surrogate is ``invalid`` and the item stays open (before: an internal
-    error from the driver, as the API's schema already refused it with 422)."""
+@pytest.mark.parametrize(("reason", "says"), [
+    # a lone surrogate: before, an internal error from the driver (the API's schema: 422)
+    ("no \ud800", "invalid: reason"),
+    # nothing visible: before, recorded as the reason a reviewer and later runs read
+    ("\u200b\u3164", "invalid: reason has no visible text"),
+])
+def test_review_decline_refuses_a_reason_no_one_can_store_or_read(app: App, reason: str,
+                                                                   says: str) -> None:
+    """A reason no backend can store or with nothing visible is ``invalid`` naming the reason,
+    and the item stays open."""
     items = _seed_review(app)
     item = items["agent-a"][0]
-    (answer,) = _refusals(app, [("review_decline", {"item_id": item, "reason": "no \ud800"})])
-    assert "invalid: reason" in answer, answer
+    (answer,) = _refusals(app, [("review_decline", {"item_id": item, "reason": reason})])
+    assert says in answer, answer
     with app.uow() as uow:
         assert uow.review.get(Scope("agent-a"), item).status == "open"
 

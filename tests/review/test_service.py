@@ -170,6 +170,21 @@ def test_decline_is_remembered_and_run_items_are_decided_together(app: App) -> N
     assert "no open review items" in _cli(app, "review", "list", "--agent", "agent-1").output
 
 
+def test_a_decline_reason_with_nothing_visible_is_refused_and_the_item_stays_open(
+        app: App) -> None:
+    """The reason is recorded on the item and in the verdict memory a later run reads: one of
+    invisible characters was recorded as the reason (CLI, API and MCP alike, through the
+    service). Now it is one line naming the reason, exit 2, and the item stays open."""
+    _seed(app)
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    refused = _cli(app, "review", "decline", str(item), "--agent", "agent-1",
+                   "--reason", "\u200b\u3164")
+    assert refused.exit_code == 2 and refused.stdout == ""
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("error: reason has no visible text") and "leave it out" in line
+    assert [i["id"] for i in list_items(app, SCOPE)] == [item]
+
+
 def test_another_scopes_item_is_not_found(app: App) -> None:
     """agent-2's item cannot be shown, approved or declined as agent-1."""
     _seed(app)

@@ -86,3 +86,96 @@ def test_a_run_given_up_leaves_no_step_running(app: App) -> None:
     assert statuses == {"consolidate": [StepStatus.NO_ITEMS.value],
                         **{p: [StepStatus.INTERRUPTED.value]
                            for p in ("contradictions", "prune", "archive")}}
+
+
+USER_SCOPE = Scope("agent-1", "u1")
+
+
+def _stopped_by(app: App, stop: str, run_id: str) -> str:
+    """Stop the run for good as ``stop`` says: the operator's cancel or its user's erasure; the
+    words every step the run did not finish must carry."""
+    if stop == "operator":
+        service.cancel_run(app, run_id, "bad deploy")
+        return "the run was cancelled: bad deploy"
+    from worker.safety.erase import erase
+
+    erase(app, user_id=USER_SCOPE.user_id)
+    return "the run was cancelled: its user was erased"
+
+
+def _killed_in_contradictions_of(app: App, scope: Scope) -> str:
+    add_notes(app, {"content": "a note", "user_id": scope.user_id})
+    run_id = service.create_run(app, scope, force=True)
+    assert run_id is not None
+    with pytest.raises(Killed):
+        engine.execute_run(app, run_id, {**QUIET, "contradictions": _killed})
+    return run_id
+
+
+def _step_lines(app: App, run_id: str) -> list[tuple[str, str, str]]:
+    """(phase, status, error) of each phase step, in phase order, attempts in step order."""
+    steps = run_tree(app, run_id)["steps"]
+    return [(str(s["phase"]), str(s["status"]), str(s["error"]))
+            for s in sorted(steps, key=lambda s: PHASES.index(str(s["phase"])))]
+
+
+@pytest.mark.parametrize("stop", ["operator", "erasure"])
+def test_a_run_stopped_in_process_says_which_phases_it_stopped_and_why(app: App,
+                                                                       stop: str) -> None:
+    """In-process a run opens all four phase steps with its claim. Stopped in contradictions,
+    the operator's cancel marked the three open ones ``skipped`` ("run cancelled": a phase not
+    asked for, counted done), an erasure of its user ``interrupted`` with its reason. Now both
+    end ``interrupted`` with who stopped the run and why; what finished stays as it was."""
+    run_id = _killed_in_contradictions_of(app, USER_SCOPE)
+    why = _stopped_by(app, stop, run_id)
+    assert _step_lines(app, run_id) == [
+        ("consolidate", StepStatus.NO_ITEMS.value, "None"),
+        *((p, StepStatus.INTERRUPTED.value, f"interrupted; {why}")
+          for p in ("contradictions", "prune", "archive"))]
+    assert run_tree(app, run_id)["status"] == RunStatus.CANCELLED.value
+
+
+@pytest.mark.parametrize("stop", ["operator", "erasure"])
+def test_a_run_stopped_between_celery_tasks_shows_the_phases_it_never_started(
+        app: App, stop: str) -> None:
+    """On Celery a run opens one phase step per task: cancelled after its first task, it
+    showed that one step and nothing of the other three. Now each phase it never reached has
+    a step saying so, with the same reason, after the ones it ran."""
+    add_notes(app, {"content": "a note", "user_id": USER_SCOPE.user_id})
+    run_id = service.create_run(app, USER_SCOPE, force=True)
+    assert run_id is not None
+    assert engine.execute_phase(app, run_id, "consolidate", QUIET).status is None
+    why = _stopped_by(app, stop, run_id)
+    assert _step_lines(app, run_id) == [
+        ("consolidate", StepStatus.NO_ITEMS.value, "None"),
+        *((p, StepStatus.INTERRUPTED.value, f"not started; {why}") for p in PHASES[1:])]
+
+
+def test_a_queued_run_cancelled_shows_four_phases_never_started(app: App) -> None:
+    """A run cancelled before any executor took it: four steps "not started" with the reason
+    (before: no step at all, as if it had never been asked for)."""
+    add_notes(app, {"content": "a note"})
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    service.cancel_run(app, run_id, "bad deploy")
+    assert _step_lines(app, run_id) == [
+        (p, StepStatus.INTERRUPTED.value, "not started; the run was cancelled: bad deploy")
+        for p in PHASES]
+
+
+def test_an_erasure_that_interrupts_a_run_says_so_on_its_open_steps_at_once(app: App) -> None:
+    """An erasure of one note interrupts the running run of its scope (resumed later from a
+    fresh read): its open steps read ``running`` until the resume, which then blamed "retried
+    by attempt 2". Now they end ``interrupted`` at once, naming the erasure; the resume runs
+    those phases under steps of its own."""
+    from worker.safety.erase import erase
+
+    add_notes(app, {"id": "gone", "content": "erase me"})
+    run_id = _killed_in_contradictions(app)
+    erase(app, note_id="gone")
+    why = "an erasure in its scope interrupted the run; it resumes from a fresh read"
+    assert _step_lines(app, run_id)[1:] == [
+        (p, StepStatus.INTERRUPTED.value, f"interrupted; {why}")
+        for p in ("contradictions", "prune", "archive")]
+    assert engine.execute_run(app, run_id, QUIET) == RunStatus.SUCCEEDED.value
+    assert [s[1] for s in _step_lines(app, run_id)].count(StepStatus.NO_ITEMS.value) == 4

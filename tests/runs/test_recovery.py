@@ -210,11 +210,12 @@ def test_cancelling_a_running_run_stops_its_executor_cleanly(
     assert outcome == [RunStatus.CANCELLED.value]
     tree = run_tree(app, run_id)
     assert tree["status_reason"] == "operator stop"
-    # In-process every phase's parent step is opened with the claim; the cancel skipped them
-    # all and none ran (no step finished, no child step recorded).
+    # In-process every phase's parent step is opened with the claim; the cancel interrupted
+    # them all, saying why, and none ran (no step finished, no child step recorded).
     steps = tree["steps"]
     assert [s["phase"] for s in steps] == list(PHASES)
-    assert {(s["status"], s["error"]) for s in steps} == {("skipped", "run cancelled")}
+    assert {(s["status"], s["error"]) for s in steps} == {
+        ("interrupted", "interrupted; the run was cancelled: operator stop")}
     assert all(not s["children"] for s in steps)
 
 

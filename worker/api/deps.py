@@ -65,6 +65,29 @@ def query_scope(key: str | None, agent_id: str | None, user_id: str | None,
     return scope
 
 
+def runs_filter(who: Principal, key: str | None, agent_id: str | None, user_id: str | None,
+                company_id: str | None) -> tuple[Scope | None, dict[str, str]]:
+    """What a runs list shows, as ``RunRepository.list`` takes it: one exact scope (``key``),
+    or every scope whose parts equal the ones given (``agent_id`` and/or ``user_id`` /
+    ``company_id``: `dream runs list --agent A --user U`), or everything. A scoped token sees
+    its own scope only: a filter its scope does not match is "not found", one it matches
+    lists its own scope, never the agent's other scopes."""
+    named = {k: v for k, v in (("agent_id", agent_id), ("user_id", user_id),
+                               ("company_id", company_id)) if v is not None}
+    if key and named:
+        raise InvalidInput("give scope (one scope) or agent_id/user_id/company_id (every scope "
+                           "with those parts), not both")
+    for name, value in named.items():  # any id, the erased users' placeholder too: a filter
+        if problem := ident_problem(value):
+            raise InvalidInput(f"{name} {problem}")
+    exact = query_scope(key, None, None, None)
+    if who.scope is None:
+        return exact, named
+    if exact not in (None, who.scope) or any(getattr(who.scope, k) != v for k, v in named.items()):
+        raise NotFound("no such scope")
+    return who.scope, {}
+
+
 def _scope_from_key(key: str) -> Scope:
     try:
         scope = Scope.from_key(key)

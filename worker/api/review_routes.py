@@ -15,7 +15,7 @@ from pydantic import Field
 
 from worker.api.auth import Principal
 from worker.api.deps import Caller, DreamApp, query_scope, scope_for
-from worker.api.schemas import Body, Ident, ScopeIn
+from worker.api.schemas import Body, Ident, ScopeIn, VisibleText
 from worker.domain.limits import INT_MAX
 
 router = APIRouter(prefix="/api/review", tags=["review"])
@@ -32,7 +32,7 @@ class DecisionIn(Body):
     item_id: int | None = Field(None, ge=1, le=INT_MAX)
     run_id: Ident | None = None
     all: bool = False
-    by: str | None = Field(None, max_length=100, description="Who decides (recorded).")
+    by: VisibleText | None = Field(None, max_length=100, description="Who decides (recorded).")
 
 
 class DeclineIn(DecisionIn):

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from worker.domain.limits import ID_MAX, scope_problem, text_problem
+from worker.domain.limits import ID_MAX, scope_problem, text_problem, visible_problem
 from worker.domain.types import Scope
 from worker.host.fusion import MAX_SOURCE_IDS
 
 # Ids and scope parts: no NUL (PostgreSQL text cannot hold it), at most the column width.
 Ident = Annotated[str, Field(min_length=1, max_length=ID_MAX, pattern=r"^[^\x00]+$")]
+
+
+def _visible(value: str) -> str:
+    if problem := visible_problem(value):
+        raise ValueError(problem)
+    return value
+
+
+# Text someone reads (who decided, why): when given, something visible in it.
+VisibleText = Annotated[str, AfterValidator(_visible)]
 
 
 class Body(BaseModel):

@@ -50,7 +50,7 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     """Run a dream for one scope (in-process by default) or for every due scope.
 
     --due also resumes every queued or interrupted run (a killed run, a lost broker message)."""
-    from worker.runs.start import NotDue, RunRequest, Via, dispatch_run, require_broker, start_run
+    from worker.runs.start import NotDue, RunRequest, Via, start_run
 
     if bool(agent) == due:
         raise UserError("give either --agent (with optional --user/--company) or --due")
@@ -63,14 +63,7 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     app = cli_app(ctx)
     via = Via.CELERY if via_celery else Via.HERE
     if not agent:
-        if via_celery:
-            require_broker(app)  # before any run row is written
-        codes = [0]
-        for run_id in _due_runs(app, clock, in_process=not via_celery):
-            status = dispatch_run(app, run_id, via)
-            _report(app, run_id, status, via)
-            codes.append(run_exit_code(status))
-        ctx.exit(max(codes))
+        ctx.exit(_run_due(app, clock, via))
 
     request = RunRequest(Scope(agent, user, company), trigger="cli", force=force,
                          dry_run=dry_run, allow_retire=allow_retire, phases=phases, clock=clock)
@@ -93,6 +86,28 @@ RUN_EXIT_CODES = {RunStatus.BLOCKED.value: Outcome.BLOCKED,
 
 def run_exit_code(status: str) -> int:
     return int(RUN_EXIT_CODES.get(status, Outcome.DONE))
+
+
+def _run_due(app: App, clock: datetime | None, via: str) -> int:
+    """`dream run --due`: the runs the gate hands out, executed here one after the other, or
+    sent to the broker over one producer as the gate check task sends them (a "queued" line
+    for each run sent; a broker that fails mid-way is one error line saying what was sent and
+    what stays queued). The exit code of the worst run."""
+    from worker.runs.start import Via, dispatch_run, require_broker
+
+    if via == Via.CELERY:
+        from worker.tasks import send_runs
+
+        require_broker(app)  # before any run row is written
+        for run_id in send_runs(_due_runs(app, clock, in_process=False), app):
+            _report(app, run_id, RunStatus.QUEUED.value, via)
+        return int(Outcome.DONE)
+    codes = [int(Outcome.DONE)]
+    for run_id in _due_runs(app, clock, in_process=True):
+        status = dispatch_run(app, run_id, Via.HERE)
+        _report(app, run_id, status, via)
+        codes.append(run_exit_code(status))
+    return max(codes)
 
 
 def _due_runs(app: App, clock: datetime | None, in_process: bool) -> list[str]:

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from worker.domain.types import ERASED_USER, Scope
+from worker.text.words import is_blank
 
 ID_MAX = 64  # String(64) columns: note, run, session, entity and scope-part ids
 SCOPE_KEY_MAX = 400  # String(400): the JSON scope key, with non-ASCII escaped as \uXXXX
@@ -30,6 +31,19 @@ def text_problem(value: str) -> str | None:
     return None
 
 
+# What a field with nothing to read is told (a note's content, an example's input, a reason,
+# a name, an id): it would show as nothing to whoever reads it, a person or a model.
+NOTHING_VISIBLE = ("has no visible text (only whitespace or invisible characters such as "
+                   "zero-width spaces)")
+
+
+def visible_problem(value: str) -> str | None:
+    """Why ``value`` cannot be text someone reads (nothing visible in it, or not storable)."""
+    if is_blank(value):
+        return NOTHING_VISIBLE
+    return text_problem(value)
+
+
 def json_syntax_problem(exc: json.JSONDecodeError) -> str:
     """``Expecting value at column 7``: the decoder's message with its column. Some messages
     already end in "at" ("Invalid control character at"), which must not be doubled. Python's
@@ -43,6 +57,9 @@ def ident_problem(value: str) -> str | None:
     """Why ``value`` cannot be an id or a scope part, or None."""
     if not value.strip():
         return "must be a non-empty string"
+    # (printable ASCII with a non-space character shows: the common id skips the scan)
+    if not (value.isascii() and value.isprintable()) and is_blank(value):
+        return "has no visible character (only invisible ones such as zero-width spaces)"
     if len(value) > ID_MAX:
         return f"has {len(value)} characters; ids are at most {ID_MAX}"
     return text_problem(value)

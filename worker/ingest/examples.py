@@ -10,7 +10,7 @@ from typing import Any
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.limits import INT_MAX
+from worker.domain.limits import INT_MAX, visible_problem
 from worker.domain.types import NoteStatus
 from worker.ingest.fields import (
     choice,
@@ -33,9 +33,11 @@ def parse_example(obj: dict[str, Any], number: int, now: datetime) -> dict[str, 
     if unknown:
         raise InputError(f"line {number}: unknown field {unknown[0]!r}")
     scope = parse_scope(obj, number)
-    for key in ("input", "output"):
+    for key in ("input", "output"):  # what a model is shown as an example, and a reviewer
         if not isinstance(obj.get(key), str) or not obj[key].strip():
             raise InputError(f"line {number}: {key} is required and must be a non-empty string")
+        if problem := visible_problem(obj[key]):
+            raise InputError(f"line {number}: {key} {problem}")
     score = obj.get("success_score")
     if score is not None:
         score = opt_number(obj, "success_score", number, 0.0, lo=0.0, hi=100.0)

@@ -13,6 +13,7 @@ from worker.clock import parse_timestamp
 from worker.domain.limits import (
     ident_problem,
     scope_problem,
+    visible_problem,
 )
 from worker.domain.types import Scope
 from worker.ingest.jsonl import InputError
@@ -39,11 +40,15 @@ def opt_str(obj: dict[str, Any], key: str, number: int) -> str | None:
 
 
 def opt_text(obj: dict[str, Any], key: str, number: int, max_chars: int) -> str | None:
+    """Optional text someone reads (a name, a reason): absent or null, or something visible."""
     value = obj.get(key)
     if value is None:
         return None
     if not isinstance(value, str):
         raise InputError(f"line {number}: {key} must be a string")
+    if problem := visible_problem(value):
+        raise InputError(f"line {number}: {key} {problem}; leave it out (or null) when there "
+                         "is none")
     if len(value) > max_chars:
         raise InputError(f"line {number}: {key} has {len(value)} characters; the limit is {max_chars}")
     return value

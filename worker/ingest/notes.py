@@ -16,7 +16,7 @@ import numpy as np
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.limits import INT_MAX, ident_problem
+from worker.domain.limits import INT_MAX, ident_problem, visible_problem
 from worker.domain.types import NoteStatus, NoteType, Protection, Scope, content_hash
 from worker.ingest.fields import (
     choice,
@@ -29,7 +29,6 @@ from worker.ingest.fields import (
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
 from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
 from worker.store.uow import UnitOfWork
-from worker.text.words import is_blank
 
 NOTE_FIELDS = {
     "id", "agent_id", "user_id", "company_id", "content", "type", "created_at", "updated_at",
@@ -100,9 +99,8 @@ def _content(value: object, number: int) -> str:
     """A note's text: a string with something to read in it."""
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"line {number}: content is required and must be a non-empty string")
-    if is_blank(value):
-        raise InputError(f"line {number}: content has no visible text (only invisible "
-                         "characters such as zero-width spaces)")
+    if problem := visible_problem(value):
+        raise InputError(f"line {number}: content {problem}")
     return value
 
 

@@ -18,20 +18,14 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import (
-    REVIEW_TRIGGER,
-    Note,
-    RunStatus,
-    Scope,
-    StepStatus,
-    fingerprint_notes,
-)
+from worker.domain.limits import visible_problem
+from worker.domain.types import REVIEW_TRIGGER, RunStatus, Scope, StepStatus
 from worker.errors import Conflict, NotFound
 from worker.errors import InvalidInput as Invalid
 from worker.review.apply import GUARDED, LOST, OK, apply_change, at_versions, end_lost_run
 from worker.review.batch_guard import BatchGuard
+from worker.review.declined import remember_declined
 from worker.review.items import (
-    DECLINED_KIND,
     ChangeKind,
     Decided,
     ItemStatus,
@@ -161,6 +155,8 @@ def _selected(app: App, scope: Scope, selector: Selector) -> list[Any]:
 def decline(app: App, scope: Scope, selector: Selector, by: str,
             reason: str | None = None) -> list[Decided]:
     """Decline and remember until a note changes; a named item decided meanwhile: Conflict."""
+    if reason is not None and (problem := visible_problem(reason)):
+        raise Invalid(f"reason {problem}; leave it out when there is none")
     out = []
     for row in _selected(app, scope, selector):
         change = ProposedChange.from_row(row)
@@ -171,37 +167,13 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
                 out.append(Decided(row.id, "refused", closed_line(_get(uow, scope, row.id),
                                                                   meanwhile=True)))
                 continue
-            _remember_declined(uow, scope, change, reason, now)
+            remember_declined(uow, scope, change, reason, now)
             uow.commit()
         out.append(Decided(row.id, ItemStatus.DECLINED.value, f"declined item {row.id}"))
     log.info("review.declined", scope=scope.key, items=len(out), by=by)
     if selector.item_id is not None and out[0].status != ItemStatus.DECLINED.value:
         raise Conflict(out[0].line)
     return out
-
-
-def _remember_declined(uow: Any, scope: Scope, change: ProposedChange, reason: str | None,
-                       now: Any) -> None:
-    """The review's own memory, plus the phase's verdict memory so no model is asked again."""
-    from worker.phases.consolidate.decision import KEEP_SEPARATE
-    from worker.phases.consolidate.decision import KIND as CLUSTER_KIND
-    from worker.phases.contradictions.core import JUDGEMENT_KIND as PAIR_KIND
-
-    ids = change.note_ids
-    why = f"declined in review: {reason}" if reason else "declined in review"
-    uow.judgements.record(scope, DECLINED_KIND, change.fingerprint, ids, "declined", why, None,
-                          now)
-    members = _members_fingerprint(scope, change.versions)
-    if change.kind == ChangeKind.MERGE:
-        uow.judgements.record(scope, CLUSTER_KIND, members, ids, KEEP_SEPARATE, why, None, now)
-    elif change.kind in (ChangeKind.REVOKE, ChangeKind.FLAG):
-        uow.judgements.record(scope, PAIR_KIND, members, ids, "declined", why, None, now)
-
-
-def _members_fingerprint(scope: Scope, versions: dict[str, int]) -> str:
-    """``fingerprint_notes`` of the item's notes at the versions it was planned on."""
-    return fingerprint_notes([Note(id=i, scope=scope, content="", version=v)
-                              for i, v in versions.items()])
 
 
 def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided]:

@@ -13,8 +13,9 @@ import structlog
 from worker.app import App
 from worker.clock import utcnow
 from worker.config import Settings
-from worker.domain.types import RunStatus, Scope, StepStatus
-from worker.errors import BrokerUnavailable, RunError, RunNotFound, UnknownScope
+from worker.domain.limits import visible_problem
+from worker.domain.types import RunStatus, Scope
+from worker.errors import BrokerUnavailable, InvalidRun, RunError, RunNotFound, UnknownScope
 from worker.runs import engine
 from worker.runs.context import Registry
 from worker.runs.create import busy_message, create_claimed_run, create_run, create_runs
@@ -80,6 +81,8 @@ def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator")
 
     A running executor notices at its next fenced write and stops; what it applied before
     stays recorded in the operation log, so `dream undo` can still revert it."""
+    if problem := visible_problem(reason):  # the run's reason on every dashboard
+        raise InvalidRun(f"reason {problem}; say why, or leave --reason out")
     now = utcnow()
     with app.uow() as uow:
         run = uow.runs.get(run_id)
@@ -97,10 +100,9 @@ def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator")
         if not done:
             raise RunError(f"run {run_id} changed while cancelling it; look again with "
                            f"`dream runs show {run_id}`")
-        for step in uow.runs.steps(run_id):
-            if step.parent_id is None and step.status == StepStatus.RUNNING.value:
-                uow.runs.update_step(step.id, status=StepStatus.SKIPPED.value,
-                                     error="run cancelled", finished_at=now)
+        # As an erasure's cancel records them: never "skipped", which says a phase was not
+        # asked for (and counts it done).
+        uow.runs.stop_steps([run_id], f"the run was cancelled: {reason}", now)
         uow.commit()
     log.info("run.cancelled", run_id=run_id, was=before)
     return before
@@ -129,7 +131,9 @@ def abandon_run(app: App, run_id: str, reason: str) -> None:
         if run is not None and run.status == RunStatus.QUEUED.value:
             uow.runs.set_status(run_id, RunStatus.FAILED.value, finished_at=utcnow(), error=reason)
             uow.commit()
-    log.warning("run.abandoned", run_id=run_id, reason=reason)
+    # Not a warning: the BrokerUnavailable raised next names the run (the CLI's one error
+    # line, the gate check task's failure); a second line on a terminal would repeat it.
+    log.info("run.abandoned", run_id=run_id, reason=reason)
 
 __all__ = [
     "BrokerUnavailable", "GateResult", "PhaseOutcome", "RunError", "UnknownScope",

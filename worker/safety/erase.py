@@ -184,10 +184,13 @@ def _hold_subject(uow: UnitOfWork, now: datetime,
     is current."""
     def stop() -> list[str]:
         user = subject.get("user_id")
-        if user is None:  # the resuming attempt closes their open steps (its claim)
-            return uow.safety.interrupt_runs(**subject, now=now)
+        if user is None:  # to be resumed: its open steps end now, with why (not at the resume)
+            runs = uow.safety.interrupt_runs(**subject, now=now)
+            uow.runs.interrupt_steps(runs, "an erasure in its scope interrupted the run; it "
+                                     "resumes from a fresh read", now)
+            return runs
         runs = uow.safety.cancel_user_runs(user, now)
-        uow.runs.interrupt_steps(runs, "the run was cancelled: its user was erased", now)
+        uow.runs.stop_steps(runs, "the run was cancelled: its user was erased", now)
         return runs
 
     if uow.session.get_bind().dialect.name == "postgresql":

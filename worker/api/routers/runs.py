@@ -10,7 +10,7 @@ from worker.api.deps import (
     Caller,
     DreamApp,
     check_undoable_by,
-    query_scope,
+    runs_filter,
     scope_for,
     visible_run,
 )
@@ -18,7 +18,7 @@ from worker.api.schemas import RunIn, UndoIn
 from worker.clock import parse_timestamp
 from worker.domain.limits import ID_MAX
 from worker.domain.types import RunStatus
-from worker.errors import InvalidInput, NotFound
+from worker.errors import InvalidInput
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 # A run id is an id like any other (422 past 64 characters, as the CLI's usage error), not a
@@ -29,18 +29,17 @@ RunId = Annotated[str, Path(max_length=ID_MAX, pattern=r"^[^\x00]+$", descriptio
 @router.get("")
 def list_runs(
     who: Caller, app: DreamApp,
-    scope: str | None = Query(None, description='Scope key, e.g. ["agent",null,null]'),
-    agent_id: str | None = None, user_id: str | None = None, company_id: str | None = None,
+    scope: str | None = Query(None, description='One scope, by key: ["agent",null,null]'),
+    agent_id: str | None = Query(None, description="Every scope of this agent."),
+    user_id: str | None = Query(None, description="Every scope of this user."),
+    company_id: str | None = Query(None, description="Every scope of this company."),
     status: str | None = None, since: str | None = None,
     limit: int = Query(50, ge=1, le=500),
 ) -> dict[str, Any]:
+    """Newest first (runs created together by scope key, then id); a scoped token's own only."""
     from worker.reporting import list_runs as listed
 
-    wanted = query_scope(scope, agent_id, user_id, company_id)
-    if who.scope is not None:
-        if wanted is not None and wanted != who.scope:
-            raise NotFound("no such scope")
-        wanted = who.scope
+    wanted, within = runs_filter(who, scope, agent_id, user_id, company_id)
     when = None
     if since:
         try:
@@ -49,7 +48,8 @@ def list_runs(
             raise InvalidInput(f"since: {exc}") from None
     if status is not None and ("\x00" in status or len(status) > 16):
         raise InvalidInput("unknown status")
-    return {"runs": listed(app, scope=wanted, status=status, since=when, limit=limit)}
+    return {"runs": listed(app, scope=wanted, status=status, since=when, limit=limit,
+                           within=within)}
 
 
 @router.get("/{run_id}")

@@ -23,6 +23,7 @@ from worker.domain.types import (
 )
 from worker.domain.usage import StepUsage
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
+from worker.store.repositories.runs import NEWEST_FIRST, OLDEST_FIRST
 from worker.store.repositories.usage import phase_step_usage
 
 # Runs an operator must look at, listed first until a later run of the scope succeeds.
@@ -84,7 +85,7 @@ class DashboardQueries:
                          .outerjoin(last_ok, last_ok.c.scope_key == DreamRunRow.scope_key), f,
                          DreamRunRow.scope_key, DreamRunRow.agent_id)
         rows = self.session.execute(
-            stmt.order_by(attention.desc(), DreamRunRow.created_at.desc(), DreamRunRow.id)
+            stmt.order_by(attention.desc(), *NEWEST_FIRST)
             .offset(offset).limit(limit)).all()
         total = self.session.scalar(_filtered(select(func.count()).select_from(DreamRunRow), f,
                                               DreamRunRow.scope_key, DreamRunRow.agent_id))
@@ -154,12 +155,12 @@ class DashboardQueries:
             .where(DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
                    DreamRunRow.status.in_(DREAMED_RUN_STATUSES)),
             f, DreamRunRow.scope_key, DreamRunRow.agent_id,
-        ).order_by(DreamRunRow.created_at.desc(), DreamRunRow.id).limit(n).subquery()
+        ).order_by(*NEWEST_FIRST).limit(n).subquery()
         rows = self.session.execute(
             _with_notes_after(select(DreamRunRow.id, DreamRunRow.scope_key, DreamRunRow.status,
                                      DreamRunRow.created_at), "after_")
             .join(last, last.c.id == DreamRunRow.id)
-            .order_by(DreamRunRow.created_at, DreamRunRow.id)).all()
+            .order_by(*OLDEST_FIRST)).all()
         return [dict(r._mapping) for r in rows]
 
     def baseline_notes(self, keys: list[str], before: datetime) -> dict[str, dict[str, int]]:

@@ -19,6 +19,7 @@ from worker.domain.types import (
     Scope,
 )
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
+from worker.store.repositories.runs import NEWEST_FIRST
 from worker.store.repositories.usage import phase_step_usage
 
 # How many of a scope's latest dreams `latest_finished` looks through for one that judged.
@@ -80,7 +81,7 @@ class RunHistoryRepository:
             .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None),
                    DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                    DreamRunRow.trigger != REVIEW_TRIGGER)
-            .order_by(DreamRunRow.created_at.desc())
+            .order_by(*NEWEST_FIRST)
             .limit(_LATEST_WINDOW))
         # A run of other phases (``--phases prune``) judged nothing either.
         return next((r for r in rows if JUDGING_PHASES & set(r.phases or PHASES)), None)
@@ -96,7 +97,7 @@ class RunHistoryRepository:
                    DreamRunRow.finished_at.is_not(None), DreamRunRow.dry_run.is_(False),
                    DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                    DreamRunRow.trigger != REVIEW_TRIGGER)
-            .order_by(DreamRunRow.created_at.desc())
+            .order_by(*NEWEST_FIRST)
             .limit(limit)
         ).all()
         counts = [t.get("open_candidates") for t in rows if t]

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from worker.domain.types import (
     ACTIVE_RUN_STATUSES,
+    PHASES,
     RunStatus,
     Scope,
     StepStatus,
@@ -39,6 +40,12 @@ _INSERT_STEP = insert(_STEPS)
 _INSERT_RUN = insert(_RUNS)
 # Runs waiting for an executor: never claimed, or interrupted by a lost lease.
 _UNCLAIMED = (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value)
+# How lists of runs are ordered, everywhere (`dream runs list`, the API, MCP, the dashboard's
+# pages): newest first, and among runs created together (a gate check creates them in one
+# statement, with one created_at) by scope key, as ``create_many`` inserts them, then by id,
+# so two reads, and consecutive pages, agree on one total order.
+NEWEST_FIRST = (DreamRunRow.created_at.desc(), DreamRunRow.scope_key, DreamRunRow.id)
+OLDEST_FIRST = (DreamRunRow.created_at, DreamRunRow.scope_key, DreamRunRow.id)
 # Rows per INSERT of ``create_many``: 18 columns a row keeps a chunk's parameters (9,000) well
 # under SQLite's 32,766 and PostgreSQL's 65,535 bound values per statement.
 CREATE_CHUNK = 500
@@ -187,6 +194,37 @@ class RunRepository:
             .values(status=StepStatus.INTERRUPTED.value, error=f"interrupted; {why}",
                     finished_at=now))
 
+    def stop_steps(self, run_ids: builtins.list[str], why: str, now: datetime) -> None:
+        """Runs stopped for good (cancelled by the operator, or by their user's erasure): the
+        parent steps their attempts left running end ``interrupted`` ("interrupted; ``why``",
+        ``interrupt_steps``), and each phase a run never reached gets a parent step that says
+        so ("not started; ``why``", also ``interrupted``), so a stopped run shows its four
+        phases whichever executor had it (in-process opens all four with its claim, Celery's
+        tasks one at a time) and a dashboard reads why each did not finish."""
+        if not run_ids:
+            return
+        self.interrupt_steps(run_ids, why, now)
+        conn = self.session.connection()
+        scopes = dict(conn.execute(select(_RUNS.c.id, _RUNS.c.scope_key)
+                                   .where(_RUNS.c.id.in_(run_ids))).all())
+        steps = conn.execute(select(_STEPS.c.run_id, _STEPS.c.phase, _STEPS.c.parent_id,
+                                    _STEPS.c.seq).where(_STEPS.c.run_id.in_(run_ids))).all()
+        reached = {(s.run_id, s.phase) for s in steps if s.parent_id is None}
+        last = {s.run_id: s.seq for s in sorted(steps, key=lambda s: s.seq)}
+        rows = []
+        for run_id, scope_key in sorted(scopes.items()):
+            missing = [p for p in PHASES if (run_id, p) not in reached]
+            for i, phase in enumerate(missing, start=1):  # after its steps, in phase order
+                at = now + timedelta(microseconds=i)
+                rows.append({"id": str(uuid.uuid4()), "run_id": run_id, "parent_id": None,
+                             "scope_key": scope_key, "phase": phase, "name": phase,
+                             "seq": last.get(run_id, 0) + i,
+                             "status": StepStatus.INTERRUPTED.value, "input": {},
+                             "error": f"not started; {why}", "started_at": at,
+                             "finished_at": at})
+        if rows:
+            conn.execute(_INSERT_STEP, rows)
+
     def finish_fenced(self, run_id: str, epoch: int, status: str, scope: Scope,
                       **values: Any) -> bool:
         """running → a final status, only under ``epoch`` (a cancel or a recovery wins);
@@ -241,7 +279,7 @@ class RunRepository:
         """Queued or interrupted runs, oldest first; with ``enqueued_before``, only those last
         handed to an executor before then (their message was lost or nobody consumes it)."""
         stmt = (select(DreamRunRow).where(DreamRunRow.status.in_(_UNCLAIMED))
-                .order_by(DreamRunRow.created_at))
+                .order_by(*OLDEST_FIRST))
         if enqueued_before is not None:
             enqueued = func.coalesce(DreamRunRow.enqueued_at, DreamRunRow.created_at)
             stmt = stmt.where(enqueued < enqueued_before)
@@ -288,9 +326,9 @@ class RunRepository:
         since: datetime | None = None, limit: int = 50, *,
         within: dict[str, str] | None = None,
     ) -> builtins.list[DreamRunRow]:
-        """Most recent first: of one ``scope``, or of every scope ``within`` names the columns
+        """``NEWEST_FIRST``: of one ``scope``, or of every scope ``within`` names the columns
         of (``{"agent_id": …, "user_id": …}``: all that agent's runs for that user)."""
-        stmt = select(DreamRunRow).order_by(DreamRunRow.created_at.desc()).limit(limit)
+        stmt = select(DreamRunRow).order_by(*NEWEST_FIRST).limit(limit)
         if scope is not None:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
         for column, value in (within or {}).items():

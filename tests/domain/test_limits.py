@@ -1,0 +1,41 @@
+"""What every shell takes as an id or as text someone reads (worker.domain.limits)."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.domain.limits import ident_problem, visible_problem
+
+NOTHING = "has no visible text"
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("agent-1", None),  # printable ASCII: the common id, no scan
+    ("søren", None),  # visible non-ASCII
+    ("\u3164x", None),  # a filler beside a letter still shows the letter
+    ("", "must be a non-empty string"),
+    ("  ", "must be a non-empty string"),
+    # before: accepted, a scope part that shows as nothing in every list of runs
+    ("\u200b", "has no visible character"),
+    ("\u3164\u2800", "has no visible character"),
+    ("\x01", "has no visible character"),  # a control character alone
+    ("a" * 65, "has 65 characters"),
+])
+def test_ident_problem(value: str, problem: str | None) -> None:
+    """An id names something a person picks out of a list: it must show."""
+    found = ident_problem(value)
+    assert found == problem if problem is None else (found or "").startswith(problem)
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("cancelled by the operator", None),
+    ("", NOTHING),
+    (" \t\n", NOTHING),
+    ("\u200b\u2060\ufeff", NOTHING),  # zero-width space, word joiner, byte-order mark
+    ("\u3164 \u2800", NOTHING),  # a Hangul filler, a blank braille cell
+    ("ok\x00", "contains a NUL character"),
+])
+def test_visible_problem(value: str, problem: str | None) -> None:
+    """Text someone reads (an example, a reason, a name) shows something and can be stored."""
+    found = visible_problem(value)
+    assert found == problem if problem is None else (found or "").startswith(problem)
