@@ -271,4 +271,5 @@ def http_app(app: App, host: str, port: int) -> ASGIApp:
 
 
 def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
+    # An IPv6 address in brackets, without its zone ("fe80::1%eth0"), which no URL may carry.
+    return f"[{host.partition('%')[0]}]" if ":" in host else host
