@@ -19,6 +19,8 @@ CLIENT_RETRIES = 2
 class EmbeddingError(ModelFailure):
     """The embedding endpoint failed or answered with vectors of the wrong shape."""
 
+    says_no_note_text = True  # exception class names and shapes
+
 
 class OpenAICompatibleEmbedder:
     def __init__(
