@@ -25,6 +25,7 @@ from worker.errors import (
     Unavailable,
     UnknownScope,
 )
+from worker.store.db import SQLITE_BUSY_SECONDS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,6 +79,8 @@ def database_error(exc: SQLAlchemyError) -> DreamError | None:
         if "does not exist" in reason:  # PostgreSQL: the database or role named in the URL
             return ConfigError(f"cannot connect: {reason.rpartition('FATAL:')[2].strip()}; create "
                                "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
+        if type(exc.orig).__module__.startswith("sqlite3"):
+            return _sqlite_unavailable(reason)
         return Unavailable(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and "
                            "that the server is running")
     if isinstance(exc, ProgrammingError) and "does not exist" in orig:
@@ -96,6 +99,16 @@ def database_error(exc: SQLAlchemyError) -> DreamError | None:
         return ConfigError(f"invalid DREAM_DATABASE_URL ({exc}); use sqlite:///PATH or "
                            "postgresql://USER@HOST/DB")
     return None
+
+
+def _sqlite_unavailable(reason: str) -> DreamError:
+    """An SQLite file has no server to be running: say what to do about the file."""
+    if "locked" in reason or "busy" in reason:
+        return Unavailable(f"the SQLite database is busy ({reason}): another process kept "
+                           f"writing to it for {SQLITE_BUSY_SECONDS:g} s (a dream run, an "
+                           "import, an open sqlite3 session); retry once it has finished")
+    return Unavailable(f"cannot use the SQLite database ({reason}); check the path in "
+                       "DREAM_DATABASE_URL: its directory must exist and be writable")
 
 
 def user_errors(fn: F) -> F:
