@@ -4,6 +4,7 @@ anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
+import errno
 import functools
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
@@ -11,7 +12,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from sqlalchemy.exc import SQLAlchemyError
 
-from worker.errors import EXIT_CODES, DreamError, InvalidInput, UnknownScope
+from worker.errors import EXIT_CODES, DreamError, InvalidInput, Unavailable, UnknownScope
 from worker.store.errors import database_error
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,7 +53,15 @@ def user_error(exc: BaseException) -> DreamError | None:
         return database_error(exc)
     if isinstance(exc, OSError) and exc.filename is not None:  # a path the user named
         return InvalidInput(f"cannot use {exc.filename}: {exc.strerror or type(exc).__name__}")
+    if isinstance(exc, OSError) and exc.errno in _OUTPUT_FULL:
+        # Writing the answer failed (stdout on a full disk or over quota); a broken pipe
+        # (`| head`) is click's: it ends quietly.
+        return Unavailable(f"cannot write the output ({exc.strerror}); free space where it "
+                           "goes, or send it elsewhere")
     return None
+
+
+_OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def user_errors(fn: F) -> F:

@@ -54,5 +54,8 @@ def _sqlite_unavailable(reason: str) -> DreamError:
         return Unavailable(f"the SQLite database is busy ({reason}): another process kept "
                            f"writing to it for {SQLITE_BUSY_SECONDS:g} s (a dream run, an "
                            "import, an open sqlite3 session); retry once it has finished")
+    if "full" in reason:
+        return Unavailable(f"cannot write the SQLite database ({reason}); free space on its disk "
+                           "and retry")
     return Unavailable(f"cannot use the SQLite database ({reason}); check the path in "
                        "DREAM_DATABASE_URL: its directory must exist and be writable")
