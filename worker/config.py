@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
-from worker.urls import backend_url_problem, broker_url_problem, masked_url
+from worker.urls import backend_url_problem, broker_url_problem, http_url_problem, masked_url
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
@@ -262,6 +262,13 @@ class Settings(BaseSettings):
                 raise ValueError(problem)
         return value
 
+    @field_validator("llm_base_url", "embedding_base_url")
+    @classmethod
+    def _http_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and (problem := http_url_problem(value)):
+            raise ValueError(problem)
+        return value
+
     @model_validator(mode="after")
     def _durations_fit(self) -> Settings:
         # Each duration is added to or subtracted from a timestamp; past a century that overflows
@@ -308,7 +315,7 @@ def load_settings(**overrides: object) -> Settings:
         ) from None
 
 
-_URLS = {"BROKER_URL", "RESULT_BACKEND", "DATABASE_URL"}
+_URLS = {"BROKER_URL", "RESULT_BACKEND", "DATABASE_URL", "LLM_BASE_URL", "EMBEDDING_BASE_URL"}
 # DREAM_* variables read outside Settings: by the worker itself, and by its test suite and
 # benchmarks (their own runs of `dream` must not warn about them).
 OTHER_VARIABLES = {
