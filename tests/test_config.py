@@ -59,6 +59,9 @@ def test_nested_section_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ("DREAM_LLM_BASE_URL", "http://ollama:99999/v1", "DREAM_LLM_BASE_URL: its port is not a number"),
     ("DREAM_LLM_BASE_URL", "http://oll ama/v1", "DREAM_LLM_BASE_URL: not a URL a client can reach"),
     ("DREAM_EMBEDDING_BASE_URL", "embeddings.local/v1", "DREAM_EMBEDDING_BASE_URL: not an http://"),
+    # a whole section as one variable is parsed as JSON: a SettingsError traceback before
+    ("DREAM_CONSOLIDATE", "threshold=0.65", "DREAM_CONSOLIDATE: not valid JSON; give a JSON object"),
+    ("DREAM_GUARD", "{max_retire_share: 0.2}", "DREAM_GUARD: not valid JSON; give a JSON object"),
 ])
 def test_bad_value_fails_with_one_line(monkeypatch: pytest.MonkeyPatch, var: str, value: str,
                                        named: str) -> None:

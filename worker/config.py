@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -22,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
 from worker.urls import backend_url_problem, broker_url_problem, http_url_problem, masked_url
@@ -297,6 +299,12 @@ def load_settings(**overrides: object) -> Settings:
     warn_unknown_variables()
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
+    except SettingsError as exc:
+        # A whole section given as one variable (DREAM_CONSOLIDATE=...) is read as JSON.
+        field = re.search(r'field "(\w+)"', str(exc))
+        name = f"DREAM_{field.group(1).upper()}" if field else "a DREAM_ section variable"
+        raise ConfigError(f"invalid setting {name}: not valid JSON; give a JSON object of its "
+                          f"values, or set them one by one ({name}__<NAME>=...)") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         msg = first["msg"].removeprefix("Value error, ")
