@@ -73,6 +73,25 @@ def test_bad_value_fails_with_one_line(monkeypatch: pytest.MonkeyPatch, var: str
     assert named in message and "\n" not in message
 
 
+@pytest.mark.parametrize(("minimum", "maximum", "refused"), [
+    ("8", "7", True), ("3", "2", True),  # no cluster can be both: every run found none
+    ("7", "7", False), ("2", "7", False),
+])
+def test_cluster_sizes_must_be_in_order(monkeypatch: pytest.MonkeyPatch, minimum: str,
+                                        maximum: str, refused: bool) -> None:
+    monkeypatch.setenv("DREAM_CONSOLIDATE__MIN_CLUSTER_SIZE", minimum)
+    monkeypatch.setenv("DREAM_CONSOLIDATE__MAX_CLUSTER_SIZE", maximum)
+    if not refused:
+        assert load_settings().consolidate.min_cluster_size == int(minimum)
+        return
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert str(err.value) == (
+        f"invalid setting: DREAM_CONSOLIDATE__MIN_CLUSTER_SIZE ({minimum}) is above "
+        f"DREAM_CONSOLIDATE__MAX_CLUSTER_SIZE ({maximum}); lower the one or raise the other; "
+        "fix the environment variable and retry")
+
+
 @pytest.mark.parametrize(("var", "value", "expected"), [
     ("DREAM_LOG_LEVEL", "debug", "DEBUG"),  # any case, as before
     ("DREAM_BROKER_URL", "amqp://guest@rabbit:5672//", "amqp://guest@rabbit:5672//"),

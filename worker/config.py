@@ -53,6 +53,17 @@ class ConsolidateSettings(BaseModel):
     term_max_notes: int = Field(8, ge=0, le=64)
     term_min_similarity: float = Field(0.35, ge=-1.0, le=1.0)
 
+    @model_validator(mode="after")
+    def _sizes_in_order(self) -> ConsolidateSettings:
+        # Above the maximum, no cluster a model judges can be both: every run found none and
+        # said nothing about why (the rule judge's pairs ignore the minimum either way).
+        if self.min_cluster_size > self.max_cluster_size:
+            raise ValueError(
+                f"DREAM_CONSOLIDATE__MIN_CLUSTER_SIZE ({self.min_cluster_size}) is above "
+                f"DREAM_CONSOLIDATE__MAX_CLUSTER_SIZE ({self.max_cluster_size}); lower the one "
+                "or raise the other")
+        return self
+
 
 class ContradictionSettings(BaseModel):
     threshold: float = Field(0.70, ge=0.0, le=1.0)
