@@ -50,6 +50,18 @@ def test_nested_section_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ("DREAM_PRUNE__SQL_USERS", "users.id", "DREAM_PRUNE__SQL_USERS must look like"),
     ("DREAM_PRUNE__SQL_COMPANIES", "a.b.c.d.e", "DREAM_PRUNE__SQL_COMPANIES must look like"),
     ("DREAM_PRUNE__SQL_CONVERSATIONS", "conv.id.st-atus", "DREAM_PRUNE__SQL_CONVERSATIONS must look like"),
+    # model and embedding endpoints: before, every call failed with "APIConnectionError" and
+    # the run (its deterministic phases applied) ended blocked as "model unavailable"
+    ("DREAM_LLM_BASE_URL", "localhost:11434/v1",
+     "DREAM_LLM_BASE_URL: not an http:// or https:// URL with a host; use e.g. http://"),
+    ("DREAM_LLM_BASE_URL", "ftp://models/v1", "DREAM_LLM_BASE_URL: not an http:// or https://"),
+    ("DREAM_LLM_BASE_URL", "http://", "DREAM_LLM_BASE_URL: not an http:// or https:// URL with a host"),
+    ("DREAM_LLM_BASE_URL", "http://ollama:99999/v1", "DREAM_LLM_BASE_URL: its port is not a number"),
+    ("DREAM_LLM_BASE_URL", "http://oll ama/v1", "DREAM_LLM_BASE_URL: not a URL a client can reach"),
+    ("DREAM_EMBEDDING_BASE_URL", "embeddings.local/v1", "DREAM_EMBEDDING_BASE_URL: not an http://"),
+    # a whole section as one variable is parsed as JSON: a SettingsError traceback before
+    ("DREAM_CONSOLIDATE", "threshold=0.65", "DREAM_CONSOLIDATE: not valid JSON; give a JSON object"),
+    ("DREAM_GUARD", "{max_retire_share: 0.2}", "DREAM_GUARD: not valid JSON; give a JSON object"),
 ])
 def test_bad_value_fails_with_one_line(monkeypatch: pytest.MonkeyPatch, var: str, value: str,
                                        named: str) -> None:
@@ -61,6 +73,25 @@ def test_bad_value_fails_with_one_line(monkeypatch: pytest.MonkeyPatch, var: str
     assert named in message and "\n" not in message
 
 
+@pytest.mark.parametrize(("minimum", "maximum", "refused"), [
+    ("8", "7", True), ("3", "2", True),  # no cluster can be both: every run found none
+    ("7", "7", False), ("2", "7", False),
+])
+def test_cluster_sizes_must_be_in_order(monkeypatch: pytest.MonkeyPatch, minimum: str,
+                                        maximum: str, refused: bool) -> None:
+    monkeypatch.setenv("DREAM_CONSOLIDATE__MIN_CLUSTER_SIZE", minimum)
+    monkeypatch.setenv("DREAM_CONSOLIDATE__MAX_CLUSTER_SIZE", maximum)
+    if not refused:
+        assert load_settings().consolidate.min_cluster_size == int(minimum)
+        return
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert str(err.value) == (
+        f"invalid setting: DREAM_CONSOLIDATE__MIN_CLUSTER_SIZE ({minimum}) is above "
+        f"DREAM_CONSOLIDATE__MAX_CLUSTER_SIZE ({maximum}); lower the one or raise the other; "
+        "fix the environment variable and retry")
+
+
 @pytest.mark.parametrize(("var", "value", "expected"), [
     ("DREAM_LOG_LEVEL", "debug", "DEBUG"),  # any case, as before
     ("DREAM_BROKER_URL", "amqp://guest@rabbit:5672//", "amqp://guest@rabbit:5672//"),
@@ -68,6 +99,10 @@ def test_bad_value_fails_with_one_line(monkeypatch: pytest.MonkeyPatch, var: str
     ("DREAM_BROKER_URL", "redis://a:6379/0;redis://b:6379/0", "redis://a:6379/0;redis://b:6379/0"),
     ("DREAM_RESULT_BACKEND", "db+postgresql://u@h/db", "db+postgresql://u@h/db"),
     ("DREAM_RESULT_BACKEND", "rpc://", "rpc://"),
+    ("DREAM_LLM_BASE_URL", "http://localhost:11434/v1", "http://localhost:11434/v1"),
+    ("DREAM_LLM_BASE_URL", "https://api.openai.com/v1", "https://api.openai.com/v1"),
+    ("DREAM_LLM_BASE_URL", "http://[::1]:8080/v1", "http://[::1]:8080/v1"),
+    ("DREAM_EMBEDDING_BASE_URL", "HTTPS://Embed.Example/v1", "HTTPS://Embed.Example/v1"),
 ])
 def test_values_celery_and_logging_take_still_load(monkeypatch: pytest.MonkeyPatch, var: str,
                                                    value: str, expected: str) -> None:
@@ -75,11 +110,37 @@ def test_values_celery_and_logging_take_still_load(monkeypatch: pytest.MonkeyPat
     assert getattr(load_settings(), var.removeprefix("DREAM_").lower()) == expected
 
 
-def test_a_bad_url_setting_never_echoes_its_password(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DREAM_BROKER_URL", "foo://bob:hunter2@host:1/0")
+@pytest.mark.parametrize(("var", "url", "shown"), [
+    ("DREAM_BROKER_URL", "foo://bob:hunter2@host:1/0", "foo://bob:**@host:1/0"),
+    ("DREAM_LLM_BASE_URL", "ftp://bob:hunter2@host:1/v1", "ftp://bob:**@host:1/v1"),
+])
+def test_a_bad_url_setting_never_echoes_its_password(monkeypatch: pytest.MonkeyPatch, var: str,
+                                                     url: str, shown: str) -> None:
+    monkeypatch.setenv(var, url)
     with pytest.raises(ConfigError) as err:
         load_settings()
-    assert "hunter2" not in str(err.value) and "foo://bob:**@host:1/0" in str(err.value)
+    assert "hunter2" not in str(err.value) and shown in str(err.value)
+
+
+def test_a_model_url_without_a_scheme_stops_dream_run_before_any_run(sqlite_app: App) -> None:
+    """`dream run` with DREAM_LLM_BASE_URL=localhost:11434/v1 (the scheme left out): exit 8 with
+    one line, no run row (before: a run whose prune and archive applied, ended blocked as
+    "model unavailable ... (APIConnectionError)")."""
+    from click.testing import CliRunner
+
+    from tests.support.factories import add_notes
+    from worker.cli import main
+    from worker.store.models import DreamRunRow
+
+    add_notes(sqlite_app, {"content": "Prefers tea."})
+    result = CliRunner().invoke(main, ["run", "--agent", "agent-1", "--force"], env={
+        "DREAM_DATABASE_URL": sqlite_app.settings.database_url, "DREAM_LLM_PROVIDER": "openai",
+        "DREAM_LLM_BASE_URL": "localhost:11434/v1", "DREAM_LOG_LEVEL": "WARNING"})
+    assert result.exit_code == ConfigError.exit_code, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: invalid setting DREAM_LLM_BASE_URL: not an http://"), line
+    with sqlite_app.uow() as uow:
+        assert uow.session.query(DreamRunRow).count() == 0
 
 
 @pytest.mark.parametrize(("url", "shown"), [

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -22,9 +23,10 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
-from worker.urls import backend_url_problem, broker_url_problem, masked_url
+from worker.urls import backend_url_problem, broker_url_problem, http_url_problem, masked_url
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 LOG_LEVELS: tuple[str, ...] = get_args(LogLevel)
@@ -50,6 +52,17 @@ class ConsolidateSettings(BaseModel):
     # not naming two different subjects (worker.similarity.terms.topical_pairs).
     term_max_notes: int = Field(8, ge=0, le=64)
     term_min_similarity: float = Field(0.35, ge=-1.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _sizes_in_order(self) -> ConsolidateSettings:
+        # Above the maximum, no cluster a model judges can be both: every run found none and
+        # said nothing about why (the rule judge's pairs ignore the minimum either way).
+        if self.min_cluster_size > self.max_cluster_size:
+            raise ValueError(
+                f"DREAM_CONSOLIDATE__MIN_CLUSTER_SIZE ({self.min_cluster_size}) is above "
+                f"DREAM_CONSOLIDATE__MAX_CLUSTER_SIZE ({self.max_cluster_size}); lower the one "
+                "or raise the other")
+        return self
 
 
 class ContradictionSettings(BaseModel):
@@ -262,6 +275,13 @@ class Settings(BaseSettings):
                 raise ValueError(problem)
         return value
 
+    @field_validator("llm_base_url", "embedding_base_url")
+    @classmethod
+    def _http_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and (problem := http_url_problem(value)):
+            raise ValueError(problem)
+        return value
+
     @model_validator(mode="after")
     def _durations_fit(self) -> Settings:
         # Each duration is added to or subtracted from a timestamp; past a century that overflows
@@ -290,6 +310,12 @@ def load_settings(**overrides: object) -> Settings:
     warn_unknown_variables()
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
+    except SettingsError as exc:
+        # A whole section given as one variable (DREAM_CONSOLIDATE=...) is read as JSON.
+        field = re.search(r'field "(\w+)"', str(exc))
+        name = f"DREAM_{field.group(1).upper()}" if field else "a DREAM_ section variable"
+        raise ConfigError(f"invalid setting {name}: not valid JSON; give a JSON object of its "
+                          f"values, or set them one by one ({name}__<NAME>=...)") from None
     except ValidationError as exc:
         first = exc.errors()[0]
         msg = first["msg"].removeprefix("Value error, ")
@@ -308,7 +334,7 @@ def load_settings(**overrides: object) -> Settings:
         ) from None
 
 
-_URLS = {"BROKER_URL", "RESULT_BACKEND", "DATABASE_URL"}
+_URLS = {"BROKER_URL", "RESULT_BACKEND", "DATABASE_URL", "LLM_BASE_URL", "EMBEDDING_BASE_URL"}
 # DREAM_* variables read outside Settings: by the worker itself, and by its test suite and
 # benchmarks (their own runs of `dream` must not warn about them).
 OTHER_VARIABLES = {

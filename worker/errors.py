@@ -26,6 +26,10 @@ class DreamError(Exception):
     exit_code: ClassVar[int] = 1
     status: ClassVar[int] = 500
     code: ClassVar[str] = "error"
+    # True where every message the class is raised with is built from constants, setting
+    # names, ids and counts only (never a note's or a reply's text): a failed phase keeps it
+    # word for word instead of masking each word a note shares ("check X [note text] Y").
+    says_no_note_text: ClassVar[bool] = False
 
 
 class InvalidInput(DreamError):
@@ -77,6 +81,7 @@ class ConfigError(DreamError):
     exit_code = 8
     status = 500
     code = "misconfigured"
+    says_no_note_text = True
 
 
 # ---- run lifecycle (worker.runs) -------------------------------------------------------------

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import structlog
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from worker.config import ConfigError
 from worker.phases.prune.core import ABSENT
@@ -112,11 +113,29 @@ class SqlReferenceChecker(_CachingChecker):
         specs = {"agent": prune.sql_agents, "user": prune.sql_users,
                  "company": prune.sql_companies, "conversation": prune.sql_conversations}
         try:
-            tables = {kind: HostTable.parse(spec, f"DREAM_PRUNE__SQL_{kind.upper()}S")
+            tables = {kind: HostTable.parse(spec, _setting(kind))
                       for kind, spec in specs.items() if spec}
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        return cls(app, tables, absence_means_deleted=prune.absence_means_deleted)
+        checker = cls(app, tables, absence_means_deleted=prune.absence_means_deleted)
+        checker.check_tables()
+        return checker
+
+    def check_tables(self) -> None:
+        """Read each configured table once, for no row: a table or column the database lacks
+        is a ConfigError naming the setting, before prune looks anything up (the driver's "no
+        such table: agents" mid-phase named neither the setting nor the remedy)."""
+        with self.app.uow() as uow:
+            for kind, where in self.tables.items():
+                try:
+                    uow.references.probe_host(where)
+                except (OperationalError, ProgrammingError) as exc:
+                    reason = str(exc.orig or exc).splitlines()[0] if exc.orig else str(exc)
+                    if not any(m in reason for m in _MISSING):
+                        raise  # the database itself failed: not this setting's fault
+                    raise ConfigError(
+                        f"{_setting(kind)} names a table or column the database lacks "
+                        f"({reason[:80]}); create it or fix the setting") from None
 
     def records(self, kind: str, ids: Iterable[str]) -> dict[str, EntityRecord | None]:
         if kind not in self.tables:
@@ -133,6 +152,14 @@ class SqlReferenceChecker(_CachingChecker):
         if self.absence_means_deleted:
             return {i: found.get(i, ABSENT) for i in ids}
         return found
+
+
+def _setting(kind: str) -> str:
+    return f"DREAM_PRUNE__SQL_{kind.upper()}S"
+
+
+# How SQLite and PostgreSQL say a table or column is not there.
+_MISSING = ("no such table", "no such column", "does not exist")
 
 
 def make_reference_checker(app: Any) -> ReferenceChecker:

@@ -1,5 +1,5 @@
-"""Celery URLs as settings take them: whether Celery can use one, and one shown without its
-password (in error lines and logs)."""
+"""URLs as settings take them: whether Celery can use one, whether one is an HTTP endpoint (a
+model's or an embedder's), and one shown without its password (in error lines and logs)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,23 @@ def backend_url_problem(url: str) -> str | None:
 
     return _scheme_problem(url, set(BACKEND_ALIASES), "redis://, rediss://, rpc://, "
                            "db+postgresql://, or another Celery result backend")
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an OpenAI-compatible endpoint (``http(s)://host[:port]/...``), or
+    None. Checked at start-up: the client would only say "APIConnectionError" on each call,
+    after the run was written. (The caller shows the URL, its password masked.)"""
+    example = "use e.g. http://localhost:11434/v1"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return f"its port is not a number from 1 to 65535; {example}"
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return f"not an http:// or https:// URL with a host; {example}"
+    if port == 0 or any(ch.isspace() for ch in url):
+        return f"not a URL a client can reach (a space, or port 0); {example}"
+    return None
 
 
 def _scheme_problem(url: str, known: set[str], accepted: str) -> str | None:

@@ -122,3 +122,30 @@ def test_a_run_id_no_run_can_have_is_invalid_before_any_read(app: App, tool: str
     operation log first, an internal error from the driver)."""
     (answer,) = _refusals(app, [(tool, {"run_id": run_id})])
     assert "invalid: run_id" in answer, answer
+
+
+def test_a_database_that_is_down_is_unavailable_not_internal() -> None:
+    """Every tool over a database that refuses connections answers ``unavailable`` saying to
+    retry, without the deployment's host (before: ``internal: the tool failed
+    (OperationalError)``, logged as a bug)."""
+    from structlog.testing import capture_logs
+
+    from worker.app import build_app
+    from worker.config import Settings
+
+    app = build_app(Settings(database_url="postgresql://nobody@127.0.0.1:1/x",
+                             llm_provider="none"))
+    try:
+        with capture_logs() as logs:
+            answers = _refusals(app, [("remember", {"content": "Prefers tea."}),
+                                      ("dream_status", {}),
+                                      ("review_list", {}),
+                                      ("keep_apart", {"source_ids": ["a0", "a1"]})])
+    finally:
+        app.dispose()
+    for answer in answers:
+        assert answer.endswith("unavailable: the database is unavailable; retry later (the "
+                               "server log says why)"), answer
+        assert "127.0.0.1" not in answer
+    events = [e["event"] for e in logs]
+    assert "mcp.tool_failed" not in events and "mcp.database_failed" in events

@@ -56,6 +56,15 @@ TRIP = "blast-radius guard: would retire 8 of 12 active notes (limit 50%); ..."
     (RunFacts(OK, model_calls=0, model_calls_failed=0), "succeeded", []),
     # Every call answered: no outage.
     (RunFacts(OK, model_calls=5, model_calls_failed=0), "succeeded", []),
+    # Every reply was no JSON of the asked schema (prose, broken JSON): blocked, unusable.
+    (RunFacts(OK, model_calls=6, model_replies_malformed=6), "blocked", ["model_unusable"]),
+    # Some malformed replies among usable ones are only re-asked (R12): no flag.
+    (RunFacts(OK, model_calls=6, model_replies_malformed=5), "succeeded", []),
+    # Half the calls failed, every reply of the rest malformed: both said, blocked.
+    (RunFacts(OK, model_calls=4, model_calls_failed=2, model_replies_malformed=2), "blocked",
+     ["model_unusable", "model_partial"]),
+    # Every call failed: an outage, not unusable replies (there were none).
+    (RunFacts(OK, model_calls=4, model_calls_failed=4), "blocked", ["model_unavailable"]),
     # Open candidates rose over the last 3 runs (1 → 2 → 4): blocked.
     (RunFacts(OK, open_candidates=4, open_history=[1, 2]), "blocked", ["open_growing"]),
     # The same open candidates as last time are not growth: succeeded.

@@ -229,6 +229,42 @@ def test_r27_a_phase_out_of_its_own_budget_blocks_the_run(app: App) -> None:
             run.status_reason or "")
 
 
+@pytest.mark.parametrize("reply", ["Sure! Here is my answer: keep them.", "{\"topics\": ",
+                                   [1, 2, 3]], ids=["prose", "broken_json", "other_shape"])
+def test_r27_a_model_answering_garbage_all_run_blocks_the_run(app: App, llm_stub: LLMStub,
+                                                              reply: object) -> None:
+    """An endpoint that answers every call, through the real openai client, but never with
+    JSON of the asked schema: the run was `succeeded` (exit 0) with only clusters_invalid and
+    topics_dropped counters; now it is blocked with one reason naming the count and the model
+    setting, nothing changed, and the next run with a model that answers is not blocked."""
+    llm_stub.set_handler(lambda req: reply)
+    env = {"DREAM_LLM_PROVIDER": "openai", "DREAM_LLM_BASE_URL": llm_stub.url,
+           "DREAM_LLM_API_KEY": "k", "DREAM_LLM_MODEL": "stub-model"}
+    notes = [{"agent_id": "agent-1", "user_id": "u1", "content": t, "type": "Preference"}
+             for t in DARK_MODE_NOTES]
+    dream(app, "entities", "import", "-",
+          stdin=jsonl([{"kind": "agent", "id": "agent-1"}, {"kind": "user", "id": "u1"}]))
+    dream(app, "notes", "import", "-", stdin=jsonl(notes))
+    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", code=BLOCKED, **env)
+    assert ran.stdout.splitlines()[0].split()[2] == "blocked", ran.stdout
+
+    [listed] = json.loads(dream(app, "runs", "list", "--json").stdout)
+    assert listed["totals"]["flags"] == ["model_unusable"]
+    reason = listed["status_reason"]
+    replies = len(llm_stub.chat_requests())
+    assert reason.startswith(f"model answers unusable: {replies} of {replies} replies were not "
+                             "JSON of the asked schema; check that DREAM_LLM_MODEL"), reason
+    with app.uow() as uow:
+        assert uow.notes.count_by_status(SCOPE) == {"active": len(DARK_MODE_NOTES)}
+
+    llm_stub.set_handler(lambda req: {"should_consolidate": False, "content": "",
+                                      "type": "Preference", "source_ids": [],
+                                      "reason": "keep apart", "topics": []})
+    dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", **env)
+    latest = json.loads(dream(app, "runs", "list", "--json").stdout)[0]
+    assert "model_unusable" not in latest["totals"]["flags"], latest
+
+
 def _closed_port_url() -> str:
     """A local URL nothing listens on: every connection is refused."""
     import socket

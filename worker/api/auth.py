@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 
 from worker.config import ConfigError
-from worker.domain.limits import json_syntax_problem
+from worker.domain.limits import json_syntax_problem, scope_problem
 from worker.domain.types import Scope
 
 
@@ -45,20 +45,43 @@ def parse_tokens(raw: str | None) -> list[tuple[bytes, Principal]]:
             raise ConfigError(f"{where}: tokens must be strings of at least 16 characters")
         if not isinstance(grant, dict):
             raise ConfigError(f"{where}: the grant must be an object")
-        if grant.get("role") == "admin":
-            out.append((token.encode(), Principal(None)))
-            continue
-        agent = grant.get("agent_id")
-        if not isinstance(agent, str) or not agent:
-            raise ConfigError(f'{where}: give "role": "admin" or an "agent_id" (with optional '
-                              '"user_id" and "company_id")')
-        user, company = grant.get("user_id"), grant.get("company_id")
-        out.append((token.encode(), Principal(Scope(agent, _opt(user), _opt(company)))))
+        out.append((token.encode(), _principal(grant, where)))
     return out
 
 
-def _opt(value: object) -> str | None:
-    return None if value is None else str(value)
+_GRANT = ('{"role": "admin"} (every scope) or {"agent_id": ..., "user_id": ..., '
+          '"company_id": ...} (one scope)')
+_SCOPE_KEYS = ("agent_id", "user_id", "company_id")
+
+
+def _principal(grant: dict[str, object], where: str) -> Principal:
+    """The grant's principal. Every key is checked: a misspelt one ("user" for "user_id")
+    would bind the token to the agent's shared scope, and "role": "admin" beside a scope
+    would make an admin of a token meant for one tenant."""
+    unknown = sorted(set(grant) - {"role", *_SCOPE_KEYS})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; a grant is {_GRANT}")
+    if "role" in grant:
+        if grant["role"] != "admin" or len(grant) > 1:
+            raise ConfigError(f"{where}: a grant is {_GRANT}, not both")
+        return Principal(None)
+    parts = [_part(grant.get(key), key, where) for key in _SCOPE_KEYS]
+    if parts[0] is None:
+        raise ConfigError(f'{where}: give "role": "admin" or an "agent_id" (with optional '
+                          '"user_id" and "company_id")')
+    scope = Scope(parts[0], parts[1], parts[2])
+    if problem := scope_problem(scope):
+        raise ConfigError(f"{where}: {problem}")
+    return Principal(scope)
+
+
+def _part(value: object, key: str, where: str) -> str | None:
+    """A scope part as stored: a string, or a whole number (``7`` and ``"7"`` are one id)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise ConfigError(f"{where}: {key} must be a string, a whole number or null")
 
 
 def authenticate(tokens: list[tuple[bytes, Principal]], given: str | None) -> Principal | None:

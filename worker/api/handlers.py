@@ -1,15 +1,22 @@
-"""The API's answers to expected errors: every DreamError by its class (worker.errors), and a
-request FastAPI could not validate, named by field and rule (never by the value sent)."""
+"""The API's answers to expected errors: every DreamError by its class (worker.errors), a
+database that is down or not set up (503 or 500 by what worker.store.errors makes of it, the
+remedy in the server log), and a request FastAPI could not validate, named by field and rule
+(never by the value sent)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import SQLAlchemyError
 
-from worker.errors import DreamError, Unauthorized
+from worker.errors import DreamError, Unauthorized, Unavailable
+from worker.store.errors import database_error
+
+log = structlog.get_logger(__name__)
 
 
 async def dream_error(request: Request, exc: Exception) -> Response:
@@ -17,6 +24,26 @@ async def dream_error(request: Request, exc: Exception) -> Response:
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
     return JSONResponse({"error": exc.code, "detail": str(exc)}, status_code=exc.status,
                         headers=headers)
+
+
+async def database_failure(request: Request, exc: Exception) -> Response:
+    """A database outage is no bug of the request's: 503 (or 500 for a store that is not set
+    up), one line for the caller; the remedy, which names the operator's settings and hosts,
+    goes to the server log only."""
+    assert isinstance(exc, SQLAlchemyError)
+    error = database_error(exc)
+    if error is None:
+        raise exc  # a bug: ScrubbedErrors answers 500 and logs its frames
+    log.warning("api.database_failed", path=request.url.path, error=str(error))
+    return JSONResponse({"error": error.code, "detail": database_detail(error)},
+                        status_code=error.status)
+
+
+def database_detail(error: DreamError) -> str:
+    """What a caller of the API or the MCP server is told of a database failure."""
+    if isinstance(error, Unavailable):
+        return "the database is unavailable; retry later (the server log says why)"
+    return "the server's database is not set up; its operator finds what to fix in the server log"
 
 
 async def invalid_request(request: Request, exc: Exception) -> Response:
@@ -33,6 +60,7 @@ async def invalid_request(request: Request, exc: Exception) -> Response:
 
 def install_error_handlers(api: FastAPI) -> None:
     api.add_exception_handler(DreamError, dream_error)
+    api.add_exception_handler(SQLAlchemyError, database_failure)
     api.add_exception_handler(RequestValidationError, invalid_request)
 
 

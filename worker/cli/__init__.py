@@ -12,8 +12,8 @@ To add a command group, e.g. ``dream review``:
    decorate each command with ``worker.cli.errors.user_errors``;
 2. import it here and append it to ``COMMAND_MODULES``.
 
-Command modules import only ``worker.cli.common`` and ``worker.cli.errors`` from this package,
-never each other.
+Command modules import only ``worker.cli.common`` and ``worker.cli.errors`` from this package
+(the servers also ``worker.cli.serve``), never each other.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import click
 
 from worker.cli.common import cli_app
 from worker.cli.errors import user_errors
+from worker.cli.serve import serve
 from worker.errors import ConfigError
 
 
@@ -17,16 +18,13 @@ from worker.errors import ConfigError
 @user_errors
 def api_cmd(ctx: click.Context, host: str, port: int) -> None:
     """Serve the HTTP API (tokens from DREAM_API_TOKENS; /healthz needs none)."""
-    import uvicorn
-
     from worker.api import create_api
 
     app = cli_app(ctx, serving=True)
     if not app.settings.api_tokens:
         raise ConfigError("DREAM_API_TOKENS is not set; every request would be refused. Set it to "
                         '{"<token>": {"role": "admin"}} (tokens ≥ 16 characters)')
-    # uvicorn's access log would print query strings (the dashboard token): ours logs paths only.
-    uvicorn.run(create_api(app), host=host, port=port, access_log=False, log_config=None)
+    serve(lambda: create_api(app), host, port)
 
 
 def register(main: click.Group) -> None:

@@ -4,27 +4,16 @@ anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
+import errno
 import functools
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import click
-from sqlalchemy.exc import (
-    ArgumentError,
-    DatabaseError,
-    OperationalError,
-    ProgrammingError,
-    SQLAlchemyError,
-)
+from sqlalchemy.exc import SQLAlchemyError
 
-from worker.errors import (
-    EXIT_CODES,
-    ConfigError,
-    DreamError,
-    InvalidInput,
-    Unavailable,
-    UnknownScope,
-)
+from worker.errors import EXIT_CODES, DreamError, InvalidInput, Unavailable, UnknownScope
+from worker.store.errors import database_error
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -64,38 +53,15 @@ def user_error(exc: BaseException) -> DreamError | None:
         return database_error(exc)
     if isinstance(exc, OSError) and exc.filename is not None:  # a path the user named
         return InvalidInput(f"cannot use {exc.filename}: {exc.strerror or type(exc).__name__}")
+    if isinstance(exc, OSError) and exc.errno in _OUTPUT_FULL:
+        # Writing the answer failed (stdout on a full disk or over quota); a broken pipe
+        # (`| head`) is click's: it ends quietly.
+        return Unavailable(f"cannot write the output ({exc.strerror}); free space where it "
+                           "goes, or send it elsewhere")
     return None
 
 
-def database_error(exc: SQLAlchemyError) -> DreamError | None:
-    """A database that is missing, unreachable, not ours or damaged; None for a bug."""
-    orig = str(getattr(exc, "orig", None) or "")
-    if isinstance(exc, OperationalError):
-        reason = orig.splitlines()[0] if exc.orig else "connection failed"
-        if "no such table" in reason:  # SQLite; PostgreSQL's missing tables are ProgrammingError
-            return ConfigError(
-                f"the database has no dream-worker schema ({reason}); run `dream db upgrade`")
-        if "does not exist" in reason:  # PostgreSQL: the database or role named in the URL
-            return ConfigError(f"cannot connect: {reason.rpartition('FATAL:')[2].strip()}; create "
-                               "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
-        return Unavailable(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and "
-                           "that the server is running")
-    if isinstance(exc, ProgrammingError) and "does not exist" in orig:
-        # A missing table or column; any other ProgrammingError (a value the driver cannot
-        # adapt) is a validation bug and keeps its traceback rather than misleading advice.
-        return ConfigError(f"the database schema is missing or out of date "
-                           f"({orig.splitlines()[0]}); run `dream db upgrade`")
-    if isinstance(exc, DatabaseError) and "file is not a database" in orig:
-        return ConfigError("DREAM_DATABASE_URL points at a file that is not an SQLite database; "
-                           "point it at a dream-worker database or a new path")
-    if isinstance(exc, DatabaseError) and "malformed" in orig:
-        return Unavailable("the SQLite database file is damaged (database disk image is "
-                           "malformed); restore it from a backup or export what `sqlite3 FILE "
-                           ".recover` finds")
-    if isinstance(exc, ArgumentError):  # an unparsable DREAM_DATABASE_URL
-        return ConfigError(f"invalid DREAM_DATABASE_URL ({exc}); use sqlite:///PATH or "
-                           "postgresql://USER@HOST/DB")
-    return None
+_OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def user_errors(fn: F) -> F:

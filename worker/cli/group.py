@@ -35,6 +35,10 @@ class DreamGroup(click.Group):
             raise
         except click.UsageError as exc:
             raise error_line(_usage_error(exc)) from None
+        except click.ClickException:
+            raise
+        except OSError as exc:  # --help or --version could not be written
+            raise_as_user_error(exc)
         ctx.meta["dream.argv"] = list(args)  # the subcommand a usage error belongs to
         return ctx
 

@@ -6,6 +6,7 @@ import click
 
 from worker.cli.common import IDENT, USER_IDENT, cli_app
 from worker.cli.errors import UserError, user_errors
+from worker.cli.serve import serve
 from worker.domain.types import Scope
 from worker.errors import ConfigError
 
@@ -51,11 +52,7 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
     if not any(p.scope is not None for _, p in parse_tokens(app.settings.api_tokens)):
         raise ConfigError('DREAM_API_TOKENS has no scoped token; add {"<token>": {"agent_id": '
                         '"..."}} (tokens ≥ 16 characters; admin tokens are not accepted here)')
-    import uvicorn
-
-    # Our own log lines carry paths only; uvicorn's access log would add client details.
-    uvicorn.run(server.http_app(app, host, port), host=host, port=port, access_log=False,
-                log_config=None)
+    serve(lambda: server.http_app(app, host, port), host, port)
 
 
 def register(main: click.Group) -> None:

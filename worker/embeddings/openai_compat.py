@@ -11,13 +11,19 @@ import numpy as np
 import openai
 
 from worker.errors import ModelFailure
-from worker.llm.openai_compat import RequestDeadlineExceeded, run_with_deadline
+from worker.llm.openai_compat import (
+    RequestDeadlineExceeded,
+    endpoint_problem,
+    run_with_deadline,
+)
 
 CLIENT_RETRIES = 2
 
 
 class EmbeddingError(ModelFailure):
     """The embedding endpoint failed or answered with vectors of the wrong shape."""
+
+    says_no_note_text = True  # exception class names and shapes
 
 
 class OpenAICompatibleEmbedder:
@@ -44,8 +50,11 @@ class OpenAICompatibleEmbedder:
             try:
                 resp = run_with_deadline(self._create(batch), self.deadline_seconds)
             except (openai.OpenAIError, RequestDeadlineExceeded) as exc:
+                # An HTTP answer names what to fix (a refused key is not a wrong URL); no
+                # answer at all (refused connection, deadline) points at the endpoint.
                 raise EmbeddingError(
-                    f"embedding endpoint failed ({type(exc).__name__}); check "
+                    endpoint_problem(exc, "embedding", "DREAM_EMBEDDING")
+                    or f"embedding endpoint failed ({type(exc).__name__}); check "
                     "DREAM_EMBEDDING_BASE_URL and DREAM_EMBEDDING_MODEL"
                 ) from None
             except (AttributeError, TypeError, ValueError):

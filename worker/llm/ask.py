@@ -81,6 +81,9 @@ class Outcome(Generic[T]):
     tokens_out: int = 0
     model: str = ""
     errors: list[str] = field(default_factory=list)
+    # Replies that were not JSON of the reply's schema at all (a rejected but well-formed
+    # reply is not counted): a run whose every reply was so could not use its model (R27).
+    malformed: int = 0
 
     @property
     def ok(self) -> bool:
@@ -126,7 +129,8 @@ def ask(
         outcome.model = reply.model
         if charge is not None:
             charge(reply.tokens_in, reply.tokens_out)
-        value, problem, final = check(reply_model, validate, reply.data)
+        value, problem, final, malformed = check(reply_model, validate, reply.data)
+        outcome.malformed += malformed
         if value is not None:
             outcome.value, outcome.reason = value, ""
             outcome.status = AskStatus.OK
@@ -146,21 +150,28 @@ def ask(
 
 def check(
     reply_model: type[T], validate: Callable[[T], None] | None, data: Any,
-) -> tuple[T | None, str, bool]:
-    """``data`` as the validated reply, or None, why not (at most 300 characters) and whether
-    the rejection is final (no re-ask)."""
+) -> tuple[T | None, str, bool, bool]:
+    """``data`` as the validated reply, or None, why not (at most 300 characters), whether
+    the rejection is final (no re-ask) and whether the reply was malformed (not JSON of the
+    reply's schema, as opposed to a well-formed reply the validator refused)."""
     try:
         value = reply_model.model_validate(data)
+    except ValidationError as exc:
+        return None, _problem(exc), False, True
+    try:
         if validate is not None:
             validate(value)
     except ValidationError as exc:
-        problem = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'reply'}: {e['msg']}" for e in exc.errors()[:5]
-        )
-        return None, problem[:300], False
+        return None, _problem(exc), False, False
     except ReplyRejected as exc:
-        return None, str(exc)[:300], exc.final
-    return value, "", False
+        return None, str(exc)[:300], exc.final, False
+    return value, "", False, False
+
+
+def _problem(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'reply'}: {e['msg']}" for e in exc.errors()[:5]
+    )[:300]
 
 
 def _stop(outcome: Outcome[T], status: AskStatus, reason: str) -> Outcome[T]:

@@ -23,6 +23,8 @@ class LLMReply:
 class LLMError(ModelFailure):
     """The model endpoint failed in a way retries did not fix (unreachable, 4xx, timeouts)."""
 
+    says_no_note_text = True  # status codes, exception class names, prompt names
+
 
 class LLMClient(Protocol):
     model: str

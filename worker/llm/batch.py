@@ -176,9 +176,10 @@ def _settle(q: Any, key: str, state: BatchState, spending: Spending,
         return Outcome(None, AskStatus.DEFERRED, f"{why}; deferred to the next run"[:300])
     if _CHARGED.add(key):
         spending.charge(reply.tokens_in, reply.tokens_out)
-    value, problem, _ = check(q.reply_model, q.validate, reply.data)
+    value, problem, _, malformed = check(q.reply_model, q.validate, reply.data)
     outcome: Outcome[Any] = Outcome(value, AskStatus.OK, attempts=1, tokens_in=reply.tokens_in,
-                                    tokens_out=reply.tokens_out, model=reply.model)
+                                    tokens_out=reply.tokens_out, model=reply.model,
+                                    malformed=int(malformed))
     if value is None:
         outcome.status = AskStatus.DEFERRED
         outcome.reason = f"the batch reply could not be used ({problem}); deferred to the next run"

@@ -55,6 +55,8 @@ class Spender(Protocol):
 
     def charge(self, tokens_in: int, tokens_out: int = 0) -> None: ...
 
+    def count_malformed(self, replies: int) -> None: ...
+
 
 class AskingContext(Protocol):
     """What a fan-out needs from a phase's context."""
@@ -161,7 +163,7 @@ def question_key(ctx: AskingContext, model: str, q: Question[Any]) -> str:
 
 
 def _cached(q: Question[T], data: Any) -> Outcome[T] | None:
-    value, _, _ = check(q.reply_model, q.validate, data)
+    value, _, _, _ = check(q.reply_model, q.validate, data)
     return None if value is None else Outcome(value=value, status=AskStatus.OK)
 
 
@@ -198,6 +200,8 @@ def ask_all(
         answered = _ask_online(ctx, client, [questions[i] for i in todo], spending, deadline)
     else:
         answered = []
+    if malformed := sum(o.malformed for o in answered):
+        spending.budget.count_malformed(malformed)
     for i, outcome in zip(todo, answered, strict=True):
         outcomes[i] = outcome
         if outcome.ok and outcome.value is not None:

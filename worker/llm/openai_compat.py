@@ -247,19 +247,25 @@ class OpenAICompatibleLLM:
 
 def client_error(exc: Exception) -> LLMError:
     """The one line a client-side failure (credentials, URL, model, bad request) becomes."""
+    return LLMError(endpoint_problem(exc, "model", "DREAM_LLM")
+                    or f"model call failed ({type(exc).__name__})")
+
+
+def endpoint_problem(exc: Exception, what: str, prefix: str) -> str | None:
+    """What an HTTP answer the client raised says is wrong, naming the setting to check
+    (``prefix``: DREAM_LLM or DREAM_EMBEDDING), or None when the endpoint gave no status."""
     status = getattr(exc, "status_code", None)
     if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-        return LLMError(f"model endpoint refused the credentials ({status}); "
-                        "check DREAM_LLM_API_KEY")
+        return f"{what} endpoint refused the credentials ({status}); check {prefix}_API_KEY"
     if isinstance(exc, openai.NotFoundError):
-        return LLMError("model endpoint answered 404; check DREAM_LLM_BASE_URL "
-                        "(usually ends in /v1) and DREAM_LLM_MODEL")
+        return (f"{what} endpoint answered 404; check {prefix}_BASE_URL (usually ends in /v1) "
+                f"and {prefix}_MODEL")
     if isinstance(exc, openai.BadRequestError | openai.UnprocessableEntityError):
-        return LLMError(f"model endpoint rejected the request ({status}); "
-                        "check DREAM_LLM_MODEL and the server's logs")
+        return (f"{what} endpoint rejected the request ({status}); check {prefix}_MODEL and the "
+                "server's logs")
     if isinstance(exc, openai.APIStatusError):
-        return LLMError(f"model endpoint answered {status}; check the server")
-    return LLMError(f"model call failed ({type(exc).__name__})")
+        return f"{what} endpoint answered {status}; check the server"
+    return None
 
 
 def _describe(exc: Exception) -> str:

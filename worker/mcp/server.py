@@ -18,18 +18,20 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
 from worker.api.auth import Principal, authenticate, bearer, parse_tokens
 from worker.api.guards import BodyLimit
-from worker.api.handlers import validation_detail
+from worker.api.handlers import database_detail, validation_detail
 from worker.app import App
 from worker.domain.types import Scope
 from worker.errors import DreamError
 from worker.mcp.tools import ScopedTools
 from worker.safety.scrub import stack
+from worker.store.errors import database_error
 
 log = structlog.get_logger(__name__)
 
@@ -225,12 +227,21 @@ def _call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         raise ToolError(f"{exc.code}: {exc}") from None
     except ToolError:
         raise
+    except SQLAlchemyError as exc:
+        error = database_error(exc)
+        if error is None:
+            raise _internal(exc) from None
+        log.warning("mcp.database_failed", error=str(error))
+        raise ToolError(f"{error.code}: {database_detail(error)}") from None
     except Exception as exc:
-        # A bug or a database error: its message may quote note text (R21), so neither the
-        # caller nor the log (the SDK would print it with the traceback) gets it; frames only.
-        log.error("mcp.tool_failed", error_type=type(exc).__name__, frames=stack(exc))
-        raise ToolError(f"internal: the tool failed ({type(exc).__name__}); see the server "
-                        "log") from None
+        raise _internal(exc) from None
+
+
+def _internal(exc: Exception) -> ToolError:
+    """A bug: its message may quote note text (R21), so neither the caller nor the log (the
+    SDK would print it with the traceback) gets it; frames only."""
+    log.error("mcp.tool_failed", error_type=type(exc).__name__, frames=stack(exc))
+    return ToolError(f"internal: the tool failed ({type(exc).__name__}); see the server log")
 
 
 def bound_scope(scope: Scope) -> ScopeOf:
@@ -271,4 +282,5 @@ def http_app(app: App, host: str, port: int) -> ASGIApp:
 
 
 def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
+    # An IPv6 address in brackets, without its zone ("fe80::1%eth0"), which no URL may carry.
+    return f"[{host.partition('%')[0]}]" if ":" in host else host

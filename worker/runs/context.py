@@ -29,6 +29,9 @@ class Budget:
     # (R27: a run whose every model call failed could not do its work).
     started: int = 0
     answered: int = 0
+    # Replies that were no JSON of the asked schema (R27: a model whose every reply was so
+    # judged nothing).
+    malformed: int = 0
     # The tokens charged in this process by direction (``tokens`` has the run's sum only): a
     # phase that fails records its execution's share on its step from these.
     tokens_in: int = 0
@@ -60,6 +63,10 @@ class Budget:
             self.tokens_in += tokens_in
             self.tokens_out += tokens_out
             self.answered += 1
+
+    def count_malformed(self, replies: int) -> None:
+        with self._lock:
+            self.malformed += replies
 
     @classmethod
     def for_run(cls, limits: BudgetSettings, calls: int = 0, tokens: int = 0) -> Budget:

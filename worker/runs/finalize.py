@@ -93,6 +93,8 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
         model_calls=sum(int((s.output or {}).get("model_calls_started") or 0) for s in parents),
         model_calls_failed=sum(int((s.output or {}).get("model_calls_failed") or 0)
                                for s in parents),
+        model_replies_malformed=sum(int((s.output or {}).get("model_replies_malformed") or 0)
+                                    for s in parents),
         model_failure=_model_failure(steps), open_candidates=open_now, open_history=history,
         growth_runs=growth, dry_run=snap.dry_run,
     )

@@ -90,13 +90,16 @@ class RunFacts:
     model_calls: int = 0
     model_calls_failed: int = 0
     model_failure: str | None = None
+    # Replies that were no JSON of the asked schema (not JSON at all, or another shape).
+    model_replies_malformed: int = 0
 
 
 @dataclass(frozen=True)
 class RunOutcome:
     status: str
     reason: str | None  # one line: ids, counts, phase names; never note text
-    # guard | budget | model_unavailable | open_growing | model_partial | phase_failed
+    # guard | budget | model_unavailable | model_unusable | open_growing | model_partial |
+    # phase_failed
     flags: list[str]
 
 
@@ -116,6 +119,14 @@ def model_unavailable(facts: RunFacts) -> bool:
     """Every model call of the run failed, and it made at least one: nothing the model was to
     judge was judged. A run that asked nothing is not blocked for it."""
     return facts.model_calls > 0 and facts.model_calls_failed >= facts.model_calls
+
+
+def model_unusable(facts: RunFacts) -> bool:
+    """The endpoint answered, but not one of its replies was JSON of the asked schema (prose,
+    broken JSON, another shape), after the re-asks: nothing the model was to judge was judged.
+    Some malformed replies among usable ones are only re-asked (R12)."""
+    replies = facts.model_calls - facts.model_calls_failed
+    return replies > 0 and facts.model_replies_malformed >= replies
 
 
 def model_partly_unavailable(facts: RunFacts) -> bool:
@@ -150,6 +161,12 @@ def _blocking_reasons(facts: RunFacts) -> tuple[list[str], list[str]]:
         reasons.append(f"model unavailable: {facts.model_calls_failed} of {facts.model_calls} "
                        f"model calls failed{cause}; check DREAM_LLM_BASE_URL and the endpoint, "
                        "the deferred work waits for the next run")
+    if model_unusable(facts):
+        flags.append("model_unusable")
+        replies = facts.model_calls - facts.model_calls_failed
+        reasons.append(f"model answers unusable: {facts.model_replies_malformed} of {replies} "
+                       "replies were not JSON of the asked schema; check that DREAM_LLM_MODEL "
+                       "answers in JSON (response_format), what it was to judge is left as it was")
     series = open_growing(facts)
     if series is not None:
         flags.append("open_growing")

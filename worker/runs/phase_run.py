@@ -225,7 +225,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
                 started)
         return PhaseOutcome.SKIPPED
     b = ctx.budget
-    before = (b.started, b.answered, b.tokens_in, b.tokens_out)
+    before = (b.started, b.answered, b.tokens_in, b.tokens_out, b.malformed)
     bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
     try:
         with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
@@ -269,7 +269,8 @@ def _failed(app: App, run: Execution, held: HeldWrite, ctx: PhaseContext, phase:
             at: tuple[float, tuple[int, ...]], exc: Exception) -> PhaseOutcome:
     """Record the phase as failed: its parent step's finish, in the phase's write if one is
     held (what it wrote before failing stays, as it would have committed). ``at``: when the
-    execution started, and the budget's (started, answered, tokens in, tokens out) then."""
+    execution started, and the budget's (started, answered, tokens in, tokens out, malformed)
+    then."""
     started, before = at
     # R21: the message is scrubbed of the scope's note text; the traceback goes to the log
     # as frames only (format_exc_info would print the raw message).
@@ -300,7 +301,7 @@ def _report(run: Execution, ctx: PhaseContext, phase: str, step_id: str) -> Phas
 
 def _step_tokens(prior: StepRecord, budget: Budget, before: tuple[int, ...]) -> tuple[int, int]:
     """The step's token columns (in, out): its earlier executions' plus what the budget charged
-    since this one began (``before``: the budget's started, answered, tokens in, out then)."""
+    since this one began (``before``: the budget's started, answered, tokens in, out, ...)."""
     return (prior.tokens_in + budget.tokens_in - before[2],
             prior.tokens_out + budget.tokens_out - before[3])
 
@@ -325,6 +326,7 @@ def _output(report: PhaseReport, budget: Budget, before: tuple[int, ...],
         output["model_calls_started"] = started
         output["model_calls_failed"] = max(
             0, prior.calls_failed + asked - (budget.answered - before[1]))
+        output["model_replies_malformed"] = prior.replies_malformed + budget.malformed - before[4]
     return output
 
 

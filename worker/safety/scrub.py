@@ -15,6 +15,8 @@ from typing import Any
 
 import structlog
 
+from worker.errors import DreamError
+
 log = structlog.get_logger(__name__)
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -53,7 +55,9 @@ def scrub(message: str, texts: Iterable[str]) -> str:
 
 
 def safe_error_message(app: Any, scope: Any, exc: BaseException) -> str:
-    """The first line of ``str(exc)``, scrubbed of the scope's note text, at most 200 chars.
+    """The first line of ``str(exc)``, scrubbed of the scope's note text, at most 200 chars;
+    word for word for an error whose class says its messages carry none (a misconfigured or
+    unreachable endpoint's remedy, e.g. "check DREAM_EMBEDDING_BASE_URL and ...").
 
     If the scope's text cannot be read (the database is the problem), the message is withheld.
     """
@@ -61,6 +65,8 @@ def safe_error_message(app: Any, scope: Any, exc: BaseException) -> str:
     if not text:
         return ""
     first = text.splitlines()[0]
+    if isinstance(exc, DreamError) and exc.says_no_note_text:
+        return first[:MAX_MESSAGE]
     try:
         with app.uow() as uow:
             return scrub(first, uow.notes.contents(scope))[:MAX_MESSAGE]

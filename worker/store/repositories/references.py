@@ -46,6 +46,12 @@ class HostTable:
             )
         return cls(*parts)
 
+    def selectable(self) -> Any:
+        cols: list[Any] = [column(self.id_column), column(self.status_column)]
+        if self.reason_column:
+            cols.append(column(self.reason_column))
+        return table(self.table, *cols)
+
 
 def _chunks(ids: list[str]) -> Iterable[list[str]]:
     for start in range(0, len(ids), _CHUNK):
@@ -114,12 +120,14 @@ class ReferenceRepository:
                 )
         return out
 
+    def probe_host(self, where: HostTable) -> None:
+        """Read the configured table and columns for no row: the driver's error when one of
+        them is not there."""
+        self.session.execute(select(*where.selectable().c).limit(0)).all()
+
     def host(self, where: HostTable, ids: Iterable[str]) -> dict[str, EntityRecord]:
         """A host table named by configuration, read-only; one query per 1,000 ids."""
-        cols: list[Any] = [column(where.id_column), column(where.status_column)]
-        if where.reason_column:
-            cols.append(column(where.reason_column))
-        tbl = table(where.table, *cols)
+        tbl = where.selectable()
         wanted = sorted(set(ids))
         out: dict[str, EntityRecord] = {}
         for chunk in _chunks(wanted):

@@ -1,0 +1,81 @@
+"""The servers' listening sockets (`dream api`, `dream mcp --transport http`): bound before
+uvicorn starts, so an address that cannot be used is one ``error:`` line naming the option."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from worker.cli.errors import UserError
+from worker.errors import Conflict
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """A socket bound to each address ``host`` names (as asyncio's ``create_server`` binds
+    them: ``localhost`` may be two), or the one line saying why it cannot be."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise UserError(f"--host {host!r} is not an address to listen on ({reason}); pass an IP "
+                        "address of this machine (127.0.0.1, or 0.0.0.0 for every interface) "
+                        "or a name that resolves to one") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio: "::" and "0.0.0.0" are two sockets
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((address[0], port, *address[2:]))
+            port = sock.getsockname()[1]  # --port 0: every address on the one port it got
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        raise _bind_error(host, port, exc) from None
+    return sockets
+
+
+def _bind_error(host: str, port: int, exc: OSError) -> Exception:
+    where = f"{host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return Conflict(f"cannot listen on {where}: the port is already in use; stop what "
+                        "listens there or pass another --port")
+    if exc.errno == errno.EACCES:
+        return UserError(f"cannot listen on {where}: permission denied (ports below 1024 need "
+                         "privileges); pass a --port from 1024 up")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return UserError(f"cannot listen on {where}: {host} is not an address of this machine; "
+                         "pass --host 127.0.0.1, or 0.0.0.0 for every interface")
+    return UserError(f"cannot listen on {where} ({exc.strerror or type(exc).__name__}); check "
+                     "--host and --port")
+
+
+def serve(build: Callable[[], Any], host: str, port: int) -> None:
+    """Bind ``host``:``port``, then build the ASGI app and serve it with uvicorn on those
+    sockets. Access logs off: uvicorn's would print query strings (the dashboard token) and
+    client details; ours log paths only."""
+    import uvicorn
+
+    sockets = listening_sockets(host, port)
+    url = "http://{}:{}".format(f"[{host}]" if ":" in host else host,
+                                sockets[0].getsockname()[1])
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            # uvicorn says where it listens only when it binds the sockets itself.
+            if not self.should_exit:
+                logging.getLogger("uvicorn.error").info(
+                    "Uvicorn running on %s (Press CTRL+C to quit)", url)
+
+    config = uvicorn.Config(build(), host=host, port=port, access_log=False, log_config=None)
+    try:
+        Server(config).run(sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()

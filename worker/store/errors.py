@@ -1,0 +1,61 @@
+"""What a database failure means to the person who can fix it: one line with the remedy, as a
+worker.errors class (the CLI's exit code, the API's status), or None for a bug."""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import (
+    ArgumentError,
+    DatabaseError,
+    OperationalError,
+    ProgrammingError,
+    SQLAlchemyError,
+)
+
+from worker.errors import ConfigError, DreamError, Unavailable
+from worker.store.db import SQLITE_BUSY_SECONDS
+
+
+def database_error(exc: SQLAlchemyError) -> DreamError | None:
+    """A database that is missing, unreachable, not ours or damaged; None for a bug."""
+    orig = str(getattr(exc, "orig", None) or "")
+    if isinstance(exc, OperationalError):
+        reason = orig.splitlines()[0] if exc.orig else "connection failed"
+        if "no such table" in reason:  # SQLite; PostgreSQL's missing tables are ProgrammingError
+            return ConfigError(
+                f"the database has no dream-worker schema ({reason}); run `dream db upgrade`")
+        if "does not exist" in reason:  # PostgreSQL: the database or role named in the URL
+            return ConfigError(f"cannot connect: {reason.rpartition('FATAL:')[2].strip()}; create "
+                               "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
+        if type(exc.orig).__module__.startswith("sqlite3"):
+            return _sqlite_unavailable(reason)
+        return Unavailable(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and "
+                           "that the server is running")
+    if isinstance(exc, ProgrammingError) and "does not exist" in orig:
+        # A missing table or column; any other ProgrammingError (a value the driver cannot
+        # adapt) is a validation bug and keeps its traceback rather than misleading advice.
+        return ConfigError(f"the database schema is missing or out of date "
+                           f"({orig.splitlines()[0]}); run `dream db upgrade`")
+    if isinstance(exc, DatabaseError) and "file is not a database" in orig:
+        return ConfigError("DREAM_DATABASE_URL points at a file that is not an SQLite database; "
+                           "point it at a dream-worker database or a new path")
+    if isinstance(exc, DatabaseError) and "malformed" in orig:
+        return Unavailable("the SQLite database file is damaged (database disk image is "
+                           "malformed); restore it from a backup or export what `sqlite3 FILE "
+                           ".recover` finds")
+    if isinstance(exc, ArgumentError):  # an unparsable DREAM_DATABASE_URL
+        return ConfigError(f"invalid DREAM_DATABASE_URL ({exc}); use sqlite:///PATH or "
+                           "postgresql://USER@HOST/DB")
+    return None
+
+
+def _sqlite_unavailable(reason: str) -> DreamError:
+    """An SQLite file has no server to be running: say what to do about the file."""
+    if "locked" in reason or "busy" in reason:
+        return Unavailable(f"the SQLite database is busy ({reason}): another process kept "
+                           f"writing to it for {SQLITE_BUSY_SECONDS:g} s (a dream run, an "
+                           "import, an open sqlite3 session); retry once it has finished")
+    if "full" in reason:
+        return Unavailable(f"cannot write the SQLite database ({reason}); free space on its disk "
+                           "and retry")
+    return Unavailable(f"cannot use the SQLite database ({reason}); check the path in "
+                       "DREAM_DATABASE_URL: its directory must exist and be writable")
