@@ -38,6 +38,9 @@ def test_import_is_idempotent_by_id_and_by_content(app: App) -> None:
     # before: accepted, though nothing shows either (Hangul fillers, blank braille cells)
     (json.dumps({"agent_id": "a", "content": "\u3164\u2800 \ufe0f"}),
      "line 2: content has no visible text"),
+    # before: accepted at any size (a 4 MB note took 450 MB of memory to import)
+    (json.dumps({"agent_id": "a", "content": "tea " * 25_001}),
+     "line 2: content has 100,004 characters; a note holds at most 100,000"),
     (json.dumps({"content": "x"}), "line 2: agent_id is required"),
     (json.dumps({"agent_id": "a", "content": "x", "created_at": "yesterday"}), "line 2: created_at"),
     (json.dumps({"agent_id": "a", "content": "x", "embedding": [0.1, 0.2]}), "dimensions"),

@@ -16,6 +16,11 @@ ID_MAX = 64  # String(64) columns: note, run, session, entity and scope-part ids
 SCOPE_KEY_MAX = 400  # String(400): the JSON scope key, with non-ASCII escaped as \uXXXX
 INT_MAX = 2**31 - 1  # Integer columns are 32-bit on PostgreSQL
 MAX_NESTING = 64  # JSON deeper than this is not a note, a session or an entity
+# An imported note's text. Far above what one fact takes and what any judge's prompt holds
+# (a cluster's texts are capped at a few thousand characters), far below what a runaway file
+# would cost: a 4 MB note took 450 MB of memory to import. A host's remember has its own,
+# smaller limit (DREAM_HOST__MAX_NOTE_CHARS).
+NOTE_CHARS_MAX = 100_000
 
 
 def text_problem(value: str) -> str | None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.limits import INT_MAX, ident_problem, visible_problem
+from worker.domain.limits import INT_MAX, NOTE_CHARS_MAX, ident_problem, visible_problem
 from worker.domain.types import NoteStatus, NoteType, Protection, Scope, content_hash
 from worker.ingest.fields import (
     choice,
@@ -101,6 +101,9 @@ def _content(value: object, number: int) -> str:
         raise InputError(f"line {number}: content is required and must be a non-empty string")
     if problem := visible_problem(value):
         raise InputError(f"line {number}: content {problem}")
+    if len(value) > NOTE_CHARS_MAX:
+        raise InputError(f"line {number}: content has {len(value):,} characters; a note holds at "
+                         f"most {NOTE_CHARS_MAX:,}: split the text into notes of one fact each")
     return value
 
 
