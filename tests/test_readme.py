@@ -1,9 +1,14 @@
-"""README.md read as a contract, mechanically: the tests it cites exist."""
+"""README.md read as a contract, mechanically: the tests it cites exist, the schema revision it
+quotes is the latest."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from alembic.script import ScriptDirectory
+
+from worker.store.migrate import MIGRATIONS_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -70,3 +75,10 @@ def test_a_stale_citation_is_reported() -> None:
             "test_r08_r11_r17_invariants_under_random_runs`\n")
     assert missing_tests(text) == ["line 1: ::test_gone", "line 2: tests/nowhere/test_x.py"]
 
+
+def test_the_schema_revision_the_readme_quotes_is_the_latest() -> None:
+    """`dream db upgrade`'s line in the CLI reference names the newest migration."""
+    head = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+    quoted = set(re.findall(r"database (?:upgraded from an empty schema to|already at the latest "
+                            r"revision) (\w+): URL", README))
+    assert quoted == {head}
