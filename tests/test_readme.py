@@ -1,13 +1,17 @@
 """README.md read as a contract, mechanically: the tests it cites exist, the schema revision it
-quotes is the latest."""
+quotes is the latest, its configuration table lists every setting with the default it has."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from alembic.script import ScriptDirectory
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
+from worker.config import Settings, known_variables
 from worker.store.migrate import MIGRATIONS_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,3 +86,87 @@ def test_the_schema_revision_the_readme_quotes_is_the_latest() -> None:
     quoted = set(re.findall(r"database (?:upgraded from an empty schema to|already at the latest "
                             r"revision) (\w+): URL", README))
     assert quoted == {head}
+
+
+def section(text: str, title: str) -> str:
+    """The text of one ``## title`` section, up to the next ``## ``."""
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def documented_settings(text: str) -> dict[str, str | None]:
+    """Variable -> default as the "Configuration" table gives it (None: unset or –). A row names
+    one variable or several with one default each (`a` / `b`, `a`, `b`) or one for all; a
+    section row (`DREAM_X__*`) gives `NAME=value`, or a bare `NAME` for one that is unset."""
+    found: dict[str, str | None] = {}
+    for line in section(text, "Configuration").splitlines():
+        if not line.startswith("| `DREAM_"):
+            continue
+        names_cell, default_cell = (c.strip() for c in line.strip("|").split(" | ")[:2])
+        names = re.findall(r"`(DREAM_[A-Z_]+(?:__\*)?)`", names_cell)
+        if len(names) == 1 and names[0].endswith("__*"):
+            for token in re.findall(r"`([A-Z_]+(?:=[^`]*)?)`", default_cell):
+                key, has_value, value = token.partition("=")
+                found.setdefault(names[0][:-1] + key, value if has_value else None)
+            continue
+        parts = [p.strip().strip("`") for p in re.split(r" / |, ", default_cell)]
+        values = [None if p in ("–", "unset") or p.startswith("unset ") else p for p in parts]
+        for name, value in zip(names, values * len(names) if len(values) == 1 else values,
+                               strict=True):
+            found[name] = value
+    return found
+
+
+def settings_defaults() -> dict[str, Any]:
+    """Every DREAM_* setting and its default (OpenTelemetry's own OTEL_* variables aside)."""
+    defaults: dict[str, Any] = {}
+    for name, field in Settings.model_fields.items():
+        if field.validation_alias is not None:
+            continue
+        section_model = field.annotation
+        if isinstance(section_model, type) and issubclass(section_model, BaseModel):
+            defaults |= {f"DREAM_{name.upper()}__{sub.upper()}": f.default
+                         for sub, f in section_model.model_fields.items()}
+        else:
+            defaults[f"DREAM_{name.upper()}"] = field.default
+    return defaults
+
+
+def _same_default(documented: str | None, actual: Any) -> bool:
+    if actual is PydanticUndefined:  # computed (the database URL): the README says how
+        return documented is not None
+    if actual is None or isinstance(actual, bool):
+        return documented == (None if actual is None else str(actual).lower())
+    if isinstance(actual, int | float):
+        return documented is not None and re.fullmatch(r"[\d.]+", documented) is not None \
+            and float(documented) == actual
+    return documented == str(actual)
+
+
+def test_every_setting_is_documented_with_its_default() -> None:
+    """Each DREAM_* setting of worker/config.py has a row of the configuration table giving its
+    default as the code has it, and the table names no variable the worker does not read."""
+    documented = documented_settings(README)
+    defaults = settings_defaults()
+    assert sorted(set(defaults) - set(documented)) == []
+    assert sorted(set(documented) - known_variables()) == []
+    wrong = {name: (documented[name], value) for name, value in defaults.items()
+             if not _same_default(documented[name], value)}
+    assert wrong == {}
+
+
+def test_the_configuration_table_is_read_as_written() -> None:
+    """The parser itself on each row shape: several variables with a default each, one default
+    for several, unset, and a section's NAME=value and bare NAME."""
+    text = """\n## Configuration
+| Variable | Default | Meaning |
+|---|---|---|
+| `DREAM_A` / `DREAM_B` | `24` / `5` | x |
+| `DREAM_C`, `DREAM_D` | –, `gpt` | x |
+| `DREAM_E` / `DREAM_F` | unset (off) | x |
+| `DREAM_S__*` | `ONE=0.6`, `TWO` (unset), `ONE=9` (only with `THREE=x`) | x |
+## Next
+| `DREAM_G` | `1` | x |
+"""
+    assert documented_settings(text) == {
+        "DREAM_A": "24", "DREAM_B": "5", "DREAM_C": None, "DREAM_D": "gpt", "DREAM_E": None,
+        "DREAM_F": None, "DREAM_S__ONE": "0.6", "DREAM_S__TWO": None, "DREAM_S__THREE": "x"}
