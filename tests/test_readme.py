@@ -1,5 +1,6 @@
 """README.md read as a contract, mechanically: the tests it cites exist, the schema revision it
-quotes is the latest, its configuration table lists every setting with the default it has."""
+quotes is the latest, its configuration table lists every setting with the default it has, its
+CLI reference every command with every option."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import click
 from alembic.script import ScriptDirectory
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from worker.cli import main
 from worker.config import Settings, known_variables
 from worker.store.migrate import MIGRATIONS_DIR
 
@@ -170,3 +173,44 @@ def test_the_configuration_table_is_read_as_written() -> None:
     assert documented_settings(text) == {
         "DREAM_A": "24", "DREAM_B": "5", "DREAM_C": None, "DREAM_D": "gpt", "DREAM_E": None,
         "DREAM_F": None, "DREAM_S__ONE": "0.6", "DREAM_S__TWO": None, "DREAM_S__THREE": "x"}
+
+
+def leaf_commands(group: click.Group, path: tuple[str, ...] = ()) -> dict[str, click.Command]:
+    """Every runnable command of the `dream` group by its words (``review approve``)."""
+    found: dict[str, click.Command] = {}
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            found |= leaf_commands(command, (*path, name))
+        else:
+            found[" ".join((*path, name))] = command
+    return found
+
+
+def reference_synopses(text: str, commands: set[str]) -> dict[str, set[str]]:
+    """Command -> the options its synopses in the CLI reference's table name (the longest
+    command the words of each backticked `dream ...` in a row's first cell begin with)."""
+    found: dict[str, set[str]] = {}
+    for line in section(text, "CLI reference").splitlines():
+        if not line.startswith("| `dream "):
+            continue
+        for synopsis in re.findall(r"`dream ([^`]*)`", line.split(" | ")[0]):
+            words = synopsis.split()
+            name = next((" ".join(words[:k]) for k in range(len(words), 0, -1)
+                         if " ".join(words[:k]) in commands), synopsis)
+            found.setdefault(name, set()).update(re.findall(r"--[a-z][a-z-]*", synopsis))
+    return found
+
+
+def test_the_cli_reference_lists_every_command_with_every_option() -> None:
+    """The CLI reference's table has a synopsis for each `dream` command naming every option it
+    takes, and no option it does not take."""
+    commands = leaf_commands(main)
+    documented = reference_synopses(README, set(commands))
+    assert sorted(set(commands) ^ set(documented)) == []
+    mismatched = {}
+    for name, command in commands.items():
+        options = {o for p in command.params for o in p.opts if o.startswith("--")} - {"--help"}
+        if options != documented[name]:
+            mismatched[name] = {"undocumented": sorted(options - documented[name]),
+                                "unknown": sorted(documented[name] - options)}
+    assert mismatched == {}
