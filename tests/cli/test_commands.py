@@ -516,3 +516,12 @@ def test_version_names_the_installed_package() -> None:
 
     shown = CliRunner().invoke(main, ["--version"])
     assert shown.exit_code == 0 and shown.output == f"dream, version {version('dream-worker')}\n"
+
+
+def test_dream_mcp_help_names_every_tool_the_server_serves() -> None:
+    """`dream mcp --help` lists each MCP tool (before: the four review_* tools were missing)."""
+    pytest.importorskip("mcp", reason="the mcp extra is not installed")
+    from tests.mcp.test_server import EXPECTED_ANNOTATIONS  # the tools the server is held to
+
+    helped = " ".join(CliRunner().invoke(main, ["mcp", "--help"]).output.split())
+    assert [t for t in EXPECTED_ANNOTATIONS if t not in helped] == []

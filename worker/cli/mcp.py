@@ -25,7 +25,8 @@ from worker.errors import ConfigError
 @user_errors
 def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | None,
             company: str | None, host: str, port: int) -> None:
-    """Serve remember, list_candidates, fuse, keep_apart, start_dream, dream_status and undo_run.
+    """Serve the memory tools: remember, list_candidates, fuse, keep_apart, start_dream,
+    dream_status, undo_run, review_list, review_show, review_approve and review_decline.
 
     Over stdio the tools act on --agent/--user/--company; over HTTP on the scope of each
     request's bearer token (a scoped token of DREAM_API_TOKENS)."""
