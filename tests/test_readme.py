@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pytest
 from alembic.script import ScriptDirectory
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
@@ -214,3 +215,17 @@ def test_the_cli_reference_lists_every_command_with_every_option() -> None:
             mismatched[name] = {"undocumented": sorted(options - documented[name]),
                                 "unknown": sorted(documented[name] - options)}
     assert mismatched == {}
+
+
+def test_the_mcp_table_lists_every_tool_with_its_annotations() -> None:
+    """The "MCP server" table names each tool the server serves, with the readOnly /
+    destructive / idempotent hints it declares (tests/mcp/test_server.py holds the server to
+    EXPECTED_ANNOTATIONS through the SDK's own client)."""
+    pytest.importorskip("mcp", reason="the mcp extra is not installed")
+    from tests.mcp.test_server import EXPECTED_ANNOTATIONS
+
+    hint = {"yes": True, "no": False}
+    documented = {name: tuple(hint.get(h.strip()) for h in hints.split("/"))
+                  for name, hints in re.findall(r"^\| `(\w+)\([^`]*\)` \| ([^|]+) \|",
+                                                section(README, "MCP server"), re.M)}
+    assert documented == EXPECTED_ANNOTATIONS
