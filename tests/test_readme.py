@@ -229,3 +229,31 @@ def test_the_mcp_table_lists_every_tool_with_its_annotations() -> None:
                   for name, hints in re.findall(r"^\| `(\w+)\([^`]*\)` \| ([^|]+) \|",
                                                 section(README, "MCP server"), re.M)}
     assert documented == EXPECTED_ANNOTATIONS
+
+
+def test_every_api_route_is_documented() -> None:
+    """Each route of the HTTP API appears as `METHOD /path` (path parameters by any name), and
+    the README names no route the API lacks."""
+    from tests.api.test_fuzz import ROUTES  # every route, found by walking the FastAPI app
+
+    def shape(path: str) -> str:
+        return re.sub(r"\{[^}]*\}", "{}", path)
+
+    served = {(method, shape(path)) for method, path, _ in ROUTES}
+    documented = {(method, shape(path)) for method, path
+                  in re.findall(r"\b(GET|POST|PUT|PATCH|DELETE) (/[^\s`?\[]*)", README)}
+    assert sorted(served - documented) == []
+    assert sorted(documented - served) == []
+
+
+def test_every_metric_is_documented() -> None:
+    """Each family `/metrics` exposes is named in the Host API's `GET /metrics` row."""
+    from worker.api.metrics import render
+
+    families = re.findall(r"^# TYPE (\w+) ", render(
+        {"runs": {}, "notes": {}, "phases": {}, "open_candidates": {}}), re.M)
+    row = next(line for line in section(README, "Host API").splitlines()
+               if line.startswith("| `GET /metrics`"))
+    # `dream_runs{status}`, `dream_phase_duration_seconds_{sum,count}{phase}`
+    named = {m.rstrip("_") for m in re.findall(r"`(dream_\w+)", row)}
+    assert len(families) >= 7 and sorted(set(families) - named) == []
