@@ -257,3 +257,16 @@ def test_every_metric_is_documented() -> None:
     # `dream_runs{status}`, `dream_phase_duration_seconds_{sum,count}{phase}`
     named = {m.rstrip("_") for m in re.findall(r"`(dream_\w+)", row)}
     assert len(families) >= 7 and sorted(set(families) - named) == []
+
+
+def test_the_phase_counters_the_readme_lists_are_the_phases_own() -> None:
+    """"Run steps for dashboards" lists the parent-step counters of prune and archive exactly
+    as the phases write them."""
+    from worker.phases.archive.service import ArchiveCounters
+    from worker.phases.prune.counters import PruneCounters
+
+    text = " ".join(section(README, "Run steps for dashboards").split())
+    for phase, counters in (("prune", PruneCounters()), ("archive", ArchiveCounters())):
+        listed = re.search(rf"\b{phase} `\{{([\w, ]+)\}}`", text)
+        assert listed is not None, phase
+        assert [c.strip() for c in listed.group(1).split(",")] == list(counters.as_dict()), phase
