@@ -270,3 +270,28 @@ def test_the_phase_counters_the_readme_lists_are_the_phases_own() -> None:
         listed = re.search(rf"\b{phase} `\{{([\w, ]+)\}}`", text)
         assert listed is not None, phase
         assert [c.strip() for c in listed.group(1).split(",")] == list(counters.as_dict()), phase
+
+
+def test_every_importable_field_is_documented() -> None:
+    """"Data file formats" names every field each importer takes (an unknown field is an error,
+    so an undocumented one is a field nobody can find), and so does the examples line of
+    "Prune and archive"."""
+    from worker.ingest.entities import _ENTITY_FIELDS, _KIND_FIELDS
+    from worker.ingest.examples import EXAMPLE_FIELDS
+    from worker.ingest.notes import NOTE_FIELDS
+    from worker.ingest.sessions import SESSION_FIELDS
+
+    formats = section(README, "Data file formats (JSONL, one object per line; blank lines ignored)")
+    paragraphs = {m.group(1): m.group(2) for m in
+                  re.finditer(r"\*\*(Notes|Sessions|Entities|Examples)\*\* (.*?)(?=\n\*\*|\n###)",
+                              formats, re.S)}
+    entity_fields = set(_ENTITY_FIELDS).union(*_KIND_FIELDS.values())
+    examples_line = re.search(r"Examples are loaded with .*?all-or-nothing",
+                              section(README, "Prune and archive"), re.S)
+    assert examples_line is not None
+    for text, fields in ((paragraphs["Notes"], NOTE_FIELDS),
+                         (paragraphs["Sessions"], SESSION_FIELDS),
+                         (paragraphs["Entities"], entity_fields),
+                         (paragraphs["Examples"], EXAMPLE_FIELDS),
+                         (examples_line.group(0), EXAMPLE_FIELDS)):
+        assert sorted(set(fields) - set(re.findall(r"`(\w+)`", text))) == []
