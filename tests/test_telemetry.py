@@ -257,6 +257,27 @@ def test_otel_variables_configure_export_from_a_real_dream_process(tmp_path: Pat
     assert quiet.returncode == 0 and _console_spans(quiet.stdout) == []
 
 
+def test_spans_are_exported_as_dream_worker_unless_otel_names_the_service(
+    tmp_path: Path,
+) -> None:
+    """Without OTEL_SERVICE_NAME (or a service.name in OTEL_RESOURCE_ATTRIBUTES) a real `dream
+    run` exports its spans as service dream-worker, the README's default (before: the SDK's own
+    unknown_service:python won); OTEL_RESOURCE_ATTRIBUTES still names it when it says so."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DREAM_", "OTEL_"))}
+    env |= {"DREAM_DATABASE_URL": f"sqlite:///{tmp_path / 's.db'}", "DREAM_LOG_LEVEL": "WARNING",
+            "DREAM_LLM_PROVIDER": "none", "OTEL_TRACES_EXPORTER": "console"}
+    for args in (["db", "upgrade"], ["notes", "add", "--agent", "otel-s", "--content", "x y z"]):
+        subprocess.run([DREAM, *args], env=env, check=True, capture_output=True, timeout=60)
+    for extra, name in (({}, "dream-worker"),
+                        ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=host-memory"},
+                         "host-memory")):
+        traced = subprocess.run([DREAM, "run", "--agent", "otel-s", "--force"],
+                                capture_output=True, text=True, timeout=120, env=env | extra)
+        assert traced.returncode == 0, traced.stderr
+        spans = _console_spans(traced.stdout)
+        assert spans and {s["resource"]["attributes"]["service.name"] for s in spans} == {name}
+
+
 def test_without_the_extra_telemetry_is_a_no_op(tmp_path: Path) -> None:
     """With opentelemetry not importable, a whole CLI dream run works and the helpers do nothing."""
     script = f"""

@@ -156,8 +156,12 @@ def _install_provider(exporters: str) -> None:
         return  # already configured by the launcher or the host application
     # Resource.create reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES; the sampler and the
     # batch processor read OTEL_TRACES_SAMPLER* / OTEL_BSP_* themselves.
-    provider = TracerProvider(resource=Resource.create({"service.name": "dream-worker"})
-                              .merge(Resource.create()))
+    resource = Resource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        # Neither variable names the service: the SDK fills in "unknown_service:python", which
+        # would win over a default merged beneath it.
+        resource = resource.merge(Resource({"service.name": "dream-worker"}))
+    provider = TracerProvider(resource=resource)
     for name in (n.strip() for n in exporters.split(",")):
         if name == "console":
             provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
