@@ -31,6 +31,14 @@ TRIP = "blast-radius guard: would retire 8 of 12 active notes (limit 50%); ..."
     (RunFacts(ALL_FAILED), "failed", ["phase_failed"]),
     # One phase failed, the others worked: partial, naming the phase.
     (RunFacts(ONE_FAILED), "partial", ["phase_failed"]),
+    # The one phase the run asked for (`--phase prune`) failed, the others skipped: failed, not
+    # partial, since no other phase worked (before: partial, exit 11).
+    (RunFacts({"consolidate": K, "contradictions": K, "prune": F, "archive": K}), "failed",
+     ["phase_failed"]),
+    # Every phase that ran failed, archive skipped (auto-archive off): failed.
+    (RunFacts({**ALL_FAILED, "archive": K}), "failed", ["phase_failed"]),
+    # Every phase skipped, none failed: nothing went wrong.
+    (RunFacts(dict.fromkeys(OK, K)), "succeeded", []),
     # The guard stopped retirements: blocked, whatever else went right.
     (RunFacts(OK, guard_reasons=[TRIP]), "blocked", ["guard"]),
     # A guard trip and a failed phase: blocked, and both reasons are kept.

@@ -193,12 +193,15 @@ def _partial_reasons(facts: RunFacts, failed: list[str]) -> tuple[list[str], lis
 
 
 def decide_outcome(facts: RunFacts) -> RunOutcome:
-    """failed if every phase failed; blocked if the guard stopped it, the budget ran out with
-    work left, every model call failed, or its open candidates keep growing; partial if some
-    phase failed or some model calls failed; else succeeded. Each reason is kept, so a blocked
-    run with a failed phase says both."""
+    """failed if every phase it ran failed; blocked if the guard stopped it, the budget ran out
+    with work left, every model call failed, or its open candidates keep growing; partial if
+    some phase failed or some model calls failed; else succeeded. Each reason is kept, so a
+    blocked run with a failed phase says both."""
     failed = [p for p, o in facts.phases.items() if o is PhaseOutcome.FAILED]
-    if not facts.phases or len(failed) == len(facts.phases):
+    # A skipped phase did not run (not asked for with --phase, or nothing it may do): it is no
+    # "other phase" that worked beside a failed one.
+    ran = [p for p, o in facts.phases.items() if o is not PhaseOutcome.SKIPPED]
+    if not facts.phases or (failed and len(failed) == len(ran)):
         return RunOutcome(RunStatus.FAILED.value, None, ["phase_failed"] if failed else [])
     flags, reasons = _blocking_reasons(facts)
     blocked = bool(flags)
