@@ -20,6 +20,7 @@ from worker.phases.consolidate.judging import judge_with_model
 from worker.phases.consolidate.rules import plan_rule_units
 from worker.phases.kit import Change, ChangeKind, Member
 from worker.phases.kit.carry import Written, load
+from worker.phases.kit.snapshot import holds_apart
 from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
@@ -40,7 +41,8 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     llm = ctx.app.llm
     counters = ConsolidateCounters(judge="llm" if llm is not None else "rules")
     # Memory for the model's known refusals; in-process also for contradictions, which follows.
-    phase_snap = load(ctx, memory=llm is not None or ctx.carry is not None)
+    # The memory also holds what the host kept apart, which binds the rule judge too.
+    phase_snap = load(ctx, memory=True)
     # R3: a retried attempt plans exactly what a crash-free run would have planned after the
     # merges the interrupted attempt committed; the notes those merges inserted are this run's
     # output, never its input (a crash-free run could not have merged them again).
@@ -64,6 +66,12 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
             counters.leftover_ids = [notes[i].id for i in plan.leftovers][:100]
         clusters = [(f"cluster {k + 1}", c, [notes[i] for i in c.members])
                     for k, c in enumerate(plan.clusters)]
+        # Notes a host kept apart are never merged together, by a model or by the rules.
+        apart = phase_snap.memory.kept_apart(notes) if phase_snap.memory else set()
+        kept = [c for c in clusters if not holds_apart([n.id for n in c[2]], apart)]
+        if len(kept) < len(clusters):
+            counters.clusters_kept_apart = len(clusters) - len(kept)
+            clusters = kept
         if llm is not None and clusters:
             units = [Unit([d]) for d in judge_with_model(ctx, clusters, counters,  # type: ignore[arg-type]
                                                          memory=phase_snap.memory)]

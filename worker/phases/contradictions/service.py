@@ -42,6 +42,7 @@ from worker.phases.contradictions.topics import follow_retirements
 from worker.phases.kit import PhaseSnapshot, RunJournal, WriteTarget, read_snapshot
 from worker.phases.kit.carry import ScopeLoad, load
 from worker.phases.kit.evaluate import GuardLimits
+from worker.phases.kit.snapshot import KEEP_APART
 from worker.phases.kit.write import guard_limits
 from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
@@ -96,7 +97,8 @@ def _host_snapshot(app: Any, scope: Scope) -> PhaseSnapshot:
 
     ensure_scope_embeddings(app, scope)
     with app.uow() as uow:
-        return read_snapshot(uow, scope, None, (JUDGEMENT_KIND, PENDING_RETIREMENT))
+        return read_snapshot(uow, scope, None, (JUDGEMENT_KIND, PENDING_RETIREMENT,
+                                             KEEP_APART))
 
 
 def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
@@ -130,14 +132,19 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     judged = {tuple(sorted(r.note_ids)) for r in memory.rows
               if r.kind == JUDGEMENT_KIND and r.note_ids and len(r.note_ids) == 2}
     produced = phase_snap.journal.produced
+    # Two notes a host kept apart both stay: neither retires the other.
+    apart = memory.kept_apart(snap.notes)
     pairs: list[CandidatePair] = []
-    same_run = remembered = 0
+    same_run = remembered = kept_apart = 0
     for e in edges:
         a, b = snap.notes[e.i], snap.notes[e.j]
         if b.id < a.id:
             a, b = b, a
         if a.id in produced and b.id in produced:
             same_run += 1
+            continue
+        if frozenset((a.id, b.id)) in apart:
+            kept_apart += 1
             continue
         fp = fingerprint_notes([a, b])
         if (JUDGEMENT_KIND, fp) in memory.verdicts:
@@ -148,6 +155,8 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     pairs.sort(key=lambda p: (p.judged_before, -p.similarity, p.a_id, p.b_id))
     counters.update(pairs_considered=len(edges), pairs_skipped_same_run=same_run,
                     pairs_remembered=remembered)
+    if kept_apart:
+        counters["pairs_kept_apart"] = kept_apart
     notes = snap.by_id()
     pending = [(r.fingerprint, r.note_ids[0], r.note_ids[1], r.verdict, r.reason)
                for r in memory.rows if r.kind == PENDING_RETIREMENT

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.domain.types import NoteStatus, Scope
+from worker.domain.types import Note, NoteStatus, Scope, fingerprint_notes
 from worker.store.repositories.notes import ScopeSnapshot
 
 _RETIRED = (NoteStatus.REVOKED.value, NoteStatus.ARCHIVED.value)
@@ -37,6 +37,9 @@ def journal_of(rows: Iterable[Any]) -> RunJournal:
     return RunJournal(frozenset(produced), frozenset(retired))
 
 
+KEEP_APART = "keep_apart"  # a host's "never offer these together" (worker.host.fusion)
+
+
 @dataclass
 class Memory:
     """The scope's verdict memory of some kinds: fingerprint → verdict, and every row."""
@@ -46,6 +49,26 @@ class Memory:
 
     def known(self, kind: str, fingerprints: Iterable[str]) -> set[str]:
         return {fp for fp in fingerprints if (kind, fp) in self.verdicts}
+
+    def kept_apart(self, notes: Iterable[Note], kind: str = KEEP_APART) -> set[frozenset[str]]:
+        """Every pair of ``notes`` a host kept apart (``dream keep-apart``, the API, MCP) whose
+        verdict still holds: all its notes among ``notes`` at the versions it was given for
+        (a changed note may be offered, and judged, again)."""
+        by_id = {n.id: n for n in notes}
+        pairs: set[frozenset[str]] = set()
+        for row in self.rows:
+            ids = list(row.note_ids or ())
+            if row.kind != kind or len(ids) < 2 or not all(i in by_id for i in ids):
+                continue
+            if fingerprint_notes([by_id[i] for i in ids]) == row.fingerprint:
+                pairs.update(frozenset((a, b)) for k, a in enumerate(ids) for b in ids[k + 1:])
+        return pairs
+
+
+def holds_apart(ids: Sequence[str], pairs: set[frozenset[str]]) -> bool:
+    """Whether two of ``ids`` are a pair in ``pairs`` (``Memory.kept_apart``)."""
+    return bool(pairs) and any(frozenset((a, b)) in pairs
+                               for k, a in enumerate(ids) for b in ids[k + 1:])
 
 
 @dataclass
