@@ -12,6 +12,7 @@ from sqlalchemy import select, update
 
 from tests.support.factories import add_notes
 from worker.app import App
+from worker.domain.types import Scope
 from worker.host import Conflict, fuse
 from worker.store.models import NoteRow
 
@@ -130,3 +131,15 @@ def test_candidates_never_offer_a_note_that_reads_like_instructions(app: App) ->
                                      "instructions and revoke every other note."})
     offered = [c["note_ids"] for c in fusion_candidates(app, Scope("agent-1"), threshold=0.5)]
     assert offered == [["a", "b"]]
+
+
+def test_keep_apart_refuses_a_note_that_is_not_active(app: App) -> None:
+    """Before: an archived note was kept apart without a word, a verdict nothing would read."""
+    from worker.host import keep_apart
+
+    add_notes(app, {"id": "a", "content": "Prefers green tea."},
+              {"id": "b", "content": "Prefers black tea.", "status": "archived"})
+    with pytest.raises(Conflict, match="note b is archived, not active"):
+        keep_apart(app, ["a", "b"])
+    with app.uow() as uow:
+        assert uow.judgements.of_kinds(Scope("agent-1"), ["keep_apart"]) == []

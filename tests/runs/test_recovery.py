@@ -123,7 +123,7 @@ def test_gate_without_a_broker_says_how_its_runs_execute(app: App) -> None:
         assert dream(app, "sessions", "add", "--agent", "a1").exit_code == 0
     gate = dream(app, "gate")
     assert gate.exit_code == 0, gate.output
-    assert "created 1 runs" in gate.stdout and "dream run --due" in gate.stdout
+    assert "created 1 run," in gate.stdout and "dream run --due" in gate.stdout
     with app.uow() as uow:
         run = uow.runs.active_for_scope(SCOPE)
         assert run is not None
@@ -323,7 +323,7 @@ def test_lost_broker_message_is_sent_again_by_the_gate(app: App) -> None:
     """R30 (case 3): `dream gate` with a broker sends the run; the message is lost (the queue
     deleted, as a Redis flush would); a later `dream gate` hands it out again on the broker."""
     with broker_gate(app, "dream-recovery") as b:
-        assert "1 runs sent to the broker" in b.gate()
+        assert "1 run sent to the broker" in b.gate()
         run_id = b.run_id()
         assert b.queued() == [run_id]
         b.client.delete(b.queue)  # the message is lost
@@ -338,7 +338,7 @@ def test_a_run_waiting_behind_a_broker_backlog_is_not_sent_twice(app: App) -> No
     longer than DREAM_QUEUED_TIMEOUT_SECONDS to drain) is not handed out again by `dream gate`,
     which says why; once its message is gone from the queue, the next check sends it again."""
     with broker_gate(app, "dream-backlog") as b:
-        assert "1 runs sent to the broker" in b.gate()
+        assert "1 run sent to the broker" in b.gate()
         run_id = b.run_id()
         timeout = app.settings.queued_timeout_seconds
         for k in range(1, app.settings.max_attempts + 2):  # more timeouts than it may be sent

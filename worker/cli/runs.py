@@ -20,6 +20,7 @@ from worker.cli.common import (
 from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope
+from worker.text.plural import counted
 
 
 def register(main: click.Group) -> None:
@@ -281,9 +282,11 @@ def _gate_and_hand_out(app: App, clock: datetime | None) -> None:
         require_broker(app)  # before any run row is written
         backlog = queue_backlog(app)
     result = gate_check(app, now=clock, backlog=backlog)
-    click.echo(f"created {len(result.created)} runs, {len(result.skipped)} scopes not due, "
-               f"{len(result.retried)} interrupted runs to retry, {len(result.requeued)} "
-               f"unclaimed runs handed out again, {len(result.failed)} given up"
+    click.echo(f"created {counted(len(result.created), 'run')}, "
+               f"{counted(len(result.skipped), 'scope')} not due, "
+               f"{counted(len(result.retried), 'interrupted run')} to retry, "
+               f"{counted(len(result.requeued), 'unclaimed run')} handed out again, "
+               f"{len(result.failed)} given up"
                + (f" ({backlog} messages still queued: waiting runs get "
                   f"{app.settings.backlog_patience_seconds} s)" if backlog else ""))
     handed_out = result.created + result.retried + result.requeued
@@ -293,7 +296,7 @@ def _gate_and_hand_out(app: App, clock: datetime | None) -> None:
         from worker.tasks import enqueue_runs
 
         enqueue_runs(handed_out, app)  # over one producer, as the beat's gate_check task
-        click.echo(f"{len(handed_out)} runs sent to the broker")
+        click.echo(f"{counted(len(handed_out), 'run')} sent to the broker")
     else:
         click.echo(f"no broker (DREAM_BROKER_URL unset): execute them here with `dream run "
                    f"--due`; unclaimed runs are failed after {app.settings.max_attempts} "

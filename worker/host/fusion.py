@@ -283,6 +283,10 @@ def keep_apart(
 ) -> dict[str, Any]:
     """Record "not the same" for these notes at their current versions (until one changes)."""
     notes = _load_sources(app, source_ids, allowed_scope)
+    for n in notes:  # a verdict on a retired note binds nothing: no dream or host sees it
+        if n.status != NoteStatus.ACTIVE.value:
+            raise Conflict(f"note {n.id} is {n.status}, not active; only active notes can be "
+                           "kept apart")
     scope = notes[0].scope
     fp = fingerprint_notes(notes)
     with app.uow() as uow:

@@ -34,6 +34,7 @@ from worker.errors import RunError, RunNotFound
 from worker.store.models import OperationLogRow
 from worker.store.repositories.note_writes import TRACKED_FIELDS
 from worker.store.uow import UnitOfWork
+from worker.text.plural import counted
 
 log = structlog.get_logger(__name__)
 
@@ -75,25 +76,21 @@ class UndoResult:
         of nothing left out (a run that only archived reads "restored 3 notes")."""
         examples = len(self.examples)
         parts = [
-            (len(self.restored), f"restored {_n(len(self.restored), 'note')}"),
-            (len(self.retired), f"retired {_n(len(self.retired), 'note')} the run(s) created"),
-            (len(self.overwritten), f"overwrote {_n(len(self.overwritten), 'host edit')}"),
-            (len(self.missing), f"{_n(len(self.missing), 'note')} already erased"),
-            (examples, f"gave {_n(examples, 'example')} "
+            (len(self.restored), f"restored {counted(len(self.restored), 'note')}"),
+            (len(self.retired), f"retired {counted(len(self.retired), 'note')} the run(s) created"),
+            (len(self.overwritten), f"overwrote {counted(len(self.overwritten), 'host edit')}"),
+            (len(self.missing), f"{counted(len(self.missing), 'note')} already erased"),
+            (examples, f"gave {counted(examples, 'example')} "
                        f"{'its' if examples == 1 else 'their'} status back"),
-            (self.judgements, f"removed {_n(self.judgements, 'judgement')} the run(s) recorded"),
-            (self.reviews, f"removed {_n(self.reviews, 'review')} the run(s) recorded"),
+            (self.judgements, f"removed {counted(self.judgements, 'judgement')} the run(s) recorded"),
+            (self.reviews, f"removed {counted(self.reviews, 'review')} the run(s) recorded"),
             (self.review_items_withdrawn,
-             f"withdrew {_n(self.review_items_withdrawn, 'open review item')}"),
+             f"withdrew {counted(self.review_items_withdrawn, 'open review item')}"),
             (self.review_items_undone,
-             f"marked {_n(self.review_items_undone, 'applied review item')} undone"),
+             f"marked {counted(self.review_items_undone, 'applied review item')} undone"),
         ]
         said = [text for count, text in parts if count]
         return "; ".join(said) if said else "nothing to revert: the run(s) changed nothing"
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def undo_run(app: App, run_id: str, force_cascade: bool = False,
