@@ -129,15 +129,29 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     counters: dict[str, Any] = {
         f"candidates_{k}": v for k, v in source_counts(edges).items()}
     counters["generic_frames_skipped"] = frames.generic_frames
+    pairs = _new_pairs(edges, snap.notes, memory, phase_snap.journal.produced, counters)
+    counters["pairs_considered"] = len(edges)
+    notes = snap.by_id()
+    pending = [(r.fingerprint, r.note_ids[0], r.note_ids[1], r.verdict, r.reason)
+               for r in memory.rows if r.kind == PENDING_RETIREMENT
+               and r.note_ids and len(r.note_ids) == 2]
+    held_back = _still_pending(pending, notes)
+    counters["retirements_held_back"] = len(held_back)
+    return Loaded(notes, pairs, counters, held_back, phase_snap.journal)
+
+
+def _new_pairs(edges: list[Any], notes: list[Note], memory: Any, produced: Any,
+               counters: dict[str, Any]) -> list[CandidatePair]:
+    """The candidate edges worth a judgement, best first: not two notes this run wrote, not
+    two notes a host kept apart (both stay: neither retires the other), not a pair judged at
+    these versions before; each left-out kind counted."""
     judged = {tuple(sorted(r.note_ids)) for r in memory.rows
               if r.kind == JUDGEMENT_KIND and r.note_ids and len(r.note_ids) == 2}
-    produced = phase_snap.journal.produced
-    # Two notes a host kept apart both stay: neither retires the other.
-    apart = memory.kept_apart(snap.notes)
+    apart = memory.kept_apart(notes)
     pairs: list[CandidatePair] = []
     same_run = remembered = kept_apart = 0
     for e in edges:
-        a, b = snap.notes[e.i], snap.notes[e.j]
+        a, b = notes[e.i], notes[e.j]
         if b.id < a.id:
             a, b = b, a
         if a.id in produced and b.id in produced:
@@ -153,17 +167,10 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
         pairs.append(CandidatePair(a.id, b.id, e.similarity, fp, (a.id, b.id) in judged,
                                    tuple(sorted(e.sources))))
     pairs.sort(key=lambda p: (p.judged_before, -p.similarity, p.a_id, p.b_id))
-    counters.update(pairs_considered=len(edges), pairs_skipped_same_run=same_run,
-                    pairs_remembered=remembered)
+    counters.update(pairs_skipped_same_run=same_run, pairs_remembered=remembered)
     if kept_apart:
         counters["pairs_kept_apart"] = kept_apart
-    notes = snap.by_id()
-    pending = [(r.fingerprint, r.note_ids[0], r.note_ids[1], r.verdict, r.reason)
-               for r in memory.rows if r.kind == PENDING_RETIREMENT
-               and r.note_ids and len(r.note_ids) == 2]
-    held_back = _still_pending(pending, notes)
-    counters["retirements_held_back"] = len(held_back)
-    return Loaded(notes, pairs, counters, held_back, phase_snap.journal)
+    return pairs
 
 
 def _cosine_and_contained(
