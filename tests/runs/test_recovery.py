@@ -328,7 +328,7 @@ def test_lost_broker_message_is_sent_again_by_the_gate(app: App) -> None:
         assert b.queued() == [run_id]
         b.client.delete(b.queue)  # the message is lost
         again = b.gate(app.settings.queued_timeout_seconds + 1)
-        assert "1 unclaimed runs handed out again" in again
+        assert "1 unclaimed run handed out again" in again
         assert b.queued() == [run_id]
 
 
@@ -348,7 +348,7 @@ def test_a_run_waiting_behind_a_broker_backlog_is_not_sent_twice(app: App) -> No
         assert b.queued() == [run_id]  # still the one message
         assert status_of(app, run_id) == RunStatus.QUEUED.value
         b.client.delete(b.queue)  # now the message is lost
-        assert "1 unclaimed runs handed out again" in b.gate(2 * timeout)
+        assert "1 unclaimed run handed out again" in b.gate(2 * timeout)
         assert b.queued() == [run_id]
 
 
