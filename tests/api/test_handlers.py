@@ -83,3 +83,15 @@ def test_a_bug_is_still_a_plain_500() -> None:
     error = IntegrityError("INSERT", {}, Exception("duplicate key"))
     with pytest.raises(IntegrityError):
         anyio.run(database_failure, None, error)
+
+
+def test_healthz_is_unhealthy_on_a_database_without_the_schema(tmp_path: Path) -> None:
+    """Before: ``{"database": "ok"}`` on a file nobody upgraded, while every other route
+    answered ``misconfigured``; a load balancer kept sending traffic to it."""
+    (tmp_path / "empty.db").touch()
+    for client in _client(f"sqlite:///{tmp_path / 'empty.db'}"):
+        r = client.get("/healthz")
+    assert r.status_code == 503 and r.json() == {"status": "unavailable", "database": "no schema"}
+    for client in _client(DOWN):
+        r = client.get("/healthz")
+    assert r.status_code == 503 and r.json() == {"status": "unavailable", "database": "down"}
