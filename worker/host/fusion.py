@@ -33,6 +33,7 @@ from worker.phases.consolidate.core import (
     revocation_comment,
 )
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
+from worker.phases.kit.snapshot import KEEP_APART
 from worker.review.propose import held_notes
 from worker.safety.injection import injection_signals
 from worker.safety.undo import FUSE_PREFIX
@@ -44,7 +45,6 @@ from worker.text.words import is_blank
 
 log = structlog.get_logger(__name__)
 
-KEEP_APART = "keep_apart"
 FUSED = "fused"
 _OPEN_TYPES = {"consolidate": "cluster", "contradictions": "contradiction"}
 MAX_SOURCE_IDS = 50  # ids one fuse or keep-apart may name (the API's schema says the same)

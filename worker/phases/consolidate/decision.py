@@ -15,7 +15,6 @@ from worker.runs.steps import ChildStep
 PHASE = "consolidate"
 KIND = "cluster"  # verdict memory: judgements of kind "cluster", verdict "keep_separate"
 KEEP_SEPARATE = "keep_separate"
-HOST_KEEP_APART = "keep_apart"  # the host's own "do not fuse" verdicts (host API)
 LINEAGE = "consolidated"
 
 

@@ -18,7 +18,7 @@ from worker.phases.consolidate.core import (
     prompt_context,
     validate_fusion,
 )
-from worker.phases.consolidate.decision import HOST_KEEP_APART, KIND, PHASE, Decision
+from worker.phases.consolidate.decision import KIND, PHASE, Decision
 from worker.phases.kit.snapshot import Memory
 from worker.runs.context import PhaseContext
 
@@ -35,11 +35,11 @@ def judge_with_model(
         originals = _original_sources(uow, [n for _, _, ms in clusters for n in ms],
                                       settings.max_generation)
         fps = [fingerprint_notes(ms) for _, _, ms in clusters]
+        # (A cluster holding notes a host kept apart never gets here: run_consolidate.)
         if memory is not None:
-            known = memory.known(KIND, fps) | memory.known(HOST_KEEP_APART, fps)
+            known = memory.known(KIND, fps)
         else:
             known = set(uow.judgements.known(ctx.scope, KIND, fps))
-            known |= set(uow.judgements.known(ctx.scope, HOST_KEEP_APART, fps))
     for name, cluster, members in clusters:
         sources: list[Note] = []
         for m in members:

@@ -13,13 +13,20 @@ import numpy as np
 
 from worker.domain.types import Note, NoteStatus, content_hash
 from worker.phases.kit.changes import ItemResult, ItemStatus
-from worker.phases.kit.snapshot import _OWNER_GONE, _RETIRED, Memory, RunJournal, journal_of
+from worker.phases.kit.snapshot import (
+    _OWNER_GONE,
+    _RETIRED,
+    KEEP_APART,
+    Memory,
+    RunJournal,
+    journal_of,
+)
 from worker.similarity.terms import NoteWords
 from worker.store.repositories.notes import ScopeSnapshot
 
 # Every verdict-memory kind a phase reads (consolidation's refusals and the host's keep-apart,
 # contradictions' pairs and held-back retirements): one query serves the whole run.
-MEMORY_KINDS = ("cluster", "keep_apart", "pair", "retire_pending")
+MEMORY_KINDS = ("cluster", KEEP_APART, "pair", "retire_pending")
 
 
 class Judged(NamedTuple):

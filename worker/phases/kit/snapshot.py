@@ -50,7 +50,7 @@ class Memory:
     def known(self, kind: str, fingerprints: Iterable[str]) -> set[str]:
         return {fp for fp in fingerprints if (kind, fp) in self.verdicts}
 
-    def kept_apart(self, notes: Iterable[Note], kind: str = KEEP_APART) -> set[frozenset[str]]:
+    def kept_apart(self, notes: Iterable[Note]) -> set[frozenset[str]]:
         """Every pair of ``notes`` a host kept apart (``dream keep-apart``, the API, MCP) whose
         verdict still holds: all its notes among ``notes`` at the versions it was given for
         (a changed note may be offered, and judged, again)."""
@@ -58,7 +58,7 @@ class Memory:
         pairs: set[frozenset[str]] = set()
         for row in self.rows:
             ids = list(row.note_ids or ())
-            if row.kind != kind or len(ids) < 2 or not all(i in by_id for i in ids):
+            if row.kind != KEEP_APART or len(ids) < 2 or not all(i in by_id for i in ids):
                 continue
             if fingerprint_notes([by_id[i] for i in ids]) == row.fingerprint:
                 pairs.update(frozenset((a, b)) for k, a in enumerate(ids) for b in ids[k + 1:])
