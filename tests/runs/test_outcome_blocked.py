@@ -240,12 +240,7 @@ def test_r27_a_model_answering_garbage_all_run_blocks_the_run(app: App, llm_stub
     llm_stub.set_handler(lambda req: reply)
     env = {"DREAM_LLM_PROVIDER": "openai", "DREAM_LLM_BASE_URL": llm_stub.url,
            "DREAM_LLM_API_KEY": "k", "DREAM_LLM_MODEL": "stub-model"}
-    notes = [{"agent_id": "agent-1", "user_id": "u1", "content": t, "type": "Preference"}
-             for t in DARK_MODE_NOTES]
-    dream(app, "entities", "import", "-",
-          stdin=jsonl([{"kind": "agent", "id": "agent-1"}, {"kind": "user", "id": "u1"}]))
-    dream(app, "notes", "import", "-", stdin=jsonl(notes))
-    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", code=BLOCKED, **env)
+    ran = _blocked_dark_mode_run(app, env)
     assert ran.stdout.splitlines()[0].split()[2] == "blocked", ran.stdout
 
     [listed] = json.loads(dream(app, "runs", "list", "--json").stdout)
@@ -263,6 +258,17 @@ def test_r27_a_model_answering_garbage_all_run_blocks_the_run(app: App, llm_stub
     dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", **env)
     latest = json.loads(dream(app, "runs", "list", "--json").stdout)[0]
     assert "model_unusable" not in latest["totals"]["flags"], latest
+
+
+def _blocked_dark_mode_run(app: App, env: dict[str, str]) -> Any:
+    """The dark-mode preferences of agent-1/u1 imported through the CLI and dreamed with the
+    model ``env`` names, a run expected to end blocked; the finished ``dream run``."""
+    notes = [{"agent_id": "agent-1", "user_id": "u1", "content": t, "type": "Preference"}
+             for t in DARK_MODE_NOTES]
+    dream(app, "entities", "import", "-",
+          stdin=jsonl([{"kind": "agent", "id": "agent-1"}, {"kind": "user", "id": "u1"}]))
+    dream(app, "notes", "import", "-", stdin=jsonl(notes))
+    return dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", code=BLOCKED, **env)
 
 
 def _closed_port_url() -> str:
@@ -288,12 +294,7 @@ def test_r27_a_model_down_all_run_blocks_the_run(app: App, llm_stub: LLMStub,
     env = {"DREAM_LLM_PROVIDER": "openai", "DREAM_LLM_BASE_URL": url, "DREAM_LLM_API_KEY": "k",
            "DREAM_LLM_MODEL": "stub-model", "DREAM_LLM_MAX_RETRIES": "0",
            "DREAM_LLM_TIMEOUT": "2"}
-    notes = [{"agent_id": "agent-1", "user_id": "u1", "content": t, "type": "Preference"}
-             for t in DARK_MODE_NOTES]
-    dream(app, "entities", "import", "-",
-          stdin=jsonl([{"kind": "agent", "id": "agent-1"}, {"kind": "user", "id": "u1"}]))
-    dream(app, "notes", "import", "-", stdin=jsonl(notes))
-    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", code=BLOCKED, **env)
+    ran = _blocked_dark_mode_run(app, env)
     assert ran.stdout.splitlines()[0].split()[2] == "blocked", ran.stdout
 
     [listed] = json.loads(dream(app, "runs", "list", "--json").stdout)

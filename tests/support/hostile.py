@@ -144,3 +144,10 @@ def store_digest(app: Any) -> str:
                         "utf-8", "backslashreplace")
                     digest.update(len(raw).to_bytes(8, "big") + raw)
     return digest.hexdigest()
+
+
+def smuggled(message: str) -> str:
+    """``message`` as invisible variation selectors, one per byte (the "emoji smuggling"
+    encoding: bytes 0-15 → U+FE00-FE0F, 16-255 → U+E0100-E01EF); put it behind visible text."""
+    return "".join(chr(0xFE00 + b) if b < 16 else chr(0xE0100 + b - 16)
+                   for b in message.encode())
