@@ -185,8 +185,14 @@ def _flag_injections(ctx: PhaseContext, notes: list[Note],
     counters.notes_flagged = len(suspects)
     if suspects:
         counters.flagged_ids = [n.id for n in suspects]
+    # Ops are warned once per note: a flagged note stays (a person decides on it), and a warning
+    # every night for the same note teaches them to ignore the event.
+    if to_write:
         log.warning("consolidate.injection_flagged", run_id=ctx.run_id, scope=ctx.scope.key,
-                    count=len(suspects))
+                    count=len(to_write), already_flagged=len(suspects) - len(to_write))
+    elif suspects:
+        log.info("consolidate.injection_still_flagged", run_id=ctx.run_id,
+                 scope=ctx.scope.key, count=len(suspects))
     if ctx.dry_run:
         return []
     return [Change(kind=ChangeKind.ANNOTATE, name="flag", members=(Member(n.id, n.version),),
