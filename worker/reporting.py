@@ -6,7 +6,7 @@ from typing import Any
 
 from worker.app import App
 from worker.domain.types import ERASED_USER, Scope
-from worker.errors import RunNotFound
+from worker.errors import InvalidInput, RunNotFound
 from worker.store.models import DreamRunRow, RunStepRow
 from worker.store.repositories.dashboard import NOTE_STATUSES, DashboardQueries, ScopeFilter
 
@@ -43,9 +43,34 @@ def list_runs(app: App, *, scope: Scope | None = None, status: str | None = None
               since: Any = None, limit: int = 50,
               within: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """``within``: agent_id / user_id / company_id every listed run's scope has."""
+    runs: list[dict[str, Any]] = list_runs_page(app, scope=scope, status=status, since=since,
+                                                limit=limit, within=within)["runs"]
+    return runs
+
+
+def list_runs_page(app: App, *, scope: Scope | None = None, status: str | None = None,
+              since: Any = None, limit: int = 50, within: dict[str, str] | None = None,
+              after: str | None = None) -> dict[str, Any]:
+    """One page of ``list_runs``: ``{"runs", "next"}``, ``next`` the id to pass as ``after``
+    for the following page (None on the last). ``after`` must be a run of the same listing
+    (its scope, or one ``within`` names): another scope's run id tells nothing, not even that
+    it exists."""
     with app.uow() as uow:
-        return [run_summary(r) for r in uow.runs.list(scope, status, since, limit,
-                                                      within=within)]
+        cursor = uow.runs.get(after) if after is not None else None
+        if after is not None and not _in_listing(cursor, scope, within):
+            raise InvalidInput(f"after: {after!r} is no run of this listing; pass the last "
+                               "run id of the page before (its 'next'), with the same filters")
+        rows = uow.runs.list(scope, status, since, limit + 1, within=within, after=cursor)
+    more = len(rows) > limit
+    return {"runs": [run_summary(r) for r in rows[:limit]],
+            "next": rows[limit - 1].id if more else None}
+
+
+def _in_listing(run: DreamRunRow | None, scope: Scope | None,
+                within: dict[str, str] | None) -> bool:
+    if run is None or (scope is not None and run.scope_key != scope.key):
+        return False
+    return all(getattr(run, column) == value for column, value in (within or {}).items())
 
 
 def run_tree(app: App, run_id: str) -> dict[str, Any]:

@@ -412,6 +412,25 @@ def test_runs_list_filters_by_agent_user_company_and_status(db: App) -> None:
         dream(url_of(db), "runs", "list", "--status", "done"))
 
 
+def test_runs_list_pages_on_with_after(db: App) -> None:
+    """`--limit` was the only bound: the runs past it could not be listed at all. Now a cut
+    list says on stderr how to go on (`--json` stays one document), `--after` gives the next
+    page, and a cursor of another listing is one line naming --after, exit 2."""
+    from worker.domain.types import Scope
+    from worker.runs import service
+
+    made = service.create_runs(db, [Scope(f"a{k}") for k in range(3)], trigger="beat")
+    first = dream(url_of(db), "runs", "list", "--json", "--limit", "2")
+    shown = [r["id"] for r in json.loads(first.stdout)]
+    assert first.stderr.strip() == f"more runs: add --after {shown[-1]}"
+    rest = dream(url_of(db), "runs", "list", "--json", "--limit", "2", "--after", shown[-1])
+    assert [r["id"] for r in json.loads(rest.stdout)] == [made[Scope("a2")]]
+    assert rest.stderr == ""
+    line = one_error_line(dream(url_of(db), "runs", "list", "--agent", "a0",
+                                "--after", made[Scope("a1")]))
+    assert line.startswith("error: after: ") and "'next'" in line
+
+
 def test_a_cancel_reason_with_nothing_visible_is_refused_and_the_run_stays(db: App) -> None:
     """The reason is the run's status_reason on every dashboard: one of zero-width characters
     cancelled the run with a reason nobody could read. Now it is one line naming --reason,

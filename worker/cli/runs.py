@@ -173,16 +173,22 @@ def runs() -> None:
               help="Only runs of scopes of this company.")
 @click.option("--status", default=None, type=click.Choice([s.value for s in RunStatus]),
               help="Only runs in this status.")
+@click.option("--after", default=None, type=IDENT, metavar="RUN_ID",
+              help="The next page: the runs listed after this one (the last id shown).")
 @click.pass_context
 @user_errors
 def runs_list(ctx: click.Context, as_json: bool, limit: int, agent: str | None,
-              user: str | None, company: str | None, status: str | None) -> None:
+              user: str | None, company: str | None, status: str | None,
+              after: str | None) -> None:
     """Most recent runs first."""
-    from worker.reporting import list_runs
+    from worker.reporting import list_runs_page
 
     within = {k: v for k, v in (("agent_id", agent), ("user_id", user),
                                  ("company_id", company)) if v is not None}
-    rows = list_runs(cli_app(ctx), limit=limit, status=status, within=within)
+    page = list_runs_page(cli_app(ctx), limit=limit, status=status, within=within, after=after)
+    rows = page["runs"]
+    if page["next"] is not None:  # on stderr: --json stays one document
+        click.echo(f"more runs: add --after {page['next']}", err=True)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -244,3 +244,28 @@ def test_tokens_and_note_text_never_reach_the_logs(client: TestClient) -> None:
     dumped = repr(events)
     assert any(e["event"] == "api.request" for e in events)
     assert AGENT_1 not in dumped and canary not in dumped and "not-a-valid-token" not in dumped
+
+
+def test_runs_page_on_with_next_and_after(api_app: App, client: TestClient) -> None:
+    """Past the newest 500 runs there was no way to list a run: ``limit`` was the only bound.
+    Now each page says ``next``, the ``after`` of the following page (null on the last); a
+    scoped token's cursor must be a run of its own scope, another's answers as an unknown id."""
+    from worker.domain.types import Scope
+    from worker.runs import service
+
+    made = service.create_runs(api_app, [Scope("agent-1"), Scope("agent-2"), Scope("agent-3")],
+                               trigger="beat")
+    first = client.get("/api/runs", headers=auth(ADMIN), params={"limit": 2}).json()
+    assert len(first["runs"]) == 2 and first["next"] == first["runs"][-1]["id"]
+    rest = client.get("/api/runs", headers=auth(ADMIN),
+                      params={"limit": 2, "after": first["next"]}).json()
+    assert rest["next"] is None
+    assert [r["id"] for r in first["runs"] + rest["runs"]] == [made[Scope(f"agent-{k}")]
+                                                               for k in (1, 2, 3)]
+    own = client.get("/api/runs", headers=auth(AGENT_1)).json()
+    assert [r["id"] for r in own["runs"]] == [made[Scope("agent-1")]] and own["next"] is None
+    answers = [client.get("/api/runs", headers=auth(AGENT_1), params={"after": i})
+               for i in (made[Scope("agent-2")], "0" * 36)]
+    assert [a.status_code for a in answers] == [422, 422]
+    assert answers[0].json()["detail"].replace(made[Scope("agent-2")], "ID") == \
+        answers[1].json()["detail"].replace("0" * 36, "ID")

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import Scope
-from worker.reporting import list_runs
+from worker.errors import InvalidInput
+from worker.reporting import list_runs, list_runs_page
 from worker.runs import service
 from worker.store.repositories.dashboard import DashboardQueries, ScopeFilter
 
@@ -60,3 +63,37 @@ def test_pages_of_runs_created_together_neither_skip_nor_repeat(app: App) -> Non
         assert total == 6
         paged += [run.id for run, _ in page]
     assert paged == expected == [r["id"] for r in list_runs(app, limit=50)]
+
+
+def test_pages_by_cursor_give_every_run_once_while_runs_are_created(app: App) -> None:
+    """``list_runs_page`` with ``after``: the ties of one created_at are split across pages and a run
+    created between two reads shifts no page (an offset would show a run twice)."""
+    together = _created_together(app)
+    with app.uow() as uow:
+        older = uow.runs.create_many([Scope("agent-old")], now=utcnow() - timedelta(hours=1),
+                                     trigger="beat", phases=[])
+        uow.commit()
+    paged: list[str] = []
+    page = list_runs_page(app, limit=2)
+    while True:
+        paged += [r["id"] for r in page["runs"]]
+        if page["next"] is None:
+            break
+        assert page["next"] == paged[-1]
+        service.create_runs(app, [Scope(f"agent-new-{len(paged)}")], trigger="beat")
+        page = list_runs_page(app, limit=2, after=page["next"])
+    assert paged == [*together, older[Scope("agent-old").key]]
+
+
+def test_a_cursor_from_outside_the_listing_is_refused(app: App) -> None:
+    """A cursor that is no run of the filtered listing (another agent's run, an unknown id) is
+    one line naming ``after``, the same for both: it tells no one another scope's run exists."""
+    ids = service.create_runs(app, [Scope("agent-a"), Scope("agent-b")], trigger="beat")
+    mine = {"agent_id": "agent-a"}
+    answers = []
+    for after in (ids[Scope("agent-b")], "no-such-run"):
+        with pytest.raises(InvalidInput) as caught:
+            list_runs_page(app, within=mine, after=after)
+        answers.append(str(caught.value).replace(after, "ID"))
+    assert answers[0] == answers[1] and answers[0].startswith("after: ")
+    assert list_runs_page(app, within=mine, after=ids[Scope("agent-a")]) == {"runs": [], "next": None}

@@ -35,9 +35,12 @@ def list_runs(
     company_id: str | None = Query(None, description="Every scope of this company."),
     status: str | None = None, since: str | None = None,
     limit: int = Query(50, ge=1, le=500),
+    after: str | None = Query(None, max_length=ID_MAX, pattern=r"^[^\x00]+$",
+                              description="The 'next' id of the page before."),
 ) -> dict[str, Any]:
-    """Newest first (runs created together by scope key, then id); a scoped token's own only."""
-    from worker.reporting import list_runs as listed
+    """Newest first (runs created together by scope key, then id); a scoped token's own only.
+    ``next``: the ``after`` of the following page, null on the last."""
+    from worker.reporting import list_runs_page
 
     wanted, within = runs_filter(who, scope, agent_id, user_id, company_id)
     when = None
@@ -48,8 +51,8 @@ def list_runs(
             raise InvalidInput(f"since: {exc}") from None
     if status is not None and ("\x00" in status or len(status) > 16):
         raise InvalidInput("unknown status")
-    return {"runs": listed(app, scope=wanted, status=status, since=when, limit=limit,
-                           within=within)}
+    return list_runs_page(app, scope=wanted, status=status, since=when, limit=limit, within=within,
+                     after=after)
 
 
 @router.get("/{run_id}")

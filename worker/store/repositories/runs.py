@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, literal, select, update
+from sqlalchemy import Table, and_, bindparam, func, insert, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
@@ -49,6 +49,16 @@ OLDEST_FIRST = (DreamRunRow.created_at, DreamRunRow.scope_key, DreamRunRow.id)
 # Rows per INSERT of ``create_many``: 18 columns a row keeps a chunk's parameters (9,000) well
 # under SQLite's 32,766 and PostgreSQL's 65,535 bound values per statement.
 CREATE_CHUNK = 500
+
+
+
+def _ordered_after(run: DreamRunRow) -> Any:
+    """The runs ``NEWEST_FIRST`` puts after ``run``: created earlier, or at the same time and
+    after it by scope key, then id (the order's own tie-breaks, so no run is on two pages)."""
+    same_time = DreamRunRow.created_at == run.created_at
+    return or_(DreamRunRow.created_at < run.created_at,
+               and_(same_time, DreamRunRow.scope_key > run.scope_key),
+               and_(same_time, DreamRunRow.scope_key == run.scope_key, DreamRunRow.id > run.id))
 
 
 class RunRepository:
@@ -324,11 +334,15 @@ class RunRepository:
     def list(
         self, scope: Scope | None = None, status: str | None = None,
         since: datetime | None = None, limit: int = 50, *,
-        within: dict[str, str] | None = None,
+        within: dict[str, str] | None = None, after: DreamRunRow | None = None,
     ) -> builtins.list[DreamRunRow]:
         """``NEWEST_FIRST``: of one ``scope``, or of every scope ``within`` names the columns
-        of (``{"agent_id": …, "user_id": …}``: all that agent's runs for that user)."""
+        of (``{"agent_id": …, "user_id": …}``: all that agent's runs for that user); with
+        ``after``, only the runs that order after that one (the next page: a run created while
+        the pages are read shifts no page)."""
         stmt = select(DreamRunRow).order_by(*NEWEST_FIRST).limit(limit)
+        if after is not None:
+            stmt = stmt.where(_ordered_after(after))
         if scope is not None:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
         for column, value in (within or {}).items():
