@@ -219,7 +219,9 @@ def test_k8s_workloads_run_real_commands_with_valid_config(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["dream-api", "dream-mcp"])
 def test_k8s_service_targets_its_pods(name: str) -> None:
-    """Each Service selects its own pods and targets the named container port; probes hit /healthz."""
+    """Each Service selects its own pods and targets the named container port; readiness is
+    /healthz (the database too), liveness /livez (the process only: a database outage took
+    every pod out of service and then restarted them all, for nothing they could fix)."""
     svc = by_kind_name("Service", name)
     api = by_kind_name("Deployment", name)
     pod = api["spec"]["template"]
@@ -229,6 +231,7 @@ def test_k8s_service_targets_its_pods(name: str) -> None:
     assert svc["spec"]["ports"][0]["targetPort"] in port_names
     assert port_names["http"] == int(container["command"][container["command"].index("--port") + 1])
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
 
 
 def test_mcp_serves_http_with_scoped_tokens_from_the_secret() -> None:

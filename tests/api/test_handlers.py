@@ -94,4 +94,6 @@ def test_healthz_is_unhealthy_on_a_database_without_the_schema(tmp_path: Path) -
     assert r.status_code == 503 and r.json() == {"status": "unavailable", "database": "no schema"}
     for client in _client(DOWN):
         r = client.get("/healthz")
+        live = client.get("/livez")
     assert r.status_code == 503 and r.json() == {"status": "unavailable", "database": "down"}
+    assert live.status_code == 200 and live.json() == {"status": "ok"}  # the process is fine

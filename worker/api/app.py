@@ -26,7 +26,7 @@ def create_api(app: App) -> FastAPI:
     """One FastAPI application over an already-built App (settings, engine, embedder)."""
     api = FastAPI(title="dream-worker host API", version="1",
                   description="Fusion candidates and fuse, write-time dedup, dream runs. Every "
-                              "endpoint except /healthz needs `Authorization: Bearer <token>`.")
+                              "endpoint except /healthz and /livez needs `Authorization: Bearer <token>`.")
     api.state.app = app
     api.state.tokens = parse_tokens(app.settings.api_tokens)
     install_error_handlers(api)

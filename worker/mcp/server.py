@@ -8,7 +8,7 @@ an MCP client acts for one tenant).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -19,6 +19,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
@@ -32,6 +33,7 @@ from worker.errors import DreamError
 from worker.mcp.tools import ScopedTools
 from worker.safety.scrub import stack
 from worker.store.errors import database_error
+from worker.store.health import database_state, health_body
 
 log = structlog.get_logger(__name__)
 
@@ -141,7 +143,8 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
     _dream_tools(server, tools)
     _review_tools(server, tools)
     # Called, not used as a decorator: the SDK's custom_route has no return annotation.
-    server.custom_route("/healthz", methods=["GET"], include_in_schema=False)(_healthz)
+    server.custom_route("/healthz", methods=["GET"], include_in_schema=False)(_healthz(app))
+    server.custom_route("/livez", methods=["GET"], include_in_schema=False)(_livez)
     return server
 
 
@@ -180,8 +183,20 @@ def _dream_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) -> 
         return _call(lambda: tools(ctx).undo_run(run_id, force_cascade))
 
 
-async def _healthz(request: Request) -> Response:
+async def _livez(request: Request) -> Response:
+    """The process answers: the API's ``/livez``."""
     return JSONResponse({"status": "ok"})
+
+
+def _healthz(app: App) -> Callable[[Request], Awaitable[Response]]:
+    """The API's ``/healthz``: 503 while the database is down or has no schema, so a probe
+    never takes a replica into service that would fail every tool call."""
+
+    async def healthz(request: Request) -> Response:
+        body, status = health_body(await run_in_threadpool(database_state, app.engine, "mcp"))
+        return JSONResponse(body, status_code=status)
+
+    return healthz
 
 
 def _review_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) -> None:
