@@ -53,6 +53,24 @@ def test_a_model_is_not_asked_to_merge_a_cluster_holding_notes_kept_apart(app: A
     assert statuses["n1"] == statuses["n2"] == "active"
 
 
+def test_a_look_alike_still_merges_with_one_of_the_notes_kept_apart(app: App) -> None:
+    """A third note holding all of n1's words: before, the cluster of all three was dropped
+    because it held the pair, so the two stayed duplicates for good. Now the cluster grows
+    around the pair: the rule judge merges n1 and the richer n3 (its words), and n2 stays."""
+    add_notes(app, {"id": "n1", "content": CELLO, "created_at": days_ago(3)},
+              {"id": "n2", "content": CELLO_MORE, "created_at": days_ago(2)})
+    keep_apart(app, ["n1", "n2"])
+    add_notes(app, {"id": "n3", "content": "Alice plays the cello, mostly Bach.",
+                    "created_at": days_ago(1)})
+    statuses = _run(app, ["consolidate"])
+    assert [statuses.pop(i) for i in ("n1", "n2", "n3")] == ["revoked", "active", "revoked"]
+    (merged,) = statuses
+    with app.uow() as uow:
+        got = {n.id: n for n in uow.notes.get_many(["n1", "n3", merged])}
+    assert got["n1"].consolidated_into_id == got["n3"].consolidated_into_id == merged
+    assert got[merged].content == "Alice plays the cello, mostly Bach."
+
+
 def test_a_changed_note_may_be_judged_again(app: App) -> None:
     """Keep-apart holds at the notes' versions: once one changes, the rules may settle them."""
     add_notes(app, {"id": "n1", "content": CELLO}, {"id": "n2", "content": CELLO_MORE})

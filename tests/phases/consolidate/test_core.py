@@ -146,6 +146,22 @@ def test_a_topical_cluster_never_holds_a_pair_kept_apart() -> None:
     assert _plan_topical(notes, cosine, [], apart=((0, 1),))[0] == [["n0", "n1", "n2"]]
 
 
+def test_no_cluster_of_either_pass_holds_a_pair_a_host_kept_apart() -> None:
+    """Five look-alikes, n0 and n1 kept apart by a host: the cluster grows around the pair (n1
+    shut out once n0 is in), so the rest still merges; before, the whole cluster was dropped
+    and three duplicates stayed. A pair of them kept apart is simply no cluster."""
+    notes = [_note(f"n{i}") for i in range(5)]
+    vectors = _vectors([0, 0, 0, 0, 0])
+    pairs = neighbour_pairs(vectors, 0.6)
+    plan = plan_clusters(notes, vectors, pairs, 0.6, 2, 7, apart=((0, 1),))
+    clusters = [{notes[i].id for i in c.members} for c in plan.clusters]
+    assert len(clusters) == 1 and len(clusters[0]) == 4 and not {"n0", "n1"} <= clusters[0]
+    assert [notes[i].id for i in plan.leftovers] == sorted({"n0", "n1"} - clusters[0])
+    two = plan_clusters(notes[:2], vectors[:2], neighbour_pairs(vectors[:2], 0.6), 0.6, 2, 7,
+                        apart=((0, 1),))
+    assert two.clusters == [] and two.leftovers == [0, 1]
+
+
 def test_two_linked_ephemeral_notes_are_no_topical_cluster() -> None:
     """The pair exception is for throwaway duplicates (cosine); two throwaway notes on one
     topic wait for a third."""

@@ -56,7 +56,7 @@ def clusterable(note: Note) -> bool:
 def plan_clusters(
     notes: Sequence[Note], vectors: np.ndarray, pairs: Sequence[tuple[int, int, float]],
     threshold: float, min_size: int, max_size: int, ephemeral_pairs: bool = True,
-    topical: TopicalLinks | None = None,
+    topical: TopicalLinks | None = None, apart: Collection[tuple[int, int]] = (),
 ) -> ClusterPlan:
     """Deterministic clusters of ``min_size``..``max_size`` notes, each coherent.
 
@@ -74,11 +74,14 @@ def plan_clusters(
     another fact, which the fused note must keep. No pair is a topical cluster, ephemeral or
     not (two throwaway notes on one topic are no duplicate). Its clusters follow the first
     pass's.
+
+    ``apart``: pairs no cluster of either pass may hold both of (what a host kept apart): a
+    member shuts its pair out, so the cluster grows around it and the rest still merges.
     """
     eligible = {i for i, n in enumerate(notes) if clusterable(n)}
     ids = [n.id for n in notes]
     cosine = [(i, j) for i, j, _ in pairs]
-    first = _Growth(vectors, ids, threshold, max_size)
+    first = _Growth(vectors, ids, threshold, max_size, apart=_adjacency(apart, eligible))
     plan = _cluster(notes, _adjacency(cosine, eligible), first, min_size, ephemeral_pairs)
     if topical is None:
         return plan
@@ -88,7 +91,7 @@ def plan_clusters(
     links = _adjacency([*cosine, *topical.pairs], rest)
     lengths = np.asarray([len(n.content) + 1 for n in notes], dtype=np.int64)  # + a space
     second = _Growth(vectors, ids, threshold, max_size, links, lengths, topical.max_chars + 1,
-                     _adjacency(topical.apart, rest))
+                     _adjacency([*topical.apart, *apart], rest))
     found = _cluster(notes, links, second, min_size, ephemeral_pairs=False)
     for c in found.clusters:
         c.topical = True
@@ -159,7 +162,7 @@ def _grow(seed: int, pool: set[int], g: _Growth) -> list[int]:
     if not rest:
         return members
     candidates = g.vectors[rest]  # gathered once, not on every step
-    at = {r: k for k, r in enumerate(rest)} if g.links is not None else {}
+    at = {r: k for k, r in enumerate(rest)} if g.links is not None or g.apart else {}
     sums = _lifted(candidates @ g.vectors[seed], seed, at, g)
     alive = np.ones(len(rest), dtype=bool)
     _shut_out(alive, seed, at, g)

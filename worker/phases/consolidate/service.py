@@ -20,7 +20,7 @@ from worker.phases.consolidate.judging import judge_with_model
 from worker.phases.consolidate.rules import plan_rule_units
 from worker.phases.kit import Change, ChangeKind, Member
 from worker.phases.kit.carry import Written, load
-from worker.phases.kit.snapshot import holds_apart
+from worker.phases.kit.snapshot import Memory
 from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
@@ -59,19 +59,16 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         flags = []  # a run that proposes applies nothing, not even the flag (kept out anyway)
     units: list[Unit] = []
     if len(notes) >= 2 and snap.vectors.shape[1] > 0:
-        plan = _plan(ctx, notes, snap.vectors, counters, phase_snap.words)
+        # Notes a host kept apart are never merged together, by a model or by the rules: no
+        # cluster holds both, and each may still merge with the rest of its look-alikes.
+        apart = _kept_apart(notes, phase_snap.memory, counters)
+        plan = _plan(ctx, notes, snap.vectors, counters, phase_snap.words, apart)
         counters.clusters_found = len(plan.clusters)
         counters.leftovers = len(plan.leftovers)
         if plan.leftovers:
             counters.leftover_ids = [notes[i].id for i in plan.leftovers][:100]
         clusters = [(f"cluster {k + 1}", c, [notes[i] for i in c.members])
                     for k, c in enumerate(plan.clusters)]
-        # Notes a host kept apart are never merged together, by a model or by the rules.
-        apart = phase_snap.memory.kept_apart(notes) if phase_snap.memory else set()
-        kept = [c for c in clusters if not holds_apart([n.id for n in c[2]], apart)]
-        if len(kept) < len(clusters):
-            counters.clusters_kept_apart = len(clusters) - len(kept)
-            clusters = kept
         if llm is not None and clusters:
             units = [Unit([d]) for d in judge_with_model(ctx, clusters, counters,  # type: ignore[arg-type]
                                                          memory=phase_snap.memory)]
@@ -97,8 +94,21 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
                        calls=counters.calls or 0)
 
 
+def _kept_apart(notes: list[Note], memory: Memory | None,
+                counters: ConsolidateCounters) -> list[tuple[int, int]]:
+    """The row pairs (i < j) of ``notes`` a host kept apart, the verdict still holding."""
+    pairs = memory.kept_apart(notes) if memory is not None else set()
+    if not pairs:
+        return []
+    row = {n.id: i for i, n in enumerate(notes)}
+    counters.pairs_kept_apart = len(pairs)
+    rows = [sorted(row[i] for i in p) for p in pairs]
+    return sorted((i, j) for i, j in rows)
+
+
 def _plan(ctx: PhaseContext, notes: list[Note], vectors: np.ndarray,
-          counters: ConsolidateCounters, words: dict[str, NoteWords]) -> ClusterPlan:
+          counters: ConsolidateCounters, words: dict[str, NoteWords],
+          kept_apart: list[tuple[int, int]]) -> ClusterPlan:
     """The scope's clusters: cosine neighbours, then (for a model) topical links among the
     notes left over. The rule judge merges nothing below its own cosine bar (RULE_THRESHOLD,
     0.70 by default, above the threshold), so a topical cluster would only leave it open.
@@ -124,7 +134,7 @@ def _plan(ctx: PhaseContext, notes: list[Note], vectors: np.ndarray,
         if dropped:
             counters.topical_apart = dropped
     plan = plan_clusters(notes, vectors, pairs, settings.threshold, min_size,
-                         settings.max_cluster_size, topical=topical)
+                         settings.max_cluster_size, topical=topical, apart=kept_apart)
     # A member joins on its mean similarity to the others: two members need be neither linked
     # nor a cosine pair. Such a pair of one frame is kept apart too, and the scope planned
     # again (each round keeps at least one more pair apart, so the rounds end).
@@ -132,7 +142,7 @@ def _plan(ctx: PhaseContext, notes: list[Note], vectors: np.ndarray,
                                    - set(topical.apart)):
         topical = replace(topical, apart={*topical.apart, *more})
         plan = plan_clusters(notes, vectors, pairs, settings.threshold, min_size,
-                             settings.max_cluster_size, topical=topical)
+                             settings.max_cluster_size, topical=topical, apart=kept_apart)
     if topical is not None:
         counters.topical_clusters = sum(c.topical for c in plan.clusters)
     return plan

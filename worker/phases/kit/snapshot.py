@@ -65,12 +65,6 @@ class Memory:
         return pairs
 
 
-def holds_apart(ids: Sequence[str], pairs: set[frozenset[str]]) -> bool:
-    """Whether two of ``ids`` are a pair in ``pairs`` (``Memory.kept_apart``)."""
-    return bool(pairs) and any(frozenset((a, b)) in pairs
-                               for k, a in enumerate(ids) for b in ids[k + 1:])
-
-
 @dataclass
 class PhaseSnapshot:
     notes: ScopeSnapshot
