@@ -106,15 +106,16 @@ def _unflag(session: Session, note_ids: Iterable[str], counts: dict[str, int]) -
 
 def _scrub_notes(session: Session, key: str, ids: set[str], erased: Mentions,
                  counts: dict[str, int]) -> None:
-    """Other notes' comments and metadata."""
-    mentions, unname = erased.mentions, erased.unname
+    """Other notes' comments and metadata. A comment line naming an erased note loses what
+    follows the name (``Mentions.unsay``): a judge's reason about the pair it was in."""
+    mentions, unsay = erased.mentions, erased.unsay
     for note in session.scalars(select(NoteRow).where(
             NoteRow.scope_key == key,
             or_(NoteRow.comments.is_not(None), NoteRow.meta.is_not(None)))):
         if note.id in ids:
             continue
         if mentions(note.comments):
-            comments = unname(note.comments or "")
+            comments = unsay(note.comments or "")
             note.comments = "[erased]" if mentions(comments) else comments
             _bump(counts, "comments_scrubbed")
         if mentions(note.meta):  # a host's metadata quoting or naming an erased note
