@@ -64,7 +64,7 @@ def test_the_budget_decides_what_goes_into_the_batch(llm_stub: Any) -> None:
     assert [o.status for o in outcomes] == [AskStatus.OK, AskStatus.OK,
                                             AskStatus.BUDGET_EXHAUSTED]
     (batch,) = llm_stub.batches.batches.values()
-    assert len(llm_stub.batches.files[batch.input_file_id].splitlines()) == 2
+    assert len(llm_stub.batches.sent[batch.input_file_id].splitlines()) == 2
 
 
 def test_an_unreachable_endpoint_fails_the_items_not_the_phase(llm_stub: Any) -> None:

@@ -230,8 +230,42 @@ def test_batch_requests_leave_through_the_outbound_boundary(
     _store(stub_app, scope, clusters=([f"{DARK_MODE_NOTES[0]}, mail {email}",
                                        *DARK_MODE_NOTES[1:]],), every_phase=False)
     _consolidate_run(stub_app, scope)
-    uploads = [data for fid, data in llm_stub.batches.files.items()
+    uploads = [data for fid, data in llm_stub.batches.sent.items()
                if llm_stub.batches.purposes[fid] == "batch"]
     assert uploads and all(email.encode() not in data for data in uploads)
     assert b"[EMAIL_1]" in uploads[0]
     assert _active(stub_app, scope) == [f"{DARK_MODE_NOTES[0]}, mail {email}"]
+
+
+def test_a_finished_batch_leaves_no_file_at_the_provider(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """The uploaded requests (every prompt: note text) and the output and error files (every
+    reply) stayed with the provider after the run read them; a provider keeps uploaded files
+    until they are deleted, so no erasure could ever reach them. Now each is deleted once its
+    batch is read; the run ends as before."""
+    scope = Scope("forgotten")
+    _store(stub_app, scope, clusters=(DARK_MODE_NOTES, TEA_NOTES))
+    llm_stub.batches.fail_line = _is_tea  # an error file too
+    stub_app.settings.llm_batch = True
+    _run(stub_app, scope)
+    batches = llm_stub.batches
+    assert any(b.error_file_id for b in batches.batches.values())
+    assert batches.files == {} and sorted(batches.deleted) == sorted(batches.sent)
+    assert len(batches.sent) >= 2 * len(batches.batches)  # input and output of each
+    assert ("active", DARK_MODE_NOTES[0]) in _end_state(stub_app, scope)
+
+
+def test_a_provider_that_keeps_the_files_fails_nothing(
+        stub_app: App, llm_stub: LLMStub, capsys: pytest.CaptureFixture[str]) -> None:
+    """Deleting is best effort: a provider refusing it leaves the run as it was and each file
+    it keeps is named (by id, never its text) in a warning."""
+    scope = Scope("kept")
+    _store(stub_app, scope, every_phase=False)
+    stub_app.settings.llm_batch = True
+    llm_stub.batches.refuse_delete = 500
+    _, clusters = _consolidate_run(stub_app, scope)
+    assert [v for v, _ in clusters] == ["merge"]
+    assert llm_stub.batches.files and not llm_stub.batches.deleted
+    logged = capsys.readouterr()
+    assert "llm.batch_file_kept" in logged.out + logged.err
+    assert DARK_MODE_NOTES[1] not in logged.out + logged.err

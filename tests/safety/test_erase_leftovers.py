@@ -4,13 +4,18 @@ scrubbed for sharing a word with a one-word note. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner, Result
+from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from tests.api.conftest import auth
 from tests.safety.test_erase_records import _merge_item
 from tests.support.factories import add_notes
 from tests.support.safety import all_rows_text, note_states, run_row
+from worker.api import create_api
 from worker.app import App
 from worker.cli import main
 from worker.clock import utcnow
@@ -21,6 +26,7 @@ from worker.domain.types import (
     RunStatus,
     Scope,
 )
+from worker.mcp.tools import ScopedTools
 from worker.review.service import list_items
 from worker.runs import service
 from worker.safety.erase import erase
@@ -30,6 +36,7 @@ from worker.store.repositories.erase_records import UNFLAGGED_COMMENT
 USER = "person-7q4x"  # appears nowhere but where the user is named
 OTHER = "person-2k9m"
 SCOPE = Scope("agent-1", "u1")
+USER_TOKEN = "user-token-0123456789abcdef"
 
 
 def _cli(app: App, monkeypatch: pytest.MonkeyPatch, *args: str) -> Result:
@@ -166,3 +173,31 @@ def test_a_one_word_note_takes_only_the_records_that_quote_it(app: App) -> None:
         rows = {r.reason: r.after for r in uow.safety.run_log(run_id)}
         assert rows["quoted"] == {"quote": "[erased]"}
     assert result.counts["reviews"] == 1 and result.counts["review_items"] == 1
+
+
+def test_who_undid_or_cancelled_a_run_is_not_named_by_the_user_after_their_erasure(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run undone through MCP and one cancelled through the API record who did it by the
+    caller's label, the scope key with the user in it (``mcp:["agent-1","person-7q4x",null]``),
+    in the run's reason and its steps' errors; after `dream erase --user` those rows still named
+    the user. Now they name the ``[erased]`` scope, as the runs' keys do."""
+    undone = _dream(app, USER)
+    ScopedTools(app, Scope("agent-1", USER)).undo_run(undone)
+    started = service.create_run(app, Scope("agent-1", USER), force=True)
+    app.settings.api_tokens = json.dumps({USER_TOKEN: {"agent_id": "agent-1", "user_id": USER}})
+    with TestClient(create_api(app)) as client:
+        cancelled = client.post(f"/api/runs/{started}/cancel", headers=auth(USER_TOKEN))
+    assert cancelled.status_code == 200, cancelled.text
+    assert USER in all_rows_text(app)
+
+    out = _cli(app, monkeypatch, "erase", "--user", USER, "--yes")
+    assert out.exit_code == 0, out.output
+    assert USER not in all_rows_text(app)
+    erased = Scope("agent-1", ERASED_USER).key
+    with app.uow() as uow:
+        runs = {r.id: r for r in uow.session.scalars(select(DreamRunRow))}
+        errors = uow.session.scalars(select(RunStepRow.error).where(
+            RunStepRow.run_id == started)).all()
+    assert runs[undone].status_reason.startswith(f"undone by mcp:{erased} at ")
+    assert runs[started].status_reason == f"cancelled through the API by {erased}"
+    assert errors and all(erased in e for e in errors)

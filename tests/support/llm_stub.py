@@ -127,7 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _batch_api(self, raw: bytes | None) -> bool:
+    def _batch_api(self, raw: bytes | None, delete: bool = False) -> bool:
         """The files and batches endpoints (llm_stub_batches); False for any other path."""
         if not self.path.split("?")[0].rstrip("/").split("/v1/")[-1].startswith(
                 ("files", "batches")):
@@ -135,13 +135,18 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         with self.stub._lock:
             self.stub.requests.append(StubRequest(self.path, {}, headers))
-        status, payload = (self.stub.batches.get(self.path) if raw is None
+        status, payload = (self.stub.batches.delete(self.path) if delete
+                           else self.stub.batches.get(self.path) if raw is None
                            else self.stub.batches.post(self.path, headers, raw))
         self._send_json(status, payload)
         return True
 
     def do_GET(self) -> None:
         if not self._batch_api(None):
+            self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_DELETE(self) -> None:
+        if not self._batch_api(None, delete=True):
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
 
     def do_POST(self) -> None:

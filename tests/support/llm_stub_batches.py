@@ -1,6 +1,7 @@
 """The files and batches endpoints of the local model stub (tests/support/llm_stub.py).
 
-``POST /v1/files`` (multipart upload), ``GET /v1/files/{id}`` and ``/v1/files/{id}/content``;
+``POST /v1/files`` (multipart upload), ``GET /v1/files/{id}`` and ``/v1/files/{id}/content``,
+``DELETE /v1/files/{id}`` (``sent`` keeps every upload, deleted or not; ``deleted`` the ids);
 ``POST /v1/batches`` and ``GET /v1/batches/{id}``. Each retrieve moves a batch one status on:
 validating → in_progress → (after ``polls`` in progress) completed, or what the test asked for.
 Per test, on ``stub.batches``: ``polls`` (retrieves spent in progress), ``finish_as``
@@ -57,7 +58,9 @@ class BatchEndpoints:
         self._request_type = request_type
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self.files: dict[str, bytes] = {}
+        self.files: dict[str, bytes] = {}  # what the provider holds now
+        self.sent: dict[str, bytes] = {}  # every upload, deleted or not
+        self.deleted: list[str] = []
         self.purposes: dict[str, str] = {}
         self.batches: dict[str, StubBatch] = {}
         self.line_requests: list[Any] = []  # every batch line the handler answered
@@ -67,6 +70,7 @@ class BatchEndpoints:
         self.fail_line: Callable[[Any], bool] | None = None
         self.corrupt_line: Callable[[Any], bool] | None = None
         self.refuse_status: int | None = None  # every files/batches request answers this
+        self.refuse_delete: int | None = None  # every DELETE answers this (the files stay)
 
     # ---- routing -----------------------------------------------------------------------
     def post(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
@@ -92,6 +96,17 @@ class BatchEndpoints:
             return 200, self._file_body(parts[-1])
         return 404, {"error": {"message": f"no route {path}"}}
 
+    def delete(self, path: str) -> tuple[int, Any]:
+        refused = self.refuse_status or self.refuse_delete
+        if refused is not None:
+            return refused, {"error": {"message": f"stub refuses ({refused})"}}
+        parts = path.split("?")[0].rstrip("/").split("/")
+        with self._lock:
+            if parts[-2] != "files" or self.files.pop(parts[-1], None) is None:
+                return 404, {"error": {"message": f"no file at {path}"}}
+            self.deleted.append(parts[-1])
+        return 200, {"id": parts[-1], "object": "file", "deleted": True}
+
     # ---- files ---------------------------------------------------------------------------
     def _upload(self, content_type: str, raw: bytes) -> tuple[int, Any]:
         message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
@@ -110,10 +125,11 @@ class BatchEndpoints:
         with self._lock:
             file_id = f"file-{next(self._ids)}"
             self.files[file_id], self.purposes[file_id] = data, purpose
+            self.sent[file_id] = data
         return file_id
 
     def _file_body(self, file_id: str) -> dict[str, Any]:
-        return {"id": file_id, "object": "file", "bytes": len(self.files[file_id]),
+        return {"id": file_id, "object": "file", "bytes": len(self.sent[file_id]),
                 "created_at": int(time.time()), "filename": f"{file_id}.jsonl",
                 "purpose": self.purposes[file_id], "status": "processed"}
 
@@ -143,7 +159,7 @@ class BatchEndpoints:
         return 200, batch.body(self._line_count(batch))
 
     def _line_count(self, batch: StubBatch) -> int:
-        return len(self.files[batch.input_file_id].splitlines())
+        return len(self.sent[batch.input_file_id].splitlines())
 
     def _finish(self, batch: StubBatch) -> None:
         """Answer the batch's lines the way the test asked, into its output and error files."""

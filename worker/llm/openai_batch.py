@@ -1,5 +1,6 @@
 """Provider batches for OpenAICompatibleLLM: one JSONL of /v1/chat/completions requests per
-batch (files + batches API); the output and error files are read back by ``custom_id``."""
+batch (files + batches API); the output and error files are read back by ``custom_id``, then
+all three are deleted at the provider."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from typing import Any, Final, Literal
 
 import openai
 import pydantic
+import structlog
 from openai.types.chat import ChatCompletion
 
 from worker.llm.base import BatchItem, BatchState, LLMError
 from worker.llm.openai_compat import OpenAICompatibleLLM, chat_reply, client_error
+
+log = structlog.get_logger(__name__)
 
 ENDPOINT: Final[Literal["/v1/chat/completions"]] = "/v1/chat/completions"
 
@@ -45,7 +49,7 @@ def submit_batch(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> str:
 
 def batch_state(llm: OpenAICompatibleLLM, batch_id: str) -> BatchState:
     """The batch's status; once it is finished, every reply of its output file and every
-    failed request of its error file."""
+    failed request of its error file, and the three files deleted (``forget_files``)."""
     try:
         with llm.sync_client() as client:
             batch = client.batches.retrieve(batch_id)
@@ -56,12 +60,31 @@ def batch_state(llm: OpenAICompatibleLLM, batch_id: str) -> BatchState:
                 read_output(client.files.content(batch.output_file_id).text, state, llm.model)
             if batch.error_file_id:
                 read_output(client.files.content(batch.error_file_id).text, state, llm.model)
+            forget_files(client, batch_id, (batch.input_file_id, batch.output_file_id,
+                                            batch.error_file_id))
     except openai.APIConnectionError:
         raise LLMError(f"cannot reach the model endpoint to check batch {batch_id}; check "
                        "DREAM_LLM_BASE_URL") from None
     except openai.OpenAIError as exc:
         raise client_error(exc) from None
     return state
+
+
+def forget_files(client: openai.OpenAI, batch_id: str, file_ids: Sequence[str | None]) -> None:
+    """Delete a finished batch's files at the provider once they are read. They hold every
+    prompt (note text) and reply, and a provider keeps uploaded files until they are deleted:
+    no erasure could reach them. Best effort: a file the provider keeps is logged by id (a
+    retried phase that reads the batch again finds the output gone and defers its items)."""
+    for file_id in file_ids:
+        if not file_id:
+            continue
+        try:
+            client.files.delete(file_id)
+        except openai.NotFoundError:
+            continue  # deleted already (the same batch read twice)
+        except openai.OpenAIError as exc:
+            log.warning("llm.batch_file_kept", batch_id=batch_id, file_id=file_id,
+                        error_type=type(exc).__name__)
 
 
 def read_output(text: str, state: BatchState, model: str) -> None:

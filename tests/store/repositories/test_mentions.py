@@ -63,3 +63,25 @@ def test_a_record_quoting_a_one_word_note_is_scrubbed_field_by_field() -> None:
     erased = Mentions(["n-erased"], ["tea"])
     assert erased.scrub({"quote": 'said "tea"', "comments": "likes tea"}) == {
         "quote": "[erased]", "comments": "likes tea"}
+
+
+@pytest.mark.parametrize("record, kept", [
+    # A line naming the erased note keeps what happened and loses why: a judge's reason
+    # retells the note in its own words, which no quote of its text matches.
+    ("[Contradiction resolved: superseded by n-erased. the user moved to Berlin]",
+     "[Contradiction resolved: superseded by [erased note]]"),
+    ("Consolidated into n-erased: one note adds the Berlin address",
+     "Consolidated into [erased note]"),
+    # Other lines of the comment stay as they were.
+    ("imported by ana\n[Contradiction flagged for review: conflicts with n-erased. Berlin]",
+     "imported by ana\n[Contradiction flagged for review: conflicts with [erased note]]"),
+    ("[Contradiction check: superseded by n-erased]",
+     "[Contradiction check: superseded by [erased note]]"),
+    # An id that only contains the erased one is another note's.
+    ("Consolidated into n-erased2: the Berlin note", "Consolidated into n-erased2: the Berlin note"),
+])
+def test_a_line_naming_an_erased_note_loses_its_reason(record: str, kept: str) -> None:
+    """``unsay``, as ``scrub`` applies it to each string of a log image."""
+    erased = Mentions(["n-erased"], ["User lives in Berlin"])
+    assert erased.unsay(record) == kept
+    assert erased.scrub({"comments": record}) == {"comments": kept}

@@ -5,6 +5,7 @@ name or quote an erased note (``scrub_scope``), and the scopes a user's erasure 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -106,15 +107,16 @@ def _unflag(session: Session, note_ids: Iterable[str], counts: dict[str, int]) -
 
 def _scrub_notes(session: Session, key: str, ids: set[str], erased: Mentions,
                  counts: dict[str, int]) -> None:
-    """Other notes' comments and metadata."""
-    mentions, unname = erased.mentions, erased.unname
+    """Other notes' comments and metadata. A comment line naming an erased note loses what
+    follows the name (``Mentions.unsay``): a judge's reason about the pair it was in."""
+    mentions, unsay = erased.mentions, erased.unsay
     for note in session.scalars(select(NoteRow).where(
             NoteRow.scope_key == key,
             or_(NoteRow.comments.is_not(None), NoteRow.meta.is_not(None)))):
         if note.id in ids:
             continue
         if mentions(note.comments):
-            comments = unname(note.comments or "")
+            comments = unsay(note.comments or "")
             note.comments = "[erased]" if mentions(comments) else comments
             _bump(counts, "comments_scrubbed")
         if mentions(note.meta):  # a host's metadata quoting or naming an erased note
@@ -174,12 +176,46 @@ def forget_user_scopes(session: Session, user_id: str, note_keys: Iterable[str])
         delete(SessionRow).where(SessionRow.user_id == user_id)).rowcount)  # type: ignore[attr-defined]
     for key in ordered:
         placeholder = erased_user_key(key)
+        _relabel(session, key, placeholder, counts)
         _bump(counts, "runs_kept_as_erased", int(session.execute(
             update(DreamRunRow).where(DreamRunRow.scope_key == key)
             .values(scope_key=placeholder, user_id=ERASED_USER)).rowcount))  # type: ignore[attr-defined]
         session.execute(update(RunStepRow).where(RunStepRow.scope_key == key)
                         .values(scope_key=placeholder))
     return counts
+
+
+def _relabel(session: Session, key: str, placeholder: str, counts: dict[str, int]) -> None:
+    """The text of the runs and steps of scope ``key`` that names it says ``placeholder``
+    instead: who undid or cancelled a run is recorded by the caller's label (``api:<scope
+    key>``, ``mcp:<scope key>``), which names the user; a step quotes it as the run's reason."""
+    said = {key: placeholder, json.dumps(key)[1:-1]: json.dumps(placeholder)[1:-1]}
+
+    def swap(value: Any) -> Any:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if value is None or not any(old in text for old in said):
+            return value
+        for old, new in said.items():
+            text = text.replace(old, new)
+        return text if isinstance(value, str) else json.loads(text)
+
+    relabelled = 0
+    for run in session.scalars(select(DreamRunRow).where(DreamRunRow.scope_key == key)):
+        fields = {"status_reason": run.status_reason, "error": run.error, "totals": run.totals}
+        relabelled += _assign(run, {f: swap(v) for f, v in fields.items()}, fields)
+    for st in session.scalars(select(RunStepRow).where(RunStepRow.scope_key == key)):
+        fields = {"input": st.input, "output": st.output, "error": st.error}
+        relabelled += _assign(st, {f: swap(v) for f, v in fields.items()}, fields)
+    if relabelled:
+        _bump(counts, "run_records_relabelled", relabelled)
+
+
+def _assign(row: Any, values: dict[str, Any], before: dict[str, Any]) -> int:
+    """Set the fields that changed (an untouched row stays clean); 1 if any did."""
+    changed = {f: v for f, v in values.items() if v is not before[f]}
+    for name, value in changed.items():
+        setattr(row, name, value)
+    return int(bool(changed))
 
 
 def _deleted(session: Session, table: Any, keys: list[str]) -> int:

@@ -99,8 +99,9 @@ class Mentions:
 
     def scrub(self, value: Any) -> Any:
         """``value`` with what names or quotes an erased note taken out: a field that is an
-        erased id becomes None (a pointer at nothing), a string naming one has it replaced,
-        one quoting its text becomes "[erased]"; dicts and lists field by field."""
+        erased id becomes None (a pointer at nothing), a string naming one is cut after the
+        name (``unsay``), one quoting its text becomes "[erased]"; dicts and lists field by
+        field."""
         if not self.mentions(value):
             return value
         if isinstance(value, dict):
@@ -110,7 +111,7 @@ class Mentions:
         elif isinstance(value, str):
             if value in self.token_ids or value in self.odd_ids:
                 return None
-            out = self.unname(value)
+            out = self.unsay(value)
         else:
             out = None
         if self.mentions(out):  # still quoted after the ids came out: the whole value goes
@@ -123,3 +124,18 @@ class Mentions:
         for i in self.odd_ids:
             value = value.replace(i, "[erased note]")
         return value
+
+    def unsay(self, value: str) -> str:
+        """``value`` with every line that names an erased note cut right after the name. What
+        follows the name is why ("superseded by X. <the judge's reason>", "Consolidated into
+        X: <reason>"): it speaks of that note and may retell its text in other words, which
+        no quote test catches. A line opened with a bracket keeps its closing one."""
+        return "\n".join(self._unsay_line(line) for line in value.split("\n"))
+
+    def _unsay_line(self, line: str) -> str:
+        ends = [m.end() for m in _TOKEN.finditer(line) if m.group(0) in self.token_ids]
+        ends += [at + len(i) for i in self.odd_ids if (at := line.find(i)) != -1]
+        if not ends:
+            return line
+        kept = self.unname(line[:min(ends)])
+        return kept + "]" if kept.lstrip().startswith("[") else kept
