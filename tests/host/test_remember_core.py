@@ -40,12 +40,14 @@ def test_an_add_names_the_type_it_compared_within(best: float | None, reason: st
                   note_type="Preference") == ("ADD", reason)
 
 
-def test_derived_ids_depend_on_scope_text_and_attempt() -> None:
-    """Same scope + normalised text → same id; another scope, text or attempt → another id."""
+def test_derived_ids_depend_on_key_scope_text_and_attempt() -> None:
+    """Same key, scope and normalised text → same id; another key (another database), scope,
+    text or attempt → another id."""
     a, b = Scope("a"), Scope("a", "u")
-    assert derived_id(a, "x y") == derived_id(a, "x y") and len(derived_id(a, "x y")) == 64
-    assert len({derived_id(a, "x y"), derived_id(b, "x y"), derived_id(a, "x z"),
-                derived_id(a, "x y", 1)}) == 4
+    k = "0f" * 32
+    assert derived_id(k, a, "x y") == derived_id(k, a, "x y") and len(derived_id(k, a, "x y")) == 64
+    assert len({derived_id(k, a, "x y"), derived_id(k, b, "x y"), derived_id(k, a, "x z"),
+                derived_id(k, a, "x y", 1), derived_id("1e" * 32, a, "x y")}) == 5
 
 
 def test_tokens_parse_admin_and_scoped_and_compare_all() -> None:

@@ -4,6 +4,7 @@ near-duplicate) or ADD, with one light indexed query and one vectorised comparis
 from __future__ import annotations
 
 import hashlib
+import hmac
 import threading
 import uuid
 from collections import OrderedDict
@@ -27,6 +28,7 @@ from worker.domain.types import (
 from worker.host.errors import Conflict, Invalid
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
 from worker.safety.undo import REMEMBER_PREFIX
+from worker.store.repositories.keys import NOTE_IDS
 from worker.text.words import is_blank
 
 log = structlog.get_logger(__name__)
@@ -73,10 +75,12 @@ def decide(
                    f"{update_threshold:.2f}")
 
 
-def derived_id(scope: Scope, normalised: str, attempt: int = 0) -> str:
-    """Deterministic id so concurrent identical writes collide on the primary key (idempotent)."""
+def derived_id(key: str, scope: Scope, normalised: str, attempt: int = 0) -> str:
+    """Deterministic id so concurrent identical writes collide on the primary key (idempotent),
+    keyed with the database's own secret (``instance_keys``): without it, anyone holding an id
+    could confirm a guess at the note's text, even after the note was erased."""
     raw = f"{scope.key}\n{normalised}" + (f"\n#{attempt}" if attempt else "")
-    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    return hmac.new(key.encode("ascii"), raw.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def words(normalised: str) -> set[str]:
@@ -163,6 +167,7 @@ def _hex(words: np.ndarray) -> str:
 class RememberCache:
     def __init__(self, max_scopes: int = 256, max_rows: int = 200_000) -> None:
         self.lock = threading.Lock()
+        self.id_key: str | None = None  # the database's note_ids key, read once
         self.vocab: dict[str, int] = {}
         self.scopes: OrderedDict[tuple[str, str, str], _ScopeFeatures] = OrderedDict()
         # Bounded memory: least recently written scopes go first (≈ 2 KB a row with cosine).
@@ -199,6 +204,17 @@ def _cache(app: App) -> RememberCache:
 
 
 _CACHE_LOCK = threading.Lock()
+
+
+def _id_key(app: App) -> str:
+    """The database's ``note_ids`` key: read on the first write of this App, then kept (made
+    and committed first if the row is missing)."""
+    cache = _cache(app)
+    if cache.id_key is None:
+        with app.uow() as uow:
+            cache.id_key = uow.keys.get(NOTE_IDS)
+            uow.commit()
+    return cache.id_key
 
 
 # ---- the service ----------------------------------------------------------------------------
@@ -246,6 +262,7 @@ def _remember_once(
     normalised = normalise_text(text)
     h = content_hash(text)
     now = utcnow()
+    id_key = _id_key(app)
     with app.uow() as uow:
         same = sorted(uow.notes.with_hash(scope, h), key=lambda r: (r[1] != _ACTIVE, r[0]))
         live = [r for r in same if r[1] in (_ACTIVE, NoteStatus.PENDING.value)]
@@ -276,9 +293,9 @@ def _remember_once(
         old = []
     taken = {r[0] for r in same}
     attempt = 0
-    while derived_id(scope, normalised, attempt) in taken:
+    while derived_id(id_key, scope, normalised, attempt) in taken:
         attempt += 1  # the same text was remembered before and has since been retired
-    new_id = derived_id(scope, normalised, attempt)
+    new_id = derived_id(id_key, scope, normalised, attempt)
     note = NewNote(id=new_id, content=text, type=kind, importance=importance,
                    consolidation_generation=0, is_auto_generated=False,
                    reason=f"remember {action.lower()}")

@@ -359,3 +359,13 @@ class ReviewItemRow(Base):
         Index("ix_review_items_run", "run_id"),
     )
 
+
+class InstanceKeyRow(Base):
+    """Secrets of this database, each made once at random: ``note_ids`` keys the ids remember
+    derives from a note's text, so an id outliving its note (a host's records, an erasure's
+    own answer) cannot confirm a guess at what the note said."""
+
+    __tablename__ = "instance_keys"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(128), nullable=False)

@@ -17,6 +17,7 @@ from worker.store.repositories import (
     SessionRepository,
 )
 from worker.store.repositories.examples import ExampleRepository
+from worker.store.repositories.keys import InstanceKeyRepository
 from worker.store.repositories.references import ReferenceRepository
 from worker.store.repositories.retention import RetentionRepository
 from worker.store.repositories.review import ReviewItemRepository
@@ -62,6 +63,7 @@ class UnitOfWork:
         self.examples = ExampleRepository(self.session)
         self.retention = RetentionRepository(self.session)
         self.references = ReferenceRepository(self.session)
+        self.keys = InstanceKeyRepository(self.session)
         return self
 
     def __exit__(
