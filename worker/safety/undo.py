@@ -100,7 +100,7 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False,
     time on each undone run's ``status_reason``, before what it said."""
     now = utcnow()
     with app.uow() as uow:
-        _check_undoable(uow, run_id)
+        _hold(uow, run_id)
         result = UndoResult(run_ids=[])
         _undo(uow, run_id, force_cascade, now, result,
               _Undoer(by, run_id, now.isoformat(timespec="seconds")))
@@ -124,12 +124,26 @@ def logged_scopes(app: App, log_id: str) -> set[str]:
         return {row.scope_key for row in uow.safety.run_log(log_id)}
 
 
-def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
+def _hold(uow: UnitOfWork, run_id: str) -> None:
+    """Check that ``run_id`` may be undone and lock its run row for this transaction, so a
+    second undo of it at the same moment is refused as already undone instead of writing its
+    undo over the first's (an id logged without a run has no row: its restores' version
+    guards refuse the second instead, ``_moved``)."""
+    for _ in range(2):
+        status = _check_undoable(uow, run_id)
+        if status is None or uow.safety.hold_run(run_id, status):
+            return
+        uow.session.expire_all()  # moved since we read it: the next check says what it is now
+    raise RunError(f"run {run_id} changed while it was being undone; run the undo again")
+
+
+def _check_undoable(uow: UnitOfWork, run_id: str) -> str | None:
+    """Raise why ``run_id`` cannot be undone; else the run's status (None: no run row)."""
     run = uow.runs.get(run_id)
     if run is None and run_id.startswith(LOGGED_WITHOUT_RUN) and uow.safety.run_log(run_id):
         if uow.safety.undo_logged(run_id):
             raise RunError(f"{run_id} is already undone")
-        return
+        return None
     if run is None:
         raise RunNotFound(run_id)
     if run.status in ACTIVE_RUN_STATUSES:
@@ -144,6 +158,7 @@ def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
         # that never happened and rewrite the record of what ran.
         raise RunError(f"run {run_id} was a run of a user since erased: what it changed was "
                        "erased with the user, so nothing is left to undo")
+    return str(run.status)
 
 
 @dataclass(frozen=True)
@@ -254,7 +269,8 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
             result.restored.append(note_id)
         before = {f: _jsonable(getattr(current, f)) for f in values}
         before["version"] = current.version
-        uow.safety.restore(note_id, current.version, {**values, "updated_at": now})
+        if not uow.safety.restore(note_id, current.version, {**values, "updated_at": now}):
+            raise _moved(uow, run_id, f"note {note_id}")
         uow.notes.log(run_id=None, scope=Scope.from_key(current.scope_key), entity_id=note_id,
                       op="undo", before=before,
                       after={**{f: _jsonable(v) for f, v in values.items()},
@@ -272,15 +288,26 @@ def _restore_examples(uow: UnitOfWork, run_id: str,
             continue
         version, status, scope_key = examples[example_id]
         before_status = next((r.before or {}).get("status") for r in example_rows)
-        if before_status is None or not uow.safety.restore_example(example_id, version,
-                                                                   before_status):
+        if before_status is None:
             continue
+        if not uow.safety.restore_example(example_id, version, before_status):
+            raise _moved(uow, run_id, f"example {example_id}")
         uow.notes.log(run_id=None, scope=Scope.from_key(scope_key), entity_id=example_id,
                       op="undo", entity="example",
                       before={"status": status, "version": version},
                       after={"status": before_status, "version": version + 1},
                       reason=f"undo of run {run_id}", now=now)
         result.examples.append(example_id)
+
+
+def _moved(uow: UnitOfWork, run_id: str, what: str) -> RunError:
+    """A guarded restore matched no row: ``what`` changed after this undo read it (a host
+    write, or another undo of the same id). Raised, so the whole undo rolls back."""
+    named = run_id if run_id.startswith(LOGGED_WITHOUT_RUN) else f"run {run_id}"
+    if _is_undone(uow, run_id):
+        return RunError(f"{named} is already undone")
+    return UndoRefused(f"cannot undo {named}: {what} changed while the undo was being written; "
+                       "nothing was undone; run the undo again to see what changed")
 
 
 def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],
