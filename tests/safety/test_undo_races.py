@@ -54,12 +54,11 @@ def _undo_rows(app: App) -> int:
 PG = [pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
-def _merged(app: App) -> str:
-    """A finished run that merged n0 and n1 (of four notes); its id."""
+def _merged(app: App) -> tuple[str, str]:
+    """A finished run that merged n0 and n1 (of four notes): its id, the fused note's id."""
     _seed(app)
     run_id = run_row(app, SCOPE)
-    _fuse(app, run_id, ["n0", "n1"], "User likes tea")
-    return run_id
+    return run_id, _fuse(app, run_id, ["n0", "n1"], "User likes tea")
 
 
 def _run_status(app: App, run_id: str) -> tuple[str, str | None]:
@@ -73,7 +72,7 @@ def test_a_host_edit_landing_as_the_undo_starts_writing_refuses_it(app: App) -> 
     seen: the undo refuses, naming the note, and writes nothing. Before, the note's guarded
     restore matched no row and was ignored: the run read ``undone`` and an undo was logged for
     the note, which stayed merged away."""
-    run_id = _merged(app)
+    run_id, _ = _merged(app)
     before = note_states(app)
     with before_first(app, "UPDATE ", lambda: _host_edit(app, "n0")), \
             pytest.raises(UndoRefused, match="note n0 was changed since by the host"):
@@ -93,7 +92,7 @@ def test_a_host_edit_landing_between_the_undos_read_and_its_restore_refuses_it(
     commit right before the note's restore; the restore's version guard then matches no row
     and the whole undo rolls back with one line naming the note (before: ignored, the run
     marked undone with n0 still merged away)."""
-    run_id = _merged(app)
+    run_id, _ = _merged(app)
     with before_first(app, "UPDATE notes SET", lambda: _host_edit(app, "n0")), \
             pytest.raises(UndoRefused, match="note n0 changed while the undo was being written"):
         undo_run(app, run_id)
@@ -106,7 +105,7 @@ def test_a_second_undo_of_the_same_run_at_once_is_refused_as_already_undone(app:
     finished before the first committed, is refused as already undone and writes nothing.
     Before, it logged a second undo of every note, said it restored them, and rewrote the
     run's reason with its own name."""
-    run_id = _merged(app)
+    run_id, _ = _merged(app)
     first: list[Any] = []
     with before_first(app, "UPDATE ",
                       lambda: first.append(undo_run(app, run_id, by="cli:first"))), \
@@ -169,4 +168,23 @@ def test_an_example_changed_between_the_undos_read_and_its_restore_refuses_it(
         undo_run(app, run_id)
     with app.uow() as uow:
         assert uow.session.get_one(ExampleRow, "e1").status == "archived"
+    assert _run_status(app, run_id)[0] == RunStatus.SUCCEEDED.value
+
+
+@pytest.mark.parametrize("status", [RunStatus.RUNNING.value, RunStatus.INTERRUPTED.value])
+def test_force_cascade_refuses_while_a_later_run_that_changed_the_notes_is_unfinished(
+        app: App, status: str) -> None:
+    """--force-cascade undoes the later runs that changed the run's notes; a later run still
+    running (or interrupted, to resume) cannot be undone, so the undo is refused, naming it and
+    the way out, with nothing written. Before, its change was overwritten and counted as a
+    host edit: the fused note it built from this run's note stayed active beside the sources
+    the undo made active again."""
+    run_id, fused = _merged(app)
+    later = run_row(app, SCOPE, status=status)
+    _fuse(app, later, [fused, "n2"], "User likes tea a lot")
+    before = note_states(app)
+    with pytest.raises(UndoRefused, match=f"run {later}, which changed note {fused} since, "
+                                          f"is {status}"):
+        undo_run(app, run_id, force_cascade=True)
+    assert note_states(app) == before and _undo_rows(app) == 0
     assert _run_status(app, run_id)[0] == RunStatus.SUCCEEDED.value

@@ -224,7 +224,8 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
 def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: datetime,
              result: UndoResult, undoer: _Undoer) -> None:
     """--force-cascade: undo the later finished runs that touched a conflicting note, newest
-    first, so this run's before-images are laid back over their changes, not under them."""
+    first, so this run's before-images are laid back over their changes, not under them; a
+    later run not finished yet refuses the undo."""
     later = uow.safety.log_after(conflicts, last_id)
     scopes = {r.scope_key for r in later}
     newest_first: list[str] = []
@@ -235,11 +236,18 @@ def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: date
         run = uow.runs.get(later_run)
         if later_run in result.run_ids or _is_undone(uow, later_run):
             continue
+        if run is not None and run.status in ACTIVE_RUN_STATUSES:
+            # It cannot be undone yet; restoring under it would overwrite a run's change
+            # (not a host's edit) and leave what it built from this run's notes standing.
+            note_id = min(r.entity_id for r in later if r.run_id == later_run)
+            raise UndoRefused(
+                f"cannot undo run {undoer.asked}: run {later_run}, which changed note "
+                f"{note_id} since, is {run.status}; wait for it to finish (or stop it with "
+                f"`dream runs cancel {later_run}`), then undo again")
         # An erase of a user may have restored notes in several scopes: undoing it from here
         # would reach another tenant's notes, so only one confined to these scopes cascades.
-        if (run is None and later_run.startswith(LOGGED_WITHOUT_RUN)
-                and {r.scope_key for r in uow.safety.run_log(later_run)} <= scopes) or (
-                run is not None and run.status not in ACTIVE_RUN_STATUSES):
+        if run is not None or (later_run.startswith(LOGGED_WITHOUT_RUN)
+                               and {r.scope_key for r in uow.safety.run_log(later_run)} <= scopes):
             _undo(uow, later_run, True, now, result, undoer)
 
 
