@@ -293,10 +293,22 @@ def _phase_counters(phase: str) -> dict[str, Any]:
 
 def _mark_stale(app: App, row: Any, by: str, line: str) -> Decided:
     with app.uow() as uow:
-        uow.review.decide(row.id, ItemStatus.STALE.value, now=utcnow(), by=by, outcome=line)
+        recorded = uow.review.decide(row.id, ItemStatus.STALE.value, now=utcnow(), by=by,
+                                     outcome=line)
         uow.commit()
+    if not recorded:
+        return _decided_meanwhile(app, row)
     log.info("review.stale", item=row.id)
     return Decided(row.id, ItemStatus.STALE.value, line)
+
+
+def _decided_meanwhile(app: App, row: Any, run_id: str | None = None) -> Decided:
+    """The item was open when this call read it and someone decided it since (another
+    approval applied it, a decline): what they decided, not "stale", which would tell the
+    reviewer a note moved and the change was never made."""
+    with app.uow() as uow:
+        now = _get(uow, Scope.from_key(row.scope_key), row.id)
+        return Decided(row.id, "refused", closed_line(now, meanwhile=True), run_id)
 
 
 def _approval_context(app: App, scope: Scope, change: ProposedChange, row: Any,
@@ -345,11 +357,12 @@ def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,
             recorded = uow.review.decide(row.id, ItemStatus.APPROVED.value, now=now, by=by,
                                          applied_run_id=ctx.run_id, outcome=line)
         elif result != GUARDED:
-            uow.review.decide(row.id, ItemStatus.STALE.value, now=now, by=by, outcome=line,
-                              applied_run_id=ctx.run_id)
+            recorded = uow.review.decide(row.id, ItemStatus.STALE.value, now=now, by=by,
+                                         outcome=line, applied_run_id=ctx.run_id)
         uow.commit()
-    if not recorded:
-        return _taken_back(app, ctx.run_id, row)
+    if not recorded:  # decided by someone else while this approval was written
+        return _taken_back(app, ctx.run_id, row) if result == OK else \
+            _decided_meanwhile(app, row, ctx.run_id)
     log.info("review.approved", item=row.id, result=result, run_id=ctx.run_id)
     return decided
 
