@@ -188,3 +188,20 @@ def test_force_cascade_refuses_while_a_later_run_that_changed_the_notes_is_unfin
         undo_run(app, run_id, force_cascade=True)
     assert note_states(app) == before and _undo_rows(app) == 0
     assert _run_status(app, run_id)[0] == RunStatus.SUCCEEDED.value
+
+
+def test_a_cascade_counts_each_note_once_as_it_ends(app: App) -> None:
+    """--force-cascade over two runs (the second fused the first's note with n2): the answer
+    names what the undo did to each note once, as it ends: n0, n1 and n2 restored, both fused
+    notes retired. Before, the first fused note was counted restored (by the later run's undo)
+    and retired (by this run's): "restored 4 notes" when three came back."""
+    run_id, fused = _merged(app)
+    later = run_row(app, SCOPE)
+    newer = _fuse(app, later, [fused, "n2"], "User likes tea a lot")
+    result = undo_run(app, run_id, force_cascade=True)
+    assert sorted(result.restored) == ["n0", "n1", "n2"]
+    assert sorted(result.retired) == sorted([fused, newer])
+    assert result.summary() == "restored 3 notes; retired 2 notes the run(s) created"
+    states = note_states(app)
+    assert sorted(n for n, s in states.items() if s["status"] == "active") == \
+        ["n0", "n1", "n2", "n3"]

@@ -71,6 +71,15 @@ class UndoResult:
                 "reviews": self.reviews, "review_items_withdrawn": self.review_items_withdrawn,
                 "review_items_undone": self.review_items_undone}
 
+    def settle(self) -> None:
+        """Each note once, as the undo leaves it: a cascade gives a later run's note back its
+        before-image, then retires it when the run asked about had created it."""
+        self.retired, self.missing, self.examples, self.overwritten = (
+            list(dict.fromkeys(ids))
+            for ids in (self.retired, self.missing, self.examples, self.overwritten))
+        retired = set(self.retired)
+        self.restored = [n for n in dict.fromkeys(self.restored) if n not in retired]
+
     def summary(self) -> str:
         """One line of what was done, each count under its ``as_dict`` field's words; counts
         of nothing left out (a run that only archived reads "restored 3 notes")."""
@@ -105,6 +114,7 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False,
         _undo(uow, run_id, force_cascade, now, result,
               _Undoer(by, run_id, now.isoformat(timespec="seconds")))
         uow.commit()
+    result.settle()
     log.info("undo.finished", run_id=run_id, runs=len(result.run_ids),
              restored=len(result.restored), retired=len(result.retired),
              overwritten=len(result.overwritten), judgements=result.judgements,
