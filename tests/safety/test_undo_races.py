@@ -205,3 +205,15 @@ def test_a_cascade_counts_each_note_once_as_it_ends(app: App) -> None:
     states = note_states(app)
     assert sorted(n for n, s in states.items() if s["status"] == "active") == \
         ["n0", "n1", "n2", "n3"]
+
+
+def test_without_force_an_unfinished_later_run_is_named_with_the_way_out(app: App) -> None:
+    """The plain refusal names the unfinished later run and says to wait for it or cancel it;
+    before, it said "undo the later run first or pass --force-cascade", and the first is
+    refused while that run runs."""
+    run_id, fused = _merged(app)
+    later = run_row(app, SCOPE, status=RunStatus.RUNNING.value)
+    _fuse(app, later, [fused, "n2"], "User likes tea a lot")
+    with pytest.raises(UndoRefused, match=f"run {later}, which changed note {fused} since, is "
+                                          f"running; wait for it to finish .*runs cancel"):
+        undo_run(app, run_id)

@@ -208,6 +208,8 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
             f"cannot undo run {run_id}: example {example_id} was changed since (version "
             f"{version}); pass --force-cascade to give it back its status anyway"
         )
+    if conflicts:
+        _refuse_unfinished(uow, conflicts, last_id, undoer.asked)
     if conflicts and not force:
         note_id, why = next(iter(sorted(conflicts.items())))
         raise UndoRefused(
@@ -234,8 +236,7 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
 def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: datetime,
              result: UndoResult, undoer: _Undoer) -> None:
     """--force-cascade: undo the later finished runs that touched a conflicting note, newest
-    first, so this run's before-images are laid back over their changes, not under them; a
-    later run not finished yet refuses the undo."""
+    first, so this run's before-images are laid back over their changes, not under them."""
     later = uow.safety.log_after(conflicts, last_id)
     scopes = {r.scope_key for r in later}
     newest_first: list[str] = []
@@ -246,19 +247,26 @@ def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: date
         run = uow.runs.get(later_run)
         if later_run in result.run_ids or _is_undone(uow, later_run):
             continue
-        if run is not None and run.status in ACTIVE_RUN_STATUSES:
-            # It cannot be undone yet; restoring under it would overwrite a run's change
-            # (not a host's edit) and leave what it built from this run's notes standing.
-            note_id = min(r.entity_id for r in later if r.run_id == later_run)
-            raise UndoRefused(
-                f"cannot undo run {undoer.asked}: run {later_run}, which changed note "
-                f"{note_id} since, is {run.status}; wait for it to finish (or stop it with "
-                f"`dream runs cancel {later_run}`), then undo again")
         # An erase of a user may have restored notes in several scopes: undoing it from here
         # would reach another tenant's notes, so only one confined to these scopes cascades.
         if run is not None or (later_run.startswith(LOGGED_WITHOUT_RUN)
                                and {r.scope_key for r in uow.safety.run_log(later_run)} <= scopes):
             _undo(uow, later_run, True, now, result, undoer)
+
+
+def _refuse_unfinished(uow: UnitOfWork, conflicts: dict[str, str], last_id: int,
+                       asked: str) -> None:
+    """A later run that changed a conflicting note and is not finished (running, or
+    interrupted to resume) can be neither undone first nor overwritten (that would be a
+    run's change, not a host's edit, and leave what it built from this run's notes standing):
+    the undo waits for it, whether or not it cascades."""
+    for r in uow.safety.log_after(conflicts, last_id):
+        run = uow.runs.get(r.run_id) if r.run_id else None
+        if run is not None and run.status in ACTIVE_RUN_STATUSES and r.op != "undo":
+            raise UndoRefused(
+                f"cannot undo run {asked}: run {run.id}, which changed note {r.entity_id} "
+                f"since, is {run.status}; wait for it to finish (or stop it with `dream runs "
+                f"cancel {run.id}`), then undo again")
 
 
 def _is_undone(uow: UnitOfWork, run_id: str) -> bool:
