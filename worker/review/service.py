@@ -19,14 +19,14 @@ import structlog
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.limits import visible_problem
-from worker.domain.types import REVIEW_TRIGGER, RunStatus, Scope, StepStatus
+from worker.domain.types import Scope
 from worker.errors import Conflict, NotFound
 from worker.errors import InvalidInput as Invalid
-from worker.review.apply import GUARDED, LOST, OK, apply_change, at_versions, end_lost_run
+from worker.review.apply import LOST, apply_change, at_versions, end_lost_run
+from worker.review.approval import Applied, Ending, finish_approval, open_approval
 from worker.review.batch_guard import BatchGuard
 from worker.review.declined import remember_declined
 from worker.review.items import (
-    ChangeKind,
     Decided,
     ItemStatus,
     ProposedChange,
@@ -35,8 +35,7 @@ from worker.review.items import (
     moved_since,
 )
 from worker.runs.context import PhaseContext
-from worker.runs.create import create_phaseless_run
-from worker.runs.steps import StepRecorder
+from worker.store.uow import StaleLease
 
 log = structlog.get_logger(__name__)
 
@@ -264,19 +263,22 @@ def _approve_one(app: App, scope: Scope, row: Any, by: str, known: _Current,
         return _mark_stale(app, row, by, line) if record_stale else Decided(
             row.id, ItemStatus.STALE.value, line)
     known.wrote(row)  # whatever the outcome: a later item naming these ids reads them again
-    ctx = _approval_context(app, scope, change, row, by)
-    parent = ctx.steps.start_phase(change.phase, {"review_item": row.id, "approved_by": by})
-    started = time.perf_counter()
-    counters: dict[str, Any] = _phase_counters(change.phase)
-    notes = at_versions(current, change) if entity_of(row.payload) == "note" else {}
-    result, detail = apply_change(ctx, parent, change, notes, counters)
-    if result == LOST:
-        return Decided(row.id, "refused", f"item {row.id} not applied: its run {ctx.run_id} was "
-                       f"{end_lost_run(app, ctx.run_id)} meanwhile (an erasure in the scope or "
-                       "`dream runs cancel`); nothing was written", ctx.run_id)
-    ctx.steps.finish_phase(parent, status=StepStatus.SUCCEEDED.value if result == OK
-                           else StepStatus.SKIPPED.value, output=counters, started=started)
-    return _finish(app, ctx, row, by, result, detail)
+    ctx = open_approval(app, scope, row, by)
+    assert ctx.held is not None
+    try:
+        parent = ctx.steps.start_phase(change.phase, {"review_item": row.id, "approved_by": by})
+        applied = Applied(parent, _phase_counters(change.phase), time.perf_counter())
+        notes = at_versions(current, change) if entity_of(row.payload) == "note" else {}
+        result, detail = apply_change(ctx, parent, change, notes, applied.counters)
+        if result != LOST:
+            return _finish(app, ctx, row, by, result, detail, applied)
+    except StaleLease:
+        pass  # the write's fence found the run cancelled or interrupted: nothing was kept
+    finally:
+        ctx.held.discard()  # a write the finish did not take (an exception) is never kept
+    return Decided(row.id, "refused", f"item {row.id} not applied: its run {ctx.run_id} was "
+                   f"{end_lost_run(app, ctx.run_id)} meanwhile (an erasure in the scope or "
+                   "`dream runs cancel`); nothing was written", ctx.run_id)
 
 
 def _phase_counters(phase: str) -> dict[str, Any]:
@@ -293,70 +295,40 @@ def _phase_counters(phase: str) -> dict[str, Any]:
 
 def _mark_stale(app: App, row: Any, by: str, line: str) -> Decided:
     with app.uow() as uow:
-        uow.review.decide(row.id, ItemStatus.STALE.value, now=utcnow(), by=by, outcome=line)
+        recorded = uow.review.decide(row.id, ItemStatus.STALE.value, now=utcnow(), by=by,
+                                     outcome=line)
         uow.commit()
+    if not recorded:
+        return _decided_meanwhile(app, row)
     log.info("review.stale", item=row.id)
     return Decided(row.id, ItemStatus.STALE.value, line)
 
 
-def _approval_context(app: App, scope: Scope, change: ProposedChange, row: Any,
-                      by: str) -> PhaseContext:
-    """A run of its own for the approval, created running under its lease by the runs
-    package like any run an executor runs at once, so it cannot write beside a dream of the
-    same scope (one active run per scope, R1); the phase kit's write is fenced by it."""
-    snap = create_phaseless_run(app, scope, trigger=REVIEW_TRIGGER,
-                                totals={"review_item": row.id, "approved_by": by})
-    if snap is None:
-        raise Conflict(f"a run is queued or running for {scope.key}; approve item {row.id} "
-                       "after it finishes")
-    assert snap.epoch is not None
-    return PhaseContext(app=app, run_id=snap.run_id, scope=scope, now=snap.now,
-                        epoch=snap.epoch, steps=StepRecorder(app, snap.run_id, scope),
-                        force=True, trigger=REVIEW_TRIGGER, notes_before=snap.notes_before)
+def _decided_meanwhile(app: App, row: Any, run_id: str | None = None) -> Decided:
+    """The item was open when this call read it and someone decided it since (another
+    approval applied it, a decline): what they decided, not "stale", which would tell the
+    reviewer a note moved and the change was never made."""
+    with app.uow() as uow:
+        now = _get(uow, Scope.from_key(row.scope_key), row.id)
+        return Decided(row.id, "refused", closed_line(now, meanwhile=True), run_id)
 
 
 def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,
-            detail: str | None) -> Decided:
-    now = utcnow()
-    if result == OK:
-        status = RunStatus.SUCCEEDED.value
-        line = f"approved item {row.id}: applied in run {ctx.run_id}"
-        decided = Decided(row.id, ItemStatus.APPROVED.value, line, ctx.run_id,
-                          detail if row.kind == ChangeKind.MERGE.value else None)
-    elif result == GUARDED:
-        status = RunStatus.BLOCKED.value
-        line = f"item {row.id} not applied: {detail}"
-        decided = Decided(row.id, "blocked", line, ctx.run_id)
-    else:
-        status = RunStatus.CANCELLED.value  # it wrote nothing
-        what = "an example" if entity_of(row.payload) == "example" else "a note"
-        line = (f"item {row.id} is stale: {what} changed while it was being applied; nothing "
-                "was written; the next run proposes afresh")
-        decided = Decided(row.id, ItemStatus.STALE.value, line, ctx.run_id)
-    with app.uow() as uow:
-        run = uow.runs.get(ctx.run_id)
-        totals = {**((run.totals or {}) if run else {}),
-                  "notes_after": uow.notes.count_by_status(ctx.scope)}
-        reason = f"review item {row.id} approved by {by}" if result == OK else line
-        uow.runs.set_status(ctx.run_id, status, finished_at=now, totals=totals,
-                            lease_expires_at=None, status_reason=reason[:300])
-        recorded = True
-        if result == OK:
-            recorded = uow.review.decide(row.id, ItemStatus.APPROVED.value, now=now, by=by,
-                                         applied_run_id=ctx.run_id, outcome=line)
-        elif result != GUARDED:
-            uow.review.decide(row.id, ItemStatus.STALE.value, now=now, by=by, outcome=line,
-                              applied_run_id=ctx.run_id)
-        uow.commit()
-    if not recorded:
+            detail: str | None, applied: Applied) -> Decided:
+    decided, ending = finish_approval(app, ctx, row, by, result, detail, applied)
+    if ending is Ending.PREEMPTED_WRITTEN:
         return _taken_back(app, ctx.run_id, row)
+    if ending is Ending.PREEMPTED:
+        return _decided_meanwhile(app, row, ctx.run_id)
     log.info("review.approved", item=row.id, result=result, run_id=ctx.run_id)
     return decided
 
 
 def _taken_back(app: App, run_id: str, row: Any) -> Decided:
-    """Someone declined (or decided) the item while its change was being applied: the item
-    says what they decided, so what this approval wrote is undone (its run reverted)."""
+    """Someone declined (or decided) the item while its change was being applied, and the
+    change had been committed before the decision could go in with it (another unit of work
+    of this thread released the held write): the item says what they decided, so what this
+    approval wrote is undone (its run reverted)."""
     from worker.safety.undo import UndoRefused, undo_run
 
     try:  # refused when a later write (a host's edit) built on the change: the user's call

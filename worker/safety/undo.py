@@ -71,6 +71,15 @@ class UndoResult:
                 "reviews": self.reviews, "review_items_withdrawn": self.review_items_withdrawn,
                 "review_items_undone": self.review_items_undone}
 
+    def settle(self) -> None:
+        """Each note once, as the undo leaves it: a cascade gives a later run's note back its
+        before-image, then retires it when the run asked about had created it."""
+        self.retired, self.missing, self.examples, self.overwritten = (
+            list(dict.fromkeys(ids))
+            for ids in (self.retired, self.missing, self.examples, self.overwritten))
+        retired = set(self.retired)
+        self.restored = [n for n in dict.fromkeys(self.restored) if n not in retired]
+
     def summary(self) -> str:
         """One line of what was done, each count under its ``as_dict`` field's words; counts
         of nothing left out (a run that only archived reads "restored 3 notes")."""
@@ -100,11 +109,12 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False,
     time on each undone run's ``status_reason``, before what it said."""
     now = utcnow()
     with app.uow() as uow:
-        _check_undoable(uow, run_id)
+        _hold(uow, run_id)
         result = UndoResult(run_ids=[])
         _undo(uow, run_id, force_cascade, now, result,
               _Undoer(by, run_id, now.isoformat(timespec="seconds")))
         uow.commit()
+    result.settle()
     log.info("undo.finished", run_id=run_id, runs=len(result.run_ids),
              restored=len(result.restored), retired=len(result.retired),
              overwritten=len(result.overwritten), judgements=result.judgements,
@@ -124,12 +134,26 @@ def logged_scopes(app: App, log_id: str) -> set[str]:
         return {row.scope_key for row in uow.safety.run_log(log_id)}
 
 
-def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
+def _hold(uow: UnitOfWork, run_id: str) -> None:
+    """Check that ``run_id`` may be undone and lock its run row for this transaction, so a
+    second undo of it at the same moment is refused as already undone instead of writing its
+    undo over the first's (an id logged without a run has no row: its restores' version
+    guards refuse the second instead, ``_moved``)."""
+    for _ in range(2):
+        status = _check_undoable(uow, run_id)
+        if status is None or uow.safety.hold_run(run_id, status):
+            return
+        uow.session.expire_all()  # moved since we read it: the next check says what it is now
+    raise RunError(f"run {run_id} changed while it was being undone; run the undo again")
+
+
+def _check_undoable(uow: UnitOfWork, run_id: str) -> str | None:
+    """Raise why ``run_id`` cannot be undone; else the run's status (None: no run row)."""
     run = uow.runs.get(run_id)
     if run is None and run_id.startswith(LOGGED_WITHOUT_RUN) and uow.safety.run_log(run_id):
         if uow.safety.undo_logged(run_id):
             raise RunError(f"{run_id} is already undone")
-        return
+        return None
     if run is None:
         raise RunNotFound(run_id)
     if run.status in ACTIVE_RUN_STATUSES:
@@ -144,6 +168,7 @@ def _check_undoable(uow: UnitOfWork, run_id: str) -> None:
         # that never happened and rewrite the record of what ran.
         raise RunError(f"run {run_id} was a run of a user since erased: what it changed was "
                        "erased with the user, so nothing is left to undo")
+    return str(run.status)
 
 
 @dataclass(frozen=True)
@@ -183,6 +208,8 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
             f"cannot undo run {run_id}: example {example_id} was changed since (version "
             f"{version}); pass --force-cascade to give it back its status anyway"
         )
+    if conflicts:
+        _refuse_unfinished(uow, conflicts, last_id, undoer.asked)
     if conflicts and not force:
         note_id, why = next(iter(sorted(conflicts.items())))
         raise UndoRefused(
@@ -222,10 +249,24 @@ def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: date
             continue
         # An erase of a user may have restored notes in several scopes: undoing it from here
         # would reach another tenant's notes, so only one confined to these scopes cascades.
-        if (run is None and later_run.startswith(LOGGED_WITHOUT_RUN)
-                and {r.scope_key for r in uow.safety.run_log(later_run)} <= scopes) or (
-                run is not None and run.status not in ACTIVE_RUN_STATUSES):
+        if run is not None or (later_run.startswith(LOGGED_WITHOUT_RUN)
+                               and {r.scope_key for r in uow.safety.run_log(later_run)} <= scopes):
             _undo(uow, later_run, True, now, result, undoer)
+
+
+def _refuse_unfinished(uow: UnitOfWork, conflicts: dict[str, str], last_id: int,
+                       asked: str) -> None:
+    """A later run that changed a conflicting note and is not finished (running, or
+    interrupted to resume) can be neither undone first nor overwritten (that would be a
+    run's change, not a host's edit, and leave what it built from this run's notes standing):
+    the undo waits for it, whether or not it cascades."""
+    for r in uow.safety.log_after(conflicts, last_id):
+        run = uow.runs.get(r.run_id) if r.run_id else None
+        if run is not None and run.status in ACTIVE_RUN_STATUSES and r.op != "undo":
+            raise UndoRefused(
+                f"cannot undo run {asked}: run {run.id}, which changed note {r.entity_id} "
+                f"since, is {run.status}; wait for it to finish (or stop it with `dream runs "
+                f"cancel {run.id}`), then undo again")
 
 
 def _is_undone(uow: UnitOfWork, run_id: str) -> bool:
@@ -254,7 +295,8 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
             result.restored.append(note_id)
         before = {f: _jsonable(getattr(current, f)) for f in values}
         before["version"] = current.version
-        uow.safety.restore(note_id, current.version, {**values, "updated_at": now})
+        if not uow.safety.restore(note_id, current.version, {**values, "updated_at": now}):
+            raise _moved(uow, run_id, f"note {note_id}")
         uow.notes.log(run_id=None, scope=Scope.from_key(current.scope_key), entity_id=note_id,
                       op="undo", before=before,
                       after={**{f: _jsonable(v) for f, v in values.items()},
@@ -272,15 +314,26 @@ def _restore_examples(uow: UnitOfWork, run_id: str,
             continue
         version, status, scope_key = examples[example_id]
         before_status = next((r.before or {}).get("status") for r in example_rows)
-        if before_status is None or not uow.safety.restore_example(example_id, version,
-                                                                   before_status):
+        if before_status is None:
             continue
+        if not uow.safety.restore_example(example_id, version, before_status):
+            raise _moved(uow, run_id, f"example {example_id}")
         uow.notes.log(run_id=None, scope=Scope.from_key(scope_key), entity_id=example_id,
                       op="undo", entity="example",
                       before={"status": status, "version": version},
                       after={"status": before_status, "version": version + 1},
                       reason=f"undo of run {run_id}", now=now)
         result.examples.append(example_id)
+
+
+def _moved(uow: UnitOfWork, run_id: str, what: str) -> RunError:
+    """A guarded restore matched no row: ``what`` changed after this undo read it (a host
+    write, or another undo of the same id). Raised, so the whole undo rolls back."""
+    named = run_id if run_id.startswith(LOGGED_WITHOUT_RUN) else f"run {run_id}"
+    if _is_undone(uow, run_id):
+        return RunError(f"{named} is already undone")
+    return UndoRefused(f"cannot undo {named}: {what} changed while the undo was being written; "
+                       "nothing was undone; run the undo again to see what changed")
 
 
 def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],

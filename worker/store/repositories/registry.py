@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from worker.domain.types import RunStatus, Scope
+from worker.domain.types import REVIEW_TRIGGER, RunStatus, Scope
 from worker.store.models import (
     AgentRow,
     CompanyRow,
@@ -86,6 +86,7 @@ class SessionRepository:
                 DreamRunRow.scope_key.in_(scope_keys),
                 DreamRunRow.status.in_((RunStatus.SUCCEEDED.value, RunStatus.PARTIAL.value)),
                 DreamRunRow.dry_run.is_(False),
+                DreamRunRow.trigger != REVIEW_TRIGGER,  # an approval's run is no dream
             )
             .group_by(DreamRunRow.scope_key)
             .subquery()

@@ -32,7 +32,7 @@ class RunHistoryRepository:
 
     def last_success_at(self, scope_keys: list[str]) -> dict[str, datetime]:
         """Start time of each scope's last non-dry run that dreamed (succeeded, partial or
-        blocked), in one query."""
+        blocked; a review approval's run is no dream), in one query."""
         if not scope_keys:
             return {}
         rows = self.session.execute(
@@ -41,6 +41,7 @@ class RunHistoryRepository:
                 DreamRunRow.scope_key.in_(scope_keys),
                 DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                 DreamRunRow.dry_run.is_(False),
+                DreamRunRow.trigger != REVIEW_TRIGGER,
             )
             .group_by(DreamRunRow.scope_key)
         ).all()
@@ -58,6 +59,7 @@ class RunHistoryRepository:
                 DreamRunRow.scope_key.in_(scope_keys),
                 DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                 DreamRunRow.dry_run.is_(False),
+                DreamRunRow.trigger != REVIEW_TRIGGER,
             )
             .group_by(DreamRunRow.scope_key)
             .subquery()

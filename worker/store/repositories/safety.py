@@ -96,6 +96,15 @@ class SafetyRepository:
                 out[row.id] = row
         return out
 
+    def hold_run(self, run_id: str, status: str) -> bool:
+        """Lock the run row for its undo if it still reads ``status`` (False: another undo, or
+        anything else, moved it meanwhile). The statement writes, so on SQLite the undo holds
+        the write lock from here and reads what it restores inside that one transaction."""
+        result = self.session.execute(
+            update(DreamRunRow).where(DreamRunRow.id == run_id, DreamRunRow.status == status)
+            .values(status=status))
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
     def restore(self, note_id: str, version: int, values: dict[str, Any]) -> bool:
         """Write ``values`` if the note is still at ``version``; bumps the version."""
         result = self.session.execute(
