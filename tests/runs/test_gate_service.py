@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner, Result
+from sqlalchemy import update
 
 from tests.support.factories import NOW, add_entities, add_notes, add_sessions
 from tests.support.sql import recorded_commits, recorded_statements
@@ -22,6 +23,7 @@ from worker.ingest import import_sessions
 from worker.runs import service
 from worker.runs.gate import GateDecision, GateRule
 from worker.runs.scheduling import GateResult
+from worker.store.models import DreamRunRow
 
 
 def test_gate_check_decides_each_scope_by_its_agents_gate(app: App) -> None:
@@ -190,3 +192,60 @@ def test_gate_check_statements_do_not_grow_with_the_due_scopes(app: App) -> None
     inserts = [s for s in many if s.startswith("INSERT")]
     assert len(inserts) == 1 and inserts[0].startswith("INSERT INTO dream_runs")
     assert many_commits == few_commits  # the same transactions, whatever the count of scopes
+
+
+def test_a_blocked_dream_counts_as_the_last_dream_for_sessions_too(app: App) -> None:
+    """A blocked run counts as a dream for the gate (README "Run steps"): its sessions are spent.
+    The gate counted them again from the last *succeeded* run, so a scope whose dream the
+    blast-radius guard stopped was due again 24 h later with no new session ("5 of 5 sessions
+    since last dream"), and every day after. Now it waits for 5 sessions after the blocked run,
+    as the volume trigger already did."""
+    add_notes(app, *({"agent_id": "guarded", "content": f"Coupon code {i} for the spring sale",
+                      "expires_at": "2026-01-01T00:00:00+00:00"} for i in range(12)))
+    add_sessions(app, 5, agent_id="guarded", start=utcnow() - timedelta(hours=1))
+    run_id = service.create_run(app, Scope("guarded"))
+    assert run_id is not None and service.execute_run(app, run_id) == "blocked"
+    later = utcnow() + timedelta(hours=25)
+    quiet = service.scope_gate(app, Scope("guarded"), now=later)
+    assert (quiet.rule, quiet.reason) == (GateRule.TOO_LITTLE_ACTIVITY,
+                                         "0 of 5 sessions since last dream")
+    add_sessions(app, 5, agent_id="guarded", start=later - timedelta(hours=1))
+    again = service.scope_gate(app, Scope("guarded"), now=later)
+    assert again.rule is GateRule.DUE and again.reason.startswith("due: 5 of 5 sessions and 25")
+
+
+def test_approving_a_review_item_is_not_the_scopes_last_dream(app: App) -> None:
+    """A review approval applies its item in a run of its own (trigger ``review``), and the
+    gate took that run for the scope's last dream: the sessions the host recorded after the
+    dream stopped counting and the 24 h started over from the approval. Now only dreams count:
+    five sessions after the dream and 24 h since it make the scope due, approval or not."""
+    from worker.review.items import ChangeKind, ProposedChange
+    from worker.review.service import Selector, approve
+
+    add_notes(app, {"agent_id": "rev", "content": "Works from Lisbon."})
+    dream = service.create_run(app, Scope("rev"), force=True)
+    assert dream is not None and service.execute_run(app, dream) == "succeeded"
+    hour = timedelta(hours=1)
+    with app.uow() as uow:  # the dream ran an hour ago; five sessions since, then the approval
+        run = uow.runs.get(dream)
+        assert run is not None and run.started_at and run.finished_at
+        dreamt = run.started_at - hour
+        uow.session.execute(update(DreamRunRow).where(DreamRunRow.id == dream).values(
+            started_at=dreamt, finished_at=run.finished_at - hour))
+        uow.commit()
+    add_notes(app, {"id": "t1", "agent_id": "rev", "content": "Prefers green tea."},
+              {"id": "t2", "agent_id": "rev", "content": "Prefers green tea in the morning."})
+    add_sessions(app, 5, agent_id="rev", start=utcnow() - timedelta(minutes=1))
+    change = ProposedChange(phase="consolidate", kind=ChangeKind.MERGE,
+                            versions={"t1": 1, "t2": 1}, reason="rule: contained",
+                            content="Prefers green tea in the morning.", source_ids=("t1", "t2"),
+                            payload={"rule": "contained", "similarity": 0.9})
+    with app.uow() as uow:
+        uow.review.add_many(Scope("rev"), dream, [change.row()], utcnow())
+        uow.commit()
+        item = int(uow.review.list(Scope("rev"))[-1].id)
+    (decided,) = approve(app, Scope("rev"), Selector(item_id=item), "ana")
+    assert decided.status == "approved"
+    decision = service.scope_gate(app, Scope("rev"), now=dreamt + timedelta(hours=24, minutes=1))
+    assert decision.rule is GateRule.DUE, decision.reason
+    assert decision.reason.startswith("due: 5 of 5 sessions and 24.02 h")

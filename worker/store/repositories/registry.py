@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from worker.domain.types import RunStatus, Scope
+from worker.domain.types import Scope
 from worker.store.models import (
     AgentRow,
     CompanyRow,
@@ -21,6 +21,7 @@ from worker.store.models import (
     SessionRow,
     UserRow,
 )
+from worker.store.repositories.run_history import gate_dreams
 
 ENTITY_MODELS: dict[str, Any] = {
     "agent": AgentRow,
@@ -76,20 +77,11 @@ class SessionRepository:
         self, scope_keys: list[str]
     ) -> dict[str, tuple[int, datetime | None, datetime | None]]:
         """Per scope, aggregated in the database in one query (the session history only grows):
-        (sessions started after its last successful dream began, latest session start or end at
-        any time, earliest session start after that dream)."""
+        (sessions started after its last dream (``gate_dreams``) began, latest session start or
+        end at any time, earliest session start after that dream)."""
         if not scope_keys:
             return {}
-        last = (
-            select(DreamRunRow.scope_key, func.max(DreamRunRow.started_at).label("at"))
-            .where(
-                DreamRunRow.scope_key.in_(scope_keys),
-                DreamRunRow.status.in_((RunStatus.SUCCEEDED.value, RunStatus.PARTIAL.value)),
-                DreamRunRow.dry_run.is_(False),
-            )
-            .group_by(DreamRunRow.scope_key)
-            .subquery()
-        )
+        last = gate_dreams(scope_keys, DreamRunRow.started_at)
         pending = or_(last.c.at.is_(None), SessionRow.started_at > last.c.at)
         rows = self.session.execute(
             select(SessionRow.scope_key, func.count(case((pending, 1))),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import builtins
 from datetime import datetime
 
-from sqlalchemy import case, func, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Subquery, case, func, or_, select
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from worker.domain.types import (
     DREAMED_RUN_STATUSES,
@@ -26,42 +26,44 @@ from worker.store.repositories.usage import phase_step_usage
 _LATEST_WINDOW = 50
 
 
+def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None]) -> Subquery:
+    """(``scope_key``, ``at``): the latest ``at`` of each scope's runs the gate counts as its last
+    dream, the one cut-off of its hours, sessions and changed notes. A non-dry run that dreamed
+    (blocked too: retried every day without new activity it would trip the same guard again),
+    never a review approval's run: it applies one item a person approved and dreams nothing, so
+    approving an item neither restarts the 24 h nor spends the sessions the next dream is for."""
+    return (
+        select(DreamRunRow.scope_key, func.max(at).label("at"))
+        .where(DreamRunRow.scope_key.in_(scope_keys),
+               DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
+               DreamRunRow.dry_run.is_(False),
+               DreamRunRow.trigger != REVIEW_TRIGGER)
+        .group_by(DreamRunRow.scope_key)
+        .subquery()
+    )
+
+
 class RunHistoryRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
     def last_success_at(self, scope_keys: list[str]) -> dict[str, datetime]:
-        """Start time of each scope's last non-dry run that dreamed (succeeded, partial or
-        blocked), in one query."""
+        """Start time of each scope's last dream as the gate counts it (``gate_dreams``), in
+        one query."""
         if not scope_keys:
             return {}
-        rows = self.session.execute(
-            select(DreamRunRow.scope_key, func.max(DreamRunRow.started_at))
-            .where(
-                DreamRunRow.scope_key.in_(scope_keys),
-                DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
-                DreamRunRow.dry_run.is_(False),
-            )
-            .group_by(DreamRunRow.scope_key)
-        ).all()
+        last = gate_dreams(scope_keys, DreamRunRow.started_at)
+        rows = self.session.execute(select(last.c.scope_key, last.c.at)).all()
         return {k: v for k, v in rows if v is not None}
 
     def notes_changed_since_last_success(self, scope_keys: list[str]) -> dict[str, int]:
-        """Notes created or changed per scope since its last successful dream finished (all
-        notes for a scope never dreamed): the gate's volume trigger, aggregated in one query.
-        The cut-off is the run's end, so the dream's own changes never count as new activity."""
+        """Notes created or changed per scope since its last dream (``gate_dreams``) finished
+        (all notes for a scope never dreamed): the gate's volume trigger, aggregated in one
+        query. The cut-off is the run's end, so the dream's own changes never count as new
+        activity."""
         if not scope_keys:
             return {}
-        last = (
-            select(DreamRunRow.scope_key, func.max(DreamRunRow.finished_at).label("at"))
-            .where(
-                DreamRunRow.scope_key.in_(scope_keys),
-                DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
-                DreamRunRow.dry_run.is_(False),
-            )
-            .group_by(DreamRunRow.scope_key)
-            .subquery()
-        )
+        last = gate_dreams(scope_keys, DreamRunRow.finished_at)
         rows = self.session.execute(
             select(NoteRow.scope_key, func.count())
             .outerjoin(last, last.c.scope_key == NoteRow.scope_key)
