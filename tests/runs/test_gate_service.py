@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import update
 
-from tests.support.factories import NOW, add_entities, add_notes, add_sessions
+from tests.support.factories import NOW, add_entities, add_notes, add_sessions, approve_a_merge
 from tests.support.sql import recorded_commits, recorded_statements
 from worker.app import App
 from worker.cli import main
@@ -219,9 +219,6 @@ def test_approving_a_review_item_is_not_the_scopes_last_dream(app: App) -> None:
     gate took that run for the scope's last dream: the sessions the host recorded after the
     dream stopped counting and the 24 h started over from the approval. Now only dreams count:
     five sessions after the dream and 24 h since it make the scope due, approval or not."""
-    from worker.review.items import ChangeKind, ProposedChange
-    from worker.review.service import Selector, approve
-
     add_notes(app, {"agent_id": "rev", "content": "Works from Lisbon."})
     dream = service.create_run(app, Scope("rev"), force=True)
     assert dream is not None and service.execute_run(app, dream) == "succeeded"
@@ -233,19 +230,8 @@ def test_approving_a_review_item_is_not_the_scopes_last_dream(app: App) -> None:
         uow.session.execute(update(DreamRunRow).where(DreamRunRow.id == dream).values(
             started_at=dreamt, finished_at=run.finished_at - hour))
         uow.commit()
-    add_notes(app, {"id": "t1", "agent_id": "rev", "content": "Prefers green tea."},
-              {"id": "t2", "agent_id": "rev", "content": "Prefers green tea in the morning."})
     add_sessions(app, 5, agent_id="rev", start=utcnow() - timedelta(minutes=1))
-    change = ProposedChange(phase="consolidate", kind=ChangeKind.MERGE,
-                            versions={"t1": 1, "t2": 1}, reason="rule: contained",
-                            content="Prefers green tea in the morning.", source_ids=("t1", "t2"),
-                            payload={"rule": "contained", "similarity": 0.9})
-    with app.uow() as uow:
-        uow.review.add_many(Scope("rev"), dream, [change.row()], utcnow())
-        uow.commit()
-        item = int(uow.review.list(Scope("rev"))[-1].id)
-    (decided,) = approve(app, Scope("rev"), Selector(item_id=item), "ana")
-    assert decided.status == "approved"
+    approve_a_merge(app, Scope("rev"), dream)
     decision = service.scope_gate(app, Scope("rev"), now=dreamt + timedelta(hours=24, minutes=1))
     assert decision.rule is GateRule.DUE, decision.reason
     assert decision.reason.startswith("due: 5 of 5 sessions and 24.02 h")
