@@ -525,3 +525,22 @@ def test_dream_mcp_help_names_every_tool_the_server_serves() -> None:
 
     helped = " ".join(CliRunner().invoke(main, ["mcp", "--help"]).output.split())
     assert [t for t in EXPECTED_ANNOTATIONS if t not in helped] == []
+
+
+@pytest.mark.parametrize("option", [["--dry-run"], ["--phase", "consolidate"]])
+def test_run_due_refuses_what_it_cannot_honour_and_writes_nothing(db: App,
+                                                                   option: list[str]) -> None:
+    """`dream run --due` runs what the gate hands out, whole and for real, as beat does: it
+    ignored --dry-run and --phase, so `--due --dry-run` on a due scope archived its expired
+    notes. Now both are one usage line (as --force and --allow-retire are), nothing written."""
+    expired = {"agent_id": "a1", "content": "Spring coupon SPRING10 is valid",
+               "expires_at": "2026-01-01T00:00:00+00:00"}
+    assert dream(url_of(db), "notes", "import", "-", input=jsonl([expired])).exit_code == 0
+    for _ in range(5):
+        assert dream(url_of(db), "sessions", "add", "--agent", "a1").exit_code == 0
+    before = counts(db)
+    line = one_error_line(dream(url_of(db), "run", "--due", *option))
+    assert f"{option[0]} goes with --agent" in line
+    assert counts(db) == before
+    with db.uow() as uow:
+        assert uow.session.scalar(select(NoteRow.status)) == "active"

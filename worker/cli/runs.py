@@ -60,6 +60,12 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     if due and (force or allow_retire is not None):
         raise UserError("--due runs what the gate allows; use --agent ... --force (and "
                         "--allow-retire N) for one scope")
+    # --due executes the gate's runs (and resumes waiting ones) whole and for real, as beat
+    # does: ignoring these would apply what a user asked only to see.
+    if due and (dry_run or phases):
+        option = "--dry-run" if dry_run else "--phase"
+        raise UserError(f"{option} goes with --agent (one scope); --due runs every due scope's "
+                        "whole dream for real, as beat does")
     clock = parse_option_timestamp(now, "--now")
     app = cli_app(ctx)
     via = Via.CELERY if via_celery else Via.HERE
