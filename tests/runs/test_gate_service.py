@@ -59,11 +59,13 @@ def test_busy_scope_runs_once_it_is_stale(app: App) -> None:
     add_entities(app, {"kind": "agent", "id": "busy", "gate_idle_minutes": 30,
                        "gate_max_stale_hours": 72})
     add_sessions(app, 1, agent_id="busy", start=NOW - timedelta(hours=73))
-    add_sessions(app, 4, agent_id="busy", start=NOW - timedelta(minutes=1))
+    add_sessions(app, 4, agent_id="busy", start=NOW - timedelta(hours=2, minutes=1))
+    add_sessions(app, 1, agent_id="busy", start=NOW - timedelta(minutes=1))
     decision = service.scope_gate(app, Scope("busy"), now=NOW)
     assert decision.rule is GateRule.DUE_STALE and decision.due
+    # Two hours earlier: five sessions had started, the last a minute before, 71 h of waiting.
     early = service.scope_gate(app, Scope("busy"), now=NOW - timedelta(hours=2))
-    assert early.rule is GateRule.WAITING_FOR_IDLE
+    assert early.rule is GateRule.WAITING_FOR_IDLE, early.reason
 
 
 def test_volume_counts_host_writes_not_the_dreams_own_changes(app: App) -> None:
@@ -235,3 +237,23 @@ def test_approving_a_review_item_is_not_the_scopes_last_dream(app: App) -> None:
     decision = service.scope_gate(app, Scope("rev"), now=dreamt + timedelta(hours=24, minutes=1))
     assert decision.rule is GateRule.DUE, decision.reason
     assert decision.reason.startswith("due: 5 of 5 sessions and 24.02 h")
+
+
+def test_a_session_stamped_in_the_future_counts_once_it_has_started(app: App) -> None:
+    """Sessions are counted 'since the last dream' by their start; five stamped years ahead (a
+    host's wrong year, milliseconds read as seconds) started after every dream, so the scope
+    was due every 24 h forever with no activity ("5 of 5 sessions since last dream"). The gate
+    counts the sessions that have started by its clock: none yet, then all five when they do."""
+    future = utcnow().replace(year=utcnow().year + 5)
+    add_notes(app, {"agent_id": "ahead", "content": "Works from Lisbon."})
+    add_sessions(app, 5, agent_id="ahead", start=future)
+    first = service.scope_gate(app, Scope("ahead"))
+    assert (first.rule, first.reason) == (
+        GateRule.TOO_LITTLE_ACTIVITY, "0 of 5 sessions since the scope began (no dream yet)")
+    run_id = service.create_run(app, Scope("ahead"), force=True)
+    assert run_id is not None and service.execute_run(app, run_id) == "succeeded"
+    later = service.scope_gate(app, Scope("ahead"), now=utcnow() + timedelta(hours=25))
+    assert (later.rule, later.reason) == (GateRule.TOO_LITTLE_ACTIVITY,
+                                         "0 of 5 sessions since last dream")
+    then = service.scope_gate(app, Scope("ahead"), now=future)
+    assert then.rule is GateRule.DUE and then.reason.startswith("due: 5 of 5 sessions")

@@ -123,7 +123,7 @@ def decide_scopes(
             scopes = sorted(set(uow.sessions.scopes()) | set(uow.notes.scopes()))
         keys = [sc.key for sc in scopes]
         last = uow.run_history.last_success_at(keys)
-        sessions = uow.sessions.activity_since_last_success(keys)
+        sessions = uow.sessions.activity_since_last_success(keys, now)
         agents = uow.entities.fetch("agent", {sc.agent_id for sc in scopes})
         policies = {sc: default.overridden(_agent_gate(agents.get(sc.agent_id)))
                     for sc in scopes}

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, case, func, insert, or_, select
+from sqlalchemy import Row, and_, bindparam, case, func, insert, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -74,15 +74,18 @@ class SessionRepository:
         return counts
 
     def activity_since_last_success(
-        self, scope_keys: list[str]
+        self, scope_keys: list[str], now: datetime
     ) -> dict[str, tuple[int, datetime | None, datetime | None]]:
         """Per scope, aggregated in the database in one query (the session history only grows):
-        (sessions started after its last dream (``gate_dreams``) began, latest session start or
-        end at any time, earliest session start after that dream)."""
+        (sessions started after its last dream (``gate_dreams``) began and by ``now``, latest
+        session start or end at any time, earliest session start after that dream). A session
+        stamped past ``now`` has not happened yet: counted, it would start after every dream
+        and make the scope due forever."""
         if not scope_keys:
             return {}
         last = gate_dreams(scope_keys, DreamRunRow.started_at)
-        pending = or_(last.c.at.is_(None), SessionRow.started_at > last.c.at)
+        pending = and_(SessionRow.started_at <= now,
+                       or_(last.c.at.is_(None), SessionRow.started_at > last.c.at))
         rows = self.session.execute(
             select(SessionRow.scope_key, func.count(case((pending, 1))),
                    func.max(SessionRow.started_at), func.max(SessionRow.ended_at),
