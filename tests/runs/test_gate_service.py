@@ -11,7 +11,14 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import update
 
-from tests.support.factories import NOW, add_entities, add_notes, add_sessions, approve_a_merge
+from tests.support.factories import (
+    NOW,
+    add_entities,
+    add_notes,
+    add_sessions,
+    approve_a_merge,
+    days_ago,
+)
 from tests.support.sql import recorded_commits, recorded_statements
 from worker.app import App
 from worker.cli import main
@@ -34,8 +41,8 @@ def test_gate_check_decides_each_scope_by_its_agents_gate(app: App) -> None:
                        "gate_max_stale_hours": 72},
                  {"kind": "agent", "id": "quiet", "gate_notes": 3})
     add_sessions(app, 5, agent_id="busy", start=NOW - timedelta(minutes=2))
-    add_notes(app, *({"agent_id": "quiet", "content": f"Fact number {i} about the project"}
-                     for i in range(3)))
+    add_notes(app, *({"agent_id": "quiet", "content": f"Fact number {i} about the project",
+                      "created_at": days_ago(1)} for i in range(3)))
     add_sessions(app, 4, agent_id="plain")
     result = service.gate_check(app, now=NOW)
     rules = {k: d.rule for k, d in result.decisions.items()}
@@ -257,3 +264,18 @@ def test_a_session_stamped_in_the_future_counts_once_it_has_started(app: App) ->
                                          "0 of 5 sessions since last dream")
     then = service.scope_gate(app, Scope("ahead"), now=future)
     assert then.rule is GateRule.DUE and then.reason.startswith("due: 5 of 5 sessions")
+
+
+def test_a_note_stamped_in_the_future_is_no_change_until_then(app: App) -> None:
+    """The volume trigger's sibling: three notes imported with an ``updated_at`` years ahead
+    changed after every dream, so a volume-gated scope was due every day with no new note."""
+    add_entities(app, {"kind": "agent", "id": "vol", "gate_notes": 3})
+    future = utcnow().replace(year=utcnow().year + 5)
+    add_notes(app, *({"agent_id": "vol", "content": f"Fact number {i} about the project",
+                      "updated_at": future.isoformat()} for i in range(3)))
+    run_id = service.create_run(app, Scope("vol"), force=True)
+    assert run_id is not None and service.execute_run(app, run_id) == "succeeded"
+    later = service.scope_gate(app, Scope("vol"), now=utcnow() + timedelta(hours=25))
+    assert later.rule is GateRule.TOO_LITTLE_ACTIVITY and "0 of 3 changed notes" in later.reason
+    then = service.scope_gate(app, Scope("vol"), now=future)
+    assert then.rule is GateRule.DUE and "3 of 3 changed notes" in then.reason

@@ -128,7 +128,7 @@ def decide_scopes(
         policies = {sc: default.overridden(_agent_gate(agents.get(sc.agent_id)))
                     for sc in scopes}
         # The volume count is one aggregate over notes: only paid for when some scope uses it.
-        changed = (uow.run_history.notes_changed_since_last_success(keys)
+        changed = (uow.run_history.notes_changed_since_last_success(keys, now)
                    if any(p.notes is not None for p in policies.values()) else {})
     decisions: dict[Scope, GateDecision] = {}
     for scope in scopes:

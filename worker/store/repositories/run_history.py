@@ -56,18 +56,20 @@ class RunHistoryRepository:
         rows = self.session.execute(select(last.c.scope_key, last.c.at)).all()
         return {k: v for k, v in rows if v is not None}
 
-    def notes_changed_since_last_success(self, scope_keys: list[str]) -> dict[str, int]:
+    def notes_changed_since_last_success(self, scope_keys: list[str],
+                                         now: datetime) -> dict[str, int]:
         """Notes created or changed per scope since its last dream (``gate_dreams``) finished
-        (all notes for a scope never dreamed): the gate's volume trigger, aggregated in one
-        query. The cut-off is the run's end, so the dream's own changes never count as new
-        activity."""
+        (all notes for a scope never dreamed) and by ``now``: the gate's volume trigger,
+        aggregated in one query. The cut-off is the run's end, so the dream's own changes never
+        count as new activity; a note stamped past ``now`` (an imported ``updated_at``) has
+        not changed yet, and would otherwise count after every dream."""
         if not scope_keys:
             return {}
         last = gate_dreams(scope_keys, DreamRunRow.finished_at)
         rows = self.session.execute(
             select(NoteRow.scope_key, func.count())
             .outerjoin(last, last.c.scope_key == NoteRow.scope_key)
-            .where(NoteRow.scope_key.in_(scope_keys),
+            .where(NoteRow.scope_key.in_(scope_keys), NoteRow.updated_at <= now,
                    or_(last.c.at.is_(None), NoteRow.updated_at > last.c.at))
             .group_by(NoteRow.scope_key)
         ).all()
