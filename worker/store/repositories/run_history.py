@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 from datetime import datetime
 
-from sqlalchemy import Subquery, case, func, or_, select
+from sqlalchemy import Subquery, and_, case, func, or_, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from worker.domain.types import (
@@ -16,6 +16,7 @@ from worker.domain.types import (
     JUDGING_PHASES,
     PHASES,
     REVIEW_TRIGGER,
+    RunStatus,
     Scope,
 )
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
@@ -137,6 +138,18 @@ class RunHistoryRepository:
         if scope is not None:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
         return {status: count for status, count in self.session.execute(stmt).all()}
+
+    def ended_blocked(self, scope: Scope | None = None) -> int:
+        """Runs that ended blocked, those undone since included (``totals.undone_from``): what
+        the ``dream_runs_blocked_total`` counter counts, which must never go back."""
+        blocked = RunStatus.BLOCKED.value
+        stmt = select(func.count()).select_from(DreamRunRow).where(or_(
+            DreamRunRow.status == blocked,
+            and_(DreamRunRow.status == RunStatus.UNDONE.value,
+                 DreamRunRow.totals["undone_from"].as_string() == blocked)))
+        if scope is not None:
+            stmt = stmt.where(DreamRunRow.scope_key == scope.key)
+        return int(self.session.scalar(stmt) or 0)
 
     def step_usage(self, scope: Scope | None = None) -> dict[str, dict[str, float]]:
         """Per phase: model calls and tokens (each call once) and parent-step durations."""
