@@ -544,3 +544,20 @@ def test_run_due_refuses_what_it_cannot_honour_and_writes_nothing(db: App,
     assert counts(db) == before
     with db.uow() as uow:
         assert uow.session.scalar(select(NoteRow.status)) == "active"
+
+
+def test_runs_show_of_a_run_that_never_finished_counts_no_notes_after(db: App) -> None:
+    """A run cancelled while running has its notes counted before but never after (only the
+    finish counts them): `dream runs show` printed "after {}", which reads as a run that left
+    the scope with no notes. It prints "after —", as the dashboard does."""
+    from worker.domain.types import Scope
+    from worker.runs import service
+
+    assert dream(url_of(db), "notes", "import", "-", input=jsonl(NOTES)).exit_code == 0
+    snap = service.create_claimed_run(db, Scope("a2"), force=True)
+    assert snap is not None
+    service.cancel_run(db, snap.run_id, "ops test")
+    shown = dream(url_of(db), "runs", "show", snap.run_id)
+    assert shown.exit_code == 0, shown.output
+    line = next(x for x in shown.stdout.splitlines() if "notes before" in x)
+    assert line.strip() == "notes before {'active': 1} → after —"
