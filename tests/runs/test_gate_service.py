@@ -279,3 +279,16 @@ def test_a_note_stamped_in_the_future_is_no_change_until_then(app: App) -> None:
     assert later.rule is GateRule.TOO_LITTLE_ACTIVITY and "0 of 3 changed notes" in later.reason
     then = service.scope_gate(app, Scope("vol"), now=future)
     assert then.rule is GateRule.DUE and "3 of 3 changed notes" in then.reason
+
+
+def test_dream_gate_counts_a_due_scope_holding_a_run_apart_from_the_undue(app: App) -> None:
+    """`dream gate`'s summary counted a due scope that already has a queued run among the
+    scopes "not due": an operator read that the gate had judged it idle. It is counted apart."""
+    _due(app, "held", "idle")
+    add_sessions(app, 2, agent_id="short")
+    assert service.create_run(app, Scope("held"), force=True) is not None
+    assert service.create_run(app, Scope("idle"), force=True) is not None
+    result = _dream(app, "gate", "--now", NOW.isoformat())
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(
+        "created 0 runs, 1 scope not due, 2 due scopes already have a run, 0 interrupted runs")
