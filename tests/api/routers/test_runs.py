@@ -244,3 +244,18 @@ def test_tokens_and_note_text_never_reach_the_logs(client: TestClient) -> None:
     dumped = repr(events)
     assert any(e["event"] == "api.request" for e in events)
     assert AGENT_1 not in dumped and canary not in dumped and "not-a-valid-token" not in dumped
+
+
+@pytest.mark.parametrize("status", ["done", "Blocked", "blocked "])
+def test_an_unknown_run_status_filter_is_422_not_an_empty_list(
+        api_app: App, client: TestClient, status: str) -> None:
+    """GET /api/runs?status=Blocked answered 200 with no runs: an alert polling for blocked
+    runs with a typo (or the wrong case) saw none, for good. `dream runs list --status` refuses
+    an unknown status; the API now answers 422 naming the field and the statuses it takes."""
+    add_notes(api_app, {"content": "a note"})
+    run_id = _run(client, api_app)
+    r = client.get("/api/runs", params={"status": status}, headers=auth(ADMIN))
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith("query.status: Input should be 'queued', 'running'")
+    listed = client.get("/api/runs", params={"status": "succeeded"}, headers=auth(ADMIN))
+    assert [run["id"] for run in listed.json()["runs"]] == [run_id]
