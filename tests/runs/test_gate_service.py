@@ -292,3 +292,33 @@ def test_dream_gate_counts_a_due_scope_holding_a_run_apart_from_the_undue(app: A
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(
         "created 0 runs, 1 scope not due, 2 due scopes already have a run, 0 interrupted runs")
+
+
+def test_gate_explain_says_a_due_scope_is_held_by_its_run(app: App) -> None:
+    """`dream gate --explain` said "due" for a scope whose interrupted run still holds it, so an
+    operator asking why the scope never dreams read that it would; the gate check itself skips
+    it (already_active). Explain now says what the check would: already_active, and why."""
+    _due(app, "held", "free")
+    run_id = service.create_run(app, Scope("held"), force=True)
+    assert run_id is not None
+    data = json.loads(_dream(app, "gate", "--explain", "--json", "--now", NOW.isoformat()).output)
+    rules = {s["scope"]: (s["due"], s["rule"], s["reason"]) for s in data["scopes"]}
+    first = "due: 5 of 5 sessions since the scope began (first dream)"
+    assert rules == {
+        Scope("free").key: (True, "due", first),
+        Scope("held").key: (False, "already_active",
+                            f"{first}; a run is already queued or running")}
+    assert service.gate_check(app, now=NOW).decisions[Scope("held").key] == GateDecision(
+        False, f"{first}; a run is already queued or running", GateRule.ALREADY_ACTIVE)
+
+
+def test_mcp_dream_status_says_a_due_scope_is_held_by_its_run(app: App) -> None:
+    """The MCP ``dream_status`` tool's gate said "due" for a scope its queued run holds, as
+    `dream gate --explain` did: it answers already_active, as the gate check decides."""
+    from worker.mcp.tools import ScopedTools
+
+    add_sessions(app, 5, agent_id="held", start=utcnow() - timedelta(hours=1))
+    assert service.create_run(app, Scope("held"), force=True) is not None
+    gate = ScopedTools(app, Scope("held")).dream_status()["gate"]
+    assert (gate["due"], gate["rule"]) == (False, "already_active")
+    assert gate["reason"].endswith("; a run is already queued or running")

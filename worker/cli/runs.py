@@ -265,11 +265,11 @@ def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,
 
 def _explain(app: App, clock: datetime | None, scope: Scope | None, as_json: bool) -> None:
     """Each scope's gate decision and why (only ``scope``'s when given); creates no run."""
-    from worker.runs.service import decide_scopes, ensure_scope_known
+    from worker.runs.service import ensure_scope_known, explain_scopes
 
     if scope is not None:
         ensure_scope_known(app, scope)
-    decisions = decide_scopes(app, clock or utcnow(), None if scope is None else [scope])
+    decisions = explain_scopes(app, clock or utcnow(), None if scope is None else [scope])
     if as_json:
         click.echo(json.dumps({"scopes": [{"scope": s.key, **d.as_dict()}
                                           for s, d in decisions.items()]}, indent=2))

@@ -21,7 +21,14 @@ from worker.runs.context import Registry
 from worker.runs.create import busy_message, create_claimed_run, create_run, create_runs
 from worker.runs.finalize import finalize_run
 from worker.runs.outcome import PhaseOutcome
-from worker.runs.scheduling import GateResult, decide_scopes, gate_check, recover_runs, scope_gate
+from worker.runs.scheduling import (
+    GateResult,
+    decide_scopes,
+    explain_scopes,
+    gate_check,
+    recover_runs,
+    scope_gate,
+)
 from worker.runs.snapshot import RunSnapshot, claim
 
 log = structlog.get_logger(__name__)
@@ -138,7 +145,7 @@ def abandon_run(app: App, run_id: str, reason: str) -> None:
 __all__ = [
     "BrokerUnavailable", "GateResult", "PhaseOutcome", "RunError", "UnknownScope",
     "abandon_run", "busy_message", "cancel_run", "claim_run", "create_claimed_run", "create_run", "create_runs",
-    "decide_scopes",
+    "decide_scopes", "explain_scopes",
     "ensure_scope_known", "execute_phase", "execute_run", "execute_run_task", "finalize_run", "gate_check",
     "recover_runs", "scope_gate", "scope_known", "unclaimed_runs",
 ]

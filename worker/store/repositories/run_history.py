@@ -11,6 +11,7 @@ from sqlalchemy import Subquery, and_, case, func, or_, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from worker.domain.types import (
+    ACTIVE_RUN_STATUSES,
     DREAMED_RUN_STATUSES,
     ERASED_USER,
     JUDGING_PHASES,
@@ -75,6 +76,14 @@ class RunHistoryRepository:
             .group_by(NoteRow.scope_key)
         ).all()
         return {k: int(n) for k, n in rows}
+
+    def held_scopes(self, scope_keys: list[str]) -> set[str]:
+        """Which of these scopes a queued, running or interrupted run holds (R1), one query."""
+        if not scope_keys:
+            return set()
+        return set(self.session.scalars(
+            select(DreamRunRow.scope_key).where(DreamRunRow.scope_key.in_(scope_keys),
+                                                DreamRunRow.status.in_(ACTIVE_RUN_STATUSES))))
 
     def latest_finished(self, scope: Scope) -> DreamRunRow | None:
         """The scope's most recently created finished dream whose decisions still stand (what
