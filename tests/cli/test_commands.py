@@ -561,3 +561,20 @@ def test_runs_show_of_a_run_that_never_finished_counts_no_notes_after(db: App) -
     assert shown.exit_code == 0, shown.output
     line = next(x for x in shown.stdout.splitlines() if "notes before" in x)
     assert line.strip() == "notes before {'active': 1} → after —"
+
+
+def test_a_cancel_reason_past_500_characters_is_refused_and_the_run_stays(db: App) -> None:
+    """A decline's reason is at most 500 characters; a cancel's had no bound: 100,000 were
+    stored as the run's reason and in each of its four steps, and every `dream runs list` line
+    and dashboard row of the run carried them. Now one line naming --reason, the run queued."""
+    from worker.domain.types import Scope
+    from worker.runs import service
+
+    run_id = service.create_run(db, Scope("a1"))
+    assert run_id is not None
+    line = one_error_line(dream(url_of(db), "runs", "cancel", run_id, "--reason", "x" * 501))
+    assert "--reason has 501 characters; at most 500" in line
+    with db.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and (run.status, run.status_reason) == ("queued", None)
+    assert dream(url_of(db), "runs", "cancel", run_id, "--reason", "x" * 500).exit_code == 0
