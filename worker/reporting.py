@@ -96,7 +96,9 @@ def render_tree(tree: dict[str, Any]) -> str:
         lines.append(f"  {tree['status']}: {tree['status_reason']}")
     totals = tree.get("totals") or {}
     if "notes_before" in totals or "notes_after" in totals:
-        lines.append(f"  notes before {totals.get('notes_before', {})} → after {totals.get('notes_after', {})}")
+        # Only a finished run counts its notes after: "{}" would say it left none.
+        lines.append(f"  notes before {_counted(totals.get('notes_before'))} → after "
+                     f"{_counted(totals.get('notes_after'))}")
     if totals.get("duration_ms") is not None:
         lines.append(f"  duration {totals['duration_ms']:.1f} ms  model calls "
                      f"{totals.get('model_calls', 0)}  tokens "
@@ -106,6 +108,10 @@ def render_tree(tree: dict[str, Any]) -> str:
         for child in step["children"]:
             lines.append(_step_line(child, "      "))
     return "\n".join(lines)
+
+
+def _counted(by_status: dict[str, int] | None) -> str:
+    return "—" if by_status is None else str(by_status)
 
 
 def said_counters(output: dict[str, Any] | None) -> str:

@@ -25,11 +25,11 @@ from tests.support.dashboard_store import (
     dream,
     seed_dashboard_store,
 )
-from tests.support.factories import add_notes
+from tests.support.factories import add_notes, approve_a_merge
 from worker.api import create_api, dashboard
 from worker.app import App, build_app
 from worker.domain.types import Scope
-from worker.reporting import trends
+from worker.reporting import runs_page, scope_health, trends
 from worker.store.repositories.dashboard import ScopeFilter
 
 RUN_LINK = re.compile(r'href="/dashboard/runs/([0-9a-f-]{36})"')
@@ -260,3 +260,23 @@ def test_a_malformed_query_is_a_one_line_page_not_json(tmp_path: Path) -> None:
     (line,) = re.findall(r'<p id="invalid" class="problem">([^<]*)</p>', r.text)
     assert line.startswith("query.page: ") and "go back to the dashboard" in line, line
     assert api.status_code == 422 and api.json()["error"] == "invalid"  # the API keeps JSON
+
+
+def test_a_review_approval_is_no_successful_dream_on_the_dashboard(app: App) -> None:
+    """A review approval applies one item in a run of its own that succeeds: the dashboard took
+    it for the scope's last successful dream (scope health) and for the success that resolves
+    the blocked dream before it (which dropped out of "needs attention"). Approving an item
+    lifts no guard: the blocked dream still needs attention and the scope never dreamt."""
+    from worker.runs import service
+
+    scope = Scope("guarded")
+    add_notes(app, *({"agent_id": "guarded", "content": f"Coupon code {i} for the spring sale",
+                      "expires_at": "2026-01-01T00:00:00+00:00"} for i in range(12)))
+    blocked = service.create_run(app, scope, force=True)
+    assert blocked is not None and service.execute_run(app, blocked) == "blocked"
+    decided = approve_a_merge(app, scope, blocked)
+    everything = ScopeFilter(None, None)
+    flags = {r["id"]: r["attention"] for r in runs_page(app, everything, 1, 25)["runs"]}
+    assert flags == {blocked: True, decided.run_id: False}
+    (health,) = scope_health(app, everything, 1, 20)["scopes"]
+    assert health["last_succeeded"] is None

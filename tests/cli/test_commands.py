@@ -544,3 +544,56 @@ def test_dream_mcp_help_names_every_tool_the_server_serves() -> None:
 
     helped = " ".join(CliRunner().invoke(main, ["mcp", "--help"]).output.split())
     assert [t for t in EXPECTED_ANNOTATIONS if t not in helped] == []
+
+
+@pytest.mark.parametrize("option", [["--dry-run"], ["--phase", "consolidate"]])
+def test_run_due_refuses_what_it_cannot_honour_and_writes_nothing(db: App,
+                                                                   option: list[str]) -> None:
+    """`dream run --due` runs what the gate hands out, whole and for real, as beat does: it
+    ignored --dry-run and --phase, so `--due --dry-run` on a due scope archived its expired
+    notes. Now both are one usage line (as --force and --allow-retire are), nothing written."""
+    expired = {"agent_id": "a1", "content": "Spring coupon SPRING10 is valid",
+               "expires_at": "2026-01-01T00:00:00+00:00"}
+    assert dream(url_of(db), "notes", "import", "-", input=jsonl([expired])).exit_code == 0
+    for _ in range(5):
+        assert dream(url_of(db), "sessions", "add", "--agent", "a1").exit_code == 0
+    before = counts(db)
+    line = one_error_line(dream(url_of(db), "run", "--due", *option))
+    assert f"{option[0]} goes with --agent" in line
+    assert counts(db) == before
+    with db.uow() as uow:
+        assert uow.session.scalar(select(NoteRow.status)) == "active"
+
+
+def test_runs_show_of_a_run_that_never_finished_counts_no_notes_after(db: App) -> None:
+    """A run cancelled while running has its notes counted before but never after (only the
+    finish counts them): `dream runs show` printed "after {}", which reads as a run that left
+    the scope with no notes. It prints "after —", as the dashboard does."""
+    from worker.domain.types import Scope
+    from worker.runs import service
+
+    assert dream(url_of(db), "notes", "import", "-", input=jsonl(NOTES)).exit_code == 0
+    snap = service.create_claimed_run(db, Scope("a2"), force=True)
+    assert snap is not None
+    service.cancel_run(db, snap.run_id, "ops test")
+    shown = dream(url_of(db), "runs", "show", snap.run_id)
+    assert shown.exit_code == 0, shown.output
+    line = next(x for x in shown.stdout.splitlines() if "notes before" in x)
+    assert line.strip() == "notes before {'active': 1} → after —"
+
+
+def test_a_cancel_reason_past_500_characters_is_refused_and_the_run_stays(db: App) -> None:
+    """A decline's reason is at most 500 characters; a cancel's had no bound: 100,000 were
+    stored as the run's reason and in each of its four steps, and every `dream runs list` line
+    and dashboard row of the run carried them. Now one line naming --reason, the run queued."""
+    from worker.domain.types import Scope
+    from worker.runs import service
+
+    run_id = service.create_run(db, Scope("a1"))
+    assert run_id is not None
+    line = one_error_line(dream(url_of(db), "runs", "cancel", run_id, "--reason", "x" * 501))
+    assert "--reason has 501 characters; at most 500" in line
+    with db.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and (run.status, run.status_reason) == ("queued", None)
+    assert dream(url_of(db), "runs", "cancel", run_id, "--reason", "x" * 500).exit_code == 0

@@ -9,8 +9,16 @@ from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner, Result
+from sqlalchemy import update
 
-from tests.support.factories import NOW, add_entities, add_notes, add_sessions
+from tests.support.factories import (
+    NOW,
+    add_entities,
+    add_notes,
+    add_sessions,
+    approve_a_merge,
+    days_ago,
+)
 from tests.support.sql import recorded_commits, recorded_statements
 from worker.app import App
 from worker.cli import main
@@ -22,6 +30,7 @@ from worker.ingest import import_sessions
 from worker.runs import service
 from worker.runs.gate import GateDecision, GateRule
 from worker.runs.scheduling import GateResult
+from worker.store.models import DreamRunRow
 
 
 def test_gate_check_decides_each_scope_by_its_agents_gate(app: App) -> None:
@@ -32,8 +41,8 @@ def test_gate_check_decides_each_scope_by_its_agents_gate(app: App) -> None:
                        "gate_max_stale_hours": 72},
                  {"kind": "agent", "id": "quiet", "gate_notes": 3})
     add_sessions(app, 5, agent_id="busy", start=NOW - timedelta(minutes=2))
-    add_notes(app, *({"agent_id": "quiet", "content": f"Fact number {i} about the project"}
-                     for i in range(3)))
+    add_notes(app, *({"agent_id": "quiet", "content": f"Fact number {i} about the project",
+                      "created_at": days_ago(1)} for i in range(3)))
     add_sessions(app, 4, agent_id="plain")
     result = service.gate_check(app, now=NOW)
     rules = {k: d.rule for k, d in result.decisions.items()}
@@ -57,11 +66,13 @@ def test_busy_scope_runs_once_it_is_stale(app: App) -> None:
     add_entities(app, {"kind": "agent", "id": "busy", "gate_idle_minutes": 30,
                        "gate_max_stale_hours": 72})
     add_sessions(app, 1, agent_id="busy", start=NOW - timedelta(hours=73))
-    add_sessions(app, 4, agent_id="busy", start=NOW - timedelta(minutes=1))
+    add_sessions(app, 4, agent_id="busy", start=NOW - timedelta(hours=2, minutes=1))
+    add_sessions(app, 1, agent_id="busy", start=NOW - timedelta(minutes=1))
     decision = service.scope_gate(app, Scope("busy"), now=NOW)
     assert decision.rule is GateRule.DUE_STALE and decision.due
+    # Two hours earlier: five sessions had started, the last a minute before, 71 h of waiting.
     early = service.scope_gate(app, Scope("busy"), now=NOW - timedelta(hours=2))
-    assert early.rule is GateRule.WAITING_FOR_IDLE
+    assert early.rule is GateRule.WAITING_FOR_IDLE, early.reason
 
 
 def test_volume_counts_host_writes_not_the_dreams_own_changes(app: App) -> None:
@@ -190,3 +201,124 @@ def test_gate_check_statements_do_not_grow_with_the_due_scopes(app: App) -> None
     inserts = [s for s in many if s.startswith("INSERT")]
     assert len(inserts) == 1 and inserts[0].startswith("INSERT INTO dream_runs")
     assert many_commits == few_commits  # the same transactions, whatever the count of scopes
+
+
+def test_a_blocked_dream_counts_as_the_last_dream_for_sessions_too(app: App) -> None:
+    """A blocked run counts as a dream for the gate (README "Run steps"): its sessions are spent.
+    The gate counted them again from the last *succeeded* run, so a scope whose dream the
+    blast-radius guard stopped was due again 24 h later with no new session ("5 of 5 sessions
+    since last dream"), and every day after. Now it waits for 5 sessions after the blocked run,
+    as the volume trigger already did."""
+    add_notes(app, *({"agent_id": "guarded", "content": f"Coupon code {i} for the spring sale",
+                      "expires_at": "2026-01-01T00:00:00+00:00"} for i in range(12)))
+    add_sessions(app, 5, agent_id="guarded", start=utcnow() - timedelta(hours=1))
+    run_id = service.create_run(app, Scope("guarded"))
+    assert run_id is not None and service.execute_run(app, run_id) == "blocked"
+    later = utcnow() + timedelta(hours=25)
+    quiet = service.scope_gate(app, Scope("guarded"), now=later)
+    assert (quiet.rule, quiet.reason) == (GateRule.TOO_LITTLE_ACTIVITY,
+                                         "0 of 5 sessions since last dream")
+    add_sessions(app, 5, agent_id="guarded", start=later - timedelta(hours=1))
+    again = service.scope_gate(app, Scope("guarded"), now=later)
+    assert again.rule is GateRule.DUE and again.reason.startswith("due: 5 of 5 sessions and 25")
+
+
+def test_approving_a_review_item_is_not_the_scopes_last_dream(app: App) -> None:
+    """A review approval applies its item in a run of its own (trigger ``review``), and the
+    gate took that run for the scope's last dream: the sessions the host recorded after the
+    dream stopped counting and the 24 h started over from the approval. Now only dreams count:
+    five sessions after the dream and 24 h since it make the scope due, approval or not."""
+    add_notes(app, {"agent_id": "rev", "content": "Works from Lisbon."})
+    dream = service.create_run(app, Scope("rev"), force=True)
+    assert dream is not None and service.execute_run(app, dream) == "succeeded"
+    hour = timedelta(hours=1)
+    with app.uow() as uow:  # the dream ran an hour ago; five sessions since, then the approval
+        run = uow.runs.get(dream)
+        assert run is not None and run.started_at and run.finished_at
+        dreamt = run.started_at - hour
+        uow.session.execute(update(DreamRunRow).where(DreamRunRow.id == dream).values(
+            started_at=dreamt, finished_at=run.finished_at - hour))
+        uow.commit()
+    add_sessions(app, 5, agent_id="rev", start=utcnow() - timedelta(minutes=1))
+    approve_a_merge(app, Scope("rev"), dream)
+    decision = service.scope_gate(app, Scope("rev"), now=dreamt + timedelta(hours=24, minutes=1))
+    assert decision.rule is GateRule.DUE, decision.reason
+    assert decision.reason.startswith("due: 5 of 5 sessions and 24.02 h")
+
+
+def test_a_session_stamped_in_the_future_counts_once_it_has_started(app: App) -> None:
+    """Sessions are counted 'since the last dream' by their start; five stamped years ahead (a
+    host's wrong year, milliseconds read as seconds) started after every dream, so the scope
+    was due every 24 h forever with no activity ("5 of 5 sessions since last dream"). The gate
+    counts the sessions that have started by its clock: none yet, then all five when they do."""
+    future = utcnow().replace(year=utcnow().year + 5)
+    add_notes(app, {"agent_id": "ahead", "content": "Works from Lisbon."})
+    add_sessions(app, 5, agent_id="ahead", start=future)
+    first = service.scope_gate(app, Scope("ahead"))
+    assert (first.rule, first.reason) == (
+        GateRule.TOO_LITTLE_ACTIVITY, "0 of 5 sessions since the scope began (no dream yet)")
+    run_id = service.create_run(app, Scope("ahead"), force=True)
+    assert run_id is not None and service.execute_run(app, run_id) == "succeeded"
+    later = service.scope_gate(app, Scope("ahead"), now=utcnow() + timedelta(hours=25))
+    assert (later.rule, later.reason) == (GateRule.TOO_LITTLE_ACTIVITY,
+                                         "0 of 5 sessions since last dream")
+    then = service.scope_gate(app, Scope("ahead"), now=future)
+    assert then.rule is GateRule.DUE and then.reason.startswith("due: 5 of 5 sessions")
+
+
+def test_a_note_stamped_in_the_future_is_no_change_until_then(app: App) -> None:
+    """The volume trigger's sibling: three notes imported with an ``updated_at`` years ahead
+    changed after every dream, so a volume-gated scope was due every day with no new note."""
+    add_entities(app, {"kind": "agent", "id": "vol", "gate_notes": 3})
+    future = utcnow().replace(year=utcnow().year + 5)
+    add_notes(app, *({"agent_id": "vol", "content": f"Fact number {i} about the project",
+                      "updated_at": future.isoformat()} for i in range(3)))
+    run_id = service.create_run(app, Scope("vol"), force=True)
+    assert run_id is not None and service.execute_run(app, run_id) == "succeeded"
+    later = service.scope_gate(app, Scope("vol"), now=utcnow() + timedelta(hours=25))
+    assert later.rule is GateRule.TOO_LITTLE_ACTIVITY and "0 of 3 changed notes" in later.reason
+    then = service.scope_gate(app, Scope("vol"), now=future)
+    assert then.rule is GateRule.DUE and "3 of 3 changed notes" in then.reason
+
+
+def test_dream_gate_counts_a_due_scope_holding_a_run_apart_from_the_undue(app: App) -> None:
+    """`dream gate`'s summary counted a due scope that already has a queued run among the
+    scopes "not due": an operator read that the gate had judged it idle. It is counted apart."""
+    _due(app, "held", "idle")
+    add_sessions(app, 2, agent_id="short")
+    assert service.create_run(app, Scope("held"), force=True) is not None
+    assert service.create_run(app, Scope("idle"), force=True) is not None
+    result = _dream(app, "gate", "--now", NOW.isoformat())
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(
+        "created 0 runs, 1 scope not due, 2 due scopes already have a run, 0 interrupted runs")
+
+
+def test_gate_explain_says_a_due_scope_is_held_by_its_run(app: App) -> None:
+    """`dream gate --explain` said "due" for a scope whose interrupted run still holds it, so an
+    operator asking why the scope never dreams read that it would; the gate check itself skips
+    it (already_active). Explain now says what the check would: already_active, and why."""
+    _due(app, "held", "free")
+    run_id = service.create_run(app, Scope("held"), force=True)
+    assert run_id is not None
+    data = json.loads(_dream(app, "gate", "--explain", "--json", "--now", NOW.isoformat()).output)
+    rules = {s["scope"]: (s["due"], s["rule"], s["reason"]) for s in data["scopes"]}
+    first = "due: 5 of 5 sessions since the scope began (first dream)"
+    assert rules == {
+        Scope("free").key: (True, "due", first),
+        Scope("held").key: (False, "already_active",
+                            f"{first}; a run is already queued or running")}
+    assert service.gate_check(app, now=NOW).decisions[Scope("held").key] == GateDecision(
+        False, f"{first}; a run is already queued or running", GateRule.ALREADY_ACTIVE)
+
+
+def test_mcp_dream_status_says_a_due_scope_is_held_by_its_run(app: App) -> None:
+    """The MCP ``dream_status`` tool's gate said "due" for a scope its queued run holds, as
+    `dream gate --explain` did: it answers already_active, as the gate check decides."""
+    from worker.mcp.tools import ScopedTools
+
+    add_sessions(app, 5, agent_id="held", start=utcnow() - timedelta(hours=1))
+    assert service.create_run(app, Scope("held"), force=True) is not None
+    gate = ScopedTools(app, Scope("held")).dream_status()["gate"]
+    assert (gate["due"], gate["rule"]) == (False, "already_active")
+    assert gate["reason"].endswith("; a run is already queued or running")

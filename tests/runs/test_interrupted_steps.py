@@ -61,7 +61,9 @@ def test_a_killed_attempts_steps_read_interrupted_and_the_retry_runs_them_again(
         [step] = left[phase]
         assert step["status"] == StepStatus.INTERRUPTED.value, step
         assert step["finished_at"] is not None
-        assert str(step["error"]).startswith("interrupted; its lease expired")
+        # Only contradictions had started; the others were opened ahead by the claim.
+        said = "interrupted" if phase == "contradictions" else "not started"
+        assert str(step["error"]).startswith(f"{said}; its lease expired")
     assert [s["status"] for s in left["consolidate"]] == [StepStatus.NO_ITEMS.value]
 
     assert engine.execute_run(app, run_id, QUIET) == RunStatus.SUCCEEDED.value
@@ -124,14 +126,16 @@ def test_a_run_stopped_in_process_says_which_phases_it_stopped_and_why(app: App,
                                                                        stop: str) -> None:
     """In-process a run opens all four phase steps with its claim. Stopped in contradictions,
     the operator's cancel marked the three open ones ``skipped`` ("run cancelled": a phase not
-    asked for, counted done), an erasure of its user ``interrupted`` with its reason. Now both
-    end ``interrupted`` with who stopped the run and why; what finished stays as it was."""
+    asked for, counted done), an erasure of its user ``interrupted`` with its reason. Now all
+    end ``interrupted`` with who stopped the run and why; what finished stays as it was. Only
+    contradictions had started: prune and archive read "not started", as they do when a
+    Celery run is stopped (they read "interrupted", as if each had been cut short)."""
     run_id = _killed_in_contradictions_of(app, USER_SCOPE)
     why = _stopped_by(app, stop, run_id)
     assert _step_lines(app, run_id) == [
         ("consolidate", StepStatus.NO_ITEMS.value, "None"),
-        *((p, StepStatus.INTERRUPTED.value, f"interrupted; {why}")
-          for p in ("contradictions", "prune", "archive"))]
+        ("contradictions", StepStatus.INTERRUPTED.value, f"interrupted; {why}"),
+        *((p, StepStatus.INTERRUPTED.value, f"not started; {why}") for p in ("prune", "archive"))]
     assert run_tree(app, run_id)["status"] == RunStatus.CANCELLED.value
 
 
@@ -175,7 +179,7 @@ def test_an_erasure_that_interrupts_a_run_says_so_on_its_open_steps_at_once(app:
     erase(app, note_id="gone")
     why = "an erasure in its scope interrupted the run; it resumes from a fresh read"
     assert _step_lines(app, run_id)[1:] == [
-        (p, StepStatus.INTERRUPTED.value, f"interrupted; {why}")
-        for p in ("contradictions", "prune", "archive")]
+        ("contradictions", StepStatus.INTERRUPTED.value, f"interrupted; {why}"),
+        *((p, StepStatus.INTERRUPTED.value, f"not started; {why}") for p in ("prune", "archive"))]
     assert engine.execute_run(app, run_id, QUIET) == RunStatus.SUCCEEDED.value
     assert [s[1] for s in _step_lines(app, run_id)].count(StepStatus.NO_ITEMS.value) == 4

@@ -319,3 +319,22 @@ def test_r27_a_model_down_all_run_blocks_the_run(app: App, llm_stub: LLMStub,
         dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", **env)
         latest = json.loads(dream(app, "runs", "list", "--json").stdout)[0]
         assert "model_unavailable" not in latest["totals"]["flags"], latest
+
+
+def test_undoing_a_blocked_run_never_makes_the_blocked_counter_go_back(
+    app: App, api: TestClient
+) -> None:
+    """`dream_runs_blocked_total` is a Prometheus counter, but it counted the runs whose status
+    is blocked *now*: undoing a blocked run took it from 1 to 0, which Prometheus reads as a
+    counter reset (``increase()`` then reports the whole count again, and a "runs blocked"
+    alert fires). It counts the runs that ended blocked, an undone one included."""
+    dream(app, "entities", "import", "-", stdin=jsonl(ENTITIES))
+    dream(app, "notes", "import", "-", stdin=jsonl(ORPHAN_HEAVY))
+    ran = dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", "--phase", "prune",
+                code=BLOCKED)
+    run_id = ran.stdout.split()[1]
+    assert "dream_runs_blocked_total 1" in _metrics(api).splitlines()
+    dream(app, "undo", run_id)
+    body = _metrics(api).splitlines()
+    assert 'dream_runs{status="undone"} 1' in body
+    assert "dream_runs_blocked_total 1" in body

@@ -211,11 +211,14 @@ def test_cancelling_a_running_run_stops_its_executor_cleanly(
     tree = run_tree(app, run_id)
     assert tree["status_reason"] == "operator stop"
     # In-process every phase's parent step is opened with the claim; the cancel interrupted
-    # them all, saying why, and none ran (no step finished, no child step recorded).
+    # them all, saying why, and none ran (no step finished, no child step recorded): the
+    # cancel cut consolidation short, the others had not started.
     steps = tree["steps"]
     assert [s["phase"] for s in steps] == list(PHASES)
-    assert {(s["status"], s["error"]) for s in steps} == {
-        ("interrupted", "interrupted; the run was cancelled: operator stop")}
+    why = "the run was cancelled: operator stop"
+    assert [(s["status"], s["error"]) for s in steps] == [
+        ("interrupted", f"interrupted; {why}"),
+        *(("interrupted", f"not started; {why}") for _ in PHASES[1:])]
     assert all(not s["children"] for s in steps)
 
 

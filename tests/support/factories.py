@@ -61,3 +61,27 @@ def claimed_phase_context(app: App, scope: Any, phase: str = "contradictions") -
     ctx = PhaseContext(app=app, run_id=run_id, scope=scope, now=NOW, epoch=epoch,
                        steps=StepRecorder(app, run_id, scope), allow_retire=10**6)
     return ctx, ctx.steps.start_phase(phase)
+
+
+def approve_a_merge(app: App, scope: Any, proposed_by: str | None) -> Any:
+    """Two new notes of ``scope`` (``t1``, ``t2``) proposed as a merge by run ``proposed_by``
+    and approved by ``ana``: the review approval's run, succeeded (its ``Decided``)."""
+    from worker.clock import utcnow
+    from worker.review.items import ChangeKind, ProposedChange
+    from worker.review.service import Selector, approve
+
+    add_notes(app, {"id": "t1", "agent_id": scope.agent_id, "user_id": scope.user_id,
+                    "company_id": scope.company_id, "content": "Prefers green tea."},
+              {"id": "t2", "agent_id": scope.agent_id, "user_id": scope.user_id,
+               "company_id": scope.company_id, "content": "Prefers green tea at noon."})
+    change = ProposedChange(phase="consolidate", kind=ChangeKind.MERGE,
+                            versions={"t1": 1, "t2": 1}, reason="rule: contained",
+                            content="Prefers green tea at noon.", source_ids=("t1", "t2"),
+                            payload={"rule": "contained", "similarity": 0.9})
+    with app.uow() as uow:
+        uow.review.add_many(scope, proposed_by, [change.row()], utcnow())
+        uow.commit()
+        item = int(uow.review.list(scope)[-1].id)
+    (decided,) = approve(app, scope, Selector(item_id=item), "ana")
+    assert decided.status == "approved" and decided.run_id, decided.line
+    return decided

@@ -14,7 +14,9 @@ def _esc(value: str) -> str:
 
 def collect(app: App, scope: Scope | None) -> dict[str, Any]:
     with app.uow() as uow:
-        return {"runs": uow.run_history.count_by_status(scope), "notes": uow.notes.count_by_status(scope),
+        return {"runs": uow.run_history.count_by_status(scope),
+                "blocked": uow.run_history.ended_blocked(scope),
+                "notes": uow.notes.count_by_status(scope),
                 "phases": uow.run_history.step_usage(scope),
                 "open_candidates": uow.run_history.latest_open_candidates(scope)}
 
@@ -33,9 +35,11 @@ def render(data: dict[str, Any]) -> str:
     family("dream_runs", "gauge", "Dream runs by status.",
            [({"status": s}, float(n)) for s, n in sorted(data["runs"].items())])
     # R27: a dream that could not do its work is counted on its own, so an alert can fire.
+    # Runs that *ended* blocked: undoing one must not take the counter back (a reset to
+    # Prometheus, whose increase() would count every blocked run again).
     family("dream_runs_blocked_total", "counter",
            "Runs that ended blocked (guard trip, budget exhausted, open candidates growing).",
-           [({}, float(data["runs"].get(RunStatus.BLOCKED.value, 0)))])
+           [({}, float(data.get("blocked", data["runs"].get(RunStatus.BLOCKED.value, 0))))])
     family("dream_open_candidates", "gauge",
            "Open candidates per scope, as its latest finished run counted them.",
            [({"scope": k}, float(n)) for k, n in sorted(data.get("open_candidates", {}).items())])

@@ -16,7 +16,7 @@ from pydantic import Field
 from worker.api.auth import Principal
 from worker.api.deps import Caller, DreamApp, query_scope, scope_for
 from worker.api.schemas import Body, Ident, ScopeIn, VisibleText
-from worker.domain.limits import INT_MAX
+from worker.domain.limits import INT_MAX, REASON_MAX
 
 router = APIRouter(prefix="/api/review", tags=["review"])
 
@@ -36,7 +36,7 @@ class DecisionIn(Body):
 
 
 class DeclineIn(DecisionIn):
-    reason: str | None = Field(None, max_length=500)
+    reason: str | None = Field(None, max_length=REASON_MAX)
 
 
 def _selector(body: DecisionIn) -> Any:

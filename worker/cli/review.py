@@ -11,7 +11,7 @@ import click
 
 from worker.cli.common import IDENT, Outcome, cli_app, json_option, operator, scope_options
 from worker.cli.errors import UserError, user_errors
-from worker.domain.limits import INT_MAX
+from worker.domain.limits import INT_MAX, REASON_MAX
 from worker.domain.types import Scope
 from worker.errors import NotFound
 from worker.review.items import WITHDRAWN_BY, BatchOutcome, ItemStatus, batch_outcome
@@ -227,8 +227,8 @@ def decline_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str |
     Exits 14 when an item of a batch was decided meanwhile by someone else."""
     from worker.review.service import decline
 
-    if reason is not None and (len(reason) > 500 or "\x00" in reason):
-        raise UserError("--reason must be at most 500 characters, without NUL")
+    if reason is not None and (len(reason) > REASON_MAX or "\x00" in reason):
+        raise UserError(f"--reason must be at most {REASON_MAX} characters, without NUL")
     app, scope = _known_scope(ctx, agent, user, company)
     _echo(ctx, decline(app, scope, _selector(item_id, run_id, all_), operator(by), reason),
           as_json)

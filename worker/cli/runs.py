@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +22,9 @@ from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope
 from worker.text.plural import counted
+
+if TYPE_CHECKING:
+    from worker.runs.scheduling import GateResult
 
 
 def register(main: click.Group) -> None:
@@ -60,6 +64,12 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     if due and (force or allow_retire is not None):
         raise UserError("--due runs what the gate allows; use --agent ... --force (and "
                         "--allow-retire N) for one scope")
+    # --due executes the gate's runs (and resumes waiting ones) whole and for real, as beat
+    # does: ignoring these would apply what a user asked only to see.
+    if due and (dry_run or phases):
+        option = "--dry-run" if dry_run else "--phase"
+        raise UserError(f"{option} goes with --agent (one scope); --due runs every due scope's "
+                        "whole dream for real, as beat does")
     clock = parse_option_timestamp(now, "--now")
     app = cli_app(ctx)
     via = Via.CELERY if via_celery else Via.HERE
@@ -261,11 +271,11 @@ def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,
 
 def _explain(app: App, clock: datetime | None, scope: Scope | None, as_json: bool) -> None:
     """Each scope's gate decision and why (only ``scope``'s when given); creates no run."""
-    from worker.runs.service import decide_scopes, ensure_scope_known
+    from worker.runs.service import ensure_scope_known, explain_scopes
 
     if scope is not None:
         ensure_scope_known(app, scope)
-    decisions = decide_scopes(app, clock or utcnow(), None if scope is None else [scope])
+    decisions = explain_scopes(app, clock or utcnow(), None if scope is None else [scope])
     if as_json:
         click.echo(json.dumps({"scopes": [{"scope": s.key, **d.as_dict()}
                                           for s, d in decisions.items()]}, indent=2))
@@ -274,6 +284,22 @@ def _explain(app: App, clock: datetime | None, scope: Scope | None, as_json: boo
         click.echo("no scopes yet: import notes or record sessions first")
     for s, d in decisions.items():
         click.echo(f"{'due' if d.due else 'not due':<8} {d.rule.value:<20} {s.key}  {d.reason}")
+
+
+def _gate_summary(result: GateResult, backlog: int | None, patience: int) -> str:
+    """`dream gate`'s line: what the check created, skipped, recovered and gave up."""
+    from worker.runs.gate import GateRule
+
+    # A due scope whose run is still queued or running is skipped too, but is not "not due".
+    busy = sum(d.rule is GateRule.ALREADY_ACTIVE for d in result.decisions.values())
+    held = f"{counted(busy, 'due scope')} already {'has' if busy == 1 else 'have'} a run, "
+    return (f"created {counted(len(result.created), 'run')}, "
+            f"{counted(len(result.skipped) - busy, 'scope')} not due, {held if busy else ''}"
+            f"{counted(len(result.retried), 'interrupted run')} to retry, "
+            f"{counted(len(result.requeued), 'unclaimed run')} handed out again, "
+            f"{len(result.failed)} given up"
+            + (f" ({backlog} messages still queued: waiting runs get {patience} s)"
+               if backlog else ""))
 
 
 def _gate_and_hand_out(app: App, clock: datetime | None) -> None:
@@ -288,13 +314,7 @@ def _gate_and_hand_out(app: App, clock: datetime | None) -> None:
         require_broker(app)  # before any run row is written
         backlog = queue_backlog(app)
     result = gate_check(app, now=clock, backlog=backlog)
-    click.echo(f"created {counted(len(result.created), 'run')}, "
-               f"{counted(len(result.skipped), 'scope')} not due, "
-               f"{counted(len(result.retried), 'interrupted run')} to retry, "
-               f"{counted(len(result.requeued), 'unclaimed run')} handed out again, "
-               f"{len(result.failed)} given up"
-               + (f" ({backlog} messages still queued: waiting runs get "
-                  f"{app.settings.backlog_patience_seconds} s)" if backlog else ""))
+    click.echo(_gate_summary(result, backlog, app.settings.backlog_patience_seconds))
     handed_out = result.created + result.retried + result.requeued
     if not handed_out:
         return

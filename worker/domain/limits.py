@@ -21,6 +21,8 @@ MAX_NESTING = 64  # JSON deeper than this is not a note, a session or an entity
 # would cost: a 4 MB note took 450 MB of memory to import. A host's remember has its own,
 # smaller limit (DREAM_HOST__MAX_NOTE_CHARS).
 NOTE_CHARS_MAX = 100_000
+# A reason a person gives (a decline, a cancel): one line every run list and dashboard row shows.
+REASON_MAX = 500
 
 
 def text_problem(value: str) -> str | None:

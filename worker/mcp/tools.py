@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.app import App
-from worker.domain.limits import INT_MAX, ident_problem, text_problem
+from worker.domain.limits import INT_MAX, REASON_MAX, ident_problem, text_problem
 from worker.domain.types import NoteType, Scope
 from worker.host import Invalid, NotFound, fuse, fusion_candidates, keep_apart, remember
-from worker.runs.service import RunError, scope_gate
+from worker.runs.service import RunError, explain_scopes
 from worker.runs.start import RunRequest, start_run
 
 MAX_ALLOW_RETIRE = 10_000_000  # the API's and the CLI's bound on --allow-retire
@@ -61,7 +61,8 @@ class ScopedTools:
 
         if run_id:
             return {"run": self._run(run_id)}
-        return {"scope": self.scope.as_dict(), "gate": scope_gate(self.app, self.scope).as_dict(),
+        gate = explain_scopes(self.app, scopes=[self.scope])[self.scope]
+        return {"scope": self.scope.as_dict(), "gate": gate.as_dict(),
                 "runs": list_runs(self.app, scope=self.scope, limit=10)}
 
     def undo_run(self, run_id: str, force_cascade: bool = False) -> dict[str, Any]:
@@ -103,8 +104,9 @@ class ScopedTools:
         from worker.review.items import decided_body
         from worker.review.service import Selector, decline
 
-        if reason is not None and (len(reason) > 500 or text_problem(reason)):
-            raise Invalid("reason must be at most 500 characters of valid Unicode, without NUL")
+        if reason is not None and (len(reason) > REASON_MAX or text_problem(reason)):
+            raise Invalid(f"reason must be at most {REASON_MAX} characters of valid Unicode, "
+                          "without NUL")
         selector = Selector(None if item_id is None else _item_id(item_id), _ident(run_id), all)
         done = decline(self.app, self.scope, selector, f"mcp:{self.scope.key}", reason)
         return decided_body(done)

@@ -90,10 +90,8 @@ def gate_check(app: App, now: datetime | None = None, backlog: int | None = None
             continue
         run_id = runs[scope]
         if run_id is None:
-            result.skipped[scope.key] = "a run is already queued or running"
-            result.decisions[scope.key] = GateDecision(
-                False, f"{decision.reason}; a run is already queued or running",
-                GateRule.ALREADY_ACTIVE)
+            result.skipped[scope.key] = HELD
+            result.decisions[scope.key] = held(decision)
         else:
             result.created.append(run_id)
     rules: dict[str, int] = {}
@@ -103,6 +101,26 @@ def gate_check(app: App, now: datetime | None = None, backlog: int | None = None
              retried=len(result.retried), requeued=len(result.requeued),
              failed=len(result.failed), backlog=backlog, rules=rules)
     return result
+
+
+HELD = "a run is already queued or running"
+
+
+def held(decision: GateDecision) -> GateDecision:
+    """A due scope's decision once its own unfinished run is found holding it (R1)."""
+    return GateDecision(False, f"{decision.reason}; {HELD}", GateRule.ALREADY_ACTIVE)
+
+
+def explain_scopes(app: App, now: datetime | None = None,
+                   scopes: list[Scope] | None = None) -> dict[Scope, GateDecision]:
+    """``decide_scopes`` as a gate check would end them (`dream gate --explain`): a due scope
+    that a queued, running or interrupted run holds is ``already_active``, not "due"; creates
+    nothing."""
+    decisions = decide_scopes(app, now or utcnow(), scopes)
+    due = [scope.key for scope, d in decisions.items() if d.due]
+    with app.uow() as uow:
+        busy = uow.run_history.held_scopes(due)
+    return {scope: held(d) if scope.key in busy else d for scope, d in decisions.items()}
 
 
 def scope_gate(app: App, scope: Scope, now: datetime | None = None) -> GateDecision:
@@ -123,12 +141,12 @@ def decide_scopes(
             scopes = sorted(set(uow.sessions.scopes()) | set(uow.notes.scopes()))
         keys = [sc.key for sc in scopes]
         last = uow.run_history.last_success_at(keys)
-        sessions = uow.sessions.activity_since_last_success(keys)
+        sessions = uow.sessions.activity_since_last_success(keys, now)
         agents = uow.entities.fetch("agent", {sc.agent_id for sc in scopes})
         policies = {sc: default.overridden(_agent_gate(agents.get(sc.agent_id)))
                     for sc in scopes}
         # The volume count is one aggregate over notes: only paid for when some scope uses it.
-        changed = (uow.run_history.notes_changed_since_last_success(keys)
+        changed = (uow.run_history.notes_changed_since_last_success(keys, now)
                    if any(p.notes is not None for p in policies.values()) else {})
     decisions: dict[Scope, GateDecision] = {}
     for scope in scopes:

@@ -13,7 +13,7 @@ import structlog
 from worker.app import App
 from worker.clock import utcnow
 from worker.config import Settings
-from worker.domain.limits import visible_problem
+from worker.domain.limits import REASON_MAX, visible_problem
 from worker.domain.types import RunStatus, Scope
 from worker.errors import BrokerUnavailable, InvalidRun, RunError, RunNotFound, UnknownScope
 from worker.runs import engine
@@ -21,7 +21,14 @@ from worker.runs.context import Registry
 from worker.runs.create import busy_message, create_claimed_run, create_run, create_runs
 from worker.runs.finalize import finalize_run
 from worker.runs.outcome import PhaseOutcome
-from worker.runs.scheduling import GateResult, decide_scopes, gate_check, recover_runs, scope_gate
+from worker.runs.scheduling import (
+    GateResult,
+    decide_scopes,
+    explain_scopes,
+    gate_check,
+    recover_runs,
+    scope_gate,
+)
 from worker.runs.snapshot import RunSnapshot, claim
 
 log = structlog.get_logger(__name__)
@@ -83,6 +90,9 @@ def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator")
     stays recorded in the operation log, so `dream undo` can still revert it."""
     if problem := visible_problem(reason):  # the run's reason on every dashboard
         raise InvalidRun(f"reason {problem}; say why, or leave --reason out")
+    if len(reason) > REASON_MAX:  # and on each of its steps: one line, as a decline's
+        raise InvalidRun(f"--reason has {len(reason)} characters; at most {REASON_MAX}: say "
+                         "why in a line")
     now = utcnow()
     with app.uow() as uow:
         run = uow.runs.get(run_id)
@@ -138,7 +148,7 @@ def abandon_run(app: App, run_id: str, reason: str) -> None:
 __all__ = [
     "BrokerUnavailable", "GateResult", "PhaseOutcome", "RunError", "UnknownScope",
     "abandon_run", "busy_message", "cancel_run", "claim_run", "create_claimed_run", "create_run", "create_runs",
-    "decide_scopes",
+    "decide_scopes", "explain_scopes",
     "ensure_scope_known", "execute_phase", "execute_run", "execute_run_task", "finalize_run", "gate_check",
     "recover_runs", "scope_gate", "scope_known", "unclaimed_runs",
 ]

@@ -269,3 +269,18 @@ def test_runs_page_on_with_next_and_after(api_app: App, client: TestClient) -> N
     assert [a.status_code for a in answers] == [422, 422]
     assert answers[0].json()["detail"].replace(made[Scope("agent-2")], "ID") == \
         answers[1].json()["detail"].replace("0" * 36, "ID")
+
+
+@pytest.mark.parametrize("status", ["done", "Blocked", "blocked "])
+def test_an_unknown_run_status_filter_is_422_not_an_empty_list(
+        api_app: App, client: TestClient, status: str) -> None:
+    """GET /api/runs?status=Blocked answered 200 with no runs: an alert polling for blocked
+    runs with a typo (or the wrong case) saw none, for good. `dream runs list --status` refuses
+    an unknown status; the API now answers 422 naming the field and the statuses it takes."""
+    add_notes(api_app, {"content": "a note"})
+    run_id = _run(client, api_app)
+    r = client.get("/api/runs", params={"status": status}, headers=auth(ADMIN))
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith("query.status: Input should be 'queued', 'running'")
+    listed = client.get("/api/runs", params={"status": "succeeded"}, headers=auth(ADMIN))
+    assert [run["id"] for run in listed.json()["runs"]] == [run_id]

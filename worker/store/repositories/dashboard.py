@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from worker.domain.types import (
     DREAMED_RUN_STATUSES,
     ERASED_USER,
+    REVIEW_TRIGGER,
     NoteStatus,
     RunStatus,
     Scope,
@@ -26,7 +27,12 @@ from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 from worker.store.repositories.runs import NEWEST_FIRST, OLDEST_FIRST
 from worker.store.repositories.usage import phase_step_usage
 
-# Runs an operator must look at, listed first until a later run of the scope succeeds.
+# A successful dream: what resolves the problems of the runs before it and what scope health
+# shows as the last one. Never a review approval's run: approving one item lifts no guard,
+# brings no model back and runs no failed phase (as for the gate, ``gate_dreams``).
+_SUCCESSFUL_DREAM = (DreamRunRow.status == RunStatus.SUCCEEDED.value,
+                     DreamRunRow.dry_run.is_(False), DreamRunRow.trigger != REVIEW_TRIGGER)
+# Runs an operator must look at, listed first until a later dream of the scope succeeds.
 ATTENTION_STATUSES = (RunStatus.BLOCKED.value, RunStatus.PARTIAL.value, RunStatus.FAILED.value)
 # Phase counters the trends and the health view add up (parent steps' output keys).
 COUNTER_KEYS = ("notes_revoked", "conflicts_resolved", "equivalents_merged", "notes_archived",
@@ -74,7 +80,7 @@ class DashboardQueries:
         runs match."""
         last_ok = _filtered(
             select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
-            .where(DreamRunRow.status == RunStatus.SUCCEEDED.value, DreamRunRow.dry_run.is_(False)),
+            .where(*_SUCCESSFUL_DREAM),
             f, DreamRunRow.scope_key, DreamRunRow.agent_id,
         ).group_by(DreamRunRow.scope_key).subquery()
         unresolved = or_(last_ok.c.at.is_(None), DreamRunRow.created_at > last_ok.c.at)
@@ -122,8 +128,7 @@ class DashboardQueries:
     def last_succeeded(self, keys: list[str]) -> dict[str, datetime]:
         rows = self.session.execute(
             select(DreamRunRow.scope_key, func.max(DreamRunRow.finished_at))
-            .where(DreamRunRow.scope_key.in_(keys), DreamRunRow.dry_run.is_(False),
-                   DreamRunRow.status == RunStatus.SUCCEEDED.value)
+            .where(DreamRunRow.scope_key.in_(keys), *_SUCCESSFUL_DREAM)
             .group_by(DreamRunRow.scope_key)).all()
         return {k: v for k, v in rows if v is not None}
 

@@ -6,12 +6,12 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Row, bindparam, case, func, insert, or_, select
+from sqlalchemy import Row, and_, bindparam, case, func, insert, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from worker.domain.types import REVIEW_TRIGGER, RunStatus, Scope
+from worker.domain.types import Scope
 from worker.store.models import (
     AgentRow,
     CompanyRow,
@@ -21,6 +21,7 @@ from worker.store.models import (
     SessionRow,
     UserRow,
 )
+from worker.store.repositories.run_history import gate_dreams
 
 ENTITY_MODELS: dict[str, Any] = {
     "agent": AgentRow,
@@ -73,25 +74,18 @@ class SessionRepository:
         return counts
 
     def activity_since_last_success(
-        self, scope_keys: list[str]
+        self, scope_keys: list[str], now: datetime
     ) -> dict[str, tuple[int, datetime | None, datetime | None]]:
         """Per scope, aggregated in the database in one query (the session history only grows):
-        (sessions started after its last successful dream began, latest session start or end at
-        any time, earliest session start after that dream)."""
+        (sessions started after its last dream (``gate_dreams``) began and by ``now``, latest
+        session start or end at any time, earliest session start after that dream). A session
+        stamped past ``now`` has not happened yet: counted, it would start after every dream
+        and make the scope due forever."""
         if not scope_keys:
             return {}
-        last = (
-            select(DreamRunRow.scope_key, func.max(DreamRunRow.started_at).label("at"))
-            .where(
-                DreamRunRow.scope_key.in_(scope_keys),
-                DreamRunRow.status.in_((RunStatus.SUCCEEDED.value, RunStatus.PARTIAL.value)),
-                DreamRunRow.dry_run.is_(False),
-                DreamRunRow.trigger != REVIEW_TRIGGER,  # an approval's run is no dream
-            )
-            .group_by(DreamRunRow.scope_key)
-            .subquery()
-        )
-        pending = or_(last.c.at.is_(None), SessionRow.started_at > last.c.at)
+        last = gate_dreams(scope_keys, DreamRunRow.started_at)
+        pending = and_(SessionRow.started_at <= now,
+                       or_(last.c.at.is_(None), SessionRow.started_at > last.c.at))
         rows = self.session.execute(
             select(SessionRow.scope_key, func.count(case((pending, 1))),
                    func.max(SessionRow.started_at), func.max(SessionRow.ended_at),

@@ -7,15 +7,17 @@ from __future__ import annotations
 import builtins
 from datetime import datetime
 
-from sqlalchemy import case, func, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Subquery, and_, case, func, or_, select
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from worker.domain.types import (
+    ACTIVE_RUN_STATUSES,
     DREAMED_RUN_STATUSES,
     ERASED_USER,
     JUDGING_PHASES,
     PHASES,
     REVIEW_TRIGGER,
+    RunStatus,
     Scope,
 )
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
@@ -26,52 +28,62 @@ from worker.store.repositories.usage import phase_step_usage
 _LATEST_WINDOW = 50
 
 
+def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None]) -> Subquery:
+    """(``scope_key``, ``at``): the latest ``at`` of each scope's runs the gate counts as its last
+    dream, the one cut-off of its hours, sessions and changed notes. A non-dry run that dreamed
+    (blocked too: retried every day without new activity it would trip the same guard again),
+    never a review approval's run: it applies one item a person approved and dreams nothing, so
+    approving an item neither restarts the 24 h nor spends the sessions the next dream is for."""
+    return (
+        select(DreamRunRow.scope_key, func.max(at).label("at"))
+        .where(DreamRunRow.scope_key.in_(scope_keys),
+               DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
+               DreamRunRow.dry_run.is_(False),
+               DreamRunRow.trigger != REVIEW_TRIGGER)
+        .group_by(DreamRunRow.scope_key)
+        .subquery()
+    )
+
+
 class RunHistoryRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
     def last_success_at(self, scope_keys: list[str]) -> dict[str, datetime]:
-        """Start time of each scope's last non-dry run that dreamed (succeeded, partial or
-        blocked; a review approval's run is no dream), in one query."""
+        """Start time of each scope's last dream as the gate counts it (``gate_dreams``), in
+        one query."""
         if not scope_keys:
             return {}
-        rows = self.session.execute(
-            select(DreamRunRow.scope_key, func.max(DreamRunRow.started_at))
-            .where(
-                DreamRunRow.scope_key.in_(scope_keys),
-                DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
-                DreamRunRow.dry_run.is_(False),
-                DreamRunRow.trigger != REVIEW_TRIGGER,
-            )
-            .group_by(DreamRunRow.scope_key)
-        ).all()
+        last = gate_dreams(scope_keys, DreamRunRow.started_at)
+        rows = self.session.execute(select(last.c.scope_key, last.c.at)).all()
         return {k: v for k, v in rows if v is not None}
 
-    def notes_changed_since_last_success(self, scope_keys: list[str]) -> dict[str, int]:
-        """Notes created or changed per scope since its last successful dream finished (all
-        notes for a scope never dreamed): the gate's volume trigger, aggregated in one query.
-        The cut-off is the run's end, so the dream's own changes never count as new activity."""
+    def notes_changed_since_last_success(self, scope_keys: list[str],
+                                         now: datetime) -> dict[str, int]:
+        """Notes created or changed per scope since its last dream (``gate_dreams``) finished
+        (all notes for a scope never dreamed) and by ``now``: the gate's volume trigger,
+        aggregated in one query. The cut-off is the run's end, so the dream's own changes never
+        count as new activity; a note stamped past ``now`` (an imported ``updated_at``) has
+        not changed yet, and would otherwise count after every dream."""
         if not scope_keys:
             return {}
-        last = (
-            select(DreamRunRow.scope_key, func.max(DreamRunRow.finished_at).label("at"))
-            .where(
-                DreamRunRow.scope_key.in_(scope_keys),
-                DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
-                DreamRunRow.dry_run.is_(False),
-                DreamRunRow.trigger != REVIEW_TRIGGER,
-            )
-            .group_by(DreamRunRow.scope_key)
-            .subquery()
-        )
+        last = gate_dreams(scope_keys, DreamRunRow.finished_at)
         rows = self.session.execute(
             select(NoteRow.scope_key, func.count())
             .outerjoin(last, last.c.scope_key == NoteRow.scope_key)
-            .where(NoteRow.scope_key.in_(scope_keys),
+            .where(NoteRow.scope_key.in_(scope_keys), NoteRow.updated_at <= now,
                    or_(last.c.at.is_(None), NoteRow.updated_at > last.c.at))
             .group_by(NoteRow.scope_key)
         ).all()
         return {k: int(n) for k, n in rows}
+
+    def held_scopes(self, scope_keys: list[str]) -> set[str]:
+        """Which of these scopes a queued, running or interrupted run holds (R1), one query."""
+        if not scope_keys:
+            return set()
+        return set(self.session.scalars(
+            select(DreamRunRow.scope_key).where(DreamRunRow.scope_key.in_(scope_keys),
+                                                DreamRunRow.status.in_(ACTIVE_RUN_STATUSES))))
 
     def latest_finished(self, scope: Scope) -> DreamRunRow | None:
         """The scope's most recently created finished dream whose decisions still stand (what
@@ -135,6 +147,18 @@ class RunHistoryRepository:
         if scope is not None:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
         return {status: count for status, count in self.session.execute(stmt).all()}
+
+    def ended_blocked(self, scope: Scope | None = None) -> int:
+        """Runs that ended blocked, those undone since included (``totals.undone_from``): what
+        the ``dream_runs_blocked_total`` counter counts, which must never go back."""
+        blocked = RunStatus.BLOCKED.value
+        stmt = select(func.count()).select_from(DreamRunRow).where(or_(
+            DreamRunRow.status == blocked,
+            and_(DreamRunRow.status == RunStatus.UNDONE.value,
+                 DreamRunRow.totals["undone_from"].as_string() == blocked)))
+        if scope is not None:
+            stmt = stmt.where(DreamRunRow.scope_key == scope.key)
+        return int(self.session.scalar(stmt) or 0)
 
     def step_usage(self, scope: Scope | None = None) -> dict[str, dict[str, float]]:
         """Per phase: model calls and tokens (each call once) and parent-step durations."""

@@ -194,14 +194,24 @@ class RunRepository:
         """The parent steps the runs' attempts left running (killed, their lease lapsed, an
         erasure interrupted them, the run was given up) end ``interrupted``: a terminal state
         for whoever reads the run, never a done phase (``TERMINAL_STEP``), so a retry still
-        runs the phase under a step of its own."""
+        runs the phase under a step of its own. Phases run in order, so only a run's first
+        running step can have started ("interrupted; why"): the later ones an in-process claim
+        opened ahead say "not started; why", as the phases a Celery run never reached do."""
         if not run_ids:
             return
-        self.session.connection().execute(
-            update(_STEPS)
-            .where(_STEPS.c.run_id.in_(run_ids), _STEPS.c.parent_id.is_(None),
-                   _STEPS.c.status == StepStatus.RUNNING.value)
-            .values(status=StepStatus.INTERRUPTED.value, error=f"interrupted; {why}",
+        conn = self.session.connection()
+        running = _STEPS.c.status == StepStatus.RUNNING.value
+        steps = conn.execute(select(_STEPS.c.id, _STEPS.c.run_id, _STEPS.c.phase).where(
+            _STEPS.c.run_id.in_(run_ids), _STEPS.c.parent_id.is_(None), running)).all()
+        order = {p: i for i, p in enumerate(PHASES)}
+        first: dict[str, str] = {}
+        for step in sorted(steps, key=lambda s: order.get(s.phase, len(PHASES))):
+            first.setdefault(step.run_id, step.id)
+        later = {s.id for s in steps} - set(first.values())
+        for ids, said in ((set(first.values()), "interrupted"), (later, "not started")):
+            if ids:
+                conn.execute(update(_STEPS).where(_STEPS.c.id.in_(ids), running).values(
+                    status=StepStatus.INTERRUPTED.value, error=f"{said}; {why}",
                     finished_at=now))
 
     def stop_steps(self, run_ids: builtins.list[str], why: str, now: datetime) -> None:
