@@ -1,18 +1,23 @@
 """Prebuilt run-step statements: the ones every phase of every run executes, built once per
-dialect and shape so they skip statement construction and cache-key generation."""
+dialect and shape so they skip statement construction and cache-key generation; the values of
+a new run row and the keyset condition of a runs page."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
     Table,
+    and_,
     bindparam,
     exists,
     func,
     insert,
     literal,
     literal_column,
+    or_,
     select,
     type_coerce,
     update,
@@ -20,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from worker.domain.types import RunStatus, StepStatus
+from worker.domain.types import RunStatus, Scope, StepStatus
 from worker.store.models import DreamRunRow, NoteRow, RunStepRow
 
 _RUNS = cast(Table, DreamRunRow.__table__)
@@ -147,3 +152,33 @@ def claimed_notes(dialect: str) -> Any:
     # scope_key would read as the notes' own.
     own: Any = literal_column("dream_runs.scope_key")
     return type_coerce(note_counts(dialect, own), _RUNS.c.totals.type).label("notes_now")
+
+
+def ordered_after(run: DreamRunRow) -> Any:
+    """The runs ``NEWEST_FIRST`` puts after ``run``: created earlier, or at the same time and
+    after it by scope key, then id (the order's own tie-breaks, so no run is on two pages)."""
+    same_time = DreamRunRow.created_at == run.created_at
+    return or_(DreamRunRow.created_at < run.created_at,
+               and_(same_time, DreamRunRow.scope_key > run.scope_key),
+               and_(same_time, DreamRunRow.scope_key == run.scope_key, DreamRunRow.id > run.id))
+
+
+def run_row(
+    scope: Scope, *, now: datetime, trigger: str, phases: list[str], force: bool = False,
+    dry_run: bool = False, clock: datetime | None = None, allow_retire: int | None = None,
+    claimed_until: datetime | None = None, totals: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A new run row's values: queued, or with ``claimed_until`` already running under lease
+    epoch 1 (an executor that runs it at once: no claim)."""
+    values: dict[str, Any] = {
+        "id": str(uuid.uuid4()), "scope_key": scope.key, **scope.as_dict(),
+        "status": RunStatus.QUEUED.value, "trigger": trigger, "force": force,
+        "dry_run": dry_run, "phases": phases, "clock": clock, "created_at": now,
+        "enqueued_at": now, "allow_retire": allow_retire, "attempts": 0, "lease_epoch": 0,
+        "started_at": None, "lease_expires_at": None}
+    if totals is not None:  # (a None would be stored as JSON null, not SQL NULL)
+        values["totals"] = totals
+    if claimed_until is not None:
+        values.update(status=RunStatus.RUNNING.value, lease_epoch=1, attempts=1,
+                      started_at=now, lease_expires_at=claimed_until)
+    return values

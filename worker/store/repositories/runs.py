@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, func, insert, literal, or_, select, update
+from sqlalchemy import Table, bindparam, func, insert, literal, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
@@ -31,6 +31,8 @@ from worker.store.repositories.run_statements import (
     finish_counted_run_statement,
     finish_step_statement,
     insert_counted_run_statement,
+    ordered_after,
+    run_row,
 )
 
 _RUNS = cast(Table, DreamRunRow.__table__)
@@ -49,16 +51,6 @@ OLDEST_FIRST = (DreamRunRow.created_at, DreamRunRow.scope_key, DreamRunRow.id)
 # Rows per INSERT of ``create_many``: 18 columns a row keeps a chunk's parameters (9,000) well
 # under SQLite's 32,766 and PostgreSQL's 65,535 bound values per statement.
 CREATE_CHUNK = 500
-
-
-
-def _ordered_after(run: DreamRunRow) -> Any:
-    """The runs ``NEWEST_FIRST`` puts after ``run``: created earlier, or at the same time and
-    after it by scope key, then id (the order's own tie-breaks, so no run is on two pages)."""
-    same_time = DreamRunRow.created_at == run.created_at
-    return or_(DreamRunRow.created_at < run.created_at,
-               and_(same_time, DreamRunRow.scope_key > run.scope_key),
-               and_(same_time, DreamRunRow.scope_key == run.scope_key, DreamRunRow.id > run.id))
 
 
 class RunRepository:
@@ -352,7 +344,7 @@ class RunRepository:
         the pages are read shifts no page)."""
         stmt = select(DreamRunRow).order_by(*NEWEST_FIRST).limit(limit)
         if after is not None:
-            stmt = stmt.where(_ordered_after(after))
+            stmt = stmt.where(ordered_after(after))
         if scope is not None:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
         for column, value in (within or {}).items():
@@ -387,24 +379,3 @@ class RunRepository:
             select(RunStepRow).where(RunStepRow.run_id == run_id)
             .order_by(RunStepRow.started_at, RunStepRow.seq)
         ))
-
-
-def run_row(
-    scope: Scope, *, now: datetime, trigger: str, phases: list[str], force: bool = False,
-    dry_run: bool = False, clock: datetime | None = None, allow_retire: int | None = None,
-    claimed_until: datetime | None = None, totals: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A new run row's values: queued, or with ``claimed_until`` already running under lease
-    epoch 1 (an executor that runs it at once: no claim)."""
-    values: dict[str, Any] = {
-        "id": str(uuid.uuid4()), "scope_key": scope.key, **scope.as_dict(),
-        "status": RunStatus.QUEUED.value, "trigger": trigger, "force": force,
-        "dry_run": dry_run, "phases": phases, "clock": clock, "created_at": now,
-        "enqueued_at": now, "allow_retire": allow_retire, "attempts": 0, "lease_epoch": 0,
-        "started_at": None, "lease_expires_at": None}
-    if totals is not None:  # (a None would be stored as JSON null, not SQL NULL)
-        values["totals"] = totals
-    if claimed_until is not None:
-        values.update(status=RunStatus.RUNNING.value, lease_epoch=1, attempts=1,
-                      started_at=now, lease_expires_at=claimed_until)
-    return values
