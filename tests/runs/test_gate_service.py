@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 from sqlalchemy import update
 
 from tests.support.factories import (
+    DARK_MODE_NOTES,
     NOW,
     add_entities,
     add_notes,
@@ -30,6 +31,7 @@ from worker.ingest import import_sessions
 from worker.runs import service
 from worker.runs.gate import GateDecision, GateRule
 from worker.runs.scheduling import GateResult
+from worker.safety.undo import undo_run
 from worker.store.models import DreamRunRow
 
 
@@ -322,3 +324,26 @@ def test_mcp_dream_status_says_a_due_scope_is_held_by_its_run(app: App) -> None:
     gate = ScopedTools(app, Scope("held")).dream_status()["gate"]
     assert (gate["due"], gate["rule"]) == (False, "already_active")
     assert gate["reason"].endswith("; a run is already queued or running")
+
+
+def test_an_undone_dream_still_counts_as_the_last_dream(app: App) -> None:
+    """Undoing a dream made the scope due again at the next beat (its sessions and hours counted
+    from the dream before), which redid the merges the user had just undone, minutes later. An
+    undone dream now counts as the last one: the scope waits for 24 h and 5 new sessions."""
+    add_notes(app, *({"agent_id": "undid", "content": text} for text in DARK_MODE_NOTES))
+    add_sessions(app, 5, agent_id="undid", start=utcnow() - timedelta(hours=30))
+    before = utcnow() - timedelta(days=2)
+    with app.uow() as uow:  # the scope's first dream, two days ago
+        first = uow.runs.create_many([Scope("undid")], now=before, trigger="beat", phases=[])
+        uow.session.execute(update(DreamRunRow).where(DreamRunRow.id == first[Scope("undid").key])
+                            .values(status="succeeded", started_at=before, finished_at=before))
+        uow.commit()
+    run_id = service.create_run(app, Scope("undid"), force=True)
+    assert run_id is not None and service.execute_run(app, run_id) == "succeeded"
+    undo_run(app, run_id)
+    soon = service.scope_gate(app, Scope("undid"), now=utcnow() + timedelta(minutes=15))
+    assert (soon.rule, soon.reason) == (GateRule.TOO_LITTLE_ACTIVITY,
+                                        "0 of 5 sessions since last dream")
+    later = utcnow() + timedelta(hours=25)
+    add_sessions(app, 5, agent_id="undid", start=later - timedelta(hours=1))
+    assert service.scope_gate(app, Scope("undid"), now=later).rule is GateRule.DUE

@@ -14,6 +14,7 @@ from worker.domain.types import (
     ACTIVE_RUN_STATUSES,
     DREAMED_RUN_STATUSES,
     ERASED_USER,
+    GATE_RUN_STATUSES,
     JUDGING_PHASES,
     PHASES,
     REVIEW_TRIGGER,
@@ -31,13 +32,13 @@ _LATEST_WINDOW = 50
 def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None]) -> Subquery:
     """(``scope_key``, ``at``): the latest ``at`` of each scope's runs the gate counts as its last
     dream, the one cut-off of its hours, sessions and changed notes. A non-dry run that dreamed
-    (blocked too: retried every day without new activity it would trip the same guard again),
-    never a review approval's run: it applies one item a person approved and dreams nothing, so
+    (blocked too: retried every day without new activity it would trip the same guard again;
+    undone too: ``GATE_RUN_STATUSES``), never a review approval's run: it applies one item a person approved and dreams nothing, so
     approving an item neither restarts the 24 h nor spends the sessions the next dream is for."""
     return (
         select(DreamRunRow.scope_key, func.max(at).label("at"))
         .where(DreamRunRow.scope_key.in_(scope_keys),
-               DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
+               DreamRunRow.status.in_(GATE_RUN_STATUSES),
                DreamRunRow.dry_run.is_(False),
                DreamRunRow.trigger != REVIEW_TRIGGER)
         .group_by(DreamRunRow.scope_key)
