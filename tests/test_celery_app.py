@@ -25,6 +25,14 @@ def test_r07_celery_settings_prevent_double_execution(time_limit: int) -> None:
         assert "countdown" not in entry.get("options", {}) and "eta" not in entry.get("options", {})
 
 
+def test_a_gate_check_no_worker_took_within_its_interval_expires() -> None:
+    """After a worker outage every beat's gate check was still queued and all of them ran back
+    to back once a worker came up, each the same check; now each expires after one interval."""
+    conf = celery_config(Settings(beat_interval_seconds=600))
+    (entry,) = conf["beat_schedule"].values()
+    assert entry["options"]["expires"] == entry["schedule"] == 600.0
+
+
 def test_r07_enqueue_uses_no_countdown_or_eta() -> None:
     """R7: the run chain is sent immediately (a countdown/ETA longer than the visibility timeout
     would make Redis redeliver it while it waits)."""

@@ -42,6 +42,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "dream-gate-check": {
                 "task": "dream.gate_check",
                 "schedule": float(settings.beat_interval_seconds),
+                # A check no worker took within one interval is dropped unrun: after an outage
+                # the stale checks would otherwise run back to back; the next beat's is current.
+                "options": {"expires": float(settings.beat_interval_seconds)},
             }
         },
     }
