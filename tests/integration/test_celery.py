@@ -306,7 +306,8 @@ def test_beat_applies_each_agents_idle_wait_staleness_and_volume(cluster: Cluste
 
 def test_celery_settings_follow_r7() -> None:
     """R7: late acks, prefetch 1, redelivery only after the hard limit, JSON only, the beat entry
-    fires dream.gate_check every beat_interval_seconds, on the configured queue."""
+    fires dream.gate_check every beat_interval_seconds (expiring after one), on the configured
+    queue."""
     settings = Settings(broker_url="redis://example:6379/3", beat_interval_seconds=120,
                         task_time_limit=600, celery_queue="q1")
     conf = celery_config(settings)
@@ -318,7 +319,8 @@ def test_celery_settings_follow_r7() -> None:
     assert conf["accept_content"] == ["json"]
     assert conf["task_default_queue"] == "q1"
     assert conf["beat_schedule"] == {
-        "dream-gate-check": {"task": "dream.gate_check", "schedule": 120.0}
+        "dream-gate-check": {"task": "dream.gate_check", "schedule": 120.0,
+                             "options": {"expires": 120.0}}  # a check not taken in time: dropped
     }
     celery = make_celery(settings)
     assert celery.conf.broker_url == "redis://example:6379/3"
