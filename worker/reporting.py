@@ -49,8 +49,8 @@ def list_runs(app: App, *, scope: Scope | None = None, status: str | None = None
 
 
 def list_runs_page(app: App, *, scope: Scope | None = None, status: str | None = None,
-              since: Any = None, limit: int = 50, within: dict[str, str] | None = None,
-              after: str | None = None) -> dict[str, Any]:
+                   since: Any = None, limit: int = 50, within: dict[str, str] | None = None,
+                   after: str | None = None) -> dict[str, Any]:
     """One page of ``list_runs``: ``{"runs", "next"}``, ``next`` the id to pass as ``after``
     for the following page (None on the last). ``after`` must be a run of the same listing
     (its scope, or one ``within`` names): another scope's run id tells nothing, not even that

@@ -208,8 +208,8 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
             f"cannot undo run {run_id}: example {example_id} was changed since (version "
             f"{version}); pass --force-cascade to give it back its status anyway"
         )
-    if conflicts:
-        _refuse_unfinished(uow, conflicts, last_id, undoer.asked)
+    later = uow.safety.log_after(conflicts, last_id) if conflicts else []
+    _refuse_unfinished(uow, later, undoer.asked)
     if conflicts and not force:
         note_id, why = next(iter(sorted(conflicts.items())))
         raise UndoRefused(
@@ -217,7 +217,7 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
             "since); undo the later run first or pass --force-cascade"
         )
     if conflicts:
-        _cascade(uow, conflicts, last_id, now, result, undoer)
+        _cascade(uow, later, now, result, undoer)
         remaining = _conflicts(uow, by_note, last_id, set(result.run_ids))
         result.overwritten.extend(sorted(remaining))
     _restore_notes(uow, run_id, by_note, now, result)
@@ -236,11 +236,11 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
     result.run_ids.append(run_id)
 
 
-def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: datetime,
+def _cascade(uow: UnitOfWork, later: list[OperationLogRow], now: datetime,
              result: UndoResult, undoer: _Undoer) -> None:
-    """--force-cascade: undo the later finished runs that touched a conflicting note, newest
-    first, so this run's before-images are laid back over their changes, not under them."""
-    later = uow.safety.log_after(conflicts, last_id)
+    """--force-cascade: undo the later finished runs that touched a conflicting note (``later``:
+    their log rows), newest first, so this run's before-images are laid back over their
+    changes, not under them."""
     scopes = {r.scope_key for r in later}
     newest_first: list[str] = []
     for r in sorted(later, key=lambda r: r.id, reverse=True):
@@ -257,13 +257,12 @@ def _cascade(uow: UnitOfWork, conflicts: dict[str, str], last_id: int, now: date
             _undo(uow, later_run, True, now, result, undoer)
 
 
-def _refuse_unfinished(uow: UnitOfWork, conflicts: dict[str, str], last_id: int,
-                       asked: str) -> None:
+def _refuse_unfinished(uow: UnitOfWork, later: list[OperationLogRow], asked: str) -> None:
     """A later run that changed a conflicting note and is not finished (running, or
     interrupted to resume) can be neither undone first nor overwritten (that would be a
     run's change, not a host's edit, and leave what it built from this run's notes standing):
     the undo waits for it, whether or not it cascades."""
-    for r in uow.safety.log_after(conflicts, last_id):
+    for r in later:
         run = uow.runs.get(r.run_id) if r.run_id else None
         if run is not None and run.status in ACTIVE_RUN_STATUSES and r.op != "undo":
             raise UndoRefused(

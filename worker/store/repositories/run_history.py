@@ -33,8 +33,9 @@ def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None
     """(``scope_key``, ``at``): the latest ``at`` of each scope's runs the gate counts as its last
     dream, the one cut-off of its hours, sessions and changed notes. A non-dry run that dreamed
     (blocked too: retried every day without new activity it would trip the same guard again;
-    undone too: ``GATE_RUN_STATUSES``), never a review approval's run: it applies one item a person approved and dreams nothing, so
-    approving an item neither restarts the 24 h nor spends the sessions the next dream is for."""
+    undone too: ``GATE_RUN_STATUSES``), never a review approval's run: it applies one item a
+    person approved and dreams nothing, so approving an item neither restarts the 24 h nor
+    spends the sessions the next dream is for."""
     return (
         select(DreamRunRow.scope_key, func.max(at).label("at"))
         .where(DreamRunRow.scope_key.in_(scope_keys),
