@@ -137,12 +137,15 @@ HELD_SHOWN = 10
 
 
 def _held(step: dict[str, Any]) -> str:
-    """The notes a guard step held back (ids only, as the step records them)."""
-    if not (step.get("output") or {}).get("guard"):
-        return ""
+    """The notes a step is about, ids only, as the step records them: those a guard held back,
+    a cluster's or a pair's notes, the notes a prune or archive step retired."""
+    output = step.get("output") or {}
     ids = [str(i) for i in (step.get("input") or {}).get("note_ids") or []]
+    label = "held" if output.get("guard") else "notes"
+    if not ids and isinstance(output.get("archived"), dict | list):
+        ids, label = [str(i) for i in output["archived"]], "archived"
     more = f" (+{len(ids) - HELD_SHOWN})" if len(ids) > HELD_SHOWN else ""
-    return f"; held: {', '.join(ids[:HELD_SHOWN])}{more}" if ids else ""
+    return f"; {label}: {', '.join(ids[:HELD_SHOWN])}{more}" if ids else ""
 
 
 # ---- dashboard read models ---------------------------------------------------------------

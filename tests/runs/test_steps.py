@@ -78,4 +78,7 @@ def test_run_totals_and_tree_rendering(app: App) -> None:
     text = render_tree(tree)
     assert "prune" in text and "notes_archived=2" in text and " ms" in text
     assert "orphans" in text  # the child step is printed under its parent
+    # Each child step names the notes it is about: here the notes the orphan check archived.
+    assert any(line.strip().startswith("orphans") and line.endswith("archived: a, b")
+               for line in text.splitlines())
     assert "  duration " in text

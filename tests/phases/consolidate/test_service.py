@@ -287,6 +287,8 @@ def test_rule_judge_merges_contained_note_and_leaves_rest_open(sqlite_app: App) 
                       "User prefers the dark mode theme in the code editor"]
     verdicts = [c.output["verdict"] for c in result["children"]]
     assert verdicts == ["merge", "open"]
+    # The open rest of the merged cluster reads apart from its merge step by name.
+    assert [c.name for c in result["children"]] == ["cluster 1", "cluster 1 rest"]
     candidates = open_candidates(app, SCOPE)
     assert len(candidates) == 1 and "d2" in candidates[0]["note_ids"]
     assert len(candidates[0]["note_ids"]) == 2

@@ -168,6 +168,8 @@ def _record_open(w: PhaseWrite, u: Unit, counters: ConsolidateCounters,
     if len(remaining) + sum(id(d) in proposed for d in u.decisions) < 2:
         return
     counters.clusters_open += 1
-    open_decision = Decision(u.name, u.cluster, remaining, remaining,
+    # Beside a merge step of the same cluster, the open rest reads apart from it by name.
+    name = f"{u.name} rest" if u.decisions else u.name
+    open_decision = Decision(name, u.cluster, remaining, remaining,
                              verdict=ClusterVerdict.OPEN, reason=OPEN_REASON)
     w.step(open_decision.child(StepStatus.SKIPPED.value))
