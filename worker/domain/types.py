@@ -201,7 +201,12 @@ def retired_at(note: Note, when: datetime) -> datetime:
 
 def fingerprint_notes(notes: list[Note]) -> str:
     """Identity of a set of notes at their current versions; changes when any member changes."""
-    parts = sorted(f"{n.id}:{n.version}" for n in notes)
+    return fingerprint_versions([(n.id, n.version) for n in notes])
+
+
+def fingerprint_versions(versions: list[tuple[str, int]]) -> str:
+    """``fingerprint_notes`` of notes given as (id, version)."""
+    parts = sorted(f"{i}:{v}" for i, v in versions)
     return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 

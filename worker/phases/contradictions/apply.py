@@ -5,7 +5,7 @@ what this run retired, held back and remembers."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from worker.domain.types import (
@@ -14,6 +14,7 @@ from worker.domain.types import (
     Note,
     NoteStatus,
     fingerprint_notes,
+    fingerprint_versions,
 )
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
@@ -310,21 +311,23 @@ class Applier:
                 continue
             pair = self._at_current(w, [d.loser_id, d.winner_id])
             if pair is not None:
-                w.judgement(PENDING_RETIREMENT, fingerprint_notes(pair), [d.loser_id, d.winner_id],
+                w.judgement(PENDING_RETIREMENT, fingerprint_versions(pair), [d.loser_id, d.winner_id],
                             d.kind, v.reason or d.why, ordered=True)
         for ids, v in self.remember.items():
             if set(ids) & self.retired:
                 continue
             pair = self._at_current(w, list(ids))
             if pair is not None:
-                w.judgement(JUDGEMENT_KIND, fingerprint_notes(pair), list(ids), v.relation,
+                w.judgement(JUDGEMENT_KIND, fingerprint_versions(pair), list(ids), v.relation,
                             v.reason)
 
-    def _at_current(self, w: PhaseWrite, ids: list[str]) -> list[Note] | None:
+    @staticmethod
+    def _at_current(w: PhaseWrite, ids: list[str]) -> list[tuple[str, int]] | None:
+        """(id, version) of each note as the write leaves it; None when one is not active."""
         out = []
         for i in ids:
             version = w.active_at(i)
             if version is None:
                 return None
-            out.append(replace(self.notes[i], version=version))
+            out.append((i, version))
         return out
