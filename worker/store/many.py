@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
-from operator import itemgetter
 from typing import Any, cast
 
 from sqlalchemy.engine import Connection
@@ -28,25 +26,9 @@ class _Plan:
     # (name, row key or None for a value fixed in the statement, fixed value, processor)
     binds: tuple[tuple[str, str | None, Any, Processor | None], ...]
 
-    @cached_property
-    def _shape(self) -> tuple[Callable[[Any], Any] | None, tuple[tuple[int, str, Processor], ...]]:
-        """When no value is fixed in the statement: one getter of every bound key (a tuple,
-        in the statement's order) and the positions/keys whose values pass a processor."""
-        if any(key is None for _, key, _, _ in self.binds):
-            return None, ()
-        keys = [key for _, key, _, _ in self.binds if key is not None]
-        one = itemgetter(*keys)
-        getter = (lambda row: (one(row),)) if len(keys) == 1 else one
-        procs = tuple((k, key, proc) for k, (_, key, _, proc) in enumerate(self.binds)
-                      if proc is not None and key is not None)
-        return getter, procs
-
     def bind(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
         """Each row's parameters as the driver takes them; a processor sees every value, None
         included, as in SQLAlchemy's own execution (JSON writes None as JSON null)."""
-        getter, procs = self._shape
-        if getter is not None:
-            return self._bind_keyed(rows, getter, procs)
         out: list[Any] = []
         if self.positional:
             for row in rows:
@@ -59,24 +41,6 @@ class _Plan:
                                                          else proc(row[key]))
                         for name, key, fixed, proc in self.binds})
         return out
-
-    def _bind_keyed(self, rows: Sequence[dict[str, Any]], getter: Callable[[Any], Any],
-                    procs: tuple[tuple[int, str, Processor], ...]) -> list[Any]:
-        """Every value from the row (each name is its key): tuples through one getter, or the
-        rows' own mappings, only the processed values replaced."""
-        if self.positional:
-            if not procs:
-                return list(map(getter, rows))
-            out: list[Any] = []
-            for row in rows:
-                values = list(getter(row))
-                for k, _key, proc in procs:
-                    values[k] = proc(values[k])
-                out.append(tuple(values))
-            return out
-        if not procs:
-            return [dict(row) for row in rows]
-        return [{**row, **{key: proc(row[key]) for _, key, proc in procs}} for row in rows]
 
 
 def execute_many(conn: Connection, stmt: Executable, rows: Sequence[dict[str, Any]]) -> int:
