@@ -293,8 +293,11 @@ def _gate_summary(result: GateResult, backlog: int | None, patience: int) -> str
     # A due scope whose run is still queued or running is skipped too, but is not "not due".
     busy = sum(d.rule is GateRule.ALREADY_ACTIVE for d in result.decisions.values())
     held = f"{counted(busy, 'due scope')} already {'has' if busy == 1 else 'have'} a run, "
+    waiting = sum(d.rule is GateRule.BACKING_OFF for d in result.decisions.values())
+    backing_off = f" ({waiting} backing off after failed runs)" if waiting else ""
     return (f"created {counted(len(result.created), 'run')}, "
-            f"{counted(len(result.skipped) - busy, 'scope')} not due, {held if busy else ''}"
+            f"{counted(len(result.skipped) - busy, 'scope')} not due{backing_off}, "
+            f"{held if busy else ''}"
             f"{counted(len(result.retried), 'interrupted run')} to retry, "
             f"{counted(len(result.requeued), 'unclaimed run')} handed out again, "
             f"{len(result.failed)} given up"

@@ -97,6 +97,11 @@ def gate_check(app: App, now: datetime | None = None, backlog: int | None = None
     rules: dict[str, int] = {}
     for decision in result.decisions.values():
         rules[decision.rule.value] = rules.get(decision.rule.value, 0) + 1
+    if backing_off := rules.get(GateRule.BACKING_OFF.value, 0):
+        # Scopes whose runs keep failing (a model endpoint down, a store refusing writes):
+        # counts only, the reasons are in `dream gate --explain`.
+        log.warning("gate.backing_off", scopes=backing_off,
+                    most_failures=max(d.failures or 0 for d in result.decisions.values()))
     log.info("gate.checked", created=len(result.created), skipped=len(result.skipped),
              retried=len(result.retried), requeued=len(result.requeued),
              failed=len(result.failed), backlog=backlog, rules=rules)
@@ -135,7 +140,9 @@ def decide_scopes(
     creates nothing."""
     s = app.settings
     default = GatePolicy(hours=s.gate_hours, sessions=s.gate_sessions, notes=s.gate_notes,
-                         idle_minutes=s.gate_idle_minutes, max_stale_hours=s.gate_max_stale_hours)
+                         idle_minutes=s.gate_idle_minutes, max_stale_hours=s.gate_max_stale_hours,
+                         backoff_seconds=s.beat_interval_seconds,
+                         backoff_max_seconds=s.failure_backoff_max_seconds)
     with app.uow() as uow:
         if scopes is None:
             scopes = sorted(set(uow.sessions.scopes()) | set(uow.notes.scopes()))
@@ -148,13 +155,16 @@ def decide_scopes(
         # The volume count is one aggregate over notes: only paid for when some scope uses it.
         changed = (uow.run_history.notes_changed_since_last_success(keys, now)
                    if any(p.notes is not None for p in policies.values()) else {})
+        streaks = (uow.run_history.failure_streaks(keys) if s.failure_backoff_max_seconds
+                   else {})
     decisions: dict[Scope, GateDecision] = {}
     for scope in scopes:
         count, latest, earliest = sessions.get(scope.key, (0, None, None))
+        failed, failed_at = streaks.get(scope.key, (0, None))
         activity = ScopeActivity(
             last_success_at=last.get(scope.key), sessions_since=count,
             notes_changed_since=changed.get(scope.key, 0), last_session_at=latest,
-            pending_since=earliest,
+            pending_since=earliest, failed_runs=failed, last_failed_at=failed_at,
         )
         decisions[scope] = decide_gate(now=now, policy=policies[scope], activity=activity)
     return decisions
