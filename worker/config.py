@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
+from worker.config_checks import conflict_problem, duration_problem, soft_time_limit
 from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
 from worker.urls import backend_url_problem, broker_url_problem, http_url_problem, masked_url
 
@@ -197,6 +198,9 @@ class Settings(BaseSettings):
     backlog_patience_seconds: int = Field(86_400, ge=10)
     # Open candidates that grew over this many consecutive runs of a scope make its run blocked.
     open_growth_runs: int = Field(3, ge=2)
+    # A scope whose runs keep failing waits before the gate hands it out again: one beat
+    # interval after the first failed run, doubling with each, at most this long (0: off).
+    failure_backoff_max_seconds: int = Field(86_400, ge=0)
 
     llm_provider: Literal["none", "openai", "fake"] = "none"
     llm_base_url: str | None = None
@@ -257,7 +261,7 @@ class Settings(BaseSettings):
     @property
     def task_soft_time_limit(self) -> int:
         """Celery's soft limit (90 % of the hard one): what a run task plans its phases by."""
-        return int(self.task_time_limit * 0.9)
+        return soft_time_limit(self.task_time_limit)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -283,26 +287,11 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _durations_fit(self) -> Settings:
-        # Each duration is added to or subtracted from a timestamp; past a century that overflows
-        # (a traceback after the run row was written), so it is refused at start-up instead.
-        for path, unit in _DURATIONS:
-            section, _, name = path.rpartition(".")
-            value = getattr(getattr(self, section) if section else self, name)
-            if value is not None and value * unit > CENTURY_SECONDS:
-                env = "DREAM_" + path.replace(".", "__").upper()
-                raise ValueError(f"{env} is {value}, more than a century")
+    def _settings_agree(self) -> Settings:
+        # Each value passed alone; together they may overflow a clock or contradict each other.
+        if problem := duration_problem(self) or conflict_problem(self):
+            raise ValueError(problem)
         return self
-
-
-CENTURY_SECONDS = 100 * 365 * 86_400
-# Settings that are durations, with the seconds in one unit of each.
-_DURATIONS = (("gate_hours", 3600), ("gate_idle_minutes", 60), ("gate_max_stale_hours", 3600),
-              ("beat_interval_seconds", 1), ("lease_seconds", 1), ("task_time_limit", 1),
-              ("queued_timeout_seconds", 1), ("backlog_patience_seconds", 1), ("llm_timeout", 1), ("llm_phase_seconds", 1),
-              ("llm_batch_wait", 1), ("llm_batch_poll", 1),
-              ("contradictions.newer_wins_days", 86_400),
-              ("archive.protected_inactive_days", 86_400))
 
 
 def load_settings(**overrides: object) -> Settings:

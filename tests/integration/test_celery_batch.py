@@ -60,9 +60,10 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
            "DREAM_LLM_PROVIDER": "openai", "DREAM_LLM_BASE_URL": stub.url,
            "DREAM_LLM_API_KEY": "k", "DREAM_LLM_MODEL": "stub-model", "DREAM_LLM_BATCH": "true",
            "DREAM_LLM_BATCH_POLL": "1", "DREAM_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1",
-           # A phase may ask the model longer than the soft time limit leaves: a run task
-           # hands every phase after its first to a new task (``run_task_hand_off`` = 0).
-           "DREAM_LLM_PHASE_SECONDS": "3000"}
+           # A phase may ask the model as long as the soft time limit (2,700 s) leaves after
+           # the call in flight (100 s) and its writes (60 s): a run task hands every phase
+           # after its first to a new task (``run_task_hand_off`` = 0).
+           "DREAM_LLM_PHASE_SECONDS": "2540"}
     settings = Settings(database_url=app.settings.database_url, broker_url=broker,
                         result_backend=broker, celery_queue=queue)
     log = tmp / "worker.log"

@@ -304,14 +304,24 @@ def test_a_run_task_past_its_hand_off_time_goes_on_in_the_next_call(app: App) ->
     assert (whole.status, whole.hand_off) == ("succeeded", False)
 
 
-@pytest.mark.parametrize(("limit", "model_seconds", "hand_off"),
-                         [(3000, 900.0, 1740.0), (600, 900.0, 0.0), (1000, 100.0, 740.0)])
+@pytest.mark.parametrize(("provider", "limit", "model_seconds", "call", "hand_off"), [
+    # 2,700 s soft limit less 900 s of model time, 30 s × 3 attempts + 10 s for the call in
+    # flight when that time ends, and a minute for the writes
+    ("openai", 3000, 900.0, 30.0, 1640.0),
+    ("fake", 1000, 100.0, 30.0, 640.0),
+    ("openai", 1000, 100.0, 5.0, 715.0),  # a shorter call deadline leaves more
+    ("fake", 3000, 2540.0, 30.0, 0.0),  # exactly fits: each phase in a task of its own
+    # no model: settings that could not hold a judging phase are accepted (none asks)
+    ("none", 600, 900.0, 30.0, 0.0),
+])
 def test_a_run_task_hands_off_before_its_soft_limit_could_cut_a_phase(
-        limit: int, model_seconds: float, hand_off: float) -> None:
-    """The soft limit (90 % of the hard one) less a phase's model time and a minute."""
+        provider: str, limit: int, model_seconds: float, call: float, hand_off: float) -> None:
+    """The soft limit (90 % of the hard one) less a phase's model time, the one call that may
+    still be in flight when that time ends, and a minute for the writes."""
     from worker.config import Settings
 
-    settings = Settings(task_time_limit=limit, llm_phase_seconds=model_seconds)
+    settings = Settings(llm_provider=provider, task_time_limit=limit,
+                        llm_phase_seconds=model_seconds, llm_timeout=call)
     assert service.run_task_hand_off(settings) == pytest.approx(hand_off)
 
 

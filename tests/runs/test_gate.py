@@ -133,3 +133,58 @@ def test_reasons_name_the_figures() -> None:
 def test_agent_overrides(overrides: dict[str, object], expected: GatePolicy) -> None:
     """An agent's own gate settings replace the deployment's one by one."""
     assert GatePolicy(hours=24, sessions=5).overridden(overrides) == expected
+
+
+BACKOFF = GatePolicy(hours=24, sessions=5, backoff_seconds=900, backoff_max_seconds=86_400)
+
+
+@pytest.mark.parametrize(
+    ("policy", "sessions", "failed", "failed_ago", "rule", "retry_in"),
+    [
+        # A due scope whose last run failed waits one beat interval (15 min) after it …
+        (BACKOFF, 5, 1, 5 * M, GateRule.BACKING_OFF, 10 * M),
+        # … and is tried at the first check from then ("at least", not "more than").
+        (BACKOFF, 5, 1, 15 * M, GateRule.DUE, None),
+        # Each further failure in a row doubles the wait: 2 → 30 min, 3 → 60 min, 4 → 2 h.
+        (BACKOFF, 5, 2, 29 * M, GateRule.BACKING_OFF, 1 * M),
+        (BACKOFF, 5, 2, 30 * M, GateRule.DUE, None),
+        (BACKOFF, 5, 3, 59 * M, GateRule.BACKING_OFF, 1 * M),
+        (BACKOFF, 5, 4, 1 * H, GateRule.BACKING_OFF, 1 * H),
+        # The doubling stops at the cap: 20 failures wait 24 h, not 15 min × 2^19.
+        (BACKOFF, 5, 20, 23 * H, GateRule.BACKING_OFF, 1 * H),
+        (BACKOFF, 5, 20, 24 * H, GateRule.DUE, None),
+        # Years of failures do not overflow the doubling.
+        (BACKOFF, 5, 5000, 1 * M, GateRule.BACKING_OFF, 24 * H - 1 * M),
+        # A cap of one beat: every failure waits one interval, never more.
+        (GatePolicy(backoff_seconds=900, backoff_max_seconds=900), 5, 9, 14 * M,
+         GateRule.BACKING_OFF, 1 * M),
+        # No failure in a row: due as before.
+        (BACKOFF, 5, 0, None, GateRule.DUE, None),
+        # The back-off turned off (cap 0): a failing scope is due at every check.
+        (GatePolicy(backoff_seconds=900, backoff_max_seconds=0), 5, 7, 1 * M, GateRule.DUE,
+         None),
+        # A scope not due for another reason says that reason, not the back-off.
+        (BACKOFF, 4, 3, 1 * M, GateRule.TOO_LITTLE_ACTIVITY, None),
+    ],
+)
+def test_a_failing_scope_backs_off(policy: GatePolicy, sessions: int, failed: int,
+                                   failed_ago: timedelta | None, rule: GateRule,
+                                   retry_in: timedelta | None) -> None:
+    """After failed runs in a row a due scope waits one beat interval after the last, doubled
+    with each further failure up to the cap; the decision names the failures and the time of the
+    next try, in the reason and as fields."""
+    activity = ScopeActivity(
+        last_success_at=NOW - 30 * H, sessions_since=sessions, failed_runs=failed,
+        last_failed_at=None if failed_ago is None else NOW - failed_ago)
+    decision = decide_gate(now=NOW, policy=policy, activity=activity)
+    assert decision.rule is rule
+    assert decision.due is (rule is GateRule.DUE)
+    if retry_in is None:
+        assert decision.retry_at is None and "retry_at" not in decision.as_dict()
+        return
+    assert decision.retry_at == NOW + retry_in and decision.failures == failed
+    assert decision.as_dict()["retry_at"] == (NOW + retry_in).isoformat()
+    runs = "run" if failed == 1 else "runs"
+    assert decision.reason.startswith(f"backing off after {failed} failed {runs} in a row")
+    assert f"{NOW + retry_in:%Y-%m-%d %H:%M:%S} UTC" in decision.reason
+    assert decision.reason.endswith("otherwise due: 5 of 5 sessions and 30.00 h since last dream")

@@ -104,38 +104,42 @@ def _run_due(app: App, clock: datetime | None, via: str) -> int:
     sent to the broker over one producer as the gate check task sends them (a "queued" line
     for each run sent; a broker that fails mid-way is one error line saying what was sent and
     what stays queued). The exit code of the worst run."""
-    from worker.runs.start import Via, dispatch_run, require_broker
+    from worker.runs.start import Via, require_broker
 
     if via == Via.CELERY:
         from worker.tasks import send_runs
 
         require_broker(app)  # before any run row is written
-        for run_id in send_runs(_due_runs(app, clock, in_process=False), app):
+        for run_id in send_runs(_due_runs(app, clock), app):
             _report(app, run_id, RunStatus.QUEUED.value, via)
         return int(Outcome.DONE)
+    # Here: only the runs this invocation claims (a second `--due` at the same time runs and
+    # reports its own); a claim is atomic, so a Celery worker holding the same message finds
+    # it taken (R4).
+    from worker.runs.due import execute_due, find_due
+
+    work = find_due(app, clock)
+    if work.empty:
+        click.echo(f"no scope is due ({len(work.check.skipped)} checked)")
     codes = [int(Outcome.DONE)]
-    for run_id in _due_runs(app, clock, in_process=True):
-        status = dispatch_run(app, run_id, Via.HERE)
+    for run_id, status in execute_due(app, work, clock):
         _report(app, run_id, status, via)
         codes.append(run_exit_code(status))
+    if not work.empty and len(codes) == 1:
+        click.echo("no run left to execute here: another executor took every due scope and "
+                   "waiting run")
     return max(codes)
 
 
-def _due_runs(app: App, clock: datetime | None, in_process: bool) -> list[str]:
-    """What `--due` executes: the runs the gate created or handed out again, plus (in-process)
-    every waiting run: a claim is atomic, so a Celery worker that holds the same message simply
-    finds it taken (R4)."""
+def _due_runs(app: App, clock: datetime | None) -> list[str]:
+    """What `--due --via-celery` sends: the runs the gate created or handed out again (each
+    check's own: creation and recovery are compare-and-set)."""
     from worker.runs import service
+    from worker.tasks import queue_backlog
 
-    backlog = None
-    if not in_process:  # sent to the broker: runs behind its backlog are waiting, not lost
-        from worker.tasks import queue_backlog
-
-        backlog = queue_backlog(app)
-    result = service.gate_check(app, now=clock, backlog=backlog)
+    # Sent to the broker: runs behind its backlog are waiting, not lost.
+    result = service.gate_check(app, now=clock, backlog=queue_backlog(app))
     run_ids = result.created + result.retried + result.requeued
-    if in_process:
-        run_ids += [r for r in service.unclaimed_runs(app) if r not in run_ids]
     if not run_ids:
         click.echo(f"no scope is due ({len(result.skipped)} checked)")
     return run_ids
@@ -293,8 +297,11 @@ def _gate_summary(result: GateResult, backlog: int | None, patience: int) -> str
     # A due scope whose run is still queued or running is skipped too, but is not "not due".
     busy = sum(d.rule is GateRule.ALREADY_ACTIVE for d in result.decisions.values())
     held = f"{counted(busy, 'due scope')} already {'has' if busy == 1 else 'have'} a run, "
+    waiting = sum(d.rule is GateRule.BACKING_OFF for d in result.decisions.values())
+    backing_off = f" ({waiting} backing off after failed runs)" if waiting else ""
     return (f"created {counted(len(result.created), 'run')}, "
-            f"{counted(len(result.skipped) - busy, 'scope')} not due, {held if busy else ''}"
+            f"{counted(len(result.skipped) - busy, 'scope')} not due{backing_off}, "
+            f"{held if busy else ''}"
             f"{counted(len(result.retried), 'interrupted run')} to retry, "
             f"{counted(len(result.requeued), 'unclaimed run')} handed out again, "
             f"{len(result.failed)} given up"

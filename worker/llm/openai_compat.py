@@ -22,6 +22,7 @@ import certifi
 import openai
 import structlog
 
+from worker.config_checks import model_call_seconds
 from worker.llm.base import BatchItem, BatchState, LLMError, LLMReply
 
 log = structlog.get_logger(__name__)
@@ -118,7 +119,7 @@ class OpenAICompatibleLLM:
         return cls(
             base_url=settings.llm_base_url, model=settings.llm_model,
             api_key=settings.llm_api_key, timeout=settings.llm_timeout,
-            max_retries=settings.llm_max_retries,
+            max_retries=settings.llm_max_retries, max_wall_seconds=model_call_seconds(settings),
         )
 
     @property

@@ -2,7 +2,7 @@
 
 Enough time since the last successful dream AND enough activity since (sessions, or changed
 notes when the volume trigger is on); optionally wait for a quiet moment, but never longer than
-a maximum staleness.
+a maximum staleness; and a scope whose runs keep failing waits longer after each failure.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ class GateRule(StrEnum):
     DUE = "due"
     DUE_STALE = "due_stale"  # the user never went quiet, but the scope waited long enough
     ALREADY_ACTIVE = "already_active"  # due, but a run is already queued or running
+    BACKING_OFF = "backing_off"  # due, but its last runs failed: it waits before the next try
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,14 @@ class GateDecision:
     due: bool
     reason: str
     rule: GateRule = GateRule.DUE
+    failures: int | None = None  # BACKING_OFF: the scope's failed runs in a row
+    retry_at: datetime | None = None  # BACKING_OFF: the first gate check that tries it again
 
     def as_dict(self) -> dict[str, Any]:
-        return {"due": self.due, "rule": self.rule.value, "reason": self.reason}
+        out: dict[str, Any] = {"due": self.due, "rule": self.rule.value, "reason": self.reason}
+        if self.retry_at is not None:
+            out |= {"failures": self.failures, "retry_at": self.retry_at.isoformat()}
+        return out
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,10 @@ class GatePolicy:
     notes: int | None = None  # volume trigger: this many new/changed notes instead of sessions
     idle_minutes: float | None = None  # wait for this long without session activity …
     max_stale_hours: float | None = None  # … unless the last dream is at least this old
+    # After failed runs in a row: wait this long after the last (the beat interval), doubled
+    # with each further failure, at most ``backoff_max_seconds`` (0: no back-off).
+    backoff_seconds: float = 0.0
+    backoff_max_seconds: float = 0.0
 
     def overridden(self, overrides: dict[str, Any]) -> GatePolicy:
         """This policy with every non-None override applied (an agent's own gate settings)."""
@@ -59,12 +69,47 @@ class ScopeActivity:
     notes_changed_since: int = 0
     last_session_at: datetime | None = None  # latest session start or end (any time)
     pending_since: datetime | None = None  # earliest session since the last dream
+    # Failed runs in a row since the scope's last dream or forced run, and when the last ended.
+    failed_runs: int = 0
+    last_failed_at: datetime | None = None
 
 
 def decide_gate(*, now: datetime, policy: GatePolicy, activity: ScopeActivity) -> GateDecision:
     """Due when there is enough activity AND enough time (a first dream needs only the activity),
-    and, with an idle wait, the scope has been quiet long enough or has waited too long."""
-    a, p = activity, policy
+    and, with an idle wait, the scope has been quiet long enough or has waited too long; and,
+    after failed runs in a row, once the back-off since the last has passed."""
+    return _backing_off(now, policy, activity, _decide_due(now, policy, activity))
+
+
+def backoff_wait(failures: int, base_seconds: float, max_seconds: float) -> timedelta:
+    """How long a scope waits after ``failures`` failed runs in a row: the base (one beat
+    interval) after the first, doubled with each further one, never more than the cap; none
+    without a failure or with the back-off off (cap 0)."""
+    if failures < 1 or max_seconds <= 0:
+        return timedelta(0)
+    # The exponent is bounded: a scope failing for years must not overflow the float.
+    return timedelta(seconds=min(base_seconds * 2.0 ** min(failures - 1, 64), max_seconds))
+
+
+def _backing_off(now: datetime, p: GatePolicy, a: ScopeActivity,
+                 decision: GateDecision) -> GateDecision:
+    # Only a due scope backs off: one not due for another reason says that reason instead.
+    if not decision.due or a.failed_runs < 1 or a.last_failed_at is None:
+        return decision
+    retry_at = a.last_failed_at + backoff_wait(a.failed_runs, p.backoff_seconds,
+                                               p.backoff_max_seconds)
+    if now >= retry_at:
+        return decision
+    runs = "run" if a.failed_runs == 1 else "runs"
+    return GateDecision(
+        False, f"backing off after {a.failed_runs} failed {runs} in a row (the last ended "
+               f"{_span(now - a.last_failed_at)} ago): next tried by the first gate check "
+               f"from {retry_at:%Y-%m-%d %H:%M:%S} UTC, in {_span(retry_at - now)}; "
+               f"otherwise {decision.reason}", GateRule.BACKING_OFF,
+        failures=a.failed_runs, retry_at=retry_at)
+
+
+def _decide_due(now: datetime, p: GatePolicy, a: ScopeActivity) -> GateDecision:
     by_sessions = a.sessions_since >= p.sessions
     by_notes = p.notes is not None and a.notes_changed_since >= p.notes
     counted = f"{a.sessions_since} of {p.sessions} sessions"
@@ -108,3 +153,8 @@ def _hours(delta: timedelta) -> str:
 
 def _minutes(delta: timedelta) -> str:
     return f"{max(delta.total_seconds(), 0.0) / 60:.1f} min"
+
+
+def _span(delta: timedelta) -> str:
+    """Minutes up to two hours, then hours."""
+    return _minutes(delta) if delta < timedelta(hours=2) else _hours(delta)

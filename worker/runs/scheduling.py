@@ -30,6 +30,8 @@ class GateResult:
     # message, a creator killed before its claim, no broker at all): to be enqueued again.
     requeued: list[str] = field(default_factory=list)
     backlog: int | None = None  # messages the broker's queue held at the check (None: unknown)
+    # A check that creates no run (``create=False``): the due scopes it found, in scope order.
+    due: list[Scope] = field(default_factory=list)
 
 
 def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | None = None) -> None:
@@ -74,19 +76,26 @@ def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | Non
         uow.commit()
 
 
-def gate_check(app: App, now: datetime | None = None, backlog: int | None = None) -> GateResult:
+def gate_check(app: App, now: datetime | None = None, backlog: int | None = None, *,
+               create: bool = True) -> GateResult:
     """Create a run for every due scope; recover lost or stuck runs first (R5, R30).
-    ``backlog``: messages waiting in the broker's queue, if known (see ``recover_runs``)."""
+    ``backlog``: messages waiting in the broker's queue, if known (see ``recover_runs``).
+    ``create=False`` (`dream run --due`, which creates each run claimed as it comes to it):
+    the due scopes are listed in ``GateResult.due`` instead."""
     now = now or utcnow()
     result = GateResult([], {}, [], [], backlog=backlog)
     recover_runs(app, now, result, backlog)
     decisions = decide_scopes(app, now)
+    due = [scope for scope, d in decisions.items() if d.due]
     # Every due scope's run in one transaction (R1 still refuses a scope that has one).
-    runs = create_runs(app, [scope for scope, d in decisions.items() if d.due], trigger="beat")
+    runs = create_runs(app, due, trigger="beat") if create else {}
     for scope, decision in decisions.items():
         result.decisions[scope.key] = decision
         if not decision.due:
             result.skipped[scope.key] = decision.reason
+            continue
+        if not create:
+            result.due.append(scope)
             continue
         run_id = runs[scope]
         if run_id is None:
@@ -97,7 +106,13 @@ def gate_check(app: App, now: datetime | None = None, backlog: int | None = None
     rules: dict[str, int] = {}
     for decision in result.decisions.values():
         rules[decision.rule.value] = rules.get(decision.rule.value, 0) + 1
-    log.info("gate.checked", created=len(result.created), skipped=len(result.skipped),
+    if backing_off := rules.get(GateRule.BACKING_OFF.value, 0):
+        # Scopes whose runs keep failing (a store refusing writes, a phase crashing on them):
+        # counts only, the reasons are in `dream gate --explain`.
+        log.warning("gate.backing_off", scopes=backing_off,
+                    most_failures=max(d.failures or 0 for d in result.decisions.values()))
+    log.info("gate.checked", created=len(result.created), due=len(result.due),
+             skipped=len(result.skipped),
              retried=len(result.retried), requeued=len(result.requeued),
              failed=len(result.failed), backlog=backlog, rules=rules)
     return result
@@ -135,7 +150,9 @@ def decide_scopes(
     creates nothing."""
     s = app.settings
     default = GatePolicy(hours=s.gate_hours, sessions=s.gate_sessions, notes=s.gate_notes,
-                         idle_minutes=s.gate_idle_minutes, max_stale_hours=s.gate_max_stale_hours)
+                         idle_minutes=s.gate_idle_minutes, max_stale_hours=s.gate_max_stale_hours,
+                         backoff_seconds=s.beat_interval_seconds,
+                         backoff_max_seconds=s.failure_backoff_max_seconds)
     with app.uow() as uow:
         if scopes is None:
             scopes = sorted(set(uow.sessions.scopes()) | set(uow.notes.scopes()))
@@ -148,13 +165,16 @@ def decide_scopes(
         # The volume count is one aggregate over notes: only paid for when some scope uses it.
         changed = (uow.run_history.notes_changed_since_last_success(keys, now)
                    if any(p.notes is not None for p in policies.values()) else {})
+        streaks = (uow.run_history.failure_streaks(keys) if s.failure_backoff_max_seconds
+                   else {})
     decisions: dict[Scope, GateDecision] = {}
     for scope in scopes:
         count, latest, earliest = sessions.get(scope.key, (0, None, None))
+        failed, failed_at = streaks.get(scope.key, (0, None))
         activity = ScopeActivity(
             last_success_at=last.get(scope.key), sessions_since=count,
             notes_changed_since=changed.get(scope.key, 0), last_session_at=latest,
-            pending_since=earliest,
+            pending_since=earliest, failed_runs=failed, last_failed_at=failed_at,
         )
         decisions[scope] = decide_gate(now=now, policy=policies[scope], activity=activity)
     return decisions

@@ -13,6 +13,7 @@ import structlog
 from worker.app import App
 from worker.clock import utcnow
 from worker.config import Settings
+from worker.config_checks import phase_seconds
 from worker.domain.limits import REASON_MAX, visible_problem
 from worker.domain.types import RunStatus, Scope
 from worker.errors import BrokerUnavailable, InvalidRun, RunError, RunNotFound, UnknownScope
@@ -59,9 +60,11 @@ def execute_run_task(app: App, run_id: str,
 
 def run_task_hand_off(settings: Settings) -> float:
     """Seconds after which a run task starts no further phase: its soft time limit less the
-    longest a phase may ask the model (``llm_phase_seconds``) and a minute for the writes; 0
-    (every phase after the first in a task of its own) when the limit is shorter than that."""
-    return max(0.0, settings.task_soft_time_limit - settings.llm_phase_seconds - 60.0)
+    longest a judging phase takes (``config_checks.phase_seconds``: its model time, the call
+    in flight when that ends, a minute for the writes); 0 (every phase after the first in a
+    task of its own) when the limit leaves no more. With a model, settings whose phase does not
+    fit in the soft limit at all are refused as they load."""
+    return max(0.0, settings.task_soft_time_limit - phase_seconds(settings))
 
 
 def execute_phase(app: App, run_id: str, phase: str,

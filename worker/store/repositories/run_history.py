@@ -1,5 +1,5 @@
 """Runs as history: what the finished runs of a scope say (the gate's last success and the
-activity since, the open-candidate counts the growth check and the gauge read, run counts by
+activity since, its failed runs in a row, the open-candidate counts the growth check and the gauge read, run counts by
 status and phase usage for /metrics). The run's own life cycle is ``runs``."""
 
 from __future__ import annotations
@@ -78,6 +78,38 @@ class RunHistoryRepository:
             .group_by(NoteRow.scope_key)
         ).all()
         return {k: int(n) for k, n in rows}
+
+    def failure_streaks(self, scope_keys: list[str]) -> dict[str, tuple[int, datetime]]:
+        """Per scope with any: its failed runs in a row and when the last of them ended (the
+        gate's back-off), in one query. Counted: non-dry runs that were claimed (their phases
+        ran) and ended failed, created after the scope's latest reset, which is its last dream
+        (``GATE_RUN_STATUSES``, as the gate counts one) or any forced run (an operator's `dream
+        run --force`, whatever it ended as). A run failed unclaimed (a broker that was down, no
+        worker consuming the queue) says nothing about the scope and is left out, and so are
+        cancelled runs, dry runs and review approvals: none counts, none resets."""
+        if not scope_keys:
+            return {}
+        reset = (
+            select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
+            .where(DreamRunRow.scope_key.in_(scope_keys), DreamRunRow.trigger != REVIEW_TRIGGER,
+                   or_(DreamRunRow.force.is_(True),
+                       and_(DreamRunRow.status.in_(GATE_RUN_STATUSES),
+                            DreamRunRow.dry_run.is_(False))))
+            .group_by(DreamRunRow.scope_key)
+            .subquery()
+        )
+        rows = self.session.execute(
+            select(DreamRunRow.scope_key, func.count(),
+                   func.max(func.coalesce(DreamRunRow.finished_at, DreamRunRow.created_at)))
+            .outerjoin(reset, reset.c.scope_key == DreamRunRow.scope_key)
+            .where(DreamRunRow.scope_key.in_(scope_keys),
+                   DreamRunRow.status == RunStatus.FAILED.value,
+                   DreamRunRow.started_at.is_not(None), DreamRunRow.dry_run.is_(False),
+                   DreamRunRow.trigger != REVIEW_TRIGGER,
+                   or_(reset.c.at.is_(None), DreamRunRow.created_at > reset.c.at))
+            .group_by(DreamRunRow.scope_key)
+        ).all()
+        return {key: (int(n), at) for key, n, at in rows}
 
     def held_scopes(self, scope_keys: list[str]) -> set[str]:
         """Which of these scopes a queued, running or interrupted run holds (R1), one query."""

@@ -1,0 +1,104 @@
+"""Settings that pass one by one but contradict each other are refused as they load, with one
+line naming both variables, their values and what to change (worker/config_checks.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from worker.app import App
+from worker.config import ConfigError, Settings, load_settings
+from worker.config_checks import phase_seconds
+
+
+@pytest.mark.parametrize(("env", "refused"), [
+    # 900 s of model time + 100 s for the call in flight + 60 s of writes = 1,060 s
+    ({"DREAM_LLM_PROVIDER": "openai"}, None),  # the defaults: 2,700 s soft limit
+    ({"DREAM_LLM_PROVIDER": "openai", "DREAM_TASK_TIME_LIMIT": "1178"}, None),  # soft 1,060
+    ({"DREAM_LLM_PROVIDER": "openai", "DREAM_TASK_TIME_LIMIT": "1177"},  # soft 1,059: 1 s short
+     "raise DREAM_TASK_TIME_LIMIT to at least 1178 or lower DREAM_LLM_PHASE_SECONDS to at most 899"),
+    ({"DREAM_LLM_PROVIDER": "fake", "DREAM_LLM_PHASE_SECONDS": "3600"},
+     "raise DREAM_TASK_TIME_LIMIT to at least 4178 or lower DREAM_LLM_PHASE_SECONDS to at most 2540"),
+    # a long call deadline alone can outlive the task
+    ({"DREAM_LLM_PROVIDER": "openai", "DREAM_TASK_TIME_LIMIT": "600", "DREAM_LLM_TIMEOUT": "200",
+      "DREAM_LLM_PHASE_SECONDS": "10"},
+     "at least 756 (or lower DREAM_LLM_TIMEOUT / DREAM_LLM_MAX_RETRIES)"),
+    # no model asks anything: the rule judge's phases hold only I/O
+    ({"DREAM_LLM_PROVIDER": "none", "DREAM_TASK_TIME_LIMIT": "60"}, None),
+])
+def test_a_judging_phase_must_fit_in_the_soft_time_limit(
+        monkeypatch: pytest.MonkeyPatch, env: dict[str, str], refused: str | None) -> None:
+    """A judging phase longer than Celery's soft limit (90 % of DREAM_TASK_TIME_LIMIT) was
+    accepted, and every long phase was killed mid-way; now refused at start-up, naming both
+    settings with their values and the smallest limit (or largest phase time) that fits."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if refused is None:
+        settings = load_settings()
+        if settings.llm_provider != "none":
+            assert phase_seconds(settings) <= settings.task_soft_time_limit
+        return
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    message = str(err.value)
+    assert message.startswith("invalid setting: DREAM_LLM_PHASE_SECONDS (")
+    assert "does not fit in DREAM_TASK_TIME_LIMIT (" in message and refused in message
+    assert "\n" not in message
+
+
+def test_the_limit_a_refusal_names_is_accepted() -> None:
+    """The task time limit the message asks for holds the phase, and one second less does not."""
+    for phase in (1.0, 900.0, 2540.0, 7777.7):
+        kwargs = {"llm_provider": "openai", "llm_phase_seconds": phase}
+        with pytest.raises(ValueError) as err:
+            Settings(task_time_limit=10, **kwargs)  # type: ignore[arg-type]
+        named = re.search(r"DREAM_TASK_TIME_LIMIT to at least (\d+)", str(err.value))
+        assert named is not None
+        limit = int(named.group(1))
+        assert Settings(task_time_limit=limit, **kwargs)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            Settings(task_time_limit=limit - 1, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("cap", "beat", "refused"), [
+    ("86400", "900", False),  # the defaults
+    ("900", "900", False),  # one beat at most: every failure waits one interval
+    ("0", "900", False),  # the back-off turned off
+    ("300", "900", True),  # below the first wait: it could never hold
+])
+def test_the_failure_back_off_cap_is_at_least_one_beat(
+        monkeypatch: pytest.MonkeyPatch, cap: str, beat: str, refused: bool) -> None:
+    """A failing scope first waits one beat interval; a cap below it contradicts that."""
+    monkeypatch.setenv("DREAM_FAILURE_BACKOFF_MAX_SECONDS", cap)
+    monkeypatch.setenv("DREAM_BEAT_INTERVAL_SECONDS", beat)
+    if not refused:
+        assert load_settings().failure_backoff_max_seconds == int(cap)
+        return
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert str(err.value) == (
+        f"invalid setting: DREAM_FAILURE_BACKOFF_MAX_SECONDS ({cap}) is below "
+        f"DREAM_BEAT_INTERVAL_SECONDS ({beat}), the first wait after a failed run; raise it to "
+        f"at least {beat}, or set 0 to turn the back-off off; fix the environment variable and "
+        "retry")
+
+
+def test_a_contradicting_pair_stops_dream_run_before_any_run(sqlite_app: App) -> None:
+    """`dream run` under such settings: exit 8 with one `error:` line, no run row."""
+    from click.testing import CliRunner
+
+    from tests.support.factories import add_notes
+    from worker.cli import main
+    from worker.store.models import DreamRunRow
+
+    add_notes(sqlite_app, {"content": "Prefers tea."})
+    result = CliRunner().invoke(main, ["run", "--agent", "agent-1", "--force"], env={
+        "DREAM_DATABASE_URL": sqlite_app.settings.database_url, "DREAM_LLM_PROVIDER": "fake",
+        "DREAM_TASK_TIME_LIMIT": "600", "DREAM_LOG_LEVEL": "WARNING"})
+    assert result.exit_code == ConfigError.exit_code, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: invalid setting: DREAM_LLM_PHASE_SECONDS (900) does not fit "
+                           "in DREAM_TASK_TIME_LIMIT (600)"), line
+    with sqlite_app.uow() as uow:
+        assert uow.session.query(DreamRunRow).count() == 0

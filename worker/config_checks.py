@@ -1,0 +1,97 @@
+"""Checks across settings, run as they load (``worker.config.Settings``): values that pass one
+by one but together overflow a clock or contradict each other. Each check gives one line
+naming the variables, their values and what to change, or None."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from worker.config import Settings
+
+CENTURY_SECONDS = 100 * 365 * 86_400
+# Settings that are durations, with the seconds in one unit of each.
+DURATIONS = (("gate_hours", 3600), ("gate_idle_minutes", 60), ("gate_max_stale_hours", 3600),
+             ("beat_interval_seconds", 1), ("lease_seconds", 1), ("task_time_limit", 1),
+             ("queued_timeout_seconds", 1), ("backlog_patience_seconds", 1), ("llm_timeout", 1),
+             ("llm_phase_seconds", 1), ("llm_batch_wait", 1), ("llm_batch_poll", 1),
+             ("failure_backoff_max_seconds", 1),
+             ("contradictions.newer_wins_days", 86_400),
+             ("archive.protected_inactive_days", 86_400))
+# What a run task keeps, after a phase's model time, for the phase's writes.
+PHASE_WRITE_SECONDS = 60.0
+# The short back-offs one model call may wait between its attempts, all of them together.
+CALL_BACKOFF_SECONDS = 10.0
+SOFT_SHARE = 0.9  # Celery's soft time limit, as a share of the hard one
+
+
+def soft_time_limit(task_time_limit: int) -> int:
+    return int(task_time_limit * SOFT_SHARE)
+
+
+def model_call_seconds(settings: Settings) -> float:
+    """The longest one model call may take: every attempt at the whole-request deadline and the
+    back-offs between them (``OpenAICompatibleLLM.max_wall_seconds``)."""
+    return settings.llm_timeout * (settings.llm_max_retries + 1) + CALL_BACKOFF_SECONDS
+
+
+def phase_seconds(settings: Settings) -> float:
+    """The longest a judging phase takes: its model wall time, overrun by at most the one call
+    in flight when it ends (no call starts after it, ``llm.ask``), and a minute for its writes."""
+    return settings.llm_phase_seconds + model_call_seconds(settings) + PHASE_WRITE_SECONDS
+
+
+def duration_problem(settings: Settings) -> str | None:
+    """Each duration is added to or subtracted from a timestamp; past a century that overflows
+    (a traceback after the run row was written), so it is refused at start-up instead."""
+    for path, unit in DURATIONS:
+        section, _, name = path.rpartition(".")
+        value = getattr(getattr(settings, section) if section else settings, name)
+        if value is not None and value * unit > CENTURY_SECONDS:
+            env = "DREAM_" + path.replace(".", "__").upper()
+            return f"{env} is {value}, more than a century"
+    return None
+
+
+def conflict_problem(settings: Settings) -> str | None:
+    """The first pair of settings that contradict each other, as one line; None when none do."""
+    return _phase_outlives_task(settings) or _backoff_cap_below_beat(settings)
+
+
+def _phase_outlives_task(settings: Settings) -> str | None:
+    # Celery kills a task at its soft limit. A judging phase that may ask the model longer than
+    # the limit leaves was cut mid-way on every long run, under either task shape (a run task
+    # hands each phase to a task of its own, but one phase still has to fit in it), and an
+    # in-process run's lease heartbeat gives up at the hard limit. Without a model
+    # (DREAM_LLM_PROVIDER=none) no phase asks anything and the limit only has to hold I/O.
+    if settings.llm_provider == "none":
+        return None
+    need = phase_seconds(settings)
+    soft = soft_time_limit(settings.task_time_limit)
+    if need <= soft:
+        return None
+    limit = math.ceil(need / SOFT_SHARE)
+    while soft_time_limit(limit) < need:  # the soft limit is rounded down to whole seconds
+        limit += 1
+    call = model_call_seconds(settings)
+    most = math.floor(soft - call - PHASE_WRITE_SECONDS)
+    lower = (f" or lower DREAM_LLM_PHASE_SECONDS to at most {most}" if most > 0
+             else " (or lower DREAM_LLM_TIMEOUT / DREAM_LLM_MAX_RETRIES)")
+    return (f"DREAM_LLM_PHASE_SECONDS ({settings.llm_phase_seconds:g}) does not fit in "
+            f"DREAM_TASK_TIME_LIMIT ({settings.task_time_limit}): a judging phase may ask the "
+            f"model that long, plus {call:g} s for the call in flight (DREAM_LLM_TIMEOUT × "
+            f"(DREAM_LLM_MAX_RETRIES + 1) + {CALL_BACKOFF_SECONDS:g}) and "
+            f"{PHASE_WRITE_SECONDS:g} s for its writes, {need:g} s, but Celery kills a task at "
+            f"its soft limit of {soft} s (90 %), so every long phase would be cut mid-way; "
+            f"raise DREAM_TASK_TIME_LIMIT to at least {limit}{lower}")
+
+
+def _backoff_cap_below_beat(settings: Settings) -> str | None:
+    # A failing scope's first wait is one beat interval: a smaller cap could never hold.
+    cap, beat = settings.failure_backoff_max_seconds, settings.beat_interval_seconds
+    if 0 < cap < beat:
+        return (f"DREAM_FAILURE_BACKOFF_MAX_SECONDS ({cap}) is below "
+                f"DREAM_BEAT_INTERVAL_SECONDS ({beat}), the first wait after a failed run; "
+                f"raise it to at least {beat}, or set 0 to turn the back-off off")
+    return None
