@@ -10,6 +10,7 @@ import pytest
 
 from tests.llm.test_fanout import Ctx, Echo, _ctx, _echo, _questions
 from worker.llm.ask import AskStatus
+from worker.llm.base import BatchRelease
 from worker.llm.batch import BatchPending, ask_as_batch, reschedule_while_pending
 from worker.llm.fanout import Spending, question_key
 
@@ -19,12 +20,16 @@ class MemoryLedger:
 
     def __init__(self) -> None:
         self.batches: list[tuple[str, set[str]]] = []
+        self.releases: list[BatchRelease] = []
 
     def recorded(self) -> list[tuple[str, set[str]]]:
         return [(b, set(ids)) for b, ids in self.batches]
 
     def record(self, batch_id: str, custom_ids: Sequence[str]) -> None:
         self.batches.append((batch_id, set(custom_ids)))
+
+    def released(self, release: BatchRelease) -> None:
+        self.releases.append(release)
 
 
 def _batch_ctx(stub: Any, **budget: int) -> Ctx:

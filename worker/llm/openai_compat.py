@@ -22,7 +22,7 @@ import certifi
 import openai
 import structlog
 
-from worker.llm.base import BatchItem, BatchState, LLMError, LLMReply
+from worker.llm.base import BatchItem, BatchRelease, BatchState, LLMError, LLMReply
 
 log = structlog.get_logger(__name__)
 
@@ -215,6 +215,11 @@ class OpenAICompatibleLLM:
         from worker.llm.openai_batch import batch_state
 
         return batch_state(self, batch_id)
+
+    def release_batch(self, batch_id: str) -> BatchRelease:
+        from worker.llm.openai_batch import release_batch
+
+        return release_batch(self, batch_id)
 
     def sync_client(self) -> openai.OpenAI:
         """A client for the few calls of a batch (upload, create, retrieve, download)."""
