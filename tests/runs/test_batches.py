@@ -196,3 +196,28 @@ def test_a_batch_out_of_time_in_process_is_cancelled_not_left_running(
     assert llm_stub.batches.files == {}
     release = _release(stub_app, run_id)
     assert release is not None and release["cancelled"] and release["problem"] is None
+
+
+def test_a_run_failing_with_its_batch_out_releases_it(stub_app: App, llm_stub: LLMStub) -> None:
+    """Consolidation submits its batch, then fails before it reads it: the run (consolidation
+    alone) ends failed, and nobody would ever read that batch: it is released as the run is
+    finalized."""
+    from worker.llm.batch import BatchPending
+    from worker.phases import phase_registry
+
+    real = phase_registry()
+
+    def submit_then_fail(ctx: Any, step_id: str) -> Any:
+        with reschedule_while_pending(), pytest.raises(BatchPending):
+            real["consolidate"](ctx, step_id)
+        raise RuntimeError("the apply broke")
+
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = service.create_run(stub_app, SCOPE, force=True, phases=["consolidate"], clock=NOW)
+    assert run_id is not None
+    status = service.execute_run(stub_app, run_id, {**real, "consolidate": submit_then_fail})
+    assert status == RunStatus.FAILED.value
+    assert llm_stub.batches.cancelled == list(llm_stub.batches.batches) != []
+    assert llm_stub.batches.files == {}
+    release = _release(stub_app, run_id)
+    assert release is not None and release["cancelled"]

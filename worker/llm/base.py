@@ -60,6 +60,8 @@ class BatchState:
     status: str
     replies: dict[str, LLMReply] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    # The provider could not be asked: "failed" for this attempt only, the batch maybe working.
+    unchecked: bool = False
 
     @property
     def finished(self) -> bool:

@@ -88,7 +88,9 @@ def ask_as_batch(
     by_id = {it.custom_id: it for it in items}
     states = _poll(ctx, llm, batches, by_id)
     for bid, state in states.items():
-        if not state.finished:  # in-process, out of DREAM_LLM_BATCH_WAIT: nobody will read it
+        # In-process out of DREAM_LLM_BATCH_WAIT, or not to be checked: its items are deferred
+        # and asked again in a new batch, so nobody will read this one.
+        if not state.finished or state.unchecked:
             release_recorded(llm, ledger, bid)
     wait = float(ctx.settings.llm_batch_wait)
     for q, key in zip(questions, keys, strict=True):
@@ -168,7 +170,8 @@ def _state(llm: BatchLLM, batch_id: str, items: list[BatchItem]) -> BatchState:
     try:
         state = llm.batch_state(batch_id, items)
     except LLMError as exc:
-        return BatchState(batch_id, "failed", failed={it.custom_id: str(exc)[:200] for it in items})
+        return BatchState(batch_id, "failed", failed={it.custom_id: str(exc)[:200] for it in items},
+                          unchecked=True)
     if state.finished:
         _trace(llm, state, items)
     return state
