@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from worker.config import Settings
-from worker.llm.base import BatchItem, BatchState
+from worker.llm.base import BatchItem, BatchRelease, BatchState
 
 
 class HasSettings(Protocol):
@@ -152,6 +152,10 @@ class OutboundLLM:
 
     def submit_batch(self, items: Sequence[BatchItem]) -> str:
         return str(self.inner.submit_batch(self._outbound_items(items)[0]))
+
+    def release_batch(self, batch_id: str) -> BatchRelease:
+        release: BatchRelease = self.inner.release_batch(batch_id)  # ids only, no text
+        return release
 
     def batch_state(self, batch_id: str, items: Sequence[BatchItem]) -> BatchState:
         out, tables = self._outbound_items(items)

@@ -10,6 +10,7 @@ import pytest
 
 from tests.llm.test_fanout import Ctx, Echo, _ctx, _echo, _questions
 from worker.llm.ask import AskStatus
+from worker.llm.base import BatchRelease
 from worker.llm.batch import BatchPending, ask_as_batch, reschedule_while_pending
 from worker.llm.fanout import Spending, question_key
 
@@ -19,12 +20,16 @@ class MemoryLedger:
 
     def __init__(self) -> None:
         self.batches: list[tuple[str, set[str]]] = []
+        self.releases: list[BatchRelease] = []
 
     def recorded(self) -> list[tuple[str, set[str]]]:
         return [(b, set(ids)) for b, ids in self.batches]
 
     def record(self, batch_id: str, custom_ids: Sequence[str]) -> None:
         self.batches.append((batch_id, set(custom_ids)))
+
+    def released(self, release: BatchRelease) -> None:
+        self.releases.append(release)
 
 
 def _batch_ctx(stub: Any, **budget: int) -> Ctx:
@@ -77,3 +82,21 @@ def test_an_unreachable_endpoint_fails_the_items_not_the_phase(llm_stub: Any) ->
     outcomes = _ask(ctx, 2, MemoryLedger())
     assert [o.status for o in outcomes] == [AskStatus.ERROR, AskStatus.ERROR]
     assert "DREAM_LLM_API_KEY" in outcomes[0].reason
+
+
+def test_a_batch_that_cannot_be_checked_is_released_not_forgotten(llm_stub: Any) -> None:
+    """The provider stops answering after the submit: the items fail for this attempt
+    (deferred, asked again in a new batch next run), so nobody would read this batch; it is
+    released, and what that could not do (the provider still down) is recorded for the
+    ledger, never raised."""
+    llm_stub.set_handler(_echo)
+    llm_stub.batches.polls = 10_000
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        _ask(ctx, 2, ledger)
+    llm_stub.batches.refuse_status = 500
+    outcomes = _ask(ctx, 2, ledger)
+    assert [o.status for o in outcomes] == [AskStatus.DEFERRED, AskStatus.DEFERRED]
+    (release,) = ledger.releases
+    assert release.batch_id == ledger.batches[0][0] and not release.complete
+    assert "500" in str(release.problem)

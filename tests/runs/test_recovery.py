@@ -204,7 +204,7 @@ def test_cancelling_a_running_run_stops_its_executor_cleanly(
     worker = threading.Thread(target=lambda: outcome.append(service.execute_run(app, run_id)))
     worker.start()
     assert started.wait(30)
-    assert service.cancel_run(app, run_id, "operator stop") == RunStatus.RUNNING.value
+    assert service.cancel_run(app, run_id, "operator stop").was == RunStatus.RUNNING.value
     release.set()
     worker.join(60)
     assert outcome == [RunStatus.CANCELLED.value]

@@ -9,6 +9,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 from worker.app import App
+from worker.domain.types import Note, Scope, fingerprint_notes
 from worker.ingest import import_notes
 from worker.store.migrate import MIGRATIONS_DIR, alembic_config, check
 
@@ -117,3 +118,33 @@ def test_upgrade_to_0011_gives_existing_fused_notes_their_sources_conversations(
     parsed = {i: json.loads(v) if isinstance(v, str) else v for i, v in rows.items()}
     assert parsed == {"n1": None, "n2": None, "n3": None, "w": None, "f1": ["c1", "c2"],
                       "f2": ["c1", "c2", "c3"]}
+
+
+def test_upgrade_to_0013_keeps_apart_the_notes_of_items_declined_before(app: App) -> None:
+    """Migration 0013 records the reviewer's "no" of the merges, revocations and flags declined
+    before it (at the versions each item named, in its scope), so no phase retires one of
+    their notes into another; an archive declined, an item an undo withdrew and an open item
+    keep nothing apart."""
+    _migrate(app, "downgrade", "0012")
+    items = [("merge", "declined", "cli:ana", {"a": 1, "b": 2}),
+             ("flag", "declined", "cli:bo", {"c": 1, "d": 1}),
+             ("revoke", "declined", "undo", {"e": 1, "f": 1}),
+             ("archive", "declined", "cli:ana", {"g": 1, "h": 1}),
+             ("revoke", "open", None, {"i": 1, "j": 1})]
+    with app.engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO review_items (scope_key, phase, kind, status, versions, fingerprint,"
+            " created_at, decided_by) VALUES ('[\"a1\",null,null]', 'consolidate', :k, :s, :v,"
+            " 'fp', '2026-06-01 00:00:00', :by)"),
+            [{"k": k, "s": s, "v": json.dumps(v), "by": by} for k, s, by, v in items])
+    _migrate(app, "upgrade", "head")
+    check(app.engine)
+    with app.engine.connect() as conn:
+        rows = conn.execute(text("SELECT scope_key, fingerprint, note_ids FROM judgements"
+                                 " WHERE kind = 'declined_apart'")).all()
+    found = {r.fingerprint: json.loads(r.note_ids) if isinstance(r.note_ids, str)
+             else r.note_ids for r in rows}
+    a, b, c, d = (Note(id=i, scope=Scope("a1"), content="", version=v)
+                  for i, v in (("a", 1), ("b", 2), ("c", 1), ("d", 1)))
+    assert found == {fingerprint_notes([a, b]): ["a", "b"], fingerprint_notes([c, d]): ["c", "d"]}
+    assert {r.scope_key for r in rows} == {Scope("a1").key}

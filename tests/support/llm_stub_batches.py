@@ -2,7 +2,10 @@
 
 ``POST /v1/files`` (multipart upload), ``GET /v1/files/{id}`` and ``/v1/files/{id}/content``,
 ``DELETE /v1/files/{id}`` (``sent`` keeps every upload, deleted or not; ``deleted`` the ids);
-``POST /v1/batches`` and ``GET /v1/batches/{id}``. Each retrieve moves a batch one status on:
+``POST /v1/batches``, ``GET /v1/batches/{id}`` and ``POST /v1/batches/{id}/cancel`` (a batch
+still validating or in progress becomes ``cancel_to``, "cancelled" unless the test asks for
+"cancelling"; ``cancelled`` keeps the ids; a finished one answers 409, as OpenAI does). Each
+retrieve moves a batch one status on:
 validating → in_progress → (after ``polls`` in progress) completed, or what the test asked for.
 Per test, on ``stub.batches``: ``polls`` (retrieves spent in progress), ``finish_as``
 ("completed", "expired", "failed"), ``answer_before_expiry`` (lines answered when it expires),
@@ -39,7 +42,7 @@ class StubBatch:
     created_at: int = field(default_factory=lambda: int(time.time()))
 
     def body(self, lines: int) -> dict[str, Any]:
-        done = self.status in ("completed", "expired", "failed")
+        done = self.status in ("completed", "expired", "failed", "cancelled")
         return {
             "id": self.id, "object": "batch", "endpoint": self.endpoint,
             "input_file_id": self.input_file_id, "completion_window": "24h",
@@ -71,6 +74,8 @@ class BatchEndpoints:
         self.corrupt_line: Callable[[Any], bool] | None = None
         self.refuse_status: int | None = None  # every files/batches request answers this
         self.refuse_delete: int | None = None  # every DELETE answers this (the files stay)
+        self.cancel_to = "cancelled"  # what a cancel makes of a working batch
+        self.cancelled: list[str] = []  # every batch a cancel stopped
 
     # ---- routing -----------------------------------------------------------------------
     def post(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
@@ -78,6 +83,8 @@ class BatchEndpoints:
             return self.refuse_status, {"error": {"message": f"stub refuses ({self.refuse_status})"}}
         if path.endswith("/files"):
             return self._upload(headers.get("content-type", ""), raw)
+        if path.endswith("/cancel"):
+            return self._cancel(path.rstrip("/").split("/")[-2])
         if path.endswith("/batches"):
             return self._create(json.loads(raw or b"{}"))
         return 404, {"error": {"message": f"no route {path}"}}
@@ -156,6 +163,24 @@ class BatchEndpoints:
             batch.status = "in_progress"
         elif batch.status == "in_progress" and batch.retrieves > self.polls:
             self._finish(batch)
+        elif batch.status == "cancelling":  # done cancelling: what it did not answer, listed
+            lines = self.files.get(batch.input_file_id, b"").splitlines()
+            batch.error_file_id = self._store(b"".join(
+                json.dumps({"custom_id": json.loads(x)["custom_id"], "response": None,
+                            "error": {"code": "batch_cancelled"}}).encode() + b"\n"
+                for x in lines if x.strip()), "batch_output")
+            batch.status = "cancelled"
+        return 200, batch.body(self._line_count(batch))
+
+    def _cancel(self, batch_id: str) -> tuple[int, Any]:
+        with self._lock:
+            batch = self.batches.get(batch_id)
+            if batch is None:
+                return 404, {"error": {"message": f"no batch {batch_id}"}}
+            if batch.status not in ("validating", "in_progress"):
+                return 409, {"error": {"message": f"cannot cancel a batch that is {batch.status}"}}
+            batch.status = self.cancel_to
+            self.cancelled.append(batch_id)
         return 200, batch.body(self._line_count(batch))
 
     def _line_count(self, batch: StubBatch) -> int:

@@ -89,6 +89,16 @@ def echo_imported(result: Any, noun: str) -> None:
                f"{result.duplicates} already present")
 
 
+def echo_batch_releases(releases: Iterable[Any], indent: str = "") -> None:
+    """What a stop did to its runs' provider batches (``RunBatchRelease``): a line each, one
+    left at the provider as a warning on stderr (the stop itself stands)."""
+    for done in releases:
+        if done.release.complete:
+            click.echo(f"{indent}{done.line()}")
+        else:
+            click.echo(f"warning: {done.line()}", err=True)
+
+
 def parse_option_timestamp(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None

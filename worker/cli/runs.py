@@ -15,6 +15,7 @@ from worker.cli.common import (
     USER_IDENT,
     Outcome,
     cli_app,
+    echo_batch_releases,
     json_option,
     parse_option_timestamp,
 )
@@ -223,14 +224,19 @@ def runs_list(ctx: click.Context, as_json: bool, limit: int, agent: str | None,
 @click.pass_context
 @user_errors
 def runs_cancel(ctx: click.Context, run_id: str, reason: str) -> None:
-    """Cancel a queued, interrupted or running run and free its scope."""
+    """Cancel a queued, interrupted or running run and free its scope; cancel its provider
+    batches and delete their files (again, for a stopped run whose release left some)."""
     from worker.runs.service import cancel_run
 
-    was = cancel_run(cli_app(ctx), run_id, reason)
-    click.echo(f"run {run_id} cancelled (was {was})")
-    if was == RunStatus.RUNNING.value:
+    done = cancel_run(cli_app(ctx), run_id, reason)
+    if done.was in (RunStatus.CANCELLED.value, RunStatus.FAILED.value):
+        click.echo(f"run {run_id} was {done.was} already; releasing its provider batches again")
+    else:
+        click.echo(f"run {run_id} cancelled (was {done.was})")
+    if done.was == RunStatus.RUNNING.value:
         click.echo("its executor stops at its next write; what it applied stays recorded: "
                    f"`dream undo {run_id}` reverts it")
+    echo_batch_releases(done.batches)  # a failure here never undoes the cancel
 
 
 @runs.command("show")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from worker.cli.common import IDENT, cli_app, operator
+from worker.cli.common import IDENT, cli_app, echo_batch_releases, operator
 from worker.cli.errors import UserError, user_errors
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ def _print_erased(result: EraseResult) -> None:
                    "resumes it from a fresh read)")
     for rid in result.cancelled_runs:
         click.echo(f"  cancelled run {rid} (its user was erased; nothing is left in its scope)")
+    echo_batch_releases(result.batches, "  ")  # the stopped runs' batches quoted the text
     if result.erase_id is not None:
         click.echo(f"  to revert the restorations and holds above: dream undo {result.erase_id}")
     counted = ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()) if v)

@@ -33,7 +33,7 @@ from worker.phases.consolidate.core import (
     revocation_comment,
 )
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
-from worker.phases.kit.snapshot import KEEP_APART
+from worker.phases.kit.snapshot import APART_KINDS, KEEP_APART, Memory
 from worker.review.propose import held_notes
 from worker.safety.injection import injection_signals
 from worker.safety.undo import FUSE_PREFIX
@@ -68,7 +68,8 @@ def fusion_candidates(
 ) -> list[dict[str, Any]]:
     """Similar active pairs of the scope (most similar first) plus the open items of its latest run.
 
-    Excludes pairs/clusters judged "keep apart" or already fused at their current versions,
+    Excludes pairs/clusters holding two notes kept apart (a host's "keep apart", a reviewer's
+    declined merge, revocation or flag) or already fused at their current versions,
     anything involving a protected or immutable note, a note whose text reads like instructions
     (``offered``), and anything involving a note an open review item would change
     (``held_notes``: it waits for the reviewer).
@@ -88,8 +89,13 @@ def fusion_candidates(
         open_items = _open_items(steps, by_id, run.id if run is not None else None)
         groups = [[notes[i], notes[j]] for i, j, _ in pairs] + [g for _, g in open_items]
         fps = [fingerprint_notes(g) for g in groups]
-        hidden = set(uow.judgements.known(scope, KEEP_APART, fps))
-        hidden |= set(uow.judgements.known(scope, FUSED, fps))
+        hidden = set(uow.judgements.known(scope, FUSED, fps))
+        # Any two notes a host kept apart or a reviewer declined (merge, revoke, flag) at their
+        # versions: a group holding both is not offered, whatever else it holds.
+        apart = Memory(rows=uow.judgements.of_kinds(scope, APART_KINDS)).kept_apart(notes)
+        hidden |= {fp for fp, g in zip(fps, groups, strict=True)
+                   if any(frozenset((a.id, b.id)) in apart
+                          for k, a in enumerate(g) for b in g[k + 1:])}
         # A note an open review item would change waits for the reviewer, as a run leaves it:
         # fusing it here would only make the item stale.
         held = held_notes(uow, scope)

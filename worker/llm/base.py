@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from worker.errors import ModelFailure
@@ -60,10 +60,34 @@ class BatchState:
     status: str
     replies: dict[str, LLMReply] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    # The provider could not be asked: "failed" for this attempt only, the batch maybe working.
+    unchecked: bool = False
 
     @property
     def finished(self) -> bool:
         return self.status in BATCH_FINISHED
+
+
+@dataclass
+class BatchRelease:
+    """What stopping a provider batch for good did (its run no longer wants its answers): the
+    status found, whether it was cancelled, the files deleted and those the provider still
+    holds, and ``problem``, one line without note text, when part of it failed."""
+
+    batch_id: str
+    status: str = "unknown"
+    cancelled: bool = False
+    deleted: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Nothing is left at the provider (nothing running, no file)."""
+        return self.problem is None and not self.kept
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class BatchLLM(LLMClient, Protocol):
@@ -78,4 +102,9 @@ class BatchLLM(LLMClient, Protocol):
     def batch_state(self, batch_id: str, items: Sequence[BatchItem]) -> BatchState:
         """The batch's status and, once finished, its replies; ``items`` are the questions
         its replies may answer (the boundary restores their placeholders)."""
+        ...
+
+    def release_batch(self, batch_id: str) -> BatchRelease:
+        """Cancel the batch if it still works and delete its files; never raises for the
+        provider's errors (they are the release's ``problem``)."""
         ...

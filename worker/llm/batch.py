@@ -1,6 +1,7 @@
 """Batch pricing (``DREAM_LLM_BATCH``): a fan-out's questions go as one provider batch, submitted
 once per run step (the ledger), picked up when finished and validated like online replies.
-What a batch did not answer usably (expired, failed lines, garbage) is deferred, never applied."""
+What a batch did not answer usably (expired, failed lines, garbage) is deferred, never applied;
+a batch not finished in time in-process is released (cancelled, its files deleted)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import structlog
 
 from worker import telemetry
 from worker.llm.ask import AskStatus, Outcome, check
-from worker.llm.base import BatchItem, BatchLLM, BatchState, LLMError, LLMReply
+from worker.llm.base import BatchItem, BatchLLM, BatchRelease, BatchState, LLMError, LLMReply
 from worker.llm.cache import ReplyCache
 
 log = structlog.get_logger(__name__)
@@ -54,6 +55,10 @@ class BatchLedger(Protocol):
 
     def record(self, batch_id: str, custom_ids: Sequence[str]) -> None: ...
 
+    def released(self, release: BatchRelease) -> None:
+        """What releasing one of its batches did (recorded beside the batch)."""
+        ...
+
 
 class Spending(Protocol):
     def reserve(self, estimated_tokens: int) -> bool: ...
@@ -82,12 +87,31 @@ def ask_as_batch(
     batches = [(bid, ids & wanted) for bid, ids in recorded if ids & wanted]
     by_id = {it.custom_id: it for it in items}
     states = _poll(ctx, llm, batches, by_id)
+    for bid, state in states.items():
+        # In-process out of DREAM_LLM_BATCH_WAIT, or not to be checked: its items are deferred
+        # and asked again in a new batch, so nobody will read this one.
+        if not state.finished or state.unchecked:
+            release_recorded(llm, ledger, bid)
     wait = float(ctx.settings.llm_batch_wait)
     for q, key in zip(questions, keys, strict=True):
         if key not in outcomes:
             bid = next(b for b, ids in batches if key in ids)
             outcomes[key] = _settle(q, key, states[bid], spending, wait)
     return [outcomes[k] for k in keys]
+
+
+def release_recorded(llm: BatchLLM, ledger: BatchLedger, batch_id: str) -> BatchRelease:
+    """Release a batch whose answers this phase will not read (its items are deferred and asked
+    again next run, in a new batch): cancelled, so it bills no more, its files deleted."""
+    release = llm.release_batch(batch_id)
+    ledger.released(release)
+    if release.complete:
+        log.info("llm.batch_released", batch_id=batch_id, status=release.status,
+                 cancelled=release.cancelled, files_deleted=len(release.deleted))
+    else:
+        log.warning("llm.batch_release_incomplete", batch_id=batch_id, status=release.status,
+                    problem=release.problem)
+    return release
 
 
 def _submit(
@@ -146,7 +170,8 @@ def _state(llm: BatchLLM, batch_id: str, items: list[BatchItem]) -> BatchState:
     try:
         state = llm.batch_state(batch_id, items)
     except LLMError as exc:
-        return BatchState(batch_id, "failed", failed={it.custom_id: str(exc)[:200] for it in items})
+        return BatchState(batch_id, "failed", failed={it.custom_id: str(exc)[:200] for it in items},
+                          unchecked=True)
     if state.finished:
         _trace(llm, state, items)
     return state

@@ -8,8 +8,10 @@ from typing import Any
 
 from worker.clock import utcnow
 from worker.domain.types import StepStatus
+from worker.llm.base import BatchRelease
+from worker.store.repositories.batches import BATCH_STEP_PREFIX
 
-STEP_PREFIX = "llm batch "
+STEP_PREFIX = BATCH_STEP_PREFIX
 
 
 class StepLedger:
@@ -49,3 +51,15 @@ class StepLedger:
                 "started_at": now, "finished_at": now, "duration_ms": None,
             })
             uow.commit()
+
+    def released(self, release: BatchRelease) -> None:
+        """What releasing the batch did, on its step's output (``release``). Not fenced: it
+        records what the provider was told, whoever holds the run now."""
+        with self.ctx.uow() as uow:
+            uow.batches.record_release(self.ctx.run_id, release.batch_id, release_record(release))
+            uow.commit()
+
+
+def release_record(release: BatchRelease) -> dict[str, object]:
+    """A release as a batch step records it (ids, statuses, the problem line: no note text)."""
+    return {**release.as_dict(), "at": utcnow().isoformat()}

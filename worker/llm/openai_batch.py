@@ -1,6 +1,7 @@
 """Provider batches for OpenAICompatibleLLM: one JSONL of /v1/chat/completions requests per
 batch (files + batches API); the output and error files are read back by ``custom_id``, then
-all three are deleted at the provider."""
+all three are deleted at the provider. A batch its run no longer wants is released: cancelled
+if it still works, its files deleted."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pydantic
 import structlog
 from openai.types.chat import ChatCompletion
 
-from worker.llm.base import BatchItem, BatchState, LLMError
+from worker.llm.base import BATCH_FINISHED, BatchItem, BatchRelease, BatchState, LLMError
 from worker.llm.openai_compat import OpenAICompatibleLLM, chat_reply, client_error
 
 log = structlog.get_logger(__name__)
@@ -70,21 +71,61 @@ def batch_state(llm: OpenAICompatibleLLM, batch_id: str) -> BatchState:
     return state
 
 
-def forget_files(client: openai.OpenAI, batch_id: str, file_ids: Sequence[str | None]) -> None:
-    """Delete a finished batch's files at the provider once they are read. They hold every
-    prompt (note text) and reply, and a provider keeps uploaded files until they are deleted:
-    no erasure could reach them. Best effort: a file the provider keeps is logged by id (a
-    retried phase that reads the batch again finds the output gone and defers its items)."""
+def forget_files(client: openai.OpenAI, batch_id: str,
+                 file_ids: Sequence[str | None]) -> tuple[list[str], list[str]]:
+    """Delete a batch's files at the provider once they are read (or no longer wanted): the
+    ids deleted and those it keeps. They hold every prompt (note text) and reply, and a
+    provider keeps uploaded files until they are deleted: no erasure could reach them. Best
+    effort: a file the provider keeps is logged by id (a retried phase that reads the batch
+    again finds the output gone and defers its items)."""
+    deleted: list[str] = []
+    kept: list[str] = []
     for file_id in file_ids:
         if not file_id:
             continue
         try:
             client.files.delete(file_id)
+            deleted.append(file_id)
         except openai.NotFoundError:
             continue  # deleted already (the same batch read twice)
         except openai.OpenAIError as exc:
+            kept.append(file_id)
             log.warning("llm.batch_file_kept", batch_id=batch_id, file_id=file_id,
                         error_type=type(exc).__name__)
+    return deleted, kept
+
+
+def release_batch(llm: OpenAICompatibleLLM, batch_id: str) -> BatchRelease:
+    """Stop a batch whose run no longer wants its answers (cancelled, failed, given up, out of
+    time): ``batches.cancel`` while the provider still works on it (it bills each request it
+    answers), then its input, output and error files deleted. Never raises for the provider:
+    what failed is the release's ``problem``, and what is left is released by a later call."""
+    release = BatchRelease(batch_id)
+    try:
+        with llm.sync_client() as client:
+            batch = client.batches.retrieve(batch_id)
+            if batch.status not in BATCH_FINISHED and batch.status != "cancelling":
+                batch = client.batches.cancel(batch_id)
+                release.cancelled = True
+            release.status = batch.status
+            release.deleted, release.kept = forget_files(
+                client, batch_id, (batch.input_file_id, batch.output_file_id,
+                                   batch.error_file_id))
+    except openai.NotFoundError:
+        release.status = "gone"  # the provider holds no such batch (its retention ended)
+        return release
+    except openai.APIConnectionError:
+        release.problem = "cannot reach the model endpoint (check DREAM_LLM_BASE_URL)"
+    except openai.OpenAIError as exc:
+        release.problem = str(client_error(exc))
+    if release.problem is None and release.status not in BATCH_FINISHED:
+        # A cancel takes effect later (OpenAI: up to 10 minutes); the output file of what it
+        # answered meanwhile appears then, and only a later release can delete it.
+        release.problem = (f"the provider is still {release.status} it; the output file it "
+                           "writes then is not deleted yet")
+    elif release.problem is None and release.kept:
+        release.problem = f"the provider kept file {', '.join(release.kept)}"
+    return release
 
 
 def read_output(text: str, state: BatchState, model: str) -> None:

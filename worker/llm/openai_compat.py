@@ -23,7 +23,7 @@ import openai
 import structlog
 
 from worker.config_checks import model_call_seconds
-from worker.llm.base import BatchItem, BatchState, LLMError, LLMReply
+from worker.llm.base import BatchItem, BatchRelease, BatchState, LLMError, LLMReply
 
 log = structlog.get_logger(__name__)
 
@@ -216,6 +216,11 @@ class OpenAICompatibleLLM:
         from worker.llm.openai_batch import batch_state
 
         return batch_state(self, batch_id)
+
+    def release_batch(self, batch_id: str) -> BatchRelease:
+        from worker.llm.openai_batch import release_batch
+
+        return release_batch(self, batch_id)
 
     def sync_client(self) -> openai.OpenAI:
         """A client for the few calls of a batch (upload, create, retrieve, download)."""

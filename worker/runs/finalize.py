@@ -13,8 +13,9 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import JUDGING_PHASES, PHASES
+from worker.domain.types import JUDGING_PHASES, PHASES, RunStatus
 from worker.domain.usage import StepUsage
+from worker.runs.batches import release_run_batches
 from worker.runs.outcome import PhaseOutcome, RunFacts, decide_outcome
 from worker.runs.phase_run import left_for_later
 from worker.runs.snapshot import TERMINAL_STEP, RunSnapshot, read_snapshot, step_usages
@@ -60,6 +61,8 @@ def finalize(app: App, snap: RunSnapshot, written: list[dict[str, Any]] | None =
             return run.status if run is not None else snap.status
         uow.commit()
     log.info("run.finished", run_id=snap.run_id, status=outcome.status, flags=outcome.flags)
+    if outcome.status == RunStatus.FAILED.value:  # a phase failed with its batch still out
+        release_run_batches(app, [snap.run_id], shown=False)
     return outcome.status
 
 

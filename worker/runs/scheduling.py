@@ -12,6 +12,7 @@ import structlog
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import RunStatus, Scope
+from worker.runs.batches import release_run_batches
 from worker.runs.create import create_runs
 from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
 
@@ -37,7 +38,8 @@ class GateResult:
 def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | None = None) -> None:
     """R5 + R30: runs whose lease expired become interrupted (failed after max_attempts);
     queued/interrupted runs nobody claimed in time are handed out again (failed after
-    max_attempts hand-overs). Every transition is compare-and-set: a live executor wins.
+    max_attempts hand-overs). Every transition is compare-and-set: a live executor wins. The
+    provider batches of the runs failed here are released (``release_run_batches``).
 
     ``backlog``: messages waiting in the broker's queue (None: unknown, or no broker). While
     some wait, a run's message may be one of them, behind the rest: a queued run, or a running
@@ -74,6 +76,9 @@ def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | Non
             elif uow.runs.requeue(run, now):
                 result.requeued.append(run.id)
         uow.commit()
+    # A run given up may have left a provider batch working (and billing) for answers no one
+    # will read: cancelled and its files deleted, once the failure is committed.
+    release_run_batches(app, result.failed, shown=False)
 
 
 def gate_check(app: App, now: datetime | None = None, backlog: int | None = None, *,

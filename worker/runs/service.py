@@ -8,6 +8,8 @@ module hands it the phase registry); the gate check: ``worker.runs.scheduling``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import structlog
 
 from worker.app import App
@@ -18,6 +20,7 @@ from worker.domain.limits import REASON_MAX, visible_problem
 from worker.domain.types import RunStatus, Scope
 from worker.errors import BrokerUnavailable, InvalidRun, RunError, RunNotFound, UnknownScope
 from worker.runs import engine
+from worker.runs.batches import RunBatchRelease, release_run_batches
 from worker.runs.context import Registry
 from worker.runs.create import busy_message, create_claimed_run, create_run, create_runs
 from worker.runs.finalize import finalize_run
@@ -31,6 +34,8 @@ from worker.runs.scheduling import (
     scope_gate,
 )
 from worker.runs.snapshot import RunSnapshot, claim
+from worker.store.models import DreamRunRow
+from worker.store.uow import UnitOfWork
 
 log = structlog.get_logger(__name__)
 
@@ -86,8 +91,19 @@ def unclaimed_runs(app: App) -> list[str]:
         return [r.id for r in uow.runs.unclaimed()]
 
 
-def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator") -> str:
-    """Cancel a queued, interrupted or running run and free its scope; the status it had.
+@dataclass(frozen=True)
+class Cancelled:
+    """A cancel's answer: the status the run had, and what became of its provider batches."""
+
+    was: str
+    batches: list[RunBatchRelease] = field(default_factory=list)
+
+
+def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator") -> Cancelled:
+    """Cancel a queued, interrupted or running run and free its scope; then release its
+    provider batches (``release_run_batches``: a batch it waits on is cancelled at the provider
+    and its files deleted; a failure there is reported, never undoes the cancel). A run already
+    cancelled or failed whose batch release left something behind: the release is tried again.
 
     A running executor notices at its next fenced write and stops; what it applied before
     stays recorded in the operation log, so `dream undo` can still revert it."""
@@ -96,29 +112,41 @@ def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator")
     if len(reason) > REASON_MAX:  # and on each of its steps: one line, as a decline's
         raise InvalidRun(f"--reason has {len(reason)} characters; at most {REASON_MAX}: say "
                          "why in a line")
-    now = utcnow()
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         if run is None:
             raise RunNotFound(run_id)
         before = run.status
-        if before == RunStatus.RUNNING.value:
-            done = uow.runs.cancel_running(run, now, reason)
-        elif before in (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value):
-            done = uow.runs.finish_unclaimed(run, RunStatus.CANCELLED.value, now,
-                                             status_reason=reason)
-        else:
-            raise RunError(f"run {run_id} is {before}; only queued, interrupted or running runs "
-                           "can be cancelled")
-        if not done:
+        if before in STOPPED and uow.batches.unreleased([run_id]):
+            pass  # stopped already: what its batches left at the provider goes below
+        elif not _stop(uow, run, reason):
             raise RunError(f"run {run_id} changed while cancelling it; look again with "
                            f"`dream runs show {run_id}`")
+        else:
+            uow.commit()
+            log.info("run.cancelled", run_id=run_id, was=before)
+    return Cancelled(before, release_run_batches(app, [run_id]))
+
+
+def _stop(uow: UnitOfWork, run: DreamRunRow, reason: str) -> bool:
+    """The run cancelled and its steps stopped (not committed); False if it moved meanwhile."""
+    now = utcnow()
+    if run.status == RunStatus.RUNNING.value:
+        done = uow.runs.cancel_running(run, now, reason)
+    elif run.status in (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value):
+        done = uow.runs.finish_unclaimed(run, RunStatus.CANCELLED.value, now, status_reason=reason)
+    else:
+        raise RunError(f"run {run.id} is {run.status}; only queued, interrupted or running runs "
+                       "can be cancelled")
+    if done:
         # As an erasure's cancel records them: never "skipped", which says a phase was not
         # asked for (and counts it done).
-        uow.runs.stop_steps([run_id], f"the run was cancelled: {reason}", now)
-        uow.commit()
-    log.info("run.cancelled", run_id=run_id, was=before)
-    return before
+        uow.runs.stop_steps([run.id], f"the run was cancelled: {reason}", now)
+    return done
+
+
+# Stopped for good: a provider batch of such a run is never read.
+STOPPED = (RunStatus.CANCELLED.value, RunStatus.FAILED.value)
 
 
 def ensure_scope_known(app: App, scope: Scope) -> None:
@@ -150,7 +178,7 @@ def abandon_run(app: App, run_id: str, reason: str) -> None:
 
 __all__ = [
     "BrokerUnavailable", "GateResult", "PhaseOutcome", "RunError", "UnknownScope",
-    "abandon_run", "busy_message", "cancel_run", "claim_run", "create_claimed_run", "create_run", "create_runs",
+    "Cancelled", "abandon_run", "busy_message", "cancel_run", "claim_run", "create_claimed_run", "create_run", "create_runs",
     "decide_scopes", "explain_scopes",
     "ensure_scope_known", "execute_phase", "execute_run", "execute_run_task", "finalize_run", "gate_check",
     "recover_runs", "scope_gate", "scope_known", "unclaimed_runs",

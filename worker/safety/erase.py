@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import structlog
 from sqlalchemy import text
@@ -28,6 +29,9 @@ from worker.store.db import SQLITE_BUSY_SECONDS
 from worker.store.repositories.retention import append_comment
 from worker.store.repositories.safety import Survivor
 from worker.store.uow import UnitOfWork
+
+if TYPE_CHECKING:
+    from worker.runs.batches import RunBatchRelease
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +67,8 @@ class EraseResult:
     interrupted_runs: list[str] = field(default_factory=list)
     # A user's erasure empties the user's scopes: their unfinished runs are cancelled instead.
     cancelled_runs: list[str] = field(default_factory=list)
+    # What became of those runs' provider batches (cancelled, files deleted, or what is left).
+    batches: list[RunBatchRelease] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,11 @@ def erase(
                 raise
             log.info("erase.deadlock_retried", attempt=attempt + 1)
     result.checkpoint = checkpoint_sqlite(app)
+    # The runs it stopped read the erased text: a provider batch of theirs quotes it, in the
+    # provider's files (and a cancelled run's batch bills on). Released: cancelled, deleted.
+    from worker.runs.batches import release_run_batches
+
+    result.batches = release_run_batches(app, result.interrupted_runs + result.cancelled_runs)
     log.info("erase.finished", subject_kind=subject.split()[0],
              notes=result.counts.get("notes", 0), derived=len(result.derived_ids),
              restored=len(result.restored_ids), held=len(result.held_ids),

@@ -16,6 +16,7 @@ from worker.store.repositories import (
     RunRepository,
     SessionRepository,
 )
+from worker.store.repositories.batches import BatchStepRepository
 from worker.store.repositories.examples import ExampleRepository
 from worker.store.repositories.keys import InstanceKeyRepository
 from worker.store.repositories.references import ReferenceRepository
@@ -54,6 +55,7 @@ class UnitOfWork:
         self.notes = NoteRepository(self.session)
         self.runs = RunRepository(self.session)
         self.run_history = RunHistoryRepository(self.session)
+        self.batches = BatchStepRepository(self.session)
         self.sessions = SessionRepository(self.session)
         self.entities = EntityRepository(self.session)
         self.judgements = JudgementRepository(self.session)

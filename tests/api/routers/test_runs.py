@@ -193,7 +193,7 @@ def test_cancel_through_the_api(api_app: App, client: TestClient) -> None:
     assert client.post(f"/api/runs/{run_id}/cancel", headers=auth(AGENT_2)).status_code == 404
     r = client.post(f"/api/runs/{run_id}/cancel", headers=auth(AGENT_1))
     assert r.status_code == 200 and r.json() == {"run_id": run_id, "status": "cancelled",
-                                                 "was": "queued"}
+                                                 "was": "queued", "batches": []}
     assert client.get(f"/api/runs/{run_id}", headers=auth(AGENT_1)).json()["status_reason"] == (
         "cancelled through the API by [\"agent-1\",null,null]")
     second = _run(client, api_app)

@@ -74,12 +74,15 @@ def start_run(body: RunIn, who: Caller, app: DreamApp) -> dict[str, Any]:
 
 @router.post("/{run_id}/cancel")
 def cancel(run_id: RunId, who: Caller, app: DreamApp) -> dict[str, Any]:
-    """Cancel a queued, interrupted or running run and free its scope (409 if finished)."""
+    """Cancel a queued, interrupted or running run and free its scope (409 if finished), then
+    release its provider batches (``batches``: what was done, or what is left and why)."""
     from worker.runs.service import cancel_run
 
     visible_run(app, run_id, who)
-    was = cancel_run(app, run_id, f"cancelled through the API by {who.label}")
-    return {"run_id": run_id, "status": RunStatus.CANCELLED.value, "was": was}
+    done = cancel_run(app, run_id, f"cancelled through the API by {who.label}")
+    status = done.was if done.was == RunStatus.FAILED.value else RunStatus.CANCELLED.value
+    return {"run_id": run_id, "status": status, "was": done.was,
+            "batches": [{**b.release.as_dict(), "line": b.line()} for b in done.batches]}
 
 
 @router.post("/{run_id}/undo")

@@ -35,7 +35,7 @@ class ConsolidateCounters(Counters):
     leftover_ids: list[str] | None = None
     guard_tripped: int | None = None
     rule_groups_relative_time: int | None = None
-    pairs_kept_apart: int | None = None  # pairs a host kept apart: no cluster holds both
+    pairs_kept_apart: int | None = None  # kept apart (host) or declined (review): never together
     # Set when the topical pass runs: the pairs it found, and the clusters it added.
     topical_links: int | None = None
     topical_apart: int | None = None  # links dropped: one frame, a short span apart

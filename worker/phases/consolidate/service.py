@@ -96,7 +96,8 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
 
 def _kept_apart(notes: list[Note], memory: Memory | None,
                 counters: ConsolidateCounters) -> list[tuple[int, int]]:
-    """The row pairs (i < j) of ``notes`` a host kept apart, the verdict still holding."""
+    """The row pairs (i < j) of ``notes`` a host kept apart or a reviewer declined to merge,
+    revoke or flag, the verdict still holding: no cluster holds both."""
     pairs = memory.kept_apart(notes) if memory is not None else set()
     if not pairs:
         return []

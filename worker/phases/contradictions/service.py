@@ -42,7 +42,7 @@ from worker.phases.contradictions.topics import follow_retirements
 from worker.phases.kit import PhaseSnapshot, RunJournal, WriteTarget, read_snapshot
 from worker.phases.kit.carry import ScopeLoad, load
 from worker.phases.kit.evaluate import GuardLimits
-from worker.phases.kit.snapshot import KEEP_APART
+from worker.phases.kit.snapshot import DECLINED_APART, KEEP_APART
 from worker.phases.kit.write import guard_limits
 from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
@@ -98,7 +98,7 @@ def _host_snapshot(app: Any, scope: Scope) -> PhaseSnapshot:
     ensure_scope_embeddings(app, scope)
     with app.uow() as uow:
         return read_snapshot(uow, scope, None, (JUDGEMENT_KIND, PENDING_RETIREMENT,
-                                             KEEP_APART))
+                                             KEEP_APART, DECLINED_APART))
 
 
 def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
@@ -129,25 +129,29 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     counters: dict[str, Any] = {
         f"candidates_{k}": v for k, v in source_counts(edges).items()}
     counters["generic_frames_skipped"] = frames.generic_frames
-    pairs = _new_pairs(edges, snap.notes, memory, phase_snap.journal.produced, counters)
+    # Pairs a host kept apart or a reviewer declined: neither retires the other, whether
+    # found now or held back by the guard before the "no".
+    apart = memory.kept_apart(snap.notes)
+    pairs = _new_pairs(edges, snap.notes, memory, phase_snap.journal.produced, counters, apart)
     counters["pairs_considered"] = len(edges)
     notes = snap.by_id()
     pending = [(r.fingerprint, r.note_ids[0], r.note_ids[1], r.verdict, r.reason)
                for r in memory.rows if r.kind == PENDING_RETIREMENT
-               and r.note_ids and len(r.note_ids) == 2]
+               and r.note_ids and len(r.note_ids) == 2
+               and frozenset(r.note_ids) not in apart]
     held_back = _still_pending(pending, notes)
     counters["retirements_held_back"] = len(held_back)
     return Loaded(notes, pairs, counters, held_back, phase_snap.journal)
 
 
 def _new_pairs(edges: list[Any], notes: list[Note], memory: Any, produced: Any,
-               counters: dict[str, Any]) -> list[CandidatePair]:
+               counters: dict[str, Any], apart: set[frozenset[str]]) -> list[CandidatePair]:
     """The candidate edges worth a judgement, best first: not two notes this run wrote, not
-    two notes a host kept apart (both stay: neither retires the other), not a pair judged at
-    these versions before; each left-out kind counted."""
+    two notes a host kept apart or a reviewer declined to merge, revoke or flag (``apart``:
+    both stay, neither retires the other), not a pair judged at these versions before; each
+    left-out kind counted."""
     judged = {tuple(sorted(r.note_ids)) for r in memory.rows
               if r.kind == JUDGEMENT_KIND and r.note_ids and len(r.note_ids) == 2}
-    apart = memory.kept_apart(notes)
     pairs: list[CandidatePair] = []
     same_run = remembered = kept_apart = 0
     for e in edges:

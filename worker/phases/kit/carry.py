@@ -16,6 +16,7 @@ from worker.phases.kit.changes import ItemResult, ItemStatus
 from worker.phases.kit.snapshot import (
     _OWNER_GONE,
     _RETIRED,
+    DECLINED_APART,
     KEEP_APART,
     Memory,
     RunJournal,
@@ -24,9 +25,9 @@ from worker.phases.kit.snapshot import (
 from worker.similarity.terms import NoteWords
 from worker.store.repositories.notes import ScopeSnapshot
 
-# Every verdict-memory kind a phase reads (consolidation's refusals and the host's keep-apart,
-# contradictions' pairs and held-back retirements): one query serves the whole run.
-MEMORY_KINDS = ("cluster", KEEP_APART, "pair", "retire_pending")
+# Every verdict-memory kind a phase reads (consolidation's refusals, the host's keep-apart and a
+# reviewer's declines, contradictions' pairs and held-back retirements): one query per run.
+MEMORY_KINDS = ("cluster", KEEP_APART, DECLINED_APART, "pair", "retire_pending")
 
 
 class Judged(NamedTuple):

@@ -38,6 +38,10 @@ def journal_of(rows: Iterable[Any]) -> RunJournal:
 
 
 KEEP_APART = "keep_apart"  # a host's "never offer these together" (worker.host.fusion)
+# A reviewer's "no" to a merge, a revocation or a flag of these notes (worker.review.declined):
+# no phase retires one of them in favour of another while all keep their versions.
+DECLINED_APART = "declined_apart"
+APART_KINDS = frozenset({KEEP_APART, DECLINED_APART})
 
 
 @dataclass
@@ -51,14 +55,15 @@ class Memory:
         return {fp for fp in fingerprints if (kind, fp) in self.verdicts}
 
     def kept_apart(self, notes: Iterable[Note]) -> set[frozenset[str]]:
-        """Every pair of ``notes`` a host kept apart (``dream keep-apart``, the API, MCP) whose
-        verdict still holds: all its notes among ``notes`` at the versions it was given for
-        (a changed note may be offered, and judged, again)."""
+        """Every pair of ``notes`` a host kept apart (``dream keep-apart``, the API, MCP) or a
+        reviewer declined to merge, revoke or flag, whose verdict still holds: all its notes
+        among ``notes`` at the versions it was given for (a changed note may be offered, and
+        judged, again). Neither note of such a pair is retired in favour of the other."""
         by_id = {n.id: n for n in notes}
         pairs: set[frozenset[str]] = set()
         for row in self.rows:
             ids = list(row.note_ids or ())
-            if row.kind != KEEP_APART or len(ids) < 2 or not all(i in by_id for i in ids):
+            if row.kind not in APART_KINDS or len(ids) < 2 or not all(i in by_id for i in ids):
                 continue
             if fingerprint_notes([by_id[i] for i in ids]) == row.fingerprint:
                 pairs.update(frozenset((a, b)) for k, a in enumerate(ids) for b in ids[k + 1:])

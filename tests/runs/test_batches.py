@@ -1,0 +1,223 @@
+"""A run stopped for good while a provider batch works for it (cancelled by the operator or
+the API, failed by recovery, stopped by an erasure, out of time in-process) releases the batch:
+cancelled at the provider, its input and output files deleted, what was done recorded on the
+batch's step. A provider error there never holds the stop back: it is recorded, said in one
+line with what to do, and `dream runs cancel` tries again. Through the real `openai` client
+against the local stub's files and batches endpoints (tests/support/llm_stub_batches.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import update
+
+from tests.llm.test_openai_batch import _store, answer
+from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes
+from tests.support.llm_stub import LLMStub
+from worker.app import App
+from worker.cli import main
+from worker.clock import utcnow
+from worker.domain.types import RunStatus, Scope
+from worker.llm.batch import reschedule_while_pending
+from worker.llm.openai_compat import OpenAICompatibleLLM
+from worker.runs import service
+from worker.runs.scheduling import GateResult, recover_runs
+from worker.safety.erase import erase
+from worker.store.models import DreamRunRow
+
+SCOPE = Scope("batched")
+
+
+@pytest.fixture
+def stub_app(sqlite_app: App, llm_stub: LLMStub) -> App:
+    """Batch mode against the stub, whose batches stay in progress until a test says."""
+    llm_stub.set_handler(answer)
+    sqlite_app.llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model",
+                                         api_key="k", timeout=10, max_retries=0)
+    sqlite_app.settings.llm_batch = True
+    sqlite_app.settings.llm_batch_poll = 0.05
+    llm_stub.batches.polls = 10_000
+    return sqlite_app
+
+
+def _waiting_run(app: App, scope: Scope = SCOPE) -> str:
+    """A run whose consolidation waits on its provider batch, as a Celery run task leaves it."""
+    run_id = service.create_run(app, scope, force=True, phases=["consolidate"], clock=NOW)
+    assert run_id is not None
+    with reschedule_while_pending():
+        result = service.execute_run_task(app, run_id)
+    assert result.retry_after is not None  # waiting, the run still running
+    return run_id
+
+
+def _release(app: App, run_id: str) -> dict[str, Any] | None:
+    """The release recorded on the run's batch step."""
+    with app.uow() as uow:
+        (step,) = [s for s in uow.runs.steps(run_id) if s.name.startswith("llm batch ")]
+    return (step.output or {}).get("release")
+
+
+def _status(app: App, run_id: str) -> str:
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None
+        return run.status
+
+
+def _cli(app: App, stub: LLMStub, *args: str) -> Any:
+    return CliRunner().invoke(main, list(args), env={
+        "DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LLM_PROVIDER": "openai",
+        "DREAM_LLM_BASE_URL": stub.url, "DREAM_LLM_API_KEY": "k",
+        "DREAM_LLM_MAX_RETRIES": "0", "DREAM_LOG_LEVEL": "WARNING"})
+
+
+def test_cancelling_a_run_cancels_its_batch_and_deletes_its_files(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """`dream runs cancel` on a run waiting on its batch: the run is cancelled, the batch is
+    cancelled at the provider (it would bill on for answers nobody reads), its input file is
+    deleted, and the batch step records both; the command says so in a line."""
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = _waiting_run(stub_app)
+    (batch_id,) = llm_stub.batches.batches
+    assert llm_stub.batches.files  # the uploaded prompts, at the provider
+    out = _cli(stub_app, llm_stub, "runs", "cancel", run_id)
+    assert out.exit_code == 0, out.output
+    assert f"provider batch {batch_id}: cancelled, 1 file(s) deleted" in out.output
+    assert _status(stub_app, run_id) == RunStatus.CANCELLED.value
+    assert llm_stub.batches.cancelled == [batch_id] and llm_stub.batches.files == {}
+    release = _release(stub_app, run_id)
+    assert release is not None
+    assert (release["cancelled"], release["status"], release["problem"]) == (
+        True, "cancelled", None)
+
+
+def test_a_provider_error_while_releasing_does_not_block_the_cancel(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """The provider answers 500 to everything: the run is cancelled all the same, the step
+    records the problem, the command exits 0 with one warning line naming the batch and what
+    to do; cancelling again once the provider answers releases it."""
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = _waiting_run(stub_app)
+    (batch_id,) = llm_stub.batches.batches
+    llm_stub.batches.refuse_status = 500
+    out = _cli(stub_app, llm_stub, "runs", "cancel", run_id)
+    assert out.exit_code == 0, out.output
+    assert _status(stub_app, run_id) == RunStatus.CANCELLED.value
+    (warning,) = out.stderr.strip().splitlines()
+    assert warning.startswith(f"warning: provider batch {batch_id} of run {run_id} not "
+                              "released: model endpoint answered 500")
+    assert f"`dream runs cancel {run_id}` tries again" in warning
+    release = _release(stub_app, run_id)
+    assert release is not None and release["problem"] and not release["cancelled"]
+    assert llm_stub.batches.batches[batch_id].status == "in_progress"
+    llm_stub.batches.refuse_status = None
+    again = _cli(stub_app, llm_stub, "runs", "cancel", run_id)
+    assert again.exit_code == 0, again.output
+    assert "was cancelled already" in again.output and "cancelled, 1 file(s)" in again.output
+    assert llm_stub.batches.cancelled == [batch_id] and llm_stub.batches.files == {}
+    nothing_left = _cli(stub_app, llm_stub, "runs", "cancel", run_id)
+    assert nothing_left.exit_code != 0 and "only queued, interrupted or running" in (
+        nothing_left.stderr)
+
+
+def test_a_batch_still_cancelling_leaves_its_output_for_the_next_release(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """A provider that takes a while to cancel (OpenAI: minutes) writes what it did not answer
+    after the cancel: the first release says so and the API answers it; the next cancel deletes
+    the file written since."""
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = _waiting_run(stub_app)
+    llm_stub.batches.cancel_to = "cancelling"
+    done = service.cancel_run(stub_app, run_id, "operator stop")
+    (first,) = done.batches
+    assert first.release.cancelled and "still cancelling" in str(first.release.problem)
+    again = service.cancel_run(stub_app, run_id, "operator stop")
+    (second,) = again.batches
+    assert again.was == RunStatus.CANCELLED.value and second.release.complete
+    assert second.release.deleted and llm_stub.batches.files == {}
+
+
+@pytest.mark.parametrize("lost", ["lease expired", "never claimed again"])
+def test_a_run_recovery_fails_releases_its_batch(
+        stub_app: App, llm_stub: LLMStub, lost: str) -> None:
+    """The gate check gives a run up (its lease lapsed a last time, or, interrupted, nobody
+    claimed it again): the failure is committed and its batch is cancelled, its file deleted."""
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = _waiting_run(stub_app)
+    long_ago = utcnow() - timedelta(days=2)
+    values: dict[str, Any] = {"attempts": stub_app.settings.max_attempts,
+                              "lease_expires_at": long_ago}
+    if lost == "never claimed again":
+        values = {"status": RunStatus.INTERRUPTED.value, "enqueued_at": long_ago,
+                  "requeues": stub_app.settings.max_attempts}
+    with stub_app.uow() as uow:
+        uow.session.execute(update(DreamRunRow).where(DreamRunRow.id == run_id).values(**values))
+        uow.commit()
+    result = GateResult([], {}, [], [])
+    recover_runs(stub_app, utcnow(), result)
+    assert result.failed == [run_id] and _status(stub_app, run_id) == RunStatus.FAILED.value
+    assert llm_stub.batches.cancelled == list(llm_stub.batches.batches)
+    assert llm_stub.batches.files == {}
+    release = _release(stub_app, run_id)
+    assert release is not None and release["cancelled"]
+
+
+def test_erasing_a_user_releases_the_batches_quoting_their_notes(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """The user's run is cancelled by their erasure; its batch's input file holds their notes'
+    text at the provider: it is cancelled and deleted, and the erase answer says so."""
+    scope = Scope("agent-e", "erin")
+    add_notes(stub_app, *({"agent_id": scope.agent_id, "user_id": "erin", "content": text}
+                          for text in DARK_MODE_NOTES))
+    run_id = _waiting_run(stub_app, scope)
+    result = erase(stub_app, user_id="erin")
+    assert result.cancelled_runs == [run_id]
+    (done,) = result.batches
+    assert done.release.complete and done.release.cancelled
+    assert llm_stub.batches.files == {}
+    assert not any(DARK_MODE_NOTES[0].encode() in data
+                   for data in llm_stub.batches.files.values())
+
+
+def test_a_batch_out_of_time_in_process_is_cancelled_not_left_running(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """In-process a phase defers what its batch did not answer within DREAM_LLM_BATCH_WAIT and
+    asks it again next run, in a new batch: the old one is cancelled and deleted there and
+    then, recorded on its step, so a later cancel of the run has nothing to release."""
+    _store(stub_app, SCOPE, every_phase=False)
+    stub_app.settings.llm_batch_wait = 0.2
+    run_id = service.create_run(stub_app, SCOPE, force=True, phases=["consolidate"], clock=NOW)
+    assert run_id is not None
+    service.execute_run(stub_app, run_id)
+    assert llm_stub.batches.cancelled == list(llm_stub.batches.batches)
+    assert llm_stub.batches.files == {}
+    release = _release(stub_app, run_id)
+    assert release is not None and release["cancelled"] and release["problem"] is None
+
+
+def test_a_run_failing_with_its_batch_out_releases_it(stub_app: App, llm_stub: LLMStub) -> None:
+    """Consolidation submits its batch, then fails before it reads it: the run (consolidation
+    alone) ends failed, and nobody would ever read that batch: it is released as the run is
+    finalized."""
+    from worker.llm.batch import BatchPending
+    from worker.phases import phase_registry
+
+    real = phase_registry()
+
+    def submit_then_fail(ctx: Any, step_id: str) -> Any:
+        with reschedule_while_pending(), pytest.raises(BatchPending):
+            real["consolidate"](ctx, step_id)
+        raise RuntimeError("the apply broke")
+
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = service.create_run(stub_app, SCOPE, force=True, phases=["consolidate"], clock=NOW)
+    assert run_id is not None
+    status = service.execute_run(stub_app, run_id, {**real, "consolidate": submit_then_fail})
+    assert status == RunStatus.FAILED.value
+    assert llm_stub.batches.cancelled == list(llm_stub.batches.batches) != []
+    assert llm_stub.batches.files == {}
+    release = _release(stub_app, run_id)
+    assert release is not None and release["cancelled"]

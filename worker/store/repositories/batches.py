@@ -1,0 +1,60 @@
+"""The provider batches a run's phases recorded (``worker.llm.ledger``: a child step per batch)
+as the release of a stopped run reads and marks them."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from worker.domain.types import StepStatus
+from worker.store.models import RunStepRow
+
+BATCH_STEP_PREFIX = "llm batch "  # the step's name: this and the provider's batch id
+RELEASE_KEY = "release"  # in its output: what releasing the batch did
+# A phase that ended one of these ways read or released every batch it asked.
+_PHASE_ENDED = (StepStatus.SUCCEEDED.value, StepStatus.NO_ITEMS.value, StepStatus.SKIPPED.value)
+
+
+class BatchStepRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def unreleased(self, run_ids: builtins.list[str]) -> builtins.list[RunStepRow]:
+        """The batch steps of ``run_ids`` whose batch may still be at the provider: of a phase
+        that did not end (waiting, interrupted, failed: nobody will read its answers) and not
+        released yet, or released with something left behind; oldest first. Two reads."""
+        if not run_ids:
+            return []
+        steps = list(self.session.scalars(
+            select(RunStepRow).where(RunStepRow.run_id.in_(run_ids),
+                                     RunStepRow.parent_id.is_not(None),
+                                     RunStepRow.name.startswith(BATCH_STEP_PREFIX))
+            .order_by(RunStepRow.started_at, RunStepRow.seq)))
+        if not steps:
+            return []
+        ended = set(self.session.execute(
+            select(RunStepRow.run_id, RunStepRow.phase).where(
+                RunStepRow.run_id.in_(run_ids), RunStepRow.parent_id.is_(None),
+                RunStepRow.status.in_(_PHASE_ENDED))).all())
+        # A release that left something behind is tried again, whatever its phase did.
+        return [s for s in steps if "batch_id" in (s.input or {}) and not released(s.output)
+                and (RELEASE_KEY in (s.output or {}) or (s.run_id, s.phase) not in ended)]
+
+    def record_release(self, run_id: str, batch_id: str, record: dict[str, Any]) -> None:
+        """``record`` as the batch step's ``output.release``, the rest of its output kept."""
+        step = self.session.scalars(select(RunStepRow).where(
+            RunStepRow.run_id == run_id,
+            RunStepRow.name == f"{BATCH_STEP_PREFIX}{batch_id}")).first()
+        if step is None:
+            return
+        self.session.execute(update(RunStepRow).where(RunStepRow.id == step.id).values(
+            output={**(step.output or {}), RELEASE_KEY: record}))
+
+
+def released(output: dict[str, Any] | None) -> bool:
+    """A batch step whose release left nothing at the provider."""
+    record = (output or {}).get(RELEASE_KEY)
+    return isinstance(record, dict) and not record.get("problem") and not record.get("kept")
