@@ -113,6 +113,17 @@ class SafetyRepository:
         )
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
+    def undo_rows(self, log_id: str, entity_ids: Iterable[str]) -> list[OperationLogRow]:
+        """The undo of ``log_id``'s own log rows on these notes and examples (found through the
+        entity index, not by scanning the log for the reason), in the order written."""
+        out: list[OperationLogRow] = []
+        for chunk in _chunks(sorted(set(entity_ids))):
+            out.extend(self.session.scalars(
+                select(OperationLogRow).where(OperationLogRow.entity_id.in_(chunk),
+                                              OperationLogRow.op == "undo",
+                                              OperationLogRow.reason == f"undo of run {log_id}")))
+        return sorted(out, key=lambda r: r.id)
+
     def undo_logged(self, log_id: str) -> bool:
         """Whether an undo of ``log_id`` was already written (for ids with no run row: erasures)."""
         return self.session.execute(
