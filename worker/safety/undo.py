@@ -34,6 +34,7 @@ from worker.errors import RunError, RunNotFound
 from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
 from worker.store.models import OperationLogRow
 from worker.store.repositories.note_writes import TRACKED_FIELDS
+from worker.store.scope_locks import lock_scopes
 from worker.store.uow import UnitOfWork
 
 __all__ = ["UndoRefused", "UndoResult", "logged_scopes", "undo_run"]
@@ -72,6 +73,10 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False,
     time on each undone run's ``status_reason``, before what it said."""
     now = utcnow()
     with app.uow() as uow:
+        # The scopes' locks first, as a phase's write takes them: the undo and a dream's write
+        # on the same scope wait for each other whole, never each for notes the other holds.
+        lock_scopes(uow.session, _scopes_of(uow, run_id))
+        uow.session.expire_all()  # what was read before the lock is read again
         _hold(uow, run_id)
         result = UndoResult(run_ids=[])
         _undo(uow, run_id, force_cascade, now, result,
@@ -95,6 +100,15 @@ def logged_scopes(app: App, log_id: str) -> set[str]:
         return set()
     with app.uow() as uow:
         return {row.scope_key for row in uow.safety.run_log(log_id)}
+
+
+def _scopes_of(uow: UnitOfWork, run_id: str) -> set[str]:
+    """The scope of ``run_id``'s run, or every scope its log names (an ``erase-…`` id may name
+    several; a cascade only reaches later runs of these scopes)."""
+    run = uow.runs.get(run_id)
+    if run is not None:
+        return {run.scope_key}
+    return {row.scope_key for row in uow.safety.run_log(run_id)}
 
 
 def _hold(uow: UnitOfWork, run_id: str) -> None:

@@ -158,6 +158,14 @@ class SafetyRepository:
         return int(judged), int(reviews)
 
     # ---- erasure -------------------------------------------------------------------------
+    def subject_scopes(self, *, user_id: str | None = None, conversation_id: str | None = None,
+                       note_id: str | None = None) -> set[str]:
+        """The scopes an erasure of the subject writes in (its notes', and those of notes that
+        record its conversation): the scope locks it takes first."""
+        stmt = self._subject(select(NoteRow.scope_key).distinct(), user_id, conversation_id,
+                             note_id)
+        return {r[0] for r in self.session.execute(stmt)}
+
     def subject_note_ids(
         self, *, user_id: str | None = None, conversation_id: str | None = None,
         note_id: str | None = None,
