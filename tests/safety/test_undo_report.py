@@ -6,6 +6,7 @@ statuses only, never note text. SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from click.testing import CliRunner, Result
@@ -155,6 +156,28 @@ def test_the_api_answers_each_note_and_its_run_detail_keeps_them(app: App) -> No
     assert _outcomes(detail.json()["undo"]["notes"]) == _expected(fused)
     for answer in (refused, undone, detail):
         assert CANARY not in answer.text
+
+
+def test_the_dashboards_run_page_shows_what_the_undo_did(app: App) -> None:
+    """The dashboard's page of an undone run (the house view of `dream runs show`) lists each
+    note the undo restored or retired, with its status change; no note text."""
+    run_id, fused = _merged(app)
+    assert dream(app, "undo", run_id).exit_code == 0
+    served = build_app(Settings(database_url=app.settings.database_url, llm_provider="none",
+                                api_tokens=TOKENS))
+    try:
+        with TestClient(create_api(served)) as client:
+            page = client.get(f"/dashboard/runs/{run_id}", headers=auth(ADMIN))
+    finally:
+        served.dispose()
+    assert page.status_code == 200, page.text
+    rows = re.findall(r'<tr class="undone-note">\s*<td data-label="note"><code>([^<]+)</code>'
+                      r'</td>\s*<td data-label="outcome">([^<]+)</td>\s*'
+                      r'<td data-label="status">([^<]+)</td>', page.text)
+    assert {i: (o, st) for i, o, st in rows} == {
+        "n0": ("restored", "revoked → active"), "n1": ("restored", "revoked → active"),
+        "n2": ("restored", "revoked → active"), fused: ("retired", "active → revoked")}
+    assert CANARY not in page.text
 
 
 def _refusable(app: App) -> tuple[str, str]:
