@@ -17,7 +17,7 @@ aliases of these, kept where callers import them.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class DreamError(Exception):
@@ -30,6 +30,11 @@ class DreamError(Exception):
     # names, ids and counts only (never a note's or a reply's text): a failed phase keeps it
     # word for word instead of masking each word a note shares ("check X [note text] Y").
     says_no_note_text: ClassVar[bool] = False
+
+    def details(self) -> dict[str, Any]:
+        """Fields an answer carries beside the line (ids and reasons, never note text): the
+        API's error body and a `--json` command's output; none by default."""
+        return {}
 
 
 class InvalidInput(DreamError):

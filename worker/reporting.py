@@ -74,12 +74,19 @@ def _in_listing(run: DreamRunRow | None, scope: Scope | None,
 
 
 def run_tree(app: App, run_id: str) -> dict[str, Any]:
+    """The run, its steps (parents with their children) and, once it is undone, ``undo``:
+    what its undo did to each note (``worker.safety.undo_result.undo_record``)."""
+    from worker.safety.undo_result import undo_record
+
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         if run is None:
             raise RunNotFound(run_id)
         out = run_summary(run)
         steps = uow.runs.steps(run_id)
+        undo = undo_record(uow, run)
+    if undo is not None:
+        out["undo"] = undo
     parents = [step_dict(s) | {"children": []} for s in steps if s.parent_id is None]
     by_id = {p["id"]: p for p in parents}
     for s in steps:
@@ -107,7 +114,28 @@ def render_tree(tree: dict[str, Any]) -> str:
         lines.append(_step_line(step, "  "))
         for child in step["children"]:
             lines.append(_step_line(child, "      "))
+    if tree.get("undo") is not None:
+        lines.extend(_undo_lines(tree["undo"]))
     return "\n".join(lines)
+
+
+UNDO_SHOWN = 20
+
+
+def _undo_lines(undo: dict[str, Any]) -> list[str]:
+    """What the run's undo did: its counts, then one line per note (the first ``UNDO_SHOWN``;
+    ``--json`` lists them all)."""
+    counts = undo["counts"]
+    said = ", ".join(f"{k} {v}" for k, v in counts.items() if v) or "nothing to revert"
+    lines = [f"  undo: {said}"]
+    for entry in undo["notes"][:UNDO_SHOWN]:
+        change = f" ({entry['was']} → {entry['status']})" if entry.get("status") else ""
+        host = ", over a host edit" if entry.get("overwrote_host_edit") else ""
+        lines.append(f"      {entry['outcome']:<9} {entry['entity']} {entry['id']}{change}{host}")
+    more = len(undo["notes"]) - UNDO_SHOWN
+    if more > 0:
+        lines.append(f"      (+{more} more; `dream runs show --json` lists every one)")
+    return lines
 
 
 def _counted(by_status: dict[str, int] | None) -> str:

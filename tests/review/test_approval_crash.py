@@ -51,8 +51,8 @@ def _item(app: App, item_id: int) -> ReviewItemRow:
 def test_an_approval_killed_as_it_records_its_decision_leaves_both_or_neither(
         app: App, kill_at: str) -> None:
     """Killed as it records the decision: the notes are as they were and the item is open;
-    once the lease lapses the gate recovers the approval's run, which applies nothing, and
-    the item is approved as usual. Before, the merge had committed on its own: t1 and t2
+    once the lease lapses the gate recovers the approval's run, which applies nothing and ends
+    `cancelled` (never `succeeded`), and the item is approved as usual. Before, the merge had committed on its own: t1 and t2
     revoked into a fused note while the item read open, and approving it then said "stale:
     note t1 changed since it was proposed" about the change its own approval had made."""
     _seed(app)
@@ -68,8 +68,16 @@ def test_an_approval_killed_as_it_records_its_decision_leaves_both_or_neither(
 
     later = utcnow() + timedelta(seconds=app.settings.lease_seconds + 60)
     (retried,) = service.gate_check(app, now=later).retried
-    assert service.execute_run(app, retried) == "succeeded"
+    # It applied nothing: its status says so (before: "succeeded", as if the item had been
+    # applied), and so does its reason, naming the item.
+    assert service.execute_run(app, retried) == "cancelled"
     assert _statuses(app) == before
+    with app.uow() as uow:
+        run = uow.runs.get(retried)
+        assert run is not None and run.status_reason is not None
+        assert run.status_reason.startswith(f"the approval of review item {item} stopped")
+        assert "nothing was applied" in run.status_reason
+        assert (run.totals or {})["flags"] == ["approval_stopped"]
 
     (decided,) = review.approve(app, SCOPE, review.Selector(item_id=item), by="cli:bo")
     assert decided.status == "approved", decided.line

@@ -266,7 +266,8 @@ def test_an_archive_the_guard_refuses_writes_nothing_and_says_why(app: App) -> N
 def test_an_approvals_run_asks_for_no_dream_phase(app: App) -> None:
     """The approval's run is created by worker.runs, running under its lease, with the guard's
     baseline and who approved in its totals; an executor that picks such a run up (as after a
-    crash mid-approval) runs none of the four phases on the scope and only finishes it."""
+    crash mid-approval) runs none of the four phases on the scope and only finishes it, as
+    `cancelled`: it applied nothing."""
     from worker.runs.create import create_phaseless_run
     from worker.runs.service import execute_run
 
@@ -286,7 +287,7 @@ def test_an_approvals_run_asks_for_no_dream_phase(app: App) -> None:
     before = _statuses(app)
     snap = create_phaseless_run(app, SCOPE, trigger="review", totals={"review_item": 0})
     assert snap is not None and snap.epoch == 1 and snap.requested == ("review",)
-    assert execute_run(app, snap.run_id) == "succeeded"
+    assert execute_run(app, snap.run_id) == "cancelled"
     assert _statuses(app) == before
     with app.uow() as uow:
         phases = {s.phase: (s.output or {}).get("reason") for s in uow.runs.steps(snap.run_id)

@@ -81,12 +81,51 @@ TRIP = "blast-radius guard: would retire 8 of 12 active notes (limit 50%); ..."
     (RunFacts(OK, open_candidates=2, open_history=[1]), "succeeded", []),
     # A dry run's open candidates never count as growth.
     (RunFacts(OK, open_candidates=9, open_history=[1, 2], dry_run=True), "succeeded", []),
+    # Every change the run planned went stale and it applied none (every attempt counted):
+    # still succeeded (the host's edits may have taken the work away; the next run plans
+    # afresh), but flagged, and its reason says it applied nothing.
+    (RunFacts(OK, items_stale=3, changes_applied=0), "succeeded", ["all_stale"]),
+    # ... beside a guard trip: blocked, and both said.
+    (RunFacts(OK, guard_reasons=[TRIP], items_stale=1, changes_applied=0), "blocked",
+     ["guard", "all_stale"]),
+    # Some went stale, others were applied (by this attempt or a killed one): R10 at work.
+    (RunFacts(OK, items_stale=3, changes_applied=1), "succeeded", []),
+    # A dry run applies nothing by design: its stale items block nothing.
+    (RunFacts(OK, items_stale=3, changes_applied=0, dry_run=True), "succeeded", []),
+    # Nothing stale, nothing applied: there was nothing to do, and it did it.
+    (RunFacts(OK, changes_applied=0), "succeeded", []),
+    # An approval's run reaching finalize (its approval stopped) that applied nothing:
+    # cancelled, never succeeded; whatever its skipped phases say.
+    (RunFacts(dict.fromkeys(OK, K), approval=True, changes_applied=0, review_item=7),
+     "cancelled", ["approval_stopped"]),
+    # An approval's run that wrote its change (committed before the approval stopped): it did
+    # apply, so the usual outcome.
+    (RunFacts(dict.fromkeys(OK, K), approval=True, changes_applied=2), "succeeded", []),
 ])
 def test_decide_outcome(facts: RunFacts, status: str, flags: list[str]) -> None:
     """A dream that could not do its work is never plain succeeded; the flags say why."""
     outcome = decide_outcome(facts)
     assert (outcome.status, outcome.flags) == (status, flags)
-    assert (outcome.reason is None) == (status in ("succeeded", "failed"))
+    assert (outcome.reason is None) == (status in ("succeeded", "failed")
+                                         and "all_stale" not in flags)
+
+
+def test_an_all_stale_runs_reason_says_it_applied_nothing() -> None:
+    """The reason counts the stale changes and says the next run plans afresh."""
+    outcome = decide_outcome(RunFacts(OK, items_stale=2, changes_applied=0))
+    assert outcome.reason == ("applied nothing: all 2 changes it planned went stale (their "
+                              "notes changed while it ran); the next run plans afresh from the "
+                              "notes as they are")
+
+
+def test_a_stopped_approvals_reason_names_the_item_and_the_way_out() -> None:
+    """The cancelled approval's reason names its review item, says nothing was applied and
+    how to apply it after all, on one line."""
+    outcome = decide_outcome(RunFacts(dict.fromkeys(OK, K), approval=True, changes_applied=0,
+                                      review_item=7))
+    assert outcome.reason is not None and "\n" not in outcome.reason
+    assert outcome.reason.startswith("the approval of review item 7 stopped before it finished")
+    assert "nothing was applied" in outcome.reason and "approve it again" in outcome.reason
 
 
 def test_reasons_name_the_count_and_the_way_out() -> None:

@@ -234,4 +234,5 @@ def run_detail(request: Request, run_id: str, token: str | None = None) -> Respo
         step["hidden_children"] = max(0, len(children) - CHILDREN_SHOWN)
         step["child_views"] = [child_view(c, tree) for c in children[:CHILDREN_SHOWN]]
     return _render("run.html", who=who.label, tree=tree, nav_links=nav_for(request),
-                   scope_link="/dashboard?" + urlencode({"scope": tree["scope"]}))
+                   scope_link="/dashboard?" + urlencode({"scope": tree["scope"]}),
+                   undo_shown=CHILDREN_SHOWN)

@@ -22,8 +22,8 @@ log = structlog.get_logger(__name__)
 async def dream_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, DreamError)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
-    return JSONResponse({"error": exc.code, "detail": str(exc)}, status_code=exc.status,
-                        headers=headers)
+    return JSONResponse({**exc.details(), "error": exc.code, "detail": str(exc)},
+                        status_code=exc.status, headers=headers)
 
 
 async def database_failure(request: Request, exc: Exception) -> Response:

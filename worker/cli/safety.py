@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TYPE_CHECKING
 
 import click
 
-from worker.cli.common import IDENT, cli_app, echo_batch_releases, operator
+from worker.cli.common import IDENT, cli_app, echo_batch_releases, json_option, operator
 from worker.cli.errors import UserError, user_errors
 
 if TYPE_CHECKING:
@@ -24,19 +25,33 @@ def register(main: click.Group) -> None:
 @click.option("--force-cascade", is_flag=True,
               help="Also undo later runs that changed the same notes, then overwrite host edits "
                    "to the fields this run changed.")
+@json_option
 @click.pass_context
 @user_errors
-def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool) -> None:
+def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool, as_json: bool) -> None:
     """Revert every change RUN_ID made, in one transaction (refuses if a note changed since).
 
     RUN_ID is a run's id, or the `fuse-…`, `remember-…` or `erase-…` id that `dream fuse`,
-    `dream notes add` (an UPDATE) or `dream erase` printed."""
-    from worker.safety.undo import LOGGED_WITHOUT_RUN, undo_run
+    `dream notes add` (an UPDATE) or `dream erase` printed. --json prints what became of each
+    note (`notes`); a refusal prints every note that refuses it and why (`refused`), then
+    fails with its one error line."""
+    from worker.safety.undo import LOGGED_WITHOUT_RUN, UndoRefused, undo_run
 
-    result = undo_run(cli_app(ctx), run_id, force_cascade=force_cascade, by=operator())
+    try:
+        result = undo_run(cli_app(ctx), run_id, force_cascade=force_cascade, by=operator())
+    except UndoRefused as refused:
+        if as_json:  # the list on stdout; the error line and its exit code as without --json
+            click.echo(json.dumps({"run_id": run_id, "undone": False, **refused.details(),
+                                   "error": str(refused)}, indent=2))
+        raise
+    if as_json:
+        click.echo(json.dumps({"undone": True, **result.as_dict()}, indent=2))
+        return
     for rid in result.run_ids:  # a fuse, remember or erase id names no run
         click.echo(f"undone {rid}" if rid.startswith(LOGGED_WITHOUT_RUN) else f"undone run {rid}")
     click.echo(result.summary())
+    if result.outcomes and not run_id.startswith(LOGGED_WITHOUT_RUN):
+        click.echo(f"each note: `dream runs show {run_id}`")
 
 
 @click.command("erase")

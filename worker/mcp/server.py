@@ -179,7 +179,10 @@ def _dream_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) -> 
         given their status back); judgements, reviews (how many verdict-memory and
         flagged-for-review rows the runs recorded were deleted); review_items_withdrawn (how
         many of their open review items were declined, kept for the record);
-        review_items_undone (how many review items they applied are now marked undone)."""
+        review_items_undone (how many review items they applied are now marked undone);
+        notes (one entry per note or example: id, entity, outcome restored | retired |
+        missing, its status before and after, overwrote_host_edit when force_cascade replaced
+        a host edit)."""
         return _call(lambda: tools(ctx).undo_run(run_id, force_cascade))
 
 

@@ -13,7 +13,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import JUDGING_PHASES, PHASES, RunStatus
+from worker.domain.types import JUDGING_PHASES, PHASES, REVIEW_TRIGGER, RunStatus
 from worker.domain.usage import StepUsage
 from worker.runs.batches import release_run_batches
 from worker.runs.outcome import PhaseOutcome, RunFacts, decide_outcome
@@ -82,6 +82,12 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
     left = {s.phase for s in steps if left_for_later(s.output or {})}
     phases = {s.phase: PhaseOutcome.of_report(s.status, s.phase in left) for s in parents}
     open_now = _open_candidates(steps)
+    approval = snap.trigger == REVIEW_TRIGGER
+    stale = _stale_items(steps, parents)
+    # Counted only where it decides something: a run with nothing stale, or a dry run, applied
+    # what it applied (one query saved per run).
+    applied = (uow.run_history.changes_applied(snap.run_id)
+               if approval or (stale and not snap.dry_run) else None)
     growth = app.settings.open_growth_runs
     # Growth needs `growth` strictly rising counts ending in this one, so at least growth - 1.
     history = (uow.run_history.open_candidates_before(snap.scope, snap.created_at, growth - 1)
@@ -99,13 +105,30 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
         model_replies_malformed=sum(int((s.output or {}).get("model_replies_malformed") or 0)
                                     for s in parents),
         model_failure=_model_failure(steps), open_candidates=open_now, open_history=history,
-        growth_runs=growth, dry_run=snap.dry_run,
+        growth_runs=growth, dry_run=snap.dry_run, items_stale=stale,
+        changes_applied=applied, approval=approval,
+        review_item=(snap.totals or {}).get("review_item"),
     )
 
 
 def _open_candidates(steps: list[RunStepRow]) -> int:
     return sum(1 for s in steps
                if s.parent_id is not None and (s.output or {}).get("verdict") == "open")
+
+
+# Parent-step counters of the changes a judging phase's write found stale.
+_STALE_COUNTERS = ("clusters_skipped_stale", "pairs_skipped_stale")
+
+
+def _stale_items(steps: list[RunStepRow], parents: list[RunStepRow]) -> int:
+    """Changes the run's phases (the latest attempt of each) planned and found stale at the
+    write: the judging phases count them on their parent step, prune and archive list them
+    on their child steps (``output.stale``)."""
+    latest = {s.id for s in parents}
+    counted = sum(int((s.output or {}).get(k) or 0) for s in parents for k in _STALE_COUNTERS)
+    listed = sum(len(stale) for s in steps if s.parent_id in latest
+                 and isinstance(stale := (s.output or {}).get("stale"), list))
+    return counted + listed
 
 
 def _limit_reached(app: App, usage: StepUsage) -> str | None:

@@ -92,6 +92,16 @@ class RunFacts:
     model_failure: str | None = None
     # Replies that were no JSON of the asked schema (not JSON at all, or another shape).
     model_replies_malformed: int = 0
+    # Changes the run's phases planned that their write found stale (a note changed since the
+    # plan read it), and the changes the run applied, every attempt's (its operation-log rows;
+    # None: not counted, as when nothing went stale).
+    items_stale: int = 0
+    changes_applied: int | None = None
+    # A review approval's run (trigger ``review``) reaching finalize: only the approval itself
+    # ends one it is still applying, so its approval stopped (killed, or its lease lapsed); the
+    # item it was applying (``review_item`` of its totals).
+    approval: bool = False
+    review_item: object = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,26 @@ def budget_exhausted(facts: RunFacts) -> str | None:
     return None
 
 
+def all_stale(facts: RunFacts) -> bool:
+    """The run planned changes and applied none: every one went stale (the host changed those
+    notes meanwhile). A dry run applies nothing by design."""
+    return (not facts.dry_run and not facts.approval and facts.items_stale > 0
+            and facts.changes_applied == 0)
+
+
+def _said_only(facts: RunFacts) -> tuple[list[str], list[str]]:
+    """What the run's reason says without changing its status. Every change going stale is
+    R10 doing its job, not a dream that could not work: the host's edit may have taken the
+    work away (a renewed note is no longer due), and the next run plans afresh. No status
+    says "applied nothing" without claiming more (blocked: attention needed; cancelled:
+    someone stopped it), so a succeeded run says it in its reason and ``all_stale``."""
+    if not all_stale(facts):
+        return [], []
+    return ["all_stale"], [f"applied nothing: all {facts.items_stale} changes it planned went "
+                           "stale (their notes changed while it ran); the next run plans "
+                           "afresh from the notes as they are"]
+
+
 def _blocking_reasons(facts: RunFacts) -> tuple[list[str], list[str]]:
     flags: list[str] = []
     reasons: list[str] = []
@@ -192,11 +222,23 @@ def _partial_reasons(facts: RunFacts, failed: list[str]) -> tuple[list[str], lis
     return flags, reasons
 
 
+def _approval_stopped(facts: RunFacts) -> str:
+    return (f"the approval of review item {facts.review_item} stopped before it finished (its "
+            "process ended or lost its lease); nothing was applied; the item keeps its status "
+            "(open unless decided since): approve it again to apply it")
+
+
 def decide_outcome(facts: RunFacts) -> RunOutcome:
-    """failed if every phase it ran failed; blocked if the guard stopped it, the budget ran out
-    with work left, every model call failed, or its open candidates keep growing; partial if
-    some phase failed or some model calls failed; else succeeded. Each reason is kept, so a
-    blocked run with a failed phase says both."""
+    """cancelled if it is an approval's run whose approval stopped before applying anything (a
+    recovered approval applied nothing: never plain succeeded); failed if every phase it ran
+    failed; blocked if the guard stopped it, the budget ran out with work left, every model
+    call failed, or its open candidates keep growing; partial if some phase failed or some
+    model calls failed; else succeeded. Each reason is kept, so a blocked run with a failed
+    phase says both; a run whose every planned change went stale says so whatever its status
+    (``_said_only``)."""
+    if facts.approval and facts.changes_applied == 0:
+        return RunOutcome(RunStatus.CANCELLED.value, _approval_stopped(facts),
+                          ["approval_stopped"])
     failed = [p for p, o in facts.phases.items() if o is PhaseOutcome.FAILED]
     # A skipped phase did not run (not asked for with --phase, or nothing it may do): it is no
     # "other phase" that worked beside a failed one.
@@ -208,8 +250,7 @@ def decide_outcome(facts: RunFacts) -> RunOutcome:
     more_flags, more_reasons = _partial_reasons(facts, failed)
     flags += more_flags
     reasons += more_reasons
-    if blocked:
-        return RunOutcome(RunStatus.BLOCKED.value, "; ".join(reasons), flags)
-    if flags:
-        return RunOutcome(RunStatus.PARTIAL.value, "; ".join(reasons), flags)
-    return RunOutcome(RunStatus.SUCCEEDED.value, None, [])
+    status = (RunStatus.BLOCKED if blocked else RunStatus.PARTIAL if flags
+              else RunStatus.SUCCEEDED)
+    said_flags, said = _said_only(facts)
+    return RunOutcome(status.value, "; ".join(reasons + said) or None, flags + said_flags)

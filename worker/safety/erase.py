@@ -28,6 +28,7 @@ from worker.phases.kit.rows import RowBuilder, restored_fields
 from worker.store.db import SQLITE_BUSY_SECONDS
 from worker.store.repositories.retention import append_comment
 from worker.store.repositories.safety import Survivor
+from worker.store.scope_locks import lock_scopes
 from worker.store.uow import UnitOfWork
 
 if TYPE_CHECKING:
@@ -133,8 +134,9 @@ def erase(
                                  conversation_id=conversation_id, note_id=note_id)
             break
         except OperationalError as exc:
-            # The erasure locks notes, then run rows; a run's write that fenced first takes
-            # them the other way round, and PostgreSQL breaks the tie by failing one of them.
+            # The erasure takes its scopes' locks first, as a phase's write and an undo do, so
+            # none of them waits for notes another holds. Left for what no scope lock orders:
+            # a note of the subject recorded in a new scope after the erase read its scopes.
             if getattr(exc.orig, "sqlstate", None) != "40P01" \
                     or attempt == DEADLOCK_ATTEMPTS - 1:
                 raise
@@ -205,6 +207,9 @@ def _hold_subject(uow: UnitOfWork, now: datetime,
         return runs
 
     if uow.session.get_bind().dialect.name == "postgresql":
+        # The scopes' locks first, as a phase's write and an undo take them: either waits for
+        # the erase whole (or it for them) before anyone holds notes the other wants.
+        lock_scopes(uow.session, uow.safety.subject_scopes(**subject))
         seed = uow.safety.subject_note_ids(**subject)
         return seed, stop()
     stopped = stop()

@@ -21,7 +21,7 @@ fields, like a host's content edit, are kept).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,10 +31,13 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus, Scope
 from worker.errors import RunError, RunNotFound
+from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
 from worker.store.models import OperationLogRow
 from worker.store.repositories.note_writes import TRACKED_FIELDS
+from worker.store.scope_locks import lock_scopes
 from worker.store.uow import UnitOfWork
-from worker.text.plural import counted
+
+__all__ = ["UndoRefused", "UndoResult", "logged_scopes", "undo_run"]
 
 log = structlog.get_logger(__name__)
 
@@ -47,59 +50,20 @@ LOGGED_WITHOUT_RUN = (ERASE_PREFIX, FUSE_PREFIX, REMEMBER_PREFIX)
 
 
 class UndoRefused(RunError):
-    """A note the run changed has changed since; the message names it and the way out."""
+    """A note the run changed has changed since; the message names it and the way out,
+    ``refused`` lists every note (and example) that refuses the undo and why (the CLI's
+    ``--json`` and the API's 409 answer carry it)."""
+
+    def __init__(self, message: str, refused: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.refused = refused or []
+
+    def details(self) -> dict[str, Any]:
+        return {"refused": self.refused}
 
 
-@dataclass
-class UndoResult:
-    run_ids: list[str]  # the run itself last; cascaded later runs first
-    restored: list[str] = field(default_factory=list)
-    retired: list[str] = field(default_factory=list)
-    overwritten: list[str] = field(default_factory=list)  # host edits replaced (force_cascade)
-    missing: list[str] = field(default_factory=list)  # erased since; nothing to restore
-    examples: list[str] = field(default_factory=list)  # examples given their status back
-    judgements: int = 0  # verdict-memory rows the run(s) recorded, deleted
-    reviews: int = 0  # review rows (``reviews``: flagged for a person) they recorded, deleted
-    review_items_withdrawn: int = 0  # their open proposals, declined (kept, not deleted)
-    review_items_undone: int = 0  # items they applied (an approval's run), now ``undone``
-
-    def as_dict(self) -> dict[str, Any]:
-        """What the API and the MCP tool answer (the CLI's ``summary`` says the same)."""
-        return {"run_ids": self.run_ids, "restored": self.restored, "retired": self.retired,
-                "overwritten": self.overwritten, "missing": self.missing,
-                "examples": self.examples, "judgements": self.judgements,
-                "reviews": self.reviews, "review_items_withdrawn": self.review_items_withdrawn,
-                "review_items_undone": self.review_items_undone}
-
-    def settle(self) -> None:
-        """Each note once, as the undo leaves it: a cascade gives a later run's note back its
-        before-image, then retires it when the run asked about had created it."""
-        self.retired, self.missing, self.examples, self.overwritten = (
-            list(dict.fromkeys(ids))
-            for ids in (self.retired, self.missing, self.examples, self.overwritten))
-        retired = set(self.retired)
-        self.restored = [n for n in dict.fromkeys(self.restored) if n not in retired]
-
-    def summary(self) -> str:
-        """One line of what was done, each count under its ``as_dict`` field's words; counts
-        of nothing left out (a run that only archived reads "restored 3 notes")."""
-        examples = len(self.examples)
-        parts = [
-            (len(self.restored), f"restored {counted(len(self.restored), 'note')}"),
-            (len(self.retired), f"retired {counted(len(self.retired), 'note')} the run(s) created"),
-            (len(self.overwritten), f"overwrote {counted(len(self.overwritten), 'host edit')}"),
-            (len(self.missing), f"{counted(len(self.missing), 'note')} already erased"),
-            (examples, f"gave {counted(examples, 'example')} "
-                       f"{'its' if examples == 1 else 'their'} status back"),
-            (self.judgements, f"removed {counted(self.judgements, 'judgement')} the run(s) recorded"),
-            (self.reviews, f"removed {counted(self.reviews, 'review')} the run(s) recorded"),
-            (self.review_items_withdrawn,
-             f"withdrew {counted(self.review_items_withdrawn, 'open review item')}"),
-            (self.review_items_undone,
-             f"marked {counted(self.review_items_undone, 'applied review item')} undone"),
-        ]
-        said = [text for count, text in parts if count]
-        return "; ".join(said) if said else "nothing to revert: the run(s) changed nothing"
+def _refusals(entity: str, why: dict[str, str]) -> list[dict[str, Any]]:
+    return [outcome_entry(entity, i, NoteOutcome.REFUSED, why=w) for i, w in sorted(why.items())]
 
 
 def undo_run(app: App, run_id: str, force_cascade: bool = False,
@@ -109,6 +73,10 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False,
     time on each undone run's ``status_reason``, before what it said."""
     now = utcnow()
     with app.uow() as uow:
+        # The scopes' locks first, as a phase's write takes them: the undo and a dream's write
+        # on the same scope wait for each other whole, never each for notes the other holds.
+        lock_scopes(uow.session, _scopes_of(uow, run_id))
+        uow.session.expire_all()  # what was read before the lock is read again
         _hold(uow, run_id)
         result = UndoResult(run_ids=[])
         _undo(uow, run_id, force_cascade, now, result,
@@ -132,6 +100,15 @@ def logged_scopes(app: App, log_id: str) -> set[str]:
         return set()
     with app.uow() as uow:
         return {row.scope_key for row in uow.safety.run_log(log_id)}
+
+
+def _scopes_of(uow: UnitOfWork, run_id: str) -> set[str]:
+    """The scope of ``run_id``'s run, or every scope its log names (an ``erase-…`` id may name
+    several; a cascade only reaches later runs of these scopes)."""
+    run = uow.runs.get(run_id)
+    if run is not None:
+        return {run.scope_key}
+    return {row.scope_key for row in uow.safety.run_log(run_id)}
 
 
 def _hold(uow: UnitOfWork, run_id: str) -> None:
@@ -206,21 +183,23 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         example_id, version = sorted(edited.items())[0]
         raise UndoRefused(
             f"cannot undo run {run_id}: example {example_id} was changed since (version "
-            f"{version}); pass --force-cascade to give it back its status anyway"
-        )
+            f"{version}); pass --force-cascade to give it back its status anyway",
+            _refusals("example", {e: f"was changed since (version {v})"
+                                  for e, v in edited.items()}) + _refusals("note", conflicts))
     later = uow.safety.log_after(conflicts, last_id) if conflicts else []
     _refuse_unfinished(uow, later, undoer.asked)
     if conflicts and not force:
         note_id, why = next(iter(sorted(conflicts.items())))
         raise UndoRefused(
             f"cannot undo run {run_id}: note {note_id} {why} ({len(conflicts)} note(s) changed "
-            "since); undo the later run first or pass --force-cascade"
-        )
+            "since); undo the later run first or pass --force-cascade",
+            _refusals("note", conflicts))
+    remaining: dict[str, str] = {}
     if conflicts:
         _cascade(uow, later, now, result, undoer)
         remaining = _conflicts(uow, by_note, last_id, set(result.run_ids))
         result.overwritten.extend(sorted(remaining))
-    _restore_notes(uow, run_id, by_note, now, result)
+    _restore_notes(uow, run_id, by_note, now, result, set(remaining))
     _restore_examples(uow, run_id, by_example, examples, now, result)
     judged, reviewed = uow.safety.forget_run_records(run_id)
     result.judgements += judged
@@ -262,13 +241,20 @@ def _refuse_unfinished(uow: UnitOfWork, later: list[OperationLogRow], asked: str
     interrupted to resume) can be neither undone first nor overwritten (that would be a
     run's change, not a host's edit, and leave what it built from this run's notes standing):
     the undo waits for it, whether or not it cascades."""
+    unfinished: dict[str, str] = {}
+    first = None
     for r in later:
         run = uow.runs.get(r.run_id) if r.run_id else None
         if run is not None and run.status in ACTIVE_RUN_STATUSES and r.op != "undo":
-            raise UndoRefused(
-                f"cannot undo run {asked}: run {run.id}, which changed note {r.entity_id} "
-                f"since, is {run.status}; wait for it to finish (or stop it with `dream runs "
-                f"cancel {run.id}`), then undo again")
+            first = first or (r.entity_id, run)
+            unfinished.setdefault(r.entity_id,
+                                  f"was changed since by run {run.id}, which is {run.status}")
+    if first is not None:
+        note_id, run = first
+        raise UndoRefused(
+            f"cannot undo run {asked}: run {run.id}, which changed note {note_id} "
+            f"since, is {run.status}; wait for it to finish (or stop it with `dream runs "
+            f"cancel {run.id}`), then undo again", _refusals("note", unfinished))
 
 
 def _is_undone(uow: UnitOfWork, run_id: str) -> bool:
@@ -280,30 +266,42 @@ def _is_undone(uow: UnitOfWork, run_id: str) -> bool:
 
 
 def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[OperationLogRow]],
-                   now: datetime, result: UndoResult) -> None:
-    """A note the run inserted is revoked; one it changed gets its before-image back."""
+                   now: datetime, result: UndoResult, overwritten: set[str]) -> None:
+    """A note the run inserted is revoked; one it changed gets its before-image back; each
+    outcome is recorded on the undo's log row and in ``result`` (``overwritten``: notes whose
+    host edit this restore replaces, marked so on the row)."""
     state = uow.safety.note_state(by_note)
     for note_id, note_rows in sorted(by_note.items()):
         current = state.get(note_id)
         if current is None:
             result.missing.append(note_id)
+            result.note(outcome_entry("note", note_id, NoteOutcome.MISSING,
+                                      why="erased since; nothing to restore"))
             continue
         if any(r.op == "insert" for r in note_rows):
             values: dict[str, Any] = {"status": NoteStatus.REVOKED.value,
                                       "comments": f"undone run {run_id}"}
-            result.retired.append(note_id)
+            outcome, listed = NoteOutcome.RETIRED, result.retired
         else:
             values = _before_image(note_rows)
-            result.restored.append(note_id)
+            outcome, listed = NoteOutcome.RESTORED, result.restored
+        listed.append(note_id)
+        # Read before the restore: its ORM UPDATE synchronises ``current`` to what it wrote
+        # (the log's after-image said version + 2 from that).
+        version, was, scope_key = current.version, current.status, current.scope_key
         before = {f: _jsonable(getattr(current, f)) for f in values}
-        before["version"] = current.version
-        if not uow.safety.restore(note_id, current.version, {**values, "updated_at": now}):
-            raise _moved(uow, run_id, f"note {note_id}")
-        uow.notes.log(run_id=None, scope=Scope.from_key(current.scope_key), entity_id=note_id,
+        before["version"] = version
+        if not uow.safety.restore(note_id, version, {**values, "updated_at": now}):
+            raise _moved(uow, run_id, "note", note_id)
+        mark = {OVERWROTE: True} if note_id in overwritten else {}
+        uow.notes.log(run_id=None, scope=Scope.from_key(scope_key), entity_id=note_id,
                       op="undo", before=before,
                       after={**{f: _jsonable(v) for f, v in values.items()},
-                             "version": current.version + 1},
+                             "version": version + 1, **mark},
                       reason=f"undo of run {run_id}", now=now)
+        result.note(outcome_entry("note", note_id, outcome, was=was,
+                                  status=values.get("status", was),
+                                  overwrote=bool(mark)))
 
 
 def _restore_examples(uow: UnitOfWork, run_id: str,
@@ -313,29 +311,35 @@ def _restore_examples(uow: UnitOfWork, run_id: str,
     for example_id, example_rows in sorted(by_example.items()):
         if example_id not in examples:
             result.missing.append(example_id)  # erased since (dream erase --user)
+            result.note(outcome_entry("example", example_id, NoteOutcome.MISSING,
+                                      why="erased since; nothing to restore"))
             continue
         version, status, scope_key = examples[example_id]
         before_status = next((r.before or {}).get("status") for r in example_rows)
         if before_status is None:
             continue
         if not uow.safety.restore_example(example_id, version, before_status):
-            raise _moved(uow, run_id, f"example {example_id}")
+            raise _moved(uow, run_id, "example", example_id)
         uow.notes.log(run_id=None, scope=Scope.from_key(scope_key), entity_id=example_id,
                       op="undo", entity="example",
                       before={"status": status, "version": version},
                       after={"status": before_status, "version": version + 1},
                       reason=f"undo of run {run_id}", now=now)
         result.examples.append(example_id)
+        result.note(outcome_entry("example", example_id, NoteOutcome.RESTORED, was=status,
+                                  status=before_status))
 
 
-def _moved(uow: UnitOfWork, run_id: str, what: str) -> RunError:
-    """A guarded restore matched no row: ``what`` changed after this undo read it (a host
-    write, or another undo of the same id). Raised, so the whole undo rolls back."""
+def _moved(uow: UnitOfWork, run_id: str, entity: str, entity_id: str) -> RunError:
+    """A guarded restore matched no row: the note or example changed after this undo read it
+    (a host write, or another undo of the same id). Raised, so the whole undo rolls back."""
     named = run_id if run_id.startswith(LOGGED_WITHOUT_RUN) else f"run {run_id}"
     if _is_undone(uow, run_id):
         return RunError(f"{named} is already undone")
-    return UndoRefused(f"cannot undo {named}: {what} changed while the undo was being written; "
-                       "nothing was undone; run the undo again to see what changed")
+    return UndoRefused(f"cannot undo {named}: {entity} {entity_id} changed while the undo was "
+                       "being written; nothing was undone; run the undo again to see what "
+                       "changed", _refusals(entity, {entity_id: "changed while the undo was "
+                                                                "being written"}))
 
 
 def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],

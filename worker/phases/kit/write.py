@@ -7,7 +7,8 @@ guarded, so what moved since the state was read starts the write over under the 
 verdict memory, reviews and steps queued on the write go in with it, the steps last and
 fenced by the lease epoch (``StaleLease`` when another attempt owns the run: the
 whole write rolls back, so a write planned under a lost lease writes nothing). Nothing commits
-until the block ends without an exception.
+until the block ends without an exception. On PostgreSQL the write's first statement takes its
+scope's lock (``worker.store.scope_locks``), as an undo and an erasure of the scope do.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from worker.phases.kit.snapshot import RunJournal, journal_of
 from worker.runs.context import Held, HeldWrite
 from worker.runs.steps import ChildStep, StepRecorder
 from worker.safety.guard import GUARD_STEP
+from worker.store.scope_locks import lock_scopes
 from worker.store.uow import StaleLease, UnitOfWork
 
 
@@ -82,6 +84,7 @@ def open_write(target: WriteTarget) -> Iterator[PhaseWrite]:
     with ExitStack() as close:
         uow = close.enter_context(target.app.uow())
         write = PhaseWrite(uow, target)
+        write.lock_scope()
         yield write
         steps = write.flush(steps=held is None)
         if held is not None:
@@ -119,6 +122,8 @@ class PhaseWrite:
         # A run's write is fenced by its steps insert, last; ``fenced``: by the fence UPDATE
         # already (taken first when the re-read must be current at the write, see ``apply``).
         self.fenced = target.run_id is None or target.epoch is None
+        # An apply of this write wrote (its transaction holds more than the scope's lock).
+        self.wrote = False
         self.state: State = {}
         self.tripped: str | None = None
         self._steps: list[dict[str, Any]] = []
@@ -140,8 +145,8 @@ class PhaseWrite:
             return [ItemResult(c, ItemStatus.DRY_RUN) for c in changes]
         if not changes and not also:
             return []
-        if not self.fenced and self.uow.session.in_transaction():
-            self.fence()  # the caller wrote before: a retry below could not redo its part
+        if not self.fenced and self.wrote:
+            self.fence()  # an earlier apply wrote: a retry below could not redo its part
         ids = [*(i for c in changes for i in c.ids()), *also]
         state = self._known_state(changes, also, known)
         try:
@@ -153,6 +158,7 @@ class PhaseWrite:
         # the re-read comes before the write lock; nothing of this write is kept): again,
         # with the lock taken first and the members re-read under it.
         self.uow.rollback()
+        self.lock_scope()  # the rollback released it
         self.fence()
         return self._apply(changes, ids, vectors, journal, guard_each, None)
 
@@ -168,6 +174,12 @@ class PhaseWrite:
             return None
         return known.notes.state([*(i for c in changes if c.entity == "note"
                                     for i in c.ids()), *also])
+
+    def lock_scope(self) -> None:
+        """The scope's lock, the transaction's first (``worker.store.scope_locks``): an undo or
+        an erasure of the scope waits for this write, or this write for it, never each for the
+        other's notes."""
+        lock_scopes(self.uow.session, [self.target.scope.key])
 
     def fence(self) -> None:
         """The lease check as a statement of its own (an UPDATE of the run row guarded by the
@@ -202,6 +214,7 @@ class PhaseWrite:
         self.uow.writes.add_lineage(rows.lineage)
         self.uow.writes.add_log(rows.log)
         self.state = rows.after
+        self.wrote = True
         return results
 
     def _before_images(self) -> State:

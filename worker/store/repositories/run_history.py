@@ -21,7 +21,7 @@ from worker.domain.types import (
     RunStatus,
     Scope,
 )
-from worker.store.models import DreamRunRow, NoteRow, RunStepRow
+from worker.store.models import DreamRunRow, NoteRow, OperationLogRow, RunStepRow
 from worker.store.repositories.runs import NEWEST_FIRST
 from worker.store.repositories.usage import phase_step_usage
 
@@ -181,6 +181,13 @@ class RunHistoryRepository:
         if scope is not None:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
         return {status: count for status, count in self.session.execute(stmt).all()}
+
+    def changes_applied(self, run_id: str) -> int:
+        """The changes a run applied, every attempt's: its operation-log rows (a note or an
+        example it inserted, retired, restored or annotated)."""
+        return int(self.session.scalar(
+            select(func.count()).select_from(OperationLogRow)
+            .where(OperationLogRow.run_id == run_id)) or 0)
 
     def ended_blocked(self, scope: Scope | None = None) -> int:
         """Runs that ended blocked, those undone since included (``totals.undone_from``): what

@@ -113,6 +113,17 @@ class SafetyRepository:
         )
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
+    def undo_rows(self, log_id: str, entity_ids: Iterable[str]) -> list[OperationLogRow]:
+        """The undo of ``log_id``'s own log rows on these notes and examples (found through the
+        entity index, not by scanning the log for the reason), in the order written."""
+        out: list[OperationLogRow] = []
+        for chunk in _chunks(sorted(set(entity_ids))):
+            out.extend(self.session.scalars(
+                select(OperationLogRow).where(OperationLogRow.entity_id.in_(chunk),
+                                              OperationLogRow.op == "undo",
+                                              OperationLogRow.reason == f"undo of run {log_id}")))
+        return sorted(out, key=lambda r: r.id)
+
     def undo_logged(self, log_id: str) -> bool:
         """Whether an undo of ``log_id`` was already written (for ids with no run row: erasures)."""
         return self.session.execute(
@@ -147,6 +158,14 @@ class SafetyRepository:
         return int(judged), int(reviews)
 
     # ---- erasure -------------------------------------------------------------------------
+    def subject_scopes(self, *, user_id: str | None = None, conversation_id: str | None = None,
+                       note_id: str | None = None) -> set[str]:
+        """The scopes an erasure of the subject writes in (its notes', and those of notes that
+        record its conversation): the scope locks it takes first."""
+        stmt = self._subject(select(NoteRow.scope_key).distinct(), user_id, conversation_id,
+                             note_id)
+        return {r[0] for r in self.session.execute(stmt)}
+
     def subject_note_ids(
         self, *, user_id: str | None = None, conversation_id: str | None = None,
         note_id: str | None = None,
