@@ -14,6 +14,7 @@ from worker.store.models import RunStepRow
 
 BATCH_STEP_PREFIX = "llm batch "  # the step's name: this and the provider's batch id
 RELEASE_KEY = "release"  # in its output: what releasing the batch did
+GIVEN_UP_KEY = "given_up"  # in the release: when the gate check stopped trying it again
 # A phase that ended one of these ways read or released every batch it asked.
 _PHASE_ENDED = (StepStatus.SUCCEEDED.value, StepStatus.NO_ITEMS.value, StepStatus.SKIPPED.value)
 
@@ -43,13 +44,28 @@ class BatchStepRepository:
         return [s for s in steps if "batch_id" in (s.input or {}) and not released(s.output)
                 and (RELEASE_KEY in (s.output or {}) or (s.run_id, s.phase) not in ended)]
 
+    def incomplete_releases(self, limit: int) -> builtins.list[RunStepRow]:
+        """Batch steps whose recorded release left something at the provider (its ``problem``:
+        an error, a file kept, a batch still cancelling) and was not given up; oldest first, at
+        most ``limit``. One read."""
+        stmt = (select(RunStepRow).where(
+            RunStepRow.parent_id.is_not(None), RunStepRow.name.startswith(BATCH_STEP_PREFIX),
+            RunStepRow.output[(RELEASE_KEY, "problem")].as_string().is_not(None),
+            RunStepRow.output[(RELEASE_KEY, GIVEN_UP_KEY)].as_string().is_(None))
+            .order_by(RunStepRow.started_at, RunStepRow.id).limit(limit))
+        return [s for s in self.session.scalars(stmt) if "batch_id" in (s.input or {})]
+
     def record_release(self, run_id: str, batch_id: str, record: dict[str, Any]) -> None:
-        """``record`` as the batch step's ``output.release``, the rest of its output kept."""
+        """``record`` as the batch step's ``output.release``, the rest of its output kept, and
+        the time of the first release (``first_at``) kept from the record it replaces."""
         step = self.session.scalars(select(RunStepRow).where(
             RunStepRow.run_id == run_id,
             RunStepRow.name == f"{BATCH_STEP_PREFIX}{batch_id}")).first()
         if step is None:
             return
+        prior = (step.output or {}).get(RELEASE_KEY)
+        first = prior.get("first_at", prior.get("at")) if isinstance(prior, dict) else None
+        record = {**record, "first_at": first or record.get("at")}
         self.session.execute(update(RunStepRow).where(RunStepRow.id == step.id).values(
             output={**(step.output or {}), RELEASE_KEY: record}))
 
