@@ -25,6 +25,8 @@ log = structlog.get_logger(__name__)
 # outage hours: a day covers both without a beat calling a dead endpoint for ever.
 RETRIES_PER_CHECK = 20
 RETRY_FOR = timedelta(days=1)
+# Batches submitted longer ago are left to `dream runs cancel` (the check reads recent ones).
+RETRY_HORIZON = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ def retry_incomplete_releases(app: App, now: datetime,
         return ReleaseRetries()
     with app.uow() as uow:
         steps = [(s.run_id, str((s.input or {})["batch_id"]), dict((s.output or {})[RELEASE_KEY]))
-                 for s in uow.batches.incomplete_releases(limit)]
+                 for s in uow.batches.incomplete_releases(limit, now - RETRY_HORIZON)]
     if not steps:
         return ReleaseRetries()
     old = [s for s in steps if _first_release(s[2], now) <= now - RETRY_FOR]
