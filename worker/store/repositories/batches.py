@@ -73,7 +73,7 @@ def released(output: dict[str, Any] | None) -> bool:
     return isinstance(record, dict) and not record.get("problem") and not record.get("kept")
 
 
-def incomplete_releases_query(limit: int, since: datetime) -> Select[tuple[RunStepRow]]:
+def incomplete_releases_query(limit: int, since: datetime) -> Select[RunStepRow]:
     """``BatchStepRepository.incomplete_releases``' statement: its ``BATCH_STEPS`` clause and
     ``started_at`` range are what the partial index ``ix_run_steps_batch`` serves."""
     return (select(RunStepRow).where(
