@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import update
+from structlog.testing import capture_logs
 
 from tests.llm.test_openai_batch import _store, answer
 from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes
@@ -24,6 +25,7 @@ from worker.domain.types import RunStatus, Scope
 from worker.llm.batch import reschedule_while_pending
 from worker.llm.openai_compat import OpenAICompatibleLLM
 from worker.runs import service
+from worker.runs.batches import ReleaseRetries, retry_incomplete_releases
 from worker.runs.scheduling import GateResult, recover_runs
 from worker.safety.erase import erase
 from worker.store.models import DreamRunRow
@@ -221,3 +223,83 @@ def test_a_run_failing_with_its_batch_out_releases_it(stub_app: App, llm_stub: L
     assert llm_stub.batches.files == {}
     release = _release(stub_app, run_id)
     assert release is not None and release["cancelled"]
+
+
+def _retried(logs: list[dict[str, Any]]) -> dict[str, Any]:
+    (event,) = [e for e in logs if e["event"] == "gate.batch_releases_retried"]
+    return event
+
+
+def test_the_gate_check_deletes_the_output_a_cancelling_batch_wrote_later(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """A batch still cancelling when its run was cancelled writes its output file once the
+    provider is done: the next gate check releases it again, deletes that file and records a
+    complete release (its first release's time kept), logging counts only; the check after it
+    has nothing to retry and calls no provider."""
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = _waiting_run(stub_app)
+    (batch_id,) = llm_stub.batches.batches
+    llm_stub.batches.cancel_to = "cancelling"
+    service.cancel_run(stub_app, run_id, "operator stop")
+    first = _release(stub_app, run_id)
+    assert first is not None and "still cancelling" in first["problem"]
+    with capture_logs() as logs:
+        recover_runs(stub_app, utcnow(), GateResult([], {}, [], []))
+    assert _retried(logs) == {"event": "gate.batch_releases_retried", "tried": 1,
+                              "released": 1, "incomplete": 0, "given_up": 0,
+                              "log_level": "info"}
+    assert llm_stub.batches.files == {}  # the input and the error file written since
+    release = _release(stub_app, run_id)
+    assert release is not None and release["problem"] is None and release["deleted"]
+    assert release["first_at"] == first["at"] and release["status"] == "cancelled"
+    looks = llm_stub.batches.batches[batch_id].retrieves
+    with capture_logs() as logs:
+        recover_runs(stub_app, utcnow(), GateResult([], {}, [], []))
+    assert not [e for e in logs if e["event"] == "gate.batch_releases_retried"]
+    assert llm_stub.batches.batches[batch_id].retrieves == looks
+
+
+def test_a_gate_check_retries_a_bounded_number_oldest_first(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """Two runs cancelled while the provider answered 500: both releases are incomplete. A
+    check allowed one batch releases the older one only; the next check the other."""
+    runs = []
+    for scope in (Scope("batched-a"), Scope("batched-b")):
+        _store(stub_app, scope, every_phase=False)
+        runs.append(_waiting_run(stub_app, scope))
+    llm_stub.batches.refuse_status = 500
+    for run_id in runs:
+        service.cancel_run(stub_app, run_id, "operator stop")
+    llm_stub.batches.refuse_status = None
+    assert retry_incomplete_releases(stub_app, utcnow(), limit=1).released == 1
+    assert [(_release(stub_app, r) or {})["cancelled"] for r in runs] == [True, False]
+    assert retry_incomplete_releases(stub_app, utcnow(), limit=1).released == 1
+    assert llm_stub.batches.cancelled == list(llm_stub.batches.batches)
+    assert llm_stub.batches.files == {}
+
+
+def test_a_release_incomplete_for_a_day_is_given_up_and_recorded(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """A provider that keeps refusing: a day after the first release the gate check stops
+    trying (no call to the provider), records when on the release, warns with the counts, and
+    never selects it again; `dream runs cancel` still may."""
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = _waiting_run(stub_app)
+    (batch_id,) = llm_stub.batches.batches
+    llm_stub.batches.refuse_status = 500
+    service.cancel_run(stub_app, run_id, "operator stop")
+    later = utcnow() + timedelta(days=1, minutes=1)
+    looks = llm_stub.batches.batches[batch_id].retrieves
+    with capture_logs() as logs:
+        recover_runs(stub_app, later, GateResult([], {}, [], []))
+    assert _retried(logs) == {"event": "gate.batch_releases_retried", "tried": 0,
+                              "released": 0, "incomplete": 0, "given_up": 1,
+                              "log_level": "warning"}
+    assert llm_stub.batches.batches[batch_id].retrieves == looks
+    release = _release(stub_app, run_id)
+    assert release is not None and release["given_up"] == later.isoformat()
+    assert "500" in release["problem"]
+    assert retry_incomplete_releases(stub_app, later) == ReleaseRetries()  # nothing selected
+    llm_stub.batches.refuse_status = None
+    (again,) = service.cancel_run(stub_app, run_id, "operator stop").batches
+    assert again.release.complete and llm_stub.batches.files == {}

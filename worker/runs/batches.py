@@ -6,16 +6,27 @@ stop's own commit, with no transaction open during the provider's calls."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import structlog
 
 from worker.app import App
 from worker.llm.base import BatchLLM, BatchRelease
 from worker.llm.ledger import release_record
+from worker.store.repositories.batches import GIVEN_UP_KEY, RELEASE_KEY
 
 log = structlog.get_logger(__name__)
+
+# A gate check's second tries at releases left incomplete: a few provider calls each, so a
+# bounded number per check (oldest first); after a day of them the batch is given up, recorded
+# on its release (`dream runs cancel` still tries it). A cancel takes minutes, a provider's
+# outage hours: a day covers both without a beat calling a dead endpoint for ever.
+RETRIES_PER_CHECK = 20
+RETRY_FOR = timedelta(days=1)
+# Batches submitted longer ago are left to `dream runs cancel` (the check reads recent ones).
+RETRY_HORIZON = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -72,3 +83,57 @@ def _release(app: App, batch_id: str) -> BatchRelease:
                                               "with DREAM_LLM_PROVIDER=openai and the run's "
                                               "DREAM_LLM_* settings)")
     return cast(BatchLLM, llm).release_batch(batch_id)
+
+
+@dataclass(frozen=True)
+class ReleaseRetries:
+    """What a gate check's second tries did: batches tried, now released, still incomplete,
+    and given up (their first release a day old)."""
+
+    tried: int = 0
+    released: int = 0
+    incomplete: int = 0
+    given_up: int = 0
+
+
+def retry_incomplete_releases(app: App, now: datetime,
+                              limit: int = RETRIES_PER_CHECK) -> ReleaseRetries:
+    """Release again the batches whose recorded release left something at the provider (an
+    error, a file it kept, a cancel still in progress whose output file appears only later):
+    at most ``limit``, oldest first; one first released ``RETRY_FOR`` before ``now`` is given
+    up instead, recorded. A process without a batch model client leaves them all alone (its
+    own problem line would replace the provider's). No transaction open during the calls."""
+    if not getattr(app.llm, "supports_batch", False):
+        return ReleaseRetries()
+    with app.uow() as uow:
+        steps = [(s.run_id, str((s.input or {})["batch_id"]), dict((s.output or {})[RELEASE_KEY]))
+                 for s in uow.batches.incomplete_releases(limit, now - RETRY_HORIZON)]
+    if not steps:
+        return ReleaseRetries()
+    old = [s for s in steps if _first_release(s[2], now) <= now - RETRY_FOR]
+    given_up = {batch_id for _, batch_id, _ in old}
+    done = [RunBatchRelease(run_id, _release(app, batch_id))
+            for run_id, batch_id, _ in steps if batch_id not in given_up]
+    with app.uow() as uow:
+        for d in done:
+            uow.batches.record_release(d.run_id, d.release.batch_id, release_record(d.release))
+        for run_id, batch_id, record in old:
+            uow.batches.record_release(run_id, batch_id,
+                                       {**record, GIVEN_UP_KEY: now.isoformat()})
+        uow.commit()
+    released = sum(d.release.complete for d in done)
+    out = ReleaseRetries(len(done), released, len(done) - released, len(old))
+    # Counts only: which batch is left, and why, is on its step (`dream runs show`).
+    (log.warning if out.incomplete or out.given_up else log.info)(
+        "gate.batch_releases_retried", **asdict(out))
+    return out
+
+
+def _first_release(record: dict[str, Any], now: datetime) -> datetime:
+    """When the batch was first released (``now`` when the record does not say), in
+    ``now``'s kind (a ``--clock`` may be naive UTC)."""
+    try:
+        first = datetime.fromisoformat(str(record.get("first_at") or record["at"]))
+    except (KeyError, ValueError):
+        return now
+    return first.astimezone(UTC).replace(tzinfo=now.tzinfo and UTC)

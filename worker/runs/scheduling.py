@@ -12,7 +12,7 @@ import structlog
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import RunStatus, Scope
-from worker.runs.batches import release_run_batches
+from worker.runs.batches import release_run_batches, retry_incomplete_releases
 from worker.runs.create import create_runs
 from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
 
@@ -39,7 +39,8 @@ def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | Non
     """R5 + R30: runs whose lease expired become interrupted (failed after max_attempts);
     queued/interrupted runs nobody claimed in time are handed out again (failed after
     max_attempts hand-overs). Every transition is compare-and-set: a live executor wins. The
-    provider batches of the runs failed here are released (``release_run_batches``).
+    provider batches of the runs failed here are released (``release_run_batches``), and
+    releases left incomplete before are tried again (``retry_incomplete_releases``).
 
     ``backlog``: messages waiting in the broker's queue (None: unknown, or no broker). While
     some wait, a run's message may be one of them, behind the rest: a queued run, or a running
@@ -76,6 +77,10 @@ def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | Non
             elif uow.runs.requeue(run, now):
                 result.requeued.append(run.id)
         uow.commit()
+    # Releases left incomplete earlier (a provider error, a file it kept, a batch still
+    # cancelling, whose output file appears when it is done) are tried again: before this
+    # check's own, which would otherwise be tried twice in a row.
+    retry_incomplete_releases(app, now)
     # A run given up may have left a provider batch working (and billing) for answers no one
     # will read: cancelled and its files deleted, once the failure is committed.
     release_run_batches(app, result.failed, shown=False)

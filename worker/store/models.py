@@ -236,6 +236,11 @@ class DreamRunRow(Base):
     )
 
 
+# The step rows of provider batches (``repositories.batches.BATCH_STEP_PREFIX``), as the partial
+# index and its one query both spell it: a planner uses the index only for that very clause.
+BATCH_STEPS = text("name LIKE 'llm batch %'")
+
+
 class RunStepRow(Base):
     """One phase (parent) or one cluster/batch (child) of a run; what ops dashboards read."""
 
@@ -265,6 +270,10 @@ class RunStepRow(Base):
         Index("ix_run_steps_run", "run_id"),
         Index("ix_run_steps_scope_started", "scope_key", "started_at"),
         Index("ix_run_steps_status", "status"),
+        # Provider batch steps alone (a handful among the steps), by age: the gate check looks
+        # for releases left incomplete on every beat without reading the whole table.
+        Index("ix_run_steps_batch", "started_at", postgresql_where=BATCH_STEPS,
+              sqlite_where=BATCH_STEPS),
     )
 
 

@@ -4,16 +4,18 @@ as the release of a stopped run reads and marks them."""
 from __future__ import annotations
 
 import builtins
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session
 
 from worker.domain.types import StepStatus
-from worker.store.models import RunStepRow
+from worker.store.models import BATCH_STEPS, RunStepRow
 
 BATCH_STEP_PREFIX = "llm batch "  # the step's name: this and the provider's batch id
 RELEASE_KEY = "release"  # in its output: what releasing the batch did
+GIVEN_UP_KEY = "given_up"  # in the release: when the gate check stopped trying it again
 # A phase that ended one of these ways read or released every batch it asked.
 _PHASE_ENDED = (StepStatus.SUCCEEDED.value, StepStatus.NO_ITEMS.value, StepStatus.SKIPPED.value)
 
@@ -43,13 +45,24 @@ class BatchStepRepository:
         return [s for s in steps if "batch_id" in (s.input or {}) and not released(s.output)
                 and (RELEASE_KEY in (s.output or {}) or (s.run_id, s.phase) not in ended)]
 
+    def incomplete_releases(self, limit: int, since: datetime) -> builtins.list[RunStepRow]:
+        """Batch steps submitted ``since`` whose recorded release left something at the
+        provider (its ``problem``: an error, a file kept, a batch still cancelling) and was not
+        given up; oldest first, at most ``limit``. One read, of the batch steps' own index."""
+        return [s for s in self.session.scalars(incomplete_releases_query(limit, since))
+                if "batch_id" in (s.input or {})]
+
     def record_release(self, run_id: str, batch_id: str, record: dict[str, Any]) -> None:
-        """``record`` as the batch step's ``output.release``, the rest of its output kept."""
+        """``record`` as the batch step's ``output.release``, the rest of its output kept, and
+        the time of the first release (``first_at``) kept from the record it replaces."""
         step = self.session.scalars(select(RunStepRow).where(
             RunStepRow.run_id == run_id,
             RunStepRow.name == f"{BATCH_STEP_PREFIX}{batch_id}")).first()
         if step is None:
             return
+        prior = (step.output or {}).get(RELEASE_KEY)
+        first = prior.get("first_at", prior.get("at")) if isinstance(prior, dict) else None
+        record = {**record, "first_at": first or record.get("at")}
         self.session.execute(update(RunStepRow).where(RunStepRow.id == step.id).values(
             output={**(step.output or {}), RELEASE_KEY: record}))
 
@@ -58,3 +71,13 @@ def released(output: dict[str, Any] | None) -> bool:
     """A batch step whose release left nothing at the provider."""
     record = (output or {}).get(RELEASE_KEY)
     return isinstance(record, dict) and not record.get("problem") and not record.get("kept")
+
+
+def incomplete_releases_query(limit: int, since: datetime) -> Select[RunStepRow]:
+    """``BatchStepRepository.incomplete_releases``' statement: its ``BATCH_STEPS`` clause and
+    ``started_at`` range are what the partial index ``ix_run_steps_batch`` serves."""
+    return (select(RunStepRow).where(
+        BATCH_STEPS, RunStepRow.started_at >= since, RunStepRow.parent_id.is_not(None),
+        RunStepRow.output[(RELEASE_KEY, "problem")].as_string().is_not(None),
+        RunStepRow.output[(RELEASE_KEY, GIVEN_UP_KEY)].as_string().is_(None))
+        .order_by(RunStepRow.started_at, RunStepRow.id).limit(limit))

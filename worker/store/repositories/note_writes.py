@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from worker.clock import utcnow
 from worker.domain.types import Note, NoteStatus, Scope
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
+from worker.store.row_locks import locked_in_order
 
 # Fields whose before/after images the operation log keeps (what undo restores).
 TRACKED_FIELDS = (
@@ -110,10 +111,12 @@ class NoteWrites:
     def set_embeddings(self, items: list[tuple[str, np.ndarray]], model: str) -> None:
         if not items:
             return
-        # ORM bulk UPDATE by primary key (Core would run it without a WHERE clause).
+        # ORM bulk UPDATE by primary key (Core would run it without a WHERE clause); one
+        # statement per row, in id order (``row_locks``).
         self.session.execute(
             update(NoteRow),
-            [{"id": nid, "embedding": vec, "embedding_model": model} for nid, vec in items],
+            [{"id": nid, "embedding": vec, "embedding_model": model}
+             for nid, vec in sorted(items, key=lambda item: item[0])],
         )
 
     def create_note(
@@ -236,12 +239,13 @@ class NoteWrites:
         )
 
     def mark_checked(self, ids: Iterable[str], when: datetime) -> None:
-        """Bookkeeping only (no version bump): when prune last looked at each note."""
+        """Bookkeeping only (no version bump): when prune last looked at each note. The rows
+        are locked in id order (``row_locks``), as every other multi-row write of notes."""
         ids = list(ids)
         if ids:
-            self._run(
-                update(NoteRow).where(NoteRow.id.in_(ids)).values(last_checked_at=when)
-            )
+            self._run(update(NoteRow).where(
+                locked_in_order(self.session, NoteRow.id, NoteRow.id.in_(ids)),
+            ).values(last_checked_at=when))
 
     def count_access(self, note_id: str, now: datetime) -> None:
         self._run(

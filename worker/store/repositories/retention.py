@@ -61,7 +61,9 @@ def archive_rows(
              if f not in ("id", "version", "status", "comments")]
     current = {
         r.id: r for r in session.connection().execute(
-            select(*cols).where(model.id.in_([i.id for i in items])).with_for_update()
+            # In id order, as every multi-row lock (``worker.store.row_locks``).
+            select(*cols).where(model.id.in_([i.id for i in items])).order_by(model.id)
+            .with_for_update()
         )
     }
     planned = [item for item in items if (row := current.get(item.id)) is not None

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from worker.domain.types import Scope
 from worker.store.models import ReviewItemRow
+from worker.store.row_locks import locked_in_order
 
 _ITEMS = cast(Table, ReviewItemRow.__table__)
 OPEN = "open"
@@ -42,7 +43,9 @@ class ReviewItemRepository:
         if item_ids:
             self.session.execute(
                 update(ReviewItemRow)
-                .where(ReviewItemRow.id.in_(item_ids), ReviewItemRow.status == OPEN)
+                .where(locked_in_order(self.session, ReviewItemRow.id,
+                                       ReviewItemRow.id.in_(item_ids)),
+                       ReviewItemRow.status == OPEN)
                 .values(status="stale", decided_at=now, decided_by="run", outcome=outcome))
 
     def scopes_with_open(self, limit: int = 200) -> list[Scope]:
@@ -93,7 +96,9 @@ class ReviewItemRepository:
         """The items an undone run applied: approved → undone (approver and run kept)."""
         result = self.session.execute(
             update(ReviewItemRow)
-            .where(ReviewItemRow.applied_run_id == run_id, ReviewItemRow.status == APPROVED)
+            .where(locked_in_order(self.session, ReviewItemRow.id,
+                                   ReviewItemRow.applied_run_id == run_id,
+                                   ReviewItemRow.status == APPROVED))
             .values(status=UNDONE, outcome=f"undone: run {run_id}, which applied it, was "
                                              "undone; the next run proposes afresh"))
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
@@ -102,7 +107,8 @@ class ReviewItemRepository:
         """An undone run's open proposals go with it (declined, nothing remembered)."""
         result = self.session.execute(
             update(ReviewItemRow)
-            .where(ReviewItemRow.run_id == run_id, ReviewItemRow.status == OPEN)
+            .where(locked_in_order(self.session, ReviewItemRow.id,
+                                   ReviewItemRow.run_id == run_id, ReviewItemRow.status == OPEN))
             .values(status="declined", decided_at=now, decided_by="undo",
                     outcome=f"withdrawn: run {run_id} was undone"))
         return int(result.rowcount or 0)  # type: ignore[attr-defined]

@@ -27,6 +27,7 @@ from worker.store.models import (
 from worker.store.repositories.erase_records import forget_user_scopes, scrub_scope
 from worker.store.repositories.mentions import Mentions
 from worker.store.repositories.retention import retirement_befores
+from worker.store.row_locks import locked_in_order
 
 
 def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
@@ -182,15 +183,17 @@ class SafetyRepository:
 
     def _locked(self, stmt: Select[Any]) -> Select[Any]:
         """``stmt`` FOR UPDATE on PostgreSQL: a host fuse or a run writing from these notes
-        commits before the erase reads what was derived from them, or finds them gone."""
+        commits before the erase reads what was derived from them, or finds them gone. In id
+        order (``worker.store.row_locks``)."""
         postgres = self.session.get_bind().dialect.name == "postgresql"
-        return stmt.with_for_update() if postgres else stmt
+        return stmt.order_by(NoteRow.id).with_for_update() if postgres else stmt
 
     def _lock(self, ids: list[str]) -> None:
         """Lock these notes before reading what was derived from them (PostgreSQL only: on
         SQLite the erase holds the write lock already)."""
         if self.session.get_bind().dialect.name == "postgresql":
-            self.session.execute(select(NoteRow.id).where(NoteRow.id.in_(ids)).with_for_update())
+            self.session.execute(select(NoteRow.id).where(NoteRow.id.in_(ids))
+                                 .order_by(NoteRow.id).with_for_update())
 
     def _subject(self, stmt: Select[Any], user_id: str | None, conversation_id: str | None,
                  note_id: str | None, *, recorded: bool = True) -> Select[Any]:
@@ -319,7 +322,8 @@ class SafetyRepository:
             counts["operation_log"] += self.session.execute(delete(OperationLogRow).where(
                 OperationLogRow.entity_id.in_(chunk))).rowcount  # type: ignore[attr-defined]
             # Survivors that pointed at an erased note keep no trace of its id.
-            self.session.execute(update(NoteRow).where(NoteRow.consolidated_into_id.in_(chunk))
+            self.session.execute(update(NoteRow).where(locked_in_order(
+                self.session, NoteRow.id, NoteRow.consolidated_into_id.in_(chunk)))
                                  .values(consolidated_into_id=None))
         for key in sorted(scope_keys):
             scrub_scope(self.session, key, ids, erased, counts)

@@ -60,7 +60,7 @@ STATE_FIELDS = ("version", "status", "created_at",
                 *(f for f in DECIDING_FIELDS if f != "status"),
                 *(f for f in TRACKED_FIELDS if f != "status"))
 _STATE = select(_NOTES.c.id, *(_NOTES.c[f] for f in STATE_FIELDS)).where(
-    _NOTES.c.id.in_(bindparam("ids", expanding=True)))
+    _NOTES.c.id.in_(bindparam("ids", expanding=True))).order_by(_NOTES.c.id)
 _INSERT_NOTE = insert(_NOTES)
 _LOG = cast(Table, OperationLogRow.__table__)
 _INSERT_LOG = insert(_LOG)
@@ -144,8 +144,11 @@ class WriteRepository:
 
     def lock_state(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """Current version, status, ``DECIDING_FIELDS`` and tracked fields of each id, in one SELECT
-        per 500 ids, locked on PostgreSQL (``FOR UPDATE``) until the write ends."""
-        wanted = list(dict.fromkeys(ids))
+        per 500 ids, locked on PostgreSQL (``FOR UPDATE``) until the write ends.
+
+        In id order (sorted chunks, each ORDER BY id): a FOR UPDATE locks rows in the order it
+        returns them, and two writers locking notes in different orders can deadlock."""
+        wanted = sorted(set(ids))
         out: dict[str, dict[str, Any]] = {}
         postgres = self.session.get_bind().dialect.name == "postgresql"
         stmt = _STATE.with_for_update() if postgres else _STATE
@@ -171,6 +174,9 @@ class WriteRepository:
         (``k_id`` at ``k_version``, still active; None: none kept)."""
         if not rows:
             return 0
+        # Each row's UPDATE locks it: in id order, as ``lock_state`` takes them (a stable sort:
+        # two changes of one note stay in the order they were made).
+        rows = sorted(rows, key=lambda r: str(r["b_id"]))
         postgres = unversioned and self.session.get_bind().dialect.name == "postgresql"
         stmt = _UPDATES.get((keys, unversioned, postgres))
         if stmt is None:  # built once per set of changed columns, then reused
