@@ -60,10 +60,7 @@ def release_run_batches(app: App, run_ids: Sequence[str], *,
     if not steps:
         return []
     done = [RunBatchRelease(run_id, _release(app, batch_id)) for run_id, batch_id in steps]
-    with app.uow() as uow:
-        for d in done:
-            uow.batches.record_release(d.run_id, d.release.batch_id, release_record(d.release))
-        uow.commit()
+    _record(app, done)
     for d in done:
         r = d.release
         if r.complete:
@@ -74,6 +71,18 @@ def release_run_batches(app: App, run_ids: Sequence[str], *,
                 "run.batch_release_incomplete", run_id=d.run_id, batch_id=r.batch_id,
                 status=r.status, cancelled=r.cancelled, problem=r.problem)
     return done
+
+
+def _record(app: App, done: list[RunBatchRelease],
+            more: Sequence[tuple[str, str, dict[str, Any]]] = ()) -> None:
+    """What each release did (and ``more``: records given as they are), on the batch steps, in
+    one transaction after the provider's calls."""
+    with app.uow() as uow:
+        for d in done:
+            uow.batches.record_release(d.run_id, d.release.batch_id, release_record(d.release))
+        for run_id, batch_id, record in more:
+            uow.batches.record_release(run_id, batch_id, record)
+        uow.commit()
 
 
 def _release(app: App, batch_id: str) -> BatchRelease:
@@ -114,13 +123,8 @@ def retry_incomplete_releases(app: App, now: datetime,
     given_up = {batch_id for _, batch_id, _ in old}
     done = [RunBatchRelease(run_id, _release(app, batch_id))
             for run_id, batch_id, _ in steps if batch_id not in given_up]
-    with app.uow() as uow:
-        for d in done:
-            uow.batches.record_release(d.run_id, d.release.batch_id, release_record(d.release))
-        for run_id, batch_id, record in old:
-            uow.batches.record_release(run_id, batch_id,
-                                       {**record, GIVEN_UP_KEY: now.isoformat()})
-        uow.commit()
+    _record(app, done, [(run_id, batch_id, {**record, GIVEN_UP_KEY: now.isoformat()})
+                        for run_id, batch_id, record in old])
     released = sum(d.release.complete for d in done)
     out = ReleaseRetries(len(done), released, len(done) - released, len(old))
     # Counts only: which batch is left, and why, is on its step (`dream runs show`).

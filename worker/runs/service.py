@@ -117,15 +117,17 @@ def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator")
         if run is None:
             raise RunNotFound(run_id)
         before = run.status
-        if before in STOPPED and uow.batches.unreleased([run_id]):
-            pass  # stopped already: what its batches left at the provider goes below
-        elif not _stop(uow, run, reason):
-            raise RunError(f"run {run_id} changed while cancelling it; look again with "
-                           f"`dream runs show {run_id}`")
-        else:
+        if before not in STOPPED:
+            if not _stop(uow, run, reason):
+                raise RunError(f"run {run_id} changed while cancelling it; look again with "
+                               f"`dream runs show {run_id}`")
             uow.commit()
             log.info("run.cancelled", run_id=run_id, was=before)
-    return Cancelled(before, release_run_batches(app, [run_id]))
+    # A stopped run's batches are released again while its release left something behind.
+    released = release_run_batches(app, [run_id])
+    if before in STOPPED and not released:
+        raise _not_cancellable(run_id, before)
+    return Cancelled(before, released)
 
 
 def _stop(uow: UnitOfWork, run: DreamRunRow, reason: str) -> bool:
@@ -136,13 +138,17 @@ def _stop(uow: UnitOfWork, run: DreamRunRow, reason: str) -> bool:
     elif run.status in (RunStatus.QUEUED.value, RunStatus.INTERRUPTED.value):
         done = uow.runs.finish_unclaimed(run, RunStatus.CANCELLED.value, now, status_reason=reason)
     else:
-        raise RunError(f"run {run.id} is {run.status}; only queued, interrupted or running runs "
-                       "can be cancelled")
+        raise _not_cancellable(run.id, run.status)
     if done:
         # As an erasure's cancel records them: never "skipped", which says a phase was not
         # asked for (and counts it done).
         uow.runs.stop_steps([run.id], f"the run was cancelled: {reason}", now)
     return done
+
+
+def _not_cancellable(run_id: str, status: str) -> RunError:
+    return RunError(f"run {run_id} is {status}; only queued, interrupted or running runs can be "
+                    "cancelled")
 
 
 # Stopped for good: a provider batch of such a run is never read.
@@ -178,7 +184,8 @@ def abandon_run(app: App, run_id: str, reason: str) -> None:
 
 __all__ = [
     "BrokerUnavailable", "GateResult", "PhaseOutcome", "RunError", "UnknownScope",
-    "Cancelled", "abandon_run", "busy_message", "cancel_run", "claim_run", "create_claimed_run", "create_run", "create_runs",
+    "Cancelled", "abandon_run", "busy_message", "cancel_run", "claim_run", "create_claimed_run",
+    "create_run", "create_runs",
     "decide_scopes", "explain_scopes",
     "ensure_scope_known", "execute_phase", "execute_run", "execute_run_task", "finalize_run", "gate_check",
     "recover_runs", "scope_gate", "scope_known", "unclaimed_runs",

@@ -311,7 +311,8 @@ class Applier:
                 continue
             pair = self._at_current(w, [d.loser_id, d.winner_id])
             if pair is not None:
-                w.judgement(PENDING_RETIREMENT, fingerprint_versions(pair), [d.loser_id, d.winner_id],
+                w.judgement(PENDING_RETIREMENT, fingerprint_versions(pair),
+                            [d.loser_id, d.winner_id],
                             d.kind, v.reason or d.why, ordered=True)
         for ids, v in self.remember.items():
             if set(ids) & self.retired:

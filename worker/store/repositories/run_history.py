@@ -1,6 +1,7 @@
 """Runs as history: what the finished runs of a scope say (the gate's last success and the
-activity since, its failed runs in a row, the open-candidate counts the growth check and the gauge read, run counts by
-status and phase usage for /metrics). The run's own life cycle is ``runs``."""
+activity since, its failed runs in a row, the open-candidate counts the growth check and the
+gauge read, run counts by status and phase usage for /metrics). The run's own life cycle is
+``runs``."""
 
 from __future__ import annotations
 
