@@ -7,15 +7,14 @@ SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from click.testing import CliRunner
-from sqlalchemy import event
 
 from tests.support.factories import add_notes
+from tests.support.sql import before_first
 from worker.app import App
 from worker.cli import main
 from worker.clock import utcnow
@@ -25,25 +24,6 @@ from worker.runs.create import create_claimed_run
 
 SCOPE = Scope("a1")
 EXPIRED = (utcnow() - timedelta(days=2)).isoformat()
-
-
-@contextmanager
-def before_first(app: App, starts: str, action: Callable[[], None]) -> Iterator[None]:
-    """Run ``action`` (on its own connection) just before ``app`` first sends a statement
-    starting with ``starts``: a host write landing between a phase's plan and its write."""
-    done: list[bool] = []
-
-    def on_statement(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if not done and " ".join(statement.split()).startswith(starts):
-            done.append(True)
-            action()
-
-    event.listen(app.engine, "before_cursor_execute", on_statement)
-    try:
-        yield
-    finally:
-        event.remove(app.engine, "before_cursor_execute", on_statement)
-    assert done, f"no statement started with {starts!r}"
 
 
 def _host_edits(app: App, *note_ids: str) -> Callable[[], None]:

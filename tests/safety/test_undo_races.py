@@ -3,39 +3,19 @@ two undos of the same run at once. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, update
+from sqlalchemy import select, update
 
 from tests.safety.test_undo import SCOPE, _fuse, _seed
 from tests.support.safety import note_states, run_row
+from tests.support.sql import before_first
 from worker.app import App
 from worker.domain.types import RunStatus
 from worker.errors import RunError
 from worker.safety.undo import UndoRefused, undo_run
 from worker.store.models import DreamRunRow, OperationLogRow
-
-
-@contextmanager
-def before_first(app: App, starts: str, action: Callable[[], None]) -> Iterator[None]:
-    """Run ``action`` (on its own connection) just before ``app`` first sends a statement
-    starting with ``starts``: a writer landing between undo's read and its write."""
-    done: list[bool] = []
-
-    def on_statement(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if not done and " ".join(statement.split()).startswith(starts):
-            done.append(True)
-            action()
-
-    event.listen(app.engine, "before_cursor_execute", on_statement)
-    try:
-        yield
-    finally:
-        event.remove(app.engine, "before_cursor_execute", on_statement)
-    assert done, f"no statement started with {starts!r}"
 
 
 def _host_edit(app: App, note_id: str) -> None:

@@ -1,9 +1,10 @@
-"""The SQL an engine executes while a block runs, one normalised line per statement."""
+"""The SQL an engine executes while a block runs, one normalised line per statement; and an
+action run just before a given statement (another writer landing mid-way)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -50,3 +51,23 @@ def recorded_commits(app: App) -> Iterator[list[bool]]:
         yield seen
     finally:
         event.remove(app.engine, "commit", record)
+
+
+@contextmanager
+def before_first(app: App, starts: str, action: Callable[[], None]) -> Iterator[None]:
+    """Run ``action`` (on its own connection) just before ``app`` first sends a statement
+    starting with ``starts``: another writer landing between a read and the write after it.
+    Fails the test if no such statement was sent."""
+    done: list[bool] = []
+
+    def on_statement(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not done and " ".join(statement.split()).startswith(starts):
+            done.append(True)
+            action()
+
+    event.listen(app.engine, "before_cursor_execute", on_statement)
+    try:
+        yield
+    finally:
+        event.remove(app.engine, "before_cursor_execute", on_statement)
+    assert done, f"no statement started with {starts!r}"
