@@ -84,6 +84,7 @@ def metered_registry(meter: Meter) -> None:
 
     phases.phase_registry = registry
     _meter_held_commits(meter)
+    _count_raw_loads(meter)
 
 
 def _meter_held_commits(meter: Meter) -> None:
@@ -106,6 +107,26 @@ def _meter_held_commits(meter: Meter) -> None:
             return finish(*args, **kwargs)
 
     setattr(phase_run, "_finish", metered)  # noqa: B010 (a module found at run time)
+
+
+def _count_raw_loads(meter: Meter) -> None:
+    """The scope load on PostgreSQL runs on a raw psycopg cursor (binary vectors), which
+    SQLAlchemy's events do not see: each is counted here as the statement it is."""
+    import importlib
+
+    try:  # an older checkout (--before) may load otherwise
+        note_load = importlib.import_module("worker.store.repositories.note_load")
+    except ImportError:
+        return
+    fetch = getattr(note_load, "_fetch_binary", None)
+    if fetch is None:
+        return
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        meter.sql[meter.current] += 1
+        return fetch(*args, **kwargs)
+
+    setattr(note_load, "_fetch_binary", counted)  # noqa: B010 (a module found at run time)
 
 
 def _child(url: str, latency: float | None, concurrency: int, extra: dict[str, Any],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import text
+from sqlalchemy import ColumnElement, bindparam, exists, func, literal_column, select, text
 from sqlalchemy.orm import Session
 
 # The first key of the two-key advisory lock: the worker's scope locks, apart from any other
@@ -19,6 +19,18 @@ from sqlalchemy.orm import Session
 # the same hash only wait for each other).
 _SCOPE_LOCKS = 0x64726D  # "drm"
 _LOCK = text("SELECT pg_advisory_xact_lock(:space, hashtext(:key))")
+LOCK_KEY = "l_scope"  # the parameter ``lock_term`` binds the scope key as
+
+
+def lock_term() -> ColumnElement[bool]:
+    """A WHERE term (always true) that takes the scope's lock within a statement of its own
+    (PostgreSQL): an uncorrelated EXISTS is evaluated once, as the plan's one-time filter,
+    before the statement reads or locks any row, so a write's first UPDATE takes the lock
+    first without a statement for it. The scope key binds as ``LOCK_KEY`` (an executemany
+    takes it again per row: the lock is re-entrant within its transaction)."""
+    taken = func.pg_advisory_xact_lock(literal_column(str(_SCOPE_LOCKS)),
+                                       func.hashtext(bindparam(LOCK_KEY)))
+    return exists(select(literal_column("1")).select_from(taken))
 
 
 def lock_scopes(session: Session, scope_keys: Iterable[str]) -> None:

@@ -7,8 +7,11 @@ guarded, so what moved since the state was read starts the write over under the 
 verdict memory, reviews and steps queued on the write go in with it, the steps last and
 fenced by the lease epoch (``StaleLease`` when another attempt owns the run: the
 whole write rolls back, so a write planned under a lost lease writes nothing). Nothing commits
-until the block ends without an exception. On PostgreSQL the write's first statement takes its
-scope's lock (``worker.store.scope_locks``), as an undo and an erasure of the scope do.
+until the block ends without an exception. On PostgreSQL the scope's lock
+(``worker.store.scope_locks``), which an undo and an erasure of the scope take too, comes
+before any row the write locks: within its first note UPDATE (the notes it inserts follow
+their sources' update), else as a statement of its own before the first statement that
+touches a row another transaction may hold.
 """
 
 from __future__ import annotations
@@ -84,7 +87,6 @@ def open_write(target: WriteTarget) -> Iterator[PhaseWrite]:
     with ExitStack() as close:
         uow = close.enter_context(target.app.uow())
         write = PhaseWrite(uow, target)
-        write.lock_scope()
         yield write
         steps = write.flush(steps=held is None)
         if held is not None:
@@ -124,6 +126,8 @@ class PhaseWrite:
         self.fenced = target.run_id is None or target.epoch is None
         # An apply of this write wrote (its transaction holds more than the scope's lock).
         self.wrote = False
+        # The scope's lock is held (SQLite: the transaction's own write lock stands for it).
+        self.locked = uow.session.get_bind().dialect.name != "postgresql"
         self.state: State = {}
         self.tripped: str | None = None
         self._steps: list[dict[str, Any]] = []
@@ -158,7 +162,7 @@ class PhaseWrite:
         # the re-read comes before the write lock; nothing of this write is kept): again,
         # with the lock taken first and the members re-read under it.
         self.uow.rollback()
-        self.lock_scope()  # the rollback released it
+        self.locked = False  # the rollback released it
         self.fence()
         return self._apply(changes, ids, vectors, journal, guard_each, None)
 
@@ -176,16 +180,27 @@ class PhaseWrite:
                                     for i in c.ids()), *also])
 
     def lock_scope(self) -> None:
-        """The scope's lock, the transaction's first (``worker.store.scope_locks``): an undo or
-        an erasure of the scope waits for this write, or this write for it, never each for the
-        other's notes."""
-        lock_scopes(self.uow.session, [self.target.scope.key])
+        """The scope's lock as a statement of its own, unless held (``worker.store.scope_locks``):
+        an undo or an erasure of the scope waits for this write, or this write for it, never
+        each for the other's notes."""
+        if not self.locked:
+            lock_scopes(self.uow.session, [self.target.scope.key])
+            self.locked = True
+
+    def _lock_within(self) -> str | None:
+        """The scope key for the next statement to take the scope's lock in (None: held)."""
+        if self.locked:
+            return None
+        self.locked = True
+        return self.target.scope.key
 
     def fence(self) -> None:
         """The lease check as a statement of its own (an UPDATE of the run row guarded by the
-        epoch): it takes SQLite's write lock and PostgreSQL's run-row lock until the commit."""
+        epoch): it takes SQLite's write lock and PostgreSQL's run-row lock until the commit,
+        after the scope's lock (an erasure takes the scope's, then stops the scope's runs)."""
         t = self.target
         assert t.run_id is not None and t.epoch is not None
+        self.lock_scope()
         self._totals = self.uow.writes.fence(t.run_id, t.epoch)
         if self._totals is None:
             raise StaleLease(f"run {t.run_id} lost its lease (epoch {t.epoch})")
@@ -195,6 +210,8 @@ class PhaseWrite:
                vectors: dict[str, np.ndarray] | None, journal: RunJournal | None,
                guard_each: bool, known: State | None) -> list[ItemResult]:
         t = self.target
+        if known is None:
+            self.lock_scope()
         self.state = known if known is not None else self.uow.writes.lock_state(ids)
         guard = self._guard_limits(changes, journal, guard_each)
         results, self.tripped = evaluate(changes, self._before_images(), guard)
@@ -203,13 +220,17 @@ class PhaseWrite:
         for r in results:
             if r.status == ItemStatus.APPLIED:
                 rows.add(r.change)
-        self.uow.writes.insert_notes(rows.notes)
         # From a known state each UPDATE also checks what can change without a version (see
         # ``WriteRepository.update_notes``); after the locked re-read, id and version suffice.
+        # The sources first: their update takes the scope's lock (no foreign key needs the
+        # notes inserted for them to exist yet).
         for keys, batch in rows.update_batches():
-            if self.uow.writes.update_notes(keys, batch, unversioned=known is not None) \
-                    != len(batch):
+            if self.uow.writes.update_notes(keys, batch, unversioned=known is not None,
+                                            lock_scope=self._lock_within()) != len(batch):
                 raise WriteConflict("a note changed while this write held it; nothing was written")
+        if rows.notes:
+            self.lock_scope()
+            self.uow.writes.insert_notes(rows.notes)
         self._archive_examples(results)
         self.uow.writes.add_lineage(rows.lineage)
         self.uow.writes.add_log(rows.log)
@@ -239,6 +260,8 @@ class PhaseWrite:
                 by_reason.setdefault(r.change.reason, []).append(r)
         t = self.target
         repo = ExampleRepository(self.uow.session)
+        if by_reason:
+            self.lock_scope()
         for reason, todo in by_reason.items():
             items = [ArchiveItem(m.id, m.version, r.change.comment,
                                  tuple((r.change.expect.get(m.id) or {}).items()))
@@ -292,6 +315,10 @@ class PhaseWrite:
 
         ``steps=False``: the steps stay queued (a later ``flush()`` writes them) for the engine
         to insert with the phase's finish, fenced, as the transaction's last statement."""
+        # The lock before these rows (a held write's steps, inserted by the engine with the
+        # phase's finish, need none: a write that touched no shared row cannot wait in a cycle).
+        if steps or self._judgements or self._reviews:
+            self.lock_scope()
         self.uow.writes.add_judgements(self._judgements)
         self.uow.writes.add_reviews(self._reviews)
         self._judgements, self._reviews = [], []

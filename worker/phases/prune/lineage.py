@@ -66,6 +66,7 @@ def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str]) -> l
     if not planned:
         return []
     t = w.target
+    w.lock_scope()
     state = w.uow.writes.lock_state(planned)
     befores = w.uow.retention.retirement_befores(planned)
     rows = RowBuilder(t.scope, t.logged_as, t.now, state, None, {})

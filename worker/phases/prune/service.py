@@ -174,6 +174,7 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
             # Deferred notes stay unchecked so the next run looks at them first.
             deferred = set(plan.deferred)
             checked = [n.id for n in notes if n.id not in deferred]
+            w.lock_scope()
             w.uow.notes.mark_checked(checked, ctx.now)
         for step in review.steps if review else []:
             w.step(step)

@@ -41,6 +41,7 @@ from worker.store.repositories.note_writes import (
     UNVERSIONED_FIELDS,
 )
 from worker.store.repositories.run_statements import fenced_steps_statement
+from worker.store.scope_locks import LOCK_KEY, lock_term
 
 _NOTES = cast(Table, NoteRow.__table__)
 _RUNS = cast(Table, DreamRunRow.__table__)
@@ -68,7 +69,7 @@ _INSERT_LINEAGE = insert(cast(Table, NoteLineageRow.__table__))
 _STEPS = cast(Table, RunStepRow.__table__)
 _INSERT_STEP = insert(_STEPS)
 _INSERT_REVIEW = insert(cast(Table, ReviewRow.__table__))
-_UPDATES: dict[tuple[tuple[str, ...], bool, bool], Any] = {}
+_UPDATES: dict[tuple[tuple[str, ...], bool, bool, bool], Any] = {}
 _TOTALS = select(_RUNS.c.totals).where(_RUNS.c.id == bindparam("run_id"))
 _JOURNAL = select(_LOG.c.entity_id, _LOG.c.op, _LOG.c.before, _LOG.c.after, _LOG.c.reason).where(
     _LOG.c.run_id == bindparam("run_id"), _LOG.c.scope_key == bindparam("scope_key"),
@@ -162,7 +163,7 @@ class WriteRepository:
             self._many(_INSERT_NOTE, rows)
 
     def update_notes(self, keys: tuple[str, ...], rows: list[dict[str, Any]], *,
-                     unversioned: bool = False) -> int:
+                     unversioned: bool = False, lock_scope: str | None = None) -> int:
         """One executemany UPDATE guarded by id and version; ``rows`` carry ``b_id``,
         ``b_version`` and ``v_<column>`` for each of ``keys`` (plus version, updated_at);
         the number of rows it updated.
@@ -171,21 +172,30 @@ class WriteRepository:
         run's carried state), so the guard also holds each ``UNVERSIONED_FIELDS`` column it
         sets at its before-image (``g_<column>``), each ``DECIDING_FIELDS`` column at its
         before-image (``w_<column>``) and, per row, the note its change keeps
-        (``k_id`` at ``k_version``, still active; None: none kept)."""
+        (``k_id`` at ``k_version``, still active; None: none kept).
+
+        ``lock_scope``: the statement takes this scope's lock first (PostgreSQL,
+        ``scope_locks.lock_term``), the write's first statement doing so."""
         if not rows:
             return 0
         # Each row's UPDATE locks it: in id order, as ``lock_state`` takes them (a stable sort:
         # two changes of one note stay in the order they were made).
         rows = sorted(rows, key=lambda r: str(r["b_id"]))
-        postgres = unversioned and self.session.get_bind().dialect.name == "postgresql"
-        stmt = _UPDATES.get((keys, unversioned, postgres))
+        on_postgres = self.session.get_bind().dialect.name == "postgresql"
+        postgres = unversioned and on_postgres
+        locking = lock_scope is not None and on_postgres
+        if locking:
+            rows = [{**r, LOCK_KEY: lock_scope} for r in rows]
+        stmt = _UPDATES.get((keys, unversioned, postgres, locking))
         if stmt is None:  # built once per set of changed columns, then reused
             guard = [_NOTES.c.id == bindparam("b_id"), _NOTES.c.version == bindparam("b_version")]
             if unversioned:
                 guard += [_unchanged(k, postgres) for k in keys if k in UNVERSIONED_FIELDS]
                 guard += [_unchanged(k, postgres, "w") for k in DECIDING_FIELDS]
                 guard.append(_kept(postgres))
-            stmt = _UPDATES[(keys, unversioned, postgres)] = (
+            if locking:
+                guard.insert(0, lock_term())
+            stmt = _UPDATES[(keys, unversioned, postgres, locking)] = (
                 update(_NOTES).where(*guard)
                 .values({k: bindparam(f"v_{k}") for k in (*keys, "version", "updated_at")})
             )
