@@ -6,10 +6,11 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import make_sqlite_app
 from worker.app import App
-from worker.runs.lease import LeaseHeartbeat
+from worker.runs.lease import _BEATS, LeaseHeartbeat
 
 
 class Counting(LeaseHeartbeat):
@@ -92,4 +93,29 @@ def test_a_beat_that_raises_stops_its_block_only(tmp_path: Path) -> None:
             assert broken.in_flight.wait(2)
         time.sleep(0.3)
     assert len(other.renewals) >= 3
+    app.dispose()
+
+
+def test_a_block_opened_while_the_thread_idles_is_beaten_on_time_without_waking_it(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """With nothing to beat for the thread still looks again after the last interval, so a
+    new block (due a whole interval after it opens) needs no wake-up: no notify before its
+    first beat, which still comes one interval after the block opened."""
+    app = make_sqlite_app(tmp_path)
+    with Counting(app, "earlier", interval=0.2):
+        pass
+    time.sleep(0.05)  # the thread now waits, idle, for up to 0.2 s
+    notified: list[float] = []
+    cond = _BEATS._cond
+    original = cond.notify_all
+    monkeypatch.setattr(cond, "notify_all", lambda: (notified.append(time.monotonic()),
+                                                     original()))
+    hb = Counting(app, "next", interval=0.2)
+    opened = time.monotonic()
+    with hb:
+        time.sleep(0.45)
+    assert hb.renewals, "never beaten"
+    first = hb.renewals[0] - opened
+    assert 0.19 <= first <= 0.35, first
+    assert [t for t in notified if t < hb.renewals[0]] == []
     app.dispose()

@@ -83,7 +83,13 @@ class LeaseHeartbeat:
 class _Beats:
     """The process's heartbeat thread and what it beats for: each open heartbeat's next beat
     (monotonic seconds) and when its block began. Started on first use; a forked child (a
-    Celery worker process) starts empty, with a thread of its own when it needs one."""
+    Celery worker process) starts empty, with a thread of its own when it needs one.
+
+    The thread is woken only for a beat due before it would wake anyway (``_wake_at``): with
+    nothing to beat for it still looks again after the interval of the last heartbeat added,
+    so the next phase's heartbeat (due a whole interval after it opens) needs no wake-up. A wake-up
+    per phase was a thread switch per phase for nothing (a phase is usually over long before
+    its first beat)."""
 
     def __init__(self) -> None:
         self.reset()
@@ -93,16 +99,20 @@ class _Beats:
         self._due: dict[LeaseHeartbeat, tuple[float, float]] = {}
         self._beating: LeaseHeartbeat | None = None
         self._thread: threading.Thread | None = None
+        self._wake_at = 0.0  # when the waiting thread looks again (monotonic seconds)
+        self._idle = 60.0  # how long it waits with nothing to beat for (the last interval)
 
     def add(self, hb: LeaseHeartbeat) -> None:
         now = time.monotonic()
         with self._cond:
             self._due[hb] = (now + hb.interval, now)
+            self._idle = hb.interval
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="dream-lease-heartbeat")
                 self._thread.start()
-            self._cond.notify_all()
+            elif now + hb.interval < self._wake_at:
+                self._cond.notify_all()
 
     def remove(self, hb: LeaseHeartbeat) -> None:
         """Ends ``hb``'s beats; returns once none of them is in flight."""
@@ -138,7 +148,8 @@ class _Beats:
             soonest = min(self._due.items(), key=lambda item: item[1][0], default=None)
             if soonest is not None and soonest[1][0] <= now:
                 return soonest[0]
-            self._cond.wait(None if soonest is None else soonest[1][0] - now)
+            self._wake_at = now + self._idle if soonest is None else soonest[1][0]
+            self._cond.wait(self._wake_at - now)
 
 
 _BEATS = _Beats()
