@@ -304,6 +304,36 @@ def test_a_run_task_past_its_hand_off_time_goes_on_in_the_next_call(app: App) ->
     assert (whole.status, whole.hand_off) == ("succeeded", False)
 
 
+def test_a_run_task_opens_each_next_phase_with_the_finish_before_it(app: App) -> None:
+    """A Celery run task commits as often as an in-process run: its claim opens the first
+    phase's step and each phase's finish the next one's, in the same transaction, instead of
+    a transaction per phase start. Past its hand-off time it opens nothing ahead: the next
+    call starts that phase itself (no step left open that it could not tell from a
+    duplicate executor's, R4)."""
+    from tests.support.sql import recorded_commits
+
+    add_notes(app, {"content": "a note"}, {"agent_id": "agent-2", "content": "a note"},
+              {"agent_id": "agent-3", "content": "a note"})
+    in_process = service.create_run(app, SCOPE, force=True)
+    as_task = service.create_run(app, Scope("agent-2"), force=True)
+    assert in_process is not None and as_task is not None
+    with recorded_commits(app) as by_engine:
+        assert engine.execute_run(app, in_process, QUIET) == "succeeded"
+    with recorded_commits(app) as by_task:
+        assert service.execute_run_task(app, as_task, QUIET).status == "succeeded"
+    assert sum(by_task) == sum(by_engine) == len(PHASES) + 2, (by_task, by_engine)
+    # Handing off after each phase: nothing opened ahead, every call starts its own phase.
+    handed = service.create_run(app, Scope("agent-3"), force=True)
+    assert handed is not None
+    results = [engine.execute_run_once(app, handed, QUIET, poll=False, hand_off_after=0.0)
+               for _ in PHASES]
+    assert [r.hand_off for r in results] == [True] * (len(PHASES) - 1) + [False]
+    with app.uow() as uow:
+        parents = [s for s in uow.runs.steps(handed) if s.parent_id is None]
+    assert sorted(s.phase for s in parents) == sorted(PHASES)
+    assert {s.status for s in parents} == {"no_items"}
+
+
 @pytest.mark.parametrize(("provider", "limit", "model_seconds", "call", "hand_off"), [
     # 2,700 s soft limit less 900 s of model time, 30 s × 3 attempts + 10 s for the call in
     # flight when that time ends, and a minute for the writes

@@ -183,22 +183,22 @@ def test_the_lease_fence_reads_the_run_at_most_once_per_interval(
     moves it on). The phase's start counts as the first answer, and the read is made at most
     once per FENCE_SECONDS: a fast model's fan-out adds no statement to the phase, a slow one
     a read a second; once the lease moved on, the next read says so."""
-    import worker.runs.phase_run as phase_run
+    import worker.runs.lease as lease
 
     add_notes(app, {"id": "n1", "content": "A fact"})
     run = service.create_claimed_run(app, SCOPE, trigger="test", force=True)
     assert run is not None and run.epoch is not None
     clock = [1000.0]
-    monkeypatch.setattr(phase_run.time, "monotonic", lambda: clock[0])
-    fence = phase_run._lease_fence(app, run.run_id, run.epoch)
+    monkeypatch.setattr(lease.time, "monotonic", lambda: clock[0])
+    fence = lease.lease_fence(app, run.run_id, run.epoch)
     with recorded_statements(app) as statements:
         assert all(fence() for _ in range(50))  # a fast fan-out, within the first second
     assert statements == []
-    clock[0] += phase_run.FENCE_SECONDS
+    clock[0] += lease.FENCE_SECONDS
     with recorded_statements(app) as statements:
         assert fence() and fence()
     assert len(statements) == 1
     service.cancel_run(app, run.run_id)
     assert fence()  # the answer stands until the interval has passed …
-    clock[0] += phase_run.FENCE_SECONDS
+    clock[0] += lease.FENCE_SECONDS
     assert not fence()  # … then the moved lease is seen

@@ -210,9 +210,9 @@ def test_r29_a_fan_out_asks_nothing_more_once_an_erasure_moved_the_lease(
     first. Before, the rest of the fan-out still went out quoting c0's notes (two prompts);
     now the run's budget asks whether the run still holds its lease before a call (at most
     once a second by default; here before every call, as a model slower than that is asked)."""
-    import worker.runs.phase_run as phase_run
+    import worker.runs.lease as lease
 
-    monkeypatch.setattr(phase_run, "FENCE_SECONDS", 0.0)
+    monkeypatch.setattr(lease, "FENCE_SECONDS", 0.0)
     monkeypatch.setenv("DREAM_LLM_CONCURRENCY", "1")
     add_notes(app, *({"id": f"p{k}", "user_id": "u1", "source_conversation_id": "c0",
                       "content": f"User {CANARY} office is in city {k}"} for k in range(3)),

@@ -37,7 +37,7 @@ class Budget:
     tokens_in: int = 0
     tokens_out: int = 0
     # Whether the run still holds its lease, asked before each model call (the phase's fence
-    # reads it at most once a second, worker.runs.phase_run.FENCE_SECONDS): an erasure (or a
+    # reads it at most once a second, worker.runs.lease.FENCE_SECONDS): an erasure (or a
     # cancel) moves the epoch on, and the prompts a fan-out has not sent yet may quote the
     # text it erased. Once it answers no, no call is reserved again (None: not asked).
     fence: Callable[[], bool] | None = field(default=None, repr=False)

@@ -77,9 +77,11 @@ def execute_run_once(app: App, run: str | RunSnapshot, registry: Registry,
     with telemetry.run_span(run_id) as span:
         if isinstance(run, str):
             crashpoint("run.before_claim")  # R30: a creator killed here leaves a queued run
-            # Not polled (a Celery run task), each phase opens its own step as it starts: a
-            # resumed call cannot tell steps it opened from a duplicate executor's (R4).
-            snap = claim(app, run_id, opening=poll) or read_snapshot(app, run_id)
+            # Not polled (a Celery run task), the claim opens the first phase's step only and
+            # each finish the next one's, for a phase this call runs at once: a resumed call
+            # cannot tell steps left open before from a duplicate executor's (R4).
+            snap = claim(app, run_id, opening=True, first_only=not poll) \
+                or read_snapshot(app, run_id)
         else:
             # R30: a creator killed here leaves a running run whose lease lapses (recovered).
             crashpoint("run.after_create")
@@ -101,11 +103,12 @@ def _execute_all(app: App, snap: RunSnapshot, registry: Registry,
     fresh = snap.attempts == 1 and not snap.done and not snap.waiting
     run = Execution(snap, Budget.for_run(app.settings.budget, snap.usage.calls,
                                          snap.usage.tokens), registry, carry=RunCarry(fresh=fresh),
-                    written=list(snap.opened.values()) if fresh else None)
+                    written=list(snap.opened.values()) if fresh else None,
+                    open_ahead=not poll, deadline=deadline)
     ran = False
     for phase in PHASES:
         if ran and deadline is not None and phase not in snap.done and (
-                time.monotonic() > deadline):
+                phase not in snap.opened and time.monotonic() > deadline):
             log.info("run.handed_off", run_id=snap.run_id, next_phase=phase)
             return RunResult(snap.status, hand_off=True)
         outcome = _run_until_settled(app, run, phase, poll)

@@ -154,3 +154,42 @@ class _Beats:
 
 _BEATS = _Beats()
 os.register_at_fork(after_in_child=_BEATS.reset)  # the parent's thread and lock stay there
+
+
+def keep_lease_while_waiting(app: App, run_id: str, epoch: int | None) -> None:
+    """A phase waiting on its batch renews the run's lease as it ends: no heartbeat runs
+    between a Celery task's looks, and a batch may take hours; each look (at most the hard time
+    limit apart, ``tasks.wait_delay``) keeps the run from being recovered as lost."""
+    try:
+        LeaseHeartbeat(app, run_id, epoch).renew()
+    except SQLAlchemyError as exc:  # the next look renews it
+        log.warning("lease.renew_failed", run_id=run_id, error_type=type(exc).__name__)
+
+
+# How long the answer to "does the run still hold its lease?" stands before a model call asks
+# again. An erasure (or a cancel) moves the lease on, and prompts a fan-out has not sent yet may
+# quote what it erased; but each ask is a transaction, and asking before every call of a fast
+# model doubled a phase's statements and CPU. The phase's start wrote its step under the epoch,
+# which counts as the first answer.
+FENCE_SECONDS = 1.0
+
+
+def lease_fence(app: App, run_id: str, epoch: int) -> Callable[[], bool]:
+    """The budget's check before each model call: the run still holds lease ``epoch``, read at
+    most once per ``FENCE_SECONDS`` (a failing read counts as held; the phase's fenced write
+    decides then)."""
+    next_ask = time.monotonic() + FENCE_SECONDS
+
+    def held() -> bool:
+        nonlocal next_ask
+        now = time.monotonic()
+        if now < next_ask:
+            return True
+        next_ask = now + FENCE_SECONDS
+        try:
+            with app.uow() as uow:
+                return uow.runs.holds_lease(run_id, epoch)
+        except SQLAlchemyError:
+            return True
+
+    return held

@@ -9,7 +9,6 @@ kept current (``done``, ``waiting``) for the next phase of an in-process run."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,9 +23,16 @@ from worker.clock import utcnow
 from worker.domain.types import PHASES, PhaseReport
 from worker.llm.batch import BatchPending
 from worker.runs.context import Budget, HeldWrite, PhaseContext, Registry, RunCarry
-from worker.runs.lease import LeaseHeartbeat
+from worker.runs.lease import LeaseHeartbeat, keep_lease_while_waiting, lease_fence
 from worker.runs.outcome import RECORDED, PhaseOutcome
-from worker.runs.snapshot import RunSnapshot, StepRecord, parent_step_row, phase_step_id
+from worker.runs.snapshot import (
+    RunSnapshot,
+    StepRecord,
+    finished_parent_row,
+    next_phase_row,
+    parent_step_row,
+    phase_step_id,
+)
 from worker.runs.steps import StepRecorder
 from worker.safety.scrub import safe_error_message
 from worker.safety.scrub import stack as error_stack
@@ -56,6 +62,11 @@ class Execution:
     # step's own, taken when this executor first runs it; its heartbeat records the rest
     # (``_usage_recorder``).
     bases: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    # A Celery run task: each phase's finish also opens the next phase's step (one transaction
+    # less per phase), unless the task's hand-off time (``deadline``, monotonic) has passed:
+    # a phase opened so is run by this call, never handed off (``engine._execute_all``).
+    open_ahead: bool = False
+    deadline: float | None = None
 
     def wrote(self, row: dict[str, Any]) -> None:
         if self.written is not None:
@@ -92,7 +103,7 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
     )
     run.budget.lost = False  # asked again under this claim's epoch
     run.budget.fence = (None if snap.epoch is None
-                        else _lease_fence(app, snap.run_id, snap.epoch))
+                        else lease_fence(app, snap.run_id, snap.epoch))
     base = run.bases.setdefault(step_id, _usage_base(run, step_id))
     try:
         with LeaseHeartbeat(app, snap.run_id, snap.epoch, _usage_recorder(ctx, step_id, base)):
@@ -115,48 +126,9 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
         snap.waiting.pop(phase, None)
     elif outcome is PhaseOutcome.WAITING:
         snap.waiting[phase] = step_id
-        _keep_lease_while_waiting(app, snap)
+        keep_lease_while_waiting(app, snap.run_id, snap.epoch)
     run.outcomes[phase] = outcome
     return outcome
-
-
-def _keep_lease_while_waiting(app: App, snap: RunSnapshot) -> None:
-    """A phase waiting on its batch renews the run's lease as it ends: no heartbeat runs
-    between a Celery task's looks, and a batch may take hours; each look (at most the hard time
-    limit apart, ``tasks.wait_delay``) keeps the run from being recovered as lost."""
-    try:
-        LeaseHeartbeat(app, snap.run_id, snap.epoch).renew()
-    except SQLAlchemyError as exc:  # the next look renews it
-        log.warning("lease.renew_failed", run_id=snap.run_id, error_type=type(exc).__name__)
-
-
-# How long the answer to "does the run still hold its lease?" stands before a model call asks
-# again. An erasure (or a cancel) moves the lease on, and prompts a fan-out has not sent yet may
-# quote what it erased; but each ask is a transaction, and asking before every call of a fast
-# model doubled a phase's statements and CPU. The phase's start wrote its step under the epoch,
-# which counts as the first answer.
-FENCE_SECONDS = 1.0
-
-
-def _lease_fence(app: App, run_id: str, epoch: int) -> Callable[[], bool]:
-    """The budget's check before each model call: the run still holds lease ``epoch``, read at
-    most once per ``FENCE_SECONDS`` (a failing read counts as held; the phase's fenced write
-    decides then)."""
-    next_ask = time.monotonic() + FENCE_SECONDS
-
-    def held() -> bool:
-        nonlocal next_ask
-        now = time.monotonic()
-        if now < next_ask:
-            return True
-        next_ask = now + FENCE_SECONDS
-        try:
-            with app.uow() as uow:
-                return uow.runs.holds_lease(run_id, epoch)
-        except SQLAlchemyError:
-            return True
-
-    return held
 
 
 def _start_step(app: App, run: Execution, phase: str, step_id: str) -> PhaseOutcome | None:
@@ -351,8 +323,13 @@ def _finish(app: App, run: Execution, held: HeldWrite, step_id: str, outcome: Ph
         else:
             uow = write.uow
             ending.enter_context(write.close)
+        ahead = _opened_next(run, step_id, outcome)  # the next phase's start, in this commit
+        apart = [] if ahead is None else [ahead]
         if write is not None and write.steps:  # the phase's children and its finish, one statement
-            rows = [*write.steps, _finished_parent(snap, step_id, values, like=write.steps[0])]
+            like = write.steps[0]
+            rows = [*write.steps, finished_parent_row(snap, step_id, values, like=like)]
+            if ahead is not None and ahead.keys() <= like.keys():
+                rows, apart = [*rows, {**dict.fromkeys(like), **ahead}], []
             done = uow.writes.add_steps_fenced(rows, snap.run_id, snap.epoch,
                                                finishing=tuple(sorted(values)))
         else:
@@ -361,25 +338,27 @@ def _finish(app: App, run: Execution, held: HeldWrite, step_id: str, outcome: Ph
             done = uow.runs.finish_step_fenced(step_id, snap.run_id, snap.epoch, **values)
         if not done:
             raise StaleLease(f"run {snap.run_id} lost its lease (epoch {snap.epoch})")
+        uow.writes.add_steps(apart)  # after the fenced finish
         uow.commit()
     run.begun.pop(step_id, None)
     run.finished(step_id, values)
+    if ahead is not None:
+        snap.opened[ahead["phase"]] = ahead
+        run.wrote(ahead)
     if outcome is PhaseOutcome.WAITING:  # what this executor's resumption adds to
         snap.recorded[step_id] = StepRecord.of(tokens[0], tokens[1], output)
     else:
         snap.recorded.pop(step_id, None)
 
 
-def _finished_parent(snap: RunSnapshot, step_id: str, values: dict[str, Any],
-                     like: dict[str, Any]) -> dict[str, Any]:
-    """The parent step's finish as a row shaped like the children's it is inserted with: its
-    id exists, so only the finish's own columns (``values``) are updated from it."""
-    phase = like["phase"]  # the children's
-    row = dict.fromkeys(like)
-    row.update({"id": step_id, "run_id": snap.run_id, "parent_id": None,
-                "scope_key": snap.scope.key, "phase": phase, "name": phase, "seq": 0,
-                "started_at": utcnow(), **values})
-    return row
+def _opened_next(run: Execution, step_id: str, outcome: PhaseOutcome) -> dict[str, Any] | None:
+    """The next phase's step to open with this finish (``Execution.open_ahead``), or None: not
+    a run task, the phase waits or stops the run, or the task hands off before the next one."""
+    if not run.open_ahead or outcome is PhaseOutcome.WAITING or outcome.stops_run:
+        return None
+    if run.deadline is not None and time.monotonic() > run.deadline:
+        return None
+    return next_phase_row(run.snap, step_id, utcnow())
 
 
 def left_for_later(output: dict[str, Any]) -> bool:

@@ -111,14 +111,41 @@ def parent_step_row(snap: RunSnapshot, phase: str, at: datetime) -> dict[str, An
     return row
 
 
-def open_phases(uow: Any, snap: RunSnapshot) -> None:
-    """Insert a running parent step for every phase not done yet, in the claim's transaction
-    (one executemany): an in-process executor's phases then start without a statement. Their
-    start times are a microsecond apart (the steps are read back in that order); each phase's
-    finish records when it really started."""
+def next_phase_row(snap: RunSnapshot, step_id: str, at: datetime) -> dict[str, Any] | None:
+    """The parent step of the phase after ``step_id``'s, as it starts; None when that was the
+    last phase or the next one is done, open or waiting already."""
+    ids = [phase_step_id(snap.run_id, p, snap.epoch) for p in PHASES]
+    if step_id not in ids or ids.index(step_id) + 1 == len(PHASES):
+        return None
+    phase = PHASES[ids.index(step_id) + 1]
+    if phase in snap.done or phase in snap.opened or phase in snap.waiting:
+        return None
+    return parent_step_row(snap, phase, at)
+
+
+def finished_parent_row(snap: RunSnapshot, step_id: str, values: dict[str, Any],
+                        like: dict[str, Any]) -> dict[str, Any]:
+    """A parent step's finish as a row shaped like the children's it is inserted with: its
+    id exists, so only the finish's own columns (``values``) are updated from it."""
+    phase = like["phase"]  # the children's
+    row = dict.fromkeys(like)
+    row.update({"id": step_id, "run_id": snap.run_id, "parent_id": None,
+                "scope_key": snap.scope.key, "phase": phase, "name": phase, "seq": 0,
+                "started_at": utcnow(), **values})
+    return row
+
+
+def open_phases(uow: Any, snap: RunSnapshot, *, first_only: bool = False) -> None:
+    """Insert a running parent step for every phase not done yet (``first_only``: for the
+    first of them, a Celery run task's), in the claim's transaction (one executemany): an
+    in-process executor's phases then start without a statement. Their start times are a
+    microsecond apart (the steps are read back in that order); each phase's finish records
+    when it really started."""
     now = utcnow()
     rows = [parent_step_row(snap, p, now + timedelta(microseconds=i))
             for i, p in enumerate(PHASES) if p not in snap.done]
+    if first_only:
+        rows = rows[:1]
     uow.writes.add_steps(rows)
     snap.opened = {r["phase"]: r for r in rows}
 
@@ -133,12 +160,14 @@ def read_snapshot(app: App, run_id: str) -> RunSnapshot:
         return snapshot_of(run, steps)
 
 
-def claim(app: App, run_id: str, *, opening: bool = False) -> RunSnapshot | None:
+def claim(app: App, run_id: str, *, opening: bool = False,
+          first_only: bool = False) -> RunSnapshot | None:
     """Take the run's lease (queued/interrupted → running); None if it is not claimable
     (someone else claimed it first, or it finished). One statement for a fresh run: the claim,
     which returns the scope's note counts before any phase touches it too (written with the
     first phase step, see ``notes_before``); a retried run also marks and reads its steps. With
-    ``opening`` (an in-process executor), one more: ``open_phases``."""
+    ``opening``, one more: ``open_phases`` (every phase for an in-process executor, the first
+    for a Celery run task: ``first_only``)."""
     with app.uow() as uow:
         row = uow.runs.claim_returning(run_id, utcnow(), app.settings.lease_seconds)
         if row is None:
@@ -152,7 +181,7 @@ def claim(app: App, run_id: str, *, opening: bool = False) -> RunSnapshot | None
             snap.notes_before = dict(row.notes_now)
             snap.unrecorded = True
         if opening:
-            open_phases(uow, snap)
+            open_phases(uow, snap, first_only=first_only)
         uow.commit()
     return snap
 
