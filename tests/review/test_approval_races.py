@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.review.test_service import SCOPE, _merge, _propose, _seed, _statuses
-from tests.safety.test_undo_races import before_first
+from tests.support.sql import before_first
 from worker.app import App
 from worker.errors import Conflict
 from worker.review import service as review

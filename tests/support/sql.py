@@ -54,10 +54,11 @@ def recorded_commits(app: App) -> Iterator[list[bool]]:
 
 
 @contextmanager
-def before_first(app: App, starts: str, action: Callable[[], None]) -> Iterator[None]:
+def before_first(app: App, starts: str | tuple[str, ...],
+                 action: Callable[[], None]) -> Iterator[None]:
     """Run ``action`` (on its own connection) just before ``app`` first sends a statement
-    starting with ``starts``: another writer landing between a read and the write after it.
-    Fails the test if no such statement was sent."""
+    starting with ``starts`` (or any of them): another writer landing between a read and the
+    write after it. Fails the test if no such statement was sent."""
     done: list[bool] = []
 
     def on_statement(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:

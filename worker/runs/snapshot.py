@@ -142,10 +142,9 @@ def open_phases(uow: Any, snap: RunSnapshot, *, first_only: bool = False) -> Non
     microsecond apart (the steps are read back in that order); each phase's finish records
     when it really started."""
     now = utcnow()
+    phases = [p for p in PHASES if p not in snap.done]
     rows = [parent_step_row(snap, p, now + timedelta(microseconds=i))
-            for i, p in enumerate(PHASES) if p not in snap.done]
-    if first_only:
-        rows = rows[:1]
+            for i, p in enumerate(phases[:1] if first_only else phases)]
     uow.writes.add_steps(rows)
     snap.opened = {r["phase"]: r for r in rows}
 

@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select, update
+from sqlalchemy import func, select, update
 
 from tests.support.factories import NOW, add_notes, claimed_phase_context, days_ago
-from tests.support.sql import recorded_commits, recorded_statements
+from tests.support.sql import before_first, recorded_commits, recorded_statements
 from worker.app import App
 from worker.domain.types import Scope
 from worker.phases.consolidate.service import run_consolidate
@@ -165,20 +165,6 @@ def test_a_phase_commits_once_with_the_same_statements_for_any_number_of_items(
     assert few["statements"] == many["statements"], (few, many)
 
 
-def _before_statement(app: App, starts: str | tuple[str, ...], action: Any) -> Any:
-    """Run ``action()`` (on its own connection) once, just before the first statement of
-    this process that starts with ``starts``; the listener, to remove."""
-    done: list[bool] = []
-
-    def on_statement(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if not done and " ".join(statement.split()).startswith(starts):
-            done.append(True)
-            action()
-
-    event.listen(app.engine, "before_cursor_execute", on_statement)
-    return on_statement
-
-
 def _host_edit(app: App, note_id: str) -> None:
     with app.uow() as uow:
         (note,) = uow.notes.get_many([note_id])
@@ -194,11 +180,8 @@ def test_a_host_edit_between_the_re_read_and_the_update_is_stale_alone(app: App)
     re-read locks the rows (FOR UPDATE): the host edit would wait for the commit."""
     ctx, parent = claimed_phase_context(app, SCOPE)
     changes = _pairs(app)
-    listener = _before_statement(app, "UPDATE notes SET", lambda: _host_edit(app, "bold"))
-    try:
+    with before_first(app, "UPDATE notes SET", lambda: _host_edit(app, "bold")):
         results = apply_changes(WriteTarget.of(ctx, "contradictions", parent), changes)
-    finally:
-        event.remove(app.engine, "before_cursor_execute", listener)
     assert [r.status for r in results] == [ItemStatus.APPLIED, ItemStatus.STALE,
                                            ItemStatus.APPLIED]
     notes = _notes(app)
@@ -227,15 +210,12 @@ def test_a_takeover_during_the_write_on_postgres_writes_nothing(app: App, with_s
             uow.commit()
         seen.append("taken")
 
-    listener = _before_statement(app, ("INSERT INTO run_steps", "UPDATE dream_runs"), take_over)
-    try:
-        with pytest.raises(StaleLease), open_write(
+    with before_first(app, ("INSERT INTO run_steps", "UPDATE dream_runs"), take_over), \
+            pytest.raises(StaleLease), open_write(
                 WriteTarget.of(ctx, "contradictions", parent)) as w:
-            w.apply(changes)
-            if with_step:
-                w.step(ChildStep(name="pairs", status="succeeded"))
-    finally:
-        event.remove(app.engine, "before_cursor_execute", listener)
+        w.apply(changes)
+        if with_step:
+            w.step(ChildStep(name="pairs", status="succeeded"))
     assert seen == ["taken"]
     assert {n.status for n in _notes(app).values()} == {"active"}
     assert (_count(app, NoteLineageRow), _count(app, OperationLogRow)) == (0, 0)
