@@ -121,11 +121,21 @@ def check_sqlite_file(path: Path, create: bool) -> None:
                           f"{exc.strerror or type(exc).__name__}") from None
 
 
+# Pages the write-ahead log may grow to before a commit folds it into the main file (SQLite's
+# default is 1,000, about 4 MB). A run rewrites the same pages in each phase's commit (the run
+# row, its steps' last pages, the indexes of the notes it changed): a checkpoint writes a page
+# once however often it was rewritten since the last one, so a longer log writes far less.
+# 100k notes in 1,000 scopes: 3.0-4.2 system CPU seconds with the default, 2.5-2.65 with this.
+# The log file keeps its largest size (~40 MB) until `dream erase` truncates it (R28).
+WAL_CHECKPOINT_PAGES = 10_000
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     # WAL lets the host keep reading and writing while a run applies its short transactions.
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
     cur.execute("PRAGMA foreign_keys=ON")
     # Deleted content is overwritten, not left in free pages (R28): erasure must leave no copy
     # in the file, whatever the SQLite build's default.
