@@ -158,3 +158,27 @@ def test_the_back_off_can_be_turned_off(due: App) -> None:
     app.settings.failure_backoff_max_seconds = 0
     ended = _fail_once(app)
     assert len(service.gate_check(app, now=ended + timedelta(seconds=1)).created) == 1
+
+
+def test_metrics_name_the_failing_scopes_until_a_dream_ends_the_streak(due: App) -> None:
+    """/metrics counts the scopes whose runs failed in a row and names each with its streak,
+    counted as the gate's back-off counts it (a forced run starts it afresh, and does not count
+    itself); a scoped token sees its own scope alone; a run that succeeds clears both."""
+    from worker.api.metrics import collect, render
+
+    app = due
+    _fail_once(app)
+    _fail_once(app, force=True)
+    assert "dream_scopes_failing 0\n" in render(collect(app, None))
+    _fail_once(app)
+    _fail_once(app)
+    text = render(collect(app, None))
+    assert "dream_scopes_failing 1\n" in text
+    label = SCOPE.key.replace('"', '\\"')  # the scope key is JSON: its quotes escaped
+    assert f'dream_failed_runs_in_a_row{{scope="{label}"}} 2\n' in text
+    other = render(collect(app, Scope("other")))
+    assert "dream_scopes_failing 0\n" in other and "dream_failed_runs_in_a_row{" not in other
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    assert service.execute_run(app, run_id, WORKING) == RunStatus.SUCCEEDED.value
+    assert "dream_scopes_failing 0\n" in render(collect(app, None))

@@ -18,7 +18,9 @@ def collect(app: App, scope: Scope | None) -> dict[str, Any]:
                 "blocked": uow.run_history.ended_blocked(scope),
                 "notes": uow.notes.count_by_status(scope),
                 "phases": uow.run_history.step_usage(scope),
-                "open_candidates": uow.run_history.latest_open_candidates(scope)}
+                "open_candidates": uow.run_history.latest_open_candidates(scope),
+                "failing": {k: n for k, (n, _) in uow.run_history.failure_streaks(
+                    [scope.key] if scope is not None else None).items()}}
 
 
 def render(data: dict[str, Any]) -> str:
@@ -43,6 +45,15 @@ def render(data: dict[str, Any]) -> str:
     family("dream_open_candidates", "gauge",
            "Open candidates per scope, as its latest finished run counted them.",
            [({"scope": k}, float(n)) for k, n in sorted(data.get("open_candidates", {}).items())])
+    # A scope whose runs keep failing (a store refusing its writes, a phase crashing on its
+    # notes) is retried ever later by the gate's back-off: named here, so an alert can say which.
+    failing = data.get("failing", {})
+    family("dream_scopes_failing", "gauge",
+           "Scopes whose last claimed runs failed in a row, since their last dream or forced run.",
+           [({}, float(len(failing)))])
+    family("dream_failed_runs_in_a_row", "gauge",
+           "Failed runs in a row per failing scope (the gate backs off after each).",
+           [({"scope": k}, float(n)) for k, n in sorted(failing.items())])
     family("dream_notes", "gauge", "Notes by status.",
            [({"status": s}, float(n)) for s, n in sorted(data["notes"].items())])
     phases = sorted(data["phases"].items())

@@ -8,7 +8,7 @@ from __future__ import annotations
 import builtins
 from datetime import datetime
 
-from sqlalchemy import Subquery, and_, case, func, or_, select
+from sqlalchemy import Subquery, and_, case, func, or_, select, true
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from worker.domain.types import (
@@ -80,19 +80,21 @@ class RunHistoryRepository:
         ).all()
         return {k: int(n) for k, n in rows}
 
-    def failure_streaks(self, scope_keys: list[str]) -> dict[str, tuple[int, datetime]]:
+    def failure_streaks(self, scope_keys: list[str] | None) -> dict[str, tuple[int, datetime]]:
         """Per scope with any: its failed runs in a row and when the last of them ended (the
         gate's back-off), in one query. Counted: non-dry runs that were claimed (their phases
         ran) and ended failed, created after the scope's latest reset, which is its last dream
         (``GATE_RUN_STATUSES``, as the gate counts one) or any forced run (an operator's `dream
         run --force`, whatever it ended as). A run failed unclaimed (a broker that was down, no
         worker consuming the queue) says nothing about the scope and is left out, and so are
-        cancelled runs, dry runs and review approvals: none counts, none resets."""
-        if not scope_keys:
+        cancelled runs, dry runs and review approvals: none counts, none resets. ``None``: every
+        scope (the ``/metrics`` gauge)."""
+        if scope_keys is not None and not scope_keys:
             return {}
+        keyed = DreamRunRow.scope_key.in_(scope_keys) if scope_keys is not None else true()
         reset = (
             select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
-            .where(DreamRunRow.scope_key.in_(scope_keys), DreamRunRow.trigger != REVIEW_TRIGGER,
+            .where(keyed, DreamRunRow.trigger != REVIEW_TRIGGER,
                    or_(DreamRunRow.force.is_(True),
                        and_(DreamRunRow.status.in_(GATE_RUN_STATUSES),
                             DreamRunRow.dry_run.is_(False))))
@@ -103,8 +105,7 @@ class RunHistoryRepository:
             select(DreamRunRow.scope_key, func.count(),
                    func.max(func.coalesce(DreamRunRow.finished_at, DreamRunRow.created_at)))
             .outerjoin(reset, reset.c.scope_key == DreamRunRow.scope_key)
-            .where(DreamRunRow.scope_key.in_(scope_keys),
-                   DreamRunRow.status == RunStatus.FAILED.value,
+            .where(keyed, DreamRunRow.status == RunStatus.FAILED.value,
                    DreamRunRow.started_at.is_not(None), DreamRunRow.dry_run.is_(False),
                    DreamRunRow.trigger != REVIEW_TRIGGER,
                    or_(reset.c.at.is_(None), DreamRunRow.created_at > reset.c.at))
