@@ -233,3 +233,22 @@ def test_a_bad_host_table_stops_dream_run_before_any_run(sqlite_app: App) -> Non
     assert result.stdout == ""
     with sqlite_app.uow() as uow:
         assert uow.session.query(DreamRunRow).count() == 0
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_a_staleness_bound_without_an_idle_wait_is_one_warning_line_once(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """DREAM_GATE_MAX_STALE_HOURS only ends an idle wait: alone it did nothing and said
+    nothing. Now one stderr line says so, once; settings still load (an agent's own idle wait
+    gives it effect); with DREAM_GATE_IDLE_MINUTES set, no line."""
+    monkeypatch.setenv("DREAM_GATE_MAX_STALE_HOURS", "48")
+    assert load_settings().gate_max_stale_hours == 48
+    load_settings()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "warning: DREAM_GATE_MAX_STALE_HOURS=48 only ends an idle wait")
+    assert "set DREAM_GATE_IDLE_MINUTES" in lines[0]
+    monkeypatch.setenv("DREAM_GATE_IDLE_MINUTES", "30")
+    monkeypatch.setattr(config, "_warned", set())
+    load_settings()
+    assert capsys.readouterr().err == ""

@@ -25,7 +25,12 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from worker.config_checks import conflict_problem, duration_problem, soft_time_limit
+from worker.config_checks import (
+    conflict_problem,
+    duration_problem,
+    inert_setting,
+    soft_time_limit,
+)
 from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
 from worker.urls import backend_url_problem, broker_url_problem, http_url_problem, masked_url
 
@@ -298,7 +303,7 @@ def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, turning validation errors into one clear line."""
     warn_unknown_variables()
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings(**overrides)  # type: ignore[arg-type]
     except SettingsError as exc:
         # A whole section given as one variable (DREAM_CONSOLIDATE=...) is read as JSON.
         field = re.search(r'field "(\w+)"', str(exc))
@@ -321,6 +326,10 @@ def load_settings(**overrides: object) -> Settings:
             f"invalid setting {name}: {msg} (got {given!r}); "
             "fix the environment variable and retry"
         ) from None
+    if (inert := inert_setting(settings)) and inert not in _warned:
+        _warned.add(inert)  # once per process, as an unknown variable
+        sys.stderr.write(f"warning: {inert}\n")
+    return settings
 
 
 _URLS = {"BROKER_URL", "RESULT_BACKEND", "DATABASE_URL", "LLM_BASE_URL", "EMBEDDING_BASE_URL"}

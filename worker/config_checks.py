@@ -95,3 +95,14 @@ def _backoff_cap_below_beat(settings: Settings) -> str | None:
                 f"DREAM_BEAT_INTERVAL_SECONDS ({beat}), the first wait after a failed run; "
                 f"raise it to at least {beat}, or set 0 to turn the back-off off")
     return None
+
+
+def inert_setting(settings: Settings) -> str | None:
+    """A setting that does nothing as the others stand (a warning, not an error: an agent's own
+    gate settings may still give it effect), as one line; None when every one acts."""
+    if settings.gate_max_stale_hours is not None and settings.gate_idle_minutes is None:
+        return (f"DREAM_GATE_MAX_STALE_HOURS={settings.gate_max_stale_hours:g} only ends an "
+                "idle wait, and DREAM_GATE_IDLE_MINUTES is not set: it acts only for agents with "
+                "their own gate_idle_minutes; set DREAM_GATE_IDLE_MINUTES to wait for quiet "
+                "users everywhere, or unset it")
+    return None
