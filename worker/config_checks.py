@@ -104,5 +104,5 @@ def inert_setting(settings: Settings) -> str | None:
         return (f"DREAM_GATE_MAX_STALE_HOURS={settings.gate_max_stale_hours:g} only ends an "
                 "idle wait, and DREAM_GATE_IDLE_MINUTES is not set: it acts only for agents with "
                 "their own gate_idle_minutes; set DREAM_GATE_IDLE_MINUTES to wait for quiet "
-                "users everywhere, or unset it")
+                "users everywhere, or drop DREAM_GATE_MAX_STALE_HOURS")
     return None
