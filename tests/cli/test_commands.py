@@ -349,6 +349,26 @@ def test_entities_import_upserts(app: App) -> None:
         assert uow.entities.fetch("user", ["u1", "nobody"])["u1"].status == "deleted"
 
 
+def test_an_agent_staleness_bound_without_an_idle_wait_is_imported_with_a_warning(
+        app: App) -> None:
+    """An agent's gate_max_stale_hours only ends an idle wait: without its own
+    gate_idle_minutes or DREAM_GATE_IDLE_MINUTES it does nothing. It is still imported (the
+    deployment may set an idle wait later), with one warning line naming the line and agent;
+    an agent that has both, or none, says nothing."""
+    rows = [{"kind": "agent", "id": "a1", "gate_max_stale_hours": 48},
+            {"kind": "agent", "id": "a2", "gate_max_stale_hours": 48, "gate_idle_minutes": 30},
+            {"kind": "agent", "id": "a3"}]
+    res = dream(url_of(app), "entities", "import", "-", input=jsonl(rows))
+    assert res.exit_code == 0 and res.stdout.strip() == "read 3 entities: 3 upserted"
+    assert res.stderr.splitlines() == [
+        "warning: line 1: agent 'a1' has gate_max_stale_hours but no gate_idle_minutes, and "
+        "DREAM_GATE_IDLE_MINUTES is not set: a maximum staleness only ends an idle wait, so it "
+        "does nothing; give the agent gate_idle_minutes too"]
+    with app.uow() as uow:
+        agent = uow.entities.agent("a1")
+        assert agent is not None and agent.gate_max_stale_hours == 48
+
+
 # ---- runs --------------------------------------------------------------------------------------
 
 def test_run_options_and_run_inspection(app: App) -> None:

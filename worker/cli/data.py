@@ -119,3 +119,5 @@ def entities_import(ctx: click.Context, file: str) -> None:
 
     result = import_entities(cli_app(ctx), read_lines(file))
     click.echo(f"read {result.read} entities: {result.inserted} upserted")
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)

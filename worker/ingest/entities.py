@@ -119,4 +119,11 @@ def import_entities(app: App, lines: Iterable[str | bytes]) -> ImportResult:
             uow.entities.upsert(kind, list(rows.values()))
         uow.commit()
     result.inserted = sum(len(r) for r in grouped.values())
+    if app.settings.gate_idle_minutes is None:
+        result.warnings = [
+            f"line {line_of[('agent', a)]}: agent {a!r} has gate_max_stale_hours but no "
+            "gate_idle_minutes, and DREAM_GATE_IDLE_MINUTES is not set: a maximum staleness "
+            "only ends an idle wait, so it does nothing; give the agent gate_idle_minutes too"
+            for a, row in grouped.get("agent", {}).items()
+            if row["gate_max_stale_hours"] is not None and row["gate_idle_minutes"] is None]
     return result

@@ -4,6 +4,7 @@ lone surrogate; the shared error and result types.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Iterator
@@ -28,6 +29,7 @@ class ImportResult:
     read: int = 0
     inserted: int = 0
     duplicates: int = 0
+    warnings: list[str] = dataclasses.field(default_factory=list)  # imported, but one does nothing as given
 
 
 class _NotFinite(Exception):
