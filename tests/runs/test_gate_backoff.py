@@ -182,3 +182,23 @@ def test_metrics_name_the_failing_scopes_until_a_dream_ends_the_streak(due: App)
     assert run_id is not None
     assert service.execute_run(app, run_id, WORKING) == RunStatus.SUCCEEDED.value
     assert "dream_scopes_failing 0\n" in render(collect(app, None))
+
+
+def test_an_erased_users_failed_runs_leave_the_gauge(app: App) -> None:
+    """The runs kept of an erased user move to a placeholder scope that no run will ever reset:
+    their streak is not reported (before: named in /metrics forever)."""
+    from worker.api.metrics import collect, render
+    from worker.safety.erase import erase
+
+    gone = Scope("flaky-bot", "u-gone")
+    run_id = service.create_run(app, gone, force=True)
+    assert run_id is not None
+    assert service.execute_run(app, run_id, BROKEN) == RunStatus.FAILED.value
+    run_id = service.create_run(app, gone)  # unforced: counted in the streak
+    assert run_id is not None
+    assert service.execute_run(app, run_id, BROKEN) == RunStatus.FAILED.value
+    assert "dream_scopes_failing 1\n" in render(collect(app, None))
+    erase(app, user_id="u-gone")
+    text = render(collect(app, None))
+    assert "dream_scopes_failing 0\n" in text and "dream_failed_runs_in_a_row{" not in text
+

@@ -29,7 +29,8 @@ class ImportResult:
     read: int = 0
     inserted: int = 0
     duplicates: int = 0
-    warnings: list[str] = dataclasses.field(default_factory=list)  # imported, but one does nothing as given
+    # Lines imported as given whose values do nothing as the settings stand, one line each.
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
 
 class _NotFinite(Exception):

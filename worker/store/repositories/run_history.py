@@ -87,8 +87,9 @@ class RunHistoryRepository:
         (``GATE_RUN_STATUSES``, as the gate counts one) or any forced run (an operator's `dream
         run --force`, whatever it ended as). A run failed unclaimed (a broker that was down, no
         worker consuming the queue) says nothing about the scope and is left out, and so are
-        cancelled runs, dry runs and review approvals: none counts, none resets. ``None``: every
-        scope (the ``/metrics`` gauge)."""
+        cancelled runs, dry runs and review approvals: none counts, none resets; nor do the runs
+        kept of an erased user (no run will end their streak). ``None``: every scope (the
+        ``/metrics`` gauge)."""
         if scope_keys is not None and not scope_keys:
             return {}
         keyed = DreamRunRow.scope_key.in_(scope_keys) if scope_keys is not None else true()
@@ -106,6 +107,7 @@ class RunHistoryRepository:
                    func.max(func.coalesce(DreamRunRow.finished_at, DreamRunRow.created_at)))
             .outerjoin(reset, reset.c.scope_key == DreamRunRow.scope_key)
             .where(keyed, DreamRunRow.status == RunStatus.FAILED.value,
+                   DreamRunRow.user_id.is_distinct_from(ERASED_USER),
                    DreamRunRow.started_at.is_not(None), DreamRunRow.dry_run.is_(False),
                    DreamRunRow.trigger != REVIEW_TRIGGER,
                    or_(reset.c.at.is_(None), DreamRunRow.created_at > reset.c.at))
