@@ -126,7 +126,8 @@ def check_sqlite_file(path: Path, create: bool) -> None:
 # row, its steps' last pages, the indexes of the notes it changed): a checkpoint writes a page
 # once however often it was rewritten since the last one, so a longer log writes far less.
 # 100k notes in 1,000 scopes: 3.0-4.2 system CPU seconds with the default, 2.3-3.3 with this.
-# The log file keeps its largest size (~40 MB) until `dream erase` truncates it (R28).
+# The log file keeps its largest size (~40 MB) while a connection is open: SQLite removes it
+# when the last one closes, `dream erase` truncates it (R28).
 WAL_CHECKPOINT_PAGES = 10_000
 
 
