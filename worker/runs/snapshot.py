@@ -114,11 +114,10 @@ def parent_step_row(snap: RunSnapshot, phase: str, at: datetime) -> dict[str, An
 def next_phase_row(snap: RunSnapshot, step_id: str, at: datetime) -> dict[str, Any] | None:
     """The parent step of the phase after ``step_id``'s, as it starts; None when that was the
     last phase or the next one is done, open or waiting already."""
-    ids = [phase_step_id(snap.run_id, p, snap.epoch) for p in PHASES]
-    if step_id not in ids or ids.index(step_id) + 1 == len(PHASES):
-        return None
-    phase = PHASES[ids.index(step_id) + 1]
-    if phase in snap.done or phase in snap.opened or phase in snap.waiting:
+    after = {phase_step_id(snap.run_id, p, snap.epoch): n
+             for p, n in zip(PHASES[:-1], PHASES[1:], strict=True)}
+    phase = after.get(step_id)
+    if phase is None or phase in snap.done or phase in snap.opened or phase in snap.waiting:
         return None
     return parent_step_row(snap, phase, at)
 
