@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
@@ -19,7 +20,7 @@ from worker.ingest.entities import import_entities
 from worker.ingest.notes import import_notes
 from worker.ingest.sessions import import_sessions
 from worker.logging import configure_logging
-from worker.reporting import run_tree, said_counters
+from worker.reporting import run_tree, said_counters, step_notes
 from worker.runs import service
 from worker.store.migrate import upgrade
 
@@ -146,6 +147,14 @@ def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
         app.dispose()
 
 
+def _action_line(action: dict[str, Any]) -> str:
+    """"units-new ~ units-old: conflicting, revoke units-old (newer note wins)"."""
+    a, b, winner = action.get("a"), action.get("b"), action.get("winner")
+    loser = f" {a if winner == b else b}" if winner in (a, b) else ""
+    why = f" ({action['why']})" if action.get("why") else ""
+    return f"{a} ~ {b}: {action.get('relation')}, {action.get('action')}{loser}{why}"
+
+
 def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
     tree = run_tree(app, run_id)  # type: ignore[arg-type]
     for step in tree["steps"]:
@@ -156,11 +165,14 @@ def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
             verdict = out.get("verdict") or child["status"]
             reason = out.get("reason") or ""
             echo(f"      - {child['name']}: {verdict}{' — ' + reason if reason else ''}")
-            if step["phase"] == "consolidate" and out.get("note_ids"):
-                echo(f"          notes: {', '.join(out['note_ids'])}")
-                if out.get("content") and verdict in ("merge", "stale"):
-                    target = f" → {out['new_note_id']}" if out.get("new_note_id") else ""
-                    echo(f"          fused{target}: {out['content']}")
+            label, ids = step_notes(child)
+            if ids:  # a cluster's or a pair's notes, what a guard held, what was archived
+                echo(f"          {label}: {', '.join(ids)}")
+            if out.get("content") and verdict in ("merge", "stale"):
+                target = f" → {out['new_note_id']}" if out.get("new_note_id") else ""
+                echo(f"          fused{target}: {out['content']}")
+            for action in out.get("actions") or []:  # a contradictions model call's decisions
+                echo(f"          {_action_line(action)}")
     with app.uow() as uow:  # type: ignore[attr-defined]
         scope = Scope(tree["agent_id"], tree["user_id"], tree["company_id"])
         snap = uow.notes.load_scope(scope, statuses=("active", "revoked", "archived"))
