@@ -23,6 +23,11 @@ def database_error(exc: SQLAlchemyError) -> DreamError | None:
         if "no such table" in reason:  # SQLite; PostgreSQL's missing tables are ProgrammingError
             return ConfigError(
                 f"the database has no dream-worker schema ({reason}); run `dream db upgrade`")
+        if "no such column" in reason:  # SQLite: a schema older than the code
+            return ConfigError(f"the database schema is out of date ({reason}); run "
+                               "`dream db upgrade`")
+        if "already exists" in reason:
+            return _not_ours(reason)
         if "does not exist" in reason:  # PostgreSQL: the database or role named in the URL
             return ConfigError(f"cannot connect: {reason.rpartition('FATAL:')[2].strip()}; create "
                                "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
@@ -35,6 +40,8 @@ def database_error(exc: SQLAlchemyError) -> DreamError | None:
         # adapt) is a validation bug and keeps its traceback rather than misleading advice.
         return ConfigError(f"the database schema is missing or out of date "
                            f"({orig.splitlines()[0]}); run `dream db upgrade`")
+    if isinstance(exc, ProgrammingError) and "already exists" in orig:
+        return _not_ours(orig.splitlines()[0])
     if isinstance(exc, DatabaseError) and "file is not a database" in orig:
         return ConfigError("DREAM_DATABASE_URL points at a file that is not an SQLite database; "
                            "point it at a dream-worker database or a new path")
@@ -46,6 +53,15 @@ def database_error(exc: SQLAlchemyError) -> DreamError | None:
         return ConfigError(f"invalid DREAM_DATABASE_URL ({exc}); use sqlite:///PATH or "
                            "postgresql://USER@HOST/DB")
     return None
+
+
+def _not_ours(reason: str) -> DreamError:
+    """A migration met a table it creates (`dream db upgrade` of a database whose tables were
+    made without a recorded revision): another application's, or built without the migrations."""
+    return ConfigError(f"the database already holds a table the migrations create ({reason}) "
+                       "but records no dream-worker revision: it is another application's or "
+                       "was built without the migrations; point DREAM_DATABASE_URL at a new "
+                       "database")
 
 
 def _sqlite_unavailable(reason: str) -> DreamError:
