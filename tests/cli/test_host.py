@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,6 +94,21 @@ def test_api_refuses_to_start_without_tokens(db: App) -> None:
     line = one_error_line(dream(db.settings.database_url, "api", "--port", "0"),
                           ConfigError.exit_code)
     assert "DREAM_API_TOKENS" in line
+
+
+def test_api_refuses_to_start_with_tokens_that_let_no_one_in(db: App) -> None:
+    """`{}` passed the unset check and served an API that refused every request; a malformed
+    value is named before the port is bound (it was a port-in-use line when the port was)."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        for tokens, says in (("{}", "DREAM_API_TOKENS holds no token; every request would be "
+                                    "refused"),
+                             ("{not json", "DREAM_API_TOKENS is not valid JSON")):
+            line = one_error_line(dream(db.settings.database_url, "api", "--port", port,
+                                        DREAM_API_TOKENS=tokens), ConfigError.exit_code)
+            assert says in line, line
 
 
 def _open_items(url: str) -> list[tuple[str, list[str]]]:
