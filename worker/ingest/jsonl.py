@@ -39,6 +39,11 @@ class _NotFinite(Exception):
         self.literal = literal
 
 
+# What a line that is not an object holds, in JSON's words (not Python's NoneType, list, str).
+_JSON_KINDS: dict[type, str] = {list: "an array", str: "a string", int: "a number",
+                                float: "a number", bool: "a boolean", type(None): "null"}
+
+
 def _refuse_constant(literal: str) -> float:
     raise _NotFinite(literal)  # NaN, Infinity, -Infinity: valid to Python's json, not to JSON
 
@@ -88,7 +93,8 @@ def read_jsonl(lines: Iterable[str | bytes]) -> Iterator[tuple[int, dict[str, An
         except ValueError:  # an integer literal longer than Python's 4300-digit limit
             raise InputError(f"line {number}: a number is too large") from None
         if not isinstance(obj, dict):
-            raise InputError(f"line {number}: expected a JSON object, got {type(obj).__name__}")
+            raise InputError(f"line {number}: expected a JSON object {{...}}, got "
+                             f"{_JSON_KINDS.get(type(obj), type(obj).__name__)}")
         if nesting_depth(obj) > MAX_NESTING:
             raise InputError(f"line {number}: nested more than {MAX_NESTING} levels deep")
         _check_text(obj, number)
