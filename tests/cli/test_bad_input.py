@@ -43,6 +43,12 @@ GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"}
     (["notes", "import", "-"], GOOD + "\nnull", "line 2: expected a JSON object {...}, got null"),
     (["sessions", "import", "-"], "[1, 2]", "line 1: expected a JSON object {...}, got an array"),
     (["entities", "import", "-"], '"agent"', "line 1: expected a JSON object {...}, got a string"),
+    # a key twice: json kept the last value, and the note went to the second agent's scope
+    (["notes", "import", "-"], '{"agent_id": "a", "content": "x", "agent_id": "b"}',
+     "line 1: key 'agent_id' appears twice in one object; keep one"),
+    (["sessions", "import", "-"],
+     '{"agent_id": "a", "started_at": "2026-01-01T00:00:00Z", "id": "s1", "id": "s2"}',
+     "line 1: key 'id' appears twice"),
     (["undo", "no-such-run"], None, "no run with id no-such-run"),
     (["erase", "--note", "no-such-note", "--yes"], None, "no note with id no-such-note"),
 ])
