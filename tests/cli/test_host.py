@@ -98,14 +98,19 @@ def test_api_refuses_to_start_without_tokens(db: App) -> None:
 
 def test_api_refuses_to_start_with_tokens_that_let_no_one_in(db: App) -> None:
     """`{}` passed the unset check and served an API that refused every request; a malformed
-    value is named before the port is bound (it was a port-in-use line when the port was)."""
+    value is named before the port is bound (it was a port-in-use line when the port was); a
+    token listed twice is refused (json kept its last grant)."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = str(busy.getsockname()[1])
         for tokens, says in (("{}", "DREAM_API_TOKENS holds no token; every request would be "
                                     "refused"),
-                             ("{not json", "DREAM_API_TOKENS is not valid JSON")):
+                             ("{not json", "DREAM_API_TOKENS is not valid JSON"),
+                             # json kept the last grant: the scoped token became an admin
+                             ('{"same-token-0123456789": {"agent_id": "a"}, '
+                              '"same-token-0123456789": {"role": "admin"}}',
+                              "DREAM_API_TOKENS names a token (or a key of one grant) twice")):
             line = one_error_line(dream(db.settings.database_url, "api", "--port", port,
                                         DREAM_API_TOKENS=tokens), ConfigError.exit_code)
             assert says in line, line
