@@ -80,6 +80,14 @@ def test_refusals_are_one_line_and_change_nothing(db: App, args: tuple[str, ...]
     assert statuses(db) == before
 
 
+def test_an_unknown_source_id_says_where_the_ids_are(db: App) -> None:
+    """`dream fuse` / `dream keep-apart` said only "unknown note id nope"."""
+    for args in (("fuse", "a", "nope", "--content", "text"), ("keep-apart", "nope", "b")):
+        line = one_error_line(dream(db.settings.database_url, *args), NotFound.exit_code)
+        assert line.startswith("error: unknown note id nope; `dream candidates --agent") and (
+            "`dream notes export` every id" in line), line
+
+
 def test_notes_add_reports_the_action(db: App) -> None:
     """`dream notes add` prints ADD then NOOP for the same text, with the same derived id."""
     url = db.settings.database_url
