@@ -252,3 +252,19 @@ def test_a_staleness_bound_without_an_idle_wait_is_one_warning_line_once(
     monkeypatch.setattr(config, "_warned", set())
     load_settings()
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_the_sql_checker_without_host_tables_is_one_warning_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """DREAM_PRUNE__CHECKER=sql with no DREAM_PRUNE__SQL_* table: prune checked nothing, each
+    run said "succeeded", and nothing said why. One warning line now; with a table, none."""
+    monkeypatch.setenv("DREAM_PRUNE__CHECKER", "sql")
+    assert load_settings().prune.checker == "sql"
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "warning: DREAM_PRUNE__CHECKER=sql reads the host tables"), lines
+    monkeypatch.setenv("DREAM_PRUNE__SQL_USERS", "host_users.id.state")
+    monkeypatch.setattr(config, "_warned", set())
+    load_settings()
+    assert capsys.readouterr().err == ""

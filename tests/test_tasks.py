@@ -122,3 +122,37 @@ def test_an_unreachable_broker_fails_the_run_being_sent_and_leaves_the_rest(
         assert [(r.status, r.error) for r in runs if r is not None] == [
             (RunStatus.FAILED.value, "could not enqueue: OperationalError"),
             (RunStatus.QUEUED.value, None), (RunStatus.QUEUED.value, None)]
+
+
+def test_gate_check_hands_out_nothing_on_a_schema_older_than_the_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose beat ran before `dream db upgrade`: the gate check created a queued run
+    for each due scope on the old schema, and each then failed in every phase. Now it creates
+    none and logs why (no broker is asked: the check comes first)."""
+    import sqlite3
+
+    from worker import celery_app, tasks
+    from worker.app import build_app
+    from worker.config import Settings
+    from worker.store.migrate import upgrade
+
+    path = tmp_path / "old.db"
+    old = build_app(Settings(database_url=f"sqlite:///{path}", llm_provider="none"))
+    upgrade(old.engine, "0010")
+    old.dispose()
+    with sqlite3.connect(path) as conn:  # a scope the gate finds due: sessions, no dream yet
+        conn.executemany("INSERT INTO sessions (id, scope_key, agent_id, started_at) VALUES "
+                         "(?, '[\"a\",null,null]', 'a', '2026-01-01 00:00:00')",
+                         [(f"s{i}",) for i in range(6)])
+    monkeypatch.setenv("DREAM_DATABASE_URL", f"sqlite:///{path}")
+    monkeypatch.setattr(celery_app, "_resources", {})
+    # Never a broker: without the check the runs would be sent to the default Redis.
+    sent: list[str] = []
+    monkeypatch.setattr(tasks, "queue_backlog", lambda _app: None)
+    monkeypatch.setattr(tasks, "enqueue_runs", lambda ids, _app: sent.extend(ids))
+    try:
+        assert tasks.gate_check() == [] and sent == []
+    finally:
+        celery_app._resources.pop("app", old).dispose()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM dream_runs").fetchone() == (0,)

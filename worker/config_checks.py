@@ -105,4 +105,11 @@ def inert_setting(settings: Settings) -> str | None:
                 "idle wait, and DREAM_GATE_IDLE_MINUTES is not set: it acts only for agents with "
                 "their own gate_idle_minutes; set DREAM_GATE_IDLE_MINUTES to wait for quiet "
                 "users everywhere, or drop DREAM_GATE_MAX_STALE_HOURS")
+    prune = settings.prune
+    if prune.checker == "sql" and not (prune.sql_agents or prune.sql_users
+                                       or prune.sql_companies or prune.sql_conversations):
+        return ("DREAM_PRUNE__CHECKER=sql reads the host tables DREAM_PRUNE__SQL_AGENTS, "
+                "_SQL_USERS, _SQL_COMPANIES and _SQL_CONVERSATIONS name, and none is set: prune "
+                "checks no reference (unless the host sets app.reference_checker); name the "
+                "tables, or drop DREAM_PRUNE__CHECKER for the built-in registry")
     return None

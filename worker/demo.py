@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -16,12 +17,14 @@ from worker.app import App, build_app
 from worker.clock import utcnow
 from worker.config import load_settings
 from worker.domain.types import Scope
+from worker.errors import InvalidInput
 from worker.ingest.entities import import_entities
 from worker.ingest.notes import import_notes
 from worker.ingest.sessions import import_sessions
 from worker.logging import configure_logging
 from worker.reporting import run_tree, said_counters, step_notes
 from worker.runs import service
+from worker.store.db import SQLITE_HEADER
 from worker.store.migrate import upgrade
 
 AGENT = "demo-assistant"
@@ -107,6 +110,7 @@ def seed_demo(app: App, now: datetime) -> int:
 
 def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
     path = Path(database) if database else Path(platformdirs.user_data_dir("dream-worker")) / "demo.db"
+    refuse_unless_demo_store(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
@@ -145,6 +149,40 @@ def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
         return run_ids[0]
     finally:
         app.dispose()
+
+
+DEMO_AGENTS = frozenset({AGENT, "retired-bot"})
+_AGENT_IDS = ("SELECT agent_id FROM notes UNION SELECT agent_id FROM sessions UNION SELECT "
+              "agent_id FROM examples UNION SELECT agent_id FROM dream_runs UNION SELECT id FROM "
+              "agents")
+
+
+def refuse_unless_demo_store(path: Path) -> None:
+    """The demo deletes its file and builds it afresh: only a missing or empty file or an
+    earlier demo store (no agent but the demo's) may go, never a store of the user's own
+    (`--database` pointed at it) or any other file."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return  # a directory or an unusable path is refused as it is opened
+    agents = _store_agents(path)
+    if agents is None or not agents <= DEMO_AGENTS:
+        raise InvalidInput(f"--database {path} already exists and is not a demo store; the "
+                           "demo deletes its file and builds it afresh: give a new path, or "
+                           "remove that file yourself if it may go")
+
+
+def _store_agents(path: Path) -> set[str] | None:
+    """The agents an SQLite dream store at ``path`` knows, read-only; None for any other file."""
+    try:
+        with path.open("rb") as fh:
+            if fh.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                return None
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return {str(row[0]) for row in conn.execute(_AGENT_IDS)}
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return None
 
 
 def _action_line(action: dict[str, Any]) -> str:

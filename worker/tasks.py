@@ -25,6 +25,7 @@ from worker.domain.types import PHASES
 from worker.llm.batch import reschedule_while_pending
 from worker.runs import service
 from worker.runs.outcome import PhaseOutcome
+from worker.store.schema import require_current_schema
 from worker.urls import masked_url
 
 log = structlog.get_logger(__name__)
@@ -41,6 +42,14 @@ def _load_phases(**_: Any) -> None:
 @app.task(name="dream.gate_check")
 def gate_check() -> list[str]:
     dream_app = resources()
+    try:
+        require_current_schema(dream_app.engine)
+    except ConfigError as exc:
+        # A worker deployed before `dream db upgrade` ran: its runs would fail in every phase
+        # on a missing column (after their rows were written). Nothing is handed out until
+        # the schema is current; each beat says why.
+        log.error("gate.schema_not_current", error=str(exc))
+        return []
     result = service.gate_check(dream_app, backlog=queue_backlog(dream_app))
     handed_out = result.created + result.retried + result.requeued
     enqueue_runs(handed_out, dream_app)

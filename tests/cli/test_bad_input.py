@@ -32,6 +32,23 @@ GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"}
     (["run", "--agent", "a", "--user", "nobody", "--force"], None,
      'unknown scope ["a","nobody",null]: it has no notes, sessions or runs; check '
      "agent/user/company (null is a value, not a wildcard)"),
+    # every importer names the fields it takes (notes and examples only named the unknown one)
+    (["notes", "import", "-"], GOOD + "\n" + json.dumps({"agent_id": "a", "content": "x",
+                                                         "colour": "red"}),
+     "line 2: unknown field 'colour'; allowed: access_count, agent_id, comments,"),
+    (["examples", "import", "-"], json.dumps({"agent_id": "a", "input": "i", "output": "o",
+                                              "score": 3}),
+     "line 1: unknown field 'score'; allowed: access_count, agent_id, company_id,"),
+    # a line that is no object is named in JSON's words (it said NoneType, list, str)
+    (["notes", "import", "-"], GOOD + "\nnull", "line 2: expected a JSON object {...}, got null"),
+    (["sessions", "import", "-"], "[1, 2]", "line 1: expected a JSON object {...}, got an array"),
+    (["entities", "import", "-"], '"agent"', "line 1: expected a JSON object {...}, got a string"),
+    # a key twice: json kept the last value, and the note went to the second agent's scope
+    (["notes", "import", "-"], '{"agent_id": "a", "content": "x", "agent_id": "b"}',
+     "line 1: key 'agent_id' appears twice in one object; keep one"),
+    (["sessions", "import", "-"],
+     '{"agent_id": "a", "started_at": "2026-01-01T00:00:00Z", "id": "s1", "id": "s2"}',
+     "line 1: key 'id' appears twice"),
     (["undo", "no-such-run"], None, "no run with id no-such-run"),
     (["erase", "--note", "no-such-note", "--yes"], None, "no note with id no-such-note"),
 ])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,6 +80,14 @@ def test_refusals_are_one_line_and_change_nothing(db: App, args: tuple[str, ...]
     assert statuses(db) == before
 
 
+def test_an_unknown_source_id_says_where_the_ids_are(db: App) -> None:
+    """`dream fuse` / `dream keep-apart` said only "unknown note id nope"."""
+    for args in (("fuse", "a", "nope", "--content", "text"), ("keep-apart", "nope", "b")):
+        line = one_error_line(dream(db.settings.database_url, *args), NotFound.exit_code)
+        assert line.startswith("error: unknown note id nope; `dream candidates --agent") and (
+            "`dream notes export` every id" in line), line
+
+
 def test_notes_add_reports_the_action(db: App) -> None:
     """`dream notes add` prints ADD then NOOP for the same text, with the same derived id."""
     url = db.settings.database_url
@@ -93,6 +102,26 @@ def test_api_refuses_to_start_without_tokens(db: App) -> None:
     line = one_error_line(dream(db.settings.database_url, "api", "--port", "0"),
                           ConfigError.exit_code)
     assert "DREAM_API_TOKENS" in line
+
+
+def test_api_refuses_to_start_with_tokens_that_let_no_one_in(db: App) -> None:
+    """`{}` passed the unset check and served an API that refused every request; a malformed
+    value is named before the port is bound (it was a port-in-use line when the port was); a
+    token listed twice is refused (json kept its last grant)."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        for tokens, says in (("{}", "DREAM_API_TOKENS holds no token; every request would be "
+                                    "refused"),
+                             ("{not json", "DREAM_API_TOKENS is not valid JSON"),
+                             # json kept the last grant: the scoped token became an admin
+                             ('{"same-token-0123456789": {"agent_id": "a"}, '
+                              '"same-token-0123456789": {"role": "admin"}}',
+                              "DREAM_API_TOKENS names a token (or a key of one grant) twice")):
+            line = one_error_line(dream(db.settings.database_url, "api", "--port", port,
+                                        DREAM_API_TOKENS=tokens), ConfigError.exit_code)
+            assert says in line, line
 
 
 def _open_items(url: str) -> list[tuple[str, list[str]]]:

@@ -218,6 +218,26 @@ def test_database_paths_that_cannot_work_are_one_line(tmp_path: Path) -> None:
     assert dream(f"sqlite:///{missing}", ["runs", "list"]).exit_code == 0
 
 
+def test_database_urls_a_driver_cannot_use_are_one_line(tmp_path: Path) -> None:
+    """Each was a traceback: a port that is not a number (ValueError from the URL parser), a
+    driver that is not installed (ModuleNotFoundError), an SQLite option the driver cannot
+    convert (ValueError), a PostgreSQL option libpq refuses (ProgrammingError on connect)."""
+    db = tmp_path / "dream.db"
+    db.touch()  # an empty file is an empty SQLite database: the driver is reached
+    for url, says in (
+        ("postgresql://u:secret@127.0.0.1:abc/x", "not a database URL"),
+        ("postgresql://[::1/x", "not a database URL"),
+        ("postgresql+psycopg2://u:secret@127.0.0.1:1/x",
+         "names the driver 'postgresql+psycopg2', whose module psycopg2 is not installed"),
+        (f"sqlite+pysqlcipher:///{db}", "names the driver 'sqlite+pysqlcipher'"),
+        (f"sqlite:///{db}?timeout=abc", "an option after `?` is not usable"),
+        ("postgresql://u:secret@127.0.0.1:1/x?foo=bar", 'invalid connection option "foo"'),
+        ("postgresql://127.0.0.1:1/x?connect_timeout=abc", "bad value for connect_timeout"),
+    ):
+        line = one_error_line(dream(url, ["runs", "list"], ""), ConfigError.exit_code)
+        assert says in line and "secret" not in line, (url, line)
+
+
 def test_invalid_utf8_in_argv_and_stdin_through_a_real_process(app: App) -> None:
     """The real `dream` process: argv bytes that are not UTF-8 (Python decodes them to lone
     surrogates) and a stdin line that is not UTF-8 are one line each, never a traceback."""

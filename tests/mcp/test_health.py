@@ -48,3 +48,13 @@ def test_livez_answers_while_the_database_is_down() -> None:
     """Liveness is the process: a database outage takes the replica out of service
     (``/healthz``) without an orchestrator restarting it for nothing it could fix."""
     assert _probe(_bare(DOWN), "/livez") == (200, {"status": "ok"})
+
+
+def test_healthz_of_a_schema_older_than_the_code_is_unavailable(tmp_path: Path) -> None:
+    """A database at an older migration answered ``ok`` (it has an alembic_version), and every
+    tool call then failed on a missing column: it is "no schema" until `dream db upgrade`."""
+    from worker.store.migrate import upgrade
+
+    old = _bare(f"sqlite:///{tmp_path / 'old.db'}")
+    upgrade(old.engine, "0005")
+    assert _probe(old) == (503, {"status": "unavailable", "database": "no schema"})

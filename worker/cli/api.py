@@ -19,11 +19,15 @@ from worker.errors import ConfigError
 def api_cmd(ctx: click.Context, host: str, port: int) -> None:
     """Serve the HTTP API (tokens from DREAM_API_TOKENS; /healthz needs none)."""
     from worker.api import create_api
+    from worker.api.auth import parse_tokens
 
     app = cli_app(ctx, serving=True)
-    if not app.settings.api_tokens:
-        raise ConfigError("DREAM_API_TOKENS is not set; every request would be refused. Set it to "
-                        '{"<token>": {"role": "admin"}} (tokens ≥ 16 characters)')
+    # Checked here, before listening: unset, `{}` or a malformed value would refuse every
+    # request (or fail only when the app is built, after the port was bound).
+    if not parse_tokens(app.settings.api_tokens):
+        state = "is not set" if not app.settings.api_tokens else "holds no token"
+        raise ConfigError(f"DREAM_API_TOKENS {state}; every request would be refused. Set it to "
+                          '{"<token>": {"role": "admin"}} (tokens ≥ 16 characters)')
     serve(lambda: create_api(app), host, port)
 
 

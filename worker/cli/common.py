@@ -20,6 +20,7 @@ from worker.config import Settings, load_settings
 from worker.domain.limits import ident_problem, user_problem
 from worker.errors import NotFound
 from worker.logging import configure_logging
+from worker.store.schema import require_current_schema
 from worker.telemetry import configure_telemetry
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,15 +39,19 @@ class Outcome(IntEnum):
 
 
 def cli_app(ctx: click.Context, create: bool = False, serving: bool = False) -> App:
-    """The process's App; ``create`` only for commands that may create a missing SQLite file,
-    ``serving`` for the servers (`dream api`, `dream mcp`), which log as the worker does."""
+    """The process's App; ``create`` only for commands that may create a missing SQLite file
+    (`dream db upgrade`), ``serving`` for the servers (`dream api`, `dream mcp`), which log as
+    the worker does. Any other command refuses a database whose schema is not at the newest
+    migration before it reads or writes a row (the servers answer 503, see /healthz)."""
     obj = ctx.ensure_object(dict)
     if "app" not in obj:
         settings = load_settings()
         configure_logging(*log_setup(settings, obj.get("log_level"), serving))
         obj["app"] = build_app(settings, create_database=create)
-        configure_telemetry(obj["app"])
         ctx.call_on_close(obj["app"].dispose)
+        if not (create or serving):
+            require_current_schema(obj["app"].engine)
+        configure_telemetry(obj["app"])
     app: App = obj["app"]
     return app
 

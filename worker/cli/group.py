@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import codecs
+import io
+import sys
 from typing import Any
 
 import click
@@ -21,12 +24,27 @@ def _argument_problem(args: list[str]) -> str | None:
     return None
 
 
+def _utf8_output() -> None:
+    """stdout is UTF-8 whatever the locale: what `dream notes export` writes is a UTF-8 file
+    (the importers read nothing else), and under an ASCII or Latin-1 locale (or
+    PYTHONIOENCODING) the first note with another character was a UnicodeEncodeError
+    traceback after a partial export. stderr keeps the terminal's encoding and escapes what it
+    cannot show."""
+    for stream, change in ((sys.stdout, {"encoding": "utf-8"}),
+                           (sys.stderr, {"errors": "backslashreplace"})):
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        if isinstance(stream, io.TextIOWrapper) and codecs.lookup(encoding).name != "utf-8":
+            stream.reconfigure(**change)  # type: ignore[arg-type]
+
+
 class DreamGroup(click.Group):
     """Usage mistakes (unknown option, bad choice, missing argument) and every DreamError a
     command raises are one line with the exit code of its class (usage: 2). Asking for help (a bare group) still prints the help."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
+        if parent is None:
+            _utf8_output()
         if parent is None and (problem := _argument_problem(args)):
             raise error_line(UserError(problem))
         try:

@@ -5,12 +5,25 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 
 from worker.cli.common import IDENT, FiniteRange, cli_app, json_option, scope_options
 from worker.cli.errors import user_errors
 from worker.domain.types import NoteType, Scope
+from worker.errors import NotFound
+
+
+@contextmanager
+def _ids_hint() -> Iterator[None]:
+    """worker.host's "unknown note id X" (the API's 404 too) with where the shell finds ids."""
+    try:
+        yield
+    except NotFound as exc:
+        raise NotFound(f"{exc}; `dream candidates --agent …` lists the ids of a scope's similar "
+                       "notes, `dream notes export` every id") from None
 
 
 def _scope(agent: str, user: str | None, company: str | None) -> Scope:
@@ -78,7 +91,8 @@ def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
     """Replace SOURCE_IDS with one fused note (sources revoked, pointer and lineage kept)."""
     from worker.host import fuse
 
-    result = fuse(cli_app(ctx), list(source_ids), content, importance, strict)
+    with _ids_hint():
+        result = fuse(cli_app(ctx), list(source_ids), content, importance, strict)
     click.echo(f"fused {len(result.superseded)} notes into {result.note['id']}; undo it with "
                f"`dream undo {result.undo_id}`")
     for warning in result.warnings:
@@ -93,7 +107,8 @@ def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
     """Never offer SOURCE_IDS as a candidate again until one of them changes."""
     from worker.host import keep_apart
 
-    result = keep_apart(cli_app(ctx), list(source_ids))
+    with _ids_hint():
+        result = keep_apart(cli_app(ctx), list(source_ids))
     click.echo(f"kept apart: {' '.join(result['note_ids'])}")
 
 

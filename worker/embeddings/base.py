@@ -8,6 +8,7 @@ from typing import Protocol
 import numpy as np
 
 from worker.config import Settings
+from worker.errors import ConfigError
 
 
 class Embedder(Protocol):
@@ -22,6 +23,12 @@ class Embedder(Protocol):
 def make_embedder(settings: Settings) -> Embedder:
     if settings.embedding_provider == "openai":
         from worker.embeddings.openai_compat import OpenAICompatibleEmbedder
+
+        if not (settings.embedding_base_url or settings.embedding_api_key
+                or settings.llm_api_key):  # every note's text to api.openai.com with no key
+            raise ConfigError("DREAM_EMBEDDING_PROVIDER=openai needs DREAM_EMBEDDING_BASE_URL "
+                              "(an OpenAI-compatible server) or DREAM_EMBEDDING_API_KEY "
+                              "(api.openai.com); set one, or DREAM_EMBEDDING_PROVIDER=hashing")
 
         return OpenAICompatibleEmbedder(
             base_url=settings.embedding_base_url,

@@ -18,6 +18,7 @@ from worker.ingest.fields import (
     opt_str,
     opt_time,
     parse_scope,
+    unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
 
@@ -29,9 +30,7 @@ EXAMPLE_FIELDS = {
 
 def parse_example(obj: dict[str, Any], number: int, now: datetime) -> dict[str, Any]:
     """One JSONL object → an ``examples`` row dict, or InputError naming the line."""
-    unknown = sorted(set(obj) - EXAMPLE_FIELDS)
-    if unknown:
-        raise InputError(f"line {number}: unknown field {unknown[0]!r}")
+    unknown_fields(obj, EXAMPLE_FIELDS, number)  # names the allowed ones, as every importer does
     scope = parse_scope(obj, number)
     for key in ("input", "output"):  # what a model is shown as an example, and a reviewer
         if not isinstance(obj.get(key), str) or not obj[key].strip():

@@ -39,6 +39,28 @@ class _NotFinite(Exception):
         self.literal = literal
 
 
+# What a line that is not an object holds, in JSON's words (not Python's NoneType, list, str).
+_JSON_KINDS: dict[type, str] = {list: "an array", str: "a string", int: "a number",
+                                float: "a number", bool: "a boolean", type(None): "null"}
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose key appears twice is refused: json keeps the last value silently, so
+    `{"agent_id": "a", ..., "agent_id": "b"}` would import the note into the second scope."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
 def _refuse_constant(literal: str) -> float:
     raise _NotFinite(literal)  # NaN, Infinity, -Infinity: valid to Python's json, not to JSON
 
@@ -78,9 +100,12 @@ def read_jsonl(lines: Iterable[str | bytes]) -> Iterator[tuple[int, dict[str, An
             continue
         try:  # without its line break, or an unfinished object's error points at "column 1"
             obj = json.loads(line.rstrip("\r\n"), parse_constant=_refuse_constant,
-                             parse_float=_finite_float)
+                             parse_float=_finite_float, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise InputError(f"line {number}: not valid JSON ({json_syntax_problem(exc)})") from None
+        except _DuplicateKey as exc:
+            raise InputError(f"line {number}: key {str(exc)[:64]!r} appears twice in one object; "
+                             "keep one") from None
         except _NotFinite as exc:
             raise InputError(f"line {number}: {exc.literal[:20]} is not a finite number") from None
         except RecursionError:
@@ -88,7 +113,8 @@ def read_jsonl(lines: Iterable[str | bytes]) -> Iterator[tuple[int, dict[str, An
         except ValueError:  # an integer literal longer than Python's 4300-digit limit
             raise InputError(f"line {number}: a number is too large") from None
         if not isinstance(obj, dict):
-            raise InputError(f"line {number}: expected a JSON object, got {type(obj).__name__}")
+            raise InputError(f"line {number}: expected a JSON object {{...}}, got "
+                             f"{_JSON_KINDS.get(type(obj), type(obj).__name__)}")
         if nesting_depth(obj) > MAX_NESTING:
             raise InputError(f"line {number}: nested more than {MAX_NESTING} levels deep")
         _check_text(obj, number)

@@ -25,6 +25,7 @@ from worker.ingest.fields import (
     opt_text,
     opt_time,
     parse_scope,
+    unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
 from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
@@ -109,9 +110,7 @@ def _content(value: object, number: int) -> str:
 
 def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None) -> dict[str, Any]:
     """One JSONL object → a full ``notes`` row dict, or InputError naming the line."""
-    unknown = sorted(set(obj) - NOTE_FIELDS)
-    if unknown:
-        raise InputError(f"line {number}: unknown field {unknown[0]!r}")
+    unknown_fields(obj, NOTE_FIELDS, number)  # names the allowed ones, as every importer does
     content = _content(obj.get("content"), number)
     scope = parse_scope(obj, number)
     raw_type = obj.get("type", "Context")

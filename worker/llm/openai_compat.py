@@ -23,6 +23,7 @@ import openai
 import structlog
 
 from worker.config_checks import model_call_seconds
+from worker.errors import ConfigError
 from worker.llm.base import BatchItem, BatchRelease, BatchState, LLMError, LLMReply
 
 log = structlog.get_logger(__name__)
@@ -116,6 +117,13 @@ class OpenAICompatibleLLM:
 
     @classmethod
     def from_settings(cls, settings: Any) -> OpenAICompatibleLLM:
+        # Neither an endpoint nor a key: every call would go to api.openai.com with no key
+        # (the notes' text to a third party, for a 401), each run blocked "model unavailable".
+        if not (settings.llm_base_url or settings.llm_api_key):
+            raise ConfigError("DREAM_LLM_PROVIDER=openai needs DREAM_LLM_BASE_URL (an "
+                              "OpenAI-compatible server, e.g. http://localhost:11434/v1) or "
+                              "DREAM_LLM_API_KEY (api.openai.com); set one, or "
+                              "DREAM_LLM_PROVIDER=none for the rule-based judge")
         return cls(
             base_url=settings.llm_base_url, model=settings.llm_model,
             api_key=settings.llm_api_key, timeout=settings.llm_timeout,

@@ -25,18 +25,19 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
     """An engine for a sqlite:// or postgresql:// URL. With ``create`` False a missing SQLite
     file is refused instead of created (read-only commands must not leave empty files)."""
     try:
-        backend = make_url(url).get_backend_name()
-    except ArgumentError:
+        parsed = make_url(url)
+        backend = parsed.get_backend_name()
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigError("DREAM_DATABASE_URL is not a database URL; use sqlite:///PATH or "
                           "postgresql://USER@HOST/DB") from None
     if backend not in ("sqlite", "postgresql", "postgres"):
         raise ConfigError(f"DREAM_DATABASE_URL uses {backend!r}, which dream-worker does not "
                           "support; use sqlite:///PATH or postgresql://USER@HOST/DB")
     if backend == "sqlite":
-        database = make_url(url).database
+        database = parsed.database
         if database and database != ":memory:" and not database.startswith("file:"):
             check_sqlite_file(Path(database).expanduser(), create)
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS}, **kwargs)
+        engine = _create(url, connect_args={"timeout": SQLITE_BUSY_SECONDS}, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if url.startswith("postgresql://") or url.startswith("postgres://"):
@@ -44,10 +45,24 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
     if url.startswith("postgresql") and "connect_timeout" not in url:
         # An unreachable host fails in seconds with one line, instead of hanging the command.
         kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 10)
-    engine = create_engine(url, **kwargs)
+    engine = _create(url, **kwargs)
     _ping_when_idle(engine)
     _note_writes(engine)
     return engine
+
+
+def _create(url: str, **kwargs: Any) -> Engine:
+    """create_engine, refusing a driver the URL names that is not installed
+    (``postgresql+psycopg2://``, ``sqlite+pysqlcipher://``) as a setting, not a traceback."""
+    try:
+        return create_engine(url, **kwargs)
+    except ImportError as exc:
+        raise ConfigError(f"DREAM_DATABASE_URL names the driver {make_url(url).drivername!r}, "
+                          f"whose module {exc.name or 'it needs'} is not installed; use "
+                          "sqlite:///PATH or postgresql://USER@HOST/DB (psycopg)") from None
+    except (ValueError, TypeError) as exc:  # an option after `?` the driver cannot read
+        raise ConfigError(f"DREAM_DATABASE_URL: an option after `?` is not usable ({exc}); fix "
+                          "or drop it") from None
 
 
 _WROTE = "dream_wrote"  # connection info: the open transaction ran a statement other than SELECT

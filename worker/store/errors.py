@@ -19,22 +19,19 @@ def database_error(exc: SQLAlchemyError) -> DreamError | None:
     """A database that is missing, unreachable, not ours or damaged; None for a bug."""
     orig = str(getattr(exc, "orig", None) or "")
     if isinstance(exc, OperationalError):
-        reason = orig.splitlines()[0] if exc.orig else "connection failed"
-        if "no such table" in reason:  # SQLite; PostgreSQL's missing tables are ProgrammingError
-            return ConfigError(
-                f"the database has no dream-worker schema ({reason}); run `dream db upgrade`")
-        if "does not exist" in reason:  # PostgreSQL: the database or role named in the URL
-            return ConfigError(f"cannot connect: {reason.rpartition('FATAL:')[2].strip()}; create "
-                               "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
-        if type(exc.orig).__module__.startswith("sqlite3"):
-            return _sqlite_unavailable(reason)
-        return Unavailable(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and "
-                           "that the server is running")
+        return _operational(exc, orig.splitlines()[0] if exc.orig else "connection failed")
     if isinstance(exc, ProgrammingError) and "does not exist" in orig:
         # A missing table or column; any other ProgrammingError (a value the driver cannot
         # adapt) is a validation bug and keeps its traceback rather than misleading advice.
         return ConfigError(f"the database schema is missing or out of date "
                            f"({orig.splitlines()[0]}); run `dream db upgrade`")
+    if isinstance(exc, ProgrammingError) and getattr(exc, "statement", None) is None:
+        # Raised while connecting, before any statement: the URL's options (libpq's
+        # `invalid connection option "foo"`, `bad value for connect_timeout`).
+        return ConfigError(f"DREAM_DATABASE_URL: {orig.splitlines()[0] if orig else exc}; fix "
+                           "the URL's options (after `?`)")
+    if isinstance(exc, ProgrammingError) and "already exists" in orig:
+        return _not_ours(orig.splitlines()[0])
     if isinstance(exc, DatabaseError) and "file is not a database" in orig:
         return ConfigError("DREAM_DATABASE_URL points at a file that is not an SQLite database; "
                            "point it at a dream-worker database or a new path")
@@ -46,6 +43,35 @@ def database_error(exc: SQLAlchemyError) -> DreamError | None:
         return ConfigError(f"invalid DREAM_DATABASE_URL ({exc}); use sqlite:///PATH or "
                            "postgresql://USER@HOST/DB")
     return None
+
+
+def _operational(exc: OperationalError, reason: str) -> DreamError:
+    """A driver's OperationalError: a schema that is missing, old or not ours, a database or
+    role that does not exist, or one that cannot be reached."""
+    if "no such table" in reason:  # SQLite; PostgreSQL's missing tables are ProgrammingError
+        return ConfigError(
+            f"the database has no dream-worker schema ({reason}); run `dream db upgrade`")
+    if "no such column" in reason:  # SQLite: a schema older than the code
+        return ConfigError(f"the database schema is out of date ({reason}); run "
+                           "`dream db upgrade`")
+    if "already exists" in reason:
+        return _not_ours(reason)
+    if "does not exist" in reason:  # PostgreSQL: the database or role named in the URL
+        return ConfigError(f"cannot connect: {reason.rpartition('FATAL:')[2].strip()}; create "
+                           "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
+    if type(exc.orig).__module__.startswith("sqlite3"):
+        return _sqlite_unavailable(reason)
+    return Unavailable(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and "
+                       "that the server is running")
+
+
+def _not_ours(reason: str) -> DreamError:
+    """A migration met a table it creates (`dream db upgrade` of a database whose tables were
+    made without a recorded revision): another application's, or built without the migrations."""
+    return ConfigError(f"the database already holds a table the migrations create ({reason}) "
+                       "but records no dream-worker revision: it is another application's or "
+                       "was built without the migrations; point DREAM_DATABASE_URL at a new "
+                       "database")
 
 
 def _sqlite_unavailable(reason: str) -> DreamError:

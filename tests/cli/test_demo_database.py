@@ -1,0 +1,43 @@
+"""`dream demo --database FILE` deletes FILE and builds the demo afresh: only a missing or
+empty file or an earlier demo store may be replaced (worker.demo.refuse_unless_demo_store)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from tests.cli.test_commands import dream, one_error_line
+from tests.conftest import make_sqlite_app
+from tests.support.factories import add_notes
+from worker.errors import InvalidInput
+
+UNUSED = "sqlite:////nonexistent-dir/never-used.db"
+
+
+def test_demo_refuses_to_replace_a_users_store_or_any_other_file(tmp_path: Path) -> None:
+    """Before, `dream demo --database` unlinked whatever was there: a store of the user's own
+    (its notes gone, the demo's in their place) or a file that was no database at all."""
+    app = make_sqlite_app(tmp_path)
+    add_notes(app, {"id": "n1", "agent_id": "support-bot", "content": "Prefers tea."})
+    app.dispose()
+    store = tmp_path / "dream.db"
+    other = tmp_path / "notes.jsonl"
+    other.write_text('{"agent_id": "a", "content": "x"}\n')
+    for path in (store, other):
+        before = path.read_bytes()
+        line = one_error_line(dream(UNUSED, "demo", "--database", str(path)),
+                              InvalidInput.exit_code)
+        assert "already exists and is not a demo store" in line, line
+        assert path.read_bytes() == before
+    with sqlite3.connect(store) as conn:
+        assert conn.execute("SELECT id FROM notes").fetchall() == [("n1",)]
+
+
+def test_demo_rebuilds_its_own_store_and_fills_an_empty_file(tmp_path: Path) -> None:
+    demo = tmp_path / "demo.db"
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    for path in (demo, demo, empty):
+        assert dream(UNUSED, "demo", "--database", str(path)).exit_code == 0
+    with sqlite3.connect(demo) as conn:
+        assert conn.execute("SELECT count(*) FROM dream_runs").fetchone() == (2,)

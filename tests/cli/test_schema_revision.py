@@ -1,0 +1,93 @@
+"""A database whose schema is not at the newest migration: every command but `dream db
+upgrade` refuses it with one line before reading or writing a row (worker.store.schema)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from tests.cli.test_commands import dream, one_error_line
+from worker.app import build_app
+from worker.config import Settings
+from worker.errors import ConfigError
+from worker.store.errors import database_error
+from worker.store.migrate import alembic_config, upgrade
+from worker.store.schema import known_revisions
+
+IMPORT = '{"id": "n1", "agent_id": "a1", "content": "Prefers tea."}\n'
+
+COMMANDS = [
+    ["notes", "import", "-"], ["notes", "add", "--agent", "a1", "--content", "Prefers tea."],
+    ["sessions", "add", "--agent", "a1"], ["run", "--agent", "a1", "--force"],
+    ["notes", "export"], ["runs", "list"], ["gate", "--explain"], ["db", "check"],
+    ["erase", "--user", "u1", "--yes"],
+]
+
+
+def _database_at(tmp_path: Path, revision: str) -> tuple[str, Path]:
+    path = tmp_path / "old.db"
+    app = build_app(Settings(database_url=f"sqlite:///{path}", llm_provider="none"))
+    upgrade(app.engine, revision)
+    app.dispose()
+    with sqlite3.connect(path) as conn:  # a scope the commands could write to
+        conn.execute("INSERT INTO sessions (id, scope_key, agent_id, started_at) VALUES "
+                     "('s0', '[\"a1\",null,null]', 'a1', '2026-01-01 00:00:00')")
+    return f"sqlite:///{path}", path
+
+
+def _rows(path: Path) -> list[int]:
+    with sqlite3.connect(path) as conn:
+        return [conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                for table in ("notes", "sessions", "dream_runs")]
+
+
+def test_the_revision_list_ends_at_alembics_head(tmp_path: Path) -> None:
+    """The file names the check reads give the head Alembic computes from the files."""
+    app = build_app(Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}", llm_provider="none"))
+    head = ScriptDirectory.from_config(alembic_config(app.engine)).get_current_head()
+    app.dispose()
+    assert known_revisions()[-1] == head and len(set(known_revisions())) == len(known_revisions())
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_an_older_schema_is_one_line_saying_to_upgrade_and_writes_nothing(
+        tmp_path: Path, args: list[str]) -> None:
+    """Before, on a schema at 0005 `dream notes import` and `dream sessions add` wrote their
+    rows, `dream run` created a run whose phases failed on a missing column (exit 12), and
+    `dream notes export` said the SQLite file's directory must be writable (exit 5)."""
+    url, path = _database_at(tmp_path, "0005")
+    before = _rows(path)
+    line = one_error_line(dream(url, *args, input=IMPORT), ConfigError.exit_code)
+    assert "revision 0005, older than" in line and "run `dream db upgrade`" in line, line
+    assert _rows(path) == before
+
+
+def test_a_newer_schema_is_refused_and_a_missing_column_says_to_upgrade(tmp_path: Path) -> None:
+    """A revision these migrations lack (a newer dream-worker migrated the file) is refused by
+    name; a missing column met anyway (a query past the check) says to upgrade, not to make the
+    SQLite file's directory writable."""
+    url, path = _database_at(tmp_path, known_revisions()[-1])
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    line = one_error_line(dream(url, "sessions", "add", "--agent", "a1"), ConfigError.exit_code)
+    assert "revision 9999, which this dream-worker's migrations" in line, line
+    assert _rows(path) == [0, 1, 0]
+    with pytest.raises(OperationalError) as caught, create_engine(url).connect() as conn:
+        conn.execute(text("SELECT no_such_column FROM notes"))
+    found = database_error(caught.value)
+    assert isinstance(found, ConfigError) and "run `dream db upgrade`" in str(found)
+
+
+def test_upgrade_of_tables_without_a_revision_names_them_as_not_ours(tmp_path: Path) -> None:
+    """Tables but no alembic_version (another application's file, or built without the
+    migrations): `dream db upgrade` was exit 5, "its directory must exist and be writable"."""
+    url, path = _database_at(tmp_path, "0005")
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE alembic_version")
+    line = one_error_line(dream(url, "db", "upgrade"), ConfigError.exit_code)
+    assert "table agents already exists" in line and "point DREAM_DATABASE_URL" in line, line
