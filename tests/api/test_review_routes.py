@@ -139,3 +139,27 @@ def test_a_malformed_item_id_or_scope_on_the_review_page_is_422_in_one_line(
     good = client.get("/dashboard/review", params={"scope": '["agent-1",null,null]'})
     assert good.status_code == 200 and f'id="approve-{item}"' in good.text
     assert _statuses(api_app) == before
+
+
+def test_listing_by_a_run_of_another_scope_or_none_is_404(client: TestClient, api_app: App) -> None:
+    """`?run_id=` naming another scope's run or no run is 404 (word for word the same), never
+    an empty list a reviewer would read as "that run proposed nothing"; a run of the caller's
+    own scope with no items is an empty list."""
+    from worker.runs import service
+
+    _seed(api_app)
+    add_notes(api_app, {"id": "b1", "agent_id": "agent-2", "content": "Likes chess."})
+    runs = {agent: service.create_run(api_app, Scope(agent), force=True)
+            for agent in ("agent-1", "agent-2")}
+    assert all(runs.values())
+    answers = {name: client.get(f"/api/review/items?run_id={run_id}", headers=auth(AGENT_1))
+               for name, run_id in (("other", "x-run"), ("theirs", runs["agent-2"]))}
+    assert {a.status_code for a in answers.values()} == {404}
+    details = {a.json()["detail"].replace(runs["agent-2"], "ID").replace("x-run", "ID")
+               for a in answers.values()}
+    assert len(details) == 1 and "dream runs list" in details.pop()
+    admin = client.get(f"/api/review/items?agent_id=agent-1&run_id={runs['agent-2']}",
+                       headers=auth(ADMIN))
+    assert admin.status_code == 404
+    own = client.get(f"/api/review/items?run_id={runs['agent-1']}", headers=auth(AGENT_1))
+    assert own.status_code == 200 and own.json()["items"] == []

@@ -149,3 +149,21 @@ def test_a_database_that_is_down_is_unavailable_not_internal() -> None:
         assert "127.0.0.1" not in answer
     events = [e["event"] for e in logs]
     assert "mcp.tool_failed" not in events and "mcp.database_failed" in events
+
+
+def test_review_list_by_a_run_of_another_scope_or_none_is_not_found(app: App) -> None:
+    """review_list(run_id=...) naming agent-b's run or no run is ``not_found`` (the same line
+    for both), never an empty list; dream_status(run_id="") is a malformed id, not the
+    scope's status."""
+    from worker.runs import service
+
+    add_notes(app, {"id": "b0", "agent_id": "agent-b", "content": "Likes chess."},
+              {"id": "a0", "agent_id": "agent-a", "content": "Likes tea."})
+    theirs = service.create_run(app, Scope("agent-b"), force=True)
+    assert theirs is not None
+    answers = _refusals(app, [("review_list", {"run_id": theirs}),
+                              ("review_list", {"run_id": "no-such-run"}),
+                              ("dream_status", {"run_id": ""})])
+    assert [a.split(": ", 1)[1].split(":")[0] for a in answers] == ["not_found", "not_found",
+                                                                  "invalid"], answers
+    assert answers[0].replace(theirs, "ID") == answers[1].replace("no-such-run", "ID")

@@ -23,8 +23,6 @@ router = APIRouter(prefix="/api/review", tags=["review"])
 ItemId = Annotated[int, Path(ge=1, le=INT_MAX, description="A review item id")]
 
 
-
-
 class DecisionIn(Body):
     """Which items: exactly one of item_id, run_id (that run's open items) or all."""
 
@@ -64,11 +62,13 @@ def list_review_items(
     offset: Annotated[int, Query(ge=0, le=INT_MAX)] = 0,
 ) -> dict[str, Any]:
     """The scope's review items, oldest first (open ones unless status says otherwise)."""
-    from worker.review.service import list_items
+    from worker.review.service import check_run_of, list_items
 
     scope = scope_for(who, query_scope(None, agent_id, user_id, company_id))
     items = list_items(app, scope, status=None if status == "any" else status,
                        run_id=run_id, limit=limit, offset=offset)
+    if not items and run_id is not None:
+        check_run_of(app, scope, run_id)  # a run of another scope or none: 404, not []
     return {"scope": scope.as_dict(), "items": items}
 
 
