@@ -93,6 +93,13 @@ class DreamServer(MCPServer):
             raise ToolError(f"Error executing tool {name}: invalid: "
                             f"{validation_detail(exc.__cause__.errors())}") from None
 
+    async def run_stdio_async(self) -> None:
+        """The SDK's stdio loop, with a JSON-RPC error for each line it cannot read (it would
+        drop it, and its sender would wait forever): worker.mcp.stdio."""
+        from worker.mcp.stdio import serve_stdio
+
+        await serve_stdio(self._lowlevel_server)
+
 
 def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = None,
                  verifier: DreamTokenVerifier | None = None) -> MCPServer:
