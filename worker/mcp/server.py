@@ -30,6 +30,7 @@ from worker.api.handlers import database_detail, validation_detail
 from worker.app import App
 from worker.domain.types import Scope
 from worker.errors import DreamError
+from worker.mcp.http_errors import OneLineErrors
 from worker.mcp.tools import ScopedTools
 from worker.safety.scrub import stack
 from worker.store.errors import database_error
@@ -303,7 +304,8 @@ def http_app(app: App, host: str, port: int) -> ASGIApp:
     starlette = server.streamable_http_app(host=host, stateless_http=True,
                                            max_request_body_size=limit)
     # The API's own limit, outermost: an oversized body is refused unread, before the token (R31).
-    return BodyLimit(starlette, max_bytes=limit)
+    # Inside it, the SDK's answers to an unreadable body are made one line (worker.mcp.http_errors).
+    return BodyLimit(OneLineErrors(starlette), max_bytes=limit)
 
 
 def _url_host(host: str) -> str:

@@ -33,6 +33,17 @@ _EARLY_ID = re.compile(r'\s*\{\s*(?:"(?:jsonrpc|method)"\s*:\s*"[^"\\]{0,100}"\s
                        r'"id"\s*:\s*(-?\d{1,15}|"[^"\\]{0,200}")')
 
 
+INVALID_REQUEST_LINE = ("invalid request: the message is no JSON-RPC 2.0 request, notification "
+                        f"or response; {_SEND}, an object with jsonrpc, id, method and params")
+
+
+def parse_error_line(reason: str) -> str:
+    """What a sender of invalid JSON is told: the decoder's reason (a position, never text)."""
+    reason = reason.removeprefix("Invalid JSON: ").removeprefix("Parse error: ")[:120]
+    return (f"parse error: the message is not valid JSON ({reason}); {_SEND}, strings valid "
+            "Unicode (no lone \\ud800-\\udfff escape), numbers under 4300 digits")
+
+
 async def serve_stdio(server: Server[Any]) -> None:
     """``MCPServer.run_stdio_async`` with every unreadable line answered."""
     async with stdio_server() as (read_stream, write_stream):
@@ -85,13 +96,9 @@ def refusal(exc: Exception) -> types.JSONRPCError:
     given = errors[0].get("input") if errors else None
     if syntax is not None:
         code = PARSE_ERROR
-        reason = str(syntax.get("msg", "invalid JSON")).removeprefix("Invalid JSON: ")[:120]
-        message = (f"parse error: the line is not valid JSON ({reason}); {_SEND}, strings "
-                   "valid Unicode (no lone \\ud800-\\udfff escape), numbers under 4300 digits")
+        message = parse_error_line(str(syntax.get("msg", "invalid JSON")))
     else:
-        code = INVALID_REQUEST
-        message = (f"invalid request: the line is no JSON-RPC 2.0 request, notification or "
-                   f"response; {_SEND}, an object with jsonrpc, id, method and params")
+        code, message = INVALID_REQUEST, INVALID_REQUEST_LINE
     log.warning("mcp.unreadable_message", code=code, error_type=type(exc).__name__)
     return types.JSONRPCError(jsonrpc="2.0", id=_request_id(given),
                               error=types.ErrorData(code=code, message=message))
