@@ -47,3 +47,36 @@ def test_framework_refusals_name_the_problem_and_what_to_send(
     assert words in answer["detail"], answer
     assert "\n" not in answer["detail"] and "caf" not in answer["detail"]
     assert all_rows_text(sqlite_api_app) == before
+
+
+# A value of the wrong JSON type was converted: "true" forced a run, "7" approved item 7.
+WRONG_TYPES = [
+    ("/api/runs", {"force": "true"}, "body.force"),
+    ("/api/runs", {"dry_run": 1}, "body.dry_run"),
+    ("/api/runs", {"allow_retire": "5"}, "body.allow_retire"),
+    ("/api/review/approve", {"item_id": "1"}, "body.item_id"),
+    ("/api/review/decline", {"item_id": 1.0}, "body.item_id"),
+    ("/api/review/approve", {"all": "yes"}, "body.all"),
+    ("/api/notes", {"content": "Prefers tea.", "importance": "0.5"}, "body.importance"),
+    ("/api/forgetting/fusion-candidates", {"limit": True}, "body.limit"),
+    ("/api/forgetting/fuse", {"source_ids": ["n1", "n2"], "fused_content": "x", "strict": "no"},
+     "body.strict"),
+    ("/api/runs/some-run/undo", {"force_cascade": "false"}, "body.force_cascade"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "field"), WRONG_TYPES,
+                         ids=[f"{p} {f}" for p, _, f in WRONG_TYPES])
+def test_a_value_of_the_wrong_type_is_422_never_converted(
+    sqlite_api_app: App, path: str, body: dict[str, object], field: str,
+) -> None:
+    from tests.support.factories import add_notes
+
+    add_notes(sqlite_api_app, {"id": "n1", "content": "Prefers tea."},
+              {"id": "n2", "content": "Prefers green tea."})
+    before = all_rows_text(sqlite_api_app)
+    with TestClient(create_api(sqlite_api_app), raise_server_exceptions=False) as client:
+        r = client.post(path, json=body, headers=auth(AGENT_1))
+    assert r.status_code == 422, r.text[:300]
+    assert r.json()["detail"].startswith(f"{field}: Input should be a valid"), r.json()
+    assert all_rows_text(sqlite_api_app) == before

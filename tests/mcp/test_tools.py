@@ -167,3 +167,23 @@ def test_review_list_by_a_run_of_another_scope_or_none_is_not_found(app: App) ->
     assert [a.split(": ", 1)[1].split(":")[0] for a in answers] == ["not_found", "not_found",
                                                                   "invalid"], answers
     assert answers[0].replace(theirs, "ID") == answers[1].replace("no-such-run", "ID")
+
+
+def test_arguments_of_the_wrong_type_are_invalid_never_converted(app: App) -> None:
+    """The SDK read "1" as item 1, "5" or true as a limit and "yes" as a flag; they are
+    ``invalid: <field>: <rule>`` now, and nothing changes."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."},
+              {"id": "a1", "agent_id": "agent-a", "content": "Prefers green tea at noon."})
+    before = _states(app, "agent-a")
+    answers = _refusals(app, [("review_show", {"item_id": "1"}),
+                              ("review_approve", {"item_id": "1"}),
+                              ("review_list", {"limit": "5"}),
+                              ("list_candidates", {"limit": True}),
+                              ("start_dream", {"force": "yes"}),
+                              ("remember", {"content": "Likes tea.", "importance": "0.5"}),
+                              ("fuse", {"source_ids": ["a0", "a1"], "fused_content": "Tea.",
+                                        "strict": "no"})])
+    fields = ["item_id", "item_id", "limit", "limit", "force", "importance", "strict"]
+    assert all(a.split(": ", 1)[1].startswith("invalid: ") for a in answers), answers
+    assert [a.split("invalid: ", 1)[1].split(":")[0] for a in answers] == fields, answers
+    assert _states(app, "agent-a") == before

@@ -82,12 +82,19 @@ class DreamTokenVerifier:
 class DreamServer(MCPServer):
     """Arguments the tool's schema refuses answer ``invalid: <field>: <rule>``, one line, as the
     API's 422: the SDK's own answer is pydantic's multi-line dump, which quotes the value sent
-    (note text too) and carries no code."""
+    (note text too) and carries no code. Types are strict, as the API's bodies: ``"7"`` for an
+    item id or ``"yes"`` for a flag is refused, never converted."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context | None = None) -> Any:
+        tool = self._tool_manager.get_tool(name)
         try:
+            if tool is not None:  # strict types first: the SDK reads "7" as 7 and "yes" as true
+                tool.fn_metadata.arg_model.model_validate(arguments, strict=True)
             return await super().call_tool(name, arguments, context)
+        except ValidationError as exc:
+            raise ToolError(f"Error executing tool {name}: invalid: "
+                            f"{validation_detail(exc.errors())}") from None
         except ToolError as exc:
             if not isinstance(exc.__cause__, ValidationError):
                 raise
