@@ -187,3 +187,22 @@ def test_arguments_of_the_wrong_type_are_invalid_never_converted(app: App) -> No
     assert all(a.split(": ", 1)[1].startswith("invalid: ") for a in answers), answers
     assert [a.split("invalid: ", 1)[1].split(":")[0] for a in answers] == fields, answers
     assert _states(app, "agent-a") == before
+
+
+def test_an_argument_the_tool_does_not_take_is_invalid_not_ignored(app: App) -> None:
+    """The SDK ignored unknown arguments: review_decline(reasn=...) declined with no reason,
+    undo_run(force=true) undid without cascading. Each is ``invalid: unknown argument`` naming
+    what the tool takes, and nothing changes (the API's 422 for an unknown field)."""
+    items = _seed_review(app)
+    before = _states(app, "agent-a")
+    answers = _refusals(app, [("review_decline", {"item_id": items["agent-a"][0], "reasn": "x"}),
+                              ("review_list", {"staus": "any"}),
+                              ("remember", {"content": "Likes tea.", "importance": 0.5,
+                                            "tpye": "Preference"})])
+    assert [a.split(": ", 1)[1].split(";")[0] for a in answers] == [
+        "invalid: unknown argument 'reasn'", "invalid: unknown argument 'staus'",
+        "invalid: unknown argument 'tpye'"], answers
+    assert "takes all, item_id, reason, run_id" in answers[0]
+    assert _states(app, "agent-a") == before
+    with app.uow() as uow:
+        assert {r.status for r in uow.review.list(Scope("agent-a"), status=None)} == {"open"}

@@ -90,6 +90,7 @@ class DreamServer(MCPServer):
         tool = self._tool_manager.get_tool(name)
         try:
             if tool is not None:  # strict types first: the SDK reads "7" as 7 and "yes" as true
+                _known_arguments(name, tool.fn_metadata.arg_model.model_fields, arguments)
                 tool.fn_metadata.arg_model.model_validate(arguments, strict=True)
             return await super().call_tool(name, arguments, context)
         except ValidationError as exc:
@@ -107,6 +108,17 @@ class DreamServer(MCPServer):
         from worker.mcp.stdio import serve_stdio
 
         await serve_stdio(self._lowlevel_server)
+
+
+def _known_arguments(tool: str, fields: dict[str, Any], arguments: dict[str, Any]) -> None:
+    """An argument the tool does not take is refused, as the API refuses an unknown field: the
+    SDK ignored it, so a misspelt ``reason`` declined with none and ``force`` for
+    ``force_cascade`` undid without cascading."""
+    takes = {field.alias or key for key, field in fields.items()}
+    unknown = sorted(str(k) for k in arguments if k not in takes)
+    if unknown:
+        raise ToolError(f"Error executing tool {tool}: invalid: unknown argument "
+                        f"{unknown[0][:64]!r}; {tool} takes {', '.join(sorted(takes)) or 'none'}")
 
 
 def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = None,
