@@ -163,3 +163,24 @@ def test_listing_by_a_run_of_another_scope_or_none_is_404(client: TestClient, ap
     assert admin.status_code == 404
     own = client.get(f"/api/review/items?run_id={runs['agent-1']}", headers=auth(AGENT_1))
     assert own.status_code == 200 and own.json()["items"] == []
+
+
+def test_an_admin_naming_an_unknown_scope_is_404_not_nothing(client: TestClient,
+                                                           api_app: App) -> None:
+    """An admin's misspelt scope (no notes, sessions or runs) answered an empty list, and
+    approve/decline of ``all`` answered ``outcome: done``: a typo read as "nothing to review".
+    Each is the unknown-scope 404 now, as `dream review list` and fusion-candidates; a known
+    scope with nothing open still answers an empty list."""
+    _seed(api_app)
+    typo = {"agent_id": "agent-l"}
+    answers = [client.get("/api/review/items?agent_id=agent-l", headers=auth(ADMIN)),
+               client.post("/api/review/approve", json={"all": True, "scope": typo},
+                           headers=auth(ADMIN)),
+               client.post("/api/review/decline", json={"all": True, "scope": typo},
+                           headers=auth(ADMIN))]
+    assert [a.status_code for a in answers] == [404, 404, 404], [a.text for a in answers]
+    assert all(a.json()["detail"].startswith('unknown scope ["agent-l",null,null]')
+               for a in answers)
+    known = client.get("/api/review/items?agent_id=agent-1&status=declined", headers=auth(ADMIN))
+    assert known.status_code == 200 and known.json()["items"] == []
+    assert client.get("/api/review/items", headers=auth(AGENT_2)).json()["items"] == []
