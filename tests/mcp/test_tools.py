@@ -206,3 +206,23 @@ def test_an_argument_the_tool_does_not_take_is_invalid_not_ignored(app: App) -> 
     assert _states(app, "agent-a") == before
     with app.uow() as uow:
         assert {r.status for r in uow.review.list(Scope("agent-a"), status=None)} == {"open"}
+
+
+def test_a_broker_that_does_not_answer_is_said_without_its_host(tmp_path: Any) -> None:
+    """start_dream with DREAM_BROKER_URL naming a dead broker answered the broker's address and
+    "check DREAM_BROKER_URL" to the MCP client; now one generic line, the address in the
+    server log (as a database failure), and no run."""
+    from structlog.testing import capture_logs
+
+    from tests.conftest import make_sqlite_app
+
+    app = make_sqlite_app(tmp_path, broker_url="redis://:s3cret@127.0.0.1:1/0")
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
+    with capture_logs() as logs:
+        [answer] = _refusals(app, [("start_dream", {"force": True})])
+    with app.uow() as uow:
+        assert uow.runs.list(None, limit=5) == []
+    app.dispose()
+    assert answer.split(": ", 1)[1].startswith("unavailable: the run queue"), answer
+    assert "127.0.0.1" not in answer and "DREAM_" not in answer
+    assert "DREAM_BROKER_URL" in next(e for e in logs if e["event"] == "mcp.service_failed")["error"]

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 
-from worker.errors import DreamError, Unauthorized, Unavailable
+from worker.errors import BrokerUnavailable, ConfigError, DreamError, Unauthorized, Unavailable
 from worker.store.errors import database_error
 
 log = structlog.get_logger(__name__)
@@ -23,8 +23,22 @@ log = structlog.get_logger(__name__)
 async def dream_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, DreamError)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
-    return JSONResponse({**exc.details(), "error": exc.code, "detail": str(exc)},
+    detail = caller_detail(exc, "api", request.url.path)
+    return JSONResponse({**exc.details(), "error": exc.code, "detail": detail},
                         status_code=exc.status, headers=headers)
+
+
+def caller_detail(exc: DreamError, channel: str, path: str | None = None) -> str:
+    """What a caller of the API or the MCP server is told of ``exc``. A fault of the operator's
+    setup (a broker that does not answer, a setting the worker cannot use) is said without the
+    hosts and settings it names, which go to the server log with the remedy, as a database
+    failure's do; any other refusal is the caller's own to fix, said whole."""
+    if not isinstance(exc, BrokerUnavailable | ConfigError):
+        return str(exc)
+    log.warning(f"{channel}.service_failed", path=path, error=str(exc))
+    if isinstance(exc, BrokerUnavailable):
+        return "the run queue (broker) is unavailable; retry later (the server log says why)"
+    return "the server is misconfigured; its operator finds what to fix in the server log"
 
 
 async def database_failure(request: Request, exc: Exception) -> Response:

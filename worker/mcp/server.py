@@ -26,7 +26,7 @@ from starlette.types import ASGIApp
 
 from worker.api.auth import Principal, authenticate, bearer, parse_tokens
 from worker.api.guards import BodyLimit
-from worker.api.handlers import database_detail, validation_detail
+from worker.api.handlers import caller_detail, database_detail, validation_detail
 from worker.app import App
 from worker.domain.types import Scope
 from worker.errors import DreamError
@@ -269,7 +269,7 @@ def _call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         return fn()
     except DreamError as exc:  # every refusal a caller can fix: its class names the code
-        raise ToolError(f"{exc.code}: {exc}") from None
+        raise ToolError(f"{exc.code}: {caller_detail(exc, 'mcp')}") from None
     except ToolError:
         raise
     except SQLAlchemyError as exc:
