@@ -226,3 +226,11 @@ def test_a_broker_that_does_not_answer_is_said_without_its_host(tmp_path: Any) -
     assert answer.split(": ", 1)[1].startswith("unavailable: the run queue"), answer
     assert "127.0.0.1" not in answer and "DREAM_" not in answer
     assert "DREAM_BROKER_URL" in next(e for e in logs if e["event"] == "mcp.service_failed")["error"]
+
+
+def test_an_unknown_tool_names_the_tools_there_are(app: App) -> None:
+    """The SDK answered "Unknown tool: x" and no more; the line now says where to look and
+    which tools there are."""
+    [answer] = _refusals(app, [("remeber", {"content": "Likes tea."})])
+    assert answer.split(": ", 1)[1].startswith("not_found: no tool 'remeber'; tools/list"), answer
+    assert "remember" in answer.split(";", 1)[1] and "review_approve" in answer

@@ -88,10 +88,13 @@ class DreamServer(MCPServer):
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context | None = None) -> Any:
         tool = self._tool_manager.get_tool(name)
-        try:
-            if tool is not None:  # strict types first: the SDK reads "7" as 7 and "yes" as true
-                _known_arguments(name, tool.fn_metadata.arg_model.model_fields, arguments)
-                tool.fn_metadata.arg_model.model_validate(arguments, strict=True)
+        if tool is None:  # the SDK's "Unknown tool: x" says not what there is
+            raise ToolError(f"Error executing tool {name[:64]}: not_found: no tool {name[:64]!r}; "
+                            "tools/list names this server's "
+                            f"tools ({', '.join(t.name for t in self._tool_manager.list_tools())})")
+        try:  # strict types first: the SDK reads "7" as 7 and "yes" as true
+            _known_arguments(name, tool.fn_metadata.arg_model.model_fields, arguments)
+            tool.fn_metadata.arg_model.model_validate(arguments, strict=True)
             return await super().call_tool(name, arguments, context)
         except ValidationError as exc:
             raise ToolError(f"Error executing tool {name}: invalid: "
