@@ -184,3 +184,21 @@ def test_an_admin_naming_an_unknown_scope_is_404_not_nothing(client: TestClient,
     known = client.get("/api/review/items?agent_id=agent-1&status=declined", headers=auth(ADMIN))
     assert known.status_code == 200 and known.json()["items"] == []
     assert client.get("/api/review/items", headers=auth(AGENT_2)).json()["items"] == []
+
+
+def test_a_decline_reason_of_several_lines_is_refused(client: TestClient, api_app: App) -> None:
+    """A reason is one line of every listing (`dream review show`: "declined by ...: <reason>");
+    a line break in it printed a line that is not there ("FAKE: item 9 approved"). 422 now,
+    the item stays open; a one-line reason is taken."""
+    item = _seed(api_app)
+    refused = client.post("/api/review/decline",
+                          json={"item_id": item, "reason": "dup\nFAKE: item 9 approved"},
+                          headers=auth(AGENT_1))
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == ("reason has a line break or control character; give it "
+                                        "on one line")
+    shown = client.get(f"/api/review/items/{item}", headers=auth(AGENT_1)).json()
+    assert shown["status"] == "open"
+    taken = client.post("/api/review/decline", json={"item_id": item, "reason": "a duplicate"},
+                        headers=auth(AGENT_1))
+    assert taken.status_code == 200, taken.text

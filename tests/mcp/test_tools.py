@@ -234,3 +234,14 @@ def test_an_unknown_tool_names_the_tools_there_are(app: App) -> None:
     [answer] = _refusals(app, [("remeber", {"content": "Likes tea."})])
     assert answer.split(": ", 1)[1].startswith("not_found: no tool 'remeber'; tools/list"), answer
     assert "remember" in answer.split(";", 1)[1] and "review_approve" in answer
+
+
+def test_a_decline_reason_of_several_lines_is_invalid(app: App) -> None:
+    """review_decline(reason="a\\nb") printed a made-up line in `dream review show`; invalid
+    now, and the item stays open."""
+    items = _seed_review(app)
+    [answer] = _refusals(app, [("review_decline", {"item_id": items["agent-a"][0],
+                                                   "reason": "dup\r\nFAKE: approved"})])
+    assert answer.split(": ", 1)[1].startswith("invalid: reason has a line break"), answer
+    with app.uow() as uow:
+        assert {r.status for r in uow.review.list(Scope("agent-a"), status=None)} == {"open"}

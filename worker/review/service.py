@@ -18,7 +18,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.limits import visible_problem
+from worker.domain.limits import line_problem, visible_problem
 from worker.domain.types import Scope
 from worker.errors import Conflict, NotFound, RunNotFound
 from worker.errors import InvalidInput as Invalid
@@ -166,6 +166,8 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
     """Decline and remember until a note changes; a named item decided meanwhile: Conflict."""
     if reason is not None and (problem := visible_problem(reason)):
         raise Invalid(f"reason {problem}; leave it out when there is none")
+    if reason is not None and (problem := line_problem(reason)):
+        raise Invalid(f"reason {problem}")
     out = []
     for row in _selected(app, scope, selector):
         change = ProposedChange.from_row(row)
