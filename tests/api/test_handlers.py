@@ -97,3 +97,30 @@ def test_healthz_is_unhealthy_on_a_database_without_the_schema(tmp_path: Path) -
         live = client.get("/livez")
     assert r.status_code == 503 and r.json() == {"status": "unavailable", "database": "down"}
     assert live.status_code == 200 and live.json() == {"status": "ok"}  # the process is fine
+
+
+def test_a_broker_that_does_not_answer_is_503_without_its_host_and_logged(
+    tmp_path: Path,
+) -> None:
+    """POST /api/runs with DREAM_BROKER_URL naming a broker that does not answer told the caller
+    "cannot reach the broker at redis://...@host:port; check DREAM_BROKER_URL" (the operator's
+    host and setting, for a tenant to read) and logged nothing. Now: 503 with one line for the
+    caller, the broker's address and the remedy in the server log; no run is created."""
+    from tests.conftest import make_sqlite_app
+    from tests.support.factories import add_notes
+
+    app = make_sqlite_app(tmp_path, broker_url="redis://:s3cret@127.0.0.1:1/0",
+                          api_tokens=json.dumps({SCOPED: {"agent_id": "agent-1"}}))
+    add_notes(app, {"id": "n1", "agent_id": "agent-1", "content": "Likes tea."})
+    with (TestClient(create_api(app), raise_server_exceptions=False) as client,
+          capture_logs() as logs):
+        r = client.post("/api/runs", json={"force": True},
+                        headers={"Authorization": f"Bearer {SCOPED}"})
+    with app.uow() as uow:
+        runs = uow.runs.list(None, limit=5)
+    app.dispose()
+    assert r.status_code == 503 and r.json()["error"] == "unavailable", r.text
+    assert "127.0.0.1" not in r.text and "DREAM_" not in r.text and "retry later" in r.text
+    said = next(e for e in logs if e["event"] == "api.service_failed")
+    assert said["log_level"] == "warning" and "DREAM_BROKER_URL" in said["error"]
+    assert runs == []

@@ -139,3 +139,66 @@ def test_a_malformed_item_id_or_scope_on_the_review_page_is_422_in_one_line(
     good = client.get("/dashboard/review", params={"scope": '["agent-1",null,null]'})
     assert good.status_code == 200 and f'id="approve-{item}"' in good.text
     assert _statuses(api_app) == before
+
+
+def test_listing_by_a_run_of_another_scope_or_none_is_404(client: TestClient, api_app: App) -> None:
+    """`?run_id=` naming another scope's run or no run is 404 (word for word the same), never
+    an empty list a reviewer would read as "that run proposed nothing"; a run of the caller's
+    own scope with no items is an empty list."""
+    from worker.runs import service
+
+    _seed(api_app)
+    add_notes(api_app, {"id": "b1", "agent_id": "agent-2", "content": "Likes chess."})
+    runs = {agent: service.create_run(api_app, Scope(agent), force=True)
+            for agent in ("agent-1", "agent-2")}
+    assert all(runs.values())
+    answers = {name: client.get(f"/api/review/items?run_id={run_id}", headers=auth(AGENT_1))
+               for name, run_id in (("other", "x-run"), ("theirs", runs["agent-2"]))}
+    assert {a.status_code for a in answers.values()} == {404}
+    details = {a.json()["detail"].replace(runs["agent-2"], "ID").replace("x-run", "ID")
+               for a in answers.values()}
+    assert len(details) == 1 and "dream runs list" in details.pop()
+    admin = client.get(f"/api/review/items?agent_id=agent-1&run_id={runs['agent-2']}",
+                       headers=auth(ADMIN))
+    assert admin.status_code == 404
+    own = client.get(f"/api/review/items?run_id={runs['agent-1']}", headers=auth(AGENT_1))
+    assert own.status_code == 200 and own.json()["items"] == []
+
+
+def test_an_admin_naming_an_unknown_scope_is_404_not_nothing(client: TestClient,
+                                                           api_app: App) -> None:
+    """An admin's misspelt scope (no notes, sessions or runs) answered an empty list, and
+    approve/decline of ``all`` answered ``outcome: done``: a typo read as "nothing to review".
+    Each is the unknown-scope 404 now, as `dream review list` and fusion-candidates; a known
+    scope with nothing open still answers an empty list."""
+    _seed(api_app)
+    typo = {"agent_id": "agent-l"}
+    answers = [client.get("/api/review/items?agent_id=agent-l", headers=auth(ADMIN)),
+               client.post("/api/review/approve", json={"all": True, "scope": typo},
+                           headers=auth(ADMIN)),
+               client.post("/api/review/decline", json={"all": True, "scope": typo},
+                           headers=auth(ADMIN))]
+    assert [a.status_code for a in answers] == [404, 404, 404], [a.text for a in answers]
+    assert all(a.json()["detail"].startswith('unknown scope ["agent-l",null,null]')
+               for a in answers)
+    known = client.get("/api/review/items?agent_id=agent-1&status=declined", headers=auth(ADMIN))
+    assert known.status_code == 200 and known.json()["items"] == []
+    assert client.get("/api/review/items", headers=auth(AGENT_2)).json()["items"] == []
+
+
+def test_a_decline_reason_of_several_lines_is_refused(client: TestClient, api_app: App) -> None:
+    """A reason is one line of every listing (`dream review show`: "declined by ...: <reason>");
+    a line break in it printed a line that is not there ("FAKE: item 9 approved"). 422 now,
+    the item stays open; a one-line reason is taken."""
+    item = _seed(api_app)
+    refused = client.post("/api/review/decline",
+                          json={"item_id": item, "reason": "dup\nFAKE: item 9 approved"},
+                          headers=auth(AGENT_1))
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == ("reason has a line break or control character; give it "
+                                        "on one line")
+    shown = client.get(f"/api/review/items/{item}", headers=auth(AGENT_1)).json()
+    assert shown["status"] == "open"
+    taken = client.post("/api/review/decline", json={"item_id": item, "reason": "a duplicate"},
+                        headers=auth(AGENT_1))
+    assert taken.status_code == 200, taken.text

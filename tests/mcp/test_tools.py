@@ -149,3 +149,99 @@ def test_a_database_that_is_down_is_unavailable_not_internal() -> None:
         assert "127.0.0.1" not in answer
     events = [e["event"] for e in logs]
     assert "mcp.tool_failed" not in events and "mcp.database_failed" in events
+
+
+def test_review_list_by_a_run_of_another_scope_or_none_is_not_found(app: App) -> None:
+    """review_list(run_id=...) naming agent-b's run or no run is ``not_found`` (the same line
+    for both), never an empty list; dream_status(run_id="") is a malformed id, not the
+    scope's status."""
+    from worker.runs import service
+
+    add_notes(app, {"id": "b0", "agent_id": "agent-b", "content": "Likes chess."},
+              {"id": "a0", "agent_id": "agent-a", "content": "Likes tea."})
+    theirs = service.create_run(app, Scope("agent-b"), force=True)
+    assert theirs is not None
+    answers = _refusals(app, [("review_list", {"run_id": theirs}),
+                              ("review_list", {"run_id": "no-such-run"}),
+                              ("dream_status", {"run_id": ""})])
+    assert [a.split(": ", 1)[1].split(":")[0] for a in answers] == ["not_found", "not_found",
+                                                                  "invalid"], answers
+    assert answers[0].replace(theirs, "ID") == answers[1].replace("no-such-run", "ID")
+
+
+def test_arguments_of_the_wrong_type_are_invalid_never_converted(app: App) -> None:
+    """The SDK read "1" as item 1, "5" or true as a limit and "yes" as a flag; they are
+    ``invalid: <field>: <rule>`` now, and nothing changes."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."},
+              {"id": "a1", "agent_id": "agent-a", "content": "Prefers green tea at noon."})
+    before = _states(app, "agent-a")
+    answers = _refusals(app, [("review_show", {"item_id": "1"}),
+                              ("review_approve", {"item_id": "1"}),
+                              ("review_list", {"limit": "5"}),
+                              ("list_candidates", {"limit": True}),
+                              ("start_dream", {"force": "yes"}),
+                              ("remember", {"content": "Likes tea.", "importance": "0.5"}),
+                              ("fuse", {"source_ids": ["a0", "a1"], "fused_content": "Tea.",
+                                        "strict": "no"})])
+    fields = ["item_id", "item_id", "limit", "limit", "force", "importance", "strict"]
+    assert all(a.split(": ", 1)[1].startswith("invalid: ") for a in answers), answers
+    assert [a.split("invalid: ", 1)[1].split(":")[0] for a in answers] == fields, answers
+    assert _states(app, "agent-a") == before
+
+
+def test_an_argument_the_tool_does_not_take_is_invalid_not_ignored(app: App) -> None:
+    """The SDK ignored unknown arguments: review_decline(reasn=...) declined with no reason,
+    undo_run(force=true) undid without cascading. Each is ``invalid: unknown argument`` naming
+    what the tool takes, and nothing changes (the API's 422 for an unknown field)."""
+    items = _seed_review(app)
+    before = _states(app, "agent-a")
+    answers = _refusals(app, [("review_decline", {"item_id": items["agent-a"][0], "reasn": "x"}),
+                              ("review_list", {"staus": "any"}),
+                              ("remember", {"content": "Likes tea.", "importance": 0.5,
+                                            "tpye": "Preference"})])
+    assert [a.split(": ", 1)[1].split(";")[0] for a in answers] == [
+        "invalid: unknown argument 'reasn'", "invalid: unknown argument 'staus'",
+        "invalid: unknown argument 'tpye'"], answers
+    assert "takes all, item_id, reason, run_id" in answers[0]
+    assert _states(app, "agent-a") == before
+    with app.uow() as uow:
+        assert {r.status for r in uow.review.list(Scope("agent-a"), status=None)} == {"open"}
+
+
+def test_a_broker_that_does_not_answer_is_said_without_its_host(tmp_path: Any) -> None:
+    """start_dream with DREAM_BROKER_URL naming a dead broker answered the broker's address and
+    "check DREAM_BROKER_URL" to the MCP client; now one generic line, the address in the
+    server log (as a database failure), and no run."""
+    from structlog.testing import capture_logs
+
+    from tests.conftest import make_sqlite_app
+
+    app = make_sqlite_app(tmp_path, broker_url="redis://:s3cret@127.0.0.1:1/0")
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
+    with capture_logs() as logs:
+        [answer] = _refusals(app, [("start_dream", {"force": True})])
+    with app.uow() as uow:
+        assert uow.runs.list(None, limit=5) == []
+    app.dispose()
+    assert answer.split(": ", 1)[1].startswith("unavailable: the run queue"), answer
+    assert "127.0.0.1" not in answer and "DREAM_" not in answer
+    assert "DREAM_BROKER_URL" in next(e for e in logs if e["event"] == "mcp.service_failed")["error"]
+
+
+def test_an_unknown_tool_names_the_tools_there_are(app: App) -> None:
+    """The SDK answered "Unknown tool: x" and no more; the line now says where to look and
+    which tools there are."""
+    [answer] = _refusals(app, [("remeber", {"content": "Likes tea."})])
+    assert answer.split(": ", 1)[1].startswith("not_found: no tool 'remeber'; tools/list"), answer
+    assert "remember" in answer.split(";", 1)[1] and "review_approve" in answer
+
+
+def test_a_decline_reason_of_several_lines_is_invalid(app: App) -> None:
+    """review_decline(reason="a\\nb") printed a made-up line in `dream review show`; invalid
+    now, and the item stays open."""
+    items = _seed_review(app)
+    [answer] = _refusals(app, [("review_decline", {"item_id": items["agent-a"][0],
+                                                   "reason": "dup\r\nFAKE: approved"})])
+    assert answer.split(": ", 1)[1].startswith("invalid: reason has a line break"), answer
+    with app.uow() as uow:
+        assert {r.status for r in uow.review.list(Scope("agent-a"), status=None)} == {"open"}

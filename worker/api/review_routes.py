@@ -16,13 +16,13 @@ from pydantic import Field
 from worker.api.auth import Principal
 from worker.api.deps import Caller, DreamApp, query_scope, scope_for
 from worker.api.schemas import Body, Ident, ScopeIn, VisibleText
+from worker.app import App
 from worker.domain.limits import INT_MAX, REASON_MAX
+from worker.domain.types import Scope
 
 router = APIRouter(prefix="/api/review", tags=["review"])
 
 ItemId = Annotated[int, Path(ge=1, le=INT_MAX, description="A review item id")]
-
-
 
 
 class DecisionIn(Body):
@@ -52,6 +52,17 @@ def _approver(channel: str, who: Principal, by: str | None) -> str:
     return f"{channel}:{who.label}" + (f" ({named})" if named else "")
 
 
+def _known(app: App, who: Principal, scope: Scope) -> None:
+    """An empty answer for a scope an admin named that has no notes, sessions or runs (a
+    misspelt agent, a user where null was meant) is the typo's 404 (UnknownScope, as `dream
+    review list` and fusion-candidates say it), never "no items" or an approval of nothing
+    that reads "done". A scoped token's own scope names no typo: nothing is nothing there."""
+    from worker.runs.service import ensure_scope_known
+
+    if who.scope is None:
+        ensure_scope_known(app, scope)
+
+
 ScopeQuery = Annotated[str | None, Query(max_length=64, pattern=r"^[^\x00]+$")]
 
 
@@ -64,11 +75,15 @@ def list_review_items(
     offset: Annotated[int, Query(ge=0, le=INT_MAX)] = 0,
 ) -> dict[str, Any]:
     """The scope's review items, oldest first (open ones unless status says otherwise)."""
-    from worker.review.service import list_items
+    from worker.review.service import check_run_of, list_items
 
     scope = scope_for(who, query_scope(None, agent_id, user_id, company_id))
     items = list_items(app, scope, status=None if status == "any" else status,
                        run_id=run_id, limit=limit, offset=offset)
+    if not items:  # why there is nothing: a mistaken run or scope is a 404, not []
+        _known(app, who, scope)
+        if run_id is not None:
+            check_run_of(app, scope, run_id)
     return {"scope": scope.as_dict(), "items": items}
 
 
@@ -94,6 +109,8 @@ def approve_review_items(app: DreamApp, body: DecisionIn, who: Caller) -> dict[s
 
     scope = scope_for(who, body.scope)
     done = approve(app, scope, _selector(body), _approver("api", who, body.by))
+    if not done:
+        _known(app, who, scope)
     return decided_body(done)
 
 
@@ -106,4 +123,6 @@ def decline_review_items(app: DreamApp, body: DeclineIn, who: Caller) -> dict[st
     scope = scope_for(who, body.scope)
     done = decline(app, scope, _selector(body), _approver("api", who, body.by),
                    body.reason)
+    if not done:
+        _known(app, who, scope)
     return decided_body(done)

@@ -26,9 +26,11 @@ VisibleText = Annotated[str, AfterValidator(_visible)]
 
 class Body(BaseModel):
     """Every request body: unknown fields, NaN/Infinity (and 1e400, which parses as infinity)
-    and strings no backend can store (NUL, lone surrogates) are a 422, never a 500."""
+    and strings no backend can store (NUL, lone surrogates) are a 422, never a 500. Strict
+    types: ``"force": "true"`` or ``"item_id": "7"`` is a 422 naming the type, not a forced run
+    or an approval read into a string (a whole number still fills a float field)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     @model_validator(mode="before")
     @classmethod

@@ -51,6 +51,15 @@ def visible_problem(value: str) -> str | None:
     return text_problem(value)
 
 
+def line_problem(value: str) -> str | None:
+    """Why ``value`` cannot be one line of a listing (a decline's or a cancel's reason, shown on
+    one line by `dream review list`, the dashboards and every run row), or None: a line break
+    or another control character would print lines that are not there."""
+    if any(c < " " or c == "\x7f" for c in value):
+        return "has a line break or control character; give it on one line"
+    return None
+
+
 def json_syntax_problem(exc: json.JSONDecodeError) -> str:
     """``Expecting value at column 7``: the decoder's message with its column. Some messages
     already end in "at" ("Invalid control character at"), which must not be doubled. Python's

@@ -26,10 +26,11 @@ from starlette.types import ASGIApp
 
 from worker.api.auth import Principal, authenticate, bearer, parse_tokens
 from worker.api.guards import BodyLimit
-from worker.api.handlers import database_detail, validation_detail
+from worker.api.handlers import caller_detail, database_detail, validation_detail
 from worker.app import App
 from worker.domain.types import Scope
 from worker.errors import DreamError
+from worker.mcp.http_errors import OneLineErrors
 from worker.mcp.tools import ScopedTools
 from worker.safety.scrub import stack
 from worker.store.errors import database_error
@@ -81,17 +82,46 @@ class DreamTokenVerifier:
 class DreamServer(MCPServer):
     """Arguments the tool's schema refuses answer ``invalid: <field>: <rule>``, one line, as the
     API's 422: the SDK's own answer is pydantic's multi-line dump, which quotes the value sent
-    (note text too) and carries no code."""
+    (note text too) and carries no code. Types are strict, as the API's bodies: ``"7"`` for an
+    item id or ``"yes"`` for a flag is refused, never converted."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context | None = None) -> Any:
-        try:
+        tool = self._tool_manager.get_tool(name)
+        if tool is None:  # the SDK's "Unknown tool: x" says not what there is
+            raise ToolError(f"Error executing tool {name[:64]}: not_found: no tool {name[:64]!r}; "
+                            "tools/list names this server's "
+                            f"tools ({', '.join(t.name for t in self._tool_manager.list_tools())})")
+        try:  # strict types first: the SDK reads "7" as 7 and "yes" as true
+            _known_arguments(name, tool.fn_metadata.arg_model.model_fields, arguments)
+            tool.fn_metadata.arg_model.model_validate(arguments, strict=True)
             return await super().call_tool(name, arguments, context)
+        except ValidationError as exc:
+            raise ToolError(f"Error executing tool {name}: invalid: "
+                            f"{validation_detail(exc.errors())}") from None
         except ToolError as exc:
             if not isinstance(exc.__cause__, ValidationError):
                 raise
             raise ToolError(f"Error executing tool {name}: invalid: "
                             f"{validation_detail(exc.__cause__.errors())}") from None
+
+    async def run_stdio_async(self) -> None:
+        """The SDK's stdio loop, with a JSON-RPC error for each line it cannot read (it would
+        drop it, and its sender would wait forever): worker.mcp.stdio."""
+        from worker.mcp.stdio import serve_stdio
+
+        await serve_stdio(self._lowlevel_server)
+
+
+def _known_arguments(tool: str, fields: dict[str, Any], arguments: dict[str, Any]) -> None:
+    """An argument the tool does not take is refused, as the API refuses an unknown field: the
+    SDK ignored it, so a misspelt ``reason`` declined with none and ``force`` for
+    ``force_cascade`` undid without cascading."""
+    takes = {field.alias or key for key, field in fields.items()}
+    unknown = sorted(str(k) for k in arguments if k not in takes)
+    if unknown:
+        raise ToolError(f"Error executing tool {tool}: invalid: unknown argument "
+                        f"{unknown[0][:64]!r}; {tool} takes {', '.join(sorted(takes)) or 'none'}")
 
 
 def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = None,
@@ -242,7 +272,7 @@ def _call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         return fn()
     except DreamError as exc:  # every refusal a caller can fix: its class names the code
-        raise ToolError(f"{exc.code}: {exc}") from None
+        raise ToolError(f"{exc.code}: {caller_detail(exc, 'mcp')}") from None
     except ToolError:
         raise
     except SQLAlchemyError as exc:
@@ -296,7 +326,8 @@ def http_app(app: App, host: str, port: int) -> ASGIApp:
     starlette = server.streamable_http_app(host=host, stateless_http=True,
                                            max_request_body_size=limit)
     # The API's own limit, outermost: an oversized body is refused unread, before the token (R31).
-    return BodyLimit(starlette, max_bytes=limit)
+    # Inside it, the SDK's answers to an unreadable body are made one line (worker.mcp.http_errors).
+    return BodyLimit(OneLineErrors(starlette), max_bytes=limit)
 
 
 def _url_host(host: str) -> str:

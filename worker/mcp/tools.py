@@ -59,7 +59,7 @@ class ScopedTools:
         """One run's step tree, or the scope's latest runs and its gate decision."""
         from worker.reporting import list_runs
 
-        if run_id:
+        if run_id is not None:  # "" is a malformed id, not "no id"
             return {"run": self._run(run_id)}
         gate = explain_scopes(self.app, scopes=[self.scope])[self.scope]
         return {"scope": self.scope.as_dict(), "gate": gate.as_dict(),
@@ -79,11 +79,14 @@ class ScopedTools:
     # ---- review before apply (worker.review) ----------------------------------------------
     def review_list(self, status: str = "open", run_id: str | None = None,
                     limit: int = 100) -> dict[str, Any]:
-        from worker.review.service import list_items
+        from worker.review.service import check_run_of, list_items
 
         wanted = None if status == "any" else status
-        return {"items": list_items(self.app, self.scope, status=wanted,
-                                    run_id=_ident(run_id), limit=_limit(limit, 1000))}
+        items = list_items(self.app, self.scope, status=wanted, run_id=_ident(run_id),
+                           limit=_limit(limit, 1000))
+        if not items and run_id is not None:
+            check_run_of(self.app, self.scope, run_id)  # another scope's run or none: not found
+        return {"items": items}
 
     def review_show(self, item_id: int) -> dict[str, Any]:
         from worker.review.service import show_item

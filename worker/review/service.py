@@ -18,9 +18,9 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.limits import visible_problem
+from worker.domain.limits import line_problem, visible_problem
 from worker.domain.types import Scope
-from worker.errors import Conflict, NotFound
+from worker.errors import Conflict, NotFound, RunNotFound
 from worker.errors import InvalidInput as Invalid
 from worker.review.apply import LOST, apply_change, at_versions, end_lost_run
 from worker.review.approval import Applied, Ending, finish_approval, open_approval
@@ -76,6 +76,16 @@ def list_items(app: App, scope: Scope, *, status: str | None = ItemStatus.OPEN.v
     with app.uow() as uow:
         return [item_dict(r) for r in uow.review.list(scope, status=status, run_id=run_id,
                                                       limit=limit, offset=offset)]
+
+
+def check_run_of(app: App, scope: Scope, run_id: str) -> None:
+    """NotFound unless ``run_id`` is a run of ``scope``: a list filtered by a run that does not
+    exist, or is another scope's, is a mistake, not an empty list (and another scope's run
+    answers word for word what a missing one does)."""
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+    if run is None or run.scope_key != scope.key:
+        raise RunNotFound(run_id)
 
 
 def show_item(app: App, scope: Scope, item_id: int) -> dict[str, Any]:
@@ -156,6 +166,8 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
     """Decline and remember until a note changes; a named item decided meanwhile: Conflict."""
     if reason is not None and (problem := visible_problem(reason)):
         raise Invalid(f"reason {problem}; leave it out when there is none")
+    if reason is not None and (problem := line_problem(reason)):
+        raise Invalid(f"reason {problem}")
     out = []
     for row in _selected(app, scope, selector):
         change = ProposedChange.from_row(row)

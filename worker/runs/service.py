@@ -16,7 +16,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.config import Settings
 from worker.config_checks import phase_seconds
-from worker.domain.limits import REASON_MAX, visible_problem
+from worker.domain.limits import REASON_MAX, line_problem, visible_problem
 from worker.domain.types import RunStatus, Scope
 from worker.errors import BrokerUnavailable, InvalidRun, RunError, RunNotFound, UnknownScope
 from worker.runs import engine
@@ -109,6 +109,8 @@ def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator")
     stays recorded in the operation log, so `dream undo` can still revert it."""
     if problem := visible_problem(reason):  # the run's reason on every dashboard
         raise InvalidRun(f"reason {problem}; say why, or leave --reason out")
+    if problem := line_problem(reason):
+        raise InvalidRun(f"reason {problem}")
     if len(reason) > REASON_MAX:  # and on each of its steps: one line, as a decline's
         raise InvalidRun(f"--reason has {len(reason)} characters; at most {REASON_MAX}: say "
                          "why in a line")

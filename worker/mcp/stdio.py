@@ -1,0 +1,126 @@
+"""`dream mcp` over stdio: the SDK's transport, plus an answer to every line it cannot read.
+
+The SDK's stdio reader hands a line that is no JSON-RPC message (invalid JSON, a lone surrogate
+escape, a number too long, nesting too deep, an object that is no request) to the server as an
+exception, which drops it with a debug log: its sender waits for an answer that never comes.
+Here each gets the JSON-RPC error it is due (-32700 parse error, -32600 invalid request), with
+the request's id when the line shows one (else null, as JSON-RPC says), and one line naming the
+problem and what to send: never the line itself, which may hold note text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from types import TracebackType
+from typing import Any
+
+import anyio
+import mcp_types as types
+import structlog
+from mcp.server.lowlevel.server import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+log = structlog.get_logger(__name__)
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+_SEND = "send one JSON-RPC 2.0 message per line, in UTF-8"
+# The id of a line the JSON decoder gave up on, when it comes before any nested value.
+_EARLY_ID = re.compile(r'\s*\{\s*(?:"(?:jsonrpc|method)"\s*:\s*"[^"\\]{0,100}"\s*,\s*)*'
+                       r'"id"\s*:\s*(-?\d{1,15}|"[^"\\]{0,200}")')
+
+
+INVALID_REQUEST_LINE = ("invalid request: the message is no JSON-RPC 2.0 request, notification "
+                        f"or response; {_SEND}, an object with jsonrpc, id, method and params")
+
+
+def parse_error_line(reason: str) -> str:
+    """What a sender of invalid JSON is told: the decoder's reason (a position, never text)."""
+    reason = reason.removeprefix("Invalid JSON: ").removeprefix("Parse error: ")[:120]
+    return (f"parse error: the message is not valid JSON ({reason}); {_SEND}, strings valid "
+            "Unicode (no lone \\ud800-\\udfff escape), numbers under 4300 digits")
+
+
+async def serve_stdio(server: Server[Any]) -> None:
+    """``MCPServer.run_stdio_async`` with every unreadable line answered."""
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(AnsweringReadStream(read_stream, write_stream), write_stream,
+                         server.create_initialization_options())
+
+
+class AnsweringReadStream:
+    """The SDK's read stream, minus its exceptions: each is answered on the write stream."""
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self.inner = inner
+        self.write = write
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self.inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage:
+        while True:
+            item = await self.inner.receive()
+            if not isinstance(item, Exception):
+                return item  # type: ignore[no-any-return]
+            await self.write.send(SessionMessage(refusal(item)))
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def __aiter__(self) -> AnsweringReadStream:
+        return self
+
+    async def __anext__(self) -> SessionMessage:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> AnsweringReadStream:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc_val: BaseException | None, exc_tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
+def refusal(exc: Exception) -> types.JSONRPCError:
+    """The JSON-RPC error for a line the transport could not read as a message."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    syntax = next((e for e in errors if e.get("type") == "json_invalid"), None)
+    given = errors[0].get("input") if errors else None
+    if syntax is not None:
+        code = PARSE_ERROR
+        message = parse_error_line(str(syntax.get("msg", "invalid JSON")))
+    else:
+        code, message = INVALID_REQUEST, INVALID_REQUEST_LINE
+    log.warning("mcp.unreadable_message", code=code, error_type=type(exc).__name__)
+    return types.JSONRPCError(jsonrpc="2.0", id=_request_id(given),
+                              error=types.ErrorData(code=code, message=message))
+
+
+def _request_id(given: Any) -> int | str | None:
+    """The id the sender is waiting on, when the line (or what parsed of it) shows one."""
+    if isinstance(given, str):
+        try:
+            given = json.loads(given, parse_int=lambda digits: int(digits) if len(digits) < 19 else None)
+        except (ValueError, RecursionError):
+            match = _EARLY_ID.match(given)
+            given = {"id": json.loads(match.group(1))} if match else None
+    found = given.get("id") if isinstance(given, dict) else None
+    if isinstance(found, bool) or not isinstance(found, int | str):
+        return None
+    return found if isinstance(found, int) or not _bad_text(found) else None
+
+
+def _bad_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # an id with a lone surrogate cannot be written back
+        return True
+    return False
