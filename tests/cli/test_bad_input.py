@@ -49,6 +49,13 @@ GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"}
     (["sessions", "import", "-"],
      '{"agent_id": "a", "started_at": "2026-01-01T00:00:00Z", "id": "s1", "id": "s2"}',
      "line 1: key 'id' appears twice"),
+    # an id with a line break or an escape sequence: every listing would print it as it is
+    (["notes", "import", "-"], json.dumps({"agent_id": "a", "id": "n1\nitem 9 approved",
+                                           "content": "x"}),
+     "line 1: id has a line break or control character"),
+    (["notes", "import", "-"], json.dumps({"agent_id": "a\x1b[31m", "content": "x"}),
+     "line 1: agent_id has a line break or control character"),
+    (["run", "--agent", "a\u2028b", "--force"], None, "has a line break or control character"),
     (["undo", "no-such-run"], None, "no run with id no-such-run"),
     (["erase", "--note", "no-such-note", "--yes"], None, "no note with id no-such-note"),
 ])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.domain.limits import ident_problem, visible_problem
+from worker.domain.limits import ident_problem, line_problem, visible_problem
 
 NOTHING = "has no visible text"
 
@@ -20,6 +20,13 @@ NOTHING = "has no visible text"
     ("\u3164\u2800", "has no visible character"),
     ("\x01", "has no visible character"),  # a control character alone
     ("a" * 65, "has 65 characters"),
+    # before: accepted, and printed as they are by every list of runs, notes and review items
+    ("n1\nitem 9 approved", "has a line break or control character"),
+    ("a\tb", "has a line break or control character"),
+    ("x\x1b[31m", "has a line break or control character"),  # a terminal escape sequence
+    ("søren\x85", "has a line break or control character"),  # NEL, a C1 control
+    ("a\u2028b", "has a line break or control character"),  # str.splitlines breaks here
+    ("a\x7f", "has a line break or control character"),
 ])
 def test_ident_problem(value: str, problem: str | None) -> None:
     """An id names something a person picks out of a list: it must show."""
@@ -38,4 +45,17 @@ def test_ident_problem(value: str, problem: str | None) -> None:
 def test_visible_problem(value: str, problem: str | None) -> None:
     """Text someone reads (an example, a reason, a name) shows something and can be stored."""
     found = visible_problem(value)
+    assert found == problem if problem is None else (found or "").startswith(problem)
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("declined: duplicate of n7", None),
+    ("déclinée — doublon", None),
+    ("a\nb", "has a line break"),
+    ("a\u2029b", "has a line break"),  # the paragraph separator, as splitlines reads it
+    ("a\x9bb", "has a line break"),  # CSI, a C1 control
+])
+def test_line_problem(value: str, problem: str | None) -> None:
+    """A reason is one line of a listing, whatever script it is written in."""
+    found = line_problem(value)
     assert found == problem if problem is None else (found or "").startswith(problem)

@@ -7,6 +7,7 @@ no UTF-8 encoder can write); the CLI, the importers and the API check against th
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from worker.domain.types import ERASED_USER, Scope
@@ -51,11 +52,21 @@ def visible_problem(value: str) -> str | None:
     return text_problem(value)
 
 
+# What breaks a line or steers a terminal: C0 and C1 controls (a tab, a line feed, an escape
+# sequence's ESC, NEL) and the Unicode line and paragraph separators (str.splitlines breaks there).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _has_control(value: str) -> bool:
+    # (printable ASCII holds none of them: the common value skips the scan)
+    return not (value.isascii() and value.isprintable()) and _CONTROL.search(value) is not None
+
+
 def line_problem(value: str) -> str | None:
     """Why ``value`` cannot be one line of a listing (a decline's or a cancel's reason, shown on
     one line by `dream review list`, the dashboards and every run row), or None: a line break
     or another control character would print lines that are not there."""
-    if any(c < " " or c == "\x7f" for c in value):
+    if _has_control(value):
         return "has a line break or control character; give it on one line"
     return None
 
@@ -78,7 +89,13 @@ def ident_problem(value: str) -> str | None:
         return "has no visible character (only invisible ones such as zero-width spaces)"
     if len(value) > ID_MAX:
         return f"has {len(value)} characters; ids are at most {ID_MAX}"
-    return text_problem(value)
+    if problem := text_problem(value):  # (a NUL is named as such)
+        return problem
+    if _has_control(value):
+        # Every list, log line and dashboard row prints ids: a line feed or an escape sequence
+        # in one would show lines or colours that are not there (a forged "approved" line).
+        return "has a line break or control character (tab, escape, …); an id is one line"
+    return None
 
 
 def user_problem(value: str) -> str | None:
