@@ -156,3 +156,43 @@ def test_gate_check_hands_out_nothing_on_a_schema_older_than_the_code(
         celery_app._resources.pop("app", old).dispose()
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM dream_runs").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("task_name", ["run", "consolidate"])
+def test_a_run_task_on_a_schema_older_than_the_code_waits_and_writes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_name: str) -> None:
+    """A run's message reaching a worker deployed before `dream db upgrade` ran: the run task
+    (or a phase task) claimed the run and failed it in every phase on a missing column. Now it
+    asks to be tried again later and touches nothing; once the schema is current, the process
+    goes on and never asks again."""
+    import sqlite3
+
+    from celery.exceptions import Retry
+
+    from worker import celery_app, tasks
+    from worker.app import build_app
+    from worker.config import Settings
+    from worker.store.migrate import upgrade
+
+    path = tmp_path / "old.db"
+    old = build_app(Settings(database_url=f"sqlite:///{path}", llm_provider="none"))
+    upgrade(old.engine, "0010")
+    old.dispose()
+    monkeypatch.setenv("DREAM_DATABASE_URL", f"sqlite:///{path}")
+    monkeypatch.setattr(celery_app, "_resources", {})
+    monkeypatch.setattr(tasks, "_schema_current", [])
+    task = getattr(tasks, task_name)
+    try:
+        with pytest.raises(Retry):
+            task("run-1")
+        with pytest.raises(Retry):  # asked again at every delivery while the schema is old
+            task("run-1")
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT count(*) FROM dream_runs").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM run_steps").fetchone() == (0,)
+        app = celery_app.resources()
+        upgrade(app.engine)
+        tasks._wait_for_schema(task, app)
+        assert tasks._schema_current == [app]
+    finally:
+        celery_app._resources.pop("app", old).dispose()

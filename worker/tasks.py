@@ -56,8 +56,30 @@ def gate_check() -> list[str]:
     return handed_out
 
 
+# How long a run or phase task waits, again and again, for `dream db upgrade` (_wait_for_schema).
+SCHEMA_WAIT_SECONDS = 60.0
+_schema_current: list[App] = []  # this process's App, once its database had the code's schema
+
+
+def _wait_for_schema(task: Any, dream_app: App) -> None:
+    """A run's task on a database whose schema is not the code's (a worker deployed before
+    `dream db upgrade` ran) leaves the run as it is and tries again in a minute: run now, each
+    phase would fail on a missing column and the scope's failures would start its back-off.
+    Asked until it passes once in this process (then never again: no query per task)."""
+    if any(known is dream_app for known in _schema_current):
+        return
+    try:
+        require_current_schema(dream_app.engine)
+    except ConfigError as exc:
+        log.error("task.schema_not_current", error=str(exc))
+        raise task.retry(countdown=wait_delay(SCHEMA_WAIT_SECONDS,
+                                              dream_app.settings.task_time_limit)) from None
+    _schema_current[:] = [dream_app]
+
+
 def _phase(task: Any, run_id: str, phase: str) -> str:
     dream_app = resources()
+    _wait_for_schema(task, dream_app)
     with reschedule_while_pending():  # a provider batch re-schedules the task, never blocks it
         result = service.execute_phase(dream_app, run_id, phase)
     if result.outcome is PhaseOutcome.WAITING:
@@ -99,6 +121,7 @@ def archive(self: Any, run_id: str) -> str:
 @app.task(name="dream.run", bind=True, max_retries=None)
 def run(self: Any, run_id: str) -> str:
     dream_app = resources()
+    _wait_for_schema(self, dream_app)
     with reschedule_while_pending():
         result = service.execute_run_task(dream_app, run_id)
     if result.retry_after is not None:  # resumed at the waiting phase by the retried task
