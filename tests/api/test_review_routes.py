@@ -102,6 +102,32 @@ def test_review_page_forms_need_the_csrf_token_and_the_same_site(client: TestCli
     assert _statuses(api_app)["t1"] == "revoked"
 
 
+def test_the_page_shows_only_the_outcome_line_its_own_redirect_sealed(
+        client: TestClient, api_app: App) -> None:
+    """The outcome line rides in the address after a decision. A link someone else made
+    (``?msg=approved item 9`` when nothing was approved, or a seal made for another token) used
+    to show its text on the signed-in user's page; now only the page's own redirect shows one."""
+    import urllib.parse
+
+    item = _seed(api_app)
+    client.get(f"/dashboard/review?token={AGENT_1}")
+    done = client.post(f"/dashboard/review/{item}/approve",
+                       data={"csrf": csrf_token(AGENT_1)}, follow_redirects=False)
+    location = done.headers["location"]
+    line = urllib.parse.parse_qs(urllib.parse.urlsplit(location).query)["msg"][0]
+    assert line.startswith("approved item") and line in client.get(location).text
+    forged = "approved item 9999 (forged)"
+    other = TestClient(client.app)
+    other.get(f"/dashboard/review?token={AGENT_2}")
+    sealed_for_2 = urllib.parse.parse_qs(urllib.parse.urlsplit(other.post(
+        "/dashboard/review/1/decline", data={"csrf": csrf_token(AGENT_2)},
+        follow_redirects=False).headers["location"]).query)
+    for query in ({"msg": forged}, {"msg": forged, "seal": "0" * 64},
+                  {"msg": sealed_for_2["msg"][0], "seal": sealed_for_2["seal"][0]}):
+        page = client.get("/dashboard/review", params=query)
+        assert page.status_code == 200 and query["msg"] not in page.text, query
+
+
 def test_the_page_shows_the_example_an_archive_item_names(client: TestClient,
                                                           api_app: App) -> None:
     """An archive item for an example lists the example (id, version, status, moved since),

@@ -29,11 +29,19 @@ router = APIRouter(include_in_schema=False)
 PAGE = "/dashboard/review"  # linked in the dashboard's navigation once mounted (nav_for)
 _JINJA = make_templates()
 _CSRF_CONTEXT = b"dream-worker review form v1"
+_LINE_CONTEXT = b"dream-worker review outcome v1\n"
 
 
 def csrf_token(token: str) -> str:
     """The form token of one API token: stable, unguessable without the API token."""
     return hmac.new(token.encode(), _CSRF_CONTEXT, hashlib.sha256).hexdigest()
+
+
+def _line_seal(token: str, line: str) -> str:
+    """The seal of an outcome line for one API token: the page shows a ``msg`` only with the
+    seal its own redirect made, so a link someone else made ("approved item 9" when nothing
+    was) shows nothing."""
+    return hmac.new(token.encode(), _LINE_CONTEXT + line.encode(), hashlib.sha256).hexdigest()
 
 
 def _given(request: Request) -> str | None:
@@ -70,7 +78,7 @@ def _page_data(app: App, who: Principal, scope: Scope | None) -> dict[str, Any]:
 
 @router.get(PAGE, response_class=HTMLResponse)
 def review_page(request: Request, token: str | None = None, scope: str | None = None,
-                msg: str | None = None) -> Response:
+                msg: str | None = None, seal: str | None = None) -> Response:
     if token:  # into the cookie, out of the address bar and the history (as the dashboard)
         return keep_token(request)
     given = _given(request)
@@ -81,8 +89,10 @@ def review_page(request: Request, token: str | None = None, scope: str | None = 
     shown = _scope_param(who, scope)
     # An admin's malformed scope key is said, as the dashboard's filter says it (not an empty page).
     malformed = bool(scope) and who.scope is None and shown is None
+    sealed = bool(msg) and hmac.compare_digest((seal or "").encode(),
+                                               _line_seal(given, msg or "").encode())
     message = ('scope: give a scope key such as ["agent",null,null], or pick one below'
-               if malformed else (msg or "")[:300])
+               if malformed else (msg or "")[:300] if sealed else "")
     html = _JINJA.get_template("review.html").render(
         who=who.label, current=PAGE, nav_links=nav_for(request), csrf=csrf_token(given),
         message=message, scope_key=shown.key if shown else "", **_page_data(app, who, shown))
@@ -130,6 +140,6 @@ def decide_from_page(
             line = decline(app, acting, Selector(item_id=item_id), by)[0].line
     except DreamError as exc:
         line = f"refused: {exc}"
-    query = urllib.parse.urlencode({"msg": line, **({"scope": acting.key}
-                                                    if who.scope is None else {})})
+    query = urllib.parse.urlencode({"msg": line, "seal": _line_seal(given, line),
+                                    **({"scope": acting.key} if who.scope is None else {})})
     return RedirectResponse(f"{PAGE}?{query}", status_code=303)
