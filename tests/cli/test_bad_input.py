@@ -77,6 +77,29 @@ def test_r22_bad_input_is_one_line_and_writes_nothing(
     assert all_rows_text(app) == before
 
 
+@pytest.mark.parametrize("source", ["file", "stdin"])
+def test_a_line_too_long_to_be_a_record_is_refused_as_it_is_read(
+    app: App, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, source: str,
+) -> None:
+    """A file with no line break (a dump, a binary) was read whole into memory before any
+    check; the reader now stops at the first line past LINE_BYTES_MAX, one line, nothing
+    written (the good line before it neither: imports are all or nothing)."""
+    from worker.cli.common import LINE_BYTES_MAX
+
+    add_notes(app, {"agent_id": "a", "content": "An existing note"})
+    before = all_rows_text(app)
+    monkeypatch.setenv("DREAM_DATABASE_URL", app.settings.database_url)
+    data = GOOD + "\n" + "x" * (LINE_BYTES_MAX + 1)
+    path = tmp_path / "dump.jsonl"
+    path.write_text(data, encoding="utf-8")
+    args = ["notes", "import", str(path) if source == "file" else "-"]
+    result = CliRunner().invoke(main, args, input=data if source == "stdin" else None)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output[:500]
+    assert lines[0].startswith("error: line 2: longer than 16 MiB without a line break")
+    assert all_rows_text(app) == before
+
+
 @pytest.mark.parametrize(("args", "where"), [
     (["notes", "add", "--agent", "a", "--content"], "dream notes add"),  # raised without context
     (["run", "--agent"], "dream run"),

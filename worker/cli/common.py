@@ -6,7 +6,7 @@ from __future__ import annotations
 import getpass
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from enum import IntEnum
 from typing import Any, TypeVar
@@ -69,23 +69,67 @@ def log_setup(settings: Settings, flag_level: str | None, serving: bool) -> tupl
     return fmt, level
 
 
+# A JSONL line longer than this is no note, session, example or entity (a note's text is at
+# most 100,000 characters): refused as it is read, never held whole (a file with no line break,
+# a dump or a binary, would otherwise be read into memory entire).
+LINE_BYTES_MAX = 16 << 20
+
+
 def read_lines(path: str) -> Iterable[bytes]:
-    """Raw lines of FILE or stdin; ingest decodes them and names a line that is not UTF-8.
-    A FILE without a line to import is a wrong path or a failed export, refused; an empty
-    stdin is a pipeline that had nothing to pass on, and imports nothing."""
+    """Raw lines of FILE or stdin, read as the import asks for them; ingest decodes them and
+    names a line that is not UTF-8. A FILE without a line to import is a wrong path or a failed
+    export, refused; an empty stdin is a pipeline that had nothing to pass on, and imports
+    nothing."""
     if path == "-":
-        return sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin  # type: ignore[return-value]
+        stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin
+        return _bounded(stdin, [], close=False)
     try:
-        with open(path, "rb") as fh:
-            lines = fh.readlines()
+        fh = open(path, "rb")  # noqa: SIM115 (closed by _bounded once read, or below)
     except FileNotFoundError:
         raise NotFound(f"file not found: {path}") from None
     except (IsADirectoryError, PermissionError) as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}; expected a UTF-8 JSONL file") from None
-    if not any(line.removeprefix(b"\xef\xbb\xbf").strip() for line in lines):
+    try:
+        head = _to_first_line(fh)
+    except BaseException:
+        fh.close()
+        raise
+    if head is None:
+        fh.close()
         raise UserError(f"{path} is empty (no JSONL line to import); check the path, or the "
                         "export that wrote it")
-    return lines
+    return _bounded(fh, head, close=True)
+
+
+def _to_first_line(fh: Any) -> list[bytes] | None:
+    """The lines up to the first with something on it (blank ones and a byte-order mark
+    aside); None when there is none."""
+    head: list[bytes] = []
+    while line := _line(fh, len(head) + 1):
+        head.append(line)
+        if line.removeprefix(b"\xef\xbb\xbf").strip():
+            return head
+    return None
+
+
+def _line(fh: Any, number: int) -> bytes:
+    line: bytes = fh.readline(LINE_BYTES_MAX + 1)
+    if len(line) > LINE_BYTES_MAX:
+        raise UserError(f"line {number}: longer than {LINE_BYTES_MAX >> 20} MiB without a line "
+                        "break; a JSONL file holds one JSON object per line")
+    return line
+
+
+def _bounded(fh: Any, head: list[bytes], *, close: bool) -> Iterator[bytes]:
+    try:
+        yield from head
+        number = len(head)
+        while line := _line(fh, number + 1):
+            number += 1
+            yield line
+    finally:
+        if close:
+            fh.close()
 
 
 def echo_imported(result: Any, noun: str) -> None:
