@@ -5,10 +5,9 @@ from __future__ import annotations
 import hmac
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from worker.config import ConfigError
-from worker.domain.limits import json_syntax_problem, scope_problem
+from worker.domain.limits import DuplicateKey, json_syntax_problem, scope_problem, unique_keys
 from worker.domain.types import Scope
 
 
@@ -33,7 +32,10 @@ def parse_tokens(raw: str | None) -> list[tuple[bytes, Principal]]:
     if not raw:
         return []
     try:
-        spec = json.loads(raw, object_pairs_hook=_once_each)
+        spec = json.loads(raw, object_pairs_hook=unique_keys)
+    except DuplicateKey:  # a token listed twice would get whichever grant came last
+        raise ConfigError("DREAM_API_TOKENS names a token (or a key of one grant) twice; give "
+                          "each token one grant") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"DREAM_API_TOKENS is not valid JSON ({json_syntax_problem(exc)}); expected "
                           '{"<token>": {"role": "admin"} | {"agent_id": "..."}}') from None
@@ -48,16 +50,6 @@ def parse_tokens(raw: str | None) -> list[tuple[bytes, Principal]]:
             raise ConfigError(f"{where}: the grant must be an object")
         out.append((token.encode(), _principal(grant, where)))
     return out
-
-
-def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose key appears twice is refused: json keeps the last value silently,
-    so a token listed twice would get whichever grant came last (admin, or another scope)."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        raise ConfigError("DREAM_API_TOKENS names a token (or a key of one grant) twice; give "
-                          "each token one grant")
-    return obj
 
 
 _GRANT = ('{"role": "admin"} (every scope) or {"agent_id": ..., "user_id": ..., '

@@ -99,11 +99,11 @@ def list_cmd(ctx: click.Context, agent: str, user: str | None, company: str | No
 
 def _check_run(app: Any, scope: Scope, run_id: str) -> None:
     """A --run that names no run of the scope is a mistake, not an empty list."""
-    from worker.reporting import run_tree
+    from worker.review.service import check_run_of
 
-    if run_tree(app, run_id)["scope"] != scope.key:  # RunNotFound when there is no such run
-        raise NotFound(f"run {run_id} is not a run of scope {scope.key}; list the scope's runs "
-                       "with `dream runs list`")
+    check_run_of(app, scope, run_id, NotFound(
+        f"run {run_id} is not a run of scope {scope.key}; list the scope's runs with "
+        "`dream runs list`"))
 
 
 @review.command("show")

@@ -80,6 +80,24 @@ def json_syntax_problem(exc: json.JSONDecodeError) -> str:
     return f"{exc.msg.removesuffix(' at')} at column {exc.colno}"
 
 
+class DuplicateKey(Exception):
+    """A JSON object names one key twice (``unique_keys``); the argument is the key."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A ``json.loads`` object hook refusing a key given twice: json keeps the last value
+    silently, so `{"agent_id": "a", ..., "agent_id": "b"}` would import a note into the second
+    scope, and a token listed twice in DREAM_API_TOKENS would get whichever grant came last."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
 def ident_problem(value: str) -> str | None:
     """Why ``value`` cannot be an id or a scope part, or None."""
     if not value.strip():

@@ -13,9 +13,11 @@ from typing import Any
 
 from worker.domain.limits import (
     MAX_NESTING,
+    DuplicateKey,
     json_syntax_problem,
     nesting_depth,
     text_problem,
+    unique_keys,
 )
 from worker.errors import InvalidInput
 
@@ -42,23 +44,6 @@ class _NotFinite(Exception):
 # What a line that is not an object holds, in JSON's words (not Python's NoneType, list, str).
 _JSON_KINDS: dict[type, str] = {list: "an array", str: "a string", int: "a number",
                                 float: "a number", bool: "a boolean", type(None): "null"}
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object whose key appears twice is refused: json keeps the last value silently, so
-    `{"agent_id": "a", ..., "agent_id": "b"}` would import the note into the second scope."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return obj
 
 
 def _refuse_constant(literal: str) -> float:
@@ -100,10 +85,10 @@ def read_jsonl(lines: Iterable[str | bytes]) -> Iterator[tuple[int, dict[str, An
             continue
         try:  # without its line break, or an unfinished object's error points at "column 1"
             obj = json.loads(line.rstrip("\r\n"), parse_constant=_refuse_constant,
-                             parse_float=_finite_float, object_pairs_hook=_unique_keys)
+                             parse_float=_finite_float, object_pairs_hook=unique_keys)
         except json.JSONDecodeError as exc:
             raise InputError(f"line {number}: not valid JSON ({json_syntax_problem(exc)})") from None
-        except _DuplicateKey as exc:
+        except DuplicateKey as exc:
             raise InputError(f"line {number}: key {str(exc)[:64]!r} appears twice in one object; "
                              "keep one") from None
         except _NotFinite as exc:

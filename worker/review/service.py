@@ -78,14 +78,18 @@ def list_items(app: App, scope: Scope, *, status: str | None = ItemStatus.OPEN.v
                                                       limit=limit, offset=offset)]
 
 
-def check_run_of(app: App, scope: Scope, run_id: str) -> None:
+def check_run_of(app: App, scope: Scope, run_id: str,
+                 foreign: NotFound | None = None) -> None:
     """NotFound unless ``run_id`` is a run of ``scope``: a list filtered by a run that does not
-    exist, or is another scope's, is a mistake, not an empty list (and another scope's run
-    answers word for word what a missing one does)."""
+    exist, or is another scope's, is a mistake, not an empty list. Another scope's run answers
+    word for word what a missing one does, or ``foreign`` where the caller may say more (the
+    operator's CLI names the scope)."""
     with app.uow() as uow:
         run = uow.runs.get(run_id)
-    if run is None or run.scope_key != scope.key:
+    if run is None:
         raise RunNotFound(run_id)
+    if run.scope_key != scope.key:
+        raise foreign or RunNotFound(run_id)
 
 
 def show_item(app: App, scope: Scope, item_id: int) -> dict[str, Any]:
