@@ -268,3 +268,17 @@ def test_the_sql_checker_without_host_tables_is_one_warning_line(
     monkeypatch.setattr(config, "_warned", set())
     load_settings()
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_every_inert_setting_gets_its_own_warning_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two inert settings at once: only the first was named, so fixing it revealed the second
+    on the next start. Each gets its own line, once per process."""
+    monkeypatch.setenv("DREAM_GATE_MAX_STALE_HOURS", "48")
+    monkeypatch.setenv("DREAM_PRUNE__CHECKER", "sql")
+    load_settings()
+    load_settings()
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" ", 2)[:2] for line in lines] == [
+        ["warning:", "DREAM_GATE_MAX_STALE_HOURS=48"], ["warning:", "DREAM_PRUNE__CHECKER=sql"]]

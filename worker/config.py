@@ -28,7 +28,7 @@ from pydantic_settings.exceptions import SettingsError
 from worker.config_checks import (
     conflict_problem,
     duration_problem,
-    inert_setting,
+    inert_settings,
     soft_time_limit,
 )
 from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
@@ -326,9 +326,10 @@ def load_settings(**overrides: object) -> Settings:
             f"invalid setting {name}: {msg} (got {given!r}); "
             "fix the environment variable and retry"
         ) from None
-    if (inert := inert_setting(settings)) and inert not in _warned:
-        _warned.add(inert)  # once per process, as an unknown variable
-        sys.stderr.write(f"warning: {inert}\n")
+    for inert in inert_settings(settings):
+        if inert not in _warned:
+            _warned.add(inert)  # once per process, as an unknown variable
+            sys.stderr.write(f"warning: {inert}\n")
     return settings
 
 

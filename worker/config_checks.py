@@ -97,19 +97,22 @@ def _backoff_cap_below_beat(settings: Settings) -> str | None:
     return None
 
 
-def inert_setting(settings: Settings) -> str | None:
-    """A setting that does nothing as the others stand (a warning, not an error: an agent's own
-    gate settings may still give it effect), as one line; None when every one acts."""
+def inert_settings(settings: Settings) -> list[str]:
+    """Each setting that does nothing as the others stand (a warning, not an error: an agent's
+    own gate settings may still give it effect), one line each; empty when every one acts."""
+    found = []
     if settings.gate_max_stale_hours is not None and settings.gate_idle_minutes is None:
-        return (f"DREAM_GATE_MAX_STALE_HOURS={settings.gate_max_stale_hours:g} only ends an "
-                "idle wait, and DREAM_GATE_IDLE_MINUTES is not set: it acts only for agents with "
-                "their own gate_idle_minutes; set DREAM_GATE_IDLE_MINUTES to wait for quiet "
-                "users everywhere, or drop DREAM_GATE_MAX_STALE_HOURS")
+        found.append(
+            f"DREAM_GATE_MAX_STALE_HOURS={settings.gate_max_stale_hours:g} only ends an "
+            "idle wait, and DREAM_GATE_IDLE_MINUTES is not set: it acts only for agents with "
+            "their own gate_idle_minutes; set DREAM_GATE_IDLE_MINUTES to wait for quiet "
+            "users everywhere, or drop DREAM_GATE_MAX_STALE_HOURS")
     prune = settings.prune
     if prune.checker == "sql" and not (prune.sql_agents or prune.sql_users
                                        or prune.sql_companies or prune.sql_conversations):
-        return ("DREAM_PRUNE__CHECKER=sql reads the host tables DREAM_PRUNE__SQL_AGENTS, "
-                "_SQL_USERS, _SQL_COMPANIES and _SQL_CONVERSATIONS name, and none is set: prune "
-                "checks no reference (unless the host sets app.reference_checker); name the "
-                "tables, or drop DREAM_PRUNE__CHECKER for the built-in registry")
-    return None
+        found.append(
+            "DREAM_PRUNE__CHECKER=sql reads the host tables DREAM_PRUNE__SQL_AGENTS, "
+            "_SQL_USERS, _SQL_COMPANIES and _SQL_CONVERSATIONS name, and none is set: prune "
+            "checks no reference (unless the host sets app.reference_checker); name the "
+            "tables, or drop DREAM_PRUNE__CHECKER for the built-in registry")
+    return found
