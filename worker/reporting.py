@@ -157,8 +157,10 @@ def _step_line(step: dict[str, Any], indent: str) -> str:
     reason = output.get("reason") or output.get("verdict") or step.get("error") or ""
     ms = step.get("duration_ms") or 0.0
     tokens = f"  tokens {step['tokens_in']}/{step['tokens_out']}" if step.get("tokens_in") else ""
-    return (f"{indent}{step['name']:<28} {step['status']:<10} {ms:>8.1f} ms  {counters}{tokens}"
-            f"{'  — ' + str(reason) if reason else ''}{_held(step)}")
+    said = f"{counters}{tokens}{'  — ' + str(reason) if reason else ''}"
+    notes = _held(step)
+    return (f"{indent}{step['name']:<28} {step['status']:<10} {ms:>8.1f} ms  {said}"
+            f"{'; ' if said and notes else ''}{notes}")
 
 
 HELD_SHOWN = 10
@@ -182,7 +184,7 @@ def step_notes(step: dict[str, Any]) -> tuple[str, list[str]]:
 def _held(step: dict[str, Any]) -> str:
     label, ids = step_notes(step)
     more = f" (+{len(ids) - HELD_SHOWN})" if len(ids) > HELD_SHOWN else ""
-    return f"; {label}: {', '.join(ids[:HELD_SHOWN])}{more}" if ids else ""
+    return f"{label}: {', '.join(ids[:HELD_SHOWN])}{more}" if ids else ""
 
 
 # ---- dashboard read models ---------------------------------------------------------------

@@ -1,0 +1,30 @@
+"""`dream runs show`'s step lines (``worker.reporting.render_tree``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from worker.reporting import render_tree
+
+pytestmark = pytest.mark.unit
+
+
+def _step(name: str, output: dict[str, Any], note_ids: list[str] | None = None) -> dict[str, Any]:
+    return {"name": name, "status": "succeeded", "duration_ms": 1.5, "output": output,
+            "input": {"note_ids": note_ids} if note_ids else {}, "children": []}
+
+
+def test_a_step_line_joins_what_it_says_and_its_notes_without_a_stray_separator() -> None:
+    """A child step with no counters, tokens or reason printed "1.5 ms  ; notes: a, b": the
+    separator is written only between two parts."""
+    parent = _step("archive", {"notes_expired": 1})
+    parent["children"] = [_step("rule", {"archived": ["a", "b"]}),
+                          _step("pair 1", {"verdict": "open"}, ["c", "d"])]
+    tree = {"id": "r1", "status": "succeeded", "scope": "s", "trigger": "manual",
+            "dry_run": False, "steps": [parent]}
+    lines = render_tree(tree).splitlines()
+    assert lines[1].endswith("ms  notes_expired=1")
+    assert lines[2].endswith("1.5 ms  archived: a, b")
+    assert lines[3].endswith("1.5 ms    — open; notes: c, d")
