@@ -158,7 +158,7 @@ def test_gate_check_hands_out_nothing_on_a_schema_older_than_the_code(
         assert conn.execute("SELECT count(*) FROM dream_runs").fetchone() == (0,)
 
 
-@pytest.mark.parametrize("task_name", ["run", "consolidate"])
+@pytest.mark.parametrize("task_name", ["run", "consolidate", "finalize"])
 def test_a_run_task_on_a_schema_older_than_the_code_waits_and_writes_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_name: str) -> None:
     """A run's message reaching a worker deployed before `dream db upgrade` ran: the run task

@@ -132,10 +132,13 @@ def run(self: Any, run_id: str) -> str:
     return result.status
 
 
-@app.task(name="dream.finalize")
-def finalize(run_id: str) -> str:
-    """No longer chained (the archive task finalizes); kept for chains an earlier version sent."""
-    return service.finalize_run(resources(), run_id)
+@app.task(name="dream.finalize", bind=True, max_retries=None)
+def finalize(self: Any, run_id: str) -> str:
+    """No longer chained (the archive task finalizes); kept for chains an earlier version sent,
+    which are exactly the messages an upgrade leaves in the queue: it waits for the schema too."""
+    dream_app = resources()
+    _wait_for_schema(self, dream_app)
+    return service.finalize_run(dream_app, run_id)
 
 
 PHASE_TASKS = {"consolidate": consolidate, "contradictions": contradictions, "prune": prune,
