@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from tests.support.factories import NOW, add_notes
 from tests.support.safety import all_rows_text, note_states, run_row
+from tests.support.sql import recorded_statements
 from worker.app import App
 from worker.cli import main
 from worker.domain.types import RunStatus, Scope, content_hash
@@ -59,6 +60,27 @@ def test_r17_undo_restores_exactly(app: App) -> None:
         assert uow.runs.get(run_id).status == RunStatus.UNDONE.value  # type: ignore[union-attr]
     with pytest.raises(Exception, match="already undone"):
         undo_run(app, run_id)
+
+
+def test_an_undo_writes_in_as_many_statements_for_thirty_notes_as_for_three(app: App) -> None:
+    """Undo restored each note with an UPDATE and an operation-log INSERT of its own: a run that
+    merged 1,000 notes took 2,016 statements (3.6 s on SQLite). Now the restores are one guarded
+    executemany per set of columns and the log one insert, whatever the run's size; the end
+    state is as exact as before."""
+    add_notes(app, *({"id": f"m{i:02}", "user_id": "u1", "content": f"User likes tea no. {i}"}
+                     for i in range(33)))
+    before = note_states(app)
+    counts = []
+    for ids in ([f"m{i:02}" for i in range(3)], [f"m{i:02}" for i in range(3, 33)]):
+        run_id = run_row(app, SCOPE)
+        _fuse(app, run_id, ids, "User likes tea")
+        with recorded_statements(app) as statements:
+            result = undo_run(app, run_id)
+        assert sorted(result.restored) == ids
+        counts.append(len(statements))
+    assert counts[0] == counts[1], counts
+    after = note_states(app)
+    assert {k: v for k, v in after.items() if k in before} == before
 
 
 def test_r17_undo_refuses_when_a_note_changed_since(app: App) -> None:

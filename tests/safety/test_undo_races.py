@@ -69,15 +69,19 @@ def test_a_host_edit_landing_as_the_undo_starts_writing_refuses_it(app: App) -> 
 def test_a_host_edit_landing_between_the_undos_read_and_its_restore_refuses_it(
         app: App) -> None:
     """PostgreSQL, READ COMMITTED: the undo locks no note while it reads, so a host edit can
-    commit right before the note's restore; the restore's version guard then matches no row
-    and the whole undo rolls back with one line naming the note (before: ignored, the run
-    marked undone with n0 still merged away)."""
+    commit right before the restore locks its notes; the restore's version guard then matches
+    no row and the whole undo rolls back with one line naming the note (before: ignored, the
+    run marked undone with n0 still merged away)."""
     run_id, _ = _merged(app)
-    with before_first(app, "UPDATE notes SET", lambda: _host_edit(app, "n0")), \
+    with before_first(app, RESTORE_LOCK.format(table="notes"), lambda: _host_edit(app, "n0")), \
             pytest.raises(UndoRefused, match="note n0 changed while the undo was being written"):
         undo_run(app, run_id)
     assert note_states(app)["n0"]["status"] == "revoked"
     assert _undo_rows(app) == 0 and _run_status(app, run_id)[0] == RunStatus.SUCCEEDED.value
+
+
+# The restore's first statement on PostgreSQL: it locks the rows it restores, in id order.
+RESTORE_LOCK = "SELECT {table}.id FROM {table} WHERE {table}.id IN"
 
 
 def _undo_starts(app: App, on_sqlite: str = "UPDATE ") -> str:
@@ -153,7 +157,7 @@ def test_an_example_changed_between_the_undos_read_and_its_restore_refuses_it(
                                 .values(success_score=0.1, version=ExampleRow.version + 1))
             uow.commit()
 
-    with before_first(app, "UPDATE examples SET", rescore), \
+    with before_first(app, RESTORE_LOCK.format(table="examples"), rescore), \
             pytest.raises(UndoRefused, match="example e1 changed while"):
         undo_run(app, run_id)
     with app.uow() as uow:

@@ -29,7 +29,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus, Scope
+from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus
 from worker.errors import RunError, RunNotFound
 from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
 from worker.store.models import OperationLogRow
@@ -269,8 +269,11 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
                    now: datetime, result: UndoResult, overwritten: set[str]) -> None:
     """A note the run inserted is revoked; one it changed gets its before-image back; each
     outcome is recorded on the undo's log row and in ``result`` (``overwritten``: notes whose
-    host edit this restore replaces, marked so on the row)."""
+    host edit this restore replaces, marked so on the row). One guarded write per set of
+    columns and one log insert for the whole run, however many notes it touched."""
     state = uow.safety.note_state(by_note)
+    writes: list[tuple[str, int, dict[str, Any]]] = []
+    log: list[dict[str, Any]] = []
     for note_id, note_rows in sorted(by_note.items()):
         current = state.get(note_id)
         if current is None:
@@ -286,28 +289,28 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
             values = _before_image(note_rows)
             outcome, listed = NoteOutcome.RESTORED, result.restored
         listed.append(note_id)
-        # Read before the restore: its ORM UPDATE synchronises ``current`` to what it wrote
-        # (the log's after-image said version + 2 from that).
-        version, was, scope_key = current.version, current.status, current.scope_key
+        version, was = current.version, current.status
         before = {f: _jsonable(getattr(current, f)) for f in values}
         before["version"] = version
-        if not uow.safety.restore(note_id, version, {**values, "updated_at": now}):
-            raise _moved(uow, run_id, "note", note_id)
+        writes.append((note_id, version, {**values, "updated_at": now}))
         mark = {OVERWROTE: True} if note_id in overwritten else {}
-        uow.notes.log(run_id=None, scope=Scope.from_key(scope_key), entity_id=note_id,
-                      op="undo", before=before,
-                      after={**{f: _jsonable(v) for f, v in values.items()},
-                             "version": version + 1, **mark},
-                      reason=f"undo of run {run_id}", now=now)
+        log.append(_undo_log(run_id, current.scope_key, "note", note_id, before,
+                             {**{f: _jsonable(v) for f, v in values.items()},
+                              "version": version + 1, **mark}, now))
         result.note(outcome_entry("note", note_id, outcome, was=was,
                                   status=values.get("status", was),
                                   overwrote=bool(mark)))
+    if moved := uow.safety.restore_notes(writes):
+        raise _moved(uow, run_id, "note", moved[0])
+    uow.writes.add_log(log)
 
 
 def _restore_examples(uow: UnitOfWork, run_id: str,
                       by_example: dict[str, list[OperationLogRow]],
                       examples: dict[str, tuple[int, str, str]], now: datetime,
                       result: UndoResult) -> None:
+    writes: list[tuple[str, int, dict[str, Any]]] = []
+    log: list[dict[str, Any]] = []
     for example_id, example_rows in sorted(by_example.items()):
         if example_id not in examples:
             result.missing.append(example_id)  # erased since (dream erase --user)
@@ -318,16 +321,24 @@ def _restore_examples(uow: UnitOfWork, run_id: str,
         before_status = next((r.before or {}).get("status") for r in example_rows)
         if before_status is None:
             continue
-        if not uow.safety.restore_example(example_id, version, before_status):
-            raise _moved(uow, run_id, "example", example_id)
-        uow.notes.log(run_id=None, scope=Scope.from_key(scope_key), entity_id=example_id,
-                      op="undo", entity="example",
-                      before={"status": status, "version": version},
-                      after={"status": before_status, "version": version + 1},
-                      reason=f"undo of run {run_id}", now=now)
+        writes.append((example_id, version, {"status": before_status}))
+        log.append(_undo_log(run_id, scope_key, "example", example_id,
+                             {"status": status, "version": version},
+                             {"status": before_status, "version": version + 1}, now))
         result.examples.append(example_id)
         result.note(outcome_entry("example", example_id, NoteOutcome.RESTORED, was=status,
                                   status=before_status))
+    if moved := uow.safety.restore_examples(writes):
+        raise _moved(uow, run_id, "example", moved[0])
+    uow.writes.add_log(log)
+
+
+def _undo_log(run_id: str, scope_key: str, entity: str, entity_id: str,
+              before: dict[str, Any], after: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """The operation-log row of one note's or example's undo (no run id: the undo is no run)."""
+    return {"run_id": None, "scope_key": scope_key, "entity": entity, "entity_id": entity_id,
+            "op": "undo", "before": before, "after": after, "reason": f"undo of run {run_id}",
+            "created_at": now}
 
 
 def _moved(uow: UnitOfWork, run_id: str, entity: str, entity_id: str) -> RunError:

@@ -5,16 +5,31 @@ Erasure is the only code in the worker that issues DELETE against notes (R18, R1
 
 from __future__ import annotations
 
+import typing
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, Select, cast, delete, exists, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Table,
+    bindparam,
+    cast,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from worker.domain.types import ACTIVE_RUN_STATUSES, RunStatus
+from worker.store.many import execute_many
 from worker.store.models import (
     DreamRunRow,
     ExampleRow,
@@ -106,13 +121,41 @@ class SafetyRepository:
             .values(status=status))
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
-    def restore(self, note_id: str, version: int, values: dict[str, Any]) -> bool:
-        """Write ``values`` if the note is still at ``version``; bumps the version."""
-        result = self.session.execute(
-            update(NoteRow).where(NoteRow.id == note_id, NoteRow.version == version)
-            .values(**values, version=version + 1)
-        )
-        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+    def restore_notes(self, rows: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
+        """``_restore`` of notes."""
+        return self._restore(NoteRow, rows)
+
+    def restore_examples(self, rows: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
+        """``_restore`` of examples (their status)."""
+        return self._restore(ExampleRow, rows)
+
+    def _restore(self, model: type[NoteRow] | type[ExampleRow],
+                 rows: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
+        """Write each (id, version, values) where its note or example is still at that version,
+        bumping the version: one executemany per set of columns written, the rows locked in id
+        order first on PostgreSQL. The ids that matched no row (changed meanwhile): empty when
+        every row was written, else the caller rolls the whole undo back."""
+        table = typing.cast(Table, model.__table__)
+        shapes: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+        for entity_id, version, values in sorted(rows, key=lambda r: r[0]):
+            shapes[tuple(sorted(values))].append(
+                {"b_id": entity_id, "b_version": version, "v_version": version + 1,
+                 **{f"v_{k}": v for k, v in values.items()}})
+        if self.session.get_bind().dialect.name == "postgresql":
+            for chunk in _chunks(sorted(r[0] for r in rows)):
+                self.session.execute(select(table.c.id).where(table.c.id.in_(chunk))
+                                     .order_by(table.c.id).with_for_update()).all()
+        moved: list[str] = []
+        conn = self.session.connection()
+        for keys, params in shapes.items():
+            if execute_many(conn, _restore_statement(table, keys), params) != len(params):
+                ids = [p["b_id"] for p in params]
+                now = {i: v for i, v in self.session.execute(
+                    select(table.c.id, table.c.version).where(table.c.id.in_(ids)))}
+                # A row that matched is at version + 1 now; if a moved one happens to be too,
+                # the whole group is named (the undo is rolled back either way).
+                moved += [p["b_id"] for p in params if now.get(p["b_id"]) != p["v_version"]] or ids
+        return sorted(moved)
 
     def undo_rows(self, log_id: str, entity_ids: Iterable[str]) -> list[OperationLogRow]:
         """The undo of ``log_id``'s own log rows on these notes and examples (found through the
@@ -142,13 +185,6 @@ class SafetyRepository:
             ):
                 out[r.id] = (r.version, r.status, r.scope_key)
         return out
-
-    def restore_example(self, example_id: str, version: int, status: str) -> bool:
-        result = self.session.execute(
-            update(ExampleRow).where(ExampleRow.id == example_id, ExampleRow.version == version)
-            .values(status=status, version=version + 1)
-        )
-        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
     def forget_run_records(self, run_id: str) -> tuple[int, int]:
         """Delete the verdict memory and review records a run wrote; (judgements, reviews)."""
@@ -336,3 +372,17 @@ class SafetyRepository:
     def forget_user(self, user_id: str, note_keys: Iterable[str]) -> dict[str, int]:
         """``erase_records.forget_user_scopes``: the user's scopes name the user no more."""
         return forget_user_scopes(self.session, user_id, note_keys)
+
+
+_RESTORES: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+
+def _restore_statement(table: Table, keys: tuple[str, ...]) -> Any:
+    """The guarded UPDATE of ``keys`` (and the version) on ``table``, built once per shape."""
+    stmt = _RESTORES.get((table.name, keys))
+    if stmt is None:
+        stmt = _RESTORES[(table.name, keys)] = (
+            update(table)
+            .where(table.c.id == bindparam("b_id"), table.c.version == bindparam("b_version"))
+            .values({k: bindparam(f"v_{k}") for k in (*keys, "version")}))
+    return stmt
