@@ -6,7 +6,7 @@ from typing import Any
 
 from worker.app import App
 from worker.domain.types import ERASED_USER, Scope
-from worker.errors import InvalidInput, RunNotFound
+from worker.errors import InvalidInput, RunNotFound, UnknownScope
 from worker.store.models import DreamRunRow, RunStepRow
 from worker.store.repositories.dashboard import NOTE_STATUSES, DashboardQueries, ScopeFilter
 
@@ -64,6 +64,26 @@ def list_runs_page(app: App, *, scope: Scope | None = None, status: str | None =
     more = len(rows) > limit
     return {"runs": [run_summary(r) for r in rows[:limit]],
             "next": rows[limit - 1].id if more else None}
+
+
+def check_filter_known(app: App, scope: Scope | None, within: dict[str, str] | None) -> None:
+    """A runs filter someone typed (``dream runs list --agent``, an admin's ``GET /api/runs``)
+    that no note, session or run has is a typo: UnknownScope, as `dream notes export` says it,
+    never an empty list that reads as "no runs yet". A scoped caller's own scope is not typed."""
+    with app.uow() as uow:
+        if scope is not None:
+            known = bool(uow.notes.count_by_status(scope)) or bool(
+                uow.sessions.counts_since({scope.key: None}).get(scope.key, 0)
+            ) or bool(uow.runs.list(scope, limit=1))
+            named = scope.key
+        elif within:
+            known = uow.sessions.any_scope_matches(
+                within.get("agent_id"), within.get("user_id"), within.get("company_id"))
+            named = ", ".join(f"{k} {v!r}" for k, v in within.items())
+        else:
+            return
+    if not known:
+        raise UnknownScope(f"unknown scope {named}: no note, session or run has it")
 
 
 def _in_listing(run: DreamRunRow | None, scope: Scope | None,

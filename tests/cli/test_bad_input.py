@@ -203,6 +203,23 @@ def test_notes_export_of_a_known_scope_without_such_notes_exports_nothing(app: A
         "An existing note"]
 
 
+def test_runs_list_of_an_unknown_scope_is_one_line_naming_it(app: App) -> None:
+    """`dream runs list --agent ghost` printed "no runs match" and exited 0, as if the scope
+    had never dreamt; a filter no note, session or run has is a typo, as for `notes export`."""
+    add_notes(app, {"agent_id": "a", "user_id": "u", "content": "An existing note"})
+    env = {"DREAM_DATABASE_URL": app.settings.database_url}
+    for args, named in ((["--agent", "ghost"], "agent_id 'ghost'"),
+                        (["--agent", "a", "--user", "nobody", "--status", "failed"],
+                         "agent_id 'a', user_id 'nobody'")):
+        result = CliRunner().invoke(main, ["runs", "list", *args], env=env)
+        assert (result.exit_code, result.stdout) == (NotFound.exit_code, ""), result.output
+        assert result.stderr.splitlines() == [
+            f"error: unknown scope {named}: no note, session or run has it{_LISTED}"]
+    known = CliRunner().invoke(main, ["runs", "list", "--agent", "a", "--user", "u"], env=env)
+    assert (known.exit_code, known.stdout) == (
+        0, "no runs match; `dream runs list` without filters shows the latest\n")
+
+
 def test_every_unknown_scope_error_says_how_to_list_the_scopes(app: App) -> None:
     """`dream run`, `candidates`, `review list` of an unknown scope end with where the known
     scopes are listed (before: only what to check)."""
