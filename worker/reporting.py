@@ -70,20 +70,17 @@ def check_filter_known(app: App, scope: Scope | None, within: dict[str, str] | N
     """A runs filter someone typed (``dream runs list --agent``, an admin's ``GET /api/runs``)
     that no note, session or run has is a typo: UnknownScope, as `dream notes export` says it,
     never an empty list that reads as "no runs yet". A scoped caller's own scope is not typed."""
-    with app.uow() as uow:
-        if scope is not None:
-            known = bool(uow.notes.count_by_status(scope)) or bool(
-                uow.sessions.counts_since({scope.key: None}).get(scope.key, 0)
-            ) or bool(uow.runs.list(scope, limit=1))
-            named = scope.key
-        elif within:
+    from worker.runs.service import ensure_scope_known
+
+    if scope is not None:
+        ensure_scope_known(app, scope)  # one exact scope: the words of every other command
+    elif within:
+        with app.uow() as uow:
             known = uow.sessions.any_scope_matches(
                 within.get("agent_id"), within.get("user_id"), within.get("company_id"))
+        if not known:
             named = ", ".join(f"{k} {v!r}" for k, v in within.items())
-        else:
-            return
-    if not known:
-        raise UnknownScope(f"unknown scope {named}: no note, session or run has it")
+            raise UnknownScope(f"unknown scope {named}: no note, session or run has it")
 
 
 def _in_listing(run: DreamRunRow | None, scope: Scope | None,

@@ -74,7 +74,10 @@ def test_an_admins_filter_no_scope_has_is_404_as_dream_runs_list_says_it(
     r = client.get("/api/runs", headers=auth(ADMIN), params={"agent_id": "agent-3"})
     assert (r.status_code, r.json()["detail"]) == (
         404, "unknown scope agent_id 'agent-3': no note, session or run has it")
-    assert _listed(client, ADMIN, scope=Scope("agent-3").key) == 404
+    r = client.get("/api/runs", headers=auth(ADMIN), params={"scope": Scope("agent-3").key})
+    assert (r.status_code, r.json()["detail"]) == (
+        404, 'unknown scope ["agent-3",null,null]: it has no notes, sessions or runs; check '
+        "agent/user/company (null is a value, not a wildcard)")
     assert _listed(client, ADMIN, agent_id="agent-1", user_id="u9") == 404
     assert _listed(client, ADMIN, agent_id="agent-1", status="failed") == set()
 
