@@ -569,6 +569,15 @@ def test_dream_mcp_help_names_every_tool_the_server_serves() -> None:
     assert [t for t in EXPECTED_ANNOTATIONS if t not in helped] == []
 
 
+def test_sessions_import_help_names_every_field_it_takes() -> None:
+    """`dream sessions import --help` left out the optional ``id`` (the README's way to make a
+    re-import add nothing) and stdin; it names every field the importer takes now."""
+    helped = " ".join(CliRunner().invoke(main, ["sessions", "import", "--help"]).output.split())
+    fields = ("agent_id", "started_at", "id,", "user_id", "company_id", "ended_at", "- for stdin")
+    assert [f for f in fields if f not in helped] == [], helped
+    assert "idempotent by id" in helped
+
+
 @pytest.mark.parametrize("option", [["--dry-run"], ["--phase", "consolidate"]])
 def test_run_due_refuses_what_it_cannot_honour_and_writes_nothing(db: App,
                                                                    option: list[str]) -> None:
