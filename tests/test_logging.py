@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from tests.support.factories import add_notes
+from worker.app import App
+from worker.domain.types import Scope
 from worker.logging import configure_logging
 
 
@@ -40,3 +46,26 @@ def test_the_configured_level_still_filters_and_writes_to_the_current_stderr(
     log.info("quiet.event")
     log.warning("loud.event")
     assert "loud.event" in now.getvalue() and "quiet.event" not in now.getvalue()
+
+
+def test_a_closed_stderr_loses_the_log_lines_not_the_run(sqlite_app: App) -> None:
+    """`dream --log-level info run … 2>&1 | head -1`: the first event written after the pipe
+    closed raised BrokenPipeError inside the run, the process exited 1 and its run stayed
+    `running`, holding the scope until its lease lapsed an hour later. The lines are lost;
+    the run finishes."""
+    add_notes(sqlite_app, *({"agent_id": "pipe-bot", "content": f"Fact {k} about the build."}
+                            for k in range(3)))
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # closed before the first event: every write to stderr fails
+    env = {**os.environ, "DREAM_DATABASE_URL": sqlite_app.settings.database_url,
+           "DREAM_LOG_FORMAT": "json"}
+    dream = str(Path(sys.executable).with_name("dream"))
+    try:
+        done = subprocess.run([dream, "--log-level", "info", "run", "--agent", "pipe-bot",
+                               "--force"], stdout=subprocess.PIPE, stderr=write_end, env=env,
+                              timeout=120, text=True)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0 and done.stdout.startswith("run "), done.stdout
+    with sqlite_app.uow() as uow:
+        assert [r.status for r in uow.runs.list(Scope("pipe-bot"), limit=5)] == ["succeeded"]

@@ -32,13 +32,21 @@ class _DropBelow:
 
 class _CurrentStderr:
     """A file that is whatever ``sys.stderr`` is now: the setup outlives the stream it was
-    called under (click's CliRunner swaps stderr for one invocation and closes it after)."""
+    called under (click's CliRunner swaps stderr for one invocation and closes it after).
+    A reader that went away (`2>&1 | head`) loses the lines, never the run logging them: the
+    error raised mid-phase and left the run `running` until its lease lapsed."""
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        try:
+            return sys.stderr.write(text)
+        except BrokenPipeError:
+            return 0
 
     def flush(self) -> None:
-        sys.stderr.flush()
+        try:
+            sys.stderr.flush()
+        except BrokenPipeError:
+            pass
 
 
 def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
