@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from typing import Any
@@ -43,10 +44,8 @@ class _CurrentStderr:
             return 0
 
     def flush(self) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError):
             sys.stderr.flush()
-        except BrokenPipeError:
-            pass
 
 
 def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
