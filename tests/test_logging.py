@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -69,3 +70,23 @@ def test_a_closed_stderr_loses_the_log_lines_not_the_run(sqlite_app: App) -> Non
     assert done.returncode == 0 and done.stdout.startswith("run "), done.stdout
     with sqlite_app.uow() as uow:
         assert [r.status for r in uow.runs.list(Scope("pipe-bot"), limit=5)] == ["succeeded"]
+
+
+def test_library_records_are_json_lines_when_the_events_are() -> None:
+    """With DREAM_LOG_FORMAT=json (or auto off a terminal) uvicorn's own lines ("Started server
+    process [7]", "Application startup complete.") went out as bare text among the JSON
+    events, and a log shipper reading JSON lines choked on them. Each stdlib record is one
+    JSON object now, with its logger and level; on a console it stays the message alone."""
+    script = ("import logging; from worker.logging import configure_logging; "
+              "configure_logging({fmt!r}, 'INFO'); "
+              "logging.getLogger('uvicorn.error').info('Started server process [%d]', 7)")
+    as_json = subprocess.run([sys.executable, "-c", script.format(fmt="json")],
+                             capture_output=True, text=True, timeout=60, check=True)
+    [line] = as_json.stderr.splitlines()
+    record = json.loads(line)
+    assert (record["event"], record["logger"], record["level"]) == (
+        "Started server process [7]", "uvicorn.error", "info")
+    assert record["timestamp"].endswith("Z")
+    on_console = subprocess.run([sys.executable, "-c", script.format(fmt="console")],
+                                capture_output=True, text=True, timeout=60, check=True)
+    assert on_console.stderr == "Started server process [7]\n"

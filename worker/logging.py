@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -48,6 +50,28 @@ class _CurrentStderr:
             sys.stderr.flush()
 
 
+class _LibraryRecords(logging.Formatter):
+    """Records of the libraries that log through the stdlib (uvicorn, Celery, the MCP SDK):
+    one JSON object each while the events are JSON, since a log shipper reads every line as
+    one; the message alone on a console. One instance for the process: the root handler is
+    installed once, and each setup switches what it writes."""
+
+    json_lines = False
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not self.json_lines:
+            return super().format(record)
+        when = datetime.fromtimestamp(record.created, UTC).isoformat().replace("+00:00", "Z")
+        out: dict[str, Any] = {"event": record.getMessage(), "logger": record.name,
+                               "level": record.levelname.lower(), "timestamp": when}
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+_LIBRARY_RECORDS = _LibraryRecords("%(message)s")
+
+
 def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
     """Set up structlog (and the stdlib root, once) for this process; each call replaces the
     previous structlog setup entirely, so it is safe to call once per CLI invocation."""
@@ -57,7 +81,10 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
         structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()) if use_console
         else structlog.processors.JSONRenderer()
     )
-    logging.basicConfig(level=level.upper(), stream=_CurrentStderr(), format="%(message)s")
+    _LIBRARY_RECORDS.json_lines = not use_console
+    handler = logging.StreamHandler(_CurrentStderr())
+    handler.setFormatter(_LIBRARY_RECORDS)
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     # faiss announces every CPU-feature probe at INFO; that is noise on a user's terminal.
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     structlog.configure(
