@@ -282,3 +282,22 @@ def test_every_inert_setting_gets_its_own_warning_line(
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(" ", 2)[:2] for line in lines] == [
         ["warning:", "DREAM_GATE_MAX_STALE_HOURS=48"], ["warning:", "DREAM_PRUNE__CHECKER=sql"]]
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_batch_pricing_without_an_openai_provider_is_one_warning_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """DREAM_LLM_BATCH=true "needs DREAM_LLM_PROVIDER=openai" (README) but with the rule judge
+    or the fake model it batched nothing and said nothing. One warning line now; with the
+    openai provider, none."""
+    monkeypatch.setenv("DREAM_LLM_BATCH", "true")
+    assert load_settings().llm_batch is True
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["warning: DREAM_LLM_BATCH=true batches through an OpenAI-compatible "
+                     "provider, and DREAM_LLM_PROVIDER is 'none': nothing is batched; set "
+                     "DREAM_LLM_PROVIDER=openai, or drop DREAM_LLM_BATCH"], lines
+    monkeypatch.setenv("DREAM_LLM_PROVIDER", "openai")
+    monkeypatch.setenv("DREAM_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setattr(config, "_warned", set())
+    load_settings()
+    assert capsys.readouterr().err == ""

@@ -242,7 +242,7 @@ def test_otel_variables_configure_export_from_a_real_dream_process(tmp_path: Pat
         timeout=120, env=env | {"OTEL_TRACES_EXPORTER": "console",
                                 "OTEL_SERVICE_NAME": "dream-test"})
     assert traced.returncode == 0, traced.stderr
-    spans = _console_spans(traced.stdout)
+    spans = _console_spans(traced.stderr)
     names = [s["name"] for s in spans]
     assert "update_memory dream" in names
     assert {f"dream.phase {p}" for p in PHASES} <= set(names)
@@ -250,11 +250,26 @@ def test_otel_variables_configure_export_from_a_real_dream_process(tmp_path: Pat
            or s["attributes"].get("db.system.name") == "sqlite"]
     assert sql, names  # SQLAlchemy instrumentation of this process's engine
     assert {s["resource"]["attributes"]["service.name"] for s in spans} == {"dream-test"}
-    assert CANARY not in traced.stdout  # spans and the summary: ids, names, counts only
+    assert CANARY not in traced.stdout + traced.stderr  # ids, names, counts only
     quiet = subprocess.run(
         [DREAM, "run", "--agent", "otel-a", "--force"], capture_output=True, text=True,
         timeout=120, env=env | {"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "true"})
-    assert quiet.returncode == 0 and _console_spans(quiet.stdout) == []
+    assert quiet.returncode == 0 and _console_spans(quiet.stderr) == []
+
+
+def test_console_spans_leave_a_commands_stdout_to_its_answer(tmp_path: Path) -> None:
+    """With OTEL_TRACES_EXPORTER=console, `dream notes export > FILE` wrote the spans between
+    the JSONL lines, and the file no longer imported; the spans go to stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DREAM_", "OTEL_"))}
+    env |= {"DREAM_DATABASE_URL": f"sqlite:///{tmp_path / 'e.db'}", "DREAM_LOG_LEVEL": "WARNING",
+            "OTEL_TRACES_EXPORTER": "console"}
+    for args in (["db", "upgrade"], ["notes", "add", "--agent", "otel-e", "--content", "x y z"]):
+        subprocess.run([DREAM, *args], env=env, check=True, capture_output=True, timeout=60)
+    exported = subprocess.run([DREAM, "notes", "export"], capture_output=True, text=True,
+                              timeout=60, env=env)
+    assert exported.returncode == 0, exported.stderr
+    assert [json.loads(line)["content"] for line in exported.stdout.splitlines()] == ["x y z"]
+    assert _console_spans(exported.stderr)  # the spans are still exported
 
 
 def test_spans_are_exported_as_dream_worker_unless_otel_names_the_service(
@@ -274,7 +289,7 @@ def test_spans_are_exported_as_dream_worker_unless_otel_names_the_service(
         traced = subprocess.run([DREAM, "run", "--agent", "otel-s", "--force"],
                                 capture_output=True, text=True, timeout=120, env=env | extra)
         assert traced.returncode == 0, traced.stderr
-        spans = _console_spans(traced.stdout)
+        spans = _console_spans(traced.stderr)
         assert spans and {s["resource"]["attributes"]["service.name"] for s in spans} == {name}
 
 

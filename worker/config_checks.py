@@ -107,6 +107,13 @@ def inert_settings(settings: Settings) -> list[str]:
             "idle wait, and DREAM_GATE_IDLE_MINUTES is not set: it acts only for agents with "
             "their own gate_idle_minutes; set DREAM_GATE_IDLE_MINUTES to wait for quiet "
             "users everywhere, or drop DREAM_GATE_MAX_STALE_HOURS")
+    if settings.llm_batch and settings.llm_provider != "openai":
+        # Only the OpenAI-compatible client has the files and batches API; any other judge
+        # asks online, so the half price the setting promises never comes.
+        found.append(
+            f"DREAM_LLM_BATCH=true batches through an OpenAI-compatible provider, and "
+            f"DREAM_LLM_PROVIDER is {settings.llm_provider!r}: nothing is batched; set "
+            "DREAM_LLM_PROVIDER=openai, or drop DREAM_LLM_BATCH")
     prune = settings.prune
     if prune.checker == "sql" and not (prune.sql_agents or prune.sql_users
                                        or prune.sql_companies or prune.sql_conversations):

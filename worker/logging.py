@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -32,13 +35,41 @@ class _DropBelow:
 
 class _CurrentStderr:
     """A file that is whatever ``sys.stderr`` is now: the setup outlives the stream it was
-    called under (click's CliRunner swaps stderr for one invocation and closes it after)."""
+    called under (click's CliRunner swaps stderr for one invocation and closes it after).
+    A reader that went away (`2>&1 | head`) loses the lines, never the run logging them: the
+    error raised mid-phase and left the run `running` until its lease lapsed."""
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        try:
+            return sys.stderr.write(text)
+        except BrokenPipeError:
+            return 0
 
     def flush(self) -> None:
-        sys.stderr.flush()
+        with contextlib.suppress(BrokenPipeError):
+            sys.stderr.flush()
+
+
+class _LibraryRecords(logging.Formatter):
+    """Records of the libraries that log through the stdlib (uvicorn, Celery, the MCP SDK):
+    one JSON object each while the events are JSON, since a log shipper reads every line as
+    one; the message alone on a console. One instance for the process: the root handler is
+    installed once, and each setup switches what it writes."""
+
+    json_lines = False
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not self.json_lines:
+            return super().format(record)
+        when = datetime.fromtimestamp(record.created, UTC).isoformat().replace("+00:00", "Z")
+        out: dict[str, Any] = {"event": record.getMessage(), "logger": record.name,
+                               "level": record.levelname.lower(), "timestamp": when}
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+_LIBRARY_RECORDS = _LibraryRecords("%(message)s")
 
 
 def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
@@ -50,7 +81,10 @@ def configure_logging(fmt: str = "auto", level: str = "INFO") -> None:
         structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()) if use_console
         else structlog.processors.JSONRenderer()
     )
-    logging.basicConfig(level=level.upper(), stream=_CurrentStderr(), format="%(message)s")
+    _LIBRARY_RECORDS.json_lines = not use_console
+    handler = logging.StreamHandler(_CurrentStderr())
+    handler.setFormatter(_LIBRARY_RECORDS)
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     # faiss announces every CPU-feature probe at INFO; that is noise on a user's terminal.
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     structlog.configure(

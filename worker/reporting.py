@@ -6,7 +6,7 @@ from typing import Any
 
 from worker.app import App
 from worker.domain.types import ERASED_USER, Scope
-from worker.errors import InvalidInput, RunNotFound
+from worker.errors import InvalidInput, RunNotFound, UnknownScope
 from worker.store.models import DreamRunRow, RunStepRow
 from worker.store.repositories.dashboard import NOTE_STATUSES, DashboardQueries, ScopeFilter
 
@@ -64,6 +64,23 @@ def list_runs_page(app: App, *, scope: Scope | None = None, status: str | None =
     more = len(rows) > limit
     return {"runs": [run_summary(r) for r in rows[:limit]],
             "next": rows[limit - 1].id if more else None}
+
+
+def check_filter_known(app: App, scope: Scope | None, within: dict[str, str] | None) -> None:
+    """A runs filter someone typed (``dream runs list --agent``, an admin's ``GET /api/runs``)
+    that no note, session or run has is a typo: UnknownScope, as `dream notes export` says it,
+    never an empty list that reads as "no runs yet". A scoped caller's own scope is not typed."""
+    from worker.runs.service import ensure_scope_known
+
+    if scope is not None:
+        ensure_scope_known(app, scope)  # one exact scope: the words of every other command
+    elif within:
+        with app.uow() as uow:
+            known = uow.sessions.any_scope_matches(
+                within.get("agent_id"), within.get("user_id"), within.get("company_id"))
+        if not known:
+            named = ", ".join(f"{k} {v!r}" for k, v in within.items())
+            raise UnknownScope(f"unknown scope {named}: no note, session or run has it")
 
 
 def _in_listing(run: DreamRunRow | None, scope: Scope | None,

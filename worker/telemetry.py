@@ -6,6 +6,7 @@ token usage, never note or prompt text (R21): no exception message or event is r
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -164,7 +165,9 @@ def _install_provider(exporters: str) -> None:
     provider = TracerProvider(resource=resource)
     for name in (n.strip() for n in exporters.split(",")):
         if name == "console":
-            provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+            # stderr: stdout is a command's answer (an export, the MCP protocol), which spans
+            # printed between its lines would break.
+            provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
         elif name == "otlp":
             try:
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (

@@ -203,6 +203,23 @@ def test_notes_export_of_a_known_scope_without_such_notes_exports_nothing(app: A
         "An existing note"]
 
 
+def test_runs_list_of_an_unknown_scope_is_one_line_naming_it(app: App) -> None:
+    """`dream runs list --agent ghost` printed "no runs match" and exited 0, as if the scope
+    had never dreamt; a filter no note, session or run has is a typo, as for `notes export`."""
+    add_notes(app, {"agent_id": "a", "user_id": "u", "content": "An existing note"})
+    env = {"DREAM_DATABASE_URL": app.settings.database_url}
+    for args, named in ((["--agent", "ghost"], "agent_id 'ghost'"),
+                        (["--agent", "a", "--user", "nobody", "--status", "failed"],
+                         "agent_id 'a', user_id 'nobody'")):
+        result = CliRunner().invoke(main, ["runs", "list", *args], env=env)
+        assert (result.exit_code, result.stdout) == (NotFound.exit_code, ""), result.output
+        assert result.stderr.splitlines() == [
+            f"error: unknown scope {named}: no note, session or run has it{_LISTED}"]
+    known = CliRunner().invoke(main, ["runs", "list", "--agent", "a", "--user", "u"], env=env)
+    assert (known.exit_code, known.stdout) == (
+        0, "no runs match; `dream runs list` without filters shows the latest\n")
+
+
 def test_every_unknown_scope_error_says_how_to_list_the_scopes(app: App) -> None:
     """`dream run`, `candidates`, `review list` of an unknown scope end with where the known
     scopes are listed (before: only what to check)."""
@@ -214,3 +231,25 @@ def test_every_unknown_scope_error_says_how_to_list_the_scopes(app: App) -> None
         [line] = result.stderr.splitlines()
         assert line.startswith('error: unknown scope ["ghost",null,null]') and \
             line.endswith(_LISTED), line
+
+
+def test_erase_refuses_the_erased_users_placeholder_as_every_user_option_does(
+        app: App) -> None:
+    """`dream erase --user [erased] --yes` took the placeholder as a user and rewrote the
+    records of the runs kept under it; every other --user option refuses it as a bad id.
+    Now a usage error (exit 2) that changes nothing."""
+    from worker.domain.types import ERASED_USER, Scope
+    from worker.runs import service
+    from worker.safety.erase import erase
+
+    add_notes(app, {"agent_id": "a", "user_id": "u1", "content": "A note of the first user"})
+    service.create_run(app, Scope("a", "u1"))
+    erase(app, user_id="u1")
+    before = all_rows_text(app)
+    result = CliRunner().invoke(main, ["erase", "--user", ERASED_USER, "--yes"],
+                                env={"DREAM_DATABASE_URL": app.settings.database_url})
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: Invalid value for '--user': {ERASED_USER} is reserved for "
+                           "the runs kept of erased users"), line
+    assert all_rows_text(app) == before

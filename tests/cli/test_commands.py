@@ -408,7 +408,7 @@ def test_run_options_and_run_inspection(app: App) -> None:
 def test_runs_list_filters_by_agent_user_company_and_status(db: App) -> None:
     """`runs list --agent A` lists A's runs of every user and company (before: no filter at
     all, so a new user's run hid among every agent's); --user, --company and --status narrow
-    it; a filter matching nothing says so; a bad status is one line, exit 2."""
+    it; a filter of a known scope matching nothing says so; a bad status is one line, exit 2."""
     from worker.domain.types import Scope
     from worker.runs import service
 
@@ -426,6 +426,7 @@ def test_runs_list_filters_by_agent_user_company_and_status(db: App) -> None:
     assert ids("--user", "u1") == {made[Scope("a1", "u1")], made[Scope("a2", "u1")]}
     assert ids("--agent", "a1", "--company", "c1") == {made[Scope("a1", "u2", "c1")]}
     assert ids("--agent", "a1", "--status", "cancelled") == {made[Scope("a1", "u1")]}
+    assert dream(url_of(db), "sessions", "add", "--agent", "a3").exit_code == 0
     assert ids("--agent", "a3") == set()
     assert "no runs match" in dream(url_of(db), "runs", "list", "--agent", "a3").stdout
     assert "'--status': 'done' is not one of" in one_error_line(
@@ -483,7 +484,9 @@ def test_runs_list_finds_the_runs_kept_of_an_erased_user(app: App) -> None:
     assert out.exit_code == 0, out.output
     assert [(r["id"], r["scope"]) for r in json.loads(out.stdout)] == [
         (kept, Scope("a1", ERASED_USER).key)]
-    assert "no runs match" in dream(url_of(app), "runs", "list", "--user", "u1").stdout
+    # the erased id itself names nothing any more: no note, session or run has it
+    assert "unknown scope user_id 'u1'" in one_error_line(
+        dream(url_of(app), "runs", "list", "--user", "u1"), NotFound.exit_code)
 
 
 def test_second_run_for_a_busy_scope_is_refused(db: App) -> None:
@@ -564,6 +567,15 @@ def test_dream_mcp_help_names_every_tool_the_server_serves() -> None:
 
     helped = " ".join(CliRunner().invoke(main, ["mcp", "--help"]).output.split())
     assert [t for t in EXPECTED_ANNOTATIONS if t not in helped] == []
+
+
+def test_sessions_import_help_names_every_field_it_takes() -> None:
+    """`dream sessions import --help` left out the optional ``id`` (the README's way to make a
+    re-import add nothing) and stdin; it names every field the importer takes now."""
+    helped = " ".join(CliRunner().invoke(main, ["sessions", "import", "--help"]).output.split())
+    fields = ("agent_id", "started_at", "id,", "user_id", "company_id", "ended_at", "- for stdin")
+    assert [f for f in fields if f not in helped] == [], helped
+    assert "idempotent by id" in helped
 
 
 @pytest.mark.parametrize("option", [["--dry-run"], ["--phase", "consolidate"]])

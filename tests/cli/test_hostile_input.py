@@ -221,7 +221,8 @@ def test_database_paths_that_cannot_work_are_one_line(tmp_path: Path) -> None:
 def test_database_urls_a_driver_cannot_use_are_one_line(tmp_path: Path) -> None:
     """Each was a traceback: a port that is not a number (ValueError from the URL parser), a
     driver that is not installed (ModuleNotFoundError), an SQLite option the driver cannot
-    convert (ValueError), a PostgreSQL option libpq refuses (ProgrammingError on connect)."""
+    convert (ValueError), a PostgreSQL option libpq refuses (ProgrammingError on connect); an
+    SQLite option the driver does not take was a warning and the command ran on."""
     db = tmp_path / "dream.db"
     db.touch()  # an empty file is an empty SQLite database: the driver is reached
     for url, says in (
@@ -231,6 +232,8 @@ def test_database_urls_a_driver_cannot_use_are_one_line(tmp_path: Path) -> None:
          "names the driver 'postgresql+psycopg2', whose module psycopg2 is not installed"),
         (f"sqlite+pysqlcipher:///{db}", "names the driver 'sqlite+pysqlcipher'"),
         (f"sqlite:///{db}?timeout=abc", "an option after `?` is not usable"),
+        # pysqlite only warned about an option it does not take, and the command went on.
+        (f"sqlite:///{db}?foo=bar", "an option after `?` is not usable ('foo'"),
         ("postgresql://u:secret@127.0.0.1:1/x?foo=bar", 'invalid connection option "foo"'),
         ("postgresql://127.0.0.1:1/x?connect_timeout=abc", "bad value for connect_timeout"),
     ):

@@ -65,13 +65,15 @@ def _statuses(result: Result) -> list[str]:
 
 def test_a_batch_the_guard_cut_short_exits_blocked(app: App) -> None:
     """Ten archive items over 14 notes: the guard lets 7 go and leaves 3 open; the batch prints
-    every item and exits 10 (before: 0), the same with --json."""
+    every item and exits 10 (before: 0), the same with --json, which also says the batch's
+    ``outcome`` as the API and MCP answer it (before: the items only)."""
     _facts(app, 14)
     for k in range(10):
         _propose(app, _archive(f"n{k:02}"))
     batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1", "--json")
     assert batch.exit_code == Outcome.BLOCKED == 10, batch.output
     assert _statuses(batch) == ["approved"] * 7 + ["blocked"] * 3
+    assert json.loads(batch.stdout)["outcome"] == "blocked"  # the API's and MCP's body
     assert batch.stderr == ""  # an outcome, not an error
 
 

@@ -6,7 +6,7 @@ import click
 
 from worker.cli.common import cli_app
 from worker.cli.errors import user_errors
-from worker.cli.serve import serve
+from worker.cli.serve import finish_started_runs, serve
 from worker.errors import ConfigError
 
 
@@ -29,6 +29,7 @@ def api_cmd(ctx: click.Context, host: str, port: int) -> None:
         raise ConfigError(f"DREAM_API_TOKENS {state}; every request would be refused. Set it to "
                           '{"<token>": {"role": "admin"}} (tokens ≥ 16 characters)')
     serve(lambda: create_api(app), host, port)
+    finish_started_runs(app)
 
 
 def register(main: click.Group) -> None:

@@ -57,7 +57,8 @@ def db_check(ctx: click.Context, verbose: bool) -> None:
 
 
 @click.command("demo")
-@click.option("--database", default=None, help="SQLite file for the demo (default: a fresh demo.db).")
+@click.option("--database", default=None, help="SQLite file for the demo, rebuilt each time "
+              "(default: demo.db in the user data directory).")
 @click.pass_context
 @user_errors
 def demo_cmd(ctx: click.Context, database: str | None) -> None:

@@ -6,7 +6,7 @@ import click
 
 from worker.cli.common import IDENT, USER_IDENT, cli_app
 from worker.cli.errors import UserError, user_errors
-from worker.cli.serve import serve
+from worker.cli.serve import finish_started_runs, serve
 from worker.domain.types import Scope
 from worker.errors import ConfigError
 
@@ -47,6 +47,7 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
     app = cli_app(ctx, serving=True)
     if agent:
         server.stdio_server(app, Scope(agent, user, company)).run("stdio")
+        finish_started_runs(app)  # the client left (stdin closed); its dream ends first
         return
     from worker.api.auth import parse_tokens
 
@@ -54,6 +55,7 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
         raise ConfigError('DREAM_API_TOKENS has no scoped token; add {"<token>": {"agent_id": '
                         '"..."}} (tokens ≥ 16 characters; admin tokens are not accepted here)')
     serve(lambda: server.http_app(app, host, port), host, port)
+    finish_started_runs(app)
 
 
 def register(main: click.Group) -> None:

@@ -14,7 +14,13 @@ from worker.cli.errors import UserError, user_errors
 from worker.domain.limits import INT_MAX, REASON_MAX
 from worker.domain.types import Scope
 from worker.errors import NotFound
-from worker.review.items import WITHDRAWN_BY, BatchOutcome, ItemStatus, batch_outcome
+from worker.review.items import (
+    WITHDRAWN_BY,
+    BatchOutcome,
+    ItemStatus,
+    batch_outcome,
+    decided_body,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -188,7 +194,7 @@ def review_exit_code(statuses: list[str]) -> int:
 def _echo(ctx: click.Context, results: list[Any], as_json: bool) -> None:
     """Print each item's answer, then exit with ``review_exit_code`` of them."""
     if as_json:
-        click.echo(json.dumps({"items": [r.as_dict() for r in results]}, indent=2))
+        click.echo(json.dumps(decided_body(results), indent=2))
     else:
         for r in results:
             click.echo(r.line)

@@ -196,12 +196,14 @@ def runs_list(ctx: click.Context, as_json: bool, limit: int, agent: str | None,
               user: str | None, company: str | None, status: str | None,
               after: str | None) -> None:
     """Most recent runs first."""
-    from worker.reporting import list_runs_page
+    from worker.reporting import check_filter_known, list_runs_page
 
     within = {k: v for k, v in (("agent_id", agent), ("user_id", user),
                                  ("company_id", company)) if v is not None}
     page = list_runs_page(cli_app(ctx), limit=limit, status=status, within=within, after=after)
     rows = page["runs"]
+    if not rows and after is None:
+        check_filter_known(cli_app(ctx), None, within)
     if page["next"] is not None:  # on stderr: --json stays one document
         click.echo(f"more runs: add --after {page['next']}", err=True)
     if as_json:

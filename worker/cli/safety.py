@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from worker.cli.common import IDENT, cli_app, echo_batch_releases, json_option, operator
+from worker.cli.common import (
+    IDENT,
+    USER_IDENT,
+    cli_app,
+    echo_batch_releases,
+    json_option,
+    operator,
+)
 from worker.cli.errors import UserError, user_errors
 
 if TYPE_CHECKING:
@@ -55,7 +62,8 @@ def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool, as_json: bool
 
 
 @click.command("erase")
-@click.option("--user", "user_id", default=None, type=IDENT, help="Erase every note of this user.")
+@click.option("--user", "user_id", default=None, type=USER_IDENT,
+              help="Erase every note of this user.")
 @click.option("--conversation", "conversation_id", default=None, type=IDENT,
               help="Erase every note taken from this conversation.")
 @click.option("--note", "note_id", default=None, type=IDENT, help="Erase one note.")

@@ -9,6 +9,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from worker.app import App
 from worker.cli.errors import UserError
 from worker.errors import Conflict
 
@@ -79,3 +80,11 @@ def serve(build: Callable[[], Any], host: str, port: int) -> None:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def finish_started_runs(app: App) -> None:
+    """Wait for the dreams this server started in its own threads (no broker): the process
+    ending kills them mid-phase, and each run would stay `running`, holding its scope, until
+    its lease lapsed. A run is bounded by its own time limits."""
+    for thread in app.threads:
+        thread.join()

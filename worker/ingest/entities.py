@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from worker.app import App
-from worker.domain.limits import INT_MAX
+from worker.domain.limits import INT_MAX, user_problem
 from worker.ingest.fields import (
     choice,
     opt_str,
@@ -41,6 +41,8 @@ def parse_entity(obj: dict[str, Any], number: int) -> tuple[str, dict[str, Any]]
     entity_id = opt_str(obj, "id", number)
     if entity_id is None:
         raise InputError(f"line {number}: id is required")
+    if kind == "user" and (problem := user_problem(entity_id)):
+        raise InputError(f"line {number}: id {problem}")
     status = choice(obj, "status", _ENTITY_STATUSES, "active", number)
     row: dict[str, Any] = {"id": entity_id, "status": status,
                            "deleted_at": opt_time(obj, "deleted_at", number)}

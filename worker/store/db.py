@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, DisconnectionError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, SAWarning
 from sqlalchemy.orm import Session, sessionmaker
 
 from worker.config import ConfigError
@@ -55,7 +56,15 @@ def _create(url: str, **kwargs: Any) -> Engine:
     """create_engine, refusing a driver the URL names that is not installed
     (``postgresql+psycopg2://``, ``sqlite+pysqlcipher://``) as a setting, not a traceback."""
     try:
-        return create_engine(url, **kwargs)
+        with warnings.catch_warnings():
+            # pysqlite only warns about a query option it does not take, and ignores it: the
+            # option the user wrote would silently do nothing.
+            warnings.filterwarnings("error", message="Query string argument", category=SAWarning)
+            return create_engine(url, **kwargs)
+    except SAWarning as exc:
+        names = str(exc).split(" are not accepted")[0].removeprefix("Query string argument(s) ")
+        raise ConfigError(f"DREAM_DATABASE_URL: an option after `?` is not usable ({names}: "
+                          "the SQLite driver does not take it); fix or drop it") from None
     except ImportError as exc:
         raise ConfigError(f"DREAM_DATABASE_URL names the driver {make_url(url).drivername!r}, "
                           f"whose module {exc.name or 'it needs'} is not installed; use "

@@ -60,10 +60,38 @@ def test_agent_id_lists_every_scope_of_the_agent_as_the_cli_does(
     assert _listed(client, ADMIN, agent_id="agent-1", company_id="c1") == of(SCOPES[2])
     assert _listed(client, ADMIN, user_id="u1") == of(SCOPES[1], SCOPES[3])
     assert _listed(client, ADMIN, scope=SCOPES[0].key) == of(SCOPES[0])
-    assert _listed(client, ADMIN, agent_id="agent-3") == set()
     assert _listed(client, ADMIN) == of(*SCOPES)
     assert _listed(client, ADMIN, scope=SCOPES[0].key, agent_id="agent-1") == 422
     assert _listed(client, ADMIN, agent_id="a" * 65) == 422
+
+
+def test_an_admins_filter_no_scope_has_is_404_as_dream_runs_list_says_it(
+        runs: tuple[TestClient, dict[Scope, str]]) -> None:
+    """An agent, user or scope key no note, session or run has is a typo: 404 naming it
+    (before: 200 with no runs, read as "nothing ran"); a filter that matches known scopes
+    only in another status lists nothing."""
+    client, _ = runs
+    r = client.get("/api/runs", headers=auth(ADMIN), params={"agent_id": "agent-3"})
+    assert (r.status_code, r.json()["detail"]) == (
+        404, "unknown scope agent_id 'agent-3': no note, session or run has it")
+    r = client.get("/api/runs", headers=auth(ADMIN), params={"scope": Scope("agent-3").key})
+    assert (r.status_code, r.json()["detail"]) == (
+        404, 'unknown scope ["agent-3",null,null]: it has no notes, sessions or runs; check '
+        "agent/user/company (null is a value, not a wildcard)")
+    assert _listed(client, ADMIN, agent_id="agent-1", user_id="u9") == 404
+    assert _listed(client, ADMIN, agent_id="agent-1", status="failed") == set()
+
+
+def test_an_admins_filter_of_a_known_scope_without_runs_lists_nothing(tmp_path: Path) -> None:
+    """A scope that has only sessions is known: its runs listing is empty, not a 404."""
+    from worker.ingest.sessions import import_sessions
+
+    with app_on("sqlite", tmp_path, api_tokens=TOKENS) as app:
+        import_sessions(app, iter([json.dumps({"agent_id": "agent-4",
+                                               "started_at": "2026-01-01T00:00:00Z"})]))
+        with TestClient(create_api(app)) as client:
+            assert _listed(client, ADMIN, agent_id="agent-4") == set()
+            assert _listed(client, ADMIN, scope=Scope("agent-4").key) == set()
 
 
 def test_a_scoped_token_still_sees_its_own_scope_only(

@@ -43,7 +43,7 @@ def list_runs(
 ) -> dict[str, Any]:
     """Newest first (runs created together by scope key, then id); a scoped token's own only.
     ``next``: the ``after`` of the following page, null on the last."""
-    from worker.reporting import list_runs_page
+    from worker.reporting import check_filter_known, list_runs_page
 
     wanted, within = runs_filter(who, scope, agent_id, user_id, company_id)
     when = None
@@ -52,8 +52,11 @@ def list_runs(
             when = parse_timestamp(since)
         except ValueError as exc:
             raise InvalidInput(f"since: {exc}") from None
-    return list_runs_page(app, scope=wanted, status=status.value if status else None,
+    page = list_runs_page(app, scope=wanted, status=status.value if status else None,
                           since=when, limit=limit, within=within, after=after)
+    if not page["runs"] and after is None and who.scope is None:
+        check_filter_known(app, wanted, within)
+    return page
 
 
 @router.get("/{run_id}")
