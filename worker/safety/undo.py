@@ -31,6 +31,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus, Scope
 from worker.errors import RunError, RunNotFound
+from worker.safety.undo_pins import pinned_since, refusal_line
 from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
 from worker.store.models import OperationLogRow
 from worker.store.repositories.note_writes import TRACKED_FIELDS
@@ -271,6 +272,10 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
     outcome is recorded on the undo's log row and in ``result`` (``overwritten``: notes whose
     host edit this restore replaces, marked so on the row)."""
     state = uow.safety.note_state(by_note)
+    if pinned := pinned_since(state, {i: "revoked" if any(r.op == "insert" for r in rows)
+                                      else _before_image(rows).get("status")
+                                      for i, rows in by_note.items()}):
+        raise UndoRefused(*refusal_line(_named(run_id), pinned))
     for note_id, note_rows in sorted(by_note.items()):
         current = state.get(note_id)
         if current is None:
@@ -333,13 +338,17 @@ def _restore_examples(uow: UnitOfWork, run_id: str,
 def _moved(uow: UnitOfWork, run_id: str, entity: str, entity_id: str) -> RunError:
     """A guarded restore matched no row: the note or example changed after this undo read it
     (a host write, or another undo of the same id). Raised, so the whole undo rolls back."""
-    named = run_id if run_id.startswith(LOGGED_WITHOUT_RUN) else f"run {run_id}"
+    named = _named(run_id)
     if _is_undone(uow, run_id):
         return RunError(f"{named} is already undone")
     return UndoRefused(f"cannot undo {named}: {entity} {entity_id} changed while the undo was "
                        "being written; nothing was undone; run the undo again to see what "
                        "changed", _refusals(entity, {entity_id: "changed while the undo was "
                                                                 "being written"}))
+
+
+def _named(run_id: str) -> str:
+    return run_id if run_id.startswith(LOGGED_WITHOUT_RUN) else f"run {run_id}"
 
 
 def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],

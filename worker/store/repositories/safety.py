@@ -14,7 +14,7 @@ from sqlalchemy import ColumnElement, Select, cast, delete, exists, func, or_, s
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from worker.domain.types import ACTIVE_RUN_STATUSES, RunStatus
+from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, Protection, RunStatus
 from worker.store.models import (
     DreamRunRow,
     ExampleRow,
@@ -28,6 +28,8 @@ from worker.store.repositories.erase_records import forget_user_scopes, scrub_sc
 from worker.store.repositories.mentions import Mentions
 from worker.store.repositories.retention import retirement_befores
 from worker.store.row_locks import locked_in_order
+
+_PINNED = (Protection.PROTECTED.value, Protection.IMMUTABLE.value)
 
 
 def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
@@ -107,11 +109,14 @@ class SafetyRepository:
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
     def restore(self, note_id: str, version: int, values: dict[str, Any]) -> bool:
-        """Write ``values`` if the note is still at ``version``; bumps the version."""
-        result = self.session.execute(
-            update(NoteRow).where(NoteRow.id == note_id, NoteRow.version == version)
-            .values(**values, version=version + 1)
-        )
+        """Write ``values`` if the note is still at ``version``; bumps the version. A note
+        retired by it must not be pinned: a host's pin keeps the version, so it is checked here
+        too, in case it landed after the undo read the note."""
+        stmt = update(NoteRow).where(NoteRow.id == note_id, NoteRow.version == version)
+        if values.get("status", NoteStatus.ACTIVE.value) != NoteStatus.ACTIVE.value:
+            stmt = stmt.where(or_(NoteRow.status != NoteStatus.ACTIVE.value,
+                                  NoteRow.protection.notin_(_PINNED)))
+        result = self.session.execute(stmt.values(**values, version=version + 1))
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
     def undo_rows(self, log_id: str, entity_ids: Iterable[str]) -> list[OperationLogRow]:
