@@ -29,6 +29,7 @@ from worker.ingest.fields import (
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
 from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
+from worker.store.scope_locks import hold_scopes
 from worker.store.uow import UnitOfWork
 
 NOTE_FIELDS = {
@@ -182,9 +183,13 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     parsed = _parse_lines(lines, utcnow(), dims, result)
     _check_vectors(app, parsed.rows)
     with app.uow() as uow:
-        stored = uow.notes.identities(r["id"] for r in parsed.rows)
-        _refuse_id_conflicts(parsed.rows, stored, parsed.first_line)
-        fresh = _fresh(uow, parsed, set(stored))
+        planned = _planned(uow, parsed)
+    # Embedded before the write holds the store (a remote model may be slow), then planned
+    # again under it: an import of the same lines committed meanwhile makes them present.
+    _embed_missing(app, planned)
+    with app.uow() as uow:
+        hold_scopes(uow.session, {r["scope_key"] for r in parsed.rows})
+        fresh = _planned(uow, parsed)
         edges = lineage_rows(uow, fresh, parsed.lineage,
                              {i: first[0] for i, first in parsed.first_line.items()})
         _embed_missing(app, fresh)
@@ -196,6 +201,13 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     result.inserted = len(fresh)
     result.duplicates = result.read - len(fresh)
     return result
+
+
+def _planned(uow: UnitOfWork, parsed: _Lines) -> list[dict[str, Any]]:
+    """The rows to insert, refusing an id the store holds for another note."""
+    stored = uow.notes.identities(r["id"] for r in parsed.rows)
+    _refuse_id_conflicts(parsed.rows, stored, parsed.first_line)
+    return _fresh(uow, parsed, set(stored))
 
 
 def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
