@@ -28,6 +28,7 @@ from worker.ingest.fields import (
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+from worker.ingest.note_apart import parse_apart, record_apart
 from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
 from worker.store.scope_locks import hold_scopes
 from worker.store.uow import UnitOfWork
@@ -38,6 +39,7 @@ NOTE_FIELDS = {
     "protection", "source_conversation_id", "embedding", "embedding_model", "metadata", "status",
     "valid_from", "valid_to", "consolidated_into_id", "comments", "lineage",
     "consolidation_generation", "flags", "last_checked_at", "lineage_conversation_ids",
+    "kept_apart",
 }
 MAX_FLAGS = 32  # a run adds one or two ("injection", "contradiction_review")
 _NOTE_TYPES = {t.value.lower(): t.value for t in NoteType}
@@ -173,6 +175,7 @@ class _Lines:
     first_line: dict[str, tuple[int, str, str]] = field(default_factory=dict)
     anonymous: set[str] = field(default_factory=set)  # ids made up here: the line had none
     lineage: dict[str, Edges] = field(default_factory=dict)
+    apart: dict[str, list[list[str]]] = field(default_factory=dict)  # ``kept_apart`` sets
 
 
 def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
@@ -197,6 +200,8 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
             uow.notes.insert_many(fresh[start : start + 5000])
         for start in range(0, len(edges), 5000):  # after the notes: their foreign keys
             uow.notes.insert_lineage(edges[start : start + 5000])
+        record_apart(uow, parsed.apart, set(parsed.first_line),
+                     {i: first[0] for i, first in parsed.first_line.items()}, utcnow())
         uow.commit()
     result.inserted = len(fresh)
     result.duplicates = result.read - len(fresh)
@@ -226,6 +231,8 @@ def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
             raise InputError(f"line {number}: id {row['id']!r} is also the id of line {first[0]}, "
                              "with other content or scope; give each note its own id")
         parsed.lineage.setdefault(row["id"], edges)
+        if apart := parse_apart(obj.get("kept_apart"), row["id"], number):
+            parsed.apart.setdefault(row["id"], apart)
         parsed.rows.append(row)
     return parsed
 
