@@ -31,7 +31,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus, Scope
 from worker.errors import RunError, RunNotFound
-from worker.safety.undo_pins import pinned_since, refusal_line
+from worker.safety.undo_holds import carry_apart, pinned_since, refusal_line
 from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
 from worker.store.models import OperationLogRow
 from worker.store.repositories.note_writes import TRACKED_FIELDS
@@ -201,6 +201,7 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         remaining = _conflicts(uow, by_note, last_id, set(result.run_ids))
         result.overwritten.extend(sorted(remaining))
     _restore_notes(uow, run_id, by_note, now, result, set(remaining))
+    carry_apart(uow, by_note, now)
     _restore_examples(uow, run_id, by_example, examples, now, result)
     judged, reviewed = uow.safety.forget_run_records(run_id)
     result.judgements += judged
