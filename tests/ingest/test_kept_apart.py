@@ -74,7 +74,6 @@ def test_a_keep_apart_that_no_longer_binds_is_not_exported(app: App) -> None:
     ([["t1"]], "line 1: each kept_apart entry must be an array of 2 to 100 note ids"),
     ("t2", "line 1: kept_apart must be an array"),
     ([["t1", "elsewhere"]], "line 1: kept_apart names note 'elsewhere' of another scope"),
-    ([["t1", "gone"]], "line 1: kept_apart names note 'gone', which is revoked"),
 ])
 def test_a_kept_apart_entry_that_cannot_bind_is_refused(app: App, entry: object,
                                                         error: str) -> None:
@@ -86,3 +85,16 @@ def test_a_kept_apart_entry_that_cannot_bind_is_refused(app: App, entry: object,
     with pytest.raises(InputError, match=error):
         import_notes(app, lines)
     assert {json.loads(line)["id"] for line in export_notes(app)} == {"elsewhere", "gone"}
+
+
+def test_a_file_imported_again_after_a_dream_retired_a_kept_apart_note_still_imports(
+        app: App, other: App) -> None:
+    """The set's note was archived in the importing store since: the set binds nothing there,
+    and the file, imported again, adds nothing and fails nothing."""
+    add_notes(app, *TWINS)
+    keep_apart(app, ["t1", "t2"])
+    lines = list(export_notes(app))
+    import_notes(other, lines)
+    host_sets(other, "t1", status="archived", version=2)
+    again = import_notes(other, lines)
+    assert (again.inserted, again.duplicates) == (0, 3)

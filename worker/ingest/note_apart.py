@@ -46,7 +46,7 @@ def record_apart(uow: UnitOfWork, apart: dict[str, list[list[str]]], in_file: se
                  line_of: dict[str, int], now: datetime) -> None:
     """Record each set as a keep-apart at its notes' versions here, once every note is a stored
     active note of the line's scope. A note of the file that was not added (a note of its scope
-    already holds its text) binds nothing: that set is left out."""
+    already holds its text), or one not active, binds nothing: that set is left out."""
     named = sorted({i for sets in apart.values() for ids in sets for i in ids})
     notes = {n.id: n for start in range(0, len(named), 500)
              for n in uow.notes.get_many(named[start : start + 500])}
@@ -61,15 +61,17 @@ def record_apart(uow: UnitOfWork, apart: dict[str, list[list[str]]], in_file: se
             if missing:
                 continue
             members = [notes[i] for i in ids]
-            _check_members(where, members, notes[owner].scope.key)
+            if not _binds(where, members, notes[owner].scope.key):
+                continue
             uow.judgements.record(notes[owner].scope, KEEP_APART, fingerprint_notes(members),
                                   ids, KEEP_APART, "kept apart (imported)", None, now)
 
 
-def _check_members(where: str, members: list[Any], scope_key: str) -> None:
+def _binds(where: str, members: list[Any], scope_key: str) -> bool:
+    """Whether the set binds here: every note active (a note retired since, here, ends the
+    decision as any change does, so a file imported again still imports). Another scope's
+    note is refused: nothing ever joins two scopes."""
     for n in members:
         if n.scope.key != scope_key:
             raise InputError(f"{where} names note {n.id!r} of another scope")
-        if n.status != NoteStatus.ACTIVE.value:
-            raise InputError(f"{where} names note {n.id!r}, which is {n.status}; only active "
-                             "notes are kept apart")
+    return all(n.status == NoteStatus.ACTIVE.value for n in members)
