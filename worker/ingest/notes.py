@@ -187,12 +187,13 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     _check_vectors(app, parsed.rows)
     with app.uow() as uow:
         planned = _planned(uow, parsed)
-    # Embedded before the write holds the store (a remote model may be slow), then planned
-    # again under it: an import of the same lines committed meanwhile makes them present.
+    # Embedded before the write holds the store (a remote model may be slow), then what was
+    # fresh is looked at again under it: an import of the same lines committed meanwhile
+    # makes them present (what was present stays so: an import never removes a note).
     _embed_missing(app, planned)
     with app.uow() as uow:
         hold_scopes(uow.session, {r["scope_key"] for r in parsed.rows})
-        fresh = _planned(uow, parsed)
+        fresh = _planned(uow, parsed, planned)
         edges = lineage_rows(uow, fresh, parsed.lineage,
                              {i: first[0] for i, first in parsed.first_line.items()})
         _embed_missing(app, fresh)
@@ -208,11 +209,14 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     return result
 
 
-def _planned(uow: UnitOfWork, parsed: _Lines) -> list[dict[str, Any]]:
-    """The rows to insert, refusing an id the store holds for another note."""
-    stored = uow.notes.identities(r["id"] for r in parsed.rows)
-    _refuse_id_conflicts(parsed.rows, stored, parsed.first_line)
-    return _fresh(uow, parsed, set(stored))
+def _planned(uow: UnitOfWork, parsed: _Lines,
+             rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The rows to insert of ``rows`` (default: all), refusing an id the store holds for
+    another note."""
+    rows = parsed.rows if rows is None else rows
+    stored = uow.notes.identities(r["id"] for r in rows)
+    _refuse_id_conflicts(rows, stored, parsed.first_line)
+    return _fresh(uow, parsed, set(stored), rows)
 
 
 def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
@@ -252,11 +256,12 @@ def _check_vectors(app: App, rows: list[dict[str, Any]]) -> None:
             r["embedding_model"] = app.embedder.model_name
 
 
-def _fresh(uow: UnitOfWork, parsed: _Lines, stored_ids: set[str]) -> list[dict[str, Any]]:
-    """The rows to insert: the lines not already present (``_present``), in file order. One
-    hash query per scope."""
+def _fresh(uow: UnitOfWork, parsed: _Lines, stored_ids: set[str],
+           rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows to insert: those of ``rows`` not already present (``_present``), in file
+    order. One hash query per scope."""
     by_scope: dict[str, list[dict[str, Any]]] = {}
-    for r in parsed.rows:
+    for r in rows:
         by_scope.setdefault(r["scope_key"], []).append(r)
     named = {target for r in parsed.rows for _, target in references(r, parsed.lineage)}
     fresh: list[dict[str, Any]] = []
