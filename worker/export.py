@@ -1,6 +1,6 @@
-"""JSONL export of notes, with status, pointers, comments, flags and lineage (parent and
-relation: the relation decides what an erasure follows), in the form ``dream notes import``
-reads back. Not the version (a counter of this store's writes) nor an edge's run id (this
+"""JSONL export of notes, with status, pointers, comments, flags, lineage (parent and
+relation: the relation decides what an erasure follows) and the keep-apart sets that still bind,
+in the form ``dream notes import`` reads back. Not the version (a counter of this store's writes) nor an edge's run id (this
 store's runs are not exported)."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 
 from worker.app import App
+from worker.domain.types import NoteStatus, Scope, fingerprint_notes
 from worker.errors import UnknownScope
+from worker.phases.kit.snapshot import APART_KINDS
 
 
 def export_notes(
@@ -30,19 +32,44 @@ def export_notes(
             named = " ".join(f"{option} {shlex.quote(v)}" for option, v in given if v is not None)
             raise UnknownScope(f"unknown scope {named}: no note, session or run has it")
         batch: list[Any] = []
+        apart: dict[str, dict[str, list[list[str]]]] = {}  # scope key → first id → sets
         for row in uow.notes.export_rows(status, agent_id, user_id, company_id,
                                          with_embedding=with_embedding):
             batch.append(row)
             if len(batch) >= 2000:
-                yield from _lines(uow, batch, with_embedding)
+                yield from _lines(uow, batch, with_embedding, apart)
                 batch = []
         if batch:
-            yield from _lines(uow, batch, with_embedding)
+            yield from _lines(uow, batch, with_embedding, apart)
 
 
-def _lines(uow: Any, rows: list[Any], with_embedding: bool) -> Iterator[str]:
+def _binding_apart(uow: Any, scope: Scope) -> dict[str, list[list[str]]]:
+    """The scope's keep-apart sets (a host's, a declined review's) that still bind: every note
+    active at the version it was given for; each under its first id."""
+    rows = uow.judgements.of_kinds(scope, APART_KINDS)
+    named = sorted({i for r in rows for i in r.note_ids or ()})
+    notes = {n.id: n for start in range(0, len(named), 500)
+             for n in uow.notes.get_many(named[start : start + 500])}
+    out: dict[str, list[list[str]]] = {}
+    for r in rows:
+        ids = sorted(r.note_ids or ())
+        members = [notes.get(i) for i in ids]
+        if len(ids) < 2 or not all(n is not None and n.status == NoteStatus.ACTIVE.value
+                                   for n in members):
+            continue
+        if fingerprint_notes([n for n in members if n is not None]) == r.fingerprint \
+                and ids not in out.get(ids[0], []):
+            out.setdefault(ids[0], []).append(ids)
+    return out
+
+
+def _lines(uow: Any, rows: list[Any], with_embedding: bool,
+           apart: dict[str, dict[str, list[list[str]]]]) -> Iterator[str]:
     edges = uow.notes.lineage_edges([r.id for r in rows])
     for r in rows:
+        key = Scope(r.agent_id, r.user_id, r.company_id).key
+        if key not in apart:
+            apart[key] = _binding_apart(uow, Scope.from_key(key))
         obj: dict[str, Any] = {
             "id": r.id, "agent_id": r.agent_id, "user_id": r.user_id, "company_id": r.company_id,
             "type": r.type, "content": r.content, "status": r.status,
@@ -60,6 +87,7 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool) -> Iterator[str]:
             "lineage": [{"parent_id": parent, "relation": relation}
                         for parent, relation in sorted(edges.get(r.id, []))],
             "metadata": r.meta,
+            "kept_apart": sorted(apart[key].get(r.id, [])),
         }
         if with_embedding and r.embedding is not None:
             obj["embedding_model"] = r.embedding_model

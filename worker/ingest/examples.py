@@ -21,6 +21,7 @@ from worker.ingest.fields import (
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+from worker.store.scope_locks import hold_scopes
 
 EXAMPLE_FIELDS = {
     "id", "agent_id", "user_id", "company_id", "input", "output", "success_score",
@@ -79,6 +80,7 @@ def import_examples(app: App, lines: Iterable[str | bytes]) -> ImportResult:
                              "example its own id")
     with app.uow() as uow:
         repo = ExampleRepository(uow.session)
+        hold_scopes(uow.session, {r["scope_key"] for r in rows.values()})
         stored = repo.identities(rows)
         for example_id, identity in stored.items():
             if identity != _example_identity(rows[example_id]):

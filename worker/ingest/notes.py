@@ -28,7 +28,9 @@ from worker.ingest.fields import (
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+from worker.ingest.note_apart import parse_apart, record_apart
 from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
+from worker.store.scope_locks import hold_scopes
 from worker.store.uow import UnitOfWork
 
 NOTE_FIELDS = {
@@ -37,6 +39,7 @@ NOTE_FIELDS = {
     "protection", "source_conversation_id", "embedding", "embedding_model", "metadata", "status",
     "valid_from", "valid_to", "consolidated_into_id", "comments", "lineage",
     "consolidation_generation", "flags", "last_checked_at", "lineage_conversation_ids",
+    "kept_apart",
 }
 MAX_FLAGS = 32  # a run adds one or two ("injection", "contradiction_review")
 _NOTE_TYPES = {t.value.lower(): t.value for t in NoteType}
@@ -172,6 +175,7 @@ class _Lines:
     first_line: dict[str, tuple[int, str, str]] = field(default_factory=dict)
     anonymous: set[str] = field(default_factory=set)  # ids made up here: the line had none
     lineage: dict[str, Edges] = field(default_factory=dict)
+    apart: dict[str, list[list[str]]] = field(default_factory=dict)  # ``kept_apart`` sets
 
 
 def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
@@ -182,9 +186,14 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     parsed = _parse_lines(lines, utcnow(), dims, result)
     _check_vectors(app, parsed.rows)
     with app.uow() as uow:
-        stored = uow.notes.identities(r["id"] for r in parsed.rows)
-        _refuse_id_conflicts(parsed.rows, stored, parsed.first_line)
-        fresh = _fresh(uow, parsed, set(stored))
+        planned = _planned(uow, parsed)
+    # Embedded before the write holds the store (a remote model may be slow), then what was
+    # fresh is looked at again under it: an import of the same lines committed meanwhile
+    # makes them present (what was present stays so: an import never removes a note).
+    _embed_missing(app, planned)
+    with app.uow() as uow:
+        hold_scopes(uow.session, {r["scope_key"] for r in parsed.rows})
+        fresh = _planned(uow, parsed, planned)
         edges = lineage_rows(uow, fresh, parsed.lineage,
                              {i: first[0] for i, first in parsed.first_line.items()})
         _embed_missing(app, fresh)
@@ -192,10 +201,22 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
             uow.notes.insert_many(fresh[start : start + 5000])
         for start in range(0, len(edges), 5000):  # after the notes: their foreign keys
             uow.notes.insert_lineage(edges[start : start + 5000])
+        record_apart(uow, parsed.apart, set(parsed.first_line),
+                     {i: first[0] for i, first in parsed.first_line.items()}, utcnow())
         uow.commit()
     result.inserted = len(fresh)
     result.duplicates = result.read - len(fresh)
     return result
+
+
+def _planned(uow: UnitOfWork, parsed: _Lines,
+             rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The rows to insert of ``rows`` (default: all), refusing an id the store holds for
+    another note."""
+    rows = parsed.rows if rows is None else rows
+    stored = uow.notes.identities(r["id"] for r in rows)
+    _refuse_id_conflicts(rows, stored, parsed.first_line)
+    return _fresh(uow, parsed, set(stored), rows)
 
 
 def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
@@ -214,6 +235,8 @@ def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
             raise InputError(f"line {number}: id {row['id']!r} is also the id of line {first[0]}, "
                              "with other content or scope; give each note its own id")
         parsed.lineage.setdefault(row["id"], edges)
+        if apart := parse_apart(obj.get("kept_apart"), row["id"], number):
+            parsed.apart.setdefault(row["id"], apart)
         parsed.rows.append(row)
     return parsed
 
@@ -233,11 +256,12 @@ def _check_vectors(app: App, rows: list[dict[str, Any]]) -> None:
             r["embedding_model"] = app.embedder.model_name
 
 
-def _fresh(uow: UnitOfWork, parsed: _Lines, stored_ids: set[str]) -> list[dict[str, Any]]:
-    """The rows to insert: the lines not already present (``_present``), in file order. One
-    hash query per scope."""
+def _fresh(uow: UnitOfWork, parsed: _Lines, stored_ids: set[str],
+           rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows to insert: those of ``rows`` not already present (``_present``), in file
+    order. One hash query per scope."""
     by_scope: dict[str, list[dict[str, Any]]] = {}
-    for r in parsed.rows:
+    for r in rows:
         by_scope.setdefault(r["scope_key"], []).append(r)
     named = {target for r in parsed.rows for _, target in references(r, parsed.lineage)}
     fresh: list[dict[str, Any]] = []

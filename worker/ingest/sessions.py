@@ -16,6 +16,7 @@ from worker.ingest.fields import (
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+from worker.store.scope_locks import hold_scopes
 
 SESSION_FIELDS = {"id", "agent_id", "user_id", "company_id", "started_at", "ended_at"}
 
@@ -51,6 +52,7 @@ def import_sessions(app: App, lines: Iterable[str | bytes]) -> ImportResult:
                              f"{line_of[row['id']]}, with another scope or start; give each "
                              "session its own id")
     with app.uow() as uow:
+        hold_scopes(uow.session, {r["scope_key"] for r in rows.values()})
         stored = uow.sessions.identities(rows)
         for session_id, identity in stored.items():
             if identity != _session_identity(rows[session_id]):

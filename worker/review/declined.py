@@ -10,6 +10,10 @@ from typing import Any
 from worker.domain.types import Note, Scope, fingerprint_notes
 from worker.review.items import DECLINED_KIND, ChangeKind, ProposedChange
 
+# What an approval applies against a keep-apart: a change that retires one note in favour of
+# another (a flag retires none; an archive has no successor).
+RETIRING_CHANGES = frozenset({ChangeKind.MERGE, ChangeKind.REVOKE})
+
 
 def remember_declined(uow: Any, scope: Scope, change: ProposedChange, reason: str | None,
                       now: Any) -> None:
@@ -46,3 +50,20 @@ def members_fingerprint(scope: Scope, versions: dict[str, int]) -> str:
     """``fingerprint_notes`` of the item's notes at the versions it was planned on."""
     return fingerprint_notes([Note(id=i, scope=scope, content="", version=v)
                               for i, v in versions.items()])
+
+
+def kept_apart_since(uow: Any, scope: Scope, change: ProposedChange,
+                     current: dict[str, Note]) -> tuple[str, str] | None:
+    """Two of the item's notes a host kept apart (or a reviewer declined together) after it was
+    proposed, binding at their versions now (``current``): a keep-apart keeps the versions, so
+    the version check alone would let the approval merge or revoke one into the other."""
+    from worker.phases.kit.snapshot import APART_KINDS, Memory
+
+    if change.kind not in RETIRING_CHANGES:
+        return None
+    notes = [current[i] for i in change.note_ids if i in current]
+    pairs = Memory(rows=uow.judgements.of_kinds(scope, APART_KINDS)).kept_apart(notes)
+    if not pairs:
+        return None
+    first, second = min(tuple(sorted(p)) for p in pairs)
+    return first, second

@@ -25,7 +25,7 @@ from worker.errors import InvalidInput as Invalid
 from worker.review.apply import LOST, apply_change, at_versions, end_lost_run
 from worker.review.approval import Applied, Ending, finish_approval, open_approval
 from worker.review.batch_guard import BatchGuard
-from worker.review.declined import remember_declined
+from worker.review.declined import kept_apart_since, remember_declined
 from worker.review.items import (
     Decided,
     ItemStatus,
@@ -270,11 +270,24 @@ def _stale_line(row: Any, current: dict[str, Any]) -> str | None:
     return None
 
 
+def _apart_line(app: App, scope: Scope, row: Any, change: ProposedChange,
+                current: dict[str, Any]) -> str | None:
+    if entity_of(row.payload) != "note":
+        return None
+    with app.uow() as uow:
+        pair = kept_apart_since(uow, scope, change, current)
+    if pair is None:
+        return None
+    return (f"item {row.id} is stale: notes {pair[0]} and {pair[1]} were kept apart since it "
+            "was proposed (`dream keep-apart` or a declined review); nothing was written; no "
+            "run proposes it again while they stay apart")
+
+
 def _approve_one(app: App, scope: Scope, row: Any, by: str, known: _Current,
                  record_stale: bool) -> Decided:
     change = ProposedChange.from_row(row)
     current = known.of(row)
-    line = _stale_line(row, current)
+    line = _stale_line(row, current) or _apart_line(app, scope, row, change, current)
     if line is not None:
         return _mark_stale(app, row, by, line) if record_stale else Decided(
             row.id, ItemStatus.STALE.value, line)

@@ -31,9 +31,10 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus
 from worker.errors import RunError, RunNotFound
+from worker.safety.undo_holds import carry_apart, pinned_since, refusal_line
+from worker.safety.undo_restore import before_image, jsonable, restore_examples, undo_log
 from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
 from worker.store.models import OperationLogRow
-from worker.store.repositories.note_writes import TRACKED_FIELDS
 from worker.store.scope_locks import lock_scopes
 from worker.store.uow import UnitOfWork
 
@@ -41,7 +42,6 @@ __all__ = ["UndoRefused", "UndoResult", "logged_scopes", "undo_run"]
 
 log = structlog.get_logger(__name__)
 
-_DATETIME_FIELDS = ("valid_to", "last_checked_at")
 ERASE_PREFIX = "erase-"  # operation-log id of an erasure's restorations (worker.safety.erase)
 FUSE_PREFIX = "fuse-"  # operation-log id of a host fuse (worker.host.fusion)
 REMEMBER_PREFIX = "remember-"  # of a host remember that superseded a note (worker.host.remember)
@@ -200,7 +200,9 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         remaining = _conflicts(uow, by_note, last_id, set(result.run_ids))
         result.overwritten.extend(sorted(remaining))
     _restore_notes(uow, run_id, by_note, now, result, set(remaining))
-    _restore_examples(uow, run_id, by_example, examples, now, result)
+    carry_apart(uow, by_note, now)
+    if moved := restore_examples(uow, run_id, by_example, examples, now, result):
+        raise _moved(uow, run_id, "example", moved)
     judged, reviewed = uow.safety.forget_run_records(run_id)
     result.judgements += judged
     result.reviews += reviewed
@@ -272,6 +274,10 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
     host edit this restore replaces, marked so on the row). One guarded write per set of
     columns and one log insert for the whole run, however many notes it touched."""
     state = uow.safety.note_state(by_note)
+    if pinned := pinned_since(state, {i: "revoked" if any(r.op == "insert" for r in rows)
+                                      else before_image(rows).get("status")
+                                      for i, rows in by_note.items()}):
+        raise UndoRefused(*refusal_line(_named(run_id), pinned))
     writes: list[tuple[str, int, dict[str, Any]]] = []
     log: list[dict[str, Any]] = []
     for note_id, note_rows in sorted(by_note.items()):
@@ -286,16 +292,16 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
                                       "comments": f"undone run {run_id}"}
             outcome, listed = NoteOutcome.RETIRED, result.retired
         else:
-            values = _before_image(note_rows)
+            values = before_image(note_rows)
             outcome, listed = NoteOutcome.RESTORED, result.restored
         listed.append(note_id)
         version, was = current.version, current.status
-        before = {f: _jsonable(getattr(current, f)) for f in values}
+        before = {f: jsonable(getattr(current, f)) for f in values}
         before["version"] = version
         writes.append((note_id, version, {**values, "updated_at": now}))
         mark = {OVERWROTE: True} if note_id in overwritten else {}
-        log.append(_undo_log(run_id, current.scope_key, "note", note_id, before,
-                             {**{f: _jsonable(v) for f, v in values.items()},
+        log.append(undo_log(run_id, current.scope_key, "note", note_id, before,
+                             {**{f: jsonable(v) for f, v in values.items()},
                               "version": version + 1, **mark}, now))
         result.note(outcome_entry("note", note_id, outcome, was=was,
                                   status=values.get("status", was),
@@ -305,52 +311,20 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
     uow.writes.add_log(log)
 
 
-def _restore_examples(uow: UnitOfWork, run_id: str,
-                      by_example: dict[str, list[OperationLogRow]],
-                      examples: dict[str, tuple[int, str, str]], now: datetime,
-                      result: UndoResult) -> None:
-    writes: list[tuple[str, int, dict[str, Any]]] = []
-    log: list[dict[str, Any]] = []
-    for example_id, example_rows in sorted(by_example.items()):
-        if example_id not in examples:
-            result.missing.append(example_id)  # erased since (dream erase --user)
-            result.note(outcome_entry("example", example_id, NoteOutcome.MISSING,
-                                      why="erased since; nothing to restore"))
-            continue
-        version, status, scope_key = examples[example_id]
-        before_status = next((r.before or {}).get("status") for r in example_rows)
-        if before_status is None:
-            continue
-        writes.append((example_id, version, {"status": before_status}))
-        log.append(_undo_log(run_id, scope_key, "example", example_id,
-                             {"status": status, "version": version},
-                             {"status": before_status, "version": version + 1}, now))
-        result.examples.append(example_id)
-        result.note(outcome_entry("example", example_id, NoteOutcome.RESTORED, was=status,
-                                  status=before_status))
-    if moved := uow.safety.restore_examples(writes):
-        raise _moved(uow, run_id, "example", moved[0])
-    uow.writes.add_log(log)
-
-
-def _undo_log(run_id: str, scope_key: str, entity: str, entity_id: str,
-              before: dict[str, Any], after: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """The operation-log row of one note's or example's undo (no run id: the undo is no run)."""
-    return {"run_id": None, "scope_key": scope_key, "entity": entity, "entity_id": entity_id,
-            "op": "undo", "before": before, "after": after, "reason": f"undo of run {run_id}",
-            "created_at": now}
-
-
 def _moved(uow: UnitOfWork, run_id: str, entity: str, entity_id: str) -> RunError:
     """A guarded restore matched no row: the note or example changed after this undo read it
     (a host write, or another undo of the same id). Raised, so the whole undo rolls back."""
-    named = run_id if run_id.startswith(LOGGED_WITHOUT_RUN) else f"run {run_id}"
+    named = _named(run_id)
     if _is_undone(uow, run_id):
         return RunError(f"{named} is already undone")
     return UndoRefused(f"cannot undo {named}: {entity} {entity_id} changed while the undo was "
                        "being written; nothing was undone; run the undo again to see what "
                        "changed", _refusals(entity, {entity_id: "changed while the undo was "
                                                                 "being written"}))
+
+
+def _named(run_id: str) -> str:
+    return run_id if run_id.startswith(LOGGED_WITHOUT_RUN) else f"run {run_id}"
 
 
 def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],
@@ -384,17 +358,3 @@ def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],
         elif row.version != expected + bumps:
             out[note_id] = f"was edited since (version {row.version}, expected {expected})"
     return out
-
-
-def _before_image(rows: list[OperationLogRow]) -> dict[str, Any]:
-    """The earliest before-value of every tracked field the run changed."""
-    values: dict[str, Any] = {}
-    for r in rows:
-        for f, v in (r.before or {}).items():
-            if f in TRACKED_FIELDS and f not in values:
-                values[f] = datetime.fromisoformat(v) if f in _DATETIME_FIELDS and v else v
-    return values
-
-
-def _jsonable(value: Any) -> Any:
-    return value.isoformat() if isinstance(value, datetime) else value

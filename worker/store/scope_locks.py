@@ -11,8 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import ColumnElement, bindparam, exists, func, literal_column, select, text
+from sqlalchemy import (
+    ColumnElement,
+    bindparam,
+    exists,
+    false,
+    func,
+    literal_column,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import Session
+
+from worker.store.models import NoteRow
 
 # The first key of the two-key advisory lock: the worker's scope locks, apart from any other
 # advisory locks of the same database (the second key is the scope key's hash; two scopes with
@@ -40,3 +52,13 @@ def lock_scopes(session: Session, scope_keys: Iterable[str]) -> None:
         return
     for key in sorted(set(scope_keys)):
         session.execute(_LOCK, {"space": _SCOPE_LOCKS, "key": key})
+
+
+def hold_scopes(session: Session, scope_keys: Iterable[str]) -> None:
+    """Hold these scopes for writing until the commit, before reading what they store, so two
+    writers that look first (an import of one file twice at once) never both find a row
+    absent: the scope locks on PostgreSQL; on SQLite, whose reads open no transaction, an
+    UPDATE of no row takes the database's write lock."""
+    lock_scopes(session, scope_keys)
+    if session.get_bind().dialect.name == "sqlite":
+        session.execute(update(NoteRow).where(false()).values(version=NoteRow.version))

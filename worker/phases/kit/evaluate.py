@@ -29,9 +29,10 @@ class GuardLimits:
     each: bool = True  # False: the phase's retirements are allowed or refused all together
 
 
-def evaluate(changes: Sequence[Change], state: State,
-             guard: GuardLimits | None) -> tuple[list[ItemResult], str | None]:
-    """The result of each change in order, and the guard's refusal if it tripped.
+def evaluate(changes: Sequence[Change], state: State, guard: GuardLimits | None,
+             apart: frozenset[frozenset[str]] = frozenset()) -> tuple[list[ItemResult], str | None]:
+    """The result of each change in order, and the guard's refusal if it tripped. ``apart``:
+    pairs kept apart (a host's keep-apart, a declined review) at the notes' versions now.
 
     ``state`` (a scratch copy of the members' state) is updated as each applied change would
     write it, so a later change sees an earlier one: a note revoked by item 1 is stale for
@@ -40,7 +41,7 @@ def evaluate(changes: Sequence[Change], state: State,
     results: list[ItemResult] = []
     gate = Gate(guard)
     for c in changes:
-        r = _freshness(c, state)
+        r = _freshness(c, state, apart)
         if r.status == ItemStatus.APPLIED and c.retires and c.entity == "note":
             gate.admit(r, state)
         if r.status == ItemStatus.APPLIED:
@@ -53,7 +54,7 @@ def _fresh(row: dict[str, Any] | None, version: int) -> bool:
     return row is not None and row["version"] == version and row["status"] == NoteStatus.ACTIVE.value
 
 
-def _freshness(c: Change, state: State) -> ItemResult:
+def _freshness(c: Change, state: State, apart: frozenset[frozenset[str]]) -> ItemResult:
     if c.entity != "note":  # examples are re-checked by their own guarded update
         return ItemResult(c, ItemStatus.APPLIED)
     stale = [m.id for m in (*c.members, *c.keep) if not _fresh(state.get(m.id), m.version)]
@@ -73,6 +74,11 @@ def _freshness(c: Change, state: State) -> ItemResult:
         floor = protection_rank(c.new_note.protection)
         stale += [m.id for m in c.members if m.id in state and m.id not in stale
                   and protection_rank(state[m.id]["protection"]) > floor]
+    if c.kind == ChangeKind.SUPERSEDE and apart:
+        # A keep-apart keeps the versions: one recorded after the plan read its memory (while
+        # the model judged) shows only here, and no note is retired in favour of another.
+        ids = [m.id for m in (*c.members, *c.keep)]
+        stale += sorted({i for p in apart if p <= set(ids) for i in p} - set(stale))
     if stale:
         return ItemResult(c, ItemStatus.STALE, stale_ids=stale)
     return ItemResult(c, ItemStatus.APPLIED)

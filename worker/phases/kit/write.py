@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from worker.domain.types import NoteStatus, Scope, StepStatus
+from worker.domain.types import Note, NoteStatus, Scope, StepStatus
 from worker.phases.kit.carry import ScopeLoad
-from worker.phases.kit.changes import Change, ItemResult, ItemStatus
+from worker.phases.kit.changes import Change, ChangeKind, ItemResult, ItemStatus
 from worker.phases.kit.evaluate import GuardLimits, State, evaluate
 from worker.phases.kit.rows import RowBuilder
-from worker.phases.kit.snapshot import RunJournal, journal_of
+from worker.phases.kit.snapshot import APART_KINDS, Memory, RunJournal, journal_of
 from worker.runs.context import Held, HeldWrite
 from worker.runs.steps import ChildStep, StepRecorder
 from worker.safety.guard import GUARD_STEP
@@ -214,7 +214,8 @@ class PhaseWrite:
             self.lock_scope()
         self.state = known if known is not None else self.uow.writes.lock_state(ids)
         guard = self._guard_limits(changes, journal, guard_each)
-        results, self.tripped = evaluate(changes, self._before_images(), guard)
+        results, self.tripped = evaluate(changes, self._before_images(), guard,
+                                         self._kept_apart(changes))
         rows = RowBuilder(t.scope, t.logged_as, t.now, self.state,
                           getattr(t.app.embedder, "model_name", None), vectors or {})
         for r in results:
@@ -237,6 +238,17 @@ class PhaseWrite:
         self.state = rows.after
         self.wrote = True
         return results
+
+    def _kept_apart(self, changes: Sequence[Change]) -> frozenset[frozenset[str]]:
+        """The pairs of this write's notes kept apart at their versions now, for a run's write
+        that retires a note in favour of another (a host's own fuse or update is its decision)."""
+        if self.target.run_id is None or not any(
+                c.kind == ChangeKind.SUPERSEDE and c.entity == "note" for c in changes):
+            return frozenset()
+        rows = self.uow.judgements.of_kinds(self.target.scope, APART_KINDS)
+        notes = [Note(id=i, scope=self.target.scope, content="", version=v["version"])
+                 for i, v in self.state.items()] if rows else []
+        return frozenset(Memory(rows=rows).kept_apart(notes))
 
     def _before_images(self) -> State:
         return {k: dict(v) for k, v in self.state.items()}

@@ -17,6 +17,7 @@ from worker.domain.types import (
     CONTRADICTION_REVIEW_KIND,
     ERASED_USER,
     Scope,
+    fingerprint_versions,
 )
 from worker.store.models import (
     DreamRunRow,
@@ -33,6 +34,9 @@ from worker.store.models import (
 from worker.store.repositories.mentions import Mentions
 from worker.store.repositories.retention import append_comment
 
+# worker.phases.kit.snapshot.APART_KINDS (the store imports no phase): "never retire one of these
+# notes in favour of another", a host's keep-apart or a declined review.
+_APART_KINDS = ("keep_apart", "declined_apart")
 UNFLAGGED_COMMENT = ("[Erasure: the note this was flagged against was erased; review flag "
                      "removed]")
 
@@ -66,10 +70,19 @@ def _scrub_reviews(session: Session, key: str, ids: set[str], erased: Mentions,
     """Judgements, reviews and review items naming or quoting an erased note go; a note kept
     whose contradiction review went with them loses the flag that review stood behind."""
     mentions = erased.mentions
+    rests: list[JudgementRow] = []
     for j in session.scalars(select(JudgementRow).where(JudgementRow.scope_key == key)):
         if set(j.note_ids or []) & ids or mentions(j.reason):
+            rest = None if mentions(j.reason) else _apart_rest(session, j, ids)
+            rests += [rest] if rest is not None else []
             session.delete(j)
             _bump(counts, "judgements")
+    session.flush()  # the deletes first: a rest may take the fingerprint of a row deleted here
+    for rest in rests:
+        if session.scalar(select(JudgementRow.id).where(
+                JudgementRow.scope_key == rest.scope_key, JudgementRow.kind == rest.kind,
+                JudgementRow.fingerprint == rest.fingerprint)) is None:
+            session.add(rest)
     unreasoned: set[str] = set()  # flagged by a contradiction review that goes
     still: set[str] = set()  # named by a contradiction review that stays
     for rv in session.scalars(select(ReviewRow).where(ReviewRow.scope_key == key)):
@@ -90,6 +103,23 @@ def _scrub_reviews(session: Session, key: str, ids: set[str], erased: Mentions,
                                                      item.outcome)):
             session.delete(item)
             _bump(counts, "review_items")
+
+
+def _apart_rest(session: Session, j: JudgementRow, ids: set[str]) -> JudgementRow | None:
+    """A keep-apart (a host's, a declined review's) over three notes or more, one of them
+    erased, still says the others are not the same: they keep it, at the versions it bound
+    (it named them all at their versions then), so erasure takes nothing else (R28)."""
+    rest = sorted(set(j.note_ids or []) - ids)
+    if j.kind not in _APART_KINDS or len(rest) < 2:
+        return None
+    versions = {r.id: r.version for r in session.execute(
+        select(NoteRow.id, NoteRow.version).where(NoteRow.id.in_(j.note_ids)))}
+    if len(versions) != len(j.note_ids) or \
+            fingerprint_versions(list(versions.items())) != j.fingerprint:
+        return None  # it no longer bound: a note changed since
+    return JudgementRow(scope_key=j.scope_key, kind=j.kind, note_ids=rest, verdict=j.verdict,
+                        fingerprint=fingerprint_versions([(i, versions[i]) for i in rest]),
+                        reason=j.reason, run_id=j.run_id, created_at=j.created_at)
 
 
 def _unflag(session: Session, note_ids: Iterable[str], counts: dict[str, int]) -> None:

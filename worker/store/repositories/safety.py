@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from worker.domain.types import ACTIVE_RUN_STATUSES, RunStatus
+from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, Protection, RunStatus
 from worker.store.many import execute_many
 from worker.store.models import (
     DreamRunRow,
@@ -43,6 +43,8 @@ from worker.store.repositories.erase_records import forget_user_scopes, scrub_sc
 from worker.store.repositories.mentions import Mentions
 from worker.store.repositories.retention import retirement_befores
 from worker.store.row_locks import locked_in_order
+
+_PINNED = (Protection.PROTECTED.value, Protection.IMMUTABLE.value)
 
 
 def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
@@ -133,12 +135,16 @@ class SafetyRepository:
                  rows: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
         """Write each (id, version, values) where its note or example is still at that version,
         bumping the version: one executemany per set of columns written, the rows locked in id
-        order first on PostgreSQL. The ids that matched no row (changed meanwhile): empty when
-        every row was written, else the caller rolls the whole undo back."""
+        order first on PostgreSQL. A note it retires must not be pinned: a host's pin keeps the
+        version, so it is checked in the statement too, in case it landed after the undo read
+        the note. The ids that matched no row (changed meanwhile): empty when every row was
+        written, else the caller rolls the whole undo back."""
         table = typing.cast(Table, model.__table__)
-        shapes: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+        shapes: dict[tuple[tuple[str, ...], bool], list[dict[str, Any]]] = defaultdict(list)
         for entity_id, version, values in sorted(rows, key=lambda r: r[0]):
-            shapes[tuple(sorted(values))].append(
+            retires = model is NoteRow and values.get(
+                "status", NoteStatus.ACTIVE.value) != NoteStatus.ACTIVE.value
+            shapes[(tuple(sorted(values)), retires)].append(
                 {"b_id": entity_id, "b_version": version, "v_version": version + 1,
                  **{f"v_{k}": v for k, v in values.items()}})
         if self.session.get_bind().dialect.name == "postgresql":
@@ -147,8 +153,8 @@ class SafetyRepository:
                                      .order_by(table.c.id).with_for_update()).all()
         moved: list[str] = []
         conn = self.session.connection()
-        for keys, params in shapes.items():
-            if execute_many(conn, _restore_statement(table, keys), params) != len(params):
+        for (keys, retires), params in shapes.items():
+            if execute_many(conn, _restore_statement(table, keys, retires), params) != len(params):
                 ids = [p["b_id"] for p in params]
                 now = {i: v for i, v in self.session.execute(
                     select(table.c.id, table.c.version).where(table.c.id.in_(ids)))}
@@ -374,15 +380,19 @@ class SafetyRepository:
         return forget_user_scopes(self.session, user_id, note_keys)
 
 
-_RESTORES: dict[tuple[str, tuple[str, ...]], Any] = {}
+_RESTORES: dict[tuple[str, tuple[str, ...], bool], Any] = {}
 
 
-def _restore_statement(table: Table, keys: tuple[str, ...]) -> Any:
-    """The guarded UPDATE of ``keys`` (and the version) on ``table``, built once per shape."""
-    stmt = _RESTORES.get((table.name, keys))
+def _restore_statement(table: Table, keys: tuple[str, ...], retires: bool) -> Any:
+    """The guarded UPDATE of ``keys`` (and the version) on ``table``, built once per shape;
+    ``retires``: also only where the note is not an active pinned one."""
+    stmt = _RESTORES.get((table.name, keys, retires))
     if stmt is None:
-        stmt = _RESTORES[(table.name, keys)] = (
-            update(table)
-            .where(table.c.id == bindparam("b_id"), table.c.version == bindparam("b_version"))
-            .values({k: bindparam(f"v_{k}") for k in (*keys, "version")}))
+        stmt = (update(table)
+                .where(table.c.id == bindparam("b_id"), table.c.version == bindparam("b_version"))
+                .values({k: bindparam(f"v_{k}") for k in (*keys, "version")}))
+        if retires:
+            stmt = stmt.where(or_(table.c.status != NoteStatus.ACTIVE.value,
+                                  table.c.protection.notin_(_PINNED)))
+        _RESTORES[(table.name, keys, retires)] = stmt
     return stmt

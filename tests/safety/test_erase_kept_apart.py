@@ -1,0 +1,64 @@
+"""Erasure takes nothing else (R28): a keep-apart over three notes or more, one of them erased,
+still keeps the others apart. Before, the whole decision went with the erased note and the next
+dream merged the notes the host (or a reviewer) had said were not the same (SQLite and
+PostgreSQL)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from tests.review.test_service import _cli, _merge, _propose
+from tests.support.factories import NOW, add_notes
+from tests.support.host_writes import host_sets
+from worker.app import App
+from worker.domain.types import Scope
+from worker.host.fusion import keep_apart
+from worker.runs import service
+from worker.safety.erase import erase
+from worker.store.models import JudgementRow
+
+SCOPE = Scope("agent-1")
+TRIPLETS = [{"id": f"t{i}", "content": "User owns a red bicycle"} for i in (1, 2, 3)]
+
+
+def _consolidated(app: App) -> dict[str, str]:
+    run_id = service.create_run(app, SCOPE, force=True, phases=["consolidate"], clock=NOW)
+    assert run_id
+    service.execute_run(app, run_id)
+    with app.uow() as uow:
+        return {n.id: n.status for n in uow.notes.get_many(["t2", "t3"])}
+
+
+def _named(app: App) -> list[list[str]]:
+    with app.uow() as uow:
+        return [list(ids) for ids in uow.session.scalars(select(JudgementRow.note_ids))]
+
+
+def test_erasing_one_of_three_notes_kept_apart_keeps_the_other_two_apart(app: App) -> None:
+    """No record names the erased note; the rule judge leaves the identical t2 and t3 apart."""
+    add_notes(app, *TRIPLETS)
+    keep_apart(app, ["t1", "t2", "t3"])
+    erase(app, note_id="t1")
+    assert _named(app) == [["t2", "t3"]]
+    assert _consolidated(app) == {"t2": "active", "t3": "active"}
+
+
+def test_erasing_one_note_of_a_declined_three_note_merge_keeps_the_no(app: App) -> None:
+    """Sibling: a reviewer declined merging t1, t2 and t3; t1 is erased; the "no" stands for
+    t2 and t3."""
+    add_notes(app, *TRIPLETS)
+    item = _propose(app, _merge(["t1", "t2", "t3"], "User owns a red bicycle"))
+    assert _cli(app, "review", "decline", str(item), "--agent", "agent-1").exit_code == 0
+    erase(app, note_id="t1")
+    assert all("t1" not in ids for ids in _named(app))
+    assert _consolidated(app) == {"t2": "active", "t3": "active"}
+
+
+def test_a_keep_apart_that_no_longer_bound_is_not_kept_for_the_rest(app: App) -> None:
+    """t2 changed after the keep-apart (it lapsed): the erasure does not bring it back."""
+    add_notes(app, *TRIPLETS)
+    keep_apart(app, ["t1", "t2", "t3"])
+    host_sets(app, "t2", version=2)
+    erase(app, note_id="t1")
+    assert _named(app) == []
+    assert _consolidated(app) == {"t2": "revoked", "t3": "revoked"}  # merged

@@ -1,0 +1,63 @@
+"""What an undo keeps of the host's decisions. It never retires a note the host has pinned
+(``protected``/``immutable``) since the run created it or made it active: nothing lifts a pin.
+And a keep-apart that bound the run's notes before the run binds them again afterwards."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from worker.domain.types import NoteStatus, Protection, Scope, fingerprint_versions
+from worker.phases.kit.snapshot import APART_KINDS
+from worker.safety.undo_result import NoteOutcome, outcome_entry
+from worker.store.uow import UnitOfWork
+
+PINNED = frozenset((Protection.PROTECTED.value, Protection.IMMUTABLE.value))
+
+
+def pinned_since(state: dict[str, Any], targets: dict[str, str | None]) -> dict[str, str]:
+    """Why each active, pinned note the undo would set to a retired status refuses it.
+    ``targets``: the status the undo gives each note (None: the run left it unchanged)."""
+    why: dict[str, str] = {}
+    for note_id, status in sorted(targets.items()):
+        row = state.get(note_id)
+        if (row is not None and row.status == NoteStatus.ACTIVE.value
+                and status not in (None, NoteStatus.ACTIVE.value) and row.protection in PINNED):
+            why[note_id] = (f"is {row.protection} (pinned since the run); undo never retires "
+                            "a pinned note")
+    return why
+
+
+def refusal_line(named: str, why: dict[str, str]) -> tuple[str, list[dict[str, Any]]]:
+    """The one error line of an undo a pin refuses, and its ``refused`` entries."""
+    note_id = next(iter(why))
+    line = (f"cannot undo {named}: note {note_id} {why[note_id]}; set its protection back to "
+            "standard first if it should be retired")
+    return line, [outcome_entry("note", i, NoteOutcome.REFUSED, why=w) for i, w in why.items()]
+
+
+def carry_apart(uow: UnitOfWork, by_note: dict[str, list[Any]], now: datetime) -> None:
+    """Record again, at the versions the undo left, every keep-apart set (a host's, a declined
+    review's) that bound the run's notes at their versions before the run: each restore bumps a
+    version, which alone would end the decision, and the next dream would merge notes the host
+    kept apart. ``by_note``: the run's log rows of each note it changed."""
+    before: dict[str, int] = {}
+    for note_id, rows in by_note.items():
+        first = min(rows, key=lambda r: r.id)
+        if first.op != "insert" and (first.before or {}).get("version") is not None:
+            before[note_id] = int(first.before["version"])
+    scopes = {row.scope_key for row in uow.safety.note_state(before).values()}
+    for key in sorted(scopes):
+        scope = Scope.from_key(key)
+        for row in uow.judgements.of_kinds(scope, APART_KINDS):
+            ids = list(row.note_ids or ())
+            if not before.keys() & set(ids):
+                continue
+            notes = uow.safety.note_state(ids)
+            if len(notes) != len(ids) or any(n.status != NoteStatus.ACTIVE.value
+                                              for n in notes.values()):
+                continue
+            was = fingerprint_versions([(i, before.get(i, notes[i].version)) for i in ids])
+            if was == row.fingerprint:
+                uow.judgements.record(scope, row.kind, fingerprint_versions(
+                    [(i, notes[i].version) for i in ids]), ids, row.verdict, row.reason, None, now)
