@@ -42,3 +42,29 @@ def test_a_merge_of_notes_kept_apart_after_the_load_is_not_written(app: App) -> 
     assert result.status == ItemStatus.STALE and result.stale_ids == ["x", "y"]
     rows = _rows(app)
     assert rows["x"]["status"] == rows["y"]["status"] == "active" and "fused" not in rows
+
+
+def test_an_in_process_write_sees_a_keep_apart_by_its_update_not_by_a_read(app: App) -> None:
+    """The run as it runs in one process: its carried state holds the verdict memory the plan
+    read, so its write reads no keep-apart again (the SQL a scope costs stays as it was); its
+    guarded UPDATE counts the scope's keep-aparts instead, and one recorded since makes the
+    write start over with a re-read: pair b stale, a and c applied. (With none since, an
+    in-process run reads the verdict memory once: tests/phases/kit/test_carry.py.)"""
+    from tests.support.sql import recorded_statements
+    from worker.phases.kit.carry import MEMORY_KINDS, Judged
+    from worker.phases.kit.snapshot import Memory
+
+    ctx, parent = claimed_phase_context(app, SCOPE)
+    changes = _pairs(app)
+    keep_apart(app, ["aold", "cold"])  # an earlier keep-apart, read by the plan: binds nothing here
+    known = _known(app)
+    with app.uow() as uow:
+        rows = [Judged(*r) for r in uow.judgements.of_kinds(SCOPE, MEMORY_KINDS)]
+    known.memory = Memory({(r.kind, r.fingerprint): r.verdict for r in rows}, rows)
+    keep_apart(app, ["bold", "bnew"])
+    before = _rows(app)
+    with recorded_statements(app) as seen:
+        results = _write(ctx, parent, changes, known)
+    assert results[1].status == ItemStatus.STALE and results[1].stale_ids == ["bnew", "bold"]
+    _only_b_skipped(app, ctx, results, before)
+    assert any(s.startswith("SELECT") and "FROM judgements" in s for s in seen)  # the re-read

@@ -106,11 +106,10 @@ def _host_edits(agent: str) -> Callable[[App], None]:
 
 
 def test_an_in_process_run_reads_the_scope_once(app: App) -> None:
-    """Four phases, each with work, in one process: one notes load, one verdict-memory read
-    (and the merging write's keep-apart re-read), one agent row, prune's one entity look-up
-    (agents, users and conversations in one statement), archive's examples; no journal (a
-    first attempt wrote nothing before), no read-back of the run's steps, no look for notes
-    without a vector."""
+    """Four phases, each with work, in one process: one notes load, one verdict-memory read,
+    one agent row, prune's one entity look-up (agents, users and conversations in one
+    statement), archive's examples; no journal (a first attempt wrote nothing before), no
+    read-back of the run's steps, no look for notes without a vector."""
     _prepare(app, "a1")
     with recorded_statements(app) as seen:
         _in_process(app, "a1")
@@ -120,9 +119,9 @@ def test_an_in_process_run_reads_the_scope_once(app: App) -> None:
     # PostgreSQL's load runs on a raw binary psycopg cursor, which statement listeners do not
     # see (the vectors' binary format); there it is the only notes read of the run.
     assert len(loads) == (1 if app.engine.dialect.name == "sqlite" else 0), loads
-    # One verdict-memory read for the plan, and consolidate's one write reads the keep-apart
-    # memory again (one recorded while the model judged: tests/phases/kit/test_apart_hosts.py).
-    assert len([s for s in selects if "FROM judgements" in s]) == 2
+    # One verdict-memory read: a keep-apart recorded while the model judged is seen by the
+    # merging write's UPDATE itself (tests/phases/kit/test_apart_hosts.py), not by a re-read.
+    assert len([s for s in selects if "FROM judgements" in s]) == 1
     assert len([s for s in selects if "agents.apply_mode" in s]) == 1
     lookups = [s for s in selects if "FROM conversations" in s]
     assert len(lookups) == 1 and "UNION ALL" in lookups[0] and "FROM agents" in lookups[0]

@@ -133,6 +133,7 @@ class PhaseWrite:
         self._steps: list[dict[str, Any]] = []
         self._judgements: list[dict[str, Any]] = []
         self._reviews: list[dict[str, Any]] = []
+        self._apart_seen: int | None = None  # keep-aparts in the known state's memory
 
     # ---- the changes ---------------------------------------------------------------------
     def apply(self, changes: Sequence[Change], *, vectors: dict[str, np.ndarray] | None = None,
@@ -153,6 +154,7 @@ class PhaseWrite:
             self.fence()  # an earlier apply wrote: a retry below could not redo its part
         ids = [*(i for c in changes for i in c.ids()), *also]
         state = self._known_state(changes, also, known)
+        self._apart_seen = _apart_rows(known)
         try:
             return self._apply(changes, ids, vectors, journal, guard_each, state)
         except WriteConflict:
@@ -214,8 +216,12 @@ class PhaseWrite:
             self.lock_scope()
         self.state = known if known is not None else self.uow.writes.lock_state(ids)
         guard = self._guard_limits(changes, journal, guard_each)
+        # From a known state the plan read the keep-aparts with it, and each UPDATE checks
+        # none was recorded since (``apart``); after a re-read they are read again here.
+        seen = self._apart_seen if known is not None and self._supersedes(changes) else None
         results, self.tripped = evaluate(changes, self._before_images(), guard,
-                                         self._kept_apart(changes))
+                                         frozenset() if seen is not None
+                                         else self._kept_apart(changes))
         rows = RowBuilder(t.scope, t.logged_as, t.now, self.state,
                           getattr(t.app.embedder, "model_name", None), vectors or {})
         for r in results:
@@ -225,9 +231,13 @@ class PhaseWrite:
         # ``WriteRepository.update_notes``); after the locked re-read, id and version suffice.
         # The sources first: their update takes the scope's lock (no foreign key needs the
         # notes inserted for them to exist yet).
+        apart = tuple(sorted(APART_KINDS)) if seen is not None else ()
         for keys, batch in rows.update_batches():
+            if apart:
+                batch = [{**r, "a_scope": t.scope.key, "a_count": seen} for r in batch]
             if self.uow.writes.update_notes(keys, batch, unversioned=known is not None,
-                                            lock_scope=self._lock_within()) != len(batch):
+                                            lock_scope=self._lock_within(),
+                                            apart=apart) != len(batch):
                 raise WriteConflict("a note changed while this write held it; nothing was written")
         if rows.notes:
             self.lock_scope()
@@ -239,11 +249,16 @@ class PhaseWrite:
         self.wrote = True
         return results
 
+    def _supersedes(self, changes: Sequence[Change]) -> bool:
+        """A run's write that retires a note in favour of another (a host's own fuse or update
+        is its decision): what a keep-apart forbids."""
+        return self.target.run_id is not None and any(
+            c.kind == ChangeKind.SUPERSEDE and c.entity == "note" for c in changes)
+
     def _kept_apart(self, changes: Sequence[Change]) -> frozenset[frozenset[str]]:
-        """The pairs of this write's notes kept apart at their versions now, for a run's write
-        that retires a note in favour of another (a host's own fuse or update is its decision)."""
-        if self.target.run_id is None or not any(
-                c.kind == ChangeKind.SUPERSEDE and c.entity == "note" for c in changes):
+        """The pairs of this write's notes kept apart at their versions now (one read), for a
+        run's write that retires a note in favour of another."""
+        if not self._supersedes(changes):
             return frozenset()
         rows = self.uow.judgements.of_kinds(self.target.scope, APART_KINDS)
         notes = [Note(id=i, scope=self.target.scope, content="", version=v["version"])
@@ -346,3 +361,10 @@ class PhaseWrite:
             raise StaleLease(f"run {t.run_id} lost its lease (epoch {t.epoch})")
         return rows
 
+
+def _apart_rows(known: ScopeLoad | None) -> int | None:
+    """How many keep-apart rows (a host's, a declined review's) the carried memory holds: what
+    the scope holds now unless one was recorded since the plan read it; None without one."""
+    if known is None or known.memory is None:
+        return None
+    return sum(1 for r in known.memory.rows if r.kind in APART_KINDS)

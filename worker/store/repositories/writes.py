@@ -69,7 +69,7 @@ _INSERT_LINEAGE = insert(cast(Table, NoteLineageRow.__table__))
 _STEPS = cast(Table, RunStepRow.__table__)
 _INSERT_STEP = insert(_STEPS)
 _INSERT_REVIEW = insert(cast(Table, ReviewRow.__table__))
-_UPDATES: dict[tuple[tuple[str, ...], bool, bool, bool], Any] = {}
+_UPDATES: dict[tuple[tuple[str, ...], bool, bool, bool, tuple[str, ...]], Any] = {}
 _TOTALS = select(_RUNS.c.totals).where(_RUNS.c.id == bindparam("run_id"))
 _JOURNAL = select(_LOG.c.entity_id, _LOG.c.op, _LOG.c.before, _LOG.c.after, _LOG.c.reason).where(
     _LOG.c.run_id == bindparam("run_id"), _LOG.c.scope_key == bindparam("scope_key"),
@@ -112,6 +112,15 @@ def _kept(postgres: bool) -> Any:
         kept.c.id == k_id, kept.c.version == bindparam("k_version", type_=Integer),
         kept.c.status == NoteStatus.ACTIVE.value)
     return or_(k_id.is_(None), exists(found.with_for_update(read=True) if postgres else found))
+
+
+def _apart_count(kinds: tuple[str, ...]) -> Any:
+    """How many verdict-memory rows of ``kinds`` the scope ``a_scope`` holds (a sub-select)."""
+    judged = cast(Table, JudgementRow.__table__)
+    return (select(func.count()).select_from(judged)
+            .where(judged.c.scope_key == bindparam("a_scope", type_=judged.c.scope_key.type),
+                   or_(*(judged.c.kind == k for k in kinds)))
+            .scalar_subquery())
 
 
 class WriteRepository:
@@ -163,7 +172,8 @@ class WriteRepository:
             self._many(_INSERT_NOTE, rows)
 
     def update_notes(self, keys: tuple[str, ...], rows: list[dict[str, Any]], *,
-                     unversioned: bool = False, lock_scope: str | None = None) -> int:
+                     unversioned: bool = False, lock_scope: str | None = None,
+                     apart: tuple[str, ...] = ()) -> int:
         """One executemany UPDATE guarded by id and version; ``rows`` carry ``b_id``,
         ``b_version`` and ``v_<column>`` for each of ``keys`` (plus version, updated_at);
         the number of rows it updated.
@@ -175,7 +185,11 @@ class WriteRepository:
         (``k_id`` at ``k_version``, still active; None: none kept).
 
         ``lock_scope``: the statement takes this scope's lock first (PostgreSQL,
-        ``scope_locks.lock_term``), the write's first statement doing so."""
+        ``scope_locks.lock_term``), the write's first statement doing so.
+
+        ``apart``: verdict-memory kinds that keep notes apart; each row also needs the scope
+        ``a_scope`` to hold ``a_count`` rows of them, as many as the plan read (a keep-apart
+        recorded since keeps the versions: only this sees it, and the caller re-reads)."""
         if not rows:
             return 0
         # Each row's UPDATE locks it: in id order, as ``lock_state`` takes them (a stable sort:
@@ -186,16 +200,18 @@ class WriteRepository:
         locking = lock_scope is not None and on_postgres
         if locking:
             rows = [{**r, LOCK_KEY: lock_scope} for r in rows]
-        stmt = _UPDATES.get((keys, unversioned, postgres, locking))
+        stmt = _UPDATES.get((keys, unversioned, postgres, locking, apart))
         if stmt is None:  # built once per set of changed columns, then reused
             guard = [_NOTES.c.id == bindparam("b_id"), _NOTES.c.version == bindparam("b_version")]
             if unversioned:
                 guard += [_unchanged(k, postgres) for k in keys if k in UNVERSIONED_FIELDS]
                 guard += [_unchanged(k, postgres, "w") for k in DECIDING_FIELDS]
                 guard.append(_kept(postgres))
+            if apart:
+                guard.append(_apart_count(apart) == bindparam("a_count", type_=Integer))
             if locking:
                 guard.insert(0, lock_term())
-            stmt = _UPDATES[(keys, unversioned, postgres, locking)] = (
+            stmt = _UPDATES[(keys, unversioned, postgres, locking, apart)] = (
                 update(_NOTES).where(*guard)
                 .values({k: bindparam(f"v_{k}") for k in (*keys, "version", "updated_at")})
             )
