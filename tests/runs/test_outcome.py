@@ -138,7 +138,7 @@ def test_reasons_name_the_count_and_the_way_out() -> None:
     assert outcome.reason is not None and "\n" not in outcome.reason
     parts = outcome.reason.split("; ")
     assert parts[0].startswith("blast-radius guard: would retire 8 of 12")
-    assert "(and 1 more trips)" in outcome.reason
+    assert "(and 1 more trip)" in outcome.reason
     assert "model budget exhausted (3 of 3 model calls)" in outcome.reason
     assert "open candidates grew 3 runs in a row (1 → 3 → 5)" in outcome.reason
     assert outcome.reason.endswith("phase failed: prune")
@@ -166,10 +166,10 @@ def test_model_unavailable_reason_counts_calls_and_names_the_cause() -> None:
 def test_partial_outage_reason_names_the_failed_share_and_the_cause() -> None:
     """3 of 12 calls failed: the reason says 3 of 12, 25 %, and the client's error."""
     outcome = decide_outcome(RunFacts(OK, model_calls=12, model_calls_failed=3,
-                                      model_failure="model endpoint failed after 1 attempts "
+                                      model_failure="model endpoint failed after 1 attempt "
                                                     "(HTTP 500)"))
     assert outcome.reason == ("model partly unavailable: 3 of 12 model calls failed (25%) "
-                              "(model endpoint failed after 1 attempts (HTTP 500)); what they "
+                              "(model endpoint failed after 1 attempt (HTTP 500)); what they "
                               "were to judge waits for the next run")
 
 

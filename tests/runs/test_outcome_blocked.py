@@ -306,7 +306,7 @@ def test_r27_a_model_down_all_run_blocks_the_run(app: App, llm_stub: LLMStub,
     failed, of_total = counted.split(" of ")
     assert failed == of_total and int(failed) >= 1, reason
     cause = "HTTP 500" if failure == "server_error" else "APIConnectionError"
-    assert f"model endpoint failed after 1 attempts ({cause})" in reason
+    assert f"model endpoint failed after 1 attempt ({cause})" in reason
     assert not any(word in reason for word in ("dark", "editor", "theme"))
     with app.uow() as uow:
         assert uow.notes.count_by_status(SCOPE) == {"active": len(DARK_MODE_NOTES)}

@@ -25,6 +25,7 @@ import structlog
 from worker.config_checks import model_call_seconds
 from worker.errors import ConfigError
 from worker.llm.base import BatchItem, BatchRelease, BatchState, LLMError, LLMReply
+from worker.text.plural import counted
 
 log = structlog.get_logger(__name__)
 
@@ -199,7 +200,7 @@ class OpenAICompatibleLLM:
         ):
             raise client_error(exc) from None
         if attempt >= self.max_retries:
-            raise LLMError(f"model endpoint failed after {attempt + 1} attempts "
+            raise LLMError(f"model endpoint failed after {counted(attempt + 1, 'attempt')} "
                            f"({_describe(exc)}); the item is deferred to the next run") from None
         wait = parse_retry_after(exc.response.headers) if isinstance(
             exc, openai.APIStatusError) else None

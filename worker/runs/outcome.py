@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from worker.domain.types import RunStatus, StepStatus
+from worker.text.plural import counted
 
 
 class PhaseOutcome(StrEnum):
@@ -179,7 +180,7 @@ def _blocking_reasons(facts: RunFacts) -> tuple[list[str], list[str]]:
     if facts.guard_reasons:
         flags.append("guard")
         more = len(facts.guard_reasons) - 1
-        reasons.append(facts.guard_reasons[0] + (f" (and {more} more trips)" if more else ""))
+        reasons.append(facts.guard_reasons[0] + (f" (and {counted(more, 'more trip')})" if more else ""))
     spent = budget_exhausted(facts)
     if spent:
         flags.append("budget")

@@ -15,6 +15,7 @@ from worker.domain.types import RunStatus, Scope
 from worker.runs.batches import release_run_batches, retry_incomplete_releases
 from worker.runs.create import create_runs
 from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
+from worker.text.plural import counted
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +58,7 @@ def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | Non
             if run.attempts >= settings.max_attempts:
                 if uow.runs.expire(
                     run, now, RunStatus.FAILED.value, finished_at=now, lease_expires_at=None,
-                    error=f"gave up after {run.attempts} attempts (lease expired each time)",
+                    error=f"gave up after {counted(run.attempts, 'attempt')} (lease expired each time)",
                 ):
                     result.failed.append(run.id)
                     uow.runs.interrupt_steps([run.id], "the run gave up", now)
