@@ -80,6 +80,16 @@ def test_refusals_are_one_line_and_change_nothing(db: App, args: tuple[str, ...]
     assert statuses(db) == before
 
 
+def test_a_refused_fused_text_names_the_option_that_gave_it(db: App) -> None:
+    """`dream fuse --content " "` said "fused_content is empty", a name only the API and MCP
+    use; the line names `--content` (and `--content` too for a text over the limit)."""
+    url = db.settings.database_url
+    assert one_error_line(dream(url, "fuse", "a", "b", "--content", " ")) == (
+        "error: --content is empty (or only invisible characters)")
+    line = one_error_line(dream(url, "fuse", "a", "b", "--content", "x" * 3000))
+    assert line.startswith("error: --content has 3000 characters; the limit is 2000"), line
+
+
 def test_an_unknown_source_id_says_where_the_ids_are(db: App) -> None:
     """`dream fuse` / `dream keep-apart` said only "unknown note id nope"."""
     for args in (("fuse", "a", "nope", "--content", "text"), ("keep-apart", "nope", "b")):

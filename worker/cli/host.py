@@ -13,7 +13,7 @@ import click
 from worker.cli.common import IDENT, FiniteRange, cli_app, json_option, scope_options
 from worker.cli.errors import user_errors
 from worker.domain.types import NoteType, Scope
-from worker.errors import NotFound
+from worker.errors import InvalidInput, NotFound
 
 
 @contextmanager
@@ -24,6 +24,23 @@ def _ids_hint() -> Iterator[None]:
     except NotFound as exc:
         raise NotFound(f"{exc}; `dream candidates --agent …` lists the ids of a scope's similar "
                        "notes, `dream notes export` every id") from None
+
+
+# What worker.host calls a fused note's fields (the API's and MCP's names), as options here.
+_FUSE_OPTIONS = (("fused_content", "--content"), ("fused_importance", "--importance"))
+
+
+@contextmanager
+def _fuse_options() -> Iterator[None]:
+    """worker.host's refusal of a fused text or importance, naming the option that gave it."""
+    try:
+        yield
+    except InvalidInput as exc:
+        said = str(exc)
+        for field, option in _FUSE_OPTIONS:
+            if said.startswith(field):
+                raise InvalidInput(option + said.removeprefix(field)) from None
+        raise
 
 
 def _scope(agent: str, user: str | None, company: str | None) -> Scope:
@@ -91,7 +108,7 @@ def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
     """Replace SOURCE_IDS with one fused note (sources revoked, pointer and lineage kept)."""
     from worker.host import fuse
 
-    with _ids_hint():
+    with _ids_hint(), _fuse_options():
         result = fuse(cli_app(ctx), list(source_ids), content, importance, strict)
     click.echo(f"fused {len(result.superseded)} notes into {result.note['id']}; undo it with "
                f"`dream undo {result.undo_id}`")
