@@ -58,8 +58,9 @@ def list_runs_page(app: App, *, scope: Scope | None = None, status: str | None =
     with app.uow() as uow:
         cursor = uow.runs.get(after) if after is not None else None
         if after is not None and not _in_listing(cursor, scope, within):
-            raise InvalidInput(f"after: {after!r} is no run of this listing; pass the last "
-                               "run id of the page before (its 'next'), with the same filters")
+            raise InvalidInput(f"after: {after!r} is no run of this listing; pass the last run "
+                               "id of the page before (the one it named to go on with), with "
+                               "the same filters")
         rows = uow.runs.list(scope, status, since, limit + 1, within=within, after=cursor)
     more = len(rows) > limit
     return {"runs": [run_summary(r) for r in rows[:limit]],

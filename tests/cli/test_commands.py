@@ -449,7 +449,9 @@ def test_runs_list_pages_on_with_after(db: App) -> None:
     assert rest.stderr == ""
     line = one_error_line(dream(url_of(db), "runs", "list", "--agent", "a0",
                                 "--after", made[Scope("a1")]))
-    assert line.startswith("error: after: ") and "'next'" in line
+    assert line == (f"error: after: {made[Scope('a1')]!r} is no run of this listing; pass the "
+                    "last run id of the page before (the one it named to go on with), with the "
+                    "same filters"), line  # before: "(its 'next')", a name only the API uses
 
 
 def test_a_cancel_reason_with_nothing_visible_is_refused_and_the_run_stays(db: App) -> None:
