@@ -91,3 +91,17 @@ def test_upgrade_of_tables_without_a_revision_names_them_as_not_ours(tmp_path: P
         conn.execute("DROP TABLE alembic_version")
     line = one_error_line(dream(url, "db", "upgrade"), ConfigError.exit_code)
     assert "table agents already exists" in line and "point DREAM_DATABASE_URL" in line, line
+
+
+def test_a_refused_upgrade_adds_nothing_to_another_applications_file(tmp_path: Path) -> None:
+    """Another application's SQLite file with a table of ours (``notes``): `dream db upgrade`
+    was refused only when its migration reached that table, after creating every table before
+    it (SQLite commits each CREATE): the other file kept alembic_version, agents, dream_runs
+    and six more. Now it is refused before the first statement, the file as it was."""
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    line = one_error_line(dream(f"sqlite:///{path}", "db", "upgrade"), ConfigError.exit_code)
+    assert "table notes already exists" in line and "point DREAM_DATABASE_URL" in line, line
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [("notes",)]

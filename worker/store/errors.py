@@ -31,7 +31,7 @@ def database_error(exc: SQLAlchemyError) -> DreamError | None:
         return ConfigError(f"DREAM_DATABASE_URL: {orig.splitlines()[0] if orig else exc}; fix "
                            "the URL's options (after `?`)")
     if isinstance(exc, ProgrammingError) and "already exists" in orig:
-        return _not_ours(orig.splitlines()[0])
+        return not_ours(orig.splitlines()[0])
     if isinstance(exc, DatabaseError) and "file is not a database" in orig:
         return ConfigError("DREAM_DATABASE_URL points at a file that is not an SQLite database; "
                            "point it at a dream-worker database or a new path")
@@ -55,7 +55,7 @@ def _operational(exc: OperationalError, reason: str) -> DreamError:
         return ConfigError(f"the database schema is out of date ({reason}); run "
                            "`dream db upgrade`")
     if "already exists" in reason:
-        return _not_ours(reason)
+        return not_ours(reason)
     if "does not exist" in reason:  # PostgreSQL: the database or role named in the URL
         return ConfigError(f"cannot connect: {reason.rpartition('FATAL:')[2].strip()}; create "
                            "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
@@ -65,7 +65,7 @@ def _operational(exc: OperationalError, reason: str) -> DreamError:
                        "that the server is running")
 
 
-def _not_ours(reason: str) -> DreamError:
+def not_ours(reason: str) -> DreamError:
     """A migration met a table it creates (`dream db upgrade` of a database whose tables were
     made without a recorded revision): another application's, or built without the migrations."""
     return ConfigError(f"the database already holds a table the migrations create ({reason}) "

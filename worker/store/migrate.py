@@ -11,11 +11,12 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.util.exc import CommandError
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
 
 from worker.errors import ConfigError
 from worker.resources import resource_dir
+from worker.store.errors import not_ours
 
 MIGRATIONS_DIR = resource_dir("migrations")
 
@@ -66,10 +67,24 @@ def upgrade(engine: Engine, revision: str = "head", *,
         if conn.dialect.name == "postgresql":
             conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
         before = _revision(conn)
+        if before is None:
+            _refuse_foreign_tables(conn)
         cfg = alembic_config(engine)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
         return before, _revision(conn)
+
+
+def _refuse_foreign_tables(conn: Connection) -> None:
+    """A database with no recorded revision that already holds a table the migrations create
+    (another application's file, or tables made without the migrations) is refused before the
+    first statement: on SQLite each CREATE commits on its own, and a migration that stopped at
+    the clash left half of the schema in the other application's file."""
+    from worker.store.models import Base
+
+    clash = sorted(set(inspect(conn).get_table_names()) & set(Base.metadata.tables))
+    if clash:
+        raise not_ours(f"table {clash[0]} already exists")
 
 
 def check(engine: Engine, *, verbose: bool = False) -> None:
