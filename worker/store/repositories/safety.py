@@ -16,6 +16,7 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     Table,
+    and_,
     bindparam,
     cast,
     delete,
@@ -392,7 +393,8 @@ def _restore_statement(table: Table, keys: tuple[str, ...], retires: bool) -> An
                 .where(table.c.id == bindparam("b_id"), table.c.version == bindparam("b_version"))
                 .values({k: bindparam(f"v_{k}") for k in (*keys, "version")}))
         if retires:
+            # Not NOT IN: an expanding list cannot go through executemany.
             stmt = stmt.where(or_(table.c.status != NoteStatus.ACTIVE.value,
-                                  table.c.protection.notin_(_PINNED)))
+                                  and_(*(table.c.protection != p for p in _PINNED))))
         _RESTORES[(table.name, keys, retires)] = stmt
     return stmt
