@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -14,6 +13,7 @@ from worker.domain.limits import INT_MAX, visible_problem
 from worker.domain.types import NoteStatus
 from worker.ingest.fields import (
     choice,
+    derived_id,
     opt_number,
     opt_str,
     opt_time,
@@ -50,7 +50,7 @@ def parse_example(obj: dict[str, Any], number: int, now: datetime) -> dict[str, 
     if access_count != int(access_count):
         raise InputError(f"line {number}: access_count must be a whole number")
     return {
-        "id": opt_str(obj, "id", number) or str(uuid.uuid4()),
+        "id": opt_str(obj, "id", number) or derived_id(scope.key, obj["input"], obj["output"]),
         "scope_key": scope.key, **scope.as_dict(),
         "input": obj["input"], "output": obj["output"], "success_score": score,
         "is_auto_generated": auto, "status": status, "access_count": int(access_count),

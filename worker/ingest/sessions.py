@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from worker.app import App
 from worker.ingest.fields import (
+    derived_id,
     opt_str,
     opt_time,
     parse_scope,
@@ -31,7 +31,7 @@ def parse_session(obj: dict[str, Any], number: int) -> dict[str, Any]:
     if ended is not None and ended < started:
         raise InputError(f"line {number}: ended_at is before started_at")
     return {
-        "id": opt_str(obj, "id", number) or str(uuid.uuid4()),
+        "id": opt_str(obj, "id", number) or derived_id(scope.key, started.isoformat()),
         "scope_key": scope.key, **scope.as_dict(),
         "started_at": started, "ended_at": ended,
     }
