@@ -26,3 +26,4 @@ def test_restore_never_retires_an_active_pinned_note(app: App, protection: str, 
             [] if written else ["n1"])
         uow.commit()
     assert note_rows(app)["n1"].version == (2 if written else 1)
+

@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Scope
@@ -19,7 +21,14 @@ _KNOWN = select(_J.c.fingerprint, _J.c.verdict).where(
 _OF_KINDS = select(_J.c.kind, _J.c.fingerprint, _J.c.note_ids, _J.c.verdict, _J.c.reason).where(
     _J.c.scope_key == bindparam("scope_key"), _J.c.kind.in_(bindparam("kinds", expanding=True)),
 ).order_by(_J.c.id)
-_INSERT_JUDGEMENT = insert(_J)
+# First writer wins, in the statement itself (PostgreSQL?): two hosts recording the same
+# keep-apart at once both succeed; a look first, then an insert, let the second fail on the
+# unique fingerprint.
+_FIRST_WINS = {
+    postgres: (pg_insert(_J) if postgres else sqlite_insert(_J))
+    .on_conflict_do_nothing(index_elements=["scope_key", "kind", "fingerprint"])
+    for postgres in (False, True)
+}
 # A retirement a phase decided but the blast-radius guard (R20) held back for a later run.
 PENDING_RETIREMENT = "retire_pending"
 
@@ -27,6 +36,9 @@ PENDING_RETIREMENT = "retire_pending"
 class JudgementRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
+
+    def _first_wins(self, row: dict[str, Any]) -> None:
+        self._run(_FIRST_WINS[self.session.get_bind().dialect.name == "postgresql"], [row])
 
     def _run(self, stmt: Any, params: Any = None) -> Any:
         """Core execution on the session's connection (same transaction): skips the ORM
@@ -66,14 +78,10 @@ class JudgementRepository:
         self, scope: Scope, kind: str, fingerprint: str, note_ids: list[str], verdict: str,
         reason: str | None, run_id: str | None, now: datetime,
     ) -> None:
-        if self.known(scope, kind, [fingerprint]):
-            return
-        self._run(
-            _INSERT_JUDGEMENT,
-            [{"scope_key": scope.key, "kind": kind, "fingerprint": fingerprint,
-              "note_ids": sorted(note_ids), "verdict": verdict, "reason": reason,
-              "run_id": run_id, "created_at": now}],
-        )
+        """A verdict, unless one is recorded for the fingerprint already (first writer wins)."""
+        self._first_wins({"scope_key": scope.key, "kind": kind, "fingerprint": fingerprint,
+                          "note_ids": sorted(note_ids), "verdict": verdict, "reason": reason,
+                          "run_id": run_id, "created_at": now})
 
     def record_retirement(
         self, scope: Scope, fingerprint: str, loser_id: str, winner_id: str, kind: str,
@@ -81,14 +89,10 @@ class JudgementRepository:
     ) -> None:
         """A retirement decided but not applied (the guard said no): ``note_ids`` keep the
         order [loser, winner]; ``fingerprint`` is the pair's at the versions it was decided."""
-        if self.known(scope, PENDING_RETIREMENT, [fingerprint]):
-            return
-        self._run(
-            _INSERT_JUDGEMENT,
-            [{"scope_key": scope.key, "kind": PENDING_RETIREMENT, "fingerprint": fingerprint,
-              "note_ids": [loser_id, winner_id], "verdict": kind, "reason": reason,
-              "run_id": run_id, "created_at": now}],
-        )
+        self._first_wins({"scope_key": scope.key, "kind": PENDING_RETIREMENT,
+                          "fingerprint": fingerprint, "note_ids": [loser_id, winner_id],
+                          "verdict": kind, "reason": reason, "run_id": run_id,
+                          "created_at": now})
 
     def pending_retirements(self, scope: Scope) -> list[tuple[str, str, str, str, str | None]]:
         """(fingerprint, loser, winner, kind, reason) of every recorded pending retirement,
