@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any, cast
 
 from sqlalchemy.engine import Connection
@@ -30,8 +29,6 @@ class _Plan:
     def bind(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
         """Each row's parameters as the driver takes them; a processor sees every value, None
         included, as in SQLAlchemy's own execution (JSON writes None as JSON null)."""
-        if self.positional and self.binds and all(key is not None for _, key, _, _ in self.binds):
-            return self._bind_rows(rows)
         out: list[Any] = []
         if self.positional:
             for row in rows:
@@ -43,23 +40,6 @@ class _Plan:
             out.append({name: fixed if key is None else (row[key] if proc is None
                                                          else proc(row[key]))
                         for name, key, fixed, proc in self.binds})
-        return out
-
-    def _bind_rows(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
-        """``bind`` of positional parameters all taken from the rows (the usual shape): each
-        row's values read at once, only those with a processor passed through it."""
-        keys = [key for _, key, _, _ in self.binds]
-        procs = [(i, proc) for i, (_, _, _, proc) in enumerate(self.binds) if proc is not None]
-        getter = itemgetter(*keys)
-        values = [(getter(row),) for row in rows] if len(keys) == 1 else list(map(getter, rows))
-        if not procs:
-            return values
-        out: list[Any] = []
-        for row_values in values:
-            found = list(row_values)
-            for i, proc in procs:
-                found[i] = proc(found[i])
-            out.append(tuple(found))
         return out
 
 
