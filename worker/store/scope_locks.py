@@ -31,6 +31,10 @@ from worker.store.models import NoteRow
 # the same hash only wait for each other).
 _SCOPE_LOCKS = 0x64726D  # "drm"
 _LOCK = text("SELECT pg_advisory_xact_lock(:space, hashtext(:key))")
+# Every key's lock in the order given: a volatile output expression is evaluated after the
+# ORDER BY sort (PostgreSQL ≥ 9.6), the keys' own order as listed (WITH ORDINALITY).
+_LOCK_ALL = text("SELECT pg_advisory_xact_lock(:space, hashtext(t.key)) "
+                 "FROM unnest(CAST(:keys AS text[])) WITH ORDINALITY AS t(key, n) ORDER BY t.n")
 LOCK_KEY = "l_scope"  # the parameter ``lock_term`` binds the scope key as
 
 
@@ -50,8 +54,11 @@ def lock_scopes(session: Session, scope_keys: Iterable[str]) -> None:
     on SQLite, whose write lock is the transaction's own)."""
     if session.get_bind().dialect.name != "postgresql":
         return
-    for key in sorted(set(scope_keys)):
-        session.execute(_LOCK, {"space": _SCOPE_LOCKS, "key": key})
+    keys = sorted(set(scope_keys))
+    if len(keys) == 1:
+        session.execute(_LOCK, {"space": _SCOPE_LOCKS, "key": keys[0]})
+    elif keys:  # one statement, not one per scope (an import or an erasure over many)
+        session.execute(_LOCK_ALL, {"space": _SCOPE_LOCKS, "keys": keys}).all()
 
 
 def hold_scopes(session: Session, scope_keys: Iterable[str]) -> None:
