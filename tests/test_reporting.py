@@ -18,9 +18,10 @@ def _step(name: str, output: dict[str, Any], note_ids: list[str] | None = None) 
 
 def test_a_step_line_joins_what_it_says_and_its_notes_without_a_stray_separator() -> None:
     """A child step with no counters, tokens or reason printed "1.5 ms  ; notes: a, b": the
-    separator is written only between two parts."""
+    separator is written only between two parts. A flag shows only when set ("dry_run=False"
+    stood under every child of a real run)."""
     parent = _step("archive", {"notes_expired": 1})
-    parent["children"] = [_step("rule", {"archived": ["a", "b"]}),
+    parent["children"] = [_step("rule", {"archived": ["a", "b"], "dry_run": False}),
                           _step("pair 1", {"verdict": "open"}, ["c", "d"])]
     tree = {"id": "r1", "status": "succeeded", "scope": "s", "trigger": "manual",
             "dry_run": False, "steps": [parent]}
@@ -28,3 +29,9 @@ def test_a_step_line_joins_what_it_says_and_its_notes_without_a_stray_separator(
     assert lines[1].endswith("ms  notes_expired=1")
     assert lines[2].endswith("1.5 ms  archived: a, b")
     assert lines[3].endswith("1.5 ms    — open; notes: c, d")
+
+
+def test_a_set_flag_is_shown() -> None:
+    tree = {"id": "r1", "status": "succeeded", "scope": "s", "trigger": "manual",
+            "dry_run": True, "steps": [_step("prune", {"dry_run": True, "notes_checked": 2})]}
+    assert render_tree(tree).splitlines()[1].endswith("ms  dry_run=True, notes_checked=2")

@@ -171,7 +171,9 @@ def said_counters(output: dict[str, Any] | None) -> str:
 
 def _step_line(step: dict[str, Any], indent: str) -> str:
     output = step.get("output") or {}
-    counters = ", ".join(f"{k}={v}" for k, v in output.items() if isinstance(v, int | float | bool))
+    # A flag only when set: "dry_run=False" under every child of a real run said nothing.
+    counters = ", ".join(f"{k}={v}" for k, v in output.items()
+                         if isinstance(v, int | float) and v is not False)
     reason = output.get("reason") or output.get("verdict") or step.get("error") or ""
     ms = step.get("duration_ms") or 0.0
     tokens = f"  tokens {step['tokens_in']}/{step['tokens_out']}" if step.get("tokens_in") else ""
