@@ -10,7 +10,7 @@ from sqlalchemy import Table, bindparam, insert, select, update
 from worker.app import App
 from worker.store import many
 from worker.store.models import NoteRow
-from worker.store.repositories.writes import _NEW_JUDGEMENTS
+from worker.store.repositories.writes import NEW_JUDGEMENTS
 
 _NOTES = cast(Table, NoteRow.__table__)
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -82,13 +82,13 @@ def test_a_statement_with_defaults_to_fill_goes_through_sqlalchemy(app: App) -> 
                    "note_ids": ["a", "b"], "verdict": "distinct", "reason": "first",
                    "created_at": T0}
         postgres = conn.dialect.name == "postgresql"
-        many.execute_many(conn, _NEW_JUDGEMENTS[postgres], [verdict])
-        many.execute_many(conn, _NEW_JUDGEMENTS[postgres],
+        many.execute_many(conn, NEW_JUDGEMENTS[postgres], [verdict])
+        many.execute_many(conn, NEW_JUDGEMENTS[postgres],
                           [{**verdict, "reason": "second"}])
         uow.commit()
     with app.uow() as uow:
         filled = uow.session.execute(select(_NOTES.c.type, _NOTES.c.version).where(
             _NOTES.c.scope_key == "s:defaults")).all()
-        reasons = uow.session.execute(select(_NEW_JUDGEMENTS[False].table.c.reason)).scalars().all()
+        reasons = uow.session.execute(select(NEW_JUDGEMENTS[False].table.c.reason)).scalars().all()
     assert [tuple(r) for r in filled] == [("Context", 1)] * 3
     assert reasons == ["first"]

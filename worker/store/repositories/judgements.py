@@ -7,12 +7,11 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, insert, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Scope
 from worker.store.models import JudgementRow, ReviewRow
+from worker.store.repositories.writes import NEW_JUDGEMENTS
 
 _J = cast(Table, JudgementRow.__table__)
 _KNOWN = select(_J.c.fingerprint, _J.c.verdict).where(
@@ -21,14 +20,6 @@ _KNOWN = select(_J.c.fingerprint, _J.c.verdict).where(
 _OF_KINDS = select(_J.c.kind, _J.c.fingerprint, _J.c.note_ids, _J.c.verdict, _J.c.reason).where(
     _J.c.scope_key == bindparam("scope_key"), _J.c.kind.in_(bindparam("kinds", expanding=True)),
 ).order_by(_J.c.id)
-# First writer wins, in the statement itself (PostgreSQL?): two hosts recording the same
-# keep-apart at once both succeed; a look first, then an insert, let the second fail on the
-# unique fingerprint.
-_FIRST_WINS = {
-    postgres: (pg_insert(_J) if postgres else sqlite_insert(_J))
-    .on_conflict_do_nothing(index_elements=["scope_key", "kind", "fingerprint"])
-    for postgres in (False, True)
-}
 # A retirement a phase decided but the blast-radius guard (R20) held back for a later run.
 PENDING_RETIREMENT = "retire_pending"
 
@@ -38,7 +29,10 @@ class JudgementRepository:
         self.session = session
 
     def _first_wins(self, row: dict[str, Any]) -> None:
-        self._run(_FIRST_WINS[self.session.get_bind().dialect.name == "postgresql"], [row])
+        """One verdict row, unless its fingerprint is recorded already: in the statement
+        itself, so two hosts recording the same keep-apart at once both succeed (a look, then
+        an insert, let the second fail on the unique fingerprint)."""
+        self._run(NEW_JUDGEMENTS[self.session.get_bind().dialect.name == "postgresql"], [row])
 
     def _run(self, stmt: Any, params: Any = None) -> Any:
         """Core execution on the session's connection (same transaction): skips the ORM

@@ -78,7 +78,7 @@ _ACTIVE_COUNT = select(func.count()).select_from(_NOTES).where(
     _NOTES.c.scope_key == bindparam("scope_key"), _NOTES.c.status == NoteStatus.ACTIVE.value)
 CHUNK = 500
 # Verdict memory's insert, by dialect (PostgreSQL?): a fingerprint already there is kept.
-_NEW_JUDGEMENTS = {
+NEW_JUDGEMENTS = {
     postgres: (pg_insert(_JUDGEMENTS) if postgres else sqlite_insert(_JUDGEMENTS))
     .on_conflict_do_nothing(index_elements=["scope_key", "kind", "fingerprint"])
     for postgres in (False, True)
@@ -257,4 +257,4 @@ class WriteRepository:
     def add_judgements(self, rows: list[dict[str, Any]]) -> None:
         """Verdict memory, first writer wins: a fingerprint already recorded is left as it is."""
         if rows:
-            self._many(_NEW_JUDGEMENTS[self.session.get_bind().dialect.name == "postgresql"], rows)
+            self._many(NEW_JUDGEMENTS[self.session.get_bind().dialect.name == "postgresql"], rows)
