@@ -191,18 +191,16 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     # fresh is looked at again under it: an import of the same lines committed meanwhile
     # makes them present (what was present stays so: an import never removes a note).
     _embed_missing(app, planned)
+    line_of = {i: first[0] for i, first in parsed.first_line.items()}
     with app.uow() as uow:
         hold_scopes(uow.session, {r["scope_key"] for r in parsed.rows})
-        fresh = _planned(uow, parsed, planned)
-        edges = lineage_rows(uow, fresh, parsed.lineage,
-                             {i: first[0] for i, first in parsed.first_line.items()})
-        _embed_missing(app, fresh)
+        fresh = _planned(uow, parsed, planned)  # a subset of ``planned``: embedded already
+        edges = lineage_rows(uow, fresh, parsed.lineage, line_of)
         for start in range(0, len(fresh), 5000):
             uow.notes.insert_many(fresh[start : start + 5000])
         for start in range(0, len(edges), 5000):  # after the notes: their foreign keys
             uow.notes.insert_lineage(edges[start : start + 5000])
-        record_apart(uow, parsed.apart, set(parsed.first_line),
-                     {i: first[0] for i, first in parsed.first_line.items()}, utcnow())
+        record_apart(uow, parsed.apart, set(parsed.first_line), line_of, utcnow())
         uow.commit()
     result.inserted = len(fresh)
     result.duplicates = result.read - len(fresh)
