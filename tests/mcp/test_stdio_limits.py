@@ -1,0 +1,65 @@
+"""`dream mcp` over stdio, at the edges of its input (worker.mcp.stdio_wire): a line longer than
+DREAM_API_MAX_BODY_BYTES is refused with a JSON-RPC error naming the limit, never read whole,
+and the server goes on serving from the next line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
+
+from tests.mcp.test_server import DREAM, ROOT, _env, _states  # noqa: E402
+from tests.mcp.test_stdio_lines import CANARY, _call, _exchange, _lines  # noqa: E402
+from tests.support.factories import add_notes  # noqa: E402
+from worker.app import App  # noqa: E402
+
+LIMIT = 2048
+INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+
+
+def _remember(request_id: int, content: str) -> str:
+    return _call(request_id, "remember", json.dumps({"content": content}))
+
+
+def _padded(line: str, size: int) -> str:
+    """The same message, as a line of exactly ``size`` bytes (JSON allows trailing blanks)."""
+    return line + " " * (size - len(line.encode()))
+
+
+def test_a_line_over_the_limit_is_refused_with_its_id_and_the_server_goes_on(
+        sqlite_app: App) -> None:
+    """A valid request one byte over the limit is refused (-32600, the limit and the setting
+    named, its id kept) and stores nothing; 200 KB of junk without a newline is refused as
+    well; a request of exactly the limit and the next one are served."""
+    app = sqlite_app
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
+    before = _states(app, "agent-a")
+    proc = subprocess.Popen([DREAM, "mcp", "--agent", "agent-a"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=_env(app, DREAM_API_MAX_BODY_BYTES=str(LIMIT),
+                                     DREAM_LOG_LEVEL="DEBUG"), cwd=str(ROOT))
+    assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
+    answers = _lines(proc.stdout)
+    try:
+        assert "result" in _exchange(proc, answers, INIT)
+        over = _padded(_remember(2, CANARY + " likes oolong"), LIMIT + 1)
+        junk = '{"jsonrpc":"2.0","id":3,' + CANARY + "x" * 200_000
+        for line, request_id in ((over, 2), (junk, 3)):
+            refused = _exchange(proc, answers, line)
+            assert refused["id"] == request_id and refused["error"]["code"] == -32600, refused
+            message = refused["error"]["message"]
+            assert f"longer than {LIMIT} bytes" in message and "DREAM_API_MAX_BODY_BYTES" in message
+            assert CANARY not in message and "\n" not in message
+        assert _states(app, "agent-a") == before  # the over-long remember stored nothing
+        exact = _exchange(proc, answers, _padded(_call(4, "dream_status", "{}"), LIMIT))
+        assert exact["id"] == 4 and "result" in exact, exact
+        still = _exchange(proc, answers, _call(5, "dream_status", "{}"))
+        assert still["id"] == 5 and "result" in still, still
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert CANARY not in proc.stderr.read().decode("utf-8", "replace")
