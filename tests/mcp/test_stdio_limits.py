@@ -1,6 +1,7 @@
 """`dream mcp` over stdio, at the edges of its input (worker.mcp.stdio_wire): a line longer than
 DREAM_API_MAX_BODY_BYTES is refused with a JSON-RPC error naming the limit, never read whole,
-and the server goes on serving from the next line."""
+and the server goes on serving from the next line; requests still in flight when stdin closes
+are answered before the process exits, and a dream one of them started ends first."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from worker.app import App  # noqa: E402
 LIMIT = 2048
 INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+INITIALIZED = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
 
 def _remember(request_id: int, content: str) -> str:
@@ -63,3 +65,25 @@ def test_a_line_over_the_limit_is_refused_with_its_id_and_the_server_goes_on(
         proc.stdin.close()
         proc.wait(timeout=30)
     assert CANARY not in proc.stderr.read().decode("utf-8", "replace")
+
+
+def test_requests_in_flight_when_stdin_closes_are_answered_and_their_dream_ends(
+        sqlite_app: App) -> None:
+    """A client writes its requests and closes stdin at once (as `echo ... | dream mcp` does):
+    every request gets its answer before the process exits (the SDK cancelled the ones still
+    running), and the dream one of them started is finished, not left `running`."""
+    app = sqlite_app
+    requests = [INIT, INITIALIZED]
+    requests += [_remember(i, f"Tea fact number {i} is about oolong") for i in range(2, 22)]
+    requests.append(_call(99, "start_dream", '{"force": true}'))
+    done = subprocess.run([DREAM, "mcp", "--agent", "agent-a"],
+                          input=("\n".join(requests) + "\n").encode(), capture_output=True,
+                          env=_env(app), cwd=str(ROOT), timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    answers = {a["id"]: a for a in map(json.loads, done.stdout.decode().splitlines())}
+    assert sorted(answers) == [1, *range(2, 22), 99]
+    assert all("result" in a and not a["result"].get("isError") for a in answers.values())
+    run_id = json.loads(answers[99]["result"]["content"][0]["text"])["run_id"]
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and run.status in ("succeeded", "partial", "failed")

@@ -110,7 +110,8 @@ class DreamServer(MCPServer):
 
     async def run_stdio_async(self) -> None:
         """The SDK's stdio loop, with a JSON-RPC error for each line it cannot read (it would
-        drop it, and its sender would wait forever) or that is too long: worker.mcp.stdio."""
+        drop it, and its sender would wait forever) or that is too long, and an answer to each
+        request read before stdin closed: worker.mcp.stdio."""
         from worker.mcp.stdio import serve_stdio
 
         await serve_stdio(self._lowlevel_server, self.max_line_bytes)

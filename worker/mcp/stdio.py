@@ -23,7 +23,14 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from worker.mcp.stdio_wire import BoundedLines, claimed_stdin, too_long_id, too_long_line
+from worker.mcp.stdio_wire import (
+    AnsweredWriteStream,
+    BoundedLines,
+    InFlight,
+    claimed_stdin,
+    too_long_id,
+    too_long_line,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -47,23 +54,29 @@ def parse_error_line(reason: str) -> str:
 
 
 async def serve_stdio(server: Server[Any], max_line_bytes: int) -> None:
-    """``MCPServer.run_stdio_async`` with every unreadable or over-long line answered
-    (worker.mcp.stdio_wire)."""
+    """``MCPServer.run_stdio_async`` with every unreadable or over-long line answered, and every
+    request read answered before the server ends (worker.mcp.stdio_wire)."""
+    in_flight = InFlight()
     with claimed_stdin() as wire:
         lines = BoundedLines(wire, max_line_bytes, _request_id)
         # The SDK reads any async iterable of lines; it types the argument as an anyio file.
         async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
-            await server.run(AnsweringReadStream(read_stream, write_stream, max_line_bytes),
-                             write_stream, server.create_initialization_options())
+            answered = AnsweredWriteStream(write_stream, in_flight)
+            await server.run(AnsweringReadStream(read_stream, answered, max_line_bytes,
+                                                 in_flight),
+                             answered, server.create_initialization_options())
 
 
 class AnsweringReadStream:
-    """The SDK's read stream, minus its exceptions: each is answered on the write stream."""
+    """The SDK's read stream, minus its exceptions: each is answered on the write stream. At the
+    end of stdin it ends only once the requests read are answered: the SDK cancels the handlers
+    still running when its read stream ends, and their senders would never hear back."""
 
-    def __init__(self, inner: Any, write: Any, max_line_bytes: int) -> None:
+    def __init__(self, inner: Any, write: Any, max_line_bytes: int, in_flight: InFlight) -> None:
         self.inner = inner
         self.write = write
         self.max_line_bytes = max_line_bytes
+        self.in_flight = in_flight
 
     @property
     def last_context(self) -> Any:
@@ -71,8 +84,13 @@ class AnsweringReadStream:
 
     async def receive(self) -> SessionMessage:
         while True:
-            item = await self.inner.receive()
+            try:
+                item = await self.inner.receive()
+            except anyio.EndOfStream:
+                await self.in_flight.drain()
+                raise
             if not isinstance(item, Exception):
+                self.in_flight.received(item)
                 return item  # type: ignore[no-any-return]
             await self.write.send(SessionMessage(refusal(item, self.max_line_bytes)))
 

@@ -1,4 +1,5 @@
-"""The stdio wire under `dream mcp`: stdin read in lines of bounded size.
+"""The stdio wire under `dream mcp`: stdin read in lines of bounded size, and the requests in
+flight counted so that a client closing stdin still gets every answer.
 
 A line longer than the limit is never held whole: its first ``limit + 1`` bytes show it is too
 long (and, maybe, its id), the rest is skipped in small chunks up to its newline, and the server
@@ -10,19 +11,24 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
 import anyio
 import anyio.to_thread
+import mcp_types as types
 import structlog
+from mcp.shared.message import SessionMessage
 
 log = structlog.get_logger(__name__)
 
 # A line can hold a newline only at its end: a string with one before it came from no client.
 TOO_LONG = "\n(line over the limit)\n"
 _SKIP_CHUNK = 65_536
+# How long the requests still running when stdin closes get to answer before the server exits.
+DRAIN_SECONDS = 60.0
 
 
 @contextmanager
@@ -92,3 +98,56 @@ def too_long_line(limit: int) -> str:
     return (f"request too large: the line is longer than {limit} bytes "
             "(DREAM_API_MAX_BODY_BYTES); send less per message, or raise "
             "DREAM_API_MAX_BODY_BYTES for this server")
+
+
+class InFlight:
+    """The ids of the requests read and not yet answered."""
+
+    def __init__(self) -> None:
+        self.ids: set[int | str] = set()
+
+    def received(self, message: SessionMessage) -> None:
+        sent = message.message
+        if isinstance(sent, types.JSONRPCRequest):
+            self.ids.add(sent.id)
+        elif isinstance(sent, types.JSONRPCNotification) and \
+                sent.method == "notifications/cancelled":
+            self.ids.discard((sent.params or {}).get("requestId"))  # no answer is due
+
+    def answered(self, message: SessionMessage) -> None:
+        sent = message.message
+        if isinstance(sent, types.JSONRPCResponse | types.JSONRPCError) and sent.id is not None:
+            self.ids.discard(sent.id)
+
+    async def drain(self, seconds: float = DRAIN_SECONDS) -> None:
+        """Wait (at most ``seconds``) until every request read has been answered."""
+        deadline = time.monotonic() + seconds
+        while self.ids and time.monotonic() < deadline:
+            await anyio.sleep(0.02)
+        if self.ids:
+            log.warning("mcp.unanswered_at_close", requests=len(self.ids), waited_s=seconds)
+
+
+class AnsweredWriteStream:
+    """The SDK's write stream, telling ``InFlight`` of each answer it carries."""
+
+    def __init__(self, inner: Any, in_flight: InFlight) -> None:
+        self.inner = inner
+        self.in_flight = in_flight
+
+    async def send(self, message: SessionMessage) -> None:
+        await self.inner.send(message)
+        self.in_flight.answered(message)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> AnsweredWriteStream:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.inner.__aexit__(*exc)
