@@ -62,8 +62,13 @@ def _revision(conn: Connection) -> str | None:
 
 def upgrade(engine: Engine, revision: str = "head", *,
             verbose: bool = False) -> tuple[str | None, str | None]:
-    """Migrate to ``revision``; the revision before and after (None: no schema yet)."""
-    with engine.begin() as conn, _alembic_logs(verbose), _known_revision():
+    """Migrate to ``revision``, all or nothing; the revision before and after (None: no
+    schema yet)."""
+    with engine.connect() as conn, _alembic_logs(verbose), _known_revision(), \
+            _sqlite_transaction_ours(conn), conn.begin():
+        if conn.dialect.name == "sqlite":
+            # Taken at once: a second upgrade waits here (busy timeout), not half-way through.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
         if conn.dialect.name == "postgresql":
             conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
         before = _revision(conn)
@@ -73,6 +78,31 @@ def upgrade(engine: Engine, revision: str = "head", *,
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
         return before, _revision(conn)
+
+
+@contextmanager
+def _sqlite_transaction_ours(conn: Connection) -> Iterator[None]:
+    """SQLite: the upgrade's BEGIN is ours, so every statement of it is in one transaction.
+
+    pysqlite opens a transaction only before an INSERT, UPDATE or DELETE, and Alembic, which
+    knows SQLite's driver as non-transactional, runs no BEGIN of its own: each CREATE, each
+    batch table copy and rename committed on its own, and a migration that failed half-way left
+    a half-migrated file (its table made, its revision not recorded, the next upgrade failing
+    on "already exists"). SQLite's DDL is transactional; with the driver's own transaction
+    handling off (SQLAlchemy's pysqlite recipe for transactional DDL), the commit or rollback
+    that ends ``conn.begin()`` ends the BEGIN the caller emits. Turned off before anything runs
+    (turning it off commits an open transaction) and back on after that end. PostgreSQL is
+    unchanged: its DDL runs in the ``conn.begin()`` transaction already."""
+    if conn.dialect.name != "sqlite":
+        yield
+        return
+    driver = conn.connection.driver_connection
+    saved = driver.isolation_level  # type: ignore[union-attr]
+    driver.isolation_level = None  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        driver.isolation_level = saved  # type: ignore[union-attr]
 
 
 def _refuse_foreign_tables(conn: Connection) -> None:
