@@ -6,6 +6,7 @@ are answered before the process exits, and a dream one of them started ends firs
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -87,3 +88,34 @@ def test_requests_in_flight_when_stdin_closes_are_answered_and_their_dream_ends(
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         assert run is not None and run.status in ("succeeded", "partial", "failed")
+
+
+def _peak_rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_a_line_of_256_mb_never_grows_the_server_by_more_than_64_mb(sqlite_app: App) -> None:
+    """256 MB without a newline, at the default limit (1 MiB): the server's peak resident
+    memory grows by less than 64 MB (the SDK held the whole line, and then its parse), the
+    line is refused with -32600, and the next request is served."""
+    proc = subprocess.Popen([DREAM, "mcp", "--agent", "agent-a"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=_env(sqlite_app), cwd=str(ROOT))
+    assert proc.stdout is not None and proc.stdin is not None
+    answers = _lines(proc.stdout)
+    try:
+        assert "result" in _exchange(proc, answers, INIT)
+        base = _peak_rss_kib(proc.pid)
+        chunk = b"x" * (1 << 20)
+        for _ in range(256):
+            proc.stdin.write(chunk)
+        refused = _exchange(proc, answers, "")  # the newline that ends it
+        assert _peak_rss_kib(proc.pid) - base < 64 * 1024
+        assert refused["id"] is None and refused["error"]["code"] == -32600, refused
+        still = _exchange(proc, answers, _call(2, "dream_status", "{}"))
+        assert still["id"] == 2 and "result" in still, still
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
