@@ -139,6 +139,7 @@ def test_a_migration_that_fails_half_way_changes_nothing_on_sqlite(
     upgrade succeeds once the migration is fixed."""
     path = tmp_path / "dream.db"
     url = f"sqlite:///{path}"
+    head = known_revisions()[-1]
     if start == "head":
         assert _dream(url, "db", "upgrade").returncode == 0
     else:
@@ -147,7 +148,12 @@ def test_a_migration_that_fails_half_way_changes_nothing_on_sqlite(
     quiet = {"PYTHONDONTWRITEBYTECODE": "1"}
     broken = _dream(url, "db", "upgrade",
                     DREAM_RESOURCES_DIR=_with_extra_migration(tmp_path, fails=True), **quiet)
-    assert broken.returncode != 0, broken.stdout
+    # One line (before: "the database has no dream-worker schema ...; run `dream db upgrade`").
+    assert (broken.returncode, broken.stdout) == (ConfigError.exit_code, ""), broken.stderr
+    assert broken.stderr.splitlines() == [
+        "error: a migration failed (no such table: no_such_table) and the upgrade was rolled "
+        f"back: the database is unchanged, at {'an empty schema' if start == 'empty' else head}; "
+        "see which with `dream db upgrade --verbose`, and report it with that output"]
     assert _dump(path) == before
     fixed = _dream(url, "db", "upgrade",
                    DREAM_RESOURCES_DIR=_with_extra_migration(tmp_path, fails=False), **quiet)

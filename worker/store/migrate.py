@@ -13,10 +13,11 @@ from alembic.runtime.migration import MigrationContext
 from alembic.util.exc import CommandError
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from worker.errors import ConfigError
 from worker.resources import resource_dir
-from worker.store.errors import not_ours
+from worker.store.errors import database_error, not_ours
 
 MIGRATIONS_DIR = resource_dir("migrations")
 
@@ -76,8 +77,24 @@ def upgrade(engine: Engine, revision: str = "head", *,
             _refuse_foreign_tables(conn)
         cfg = alembic_config(engine)
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+        try:
+            command.upgrade(cfg, revision)
+        except SQLAlchemyError as exc:
+            raise _migration_failed(exc, before) from None
         return before, _revision(conn)
+
+
+def _migration_failed(exc: SQLAlchemyError, before: str | None) -> Exception:
+    """A statement of a migration failed: the mapping every other command gets ("no schema ...;
+    run `dream db upgrade`") would send the user round in a circle. A locked or unreachable
+    database keeps its own line; anything else not mapped stays a bug, with its traceback."""
+    error = database_error(exc)
+    if error is None or "dream db upgrade" not in str(error):
+        return exc
+    reason = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200]
+    return ConfigError(f"a migration failed ({reason}) and the upgrade was rolled back: the "
+                       f"database is unchanged, at {before or 'an empty schema'}; see which with "
+                       "`dream db upgrade --verbose`, and report it with that output")
 
 
 @contextmanager
