@@ -1,18 +1,12 @@
 """The stdio wire under `dream mcp`: stdin read in lines of bounded size, and the requests in
-flight counted so that a client closing stdin still gets every answer.
-
-A line longer than the limit is never held whole: its first ``limit + 1`` bytes show it is too
-long (and, maybe, its id), the rest is skipped in small chunks up to its newline, and the server
-goes on with the next line. Lines end at newlines, so the stream resynchronises there: a client
-that sent one oversized message loses that message only.
-"""
+flight counted so that a client closing stdin still gets every answer."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -51,11 +45,15 @@ def claimed_stdin() -> Iterator[IO[bytes]]:
 class BoundedLines:
     """Lines of ``wire`` as text, none read past ``limit`` bytes (the newline not counted).
 
-    An over-long line comes out as ``TOO_LONG`` followed by its first bytes' request id in JSON
+    An over-long line is never held whole: its first ``limit + 1`` bytes show it is too long
+    (and maybe its id), the rest is skipped in small chunks up to its newline. Lines end at
+    newlines, so the stream resynchronises there: the client loses that one message only.
+    It comes out as ``TOO_LONG`` followed by its first bytes' request id in JSON
     (``null`` when they show none): a line the JSON decoder refuses, which the read stream
     answers as too long (``too_long_id``)."""
 
-    def __init__(self, wire: IO[bytes], limit: int, id_of: Any) -> None:
+    def __init__(self, wire: IO[bytes], limit: int,
+                 id_of: Callable[[str], int | str | None]) -> None:
         self.wire = wire
         self.limit = limit
         self.id_of = id_of
