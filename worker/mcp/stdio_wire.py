@@ -39,7 +39,8 @@ def claimed_stdin() -> Iterator[IO[bytes]]:
             yield stream
     finally:
         os.dup2(wire, 0)
-        os.close(wire)
+        # ``wire`` stays open: a reader thread abandoned at cancellation may still block on it,
+        # and a closed descriptor's number could be handed to another file under that thread.
 
 
 class BoundedLines:
