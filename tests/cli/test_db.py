@@ -159,3 +159,34 @@ def test_a_migration_that_fails_half_way_changes_nothing_on_sqlite(
                    DREAM_RESOURCES_DIR=_with_extra_migration(tmp_path, fails=False), **quiet)
     assert fixed.returncode == 0, fixed.stderr
     assert fixed.stdout.startswith("database upgraded from ") and " to 9999: " in fixed.stdout
+
+
+def _schema(app: App) -> dict[str, object]:
+    """Every table with its columns and indexes, and the recorded revision."""
+    from sqlalchemy import inspect
+
+    with app.engine.connect() as conn:
+        seen = inspect(conn)
+        tables = {t: ([c["name"] for c in seen.get_columns(t)],
+                      sorted(str(i["name"]) for i in seen.get_indexes(t)))
+                  for t in sorted(seen.get_table_names())}
+        version = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    return {"tables": tables, "version": version}
+
+
+def test_a_failed_upgrade_leaves_either_backend_as_it_was(app: App, tmp_path: Path) -> None:
+    """The same half-way failure from head on SQLite and PostgreSQL (whose DDL was transactional
+    already, and stays so): tables, columns, indexes and revision unchanged; fixed, it upgrades."""
+    url = app.settings.database_url
+    before = _schema(app)
+    quiet = {"PYTHONDONTWRITEBYTECODE": "1"}
+    broken = _dream(url, "db", "upgrade",
+                    DREAM_RESOURCES_DIR=_with_extra_migration(tmp_path, fails=True), **quiet)
+    assert broken.returncode == ConfigError.exit_code, broken.stderr
+    assert "the upgrade was rolled back" in broken.stderr
+    assert _schema(app) == before
+    fixed = _dream(url, "db", "upgrade",
+                   DREAM_RESOURCES_DIR=_with_extra_migration(tmp_path, fails=False), **quiet)
+    assert fixed.returncode == 0, fixed.stderr
+    after = _schema(app)
+    assert after["version"] == "9999" and "half_done" in after["tables"]  # type: ignore[operator]
