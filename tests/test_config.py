@@ -301,3 +301,42 @@ def test_batch_pricing_without_an_openai_provider_is_one_warning_line(
     monkeypatch.setattr(config, "_warned", set())
     load_settings()
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("tokens", [
+    "{not json",
+    "[]",
+    '{"short": {"role": "admin"}}',
+    '{"0123456789abcdefg": {"role": "root"}}',
+    '{"0123456789abcdefg": {"agent_id": "a", "user": "u"}}',
+])
+def test_a_malformed_token_setting_stops_every_command_before_any_write(
+        sqlite_app: App, tokens: str) -> None:
+    """DREAM_API_TOKENS is checked with the other settings, by every `dream` command (a real
+    process): `dream db upgrade` (the deploy's first step) and `dream run` exit 8 with one line
+    naming the variable and what to do, never the token, and write nothing: no database file,
+    no run row (before: only `dream api` and `dream mcp --transport http` looked at it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.support.factories import add_notes
+    from worker.store.models import DreamRunRow
+
+    dream = str(Path(sys.executable).with_name("dream"))
+    add_notes(sqlite_app, {"content": "Prefers tea."})
+    fresh = Path(sqlite_app.settings.database_url.removeprefix("sqlite:///")).with_name("new.db")
+    env = {"PATH": "/usr/bin:/bin", "DREAM_LLM_PROVIDER": "none", "DREAM_LOG_LEVEL": "WARNING",
+           "DREAM_API_TOKENS": tokens}
+    for url, args in ((f"sqlite:///{fresh}", ["db", "upgrade"]),
+                      (sqlite_app.settings.database_url, ["run", "--agent", "agent-1", "--force"])):
+        done = subprocess.run([dream, *args], env={**env, "DREAM_DATABASE_URL": url},
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == ConfigError.exit_code, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("error: invalid setting: DREAM_API_TOKENS "), line
+        assert line.endswith("fix the environment variable and retry"), line
+        assert "0123456789abcdefg" not in line and done.stdout == ""
+    assert not fresh.exists()
+    with sqlite_app.uow() as uow:
+        assert uow.session.query(DreamRunRow).count() == 0

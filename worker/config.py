@@ -32,6 +32,7 @@ from worker.config_checks import (
     soft_time_limit,
 )
 from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
+from worker.tokens import parse_tokens
 from worker.urls import backend_url_problem, broker_url_problem, http_url_problem, masked_url
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -289,6 +290,17 @@ class Settings(BaseSettings):
     def _http_endpoint(cls, value: str | None) -> str | None:
         if value is not None and (problem := http_url_problem(value)):
             raise ValueError(problem)
+        return value
+
+    @field_validator("api_tokens")
+    @classmethod
+    def _token_grants(cls, value: str | None) -> str | None:
+        # Read by the servers only, but checked here as every setting is: a malformed value
+        # stops any command (the deploy's `dream db upgrade` first), with the line naming it.
+        try:
+            parse_tokens(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
     @model_validator(mode="after")

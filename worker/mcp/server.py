@@ -85,6 +85,9 @@ class DreamServer(MCPServer):
     (note text too) and carries no code. Types are strict, as the API's bodies: ``"7"`` for an
     item id or ``"yes"`` for a flag is refused, never converted."""
 
+    # The longest stdio line read (DREAM_API_MAX_BODY_BYTES: a message is a request body).
+    max_line_bytes = 1_048_576
+
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context | None = None) -> Any:
         tool = self._tool_manager.get_tool(name)
@@ -107,10 +110,11 @@ class DreamServer(MCPServer):
 
     async def run_stdio_async(self) -> None:
         """The SDK's stdio loop, with a JSON-RPC error for each line it cannot read (it would
-        drop it, and its sender would wait forever): worker.mcp.stdio."""
+        drop it, and its sender would wait forever) or that is too long, and an answer to each
+        request read before stdin closed: worker.mcp.stdio."""
         from worker.mcp.stdio import serve_stdio
 
-        await serve_stdio(self._lowlevel_server)
+        await serve_stdio(self._lowlevel_server, self.max_line_bytes)
 
 
 def _known_arguments(tool: str, fields: dict[str, Any], arguments: dict[str, Any]) -> None:
@@ -125,9 +129,9 @@ def _known_arguments(tool: str, fields: dict[str, Any], arguments: dict[str, Any
 
 
 def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = None,
-                 verifier: DreamTokenVerifier | None = None) -> MCPServer:
+                 verifier: DreamTokenVerifier | None = None) -> DreamServer:
     """One MCPServer whose every tool call runs for ``scope_of(ctx)``."""
-    server: MCPServer = DreamServer(
+    server = DreamServer(
         "dream-worker", instructions=INSTRUCTIONS, version="1", auth=auth,
         token_verifier=verifier, log_level="WARNING",
     )
@@ -311,7 +315,9 @@ def token_scope(tokens: list[tuple[bytes, Principal]]) -> ScopeOf:
 
 
 def stdio_server(app: App, scope: Scope) -> MCPServer:
-    return build_server(app, bound_scope(scope))
+    server = build_server(app, bound_scope(scope))
+    server.max_line_bytes = app.settings.api_max_body_bytes
+    return server
 
 
 def http_app(app: App, host: str, port: int) -> ASGIApp:

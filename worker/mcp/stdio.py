@@ -23,6 +23,15 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from worker.mcp.stdio_wire import (
+    AnsweredWriteStream,
+    BoundedLines,
+    InFlight,
+    claimed_stdin,
+    too_long_id,
+    too_long_line,
+)
+
 log = structlog.get_logger(__name__)
 
 PARSE_ERROR = -32700
@@ -44,19 +53,30 @@ def parse_error_line(reason: str) -> str:
             "Unicode (no lone \\ud800-\\udfff escape), numbers under 4300 digits")
 
 
-async def serve_stdio(server: Server[Any]) -> None:
-    """``MCPServer.run_stdio_async`` with every unreadable line answered."""
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(AnsweringReadStream(read_stream, write_stream), write_stream,
-                         server.create_initialization_options())
+async def serve_stdio(server: Server[Any], max_line_bytes: int) -> None:
+    """``MCPServer.run_stdio_async`` with every unreadable or over-long line answered, and every
+    request read answered before the server ends (worker.mcp.stdio_wire)."""
+    in_flight = InFlight()
+    with claimed_stdin() as wire:
+        lines = BoundedLines(wire, max_line_bytes, _request_id)
+        # The SDK reads any async iterable of lines; it types the argument as an anyio file.
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            answered = AnsweredWriteStream(write_stream, in_flight)
+            await server.run(AnsweringReadStream(read_stream, answered, max_line_bytes,
+                                                 in_flight),
+                             answered, server.create_initialization_options())
 
 
 class AnsweringReadStream:
-    """The SDK's read stream, minus its exceptions: each is answered on the write stream."""
+    """The SDK's read stream, minus its exceptions: each is answered on the write stream. At the
+    end of stdin it ends only once the requests read are answered: the SDK cancels the handlers
+    still running when its read stream ends, and their senders would never hear back."""
 
-    def __init__(self, inner: Any, write: Any) -> None:
+    def __init__(self, inner: Any, write: Any, max_line_bytes: int, in_flight: InFlight) -> None:
         self.inner = inner
         self.write = write
+        self.max_line_bytes = max_line_bytes
+        self.in_flight = in_flight
 
     @property
     def last_context(self) -> Any:
@@ -64,10 +84,15 @@ class AnsweringReadStream:
 
     async def receive(self) -> SessionMessage:
         while True:
-            item = await self.inner.receive()
+            try:
+                item = await self.inner.receive()
+            except anyio.EndOfStream:
+                await self.in_flight.drain()
+                raise
             if not isinstance(item, Exception):
+                self.in_flight.received(item)
                 return item  # type: ignore[no-any-return]
-            await self.write.send(SessionMessage(refusal(item)))
+            await self.write.send(SessionMessage(refusal(item, self.max_line_bytes)))
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -89,11 +114,15 @@ class AnsweringReadStream:
         await self.aclose()
 
 
-def refusal(exc: Exception) -> types.JSONRPCError:
+def refusal(exc: Exception, max_line_bytes: int) -> types.JSONRPCError:
     """The JSON-RPC error for a line the transport could not read as a message."""
     errors = exc.errors() if isinstance(exc, ValidationError) else []
     syntax = next((e for e in errors if e.get("type") == "json_invalid"), None)
     given = errors[0].get("input") if errors else None
+    too_long, request_id = too_long_id(given)
+    if too_long:
+        return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(
+            code=INVALID_REQUEST, message=too_long_line(max_line_bytes)))
     if syntax is not None:
         code = PARSE_ERROR
         message = parse_error_line(str(syntax.get("msg", "invalid JSON")))

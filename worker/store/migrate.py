@@ -13,10 +13,11 @@ from alembic.runtime.migration import MigrationContext
 from alembic.util.exc import CommandError
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from worker.errors import ConfigError
 from worker.resources import resource_dir
-from worker.store.errors import not_ours
+from worker.store.errors import database_error, not_ours
 
 MIGRATIONS_DIR = resource_dir("migrations")
 
@@ -62,8 +63,13 @@ def _revision(conn: Connection) -> str | None:
 
 def upgrade(engine: Engine, revision: str = "head", *,
             verbose: bool = False) -> tuple[str | None, str | None]:
-    """Migrate to ``revision``; the revision before and after (None: no schema yet)."""
-    with engine.begin() as conn, _alembic_logs(verbose), _known_revision():
+    """Migrate to ``revision``, all or nothing; the revision before and after (None: no
+    schema yet)."""
+    with engine.connect() as conn, _alembic_logs(verbose), _known_revision(), \
+            _sqlite_transaction_ours(conn), conn.begin():
+        if conn.dialect.name == "sqlite":
+            # Taken at once: a second upgrade waits here (busy timeout), not half-way through.
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
         if conn.dialect.name == "postgresql":
             conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
         before = _revision(conn)
@@ -71,8 +77,49 @@ def upgrade(engine: Engine, revision: str = "head", *,
             _refuse_foreign_tables(conn)
         cfg = alembic_config(engine)
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+        try:
+            command.upgrade(cfg, revision)
+        except SQLAlchemyError as exc:
+            raise _migration_failed(exc, before) from None
         return before, _revision(conn)
+
+
+def _migration_failed(exc: SQLAlchemyError, before: str | None) -> Exception:
+    """A statement of a migration failed: the mapping every other command gets ("no schema ...;
+    run `dream db upgrade`") would send the user round in a circle. A locked or unreachable
+    database keeps its own line; anything else not mapped stays a bug, with its traceback."""
+    error = database_error(exc)
+    if error is None or "dream db upgrade" not in str(error):
+        return exc
+    reason = str(getattr(exc, "orig", None) or exc).splitlines()[0][:200]
+    return ConfigError(f"a migration failed ({reason}) and the upgrade was rolled back: the "
+                       f"database is unchanged, at {before or 'an empty schema'}; see which with "
+                       "`dream db upgrade --verbose`, and report it with that output")
+
+
+@contextmanager
+def _sqlite_transaction_ours(conn: Connection) -> Iterator[None]:
+    """SQLite: the upgrade's BEGIN is ours, so every statement of it is in one transaction.
+
+    pysqlite opens a transaction only before an INSERT, UPDATE or DELETE, and Alembic, which
+    knows SQLite's driver as non-transactional, runs no BEGIN of its own: each CREATE, each
+    batch table copy and rename committed on its own, and a migration that failed half-way left
+    a half-migrated file (its table made, its revision not recorded, the next upgrade failing
+    on "already exists"). SQLite's DDL is transactional; with the driver's own transaction
+    handling off (SQLAlchemy's pysqlite recipe for transactional DDL), the commit or rollback
+    that ends ``conn.begin()`` ends the BEGIN the caller emits. Turned off before anything runs
+    (turning it off commits an open transaction) and back on after that end. PostgreSQL is
+    unchanged: its DDL runs in the ``conn.begin()`` transaction already."""
+    if conn.dialect.name != "sqlite":
+        yield
+        return
+    driver = conn.connection.driver_connection
+    saved = driver.isolation_level  # type: ignore[union-attr]
+    driver.isolation_level = None  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        driver.isolation_level = saved  # type: ignore[union-attr]
 
 
 def _refuse_foreign_tables(conn: Connection) -> None:

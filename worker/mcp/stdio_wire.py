@@ -1,0 +1,152 @@
+"""The stdio wire under `dream mcp`: stdin read in lines of bounded size, and the requests in
+flight counted so that a client closing stdin still gets every answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+import structlog
+from mcp.shared.message import SessionMessage
+
+log = structlog.get_logger(__name__)
+
+# A line can hold a newline only at its end: a string with one before it came from no client.
+TOO_LONG = "\n(line over the limit)\n"
+_SKIP_CHUNK = 65_536
+# How long the requests still running when stdin closes get to answer before the server exits.
+DRAIN_SECONDS = 60.0
+
+
+@contextmanager
+def claimed_stdin() -> Iterator[IO[bytes]]:
+    """The wire, from a private duplicate of fd 0, with fd 0 itself pointed at the null device
+    while serving (as the SDK does when it reads stdin itself): nothing else in the process, nor
+    a child, can take bytes meant for the server."""
+    wire = os.dup(0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    try:
+        with os.fdopen(wire, "rb", closefd=False) as stream:
+            yield stream
+    finally:
+        os.dup2(wire, 0)
+        # ``wire`` stays open: a reader thread abandoned at cancellation may still block on it,
+        # and a closed descriptor's number could be handed to another file under that thread.
+
+
+class BoundedLines:
+    """Lines of ``wire`` as text, none read past ``limit`` bytes (the newline not counted).
+
+    An over-long line is never held whole: its first ``limit + 1`` bytes show it is too long
+    (and maybe its id), the rest is skipped in small chunks up to its newline. Lines end at
+    newlines, so the stream resynchronises there: the client loses that one message only.
+    It comes out as ``TOO_LONG`` followed by its first bytes' request id in JSON
+    (``null`` when they show none): a line the JSON decoder refuses, which the read stream
+    answers as too long (``too_long_id``)."""
+
+    def __init__(self, wire: IO[bytes], limit: int,
+                 id_of: Callable[[str], int | str | None]) -> None:
+        self.wire = wire
+        self.limit = limit
+        self.id_of = id_of
+
+    def __aiter__(self) -> BoundedLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await anyio.to_thread.run_sync(self.read_line, abandon_on_cancel=True)
+        if line is None:
+            raise StopAsyncIteration
+        return line
+
+    def read_line(self) -> str | None:
+        raw = self.wire.readline(self.limit + 1)
+        if not raw:
+            return None
+        if len(raw) <= self.limit or raw.endswith(b"\n"):
+            return raw.decode("utf-8", errors="replace")
+        request_id = self.id_of(raw.decode("utf-8", errors="replace"))
+        skipped = len(raw)
+        while not raw.endswith(b"\n"):
+            raw = self.wire.readline(_SKIP_CHUNK)
+            if not raw:
+                break
+            skipped += len(raw)
+        log.warning("mcp.line_too_long", limit=self.limit, skipped_bytes=skipped)
+        return TOO_LONG + json.dumps(request_id)
+
+
+def too_long_id(given: Any) -> tuple[bool, int | str | None]:
+    """Whether a refused line is an over-long one, and the id its first bytes showed."""
+    if not isinstance(given, str) or not given.startswith(TOO_LONG):
+        return False, None
+    found = json.loads(given[len(TOO_LONG):])
+    return True, found if isinstance(found, int | str) else None
+
+
+def too_long_line(limit: int) -> str:
+    return (f"request too large: the line is longer than {limit} bytes "
+            "(DREAM_API_MAX_BODY_BYTES); send less per message, or raise "
+            "DREAM_API_MAX_BODY_BYTES for this server")
+
+
+class InFlight:
+    """The ids of the requests read and not yet answered."""
+
+    def __init__(self) -> None:
+        self.ids: set[int | str] = set()
+
+    def received(self, message: SessionMessage) -> None:
+        sent = message.message
+        if isinstance(sent, types.JSONRPCRequest):
+            self.ids.add(sent.id)
+        elif isinstance(sent, types.JSONRPCNotification) and \
+                sent.method == "notifications/cancelled":
+            self.ids.discard((sent.params or {}).get("requestId"))  # no answer is due
+
+    def answered(self, message: SessionMessage) -> None:
+        sent = message.message
+        if isinstance(sent, types.JSONRPCResponse | types.JSONRPCError) and sent.id is not None:
+            self.ids.discard(sent.id)
+
+    async def drain(self, seconds: float = DRAIN_SECONDS) -> None:
+        """Wait (at most ``seconds``) until every request read has been answered."""
+        deadline = time.monotonic() + seconds
+        while self.ids and time.monotonic() < deadline:
+            await anyio.sleep(0.02)
+        if self.ids:
+            log.warning("mcp.unanswered_at_close", requests=len(self.ids), waited_s=seconds)
+
+
+class AnsweredWriteStream:
+    """The SDK's write stream, telling ``InFlight`` of each answer it carries."""
+
+    def __init__(self, inner: Any, in_flight: InFlight) -> None:
+        self.inner = inner
+        self.in_flight = in_flight
+
+    async def send(self, message: SessionMessage) -> None:
+        await self.inner.send(message)
+        self.in_flight.answered(message)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> AnsweredWriteStream:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.inner.__aexit__(*exc)
