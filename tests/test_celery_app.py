@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from worker.celery_app import celery_config
@@ -70,3 +75,31 @@ def test_tasks_that_re_schedule_themselves_have_no_retry_limit() -> None:
 
     for task in (*tasks.PHASE_TASKS.values(), tasks.run):
         assert task.max_retries is None, task.name
+
+
+@pytest.mark.parametrize("command", [["worker", "-c", "1"], ["beat"]])
+def test_a_bad_setting_stops_celery_with_the_one_line_dream_prints(
+        command: list[str], tmp_path: Path) -> None:
+    """`celery -A worker.celery_app worker|beat` with a bad setting printed the traceback of the
+    module's import with the error last; now the line every `dream` command prints, exit 8,
+    before Celery connects anywhere."""
+    env = {**os.environ, "DREAM_GATE_HOURS": "abc",
+           "DREAM_DATABASE_URL": f"sqlite:///{tmp_path / 'dream.db'}"}
+    celery = Path(sys.executable).with_name("celery")
+    done = subprocess.run([str(celery), "-A", "worker.celery_app", *command], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 8, done.stderr
+    assert done.stderr.splitlines() == [
+        "error: invalid setting DREAM_GATE_HOURS: Input should be a valid number, unable to "
+        "parse string as a number (got 'abc'); fix the environment variable and retry"]
+    assert not (tmp_path / "dream.db").exists()
+
+
+def test_a_bad_setting_is_raised_where_the_module_is_imported_by_code() -> None:
+    """Imported by anything but Celery's command line, the error stays an exception for the
+    caller to handle (the `dream` commands have checked the settings before)."""
+    env = {**os.environ, "DREAM_GATE_HOURS": "abc"}
+    done = subprocess.run([sys.executable, "-c", "import worker.celery_app"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "worker.errors.ConfigError: invalid setting DREAM_GATE_HOURS" in done.stderr

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from typing import Any
 
 import structlog
 from celery import Celery, signals
 
 from worker.app import App, build_app
-from worker.config import Settings, load_settings
+from worker.config import ConfigError, Settings, load_settings
 from worker.logging import configure_logging
 from worker.telemetry import configure_telemetry
 
@@ -58,7 +59,27 @@ def make_celery(settings: Settings | None = None) -> Celery:
     return celery
 
 
-app = make_celery()
+def _module_app() -> Celery:
+    """The app ``celery -A worker.celery_app`` runs. A bad setting there is the one line every
+    ``dream`` command prints for it (exit 8): Celery would print the traceback of this import,
+    the line last. Imported by anything else, the error is raised as it is."""
+    try:
+        return make_celery()
+    except ConfigError as exc:
+        if not _celery_command():
+            raise
+        print(" ".join(f"error: {exc}".split()), file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+
+
+def _celery_command() -> bool:
+    """Whether this process is Celery's command line (``celery …`` or ``python -m celery``)."""
+    program = sys.argv[0] if sys.argv else ""
+    return os.path.basename(program) == "celery" or program.endswith(
+        os.path.join("celery", "__main__.py"))
+
+
+app = _module_app()
 
 
 def resources() -> App:
