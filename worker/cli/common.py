@@ -75,13 +75,25 @@ def log_setup(settings: Settings, flag_level: str | None, serving: bool) -> tupl
 LINE_BYTES_MAX = 16 << 20
 
 
+def standard_stream(stream: Any, use: str, fix: str) -> Any:
+    """``sys.stdin`` or ``sys.stdout`` when open. Python sets one to None when its descriptor
+    was closed at start-up (a service manager's default), and the next file opened takes the
+    number: ``use`` says what the command does with it ("FILE - reads standard input"), ``fix``
+    what to do instead."""
+    if stream is None:
+        raise UserError(f"{use}, which is closed; {fix}")
+    return stream
+
+
 def read_lines(path: str) -> Iterable[bytes]:
     """Raw lines of FILE or stdin, read as the import asks for them; ingest decodes them and
     names a line that is not UTF-8. A FILE without a line to import is a wrong path or a failed
     export, refused; an empty stdin is a pipeline that had nothing to pass on, and imports
     nothing."""
     if path == "-":
-        stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin
+        stdin = standard_stream(sys.stdin, "FILE - reads standard input",
+                                "pipe the lines in, or give the file's path")
+        stdin = stdin.buffer if hasattr(stdin, "buffer") else stdin
         return _bounded(stdin, [], close=False)
     try:
         fh = open(path, "rb")  # noqa: SIM115 (closed by _bounded once read, or below)

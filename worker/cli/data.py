@@ -14,6 +14,7 @@ from worker.cli.common import (
     parse_option_timestamp,
     read_lines,
     scope_options,
+    standard_stream,
 )
 from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
@@ -63,7 +64,8 @@ def notes_export(ctx: click.Context, status: str | None, agent: str | None, user
 
     if status is not None and status not in ("active", "pending", "revoked", "archived"):
         raise UserError(f"unknown status {status!r}; use active, pending, revoked or archived")
-    out = sys.stdout
+    out = standard_stream(sys.stdout, "notes export writes to standard output",
+                          "redirect it to a file (> notes.jsonl)")
     for line in export_notes(cli_app(ctx), status=status, agent_id=agent, user_id=user,
                              company_id=company, with_embedding=with_embedding):
         out.write(line + "\n")

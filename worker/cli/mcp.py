@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from worker.cli.common import IDENT, USER_IDENT, cli_app
+from worker.cli.common import IDENT, USER_IDENT, cli_app, standard_stream
 from worker.cli.errors import UserError, user_errors
 from worker.cli.serve import finish_started_runs, serve
 from worker.domain.types import Scope
@@ -44,6 +46,8 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
     if transport == "http" and agent:
         raise UserError("--agent binds stdio only; over HTTP each request's bearer token names "
                         "its scope")
+    if transport == "stdio":
+        _stdio_open()
     app = cli_app(ctx, serving=True)
     if agent:
         server.stdio_server(app, Scope(agent, user, company)).run("stdio")
@@ -56,6 +60,15 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
                         '"..."}} (tokens ≥ 16 characters; admin tokens are not accepted here)')
     serve(lambda: server.http_app(app, host, port), host, port)
     finish_started_runs(app)
+
+
+def _stdio_open() -> None:
+    """The client's pipes are there: Python finds no standard stream at start-up when its
+    descriptor was closed (the next file opened would take its number)."""
+    for stream, name in ((sys.stdin, "standard input"), (sys.stdout, "standard output")):
+        standard_stream(stream, f"--transport stdio speaks over {name}",
+                        "start `dream mcp` from an MCP client (it pipes both), or use "
+                        "--transport http")
 
 
 def register(main: click.Group) -> None:

@@ -78,7 +78,7 @@ def erase_cmd(ctx: click.Context, user_id: str | None, conversation_id: str | No
     if sum(v is not None for v in (user_id, conversation_id, note_id)) != 1:
         raise UserError("give exactly one of --user, --conversation or --note")
     if not yes:
-        if not sys.stdin.isatty():
+        if sys.stdin is None or not sys.stdin.isatty():
             raise UserError("erase asks for confirmation but stdin is not a terminal; pass --yes "
                             "to erase without asking")
         if not click.confirm("Erase permanently, including derived notes?", default=False):
