@@ -31,7 +31,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus
 from worker.errors import RunError, RunNotFound
-from worker.safety.undo_holds import carry_apart, pinned_since, refusal_line
+from worker.safety.undo_holds import carry_apart, held_since, refusal_line
 from worker.safety.undo_restore import before_image, jsonable, restore_examples, undo_log
 from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
 from worker.store.models import OperationLogRow
@@ -274,10 +274,8 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
     host edit this restore replaces, marked so on the row). One guarded write per set of
     columns and one log insert for the whole run, however many notes it touched."""
     state = uow.safety.note_state(by_note)
-    if pinned := pinned_since(state, {i: "revoked" if any(r.op == "insert" for r in rows)
-                                      else before_image(rows).get("status")
-                                      for i, rows in by_note.items()}):
-        raise UndoRefused(*refusal_line(_named(run_id), pinned))
+    if held := held_since(state, by_note):
+        raise UndoRefused(*refusal_line(_named(run_id), held))
     writes: list[tuple[str, int, dict[str, Any]]] = []
     log: list[dict[str, Any]] = []
     for note_id, note_rows in sorted(by_note.items()):
