@@ -199,8 +199,8 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         _cascade(uow, later, now, result, undoer)
         remaining = _conflicts(uow, by_note, last_id, set(result.run_ids))
         result.overwritten.extend(sorted(remaining))
-    _restore_notes(uow, run_id, by_note, now, result, set(remaining))
-    carry_apart(uow, by_note, now)
+    was = _restore_notes(uow, run_id, by_note, now, result, set(remaining))
+    carry_apart(uow, by_note, was, now)
     if moved := restore_examples(uow, run_id, by_example, examples, now, result):
         raise _moved(uow, run_id, "example", moved)
     judged, reviewed = uow.safety.forget_run_records(run_id)
@@ -268,11 +268,12 @@ def _is_undone(uow: UnitOfWork, run_id: str) -> bool:
 
 
 def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[OperationLogRow]],
-                   now: datetime, result: UndoResult, overwritten: set[str]) -> None:
+                   now: datetime, result: UndoResult, overwritten: set[str]) -> dict[str, int]:
     """A note the run inserted is revoked; one it changed gets its before-image back; each
     outcome is recorded on the undo's log row and in ``result`` (``overwritten``: notes whose
     host edit this restore replaces, marked so on the row). One guarded write per set of
-    columns and one log insert for the whole run, however many notes it touched."""
+    columns and one log insert for the whole run, however many notes it touched. Returns each
+    active note's version before the undo."""
     state = uow.safety.note_state(by_note)
     if held := held_since(state, by_note):
         raise UndoRefused(*refusal_line(_named(run_id), held))
@@ -307,6 +308,7 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
     if moved := uow.safety.restore_notes(writes):
         raise _moved(uow, run_id, "note", moved[0])
     uow.writes.add_log(log)
+    return {i: r.version for i, r in state.items() if r.status == NoteStatus.ACTIVE.value}
 
 
 def _moved(uow: UnitOfWork, run_id: str, entity: str, entity_id: str) -> RunError:

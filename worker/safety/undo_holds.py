@@ -73,11 +73,13 @@ def refusal_line(named: str, why: dict[str, str]) -> tuple[str, list[dict[str, A
                   for i, w in sorted(why.items())]
 
 
-def carry_apart(uow: UnitOfWork, by_note: dict[str, list[Any]], now: datetime) -> None:
+def carry_apart(uow: UnitOfWork, by_note: dict[str, list[Any]], undone_at: dict[str, int],
+                now: datetime) -> None:
     """Record again, at the versions the undo left, every keep-apart set (a host's, a declined
-    review's) that bound the run's notes at their versions before the run: each restore bumps a
-    version, which alone would end the decision, and the next dream would merge notes the host
-    kept apart. ``by_note``: the run's log rows of each note it changed."""
+    review's) that bound the run's notes at their versions before the run, or that a person
+    recorded since, at the versions the undo found (``undone_at``: each active note's): each
+    restore bumps a version, which alone would end the decision, and the next dream would merge
+    notes a person kept apart. ``by_note``: the run's log rows of each note it changed."""
     before: dict[str, int] = {}
     for note_id, rows in by_note.items():
         first = min(rows, key=lambda r: r.id)
@@ -94,7 +96,8 @@ def carry_apart(uow: UnitOfWork, by_note: dict[str, list[Any]], now: datetime) -
             if len(notes) != len(ids) or any(n.status != NoteStatus.ACTIVE.value
                                               for n in notes.values()):
                 continue
-            was = fingerprint_versions([(i, before.get(i, notes[i].version)) for i in ids])
-            if was == row.fingerprint:
+            bound = {fingerprint_versions([(i, versions.get(i, notes[i].version)) for i in ids])
+                     for versions in (before, undone_at)}
+            if row.fingerprint in bound:
                 uow.judgements.record(scope, row.kind, fingerprint_versions(
                     [(i, notes[i].version) for i in ids]), ids, row.verdict, row.reason, None, now)
