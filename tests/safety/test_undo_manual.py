@@ -9,8 +9,10 @@ import pytest
 from sqlalchemy import select
 
 from tests.safety.test_undo import SCOPE, _fuse, _seed
+from tests.safety.test_undo_races import RESTORE_LOCK
 from tests.support.host_writes import host_sets
 from tests.support.safety import note_states, run_row
+from tests.support.sql import before_first
 from worker.app import App
 from worker.host.fusion import fuse
 from worker.safety.undo import UndoRefused, undo_run
@@ -64,3 +66,20 @@ def test_undo_of_a_run_logged_before_the_insert_named_is_auto_generated(app: App
     assert [r["id"] for r in refused.value.refused] == [taken]
     host_sets(app, taken, is_auto_generated=True)
     assert sorted(undo_run(app, run_id).retired) == sorted([manual, taken])
+
+
+@pytest.mark.postgres
+def test_a_takeover_landing_between_the_undos_read_and_its_restore_refuses_it(
+        pg_app: App) -> None:
+    """PostgreSQL, READ COMMITTED: the person marks the fused note manual after the undo read it
+    and before its restore locks it (a host's write takes no scope lock): the restore's guard
+    holds ``is_auto_generated`` at what the undo read, so the whole undo rolls back naming the
+    note (before: the person's note was revoked)."""
+    _seed(pg_app)
+    run_id = run_row(pg_app, SCOPE)
+    fused = _fuse(pg_app, run_id, ["n0", "n1"], "User likes tea")
+    with before_first(pg_app, RESTORE_LOCK.format(table="notes"),
+                      lambda: host_sets(pg_app, fused, is_auto_generated=False)), \
+            pytest.raises(UndoRefused, match=f"note {fused} changed while the undo was being"):
+        undo_run(pg_app, run_id)
+    assert note_states(pg_app)[fused]["status"] == "active"

@@ -305,7 +305,8 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
         result.note(outcome_entry("note", note_id, outcome, was=was,
                                   status=values.get("status", was),
                                   overwrote=bool(mark)))
-    if moved := uow.safety.restore_notes(writes):
+    if moved := uow.safety.restore_notes(writes, {i: bool(r.is_auto_generated)
+                                                  for i, r in state.items()}):
         raise _moved(uow, run_id, "note", moved[0])
     uow.writes.add_log(log)
     return {i: r.version for i, r in state.items() if r.status == NoteStatus.ACTIVE.value}
