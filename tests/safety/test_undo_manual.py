@@ -1,7 +1,8 @@
 """Undo (R17, R26) never retires a note a person took over since the run: marking a fused note
 manual (``is_auto_generated`` false) keeps its version, so the version check alone let the undo
 revoke it. A note the run created manual (a fused note with a manual source) is still retired.
-SQLite and PostgreSQL."""
+Likewise a person's flags or comment written since over the run's annotation is not silently
+restored over. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from sqlalchemy import select
 
 from tests.safety.test_undo import SCOPE, _fuse, _seed
 from tests.safety.test_undo_races import RESTORE_LOCK
+from tests.support.factories import NOW
 from tests.support.host_writes import host_sets
 from tests.support.safety import note_states, run_row
 from tests.support.sql import before_first
@@ -83,3 +85,26 @@ def test_a_takeover_landing_between_the_undos_read_and_its_restore_refuses_it(
             pytest.raises(UndoRefused, match=f"note {fused} changed while the undo was being"):
         undo_run(pg_app, run_id)
     assert note_states(pg_app)[fused]["status"] == "active"
+
+
+@pytest.mark.parametrize(("field", "value"), [("flags", ["checked-by-alice"]),
+                                              ("comments", "Alice: keep this")])
+def test_undo_refuses_to_write_over_a_hosts_annotation_made_since(
+        app: App, field: str, value: object) -> None:
+    """Sibling: the run annotated a note (flags, comments: no new version) and a person then
+    wrote that field straight in the table, the version kept. The undo refuses naming the note
+    and the field (before: it restored the run's before-image over the person's flags or
+    comment, silently); --force-cascade restores anyway, marking it overwritten."""
+    _seed(app)
+    run_id = run_row(app, SCOPE)
+    with app.uow() as uow:
+        (note,) = uow.notes.get_many(["n2"])
+        assert uow.notes.change(note, run_id=run_id, reason="flag", now=NOW,
+                                flags=["contradiction_review"], comments="flagged for review")
+        uow.commit()
+    host_sets(app, "n2", **{field: value})
+    before = note_states(app)
+    with pytest.raises(UndoRefused, match=f"note n2 was edited since .its {field}, by the host"):
+        undo_run(app, run_id)
+    assert note_states(app) == before
+    assert undo_run(app, run_id, force_cascade=True).overwritten == ["n2"]

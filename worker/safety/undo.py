@@ -31,7 +31,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus
 from worker.errors import RunError, RunNotFound
-from worker.safety.undo_holds import carry_apart, held_since, refusal_line
+from worker.safety.undo_holds import annotated_since, carry_apart, held_since, refusal_line
 from worker.safety.undo_restore import before_image, jsonable, restore_examples, undo_log
 from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
 from worker.store.models import OperationLogRow
@@ -350,6 +350,8 @@ def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],
         # A later run's annotation (flags, comments) keeps the version but is still a change
         # that restoring this run's before-image would silently overwrite.
         if row.version == expected and not foreign:
+            if field := annotated_since(row, rows):
+                out[note_id] = f"was edited since (its {field}, by the host)"
             continue
         bumps = sum(1 for r in changes
                     if (r.after or {}).get("version") != (r.before or {}).get("version"))

@@ -10,8 +10,9 @@ from typing import Any
 
 from worker.domain.types import NoteStatus, Protection, Scope, fingerprint_versions
 from worker.phases.kit.snapshot import APART_KINDS
-from worker.safety.undo_restore import before_image
+from worker.safety.undo_restore import before_image, jsonable
 from worker.safety.undo_result import NoteOutcome, outcome_entry
+from worker.store.repositories.note_writes import UNVERSIONED_FIELDS
 from worker.store.uow import UnitOfWork
 
 PINNED = frozenset((Protection.PROTECTED.value, Protection.IMMUTABLE.value))
@@ -32,6 +33,17 @@ def held_since(state: dict[str, Any], by_note: dict[str, list[Any]]) -> dict[str
                             "person's note: set is_auto_generated back to true first if it "
                             "should be retired")
     return why
+
+
+def annotated_since(row: Any, rows: list[Any]) -> str | None:
+    """The first field the host wrote without a version (flags, comments, the pointer) since
+    the run left it, of those the run changed (``rows``: its log rows of the note, in order);
+    restoring the run's before-image would silently write over it."""
+    for name in sorted(UNVERSIONED_FIELDS):
+        left = [r.after[name] for r in rows if r.op != "insert" and name in (r.after or {})]
+        if left and jsonable(getattr(row, name)) != left[-1]:
+            return name
+    return None
 
 
 def _inserted(rows: list[Any]) -> Any:
