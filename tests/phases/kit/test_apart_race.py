@@ -105,3 +105,23 @@ def test_a_keep_apart_waits_for_a_write_on_its_scope_and_sees_what_it_did(pg_app
     thread.join(30)
     assert isinstance(out.get("error"), Conflict), out
     assert "note t1 is revoked" in str(out["error"])
+
+
+def test_a_decline_waits_for_a_write_on_its_scope(pg_app: App) -> None:
+    """Sibling: a reviewer's decline (which records a keep-apart) waits for a write holding the
+    scope's lock, as the host's keep-apart does, so a write waiting for the lock after it sees
+    the decline (before: it recorded at once, unseen by a write that had begun)."""
+    from tests.review.test_declined_apart import SCOPE as REVIEWED
+    from tests.review.test_declined_apart import _decline
+    from worker.review.items import ChangeKind
+
+    add_notes(pg_app, {"id": "d1", "content": "User likes tea"},
+              {"id": "d2", "content": "User likes tea."})
+    with pg_app.uow() as writer:
+        lock_scopes(writer.session, [REVIEWED.key])
+        thread, out = _in_thread(lambda: _decline(pg_app, ChangeKind.MERGE, ["d1", "d2"]))
+        _until_waiting(pg_app, thread)
+        assert thread.is_alive(), out
+        writer.commit()
+    thread.join(30)
+    assert "error" not in out, out
