@@ -4,11 +4,14 @@ notes the host had kept apart (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import json
+
 from tests.support.factories import NOW, add_notes
 from tests.support.host_writes import host_sets
 from tests.support.safety import run_row
 from worker.app import App
 from worker.domain.types import Scope
+from worker.export import export_notes
 from worker.host.fusion import fuse, keep_apart
 from worker.runs import service
 from worker.safety.undo import undo_run
@@ -64,3 +67,27 @@ def test_a_keep_apart_that_no_longer_bound_before_the_run_is_not_revived(app: Ap
     undo_run(app, _archive(app, "t1"))
     statuses = _statuses_after_consolidating(app)
     assert sorted(statuses.values()) == ["active", "revoked", "revoked"]
+
+
+def _reweigh(app: App, note_id: str) -> str:
+    """A finished run that changed ``note_id``'s importance (a new version) and left it active."""
+    run_id = run_row(app, SCOPE)
+    with app.uow() as uow:
+        (note,) = uow.notes.get_many([note_id])
+        assert uow.notes.change(note, run_id=run_id, reason="reweigh", now=NOW, importance=0.9)
+        uow.commit()
+    return run_id
+
+
+def test_a_keep_apart_the_host_recorded_after_the_run_outlives_its_undo(app: App) -> None:
+    """A run changed t1 and left it active; the host then kept the twins apart (at t1's new
+    version); the run undone, its restore bumps t1's version again: the person's decision still
+    binds and `notes export` still carries it (before: it lapsed, the export left it out and
+    the next dream merged the twins)."""
+    add_notes(app, *TWINS)
+    run_id = _reweigh(app, "t1")
+    keep_apart(app, ["t1", "t2"])
+    undo_run(app, run_id)
+    exported = {json.loads(line)["id"]: json.loads(line) for line in export_notes(app)}
+    assert exported["t1"]["kept_apart"] == [["t1", "t2"]]
+    assert _statuses_after_consolidating(app) == {"t1": "active", "t2": "active", "t3": "active"}

@@ -39,6 +39,7 @@ from worker.safety.injection import injection_signals
 from worker.safety.undo import FUSE_PREFIX
 from worker.similarity import neighbour_pairs
 from worker.store.models import RunStepRow
+from worker.store.scope_locks import lock_scopes
 from worker.text.grounding import check_fusion
 from worker.text.temporal import allowed_dates
 from worker.text.words import is_blank
@@ -287,15 +288,22 @@ def grounding_problems(sources: list[Note], text: str) -> tuple[list[str], list[
 def keep_apart(
     app: App, source_ids: list[str], *, allowed_scope: Scope | None = None
 ) -> dict[str, Any]:
-    """Record "not the same" for these notes at their current versions (until one changes)."""
+    """Record "not the same" for these notes at their current versions (until one changes).
+    Under the scope's lock, the notes read again after it: a run's write holding it is waited
+    for and its changes seen, and one waiting for it sees this record (``PhaseWrite._apply``)."""
     notes = _load_sources(app, source_ids, allowed_scope)
-    for n in notes:  # a verdict on a retired note binds nothing: no dream or host sees it
-        if n.status != NoteStatus.ACTIVE.value:
-            raise Conflict(f"note {n.id} is {n.status}, not active; only active notes can be "
-                           "kept apart")
     scope = notes[0].scope
-    fp = fingerprint_notes(notes)
     with app.uow() as uow:
+        lock_scopes(uow.session, [scope.key])
+        now = {n.id: n for n in uow.notes.get_many([n.id for n in notes])}
+        if gone := [n.id for n in notes if n.id not in now]:
+            raise NotFound(f"unknown note id {gone[0]}")
+        notes = [now[n.id] for n in notes]
+        for n in notes:  # a verdict on a retired note binds nothing: no dream or host sees it
+            if n.status != NoteStatus.ACTIVE.value:
+                raise Conflict(f"note {n.id} is {n.status}, not active; only active notes can "
+                               "be kept apart")
+        fp = fingerprint_notes(notes)
         uow.judgements.record(scope, KEEP_APART, fp, [n.id for n in notes], KEEP_APART,
                               "host said keep apart", None, utcnow())
         uow.commit()

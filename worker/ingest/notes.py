@@ -30,6 +30,7 @@ from worker.ingest.fields import (
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
 from worker.ingest.note_apart import parse_apart, record_apart
 from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
+from worker.ingest.note_states import check_links, check_state
 from worker.store.scope_locks import hold_scopes
 from worker.store.uow import UnitOfWork
 
@@ -232,10 +233,12 @@ def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
             # 1 and "1" are the same id: keeping either line would drop the other silently.
             raise InputError(f"line {number}: id {row['id']!r} is also the id of line {first[0]}, "
                              "with other content or scope; give each note its own id")
+        check_state(row, edges, number)
         parsed.lineage.setdefault(row["id"], edges)
         if apart := parse_apart(obj.get("kept_apart"), row["id"], number):
             parsed.apart.setdefault(row["id"], apart)
         parsed.rows.append(row)
+    check_links(parsed.rows, parsed.lineage, {i: f[0] for i, f in parsed.first_line.items()})
     return parsed
 
 

@@ -35,6 +35,7 @@ from worker.review.items import (
     moved_since,
 )
 from worker.runs.context import PhaseContext
+from worker.store.scope_locks import lock_scopes
 from worker.store.uow import StaleLease
 
 log = structlog.get_logger(__name__)
@@ -177,6 +178,9 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
         change = ProposedChange.from_row(row)
         now = utcnow()
         with app.uow() as uow:
+            # A run's write waiting for the scope's lock sees the keep-apart this records
+            # (``PhaseWrite._apply``); one holding it is waited for.
+            lock_scopes(uow.session, [scope.key])
             if not uow.review.decide(row.id, ItemStatus.DECLINED.value, now=now, by=by,
                                      outcome=(reason or "declined")[:500]):
                 out.append(Decided(row.id, "refused", closed_line(_get(uow, scope, row.id),

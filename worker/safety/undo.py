@@ -31,7 +31,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus
 from worker.errors import RunError, RunNotFound
-from worker.safety.undo_holds import carry_apart, pinned_since, refusal_line
+from worker.safety.undo_holds import annotated_since, carry_apart, held_since, refusal_line
 from worker.safety.undo_restore import before_image, jsonable, restore_examples, undo_log
 from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
 from worker.store.models import OperationLogRow
@@ -199,8 +199,8 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         _cascade(uow, later, now, result, undoer)
         remaining = _conflicts(uow, by_note, last_id, set(result.run_ids))
         result.overwritten.extend(sorted(remaining))
-    _restore_notes(uow, run_id, by_note, now, result, set(remaining))
-    carry_apart(uow, by_note, now)
+    was = _restore_notes(uow, run_id, by_note, now, result, set(remaining))
+    carry_apart(uow, by_note, was, now)
     if moved := restore_examples(uow, run_id, by_example, examples, now, result):
         raise _moved(uow, run_id, "example", moved)
     judged, reviewed = uow.safety.forget_run_records(run_id)
@@ -268,16 +268,15 @@ def _is_undone(uow: UnitOfWork, run_id: str) -> bool:
 
 
 def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[OperationLogRow]],
-                   now: datetime, result: UndoResult, overwritten: set[str]) -> None:
+                   now: datetime, result: UndoResult, overwritten: set[str]) -> dict[str, int]:
     """A note the run inserted is revoked; one it changed gets its before-image back; each
     outcome is recorded on the undo's log row and in ``result`` (``overwritten``: notes whose
     host edit this restore replaces, marked so on the row). One guarded write per set of
-    columns and one log insert for the whole run, however many notes it touched."""
+    columns and one log insert for the whole run, however many notes it touched. Returns each
+    active note's version before the undo."""
     state = uow.safety.note_state(by_note)
-    if pinned := pinned_since(state, {i: "revoked" if any(r.op == "insert" for r in rows)
-                                      else before_image(rows).get("status")
-                                      for i, rows in by_note.items()}):
-        raise UndoRefused(*refusal_line(_named(run_id), pinned))
+    if held := held_since(state, by_note):
+        raise UndoRefused(*refusal_line(_named(run_id), held))
     writes: list[tuple[str, int, dict[str, Any]]] = []
     log: list[dict[str, Any]] = []
     for note_id, note_rows in sorted(by_note.items()):
@@ -306,9 +305,11 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
         result.note(outcome_entry("note", note_id, outcome, was=was,
                                   status=values.get("status", was),
                                   overwrote=bool(mark)))
-    if moved := uow.safety.restore_notes(writes):
+    if moved := uow.safety.restore_notes(writes, {i: bool(r.is_auto_generated)
+                                                  for i, r in state.items()}):
         raise _moved(uow, run_id, "note", moved[0])
     uow.writes.add_log(log)
+    return {i: r.version for i, r in state.items() if r.status == NoteStatus.ACTIVE.value}
 
 
 def _moved(uow: UnitOfWork, run_id: str, entity: str, entity_id: str) -> RunError:
@@ -349,6 +350,8 @@ def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],
         # A later run's annotation (flags, comments) keeps the version but is still a change
         # that restoring this run's before-image would silently overwrite.
         if row.version == expected and not foreign:
+            if field := annotated_since(row, rows):
+                out[note_id] = f"was edited since (its {field}, by the host)"
             continue
         bumps = sum(1 for r in changes
                     if (r.after or {}).get("version") != (r.before or {}).get("version"))

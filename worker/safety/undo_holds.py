@@ -1,6 +1,7 @@
 """What an undo keeps of the host's decisions. It never retires a note the host has pinned
-(``protected``/``immutable``) since the run created it or made it active: nothing lifts a pin.
-And a keep-apart that bound the run's notes before the run binds them again afterwards."""
+(``protected``/``immutable``) since the run created it or made it active, nor one the run created
+that a person has taken over (marked manual) since (R26): nothing lifts either. And a keep-apart
+that bound the run's notes before the run binds them again afterwards."""
 
 from __future__ import annotations
 
@@ -9,10 +10,56 @@ from typing import Any
 
 from worker.domain.types import NoteStatus, Protection, Scope, fingerprint_versions
 from worker.phases.kit.snapshot import APART_KINDS
+from worker.safety.undo_restore import before_image, jsonable
 from worker.safety.undo_result import NoteOutcome, outcome_entry
+from worker.store.repositories.note_writes import UNVERSIONED_FIELDS
 from worker.store.uow import UnitOfWork
 
 PINNED = frozenset((Protection.PROTECTED.value, Protection.IMMUTABLE.value))
+
+
+def held_since(state: dict[str, Any], by_note: dict[str, list[Any]]) -> dict[str, str]:
+    """Why each active note the undo would retire refuses it: pinned since, or created by the
+    run and manual since. ``by_note``: the run's log rows of each note it changed."""
+    targets = {i: NoteStatus.REVOKED.value if _inserted(rows) else before_image(rows).get("status")
+               for i, rows in by_note.items()}
+    why = pinned_since(state, targets)
+    for note_id, rows in sorted(by_note.items()):
+        row = state.get(note_id)
+        if (note_id not in why and row is not None and row.status == NoteStatus.ACTIVE.value
+                and not row.is_auto_generated and _inserted(rows)
+                and not _created_manual(note_id, rows, by_note, state)):
+            why[note_id] = ("is manual (a person's note since the run); undo never retires a "
+                            "person's note: set is_auto_generated back to true first if it "
+                            "should be retired")
+    return why
+
+
+def annotated_since(row: Any, rows: list[Any]) -> str | None:
+    """The first field the host wrote without a version (flags, comments, the pointer) since
+    the run left it, of those the run changed (``rows``: its log rows of the note, in order);
+    restoring the run's before-image would silently write over it."""
+    for name in sorted(UNVERSIONED_FIELDS):
+        left = [r.after[name] for r in rows if r.op != "insert" and name in (r.after or {})]
+        if left and jsonable(getattr(row, name)) != left[-1]:
+            return name
+    return None
+
+
+def _inserted(rows: list[Any]) -> Any:
+    return next((r for r in rows if r.op == "insert"), None)
+
+
+def _created_manual(note_id: str, rows: list[Any], by_note: dict[str, list[Any]],
+                    state: dict[str, Any]) -> bool:
+    """Whether the run created the note manual: its insert's after-image says so; a run logged
+    before that was recorded made it manual when a source it merged into it is manual."""
+    logged = (_inserted(rows).after or {}).get("is_auto_generated")
+    if logged is not None:
+        return logged is False
+    return any((r.after or {}).get("consolidated_into_id") == note_id
+               and state.get(source) is not None and not state[source].is_auto_generated
+               for source, source_rows in by_note.items() for r in source_rows)
 
 
 def pinned_since(state: dict[str, Any], targets: dict[str, str | None]) -> dict[str, str]:
@@ -24,23 +71,27 @@ def pinned_since(state: dict[str, Any], targets: dict[str, str | None]) -> dict[
         if (row is not None and row.status == NoteStatus.ACTIVE.value
                 and status not in (None, NoteStatus.ACTIVE.value) and row.protection in PINNED):
             why[note_id] = (f"is {row.protection} (pinned since the run); undo never retires "
-                            "a pinned note")
+                            "a pinned note: set its protection back to standard first if it "
+                            "should be retired")
     return why
 
 
 def refusal_line(named: str, why: dict[str, str]) -> tuple[str, list[dict[str, Any]]]:
-    """The one error line of an undo a pin refuses, and its ``refused`` entries."""
-    note_id = next(iter(why))
-    line = (f"cannot undo {named}: note {note_id} {why[note_id]}; set its protection back to "
-            "standard first if it should be retired")
-    return line, [outcome_entry("note", i, NoteOutcome.REFUSED, why=w) for i, w in why.items()]
+    """The one error line of an undo a pin or a person's note refuses, and its ``refused``
+    entries."""
+    note_id = next(iter(sorted(why)))
+    line = f"cannot undo {named}: note {note_id} {why[note_id]}"
+    return line, [outcome_entry("note", i, NoteOutcome.REFUSED, why=w)
+                  for i, w in sorted(why.items())]
 
 
-def carry_apart(uow: UnitOfWork, by_note: dict[str, list[Any]], now: datetime) -> None:
+def carry_apart(uow: UnitOfWork, by_note: dict[str, list[Any]], undone_at: dict[str, int],
+                now: datetime) -> None:
     """Record again, at the versions the undo left, every keep-apart set (a host's, a declined
-    review's) that bound the run's notes at their versions before the run: each restore bumps a
-    version, which alone would end the decision, and the next dream would merge notes the host
-    kept apart. ``by_note``: the run's log rows of each note it changed."""
+    review's) that bound the run's notes at their versions before the run, or that a person
+    recorded since, at the versions the undo found (``undone_at``: each active note's): each
+    restore bumps a version, which alone would end the decision, and the next dream would merge
+    notes a person kept apart. ``by_note``: the run's log rows of each note it changed."""
     before: dict[str, int] = {}
     for note_id, rows in by_note.items():
         first = min(rows, key=lambda r: r.id)
@@ -57,7 +108,8 @@ def carry_apart(uow: UnitOfWork, by_note: dict[str, list[Any]], now: datetime) -
             if len(notes) != len(ids) or any(n.status != NoteStatus.ACTIVE.value
                                               for n in notes.values()):
                 continue
-            was = fingerprint_versions([(i, before.get(i, notes[i].version)) for i in ids])
-            if was == row.fingerprint:
+            bound = {fingerprint_versions([(i, versions.get(i, notes[i].version)) for i in ids])
+                     for versions in (before, undone_at)}
+            if row.fingerprint in bound:
                 uow.judgements.record(scope, row.kind, fingerprint_versions(
                     [(i, notes[i].version) for i in ids]), ids, row.verdict, row.reason, None, now)

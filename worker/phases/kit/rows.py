@@ -86,8 +86,11 @@ class RowBuilder:
             "protection": n.protection, "comments": n.comments,
             "lineage_conversation_ids": list(n.lineage_conversation_ids) or None,
         })
+        # is_auto_generated: an undo tells a note the run made manual from one a person took
+        # over since (worker.safety.undo_holds), which keeps the version.
         self.log.append(self._log_row(n.id, "insert", None,
-                                      {"status": NoteStatus.ACTIVE.value, "version": 1},
+                                      {"status": NoteStatus.ACTIVE.value, "version": 1,
+                                       "is_auto_generated": n.is_auto_generated},
                                       n.reason or c.reason))
 
     def _update(self, note_id: str, was: dict[str, Any], now: dict[str, Any],

@@ -244,7 +244,11 @@ class PhaseWrite:
             self.uow.writes.insert_notes(rows.notes)
         self._archive_examples(results)
         self.uow.writes.add_lineage(rows.lineage)
-        self.uow.writes.add_log(rows.log)
+        if not apart:
+            self.uow.writes.add_log(rows.log)
+        elif not self.uow.writes.add_log_unless_apart(rows.log, apart, t.scope.key, int(seen or 0)):
+            raise WriteConflict("a keep-apart was recorded while this write waited; nothing was "
+                                "written")
         self.state = rows.after
         self.wrote = True
         return results

@@ -159,7 +159,9 @@ class NoteWrites:
         self._run(_INSERT_NOTE, [row])
         self.log(
             run_id=run_id, scope=scope, entity_id=nid, op="insert", before=None,
-            after={"status": NoteStatus.ACTIVE.value, "version": 1}, reason=reason, now=now,
+            after={"status": NoteStatus.ACTIVE.value, "version": 1,
+                   "is_auto_generated": row.get("is_auto_generated", True)},
+            reason=reason, now=now,
         )
         return nid
 

@@ -16,8 +16,6 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     Table,
-    and_,
-    bindparam,
     cast,
     delete,
     exists,
@@ -29,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, Protection, RunStatus
+from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, RunStatus
 from worker.store.many import execute_many
 from worker.store.models import (
     DreamRunRow,
@@ -42,10 +40,9 @@ from worker.store.models import (
 )
 from worker.store.repositories.erase_records import forget_user_scopes, scrub_scope
 from worker.store.repositories.mentions import Mentions
+from worker.store.repositories.restores import restore_statement
 from worker.store.repositories.retention import retirement_befores
 from worker.store.row_locks import locked_in_order
-
-_PINNED = (Protection.PROTECTED.value, Protection.IMMUTABLE.value)
 
 
 def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
@@ -124,22 +121,26 @@ class SafetyRepository:
             .values(status=status))
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
-    def restore_notes(self, rows: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
-        """``_restore`` of notes."""
-        return self._restore(NoteRow, rows)
+    def restore_notes(self, rows: list[tuple[str, int, dict[str, Any]]],
+                      auto: dict[str, bool]) -> list[str]:
+        """``_restore`` of notes; ``auto``: each note's ``is_auto_generated`` as the undo read it
+        (one it retires must still be so: a person's takeover keeps the version)."""
+        return self._restore(NoteRow, rows, auto)
 
     def restore_examples(self, rows: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
         """``_restore`` of examples (their status)."""
         return self._restore(ExampleRow, rows)
 
     def _restore(self, model: type[NoteRow] | type[ExampleRow],
-                 rows: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
+                 rows: list[tuple[str, int, dict[str, Any]]],
+                 auto: dict[str, bool] | None = None) -> list[str]:
         """Write each (id, version, values) where its note or example is still at that version,
         bumping the version: one executemany per set of columns written, the rows locked in id
-        order first on PostgreSQL. A note it retires must not be pinned: a host's pin keeps the
-        version, so it is checked in the statement too, in case it landed after the undo read
-        the note. The ids that matched no row (changed meanwhile): empty when every row was
-        written, else the caller rolls the whole undo back."""
+        order first on PostgreSQL. A note it retires must not be pinned nor taken over: a host's
+        pin or takeover keeps the version, so both are checked in the statement too, in case one
+        landed after the undo read the note (``restores.restore_statement``). The ids that
+        matched no row (changed meanwhile): empty when every row was written, else the caller
+        rolls the whole undo back."""
         table = typing.cast(Table, model.__table__)
         shapes: dict[tuple[tuple[str, ...], bool], list[dict[str, Any]]] = defaultdict(list)
         for entity_id, version, values in sorted(rows, key=lambda r: r[0]):
@@ -147,6 +148,7 @@ class SafetyRepository:
                 "status", NoteStatus.ACTIVE.value) != NoteStatus.ACTIVE.value
             shapes[(tuple(sorted(values)), retires)].append(
                 {"b_id": entity_id, "b_version": version, "v_version": version + 1,
+                 **({"b_auto": (auto or {}).get(entity_id, True)} if retires else {}),
                  **{f"v_{k}": v for k, v in values.items()}})
         if self.session.get_bind().dialect.name == "postgresql":
             for chunk in _chunks(sorted(r[0] for r in rows)):
@@ -155,7 +157,7 @@ class SafetyRepository:
         moved: list[str] = []
         conn = self.session.connection()
         for (keys, retires), params in shapes.items():
-            if execute_many(conn, _restore_statement(table, keys, retires), params) != len(params):
+            if execute_many(conn, restore_statement(table, keys, retires), params) != len(params):
                 ids = [p["b_id"] for p in params]
                 now = {i: v for i, v in self.session.execute(
                     select(table.c.id, table.c.version).where(table.c.id.in_(ids)))}
@@ -379,22 +381,3 @@ class SafetyRepository:
     def forget_user(self, user_id: str, note_keys: Iterable[str]) -> dict[str, int]:
         """``erase_records.forget_user_scopes``: the user's scopes name the user no more."""
         return forget_user_scopes(self.session, user_id, note_keys)
-
-
-_RESTORES: dict[tuple[str, tuple[str, ...], bool], Any] = {}
-
-
-def _restore_statement(table: Table, keys: tuple[str, ...], retires: bool) -> Any:
-    """The guarded UPDATE of ``keys`` (and the version) on ``table``, built once per shape;
-    ``retires``: also only where the note is not an active pinned one."""
-    stmt = _RESTORES.get((table.name, keys, retires))
-    if stmt is None:
-        stmt = (update(table)
-                .where(table.c.id == bindparam("b_id"), table.c.version == bindparam("b_version"))
-                .values({k: bindparam(f"v_{k}") for k in (*keys, "version")}))
-        if retires:
-            # Not NOT IN: an expanding list cannot go through executemany.
-            stmt = stmt.where(or_(table.c.status != NoteStatus.ACTIVE.value,
-                                  and_(*(table.c.protection != p for p in _PINNED))))
-        _RESTORES[(table.name, keys, retires)] = stmt
-    return stmt

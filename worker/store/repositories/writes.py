@@ -123,6 +123,21 @@ def _apart_count(kinds: tuple[str, ...]) -> Any:
             .scalar_subquery())
 
 
+_GUARDED_LOGS: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}
+
+
+def _log_unless_apart(names: tuple[str, ...], kinds: tuple[str, ...]) -> Any:
+    """INSERT of operation-log rows (columns ``names``) only while the scope ``a_scope`` holds
+    ``a_count`` verdict-memory rows of ``kinds``, built once per shape."""
+    stmt = _GUARDED_LOGS.get((names, kinds))
+    if stmt is None:
+        rows = select(*(bindparam(n, type_=_LOG.c[n].type).label(n) for n in names))
+        stmt = _GUARDED_LOGS[(names, kinds)] = insert(_LOG).from_select(
+            names, rows.where(_apart_count(kinds) == bindparam("a_count", type_=Integer))
+        ).execution_options(preserve_rowcount=True)
+    return stmt
+
+
 class WriteRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -224,6 +239,19 @@ class WriteRepository:
     def add_log(self, rows: list[dict[str, Any]]) -> None:
         if rows:
             self._many(_INSERT_LOG, rows)
+
+    def add_log_unless_apart(self, rows: list[dict[str, Any]], kinds: tuple[str, ...],
+                             scope_key: str, count: int) -> bool:
+        """``add_log``, as long as the scope holds ``count`` keep-aparts (``kinds``); False, with
+        nothing inserted, when one was recorded since. A statement after the write's first
+        UPDATE, which takes the scope's lock: it reads after the lock (PostgreSQL reads a
+        statement as of its start, and that UPDATE began before it waited for the lock, so a
+        keep-apart committed while it waited went unseen there)."""
+        if not rows:
+            return True
+        stmt = _log_unless_apart(tuple(rows[0]), kinds)
+        return self._many(stmt, [{**r, "a_scope": scope_key, "a_count": count}
+                                 for r in rows]) == len(rows)
 
     def add_steps(self, rows: list[dict[str, Any]]) -> None:
         if rows:
