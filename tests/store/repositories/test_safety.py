@@ -22,7 +22,7 @@ def test_restore_never_retires_an_active_pinned_note(app: App, protection: str, 
     add_notes(app, {"id": "n1", "content": "User drinks green tea"})
     host_sets(app, "n1", protection=protection)
     with app.uow() as uow:
-        assert uow.safety.restore_notes([("n1", 1, {"status": status})]) == (
+        assert uow.safety.restore_notes([("n1", 1, {"status": status})], {"n1": True}) == (
             [] if written else ["n1"])
         uow.commit()
     assert note_rows(app)["n1"].version == (2 if written else 1)
