@@ -11,6 +11,7 @@ from sqlalchemy import Table, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from worker.domain.types import NoteStatus, Scope
+from worker.store.chunks import chunked
 from worker.store.models import ExampleRow
 from worker.store.repositories.retention import ArchiveItem, archive_rows
 
@@ -49,8 +50,7 @@ class ExampleRepository:
         """id → (scope key, input, output) for the ids that exist: what an import compares against."""
         ids = list(set(ids))
         found: dict[str, tuple[str, str, str]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
+        for chunk in chunked(ids):
             stmt = select(ExampleRow.id, ExampleRow.scope_key, ExampleRow.input,
                           ExampleRow.output).where(ExampleRow.id.in_(chunk))
             found.update((r.id, (r.scope_key, r.input, r.output)) for r in self.session.execute(stmt))
@@ -59,8 +59,7 @@ class ExampleRepository:
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(set(ids))
         found: set[str] = set()
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
+        for chunk in chunked(ids):
             found.update(self.session.scalars(select(ExampleRow.id).where(ExampleRow.id.in_(chunk))))
         return found
 
@@ -74,10 +73,10 @@ class ExampleRepository:
         those attributes), one query: what makes an example's review item stale."""
         ids = list(set(ids))
         found: dict[str, Any] = {}
-        for start in range(0, len(ids), 500):
+        for chunk in chunked(ids):
             stmt = (select(_E.c.id, _E.c.version, _E.c.status, _E.c.is_auto_generated,
                            _E.c.expires_at, _E.c.last_accessed_at, _E.c.success_score)
-                    .where(_E.c.id.in_(ids[start : start + 500])))
+                    .where(_E.c.id.in_(chunk)))
             found.update((r.id, r) for r in self.session.connection().execute(stmt))
         return found
 

@@ -10,6 +10,7 @@ from sqlalchemy import Table, bindparam, insert, select
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Scope
+from worker.store.chunks import chunked
 from worker.store.models import JudgementRow, ReviewRow
 from worker.store.repositories.writes import NEW_JUDGEMENTS
 
@@ -43,9 +44,8 @@ class JudgementRepository:
         """Fingerprint → verdict for those already judged in this scope."""
         fps = list(set(fingerprints))
         out: dict[str, str] = {}
-        for start in range(0, len(fps), 500):
-            rows = self._run(_KNOWN, {"scope_key": scope.key, "kind": kind,
-                                      "fps": fps[start : start + 500]}).all()
+        for chunk in chunked(fps):
+            rows = self._run(_KNOWN, {"scope_key": scope.key, "kind": kind, "fps": chunk}).all()
             out.update({r.fingerprint: r.verdict for r in rows})
         return out
 

@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session, defer
 
 from worker.domain.types import Note, NoteStatus, Scope
+from worker.store.chunks import chunked
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
 from worker.store.repositories.note_load import ScopeSnapshot, load_scope
 from worker.store.repositories.note_writes import NoteWrites
@@ -157,8 +158,7 @@ class NoteRepository(NoteWrites):
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(set(ids))
         found: set[str] = set()
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
+        for chunk in chunked(ids):
             found.update(
                 r[0] for r in self._run(select(NoteRow.id).where(NoteRow.id.in_(chunk)))
             )
@@ -168,8 +168,7 @@ class NoteRepository(NoteWrites):
         """id → (scope key, content hash) for the ids that exist: what an import compares against."""
         ids = list(set(ids))
         found: dict[str, tuple[str, str]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
+        for chunk in chunked(ids):
             stmt = select(NoteRow.id, NoteRow.scope_key, NoteRow.content_hash).where(
                 NoteRow.id.in_(chunk))
             found.update((r.id, (r.scope_key, r.content_hash)) for r in self._run(stmt))
@@ -259,12 +258,11 @@ class NoteRepository(NoteWrites):
         """(content_hash, content, embedding, embedding_model) of one note per hash, in chunks."""
         hashes = list(hashes)
         out: dict[str, tuple[str, str, Any, str | None]] = {}
-        for start in range(0, len(hashes), 500):
+        for chunk in chunked(hashes):
             rows = self._run(
                 select(NoteRow.content_hash, NoteRow.content, NoteRow.embedding,
                        NoteRow.embedding_model).where(
-                    NoteRow.scope_key == scope.key,
-                    NoteRow.content_hash.in_(hashes[start : start + 500]))
+                    NoteRow.scope_key == scope.key, NoteRow.content_hash.in_(chunk))
             ).all()
             for r in rows:
                 out.setdefault(r[0], (r[0], r[1], r[2], r[3]))

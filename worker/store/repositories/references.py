@@ -10,10 +10,13 @@ from typing import Any
 from sqlalchemy import String, bindparam, cast, column, literal, null, select, table, union_all
 from sqlalchemy.orm import Session
 
+from worker.store.chunks import chunked
 from worker.store.repositories.registry import ENTITY_MODELS
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_CHUNK = 1000  # bound-parameter lists stay well under every driver's limit
+# Ids per look-up: it binds nothing else, so twice the store's ``IN_CHUNK`` still stays well
+# under every driver's limit (prune asks for every entity of a batch at once).
+_CHUNK = 1000
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,6 @@ class HostTable:
         return table(self.table, *cols)
 
 
-def _chunks(ids: list[str]) -> Iterable[list[str]]:
-    for start in range(0, len(ids), _CHUNK):
-        yield ids[start : start + _CHUNK]
-
-
 _UNIONS: dict[tuple[str, ...], Any] = {}
 
 
@@ -89,7 +87,7 @@ class ReferenceRepository:
         wanted = sorted(set(ids))
         out: dict[str, EntityRecord] = {}
         reason_col = getattr(model, "deleted_reason", None)
-        for chunk in _chunks(wanted):
+        for chunk in chunked(wanted, _CHUNK):
             cols: list[Any] = [model.id, model.status, model.deleted_at]
             if reason_col is not None:
                 cols.append(reason_col)
@@ -106,12 +104,13 @@ class ReferenceRepository:
         asks for the agent, user, company and conversations of a batch in one statement)."""
         pairs = [(kind, i) for kind in sorted(wanted) for i in sorted(set(wanted[kind]))]
         out: dict[str, dict[str, EntityRecord]] = {kind: {} for kind in wanted}
-        for start in range(0, len(pairs), _CHUNK):
-            chunk: dict[str, list[str]] = {}
-            for kind, i in pairs[start : start + _CHUNK]:
-                chunk.setdefault(kind, []).append(i)
-            stmt = _registry_union(tuple(chunk))
-            rows = self.session.connection().execute(stmt, {f"{k}_ids": v for k, v in chunk.items()})
+        for chunk in chunked(pairs, _CHUNK):
+            by_kind: dict[str, list[str]] = {}
+            for kind, i in chunk:
+                by_kind.setdefault(kind, []).append(i)
+            stmt = _registry_union(tuple(by_kind))
+            rows = self.session.connection().execute(
+                stmt, {f"{k}_ids": v for k, v in by_kind.items()})
             for row in rows:
                 out[row.kind][row.id] = EntityRecord(
                     status=row.status,
@@ -130,7 +129,7 @@ class ReferenceRepository:
         tbl = where.selectable()
         wanted = sorted(set(ids))
         out: dict[str, EntityRecord] = {}
-        for chunk in _chunks(wanted):
+        for chunk in chunked(wanted, _CHUNK):
             stmt = select(*tbl.c).where(tbl.c[where.id_column].in_(chunk))
             for row in self.session.execute(stmt):
                 status = str(row[1]) if row[1] is not None else "active"

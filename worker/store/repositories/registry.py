@@ -12,6 +12,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Scope
+from worker.store.chunks import chunked
 from worker.store.models import (
     AgentRow,
     CompanyRow,
@@ -51,9 +52,9 @@ class SessionRepository:
         """id → (scope key, started_at) for the ids that exist: what an import compares against."""
         ids = list(set(ids))
         found: dict[str, tuple[str, datetime]] = {}
-        for start in range(0, len(ids), 500):
+        for chunk in chunked(ids):
             stmt = select(SessionRow.id, SessionRow.scope_key, SessionRow.started_at).where(
-                SessionRow.id.in_(ids[start : start + 500]))
+                SessionRow.id.in_(chunk))
             found.update((r.id, (r.scope_key, r.started_at)) for r in self.session.execute(stmt))
         return found
 

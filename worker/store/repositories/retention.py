@@ -11,6 +11,7 @@ from sqlalchemy import case, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Note, NoteStatus, Protection, Scope
+from worker.store.chunks import chunked
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
 from worker.store.repositories.notes import _NOTE_COLUMNS, _row_to_note
 
@@ -125,11 +126,10 @@ def retirement_befores(session: Session, into: dict[str, str]) -> dict[str, dict
     note given back gets again; absent when the log has none. One statement per 500 notes."""
     out: dict[str, dict[str, Any]] = {}
     ids = sorted(into)
-    for start in range(0, len(ids), 500):
+    for chunk in chunked(ids):
         for entry in session.connection().execute(
             select(OperationLogRow.entity_id, OperationLogRow.before, OperationLogRow.after)
-            .where(OperationLogRow.entity == "note",
-                   OperationLogRow.entity_id.in_(ids[start:start + 500]))
+            .where(OperationLogRow.entity == "note", OperationLogRow.entity_id.in_(chunk))
             .order_by(OperationLogRow.id)
         ):
             if (entry.after or {}).get("consolidated_into_id") == into[entry.entity_id]:
@@ -164,7 +164,7 @@ class RetentionRepository:
         """The parents of these notes over ``relations`` edges, with their state: one statement
         per 500 children (what prune asks only when a fused note's conversation is gone)."""
         out: list[LineageParent] = []
-        for start in range(0, len(child_ids), 500):
+        for chunk in chunked(child_ids):
             out.extend(LineageParent(r.id, r.child_id, r.relation, r.status,
                                      r.consolidated_into_id, r.source_conversation_id,
                                      tuple(r.lineage_conversation_ids or ()))
@@ -173,7 +173,7 @@ class RetentionRepository:
                        NoteRow.status, NoteRow.consolidated_into_id,
                        NoteRow.source_conversation_id, NoteRow.lineage_conversation_ids)
                 .join(NoteRow, NoteRow.id == NoteLineageRow.parent_id)
-                .where(NoteLineageRow.child_id.in_(child_ids[start:start + 500]),
+                .where(NoteLineageRow.child_id.in_(chunk),
                        NoteLineageRow.relation.in_(relations))
                 .order_by(NoteRow.id)))
         return out

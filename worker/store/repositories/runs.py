@@ -22,6 +22,7 @@ from worker.domain.types import (
     Scope,
     StepStatus,
 )
+from worker.store.chunks import chunked
 from worker.store.models import DreamRunRow, RunStepRow
 from worker.store.repositories.run_statements import (
     RUNNING_OUTPUT,
@@ -117,8 +118,8 @@ class RunRepository:
                           else sqlite_insert)
         conn = self.session.connection()
         created: dict[str, str] = {}
-        for start in range(0, len(rows), CREATE_CHUNK):
-            stmt = (dialect_insert(_RUNS).values(rows[start:start + CREATE_CHUNK])
+        for chunk in chunked(rows, CREATE_CHUNK):
+            stmt = (dialect_insert(_RUNS).values(chunk)
                     .on_conflict_do_nothing()
                     .returning(_RUNS.c.id, _RUNS.c.scope_key))
             created.update((row.scope_key, row.id) for row in conn.execute(stmt))

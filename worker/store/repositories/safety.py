@@ -28,6 +28,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, RunStatus
+from worker.store.chunks import chunked
 from worker.store.many import execute_many
 from worker.store.models import (
     DreamRunRow,
@@ -43,12 +44,6 @@ from worker.store.repositories.mentions import Mentions
 from worker.store.repositories.restores import restore_statement
 from worker.store.repositories.retention import retirement_befores
 from worker.store.row_locks import locked_in_order
-
-
-def _chunks(ids: list[str], size: int = 500) -> Iterable[list[str]]:
-    for start in range(0, len(ids), size):
-        yield ids[start : start + size]
-
 
 # Lineage relations whose child note's text was written from the parent's text: consolidation,
 # host fuse, and a host `remember` UPDATE (the longer note replaces and restates the older one).
@@ -94,7 +89,7 @@ class SafetyRepository:
     def log_after(self, entity_ids: Iterable[str], after_log_id: int) -> list[OperationLogRow]:
         """Log rows on these notes written after ``after_log_id`` (by later runs, hosts, undos)."""
         out: list[OperationLogRow] = []
-        for chunk in _chunks(list(set(entity_ids))):
+        for chunk in chunked(list(set(entity_ids))):
             out.extend(self.session.scalars(
                 select(OperationLogRow).where(OperationLogRow.entity_id.in_(chunk),
                                               OperationLogRow.id > after_log_id)
@@ -105,7 +100,7 @@ class SafetyRepository:
     def note_state(self, ids: Iterable[str]) -> dict[str, Any]:
         """Current row of each id (tracked fields + version + scope), one query per 500 ids."""
         out: dict[str, Any] = {}
-        for chunk in _chunks(list(set(ids))):
+        for chunk in chunked(list(set(ids))):
             stmt = select(NoteRow).where(NoteRow.id.in_(chunk))
             # populate_existing: undo re-reads rows it has just updated with Core statements.
             for row in self.session.scalars(stmt.execution_options(populate_existing=True)):
@@ -151,7 +146,7 @@ class SafetyRepository:
                  **({"b_auto": (auto or {}).get(entity_id, True)} if retires else {}),
                  **{f"v_{k}": v for k, v in values.items()}})
         if self.session.get_bind().dialect.name == "postgresql":
-            for chunk in _chunks(sorted(r[0] for r in rows)):
+            for chunk in chunked(sorted(r[0] for r in rows)):
                 self.session.execute(select(table.c.id).where(table.c.id.in_(chunk))
                                      .order_by(table.c.id).with_for_update()).all()
         moved: list[str] = []
@@ -170,7 +165,7 @@ class SafetyRepository:
         """The undo of ``log_id``'s own log rows on these notes and examples (found through the
         entity index, not by scanning the log for the reason), in the order written."""
         out: list[OperationLogRow] = []
-        for chunk in _chunks(sorted(set(entity_ids))):
+        for chunk in chunked(sorted(set(entity_ids))):
             out.extend(self.session.scalars(
                 select(OperationLogRow).where(OperationLogRow.entity_id.in_(chunk),
                                               OperationLogRow.op == "undo",
@@ -187,7 +182,7 @@ class SafetyRepository:
     def example_state(self, ids: Iterable[str]) -> dict[str, tuple[int, str, str]]:
         """id → (version, status, scope_key) of each example, one query per 500 ids."""
         out: dict[str, tuple[int, str, str]] = {}
-        for chunk in _chunks(list(set(ids))):
+        for chunk in chunked(list(set(ids))):
             for r in self.session.execute(
                 select(ExampleRow.id, ExampleRow.version, ExampleRow.status, ExampleRow.scope_key)
                 .where(ExampleRow.id.in_(chunk))
@@ -304,7 +299,7 @@ class SafetyRepository:
         frontier = set(seed)
         while frontier:
             nxt: set[str] = set()
-            for chunk in _chunks(sorted(frontier)):
+            for chunk in chunked(sorted(frontier)):
                 self._lock(chunk)
                 nxt.update(r[0] for r in self.session.execute(
                     select(NoteLineageRow.child_id).where(
@@ -319,7 +314,7 @@ class SafetyRepository:
         with the relation of the edge to the note they point at (two queries per 500 ids)."""
         relation: dict[tuple[str, str], str] = {}
         candidates: set[str] = set()
-        for chunk in _chunks(sorted(erased)):
+        for chunk in chunked(sorted(erased)):
             for r in self.session.execute(
                 select(NoteLineageRow.parent_id, NoteLineageRow.child_id, NoteLineageRow.relation)
                 .where(NoteLineageRow.child_id.in_(chunk))
@@ -329,7 +324,7 @@ class SafetyRepository:
             candidates.update(r[0] for r in self.session.execute(
                 select(NoteRow.id).where(NoteRow.consolidated_into_id.in_(chunk))))
         out: list[Survivor] = []
-        for chunk in _chunks(sorted(candidates - erased)):
+        for chunk in chunked(sorted(candidates - erased)):
             rows = self.session.execute(
                 select(NoteRow.id, NoteRow.scope_key, NoteRow.status,
                        NoteRow.consolidated_into_id).where(NoteRow.id.in_(chunk))).all()
@@ -346,7 +341,7 @@ class SafetyRepository:
     def contents(self, ids: Iterable[str]) -> dict[str, ErasedNote]:
         """id → scope, text and (status, pointer) of each note about to be erased (one read)."""
         out: dict[str, ErasedNote] = {}
-        for chunk in _chunks(list(set(ids))):
+        for chunk in chunked(list(set(ids))):
             for r in self.session.execute(
                 select(NoteRow.id, NoteRow.scope_key, NoteRow.content, NoteRow.status,
                        NoteRow.consolidated_into_id).where(NoteRow.id.in_(chunk))
@@ -360,7 +355,7 @@ class SafetyRepository:
                   "judgements": 0, "reviews": 0, "run_steps_scrubbed": 0}
         id_list = sorted(ids)
         erased = Mentions(id_list, texts)
-        for chunk in _chunks(id_list):
+        for chunk in chunked(id_list):
             counts["lineage"] += self.session.execute(delete(NoteLineageRow).where(
                 or_(NoteLineageRow.parent_id.in_(chunk), NoteLineageRow.child_id.in_(chunk))
             )).rowcount  # type: ignore[attr-defined]
@@ -373,7 +368,7 @@ class SafetyRepository:
         for key in sorted(scope_keys):
             scrub_scope(self.session, key, ids, erased, counts)
         self.session.flush()
-        for chunk in _chunks(id_list):
+        for chunk in chunked(id_list):
             counts["notes"] += self.session.execute(
                 delete(NoteRow).where(NoteRow.id.in_(chunk))).rowcount  # type: ignore[attr-defined]
         return counts

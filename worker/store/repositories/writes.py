@@ -25,6 +25,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from worker.domain.types import NoteStatus, RunStatus
+from worker.store.chunks import chunked
 from worker.store.many import execute_many
 from worker.store.models import (
     DreamRunRow,
@@ -76,7 +77,6 @@ _JOURNAL = select(_LOG.c.entity_id, _LOG.c.op, _LOG.c.before, _LOG.c.after, _LOG
     _LOG.c.entity == "note")
 _ACTIVE_COUNT = select(func.count()).select_from(_NOTES).where(
     _NOTES.c.scope_key == bindparam("scope_key"), _NOTES.c.status == NoteStatus.ACTIVE.value)
-CHUNK = 500
 # Verdict memory's insert, by dialect (PostgreSQL?): a fingerprint already there is kept.
 NEW_JUDGEMENTS = {
     postgres: (pg_insert(_JUDGEMENTS) if postgres else sqlite_insert(_JUDGEMENTS))
@@ -177,8 +177,8 @@ class WriteRepository:
         out: dict[str, dict[str, Any]] = {}
         postgres = self.session.get_bind().dialect.name == "postgresql"
         stmt = _STATE.with_for_update() if postgres else _STATE
-        for start in range(0, len(wanted), CHUNK):
-            rows = self._run(stmt, {"ids": wanted[start:start + CHUNK]}).all()
+        for chunk in chunked(wanted):
+            rows = self._run(stmt, {"ids": chunk}).all()
             out.update((r.id, r._asdict()) for r in rows)
         return out
 
