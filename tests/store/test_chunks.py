@@ -1,5 +1,6 @@
-"""``chunked``: the pieces a look-up binds one statement each; and the note look-ups built on it
-returning every row of more ids than one chunk holds, on SQLite and PostgreSQL."""
+"""``chunked``: the pieces a look-up binds one statement each; and ``rows_by_id`` and the note
+look-ups built on them returning every row of more ids than one chunk holds, each id asked once,
+on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from tests.support.factories import add_notes
 from tests.support.sql import recorded_statements
 from worker.app import App
-from worker.store.chunks import IN_CHUNK, chunked
+from worker.store.chunks import IN_CHUNK, chunked, rows_by_id
+from worker.store.models import NoteRow
 from worker.store.uow import UnitOfWork
 
 
@@ -50,7 +52,7 @@ def test_a_size_below_one_is_refused_at_the_call(size: int) -> None:
 
 # Look-ups by note id, each answering with a mapping or set keyed by the ids it found.
 LOOKUPS: dict[str, Callable[[UnitOfWork, list[str]], Any]] = {
-    "notes.existing_ids": lambda uow, ids: uow.notes.existing_ids(ids),
+    "rows_by_id": lambda uow, ids: rows_by_id(uow.session, NoteRow.id, (NoteRow.scope_key,), ids),
     "notes.identities": lambda uow, ids: uow.notes.identities(ids),
     "writes.lock_state": lambda uow, ids: uow.writes.lock_state(ids),
     "safety.note_state": lambda uow, ids: uow.safety.note_state(ids),
@@ -59,14 +61,18 @@ LOOKUPS: dict[str, Callable[[UnitOfWork, list[str]], Any]] = {
 
 
 def test_a_look_up_of_more_ids_than_one_chunk_finds_every_row(app: App) -> None:
-    """Two full chunks and a remainder of stored notes, asked with unknown ids among them:
-    every stored id is found, no unknown one, in one SELECT per chunk of the ids asked."""
+    """Two full chunks and a remainder of stored notes, each asked twice and with unknown ids
+    among them: every stored id is found, no unknown one, in one SELECT per chunk of the
+    distinct ids (three; five if the repeats were asked again)."""
     stored = [f"n{k:05d}" for k in range(2 * IN_CHUNK + 1)]
     add_notes(app, *({"id": i, "content": f"fact number {i}"} for i in stored))
-    asked = stored + ["unknown-1", "unknown-2"]
+    asked = [*stored, "unknown-1", *reversed(stored), "unknown-2"]
     for name, look_up in LOOKUPS.items():
         with app.uow() as uow, recorded_statements(app) as seen:
             found = look_up(uow, asked)
         assert set(found) == set(stored), name
         selects = [s for s in seen if s.startswith("SELECT")]
         assert len(selects) == 3, (name, len(selects))
+    with app.uow() as uow:
+        row = rows_by_id(uow.session, NoteRow.id, (NoteRow.scope_key,), ["n00007"])["n00007"]
+        assert tuple(row) == ("n00007", uow.notes.identities(["n00007"])["n00007"][0])

@@ -11,7 +11,7 @@ from sqlalchemy import Table, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from worker.domain.types import NoteStatus, Scope
-from worker.store.chunks import chunked
+from worker.store.chunks import chunked, rows_by_id
 from worker.store.models import ExampleRow
 from worker.store.repositories.retention import ArchiveItem, archive_rows
 
@@ -48,13 +48,9 @@ class ExampleRepository:
 
     def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, str, str]]:
         """id → (scope key, input, output) for the ids that exist: what an import compares against."""
-        ids = list(set(ids))
-        found: dict[str, tuple[str, str, str]] = {}
-        for chunk in chunked(ids):
-            stmt = select(ExampleRow.id, ExampleRow.scope_key, ExampleRow.input,
-                          ExampleRow.output).where(ExampleRow.id.in_(chunk))
-            found.update((r.id, (r.scope_key, r.input, r.output)) for r in self.session.execute(stmt))
-        return found
+        found = rows_by_id(self.session, ExampleRow.id,
+                           (ExampleRow.scope_key, ExampleRow.input, ExampleRow.output), ids)
+        return {i: (r.scope_key, r.input, r.output) for i, r in found.items()}
 
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(set(ids))
@@ -71,14 +67,9 @@ class ExampleRepository:
     def review_state(self, ids: Iterable[str]) -> dict[str, Any]:
         """Current version, status and the fields archive decides on of each id (rows with
         those attributes), one query: what makes an example's review item stale."""
-        ids = list(set(ids))
-        found: dict[str, Any] = {}
-        for chunk in chunked(ids):
-            stmt = (select(_E.c.id, _E.c.version, _E.c.status, _E.c.is_auto_generated,
-                           _E.c.expires_at, _E.c.last_accessed_at, _E.c.success_score)
-                    .where(_E.c.id.in_(chunk)))
-            found.update((r.id, r) for r in self.session.connection().execute(stmt))
-        return found
+        return rows_by_id(self.session, _E.c.id, (
+            _E.c.version, _E.c.status, _E.c.is_auto_generated, _E.c.expires_at,
+            _E.c.last_accessed_at, _E.c.success_score), ids)
 
     def count_by_status(self, scope: Scope) -> dict[str, int]:
         rows = self.session.execute(

@@ -10,7 +10,7 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session, defer
 
 from worker.domain.types import Note, NoteStatus, Scope
-from worker.store.chunks import chunked
+from worker.store.chunks import chunked, rows_by_id
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
 from worker.store.repositories.note_load import ScopeSnapshot, load_scope
 from worker.store.repositories.note_writes import NoteWrites
@@ -166,13 +166,8 @@ class NoteRepository(NoteWrites):
 
     def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
         """id → (scope key, content hash) for the ids that exist: what an import compares against."""
-        ids = list(set(ids))
-        found: dict[str, tuple[str, str]] = {}
-        for chunk in chunked(ids):
-            stmt = select(NoteRow.id, NoteRow.scope_key, NoteRow.content_hash).where(
-                NoteRow.id.in_(chunk))
-            found.update((r.id, (r.scope_key, r.content_hash)) for r in self._run(stmt))
-        return found
+        found = rows_by_id(self.session, NoteRow.id, (NoteRow.scope_key, NoteRow.content_hash), ids)
+        return {i: (r.scope_key, r.content_hash) for i, r in found.items()}
 
     def export_rows(
         self,

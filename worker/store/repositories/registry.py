@@ -12,7 +12,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Scope
-from worker.store.chunks import chunked
+from worker.store.chunks import rows_by_id
 from worker.store.models import (
     AgentRow,
     CompanyRow,
@@ -50,13 +50,9 @@ class SessionRepository:
 
     def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, datetime]]:
         """id → (scope key, started_at) for the ids that exist: what an import compares against."""
-        ids = list(set(ids))
-        found: dict[str, tuple[str, datetime]] = {}
-        for chunk in chunked(ids):
-            stmt = select(SessionRow.id, SessionRow.scope_key, SessionRow.started_at).where(
-                SessionRow.id.in_(chunk))
-            found.update((r.id, (r.scope_key, r.started_at)) for r in self.session.execute(stmt))
-        return found
+        found = rows_by_id(self.session, SessionRow.id,
+                           (SessionRow.scope_key, SessionRow.started_at), ids)
+        return {i: (r.scope_key, r.started_at) for i, r in found.items()}
 
     def counts_since(self, since: dict[str, datetime | None]) -> dict[str, int]:
         """Sessions per scope started after each scope's own cut-off, grouped in one query."""
