@@ -41,6 +41,18 @@ def test_sqlite_bind_writes_the_text_the_chained_processors_wrote(moment: dateti
 
 
 @pytest.mark.unit
+@given(st.lists(st.sampled_from(range(4)), min_size=1, max_size=30),
+       st.lists(MOMENTS, min_size=4, max_size=4))
+def test_one_processor_binding_moments_in_any_order_writes_each_ones_text(
+        picks: list[int], moments: list[datetime]) -> None:
+    """The processor remembers the last moment it bound (a write's rows share one): moments
+    bound again, after others, or equal to another but in another zone each get their own text."""
+    process = UTCDateTime().dialect_impl(DIALECT).bind_processor(DIALECT)
+    assert process is not None
+    assert [process(moments[k]) for k in picks] == [_chained_bind(moments[k]) for k in picks]
+
+
+@pytest.mark.unit
 def test_none_stays_none() -> None:
     """A NULL column binds as None."""
     bind = UTCDateTime().dialect_impl(DIALECT).bind_processor(DIALECT)

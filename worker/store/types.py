@@ -65,13 +65,22 @@ class UTCDateTime(TypeDecorator[datetime]):
         if dialect.name != "sqlite":
             return super().bind_processor(dialect)
 
+        # The last value bound and its text: a write's rows share its one timestamp. One tuple,
+        # replaced whole, so threads sharing the processor never pair a value with another's text.
+        last: list[tuple[Any, str]] = [(None, "")]
+
         def process(value: Any) -> str | None:
             if value is None:
                 return None
+            seen, known = last[0]
+            if value is seen:
+                return known
+            given = value
             if value.tzinfo is not None:
                 value = value.astimezone(UTC).replace(tzinfo=None)
             # The text SQLite's DATETIME writes: "%04d-%02d-%02d %02d:%02d:%02d.%06d".
             text: str = value.isoformat(" ", "microseconds")
+            last[0] = (given, text)
             return text
 
         return process

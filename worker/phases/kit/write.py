@@ -128,6 +128,9 @@ class PhaseWrite:
         self.wrote = False
         # The scope's lock is held (SQLite: the transaction's own write lock stands for it).
         self.locked = uow.session.get_bind().dialect.name != "postgresql"
+        # A statement reads as of the write lock (SQLite: a writer's read is never older than
+        # its lock), so the first guarded UPDATE's keep-apart check is current for the write.
+        self._reads_at_lock = self.locked
         self.state: State = {}
         self.tripped: str | None = None
         self._steps: list[dict[str, Any]] = []
@@ -232,6 +235,7 @@ class PhaseWrite:
         # The sources first: their update takes the scope's lock (no foreign key needs the
         # notes inserted for them to exist yet).
         apart = tuple(sorted(APART_KINDS)) if seen is not None else ()
+        checked = False  # a keep-apart check read after the lock (see add_log_unless_apart)
         for keys, batch in rows.update_batches():
             if apart:
                 batch = [{**r, "a_scope": t.scope.key, "a_count": seen} for r in batch]
@@ -239,12 +243,13 @@ class PhaseWrite:
                                             lock_scope=self._lock_within(),
                                             apart=apart) != len(batch):
                 raise WriteConflict("a note changed while this write held it; nothing was written")
+            checked = checked or (bool(apart) and self._reads_at_lock)
         if rows.notes:
             self.lock_scope()
             self.uow.writes.insert_notes(rows.notes)
         self._archive_examples(results)
         self.uow.writes.add_lineage(rows.lineage)
-        if not apart:
+        if not apart or checked:
             self.uow.writes.add_log(rows.log)
         elif not self.uow.writes.add_log_unless_apart(rows.log, apart, t.scope.key, int(seen or 0)):
             raise WriteConflict("a keep-apart was recorded while this write waited; nothing was "
