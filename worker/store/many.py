@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from operator import itemgetter
 from typing import Any, cast
 
 from sqlalchemy.engine import Connection
@@ -29,17 +31,41 @@ class _Plan:
     def bind(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
         """Each row's parameters as the driver takes them; a processor sees every value, None
         included, as in SQLAlchemy's own execution (JSON writes None as JSON null)."""
-        out: list[Any] = []
         if self.positional:
-            for row in rows:
-                out.append(tuple(fixed if key is None else (row[key] if proc is None
-                                                            else proc(row[key]))
-                                 for _, key, fixed, proc in self.binds))
-            return out
+            return self._positional(rows)
+        out: list[Any] = []
         for row in rows:
             out.append({name: fixed if key is None else (row[key] if proc is None
                                                          else proc(row[key]))
                         for name, key, fixed, proc in self.binds})
+        return out
+
+    @cached_property
+    def _picks(self) -> tuple[Callable[[dict[str, Any]], tuple[Any, ...]], dict[str, Any],
+                              tuple[tuple[int, Processor], ...]]:
+        """What ``_positional`` binds a row with: a getter of every parameter in order from the
+        row merged with the fixed values (keyed by their names, which no row carries), the
+        fixed values, and (position, processor) of each row value a processor converts."""
+        fixed = {name: value for name, key, value, _ in self.binds if key is None}
+        keys = [name if key is None else key for name, key, _, _ in self.binds]
+        getter = itemgetter(*keys)
+        get = getter if len(keys) > 1 else (lambda row: (getter(row),))
+        procs = tuple((i, proc) for i, (_, key, _, proc) in enumerate(self.binds)
+                      if key is not None and proc is not None)
+        return get, fixed, procs
+
+    def _positional(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
+        """The positional parameters of each row: picked in C, then the processors applied."""
+        get, fixed, procs = self._picks
+        picked = map(get, [{**row, **fixed} for row in rows] if fixed else rows)
+        if not procs:
+            return list(picked)
+        out: list[Any] = []
+        for values in picked:
+            row = list(values)
+            for i, proc in procs:
+                row[i] = proc(row[i])
+            out.append(tuple(row))
         return out
 
 
