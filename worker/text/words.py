@@ -155,6 +155,8 @@ _INVISIBLE = re.compile(
 
 def strip_invisible(text: str) -> str:
     """``text`` without control/invisible characters: what a model is allowed to see (R14)."""
+    if text.isascii() and text.isprintable():  # most notes: nothing the pattern matches
+        return text
     return _INVISIBLE.sub("", text)
 
 
