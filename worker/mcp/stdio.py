@@ -61,10 +61,11 @@ async def serve_stdio(server: Server[Any], max_line_bytes: int) -> None:
         lines = BoundedLines(wire, max_line_bytes, _request_id)
         # The SDK reads any async iterable of lines; it types the argument as an anyio file.
         async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
-            answered = AnsweredWriteStream(write_stream, in_flight)
-            await server.run(AnsweringReadStream(read_stream, answered, max_line_bytes,
+            # A refusal goes out unwatched: it answers no request read, even one with its id.
+            await server.run(AnsweringReadStream(read_stream, write_stream, max_line_bytes,
                                                  in_flight),
-                             answered, server.create_initialization_options())
+                             AnsweredWriteStream(write_stream, in_flight),
+                             server.create_initialization_options())
 
 
 class AnsweringReadStream:
@@ -90,8 +91,7 @@ class AnsweringReadStream:
                 await self.in_flight.drain()
                 raise
             if not isinstance(item, Exception):
-                self.in_flight.received(item)
-                return item  # type: ignore[no-any-return]
+                return self.in_flight.received(item)
             await self.write.send(SessionMessage(refusal(item, self.max_line_bytes)))
 
     async def aclose(self) -> None:

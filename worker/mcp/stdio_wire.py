@@ -1,20 +1,24 @@
-"""The stdio wire under `dream mcp`: stdin read in lines of bounded size, and the requests in
-flight counted so that a client closing stdin still gets every answer."""
+"""The stdio wire under `dream mcp`: stdin read in lines of bounded size, and each request in
+flight tracked on its own so that a client closing stdin still gets every answer."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import IO, Any
 
 import anyio
 import anyio.to_thread
 import mcp_types as types
 import structlog
-from mcp.shared.message import SessionMessage
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp_types import RequestId
 
 log = structlog.get_logger(__name__)
 
@@ -100,31 +104,65 @@ def too_long_line(limit: int) -> str:
 
 
 class InFlight:
-    """The ids of the requests read and not yet answered."""
+    """The requests read and not yet answered, each on its own: two requests may share an id
+    (JSON-RPC asks clients for unique ids; nothing makes them keep to it), and each is due its
+    own answer, so an answer settles one request of its id, never all of them."""
 
     def __init__(self) -> None:
-        self.ids: set[int | str] = set()
+        self.waiting: dict[RequestId, deque[int]] = {}  # id → the requests read with it
+        self._serials = itertools.count()
 
-    def received(self, message: SessionMessage) -> None:
+    @property
+    def count(self) -> int:
+        return sum(len(requests) for requests in self.waiting.values())
+
+    def received(self, message: SessionMessage) -> SessionMessage:
+        """``message``, counted if it is a request and carrying the hook the SDK calls when that
+        request settles with no answer (the client cancelled it: the protocol forbids one)."""
         sent = message.message
-        if isinstance(sent, types.JSONRPCRequest):
-            self.ids.add(sent.id)
-        elif isinstance(sent, types.JSONRPCNotification) and \
-                sent.method == "notifications/cancelled":
-            self.ids.discard((sent.params or {}).get("requestId"))  # no answer is due
+        if not isinstance(sent, types.JSONRPCRequest):
+            return message
+        serial = next(self._serials)
+        self.waiting.setdefault(sent.id, deque()).append(serial)
+        metadata = message.metadata
+        before = metadata.on_request_unanswered \
+            if isinstance(metadata, ServerMessageMetadata) else None
+
+        async def unanswered() -> None:
+            self._settle(sent.id, serial)
+            if before is not None:
+                await before()
+
+        if metadata is None:
+            metadata = ServerMessageMetadata(on_request_unanswered=unanswered)
+        elif isinstance(metadata, ServerMessageMetadata):
+            metadata = replace(metadata, on_request_unanswered=unanswered)
+        return SessionMessage(sent, metadata)
 
     def answered(self, message: SessionMessage) -> None:
+        """An answer the server wrote: it settles the earliest request read with its id."""
         sent = message.message
         if isinstance(sent, types.JSONRPCResponse | types.JSONRPCError) and sent.id is not None:
-            self.ids.discard(sent.id)
+            self._settle(sent.id, None)
+
+    def _settle(self, request_id: RequestId, serial: int | None) -> None:
+        requests = self.waiting.get(request_id)
+        if not requests:
+            return
+        if serial is None:
+            requests.popleft()
+        elif serial in requests:
+            requests.remove(serial)
+        if not requests:
+            del self.waiting[request_id]
 
     async def drain(self, seconds: float = DRAIN_SECONDS) -> None:
         """Wait (at most ``seconds``) until every request read has been answered."""
         deadline = time.monotonic() + seconds
-        while self.ids and time.monotonic() < deadline:
+        while self.waiting and time.monotonic() < deadline:
             await anyio.sleep(0.02)
-        if self.ids:
-            log.warning("mcp.unanswered_at_close", requests=len(self.ids), waited_s=seconds)
+        if self.waiting:
+            log.warning("mcp.unanswered_at_close", requests=self.count, waited_s=seconds)
 
 
 class AnsweredWriteStream:
