@@ -1,12 +1,13 @@
 """`dream mcp` over stdio, when stdin closes with requests in flight (worker.mcp.stdio_wire):
 each request read is waited for on its own, not by its id, so two requests sharing an id both
 get their answer, an error the transport wrote for an unreadable line carrying the same id as a
-request still running is no answer to that request, and a request the client cancelled (no
-answer is due) is not waited for."""
+request still running is no answer to that request, a request the client cancelled (no
+answer is due) is not waited for, and SIGTERM ends the input as stdin closing does."""
 
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import subprocess
 import time
@@ -88,3 +89,44 @@ def test_a_request_the_client_cancelled_is_not_waited_for_at_exit(sqlite_app: Ap
                                         cancel])
     assert answers == []
     assert time.monotonic() - started < DRAIN_SECONDS / 2
+
+
+@pytest.mark.parametrize("written_after", [True, False], ids=["line-after", "silent-after"])
+def test_sigterm_answers_the_requests_in_flight_and_exits_0(sqlite_app: App,
+                                                             written_after: bool) -> None:
+    """SIGTERM (how an MCP client, or a container, stops its server) with a request in flight:
+    stdin is read no further (a request written after it gets no answer), the one in flight is
+    answered once the database frees, and the server exits 0 (before: SIGTERM's default killed
+    it at once, exit -15, the request unanswered and a dream it had started cut mid-phase). A
+    client that writes nothing more, its stdin open, does not keep the server from exiting
+    (the stdin read left blocked is no thread Python waits for at exit)."""
+    proc = subprocess.Popen([DREAM, "mcp", "--agent", "agent-a"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=_env(sqlite_app), cwd=str(ROOT))
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    answers = _lines(proc.stdout)
+    try:
+        assert "result" in _exchange(proc, answers, INIT)
+        holder = sqlite3.connect(sqlite_app.settings.database_url.removeprefix("sqlite:///"),
+                                 isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            proc.stdin.write(f"{INITIALIZED}\n{_remember(5, 'Tea fact is oolong')}\n".encode())
+            proc.stdin.flush()
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            if written_after:
+                proc.stdin.write(f"{_remember(6, 'Tea fact is sencha')}\n".encode())
+                proc.stdin.flush()
+            time.sleep(0.5)
+            assert proc.poll() is None  # still waiting for request 5
+        finally:
+            holder.rollback()
+            holder.close()
+        assert proc.wait(timeout=30) == 0, proc.stderr.read().decode()[-2000:]
+    finally:
+        proc.kill()
+    time.sleep(0.1)
+    got = [json.loads(answers.get_nowait()) for _ in range(answers.qsize())]
+    assert [(a["id"], "result" in a) for a in got] == [(5, True)], got

@@ -3,9 +3,11 @@ flight tracked on its own so that a client closing stdin still gets every answer
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -14,7 +16,8 @@ from dataclasses import replace
 from typing import IO, Any
 
 import anyio
-import anyio.to_thread
+import anyio.from_thread
+import anyio.lowlevel
 import mcp_types as types
 import structlog
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
@@ -39,12 +42,13 @@ def claimed_stdin() -> Iterator[IO[bytes]]:
     os.dup2(devnull, 0)
     os.close(devnull)
     try:
-        with os.fdopen(wire, "rb", closefd=False) as stream:
-            yield stream
+        # Never closed, nor ``wire``: a reader thread abandoned at a stop or a cancellation may
+        # still block on them, holding the stream's lock (closing it here would wait for that
+        # thread forever), and a closed descriptor's number could be handed to another file
+        # under that thread.
+        yield os.fdopen(wire, "rb", closefd=False)
     finally:
         os.dup2(wire, 0)
-        # ``wire`` stays open: a reader thread abandoned at cancellation may still block on it,
-        # and a closed descriptor's number could be handed to another file under that thread.
 
 
 class BoundedLines:
@@ -62,15 +66,50 @@ class BoundedLines:
         self.wire = wire
         self.limit = limit
         self.id_of = id_of
+        self.stopped = False
+        self._reading: anyio.CancelScope | None = None
+
+    def stop(self) -> None:
+        """End the lines here, as if stdin had closed (the server was told to stop): a line
+        still being read is not waited for, and none after it is served."""
+        self.stopped = True
+        if self._reading is not None:
+            self._reading.cancel()
 
     def __aiter__(self) -> BoundedLines:
         return self
 
     async def __anext__(self) -> str:
-        line = await anyio.to_thread.run_sync(self.read_line, abandon_on_cancel=True)
-        if line is None:
+        line = None
+        with anyio.CancelScope() as self._reading:
+            if not self.stopped:
+                line = await self._read_in_daemon()
+        self._reading = None
+        if line is None or self.stopped:
             raise StopAsyncIteration
         return line
+
+    async def _read_in_daemon(self) -> str | None:
+        """``read_line`` in a daemon thread of its own: a read abandoned (a stop, a cancel)
+        stays blocked on a client that may never write again, and an anyio worker thread,
+        which Python joins at exit, would keep the process from ever ending."""
+        token = anyio.lowlevel.current_token()
+        done = anyio.Event()
+        got: list[str | None | BaseException] = []
+
+        def read() -> None:
+            try:
+                got.append(self.read_line())
+            except BaseException as exc:  # handed to the reading task, raised there
+                got.append(exc)
+            with contextlib.suppress(RuntimeError):  # the event loop ended meanwhile
+                anyio.from_thread.run_sync(done.set, token=token)
+
+        threading.Thread(target=read, name="dream-mcp-stdin", daemon=True).start()
+        await done.wait()
+        if isinstance(got[0], BaseException):
+            raise got[0]
+        return got[0]
 
     def read_line(self) -> str | None:
         raw = self.wire.readline(self.limit + 1)
