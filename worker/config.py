@@ -251,6 +251,7 @@ class Settings(BaseSettings):
     # Largest request body the API reads (checked before authentication); 1 MiB holds the
     # longest note the host limits allow, JSON-escaped, many times over.
     api_max_body_bytes: int = Field(1_048_576, ge=1024)
+    api_shutdown_seconds: int = Field(20, ge=0, le=3600)  # in-flight wait at a stop (< k8s' 30 s)
     log_format: Literal["auto", "console", "json"] = "auto"
     log_level: LogLevel = "INFO"  # in any case: "debug" is DEBUG
 

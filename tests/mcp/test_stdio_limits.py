@@ -122,26 +122,30 @@ def test_a_line_of_256_mb_never_grows_the_server_by_more_than_64_mb(sqlite_app: 
 
 
 def test_a_cancelled_request_is_not_waited_for() -> None:
-    """A request the client cancelled (notifications/cancelled) gets no answer, by the
-    protocol: stdin closing must not wait the whole drain time for it; an answered one is done,
-    and an id never seen changes nothing."""
+    """A request the SDK settles unanswered (the client cancelled it: the protocol forbids an
+    answer) is not waited for when stdin closes; an answer settles one request of its id, so a
+    second request with that id is still waited for; an id never seen changes nothing."""
     import anyio
     import mcp_types as types
-    from mcp.shared.message import SessionMessage
+    from mcp.shared.message import ServerMessageMetadata, SessionMessage
 
     from worker.mcp.stdio_wire import InFlight
 
     in_flight = InFlight()
-    for request_id in (7, "eight", 9):
-        in_flight.received(SessionMessage(types.JSONRPCRequest(
-            jsonrpc="2.0", id=request_id, method="tools/call", params={"name": "dream_status"})))
-    in_flight.received(SessionMessage(types.JSONRPCNotification(
-        jsonrpc="2.0", method="notifications/cancelled", params={"requestId": 7})))
+    read = [in_flight.received(SessionMessage(types.JSONRPCRequest(
+        jsonrpc="2.0", id=request_id, method="tools/call", params={"name": "dream_status"})))
+        for request_id in (7, "eight", 9, 9)]
+    assert all(isinstance(m.metadata, ServerMessageMetadata) for m in read)
+    hook = read[0].metadata.on_request_unanswered  # type: ignore[union-attr]
+    assert hook is not None
+    anyio.run(hook)  # what the SDK calls for the cancelled request 7
     in_flight.answered(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id="eight",
                                                             result={})))
     in_flight.answered(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=10, result={})))
-    assert in_flight.ids == {9}
+    assert in_flight.count == 2 and set(in_flight.waiting) == {9}
+    in_flight.answered(SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=9, result={})))
+    assert in_flight.count == 1
     in_flight.answered(SessionMessage(types.JSONRPCError(
         jsonrpc="2.0", id=9, error=types.ErrorData(code=-32603, message="x"))))
     anyio.run(in_flight.drain, 5.0)  # returns at once: nothing left
-    assert in_flight.ids == set()
+    assert in_flight.waiting == {}

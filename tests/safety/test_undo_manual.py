@@ -9,14 +9,16 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from tests.phases.prune.test_lineage import _fused, _run
 from tests.safety.test_undo import SCOPE, _fuse, _seed
 from tests.safety.test_undo_races import RESTORE_LOCK
-from tests.support.factories import NOW
+from tests.support.factories import NOW, add_entities
 from tests.support.host_writes import host_sets
 from tests.support.safety import note_states, run_row
 from tests.support.sql import before_first
 from worker.app import App
 from worker.host.fusion import fuse
+from worker.safety.erase import erase
 from worker.safety.undo import UndoRefused, undo_run
 from worker.store.models import OperationLogRow
 
@@ -108,3 +110,71 @@ def test_undo_refuses_to_write_over_a_hosts_annotation_made_since(
         undo_run(app, run_id)
     assert note_states(app) == before
     assert undo_run(app, run_id, force_cascade=True).overwritten == ["n2"]
+
+
+def test_undo_of_an_erasure_refuses_to_re_retire_a_note_a_person_took_over_since(
+        app: App) -> None:
+    """The erasure gave a co-source back (active again) and a person then marked it manual:
+    undoing the `erase-…` id, even with --force-cascade, refuses naming it and what to do and
+    writes nothing (before: the person's note was revoked again, the log having no record of
+    whether it was manual then); marked auto-generated again, the undo proceeds. A note that
+    was already manual when the erasure gave it back is retired again as it was."""
+    _seed(app)
+    host_sets(app, "n2", is_auto_generated=False)
+    done = fuse(app, ["n2", "n3"], "User likes tea number 2 and 3")
+    run_id = run_row(app, SCOPE)
+    fused = _fuse(app, run_id, ["n0", "n1"], "User likes tea")
+    erased = [erase(app, note_id=fused), erase(app, note_id=done.note["id"])]
+    assert {"n0", "n1", "n2", "n3"} <= {i for e in erased for i in e.restored_ids}
+    host_sets(app, "n0", is_auto_generated=False)
+    before = note_states(app)
+    for force in (False, True):
+        with pytest.raises(UndoRefused, match="note n0 is manual .* is_auto_generated") \
+                as refused:
+            undo_run(app, erased[0].erase_id, force_cascade=force)
+        assert str(refused.value).count("\n") == 0
+        assert [r["id"] for r in refused.value.refused] == ["n0"]
+        assert note_states(app) == before
+    host_sets(app, "n0", is_auto_generated=True)
+    assert sorted(undo_run(app, erased[0].erase_id).restored) == ["n0", "n1"]
+    assert sorted(undo_run(app, erased[1].erase_id).restored) == ["n2", "n3"]
+    assert {i: s["status"] for i, s in note_states(app).items() if i in ("n0", "n2")} == {
+        "n0": "revoked", "n2": "revoked"}
+
+
+def test_undo_of_a_prune_refuses_to_re_retire_a_source_a_person_took_over_since(
+        app: App) -> None:
+    """Sibling: prune gave a fused note's clean source back (its conversation deleted) and a
+    person marked the source manual; the run's undo refuses naming it, nothing written."""
+    fused = _fused(app, ("c1", "c2"))
+    add_entities(app, {"kind": "conversation", "id": "c1", "status": "deleted"})
+    run_id = _run(app)
+    assert note_states(app)["d2"]["status"] == "active"
+    host_sets(app, "d2", is_auto_generated=False)
+    before = note_states(app)
+    with pytest.raises(UndoRefused,
+                       match=f"cannot undo run {run_id}: note d2 is manual .a person.s note"):
+        undo_run(app, run_id, force_cascade=True)
+    assert note_states(app) == before
+    host_sets(app, "d2", is_auto_generated=True)
+    undo_run(app, run_id)
+    assert note_states(app)["d2"]["status"] == "revoked" and fused in note_states(app)
+
+
+def test_undo_of_an_erasure_logged_before_it_recorded_is_auto_generated(app: App) -> None:
+    """A restoration logged before its after-image named ``is_auto_generated`` cannot tell
+    whether a note manual now was manual then: the undo refuses rather than retire what may be
+    a person's note, saying the log does not record it; set auto-generated, it proceeds."""
+    _seed(app)
+    run_id = run_row(app, SCOPE)
+    done = erase(app, note_id=_fuse(app, run_id, ["n0", "n1"], "User likes tea"))
+    host_sets(app, "n0", is_auto_generated=False)
+    with app.uow() as uow:
+        for row in uow.session.scalars(select(OperationLogRow).where(
+                OperationLogRow.run_id == done.erase_id)):
+            row.after = {k: v for k, v in (row.after or {}).items() if k != "is_auto_generated"}
+        uow.commit()
+    with pytest.raises(UndoRefused, match="note n0 is manual and the log does not record"):
+        undo_run(app, done.erase_id)
+    host_sets(app, "n0", is_auto_generated=True)
+    assert sorted(undo_run(app, done.erase_id).restored) == ["n0", "n1"]

@@ -28,7 +28,7 @@ def api_cmd(ctx: click.Context, host: str, port: int) -> None:
         state = "is not set" if not app.settings.api_tokens else "holds no token"
         raise ConfigError(f"DREAM_API_TOKENS {state}; every request would be refused. Set it to "
                           '{"<token>": {"role": "admin"}} (tokens ≥ 16 characters)')
-    serve(lambda: create_api(app), host, port)
+    serve(lambda: create_api(app), host, port, app.settings.api_shutdown_seconds)
     finish_started_runs(app)
 
 

@@ -58,7 +58,8 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
     if not any(p.scope is not None for _, p in parse_tokens(app.settings.api_tokens)):
         raise ConfigError('DREAM_API_TOKENS has no scoped token; add {"<token>": {"agent_id": '
                         '"..."}} (tokens ≥ 16 characters; admin tokens are not accepted here)')
-    serve(lambda: server.http_app(app, host, port), host, port)
+    serve(lambda: server.http_app(app, host, port), host, port,
+          app.settings.api_shutdown_seconds)
     finish_started_runs(app)
 
 

@@ -3,10 +3,14 @@ uvicorn starts, so an address that cannot be used is one ``error:`` line naming 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
+import signal
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any
 
 from worker.app import App
@@ -56,10 +60,12 @@ def _bind_error(host: str, port: int, exc: OSError) -> Exception:
                      "--host and --port")
 
 
-def serve(build: Callable[[], Any], host: str, port: int) -> None:
+def serve(build: Callable[[], Any], host: str, port: int, grace: int) -> None:
     """Bind ``host``:``port``, then build the ASGI app and serve it with uvicorn on those
-    sockets. Access logs off: uvicorn's would print query strings (the dashboard token) and
-    client details; ours log paths only."""
+    sockets until SIGTERM or SIGINT: new connections are refused at once, the requests in flight
+    get ``grace`` seconds to be answered (then they are cancelled), and this returns, so the
+    caller can wait for the dreams the server started. Access logs off: uvicorn's would print
+    query strings (the dashboard token) and client details; ours log paths only."""
     import uvicorn
 
     sockets = listening_sockets(host, port)
@@ -74,12 +80,37 @@ def serve(build: Callable[[], Any], host: str, port: int) -> None:
                 logging.getLogger("uvicorn.error").info(
                     "Uvicorn running on %s (Press CTRL+C to quit)", url)
 
-    config = uvicorn.Config(build(), host=host, port=port, access_log=False, log_config=None)
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # Once shut down, uvicorn raises the signal that stopped it again under the handler
+            # it found: SIGTERM's default killed the process there (exit -15) before the dreams
+            # it started had ended. Under these no-op handlers the stop is a clean return.
+            if threading.current_thread() is not threading.main_thread():
+                with super().capture_signals():
+                    yield
+                return
+            found = {sig: signal.signal(sig, _stopped) for sig in _STOPS}
+            try:
+                with super().capture_signals():
+                    yield
+            finally:
+                for sig, handler in found.items():
+                    signal.signal(sig, handler)
+
+    config = uvicorn.Config(build(), host=host, port=port, access_log=False, log_config=None,
+                            timeout_graceful_shutdown=grace)
     try:
         Server(config).run(sockets=sockets)
     finally:
         for sock in sockets:
             sock.close()
+
+
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    """What a stop signal uvicorn raises again after its shutdown does: nothing more."""
 
 
 def finish_started_runs(app: App) -> None:

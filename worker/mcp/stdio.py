@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import threading
 from types import TracebackType
 from typing import Any
 
@@ -55,16 +57,34 @@ def parse_error_line(reason: str) -> str:
 
 async def serve_stdio(server: Server[Any], max_line_bytes: int) -> None:
     """``MCPServer.run_stdio_async`` with every unreadable or over-long line answered, and every
-    request read answered before the server ends (worker.mcp.stdio_wire)."""
+    request read answered before the server ends, at stdin's end or at SIGTERM
+    (worker.mcp.stdio_wire)."""
     in_flight = InFlight()
     with claimed_stdin() as wire:
         lines = BoundedLines(wire, max_line_bytes, _request_id)
         # The SDK reads any async iterable of lines; it types the argument as an anyio file.
-        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
-            answered = AnsweredWriteStream(write_stream, in_flight)
-            await server.run(AnsweringReadStream(read_stream, answered, max_line_bytes,
+        async with (stdio_server(stdin=lines) as (read_stream, write_stream),  # type: ignore[arg-type]
+                    anyio.create_task_group() as watching):
+            watching.start_soon(_stop_on_sigterm, lines)
+            # A refusal goes out unwatched: it answers no request read, even one with its id.
+            await server.run(AnsweringReadStream(read_stream, write_stream, max_line_bytes,
                                                  in_flight),
-                             answered, server.create_initialization_options())
+                             AnsweredWriteStream(write_stream, in_flight),
+                             server.create_initialization_options())
+            watching.cancel_scope.cancel()
+
+
+async def _stop_on_sigterm(lines: BoundedLines) -> None:
+    """SIGTERM (an MCP client stopping its server, a container stopping) ends the input as stdin
+    closing does, so the requests in flight are answered and the dreams started end before the
+    exit; its default action killed the process with them (signals reach the main thread only,
+    so a server run in another thread keeps that default)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    with anyio.open_signal_receiver(signal.SIGTERM) as received:
+        async for _ in received:
+            log.info("mcp.stopping", signal="SIGTERM")
+            lines.stop()
 
 
 class AnsweringReadStream:
@@ -90,8 +110,7 @@ class AnsweringReadStream:
                 await self.in_flight.drain()
                 raise
             if not isinstance(item, Exception):
-                self.in_flight.received(item)
-                return item  # type: ignore[no-any-return]
+                return self.in_flight.received(item)
             await self.write.send(SessionMessage(refusal(item, self.max_line_bytes)))
 
     async def aclose(self) -> None:

@@ -1,20 +1,27 @@
-"""The stdio wire under `dream mcp`: stdin read in lines of bounded size, and the requests in
-flight counted so that a client closing stdin still gets every answer."""
+"""The stdio wire under `dream mcp`: stdin read in lines of bounded size, and each request in
+flight tracked on its own so that a client closing stdin still gets every answer."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import IO, Any
 
 import anyio
-import anyio.to_thread
+import anyio.from_thread
+import anyio.lowlevel
 import mcp_types as types
 import structlog
-from mcp.shared.message import SessionMessage
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp_types import RequestId
 
 log = structlog.get_logger(__name__)
 
@@ -35,12 +42,13 @@ def claimed_stdin() -> Iterator[IO[bytes]]:
     os.dup2(devnull, 0)
     os.close(devnull)
     try:
-        with os.fdopen(wire, "rb", closefd=False) as stream:
-            yield stream
+        # Never closed, nor ``wire``: a reader thread abandoned at a stop or a cancellation may
+        # still block on them, holding the stream's lock (closing it here would wait for that
+        # thread forever), and a closed descriptor's number could be handed to another file
+        # under that thread.
+        yield os.fdopen(wire, "rb", closefd=False)
     finally:
         os.dup2(wire, 0)
-        # ``wire`` stays open: a reader thread abandoned at cancellation may still block on it,
-        # and a closed descriptor's number could be handed to another file under that thread.
 
 
 class BoundedLines:
@@ -58,15 +66,50 @@ class BoundedLines:
         self.wire = wire
         self.limit = limit
         self.id_of = id_of
+        self.stopped = False
+        self._reading: anyio.CancelScope | None = None
+
+    def stop(self) -> None:
+        """End the lines here, as if stdin had closed (the server was told to stop): a line
+        still being read is not waited for, and none after it is served."""
+        self.stopped = True
+        if self._reading is not None:
+            self._reading.cancel()
 
     def __aiter__(self) -> BoundedLines:
         return self
 
     async def __anext__(self) -> str:
-        line = await anyio.to_thread.run_sync(self.read_line, abandon_on_cancel=True)
-        if line is None:
+        line = None
+        with anyio.CancelScope() as self._reading:
+            if not self.stopped:
+                line = await self._read_in_daemon()
+        self._reading = None
+        if line is None or self.stopped:
             raise StopAsyncIteration
         return line
+
+    async def _read_in_daemon(self) -> str | None:
+        """``read_line`` in a daemon thread of its own: a read abandoned (a stop, a cancel)
+        stays blocked on a client that may never write again, and an anyio worker thread,
+        which Python joins at exit, would keep the process from ever ending."""
+        token = anyio.lowlevel.current_token()
+        done = anyio.Event()
+        got: list[str | None | BaseException] = []
+
+        def read() -> None:
+            try:
+                got.append(self.read_line())
+            except BaseException as exc:  # handed to the reading task, raised there
+                got.append(exc)
+            with contextlib.suppress(RuntimeError):  # the event loop ended meanwhile
+                anyio.from_thread.run_sync(done.set, token=token)
+
+        threading.Thread(target=read, name="dream-mcp-stdin", daemon=True).start()
+        await done.wait()
+        if isinstance(got[0], BaseException):
+            raise got[0]
+        return got[0]
 
     def read_line(self) -> str | None:
         raw = self.wire.readline(self.limit + 1)
@@ -100,31 +143,65 @@ def too_long_line(limit: int) -> str:
 
 
 class InFlight:
-    """The ids of the requests read and not yet answered."""
+    """The requests read and not yet answered, each on its own: two requests may share an id
+    (JSON-RPC asks clients for unique ids; nothing makes them keep to it), and each is due its
+    own answer, so an answer settles one request of its id, never all of them."""
 
     def __init__(self) -> None:
-        self.ids: set[int | str] = set()
+        self.waiting: dict[RequestId, deque[int]] = {}  # id → the requests read with it
+        self._serials = itertools.count()
 
-    def received(self, message: SessionMessage) -> None:
+    @property
+    def count(self) -> int:
+        return sum(len(requests) for requests in self.waiting.values())
+
+    def received(self, message: SessionMessage) -> SessionMessage:
+        """``message``, counted if it is a request and carrying the hook the SDK calls when that
+        request settles with no answer (the client cancelled it: the protocol forbids one)."""
         sent = message.message
-        if isinstance(sent, types.JSONRPCRequest):
-            self.ids.add(sent.id)
-        elif isinstance(sent, types.JSONRPCNotification) and \
-                sent.method == "notifications/cancelled":
-            self.ids.discard((sent.params or {}).get("requestId"))  # no answer is due
+        if not isinstance(sent, types.JSONRPCRequest):
+            return message
+        serial = next(self._serials)
+        self.waiting.setdefault(sent.id, deque()).append(serial)
+        metadata = message.metadata
+        before = metadata.on_request_unanswered \
+            if isinstance(metadata, ServerMessageMetadata) else None
+
+        async def unanswered() -> None:
+            self._settle(sent.id, serial)
+            if before is not None:
+                await before()
+
+        if metadata is None:
+            metadata = ServerMessageMetadata(on_request_unanswered=unanswered)
+        elif isinstance(metadata, ServerMessageMetadata):
+            metadata = replace(metadata, on_request_unanswered=unanswered)
+        return SessionMessage(sent, metadata)
 
     def answered(self, message: SessionMessage) -> None:
+        """An answer the server wrote: it settles the earliest request read with its id."""
         sent = message.message
         if isinstance(sent, types.JSONRPCResponse | types.JSONRPCError) and sent.id is not None:
-            self.ids.discard(sent.id)
+            self._settle(sent.id, None)
+
+    def _settle(self, request_id: RequestId, serial: int | None) -> None:
+        requests = self.waiting.get(request_id)
+        if not requests:
+            return
+        if serial is None:
+            requests.popleft()
+        elif serial in requests:
+            requests.remove(serial)
+        if not requests:
+            del self.waiting[request_id]
 
     async def drain(self, seconds: float = DRAIN_SECONDS) -> None:
         """Wait (at most ``seconds``) until every request read has been answered."""
         deadline = time.monotonic() + seconds
-        while self.ids and time.monotonic() < deadline:
+        while self.waiting and time.monotonic() < deadline:
             await anyio.sleep(0.02)
-        if self.ids:
-            log.warning("mcp.unanswered_at_close", requests=len(self.ids), waited_s=seconds)
+        if self.waiting:
+            log.warning("mcp.unanswered_at_close", requests=self.count, waited_s=seconds)
 
 
 class AnsweredWriteStream:

@@ -1,7 +1,7 @@
 """What an undo keeps of the host's decisions. It never retires a note the host has pinned
-(``protected``/``immutable``) since the run created it or made it active, nor one the run created
-that a person has taken over (marked manual) since (R26): nothing lifts either. And a keep-apart
-that bound the run's notes before the run binds them again afterwards."""
+(``protected``/``immutable``) since the run created it or made it active, nor one a person has
+taken over (marked manual) since (R26): nothing lifts either. And a keep-apart that bound the
+run's notes before the run binds them again afterwards."""
 
 from __future__ import annotations
 
@@ -19,20 +19,28 @@ PINNED = frozenset((Protection.PROTECTED.value, Protection.IMMUTABLE.value))
 
 
 def held_since(state: dict[str, Any], by_note: dict[str, list[Any]]) -> dict[str, str]:
-    """Why each active note the undo would retire refuses it: pinned since, or created by the
-    run and manual since. ``by_note``: the run's log rows of each note it changed."""
+    """Why each active note the undo would retire refuses it: pinned since, or manual now and
+    not when the run created it or made it active (a person took it over since). ``by_note``:
+    the run's log rows of each note it changed."""
     targets = {i: NoteStatus.REVOKED.value if _inserted(rows) else before_image(rows).get("status")
                for i, rows in by_note.items()}
     why = pinned_since(state, targets)
     for note_id, rows in sorted(by_note.items()):
         row = state.get(note_id)
-        if (note_id not in why and row is not None and row.status == NoteStatus.ACTIVE.value
-                and not row.is_auto_generated and _inserted(rows)
-                and not _created_manual(note_id, rows, by_note, state)):
-            why[note_id] = ("is manual (a person's note since the run); undo never retires a "
-                            "person's note: set is_auto_generated back to true first if it "
-                            "should be retired")
+        if (note_id in why or row is None or row.status != NoteStatus.ACTIVE.value
+                or row.is_auto_generated or targets[note_id] in (None, NoteStatus.ACTIVE.value)):
+            continue
+        was_manual = _manual_then(note_id, rows, by_note, state)
+        if was_manual is None:
+            why[note_id] = ("is manual and the log does not record whether it was when the run "
+                            f"made it active; {_TAKE_BACK}")
+        elif not was_manual:
+            why[note_id] = f"is manual (a person's note since the run); {_TAKE_BACK}"
     return why
+
+
+_TAKE_BACK = ("undo never retires a person's note: set is_auto_generated back to true first "
+              "if it should be retired")
 
 
 def annotated_since(row: Any, rows: list[Any]) -> str | None:
@@ -50,13 +58,18 @@ def _inserted(rows: list[Any]) -> Any:
     return next((r for r in rows if r.op == "insert"), None)
 
 
-def _created_manual(note_id: str, rows: list[Any], by_note: dict[str, list[Any]],
-                    state: dict[str, Any]) -> bool:
-    """Whether the run created the note manual: its insert's after-image says so; a run logged
-    before that was recorded made it manual when a source it merged into it is manual."""
-    logged = (_inserted(rows).after or {}).get("is_auto_generated")
-    if logged is not None:
-        return logged is False
+def _manual_then(note_id: str, rows: list[Any], by_note: dict[str, list[Any]],
+                 state: dict[str, Any]) -> bool | None:
+    """Whether the note was manual when the run created it or changed its status: the last of
+    its log rows that records ``is_auto_generated`` says so. A run logged before inserts
+    recorded it made a note manual when a source it merged into it is manual; an older change
+    of status cannot tell (None)."""
+    logged = [r.after["is_auto_generated"] for r in rows
+              if "is_auto_generated" in (r.after or {})]
+    if logged:
+        return logged[-1] is False
+    if not _inserted(rows):
+        return None
     return any((r.after or {}).get("consolidated_into_id") == note_id
                and state.get(source) is not None and not state[source].is_auto_generated
                for source, source_rows in by_note.items() for r in source_rows)

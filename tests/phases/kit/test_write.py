@@ -249,7 +249,8 @@ def _edit(app: App, note_id: str, **values: Any) -> None:
 
 def test_a_write_from_the_carried_state_re_reads_nothing(app: App) -> None:
     """Nothing moved since the load: the write re-reads no member, applies every item, and
-    logs the before-images the load had (a host's earlier comment included)."""
+    logs the before-images the load had (a host's earlier comment included), and with a
+    status change whether the note was a person's then (what an undo checks a takeover by)."""
     ctx, parent = claimed_phase_context(app, SCOPE)
     changes = _pairs(app)
     _edit(app, "aold", comments="host: keep an eye on this")
@@ -263,7 +264,8 @@ def test_a_write_from_the_carried_state_re_reads_nothing(app: App) -> None:
         {"status": "active", "consolidated_into_id": None,
          "comments": "host: keep an eye on this", "version": 1},
         {"status": "revoked", "consolidated_into_id": "anew",
-         "comments": "host: keep an eye on this\n[superseded]", "version": 2})
+         "comments": "host: keep an eye on this\n[superseded]", "version": 2,
+         "is_auto_generated": True})
     assert log["bold"][0] == {"status": "active", "consolidated_into_id": None,
                               "comments": None, "version": 1}
     notes = _notes(app)

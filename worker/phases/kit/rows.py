@@ -113,6 +113,11 @@ class RowBuilder:
         before["version"] = was["version"]
         after = {f: _jsonable(v) for f, v in changed.items()}
         after["version"] = now["version"]
+        if "status" in changed and "is_auto_generated" in was:
+            # Whether the note was a person's when its status changed: an undo that would
+            # retire it again tells one taken over since (which keeps the version) from one
+            # that already was (worker.safety.undo_holds).
+            after["is_auto_generated"] = bool(was["is_auto_generated"])
         self.log.append(self._log_row(note_id, "update", before, after, reason))
 
     def _log_row(self, entity_id: str, op: str, before: dict[str, Any] | None,

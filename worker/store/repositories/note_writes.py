@@ -183,7 +183,8 @@ class NoteWrites:
         """
         now = now or utcnow()
         current = self._run(
-            select(*(getattr(NoteRow, f) for f in TRACKED_FIELDS), NoteRow.version).where(
+            select(*(getattr(NoteRow, f) for f in TRACKED_FIELDS), NoteRow.version,
+                   NoteRow.is_auto_generated).where(
                 NoteRow.id == note.id
             )
         ).one_or_none()
@@ -203,6 +204,8 @@ class NoteWrites:
             return False
         after = {f: _jsonable(v) for f, v in changes.items() if f in TRACKED_FIELDS}
         after["version"] = new_version
+        if "status" in changes:  # as the phase kit's rows record it (RowBuilder._update)
+            after["is_auto_generated"] = bool(current.is_auto_generated)
         self.log(
             run_id=run_id, scope=note.scope, entity_id=note.id, op="update",
             before=before, after=after, reason=reason, now=now,
