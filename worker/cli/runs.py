@@ -4,7 +4,12 @@ run the gate check that Celery beat runs."""
 from __future__ import annotations
 
 import json
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -25,6 +30,7 @@ from worker.domain.types import PHASES, RunStatus, Scope
 from worker.text.plural import counted
 
 if TYPE_CHECKING:
+    from worker.runs.engine import RunStopped
     from worker.runs.scheduling import GateResult
 
 
@@ -56,6 +62,7 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     """Run a dream for one scope (in-process by default) or for every due scope.
 
     --due also resumes every queued or interrupted run (a killed run, a lost broker message)."""
+    from worker.runs.engine import RunStopped
     from worker.runs.start import NotDue, RunRequest, Via, start_run
 
     if bool(agent) == due:
@@ -74,18 +81,56 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     clock = parse_option_timestamp(now, "--now")
     app = cli_app(ctx)
     via = Via.CELERY if via_celery else Via.HERE
-    if not agent:
-        ctx.exit(_run_due(app, clock, via))
-
-    request = RunRequest(Scope(agent, user, company), trigger="cli", force=force,
-                         dry_run=dry_run, allow_retire=allow_retire, phases=phases, clock=clock)
-    try:
-        started = start_run(app, request, via)
-    except NotDue as exc:
-        click.echo(str(exc))  # not an error: the gate did its job (exit 0, no run)
-        return
+    with _sigterm_stops_runs():
+        if not agent:
+            ctx.exit(_run_due(app, clock, via))
+        request = RunRequest(Scope(agent, user, company), trigger="cli", force=force,
+                             dry_run=dry_run, allow_retire=allow_retire, phases=phases,
+                             clock=clock)
+        try:
+            started = start_run(app, request, via)
+        except NotDue as exc:
+            click.echo(str(exc))  # not an error: the gate did its job (exit 0, no run)
+            return
+        except RunStopped as stop:
+            ctx.exit(_stopped(stop))
     _report(app, started.run_id, started.status, via)
     ctx.exit(run_exit_code(started.status))
+
+
+@contextmanager
+def _sigterm_stops_runs() -> Iterator[None]:
+    """SIGTERM (a service manager, `timeout`, a container stopping) stops an in-process run as
+    Ctrl-C does: its write in progress rolls back and the run is given back as interrupted
+    (``worker.runs.engine``), where SIGTERM's default would kill the process and leave the run
+    holding its scope until its lease lapses. A second SIGTERM is ignored while that happens."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    from worker.runs.engine import Stopped
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Stopped("SIGTERM")
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _stopped(stop: RunStopped) -> int:
+    """The line of a run a signal stopped; the exit code of an interrupted run."""
+    if stop.given_back:
+        click.echo(f"run {stop.run_id} interrupted by {stop.signal_name}: the write in progress "
+                   "was rolled back, what its phases applied before is kept (`dream undo "
+                   f"{stop.run_id}` reverts it); `dream run --due` resumes it")
+    else:
+        click.echo(f"run {stop.run_id} stopped by {stop.signal_name}; it had already been "
+                   f"cancelled or taken over (`dream runs show {stop.run_id}`)")
+    return int(Outcome.INTERRUPTED)
 
 
 # How a run ended: 0 succeeded (or queued on the broker, or not due); a run that stopped itself
@@ -118,14 +163,19 @@ def _run_due(app: App, clock: datetime | None, via: str) -> int:
     # reports its own); a claim is atomic, so a Celery worker holding the same message finds
     # it taken (R4).
     from worker.runs.due import execute_due, find_due
+    from worker.runs.engine import RunStopped
 
     work = find_due(app, clock)
     if work.empty:
         click.echo(f"no scope is due ({len(work.check.skipped)} checked)")
     codes = [int(Outcome.DONE)]
-    for run_id, status in execute_due(app, work, clock):
-        _report(app, run_id, status, via)
-        codes.append(run_exit_code(status))
+    try:
+        for run_id, status in execute_due(app, work, clock):
+            _report(app, run_id, status, via)
+            codes.append(run_exit_code(status))
+    except RunStopped as stop:  # the due scopes after it get no run: nothing else is held
+        codes.append(_stopped(stop))
+        return max(codes)
     if not work.empty and len(codes) == 1:
         click.echo("no run left to execute here: another executor took every due scope and "
                    "waiting run")

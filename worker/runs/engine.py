@@ -30,7 +30,7 @@ from worker.app import App
 from worker.domain.types import PHASES, RunStatus
 from worker.runs.context import Budget, Registry, RunCarry
 from worker.runs.finalize import finalize, finalize_run
-from worker.runs.lease import LeaseHeartbeat
+from worker.runs.lease import LeaseHeartbeat, give_back
 from worker.runs.outcome import PhaseOutcome
 from worker.runs.phase_run import Execution, run_phase
 from worker.runs.snapshot import RunSnapshot, claim, read_snapshot
@@ -90,9 +90,35 @@ def execute_run_once(app: App, run: str | RunSnapshot, registry: Registry,
             span.set(dream__run__status=snap.status)
             return RunResult(snap.status)
         deadline = None if hand_off_after is None else time.monotonic() + hand_off_after
-        result = _execute_all(app, snap, registry, on_phase, poll, deadline)
+        try:
+            result = _execute_all(app, snap, registry, on_phase, poll, deadline)
+        except RunStopped:
+            raise
+        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM under `dream run` (Stopped)
+            name = stop.signal_name if isinstance(stop, Stopped) else "SIGINT"
+            given = give_back(app, snap.run_id, snap.epoch, f"stopped by {name}; the run is "
+                              "resumed by `dream run --due` or the next gate check")
+            raise RunStopped(snap.run_id, name, given) from stop
         span.set(dream__run__status=result.status)
         return result
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal other than SIGINT (SIGTERM: a service manager, `timeout`, a container)
+    raised in the main thread of an in-process run, so it stops as Ctrl-C does."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+class RunStopped(KeyboardInterrupt):
+    """An in-process run stopped by a signal: ``given_back`` when it is interrupted now
+    (resumable at once), False when it had moved on (cancelled, taken over)."""
+
+    def __init__(self, run_id: str, signal_name: str, given_back: bool) -> None:
+        super().__init__(run_id, signal_name)
+        self.run_id, self.signal_name, self.given_back = run_id, signal_name, given_back
 
 
 def _execute_all(app: App, snap: RunSnapshot, registry: Registry,

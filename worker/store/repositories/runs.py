@@ -266,6 +266,18 @@ class RunRepository:
         )
         return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
+    def release_stopped(self, run_id: str, epoch: int, now: datetime) -> bool:
+        """running → interrupted under the epoch its executor holds, lease or no lease: that
+        executor was stopped (a signal) and gives its run back for the next claim at once,
+        instead of holding the scope until the lease lapses; False if the run moved on."""
+        result = self.session.execute(
+            update(DreamRunRow)
+            .where(DreamRunRow.id == run_id, DreamRunRow.lease_epoch == epoch,
+                   DreamRunRow.status == RunStatus.RUNNING.value)
+            .values(status=RunStatus.INTERRUPTED.value, enqueued_at=now)
+        )
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
     def expired_running(self, before: datetime) -> builtins.list[DreamRunRow]:
         """Running runs whose lease expired before ``before``."""
         return list(self.session.scalars(
