@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 
 import click
 
-from worker.cli.common import IDENT, Outcome, cli_app, json_option, operator, scope_options
+from worker.cli.common import (
+    IDENT,
+    Outcome,
+    cli_app,
+    json_option,
+    operator,
+    scope_options,
+    sigterm_stops_runs,
+)
 from worker.cli.errors import UserError, user_errors
 from worker.domain.limits import INT_MAX, REASON_MAX
 from worker.domain.types import Scope
@@ -214,10 +222,17 @@ def approve_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str |
 
     A note changed since the proposal makes the item stale: refused, nothing written. A batch
     exits 10 when the blast-radius guard left an item open, else 14 when an item was stale."""
+    from worker.review.approval import ApprovalStopped
     from worker.review.service import approve
 
     app, scope = _known_scope(ctx, agent, user, company)
-    _echo(ctx, approve(app, scope, _selector(item_id, run_id, all_), operator(by)), as_json)
+    with sigterm_stops_runs():
+        try:
+            decided = approve(app, scope, _selector(item_id, run_id, all_), operator(by))
+        except ApprovalStopped as stop:
+            click.echo(stop.line)
+            ctx.exit(int(Outcome.INTERRUPTED))
+    _echo(ctx, decided, as_json)
 
 
 @review.command("decline")

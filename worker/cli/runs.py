@@ -4,12 +4,7 @@ run the gate check that Celery beat runs."""
 from __future__ import annotations
 
 import json
-import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -23,6 +18,7 @@ from worker.cli.common import (
     echo_batch_releases,
     json_option,
     parse_option_timestamp,
+    sigterm_stops_runs,
 )
 from worker.cli.errors import UserError, user_errors
 from worker.clock import utcnow
@@ -81,7 +77,7 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     clock = parse_option_timestamp(now, "--now")
     app = cli_app(ctx)
     via = Via.CELERY if via_celery else Via.HERE
-    with _sigterm_stops_runs():
+    with sigterm_stops_runs():
         if not agent:
             ctx.exit(_run_due(app, clock, via))
         request = RunRequest(Scope(agent, user, company), trigger="cli", force=force,
@@ -96,29 +92,6 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
             ctx.exit(_stopped(stop))
     _report(app, started.run_id, started.status, via)
     ctx.exit(run_exit_code(started.status))
-
-
-@contextmanager
-def _sigterm_stops_runs() -> Iterator[None]:
-    """SIGTERM (a service manager, `timeout`, a container stopping) stops an in-process run as
-    Ctrl-C does: its write in progress rolls back and the run is given back as interrupted
-    (``worker.runs.engine``), where SIGTERM's default would kill the process and leave the run
-    holding its scope until its lease lapses. A second SIGTERM is ignored while that happens."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    from worker.runs.engine import Stopped
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Stopped("SIGTERM")
-
-    before = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
 
 
 def _stopped(stop: RunStopped) -> int:

@@ -124,3 +124,35 @@ def _end_unwritten(app: App, run_id: str, parent: str, item_id: int) -> None:
                             status_reason=f"review item {item_id} was decided meanwhile; "
                                           "nothing was written")
         uow.commit()
+
+
+class ApprovalStopped(KeyboardInterrupt):
+    """An approval stopped by a signal before its end committed: nothing of its change was
+    kept, its run is cancelled (an approval is never resumed, see ``end_lost_run``), and the
+    item is still open."""
+
+    def __init__(self, item_id: int, run_id: str, signal_name: str) -> None:
+        super().__init__(item_id, run_id, signal_name)
+        self.item_id, self.run_id, self.signal_name = item_id, run_id, signal_name
+
+    @property
+    def line(self) -> str:
+        return (f"approval of item {self.item_id} stopped by {self.signal_name}: nothing of it "
+                f"was written and its run {self.run_id} is cancelled; the item is still open "
+                "(approve it again); items decided before it stay decided (`dream review list` "
+                "shows what is open)")
+
+
+def stop_approval(app: App, ctx: PhaseContext, item_id: int, signal_name: str) -> None:
+    """The approval's run, its held write rolled back, cancelled at once under the epoch it
+    holds (compare-and-set): running, it would hold its scope until its lease lapsed."""
+    assert ctx.held is not None
+    ctx.held.discard()
+    why = f"the approval of item {item_id} was stopped by {signal_name}; nothing was written"
+    now = utcnow()
+    with app.uow() as uow:
+        run = uow.runs.get(ctx.run_id)
+        if (run is not None and run.status == RunStatus.RUNNING.value
+                and run.lease_epoch == ctx.epoch and uow.runs.cancel_running(run, now, why)):
+            uow.runs.stop_steps([ctx.run_id], why, now)
+            uow.commit()

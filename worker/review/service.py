@@ -23,7 +23,14 @@ from worker.domain.types import Scope
 from worker.errors import Conflict, NotFound, RunNotFound
 from worker.errors import InvalidInput as Invalid
 from worker.review.apply import LOST, apply_change, at_versions, end_lost_run
-from worker.review.approval import Applied, Ending, finish_approval, open_approval
+from worker.review.approval import (
+    Applied,
+    ApprovalStopped,
+    Ending,
+    finish_approval,
+    open_approval,
+    stop_approval,
+)
 from worker.review.batch_guard import BatchGuard
 from worker.review.declined import kept_apart_since, remember_declined
 from worker.review.items import (
@@ -35,6 +42,7 @@ from worker.review.items import (
     moved_since,
 )
 from worker.runs.context import PhaseContext
+from worker.runs.engine import signal_of
 from worker.store.scope_locks import lock_scopes
 from worker.store.uow import StaleLease
 
@@ -307,6 +315,9 @@ def _approve_one(app: App, scope: Scope, row: Any, by: str, known: _Current,
             return _finish(app, ctx, row, by, result, detail, applied)
     except StaleLease:
         pass  # the write's fence found the run cancelled or interrupted: nothing was kept
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM under `dream review approve`
+        stop_approval(app, ctx, row.id, signal_of(stop))
+        raise ApprovalStopped(row.id, ctx.run_id, signal_of(stop)) from stop
     finally:
         ctx.held.discard()  # a write the finish did not take (an exception) is never kept
     return Decided(row.id, "refused", f"item {row.id} not applied: its run {ctx.run_id} was "

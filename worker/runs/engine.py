@@ -95,7 +95,7 @@ def execute_run_once(app: App, run: str | RunSnapshot, registry: Registry,
         except RunStopped:
             raise
         except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM under `dream run` (Stopped)
-            name = stop.signal_name if isinstance(stop, Stopped) else "SIGINT"
+            name = signal_of(stop)
             given = give_back(app, snap.run_id, snap.epoch, f"stopped by {name}; the run is "
                               "resumed by `dream run --due` or the next gate check")
             raise RunStopped(snap.run_id, name, given) from stop
@@ -110,6 +110,11 @@ class Stopped(KeyboardInterrupt):
     def __init__(self, signal_name: str) -> None:
         super().__init__(signal_name)
         self.signal_name = signal_name
+
+
+def signal_of(stop: KeyboardInterrupt) -> str:
+    """The signal that stopped the process: SIGTERM (``Stopped``) or Ctrl-C's SIGINT."""
+    return stop.signal_name if isinstance(stop, Stopped) else "SIGINT"
 
 
 class RunStopped(KeyboardInterrupt):
