@@ -155,15 +155,6 @@ class NoteRepository(NoteWrites):
             found.setdefault(r.content_hash, set()).add(r.status)
         return found
 
-    def existing_ids(self, ids: Iterable[str]) -> set[str]:
-        ids = list(set(ids))
-        found: set[str] = set()
-        for chunk in chunked(ids):
-            found.update(
-                r[0] for r in self._run(select(NoteRow.id).where(NoteRow.id.in_(chunk)))
-            )
-        return found
-
     def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
         """id → (scope key, content hash) for the ids that exist: what an import compares against."""
         found = rows_by_id(self.session, NoteRow.id, (NoteRow.scope_key, NoteRow.content_hash), ids)

@@ -42,12 +42,6 @@ class SessionRepository:
         if rows:
             self.session.execute(insert(SessionRow), rows)
 
-    def existing_ids(self, ids: Iterable[str]) -> set[str]:
-        ids = list(set(ids))
-        if not ids:
-            return set()
-        return set(self.session.scalars(select(SessionRow.id).where(SessionRow.id.in_(ids))))
-
     def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, datetime]]:
         """id → (scope key, started_at) for the ids that exist: what an import compares against."""
         found = rows_by_id(self.session, SessionRow.id,
