@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from tests.support.bind_limits import bind_limit
-from tests.support.factories import add_notes
+from tests.support.factories import NOW, add_notes
 from tests.support.sql import recorded_statements
 from worker.app import App
 from worker.domain.types import Scope
 from worker.store.chunks import IN_CHUNK, chunked, rows_by_id
 from worker.store.models import NoteRow
+from worker.store.repositories.retention import ArchiveItem
 from worker.store.uow import UnitOfWork
 
 
@@ -129,3 +130,27 @@ def test_an_undo_whose_writes_fell_short_on_more_rows_than_a_statement_binds(
         with sqlite_app.uow() as uow:
             moved = uow.safety.restore_notes([(i, 7, {"status": "active"}) for i in asked], {})
     assert moved == sorted(asked)
+
+
+def test_writes_by_more_ids_than_a_statement_binds_reach_their_rows(app: App) -> None:
+    """Prune's checked marks, a run's stale review items and the archive of examples, each
+    over one id more than the backend binds in a statement: the stored rows are written, no
+    other (before: "too many SQL variables", or psycopg refusing the parameters)."""
+    scope = Scope("agent-1")
+    with bind_limit(app) as limit:
+        asked = _more_ids_than_a_statement_binds(app, limit)
+        with app.uow() as uow:
+            uow.examples.insert_many([{
+                "id": i, "scope_key": scope.key, "agent_id": scope.agent_id, "input": f"in {i}",
+                "output": f"out {i}", "status": "active", "is_auto_generated": True,
+                "created_at": NOW, "version": 2} for i in ("e1", "e2")])
+            uow.notes.mark_checked(asked, NOW)
+            uow.review.mark_stale(list(range(limit + 1)), NOW, "changed")
+            archived = uow.examples.archive(
+                scope, [ArchiveItem(i, 2, "expired") for i in ["e2", *asked, "e1"]],
+                run_id=None, reason="archived", now=NOW)
+            uow.commit()
+        with app.uow() as uow:
+            checked = uow.notes.load_scope(scope, vectors=False).checked
+    assert checked == dict.fromkeys(["n1", "n2", "n3"], NOW)
+    assert archived == ["e1", "e2"]
