@@ -47,9 +47,8 @@ def _binding_apart(uow: Any, scope: Scope) -> dict[str, list[list[str]]]:
     """The scope's keep-apart sets (a host's, a declined review's) that still bind: every note
     active at the version it was given for; each under its first id."""
     rows = uow.judgements.of_kinds(scope, APART_KINDS)
-    named = sorted({i for r in rows for i in r.note_ids or ()})
-    notes = {n.id: n for start in range(0, len(named), 500)
-             for n in uow.notes.get_many(named[start : start + 500])}
+    named = {i for r in rows for i in r.note_ids or ()}
+    notes = {n.id: n for n in uow.notes.get_many(named)}
     out: dict[str, list[list[str]]] = {}
     for r in rows:
         ids = sorted(r.note_ids or ())

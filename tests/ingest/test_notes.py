@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tests.support.bind_limits import bind_limit
 from worker.app import App
 from worker.export import export_notes
 from worker.ingest import import_notes
@@ -69,3 +70,19 @@ def test_a_new_id_for_a_stored_live_text_is_a_twin_unless_pointed_at(app: App) -
     assert (result.inserted, result.duplicates) == (3, 1)
     assert _statuses(app) == {"new": "active", "history": "archived", "winner": "active",
                               "loser": "revoked"}
+
+
+def test_more_notes_than_one_statement_binds_import_and_export(sqlite_app: App) -> None:
+    """One scope of more notes than SQLite binds in a statement (at the smallest limit its builds
+    ship): the import's content look-up and the export's lineage look-up ask in pieces, so the
+    file goes in and comes out whole, and imported again adds nothing (before: "too many SQL
+    variables" from the import)."""
+    with bind_limit(sqlite_app) as limit:
+        lines = [json.dumps({"id": f"n{k}", "agent_id": "ag", "content": f"fact number {k}"})
+                 for k in range(limit + 1)]
+        first = import_notes(sqlite_app, lines)
+        exported = [json.loads(line)["id"] for line in export_notes(sqlite_app)]
+        second = import_notes(sqlite_app, lines)
+    assert first.inserted == limit + 1
+    assert sorted(exported) == sorted(f"n{k}" for k in range(limit + 1))
+    assert (second.inserted, second.duplicates) == (0, limit + 1)

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import update
 
+from tests.support.bind_limits import bind_limit
 from tests.support.factories import (
     DARK_MODE_NOTES,
     NOW,
@@ -347,3 +348,18 @@ def test_an_undone_dream_still_counts_as_the_last_dream(app: App) -> None:
     later = utcnow() + timedelta(hours=25)
     add_sessions(app, 5, agent_id="undid", start=later - timedelta(hours=1))
     assert service.scope_gate(app, Scope("undid"), now=later).rule is GateRule.DUE
+
+
+def test_the_gate_decides_more_scopes_than_a_statement_binds(app: App) -> None:
+    """A store knowing more scopes than a statement binds (each gate read binds a key twice;
+    SQLite at the smallest limit its builds ship, PostgreSQL at psycopg's 65,535): every scope
+    is decided, the one due among them is due, and the look-up of runs holding them answers
+    (before: "too many SQL variables", or psycopg refusing the parameters)."""
+    add_sessions(app, 5, agent_id="agent-due", start=NOW - timedelta(hours=1))
+    with bind_limit(app) as limit:
+        scopes = [Scope("agent-due"), *(Scope(f"agent-{k:05d}") for k in range(limit // 2))]
+        decisions = service.explain_scopes(app, NOW, scopes)
+        with app.uow() as uow:
+            held = uow.run_history.held_scopes([sc.key for sc in scopes] * 2)
+    assert len(decisions) == len(scopes) and held == set()
+    assert [sc for sc, d in decisions.items() if d.due] == [Scope("agent-due")]

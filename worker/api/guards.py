@@ -43,15 +43,29 @@ async def send_json(send: Send, status: int, body: dict[str, Any],
     await send({"type": "http.response.body", "body": payload})
 
 
-class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+class HTTPMiddleware:
+    """A pure ASGI middleware that acts on HTTP requests (``http``) only: anything else (the
+    lifespan, a websocket) goes to the wrapped app untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class BodyLimit(HTTPMiddleware):
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        super().__init__(app)
+        self.max_bytes = max_bytes
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = _content_length(scope)
         if declared == -1:
             await send_json(send, 400, {"error": "bad_request",
@@ -111,14 +125,8 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-class ScrubbedErrors:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class ScrubbedErrors(HTTPMiddleware):
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def tracked(message: Message) -> None:

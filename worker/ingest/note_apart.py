@@ -47,9 +47,8 @@ def record_apart(uow: UnitOfWork, apart: dict[str, list[list[str]]], in_file: se
     """Record each set as a keep-apart at its notes' versions here, once every note is a stored
     active note of the line's scope. A note of the file that was not added (a note of its scope
     already holds its text), or one not active, binds nothing: that set is left out."""
-    named = sorted({i for sets in apart.values() for ids in sets for i in ids})
-    notes = {n.id: n for start in range(0, len(named), 500)
-             for n in uow.notes.get_many(named[start : start + 500])}
+    named = {i for sets in apart.values() for ids in sets for i in ids}
+    notes = {n.id: n for n in uow.notes.get_many(named)}
     for owner, sets in apart.items():
         for ids in sets:
             where = f"line {line_of[owner]}: kept_apart"

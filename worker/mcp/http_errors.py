@@ -12,22 +12,17 @@ import json
 from typing import Any
 
 import structlog
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
+from worker.api.guards import HTTPMiddleware
 from worker.mcp.stdio import INVALID_REQUEST, INVALID_REQUEST_LINE, PARSE_ERROR, parse_error_line
 
 log = structlog.get_logger(__name__)
 _LIMIT = 1 << 20  # a 400 the SDK writes is a few kilobytes at most; past this, passed on as is
 
 
-class OneLineErrors:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+class OneLineErrors(HTTPMiddleware):
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         held: list[Message] = []
 
         async def rewritten(message: Message) -> None:

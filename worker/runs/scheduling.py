@@ -15,6 +15,7 @@ from worker.domain.types import RunStatus, Scope
 from worker.runs.batches import release_run_batches, retry_incomplete_releases
 from worker.runs.create import create_runs
 from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
+from worker.store.chunks import IN_CHUNK, chunked
 from worker.text.plural import counted
 
 log = structlog.get_logger(__name__)
@@ -167,17 +168,24 @@ def decide_scopes(
     with app.uow() as uow:
         if scopes is None:
             scopes = sorted(set(uow.sessions.scopes()) | set(uow.notes.scopes()))
-        keys = [sc.key for sc in scopes]
-        last = uow.run_history.last_success_at(keys)
-        sessions = uow.sessions.activity_since_last_success(keys, now)
         agents = uow.entities.fetch("agent", {sc.agent_id for sc in scopes})
         policies = {sc: default.overridden(_agent_gate(agents.get(sc.agent_id)))
                     for sc in scopes}
         # The volume count is one aggregate over notes: only paid for when some scope uses it.
-        changed = (uow.run_history.notes_changed_since_last_success(keys, now)
-                   if any(p.notes is not None for p in policies.values()) else {})
-        streaks = (uow.run_history.failure_streaks(keys) if s.failure_backoff_max_seconds
-                   else {})
+        volume = any(p.notes is not None for p in policies.values())
+        last: dict[str, datetime] = {}
+        sessions: dict[str, tuple[int, datetime | None, datetime | None]] = {}
+        changed: dict[str, int] = {}
+        streaks: dict[str, tuple[int, datetime]] = {}
+        # A query per chunk of scopes: each binds a scope's key twice (in its last dream's
+        # sub-select and in the filter), and a store may know more scopes than a statement binds.
+        for keys in chunked([sc.key for sc in scopes], IN_CHUNK // 2):
+            last.update(uow.run_history.last_success_at(keys))
+            sessions.update(uow.sessions.activity_since_last_success(keys, now))
+            changed.update(uow.run_history.notes_changed_since_last_success(keys, now)
+                           if volume else {})
+            streaks.update(uow.run_history.failure_streaks(keys)
+                           if s.failure_backoff_max_seconds else {})
     decisions: dict[Scope, GateDecision] = {}
     for scope in scopes:
         count, latest, earliest = sessions.get(scope.key, (0, None, None))

@@ -19,6 +19,7 @@ from worker.domain.types import (
     Scope,
     fingerprint_versions,
 )
+from worker.store.chunks import chunked
 from worker.store.models import (
     DreamRunRow,
     ExampleRow,
@@ -125,10 +126,8 @@ def _apart_rest(session: Session, j: JudgementRow, ids: set[str]) -> JudgementRo
 def _unflag(session: Session, note_ids: Iterable[str], counts: dict[str, int]) -> None:
     """The contradiction flag off these notes (its review is gone: nothing is left to review),
     with a comment saying why; like the flag itself an annotation, so the version stays."""
-    wanted = sorted(note_ids)
-    if not wanted:
-        return
-    for note in session.scalars(select(NoteRow).where(NoteRow.id.in_(wanted))):
+    for note in (n for chunk in chunked(sorted(set(note_ids)))
+                 for n in session.scalars(select(NoteRow).where(NoteRow.id.in_(chunk)))):
         if CONTRADICTION_REVIEW_FLAG in (note.flags or []):
             note.flags = [f for f in note.flags or [] if f != CONTRADICTION_REVIEW_FLAG]
             note.comments = append_comment(note.comments, UNFLAGGED_COMMENT)

@@ -11,7 +11,7 @@ from sqlalchemy import Table, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from worker.domain.types import NoteStatus, Scope
-from worker.store.chunks import chunked, rows_by_id
+from worker.store.chunks import rows_by_id
 from worker.store.models import ExampleRow
 from worker.store.repositories.retention import ArchiveItem, archive_rows
 
@@ -51,13 +51,6 @@ class ExampleRepository:
         found = rows_by_id(self.session, ExampleRow.id,
                            (ExampleRow.scope_key, ExampleRow.input, ExampleRow.output), ids)
         return {i: (r.scope_key, r.input, r.output) for i, r in found.items()}
-
-    def existing_ids(self, ids: Iterable[str]) -> set[str]:
-        ids = list(set(ids))
-        found: set[str] = set()
-        for chunk in chunked(ids):
-            found.update(self.session.scalars(select(ExampleRow.id).where(ExampleRow.id.in_(chunk))))
-        return found
 
     def active(self, scope: Scope) -> list[Example]:
         """One query per scope: every active example with the fields retention decides on."""

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from worker.clock import utcnow
 from worker.domain.types import Note, NoteStatus, Scope
+from worker.store.chunks import chunked
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
 from worker.store.row_locks import locked_in_order
 
@@ -245,11 +246,11 @@ class NoteWrites:
 
     def mark_checked(self, ids: Iterable[str], when: datetime) -> None:
         """Bookkeeping only (no version bump): when prune last looked at each note. The rows
-        are locked in id order (``row_locks``), as every other multi-row write of notes."""
-        ids = list(ids)
-        if ids:
+        are locked in id order (``row_locks``), as every other multi-row write of notes; an
+        UPDATE per ``IN_CHUNK`` ids, the chunks in id order too."""
+        for chunk in chunked(sorted(set(ids))):
             self._run(update(NoteRow).where(
-                locked_in_order(self.session, NoteRow.id, NoteRow.id.in_(ids)),
+                locked_in_order(self.session, NoteRow.id, NoteRow.id.in_(chunk)),
             ).values(last_checked_at=when))
 
     def count_access(self, note_id: str, now: datetime) -> None:

@@ -87,34 +87,23 @@ class NoteRepository(NoteWrites):
         return load_scope(self, scope, statuses, model=model, vectors=vectors)
 
     def get_many(self, ids: Iterable[str]) -> list[Note]:
-        ids = list(ids)
-        if not ids:
-            return []
-        rows = self._run(select(*_NOTE_COLUMNS).where(NoteRow.id.in_(ids))).all()
+        """The stored notes of these ids, each once: a SELECT per ``IN_CHUNK`` distinct ids."""
+        rows = [r for chunk in chunked(sorted(set(ids)))
+                for r in self._run(select(*_NOTE_COLUMNS).where(NoteRow.id.in_(chunk)))]
         return [_row_to_note(r) for r in rows]
 
     def versions(self, ids: Iterable[str]) -> dict[str, tuple[int, str]]:
         """Current (version, status) of each id; the stale-plan check before applying."""
-        ids = list(ids)
-        if not ids:
-            return {}
-        rows = self._run(
-            select(NoteRow.id, NoteRow.version, NoteRow.status).where(NoteRow.id.in_(ids))
-        ).all()
-        return {r.id: (r.version, r.status) for r in rows}
+        found = rows_by_id(self.session, NoteRow.id, (NoteRow.version, NoteRow.status), ids)
+        return {i: (r.version, r.status) for i, r in found.items()}
 
     def review_state(self, ids: Iterable[str]) -> dict[str, Any]:
         """Current version, status and the fields a retirement decides on (protection, manual
         mark, expiry, last use) of each id (rows with those attributes): what makes an open
         review item stale (``review.propose``)."""
-        ids = list(ids)
-        if not ids:
-            return {}
-        rows = self._run(select(NoteRow.id, NoteRow.protection, NoteRow.is_auto_generated,
-                                NoteRow.expires_at, NoteRow.last_accessed_at,
-                                NoteRow.version, NoteRow.status)
-                         .where(NoteRow.id.in_(ids))).all()
-        return {r.id: r for r in rows}
+        return rows_by_id(self.session, NoteRow.id, (
+            NoteRow.protection, NoteRow.is_auto_generated, NoteRow.expires_at,
+            NoteRow.last_accessed_at, NoteRow.version, NoteRow.status), ids)
 
     def needing_embedding(self, scope: Scope, model: str) -> list[tuple[str, str]]:
         rows = self._run(
@@ -141,27 +130,13 @@ class NoteRepository(NoteWrites):
 
     def statuses_by_hash(self, scope: Scope, hashes: Iterable[str]) -> dict[str, set[str]]:
         """content hash → the statuses of the scope's notes with it (what an import's
-        content dedup weighs: a retired note does not stand in for a live one); one query."""
-        hashes = list(set(hashes))
-        if not hashes:
-            return {}
-        rows = self._run(
-            select(NoteRow.content_hash, NoteRow.status).where(
-                NoteRow.scope_key == scope.key, NoteRow.content_hash.in_(hashes)
-            )
-        ).all()
+        content dedup weighs: a retired note does not stand in for a live one); a query per
+        ``IN_CHUNK`` hashes."""
         found: dict[str, set[str]] = {}
-        for r in rows:
-            found.setdefault(r.content_hash, set()).add(r.status)
-        return found
-
-    def existing_ids(self, ids: Iterable[str]) -> set[str]:
-        ids = list(set(ids))
-        found: set[str] = set()
-        for chunk in chunked(ids):
-            found.update(
-                r[0] for r in self._run(select(NoteRow.id).where(NoteRow.id.in_(chunk)))
-            )
+        for chunk in chunked(sorted(set(hashes))):
+            for r in self._run(select(NoteRow.content_hash, NoteRow.status).where(
+                    NoteRow.scope_key == scope.key, NoteRow.content_hash.in_(chunk))):
+                found.setdefault(r.content_hash, set()).add(r.status)
         return found
 
     def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
@@ -192,22 +167,19 @@ class NoteRepository(NoteWrites):
         yield from self.session.scalars(stmt.execution_options(yield_per=batch_size))
 
     def lineage_parents(self, child_ids: Iterable[str]) -> dict[str, list[str]]:
-        """child id → its parent ids, whatever the relation; one query."""
+        """child id → its parent ids, whatever the relation (``lineage_edges``)."""
         return {child: [parent for parent, _ in edges]
                 for child, edges in self.lineage_edges(child_ids).items()}
 
     def lineage_edges(self, child_ids: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
-        """child id → its (parent id, relation) edges; one query."""
-        child_ids = list(child_ids)
+        """child id → its (parent id, relation) edges; a query per ``IN_CHUNK`` children."""
         out: dict[str, list[tuple[str, str]]] = {}
-        if not child_ids:
-            return out
-        rows = self._run(
-            select(NoteLineageRow.child_id, NoteLineageRow.parent_id, NoteLineageRow.relation)
-            .where(NoteLineageRow.child_id.in_(child_ids))
-        ).all()
-        for child, parent, relation in rows:
-            out.setdefault(child, []).append((parent, relation))
+        for chunk in chunked(sorted(set(child_ids))):
+            for child, parent, relation in self._run(
+                select(NoteLineageRow.child_id, NoteLineageRow.parent_id, NoteLineageRow.relation)
+                .where(NoteLineageRow.child_id.in_(chunk))
+            ):
+                out.setdefault(child, []).append((parent, relation))
         return out
 
     def inserted_by_run(self, run_id: str, scope: Scope) -> set[str]:
@@ -228,14 +200,9 @@ class NoteRepository(NoteWrites):
         yield from self.session.execute(stmt.execution_options(yield_per=1000)).scalars()
 
     def comments_of(self, ids: Iterable[str]) -> dict[str, str | None]:
-        """Current comments of each id (the snapshot does not carry them); one query."""
-        ids = list(ids)
-        if not ids:
-            return {}
-        rows = self._run(
-            select(NoteRow.id, NoteRow.comments).where(NoteRow.id.in_(ids))
-        ).all()
-        return {r.id: r.comments for r in rows}
+        """Current comments of each id (the snapshot does not carry them)."""
+        return {i: r.comments for i, r in
+                rows_by_id(self.session, NoteRow.id, (NoteRow.comments,), ids).items()}
 
     def active_hashes(self, scope: Scope, type: str) -> str:
         """Content hashes of the scope's active notes of ``type``, concatenated (64 hex chars

@@ -12,7 +12,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Scope
-from worker.store.chunks import rows_by_id
+from worker.store.chunks import chunked, rows_by_id
 from worker.store.models import (
     AgentRow,
     CompanyRow,
@@ -41,12 +41,6 @@ class SessionRepository:
     def add_many(self, rows: list[dict[str, Any]]) -> None:
         if rows:
             self.session.execute(insert(SessionRow), rows)
-
-    def existing_ids(self, ids: Iterable[str]) -> set[str]:
-        ids = list(set(ids))
-        if not ids:
-            return set()
-        return set(self.session.scalars(select(SessionRow.id).where(SessionRow.id.in_(ids))))
 
     def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, datetime]]:
         """id → (scope key, started_at) for the ids that exist: what an import compares against."""
@@ -140,12 +134,11 @@ class EntityRepository:
         self.session.execute(stmt)
 
     def fetch(self, kind: str, ids: Iterable[str]) -> dict[str, Any]:
-        """One query for a batch of ids of one entity type; missing ids are absent from the result."""
+        """The rows of these ids of one entity type, a query per ``IN_CHUNK`` ids; missing ids
+        are absent from the result."""
         model = ENTITY_MODELS[kind]
-        ids = list(set(ids))
-        if not ids:
-            return {}
-        return {r.id: r for r in self.session.scalars(select(model).where(model.id.in_(ids)))}
+        return {r.id: r for chunk in chunked(sorted(set(ids)))
+                for r in self.session.scalars(select(model).where(model.id.in_(chunk)))}
 
     def agent(self, agent_id: str) -> Row[Any] | None:
         """The agent's registry record, read-only (its columns as attributes), or None. A plain

@@ -11,7 +11,7 @@ from sqlalchemy import case, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Note, NoteStatus, Protection, Scope
-from worker.store.chunks import chunked
+from worker.store.chunks import IN_CHUNK, chunked
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
 from worker.store.repositories.notes import _NOTE_COLUMNS, _row_to_note
 
@@ -45,18 +45,32 @@ def append_comment(existing: str | None, comment: str) -> str:
     return comment if not existing else f"{existing}\n{comment}"
 
 
+# The UPDATE binds three values an item (its id, and its id with its version).
+_ARCHIVE_CHUNK = IN_CHUNK // 3
+
+
 def archive_rows(
     session: Session, model: Any, entity: str, scope: Scope, items: list[ArchiveItem], *,
     run_id: str | None, reason: str, now: datetime,
 ) -> list[str]:
     """Archive rows still active at their planned version; returns the ids actually archived.
 
-    One SELECT for the before-images, one UPDATE … RETURNING, and one
-    executemany into the operation log: a few statements per scope, never one per row. A row
-    the host changed since it was loaded fails the version guard and is left alone (R10).
+    Per ``_ARCHIVE_CHUNK`` items in id order: one SELECT for the before-images, one UPDATE …
+    RETURNING, and one executemany into the operation log: a few statements per scope, never
+    one per row. A row the host changed since it was loaded fails the version guard and is
+    left alone (R10).
     """
-    if not items:
-        return []
+    done: list[str] = []
+    for chunk in chunked(sorted(items, key=lambda i: i.id), _ARCHIVE_CHUNK):
+        done += _archive_rows(session, model, entity, scope, chunk, run_id=run_id,
+                              reason=reason, now=now)
+    return sorted(done)
+
+
+def _archive_rows(
+    session: Session, model: Any, entity: str, scope: Scope, items: list[ArchiveItem], *,
+    run_id: str | None, reason: str, now: datetime,
+) -> list[str]:
     cols = [model.id, model.version, model.status]
     cols += [getattr(model, f) for f in sorted({f for i in items for f, _ in i.expect})
              if f not in ("id", "version", "status", "comments")]

@@ -11,6 +11,7 @@ from sqlalchemy import Table, insert, select, update
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Scope
+from worker.store.chunks import chunked
 from worker.store.models import ReviewItemRow
 from worker.store.row_locks import locked_in_order
 
@@ -40,11 +41,12 @@ class ReviewItemRepository:
                                         ReviewItemRow.status == OPEN).order_by(ReviewItemRow.id)))
 
     def mark_stale(self, item_ids: list[int], now: datetime, outcome: str) -> None:
-        if item_ids:
+        """The open items of these ids stale: an UPDATE per ``IN_CHUNK`` ids, in id order."""
+        for chunk in chunked(sorted(set(item_ids))):
             self.session.execute(
                 update(ReviewItemRow)
                 .where(locked_in_order(self.session, ReviewItemRow.id,
-                                       ReviewItemRow.id.in_(item_ids)),
+                                       ReviewItemRow.id.in_(chunk)),
                        ReviewItemRow.status == OPEN)
                 .values(status="stale", decided_at=now, decided_by="run", outcome=outcome))
 

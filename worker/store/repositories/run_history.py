@@ -22,6 +22,7 @@ from worker.domain.types import (
     RunStatus,
     Scope,
 )
+from worker.store.chunks import chunked
 from worker.store.models import DreamRunRow, NoteRow, OperationLogRow, RunStepRow
 from worker.store.repositories.runs import NEWEST_FIRST
 from worker.store.repositories.usage import phase_step_usage
@@ -116,12 +117,11 @@ class RunHistoryRepository:
         return {key: (int(n), at) for key, n, at in rows}
 
     def held_scopes(self, scope_keys: list[str]) -> set[str]:
-        """Which of these scopes a queued, running or interrupted run holds (R1), one query."""
-        if not scope_keys:
-            return set()
-        return set(self.session.scalars(
-            select(DreamRunRow.scope_key).where(DreamRunRow.scope_key.in_(scope_keys),
-                                                DreamRunRow.status.in_(ACTIVE_RUN_STATUSES))))
+        """Which of these scopes a queued, running or interrupted run holds (R1), a query per
+        ``IN_CHUNK`` scopes."""
+        return {key for chunk in chunked(scope_keys) for key in self.session.scalars(
+            select(DreamRunRow.scope_key).where(DreamRunRow.scope_key.in_(chunk),
+                                                DreamRunRow.status.in_(ACTIVE_RUN_STATUSES)))}
 
     def latest_finished(self, scope: Scope) -> DreamRunRow | None:
         """The scope's most recently created finished dream whose decisions still stand (what

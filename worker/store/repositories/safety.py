@@ -28,7 +28,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, RunStatus
-from worker.store.chunks import chunked
+from worker.store.chunks import chunked, rows_by_id
 from worker.store.many import execute_many
 from worker.store.models import (
     DreamRunRow,
@@ -154,8 +154,8 @@ class SafetyRepository:
         for (keys, retires), params in shapes.items():
             if execute_many(conn, restore_statement(table, keys, retires), params) != len(params):
                 ids = [p["b_id"] for p in params]
-                now = {i: v for i, v in self.session.execute(
-                    select(table.c.id, table.c.version).where(table.c.id.in_(ids)))}
+                now = {i: r.version for i, r in
+                       rows_by_id(self.session, table.c.id, (table.c.version,), ids).items()}
                 # A row that matched is at version + 1 now; if a moved one happens to be too,
                 # the whole group is named (the undo is rolled back either way).
                 moved += [p["b_id"] for p in params if now.get(p["b_id"]) != p["v_version"]] or ids
