@@ -218,6 +218,23 @@ def test_k8s_workloads_run_real_commands_with_valid_config(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["dream-api", "dream-mcp"])
+def test_k8s_servers_pause_before_sigterm_and_get_time_to_drain(name: str) -> None:
+    """The servers keep serving for a pause after their pod starts terminating (endpoints take
+    a moment to drop it; SIGTERM comes after the preStop hook), and the grace period holds that
+    pause, DREAM_API_SHUTDOWN_SECONDS for requests in flight and a margin for the dreams the
+    server started: Kubernetes' default 30 s would SIGKILL a drain still running."""
+    pod = by_kind_name("Deployment", name)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep" and int(command[1]) >= 1
+    config = by_kind_name("ConfigMap", "dream-config")["data"]
+    secret = by_kind_name("Secret", "dream-secrets")["stringData"]
+    drain = env_to_settings({k: str(v) for k, v in {**config, **secret}.items()}
+                            ).api_shutdown_seconds
+    assert pod["terminationGracePeriodSeconds"] >= int(command[1]) + drain + 10
+
+
+@pytest.mark.parametrize("name", ["dream-api", "dream-mcp"])
 def test_k8s_service_targets_its_pods(name: str) -> None:
     """Each Service selects its own pods and targets the named container port; readiness is
     /healthz (the database too), liveness /livez (the process only: a database outage took
