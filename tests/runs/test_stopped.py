@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,28 +55,20 @@ def test_a_stop_inside_a_write_rolls_it_back_and_gives_the_run_back(app: App) ->
     resumes it), and the resumed run merges the twins once."""
     add_notes(app, *TWINS)
     before = _active(app)
-    snap = service.create_claimed_run(app, SCOPE, trigger="cli", force=True)
-    assert snap is not None
 
-    def stop() -> None:
+    def stop(_: str) -> None:
         raise Stopped("SIGTERM")
 
-    crashpoints.arm("consolidate.after_insert", stop)
-    try:
-        with pytest.raises(RunStopped) as stopped:
-            service.execute_run(app, snap)
-    finally:
-        crashpoints.disarm_all()
-    assert (stopped.value.run_id, stopped.value.signal_name) == (snap.run_id, "SIGTERM")
-    assert stopped.value.given_back
+    snap_id, stopped = _stopped_at(app, "consolidate.after_insert", stop)
+    assert stopped.signal_name == "SIGTERM" and stopped.given_back
     assert _active(app) == before  # the fused note's insert went with the rollback
-    assert status_of(app, snap.run_id) == RunStatus.INTERRUPTED.value
-    errors = _phase_errors(app, snap.run_id)
+    assert status_of(app, snap_id) == RunStatus.INTERRUPTED.value
+    errors = _phase_errors(app, snap_id)
     assert errors["consolidate"].startswith("interrupted; stopped by SIGTERM")
     assert errors["archive"].startswith("not started; stopped by SIGTERM")
     resumed = dream(app, "run", "--due")
     assert resumed.exit_code == 0, resumed.output
-    assert f"run {snap.run_id} succeeded" in resumed.stdout
+    assert f"run {snap_id} succeeded" in resumed.stdout
     after = _active(app)
     assert len(after) == 1 and not set(after) & {"d1", "d2"}
 
@@ -83,21 +76,29 @@ def test_a_stop_inside_a_write_rolls_it_back_and_gives_the_run_back(app: App) ->
 def test_a_run_another_executor_took_over_is_left_as_it_is(app: App) -> None:
     """A stop after the run moved on (cancelled between two phases) changes nothing of it."""
     add_notes(app, *TWINS)
-    snap = service.create_claimed_run(app, SCOPE, trigger="cli", force=True)
-    assert snap is not None
 
-    def cancel_then_stop() -> None:
-        assert dream(app, "runs", "cancel", snap.run_id).exit_code == 0
+    def cancel_then_stop(run_id: str) -> None:
+        assert dream(app, "runs", "cancel", run_id).exit_code == 0
         raise KeyboardInterrupt
 
-    crashpoints.arm("run.before_finalize", cancel_then_stop)
+    run_id, stopped = _stopped_at(app, "run.before_finalize", cancel_then_stop)
+    assert stopped.signal_name == "SIGINT" and not stopped.given_back
+    assert status_of(app, run_id) == RunStatus.CANCELLED.value
+
+
+def _stopped_at(app: App, point: str, action: Callable[[str], None]) -> tuple[str, RunStopped]:
+    """A run of SCOPE created as `dream run` creates it and executed here, ``action`` (given
+    the run's id) called at the crash point ``point``: its id and the RunStopped it ended by."""
+    snap = service.create_claimed_run(app, SCOPE, trigger="cli", force=True)
+    assert snap is not None
+    crashpoints.arm(point, lambda: action(snap.run_id))
     try:
         with pytest.raises(RunStopped) as stopped:
             service.execute_run(app, snap)
     finally:
         crashpoints.disarm_all()
-    assert stopped.value.signal_name == "SIGINT" and not stopped.value.given_back
-    assert status_of(app, snap.run_id) == RunStatus.CANCELLED.value
+    assert stopped.value.run_id == snap.run_id
+    return snap.run_id, stopped.value
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
