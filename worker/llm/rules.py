@@ -66,7 +66,11 @@ def _tokens(text: str) -> list[str]:
     return [t.strip(".,;:!?-/'") for t in _WORD.findall(text) if t.strip(".,;:!?-/'")]
 
 
-# A scope's notes are compared pair by pair: a bounded memo of the pure analysis (frozen).
+# A scope's notes are compared pair by pair: bounded memos of the pure analysis (frozen) and
+# of the folded text (both notes of every pair are folded before anything else is compared).
+_folded = lru_cache(maxsize=1 << 12)(normalise_text)
+
+
 @lru_cache(maxsize=1 << 12)
 def analyse(text: str) -> Words:
     raw = _tokens(text)
@@ -96,12 +100,14 @@ def same_or_contained(small: str, big: str) -> bool:
     half, always…) or names only where ``small`` has none of that kind to contradict (a
     refinement, "Python" → "Python 3.12").
     """
-    if normalise_text(small) == normalise_text(big):
+    if _folded(small) == _folded(big):
         return True
     a, b = analyse(small), analyse(big)
     # Order and adjacency matter: "cutting a box" is not contained in "cutting the tape on the
-    # box", nor "the dog chases the cat" in "the cat chases the dog" (SICK NEUTRAL pairs).
-    if not a.content or not _is_run_within(a.sequence, b.sequence):
+    # box", nor "the dog chases the cat" in "the cat chases the dog" (SICK NEUTRAL pairs). A
+    # word of ``small`` missing from ``big`` settles it before the run is looked for.
+    if not a.content or not a.content <= b.content or not _is_run_within(a.sequence,
+                                                                         b.sequence):
         return False
     if a.negations != b.negations:
         return False
@@ -164,7 +170,7 @@ def rule_groups(
             placed.update(m.id for m in members)
     groups = []
     for head_id, members in heads.items():
-        identical = len({normalise_text(m.content) for m in members}) == 1
+        identical = len({_folded(m.content) for m in members}) == 1
         groups.append(RuleGroup(head_id, tuple(sorted(m.id for m in members)),
                                 "identical" if identical else "contained"))
     open_ids = sorted(n.id for n in notes if n.id not in placed)
