@@ -24,7 +24,7 @@ from worker.ingest.sessions import import_sessions
 from worker.logging import configure_logging
 from worker.reporting import run_tree, said_counters, step_notes
 from worker.runs import service
-from worker.store.db import SQLITE_HEADER
+from worker.store.db import is_sqlite_file
 from worker.store.migrate import upgrade
 
 AGENT = "demo-assistant"
@@ -173,9 +173,8 @@ def refuse_unless_demo_store(path: Path) -> None:
 def _store_agents(path: Path) -> set[str] | None:
     """The agents an SQLite dream store at ``path`` knows, read-only; None for any other file."""
     try:
-        with path.open("rb") as fh:
-            if fh.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
-                return None
+        if not is_sqlite_file(path):  # (never a descriptor of our own: worker.store.db)
+            return None
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
             return {str(row[0]) for row in conn.execute(_AGENT_IDS)}

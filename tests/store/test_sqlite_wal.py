@@ -3,6 +3,8 @@ SQLite's default 1,000: a run's phases rewrite the same pages, and a checkpoint 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from sqlalchemy import text
@@ -37,3 +39,30 @@ def test_commits_past_the_default_interval_leave_the_log_growing(tmp_path: Path)
     assert busy == 0 and moved == frames
     assert path.with_name(path.name + "-wal").stat().st_size == 0
     engine.dispose()
+
+
+def test_a_second_engine_on_an_open_store_keeps_the_process_locks(tmp_path: Path) -> None:
+    """Building an engine checks the file is an SQLite database. It used to read the header
+    with a descriptor of its own, and closing that descriptor dropped every POSIX lock the
+    process held on the file, its open SQLite connections' included: another process closing
+    the store then saw no other user, removed its write-ahead log and index, and this
+    process's open connection read 'database disk image is malformed' (a host building a
+    second App beside its first, a test beside a `dream` child process)."""
+    path = tmp_path / "x.db"
+    first = make_engine(f"sqlite:///{path}")
+    with first.begin() as conn:
+        conn.execute(text("CREATE TABLE t (x INTEGER)"))
+        conn.execute(text("INSERT INTO t (x) VALUES (1)"))
+    held = first.connect()
+    held.execute(text("SELECT x FROM t")).all()  # a pooled connection, as a server keeps one
+    second = make_engine(f"sqlite:///{path}")  # the check runs on an existing file
+    other = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+             "c.execute('SELECT x FROM t').fetchall(); c.close()")
+    subprocess.run([sys.executable, "-c", other, str(path)], check=True, timeout=60)
+    assert path.with_name(path.name + "-wal").exists()  # still in use here: not removed
+    with first.begin() as conn:
+        conn.execute(text("INSERT INTO t (x) VALUES (2)"))
+    assert held.execute(text("SELECT count(*) FROM t")).scalar() == 2
+    held.close()
+    first.dispose()
+    second.dispose()

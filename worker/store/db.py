@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import time
 import warnings
 from pathlib import Path
@@ -15,7 +17,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from worker.config import ConfigError
 
 SQLITE_BUSY_SECONDS = 30
-SQLITE_HEADER = b"SQLite format 3\x00"
 # A pooled PostgreSQL connection idle for longer than this is pinged before it is handed out (a
 # dead one is replaced); one back within it is not: a run's short transactions follow each other
 # within milliseconds, and a ping before each was a round trip per transaction.
@@ -123,12 +124,11 @@ def check_sqlite_file(path: Path, create: bool) -> None:
     if path.is_dir():
         raise ConfigError(f"DREAM_DATABASE_URL points at the directory {path}; name a file in it")
     if path.exists():
-        try:
-            with path.open("rb") as fh:
-                header = fh.read(len(SQLITE_HEADER))
-        except OSError as exc:
-            raise ConfigError(f"cannot read the database {path}: {exc.strerror}") from None
-        if header and header != SQLITE_HEADER:  # an empty file is a valid empty database
+        if not os.access(path, os.R_OK):
+            raise ConfigError(f"cannot read the database {path}: permission denied; give this "
+                              "user read and write access to it, or point DREAM_DATABASE_URL "
+                              "elsewhere")
+        if not is_sqlite_file(path):
             raise ConfigError(f"{path} is not an SQLite database; point DREAM_DATABASE_URL at a "
                               "dream-worker database or at a new path")
         return
@@ -143,6 +143,24 @@ def check_sqlite_file(path: Path, create: bool) -> None:
     except OSError as exc:
         raise ConfigError(f"cannot create the database directory {path.parent}: "
                           f"{exc.strerror or type(exc).__name__}") from None
+
+
+def is_sqlite_file(path: Path) -> bool:
+    """Whether the existing file at ``path`` is an SQLite database (an empty file is one),
+    read through SQLite itself. Never with a descriptor of our own: closing any descriptor of a
+    file drops every POSIX lock the process holds on it, its SQLite connections' included
+    (sqlite.org/howtocorrupt.html, 2.2). A process that built a second engine for a store it
+    had open then held no lock, the last other process to close the store removed its log and
+    index, and this process's connections read a malformed database. SQLite's own open and
+    close keep the locks of the process's other connections."""
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()  # reads the header page
+    except sqlite3.DatabaseError as exc:
+        return "not a database" not in str(exc)  # anything else is the store's own trouble
+    finally:
+        conn.close()
+    return True
 
 
 # Pages the write-ahead log may grow to before a commit folds it into the main file (SQLite's
