@@ -7,13 +7,14 @@ import sys
 import click
 
 from worker.cli.common import IDENT, USER_IDENT, cli_app, standard_stream
-from worker.cli.errors import UserError, user_errors
-from worker.cli.serve import finish_started_runs, serve
+from worker.cli.errors import UserError, stop_says, user_errors
+from worker.cli.serve import SERVER_STOP, finish_started_runs, serve
 from worker.domain.types import Scope
 from worker.errors import ConfigError
 
 
 @click.command("mcp")
+@stop_says(SERVER_STOP)
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio",
               show_default=True, help="stdio: one client, one scope; http: streamable HTTP at /mcp.")
 @click.option("--agent", default=None, type=IDENT,

@@ -113,6 +113,12 @@ def _stopped(signum: int, frame: FrameType | None) -> None:
     """What a stop signal uvicorn raises again after its shutdown does: nothing more."""
 
 
+# What a stop of a server leaves once it no longer serves (a second signal while it waits for
+# the dreams it started, or a first one as it starts): ``finish_started_runs``.
+SERVER_STOP = ("the dreams it started and had not finished are given back as interrupted; "
+               "`dream run --due` resumes them")
+
+
 def finish_started_runs(app: App) -> None:
     """Wait for the dreams this server started in its own threads (no broker): the process
     ending kills them mid-phase, and each run would stay `running`, holding its scope, until

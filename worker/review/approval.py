@@ -127,25 +127,33 @@ def _end_unwritten(app: App, run_id: str, parent: str, item_id: int) -> None:
 
 
 class ApprovalStopped(KeyboardInterrupt):
-    """An approval stopped by a signal before its end committed: nothing of its change was
-    kept, its run is cancelled (an approval is never resumed, see ``end_lost_run``), and the
-    item is still open."""
+    """An approval stopped by a signal. ``cancelled``: before its end committed, so nothing of
+    its change was kept, its run is cancelled (an approval is never resumed, see
+    ``end_lost_run``) and the item is still open; else its run had ended already (the stop
+    came as the approval finished) and the item's own status says what became of it."""
 
-    def __init__(self, item_id: int, run_id: str, signal_name: str) -> None:
+    def __init__(self, item_id: int, run_id: str, signal_name: str,
+                 cancelled: bool = True) -> None:
         super().__init__(item_id, run_id, signal_name)
         self.item_id, self.run_id, self.signal_name = item_id, run_id, signal_name
+        self.cancelled = cancelled
 
     @property
     def line(self) -> str:
+        if not self.cancelled:
+            return (f"approval of item {self.item_id} stopped by {self.signal_name} as its run "
+                    f"{self.run_id} ended: `dream review show {self.item_id}` says whether it "
+                    "was applied; `dream review list` shows what is open")
         return (f"approval of item {self.item_id} stopped by {self.signal_name}: nothing of it "
                 f"was written and its run {self.run_id} is cancelled; the item is still open "
                 "(approve it again); items decided before it stay decided (`dream review list` "
                 "shows what is open)")
 
 
-def stop_approval(app: App, ctx: PhaseContext, item_id: int, signal_name: str) -> None:
+def stop_approval(app: App, ctx: PhaseContext, item_id: int, signal_name: str) -> bool:
     """The approval's run, its held write rolled back, cancelled at once under the epoch it
-    holds (compare-and-set): running, it would hold its scope until its lease lapsed."""
+    holds (compare-and-set): running, it would hold its scope until its lease lapsed. False
+    when the run had ended (or moved on) already."""
     assert ctx.held is not None
     ctx.held.discard()
     why = f"the approval of item {item_id} was stopped by {signal_name}; nothing was written"
@@ -156,3 +164,5 @@ def stop_approval(app: App, ctx: PhaseContext, item_id: int, signal_name: str) -
                 and run.lease_epoch == ctx.epoch and uow.runs.cancel_running(run, now, why)):
             uow.runs.stop_steps([ctx.run_id], why, now)
             uow.commit()
+            return True
+    return False

@@ -42,7 +42,7 @@ from worker.review.items import (
     moved_since,
 )
 from worker.runs.context import PhaseContext
-from worker.runs.engine import signal_of
+from worker.runs.stops import deliver_held_stops, signal_of, stops_held
 from worker.store.scope_locks import lock_scopes
 from worker.store.uow import StaleLease
 
@@ -304,22 +304,26 @@ def _approve_one(app: App, scope: Scope, row: Any, by: str, known: _Current,
         return _mark_stale(app, row, by, line) if record_stale else Decided(
             row.id, ItemStatus.STALE.value, line)
     known.wrote(row)  # whatever the outcome: a later item naming these ids reads them again
-    ctx = open_approval(app, scope, row, by)
-    assert ctx.held is not None
-    try:
-        parent = ctx.steps.start_phase(change.phase, {"review_item": row.id, "approved_by": by})
-        applied = Applied(parent, _phase_counters(change.phase), time.perf_counter())
-        notes = at_versions(current, change) if entity_of(row.payload) == "note" else {}
-        result, detail = apply_change(ctx, parent, change, notes, applied.counters)
-        if result != LOST:
-            return _finish(app, ctx, row, by, result, detail, applied)
-    except StaleLease:
-        pass  # the write's fence found the run cancelled or interrupted: nothing was kept
-    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM under `dream review approve`
-        stop_approval(app, ctx, row.id, signal_of(stop))
-        raise ApprovalStopped(row.id, ctx.run_id, signal_of(stop)) from stop
-    finally:
-        ctx.held.discard()  # a write the finish did not take (an exception) is never kept
+    with stops_held():  # a stop as its run is created waits for the cancel below
+        ctx = open_approval(app, scope, row, by)
+        assert ctx.held is not None
+        try:
+            deliver_held_stops()
+            parent = ctx.steps.start_phase(change.phase, {"review_item": row.id,
+                                                          "approved_by": by})
+            applied = Applied(parent, _phase_counters(change.phase), time.perf_counter())
+            notes = at_versions(current, change) if entity_of(row.payload) == "note" else {}
+            result, detail = apply_change(ctx, parent, change, notes, applied.counters)
+            if result != LOST:
+                return _finish(app, ctx, row, by, result, detail, applied)
+        except StaleLease:
+            pass  # the write's fence found the run cancelled or interrupted: nothing was kept
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM under a `dream` command
+            name = signal_of(stop)
+            cancelled = stop_approval(app, ctx, row.id, name)
+            raise ApprovalStopped(row.id, ctx.run_id, name, cancelled) from stop
+        finally:
+            ctx.held.discard()  # a write the finish did not take (an exception) is never kept
     return Decided(row.id, "refused", f"item {row.id} not applied: its run {ctx.run_id} was "
                    f"{end_lost_run(app, ctx.run_id)} meanwhile (an erasure in the scope or "
                    "`dream runs cancel`); nothing was written", ctx.run_id)
