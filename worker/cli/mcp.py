@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 import click
 
 from worker.cli.common import IDENT, USER_IDENT, cli_app, standard_stream
 from worker.cli.errors import UserError, stop_says, user_errors
-from worker.cli.serve import SERVER_STOP, finish_started_runs, serve
+from worker.cli.serve import SERVER_STOP, end_now, finish_started_runs, serve
 from worker.domain.types import Scope
 from worker.errors import ConfigError
 
@@ -51,7 +52,9 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
         _stdio_open()
     app = cli_app(ctx, serving=True)
     if agent:
-        server.stdio_server(app, Scope(agent, user, company)).run("stdio")
+        # A stop signal during the drain (a second one) ends the process now.
+        server.stdio_server(app, Scope(agent, user, company),
+                            at_once=partial(end_now, app)).run("stdio")
         finish_started_runs(app)  # the client left (stdin closed); its dream ends first
         return
     from worker.api.auth import parse_tokens

@@ -30,7 +30,7 @@ from worker.app import App
 from worker.domain.types import PHASES, RunStatus
 from worker.runs.context import Budget, Registry, RunCarry
 from worker.runs.finalize import finalize, finalize_run
-from worker.runs.lease import LeaseHeartbeat, give_back
+from worker.runs.lease import LeaseHeartbeat, executing, give_back
 from worker.runs.outcome import PhaseOutcome
 from worker.runs.phase_run import Execution, run_phase
 from worker.runs.snapshot import RunSnapshot, claim, read_snapshot
@@ -93,16 +93,18 @@ def execute_run_once(app: App, run: str | RunSnapshot, registry: Registry,
             span.set(dream__run__status=snap.status)
             return RunResult(snap.status)
         deadline = None if hand_off_after is None else time.monotonic() + hand_off_after
+        epoch = snap.epoch
         try:
             deliver_held_stops()
-            result = _execute_all(app, snap, registry, on_phase, poll, deadline)
+            with executing(run_id, lambda why: give_back(app, run_id, epoch, why)):
+                result = _execute_all(app, snap, registry, on_phase, poll, deadline)
         except RunStopped:
             raise
         except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM under a `dream` command
             name = signal_of(stop)
-            given = give_back(app, snap.run_id, snap.epoch, f"stopped by {name}; the run is "
+            given = give_back(app, run_id, epoch, f"stopped by {name}; the run is "
                               "resumed by `dream run --due` or the next gate check")
-            raise RunStopped(snap.run_id, name, given) from stop
+            raise RunStopped(run_id, name, given) from stop
         span.set(dream__run__status=result.status)
         return result
 
