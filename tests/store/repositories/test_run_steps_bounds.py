@@ -64,3 +64,29 @@ def test_get_many_answers_in_id_order_whatever_the_order_asked(app: App) -> None
         asked = [ids[k] for k in (7, 2, 11, 0, 5, 9, 1, 10, 3, 8, 6, 4)]
         assert [n.id for n in uow.notes.get_many(asked)] == ids
         assert [n.id for n in uow.notes.get_many(reversed(ids))] == ids
+
+
+def test_unreleased_batches_of_more_runs_than_a_statement_binds(app: App) -> None:
+    """The provider batches left by the runs an erasure stopped, asked for one run id more
+    than a statement binds: answered (none here), where one IN of them all failed."""
+    real = _running_runs(app, 1)
+    with bind_limit(app) as limit:
+        asked = [*(f"no-run-{k:05d}" for k in range(limit)), *real]
+        with app.uow() as uow:
+            assert uow.batches.unreleased(asked) == []
+
+
+def test_erasing_a_user_of_more_scopes_than_a_statement_binds(sqlite_app: App) -> None:
+    """A user with notes in one scope more than SQLite binds in a statement (lowered to 999):
+    the erasure removes every note and its scopes' records, a statement per chunk of scopes
+    (before: "too many SQL variables" as it deleted the scopes' operation log). SQLite only:
+    PostgreSQL would need 65,536 scopes."""
+    from worker.safety.erase import erase
+
+    with bind_limit(sqlite_app) as limit:
+        add_notes(sqlite_app, *({"id": f"u{k:05d}", "agent_id": f"agent-{k}", "user_id": "ana",
+                                 "content": f"Ana's fact number {k}"} for k in range(limit + 1)))
+        result = erase(sqlite_app, user_id="ana")
+    assert len(result.note_ids) == limit + 1
+    with sqlite_app.uow() as uow:
+        assert uow.notes.get_many([f"u{k:05d}" for k in range(limit + 1)]) == []
