@@ -7,6 +7,7 @@ is left `running` by the stop. Real `dream` processes signalling themselves at a
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -33,10 +34,10 @@ def test_every_command_says_what_its_stop_leaves() -> None:
     assert not missing
 
 
-def _stop_line(stopped: object, command: str, sig: str) -> str:
+def _stop_line(stopped: subprocess.CompletedProcess[str], command: str, sig: str) -> str:
     """The one line a stopped command printed on stderr (and nothing else there)."""
-    out, err, code = (getattr(stopped, k) for k in ("stdout", "stderr", "returncode"))
-    assert code == 13, (out, err[-2000:])
+    out, err = stopped.stdout, stopped.stderr
+    assert stopped.returncode == 13, (out, err[-2000:])
     assert "Aborted!" not in err and "Traceback" not in err, err[-2000:]
     (line,) = err.strip().splitlines()
     assert line.startswith(f"`dream {command}` stopped by {sig}: "), line

@@ -7,6 +7,7 @@ the dreams it started; each dream still running is given back as `interrupted` (
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import sqlite3
 import subprocess
@@ -33,7 +34,7 @@ PYTHON = tuple({"id": f"py-{k}", "agent_id": "agent-a", "type": "Preference", "c
                                          "User prefers Python 3.12 with type hints")))
 
 
-def _serving(app: App, **env: str) -> tuple[subprocess.Popen[bytes], object]:
+def _serving(app: App, **env: str) -> tuple[subprocess.Popen[bytes], queue.Queue[bytes]]:
     proc = subprocess.Popen([DREAM, "mcp", "--agent", "agent-a"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=_env(app, **env), cwd=str(ROOT))
