@@ -34,7 +34,7 @@ class Outcome(IntEnum):
     BLOCKED = 10  # a guard held changes back (the blast-radius limit, the model budget, ...)
     PARTIAL = 11  # a run's phase failed, the others applied
     FAILED = 12
-    INTERRUPTED = 13  # or cancelled
+    INTERRUPTED = 13  # or cancelled, or the command was stopped by SIGINT or SIGTERM
     STALE = 14  # what a review item was decided on changed: nothing written for it
 
 

@@ -36,8 +36,8 @@ def register(main: click.Group) -> None:
 
 
 @click.command("run")
-@stop_says("every run it started ended as printed, or was given back as interrupted (`dream runs"
-           " list` shows them); `dream run --due` runs what is left")
+@stop_says("every run it started ended as printed, was given back as interrupted, or waits "
+           "as queued (`dream runs list` shows them); `dream run --due` runs what is left")
 @click.option("--agent", default=None, type=IDENT, help="Scope: agent id (or give --due).")
 @click.option("--user", default=None, type=USER_IDENT, help="Scope: user id.")
 @click.option("--company", default=None, type=IDENT, help="Scope: company id.")
