@@ -23,8 +23,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.cli.test_commands import dream
 from tests.cli.test_serve import SERVERS, TOKENS
 from tests.conftest import make_sqlite_app
+from tests.runs.test_stopped import PYTHON
 
 SCOPED = "scoped-token-0123456789"
 ROOT = Path(__file__).parents[2]
@@ -168,3 +170,37 @@ def test_a_request_that_never_ends_holds_sigterm_only_for_the_grace_time(
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=30) == 0
             assert time.monotonic() - started < 15
+
+
+def test_a_second_sigterm_while_the_api_waits_for_its_dream_gives_the_run_back(
+        url: str, tmp_path: Path) -> None:
+    """A dream the API started waits on a slow model: the first SIGTERM stops the serving and
+    the server waits for the dream; the second ends the process now, exit 13, the run given
+    back as interrupted (`dream run --due` resumes it) and named on stderr. Before, the second
+    SIGTERM killed the process there (exit -15) and the run stayed `running` for an hour."""
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps({"rules": [{"prompt": "consolidate", "latency": 120, "reply": {
+        "should_consolidate": False, "content": "", "type": "Context", "source_ids": [],
+        "reason": "different things"}}]}))
+    notes = tmp_path / "notes.jsonl"  # one cluster the model is asked about (tests/runs)
+    notes.write_text("".join(json.dumps({**n, "agent_id": "agent-1"}) + "\n" for n in PYTHON))
+    assert dream(url, "notes", "import", str(notes)).exit_code == 0
+    with _serving(url, ["api"], DREAM_LLM_PROVIDER="fake",
+                  DREAM_FAKE_LLM_SCRIPT=str(slow)) as (proc, base):
+        started = httpx.post(f"{base}/api/runs", json={"force": True},
+                             headers={"Authorization": f"Bearer {SCOPED}"}, timeout=30)
+        assert started.status_code == 202, started.text
+        run_id = started.json()["run_id"]
+        time.sleep(1.5)  # the dream is in its model call
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(1.5)
+        assert proc.poll() is None, _status(url, run_id)  # served no more, waiting for the dream
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 13
+    assert _status(url, run_id) == "interrupted"
+
+
+def _status(url: str, run_id: str) -> str:
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+        (status,) = db.execute("SELECT status FROM dream_runs WHERE id = ?", (run_id,)).fetchone()
+    return str(status)

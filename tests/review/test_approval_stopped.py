@@ -3,51 +3,35 @@ item is written, the approval's run is cancelled at once (an approval is never r
 item stays open, and the command says so in one line and exits 13. Before, SIGTERM killed the
 process and Ctrl-C printed "Aborted!": the approval's run stayed `running`, holding the scope
 until its lease lapsed (an hour by default). A real `dream review approve` in a child process
-that signals itself as it sends a chosen statement; SQLite and PostgreSQL."""
+that signals itself as it sends a chosen statement (tests.support.stops); SQLite and
+PostgreSQL."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
 
 import pytest
 
 from tests.review.test_approval_crash import _item
 from tests.review.test_service import SCOPE, _merge, _propose, _seed, _statuses
+from tests.support.stops import dream_stopped
 from worker.app import App
 from worker.domain.types import RunStatus
 from worker.review import service as review
 
-# `dream review approve ITEM` in a child process that sends itself the signal argv[3] as it
-# sends its first statement starting with argv[2].
-_APPROVE = """
-import os, signal, sys
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
-from worker.cli import main
-
-def stop(_conn, _cursor, statement, *_):
-    if " ".join(statement.split()).startswith(sys.argv[2]):
-        os.kill(os.getpid(), getattr(signal, sys.argv[3]))
-
-event.listen(Engine, "before_cursor_execute", stop)
-main(["review", "approve", sys.argv[1], "--agent", "agent-1"])
-"""
+# Where the stop lands: as the item's decision is written (inside the approval's write), and
+# as the approval's run is created (held until the approval can cancel that run: stopped
+# between the run's creation and the approval's start, the run stayed running).
+POINTS = ["sql:UPDATE review_items", "sql:INSERT INTO dream_runs"]
 
 
+@pytest.mark.parametrize("at", POINTS, ids=["deciding", "creating_its_run"])
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_an_approval_stopped_while_it_writes_leaves_the_item_open_and_its_scope_free(
-        app: App, sig: str) -> None:
+        app: App, sig: str, at: str) -> None:
     _seed(app)
     before = _statuses(app)
     item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
-    env = {**os.environ, "DREAM_DATABASE_URL": app.settings.database_url,
-           "DREAM_LLM_PROVIDER": "none", "DREAM_LOG_LEVEL": "ERROR"}
-    env.pop("DREAM_BROKER_URL", None)
-    stopped = subprocess.run(
-        [sys.executable, "-c", _APPROVE, str(item), "UPDATE review_items", sig], env=env,
-        capture_output=True, text=True, timeout=120)
+    stopped = dream_stopped(app, at, sig,
+                            "review", "approve", str(item), "--agent", "agent-1")
     assert stopped.returncode == 13, (stopped.stdout, stopped.stderr[-2000:])
     line = stopped.stdout.strip().splitlines()[-1]
     assert line.startswith(f"approval of item {item} stopped by {sig}: nothing of it was "

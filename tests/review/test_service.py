@@ -487,13 +487,13 @@ def test_an_item_declined_while_its_approval_applies_stays_declined_and_unapplie
     """Bo declines the item after Ana's approval wrote its change but before it recorded the
     decision: the item keeps Bo's decline, and what Ana's approval wrote is reverted (its run
     undone), so the notes never disagree with the item. One item: a conflict; a batch: 14."""
-    import worker.review.service as review_service
+    import worker.review.approval as approval  # where the approval applies its change
     from worker.review.service import Selector, decline
 
     _seed(app)
     before = _statuses(app)
     item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
-    apply_change = review_service.apply_change
+    apply_change = approval.apply_change
 
     def declined_meanwhile(*args: Any, **kwargs: Any) -> Any:
         applied = apply_change(*args, **kwargs)
@@ -502,7 +502,7 @@ def test_an_item_declined_while_its_approval_applies_stays_declined_and_unapplie
         assert bo.status == "declined"
         return applied
 
-    monkeypatch.setattr(review_service, "apply_change", declined_meanwhile)
+    monkeypatch.setattr(approval, "apply_change", declined_meanwhile)
     args = ["--all"] if batch else [str(item)]
     approved = _cli(app, "review", "approve", *args, "--agent", "agent-1", "--by", "ana")
     assert approved.exit_code == (STALE if batch else Conflict.exit_code), approved.output
@@ -523,13 +523,13 @@ def test_an_approval_that_lost_the_race_and_cannot_revert_says_so_and_changes_no
     declined meanwhile and why its change could not be reverted, with the way out, instead of
     a bare undo error about a run the user never started. Nothing else moves: the item stays
     declined, the change and the host's edit stay."""
-    import worker.review.service as review_service
+    import worker.review.approval as approval  # where the approval applies its change
     from worker.review.service import Selector, decline
 
     _seed(app)
     before = _statuses(app)
     item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
-    apply_change = review_service.apply_change
+    apply_change = approval.apply_change
     fused: list[str] = []
 
     def declined_and_edited_meanwhile(*args: Any, **kwargs: Any) -> Any:
@@ -540,7 +540,7 @@ def test_an_approval_that_lost_the_race_and_cannot_revert_says_so_and_changes_no
         host_sets(app, new, importance=0.9, version=2)
         return applied
 
-    monkeypatch.setattr(review_service, "apply_change", declined_and_edited_meanwhile)
+    monkeypatch.setattr(approval, "apply_change", declined_and_edited_meanwhile)
     approved = _cli(app, "review", "approve", str(item), "--agent", "agent-1", "--by", "ana")
     out = approved.output + approved.stderr
     assert approved.exit_code == Conflict.exit_code, out

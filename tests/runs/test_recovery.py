@@ -31,6 +31,7 @@ from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatu
 from worker.errors import Conflict, NotFound
 from worker.reporting import run_tree
 from worker.runs import service
+from worker.runs.context import PhaseContext
 
 DREAM = str(Path(sys.executable).parent / "dream")
 SCOPE = Scope("a1")
@@ -181,7 +182,7 @@ def _blocking_consolidate(monkeypatch: pytest.MonkeyPatch, started: threading.Ev
 
     real = phases.phase_registry()
 
-    def slow(ctx: object, step_id: str) -> PhaseReport:
+    def slow(ctx: PhaseContext, step_id: str) -> PhaseReport:
         started.set()
         assert release.wait(60)
         report: PhaseReport = real["consolidate"](ctx, step_id)

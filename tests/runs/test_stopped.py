@@ -23,7 +23,8 @@ from worker.app import App
 from worker.domain.types import RunStatus
 from worker.reporting import run_tree
 from worker.runs import service
-from worker.runs.engine import RunStopped, Stopped
+from worker.runs.engine import RunStopped
+from worker.runs.stops import Stopped
 from worker.safety import crashpoints
 
 DREAM = str(Path(sys.executable).parent / "dream")

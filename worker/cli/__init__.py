@@ -8,8 +8,9 @@ To add a command group, e.g. ``dream review``:
 
 1. write ``worker/cli/review.py`` with a ``register(main: click.Group) -> None`` that calls
    ``main.add_command(...)``; take the App from ``worker.cli.common.cli_app(ctx)``, raise
-   ``worker.errors`` classes (or ``worker.cli.errors.UserError`` for a bad command line) and
-   decorate each command with ``worker.cli.errors.user_errors``;
+   ``worker.errors`` classes (or ``worker.cli.errors.UserError`` for a bad command line),
+   decorate each command with ``worker.cli.errors.user_errors``, and say what a stop (Ctrl-C,
+   SIGTERM) of it leaves with ``worker.cli.errors.stop_says`` (its one line, exit 13);
 2. import it here and append it to ``COMMAND_MODULES``.
 
 Command modules import only ``worker.cli.common`` and ``worker.cli.errors`` from this package

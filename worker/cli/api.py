@@ -5,12 +5,13 @@ from __future__ import annotations
 import click
 
 from worker.cli.common import cli_app
-from worker.cli.errors import user_errors
-from worker.cli.serve import finish_started_runs, serve
+from worker.cli.errors import stop_says, user_errors
+from worker.cli.serve import SERVER_STOP, finish_started_runs, serve
 from worker.errors import ConfigError
 
 
 @click.command("api")
+@stop_says(SERVER_STOP)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on.")

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import getpass
 import math
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from enum import IntEnum
-from types import FrameType
 from typing import Any, TypeVar
 
 import click
@@ -38,7 +34,7 @@ class Outcome(IntEnum):
     BLOCKED = 10  # a guard held changes back (the blast-radius limit, the model budget, ...)
     PARTIAL = 11  # a run's phase failed, the others applied
     FAILED = 12
-    INTERRUPTED = 13  # or cancelled
+    INTERRUPTED = 13  # or cancelled, or the command was stopped by SIGINT or SIGTERM
     STALE = 14  # what a review item was decided on changed: nothing written for it
 
 
@@ -230,27 +226,3 @@ def scope_options(fn: F) -> F:
     fn = click.option("--company", default=None, type=IDENT, help="Scope: company id.")(fn)
     fn = click.option("--user", default=None, type=USER_IDENT, help="Scope: user id.")(fn)
     return click.option("--agent", required=True, type=IDENT, help="Scope: agent id.")(fn)
-
-
-@contextmanager
-def sigterm_stops_runs() -> Iterator[None]:
-    """SIGTERM (a service manager, `timeout`, a container stopping) stops an in-process run or
-    an approval as Ctrl-C does: the write in progress rolls back and the run is given back
-    (``worker.runs.engine``, ``worker.review.approval``), where SIGTERM's default would kill
-    the process and leave the run holding its scope until its lease lapses. A second SIGTERM
-    is ignored while that happens."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    from worker.runs.engine import Stopped
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Stopped("SIGTERM")
-
-    before = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)

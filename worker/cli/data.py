@@ -16,7 +16,7 @@ from worker.cli.common import (
     scope_options,
     standard_stream,
 )
-from worker.cli.errors import UserError, user_errors
+from worker.cli.errors import UserError, stop_says, user_errors
 from worker.clock import utcnow
 from worker.domain.types import Scope
 
@@ -33,6 +33,8 @@ def notes() -> None:
 
 
 @notes.command("import")
+@stop_says("the import is one transaction, stored whole or not at all; run it again (lines "
+           "already stored are skipped)")
 @click.argument("file")
 @click.pass_context
 @user_errors
@@ -45,6 +47,7 @@ def notes_import(ctx: click.Context, file: str) -> None:
 
 
 @notes.command("export")
+@stop_says("the output holds only the notes written before the stop; export again")
 @click.option("--status", default=None,
               help="Only notes with this status: active, pending, revoked or archived.")
 @click.option("--agent", default=None, type=IDENT,
@@ -78,6 +81,8 @@ def sessions() -> None:
 
 
 @sessions.command("import")
+@stop_says("the import is one transaction, stored whole or not at all; run it again (sessions "
+           "already stored are skipped)")
 @click.argument("file")
 @click.pass_context
 @user_errors
@@ -91,6 +96,7 @@ def sessions_import(ctx: click.Context, file: str) -> None:
 
 
 @sessions.command("add")
+@stop_says("the session is one write, recorded whole or not at all")
 @scope_options
 @click.option("--at", "at", default=None, help="Start time (ISO-8601); default now.")
 @click.pass_context
@@ -113,6 +119,7 @@ def entities() -> None:
 
 
 @entities.command("import")
+@stop_says("the import is one transaction, stored whole or not at all; run it again (it upserts)")
 @click.argument("file")
 @click.pass_context
 @user_errors

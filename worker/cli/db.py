@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from worker.cli.common import cli_app
-from worker.cli.errors import user_errors
+from worker.cli.errors import READ_ONLY, stop_says, user_errors
 from worker.errors import ConfigError
 
 
@@ -23,6 +23,8 @@ VERBOSE = click.option("--verbose", is_flag=True, help="Also print each Alembic 
 
 
 @db.command("upgrade")
+@stop_says("the upgrade is one transaction, applied whole or rolled back; `dream db upgrade` "
+           "again finishes it")
 @VERBOSE
 @click.pass_context
 @user_errors
@@ -40,6 +42,7 @@ def db_upgrade(ctx: click.Context, verbose: bool) -> None:
 
 
 @db.command("check")
+@stop_says(READ_ONLY)
 @VERBOSE
 @click.pass_context
 @user_errors
@@ -57,6 +60,8 @@ def db_check(ctx: click.Context, verbose: bool) -> None:
 
 
 @click.command("demo")
+@stop_says("the demo's own database is rebuilt by the next `dream demo`; no other store was "
+           "touched")
 @click.option("--database", default=None, help="SQLite file for the demo, rebuilt each time "
               "(default: demo.db in the user data directory).")
 @click.pass_context

@@ -64,6 +64,35 @@ def user_error(exc: BaseException) -> DreamError | None:
 _OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
+class StopLine(click.ClickException):
+    """A command stopped by Ctrl-C or SIGTERM outside what it reports itself (a run's or an
+    approval's stop): one line on stderr naming the command, the signal and what its stop
+    leaves, and the exit code of an interrupted run, 13 (worker.cli.common.Outcome)."""
+
+    exit_code = 13
+
+    def show(self, file: Any = None) -> None:
+        click.echo(self.message.encode("utf-8", "backslashreplace").decode("utf-8"), err=True)
+
+
+# What a stop of a command that only reads leaves.
+READ_ONLY = "it changes nothing; run it again"
+# Where a command says what a stop leaves (``stop_says``); the group reads it for its line.
+STOP_STATE = "dream_stop_state"
+
+
+def stop_says(state: str) -> Callable[[F], F]:
+    """Declare what a stop of the command leaves and what to do next, for the one line a
+    Ctrl-C or SIGTERM prints (``stopped by SIGINT: <state>``); every command declares it
+    (tests/cli/test_stops.py). Put it under ``@click.command``."""
+
+    def declare(fn: F) -> F:
+        setattr(fn, STOP_STATE, state)
+        return fn
+
+    return declare
+
+
 def user_errors(fn: F) -> F:
     """Turn every error a user can cause into one clear line (stack traces are for bugs).
     The `dream` group does the same for every command; this keeps direct callers safe."""

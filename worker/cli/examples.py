@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from worker.cli.common import cli_app, echo_imported, read_lines
-from worker.cli.errors import user_errors
+from worker.cli.errors import stop_says, user_errors
 
 
 def register(main: click.Group) -> None:
@@ -18,6 +18,8 @@ def examples() -> None:
 
 
 @examples.command("import")
+@stop_says("the import is one transaction, stored whole or not at all; run it again (examples "
+           "already stored are skipped)")
 @click.argument("file")
 @click.pass_context
 @user_errors

@@ -10,9 +10,10 @@ from typing import Any
 
 import click
 
-from worker.cli.errors import UserError, error_line, raise_as_user_error
+from worker.cli.errors import STOP_STATE, StopLine, UserError, error_line, raise_as_user_error
 from worker.config import LOG_LEVELS
 from worker.domain.limits import text_problem
+from worker.runs.stops import signal_of, stop_signals
 
 
 def _argument_problem(args: list[str]) -> str | None:
@@ -49,6 +50,9 @@ class DreamGroup(click.Group):
             raise error_line(UserError(problem))
         try:
             ctx = super().make_context(info_name, args, parent=parent, **extra)
+        except KeyboardInterrupt as stop:  # before any command ran: nothing was done
+            raise StopLine(f"`dream` stopped by {signal_of(stop)} as it read its arguments: "
+                           "nothing was done") from None
         except click.exceptions.NoArgsIsHelpError:
             raise
         except click.UsageError as exc:
@@ -60,9 +64,18 @@ class DreamGroup(click.Group):
         ctx.meta["dream.argv"] = list(args)  # the subcommand a usage error belongs to
         return ctx
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # SIGINT and SIGTERM raise a stop in every command (worker.runs.stops), each
+        # translated below into its one line, never click's "Aborted!" (exit 1) nor SIGTERM's
+        # silent kill.
+        with stop_signals():
+            return super().main(*args, **kwargs)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt as stop:
+            raise _stop_line(ctx, stop) from None
         except click.exceptions.NoArgsIsHelpError:
             raise
         except click.UsageError as exc:
@@ -76,13 +89,25 @@ class DreamGroup(click.Group):
 def _command_path(ctx: click.Context) -> str:
     """The command the arguments name (``dream notes add``): the leading words that are
     subcommands; what a usage error the parser raised without its context points to."""
+    return _command(ctx)[0]
+
+
+def _command(ctx: click.Context) -> tuple[str, click.Command]:
     cmd, path = ctx.command, [ctx.command_path]
     for word in ctx.meta.get("dream.argv", []):
         sub = cmd.get_command(ctx, word) if isinstance(cmd, click.Group) else None
         if sub is None:
             break
         cmd, path = sub, [*path, word]
-    return " ".join(path)
+    return " ".join(path), cmd
+
+
+def _stop_line(ctx: click.Context, stop: KeyboardInterrupt) -> StopLine:
+    """The one line of a command a signal stopped: which, by what, and what its stop leaves
+    (declared with ``stop_says``)."""
+    path, cmd = _command(ctx)
+    state = getattr(cmd.callback, STOP_STATE, None) or "see `dream --help`"
+    return StopLine(f"`{path}` stopped by {signal_of(stop)}: {state}")
 
 
 def _usage_error(exc: click.UsageError, fallback: str = "dream") -> UserError:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import click
 
 from worker.cli.common import IDENT, FiniteRange, cli_app, json_option, scope_options
-from worker.cli.errors import user_errors
+from worker.cli.errors import stop_says, user_errors
 from worker.domain.types import NoteType, Scope
 from worker.errors import InvalidInput, NotFound
 
@@ -48,6 +48,8 @@ def _scope(agent: str, user: str | None, company: str | None) -> Scope:
 
 
 @click.command("candidates")
+@stop_says("nothing was changed (vectors it stored for notes without one are kept for the next "
+           "look); run it again")
 @scope_options
 @click.option("--threshold", default=0.88, show_default=True, type=FiniteRange(0, 1),
               help="Cosine similarity a pair of notes needs to be listed.")
@@ -96,6 +98,8 @@ def _held_line(held: dict[str, int], scope: Scope) -> str:
 
 
 @click.command("fuse")
+@stop_says("the fusion is one transaction, applied whole or not at all (`dream candidates` still"
+           " lists the sources if not); run it again if it was not")
 @click.argument("source_ids", nargs=-1, required=True, type=IDENT)
 @click.option("--content", required=True, help="The fused text (your model's answer).")
 @click.option("--importance", type=FiniteRange(0, 1), default=None,
@@ -117,6 +121,7 @@ def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
 
 
 @click.command("keep-apart")
+@stop_says("the mark is one write, recorded whole or not at all; run it again (it is idempotent)")
 @click.argument("source_ids", nargs=-1, required=True, type=IDENT)
 @click.pass_context
 @user_errors
@@ -130,6 +135,8 @@ def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
 
 
 @click.command("add")
+@stop_says("the note is one write, stored whole or not at all; run it again (write-time dedup "
+           "answers NOOP if it was stored)")
 @scope_options
 @click.option("--content", required=True, help="The note's text.")
 @click.option("--type", "note_type", default="Context", show_default=True,

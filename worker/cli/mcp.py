@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 import click
 
 from worker.cli.common import IDENT, USER_IDENT, cli_app, standard_stream
-from worker.cli.errors import UserError, user_errors
-from worker.cli.serve import finish_started_runs, serve
+from worker.cli.errors import UserError, stop_says, user_errors
+from worker.cli.serve import SERVER_STOP, end_now, finish_started_runs, serve
 from worker.domain.types import Scope
 from worker.errors import ConfigError
 
 
 @click.command("mcp")
+@stop_says(SERVER_STOP)
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio",
               show_default=True, help="stdio: one client, one scope; http: streamable HTTP at /mcp.")
 @click.option("--agent", default=None, type=IDENT,
@@ -50,7 +52,9 @@ def mcp_cmd(ctx: click.Context, transport: str, agent: str | None, user: str | N
         _stdio_open()
     app = cli_app(ctx, serving=True)
     if agent:
-        server.stdio_server(app, Scope(agent, user, company)).run("stdio")
+        # A stop signal during the drain (a second one) ends the process now.
+        server.stdio_server(app, Scope(agent, user, company),
+                            at_once=partial(end_now, app)).run("stdio")
         finish_started_runs(app)  # the client left (stdin closed); its dream ends first
         return
     from worker.api.auth import parse_tokens

@@ -16,9 +16,8 @@ from worker.cli.common import (
     json_option,
     operator,
     scope_options,
-    sigterm_stops_runs,
 )
-from worker.cli.errors import UserError, user_errors
+from worker.cli.errors import READ_ONLY, UserError, stop_says, user_errors
 from worker.domain.limits import INT_MAX, REASON_MAX
 from worker.domain.types import Scope
 from worker.errors import NotFound
@@ -83,6 +82,7 @@ def _summary(item: dict[str, Any]) -> str:
 
 
 @review.command("list")
+@stop_says(READ_ONLY)
 @scope_options
 @click.option("--run", "run_id", default=None, type=IDENT, help="Only this run's items.")
 @click.option("--status", type=click.Choice(STATUSES), default="open", show_default=True,
@@ -121,6 +121,7 @@ def _check_run(app: Any, scope: Scope, run_id: str) -> None:
 
 
 @review.command("show")
+@stop_says(READ_ONLY)
 @click.argument("item_id", type=ITEM_ID)
 @scope_options
 @json_option
@@ -212,6 +213,8 @@ def _echo(ctx: click.Context, results: list[Any], as_json: bool) -> None:
 
 
 @review.command("approve")
+@stop_says("items decided before the stop stay decided, each with its run; `dream review list` "
+           "shows what is still open")
 @_decision_options
 @click.pass_context
 @user_errors
@@ -226,16 +229,17 @@ def approve_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str |
     from worker.review.service import approve
 
     app, scope = _known_scope(ctx, agent, user, company)
-    with sigterm_stops_runs():
-        try:
-            decided = approve(app, scope, _selector(item_id, run_id, all_), operator(by))
-        except ApprovalStopped as stop:
-            click.echo(stop.line)
-            ctx.exit(int(Outcome.INTERRUPTED))
+    try:
+        decided = approve(app, scope, _selector(item_id, run_id, all_), operator(by))
+    except ApprovalStopped as stop:
+        click.echo(stop.line)
+        ctx.exit(int(Outcome.INTERRUPTED))
     _echo(ctx, decided, as_json)
 
 
 @review.command("decline")
+@stop_says("items declined before the stop stay declined; `dream review list` shows what is "
+           "still open")
 @_decision_options
 @click.option("--reason", default=None, help="Why (recorded; no note text needed).")
 @click.pass_context

@@ -18,9 +18,8 @@ from worker.cli.common import (
     echo_batch_releases,
     json_option,
     parse_option_timestamp,
-    sigterm_stops_runs,
 )
-from worker.cli.errors import UserError, user_errors
+from worker.cli.errors import READ_ONLY, UserError, stop_says, user_errors
 from worker.clock import utcnow
 from worker.domain.types import PHASES, RunStatus, Scope
 from worker.text.plural import counted
@@ -37,6 +36,8 @@ def register(main: click.Group) -> None:
 
 
 @click.command("run")
+@stop_says("every run it started ended as printed, was given back as interrupted, or waits "
+           "as queued (`dream runs list` shows them); `dream run --due` runs what is left")
 @click.option("--agent", default=None, type=IDENT, help="Scope: agent id (or give --due).")
 @click.option("--user", default=None, type=USER_IDENT, help="Scope: user id.")
 @click.option("--company", default=None, type=IDENT, help="Scope: company id.")
@@ -77,19 +78,18 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     clock = parse_option_timestamp(now, "--now")
     app = cli_app(ctx)
     via = Via.CELERY if via_celery else Via.HERE
-    with sigterm_stops_runs():
-        if not agent:
-            ctx.exit(_run_due(app, clock, via))
-        request = RunRequest(Scope(agent, user, company), trigger="cli", force=force,
-                             dry_run=dry_run, allow_retire=allow_retire, phases=phases,
-                             clock=clock)
-        try:
-            started = start_run(app, request, via)
-        except NotDue as exc:
-            click.echo(str(exc))  # not an error: the gate did its job (exit 0, no run)
-            return
-        except RunStopped as stop:
-            ctx.exit(_stopped(stop))
+    if not agent:
+        ctx.exit(_run_due(app, clock, via))
+    request = RunRequest(Scope(agent, user, company), trigger="cli", force=force,
+                         dry_run=dry_run, allow_retire=allow_retire, phases=phases,
+                         clock=clock)
+    try:
+        started = start_run(app, request, via)
+    except NotDue as exc:
+        click.echo(str(exc))  # not an error: the gate did its job (exit 0, no run)
+        return
+    except RunStopped as stop:
+        ctx.exit(_stopped(stop))
     _report(app, started.run_id, started.status, via)
     ctx.exit(run_exit_code(started.status))
 
@@ -200,6 +200,7 @@ def runs() -> None:
 
 
 @runs.command("list")
+@stop_says(READ_ONLY)
 @json_option
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000),
               help="List at most this many runs.")
@@ -243,6 +244,8 @@ def runs_list(ctx: click.Context, as_json: bool, limit: int, agent: str | None,
 
 
 @runs.command("cancel")
+@stop_says("`dream runs show RUN_ID` says whether the run is cancelled; `dream runs cancel "
+           "RUN_ID` again cancels it or releases the provider batches left")
 @click.argument("run_id", type=IDENT)
 @click.option("--reason", default="cancelled by the operator", show_default=True,
               help="Recorded on the run (ids and words, no note text).")
@@ -265,6 +268,7 @@ def runs_cancel(ctx: click.Context, run_id: str, reason: str) -> None:
 
 
 @runs.command("show")
+@stop_says(READ_ONLY)
 @click.argument("run_id", type=IDENT)
 @json_option
 @click.pass_context
@@ -278,6 +282,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 
 @click.command("gate")
+@stop_says("runs it created wait as queued, handed out again by the next gate check (or `dream "
+           "run --due`); nothing else was changed")
 @click.option("--now", default=None, help="Clock for the gate (ISO-8601).")
 @click.option("--explain", is_flag=True,
               help="Only show each scope's decision and why; create no run.")

@@ -16,7 +16,7 @@ from worker.cli.common import (
     json_option,
     operator,
 )
-from worker.cli.errors import UserError, user_errors
+from worker.cli.errors import UserError, stop_says, user_errors
 
 if TYPE_CHECKING:
     from worker.safety.erase import EraseResult
@@ -28,6 +28,8 @@ def register(main: click.Group) -> None:
 
 
 @click.command("undo")
+@stop_says("the undo is one transaction, applied whole or not at all; `dream runs show RUN_ID` "
+           "says which; run it again if it was not")
 @click.argument("run_id", type=IDENT)
 @click.option("--force-cascade", is_flag=True,
               help="Also undo later runs that changed the same notes, then overwrite host edits "
@@ -62,6 +64,9 @@ def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool, as_json: bool
 
 
 @click.command("erase")
+@stop_says("the erasure is one transaction, done whole or not at all; run it again to be sure "
+           "(it erases what is left; `dream runs cancel RUN_ID` releases a stopped run's "
+           "provider batches)")
 @click.option("--user", "user_id", default=None, type=USER_IDENT,
               help="Erase every note of this user.")
 @click.option("--conversation", "conversation_id", default=None, type=IDENT,

@@ -6,16 +6,23 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
+
+import click
 
 from worker.app import App
 from worker.cli.errors import UserError
 from worker.errors import Conflict
+from worker.runs.lease import give_back_executing
+from worker.runs.stops import signal_of
 
 
 def listening_sockets(host: str, port: int) -> list[socket.socket]:
@@ -113,9 +120,47 @@ def _stopped(signum: int, frame: FrameType | None) -> None:
     """What a stop signal uvicorn raises again after its shutdown does: nothing more."""
 
 
+# What a stop that reaches the `dream` group leaves: one before the server served (or after it
+# ended); a stop while it waits for what it started is ``ends_at_once``'s.
+SERVER_STOP = "it was not serving; no run of it is left running"
+
+
 def finish_started_runs(app: App) -> None:
     """Wait for the dreams this server started in its own threads (no broker): the process
     ending kills them mid-phase, and each run would stay `running`, holding its scope, until
-    its lease lapsed. A run is bounded by its own time limits."""
-    for thread in app.threads:
-        thread.join()
+    its lease lapsed. A run is bounded by its own time limits; a stop signal meanwhile ends
+    the wait (``ends_at_once``)."""
+    with ends_at_once(app):
+        for thread in app.threads:
+            thread.join()
+
+
+@contextmanager
+def ends_at_once(app: App) -> Iterator[None]:
+    """A stop (Ctrl-C, SIGTERM) of a server that is no longer serving (the stop before this one
+    asked it to end: it waits for its dreams) ends the process now (``end_now``)."""
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        end_now(app, signal_of(stop))
+
+
+def end_now(app: App, signal_name: str) -> NoReturn:
+    """End a server now: each run it is executing is given back (a dream interrupted, `dream
+    run --due` resumes it; an approval cancelled), one line says so, exit 13. The exit does
+    not wait for the threads still answering requests (Python would join them, and a request
+    thread cannot be cancelled): their writes roll back with the process."""
+    released = give_back_executing(f"stopped by {signal_name} while the server ended; the "
+                                   "run is resumed by `dream run --due` or the next gate check")
+    runs = (f"gave back {len(released)} run{'s' if len(released) != 1 else ''} it was "
+            f"executing ({', '.join(released)}): a dream is interrupted (`dream run --due` "
+            "resumes it), an approval cancelled (approve its item again)"
+            if released else "no run of it is left running")
+    context = click.get_current_context(silent=True)
+    path = context.command_path if context is not None else "dream"
+    click.echo(f"`{path}` stopped at once by {signal_name}: requests still in flight were left "
+               f"unanswered; {runs}", err=True)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(13)

@@ -87,6 +87,9 @@ class DreamServer(MCPServer):
 
     # The longest stdio line read (DREAM_API_MAX_BODY_BYTES: a message is a request body).
     max_line_bytes = 1_048_576
+    # Over stdio, what a stop signal during the drain does (the signal's name): end the process
+    # now, its runs given back (`dream mcp` sets it); None: the serving is cancelled.
+    at_once: Callable[[str], None] | None = None
 
     async def call_tool(self, name: str, arguments: dict[str, Any],
                         context: Context | None = None) -> Any:
@@ -114,7 +117,7 @@ class DreamServer(MCPServer):
         request read before stdin closed: worker.mcp.stdio."""
         from worker.mcp.stdio import serve_stdio
 
-        await serve_stdio(self._lowlevel_server, self.max_line_bytes)
+        await serve_stdio(self._lowlevel_server, self.max_line_bytes, self.at_once)
 
 
 def _known_arguments(tool: str, fields: dict[str, Any], arguments: dict[str, Any]) -> None:
@@ -314,9 +317,11 @@ def token_scope(tokens: list[tuple[bytes, Principal]]) -> ScopeOf:
     return scope_of
 
 
-def stdio_server(app: App, scope: Scope) -> MCPServer:
+def stdio_server(app: App, scope: Scope,
+                 at_once: Callable[[str], None] | None = None) -> MCPServer:
     server = build_server(app, bound_scope(scope))
     server.max_line_bytes = app.settings.api_max_body_bytes
+    server.at_once = at_once
     return server
 
 

@@ -14,6 +14,7 @@ import json
 import re
 import signal
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -33,6 +34,7 @@ from worker.mcp.stdio_wire import (
     too_long_id,
     too_long_line,
 )
+from worker.runs.stops import STOP_SIGNALS, Stopped
 
 log = structlog.get_logger(__name__)
 
@@ -55,35 +57,67 @@ def parse_error_line(reason: str) -> str:
             "Unicode (no lone \\ud800-\\udfff escape), numbers under 4300 digits")
 
 
-async def serve_stdio(server: Server[Any], max_line_bytes: int) -> None:
+async def serve_stdio(server: Server[Any], max_line_bytes: int,
+                      at_once: Callable[[str], None] | None = None) -> None:
     """``MCPServer.run_stdio_async`` with every unreadable or over-long line answered, and every
-    request read answered before the server ends, at stdin's end or at SIGTERM
-    (worker.mcp.stdio_wire)."""
+    request read answered before the server ends, at stdin's end or at a first SIGTERM or
+    SIGINT (worker.mcp.stdio_wire). A signal during that drain ends it at once: ``at_once``
+    is called with its name (it ends the process), or ``Stopped`` is raised here once the
+    requests' threads let the serving end."""
     in_flight = InFlight()
+    again: list[str] = []  # the signal that cut the drain short
     with claimed_stdin() as wire:
         lines = BoundedLines(wire, max_line_bytes, _request_id)
         # The SDK reads any async iterable of lines; it types the argument as an anyio file.
         async with (stdio_server(stdin=lines) as (read_stream, write_stream),  # type: ignore[arg-type]
                     anyio.create_task_group() as watching):
-            watching.start_soon(_stop_on_sigterm, lines)
-            # A refusal goes out unwatched: it answers no request read, even one with its id.
-            await server.run(AnsweringReadStream(read_stream, write_stream, max_line_bytes,
-                                                 in_flight),
-                             AnsweredWriteStream(write_stream, in_flight),
-                             server.create_initialization_options())
+            with anyio.CancelScope() as serving:
+                watching.start_soon(_stop_on_signals, lines, serving, again, at_once)
+                # A refusal goes out unwatched: it answers no request read, even one with its id.
+                await server.run(AnsweringReadStream(read_stream, write_stream, max_line_bytes,
+                                                     in_flight),
+                                 AnsweredWriteStream(write_stream, in_flight),
+                                 server.create_initialization_options())
             watching.cancel_scope.cancel()
+    if again:
+        log.warning("mcp.stopped_at_once", signal=again[0], unanswered=in_flight.count)
+        raise Stopped(again[0])
 
 
-async def _stop_on_sigterm(lines: BoundedLines) -> None:
-    """SIGTERM (an MCP client stopping its server, a container stopping) ends the input as stdin
-    closing does, so the requests in flight are answered and the dreams started end before the
-    exit; its default action killed the process with them (signals reach the main thread only,
-    so a server run in another thread keeps that default)."""
+async def _stop_on_signals(lines: BoundedLines, serving: anyio.CancelScope, again: list[str],
+                           at_once: Callable[[str], None] | None) -> None:
+    """SIGTERM (an MCP client stopping its server, a container stopping) or Ctrl-C ends the
+    input as stdin closing does, so the requests in flight are answered and the dreams started
+    end before the exit; SIGTERM's default action killed the process with them, and Ctrl-C was
+    `Aborted!`. A signal during that drain (up to 60 s: a second one, or a first once stdin
+    closed, as an MCP client escalates) ends the serving now (``serving`` cancelled, the
+    signal put in ``again``). Signals reach the main thread only,
+    so a server run in another thread keeps the defaults."""
     if threading.current_thread() is not threading.main_thread():
         return
-    with anyio.open_signal_receiver(signal.SIGTERM) as received:
-        async for _ in received:
-            log.info("mcp.stopping", signal="SIGTERM")
+    # asyncio puts back the default handlers when the receiver closes, not the ones it found:
+    # the `dream` command's, which stop the wait for the dreams started (worker.runs.stops).
+    found = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    try:
+        await _receive_stops(lines, serving, again, at_once)
+    finally:
+        for sig, handler in found.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+async def _receive_stops(lines: BoundedLines, serving: anyio.CancelScope, again: list[str],
+                         at_once: Callable[[str], None] | None) -> None:
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as received:
+        async for signum in received:
+            name = signal.Signals(signum).name
+            if lines.ended:  # stdin closed, or a signal came before: draining now
+                if at_once is not None:  # not a cancel: it would wait for the tool threads
+                    at_once(name)
+                again.append(name)
+                serving.cancel()
+                return
+            log.info("mcp.stopping", signal=name)
             lines.stop()
 
 

@@ -67,12 +67,13 @@ class BoundedLines:
         self.limit = limit
         self.id_of = id_of
         self.stopped = False
+        self.ended = False  # stdin closed, or ``stop``: the server drains, then ends
         self._reading: anyio.CancelScope | None = None
 
     def stop(self) -> None:
         """End the lines here, as if stdin had closed (the server was told to stop): a line
         still being read is not waited for, and none after it is served."""
-        self.stopped = True
+        self.stopped = self.ended = True
         if self._reading is not None:
             self._reading.cancel()
 
@@ -86,6 +87,7 @@ class BoundedLines:
                 line = await self._read_in_daemon()
         self._reading = None
         if line is None or self.stopped:
+            self.ended = True
             raise StopAsyncIteration
         return line
 

@@ -15,8 +15,8 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import REVIEW_TRIGGER, RunStatus, Scope, StepStatus
 from worker.errors import Conflict
-from worker.review.apply import GUARDED, OK
-from worker.review.items import ChangeKind, Decided, ItemStatus, entity_of
+from worker.review.apply import GUARDED, OK, apply_change, at_versions
+from worker.review.items import ChangeKind, Decided, ItemStatus, ProposedChange, entity_of
 from worker.runs.context import HeldWrite, PhaseContext
 from worker.runs.create import create_phaseless_run
 from worker.runs.steps import StepRecorder
@@ -46,6 +46,28 @@ class Applied:
     parent: str
     counters: dict[str, Any]
     started: float
+
+
+def apply_approved(ctx: PhaseContext, row: Any, by: str, change: ProposedChange,
+           current: dict[str, Any]) -> tuple[str, str | None, Applied]:
+    """The item's change written by its phase's own write, held open for ``_finish``."""
+    parent = ctx.steps.start_phase(change.phase, {"review_item": row.id, "approved_by": by})
+    applied = Applied(parent, phase_counters(change.phase), time.perf_counter())
+    notes = at_versions(current, change) if entity_of(row.payload) == "note" else {}
+    result, detail = apply_change(ctx, parent, change, notes, applied.counters)
+    return result, detail, applied
+
+
+def phase_counters(phase: str) -> dict[str, Any]:
+    if phase == "consolidate":
+        from worker.phases.consolidate.service import COUNTERS as CONSOLIDATE
+
+        return dict.fromkeys(CONSOLIDATE, 0)
+    if phase == "contradictions":
+        from worker.phases.contradictions.service import COUNTERS as CONTRADICTIONS
+
+        return dict.fromkeys(CONTRADICTIONS, 0)
+    return {}
 
 
 class Ending(Enum):
@@ -127,32 +149,50 @@ def _end_unwritten(app: App, run_id: str, parent: str, item_id: int) -> None:
 
 
 class ApprovalStopped(KeyboardInterrupt):
-    """An approval stopped by a signal before its end committed: nothing of its change was
-    kept, its run is cancelled (an approval is never resumed, see ``end_lost_run``), and the
-    item is still open."""
+    """An approval stopped by a signal. ``cancelled``: before its end committed, so nothing of
+    its change was kept, its run is cancelled (an approval is never resumed, see
+    ``end_lost_run``) and the item is still open; else its run had ended already (the stop
+    came as the approval finished) and the item's own status says what became of it."""
 
-    def __init__(self, item_id: int, run_id: str, signal_name: str) -> None:
+    def __init__(self, item_id: int, run_id: str, signal_name: str,
+                 cancelled: bool = True) -> None:
         super().__init__(item_id, run_id, signal_name)
         self.item_id, self.run_id, self.signal_name = item_id, run_id, signal_name
+        self.cancelled = cancelled
 
     @property
     def line(self) -> str:
+        if not self.cancelled:
+            return (f"approval of item {self.item_id} stopped by {self.signal_name} as its run "
+                    f"{self.run_id} ended: `dream review show {self.item_id}` says whether it "
+                    "was applied; `dream review list` shows what is open")
         return (f"approval of item {self.item_id} stopped by {self.signal_name}: nothing of it "
                 f"was written and its run {self.run_id} is cancelled; the item is still open "
                 "(approve it again); items decided before it stay decided (`dream review list` "
                 "shows what is open)")
 
 
-def stop_approval(app: App, ctx: PhaseContext, item_id: int, signal_name: str) -> None:
+def stop_approval(app: App, ctx: PhaseContext, item_id: int, signal_name: str) -> bool:
     """The approval's run, its held write rolled back, cancelled at once under the epoch it
-    holds (compare-and-set): running, it would hold its scope until its lease lapsed."""
+    holds (compare-and-set): running, it would hold its scope until its lease lapsed. False
+    when the run had ended (or moved on) already."""
     assert ctx.held is not None
     ctx.held.discard()
-    why = f"the approval of item {item_id} was stopped by {signal_name}; nothing was written"
+    return cancel_approval_run(
+        app, ctx.run_id, ctx.epoch,
+        f"the approval of item {item_id} was stopped by {signal_name}; nothing was written")
+
+
+def cancel_approval_run(app: App, run_id: str, epoch: int | None, why: str) -> bool:
+    """The approval's run cancelled if it still runs under ``epoch``; False if it moved on.
+    From another thread than the approval's (a server stopping at once), its held write is
+    left to that thread: its commit is fenced by the run, which is no longer running."""
     now = utcnow()
     with app.uow() as uow:
-        run = uow.runs.get(ctx.run_id)
+        run = uow.runs.get(run_id)
         if (run is not None and run.status == RunStatus.RUNNING.value
-                and run.lease_epoch == ctx.epoch and uow.runs.cancel_running(run, now, why)):
-            uow.runs.stop_steps([ctx.run_id], why, now)
+                and run.lease_epoch == epoch and uow.runs.cancel_running(run, now, why)):
+            uow.runs.stop_steps([run_id], why, now)
             uow.commit()
+            return True
+    return False

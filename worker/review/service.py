@@ -10,8 +10,8 @@ that keeps the change from being proposed again until one of its notes changes.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import structlog
@@ -22,11 +22,13 @@ from worker.domain.limits import line_problem, visible_problem
 from worker.domain.types import Scope
 from worker.errors import Conflict, NotFound, RunNotFound
 from worker.errors import InvalidInput as Invalid
-from worker.review.apply import LOST, apply_change, at_versions, end_lost_run
+from worker.review.apply import LOST, end_lost_run
 from worker.review.approval import (
     Applied,
     ApprovalStopped,
     Ending,
+    apply_approved,
+    cancel_approval_run,
     finish_approval,
     open_approval,
     stop_approval,
@@ -42,7 +44,8 @@ from worker.review.items import (
     moved_since,
 )
 from worker.runs.context import PhaseContext
-from worker.runs.engine import signal_of
+from worker.runs.lease import executing
+from worker.runs.stops import deliver_held_stops, signal_of, stops_held
 from worker.store.scope_locks import lock_scopes
 from worker.store.uow import StaleLease
 
@@ -304,37 +307,26 @@ def _approve_one(app: App, scope: Scope, row: Any, by: str, known: _Current,
         return _mark_stale(app, row, by, line) if record_stale else Decided(
             row.id, ItemStatus.STALE.value, line)
     known.wrote(row)  # whatever the outcome: a later item naming these ids reads them again
-    ctx = open_approval(app, scope, row, by)
-    assert ctx.held is not None
-    try:
-        parent = ctx.steps.start_phase(change.phase, {"review_item": row.id, "approved_by": by})
-        applied = Applied(parent, _phase_counters(change.phase), time.perf_counter())
-        notes = at_versions(current, change) if entity_of(row.payload) == "note" else {}
-        result, detail = apply_change(ctx, parent, change, notes, applied.counters)
-        if result != LOST:
-            return _finish(app, ctx, row, by, result, detail, applied)
-    except StaleLease:
-        pass  # the write's fence found the run cancelled or interrupted: nothing was kept
-    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM under `dream review approve`
-        stop_approval(app, ctx, row.id, signal_of(stop))
-        raise ApprovalStopped(row.id, ctx.run_id, signal_of(stop)) from stop
-    finally:
-        ctx.held.discard()  # a write the finish did not take (an exception) is never kept
+    with stops_held():  # a stop as its run is created waits for the cancel below
+        ctx = open_approval(app, scope, row, by)
+        assert ctx.held is not None
+        try:
+            deliver_held_stops()
+            with executing(ctx.run_id, partial(cancel_approval_run, app, ctx.run_id, ctx.epoch)):
+                result, detail, applied = apply_approved(ctx, row, by, change, current)
+                if result != LOST:
+                    return _finish(app, ctx, row, by, result, detail, applied)
+        except StaleLease:
+            pass  # the write's fence found the run cancelled or interrupted: nothing was kept
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM under a `dream` command
+            name = signal_of(stop)
+            cancelled = stop_approval(app, ctx, row.id, name)
+            raise ApprovalStopped(row.id, ctx.run_id, name, cancelled) from stop
+        finally:
+            ctx.held.discard()  # a write the finish did not take (an exception) is never kept
     return Decided(row.id, "refused", f"item {row.id} not applied: its run {ctx.run_id} was "
                    f"{end_lost_run(app, ctx.run_id)} meanwhile (an erasure in the scope or "
                    "`dream runs cancel`); nothing was written", ctx.run_id)
-
-
-def _phase_counters(phase: str) -> dict[str, Any]:
-    if phase == "consolidate":
-        from worker.phases.consolidate.service import COUNTERS as CONSOLIDATE
-
-        return dict.fromkeys(CONSOLIDATE, 0)
-    if phase == "contradictions":
-        from worker.phases.contradictions.service import COUNTERS as CONTRADICTIONS
-
-        return dict.fromkeys(CONTRADICTIONS, 0)
-    return {}
 
 
 def _mark_stale(app: App, row: Any, by: str, line: str) -> Decided:

@@ -14,6 +14,8 @@ from worker.app import App
 from worker.runs import service
 from worker.runs.scheduling import GateResult
 from worker.runs.snapshot import claim
+from worker.runs.stops import stops_held
+from worker.safety.crashpoints import crashpoint
 
 log = structlog.get_logger(__name__)
 
@@ -42,18 +44,26 @@ def execute_due(app: App, work: DueWork, clock: datetime | None) -> Iterator[tup
     run is claimed before it runs; a due scope's run is created claimed just before it runs,
     after its gate is asked again (a run of another executor may have dreamed it meanwhile).
     What another executor claimed or holds is its own to run and report: skipped here."""
+    # A stop between a claim (or a creation) and the engine's give-back is held until the
+    # engine covers the run (worker.runs.stops): never a run left running by it.
     for run_id in work.waiting:
-        snap = claim(app, run_id, opening=True)
-        if snap is None:  # taken by another executor since the sweep, or cancelled
+        with stops_held():
+            snap = claim(app, run_id, opening=True)
+            status = None if snap is None else service.execute_run(app, snap)
+        if status is None:  # taken by another executor since the sweep, or cancelled
             log.info("run.due_taken", run_id=run_id)
             continue
-        yield run_id, service.execute_run(app, snap)
+        yield run_id, status
+        crashpoint("run.due_reported")  # a run reported, the next not claimed yet
     for scope in work.check.due:
         if not service.scope_gate(app, scope, now=clock).due:
             log.info("run.due_no_longer", scope=scope.key)
             continue
-        created = service.create_claimed_run(app, scope, trigger="beat")
-        if created is None:  # another executor's run holds the scope (R1)
+        with stops_held():
+            created = service.create_claimed_run(app, scope, trigger="beat")
+            status = None if created is None else service.execute_run(app, created)
+        if created is None or status is None:  # another executor's run holds the scope (R1)
             log.info("run.due_taken", scope=scope.key)
             continue
-        yield created.run_id, service.execute_run(app, created)
+        yield created.run_id, status
+        crashpoint("run.due_reported")

@@ -30,10 +30,11 @@ from worker.app import App
 from worker.domain.types import PHASES, RunStatus
 from worker.runs.context import Budget, Registry, RunCarry
 from worker.runs.finalize import finalize, finalize_run
-from worker.runs.lease import LeaseHeartbeat, give_back
+from worker.runs.lease import LeaseHeartbeat, executing, give_back
 from worker.runs.outcome import PhaseOutcome
 from worker.runs.phase_run import Execution, run_phase
 from worker.runs.snapshot import RunSnapshot, claim, read_snapshot
+from worker.runs.stops import deliver_held_stops, signal_of, stops_held
 from worker.safety.crashpoints import crashpoint
 
 log = structlog.get_logger(__name__)
@@ -74,7 +75,9 @@ def execute_run_once(app: App, run: str | RunSnapshot, registry: Registry,
     that long has passed (``RunResult.hand_off``): a Celery run task goes on in a new task
     rather than let its time limit cut a phase."""
     run_id = run if isinstance(run, str) else run.run_id
-    with telemetry.run_span(run_id) as span:
+    # Held from the claim (or from the caller's creation of the run) until the give-back
+    # below covers the run: a stop in between would leave it running (worker.runs.stops).
+    with telemetry.run_span(run_id) as span, stops_held():
         if isinstance(run, str):
             crashpoint("run.before_claim")  # R30: a creator killed here leaves a queued run
             # Not polled (a Celery run task), the claim opens the first phase's step only and
@@ -90,31 +93,20 @@ def execute_run_once(app: App, run: str | RunSnapshot, registry: Registry,
             span.set(dream__run__status=snap.status)
             return RunResult(snap.status)
         deadline = None if hand_off_after is None else time.monotonic() + hand_off_after
+        epoch = snap.epoch
         try:
-            result = _execute_all(app, snap, registry, on_phase, poll, deadline)
+            deliver_held_stops()
+            with executing(run_id, lambda why: give_back(app, run_id, epoch, why)):
+                result = _execute_all(app, snap, registry, on_phase, poll, deadline)
         except RunStopped:
             raise
-        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM under `dream run` (Stopped)
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM under a `dream` command
             name = signal_of(stop)
-            given = give_back(app, snap.run_id, snap.epoch, f"stopped by {name}; the run is "
+            given = give_back(app, run_id, epoch, f"stopped by {name}; the run is "
                               "resumed by `dream run --due` or the next gate check")
-            raise RunStopped(snap.run_id, name, given) from stop
+            raise RunStopped(run_id, name, given) from stop
         span.set(dream__run__status=result.status)
         return result
-
-
-class Stopped(KeyboardInterrupt):
-    """A stop signal other than SIGINT (SIGTERM: a service manager, `timeout`, a container)
-    raised in the main thread of an in-process run, so it stops as Ctrl-C does."""
-
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(signal_name)
-        self.signal_name = signal_name
-
-
-def signal_of(stop: KeyboardInterrupt) -> str:
-    """The signal that stopped the process: SIGTERM (``Stopped``) or Ctrl-C's SIGINT."""
-    return stop.signal_name if isinstance(stop, Stopped) else "SIGINT"
 
 
 class RunStopped(KeyboardInterrupt):

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from types import TracebackType
 
@@ -209,3 +210,38 @@ def give_back(app: App, run_id: str, epoch: int, why: str) -> bool:
         uow.commit()
     log.warning("run.stopped", run_id=run_id, why=why)
     return True
+
+
+# The runs this process is executing now, each with how it is given back (a dream: interrupted;
+# an approval: cancelled): what a server told to stop at once (a second signal) releases before
+# it exits, its threads still running them (worker.cli.serve).
+_EXECUTING: dict[str, Callable[[str], bool]] = {}
+_EXECUTING_LOCK = threading.Lock()
+
+
+@contextmanager
+def executing(run_id: str, release: Callable[[str], bool]) -> Iterator[None]:
+    """While the block runs, ``give_back_executing`` releases ``run_id`` with ``release(why)``
+    (True if it did: the run was still running under this process's epoch)."""
+    with _EXECUTING_LOCK:
+        _EXECUTING[run_id] = release
+    try:
+        yield
+    finally:
+        with _EXECUTING_LOCK:
+            _EXECUTING.pop(run_id, None)
+
+
+def give_back_executing(why: str) -> list[str]:
+    """Release every run this process is executing (from another thread than theirs: their
+    next fenced write finds the run released and writes nothing); the ids released."""
+    with _EXECUTING_LOCK:
+        runs = list(_EXECUTING.items())
+    released = []
+    for run_id, release in runs:
+        try:
+            if release(why):
+                released.append(run_id)
+        except SQLAlchemyError as exc:  # left to its lease (the gate check recovers it)
+            log.warning("run.give_back_failed", run_id=run_id, error_type=type(exc).__name__)
+    return released

@@ -7,6 +7,7 @@ unless forced, create one queued run (R1), then execute it here, on a thread her
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -19,6 +20,7 @@ from worker.errors import ConfigError, Conflict, InvalidRun
 from worker.runs import service
 from worker.runs.gate import GateDecision
 from worker.runs.snapshot import RunSnapshot
+from worker.runs.stops import stops_held
 from worker.safety.scrub import stack
 
 log = structlog.get_logger(__name__)
@@ -85,16 +87,18 @@ def start_run(app: App, request: RunRequest, via: Via | None = None) -> StartedR
             hint = _FORCE_HINT.get(request.trigger, "force it to run anyway")
             raise NotDue(f"not due for {request.scope.key}: {decision.reason}; {hint}", decision)
     # A run executed here starts claimed (one statement for create and claim); Celery's
-    # workers claim theirs.
+    # workers claim theirs. Here, a stop from its creation until the engine's give-back covers
+    # it waits for that give-back (worker.runs.stops): never a run left running by a stop.
     create = service.create_run if via is Via.CELERY else service.create_claimed_run
-    run = create(
-        app, request.scope, trigger=request.trigger, force=request.force,
-        dry_run=request.dry_run, phases=list(request.phases) or None, clock=request.clock,
-        allow_retire=request.allow_retire)
-    if run is None:
-        raise Conflict(service.busy_message(app, request.scope))
-    run_id = run if isinstance(run, str) else run.run_id
-    return StartedRun(run_id, via, dispatch_run(app, run, via))
+    with stops_held() if via is Via.HERE else nullcontext():
+        run = create(
+            app, request.scope, trigger=request.trigger, force=request.force,
+            dry_run=request.dry_run, phases=list(request.phases) or None, clock=request.clock,
+            allow_retire=request.allow_retire)
+        if run is None:
+            raise Conflict(service.busy_message(app, request.scope))
+        run_id = run if isinstance(run, str) else run.run_id
+        return StartedRun(run_id, via, dispatch_run(app, run, via))
 
 
 def check_request(request: RunRequest) -> None:

@@ -11,6 +11,7 @@ from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session
 
 from worker.domain.types import StepStatus
+from worker.store.chunks import chunked
 from worker.store.models import BATCH_STEPS, RunStepRow
 
 BATCH_STEP_PREFIX = "llm batch "  # the step's name: this and the provider's batch id
@@ -27,20 +28,20 @@ class BatchStepRepository:
     def unreleased(self, run_ids: builtins.list[str]) -> builtins.list[RunStepRow]:
         """The batch steps of ``run_ids`` whose batch may still be at the provider: of a phase
         that did not end (waiting, interrupted, failed: nobody will read its answers) and not
-        released yet, or released with something left behind; oldest first. Two reads."""
-        if not run_ids:
-            return []
-        steps = list(self.session.scalars(
-            select(RunStepRow).where(RunStepRow.run_id.in_(run_ids),
-                                     RunStepRow.parent_id.is_not(None),
-                                     RunStepRow.name.startswith(BATCH_STEP_PREFIX))
-            .order_by(RunStepRow.started_at, RunStepRow.seq)))
-        if not steps:
-            return []
-        ended = set(self.session.execute(
-            select(RunStepRow.run_id, RunStepRow.phase).where(
-                RunStepRow.run_id.in_(run_ids), RunStepRow.parent_id.is_(None),
-                RunStepRow.status.in_(_PHASE_ENDED))).all())
+        released yet, or released with something left behind; oldest first. Two reads per
+        ``IN_CHUNK`` runs."""
+        steps: builtins.list[RunStepRow] = []
+        ended: set[Any] = set()
+        for chunk in chunked(sorted(set(run_ids))):  # a read per chunk of ids (an erasure's runs)
+            steps += self.session.scalars(
+                select(RunStepRow).where(RunStepRow.run_id.in_(chunk),
+                                         RunStepRow.parent_id.is_not(None),
+                                         RunStepRow.name.startswith(BATCH_STEP_PREFIX)))
+            ended.update(self.session.execute(
+                select(RunStepRow.run_id, RunStepRow.phase).where(
+                    RunStepRow.run_id.in_(chunk), RunStepRow.parent_id.is_(None),
+                    RunStepRow.status.in_(_PHASE_ENDED))).all())
+        steps.sort(key=lambda s: (s.started_at, s.seq))
         # A release that left something behind is tried again, whatever its phase did.
         return [s for s in steps if "batch_id" in (s.input or {}) and not released(s.output)
                 and (RELEASE_KEY in (s.output or {}) or (s.run_id, s.phase) not in ended)]

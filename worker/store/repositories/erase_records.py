@@ -248,7 +248,8 @@ def _assign(row: Any, values: dict[str, Any], before: dict[str, Any]) -> int:
 
 
 def _deleted(session: Session, table: Any, keys: list[str]) -> int:
-    if not keys:
-        return 0
-    return int(session.execute(
-        delete(table).where(table.scope_key.in_(keys))).rowcount)  # type: ignore[attr-defined]
+    deleted = 0
+    for chunk in chunked(sorted(keys)):  # a statement per chunk of the user's scopes
+        result: Any = session.execute(delete(table).where(table.scope_key.in_(chunk)))
+        deleted += int(result.rowcount)
+    return deleted

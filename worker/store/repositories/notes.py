@@ -87,9 +87,11 @@ class NoteRepository(NoteWrites):
         return load_scope(self, scope, statuses, model=model, vectors=vectors)
 
     def get_many(self, ids: Iterable[str]) -> list[Note]:
-        """The stored notes of these ids, each once: a SELECT per ``IN_CHUNK`` distinct ids."""
+        """The stored notes of these ids, each once, in id order (the same list whatever order
+        the ids came in, on both backends): a SELECT per ``IN_CHUNK`` distinct ids."""
         rows = [r for chunk in chunked(sorted(set(ids)))
-                for r in self._run(select(*_NOTE_COLUMNS).where(NoteRow.id.in_(chunk)))]
+                for r in self._run(select(*_NOTE_COLUMNS).where(NoteRow.id.in_(chunk))
+                                   .order_by(NoteRow.id))]
         return [_row_to_note(r) for r in rows]
 
     def versions(self, ids: Iterable[str]) -> dict[str, tuple[int, str]]:

@@ -194,16 +194,17 @@ class RunRepository:
             return
         conn = self.session.connection()
         running = _STEPS.c.status == StepStatus.RUNNING.value
-        steps = conn.execute(select(_STEPS.c.id, _STEPS.c.run_id, _STEPS.c.phase).where(
-            _STEPS.c.run_id.in_(run_ids), _STEPS.c.parent_id.is_(None), running)).all()
+        steps = [step for chunk in chunked(sorted(set(run_ids))) for step in conn.execute(
+            select(_STEPS.c.id, _STEPS.c.run_id, _STEPS.c.phase).where(
+                _STEPS.c.run_id.in_(chunk), _STEPS.c.parent_id.is_(None), running))]
         order = {p: i for i, p in enumerate(PHASES)}
         first: dict[str, str] = {}
         for step in sorted(steps, key=lambda s: order.get(s.phase, len(PHASES))):
             first.setdefault(step.run_id, step.id)
         later = {s.id for s in steps} - set(first.values())
         for ids, said in ((set(first.values()), "interrupted"), (later, "not started")):
-            if ids:
-                conn.execute(update(_STEPS).where(_STEPS.c.id.in_(ids), running).values(
+            for chunk in chunked(sorted(ids)):  # in id order: row locks keep one order
+                conn.execute(update(_STEPS).where(_STEPS.c.id.in_(chunk), running).values(
                     status=StepStatus.INTERRUPTED.value, error=f"{said}; {why}",
                     finished_at=now))
 
@@ -218,10 +219,13 @@ class RunRepository:
             return
         self.interrupt_steps(run_ids, why, now)
         conn = self.session.connection()
-        scopes = dict(conn.execute(select(_RUNS.c.id, _RUNS.c.scope_key)
-                                   .where(_RUNS.c.id.in_(run_ids))).all())
-        steps = conn.execute(select(_STEPS.c.run_id, _STEPS.c.phase, _STEPS.c.parent_id,
-                                    _STEPS.c.seq).where(_STEPS.c.run_id.in_(run_ids))).all()
+        scopes: dict[str, str] = {}
+        steps: builtins.list[Any] = []
+        for chunk in chunked(sorted(set(run_ids))):  # one statement per chunk of ids
+            scopes.update((r.id, r.scope_key) for r in conn.execute(
+                select(_RUNS.c.id, _RUNS.c.scope_key).where(_RUNS.c.id.in_(chunk))))
+            steps += conn.execute(select(_STEPS.c.run_id, _STEPS.c.phase, _STEPS.c.parent_id,
+                                         _STEPS.c.seq).where(_STEPS.c.run_id.in_(chunk))).all()
         reached = {(s.run_id, s.phase) for s in steps if s.parent_id is None}
         last = {s.run_id: s.seq for s in sorted(steps, key=lambda s: s.seq)}
         rows = []

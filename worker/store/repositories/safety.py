@@ -28,7 +28,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, RunStatus
-from worker.store.chunks import chunked, rows_by_id
+from worker.store.chunks import IN_CHUNK, chunked, rows_by_id
 from worker.store.many import execute_many
 from worker.store.models import (
     DreamRunRow,
@@ -355,7 +355,7 @@ class SafetyRepository:
                   "judgements": 0, "reviews": 0, "run_steps_scrubbed": 0}
         id_list = sorted(ids)
         erased = Mentions(id_list, texts)
-        for chunk in chunked(id_list):
+        for chunk in chunked(id_list, IN_CHUNK // 2):  # the lineage delete binds each id twice
             counts["lineage"] += self.session.execute(delete(NoteLineageRow).where(
                 or_(NoteLineageRow.parent_id.in_(chunk), NoteLineageRow.child_id.in_(chunk))
             )).rowcount  # type: ignore[attr-defined]
