@@ -94,3 +94,26 @@ def test_the_cli_reports_its_runs_and_says_when_others_took_them(app: App) -> No
     assert ran.exit_code == 0, ran.output
     summaries = [line for line in ran.stdout.splitlines() if line.startswith("run ")]
     assert len(summaries) == len(AGENTS) and all(" succeeded " in s for s in summaries)
+
+
+def test_runs_the_gate_creates_with_now_keep_that_clock(app: App) -> None:
+    """`dream run --due --now T` and `dream gate --now T` ask the gate as of T, and the runs they
+    create keep T for their archive rules, as `dream run --force --now T` does. Before, those
+    runs read the real clock: a note that expires between T and today was archived by a run
+    the operator had set to T (replaying a day, a store copied from a bench)."""
+    clock = (utcnow() - timedelta(days=30)).replace(microsecond=0)
+    env = {"DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LOG_LEVEL": "WARNING",
+           "DREAM_BROKER_URL": None, "DREAM_LLM_PROVIDER": "none"}
+    for agent, command in (("due-run", ["run", "--due"]), ("due-gate", ["gate"])):
+        add_notes(app, {"agent_id": agent, "id": f"{agent}-n", "content": f"{agent} holds a pass",
+                        "expires_at": (clock + timedelta(days=10)).isoformat()})
+        add_sessions(app, 5, agent_id=agent, start=clock - timedelta(hours=2))
+        out = CliRunner().invoke(main, [*command, "--now", clock.isoformat()], env=env)
+        assert out.exit_code == 0, out.output
+        run = next(r for r in _runs(app).values() if r.agent_id == agent)
+        assert run.clock == clock, (agent, run.clock)
+        if agent == "due-gate":  # queued by the gate: run it as a worker would
+            assert service.execute_run(app, run.id) == RunStatus.SUCCEEDED.value
+        with app.uow() as uow:
+            (note,) = uow.notes.get_many([f"{agent}-n"])
+        assert note.status == "active", agent  # not expired as of the run's clock

@@ -284,7 +284,8 @@ def runs_show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.command("gate")
 @stop_says("runs it created wait as queued, handed out again by the next gate check (or `dream "
            "run --due`); nothing else was changed")
-@click.option("--now", default=None, help="Clock for the gate (ISO-8601).")
+@click.option("--now", default=None,
+              help="Clock for the gate and the runs it creates (ISO-8601).")
 @click.option("--explain", is_flag=True,
               help="Only show each scope's decision and why; create no run.")
 @click.option("--json", "as_json", is_flag=True, help="With --explain: one JSON object.")

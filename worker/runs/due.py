@@ -60,7 +60,7 @@ def execute_due(app: App, work: DueWork, clock: datetime | None) -> Iterator[tup
             log.info("run.due_no_longer", scope=scope.key)
             continue
         with stops_held():
-            created = service.create_claimed_run(app, scope, trigger="beat")
+            created = service.create_claimed_run(app, scope, trigger="beat", clock=clock)
             status = None if created is None else service.execute_run(app, created)
         if created is None or status is None:  # another executor's run holds the scope (R1)
             log.info("run.due_taken", scope=scope.key)

@@ -93,14 +93,16 @@ def gate_check(app: App, now: datetime | None = None, backlog: int | None = None
     """Create a run for every due scope; recover lost or stuck runs first (R5, R30).
     ``backlog``: messages waiting in the broker's queue, if known (see ``recover_runs``).
     ``create=False`` (`dream run --due`, which creates each run claimed as it comes to it):
-    the due scopes are listed in ``GateResult.due`` instead."""
+    the due scopes are listed in ``GateResult.due`` instead. A ``now`` given (`--now`) is also
+    the clock of the runs it creates (their archive rules), as a forced run's is."""
+    clock = now  # None (beat): each run reads the time as it executes
     now = now or utcnow()
     result = GateResult([], {}, [], [], backlog=backlog)
     recover_runs(app, now, result, backlog)
     decisions = decide_scopes(app, now)
     due = [scope for scope, d in decisions.items() if d.due]
     # Every due scope's run in one transaction (R1 still refuses a scope that has one).
-    runs = create_runs(app, due, trigger="beat") if create else {}
+    runs = create_runs(app, due, trigger="beat", clock=clock) if create else {}
     for scope, decision in decisions.items():
         result.decisions[scope.key] = decision
         if not decision.due:
