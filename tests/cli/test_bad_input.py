@@ -56,6 +56,13 @@ GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"}
     (["notes", "import", "-"], json.dumps({"agent_id": "a\x1b[31m", "content": "x"}),
      "line 1: agent_id has a line break or control character"),
     (["run", "--agent", "a\u2028b", "--force"], None, "has a line break or control character"),
+    # before: imported as a second scope every listing prints as "a" / "alice"
+    (["notes", "import", "-"], json.dumps({"agent_id": "a\u200b", "content": "x"}),
+     "line 1: agent_id has an invisible character"),
+    (["sessions", "add", "--agent", "a", "--user", "alice\u202e"], None,
+     "'--user': has an invisible character"),
+    (["notes", "add", "--agent", "a ", "--content", "x"], None,
+     "'--agent': starts or ends with whitespace"),
     (["undo", "no-such-run"], None, "no run with id no-such-run"),
     (["erase", "--note", "no-such-note", "--yes"], None, "no note with id no-such-note"),
 ])

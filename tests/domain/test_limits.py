@@ -12,7 +12,15 @@ NOTHING = "has no visible text"
 @pytest.mark.parametrize(("value", "problem"), [
     ("agent-1", None),  # printable ASCII: the common id, no scan
     ("søren", None),  # visible non-ASCII
-    ("\u3164x", None),  # a filler beside a letter still shows the letter
+    # before: accepted, ids that print like another id ("x", "alice") or reversed
+    ("\u3164x", "has an invisible character"),  # a Hangul filler
+    ("alice\u200b", "has an invisible character"),  # a zero-width space
+    ("ali\u200dce", "has an invisible character"),  # a zero-width joiner
+    ("bob\u202eyz", "has an invisible character"),  # a bidi override: prints "bobzy"
+    ("x\ufe0f", "has an invisible character"),  # a variation selector
+    ("alice ", "starts or ends with whitespace"),
+    ("\u00a0alice", "starts or ends with whitespace"),  # a no-break space
+    ("ali ce", None),  # a space inside shows
     ("", "must be a non-empty string"),
     ("  ", "must be a non-empty string"),
     # before: accepted, a scope part that shows as nothing in every list of runs

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from worker.domain.types import ERASED_USER, Scope
-from worker.text.words import is_blank
+from worker.text.words import has_invisible, is_blank
 
 ID_MAX = 64  # String(64) columns: note, run, session, entity and scope-part ids
 SCOPE_KEY_MAX = 400  # String(400): the JSON scope key, with non-ASCII escaped as \uXXXX
@@ -113,6 +113,18 @@ def ident_problem(value: str) -> str | None:
         # Every list, log line and dashboard row prints ids: a line feed or an escape sequence
         # in one would show lines or colours that are not there (a forged "approved" line).
         return "has a line break or control character (tab, escape, …); an id is one line"
+    return _lookalike_problem(value)
+
+
+def _lookalike_problem(value: str) -> str | None:
+    # An id that prints like another is another scope, note or user all the same: "alice " or
+    # "alice\u200b" would be a second tenant that every listing shows as alice, and a bidi
+    # override ("\u202e") prints the id reversed.
+    if value != value.strip():
+        return "starts or ends with whitespace; give the id without it"
+    if has_invisible(value):
+        return ("has an invisible character (zero-width, bidi override, filler, …) that would "
+                "print it like another id; give the id without it")
     return None
 
 

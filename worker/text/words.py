@@ -188,6 +188,14 @@ _BLANK_ALONE = re.compile(
 )
 
 
+def has_invisible(text: str) -> bool:
+    """Whether ``text`` holds a character that shows as nothing (zero-width, a bidi override,
+    a Hangul filler, ...): "alice\u200b" and "alice" print alike, "x\u202eyz" prints reversed."""
+    if text.isascii() and text.isprintable():
+        return False
+    return _INVISIBLE.search(text) is not None or _BLANK_ALONE.search(text) is not None
+
+
 def is_blank(text: str) -> bool:
     """Nothing to read once invisible characters and whitespace are gone ("\u200b\u200b",
     "\u3164", "\u2800"): no note, however it arrives."""
