@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from worker.domain.types import ERASED_USER, Scope
@@ -100,6 +101,12 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def ident_problem(value: str) -> str | None:
     """Why ``value`` cannot be an id or a scope part, or None."""
+    return stored_ident_problem(value) or _lookalike_problem(value)
+
+
+def stored_ident_problem(value: str) -> str | None:
+    """Why ``value`` cannot name an id as stored, or None: ``ident_problem`` without the
+    look-alike rule, for erasure, which must reach an id stored before that rule existed."""
     if not value.strip():
         return "must be a non-empty string"
     # (printable ASCII with a non-space character shows: the common id skips the scan)
@@ -113,7 +120,7 @@ def ident_problem(value: str) -> str | None:
         # Every list, log line and dashboard row prints ids: a line feed or an escape sequence
         # in one would show lines or colours that are not there (a forged "approved" line).
         return "has a line break or control character (tab, escape, …); an id is one line"
-    return _lookalike_problem(value)
+    return None
 
 
 def _lookalike_problem(value: str) -> str | None:
@@ -128,13 +135,13 @@ def _lookalike_problem(value: str) -> str | None:
     return None
 
 
-def user_problem(value: str) -> str | None:
-    """Why ``value`` cannot be a user id, or None: an id, and not the placeholder the runs of
-    erased users are kept under (a user of that name would share their scope: its gate would
-    read their dreams, its token their runs)."""
+def user_problem(value: str, ident: Callable[[str], str | None] = ident_problem) -> str | None:
+    """Why ``value`` cannot be a user id, or None: an id (by ``ident``), and not the placeholder
+    the runs of erased users are kept under (a user of that name would share their scope: its
+    gate would read their dreams, its token their runs)."""
     if value == ERASED_USER:
         return f"{ERASED_USER} is reserved for the runs kept of erased users"
-    return ident_problem(value)
+    return ident(value)
 
 
 def scope_problem(scope: Scope) -> str | None:
