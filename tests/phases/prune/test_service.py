@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -309,3 +310,24 @@ def test_sql_checker_reason_column_marks_erasure(app: App) -> None:
     add_notes(app, _scoped(id="n1", content="x", source_conversation_id="c1"))
     _run(app, phases=["prune"])
     assert _rows(app)["n1"].comments.endswith("source conversation was erased")
+
+
+@pytest.mark.parametrize("kind", ["conversation", "user"])
+def test_a_deletion_stamped_after_the_run_clock_is_no_deletion_yet(app: App, kind: str) -> None:
+    """A registry record whose only sign of deletion is a `deleted_at` still to come (a host
+    scheduling the deletion, a wrong year) keeps its notes until that time, as a session
+    stamped ahead of the gate's clock counts only once it has come; a run whose clock has
+    passed it archives them. Before, any `deleted_at` archived them at once."""
+    later = "2026-06-02T00:00:00Z"  # a day after the run clock NOW
+    entities = [e for e in ALIVE if e["kind"] != kind]
+    add_entities(app, *entities, {"kind": kind, "id": "user-1" if kind == "user" else "c1",
+                                  "deleted_at": later})
+    add_notes(app, _scoped(id="n1", content="prefers tea", source_conversation_id="c1"))
+    run_id = _run(app, phases=["prune"])
+    assert _rows(app)["n1"].status == "active"
+    assert _prune_step(app, run_id)["output"]["notes_archived"] == 0
+    late = service.create_run(app, SCOPE, force=True, clock=NOW + timedelta(days=2),
+                              phases=["prune"])
+    assert late
+    service.execute_run(app, late)
+    assert _rows(app)["n1"].status == "archived"

@@ -15,6 +15,7 @@ from worker.phases.kit.carry import keep_current, known, load, written
 from worker.phases.prune.core import (
     REF_ORDER,
     Orphan,
+    as_of,
     count_unknown,
     dead_conversations,
     find_orphans,
@@ -72,7 +73,8 @@ def run_prune(
             wanted[kind].add(entity_id)
         # A fused note's sources' conversations: in the same look-up, no statement of their own.
         wanted["conversation"].update(lineage_references(note))
-    records = records_of(checker, {kind: ids for kind, ids in wanted.items() if ids})
+    records = as_of(records_of(checker, {kind: ids for kind, ids in wanted.items() if ids}),
+                    ctx.now)
     orphans = find_orphans(notes, records)
     dead = dead_conversations(records) if any(o.inherited for o in orphans) else set()
     review = _review(ctx, orphans) if settings.review == "llm" else None
