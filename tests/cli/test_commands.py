@@ -468,6 +468,13 @@ def test_a_cancel_reason_with_nothing_visible_is_refused_and_the_run_stays(db: A
     with db.uow() as uow:
         run = uow.runs.get(run_id)
         assert run is not None and (run.status, run.status_reason) == ("queued", None)
+    # before: accepted, and every run row printed the rest of its line reversed
+    line = one_error_line(dream(url_of(db), "runs", "cancel", run_id, "--reason",
+                                "stop\u202e devlos"))
+    assert line.startswith("error: reason has a bidi override")
+    with db.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and (run.status, run.status_reason) == ("queued", None)
 
 
 def test_runs_list_finds_the_runs_kept_of_an_erased_user(app: App) -> None:

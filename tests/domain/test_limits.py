@@ -62,6 +62,10 @@ def test_visible_problem(value: str, problem: str | None) -> None:
     ("a\nb", "has a line break"),
     ("a\u2029b", "has a line break"),  # the paragraph separator, as splitlines reads it
     ("a\x9bb", "has a line break"),  # CSI, a C1 control
+    # before: accepted, and the rest of each listing line printed reversed
+    ("fine\u202e enil", "has a bidi override"),
+    ("x\u2067y", "has a bidi override"),  # a right-to-left isolate
+    ("שלום עולם", None),  # right-to-left text needs no override
 ])
 def test_line_problem(value: str, problem: str | None) -> None:
     """A reason is one line of a listing, whatever script it is written in."""

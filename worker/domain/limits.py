@@ -63,12 +63,25 @@ def _has_control(value: str) -> bool:
     return not (value.isascii() and value.isprintable()) and _CONTROL.search(value) is not None
 
 
+# Bidi embeddings, overrides and isolates: each reorders what follows it on the line, the
+# listing's columns after a reason included ("\u202e" prints "deliver" as "reviled").
+_REORDER = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
 def line_problem(value: str) -> str | None:
     """Why ``value`` cannot be one line of a listing (a decline's or a cancel's reason, shown on
     one line by `dream review list`, the dashboards and every run row), or None: a line break
     or another control character would print lines that are not there."""
     if _has_control(value):
         return "has a line break or control character; give it on one line"
+    return reorder_problem(value)
+
+
+def reorder_problem(value: str) -> str | None:
+    """Why ``value`` would print its line out of order (a bidi override), or None."""
+    if not value.isascii() and _REORDER.search(value):
+        return ("has a bidi override or isolate (U+202A–U+202E, U+2066–U+2069), which "
+                "reorders the rest of the line; give it without")
     return None
 
 
