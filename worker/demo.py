@@ -16,6 +16,7 @@ import platformdirs
 from worker.app import App, build_app
 from worker.clock import utcnow
 from worker.config import load_settings
+from worker.domain.limits import shown
 from worker.domain.types import Scope
 from worker.errors import InvalidInput
 from worker.ingest.entities import import_entities
@@ -202,13 +203,13 @@ def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
             out = child["output"] or {}
             verdict = out.get("verdict") or child["status"]
             reason = out.get("reason") or ""
-            echo(f"      - {child['name']}: {verdict}{' — ' + reason if reason else ''}")
+            echo(f"      - {child['name']}: {verdict}{' — ' + shown(reason) if reason else ''}")
             label, ids = step_notes(child)
             if ids:  # a cluster's or a pair's notes, what a guard held, what was archived
                 echo(f"          {label}: {', '.join(ids)}")
             if out.get("content") and verdict in ("merge", "stale"):
                 target = f" → {out['new_note_id']}" if out.get("new_note_id") else ""
-                echo(f"          fused{target}: {out['content']}")
+                echo(f"          fused{target}: {shown(out['content'])}")
             for action in out.get("actions") or []:  # a contradictions model call's decisions
                 echo(f"          {_action_line(action)}")
     with app.uow() as uow:  # type: ignore[attr-defined]
@@ -217,7 +218,7 @@ def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
     active = [n for n in snap.notes if n.status == "active"]
     echo(f"  active notes now ({len(active)}):")
     for n in sorted(active, key=lambda n: n.id):
-        echo(f"      {n.id:<12} {n.content}")
+        echo(f"      {n.id:<12} {shown(n.content)}")
     retired = [n for n in snap.notes if n.status != "active"]
     if retired:
         echo("  retired (kept, with the reason, undoable):")

@@ -85,6 +85,20 @@ def reorder_problem(value: str) -> str | None:
     return None
 
 
+_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(value: str) -> str:
+    """``value`` as one line of a terminal listing, as it is but for what would not show as
+    written: line breaks, control characters (an escape sequence's ESC) and bidi overrides,
+    each written as its escape (``\\n``, ``\\x1b``, ``\\u202e``). Note text and a model's reasons
+    reach `dream review show` and `dream runs show`: a line break there printed a line that is
+    not there ("note n9 v1 active: ..."), an escape sequence could rewrite the screen."""
+    if value.isascii() and value.isprintable():
+        return value
+    return _UNSHOWN.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
+
+
 def json_syntax_problem(exc: json.JSONDecodeError) -> str:
     """``Expecting value at column 7``: the decoder's message with its column. Some messages
     already end in "at" ("Invalid control character at"), which must not be doubled. Python's
