@@ -63,6 +63,9 @@ GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"}
      "'--user': has an invisible character"),
     (["notes", "add", "--agent", "a ", "--content", "x"], None,
      "'--agent': starts or ends with whitespace"),
+    (["notes", "import", "-"], json.dumps({"agent_id": "a", "user_id": "Jose\u0301",
+                                           "content": "x"}),
+     "line 1: user_id is not in Unicode normal form C"),
     (["undo", "no-such-run"], None, "no run with id no-such-run"),
     (["erase", "--note", "no-such-note", "--yes"], None, "no note with id no-such-note"),
 ])

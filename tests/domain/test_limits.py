@@ -21,6 +21,9 @@ NOTHING = "has no visible text"
     ("alice ", "starts or ends with whitespace"),
     ("\u00a0alice", "starts or ends with whitespace"),  # a no-break space
     ("ali ce", None),  # a space inside shows
+    ("Jos\u00e9", None),  # NFC: one accented letter
+    ("Jose\u0301", "is not in Unicode normal form C"),  # prints as "José" too
+    ("\u212b", "is not in Unicode normal form C"),  # the angstrom sign, NFC "\u00c5"
     ("", "must be a non-empty string"),
     ("  ", "must be a non-empty string"),
     # before: accepted, a scope part that shows as nothing in every list of runs

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -159,6 +160,10 @@ def _lookalike_problem(value: str) -> str | None:
     if has_invisible(value):
         return ("has an invisible character (zero-width, bidi override, filler, …) that would "
                 "print it like another id; give the id without it")
+    if not value.isascii() and not unicodedata.is_normalized("NFC", value):
+        # "José" typed on one system and "Jose\u0301" sent by another: two tenants, one name.
+        return ("is not in Unicode normal form C (a letter and a combining accent where one "
+                "accented letter prints the same); send it NFC-normalised")
     return None
 
 
