@@ -95,7 +95,7 @@ class SessionRepository:
         ).all()
         out: dict[str, tuple[int, datetime | None, datetime | None]] = {}
         for key, count, started, ended, earliest in rows:
-            stamps = [_aware(t) for t in (started, ended) if t is not None]
+            stamps = [aware for t in (started, ended) if (aware := _aware(t)) is not None]
             out[key] = (int(count), max(stamps) if stamps else None, _aware(earliest))
         return out
 
