@@ -73,7 +73,8 @@ _PHRASE_STARTS = frozenset(_UNITS) | frozenset(_TENS)
 _TOKEN = re.compile(
     r"(?P<url>https?://[^\s)\"'<>\]]+|www\.[^\s)\"'<>\]]+)"
     r"|(?P<email>[\w.+-]+@[\w-]+(?:\.[\w-]+)+)"
-    r"|(?P<number>\d+(?:[.,:/-]\d+)*(?:[^\W\d_]{1,3}\b)?)"  # 3.12, 2026-05-04, 2pm, 5kg
+    # 3.12, 2026-05-04, 2pm, 5kg, and a minus sign that starts one: -18 is not 18
+    r"|(?P<number>(?:(?<![\w.\-\u2212])[-\u2212])?\d+(?:[.,:/-]\d+)*(?:[^\W\d_]{1,3}\b)?)"
     r"|(?P<word>[^\W\d_]+(?:['’][^\W\d_]+)*)"
     r"|(?P<break>[.;:!?,()\[\]{}\n\"]|\s[-–—]\s)",
     re.IGNORECASE,
@@ -233,7 +234,7 @@ def _raw_tokens(text: str) -> Iterator[Token]:
             value = value.casefold()
             yield Token(kind, value, value, content=True)
         elif kind is Kind.NUMBER:
-            value = value.casefold()
+            value = value.casefold().replace("\u2212", "-")
             digits = value.replace(",", "") if _THOUSANDS.fullmatch(value) else value
             yield Token(kind, value, digits, content=True)
         elif kind is Kind.WORD:
