@@ -41,8 +41,10 @@ def _hash(text: str, punct: re.Pattern[str]) -> str:
 def _rehash(punct: re.Pattern[str]) -> None:
     conn = op.get_bind()
     changed = []
-    for note_id, content, stored in conn.execute(sa.select(_notes.c.id, _notes.c.content,
-                                                           _notes.c.content_hash)):
+    # Streamed (a server-side cursor on PostgreSQL): a large store's texts are not held at once.
+    rows = conn.execute(sa.select(_notes.c.id, _notes.c.content, _notes.c.content_hash)
+                        .execution_options(stream_results=True, max_row_buffer=_BATCH))
+    for note_id, content, stored in rows:
         if any(c in _SYMBOLS or c in "-\u2212" for c in content):
             new = _hash(content, punct)
             if new != stored:
