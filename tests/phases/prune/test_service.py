@@ -128,6 +128,25 @@ def test_unchecked_notes_come_before_recently_checked_ones(app: App) -> None:
     assert {k for k, r in rows.items() if r.last_checked_at == NOW} >= set(rows) - checked_first
 
 
+def test_a_check_stamped_after_the_run_clock_counts_as_none(app: App) -> None:
+    """A run with a later clock (`dream run --now 2099-…`, over the budget) marked its notes
+    checked in 2099: every run since sorted them after all others and never checked them
+    again. Such a mark now counts as never checked, in the carried scope and in the SQL read."""
+    add_entities(app, *ALIVE)
+    add_notes(app, *(_scoped(id=f"n{i}", content=f"fact number {i}") for i in range(5)))
+    app.settings.prune.max_notes_per_run = 3
+    with app.uow() as uow:
+        uow.notes.mark_checked(["n0"], NOW.replace(year=2099))
+        uow.notes.mark_checked(["n1", "n2"], NOW - timedelta(days=1))
+        uow.notes.mark_checked(["n3", "n4"], NOW - timedelta(days=2))
+        uow.commit()
+    with app.uow() as uow:
+        first = [n.id for n in uow.retention.prune_candidates(SCOPE, 3, NOW)]
+    assert first == ["n0", "n3", "n4"]
+    _run(app, phases=["prune"])
+    assert _rows(app)["n0"].last_checked_at == NOW
+
+
 def test_one_lookup_per_entity_type_per_batch(app: App) -> None:
     """A lookup counter: 120 notes with 40 conversations → one query per entity type, cached after."""
     add_entities(app, *ALIVE, *({"kind": "conversation", "id": f"c{i}"} for i in range(40)))
