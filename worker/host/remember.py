@@ -276,7 +276,7 @@ def _remember_once(
         action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
                                 settings.update_threshold, kind)
         old = uow.notes.get_many([best_id]) if action == "UPDATE" and best_id else []
-        new_id = _free_id(uow, id_key, scope, normalised, {r[0] for r in same})
+        new_id = _free_id(uow, id_key, scope, normalised, {r[0] for r in same}, h)
     if best_hash is not None and best_id is None:
         return None  # the best match was retired between the two reads: decide again
     if action == "NOOP":
@@ -313,15 +313,19 @@ def _remember_once(
                           undo_id)
 
 
-def _free_id(uow: Any, id_key: str, scope: Scope, normalised: str, taken: set[str]) -> str:
-    """The first derived id no note of this text holds (the same text remembered before and
-    retired since: a counter suffix) nor a note of another text: one whose id was derived from
-    a normalisation that folded away the symbols it holds ("C++" written as "C" before 0015)."""
+def _free_id(uow: Any, id_key: str, scope: Scope, normalised: str, taken: set[str],
+             text_hash: str) -> str:
+    """The first derived id no note of this text read before holds (the same text remembered
+    and retired since: a counter suffix) nor a note of another text: one whose id was derived
+    from a fold that dropped the symbols it holds ("C++" read as "C" before 0015). A note of
+    this text that holds it now was written meanwhile: its insert collides, the write a NOOP."""
     attempt = 0
     while True:
         candidate = derived_id(id_key, scope, normalised, attempt)
-        if candidate not in taken and not uow.notes.get_many([candidate]):
-            return candidate
+        if candidate not in taken:
+            held = uow.notes.get_many([candidate])
+            if not held or content_hash(held[0].content) == text_hash:
+                return candidate
         attempt += 1
 
 
