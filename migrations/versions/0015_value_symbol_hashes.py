@@ -4,7 +4,9 @@ The identity hash folded every symbol away, so "C#", "C++" and "C", "$100" and "
 "5" hashed alike: `remember` answered NOOP for a new fact, an import skipped it as present, the
 rule judge merged the two notes. The hash now keeps them (``worker.domain.types.VALUE_SYMBOLS``
 and a minus sign before a number); this recomputes the stored hash of every note whose text
-holds one, with the rule as it stood at this revision (a copy: a later change of the rule
+holds one, and of every note of symbols alone ("🙂", "!!!": they all hashed as the empty
+text, so each imported after the first was "already present"; now its own text is its
+identity), with the rule as it stood at this revision (a copy: a later change of the rule
 needs a migration of its own). Other notes' hashes are unchanged.
 
 Revision ID: 0015
@@ -33,20 +35,24 @@ _notes = sa.table('notes', sa.column('id', sa.String), sa.column('content', sa.T
                   sa.column('content_hash', sa.String))
 
 
-def _hash(text: str, punct: re.Pattern[str]) -> str:
-    folded = punct.sub(" ", unicodedata.normalize("NFKC", text).casefold())
-    return hashlib.sha256(_SPACE.sub(" ", folded).strip().encode("utf-8")).hexdigest()
+def _hash(text: str, punct: re.Pattern[str], symbols_alone: bool) -> str:
+    text = unicodedata.normalize("NFKC", text).casefold()
+    folded = _SPACE.sub(" ", punct.sub(" ", text)).strip()
+    if symbols_alone and not folded:  # a text of symbols alone is its own identity
+        folded = _SPACE.sub(" ", text).strip()
+    return hashlib.sha256(folded.encode("utf-8")).hexdigest()
 
 
-def _rehash(punct: re.Pattern[str]) -> None:
+def _rehash(punct: re.Pattern[str], symbols_alone: bool) -> None:
     conn = op.get_bind()
     changed = []
     # Streamed (a server-side cursor on PostgreSQL): a large store's texts are not held at once.
     rows = conn.execute(sa.select(_notes.c.id, _notes.c.content, _notes.c.content_hash)
                         .execution_options(stream_results=True, max_row_buffer=_BATCH))
     for note_id, content, stored in rows:
-        if any(c in _SYMBOLS or c in "-\u2212" for c in content):
-            new = _hash(content, punct)
+        if any(c in _SYMBOLS or c in "-\u2212" for c in content) or not _OLD_PUNCT.sub(
+                "", unicodedata.normalize("NFKC", content)).strip():
+            new = _hash(content, punct, symbols_alone)
             if new != stored:
                 changed.append({"b_id": note_id, "b_hash": new})
     stmt = (_notes.update().where(_notes.c.id == sa.bindparam('b_id'))
@@ -56,8 +62,8 @@ def _rehash(punct: re.Pattern[str]) -> None:
 
 
 def upgrade() -> None:
-    _rehash(_PUNCT)
+    _rehash(_PUNCT, symbols_alone=True)
 
 
 def downgrade() -> None:
-    _rehash(_OLD_PUNCT)
+    _rehash(_OLD_PUNCT, symbols_alone=False)

@@ -30,6 +30,10 @@ SCOPE = Scope("agent-1")
     ("User prefers tea.", "user  prefers TEA!!", True),
     ("state-of-the-art editor", "state of the art editor", True),
     ("Meeting moved to 10-12", "Meeting moved to 10 12", True),  # a hyphen after a digit
+    # symbols alone: each its own identity (before: all of them the empty text)
+    ("🙂", "!!!", False),
+    ("🙂", "🙁", False),
+    (" 🙂 ", "🙂", True),
 ])
 def test_value_symbols_are_part_of_the_identity(a: str, b: str, same: bool) -> None:
     assert (normalise_text(a) == normalise_text(b)) is same
@@ -49,8 +53,8 @@ def test_remember_keeps_a_fact_that_differs_by_a_symbol(app: App) -> None:
 def test_import_adds_a_line_that_differs_by_a_symbol(app: App) -> None:
     """An id-less line whose folded text a stored note held was skipped as already present."""
     lines = [json.dumps({"agent_id": "agent-1", "content": c})
-             for c in ("Budget is $100", "Budget is 100%")]
-    assert import_notes(app, lines).inserted == 2
+             for c in ("Budget is $100", "Budget is 100%", "🙂", "👎")]
+    assert import_notes(app, lines).inserted == 4
     assert import_notes(app, lines).inserted == 0  # still idempotent
 
 
@@ -60,10 +64,13 @@ def test_migration_0015_rehashes_notes_holding_a_value_symbol(app: App) -> None:
     NOOP on the old one (nor a clash with the id derived from the old fold)."""
     old_fold = hashlib_of("user writes c at work")
     lines = [json.dumps({"id": "n1", "agent_id": "agent-1", "content": "User writes C++ at work"}),
-             json.dumps({"id": "n2", "agent_id": "agent-1", "content": "User likes tea"})]
+             json.dumps({"id": "n2", "agent_id": "agent-1", "content": "User likes tea"}),
+             json.dumps({"id": "n3", "agent_id": "agent-1", "content": "👍"})]
     import_notes(app, lines)
     _migrate(app, "downgrade", "0014")
     with app.engine.begin() as conn:
+        assert conn.execute(text("SELECT content_hash FROM notes WHERE id = 'n3'")).scalar() \
+            == hashlib_of("")
         assert conn.execute(text("SELECT content_hash FROM notes WHERE id = 'n1'")).scalar() \
             == old_fold
         plain = conn.execute(text("SELECT content_hash FROM notes WHERE id = 'n2'")).scalar()
@@ -78,6 +85,8 @@ def test_migration_0015_rehashes_notes_holding_a_value_symbol(app: App) -> None:
             == plain == content_hash("User likes tea")
     assert import_notes(app, [json.dumps({"agent_id": "agent-1",
                                           "content": "User writes C++ at work"})]).inserted == 0
+    assert import_notes(app, [json.dumps({"agent_id": "agent-1", "content": c})
+                              for c in ("👍", "!!!")]).inserted == 1  # "!!!" is new
     c = remember(app, SCOPE, "User writes C at work")
     assert c.action == "ADD" and c.id not in {taken, "n2"}
 

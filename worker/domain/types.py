@@ -155,8 +155,10 @@ _SPACE = re.compile(r"\s+")
 def normalise_text(text: str) -> str:
     """Case, whitespace, punctuation and Unicode form folded away; used for identity checks."""
     text = unicodedata.normalize("NFKC", text).casefold()
-    text = _PUNCT.sub(" ", text)
-    return _SPACE.sub(" ", text).strip()
+    folded = _SPACE.sub(" ", _PUNCT.sub(" ", text)).strip()
+    # A text of symbols alone ("🙂", "!!!") folded to "", one hash for all of them: each
+    # imported after the first was "already present". It is its own identity, spacing folded.
+    return folded or _SPACE.sub(" ", text).strip()
 
 
 def content_hash(text: str) -> str:
