@@ -59,6 +59,12 @@ def test_nested_section_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ("DREAM_LLM_BASE_URL", "http://ollama:99999/v1", "DREAM_LLM_BASE_URL: its port is not a number"),
     ("DREAM_LLM_BASE_URL", "http://oll ama/v1", "DREAM_LLM_BASE_URL: not a URL a client can reach"),
     ("DREAM_EMBEDDING_BASE_URL", "embeddings.local/v1", "DREAM_EMBEDDING_BASE_URL: not an http://"),
+    # model names: before, an empty one sent every call to no model, and one past the
+    # 200-character column (run_steps.model, notes.embedding_model) failed PostgreSQL's write
+    ("DREAM_LLM_MODEL", "", "DREAM_LLM_MODEL: String should have at least 1 character"),
+    ("DREAM_LLM_MODEL", "m" * 201, "DREAM_LLM_MODEL: String should have at most 200 characters"),
+    ("DREAM_EMBEDDING_MODEL", "", "DREAM_EMBEDDING_MODEL: String should have at least 1"),
+    ("DREAM_EMBEDDING_MODEL", "e" * 201, "DREAM_EMBEDDING_MODEL: String should have at most 200"),
     # a whole section as one variable is parsed as JSON: a SettingsError traceback before
     ("DREAM_CONSOLIDATE", "threshold=0.65", "DREAM_CONSOLIDATE: not valid JSON; give a JSON object"),
     ("DREAM_GUARD", "{max_retire_share: 0.2}", "DREAM_GUARD: not valid JSON; give a JSON object"),

@@ -84,6 +84,29 @@ def test_the_failure_back_off_cap_is_at_least_one_beat(
         "retry")
 
 
+@pytest.mark.parametrize(("noop", "update", "refused"), [
+    ("0.85", "0.5", False),  # the defaults
+    ("0.85", "0.84", False),  # a narrow band still updates
+    ("0.85", "0.85", True),  # before: accepted, and remember never answered UPDATE
+    ("0.6", "0.9", True),
+])
+def test_the_remember_update_threshold_is_below_the_noop_one(
+        monkeypatch: pytest.MonkeyPatch, noop: str, update: str, refused: bool) -> None:
+    """remember decides NOOP first: an update threshold at or above it could never act."""
+    monkeypatch.setenv("DREAM_REMEMBER__NOOP_THRESHOLD", noop)
+    monkeypatch.setenv("DREAM_REMEMBER__UPDATE_THRESHOLD", update)
+    if not refused:
+        assert load_settings().remember.update_threshold == float(update)
+        return
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert str(err.value) == (
+        f"invalid setting: DREAM_REMEMBER__UPDATE_THRESHOLD ({update}) is not below "
+        f"DREAM_REMEMBER__NOOP_THRESHOLD ({noop}): a match that close is a NOOP already, so "
+        "remember would never UPDATE; lower the update threshold or raise the noop one; fix "
+        "the environment variable and retry")
+
+
 def test_a_contradicting_pair_stops_dream_run_before_any_run(sqlite_app: App) -> None:
     """`dream run` under such settings: exit 8 with one `error:` line, no run row."""
     from click.testing import CliRunner

@@ -35,3 +35,17 @@ def test_a_set_flag_is_shown() -> None:
     tree = {"id": "r1", "status": "succeeded", "scope": "s", "trigger": "manual",
             "dry_run": True, "steps": [_step("prune", {"dry_run": True, "notes_checked": 2})]}
     assert render_tree(tree).splitlines()[1].endswith("ms  dry_run=True, notes_checked=2")
+
+
+def test_a_reason_from_a_model_or_a_note_prints_as_one_line_that_shows_what_it_holds() -> None:
+    """A step's reason (a model's words, which may echo note text) with a line break, an
+    escape sequence or a bidi override printed a forged line, recoloured the terminal or
+    reversed the rest of the line: each is written as its escape, on its one line."""
+    step = _step("cluster 1", {"verdict": "merge",
+                               "reason": "same\n  cluster 2  approved\x1b[2K \u202eevil"})
+    tree = {"id": "r1", "status": "blocked", "scope": "s", "trigger": "manual",
+            "dry_run": False, "status_reason": "guard\x1b]0;pwned\x07", "steps": [step]}
+    lines = render_tree(tree).splitlines()
+    assert lines[1] == "  blocked: guard\\x1b]0;pwned\\x07"
+    assert len(lines) == 3
+    assert lines[2].endswith("— same\\n  cluster 2  approved\\x1b[2K \\u202eevil")

@@ -210,7 +210,7 @@ class Settings(BaseSettings):
 
     llm_provider: Literal["none", "openai", "fake"] = "none"
     llm_base_url: str | None = None
-    llm_model: str = "gpt-4o-mini"
+    llm_model: str = Field("gpt-4o-mini", min_length=1, max_length=200)  # run_steps.model
     llm_api_key: str | None = None
     llm_timeout: float = Field(30.0, gt=0)
     llm_max_retries: int = Field(2, ge=0)
@@ -226,7 +226,7 @@ class Settings(BaseSettings):
 
     embedding_provider: Literal["hashing", "openai"] = "hashing"
     embedding_base_url: str | None = None
-    embedding_model: str = "text-embedding-3-small"
+    embedding_model: str = Field("text-embedding-3-small", min_length=1, max_length=200)
     embedding_api_key: str | None = None
     embedding_dimensions: int = Field(512, ge=8, le=16000)
     embedding_batch_size: int = Field(256, ge=1)

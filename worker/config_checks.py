@@ -56,7 +56,8 @@ def duration_problem(settings: Settings) -> str | None:
 
 def conflict_problem(settings: Settings) -> str | None:
     """The first pair of settings that contradict each other, as one line; None when none do."""
-    return _phase_outlives_task(settings) or _backoff_cap_below_beat(settings)
+    return (_phase_outlives_task(settings) or _backoff_cap_below_beat(settings)
+            or _update_band_empty(settings))
 
 
 def _phase_outlives_task(settings: Settings) -> str | None:
@@ -94,6 +95,19 @@ def _backoff_cap_below_beat(settings: Settings) -> str | None:
         return (f"DREAM_FAILURE_BACKOFF_MAX_SECONDS ({cap}) is below "
                 f"DREAM_BEAT_INTERVAL_SECONDS ({beat}), the first wait after a failed run; "
                 f"raise it to at least {beat}, or set 0 to turn the back-off off")
+    return None
+
+
+def _update_band_empty(settings: Settings) -> str | None:
+    # remember answers NOOP at or above the noop threshold before it looks at the update one:
+    # an update threshold as high never applies, and every longer restatement is added beside
+    # the note it restates instead of replacing it.
+    noop, update = settings.remember.noop_threshold, settings.remember.update_threshold
+    if update >= noop:
+        return (f"DREAM_REMEMBER__UPDATE_THRESHOLD ({update:g}) is not below "
+                f"DREAM_REMEMBER__NOOP_THRESHOLD ({noop:g}): a match that close is a NOOP "
+                "already, so remember would never UPDATE; lower the update threshold or raise "
+                "the noop one")
     return None
 
 

@@ -16,6 +16,7 @@ import platformdirs
 from worker.app import App, build_app
 from worker.clock import utcnow
 from worker.config import load_settings
+from worker.domain.limits import shown
 from worker.domain.types import Scope
 from worker.errors import InvalidInput
 from worker.ingest.entities import import_entities
@@ -112,7 +113,7 @@ def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
     path = Path(database) if database else Path(platformdirs.user_data_dir("dream-worker")) / "demo.db"
     refuse_unless_demo_store(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", *_SIDECARS):
         Path(str(path) + suffix).unlink(missing_ok=True)
     url = f"sqlite:///{path}"
     settings = load_settings(database_url=url)
@@ -152,6 +153,7 @@ def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
 
 
 DEMO_AGENTS = frozenset({AGENT, "retired-bot"})
+_SIDECARS = ("-wal", "-shm")  # SQLite's write-ahead log and its index, deleted with the store
 _AGENT_IDS = ("SELECT agent_id FROM notes UNION SELECT agent_id FROM sessions UNION SELECT "
               "agent_id FROM examples UNION SELECT agent_id FROM dream_runs UNION SELECT id FROM "
               "agents")
@@ -161,8 +163,15 @@ def refuse_unless_demo_store(path: Path) -> None:
     """The demo deletes its file and builds it afresh: only a missing or empty file or an
     earlier demo store (no agent but the demo's) may go, never a store of the user's own
     (`--database` pointed at it) or any other file."""
+    for part in (path, *(Path(f"{path}{suffix}") for suffix in _SIDECARS)):
+        # An empty device reads as an empty file: `--database /dev/null` unlinked the device
+        # node (as root) and left a regular file in its place; a pipe or a directory likewise.
+        if part.exists() and not part.is_file():
+            raise InvalidInput(f"--database {path}: {part} is not a regular file (a directory, "
+                               "a device or a pipe), and the demo deletes and rebuilds its file: "
+                               "give the path of a new file")
     if not path.is_file() or path.stat().st_size == 0:
-        return  # a directory or an unusable path is refused as it is opened
+        return  # missing (a broken link included) or empty: nothing of anyone's is lost
     agents = _store_agents(path)
     if agents is None or not agents <= DEMO_AGENTS:
         raise InvalidInput(f"--database {path} already exists and is not a demo store; the "
@@ -201,13 +210,13 @@ def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
             out = child["output"] or {}
             verdict = out.get("verdict") or child["status"]
             reason = out.get("reason") or ""
-            echo(f"      - {child['name']}: {verdict}{' — ' + reason if reason else ''}")
+            echo(f"      - {child['name']}: {verdict}{' — ' + shown(reason) if reason else ''}")
             label, ids = step_notes(child)
             if ids:  # a cluster's or a pair's notes, what a guard held, what was archived
                 echo(f"          {label}: {', '.join(ids)}")
             if out.get("content") and verdict in ("merge", "stale"):
                 target = f" → {out['new_note_id']}" if out.get("new_note_id") else ""
-                echo(f"          fused{target}: {out['content']}")
+                echo(f"          fused{target}: {shown(out['content'])}")
             for action in out.get("actions") or []:  # a contradictions model call's decisions
                 echo(f"          {_action_line(action)}")
     with app.uow() as uow:  # type: ignore[attr-defined]
@@ -216,7 +225,7 @@ def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
     active = [n for n in snap.notes if n.status == "active"]
     echo(f"  active notes now ({len(active)}):")
     for n in sorted(active, key=lambda n: n.id):
-        echo(f"      {n.id:<12} {n.content}")
+        echo(f"      {n.id:<12} {shown(n.content)}")
     retired = [n for n in snap.notes if n.status != "active"]
     if retired:
         echo("  retired (kept, with the reason, undoable):")

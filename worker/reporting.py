@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.app import App
+from worker.domain.limits import shown
 from worker.domain.types import ERASED_USER, Scope
 from worker.errors import InvalidInput, RunNotFound, UnknownScope
 from worker.store.models import DreamRunRow, RunStepRow
@@ -118,7 +119,7 @@ def render_tree(tree: dict[str, Any]) -> str:
     lines = [f"run {tree['id']}  {tree['status']}  scope={tree['scope']}  "
              f"trigger={tree['trigger']}{'  dry-run' if tree['dry_run'] else ''}"]
     if tree.get("status_reason"):
-        lines.append(f"  {tree['status']}: {tree['status_reason']}")
+        lines.append(f"  {tree['status']}: {shown(tree['status_reason'])}")
     totals = tree.get("totals") or {}
     if "notes_before" in totals or "notes_after" in totals:
         # Only a finished run counts its notes after: "{}" would say it left none.
@@ -177,7 +178,7 @@ def _step_line(step: dict[str, Any], indent: str) -> str:
     reason = output.get("reason") or output.get("verdict") or step.get("error") or ""
     ms = step.get("duration_ms") or 0.0
     tokens = f"  tokens {step['tokens_in']}/{step['tokens_out']}" if step.get("tokens_in") else ""
-    said = f"{counters}{tokens}{'  — ' + str(reason) if reason else ''}"
+    said = f"{counters}{tokens}{'  — ' + shown(str(reason)) if reason else ''}"
     notes = _held(step)
     return (f"{indent}{step['name']:<28} {step['status']:<10} {ms:>8.1f} ms  {said}"
             f"{'; ' if said and notes else ''}{notes}")

@@ -59,6 +59,11 @@ HOSTILE = [
     ("GET", '/api/runs?scope=["\\ud800",null,null]', None),
     ("GET", '/api/runs?scope=["a","\\u0000",null]', None),
     ("GET", "/api/runs?agent_id=" + "a" * 65, None),
+    # scope parts that print like another tenant's (before: 201, a second "a" or a reversed id)
+    ("POST", "/api/notes", '{"scope":{"agent_id":"a\\u200b"},"content":"' + CANARY + '"}'),
+    ("POST", "/api/notes", '{"scope":{"agent_id":"a","user_id":"u\\u202e"},"content":"' + CANARY + '"}'),
+    ("POST", "/api/runs", '{"scope":{"agent_id":"a "},"force":true}'),
+    ("POST", "/api/forgetting/keep-apart", '{"source_ids":["n1","n2\\u2060"]}'),
 ]
 
 

@@ -78,6 +78,20 @@ def test_a_decision_by_or_reason_with_nothing_visible_is_a_422(client: TestClien
     assert [(i["id"], i["status"]) for i in listed["items"]] == [(item, "open")]
 
 
+def test_a_decision_by_or_reason_with_a_bidi_override_is_a_422(client: TestClient,
+                                                               api_app: App) -> None:
+    """A bidi override in ``by`` or ``reason`` printed the rest of every listing line that
+    shows it reversed; it was recorded. Now a 422 naming the field; the item stays open."""
+    item = _seed(api_app)
+    for field, verb in (("by", "approve"), ("by", "decline"), ("reason", "decline")):
+        r = client.post(f"/api/review/{verb}", json={"item_id": item, field: "ops\u202e devorppa"},
+                        headers=auth(AGENT_1))
+        assert r.status_code == 422, (field, verb, r.text)
+        assert field in r.json()["detail"] and "bidi override" in r.json()["detail"]
+    listed = client.get("/api/review/items", headers=auth(AGENT_1)).json()
+    assert [(i["id"], i["status"]) for i in listed["items"]] == [(item, "open")]
+
+
 def test_review_page_forms_need_the_csrf_token_and_the_same_site(client: TestClient,
                                                                  api_app: App) -> None:
     """The signed-in cookie alone cannot approve: no CSRF token, a wrong one, a cross-site or

@@ -56,6 +56,16 @@ GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"}
     (["notes", "import", "-"], json.dumps({"agent_id": "a\x1b[31m", "content": "x"}),
      "line 1: agent_id has a line break or control character"),
     (["run", "--agent", "a\u2028b", "--force"], None, "has a line break or control character"),
+    # before: imported as a second scope every listing prints as "a" / "alice"
+    (["notes", "import", "-"], json.dumps({"agent_id": "a\u200b", "content": "x"}),
+     "line 1: agent_id has an invisible character"),
+    (["sessions", "add", "--agent", "a", "--user", "alice\u202e"], None,
+     "'--user': has an invisible character"),
+    (["notes", "add", "--agent", "a ", "--content", "x"], None,
+     "'--agent': starts or ends with whitespace"),
+    (["notes", "import", "-"], json.dumps({"agent_id": "a", "user_id": "Jose\u0301",
+                                           "content": "x"}),
+     "line 1: user_id is not in Unicode normal form C"),
     (["undo", "no-such-run"], None, "no run with id no-such-run"),
     (["erase", "--note", "no-such-note", "--yes"], None, "no note with id no-such-note"),
 ])
@@ -253,3 +263,25 @@ def test_erase_refuses_the_erased_users_placeholder_as_every_user_option_does(
     assert line.startswith(f"error: Invalid value for '--user': {ERASED_USER} is reserved for "
                            "the runs kept of erased users"), line
     assert all_rows_text(app) == before
+
+
+def test_erase_reaches_a_user_whose_id_predates_the_look_alike_rule(app: App) -> None:
+    """Ids with an invisible character are refused everywhere an id is taken, but one stored
+    before that rule must still be erasable: `dream erase --user` takes it as it is stored."""
+    from sqlalchemy import update
+
+    from worker.domain.types import Scope
+    from worker.store.models import NoteRow
+
+    add_notes(app, {"id": "old-1", "agent_id": "a", "user_id": "u1", "content": "Legacy note"})
+    legacy = "u1\u200b"
+    with app.engine.begin() as conn:
+        conn.execute(update(NoteRow).where(NoteRow.id == "old-1")
+                     .values(user_id=legacy, scope_key=Scope("a", legacy).key))
+    env = {"DREAM_DATABASE_URL": app.settings.database_url}
+    refused = CliRunner().invoke(main, ["runs", "list", "--agent", "a", "--user", legacy], env=env)
+    assert refused.exit_code == 2 and "has an invisible character" in refused.stderr
+    result = CliRunner().invoke(main, ["erase", "--user", legacy, "--yes"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "removed note old-1" in result.stdout
+    assert "Legacy note" not in all_rows_text(app)

@@ -433,6 +433,23 @@ def test_runs_list_filters_by_agent_user_company_and_status(db: App) -> None:
         dream(url_of(db), "runs", "list", "--status", "done"))
 
 
+def test_runs_list_prints_a_failed_runs_error_on_one_line(db: App) -> None:
+    """A failed run's error is an exception's first line, which may quote what a phase read:
+    a terminal escape or bidi override in it reached the terminal as it was."""
+    from sqlalchemy import update
+
+    from worker.domain.types import Scope
+    from worker.runs import service
+    from worker.store.models import DreamRunRow
+
+    run_id = service.create_run(db, Scope("a1"))
+    with db.engine.begin() as conn:
+        conn.execute(update(DreamRunRow).where(DreamRunRow.id == run_id).values(
+            status="failed", error="ValueError: bad \x1b]0;owned\x07 \u202eeman"))
+    listed = dream(url_of(db), "runs", "list").stdout
+    assert listed.rstrip("\n").endswith("(ValueError: bad \\x1b]0;owned\\x07 \\u202eeman)"), listed
+
+
 def test_runs_list_pages_on_with_after(db: App) -> None:
     """`--limit` was the only bound: the runs past it could not be listed at all. Now a cut
     list says on stderr how to go on (`--json` stays one document), `--after` gives the next
@@ -465,6 +482,13 @@ def test_a_cancel_reason_with_nothing_visible_is_refused_and_the_run_stays(db: A
     assert run_id is not None
     line = one_error_line(dream(url_of(db), "runs", "cancel", run_id, "--reason", "\u200b "))
     assert "reason has no visible text" in line and "--reason" in line
+    with db.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and (run.status, run.status_reason) == ("queued", None)
+    # before: accepted, and every run row printed the rest of its line reversed
+    line = one_error_line(dream(url_of(db), "runs", "cancel", run_id, "--reason",
+                                "stop\u202e devlos"))
+    assert line.startswith("error: reason has a bidi override")
     with db.uow() as uow:
         run = uow.runs.get(run_id)
         assert run is not None and (run.status, run.status_reason) == ("queued", None)

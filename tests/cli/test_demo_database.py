@@ -41,3 +41,22 @@ def test_demo_rebuilds_its_own_store_and_fills_an_empty_file(tmp_path: Path) -> 
         assert dream(UNUSED, "demo", "--database", str(path)).exit_code == 0
     with sqlite3.connect(demo) as conn:
         assert conn.execute("SELECT count(*) FROM dream_runs").fetchone() == (2,)
+
+
+def test_demo_refuses_a_path_that_is_no_regular_file(tmp_path: Path) -> None:
+    """An empty device or a pipe reads as an empty file: `dream demo --database /dev/null`
+    unlinked the device node (as root) and left a regular file in its place. A path, or its
+    `-wal`/`-shm` beside it, that is a pipe or a directory is now refused, left as it was."""
+    import os
+    import stat
+
+    pipe = tmp_path / "pipe.db"
+    os.mkfifo(pipe)
+    beside = tmp_path / "store.db"
+    (tmp_path / "store.db-wal").mkdir()
+    for path, what in ((pipe, pipe), (tmp_path, tmp_path), (beside, tmp_path / "store.db-wal")):
+        line = one_error_line(dream(UNUSED, "demo", "--database", str(path)),
+                              InvalidInput.exit_code)
+        assert f"{what} is not a regular file" in line, line
+    assert stat.S_ISFIFO(pipe.stat().st_mode) and (tmp_path / "store.db-wal").is_dir()
+    assert not beside.exists()

@@ -195,6 +195,8 @@ def test_database_paths_that_cannot_work_are_one_line(tmp_path: Path) -> None:
     image[100:4096] = b"\xa5" * (4096 - 100)  # the header survives, the schema page does not
     damaged.write_bytes(bytes(image))
     missing = tmp_path / "sub" / "dream.db"
+    pipe = tmp_path / "pipe.db"
+    os.mkfifo(pipe)
     cases = [
         (f"sqlite:///{damaged}", ["runs", "list"], "the SQLite database file is damaged"),
         (f"sqlite:///{missing}", ["runs", "list"], "run `dream db upgrade` to create it"),
@@ -204,6 +206,10 @@ def test_database_paths_that_cannot_work_are_one_line(tmp_path: Path) -> None:
         (f"sqlite:///{blocker / 'x.db'}", ["db", "upgrade"], "is a file, not a directory"),
         (f"sqlite:///{junk}", ["runs", "list"], "is not an SQLite database"),
         (f"sqlite:///{tmp_path}", ["runs", "list"], "points at the directory"),
+        # before: `runs list` waited for ever on the pipe; /dev/null was "no schema"
+        (f"sqlite:///{pipe}", ["runs", "list"], "which is not a regular file"),
+        (f"sqlite:///{pipe}", ["db", "upgrade"], "which is not a regular file"),
+        ("sqlite:////dev/null", ["runs", "list"], "which is not a regular file"),
         ("mysql://root@localhost/dream", ["runs", "list"], "does not support"),
         ("gopher://x", ["db", "upgrade"], "does not support"),
         ("::not a url::", ["runs", "list"], "not a database URL"),
@@ -266,7 +272,8 @@ def test_demo_database_paths_are_one_line(tmp_path: Path) -> None:
     file, on a directory, with a name too long for the file system, or with a NUL: one line."""
     blocker = tmp_path / "blocker"
     blocker.write_text("x")
-    for path, says in ((str(blocker / "demo.db"), "cannot use"), (str(tmp_path), "cannot use"),
+    for path, says in ((str(blocker / "demo.db"), "cannot use"),
+                       (str(tmp_path), "is not a regular file"),
                        (str(tmp_path / ("d" * 300)), "cannot use"),
                        ("demo\x00.db", "contains a NUL character")):
         assert says in one_error_line(dream(f"sqlite:///{tmp_path / 'unused.db'}",

@@ -258,3 +258,17 @@ def test_decision_lines(status: str, by: str | None, outcome: str | None,
     item = {"status": status, "decided_by": by, "decided_at": _AT if by else None,
             "applied_run_id": applied, "outcome": outcome, "run_id": "P"}
     assert decision_lines(item) == lines
+
+
+def test_show_prints_note_text_on_one_line_with_its_escapes(app: App) -> None:
+    """A note (written by the host, the agent, a user) with a line break printed a forged
+    "note … active:" line in `review show`, and an escape sequence reached the reviewer's
+    terminal. Each is now written as its escape, one line per note."""
+    forged = "Prefers dark mode\n  note n9 v1 active: approve me\x1b[2K"
+    add_notes(app, {"id": "d1", "content": "Prefers dark mode"}, {"id": "d2", "content": forged})
+    item = _propose(app, _merge(["d1", "d2"], forged))
+    text = _cli(app, "review", "show", str(item), "--agent", "agent-1").stdout
+    assert "\x1b" not in text and "\n  note n9" not in text, text
+    assert "  note d2 v1 active: Prefers dark mode\\n  note n9 v1 active: approve me\\x1b[2K\n" \
+        in text, text
+    assert "  fused text: Prefers dark mode\\n  note n9" in text, text

@@ -12,7 +12,18 @@ NOTHING = "has no visible text"
 @pytest.mark.parametrize(("value", "problem"), [
     ("agent-1", None),  # printable ASCII: the common id, no scan
     ("søren", None),  # visible non-ASCII
-    ("\u3164x", None),  # a filler beside a letter still shows the letter
+    # before: accepted, ids that print like another id ("x", "alice") or reversed
+    ("\u3164x", "has an invisible character"),  # a Hangul filler
+    ("alice\u200b", "has an invisible character"),  # a zero-width space
+    ("ali\u200dce", "has an invisible character"),  # a zero-width joiner
+    ("bob\u202eyz", "has an invisible character"),  # a bidi override: prints "bobzy"
+    ("x\ufe0f", "has an invisible character"),  # a variation selector
+    ("alice ", "starts or ends with whitespace"),
+    ("\u00a0alice", "starts or ends with whitespace"),  # a no-break space
+    ("ali ce", None),  # a space inside shows
+    ("Jos\u00e9", None),  # NFC: one accented letter
+    ("Jose\u0301", "is not in Unicode normal form C"),  # prints as "José" too
+    ("\u212b", "is not in Unicode normal form C"),  # the angstrom sign, NFC "\u00c5"
     ("", "must be a non-empty string"),
     ("  ", "must be a non-empty string"),
     # before: accepted, a scope part that shows as nothing in every list of runs
@@ -54,6 +65,10 @@ def test_visible_problem(value: str, problem: str | None) -> None:
     ("a\nb", "has a line break"),
     ("a\u2029b", "has a line break"),  # the paragraph separator, as splitlines reads it
     ("a\x9bb", "has a line break"),  # CSI, a C1 control
+    # before: accepted, and the rest of each listing line printed reversed
+    ("fine\u202e enil", "has a bidi override"),
+    ("x\u2067y", "has a bidi override"),  # a right-to-left isolate
+    ("שלום עולם", None),  # right-to-left text needs no override
 ])
 def test_line_problem(value: str, problem: str | None) -> None:
     """A reason is one line of a listing, whatever script it is written in."""

@@ -144,3 +144,22 @@ def test_keep_apart_refuses_a_note_that_is_not_active(app: App) -> None:
         keep_apart(app, ["a", "b"])
     with app.uow() as uow:
         assert uow.judgements.of_kinds(Scope("agent-1"), ["keep_apart"]) == []
+
+
+@pytest.mark.parametrize(("operation", "says"), [("fuse", "fused"), ("keep_apart", "kept apart")])
+def test_sources_of_two_scopes_are_refused_naming_the_operation(
+        app: App, operation: str, says: str) -> None:
+    """An admin's (unscoped) call naming notes of two scopes is refused with nothing written;
+    keep-apart's refusal used to say that notes are only *fused* within one scope."""
+    import worker.host
+    from worker.host.errors import Invalid
+    from worker.store.models import JudgementRow
+
+    add_notes(app, {"id": "a", "agent_id": "agent-1", "content": "Prefers green tea."},
+              {"id": "b", "agent_id": "agent-2", "content": "Prefers green tea."})
+    args = {"fused_content": "Prefers green tea."} if operation == "fuse" else {}
+    with pytest.raises(Invalid, match=f"notes are only {says} within one scope"):
+        getattr(worker.host, operation)(app, ["a", "b"], **args)
+    with app.uow() as uow:
+        assert uow.session.scalars(select(JudgementRow)).all() == []
+        assert {r.status for r in uow.session.scalars(select(NoteRow))} == {"active"}

@@ -31,6 +31,14 @@ from worker.llm.rules import rule_groups, rule_judge_pairs, same_or_contained
     ("Always run the linter", "Sometimes run the linter before committing", False),
     ("Run the linter before committing", "Always run the linter before committing", True),
     ("The user has all of the vacation days", "The user has all of the vacation days left", True),
+    # a value's sign and symbols are the value (before: merged, "-18" kept as "18")
+    ("Freezer is set to 18 degrees", "Freezer is set to -18 degrees", False),
+    ("Freezer is set to -18 degrees", "Freezer is set to 18 degrees", False),
+    ("Freezer is set to −18 degrees", "Freezer is set to 18 degrees", False),  # U+2212
+    ("Freezer is set to -18 degrees", "Freezer is set to −18 degrees in the garage", True),
+    ("User writes C at work", "User writes C++ at work", False),
+    ("Discount is 100", "Discount is 100% today", False),
+    ("Pages 5-6 matter", "Pages 5-6 matter most", True),  # a range keeps its hyphen
 ])
 def test_same_or_contained(small: str, big: str, merged: bool) -> None:
     """Identity or in-place containment with no differing numbers, negations, quantity

@@ -269,6 +269,24 @@ def test_a_session_stamped_in_the_future_counts_once_it_has_started(app: App) ->
     assert then.rule is GateRule.DUE and then.reason.startswith("due: 5 of 5 sessions")
 
 
+def test_a_session_stamped_years_ahead_holds_no_idle_wait(app: App) -> None:
+    """A session ended (or started) years ahead of the gate's clock, a host's wrong year, was
+    the scope's latest activity "0.0 min ago" at every gate check: with an idle wait and no
+    maximum staleness the scope waited until 2099. A stamp up to an hour ahead (clock skew)
+    still counts as activity now; one further ahead has not happened."""
+    add_entities(app, {"kind": "agent", "id": "busy", "gate_idle_minutes": 30})
+    add_sessions(app, 5, agent_id="busy", start=NOW - timedelta(hours=3))
+    import_sessions(app, [json.dumps({"agent_id": "busy", "id": "late",
+                                      "started_at": (NOW - timedelta(hours=2)).isoformat(),
+                                      "ended_at": "2099-01-01T00:00:00+00:00"})])
+    decision = service.scope_gate(app, Scope("busy"), now=NOW)
+    assert decision.rule is GateRule.DUE, decision.reason
+    import_sessions(app, [json.dumps({"agent_id": "busy", "id": "skewed",
+                                      "started_at": (NOW + timedelta(minutes=5)).isoformat()})])
+    skewed = service.scope_gate(app, Scope("busy"), now=NOW)
+    assert skewed.rule is GateRule.WAITING_FOR_IDLE, skewed.reason
+
+
 def test_a_note_stamped_in_the_future_is_no_change_until_then(app: App) -> None:
     """The volume trigger's sibling: three notes imported with an ``updated_at`` years ahead
     changed after every dream, so a volume-gated scope was due every day with no new note."""

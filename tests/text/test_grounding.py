@@ -42,6 +42,12 @@ PY = ["The user writes Python 3.12.", "Type hints everywhere."]
     (["Dana reviews billing reports"],
      "Dana reviews billing reports and is an administrator with full billing access",
      ("administrator", "full", "access")),
+
+    # a number's sign is the number (before: both grounded, the fact flipped)
+    (["Freezer is set to -18 degrees"], "Freezer is set to 18 degrees", ("18",)),
+    (["Freezer is set to 18 degrees"], "Freezer is set to -18 degrees", ("-18",)),
+    (["Freezer is set to −18 degrees"], "Freezer is set to -18 degrees", ()),  # U+2212
+    (["Office on floors 10-12"], "Office on floors 10-12", ()),  # a range keeps its hyphen
 ])
 def test_invented_tokens(sources: list[str], fused: str, invented: tuple[str, ...]) -> None:
     """Each content token of the fusion (word stem, number, URL, address) must be a whole

@@ -6,7 +6,13 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from worker.domain.limits import ID_MAX, scope_problem, text_problem, visible_problem
+from worker.domain.limits import (
+    ID_MAX,
+    reorder_problem,
+    scope_problem,
+    text_problem,
+    visible_problem,
+)
 from worker.domain.types import Scope
 from worker.host.fusion import MAX_SOURCE_IDS
 
@@ -15,7 +21,7 @@ Ident = Annotated[str, Field(min_length=1, max_length=ID_MAX, pattern=r"^[^\x00]
 
 
 def _visible(value: str) -> str:
-    if problem := visible_problem(value):
+    if problem := visible_problem(value) or reorder_problem(value):
         raise ValueError(problem)
     return value
 

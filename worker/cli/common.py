@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from enum import IntEnum
+from functools import partial
 from typing import Any, TypeVar
 
 import click
@@ -17,7 +18,7 @@ from worker.app import App, build_app
 from worker.cli.errors import UserError
 from worker.clock import parse_timestamp
 from worker.config import Settings, load_settings
-from worker.domain.limits import ident_problem, user_problem
+from worker.domain.limits import ident_problem, stored_ident_problem, user_problem
 from worker.errors import NotFound
 from worker.logging import configure_logging
 from worker.store.schema import require_current_schema
@@ -209,6 +210,21 @@ class UserIdent(Ident):
 
 
 USER_IDENT = UserIdent()
+
+
+class StoredIdent(Ident):
+    """An id as it may be stored (erasure): no look-alike rule, which came after some ids."""
+
+    problem = staticmethod(stored_ident_problem)
+
+
+class StoredUserIdent(Ident):
+    """A stored user id (erasure), not the erased users' placeholder."""
+
+    problem = staticmethod(partial(user_problem, ident=stored_ident_problem))
+
+
+STORED_IDENT, STORED_USER_IDENT = StoredIdent(), StoredUserIdent()
 
 
 def operator(by: str | None = None) -> str:

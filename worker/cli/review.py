@@ -18,7 +18,7 @@ from worker.cli.common import (
     scope_options,
 )
 from worker.cli.errors import READ_ONLY, UserError, stop_says, user_errors
-from worker.domain.limits import INT_MAX, REASON_MAX
+from worker.domain.limits import INT_MAX, REASON_MAX, shown
 from worker.domain.types import Scope
 from worker.errors import NotFound
 from worker.review.items import (
@@ -140,13 +140,13 @@ def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
     click.echo(_summary(item))
     click.echo(f"  proposed by run {item['run_id']} at {item['created_at']}")
     if item["reason"]:
-        click.echo(f"  reason: {item['reason']}")
+        click.echo(f"  reason: {shown(item['reason'])}")
     if item["content"]:
-        click.echo(f"  fused text: {item['content']}")
+        click.echo(f"  fused text: {shown(item['content'])}")
     for note in item["notes"]:
         mark = "  (changed since)" if note["changed"] else ""
         click.echo(f"  note {note['id']} v{note['version']} {note['status']}{mark}: "
-                   f"{note['content']}")
+                   f"{shown(note['content'])}")
     for example in item["examples"]:
         mark = "  (changed since)" if example["changed"] else ""
         click.echo(f"  example {example['id']} v{example['version']} {example['status']}{mark}")

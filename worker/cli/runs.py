@@ -21,6 +21,7 @@ from worker.cli.common import (
 )
 from worker.cli.errors import READ_ONLY, UserError, stop_says, user_errors
 from worker.clock import utcnow
+from worker.domain.limits import shown
 from worker.domain.types import PHASES, RunStatus, Scope
 from worker.text.plural import counted
 
@@ -185,7 +186,7 @@ def _print_summary(app: App, run_id: str, status: str) -> None:
     tree = run_tree(app, run_id)
     click.echo(f"run {run_id} {status}  scope={tree['scope']}")
     if tree.get("status_reason"):
-        click.echo(f"  {status}: {tree['status_reason']}")
+        click.echo(f"  {status}: {shown(tree['status_reason'])}")
     for step in tree["steps"]:
         counters = said_counters(step["output"])
         reason = (step["output"] or {}).get("reason") or step.get("error") or ""
@@ -240,7 +241,7 @@ def runs_list(ctx: click.Context, as_json: bool, limit: int, agent: str | None,
     for r in rows:
         why = r["status_reason"] or (r["error"] if r["status"] == RunStatus.FAILED.value else None)
         click.echo(f"{r['id']}  {r['status']:<11} {r['created_at'][:19]}  {r['scope']}"
-                   + (f"  ({why})" if why else ""))
+                   + (f"  ({shown(why)})" if why else ""))
 
 
 @runs.command("cancel")

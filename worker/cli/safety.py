@@ -10,7 +10,8 @@ import click
 
 from worker.cli.common import (
     IDENT,
-    USER_IDENT,
+    STORED_IDENT,
+    STORED_USER_IDENT,
     cli_app,
     echo_batch_releases,
     json_option,
@@ -67,11 +68,11 @@ def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool, as_json: bool
 @stop_says("the erasure is one transaction, done whole or not at all; run it again to be sure "
            "(it erases what is left; `dream runs cancel RUN_ID` releases a stopped run's "
            "provider batches)")
-@click.option("--user", "user_id", default=None, type=USER_IDENT,
+@click.option("--user", "user_id", default=None, type=STORED_USER_IDENT,
               help="Erase every note of this user.")
-@click.option("--conversation", "conversation_id", default=None, type=IDENT,
+@click.option("--conversation", "conversation_id", default=None, type=STORED_IDENT,
               help="Erase every note taken from this conversation.")
-@click.option("--note", "note_id", default=None, type=IDENT, help="Erase one note.")
+@click.option("--note", "note_id", default=None, type=STORED_IDENT, help="Erase one note.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
 @user_errors

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from worker.domain.types import ERASED_USER, Scope
-from worker.text.words import is_blank
+from worker.text.words import has_invisible, is_blank
 
 ID_MAX = 64  # String(64) columns: note, run, session, entity and scope-part ids
 SCOPE_KEY_MAX = 400  # String(400): the JSON scope key, with non-ASCII escaped as \uXXXX
@@ -62,13 +64,40 @@ def _has_control(value: str) -> bool:
     return not (value.isascii() and value.isprintable()) and _CONTROL.search(value) is not None
 
 
+# Bidi embeddings, overrides and isolates: each reorders what follows it on the line, the
+# listing's columns after a reason included ("\u202e" prints "deliver" as "reviled").
+_REORDER = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
 def line_problem(value: str) -> str | None:
     """Why ``value`` cannot be one line of a listing (a decline's or a cancel's reason, shown on
     one line by `dream review list`, the dashboards and every run row), or None: a line break
     or another control character would print lines that are not there."""
     if _has_control(value):
         return "has a line break or control character; give it on one line"
+    return reorder_problem(value)
+
+
+def reorder_problem(value: str) -> str | None:
+    """Why ``value`` would print its line out of order (a bidi override), or None."""
+    if not value.isascii() and _REORDER.search(value):
+        return ("has a bidi override or isolate (U+202A–U+202E, U+2066–U+2069), which "
+                "reorders the rest of the line; give it without")
     return None
+
+
+_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(value: str) -> str:
+    """``value`` as one line of a terminal listing, as it is but for what would not show as
+    written: line breaks, control characters (an escape sequence's ESC) and bidi overrides,
+    each written as its escape (``\\n``, ``\\x1b``, ``\\u202e``). Note text and a model's reasons
+    reach `dream review show` and `dream runs show`: a line break there printed a line that is
+    not there ("note n9 v1 active: ..."), an escape sequence could rewrite the screen."""
+    if value.isascii() and value.isprintable():
+        return value
+    return _UNSHOWN.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
 
 
 def json_syntax_problem(exc: json.JSONDecodeError) -> str:
@@ -100,6 +129,12 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def ident_problem(value: str) -> str | None:
     """Why ``value`` cannot be an id or a scope part, or None."""
+    return stored_ident_problem(value) or _lookalike_problem(value)
+
+
+def stored_ident_problem(value: str) -> str | None:
+    """Why ``value`` cannot name an id as stored, or None: ``ident_problem`` without the
+    look-alike rule, for erasure, which must reach an id stored before that rule existed."""
     if not value.strip():
         return "must be a non-empty string"
     # (printable ASCII with a non-space character shows: the common id skips the scan)
@@ -116,13 +151,29 @@ def ident_problem(value: str) -> str | None:
     return None
 
 
-def user_problem(value: str) -> str | None:
-    """Why ``value`` cannot be a user id, or None: an id, and not the placeholder the runs of
-    erased users are kept under (a user of that name would share their scope: its gate would
-    read their dreams, its token their runs)."""
+def _lookalike_problem(value: str) -> str | None:
+    # An id that prints like another is another scope, note or user all the same: "alice " or
+    # "alice\u200b" would be a second tenant that every listing shows as alice, and a bidi
+    # override ("\u202e") prints the id reversed.
+    if value != value.strip():
+        return "starts or ends with whitespace; give the id without it"
+    if has_invisible(value):
+        return ("has an invisible character (zero-width, bidi override, filler, …) that would "
+                "print it like another id; give the id without it")
+    if not value.isascii() and not unicodedata.is_normalized("NFC", value):
+        # "José" typed on one system and "Jose\u0301" sent by another: two tenants, one name.
+        return ("is not in Unicode normal form C (a letter and a combining accent where one "
+                "accented letter prints the same); send it NFC-normalised")
+    return None
+
+
+def user_problem(value: str, ident: Callable[[str], str | None] = ident_problem) -> str | None:
+    """Why ``value`` cannot be a user id, or None: an id (by ``ident``), and not the placeholder
+    the runs of erased users are kept under (a user of that name would share their scope: its
+    gate would read their dreams, its token their runs)."""
     if value == ERASED_USER:
         return f"{ERASED_USER} is reserved for the runs kept of erased users"
-    return ident_problem(value)
+    return ident(value)
 
 
 def scope_problem(scope: Scope) -> str | None:

@@ -143,15 +143,22 @@ class Scope:
                                                         self.company_id))
 
 
-_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
+# Symbols that carry a value are kept: "C#" is not "C++" nor "C", "100%" is not "$100", and a
+# minus sign before a number ("-5 degrees") is not a hyphen. Folded away, each pair was one
+# note: remember answered NOOP, an import skipped the line as present, the rule judge merged
+# them. Migration 0015 recomputes the stored hashes of texts that hold one.
+VALUE_SYMBOLS = "+#%‰$¢£¤¥€₹₽₩₺₪₫₴₦₱₡₲₵₸₼₾₿"
+_PUNCT = re.compile(rf"(?!(?<!\w)[-\u2212]\d)[^\w\s{re.escape(VALUE_SYMBOLS)}]", re.UNICODE)
 _SPACE = re.compile(r"\s+")
 
 
 def normalise_text(text: str) -> str:
     """Case, whitespace, punctuation and Unicode form folded away; used for identity checks."""
     text = unicodedata.normalize("NFKC", text).casefold()
-    text = _PUNCT.sub(" ", text)
-    return _SPACE.sub(" ", text).strip()
+    folded = _SPACE.sub(" ", _PUNCT.sub(" ", text)).strip()
+    # A text of symbols alone ("🙂", "!!!") folded to "", one hash for all of them: each
+    # imported after the first was "already present". It is its own identity, spacing folded.
+    return folded or _SPACE.sub(" ", text).strip()
 
 
 def content_hash(text: str) -> str:

@@ -167,7 +167,8 @@ def _open_items(
     return items
 
 
-def _load_sources(app: App, source_ids: Iterable[str], allowed: Scope | None) -> list[Note]:
+def _load_sources(app: App, source_ids: Iterable[str], allowed: Scope | None,
+                  done: str = "fused") -> list[Note]:
     ids = list(dict.fromkeys(source_ids))
     if len(ids) < 2:
         raise Invalid("give at least two distinct source ids")
@@ -187,7 +188,8 @@ def _load_sources(app: App, source_ids: Iterable[str], allowed: Scope | None) ->
             f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
     ordered = [found[i] for i in ids]
     if len({n.scope for n in ordered}) > 1:
-        raise Invalid("source notes belong to different scopes; notes are only fused within one scope")
+        raise Invalid(f"source notes belong to different scopes; notes are only {done} "
+                      "within one scope")
     return ordered
 
 
@@ -291,7 +293,7 @@ def keep_apart(
     """Record "not the same" for these notes at their current versions (until one changes).
     Under the scope's lock, the notes read again after it: a run's write holding it is waited
     for and its changes seen, and one waiting for it sees this record (``PhaseWrite._apply``)."""
-    notes = _load_sources(app, source_ids, allowed_scope)
+    notes = _load_sources(app, source_ids, allowed_scope, done="kept apart")
     scope = notes[0].scope
     with app.uow() as uow:
         lock_scopes(uow.session, [scope.key])

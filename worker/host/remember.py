@@ -276,6 +276,7 @@ def _remember_once(
         action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
                                 settings.update_threshold, kind)
         old = uow.notes.get_many([best_id]) if action == "UPDATE" and best_id else []
+        new_id = _free_id(uow, id_key, scope, normalised, {r[0] for r in same}, h)
     if best_hash is not None and best_id is None:
         return None  # the best match was retired between the two reads: decide again
     if action == "NOOP":
@@ -291,11 +292,6 @@ def _remember_once(
         # host write: both stay, and the new one is an ADD.
         action, reason = "ADD", f"{reason}; the similar note is {old[0].protection}, kept both"
         old = []
-    taken = {r[0] for r in same}
-    attempt = 0
-    while derived_id(id_key, scope, normalised, attempt) in taken:
-        attempt += 1  # the same text was remembered before and has since been retired
-    new_id = derived_id(id_key, scope, normalised, attempt)
     note = NewNote(id=new_id, content=text, type=kind, importance=importance,
                    consolidation_generation=0, is_auto_generated=False,
                    reason=f"remember {action.lower()}")
@@ -315,6 +311,22 @@ def _remember_once(
         return _concurrent_noop(app, new_id, now)
     return RememberResult(action, new_id, reason, _round(best), old[0].id if old else None,
                           undo_id)
+
+
+def _free_id(uow: Any, id_key: str, scope: Scope, normalised: str, taken: set[str],
+             text_hash: str) -> str:
+    """The first derived id no note of this text read before holds (the same text remembered
+    and retired since: a counter suffix) nor a note of another text: one whose id was derived
+    from a fold that dropped the symbols it holds ("C++" read as "C" before 0015). A note of
+    this text that holds it now was written meanwhile: its insert collides, the write a NOOP."""
+    attempt = 0
+    while True:
+        candidate = derived_id(id_key, scope, normalised, attempt)
+        if candidate not in taken:
+            held = uow.notes.get_many([candidate])
+            if not held or content_hash(held[0].content) == text_hash:
+                return candidate
+        attempt += 1
 
 
 def _concurrent_noop(app: App, note_id: str, now: Any) -> RememberResult:

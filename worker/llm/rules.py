@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-from worker.domain.types import Note, normalise_text
+from worker.domain.types import VALUE_SYMBOLS, Note, normalise_text
 
 
 def _wordset(text: str) -> frozenset[str]:
@@ -44,8 +44,10 @@ all every each some any both either one none half most many few several only
 always usually often sometimes rarely seldom
 """)
 
-_WORD = re.compile(r"[\w.+#/'’-]+", re.UNICODE)
+_WORD = re.compile(rf"[\w./'’\u2212{re.escape(VALUE_SYMBOLS)}-]+", re.UNICODE)  # "C#", "100%"
 _NUMBER = re.compile(r"\d")
+# Punctuation around a token, but a minus sign that starts a number: "-18" is not "18".
+_EDGES = re.compile(r"^(?:[.,;:!?/']|[-\u2212](?!\d))+|[.,;:!?/'\u2212-]+$")
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class Words:
 def _tokens(text: str) -> list[str]:
     text = unicodedata.normalize("NFKC", text)
     text = text.replace("’", "'")
-    return [t.strip(".,;:!?-/'") for t in _WORD.findall(text) if t.strip(".,;:!?-/'")]
+    return [t for t in (_EDGES.sub("", w).replace("\u2212", "-") for w in _WORD.findall(text)) if t]
 
 
 # A scope's notes are compared pair by pair: bounded memos of the pure analysis (frozen) and

@@ -123,6 +123,11 @@ def check_sqlite_file(path: Path, create: bool) -> None:
     """Refuse, with what to do, a path that is not an SQLite database or cannot become one."""
     if path.is_dir():
         raise ConfigError(f"DREAM_DATABASE_URL points at the directory {path}; name a file in it")
+    if path.exists() and not path.is_file():
+        # Opening a pipe to read its header waited for a writer for ever; a device such as
+        # /dev/null reads as an empty file, which SQLite cannot keep a journal beside.
+        raise ConfigError(f"DREAM_DATABASE_URL points at {path}, which is not a regular file (a "
+                          "device or a pipe); name an SQLite file")
     if path.exists():
         if not os.access(path, os.R_OK):
             raise ConfigError(f"cannot read the database {path}: permission denied; give this "

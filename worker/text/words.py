@@ -73,7 +73,8 @@ _PHRASE_STARTS = frozenset(_UNITS) | frozenset(_TENS)
 _TOKEN = re.compile(
     r"(?P<url>https?://[^\s)\"'<>\]]+|www\.[^\s)\"'<>\]]+)"
     r"|(?P<email>[\w.+-]+@[\w-]+(?:\.[\w-]+)+)"
-    r"|(?P<number>\d+(?:[.,:/-]\d+)*(?:[^\W\d_]{1,3}\b)?)"  # 3.12, 2026-05-04, 2pm, 5kg
+    # 3.12, 2026-05-04, 2pm, 5kg, and a minus sign that starts one: -18 is not 18
+    r"|(?P<number>(?:(?<![\w.\-\u2212])[-\u2212])?\d+(?:[.,:/-]\d+)*(?:[^\W\d_]{1,3}\b)?)"
     r"|(?P<word>[^\W\d_]+(?:['’][^\W\d_]+)*)"
     r"|(?P<break>[.;:!?,()\[\]{}\n\"]|\s[-–—]\s)",
     re.IGNORECASE,
@@ -188,6 +189,14 @@ _BLANK_ALONE = re.compile(
 )
 
 
+def has_invisible(text: str) -> bool:
+    """Whether ``text`` holds a character that shows as nothing (zero-width, a bidi override,
+    a Hangul filler, ...): "alice\u200b" and "alice" print alike, "x\u202eyz" prints reversed."""
+    if text.isascii() and text.isprintable():
+        return False
+    return _INVISIBLE.search(text) is not None or _BLANK_ALONE.search(text) is not None
+
+
 def is_blank(text: str) -> bool:
     """Nothing to read once invisible characters and whitespace are gone ("\u200b\u200b",
     "\u3164", "\u2800"): no note, however it arrives."""
@@ -225,7 +234,7 @@ def _raw_tokens(text: str) -> Iterator[Token]:
             value = value.casefold()
             yield Token(kind, value, value, content=True)
         elif kind is Kind.NUMBER:
-            value = value.casefold()
+            value = value.casefold().replace("\u2212", "-")
             digits = value.replace(",", "") if _THOUSANDS.fullmatch(value) else value
             yield Token(kind, value, digits, content=True)
         elif kind is Kind.WORD:

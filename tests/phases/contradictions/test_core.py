@@ -97,6 +97,23 @@ def test_policy_table(a_kw: dict, b_kw: dict, relation: str, confidence: float,
         assert (d.winner_id, d.loser_id) == (winner, loser)
 
 
+@pytest.mark.parametrize(("b_days", "expected"), [
+    (14, ("revoke", "b")),  # b written before the run's clock (day 20): the newer wins
+    (20, ("revoke", "b")),  # exactly at the clock is not after it
+    # before: b, dated after the run (an imported wrong year), retired a as "newer"
+    (21, ("flag", None)),
+    (365 * 73, ("flag", None)),
+])
+def test_a_note_dated_after_the_run_never_wins_as_the_newer(
+        b_days: int, expected: tuple[str, str | None]) -> None:
+    """No note is newer than the run judging it: a conflict with one dated after the run's
+    clock is flagged for a person, the age rule cannot say which fact came last."""
+    policy = PolicySettings(now=T0 + timedelta(days=20))
+    a, b = note("a"), note("b", days=b_days)
+    d = decide(verdict(a, b, "conflicting"), a, b, policy)
+    assert (d.action, d.winner_id if d.action == "revoke" else None) == expected
+
+
 @pytest.mark.parametrize(
     ("relation", "a_days", "b_days", "expected"),
     [

@@ -119,6 +119,20 @@ def test_newer_note_wins_when_created_14_days_apart(app: App, llm_stub: LLMStub)
     assert child["input"]["topics"][0]["note_ids"] == ["new", "old"]
 
 
+def test_a_note_dated_after_the_run_is_flagged_not_the_winner(app: App, llm_stub: LLMStub) -> None:
+    """An imported note stamped after the run's clock (a wrong year) conflicts with an older
+    one: both stay active and the pair is flagged for a person. Before, the note from 2099 won
+    as the newer and retired the other."""
+    with_stub(app, llm_stub)
+    add_notes(app, {"id": "old", "content": METRIC, "created_at": days_ago(20)},
+              {"id": "future", "content": IMPERIAL, "created_at": "2099-01-01T00:00:00Z"})
+    run_id = run_phase(app)
+    notes = rows(app)
+    assert (notes["old"].status, notes["future"].status) == ("active", "active")
+    output = phase_step(app, run_id)["output"]
+    assert (output["conflicts_resolved"], output["conflicts_flagged"]) == (0, 1)
+
+
 def test_same_day_the_more_used_note_wins(app: App, llm_stub: LLMStub) -> None:
     """Created the same day, access counts 25 and 2 → the 25 is kept."""
     with_stub(app, llm_stub)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -125,6 +126,25 @@ def test_unchecked_notes_come_before_recently_checked_ones(app: App) -> None:
     _run(app, phases=["prune"])
     rows = _rows(app)
     assert {k for k, r in rows.items() if r.last_checked_at == NOW} >= set(rows) - checked_first
+
+
+def test_a_check_stamped_after_the_run_clock_counts_as_none(app: App) -> None:
+    """A run with a later clock (`dream run --now 2099-…`, over the budget) marked its notes
+    checked in 2099: every run since sorted them after all others and never checked them
+    again. Such a mark now counts as never checked, in the carried scope and in the SQL read."""
+    add_entities(app, *ALIVE)
+    add_notes(app, *(_scoped(id=f"n{i}", content=f"fact number {i}") for i in range(5)))
+    app.settings.prune.max_notes_per_run = 3
+    with app.uow() as uow:
+        uow.notes.mark_checked(["n0"], NOW.replace(year=2099))
+        uow.notes.mark_checked(["n1", "n2"], NOW - timedelta(days=1))
+        uow.notes.mark_checked(["n3", "n4"], NOW - timedelta(days=2))
+        uow.commit()
+    with app.uow() as uow:
+        first = [n.id for n in uow.retention.prune_candidates(SCOPE, 3, NOW)]
+    assert first == ["n0", "n3", "n4"]
+    _run(app, phases=["prune"])
+    assert _rows(app)["n0"].last_checked_at == NOW
 
 
 def test_one_lookup_per_entity_type_per_batch(app: App) -> None:
@@ -309,3 +329,24 @@ def test_sql_checker_reason_column_marks_erasure(app: App) -> None:
     add_notes(app, _scoped(id="n1", content="x", source_conversation_id="c1"))
     _run(app, phases=["prune"])
     assert _rows(app)["n1"].comments.endswith("source conversation was erased")
+
+
+@pytest.mark.parametrize("kind", ["conversation", "user"])
+def test_a_deletion_stamped_after_the_run_clock_is_no_deletion_yet(app: App, kind: str) -> None:
+    """A registry record whose only sign of deletion is a `deleted_at` still to come (a host
+    scheduling the deletion, a wrong year) keeps its notes until that time, as a session
+    stamped ahead of the gate's clock counts only once it has come; a run whose clock has
+    passed it archives them. Before, any `deleted_at` archived them at once."""
+    later = "2026-06-02T00:00:00Z"  # a day after the run clock NOW
+    entities = [e for e in ALIVE if e["kind"] != kind]
+    add_entities(app, *entities, {"kind": kind, "id": "user-1" if kind == "user" else "c1",
+                                  "deleted_at": later})
+    add_notes(app, _scoped(id="n1", content="prefers tea", source_conversation_id="c1"))
+    run_id = _run(app, phases=["prune"])
+    assert _rows(app)["n1"].status == "active"
+    assert _prune_step(app, run_id)["output"]["notes_archived"] == 0
+    late = service.create_run(app, SCOPE, force=True, clock=NOW + timedelta(days=2),
+                              phases=["prune"])
+    assert late
+    service.execute_run(app, late)
+    assert _rows(app)["n1"].status == "archived"

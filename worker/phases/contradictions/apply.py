@@ -62,7 +62,7 @@ LINEAGE = {"conflict": "superseded", "equivalent": "duplicate", "subsumed": "sub
 
 def policy_settings(ctx: PhaseContext) -> PolicySettings:
     s = ctx.settings.contradictions
-    return PolicySettings(s.min_confidence, s.newer_wins_days, s.high_importance)
+    return PolicySettings(s.min_confidence, s.newer_wins_days, s.high_importance, now=ctx.now)
 
 
 def suspicious_notes(notes: dict[str, Note], pairs: list[CandidatePair]) -> frozenset[str]:

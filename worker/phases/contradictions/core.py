@@ -49,6 +49,7 @@ class PolicySettings:
     min_confidence: float = 0.7
     newer_wins_days: int = 7
     high_importance: float = 0.8
+    now: datetime | None = None  # the run's clock: no note is newer than the run
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,11 @@ def _merge(*, winner: Note, loser: Note, kind: str) -> Decision:
 def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
     if a.importance >= policy.high_importance and b.importance >= policy.high_importance:
         return Decision(Action.FLAG, "conflict", why="both notes are of high importance")
+    if policy.now is not None and max(_created(a), _created(b)) > policy.now:
+        # A note dated after the run (an import's wrong year, 2099) would be "newer" than
+        # every note written until then and retire each one it conflicts with.
+        return Decision(Action.FLAG, "conflict",
+                        why="a note is dated after the run's clock; no rule can say which is newer")
     gap = _created(a) - _created(b)
     if abs(gap) > timedelta(days=policy.newer_wins_days):
         winner, loser = (a, b) if gap > timedelta(0) else (b, a)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from worker.domain.types import Note, Protection
@@ -90,6 +90,19 @@ def dead_conversations(records: dict[str, dict[str, EntityRecord | None]]) -> se
     """The conversations among ``records`` that are gone (positive evidence only)."""
     return {i for i, r in records.get("conversation", {}).items()
             if reference_state("conversation", r) not in (None, UNKNOWN)}
+
+
+def as_of(records: dict[str, dict[str, EntityRecord | None]],
+          now: datetime) -> dict[str, dict[str, EntityRecord | None]]:
+    """``records`` as they stand at ``now``: a record whose only sign of deletion is a
+    ``deleted_at`` still to come (a host scheduling a deletion, a wrong year) is not yet
+    deleted, as a session stamped ahead of the gate's clock counts only once it has come."""
+    def current(record: EntityRecord | None) -> EntityRecord | None:
+        if (record is None or record.deleted_at is None or record.deleted_at <= now
+                or record.status == "deleted"):
+            return record
+        return replace(record, deleted=False)
+    return {kind: {i: current(r) for i, r in by_id.items()} for kind, by_id in records.items()}
 
 
 def reference_state(kind: str, record: EntityRecord | None) -> str | None:

@@ -15,6 +15,7 @@ from worker.phases.kit.carry import keep_current, known, load, written
 from worker.phases.prune.core import (
     REF_ORDER,
     Orphan,
+    as_of,
     count_unknown,
     dead_conversations,
     find_orphans,
@@ -72,7 +73,8 @@ def run_prune(
             wanted[kind].add(entity_id)
         # A fused note's sources' conversations: in the same look-up, no statement of their own.
         wanted["conversation"].update(lineage_references(note))
-    records = records_of(checker, {kind: ids for kind, ids in wanted.items() if ids})
+    records = as_of(records_of(checker, {kind: ids for kind, ids in wanted.items() if ids}),
+                    ctx.now)
     orphans = find_orphans(notes, records)
     dead = dead_conversations(records) if any(o.inherited for o in orphans) else set()
     review = _review(ctx, orphans) if settings.review == "llm" else None
@@ -99,11 +101,13 @@ def _candidates(ctx: PhaseContext, limit: int) -> tuple[list[Note], bool]:
     budget left some out: only then does the next run's choice depend on this run's marks."""
     if ctx.carry is None:
         with ctx.uow() as uow:
-            notes = uow.retention.prune_candidates(ctx.scope, limit + 1)
+            notes = uow.retention.prune_candidates(ctx.scope, limit + 1, ctx.now)
             ctx.agent(uow)  # on the same transaction; proposals ask for it next
         return notes[:limit], len(notes) > limit
     snap = load(ctx, vectors=False).notes
-    checked = snap.checked
+    # A check stamped after the run's clock (a run with a later --now) counts as none: else
+    # the note sorted after every other for as long, and was never checked again.
+    checked = {i: at for i, at in snap.checked.items() if at is not None and at <= ctx.now}
     mine = [n for n in snap.notes if n.is_auto_generated and n.protection not in _KEPT]
     # The SQL order of ``prune_candidates``: never checked first, then oldest check, age, id.
     mine.sort(key=lambda n: (checked.get(n.id) is not None, checked.get(n.id) or _EPOCH,

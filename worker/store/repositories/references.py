@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import String, bindparam, cast, column, literal, null, select, table, union_all
@@ -26,6 +27,7 @@ class EntityRecord:
     status: str
     deleted: bool
     deleted_reason: str | None = None
+    deleted_at: datetime | None = None  # (a registry record's own deletion time, if any)
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class ReferenceRepository:
                     status=row.status,
                     deleted=row.deleted_at is not None or row.status == "deleted",
                     deleted_reason=row.deleted_reason if reason_col is not None else None,
+                    deleted_at=row.deleted_at,
                 )
         return out
 
@@ -116,6 +119,7 @@ class ReferenceRepository:
                     status=row.status,
                     deleted=row.deleted_at is not None or row.status == "deleted",
                     deleted_reason=row.deleted_reason,
+                    deleted_at=row.deleted_at,
                 )
         return out
 

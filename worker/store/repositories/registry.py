@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Row, and_, bindparam, case, func, insert, or_, select
@@ -23,6 +23,9 @@ from worker.store.models import (
     UserRow,
 )
 from worker.store.repositories.run_history import gate_dreams
+
+# How far ahead of the gate's clock a session stamp may be and still count as activity now.
+ACTIVITY_SKEW = timedelta(hours=1)
 
 ENTITY_MODELS: dict[str, Any] = {
     "agent": AgentRow,
@@ -77,9 +80,14 @@ class SessionRepository:
         last = gate_dreams(scope_keys, DreamRunRow.started_at)
         pending = and_(SessionRow.started_at <= now,
                        or_(last.c.at.is_(None), SessionRow.started_at > last.c.at))
+        # A stamp a little ahead (clock skew) is activity now (the idle wait holds); one
+        # further ahead (a host's wrong year, 2099) has not happened, and counted it held the
+        # scope in its idle wait until then.
+        horizon = now + ACTIVITY_SKEW
         rows = self.session.execute(
             select(SessionRow.scope_key, func.count(case((pending, 1))),
-                   func.max(SessionRow.started_at), func.max(SessionRow.ended_at),
+                   func.max(case((SessionRow.started_at <= horizon, SessionRow.started_at))),
+                   func.max(case((SessionRow.ended_at <= horizon, SessionRow.ended_at))),
                    func.min(case((pending, SessionRow.started_at))))
             .outerjoin(last, last.c.scope_key == SessionRow.scope_key)
             .where(SessionRow.scope_key.in_(scope_keys))
@@ -87,8 +95,8 @@ class SessionRepository:
         ).all()
         out: dict[str, tuple[int, datetime | None, datetime | None]] = {}
         for key, count, started, ended, earliest in rows:
-            latest = max(started, ended) if ended is not None else started
-            out[key] = (int(count), latest, _aware(earliest))
+            stamps = [aware for t in (started, ended) if (aware := _aware(t)) is not None]
+            out[key] = (int(count), max(stamps) if stamps else None, _aware(earliest))
         return out
 
     def scopes(self) -> list[Scope]:

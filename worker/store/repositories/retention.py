@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, insert, select, tuple_, update
+from sqlalchemy import case, insert, or_, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Note, NoteStatus, Protection, Scope
@@ -157,9 +157,11 @@ class RetentionRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def prune_candidates(self, scope: Scope, limit: int) -> list[Note]:
-        """Active, auto-generated, non-protected notes, least recently checked first (never first)."""
-        never_first = case((NoteRow.last_checked_at.is_(None), 0), else_=1)
+    def prune_candidates(self, scope: Scope, limit: int, now: datetime) -> list[Note]:
+        """Active, auto-generated, non-protected notes, least recently checked first (never first;
+        a check stamped after ``now``, by a run with a later clock, counts as none)."""
+        never = or_(NoteRow.last_checked_at.is_(None), NoteRow.last_checked_at > now)
+        never_first = case((never, 0), else_=1)
         rows = self.session.connection().execute(
             select(*_NOTE_COLUMNS)
             .where(
@@ -168,7 +170,8 @@ class RetentionRepository:
                 NoteRow.is_auto_generated.is_(True),
                 NoteRow.protection.notin_((Protection.IMMUTABLE.value, Protection.PROTECTED.value)),
             )
-            .order_by(never_first, NoteRow.last_checked_at, NoteRow.created_at, NoteRow.id)
+            .order_by(never_first, case((never, None), else_=NoteRow.last_checked_at),
+                      NoteRow.created_at, NoteRow.id)
             .limit(limit)
         ).all()
         return [_row_to_note(r) for r in rows]
