@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import threading
+import unicodedata
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from worker.safety.undo import REMEMBER_PREFIX
 from worker.store.repositories.keys import NOTE_IDS
 from worker.text.words import is_blank
 
+_WORD = re.compile(r"\w")  # a word character of any script
 log = structlog.get_logger(__name__)
 
 Action = Literal["NOOP", "UPDATE", "ADD"]
@@ -228,8 +231,10 @@ def canonical_type(note_type: str | None) -> str:
 
 def _validate(app: App, content: str, note_type: str) -> tuple[str, str]:
     text = (content or "").strip()
-    if not normalise_text(text) or is_blank(text):
-        raise Invalid("content is empty (or only invisible characters)")
+    # A note to remember says something in words: punctuation or emoji alone ("!!!", "🙂") is
+    # refused (an import or a fusion keeps such a text, under an identity of its own).
+    if _WORD.search(unicodedata.normalize("NFKC", text)) is None or is_blank(text):
+        raise Invalid("content is empty (or only invisible characters, punctuation or symbols)")
     if problem := text_problem(text):  # NUL or a lone surrogate (MCP and Python callers too)
         raise Invalid(f"content {problem}")
     limit = app.settings.host.max_note_chars
