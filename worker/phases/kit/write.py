@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from worker.domain.types import Note, NoteStatus, Scope, StepStatus
+from worker.phases.kit.apart import carried_apart
 from worker.phases.kit.carry import ScopeLoad
 from worker.phases.kit.changes import Change, ChangeKind, ItemResult, ItemStatus
 from worker.phases.kit.evaluate import GuardLimits, State, evaluate
@@ -137,6 +138,7 @@ class PhaseWrite:
         self._judgements: list[dict[str, Any]] = []
         self._reviews: list[dict[str, Any]] = []
         self._apart_seen: int | None = None  # keep-aparts in the known state's memory
+        self._carried: list[Any] | None = None  # the known state's verdict-memory rows
 
     # ---- the changes ---------------------------------------------------------------------
     def apply(self, changes: Sequence[Change], *, vectors: dict[str, np.ndarray] | None = None,
@@ -158,6 +160,7 @@ class PhaseWrite:
         ids = [*(i for c in changes for i in c.ids()), *also]
         state = self._known_state(changes, also, known)
         self._apart_seen = _apart_rows(known)
+        self._carried = known.memory.rows if known is not None and known.memory else None
         try:
             return self._apply(changes, ids, vectors, journal, guard_each, state)
         except WriteConflict:
@@ -254,6 +257,9 @@ class PhaseWrite:
         elif not self.uow.writes.add_log_unless_apart(rows.log, apart, t.scope.key, int(seen or 0)):
             raise WriteConflict("a keep-apart was recorded while this write waited; nothing was "
                                 "written")
+        for row in carried_apart(self.uow, t.scope, results, self.state, rows.after,
+                                 self._carried if known is not None else None):
+            self.judgement(row.kind, row.fingerprint, row.note_ids, row.verdict, row.reason)
         self.state = rows.after
         self.wrote = True
         return results
