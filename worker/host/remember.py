@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import threading
 import unicodedata
 import uuid
@@ -33,7 +32,6 @@ from worker.safety.undo import REMEMBER_PREFIX
 from worker.store.repositories.keys import NOTE_IDS
 from worker.text.words import is_blank
 
-_WORD = re.compile(r"\w")  # a word character of any script
 log = structlog.get_logger(__name__)
 
 Action = Literal["NOOP", "UPDATE", "ADD"]
@@ -231,9 +229,9 @@ def canonical_type(note_type: str | None) -> str:
 
 def _validate(app: App, content: str, note_type: str) -> tuple[str, str]:
     text = (content or "").strip()
-    # A note to remember says something in words: punctuation or emoji alone ("!!!", "🙂") is
-    # refused (an import or a fusion keeps such a text, under an identity of its own).
-    if _WORD.search(unicodedata.normalize("NFKC", text)) is None or is_blank(text):
+    # In words: "!!!" or "🙂" alone is refused (import and fuse keep it, as its own identity).
+    if not any(c.isalnum() or c == "_" for c in unicodedata.normalize("NFKC", text)) \
+            or is_blank(text):
         raise Invalid("content is empty (or only invisible characters, punctuation or symbols)")
     if problem := text_problem(text):  # NUL or a lone surrogate (MCP and Python callers too)
         raise Invalid(f"content {problem}")
