@@ -65,6 +65,13 @@ def test_nested_section_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ("DREAM_LLM_MODEL", "m" * 201, "DREAM_LLM_MODEL: String should have at most 200 characters"),
     ("DREAM_EMBEDDING_MODEL", "", "DREAM_EMBEDDING_MODEL: String should have at least 1"),
     ("DREAM_EMBEDDING_MODEL", "e" * 201, "DREAM_EMBEDDING_MODEL: String should have at most 200"),
+    # counts with no ceiling: a thread per concurrent call (100,000 exhausted the process),
+    # more inputs per embedding request than OpenAI's endpoint takes, attempts and retries
+    # that never give up
+    ("DREAM_LLM_CONCURRENCY", "100000", "DREAM_LLM_CONCURRENCY: Input should be less than or equal to 256"),
+    ("DREAM_EMBEDDING_BATCH_SIZE", "5000", "DREAM_EMBEDDING_BATCH_SIZE: Input should be less than or equal to 2048"),
+    ("DREAM_MAX_ATTEMPTS", "99999999999", "DREAM_MAX_ATTEMPTS: Input should be less than or equal to 100"),
+    ("DREAM_LLM_MAX_RETRIES", "1000", "DREAM_LLM_MAX_RETRIES: Input should be less than or equal to 20"),
     # a whole section as one variable is parsed as JSON: a SettingsError traceback before
     ("DREAM_CONSOLIDATE", "threshold=0.65", "DREAM_CONSOLIDATE: not valid JSON; give a JSON object"),
     ("DREAM_GUARD", "{max_retire_share: 0.2}", "DREAM_GUARD: not valid JSON; give a JSON object"),

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 # Timestamps outside these bounds are refused: the phases subtract look-back windows and add
 # leases to them, which must not overflow Python's year 1..9999 (R31).
 EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
 LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+# How far ahead of the present a stamp may be and still count as now: clocks of two machines
+# disagree by seconds, a session's start by a host's timezone slip. Later than that has not
+# happened yet (a session, a deletion), and a run that writes cannot be dated there.
+SKEW = timedelta(hours=1)
 
 
 def utcnow() -> datetime:

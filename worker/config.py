@@ -193,7 +193,7 @@ class Settings(BaseSettings):
     gate_max_stale_hours: float | None = Field(None, gt=0)  # … but never past this age
     beat_interval_seconds: int = Field(900, ge=10)
     lease_seconds: int = Field(3600, ge=10)
-    max_attempts: int = Field(3, ge=1)
+    max_attempts: int = Field(3, ge=1, le=100)
     task_time_limit: int = Field(3000, ge=10)
     # A queued (or interrupted) run nobody claimed this long after it was enqueued is enqueued
     # again by the gate check, and failed after max_attempts re-enqueues (R30).
@@ -213,10 +213,10 @@ class Settings(BaseSettings):
     llm_model: str = Field("gpt-4o-mini", min_length=1, max_length=200)  # run_steps.model
     llm_api_key: str | None = None
     llm_timeout: float = Field(30.0, gt=0)
-    llm_max_retries: int = Field(2, ge=0)
+    llm_max_retries: int = Field(2, ge=0, le=20)
     # Wall time one phase may spend on model questions; what is left unasked is deferred.
     llm_phase_seconds: float = Field(900.0, gt=0)
-    llm_concurrency: int = Field(4, ge=1)
+    llm_concurrency: int = Field(4, ge=1, le=256)  # a thread each: more exhausts the process
     # Batch pricing: a phase's questions go as one provider batch (files + batches API).
     llm_batch: bool = False
     # In-process: how long a phase polls its batch before deferring what is unanswered.
@@ -229,7 +229,7 @@ class Settings(BaseSettings):
     embedding_model: str = Field("text-embedding-3-small", min_length=1, max_length=200)
     embedding_api_key: str | None = None
     embedding_dimensions: int = Field(512, ge=8, le=16000)
-    embedding_batch_size: int = Field(256, ge=1)
+    embedding_batch_size: int = Field(256, ge=1, le=2048)  # OpenAI's most inputs per request
 
     ann_threshold: int = Field(20000, ge=100)
 

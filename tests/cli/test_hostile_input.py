@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from tests.support.factories import add_notes
 from tests.support.safety import all_rows_text
 from worker.app import App
 from worker.cli import main
+from worker.clock import utcnow
 from worker.errors import ConfigError, Unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,6 +91,11 @@ HOSTILE = [
     (["run", "--agent", "a", "--force", "--now", "0001-01-01T00:00:00+01:00"], None, "--now: timestamp"),
     (["gate", "--now", "9999-12-31T23:59:59-01:00"], None, "out of range"),
     (["sessions", "add", "--agent", "a", "--at", "9999-12-31T23:00:00Z"], None, "--at: timestamp"),
+    # a run that writes dated in the future: its notes and decisions would be stamped with a
+    # time that has not come, and every later run reads them so (`--dry-run`/`--explain` may)
+    (["run", "--agent", "a", "--force", "--now", "2099-01-01"], None, "later than the present time"),
+    (["run", "--due", "--now", "2099-01-01T00:00:00Z"], None, "gate --explain"),
+    (["gate", "--now", "2099-01-01"], None, "later than the present time"),
     # unhashable values where a choice is expected (a TypeError before)
     (["notes", "import", "-"], FINE + note(status=["active"]), "line 2: status must be one of"),
     (["entities", "import", "-"], json.dumps({"kind": {"agent": 1}, "id": "x"}), "line 1: kind must be one of"),
@@ -132,6 +139,23 @@ def test_hostile_cli_input_is_one_error_line_and_changes_nothing(
     assert says in line, line
     assert "Zanzibar" not in line
     assert all_rows_text(app) == before
+
+
+def test_a_future_clock_is_for_looking_and_a_present_one_runs(app: App) -> None:
+    """`--now` later than the present (beyond the hour of clock skew) is refused only where the
+    run writes: a dry run and the gate's explanation may look at that time, and a clock within
+    the skew still runs (the rows above show the refusals)."""
+    add_notes(app, {"id": "n1", "agent_id": "a", "content": "Offer ends Friday",
+                    "expires_at": "2030-01-01T00:00:00Z"})
+    url = app.settings.database_url
+    future = "2099-01-01T00:00:00Z"
+    dry = dream(url, ["run", "--agent", "a", "--force", "--dry-run", "--now", future])
+    assert dry.exit_code == 0 and "notes_expired=1" in dry.stdout, dry.output
+    assert dream(url, ["gate", "--explain", "--now", future]).exit_code == 0
+    soon = (utcnow() + timedelta(minutes=30)).isoformat()
+    assert dream(url, ["run", "--agent", "a", "--force", "--now", soon]).exit_code == 0
+    with app.uow() as uow:
+        assert [n.status for n in uow.notes.get_many(["n1"])] == ["active"]
 
 
 def test_id_clashes_on_import_are_reported_not_dropped(app: App) -> None:

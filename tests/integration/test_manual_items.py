@@ -15,12 +15,16 @@ from click.testing import Result
 from sqlalchemy import select
 
 from tests.cli.test_commands import dream, jsonl, one_error_line
-from tests.support.factories import NOW, add_notes
+from tests.support.factories import NOW as FACTORY_NOW
+from tests.support.factories import add_notes
 from worker.app import App
 from worker.store.models import ExampleRow, NoteRow
 
 AGENT, USER = "agent-m", "u1"
 SCOPE = {"agent_id": AGENT, "user_id": USER}
+# The first run's clock: the last run, 400 days later, must not be dated after the present time
+# (a writing run's `--now` may not be).
+NOW = FACTORY_NOW - timedelta(days=400)
 FUSED = "User deploys the billing service on Fridays after the weekly review"
 
 # What the fake model answers (matched on the notes' text only): fuse the billing cluster,

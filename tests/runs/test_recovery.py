@@ -277,12 +277,15 @@ def _queued_run_ids(client: object, queue: str) -> list[str]:
 @dataclass
 class BrokerGate:
     """`dream gate` processes for scope a1 (due: notes and five sessions) on a Redis queue of
-    their own; ``gate(s)`` runs one with the clock ``s`` seconds ahead and returns its stdout."""
+    their own; ``gate(s)`` runs one with the clock ``s`` seconds ahead and returns its stdout.
+    Their queued runs time out after ``timeout`` seconds, so that a few timeouts stay within
+    the hour a writing gate's ``--now`` may be ahead of the present."""
 
     app: App
     env: dict[str, str]
     client: Any
     queue: str
+    timeout: int = 10
 
     def gate(self, after_seconds: int = 0) -> str:
         later = utcnow() + timedelta(seconds=after_seconds)
@@ -313,7 +316,8 @@ def broker_gate(app: App, prefix: str) -> Iterator[BrokerGate]:
     for _ in range(5):
         assert dream(app, "sessions", "add", "--agent", "a1").exit_code == 0
     env = {**os.environ, "DREAM_DATABASE_URL": app.settings.database_url,
-           "DREAM_LLM_PROVIDER": "none", "DREAM_BROKER_URL": broker, "DREAM_CELERY_QUEUE": queue}
+           "DREAM_LLM_PROVIDER": "none", "DREAM_BROKER_URL": broker, "DREAM_CELERY_QUEUE": queue,
+           "DREAM_QUEUED_TIMEOUT_SECONDS": str(BrokerGate.timeout)}
     client = redis.Redis.from_url(broker)
     try:
         yield BrokerGate(app, env, client, queue)
@@ -331,7 +335,7 @@ def test_lost_broker_message_is_sent_again_by_the_gate(app: App) -> None:
         run_id = b.run_id()
         assert b.queued() == [run_id]
         b.client.delete(b.queue)  # the message is lost
-        again = b.gate(app.settings.queued_timeout_seconds + 1)
+        again = b.gate(b.timeout + 1)
         assert "1 unclaimed run handed out again" in again
         assert b.queued() == [run_id]
 
@@ -344,7 +348,7 @@ def test_a_run_waiting_behind_a_broker_backlog_is_not_sent_twice(app: App) -> No
     with broker_gate(app, "dream-backlog") as b:
         assert "1 run sent to the broker" in b.gate()
         run_id = b.run_id()
-        timeout = app.settings.queued_timeout_seconds
+        timeout = b.timeout
         for k in range(1, app.settings.max_attempts + 2):  # more timeouts than it may be sent
             out = b.gate(k * (timeout + 1))
             assert "0 unclaimed runs handed out again, 0 given up" in out, out

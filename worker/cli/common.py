@@ -16,7 +16,7 @@ import click
 
 from worker.app import App, build_app
 from worker.cli.errors import UserError
-from worker.clock import parse_timestamp
+from worker.clock import SKEW, parse_timestamp, utcnow
 from worker.config import Settings, load_settings
 from worker.domain.limits import ident_problem, stored_ident_problem, user_problem
 from worker.errors import NotFound
@@ -168,6 +168,20 @@ def parse_option_timestamp(value: str | None, name: str) -> datetime | None:
         return parse_timestamp(value)
     except ValueError as exc:
         raise UserError(f"{name}: {exc}") from None
+
+
+def parse_run_clock(value: str | None, instead: str) -> datetime | None:
+    """``--now`` of a command whose runs write: a time that has come (within ``SKEW``). A run
+    dated later stamps its new notes and its decisions with a time that has not happened, and
+    every later run reads them so (never the newer fact, never idle): ``instead`` says how to
+    look at that time without writing."""
+    clock = parse_option_timestamp(value, "--now")
+    present = utcnow()
+    if clock is not None and clock > present + SKEW:
+        raise UserError(f"--now {value} is later than the present time "
+                        f"({present.isoformat(timespec='seconds')}): a run that writes would "
+                        f"date its notes and decisions then; {instead}")
+    return clock
 
 
 class FiniteRange(click.FloatRange):

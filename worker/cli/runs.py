@@ -18,6 +18,7 @@ from worker.cli.common import (
     echo_batch_releases,
     json_option,
     parse_option_timestamp,
+    parse_run_clock,
 )
 from worker.cli.errors import READ_ONLY, UserError, stop_says, user_errors
 from worker.clock import utcnow
@@ -76,7 +77,9 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
         option = "--dry-run" if dry_run else "--phase"
         raise UserError(f"{option} goes with --agent (one scope); --due runs every due scope's "
                         "whole dream for real, as beat does")
-    clock = parse_option_timestamp(now, "--now")
+    clock = parse_option_timestamp(now, "--now") if dry_run else parse_run_clock(
+        now, "add --dry-run to see what the run would do then" if agent else
+        "`dream gate --explain --now TS` shows which scopes would be due then")
     app = cli_app(ctx)
     via = Via.CELERY if via_celery else Via.HERE
     if not agent:
@@ -304,8 +307,9 @@ def gate_cmd(ctx: click.Context, now: str | None, explain: bool, as_json: bool,
         raise UserError(f"{'--json' if as_json else '--agent'} goes with --explain")
     if (user or company) and not agent:
         raise UserError("--user and --company need --agent")
+    clock = parse_option_timestamp(now, "--now") if explain else parse_run_clock(
+        now, "`dream gate --explain --now TS` shows which scopes would be due then")
     app = cli_app(ctx)
-    clock = parse_option_timestamp(now, "--now")
     if explain:
         _explain(app, clock, Scope(agent, user, company) if agent else None, as_json)
     else:

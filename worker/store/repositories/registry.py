@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Row, and_, bindparam, case, func, insert, or_, select
@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from worker.clock import SKEW
 from worker.domain.types import Scope
 from worker.store.chunks import chunked, rows_by_id
 from worker.store.models import (
@@ -25,7 +26,7 @@ from worker.store.models import (
 from worker.store.repositories.run_history import gate_dreams
 
 # How far ahead of the gate's clock a session stamp may be and still count as activity now.
-ACTIVITY_SKEW = timedelta(hours=1)
+ACTIVITY_SKEW = SKEW
 
 ENTITY_MODELS: dict[str, Any] = {
     "agent": AgentRow,
