@@ -50,6 +50,7 @@ def test_r20_guard_stops_a_run_that_would_retire_most_of_a_scope(app: App) -> No
     assert "would retire 8 of 12" in guard["output"]["reason"]
     assert "re-run with --allow-retire 8" in guard["output"]["reason"]
     assert tree["status"] == "blocked" and "would retire 8 of 12" in tree["status_reason"]
+    assert prune["output"]["notes_held"] == 8  # the count a dashboard reads, not only the step
     with app.uow() as uow:
         reviews = uow.session.scalars(select(ReviewRow)).all()
     assert [r.kind for r in reviews] == ["blast_radius"] and len(reviews[0].note_ids) == 8
@@ -103,3 +104,21 @@ def test_r23_protected_and_immutable_notes_survive_every_phase(app: App) -> None
                  for r in uow.session.scalars(select(NoteRow).where(NoteRow.id.in_(guarded)))}
     assert after == before
     assert all(status == "active" for _, status, _ in after.values())
+
+
+def test_a_held_archive_says_how_many_notes_it_held(app: App) -> None:
+    """The archive phase the guard held recorded all zeros (``notes_expired=0``) beside a
+    blocked run: only its ``blast_radius_guard`` child listed the notes. Its counters now say
+    ``notes_held``, as prune's, contradictions' and consolidation's do; absent when nothing
+    was held."""
+    add_notes(app, *({"user_id": "u1", "content": f"Coupon code {i} for the spring sale",
+                      "expires_at": days_ago(3)} for i in range(12)))
+    run_id = service.create_run(app, SCOPE, force=True, clock=NOW, phases=["archive"])
+    assert run_id and service.execute_run(app, run_id) == "blocked"
+    archive = next(s for s in run_tree(app, run_id)["steps"] if s["phase"] == "archive")
+    assert (archive["output"]["notes_expired"], archive["output"]["notes_held"]) == (0, 12)
+    enough = service.create_run(app, SCOPE, force=True, clock=NOW, phases=["archive"],
+                                allow_retire=12)
+    assert enough and service.execute_run(app, enough) == "succeeded"
+    archive = next(s for s in run_tree(app, enough)["steps"] if s["phase"] == "archive")
+    assert archive["output"]["notes_expired"] == 12 and "notes_held" not in archive["output"]

@@ -370,6 +370,7 @@ def test_blast_radius_guard_stops_merges_without_force(sqlite_app: App, llm_stub
     _use_stub(app, llm_stub, FakeLLM(default=merge_reply()))
     result = _run(app, force=True)
     assert result["out"]["clusters_merged"] == 0 and result["out"]["guard_tripped"] == 1
+    assert result["out"]["notes_held"] == 5  # the cluster's notes, as every phase counts them
     guard = next(c for c in result["children"] if c.name == "blast_radius_guard")
     assert "re-run with --allow-retire 5" in guard.output["reason"]
     assert all(n.status == "active" for n in _all(app).values())

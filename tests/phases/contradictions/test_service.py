@@ -334,6 +334,7 @@ def test_blast_radius_guard_stops_revocations(app: App, llm_stub: LLMStub) -> No
     assert {n.status for n in rows(app).values()} == {"active"}
     step = phase_step(app, run_id)
     assert step["output"]["pairs_guarded"] == 1 and step["output"]["conflicts_resolved"] == 0
+    assert step["output"]["notes_held"] == 1  # the counter every phase the guard holds sets
     assert [c["name"] for c in step["children"]] == ["blast_radius_guard", "model"]
     with app.uow() as uow:
         assert [r.kind for r in uow.session.query(ReviewRow).all()] == ["blast_radius"]

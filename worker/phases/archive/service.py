@@ -98,6 +98,7 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         protected_preserved=len(note_plan.protected_preserved),
         manual_preserved=len(note_plan.manual_preserved),
         examples_manual_preserved=len(example_plan.manual_preserved),
+        notes_held=len(done["held"]) if done["held"] else None,
     ).ints()
     record_proposals(ctx, proposals, counters)
     log.info("archive.applied", run_id=ctx.run_id, scope=ctx.scope.key, kept_by_review=len(kept),
@@ -195,7 +196,7 @@ def _apply(
     planned = {"notes_expired": note_plan.expired, "notes_stale": stale,
                "examples_expired": example_plan.expired, "examples_stale": example_plan.stale}
     changes = [c for name, decisions in planned.items() for c in _changes(name, decisions)]
-    done: dict[str, list[str]] = {name: [] for name in planned}
+    done: dict[str, list[str]] = {name: [] for name in [*planned, "held"]}
     held = ctx.carry.scope_notes if ctx.carry is not None else None
     with open_write(WriteTarget.of(ctx, "archive", parent_step_id)) as w:
         results = w.apply(changes, guard_each=False,
@@ -225,7 +226,8 @@ def _apply(
                         "kept_by_review": kept, "deferred": deferred},
             ))
         if w.tripped is not None:
-            w.trip(w.tripped, [d.id for d in [*note_plan.expired, *stale]])
+            done["held"] = [d.id for d in [*note_plan.expired, *stale]]
+            w.trip(w.tripped, done["held"])
         crashpoint("archive.after_archive")
         wrote = written(w, results)
     keep_current(ctx, wrote)

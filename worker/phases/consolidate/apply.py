@@ -142,6 +142,7 @@ def _record(w: PhaseWrite, d: Decision, r: ItemResult | None,
                        stale_ids=r.stale_ids, proposed_reason=d.reason))
         return
     if r is not None:  # guarded: deferred, the first one with the guard's own reason
+        counters.notes_held = (counters.notes_held or 0) + len(d.members)
         first = not counters.guard_tripped
         if first:
             counters.guard_tripped = 1

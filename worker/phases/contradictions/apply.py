@@ -267,6 +267,7 @@ class Applier:
                 self._settle(w, p, [next(results) for _ in p.changes])
             if self.guard_reason is not None:
                 self.counters["pairs_guarded"] = len(self.guarded)
+                self.counters["notes_held"] = len(set(self.guarded))
                 w.trip(self.guard_reason, self.guarded)
             self._remember_all(w)
             for step in steps() if steps is not None else ():

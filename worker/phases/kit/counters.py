@@ -25,6 +25,9 @@ def _declared(cls: type) -> tuple[frozenset[str], tuple[str, ...]]:
 
 @dataclass
 class Counters:
+    # Notes this phase would have retired and the blast-radius guard held back (set only when
+    # it tripped): every phase says so in the same counter, for a dashboard to sum.
+    notes_held: int | None = field(default=None, kw_only=True)
     extra: dict[str, Any] = field(default_factory=dict, kw_only=True)
 
     def _names(self) -> frozenset[str]:

@@ -52,6 +52,7 @@ class _Sorted:
     to_archive: list[Orphan] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)  # what the blast-radius guard held back
 
 
 def run_prune(
@@ -85,6 +86,8 @@ def run_prune(
     archived = _write(ctx, parent_step_id, notes, orphans, plan, review, checker, proposed,
                       rotating=rotating, dead=dead)
     counters = _counters(len(notes), archived, count_unknown(notes, records))
+    if plan.held:
+        counters["notes_held"] = len(plan.held)
     record_proposals(ctx, proposals, counters)
     log.info("prune.applied", run_id=ctx.run_id, scope=ctx.scope.key, checked=len(notes),
              archived=len(archived), kept=len(plan.kept), deferred=len(plan.deferred))
@@ -205,7 +208,8 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
             },
         ))
         if w.tripped is not None:
-            w.trip(w.tripped, [r.change.name for r in results if not r.change.owner_gone])
+            plan.held = [r.change.name for r in results if not r.change.owner_gone]
+            w.trip(w.tripped, plan.held)
         crashpoint("prune.after_archive")
         wrote = written(w, results, checked=checked)
     keep_current(ctx, wrote)
