@@ -96,6 +96,7 @@ HOSTILE = [
     (["run", "--agent", "a", "--force", "--now", "2099-01-01"], None, "later than the present time"),
     (["run", "--due", "--now", "2099-01-01T00:00:00Z"], None, "gate --explain"),
     (["gate", "--now", "2099-01-01"], None, "later than the present time"),
+    (["sessions", "add", "--agent", "a", "--at", "2062-01-01"], None, "--at 2062-01-01 is later than"),
     # unhashable values where a choice is expected (a TypeError before)
     (["notes", "import", "-"], FINE + note(status=["active"]), "line 2: status must be one of"),
     (["entities", "import", "-"], json.dumps({"kind": {"agent": 1}, "id": "x"}), "line 1: kind must be one of"),

@@ -175,13 +175,19 @@ def parse_run_clock(value: str | None, instead: str) -> datetime | None:
     dated later stamps its new notes and its decisions with a time that has not happened, and
     every later run reads them so (never the newer fact, never idle): ``instead`` says how to
     look at that time without writing."""
-    clock = parse_option_timestamp(value, "--now")
+    return parse_past_timestamp(value, "--now", "a run that writes would date its notes and "
+                                f"decisions then; {instead}")
+
+
+def parse_past_timestamp(value: str | None, name: str, problem: str) -> datetime | None:
+    """A timestamp option that records something that happened: at most ``SKEW`` past the
+    present time, else one line naming it and ``problem``."""
+    when = parse_option_timestamp(value, name)
     present = utcnow()
-    if clock is not None and clock > present + SKEW:
-        raise UserError(f"--now {value} is later than the present time "
-                        f"({present.isoformat(timespec='seconds')}): a run that writes would "
-                        f"date its notes and decisions then; {instead}")
-    return clock
+    if when is not None and when > present + SKEW:
+        raise UserError(f"{name} {value} is later than the present time "
+                        f"({present.isoformat(timespec='seconds')}): {problem}")
+    return when
 
 
 class FiniteRange(click.FloatRange):

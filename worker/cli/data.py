@@ -11,7 +11,7 @@ from worker.cli.common import (
     IDENT,
     cli_app,
     echo_imported,
-    parse_option_timestamp,
+    parse_past_timestamp,
     read_lines,
     scope_options,
     standard_stream,
@@ -106,7 +106,9 @@ def sessions_add(ctx: click.Context, agent: str, user: str | None, company: str 
     """Record one session for a scope."""
     from worker.ingest.sessions import import_sessions
 
-    started = parse_option_timestamp(at, "--at") or utcnow()
+    started = parse_past_timestamp(
+        at, "--at", "a session is recorded once it has started (the gate would not count it "
+        "until then); give the time it started, or leave --at out for now") or utcnow()
     line = json.dumps({"agent_id": agent, "user_id": user, "company_id": company,
                        "started_at": started.isoformat()})
     import_sessions(cli_app(ctx), [line])
