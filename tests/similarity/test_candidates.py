@@ -98,7 +98,8 @@ def _reference_cuts(n: int, frame: FrameSettings) -> list[tuple[tuple[int, int],
 def _reference_frame_pairs(texts: list[str], frame: FrameSettings) -> tuple[set[tuple[int, int]], int]:
     """same_frame_pairs spelled out without hashing or numpy: every cut of every note filed
     under its exact kept words, buckets of 2..max_bucket entries paired by the shared-words test."""
-    buckets: dict[tuple[object, ...], list[tuple[int, int, int]]] = {}
+    buckets: dict[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], bool],
+                  list[tuple[int, int, int]]] = {}
     for row, text in enumerate(texts):
         words = frame_tokens(text)
         if not 1 <= len(words) <= frame.max_tokens:
@@ -116,7 +117,7 @@ def _reference_frame_pairs(texts: list[str], frame: FrameSettings) -> tuple[set[
         if len(entries) > frame.max_bucket:
             generic += 1
             continue
-        shared = sum(len(part) for part in key[:3])  # type: ignore[arg-type]
+        shared = sum(len(part) for part in key[:3])
         for x, (ra, ca, gaps) in enumerate(entries):
             for rb, cb, _ in entries[x + 1:]:
                 needed = max(ca, cb) if gaps > 1 else min(ca, cb)

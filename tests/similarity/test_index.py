@@ -7,7 +7,8 @@ from worker.similarity.index import BLAS_FROM, neighbour_pairs
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
-    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    unit: np.ndarray = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    return unit
 
 
 def test_pairs_are_unique_unordered_and_sorted() -> None:

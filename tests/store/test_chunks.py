@@ -96,7 +96,7 @@ UNBOUNDED_ONCE: dict[str, Callable[[UnitOfWork, list[str]], Any]] = {
     "notes.lineage_edges": lambda uow, ids: uow.notes.lineage_edges(ids),
     "entities.fetch": lambda uow, ids: uow.entities.fetch("agent", ids),
 }
-FOUND_OF_STORED = {"notes.statuses_by_hash": set(), "notes.lineage_edges": set(),
+FOUND_OF_STORED: dict[str, set[str]] = {"notes.statuses_by_hash": set(), "notes.lineage_edges": set(),
                    "entities.fetch": set()}
 
 

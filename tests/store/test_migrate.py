@@ -7,6 +7,7 @@ import json
 import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
+from sqlalchemy.engine.interfaces import ReflectedForeignKeyConstraint
 
 from worker.app import App
 from worker.domain.types import Note, Scope, fingerprint_notes
@@ -49,7 +50,7 @@ def test_a_notes_vector_stays_in_its_row_on_postgres(pg_app: App) -> None:
     assert vectors == 3 and toast_bytes == 0
 
 
-def _pointer_keys(app: App) -> list[dict[str, object]]:
+def _pointer_keys(app: App) -> list[ReflectedForeignKeyConstraint]:
     return [fk for fk in inspect(app.engine).get_foreign_keys("notes")
             if fk["constrained_columns"] == ["consolidated_into_id"]]
 
@@ -85,7 +86,7 @@ def test_downgrade_from_0010_restores_the_key_without_dangling_pointers(app: App
     _migrate(app, "downgrade", "0009")
     assert len(_pointer_keys(app)) == 1
     with app.engine.connect() as conn:
-        pointers = dict(conn.execute(text("SELECT id, consolidated_into_id FROM notes")).all())
+        pointers: dict[str, str | None] = dict(conn.execute(text("SELECT id, consolidated_into_id FROM notes")).all())
     assert pointers == {"n1": "n2", "n2": None, "n3": None}
     _migrate(app, "upgrade", "head")
     assert _pointer_keys(app) == []
@@ -114,7 +115,7 @@ def test_upgrade_to_0011_gives_existing_fused_notes_their_sources_conversations(
     _migrate(app, "upgrade", "head")
     check(app.engine)
     with app.engine.connect() as conn:
-        rows = dict(conn.execute(text("SELECT id, lineage_conversation_ids FROM notes")).all())
+        rows: dict[str, object] = dict(conn.execute(text("SELECT id, lineage_conversation_ids FROM notes")).all())
     parsed = {i: json.loads(v) if isinstance(v, str) else v for i, v in rows.items()}
     assert parsed == {"n1": None, "n2": None, "n3": None, "w": None, "f1": ["c1", "c2"],
                       "f2": ["c1", "c2", "c3"]}

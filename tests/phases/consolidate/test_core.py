@@ -36,7 +36,8 @@ def _vectors(groups: list[int], dim: int = 16, spread: float = 0.05, seed: int =
     centres = np.eye(dim, dtype=np.float32)
     rows = [centres[g] + spread * rng.standard_normal(dim).astype(np.float32) for g in groups]
     x = np.vstack(rows)
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    unit: np.ndarray = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    return unit
 
 
 def _plan(notes: list[Note], vectors: np.ndarray, min_size: int = 3, max_size: int = 7):  # type: ignore[no-untyped-def]

@@ -31,7 +31,9 @@ def test_the_scope_load_reads_what_the_row_read_does(app: App) -> None:
         rows = {n.id: n for n in uow.notes.get_many(["n1", "n2"])}
     assert [n.id for n in snap.notes] == ["n1", "n2"]
     assert snap.notes == [rows["n1"], rows["n2"]]
-    assert snap.notes[1].expires_at == NOW.replace(day=10) and snap.notes[1].created_at.tzinfo
+    created = snap.notes[1].created_at
+    assert snap.notes[1].expires_at == NOW.replace(day=10) and created is not None
+    assert created.tzinfo
     assert snap.notes[0].flags == ["injection"]
     assert snap.checked == {"n1": None, "n2": NOW}
     assert snap.unembedded == [] and snap.vectors.shape[0] == 2

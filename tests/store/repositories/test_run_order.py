@@ -92,6 +92,7 @@ def test_a_cursor_from_outside_the_listing_is_refused(app: App) -> None:
     mine = {"agent_id": "agent-a"}
     answers = []
     for after in (ids[Scope("agent-b")], "no-such-run"):
+        assert after is not None
         with pytest.raises(InvalidInput) as caught:
             list_runs_page(app, within=mine, after=after)
         answers.append(str(caught.value).replace(after, "ID"))
