@@ -33,7 +33,9 @@ def _status(app: App, model: Any = NoteRow) -> dict[str, str]:
 
 
 def _output(app: App, run_id: str) -> dict[str, Any]:
-    return next(s for s in run_tree(app, run_id)["steps"] if s["phase"] == "archive")["output"]
+    out: dict[str, Any] = next(
+        s for s in run_tree(app, run_id)["steps"] if s["phase"] == "archive")["output"]
+    return out
 
 
 def _examples(app: App, *examples: dict[str, Any]) -> None:

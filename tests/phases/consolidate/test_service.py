@@ -95,7 +95,7 @@ def test_five_similar_notes_become_one_fused_note(app: App, llm_stub: LLMStub) -
     assert len(comments) == 6  # one insert + five updates
     assert len(row_comments) == 5
     for comment in row_comments.values():
-        assert comment.startswith(f"Consolidated into {new.id}: same editor preference")
+        assert comment is not None and comment.startswith(f"Consolidated into {new.id}: same editor preference")
     child = result["children"][0]
     assert child.status == "succeeded" and child.prompt_name == "consolidate"
     assert child.template_hash and child.model == "stub-model" and child.tokens_in > 0

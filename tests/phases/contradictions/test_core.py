@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -83,8 +84,9 @@ def verdict(a: Note, b: Note, relation: str, confidence: float = 0.9) -> Verdict
          ("none", "equivalent", None, None)),
     ],
 )
-def test_policy_table(a_kw: dict, b_kw: dict, relation: str, confidence: float,
-                      expected: tuple) -> None:
+def test_policy_table(a_kw: dict[str, Any], b_kw: dict[str, Any], relation: str,
+                      confidence: float, expected: tuple[str, str, str | None, str | None],
+                      ) -> None:
     """Code, not the model, decides: newer (>7 days) wins, else more used; ties, protected
     and manual losers are flagged, never revoked."""
     a, b = note("a", **a_kw), note("b", **b_kw)

@@ -38,7 +38,8 @@ Judge = Callable[[str, str], tuple[str, float] | None]
 
 
 def answering(judge: Judge, skip: Callable[[dict[str, Any]], bool] | None = None,
-              extra: list[dict[str, Any]] | None = None):  # type: ignore[no-untyped-def]
+              extra: list[dict[str, Any]] | None = None,
+              ) -> Callable[[StubRequest], dict[str, Any]]:
     """A stub handler answering each topic from the pairwise ``judge(text_a, text_b)``;
     topics for which ``skip(topic)`` holds get no answer, ``extra`` answers are appended."""
 
@@ -85,7 +86,9 @@ def rows(app: App) -> dict[str, NoteRow]:
 
 
 def phase_step(app: App, run_id: str) -> dict[str, Any]:
-    (step,) = [s for s in run_tree(app, run_id)["steps"] if s["phase"] == "contradictions"]
+    steps: list[dict[str, Any]] = [
+        s for s in run_tree(app, run_id)["steps"] if s["phase"] == "contradictions"]
+    (step,) = steps
     return step
 
 
@@ -101,13 +104,14 @@ def test_newer_note_wins_when_created_14_days_apart(app: App, llm_stub: LLMStub)
     old = notes["old"]
     assert (old.status, old.consolidated_into_id) == ("revoked", "new")
     assert old.valid_to == notes["new"].created_at
+    assert old.comments is not None
     assert old.comments.startswith("[Contradiction resolved: superseded by new. ")
     with app.uow() as uow:
         edges = uow.session.query(NoteLineageRow).all()
         log = uow.session.query(OperationLogRow).filter_by(entity_id="old", run_id=run_id).all()
     assert [(e.parent_id, e.child_id, e.relation, e.run_id) for e in edges] == [
         ("old", "new", "superseded", run_id)]
-    assert [(entry.before["status"], entry.after["status"]) for entry in log] == [
+    assert [((entry.before or {})["status"], (entry.after or {})["status"]) for entry in log] == [
         ("active", "revoked")]
     step = phase_step(app, run_id)
     assert step["output"]["conflicts_resolved"] == 1
@@ -165,8 +169,10 @@ def test_protected_loser_is_kept_and_flagged(app: App, llm_stub: LLMStub) -> Non
     run_id = run_phase(app)
     notes = rows(app)
     assert {n.status for n in notes.values()} == {"active"}
-    assert "Contradiction flagged for review: conflicts with new" in notes["old"].comments
-    assert "contradiction_review" in notes["new"].flags
+    old_comments, new_flags = notes["old"].comments, notes["new"].flags
+    assert old_comments is not None and new_flags is not None
+    assert "Contradiction flagged for review: conflicts with new" in old_comments
+    assert "contradiction_review" in new_flags
     with app.uow() as uow:
         reviews = uow.session.query(ReviewRow).all()
     assert [(r.kind, r.note_ids) for r in reviews] == [("contradiction", ["new", "old"])]

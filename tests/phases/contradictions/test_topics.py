@@ -4,6 +4,7 @@ that read like instructions, reply checks, and attribute/value answers turned in
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -93,7 +94,8 @@ def test_prompt_aliases_hide_ids_and_dates_order_notes() -> None:
          "fullest 'n2' is not one of its value's notes"),
     ],
 )
-def test_check_topic_reply_drops_unclean_topics(reply: list, reason: str) -> None:
+def test_check_topic_reply_drops_unclean_topics(reply: list[dict[str, Any]],
+                                                 reason: str) -> None:
     """R12: a topic answered twice, not at all, or naming notes outside it changes nothing."""
     t1 = Topic(("a", "b"), (pair("a", "b"),), False, T0)
     t2 = Topic(("c", "d"), (pair("c", "d"),), False, T0)

@@ -16,7 +16,7 @@ from worker.app import App
 from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope
 from worker.reporting import run_tree
 from worker.runs import service
-from worker.runs.context import PhaseContext
+from worker.runs.context import PhaseContext, PhaseFn, Registry
 from worker.runs.lease import LeaseHeartbeat
 from worker.store.models import NoteRow
 
@@ -188,11 +188,11 @@ def test_an_in_process_run_writes_without_re_reading_its_notes(app: App) -> None
     assert _state(app, "a1") == _state(app, "a2")
 
 
-def _beating(registry: Any) -> Any:
+def _beating(registry: Registry) -> Registry:
     """``registry`` with a lease beat (renewal and usage on the phase step, as the heartbeat
     writes them) run on another thread at the start of every phase: after the carried load,
     before the phase's write."""
-    def beat_then(phase: str) -> Any:
+    def beat_then(phase: str) -> PhaseFn:
         def run(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
             def on_beat(uow: Any) -> None:
                 uow.runs.record_running_usage(parent_step_id, {"calls": 0, "tokens": 0})

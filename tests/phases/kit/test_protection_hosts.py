@@ -122,6 +122,7 @@ def test_a_note_kept_more_strongly_while_prune_looks_up_is_stale_not_a_guard_tri
     assert {k: n.status for k, n in notes.items()} == {
         "p1": "archived", "p2": "active", "p3": "archived"}
     (orphans,) = [s for s in _children(app, "prune") if s.name == "orphans"]
+    assert orphans.output is not None
     assert orphans.output["stale"] == ["p2"]
     assert sorted(orphans.output["archived"]) == ["p1", "p3"]
 
@@ -150,9 +151,12 @@ def test_a_loser_kept_more_strongly_while_the_model_judges_is_stale_not_a_guard_
     assert {k: n.status for k, n in notes.items()} == {
         "old": "active", "new": "active", "old2": "revoked", "new2": "active"}
     (parent,) = [s for s in _steps(app, "contradictions") if s.parent_id is None]
+    assert parent.output is not None
     assert parent.output["pairs_skipped_stale"] == 1
     assert parent.output["conflicts_resolved"] == 1 and not parent.output.get("pairs_guarded")
-    actions = [a for s in _children(app, "contradictions") for a in s.output.get("actions", [])]
+    children = _children(app, "contradictions")
+    assert all(s.output is not None for s in children)
+    actions = [a for s in children for a in (s.output or {}).get("actions", [])]
     assert sorted(a["action"] for a in actions) == ["revoke", "stale"]
 
 

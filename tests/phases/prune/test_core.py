@@ -20,6 +20,7 @@ from worker.phases.prune.core import (
 from worker.store.repositories.references import EntityRecord
 
 ACTIVE = EntityRecord("active", False)
+Records = dict[str, dict[str, EntityRecord | None]]
 
 
 @pytest.mark.parametrize(("kind", "record", "expected"), [
@@ -47,8 +48,8 @@ def _note(nid: str, conversation: str | None = None, protection: str = "standard
 
 def test_orphan_lists_every_dead_reference_in_order() -> None:
     """One orphan per note, naming agent, user and conversation in that order with the date."""
-    records = {"agent": {"a": EntityRecord("disabled", False)}, "user": {"u": ABSENT},
-               "conversation": {"c": ABSENT}}
+    records: Records = {"agent": {"a": EntityRecord("disabled", False)}, "user": {"u": ABSENT},
+                        "conversation": {"c": ABSENT}}
     [orphan] = find_orphans([_note("n", "c")], records)
     assert orphan.comment(NOW) == (
         "archived by prune on 2026-06-01: referenced agent is disabled; "
@@ -59,7 +60,7 @@ def test_orphan_lists_every_dead_reference_in_order() -> None:
 
 def test_only_conversation_orphans_may_be_reviewed_unless_erased() -> None:
     """A note missing only its conversation may go to the model; an erased conversation may not."""
-    alive = {"agent": {"a": ACTIVE}, "user": {"u": ACTIVE}}
+    alive: Records = {"agent": {"a": ACTIVE}, "user": {"u": ACTIVE}}
     gone = find_orphans([_note("n", "c")], {**alive, "conversation": {"c": ABSENT}})
     erased = find_orphans([_note("n", "c")], {
         **alive, "conversation": {"c": EntityRecord("deleted", True, "erasure")}})
@@ -68,7 +69,7 @@ def test_only_conversation_orphans_may_be_reviewed_unless_erased() -> None:
 
 def test_protected_and_immutable_notes_are_never_orphans() -> None:
     """R23: prune never plans to archive protected or immutable notes."""
-    records = {"agent": {"a": EntityRecord("deleted", True)}}
+    records: Records = {"agent": {"a": EntityRecord("deleted", True)}}
     notes = [_note("p", protection="protected"), _note("i", protection="immutable"), _note("s")]
     assert [o.note.id for o in find_orphans(notes, records)] == ["s"]
 

@@ -64,9 +64,11 @@ def test_a_fused_note_of_a_deleted_conversation_gives_back_its_other_sources(app
     run_id = _run(app)
     rows = _rows(app)
     assert rows[fused].status == "archived"
-    assert rows[fused].comments.endswith(
+    fused_comments = rows[fused].comments
+    assert fused_comments is not None and fused_comments.endswith(
         "source conversation of a note it was fused from is deleted")
     assert (rows["d2"].status, rows["d2"].consolidated_into_id) == ("active", None)
+    assert rows["d2"].comments is not None
     assert rows["d2"].comments.endswith(RESTORED_COMMENT)
     assert (rows["d1"].status, rows["d1"].consolidated_into_id) == ("revoked", fused)
     step = next(s for s in run_tree(app, run_id)["steps"] if s["phase"] == "prune")
@@ -182,8 +184,9 @@ def test_plan_restorations(dead: set[str], restored: dict[str, str]) -> None:
 def test_a_gone_conversation_of_a_fused_notes_sources_orphans_it() -> None:
     """The conversations in a fused note's lineage are references too (inherited, named so in
     the comment); one without a record proves nothing (R25)."""
-    records = {"agent": {"agent-1": EntityRecord("active", False)},
-               "conversation": {"c1": EntityRecord("deleted", True), "c2": None}}
+    records: dict[str, dict[str, EntityRecord | None]] = {
+        "agent": {"agent-1": EntityRecord("active", False)},
+        "conversation": {"c1": EntityRecord("deleted", True), "c2": None}}
     fused = Note("f", SCOPE, "text", lineage_conversation_ids=("c1", "c2"))
     [orphan] = find_orphans([fused, Note("g", SCOPE, "text", lineage_conversation_ids=("c2",))],
                             records)

@@ -54,7 +54,8 @@ def test_disabled_agent_archives_note_with_reason(app: App) -> None:
     with app.uow() as uow:
         log = uow.session.scalars(select(OperationLogRow).where(
             OperationLogRow.entity_id == "n1", OperationLogRow.run_id == run_id)).all()
-    assert [(entry.before["status"], entry.after["status"]) for entry in log] == [("active", "archived")]
+    assert [((entry.before or {})["status"], (entry.after or {})["status"]) for entry in log] == [
+        ("active", "archived")]
 
 
 def test_active_references_keep_the_note(app: App) -> None:
@@ -76,7 +77,8 @@ def test_deleted_conversation_archives(app: App) -> None:
     add_entities(app, *ALIVE, {"kind": "conversation", "id": "c1", "status": "deleted"})
     add_notes(app, _scoped(id="n1", content="prefers tea", source_conversation_id="c1"))
     run_id = _run(app, phases=["prune"])
-    assert _rows(app)["n1"].comments.endswith("source conversation is deleted")
+    comments = _rows(app)["n1"].comments
+    assert comments is not None and comments.endswith("source conversation is deleted")
     assert _prune_step(app, run_id)["output"]["orphaned_conversations"] == 1
 
 
@@ -179,7 +181,8 @@ def test_erased_conversation_always_archives_even_with_llm_review(app: App) -> N
     app.llm = llm
     run_id = _run(app, phases=["prune"])
     rows = _rows(app)
-    assert rows["n1"].status == "archived" and "source conversation was erased" in rows["n1"].comments
+    assert rows["n1"].status == "archived" and rows["n1"].comments is not None
+    assert "source conversation was erased" in rows["n1"].comments
     assert rows["n2"].status == "active"  # the model said it stands on its own
     assert llm.asked == [["n2"]]
     children = _prune_step(app, run_id)["children"]
@@ -245,7 +248,8 @@ def test_absence_means_deleted_only_when_the_host_says_so(app: App) -> None:
     app.settings.prune.absence_means_deleted = True
     run_id = _run(app, Scope("ghost"), phases=["prune"])
     assert _rows(app)["gone"].status == "archived"
-    assert _rows(app)["gone"].comments.endswith("referenced agent no longer exists")
+    comments = _rows(app)["gone"].comments
+    assert comments is not None and comments.endswith("referenced agent no longer exists")
     assert _prune_step(app, run_id)["output"]["orphaned_agents"] == 1
     _run(app, Scope("agent-1"), phases=["prune"])
     assert _rows(app)["kept"].status == "active"
@@ -267,6 +271,7 @@ def test_sql_checker_reads_host_tables(app: App) -> None:
     _run(app, phases=["prune"])
     _run(app, Scope("a2"), phases=["prune"])
     rows = _rows(app)
+    assert rows["n1"].comments is not None
     assert rows["n1"].comments.endswith("referenced agent is disabled")
     assert rows["n2"].status == "active"  # users/companies unconfigured: not checked
 
@@ -328,7 +333,8 @@ def test_sql_checker_reason_column_marks_erasure(app: App) -> None:
     app.settings.prune.sql_conversations = "host_convs.cid.state.why"
     add_notes(app, _scoped(id="n1", content="x", source_conversation_id="c1"))
     _run(app, phases=["prune"])
-    assert _rows(app)["n1"].comments.endswith("source conversation was erased")
+    comments = _rows(app)["n1"].comments
+    assert comments is not None and comments.endswith("source conversation was erased")
 
 
 @pytest.mark.parametrize("kind", ["conversation", "user"])
