@@ -184,6 +184,7 @@ def test_who_undid_or_cancelled_a_run_is_not_named_by_the_user_after_their_erasu
     undone = _dream(app, USER)
     ScopedTools(app, Scope("agent-1", USER)).undo_run(undone)
     started = service.create_run(app, Scope("agent-1", USER), force=True)
+    assert started is not None
     app.settings.api_tokens = json.dumps({USER_TOKEN: {"agent_id": "agent-1", "user_id": USER}})
     with TestClient(create_api(app)) as client:
         cancelled = client.post(f"/api/runs/{started}/cancel", headers=auth(USER_TOKEN))
@@ -198,6 +199,7 @@ def test_who_undid_or_cancelled_a_run_is_not_named_by_the_user_after_their_erasu
         runs = {r.id: r for r in uow.session.scalars(select(DreamRunRow))}
         errors = uow.session.scalars(select(RunStepRow.error).where(
             RunStepRow.run_id == started)).all()
-    assert runs[undone].status_reason.startswith(f"undone by mcp:{erased} at ")
+    undone_reason = runs[undone].status_reason
+    assert undone_reason is not None and undone_reason.startswith(f"undone by mcp:{erased} at ")
     assert runs[started].status_reason == f"cancelled through the API by {erased}"
-    assert errors and all(erased in e for e in errors)
+    assert errors and all(e is not None and erased in e for e in errors)

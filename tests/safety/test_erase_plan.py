@@ -11,12 +11,8 @@ import pytest
 from worker.host.fusion import FUSED
 from worker.phases.consolidate.decision import LINEAGE as CONSOLIDATED
 from worker.phases.contradictions.apply import LINEAGE
-from worker.safety.erase import (
-    RESTORE_RELATIONS,
-    REVIEW_RELATIONS,
-    plan_survivors,
-    restored_fields,
-)
+from worker.phases.kit.rows import restored_fields
+from worker.safety.erase import RESTORE_RELATIONS, REVIEW_RELATIONS, plan_survivors
 from worker.store.repositories.safety import DERIVED_RELATIONS, Survivor
 
 ERASED = {"gone"}

@@ -89,6 +89,7 @@ def test_erase_scrubs_only_the_fields_that_name_the_erased_note(
     erase(app, note_id="new")
     with app.uow() as uow:
         (row,) = uow.safety.run_log(run_id)
+    assert row.before is not None and row.after is not None
     assert row.before["status"] == "active" and row.before["version"] == 1
     assert row.after["status"] == "revoked" and row.after["version"] == 2
     assert row.after["consolidated_into_id"] is None
@@ -376,6 +377,7 @@ def test_force_cascade_never_undoes_an_erasure_in_another_scope(
                                f"likes green tea {CANARY}")
     result = erase(app, conversation_id="c0")
     assert result.restored_ids == ["agent-1-q", "agent-2-q"]
+    assert result.erase_id is not None
     out = _cli(app, monkeypatch, "undo", runs["agent-1"], "--force-cascade")
     assert out.exit_code == 0, out.output
     assert result.erase_id not in out.output

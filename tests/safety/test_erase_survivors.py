@@ -292,6 +292,7 @@ def test_an_erased_id_is_matched_as_a_whole_token_only(app: App) -> None:
     with app.uow() as uow:
         rows = {r.reason: r.after for r in uow.safety.run_log(run_id)}
     # Only the row naming n1 was scrubbed, and only in the field that named it.
+    assert rows["kept n12"] is not None and rows["compared"] is not None
     assert rows["kept n12"]["comments"] == "n12 kept, unlike n1x"
     assert rows["compared"]["comments"] == "compared with [erased note]"
 

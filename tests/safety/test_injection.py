@@ -112,7 +112,7 @@ def _random_texts(count: int, seed: int = 7) -> list[str]:
 def test_the_gate_changes_no_signal() -> None:
     """Random texts built from every gate's words, fragments, punctuation and look-alike
     letters: the gated score finds exactly the signals a search of every pattern finds."""
-    seen = set()
+    seen: set[str] = set()
     for text in _random_texts(4000):
         expected = _every_pattern(text)
         assert injection.instruction_score(text).signals == expected, text

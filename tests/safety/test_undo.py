@@ -104,10 +104,11 @@ def test_r17_undo_refuses_when_a_note_changed_since(app: App) -> None:
     with app.uow() as uow:
         runs = {r: uow.runs.get(r) for r in (first, second)}
         reasons = {r: row.status_reason if row is not None else None for r, row in runs.items()}
-    assert reasons[first] is not None and reasons[first].startswith("undone by cli:dana at ")
-    assert reasons[first].endswith("; was succeeded")
-    assert reasons[second] is not None and reasons[second].startswith("undone by cli:dana at ")
-    assert f"(a later run, with the undo of {first}); was succeeded" in reasons[second]
+    first_reason, second_reason = reasons[first], reasons[second]
+    assert first_reason is not None and first_reason.startswith("undone by cli:dana at ")
+    assert first_reason.endswith("; was succeeded")
+    assert second_reason is not None and second_reason.startswith("undone by cli:dana at ")
+    assert f"(a later run, with the undo of {first}); was succeeded" in second_reason
 
 
 def test_r17_undo_refuses_after_host_edit(app: App) -> None:

@@ -63,6 +63,7 @@ def test_undo_of_a_run_logged_before_the_insert_named_is_auto_generated(app: App
     with app.uow() as uow:
         for row in uow.session.scalars(select(OperationLogRow).where(
                 OperationLogRow.op == "insert")):
+            assert row.after is not None
             row.after = {k: v for k, v in row.after.items() if k != "is_auto_generated"}
         uow.commit()
     with pytest.raises(UndoRefused, match=f"note {taken} is manual") as refused:
@@ -126,18 +127,20 @@ def test_undo_of_an_erasure_refuses_to_re_retire_a_note_a_person_took_over_since
     fused = _fuse(app, run_id, ["n0", "n1"], "User likes tea")
     erased = [erase(app, note_id=fused), erase(app, note_id=done.note["id"])]
     assert {"n0", "n1", "n2", "n3"} <= {i for e in erased for i in e.restored_ids}
+    first_erase, second_erase = erased[0].erase_id, erased[1].erase_id
+    assert first_erase is not None and second_erase is not None
     host_sets(app, "n0", is_auto_generated=False)
     before = note_states(app)
     for force in (False, True):
         with pytest.raises(UndoRefused, match="note n0 is manual .* is_auto_generated") \
                 as refused:
-            undo_run(app, erased[0].erase_id, force_cascade=force)
+            undo_run(app, first_erase, force_cascade=force)
         assert str(refused.value).count("\n") == 0
         assert [r["id"] for r in refused.value.refused] == ["n0"]
         assert note_states(app) == before
     host_sets(app, "n0", is_auto_generated=True)
-    assert sorted(undo_run(app, erased[0].erase_id).restored) == ["n0", "n1"]
-    assert sorted(undo_run(app, erased[1].erase_id).restored) == ["n2", "n3"]
+    assert sorted(undo_run(app, first_erase).restored) == ["n0", "n1"]
+    assert sorted(undo_run(app, second_erase).restored) == ["n2", "n3"]
     assert {i: s["status"] for i, s in note_states(app).items() if i in ("n0", "n2")} == {
         "n0": "revoked", "n2": "revoked"}
 
@@ -168,6 +171,7 @@ def test_undo_of_an_erasure_logged_before_it_recorded_is_auto_generated(app: App
     _seed(app)
     run_id = run_row(app, SCOPE)
     done = erase(app, note_id=_fuse(app, run_id, ["n0", "n1"], "User likes tea"))
+    assert done.erase_id is not None
     host_sets(app, "n0", is_auto_generated=False)
     with app.uow() as uow:
         for row in uow.session.scalars(select(OperationLogRow).where(
