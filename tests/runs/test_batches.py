@@ -7,6 +7,7 @@ against the local stub's files and batches endpoints (tests/support/llm_stub_bat
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from datetime import timedelta
 from typing import Any
 
@@ -225,7 +226,7 @@ def test_a_run_failing_with_its_batch_out_releases_it(stub_app: App, llm_stub: L
     assert release is not None and release["cancelled"]
 
 
-def _retried(logs: list[dict[str, Any]]) -> dict[str, Any]:
+def _retried(logs: list[MutableMapping[str, Any]]) -> MutableMapping[str, Any]:
     (event,) = [e for e in logs if e["event"] == "gate.batch_releases_retried"]
     return event
 

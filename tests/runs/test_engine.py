@@ -261,7 +261,8 @@ def test_a_run_task_returns_at_a_waiting_phase_and_resumes_there(app: App) -> No
     assert (first.status, first.retry_after) == (RunStatus.RUNNING.value, 42.0)
     assert [c.split(":")[1] for c in calls] == ["consolidate", "contradictions"]
     with app.uow() as uow:
-        assert uow.runs.get(run_id).finished_at is None
+        row = uow.runs.get(run_id)
+        assert row is not None and row.finished_at is None
     second = service.execute_run_task(app, run_id, registry)
     assert (second.status, second.retry_after) == (RunStatus.SUCCEEDED.value, None)
     assert [c.split(":")[1] for c in calls] == ["consolidate", "contradictions",
@@ -372,14 +373,17 @@ def test_a_waiting_phase_renews_the_lease_at_each_look(app: App) -> None:
         PhaseOutcome.WAITING)
     almost = utcnow() + timedelta(seconds=5)
     with app.uow() as uow:
-        uow.runs.get(run_id).lease_expires_at = almost
+        row = uow.runs.get(run_id)
+        assert row is not None
+        row.lease_expires_at = almost
         uow.commit()
     assert engine.execute_phase(app, run_id, "consolidate", registry).outcome is (
         PhaseOutcome.WAITING)
     later = almost + timedelta(seconds=60)
     assert service.gate_check(app, now=later).retried == []
     with app.uow() as uow:
-        assert uow.runs.get(run_id).status == RunStatus.RUNNING.value
+        row = uow.runs.get(run_id)
+        assert row is not None and row.status == RunStatus.RUNNING.value
 
 
 def _statements(app: App, work: Any) -> tuple[Any, list[str]]:

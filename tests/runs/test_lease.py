@@ -108,8 +108,12 @@ def test_a_block_opened_while_the_thread_idles_is_beaten_on_time_without_waking_
     notified: list[float] = []
     cond = _BEATS._cond
     original = cond.notify_all
-    monkeypatch.setattr(cond, "notify_all", lambda: (notified.append(time.monotonic()),
-                                                     original()))
+
+    def notify_all() -> None:
+        notified.append(time.monotonic())
+        original()
+
+    monkeypatch.setattr(cond, "notify_all", notify_all)
     hb = Counting(app, "next", interval=0.2)
     opened = time.monotonic()
     with hb:

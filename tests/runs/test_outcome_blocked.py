@@ -255,7 +255,7 @@ def test_r27_a_model_answering_garbage_all_run_blocks_the_run(app: App, llm_stub
     llm_stub.set_handler(lambda req: {"should_consolidate": False, "content": "",
                                       "type": "Preference", "source_ids": [],
                                       "reason": "keep apart", "topics": []})
-    dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", **env)
+    dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", code=0, **env)
     latest = json.loads(dream(app, "runs", "list", "--json").stdout)[0]
     assert "model_unusable" not in latest["totals"]["flags"], latest
 
@@ -316,7 +316,7 @@ def test_r27_a_model_down_all_run_blocks_the_run(app: App, llm_stub: LLMStub,
         llm_stub.set_handler(lambda req: {"should_consolidate": False, "content": "",
                                           "type": "Preference", "source_ids": [],
                                           "reason": "keep apart", "verdicts": []})
-        dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", **env)
+        dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", code=0, **env)
         latest = json.loads(dream(app, "runs", "list", "--json").stdout)[0]
         assert "model_unavailable" not in latest["totals"]["flags"], latest
 

@@ -120,8 +120,13 @@ def test_a_finish_under_a_lost_lease_writes_nothing_of_the_phase(app: App) -> No
                     if s.phase == "consolidate")
 
     ran: list[str] = []
+
+    def contradictions(ctx: PhaseContext, step_id: str) -> PhaseReport:
+        ran.append("contradictions")
+        return PhaseReport("contradictions", StepStatus.NO_ITEMS.value)
+
     registry = {**WRITING, "consolidate": _writing("consolidate", before=cancel),
-                "contradictions": lambda ctx, step_id: ran.append("contradictions")}
+                "contradictions": contradictions}
     assert engine.execute_run(app, snap, registry) == RunStatus.CANCELLED.value
     assert ran == []
     assert _flags(app) == [[]]
@@ -189,7 +194,7 @@ def test_the_lease_fence_reads_the_run_at_most_once_per_interval(
     run = service.create_claimed_run(app, SCOPE, trigger="test", force=True)
     assert run is not None and run.epoch is not None
     clock = [1000.0]
-    monkeypatch.setattr(lease.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr("worker.runs.lease.time.monotonic", lambda: clock[0])
     fence = lease.lease_fence(app, run.run_id, run.epoch)
     with recorded_statements(app) as statements:
         assert all(fence() for _ in range(50))  # a fast fan-out, within the first second

@@ -107,7 +107,7 @@ def test_a_beat_after_a_waiting_finish_keeps_the_step_waiting_and_resumable(
         is PhaseOutcome.WAITING
     with app.uow() as uow:
         (step,) = [s for s in uow.runs.steps(run_id) if s.parent_id is None]
-    assert step.status == StepStatus.RUNNING.value
+    assert step.status == StepStatus.RUNNING.value and step.output is not None
     assert {k: step.output.get(k) for k in ("waiting", "retry_after", "clusters_found")} == {
         "waiting": "waiting on batch b-1", "retry_after": 42, "clusters_found": 3}
     assert step.output["usage"] == {"calls": 0, "tokens": 0, "tokens_in": 0, "tokens_out": 0}

@@ -19,15 +19,20 @@ from worker.cli import main
 from worker.config import BudgetSettings
 from worker.domain.types import PHASES, PhaseReport, RunStatus, Scope, StepStatus
 from worker.runs import engine, service
-from worker.runs.context import PhaseContext, Registry
+from worker.runs.context import PhaseContext, PhaseFn, Registry
 from worker.runs.outcome import PhaseOutcome
 from worker.runs.snapshot import Usage, usage_of
 from worker.store.models import RunStepRow
 from worker.store.repositories.dashboard import DashboardQueries
 
 SCOPE = Scope("agent-1")
-QUIET: Registry = {p: (lambda ctx, step_id, p=p: PhaseReport(p, StepStatus.NO_ITEMS.value))
-                   for p in PHASES}
+
+
+def _quiet(phase: str) -> PhaseFn:
+    return lambda ctx, step_id: PhaseReport(phase, StepStatus.NO_ITEMS.value)
+
+
+QUIET: Registry = {p: _quiet(p) for p in PHASES}
 Execution = Callable[[PhaseContext], PhaseReport]
 
 
