@@ -7,6 +7,7 @@ written (SQLite and PostgreSQL). Before, each was imported as given."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from tests.support.factories import add_notes
 from worker.app import App
 from worker.ingest import InputError, import_notes
 
-KEPT = {"id": "k", "content": "User likes green tea"}
+KEPT: dict[str, Any] = {"id": "k", "content": "User likes green tea"}
 EDGE = {"parent_id": "k", "relation": "consolidated"}
 
 

@@ -21,7 +21,8 @@ def _statuses(app: App) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("order", [[OLD, NEW], [NEW, OLD]])
-def test_distinct_ids_with_one_text_are_distinct_notes(app: App, order: list[dict]) -> None:
+def test_distinct_ids_with_one_text_are_distinct_notes(app: App,
+                                                      order: list[dict[str, str]]) -> None:
     """A revoked note and the active one with its text (a fusion that kept a source's words)
     both restore, in either order; the file imported again adds nothing."""
     lines = [json.dumps(n) for n in order]

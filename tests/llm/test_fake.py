@@ -143,7 +143,8 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "fake-llm-demo.json"
      [[{"notes": ["n1"]}, {"notes": ["n2"]}]]),
     ("User prefers dark mode", "User prefers dark mode in the editor", []),
 ])
-def test_demo_script_calls_only_the_units_pair_conflicting(a: str, b: str, values: list) -> None:
+def test_demo_script_calls_only_the_units_pair_conflicting(
+        a: str, b: str, values: list[list[dict[str, list[str]]]]) -> None:
     """examples/fake-llm-demo.json as its comments say: the metric/imperial notes are two
     values of one attribute, any other topic states no shared attribute (the real rendered
     contradictions prompt)."""

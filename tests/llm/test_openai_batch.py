@@ -55,7 +55,7 @@ def _store(app: App, scope: Scope, clusters: tuple[list[str], ...] = (DARK_MODE_
     """Notes for every judge: clusters to fuse, a conflicting pair, an orphan of a deleted
     conversation (prune review) and an important idle note (archive review)."""
     p = scope.agent_id
-    notes = [{"id": f"{p}-c{c}-{k}", "type": "Preference", "content": text,
+    notes: list[dict[str, Any]] = [{"id": f"{p}-c{c}-{k}", "type": "Preference", "content": text,
               "created_at": days_ago(30 - k), "agent_id": p}
              for c, texts in enumerate(clusters) for k, text in enumerate(texts)]
     if every_phase:
@@ -138,16 +138,18 @@ def test_batch_run_ends_like_the_online_run(stub_app: App, llm_stub: LLMStub) ->
     assert len(llm_stub.batches.line_requests) == chats
     with stub_app.uow() as uow:
         records = [s for s in uow.runs.steps(batch_run) if s.name.startswith("llm batch ")]
-        status = {r: uow.runs.get(r).status for r in (online_run, batch_run)}
+        online_row, batch_row = uow.runs.get(online_run), uow.runs.get(batch_run)
+        assert online_row is not None and batch_row is not None
+        status = {online_run: online_row.status, batch_run: batch_row.status}
     assert sorted(r.phase for r in records) == ["archive", "consolidate", "contradictions",
                                                 "prune"]
-    assert {r.input["batch_id"] for r in records} == set(llm_stub.batches.batches)
+    assert {(r.input or {})["batch_id"] for r in records} == set(llm_stub.batches.batches)
     assert status[batch_run] == status[online_run]
     assert all(llm_stub.batches.purposes[b.input_file_id] == "batch"
                for b in llm_stub.batches.batches.values())
 
 
-def _consolidate_run(app: App, scope: Scope) -> tuple[str, list[tuple[str, Any]]]:
+def _consolidate_run(app: App, scope: Scope) -> tuple[str, list[tuple[Any, Any]]]:
     run_id = _run(app, scope, ["consolidate"])
     with app.uow() as uow:
         steps = uow.runs.steps(run_id)
