@@ -330,10 +330,11 @@ def test_celery_settings_follow_r7() -> None:
 def test_phase_messages_carry_only_the_run_id() -> None:
     """R7: chain signatures are immutable and their only argument is the run id."""
     from worker import tasks
+    from worker.celery_app import app as celery_app  # the app worker.tasks registers on
 
     for task in (tasks.consolidate, tasks.contradictions, tasks.prune, tasks.archive, tasks.finalize):
         sig = task.si("run-123")
         assert sig.immutable and tuple(sig.args) == ("run-123",) and not sig.kwargs
     assert {"dream.gate_check", "dream.finalize", *(f"dream.{p}" for p in PHASES)} <= set(
-        tasks.app.tasks
+        celery_app.tasks
     )

@@ -116,7 +116,9 @@ def test_r14_planted_claim_is_flagged_and_an_obedient_fusion_rejected(
         planted = uow.session.get(NoteRow, "planted")
         steps = uow.runs.steps(run_id)
     assert planted is not None and "injection" in (planted.flags or [])
-    reasons = [s.output.get("reason", "") for s in steps if s.parent_id is not None]
+    children = [s for s in steps if s.parent_id is not None]
+    assert all(s.output is not None for s in children)
+    reasons = [(s.output or {}).get("reason", "") for s in children]
     assert any("adds 'administrator'" in r for r in reasons), reasons
 
 

@@ -218,7 +218,8 @@ def test_a_retirement_never_predates_the_note_it_retires(app: App, tmp_path: Pat
     assert (loser.status, loser.consolidated_into_id) == ("revoked", "wifi-old")
     assert loser.valid_to is not None and loser.valid_to == loser.created_at
     retired = [n for n in notes.values() if n.valid_to is not None]
-    assert retired and all(n.valid_to >= n.created_at for n in retired)
+    assert retired and all(n.valid_to is not None and n.created_at is not None
+                           and n.valid_to >= n.created_at for n in retired)
 
 
 BASE = "The user deploys the billing service on Fridays after the weekly review."
@@ -231,7 +232,7 @@ def test_host_paths_keep_manual_and_protected_notes(app: App, tmp_path: Path) ->
     add` of a longer near-duplicate of a protected note is an ADD (both kept), where the same
     write over a standard note supersedes it (UPDATE)."""
     url = app.settings.database_url
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"id": "h-manual", **SCOPE, "content": "User likes green tea", "is_auto_generated": False},
         {"id": "h-auto", **SCOPE, "content": "User likes green tea in the morning"},
         {"id": "p-base", "agent_id": "agent-p", "content": BASE, "protection": "protected"},
@@ -271,5 +272,5 @@ def test_undo_never_overwrites_a_later_runs_annotation(app: App) -> None:
     assert _notes(app)["n"].flags == ["contradiction_review", "injection"]
     _ok(dream(url, "undo", run_ids[1]))
     _ok(dream(url, "undo", run_ids[0]))
-    note = _notes(app)["n"]
-    assert (note.flags or [], note.comments, note.status) == ([], None, "active")
+    row = _notes(app)["n"]
+    assert (row.flags or [], row.comments, row.status) == ([], None, "active")

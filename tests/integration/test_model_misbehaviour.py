@@ -200,7 +200,7 @@ def _scope() -> Scope:
 
 def _add_dark(app: App, scope: Scope, texts: list[str] = DARK) -> list[str]:
     prefix = scope.agent_id[-8:]
-    notes = [{"id": f"{prefix}-d{k}", "agent_id": scope.agent_id, "user_id": scope.user_id,
+    notes: list[dict[str, Any]] = [{"id": f"{prefix}-d{k}", "agent_id": scope.agent_id, "user_id": scope.user_id,
               "type": "Preference", "content": t, "created_at": days_ago(30 - k),
               "access_count": k + 1} for k, t in enumerate(texts)]
     add_notes(app, *notes)

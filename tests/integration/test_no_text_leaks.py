@@ -202,7 +202,7 @@ class BrokerMonitor(threading.Thread):
     def run(self) -> None:
         conn = self.monitor_client.connection_pool.get_connection()
         try:
-            conn.send_command("MONITOR")
+            conn.send_command("MONITOR")  # type: ignore[no-untyped-call]  # redis-py: unannotated
             assert conn.read_response() in (b"OK", "OK")
             while True:
                 line = conn.read_response()
@@ -217,7 +217,7 @@ class BrokerMonitor(threading.Thread):
         except BaseException as exc:  # kept for the test to report, not swallowed
             self.error = exc
         finally:
-            conn.disconnect()
+            conn.disconnect()  # type: ignore[no-untyped-call]  # redis-py: unannotated
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Send probes until one is seen through MONITOR (the thread may still be connecting)."""
@@ -242,7 +242,7 @@ class BrokerMonitor(threading.Thread):
 
     def arguments(self) -> list[str]:
         """Every argument of every command sent to the broker database."""
-        out = []
+        out: list[str] = []
         for line in self.lines:
             if f"[{REDIS_DB} " not in line:
                 continue
