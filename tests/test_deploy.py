@@ -48,7 +48,9 @@ def interpolate(value: str) -> str:
 
 
 def compose() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))
+    data = yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
 
 
 def k8s_docs() -> list[dict[str, Any]]:

@@ -90,6 +90,13 @@ def _attribute_text(spans: list[ReadableSpan]) -> str:
                        for s in spans])
 
 
+def _int_attribute(span: ReadableSpan, key: str) -> int:
+    """A span's numeric attribute (``key`` must be set) as an int."""
+    value = (span.attributes or {})[key]
+    assert isinstance(value, (int, float, str)), value
+    return int(value)
+
+
 def test_run_phase_and_model_call_spans_follow_the_genai_conventions(
     app: App, llm_stub: LLMStub, exporter: InMemorySpanExporter,
 ) -> None:
@@ -138,9 +145,9 @@ def test_run_phase_and_model_call_spans_follow_the_genai_conventions(
         assert attrs["gen_ai.provider.name"] == attrs["gen_ai.system"] == "openai"
         assert attrs["gen_ai.request.model"] == attrs["gen_ai.response.model"] == "stub-model"
         assert attrs["dream.prompt.name"] == "consolidate"
-    assert sum(int((c.attributes or {})["gen_ai.usage.input_tokens"]) for c in calls) == \
+    assert sum(_int_attribute(c, "gen_ai.usage.input_tokens") for c in calls) == \
         parent["tokens_in"] > 0
-    assert sum(int((c.attributes or {})["gen_ai.usage.output_tokens"]) for c in calls) == \
+    assert sum(_int_attribute(c, "gen_ai.usage.output_tokens") for c in calls) == \
         parent["tokens_out"] > 0
 
     text = _attribute_text(spans)
