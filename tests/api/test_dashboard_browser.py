@@ -72,7 +72,7 @@ return {
 @pytest.fixture
 def seeded(tmp_path: Path) -> Iterator[tuple[App, SeededStore]]:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'dream.db'}", llm_provider="fake",
-                        fake_llm_script=DEMO_SCRIPT, api_tokens=TOKENS)  # type: ignore[call-arg]
+                        fake_llm_script=DEMO_SCRIPT, api_tokens=TOKENS)
     app = build_app(settings)
     upgrade(app.engine)
     rules_only = second_app(app)

@@ -17,10 +17,10 @@ import structlog
 from fastapi.testclient import TestClient
 
 from tests.api.conftest import ADMIN, AGENT_1, TOKENS, auth
-from tests.api.test_socket import serve
 from tests.conftest import make_sqlite_app
 from tests.support.factories import add_notes
 from tests.support.safety import all_rows_text
+from tests.support.serve import serve
 from worker.api import create_api
 from worker.app import App
 from worker.logging import configure_logging

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.core.result import Ok
 
 from tests.api.conftest import ADMIN, AGENT_1, TOKENS, auth
 from tests.conftest import drop_postgres_app, make_postgres_app, make_sqlite_app
@@ -36,6 +37,7 @@ def test_no_generated_input_causes_a_server_error(tmp_path: Path, token: str,
     statuses: list[int] = []
     try:
         for result in schema.get_all_operations():
+            assert isinstance(result, Ok), result
             operation = result.ok()
             seen.append(f"{operation.method.upper()} {operation.path}")
 

@@ -23,7 +23,7 @@ from worker.store.db import make_engine
 from worker.store.models import AgentRow, DreamRunRow, NoteRow, SessionRow
 
 
-def dream(url: str, *args: str, input: str | None = None, **env: str) -> Result:
+def dream(url: str, *args: str, input: str | None = None, **env: str | None) -> Result:
     """Invoke `dream ARGS` with DREAM_DATABASE_URL=url and a clean DREAM_ environment."""
     environ = {"DREAM_DATABASE_URL": url, "DREAM_LOG_LEVEL": "WARNING", "DREAM_BROKER_URL": None,
                "DREAM_LLM_PROVIDER": "none", **env}
@@ -50,7 +50,7 @@ def url_of(app: App) -> str:
     return app.settings.database_url
 
 
-NOTES = [
+NOTES: list[dict[str, Any]] = [
     {"id": "n1", "agent_id": "a1", "user_id": "u1", "content": "User prefers Python 3.12",
      "type": "Preference", "created_at": "2026-01-02T03:04:05+00:00", "importance": 0.9,
      "access_count": 3, "last_accessed_at": "2026-02-01T00:00:00+00:00",
@@ -334,7 +334,8 @@ def test_sessions_and_the_gate_through_the_cli(app: App) -> None:
 
 def test_entities_import_upserts(app: App) -> None:
     """`entities import` writes agents/users/companies/conversations and re-importing updates."""
-    rows = [{"kind": "agent", "id": "a1", "status": "active", "note_retention_days": 30},
+    rows: list[dict[str, Any]] = [
+            {"kind": "agent", "id": "a1", "status": "active", "note_retention_days": 30},
             {"kind": "user", "id": "u1", "status": "deleted", "deleted_at": "2026-01-01T00:00:00Z"},
             {"kind": "company", "id": "c1"},
             {"kind": "conversation", "id": "conv-9", "status": "deleted", "deleted_reason": "gdpr"}]
@@ -355,7 +356,7 @@ def test_an_agent_staleness_bound_without_an_idle_wait_is_imported_with_a_warnin
     gate_idle_minutes or DREAM_GATE_IDLE_MINUTES it does nothing. It is still imported (the
     deployment may set an idle wait later), with one warning line naming the line and agent;
     an agent that has both, or none, says nothing."""
-    rows = [{"kind": "agent", "id": "a1", "gate_max_stale_hours": 48},
+    rows: list[dict[str, Any]] = [{"kind": "agent", "id": "a1", "gate_max_stale_hours": 48},
             {"kind": "agent", "id": "a2", "gate_max_stale_hours": 48, "gate_idle_minutes": 30},
             {"kind": "agent", "id": "a3"}]
     res = dream(url_of(app), "entities", "import", "-", input=jsonl(rows))
@@ -464,8 +465,9 @@ def test_runs_list_pages_on_with_after(db: App) -> None:
     rest = dream(url_of(db), "runs", "list", "--json", "--limit", "2", "--after", shown[-1])
     assert [r["id"] for r in json.loads(rest.stdout)] == [made[Scope("a2")]]
     assert rest.stderr == ""
-    line = one_error_line(dream(url_of(db), "runs", "list", "--agent", "a0",
-                                "--after", made[Scope("a1")]))
+    other = made[Scope("a1")]
+    assert other is not None
+    line = one_error_line(dream(url_of(db), "runs", "list", "--agent", "a0", "--after", other))
     assert line == (f"error: after: {made[Scope('a1')]!r} is no run of this listing; pass the "
                     "last run id of the page before (the one it named to go on with), with the "
                     "same filters"), line  # before: "(its 'next')", a name only the API uses

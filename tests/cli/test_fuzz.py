@@ -4,7 +4,7 @@ fuzzed too), fed hypothesis-generated arguments and stdin: the answer is success
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,16 @@ def values_for(param: click.Parameter) -> st.SearchStrategy[str]:
     return text_values()
 
 
+def _after(flag: str) -> Callable[[str], list[str]]:
+    """An option's value with its flag before it."""
+    return lambda value: [flag, value]
+
+
+def _values_of(param: click.Parameter) -> Callable[[int], st.SearchStrategy[list[str]]]:
+    """``n`` values of an argument."""
+    return lambda n: st.lists(values_for(param), min_size=n, max_size=n)
+
+
 def argv_for(path: tuple[str, ...], command: click.Command) -> st.SearchStrategy[list[str]]:
     """The command path, then any subset of its options (flags bare, others with a value) and
     its arguments, in declaration order (click does not care), now and then a stray token."""
@@ -97,14 +107,14 @@ def argv_for(path: tuple[str, ...], command: click.Command) -> st.SearchStrategy
             if param.is_flag:
                 parts.append(st.sampled_from([[], [flag]]))
             else:
-                single = values_for(param).map(lambda v, f=flag: [f, v])
+                single = values_for(param).map(_after(flag))
                 repeated = st.lists(single, max_size=2).map(lambda pairs: [t for p in pairs for t in p])
                 parts.append(st.one_of(st.just([]), single, repeated) if param.multiple
                              else st.one_of(st.just([]), single))
         else:
             count = (st.integers(0, 3) if param.nargs == -1
                      else st.sampled_from([param.nargs, param.nargs, param.nargs, 0]))
-            parts.append(count.flatmap(lambda n, p=param: st.lists(values_for(p), min_size=n, max_size=n)))
+            parts.append(count.flatmap(_values_of(param)))
     stray = st.sampled_from([[]] * 12 + [["--unknown-option"], ["extra"], ["--help"]])
     generated = st.tuples(st.tuples(*parts), stray).map(
         lambda t: [*path, *[tok for chunk in t[0] for tok in chunk], *t[1]])

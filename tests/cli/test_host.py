@@ -172,7 +172,9 @@ def test_candidates_are_the_open_items_of_the_latest_dream_that_still_stands(app
     assert approved.exit_code == 0, approved.output
     assert _open_items(url) == [(second, ["b", "m"])]
     with app.uow() as uow:  # the /metrics gauge reads the same dream (before: no figure)
-        counted = (uow.runs.get(second).totals or {})["open_candidates"]
+        run = uow.runs.get(second)
+        assert run is not None
+        counted = (run.totals or {})["open_candidates"]
         assert uow.run_history.latest_open_candidates(Scope("agent-1")) == {
             Scope("agent-1").key: counted}
 

@@ -278,13 +278,13 @@ def test_invalid_utf8_in_argv_and_stdin_through_a_real_process(app: App) -> None
     env = {**os.environ, "DREAM_DATABASE_URL": app.settings.database_url,
            "DREAM_LOG_LEVEL": "WARNING", "PYTHONIOENCODING": "utf-8"}
     before = all_rows_text(app)
-    cli = [sys.executable, "-c", "from worker.cli import main; main()"]
+    cli: list[str | bytes] = [sys.executable, "-c", "from worker.cli import main; main()"]
     for argv, stdin, says in (
         ([b"sessions", b"add", b"--agent", b"caf\xe9"], b"", b"argument 4 is not valid Unicode"),
         ([b"notes", b"import", b"-"], FINE.encode() + b'{"agent_id":"a","content":"\xc3"}\n',
          b"line 2: not valid UTF-8"),
     ):
-        done = subprocess.run(cli + argv, input=stdin, env=env, cwd=ROOT, capture_output=True,
+        done = subprocess.run([*cli, *argv], input=stdin, env=env, cwd=ROOT, capture_output=True,
                               timeout=60)
         assert done.returncode == 2, done.stderr
         assert done.stderr.strip().startswith(b"error: ") and says in done.stderr

@@ -86,7 +86,7 @@ async def _call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
     result = await client.call_tool(tool, args)
     assert not result.is_error, _text(result)
     assert result.structured_content is not None
-    return result.structured_content
+    return dict(result.structured_content)
 
 
 async def _refused(client: Client, tool: str, **args: Any) -> str:
@@ -99,7 +99,7 @@ async def _wait_finished(client: Client, run_id: str, timeout: float = 60,
                          terminal: set[str] = TERMINAL) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        run = (await _call(client, "dream_status", run_id=run_id))["run"]
+        run: dict[str, Any] = (await _call(client, "dream_status", run_id=run_id))["run"]
         if run["status"] in terminal:
             return run
         await anyio.sleep(0.2)

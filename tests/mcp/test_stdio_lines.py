@@ -44,7 +44,12 @@ LINES = [
 
 def _lines(stream: IO[bytes]) -> queue.Queue[bytes]:
     out: queue.Queue[bytes] = queue.Queue()
-    threading.Thread(target=lambda: [out.put(line) for line in stream], daemon=True).start()
+
+    def pump() -> None:
+        for line in stream:
+            out.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
     return out
 
 

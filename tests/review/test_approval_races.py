@@ -84,7 +84,10 @@ def test_a_decline_landing_as_the_approval_starts_rolls_its_change_back_unseen(
     _seed(app)
     before = _statuses(app)
     item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
-    decline = lambda: review.decline(app, SCOPE, review.Selector(item_id=item), by="cli:bo")  # noqa: E731
+
+    def decline() -> None:
+        review.decline(app, SCOPE, review.Selector(item_id=item), by="cli:bo")
+
     selector = review.Selector(all=True) if batch else review.Selector(item_id=item)
     with before_first(app, APPROVAL_RUN, decline):
         if batch:

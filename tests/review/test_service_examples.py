@@ -53,11 +53,12 @@ def _proposed(app: App) -> dict[str, int]:
     """A propose run's archive items: the expired examples e1, e2, the unsuccessful unused
     example e3 and the expired note n1; item id by what it archives."""
     add_entities(app, {"kind": "agent", "id": "agent-1", "apply_mode": "propose"})
-    import_examples(app, [json.dumps({"agent_id": "agent-1", "input": f"q{i}", "output": "a",
-                                      **e}) for i, e in enumerate([
+    examples: list[dict[str, Any]] = [
         {"id": "e1", "expires_at": days_ago(1)}, {"id": "e2", "expires_at": days_ago(2)},
         {"id": "e3", "success_score": 10, "created_at": days_ago(400),
-         "last_accessed_at": days_ago(200)}])])
+         "last_accessed_at": days_ago(200)}]
+    import_examples(app, [json.dumps({"agent_id": "agent-1", "input": f"q{i}", "output": "a",
+                                      **e}) for i, e in enumerate(examples)])
     add_notes(app, {"id": "n1", "content": "sale ends Friday", "expires_at": days_ago(1),
                     "last_accessed_at": days_ago(0)})
     run_id = create_run(app, SCOPE, force=True, clock=NOW, phases=["archive"])

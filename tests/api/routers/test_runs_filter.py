@@ -54,7 +54,10 @@ def test_agent_id_lists_every_scope_of_the_agent_as_the_cli_does(
     and company_id narrow it (alone, every agent's scopes of that user); ``scope`` is the one
     exact scope; both at once is a 422."""
     client, made = runs
-    of = lambda *scopes: {made[s] for s in scopes}  # noqa: E731
+
+    def of(*scopes: Scope) -> set[str]:
+        return {made[s] for s in scopes}
+
     assert _listed(client, ADMIN, agent_id="agent-1") == of(*SCOPES[:3])
     assert _listed(client, ADMIN, agent_id="agent-1", user_id="u1") == of(SCOPES[1])
     assert _listed(client, ADMIN, agent_id="agent-1", company_id="c1") == of(SCOPES[2])
