@@ -19,15 +19,10 @@ from sqlalchemy.exc import IntegrityError
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.limits import text_problem
-from worker.domain.types import (
-    NoteStatus,
-    NoteType,
-    Scope,
-    content_hash,
-    normalise_text,
-)
+from worker.domain.types import NoteStatus, NoteType, Scope, content_hash, normalise_text
 from worker.host.errors import Conflict, Invalid
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
+from worker.review.propose import held_notes
 from worker.safety.undo import REMEMBER_PREFIX
 from worker.store.repositories.keys import NOTE_IDS
 from worker.text.words import is_blank
@@ -279,6 +274,7 @@ def _remember_once(
         action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
                                 settings.update_threshold, kind)
         old = uow.notes.get_many([best_id]) if action == "UPDATE" and best_id else []
+        held = held_notes(uow, scope).get(best_id or "") if old else None
         new_id = _free_id(uow, id_key, scope, normalised, {r[0] for r in same}, h)
     if best_hash is not None and best_id is None:
         return None  # the best match was retired between the two reads: decide again
@@ -290,11 +286,13 @@ def _remember_once(
         return RememberResult("NOOP", best_id, reason, _round(best))
     if action == "UPDATE" and not old:
         return None  # retired meanwhile: decide again
-    if old and not old[0].retirable:
-        # A protected or immutable note is never superseded (R23), not even by a longer
-        # host write: both stay, and the new one is an ADD.
-        action, reason = "ADD", f"{reason}; the similar note is {old[0].protection}, kept both"
-        old = []
+    if old and (not old[0].retirable or held is not None):
+        # A protected or immutable note is never superseded (R23), not even by a longer host
+        # write, nor one an open review item would change (it waits for the reviewer, as a
+        # run leaves it; superseding it would make the item stale): both stay, an ADD.
+        kept = (f"the similar note is {old[0].protection}" if not old[0].retirable else
+                f"the similar note waits for open review item {held}")
+        action, reason, old = "ADD", f"{reason}; {kept}, kept both", []
     note = NewNote(id=new_id, content=text, type=kind, importance=importance,
                    consolidation_generation=0, is_auto_generated=False,
                    reason=f"remember {action.lower()}")

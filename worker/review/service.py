@@ -43,6 +43,7 @@ from worker.review.items import (
     entity_of,
     moved_since,
 )
+from worker.review.propose import settle_stale
 from worker.runs.context import PhaseContext
 from worker.runs.lease import executing
 from worker.runs.stops import deliver_held_stops, signal_of, stops_held
@@ -185,7 +186,9 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
     if reason is not None and (problem := line_problem(reason)):
         raise Invalid(f"reason {problem}")
     out = []
-    for row in _selected(app, scope, selector):
+    rows = _selected(app, scope, selector)
+    batch = frozenset(r.id for r in rows)
+    for row in rows:
         change = ProposedChange.from_row(row)
         now = utcnow()
         with app.uow() as uow:
@@ -198,6 +201,9 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
                                                                   meanwhile=True)))
                 continue
             remember_declined(uow, scope, change, reason, now)
+            # Another open item retiring one of these notes into another can never apply now.
+            settle_stale(uow, scope, now, f"review item {row.id} was declined", by="review",
+                         spare=batch)
             uow.commit()
         out.append(Decided(row.id, ItemStatus.DECLINED.value, f"declined item {row.id}"))
     log.info("review.declined", scope=scope.key, items=len(out), by=by)

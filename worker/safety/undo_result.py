@@ -50,6 +50,8 @@ class UndoResult:
     reviews: int = 0  # review rows (``reviews``: flagged for a person) they recorded, deleted
     review_items_withdrawn: int = 0  # their open proposals, declined (kept, not deleted)
     review_items_undone: int = 0  # items they applied (an approval's run), now ``undone``
+    # Open items (of other runs) naming a note the undo moved: recorded stale, never to apply.
+    review_items_stale: int = 0
     # Each note and example as the undo leaves it (a cascade's later outcome replaces an
     # earlier one: a note the asked run created ends retired), in the order first touched.
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -63,6 +65,7 @@ class UndoResult:
                 "examples": self.examples, "judgements": self.judgements,
                 "reviews": self.reviews, "review_items_withdrawn": self.review_items_withdrawn,
                 "review_items_undone": self.review_items_undone,
+                "review_items_stale": self.review_items_stale,
                 "notes": list(self.outcomes.values())}
 
     def note(self, entry: dict[str, Any]) -> None:
@@ -94,6 +97,9 @@ class UndoResult:
              f"withdrew {counted(self.review_items_withdrawn, 'open review item')}"),
             (self.review_items_undone,
              f"marked {counted(self.review_items_undone, 'applied review item')} undone"),
+            (self.review_items_stale,
+             f"made {counted(self.review_items_stale, 'open review item')} stale (a note it "
+             "names moved)"),
         ]
         said = [text for count, text in parts if count]
         return "; ".join(said) if said else "nothing to revert: the run(s) changed nothing"

@@ -40,15 +40,17 @@ class ReviewItemRepository:
             select(ReviewItemRow).where(ReviewItemRow.scope_key == scope.key,
                                         ReviewItemRow.status == OPEN).order_by(ReviewItemRow.id)))
 
-    def mark_stale(self, item_ids: list[int], now: datetime, outcome: str) -> None:
-        """The open items of these ids stale: an UPDATE per ``IN_CHUNK`` ids, in id order."""
+    def mark_stale(self, item_ids: list[int], now: datetime, outcome: str,
+                   by: str = "run") -> None:
+        """The open items of these ids stale: an UPDATE per ``IN_CHUNK`` ids, in id order;
+        ``by``: what found them so (a run, or the host write that moved their notes)."""
         for chunk in chunked(sorted(set(item_ids))):
             self.session.execute(
                 update(ReviewItemRow)
                 .where(locked_in_order(self.session, ReviewItemRow.id,
                                        ReviewItemRow.id.in_(chunk)),
                        ReviewItemRow.status == OPEN)
-                .values(status="stale", decided_at=now, decided_by="run", outcome=outcome))
+                .values(status="stale", decided_at=now, decided_by=by, outcome=outcome))
 
     def scopes_with_open(self, limit: int = 200) -> list[Scope]:
         """Scopes that have open items (what an admin's review page offers)."""
