@@ -8,6 +8,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from worker.domain.limits import (
     ID_MAX,
+    line_problem,
     reorder_problem,
     scope_problem,
     text_problem,
@@ -21,12 +22,13 @@ Ident = Annotated[str, Field(min_length=1, max_length=ID_MAX, pattern=r"^[^\x00]
 
 
 def _visible(value: str) -> str:
-    if problem := visible_problem(value) or reorder_problem(value):
+    if problem := visible_problem(value) or reorder_problem(value) or line_problem(value):
         raise ValueError(problem)
     return value
 
 
-# Text someone reads (who decided, why): when given, something visible in it.
+# Text someone reads (who decided): when given, something visible in it, on one line (a control
+# character, an escape sequence's ESC, would reach `dream review show` and a refusal's line).
 VisibleText = Annotated[str, AfterValidator(_visible)]
 
 

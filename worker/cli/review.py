@@ -151,8 +151,8 @@ def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
     for example in item["examples"]:
         mark = "  (changed since)" if example["changed"] else ""
         click.echo(f"  example {example['id']} v{example['version']} {example['status']}{mark}")
-    for line in decision_lines(item):
-        click.echo(f"  {line}")
+    for line in decision_lines(item):  # who decided and why, as stored (an older row's too)
+        click.echo(f"  {shown(line)}")
 
 
 def decision_lines(item: dict[str, Any]) -> list[str]:
