@@ -77,3 +77,18 @@ def test_an_undo_that_moves_a_held_note_records_its_item_stale(app: App) -> None
     assert result.as_dict()["review_items_stale"] == 1
     assert "made 1 open review item stale" in result.summary()
     assert _status(app, item) == "stale"
+
+
+def test_a_remember_that_uses_a_note_an_archive_item_names_records_it_stale(app: App) -> None:
+    """A NOOP counts a use of the note: an open archive item that decided on its last use can
+    never apply now (its approval would refuse it) and is recorded stale with the use."""
+    from worker.review.changes import archive_change
+
+    _seed(app)
+    item = _propose(app, archive_change("archive", "t1", 1, reason="archive: unused",
+                                        comment="[Archived: unused]",
+                                        seen={"t1": {"last_accessed_at": None}}))
+    other = _propose(app, _merge(["c1", "c2"], "Works from Lisbon on Fridays."))
+    result = remember(app, SCOPE, "Prefers green tea.")
+    assert (result.action, result.id) == ("NOOP", "t1")
+    assert (_status(app, item), _status(app, other)) == ("stale", "open")
