@@ -261,7 +261,8 @@ def fuse(
                 raise WriteConflict(f"note {changed} changed")
             w.judgement(FUSED, fingerprint_notes(sources), [n.id for n in sources], FUSED,
                         "host fuse")
-            stale = settle_stale(w.uow, scope, now, f"the host's fuse {undo_id}", by="host")
+            stale = settle_stale(w.uow, scope, now, f"the host's fuse {undo_id}", by="host",
+                                 naming=[n.id for n in sources])
     except WriteConflict:
         raise Conflict(f"note {changed} changed or was retired meanwhile; fetch candidates "
                        "again") from None
@@ -314,7 +315,8 @@ def keep_apart(
                               "host said keep apart", None, when)
         # A merge or revocation proposed over two of them can never apply now: stale.
         stale = settle_stale(uow, scope, when, "the host kept notes "
-                             f"{', '.join(n.id for n in notes)} apart", by="host")
+                             f"{', '.join(n.id for n in notes)} apart", by="host",
+                             naming=[n.id for n in notes])
         uow.commit()
     log.info("host.kept_apart", scope=scope.key, notes=len(notes), review_items_stale=len(stale))
     return {"note_ids": [n.id for n in notes], "fingerprint": fp, "review_items_stale": stale}

@@ -334,7 +334,8 @@ def _concurrent_noop(app: App, scope: Scope, note_id: str, now: Any) -> Remember
 def _used(uow: Any, scope: Scope, note_id: str, now: Any) -> None:
     """A NOOP's use, committed; an open archive item that decided on its last use: stale."""
     uow.notes.count_access(note_id, now)
-    settle_stale(uow, scope, now, f"the host's remember used note {note_id}", by="host")
+    settle_stale(uow, scope, now, f"the host's remember used note {note_id}", by="host",
+                 naming=[note_id])
     uow.commit()
 
 

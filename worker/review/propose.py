@@ -8,6 +8,7 @@ An approval's own run (trigger ``review``) always applies: it is the operator's 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,14 +89,15 @@ def held_notes(uow: Any, scope: Any) -> dict[str, int]:
     return {note_id: r.id for r in rows if r.id not in stale for note_id in (r.versions or {})}
 
 
-def settle_stale(uow: Any, scope: Any, now: Any, cause: str, by: str,
+def settle_stale(uow: Any, scope: Any, now: Any, cause: str, by: str, naming: Iterable[str],
                  spare: frozenset[int] = frozenset()) -> list[int]:
     """Record as stale, in the caller's transaction, the scope's open items that can no longer
     apply since ``cause`` (a host's fuse, remember, keep-apart, an undo) moved or kept apart a
     note they name: listed, shown and approved as what they are, never as open items that
-    hold their notes out of every run and of the host's candidates (``spare``: items the
-    caller decides itself, a batch's). Their ids, in order."""
-    rows = [r for r in uow.review.open_rows(scope) if r.id not in spare]
+    hold their notes out of every run and of the host's candidates. Only the items naming a
+    note of ``naming`` (what the write touched) are read; ``spare``: items the caller decides
+    itself (a batch's). Their ids, in order."""
+    rows = [r for r in uow.review.open_naming(scope, naming) if r.id not in spare]
     stale = _stale_items(uow, rows) if rows else []
     if stale:
         uow.review.mark_stale(stale, now, f"a note it names changed or was kept apart before "

@@ -203,7 +203,7 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
             remember_declined(uow, scope, change, reason, now)
             # Another open item retiring one of these notes into another can never apply now.
             settle_stale(uow, scope, now, f"review item {row.id} was declined", by="review",
-                         spare=batch)
+                         naming=change.note_ids, spare=batch)
             uow.commit()
         out.append(Decided(row.id, ItemStatus.DECLINED.value, f"declined item {row.id}"))
     log.info("review.declined", scope=scope.key, items=len(out), by=by)

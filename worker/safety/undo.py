@@ -83,9 +83,11 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False,
         result = UndoResult(run_ids=[])
         _undo(uow, run_id, force_cascade, now, result,
               _Undoer(by, run_id, now.isoformat(timespec="seconds")))
+        touched = list(result.outcomes)  # the notes and examples the undo wrote
         for key in sorted(scopes):  # another run's open items over a note given back: stale
             result.review_items_stale += len(settle_stale(
-                uow, Scope.from_key(key), now, f"the undo of {_named(run_id)}", by="undo"))
+                uow, Scope.from_key(key), now, f"the undo of {_named(run_id)}", by="undo",
+                naming=touched))
         uow.commit()
     result.settle()
     log.info("undo.finished", run_id=run_id, runs=len(result.run_ids),

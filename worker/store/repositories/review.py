@@ -40,6 +40,21 @@ class ReviewItemRepository:
             select(ReviewItemRow).where(ReviewItemRow.scope_key == scope.key,
                                         ReviewItemRow.status == OPEN).order_by(ReviewItemRow.id)))
 
+    def open_naming(self, scope: Scope, ids: Iterable[str]) -> builtins.list[ReviewItemRow]:
+        """The scope's open items that name any of ``ids`` (a member or a source): one light
+        read of every open item's ids, then the matching rows whole (none when nothing
+        matches), so a host write in a scope with many open items loads only its own."""
+        wanted = set(ids)
+        named = self.session.execute(
+            select(ReviewItemRow.id, ReviewItemRow.versions, ReviewItemRow.source_ids)
+            .where(ReviewItemRow.scope_key == scope.key, ReviewItemRow.status == OPEN)).all()
+        hits = [r.id for r in named
+                if wanted & (set(r.versions or {}) | set(r.source_ids or ()))]
+        if not hits:
+            return []
+        return [row for chunk in chunked(hits) for row in self.session.scalars(
+            select(ReviewItemRow).where(ReviewItemRow.id.in_(chunk)).order_by(ReviewItemRow.id))]
+
     def mark_stale(self, item_ids: list[int], now: datetime, outcome: str,
                    by: str = "run") -> None:
         """The open items of these ids stale: an UPDATE per ``IN_CHUNK`` ids, in id order;
