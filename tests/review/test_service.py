@@ -554,3 +554,22 @@ def test_an_approval_that_lost_the_race_and_cannot_revert_says_so_and_changes_no
     detail = json.loads(_cli(app, "review", "show", str(item), "--agent", "agent-1",
                              "--json").output)
     assert (detail["status"], detail["decided_by"]) == ("declined", "cli:bo")
+
+
+def test_a_batch_decides_every_open_item_past_a_thousand(app: App) -> None:
+    """`--all` is every open item: a batch capped at 1,000 declined those, answered ``done``
+    (exit 0) and left the rest open without a word."""
+    from worker.review.changes import archive_change
+    from worker.review.service import Selector, decline
+
+    count = 1003
+    add_notes(app, *({"id": f"n{k}", "content": f"Fact number {k} about the project."}
+                     for k in range(count)))
+    with app.uow() as uow:
+        uow.review.add_many(SCOPE, None, [
+            archive_change("archive", f"n{k}", 1, reason="archive: unused",
+                           comment="[Archived: unused]").row() for k in range(count)], utcnow())
+        uow.commit()
+    done = decline(app, SCOPE, Selector(all=True), "cli:ana")
+    assert len(done) == count and {d.status for d in done} == {"declined"}
+    assert list_items(app, SCOPE, limit=None) == []

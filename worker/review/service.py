@@ -52,8 +52,6 @@ from worker.store.uow import StaleLease
 
 log = structlog.get_logger(__name__)
 
-MAX_ITEMS = 1000  # items one approve/decline call decides
-
 
 @dataclass(frozen=True)
 class Selector:
@@ -171,7 +169,9 @@ def _selected(app: App, scope: Scope, selector: Selector) -> list[Any]:
             if row.status != ItemStatus.OPEN.value:
                 raise Conflict(closed_line(row))
             return [row]
-        rows = uow.review.list(scope, run_id=selector.run_id, limit=MAX_ITEMS)
+        # Every open item, however many: a batch capped at 1,000 answered "done" and left the
+        # rest open, unsaid (the reviewer, a script, read "all decided").
+        rows = uow.review.list(scope, run_id=selector.run_id)
     if selector.run_id is not None and not rows:
         raise NotFound(f"no open review items of run {selector.run_id} in this scope; `dream "
                        f"review list --run {selector.run_id} --status any` shows what became of them")
