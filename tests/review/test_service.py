@@ -573,3 +573,35 @@ def test_a_batch_decides_every_open_item_past_a_thousand(app: App) -> None:
     done = decline(app, SCOPE, Selector(all=True), "cli:ana")
     assert len(done) == count and {d.status for d in done} == {"declined"}
     assert list_items(app, SCOPE, limit=None) == []
+
+
+def test_a_batch_that_finds_the_scope_busy_says_what_it_applied_and_what_is_left(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dream (or another reviewer's approval) takes the scope's run slot while a batch is
+    under way: the batch answers each item, the ones applied before and the ones left open
+    (``blocked``, exit 10), never one 409 line after it applied items it then does not name
+    (before, `--all` ended with an error naming only the item it stopped at)."""
+    from worker.review import service as review_service
+
+    _seed(app)
+    first = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    second = _propose(app, _merge(["c1", "c2"], "Works from Lisbon."))
+    opened = review_service.open_approval
+
+    def then_a_dream(*args: Any) -> Any:
+        ctx = opened(*args)
+        monkeypatch.setattr(review_service, "open_approval", busy)
+        return ctx
+
+    def busy(*args: Any) -> Any:
+        assert create_run(app, SCOPE, force=True)  # the beat hands the scope a dream
+        monkeypatch.setattr(review_service, "open_approval", opened)
+        return opened(*args)
+
+    monkeypatch.setattr(review_service, "open_approval", then_a_dream)
+    out = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
+    assert out.exit_code == BLOCKED, out.output
+    lines = out.output.splitlines()
+    assert lines[0].startswith(f"approved item {first}"), lines
+    assert lines[1].startswith(f"item {second} left open: the batch stopped at item {second}")
+    assert [i["status"] for i in list_items(app, SCOPE, status=None)] == ["approved", "open"]

@@ -27,6 +27,7 @@ from worker.review.approval import (
     Applied,
     ApprovalStopped,
     Ending,
+    ScopeBusy,
     apply_approved,
     cancel_approval_run,
     finish_approval,
@@ -224,13 +225,23 @@ def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided
     rows = _selected(app, scope, selector)
     current = _Current(app, rows)
     guard = None if single else BatchGuard.start(app, scope)
-    out = []
+    out: list[Decided] = []
+    busy = None  # why the batch stopped: the scope's run slot was taken (a dream, a reviewer)
     for row in rows:
-        refusal = guard.refusal(row) if guard is not None else None
+        refusal = (f"item {row.id} {busy}" if busy is not None else
+                   guard.refusal(row) if guard is not None else None)
         if refusal is not None:
             out.append(Decided(row.id, "blocked", refusal))  # still open
             continue
-        out.append(_approve_one(app, scope, row, by, current, record_stale=not single))
+        try:
+            out.append(_approve_one(app, scope, row, by, current, record_stale=not single))
+        except ScopeBusy as exc:  # a batch does not end in an error after applying items
+            if single:
+                raise
+            busy = (f"left open: the batch stopped at item {row.id} ({exc}); approve the rest "
+                    "again once the scope's run has finished")
+            out.append(Decided(row.id, "blocked", f"item {row.id} {busy}"))
+            continue
         if guard is not None and out[-1].status == ItemStatus.APPROVED.value:
             guard.applied(row)
     if single and out[0].status != ItemStatus.APPROVED.value:
