@@ -605,3 +605,35 @@ def test_a_batch_that_finds_the_scope_busy_says_what_it_applied_and_what_is_left
     assert lines[0].startswith(f"approved item {first}"), lines
     assert lines[1].startswith(f"item {second} left open: the batch stopped at item {second}")
     assert [i["status"] for i in list_items(app, SCOPE, status=None)] == ["approved", "open"]
+
+
+def test_a_batch_decline_answers_an_item_erased_meanwhile(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An erasure takes an open item (with its notes) while a batch declines: that item is
+    answered "gone" (exit 14, decided meanwhile) beside the ones declined; before, the batch
+    ended in a "not found" error (exit 3) after declining the items before it."""
+    from sqlalchemy import delete
+
+    from worker.review import service as review_service
+    from worker.store.models import ReviewItemRow
+
+    _seed(app)
+    first = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    second = _propose(app, _merge(["c1", "c2"], "Works from Lisbon."))
+    calls: list[int] = []
+
+    def clock() -> Any:  # read once per item, before its transaction: erase before the second
+        calls.append(1)
+        if len(calls) == 2:
+            with app.uow() as other:  # what `dream erase` does to an item naming erased notes
+                other.session.execute(delete(ReviewItemRow).where(ReviewItemRow.id == second))
+                other.commit()
+        return utcnow()
+
+    monkeypatch.setattr(review_service, "utcnow", clock)
+    out = _cli(app, "review", "decline", "--all", "--agent", "agent-1")
+    assert out.exit_code == STALE, out.output
+    assert out.output.splitlines() == [
+        f"declined item {first}",
+        f"review item {second} is gone: erased meanwhile with the notes it named; nothing was "
+        "written for it"]

@@ -198,8 +198,7 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
             lock_scopes(uow.session, [scope.key])
             if not uow.review.decide(row.id, ItemStatus.DECLINED.value, now=now, by=by,
                                      outcome=(reason or "declined")[:500]):
-                out.append(Decided(row.id, "refused", closed_line(_get(uow, scope, row.id),
-                                                                  meanwhile=True)))
+                out.append(Decided(row.id, "refused", _meanwhile_line(uow, row)))
                 continue
             remember_declined(uow, scope, change, reason, now)
             # Another open item retiring one of these notes into another can never apply now.
@@ -362,8 +361,18 @@ def _decided_meanwhile(app: App, row: Any, run_id: str | None = None) -> Decided
     approval applied it, a decline): what they decided, not "stale", which would tell the
     reviewer a note moved and the change was never made."""
     with app.uow() as uow:
-        now = _get(uow, Scope.from_key(row.scope_key), row.id)
-        return Decided(row.id, "refused", closed_line(now, meanwhile=True), run_id)
+        return Decided(row.id, "refused", _meanwhile_line(uow, row), run_id)
+
+
+def _meanwhile_line(uow: Any, row: Any) -> str:
+    """What became of an item that was open when this call read it: decided by someone else,
+    or gone (an erasure took it with the notes it named) — an answer for the item, never a
+    "not found" that ends a batch after it decided the items before."""
+    now = uow.review.get(Scope.from_key(row.scope_key), row.id)
+    if now is None:
+        return (f"review item {row.id} is gone: erased meanwhile with the notes it named; "
+                "nothing was written for it")
+    return closed_line(now, meanwhile=True)
 
 
 def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,
