@@ -35,7 +35,7 @@ from worker.review.approval import (
     stop_approval,
 )
 from worker.review.batch_guard import BatchGuard
-from worker.review.declined import kept_apart_since, remember_declined
+from worker.review.declined import remember_declined
 from worker.review.items import (
     Decided,
     ItemStatus,
@@ -45,6 +45,7 @@ from worker.review.items import (
     moved_since,
 )
 from worker.review.propose import settle_stale
+from worker.review.staleness import apart_line, stale_line
 from worker.runs.context import PhaseContext
 from worker.runs.lease import executing
 from worker.runs.stops import deliver_held_stops, signal_of, stops_held
@@ -284,41 +285,11 @@ class _Current:
         self.dirty |= {(kind, i) for i in ids}
 
 
-def _stale_line(row: Any, current: dict[str, Any]) -> str | None:
-    what = entity_of(row.payload)
-    for item_id, version in sorted((row.versions or {}).items()):
-        now = current.get(item_id)
-        # A pin, a manual takeover, a renewal or a new score keeps the version: refused here
-        # as stale, like an edit, rather than left to the write's guard (which blocks or
-        # cancels the approval's run).
-        moved = moved_since(row.payload, version, now)
-        if moved is None:
-            continue
-        if now is None:
-            return f"item {row.id} is stale: {what} {item_id} no longer exists; decline it"
-        return (f"item {row.id} is stale: {what} {item_id} changed since it was proposed "
-                f"({moved}); nothing was written; the next run proposes afresh")
-    return None
-
-
-def _apart_line(app: App, scope: Scope, row: Any, change: ProposedChange,
-                current: dict[str, Any]) -> str | None:
-    if entity_of(row.payload) != "note":
-        return None
-    with app.uow() as uow:
-        pair = kept_apart_since(uow, scope, change, current)
-    if pair is None:
-        return None
-    return (f"item {row.id} is stale: notes {pair[0]} and {pair[1]} were kept apart since it "
-            "was proposed (`dream keep-apart` or a declined review); nothing was written; no "
-            "run proposes it again while they stay apart")
-
-
 def _approve_one(app: App, scope: Scope, row: Any, by: str, known: _Current,
                  record_stale: bool) -> Decided:
     change = ProposedChange.from_row(row)
     current = known.of(row)
-    line = _stale_line(row, current) or _apart_line(app, scope, row, change, current)
+    line = stale_line(row, current) or apart_line(app, scope, row, change, current)
     if line is not None:
         return _mark_stale(app, row, by, line) if record_stale else Decided(
             row.id, ItemStatus.STALE.value, line)
