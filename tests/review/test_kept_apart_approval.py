@@ -69,3 +69,27 @@ def test_declining_both_items_over_the_same_notes_declines_both(app: App) -> Non
     assert out.exit_code == 0, out.output
     shown = _cli(app, "review", "list", "--agent", "agent-1", "--status", "declined")
     assert f"{first}  declined" in shown.output and f"{second}  declined" in shown.output
+
+
+def test_a_batch_decline_records_stale_another_runs_item_over_the_same_notes(app: App) -> None:
+    """`--run R` declines R's merge of t1 and t2; an open item of another run merging them too
+    can never apply now: recorded stale with the batch, naming the decline."""
+    from worker.clock import utcnow
+    from worker.domain.types import Scope
+    from worker.review.service import list_items
+    from worker.runs.service import cancel_run, create_run
+
+    _seed(app)
+    run_id = create_run(app, Scope("agent-1"), force=True)
+    assert run_id
+    cancel_run(app, run_id, "test: only its items matter")
+    with app.uow() as uow:
+        uow.review.add_many(Scope("agent-1"), run_id, [
+            _merge(["t1", "t2"], "Prefers green tea.").row(),
+            _merge(["c1", "c2"], "Works from Lisbon.").row()], utcnow())
+        uow.commit()
+    other = _propose(app, _merge(["t1", "t2"], "Prefers green tea in the morning."))
+    out = _cli(app, "review", "decline", "--run", run_id, "--agent", "agent-1")
+    assert out.exit_code == 0, out.output
+    (item,) = [i for i in list_items(app, Scope("agent-1"), status=None) if i["id"] == other]
+    assert item["status"] == "stale" and "were declined" in item["outcome"], item

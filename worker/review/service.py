@@ -202,15 +202,30 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
                 out.append(Decided(row.id, "refused", _meanwhile_line(uow, row)))
                 continue
             remember_declined(uow, scope, change, reason, now)
-            # Another open item retiring one of these notes into another can never apply now.
-            settle_stale(uow, scope, now, f"review item {row.id} was declined", by="review",
-                         naming=change.note_ids, spare=batch)
+            if len(rows) == 1:  # a batch settles once, below (one read, not one per item)
+                _settle_declined(uow, scope, now, [row], batch)
             uow.commit()
         out.append(Decided(row.id, ItemStatus.DECLINED.value, f"declined item {row.id}"))
+    if len(rows) > 1 and (done := [r for r, d in zip(rows, out, strict=True)
+                                   if d.status == ItemStatus.DECLINED.value]):
+        with app.uow() as uow:
+            _settle_declined(uow, scope, utcnow(), done, batch)
+            uow.commit()
     log.info("review.declined", scope=scope.key, items=len(out), by=by)
     if selector.item_id is not None and out[0].status != ItemStatus.DECLINED.value:
         raise Conflict(out[0].line)
     return out
+
+
+def _settle_declined(uow: Any, scope: Scope, now: Any, declined: list[Any],
+                     batch: frozenset[int]) -> None:
+    """Another open item retiring one of the declined items' notes into another can never
+    apply now (the decline kept them apart): recorded stale."""
+    names = ", ".join(str(r.id) for r in declined[:5]) + (
+        f" and {len(declined) - 5} more" if len(declined) > 5 else "")
+    settle_stale(uow, scope, now, f"review item{'s' if len(declined) > 1 else ''} {names} "
+                 f"{'were' if len(declined) > 1 else 'was'} declined", by="review",
+                 naming={i for r in declined for i in (r.versions or {})}, spare=batch)
 
 
 def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided]:
