@@ -249,12 +249,13 @@ def _review_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) ->
 
     @server.tool(annotations=READ_ONLY)
     def review_list(ctx: Context, status: str = "open", run_id: str | None = None,
-                    limit: int = 100) -> dict[str, Any]:
+                    limit: int = 100, offset: int = 0) -> dict[str, Any]:
         """Review items of this scope, oldest first: id, phase, kind (merge, revoke, flag,
         archive), the notes each would change, reason and confidence. status: open, approved,
         declined, stale, undone (approved, its run undone) or any; run_id: only that dream's
-        items."""
-        return _call(lambda: tools(ctx).review_list(status, run_id, limit))
+        items; limit (1 to 1000) at a time, after skipping offset (the next page: offset +
+        limit)."""
+        return _call(lambda: tools(ctx).review_list(status, run_id, limit, offset))
 
     @server.tool(annotations=READ_ONLY)
     def review_show(item_id: int, ctx: Context) -> dict[str, Any]:

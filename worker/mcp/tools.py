@@ -78,12 +78,14 @@ class ScopedTools:
 
     # ---- review before apply (worker.review) ----------------------------------------------
     def review_list(self, status: str = "open", run_id: str | None = None,
-                    limit: int = 100) -> dict[str, Any]:
+                    limit: int = 100, offset: int = 0) -> dict[str, Any]:
         from worker.review.service import check_run_of, list_items
 
         wanted = None if status == "any" else status
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= INT_MAX:
+            raise Invalid(f"offset must be a whole number from 0 to {INT_MAX}")
         items = list_items(self.app, self.scope, status=wanted, run_id=_ident(run_id),
-                           limit=_limit(limit, 1000))
+                           limit=_limit(limit, 1000), offset=offset)
         if not items and run_id is not None:
             check_run_of(self.app, self.scope, run_id)  # another scope's run or none: not found
         return {"items": items}
