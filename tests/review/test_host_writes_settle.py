@@ -92,3 +92,18 @@ def test_a_remember_that_uses_a_note_an_archive_item_names_records_it_stale(app:
     result = remember(app, SCOPE, "Prefers green tea.")
     assert (result.action, result.id) == ("NOOP", "t1")
     assert (_status(app, item), _status(app, other)) == ("stale", "open")
+
+
+def test_an_approval_records_stale_another_item_over_a_note_it_wrote(app: App) -> None:
+    """Approving a merge of t1 and t2 retires both: an open item archiving t1 can never apply
+    now and is recorded stale with the approval (before, it stayed open, listed as waiting)."""
+    from worker.review.changes import archive_change
+
+    _seed(app)
+    merge = _propose(app, _merge(["t1", "t2"], "Prefers green tea in the morning."))
+    archive = _propose(app, archive_change("archive", "t1", 1, reason="archive: unused",
+                                           comment="[Archived: unused]"))
+    out = _cli(app, "review", "approve", str(merge), "--agent", "agent-1")
+    assert out.exit_code == 0, out.output
+    (item,) = [i for i in list_items(app, SCOPE, status=None) if i["id"] == archive]
+    assert item["status"] == "stale" and f"approval of review item {merge}" in item["outcome"]

@@ -257,8 +257,15 @@ def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided
                     "again once the scope's run has finished")
             out.append(Decided(row.id, "blocked", f"item {row.id} {busy}"))
             continue
-        if guard is not None and out[-1].status == ItemStatus.APPROVED.value:
+        if out[-1].status != ItemStatus.APPROVED.value:
+            continue
+        if guard is not None:
             guard.applied(row)
+        with app.uow() as uow:  # another open item over a note it wrote can never apply now
+            settle_stale(uow, scope, utcnow(), f"the approval of review item {row.id} in run "
+                         f"{out[-1].run_id}", by="review", naming=_named(row)[1],
+                         spare=frozenset(r.id for r in rows))
+            uow.commit()
     if single and out[0].status != ItemStatus.APPROVED.value:
         raise Conflict(out[0].line)
     return out
