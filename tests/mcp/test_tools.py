@@ -268,3 +268,17 @@ def test_review_list_pages_with_an_offset_as_the_api_does(app: App) -> None:
     assert (first, second) == ([items[0]], [items[1]])
     assert "invalid: offset must be a whole number" in negative
     assert "invalid: offset" in boolean
+
+
+def test_an_item_id_out_of_range_is_invalid_as_over_the_api(app: App) -> None:
+    """0, a negative and a 40-digit item id are the API's 422 (``invalid`` naming the range),
+    not ``not_found`` ("no review item -5"), for every review tool; nothing changes."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
+    before = _states(app, "agent-a")
+    calls = [(tool, {"item_id": value}) for tool in ("review_show", "review_approve",
+                                                     "review_decline")
+             for value in (0, -5, 10**40)]
+    answers = _refusals(app, calls)
+    assert all(a.split(": ", 1)[1].startswith("invalid: item_id must be a whole number from 1")
+               for a in answers), answers
+    assert _states(app, "agent-a") == before

@@ -130,8 +130,10 @@ class ScopedTools:
 
 
 def _item_id(value: int) -> int:
+    """An item id as the API's path takes it: 0, a negative or a 40-digit number is
+    ``invalid`` naming the range (the API's 422), not "no review item" (its 404)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT_MAX:
-        raise NotFound(f"no review item {value!r} in this scope")
+        raise Invalid(f"item_id must be a whole number from 1 to {INT_MAX}")
     return value
 
 
