@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tests.review.test_service import _cli, _merge, _propose, _seed, _statuses
 from worker.app import App
+from worker.clock import utcnow
 from worker.domain.types import Scope
 from worker.errors import Conflict
 from worker.host import fuse, remember
@@ -107,3 +108,32 @@ def test_an_approval_records_stale_another_item_over_a_note_it_wrote(app: App) -
     assert out.exit_code == 0, out.output
     (item,) = [i for i in list_items(app, SCOPE, status=None) if i["id"] == archive]
     assert item["status"] == "stale" and f"approval of review item {merge}" in item["outcome"]
+
+
+def test_undoing_a_proposing_run_names_the_items_that_stay_applied(app: App) -> None:
+    """Undo of a propose run whose items are half approved: it withdraws the open one and
+    says which approved one stays applied, by which approval run (and how to revert it);
+    before, it said only "withdrew 1 open review item", as if the dream were all undone."""
+    from worker.runs.service import cancel_run, create_run
+
+    _seed(app)
+    run_id = create_run(app, SCOPE, force=True)
+    assert run_id
+    cancel_run(app, run_id, "test: only its items matter")
+    with app.uow() as uow:
+        uow.review.add_many(SCOPE, run_id, [
+            _merge(["t1", "t2"], "Prefers green tea in the morning.").row(),
+            _merge(["c1", "c2"], "Works from Lisbon on Fridays.").row()], utcnow())
+        uow.commit()
+    first, second = (i["id"] for i in list_items(app, SCOPE))
+    approved = _cli(app, "review", "approve", str(first), "--agent", "agent-1")
+    assert approved.exit_code == 0, approved.output
+    (approval,) = [i["applied_run_id"] for i in list_items(app, SCOPE, status=None)
+                   if i["id"] == first]
+    out = _cli(app, "undo", run_id)
+    assert out.exit_code == 0, out.output
+    assert "withdrew 1 open review item" in out.output
+    assert (f"1 review item it proposed stays applied by its own approval run (not undone "
+            f"with it): `dream undo {approval}`") in out.output
+    result = undo_run(app, approval, by="test")
+    assert result.review_items_undone == 1 and _status(app, second) == "declined"

@@ -220,7 +220,9 @@ def _dream_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) -> 
         many of their open review items were declined, kept for the record);
         review_items_undone (how many review items they applied are now marked undone);
         review_items_stale (how many open review items of other runs named a note the undo
-        moved, now recorded stale: they could never apply);
+        moved, now recorded stale: they could never apply); review_items_applied (items this
+        run proposed that stay applied by their own approval runs: id, run_id; undo_run each
+        run_id to revert them);
         notes (one entry per note or example: id, entity, outcome restored | retired |
         missing, its status before and after, overwrote_host_edit when force_cascade replaced
         a host edit)."""

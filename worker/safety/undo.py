@@ -84,6 +84,8 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False,
         _undo(uow, run_id, force_cascade, now, result,
               _Undoer(by, run_id, now.isoformat(timespec="seconds")))
         touched = list(result.outcomes)  # the notes and examples the undo wrote
+        result.review_items_applied = [{"id": i, "run_id": r}
+                                       for i, r in uow.review.applied_of(run_id)]
         for key in sorted(scopes):  # another run's open items over a note given back: stale
             result.review_items_stale += len(settle_stale(
                 uow, Scope.from_key(key), now, f"the undo of {_named(run_id)}", by="undo",

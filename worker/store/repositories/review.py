@@ -122,6 +122,14 @@ class ReviewItemRepository:
                                              "undone; the next run proposes afresh"))
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
+    def applied_of(self, run_id: str) -> builtins.list[tuple[int, str]]:
+        """(item id, the approval's run) of the items ``run_id`` proposed that stand applied:
+        what undoing the proposing run leaves in place (each approval is a run of its own)."""
+        return [(int(r.id), str(r.applied_run_id)) for r in self.session.execute(
+            select(ReviewItemRow.id, ReviewItemRow.applied_run_id)
+            .where(ReviewItemRow.run_id == run_id, ReviewItemRow.status == APPROVED)
+            .order_by(ReviewItemRow.id))]
+
     def withdraw_run(self, run_id: str, now: datetime) -> int:
         """An undone run's open proposals go with it (declined, nothing remembered)."""
         result = self.session.execute(
