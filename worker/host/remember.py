@@ -22,7 +22,7 @@ from worker.domain.limits import text_problem
 from worker.domain.types import NoteStatus, NoteType, Scope, content_hash, normalise_text
 from worker.host.errors import Conflict, Invalid
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
-from worker.review.propose import held_notes, settle_stale
+from worker.review.propose import holding_item, settle_stale
 from worker.safety.undo import REMEMBER_PREFIX
 from worker.store.repositories.keys import NOTE_IDS
 from worker.text.words import is_blank
@@ -271,7 +271,7 @@ def _remember_once(
         action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
                                 settings.update_threshold, kind)
         old = uow.notes.get_many([best_id]) if action == "UPDATE" and best_id else []
-        held = held_notes(uow, scope).get(best_id or "") if old else None
+        held = holding_item(uow, scope, old[0].id) if old else None
         new_id = _free_id(uow, id_key, scope, normalised, {r[0] for r in same}, h)
     if best_hash is not None and best_id is None:
         return None  # the best match was retired between the two reads: decide again

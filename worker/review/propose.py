@@ -106,6 +106,15 @@ def settle_stale(uow: Any, scope: Any, now: Any, cause: str, by: str, naming: It
     return stale
 
 
+def holding_item(uow: Any, scope: Any, note_id: str) -> int | None:
+    """The open item (still as proposed) that would change ``note_id``, if any: ``held_notes``
+    for one note, reading only the items that name it."""
+    rows = [r for r in uow.review.open_naming(scope, [note_id])
+            if entity_of(r.payload) == "note" and note_id in (r.versions or {})]
+    stale = set(_stale_items(uow, rows)) if rows else set()
+    return next((r.id for r in rows if r.id not in stale), None)
+
+
 def _stale_items(uow: Any, rows: list[Any]) -> list[int]:
     """Open items a note or example of which is no longer active at the version it was
     proposed on, or moved since in a way its plan decided on (pinned, taken over as manual,
