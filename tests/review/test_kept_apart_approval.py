@@ -93,3 +93,26 @@ def test_a_batch_decline_records_stale_another_runs_item_over_the_same_notes(app
     assert out.exit_code == 0, out.output
     (item,) = [i for i in list_items(app, Scope("agent-1"), status=None) if i["id"] == other]
     assert item["status"] == "stale" and "were declined" in item["outcome"], item
+
+
+def test_an_item_kept_apart_without_a_host_write_holds_nothing(app: App) -> None:
+    """A keep-apart recorded otherwise (before host writes recorded items stale, or beside a
+    run's write) makes a merge of those notes one that can never apply: it holds its notes
+    out of no run and no candidate list (``held_notes``), and the next run records it stale;
+    before, it held them until one of them changed."""
+    from worker.clock import utcnow
+    from worker.domain.types import Note, Scope, fingerprint_notes
+    from worker.phases.kit.snapshot import KEEP_APART
+    from worker.review.propose import held_notes
+
+    _seed(app)
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    scope = Scope("agent-1")
+    with app.uow() as uow:
+        assert held_notes(uow, scope) == {"t1": item, "t2": item}
+        pair = [Note(id=i, scope=scope, content="", version=1) for i in ("t1", "t2")]
+        uow.judgements.record(scope, KEEP_APART, fingerprint_notes(pair), ["t1", "t2"],
+                              KEEP_APART, "host said keep apart", None, utcnow())
+        uow.commit()
+    with app.uow() as uow:
+        assert held_notes(uow, scope) == {}
