@@ -282,3 +282,15 @@ def test_a_run_id_no_run_can_have_is_a_422_naming_the_rule(client: TestClient,
             assert r.json()["detail"].startswith("run_id ")
     listed = client.get("/api/review/items", headers=auth(AGENT_1)).json()
     assert [(i["id"], i["status"]) for i in listed["items"]] == [(item, "open")]
+
+
+def test_a_decision_by_too_long_says_characters(client: TestClient, api_app: App) -> None:
+    """``by`` past 100 characters is a 422 saying so in characters (it said "at most 100
+    items after validation, not 101"); the item stays open."""
+    item = _seed(api_app)
+    r = client.post("/api/review/approve", json={"item_id": item, "by": "a" * 101},
+                    headers=auth(AGENT_1))
+    assert r.status_code == 422
+    assert r.json()["detail"] == "body.by: String should have at most 100 characters"
+    listed = client.get("/api/review/items", headers=auth(AGENT_1)).json()
+    assert [(i["id"], i["status"]) for i in listed["items"]] == [(item, "open")]

@@ -33,7 +33,8 @@ class DecisionIn(Body):
     item_id: int | None = Field(None, ge=1, le=INT_MAX)
     run_id: Ident | None = None
     all: bool = False
-    by: VisibleText | None = Field(None, max_length=100, description="Who decides (recorded).")
+    by: VisibleText | None = Field(None, description="Who decides (recorded; at most 100 "
+                                   "characters).")
 
 
 class DeclineIn(DecisionIn):

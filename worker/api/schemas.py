@@ -29,7 +29,9 @@ def _visible(value: str) -> str:
 
 # Text someone reads (who decided): when given, something visible in it, on one line (a control
 # character, an escape sequence's ESC, would reach `dream review show` and a refusal's line).
-VisibleText = Annotated[str, AfterValidator(_visible)]
+# At most 100 characters, checked on the string before its text (on the optional field
+# pydantic said "at most 100 items after validation", which names no characters).
+VisibleText = Annotated[str, Field(max_length=100), AfterValidator(_visible)]
 
 
 class Body(BaseModel):
