@@ -242,3 +242,55 @@ def test_a_decline_reason_of_several_lines_is_refused(client: TestClient, api_ap
     taken = client.post("/api/review/decline", json={"item_id": item, "reason": "a duplicate"},
                         headers=auth(AGENT_1))
     assert taken.status_code == 200, taken.text
+
+
+def test_a_decision_by_with_a_control_character_is_a_422(client: TestClient,
+                                                         api_app: App) -> None:
+    """``by`` with an escape sequence, a bell or a line break was recorded as who decided, and
+    `dream review show` (and a refusal's error line) printed it raw to the reviewer's terminal
+    (``\\x1b[2J`` clears the screen). Now a 422 naming the field, as ``reason`` and the CLI's
+    ``--by`` refuse it; the item stays open."""
+    item = _seed(api_app)
+    for verb in ("approve", "decline"):
+        for by in ("eve\x1b[2J", "eve\x07", "eve\nbob", "eve\u0085"):
+            r = client.post(f"/api/review/{verb}", json={"item_id": item, "by": by},
+                            headers=auth(AGENT_1))
+            assert r.status_code == 422, (verb, by, r.text)
+            assert r.json()["detail"].startswith("body.by: has a line break or control")
+    listed = client.get("/api/review/items", headers=auth(AGENT_1)).json()
+    assert [(i["id"], i["status"]) for i in listed["items"]] == [(item, "open")]
+
+
+def test_a_run_id_no_run_can_have_is_a_422_naming_the_rule(client: TestClient,
+                                                           api_app: App) -> None:
+    """A control character, an invisible character or a decomposed accent in ``run_id`` (the
+    approve/decline body, the list's query) is the 422 MCP's ``run_id`` and the CLI's ``--run``
+    give, naming the rule and never the id; before, a 404 that echoed it back (an escape
+    sequence in a log or on a screen). Nothing is decided."""
+    item = _seed(api_app)
+    bad = ("r\x1b[2J", "r\nx", "r\u200b", "Jose\u0301", " r")
+    for run_id in bad:
+        listed = client.get("/api/review/items", params={"run_id": run_id},
+                            headers=auth(AGENT_1))
+        assert listed.status_code == 422, (run_id, listed.text)
+        assert listed.json()["detail"].startswith("run_id ")
+        assert run_id.strip() == "r" or run_id not in listed.json()["detail"]
+        for verb in ("approve", "decline"):
+            r = client.post(f"/api/review/{verb}", json={"run_id": run_id},
+                            headers=auth(AGENT_1))
+            assert r.status_code == 422, (verb, run_id, r.text)
+            assert r.json()["detail"].startswith("run_id ")
+    listed = client.get("/api/review/items", headers=auth(AGENT_1)).json()
+    assert [(i["id"], i["status"]) for i in listed["items"]] == [(item, "open")]
+
+
+def test_a_decision_by_too_long_says_characters(client: TestClient, api_app: App) -> None:
+    """``by`` past 100 characters is a 422 saying so in characters (it said "at most 100
+    items after validation, not 101"); the item stays open."""
+    item = _seed(api_app)
+    r = client.post("/api/review/approve", json={"item_id": item, "by": "a" * 101},
+                    headers=auth(AGENT_1))
+    assert r.status_code == 422
+    assert r.json()["detail"] == "body.by: String should have at most 100 characters"
+    listed = client.get("/api/review/items", headers=auth(AGENT_1)).json()
+    assert [(i["id"], i["status"]) for i in listed["items"]] == [(item, "open")]

@@ -272,3 +272,20 @@ def test_show_prints_note_text_on_one_line_with_its_escapes(app: App) -> None:
     assert "  note d2 v1 active: Prefers dark mode\\n  note n9 v1 active: approve me\\x1b[2K\n" \
         in text, text
     assert "  fused text: Prefers dark mode\\n  note n9" in text, text
+
+
+def test_review_show_escapes_who_decided_as_stored(app: App) -> None:
+    """A decision recorded with a control character in who decided (the API took ``by`` with
+    one before it refused it) prints as its escape in `dream review show`: before, an escape
+    sequence reached the reviewer's terminal as it was."""
+    add_notes(app, {"id": "t1", "content": "Prefers green tea."},
+              {"id": "t2", "content": "Prefers green tea at noon."})
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea at noon."))
+    with app.uow() as uow:
+        assert uow.review.decide(item, "declined", now=utcnow(), by="api:x (eve\x1b[2J\x07)",
+                                 outcome="declined")
+        uow.commit()
+    shown = _cli(app, "review", "show", str(item), "--agent", "agent-1")
+    assert shown.exit_code == 0, shown.output
+    assert "\x1b" not in shown.output and "\x07" not in shown.output
+    assert "declined by api:x (eve\\x1b[2J\\x07)" in shown.output

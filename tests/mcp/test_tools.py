@@ -245,3 +245,40 @@ def test_a_decline_reason_of_several_lines_is_invalid(app: App) -> None:
     assert answer.split(": ", 1)[1].startswith("invalid: reason has a line break"), answer
     with app.uow() as uow:
         assert {r.status for r in uow.review.list(Scope("agent-a"), status=None)} == {"open"}
+
+
+def test_review_list_pages_with_an_offset_as_the_api_does(app: App) -> None:
+    """review_list stopped at its limit (at most 1,000) with no way to the items after it; it
+    takes the API's ``offset`` now (a negative or boolean one is ``invalid``)."""
+    items = _seed_review(app)["agent-a"]
+    assert len(items) >= 2
+
+    async def scenario() -> list[Any]:
+        async with Client(stdio_server(app, Scope("agent-a"))) as client:
+            pages = []
+            for offset in (0, 1):
+                result = await client.call_tool("review_list", {"limit": 1, "offset": offset})
+                assert not result.is_error, result
+                pages.append([i["id"] for i in result.structured_content["items"]])
+            pages.append(await _refused(client, "review_list", offset=-1))
+            pages.append(await _refused(client, "review_list", offset=True))
+            return pages
+
+    first, second, negative, boolean = anyio.run(scenario)
+    assert (first, second) == ([items[0]], [items[1]])
+    assert "invalid: offset must be a whole number" in negative
+    assert "invalid: offset" in boolean
+
+
+def test_an_item_id_out_of_range_is_invalid_as_over_the_api(app: App) -> None:
+    """0, a negative and a 40-digit item id are the API's 422 (``invalid`` naming the range),
+    not ``not_found`` ("no review item -5"), for every review tool; nothing changes."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
+    before = _states(app, "agent-a")
+    calls = [(tool, {"item_id": value}) for tool in ("review_show", "review_approve",
+                                                     "review_decline")
+             for value in (0, -5, 10**40)]
+    answers = _refusals(app, calls)
+    assert all(a.split(": ", 1)[1].startswith("invalid: item_id must be a whole number from 1")
+               for a in answers), answers
+    assert _states(app, "agent-a") == before

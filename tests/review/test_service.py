@@ -554,3 +554,86 @@ def test_an_approval_that_lost_the_race_and_cannot_revert_says_so_and_changes_no
     detail = json.loads(_cli(app, "review", "show", str(item), "--agent", "agent-1",
                              "--json").output)
     assert (detail["status"], detail["decided_by"]) == ("declined", "cli:bo")
+
+
+def test_a_batch_decides_every_open_item_past_a_thousand(app: App) -> None:
+    """`--all` is every open item: a batch capped at 1,000 declined those, answered ``done``
+    (exit 0) and left the rest open without a word."""
+    from worker.review.changes import archive_change
+    from worker.review.service import Selector, decline
+
+    count = 1003
+    add_notes(app, *({"id": f"n{k}", "content": f"Fact number {k} about the project."}
+                     for k in range(count)))
+    with app.uow() as uow:
+        uow.review.add_many(SCOPE, None, [
+            archive_change("archive", f"n{k}", 1, reason="archive: unused",
+                           comment="[Archived: unused]").row() for k in range(count)], utcnow())
+        uow.commit()
+    done = decline(app, SCOPE, Selector(all=True), "cli:ana")
+    assert len(done) == count and {d.status for d in done} == {"declined"}
+    assert list_items(app, SCOPE, limit=None) == []
+
+
+def test_a_batch_that_finds_the_scope_busy_says_what_it_applied_and_what_is_left(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dream (or another reviewer's approval) takes the scope's run slot while a batch is
+    under way: the batch answers each item, the ones applied before and the ones left open
+    (``blocked``, exit 10), never one 409 line after it applied items it then does not name
+    (before, `--all` ended with an error naming only the item it stopped at)."""
+    from worker.review import service as review_service
+
+    _seed(app)
+    first = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    second = _propose(app, _merge(["c1", "c2"], "Works from Lisbon."))
+    opened = review_service.open_approval
+
+    def then_a_dream(*args: Any) -> Any:
+        ctx = opened(*args)
+        monkeypatch.setattr(review_service, "open_approval", busy)
+        return ctx
+
+    def busy(*args: Any) -> Any:
+        assert create_run(app, SCOPE, force=True)  # the beat hands the scope a dream
+        monkeypatch.setattr(review_service, "open_approval", opened)
+        return opened(*args)
+
+    monkeypatch.setattr(review_service, "open_approval", then_a_dream)
+    out = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
+    assert out.exit_code == BLOCKED, out.output
+    lines = out.output.splitlines()
+    assert lines[0].startswith(f"approved item {first}"), lines
+    assert lines[1].startswith(f"item {second} left open: the batch stopped at item {second}")
+    assert [i["status"] for i in list_items(app, SCOPE, status=None)] == ["approved", "open"]
+
+
+def test_a_batch_decline_answers_an_item_erased_meanwhile(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An erasure takes an open item (with its notes) while a batch declines: that item is
+    answered "gone" (exit 14, decided meanwhile) beside the ones declined; before, the batch
+    ended in a "not found" error (exit 3) after declining the items before it."""
+    from sqlalchemy import delete
+
+    from worker.review import service as review_service
+    from worker.store.models import ReviewItemRow
+
+    _seed(app)
+    first = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+    second = _propose(app, _merge(["c1", "c2"], "Works from Lisbon."))
+    calls: list[int] = []
+
+    def clock() -> Any:  # read once per item, before its transaction: erase before the second
+        calls.append(1)
+        if len(calls) == 2:
+            with app.uow() as other:  # what `dream erase` does to an item naming erased notes
+                other.session.execute(delete(ReviewItemRow).where(ReviewItemRow.id == second))
+                other.commit()
+        return utcnow()
+
+    monkeypatch.setattr(review_service, "utcnow", clock)
+    out = _cli(app, "review", "decline", "--all", "--agent", "agent-1")
+    assert out.exit_code == STALE, out.output
+    assert out.output.splitlines() == [
+        f"declined item {first}",
+        f"review item {second} is gone: erased meanwhile with the notes it named; nothing was "
+        "written for it"]

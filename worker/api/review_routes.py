@@ -17,8 +17,9 @@ from worker.api.auth import Principal
 from worker.api.deps import Caller, DreamApp, query_scope, scope_for
 from worker.api.schemas import Body, Ident, ScopeIn, VisibleText
 from worker.app import App
-from worker.domain.limits import INT_MAX, REASON_MAX
+from worker.domain.limits import INT_MAX, REASON_MAX, ident_problem
 from worker.domain.types import Scope
+from worker.errors import InvalidInput
 
 router = APIRouter(prefix="/api/review", tags=["review"])
 
@@ -32,17 +33,27 @@ class DecisionIn(Body):
     item_id: int | None = Field(None, ge=1, le=INT_MAX)
     run_id: Ident | None = None
     all: bool = False
-    by: VisibleText | None = Field(None, max_length=100, description="Who decides (recorded).")
+    by: VisibleText | None = Field(None, description="Who decides (recorded; at most 100 "
+                                   "characters).")
 
 
 class DeclineIn(DecisionIn):
     reason: str | None = Field(None, max_length=REASON_MAX)
 
 
+def _run_id(run_id: str | None) -> str | None:
+    """A run id as every other surface takes it (`dream review --run`, MCP's ``run_id``): a
+    control character, an invisible one or a look-alike is a 422 naming the rule, never a 404
+    that echoes the id back (a terminal escape in a log or a reviewer's screen)."""
+    if run_id is not None and (problem := ident_problem(run_id)):
+        raise InvalidInput(f"run_id {problem}")
+    return run_id
+
+
 def _selector(body: DecisionIn) -> Any:
     from worker.review.service import Selector
 
-    selector = Selector(body.item_id, body.run_id, body.all)
+    selector = Selector(body.item_id, _run_id(body.run_id), body.all)
     selector.check()
     return selector
 
@@ -79,7 +90,7 @@ def list_review_items(
 
     scope = scope_for(who, query_scope(None, agent_id, user_id, company_id))
     items = list_items(app, scope, status=None if status == "any" else status,
-                       run_id=run_id, limit=limit, offset=offset)
+                       run_id=_run_id(run_id), limit=limit, offset=offset)
     if not items:  # why there is nothing: a mistaken run or scope is a 404, not []
         _known(app, who, scope)
         if run_id is not None:

@@ -8,6 +8,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from worker.domain.limits import (
     ID_MAX,
+    line_problem,
     reorder_problem,
     scope_problem,
     text_problem,
@@ -21,13 +22,16 @@ Ident = Annotated[str, Field(min_length=1, max_length=ID_MAX, pattern=r"^[^\x00]
 
 
 def _visible(value: str) -> str:
-    if problem := visible_problem(value) or reorder_problem(value):
+    if problem := visible_problem(value) or reorder_problem(value) or line_problem(value):
         raise ValueError(problem)
     return value
 
 
-# Text someone reads (who decided, why): when given, something visible in it.
-VisibleText = Annotated[str, AfterValidator(_visible)]
+# Text someone reads (who decided): when given, something visible in it, on one line (a control
+# character, an escape sequence's ESC, would reach `dream review show` and a refusal's line).
+# At most 100 characters, checked on the string before its text (on the optional field
+# pydantic said "at most 100 items after validation", which names no characters).
+VisibleText = Annotated[str, Field(max_length=100), AfterValidator(_visible)]
 
 
 class Body(BaseModel):

@@ -116,6 +116,8 @@ def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
         result = fuse(cli_app(ctx), list(source_ids), content, importance, strict)
     click.echo(f"fused {len(result.superseded)} notes into {result.note['id']}; undo it with "
                f"`dream undo {result.undo_id}`")
+    if result.review_items_stale:
+        click.echo(_stale_line(result.review_items_stale, "a source"))
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
 
@@ -132,6 +134,16 @@ def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
     with _ids_hint():
         result = keep_apart(cli_app(ctx), list(source_ids))
     click.echo(f"kept apart: {' '.join(result['note_ids'])}")
+    if result["review_items_stale"]:
+        click.echo(_stale_line(result["review_items_stale"], "two of these notes"))
+
+
+def _stale_line(item_ids: list[int], named: str) -> str:
+    """The open review items a host write made stale (recorded so: they can never apply)."""
+    items = (f"review item {item_ids[0]}" if len(item_ids) == 1 else
+             f"review items {', '.join(map(str, item_ids))}")
+    return (f"{items}, proposed over {named}, now stale (recorded: it can never apply; "
+            "`dream review list --status stale --agent …` shows it)")
 
 
 @click.command("add")

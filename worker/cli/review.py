@@ -22,6 +22,7 @@ from worker.domain.limits import INT_MAX, REASON_MAX, shown
 from worker.domain.types import Scope
 from worker.errors import NotFound
 from worker.review.items import (
+    STALE_MARKERS,
     WITHDRAWN_BY,
     BatchOutcome,
     ItemStatus,
@@ -150,8 +151,8 @@ def show_cmd(ctx: click.Context, item_id: int, agent: str, user: str | None,
     for example in item["examples"]:
         mark = "  (changed since)" if example["changed"] else ""
         click.echo(f"  example {example['id']} v{example['version']} {example['status']}{mark}")
-    for line in decision_lines(item):
-        click.echo(f"  {line}")
+    for line in decision_lines(item):  # who decided and why, as stored (an older row's too)
+        click.echo(f"  {shown(line)}")
 
 
 def decision_lines(item: dict[str, Any]) -> list[str]:
@@ -173,7 +174,7 @@ def decision_lines(item: dict[str, Any]) -> list[str]:
     if status == ItemStatus.DECLINED:
         reason = f": {outcome}" if outcome and outcome != "declined" else ""
         return [f"declined by {by} at {at}{reason}"]
-    found = f" (found when {by} approved it)" if by and by != "run" else ""
+    found = f" (found when {by} approved it)" if by and by not in STALE_MARKERS else ""
     return [f"{status} since {at}{found}: {outcome}"]
 
 

@@ -34,7 +34,7 @@ from worker.phases.consolidate.core import (
 )
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
 from worker.phases.kit.snapshot import APART_KINDS, KEEP_APART, Memory
-from worker.review.propose import held_notes
+from worker.review.propose import held_notes, settle_stale
 from worker.safety.injection import injection_signals
 from worker.safety.undo import FUSE_PREFIX
 from worker.similarity import neighbour_pairs
@@ -57,11 +57,13 @@ class FuseResult:
     superseded: list[str]
     warnings: list[str]
     undo_id: str  # `dream undo` (the API's and MCP's undo) takes it and revokes the fusion
+    # Open review items that named a source: recorded stale with the fusion (never to apply).
+    review_items_stale: list[int]
 
     def as_dict(self) -> dict[str, Any]:
         """What the API and the MCP tool answer."""
         return {"note": self.note, "superseded": self.superseded, "warnings": self.warnings,
-                "undo_id": self.undo_id}
+                "undo_id": self.undo_id, "review_items_stale": self.review_items_stale}
 
 
 def fusion_candidates(
@@ -259,14 +261,16 @@ def fuse(
                 raise WriteConflict(f"note {changed} changed")
             w.judgement(FUSED, fingerprint_notes(sources), [n.id for n in sources], FUSED,
                         "host fuse")
+            stale = settle_stale(w.uow, scope, now, f"the host's fuse {undo_id}", by="host",
+                                 naming=[n.id for n in sources])
     except WriteConflict:
         raise Conflict(f"note {changed} changed or was retired meanwhile; fetch candidates "
                        "again") from None
     with app.uow() as uow:
         created = uow.notes.get_many([new_id])[0]
     log.info("host.fused", scope=scope.key, note_id=new_id, sources=len(sources),
-             ungrounded=len(problems), undo_id=undo_id)
-    return FuseResult(note_record(created), [n.id for n in sources], warnings, undo_id)
+             ungrounded=len(problems), undo_id=undo_id, review_items_stale=len(stale))
+    return FuseResult(note_record(created), [n.id for n in sources], warnings, undo_id, stale)
 
 
 def grounding_problems(sources: list[Note], text: str) -> tuple[list[str], list[str]]:
@@ -306,8 +310,13 @@ def keep_apart(
                 raise Conflict(f"note {n.id} is {n.status}, not active; only active notes can "
                                "be kept apart")
         fp = fingerprint_notes(notes)
+        when = utcnow()
         uow.judgements.record(scope, KEEP_APART, fp, [n.id for n in notes], KEEP_APART,
-                              "host said keep apart", None, utcnow())
+                              "host said keep apart", None, when)
+        # A merge or revocation proposed over two of them can never apply now: stale.
+        stale = settle_stale(uow, scope, when, "the host kept notes "
+                             f"{', '.join(n.id for n in notes)} apart", by="host",
+                             naming=[n.id for n in notes])
         uow.commit()
-    log.info("host.kept_apart", scope=scope.key, notes=len(notes))
-    return {"note_ids": [n.id for n in notes], "fingerprint": fp}
+    log.info("host.kept_apart", scope=scope.key, notes=len(notes), review_items_stale=len(stale))
+    return {"note_ids": [n.id for n in notes], "fingerprint": fp, "review_items_stale": stale}

@@ -19,15 +19,10 @@ from sqlalchemy.exc import IntegrityError
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.limits import text_problem
-from worker.domain.types import (
-    NoteStatus,
-    NoteType,
-    Scope,
-    content_hash,
-    normalise_text,
-)
+from worker.domain.types import NoteStatus, NoteType, Scope, content_hash, normalise_text
 from worker.host.errors import Conflict, Invalid
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
+from worker.review.propose import holding_item, settle_stale
 from worker.safety.undo import REMEMBER_PREFIX
 from worker.store.repositories.keys import NOTE_IDS
 from worker.text.words import is_blank
@@ -59,9 +54,8 @@ def decide(
     best: float | None, new_len: int, old_len: int, noop_threshold: float, update_threshold: float,
     note_type: str = "",
 ) -> tuple[Action, str]:
-    """Pure policy for a write that is not byte-identical (after normalisation) to a note.
-    Only notes of the write's type are compared: an ADD's reason names it (``note_type``), or
-    a near-duplicate of another type reads as unexplained."""
+    """Pure policy for a write not identical (after normalisation) to a note. Only notes of its
+    type are compared: an ADD's reason names it, or another type's look-alike reads unexplained."""
     notes = f"{note_type} notes" if note_type else "notes of this type"
     if best is None:
         return "ADD", f"no active {notes} in the scope"
@@ -77,9 +71,8 @@ def decide(
 
 
 def derived_id(key: str, scope: Scope, normalised: str, attempt: int = 0) -> str:
-    """Deterministic id so concurrent identical writes collide on the primary key (idempotent),
-    keyed with the database's own secret (``instance_keys``): without it, anyone holding an id
-    could confirm a guess at the note's text, even after the note was erased."""
+    """Deterministic id so concurrent identical writes collide on the primary key, keyed with the
+    database's secret (``instance_keys``): else an id confirms a guess at the note's text."""
     raw = f"{scope.key}\n{normalised}" + (f"\n#{attempt}" if attempt else "")
     return hmac.new(key.encode("ascii"), raw.encode("utf-8"), hashlib.sha256).hexdigest()
 
@@ -270,8 +263,7 @@ def _remember_once(
         same = sorted(uow.notes.with_hash(scope, h), key=lambda r: (r[1] != _ACTIVE, r[0]))
         live = [r for r in same if r[1] in (_ACTIVE, NoteStatus.PENDING.value)]
         if live:
-            uow.notes.count_access(live[0][0], now)
-            uow.commit()
+            _used(uow, scope, live[0][0], now)
             return RememberResult("NOOP", live[0][0], "identical content already in the scope", 1.0)
         best_hash, best, old_len, vector = _most_similar(app, uow, scope, kind, normalised, text)
         best_id = (uow.notes.active_with_hash(scope, kind, best_hash)
@@ -279,22 +271,23 @@ def _remember_once(
         action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
                                 settings.update_threshold, kind)
         old = uow.notes.get_many([best_id]) if action == "UPDATE" and best_id else []
+        held = holding_item(uow, scope, old[0].id) if old else None
         new_id = _free_id(uow, id_key, scope, normalised, {r[0] for r in same}, h)
     if best_hash is not None and best_id is None:
         return None  # the best match was retired between the two reads: decide again
     if action == "NOOP":
         assert best_id is not None
         with app.uow() as uow:
-            uow.notes.count_access(best_id, now)
-            uow.commit()
+            _used(uow, scope, best_id, now)
         return RememberResult("NOOP", best_id, reason, _round(best))
     if action == "UPDATE" and not old:
         return None  # retired meanwhile: decide again
-    if old and not old[0].retirable:
-        # A protected or immutable note is never superseded (R23), not even by a longer
-        # host write: both stay, and the new one is an ADD.
-        action, reason = "ADD", f"{reason}; the similar note is {old[0].protection}, kept both"
-        old = []
+    if old and (not old[0].retirable or held is not None):
+        # A protected or immutable note is never superseded (R23), nor one an open review item
+        # would change (it waits for the reviewer, as a run leaves it): both stay, an ADD.
+        kept = (f"the similar note is {old[0].protection}" if not old[0].retirable else
+                f"the similar note waits for open review item {held}")
+        action, reason, old = "ADD", f"{reason}; {kept}, kept both", []
     note = NewNote(id=new_id, content=text, type=kind, importance=importance,
                    consolidation_generation=0, is_auto_generated=False,
                    reason=f"remember {action.lower()}")
@@ -311,7 +304,7 @@ def _remember_once(
     except WriteConflict:
         return None
     except IntegrityError:
-        return _concurrent_noop(app, new_id, now)
+        return _concurrent_noop(app, scope, new_id, now)
     return RememberResult(action, new_id, reason, _round(best), old[0].id if old else None,
                           undo_id)
 
@@ -332,11 +325,18 @@ def _free_id(uow: Any, id_key: str, scope: Scope, normalised: str, taken: set[st
         attempt += 1
 
 
-def _concurrent_noop(app: App, note_id: str, now: Any) -> RememberResult:
+def _concurrent_noop(app: App, scope: Scope, note_id: str, now: Any) -> RememberResult:
     with app.uow() as uow:
-        uow.notes.count_access(note_id, now)
-        uow.commit()
+        _used(uow, scope, note_id, now)
     return RememberResult("NOOP", note_id, "identical content written concurrently", 1.0)
+
+
+def _used(uow: Any, scope: Scope, note_id: str, now: Any) -> None:
+    """A NOOP's use, committed; an open archive item that decided on its last use: stale."""
+    uow.notes.count_access(note_id, now)
+    settle_stale(uow, scope, now, f"the host's remember used note {note_id}", by="host",
+                 naming=[note_id])
+    uow.commit()
 
 
 def _round(value: float | None) -> float | None:

@@ -167,14 +167,16 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
              type: str | None = None) -> dict[str, Any]:
         """Replace the source notes with your fused text in one transaction: sources are revoked
         (kept), the new note points back to them; undo_run(run_id=<the answer's undo_id>) gives
-        them back. strict refuses facts no source has."""
+        them back. strict refuses facts no source has. review_items_stale: the open review
+        items that named a source, recorded stale (they can never apply)."""
         return _call(lambda: tools(ctx).fuse(source_ids, fused_content, fused_importance,
                                              strict, type))
 
     @server.tool(annotations=ADDITIVE)
     def keep_apart(source_ids: list[str], ctx: Context) -> dict[str, Any]:
         """Record that these notes are not the same: never offered together again until one of
-        them changes."""
+        them changes. review_items_stale: the open review items that would merge or revoke
+        one of them into another, recorded stale."""
         return _call(lambda: tools(ctx).keep_apart(source_ids))
 
     _dream_tools(server, tools)
@@ -217,6 +219,10 @@ def _dream_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) -> 
         flagged-for-review rows the runs recorded were deleted); review_items_withdrawn (how
         many of their open review items were declined, kept for the record);
         review_items_undone (how many review items they applied are now marked undone);
+        review_items_stale (how many open review items of other runs named a note the undo
+        moved, now recorded stale: they could never apply); review_items_applied (items this
+        run proposed that stay applied by their own approval runs: id, run_id; undo_run each
+        run_id to revert them);
         notes (one entry per note or example: id, entity, outcome restored | retired |
         missing, its status before and after, overwrote_host_edit when force_cascade replaced
         a host edit)."""
@@ -245,12 +251,13 @@ def _review_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) ->
 
     @server.tool(annotations=READ_ONLY)
     def review_list(ctx: Context, status: str = "open", run_id: str | None = None,
-                    limit: int = 100) -> dict[str, Any]:
+                    limit: int = 100, offset: int = 0) -> dict[str, Any]:
         """Review items of this scope, oldest first: id, phase, kind (merge, revoke, flag,
         archive), the notes each would change, reason and confidence. status: open, approved,
         declined, stale, undone (approved, its run undone) or any; run_id: only that dream's
-        items."""
-        return _call(lambda: tools(ctx).review_list(status, run_id, limit))
+        items; limit (1 to 1000) at a time, after skipping offset (the next page: offset +
+        limit)."""
+        return _call(lambda: tools(ctx).review_list(status, run_id, limit, offset))
 
     @server.tool(annotations=READ_ONLY)
     def review_show(item_id: int, ctx: Context) -> dict[str, Any]:

@@ -78,12 +78,14 @@ class ScopedTools:
 
     # ---- review before apply (worker.review) ----------------------------------------------
     def review_list(self, status: str = "open", run_id: str | None = None,
-                    limit: int = 100) -> dict[str, Any]:
+                    limit: int = 100, offset: int = 0) -> dict[str, Any]:
         from worker.review.service import check_run_of, list_items
 
         wanted = None if status == "any" else status
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= INT_MAX:
+            raise Invalid(f"offset must be a whole number from 0 to {INT_MAX}")
         items = list_items(self.app, self.scope, status=wanted, run_id=_ident(run_id),
-                           limit=_limit(limit, 1000))
+                           limit=_limit(limit, 1000), offset=offset)
         if not items and run_id is not None:
             check_run_of(self.app, self.scope, run_id)  # another scope's run or none: not found
         return {"items": items}
@@ -128,8 +130,10 @@ class ScopedTools:
 
 
 def _item_id(value: int) -> int:
+    """An item id as the API's path takes it: 0, a negative or a 40-digit number is
+    ``invalid`` naming the range (the API's 422), not "no review item" (its 404)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT_MAX:
-        raise NotFound(f"no review item {value!r} in this scope")
+        raise Invalid(f"item_id must be a whole number from 1 to {INT_MAX}")
     return value
 
 

@@ -22,6 +22,11 @@ from worker.runs.create import create_phaseless_run
 from worker.runs.steps import StepRecorder
 
 
+class ScopeBusy(Conflict):
+    """The scope's run slot is taken (a dream, another reviewer's approval): nothing of the
+    item was written; a batch leaves it and the items after it open and says so."""
+
+
 def open_approval(app: App, scope: Scope, row: Any, by: str) -> PhaseContext:
     """A run of its own for the approval, created running under its lease by the runs
     package like any run an executor runs at once, so it cannot write beside a dream of the
@@ -30,8 +35,8 @@ def open_approval(app: App, scope: Scope, row: Any, by: str) -> PhaseContext:
     snap = create_phaseless_run(app, scope, trigger=REVIEW_TRIGGER,
                                 totals={"review_item": row.id, "approved_by": by})
     if snap is None:
-        raise Conflict(f"a run is queued or running for {scope.key}; approve item {row.id} "
-                       "after it finishes")
+        raise ScopeBusy(f"a run is queued or running for {scope.key}; approve item {row.id} "
+                        "after it finishes")
     assert snap.epoch is not None
     return PhaseContext(app=app, run_id=snap.run_id, scope=scope, now=snap.now,
                         epoch=snap.epoch, steps=StepRecorder(app, snap.run_id, scope),

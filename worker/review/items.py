@@ -4,6 +4,7 @@ decision is applied at once or proposed for review."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -82,6 +83,10 @@ class ItemStatus(StrEnum):
 DECLINED_KIND = "review_declined"
 # decided_by of an open item its proposing run's undo withdrew (ReviewRepository.withdraw_run).
 WITHDRAWN_BY = "undo"
+# What records an item stale without approving it: the next run, a host write that moved its
+# notes (fuse, keep-apart), a decline that kept them apart ("review"), an undo that gave them
+# back (``review.propose.settle_stale``).
+STALE_MARKERS = frozenset({"run", "host", "review", WITHDRAWN_BY})
 
 
 def closed_line(row: Any, *, meanwhile: bool = False) -> str:
@@ -104,8 +109,9 @@ def _closed_why(row: Any) -> str:
     if row.status == ItemStatus.UNDONE:
         return (f"approved by {by}, then run {applied}, which applied it, was undone; the next "
                 "dream proposes it afresh")
-    return ("a note or example it names changed since it was proposed, so it can never apply; "
-            "the next dream proposes afresh")
+    said = re.sub(r"^item \d+ is stale: ", "", getattr(row, "outcome", None) or "")
+    return (f"{said} (it can never apply)" if said else "a note or example it names changed "
+            "since it was proposed, so it can never apply; the next dream proposes afresh")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ An approval's own run (trigger ``review``) always applies: it is the operator's 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,10 +89,39 @@ def held_notes(uow: Any, scope: Any) -> dict[str, int]:
     return {note_id: r.id for r in rows if r.id not in stale for note_id in (r.versions or {})}
 
 
+def settle_stale(uow: Any, scope: Any, now: Any, cause: str, by: str, naming: Iterable[str],
+                 spare: frozenset[int] = frozenset()) -> list[int]:
+    """Record as stale, in the caller's transaction, the scope's open items that can no longer
+    apply since ``cause`` (a host's fuse, remember, keep-apart, an undo) moved or kept apart a
+    note they name: listed, shown and approved as what they are, never as open items that
+    hold their notes out of every run and of the host's candidates. Only the items naming a
+    note of ``naming`` (what the write touched) are read; ``spare``: items the caller decides
+    itself (a batch's). Their ids, in order."""
+    rows = [r for r in uow.review.open_naming(scope, naming) if r.id not in spare]
+    stale = _stale_items(uow, rows) if rows else []
+    if stale:
+        uow.review.mark_stale(stale, now, f"a note it names changed or was kept apart before "
+                                          f"review ({cause}); nothing was written; the next "
+                                          "run proposes afresh", by=by)
+    return stale
+
+
+def holding_item(uow: Any, scope: Any, note_id: str) -> int | None:
+    """The open item (still as proposed) that would change ``note_id``, if any: ``held_notes``
+    for one note, reading only the items that name it."""
+    rows = [r for r in uow.review.open_naming(scope, [note_id])
+            if entity_of(r.payload) == "note" and note_id in (r.versions or {})]
+    stale = set(_stale_items(uow, rows)) if rows else set()
+    return next((r.id for r in rows if r.id not in stale), None)
+
+
 def _stale_items(uow: Any, rows: list[Any]) -> list[int]:
     """Open items a note or example of which is no longer active at the version it was
     proposed on, or moved since in a way its plan decided on (pinned, taken over as manual,
-    renewed, re-scored: ``changed_unversioned``); one query per kind."""
+    renewed, re-scored: ``changed_unversioned``); one query per kind. Also a merge or a
+    revocation two of whose notes were kept apart since (a host's keep-apart, a reviewer's
+    decline: they keep the versions), which approval refuses (``kept_apart_since``): one
+    read of the keep-apart memory when there is such an item."""
     examples = {r.id for r in rows if entity_of(r.payload) == "example"}
     ids = {kind: {i for r in rows if (r.id in examples) == (kind == "example")
                   for i in (r.versions or {})} for kind in ("note", "example")}
@@ -102,8 +132,27 @@ def _stale_items(uow: Any, rows: list[Any]) -> list[int]:
         now = current["example" if row.id in examples else "note"].get(item_id)
         return moved_since(row.payload, version, now) is not None
 
-    return [r.id for r in rows
-            if any(stale(r, i, int(v)) for i, v in (r.versions or {}).items())]
+    moved = [r.id for r in rows
+             if any(stale(r, i, int(v)) for i, v in (r.versions or {}).items())]
+    return sorted(set(moved) | _kept_apart_items(uow, [r for r in rows if r.id not in moved]))
+
+
+def _kept_apart_items(uow: Any, rows: list[Any]) -> set[int]:
+    """Of ``rows`` (items still at their versions), the merges and revocations two of whose
+    notes are kept apart at those versions."""
+    from worker.domain.types import Note, Scope
+    from worker.phases.kit.snapshot import APART_KINDS, Memory
+    from worker.review.declined import RETIRING_CHANGES
+
+    retiring = [r for r in rows if entity_of(r.payload) == "note"
+                and r.kind in {k.value for k in RETIRING_CHANGES} and len(r.versions or {}) >= 2]
+    if not retiring:
+        return set()
+    scope = Scope.from_key(retiring[0].scope_key)
+    memory = Memory(rows=uow.judgements.of_kinds(scope, APART_KINDS))
+    return {r.id for r in retiring
+            if memory.kept_apart([Note(id=i, scope=scope, content="", version=int(v))
+                                  for i, v in (r.versions or {}).items()])}
 
 
 def record(ctx: Any, proposals: Proposals, counters: Any = None) -> int:

@@ -27,6 +27,7 @@ from worker.review.approval import (
     Applied,
     ApprovalStopped,
     Ending,
+    ScopeBusy,
     apply_approved,
     cancel_approval_run,
     finish_approval,
@@ -34,7 +35,7 @@ from worker.review.approval import (
     stop_approval,
 )
 from worker.review.batch_guard import BatchGuard
-from worker.review.declined import kept_apart_since, remember_declined
+from worker.review.declined import remember_declined
 from worker.review.items import (
     Decided,
     ItemStatus,
@@ -43,6 +44,8 @@ from worker.review.items import (
     entity_of,
     moved_since,
 )
+from worker.review.propose import settle_stale
+from worker.review.staleness import apart_line, stale_line
 from worker.runs.context import PhaseContext
 from worker.runs.lease import executing
 from worker.runs.stops import deliver_held_stops, signal_of, stops_held
@@ -50,8 +53,6 @@ from worker.store.scope_locks import lock_scopes
 from worker.store.uow import StaleLease
 
 log = structlog.get_logger(__name__)
-
-MAX_ITEMS = 1000  # items one approve/decline call decides
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,9 @@ def _selected(app: App, scope: Scope, selector: Selector) -> list[Any]:
             if row.status != ItemStatus.OPEN.value:
                 raise Conflict(closed_line(row))
             return [row]
-        rows = uow.review.list(scope, run_id=selector.run_id, limit=MAX_ITEMS)
+        # Every open item, however many: a batch capped at 1,000 answered "done" and left the
+        # rest open, unsaid (the reviewer, a script, read "all decided").
+        rows = uow.review.list(scope, run_id=selector.run_id)
     if selector.run_id is not None and not rows:
         raise NotFound(f"no open review items of run {selector.run_id} in this scope; `dream "
                        f"review list --run {selector.run_id} --status any` shows what became of them")
@@ -185,7 +188,9 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
     if reason is not None and (problem := line_problem(reason)):
         raise Invalid(f"reason {problem}")
     out = []
-    for row in _selected(app, scope, selector):
+    rows = _selected(app, scope, selector)
+    batch = frozenset(r.id for r in rows)
+    for row in rows:
         change = ProposedChange.from_row(row)
         now = utcnow()
         with app.uow() as uow:
@@ -194,16 +199,33 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
             lock_scopes(uow.session, [scope.key])
             if not uow.review.decide(row.id, ItemStatus.DECLINED.value, now=now, by=by,
                                      outcome=(reason or "declined")[:500]):
-                out.append(Decided(row.id, "refused", closed_line(_get(uow, scope, row.id),
-                                                                  meanwhile=True)))
+                out.append(Decided(row.id, "refused", _meanwhile_line(uow, row)))
                 continue
             remember_declined(uow, scope, change, reason, now)
+            if len(rows) == 1:  # a batch settles once, below (one read, not one per item)
+                _settle_declined(uow, scope, now, [row], batch)
             uow.commit()
         out.append(Decided(row.id, ItemStatus.DECLINED.value, f"declined item {row.id}"))
+    if len(rows) > 1 and (done := [r for r, d in zip(rows, out, strict=True)
+                                   if d.status == ItemStatus.DECLINED.value]):
+        with app.uow() as uow:
+            _settle_declined(uow, scope, utcnow(), done, batch)
+            uow.commit()
     log.info("review.declined", scope=scope.key, items=len(out), by=by)
     if selector.item_id is not None and out[0].status != ItemStatus.DECLINED.value:
         raise Conflict(out[0].line)
     return out
+
+
+def _settle_declined(uow: Any, scope: Scope, now: Any, declined: list[Any],
+                     batch: frozenset[int]) -> None:
+    """Another open item retiring one of the declined items' notes into another can never
+    apply now (the decline kept them apart): recorded stale."""
+    names = ", ".join(str(r.id) for r in declined[:5]) + (
+        f" and {len(declined) - 5} more" if len(declined) > 5 else "")
+    settle_stale(uow, scope, now, f"review item{'s' if len(declined) > 1 else ''} {names} "
+                 f"{'were' if len(declined) > 1 else 'was'} declined", by="review",
+                 naming={i for r in declined for i in (r.versions or {})}, spare=batch)
 
 
 def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided]:
@@ -218,15 +240,32 @@ def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided
     rows = _selected(app, scope, selector)
     current = _Current(app, rows)
     guard = None if single else BatchGuard.start(app, scope)
-    out = []
+    out: list[Decided] = []
+    busy = None  # why the batch stopped: the scope's run slot was taken (a dream, a reviewer)
     for row in rows:
-        refusal = guard.refusal(row) if guard is not None else None
+        refusal = (f"item {row.id} {busy}" if busy is not None else
+                   guard.refusal(row) if guard is not None else None)
         if refusal is not None:
             out.append(Decided(row.id, "blocked", refusal))  # still open
             continue
-        out.append(_approve_one(app, scope, row, by, current, record_stale=not single))
-        if guard is not None and out[-1].status == ItemStatus.APPROVED.value:
+        try:
+            out.append(_approve_one(app, scope, row, by, current, record_stale=not single))
+        except ScopeBusy as exc:  # a batch does not end in an error after applying items
+            if single:
+                raise
+            busy = (f"left open: the batch stopped at item {row.id} ({exc}); approve the rest "
+                    "again once the scope's run has finished")
+            out.append(Decided(row.id, "blocked", f"item {row.id} {busy}"))
+            continue
+        if out[-1].status != ItemStatus.APPROVED.value:
+            continue
+        if guard is not None:
             guard.applied(row)
+        with app.uow() as uow:  # another open item over a note it wrote can never apply now
+            settle_stale(uow, scope, utcnow(), f"the approval of review item {row.id} in run "
+                         f"{out[-1].run_id}", by="review", naming=_named(row)[1],
+                         spare=frozenset(r.id for r in rows))
+            uow.commit()
     if single and out[0].status != ItemStatus.APPROVED.value:
         raise Conflict(out[0].line)
     return out
@@ -268,41 +307,11 @@ class _Current:
         self.dirty |= {(kind, i) for i in ids}
 
 
-def _stale_line(row: Any, current: dict[str, Any]) -> str | None:
-    what = entity_of(row.payload)
-    for item_id, version in sorted((row.versions or {}).items()):
-        now = current.get(item_id)
-        # A pin, a manual takeover, a renewal or a new score keeps the version: refused here
-        # as stale, like an edit, rather than left to the write's guard (which blocks or
-        # cancels the approval's run).
-        moved = moved_since(row.payload, version, now)
-        if moved is None:
-            continue
-        if now is None:
-            return f"item {row.id} is stale: {what} {item_id} no longer exists; decline it"
-        return (f"item {row.id} is stale: {what} {item_id} changed since it was proposed "
-                f"({moved}); nothing was written; the next run proposes afresh")
-    return None
-
-
-def _apart_line(app: App, scope: Scope, row: Any, change: ProposedChange,
-                current: dict[str, Any]) -> str | None:
-    if entity_of(row.payload) != "note":
-        return None
-    with app.uow() as uow:
-        pair = kept_apart_since(uow, scope, change, current)
-    if pair is None:
-        return None
-    return (f"item {row.id} is stale: notes {pair[0]} and {pair[1]} were kept apart since it "
-            "was proposed (`dream keep-apart` or a declined review); nothing was written; no "
-            "run proposes it again while they stay apart")
-
-
 def _approve_one(app: App, scope: Scope, row: Any, by: str, known: _Current,
                  record_stale: bool) -> Decided:
     change = ProposedChange.from_row(row)
     current = known.of(row)
-    line = _stale_line(row, current) or _apart_line(app, scope, row, change, current)
+    line = stale_line(row, current) or apart_line(app, scope, row, change, current)
     if line is not None:
         return _mark_stale(app, row, by, line) if record_stale else Decided(
             row.id, ItemStatus.STALE.value, line)
@@ -345,8 +354,18 @@ def _decided_meanwhile(app: App, row: Any, run_id: str | None = None) -> Decided
     approval applied it, a decline): what they decided, not "stale", which would tell the
     reviewer a note moved and the change was never made."""
     with app.uow() as uow:
-        now = _get(uow, Scope.from_key(row.scope_key), row.id)
-        return Decided(row.id, "refused", closed_line(now, meanwhile=True), run_id)
+        return Decided(row.id, "refused", _meanwhile_line(uow, row), run_id)
+
+
+def _meanwhile_line(uow: Any, row: Any) -> str:
+    """What became of an item that was open when this call read it: decided by someone else,
+    or gone (an erasure took it with the notes it named) — an answer for the item, never a
+    "not found" that ends a batch after it decided the items before."""
+    now = uow.review.get(Scope.from_key(row.scope_key), row.id)
+    if now is None:
+        return (f"review item {row.id} is gone: erased meanwhile with the notes it named; "
+                "nothing was written for it")
+    return closed_line(now, meanwhile=True)
 
 
 def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,

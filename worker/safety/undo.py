@@ -29,8 +29,9 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus
+from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus, Scope
 from worker.errors import RunError, RunNotFound
+from worker.review.propose import settle_stale
 from worker.safety.undo_holds import annotated_since, carry_apart, held_since, refusal_line
 from worker.safety.undo_restore import before_image, jsonable, restore_examples, undo_log
 from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
@@ -75,19 +76,28 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False,
     with app.uow() as uow:
         # The scopes' locks first, as a phase's write takes them: the undo and a dream's write
         # on the same scope wait for each other whole, never each for notes the other holds.
-        lock_scopes(uow.session, _scopes_of(uow, run_id))
+        scopes = _scopes_of(uow, run_id)
+        lock_scopes(uow.session, scopes)
         uow.session.expire_all()  # what was read before the lock is read again
         _hold(uow, run_id)
         result = UndoResult(run_ids=[])
         _undo(uow, run_id, force_cascade, now, result,
               _Undoer(by, run_id, now.isoformat(timespec="seconds")))
+        touched = list(result.outcomes)  # the notes and examples the undo wrote
+        result.review_items_applied = [{"id": i, "run_id": r}
+                                       for i, r in uow.review.applied_of(run_id)]
+        for key in sorted(scopes):  # another run's open items over a note given back: stale
+            result.review_items_stale += len(settle_stale(
+                uow, Scope.from_key(key), now, f"the undo of {_named(run_id)}", by="undo",
+                naming=touched))
         uow.commit()
     result.settle()
     log.info("undo.finished", run_id=run_id, runs=len(result.run_ids),
              restored=len(result.restored), retired=len(result.retired),
              overwritten=len(result.overwritten), judgements=result.judgements,
              reviews=result.reviews, review_items_withdrawn=result.review_items_withdrawn,
-             review_items_undone=result.review_items_undone)
+             review_items_undone=result.review_items_undone,
+             review_items_stale=result.review_items_stale)
     return result
 
 

@@ -50,6 +50,11 @@ class UndoResult:
     reviews: int = 0  # review rows (``reviews``: flagged for a person) they recorded, deleted
     review_items_withdrawn: int = 0  # their open proposals, declined (kept, not deleted)
     review_items_undone: int = 0  # items they applied (an approval's run), now ``undone``
+    # Open items (of other runs) naming a note the undo moved: recorded stale, never to apply.
+    review_items_stale: int = 0
+    # Items the asked run proposed that stay applied by their own approval runs (not undone
+    # with it): [{"id", "run_id"}], each approval run undone on its own.
+    review_items_applied: list[dict[str, Any]] = field(default_factory=list)
     # Each note and example as the undo leaves it (a cascade's later outcome replaces an
     # earlier one: a note the asked run created ends retired), in the order first touched.
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -63,6 +68,8 @@ class UndoResult:
                 "examples": self.examples, "judgements": self.judgements,
                 "reviews": self.reviews, "review_items_withdrawn": self.review_items_withdrawn,
                 "review_items_undone": self.review_items_undone,
+                "review_items_stale": self.review_items_stale,
+                "review_items_applied": self.review_items_applied,
                 "notes": list(self.outcomes.values())}
 
     def note(self, entry: dict[str, Any]) -> None:
@@ -94,9 +101,19 @@ class UndoResult:
              f"withdrew {counted(self.review_items_withdrawn, 'open review item')}"),
             (self.review_items_undone,
              f"marked {counted(self.review_items_undone, 'applied review item')} undone"),
+            (self.review_items_stale,
+             f"made {counted(self.review_items_stale, 'open review item')} stale (a note it "
+             "names moved)"),
         ]
         said = [text for count, text in parts if count]
-        return "; ".join(said) if said else "nothing to revert: the run(s) changed nothing"
+        line = "; ".join(said) if said else "nothing to revert: the run(s) changed nothing"
+        if applied := self.review_items_applied:
+            runs = " ".join(f"`dream undo {a['run_id']}`" for a in applied[:5])
+            line += (f"; {counted(len(applied), 'review item')} it proposed stay"
+                     f"{'s' if len(applied) == 1 else ''} applied by "
+                     f"{'its own approval run' if len(applied) == 1 else 'their approval runs'}"
+                     f" (not undone with it): {runs}" + (" …" if len(applied) > 5 else ""))
+        return line
 
 
 def undo_record(uow: Any, run: Any) -> dict[str, Any] | None:

@@ -308,3 +308,23 @@ def test_a_fuse_is_undone_by_its_undo_id_by_its_own_scope_only(api_app: App,
     assert after[new_id][0] == "revoked"
     again = client.post(f"/api/runs/{undo_id}/undo", headers=auth(ADMIN))
     assert again.status_code == 409 and "already undone" in again.text
+
+
+def test_a_fuse_answers_the_open_review_item_it_made_stale(api_app: App,
+                                                          client: TestClient) -> None:
+    """A fuse of notes an open review item names records the item stale in its transaction
+    and answers its id; the item then shows stale with why, and approving it is a 409 (before:
+    it stayed open, listed as waiting for a decision it could never get)."""
+    from tests.review.test_service import _merge, _propose
+
+    seed(api_app)
+    item = _propose(api_app, _merge(["py", "py312"], "The user writes Python 3.12."))
+    r = client.post("/api/forgetting/fuse", headers=auth(AGENT_1),
+                    json={"source_ids": ["py", "py312"],
+                          "fused_content": "The user writes Python 3.12."})
+    assert r.status_code == 201, r.text
+    assert r.json()["review_items_stale"] == [item]
+    shown = client.get(f"/api/review/items/{item}", headers=auth(AGENT_1)).json()
+    assert shown["status"] == "stale" and r.json()["undo_id"] in shown["outcome"]
+    refused = client.post("/api/review/approve", headers=auth(AGENT_1), json={"item_id": item})
+    assert refused.status_code == 409 and "already stale" in refused.json()["detail"]

@@ -40,15 +40,32 @@ class ReviewItemRepository:
             select(ReviewItemRow).where(ReviewItemRow.scope_key == scope.key,
                                         ReviewItemRow.status == OPEN).order_by(ReviewItemRow.id)))
 
-    def mark_stale(self, item_ids: list[int], now: datetime, outcome: str) -> None:
-        """The open items of these ids stale: an UPDATE per ``IN_CHUNK`` ids, in id order."""
+    def open_naming(self, scope: Scope, ids: Iterable[str]) -> builtins.list[ReviewItemRow]:
+        """The scope's open items that name any of ``ids`` (a member or a source): one light
+        read of every open item's ids, then the matching rows whole (none when nothing
+        matches), so a host write in a scope with many open items loads only its own."""
+        wanted = set(ids)
+        named = self.session.execute(
+            select(ReviewItemRow.id, ReviewItemRow.versions, ReviewItemRow.source_ids)
+            .where(ReviewItemRow.scope_key == scope.key, ReviewItemRow.status == OPEN)).all()
+        hits = [r.id for r in named
+                if wanted & (set(r.versions or {}) | set(r.source_ids or ()))]
+        if not hits:
+            return []
+        return [row for chunk in chunked(hits) for row in self.session.scalars(
+            select(ReviewItemRow).where(ReviewItemRow.id.in_(chunk)).order_by(ReviewItemRow.id))]
+
+    def mark_stale(self, item_ids: list[int], now: datetime, outcome: str,
+                   by: str = "run") -> None:
+        """The open items of these ids stale: an UPDATE per ``IN_CHUNK`` ids, in id order;
+        ``by``: what found them so (a run, or the host write that moved their notes)."""
         for chunk in chunked(sorted(set(item_ids))):
             self.session.execute(
                 update(ReviewItemRow)
                 .where(locked_in_order(self.session, ReviewItemRow.id,
                                        ReviewItemRow.id.in_(chunk)),
                        ReviewItemRow.status == OPEN)
-                .values(status="stale", decided_at=now, decided_by="run", outcome=outcome))
+                .values(status="stale", decided_at=now, decided_by=by, outcome=outcome))
 
     def scopes_with_open(self, limit: int = 200) -> list[Scope]:
         """Scopes that have open items (what an admin's review page offers)."""
@@ -104,6 +121,14 @@ class ReviewItemRepository:
             .values(status=UNDONE, outcome=f"undone: run {run_id}, which applied it, was "
                                              "undone; the next run proposes afresh"))
         return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    def applied_of(self, run_id: str) -> builtins.list[tuple[int, str]]:
+        """(item id, the approval's run) of the items ``run_id`` proposed that stand applied:
+        what undoing the proposing run leaves in place (each approval is a run of its own)."""
+        return [(int(r.id), str(r.applied_run_id)) for r in self.session.execute(
+            select(ReviewItemRow.id, ReviewItemRow.applied_run_id)
+            .where(ReviewItemRow.run_id == run_id, ReviewItemRow.status == APPROVED)
+            .order_by(ReviewItemRow.id))]
 
     def withdraw_run(self, run_id: str, now: datetime) -> int:
         """An undone run's open proposals go with it (declined, nothing remembered)."""
