@@ -71,7 +71,7 @@ def test_a_batch_the_guard_cut_short_exits_blocked(app: App) -> None:
     for k in range(10):
         _propose(app, _archive(f"n{k:02}"))
     batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1", "--json")
-    assert batch.exit_code == Outcome.BLOCKED == 10, batch.output
+    assert batch.exit_code == int(Outcome.BLOCKED) == 10, batch.output
     assert _statuses(batch) == ["approved"] * 7 + ["blocked"] * 3
     assert json.loads(batch.stdout)["outcome"] == "blocked"  # the API's and MCP's body
     assert batch.stderr == ""  # an outcome, not an error
@@ -85,7 +85,7 @@ def test_a_batch_with_a_stale_item_exits_stale(app: App) -> None:
     stale = _propose(app, _merge(["n02", "n03"], "Fact number 2 about the project."))
     host_sets(app, "n03", content="Fact number 3, edited.", version=2)
     batch = _cli(app, "review", "approve", "--all", "--agent", "agent-1")
-    assert batch.exit_code == Outcome.STALE == 14, batch.output
+    assert batch.exit_code == int(Outcome.STALE) == 14, batch.output
     assert f"item {stale} is stale: note n03 changed" in batch.stdout
 
 
@@ -166,7 +166,7 @@ def test_a_decline_that_lost_the_race_names_the_status_it_lost_to(
     _facts(app, 2)
     change = _archive("n00")
     item = _propose(app, change)
-    real_utcnow = review_service.utcnow
+    real_utcnow = utcnow  # the original (worker.clock's), which the service imported
 
     def approved_meanwhile() -> datetime:  # the decline reads its clock just before its write
         with app.uow() as uow:

@@ -64,7 +64,8 @@ def test_review_decline_refuses_a_reason_no_one_can_store_or_read(app: App, reas
     (answer,) = _refusals(app, [("review_decline", {"item_id": item, "reason": reason})])
     assert says in answer, answer
     with app.uow() as uow:
-        assert uow.review.get(Scope("agent-a"), item).status == "open"
+        row = uow.review.get(Scope("agent-a"), item)
+        assert row is not None and row.status == "open"
 
 
 @pytest.mark.parametrize(("tool", "limit"), [("list_candidates", 0), ("list_candidates", -1),
@@ -255,7 +256,7 @@ def test_review_list_pages_with_an_offset_as_the_api_does(app: App) -> None:
 
     async def scenario() -> list[Any]:
         async with Client(stdio_server(app, Scope("agent-a"))) as client:
-            pages = []
+            pages: list[Any] = []
             for offset in (0, 1):
                 result = await client.call_tool("review_list", {"limit": 1, "offset": offset})
                 assert not result.is_error, result

@@ -487,13 +487,14 @@ def test_an_item_declined_while_its_approval_applies_stays_declined_and_unapplie
     """Bo declines the item after Ana's approval wrote its change but before it recorded the
     decision: the item keeps Bo's decline, and what Ana's approval wrote is reverted (its run
     undone), so the notes never disagree with the item. One item: a conflict; a batch: 14."""
+    import worker.review.apply
     import worker.review.approval as approval  # where the approval applies its change
     from worker.review.service import Selector, decline
 
     _seed(app)
     before = _statuses(app)
     item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
-    apply_change = approval.apply_change
+    apply_change = worker.review.apply.apply_change  # the original, where it is defined
 
     def declined_meanwhile(*args: Any, **kwargs: Any) -> Any:
         applied = apply_change(*args, **kwargs)
@@ -523,13 +524,14 @@ def test_an_approval_that_lost_the_race_and_cannot_revert_says_so_and_changes_no
     declined meanwhile and why its change could not be reverted, with the way out, instead of
     a bare undo error about a run the user never started. Nothing else moves: the item stays
     declined, the change and the host's edit stay."""
+    import worker.review.apply
     import worker.review.approval as approval  # where the approval applies its change
     from worker.review.service import Selector, decline
 
     _seed(app)
     before = _statuses(app)
     item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
-    apply_change = approval.apply_change
+    apply_change = worker.review.apply.apply_change  # the original, where it is defined
     fused: list[str] = []
 
     def declined_and_edited_meanwhile(*args: Any, **kwargs: Any) -> Any:
@@ -582,11 +584,12 @@ def test_a_batch_that_finds_the_scope_busy_says_what_it_applied_and_what_is_left
     (``blocked``, exit 10), never one 409 line after it applied items it then does not name
     (before, `--all` ended with an error naming only the item it stopped at)."""
     from worker.review import service as review_service
+    from worker.review.approval import open_approval
 
     _seed(app)
     first = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
     second = _propose(app, _merge(["c1", "c2"], "Works from Lisbon."))
-    opened = review_service.open_approval
+    opened = open_approval  # the original, where it is defined
 
     def then_a_dream(*args: Any) -> Any:
         ctx = opened(*args)

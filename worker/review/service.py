@@ -83,7 +83,8 @@ def item_dict(row: Any) -> dict[str, Any]:
 
 
 def list_items(app: App, scope: Scope, *, status: str | None = ItemStatus.OPEN.value,
-               run_id: str | None = None, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+               run_id: str | None = None, limit: int | None = 100,
+               offset: int = 0) -> list[dict[str, Any]]:
     if status is not None and status not in set(ItemStatus):
         raise Invalid(f"status must be one of {', '.join(ItemStatus)}")
     with app.uow() as uow:
