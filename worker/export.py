@@ -1,4 +1,4 @@
-"""JSONL export of notes, with status, pointers, comments, flags, lineage (parent and
+"""JSONL export of notes (and of examples, sessions and entities, ``export_records``), with status, pointers, comments, flags, lineage (parent and
 relation: the relation decides what an erasure follows) and the keep-apart sets that still bind,
 in the form ``dream notes import`` reads back. Not the version (a counter of this store's writes) nor an edge's run id (this
 store's runs are not exported)."""
@@ -8,14 +8,25 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import numpy as np
+from sqlalchemy import select
 
 from worker.app import App
 from worker.domain.types import NoteStatus, Scope, fingerprint_notes
 from worker.errors import UnknownScope
 from worker.phases.kit.snapshot import APART_KINDS
+from worker.store.db import read_one_snapshot
+from worker.store.models import (
+    AgentRow,
+    CompanyRow,
+    ConversationRow,
+    ExampleRow,
+    SessionRow,
+    UserRow,
+)
 
 
 def export_notes(
@@ -26,6 +37,10 @@ def export_notes(
     session or run matches is a mistyped scope: UnknownScope before the first line; a known
     scope without notes (of ``status``) exports nothing."""
     with app.uow() as uow:
+        # One snapshot for every query: a host write or a dream's commit landing mid-export
+        # would otherwise pair notes read before it with lineage and keep-apart sets read after
+        # (a set naming a note the file lacks, which import refuses).
+        read_one_snapshot(uow.session)
         if (agent_id, user_id, company_id) != (None, None, None) and \
                 not uow.sessions.any_scope_matches(agent_id, user_id, company_id):
             given = (("--agent", agent_id), ("--user", user_id), ("--company", company_id))
@@ -101,3 +116,39 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool,
 
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+# The other records a store needs back after an export → import: what the importers read.
+_SCOPE = ("id", "agent_id", "user_id", "company_id")
+_RECORDS: dict[str, tuple[tuple[str | None, type[Any], tuple[str, ...]], ...]] = {
+    "examples": ((None, ExampleRow, (*_SCOPE, "input", "output", "success_score",
+                                     "is_auto_generated", "status", "access_count",
+                                     "last_accessed_at", "created_at", "expires_at")),),
+    "sessions": ((None, SessionRow, (*_SCOPE, "started_at", "ended_at")),),
+    "entities": (
+        ("agent", AgentRow, ("id", "status", "deleted_at", "name", "note_retention_days",
+                             "example_retention_days", "auto_archive_enabled", "gate_hours",
+                             "gate_sessions", "gate_notes", "gate_idle_minutes",
+                             "gate_max_stale_hours", "apply_mode")),
+        ("user", UserRow, ("id", "status", "deleted_at")),
+        ("company", CompanyRow, ("id", "status", "deleted_at")),
+        ("conversation", ConversationRow, ("id", "status", "deleted_at", "deleted_reason")),
+    ),
+}
+
+
+def export_records(app: App, what: str) -> Iterator[str]:
+    """Every row of ``what`` (``examples``, ``sessions`` or ``entities``), by id, as the JSONL
+    lines its importer reads back (an entity's line names its ``kind``); one snapshot."""
+    with app.uow() as uow:
+        read_one_snapshot(uow.session)
+        for kind, model, keys in _RECORDS[what]:
+            stmt = select(model).order_by(model.id).execution_options(yield_per=2000)
+            for row in uow.session.scalars(stmt):
+                obj = {"kind": kind} if kind else {}
+                obj.update((key, _plain(getattr(row, key))) for key in keys)
+                yield json.dumps(obj, ensure_ascii=False)
+
+
+def _plain(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value

@@ -8,6 +8,7 @@ from worker.app import App
 from worker.domain.limits import shown
 from worker.domain.types import ERASED_USER, Scope
 from worker.errors import InvalidInput, RunNotFound, UnknownScope
+from worker.store.db import read_one_snapshot
 from worker.store.models import DreamRunRow, RunStepRow
 from worker.store.repositories.dashboard import NOTE_STATUSES, DashboardQueries, ScopeFilter
 
@@ -98,6 +99,7 @@ def run_tree(app: App, run_id: str) -> dict[str, Any]:
     from worker.safety.undo_result import undo_record
 
     with app.uow() as uow:
+        read_one_snapshot(uow.session)  # the run's row, steps and undo as of one moment
         run = uow.runs.get(run_id)
         if run is None:
             raise RunNotFound(run_id)

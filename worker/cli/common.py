@@ -86,6 +86,18 @@ def standard_stream(stream: Any, use: str, fix: str) -> Any:
     return stream
 
 
+def export_records(ctx: Any, what: str) -> None:
+    """`dream examples|sessions|entities export`: every row as the JSONL its import reads."""
+    import sys
+
+    from worker.export import export_records as lines
+
+    out = standard_stream(sys.stdout, f"{what} export writes to standard output",
+                          f"redirect it to a file (> {what}.jsonl)")
+    for line in lines(cli_app(ctx), what):
+        out.write(line + "\n")
+
+
 def read_lines(path: str) -> Iterable[bytes]:
     """Raw lines of FILE or stdin, read as the import asks for them; ingest decodes them and
     names a line that is not UTF-8. A FILE without a line to import is a wrong path or a failed

@@ -11,6 +11,7 @@ from worker.cli.common import (
     IDENT,
     cli_app,
     echo_imported,
+    export_records,
     parse_past_timestamp,
     read_lines,
     scope_options,
@@ -95,6 +96,15 @@ def sessions_import(ctx: click.Context, file: str) -> None:
     echo_imported(result, "sessions")
 
 
+@sessions.command("export")
+@stop_says("the output holds only the sessions written before the stop; export again")
+@click.pass_context
+@user_errors
+def sessions_export(ctx: click.Context) -> None:
+    """Write every session as JSONL to stdout, in the form `dream sessions import` reads."""
+    export_records(ctx, "sessions")
+
+
 @sessions.command("add")
 @stop_says("the session is one write, recorded whole or not at all")
 @scope_options
@@ -133,3 +143,13 @@ def entities_import(ctx: click.Context, file: str) -> None:
     click.echo(f"read {result.read} entities: {result.inserted} upserted")
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
+
+
+@entities.command("export")
+@stop_says("the output holds only the entities written before the stop; export again")
+@click.pass_context
+@user_errors
+def entities_export(ctx: click.Context) -> None:
+    """Write every agent, user, company and conversation as JSONL to stdout, with its status
+    and settings, in the form `dream entities import` reads."""
+    export_records(ctx, "entities")

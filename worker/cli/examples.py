@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from worker.cli.common import cli_app, echo_imported, read_lines
+from worker.cli.common import cli_app, echo_imported, export_records, read_lines
 from worker.cli.errors import stop_says, user_errors
 
 
@@ -14,7 +14,7 @@ def register(main: click.Group) -> None:
 
 @click.group()
 def examples() -> None:
-    """Import examples."""
+    """Import and export examples."""
 
 
 @examples.command("import")
@@ -29,3 +29,12 @@ def examples_import(ctx: click.Context, file: str) -> None:
 
     result = import_examples(cli_app(ctx), read_lines(file))
     echo_imported(result, "examples")
+
+
+@examples.command("export")
+@stop_says("the output holds only the examples written before the stop; export again")
+@click.pass_context
+@user_errors
+def examples_export(ctx: click.Context) -> None:
+    """Write every example as JSONL to stdout, in the form `dream examples import` reads."""
+    export_records(ctx, "examples")

@@ -98,6 +98,21 @@ def only_read(conn: Any) -> bool:
     return conn.info.get(_WROTE) is False
 
 
+def read_one_snapshot(session: Session) -> None:
+    """Make every statement of ``session``'s transaction read the same committed state, so a
+    document assembled from several queries (an export: its notes, then their lineage and
+    keep-apart sets; a run's row, then its steps) is never half before and half after another
+    process's commit. Call it before the session's first statement. PostgreSQL: REPEATABLE
+    READ, READ ONLY (each statement of READ COMMITTED sees its own snapshot). SQLite: a
+    deferred BEGIN (pysqlite opens no transaction for reads, so each SELECT saw the file as it
+    was then); WAL keeps writers going meanwhile."""
+    if session.get_bind().dialect.name == "sqlite":
+        session.connection().exec_driver_sql("BEGIN")
+    else:
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ",
+                                              "postgresql_readonly": True})
+
+
 def _ping_when_idle(engine: Engine) -> None:
     """SQLAlchemy's pessimistic disconnect handling, for connections that sat in the pool: a
     failed ping raises DisconnectionError, and the pool retries with a new connection."""
