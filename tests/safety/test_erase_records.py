@@ -161,7 +161,8 @@ def test_r28_erasure_during_a_dream_leaves_none_of_the_erased_text(
     llm_stub.set_handler(erase_while_fusing)
     run = _cli(app, monkeypatch, "run", "--agent", "agent-1", "--user", "u1", "--force",
                "--phase", "consolidate", stub=llm_stub)
-    assert "lost its lease" in run.output
+    assert "interrupted by an erasure in its scope" in run.output
+    assert "lost its lease" not in run.output  # before: told so after the erasure too
     (out,) = erased
     assert out.exit_code == 0 and "interrupted run" in out.output
     assert CANARY not in all_rows_text(app)
@@ -200,7 +201,8 @@ def test_r29_no_prompt_after_an_erasure_carries_the_erased_text(
     llm_stub.set_handler(erase_then_refuse)
     run = _cli(app, monkeypatch, "run", "--agent", "agent-1", "--user", "u1", "--force",
                stub=llm_stub)
-    assert "lost its lease" in run.output
+    assert "interrupted by an erasure in its scope" in run.output
+    assert "lost its lease" not in run.output  # before: told so after the erasure too
     assert not any(CANARY in json.dumps(r.body) for r in llm_stub.requests[erased_at[0]:])
     assert CANARY not in all_rows_text(app)
 
@@ -230,7 +232,8 @@ def test_r29_a_fan_out_asks_nothing_more_once_an_erasure_moved_the_lease(
     llm_stub.set_handler(erase_first)
     run = _cli(app, monkeypatch, "run", "--agent", "agent-1", "--user", "u1", "--force",
                "--phase", "contradictions", stub=llm_stub)
-    assert "lost its lease" in run.output
+    assert "interrupted by an erasure in its scope" in run.output
+    assert "lost its lease" not in run.output  # before: told so after the erasure too
     assert llm_stub.chat_requests() and erased_at == [1]
     assert not any(CANARY in json.dumps(r.body) for r in llm_stub.requests[1:])
     assert CANARY not in all_rows_text(app)

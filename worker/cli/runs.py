@@ -177,13 +177,16 @@ def _report(app: App, run_id: str, status: str, via: str) -> None:
     if via == "celery":
         click.echo(f"run {run_id} queued on the broker; follow it with `dream runs show {run_id}`")
         return
-    _print_summary(app, run_id, status)
-    if status == RunStatus.INTERRUPTED.value:
+    reason = _print_summary(app, run_id, status)
+    # A run interrupted with a reason (an erasure in its scope) printed it; only one whose
+    # lease lapsed under it carries none (it used to be told so after any reason too).
+    if status == RunStatus.INTERRUPTED.value and not reason:
         click.echo(f"run {run_id} lost its lease to another executor or the gate check; "
                    "resume it with `dream run --due`")
 
 
-def _print_summary(app: App, run_id: str, status: str) -> None:
+def _print_summary(app: App, run_id: str, status: str) -> str | None:
+    """Print the run's header, reason and phase lines; the reason it printed, if any."""
     from worker.reporting import run_tree, said_counters
 
     tree = run_tree(app, run_id)
@@ -196,6 +199,8 @@ def _print_summary(app: App, run_id: str, status: str) -> None:
         said = "  ".join(part for part in (counters, f"({reason})" if reason else "") if part)
         click.echo(f"  {step['phase']:<15} {step['status']:<10} {step['duration_ms'] or 0:>8.1f} ms  "
                    f"{said}".rstrip())
+    why: str | None = tree.get("status_reason")
+    return why
 
 
 @click.group()

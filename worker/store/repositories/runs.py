@@ -150,7 +150,7 @@ class RunRepository:
             .where(_RUNS.c.id == run_id, _RUNS.c.status.in_(_UNCLAIMED))
             .values(status=RunStatus.RUNNING.value, lease_epoch=_RUNS.c.lease_epoch + 1,
                     lease_expires_at=now + timedelta(seconds=lease_seconds),
-                    attempts=_RUNS.c.attempts + 1,
+                    attempts=_RUNS.c.attempts + 1, status_reason=None,  # why it stopped: past
                     started_at=func.coalesce(_RUNS.c.started_at,
                                              literal(now, _RUNS.c.started_at.type)))
             .returning(*_RUNS.c, claimed_notes(self.session.get_bind().dialect.name))
