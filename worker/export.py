@@ -1,7 +1,8 @@
-"""JSONL export of notes (and of examples, sessions and entities, ``export_records``), with status, pointers, comments, flags, lineage (parent and
-relation: the relation decides what an erasure follows) and the keep-apart sets that still bind,
-in the form ``dream notes import`` reads back. Not the version (a counter of this store's writes) nor an edge's run id (this
-store's runs are not exported)."""
+"""JSONL export of notes, with status, pointers, comments, flags, lineage (parent and relation:
+the relation decides what an erasure follows) and the keep-apart sets that still bind, in the
+form ``dream notes import`` reads back; not the version (a counter of this store's writes) nor
+an edge's run id (this store's runs are not exported). Examples, sessions and entities too
+(``export_records``), as their importers read them."""
 
 from __future__ import annotations
 

@@ -7,13 +7,10 @@ each agent's retention, gate and apply mode."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import make_sqlite_app
 from worker.app import App
 from worker.cli import main
 from worker.ingest import import_notes
@@ -35,15 +32,6 @@ SESSIONS = [{"id": "s1", "agent_id": "bot", "user_id": "alice",
              "started_at": "2026-01-01T00:00:00Z", "ended_at": "2026-01-01T01:00:00Z"},
             {"agent_id": "bot", "company_id": "acme", "started_at": "2026-01-02T00:00:00Z"}]
 
-
-@pytest.fixture
-def other(tmp_path: Path) -> Iterator[App]:
-    """A second, empty store: where the exports go."""
-    target = tmp_path / "target"
-    target.mkdir()
-    app = make_sqlite_app(target)
-    yield app
-    app.dispose()
 
 
 def _export(app: App, monkeypatch: pytest.MonkeyPatch, what: str) -> list[str]:

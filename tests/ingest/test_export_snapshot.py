@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import make_sqlite_app
 from tests.support.factories import add_notes
 from worker.app import App
 from worker.domain.types import Scope
@@ -25,16 +23,6 @@ from worker.reporting import run_tree
 from worker.runs import service
 from worker.store.repositories.notes import NoteRepository
 from worker.store.repositories.runs import RunRepository
-
-
-@pytest.fixture
-def other(tmp_path: Path) -> Iterator[App]:
-    """A second, empty store: where the export goes."""
-    target = tmp_path / "target"
-    target.mkdir()
-    app = make_sqlite_app(target)
-    yield app
-    app.dispose()
 
 
 def test_a_keep_apart_recorded_mid_export_is_not_half_exported(

@@ -5,12 +5,9 @@ PostgreSQL); a `kept_apart` entry that names a note it cannot bind is refused, n
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_sqlite_app
 from tests.support.factories import NOW, add_notes
 from tests.support.host_writes import host_sets
 from worker.app import App
@@ -26,15 +23,6 @@ TWINS = [{"id": "t1", "content": "User owns a red bicycle"},
          {"id": "t2", "content": "User owns a red bicycle"},
          {"id": "t3", "content": "User drinks green tea"}]
 
-
-@pytest.fixture
-def other(tmp_path: Path) -> Iterator[App]:
-    """A second, empty store: where the export goes."""
-    target = tmp_path / "target"
-    target.mkdir()
-    app = make_sqlite_app(target)
-    yield app
-    app.dispose()
 
 
 def _consolidate(app: App) -> dict[str, str]:

@@ -88,8 +88,6 @@ def standard_stream(stream: Any, use: str, fix: str) -> Any:
 
 def export_records(ctx: Any, what: str) -> None:
     """`dream examples|sessions|entities export`: every row as the JSONL its import reads."""
-    import sys
-
     from worker.export import export_records as lines
 
     out = standard_stream(sys.stdout, f"{what} export writes to standard output",

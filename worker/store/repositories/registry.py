@@ -25,9 +25,6 @@ from worker.store.models import (
 )
 from worker.store.repositories.run_history import gate_dreams
 
-# How far ahead of the gate's clock a session stamp may be and still count as activity now.
-ACTIVITY_SKEW = SKEW
-
 ENTITY_MODELS: dict[str, Any] = {
     "agent": AgentRow,
     "user": UserRow,
@@ -84,7 +81,7 @@ class SessionRepository:
         # A stamp a little ahead (clock skew) is activity now (the idle wait holds); one
         # further ahead (a host's wrong year, 2099) has not happened, and counted it held the
         # scope in its idle wait until then.
-        horizon = now + ACTIVITY_SKEW
+        horizon = now + SKEW
         rows = self.session.execute(
             select(SessionRow.scope_key, func.count(case((pending, 1))),
                    func.max(case((SessionRow.started_at <= horizon, SessionRow.started_at))),
