@@ -124,8 +124,11 @@ class Judge:
         script = tmp / "crash-script.json"
         script.write_text(json.dumps(SCRIPT))
         # Every cluster merges (30 of 34 notes retired): the guard is not what is tested here.
+        # The script answers the topics the signals form; a small scope asked about whole
+        # would hand it all 34 notes at once.
         return {"DREAM_LLM_PROVIDER": "fake", "DREAM_FAKE_LLM_SCRIPT": str(script),
-                "DREAM_GUARD__MAX_RETIRE_SHARE": "1.0"}
+                "DREAM_GUARD__MAX_RETIRE_SHARE": "1.0",
+                "DREAM_CONTRADICTIONS__SMALL_SCOPE_NOTES": "0"}
 
     def crash_target(self, point: str) -> str:
         return f"{point}@{self.consolidate_hit}" if point.startswith("consolidate.") else point

@@ -126,7 +126,9 @@ def _store(app: App, tmp_path: Path) -> dict[str, str]:
         _ok(dream(url, kind, "import", str(path)))
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
-    return {"DREAM_LLM_PROVIDER": "fake", "DREAM_FAKE_LLM_SCRIPT": str(script)}
+    # The script answers the topics the signals form, not the small scope asked about whole.
+    return {"DREAM_LLM_PROVIDER": "fake", "DREAM_FAKE_LLM_SCRIPT": str(script),
+            "DREAM_CONTRADICTIONS__SMALL_SCOPE_NOTES": "0"}
 
 
 def _run(app: App, env: dict[str, str], when: datetime,

@@ -70,17 +70,19 @@ def test_union_counts_each_source_and_what_only_it_found() -> None:
     """One edge per pair with every source that proposed it; cosine computed for the others."""
     v = np.eye(5, dtype=np.float32)
     edges = union_edges(v, cosine=[(0, 1, 0.9), (1, 0, 0.9)], clusters=[[0, 1, 2]],
-                        same_frame=[(3, 2)], contained=[(4, 3), (0, 1)])
+                        same_frame=[(3, 2)], contained=[(4, 3), (0, 1)],
+                        small_scope=[(2, 3), (0, 4)])
     by_pair = {(e.i, e.j): e.sources for e in edges}
     assert by_pair == {(0, 1): {Source.COSINE, Source.CONSOLIDATION, Source.CONTAINED},
                        (0, 2): {Source.CONSOLIDATION}, (1, 2): {Source.CONSOLIDATION},
-                       (2, 3): {Source.SAME_FRAME}, (3, 4): {Source.CONTAINED}}
+                       (2, 3): {Source.SAME_FRAME, Source.SMALL_SCOPE},
+                       (3, 4): {Source.CONTAINED}, (0, 4): {Source.SMALL_SCOPE}}
     assert [e.similarity for e in edges][:1] == [0.9]
     counts = source_counts(edges)
     assert counts == {"cosine": 1, "only_cosine": 0, "consolidation": 3,
-                      "only_consolidation": 2, "same_frame": 1, "only_same_frame": 1,
+                      "only_consolidation": 2, "same_frame": 1, "only_same_frame": 0,
                       "shared_term": 0, "only_shared_term": 0, "contained": 2,
-                      "only_contained": 1}
+                      "only_contained": 1, "small_scope": 2, "only_small_scope": 1}
 
 
 def _reference_cuts(n: int, frame: FrameSettings) -> list[tuple[tuple[int, int], tuple[int, int] | None]]:

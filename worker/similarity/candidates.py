@@ -30,6 +30,7 @@ class Source(StrEnum):
     SAME_FRAME = "same_frame"
     SHARED_TERM = "shared_term"
     CONTAINED = "contained"
+    SMALL_SCOPE = "small_scope"
 
 
 @dataclass(frozen=True)
@@ -276,8 +277,9 @@ def union_edges(
     same_frame: Iterable[tuple[int, int]] = (),
     shared_term: Iterable[tuple[int, int]] = (),
     contained: Iterable[tuple[int, int]] = (),
+    small_scope: Iterable[tuple[int, int]] = (),
 ) -> list[Edge]:
-    """The union of the five sources, one edge per pair, most similar first (ties by rows)."""
+    """The union of the sources, one edge per pair, most similar first (ties by rows)."""
     found: dict[tuple[int, int], set[str]] = {}
     sims: dict[tuple[int, int], float] = {}
     for i, j, s in cosine:
@@ -290,7 +292,7 @@ def union_edges(
             for j in rows[x + 1:]:
                 found.setdefault((i, j), set()).add(Source.CONSOLIDATION.value)
     for source, proposed in ((Source.SAME_FRAME, same_frame), (Source.SHARED_TERM, shared_term),
-                             (Source.CONTAINED, contained)):
+                             (Source.CONTAINED, contained), (Source.SMALL_SCOPE, small_scope)):
         for i, j in proposed:
             found.setdefault((min(i, j), max(i, j)), set()).add(source.value)
     edges = []

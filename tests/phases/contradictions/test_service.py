@@ -188,6 +188,7 @@ def test_pairs_are_unique_unordered_in_scope_and_never_judged_twice(
     """No pair judged twice in a run, A–B = B–A, no self pairs, no pair across scopes, and a
     second run asks nothing about unchanged notes (verdict memory)."""
     with_stub(app, llm_stub, judge=lambda a, b: ("independent", 0.9))
+    app.settings.contradictions.small_scope_notes = 0  # the signals' pairs, not every pair
     other = Scope("agent-1", "user-2")
     texts = [EXPRESS, FASTIFY, HONO, METRIC, IMPERIAL]
     add_notes(app, *[{"id": f"s1-{k}", "content": t} for k, t in enumerate(texts)],
@@ -594,6 +595,7 @@ def test_budget_goes_to_the_longest_waiting_topic_and_the_rest_is_reported(
     with_stub(app, llm_stub)
     app.settings.contradictions.max_calls_per_run = 1
     app.settings.contradictions.notes_per_call = 2
+    app.settings.contradictions.small_scope_notes = 0  # two topics, not the scope as one
     add_notes(app, {"id": "m", "content": METRIC, "created_at": days_ago(90)},
               {"id": "i", "content": IMPERIAL, "created_at": days_ago(60)},
               {"id": "e", "content": EXPRESS, "created_at": days_ago(30)},
@@ -629,6 +631,7 @@ def test_refused_consolidation_cluster_is_handed_to_contradictions(
     app.settings.contradictions.frame_max_span = 0  # nor does the frame index
     app.settings.contradictions.term_max_notes = 0  # nor do the words they share
     app.settings.contradictions.contained_min_similarity = 1.0  # nor the text rules
+    app.settings.contradictions.small_scope_notes = 0  # nor asking the small scope whole
     add_notes(app, *({"id": f"d{k}", "content": t, "created_at": days_ago(30 - k)}
                      for k, t in enumerate(dark)))
     run_id = service.create_run(app, SCOPE, force=True, phases=["consolidate", "contradictions"],

@@ -77,10 +77,13 @@ class CallResult:
 
 def judge_topics(
     ctx: PhaseContext, llm: LLMClient, pairs: list[CandidatePair], applier: Applier,
+    whole: int = 0,
 ) -> tuple[list[CallResult], list[Topic]]:
     """Rounds of at most ``llm_concurrency`` concurrent calls; after each round the applied
-    retirements re-plan the rest, so no question is ever spent on a note already retired."""
+    retirements re-plan the rest, so no question is ever spent on a note already retired.
+    ``whole``: a small scope's short notes, every pair of them a candidate, fit one topic."""
     s = ctx.settings.contradictions
+    topic_size = max(s.topic_size, whole)
     notes = applier.notes
     limit = CallLimit(s.max_calls_per_run, s.max_tokens_per_run)
     suspicious = suspicious_notes(notes, pairs)
@@ -92,7 +95,7 @@ def judge_topics(
     while pending:
         round_no += 1
         active = {k: n for k, n in notes.items() if n.id not in applier.retired}
-        planned = isolate_suspicious(plan_topics(pending, active, s.topic_size), suspicious)
+        planned = isolate_suspicious(plan_topics(pending, active, topic_size), suspicious)
         applier.counters["topics_found"] = applier.counters.get("topics_found", 0) + len(planned)
         calls = pack_calls(planned, suspicious, s.notes_per_call)
         # Never more prompts in flight than calls left: the fair order decides who is asked.

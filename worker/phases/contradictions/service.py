@@ -54,7 +54,12 @@ from worker.similarity.candidates import (
     source_counts,
     union_edges,
 )
-from worker.similarity.terms import TermSettings, shared_term_pairs, words_of
+from worker.similarity.terms import (
+    TermSettings,
+    shared_term_pairs,
+    small_scope_pairs,
+    words_of,
+)
 from worker.store.repositories.judgements import PENDING_RETIREMENT
 
 log = structlog.get_logger(__name__)
@@ -72,6 +77,7 @@ class Loaded:
     # Retirements an earlier run decided and the guard held back, both notes unchanged since.
     held_back: list[tuple[Verdict, Decision]] = field(default_factory=list)
     journal: RunJournal = field(default_factory=RunJournal)
+    whole: int = 0  # short notes of a small scope asked about whole (0: not small, or no model)
 
 
 def _snapshot(ctx: PhaseContext) -> tuple[ScopeLoad, list[list[str]]]:
@@ -102,12 +108,13 @@ def _host_snapshot(app: Any, scope: Scope) -> PhaseSnapshot:
 
 
 def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
-                    clusters: list[list[str]]) -> Loaded:
+                    clusters: list[list[str]], *, model: bool = False) -> Loaded:
     """The candidate search over the phase's one load, with no transaction open.
 
     Candidates: cosine neighbours at the threshold ∪ clusters this run's consolidation did
     not merge ∪ same-frame pairs ∪ short notes sharing rare terms ∪ pairs a little less alike
-    that the text rules settle. Each source's contribution is counted for the step.
+    that the text rules settle ∪, for a ``model`` judge in a small scope, every pair of its
+    short notes. Each source's contribution is counted for the step.
     """
     s = app.settings.contradictions
     snap, memory = phase_snap.notes, phase_snap.memory
@@ -125,7 +132,9 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     terms = shared_term_pairs(texts, TermSettings(max_notes=s.term_max_notes), snap.vectors,
                               s.term_min_similarity, words=words)
     cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
-    edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs, terms, contained)
+    whole = small_scope_pairs(words, s.small_scope_notes) if model else []
+    edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs, terms, contained,
+                        whole)
     counters: dict[str, Any] = {
         f"candidates_{k}": v for k, v in source_counts(edges).items()}
     counters["generic_frames_skipped"] = frames.generic_frames
@@ -141,7 +150,8 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
                and frozenset(r.note_ids) not in apart]
     held_back = _still_pending(pending, notes)
     counters["retirements_held_back"] = len(held_back)
-    return Loaded(notes, pairs, counters, held_back, phase_snap.journal)
+    swept = len({n for pair in whole for n in pair})
+    return Loaded(notes, pairs, counters, held_back, phase_snap.journal, swept)
 
 
 def _new_pairs(edges: list[Any], notes: list[Note], memory: Any, produced: Any,
@@ -226,7 +236,7 @@ def _limits(ctx: PhaseContext, journal: RunJournal) -> GuardLimits | None:
 
 def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     llm: LLMClient | None = ctx.app.llm
-    loaded = load_candidates(ctx.app, *_snapshot(ctx))
+    loaded = load_candidates(ctx.app, *_snapshot(ctx), model=llm is not None)
     proposals = proposals_for(ctx)
     if proposals.held:  # an open review item's notes wait for its decision (worker.review)
         loaded.pairs = [p for p in loaded.pairs if not set(p.ids) & proposals.held]
@@ -250,7 +260,7 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         return PhaseReport(phase=PHASE, status=StepStatus.SUCCEEDED.value,
                            counters=counters.as_dict())
 
-    results, deferred = judge_topics(ctx, llm, pairs, applier)
+    results, deferred = judge_topics(ctx, llm, pairs, applier, whole=loaded.whole)
     applier.finish(lambda: call_steps(ctx, results))
     record_proposals(ctx, proposals, counters)
     return _model_report(ctx, counters, results, deferred)

@@ -1,0 +1,128 @@
+"""A small scope asked about whole: with a model judge, every pair of its short notes is a
+candidate and one topic holds them, so two statements of one attribute that share no word meet.
+
+The real `openai` client against the local stub, which answers each topic from the attribute
+each note states (``SLOT``), as a model that reads the words' meaning would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.factories import NOW, add_notes, days_ago
+from tests.support.llm_stub import LLMStub, StubRequest
+from tests.support.topic_judge import answer_topic, prompt_topics
+from worker.app import App
+from worker.domain.types import Scope
+from worker.llm.openai_compat import OpenAICompatibleLLM
+from worker.reporting import run_tree
+from worker.runs import service
+from worker.similarity.terms import small_scope_pairs, words_of
+from worker.store.models import NoteRow
+
+SCOPE = Scope("agent-1")
+# Old and new value of one attribute: no word in common but "on", cosine far below 0.70.
+OLD = "Deployments go out on Tuesdays"
+NEW = "The team ships releases on Thursdays"
+SLOT = {OLD: "deploy", NEW: "deploy", "The user drinks coffee in the morning": "coffee",
+        "The user reads fiction on weekends": "fiction",
+        "Asked for a banana bread recipe for a party": "banana"}
+LONG = ("The user described at some length how the quarterly planning meeting went, who was "
+        "there, what the finance team said about the budget and why it ran late")
+
+
+def _judge(stub: LLMStub, app: App) -> None:
+    def relation(a: str, b: str) -> str:
+        return "conflicting" if SLOT.get(a, a) == SLOT.get(b, b) else "independent"
+
+    def handle(req: StubRequest) -> dict[str, Any]:
+        return {"topics": [answer_topic(t, relation) for t in prompt_topics(req.user)]}
+
+    stub.set_handler(handle)
+    app.llm = OpenAICompatibleLLM(base_url=stub.url, model="stub-model", api_key="k",
+                                  timeout=10, max_retries=0)
+
+
+def _store(app: App) -> None:
+    add_notes(app, {"id": "old", "content": OLD, "created_at": days_ago(40)},
+              {"id": "new", "content": NEW, "created_at": days_ago(12)},
+              *({"id": f"other-{k}", "content": text, "created_at": days_ago(20)}
+                for k, text in enumerate(t for t in SLOT if t not in (OLD, NEW))),
+              {"id": "long", "content": LONG, "created_at": days_ago(10)})
+
+
+def _run(app: App) -> dict[str, Any]:
+    run_id = service.create_run(app, SCOPE, force=True, phases=["contradictions"], clock=NOW)
+    assert run_id
+    service.execute_run(app, run_id)
+    (step,) = [s for s in run_tree(app, run_id)["steps"] if s["phase"] == "contradictions"]
+    return dict(step["output"])
+
+
+def _status(app: App) -> dict[str, str]:
+    with app.uow() as uow:
+        return {r.id: r.status for r in uow.session.query(NoteRow).all()}
+
+
+def test_every_pair_of_a_small_scopes_short_notes_and_no_more() -> None:
+    words = words_of([OLD, NEW, LONG, "Team chat runs on Zulip"])
+    assert small_scope_pairs(words, 40) == [(0, 1), (0, 3), (1, 3)]  # the long note is left out
+    assert small_scope_pairs(words, 2) == []  # three short notes: not a small scope at 2
+    assert small_scope_pairs(words, 0) == []  # off
+    assert small_scope_pairs(words[:1], 40) == []  # one short note pairs with nobody
+
+
+@pytest.mark.parametrize("whole", [40, 0])
+def test_a_small_scope_meets_a_restatement_sharing_no_word(
+    app: App, llm_stub: LLMStub, whole: int
+) -> None:
+    _judge(llm_stub, app)
+    app.settings.contradictions.small_scope_notes = whole
+    _store(app)
+    out = _run(app)
+    status = _status(app)
+    if not whole:  # no signal links the two: the old value stays active beside the new one
+        assert (status["old"], status["new"]) == ("active", "active")
+        assert out.get("candidates_small_scope", 0) == 0
+        return
+    assert (status["old"], status["new"]) == ("revoked", "active")
+    assert {k: v for k, v in status.items() if k not in ("old",)} == dict.fromkeys(
+        [k for k in status if k != "old"], "active")
+    # The five short notes, every pair (10), in one topic and one call; the long note in none.
+    assert (out["candidates_small_scope"], out["topics_found"], out["calls"]) == (10, 1, 1)
+    (request,) = llm_stub.chat_requests()
+    (topic,) = prompt_topics(request.user)
+    assert LONG not in {n["text"] for n in topic["notes"]} and len(topic["notes"]) == 5
+
+
+def test_a_judged_small_scope_is_asked_again_only_about_a_new_note(
+    app: App, llm_stub: LLMStub
+) -> None:
+    _judge(llm_stub, app)
+    _store(app)
+    _run(app)
+    assert len(llm_stub.chat_requests()) == 1
+    again = _run(app)  # every pair remembered at these versions: no question
+    assert len(llm_stub.chat_requests()) == 1 and again.get("calls", 0) == 0
+    add_notes(app, {"id": "newest", "content": "Production deployments go out every weekday",
+                    "created_at": days_ago(1)})
+    SLOT["Production deployments go out every weekday"] = "deploy"
+    try:
+        _run(app)
+    finally:
+        del SLOT["Production deployments go out every weekday"]
+    # One more call: the new note's four pairs (the rest remembered), the scope one topic.
+    assert len(llm_stub.chat_requests()) == 2
+    (topic,) = prompt_topics(llm_stub.chat_requests()[-1].user)
+    assert len(topic["notes"]) == 5  # the revoked "old" is no longer asked about
+    assert (_status(app)["new"], _status(app)["newest"]) == ("revoked", "active")
+
+
+def test_without_a_model_nothing_is_paired_for_the_small_scope(app: App) -> None:
+    assert app.llm is None
+    _store(app)
+    out = _run(app)
+    assert out.get("candidates_small_scope", 0) == 0
+    assert _status(app)["old"] == "active"
