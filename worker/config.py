@@ -85,12 +85,9 @@ class ContradictionSettings(BaseModel):
     # states the other word for word, with more); at or above the threshold: none.
     contained_min_similarity: float = Field(0.60, ge=0.0, le=1.0)
     topic_size: int = Field(8, ge=2, le=50)  # notes of one topic asked about together
-    # With a model judge, a scope holding at most this many short facts is asked about whole,
-    # every pair of them one topic (restatements sharing no word meet); 0 turns it off.
-    small_scope_notes: int = Field(40, ge=0, le=100)
+    small_scope_notes: int = Field(40, ge=0, le=100)  # model: a scope this small asked whole
     notes_per_call: int = Field(24, ge=2)  # trusted topics packed into one prompt up to this
-    # The phase's own model budget per run and scope (the run's budget applies as well).
-    max_calls_per_run: int | None = Field(20, ge=0)
+    max_calls_per_run: int | None = Field(20, ge=0)  # per run and scope, inside the run's
     max_tokens_per_run: int | None = Field(None, ge=0)
     max_open_steps: int = Field(50, ge=0)  # rule judge: open pairs recorded as child steps
     min_confidence: float = Field(0.7, ge=0.0, le=1.0)

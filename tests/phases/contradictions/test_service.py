@@ -254,6 +254,7 @@ def test_model_calls_run_concurrently_up_to_the_limit(sqlite_app: App, llm_stub:
     llm_stub.set_handler(slow)
     app.settings.contradictions.topic_size = 2
     app.settings.contradictions.notes_per_call = 2
+    app.settings.contradictions.small_scope_notes = 0  # topics of two, not the scope whole
     app.settings.llm_concurrency = 2
     add_notes(app, *[{"content": t} for t in (EXPRESS, FASTIFY, HONO, METRIC, IMPERIAL)])
     run_id = run_phase(app)
@@ -300,6 +301,7 @@ def test_missing_or_unknown_verdicts_change_nothing_for_that_pair(
     llm_stub.set_handler(answering(
         topics, skip=lambda t: "units" in t["notes"][0]["text"],
         extra=[{"topic": "t99", "attributes": []}]))
+    app.settings.contradictions.small_scope_notes = 0  # two topics, one of them omitted
     add_notes(app, {"id": "m", "content": METRIC, "created_at": days_ago(30)},
               {"id": "i", "content": IMPERIAL, "created_at": days_ago(1)},
               {"id": "e", "content": EXPRESS, "created_at": days_ago(30)},
@@ -509,6 +511,7 @@ def test_a_value_restated_in_other_words_is_found_through_a_shared_rare_term(
     vectors = app.embedder.embed(CHAT[:2])
     assert float(vectors[0] @ vectors[1]) < 0.70
     app.settings.contradictions.term_max_notes = term_max_notes
+    app.settings.contradictions.small_scope_notes = 0  # the rare word alone joins them
     with_stub(app, llm_stub, judge=chat_judge)
     add_notes(app, *({"id": f"c{k}", "content": t, "created_at": days_ago(40 - 20 * k)}
                      for k, t in enumerate(CHAT)))
@@ -568,6 +571,7 @@ def test_budget_is_never_spent_on_a_note_retired_this_run(app: App, llm_stub: LL
 
     with_stub(app, llm_stub, judge=judge)
     app.settings.contradictions.topic_size = 3
+    app.settings.contradictions.small_scope_notes = 0  # the history split, not asked whole
     app.settings.llm_concurrency = 1
     add_notes(app, *({"id": f"c{k}", "content": t, "created_at": days_ago(100 - 10 * k)}
                      for k, t in enumerate(texts)))
