@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.factories import DARK_MODE_NOTES, NOW, add_entities, add_notes, days_ago
-from tests.support.llm_stub import LLMStub, StubRequest
+from tests.support.llm_stub import LLMStub, StubRequest, StubResponse
 from tests.support.topic_judge import topic_reply
 from worker.app import App
 from worker.domain.types import Scope
@@ -185,11 +185,24 @@ def _is_tea(req: StubRequest) -> bool:
     return "green tea" in req.user
 
 
-@pytest.mark.parametrize("broken", ["failed_line", "torn_line", "garbage_reply"])
+def _negative_usage(req: StubRequest) -> Any:
+    """The careful judge's answer with a usage that gives a billion tokens back."""
+    reply = answer(req)
+    return StubResponse(body={
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "stub-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": json.dumps(reply)}}],
+        "usage": {"prompt_tokens": -10**9, "completion_tokens": 1, "total_tokens": 1}})
+
+
+@pytest.mark.parametrize("broken", ["failed_line", "torn_line", "garbage_reply",
+                                    "negative_usage"])
 def test_a_failed_torn_or_garbage_line_defers_only_its_item(
         stub_app: App, llm_stub: LLMStub, broken: str) -> None:
     """Two clusters in one batch; the tea cluster's line fails (error file), is torn (not
-    JSON) or answers garbage: that cluster is deferred, the other merges."""
+    JSON), answers garbage or a negative token count (charged before: the run's budget was
+    given a billion tokens back and the fusion applied): that cluster is deferred, the other
+    merges, and no count below zero reaches the run's usage."""
     scope = Scope(f"partial-{broken}")
     _store(stub_app, scope, clusters=(DARK_MODE_NOTES, TEA_NOTES), every_phase=False)
     stub_app.settings.llm_batch = True
@@ -197,10 +210,13 @@ def test_a_failed_torn_or_garbage_line_defers_only_its_item(
         llm_stub.batches.fail_line = _is_tea
     elif broken == "torn_line":
         llm_stub.batches.corrupt_line = _is_tea
-    else:
+    elif broken == "garbage_reply":
         llm_stub.set_handler(lambda req: "no JSON here" if _is_tea(req) else answer(req))
-    _, clusters = _consolidate_run(stub_app, scope)
+    else:
+        llm_stub.set_handler(lambda req: _negative_usage(req) if _is_tea(req) else answer(req))
+    run_id, clusters = _consolidate_run(stub_app, scope)
     assert sorted(v for v, _ in clusters) == ["deferred", "merge"]
+    assert min(_usage(stub_app, run_id)) >= 0
     active = _active(stub_app, scope)
     assert DARK_MODE_NOTES[0] in active and not set(DARK_MODE_NOTES[1:]) & set(active)
     assert set(TEA_NOTES) <= set(active)
@@ -271,3 +287,20 @@ def test_a_provider_that_keeps_the_files_fails_nothing(
     logged = capsys.readouterr()
     assert "llm.batch_file_kept" in logged.out + logged.err
     assert DARK_MODE_NOTES[1] not in logged.out + logged.err
+
+
+def test_a_result_line_nested_past_the_parser_depth_answers_nothing() -> None:
+    """A line of the output file nested 100,000 deep made json.loads raise RecursionError out
+    of reading the batch: the phase failed. It is a line that is no result (its request stays
+    unanswered, so deferred); the lines around it are read."""
+    from worker.llm.base import BatchState
+    from worker.llm.openai_batch import read_output
+
+    good = {"custom_id": "q-2", "response": {"status_code": 200, "body": {
+        "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "{}"}}]}}}
+    state = BatchState("batch_1", "completed")
+    read_output('{"custom_id": "q-1", "response": ' + "[" * 100_000 + "\n" + json.dumps(good),
+                state, "m")
+    assert list(state.replies) == ["q-2"] and not state.failed

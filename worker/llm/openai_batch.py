@@ -134,7 +134,7 @@ def read_output(text: str, state: BatchState, model: str) -> None:
     for line in text.splitlines():
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         custom_id = row.get("custom_id") if isinstance(row, dict) else None
         if not isinstance(custom_id, str):
