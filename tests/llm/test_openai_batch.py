@@ -196,11 +196,11 @@ def _negative_usage(req: StubRequest) -> Any:
 
 
 @pytest.mark.parametrize("broken", ["failed_line", "torn_line", "garbage_reply",
-                                    "negative_usage"])
+                                    "negative_usage", "unstorable_reply"])
 def test_a_failed_torn_or_garbage_line_defers_only_its_item(
         stub_app: App, llm_stub: LLMStub, broken: str) -> None:
     """Two clusters in one batch; the tea cluster's line fails (error file), is torn (not
-    JSON), answers garbage or a negative token count (charged before: the run's budget was
+    JSON), answers garbage (a NUL in a string too) or a negative token count (charged before: the run's budget was
     given a billion tokens back and the fusion applied): that cluster is deferred, the other
     merges, and no count below zero reaches the run's usage."""
     scope = Scope(f"partial-{broken}")
@@ -212,6 +212,9 @@ def test_a_failed_torn_or_garbage_line_defers_only_its_item(
         llm_stub.batches.corrupt_line = _is_tea
     elif broken == "garbage_reply":
         llm_stub.set_handler(lambda req: "no JSON here" if _is_tea(req) else answer(req))
+    elif broken == "unstorable_reply":  # before: PostgreSQL refused the write, the phase failed
+        llm_stub.set_handler(lambda req: {**answer(req), "reason": "one\x00preference"}
+                             if _is_tea(req) else answer(req))
     else:
         llm_stub.set_handler(lambda req: _negative_usage(req) if _is_tea(req) else answer(req))
     run_id, clusters = _consolidate_run(stub_app, scope)
