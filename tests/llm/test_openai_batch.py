@@ -307,3 +307,29 @@ def test_a_result_line_nested_past_the_parser_depth_answers_nothing() -> None:
     read_output('{"custom_id": "q-1", "response": ' + "[" * 100_000 + "\n" + json.dumps(good),
                 state, "m")
     assert list(state.replies) == ["q-2"] and not state.failed
+
+
+def _result(custom_id: str, content: str) -> str:
+    return json.dumps({"custom_id": custom_id, "response": {"status_code": 200, "body": {
+        "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": content}}]}}})
+
+
+def test_a_request_answered_twice_is_failed_not_the_last_answer_read() -> None:
+    """A provider's output holding two results for one custom id (two replies that disagree,
+    or a reply in the output file and a failure in the error file): before, the last reply
+    read was applied (or the reply beat the failure). Now the request is failed (deferred),
+    the others are read as usual."""
+    from worker.llm.base import BatchState
+    from worker.llm.openai_batch import read_output
+
+    state = BatchState("batch_1", "completed")
+    read_output("\n".join([_result("q-1", '{"verdict": "merge"}'), _result("q-2", "{}"),
+                           _result("q-1", '{"verdict": "keep"}'), _result("q-3", "{}")]),
+                state, "m")
+    read_output(json.dumps({"custom_id": "q-3", "response": None,
+                            "error": {"code": "batch_expired"}}), state, "m")
+    assert list(state.replies) == ["q-2"]
+    assert state.failed == {"q-1": "the batch answered this request more than once",
+                            "q-3": "the batch answered this request more than once"}

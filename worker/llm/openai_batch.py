@@ -130,7 +130,9 @@ def release_batch(llm: OpenAICompatibleLLM, batch_id: str) -> BatchRelease:
 
 def read_output(text: str, state: BatchState, model: str) -> None:
     """Replies and failures of one output or error file into ``state``. A line that is not a
-    result (broken JSON, no custom_id) answers nothing: its question stays unanswered."""
+    result (broken JSON, no custom_id) answers nothing: its question stays unanswered. A
+    request answered twice (two replies, or a reply and a failure, in either file) is failed:
+    which answer holds is not ours to guess, and the last line read won before."""
     for line in text.splitlines():
         try:
             row = json.loads(line)
@@ -138,6 +140,10 @@ def read_output(text: str, state: BatchState, model: str) -> None:
             continue
         custom_id = row.get("custom_id") if isinstance(row, dict) else None
         if not isinstance(custom_id, str):
+            continue
+        if custom_id in state.replies or custom_id in state.failed:
+            state.replies.pop(custom_id, None)
+            state.failed[custom_id] = "the batch answered this request more than once"
             continue
         failure = _failure(row)
         if failure:
