@@ -87,3 +87,22 @@ def test_a_model_name_that_is_no_name_records_the_configured_model(
     assert result["parent"].status == "succeeded"
     (child,) = result["children"]
     assert child.output["verdict"] == "merge" and child.model == "stub-model"
+
+
+def test_a_refusing_model_is_no_unusable_model(app: App, llm_stub: LLMStub) -> None:
+    """Every cluster refused: before, each was asked three times and the run ended blocked
+    "model answers unusable: 3 of 3 replies were not JSON". Now one call each, the cluster
+    invalid with the refusal named, no note changed, and the run not flagged unusable."""
+    scope = _scope()
+    _add_dark(app, scope)
+    before = _state(app, scope)
+    refusal = _completion("", choices=[{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": None, "refusal": "I can't help with that."}}])
+    _use_stub(app, llm_stub, lambda req: refusal, max_retries=0)
+    result = _run(app, scope)
+    (child,) = result["children"]
+    assert child.output["verdict"] == "invalid" and child.output["attempts"] == 1
+    assert child.output["reason"].startswith("the model refused to answer")
+    assert "model_unusable" not in (result["run"].totals or {}).get("flags", [])
+    assert len(llm_stub.chat_requests()) == 1
+    assert _state(app, scope) == before

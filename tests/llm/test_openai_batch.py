@@ -195,8 +195,16 @@ def _negative_usage(req: StubRequest) -> Any:
         "usage": {"prompt_tokens": -10**9, "completion_tokens": 1, "total_tokens": 1}})
 
 
+def _refused() -> StubResponse:
+    """A refusal: no content, the API's ``refusal`` field."""
+    return StubResponse(body={
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "stub-model",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": None, "refusal": "I can't help with that."}}]})
+
+
 @pytest.mark.parametrize("broken", ["failed_line", "torn_line", "garbage_reply",
-                                    "negative_usage", "unstorable_reply"])
+                                    "negative_usage", "unstorable_reply", "refusal"])
 def test_a_failed_torn_or_garbage_line_defers_only_its_item(
         stub_app: App, llm_stub: LLMStub, broken: str) -> None:
     """Two clusters in one batch; the tea cluster's line fails (error file), is torn (not
@@ -215,10 +223,14 @@ def test_a_failed_torn_or_garbage_line_defers_only_its_item(
     elif broken == "unstorable_reply":  # before: PostgreSQL refused the write, the phase failed
         llm_stub.set_handler(lambda req: {**answer(req), "reason": "one\x00preference"}
                              if _is_tea(req) else answer(req))
+    elif broken == "refusal":
+        llm_stub.set_handler(lambda req: _refused() if _is_tea(req) else answer(req))
     else:
         llm_stub.set_handler(lambda req: _negative_usage(req) if _is_tea(req) else answer(req))
     run_id, clusters = _consolidate_run(stub_app, scope)
     assert sorted(v for v, _ in clusters) == ["deferred", "merge"]
+    if broken == "refusal":
+        assert any(r.startswith("the model refused to answer") for _, r in clusters)
     assert min(_usage(stub_app, run_id)) >= 0
     active = _active(stub_app, scope)
     assert DARK_MODE_NOTES[0] in active and not set(DARK_MODE_NOTES[1:]) & set(active)

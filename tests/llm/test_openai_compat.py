@@ -208,7 +208,7 @@ def test_http_200_without_embeddings_is_an_embedding_error(llm_stub) -> None:  #
         embedder.embed(["a b"])
 
 
-def _completion(content: str = '{"ok": true}', **fields: Any) -> StubResponse:
+def _completion(content: str | None = '{"ok": true}', **fields: Any) -> StubResponse:
     """A chat completion body as the endpoint sends it, ``fields`` replacing its own."""
     body: dict[str, Any] = {
         "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "served-model",
@@ -276,3 +276,19 @@ def test_content_nested_past_the_parser_depth_is_garbage_and_reasked(llm_stub) -
     outcome = ask(llm, RenderedPrompt("consolidate", "sys", "usr", "h"), Ok)
     assert outcome.ok and outcome.value == Ok(ok=False) and outcome.attempts == 2
     assert outcome.malformed == 1
+
+
+def test_a_refusal_is_final_and_no_malformed_reply(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """A model's refusal (``message.refusal``, no content): before, it read as a reply that is
+    not JSON, was re-asked twice (refused again, three calls) and counted malformed, which
+    flags a run "model answers unusable ... check that DREAM_LLM_MODEL answers in JSON". Now
+    one call, the question invalid with a reason that quotes nothing of the refusal."""
+    llm_stub.set_handler(lambda req: _completion(None, choices=[{
+        "index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": None,
+                    "refusal": "I can't help with notes about Dana's health."}}]))
+    outcome = ask(_llm(llm_stub, max_retries=0), RenderedPrompt("consolidate", "sys", "usr", "h"),
+                  Ok)
+    assert (outcome.status, outcome.attempts, outcome.malformed) == ("invalid", 1, 0)
+    assert outcome.reason.startswith("the model refused to answer") and "Dana" not in outcome.reason
+    assert len(llm_stub.chat_requests()) == 1

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from worker import telemetry
 from worker.domain.limits import text_problem
-from worker.llm.base import LLMClient, LLMError
+from worker.llm.base import REFUSED, LLMClient, LLMError
 from worker.llm.prompts import RenderedPrompt
 
 T = TypeVar("T", bound=BaseModel)
@@ -130,6 +130,10 @@ def ask(
         outcome.model = reply.model
         if charge is not None:
             charge(reply.tokens_in, reply.tokens_out)
+        if reply.refused:  # re-asked, it refused again and counted as malformed (R27's flag)
+            outcome.errors.append(REFUSED)
+            outcome.reason = REFUSED
+            return outcome
         value, problem, final, malformed = check(reply_model, validate, reply.data)
         outcome.malformed += malformed
         if value is not None:

@@ -17,7 +17,15 @@ import structlog
 from worker import telemetry
 from worker.clock import utcnow
 from worker.llm.ask import AskStatus, Outcome, check
-from worker.llm.base import BatchItem, BatchLLM, BatchRelease, BatchState, LLMError, LLMReply
+from worker.llm.base import (
+    REFUSED,
+    BatchItem,
+    BatchLLM,
+    BatchRelease,
+    BatchState,
+    LLMError,
+    LLMReply,
+)
 from worker.llm.cache import ReplyCache
 
 log = structlog.get_logger(__name__)
@@ -237,6 +245,10 @@ def _settle(q: Any, key: str, state: BatchState, spending: Spending,
         return Outcome(None, AskStatus.DEFERRED, f"{why}; deferred to the next run"[:300])
     if _CHARGED.add(key):
         spending.charge(reply.tokens_in, reply.tokens_out)
+    if reply.refused:
+        return Outcome(None, AskStatus.DEFERRED, f"{REFUSED}; deferred to the next run", attempts=1,
+                       tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, model=reply.model,
+                       errors=[REFUSED])
     value, problem, _, malformed = check(q.reply_model, q.validate, reply.data)
     outcome: Outcome[Any] = Outcome(value, AskStatus.OK, attempts=1, tokens_in=reply.tokens_in,
                                     tokens_out=reply.tokens_out, model=reply.model,

@@ -302,12 +302,14 @@ def chat_reply(resp: Any, default_model: str) -> LLMReply:
     content = getattr(message, "content", None)
     if content is not None and not isinstance(content, str):
         content = None
+    refusal = getattr(message, "refusal", None)
     return LLMReply(
         data=parse_content(content),
         tokens_in=token_count(resp.usage, "prompt_tokens"),
         tokens_out=token_count(resp.usage, "completion_tokens"),
         model=model_name(resp.model, default_model),
         raw=content or "",
+        refused=not content and isinstance(refusal, str) and bool(refusal.strip()),
     )
 
 
