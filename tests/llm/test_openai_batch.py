@@ -345,3 +345,24 @@ def test_a_request_answered_twice_is_failed_not_the_last_answer_read() -> None:
     assert list(state.replies) == ["q-2"]
     assert state.failed == {"q-1": "the batch answered this request more than once",
                             "q-3": "the batch answered this request more than once"}
+
+
+@pytest.mark.parametrize("prefix", ["batch_" + "x" * 300, "batch\x1b[2J_"])
+def test_a_batch_id_that_is_no_id_defers_the_items(
+        stub_app: App, llm_stub: LLMStub, prefix: str) -> None:
+    """A provider answering a batch id of 300 characters (the batch's step name holds 200:
+    PostgreSQL refused the ledger's write, the phase failed and the batch was left running
+    with nobody to release it) or with an escape sequence (printed raw by `dream runs
+    cancel`): the items are deferred with one line naming the problem, the uploaded requests
+    (note text) deleted, nothing applied."""
+    scope = Scope("bad-batch-id")
+    _store(stub_app, scope, every_phase=False)
+    stub_app.settings.llm_batch = True
+    llm_stub.batches.batch_prefix = prefix
+    run_id, clusters = _consolidate_run(stub_app, scope)
+    assert [v for v, _ in clusters] == ["deferred"]
+    assert "batch id that is no id" in clusters[0][1] and "\x1b" not in clusters[0][1]
+    assert llm_stub.batches.sent and llm_stub.batches.files == {}
+    assert len(_active(stub_app, scope)) == len(DARK_MODE_NOTES)
+    with stub_app.uow() as uow:
+        assert not [s for s in uow.runs.steps(run_id) if s.name.startswith("llm batch ")]

@@ -6,6 +6,7 @@ if it still works, its files deleted."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Final, Literal
 
@@ -40,12 +41,24 @@ def submit_batch(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> str:
             batch = client.batches.create(
                 input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h",
                 metadata={"source": "dream-worker", "prompt": items[0].prompt_name[:64]})
+            if not (isinstance(batch.id, str) and _PROVIDER_ID.fullmatch(batch.id)):
+                forget_files(client, "(no id)", (uploaded.id,))
+                raise LLMError("model endpoint answered a batch id that is no id (1 to 100 "
+                               "letters, digits, '_', '-', '.' or ':'); check the server, "
+                               "which may still run that batch; the items are deferred to the "
+                               "next run")
     except openai.APIConnectionError:
         raise LLMError("cannot reach the model endpoint to submit a batch; check "
                        "DREAM_LLM_BASE_URL; the items are deferred to the next run") from None
     except openai.OpenAIError as exc:
         raise client_error(exc) from None
     return batch.id
+
+
+# A batch id names its run step (``llm batch <id>``, at most 200 characters), log lines and
+# what `dream runs cancel` prints: another string (pages of text, an escape sequence) failed
+# the step's write on PostgreSQL, orphaning the batch, or was printed raw.
+_PROVIDER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 
 
 def batch_state(llm: OpenAICompatibleLLM, batch_id: str) -> BatchState:
