@@ -18,6 +18,7 @@ from tests.support.llm_stub import LLMStub, StubRequest, StubResponse
 from tests.support.topic_judge import topic_reply
 from worker.app import App
 from worker.domain.types import Scope
+from worker.llm.batch import BatchPending
 from worker.llm.openai_compat import OpenAICompatibleLLM
 from worker.runs import service
 
@@ -366,3 +367,27 @@ def test_a_batch_id_that_is_no_id_defers_the_items(
     assert len(_active(stub_app, scope)) == len(DARK_MODE_NOTES)
     with stub_app.uow() as uow:
         assert not [s for s in uow.runs.steps(run_id) if s.name.startswith("llm batch ")]
+
+
+@pytest.mark.parametrize("status", ["in_progress\x1b]0;owned\x07", "x" * 500, "Completed"])
+def test_a_batch_status_that_is_no_status_is_unknown(llm_stub: LLMStub, status: str) -> None:
+    """A provider's status is recorded on the batch's step, logged and printed by `dream runs
+    cancel` ("provider batch B: already <status>"): an escape sequence went out raw, pages of
+    text were stored. What is no status reads ``unknown``, which is never finished (waited on,
+    then given up)."""
+    from tests.llm.test_batch import MemoryLedger, _ask, _batch_ctx
+    from worker.llm.batch import reschedule_while_pending
+    from worker.llm.openai_batch import release_batch
+
+    llm_stub.set_handler(answer)
+    llm_stub.batches.polls = 10_000
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        _ask(ctx, 1, ledger)
+    (batch,) = llm_stub.batches.batches.values()
+    batch.status = status
+    llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
+                              timeout=10, max_retries=0)
+    assert llm.batch_state(batch.id, []).status == "unknown"
+    release = release_batch(llm, batch.id)
+    assert release.status == "unknown" and status not in str(release.as_dict())

@@ -59,6 +59,14 @@ def submit_batch(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> str:
 # what `dream runs cancel` prints: another string (pages of text, an escape sequence) failed
 # the step's write on PostgreSQL, orphaning the batch, or was printed raw.
 _PROVIDER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+_STATUS = re.compile(r"[a-z_]{1,40}")
+
+
+def provider_status(value: object) -> str:
+    """A batch's status as the provider says it, or ``unknown`` (never finished: the batch is
+    waited on, then given up) for what is no status: it is recorded on the batch's step,
+    logged and printed by `dream runs cancel`, where an escape sequence would be printed raw."""
+    return value if isinstance(value, str) and _STATUS.fullmatch(value) else "unknown"
 
 
 def batch_state(llm: OpenAICompatibleLLM, batch_id: str) -> BatchState:
@@ -67,7 +75,7 @@ def batch_state(llm: OpenAICompatibleLLM, batch_id: str) -> BatchState:
     try:
         with llm.sync_client() as client:
             batch = client.batches.retrieve(batch_id)
-            state = BatchState(batch_id, batch.status)
+            state = BatchState(batch_id, provider_status(batch.status))
             if not state.finished:
                 return state
             if batch.output_file_id:
@@ -117,10 +125,11 @@ def release_batch(llm: OpenAICompatibleLLM, batch_id: str) -> BatchRelease:
     try:
         with llm.sync_client() as client:
             batch = client.batches.retrieve(batch_id)
-            if batch.status not in BATCH_FINISHED and batch.status != "cancelling":
+            status = provider_status(batch.status)
+            if status not in BATCH_FINISHED and status != "cancelling":
                 batch = client.batches.cancel(batch_id)
                 release.cancelled = True
-            release.status = batch.status
+            release.status = provider_status(batch.status)
             release.deleted, release.kept = forget_files(
                 client, batch_id, (batch.input_file_id, batch.output_file_id,
                                    batch.error_file_id))
