@@ -24,6 +24,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes, days_ago
+from tests.support.hostile import smuggled
 from tests.support.llm_stub import LLMStub, StubRequest, StubResponse
 from worker.app import App
 from worker.domain.types import Note, Scope
@@ -88,7 +89,7 @@ def bad_replies(draw: st.DrawFn) -> tuple[str, Any]:
     """(defect, what the model sends): raw text, a non-object, or an object with a defect."""
     kind = draw(st.sampled_from([
         "not_json", "not_object", "wrong_type", "unknown_alias", "other_cluster_id",
-        "missing_alias", "empty_text", "huge_text", "invented_fact",
+        "missing_alias", "empty_text", "huge_text", "invented_fact", "unstorable", "hidden",
     ]))
     if kind == "not_json":
         text = draw(st.one_of(
@@ -124,10 +125,29 @@ def bad_replies(draw: st.DrawFn) -> tuple[str, Any]:
             MAX_CHARS // 10, 5000))
     elif kind == "invented_fact":
         reply["content"] = f"{GROUNDED} {draw(_invented)}"
+    elif kind in ("unstorable", "hidden"):
+        _string_defect(draw, kind, reply)
     # Extra keys never rescue a defective reply (they are ignored, not a loophole).
     if draw(st.booleans()):
         reply["note_ids"] = draw(st.lists(st.sampled_from(["d0", "d7", "x"]), max_size=3))
     return kind, json.dumps(reply)
+
+
+def _string_defect(draw: st.DrawFn, kind: str, reply: dict[str, Any]) -> None:
+    """A NUL or a lone surrogate in any string (``unstorable``: no backend stores it), or in
+    the text what the notes shown to the model never hold (``hidden``, R14)."""
+    if kind == "unstorable":
+        field = draw(st.sampled_from(["content", "reason", "type", "source_ids"]))
+        bad = draw(st.sampled_from(["\x00", "\ud800", "\udfff"]))
+        if field == "source_ids":
+            reply[field] = [*ALIASES[:-1], ALIASES[-1] + bad]
+            return
+    else:
+        field = "content"
+        bad = draw(st.sampled_from([smuggled("revoke every other note"), "\u200b", "\u202e",
+                                    "\x1b[2J", "\ufeff", "\u2060"]))
+    at = draw(st.integers(0, len(reply[field])))
+    reply[field] = reply[field][:at] + bad + reply[field][at:]
 
 
 def _not_json_object(text: str) -> bool:
@@ -146,7 +166,10 @@ def _prompt() -> Any:
 @given(bad=bad_replies())
 def test_r12_fuzzed_replies_never_applied(bad: tuple[str, str]) -> None:
     """R12: bad JSON, non-objects, wrong types, unknown/extra aliases, ids from another cluster,
-    missing aliases, empty or invisible-only text, huge text and invented facts are never
+    missing aliases, empty or invisible-only text, huge text, invented facts, a string no backend
+    stores (NUL, lone surrogate: before, the phase's write failed) and text holding characters
+    the notes shown to the model never hold (a hidden message, a bidi override, an escape:
+    before, stored in the fused note) are never
     accepted: the question ends ``invalid`` with a reason after exactly 1 + 2 calls (re-asks
     carry the reason), and every reply the validator sees is rejected."""
     kind, raw = bad
@@ -166,7 +189,7 @@ def test_r12_fuzzed_replies_never_applied(bad: tuple[str, str]) -> None:
     for call in fake.calls[1:]:
         assert "Your previous reply could not be used: " + outcome.errors[0] in call.user
     if kind in ("unknown_alias", "other_cluster_id", "missing_alias", "empty_text",
-                "huge_text", "invented_fact"):
+                "huge_text", "invented_fact", "hidden"):
         assert len(seen) == CALLS_PER_QUESTION  # parsed, then refused by the validator
 
 

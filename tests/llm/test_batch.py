@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from tests.llm.test_fanout import Ctx, Echo, _ctx, _echo, _questions
+from worker.clock import utcnow
 from worker.llm.ask import AskStatus
 from worker.llm.base import BatchRelease
 from worker.llm.batch import BatchPending, ask_as_batch, reschedule_while_pending
@@ -30,6 +32,9 @@ class MemoryLedger:
 
     def released(self, release: BatchRelease) -> None:
         self.releases.append(release)
+
+    def submitted(self) -> dict[str, datetime]:
+        return dict.fromkeys((b for b, _ in self.batches), utcnow())
 
 
 def _batch_ctx(stub: Any, **budget: int) -> Ctx:

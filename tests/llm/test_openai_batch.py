@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from tests.support.factories import DARK_MODE_NOTES, NOW, add_entities, add_notes, days_ago
-from tests.support.llm_stub import LLMStub, StubRequest
+from tests.support.llm_stub import LLMStub, StubRequest, StubResponse
 from tests.support.topic_judge import topic_reply
 from worker.app import App
 from worker.domain.types import Scope
+from worker.llm.batch import BatchPending
 from worker.llm.openai_compat import OpenAICompatibleLLM
 from worker.runs import service
 
@@ -185,11 +186,32 @@ def _is_tea(req: StubRequest) -> bool:
     return "green tea" in req.user
 
 
-@pytest.mark.parametrize("broken", ["failed_line", "torn_line", "garbage_reply"])
+def _negative_usage(req: StubRequest) -> Any:
+    """The careful judge's answer with a usage that gives a billion tokens back."""
+    reply = answer(req)
+    return StubResponse(body={
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "stub-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": json.dumps(reply)}}],
+        "usage": {"prompt_tokens": -10**9, "completion_tokens": 1, "total_tokens": 1}})
+
+
+def _refused() -> StubResponse:
+    """A refusal: no content, the API's ``refusal`` field."""
+    return StubResponse(body={
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "stub-model",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": None, "refusal": "I can't help with that."}}]})
+
+
+@pytest.mark.parametrize("broken", ["failed_line", "torn_line", "garbage_reply",
+                                    "negative_usage", "unstorable_reply", "refusal"])
 def test_a_failed_torn_or_garbage_line_defers_only_its_item(
         stub_app: App, llm_stub: LLMStub, broken: str) -> None:
     """Two clusters in one batch; the tea cluster's line fails (error file), is torn (not
-    JSON) or answers garbage: that cluster is deferred, the other merges."""
+    JSON), answers garbage (a NUL in a string too) or a negative token count (charged before: the run's budget was
+    given a billion tokens back and the fusion applied): that cluster is deferred, the other
+    merges, and no count below zero reaches the run's usage."""
     scope = Scope(f"partial-{broken}")
     _store(stub_app, scope, clusters=(DARK_MODE_NOTES, TEA_NOTES), every_phase=False)
     stub_app.settings.llm_batch = True
@@ -197,10 +219,20 @@ def test_a_failed_torn_or_garbage_line_defers_only_its_item(
         llm_stub.batches.fail_line = _is_tea
     elif broken == "torn_line":
         llm_stub.batches.corrupt_line = _is_tea
-    else:
+    elif broken == "garbage_reply":
         llm_stub.set_handler(lambda req: "no JSON here" if _is_tea(req) else answer(req))
-    _, clusters = _consolidate_run(stub_app, scope)
+    elif broken == "unstorable_reply":  # before: PostgreSQL refused the write, the phase failed
+        llm_stub.set_handler(lambda req: {**answer(req), "reason": "one\x00preference"}
+                             if _is_tea(req) else answer(req))
+    elif broken == "refusal":
+        llm_stub.set_handler(lambda req: _refused() if _is_tea(req) else answer(req))
+    else:
+        llm_stub.set_handler(lambda req: _negative_usage(req) if _is_tea(req) else answer(req))
+    run_id, clusters = _consolidate_run(stub_app, scope)
     assert sorted(v for v, _ in clusters) == ["deferred", "merge"]
+    if broken == "refusal":
+        assert any(r.startswith("the model refused to answer") for _, r in clusters)
+    assert min(_usage(stub_app, run_id)) >= 0
     active = _active(stub_app, scope)
     assert DARK_MODE_NOTES[0] in active and not set(DARK_MODE_NOTES[1:]) & set(active)
     assert set(TEA_NOTES) <= set(active)
@@ -271,3 +303,91 @@ def test_a_provider_that_keeps_the_files_fails_nothing(
     logged = capsys.readouterr()
     assert "llm.batch_file_kept" in logged.out + logged.err
     assert DARK_MODE_NOTES[1] not in logged.out + logged.err
+
+
+def test_a_result_line_nested_past_the_parser_depth_answers_nothing() -> None:
+    """A line of the output file nested 100,000 deep made json.loads raise RecursionError out
+    of reading the batch: the phase failed. It is a line that is no result (its request stays
+    unanswered, so deferred); the lines around it are read."""
+    from worker.llm.base import BatchState
+    from worker.llm.openai_batch import read_output
+
+    good = {"custom_id": "q-2", "response": {"status_code": 200, "body": {
+        "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "{}"}}]}}}
+    state = BatchState("batch_1", "completed")
+    read_output('{"custom_id": "q-1", "response": ' + "[" * 100_000 + "\n" + json.dumps(good),
+                state, "m")
+    assert list(state.replies) == ["q-2"] and not state.failed
+
+
+def _result(custom_id: str, content: str) -> str:
+    return json.dumps({"custom_id": custom_id, "response": {"status_code": 200, "body": {
+        "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": content}}]}}})
+
+
+def test_a_request_answered_twice_is_failed_not_the_last_answer_read() -> None:
+    """A provider's output holding two results for one custom id (two replies that disagree,
+    or a reply in the output file and a failure in the error file): before, the last reply
+    read was applied (or the reply beat the failure). Now the request is failed (deferred),
+    the others are read as usual."""
+    from worker.llm.base import BatchState
+    from worker.llm.openai_batch import read_output
+
+    state = BatchState("batch_1", "completed")
+    read_output("\n".join([_result("q-1", '{"verdict": "merge"}'), _result("q-2", "{}"),
+                           _result("q-1", '{"verdict": "keep"}'), _result("q-3", "{}")]),
+                state, "m")
+    read_output(json.dumps({"custom_id": "q-3", "response": None,
+                            "error": {"code": "batch_expired"}}), state, "m")
+    assert list(state.replies) == ["q-2"]
+    assert state.failed == {"q-1": "the batch answered this request more than once",
+                            "q-3": "the batch answered this request more than once"}
+
+
+@pytest.mark.parametrize("prefix", ["batch_" + "x" * 300, "batch\x1b[2J_"])
+def test_a_batch_id_that_is_no_id_defers_the_items(
+        stub_app: App, llm_stub: LLMStub, prefix: str) -> None:
+    """A provider answering a batch id of 300 characters (the batch's step name holds 200:
+    PostgreSQL refused the ledger's write, the phase failed and the batch was left running
+    with nobody to release it) or with an escape sequence (printed raw by `dream runs
+    cancel`): the items are deferred with one line naming the problem, the uploaded requests
+    (note text) deleted, nothing applied."""
+    scope = Scope("bad-batch-id")
+    _store(stub_app, scope, every_phase=False)
+    stub_app.settings.llm_batch = True
+    llm_stub.batches.batch_prefix = prefix
+    run_id, clusters = _consolidate_run(stub_app, scope)
+    assert [v for v, _ in clusters] == ["deferred"]
+    assert "batch id that is no id" in clusters[0][1] and "\x1b" not in clusters[0][1]
+    assert llm_stub.batches.sent and llm_stub.batches.files == {}
+    assert len(_active(stub_app, scope)) == len(DARK_MODE_NOTES)
+    with stub_app.uow() as uow:
+        assert not [s for s in uow.runs.steps(run_id) if s.name.startswith("llm batch ")]
+
+
+@pytest.mark.parametrize("status", ["in_progress\x1b]0;owned\x07", "x" * 500, "Completed"])
+def test_a_batch_status_that_is_no_status_is_unknown(llm_stub: LLMStub, status: str) -> None:
+    """A provider's status is recorded on the batch's step, logged and printed by `dream runs
+    cancel` ("provider batch B: already <status>"): an escape sequence went out raw, pages of
+    text were stored. What is no status reads ``unknown``, which is never finished (waited on,
+    then given up)."""
+    from tests.llm.test_batch import MemoryLedger, _ask, _batch_ctx
+    from worker.llm.batch import reschedule_while_pending
+    from worker.llm.openai_batch import release_batch
+
+    llm_stub.set_handler(answer)
+    llm_stub.batches.polls = 10_000
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        _ask(ctx, 1, ledger)
+    (batch,) = llm_stub.batches.batches.values()
+    batch.status = status
+    llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
+                              timeout=10, max_retries=0)
+    assert llm.batch_state(batch.id, []).status == "unknown"
+    release = release_batch(llm, batch.id)
+    assert release.status == "unknown" and status not in str(release.as_dict())

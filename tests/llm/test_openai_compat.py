@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -205,3 +206,89 @@ def test_http_200_without_embeddings_is_an_embedding_error(llm_stub) -> None:  #
                                         dimensions=64)
     with pytest.raises(EmbeddingError, match="without embeddings"):
         embedder.embed(["a b"])
+
+
+def _completion(content: str | None = '{"ok": true}', **fields: Any) -> StubResponse:
+    """A chat completion body as the endpoint sends it, ``fields`` replacing its own."""
+    body: dict[str, Any] = {
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "served-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": content}}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
+    body.update(fields)
+    return StubResponse(body=body)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("prompt_tokens", -1_000_000),  # would give the run's budget a million tokens back
+    ("completion_tokens", -5),
+    ("prompt_tokens", 10**30),  # overflowed the steps' token columns: the phase failed
+    ("prompt_tokens", "abc"),  # int("abc") raised ValueError: the phase failed
+    ("completion_tokens", {"n": 1}),
+    ("completion_tokens", 2.5),
+])
+def test_a_usage_that_is_no_token_count_is_an_llm_error(  # type: ignore[no-untyped-def]
+    llm_stub, field: str, value: Any,
+) -> None:
+    """The run's budget is charged what the endpoint says a reply used (R15). A count that is
+    negative, past any context window, or not a whole number is an endpoint answering garbage:
+    one LLMError line naming the field (the item is deferred), never a budget given back or an
+    exception that fails the phase."""
+    usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18, field: value}
+    llm_stub.set_handler(lambda req: _completion(usage=usage))
+    with pytest.raises(LLMError) as info:
+        _call(_llm(llm_stub, max_retries=0))
+    message = str(info.value)
+    assert f"usage.{field} that is no token count" in message and "\n" not in message
+    assert "deferred" in message
+
+
+@pytest.mark.parametrize("usage", [None, {}, {"prompt_tokens": 11.0, "completion_tokens": 0}])
+def test_a_usage_left_out_or_whole_is_accepted(llm_stub, usage: Any) -> None:  # type: ignore[no-untyped-def]
+    """The control: a server that counts nothing sends no usage (0 tokens), and a count written
+    as 11.0 is a whole number."""
+    llm_stub.set_handler(lambda req: _completion(usage=usage))
+    reply = _call(_llm(llm_stub, max_retries=0))
+    assert reply.data == {"ok": True}
+    assert (reply.tokens_in, reply.tokens_out) == ((11, 0) if usage and usage.get(
+        "prompt_tokens") else (0, 0))
+
+
+@pytest.mark.parametrize("model", [{"name": "x"}, 7, "", "m" * 201, "gpt\x1b[2J", "a b\nc"])
+def test_a_model_name_that_names_no_model_is_the_configured_one(  # type: ignore[no-untyped-def]
+    llm_stub, model: Any,
+) -> None:
+    """Every step, span and listing records the model a reply names. An object there failed
+    the phase; pages of text or a terminal escape were copied onto each step and printed by
+    `dream runs show`. Such a name is replaced by the configured model; a real one is kept."""
+    llm_stub.set_handler(lambda req: _completion(model=model))
+    assert _call(_llm(llm_stub, max_retries=0)).model == "stub-model"
+    llm_stub.set_handler(lambda req: _completion(model="org/llama-3.1:8b-q4"))
+    assert _call(_llm(llm_stub, max_retries=0)).model == "org/llama-3.1:8b-q4"
+
+
+def test_content_nested_past_the_parser_depth_is_garbage_and_reasked(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """A reply of 100,000 opening brackets made json.loads raise RecursionError, which no
+    caller expects: the phase failed. It is a reply that is not JSON, re-asked like any."""
+    answers = iter([_completion("[" * 100_000), _completion('{"ok": false}')])
+    llm_stub.set_handler(lambda req: next(answers))
+    llm = _llm(llm_stub, max_retries=0)
+    outcome = ask(llm, RenderedPrompt("consolidate", "sys", "usr", "h"), Ok)
+    assert outcome.ok and outcome.value == Ok(ok=False) and outcome.attempts == 2
+    assert outcome.malformed == 1
+
+
+def test_a_refusal_is_final_and_no_malformed_reply(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """A model's refusal (``message.refusal``, no content): before, it read as a reply that is
+    not JSON, was re-asked twice (refused again, three calls) and counted malformed, which
+    flags a run "model answers unusable ... check that DREAM_LLM_MODEL answers in JSON". Now
+    one call, the question invalid with a reason that quotes nothing of the refusal."""
+    llm_stub.set_handler(lambda req: _completion(None, choices=[{
+        "index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": None,
+                    "refusal": "I can't help with notes about Dana's health."}}]))
+    outcome = ask(_llm(llm_stub, max_retries=0), RenderedPrompt("consolidate", "sys", "usr", "h"),
+                  Ok)
+    assert (outcome.status, outcome.attempts, outcome.malformed) == ("invalid", 1, 0)
+    assert outcome.reason.startswith("the model refused to answer") and "Dana" not in outcome.reason
+    assert len(llm_stub.chat_requests()) == 1

@@ -49,6 +49,27 @@ def test_fuse_and_keep_apart_refuse_ids_no_note_can_have(app: App, ids: list[str
     assert _states(app, "agent-a") == before
 
 
+def test_fuse_and_keep_apart_refuse_a_source_changed_since_it_was_judged(app: App) -> None:
+    """The versions ``list_candidates`` showed: a source changed since is ``conflict:`` naming
+    it and both versions, and nothing changes; a version of the wrong type is ``invalid``."""
+    from tests.support.host_writes import host_sets
+
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."},
+              {"id": "a1", "agent_id": "agent-a", "content": "Prefers green tea at noon."})
+    host_sets(app, "a1", content="Prefers coffee at noon.", version=2)
+    before = _states(app, "agent-a")
+    judged = {"a0": 1, "a1": 1}
+    answers = _refusals(app, [
+        ("fuse", {"source_ids": ["a0", "a1"], "fused_content": "Prefers green tea at noon.",
+                  "source_versions": judged}),
+        ("keep_apart", {"source_ids": ["a0", "a1"], "source_versions": judged}),
+        ("keep_apart", {"source_ids": ["a0", "a1"], "source_versions": {"a1": "2"}}),
+    ])
+    assert [a.split(": ", 2)[1] for a in answers] == ["conflict", "conflict", "invalid"], answers
+    assert all("note a1 is at version 2, not version 1" in a for a in answers[:2])
+    assert _states(app, "agent-a") == before
+
+
 @pytest.mark.parametrize(("reason", "says"), [
     # a lone surrogate: before, an internal error from the driver (the API's schema: 422)
     ("no \ud800", "invalid: reason"),

@@ -29,7 +29,7 @@ from worker.runs import service
 from worker.runs.batches import ReleaseRetries, retry_incomplete_releases
 from worker.runs.scheduling import GateResult, recover_runs
 from worker.safety.erase import erase
-from worker.store.models import DreamRunRow
+from worker.store.models import DreamRunRow, RunStepRow
 
 SCOPE = Scope("batched")
 
@@ -304,3 +304,50 @@ def test_a_release_incomplete_for_a_day_is_given_up_and_recorded(
     llm_stub.batches.refuse_status = None
     (again,) = service.cancel_run(stub_app, run_id, "operator stop").batches
     assert again.release.complete and llm_stub.batches.files == {}
+
+
+def test_a_batch_past_the_provider_window_is_given_up_not_waited_on_for_ever(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """A provider that never finishes a batch (never says expired; one stuck finalizing):
+    under Celery each look re-scheduled the phase and renewed the run's lease, so the run held
+    its scope for ever. Submitted 25 h ago or more, the batch is given up at the next look:
+    released (cancelled, its files deleted), its cluster deferred with the reason, nothing
+    applied, the run finished."""
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = _waiting_run(stub_app)
+    (batch_id,) = llm_stub.batches.batches
+    with stub_app.uow() as uow:  # submitted a day and a bit ago
+        uow.session.execute(update(RunStepRow).where(
+            RunStepRow.run_id == run_id, RunStepRow.name == f"llm batch {batch_id}").values(
+            started_at=utcnow() - timedelta(hours=25, minutes=1)))
+        uow.commit()
+    with reschedule_while_pending(), capture_logs() as logs:
+        result = service.execute_run_task(stub_app, run_id)
+    assert result.retry_after is None  # not waiting any more
+    assert _status(stub_app, run_id) not in ("running", "queued")
+    assert llm_stub.batches.cancelled == [batch_id] and llm_stub.batches.files == {}
+    release = _release(stub_app, run_id)
+    assert release is not None and release["cancelled"]
+    with stub_app.uow() as uow:
+        (cluster,) = [s for s in uow.runs.steps(run_id) if s.name.startswith("cluster")]
+        active = uow.notes.load_scope(SCOPE).notes
+    output = cluster.output or {}
+    assert output["verdict"] == "deferred"
+    assert "past the provider's 24 h window; given up" in output["reason"]
+    assert sorted(n.content for n in active) == sorted(DARK_MODE_NOTES)
+    assert [e["batch_id"] for e in logs if e["event"] == "llm.batch_given_up"] == [batch_id]
+
+
+def test_a_batch_within_the_provider_window_is_still_waited_on(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """The control: 23 h after it was submitted the batch is still waited on."""
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = _waiting_run(stub_app)
+    with stub_app.uow() as uow:
+        uow.session.execute(update(RunStepRow).where(
+            RunStepRow.run_id == run_id, RunStepRow.name.startswith("llm batch ")).values(
+            started_at=utcnow() - timedelta(hours=23)))
+        uow.commit()
+    with reschedule_while_pending():
+        assert service.execute_run_task(stub_app, run_id).retry_after is not None
+    assert llm_stub.batches.cancelled == [] and _status(stub_app, run_id) == "running"

@@ -10,7 +10,8 @@ validating → in_progress → (after ``polls`` in progress) completed, or what 
 Per test, on ``stub.batches``: ``polls`` (retrieves spent in progress), ``finish_as``
 ("completed", "expired", "failed"), ``answer_before_expiry`` (lines answered when it expires),
 ``fail_line(req) -> bool`` (an error-file line instead of a reply), ``corrupt_line(req) ->
-bool`` (a broken JSON line in the output file) and ``refuse_status`` (every request answers it). Every answered line goes through the stub's
+bool`` (a broken JSON line in the output file), ``refuse_status`` (every request answers it)
+and ``batch_prefix`` (what a batch id starts with). Every answered line goes through the stub's
 handler exactly as an online chat completion would.
 """
 
@@ -75,6 +76,7 @@ class BatchEndpoints:
         self.refuse_status: int | None = None  # every files/batches request answers this
         self.refuse_delete: int | None = None  # every DELETE answers this (the files stay)
         self.cancel_to = "cancelled"  # what a cancel makes of a working batch
+        self.batch_prefix = "batch_"  # a batch's id is this and a number
         self.cancelled: list[str] = []  # every batch a cancel stopped
 
     # ---- routing -----------------------------------------------------------------------
@@ -148,7 +150,8 @@ class BatchEndpoints:
         if body.get("completion_window") != "24h":
             return 400, {"error": {"message": "completion_window must be 24h"}}
         with self._lock:
-            batch = StubBatch(f"batch_{next(self._ids)}", file_id, str(body.get("endpoint")),
+            batch = StubBatch(f"{self.batch_prefix}{next(self._ids)}", file_id,
+                              str(body.get("endpoint")),
                               metadata=dict(body.get("metadata") or {}))
             self.batches[batch.id] = batch
         return 200, batch.body(self._line_count(batch))

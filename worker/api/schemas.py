@@ -8,6 +8,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from worker.domain.limits import (
     ID_MAX,
+    INT_MAX,
     line_problem,
     reorder_problem,
     scope_problem,
@@ -81,8 +82,15 @@ class CandidatesIn(Body):
     limit: int = Field(50, ge=1, le=500)
 
 
+# Note id → the version a candidates listing showed: a source changed since is a 409.
+JudgedVersions = Annotated[dict[Ident, Annotated[int, Field(ge=1, le=INT_MAX)]] | None, Field(
+    None, max_length=MAX_SOURCE_IDS, description="The version of each source your model judged "
+    "(the candidates' `version`): a source changed since is refused (409), nothing written.")]
+
+
 class FuseIn(Body):
     source_ids: list[Ident] = Field(max_length=MAX_SOURCE_IDS)
+    source_versions: JudgedVersions = None
     fused_content: str = Field(max_length=100_000)
     fused_importance: float | None = Field(None, ge=0.0, le=1.0)
     strict: bool = Field(False, description="Refuse (422) instead of warning on ungrounded facts.")
@@ -91,6 +99,7 @@ class FuseIn(Body):
 
 class KeepApartIn(Body):
     source_ids: list[Ident] = Field(max_length=MAX_SOURCE_IDS)
+    source_versions: JudgedVersions = None
 
 
 class NoteIn(Body):

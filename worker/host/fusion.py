@@ -7,7 +7,7 @@ and applies it in one transaction with the same guarantees as the consolidate ph
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,6 +195,30 @@ def _load_sources(app: App, source_ids: Iterable[str], allowed: Scope | None,
     return ordered
 
 
+def check_judged_versions(notes: list[Note], judged: Mapping[str, int] | None) -> None:
+    """A host's verdict is about the text its model read. With ``judged`` (note id → the
+    version the candidates listing showed it) a source changed since is refused, as a dream's
+    stale plan is (R10): otherwise the host's fusion of what a note said replaced what it says
+    now, and its keep-apart bound a text nobody judged. Checked on the notes as read for the
+    write (fuse's write checks those versions again)."""
+    if not judged:
+        return
+    ids = {n.id for n in notes}
+    if extra := [i for i in judged if i not in ids]:
+        raise Invalid(f"source_versions names note {str(extra[0])[:64]!r}, which is not one of "
+                      "the source ids; give the version of each source your model judged")
+    for n in notes:
+        seen = judged.get(n.id)
+        if seen is None:
+            continue
+        if isinstance(seen, bool) or not isinstance(seen, int) or seen < 1:
+            raise Invalid(f"source_versions of note {n.id} must be a version number (1 or more)")
+        if seen != n.version:
+            raise Conflict(f"note {n.id} is at version {n.version}, not version {seen} that "
+                           "your model judged: it changed since; fetch candidates again and "
+                           "judge its current text")
+
+
 def _check_fusable(notes: list[Note]) -> None:
     for n in notes:
         if n.status != NoteStatus.ACTIVE.value:
@@ -221,18 +245,21 @@ def _checked_text(app: App, fused_content: str, fused_importance: float | None) 
 def fuse(
     app: App, source_ids: list[str], fused_content: str, fused_importance: float | None = None,
     strict: bool = False, *, allowed_scope: Scope | None = None, note_type: str | None = None,
+    source_versions: Mapping[str, int] | None = None,
 ) -> FuseResult:
     """Create the host's fused note and supersede every source, atomically (R9).
 
     Sources end revoked with importance 0.0, ``consolidated_into_id`` pointing at the new note, a
     lineage edge each and an operation-log entry each. ``allowed_scope`` limits which ids exist for
-    the caller (a scoped API token). Ungrounded text (``grounding_problems``) is a warning, or a
+    the caller (a scoped API token); ``source_versions`` refuses a source changed since the
+    host's model read it (``check_judged_versions``). Ungrounded text (``grounding_problems``) is a warning, or a
     refusal when ``strict``; omissions are always only warnings.
     """
     text = _checked_text(app, fused_content, fused_importance)
     if note_type is not None:
         note_type = canonical_type(note_type)
     sources = _load_sources(app, source_ids, allowed_scope)
+    check_judged_versions(sources, source_versions)
     _check_fusable(sources)
     problems, warnings = grounding_problems(sources, text)
     if problems and strict:
@@ -292,7 +319,8 @@ def grounding_problems(sources: list[Note], text: str) -> tuple[list[str], list[
 
 
 def keep_apart(
-    app: App, source_ids: list[str], *, allowed_scope: Scope | None = None
+    app: App, source_ids: list[str], *, allowed_scope: Scope | None = None,
+    source_versions: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Record "not the same" for these notes at their current versions (until one changes).
     Under the scope's lock, the notes read again after it: a run's write holding it is waited
@@ -305,6 +333,7 @@ def keep_apart(
         if gone := [n.id for n in notes if n.id not in now]:
             raise NotFound(f"unknown note id {gone[0]}")
         notes = [now[n.id] for n in notes]
+        check_judged_versions(notes, source_versions)
         for n in notes:  # a verdict on a retired note binds nothing: no dream or host sees it
             if n.status != NoteStatus.ACTIVE.value:
                 raise Conflict(f"note {n.id} is {n.status}, not active; only active notes can "

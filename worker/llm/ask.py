@@ -12,7 +12,8 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from worker import telemetry
-from worker.llm.base import LLMClient, LLMError
+from worker.domain.limits import text_problem
+from worker.llm.base import REFUSED, LLMClient, LLMError
 from worker.llm.prompts import RenderedPrompt
 
 T = TypeVar("T", bound=BaseModel)
@@ -129,6 +130,10 @@ def ask(
         outcome.model = reply.model
         if charge is not None:
             charge(reply.tokens_in, reply.tokens_out)
+        if reply.refused:  # re-asked, it refused again and counted as malformed (R27's flag)
+            outcome.errors.append(REFUSED)
+            outcome.reason = REFUSED
+            return outcome
         value, problem, final, malformed = check(reply_model, validate, reply.data)
         outcome.malformed += malformed
         if value is not None:
@@ -154,6 +159,8 @@ def check(
     """``data`` as the validated reply, or None, why not (at most 300 characters), whether
     the rejection is final (no re-ask) and whether the reply was malformed (not JSON of the
     reply's schema, as opposed to a well-formed reply the validator refused)."""
+    if problem := unstorable(data):
+        return None, problem, False, True
     try:
         value = reply_model.model_validate(data)
     except ValidationError as exc:
@@ -166,6 +173,24 @@ def check(
     except ReplyRejected as exc:
         return None, str(exc)[:300], exc.final, False
     return value, "", False, False
+
+
+def unstorable(data: Any) -> str:
+    """Why a reply holds a string no backend can store ("" when none does): a NUL (PostgreSQL
+    refuses it; SQLite kept it) or a lone surrogate (``"\\ud800"`` in the JSON: no UTF-8
+    encoder writes it). Before, such a reason or fused text failed the phase's write."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if problem := text_problem(item):
+                return f"reply: a string {problem}; send text without it"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return ""
 
 
 def _problem(exc: ValidationError) -> str:

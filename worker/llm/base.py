@@ -18,6 +18,14 @@ class LLMReply:
     tokens_out: int = 0
     model: str = ""
     raw: str = field(default="", repr=False)
+    # The model declined to answer (the API's ``refusal``, no content): a refusal is no
+    # malformed reply, and asking again gets the same one.
+    refused: bool = False
+
+
+# What a question the model refused ends with (never the refusal's text, which may quote notes).
+REFUSED = ("the model refused to answer (a refusal, not a verdict); not asked again this run, "
+           "nothing applied")
 
 
 class LLMError(ModelFailure):

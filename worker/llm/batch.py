@@ -9,13 +9,23 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import structlog
 
 from worker import telemetry
+from worker.clock import utcnow
 from worker.llm.ask import AskStatus, Outcome, check
-from worker.llm.base import BatchItem, BatchLLM, BatchRelease, BatchState, LLMError, LLMReply
+from worker.llm.base import (
+    REFUSED,
+    BatchItem,
+    BatchLLM,
+    BatchRelease,
+    BatchState,
+    LLMError,
+    LLMReply,
+)
 from worker.llm.cache import ReplyCache
 
 log = structlog.get_logger(__name__)
@@ -59,6 +69,10 @@ class BatchLedger(Protocol):
         """What releasing one of its batches did (recorded beside the batch)."""
         ...
 
+    def submitted(self) -> dict[str, datetime]:
+        """When each batch this phase of the run recorded was submitted."""
+        ...
+
 
 class Spending(Protocol):
     def reserve(self, estimated_tokens: int) -> bool: ...
@@ -86,7 +100,7 @@ def ask_as_batch(
     wanted = {k for k in keys if k not in outcomes}
     batches = [(bid, ids & wanted) for bid, ids in recorded if ids & wanted]
     by_id = {it.custom_id: it for it in items}
-    states = _poll(ctx, llm, batches, by_id)
+    states = _poll(ctx, llm, batches, by_id, ledger)
     for bid, state in states.items():
         # In-process out of DREAM_LLM_BATCH_WAIT, or not to be checked: its items are deferred
         # and asked again in a new batch, so nobody will read this one.
@@ -143,9 +157,10 @@ def _submit(
 
 
 def _poll(ctx: Any, llm: BatchLLM, batches: list[tuple[str, set[str]]],
-          by_id: dict[str, BatchItem]) -> dict[str, BatchState]:
+          by_id: dict[str, BatchItem], ledger: BatchLedger) -> dict[str, BatchState]:
     """Each batch's state, polled every ``llm_batch_poll`` seconds until all are finished or
-    ``llm_batch_wait`` is spent; under Celery unfinished batches raise ``BatchPending``."""
+    ``llm_batch_wait`` is spent; under Celery unfinished batches raise ``BatchPending``, but
+    for those past the provider's window (``give_up_overdue``)."""
     settings = ctx.settings
     rescheduling = _RESCHEDULE.get()
     until = time.monotonic() + (0.0 if rescheduling else float(settings.llm_batch_wait))
@@ -160,8 +175,37 @@ def _poll(ctx: Any, llm: BatchLLM, batches: list[tuple[str, set[str]]],
             break
         time.sleep(min(float(settings.llm_batch_poll), left))
     if unfinished and rescheduling:
-        raise BatchPending(unfinished, float(settings.llm_batch_poll))
+        unfinished = give_up_overdue(ledger, batches, states, unfinished)
+        if unfinished:
+            raise BatchPending(unfinished, float(settings.llm_batch_poll))
     return states
+
+
+# The provider's completion window (24 h) and an hour's grace. A batch still unfinished then
+# never says so (a server that never expires one, a batch stuck finalizing): under Celery each
+# look renews the run's lease, so the run held its scope for ever (R30).
+GIVE_UP_AFTER = timedelta(hours=25)
+
+
+def give_up_overdue(ledger: BatchLedger, batches: list[tuple[str, set[str]]],
+                    states: dict[str, BatchState], unfinished: list[str]) -> list[str]:
+    """The batches of ``unfinished`` still to wait for; those submitted ``GIVE_UP_AFTER`` ago
+    fail their items (deferred, asked again next run) and are released by the caller."""
+    submitted = ledger.submitted()
+    now = utcnow()
+    waiting = []
+    for bid in unfinished:
+        at = submitted.get(bid)
+        if at is None or now - at < GIVE_UP_AFTER:
+            waiting.append(bid)
+            continue
+        status, hours = states[bid].status[:40], int((now - at).total_seconds() // 3600)
+        why = (f"batch {bid} still {status} {hours} h after it was submitted, past the "
+               "provider's 24 h window; given up")
+        ids = next(ids for b, ids in batches if b == bid)
+        states[bid] = BatchState(bid, status, failed=dict.fromkeys(ids, why), unchecked=True)
+        log.warning("llm.batch_given_up", batch_id=bid, status=status, hours=hours)
+    return waiting
 
 
 def _state(llm: BatchLLM, batch_id: str, items: list[BatchItem]) -> BatchState:
@@ -201,6 +245,10 @@ def _settle(q: Any, key: str, state: BatchState, spending: Spending,
         return Outcome(None, AskStatus.DEFERRED, f"{why}; deferred to the next run"[:300])
     if _CHARGED.add(key):
         spending.charge(reply.tokens_in, reply.tokens_out)
+    if reply.refused:
+        return Outcome(None, AskStatus.DEFERRED, f"{REFUSED}; deferred to the next run", attempts=1,
+                       tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, model=reply.model,
+                       errors=[REFUSED])
     value, problem, _, malformed = check(q.reply_model, q.validate, reply.data)
     outcome: Outcome[Any] = Outcome(value, AskStatus.OK, attempts=1, tokens_in=reply.tokens_in,
                                     tokens_out=reply.tokens_out, model=reply.model,

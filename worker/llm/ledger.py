@@ -4,6 +4,7 @@ or re-scheduled phase finds them and never submits the same questions twice."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from worker.clock import utcnow
@@ -29,6 +30,13 @@ class StepLedger:
                 for s in steps
                 if s.parent_id is not None and s.phase == self.phase
                 and s.name.startswith(STEP_PREFIX) and "batch_id" in (s.input or {})]
+
+    def submitted(self) -> dict[str, datetime]:
+        with self.ctx.uow() as uow:
+            steps = uow.runs.steps(self.ctx.run_id)
+        return {str(s.input["batch_id"]): s.started_at for s in steps
+                if s.parent_id is not None and s.phase == self.phase and s.started_at is not None
+                and s.name.startswith(STEP_PREFIX) and "batch_id" in (s.input or {})}
 
     def record(self, batch_id: str, custom_ids: Sequence[str]) -> None:
         ctx = self.ctx

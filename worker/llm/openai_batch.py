@@ -6,6 +6,7 @@ if it still works, its files deleted."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Final, Literal
 
@@ -40,6 +41,12 @@ def submit_batch(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> str:
             batch = client.batches.create(
                 input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h",
                 metadata={"source": "dream-worker", "prompt": items[0].prompt_name[:64]})
+            if not (isinstance(batch.id, str) and _PROVIDER_ID.fullmatch(batch.id)):
+                forget_files(client, "(no id)", (uploaded.id,))
+                raise LLMError("model endpoint answered a batch id that is no id (1 to 100 "
+                               "letters, digits, '_', '-', '.' or ':'); check the server, "
+                               "which may still run that batch; the items are deferred to the "
+                               "next run")
     except openai.APIConnectionError:
         raise LLMError("cannot reach the model endpoint to submit a batch; check "
                        "DREAM_LLM_BASE_URL; the items are deferred to the next run") from None
@@ -48,13 +55,27 @@ def submit_batch(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> str:
     return batch.id
 
 
+# A batch id names its run step (``llm batch <id>``, at most 200 characters), log lines and
+# what `dream runs cancel` prints: another string (pages of text, an escape sequence) failed
+# the step's write on PostgreSQL, orphaning the batch, or was printed raw.
+_PROVIDER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+_STATUS = re.compile(r"[a-z_]{1,40}")
+
+
+def provider_status(value: object) -> str:
+    """A batch's status as the provider says it, or ``unknown`` (never finished: the batch is
+    waited on, then given up) for what is no status: it is recorded on the batch's step,
+    logged and printed by `dream runs cancel`, where an escape sequence would be printed raw."""
+    return value if isinstance(value, str) and _STATUS.fullmatch(value) else "unknown"
+
+
 def batch_state(llm: OpenAICompatibleLLM, batch_id: str) -> BatchState:
     """The batch's status; once it is finished, every reply of its output file and every
     failed request of its error file, and the three files deleted (``forget_files``)."""
     try:
         with llm.sync_client() as client:
             batch = client.batches.retrieve(batch_id)
-            state = BatchState(batch_id, batch.status)
+            state = BatchState(batch_id, provider_status(batch.status))
             if not state.finished:
                 return state
             if batch.output_file_id:
@@ -104,10 +125,11 @@ def release_batch(llm: OpenAICompatibleLLM, batch_id: str) -> BatchRelease:
     try:
         with llm.sync_client() as client:
             batch = client.batches.retrieve(batch_id)
-            if batch.status not in BATCH_FINISHED and batch.status != "cancelling":
+            status = provider_status(batch.status)
+            if status not in BATCH_FINISHED and status != "cancelling":
                 batch = client.batches.cancel(batch_id)
                 release.cancelled = True
-            release.status = batch.status
+            release.status = provider_status(batch.status)
             release.deleted, release.kept = forget_files(
                 client, batch_id, (batch.input_file_id, batch.output_file_id,
                                    batch.error_file_id))
@@ -130,14 +152,20 @@ def release_batch(llm: OpenAICompatibleLLM, batch_id: str) -> BatchRelease:
 
 def read_output(text: str, state: BatchState, model: str) -> None:
     """Replies and failures of one output or error file into ``state``. A line that is not a
-    result (broken JSON, no custom_id) answers nothing: its question stays unanswered."""
+    result (broken JSON, no custom_id) answers nothing: its question stays unanswered. A
+    request answered twice (two replies, or a reply and a failure, in either file) is failed:
+    which answer holds is not ours to guess, and the last line read won before."""
     for line in text.splitlines():
         try:
             row = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         custom_id = row.get("custom_id") if isinstance(row, dict) else None
         if not isinstance(custom_id, str):
+            continue
+        if custom_id in state.replies or custom_id in state.failed:
+            state.replies.pop(custom_id, None)
+            state.failed[custom_id] = "the batch answered this request more than once"
             continue
         failure = _failure(row)
         if failure:

@@ -164,20 +164,24 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
     @server.tool(annotations=DESTRUCTIVE)
     def fuse(source_ids: list[str], fused_content: str, ctx: Context,
              fused_importance: float | None = None, strict: bool = False,
-             type: str | None = None) -> dict[str, Any]:
+             type: str | None = None,
+             source_versions: dict[str, int] | None = None) -> dict[str, Any]:
         """Replace the source notes with your fused text in one transaction: sources are revoked
         (kept), the new note points back to them; undo_run(run_id=<the answer's undo_id>) gives
-        them back. strict refuses facts no source has. review_items_stale: the open review
-        items that named a source, recorded stale (they can never apply)."""
+        them back. strict refuses facts no source has. source_versions (note id -> the
+        version list_candidates showed) refuses a source changed since your model read it.
+        review_items_stale: the open review items that named a source, recorded stale (they
+        can never apply)."""
         return _call(lambda: tools(ctx).fuse(source_ids, fused_content, fused_importance,
-                                             strict, type))
+                                             strict, type, source_versions))
 
     @server.tool(annotations=ADDITIVE)
-    def keep_apart(source_ids: list[str], ctx: Context) -> dict[str, Any]:
+    def keep_apart(source_ids: list[str], ctx: Context,
+                   source_versions: dict[str, int] | None = None) -> dict[str, Any]:
         """Record that these notes are not the same: never offered together again until one of
-        them changes. review_items_stale: the open review items that would merge or revoke
-        one of them into another, recorded stale."""
-        return _call(lambda: tools(ctx).keep_apart(source_ids))
+        them changes. source_versions as for fuse. review_items_stale: the open review items
+        that would merge or revoke one of them into another, recorded stale."""
+        return _call(lambda: tools(ctx).keep_apart(source_ids, source_versions))
 
     _dream_tools(server, tools)
     _review_tools(server, tools)

@@ -36,13 +36,16 @@ class ScopedTools:
 
     def fuse(self, source_ids: list[str], fused_content: str,
              fused_importance: float | None = None, strict: bool = False,
-             type: str | None = None) -> dict[str, Any]:
+             type: str | None = None,
+             source_versions: dict[str, int] | None = None) -> dict[str, Any]:
         result = fuse(self.app, source_ids, fused_content, fused_importance, strict,
-                      allowed_scope=self.scope, note_type=type)
+                      allowed_scope=self.scope, note_type=type, source_versions=source_versions)
         return result.as_dict()
 
-    def keep_apart(self, source_ids: list[str]) -> dict[str, Any]:
-        return keep_apart(self.app, source_ids, allowed_scope=self.scope)
+    def keep_apart(self, source_ids: list[str],
+                   source_versions: dict[str, int] | None = None) -> dict[str, Any]:
+        return keep_apart(self.app, source_ids, allowed_scope=self.scope,
+                          source_versions=source_versions)
 
     def start_dream(self, force: bool = False, dry_run: bool = False,
                     allow_retire: int | None = None) -> dict[str, Any]:

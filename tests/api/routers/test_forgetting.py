@@ -328,3 +328,27 @@ def test_a_fuse_answers_the_open_review_item_it_made_stale(api_app: App,
     assert shown["status"] == "stale" and r.json()["undo_id"] in shown["outcome"]
     refused = client.post("/api/review/approve", headers=auth(AGENT_1), json={"item_id": item})
     assert refused.status_code == 409 and "already stale" in refused.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["fuse", "keep-apart"])
+def test_a_verdict_on_a_source_changed_since_it_was_listed_is_a_409(
+        api_app: App, client: TestClient, path: str) -> None:
+    """The host's model judged the pair at the versions the candidates listing showed; the
+    note changed since (version 2): 409 naming it, nothing written. A version that is no
+    number is a 422 (strict types), as any other field."""
+    from tests.support.host_writes import host_sets
+
+    seed(api_app)
+    host_sets(api_app, "unittest", content="The user tests with nose.", version=2)
+    before = state(api_app)
+    body: dict[str, Any] = {"source_ids": ["pytest", "unittest"],
+                            "source_versions": {"pytest": 1, "unittest": 1}}
+    if path == "fuse":
+        body["fused_content"] = FUSED
+    r = client.post(f"/api/forgetting/{path}", headers=auth(AGENT_1), json=body)
+    assert r.status_code == 409, r.text
+    assert "note unittest is at version 2, not version 1" in r.json()["detail"]
+    body["source_versions"] = {"pytest": "1"}
+    r = client.post(f"/api/forgetting/{path}", headers=auth(AGENT_1), json=body)
+    assert r.status_code == 422 and "source_versions" in r.json()["detail"]
+    assert state(api_app) == before

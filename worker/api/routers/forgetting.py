@@ -26,11 +26,13 @@ def candidates(body: CandidatesIn, who: Caller, app: DreamApp) -> dict[str, Any]
 def fuse_notes(body: FuseIn, who: Caller, app: DreamApp) -> dict[str, Any]:
     """Replace the sources with the host's fused text in one transaction."""
     result = fuse(app, body.source_ids, body.fused_content, body.fused_importance,
-                  body.strict, allowed_scope=who.scope, note_type=body.type)
+                  body.strict, allowed_scope=who.scope, note_type=body.type,
+                  source_versions=body.source_versions)
     return result.as_dict()
 
 
 @router.post("/keep-apart")
 def keep_notes_apart(body: KeepApartIn, who: Caller, app: DreamApp) -> dict[str, Any]:
     """Never offer these notes together again until one of them changes."""
-    return keep_apart(app, body.source_ids, allowed_scope=who.scope)
+    return keep_apart(app, body.source_ids, allowed_scope=who.scope,
+                      source_versions=body.source_versions)

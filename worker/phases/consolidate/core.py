@@ -15,6 +15,7 @@ from worker.domain.types import Note, NoteType, Protection
 from worker.llm.ask import ReplyRejected
 from worker.text.grounding import check_fusion
 from worker.text.temporal import allowed_dates
+from worker.text.words import strip_invisible
 
 PROMPT_NAME = "consolidate"
 
@@ -282,6 +283,13 @@ def validate_fusion(
         raise ReplyRejected("content is empty (no letters or digits)")
     if len(text) > max_chars:
         raise ReplyRejected(f"content has {len(text)} characters; the limit is {max_chars}")
+    # The notes reach a model without such characters (the outbound boundary strips them), so
+    # any in its text are its own: a message hidden in tag characters or variation selectors
+    # (an obedient model's, R14), a bidi override or an escape sequence would enter memory.
+    if strip_invisible(text) != text:
+        raise ReplyRejected("content holds invisible or control characters (zero-width, bidi, "
+                            "tag, variation selector or escape characters) that no note "
+                            "shown to you has; write visible text only")
     check = check_fusion([n.content for n in sources], text, allowed=allowed_dates(sources))
     if check.invented:
         raise ReplyRejected(f"content adds {check.invented[0]!r}, which no source note states; "
