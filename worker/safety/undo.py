@@ -199,6 +199,7 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
                                   for e, v in edited.items()}) + _refusals("note", conflicts))
     later = uow.safety.log_after(conflicts, last_id) if conflicts else []
     _refuse_unfinished(uow, later, undoer.asked)
+    _refuse_host_writes(uow, undoer.asked, later)  # with or without --force-cascade
     if conflicts and not force:
         note_id, why = next(iter(sorted(conflicts.items())))
         raise UndoRefused(
@@ -207,7 +208,6 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
             _refusals("note", conflicts))
     remaining: dict[str, str] = {}
     if conflicts:
-        _refuse_host_writes(uow, run_id, later)
         _cascade(uow, later, now, result, undoer)
         remaining = _conflicts(uow, by_note, last_id, set(result.run_ids))
         result.overwritten.extend(sorted(remaining))
