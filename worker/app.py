@@ -19,7 +19,7 @@ from worker.store.db import make_engine, make_session_factory
 from worker.store.uow import UnitOfWork
 
 if TYPE_CHECKING:
-    from worker.host.remember import RememberCache
+    from worker.host.remember_cache import RememberCache
     from worker.references import ReferenceChecker
 
 

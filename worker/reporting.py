@@ -172,17 +172,23 @@ def said_counters(output: dict[str, Any] | None) -> str:
                      and v != 0 and k != "reason")
 
 
+def duration_cell(step: dict[str, Any]) -> str:
+    """A step's duration, 11 characters: "—" while none is known (running, or interrupted
+    before a child of it finished), never a 0.0 ms the step did not take."""
+    ms = step.get("duration_ms")
+    return f"{'—':>8}   " if ms is None else f"{ms:>8.1f} ms"
+
+
 def _step_line(step: dict[str, Any], indent: str) -> str:
     output = step.get("output") or {}
     # A flag only when set: "dry_run=False" under every child of a real run said nothing.
     counters = ", ".join(f"{k}={v}" for k, v in output.items()
                          if isinstance(v, int | float) and v is not False)
     reason = output.get("reason") or output.get("verdict") or step.get("error") or ""
-    ms = step.get("duration_ms") or 0.0
     tokens = f"  tokens {step['tokens_in']}/{step['tokens_out']}" if step.get("tokens_in") else ""
     said = f"{counters}{tokens}{'  — ' + shown(str(reason)) if reason else ''}"
     notes = _held(step)
-    return (f"{indent}{step['name']:<28} {step['status']:<10} {ms:>8.1f} ms  {said}"
+    return (f"{indent}{step['name']:<28} {step['status']:<10} {duration_cell(step)}  {said}"
             f"{'; ' if said and notes else ''}{notes}")
 
 

@@ -127,9 +127,6 @@ NOTE = b'{"id": "bom-1", "agent_id": "a", "content": "Saved by Notepad"}\n'
 
 
 @pytest.mark.parametrize(("body", "says"), [
-    (b"", "is empty (no JSONL line to import); check the path"),  # before: read 0, exit 0
-    (b"\n  \n", "is empty (no JSONL line to import)"),
-    (b"\xef\xbb\xbf\n", "is empty (no JSONL line to import)"),
     # before: Python's "Unexpected UTF-8 BOM (decode using utf-8-sig)"
     (NOTE + b"\xef\xbb\xbf" + NOTE, "line 2: not valid JSON (a byte-order mark (U+FEFF) before "
                                     "the JSON; save the file as UTF-8 without BOM)"),
@@ -142,8 +139,8 @@ NOTE = b'{"id": "bom-1", "agent_id": "a", "content": "Saved by Notepad"}\n'
 def test_a_file_that_cannot_be_imported_is_one_line_and_writes_nothing(
     app: App, tmp_path: Path, body: bytes, says: str,
 ) -> None:
-    """An empty FILE (a wrong path, a failed export), a byte-order mark inside the file and an
-    unfinished line are each one line naming the problem and what to do; nothing written."""
+    """A byte-order mark inside the file and an unfinished line are each one line naming the
+    problem and what to do; nothing written."""
     add_notes(app, {"agent_id": "a", "content": "An existing note"})
     before = all_rows_text(app)
     path = tmp_path / "notes.jsonl"
@@ -152,8 +149,7 @@ def test_a_file_that_cannot_be_imported_is_one_line_and_writes_nothing(
                                 env={"DREAM_DATABASE_URL": app.settings.database_url})
     assert result.exit_code == 2 and result.stdout == "", result.output
     [line] = result.stderr.splitlines()
-    assert line.startswith(f"error: {path} {says}" if says.startswith("is empty")
-                           else f"error: {says}"), line
+    assert line.startswith(f"error: {says}"), line
     assert all_rows_text(app) == before
 
 
@@ -174,7 +170,8 @@ def test_a_byte_order_mark_that_starts_a_file_is_not_part_of_it(app: App, tmp_pa
     with app.uow() as uow:
         assert uow.notes.get_many(["bom-1"])[0].content == "Saved by Notepad"
     empty = CliRunner().invoke(main, ["notes", "import", "-"], input=b"", env=env)
-    assert (empty.exit_code, empty.stdout) == (0, "read 0 notes: 0 added, 0 already present\n")
+    assert (empty.exit_code, empty.stdout) == (
+        0, "nothing to import: no notes in the input (an export with no notes writes none)\n")
 
 
 _LISTED = "; `dream gate --explain` lists the known scopes"
@@ -201,13 +198,15 @@ def test_notes_export_of_an_unknown_scope_is_one_line_naming_it(
 
 def test_notes_export_of_a_known_scope_without_such_notes_exports_nothing(app: App) -> None:
     """A known scope (sessions only, or notes of another status) exports nothing and exits 0,
-    as `dream candidates` and `dream review list` answer an empty known scope."""
+    as `dream candidates` and `dream review list` answer an empty known scope; stderr says the
+    output is empty."""
     add_notes(app, {"agent_id": "a", "content": "An existing note"})
     env = {"DREAM_DATABASE_URL": app.settings.database_url, "DREAM_LOG_LEVEL": "WARNING"}
     assert CliRunner().invoke(main, ["sessions", "add", "--agent", "quiet"], env=env).exit_code == 0
     for args in (["--agent", "quiet"], ["--agent", "a", "--status", "archived"]):
         result = CliRunner().invoke(main, ["notes", "export", *args], env=env)
-        assert (result.exit_code, result.output) == (0, ""), (args, result.output)
+        assert (result.exit_code, result.stdout) == (0, ""), (args, result.output)
+        assert result.stderr.startswith("no notes to export: the output is empty"), args
     exported = CliRunner().invoke(main, ["notes", "export", "--agent", "a"], env=env)
     assert [json.loads(line)["content"] for line in exported.stdout.splitlines()] == [
         "An existing note"]

@@ -225,3 +225,30 @@ def test_candidates_leave_out_notes_an_open_review_item_would_change(db: App) ->
     host_sets(db, "t1", version=2)  # the host edited it: the item is stale
     assert sorted(pairs()) == [["a", "b"], ["t1", "t2"]]
     assert "left out" not in dream(url, "candidates", "--agent", "agent-1").stdout
+
+
+def test_undoing_a_propose_run_frees_its_items_notes_in_review_list_and_candidates(
+        app: App) -> None:
+    """Undo withdraws a propose run's open items (``declined``, "withdrawn: run … was undone",
+    nothing remembered): `dream review list` lists them no more, and `dream candidates` no
+    longer leaves their notes out, offering them as the pair they are; the two agree that
+    nothing waits for a reviewer. (Not stale: no note changed, the next dream proposes them
+    afresh.)"""
+    from tests.support.factories import add_entities
+
+    url = app.settings.database_url
+    add_entities(app, {"kind": "agent", "id": "agent-1", "apply_mode": "propose"})
+    add_notes(app, {"id": "a1", "content": "User prefers green tea in the morning"},
+              {"id": "a2", "content": "User prefers green tea in the morning."})
+    run_id = _dream(url)
+    listed = dream(url, "review", "list", "--agent", "agent-1")
+    assert "open" in listed.stdout and "notes a1 a2" in listed.stdout, listed.output
+    held = dream(url, "candidates", "--agent", "agent-1")
+    assert held.stdout.startswith("no candidates\nleft out: 2 notes that open review item")
+    assert dream(url, "undo", run_id).exit_code == 0
+    assert dream(url, "review", "list", "--agent", "agent-1").stdout == "no open review items\n"
+    freed = dream(url, "candidates", "--agent", "agent-1")
+    assert freed.stdout.split() == ["pair", "1.000", "a1", "a2"], freed.output
+    withdrawn = dream(url, "review", "list", "--agent", "agent-1", "--status", "any", "--json")
+    [item] = json.loads(withdrawn.stdout)["items"]
+    assert (item["status"], item["outcome"]) == ("declined", f"withdrawn: run {run_id} was undone")

@@ -89,7 +89,7 @@ def test_feature_cache_finds_known_hashes_and_evicts_least_recent_scopes() -> No
     import numpy as np
 
     from worker.domain.types import content_hash
-    from worker.host.remember import RememberCache, hash_words
+    from worker.host.remember_cache import RememberCache, hash_words
 
     cache = RememberCache(max_scopes=2, max_rows=10)
     feats = cache.features(("s1", "Context", "jaccard"), 0, live=1)

@@ -7,6 +7,7 @@ each agent's retention, gate and apply mode."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -64,3 +65,27 @@ def test_examples_sessions_and_entities_come_back_through_export_and_import(
     assert (example["output"], example["status"], example["success_score"]) == (
         "a\nline", "archived", 42.5)
     assert len(_export(other, monkeypatch, "sessions")) == 2
+
+
+@pytest.mark.parametrize("what", ["notes", "examples", "sessions", "entities"])
+def test_an_export_with_no_record_imports_as_nothing(
+        app: App, other: App, tmp_path: Path, what: str) -> None:
+    """An export of a kind the store holds none of writes an empty file and says so on stderr;
+    its import imports nothing and says so, exit 0, and changes nothing. Before, the export was
+    silent and its import refused the file as a wrong path (exit 2): a store without examples
+    could not be moved with the four exports."""
+    path = tmp_path / f"{what}.jsonl"
+    exported = CliRunner().invoke(main, [what, "export"],
+                                  env={"DREAM_DATABASE_URL": app.settings.database_url})
+    assert (exported.exit_code, exported.stdout) == (0, ""), exported.output
+    assert exported.stderr == (f"no {what} to export: the output is empty (its import imports "
+                               "nothing)\n")
+    path.write_text(exported.stdout)
+    imported = CliRunner().invoke(main, [what, "import", str(path)],
+                                  env={"DREAM_DATABASE_URL": other.settings.database_url})
+    assert (imported.exit_code, imported.stderr) == (0, ""), imported.output
+    assert imported.stdout == (f"nothing to import: no {what} in the input (an export with no "
+                               f"{what} writes none)\n")
+    again = CliRunner().invoke(main, [what, "export"],
+                               env={"DREAM_DATABASE_URL": other.settings.database_url})
+    assert (again.exit_code, again.stdout) == (0, ""), again.output

@@ -9,6 +9,7 @@ decision about the reviewer's item. SQLite and PostgreSQL."""
 from __future__ import annotations
 
 from tests.review.test_service import _cli, _merge, _propose, _seed, _statuses
+from tests.support.host_writes import host_sets
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import Scope
@@ -62,6 +63,23 @@ def test_remember_leaves_a_note_an_open_item_names_alone(app: App) -> None:
     assert f"waits for open review item {item}" in result.reason
     assert _statuses(app)["t2"][0] == "active"
     assert _status(app, item) == "open"
+
+
+def test_a_remember_update_over_an_item_stale_but_open_records_it_stale(app: App) -> None:
+    """An item over a note the host changed since (a new version, no settle) holds nothing, so
+    a longer near-duplicate supersedes the note (an UPDATE): the item is recorded stale in the
+    same transaction, naming the remember, as after a fuse. Before, it stayed ``open`` over a
+    retired note, listed as waiting for a decision it could never take."""
+    _seed(app)
+    item = _propose(app, _merge(["t1", "t2"], "Prefers green tea in the morning."))
+    other = _propose(app, _merge(["c1", "c2"], "Works from Lisbon on Fridays."))
+    host_sets(app, "t2", version=2)  # the host's own write to its note: nothing settled
+    assert _status(app, item) == "open"
+    result = remember(app, SCOPE, "Prefers green tea in the morning, hot, with a little honey.")
+    assert (result.action, result.superseded_id) == ("UPDATE", "t2"), result
+    assert (_status(app, item), _status(app, other)) == ("stale", "open")
+    (row,) = [i for i in list_items(app, SCOPE, status="stale") if i["id"] == item]
+    assert f"the host's remember {result.undo_id}" in row["outcome"]
 
 
 def test_an_undo_that_moves_a_held_note_records_its_item_stale(app: App) -> None:

@@ -183,3 +183,57 @@ def test_an_erasure_that_interrupts_a_run_says_so_on_its_open_steps_at_once(app:
         *((p, StepStatus.INTERRUPTED.value, f"not started; {why}") for p in ("prune", "archive"))]
     assert engine.execute_run(app, run_id, QUIET) == RunStatus.SUCCEEDED.value
     assert [s[1] for s in _step_lines(app, run_id)].count(StepStatus.NO_ITEMS.value) == 4
+
+
+def _slow_then_killed(ctx: PhaseContext, step_id: str) -> PhaseReport:
+    """A phase that works a while (one child step, 20 ms) and is then killed."""
+    import time
+
+    from worker.runs.steps import ChildStep
+
+    started = utcnow()
+    time.sleep(0.02)
+    with ctx.uow() as uow:
+        ctx.steps.child(uow, step_id, "contradictions", ChildStep(
+            name="pair batch", status=StepStatus.SUCCEEDED.value, started_at=started))
+        uow.commit()
+    raise Killed
+
+
+@pytest.mark.parametrize("child", [False, True])
+def test_an_interrupted_phase_reads_in_run_order_with_an_honest_duration(
+        app: App, monkeypatch: pytest.MonkeyPatch, child: bool) -> None:
+    """In-process, the claim opens every phase's step at the claim's time; a phase records when
+    it really began only as it finishes. Killed in contradictions, `dream runs show` listed the
+    interrupted contradictions (and the never-started prune and archive) before consolidate,
+    with 0.0 ms. Now the steps read in run order, the interrupted one begins where consolidate
+    ended and lasts what its children show ("—" when none finished, never 0.0 ms)."""
+    add_notes(app, {"content": "a note"})
+    run_id = service.create_run(app, SCOPE, force=True)
+    assert run_id is not None
+    phase = _slow_then_killed if child else _killed
+    with pytest.raises(Killed):
+        engine.execute_run(app, run_id, {**QUIET, "contradictions": phase})
+    later = utcnow() + timedelta(seconds=app.settings.lease_seconds + 1)
+    assert service.gate_check(app, now=later).retried == [run_id]
+    steps = run_tree(app, run_id)["steps"]
+    assert [(s["phase"], s["status"]) for s in steps] == [
+        ("consolidate", StepStatus.NO_ITEMS.value),
+        ("contradictions", StepStatus.INTERRUPTED.value),
+        ("prune", StepStatus.INTERRUPTED.value), ("archive", StepStatus.INTERRUPTED.value)]
+    consolidate, contradictions = steps[0], steps[1]
+    assert contradictions["started_at"] >= consolidate["finished_at"]
+    if child:
+        assert contradictions["duration_ms"] is not None
+        assert 20 <= contradictions["duration_ms"] < 60_000
+    else:
+        assert contradictions["duration_ms"] is None
+    monkeypatch.setenv("DREAM_DATABASE_URL", app.settings.database_url)
+    shown = CliRunner().invoke(main, ["runs", "show", run_id])
+    assert shown.exit_code == 0, shown.output
+    lines = [line.split() for line in shown.output.splitlines() if line.startswith("  ")
+             and line.split()[0] in PHASES]
+    assert [line[0] for line in lines] == list(PHASES)
+    assert lines[1][:3] == (["contradictions", "interrupted", "—"] if not child else
+                            ["contradictions", "interrupted", lines[1][2]])
+    assert lines[1][2] != "0.0"

@@ -244,7 +244,9 @@ def test_an_approval_whose_run_is_stopped_meanwhile_is_one_refusal(app: App, sto
     """An erasure (or `dream runs cancel`) while an approved merge is being written: before,
     the approval's write went on after the erasure and its stale step kept the fused text, and
     a cancel surfaced as a StaleLease traceback. Now nothing is written, the approval is one
-    refusal naming its run, and the run is cancelled (never resumed by the gate check)."""
+    refusal naming its run (the erasure took the item with its notes: "gone", as a batch
+    answers it, with its run's id), and the run is cancelled (never resumed by the gate
+    check)."""
     from worker.runs.service import cancel_run
 
     add_notes(app, {"id": "t1", "user_id": "u1", "content": f"Prefers green tea {CANARY}"},
@@ -267,12 +269,20 @@ def test_an_approval_whose_run_is_stopped_meanwhile_is_one_refusal(app: App, sto
             return inner.embed(texts)
 
     app.embedder = StopWhileEmbedding()  # type: ignore[assignment]
-    with pytest.raises(Conflict, match=f"item {item} not applied: its run .* was cancelled "
-                                       "meanwhile"):
-        approve(app, SCOPE, Selector(item_id=item), "ana")
+    if stop == "erase":
+        [gone] = approve(app, SCOPE, Selector(item_id=item), "ana")
+        assert (gone.status, gone.line) == ("gone", f"review item {item} is gone: erased "
+                                            "meanwhile with the notes it named; nothing was "
+                                            "written for it")
+    else:
+        with pytest.raises(Conflict, match=f"item {item} not applied: its run .* was "
+                                           "cancelled meanwhile"):
+            approve(app, SCOPE, Selector(item_id=item), "ana")
     with app.uow() as uow:
         (run,) = uow.runs.list(SCOPE)
     assert run.status == "cancelled"
+    if stop == "erase":
+        assert gone.run_id == run.id
     if stop == "erase":
         assert CANARY not in all_rows_text(app)
     else:

@@ -92,47 +92,38 @@ def export_records(ctx: Any, what: str) -> None:
 
     out = standard_stream(sys.stdout, f"{what} export writes to standard output",
                           f"redirect it to a file (> {what}.jsonl)")
-    for line in lines(cli_app(ctx), what):
+    write_export(out, lines(cli_app(ctx), what), what)
+
+
+def write_export(out: Any, lines: Iterable[str], what: str) -> None:
+    """Every line on ``out``; an export without one says so on stderr, since its output (an
+    empty file) is easily taken for a failed export: its import imports nothing."""
+    written = 0
+    for line in lines:
         out.write(line + "\n")
+        written += 1
+    if not written:
+        click.echo(f"no {what} to export: the output is empty (its import imports nothing)",
+                   err=True)
 
 
 def read_lines(path: str) -> Iterable[bytes]:
     """Raw lines of FILE or stdin, read as the import asks for them; ingest decodes them and
-    names a line that is not UTF-8. A FILE without a line to import is a wrong path or a failed
-    export, refused; an empty stdin is a pipeline that had nothing to pass on, and imports
-    nothing."""
+    names a line that is not UTF-8. A FILE or stdin without a line to import (an export that
+    had nothing to export, a pipeline with nothing to pass on) imports nothing, and the import
+    says so (``echo_imported``)."""
     if path == "-":
         stdin = standard_stream(sys.stdin, "FILE - reads standard input",
                                 "pipe the lines in, or give the file's path")
         stdin = stdin.buffer if hasattr(stdin, "buffer") else stdin
-        return _bounded(stdin, [], close=False)
+        return _bounded(stdin, close=False)
     try:
-        fh = open(path, "rb")  # noqa: SIM115 (closed by _bounded once read, or below)
+        fh = open(path, "rb")  # noqa: SIM115 (closed by _bounded once read)
     except FileNotFoundError:
         raise NotFound(f"file not found: {path}") from None
     except (IsADirectoryError, PermissionError) as exc:
         raise UserError(f"cannot read {path}: {exc.strerror}; expected a UTF-8 JSONL file") from None
-    try:
-        head = _to_first_line(fh)
-    except BaseException:
-        fh.close()
-        raise
-    if head is None:
-        fh.close()
-        raise UserError(f"{path} is empty (no JSONL line to import); check the path, or the "
-                        "export that wrote it")
-    return _bounded(fh, head, close=True)
-
-
-def _to_first_line(fh: Any) -> list[bytes] | None:
-    """The lines up to the first with something on it (blank ones and a byte-order mark
-    aside); None when there is none."""
-    head: list[bytes] = []
-    while line := _line(fh, len(head) + 1):
-        head.append(line)
-        if line.removeprefix(b"\xef\xbb\xbf").strip():
-            return head
-    return None
+    return _bounded(fh, close=True)
 
 
 def _line(fh: Any, number: int) -> bytes:
@@ -143,10 +134,9 @@ def _line(fh: Any, number: int) -> bytes:
     return line
 
 
-def _bounded(fh: Any, head: list[bytes], *, close: bool) -> Iterator[bytes]:
+def _bounded(fh: Any, *, close: bool) -> Iterator[bytes]:
     try:
-        yield from head
-        number = len(head)
+        number = 0
         while line := _line(fh, number + 1):
             number += 1
             yield line
@@ -157,6 +147,10 @@ def _bounded(fh: Any, head: list[bytes], *, close: bool) -> Iterator[bytes]:
 
 def echo_imported(result: Any, noun: str) -> None:
     """The one summary line of every JSONL import (an ingest result: read, inserted, duplicates)."""
+    if not result.read:
+        click.echo(f"nothing to import: no {noun} in the input (an export with no {noun} "
+                   "writes none)")
+        return
     click.echo(f"read {result.read} {noun}: {result.inserted} added, "
                f"{result.duplicates} already present")
 

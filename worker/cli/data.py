@@ -16,6 +16,7 @@ from worker.cli.common import (
     read_lines,
     scope_options,
     standard_stream,
+    write_export,
 )
 from worker.cli.errors import UserError, stop_says, user_errors
 from worker.clock import utcnow
@@ -70,9 +71,8 @@ def notes_export(ctx: click.Context, status: str | None, agent: str | None, user
         raise UserError(f"unknown status {status!r}; use active, pending, revoked or archived")
     out = standard_stream(sys.stdout, "notes export writes to standard output",
                           "redirect it to a file (> notes.jsonl)")
-    for line in export_notes(cli_app(ctx), status=status, agent_id=agent, user_id=user,
-                             company_id=company, with_embedding=with_embedding):
-        out.write(line + "\n")
+    write_export(out, export_notes(cli_app(ctx), status=status, agent_id=agent, user_id=user,
+                                   company_id=company, with_embedding=with_embedding), "notes")
 
 
 # ---- sessions and entities -----------------------------------------------------------------
@@ -140,7 +140,10 @@ def entities_import(ctx: click.Context, file: str) -> None:
     from worker.ingest.entities import import_entities
 
     result = import_entities(cli_app(ctx), read_lines(file))
-    click.echo(f"read {result.read} entities: {result.inserted} upserted")
+    if not result.read:
+        echo_imported(result, "entities")
+    else:
+        click.echo(f"read {result.read} entities: {result.inserted} upserted")
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
 

@@ -187,7 +187,7 @@ def _report(app: App, run_id: str, status: str, via: str) -> None:
 
 def _print_summary(app: App, run_id: str, status: str) -> str | None:
     """Print the run's header, reason and phase lines; the reason it printed, if any."""
-    from worker.reporting import run_tree, said_counters
+    from worker.reporting import duration_cell, run_tree, said_counters
 
     tree = run_tree(app, run_id)
     click.echo(f"run {run_id} {status}  scope={tree['scope']}")
@@ -197,7 +197,7 @@ def _print_summary(app: App, run_id: str, status: str) -> str | None:
         counters = said_counters(step["output"])
         reason = (step["output"] or {}).get("reason") or step.get("error") or ""
         said = "  ".join(part for part in (counters, f"({reason})" if reason else "") if part)
-        click.echo(f"  {step['phase']:<15} {step['status']:<10} {step['duration_ms'] or 0:>8.1f} ms  "
+        click.echo(f"  {step['phase']:<15} {step['status']:<10} {duration_cell(step)}  "
                    f"{said}".rstrip())
     why: str | None = tree.get("status_reason")
     return why

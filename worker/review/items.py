@@ -37,7 +37,10 @@ class BatchOutcome(StrEnum):
 
 
 _NOT_AS_ASKED = {"blocked": BatchOutcome.BLOCKED, "stale": BatchOutcome.STALE,
-                 "refused": BatchOutcome.STALE}
+                 "refused": BatchOutcome.STALE, "gone": BatchOutcome.STALE}
+# An item an erasure took (with the notes it named) while a decision was under way: an answer
+# for the item, single or in a batch, never an error (``review.service``).
+GONE = "gone"
 
 
 def batch_outcome(statuses: Iterable[str]) -> BatchOutcome:
@@ -55,7 +58,7 @@ class Decided:
     """One item's answer to an approve or decline."""
 
     item_id: int
-    status: str  # approved | declined | stale | blocked | refused
+    status: str  # approved | declined | stale | blocked | refused | gone
     line: str
     run_id: str | None = None  # the approval's run (undo it with `dream undo`)
     new_note_id: str | None = None

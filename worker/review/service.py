@@ -37,6 +37,7 @@ from worker.review.approval import (
 from worker.review.batch_guard import BatchGuard
 from worker.review.declined import remember_declined
 from worker.review.items import (
+    GONE,
     Decided,
     ItemStatus,
     ProposedChange,
@@ -44,6 +45,7 @@ from worker.review.items import (
     entity_of,
     moved_since,
 )
+from worker.review.meanwhile import decided_meanwhile, meanwhile, taken_back, unless_gone
 from worker.review.propose import settle_stale
 from worker.review.staleness import apart_line, stale_line
 from worker.runs.context import PhaseContext
@@ -200,7 +202,7 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
             lock_scopes(uow.session, [scope.key])
             if not uow.review.decide(row.id, ItemStatus.DECLINED.value, now=now, by=by,
                                      outcome=(reason or "declined")[:500]):
-                out.append(Decided(row.id, "refused", _meanwhile_line(uow, row)))
+                out.append(meanwhile(uow, row))
                 continue
             remember_declined(uow, scope, change, reason, now)
             if len(rows) == 1:  # a batch settles once, below (one read, not one per item)
@@ -213,7 +215,7 @@ def decline(app: App, scope: Scope, selector: Selector, by: str,
             _settle_declined(uow, scope, utcnow(), done, batch)
             uow.commit()
     log.info("review.declined", scope=scope.key, items=len(out), by=by)
-    if selector.item_id is not None and out[0].status != ItemStatus.DECLINED.value:
+    if selector.item_id is not None and out[0].status not in (ItemStatus.DECLINED.value, GONE):
         raise Conflict(out[0].line)
     return out
 
@@ -236,6 +238,7 @@ def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided
     stale raises Conflict and writes nothing (the item stays open until a run or a batch
     approval records it stale); a batch records each stale item as stale, and counts its
     retirements together against the guard (``BatchGuard``: one past it stays open, blocked).
+    An item an erasure took meanwhile is answered ``gone``, named or in a batch.
     """
     single = selector.item_id is not None
     rows = _selected(app, scope, selector)
@@ -259,6 +262,8 @@ def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided
             out.append(Decided(row.id, "blocked", f"item {row.id} {busy}"))
             continue
         if out[-1].status != ItemStatus.APPROVED.value:
+            if single or out[-1].status == "refused":  # a batch's stale ones are recorded
+                out[-1] = unless_gone(app, row, out[-1])
             continue
         if guard is not None:
             guard.applied(row)
@@ -267,7 +272,7 @@ def approve(app: App, scope: Scope, selector: Selector, by: str) -> list[Decided
                          f"{out[-1].run_id}", by="review", naming=_named(row)[1],
                          spare=frozenset(r.id for r in rows))
             uow.commit()
-    if single and out[0].status != ItemStatus.APPROVED.value:
+    if single and out[0].status not in (ItemStatus.APPROVED.value, GONE):
         raise Conflict(out[0].line)
     return out
 
@@ -345,56 +350,17 @@ def _mark_stale(app: App, row: Any, by: str, line: str) -> Decided:
                                      outcome=line)
         uow.commit()
     if not recorded:
-        return _decided_meanwhile(app, row)
+        return decided_meanwhile(app, row)
     log.info("review.stale", item=row.id)
     return Decided(row.id, ItemStatus.STALE.value, line)
-
-
-def _decided_meanwhile(app: App, row: Any, run_id: str | None = None) -> Decided:
-    """The item was open when this call read it and someone decided it since (another
-    approval applied it, a decline): what they decided, not "stale", which would tell the
-    reviewer a note moved and the change was never made."""
-    with app.uow() as uow:
-        return Decided(row.id, "refused", _meanwhile_line(uow, row), run_id)
-
-
-def _meanwhile_line(uow: Any, row: Any) -> str:
-    """What became of an item that was open when this call read it: decided by someone else,
-    or gone (an erasure took it with the notes it named) — an answer for the item, never a
-    "not found" that ends a batch after it decided the items before."""
-    now = uow.review.get(Scope.from_key(row.scope_key), row.id)
-    if now is None:
-        return (f"review item {row.id} is gone: erased meanwhile with the notes it named; "
-                "nothing was written for it")
-    return closed_line(now, meanwhile=True)
 
 
 def _finish(app: App, ctx: PhaseContext, row: Any, by: str, result: str,
             detail: str | None, applied: Applied) -> Decided:
     decided, ending = finish_approval(app, ctx, row, by, result, detail, applied)
     if ending is Ending.PREEMPTED_WRITTEN:
-        return _taken_back(app, ctx.run_id, row)
+        return taken_back(app, ctx.run_id, row)
     if ending is Ending.PREEMPTED:
-        return _decided_meanwhile(app, row, ctx.run_id)
+        return decided_meanwhile(app, row, ctx.run_id)
     log.info("review.approved", item=row.id, result=result, run_id=ctx.run_id)
     return decided
-
-
-def _taken_back(app: App, run_id: str, row: Any) -> Decided:
-    """Someone declined (or decided) the item while its change was being applied, and the
-    change had been committed before the decision could go in with it (another unit of work
-    of this thread released the held write): the item says what they decided, so what this
-    approval wrote is undone (its run reverted)."""
-    from worker.safety.undo import UndoRefused, undo_run
-
-    try:  # refused when a later write (a host's edit) built on the change: the user's call
-        undo_run(app, run_id, by="review: the item was decided meanwhile")
-        outcome = f"what this approval applied was reverted (run {run_id} undone)"
-    except UndoRefused as exc:
-        outcome = f"what this approval applied could not be reverted: {exc}"
-    with app.uow() as uow:
-        now = uow.review.get(Scope.from_key(row.scope_key), row.id)
-    status = now.status if now is not None else "gone"
-    log.warning("review.decided_meanwhile", item=row.id, run_id=run_id, status=status)
-    return Decided(row.id, "refused", f"item {row.id} was decided meanwhile ({status}); "
-                   f"{outcome}", run_id)

@@ -15,7 +15,8 @@ than a later run that was itself undone (and that undo): a later run's change, o
 (which bumps the version without a log row, or logs with no run id). Then undo refuses, naming
 the note. ``force_cascade`` first undoes, newest first, every later run that touched such a
 note, then restores anyway; host edits to the fields the run changed are overwritten (other
-fields, like a host's content edit, are kept).
+fields, like a host's content edit, are kept). A host's fuse or remember that built on such a
+note is never undone by a cascade: the undo is refused, naming it.
 """
 
 from __future__ import annotations
@@ -198,6 +199,7 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
                                   for e, v in edited.items()}) + _refusals("note", conflicts))
     later = uow.safety.log_after(conflicts, last_id) if conflicts else []
     _refuse_unfinished(uow, later, undoer.asked)
+    _refuse_host_writes(uow, undoer.asked, later)  # with or without --force-cascade
     if conflicts and not force:
         note_id, why = next(iter(sorted(conflicts.items())))
         raise UndoRefused(
@@ -246,6 +248,26 @@ def _cascade(uow: UnitOfWork, later: list[OperationLogRow], now: datetime,
         if run is not None or (later_run.startswith(LOGGED_WITHOUT_RUN)
                                and {r.scope_key for r in uow.safety.run_log(later_run)} <= scopes):
             _undo(uow, later_run, True, now, result, undoer)
+
+
+def _refuse_host_writes(uow: UnitOfWork, run_id: str, later: list[OperationLogRow]) -> None:
+    """A host's fuse or remember that built on a note of the run since is the host's fact: a
+    cascade never undoes it (that revoked the host's newer note, unsaid). Refused, naming it:
+    the host's write stays unless its own undo is asked for first."""
+    host: dict[str, str] = {}  # the host write → the first note of the run it superseded
+    for r in later:
+        if r.run_id and r.run_id.startswith((FUSE_PREFIX, REMEMBER_PREFIX)) and r.op != "undo" \
+                and not _is_undone(uow, r.run_id):
+            host.setdefault(r.run_id, r.entity_id)
+    if host:
+        write, note_id = sorted(host.items())[0]
+        what = "fuse" if write.startswith(FUSE_PREFIX) else "remember"
+        raise UndoRefused(
+            f"cannot undo run {run_id}: note {note_id} was superseded since by the host's "
+            f"{what} {write}, which a cascade never undoes; to give back both, undo it first "
+            f"(`dream undo {write}`), then this run", _refusals("note", {
+                n: f"was superseded since by the host's write {w}"
+                for w, n in host.items()}))
 
 
 def _refuse_unfinished(uow: UnitOfWork, later: list[OperationLogRow], asked: str) -> None:

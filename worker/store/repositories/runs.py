@@ -35,6 +35,7 @@ from worker.store.repositories.run_statements import (
     ordered_after,
     run_row,
 )
+from worker.store.repositories.run_stops import interrupt_steps
 
 _RUNS = cast(Table, DreamRunRow.__table__)
 _LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
@@ -184,29 +185,11 @@ class RunRepository:
         self.interrupt_steps([run_id], f"retried by attempt {epoch}", now)
 
     def interrupt_steps(self, run_ids: builtins.list[str], why: str, now: datetime) -> None:
-        """The parent steps the runs' attempts left running (killed, their lease lapsed, an
-        erasure interrupted them, the run was given up) end ``interrupted``: a terminal state
-        for whoever reads the run, never a done phase (``TERMINAL_STEP``), so a retry still
-        runs the phase under a step of its own. Phases run in order, so only a run's first
-        running step can have started ("interrupted; why"): the later ones an in-process claim
-        opened ahead say "not started; why", as the phases a Celery run never reached do."""
-        if not run_ids:
-            return
-        conn = self.session.connection()
-        running = _STEPS.c.status == StepStatus.RUNNING.value
-        steps = [step for chunk in chunked(sorted(set(run_ids))) for step in conn.execute(
-            select(_STEPS.c.id, _STEPS.c.run_id, _STEPS.c.phase).where(
-                _STEPS.c.run_id.in_(chunk), _STEPS.c.parent_id.is_(None), running))]
-        order = {p: i for i, p in enumerate(PHASES)}
-        first: dict[str, str] = {}
-        for step in sorted(steps, key=lambda s: order.get(s.phase, len(PHASES))):
-            first.setdefault(step.run_id, step.id)
-        later = {s.id for s in steps} - set(first.values())
-        for ids, said in ((set(first.values()), "interrupted"), (later, "not started")):
-            for chunk in chunked(sorted(ids)):  # in id order: row locks keep one order
-                conn.execute(update(_STEPS).where(_STEPS.c.id.in_(chunk), running).values(
-                    status=StepStatus.INTERRUPTED.value, error=f"{said}; {why}",
-                    finished_at=now))
+        """The parent steps the runs' attempts left running end ``interrupted`` (the first of
+        a run's), or "not started" (the later ones), in run order
+        (``run_stops.interrupt_steps``)."""
+        if run_ids:
+            interrupt_steps(self.session.connection(), run_ids, why, now)
 
     def stop_steps(self, run_ids: builtins.list[str], why: str, now: datetime) -> None:
         """Runs stopped for good (cancelled by the operator, or by their user's erasure): the

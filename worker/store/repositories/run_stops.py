@@ -1,0 +1,71 @@
+"""The parent steps a run's attempt left running, ended when the attempt is lost (killed, its
+lease lapsed, an erasure interrupted it, the run given up) or the run is stopped for good;
+``RunRepository`` delegates here."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import Connection, Table, func, insert, select, update
+
+from worker.domain.types import PHASES, StepStatus
+from worker.store.chunks import chunked
+from worker.store.models import RunStepRow
+
+_STEPS = cast(Table, RunStepRow.__table__)
+_INSERT_STEP = insert(_STEPS)
+_RUNNING = _STEPS.c.status == StepStatus.RUNNING.value
+_ORDER = {p: i for i, p in enumerate(PHASES)}
+
+
+def interrupt_steps(conn: Connection, run_ids: list[str], why: str, now: datetime) -> None:
+    """The parent steps the runs' attempts left running end ``interrupted``: a terminal state
+    for whoever reads the run, never a done phase (``TERMINAL_STEP``), so a retry still runs
+    the phase under a step of its own. Phases run in order, so only a run's first running step
+    can have started ("interrupted; why"): the later ones an in-process claim opened ahead say
+    "not started; why", as the phases a Celery run never reached do.
+
+    A step the claim opened ahead holds the claim's time until its phase finishes (which
+    records when it began): an interrupted one begins when the run's last finished phase
+    ended, and lasts what its children show (unknown without one: None, never 0), and one not
+    started reads right after it, in phase order, so `dream runs show` lists them in run
+    order."""
+    parents = [s for chunk in chunked(sorted(set(run_ids))) for s in conn.execute(
+        select(_STEPS.c.id, _STEPS.c.run_id, _STEPS.c.phase, _STEPS.c.status,
+               _STEPS.c.started_at, _STEPS.c.finished_at).where(
+            _STEPS.c.run_id.in_(chunk), _STEPS.c.parent_id.is_(None)))]
+    running = [s for s in parents if s.status == StepStatus.RUNNING.value]
+    first: dict[str, Any] = {}
+    for step in sorted(running, key=lambda s: _ORDER.get(s.phase, len(PHASES))):
+        first.setdefault(step.run_id, step)
+    ended: dict[str, datetime] = {}  # run → when its last finished phase step ended
+    for s in parents:
+        if s.status != StepStatus.RUNNING.value and s.finished_at is not None:
+            ended[s.run_id] = max(ended.get(s.run_id, s.finished_at), s.finished_at)
+    spans = _child_spans(conn, [s.id for s in first.values()])
+    began: dict[str, datetime] = {}
+    for step in sorted(first.values(), key=lambda s: s.id):  # in id order: row locks keep one
+        at = max(step.started_at, ended.get(step.run_id, step.started_at))
+        child_start, child_end = spans.get(step.id, (None, None))
+        began[step.run_id] = at = min(at, child_start) if child_start is not None else at
+        ms = (max(0.0, (child_end - at).total_seconds() * 1000) if child_end is not None
+              else None)
+        conn.execute(update(_STEPS).where(_STEPS.c.id == step.id, _RUNNING).values(
+            status=StepStatus.INTERRUPTED.value, error=f"interrupted; {why}",
+            started_at=at, finished_at=max(now, at), duration_ms=ms))
+    for s in sorted((s for s in running if s.id != first[s.run_id].id), key=lambda s: s.id):
+        # Right after the interrupted phase, in phase order: where the run would have gone on.
+        at = began[s.run_id] + timedelta(microseconds=_ORDER.get(s.phase, len(PHASES)) + 1)
+        conn.execute(update(_STEPS).where(_STEPS.c.id == s.id, _RUNNING).values(
+            status=StepStatus.INTERRUPTED.value, error=f"not started; {why}",
+            started_at=at, finished_at=at))
+
+
+def _child_spans(conn: Connection, parent_ids: list[str]) -> dict[str, tuple[Any, Any]]:
+    """Parent step id → (its children's first start, last finish), for those with children."""
+    return {r.parent_id: (r.first, r.last) for chunk in chunked(sorted(parent_ids))
+            for r in conn.execute(
+                select(_STEPS.c.parent_id, func.min(_STEPS.c.started_at).label("first"),
+                       func.max(_STEPS.c.finished_at).label("last"))
+                .where(_STEPS.c.parent_id.in_(chunk)).group_by(_STEPS.c.parent_id))}
