@@ -47,6 +47,7 @@ from worker.phases.kit.write import guard_limits
 from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
+from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
 from worker.similarity.candidates import (
     FrameSettings,
@@ -132,7 +133,7 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     terms = shared_term_pairs(texts, TermSettings(max_notes=s.term_max_notes), snap.vectors,
                               s.term_min_similarity, words=words)
     cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
-    whole = small_scope_pairs(words, s.small_scope_notes) if model else []
+    whole = _small_scope(words, snap.notes, s.small_scope_notes) if model else []
     edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs, terms, contained,
                         whole)
     counters: dict[str, Any] = {
@@ -152,6 +153,16 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     counters["retirements_held_back"] = len(held_back)
     swept = len({n for pair in whole for n in pair})
     return Loaded(notes, pairs, counters, held_back, phase_snap.journal, swept)
+
+
+def _small_scope(words: list[Any], notes: list[Note], max_notes: int) -> list[tuple[int, int]]:
+    """Every pair of a small scope's short notes but those touching a note that reads like
+    instructions: each such pair would be asked alone (R14), one call per note of the scope."""
+    whole = small_scope_pairs(words, max_notes)
+    rows = {r for pair in whole for r in pair}
+    steering = {r for r in rows if any(f.startswith("injection") for f in notes[r].flags)
+                or injection_signals(notes[r].content)}
+    return [(i, j) for i, j in whole if i not in steering and j not in steering]
 
 
 def _new_pairs(edges: list[Any], notes: list[Note], memory: Any, produced: Any,
