@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from tests.cli.test_commands import dream, one_error_line
 from tests.conftest import make_sqlite_app
@@ -252,3 +252,26 @@ def test_undoing_a_propose_run_frees_its_items_notes_in_review_list_and_candidat
     withdrawn = dream(url, "review", "list", "--agent", "agent-1", "--status", "any", "--json")
     [item] = json.loads(withdrawn.stdout)["items"]
     assert (item["status"], item["outcome"]) == ("declined", f"withdrawn: run {run_id} was undone")
+
+
+def test_fuse_and_keep_apart_refuse_a_source_changed_since_the_model_judged_it(db: App) -> None:
+    """`--judged ID=VERSION` is the API's source_versions: the version `dream candidates
+    --json` showed; a source changed since is one conflict line, nothing written."""
+    url = db.settings.database_url
+    listed = json.loads(dream(url, "candidates", "--agent", "agent-1", "--threshold", "0.8",
+                              "--json").output)["candidates"][0]
+    seen = {listed["record_a"]["id"]: listed["record_a"]["version"],
+            listed["record_b"]["id"]: listed["record_b"]["version"]}
+    assert seen == {"a": 1, "b": 1}
+    with db.uow() as uow:  # the host edits note a after its model read it
+        uow.session.execute(update(NoteRow).where(NoteRow.id == "a").values(version=2))
+        uow.commit()
+    before = statuses(db)
+    fused = ("fuse", "a", "b", "--content", "The user writes Python 3.12 with pytest and unittest.")
+    for args in (fused, ("keep-apart", "a", "b")):
+        line = one_error_line(dream(url, *args, "--judged", "a=1", "--judged", "b=1"), 4)
+        assert line.startswith("error: note a is at version 2, not version 1"), line
+        one_error_line(dream(url, *args, "--judged", "a=one"), 2)
+    assert statuses(db) == before
+    assert dream(url, *fused, "--judged", "a=2", "--judged", "b=1").exit_code == 0
+    assert statuses(db)["a"] == "revoked"

@@ -97,6 +97,25 @@ def _held_line(held: dict[str, int], scope: Scope) -> str:
             f"change (`dream review list {options}`)")
 
 
+def _judged(_ctx: click.Context, _param: click.Parameter,
+            given: tuple[str, ...]) -> dict[str, int] | None:
+    """``--judged ID=VERSION`` options as the host API's ``source_versions``."""
+    out: dict[str, int] = {}
+    for item in given:
+        nid, sep, version = item.rpartition("=")
+        if not sep or not nid or not version.isdecimal() or int(version) < 1:
+            raise click.BadParameter(f"{item[:80]!r} is not ID=VERSION (a version is 1 or more, "
+                                     "as `dream candidates --json` shows it)")
+        out[nid] = int(version)
+    return out or None
+
+
+judged_option = click.option(
+    "--judged", multiple=True, metavar="ID=VERSION", callback=_judged,
+    help="The version of a source your model judged (`dream candidates --json`); a source "
+         "changed since is refused and nothing is written. Repeat per source.")
+
+
 @click.command("fuse")
 @stop_says("the fusion is one transaction, applied whole or not at all (`dream candidates` still"
            " lists the sources if not); run it again if it was not")
@@ -105,15 +124,17 @@ def _held_line(held: dict[str, int], scope: Scope) -> str:
 @click.option("--importance", type=FiniteRange(0, 1), default=None,
               help="The fused note's importance (0-1; default: the sources' highest).")
 @click.option("--strict", is_flag=True, help="Refuse text with facts no source states.")
+@judged_option
 @click.pass_context
 @user_errors
 def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
-             importance: float | None, strict: bool) -> None:
+             importance: float | None, strict: bool, judged: dict[str, int] | None) -> None:
     """Replace SOURCE_IDS with one fused note (sources revoked, pointer and lineage kept)."""
     from worker.host import fuse
 
     with _ids_hint(), _fuse_options():
-        result = fuse(cli_app(ctx), list(source_ids), content, importance, strict)
+        result = fuse(cli_app(ctx), list(source_ids), content, importance, strict,
+                      source_versions=judged)
     click.echo(f"fused {len(result.superseded)} notes into {result.note['id']}; undo it with "
                f"`dream undo {result.undo_id}`")
     if result.review_items_stale:
@@ -125,14 +146,16 @@ def fuse_cmd(ctx: click.Context, source_ids: tuple[str, ...], content: str,
 @click.command("keep-apart")
 @stop_says("the mark is one write, recorded whole or not at all; run it again (it is idempotent)")
 @click.argument("source_ids", nargs=-1, required=True, type=IDENT)
+@judged_option
 @click.pass_context
 @user_errors
-def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...]) -> None:
+def keep_apart_cmd(ctx: click.Context, source_ids: tuple[str, ...],
+                   judged: dict[str, int] | None) -> None:
     """Never offer SOURCE_IDS as a candidate again until one of them changes."""
     from worker.host import keep_apart
 
     with _ids_hint():
-        result = keep_apart(cli_app(ctx), list(source_ids))
+        result = keep_apart(cli_app(ctx), list(source_ids), source_versions=judged)
     click.echo(f"kept apart: {' '.join(result['note_ids'])}")
     if result["review_items_stale"]:
         click.echo(_stale_line(result["review_items_stale"], "two of these notes"))
