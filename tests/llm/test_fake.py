@@ -137,6 +137,26 @@ def test_rules_match_the_notes_not_the_system_prompt_or_template() -> None:
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "fake-llm-demo.json"
 
+def test_demo_script_sorts_a_whole_scope_topic_into_the_units_alone() -> None:
+    """A small scope is asked about whole (one topic holding every short note): the demo
+    script's units rule names the metric and imperial notes, one value each, and no other
+    note of the topic (``$alias_values`` would have made tea and coffee two more "units")."""
+    from worker.llm.prompts import render_prompt
+
+    texts = ["The user prefers tea in the afternoon", "Customer uses metric units in every report",
+             "The user drinks coffee in the morning", "Customer uses imperial units in every report"]
+    topics = [{"topic": "t1", "notes": [
+        {"alias": f"n{k}", "created_at": f"2026-01-0{k}", "type": "Context", "text": t}
+        for k, t in enumerate(texts, start=1)]}]
+    prompt = render_prompt("contradictions", {"topics": topics, "topic_ids": ["t1"]})
+    reply = FakeLLM.from_file(DEMO).complete_json(
+        prompt_name="contradictions", system=prompt.system, user=prompt.user, schema={})
+    (attribute,) = reply.data["topics"][0]["attributes"]
+    assert attribute["values"] == [{"notes": ["n2"]}, {"notes": ["n4"]}]
+    assert expand_templates({"v": {"$alias_values_with": "tea"}}, prompt.user) == {
+        "v": [{"notes": ["n1"]}]}
+
+
 
 @pytest.mark.parametrize(("a", "b", "values"), [
     ("Customer uses metric units in every report", "Customer uses imperial units in every report",

@@ -20,7 +20,8 @@ Never the system prompt or the template's own words: their examples ("metric uni
 match every question. The first match wins, else ``default``.
 Optional per rule: ``not_contains``, ``times`` (use at most N times), ``latency`` (seconds).
 Templates inside a reply: the string ``"$aliases"`` becomes the list of note aliases (n1, n2, …)
-in the prompt, ``"$alias_values"`` one contradictions value group per alias, ``"$ids"`` the list
+in the prompt, ``"$alias_values"`` one contradictions value group per alias (``{"$alias_values_with":
+["metric units", …]}``: only the aliases whose text holds one of the strings), ``"$ids"`` the list
 of ids matched by the rule's ``ids`` regex (default: values of ``"pair"``/``"pair_id"``/``"id"``/
 ``"topic"`` keys), and a key ``"<name>_all": {...}`` becomes
 ``"<name>": [{..., "<id_field>": id} for each id]`` (``id_field`` defaults to ``"pair"``). Each id's
@@ -263,6 +264,7 @@ def expand_templates(reply: Any, prompt_text: str, ids_pattern: str = _DEFAULT_I
     """
     aliases = _unique(_ALIAS.findall(prompt_text))
     ids = _unique(re.findall(ids_pattern, prompt_text))
+    text_of = _alias_texts(prompt_text)
     objects = _objects_by_id(prompt_text, id_field)
     own = {i: _unique(_ALIAS.findall(json.dumps(obj))) for i, obj in objects.items()}
 
@@ -278,6 +280,11 @@ def expand_templates(reply: Any, prompt_text: str, ids_pattern: str = _DEFAULT_I
             return list(ids)
         if value == "$alias_values":  # contradictions: every note a value of its own
             return [{"notes": [a]} for a in names]
+        if isinstance(value, dict) and list(value) == ["$alias_values_with"]:
+            wanted = value["$alias_values_with"]  # only the notes stating one of these strings
+            wanted = [wanted] if isinstance(wanted, str) else list(wanted)
+            return [{"notes": [a]} for a in names
+                    if any(w in text_of.get(a, "") for w in wanted)]
         if isinstance(value, list):
             return [walk(v, names) for v in value]
         if isinstance(value, dict):
@@ -293,6 +300,26 @@ def expand_templates(reply: Any, prompt_text: str, ids_pattern: str = _DEFAULT_I
         return value
 
     return walk(reply, aliases)
+
+
+def _alias_texts(prompt_text: str) -> dict[str, str]:
+    """Each note alias of the prompt and its text (the objects carrying both)."""
+    out: dict[str, str] = {}
+
+    def visit(value: Any) -> None:
+        if isinstance(value, dict):
+            alias, text = value.get("alias"), value.get("text")
+            if isinstance(alias, str) and isinstance(text, str):
+                out.setdefault(alias, text)
+            for v in value.values():
+                visit(v)
+        elif isinstance(value, list):
+            for v in value:
+                visit(v)
+
+    for block in _json_blocks(prompt_text):
+        visit(block)
+    return out
 
 
 def _objects_by_id(prompt_text: str, id_field: str) -> dict[str, Any]:
