@@ -38,7 +38,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -302,41 +302,33 @@ def expand_templates(reply: Any, prompt_text: str, ids_pattern: str = _DEFAULT_I
     return walk(reply, aliases)
 
 
+def _dicts(prompt_text: str) -> Iterator[dict[str, Any]]:
+    """Every JSON object of the prompt, each before the objects inside it."""
+    stack: list[Any] = list(reversed(_json_blocks(prompt_text)))
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            yield value
+            stack.extend(reversed(list(value.values())))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
+
+
 def _alias_texts(prompt_text: str) -> dict[str, str]:
     """Each note alias of the prompt and its text (the objects carrying both)."""
     out: dict[str, str] = {}
-
-    def visit(value: Any) -> None:
-        if isinstance(value, dict):
-            alias, text = value.get("alias"), value.get("text")
-            if isinstance(alias, str) and isinstance(text, str):
-                out.setdefault(alias, text)
-            for v in value.values():
-                visit(v)
-        elif isinstance(value, list):
-            for v in value:
-                visit(v)
-
-    for block in _json_blocks(prompt_text):
-        visit(block)
+    for obj in _dicts(prompt_text):
+        alias, text = obj.get("alias"), obj.get("text")
+        if isinstance(alias, str) and isinstance(text, str):
+            out.setdefault(alias, text)
     return out
 
 
 def _objects_by_id(prompt_text: str, id_field: str) -> dict[str, Any]:
     """Each JSON object of the prompt that carries ``id_field``, by that id (the first one)."""
     out: dict[str, Any] = {}
-
-    def visit(value: Any) -> None:
-        if isinstance(value, dict):
-            key = value.get(id_field)
-            if isinstance(key, str):
-                out.setdefault(key, value)
-            for v in value.values():
-                visit(v)
-        elif isinstance(value, list):
-            for v in value:
-                visit(v)
-
-    for block in _json_blocks(prompt_text):
-        visit(block)
+    for obj in _dicts(prompt_text):
+        key = obj.get(id_field)
+        if isinstance(key, str):
+            out.setdefault(key, obj)
     return out
