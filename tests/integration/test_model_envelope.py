@@ -5,7 +5,6 @@ never fails the phase or gives the budget back. Through the real `openai` client
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -20,24 +19,13 @@ from tests.integration.test_model_misbehaviour import (
 from tests.support.llm_stub import LLMStub, StubResponse
 from worker.app import App
 
-
-def _completion(content: str, **fields: Any) -> StubResponse:
-    body: dict[str, Any] = {
-        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "stub-model",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": content}}],
-        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
-    body.update(fields)
-    return StubResponse(body=body)
-
-
 GOOD = json.dumps(_valid_reply())
 
 
 @pytest.mark.parametrize(("defect", "answer"), [
-    ("negative usage", _completion(GOOD, usage={"prompt_tokens": -10**9, "completion_tokens": -5})),
-    ("huge usage", _completion(GOOD, usage={"prompt_tokens": 10**30, "completion_tokens": 5})),
-    ("usage of text", _completion(GOOD, usage={"prompt_tokens": "abc", "completion_tokens": 5})),
+    ("negative usage", StubResponse.completion(GOOD, usage={"prompt_tokens": -10**9, "completion_tokens": -5})),
+    ("huge usage", StubResponse.completion(GOOD, usage={"prompt_tokens": 10**30, "completion_tokens": 5})),
+    ("usage of text", StubResponse.completion(GOOD, usage={"prompt_tokens": "abc", "completion_tokens": 5})),
 ])
 def test_a_usage_that_is_no_token_count_defers_the_cluster(
     app: App, llm_stub: LLMStub, defect: str, answer: StubResponse,
@@ -67,7 +55,7 @@ def test_a_reply_nested_past_the_parser_depth_is_invalid_not_a_failed_phase(
     scope = _scope()
     _add_dark(app, scope)
     before = _state(app, scope)
-    _use_stub(app, llm_stub, lambda req: _completion("[" * 100_000), max_retries=0)
+    _use_stub(app, llm_stub, lambda req: StubResponse.completion("[" * 100_000), max_retries=0)
     result = _run(app, scope)
     assert result["parent"].status == "succeeded"
     (child,) = result["children"]
@@ -82,7 +70,7 @@ def test_a_model_name_that_is_no_name_records_the_configured_model(
     records the configured model."""
     scope = _scope()
     _add_dark(app, scope)
-    _use_stub(app, llm_stub, lambda req: _completion(GOOD, model={"name": "x"}), max_retries=0)
+    _use_stub(app, llm_stub, lambda req: StubResponse.completion(GOOD, model={"name": "x"}), max_retries=0)
     result = _run(app, scope)
     assert result["parent"].status == "succeeded"
     (child,) = result["children"]
@@ -96,7 +84,7 @@ def test_a_refusing_model_is_no_unusable_model(app: App, llm_stub: LLMStub) -> N
     scope = _scope()
     _add_dark(app, scope)
     before = _state(app, scope)
-    refusal = _completion("", choices=[{"index": 0, "finish_reason": "stop", "message": {
+    refusal = StubResponse.completion("", choices=[{"index": 0, "finish_reason": "stop", "message": {
         "role": "assistant", "content": None, "refusal": "I can't help with that."}}])
     _use_stub(app, llm_stub, lambda req: refusal, max_retries=0)
     result = _run(app, scope)

@@ -210,13 +210,7 @@ def test_http_200_without_embeddings_is_an_embedding_error(llm_stub) -> None:  #
 
 def _completion(content: str | None = '{"ok": true}', **fields: Any) -> StubResponse:
     """A chat completion body as the endpoint sends it, ``fields`` replacing its own."""
-    body: dict[str, Any] = {
-        "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "served-model",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": content}}],
-        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
-    body.update(fields)
-    return StubResponse(body=body)
+    return StubResponse.completion(content, **{"model": "served-model", **fields})
 
 
 @pytest.mark.parametrize(("field", "value"), [

@@ -106,6 +106,17 @@ class StubResponse:
     def raw(cls, text: str, content_type: str = "text/html") -> StubResponse:
         return cls(raw_body=text, content_type=content_type)
 
+    @classmethod
+    def completion(cls, content: str | None, **fields: Any) -> StubResponse:
+        """A whole chat completion body, ``fields`` replacing its own keys (usage, model,
+        choices): what an endpoint may say around the reply."""
+        body: dict[str, Any] = {
+            "id": "chatcmpl-x", "object": "chat.completion", "created": 1, "model": "stub-model",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}
+        return cls(body=body | fields)
+
 
 Handler = Callable[[StubRequest], Any]
 
