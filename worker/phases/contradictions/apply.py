@@ -65,11 +65,14 @@ def policy_settings(ctx: PhaseContext) -> PolicySettings:
     return PolicySettings(s.min_confidence, s.newer_wins_days, s.high_importance, now=ctx.now)
 
 
+def reads_like_instructions(note: Note) -> bool:
+    """Flagged as an injection, or its text reads like instructions to the model (R14)."""
+    return any(f.startswith("injection") for f in note.flags) or bool(
+        injection_signals(note.content))
+
+
 def suspicious_notes(notes: dict[str, Note], pairs: list[CandidatePair]) -> frozenset[str]:
-    return frozenset(
-        nid for p in pairs for nid in p.ids
-        if any(f.startswith("injection") for f in notes[nid].flags)
-        or injection_signals(notes[nid].content))
+    return frozenset(nid for p in pairs for nid in p.ids if reads_like_instructions(notes[nid]))
 
 
 @dataclass

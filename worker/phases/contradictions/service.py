@@ -21,7 +21,11 @@ from worker.domain.types import (
 )
 from worker.llm.base import LLMClient
 from worker.llm.rules import settles_pair
-from worker.phases.contradictions.apply import Applier, policy_settings
+from worker.phases.contradictions.apply import (
+    Applier,
+    policy_settings,
+    reads_like_instructions,
+)
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
     OPEN,
@@ -47,7 +51,6 @@ from worker.phases.kit.write import guard_limits
 from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
-from worker.safety.injection import injection_signals
 from worker.similarity import neighbour_pairs
 from worker.similarity.candidates import (
     FrameSettings,
@@ -160,8 +163,7 @@ def _small_scope(words: list[Any], notes: list[Note], max_notes: int) -> list[tu
     instructions: each such pair would be asked alone (R14), one call per note of the scope."""
     whole = small_scope_pairs(words, max_notes)
     rows = {r for pair in whole for r in pair}
-    steering = {r for r in rows if any(f.startswith("injection") for f in notes[r].flags)
-                or injection_signals(notes[r].content)}
+    steering = {r for r in rows if reads_like_instructions(notes[r])}
     return [(i, j) for i, j in whole if i not in steering and j not in steering]
 
 
