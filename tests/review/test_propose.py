@@ -177,3 +177,24 @@ def test_a_proposed_rule_merge_leaves_no_open_candidate(tmp_path: Path) -> None:
         assert [c["output"]["verdict"] for c in phase["children"]] == ["proposed"]
     finally:
         app.dispose()
+
+
+def test_an_auto_run_after_a_propose_run_records_the_items_it_made_stale(tmp_path: Path) -> None:
+    """An agent switched from propose to auto: its next run applies what the items proposed
+    (open items hold nothing back in auto mode), and each item naming a note that run changed
+    is recorded stale by it, in the write, not left open for an approval to find stale."""
+    app = _store(tmp_path, "s")
+    try:
+        add_entities(app, {"kind": "agent", "id": "agent-1", "apply_mode": "propose"})
+        first = _dream(app)
+        proposed = list_items(app, SCOPE, run_id=first)
+        assert {i["phase"] for i in proposed} == {"consolidate", "archive"}
+        add_entities(app, {"kind": "agent", "id": "agent-1", "apply_mode": "auto"})
+        second = _dream(app)
+        assert _state(app)["tea-1"][0] != "active" and _state(app)["old-1"][0] == "archived"
+        assert list_items(app, SCOPE, status="open") == []
+        stale = list_items(app, SCOPE, run_id=first, status="stale")
+        assert [i["id"] for i in stale] == [i["id"] for i in proposed]
+        assert all(f"(run {second})" in i["outcome"] for i in stale)
+    finally:
+        app.dispose()

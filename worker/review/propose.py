@@ -56,7 +56,9 @@ class Proposals:
 def proposals_for(ctx: Any) -> Proposals:
     """The apply mode of ``ctx``'s run and scope, read once; open items whose notes changed
     since they were proposed are recorded stale here (they can never apply), so they hold
-    nothing back. The run's trigger comes with ``ctx`` (the engine's run snapshot)."""
+    nothing back, in auto mode too when the scope has any (an agent switched from propose to
+    auto: its run's writes settle the items they make stale, ``WriteTarget.settle_items``).
+    The run's trigger comes with ``ctx`` (the engine's run snapshot)."""
     settings = ctx.settings
     with ctx.uow() as uow:
         agent = ctx.agent(uow)  # read once per phase (per run in-process)
@@ -64,7 +66,7 @@ def proposals_for(ctx: Any) -> Proposals:
         if ctx.trigger == REVIEW_TRIGGER:
             mode = ApplyMode.AUTO
         proposals = Proposals(mode, settings.safe_auto_min_confidence)
-        if mode == ApplyMode.AUTO:
+        if mode == ApplyMode.AUTO and not ctx.open_items(uow):
             return proposals
         rows = uow.review.open_rows(ctx.scope)
         stale = _stale_items(uow, rows)
@@ -73,6 +75,8 @@ def proposals_for(ctx: Any) -> Proposals:
             uow.review.mark_stale(stale, ctx.now, f"a note or example changed before review "
                                                   f"(run {ctx.run_id}); nothing was written")
             uow.commit()
+    if mode == ApplyMode.AUTO:
+        return proposals  # an auto run applies: open items (an earlier propose run's) hold nothing
     for row in rows:
         if row.id not in stale:
             proposals.open_fingerprints.add(row.fingerprint)

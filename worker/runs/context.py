@@ -191,19 +191,32 @@ class PhaseContext:
     def agent(self, uow: UnitOfWork | None = None) -> Any:
         """The scope's agent row (None when the registry lacks it): read once per phase, or
         once per in-process run (carried). ``uow``: read on that open transaction."""
+        return self._agent_read(uow)[0]
+
+    def open_items(self, uow: UnitOfWork | None = None) -> bool:
+        """Whether the scope had open review items when its agent was read (``agent``)."""
+        return self._agent_read(uow)[1]
+
+    @property
+    def had_open_items(self) -> bool:
+        """``open_items`` as read already, without a read (False before the agent's)."""
+        cached = self.carry.agent if self.carry is not None else self._agent
+        return cached is not _UNREAD and bool(cached[1])
+
+    def _agent_read(self, uow: UnitOfWork | None) -> tuple[Any, bool]:
         cached = self.carry.agent if self.carry is not None else self._agent
         if cached is not _UNREAD:
-            return cached
+            return cached  # type: ignore[no-any-return]
         if uow is None:
             with self.uow() as fresh:
-                row = fresh.entities.agent(self.scope.agent_id)
+                read = fresh.entities.run_agent(self.scope)
         else:
-            row = uow.entities.agent(self.scope.agent_id)
+            read = uow.entities.run_agent(self.scope)
         if self.carry is not None:
-            self.carry.agent = row
+            self.carry.agent = read
         else:
-            self._agent = row
-        return row
+            self._agent = read
+        return read
 
     @property
     def settings(self) -> Settings:

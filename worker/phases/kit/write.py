@@ -31,6 +31,7 @@ from worker.phases.kit.changes import Change, ChangeKind, ItemResult, ItemStatus
 from worker.phases.kit.evaluate import GuardLimits, State, evaluate
 from worker.phases.kit.rows import RowBuilder
 from worker.phases.kit.snapshot import APART_KINDS, Memory, RunJournal, journal_of
+from worker.review.propose import settle_stale
 from worker.runs.context import Held, HeldWrite
 from worker.runs.steps import ChildStep, StepRecorder
 from worker.safety.guard import GUARD_STEP
@@ -62,6 +63,9 @@ class WriteTarget:
     # A host write with no run: the id its operation log, lineage and verdicts carry, which
     # `dream undo` takes as it takes a run id (``fuse-…``); None: a host write not undoable.
     log_id: str | None = None
+    # The scope had open review items when the run read its agent: the items naming a note
+    # this write changes are recorded stale with it (an auto run after a propose run's).
+    settle_items: bool = False
 
     @property
     def logged_as(self) -> str | None:
@@ -74,7 +78,8 @@ class WriteTarget:
         return cls(app=ctx.app, scope=ctx.scope, now=ctx.now, run_id=ctx.run_id,
                    epoch=ctx.epoch, phase=phase, parent_step_id=parent_step_id,
                    steps=ctx.steps, dry_run=ctx.dry_run, allow_retire=ctx.allow_retire,
-                   notes_before=ctx.notes_before, held=ctx.held)
+                   notes_before=ctx.notes_before, held=ctx.held,
+                   settle_items=ctx.had_open_items)
 
 
 @contextmanager
@@ -262,7 +267,18 @@ class PhaseWrite:
             self.judgement(row.kind, row.fingerprint, row.note_ids, row.verdict, row.reason)
         self.state = rows.after
         self.wrote = True
+        self._settle_items(results)
         return results
+
+    def _settle_items(self, results: list[ItemResult]) -> None:
+        """The open review items naming a note this run's write changed, recorded stale in
+        the same transaction (``settle_items``): listed as what they are, not as open items
+        an approval would find stale."""
+        t = self.target
+        changed = {i for r in results if r.status == ItemStatus.APPLIED for i in r.change.ids()}
+        if t.settle_items and t.run_id is not None and changed:
+            settle_stale(self.uow, t.scope, t.now, f"run {t.run_id}", by="run",
+                         naming=sorted(changed))
 
     def _supersedes(self, changes: Sequence[Change]) -> bool:
         """A run's write that retires a note in favour of another (a host's own fuse or update

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, bindparam, case, func, insert, or_, select
+from sqlalchemy import Row, and_, bindparam, case, exists, func, insert, literal, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -20,6 +20,7 @@ from worker.store.models import (
     ConversationRow,
     DreamRunRow,
     NoteRow,
+    ReviewItemRow,
     SessionRow,
     UserRow,
 )
@@ -33,6 +34,15 @@ ENTITY_MODELS: dict[str, Any] = {
 }
 # Built once: a run asks for its agent's record once per run or phase.
 _AGENT = select(AgentRow.__table__).where(AgentRow.__table__.c.id == bindparam("id"))
+# A run's read of it says too whether the scope has open review items (one row always: the
+# agent's columns are NULL when the registry lacks it), so a run in auto mode settles the
+# items its writes make stale at no statement of its own when there are none.
+_ONE = select(literal(1).label("one")).subquery()
+_RUN_AGENT = select(
+    AgentRow.__table__,
+    exists().where(ReviewItemRow.scope_key == bindparam("scope"),
+                   ReviewItemRow.status == "open").label("open_items"),
+).select_from(_ONE.outerjoin(AgentRow.__table__, AgentRow.__table__.c.id == bindparam("id")))
 
 
 class SessionRepository:
@@ -150,6 +160,12 @@ class EntityRepository:
         """The agent's registry record, read-only (its columns as attributes), or None. A plain
         row, not a mapped object: a run reads it once and never writes through it."""
         return self.session.execute(_AGENT, {"id": agent_id}).first()
+
+    def run_agent(self, scope: Scope) -> tuple[Row[Any] | None, bool]:
+        """The scope's agent record (``agent``) and whether the scope has open review items,
+        in one statement."""
+        row = self.session.execute(_RUN_AGENT, {"id": scope.agent_id, "scope": scope.key}).one()
+        return (row if row.id is not None else None), bool(row.open_items)
 
 
 def _aware(value: Any) -> datetime | None:
