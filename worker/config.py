@@ -85,7 +85,7 @@ class ContradictionSettings(BaseModel):
     # states the other word for word, with more); at or above the threshold: none.
     contained_min_similarity: float = Field(0.60, ge=0.0, le=1.0)
     topic_size: int = Field(8, ge=2, le=50)  # notes of one topic asked about together
-    small_scope_notes: int = Field(40, ge=0, le=100)  # model: a scope this small asked whole
+    small_scope_notes: int = Field(60, ge=0, le=100)  # model: a scope this small asked whole
     notes_per_call: int = Field(24, ge=2)  # trusted topics packed into one prompt up to this
     max_calls_per_run: int | None = Field(20, ge=0)  # per run and scope, inside the run's
     max_tokens_per_run: int | None = Field(None, ge=0)

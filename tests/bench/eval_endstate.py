@@ -254,14 +254,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the first N slots not in their exact end state, per judge")
     ap.add_argument("--rewording", choices=["light", "heavy"], default="light",
                     help="how differently the paraphrased versions are worded")
+    ap.add_argument("--wordy", action="store_true",
+                    help="each note inside a clause about where it was said (12-30 words)")
     args = ap.parse_args(argv)
     configure_logging("auto", "WARNING")
-    profiles = generate(args.profiles, seed=args.seed, rewording=args.rewording)
+    profiles = generate(args.profiles, seed=args.seed, rewording=args.rewording,
+                        wordy=args.wordy)
     notes = sum(len(p.notes) for p in profiles)
     changes = [c for p in profiles for c in p.changes.values()]
     print(f"# evolving suite: {len(profiles)} profiles, {notes} notes, {len(changes)} slots "
           f"changing 1-7 times (mean {sum(changes) / len(changes):.2f}), seed {args.seed}, "
-          f"{args.rewording} rewording")
+          f"{args.rewording} rewording{', wordy notes' if args.wordy else ''}")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,
                         lump_rate=args.lump_rate)
                for judge in args.judge or ["oracle", "rules"]]

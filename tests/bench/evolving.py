@@ -9,7 +9,7 @@ facts that must both stay, and chit-chat distractors. Deterministic for a seed.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 
@@ -113,20 +113,41 @@ MIN_GAP_DAYS = 8  # the policy picks the newer of two values only when > 7 days 
 
 
 REWORDING = {"light": 1, "heavy": 2}
+# ``wordy``: each note as an extraction model often writes it, inside a clause about where it
+# was said, 12-30 words (LoCoMo's observation facts: median 14 words, 90th percentile 21).
+# A lead-in is shared by notes of different attributes and differs between versions of one.
+LEAD_INS = (
+    "During the weekly planning call the user mentioned that {t}",
+    "The user told the assistant in passing, while chatting about other things, that {t}",
+    "Noted from a longer conversation about the upcoming quarter: {t}",
+    "{T}, according to what the user said near the end of the session",
+)
 
 
 def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] = (4, 7),
              paraphrase_share: float = 0.3, revert_share: float = 0.25,
-             rewording: str = "light") -> list[Profile]:
+             rewording: str = "light", wordy: bool = False) -> list[Profile]:
     """``count`` profiles; each slot changes value 1-7 times over sessions 2-5 days apart.
 
     ``paraphrase_share`` of the versions use another wording of the attribute: ``light`` (a
     restatement that keeps the attribute's words) or ``heavy`` (few words in common).
+    ``wordy``: the same profiles, each note inside one of ``LEAD_INS`` (drawn apart, so the
+    facts, values and gold are those of ``wordy=False``).
     """
     rng = random.Random(seed)
     frame = REWORDING[rewording]
-    return [_profile(rng, f"p{k:04d}", families_per_profile, paraphrase_share, revert_share,
-                     frame) for k in range(count)]
+    profiles = [_profile(rng, f"p{k:04d}", families_per_profile, paraphrase_share,
+                         revert_share, frame) for k in range(count)]
+    if wordy:
+        leads = random.Random(seed + 1)
+        for p in profiles:
+            p.notes[:] = [replace(n, text=_lead_in(leads.choice(LEAD_INS), n.text))
+                          for n in p.notes]
+    return profiles
+
+
+def _lead_in(lead: str, text: str) -> str:
+    return lead.format(t=text[0].lower() + text[1:], T=text)
 
 
 def _profile(rng: random.Random, user_id: str, families_per_profile: tuple[int, int],

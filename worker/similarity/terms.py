@@ -139,7 +139,10 @@ def _alike(pairs: list[tuple[int, int]], vectors: np.ndarray | None,
 
 @dataclass(frozen=True)
 class TermSettings:
-    max_words: int = 12  # both notes this short: slot-like facts (longer ones are left to cosine)
+    # Both notes this short: one fact each, as written or as an extraction model words it
+    # (LoCoMo's observation facts: median 14 words, 99th percentile 25); longer ones are
+    # left to cosine.
+    max_words: int = 30
     max_notes: int = 8  # a term in more of the scope's notes is too common to name one attribute
     min_share: float = 0.25  # shared rare terms / content terms of the note with fewer
 

@@ -30,7 +30,8 @@ SLOT = {OLD: "deploy", NEW: "deploy", "The user drinks coffee in the morning": "
         "The user reads fiction on weekends": "fiction",
         "Asked for a banana bread recipe for a party": "banana"}
 LONG = ("The user described at some length how the quarterly planning meeting went, who was "
-        "there, what the finance team said about the budget and why it ran late")
+        "there, what the finance team said about the budget, why it ran late and what they "
+        "mean to change before the next one")  # more than one fact: over 30 words
 
 
 def _judge(stub: LLMStub, app: App) -> None:

@@ -272,8 +272,7 @@ class PhaseWrite:
 
     def _settle_items(self, results: list[ItemResult]) -> None:
         """The open review items naming a note this run's write changed, recorded stale in
-        the same transaction (``settle_items``): listed as what they are, not as open items
-        an approval would find stale."""
+        the same transaction (``settle_items``), not left open for an approval to find so."""
         t = self.target
         changed = {i for r in results if r.status == ItemStatus.APPLIED for i in r.change.ids()}
         if t.settle_items and t.run_id is not None and changed:
