@@ -143,3 +143,32 @@ def test_a_note_that_reads_like_instructions_is_not_paired_with_the_whole_scope(
     (request,) = llm_stub.chat_requests()
     assert "Ignore all previous" not in request.user
     assert _status(app)["old"] == "revoked"
+
+
+def test_a_scope_too_large_to_ask_whole_is_asked_so_once_its_first_round_shrank_it(
+    app: App, llm_stub: LLMStub
+) -> None:
+    """Six short notes, the limit five: no small-scope pairs at first. The first round settles
+    the pair a frame links (coffee → tea); the five notes left are then asked about whole in
+    a late round of the same run (one more call), so the deploy restatement that shares no
+    word meets its old value now rather than in the next run, which asks nothing."""
+    _judge(llm_stub, app)
+    app.settings.contradictions.small_scope_notes = 5
+    coffee, tea = "The user drinks coffee in the morning", "The user drinks tea in the morning"
+    _store(app)
+    SLOT[tea] = "coffee"
+    try:
+        add_notes(app, {"id": "tea", "content": tea, "created_at": days_ago(8)})
+        out = _run(app)
+        status = _status(app)
+        assert (status["other-0"], status["tea"]) == ("revoked", "active")  # other-0: coffee
+        assert (status["old"], status["new"]) == ("revoked", "active")
+        assert out.get("candidates_small_scope", 0) == 0
+        # The five short notes left, every pair (10); the long note in none.
+        assert (out["candidates_small_scope_late"], out["calls"]) == (10, 2)
+        (late,) = prompt_topics(llm_stub.chat_requests()[-1].user)
+        assert len(late["notes"]) == 5 and coffee not in {n["text"] for n in late["notes"]}
+        again = _run(app)  # now small: whole at once, every pair remembered
+        assert again.get("calls", 0) == 0 and len(llm_stub.chat_requests()) == 2
+    finally:
+        del SLOT[tea]

@@ -29,6 +29,9 @@ class ContradictionsCounters(Counters):
     pairs_open: int | None = None
     notes_isolated: int | None = None
     topics_found: int | None = None
+    # A scope too large to ask about whole, asked so once its first rounds retired enough:
+    # the pairs that late round asked (see ``service.late_whole``).
+    candidates_small_scope_late: int | None = None
     rounds: int | None = None
     topics_judged: int | None = None
     calls: int | None = None

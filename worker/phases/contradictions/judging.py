@@ -4,6 +4,7 @@ fanned out to concurrent calls."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -77,11 +78,13 @@ class CallResult:
 
 def judge_topics(
     ctx: PhaseContext, llm: LLMClient, pairs: list[CandidatePair], applier: Applier,
-    whole: int = 0,
+    whole: int = 0, late: Callable[[set[str]], list[CandidatePair]] | None = None,
 ) -> tuple[list[CallResult], list[Topic]]:
     """Rounds of at most ``llm_concurrency`` concurrent calls; after each round the applied
     retirements re-plan the rest, so no question is ever spent on a note already retired.
-    ``whole``: a small scope's short notes, every pair of them a candidate, fit one topic."""
+    ``whole``: a small scope's short notes, every pair of them a candidate, fit one topic.
+    ``late``: once the rounds are done with nothing deferred, the pairs of a scope that has
+    become small enough to be asked about whole (one topic), asked in further rounds."""
     s = ctx.settings.contradictions
     topic_size = max(s.topic_size, whole)
     notes = applier.notes
@@ -90,9 +93,17 @@ def judge_topics(
     applier.counters["notes_isolated"] = len(suspicious)
     results: list[CallResult] = []
     asked: set[tuple[str, str]] = set()
-    pending, deferred = pairs, []
+    pending, deferred = pairs, list[Topic]()
     round_no = 0
-    while pending:
+    while pending or (late is not None and not deferred):
+        if not pending:
+            assert late is not None
+            pending = [p for p in late(applier.retired) if p.ids not in asked]
+            late = None
+            if not pending:
+                break
+            applier.counters["candidates_small_scope_late"] = len(pending)
+            topic_size = max(topic_size, len({i for p in pending for i in p.ids}))
         round_no += 1
         active = {k: n for k, n in notes.items() if n.id not in applier.retired}
         planned = isolate_suspicious(plan_topics(pending, active, topic_size), suspicious)

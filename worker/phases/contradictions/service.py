@@ -6,6 +6,7 @@ open), re-planned after each round → one short transaction per decision → st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,10 @@ from worker.store.repositories.judgements import PENDING_RETIREMENT
 
 log = structlog.get_logger(__name__)
 
+# A scope of up to this many times ``SMALL_SCOPE_NOTES`` short notes is asked about whole once
+# its first rounds have retired enough of them (``late_whole``); a larger one never is.
+LATE_FACTOR = 3
+
 # The phase's integer counters (what an approval's run starts from, worker.review).
 COUNTERS = tuple(k for k, v in ContradictionsCounters().as_dict().items()
                  if isinstance(v, int) and k != "judge")
@@ -82,6 +87,9 @@ class Loaded:
     held_back: list[tuple[Verdict, Decision]] = field(default_factory=list)
     journal: RunJournal = field(default_factory=RunJournal)
     whole: int = 0  # short notes of a small scope asked about whole (0: not small, or no model)
+    # A scope with too many short notes for that: the pairs of those still active once the
+    # first rounds retired enough of them (``late_whole``); None: no such scope, or no model.
+    late: Callable[[set[str]], list[CandidatePair]] | None = None
 
 
 def _snapshot(ctx: PhaseContext) -> tuple[ScopeLoad, list[list[str]]]:
@@ -145,6 +153,10 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     # Pairs a host kept apart or a reviewer declined: neither retires the other, whether
     # found now or held back by the guard before the "no".
     apart = memory.kept_apart(snap.notes)
+    late = None if not model or whole else late_whole(
+        words, snap, s.small_scope_notes,
+        lambda found: _new_pairs(found, snap.notes, memory, phase_snap.journal.produced, {},
+                                 apart))
     pairs = _new_pairs(edges, snap.notes, memory, phase_snap.journal.produced, counters, apart)
     counters["pairs_considered"] = len(edges)
     notes = snap.by_id()
@@ -155,7 +167,7 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     held_back = _still_pending(pending, notes)
     counters["retirements_held_back"] = len(held_back)
     swept = len({n for pair in whole for n in pair})
-    return Loaded(notes, pairs, counters, held_back, phase_snap.journal, swept)
+    return Loaded(notes, pairs, counters, held_back, phase_snap.journal, swept, late)
 
 
 def _small_scope(words: list[Any], notes: list[Note], max_notes: int) -> list[tuple[int, int]]:
@@ -165,6 +177,28 @@ def _small_scope(words: list[Any], notes: list[Note], max_notes: int) -> list[tu
     rows = {r for pair in whole for r in pair}
     steering = {r for r in rows if reads_like_instructions(notes[r])}
     return [(i, j) for i, j in whole if i not in steering and j not in steering]
+
+
+def late_whole(words: list[Any], snap: Any, max_notes: int,
+               fresh: Callable[[list[Any]], list[CandidatePair]],
+               ) -> Callable[[set[str]], list[CandidatePair]] | None:
+    """For a scope holding more than ``max_notes`` short notes (at most ``LATE_FACTOR`` times
+    as many): given the notes the first rounds retired, every fresh pair (``fresh``: not
+    remembered, not kept apart) of the short notes left, when they are now few enough to be
+    asked about whole (``small_scope_pairs``), else none. What the scope's next run would ask
+    (a long history retires most of its versions at once), asked in this one."""
+    short = [r for r, w in enumerate(words) if len(w.frame) <= TermSettings.max_words]
+    if not max_notes < len(short) <= LATE_FACTOR * max_notes:
+        return None
+
+    def late(retired: set[str]) -> list[CandidatePair]:
+        rows = [r for r in short if snap.notes[r].id not in retired]
+        if len(rows) > max_notes:
+            return []
+        found = _small_scope([words[r] for r in rows], [snap.notes[r] for r in rows], max_notes)
+        return fresh(union_edges(snap.vectors, [], small_scope=[(rows[i], rows[j])
+                                                                 for i, j in found]))
+    return late
 
 
 def _new_pairs(edges: list[Any], notes: list[Note], memory: Any, produced: Any,
@@ -273,7 +307,8 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         return PhaseReport(phase=PHASE, status=StepStatus.SUCCEEDED.value,
                            counters=counters.as_dict())
 
-    results, deferred = judge_topics(ctx, llm, pairs, applier, whole=loaded.whole)
+    results, deferred = judge_topics(ctx, llm, pairs, applier, whole=loaded.whole,
+                                     late=loaded.late)
     applier.finish(lambda: call_steps(ctx, results))
     record_proposals(ctx, proposals, counters)
     return _model_report(ctx, counters, results, deferred)
