@@ -91,7 +91,7 @@ class ContradictionSettings(BaseModel):
     max_tokens_per_run: int | None = Field(None, ge=0)
     max_open_steps: int = Field(50, ge=0)  # rule judge: open pairs recorded as child steps
     min_confidence: float = Field(0.7, ge=0.0, le=1.0)
-    newer_wins_days: int = Field(7, ge=0)
+    newer_wins_days: int = Field(0, ge=0)  # 0: later by more than worker.clock.SKEW (1 h)
     high_importance: float = Field(0.8, ge=0.0, le=1.0)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from tests.bench.evolving import FAMILIES, GoldNote, Profile, generate
+from tests.bench.evolving import FAMILIES, MIN_GAP_DAYS, GoldNote, Profile, generate
 from worker.llm.base import LLMReply
 
 
@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="how differently the paraphrased versions are worded")
     ap.add_argument("--attributes", default="4-7", metavar="LO-HI",
                     help="attributes per profile (the suite's 4-7; 8-12: scopes of 30-90 notes)")
+    ap.add_argument("--version-gap", type=int, default=MIN_GAP_DAYS, metavar="DAYS",
+                    help="least days between two versions of an attribute (sessions are 2-5 "
+                         "days apart; 1: version after version)")
     ap.add_argument("--wordy", action="store_true",
                     help="each note inside a clause about where it was said (12-30 words)")
     args = ap.parse_args(argv)
@@ -264,13 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     if not (lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi) <= len(FAMILIES)):
         ap.error(f"--attributes takes LO-HI, 1 <= LO <= HI <= {len(FAMILIES)}, e.g. 8-12")
     profiles = generate(args.profiles, seed=args.seed, rewording=args.rewording,
-                        wordy=args.wordy, families_per_profile=(int(lo), int(hi)))
+                        wordy=args.wordy, families_per_profile=(int(lo), int(hi)),
+                        min_gap_days=max(1, args.version_gap))
     notes = sum(len(p.notes) for p in profiles)
     changes = [c for p in profiles for c in p.changes.values()]
     print(f"# evolving suite: {len(profiles)} profiles, {notes} notes, {len(changes)} slots "
           f"changing 1-7 times (mean {sum(changes) / len(changes):.2f}), seed {args.seed}, "
           f"{args.rewording} rewording{', wordy notes' if args.wordy else ''}, "
-          f"{args.attributes} attributes per profile")
+          f"{args.attributes} attributes per profile, versions {args.version_gap}+ days apart")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,
                         lump_rate=args.lump_rate)
                for judge in args.judge or ["oracle", "rules"]]

@@ -109,7 +109,10 @@ class Profile:
 
 
 START = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
-MIN_GAP_DAYS = 8  # the policy picks the newer of two values only when > 7 days apart
+# Consecutive versions of one attribute at least this many days apart: the suite's first
+# policy picked the newer of two values only when > 7 days apart (``--version-gap`` narrows it:
+# today's picks it when more than an hour later).
+MIN_GAP_DAYS = 8
 
 
 REWORDING = {"light": 1, "heavy": 2}
@@ -126,18 +129,21 @@ LEAD_INS = (
 
 def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] = (4, 7),
              paraphrase_share: float = 0.3, revert_share: float = 0.25,
-             rewording: str = "light", wordy: bool = False) -> list[Profile]:
+             rewording: str = "light", wordy: bool = False,
+             min_gap_days: int = MIN_GAP_DAYS) -> list[Profile]:
     """``count`` profiles; each slot changes value 1-7 times over sessions 2-5 days apart.
 
     ``paraphrase_share`` of the versions use another wording of the attribute: ``light`` (a
     restatement that keeps the attribute's words) or ``heavy`` (few words in common).
     ``wordy``: the same profiles, each note inside one of ``LEAD_INS`` (drawn apart, so the
-    facts, values and gold are those of ``wordy=False``).
+    facts, values and gold are those of ``wordy=False``). ``min_gap_days``: the least time
+    between two versions (sessions are 2-5 days apart: 1 lets versions follow session on
+    session).
     """
     rng = random.Random(seed)
     frame = REWORDING[rewording]
     profiles = [_profile(rng, f"p{k:04d}", families_per_profile, paraphrase_share,
-                         revert_share, frame) for k in range(count)]
+                         revert_share, frame, min_gap_days) for k in range(count)]
     if wordy:
         leads = random.Random(seed + 1)
         for p in profiles:
@@ -151,7 +157,8 @@ def _lead_in(lead: str, text: str) -> str:
 
 
 def _profile(rng: random.Random, user_id: str, families_per_profile: tuple[int, int],
-             paraphrase_share: float, revert_share: float, reworded: int) -> Profile:
+             paraphrase_share: float, revert_share: float, reworded: int,
+             min_gap_days: int) -> Profile:
     profile = Profile(user_id)
     used_texts: set[str] = set()
     families = rng.sample(FAMILIES, rng.randint(*families_per_profile))
@@ -181,7 +188,7 @@ def _profile(rng: random.Random, user_id: str, families_per_profile: tuple[int, 
             if family.exception and k == 0:
                 add(family.exception, when + timedelta(days=rng.randint(1, 3)),
                     f"exception:{family.name}", "once", "exception")
-            later = [s for s in sessions if s >= when + timedelta(days=MIN_GAP_DAYS)]
+            later = [s for s in sessions if s >= when + timedelta(days=min_gap_days)]
             if not later:
                 break
             when = rng.choice(later[:6])

@@ -66,3 +66,19 @@ def test_wordy_notes_keep_their_facts_and_still_reach_every_exact_end_state() ->
                    for a, b in zip(p.notes, w.notes, strict=True))
     oracle = evaluate(wordy, "oracle", runs=1).per_run[0]
     assert (oracle.exact, oracle.lost, oracle.wasted) == (8, 0, 0)
+
+
+def test_versions_in_consecutive_sessions_reach_their_end_state() -> None:
+    """Versions 2-5 days apart (``min_gap_days=1``): the later value wins however often the
+    old one was read, so every profile is exact after one run (with the 7-day window of the
+    first policy, the old note won or the pair was flagged, and most were not)."""
+    profiles = generate(8, seed=21, min_gap_days=1)
+    gaps = []
+    for p in profiles:
+        for slot in p.changes:
+            versions = [n.created_at for n in p.notes if n.slot == slot]
+            gaps += [later - earlier for earlier, later in zip(versions, versions[1:],
+                                                               strict=False)]
+    assert min(gaps) < timedelta(days=7)  # the suite's first policy could not settle these
+    oracle = evaluate(profiles, "oracle", runs=1).per_run[0]
+    assert (oracle.exact, oracle.lost, oracle.wasted) == (8, 0, 0)

@@ -87,8 +87,8 @@ def verdict(a: Note, b: Note, relation: str, confidence: float = 0.9) -> Verdict
 def test_policy_table(a_kw: dict[str, Any], b_kw: dict[str, Any], relation: str,
                       confidence: float, expected: tuple[str, str, str | None, str | None],
                       ) -> None:
-    """Code, not the model, decides: newer (>7 days) wins, else more used; ties, protected
-    and manual losers are flagged, never revoked."""
+    """Code, not the model, decides: newer (>7 days, as configured here) wins, else more
+    used; ties, protected and manual losers are flagged, never revoked."""
     a, b = note("a", **a_kw), note("b", **b_kw)
     d = decide(verdict(a, b, relation, confidence), a, b, POLICY)
     action, kind, winner, loser = expected
@@ -97,6 +97,25 @@ def test_policy_table(a_kw: dict[str, Any], b_kw: dict[str, Any], relation: str,
         assert (d.winner_id, d.loser_id) == (winner, loser)
     if action == "flag" and winner:
         assert (d.winner_id, d.loser_id) == (winner, loser)
+
+
+@pytest.mark.parametrize(("b_days", "expected"), [
+    # two days later: the later value is current, however much more the old one was read
+    (2, ("revoke", "b", "a")),
+    (0.05, ("revoke", "b", "a")),  # 72 minutes: later by more than the clock skew (an hour)
+    # 59 minutes: within the skew two writers' clocks may disagree by; the more used wins
+    (0.041, ("revoke", "a", "b")),
+    (-0.041, ("revoke", "a", "b")),  # either way round
+    (-2, ("revoke", "a", "b")),  # a is the later one and the more used
+])
+def test_by_default_the_later_value_wins_beyond_the_clock_skew(
+        b_days: float, expected: tuple[str, str, str]) -> None:
+    """The default policy (``NEWER_WINS_DAYS`` 0): a value stated more than an hour after the
+    other replaces it; closer than that, age says nothing and use decides (a: read 25 times,
+    b: twice)."""
+    a, b = note("a", access=25), note("b", days=b_days, access=2)
+    d = decide(verdict(a, b, "conflicting"), a, b, PolicySettings())
+    assert (d.action, d.winner_id, d.loser_id) == expected
 
 
 @pytest.mark.parametrize(("b_days", "expected"), [

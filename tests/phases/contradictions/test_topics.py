@@ -153,10 +153,11 @@ def test_two_tied_values_both_meet_the_newer_one() -> None:
 
 
 def test_a_value_beaten_by_a_standing_one_meets_no_other() -> None:
-    """A and B tie; C, newer by two days only and less used, loses to A and is retired once:
-    it is never compared with B as well (that verdict would be wasted)."""
+    """A and B tie; C, newer by half an hour only (within the clock skew) and less used,
+    loses to A and is retired once: it is never compared with B as well (that verdict would
+    be wasted)."""
     notes = {n.id: n for n in (note("a", 0, access_count=9), note("b", 0, access_count=9),
-                               note("c", 2))}
+                               note("c", 0.02))}
     decisions = _decisions([["a"], ["b"], ["c"]], notes)
     assert [d for d in decisions if d[1] == "c"] == [("revoke", "c", "a")]
 

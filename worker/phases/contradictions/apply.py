@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.clock import SKEW
 from worker.domain.types import (
     CONTRADICTION_REVIEW_FLAG,
     CONTRADICTION_REVIEW_KIND,
@@ -62,7 +63,8 @@ LINEAGE = {"conflict": "superseded", "equivalent": "duplicate", "subsumed": "sub
 
 def policy_settings(ctx: PhaseContext) -> PolicySettings:
     s = ctx.settings.contradictions
-    return PolicySettings(s.min_confidence, s.newer_wins_days, s.high_importance, now=ctx.now)
+    return PolicySettings(s.min_confidence, s.newer_wins_days, s.high_importance, now=ctx.now,
+                          skew=SKEW)
 
 
 def reads_like_instructions(note: Note) -> bool:

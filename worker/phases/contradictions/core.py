@@ -47,9 +47,17 @@ class PolicySettings:
     """The slice of ``ContradictionSettings`` the policy reads (kept plain for table tests)."""
 
     min_confidence: float = 0.7
-    newer_wins_days: int = 7
+    newer_wins_days: int = 0
     high_importance: float = 0.8
     now: datetime | None = None  # the run's clock: no note is newer than the run
+    # Two notes stated closer together than this are not told apart by age: the clocks of
+    # two writers disagree, a host's timezone slips (``worker.clock.SKEW``, passed in).
+    skew: timedelta = timedelta(hours=1)
+
+    @property
+    def newer_wins_after(self) -> timedelta:
+        """How much later a value must be stated to replace the other (more than this)."""
+        return max(timedelta(days=self.newer_wins_days), self.skew)
 
 
 @dataclass(frozen=True)
@@ -155,7 +163,10 @@ def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
         return Decision(Action.FLAG, "conflict",
                         why="a note is dated after the run's clock; no rule can say which is newer")
     gap = _created(a) - _created(b)
-    if abs(gap) > timedelta(days=policy.newer_wins_days):
+    # The value stated later is the current one: a preference changed two days ago has
+    # changed, however often the old one was read since (the old note has had more time to
+    # be read: "more used wins" there would retire every new value for a while).
+    if abs(gap) > policy.newer_wins_after:
         winner, loser = (a, b) if gap > timedelta(0) else (b, a)
         why = "newer note wins"
     elif a.access_count != b.access_count:
