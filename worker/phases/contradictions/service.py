@@ -25,7 +25,6 @@ from worker.llm.rules import settles_pair
 from worker.phases.contradictions.apply import (
     Applier,
     policy_settings,
-    reads_like_instructions,
 )
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
@@ -44,6 +43,7 @@ from worker.phases.contradictions.counters import ContradictionsCounters
 from worker.phases.contradictions.judging import judge_topics
 from worker.phases.contradictions.steps import call_steps, rule_steps
 from worker.phases.contradictions.topics import follow_retirements
+from worker.phases.contradictions.whole import late_whole, small_scope, without
 from worker.phases.kit import PhaseSnapshot, RunJournal, WriteTarget, read_snapshot
 from worker.phases.kit.carry import ScopeLoad, load
 from worker.phases.kit.evaluate import GuardLimits
@@ -62,16 +62,11 @@ from worker.similarity.candidates import (
 from worker.similarity.terms import (
     TermSettings,
     shared_term_pairs,
-    small_scope_pairs,
     words_of,
 )
 from worker.store.repositories.judgements import PENDING_RETIREMENT
 
 log = structlog.get_logger(__name__)
-
-# A scope of up to this many times ``SMALL_SCOPE_NOTES`` short notes is asked about whole once
-# its first rounds have retired enough of them (``late_whole``); a larger one never is.
-LATE_FACTOR = 3
 
 # The phase's integer counters (what an approval's run starts from, worker.review).
 COUNTERS = tuple(k for k, v in ContradictionsCounters().as_dict().items()
@@ -144,7 +139,7 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     terms = shared_term_pairs(texts, TermSettings(max_notes=s.term_max_notes), snap.vectors,
                               s.term_min_similarity, words=words)
     cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
-    whole = _small_scope(words, snap.notes, s.small_scope_notes) if model else []
+    whole = small_scope(words, snap.notes, s.small_scope_notes) if model else []
     edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs, terms, contained,
                         whole)
     counters: dict[str, Any] = {
@@ -168,37 +163,6 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     counters["retirements_held_back"] = len(held_back)
     swept = len({n for pair in whole for n in pair})
     return Loaded(notes, pairs, counters, held_back, phase_snap.journal, swept, late)
-
-
-def _small_scope(words: list[Any], notes: list[Note], max_notes: int) -> list[tuple[int, int]]:
-    """Every pair of a small scope's short notes but those touching a note that reads like
-    instructions: each such pair would be asked alone (R14), one call per note of the scope."""
-    whole = small_scope_pairs(words, max_notes)
-    rows = {r for pair in whole for r in pair}
-    steering = {r for r in rows if reads_like_instructions(notes[r])}
-    return [(i, j) for i, j in whole if i not in steering and j not in steering]
-
-
-def late_whole(words: list[Any], snap: Any, max_notes: int,
-               fresh: Callable[[list[Any]], list[CandidatePair]],
-               ) -> Callable[[set[str]], list[CandidatePair]] | None:
-    """For a scope holding more than ``max_notes`` short notes (at most ``LATE_FACTOR`` times
-    as many): given the notes the first rounds retired, every fresh pair (``fresh``: not
-    remembered, not kept apart) of the short notes left, when they are now few enough to be
-    asked about whole (``small_scope_pairs``), else none. What the scope's next run would ask
-    (a long history retires most of its versions at once), asked in this one."""
-    short = [r for r, w in enumerate(words) if len(w.frame) <= TermSettings.max_words]
-    if not max_notes < len(short) <= LATE_FACTOR * max_notes:
-        return None
-
-    def late(retired: set[str]) -> list[CandidatePair]:
-        rows = [r for r in short if snap.notes[r].id not in retired]
-        if len(rows) > max_notes:
-            return []
-        found = _small_scope([words[r] for r in rows], [snap.notes[r] for r in rows], max_notes)
-        return fresh(union_edges(snap.vectors, [], small_scope=[(rows[i], rows[j])
-                                                                 for i, j in found]))
-    return late
 
 
 def _new_pairs(edges: list[Any], notes: list[Note], memory: Any, produced: Any,
@@ -289,6 +253,7 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         loaded.pairs = [p for p in loaded.pairs if not set(p.ids) & proposals.held]
         loaded.held_back = [(v, d) for v, d in loaded.held_back
                             if not set(v.pair.ids) & proposals.held]
+        loaded.late = without(loaded.late, proposals.held)
     counters = ContradictionsCounters(judge="llm" if llm is not None else "rules")
     counters.update(loaded.counters)
     if not loaded.pairs and not loaded.held_back:
