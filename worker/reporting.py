@@ -198,14 +198,14 @@ HELD_SHOWN = 10
 def step_notes(step: dict[str, Any]) -> tuple[str, list[str]]:
     """The notes a step is about, ids only, as the step records them, with what they are to
     it: those a guard ``held`` back, a cluster's or a pair's ``notes``, the notes a prune or
-    archive step ``archived`` or archive ``kept`` (protected, manual). What `dream runs show` and `dream demo` print under a step."""
+    archive step ``archived`` or archive ``kept`` (protected, manual, never read). What `dream runs show` and `dream demo` print under a step."""
     output = step.get("output") or {}
     ids = [str(i) for i in (step.get("input") or {}).get("note_ids") or []]
     label = "held" if output.get("guard") else "notes"
     if not ids and isinstance(output.get("archived"), dict | list):
         ids, label = [str(i) for i in output["archived"]], "archived"
     if not ids:  # what archive kept although it was due: protected or written by hand
-        kept = [output.get(k) for k in ("protected", "manual")]
+        kept = [output.get(k) for k in ("protected", "manual", "unread")]
         ids, label = [str(i) for k in kept if isinstance(k, list) for i in k], "kept"
     return label, ids
 

@@ -75,9 +75,9 @@ NOTES = [
     # A manual note may win: the newer manual note retires the older auto-generated one.
     _note("st-old", "Team standup happens at 10 in room A", 30),
     _note("st-new", "Team standup happens at 9 in room A", 3, manual=True),
-    # Within 7 days the more used note wins, here the older one: the newer loser's valid_to
-    # must not be the winner's (earlier) creation time.
-    _note("wifi-old", "Office wifi password rotates on Mondays", 5, access_count=9),
+    # Within the clock skew (an hour) the more used note wins, here the older one (half an
+    # hour older): the newer loser's valid_to must not be the winner's (earlier) creation time.
+    _note("wifi-old", "Office wifi password rotates on Mondays", 3.02, access_count=9),
     _note("wifi-new", "Office wifi password rotates on Tuesdays", 3, access_count=1),
     # Prune and archive: the manual ones stay, the auto-generated controls go. (Their words are
     # not the invoices': the scripted model calls every note of an invoices topic one attribute.)
@@ -211,8 +211,9 @@ def test_a_runs_own_flags_do_not_make_a_refused_cluster_new(app: App, tmp_path: 
 
 
 def test_a_retirement_never_predates_the_note_it_retires(app: App, tmp_path: Path) -> None:
-    """Case 6: the older, more used note wins; the newer loser's valid_to is its own creation
-    time (the moment both facts were on record), never the winner's earlier one."""
+    """Case 6: the older, more used note wins (half an hour apart); the newer loser's valid_to
+    is its own creation time (the moment both facts were on record), never the winner's
+    earlier one."""
     env = _store(app, tmp_path)
     _run(app, env, NOW)
     notes = _notes(app)

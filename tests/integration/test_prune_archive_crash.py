@@ -40,7 +40,8 @@ def _state(app: App) -> tuple[dict[str, str], int]:
 def test_crash_after_archive_rolls_back_then_next_run_completes(app: App, point: str) -> None:
     """The crash fails the phase with nothing written; a later run archives exactly once."""
     add_entities(app, {"kind": "agent", "id": "agent-1", "status": "disabled"})
-    add_notes(app, {"id": "n1", "content": "a", "created_at": days_ago(200)})
+    add_notes(app, {"id": "n1", "content": "a", "created_at": days_ago(200),
+                    "access_count": 1})  # read once, long ago: idle past retention
     phase = point.split(".")[0]
     crashpoints.arm(point, _boom)
     run_id = service.create_run(app, Scope("agent-1"), force=True, clock=NOW, phases=[phase])

@@ -66,7 +66,8 @@ def _store(app: App, scope: Scope, clusters: tuple[list[str], ...] = (DARK_MODE_
             {"id": f"{p}-tabs", "content": "User indents Python code with tabs",
              "created_at": days_ago(200), "agent_id": p},
             {"id": f"{p}-spaces", "content": "User indents Python code with spaces",
-             "created_at": days_ago(10), "agent_id": p},
+             "created_at": days_ago(10), "agent_id": p,
+             "last_accessed_at": days_ago(1)},  # the host records reads: "old" is idle
             {"id": f"{p}-orphan", "content": "User asked about the invoice from that chat",
              "source_conversation_id": f"{p}-gone", "agent_id": p},
             {"id": f"{p}-old", "content": "Emergency contact is the office reception",

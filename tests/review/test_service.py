@@ -374,7 +374,7 @@ def test_an_archive_item_whose_note_was_renewed_or_used_since_is_stale(
     as stale naming the field, writes nothing and creates no run (before: the renewed or just
     used note was archived), and the next run records the item stale."""
     add_entities(app, {"kind": "agent", "id": "agent-1", "apply_mode": "propose"})
-    add_notes(app, {"id": "e1", "content": "Is on call this week.",
+    add_notes(app, {"id": "e1", "content": "Is on call this week.", "access_count": 1,
                     "expires_at": (utcnow() - timedelta(days=1)).isoformat()},
               {"id": "i1", "content": "Uses the old build server.",
                "created_at": (utcnow() - timedelta(days=200)).isoformat()})

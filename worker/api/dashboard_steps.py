@@ -140,7 +140,8 @@ def _archive(step: dict[str, Any], run: dict[str, Any]) -> tuple[str, str]:
                 f"{len(out['archived'])} archived" + (f", {stale} stale" if stale else ""))
     if name == "preserved":
         kept = [f"{len(_ids(out.get(k)))} {humanize(k)}" for k in
-                ("protected", "manual", "manual_examples", "kept_by_review", "deferred")
+                ("protected", "manual", "unread", "manual_examples", "kept_by_review",
+                 "deferred")
                 if _ids(out.get(k))]
         return "preserved", ", ".join(kept) or "nothing"
     return _generic(step, run)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -22,6 +23,9 @@ def _note(idle: float | None = None, age: float = 500, expires_in: float | None 
     )
 
 
+READ = replace(_note(idle=1), id="read")
+
+
 @pytest.mark.parametrize(("note", "outcome"), [
     (_note(idle=91), "stale"),
     (_note(idle=89), None),
@@ -36,13 +40,30 @@ def _note(idle: float | None = None, age: float = 500, expires_in: float | None 
     (_note(idle=900, protection="immutable"), "protected"),
 ])
 def test_plan_notes(note: Note, outcome: str | None) -> None:
-    """Each row: one note, the default policy (90 days, protected 365), and where it ends up."""
-    plan = plan_notes([note], RetentionPolicy(), NOW)
+    """Each row: one note, the default policy (90 days, protected 365), and where it ends up,
+    in a scope whose host records reads (``READ``: a note read yesterday, never due)."""
+    plan = plan_notes([note, READ], RetentionPolicy(), NOW)
     found = {
         "stale": bool(plan.stale), "expired": bool(plan.expired),
         "manual": bool(plan.manual_preserved), "protected": bool(plan.protected_preserved),
+        "unread": bool(plan.unread_preserved),
     }
     assert [k for k, v in found.items() if v] == ([outcome] if outcome else [])
+
+
+def test_a_scope_whose_host_records_no_read_archives_nothing_for_disuse() -> None:
+    """No note of the scope was ever read (no last access, no access count): a host that does
+    not report reads, so "not accessed for 400 days" says nothing about use, and the notes are
+    kept (``unread_preserved``); what expired still goes. One read anywhere in the scope, and
+    the never-read note counts from its creation again."""
+    old = replace(_note(idle=None, age=400), id="old")
+    gone = replace(_note(idle=None, age=400, expires_in=-1), id="gone")
+    plan = plan_notes([old, gone], RetentionPolicy(), NOW)
+    assert (plan.unread_preserved, [d.id for d in plan.expired], plan.stale) == (
+        ["old"], ["gone"], [])
+    counted = replace(old, id="counted", access_count=3)  # read, time of the read unknown
+    plan = plan_notes([old, gone, counted], RetentionPolicy(), NOW)
+    assert sorted(d.id for d in plan.stale) == ["counted", "old"] and not plan.unread_preserved
 
 
 def test_policy_retention_days_apply() -> None:

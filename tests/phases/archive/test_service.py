@@ -13,7 +13,7 @@ from tests.support.factories import NOW, add_entities, add_notes, days_ago
 from worker.app import App
 from worker.domain.types import Scope
 from worker.ingest import import_examples
-from worker.reporting import run_tree
+from worker.reporting import run_tree, step_notes
 from worker.runs import service
 from worker.store.models import ExampleRow, NoteRow, OperationLogRow
 
@@ -69,11 +69,29 @@ def test_inactivity_past_default_retention(app: App, days: int, expected: str) -
 
 
 def test_never_accessed_counts_from_creation(app: App) -> None:
-    """A note never accessed is idle since created_at."""
+    """A note never accessed is idle since created_at (in a scope whose host records reads:
+    ``new`` was read two days ago)."""
     add_notes(app, {"id": "old", "content": "a", "created_at": days_ago(91)},
-              {"id": "new", "content": "b", "created_at": days_ago(10)})
+              {"id": "new", "content": "b", "created_at": days_ago(10),
+               "last_accessed_at": days_ago(2)})
     _run(app)
     assert _status(app) == {"old": "archived", "new": "active"}
+
+
+def test_a_scope_with_no_read_recorded_archives_nothing_for_disuse(app: App) -> None:
+    """No note of the scope has a read (a host that does not report reads): a 400-day-old
+    note is not archived as unused, it is counted kept (``unread_preserved``) and named under
+    the preserved step; an expired note still goes."""
+    add_notes(app, {"id": "old", "content": "a", "created_at": days_ago(400)},
+              {"id": "gone", "content": "b", "created_at": days_ago(400),
+               "expires_at": days_ago(1)})
+    run_id = _run(app)
+    assert _status(app) == {"old": "active", "gone": "archived"}
+    out = _output(app, run_id)
+    assert (out["unread_preserved"], out["notes_stale"], out["notes_expired"]) == (1, 0, 1)
+    step = next(s for s in run_tree(app, run_id)["steps"] if s["phase"] == "archive")
+    (kept,) = [c for c in step["children"] if c["name"] == "preserved"]
+    assert kept["output"]["unread"] == ["old"] and step_notes(kept) == ("kept", ["old"])
 
 
 def test_manual_note_is_never_archived(app: App) -> None:
@@ -91,7 +109,8 @@ def test_protected_only_after_a_year_and_immutable_never(app: App) -> None:
     add_notes(app,
               {"id": "p200", "content": "a", "protection": "protected", "created_at": days_ago(200)},
               {"id": "p400", "content": "b", "protection": "protected", "created_at": days_ago(400)},
-              {"id": "i", "content": "c", "protection": "immutable", "created_at": days_ago(900)})
+              {"id": "i", "content": "c", "protection": "immutable", "created_at": days_ago(900),
+               "access_count": 1})  # read once (when, unrecorded): the host records reads
     run_id = _run(app)
     assert _status(app) == {"p200": "active", "p400": "archived", "i": "active"}
     out = _output(app, run_id)
@@ -102,8 +121,10 @@ def test_per_agent_retention(app: App) -> None:
     """Each agent's note_retention_days decides: 30 days for one agent, 200 for another."""
     add_entities(app, {"kind": "agent", "id": "short", "note_retention_days": 30},
                  {"kind": "agent", "id": "long", "note_retention_days": 200})
-    add_notes(app, {"agent_id": "short", "id": "s", "content": "a", "created_at": days_ago(45)},
-              {"agent_id": "long", "id": "l", "content": "a", "created_at": days_ago(150)})
+    add_notes(app, {"agent_id": "short", "id": "s", "content": "a", "created_at": days_ago(45),
+                    "access_count": 1},
+              {"agent_id": "long", "id": "l", "content": "a", "created_at": days_ago(150),
+               "access_count": 1})
     _run(app, Scope("short"))
     _run(app, Scope("long"))
     assert _status(app) == {"s": "archived", "l": "active"}
@@ -151,7 +172,7 @@ def test_archive_skips_a_note_the_host_changed(app: App, monkeypatch: pytest.Mon
     import worker.phases.archive.service as archive_service
 
     add_notes(app, {"id": "n1", "content": "a", "created_at": days_ago(400)},
-              {"id": "n2", "content": "b", "created_at": days_ago(400)})
+              {"id": "n2", "content": "b", "created_at": days_ago(400), "access_count": 1})
     original = archive_service._apply
 
     def host_writes_first(*args: Any, **kwargs: Any) -> Any:
@@ -210,9 +231,9 @@ def test_archive_review_lets_the_model_keep_important_notes(app: App) -> None:
     from tests.phases.prune.test_service import KeepEverything
 
     add_notes(app, {"id": "hi", "content": "allergic to nuts", "importance": 0.9,
-                    "created_at": days_ago(120)},
+                    "created_at": days_ago(120), "access_count": 1},
               {"id": "lo", "content": "liked the blue theme", "importance": 0.2,
-               "created_at": days_ago(120)})
+               "created_at": days_ago(120), "access_count": 1})
     app.settings.archive.review = "llm"
     app.llm = llm = KeepEverything()
     run_id = _run(app)

@@ -47,6 +47,8 @@ class NotePlan:
     stale: list[Decision] = field(default_factory=list)
     protected_preserved: list[str] = field(default_factory=list)
     manual_preserved: list[str] = field(default_factory=list)
+    # Unused past retention, but kept: no note of the scope was ever read (``read_recorded``).
+    unread_preserved: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -59,6 +61,14 @@ class ExamplePlan:
 def idle_since(last_accessed_at: datetime | None, created_at: datetime | None) -> datetime | None:
     """Never-accessed items count from creation."""
     return last_accessed_at or created_at
+
+
+def read_recorded(notes: list[Note]) -> bool:
+    """Whether the host records reads in this scope: some note of it has a read (a last access
+    or an access count). Where none has, a note never read says nothing about its use, so no
+    note is archived for going unused (a host that never reports reads would otherwise lose
+    every fact older than the retention, its current ones too); expiry still applies."""
+    return any(n.last_accessed_at is not None or n.access_count for n in notes)
 
 
 def _idle(now: datetime, last: datetime | None) -> timedelta:
@@ -81,6 +91,7 @@ def plan_notes(notes: list[Note], policy: RetentionPolicy, now: datetime) -> Not
     # The enum values read once, not once per note.
     active, immutable, protected = (NoteStatus.ACTIVE.value, Protection.IMMUTABLE.value,
                                     Protection.PROTECTED.value)
+    measured = read_recorded(notes)
     for note in notes:
         if note.status != active:
             continue
@@ -94,6 +105,9 @@ def plan_notes(notes: list[Note], policy: RetentionPolicy, now: datetime) -> Not
             continue
         if note.protection == immutable or (note.protection == protected and idle <= protected_limit):
             plan.protected_preserved.append(note.id)
+            continue
+        if not expired and not measured:
+            plan.unread_preserved.append(note.id)
             continue
         decided = _decided(note, DECIDED_FIELDS)
         if expired:

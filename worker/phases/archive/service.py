@@ -50,6 +50,8 @@ class ArchiveCounters(Counters):
     protected_preserved: int = 0
     manual_preserved: int = 0
     examples_manual_preserved: int = 0
+    # Unused past retention but kept: the host records no read in the scope (set when any).
+    unread_preserved: int | None = None
 
 
 COUNTERS = tuple(ArchiveCounters().as_dict())
@@ -73,7 +75,7 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     example_plan = plan_examples(examples, policy, ctx.now)
     if not (note_plan.expired or note_plan.stale or example_plan.expired or example_plan.stale
             or note_plan.protected_preserved or note_plan.manual_preserved
-            or example_plan.manual_preserved):
+            or note_plan.unread_preserved or example_plan.manual_preserved):
         return PhaseReport("archive", StepStatus.NO_ITEMS.value, zero,
                            reason="nothing expired or unused past retention")
 
@@ -98,6 +100,7 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         protected_preserved=len(note_plan.protected_preserved),
         manual_preserved=len(note_plan.manual_preserved),
         examples_manual_preserved=len(example_plan.manual_preserved),
+        unread_preserved=len(note_plan.unread_preserved) or None,
         notes_held=len(done["held"]) if done["held"] else None,
     ).ints()
     record_proposals(ctx, proposals, counters)
@@ -217,11 +220,13 @@ def _apply(
                                         if r.change.members[0].id not in archived)},
             ))
         if (note_plan.protected_preserved or note_plan.manual_preserved
-                or example_plan.manual_preserved or kept or deferred):
+                or note_plan.unread_preserved or example_plan.manual_preserved
+                or kept or deferred):
             w.step(ChildStep(
                 name="preserved", status=StepStatus.SUCCEEDED.value,
                 output={"protected": note_plan.protected_preserved,
                         "manual": note_plan.manual_preserved,
+                        "unread": note_plan.unread_preserved,
                         "manual_examples": example_plan.manual_preserved,
                         "kept_by_review": kept, "deferred": deferred},
             ))
