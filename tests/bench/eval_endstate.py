@@ -109,7 +109,8 @@ class SuiteResult:
 
 
 def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
-             lift_guard: bool = True, lump_rate: float = 0.1) -> SuiteResult:
+             lift_guard: bool = True, lump_rate: float = 0.1,
+             reads: bool = True) -> SuiteResult:
     """Load every profile as its own scope, run ``runs`` daily dreams each, score every run.
 
     A long history retires most of its notes at once, past the blast-radius guard's share
@@ -137,8 +138,9 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
                      *({"kind": "user", "id": p.user_id} for p in profiles))
         add_notes(app, *({"id": n.id, "agent_id": "eval", "user_id": p.user_id,
                           "content": n.text, "created_at": n.created_at.isoformat(),
-                          # The agent read its memory in the last session: nothing is idle.
-                          "last_accessed_at": p.last_session.isoformat()}
+                          # The agent read its memory in the last session: nothing is idle
+                          # (``reads=False``: a host that records no reads).
+                          **({"last_accessed_at": p.last_session.isoformat()} if reads else {})}
                          for p in profiles for n in p.notes))
         totals = RunFigures()
         for day in range(1, runs + 1):
@@ -259,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--version-gap", type=int, default=MIN_GAP_DAYS, metavar="DAYS",
                     help="least days between two versions of an attribute (sessions are 2-5 "
                          "days apart; 1: version after version)")
+    ap.add_argument("--no-reads", action="store_true",
+                    help="load the notes with no read recorded (a host that reports none)")
     ap.add_argument("--wordy", action="store_true",
                     help="each note inside a clause about where it was said (12-30 words)")
     args = ap.parse_args(argv)
@@ -276,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.rewording} rewording{', wordy notes' if args.wordy else ''}, "
           f"{args.attributes} attributes per profile, versions {args.version_gap}+ days apart")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,
-                        lump_rate=args.lump_rate)
+                        lump_rate=args.lump_rate, reads=not args.no_reads)
                for judge in args.judge or ["oracle", "rules"]]
     guard = ("blast-radius guard kept (its share of a scope per run)" if args.keep_guard
              else "blast-radius guard lifted per profile")

@@ -82,3 +82,12 @@ def test_versions_in_consecutive_sessions_reach_their_end_state() -> None:
     assert min(gaps) < timedelta(days=7)  # the suite's first policy could not settle these
     oracle = evaluate(profiles, "oracle", runs=1).per_run[0]
     assert (oracle.exact, oracle.lost, oracle.wasted) == (8, 0, 0)
+
+
+def test_a_host_that_records_no_reads_loses_no_current_fact() -> None:
+    """The notes loaded with no read on record (``reads=False``), the run months after the
+    first sessions: no current fact is archived as unused (before, every note older than the
+    90-day retention went, current values included, and no profile ended exact)."""
+    profiles = generate(8, seed=21)
+    oracle = evaluate(profiles, "oracle", runs=1, reads=False).per_run[0]
+    assert (oracle.exact, oracle.lost, oracle.wasted) == (8, 0, 0)
