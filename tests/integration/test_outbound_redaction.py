@@ -132,7 +132,8 @@ def test_r29_archive_review_prompt_carries_no_canary(redacting: App, llm_stub: L
     """archive.review=llm: a high-importance idle note is shown redacted."""
     redacting.settings.archive.review = "llm"
     add_notes(redacting, {"id": "old", "content": f"Emergency contact {PHONE}, {EMAIL}",
-                          "importance": 0.9, "created_at": days_ago(400)})
+                          "importance": 0.9, "created_at": days_ago(400),
+                          "access_count": 1})  # read once, long ago: idle, so asked about
     _run(redacting, "archive")
     assert any(r.prompt_name == "archive" for r in llm_stub.chat_requests())
     assert _leaks(llm_stub) == []
@@ -207,7 +208,7 @@ def test_r29_black_box_cli_every_phase_and_host_path(
               "created_at": days_ago(4)},
              {"id": "p", "content": f"Pays with card {CARD}", "source_conversation_id": "gone"},
              {"id": "old", "content": f"Emergency contact {PHONE}", "importance": 0.9,
-              "created_at": days_ago(400)}]
+              "created_at": days_ago(400), "access_count": 1}]  # read once, long ago: idle
     path = tmp_path / "notes.jsonl"
     path.write_text("\n".join(json.dumps({"agent_id": "agent-1", **n}) for n in notes))
     entities = tmp_path / "entities.jsonl"
