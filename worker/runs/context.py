@@ -200,11 +200,14 @@ class PhaseContext:
     @property
     def had_open_items(self) -> bool:
         """``open_items`` as read already, without a read (False before the agent's)."""
-        cached = self.carry.agent if self.carry is not None else self._agent
+        cached = self._cached_agent()
         return cached is not _UNREAD and bool(cached[1])
 
+    def _cached_agent(self) -> Any:
+        return self.carry.agent if self.carry is not None else self._agent
+
     def _agent_read(self, uow: UnitOfWork | None) -> tuple[Any, bool]:
-        cached = self.carry.agent if self.carry is not None else self._agent
+        cached = self._cached_agent()
         if cached is not _UNREAD:
             return cached  # type: ignore[no-any-return]
         if uow is None:

@@ -207,13 +207,18 @@ def topical_pairs(
     return _alike(pairs, vectors, min_similarity)
 
 
+def short_rows(words: Sequence[NoteWords], max_words: int = TermSettings.max_words) -> list[int]:
+    """The rows of the notes of at most ``max_words`` words: one fact each."""
+    return [row for row, w in enumerate(words) if len(w.frame) <= max_words]
+
+
 def small_scope_pairs(words: Sequence[NoteWords], max_notes: int,
                       max_words: int = TermSettings.max_words) -> list[tuple[int, int]]:
     """Every pair (i < j) of the short notes (slot-like facts of at most ``max_words`` words)
     when the scope holds two to ``max_notes`` of them, else none: a small scope is asked about
     whole, so two statements of one attribute sharing no word ("Deployments go out on
     Tuesdays" / "The team ships releases on Thursdays") still meet."""
-    short = [row for row, w in enumerate(words) if len(w.frame) <= max_words]
+    short = short_rows(words, max_words)
     if not 2 <= len(short) <= max_notes:
         return []
     return [(i, j) for x, i in enumerate(short) for j in short[x + 1:]]

@@ -22,10 +22,7 @@ from worker.domain.types import (
 )
 from worker.llm.base import LLMClient
 from worker.llm.rules import settles_pair
-from worker.phases.contradictions.apply import (
-    Applier,
-    policy_settings,
-)
+from worker.phases.contradictions.apply import Applier, policy_settings
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
     OPEN,

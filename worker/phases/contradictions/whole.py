@@ -11,7 +11,7 @@ from worker.domain.types import Note
 from worker.phases.contradictions.apply import reads_like_instructions
 from worker.phases.contradictions.core import CandidatePair
 from worker.similarity.candidates import Edge, union_edges
-from worker.similarity.terms import TermSettings, small_scope_pairs
+from worker.similarity.terms import short_rows, small_scope_pairs
 
 # A scope of up to this many times ``SMALL_SCOPE_NOTES`` short notes is asked about whole once
 # its first rounds have retired enough of them (``late_whole``); a larger one never is.
@@ -35,7 +35,7 @@ def late_whole(words: list[Any], snap: Any, max_notes: int,
     remembered, not kept apart) of the short notes left, when they are now few enough to be
     asked about whole (``small_scope_pairs``), else none. What the scope's next run would ask
     (a long history retires most of its versions at once), asked in this one."""
-    short = [r for r, w in enumerate(words) if len(w.frame) <= TermSettings.max_words]
+    short = short_rows(words)
     if not max_notes < len(short) <= LATE_FACTOR * max_notes:
         return None
 

@@ -274,8 +274,8 @@ class PhaseWrite:
         """The open review items naming a note this run's write changed, recorded stale in
         the same transaction (``settle_items``), not left open for an approval to find so."""
         t = self.target
-        changed = {i for r in results if r.status == ItemStatus.APPLIED for i in r.change.ids()}
-        if t.settle_items and t.run_id is not None and changed:
+        if t.settle_items and t.run_id is not None and (changed := {
+                i for r in results if r.status == ItemStatus.APPLIED for i in r.change.ids()}):
             settle_stale(self.uow, t.scope, t.now, f"run {t.run_id}", by="run",
                          naming=sorted(changed))
 
