@@ -110,7 +110,7 @@ class SuiteResult:
 
 def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
              lift_guard: bool = True, lump_rate: float = 0.1,
-             reads: bool = True) -> SuiteResult:
+             reads: bool = True, conversations: bool = False) -> SuiteResult:
     """Load every profile as its own scope, run ``runs`` daily dreams each, score every run.
 
     A long history retires most of its notes at once, past the blast-radius guard's share
@@ -138,6 +138,8 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
                      *({"kind": "user", "id": p.user_id} for p in profiles))
         add_notes(app, *({"id": n.id, "agent_id": "eval", "user_id": p.user_id,
                           "content": n.text, "created_at": n.created_at.isoformat(),
+                          "importance": n.importance,
+                          **({"source_conversation_id": n.conversation} if conversations else {}),
                           # The agent read its memory in the last session: nothing is idle
                           # (``reads=False``: a host that records no reads).
                           **({"last_accessed_at": p.last_session.isoformat()} if reads else {})}
@@ -260,7 +262,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="attributes per profile (the suite's 4-7; 8-12: scopes of 30-90 notes)")
     ap.add_argument("--version-gap", type=int, default=MIN_GAP_DAYS, metavar="DAYS",
                     help="least days between two versions of an attribute (sessions are 2-5 "
-                         "days apart; 1: version after version)")
+                         "days apart; 1: version after version; 0: also corrected in the same "
+                         "session, minutes later)")
+    ap.add_argument("--importance", default="0.5-0.5", metavar="LO-HI",
+                    help="each note's importance, drawn uniformly from LO-HI (default 0.5)")
+    ap.add_argument("--conversations", action="store_true",
+                    help="load each note with its session as its source conversation")
     ap.add_argument("--no-reads", action="store_true",
                     help="load the notes with no read recorded (a host that reports none)")
     ap.add_argument("--wordy", action="store_true",
@@ -270,17 +277,26 @@ def main(argv: list[str] | None = None) -> int:
     lo, _, hi = args.attributes.partition("-")
     if not (lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi) <= len(FAMILIES)):
         ap.error(f"--attributes takes LO-HI, 1 <= LO <= HI <= {len(FAMILIES)}, e.g. 8-12")
+    low, _, high = args.importance.partition("-")
+    try:
+        importance = (float(low), float(high))
+    except ValueError:
+        ap.error("--importance takes LO-HI, two numbers in 0-1, e.g. 0.9-1")
+    if not 0 <= importance[0] <= importance[1] <= 1:
+        ap.error("--importance takes LO-HI, 0 <= LO <= HI <= 1, e.g. 0.9-1")
     profiles = generate(args.profiles, seed=args.seed, rewording=args.rewording,
                         wordy=args.wordy, families_per_profile=(int(lo), int(hi)),
-                        min_gap_days=max(1, args.version_gap))
+                        min_gap_days=max(0, args.version_gap), importance=importance)
     notes = sum(len(p.notes) for p in profiles)
     changes = [c for p in profiles for c in p.changes.values()]
     print(f"# evolving suite: {len(profiles)} profiles, {notes} notes, {len(changes)} slots "
           f"changing 1-7 times (mean {sum(changes) / len(changes):.2f}), seed {args.seed}, "
           f"{args.rewording} rewording{', wordy notes' if args.wordy else ''}, "
-          f"{args.attributes} attributes per profile, versions {args.version_gap}+ days apart")
+          f"{args.attributes} attributes per profile, versions {args.version_gap}+ days apart, "
+          f"importance {args.importance}{', conversations recorded' if args.conversations else ''}")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,
-                        lump_rate=args.lump_rate, reads=not args.no_reads)
+                        lump_rate=args.lump_rate, reads=not args.no_reads,
+                        conversations=args.conversations)
                for judge in args.judge or ["oracle", "rules"]]
     guard = ("blast-radius guard kept (its share of a scope per run)" if args.keep_guard
              else "blast-radius guard lifted per profile")

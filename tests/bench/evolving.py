@@ -9,6 +9,7 @@ facts that must both stay, and chit-chat distractors. Deterministic for a seed.
 from __future__ import annotations
 
 import random
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -94,6 +95,8 @@ class GoldNote:
     slot: str  # family name, or a unique id for a fact that stands alone
     value: str
     kind: str  # version | exception | complementary | chitchat
+    conversation: str = ""  # the session it was said in: "<user>-s<k>"
+    importance: float = 0.5
 
 
 @dataclass
@@ -130,7 +133,8 @@ LEAD_INS = (
 def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] = (4, 7),
              paraphrase_share: float = 0.3, revert_share: float = 0.25,
              rewording: str = "light", wordy: bool = False,
-             min_gap_days: int = MIN_GAP_DAYS) -> list[Profile]:
+             min_gap_days: int = MIN_GAP_DAYS,
+             importance: tuple[float, float] = (0.5, 0.5)) -> list[Profile]:
     """``count`` profiles; each slot changes value 1-7 times over sessions 2-5 days apart.
 
     ``paraphrase_share`` of the versions use another wording of the attribute: ``light`` (a
@@ -138,7 +142,8 @@ def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] =
     ``wordy``: the same profiles, each note inside one of ``LEAD_INS`` (drawn apart, so the
     facts, values and gold are those of ``wordy=False``). ``min_gap_days``: the least time
     between two versions (sessions are 2-5 days apart: 1 lets versions follow session on
-    session).
+    session; 0 also lets a version be corrected in its own session, 5-50 minutes later).
+    ``importance``: each note's importance drawn uniformly from this range (drawn apart).
     """
     rng = random.Random(seed)
     frame = REWORDING[rewording]
@@ -148,6 +153,11 @@ def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] =
         leads = random.Random(seed + 1)
         for p in profiles:
             p.notes[:] = [replace(n, text=_lead_in(leads.choice(LEAD_INS), n.text))
+                          for n in p.notes]
+    if importance != (0.5, 0.5):
+        draws = random.Random(seed + 2)
+        for p in profiles:
+            p.notes[:] = [replace(n, importance=round(draws.uniform(*importance), 2))
                           for n in p.notes]
     return profiles
 
@@ -174,8 +184,9 @@ def _profile(rng: random.Random, user_id: str, families_per_profile: tuple[int, 
             if text not in used_texts:
                 break
         used_texts.add(text)
+        conversation = f"{user_id}-s{bisect_right(sessions, when) - 1}"
         profile.notes.append(GoldNote(f"{user_id}-{len(profile.notes)}", text, when, slot,
-                                      value, kind))
+                                      value, kind, conversation))
 
     for family in families:
         changes = rng.randint(1, 7)
@@ -191,7 +202,9 @@ def _profile(rng: random.Random, user_id: str, families_per_profile: tuple[int, 
             later = [s for s in sessions if s >= when + timedelta(days=min_gap_days)]
             if not later:
                 break
-            when = rng.choice(later[:6])
+            after = rng.choice(later[:6])
+            # ``min_gap_days=0``: the same session may come up; the value is corrected in it.
+            when = after if after > when else when + timedelta(minutes=rng.randint(5, 50))
         profile.current[family.name] = [n for n in profile.notes if n.slot == family.name][-1].value
         profile.changes[family.name] = sum(1 for n in profile.notes if n.slot == family.name) - 1
     for a, b in rng.sample(COMPLEMENTARY, rng.randint(1, 2)):

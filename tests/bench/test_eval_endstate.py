@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from tests.bench.eval_endstate import evaluate
 from tests.bench.evolving import MIN_GAP_DAYS, generate
@@ -91,3 +92,31 @@ def test_a_host_that_records_no_reads_loses_no_current_fact() -> None:
     profiles = generate(8, seed=21)
     oracle = evaluate(profiles, "oracle", runs=1, reads=False).per_run[0]
     assert (oracle.exact, oracle.lost, oracle.wasted) == (8, 0, 0)
+
+
+def test_a_value_corrected_minutes_later_in_its_session_reaches_its_end_state() -> None:
+    """``min_gap_days=0``: a version may be corrected in its own session 5-50 minutes later,
+    inside the hour two writers' clocks may disagree by. Equally used, the later statement
+    wins, so every profile is exact after one run (before, each such pair was flagged and
+    both values stayed active)."""
+    profiles = generate(8, seed=21, min_gap_days=0)
+    corrected = [n for p in profiles for s in p.changes
+                 for n, m in _consecutive([v for v in p.notes if v.slot == s])
+                 if m.created_at - n.created_at < timedelta(hours=1)]
+    assert corrected and all(n.conversation for n in corrected)
+    oracle = evaluate(profiles, "oracle", runs=1).per_run[0]
+    assert (oracle.exact, oracle.lost, oracle.wasted) == (8, 0, 0)
+
+
+def test_important_facts_still_change_when_a_later_value_is_stated() -> None:
+    """Every note at importance 0.9-1 (a host that rates every preference important): a value
+    stated days later still replaces the old one (before, both were flagged and kept, and no
+    profile ended exact)."""
+    profiles = generate(8, seed=21, importance=(0.9, 1.0))
+    assert all(0.9 <= n.importance <= 1.0 for p in profiles for n in p.notes)
+    oracle = evaluate(profiles, "oracle", runs=1).per_run[0]
+    assert (oracle.exact, oracle.lost, oracle.wasted) == (8, 0, 0)
+
+
+def _consecutive(notes: list[Any]) -> list[tuple[Any, Any]]:
+    return list(zip(notes, notes[1:], strict=False))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,8 +45,10 @@ def verdict(a: Note, b: Note, relation: str, confidence: float = 0.9) -> Verdict
         ({"access": 25}, {"access": 2}, "conflicting", 0.9, ("revoke", "conflict", "a", "b")),
         ({"days": 7, "access": 1}, {"access": 9}, "conflicting", 0.9,
          ("revoke", "conflict", "b", "a")),  # exactly 7 days is not "more than 7"
-        # full tie → flagged, nothing revoked
+        # full tie (same time, same use) → flagged, nothing revoked
         ({}, {}, "conflicting", 0.9, ("flag", "conflict", None, None)),
+        # same use, not decisively newer (3 days under the 7 configured): the later wins
+        ({"days": 3}, {}, "conflicting", 0.9, ("revoke", "conflict", "a", "b")),
         # the loser is protected / immutable → flagged
         ({"protection": "protected"}, {"days": 14}, "conflicting", 0.9,
          ("flag", "conflict", "b", "a")),
@@ -60,9 +63,16 @@ def verdict(a: Note, b: Note, relation: str, confidence: float = 0.9) -> Verdict
          ("flag", "conflict", "b", "a")),
         ({"days": 0}, {"days": 14, "manual": True}, "conflicting", 0.9,
          ("revoke", "conflict", "b", "a")),
-        # both of high importance → flagged even though one is newer
+        # both of high importance: decisively newer still wins (importance is not "never
+        # changes"); told apart only by use or a slightly later time → flagged
         ({"importance": 0.9}, {"days": 30, "importance": 0.8}, "conflicting", 0.9,
+         ("revoke", "conflict", "b", "a")),
+        ({"importance": 0.9, "access": 9}, {"importance": 0.8}, "conflicting", 0.9,
          ("flag", "conflict", None, None)),
+        ({"importance": 0.9}, {"days": 3, "importance": 0.8}, "conflicting", 0.9,
+         ("flag", "conflict", None, None)),
+        ({"importance": 0.9}, {"days": 3, "importance": 0.5}, "conflicting", 0.9,
+         ("revoke", "conflict", "b", "a")),
         # low confidence → nothing
         ({}, {"days": 30}, "conflicting", 0.69, ("none", "low_confidence", None, None)),
         ({}, {"days": 30}, "independent", 1.0, ("none", "independent", None, None)),
@@ -87,8 +97,9 @@ def verdict(a: Note, b: Note, relation: str, confidence: float = 0.9) -> Verdict
 def test_policy_table(a_kw: dict[str, Any], b_kw: dict[str, Any], relation: str,
                       confidence: float, expected: tuple[str, str, str | None, str | None],
                       ) -> None:
-    """Code, not the model, decides: newer (>7 days, as configured here) wins, else more
-    used; ties, protected and manual losers are flagged, never revoked."""
+    """Code, not the model, decides: newer (>7 days, as configured here) wins, else (unless
+    both are important) more used, else later; ties, protected and manual losers are flagged,
+    never revoked."""
     a, b = note("a", **a_kw), note("b", **b_kw)
     d = decide(verdict(a, b, relation, confidence), a, b, POLICY)
     action, kind, winner, loser = expected
@@ -114,6 +125,30 @@ def test_by_default_the_later_value_wins_beyond_the_clock_skew(
     other replaces it; closer than that, age says nothing and use decides (a: read 25 times,
     b: twice)."""
     a, b = note("a", access=25), note("b", days=b_days, access=2)
+    d = decide(verdict(a, b, "conflicting"), a, b, PolicySettings())
+    assert (d.action, d.winner_id, d.loser_id) == expected
+
+
+@pytest.mark.parametrize(("conversations", "b_minutes", "importance", "expected"), [
+    # one conversation, b said 20 minutes after a: b corrects a, though a was read since
+    (("c1", "c1"), 20, 0.5, ("revoke", "b", "a")),
+    (("c1", "c1"), -20, 0.5, ("revoke", "a", "b")),  # either way round
+    (("c1", "c1"), 20, 0.9, ("revoke", "b", "a")),  # important notes too: one clock
+    (("c1", "c1"), 0, 0.5, ("revoke", "a", "b")),  # same instant: no order, use decides
+    # two conversations, or none recorded: within the skew the more used wins
+    (("c1", "c2"), 20, 0.5, ("revoke", "a", "b")),
+    ((None, None), 20, 0.5, ("revoke", "a", "b")),
+    ((None, None), 20, 0.9, ("flag", None, None)),  # and two important notes are flagged
+])
+def test_a_value_corrected_later_in_the_same_conversation_replaces_the_first(
+        conversations: tuple[str | None, str | None], b_minutes: int, importance: float,
+        expected: tuple[str, str | None, str | None]) -> None:
+    """Within the hour two writers' clocks may disagree by, one conversation's notes still have
+    one clock: the later statement is the correction (a: read 3 times, b: never)."""
+    a = replace(note("a", access=3, importance=importance),
+                source_conversation_id=conversations[0])
+    b = replace(note("b", days=b_minutes / 1440, importance=importance),
+                source_conversation_id=conversations[1])
     d = decide(verdict(a, b, "conflicting"), a, b, PolicySettings())
     assert (d.action, d.winner_id, d.loser_id) == expected
 

@@ -155,25 +155,46 @@ def _merge(*, winner: Note, loser: Note, kind: str) -> Decision:
 
 
 def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
-    if a.importance >= policy.high_importance and b.importance >= policy.high_importance:
-        return Decision(Action.FLAG, "conflict", why="both notes are of high importance")
+    """The evidence, strongest first: stated later by more than the clock skew, or later in
+    the same conversation (one clock); then, if not both notes are of high importance, more
+    use, then stated later at all. A full tie, or two important notes told apart only by weak
+    evidence, is flagged."""
     if policy.now is not None and max(_created(a), _created(b)) > policy.now:
         # A note dated after the run (an import's wrong year, 2099) would be "newer" than
         # every note written until then and retire each one it conflicts with.
         return Decision(Action.FLAG, "conflict",
                         why="a note is dated after the run's clock; no rule can say which is newer")
     gap = _created(a) - _created(b)
+    later, earlier = (a, b) if gap > timedelta(0) else (b, a)
     # The value stated later is the current one: a preference changed two days ago has
     # changed, however often the old one was read since (the old note has had more time to
-    # be read: "more used wins" there would retire every new value for a while).
+    # be read: "more used wins" there would retire every new value for a while). Importance
+    # says how much a fact matters, not that it cannot change.
     if abs(gap) > policy.newer_wins_after:
-        winner, loser = (a, b) if gap > timedelta(0) else (b, a)
-        why = "newer note wins"
-    elif a.access_count != b.access_count:
+        return _retire(later, earlier, "newer note wins")
+    if gap and _same_conversation(a, b):
+        # One conversation, one writer's clock: the skew cannot reorder it. A value corrected
+        # minutes later replaces the first statement, even one read in between.
+        return _retire(later, earlier, "corrected later in the same conversation")
+    if a.importance >= policy.high_importance and b.importance >= policy.high_importance:
+        return Decision(Action.FLAG, "conflict",
+                        why="both notes are of high importance and neither is decisively newer")
+    if a.access_count != b.access_count:
         winner, loser = (a, b) if a.access_count > b.access_count else (b, a)
-        why = "more used note wins"
-    else:
-        return Decision(Action.FLAG, "conflict", why="no rule picks a winner (same age and use)")
+        return _retire(winner, loser, "more used note wins")
+    if gap:
+        # Within the skew and equally used: the later timestamp is still the best evidence
+        # there is (a flag would leave both values active until a person looks).
+        return _retire(later, earlier, "stated later, equally used")
+    return Decision(Action.FLAG, "conflict", why="no rule picks a winner (same time and use)")
+
+
+def _same_conversation(a: Note, b: Note) -> bool:
+    return a.source_conversation_id is not None and (
+        a.source_conversation_id == b.source_conversation_id)
+
+
+def _retire(winner: Note, loser: Note, why: str) -> Decision:
     if not _may_lose(loser):
         return Decision(Action.FLAG, "conflict", winner.id, loser.id,
                         why=f"{why}, but the loser is {_why_kept(loser)}")
