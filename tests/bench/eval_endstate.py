@@ -95,6 +95,7 @@ class RunFigures:
     consolidate_calls: int = 0
     wasted: int = 0
     deferred: int = 0
+    failed: int = 0  # runs failed or partial, this run and before (each an error in the log)
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)  # "profile/slot: expected, held"
 
@@ -110,7 +111,8 @@ class SuiteResult:
 
 def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
              lift_guard: bool = True, lump_rate: float = 0.1,
-             reads: bool = True, conversations: bool = False) -> SuiteResult:
+             reads: bool = True, conversations: bool = False,
+             incremental: int = 0) -> SuiteResult:
     """Load every profile as its own scope, run ``runs`` daily dreams each, score every run.
 
     A long history retires most of its notes at once, past the blast-radius guard's share
@@ -136,15 +138,14 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
         upgrade(app.engine)
         add_entities(app, {"kind": "agent", "id": "eval"},
                      *({"kind": "user", "id": p.user_id} for p in profiles))
-        add_notes(app, *({"id": n.id, "agent_id": "eval", "user_id": p.user_id,
-                          "content": n.text, "created_at": n.created_at.isoformat(),
-                          "importance": n.importance,
-                          **({"source_conversation_id": n.conversation} if conversations else {}),
-                          # The agent read its memory in the last session: nothing is idle
-                          # (``reads=False``: a host that records no reads).
-                          **({"last_accessed_at": p.last_session.isoformat()} if reads else {})}
-                         for p in profiles for n in p.notes))
         totals = RunFigures()
+        if incremental:
+            _arrive_daily(app, profiles, incremental, conversations, lift_guard, totals)
+        else:
+            # The agent read its memory in the last session: nothing is idle (``reads=False``:
+            # a host that records no reads).
+            add_notes(app, *(_line(p, n, conversations, p.last_session if reads else None)
+                             for p in profiles for n in p.notes))
         for day in range(1, runs + 1):
             started = time.perf_counter()
             for p in profiles:
@@ -158,7 +159,7 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
             figures = _score(app, profiles)
             figures.calls, figures.tokens = totals.calls, totals.tokens
             figures.consolidate_calls, figures.wasted = totals.consolidate_calls, totals.wasted
-            figures.deferred = totals.deferred
+            figures.deferred, figures.failed = totals.deferred, totals.failed
             totals.deferred = 0
             figures.seconds = time.perf_counter() - started
             result.per_run.append(figures)
@@ -166,10 +167,55 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
     return result
 
 
+def _line(p: Profile, n: GoldNote, conversations: bool, read: Any) -> dict[str, Any]:
+    return {"id": n.id, "agent_id": "eval", "user_id": p.user_id, "content": n.text,
+            "created_at": n.created_at.isoformat(), "importance": n.importance,
+            **({"source_conversation_id": n.conversation} if conversations else {}),
+            **({"last_accessed_at": read.isoformat()} if read is not None else {})}
+
+
+def _arrive_daily(app: Any, profiles: Sequence[Profile], every: int, conversations: bool,
+                  lift_guard: bool, totals: RunFigures) -> None:
+    """Each profile's notes imported day by day; after each day the host records a read of
+    every active note of the scope (an agent that reads its memory each session), and after
+    every ``every``-th day a dream runs two hours after that day's last note."""
+    from sqlalchemy import update
+
+    from tests.support.factories import add_notes
+    from worker.domain.types import Scope
+    from worker.runs import service
+    from worker.store.models import NoteRow
+
+    for p in profiles:
+        days: dict[Any, list[GoldNote]] = {}
+        for n in p.notes:
+            days.setdefault(n.created_at.date(), []).append(n)
+        for k, batch in enumerate(days.values(), start=1):
+            add_notes(app, *(_line(p, n, conversations, None) for n in batch))
+            last = max(n.created_at for n in batch)
+            with app.uow() as uow:
+                uow.session.execute(
+                    update(NoteRow).where(NoteRow.user_id == p.user_id,
+                                          NoteRow.status == "active")
+                    .values(last_accessed_at=last, access_count=NoteRow.access_count + 1))
+                uow.commit()
+            if k % every:
+                continue
+            run_id = service.create_run(
+                app, Scope("eval", p.user_id), trigger="eval", force=True,
+                clock=last + timedelta(hours=2),
+                allow_retire=len(p.notes) if lift_guard else None)
+            assert run_id is not None
+            service.execute_run(app, run_id)
+            _add_usage(app, run_id, totals)
+
+
 def _add_usage(app: Any, run_id: str, totals: RunFigures) -> None:
     from worker.reporting import run_tree
 
-    for step in run_tree(app, run_id)["steps"]:
+    tree = run_tree(app, run_id)
+    totals.failed += tree["status"] in ("failed", "partial")
+    for step in tree["steps"]:
         out = step.get("output") or {}
         if step["phase"] == "contradictions":
             totals.calls += int(out.get("calls", 0))
@@ -266,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
                          "session, minutes later)")
     ap.add_argument("--importance", default="0.5-0.5", metavar="LO-HI",
                     help="each note's importance, drawn uniformly from LO-HI (default 0.5)")
+    ap.add_argument("--incremental", type=int, default=0, metavar="N",
+                    help="notes arrive day by day, a read of every active note recorded each "
+                         "day, and a dream runs after every N days with notes (before --runs)")
     ap.add_argument("--conversations", action="store_true",
                     help="load each note with its session as its source conversation")
     ap.add_argument("--no-reads", action="store_true",
@@ -293,16 +342,19 @@ def main(argv: list[str] | None = None) -> int:
           f"changing 1-7 times (mean {sum(changes) / len(changes):.2f}), seed {args.seed}, "
           f"{args.rewording} rewording{', wordy notes' if args.wordy else ''}, "
           f"{args.attributes} attributes per profile, versions {args.version_gap}+ days apart, "
-          f"importance {args.importance}{', conversations recorded' if args.conversations else ''}")
+          f"importance {args.importance}{', conversations recorded' if args.conversations else ''}"
+          f"{f', arriving daily, a dream every {args.incremental} days' if args.incremental else ''}")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,
                         lump_rate=args.lump_rate, reads=not args.no_reads,
-                        conversations=args.conversations)
+                        conversations=args.conversations, incremental=args.incremental)
                for judge in args.judge or ["oracle", "rules"]]
     guard = ("blast-radius guard kept (its share of a scope per run)" if args.keep_guard
              else "blast-radius guard lifted per profile")
     table(f"Evolving facts: end states per judge after each daily run, {guard}", HEADERS,
           table_rows(results))
     for r in results:
+        if r.per_run and r.per_run[-1].failed:
+            print(f"# {r.judge}: {r.per_run[-1].failed} run(s) failed or partial (see the log)")
         if args.show_failures and r.per_run:
             for line in r.per_run[-1].failures[: args.show_failures]:
                 print(f"# {r.judge} not exact: {line}")

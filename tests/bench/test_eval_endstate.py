@@ -120,3 +120,18 @@ def test_important_facts_still_change_when_a_later_value_is_stated() -> None:
 
 def _consecutive(notes: list[Any]) -> list[tuple[Any, Any]]:
     return list(zip(notes, notes[1:], strict=False))
+
+
+def test_notes_arriving_day_by_day_reach_their_end_state_and_a_lumping_model_loses_little(
+) -> None:
+    """``incremental``: the notes arrive day by day and a dream runs after each day (or every
+    fifth), as a daily schedule would. The oracle is exact; a model lumping 30 % of its topics
+    gets a new chance to at every run, and an answer that joins notes it judged apart before
+    is not applied, so it retires 1 current fact (before, 78: every run's lumped topic retired
+    facts its earlier answers had kept apart)."""
+    profiles = generate(8, seed=21)
+    for every in (1, 5):
+        oracle = evaluate(profiles, "oracle", runs=1, incremental=every).per_run[0]
+        assert (oracle.exact, oracle.lost, oracle.wasted, oracle.failed) == (8, 0, 0, 0)
+    lumping = evaluate(profiles, "lumping", runs=1, incremental=1, lump_rate=0.3).per_run[0]
+    assert lumping.failed == 0 and lumping.lost <= 5 and lumping.exact >= 5

@@ -172,3 +172,39 @@ def test_a_scope_too_large_to_ask_whole_is_asked_so_once_its_first_round_shrank_
         assert again.get("calls", 0) == 0 and len(llm_stub.chat_requests()) == 2
     finally:
         del SLOT[tea]
+
+
+def test_an_answer_joining_notes_judged_apart_before_applies_nothing_of_that_attribute(
+    app: App, llm_stub: LLMStub
+) -> None:
+    """Run 1 judged the scope: the coffee, fiction and banana notes apart from the deploy notes
+    (remembered). Run 2 asks about one new deploy note with the scope whole, and the model lumps
+    every note into one attribute: that contradicts what it said of pairs at these very
+    versions, so nothing of the attribute is applied (before, every note but the newest was
+    retired as its superseded value), and its pairs are left to ask again: run 3, answered
+    well, retires the deploy value the new note replaces."""
+    _judge(llm_stub, app)
+    _store(app)
+    _run(app)
+    newest = "Production deployments go out every weekday"
+    add_notes(app, {"id": "newest", "content": newest, "created_at": days_ago(1)})
+
+    def lump(req: StubRequest) -> dict[str, Any]:
+        return {"topics": [{"topic": t["topic"], "attributes": [{
+            "name": "everything", "confidence": 0.95, "reason": "one profile",
+            "values": [{"notes": [n["alias"]]} for n in t["notes"]]}]}
+            for t in prompt_topics(req.user)]}
+
+    llm_stub.set_handler(lump)
+    lumped = _run(app)
+    assert all(s == "active" for k, s in _status(app).items() if k != "old")
+    assert lumped["conflicts_resolved"] == 0 and lumped["attributes_against_memory"] == 1
+    SLOT[newest] = "deploy"
+    try:
+        _judge(llm_stub, app)
+        fixed = _run(app)
+    finally:
+        del SLOT[newest]
+    assert fixed.get("attributes_against_memory") is None and fixed["conflicts_resolved"] == 1
+    assert (_status(app)["new"], _status(app)["newest"]) == ("revoked", "active")
+    assert all(_status(app)[f"other-{k}"] == "active" for k in range(3))

@@ -24,6 +24,7 @@ from worker.phases.contradictions.core import (
     CandidatePair,
     Decision,
     PolicySettings,
+    Relation,
     Verdict,
     flagged_comment,
     resolved_comment,
@@ -96,8 +97,11 @@ class Applier:
 
     def __init__(self, ctx: PhaseContext, parent_step_id: str, notes: dict[str, Note],
                  counters: Any, limits: GuardLimits | None = None,
-                 journal: RunJournal | None = None, proposals: Proposals | None = None) -> None:
+                 journal: RunJournal | None = None, proposals: Proposals | None = None,
+                 judged_apart: set[str] | None = None) -> None:
         self.ctx, self.parent_step_id, self.notes, self.counters = ctx, parent_step_id, notes, counters
+        # Fingerprints of pairs judged independent at their versions, before or in this run.
+        self.judged_apart = set(judged_apart or ())
         # Review before apply: decisions the apply mode holds back become review items.
         self.proposals = proposals if proposals is not None and proposals.active else None
         self.by_rule = ctx.app.llm is None
@@ -140,19 +144,42 @@ class Applier:
         suspicious = suspicious_notes(self.notes, list(verdict.topic.pairs))
         entries = []
         covered: set[tuple[str, str]] = set()
-        for pd in topic_decisions(verdict, self.notes, self.policy, suspicious):
+        consistent = self._consistent(verdict)
+        for pd in topic_decisions(consistent, self.notes, self.policy, suspicious):
             covered.add(pd.verdict.pair.ids)
             # The entry itself, not a copy: the write completes it (a loser found stale).
             entry = self.apply(pd.verdict, pd.decision, {
                 "a": pd.verdict.pair.a_id, "b": pd.verdict.pair.b_id,
                 "relation": pd.verdict.relation})
             entries.append(entry)
+        # Pairs of a dropped attribute are neither decided nor remembered: asked again.
         for p in independent_pairs(verdict):
             if p.ids not in covered and not (set(p.ids) & self.retired):
-                self.remember.setdefault(p.ids, Verdict(p, "independent", 1.0,
+                self.remember.setdefault(p.ids, Verdict(p, Relation.INDEPENDENT, 1.0,
                                                         "not one attribute's values"))
+                self.judged_apart.add(fingerprint_notes([self.notes[i] for i in p.ids]))
         self.counters["pairs_judged"] += len(verdict.topic.pairs)
         return entries
+
+    def _consistent(self, verdict: TopicVerdict) -> TopicVerdict:
+        """The answer without its attributes that join two notes judged apart at their
+        current versions, before or earlier in this run: a model lumping two attributes
+        into one, not a finding (the pair is not asked again unless a note changes, so a
+        later answer cannot be taking back a mistake made on it). Counted."""
+        if not self.judged_apart:
+            return verdict
+        kept = []
+        for attr in verdict.attributes:
+            ids = sorted(nid for cls in attr.values for nid in cls.note_ids)
+            if any(fingerprint_notes([self.notes[a], self.notes[b]]) in self.judged_apart
+                   for k, a in enumerate(ids) for b in ids[k + 1:]):
+                self.counters["attributes_against_memory"] = (
+                    self.counters.get("attributes_against_memory") or 0) + 1
+                continue
+            kept.append(attr)
+        if len(kept) == len(verdict.attributes):
+            return verdict
+        return TopicVerdict(verdict.topic, kept)
 
     def apply(self, verdict: Verdict, decision: Decision,
               head: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -32,6 +32,9 @@ class ContradictionsCounters(Counters):
     # A scope too large to ask about whole, asked so once its first rounds retired enough:
     # the pairs that late round asked (see ``service.late_whole``).
     candidates_small_scope_late: int | None = None
+    # An answer's attribute joining two notes judged apart before at their versions (a lumped
+    # answer, not a finding): nothing of it applied, its pairs asked again (``Applier``).
+    attributes_against_memory: int | None = None
     rounds: int | None = None
     topics_judged: int | None = None
     calls: int | None = None

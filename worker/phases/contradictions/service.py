@@ -30,6 +30,7 @@ from worker.phases.contradictions.core import (
     Action,
     CandidatePair,
     Decision,
+    Relation,
     Verdict,
     apply_order,
     decide,
@@ -82,6 +83,8 @@ class Loaded:
     # A scope with too many short notes for that: the pairs of those still active once the
     # first rounds retired enough of them (``late_whole``); None: no such scope, or no model.
     late: Callable[[set[str]], list[CandidatePair]] | None = None
+    # Fingerprints of the pairs judged independent before, at their current versions.
+    judged_apart: set[str] = field(default_factory=set)
 
 
 def _snapshot(ctx: PhaseContext) -> tuple[ScopeLoad, list[list[str]]]:
@@ -159,7 +162,10 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     held_back = _still_pending(pending, notes)
     counters["retirements_held_back"] = len(held_back)
     swept = len({n for pair in whole for n in pair})
-    return Loaded(notes, pairs, counters, held_back, phase_snap.journal, swept, late)
+    judged_apart = {fp for (kind, fp), verdict in memory.verdicts.items()
+                    if kind == JUDGEMENT_KIND and verdict == Relation.INDEPENDENT}
+    return Loaded(notes, pairs, counters, held_back, phase_snap.journal, swept, late,
+                  judged_apart)
 
 
 def _new_pairs(edges: list[Any], notes: list[Note], memory: Any, produced: Any,
@@ -258,7 +264,8 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
             StepStatus.SUCCEEDED.value
         return PhaseReport(phase=PHASE, status=status, counters=counters.as_dict())
     applier = Applier(ctx, parent_step_id, loaded.notes, counters,
-                      _limits(ctx, loaded.journal), loaded.journal, proposals=proposals)
+                      _limits(ctx, loaded.journal), loaded.journal, proposals=proposals,
+                      judged_apart=loaded.judged_apart)
     # What an earlier run decided but could not apply goes first and costs no question; the
     # fresh pairs of every note it retires (or holds back again) pass to the winner.
     pairs = applier.apply_held_back(loaded.held_back, loaded.pairs)
