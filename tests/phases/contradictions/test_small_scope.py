@@ -208,3 +208,23 @@ def test_an_answer_joining_notes_judged_apart_before_applies_nothing_of_that_att
     assert fixed.get("attributes_against_memory") is None and fixed["conflicts_resolved"] == 1
     assert (_status(app)["new"], _status(app)["newest"]) == ("revoked", "active")
     assert all(_status(app)[f"other-{k}"] == "active" for k in range(3))
+
+
+def test_two_notes_kept_apart_are_not_retired_one_into_the_other_through_a_topic(
+    app: App, llm_stub: LLMStub
+) -> None:
+    """The host kept "old" and "new" apart (both stay, neither retires the other): their pair
+    is no candidate, but the small scope's other pairs put both notes in one topic, and the
+    model reads them as two values of one attribute. That answer contradicts the host's
+    word about these very notes, so nothing of it is applied (before, "old" was revoked into
+    "new" regardless)."""
+    _judge(llm_stub, app)
+    add_notes(app, {"id": "old", "content": OLD, "created_at": days_ago(40),
+                    "kept_apart": [["old", "new"]]},
+              {"id": "new", "content": NEW, "created_at": days_ago(12)},
+              *({"id": f"other-{k}", "content": text, "created_at": days_ago(20)}
+                for k, text in enumerate(t for t in SLOT if t not in (OLD, NEW))))
+    out = _run(app)
+    assert (out["pairs_kept_apart"], out["topics_found"]) == (1, 1)
+    assert all(s == "active" for s in _status(app).values())
+    assert out["attributes_against_memory"] == 1

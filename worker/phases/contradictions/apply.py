@@ -30,6 +30,7 @@ from worker.phases.contradictions.core import (
     resolved_comment,
 )
 from worker.phases.contradictions.topics import (
+    Attribute,
     TopicVerdict,
     follow_retirements,
     independent_pairs,
@@ -98,10 +99,12 @@ class Applier:
     def __init__(self, ctx: PhaseContext, parent_step_id: str, notes: dict[str, Note],
                  counters: Any, limits: GuardLimits | None = None,
                  journal: RunJournal | None = None, proposals: Proposals | None = None,
-                 judged_apart: set[str] | None = None) -> None:
+                 apart: tuple[set[str], set[frozenset[str]]] = (set(), set())) -> None:
         self.ctx, self.parent_step_id, self.notes, self.counters = ctx, parent_step_id, notes, counters
-        # Fingerprints of pairs judged independent at their versions, before or in this run.
-        self.judged_apart = set(judged_apart or ())
+        # Pairs no answer may join into one attribute: the fingerprints of those judged
+        # independent at their versions (before, or by this run), and the id pairs a host
+        # kept apart or a reviewer declined to join.
+        self.judged_apart, self.kept_apart = set(apart[0]), apart[1]
         # Review before apply: decisions the apply mode holds back become review items.
         self.proposals = proposals if proposals is not None and proposals.active else None
         self.by_rule = ctx.app.llm is None
@@ -163,23 +166,24 @@ class Applier:
 
     def _consistent(self, verdict: TopicVerdict) -> TopicVerdict:
         """The answer without its attributes that join two notes judged apart at their
-        current versions, before or earlier in this run: a model lumping two attributes
-        into one, not a finding (the pair is not asked again unless a note changes, so a
-        later answer cannot be taking back a mistake made on it). Counted."""
-        if not self.judged_apart:
+        current versions (before, or earlier in this run) or kept apart by a host or a
+        reviewer: a model lumping two attributes, or overriding a person's word, not a finding
+        (a pair judged apart is not asked again unless a note changes, so no later answer is
+        taking back a mistake made on it). Counted; the attribute's pairs are asked again."""
+        if not self.judged_apart and not self.kept_apart:
             return verdict
-        kept = []
-        for attr in verdict.attributes:
-            ids = sorted(nid for cls in attr.values for nid in cls.note_ids)
-            if any(fingerprint_notes([self.notes[a], self.notes[b]]) in self.judged_apart
-                   for k, a in enumerate(ids) for b in ids[k + 1:]):
-                self.counters["attributes_against_memory"] = (
-                    self.counters.get("attributes_against_memory") or 0) + 1
-                continue
-            kept.append(attr)
+        kept = [attr for attr in verdict.attributes if not self._joins_apart(attr)]
         if len(kept) == len(verdict.attributes):
             return verdict
+        self.counters["attributes_against_memory"] = (
+            self.counters.get("attributes_against_memory") or 0) + len(verdict.attributes) - len(kept)
         return TopicVerdict(verdict.topic, kept)
+
+    def _joins_apart(self, attr: Attribute) -> bool:
+        ids = sorted(nid for cls in attr.values for nid in cls.note_ids)
+        return any(frozenset((a, b)) in self.kept_apart
+                   or fingerprint_notes([self.notes[a], self.notes[b]]) in self.judged_apart
+                   for k, a in enumerate(ids) for b in ids[k + 1:])
 
     def apply(self, verdict: Verdict, decision: Decision,
               head: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -85,6 +85,8 @@ class Loaded:
     late: Callable[[set[str]], list[CandidatePair]] | None = None
     # Fingerprints of the pairs judged independent before, at their current versions.
     judged_apart: set[str] = field(default_factory=set)
+    # Pairs a host kept apart or a reviewer declined to join: neither retires the other.
+    kept_apart: set[frozenset[str]] = field(default_factory=set)
 
 
 def _snapshot(ctx: PhaseContext) -> tuple[ScopeLoad, list[list[str]]]:
@@ -165,7 +167,7 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     judged_apart = {fp for (kind, fp), verdict in memory.verdicts.items()
                     if kind == JUDGEMENT_KIND and verdict == Relation.INDEPENDENT}
     return Loaded(notes, pairs, counters, held_back, phase_snap.journal, swept, late,
-                  judged_apart)
+                  judged_apart, apart)
 
 
 def _new_pairs(edges: list[Any], notes: list[Note], memory: Any, produced: Any,
@@ -265,7 +267,7 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         return PhaseReport(phase=PHASE, status=status, counters=counters.as_dict())
     applier = Applier(ctx, parent_step_id, loaded.notes, counters,
                       _limits(ctx, loaded.journal), loaded.journal, proposals=proposals,
-                      judged_apart=loaded.judged_apart)
+                      apart=(loaded.judged_apart, loaded.kept_apart))
     # What an earlier run decided but could not apply goes first and costs no question; the
     # fresh pairs of every note it retires (or holds back again) pass to the winner.
     pairs = applier.apply_held_back(loaded.held_back, loaded.pairs)
