@@ -5,7 +5,9 @@ prompt, same JSON protocol, through the phase's validation) and refusing every f
 is measured is the pipeline's recall, not a model's quality; ``lumping`` — the oracle, except
 that on a share of the topics holding two attributes (``--lump-rate``) it calls them one, the
 error that retires a current fact, so what more candidates cost with a fallible model is
-measured; ``rules`` — the rule-based judge.
+measured; ``fusing`` — the oracle, except that it fuses a consolidation cluster of one value's
+restatements into one note (worded as the newest), as a model that consolidates would;
+``rules`` — the rule-based judge.
 Run: ``.venv/bin/python -m tests.bench.eval_endstate [--profiles N] [--runs 3]``.
 """
 
@@ -38,6 +40,8 @@ class OracleLLM:
         self.calls: dict[str, int] = {}
         self.unknown_texts = 0
         self.lumped = 0  # topics answered as one attribute though they held several
+        self.fuses = False  # ``fusing``: restatements of one value become one note
+        self.fused = 0
 
     def complete_json(self, *, prompt_name: str, system: str, user: str,
                       schema: dict[str, Any]) -> LLMReply:
@@ -47,13 +51,27 @@ class OracleLLM:
         if prompt_name.startswith("contradictions"):
             data: Any = {"topics": [self._topic(t) for t in prompt_topics(user)]}
         elif prompt_name.startswith("consolidate"):
-            data = {"should_consolidate": False, "content": "", "type": "Context",
-                    "source_ids": [], "reason": "oracle: versions are judged as contradictions"}
+            data = self._fusion(user) if self.fuses else {
+                "should_consolidate": False, "content": "", "type": "Context", "source_ids": [],
+                "reason": "oracle: versions are judged as contradictions"}
         else:
             data = {}
         raw = json.dumps(data)
         return LLMReply(data=data, tokens_in=(len(system) + len(user)) // 4,
                         tokens_out=len(raw) // 4, model=self.model, raw=raw)
+
+    def _fusion(self, user: str) -> dict[str, Any]:
+        """``fusing``: a cluster of one attribute's one value (restatements) becomes one note,
+        worded as its newest statement; anything else is refused."""
+        notes, _ = json.JSONDecoder().raw_decode(user[user.index("["):])
+        gold = [self.gold.get(n["content"]) for n in notes]
+        if any(g is None for g in gold) or len({(g.slot, g.value) for g in gold if g}) != 1:
+            return {"should_consolidate": False, "content": "", "type": "Context",
+                    "source_ids": [], "reason": "oracle: not one value"}
+        newest = max((g for g in gold if g), key=lambda g: g.created_at)
+        self.fused += 1
+        return {"should_consolidate": True, "content": newest.text, "type": notes[0]["type"],
+                "source_ids": [n["alias"] for n in notes], "reason": "oracle: one value"}
 
     def _topic(self, topic: dict[str, Any]) -> dict[str, Any]:
         slots: dict[str, dict[str, list[str]]] = {}
@@ -107,6 +125,7 @@ class SuiteResult:
     facts: int
     superseded: int
     per_run: list[RunFigures] = field(default_factory=list)
+    fused: int = 0  # ``fusing``: clusters the judge fused (restatements of one value)
 
 
 def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
@@ -133,7 +152,9 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(database_url=f"sqlite:///{tmp}/endstate.db", llm_provider="none")
         oracle = (OracleLLM(gold, lump_rate if judge == "lumping" else 0.0)
-                  if judge in ("oracle", "lumping") else None)
+                  if judge in ("oracle", "lumping", "fusing") else None)
+        if oracle is not None:
+            oracle.fuses = judge == "fusing"
         app = build_app(settings, llm=oracle)
         upgrade(app.engine)
         add_entities(app, {"kind": "agent", "id": "eval"},
@@ -163,6 +184,7 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
             totals.deferred = 0
             figures.seconds = time.perf_counter() - started
             result.per_run.append(figures)
+        result.fused = oracle.fused if oracle is not None else 0
         app.dispose()
     return result
 
@@ -295,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profiles", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=13)
-    ap.add_argument("--judge", action="append", choices=["oracle", "lumping", "rules"])
+    ap.add_argument("--judge", action="append", choices=["oracle", "lumping", "fusing", "rules"])
     ap.add_argument("--lump-rate", type=float, default=0.1,
                     help="lumping judge: share of the topics with two attributes it calls one")
     ap.add_argument("--keep-guard", action="store_true",
@@ -353,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     table(f"Evolving facts: end states per judge after each daily run, {guard}", HEADERS,
           table_rows(results))
     for r in results:
+        if r.fused:
+            print(f"# {r.judge}: {r.fused} clusters of restatements fused")
         if r.per_run and r.per_run[-1].failed:
             print(f"# {r.judge}: {r.per_run[-1].failed} run(s) failed or partial (see the log)")
         if args.show_failures and r.per_run:

@@ -135,3 +135,15 @@ def test_notes_arriving_day_by_day_reach_their_end_state_and_a_lumping_model_los
         assert (oracle.exact, oracle.lost, oracle.wasted, oracle.failed) == (8, 0, 0, 0)
     lumping = evaluate(profiles, "lumping", runs=1, incremental=1, lump_rate=0.3).per_run[0]
     assert lumping.failed == 0 and lumping.lost <= 5 and lumping.exact >= 5
+
+
+def test_restatements_fused_by_the_consolidation_judge_keep_their_place_in_time() -> None:
+    """``fusing``: the judge fuses each cluster of one value's restatements, as a consolidating
+    model would. The fused note is dated as its newest source, so a value stated after those
+    restatements still replaces it (before, the fusion was dated at the run and became the
+    "newer" value: a superseded value came back and the current one was retired)."""
+    profiles = generate(8, seed=21)
+    fusing = evaluate(profiles, "fusing", runs=1)
+    assert fusing.fused > 0
+    run = fusing.per_run[0]
+    assert (run.exact, run.lost, run.wasted, run.failed) == (8, 0, 0, 0)

@@ -79,6 +79,9 @@ def test_five_similar_notes_become_one_fused_note(app: App, llm_stub: LLMStub) -
     new = fused[0]
     assert new.access_count == sum(range(1, 6)) and new.importance == pytest.approx(0.5)
     assert new.consolidation_generation == 1 and new.type == "Preference"
+    # Dated as its newest source, not as the run: no fact of it is newer (a value stated after
+    # d4 must still replace it in the contradictions phase).
+    assert new.created_at is not None and new.created_at == notes["d4"].created_at < NOW
     with app.uow() as uow:
         comments = uow.session.execute(
             select(OperationLogRow.entity_id).where(OperationLogRow.run_id == result["run_id"])

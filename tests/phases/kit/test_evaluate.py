@@ -4,7 +4,7 @@ the guard, and the change items' JSON form (what a stored proposal is)."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -121,7 +121,8 @@ def test_a_change_survives_its_json_form() -> None:
     change = Change(kind=ChangeKind.SUPERSEDE, name="cluster 1",
                     members=(Member("a", 3), Member("b", 1)),
                     new_note=NewNote(id="n", content="fused", type="Preference",
-                                     last_accessed_at=NOW, reason="consolidated 2 notes"),
+                                     last_accessed_at=NOW, reason="consolidated 2 notes",
+                                     stated_at=NOW - timedelta(days=3)),
                     relation="consolidated", reason="consolidated", comment="Consolidated into n",
                     valid_to=NOW, confidence=0.9, detail={"similarity": 0.93})
     assert Change.from_json(json.loads(json.dumps(change.to_json()))) == change

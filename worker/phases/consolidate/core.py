@@ -340,6 +340,9 @@ def fused_fields(members: Sequence[Note], generation_sources: Sequence[Note]) ->
         if all(n.protection == Protection.EPHEMERAL.value for n in members)
         else Protection.STANDARD.value,
         "lineage_conversation_ids": lineage_conversations([*members, *generation_sources]),
+        # When its facts were stated: the newest member's (``NewNote.stated_at``).
+        "stated_at": max((n.created_at for n in members if n.created_at is not None),
+                         default=None),
     }
 
 

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from worker.domain.types import Note, NoteStatus, content_hash
-from worker.phases.kit.changes import ItemResult, ItemStatus
+from worker.phases.kit.changes import ItemResult, ItemStatus, stated_at
 from worker.phases.kit.snapshot import (
     _OWNER_GONE,
     _RETIRED,
@@ -250,7 +250,7 @@ def _new_note(scope: Any, nn: Any, now: datetime) -> Note:
     """The inserted note as the scope load reads it back (``RowBuilder`` writes these columns)."""
     return Note(id=nn.id, scope=scope, content=nn.content, type=nn.type, protection=nn.protection,
                 is_auto_generated=nn.is_auto_generated, importance=nn.importance,
-                access_count=nn.access_count, created_at=now, updated_at=now,
+                access_count=nn.access_count, created_at=stated_at(nn, now), updated_at=now,
                 last_accessed_at=nn.last_accessed_at,
                 consolidation_generation=nn.consolidation_generation,
                 content_hash=content_hash(nn.content),

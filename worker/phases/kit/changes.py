@@ -52,6 +52,15 @@ class NewNote:
     comments: str | None = None
     reason: str = ""  # the operation log's reason for the insert (else the change's)
     lineage_conversation_ids: tuple[str, ...] = ()  # see ``Note``
+    # A fusion states its sources' facts, none newer than the newest source: its created_at
+    # (capped at the write's time), so the policy's "stated later" compares facts, not the
+    # moment a run restated them. None: a new statement, created now.
+    stated_at: datetime | None = None
+
+
+def stated_at(note: NewNote, now: datetime) -> datetime:
+    """The created_at a new note is written with: its ``stated_at``, never after ``now``."""
+    return now if note.stated_at is None else min(note.stated_at, now)
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,8 @@ class Change:
         }
         if self.new_note is not None:
             n = self.new_note
-            out["new_note"] = {**n.__dict__, "last_accessed_at": _iso(n.last_accessed_at)}
+            out["new_note"] = {**n.__dict__, "last_accessed_at": _iso(n.last_accessed_at),
+                               "stated_at": _iso(n.stated_at)}
         return out
 
     @classmethod
@@ -128,6 +138,7 @@ class Change:
         new = None
         if raw is not None:
             new = NewNote(**{**raw, "last_accessed_at": _when(raw.get("last_accessed_at")),
+                             "stated_at": _when(raw.get("stated_at")),
                              "lineage_conversation_ids": tuple(
                                  raw.get("lineage_conversation_ids") or ())})
         return cls(

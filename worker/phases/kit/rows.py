@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from worker.domain.types import NoteStatus, Scope, content_hash
-from worker.phases.kit.changes import Change, ChangeKind, Member
+from worker.phases.kit.changes import Change, ChangeKind, Member, stated_at
 from worker.phases.kit.evaluate import State, apply_change
 from worker.store.repositories.note_writes import (
     DECIDING_FIELDS,
@@ -78,7 +78,7 @@ class RowBuilder:
             "user_id": self.scope.user_id, "company_id": self.scope.company_id,
             "content": n.content, "content_hash": content_hash(n.content), "type": n.type,
             "embedding": vector, "embedding_model": self.embedding_model if vector is not None
-            else None, "status": NoteStatus.ACTIVE.value, "created_at": self.now,
+            else None, "status": NoteStatus.ACTIVE.value, "created_at": stated_at(n, self.now),
             "updated_at": self.now, "valid_from": self.now, "version": 1,
             "importance": n.importance, "access_count": n.access_count,
             "consolidation_generation": n.consolidation_generation,
