@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -81,7 +82,7 @@ def test_five_similar_notes_become_one_fused_note(app: App, llm_stub: LLMStub) -
     assert new.consolidation_generation == 1 and new.type == "Preference"
     # Dated as its newest source, not as the run: no fact of it is newer (a value stated after
     # d4 must still replace it in the contradictions phase).
-    assert new.created_at is not None and new.created_at == notes["d4"].created_at < NOW
+    assert new.created_at == notes["d4"].created_at == NOW - timedelta(days=26)
     with app.uow() as uow:
         comments = uow.session.execute(
             select(OperationLogRow.entity_id).where(OperationLogRow.run_id == result["run_id"])
