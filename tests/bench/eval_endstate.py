@@ -7,6 +7,8 @@ that on a share of the topics holding two attributes (``--lump-rate``) it calls 
 error that retires a current fact, so what more candidates cost with a fallible model is
 measured; ``fusing`` — the oracle, except that it fuses a consolidation cluster of one value's
 restatements into one note (worded as the newest), as a model that consolidates would;
+``merging`` — likewise a cluster of one attribute's notes whatever their values, into the last
+statement the prompt lists (the consolidation prompt's "keep the version stated last");
 ``rules`` — the rule-based judge.
 Run: ``.venv/bin/python -m tests.bench.eval_endstate [--profiles N] [--runs 3]``.
 """
@@ -40,7 +42,9 @@ class OracleLLM:
         self.calls: dict[str, int] = {}
         self.unknown_texts = 0
         self.lumped = 0  # topics answered as one attribute though they held several
-        self.fuses = False  # ``fusing``: restatements of one value become one note
+        # ``fusing``: one value's restatements become one note ("value"); ``merging``: one
+        # attribute's notes, whatever their values, become its last statement ("attribute").
+        self.fuses = ""
         self.fused = 0
 
     def complete_json(self, *, prompt_name: str, system: str, user: str,
@@ -61,16 +65,19 @@ class OracleLLM:
                         tokens_out=len(raw) // 4, model=self.model, raw=raw)
 
     def _fusion(self, user: str) -> dict[str, Any]:
-        """``fusing``: a cluster of one attribute's one value (restatements) becomes one note,
-        worded as its newest statement; anything else is refused."""
+        """A cluster of one attribute's one value (``fusing``), or of one attribute
+        (``merging``, as the prompt's "keep the version stated last" asks), becomes one note,
+        worded as the last statement the prompt lists; anything else is refused."""
         notes, _ = json.JSONDecoder().raw_decode(user[user.index("["):])
         gold = [self.gold.get(n["content"]) for n in notes]
-        if any(g is None for g in gold) or len({(g.slot, g.value) for g in gold if g}) != 1:
+        key = (lambda g: g.slot) if self.fuses == "attribute" else (lambda g: (g.slot, g.value))
+        if any(g is None for g in gold) or len({key(g) for g in gold if g}) != 1:
             return {"should_consolidate": False, "content": "", "type": "Context",
                     "source_ids": [], "reason": "oracle: not one value"}
-        newest = max((g for g in gold if g), key=lambda g: g.created_at)
+        # The last the prompt lists (oldest first): a text's gold may be another profile's note.
+        newest = notes[-1]
         self.fused += 1
-        return {"should_consolidate": True, "content": newest.text, "type": notes[0]["type"],
+        return {"should_consolidate": True, "content": newest["content"], "type": notes[0]["type"],
                 "source_ids": [n["alias"] for n in notes], "reason": "oracle: one value"}
 
     def _topic(self, topic: dict[str, Any]) -> dict[str, Any]:
@@ -152,9 +159,9 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(database_url=f"sqlite:///{tmp}/endstate.db", llm_provider="none")
         oracle = (OracleLLM(gold, lump_rate if judge == "lumping" else 0.0)
-                  if judge in ("oracle", "lumping", "fusing") else None)
+                  if judge in ("oracle", "lumping", "fusing", "merging") else None)
         if oracle is not None:
-            oracle.fuses = judge == "fusing"
+            oracle.fuses = {"fusing": "value", "merging": "attribute"}.get(judge, "")
         app = build_app(settings, llm=oracle)
         upgrade(app.engine)
         add_entities(app, {"kind": "agent", "id": "eval"},
@@ -317,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profiles", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=13)
-    ap.add_argument("--judge", action="append", choices=["oracle", "lumping", "fusing", "rules"])
+    ap.add_argument("--judge", action="append", choices=["oracle", "lumping", "fusing", "merging", "rules"])
     ap.add_argument("--lump-rate", type=float, default=0.1,
                     help="lumping judge: share of the topics with two attributes it calls one")
     ap.add_argument("--keep-guard", action="store_true",
@@ -376,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
           table_rows(results))
     for r in results:
         if r.fused:
-            print(f"# {r.judge}: {r.fused} clusters of restatements fused")
+            print(f"# {r.judge}: {r.fused} clusters fused")
         if r.per_run and r.per_run[-1].failed:
             print(f"# {r.judge}: {r.per_run[-1].failed} run(s) failed or partial (see the log)")
         if args.show_failures and r.per_run:

@@ -147,3 +147,16 @@ def test_restatements_fused_by_the_consolidation_judge_keep_their_place_in_time(
     assert fusing.fused > 0
     run = fusing.per_run[0]
     assert (run.exact, run.lost, run.wasted, run.failed) == (8, 0, 0, 0)
+
+
+def test_a_model_that_merges_an_attributes_versions_keeps_the_one_stated_last() -> None:
+    """``merging``: the consolidation judge fuses a cluster of one attribute's versions into
+    the statement the prompt lists last, as the prompt asks. The prompt lists the notes oldest
+    first, so with versions corrected minutes apart on one day (the prompt shows days) the
+    last listed is the current value (before, in cluster order, a superseded value of that
+    day came out as the fused note)."""
+    profiles = generate(8, seed=5, min_gap_days=0)  # in cluster order: 5 exact, 3 lost
+    merging = evaluate(profiles, "merging", runs=1)
+    assert merging.fused > 0
+    run = merging.per_run[0]
+    assert (run.exact, run.lost, run.wasted, run.failed) == (8, 0, 0, 0)

@@ -243,12 +243,14 @@ def _day(value: datetime | None) -> str | None:
 
 
 def prompt_context(sources: Sequence[Note], now: datetime, max_chars: int) -> dict[str, Any]:
-    """Notes as a JSON array under short aliases n1..nK; the aliases map back in code."""
+    """Notes as a JSON array under short aliases n1..nK, oldest first (the prompt shows days:
+    the order tells two statements of one day apart); the reply names every alias."""
+    ordered = sorted(sources, key=lambda n: (n.created_at or datetime.min, n.id))
     notes = [
         {"alias": f"n{k + 1}", "type": n.type, "content": n.content,
          "created_at": _day(n.created_at), "last_accessed_at": _day(n.last_accessed_at),
          "access_count": n.access_count}
-        for k, n in enumerate(sources)
+        for k, n in enumerate(ordered)
     ]
     return {"notes": notes, "today": now.date().isoformat(), "max_chars": max_chars,
             "note_types": [t.value for t in NoteType]}
