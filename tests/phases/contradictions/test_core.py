@@ -153,6 +153,18 @@ def test_a_value_corrected_later_in_the_same_conversation_replaces_the_first(
     assert (d.action, d.winner_id, d.loser_id) == expected
 
 
+def test_a_fused_note_was_said_in_each_of_its_sources_conversations() -> None:
+    """A fused note carries no source conversation of its own, only its sources' (lineage): a
+    value corrected 20 minutes later in one of them still replaces it, important or not."""
+    fused = replace(note("f", access=3, importance=0.9), lineage_conversation_ids=("c0", "c1"))
+    later = replace(note("b", days=20 / 1440, importance=0.9), source_conversation_id="c1")
+    elsewhere = replace(later, source_conversation_id="c2")
+    d = decide(verdict(fused, later, "conflicting"), fused, later, PolicySettings())
+    assert (d.action, d.winner_id, d.loser_id) == ("revoke", "b", "f")
+    d = decide(verdict(fused, elsewhere, "conflicting"), fused, elsewhere, PolicySettings())
+    assert d.action == "flag"  # two important notes ordered only by minutes, no shared clock
+
+
 @pytest.mark.parametrize(("b_days", "expected"), [
     (14, ("revoke", "b")),  # b written before the run's clock (day 20): the newer wins
     (20, ("revoke", "b")),  # exactly at the clock is not after it

@@ -190,8 +190,13 @@ def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
 
 
 def _same_conversation(a: Note, b: Note) -> bool:
-    return a.source_conversation_id is not None and (
-        a.source_conversation_id == b.source_conversation_id)
+    """Both said in one conversation; a fused note was said in each of its sources' ones."""
+    return bool(_conversations(a) & _conversations(b))
+
+
+def _conversations(note: Note) -> set[str]:
+    own = {note.source_conversation_id} if note.source_conversation_id is not None else set()
+    return own | set(note.lineage_conversation_ids)
 
 
 def _retire(winner: Note, loser: Note, why: str) -> Decision:
