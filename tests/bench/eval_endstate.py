@@ -137,13 +137,18 @@ class SuiteResult:
 
 def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
              lift_guard: bool = True, lump_rate: float = 0.1,
-             reads: bool = True, conversations: bool = False,
+             reads: bool | str = True, conversations: bool = False,
              incremental: int = 0) -> SuiteResult:
     """Load every profile as its own scope, run ``runs`` daily dreams each, score every run.
 
     A long history retires most of its notes at once, past the blast-radius guard's share
     (R20); ``lift_guard`` runs with ``allow_retire`` = the profile's size, as an operator
     importing such a history would. Without it the guard spreads the work over the runs.
+    ``reads``: True, each note read in the profile's last session; False, none read;
+    "written", each note's last access stamped at its creation (a host that stamps it on
+    write, never on read). ``conversations``: each note carries its session as its source
+    conversation. ``incremental`` N: the notes arrive day by day, a read of every active note
+    recorded each day, and a dream after every N-th day, before the ``runs`` final ones.
     """
     from tests.support.factories import add_entities, add_notes
     from worker.app import build_app
@@ -172,7 +177,7 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
         else:
             # The agent read its memory in the last session: nothing is idle (``reads=False``:
             # a host that records no reads).
-            add_notes(app, *(_line(p, n, conversations, p.last_session if reads else None)
+            add_notes(app, *(_line(p, n, conversations, _read_at(p, n, reads))
                              for p in profiles for n in p.notes))
         for day in range(1, runs + 1):
             started = time.perf_counter()
@@ -194,6 +199,12 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
         result.fused = oracle.fused if oracle is not None else 0
         app.dispose()
     return result
+
+
+def _read_at(p: Profile, n: GoldNote, reads: bool | str) -> Any:
+    if reads == "written":
+        return n.created_at
+    return p.last_session if reads else None
 
 
 def _line(p: Profile, n: GoldNote, conversations: bool, read: Any) -> dict[str, Any]:
@@ -348,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="load each note with its session as its source conversation")
     ap.add_argument("--no-reads", action="store_true",
                     help="load the notes with no read recorded (a host that reports none)")
+    ap.add_argument("--reads-stamped", action="store_true",
+                    help="load each note with its last access stamped at its creation (a host "
+                         "that stamps it when writing a note, never when reading one)")
     ap.add_argument("--wordy", action="store_true",
                     help="each note inside a clause about where it was said (12-30 words)")
     args = ap.parse_args(argv)
@@ -374,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
           f"importance {args.importance}{', conversations recorded' if args.conversations else ''}"
           f"{f', arriving daily, a dream every {args.incremental} days' if args.incremental else ''}")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,
-                        lump_rate=args.lump_rate, reads=not args.no_reads,
+                        lump_rate=args.lump_rate,
+                        reads="written" if args.reads_stamped else not args.no_reads,
                         conversations=args.conversations, incremental=args.incremental)
                for judge in args.judge or ["oracle", "rules"]]
     guard = ("blast-radius guard kept (its share of a scope per run)" if args.keep_guard

@@ -160,3 +160,12 @@ def test_a_model_that_merges_an_attributes_versions_keeps_the_one_stated_last() 
     assert merging.fused > 0
     run = merging.per_run[0]
     assert (run.exact, run.lost, run.wasted, run.failed) == (8, 0, 0, 0)
+
+
+def test_a_host_that_stamps_the_last_access_when_it_writes_loses_no_current_fact() -> None:
+    """Each note loaded with its last access equal to its creation (a host that stamps it on
+    write and never on read): that is no read, so no current fact is archived as unused (before,
+    every note older than the 90-day retention was, and no profile ended exact)."""
+    profiles = generate(8, seed=21)
+    oracle = evaluate(profiles, "oracle", runs=1, reads="written").per_run[0]
+    assert (oracle.exact, oracle.lost, oracle.wasted, oracle.failed) == (8, 0, 0, 0)

@@ -66,6 +66,20 @@ def test_a_scope_whose_host_records_no_read_archives_nothing_for_disuse() -> Non
     assert sorted(d.id for d in plan.stale) == ["counted", "old"] and not plan.unread_preserved
 
 
+def test_a_last_access_stamped_when_the_note_was_written_is_no_read() -> None:
+    """A host that sets a note's last access as it writes it, and never again: every note
+    "last accessed" the moment it was created (or seconds later) says nothing about use, so
+    nothing is archived for disuse (before, every note older than the retention went). A
+    last access two minutes after the writing is a read, and brings the rule back."""
+    stamped = [replace(_note(idle=age, age=age), id=f"s{age}") for age in (400, 200)]
+    late = replace(_note(idle=399.99, age=400), id="late")  # 14 minutes after its writing
+    plan = plan_notes([*stamped, replace(stamped[0], id="ms", last_accessed_at=(
+        stamped[0].created_at or NOW) + timedelta(seconds=30))], RetentionPolicy(), NOW)
+    assert (sorted(plan.unread_preserved), plan.stale) == (["ms", "s200", "s400"], [])
+    plan = plan_notes([*stamped, late], RetentionPolicy(), NOW)
+    assert sorted(d.id for d in plan.stale) == ["late", "s200", "s400"]
+
+
 def test_policy_retention_days_apply() -> None:
     """A 30-day agent archives a 31-day-idle note; a 200-day agent keeps a 150-day-idle one."""
     assert plan_notes([_note(idle=31)], RetentionPolicy(note_retention_days=30), NOW).stale
@@ -76,7 +90,7 @@ def test_the_archive_comment_names_the_limit_that_applied() -> None:
     """A protected note goes after its own, longer idle limit, and its comment says that one."""
     policy = RetentionPolicy(note_retention_days=90, protected_inactive_days=365)
     [plain] = plan_notes([_note(idle=100)], policy, NOW).stale
-    [pinned] = plan_notes([_note(idle=700, protection="protected")], policy, NOW).stale
+    [pinned] = plan_notes([_note(idle=700, age=800, protection="protected")], policy, NOW).stale
     assert plain.comment.endswith("not accessed for 100 days (retention 90 days)")
     assert pinned.comment.endswith("not accessed for 700 days (retention 365 days)")
 

@@ -63,12 +63,23 @@ def idle_since(last_accessed_at: datetime | None, created_at: datetime | None) -
     return last_accessed_at or created_at
 
 
+# A last access this close to the note's creation is the write's own stamp, not a read.
+WRITE_STAMP = timedelta(minutes=1)
+
+
 def read_recorded(notes: list[Note]) -> bool:
-    """Whether the host records reads in this scope: some note of it has a read (a last access
-    or an access count). Where none has, a note never read says nothing about its use, so no
-    note is archived for going unused (a host that never reports reads would otherwise lose
-    every fact older than the retention, its current ones too); expiry still applies."""
-    return any(n.last_accessed_at is not None or n.access_count for n in notes)
+    """Whether the host records reads in this scope: some note of it has a read (an access
+    count, or a last access after its writing). Where none has, a note never read says
+    nothing about its use, so no note is archived for going unused (a host that never reports
+    reads, or stamps the last access when it writes a note and never again, would otherwise
+    lose every fact older than the retention, its current ones too); expiry still applies."""
+    return any(n.access_count or _read_after_writing(n) for n in notes)
+
+
+def _read_after_writing(note: Note) -> bool:
+    if note.last_accessed_at is None:
+        return False
+    return note.created_at is None or note.last_accessed_at - note.created_at > WRITE_STAMP
 
 
 def _idle(now: datetime, last: datetime | None) -> timedelta:
