@@ -99,12 +99,12 @@ class Applier:
     def __init__(self, ctx: PhaseContext, parent_step_id: str, notes: dict[str, Note],
                  counters: Any, limits: GuardLimits | None = None,
                  journal: RunJournal | None = None, proposals: Proposals | None = None,
-                 apart: tuple[set[str], set[frozenset[str]]] = (set(), set())) -> None:
+                 apart: set[frozenset[str]] | None = None) -> None:
         self.ctx, self.parent_step_id, self.notes, self.counters = ctx, parent_step_id, notes, counters
-        # Pairs no answer may join into one attribute: the fingerprints of those judged
-        # independent at their versions (before, or by this run), and the id pairs a host
-        # kept apart or a reviewer declined to join.
-        self.judged_apart, self.kept_apart = set(apart[0]), apart[1]
+        # Pairs no answer may join into one attribute: those judged independent at their
+        # versions (before, or by this run: no active note changes version within it), and
+        # those a host kept apart or a reviewer declined to join.
+        self.apart = set(apart or ())
         # Review before apply: decisions the apply mode holds back become review items.
         self.proposals = proposals if proposals is not None and proposals.active else None
         self.by_rule = ctx.app.llm is None
@@ -160,7 +160,7 @@ class Applier:
             if p.ids not in covered and not (set(p.ids) & self.retired):
                 self.remember.setdefault(p.ids, Verdict(p, Relation.INDEPENDENT, 1.0,
                                                         "not one attribute's values"))
-                self.judged_apart.add(fingerprint_notes([self.notes[i] for i in p.ids]))
+                self.apart.add(frozenset(p.ids))
         self.counters["pairs_judged"] += len(verdict.topic.pairs)
         return entries
 
@@ -170,7 +170,7 @@ class Applier:
         reviewer: a model lumping two attributes, or overriding a person's word, not a finding
         (a pair judged apart is not asked again unless a note changes, so no later answer is
         taking back a mistake made on it). Counted; the attribute's pairs are asked again."""
-        if not self.judged_apart and not self.kept_apart:
+        if not self.apart:
             return verdict
         kept = [attr for attr in verdict.attributes if not self._joins_apart(attr)]
         if len(kept) == len(verdict.attributes):
@@ -181,9 +181,7 @@ class Applier:
 
     def _joins_apart(self, attr: Attribute) -> bool:
         ids = sorted(nid for cls in attr.values for nid in cls.note_ids)
-        return any(frozenset((a, b)) in self.kept_apart
-                   or fingerprint_notes([self.notes[a], self.notes[b]]) in self.judged_apart
-                   for k, a in enumerate(ids) for b in ids[k + 1:])
+        return any(frozenset((a, b)) in self.apart for k, a in enumerate(ids) for b in ids[k + 1:])
 
     def apply(self, verdict: Verdict, decision: Decision,
               head: dict[str, Any] | None = None) -> dict[str, Any]:

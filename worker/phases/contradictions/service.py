@@ -83,10 +83,9 @@ class Loaded:
     # A scope with too many short notes for that: the pairs of those still active once the
     # first rounds retired enough of them (``late_whole``); None: no such scope, or no model.
     late: Callable[[set[str]], list[CandidatePair]] | None = None
-    # Fingerprints of the pairs judged independent before, at their current versions.
-    judged_apart: set[str] = field(default_factory=set)
-    # Pairs a host kept apart or a reviewer declined to join: neither retires the other.
-    kept_apart: set[frozenset[str]] = field(default_factory=set)
+    # Pairs no answer may join into one attribute: judged independent before at their
+    # current versions, or kept apart by a host or a reviewer (neither retires the other).
+    apart: set[frozenset[str]] = field(default_factory=set)
 
 
 def _snapshot(ctx: PhaseContext) -> tuple[ScopeLoad, list[list[str]]]:
@@ -164,10 +163,21 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     held_back = _still_pending(pending, notes)
     counters["retirements_held_back"] = len(held_back)
     swept = len({n for pair in whole for n in pair})
-    judged_apart = {fp for (kind, fp), verdict in memory.verdicts.items()
-                    if kind == JUDGEMENT_KIND and verdict == Relation.INDEPENDENT}
     return Loaded(notes, pairs, counters, held_back, phase_snap.journal, swept, late,
-                  judged_apart, apart)
+                  apart | _judged_apart(memory, notes))
+
+
+def _judged_apart(memory: Any, notes: dict[str, Note]) -> set[frozenset[str]]:
+    """The id pairs a remembered verdict says are independent, at the notes' versions now."""
+    out: set[frozenset[str]] = set()
+    for r in memory.rows:
+        if r.kind != JUDGEMENT_KIND or r.verdict != Relation.INDEPENDENT or not r.note_ids \
+                or len(r.note_ids) != 2:
+            continue
+        a, b = notes.get(r.note_ids[0]), notes.get(r.note_ids[1])
+        if a is not None and b is not None and fingerprint_notes([a, b]) == r.fingerprint:
+            out.add(frozenset(r.note_ids))
+    return out
 
 
 def _new_pairs(edges: list[Any], notes: list[Note], memory: Any, produced: Any,
@@ -267,7 +277,7 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         return PhaseReport(phase=PHASE, status=status, counters=counters.as_dict())
     applier = Applier(ctx, parent_step_id, loaded.notes, counters,
                       _limits(ctx, loaded.journal), loaded.journal, proposals=proposals,
-                      apart=(loaded.judged_apart, loaded.kept_apart))
+                      apart=loaded.apart)
     # What an earlier run decided but could not apply goes first and costs no question; the
     # fresh pairs of every note it retires (or holds back again) pass to the winner.
     pairs = applier.apply_held_back(loaded.held_back, loaded.pairs)
