@@ -49,7 +49,7 @@ class BenchLLM:
         return LLMReply(data=data, tokens_in=t_in, tokens_out=t_out, model=self.model, raw=raw)
 
     def _reply(self, prompt_name: str, user: str, schema: dict[str, Any]) -> Any:
-        items = _first_json_array(user)
+        items = first_json_array(user)
         if prompt_name.startswith("consolidate"):
             notes = [i for i in items if isinstance(i, dict) and "alias" in i]
             texts = [str(n.get("content") or n.get("text") or "") for n in notes]
@@ -96,7 +96,7 @@ def _relation(a: str, b: str) -> str:
     return "independent"
 
 
-def _first_json_array(text: str) -> list[Any]:
+def first_json_array(text: str) -> list[Any]:
     decoder = json.JSONDecoder()
     for m in re.finditer(r"^\[", text, re.MULTILINE):
         try:

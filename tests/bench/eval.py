@@ -182,10 +182,10 @@ class LocomoScriptedLLM:
 
     def complete_json(self, *, prompt_name: str, system: str, user: str,
                       schema: dict[str, Any]) -> LLMReply:
-        from tests.bench.bench_llm import _first_json_array
+        from tests.bench.bench_llm import first_json_array
 
         self.calls += 1
-        items = _first_json_array(user)
+        items = first_json_array(user)
         if prompt_name.startswith("consolidate"):
             notes = [n for n in items if isinstance(n, dict) and "alias" in n]
             texts = [str(n.get("content") or n.get("text") or "") for n in notes]

@@ -55,9 +55,8 @@ class OracleLLM:
         if prompt_name.startswith("contradictions"):
             data: Any = {"topics": [self._topic(t) for t in prompt_topics(user)]}
         elif prompt_name.startswith("consolidate"):
-            data = self._fusion(user) if self.fuses else {
-                "should_consolidate": False, "content": "", "type": "Context", "source_ids": [],
-                "reason": "oracle: versions are judged as contradictions"}
+            data = self._fusion(user) if self.fuses else _refusal(
+                "oracle: versions are judged as contradictions")
         else:
             data = {}
         raw = json.dumps(data)
@@ -68,12 +67,13 @@ class OracleLLM:
         """A cluster of one attribute's one value (``fusing``), or of one attribute
         (``merging``, as the prompt's "keep the version stated last" asks), becomes one note,
         worded as the last statement the prompt lists; anything else is refused."""
-        notes, _ = json.JSONDecoder().raw_decode(user[user.index("["):])
+        from tests.bench.bench_llm import first_json_array
+
+        notes = first_json_array(user)
         gold = [self.gold.get(n["content"]) for n in notes]
         key = (lambda g: g.slot) if self.fuses == "attribute" else (lambda g: (g.slot, g.value))
         if any(g is None for g in gold) or len({key(g) for g in gold if g}) != 1:
-            return {"should_consolidate": False, "content": "", "type": "Context",
-                    "source_ids": [], "reason": "oracle: not one value"}
+            return _refusal("oracle: not one value")
         # The last the prompt lists (oldest first): a text's gold may be another profile's note.
         newest = notes[-1]
         self.fused += 1
@@ -105,6 +105,11 @@ class OracleLLM:
         """The same topic (the same notes) is lumped on every run: a fixed draw per topic."""
         digest = hashlib.sha256("\0".join(sorted(n["text"] for n in topic["notes"])).encode())
         return int.from_bytes(digest.digest()[:8], "big") / 2**64 < self.lump_rate
+
+
+def _refusal(reason: str) -> dict[str, Any]:
+    return {"should_consolidate": False, "content": "", "type": "Context", "source_ids": [],
+            "reason": reason}
 
 
 @dataclass
