@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 # Timestamps outside these bounds are refused: the phases subtract look-back windows and add
@@ -33,3 +35,18 @@ def parse_timestamp(value: str) -> datetime:
     if not EARLIEST <= when < LATEST:
         raise out_of_range
     return when
+
+
+_write_seq_lock = threading.Lock()
+_last_write_seq = 0
+
+
+def next_write_seq() -> int:
+    """The order a new note is recorded in (``notes.write_seq``): nanoseconds since the epoch,
+    never below one this process gave before, so the rows of one batch count up in the order
+    they are written. It orders two notes stated at one same time (a corpus that dates only
+    its sessions), nothing else."""
+    global _last_write_seq
+    with _write_seq_lock:
+        _last_write_seq = max(_last_write_seq + 1, time.time_ns())
+        return _last_write_seq

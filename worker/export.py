@@ -99,6 +99,7 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool,
             "consolidation_generation": r.consolidation_generation,
             "flags": list(r.flags or []),
             "lineage_conversation_ids": r.lineage_conversation_ids,
+            "write_seq": r.write_seq,
             "lineage": [{"parent_id": parent, "relation": relation}
                         for parent, relation in sorted(edges.get(r.id, []))],
             "metadata": r.meta,

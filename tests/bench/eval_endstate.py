@@ -367,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reads-stamped", action="store_true",
                     help="load each note with its last access stamped at its creation (a host "
                          "that stamps it when writing a note, never when reading one)")
+    ap.add_argument("--session-dates", action="store_true",
+                    help="each note dated at its session's start (a corpus that dates only "
+                         "sessions): with --version-gap 0 a correction shares its timestamp")
     ap.add_argument("--wordy", action="store_true",
                     help="each note inside a clause about where it was said (12-30 words)")
     args = ap.parse_args(argv)
@@ -383,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--importance takes LO-HI, 0 <= LO <= HI <= 1, e.g. 0.9-1")
     profiles = generate(args.profiles, seed=args.seed, rewording=args.rewording,
                         wordy=args.wordy, families_per_profile=(int(lo), int(hi)),
-                        min_gap_days=max(0, args.version_gap), importance=importance)
+                        min_gap_days=max(0, args.version_gap), importance=importance,
+                        session_dates=args.session_dates)
     notes = sum(len(p.notes) for p in profiles)
     changes = [c for p in profiles for c in p.changes.values()]
     print(f"# evolving suite: {len(profiles)} profiles, {notes} notes, {len(changes)} slots "
@@ -391,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.rewording} rewording{', wordy notes' if args.wordy else ''}, "
           f"{args.attributes} attributes per profile, versions {args.version_gap}+ days apart, "
           f"importance {args.importance}{', conversations recorded' if args.conversations else ''}"
+          f"{', dated by session' if args.session_dates else ''}"
           f"{f', arriving daily, a dream every {args.incremental} days' if args.incremental else ''}")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,
                         lump_rate=args.lump_rate,

@@ -105,6 +105,7 @@ class Profile:
     notes: list[GoldNote] = field(default_factory=list)
     current: dict[str, str] = field(default_factory=dict)  # slot → its current value
     changes: dict[str, int] = field(default_factory=dict)  # family slot → number of changes
+    sessions: list[datetime] = field(default_factory=list)  # each session's start, in order
 
     @property
     def last_session(self) -> datetime:
@@ -134,7 +135,8 @@ def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] =
              paraphrase_share: float = 0.3, revert_share: float = 0.25,
              rewording: str = "light", wordy: bool = False,
              min_gap_days: int = MIN_GAP_DAYS,
-             importance: tuple[float, float] = (0.5, 0.5)) -> list[Profile]:
+             importance: tuple[float, float] = (0.5, 0.5),
+             session_dates: bool = False) -> list[Profile]:
     """``count`` profiles; each slot changes value 1-7 times over sessions 2-5 days apart.
 
     ``paraphrase_share`` of the versions use another wording of the attribute: ``light`` (a
@@ -144,11 +146,17 @@ def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] =
     between two versions (sessions are 2-5 days apart: 1 lets versions follow session on
     session; 0 also lets a version be corrected in its own session, 5-50 minutes later).
     ``importance``: each note's importance drawn uniformly from this range (drawn apart).
+    ``session_dates``: every note dated at its session's start, as a corpus that dates only
+    sessions does (LoCoMo's observations): notes of one session share one timestamp, and
+    their order is only the order they are listed in.
     """
     rng = random.Random(seed)
     frame = REWORDING[rewording]
     profiles = [_profile(rng, f"p{k:04d}", families_per_profile, paraphrase_share,
                          revert_share, frame, min_gap_days) for k in range(count)]
+    if session_dates:
+        for p in profiles:
+            p.notes[:] = [replace(n, created_at=_session_start(p, n)) for n in p.notes]
     if wordy:
         leads = random.Random(seed + 1)
         for p in profiles:
@@ -160,6 +168,10 @@ def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] =
             p.notes[:] = [replace(n, importance=round(draws.uniform(*importance), 2))
                           for n in p.notes]
     return profiles
+
+
+def _session_start(p: Profile, n: GoldNote) -> datetime:
+    return p.sessions[int(n.conversation.rsplit("-s", 1)[1])]
 
 
 def _lead_in(lead: str, text: str) -> str:
@@ -222,7 +234,9 @@ def _profile(rng: random.Random, user_id: str, families_per_profile: tuple[int, 
     for n in profile.notes:
         if n.kind == "exception":
             profile.current[n.slot] = n.value
-    profile.notes.sort(key=lambda n: (n.created_at, n.id))
+    profile.sessions = sessions
+    # Listed in the order they were said (ids count up as they are written).
+    profile.notes.sort(key=lambda n: (n.created_at, int(n.id.rsplit("-", 1)[1])))
     return profile
 
 

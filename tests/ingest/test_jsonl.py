@@ -56,6 +56,13 @@ def test_import_is_idempotent_by_id_and_by_content(app: App) -> None:
      "line 2: lineage_conversation_ids must be an array"),
     (json.dumps({"agent_id": "a", "content": "x", "lineage_conversation_ids": ["c" * 65]}),
      "line 2: a lineage conversation id has 65 characters"),
+    # write_seq: the export's whole number of the order the store recorded the note in
+    (json.dumps({"agent_id": "a", "content": "x", "write_seq": "7"}),
+     "line 2: write_seq must be a whole number from 0 to"),
+    (json.dumps({"agent_id": "a", "content": "x", "write_seq": 1.5}), "line 2: write_seq must be"),
+    (json.dumps({"agent_id": "a", "content": "x", "write_seq": -1}), "line 2: write_seq must be"),
+    (json.dumps({"agent_id": "a", "content": "x", "write_seq": 2**63}), "line 2: write_seq must be"),
+    (json.dumps({"agent_id": "a", "content": "x", "write_seq": True}), "line 2: write_seq must be"),
 ])
 def test_bad_line_names_the_line_and_writes_nothing(app: App, bad_line: str, expected: str) -> None:
     """R22: a malformed line gets a one-line error naming it, and nothing is written."""
@@ -76,6 +83,25 @@ def test_export_round_trip_keeps_fields(app: App) -> None:
     assert rows[0]["importance"] == 0.9 and rows[0]["access_count"] == 3
     assert rows[0]["created_at"].startswith("2026-01-02T03:04:05")
     assert import_notes(app, [json.dumps(r) for r in rows]).inserted == 0
+
+
+def test_lines_are_recorded_in_file_order_and_an_exported_order_is_kept(app: App) -> None:
+    """Notes of one ``created_at`` (a session's date on each) are recorded in the file's line
+    order, whatever their ids, and across imports; a line that gives ``write_seq`` (an export)
+    keeps it, so export → import keeps which of two same-dated notes came later."""
+    day = "2026-01-02T00:00:00Z"
+    add_notes(app, *({"id": nid, "content": f"The standup starts at {t}", "created_at": day}
+                     for nid, t in (("z", "9:00"), ("m", "9:30"), ("a", "10:00"))))
+    add_notes(app, {"id": "b", "content": "The standup starts at 11:00", "created_at": day})
+    rows = {r["id"]: r for r in map(json.loads, export_notes(app))}
+    seqs = [rows[i]["write_seq"] for i in ("z", "m", "a", "b")]
+    assert all(isinstance(q, int) for q in seqs) and seqs == sorted(seqs) and len(set(seqs)) == 4
+    kept = {**rows["a"], "id": "a2", "content": "The standup starts at 10:15",
+            "write_seq": rows["z"]["write_seq"] - 1}
+    import_notes(app, [json.dumps(kept)])
+    with app.uow() as uow:
+        (a2,) = uow.notes.get_many(["a2"])
+    assert a2.write_seq == rows["z"]["write_seq"] - 1
 
 
 def test_flags_and_last_check_are_exported_and_an_older_export_still_imports(app: App) -> None:

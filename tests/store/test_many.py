@@ -22,7 +22,7 @@ def _note(i: str, scope: str, **extra: Any) -> dict[str, Any]:
            "protection": "standard", "is_auto_generated": True, "importance": 0.5,
            "access_count": 0, "version": 1, "status": "active", "created_at": T0,
            "updated_at": T0, "consolidation_generation": 0, "flags": ["x", {"k": 1}],
-           "comments": None}
+           "comments": None, "write_seq": 7}
     row.update(extra)
     return row
 

@@ -18,6 +18,7 @@ from worker.text.words import has_invisible, is_blank
 ID_MAX = 64  # String(64) columns: note, run, session, entity and scope-part ids
 SCOPE_KEY_MAX = 400  # String(400): the JSON scope key, with non-ASCII escaped as \uXXXX
 INT_MAX = 2**31 - 1  # Integer columns are 32-bit on PostgreSQL
+BIGINT_MAX = 2**63 - 1  # BigInteger ones (``notes.write_seq``) 64-bit
 MAX_NESTING = 64  # JSON deeper than this is not a note, a session or an entity
 # An imported note's text. Far above what one fact takes and what any judge's prompt holds
 # (a cluster's texts are capped at a few thousand characters), far below what a runaway file

@@ -7,7 +7,7 @@ import json
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property, total_ordering
 from typing import Any
@@ -191,10 +191,30 @@ class Note:
     # The source conversations of the notes this one was written from (fused), transitively:
     # what prune checks a fused note's provenance against (``notes.lineage_conversation_ids``).
     lineage_conversation_ids: tuple[str, ...] = ()
+    # The order the store recorded it in (``notes.write_seq``; None: before it kept one):
+    # which of two notes with one ``created_at`` was stated later (``said_order``).
+    write_seq: int | None = None
 
     @property
     def retirable(self) -> bool:
         return self.protection not in _NEVER_RETIRED
+
+
+_BEFORE_ALL = datetime.min.replace(tzinfo=UTC)
+
+
+def said_order(note: Note) -> tuple[datetime, int]:
+    """A sort key, earliest statement first: ``created_at``, then, between notes stated at one
+    same time, the order the store recorded them in (``write_seq``; unknown sorts first)."""
+    return note.created_at or _BEFORE_ALL, note.write_seq or 0
+
+
+def recorded_later(a: Note, b: Note) -> bool | None:
+    """Between two notes with one ``created_at``: whether ``a`` was recorded after ``b``, or
+    None when the store does not know (either was written before it kept the order)."""
+    if a.write_seq is None or b.write_seq is None or a.write_seq == b.write_seq:
+        return None
+    return a.write_seq > b.write_seq
 
 
 def retired_at(note: Note, when: datetime) -> datetime:

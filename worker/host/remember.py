@@ -16,7 +16,7 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 
 from worker.app import App
-from worker.clock import utcnow
+from worker.clock import next_write_seq, utcnow
 from worker.domain.limits import text_problem
 from worker.domain.types import NoteStatus, NoteType, Scope, content_hash, normalise_text
 from worker.host.errors import Conflict, Invalid
@@ -181,7 +181,7 @@ def _remember_once(
         action, reason, old = "ADD", f"{reason}; {kept}, kept both", []
     note = NewNote(id=new_id, content=text, type=kind, importance=importance,
                    consolidation_generation=0, is_auto_generated=False,
-                   reason=f"remember {action.lower()}")
+                   reason=f"remember {action.lower()}", write_seq=next_write_seq())
     # ADD is a supersede of nothing: the same one write inserts the note (and its log row).
     change = supersede("remember", old, new_note=note, relation="updated",
                        reason="remember update", valid_to=now,

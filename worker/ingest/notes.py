@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from worker.app import App
-from worker.clock import utcnow
-from worker.domain.limits import INT_MAX, NOTE_CHARS_MAX, ident_problem, visible_problem
+from worker.clock import next_write_seq, utcnow
+from worker.domain.limits import BIGINT_MAX, INT_MAX, NOTE_CHARS_MAX, ident_problem, visible_problem
 from worker.domain.types import NoteStatus, NoteType, Protection, Scope, content_hash
 from worker.ingest.fields import (
     choice,
@@ -40,7 +40,7 @@ NOTE_FIELDS = {
     "protection", "source_conversation_id", "embedding", "embedding_model", "metadata", "status",
     "valid_from", "valid_to", "consolidated_into_id", "comments", "lineage",
     "consolidation_generation", "flags", "last_checked_at", "lineage_conversation_ids",
-    "kept_apart",
+    "kept_apart", "write_seq",
 }
 MAX_FLAGS = 32  # a run adds one or two ("injection", "contradiction_review")
 _NOTE_TYPES = {t.value.lower(): t.value for t in NoteType}
@@ -81,6 +81,17 @@ def _embedding(embedding: object, number: int, dims: int | None) -> np.ndarray |
     if abs(norm - 1.0) <= UNIT_NORM_SLACK:  # already unit length (an export): kept bit for bit
         return wide.astype(np.float32)
     return (wide / norm).astype(np.float32)
+
+
+def _write_seq(value: object, number: int) -> int:
+    """An export's recorded order, kept; else the next one: lines count up in file order, so
+    notes of one ``created_at`` are ordered as the file lists them."""
+    if value is None:
+        return next_write_seq()
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= BIGINT_MAX:
+        raise InputError(f"line {number}: write_seq must be a whole number from 0 to "
+                         f"{BIGINT_MAX}, or left out (the file's line order is then used)")
+    return value
 
 
 def _flags(value: object, number: int) -> list[str] | None:
@@ -164,6 +175,7 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
         "flags": _flags(obj.get("flags"), number),
         "last_checked_at": opt_time(obj, "last_checked_at", number),
         "version": 1,
+        "write_seq": _write_seq(obj.get("write_seq"), number),
         **parse_links(obj, number),
     }
 

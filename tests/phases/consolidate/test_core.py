@@ -289,6 +289,22 @@ def test_fused_note_with_a_manual_source_stays_manual(
     assert fused_fields(members, originals)["is_auto_generated"] is expected
 
 
+def test_notes_of_one_date_are_listed_and_dated_in_the_order_they_were_recorded() -> None:
+    """Three statements sharing one timestamp (a session's date): the prompt lists them in the
+    order the store recorded them, whatever their ids, and the fusion takes the place of the
+    last one (``write_seq``), as it takes its date."""
+    notes = [_note("c", "first", write_seq=10), _note("a", "third", write_seq=30),
+             _note("b", "second", write_seq=20)]
+    listed = prompt_context(notes, T0, 300)["notes"]
+    assert [n["content"] for n in listed] == ["first", "second", "third"]
+    fields = fused_fields(notes, notes)
+    assert (fields["stated_at"], fields["write_seq"]) == (T0, 30)
+    # One member written before the store kept the order: the others' order still holds.
+    older = [_note("z", "before", write_seq=None), *notes]
+    assert fused_fields(older, older)["write_seq"] == 30
+    assert prompt_context(older, T0, 300)["notes"][0]["content"] == "before"
+
+
 def test_prompt_renders_notes_as_json_with_aliases_only() -> None:
     """The rendered prompt holds each note as a JSON string under n1..nK, the rules that
     matter (the last stated wins, absolute dates, limit, refusal), oldest first, and no stored

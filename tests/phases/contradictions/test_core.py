@@ -153,6 +153,34 @@ def test_a_value_corrected_later_in_the_same_conversation_replaces_the_first(
     assert (d.action, d.winner_id, d.loser_id) == expected
 
 
+@pytest.mark.parametrize(("seqs", "conversations", "kw", "expected"), [
+    # one timestamp (a corpus dating only its sessions): the one recorded later is later
+    ((1, 2), (None, None), {}, ("revoke", "b", "a")),
+    ((2, 1), (None, None), {}, ("revoke", "a", "b")),  # either way round
+    # the order is a statement's place in one conversation: important notes too
+    ((1, 2), ("c1", "c1"), {"importance": 0.9}, ("revoke", "b", "a")),
+    # otherwise it is the weakest evidence: use outranks it, importance flags it
+    ((1, 2), (None, None), {"a_access": 3}, ("revoke", "a", "b")),
+    ((1, 2), (None, None), {"importance": 0.9}, ("flag", None, None)),
+    # no order on record (written before the store kept one, or one number): a tie
+    ((None, 2), (None, None), {}, ("flag", None, None)),
+    ((None, None), ("c1", "c1"), {}, ("flag", None, None)),
+    ((5, 5), (None, None), {}, ("flag", None, None)),
+])
+def test_notes_stated_at_one_time_are_ordered_as_the_store_recorded_them(
+        seqs: tuple[int | None, int | None], conversations: tuple[str | None, str | None],
+        kw: dict[str, Any], expected: tuple[str, str | None, str | None]) -> None:
+    """Two notes with one ``created_at`` (a session's date on every note of it): the one the
+    store recorded later (``write_seq``, an import's line order) was said later."""
+    importance = kw.get("importance", 0.5)
+    a = replace(note("a", access=kw.get("a_access", 0), importance=importance),
+                write_seq=seqs[0], source_conversation_id=conversations[0])
+    b = replace(note("b", importance=importance), write_seq=seqs[1],
+                source_conversation_id=conversations[1])
+    d = decide(verdict(a, b, "conflicting"), a, b, PolicySettings())
+    assert (d.action, d.winner_id, d.loser_id) == expected
+
+
 def test_a_fused_note_was_said_in_each_of_its_sources_conversations() -> None:
     """A fused note carries no source conversation of its own, only its sources' (lineage): a
     value corrected 20 minutes later in one of them still replaces it, important or not."""

@@ -155,6 +155,26 @@ def test_the_later_value_wins_however_used_the_old_one_is_and_within_clock_skew_
     assert (notes[loser].status, notes[loser].consolidated_into_id) == ("revoked", winner)
 
 
+@pytest.mark.parametrize("order", [("m", "i", "f"), ("f", "i", "m")])
+def test_values_of_one_session_date_end_with_the_last_one_the_file_lists(
+    app: App, llm_stub: LLMStub, order: tuple[str, str, str]
+) -> None:
+    """A corpus that dates only its sessions: three values of one attribute said in one
+    session share one ``created_at``. The one imported last (the file's line order, whatever
+    the ids) is current; before, the pair tied and both values stayed active, flagged."""
+    with_stub(app, llm_stub)
+    text = {"m": EXPRESS, "i": FASTIFY, "f": HONO}
+    add_notes(app, *({"id": nid, "content": text[nid], "created_at": days_ago(3)}
+                     for nid in order))
+    run_id = run_phase(app)
+    notes = rows(app)
+    last = order[-1]
+    assert {n: r.status for n, r in notes.items()} == {
+        n: "active" if n == last else "revoked" for n in order}
+    output = phase_step(app, run_id)["output"]
+    assert (output["conflicts_resolved"], output["conflicts_flagged"]) == (2, 0)
+
+
 def test_complementary_pair_is_judged_and_both_kept(app: App, llm_stub: LLMStub) -> None:
     """A complementary pair reaches the model, is judged independent, and both notes stay."""
     with_stub(app, llm_stub)

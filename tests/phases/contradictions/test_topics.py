@@ -129,6 +129,16 @@ def test_a_revert_counts_from_the_latest_restatement() -> None:
         ("revoke", "x1", "x2"), ("revoke", "y", "x2")]
 
 
+def test_values_stated_in_one_session_settle_in_the_order_they_were_recorded() -> None:
+    """Every note dated at its session's start: X, then Y, then X again in one session, and
+    Z said in it before them. The order recorded decides as dates would: X (restated last)
+    is current, and a value counts from its latest statement's place, not its first."""
+    notes = {n.id: n for n in (note("z", write_seq=1), note("x1", write_seq=2),
+                               note("y", write_seq=3), note("x2", write_seq=4))}
+    assert _decisions([["y"], ["x1", "x2"], ["z"]], notes) == [
+        ("revoke", "x1", "x2"), ("revoke", "z", "y"), ("revoke", "y", "x2")]
+
+
 def test_the_fullest_statement_of_a_value_survives() -> None:
     """Equal values: the note the model names fullest keeps the value, even if older."""
     notes = {n.id: n for n in (note("rich", 0), note("short", 20))}
@@ -137,11 +147,23 @@ def test_the_fullest_statement_of_a_value_survives() -> None:
 
 
 def test_a_protected_old_value_is_flagged_and_the_chain_goes_on() -> None:
-    """A protected A loses to B (flagged, kept); B still loses to C; nothing flips the winner."""
+    """A protected A loses to B (flagged, kept); B still loses to C; nothing flips the winner.
+    A stays active, so it meets C too (flagged again): before, the pair A–C was decided by
+    nothing and asked again every run."""
     notes = {n.id: n for n in (note("a", 0, protection="protected"), note("b", 20),
                                note("c", 40))}
     assert _decisions([["a"], ["b"], ["c"]], notes) == [
-        ("flag", "a", "b"), ("revoke", "b", "c")]
+        ("flag", "a", "b"), ("flag", "a", "c"), ("revoke", "b", "c")]
+
+
+def test_a_kept_loser_goes_on_meeting_values_until_its_notes_are_retired() -> None:
+    """A manual note's value (its automatic restatement merged into it) loses to B and stays,
+    flagged: it meets C as well. B, retired into C, meets nothing more."""
+    notes = {n.id: n for n in (note("m", 0, is_auto_generated=False), note("x", 1),
+                               note("b", 20), note("c", 40), note("d", 60))}
+    assert _decisions([["m", "x"], ["b"], ["c"], ["d"]], notes) == [
+        ("revoke", "x", "m"), ("flag", "m", "b"), ("flag", "m", "c"), ("revoke", "b", "c"),
+        ("flag", "m", "d"), ("revoke", "c", "d")]
 
 
 def test_two_tied_values_both_meet_the_newer_one() -> None:

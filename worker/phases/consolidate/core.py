@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from worker.domain.types import Note, NoteType, Protection
+from worker.domain.types import Note, NoteType, Protection, said_order
 from worker.llm.ask import ReplyRejected
 from worker.text.grounding import check_fusion
 from worker.text.temporal import allowed_dates
@@ -245,7 +245,7 @@ def _day(value: datetime | None) -> str | None:
 def prompt_context(sources: Sequence[Note], now: datetime, max_chars: int) -> dict[str, Any]:
     """Notes as a JSON array under short aliases n1..nK, oldest first (the prompt shows days:
     the order tells two statements of one day apart); the reply names every alias."""
-    ordered = sorted(sources, key=lambda n: (n.created_at or datetime.min, n.id))
+    ordered = sorted(sources, key=lambda n: (said_order(n), n.id))
     notes = [
         {"alias": f"n{k + 1}", "type": n.type, "content": n.content,
          "created_at": _day(n.created_at), "last_accessed_at": _day(n.last_accessed_at),
@@ -321,14 +321,14 @@ def majority_type(notes: Sequence[Note]) -> str:
     counts = Counter(n.type for n in notes)
     best = max(counts.values())
     tied = {t for t, c in counts.items() if c == best}
-    newest = max((n for n in notes if n.type in tied),
-                 key=lambda n: (n.created_at or datetime.min, n.id))
+    newest = max((n for n in notes if n.type in tied), key=lambda n: (said_order(n), n.id))
     return newest.type
 
 
 def fused_fields(members: Sequence[Note], generation_sources: Sequence[Note]) -> dict[str, Any]:
     """Columns of the fused note that code decides (policy), not the model."""
     accessed = [n.last_accessed_at for n in members if n.last_accessed_at is not None]
+    newest = max(members, key=said_order)
     return {
         "importance": max(n.importance for n in members),
         "access_count": sum(n.access_count for n in members),
@@ -342,9 +342,10 @@ def fused_fields(members: Sequence[Note], generation_sources: Sequence[Note]) ->
         if all(n.protection == Protection.EPHEMERAL.value for n in members)
         else Protection.STANDARD.value,
         "lineage_conversation_ids": lineage_conversations([*members, *generation_sources]),
-        # When its facts were stated: the newest member's (``NewNote.stated_at``).
-        "stated_at": max((n.created_at for n in members if n.created_at is not None),
-                         default=None),
+        # When its facts were stated: the newest member's (``NewNote.stated_at``), and
+        # where that member stands among notes stated at the same time.
+        "stated_at": newest.created_at,
+        "write_seq": newest.write_seq,
     }
 
 

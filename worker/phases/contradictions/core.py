@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from worker.domain.types import Note, normalise_text
+from worker.domain.types import Note, normalise_text, recorded_later, said_order
 
 PHASE = "contradictions"
 PROMPT = "contradictions"
@@ -126,7 +126,8 @@ def decide(
         decision = _merge(winner=b, loser=a, kind="subsumed")
     else:
         # Equivalent: the older one goes, unless only the newer one may be retired.
-        older, newer = sorted((a, b), key=lambda n: (_created(n), n.access_count, n.id))
+        older, newer = sorted((a, b), key=lambda n: (_created(n), n.access_count,
+                                                      n.write_seq or 0, n.id))
         if not _may_lose(older) and _may_lose(newer):
             older, newer = newer, older
         decision = _merge(winner=newer, loser=older, kind="equivalent")
@@ -165,14 +166,17 @@ def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
         return Decision(Action.FLAG, "conflict",
                         why="a note is dated after the run's clock; no rule can say which is newer")
     gap = _created(a) - _created(b)
-    later, earlier = (a, b) if gap > timedelta(0) else (b, a)
+    # One timestamp (a corpus that dates only its sessions): the order the store recorded
+    # the two in is the order they were said in, when it knows it.
+    after = gap > timedelta(0) if gap else recorded_later(a, b)
+    later, earlier = (a, b) if after else (b, a)
     # The value stated later is the current one: a preference changed two days ago has
     # changed, however often the old one was read since (the old note has had more time to
     # be read: "more used wins" there would retire every new value for a while). Importance
     # says how much a fact matters, not that it cannot change.
     if abs(gap) > policy.newer_wins_after:
         return _retire(later, earlier, "newer note wins")
-    if gap and _same_conversation(a, b):
+    if after is not None and _same_conversation(a, b):
         # One conversation, one writer's clock: the skew cannot reorder it. A value corrected
         # minutes later replaces the first statement, even one read in between.
         return _retire(later, earlier, "corrected later in the same conversation")
@@ -182,10 +186,11 @@ def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
     if a.access_count != b.access_count:
         winner, loser = (a, b) if a.access_count > b.access_count else (b, a)
         return _retire(winner, loser, "more used note wins")
-    if gap:
-        # Within the skew and equally used: the later timestamp is still the best evidence
+    if after is not None:
+        # Within the skew and equally used: the later statement is still the best evidence
         # there is (a flag would leave both values active until a person looks).
-        return _retire(later, earlier, "stated later, equally used")
+        return _retire(later, earlier, "stated later, equally used" if gap
+                       else "recorded later at the same time, equally used")
     return Decision(Action.FLAG, "conflict", why="no rule picks a winner (same time and use)")
 
 
@@ -218,8 +223,8 @@ def relation_of(kind: str, winner_id: str, pair: CandidatePair) -> str:
 def apply_order(verdicts: Iterable[Verdict], notes: dict[str, Note]) -> list[Verdict]:
     """Oldest pairs first, so a chain A→B→C resolves in one pass: A into B, then B into C."""
 
-    def key(v: Verdict) -> tuple[datetime, datetime, str, str]:
-        ta, tb = _created(notes[v.pair.a_id]), _created(notes[v.pair.b_id])
+    def key(v: Verdict) -> tuple[tuple[datetime, int], tuple[datetime, int], str, str]:
+        ta, tb = said_order(notes[v.pair.a_id]), said_order(notes[v.pair.b_id])
         return (min(ta, tb), max(ta, tb), v.pair.a_id, v.pair.b_id)
 
     return sorted(verdicts, key=key)

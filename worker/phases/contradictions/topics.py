@@ -11,8 +11,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from worker.domain.types import Note
+from worker.domain.types import Note, said_order
 from worker.phases.contradictions.core import (
+    Action,
     CandidatePair,
     Decision,
     PolicySettings,
@@ -164,7 +165,7 @@ def prompt_topics(
         tid = f"t{k}"
         by_topic[tid] = t
         entries = []
-        for nid in sorted(t.note_ids, key=lambda i: (_created(notes[i]), i)):
+        for nid in sorted(t.note_ids, key=lambda i: (said_order(notes[i]), i)):
             alias = f"n{len(alias_of) + 1}"
             alias_of[alias] = nid
             n = notes[nid]
@@ -300,29 +301,33 @@ def topic_decisions(
     out: list[PairDecision] = []
     for attr in verdict.attributes:
         values = [_collapse(cls, attr, notes, policy, suspicious, out) for cls in attr.values]
-        values.sort(key=lambda v: (_created(v[0]), v[0].id))
+        values.sort(key=lambda v: (said_order(v[0]), v[0].id))
         if not values:
             continue
         # Every value still standing meets each newer one: after a tie both stand, and the
         # next value must be settled against each of them (a tied older value left out would
-        # stay unjudged and be asked again next run).
-        standing = [values[0]]
+        # stay unjudged and be asked again next run); so does a beaten value whose notes stay.
+        standing: list[_Value] | None = [values[0]]
         for challenger in values[1:]:
-            survivors, beaten = _settle(challenger, standing, attr, notes, policy, suspicious, out)
-            if survivors is None:  # low confidence: nothing about this attribute holds
+            standing = _settle(challenger, standing, attr, notes, policy, suspicious, out)
+            if standing is None:  # low confidence: nothing about this attribute holds
                 break
-            standing = survivors if beaten else [*survivors, challenger]
     return out
 
 
+_Value = tuple[Note, list[Note]]  # a value: the note it counts as, and its notes still active
+
+
 def _settle(
-    challenger: tuple[Note, list[Note]], standing: list[tuple[Note, list[Note]]],
-    attr: Attribute, notes: dict[str, Note], policy: PolicySettings,
-    suspicious: frozenset[str], out: list[PairDecision],
-) -> tuple[list[tuple[Note, list[Note]]] | None, bool]:
-    """Settle one newer value against every standing one; the values still standing and
-    whether the challenger lost (then it meets no further value: its notes are retired)."""
-    survivors: list[tuple[Note, list[Note]]] = []
+    challenger: _Value, standing: list[_Value], attr: Attribute, notes: dict[str, Note],
+    policy: PolicySettings, suspicious: frozenset[str], out: list[PairDecision],
+) -> list[_Value] | None:
+    """Settle one newer value against every standing one; the values standing after it. A
+    value that lost stands no more once its notes are retired (it meets no further value:
+    that verdict would be wasted); a loser whose notes stay (protected or manual: flagged)
+    goes on standing, so each later value settles against it too and none of its pairs is
+    left to be asked again next run."""
+    survivors: list[_Value] = []
     for k, holder in enumerate(standing):
         # Which value is current is decided on the values (latest statement, most use),
         # never on a protection: a protected loser is flagged below, not made the winner.
@@ -332,32 +337,44 @@ def _settle(
                                Relation.CONFLICTING.value, attr.confidence, attr.name),
                        plain[0], plain[1], policy)
         if first.action == "none":
-            return None, False
-        winner, loser = ((challenger, holder) if first.winner_id == challenger[0].id
-                         else (holder, challenger))
-        for member in loser[1]:
-            a = replace(winner[1][0], created_at=_created(winner[0]),
-                        access_count=winner[0].access_count)
-            b = replace(member, created_at=_created(loser[0]),
-                        access_count=loser[0].access_count)
-            out.append(PairDecision(*_decide(a, b, Relation.CONFLICTING, attr, policy,
-                                             suspicious)))
-        if first.winner_id == holder[0].id:
-            return [*survivors, *standing[k:]], True
+            return None
+        challenger_won = first.winner_id == challenger[0].id
+        winner, loser = (challenger, holder) if challenger_won else (holder, challenger)
+        kept = _against(winner, loser, attr, policy, suspicious, out)
         if first.winner_id is None:  # a tie: both values stand
             survivors.append(holder)
-    return survivors, False
+        elif challenger_won:
+            survivors.extend([(holder[0], kept)] if kept else [])
+        else:
+            survivors.append(holder)
+            if not kept:
+                return [*survivors, *standing[k + 1:]]
+            challenger = (challenger[0], kept)
+    return [*survivors, challenger]
 
 
-    return out
+def _against(winner: _Value, loser: _Value, attr: Attribute, policy: PolicySettings,
+             suspicious: frozenset[str], out: list[PairDecision]) -> list[Note]:
+    """Each of the loser's notes decided against the winner's; the ones that stay active."""
+    kept = []
+    for member in loser[1]:
+        a = replace(winner[1][0], created_at=_created(winner[0]),
+                    write_seq=winner[0].write_seq, access_count=winner[0].access_count)
+        b = replace(member, created_at=_created(loser[0]), write_seq=loser[0].write_seq,
+                    access_count=loser[0].access_count)
+        pd = PairDecision(*_decide(a, b, Relation.CONFLICTING, attr, policy, suspicious))
+        out.append(pd)
+        if pd.decision.action != Action.REVOKE:
+            kept.append(member)
+    return kept
 
 
 def _collapse(
     cls: ValueClass, attr: Attribute, notes: dict[str, Note], policy: PolicySettings,
     suspicious: frozenset[str], out: list[PairDecision],
 ) -> tuple[Note, list[Note]]:
-    members = sorted((notes[i] for i in cls.note_ids), key=lambda n: (_created(n), n.id))
-    latest = _created(members[-1])
+    members = sorted((notes[i] for i in cls.note_ids), key=lambda n: (said_order(n), n.id))
+    latest = members[-1]
     kept: list[Note] = []
     if cls.fullest is not None:
         survivor = notes[cls.fullest]
@@ -379,7 +396,8 @@ def _collapse(
             if decision.action != "revoke":
                 kept.append(survivor if winner.id == m.id else m)
             survivor = winner
-    rep = replace(survivor, created_at=max(latest, _created(survivor)),
+    # The value counts from its latest statement.
+    rep = replace(survivor, created_at=_created(latest), write_seq=latest.write_seq,
                   access_count=max(n.access_count for n in members))
     return rep, [survivor, *kept]
 

@@ -254,7 +254,8 @@ def _new_note(scope: Any, nn: Any, now: datetime) -> Note:
                 last_accessed_at=nn.last_accessed_at,
                 consolidation_generation=nn.consolidation_generation,
                 content_hash=content_hash(nn.content),
-                lineage_conversation_ids=tuple(nn.lineage_conversation_ids))
+                lineage_conversation_ids=tuple(nn.lineage_conversation_ids),
+                write_seq=nn.write_seq)
 
 
 def _journal_after(held: ScopeLoad, applied: list[ItemResult], done: Written) -> None:

@@ -56,6 +56,7 @@ class NewNote:
     # (capped at the write's time), so the policy's "stated later" compares facts, not the
     # moment a run restated them. None: a new statement, created now.
     stated_at: datetime | None = None
+    write_seq: int | None = None  # ``Note.write_seq``: a fusion's is its newest source's
 
 
 def stated_at(note: NewNote, now: datetime) -> datetime:

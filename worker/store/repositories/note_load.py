@@ -79,9 +79,9 @@ _LOAD_COLUMNS = (
     NoteRow.source_conversation_id, NoteRow.consolidation_generation,
     NoteRow.consolidated_into_id, NoteRow.version, NoteRow.content_hash, NoteRow.flags,
     _raw(NoteRow.last_checked_at), NoteRow.embedding_model, NoteRow.comments,
-    _raw(NoteRow.valid_to), NoteRow.lineage_conversation_ids,
+    _raw(NoteRow.valid_to), NoteRow.lineage_conversation_ids, NoteRow.write_seq,
 )
-_FLAGS, _CHECKED, _MODEL, _COMMENTS, _VALID_TO, _LINEAGE, _VECTOR = 17, 18, 19, 20, 21, 22, 23
+_FLAGS, _CHECKED, _MODEL, _COMMENTS, _VALID_TO, _LINEAGE, _SEQ, _VECTOR = range(17, 25)
 _NOTHING = (None, None, None)
 _RAW_VECTOR = type_coerce(NoteRow.embedding, LargeBinary).label("embedding")
 # Built once: the scope and statuses are bound per call (no statement construction per load).
@@ -110,7 +110,7 @@ def _notes_of(rows: Sequence[Any], scope: Scope) -> list[Note]:
     t = _utc
     return [Note(r[0], scope, r[1], r[2], r[3], r[4], r[5], r[6], r[7], t(r[8]), t(r[9]),
                  t(r[10]), t(r[11]), r[12], r[13], r[14], r[15], r[16], list(r[_FLAGS] or ()),
-                 tuple(r[_LINEAGE] or ()))
+                 tuple(r[_LINEAGE] or ()), r[_SEQ])
             for r in rows]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
@@ -101,7 +102,8 @@ class NoteWrites:
             with cur.copy(f"COPY notes ({names}) FROM STDIN WITH (FORMAT BINARY)") as copy:
                 copy.set_types([pg_type for _, _, pg_type, _ in columns])
                 for r in rows:
-                    values = [r.get(key, default) for key, _, _, default in columns]
+                    values = [r[key] if key in r else default() if callable(default) else default
+                              for key, _, _, default in columns]
                     for i, (_, _, pg_type, _) in enumerate(columns):
                         if pg_type == "jsonb" and values[i] is not None:
                             values[i] = Jsonb(values[i])
@@ -262,17 +264,22 @@ class NoteWrites:
 
 
 _COPY_TYPES = {"Embedding": "vector", "JSONType": "jsonb", "UTCDateTime": "timestamptz",
-               "Boolean": "bool", "Float": "float8", "Integer": "int4"}
+               "Boolean": "bool", "Float": "float8", "Integer": "int4", "BigInteger": "int8"}
 
 
 def _copy_columns() -> list[tuple[str, Any, str, Any]]:
-    """(attribute key, column, PostgreSQL type for binary COPY, Python-side default) per column."""
+    """(attribute key, column, PostgreSQL type for binary COPY, Python-side default) per column;
+    a callable default (``write_seq``'s) is called per row, as SQLAlchemy's insert does."""
     from sqlalchemy import inspect as sa_inspect
 
     out = []
     for attr in sa_inspect(NoteRow).column_attrs:
         col = attr.columns[0]
         pg_type = _COPY_TYPES.get(type(col.type).__name__, "text")
-        default = col.default.arg if col.default is not None and col.default.is_scalar else None
+        default = None
+        if col.default is not None and col.default.is_scalar:
+            default = col.default.arg
+        elif col.default is not None and col.default.is_callable:
+            default = partial(col.default.arg, None)  # wrapped to take an execution context
         out.append((attr.key, col, pg_type, default))
     return out

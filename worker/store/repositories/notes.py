@@ -41,6 +41,7 @@ _NOTE_COLUMNS = (
     NoteRow.content_hash,
     NoteRow.flags,
     NoteRow.lineage_conversation_ids,
+    NoteRow.write_seq,
 )
 
 
@@ -71,6 +72,7 @@ def _row_to_note(row: Any) -> Note:
         content_hash=row.content_hash,
         flags=list(row.flags or []),
         lineage_conversation_ids=tuple(row.lineage_conversation_ids or ()),
+        write_seq=row.write_seq,
     )
 
 
