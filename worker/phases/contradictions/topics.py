@@ -307,11 +307,12 @@ def topic_decisions(
         # Every value still standing meets each newer one: after a tie both stand, and the
         # next value must be settled against each of them (a tied older value left out would
         # stay unjudged and be asked again next run); so does a beaten value whose notes stay.
-        standing: list[_Value] | None = [values[0]]
+        standing = [values[0]]
         for challenger in values[1:]:
-            standing = _settle(challenger, standing, attr, notes, policy, suspicious, out)
-            if standing is None:  # low confidence: nothing about this attribute holds
+            settled = _settle(challenger, standing, attr, notes, policy, suspicious, out)
+            if settled is None:  # low confidence: nothing about this attribute holds
                 break
+            standing = settled
     return out
 
 
