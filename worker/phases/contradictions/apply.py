@@ -34,8 +34,8 @@ from worker.phases.contradictions.topics import (
     TopicVerdict,
     follow_retirements,
     independent_pairs,
-    topic_decisions,
 )
+from worker.phases.contradictions.values import topic_decisions
 from worker.phases.kit import (
     Change,
     ChangeKind,
