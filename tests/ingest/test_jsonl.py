@@ -93,7 +93,9 @@ def test_lines_are_recorded_in_file_order_and_an_exported_order_is_kept(app: App
     add_notes(app, *({"id": nid, "content": f"The standup starts at {t}", "created_at": day}
                      for nid, t in (("z", "9:00"), ("m", "9:30"), ("a", "10:00"))))
     add_notes(app, {"id": "b", "content": "The standup starts at 11:00", "created_at": day})
-    rows = {r["id"]: r for r in map(json.loads, export_notes(app))}
+    lines = [json.loads(line) for line in export_notes(app)]
+    assert [r["id"] for r in lines] == ["z", "m", "a", "b"]  # the order said, not the ids'
+    rows = {r["id"]: r for r in lines}
     seqs = [rows[i]["write_seq"] for i in ("z", "m", "a", "b")]
     assert all(isinstance(q, int) for q in seqs) and seqs == sorted(seqs) and len(set(seqs)) == 4
     kept = {**rows["a"], "id": "a2", "content": "The standup starts at 10:15",

@@ -157,7 +157,10 @@ class NoteRepository(NoteWrites):
         batch_size: int = 2000,
         with_embedding: bool = True,
     ) -> Iterable[NoteRow]:
-        stmt = select(NoteRow).order_by(NoteRow.scope_key, NoteRow.created_at, NoteRow.id)
+        # Each scope's history in the order it was said (``write_seq`` orders notes of one
+        # ``created_at``), so a file edited without that field still imports in that order.
+        stmt = select(NoteRow).order_by(NoteRow.scope_key, NoteRow.created_at,
+                                        NoteRow.write_seq.nulls_first(), NoteRow.id)
         if not with_embedding:  # decoding vectors dominates an export that does not print them
             stmt = stmt.options(defer(NoteRow.embedding, raiseload=True))
         if status:
