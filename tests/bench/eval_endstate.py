@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -370,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--session-dates", action="store_true",
                     help="each note dated at its session's start (a corpus that dates only "
                          "sessions): with --version-gap 0 a correction shares its timestamp")
+    ap.add_argument("--undated", action="store_true",
+                    help="every note of a history dated at its last session, as an import "
+                         "without dates gets the import's time: the file's order is all "
+                         "that says which came later")
     ap.add_argument("--wordy", action="store_true",
                     help="each note inside a clause about where it was said (12-30 words)")
     args = ap.parse_args(argv)
@@ -388,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
                         wordy=args.wordy, families_per_profile=(int(lo), int(hi)),
                         min_gap_days=max(0, args.version_gap), importance=importance,
                         session_dates=args.session_dates)
+    if args.undated:
+        for p in profiles:
+            imported = p.last_session
+            p.notes[:] = [replace(n, created_at=imported) for n in p.notes]
     notes = sum(len(p.notes) for p in profiles)
     changes = [c for p in profiles for c in p.changes.values()]
     print(f"# evolving suite: {len(profiles)} profiles, {notes} notes, {len(changes)} slots "
@@ -396,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.attributes} attributes per profile, versions {args.version_gap}+ days apart, "
           f"importance {args.importance}{', conversations recorded' if args.conversations else ''}"
           f"{', dated by session' if args.session_dates else ''}"
+          f"{', undated (one time per history)' if args.undated else ''}"
           f"{f', arriving daily, a dream every {args.incremental} days' if args.incremental else ''}")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,
                         lump_rate=args.lump_rate,
