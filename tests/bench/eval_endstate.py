@@ -370,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--session-dates", action="store_true",
                     help="each note dated at its session's start (a corpus that dates only "
                          "sessions): with --version-gap 0 a correction shares its timestamp")
+    ap.add_argument("--filler", type=int, default=0, metavar="N",
+                    help="N more facts per profile, each standing alone (a scope of a few "
+                         "hundred notes; at most 360)")
     ap.add_argument("--undated", action="store_true",
                     help="every note of a history dated at its last session, as an import "
                          "without dates gets the import's time: the file's order is all "
@@ -391,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     profiles = generate(args.profiles, seed=args.seed, rewording=args.rewording,
                         wordy=args.wordy, families_per_profile=(int(lo), int(hi)),
                         min_gap_days=max(0, args.version_gap), importance=importance,
-                        session_dates=args.session_dates)
+                        session_dates=args.session_dates, filler=args.filler)
     if args.undated:
         for p in profiles:
             imported = p.last_session
@@ -405,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
           f"importance {args.importance}{', conversations recorded' if args.conversations else ''}"
           f"{', dated by session' if args.session_dates else ''}"
           f"{', undated (one time per history)' if args.undated else ''}"
+          f"{f', {args.filler} standalone facts more per profile' if args.filler else ''}"
           f"{f', arriving daily, a dream every {args.incremental} days' if args.incremental else ''}")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,
                         lump_rate=args.lump_rate,

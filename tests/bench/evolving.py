@@ -85,6 +85,16 @@ CHITCHAT: tuple[str, ...] = (
     "Asked which museums are open in {p}",
 )
 PLACES = ("Porto", "Kyoto", "Oslo", "Denver", "Nairobi", "Quito", "Hanoi", "Perth")
+# ``filler``: facts that stand alone (each stays), to grow a scope past the small-scope size.
+FILLER: tuple[str, ...] = (
+    "Went to a {e} in {p} in {m}",
+    "Recommended a {e} in {p} to a colleague in {m}",
+    "Has a cousin who organises a {e} in {p} every {m}",
+)
+EVENTS = ("jazz concert", "pottery class", "chess tournament", "food market", "film festival",
+          "climbing trip", "book fair", "cooking workshop", "football match", "science museum")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December")
 
 
 @dataclass(frozen=True)
@@ -136,7 +146,7 @@ def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] =
              rewording: str = "light", wordy: bool = False,
              min_gap_days: int = MIN_GAP_DAYS,
              importance: tuple[float, float] = (0.5, 0.5),
-             session_dates: bool = False) -> list[Profile]:
+             session_dates: bool = False, filler: int = 0) -> list[Profile]:
     """``count`` profiles; each slot changes value 1-7 times over sessions 2-5 days apart.
 
     ``paraphrase_share`` of the versions use another wording of the attribute: ``light`` (a
@@ -146,6 +156,8 @@ def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] =
     between two versions (sessions are 2-5 days apart: 1 lets versions follow session on
     session; 0 also lets a version be corrected in its own session, 5-50 minutes later).
     ``importance``: each note's importance drawn uniformly from this range (drawn apart).
+    ``filler``: that many more facts per profile, each standing alone (drawn apart), dated in
+    random sessions: a scope of a few hundred notes.
     ``session_dates``: every note dated at its session's start, as a corpus that dates only
     sessions does (LoCoMo's observations): notes of one session share one timestamp, and
     their order is only the order they are listed in.
@@ -154,6 +166,10 @@ def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] =
     frame = REWORDING[rewording]
     profiles = [_profile(rng, f"p{k:04d}", families_per_profile, paraphrase_share,
                          revert_share, frame, min_gap_days) for k in range(count)]
+    if filler:
+        fill = random.Random(seed + 3)
+        for p in profiles:
+            _add_filler(fill, p, filler)
     if session_dates:
         for p in profiles:
             p.notes[:] = [replace(n, created_at=_session_start(p, n)) for n in p.notes]
@@ -168,6 +184,18 @@ def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] =
             p.notes[:] = [replace(n, importance=round(draws.uniform(*importance), 2))
                           for n in p.notes]
     return profiles
+
+
+def _add_filler(rng: random.Random, p: Profile, count: int) -> None:
+    texts = rng.sample([f.format(e=e, p=pl, m=m) for f in FILLER for e in EVENTS
+                        for pl in PLACES for m in MONTHS], count)
+    for k, text in enumerate(texts):
+        k_session = rng.randrange(len(p.sessions))
+        slot = f"filler:{text}"
+        p.notes.append(GoldNote(f"{p.user_id}-f{k}", text, p.sessions[k_session], slot, text,
+                                "chitchat", f"{p.user_id}-s{k_session}"))
+        p.current[slot] = text
+    p.notes.sort(key=lambda n: n.created_at)  # stable: notes of one time keep their order
 
 
 def _session_start(p: Profile, n: GoldNote) -> datetime:
