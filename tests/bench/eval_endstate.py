@@ -373,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--filler", type=int, default=0, metavar="N",
                     help="N more facts per profile, each standing alone (a scope of a few "
                          "hundred notes; at most 360)")
+    ap.add_argument("--newest-first", action="store_true",
+                    help="each history's lines imported newest first (a table read by date, "
+                         "descending); not with --incremental")
     ap.add_argument("--undated", action="store_true",
                     help="every note of a history dated at its last session, as an import "
                          "without dates gets the import's time: the file's order is all "
@@ -399,6 +402,11 @@ def main(argv: list[str] | None = None) -> int:
         for p in profiles:
             imported = p.last_session
             p.notes[:] = [replace(n, created_at=imported) for n in p.notes]
+    if args.newest_first:
+        if args.incremental:
+            ap.error("--newest-first lists a whole history at once; drop --incremental")
+        for p in profiles:
+            p.notes.reverse()
     notes = sum(len(p.notes) for p in profiles)
     changes = [c for p in profiles for c in p.changes.values()]
     print(f"# evolving suite: {len(profiles)} profiles, {notes} notes, {len(changes)} slots "
@@ -408,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
           f"importance {args.importance}{', conversations recorded' if args.conversations else ''}"
           f"{', dated by session' if args.session_dates else ''}"
           f"{', undated (one time per history)' if args.undated else ''}"
+          f"{', listed newest first' if args.newest_first else ''}"
           f"{f', {args.filler} standalone facts more per profile' if args.filler else ''}"
           f"{f', arriving daily, a dream every {args.incremental} days' if args.incremental else ''}")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,

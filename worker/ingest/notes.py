@@ -5,6 +5,7 @@ hash where a live note of the scope holds the text (``_present``).
 
 from __future__ import annotations
 
+import itertools
 import math
 import uuid
 from collections.abc import Iterable
@@ -83,11 +84,10 @@ def _embedding(embedding: object, number: int, dims: int | None) -> np.ndarray |
     return (wide / norm).astype(np.float32)
 
 
-def _write_seq(value: object, number: int) -> int:
-    """An export's recorded order, kept; else the next one: lines count up in file order, so
-    notes of one ``created_at`` are ordered as the file lists them."""
+def _write_seq(value: object, number: int) -> int | None:
+    """An export's recorded order, kept; None: numbered once the file is read (``_number``)."""
     if value is None:
-        return next_write_seq()
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= BIGINT_MAX:
         raise InputError(f"line {number}: write_seq must be a whole number from 0 to "
                          f"{BIGINT_MAX}, or left out (the file's line order is then used)")
@@ -251,7 +251,26 @@ def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
             parsed.apart.setdefault(row["id"], apart)
         parsed.rows.append(row)
     check_links(parsed.rows, parsed.lineage, {i: f[0] for i, f in parsed.first_line.items()})
+    _number(parsed.rows)
     return parsed
+
+
+def _number(rows: list[dict[str, Any]]) -> None:
+    """``write_seq`` for the lines that give none: the order each scope's notes were said in,
+    what orders two notes of one ``created_at``. A file lists a history oldest first, or newest
+    first (a table read by date, descending); the scope's own lines say which — more of them
+    dated after the line before, or before it — and with nothing to tell (one date) the file
+    is read from the top. Numbered in the wrong direction, a same-day correction would lose
+    to the statement it corrects."""
+    by_scope: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["write_seq"] is None:
+            by_scope.setdefault(r["scope_key"], []).append(r)
+    for said in by_scope.values():
+        later = sum(b["created_at"] > a["created_at"] for a, b in itertools.pairwise(said))
+        earlier = sum(b["created_at"] < a["created_at"] for a, b in itertools.pairwise(said))
+        for r in reversed(said) if earlier > later else said:
+            r["write_seq"] = next_write_seq()
 
 
 def _check_vectors(app: App, rows: list[dict[str, Any]]) -> None:
