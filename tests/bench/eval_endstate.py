@@ -332,10 +332,7 @@ HEADERS = ["judge", "after run", "exact end states", "current facts lost",
            "consolidation calls", "seconds"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    from tests.bench.report import table
-    from worker.logging import configure_logging
-
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="eval_endstate", description=__doc__)
     ap.add_argument("--profiles", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
@@ -382,8 +379,11 @@ def main(argv: list[str] | None = None) -> int:
                          "that says which came later")
     ap.add_argument("--wordy", action="store_true",
                     help="each note inside a clause about where it was said (12-30 words)")
-    args = ap.parse_args(argv)
-    configure_logging("auto", "WARNING")
+    return ap
+
+
+def _profiles(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[Profile]:
+    """The suite the options ask for: generated, then dated and listed as loaded."""
     lo, _, hi = args.attributes.partition("-")
     if not (lo.isdigit() and hi.isdigit() and 1 <= int(lo) <= int(hi) <= len(FAMILIES)):
         ap.error(f"--attributes takes LO-HI, 1 <= LO <= HI <= {len(FAMILIES)}, e.g. 8-12")
@@ -407,6 +407,17 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--newest-first lists a whole history at once; drop --incremental")
         for p in profiles:
             p.notes.reverse()
+    return profiles
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tests.bench.report import table
+    from worker.logging import configure_logging
+
+    ap = _parser()
+    args = ap.parse_args(argv)
+    configure_logging("auto", "WARNING")
+    profiles = _profiles(ap, args)
     notes = sum(len(p.notes) for p in profiles)
     changes = [c for p in profiles for c in p.changes.values()]
     print(f"# evolving suite: {len(profiles)} profiles, {notes} notes, {len(changes)} slots "
