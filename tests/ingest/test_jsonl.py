@@ -108,20 +108,24 @@ def test_lines_are_recorded_in_file_order_and_an_exported_order_is_kept(app: App
 
 def test_a_file_listing_a_history_newest_first_is_numbered_from_the_bottom(app: App) -> None:
     """A history read from a table by date, descending: of two notes of one date, the line
-    above was said later, so it is recorded later. A scope whose lines go both ways keeps the
-    file's order where more of them go up; each scope of a file is read on its own."""
+    above was said later, so it is recorded later. Each scope of a file is read on its own; one
+    whose lines go up and down alike is in no order, and its notes get none."""
     day = "2026-01-0{}T00:00:00Z"
     add_notes(app, *({"id": nid, "user_id": "desc", "content": f"Standup at {nid}",
                       "created_at": day.format(d)}
                      for nid, d in (("d3", 3), ("d2-fix", 2), ("d2", 2), ("d1", 1))),
               *({"id": nid, "user_id": "asc", "content": f"Standup at {nid}",
                  "created_at": day.format(d)}
-                for nid, d in (("a1", 1), ("a2", 2), ("a2-fix", 2), ("a3", 3))))
+                for nid, d in (("a1", 1), ("a2", 2), ("a2-fix", 2), ("a3", 3))),
+              *({"id": nid, "user_id": "mixed", "content": f"Standup at {nid}",
+                 "created_at": day.format(d)}
+                for nid, d in (("m2", 2), ("m1", 1), ("m3", 3), ("m2b", 2))))
     with app.uow() as uow:
         seq = {n.id: n.write_seq for n in uow.notes.get_many(
-            ["d3", "d2-fix", "d2", "d1", "a1", "a2", "a2-fix", "a3"])}
+            ["d3", "d2-fix", "d2", "d1", "a1", "a2", "a2-fix", "a3", "m2", "m1", "m3", "m2b"])}
     assert seq["d1"] < seq["d2"] < seq["d2-fix"] < seq["d3"]  # type: ignore[operator]
     assert seq["a1"] < seq["a2"] < seq["a2-fix"] < seq["a3"]  # type: ignore[operator]
+    assert {seq[i] for i in ("m2", "m1", "m3", "m2b")} == {None}
 
 
 def test_flags_and_last_check_are_exported_and_an_older_export_still_imports(app: App) -> None:

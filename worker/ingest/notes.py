@@ -84,8 +84,14 @@ def _embedding(embedding: object, number: int, dims: int | None) -> np.ndarray |
     return (wide / norm).astype(np.float32)
 
 
-def _write_seq(value: object, number: int) -> int | None:
-    """An export's recorded order, kept; None: numbered once the file is read (``_number``)."""
+_TO_NUMBER = object()  # a line without ``write_seq``: numbered once the file is read
+
+
+def _write_seq(obj: dict[str, Any], number: int) -> object:
+    """An export's recorded order, kept (null: none was recorded); left out, ``_TO_NUMBER``."""
+    if "write_seq" not in obj:
+        return _TO_NUMBER
+    value = obj["write_seq"]
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= BIGINT_MAX:
@@ -175,7 +181,7 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
         "flags": _flags(obj.get("flags"), number),
         "last_checked_at": opt_time(obj, "last_checked_at", number),
         "version": 1,
-        "write_seq": _write_seq(obj.get("write_seq"), number),
+        "write_seq": _write_seq(obj, number),
         **parse_links(obj, number),
     }
 
@@ -256,20 +262,27 @@ def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
 
 
 def _number(rows: list[dict[str, Any]]) -> None:
-    """``write_seq`` for the lines that give none: the order each scope's notes were said in,
+    """``write_seq`` for the lines that leave it out: the order each scope's notes were said in,
     what orders two notes of one ``created_at``. A file lists a history oldest first, or newest
-    first (a table read by date, descending); the scope's own lines say which — more of them
-    dated after the line before, or before it — and with nothing to tell (one date) the file
-    is read from the top. Numbered in the wrong direction, a same-day correction would lose
-    to the statement it corrects."""
+    first (a table read by date, descending): the scope's own lines say which, by how many are
+    dated after the line before and how many before it (twice as many one way); with nothing
+    to tell (one date, or none given) it is read from the top. A scope whose lines go both ways
+    alike is in no order: its notes get none, as notes written before the store kept one (a
+    tie between two of them stays a tie). Numbered the wrong way, a same-day correction would
+    lose to the statement it corrects."""
     by_scope: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        if r["write_seq"] is None:
+        if r["write_seq"] is _TO_NUMBER:
+            r["write_seq"] = None
             by_scope.setdefault(r["scope_key"], []).append(r)
     for said in by_scope.values():
         later = sum(b["created_at"] > a["created_at"] for a, b in itertools.pairwise(said))
         earlier = sum(b["created_at"] < a["created_at"] for a, b in itertools.pairwise(said))
-        for r in reversed(said) if earlier > later else said:
+        if earlier > 2 * later:
+            said.reverse()
+        elif earlier and later <= 2 * earlier:
+            continue
+        for r in said:
             r["write_seq"] = next_write_seq()
 
 

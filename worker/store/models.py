@@ -24,7 +24,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from worker.clock import next_write_seq
 from worker.store.types import Embedding, JSONType, UTCDateTime
 
 ID = String(64)
@@ -74,10 +73,11 @@ class NoteRow(Base):
     lineage_conversation_ids: Mapped[list[str] | None] = mapped_column(JSONType())
     last_checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     version: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
-    # The order the store recorded the note in (``worker.clock.next_write_seq``; NULL before
-    # migration 0016): which of two notes stated at one same ``created_at`` came later. A note
-    # fused from others takes its newest source's, as it takes its ``created_at``.
-    write_seq: Mapped[int | None] = mapped_column(BigInteger, default=next_write_seq)
+    # The order the store recorded the note in (``worker.clock.next_write_seq``, set by every
+    # insert; NULL before migration 0016, or from an import in no order): which of two notes
+    # stated at one same ``created_at`` came later. A note fused from others takes its newest
+    # source's, as it takes its ``created_at``.
+    write_seq: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (
         # (scope_key, status) look-ups use the prefix of ix_notes_scope_status_type_hash below.

@@ -157,11 +157,11 @@ def test_a_value_corrected_later_in_the_same_conversation_replaces_the_first(
     # one timestamp (a corpus dating only its sessions): the one recorded later is later
     ((1, 2), (None, None), {}, ("revoke", "b", "a")),
     ((2, 1), (None, None), {}, ("revoke", "a", "b")),  # either way round
-    # the order is a statement's place in one conversation: important notes too
+    # one list's order, like one conversation's: it outranks use and importance (the note
+    # listed first has had more time to be read)
     ((1, 2), ("c1", "c1"), {"importance": 0.9}, ("revoke", "b", "a")),
-    # otherwise it is the weakest evidence: use outranks it, importance flags it
-    ((1, 2), (None, None), {"a_access": 3}, ("revoke", "a", "b")),
-    ((1, 2), (None, None), {"importance": 0.9}, ("flag", None, None)),
+    ((1, 2), (None, None), {"a_access": 3}, ("revoke", "b", "a")),
+    ((1, 2), (None, None), {"importance": 0.9}, ("revoke", "b", "a")),
     # no order on record (written before the store kept one, or one number): a tie
     ((None, 2), (None, None), {}, ("flag", None, None)),
     ((None, None), ("c1", "c1"), {}, ("flag", None, None)),

@@ -137,17 +137,22 @@ def test_a_note_dated_after_the_run_is_flagged_not_the_winner(app: App, llm_stub
     assert (output["conflicts_resolved"], output["conflicts_flagged"]) == (0, 1)
 
 
-@pytest.mark.parametrize(("later_days", "winner"), [(0.5, "rare"), (0.02, "used")])
+@pytest.mark.parametrize(("later_days", "rare_first", "winner"), [
+    (0.5, False, "rare"), (0.5, True, "rare"), (0.02, True, "used"), (0.02, False, "rare")])
 def test_the_later_value_wins_however_used_the_old_one_is_and_within_clock_skew_the_more_used(
-    app: App, llm_stub: LLMStub, later_days: float, winner: str
+    app: App, llm_stub: LLMStub, later_days: float, rare_first: bool, winner: str
 ) -> None:
     """Access counts 25 and 2: stated half a day later, the rarely read note is the current
-    value (the old one has had more time to be read); stated 29 minutes later, within the
-    skew two clocks may disagree by (an hour), age tells nothing and the 25 is kept."""
+    value (the old one has had more time to be read), whatever order the file lists them in.
+    Stated 29 minutes later, within the skew two clocks may disagree by (an hour): listed
+    later too, the store's order agrees and the later one wins; listed first, the two orders
+    disagree, age tells nothing and the 25 is kept."""
     with_stub(app, llm_stub)
-    add_notes(app, {"id": "used", "content": EXPRESS, "created_at": days_ago(3), "access_count": 25},
-              {"id": "rare", "content": FASTIFY, "created_at": days_ago(3 - later_days),
-               "access_count": 2})
+    used = {"id": "used", "content": EXPRESS, "created_at": days_ago(3), "access_count": 25}
+    rare = {"id": "rare", "content": FASTIFY, "created_at": days_ago(3 - later_days),
+            "access_count": 2}
+    for line in (rare, used) if rare_first else (used, rare):
+        add_notes(app, line)  # one import each: the file-order check sees one line
     run_phase(app)
     notes = rows(app)
     loser = "used" if winner == "rare" else "rare"

@@ -157,7 +157,8 @@ def _merge(*, winner: Note, loser: Note, kind: str) -> Decision:
 
 def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
     """The evidence, strongest first: stated later by more than the clock skew, or later in
-    the same conversation (one clock); then, if not both notes are of high importance, more
+    the same conversation (one clock), or recorded later too (at one same time: recorded
+    later); then, if not both notes are of high importance, more
     use, then stated later at all. A full tie, or two important notes told apart only by weak
     evidence, is flagged."""
     if policy.now is not None and max(_created(a), _created(b)) > policy.now:
@@ -166,9 +167,11 @@ def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
         return Decision(Action.FLAG, "conflict",
                         why="a note is dated after the run's clock; no rule can say which is newer")
     gap = _created(a) - _created(b)
-    # One timestamp (a corpus that dates only its sessions): the order the store recorded
-    # the two in is the order they were said in, when it knows it.
-    after = gap > timedelta(0) if gap else recorded_later(a, b)
+    # The order the store recorded the two in (an import's lines, the moments `remember`
+    # wrote them: one clock): alone, between notes of one timestamp (a corpus that dates only
+    # its sessions); beside the timestamps, a second witness of which came later.
+    recorded = recorded_later(a, b)
+    after = gap > timedelta(0) if gap else recorded
     later, earlier = (a, b) if after else (b, a)
     # The value stated later is the current one: a preference changed two days ago has
     # changed, however often the old one was read since (the old note has had more time to
@@ -180,17 +183,21 @@ def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
         # One conversation, one writer's clock: the skew cannot reorder it. A value corrected
         # minutes later replaces the first statement, even one read in between.
         return _retire(later, earlier, "corrected later in the same conversation")
+    if after is not None and recorded == after:
+        # Recorded in the order they are dated, or at one time recorded in that order: the
+        # store's one clock says what the writers' clocks say, and no skew reorders both.
+        return _retire(later, earlier, "stated and recorded later" if gap
+                       else "recorded later at the same time")
     if a.importance >= policy.high_importance and b.importance >= policy.high_importance:
         return Decision(Action.FLAG, "conflict",
                         why="both notes are of high importance and neither is decisively newer")
     if a.access_count != b.access_count:
         winner, loser = (a, b) if a.access_count > b.access_count else (b, a)
         return _retire(winner, loser, "more used note wins")
-    if after is not None:
-        # Within the skew and equally used: the later statement is still the best evidence
+    if gap:
+        # Within the skew and equally used: the later timestamp is still the best evidence
         # there is (a flag would leave both values active until a person looks).
-        return _retire(later, earlier, "stated later, equally used" if gap
-                       else "recorded later at the same time, equally used")
+        return _retire(later, earlier, "stated later, equally used")
     return Decision(Action.FLAG, "conflict", why="no rule picks a winner (same time and use)")
 
 

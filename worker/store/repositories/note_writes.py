@@ -6,14 +6,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
-from functools import partial
 from typing import Any, cast
 
 import numpy as np
 from sqlalchemy import Table, insert, select, update
 from sqlalchemy.orm import Session
 
-from worker.clock import utcnow
+from worker.clock import next_write_seq, utcnow
 from worker.domain.types import Note, NoteStatus, Scope
 from worker.store.chunks import chunked
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
@@ -102,8 +101,7 @@ class NoteWrites:
             with cur.copy(f"COPY notes ({names}) FROM STDIN WITH (FORMAT BINARY)") as copy:
                 copy.set_types([pg_type for _, _, pg_type, _ in columns])
                 for r in rows:
-                    values = [r[key] if key in r else default() if callable(default) else default
-                              for key, _, _, default in columns]
+                    values = [r.get(key, default) for key, _, _, default in columns]
                     for i, (_, _, pg_type, _) in enumerate(columns):
                         if pg_type == "jsonb" and values[i] is not None:
                             values[i] = Jsonb(values[i])
@@ -155,6 +153,7 @@ class NoteWrites:
             "updated_at": now,
             "valid_from": now,
             "version": 1,
+            "write_seq": next_write_seq(),
         }
         row.update(fields)
         if "meta" in row:  # attribute name → column name (Core insert on the table)
@@ -268,18 +267,13 @@ _COPY_TYPES = {"Embedding": "vector", "JSONType": "jsonb", "UTCDateTime": "times
 
 
 def _copy_columns() -> list[tuple[str, Any, str, Any]]:
-    """(attribute key, column, PostgreSQL type for binary COPY, Python-side default) per column;
-    a callable default (``write_seq``'s) is called per row, as SQLAlchemy's insert does."""
+    """(attribute key, column, PostgreSQL type for binary COPY, Python-side default) per column."""
     from sqlalchemy import inspect as sa_inspect
 
     out = []
     for attr in sa_inspect(NoteRow).column_attrs:
         col = attr.columns[0]
         pg_type = _COPY_TYPES.get(type(col.type).__name__, "text")
-        default = None
-        if col.default is not None and col.default.is_scalar:
-            default = col.default.arg
-        elif col.default is not None and col.default.is_callable:
-            default = partial(col.default.arg, None)  # wrapped to take an execution context
+        default = col.default.arg if col.default is not None and col.default.is_scalar else None
         out.append((attr.key, col, pg_type, default))
     return out
