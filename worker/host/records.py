@@ -22,4 +22,7 @@ def note_record(note: Note) -> dict[str, Any]:
         "updated_at": note.updated_at.isoformat() if note.updated_at else None,
         "consolidated_into_id": note.consolidated_into_id,
         "consolidation_generation": note.consolidation_generation,
+        # Orders two notes of one created_at (the later recorded was said later); null when
+        # the store has no order for it.
+        "write_seq": note.write_seq,
     }
