@@ -373,6 +373,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--newest-first", action="store_true",
                     help="each history's lines imported newest first (a table read by date, "
                          "descending); not with --incremental")
+    ap.add_argument("--grouped", action="store_true",
+                    help="each history's lines listed attribute by attribute, each one's "
+                         "oldest first (a corpus written fact by fact, not sorted by date)")
     ap.add_argument("--undated", action="store_true",
                     help="every note of a history dated at its last session, as an import "
                          "without dates gets the import's time: the file's order is all "
@@ -402,6 +405,9 @@ def _profiles(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[Pro
         for p in profiles:
             imported = p.last_session
             p.notes[:] = [replace(n, created_at=imported) for n in p.notes]
+    if args.grouped:
+        for p in profiles:
+            p.notes.sort(key=lambda n: n.slot)  # stable: each attribute's versions in order
     if args.newest_first:
         if args.incremental:
             ap.error("--newest-first lists a whole history at once; drop --incremental")
@@ -428,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{', dated by session' if args.session_dates else ''}"
           f"{', undated (one time per history)' if args.undated else ''}"
           f"{', listed newest first' if args.newest_first else ''}"
+          f"{', listed attribute by attribute' if args.grouped else ''}"
           f"{f', {args.filler} standalone facts more per profile' if args.filler else ''}"
           f"{f', arriving daily, a dream every {args.incremental} days' if args.incremental else ''}")
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,

@@ -119,13 +119,14 @@ def test_a_file_listing_a_history_newest_first_is_numbered_from_the_bottom(app: 
                 for nid, d in (("a1", 1), ("a2", 2), ("a2-fix", 2), ("a3", 3))),
               *({"id": nid, "user_id": "mixed", "content": f"Standup at {nid}",
                  "created_at": day.format(d)}
-                for nid, d in (("m2", 2), ("m1", 1), ("m3", 3), ("m2b", 2))))
+                for nid, d in (("m2", 2), ("m1", 1), ("m3", 3), ("m2b", 2), ("m4", 4))))
     with app.uow() as uow:
         seq = {n.id: n.write_seq for n in uow.notes.get_many(
-            ["d3", "d2-fix", "d2", "d1", "a1", "a2", "a2-fix", "a3", "m2", "m1", "m3", "m2b"])}
+            ["d3", "d2-fix", "d2", "d1", "a1", "a2", "a2-fix", "a3", "m2", "m1", "m3", "m2b",
+             "m4"])}
     assert seq["d1"] < seq["d2"] < seq["d2-fix"] < seq["d3"]  # type: ignore[operator]
     assert seq["a1"] < seq["a2"] < seq["a2-fix"] < seq["a3"]  # type: ignore[operator]
-    assert {seq[i] for i in ("m2", "m1", "m3", "m2b")} == {None}
+    assert {seq[i] for i in ("m2", "m1", "m3", "m2b", "m4")} == {None}
 
 
 def test_flags_and_last_check_are_exported_and_an_older_export_still_imports(app: App) -> None:

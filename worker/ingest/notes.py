@@ -265,7 +265,8 @@ def _number(rows: list[dict[str, Any]]) -> None:
     """``write_seq`` for the lines that leave it out: the order each scope's notes were said in,
     what orders two notes of one ``created_at``. A file lists a history oldest first, or newest
     first (a table read by date, descending): the scope's own lines say which, by how many are
-    dated after the line before and how many before it (twice as many one way); with nothing
+    dated after the line before and how many before it (half as many again one way: a file
+    written attribute by attribute, each oldest first, still reads as oldest first); with nothing
     to tell (one date, or none given) it is read from the top. A scope whose lines go both ways
     alike is in no order: its notes get none, as notes written before the store kept one (a
     tie between two of them stays a tie). Numbered the wrong way, a same-day correction would
@@ -278,9 +279,9 @@ def _number(rows: list[dict[str, Any]]) -> None:
     for said in by_scope.values():
         later = sum(b["created_at"] > a["created_at"] for a, b in itertools.pairwise(said))
         earlier = sum(b["created_at"] < a["created_at"] for a, b in itertools.pairwise(said))
-        if earlier > 2 * later:
+        if 2 * earlier > 3 * later:
             said.reverse()
-        elif earlier and later <= 2 * earlier:
+        elif earlier and 2 * later <= 3 * earlier:
             continue
         for r in said:
             r["write_seq"] = next_write_seq()
