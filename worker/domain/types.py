@@ -210,8 +210,8 @@ def said_order(note: Note) -> tuple[datetime, int]:
 
 
 def recorded_later(a: Note, b: Note) -> bool | None:
-    """Between two notes with one ``created_at``: whether ``a`` was recorded after ``b``, or
-    None when the store does not know (either was written before it kept the order)."""
+    """Whether the store recorded ``a`` after ``b`` (its one clock, whatever the notes'
+    ``created_at`` say), or None when it does not know (either has no recorded order)."""
     if a.write_seq is None or b.write_seq is None or a.write_seq == b.write_seq:
         return None
     return a.write_seq > b.write_seq

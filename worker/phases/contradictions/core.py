@@ -156,11 +156,11 @@ def _merge(*, winner: Note, loser: Note, kind: str) -> Decision:
 
 
 def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
-    """The evidence, strongest first: stated later by more than the clock skew, or later in
-    the same conversation (one clock), or recorded later too (at one same time: recorded
-    later); then, if not both notes are of high importance, more
-    use, then stated later at all. A full tie, or two important notes told apart only by weak
-    evidence, is flagged."""
+    """The evidence, strongest first: stated later by more than the clock skew; stated later in
+    the same conversation, or stated and also recorded later by the store (one clock either
+    way; at one same time, recorded later); then, if not both notes are of high importance,
+    more use, then stated later at all. A full tie, or two important notes told apart only by
+    weak evidence, is flagged."""
     if policy.now is not None and max(_created(a), _created(b)) > policy.now:
         # A note dated after the run (an import's wrong year, 2099) would be "newer" than
         # every note written until then and retire each one it conflicts with.
