@@ -72,6 +72,8 @@ def test_nested_section_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ("DREAM_EMBEDDING_BATCH_SIZE", "5000", "DREAM_EMBEDDING_BATCH_SIZE: Input should be less than or equal to 2048"),
     ("DREAM_MAX_ATTEMPTS", "99999999999", "DREAM_MAX_ATTEMPTS: Input should be less than or equal to 100"),
     ("DREAM_LLM_MAX_RETRIES", "1000", "DREAM_LLM_MAX_RETRIES: Input should be less than or equal to 20"),
+    # a reply cap below what one short verdict takes would cut every reply
+    ("DREAM_LLM_MAX_OUTPUT_TOKENS", "5", "DREAM_LLM_MAX_OUTPUT_TOKENS: Input should be greater than or equal to 16"),
     # a whole section as one variable is parsed as JSON: a SettingsError traceback before
     ("DREAM_CONSOLIDATE", "threshold=0.65", "DREAM_CONSOLIDATE: not valid JSON; give a JSON object"),
     ("DREAM_GUARD", "{max_retire_share: 0.2}", "DREAM_GUARD: not valid JSON; give a JSON object"),

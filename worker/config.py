@@ -217,6 +217,9 @@ class Settings(BaseSettings):
     # Wall time one phase may spend on model questions; what is left unasked is deferred.
     llm_phase_seconds: float = Field(900.0, gt=0)
     llm_concurrency: int = Field(4, ge=1, le=256)  # a thread each: more exhausts the process
+    # Each call's reply capped at this many tokens (sent as max_tokens; unset: the server's
+    # own limit). The budget then reserves prompt + cap per call, so a run's token cap holds.
+    llm_max_output_tokens: int | None = Field(None, ge=16, le=1_000_000)
     # Batch pricing: a phase's questions go as one provider batch (files + batches API).
     llm_batch: bool = False
     # In-process: how long a phase polls its batch before deferring what is unanswered.

@@ -286,3 +286,48 @@ def test_a_refusal_is_final_and_no_malformed_reply(llm_stub) -> None:  # type: i
     assert (outcome.status, outcome.attempts, outcome.malformed) == ("invalid", 1, 0)
     assert outcome.reason.startswith("the model refused to answer") and "Dana" not in outcome.reason
     assert len(llm_stub.chat_requests()) == 1
+
+
+def test_a_reply_cap_is_sent_as_max_tokens_and_a_cut_reply_is_logged(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """``DREAM_LLM_MAX_OUTPUT_TOKENS`` goes out as ``max_tokens`` (online and in a batch line);
+    unset, nothing is sent. A reply the server cut at the cap is logged (no note text) and,
+    not parsing, re-asked like any malformed reply."""
+    from structlog.testing import capture_logs
+
+    from worker.llm.base import BatchItem
+    from worker.llm.openai_batch import batch_lines
+
+    llm_stub.set_handler(lambda req: {"ok": True})
+    _call(_llm(llm_stub))
+    _call(_llm(llm_stub, max_output_tokens=300))
+    sent = [r.body.get("max_tokens") for r in llm_stub.chat_requests()]
+    assert sent == [None, 300]
+    line = batch_lines(_llm(llm_stub, max_output_tokens=300),
+                       [BatchItem("c1", "consolidate", "sys", "usr", SCHEMA)])
+    assert b'"max_tokens": 300' in line
+    cut = StubResponse.completion('{"ok": tr', choices=[{
+        "index": 0, "finish_reason": "length",
+        "message": {"role": "assistant", "content": '{"ok": tr'}}])
+    llm_stub.set_handler(lambda req: cut)
+    with capture_logs() as logs:
+        reply = _call(_llm(llm_stub, max_output_tokens=16))
+    assert reply.data is None
+    assert [e for e in logs if e["event"] == "llm.reply_cut"] == [
+        {"event": "llm.reply_cut", "prompt": "consolidate", "max_output_tokens": 16,
+         "log_level": "warning"}]
+
+
+def test_the_budget_reserves_a_reply_cap_beside_the_prompt() -> None:
+    """With a cap, a question reserves its prompt's tokens plus the cap, so a run's token
+    budget holds however long the replies would have been."""
+    from worker.llm.base import reply_cap
+    from worker.llm.fanout import Question
+
+    prompt = RenderedPrompt(name="consolidate", system="s" * 400, user="u" * 400,
+                            template_hash="h")
+    q = Question(prompt, Ok)
+    capped = OpenAICompatibleLLM(base_url="http://127.0.0.1:9/v1", model="m", api_key="k",
+                                 max_output_tokens=500)
+    assert q.estimate_tokens() == 200
+    assert q.estimate_tokens(reply_cap(capped)) == 700
+    assert reply_cap(FakeLLM(rules=[])) == 0

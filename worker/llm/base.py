@@ -116,3 +116,9 @@ class BatchLLM(LLMClient, Protocol):
         """Cancel the batch if it still works and delete its files; never raises for the
         provider's errors (they are the release's ``problem``)."""
         ...
+
+
+def reply_cap(llm: Any) -> int:
+    """The client's cap on a reply's tokens (``max_output_tokens``, sent as ``max_tokens``), 0
+    without one: what the budget reserves for a reply beside its prompt."""
+    return int(getattr(llm, "max_output_tokens", None) or 0)

@@ -25,6 +25,7 @@ from worker.llm.base import (
     BatchState,
     LLMError,
     LLMReply,
+    reply_cap,
 )
 from worker.llm.cache import ReplyCache
 
@@ -133,7 +134,8 @@ def _submit(
     spending: Spending, ledger: BatchLedger, outcomes: dict[str, Outcome[Any]],
 ) -> tuple[str, set[str]] | None:
     """One batch of the questions the budget allows; the rest stop as budget_exhausted."""
-    estimate = {k: q.estimate_tokens() for q, k in zip(questions, keys, strict=True)}
+    cap = reply_cap(llm)
+    estimate = {k: q.estimate_tokens(cap) for q, k in zip(questions, keys, strict=True)}
     reserved = []
     for it in fresh:
         if spending.reserve(estimate[it.custom_id]):

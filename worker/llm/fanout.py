@@ -19,7 +19,7 @@ import structlog
 from pydantic import BaseModel
 
 from worker.llm.ask import AskStatus, Outcome, ask, check, reply_schema, schema_text
-from worker.llm.base import BatchLLM, LLMClient
+from worker.llm.base import BatchLLM, LLMClient, reply_cap
 from worker.llm.cache import ReplyCache
 from worker.llm.prompts import RenderedPrompt
 from worker.telemetry import in_current_trace
@@ -39,8 +39,11 @@ class Question(Generic[T]):
     def schema(self) -> dict[str, Any]:
         return reply_schema(self.reply_model)
 
-    def estimate_tokens(self) -> int:
-        return (len(self.prompt.system) + len(self.prompt.user)) // 4
+    def estimate_tokens(self, reply_cap: int = 0) -> int:
+        """The prompt's tokens (4 characters each), plus the reply's cap when the client has
+        one: what the budget reserves for the call."""
+        return (len(self.prompt.system) + len(self.prompt.user)) // 4 + reply_cap
+
 
 
 class Spender(Protocol):
@@ -228,7 +231,7 @@ def _ask_online(
     deadline: float | None,
 ) -> list[Outcome[Any]]:
     def one(q: Question[Any]) -> Outcome[Any]:
-        estimate = q.estimate_tokens()
+        estimate = q.estimate_tokens(reply_cap(llm))
         return ask(llm, q.prompt, q.reply_model, validate=q.validate,
                    reserve=lambda: spending.reserve(estimate), charge=spending.charge,
                    deadline=deadline)

@@ -103,8 +103,10 @@ class OpenAICompatibleLLM:
     def __init__(
         self, *, base_url: str | None, model: str, api_key: str | None, timeout: float = 30.0,
         max_retries: int = 2, max_wall_seconds: float | None = None,
+        max_output_tokens: int | None = None,
     ) -> None:
         self.model = model
+        self.max_output_tokens = max_output_tokens  # sent as max_tokens when set
         self.base_url = base_url
         self.timeout = timeout  # the whole-request deadline of one attempt
         self.max_retries = max_retries
@@ -129,6 +131,7 @@ class OpenAICompatibleLLM:
             base_url=settings.llm_base_url, model=settings.llm_model,
             api_key=settings.llm_api_key, timeout=settings.llm_timeout,
             max_retries=settings.llm_max_retries, max_wall_seconds=model_call_seconds(settings),
+            max_output_tokens=settings.llm_max_output_tokens,
         )
 
     @property
@@ -155,7 +158,11 @@ class OpenAICompatibleLLM:
                   schema: dict[str, Any]) -> dict[str, Any]:
         """The body of one chat completion request, as a batch line carries it."""
         return {"model": self.model, "messages": self.chat_messages(system, user, schema),
-                "response_format": self._response_format(prompt_name, schema), "temperature": 0}
+                "response_format": self._response_format(prompt_name, schema), "temperature": 0,
+                **self._cap()}
+
+    def _cap(self) -> dict[str, int]:
+        return {} if self.max_output_tokens is None else {"max_tokens": self.max_output_tokens}
 
     def complete_json(
         self, *, prompt_name: str, system: str, user: str, schema: dict[str, Any]
@@ -190,6 +197,10 @@ class OpenAICompatibleLLM:
                 continue
             except openai.OpenAIError as exc:
                 raise client_error(exc) from None
+            if _cut(resp):
+                # Counted as a malformed reply where it does not parse; the cap is the cause.
+                log.warning("llm.reply_cut", prompt=prompt_name,
+                            max_output_tokens=self.max_output_tokens)
             return chat_reply(resp, self.model)
 
     def _retry_wait(self, exc: Exception, attempt: int, deadline: float) -> float:
@@ -254,7 +265,7 @@ class OpenAICompatibleLLM:
                 return await client.chat.completions.create(  # type: ignore[call-overload]
                     model=self.model, messages=messages, response_format=fmt, temperature=0,
                     # Lets proxies, logs and test stubs tell prompts apart; carries no note text.
-                    extra_headers={"X-Dream-Prompt": prompt_name},
+                    extra_headers={"X-Dream-Prompt": prompt_name}, **self._cap(),
                 )
 
         return run_with_deadline(create(), deadline_s)
@@ -288,6 +299,13 @@ def _describe(exc: Exception) -> str:
     if isinstance(exc, RequestDeadlineExceeded):
         return "whole-request deadline"
     return f"HTTP {status}" if status else type(exc).__name__
+
+
+def _cut(resp: Any) -> bool:
+    """The server stopped the reply at the token cap (``finish_reason`` "length")."""
+    choices = getattr(resp, "choices", None)
+    return bool(choices) and isinstance(choices, list) and getattr(
+        choices[0], "finish_reason", None) == "length"
 
 
 def chat_reply(resp: Any, default_model: str) -> LLMReply:
