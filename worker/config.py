@@ -214,14 +214,11 @@ class Settings(BaseSettings):
     llm_api_key: str | None = None
     llm_timeout: float = Field(30.0, gt=0)
     llm_max_retries: int = Field(2, ge=0, le=20)
-    # Wall time one phase may spend on model questions; what is left unasked is deferred.
-    llm_phase_seconds: float = Field(900.0, gt=0)
+    llm_phase_seconds: float = Field(900.0, gt=0)  # a phase's model time; the rest deferred
     llm_concurrency: int = Field(4, ge=1, le=256)  # a thread each: more exhausts the process
-    # Each call's reply capped at this many tokens (sent as max_tokens; unset: the server's
-    # own limit). The budget then reserves prompt + cap per call, so a run's token cap holds.
+    # Each reply's cap, sent as max_tokens; the budgets reserve prompt + cap per call.
     llm_max_output_tokens: int | None = Field(None, ge=16, le=1_000_000)
-    # Batch pricing: a phase's questions go as one provider batch (files + batches API).
-    llm_batch: bool = False
+    llm_batch: bool = False  # batch pricing: a phase's questions go as one provider batch
     # In-process: how long a phase polls its batch before deferring what is unanswered.
     llm_batch_wait: float = Field(600.0, ge=0)
     llm_batch_poll: float = Field(10.0, gt=0)  # seconds between polls (and Celery re-schedules)
