@@ -9,7 +9,10 @@ measured; ``fusing`` — the oracle, except that it fuses a consolidation cluste
 restatements into one note (worded as the newest), as a model that consolidates would;
 ``merging`` — likewise a cluster of one attribute's notes whatever their values, into the last
 statement the prompt lists (the consolidation prompt's "keep the version stated last");
-``rules`` — the rule-based judge.
+``rules`` — the rule-based judge; ``host`` — the rule-based judge in the runs, and after each
+run a host's perfect model working through the host surface (``fusion_candidates``, then
+``fuse`` into the newest statement by the records' order, or ``keep_apart``), so what is
+measured is what that surface offers a host's model.
 Run: ``.venv/bin/python -m tests.bench.eval_endstate [--profiles N] [--runs 3]``.
 """
 
@@ -138,6 +141,15 @@ class SuiteResult:
     superseded: int
     per_run: list[RunFigures] = field(default_factory=list)
     fused: int = 0  # ``fusing``: clusters the judge fused (restatements of one value)
+    host: HostFigures | None = None  # ``host``: what the host's model was offered and did
+
+
+@dataclass
+class HostFigures:
+    offered: int = 0  # items listed by ``fusion_candidates``, every round
+    fused: int = 0
+    kept_apart: int = 0
+    refused: int = 0  # items gone stale within a round (a source fused by an earlier item)
 
 
 def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
@@ -177,6 +189,7 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
         add_entities(app, {"kind": "agent", "id": "eval"},
                      *({"kind": "user", "id": p.user_id} for p in profiles))
         totals = RunFigures()
+        host = HostFigures() if judge == "host" else None
         if incremental:
             _arrive_daily(app, profiles, incremental, conversations, lift_guard, totals)
         else:
@@ -194,6 +207,8 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
                 assert run_id is not None
                 service.execute_run(app, run_id)
                 _add_usage(app, run_id, totals)
+                if host is not None:
+                    _host_judges(app, Scope("eval", p.user_id), gold, host)
             figures = _score(app, profiles)
             figures.calls, figures.tokens = totals.calls, totals.tokens
             figures.consolidate_calls, figures.wasted = totals.consolidate_calls, totals.wasted
@@ -202,8 +217,41 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
             figures.seconds = time.perf_counter() - started
             result.per_run.append(figures)
         result.fused = oracle.fused if oracle is not None else 0
+        result.host = host
         app.dispose()
     return result
+
+
+def _host_judges(app: Any, scope: Any, gold: dict[str, GoldNote], figures: HostFigures,
+                 rounds: int = 5) -> None:
+    """A host's perfect model over what ``fusion_candidates`` lists, round after round until a
+    round changes nothing: notes of one attribute fused into the statement the records say
+    came last (``created_at``, then ``write_seq``), notes of several kept apart."""
+    from worker.host import HostError, fuse, fusion_candidates, keep_apart
+
+    for _ in range(rounds):
+        acted = 0
+        for item in fusion_candidates(app, scope, limit=None):
+            records = item.get("records") or [item["record_a"], item["record_b"]]
+            facts = [gold.get(r["content"]) for r in records]
+            if any(f is None for f in facts):
+                continue
+            figures.offered += 1
+            ids = [r["id"] for r in records]
+            versions = {r["id"]: r["version"] for r in records}
+            try:
+                if len({f.slot for f in facts if f}) == 1:
+                    last = max(records, key=lambda r: (r["created_at"], r["write_seq"] or 0))
+                    fuse(app, ids, last["content"], source_versions=versions)
+                    figures.fused += 1
+                else:
+                    keep_apart(app, ids, source_versions=versions)
+                    figures.kept_apart += 1
+                acted += 1
+            except HostError:
+                figures.refused += 1
+        if not acted:
+            return
 
 
 def _read_at(p: Profile, n: GoldNote, reads: bool | str) -> Any:
@@ -337,7 +385,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--profiles", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=13)
-    ap.add_argument("--judge", action="append", choices=["oracle", "lumping", "fusing", "merging", "rules"])
+    ap.add_argument("--judge", action="append", choices=["oracle", "lumping", "fusing", "merging", "rules", "host"])
     ap.add_argument("--lump-rate", type=float, default=0.1,
                     help="lumping judge: share of the topics with two attributes it calls one")
     ap.add_argument("--keep-guard", action="store_true",
@@ -449,6 +497,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         if r.fused:
             print(f"# {r.judge}: {r.fused} clusters fused")
+        if r.host is not None:
+            h = r.host
+            print(f"# {r.judge}: {h.offered} items offered, {h.fused} fused, {h.kept_apart} "
+                  f"kept apart, {h.refused} stale within their round")
         if r.per_run and r.per_run[-1].failed:
             print(f"# {r.judge}: {r.per_run[-1].failed} run(s) failed or partial (see the log)")
         if args.show_failures and r.per_run:
