@@ -428,6 +428,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="every note of a history dated at its last session, as an import "
                          "without dates gets the import's time: the file's order is all "
                          "that says which came later")
+    ap.add_argument("--verbatim", action="store_true",
+                    help="a value said again repeats its earlier words exactly (one text, "
+                         "several dates)")
     ap.add_argument("--wordy", action="store_true",
                     help="each note inside a clause about where it was said (12-30 words)")
     return ap
@@ -448,7 +451,8 @@ def _profiles(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[Pro
     profiles = generate(args.profiles, seed=args.seed, rewording=args.rewording,
                         wordy=args.wordy, families_per_profile=(int(lo), int(hi)),
                         min_gap_days=max(0, args.version_gap), importance=importance,
-                        session_dates=args.session_dates, filler=args.filler)
+                        session_dates=args.session_dates, filler=args.filler,
+                        verbatim=args.verbatim)
     if args.undated:
         for p in profiles:
             imported = p.last_session
@@ -476,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     changes = [c for p in profiles for c in p.changes.values()]
     print(f"# evolving suite: {len(profiles)} profiles, {notes} notes, {len(changes)} slots "
           f"changing 1-7 times (mean {sum(changes) / len(changes):.2f}), seed {args.seed}, "
-          f"{args.rewording} rewording{', wordy notes' if args.wordy else ''}, "
+          f"{args.rewording} rewording{', wordy notes' if args.wordy else ''}"
+          f"{', values said again verbatim' if args.verbatim else ''}, "
           f"{args.attributes} attributes per profile, versions {args.version_gap}+ days apart, "
           f"importance {args.importance}{', conversations recorded' if args.conversations else ''}"
           f"{', dated by session' if args.session_dates else ''}"

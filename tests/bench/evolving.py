@@ -146,7 +146,8 @@ def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] =
              rewording: str = "light", wordy: bool = False,
              min_gap_days: int = MIN_GAP_DAYS,
              importance: tuple[float, float] = (0.5, 0.5),
-             session_dates: bool = False, filler: int = 0) -> list[Profile]:
+             session_dates: bool = False, filler: int = 0,
+             verbatim: bool = False) -> list[Profile]:
     """``count`` profiles; each slot changes value 1-7 times over sessions 2-5 days apart.
 
     ``paraphrase_share`` of the versions use another wording of the attribute: ``light`` (a
@@ -161,11 +162,13 @@ def generate(count: int, seed: int = 13, families_per_profile: tuple[int, int] =
     ``session_dates``: every note dated at its session's start, as a corpus that dates only
     sessions does (LoCoMo's observations): notes of one session share one timestamp, and
     their order is only the order they are listed in.
+    ``verbatim``: a value said again repeats its earlier words exactly (no "again", "once
+    more"), so one text is several notes of one history, at different dates.
     """
     rng = random.Random(seed)
     frame = REWORDING[rewording]
     profiles = [_profile(rng, f"p{k:04d}", families_per_profile, paraphrase_share,
-                         revert_share, frame, min_gap_days) for k in range(count)]
+                         revert_share, frame, min_gap_days, verbatim) for k in range(count)]
     if filler:
         fill = random.Random(seed + 3)
         for p in profiles:
@@ -208,7 +211,7 @@ def _lead_in(lead: str, text: str) -> str:
 
 def _profile(rng: random.Random, user_id: str, families_per_profile: tuple[int, int],
              paraphrase_share: float, revert_share: float, reworded: int,
-             min_gap_days: int) -> Profile:
+             min_gap_days: int, verbatim: bool = False) -> Profile:
     profile = Profile(user_id)
     used_texts: set[str] = set()
     families = rng.sample(FAMILIES, rng.randint(*families_per_profile))
@@ -221,7 +224,7 @@ def _profile(rng: random.Random, user_id: str, families_per_profile: tuple[int, 
         base = text
         for suffix in ("", " again", " once more", " still"):
             text = base + suffix
-            if text not in used_texts:
+            if verbatim or text not in used_texts:
                 break
         used_texts.add(text)
         conversation = f"{user_id}-s{bisect_right(sessions, when) - 1}"

@@ -70,6 +70,27 @@ def decide(
                    f"{update_threshold:.2f}")
 
 
+def held_to_words(action: Action, reason: str, text: str, old: Any,
+                  longer: bool) -> tuple[Action, str]:
+    """A similarity's NOOP or UPDATE held to the words (``same_or_contained``: nothing dropped,
+    no negation, number, name or quantity changed). A NOOP's text must say nothing ``old``
+    lacks, an UPDATE's must say all ``old`` says; else both notes stay (ADD) for a dream's
+    judge. Before, "flies business class …" was a NOOP on "flies economy class …" (0.87 alike):
+    the changed value was dropped at the write. A NOOP whose text only adds to ``old``, and is
+    long enough, is an UPDATE."""
+    from worker.llm.rules import same_or_contained
+
+    if action == "NOOP" and not same_or_contained(text, old.content):
+        if longer and same_or_contained(old.content, text):
+            return "UPDATE", f"{reason}, and the new text adds to note {old.id}"
+        return "ADD", (f"{reason}, but it says what note {old.id} does not (a changed value or "
+                       "another fact); kept both for the dream to judge")
+    if action == "UPDATE" and not same_or_contained(old.content, text):
+        return "ADD", (f"{reason}, but it leaves out or changes what note {old.id} says; "
+                       "kept both for the dream to judge")
+    return action, reason
+
+
 def derived_id(key: str, scope: Scope, normalised: str, attempt: int = 0) -> str:
     """Deterministic id so concurrent identical writes collide on the primary key, keyed with the
     database's secret (``instance_keys``): else an id confirms a guess at the note's text."""
@@ -161,7 +182,8 @@ def _remember_once(
                    if best_hash is not None else None)
         action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
                                 settings.update_threshold, kind)
-        old = uow.notes.get_many([best_id]) if action == "UPDATE" and best_id else []
+        action, reason, old = _matched(uow, action, reason, best_id, text,
+                                       len(normalised) >= LONGER_BY * old_len)
         held = holding_item(uow, scope, old[0].id) if old else None
         new_id = _free_id(uow, id_key, scope, normalised, {r[0] for r in same}, h)
     if best_hash is not None and best_id is None:
@@ -225,8 +247,26 @@ def _concurrent_noop(app: App, scope: Scope, note_id: str, now: Any) -> Remember
     return RememberResult("NOOP", note_id, "identical content written concurrently", 1.0)
 
 
+def _matched(uow: Any, action: Action, reason: str, best_id: str | None, text: str,
+             longer: bool) -> tuple[Action, str, list[Any]]:
+    """``decide``'s answer held to the words of the note it matched (``held_to_words``), and
+    the note an UPDATE supersedes ([] otherwise)."""
+    old = uow.notes.get_many([best_id]) if action != "ADD" and best_id else []
+    if old:
+        action, reason = held_to_words(action, reason, text, old[0], longer)
+    return action, reason, old if action == "UPDATE" else []
+
+
 def _used(uow: Any, scope: Scope, note_id: str, now: Any) -> None:
-    """A NOOP's use, committed; an open archive item that decided on its last use: stale."""
+    """A NOOP's use, committed; an open archive item that decided on its last use: stale.
+    The note's fact was stated again: it is dated now (logged, a new version), as the latest
+    statement of its value. Before, it kept its first date, and a value stated in between read
+    as newer to every later judge."""
+    (note,) = uow.notes.get_many([note_id]) or (None,)
+    if note is not None and note.status == _ACTIVE and (
+            note.created_at is None or note.created_at < now):
+        uow.notes.change(note, run_id=None, reason="remember: stated again", now=now,
+                         created_at=now, write_seq=next_write_seq())
     uow.notes.count_access(note_id, now)
     settle_stale(uow, scope, now, f"the host's remember used note {note_id}", by="host",
                  naming=[note_id])

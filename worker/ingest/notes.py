@@ -29,6 +29,7 @@ from worker.ingest.fields import (
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+from worker.ingest.note_again import restate_stored
 from worker.ingest.note_apart import parse_apart, record_apart
 from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
 from worker.ingest.note_states import check_links, check_state
@@ -215,6 +216,7 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
         hold_scopes(uow.session, {r["scope_key"] for r in parsed.rows})
         fresh = _planned(uow, parsed, planned)  # a subset of ``planned``: embedded already
         edges = lineage_rows(uow, fresh, parsed.lineage, line_of)
+        restate_stored(uow, parsed.rows, {r["id"] for r in fresh}, parsed.anonymous, utcnow())
         for start in range(0, len(fresh), 5000):
             uow.notes.insert_many(fresh[start : start + 5000])
         for start in range(0, len(edges), 5000):  # after the notes: their foreign keys
@@ -315,13 +317,28 @@ def _fresh(uow: UnitOfWork, parsed: _Lines, stored_ids: set[str],
     for key, group in by_scope.items():
         stored = uow.notes.statuses_by_hash(Scope.from_key(key), [r["content_hash"] for r in group])
         earlier: dict[str, set[str]] = {}
+        kept: dict[str, dict[str, Any]] = {}  # content hash → its first live line's row
         for r in group:
             if r["id"] in seen or _present(r, parsed, named, stored, earlier):
+                _restated(kept.get(r["content_hash"]), r)
                 continue
             seen.add(r["id"])
             earlier.setdefault(r["content_hash"], set()).add(r["status"])
+            if r["status"] in _LIVE:
+                kept.setdefault(r["content_hash"], r)
             fresh.append(r)
     return fresh
+
+
+def _restated(first: dict[str, Any] | None, again: dict[str, Any]) -> None:
+    """A live line left out because a line above holds its text: the fact said again, so the
+    note ``first`` makes is dated at the later statement. Before, it kept the first date, and a
+    value stated between the two read as newer to every judge."""
+    if first is None or again["status"] not in _LIVE:
+        return
+    if (again["created_at"], again["write_seq"] or 0) > (first["created_at"],
+                                                          first["write_seq"] or 0):
+        first["created_at"], first["write_seq"] = again["created_at"], again["write_seq"]
 
 
 def _present(row: dict[str, Any], parsed: _Lines, named: set[str],

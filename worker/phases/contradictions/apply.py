@@ -5,7 +5,7 @@ what this run retired, held back and remembers."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from worker.clock import SKEW
@@ -14,8 +14,10 @@ from worker.domain.types import (
     CONTRADICTION_REVIEW_KIND,
     Note,
     NoteStatus,
+    Protection,
     fingerprint_notes,
     fingerprint_versions,
+    said_order,
 )
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
@@ -218,6 +220,7 @@ class Applier:
         planned = _Planned(verdict, decision, entry, self._changes(verdict, decision, a, b))
         self.planned.append(planned)
         self._count(planned, +1)
+        self._restated(planned)
         return entry
 
     def _propose(self, verdict: Verdict, decision: Decision, a: Note, b: Note,
@@ -253,7 +256,10 @@ class Applier:
                 # The losing fact stopped being true once the conflicting one was recorded:
                 # the winner's creation (never before the loser's own).
                 valid_to=winner.created_at if decision.kind == "conflict" else None,
-                confidence=verdict.confidence, detail={"relation": verdict.relation})]
+                confidence=verdict.confidence, detail={"relation": verdict.relation},
+                # One fact said twice: the note kept holds it as of its later statement (a
+                # fuller older note dated at its first would lose to any value between).
+                restate=decision.kind != "conflict")]
         reason = f"{decision.why}. {verdict.reason}".strip()
         # Both kept: a comment and a flag on each, each checked against the other's version too.
         return [Change(kind=ChangeKind.ANNOTATE, name=f"flag {note.id}",
@@ -262,6 +268,18 @@ class Applier:
                        comment=flagged_comment(other.id, reason), reason="contradictions.flagged",
                        confidence=verdict.confidence)
                 for note, other in ((a, b), (b, a))]
+
+    def _restated(self, p: _Planned) -> None:
+        """The kept note as the write will date it (``Change.restate``), for this run's later
+        decisions."""
+        for c in p.changes:
+            if not c.restate or c.into_id is None:
+                continue
+            into = self.notes[c.into_id]
+            latest = max((self.notes[m.id] for m in c.members), key=said_order)
+            if into.protection != Protection.IMMUTABLE and said_order(latest) > said_order(into):
+                self.notes[c.into_id] = replace(into, created_at=latest.created_at,
+                                                write_seq=latest.write_seq)
 
     def _count(self, p: _Planned, sign: int) -> None:
         d = p.decision

@@ -177,7 +177,8 @@ def keep_current(ctx: Any, done: Written) -> ScopeLoad | None:
     held.current = True
     applied = [r for r in done.results
                if r.status == ItemStatus.APPLIED and r.change.entity == "note"]
-    touched = {m.id for r in applied for m in r.change.members}
+    touched = {m.id for r in applied for m in r.change.members} | {
+        r.change.into_id for r in applied if r.change.restate and r.change.into_id}
     born = [r.change.new_note for r in applied if r.change.new_note is not None]
     known = {n.id: n.version for n in held.notes.notes}
     moved = any(i not in touched and i in known and int(row["version"]) != known[i]
@@ -210,6 +211,8 @@ def _notes_after(scope: Any, held: ScopeLoad, touched: set[str], born: list[Any]
             c.version, c.flags = int(after["version"]), list(after.get("flags") or [])
             c.importance = after.get("importance", n.importance)
             c.consolidated_into_id, c.updated_at = after.get("consolidated_into_id"), done.now
+            c.created_at = after.get("created_at", n.created_at)
+            c.write_seq = after.get("write_seq", n.write_seq)
             keep.append(k)
             notes.append(c)
     new = [_new_note(scope, nn, done.now) for nn in born]

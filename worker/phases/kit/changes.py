@@ -72,7 +72,9 @@ class Change:
       (an existing note, listed in ``keep`` so its freshness is checked too), with a lineage
       edge ``relation`` each. ``comment`` replaces each member's comments, or is appended
       with ``append_comment``; ``valid_to`` (never before a member's own creation) and
-      ``importance`` are set when given.
+      ``importance`` are set when given. With ``restate``, a member stated after ``into_id``
+      (the same fact said again: a duplicate, a statement it holds) dates it at that later
+      statement, ``created_at`` and ``write_seq`` (an immutable note keeps its own).
     * ``ARCHIVE``: ``members`` archived, ``comment`` appended; ``entity`` "note" or "example".
     * ``ANNOTATE``: ``flags`` added to and ``comment`` appended to every member.
 
@@ -101,6 +103,7 @@ class Change:
     confidence: float | None = None
     owner_gone: bool = False
     protected_ok: bool = False
+    restate: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
     expect: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
@@ -125,7 +128,7 @@ class Change:
             "valid_to": _iso(self.valid_to), "importance": self.importance,
             "flags": list(self.flags), "entity": self.entity, "confidence": self.confidence,
             "owner_gone": self.owner_gone, "protected_ok": self.protected_ok,
-            "detail": self.detail, "new_note": None,
+            "restate": self.restate, "detail": self.detail, "new_note": None,
         }
         if self.new_note is not None:
             n = self.new_note
@@ -152,7 +155,8 @@ class Change:
             valid_to=_when(data.get("valid_to")), importance=data.get("importance"),
             flags=tuple(data.get("flags", ())), entity=data.get("entity", "note"),
             confidence=data.get("confidence"), owner_gone=bool(data.get("owner_gone")),
-            protected_ok=bool(data.get("protected_ok")), detail=dict(data.get("detail") or {}),
+            protected_ok=bool(data.get("protected_ok")), restate=bool(data.get("restate")),
+            detail=dict(data.get("detail") or {}),
         )
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from worker.domain.types import NoteStatus, protection_rank
+from worker.domain.types import NoteStatus, Protection, protection_rank
 from worker.phases.kit.changes import Change, ChangeKind, ItemResult, ItemStatus
 from worker.safety.guard import protection_refusal, share_refusal
 
 State = dict[str, dict[str, Any]]
+_BEFORE_ALL = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,8 @@ def apply_change(c: Change, state: State) -> None:
             row["valid_to"] = _not_before(row.get("created_at"), c.valid_to)
         if c.importance is not None:
             row["importance"] = c.importance
+    if c.restate and c.into_id is not None:
+        restate(state[c.into_id], [state[m.id] for m in c.members])
     if c.new_note is not None:
         state[c.new_note.id] = {"version": 1, "status": NoteStatus.ACTIVE.value,
                                 "protection": c.new_note.protection,
@@ -186,6 +189,20 @@ def apply_change(c: Change, state: State) -> None:
                                 "last_accessed_at": c.new_note.last_accessed_at,
                                 "expires_at": None,
                                 "flags": []}
+
+
+def restate(into: dict[str, Any], members: Sequence[dict[str, Any]]) -> None:
+    """``into`` dated at the latest statement of ``members`` said after it (``said_order``:
+    ``created_at``, then ``write_seq``); an immutable note keeps its date."""
+    if into.get("protection") == Protection.IMMUTABLE.value:
+        return
+    latest = max(members, key=_said, default=None)
+    if latest is not None and _said(latest) > _said(into):
+        into["created_at"], into["write_seq"] = latest.get("created_at"), latest.get("write_seq")
+
+
+def _said(row: dict[str, Any]) -> tuple[datetime, int]:
+    return row.get("created_at") or _BEFORE_ALL, row.get("write_seq") or 0
 
 
 def _not_before(created: datetime | None, when: datetime) -> datetime:

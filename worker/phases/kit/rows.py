@@ -50,11 +50,16 @@ class RowBuilder:
         if c.new_note is not None:
             self._insert(c)
         was = {m.id: dict(self.after[m.id]) for m in c.members}
+        into = c.into_id if c.restate else None
+        if into is not None:
+            was[into] = dict(self.after[into])
         apply_change(c, self.after)
         reason = f"{c.reason}: {c.comment}" if c.kind == ChangeKind.ARCHIVE else c.reason
         keep = c.keep[0] if c.keep else None
         for m in c.members:
             self._update(m.id, was[m.id], self.after[m.id], reason, keep)
+        if into is not None:  # dated at a later statement of its fact, at its version
+            self._update(into, was[into], self.after[into], f"{reason}: restated")
         target = c.target_id
         if c.kind == ChangeKind.SUPERSEDE and target is not None:
             self.lineage.extend(

@@ -61,7 +61,7 @@ class ScopeSnapshot:
                       "consolidated_into_id": n.consolidated_into_id, "comments": comments,
                       "valid_to": _utc(valid_to), "importance": n.importance,
                       "flags": list(flags) if flags is not None else None,
-                      "last_checked_at": self.checked.get(i)}
+                      "last_checked_at": self.checked.get(i), "write_seq": n.write_seq}
         return out
 
 

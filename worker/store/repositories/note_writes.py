@@ -27,6 +27,10 @@ TRACKED_FIELDS = (
     "importance",
     "flags",
     "last_checked_at",
+    # When its fact was last stated: a retirement into it of a later statement of the same
+    # fact (``Change.restate``) moves it, at the note's version.
+    "created_at",
+    "write_seq",
 )
 
 # Tracked fields written without a version: erasure clears pointers to an erased note and

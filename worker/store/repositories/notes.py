@@ -96,6 +96,15 @@ class NoteRepository(NoteWrites):
                                    .order_by(NoteRow.id))]
         return [_row_to_note(r) for r in rows]
 
+    def live_with_hashes(self, scope: Scope, hashes: Iterable[str]) -> list[Note]:
+        """The scope's active and pending notes holding one of these content hashes: a SELECT
+        per ``IN_CHUNK`` hashes."""
+        live = (NoteStatus.ACTIVE.value, NoteStatus.PENDING.value)
+        return [_row_to_note(r) for chunk in chunked(sorted(set(hashes)))
+                for r in self._run(select(*_NOTE_COLUMNS).where(
+                    NoteRow.scope_key == scope.key, NoteRow.content_hash.in_(chunk),
+                    NoteRow.status.in_(live)).order_by(NoteRow.id))]
+
     def versions(self, ids: Iterable[str]) -> dict[str, tuple[int, str]]:
         """Current (version, status) of each id; the stale-plan check before applying."""
         found = rows_by_id(self.session, NoteRow.id, (NoteRow.version, NoteRow.status), ids)

@@ -58,9 +58,9 @@ _FENCE = (
     .values(lease_epoch=_RUNS.c.lease_epoch)
     .returning(_RUNS.c.totals)
 )
-STATE_FIELDS = ("version", "status", "created_at",
-                *(f for f in DECIDING_FIELDS if f != "status"),
-                *(f for f in TRACKED_FIELDS if f != "status"))
+STATE_FIELDS = tuple(dict.fromkeys(("version", "status", "created_at",
+                                    *(f for f in DECIDING_FIELDS if f != "status"),
+                                    *(f for f in TRACKED_FIELDS if f != "status"))))
 _STATE = select(_NOTES.c.id, *(_NOTES.c[f] for f in STATE_FIELDS)).where(
     _NOTES.c.id.in_(bindparam("ids", expanding=True))).order_by(_NOTES.c.id)
 _INSERT_NOTE = insert(_NOTES)

@@ -1,0 +1,57 @@
+"""An import that says a fact again dates the note holding it at the later statement.
+
+An id-less line whose text its scope already holds adds no note. Before, its date was dropped
+too: "tea" (January), "coffee" (February), "tea" again (March) left the tea note dated January,
+and every judge then kept coffee as the newer value.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from worker.app import App
+from worker.ingest import import_notes
+from worker.store.models import NoteRow, OperationLogRow
+
+TEA = "The user prefers tea in the morning"
+COFFEE = "The user prefers coffee in the morning"
+
+
+def _line(text: str, month: int, day: int = 1) -> str:
+    return json.dumps({"agent_id": "agent-1", "content": text,
+                       "created_at": datetime(2025, month, day, tzinfo=UTC).isoformat()})
+
+
+def _by_text(app: App) -> dict[str, NoteRow]:
+    with app.uow() as uow:
+        return {r.content: r for r in uow.session.query(NoteRow).all()}
+
+
+def _month(row: NoteRow) -> int:
+    assert row.created_at is not None
+    return row.created_at.month
+
+
+def test_a_line_below_that_says_it_again_dates_the_note(app: App) -> None:
+    result = import_notes(app, [_line(TEA, 1), _line(COFFEE, 2), _line(TEA, 3)])
+    assert (result.inserted, result.duplicates) == (2, 1)
+    notes = _by_text(app)
+    assert (_month(notes[TEA]), _month(notes[COFFEE])) == (3, 2)
+    assert (notes[TEA].write_seq or 0) > (notes[COFFEE].write_seq or 0)
+
+
+def test_a_later_import_that_says_it_again_dates_the_stored_note(app: App) -> None:
+    import_notes(app, [_line(TEA, 1), _line(COFFEE, 2)])
+    assert import_notes(app, [_line(TEA, 3)]).inserted == 0
+    tea = _by_text(app)[TEA]
+    assert (_month(tea), tea.version) == (3, 2)
+    with app.uow() as uow:
+        (entry,) = uow.session.query(OperationLogRow).filter_by(entity_id=tea.id).all()
+    assert entry.reason == "import: stated again"
+    assert entry.before is not None and entry.before["created_at"].startswith("2025-01-01")
+    # The same file again, or an older statement of the fact, changes nothing.
+    import_notes(app, [_line(TEA, 3)])
+    import_notes(app, [_line(TEA, 2, 15)])
+    again = _by_text(app)[TEA]
+    assert (_month(again), again.version) == (3, 2)
