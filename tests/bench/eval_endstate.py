@@ -155,7 +155,7 @@ class HostFigures:
 def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
              lift_guard: bool = True, lump_rate: float = 0.1,
              reads: bool | str = True, conversations: bool = False,
-             incremental: int = 0) -> SuiteResult:
+             incremental: int = 0, ids: bool = True) -> SuiteResult:
     """Load every profile as its own scope, run ``runs`` daily dreams each, score every run.
 
     A long history retires most of its notes at once, past the blast-radius guard's share
@@ -166,6 +166,8 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
     write, never on read). ``conversations``: each note carries its session as its source
     conversation. ``incremental`` N: the notes arrive day by day, a read of every active note
     recorded each day, and a dream after every N-th day, before the ``runs`` final ones.
+    ``ids``: False, the lines carry no id (the import makes one, and leaves out a line whose
+    text its scope already holds).
     """
     from tests.support.factories import add_entities, add_notes
     from worker.app import build_app
@@ -191,11 +193,11 @@ def evaluate(profiles: Sequence[Profile], judge: str, runs: int = 3,
         totals = RunFigures()
         host = HostFigures() if judge == "host" else None
         if incremental:
-            _arrive_daily(app, profiles, incremental, conversations, lift_guard, totals)
+            _arrive_daily(app, profiles, incremental, conversations, lift_guard, totals, ids)
         else:
             # The agent read its memory in the last session: nothing is idle (``reads=False``:
             # a host that records no reads).
-            add_notes(app, *(_line(p, n, conversations, _read_at(p, n, reads))
+            add_notes(app, *(_line(p, n, conversations, _read_at(p, n, reads), ids)
                              for p in profiles for n in p.notes))
         for day in range(1, runs + 1):
             started = time.perf_counter()
@@ -260,15 +262,16 @@ def _read_at(p: Profile, n: GoldNote, reads: bool | str) -> Any:
     return p.last_session if reads else None
 
 
-def _line(p: Profile, n: GoldNote, conversations: bool, read: Any) -> dict[str, Any]:
-    return {"id": n.id, "agent_id": "eval", "user_id": p.user_id, "content": n.text,
+def _line(p: Profile, n: GoldNote, conversations: bool, read: Any,
+          ids: bool = True) -> dict[str, Any]:
+    return {**({"id": n.id} if ids else {}), "agent_id": "eval", "user_id": p.user_id, "content": n.text,
             "created_at": n.created_at.isoformat(), "importance": n.importance,
             **({"source_conversation_id": n.conversation} if conversations else {}),
             **({"last_accessed_at": read.isoformat()} if read is not None else {})}
 
 
 def _arrive_daily(app: Any, profiles: Sequence[Profile], every: int, conversations: bool,
-                  lift_guard: bool, totals: RunFigures) -> None:
+                  lift_guard: bool, totals: RunFigures, ids: bool = True) -> None:
     """Each profile's notes imported day by day; after each day the host records a read of
     every active note of the scope (an agent that reads its memory each session), and after
     every ``every``-th day a dream runs two hours after that day's last note."""
@@ -284,7 +287,7 @@ def _arrive_daily(app: Any, profiles: Sequence[Profile], every: int, conversatio
         for n in p.notes:
             days.setdefault(n.created_at.date(), []).append(n)
         for k, batch in enumerate(days.values(), start=1):
-            add_notes(app, *(_line(p, n, conversations, None) for n in batch))
+            add_notes(app, *(_line(p, n, conversations, None, ids) for n in batch))
             last = max(n.created_at for n in batch)
             with app.uow() as uow:
                 uow.session.execute(
@@ -431,6 +434,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--verbatim", action="store_true",
                     help="a value said again repeats its earlier words exactly (one text, "
                          "several dates)")
+    ap.add_argument("--no-ids", action="store_true",
+                    help="the lines carry no id: the import makes one, and leaves out a line "
+                         "whose text its scope already holds (with --verbatim: a fact said again)")
     ap.add_argument("--wordy", action="store_true",
                     help="each note inside a clause about where it was said (12-30 words)")
     return ap
@@ -481,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# evolving suite: {len(profiles)} profiles, {notes} notes, {len(changes)} slots "
           f"changing 1-7 times (mean {sum(changes) / len(changes):.2f}), seed {args.seed}, "
           f"{args.rewording} rewording{', wordy notes' if args.wordy else ''}"
-          f"{', values said again verbatim' if args.verbatim else ''}, "
+          f"{', values said again verbatim' if args.verbatim else ''}"
+          f"{', lines without ids' if args.no_ids else ''}, "
           f"{args.attributes} attributes per profile, versions {args.version_gap}+ days apart, "
           f"importance {args.importance}{', conversations recorded' if args.conversations else ''}"
           f"{', dated by session' if args.session_dates else ''}"
@@ -493,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     results = [evaluate(profiles, judge, args.runs, lift_guard=not args.keep_guard,
                         lump_rate=args.lump_rate,
                         reads="written" if args.reads_stamped else not args.no_reads,
-                        conversations=args.conversations, incremental=args.incremental)
+                        conversations=args.conversations, incremental=args.incremental,
+                        ids=not args.no_ids)
                for judge in args.judge or ["oracle", "rules"]]
     guard = ("blast-radius guard kept (its share of a scope per run)" if args.keep_guard
              else "blast-radius guard lifted per profile")

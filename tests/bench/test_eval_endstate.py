@@ -169,3 +169,22 @@ def test_a_host_that_stamps_the_last_access_when_it_writes_loses_no_current_fact
     profiles = generate(8, seed=21)
     oracle = evaluate(profiles, "oracle", runs=1, reads="written").per_run[0]
     assert (oracle.exact, oracle.lost, oracle.wasted, oracle.failed) == (8, 0, 0, 0)
+
+
+def test_a_hosts_model_reaches_every_exact_end_state_through_the_host_surface() -> None:
+    """``host``: rule-judge runs, then a perfect model using only what ``fusion_candidates``
+    offers (``fuse``, ``keep_apart``): exact by run 2, no current fact lost on the way (before
+    a kept note took a later duplicate's date, a value stated between the two won)."""
+    result = evaluate(generate(8, seed=21), "host", runs=3)
+    assert [f.lost for f in result.per_run] == [0, 0, 0]
+    assert result.per_run[-1].exact == 8
+    assert result.host is not None and result.host.fused and result.host.kept_apart
+
+
+def test_values_said_again_word_for_word_from_lines_without_ids_end_exact() -> None:
+    """``verbatim`` histories imported without ids: a repeat is left out as already present,
+    and the note holding its text takes its date, so the oracle ends every profile exact."""
+    profiles = generate(8, seed=21, verbatim=True)
+    assert any(len({n.text for n in p.notes}) < len(p.notes) for p in profiles)
+    oracle = evaluate(profiles, "oracle", runs=1, ids=False).per_run[0]
+    assert (oracle.exact, oracle.lost) == (8, 0)

@@ -94,7 +94,7 @@ def test_a_remember_update_during_the_model_call_wins_and_the_run_skips_the_clus
         race_app: App, llm_stub: LLMStub) -> None:
     """A host write that supersedes one of the cluster's notes (a longer near-duplicate): the
     UPDATE stands, the run's cluster is stale."""
-    longer = "User prefers dark mode in the code editor at night and in the terminal by day"
+    longer = "User prefers dark mode in the code editor and terminal at night and by day"
     out = _dream_while(race_app, llm_stub, lambda c: c.post(
         "/api/notes", headers=auth(AGENT_1), json={"content": longer, "type": "Preference"}))
     assert out["host"].status_code == 201 and out["host"].json()["action"] == "UPDATE"
