@@ -55,3 +55,17 @@ def test_a_later_import_that_says_it_again_dates_the_stored_note(app: App) -> No
     import_notes(app, [_line(TEA, 2, 15)])
     again = _by_text(app)[TEA]
     assert (_month(again), again.version) == (3, 2)
+
+
+def test_a_line_under_a_new_id_that_says_it_again_dates_the_stored_note(app: App) -> None:
+    """A history imported day by day with ids: the repeat has an id of its own, its text is
+    already stored, so it adds no note and dates the one that holds it."""
+    import_notes(app, [json.dumps({"id": "tea-1", **json.loads(_line(TEA, 1))}),
+                       json.dumps({"id": "coffee-1", **json.loads(_line(COFFEE, 2))})])
+    result = import_notes(app, [json.dumps({"id": "tea-2", **json.loads(_line(TEA, 3))})])
+    assert result.inserted == 0
+    notes = _by_text(app)
+    assert (notes[TEA].id, _month(notes[TEA]), notes[TEA].version) == ("tea-1", 3, 2)
+    # Re-importing the first file (its ids stored) moves nothing back.
+    import_notes(app, [json.dumps({"id": "tea-1", **json.loads(_line(TEA, 1))})])
+    assert _month(_by_text(app)[TEA]) == 3

@@ -1,7 +1,7 @@
 """A fact an import says again: the note that holds its text is dated at the later statement.
 
-An id-less line whose text its scope already holds, live, adds no note (``notes._present``). Its
-date still counts: the fact was stated again then, and a value stated between the two
+A line under a new id (or none) whose text its scope already holds, live, adds no note
+(``notes._present``). Its date still counts: the fact was stated again then, and a value stated between the two
 statements must not read as newer to a judge. A line above in the same file takes the later
 date before it is inserted (``notes._restated``); a stored note takes it here, under the
 import's lock, logged as an edit (a new version).
@@ -19,13 +19,15 @@ from worker.store.uow import UnitOfWork
 _LIVE = frozenset({"active", "pending"})
 
 
-def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], inserted: set[str],
-                   anonymous: set[str], now: datetime) -> int:
-    """Each stored live note whose text an id-less live line left out says, dated at the
-    latest such line dated after it. One read per scope; how many notes were re-dated."""
+def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[str],
+                   now: datetime) -> int:
+    """Each stored live note whose text a live line left out says, dated at the latest such
+    line dated after it; ``known``: the ids inserted now or stored before (a line of a stored
+    id is that note, not a statement of it again). One read per scope; how many notes were
+    re-dated."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
-        if r["id"] in inserted or r["id"] not in anonymous or r["status"] not in _LIVE:
+        if r["id"] in known or r["status"] not in _LIVE:
             continue
         key = (r["scope_key"], r["content_hash"])
         if key not in latest or _said(r) > _said(latest[key]):

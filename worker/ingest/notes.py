@@ -194,6 +194,7 @@ class _Lines:
     rows: list[dict[str, Any]] = field(default_factory=list)
     first_line: dict[str, tuple[int, str, str]] = field(default_factory=dict)
     anonymous: set[str] = field(default_factory=set)  # ids made up here: the line had none
+    stored: set[str] = field(default_factory=set)  # the lines' ids the store already holds
     lineage: dict[str, Edges] = field(default_factory=dict)
     apart: dict[str, list[list[str]]] = field(default_factory=dict)  # ``kept_apart`` sets
 
@@ -216,7 +217,7 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
         hold_scopes(uow.session, {r["scope_key"] for r in parsed.rows})
         fresh = _planned(uow, parsed, planned)  # a subset of ``planned``: embedded already
         edges = lineage_rows(uow, fresh, parsed.lineage, line_of)
-        restate_stored(uow, parsed.rows, {r["id"] for r in fresh}, parsed.anonymous, utcnow())
+        restate_stored(uow, parsed.rows, {r["id"] for r in fresh} | parsed.stored, utcnow())
         for start in range(0, len(fresh), 5000):
             uow.notes.insert_many(fresh[start : start + 5000])
         for start in range(0, len(edges), 5000):  # after the notes: their foreign keys
@@ -234,6 +235,7 @@ def _planned(uow: UnitOfWork, parsed: _Lines,
     another note."""
     rows = parsed.rows if rows is None else rows
     stored = uow.notes.identities(r["id"] for r in rows)
+    parsed.stored |= set(stored)
     _refuse_id_conflicts(rows, stored, parsed.first_line)
     return _fresh(uow, parsed, set(stored), rows)
 
