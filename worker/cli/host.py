@@ -60,7 +60,8 @@ def _scope(agent: str, user: str | None, company: str | None) -> Scope:
 @user_errors
 def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
                    threshold: float, limit: int, as_json: bool) -> None:
-    """Fusion candidates of one scope: similar pairs plus open items of its latest run.
+    """Fusion candidates of one scope: similar pairs, the pairs a dream would ask a model about,
+    then the open items of its latest run.
 
     A note an open review item would change is left out until the item is decided; the last
     line names those items."""

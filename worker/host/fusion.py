@@ -22,7 +22,6 @@ from worker.domain.types import (
     Scope,
     fingerprint_notes,
 )
-from worker.embeddings.refresh import ensure_scope_embeddings
 from worker.host.errors import Conflict, Invalid, NotFound
 from worker.host.records import note_record
 from worker.host.remember import canonical_type
@@ -69,7 +68,10 @@ class FuseResult:
 def fusion_candidates(
     app: App, scope: Scope, threshold: float = 0.88, limit: int | None = 50
 ) -> list[dict[str, Any]]:
-    """Similar active pairs of the scope (most similar first) plus the open items of its latest run.
+    """Similar active pairs of the scope (most similar first), then the contradictions phase's
+    candidate pairs no rule settles as the scope stands now (``open_pairs``: what a dream would
+    ask a model about), each pair with the ``sources`` that found it, plus the open items of
+    its latest run.
 
     Excludes pairs/clusters holding two notes kept apart (a host's "keep apart", a reviewer's
     declined merge, revocation or flag) or already fused at their current versions,
@@ -79,7 +81,9 @@ def fusion_candidates(
     """
     if not 0.0 <= threshold <= 1.0:
         raise Invalid("threshold must be between 0 and 1")
-    ensure_scope_embeddings(app, scope)
+    from worker.phases.contradictions.service import open_pairs
+
+    live = open_pairs(app, scope)  # embeds what lacks a vector, as below
     with app.uow() as uow:
         snap = uow.notes.load_scope(scope)
         run = uow.run_history.latest_finished(scope)
@@ -88,6 +92,8 @@ def fusion_candidates(
         pairs = [(i, j, s) for i, j, s in neighbour_pairs(
             snap.vectors, threshold, app.settings.ann_threshold)
             if offered(notes[i]) and offered(notes[j])]
+        sources = {(i, j): ["cosine"] for i, j, _ in pairs}
+        pairs += _live_pairs(live, notes, sources)
         by_id = snap.by_id()
         open_items = _open_items(steps, by_id, run.id if run is not None else None)
         groups = [[notes[i], notes[j]] for i, j, _ in pairs] + [g for _, g in open_items]
@@ -104,14 +110,16 @@ def fusion_candidates(
         held = held_notes(uow, scope)
         hidden |= {fp for fp, g in zip(fps, groups, strict=True) if any(n.id in held for n in g)}
     out: list[dict[str, Any]] = []
+    # A pair the latest run left open is listed as that item (its run, step and reason).
     seen: set[str] = set()
+    left_open = set(fps[len(pairs):])
     for (i, j, sim), fp in zip(pairs, fps, strict=False):
-        if fp in hidden or fp in seen:
+        if fp in hidden or fp in seen or (fp in left_open and sources[(i, j)] != ["cosine"]):
             continue
         seen.add(fp)
         out.append({"type": "pair", "note_ids": [notes[i].id, notes[j].id],
                     "record_a": note_record(notes[i]), "record_b": note_record(notes[j]),
-                    "similarity": round(sim, 4)})
+                    "similarity": round(sim, 4), "sources": sources[(i, j)]})
     for (meta, group), fp in zip(open_items, fps[len(pairs):], strict=True):
         if fp in hidden or fp in seen:
             continue
@@ -124,6 +132,21 @@ def fusion_candidates(
             item["record_a"], item["record_b"] = item["records"]
         out.append(item)
     return out[:limit] if limit is not None else out
+
+
+def _live_pairs(live: list[dict[str, Any]], notes: list[Note],
+                sources: dict[tuple[int, int], list[str]]) -> list[tuple[int, int, float]]:
+    """The contradictions phase's candidate pairs that no rule settles, as they stand now
+    (``open_pairs``), after the similar pairs (``sources``: each listed pair's searches, this
+    adds to it): what a dream would ask a model about, found however the notes are worded."""
+    row = {n.id: k for k, n in enumerate(notes)}
+    out = []
+    for p in live:
+        i, j = sorted((row.get(p["a"], -1), row.get(p["b"], -1)))
+        if i >= 0 and (i, j) not in sources and offered(notes[i]) and offered(notes[j]):
+            sources[(i, j)] = list(p["sources"])
+            out.append((i, j, float(p["similarity"])))
+    return out
 
 
 def offered(note: Note) -> bool:

@@ -70,18 +70,17 @@ def decide(
                    f"{update_threshold:.2f}")
 
 
-def held_to_words(action: Action, reason: str, text: str, old: Any,
-                  longer: bool) -> tuple[Action, str]:
+def held_to_words(action: Action, reason: str, text: str, old: Any) -> tuple[Action, str]:
     """A similarity's NOOP or UPDATE held to the words (``same_or_contained``: nothing dropped,
     no negation, number, name or quantity changed). A NOOP's text must say nothing ``old``
     lacks, an UPDATE's must say all ``old`` says; else both notes stay (ADD) for a dream's
     judge. Before, "flies business class …" was a NOOP on "flies economy class …" (0.87 alike):
-    the changed value was dropped at the write. A NOOP whose text only adds to ``old``, and is
-    long enough, is an UPDATE."""
+    the changed value was dropped at the write. A NOOP whose text only adds to ``old`` is an
+    UPDATE (nothing is lost either way, and the detail is kept)."""
     from worker.llm.rules import same_or_contained
 
     if action == "NOOP" and not same_or_contained(text, old.content):
-        if longer and same_or_contained(old.content, text):
+        if same_or_contained(old.content, text):
             return "UPDATE", f"{reason}, and the new text adds to note {old.id}"
         return "ADD", (f"{reason}, but it says what note {old.id} does not (a changed value or "
                        "another fact); kept both for the dream to judge")
@@ -182,8 +181,7 @@ def _remember_once(
                    if best_hash is not None else None)
         action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
                                 settings.update_threshold, kind)
-        action, reason, old = _matched(uow, action, reason, best_id, text,
-                                       len(normalised) >= LONGER_BY * old_len)
+        action, reason, old = _matched(uow, action, reason, best_id, text)
         held = holding_item(uow, scope, old[0].id) if old else None
         new_id = _free_id(uow, id_key, scope, normalised, {r[0] for r in same}, h)
     if best_hash is not None and best_id is None:
@@ -247,13 +245,13 @@ def _concurrent_noop(app: App, scope: Scope, note_id: str, now: Any) -> Remember
     return RememberResult("NOOP", note_id, "identical content written concurrently", 1.0)
 
 
-def _matched(uow: Any, action: Action, reason: str, best_id: str | None, text: str,
-             longer: bool) -> tuple[Action, str, list[Any]]:
+def _matched(uow: Any, action: Action, reason: str, best_id: str | None,
+             text: str) -> tuple[Action, str, list[Any]]:
     """``decide``'s answer held to the words of the note it matched (``held_to_words``), and
     the note an UPDATE supersedes ([] otherwise)."""
     old = uow.notes.get_many([best_id]) if action != "ADD" and best_id else []
     if old:
-        action, reason = held_to_words(action, reason, text, old[0], longer)
+        action, reason = held_to_words(action, reason, text, old[0])
     return action, reason, old if action == "UPDATE" else []
 
 

@@ -15,8 +15,9 @@ BASE = "The user deploys the billing service on Fridays after the weekly review.
 # (what is written after BASE, expected action, expected HTTP status)
 TABLE = [
     ("the user deploys the billing service on fridays, after the weekly review!", "NOOP", 200),
-    ("The user deploys the billing service on Fridays after the weekly review meeting.", "NOOP",
-     200),
+    # Adds a word to the note it matches: an UPDATE that keeps it (a NOOP dropped it).
+    ("The user deploys the billing service on Fridays after the weekly review meeting.",
+     "UPDATE", 201),
     ("The user deploys the billing service on Fridays after the weekly review, and always "
      "announces the release in the team channel with the changelog first.", "UPDATE", 201),
     ("The user deploys billing on Fridays.", "ADD", 201),

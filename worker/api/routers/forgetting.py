@@ -16,7 +16,7 @@ router = APIRouter(prefix="/api/forgetting", tags=["forgetting"])
 
 @router.post("/fusion-candidates")
 def candidates(body: CandidatesIn, who: Caller, app: DreamApp) -> dict[str, Any]:
-    """Similar active pairs of a scope plus open items the rule-based judge left."""
+    """Similar pairs of a scope, the pairs a dream would ask a model about, open items."""
     scope = scope_for(who, body.scope)
     ensure_scope_known(app, scope)
     return {"candidates": fusion_candidates(app, scope, body.threshold, body.limit)}

@@ -99,7 +99,9 @@ class Decision:
     why: str = ""
 
 
-def _created(note: Note) -> datetime:
+def created(note: Note) -> datetime:
+    """When the note was stated; every note the phase reads has a date (the load's column is
+    never null)."""
     assert note.created_at is not None
     return note.created_at
 
@@ -126,7 +128,7 @@ def decide(
         decision = _merge(winner=b, loser=a, kind="subsumed")
     else:
         # Equivalent: the older one goes, unless only the newer one may be retired.
-        older, newer = sorted((a, b), key=lambda n: (_created(n), n.access_count,
+        older, newer = sorted((a, b), key=lambda n: (created(n), n.access_count,
                                                       n.write_seq or 0, n.id))
         if not _may_lose(older) and _may_lose(newer):
             older, newer = newer, older
@@ -161,12 +163,12 @@ def _decide_conflict(a: Note, b: Note, policy: PolicySettings) -> Decision:
     way; at one same time, recorded later); then, if not both notes are of high importance,
     more use, then stated later at all. A full tie, or two important notes told apart only by
     weak evidence, is flagged."""
-    if policy.now is not None and max(_created(a), _created(b)) > policy.now:
+    if policy.now is not None and max(created(a), created(b)) > policy.now:
         # A note dated after the run (an import's wrong year, 2099) would be "newer" than
         # every note written until then and retire each one it conflicts with.
         return Decision(Action.FLAG, "conflict",
                         why="a note is dated after the run's clock; no rule can say which is newer")
-    gap = _created(a) - _created(b)
+    gap = created(a) - created(b)
     # The order the store recorded the two in (an import's lines, the moments `remember`
     # wrote them: one clock): alone, between notes of one timestamp (a corpus that dates only
     # its sessions); beside the timestamps, a second witness of which came later.

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from worker.domain.types import Note, said_order
-from worker.phases.contradictions.core import (
-    CandidatePair,
-)
+from worker.phases.contradictions.core import CandidatePair, created
 from worker.similarity.topics import topics as group_topics
 
 
@@ -30,11 +28,6 @@ class Topic:
     @property
     def key(self) -> str:
         return self.note_ids[0]
-
-
-def _created(note: Note) -> datetime:
-    assert note.created_at is not None
-    return note.created_at
 
 
 def plan_topics(
@@ -55,7 +48,7 @@ def plan_topics(
             by_group.setdefault(k, []).append(p)
     out = []
     for k, members in by_group.items():
-        since = min(max(_created(notes[p.a_id]), _created(notes[p.b_id])) for p in members)
+        since = min(max(created(notes[p.a_id]), created(notes[p.b_id])) for p in members)
         out.append(Topic(tuple(groups[k]), tuple(members),
                          all(p.judged_before for p in members), since))
     out.sort(key=lambda t: (t.judged_before, t.waiting_since, t.key))
@@ -163,7 +156,7 @@ def prompt_topics(
             alias = f"n{len(alias_of) + 1}"
             alias_of[alias] = nid
             n = notes[nid]
-            entries.append({"alias": alias, "created_at": _created(n).date().isoformat(),
+            entries.append({"alias": alias, "created_at": created(n).date().isoformat(),
                             "type": n.type, "text": (text_of or {}).get(nid, n.content)})
         items.append({"topic": tid, "notes": entries})
     return items, alias_of, by_topic

@@ -5,7 +5,6 @@ A→B→C ends with C and no pair of an attribute is left undecided while both i
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
 
 from worker.domain.types import Note, said_order
 from worker.phases.contradictions.core import (
@@ -15,14 +14,10 @@ from worker.phases.contradictions.core import (
     PolicySettings,
     Relation,
     Verdict,
+    created,
     decide,
 )
 from worker.phases.contradictions.topics import Attribute, TopicVerdict, ValueClass
-
-
-def _created(note: Note) -> datetime:
-    assert note.created_at is not None
-    return note.created_at
 
 
 @dataclass(frozen=True)
@@ -104,9 +99,9 @@ def _against(winner: _Value, loser: _Value, attr: Attribute, policy: PolicySetti
     """Each of the loser's notes decided against the winner's; the ones that stay active."""
     kept = []
     for member in loser[1]:
-        a = replace(winner[1][0], created_at=_created(winner[0]),
+        a = replace(winner[1][0], created_at=created(winner[0]),
                     write_seq=winner[0].write_seq, access_count=winner[0].access_count)
-        b = replace(member, created_at=_created(loser[0]), write_seq=loser[0].write_seq,
+        b = replace(member, created_at=created(loser[0]), write_seq=loser[0].write_seq,
                     access_count=loser[0].access_count)
         pd = PairDecision(*_decide(a, b, Relation.CONFLICTING, attr, policy, suspicious))
         out.append(pd)
@@ -143,7 +138,7 @@ def _collapse(
                 kept.append(survivor if winner.id == m.id else m)
             survivor = winner
     # The value counts from its latest statement.
-    rep = replace(survivor, created_at=_created(latest), write_seq=latest.write_seq,
+    rep = replace(survivor, created_at=created(latest), write_seq=latest.write_seq,
                   access_count=max(n.access_count for n in members))
     return rep, [survivor, *kept]
 
