@@ -109,17 +109,8 @@ def fusion_candidates(
         # fusing it here would only make the item stale.
         held = held_notes(uow, scope)
         hidden |= {fp for fp, g in zip(fps, groups, strict=True) if any(n.id in held for n in g)}
-    out: list[dict[str, Any]] = []
-    # A pair the latest run left open is listed as that item (its run, step and reason).
     seen: set[str] = set()
-    left_open = set(fps[len(pairs):])
-    for (i, j, sim), fp in zip(pairs, fps, strict=False):
-        if fp in hidden or fp in seen or (fp in left_open and sources[(i, j)] != ["cosine"]):
-            continue
-        seen.add(fp)
-        out.append({"type": "pair", "note_ids": [notes[i].id, notes[j].id],
-                    "record_a": note_record(notes[i]), "record_b": note_record(notes[j]),
-                    "similarity": round(sim, 4), "sources": sources[(i, j)]})
+    out = _pair_items(pairs, fps, notes, sources, hidden, seen)
     for (meta, group), fp in zip(open_items, fps[len(pairs):], strict=True):
         if fp in hidden or fp in seen:
             continue
@@ -132,6 +123,23 @@ def fusion_candidates(
             item["record_a"], item["record_b"] = item["records"]
         out.append(item)
     return out[:limit] if limit is not None else out
+
+
+def _pair_items(pairs: list[tuple[int, int, float]], fps: list[str], notes: list[Note],
+                sources: dict[tuple[int, int], list[str]], hidden: set[str],
+                seen: set[str]) -> list[dict[str, Any]]:
+    """The pairs as listed (``seen``: the fingerprints listed, this adds to it); a pair the
+    latest run left open is listed as that item instead (its run, step and reason)."""
+    out: list[dict[str, Any]] = []
+    left_open = set(fps[len(pairs):])
+    for (i, j, sim), fp in zip(pairs, fps, strict=False):
+        if fp in hidden or fp in seen or (fp in left_open and sources[(i, j)] != ["cosine"]):
+            continue
+        seen.add(fp)
+        out.append({"type": "pair", "note_ids": [notes[i].id, notes[j].id],
+                    "record_a": note_record(notes[i]), "record_b": note_record(notes[j]),
+                    "similarity": round(sim, 4), "sources": sources[(i, j)]})
+    return out
 
 
 def _live_pairs(live: list[dict[str, Any]], notes: list[Note],
