@@ -43,7 +43,8 @@ def test_a_line_below_that_says_it_again_dates_the_note(app: App) -> None:
 
 def test_a_later_import_that_says_it_again_dates_the_stored_note(app: App) -> None:
     import_notes(app, [_line(TEA, 1), _line(COFFEE, 2)])
-    assert import_notes(app, [_line(TEA, 3)]).inserted == 0
+    result = import_notes(app, [_line(TEA, 3)])
+    assert (result.inserted, result.duplicates, result.restated) == (0, 1, 1)
     tea = _by_text(app)[TEA]
     assert (_month(tea), tea.version) == (3, 2)
     with app.uow() as uow:
@@ -69,3 +70,13 @@ def test_a_line_under_a_new_id_that_says_it_again_dates_the_stored_note(app: App
     # Re-importing the first file (its ids stored) moves nothing back.
     import_notes(app, [json.dumps({"id": "tea-1", **json.loads(_line(TEA, 1))})])
     assert _month(_by_text(app)[TEA]) == 3
+
+
+def test_the_cli_says_how_many_stored_notes_were_said_again(app: App) -> None:
+    from tests.cli.test_commands import dream, url_of
+
+    import_notes(app, [_line(TEA, 1)])
+    out = dream(url_of(app), "notes", "import", "-", input=_line(TEA, 3) + "\n")
+    assert out.exit_code == 0, out.output
+    assert out.stdout.strip() == ("read 1 notes: 0 added, 1 already present (1 stored note said "
+                                  "again later: dated at the later statement)")

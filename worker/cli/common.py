@@ -151,8 +151,11 @@ def echo_imported(result: Any, noun: str) -> None:
         click.echo(f"nothing to import: no {noun} in the input (an export with no {noun} "
                    "writes none)")
         return
+    restated = getattr(result, "restated", 0)
     click.echo(f"read {result.read} {noun}: {result.inserted} added, "
-               f"{result.duplicates} already present")
+               f"{result.duplicates} already present"
+               + (f" ({restated} stored {'note' if restated == 1 else 'notes'} said again "
+                  "later: dated at the later statement)" if restated else ""))
 
 
 def echo_batch_releases(releases: Iterable[Any], indent: str = "") -> None:

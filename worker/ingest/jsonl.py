@@ -31,6 +31,8 @@ class ImportResult:
     read: int = 0
     inserted: int = 0
     duplicates: int = 0
+    # Stored notes an already-present line said again later: dated at it (``note_again``).
+    restated: int = 0
     # Lines imported as given whose values do nothing as the settings stand, one line each.
     warnings: list[str] = dataclasses.field(default_factory=list)
 

@@ -217,7 +217,8 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
         hold_scopes(uow.session, {r["scope_key"] for r in parsed.rows})
         fresh = _planned(uow, parsed, planned)  # a subset of ``planned``: embedded already
         edges = lineage_rows(uow, fresh, parsed.lineage, line_of)
-        restate_stored(uow, parsed.rows, {r["id"] for r in fresh} | parsed.stored, utcnow())
+        result.restated = restate_stored(uow, parsed.rows, {r["id"] for r in fresh} | parsed.stored,
+                                         utcnow())
         for start in range(0, len(fresh), 5000):
             uow.notes.insert_many(fresh[start : start + 5000])
         for start in range(0, len(edges), 5000):  # after the notes: their foreign keys
