@@ -41,6 +41,9 @@ class RowBuilder:
         self.embedding_model, self.vectors = embedding_model, vectors
         self.notes: list[dict[str, Any]] = []
         self.updates: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+        # Kept notes dated at a later statement (``Change.restate``): one batch before the rest
+        # (their versions stay, and a note is restated only while active, before any retirement).
+        self.restates: list[tuple[tuple[str, ...], dict[str, Any]]] = []
         self.lineage: list[dict[str, Any]] = []
         self.log: list[dict[str, Any]] = []
 
@@ -59,7 +62,8 @@ class RowBuilder:
         for m in c.members:
             self._update(m.id, was[m.id], self.after[m.id], reason, keep)
         if into is not None:  # dated at a later statement of its fact, at its version
-            self._update(into, was[into], self.after[into], f"{reason}: restated")
+            self._update(into, was[into], self.after[into], f"{reason}: restated",
+                         into=self.restates)
         target = c.target_id
         if c.kind == ChangeKind.SUPERSEDE and target is not None:
             self.lineage.extend(
@@ -100,7 +104,8 @@ class RowBuilder:
                                       n.reason or c.reason))
 
     def _update(self, note_id: str, was: dict[str, Any], now: dict[str, Any],
-                reason: str, keep: Member | None = None) -> None:
+                reason: str, keep: Member | None = None,
+                into: list[tuple[tuple[str, ...], dict[str, Any]]] | None = None) -> None:
         changed = {f: now.get(f) for f in TRACKED_FIELDS if now.get(f) != was.get(f)}
         if not changed and now["version"] == was["version"]:
             return
@@ -114,7 +119,7 @@ class RowBuilder:
                **{f"w_{k}": was.get(k) for k in DECIDING_FIELDS},
                "k_id": keep.id if keep is not None else None,
                "k_version": keep.version if keep is not None else None}
-        self.updates.append((keys, row))
+        (self.updates if into is None else into).append((keys, row))
         before = {f: _jsonable(was.get(f)) for f in keys}
         before["version"] = was["version"]
         after = {f: _jsonable(v) for f, v in changed.items()}
@@ -135,7 +140,7 @@ class RowBuilder:
     def update_batches(self) -> list[tuple[tuple[str, ...], list[dict[str, Any]]]]:
         """Consecutive updates with the same columns, one executemany each, in item order."""
         out: list[tuple[tuple[str, ...], list[dict[str, Any]]]] = []
-        for keys, row in self.updates:
+        for keys, row in [*self.restates, *self.updates]:
             if out and out[-1][0] == keys:
                 out[-1][1].append(row)
             else:
