@@ -110,3 +110,31 @@ def test_a_stored_proposal_keeps_its_restate() -> None:
                     restate=True)
     assert Change.from_json(change.to_json()).restate is True
     assert Change.from_json({**change.to_json(), "restate": None}).restate is False
+
+
+def fuller(a: str, b: str) -> tuple[str, float]:
+    """The full dark note holds the short one; dark against light is one attribute."""
+    if "dark" in a and "dark" in b:
+        return ("a_subsumes_b" if len(a) > len(b) else "b_subsumes_a", 0.95)
+    return modes(a, b)
+
+
+def test_a_note_restated_and_retired_in_one_write(app: App, llm_stub: LLMStub) -> None:
+    """The model's fullest dark note takes the short one's date and then loses to light,
+    stated later still, in the same write: the new date is written before the retirement
+    (its UPDATE guards the version the retirement moves)."""
+    add_notes(app, {"id": "full", "content": DARK_FULL, "created_at": days_ago(40)},
+              {"id": "short", "content": DARK, "created_at": days_ago(30)},
+              {"id": "light", "content": LIGHT, "created_at": days_ago(3)})
+    with_stub(app, llm_stub, fuller)
+    run_id = run_phase(app)
+    notes = rows(app)
+    assert notes["light"].status == "active"
+    assert (notes["short"].consolidated_into_id, notes["full"].consolidated_into_id) == (
+        "full", "light")
+    assert _at(notes["full"].created_at) == _at(notes["short"].created_at)
+    with app.uow() as uow:
+        reasons = [r.reason for r in uow.session.query(OperationLogRow).filter_by(
+            entity_id="full", run_id=run_id).order_by(OperationLogRow.id)]
+    assert reasons[0] is not None and reasons[0].endswith(": restated")
+    assert len(reasons) == 2
