@@ -78,8 +78,10 @@ def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: st
         click.echo("no candidates")
     for item in items:
         sim = item.get("similarity")
+        found = item.get("sources") or ["cosine"]  # a pair below the threshold: what found it
         click.echo(f"{item['type']:<13} {'' if sim is None else f'{sim:.3f}':>6}  "
-                   + "  ".join(item["note_ids"]))
+                   + "  ".join(item["note_ids"])
+                   + ("" if found == ["cosine"] else f"  ({', '.join(found)})"))
     if held := held_for_review(app, scope):
         click.echo(_held_line(held, scope))
 
