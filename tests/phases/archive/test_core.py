@@ -31,6 +31,8 @@ READ = replace(_note(idle=1), id="read")
     (_note(idle=89), None),
     (_note(idle=90), None),  # "not accessed within 90 days" means strictly more than 90
     (_note(idle=None, age=91), "stale"),  # never accessed: counts from creation
+    # read 200 days ago, its fact stated again 5 days ago (a note dated at the restatement)
+    (_note(idle=200, age=5), None),
     (_note(idle=1, expires_in=-1), "expired"),
     (_note(idle=1, expires_in=0), "expired"),  # expires_at == now is past
     (_note(idle=1, expires_in=3), None),

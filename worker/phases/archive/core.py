@@ -59,8 +59,11 @@ class ExamplePlan:
 
 
 def idle_since(last_accessed_at: datetime | None, created_at: datetime | None) -> datetime | None:
-    """Never-accessed items count from creation."""
-    return last_accessed_at or created_at
+    """Never-accessed items count from creation; so does one stated again after its last read
+    (a note dated at a later statement of its fact: the restatement is a use)."""
+    if last_accessed_at is None or created_at is None:
+        return last_accessed_at or created_at
+    return max(last_accessed_at, created_at)
 
 
 # A last access this close to the note's creation is the write's own stamp, not a read.
