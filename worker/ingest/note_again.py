@@ -1,10 +1,10 @@
 """A fact an import says again: the note that holds its text is dated at the later statement.
 
 A line under a new id (or none) whose text its scope already holds, live, adds no note
-(``notes._present``). Its date still counts: the fact was stated again then, and a value stated between the two
-statements must not read as newer to a judge. A line above in the same file takes the later
-date before it is inserted (``notes._restated``); a stored note takes it here, under the
-import's lock, logged as an edit (a new version).
+(``notes._present``). Its date still counts: the fact was stated again then, and a value
+stated between the two statements must not read as newer to a judge. A line above in the same
+file takes the later date before it is inserted (``notes._restated``); a stored note takes it
+here, under the import's lock, logged as an edit (a new version).
 """
 
 from __future__ import annotations
