@@ -81,11 +81,11 @@ def fusion_candidates(
     """
     if not 0.0 <= threshold <= 1.0:
         raise Invalid("threshold must be between 0 and 1")
-    from worker.phases.contradictions.service import open_pairs
+    from worker.phases.contradictions.service import open_pairs_read
 
-    live = open_pairs(app, scope)  # embeds what lacks a vector, as below
+    # One read of the scope (every note embedded first) for both kinds of pair.
+    live, snap = open_pairs_read(app, scope)
     with app.uow() as uow:
-        snap = uow.notes.load_scope(scope)
         run = uow.run_history.latest_finished(scope)
         steps = uow.runs.steps(run.id) if run is not None else []
         notes = snap.notes

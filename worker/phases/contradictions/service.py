@@ -366,7 +366,14 @@ def open_pairs(app: Any, scope: Scope, limit: int | None = None) -> list[dict[st
     then most similar). Each item: a, b (note ids), similarity, fingerprint (ids + versions; pass
     it back with a verdict so a note changed meanwhile is detected), sources.
     """
-    loaded = load_candidates(app, _host_snapshot(app, scope), [])
+    return open_pairs_read(app, scope, limit)[0]
+
+
+def open_pairs_read(app: Any, scope: Scope, limit: int | None = None,
+                    ) -> tuple[list[dict[str, Any]], Any]:
+    """``open_pairs`` and the scope as it read it (a ``ScopeSnapshot``)."""
+    snap = _host_snapshot(app, scope)
+    loaded = load_candidates(app, snap, [])
     out: list[dict[str, Any]] = []
     for pair in loaded.pairs:
         relation, _ = rule_verdict(loaded.notes[pair.a_id], loaded.notes[pair.b_id])
@@ -377,4 +384,4 @@ def open_pairs(app: Any, scope: Scope, limit: int | None = None) -> list[dict[st
                     "sources": list(pair.sources)})
         if limit is not None and len(out) >= limit:
             break
-    return out
+    return out, snap.notes
