@@ -51,9 +51,11 @@ def test_a_later_import_that_says_it_again_dates_the_stored_note(app: App) -> No
         (entry,) = uow.session.query(OperationLogRow).filter_by(entity_id=tea.id).all()
     assert entry.reason == "import: stated again"
     assert entry.before is not None and entry.before["created_at"].startswith("2025-01-01")
-    # The same file again, or an older statement of the fact, changes nothing.
+    # The same file again, an older statement of the fact, or a line with no date of its own
+    # (the import's time), changes nothing.
     import_notes(app, [_line(TEA, 3)])
     import_notes(app, [_line(TEA, 2, 15)])
+    assert import_notes(app, [json.dumps({"agent_id": "agent-1", "content": TEA})]).restated == 0
     again = _by_text(app)[TEA]
     assert (_month(again), again.version) == (3, 2)
 

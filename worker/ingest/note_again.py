@@ -22,9 +22,9 @@ _LIVE = frozenset({"active", "pending"})
 def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[str],
                    now: datetime) -> int:
     """Each stored live note whose text a live line left out says, dated at the latest such
-    line dated after it; ``known``: the ids inserted now or stored before (a line of a stored
-    id is that note, not a statement of it again). One read per scope; how many notes were
-    re-dated."""
+    line dated after it; ``known``: the lines to pass over (inserted now; of a stored id, which
+    is that note, not a statement of it again; without a date of their own). One read per
+    scope; how many notes were re-dated."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         if r["id"] in known or r["status"] not in _LIVE:

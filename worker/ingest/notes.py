@@ -195,6 +195,7 @@ class _Lines:
     first_line: dict[str, tuple[int, str, str]] = field(default_factory=dict)
     anonymous: set[str] = field(default_factory=set)  # ids made up here: the line had none
     stored: set[str] = field(default_factory=set)  # the lines' ids the store already holds
+    undated: set[str] = field(default_factory=set)  # lines without created_at (the import's time)
     lineage: dict[str, Edges] = field(default_factory=dict)
     apart: dict[str, list[list[str]]] = field(default_factory=dict)  # ``kept_apart`` sets
 
@@ -217,8 +218,9 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
         hold_scopes(uow.session, {r["scope_key"] for r in parsed.rows})
         fresh = _planned(uow, parsed, planned)  # a subset of ``planned``: embedded already
         edges = lineage_rows(uow, fresh, parsed.lineage, line_of)
-        result.restated = restate_stored(uow, parsed.rows, {r["id"] for r in fresh} | parsed.stored,
-                                         utcnow())
+        # A line without a date says nothing of when the fact was said again.
+        result.restated = restate_stored(
+            uow, parsed.rows, {r["id"] for r in fresh} | parsed.stored | parsed.undated, utcnow())
         for start in range(0, len(fresh), 5000):
             uow.notes.insert_many(fresh[start : start + 5000])
         for start in range(0, len(edges), 5000):  # after the notes: their foreign keys
@@ -250,6 +252,8 @@ def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
         edges = row.pop("lineage")
         if obj.get("id") is None:
             parsed.anonymous.add(row["id"])
+        if obj.get("created_at") is None:
+            parsed.undated.add(row["id"])
         first = parsed.first_line.setdefault(
             row["id"], (number, row["scope_key"], row["content_hash"]))
         if first[1:] != (row["scope_key"], row["content_hash"]):
