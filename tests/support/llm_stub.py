@@ -26,10 +26,11 @@ a dict/list (sent as the JSON reply content), a str (sent as raw content, e.g. b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -169,7 +170,8 @@ class _Handler(BaseHTTPRequestHandler):
         req = StubRequest(self.path, body, {k.lower(): v for k, v in self.headers.items()})
         with self.stub._lock:
             self.stub.requests.append(req)
-        status, payload, headers = self.stub._answer(req)
+        with self.stub.answering():
+            status, payload, headers = self.stub._answer(req)
         resp = self.stub._last_response.get(id(req))
         if resp is not None and resp.raw_body is not None:
             data = resp.raw_body.encode()
@@ -213,6 +215,8 @@ class LLMStub:
         self._last_response: dict[int, StubResponse] = {}  # per request being answered
         self.embeddings_response: StubResponse | None = None
         self.url = ""
+        self.in_flight = 0
+        self.peak_in_flight = 0  # the most requests ever being answered at once
         # /v1/files and /v1/batches; each batch line is answered by the handler (_answer_line).
         self.batches = BatchEndpoints(self._answer_line, StubRequest)
 
@@ -230,6 +234,18 @@ class LLMStub:
             self._handler = from_fake
         else:
             self._handler = handler
+
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """Counts one request in flight while its answer is made (``peak_in_flight``)."""
+        with self._lock:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
     def chat_requests(self) -> list[StubRequest]:
         return [r for r in self.requests if r.path.endswith("/chat/completions")]

@@ -341,9 +341,8 @@ def test_over_consolidated_member_is_rederived_from_its_original_notes(
 
 
 def test_clusters_are_asked_concurrently(sqlite_app: App, llm_stub: LLMStub) -> None:
-    """Three clusters with a 0.6 s model each finish in well under 3 × 0.6 s (llm_concurrency)."""
-    import time
-
+    """Three clusters are asked at once (llm_concurrency 4): the stub holds each answer until all
+    three questions are in flight, so asked one by one the peak would stay at 1."""
     app = sqlite_app
     topics = [
         ["User prefers dark mode in the code editor", "User prefers dark mode in the editor",
@@ -354,11 +353,18 @@ def test_clusters_are_asked_concurrently(sqlite_app: App, llm_stub: LLMStub) -> 
          "Team deploys every backend service on Kubernetes"],
     ]
     add_notes(app, *(n for k, t in enumerate(topics) for n in _notes(t, prefix=f"t{k}-")))
-    _use_stub(app, llm_stub, FakeLLM(rules=[FakeRule(reply=REFUSE, latency=0.6)]))
-    started = time.monotonic()
+    all_asked = threading.Event()
+
+    def refuse_once_all_are_asked(req: Any) -> Any:
+        if llm_stub.in_flight >= 3:
+            all_asked.set()
+        all_asked.wait(5)
+        return REFUSE
+
+    _use_stub(app, llm_stub, refuse_once_all_are_asked)
     result = _run(app)
     assert result["out"]["clusters_refused"] == 3
-    assert time.monotonic() - started < 1.5
+    assert llm_stub.peak_in_flight == 3 and all_asked.is_set()
 
 
 def test_blast_radius_guard_stops_merges_without_force(sqlite_app: App, llm_stub: LLMStub) -> None:
