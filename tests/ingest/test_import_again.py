@@ -41,6 +41,16 @@ def test_a_line_below_that_says_it_again_dates_the_note(app: App) -> None:
     assert (notes[TEA].write_seq or 0) > (notes[COFFEE].write_seq or 0)
 
 
+def test_a_line_below_without_a_date_dates_nothing(app: App) -> None:
+    """An undated line is stamped with the import's time, which is no statement's date: the
+    note above keeps its own, as a stored note does (below)."""
+    undated = json.dumps({"agent_id": "agent-1", "content": TEA})
+    result = import_notes(app, [_line(TEA, 1), _line(COFFEE, 2), undated])
+    assert (result.inserted, result.duplicates) == (2, 1)
+    notes = _by_text(app)
+    assert (_month(notes[TEA]), notes[TEA].created_at.year) == (1, 2025)
+
+
 def test_a_later_import_that_says_it_again_dates_the_stored_note(app: App) -> None:
     import_notes(app, [_line(TEA, 1), _line(COFFEE, 2)])
     result = import_notes(app, [_line(TEA, 3)])

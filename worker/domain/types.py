@@ -206,7 +206,12 @@ _BEFORE_ALL = datetime.min.replace(tzinfo=UTC)
 def said_order(note: Note) -> tuple[datetime, int]:
     """A sort key, earliest statement first: ``created_at``, then, between notes stated at one
     same time, the order the store recorded them in (``write_seq``; unknown sorts first)."""
-    return note.created_at or _BEFORE_ALL, note.write_seq or 0
+    return said_key(note.created_at, note.write_seq)
+
+
+def said_key(created_at: datetime | None, write_seq: int | None) -> tuple[datetime, int]:
+    """``said_order`` of a statement known by its date and recorded order (a row, a line)."""
+    return created_at or _BEFORE_ALL, write_seq or 0
 
 
 def recorded_later(a: Note, b: Note) -> bool | None:

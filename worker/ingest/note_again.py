@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from worker.domain.types import Scope
+from worker.domain.types import Scope, said_key
 from worker.store.uow import UnitOfWork
 
 _LIVE = frozenset({"active", "pending"})
@@ -50,4 +50,4 @@ def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[s
 
 
 def _said(row: dict[str, Any]) -> tuple[datetime, int]:
-    return row["created_at"], row["write_seq"] or 0
+    return said_key(row["created_at"], row["write_seq"])

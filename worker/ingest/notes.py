@@ -18,7 +18,7 @@ import numpy as np
 from worker.app import App
 from worker.clock import next_write_seq, utcnow
 from worker.domain.limits import BIGINT_MAX, INT_MAX, NOTE_CHARS_MAX, ident_problem, visible_problem
-from worker.domain.types import NoteStatus, NoteType, Protection, Scope, content_hash
+from worker.domain.types import NoteStatus, NoteType, Protection, Scope, content_hash, said_key
 from worker.ingest.fields import (
     choice,
     opt_number,
@@ -327,7 +327,8 @@ def _fresh(uow: UnitOfWork, parsed: _Lines, stored_ids: set[str],
         kept: dict[str, dict[str, Any]] = {}  # content hash → its first live line's row
         for r in group:
             if r["id"] in seen or _present(r, parsed, named, stored, earlier):
-                _restated(kept.get(r["content_hash"]), r)
+                if r["id"] not in parsed.undated:  # the import's time is no statement's date
+                    _restated(kept.get(r["content_hash"]), r)
                 continue
             seen.add(r["id"])
             earlier.setdefault(r["content_hash"], set()).add(r["status"])
@@ -343,8 +344,8 @@ def _restated(first: dict[str, Any] | None, again: dict[str, Any]) -> None:
     value stated between the two read as newer to every judge."""
     if first is None or again["status"] not in _LIVE:
         return
-    if (again["created_at"], again["write_seq"] or 0) > (first["created_at"],
-                                                          first["write_seq"] or 0):
+    if said_key(again["created_at"], again["write_seq"]) > said_key(first["created_at"],
+                                                                   first["write_seq"]):
         first["created_at"], first["write_seq"] = again["created_at"], again["write_seq"]
 
 

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from worker.domain.types import NoteStatus, Protection, protection_rank
+from worker.domain.types import NoteStatus, Protection, protection_rank, said_key
 from worker.phases.kit.changes import Change, ChangeKind, ItemResult, ItemStatus
 from worker.safety.guard import protection_refusal, share_refusal
 
 State = dict[str, dict[str, Any]]
-_BEFORE_ALL = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -202,7 +201,7 @@ def restate(into: dict[str, Any], members: Sequence[dict[str, Any]]) -> None:
 
 
 def _said(row: dict[str, Any]) -> tuple[datetime, int]:
-    return row.get("created_at") or _BEFORE_ALL, row.get("write_seq") or 0
+    return said_key(row.get("created_at"), row.get("write_seq"))
 
 
 def _not_before(created: datetime | None, when: datetime) -> datetime:
