@@ -92,3 +92,22 @@ def test_the_cli_says_how_many_stored_notes_were_said_again(app: App) -> None:
     assert out.exit_code == 0, out.output
     assert out.stdout.strip() == ("read 1 notes: 0 added, 1 already present (1 stored note said "
                                   "again later: dated at the later statement)")
+
+
+def test_redating_thirty_stored_notes_takes_as_many_statements_as_three(app: App) -> None:
+    """The stored notes an import says again are dated in one locked read, one UPDATE batch and
+    one log insert for their scope, not three statements each."""
+    from tests.support.sql import recorded_statements
+
+    counts = []
+    for n in (3, 30):
+        facts = [f"The user keeps fact number {k} of batch {n} in mind" for k in range(n)]
+        import_notes(app, [_line(f, 1) for f in facts])
+        with recorded_statements(app) as statements:
+            assert import_notes(app, [_line(f, 3) for f in facts]).restated == n
+        counts.append(len(statements))
+        with app.uow() as uow:
+            logged = uow.session.query(OperationLogRow).filter_by(
+                reason="import: stated again").count()
+        assert logged == (3 if n == 3 else 33)
+    assert counts[0] == counts[1], counts

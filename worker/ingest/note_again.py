@@ -4,7 +4,7 @@ A line under a new id (or none) whose text its scope already holds, live, adds n
 (``notes._present``). Its date still counts: the fact was stated again then, and a value
 stated between the two statements must not read as newer to a judge. A line above in the same
 file takes the later date before it is inserted (``notes._restated``); a stored note takes it
-here, under the import's lock, logged as an edit (a new version).
+here, under the import's lock, logged as an edit (a new version), in one batch per scope.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from worker.domain.types import Scope, said_key
+from worker.errors import Conflict
+from worker.phases.kit.rows import RowBuilder
 from worker.store.uow import UnitOfWork
 
 _LIVE = frozenset({"active", "pending"})
@@ -23,8 +25,8 @@ def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[s
                    now: datetime) -> int:
     """Each stored live note whose text a live line left out says, dated at the latest such
     line dated after it; ``known``: the lines to pass over (inserted now; of a stored id, which
-    is that note, not a statement of it again; without a date of their own). One read per
-    scope; how many notes were re-dated."""
+    is that note, not a statement of it again; without a date of their own). Per scope one read, one locked read, one
+    UPDATE batch and one log insert; how many notes were re-dated."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         if r["id"] in known or r["status"] not in _LIVE:
@@ -37,16 +39,35 @@ def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[s
         by_scope.setdefault(scope_key, []).append(content_hash)
     moved = 0
     for scope_key, hashes in by_scope.items():
-        for note in uow.notes.live_with_hashes(Scope.from_key(scope_key), hashes):
-            line = latest[(scope_key, note.content_hash)]
-            # Later by its date: a line of the same date is the same statement imported
-            # again (its recorded order is only this import's), and re-importing a file
-            # changes nothing.
-            if note.created_at is None or line["created_at"] > note.created_at:
-                moved += uow.notes.change(note, run_id=None, reason="import: stated again",
-                                          now=now, created_at=line["created_at"],
-                                          write_seq=line["write_seq"])
+        # Later by its date: a line of the same date is the same statement imported again (its
+        # recorded order is only this import's), and re-importing a file changes nothing.
+        later = [(n.id, latest[(scope_key, n.content_hash)])
+                 for n in uow.notes.live_with_hashes(Scope.from_key(scope_key), hashes)
+                 if n.created_at is None
+                 or latest[(scope_key, n.content_hash)]["created_at"] > n.created_at]
+        moved += _redate(uow, Scope.from_key(scope_key), later, now)
     return moved
+
+
+def _redate(uow: UnitOfWork, scope: Scope, later: list[tuple[str, dict[str, Any]]],
+            now: datetime) -> int:
+    """Each note dated at its line's statement, a new version logged as an edit: one locked
+    read, one UPDATE batch and one log insert for the scope."""
+    if not later:
+        return 0
+    state = uow.writes.lock_state(i for i, _ in later)
+    if len(state) != len(later):
+        raise Conflict("a note changed during the import; nothing was imported, run it again")
+    rows = RowBuilder(scope, None, now, state, None, {})
+    for note_id, line in later:
+        rows.set_fields(note_id, {"created_at": line["created_at"],
+                                  "write_seq": line["write_seq"]}, "import: stated again")
+    for keys, batch in rows.update_batches():
+        if uow.writes.update_notes(keys, batch) != len(batch):
+            raise Conflict("a note changed during the import; nothing was imported, "
+                                 "run it again")
+    uow.writes.add_log(rows.log)
+    return len(later)
 
 
 def _said(row: dict[str, Any]) -> tuple[datetime, int]:
