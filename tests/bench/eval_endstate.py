@@ -239,15 +239,21 @@ def _host_judges(app: Any, scope: Any, gold: dict[str, GoldNote], figures: HostF
             if any(f is None for f in facts):
                 continue
             figures.offered += 1
-            ids = [r["id"] for r in records]
-            versions = {r["id"]: r["version"] for r in records}
+            by_slot: dict[str, list[dict[str, Any]]] = {}
+            for r, f in zip(records, facts, strict=True):
+                by_slot.setdefault(f.slot if f else "", []).append(r)
+            # A topic's notes of one attribute fused; once each attribute holds one, all kept
+            # apart (a pair or a cluster is one attribute, or several kept apart).
+            groups = [g for g in by_slot.values() if len(g) > 1]
             try:
-                if len({f.slot for f in facts if f}) == 1:
-                    last = max(records, key=lambda r: (r["created_at"], r["write_seq"] or 0))
-                    fuse(app, ids, last["content"], source_versions=versions)
+                for group in groups:
+                    last = max(group, key=lambda r: (r["created_at"], r["write_seq"] or 0))
+                    fuse(app, [r["id"] for r in group], last["content"],
+                         source_versions={r["id"]: r["version"] for r in group})
                     figures.fused += 1
-                else:
-                    keep_apart(app, ids, source_versions=versions)
+                if not groups:
+                    keep_apart(app, [r["id"] for r in records],
+                               source_versions={r["id"]: r["version"] for r in records})
                     figures.kept_apart += 1
                 acted += 1
             except HostError:

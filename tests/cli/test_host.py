@@ -136,11 +136,12 @@ def test_api_refuses_to_start_with_tokens_that_let_no_one_in(db: App) -> None:
 
 def _open_items(url: str) -> list[tuple[str, list[str]]]:
     """The run and notes of each open item `dream candidates` lists (no similar pair reaches
-    the threshold 1; the pairs a dream would ask about, as the scope stands, are no run's)."""
+    the threshold 1; the pairs a dream would ask about, as the scope stands, and the small
+    scope's topic are no run's)."""
     out = dream(url, "candidates", "--agent", "agent-1", "--threshold", "1", "--json")
     assert out.exit_code == 0, out.output
     return [(c["run_id"], sorted(c["note_ids"])) for c in json.loads(out.stdout)["candidates"]
-            if c["type"] != "pair"]
+            if c["type"] not in ("pair", "topic")]
 
 
 def _dream(url: str) -> str:
@@ -225,7 +226,8 @@ def test_candidates_leave_out_notes_an_open_review_item_would_change(db: App) ->
         f"left out: 2 notes that open review item {item} would change "
         f"(`dream review show {item} --agent agent-1`)"), text.stdout
     host_sets(db, "t1", version=2)  # the host edited it: the item is stale
-    assert sorted(pairs()) == [["a", "b"], ["t1", "t2"]]
+    # Offered again, and with them the small scope's topic (a-t1 and the others: no pair item).
+    assert sorted(pairs()) == [["a", "b"], ["a", "b", "t1", "t2"], ["t1", "t2"]]
     assert "left out" not in dream(url, "candidates", "--agent", "agent-1").stdout
 
 

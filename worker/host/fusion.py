@@ -25,6 +25,7 @@ from worker.domain.types import (
 from worker.host.errors import Conflict, Invalid, NotFound
 from worker.host.records import note_record
 from worker.host.remember import canonical_type
+from worker.host.topic import topic_item
 from worker.phases.consolidate.core import (
     clusterable,
     fused_fields,
@@ -71,7 +72,8 @@ def fusion_candidates(
     """Similar active pairs of the scope (most similar first), then the contradictions phase's
     candidate pairs no rule settles as the scope stands now (``open_pairs``: what a dream would
     ask a model about), each pair with the ``sources`` that found it, plus the open items of
-    its latest run.
+    its latest run; last, in a small scope, its short notes as one topic (``topic_item``: what
+    a dream's model is asked about whole).
 
     Excludes pairs/clusters holding two notes kept apart (a host's "keep apart", a reviewer's
     declined merge, revocation or flag) or already fused at their current versions,
@@ -84,7 +86,7 @@ def fusion_candidates(
     from worker.phases.contradictions.service import open_pairs_read
 
     # One read of the scope (every note embedded first) for both kinds of pair.
-    live, snap = open_pairs_read(app, scope)
+    live, snap, loaded = open_pairs_read(app, scope)
     with app.uow() as uow:
         run = uow.run_history.latest_finished(scope)
         steps = uow.runs.steps(run.id) if run is not None else []
@@ -111,17 +113,10 @@ def fusion_candidates(
         hidden |= {fp for fp, g in zip(fps, groups, strict=True) if any(n.id in held for n in g)}
     seen: set[str] = set()
     out = _pair_items(pairs, fps, notes, sources, hidden, seen)
-    for (meta, group), fp in zip(open_items, fps[len(pairs):], strict=True):
-        if fp in hidden or fp in seen:
-            continue
-        seen.add(fp)
-        item: dict[str, Any] = {"type": meta["type"], "note_ids": [n.id for n in group],
-                                "records": [note_record(n) for n in group],
-                                "similarity": meta.get("similarity"), "reason": meta.get("reason"),
-                                "run_id": meta["run_id"], "step_id": meta["step_id"]}
-        if len(group) == 2:
-            item["record_a"], item["record_b"] = item["records"]
-        out.append(item)
+    out += _run_items(open_items, fps[len(pairs):], hidden, seen)
+    topic = topic_item(loaded.small, by_id, (n for n in notes if offered(n) and n.id not in held),
+                       loaded.apart, (item["note_ids"] for item in out), MAX_SOURCE_IDS)
+    out += [topic] if topic is not None else []
     return out[:limit] if limit is not None else out
 
 
@@ -139,6 +134,25 @@ def _pair_items(pairs: list[tuple[int, int, float]], fps: list[str], notes: list
         out.append({"type": "pair", "note_ids": [notes[i].id, notes[j].id],
                     "record_a": note_record(notes[i]), "record_b": note_record(notes[j]),
                     "similarity": round(sim, 4), "sources": sources[(i, j)]})
+    return out
+
+
+def _run_items(open_items: list[tuple[dict[str, Any], list[Note]]], fps: list[str],
+               hidden: set[str], seen: set[str]) -> list[dict[str, Any]]:
+    """The latest run's open items as listed, but those ``hidden`` or listed (``seen``: this
+    adds to it)."""
+    out: list[dict[str, Any]] = []
+    for (meta, group), fp in zip(open_items, fps, strict=True):
+        if fp in hidden or fp in seen:
+            continue
+        seen.add(fp)
+        item: dict[str, Any] = {"type": meta["type"], "note_ids": [n.id for n in group],
+                                "records": [note_record(n) for n in group],
+                                "similarity": meta.get("similarity"), "reason": meta.get("reason"),
+                                "run_id": meta["run_id"], "step_id": meta["step_id"]}
+        if len(group) == 2:
+            item["record_a"], item["record_b"] = item["records"]
+        out.append(item)
     return out
 
 

@@ -86,6 +86,8 @@ class Loaded:
     # Pairs no answer may join into one attribute: judged independent before at their
     # current versions, or kept apart by a host or a reviewer (neither retires the other).
     apart: set[frozenset[str]] = field(default_factory=set)
+    # ``host``: a small scope's short notes, which a dream's model is asked about whole.
+    small: tuple[str, ...] = ()
 
 
 def _snapshot(ctx: PhaseContext) -> tuple[ScopeLoad, list[list[str]]]:
@@ -116,7 +118,8 @@ def _host_snapshot(app: Any, scope: Scope) -> PhaseSnapshot:
 
 
 def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
-                    clusters: list[list[str]], *, model: bool = False) -> Loaded:
+                    clusters: list[list[str]], *, model: bool = False,
+                    host: bool = False) -> Loaded:
     """The candidate search over the phase's one load, with no transaction open.
 
     Candidates: cosine neighbours at the threshold ∪ clusters this run's consolidation did
@@ -140,9 +143,9 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     terms = shared_term_pairs(texts, TermSettings(max_notes=s.term_max_notes), snap.vectors,
                               s.term_min_similarity, words=words)
     cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
-    whole = small_scope(words, snap.notes, s.small_scope_notes) if model else []
+    whole = small_scope(words, snap.notes, s.small_scope_notes) if model or host else []
     edges = union_edges(snap.vectors, cosine, cluster_rows, frames.pairs, terms, contained,
-                        whole)
+                        whole if model else [])
     counters: dict[str, Any] = {
         f"candidates_{k}": v for k, v in source_counts(edges).items()}
     counters["generic_frames_skipped"] = frames.generic_frames
@@ -162,9 +165,10 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
                and frozenset(r.note_ids) not in apart]
     held_back = _still_pending(pending, notes)
     counters["retirements_held_back"] = len(held_back)
-    swept = len({n for pair in whole for n in pair})
-    return Loaded(notes, pairs, counters, held_back, phase_snap.journal, swept, late,
-                  apart | _judged_apart(memory, notes))
+    swept = sorted({n for pair in whole for n in pair})
+    return Loaded(notes, pairs, counters, held_back, phase_snap.journal,
+                  len(swept) if model else 0, late, apart | _judged_apart(memory, notes),
+                  tuple(snap.notes[r].id for r in swept) if host else ())
 
 
 def _judged_apart(memory: Any, notes: dict[str, Note]) -> set[frozenset[str]]:
@@ -370,10 +374,10 @@ def open_pairs(app: Any, scope: Scope, limit: int | None = None) -> list[dict[st
 
 
 def open_pairs_read(app: Any, scope: Scope, limit: int | None = None,
-                    ) -> tuple[list[dict[str, Any]], Any]:
-    """``open_pairs`` and the scope as it read it (a ``ScopeSnapshot``)."""
+                    ) -> tuple[list[dict[str, Any]], Any, Loaded]:
+    """``open_pairs``, the scope as it read it (a ``ScopeSnapshot``) and its candidates."""
     snap = _host_snapshot(app, scope)
-    loaded = load_candidates(app, snap, [])
+    loaded = load_candidates(app, snap, [], host=True)
     out: list[dict[str, Any]] = []
     for pair in loaded.pairs:
         relation, _ = rule_verdict(loaded.notes[pair.a_id], loaded.notes[pair.b_id])
@@ -384,4 +388,4 @@ def open_pairs_read(app: Any, scope: Scope, limit: int | None = None,
                     "sources": list(pair.sources)})
         if limit is not None and len(out) >= limit:
             break
-    return out, snap.notes
+    return out, snap.notes, loaded
