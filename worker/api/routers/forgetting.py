@@ -16,7 +16,8 @@ router = APIRouter(prefix="/api/forgetting", tags=["forgetting"])
 
 @router.post("/fusion-candidates")
 def candidates(body: CandidatesIn, who: Caller, app: DreamApp) -> dict[str, Any]:
-    """Similar pairs of a scope, the pairs a dream would ask a model about, open items."""
+    """Similar pairs of a scope, the pairs a dream would ask a model about, open items, and a
+    small scope's short notes as one topic (fuse each attribute's notes, keep the rest apart)."""
     scope = scope_for(who, body.scope)
     ensure_scope_known(app, scope)
     return {"candidates": fusion_candidates(app, scope, body.threshold, body.limit)}
