@@ -193,9 +193,11 @@ def test_candidates_at_threshold_one_list_every_pair_of_identical_vectors(app: A
     out = dream(app.settings.database_url, "candidates", "--agent", "agent-1", "--threshold",
                 "1", "--json")
     assert out.exit_code == 0, out.output
-    listed = [(c["type"], sorted(c["note_ids"])) for c in json.loads(out.stdout)["candidates"]
-              if c.get("sources") == ["cosine"]]  # beside them: one frame, another number
-    assert sorted(listed) == [("pair", [f"n{k:02d}a", f"n{k:02d}b"]) for k in range(12)]
+    # Beside them: one frame, another number; chained, a topic lists its pairs.
+    items = json.loads(out.stdout)["candidates"]
+    pairs = [p for c in items for p in (c["pairs"] if c["type"] == "topic" else [c])]
+    listed = [sorted(p["note_ids"]) for p in pairs if p["sources"] == ["cosine"]]
+    assert sorted(listed) == [[f"n{k:02d}a", f"n{k:02d}b"] for k in range(12)]
 
 
 def test_candidates_leave_out_notes_an_open_review_item_would_change(db: App) -> None:

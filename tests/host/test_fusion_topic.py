@@ -1,5 +1,5 @@
 """`fusion_candidates` lists a small scope's short notes as one ``"topic"`` item, as a dream's
-model is asked about them whole.
+model is asked about them whole, and pairs chained by shared notes as one ``"topic"`` too.
 
 Before, two statements of one attribute that share no word and no sentence frame
 ("Deployments go out on Tuesdays" / "The team ships releases on Thursdays") never reached a
@@ -59,6 +59,7 @@ def test_the_hosts_answer_settles_the_topic(app: App) -> None:
     add_notes(app, {"id": "coffee", "content": "The user drinks espresso after lunch"})
     (again,) = _topics(app)
     assert sorted(again["note_ids"]) == sorted([fused, "tea", "coffee"])
+    assert [sorted(p) for p in again["kept_apart"]] == [sorted([fused, "tea"])]  # settled
 
 
 def test_pairs_kept_apart_or_listed_leave_no_topic(app: App) -> None:
@@ -102,3 +103,45 @@ def test_a_topic_is_never_more_than_one_fuse_may_name() -> None:
     small = sorted(notes)
     assert topic_item(small, notes, notes.values(), set(), [], 4) is not None
     assert topic_item(small, notes, notes.values(), set(), [], 3) is None
+
+
+def test_pairs_chained_by_a_note_are_one_topic(app: App) -> None:
+    """One attribute's history, its versions worded two ways: judged pair by pair, a host fused
+    each way into its own latest statement and the two survivors never met. Listed as one
+    topic, the host fuses them all into the statement said last."""
+    add_notes(app, {"id": "f1", "content": "The user always flies business class",
+                    "created_at": days_ago(40)},
+              {"id": "b1", "content": "The user always books business class",
+               "created_at": days_ago(30)},
+              {"id": "b2", "content": "The user always books economy class",
+               "created_at": days_ago(20)},
+              {"id": "f2", "content": "The user always flies premium economy class once more",
+               "created_at": days_ago(10)})
+    app.settings.contradictions.small_scope_notes = 0  # only the chain's topic
+    (topic,) = fusion_candidates(app, SCOPE, limit=None)
+    assert topic["type"] == "topic" and topic["note_ids"] == ["b1", "b2", "f1", "f2"]
+    assert all(len(p["note_ids"]) == 2 and p["sources"] for p in topic["pairs"])
+    last = max(topic["records"], key=lambda r: (r["created_at"], r["write_seq"] or 0))
+    assert last["id"] == "f2"
+    fuse(app, topic["note_ids"], last["content"])
+    assert fusion_candidates(app, SCOPE, limit=None) == []
+
+
+def test_a_chain_longer_than_a_topic_splits_along_its_weakest_pair() -> None:
+    from worker.host.topic import chained
+
+    def pair(a: str, b: str, sim: float) -> dict[str, Any]:
+        return {"type": "pair", "note_ids": [a, b], "similarity": sim, "sources": ["cosine"],
+                "record_a": {"id": a}, "record_b": {"id": b}}
+
+    items = [pair("a", "b", 0.9), pair("x", "y", 0.85), pair("b", "c", 0.8),
+             pair("c", "d", 0.3), pair("d", "e", 0.7), pair("e", "f", 0.6)]
+    out = chained(items, 3, set())
+    assert [(o["type"], o["note_ids"]) for o in out] == [
+        ("topic", ["a", "b", "c"]), ("pair", ["x", "y"]), ("pair", ["c", "d"]),
+        ("topic", ["d", "e", "f"])]
+    assert [p["note_ids"] for p in out[0]["pairs"]] == [["a", "b"], ["b", "c"]]
+    assert chained(items[:2], 8, set()) == items[:2]  # no note shared: pairs stay pairs
+    # Two notes kept apart are never offered together: their group's pairs stay pairs.
+    assert [o["type"] for o in chained(items, 3, {frozenset(("a", "c"))})] == [
+        "pair", "pair", "pair", "pair", "topic"]

@@ -60,9 +60,10 @@ def _scope(agent: str, user: str | None, company: str | None) -> Scope:
 @user_errors
 def candidates_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
                    threshold: float, limit: int, as_json: bool) -> None:
-    """Fusion candidates of one scope: similar pairs, the pairs a dream would ask a model about,
-    the open items of its latest run, then, in a small scope, its short notes as one topic
-    (fuse the notes of one attribute, keep the rest apart).
+    """Fusion candidates of one scope: similar pairs, the pairs a dream would ask a model about
+    (pairs chained by shared notes as one topic), the open items of its latest run, then, in a
+    small scope, its short notes as one topic (fuse the notes of one attribute, keep the rest
+    apart).
 
     A note an open review item would change is left out until the item is decided; the last
     line names those items."""

@@ -25,7 +25,7 @@ from worker.domain.types import (
 from worker.host.errors import Conflict, Invalid, NotFound
 from worker.host.records import note_record
 from worker.host.remember import canonical_type
-from worker.host.topic import topic_item
+from worker.host.topic import chained, topic_item
 from worker.phases.consolidate.core import (
     clusterable,
     fused_fields,
@@ -72,8 +72,8 @@ def fusion_candidates(
     """Similar active pairs of the scope (most similar first), then the contradictions phase's
     candidate pairs no rule settles as the scope stands now (``open_pairs``: what a dream would
     ask a model about), each pair with the ``sources`` that found it, plus the open items of
-    its latest run; last, in a small scope, its short notes as one topic (``topic_item``: what
-    a dream's model is asked about whole).
+    its latest run; pairs chained by shared notes as one topic (``chained``), and last, in a
+    small scope, its short notes as one (``topic_item``): what a dream's model is asked about.
 
     Excludes pairs/clusters holding two notes kept apart (a host's "keep apart", a reviewer's
     declined merge, revocation or flag) or already fused at their current versions,
@@ -112,7 +112,8 @@ def fusion_candidates(
         held = held_notes(uow, scope)
         hidden |= {fp for fp, g in zip(fps, groups, strict=True) if any(n.id in held for n in g)}
     seen: set[str] = set()
-    out = _pair_items(pairs, fps, notes, sources, hidden, seen)
+    out = chained(_pair_items(pairs, fps, notes, sources, hidden, seen),
+                  app.settings.contradictions.topic_size, apart | loaded.apart)
     out += _run_items(open_items, fps[len(pairs):], hidden, seen)
     topic = topic_item(loaded.small, by_id, (n for n in notes if offered(n) and n.id not in held),
                        loaded.apart, (item["note_ids"] for item in out), MAX_SOURCE_IDS)

@@ -1,6 +1,12 @@
-"""A small scope's short notes as one ``"topic"`` item of a host's candidate listing.
+"""Topics in a host's candidate listing, as a dream's own model is asked about them.
 
-A dream's own model is asked about a small scope whole (``contradictions.whole``): every pair
+Pairs chained by shared notes (one attribute's history: "flies business class", "books
+business class", "flies premium economy class once more") are one ``"topic"`` item, as a
+dream groups its candidate pairs (``similarity.topics``): judged pair by pair, a host fused
+each end of the chain into its own latest statement, and the two survivors, worded apart,
+never met again.
+
+A small scope's short notes are one ``"topic"`` item too. A dream's own model is asked about a small scope whole (``contradictions.whole``): every pair
 of its short notes is a candidate, so two statements of one attribute that share no word and
 no frame still meet. A host's model gets the same question here: the notes of the scope that
 some pair, not kept apart and not listed as a pair or an item already, joins. It fuses the
@@ -15,11 +21,50 @@ from typing import Any
 
 from worker.domain.types import Note
 from worker.host.records import note_record
+from worker.similarity.topics import topics
 
 SOURCE = "small_scope"
 REASON = ("a small scope's short notes, asked about whole as a dream's model is: fuse the notes "
-          "that state one attribute (a changed value into the statement said last) and keep the "
-          "rest apart")
+          "that state one attribute (a changed value into the statement said last; never two "
+          "of kept_apart) and keep the rest apart")
+CHAINED = ("pairs chained by shared notes, asked about together as a dream's model is: fuse the "
+           "notes that state one attribute (a changed value into the statement said last) and "
+           "keep the rest apart")
+
+
+def chained(items: list[dict[str, Any]], max_size: int,
+            apart: set[frozenset[str]]) -> list[dict[str, Any]]:
+    """``items`` (pair items) with each group of at least three notes their pairs chain
+    (``similarity.topics``: at most ``max_size`` notes, split along the weakest links) as one
+    topic item, where its first pair was; a pair across two groups stays a pair item, and so do
+    the pairs of a group holding two notes kept apart (``apart``: never offered together)."""
+    edges = [(it["note_ids"][0], it["note_ids"][1], float(it["similarity"])) for it in items]
+    groups = [g for g in topics({n for a, b, _ in edges for n in (a, b)}, edges, max(2, max_size))
+              if len(g) > 2 and not any(frozenset((a, b)) in apart
+                                        for k, a in enumerate(g) for b in g[k + 1:])]
+    group_of = {n: k for k, g in enumerate(groups) for n in g}
+    members: dict[int, list[dict[str, Any]]] = {}
+    out: list[dict[str, Any]] = []
+    for it in items:
+        a, b = it["note_ids"]
+        k = group_of.get(a)
+        if k is None or group_of.get(b) != k:
+            out.append(it)
+            continue
+        if k not in members:
+            out.append({"type": "topic", "group": k})  # filled in below, in its place
+        members.setdefault(k, []).append(it)
+    return [_topic(groups[it["group"]], members[it["group"]]) if it["type"] == "topic" else it
+            for it in out]
+
+
+def _topic(ids: list[str], pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    records = {r["id"]: r for p in pairs for r in (p["record_a"], p["record_b"])}
+    return {"type": "topic", "note_ids": ids, "records": [records[i] for i in ids],
+            "similarity": max(p["similarity"] for p in pairs),
+            "sources": sorted({s for p in pairs for s in p["sources"]}),
+            "pairs": [{k: p[k] for k in ("note_ids", "similarity", "sources")} for p in pairs],
+            "reason": CHAINED}
 
 
 def topic_item(small: Sequence[str], by_id: dict[str, Note], shown: Iterable[Note],
@@ -47,4 +92,7 @@ def topic_item(small: Sequence[str], by_id: dict[str, Note], shown: Iterable[Not
     members = [n for n in notes if n.id in joined]
     return {"type": "topic", "note_ids": [n.id for n in members],
             "records": [note_record(n) for n in members], "similarity": None,
-            "sources": [SOURCE], "reason": REASON}
+            "sources": [SOURCE], "reason": REASON,
+            # Settled: a host or a reviewer kept them apart, or a dream judged them independent.
+            "kept_apart": [[a.id, b.id] for k, a in enumerate(members) for b in members[k + 1:]
+                           if frozenset((a.id, b.id)) in apart]}

@@ -156,12 +156,10 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
 
     @server.tool(annotations=CACHING)
     def list_candidates(ctx: Context, threshold: float = 0.88, limit: int = 50) -> dict[str, Any]:
-        """Fusion candidates of this scope: similar active pairs (most similar first), the
-        pairs a dream would ask a model about (two values of one attribute, worded alike or
-        sharing a rare word), the items the last dream left open for a model to judge, and, in
-        a small scope, one "topic" of its short notes: fuse the notes stating one attribute (a
-        changed value into the statement said last), keep_apart the rest. Changes no note;
-        embeds (and stores the vectors of) notes not embedded yet."""
+        """Fusion candidates: similar pairs (most similar first), the pairs a dream would ask a
+        model about, the last dream's open items, and "topic" items (chained pairs; a small
+        scope's short notes): fuse the notes of one attribute (a changed value into the one said
+        last), keep_apart the rest. Changes no note; embeds notes not embedded yet."""
         return _call(lambda: tools(ctx).list_candidates(threshold, limit))
 
     @server.tool(annotations=DESTRUCTIVE)

@@ -35,25 +35,30 @@ def state(app: App) -> dict[str, tuple[str, float, str | None, int]]:
 
 
 def test_candidates_list_the_seed_pairs_most_similar_first(api_app: App, client: TestClient) -> None:
-    """Similar active pairs of the scope come back typed, with both records, best first."""
+    """Similar active pairs of the scope come back typed, with both records, best first; pairs
+    chained by shared notes come as one topic listing them, best first."""
     seed(api_app)
+    default = client.post("/api/forgetting/fusion-candidates", headers=auth(ADMIN),
+                          json={"scope": SCOPE}).json()["candidates"]
+    pairs = [c for c in default if c["type"] == "pair"]
+    assert [sorted(c["note_ids"]) for c in pairs] == [["pytest", "unittest"], ["py", "py312"]]
+    assert all(c["similarity"] >= 0.88 for c in pairs)
+    assert pairs[0]["record_a"]["content"] and pairs[0]["record_b"]["scope"] == {
+        "agent_id": "agent-1", "user_id": None, "company_id": None}
+    # The pairs no item lists (the seed's small scope asked about whole) in one topic, last.
+    assert [c["type"] for c in default] == ["pair", "pair", "topic"]
+    assert default[-1]["sources"] == ["small_scope"]
     r = client.post("/api/forgetting/fusion-candidates", headers=auth(ADMIN),
                     json={"scope": SCOPE, "threshold": 0.6})
     assert r.status_code == 200, r.text
-    cands = [c for c in r.json()["candidates"] if c["type"] != "topic"]
-    pairs = [tuple(sorted(c["note_ids"])) for c in cands]
-    assert pairs[0] == ("pytest", "unittest")
-    assert ("py", "py312") in pairs
-    sims = [c["similarity"] for c in cands]
+    (topic,) = r.json()["candidates"]  # 3.12 joins the two pairs above: one history
+    assert topic["type"] == "topic" and topic["note_ids"] == ["py", "py312", "pytest", "unittest"]
+    assert [r["id"] for r in topic["records"]] == topic["note_ids"]
+    chained = [tuple(sorted(p["note_ids"])) for p in topic["pairs"]]
+    assert chained[:2] == [("pytest", "unittest"), ("py", "py312")]
+    sims = [p["similarity"] for p in topic["pairs"]]
     assert sims == sorted(sims, reverse=True) and sims[-1] >= 0.6
-    assert {c["type"] for c in cands} == {"pair"}
-    assert cands[0]["record_a"]["content"] and cands[0]["record_b"]["scope"] == {
-        "agent_id": "agent-1", "user_id": None, "company_id": None}
-    default = client.post("/api/forgetting/fusion-candidates", headers=auth(ADMIN),
-                          json={"scope": SCOPE}).json()["candidates"]
-    assert all(c["similarity"] >= 0.88 for c in default if c["type"] == "pair") and default
-    # The pairs no item lists (the seed's small scope asked about whole) in one topic, last.
-    assert [c["type"] for c in default].count("topic") == 1 and default[-1]["type"] == "topic"
+    assert topic["similarity"] == sims[0] and topic["sources"] == ["cosine"]
 
 
 def test_candidates_skip_protected_notes(api_app: App, client: TestClient) -> None:
