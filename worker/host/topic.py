@@ -6,12 +6,12 @@ dream groups its candidate pairs (``similarity.topics``): judged pair by pair, a
 each end of the chain into its own latest statement, and the two survivors, worded apart,
 never met again.
 
-A small scope's short notes are one ``"topic"`` item too. A dream's own model is asked about a small scope whole (``contradictions.whole``): every pair
-of its short notes is a candidate, so two statements of one attribute that share no word and
-no frame still meet. A host's model gets the same question here: the notes of the scope that
-some pair, not kept apart and not listed as a pair or an item already, joins. It fuses the
-notes of each attribute (a changed value into the statement said last) and keeps the rest
-apart; once every pair of them is kept apart, the topic is no longer listed.
+A small scope's short notes are one ``"topic"`` item too. A dream's own model is asked about
+a small scope whole (``contradictions.whole``): every pair of its short notes is a candidate,
+so two statements of one attribute that share no word and no frame still meet. A host's model
+gets the same question here, while some pair of them is neither kept apart nor in another
+item. It fuses the notes of each attribute (a changed value into the statement said last) and
+keeps the rest apart; once every pair of them is kept apart, the topic is no longer listed.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def chained(items: list[dict[str, Any]], max_size: int,
                                         for k, a in enumerate(g) for b in g[k + 1:])]
     group_of = {n: k for k, g in enumerate(groups) for n in g}
     members: dict[int, list[dict[str, Any]]] = {}
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, Any] | int] = []
     for it in items:
         a, b = it["note_ids"]
         k = group_of.get(a)
@@ -52,10 +52,9 @@ def chained(items: list[dict[str, Any]], max_size: int,
             out.append(it)
             continue
         if k not in members:
-            out.append({"type": "topic", "group": k})  # filled in below, in its place
+            out.append(k)  # the group's topic, in its first pair's place
         members.setdefault(k, []).append(it)
-    return [_topic(groups[it["group"]], members[it["group"]]) if it["type"] == "topic" else it
-            for it in out]
+    return [_topic(groups[o], members[o]) if isinstance(o, int) else o for o in out]
 
 
 def _topic(ids: list[str], pairs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -81,14 +80,11 @@ def topic_item(small: Sequence[str], by_id: dict[str, Note], shown: Iterable[Not
     covered = set(apart)
     for ids in listed:
         covered.update(frozenset((a, b)) for k, a in enumerate(ids) for b in ids[k + 1:])
-    unjudged = [(a, b) for k, a in enumerate(notes) for b in notes[k + 1:]
-                if frozenset((a.id, b.id)) not in covered]
-    if not unjudged:
+    pairs = [(a, b) for k, a in enumerate(notes) for b in notes[k + 1:]]
+    if all(frozenset((a.id, b.id)) in covered for a, b in pairs):
         return None
-    # Every note some pair joins that is not kept apart: the notes the host's answer sorts.
-    joined = {n.id for a, b in unjudged for n in (a, b)} | {
-        n.id for k, a in enumerate(notes) for b in notes[k + 1:]
-        if frozenset((a.id, b.id)) not in apart for n in (a, b)}
+    # Every note some pair not kept apart joins: the notes the host's answer sorts.
+    joined = {n.id for a, b in pairs if frozenset((a.id, b.id)) not in apart for n in (a, b)}
     members = [n for n in notes if n.id in joined]
     return {"type": "topic", "note_ids": [n.id for n in members],
             "records": [note_record(n) for n in members], "similarity": None,
