@@ -33,7 +33,7 @@ from worker.phases.consolidate.core import (
     revocation_comment,
 )
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
-from worker.phases.kit.snapshot import APART_KINDS, KEEP_APART, Memory
+from worker.phases.kit.snapshot import KEEP_APART
 from worker.review.propose import held_notes, settle_stale
 from worker.safety.injection import injection_signals
 from worker.safety.undo import FUSE_PREFIX
@@ -86,7 +86,8 @@ def fusion_candidates(
     from worker.phases.contradictions.service import open_pairs_read
 
     # One read of the scope (every note embedded first) for both kinds of pair.
-    live, snap, loaded = open_pairs_read(app, scope)
+    live, read, loaded = open_pairs_read(app, scope)
+    snap = read.notes
     with app.uow() as uow:
         run = uow.run_history.latest_finished(scope)
         steps = uow.runs.steps(run.id) if run is not None else []
@@ -103,7 +104,7 @@ def fusion_candidates(
         hidden = set(uow.judgements.known(scope, FUSED, fps))
         # Any two notes a host kept apart or a reviewer declined (merge, revoke, flag) at their
         # versions: a group holding both is not offered, whatever else it holds.
-        apart = Memory(rows=uow.judgements.of_kinds(scope, APART_KINDS)).kept_apart(notes)
+        apart = read.memory.kept_apart(notes)  # the read holds KEEP_APART, DECLINED_APART
         hidden |= {fp for fp, g in zip(fps, groups, strict=True)
                    if any(frozenset((a.id, b.id)) in apart
                           for k, a in enumerate(g) for b in g[k + 1:])}

@@ -19,14 +19,15 @@ from worker.phases.kit.rows import RowBuilder
 from worker.store.uow import UnitOfWork
 
 _LIVE = frozenset({"active", "pending"})
+_CHANGED = "a note changed during the import; nothing was imported, run it again"
 
 
 def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[str],
                    now: datetime) -> int:
     """Each stored live note whose text a live line left out says, dated at the latest such
     line dated after it; ``known``: the lines to pass over (inserted now; of a stored id, which
-    is that note, not a statement of it again; without a date of their own). Per scope one read, one locked read, one
-    UPDATE batch and one log insert; how many notes were re-dated."""
+    is that note, not a statement of it again; without a date of their own). Per scope one
+    read, one locked read, one UPDATE batch and one log insert; how many notes were re-dated."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         if r["id"] in known or r["status"] not in _LIVE:
@@ -39,13 +40,14 @@ def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[s
         by_scope.setdefault(scope_key, []).append(content_hash)
     moved = 0
     for scope_key, hashes in by_scope.items():
+        scope = Scope.from_key(scope_key)
+        lines = ((n, latest[(scope_key, n.content_hash)])
+                 for n in uow.notes.live_with_hashes(scope, hashes))
         # Later by its date: a line of the same date is the same statement imported again (its
         # recorded order is only this import's), and re-importing a file changes nothing.
-        later = [(n.id, latest[(scope_key, n.content_hash)])
-                 for n in uow.notes.live_with_hashes(Scope.from_key(scope_key), hashes)
-                 if n.created_at is None
-                 or latest[(scope_key, n.content_hash)]["created_at"] > n.created_at]
-        moved += _redate(uow, Scope.from_key(scope_key), later, now)
+        moved += _redate(uow, scope, [(n.id, line) for n, line in lines
+                                      if n.created_at is None
+                                      or line["created_at"] > n.created_at], now)
     return moved
 
 
@@ -57,15 +59,14 @@ def _redate(uow: UnitOfWork, scope: Scope, later: list[tuple[str, dict[str, Any]
         return 0
     state = uow.writes.lock_state(i for i, _ in later)
     if len(state) != len(later):
-        raise Conflict("a note changed during the import; nothing was imported, run it again")
+        raise Conflict(_CHANGED)
     rows = RowBuilder(scope, None, now, state, None, {})
     for note_id, line in later:
         rows.set_fields(note_id, {"created_at": line["created_at"],
                                   "write_seq": line["write_seq"]}, "import: stated again")
     for keys, batch in rows.update_batches():
         if uow.writes.update_notes(keys, batch) != len(batch):
-            raise Conflict("a note changed during the import; nothing was imported, "
-                                 "run it again")
+            raise Conflict(_CHANGED)
     uow.writes.add_log(rows.log)
     return len(later)
 

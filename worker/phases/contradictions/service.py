@@ -374,8 +374,8 @@ def open_pairs(app: Any, scope: Scope, limit: int | None = None) -> list[dict[st
 
 
 def open_pairs_read(app: Any, scope: Scope, limit: int | None = None,
-                    ) -> tuple[list[dict[str, Any]], Any, Loaded]:
-    """``open_pairs``, the scope as it read it (a ``ScopeSnapshot``) and its candidates."""
+                    ) -> tuple[list[dict[str, Any]], PhaseSnapshot, Loaded]:
+    """``open_pairs``, the scope as it read it (notes and verdict memory) and its candidates."""
     snap = _host_snapshot(app, scope)
     loaded = load_candidates(app, snap, [], host=True)
     out: list[dict[str, Any]] = []
@@ -388,4 +388,4 @@ def open_pairs_read(app: Any, scope: Scope, limit: int | None = None,
                     "sources": list(pair.sources)})
         if limit is not None and len(out) >= limit:
             break
-    return out, snap.notes, loaded
+    return out, snap, loaded

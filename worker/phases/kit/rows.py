@@ -63,7 +63,7 @@ class RowBuilder:
             self._update(m.id, was[m.id], self.after[m.id], reason, keep)
         if into is not None:  # dated at a later statement of its fact, at its version
             self._update(into, was[into], self.after[into], f"{reason}: restated",
-                         into=self.restates)
+                         batch=self.restates)
         target = c.target_id
         if c.kind == ChangeKind.SUPERSEDE and target is not None:
             self.lineage.extend(
@@ -105,7 +105,7 @@ class RowBuilder:
 
     def _update(self, note_id: str, was: dict[str, Any], now: dict[str, Any],
                 reason: str, keep: Member | None = None,
-                into: list[tuple[tuple[str, ...], dict[str, Any]]] | None = None) -> None:
+                batch: list[tuple[tuple[str, ...], dict[str, Any]]] | None = None) -> None:
         changed = {f: now.get(f) for f in TRACKED_FIELDS if now.get(f) != was.get(f)}
         if not changed and now["version"] == was["version"]:
             return
@@ -119,7 +119,7 @@ class RowBuilder:
                **{f"w_{k}": was.get(k) for k in DECIDING_FIELDS},
                "k_id": keep.id if keep is not None else None,
                "k_version": keep.version if keep is not None else None}
-        (self.updates if into is None else into).append((keys, row))
+        (self.updates if batch is None else batch).append((keys, row))
         before = {f: _jsonable(was.get(f)) for f in keys}
         before["version"] = was["version"]
         after = {f: _jsonable(v) for f, v in changed.items()}
