@@ -106,8 +106,11 @@ def _print_erased(result: EraseResult) -> None:
     for nid in result.restored_ids:
         click.echo(f"  restored note {nid} (it was merged into an erased note; active again)")
     for nid in result.held_ids:
-        click.echo(f"  kept note {nid} retired for review (an erased note had superseded it, "
-                   "or had been retired itself)")
+        click.echo(f"  kept note {nid} retired for review (an erased note had superseded it "
+                   "or had been retired itself, or had dated the note that superseded it)")
+    for nid in result.redated_ids:
+        click.echo(f"  dated note {nid} back to the latest statement of its fact left (it was "
+                   "dated at an erased note's)")
     for rid in result.interrupted_runs:
         click.echo(f"  interrupted run {rid} (it had read the erased notes; `dream run --due` "
                    "resumes it from a fresh read)")
@@ -115,7 +118,8 @@ def _print_erased(result: EraseResult) -> None:
         click.echo(f"  cancelled run {rid} (its user was erased; nothing is left in its scope)")
     echo_batch_releases(result.batches, "  ")  # the stopped runs' batches quoted the text
     if result.erase_id is not None:
-        click.echo(f"  to revert the restorations and holds above: dream undo {result.erase_id}")
+        click.echo(f"  to revert the restorations, holds and datings above: dream undo "
+                   f"{result.erase_id}")
     counted = ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()) if v)
     if counted:  # like the run and undo summaries: only what was done
         click.echo("  " + counted)

@@ -25,6 +25,7 @@ from worker.clock import utcnow
 from worker.domain.types import NoteStatus, Scope
 from worker.errors import Conflict, InvalidInput, NotFound
 from worker.phases.kit.rows import RowBuilder, restored_fields
+from worker.safety.erase_dates import date_back
 from worker.store.db import SQLITE_BUSY_SECONDS
 from worker.store.repositories.retention import append_comment
 from worker.store.repositories.safety import Survivor
@@ -61,7 +62,10 @@ class EraseResult:
     derived_ids: list[str] = field(default_factory=list)  # erased because derived from the subject
     restored_ids: list[str] = field(default_factory=list)  # co-sources made active again
     held_ids: list[str] = field(default_factory=list)  # superseded by an erased note: for review
-    erase_id: str | None = None  # operation-log id of the restorations (`dream undo` takes it)
+    # Kept notes dated at an erased note's later statement of their fact: dated back (erase_dates).
+    redated_ids: list[str] = field(default_factory=list)
+    # Operation-log id of the restorations and datings back (`dream undo` takes it).
+    erase_id: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
     checkpoint: str | None = None  # SQLite only: "done" or why the WAL still holds pages
     # Runs that were reading a scope of the subject: interrupted, resumed by the gate check.
@@ -150,6 +154,7 @@ def erase(
     log.info("erase.finished", subject_kind=subject.split()[0],
              notes=result.counts.get("notes", 0), derived=len(result.derived_ids),
              restored=len(result.restored_ids), held=len(result.held_ids),
+             redated=len(result.redated_ids),
              interrupted=len(result.interrupted_runs), checkpoint=result.checkpoint)
     return result
 
@@ -176,13 +181,20 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
         scope_keys = {n.scope_key for n in found.values()}
         counts = uow.safety.erase_notes(set(found), texts, scope_keys)
         _apply_survivors(uow, plan, erase_id, subject, now)
+        back = date_back(uow, {i: n.said for i, n in found.items()}, scope_keys, erase_id,
+                         subject, now)
+        _hold_for_review(uow, back.reopened, "the note that superseded these was dated at an "
+                         "erased statement of its fact and is older than them now; reinstate "
+                         "any that still hold", erase_id, now)
         if user_id is not None:
             for name, n in uow.safety.forget_user(user_id, scope_keys).items():
                 counts[name] = counts.get(name, 0) + n
         uow.commit()
     return EraseResult(subject, sorted(seed), sorted(set(found) - seed),
-                       [s.id for s in plan.restore], [s.id for s in plan.review],
-                       erase_id if plan.restore or plan.review else None, counts,
+                       [s.id for s in plan.restore],
+                       sorted({s.id for s in plan.review}.union(*back.reopened.values())),
+                       back.ids, erase_id if plan.restore or plan.review or back.ids else None,
+                       counts,
                        interrupted_runs=[] if user_id is not None else stopped,
                        cancelled_runs=stopped if user_id is not None else [])
 
@@ -253,11 +265,17 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
     by_scope: dict[str, list[str]] = {}
     for s in plan.review:
         by_scope.setdefault(s.scope_key, []).append(s.id)
-    # Undoing the erase removes the review with the restorations (same run id).
+    _hold_for_review(uow, by_scope, "the note that superseded these, or that they were merged "
+                     "into after it was retired itself, was erased; reinstate any that still "
+                     "hold", erase_id, now)
+
+
+def _hold_for_review(uow: UnitOfWork, by_scope: dict[str, list[str]], reason: str,
+                     erase_id: str, now: datetime) -> None:
+    """One review per scope naming the notes kept retired; undoing the erase removes it with
+    the restorations (same run id)."""
     uow.writes.add_reviews([
-        {"scope_key": key, "kind": REVIEW_KIND, "note_ids": sorted(ids),
-         "reason": "the note that superseded these, or that they were merged into after it "
-                   "was retired itself, was erased; reinstate any that still hold",
+        {"scope_key": key, "kind": REVIEW_KIND, "note_ids": sorted(ids), "reason": reason,
          "run_id": erase_id, "created_at": now}
         for key, ids in sorted(by_scope.items())])
 

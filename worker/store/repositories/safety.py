@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typing
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -43,6 +43,7 @@ from worker.store.repositories.erase_records import forget_user_scopes, scrub_sc
 from worker.store.repositories.mentions import Mentions
 from worker.store.repositories.restores import restore_statement
 from worker.store.repositories.retention import retirement_befores
+from worker.store.repositories.said_dates import Carrier, Said, carriers
 from worker.store.row_locks import locked_in_order
 
 # Lineage relations whose child note's text was written from the parent's text: consolidation,
@@ -58,6 +59,7 @@ class ErasedNote(NamedTuple):
     content: str
     status: str
     consolidated_into_id: str | None
+    said: Said  # its created_at and write_seq (``said_dates``)
 
 
 @dataclass(frozen=True)
@@ -344,10 +346,16 @@ class SafetyRepository:
         for chunk in chunked(list(set(ids))):
             for r in self.session.execute(
                 select(NoteRow.id, NoteRow.scope_key, NoteRow.content, NoteRow.status,
-                       NoteRow.consolidated_into_id).where(NoteRow.id.in_(chunk))
+                       NoteRow.consolidated_into_id, NoteRow.created_at, NoteRow.write_seq)
+                .where(NoteRow.id.in_(chunk))
             ):
-                out[r.id] = ErasedNote(r.scope_key, r.content, r.status, r.consolidated_into_id)
+                out[r.id] = ErasedNote(r.scope_key, r.content, r.status, r.consolidated_into_id,
+                                       (r.created_at, r.write_seq))
         return out
+
+    def carriers(self, scope_keys: Iterable[str], erased: Mapping[str, Said]) -> list[Carrier]:
+        """``said_dates.carriers``: notes dated at an erased note's statement."""
+        return carriers(self.session, scope_keys, erased)
 
     def erase_notes(self, ids: set[str], texts: list[str], scope_keys: set[str]) -> dict[str, int]:
         """Hard-delete the notes and every record that names them or quotes their text."""

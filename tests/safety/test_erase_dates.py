@@ -1,0 +1,146 @@
+"""An erasure takes the date an erased note gave the note kept for it.
+
+The contradictions phase retires a later restatement into the fuller, older note and dates that
+note at the restatement (``Change.restate``). Before, erasing the restatement's conversation
+left the kept note at the erased statement's date: the erased conversation still made its value
+the newest, and a later judge retired the value said in between. The erasure now dates the kept
+note back to the latest statement of its fact the store still holds. SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.phases.contradictions.test_restate import DARK, DARK_FULL, LIGHT, modes
+from tests.phases.contradictions.test_service import rows, run_phase, with_stub
+from tests.support.factories import add_notes, days_ago
+from tests.support.llm_stub import LLMStub
+from tests.support.safety import note_states
+from worker.app import App
+from worker.safety.erase import REVIEW_KIND, erase
+from worker.safety.undo import UndoRefused, undo_run
+from worker.store.models import OperationLogRow, ReviewRow
+
+
+def _at(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+def _said(app: App, note_id: str) -> tuple[datetime | None, int | None]:
+    note = rows(app)[note_id]
+    return _at(note.created_at), note.write_seq
+
+
+def _history(app: App, *more: dict[str, object]) -> tuple[datetime | None, int | None]:
+    """The fuller dark note (c1, 40 days ago), light (c2), the short restatement (c3, 3 days
+    ago) and ``more``; one contradictions run retires the short note into the fuller one, which
+    takes its date. The fuller note's own statement."""
+    add_notes(app, {"id": "full", "content": DARK_FULL, "created_at": days_ago(40),
+                    "source_conversation_id": "c1"},
+              {"id": "light", "content": LIGHT, "created_at": days_ago(20),
+               "source_conversation_id": "c2"},
+              {"id": "short", "content": DARK, "created_at": days_ago(3),
+               "source_conversation_id": "c3"}, *more)
+    own = _said(app, "full")
+    run_phase(app)
+    notes = rows(app)
+    assert (notes["short"].status, notes["short"].consolidated_into_id) == ("revoked", "full")
+    assert _said(app, "full") == _said(app, "short") != own
+    return own
+
+
+def test_erasing_the_restatement_dates_the_kept_note_back_to_its_own(app: App) -> None:
+    """The short note's conversation erased: the fuller note is dated at its own first
+    statement again, one version up, logged under the erasure's id; light, said between, is
+    the later statement again. Undoing the erasure gives the erased date back with the rest."""
+    own = _history(app)
+    version = rows(app)["full"].version
+    result = erase(app, conversation_id="c3")
+    assert result.note_ids == ["short"]
+    assert result.redated_ids == ["full"]
+    assert result.erase_id is not None
+    full = rows(app)["full"]
+    assert _said(app, "full") == own
+    assert full.status == "active" and full.version == version + 1
+    assert _at(full.created_at) < _at(rows(app)["light"].created_at)  # type: ignore[operator]
+    with app.uow() as uow:
+        (entry,) = uow.session.query(OperationLogRow).filter_by(entity_id="full",
+                                                                  run_id=result.erase_id).all()
+    assert entry.reason == ("erase of conversation: the later statement it was dated at was "
+                            "erased")
+    assert entry.after is not None and entry.after["created_at"] == days_ago(40)
+    undo_run(app, result.erase_id)
+    assert _at(rows(app)["full"].created_at) == _at(datetime.fromisoformat(days_ago(3)))
+
+
+def test_a_later_statement_still_held_dates_it_instead(app: App) -> None:
+    """Said a third time (c4, 10 days ago) and retired into the fuller note in the same run:
+    erasing c3 dates the fuller note at c4's statement, the latest one left, not at its own."""
+    _history(app, {"id": "again", "content": DARK, "created_at": days_ago(10),
+                   "source_conversation_id": "c4"})
+    assert rows(app)["again"].consolidated_into_id == "full"
+    erase(app, conversation_id="c3")
+    assert _said(app, "full") == _said(app, "again")
+
+
+def test_erasing_an_earlier_restatement_changes_no_date(app: App) -> None:
+    """The erased statement is not the one the kept note is dated at (c4, the latest, stays):
+    nothing is dated back, and no erase id is handed out for it."""
+    _history(app, {"id": "again", "content": DARK, "created_at": days_ago(10),
+                   "source_conversation_id": "c4"})
+    before = _said(app, "full")
+    result = erase(app, conversation_id="c4")
+    assert (result.note_ids, result.redated_ids, result.erase_id) == (["again"], [], None)
+    assert _said(app, "full") == before
+
+
+def test_a_note_sharing_the_erased_date_by_chance_keeps_it(app: App) -> None:
+    """Two notes stated at one same time, neither retired into the other: erasing one leaves
+    the other's date (it was never moved)."""
+    add_notes(app, {"id": "a", "content": "User keeps a cat", "created_at": days_ago(5),
+                    "source_conversation_id": "c1"},
+              {"id": "b", "content": "The office moved to Leeds", "created_at": days_ago(5),
+               "source_conversation_id": "c2"})
+    before = _said(app, "b")
+    result = erase(app, conversation_id="c1")
+    assert (result.redated_ids, _said(app, "b")) == ([], before)
+    assert set(note_states(app)) == {"b"}
+
+
+def test_a_value_retired_on_the_erased_date_is_held_for_review(app: App,
+                                                               llm_stub: LLMStub) -> None:
+    """A model run then retires light (day 20) as older than the fuller dark note (dated day
+    3). Erasing day 3's conversation dates dark back to day 40: light is the later value now.
+    It stays retired, as when the newer note itself is erased, and a review names it."""
+    _history(app)
+    with_stub(app, llm_stub, modes)
+    run_phase(app)
+    assert rows(app)["light"].consolidated_into_id == "full"
+    result = erase(app, conversation_id="c3")
+    assert (result.redated_ids, result.held_ids) == (["full"], ["light"])
+    assert rows(app)["light"].status == "revoked"
+    with app.uow() as uow:
+        (review,) = uow.session.query(ReviewRow).filter_by(kind=REVIEW_KIND).all()
+    assert (review.note_ids, review.run_id) == (["light"], result.erase_id)
+    assert "dated at an erased statement" in (review.reason or "")
+
+
+def test_undoing_the_dream_after_the_erase_is_refused_then_cascades(app: App) -> None:
+    """The erasure changed the kept note after the run: undoing the run names the erasure;
+    with --force-cascade the erasure's dating is undone first, then the run's, and the note
+    holds its own first date."""
+    own = _history(app)
+    (run_id,) = {str(r.run_id) for r in _log(app, "full")}
+    erase(app, conversation_id="c3")
+    with pytest.raises(UndoRefused, match="note full was changed since by run erase-"):
+        undo_run(app, run_id)
+    undo_run(app, run_id, force_cascade=True)
+    assert _said(app, "full") == own
+    assert rows(app)["full"].status == "active"
+
+
+def _log(app: App, note_id: str) -> list[OperationLogRow]:
+    with app.uow() as uow:
+        return list(uow.session.query(OperationLogRow).filter_by(entity_id=note_id).all())

@@ -1,0 +1,115 @@
+"""What an erasure reads to date a kept note back (``worker.safety.erase_dates``).
+
+A note kept for a later statement of its own fact carries that statement's date
+(``Change.restate``, an import's line said again, a host's ``remember`` NOOP). When the note
+that made the later statement is erased, the date stays behind; these reads find the notes that
+carry an erased note's date and every statement of their fact the store still holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, select
+from sqlalchemy.orm import Session
+
+from worker.domain.types import NoteStatus
+from worker.store.chunks import chunked
+from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
+
+# When a statement was made and the store's order among those of one same time.
+Said = tuple[datetime | None, int | None]
+
+# The lineage relations of a note retired into another as one fact said again: the kept note
+# takes the later statement's date (contradictions' equivalent and subsumed pairs).
+SAID_AGAIN_RELATIONS = ("duplicate", "subsumed")
+# A note retired into another as the older value of one attribute (contradictions' conflict).
+SUPERSEDED = "superseded"
+
+
+@dataclass
+class Carrier:
+    """A note dated at an erased statement, and the statements of its fact besides."""
+
+    note_id: str
+    scope_key: str
+    said: Said
+    # Its date before it was first dated at a later statement (None: the log never moved it).
+    first: Said | None = None
+    # Later statements no note holds: an import's line said again, a host's remember (no run).
+    unheld: list[Said] = field(default_factory=list)
+    # Notes retired into it as the same fact said again, still retired: (id, their statement).
+    members: list[tuple[str, Said]] = field(default_factory=list)
+    # Notes it superseded as the newer value, still retired into it: (id, their statement).
+    superseded: list[tuple[str, Said]] = field(default_factory=list)
+
+
+def carriers(session: Session, scope_keys: Iterable[str],
+             erased: Mapping[str, Said]) -> list[Carrier]:
+    """The notes of ``scope_keys`` outside ``erased`` whose date and recorded order are an
+    erased note's, with their statements: three reads (chunked by 500 ids or dates)."""
+    statements = {s for s in erased.values() if s[0] is not None}
+    dates = sorted({d for d, _ in statements if d is not None})
+    keys = sorted(set(scope_keys))
+    found: dict[str, Carrier] = {}
+    for chunk in chunked(dates):
+        for r in session.execute(
+            select(NoteRow.id, NoteRow.scope_key, NoteRow.created_at, NoteRow.write_seq)
+            .where(NoteRow.scope_key.in_(keys), NoteRow.created_at.in_(chunk))
+        ):
+            if r.id not in erased and (r.created_at, r.write_seq) in statements:
+                found[r.id] = Carrier(r.id, r.scope_key, (r.created_at, r.write_seq))
+    if found:
+        _statements(session, found)
+        _members(session, found)
+    return sorted(found.values(), key=lambda c: c.note_id)
+
+
+def _statements(session: Session, found: dict[str, Carrier]) -> None:
+    """Each carrier's first date and the statements with no note that moved it (the log)."""
+    for chunk in chunked(sorted(found)):
+        for r in session.execute(
+            select(OperationLogRow.entity_id, OperationLogRow.run_id, OperationLogRow.before,
+                   OperationLogRow.after)
+            .where(OperationLogRow.entity == "note", OperationLogRow.entity_id.in_(chunk))
+            .order_by(OperationLogRow.id)
+        ):
+            c = found[r.entity_id]
+            before, after = _said(r.before), _said(r.after)
+            if before is None or after is None:
+                continue
+            if c.first is None:
+                c.first = before
+            if r.run_id is None:  # an import or a host said it again: no note holds it
+                c.unheld.append(after)
+
+
+def _members(session: Session, found: dict[str, Carrier]) -> None:
+    """The notes retired into each carrier as its fact said again or as an older value, still
+    retired into it."""
+    edge = and_(NoteLineageRow.parent_id == NoteRow.id,
+                NoteLineageRow.child_id == NoteRow.consolidated_into_id,
+                NoteLineageRow.relation.in_((*SAID_AGAIN_RELATIONS, SUPERSEDED)))
+    for chunk in chunked(sorted(found)):
+        for r in session.execute(
+            select(NoteRow.id, NoteRow.consolidated_into_id, NoteRow.created_at,
+                   NoteRow.write_seq, NoteLineageRow.relation).join(NoteLineageRow, edge)
+            .where(NoteRow.consolidated_into_id.in_(chunk),
+                   NoteRow.status == NoteStatus.REVOKED.value).distinct()
+            .order_by(NoteRow.id)
+        ):
+            c = found[r.consolidated_into_id]
+            into = c.superseded if r.relation == SUPERSEDED else c.members
+            into.append((r.id, (r.created_at, r.write_seq)))
+
+
+def _said(image: Any) -> Said | None:
+    """The statement an operation-log image records (None: it did not move the date)."""
+    if not isinstance(image, dict) or not image.get("created_at"):
+        return None
+    seq = image.get("write_seq")
+    return (datetime.fromisoformat(image["created_at"]),
+            int(seq) if isinstance(seq, int | float) else None)
