@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -212,6 +213,20 @@ def said_order(note: Note) -> tuple[datetime, int]:
 def said_key(created_at: datetime | None, write_seq: int | None) -> tuple[datetime, int]:
     """``said_order`` of a statement known by its date and recorded order (a row, a line)."""
     return created_at or _BEFORE_ALL, write_seq or 0
+
+
+# A statement: when it was made (``created_at``) and the store's order among those of one time.
+Said = tuple[datetime | None, int | None]
+
+
+def restated_at(own: Said, later: Iterable[Said], protection: str | None) -> Said | None:
+    """The statement a note kept for ``later`` statements of its own fact is dated at: the
+    latest of them, when said after its ``own``; None when it keeps its date (none said after
+    it, or the note is immutable)."""
+    if protection == Protection.IMMUTABLE:
+        return None
+    latest = max(later, key=lambda s: said_key(*s), default=None)
+    return latest if latest is not None and said_key(*latest) > said_key(*own) else None
 
 
 def recorded_later(a: Note, b: Note) -> bool | None:

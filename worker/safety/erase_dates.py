@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from worker.domain.types import Scope, said_key
+from worker.domain.types import Said, Scope, said_key
 from worker.errors import Conflict
 from worker.phases.kit.rows import RowBuilder
-from worker.store.repositories.said_dates import Carrier, Said
+from worker.store.repositories.said_dates import Carrier
 from worker.store.uow import UnitOfWork
 
 _CHANGED = "a note changed during the erase; nothing was erased, run it again"

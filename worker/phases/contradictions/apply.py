@@ -14,10 +14,9 @@ from worker.domain.types import (
     CONTRADICTION_REVIEW_KIND,
     Note,
     NoteStatus,
-    Protection,
     fingerprint_notes,
     fingerprint_versions,
-    said_order,
+    restated_at,
 )
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
@@ -276,10 +275,11 @@ class Applier:
             if not c.restate or c.into_id is None:
                 continue
             into = self.notes[c.into_id]
-            latest = max((self.notes[m.id] for m in c.members), key=said_order)
-            if into.protection != Protection.IMMUTABLE and said_order(latest) > said_order(into):
-                self.notes[c.into_id] = replace(into, created_at=latest.created_at,
-                                                write_seq=latest.write_seq)
+            said = restated_at((into.created_at, into.write_seq),
+                               [(n.created_at, n.write_seq) for n in
+                                (self.notes[m.id] for m in c.members)], into.protection)
+            if said is not None:
+                self.notes[c.into_id] = replace(into, created_at=said[0], write_seq=said[1])
 
     def _count(self, p: _Planned, sign: int) -> None:
         d = p.decision

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from worker.domain.types import NoteStatus, Protection, protection_rank, said_key
+from worker.domain.types import NoteStatus, Said, protection_rank, restated_at
 from worker.phases.kit.changes import Change, ChangeKind, ItemResult, ItemStatus
 from worker.safety.guard import protection_refusal, share_refusal
 
@@ -191,17 +191,14 @@ def apply_change(c: Change, state: State) -> None:
 
 
 def restate(into: dict[str, Any], members: Sequence[dict[str, Any]]) -> None:
-    """``into`` dated at the latest statement of ``members`` said after it (``said_order``:
-    ``created_at``, then ``write_seq``); an immutable note keeps its date."""
-    if into.get("protection") == Protection.IMMUTABLE.value:
-        return
-    latest = max(members, key=_said, default=None)
-    if latest is not None and _said(latest) > _said(into):
-        into["created_at"], into["write_seq"] = latest.get("created_at"), latest.get("write_seq")
+    """``into`` dated at the latest statement of ``members`` said after it (``restated_at``)."""
+    said = restated_at(_said(into), [_said(m) for m in members], into.get("protection"))
+    if said is not None:
+        into["created_at"], into["write_seq"] = said
 
 
-def _said(row: dict[str, Any]) -> tuple[datetime, int]:
-    return said_key(row.get("created_at"), row.get("write_seq"))
+def _said(row: dict[str, Any]) -> Said:
+    return row.get("created_at"), row.get("write_seq")
 
 
 def _not_before(created: datetime | None, when: datetime) -> datetime:

@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, RunStatus
+from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, RunStatus, Said
 from worker.store.chunks import IN_CHUNK, chunked, rows_by_id
 from worker.store.many import execute_many
 from worker.store.models import (
@@ -43,7 +43,7 @@ from worker.store.repositories.erase_records import forget_user_scopes, scrub_sc
 from worker.store.repositories.mentions import Mentions
 from worker.store.repositories.restores import restore_statement
 from worker.store.repositories.retention import retirement_befores
-from worker.store.repositories.said_dates import Carrier, Said, carriers
+from worker.store.repositories.said_dates import Carrier, carriers
 from worker.store.row_locks import locked_in_order
 
 # Lineage relations whose child note's text was written from the parent's text: consolidation,

@@ -16,12 +16,9 @@ from typing import Any
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
-from worker.domain.types import NoteStatus
+from worker.domain.types import NoteStatus, Said
 from worker.store.chunks import chunked
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
-
-# When a statement was made and the store's order among those of one same time.
-Said = tuple[datetime | None, int | None]
 
 # The lineage relations of a note retired into another as one fact said again: the kept note
 # takes the later statement's date (contradictions' equivalent and subsumed pairs).
