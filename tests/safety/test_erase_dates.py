@@ -120,11 +120,52 @@ def test_a_value_retired_on_the_erased_date_is_held_for_review(app: App,
     assert rows(app)["light"].consolidated_into_id == "full"
     result = erase(app, conversation_id="c3")
     assert (result.redated_ids, result.held_ids) == (["full"], ["light"])
-    assert rows(app)["light"].status == "revoked"
+    light = rows(app)["light"]
+    assert (light.status, light.consolidated_into_id) == ("revoked", "full")
+    assert light.valid_to is None  # it was ended at the erased date; the date left is earlier
     with app.uow() as uow:
         (review,) = uow.session.query(ReviewRow).filter_by(kind=REVIEW_KIND).all()
     assert (review.note_ids, review.run_id) == (["light"], result.erase_id)
     assert "dated at an erased statement" in (review.reason or "")
+
+
+def test_an_older_value_ended_at_the_erased_date_ends_at_the_date_left(
+        app: App, llm_stub: LLMStub) -> None:
+    """Light said on day 50, before either dark note: the model run retires it into the
+    fuller dark note, ended at that note's date then (day 3, the short note's). Erasing day 3's
+    conversation ends it at day 40, the dark note's own date; nothing is held for review."""
+    add_notes(app, {"id": "full", "content": DARK_FULL, "created_at": days_ago(40),
+                    "source_conversation_id": "c1"},
+              {"id": "light", "content": LIGHT, "created_at": days_ago(50),
+               "source_conversation_id": "c2"},
+              {"id": "short", "content": DARK, "created_at": days_ago(3),
+               "source_conversation_id": "c3"})
+    run_phase(app)
+    with_stub(app, llm_stub, modes)
+    run_phase(app)
+    assert _at(rows(app)["light"].valid_to) == _at(datetime.fromisoformat(days_ago(3)))
+    result = erase(app, conversation_id="c3")
+    assert (result.redated_ids, result.held_ids) == (["full"], [])
+    light = rows(app)["light"]
+    assert (light.status, light.consolidated_into_id) == ("revoked", "full")
+    assert _at(light.valid_to) == _at(datetime.fromisoformat(days_ago(40)))
+
+
+def test_a_value_the_erased_note_superseded_is_ended_at_no_known_time(
+        app: App, llm_stub: LLMStub) -> None:
+    """The note that superseded light is erased itself: light is held for review, as before,
+    and no longer ended at the erased note's date."""
+    add_notes(app, {"id": "light", "content": LIGHT, "created_at": days_ago(20),
+                    "source_conversation_id": "c2"},
+              {"id": "dark", "content": DARK_FULL, "created_at": days_ago(3),
+               "source_conversation_id": "c3"})
+    with_stub(app, llm_stub, modes)
+    run_phase(app)
+    assert rows(app)["light"].consolidated_into_id == "dark"
+    result = erase(app, conversation_id="c3")
+    assert result.held_ids == ["light"]
+    light = rows(app)["light"]
+    assert (light.status, light.consolidated_into_id, light.valid_to) == ("revoked", None, None)
 
 
 def test_undoing_the_dream_after_the_erase_is_refused_then_cascades(app: App) -> None:

@@ -250,6 +250,8 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
         values = {**(restored_fields(s.before) if restore else {}), "consolidated_into_id": None,
                   "comments": append_comment(state[s.id]["comments"],
                                              _comment(s, restore))}
+        if s.relation in REVIEW_RELATIONS:  # ended at the erased note's date: no known time now
+            values["valid_to"] = None
         rows = builders.get(s.scope_key)
         if rows is None:
             rows = builders[s.scope_key] = RowBuilder(Scope.from_key(s.scope_key), erase_id, now,

@@ -7,8 +7,10 @@ decided which value a later judge took as current. The erasure now dates it at t
 statement left: its own first date, a later note still retired into it as the same fact, or a
 line an import or a host said it again in. Logged under the erasure's id like its restorations
 (``dream undo`` reverts them together), one version up, so a pair judged on the old date is
-judged again. A note it had superseded as the older value of one attribute that is the later
-statement now stays retired and is held for review, as when the newer note itself is erased.
+judged again. A note it had superseded as the older value of one attribute, ended at the erased
+date (``valid_to``), is ended at the date left instead; one that is the later statement now
+stays retired, ended at no known time, and is held for review, as when the newer note itself
+is erased.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from worker.domain.types import Said, Scope, said_key
 from worker.errors import Conflict
@@ -39,39 +42,74 @@ def date_back(uow: UnitOfWork, erased: Mapping[str, Said], scope_keys: set[str],
     """Date back every note of ``scope_keys`` carrying the date of an ``erased`` note (id →
     its statement, read before the erase), in the erase's transaction."""
     found = uow.safety.carriers(scope_keys, erased)
-    gone = {s for s in erased.values() if s[0] is not None}
-    dated = _dates(found, gone)
+    dated = _dates(found, {s for s in erased.values() if s[0] is not None})
     if not dated:
         return DatedBack()
-    state = uow.writes.lock_state(dated)
-    reason = f"erase of {subject.split()[0]}: the later statement it was dated at was erased"
+    ends = _ends(found, dated)
+    state = uow.writes.lock_state([*dated, *ends])
+    why = f"erase of {subject.split()[0]}: "
     builders: dict[str, RowBuilder] = {}
-    for c in found:
-        if c.note_id not in dated:
-            continue
-        row = state.get(c.note_id)
-        if row is None or (row["created_at"], row["write_seq"]) != c.said:
-            raise Conflict(_CHANGED)
-        rows = builders.get(c.scope_key)
+
+    def write(scope_key: str, note_id: str, values: dict[str, Any], reason: str) -> None:
+        rows = builders.get(scope_key)
         if rows is None:
-            rows = builders[c.scope_key] = RowBuilder(Scope.from_key(c.scope_key), erase_id, now,
-                                                      state, None, {})
-        when, seq = dated[c.note_id]
-        rows.set_fields(c.note_id, {"created_at": when, "write_seq": seq}, reason)
+            rows = builders[scope_key] = RowBuilder(Scope.from_key(scope_key), erase_id, now,
+                                                    state, None, {})
+        rows.set_fields(note_id, values, why + reason)
+
+    for c in found:
+        if c.note_id in dated:
+            _expect(state, c.note_id, created_at=c.said[0], write_seq=c.said[1])
+            when, seq = dated[c.note_id]
+            write(c.scope_key, c.note_id, {"created_at": when, "write_seq": seq},
+                  "the later statement it was dated at was erased")
+            for old in c.superseded:
+                if old.id in ends:
+                    _expect(state, old.id, valid_to=old.valid_to)
+                    write(c.scope_key, old.id, {"valid_to": ends[old.id]},
+                          "the statement that ended it was erased; ended at the one left")
     for rows in builders.values():
         for keys, batch in rows.update_batches():
             if uow.writes.update_notes(keys, batch) != len(batch):
                 raise Conflict(_CHANGED)
         uow.writes.add_log(rows.log)
-    out = DatedBack(sorted(dated))
+    return DatedBack(sorted(dated), _reopened(found, dated))
+
+
+def _ends(found: list[Carrier], dated: Mapping[str, Said]) -> dict[str, datetime | None]:
+    """The older values a dated-back note superseded that were ended at its erased date: each
+    ended at its date left instead, or, when said after that date, at no known time (None;
+    held for review, ``_reopened``)."""
+    out: dict[str, datetime | None] = {}
+    for c in found:
+        if c.note_id not in dated or c.said[0] is None:
+            continue
+        left = dated[c.note_id]
+        for old in c.superseded:
+            if old.valid_to == c.said[0]:
+                later = said_key(*old.said) > said_key(*left)
+                out[old.id] = None if later else left[0]
+    return out
+
+
+def _reopened(found: list[Carrier], dated: Mapping[str, Said]) -> dict[str, list[str]]:
+    """Per scope, the values retired as older than a carrier's erased date that are later than
+    the date it has left."""
+    out: dict[str, list[str]] = {}
     for c in found:
         if c.note_id in dated:
-            # Retired as older than the erased statement's date, later than the date left.
             now_at, was_at = said_key(*dated[c.note_id]), said_key(*c.said)
-            later = [i for i, said in c.superseded if now_at < said_key(*said) <= was_at]
+            later = [old.id for old in c.superseded if now_at < said_key(*old.said) <= was_at]
             if later:
-                out.reopened.setdefault(c.scope_key, []).extend(later)
+                out.setdefault(c.scope_key, []).extend(later)
     return out
+
+
+def _expect(state: Mapping[str, Mapping[str, Any]], note_id: str, **fields: Any) -> None:
+    """The locked row still holds ``fields`` as read, or the erase starts over (Conflict)."""
+    row = state.get(note_id)
+    if row is None or any(row.get(k) != v for k, v in fields.items()):
+        raise Conflict(_CHANGED)
 
 
 def _dates(found: list[Carrier], gone: set[Said]) -> dict[str, Said]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
@@ -27,6 +27,14 @@ SAID_AGAIN_RELATIONS = ("duplicate", "subsumed")
 SUPERSEDED = "superseded"
 
 
+class Superseded(NamedTuple):
+    """A note retired into a carrier as the older value of one attribute."""
+
+    id: str
+    said: Said
+    valid_to: datetime | None  # when it stopped being true: the carrier's date then
+
+
 @dataclass
 class Carrier:
     """A note dated at an erased statement, and the statements of its fact besides."""
@@ -40,8 +48,8 @@ class Carrier:
     unheld: list[Said] = field(default_factory=list)
     # Notes retired into it as the same fact said again, still retired: (id, their statement).
     members: list[tuple[str, Said]] = field(default_factory=list)
-    # Notes it superseded as the newer value, still retired into it: (id, their statement).
-    superseded: list[tuple[str, Said]] = field(default_factory=list)
+    # Notes it superseded as the newer value, still retired into it.
+    superseded: list[Superseded] = field(default_factory=list)
 
 
 def carriers(session: Session, scope_keys: Iterable[str],
@@ -93,14 +101,17 @@ def _members(session: Session, found: dict[str, Carrier]) -> None:
     for chunk in chunked(sorted(found)):
         for r in session.execute(
             select(NoteRow.id, NoteRow.consolidated_into_id, NoteRow.created_at,
-                   NoteRow.write_seq, NoteLineageRow.relation).join(NoteLineageRow, edge)
+                   NoteRow.write_seq, NoteRow.valid_to, NoteLineageRow.relation)
+            .join(NoteLineageRow, edge)
             .where(NoteRow.consolidated_into_id.in_(chunk),
                    NoteRow.status == NoteStatus.REVOKED.value).distinct()
             .order_by(NoteRow.id)
         ):
-            c = found[r.consolidated_into_id]
-            into = c.superseded if r.relation == SUPERSEDED else c.members
-            into.append((r.id, (r.created_at, r.write_seq)))
+            c, said = found[r.consolidated_into_id], (r.created_at, r.write_seq)
+            if r.relation == SUPERSEDED:
+                c.superseded.append(Superseded(r.id, said, r.valid_to))
+            else:
+                c.members.append((r.id, said))
 
 
 def _said(image: Any) -> Said | None:
