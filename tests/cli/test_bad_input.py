@@ -63,6 +63,8 @@ GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"}
      "'--user': has an invisible character"),
     (["notes", "add", "--agent", "a ", "--content", "x"], None,
      "'--agent': starts or ends with whitespace"),
+    (["notes", "add", "--agent", "a", "--content", "x", "--conversation", "c\u200b"], None,
+     "'--conversation': has an invisible character"),
     (["notes", "import", "-"], json.dumps({"agent_id": "a", "user_id": "Jose\u0301",
                                            "content": "x"}),
      "line 1: user_id is not in Unicode normal form C"),

@@ -105,6 +105,11 @@ def test_notes_add_reports_the_action(db: App) -> None:
     again = dream(url, "notes", "add", "--agent", "agent-1", "--content", "standup at 9:30")
     assert first.output.startswith("ADD ") and again.output.startswith("NOOP ")
     assert first.output.split()[1] == again.output.split()[1]
+    said = dream(url, "notes", "add", "--agent", "agent-1", "--content", "Retro on Thursdays.",
+                 "--conversation", "conv-3")
+    with db.uow() as uow:
+        [note] = uow.notes.get_many([said.output.split()[1]])
+    assert note.source_conversation_id == "conv-3"
 
 
 def test_api_refuses_to_start_without_tokens(db: App) -> None:

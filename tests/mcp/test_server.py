@@ -125,6 +125,15 @@ async def _exercise_scope_a(client: Client, app: App, ids: dict[str, list[str]])
     again = await _call(client, "remember", content="User's dog is called Pixel",
                         type="Preference")
     assert again["action"] == "NOOP" and again["id"] == added["id"]
+    said = await _call(client, "remember", content="User's cat is called Miso",
+                       conversation_id="conv-9")
+    assert said["action"] == "ADD"
+    with app.uow() as uow:
+        [miso] = uow.notes.get_many([said["id"]])
+    assert miso.source_conversation_id == "conv-9"
+    ids["a"].append(said["id"])
+    assert "invalid: conversation id" in await _refused(client, "remember", content="x",
+                                                        conversation_id="c\n1")
     assert "invalid: content is empty" in await _refused(client, "remember", content="  ")
     # before: stored, a note of zero-width spaces
     assert "invalid: content is empty" in await _refused(client, "remember",

@@ -107,6 +107,7 @@ class NoteIn(Body):
     content: str = Field(max_length=100_000)
     type: str = Field("Context", max_length=20)
     importance: float = Field(0.5, ge=0.0, le=1.0)
+    conversation_id: Ident | None = None  # the conversation it was said in (its source)
 
 
 class RunIn(Body):

@@ -184,14 +184,18 @@ def _stale_line(item_ids: list[int], named: str) -> str:
               help="The note's type; only notes of this type are compared.")
 @click.option("--importance", type=FiniteRange(0, 1), default=0.5, show_default=True,
               help="How much the note matters (0-1).")
+@click.option("--conversation", "conversation_id", default=None, type=IDENT,
+              help="The conversation it was said in, recorded as its source.")
 @click.pass_context
 @user_errors
 def notes_add_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
-                  content: str, note_type: str, importance: float) -> None:
+                  content: str, note_type: str, importance: float,
+                  conversation_id: str | None) -> None:
     """Remember one note with write-time dedup; prints NOOP, UPDATE or ADD, the id and why."""
     from worker.host import remember
 
-    result = remember(cli_app(ctx), _scope(agent, user, company), content, note_type, importance)
+    result = remember(cli_app(ctx), _scope(agent, user, company), content, note_type, importance,
+                      conversation_id)
     click.echo(f"{result.action} {result.id}  ({result.reason})")
     if result.undo_id:
         click.echo(f"superseded {result.superseded_id}; undo it with `dream undo {result.undo_id}`")

@@ -17,10 +17,11 @@ from sqlalchemy.exc import IntegrityError
 
 from worker.app import App
 from worker.clock import next_write_seq, utcnow
-from worker.domain.limits import text_problem
+from worker.domain.limits import ident_problem, text_problem
 from worker.domain.types import NoteStatus, NoteType, Scope, content_hash, normalise_text
 from worker.host.errors import Conflict, Invalid
 from worker.host.remember_cache import RememberCache, hash_words, hex_words
+from worker.phases.consolidate.core import lineage_conversations
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
 from worker.review.propose import holding_item, settle_stale
 from worker.safety.undo import REMEMBER_PREFIX
@@ -148,14 +149,18 @@ def _validate(app: App, content: str, note_type: str) -> tuple[str, str]:
 
 def remember(
     app: App, scope: Scope, content: str, note_type: str = NoteType.CONTEXT.value,
-    importance: float = 0.5,
+    importance: float = 0.5, conversation_id: str | None = None,
 ) -> RememberResult:
-    """Store a host's note unless the scope already knows it; see the module docstring."""
+    """Store a host's note unless the scope already knows it; see the module docstring.
+    ``conversation_id``: the conversation it was said in, recorded as its source (what
+    `dream erase --conversation` and prune's gone-conversation check find it by)."""
     text, kind = _validate(app, content, note_type)
     if not 0.0 <= importance <= 1.0:
         raise Invalid("importance must be between 0 and 1")
+    if conversation_id is not None and (problem := ident_problem(conversation_id)):
+        raise Invalid(f"conversation id {problem}")
     for _ in range(2):
-        result = _remember_once(app, scope, text, kind, importance)
+        result = _remember_once(app, scope, text, kind, importance, conversation_id)
         if result is not None:
             log.info("host.remembered", scope=scope.key, action=result.action, note_id=result.id)
             return result
@@ -163,7 +168,7 @@ def remember(
 
 
 def _remember_once(
-    app: App, scope: Scope, text: str, kind: str, importance: float
+    app: App, scope: Scope, text: str, kind: str, importance: float, conversation_id: str | None
 ) -> RememberResult | None:
     settings = app.settings.remember
     normalised = normalise_text(text)
@@ -199,9 +204,7 @@ def _remember_once(
         kept = (f"the similar note is {old[0].protection}" if not old[0].retirable else
                 f"the similar note waits for open review item {held}")
         action, reason, old = "ADD", f"{reason}; {kept}, kept both", []
-    note = NewNote(id=new_id, content=text, type=kind, importance=importance,
-                   consolidation_generation=0, is_auto_generated=False,
-                   reason=f"remember {action.lower()}", write_seq=next_write_seq())
+    note = _new_note(new_id, text, kind, importance, action, conversation_id, old)
     # ADD is a supersede of nothing: the same one write inserts the note (and its log row).
     change = supersede("remember", old, new_note=note, relation="updated",
                        reason="remember update", valid_to=now,
@@ -221,6 +224,17 @@ def _remember_once(
         return _concurrent_noop(app, scope, new_id, now)
     return RememberResult(action, new_id, reason, _round(best), old[0].id if old else None,
                           undo_id)
+
+
+def _new_note(new_id: str, text: str, kind: str, importance: float, action: Action,
+              conversation_id: str | None, old: list[Any]) -> NewNote:
+    """The note an ADD or UPDATE writes: manual (R26), said in ``conversation_id``; an UPDATE
+    restates the note it supersedes, so it carries that note's conversations too."""
+    return NewNote(id=new_id, content=text, type=kind, importance=importance,
+                   consolidation_generation=0, is_auto_generated=False,
+                   reason=f"remember {action.lower()}", write_seq=next_write_seq(),
+                   source_conversation_id=conversation_id,
+                   lineage_conversation_ids=lineage_conversations(old))
 
 
 def _free_id(uow: Any, id_key: str, scope: Scope, normalised: str, taken: set[str],

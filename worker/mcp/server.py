@@ -147,12 +147,13 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
         return ScopedTools(app, scope_of(ctx))
 
     @server.tool(annotations=ADDITIVE)
-    def remember(content: str, ctx: Context, type: str = "Context",
-                 importance: float = 0.5) -> dict[str, Any]:
+    def remember(content: str, ctx: Context, type: str = "Context", importance: float = 0.5,
+                 conversation_id: str | None = None) -> dict[str, Any]:
         """Store a note in this scope unless it is already known: NOOP (known), UPDATE (supersedes
         a shorter near-duplicate) or ADD, with the id and why. type: Preference, Constraint,
-        Context, Example or Issue."""
-        return _call(lambda: tools(ctx).remember(content, type, importance))
+        Context, Example or Issue. conversation_id: the conversation it was said in (erasing
+        that conversation erases the note)."""
+        return _call(lambda: tools(ctx).remember(content, type, importance, conversation_id))
 
     @server.tool(annotations=CACHING)
     def list_candidates(ctx: Context, threshold: float = 0.88, limit: int = 50) -> dict[str, Any]:

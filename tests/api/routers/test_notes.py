@@ -90,6 +90,8 @@ def test_remember_ids_are_derived_from_scope_and_text(api_app: App, client: Test
     ({"content": "   "}, 422), ({"content": "!!!"}, 422), ({"content": "ok", "type": "Mood"}, 422),
     ({"content": "\u3164\u2800\u3164"}, 422),  # fillers, a blank braille cell (before: 201)
     ({"content": "x" * 9000}, 422), ({"content": "ok", "importance": 2}, 422),
+    ({"content": "ok", "conversation_id": ""}, 422),
+    ({"content": "ok", "conversation_id": " c1"}, 422),  # prints like another id
 ])
 def test_remember_rejects_bad_input(api_app: App, client: TestClient, body: dict[str, object],
                                     status: int) -> None:
@@ -99,6 +101,16 @@ def test_remember_rejects_bad_input(api_app: App, client: TestClient, body: dict
     assert r.status_code == status, r.text
     with api_app.uow() as uow:
         assert uow.session.scalar(select(func.count()).select_from(NoteRow)) == 0
+
+
+def test_remember_records_the_conversation_it_was_said_in(api_app: App,
+                                                          client: TestClient) -> None:
+    r = client.post("/api/notes", headers=auth(AGENT_1),
+                    json={"content": BASE, "conversation_id": "conv-7"})
+    assert r.status_code == 201, r.text
+    with api_app.uow() as uow:
+        row = uow.session.get(NoteRow, r.json()["id"])
+        assert row is not None and row.source_conversation_id == "conv-7"
 
 
 def test_an_update_is_undone_by_its_undo_id(api_app: App, client: TestClient) -> None:

@@ -258,7 +258,7 @@ def _new_note(scope: Any, nn: Any, now: datetime) -> Note:
                 consolidation_generation=nn.consolidation_generation,
                 content_hash=content_hash(nn.content),
                 lineage_conversation_ids=tuple(nn.lineage_conversation_ids),
-                write_seq=nn.write_seq)
+                source_conversation_id=nn.source_conversation_id, write_seq=nn.write_seq)
 
 
 def _journal_after(held: ScopeLoad, applied: list[ItemResult], done: Written) -> None:

@@ -52,6 +52,8 @@ class NewNote:
     comments: str | None = None
     reason: str = ""  # the operation log's reason for the insert (else the change's)
     lineage_conversation_ids: tuple[str, ...] = ()  # see ``Note``
+    # The conversation it was said in (a host's ``remember``); a run's fusion has none of its own.
+    source_conversation_id: str | None = None
     # A fusion states its sources' facts, none newer than the newest source: its created_at
     # (capped at the write's time), so the policy's "stated later" compares facts, not the
     # moment a run restated them. None: a new statement, created now.

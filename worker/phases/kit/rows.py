@@ -94,6 +94,7 @@ class RowBuilder:
             "last_accessed_at": n.last_accessed_at, "is_auto_generated": n.is_auto_generated,
             "protection": n.protection, "comments": n.comments,
             "lineage_conversation_ids": list(n.lineage_conversation_ids) or None,
+            "source_conversation_id": n.source_conversation_id,
             "write_seq": n.write_seq,
         })
         # is_auto_generated: an undo tells a note the run made manual from one a person took
