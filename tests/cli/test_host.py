@@ -106,10 +106,12 @@ def test_notes_add_reports_the_action(db: App) -> None:
     assert first.output.startswith("ADD ") and again.output.startswith("NOOP ")
     assert first.output.split()[1] == again.output.split()[1]
     said = dream(url, "notes", "add", "--agent", "agent-1", "--content", "Retro on Thursdays.",
-                 "--conversation", "conv-3")
+                 "--conversation", "conv-3", "--auto")
     with db.uow() as uow:
         [note] = uow.notes.get_many([said.output.split()[1]])
-    assert note.source_conversation_id == "conv-3"
+        [first_note] = uow.notes.get_many([first.output.split()[1]])
+    assert note.source_conversation_id == "conv-3" and note.is_auto_generated
+    assert not first_note.is_auto_generated
 
 
 def test_api_refuses_to_start_without_tokens(db: App) -> None:

@@ -126,11 +126,11 @@ async def _exercise_scope_a(client: Client, app: App, ids: dict[str, list[str]])
                         type="Preference")
     assert again["action"] == "NOOP" and again["id"] == added["id"]
     said = await _call(client, "remember", content="User's cat is called Miso",
-                       conversation_id="conv-9")
+                       conversation_id="conv-9", manual=False)
     assert said["action"] == "ADD"
     with app.uow() as uow:
         [miso] = uow.notes.get_many([said["id"]])
-    assert miso.source_conversation_id == "conv-9"
+    assert miso.source_conversation_id == "conv-9" and miso.is_auto_generated
     ids["a"].append(said["id"])
     assert "invalid: conversation id" in await _refused(client, "remember", content="x",
                                                         conversation_id="c\n1")

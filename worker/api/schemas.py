@@ -108,6 +108,7 @@ class NoteIn(Body):
     type: str = Field("Context", max_length=20)
     importance: float = Field(0.5, ge=0.0, le=1.0)
     conversation_id: Ident | None = None  # the conversation it was said in (its source)
+    manual: bool = True  # a person's note (R26); false: an agent's own, maintained by dreams
 
 
 class RunIn(Body):

@@ -186,16 +186,19 @@ def _stale_line(item_ids: list[int], named: str) -> str:
               help="How much the note matters (0-1).")
 @click.option("--conversation", "conversation_id", default=None, type=IDENT,
               help="The conversation it was said in, recorded as its source.")
+@click.option("--auto", is_flag=True,
+              help="An agent's own note, not a person's: dreams may retire it (R26 keeps a "
+                   "person's).")
 @click.pass_context
 @user_errors
 def notes_add_cmd(ctx: click.Context, agent: str, user: str | None, company: str | None,
                   content: str, note_type: str, importance: float,
-                  conversation_id: str | None) -> None:
+                  conversation_id: str | None, auto: bool) -> None:
     """Remember one note with write-time dedup; prints NOOP, UPDATE or ADD, the id and why."""
     from worker.host import remember
 
     result = remember(cli_app(ctx), _scope(agent, user, company), content, note_type, importance,
-                      conversation_id)
+                      conversation_id, manual=not auto)
     click.echo(f"{result.action} {result.id}  ({result.reason})")
     if result.undo_id:
         click.echo(f"superseded {result.superseded_id}; undo it with `dream undo {result.undo_id}`")

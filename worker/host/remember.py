@@ -149,26 +149,36 @@ def _validate(app: App, content: str, note_type: str) -> tuple[str, str]:
 
 def remember(
     app: App, scope: Scope, content: str, note_type: str = NoteType.CONTEXT.value,
-    importance: float = 0.5, conversation_id: str | None = None,
+    importance: float = 0.5, conversation_id: str | None = None, manual: bool = True,
 ) -> RememberResult:
     """Store a host's note unless the scope already knows it; see the module docstring.
     ``conversation_id``: the conversation it was said in, recorded as its source (what
-    `dream erase --conversation` and prune's gone-conversation check find it by)."""
+    `dream erase --conversation` finds it by). ``manual``: a person's note, which no dream
+    retires (R26); False for an agent's own note, which dreams maintain as any other."""
     text, kind = _validate(app, content, note_type)
     if not 0.0 <= importance <= 1.0:
         raise Invalid("importance must be between 0 and 1")
     if conversation_id is not None and (problem := ident_problem(conversation_id)):
         raise Invalid(f"conversation id {problem}")
     for _ in range(2):
-        result = _remember_once(app, scope, text, kind, importance, conversation_id)
+        result = _remember_once(app, scope, text, kind, importance,
+                                _Said(conversation_id, manual))
         if result is not None:
             log.info("host.remembered", scope=scope.key, action=result.action, note_id=result.id)
             return result
     raise Conflict("the note to update changed twice while writing; retry the request")
 
 
+@dataclass(frozen=True)
+class _Said:
+    """Who said a note and where: its conversation, and whether a person wrote it."""
+
+    conversation_id: str | None
+    manual: bool
+
+
 def _remember_once(
-    app: App, scope: Scope, text: str, kind: str, importance: float, conversation_id: str | None
+    app: App, scope: Scope, text: str, kind: str, importance: float, said: _Said
 ) -> RememberResult | None:
     settings = app.settings.remember
     normalised = normalise_text(text)
@@ -204,7 +214,7 @@ def _remember_once(
         kept = (f"the similar note is {old[0].protection}" if not old[0].retirable else
                 f"the similar note waits for open review item {held}")
         action, reason, old = "ADD", f"{reason}; {kept}, kept both", []
-    note = _new_note(new_id, text, kind, importance, action, conversation_id, old)
+    note = _new_note(new_id, text, kind, importance, action, said, old)
     # ADD is a supersede of nothing: the same one write inserts the note (and its log row).
     change = supersede("remember", old, new_note=note, relation="updated",
                        reason="remember update", valid_to=now,
@@ -227,13 +237,15 @@ def _remember_once(
 
 
 def _new_note(new_id: str, text: str, kind: str, importance: float, action: Action,
-              conversation_id: str | None, old: list[Any]) -> NewNote:
-    """The note an ADD or UPDATE writes: manual (R26), said in ``conversation_id``; an UPDATE
-    restates the note it supersedes, so it carries that note's conversations too."""
+              said: _Said, old: list[Any]) -> NewNote:
+    """The note an ADD or UPDATE writes, said as ``said`` (manual by default, R26); an UPDATE
+    restates the note it supersedes, so it carries that note's conversations too, and stays
+    manual when that note was (as a fusion with a manual source does)."""
+    auto = not said.manual and all(n.is_auto_generated for n in old)
     return NewNote(id=new_id, content=text, type=kind, importance=importance,
-                   consolidation_generation=0, is_auto_generated=False,
+                   consolidation_generation=0, is_auto_generated=auto,
                    reason=f"remember {action.lower()}", write_seq=next_write_seq(),
-                   source_conversation_id=conversation_id,
+                   source_conversation_id=said.conversation_id,
                    lineage_conversation_ids=lineage_conversations(old))
 
 

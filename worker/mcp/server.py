@@ -146,14 +146,28 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
     def tools(ctx: Context) -> ScopedTools:
         return ScopedTools(app, scope_of(ctx))
 
+    _memory_tools(server, tools)
+    _dream_tools(server, tools)
+    _review_tools(server, tools)
+    # Called, not used as a decorator: the SDK's custom_route has no return annotation.
+    server.custom_route("/healthz", methods=["GET"], include_in_schema=False)(_healthz(app))
+    server.custom_route("/livez", methods=["GET"], include_in_schema=False)(_livez)
+    return server
+
+
+def _memory_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) -> None:
+    """A host's own writes: remember a note, list what to fuse, fuse, keep apart."""
+
     @server.tool(annotations=ADDITIVE)
     def remember(content: str, ctx: Context, type: str = "Context", importance: float = 0.5,
-                 conversation_id: str | None = None) -> dict[str, Any]:
+                 conversation_id: str | None = None, manual: bool = True) -> dict[str, Any]:
         """Store a note in this scope unless it is already known: NOOP (known), UPDATE (supersedes
         a shorter near-duplicate) or ADD, with the id and why. type: Preference, Constraint,
         Context, Example or Issue. conversation_id: the conversation it was said in (erasing
-        that conversation erases the note)."""
-        return _call(lambda: tools(ctx).remember(content, type, importance, conversation_id))
+        that conversation erases the note). manual=false: your own note, not a person's, so
+        dreams may retire it (a newer value, unused past retention); a person's never."""
+        return _call(lambda: tools(ctx).remember(content, type, importance, conversation_id,
+                                                 manual))
 
     @server.tool(annotations=CACHING)
     def list_candidates(ctx: Context, threshold: float = 0.88, limit: int = 50) -> dict[str, Any]:
@@ -184,13 +198,6 @@ def build_server(app: App, scope_of: ScopeOf, *, auth: AuthSettings | None = Non
         them changes. source_versions as for fuse. review_items_stale: the open review items
         that would merge or revoke one of them into another, recorded stale."""
         return _call(lambda: tools(ctx).keep_apart(source_ids, source_versions))
-
-    _dream_tools(server, tools)
-    _review_tools(server, tools)
-    # Called, not used as a decorator: the SDK's custom_route has no return annotation.
-    server.custom_route("/healthz", methods=["GET"], include_in_schema=False)(_healthz(app))
-    server.custom_route("/livez", methods=["GET"], include_in_schema=False)(_livez)
-    return server
 
 
 def _dream_tools(server: MCPServer, tools: Callable[[Context], ScopedTools]) -> None:

@@ -27,9 +27,10 @@ class ScopedTools:
     scope: Scope
 
     def remember(self, content: str, type: str = NoteType.CONTEXT.value,
-                 importance: float = 0.5, conversation_id: str | None = None) -> dict[str, Any]:
-        return remember(self.app, self.scope, content, type, importance,
-                        conversation_id).as_dict()
+                 importance: float = 0.5, conversation_id: str | None = None,
+                 manual: bool = True) -> dict[str, Any]:
+        return remember(self.app, self.scope, content, type, importance, conversation_id,
+                        manual).as_dict()
 
     def list_candidates(self, threshold: float = 0.88, limit: int = 50) -> dict[str, Any]:
         return {"candidates": fusion_candidates(self.app, self.scope, threshold,

@@ -108,9 +108,15 @@ def test_remember_records_the_conversation_it_was_said_in(api_app: App,
     r = client.post("/api/notes", headers=auth(AGENT_1),
                     json={"content": BASE, "conversation_id": "conv-7"})
     assert r.status_code == 201, r.text
+    own = client.post("/api/notes", headers=auth(AGENT_1),
+                      json={"content": "Coffee is served at nine.", "manual": False})
+    assert own.status_code == 201, own.text
     with api_app.uow() as uow:
         row = uow.session.get(NoteRow, r.json()["id"])
         assert row is not None and row.source_conversation_id == "conv-7"
+        assert not row.is_auto_generated  # a person's note unless the host says otherwise
+        mine = uow.session.get(NoteRow, own.json()["id"])
+        assert mine is not None and mine.is_auto_generated
 
 
 def test_an_update_is_undone_by_its_undo_id(api_app: App, client: TestClient) -> None:

@@ -17,6 +17,6 @@ router = APIRouter(prefix="/api/notes", tags=["notes"])
 def add_note(body: NoteIn, who: Caller, app: DreamApp, response: Response) -> dict[str, Any]:
     """Write-time dedup: NOOP (already known), UPDATE (supersedes a shorter one) or ADD."""
     result = remember(app, scope_for(who, body.scope), body.content, body.type, body.importance,
-                      body.conversation_id)
+                      body.conversation_id, body.manual)
     response.status_code = 200 if result.action == "NOOP" else 201
     return result.as_dict()
