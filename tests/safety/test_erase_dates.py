@@ -9,6 +9,7 @@ note back to the latest statement of its fact the store still holds. SQLite and 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -19,9 +20,13 @@ from tests.support.factories import add_notes, days_ago
 from tests.support.llm_stub import LLMStub
 from tests.support.safety import note_states
 from worker.app import App
+from worker.domain.types import Scope
+from worker.host.remember import remember
 from worker.safety.erase import REVIEW_KIND, erase
 from worker.safety.undo import UndoRefused, undo_run
 from worker.store.models import OperationLogRow, ReviewRow
+
+SCOPE_U = Scope("agent-1", "u1")
 
 
 def _at(value: datetime | None) -> datetime | None:
@@ -185,3 +190,33 @@ def test_undoing_the_dream_after_the_erase_is_refused_then_cascades(app: App) ->
 def _log(app: App, note_id: str) -> list[OperationLogRow]:
     with app.uow() as uow:
         return list(uow.session.query(OperationLogRow).filter_by(entity_id=note_id).all())
+
+
+def test_a_fact_remembered_again_in_an_erased_conversation_loses_that_date(app: App) -> None:
+    """Remembered in c1, said again word for word in c2 (a NOOP that dates the note at c2's
+    statement; no note records c2). Erasing c2 dates it back and the log names c2 no more; the
+    note stays, c1's."""
+    first = remember(app, SCOPE_U, "User drinks green tea every morning", conversation_id="c1")
+    own = _said(app, first.id)
+    again = remember(app, SCOPE_U, "User drinks green tea every morning", conversation_id="c2")
+    assert again.action == "NOOP" and _said(app, first.id) != own
+    result = erase(app, conversation_id="c2")
+    assert (result.note_ids, result.redated_ids) == ([], [first.id])
+    assert _said(app, first.id) == own
+    assert "c2" not in json.dumps([r.after for r in _log(app, first.id)])
+    assert rows(app)[first.id].status == "active"
+
+
+def test_a_line_imported_again_from_an_erased_conversation_loses_that_date(app: App) -> None:
+    """A stored note (c1) whose text a later import's line from c2 says again: the import dates
+    it at that line. Erasing c2 dates it back to its own."""
+    add_notes(app, {"id": "tea", "content": "User drinks green tea", "created_at": days_ago(30),
+                    "source_conversation_id": "c1"})
+    own = _said(app, "tea")
+    add_notes(app, {"content": "User drinks green tea", "created_at": days_ago(2),
+                    "source_conversation_id": "c2"})
+    assert set(rows(app)) == {"tea"} and _said(app, "tea") != own
+    result = erase(app, conversation_id="c2")
+    assert (result.note_ids, result.redated_ids) == ([], ["tea"])
+    assert _said(app, "tea") == own
+    assert erase(app, conversation_id="c2").redated_ids == []  # nothing left to take

@@ -94,7 +94,7 @@ def erase_cmd(ctx: click.Context, user_id: str | None, conversation_id: str | No
 
 
 def _print_erased(result: EraseResult) -> None:
-    if not result.note_ids and not result.counts.get("examples"):
+    if not result.note_ids and not result.counts.get("examples") and not result.redated_ids:
         click.echo(f"nothing to erase: no notes or examples of {result.subject}")
     else:
         click.echo(f"erased {result.subject}: {len(result.note_ids)} notes, "

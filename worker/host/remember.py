@@ -189,7 +189,7 @@ def _remember_once(
         same = sorted(uow.notes.with_hash(scope, h), key=lambda r: (r[1] != _ACTIVE, r[0]))
         live = [r for r in same if r[1] in (_ACTIVE, NoteStatus.PENDING.value)]
         if live:
-            _used(uow, scope, live[0][0], now)
+            _used(uow, scope, live[0][0], now, said.conversation_id)
             return RememberResult("NOOP", live[0][0], "identical content already in the scope", 1.0)
         best_hash, best, old_len, vector = _most_similar(app, uow, scope, kind, normalised, text)
         best_id = (uow.notes.active_with_hash(scope, kind, best_hash)
@@ -204,7 +204,7 @@ def _remember_once(
     if action == "NOOP":
         assert best_id is not None
         with app.uow() as uow:
-            _used(uow, scope, best_id, now)
+            _used(uow, scope, best_id, now, said.conversation_id)
         return RememberResult("NOOP", best_id, reason, _round(best))
     if action == "UPDATE" and not old:
         return None  # retired meanwhile: decide again
@@ -231,7 +231,7 @@ def _remember_once(
     except WriteConflict:
         return None
     except IntegrityError:
-        return _concurrent_noop(app, scope, new_id, now)
+        return _concurrent_noop(app, scope, new_id, now, said.conversation_id)
     return RememberResult(action, new_id, reason, _round(best), old[0].id if old else None,
                           undo_id)
 
@@ -265,9 +265,10 @@ def _free_id(uow: Any, id_key: str, scope: Scope, normalised: str, taken: set[st
         attempt += 1
 
 
-def _concurrent_noop(app: App, scope: Scope, note_id: str, now: Any) -> RememberResult:
+def _concurrent_noop(app: App, scope: Scope, note_id: str, now: Any,
+                     said_in: str | None) -> RememberResult:
     with app.uow() as uow:
-        _used(uow, scope, note_id, now)
+        _used(uow, scope, note_id, now, said_in)
     return RememberResult("NOOP", note_id, "identical content written concurrently", 1.0)
 
 
@@ -281,16 +282,16 @@ def _matched(uow: Any, action: Action, reason: str, best_id: str | None,
     return action, reason, old if action == "UPDATE" else []
 
 
-def _used(uow: Any, scope: Scope, note_id: str, now: Any) -> None:
+def _used(uow: Any, scope: Scope, note_id: str, now: Any, said_in: str | None) -> None:
     """A NOOP's use, committed; an open archive item that decided on its last use: stale.
-    The note's fact was stated again: it is dated now (logged, a new version), as the latest
-    statement of its value. Before, it kept its first date, and a value stated in between read
-    as newer to every later judge."""
+    The note's fact was stated again: it is dated now (logged, a new version, with the
+    conversation ``said_in``), as the latest statement of its value. Before, it kept its first
+    date, and a value stated in between read as newer to every later judge."""
     (note,) = uow.notes.get_many([note_id]) or (None,)
     if note is not None and note.status == _ACTIVE and (
             note.created_at is None or note.created_at < now):
         uow.notes.change(note, run_id=None, reason="remember: stated again", now=now,
-                         created_at=now, write_seq=next_write_seq())
+                         said_in=said_in, created_at=now, write_seq=next_write_seq())
     uow.notes.count_access(note_id, now)
     settle_stale(uow, scope, now, f"the host's remember used note {note_id}", by="host",
                  naming=[note_id])

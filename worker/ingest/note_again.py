@@ -16,6 +16,7 @@ from typing import Any
 from worker.domain.types import Scope, said_key
 from worker.errors import Conflict
 from worker.phases.kit.rows import RowBuilder
+from worker.store.repositories.note_writes import SAID_IN
 from worker.store.uow import UnitOfWork
 
 _LIVE = frozenset({"active", "pending"})
@@ -62,8 +63,10 @@ def _redate(uow: UnitOfWork, scope: Scope, later: list[tuple[str, dict[str, Any]
         raise Conflict(_CHANGED)
     rows = RowBuilder(scope, None, now, state, None, {})
     for note_id, line in later:
+        said_in = line.get("source_conversation_id")
         rows.set_fields(note_id, {"created_at": line["created_at"],
-                                  "write_seq": line["write_seq"]}, "import: stated again")
+                                  "write_seq": line["write_seq"]}, "import: stated again",
+                        {SAID_IN: said_in} if said_in else None)
     for keys, batch in rows.update_batches():
         if uow.writes.update_notes(keys, batch) != len(batch):
             raise Conflict(_CHANGED)

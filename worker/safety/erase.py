@@ -25,7 +25,7 @@ from worker.clock import utcnow
 from worker.domain.types import NoteStatus, Scope
 from worker.errors import Conflict, InvalidInput, NotFound
 from worker.phases.kit.rows import RowBuilder, restored_fields
-from worker.safety.erase_dates import date_back
+from worker.safety.erase_dates import DatedBack, date_back
 from worker.store.db import SQLITE_BUSY_SECONDS
 from worker.store.repositories.retention import append_comment
 from worker.store.repositories.safety import Survivor
@@ -181,8 +181,17 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
         scope_keys = {n.scope_key for n in found.values()}
         counts = uow.safety.erase_notes(set(found), texts, scope_keys)
         _apply_survivors(uow, plan, erase_id, subject, now)
-        back = date_back(uow, {i: n.said for i, n in found.items()}, scope_keys, erase_id,
-                         subject, now)
+        # A later statement made in the conversation that no note records (a host's remember,
+        # an import's line said again) goes with it too: its date, and its name in the log.
+        again = uow.safety.said_in(conversation_id) if conversation_id is not None else []
+        statements = {i: n.said for i, n in found.items()} | {
+            f"said-in-{s.log_id}": s.said for s in again}
+        # A user's erasure empties the user's scopes: no note is left there to date back.
+        back = DatedBack() if user_id is not None else date_back(
+            uow, statements, scope_keys | {s.scope_key for s in again}, erase_id, subject, now)
+        uow.safety.forget_said_in(again)
+        if again:
+            counts["operation_log_scrubbed"] = counts.get("operation_log_scrubbed", 0) + len(again)
         _hold_for_review(uow, back.reopened, "the note that superseded these was dated at an "
                          "erased statement of its fact and is older than them now; reinstate "
                          "any that still hold", erase_id, now)

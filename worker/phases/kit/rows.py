@@ -71,12 +71,16 @@ class RowBuilder:
                  "relation": c.relation, "run_id": self.run_id, "created_at": self.now}
                 for m in c.members)
 
-    def set_fields(self, note_id: str, values: dict[str, Any], reason: str) -> None:
+    def set_fields(self, note_id: str, values: dict[str, Any], reason: str,
+                   logged: dict[str, Any] | None = None) -> None:
         """A change no ``Change`` kind names (an erasure giving a retired note back): ``values``
-        over the locked state, one version up, logged like any update."""
+        over the locked state, one version up, logged like any update (with ``logged`` on its
+        after-image)."""
         was = dict(self.after[note_id])
         self.after[note_id].update(values, version=was["version"] + 1)
         self._update(note_id, was, self.after[note_id], reason)
+        if logged:
+            self.log[-1]["after"].update(logged)
 
     def _insert(self, c: Change) -> None:
         n = c.new_note

@@ -18,6 +18,10 @@ from worker.store.chunks import chunked
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
 from worker.store.row_locks import locked_in_order
 
+# On an operation-log after-image that re-dates a note: the conversation the later statement
+# was made in (a host's remember, an import's line), which no note records.
+SAID_IN = "said_in"
+
 # Fields whose before/after images the operation log keeps (what undo restores).
 TRACKED_FIELDS = (
     "status",
@@ -178,9 +182,12 @@ class NoteWrites:
         run_id: str | None,
         reason: str | None,
         now: datetime | None = None,
+        said_in: str | None = None,
         **changes: Any,
     ) -> bool:
         """Optimistic update: applies only if the note is still at ``note.version``.
+        ``said_in``: the conversation a statement that re-dates it was made in (``SAID_IN`` on
+        the log's after-image: an erasure of that conversation dates the note back).
 
         Writes the before/after image of the tracked fields to the operation log. Returns False
         (and writes nothing) when the host changed the note since it was loaded. A run's change
@@ -212,6 +219,8 @@ class NoteWrites:
         after["version"] = new_version
         if "status" in changes:  # as the phase kit's rows record it (RowBuilder._update)
             after["is_auto_generated"] = bool(current.is_auto_generated)
+        if said_in is not None:
+            after[SAID_IN] = said_in
         self.log(
             run_id=run_id, scope=note.scope, entity_id=note.id, op="update",
             before=before, after=after, reason=reason, now=now,

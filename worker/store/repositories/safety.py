@@ -43,7 +43,13 @@ from worker.store.repositories.erase_records import forget_user_scopes, scrub_sc
 from worker.store.repositories.mentions import Mentions
 from worker.store.repositories.restores import restore_statement
 from worker.store.repositories.retention import retirement_befores
-from worker.store.repositories.said_dates import Carrier, carriers
+from worker.store.repositories.said_dates import (
+    Carrier,
+    SaidIn,
+    carriers,
+    forget_said_in,
+    said_in,
+)
 from worker.store.row_locks import locked_in_order
 
 # Lineage relations whose child note's text was written from the parent's text: consolidation,
@@ -356,6 +362,13 @@ class SafetyRepository:
     def carriers(self, scope_keys: Iterable[str], erased: Mapping[str, Said]) -> list[Carrier]:
         """``said_dates.carriers``: notes dated at an erased note's statement."""
         return carriers(self.session, scope_keys, erased)
+
+    def said_in(self, conversation_id: str) -> list[SaidIn]:
+        """``said_dates.said_in``: re-datings said in the conversation."""
+        return said_in(self.session, conversation_id)
+
+    def forget_said_in(self, found: list[SaidIn]) -> None:
+        forget_said_in(self.session, found)
 
     def erase_notes(self, ids: set[str], texts: list[str], scope_keys: set[str]) -> dict[str, int]:
         """Hard-delete the notes and every record that names them or quotes their text."""

@@ -11,20 +11,34 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import product
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, cast, func, select
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from worker.domain.types import NoteStatus, Said
-from worker.store.chunks import chunked
+from worker.store.chunks import IN_CHUNK, chunked
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
+from worker.store.repositories.note_writes import SAID_IN
 
 # The lineage relations of a note retired into another as one fact said again: the kept note
 # takes the later statement's date (contradictions' equivalent and subsumed pairs).
 SAID_AGAIN_RELATIONS = ("duplicate", "subsumed")
 # A note retired into another as the older value of one attribute (contradictions' conflict).
 SUPERSEDED = "superseded"
+# The reasons of a re-dating by a host's remember or an import's line (no run): "…: stated again".
+STATED_AGAIN = "%: stated again"
+
+
+class SaidIn(NamedTuple):
+    """A re-dating whose later statement was made in a conversation (its log row)."""
+
+    log_id: int
+    note_id: str
+    scope_key: str
+    said: Said
 
 
 class Superseded(NamedTuple):
@@ -55,15 +69,16 @@ class Carrier:
 def carriers(session: Session, scope_keys: Iterable[str],
              erased: Mapping[str, Said]) -> list[Carrier]:
     """The notes of ``scope_keys`` outside ``erased`` whose date and recorded order are an
-    erased note's, with their statements: three reads (chunked by 500 ids or dates)."""
+    erased note's, with their statements: three reads (chunked by 500 ids, or by 250 scopes and
+    250 dates)."""
     statements = {s for s in erased.values() if s[0] is not None}
     dates = sorted({d for d, _ in statements if d is not None})
     keys = sorted(set(scope_keys))
     found: dict[str, Carrier] = {}
-    for chunk in chunked(dates):
+    for scopes, chunk in product(chunked(keys, IN_CHUNK // 2), chunked(dates, IN_CHUNK // 2)):
         for r in session.execute(
             select(NoteRow.id, NoteRow.scope_key, NoteRow.created_at, NoteRow.write_seq)
-            .where(NoteRow.scope_key.in_(keys), NoteRow.created_at.in_(chunk))
+            .where(NoteRow.scope_key.in_(scopes), NoteRow.created_at.in_(chunk))
         ):
             if r.id not in erased and (r.created_at, r.write_seq) in statements:
                 found[r.id] = Carrier(r.id, r.scope_key, (r.created_at, r.write_seq))
@@ -71,6 +86,34 @@ def carriers(session: Session, scope_keys: Iterable[str],
         _statements(session, found)
         _members(session, found)
     return sorted(found.values(), key=lambda c: c.note_id)
+
+
+def said_in(session: Session, conversation_id: str) -> list[SaidIn]:
+    """The re-datings whose later statement was made in ``conversation_id``: a host's remember
+    or an import's line said a note's fact again there, and no note records it (one read)."""
+    column = OperationLogRow.after
+    if session.get_bind().dialect.name == "postgresql":
+        named = cast(column, JSONB)[SAID_IN].astext == conversation_id
+    else:
+        named = func.json_extract(column, f"$.{SAID_IN}") == conversation_id
+    out: list[SaidIn] = []
+    for r in session.execute(
+        select(OperationLogRow.id, OperationLogRow.entity_id, OperationLogRow.scope_key,
+               OperationLogRow.after)
+        .where(OperationLogRow.entity == "note", OperationLogRow.run_id.is_(None),
+               OperationLogRow.reason.like(STATED_AGAIN), named).order_by(OperationLogRow.id)
+    ):
+        if (said := _said(r.after)) is not None:
+            out.append(SaidIn(r.id, r.entity_id, r.scope_key, said))
+    return out
+
+
+def forget_said_in(session: Session, found: list[SaidIn]) -> None:
+    """Those log rows name the erased conversation no more (their dates stay, as images)."""
+    for s in found:
+        row = session.get(OperationLogRow, s.log_id)
+        if row is not None and row.after is not None:
+            row.after = {k: v for k, v in row.after.items() if k != SAID_IN}
 
 
 def _statements(session: Session, found: dict[str, Carrier]) -> None:
