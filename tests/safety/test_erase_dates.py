@@ -220,3 +220,18 @@ def test_a_line_imported_again_from_an_erased_conversation_loses_that_date(app: 
     assert (result.note_ids, result.redated_ids) == ([], ["tea"])
     assert _said(app, "tea") == own
     assert erase(app, conversation_id="c2").redated_ids == []  # nothing left to take
+
+
+def test_an_erased_statement_no_note_held_never_dates_a_note_again(app: App) -> None:
+    """Remembered in c1, again in c2, again in c3; c2 erased first (the note keeps c3's date),
+    then c3: the note goes back to c1's date, not to c2's erased one."""
+    text = "User drinks green tea every morning"
+    first = remember(app, SCOPE_U, text, conversation_id="c1")
+    own = _said(app, first.id)
+    remember(app, SCOPE_U, text, conversation_id="c2")
+    remember(app, SCOPE_U, text, conversation_id="c3")
+    third = _said(app, first.id)
+    assert erase(app, conversation_id="c2").redated_ids == []  # c3's statement is the latest
+    assert _said(app, first.id) == third
+    assert erase(app, conversation_id="c3").redated_ids == [first.id]
+    assert _said(app, first.id) == own

@@ -109,11 +109,12 @@ def said_in(session: Session, conversation_id: str) -> list[SaidIn]:
 
 
 def forget_said_in(session: Session, found: list[SaidIn]) -> None:
-    """Those log rows name the erased conversation no more (their dates stay, as images)."""
+    """Those log rows name the erased conversation no more: ``said_in`` null, a statement
+    erased (their dates stay, as images, and no later erasure dates a note at them again)."""
     for s in found:
         row = session.get(OperationLogRow, s.log_id)
         if row is not None and row.after is not None:
-            row.after = {k: v for k, v in row.after.items() if k != SAID_IN}
+            row.after = {**row.after, SAID_IN: None}
 
 
 def _statements(session: Session, found: dict[str, Carrier]) -> None:
@@ -131,8 +132,8 @@ def _statements(session: Session, found: dict[str, Carrier]) -> None:
                 continue
             if c.first is None:
                 c.first = before
-            if r.run_id is None:  # an import or a host said it again: no note holds it
-                c.unheld.append(after)
+            if r.run_id is None and not _erased(r.after):
+                c.unheld.append(after)  # an import or a host said it again: no note holds it
 
 
 def _members(session: Session, found: dict[str, Carrier]) -> None:
@@ -155,6 +156,11 @@ def _members(session: Session, found: dict[str, Carrier]) -> None:
                 c.superseded.append(Superseded(r.id, said, r.valid_to))
             else:
                 c.members.append((r.id, said))
+
+
+def _erased(image: Any) -> bool:
+    """The re-dating's statement was made in a conversation since erased (``forget_said_in``)."""
+    return isinstance(image, dict) and SAID_IN in image and image[SAID_IN] is None
 
 
 def _said(image: Any) -> Said | None:
