@@ -13,6 +13,7 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from click.testing import CliRunner
 
 from tests.phases.contradictions.test_restate import DARK, DARK_FULL, LIGHT, modes
 from tests.phases.contradictions.test_service import rows, run_phase, with_stub
@@ -20,6 +21,7 @@ from tests.support.factories import add_notes, days_ago
 from tests.support.llm_stub import LLMStub
 from tests.support.safety import note_states
 from worker.app import App
+from worker.cli import main
 from worker.domain.types import Scope
 from worker.host.remember import remember
 from worker.safety.erase import REVIEW_KIND, erase
@@ -235,3 +237,21 @@ def test_an_erased_statement_no_note_held_never_dates_a_note_again(app: App) -> 
     assert _said(app, first.id) == third
     assert erase(app, conversation_id="c3").redated_ids == [first.id]
     assert _said(app, first.id) == own
+
+
+def test_dream_erase_says_which_notes_it_dated_back(app: App,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the CLI: the conversation held no note of its own, only a statement that dated
+    one; the erasure says it dated that note back and how to revert it."""
+    text = "User drinks green tea every morning"
+    first = remember(app, SCOPE_U, text, conversation_id="c1")
+    remember(app, SCOPE_U, text, conversation_id="c2")
+    monkeypatch.setenv("DREAM_DATABASE_URL", app.settings.database_url)
+    out = CliRunner().invoke(main, ["erase", "--conversation", "c2", "--yes"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0] == "erased conversation c2: 0 notes, 0 derived notes"
+    assert lines[1] == (f"  dated note {first.id} back to the latest statement of its fact "
+                        "left (the later one it was dated at was erased)")
+    assert lines[2].startswith("  to revert the restorations, holds and datings above: "
+                               "dream undo erase-")

@@ -109,8 +109,8 @@ def _print_erased(result: EraseResult) -> None:
         click.echo(f"  kept note {nid} retired for review (an erased note had superseded it "
                    "or had been retired itself, or had dated the note that superseded it)")
     for nid in result.redated_ids:
-        click.echo(f"  dated note {nid} back to the latest statement of its fact left (it was "
-                   "dated at an erased note's)")
+        click.echo(f"  dated note {nid} back to the latest statement of its fact left (the "
+                   "later one it was dated at was erased)")
     for rid in result.interrupted_runs:
         click.echo(f"  interrupted run {rid} (it had read the erased notes; `dream run --due` "
                    "resumes it from a fresh read)")
