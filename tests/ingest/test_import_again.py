@@ -111,3 +111,23 @@ def test_redating_thirty_stored_notes_takes_as_many_statements_as_three(app: App
                 reason="import: stated again").count()
         assert logged == (3 if n == 3 else 33)
     assert counts[0] == counts[1], counts
+
+
+def test_the_same_words_from_another_conversation_are_their_own_note(app: App) -> None:
+    """Two lines of one file, no ids, the same text said in c1 and in c2: two notes (before,
+    the second was "already present", and erasing c1 took the fact c2 said too). Imported
+    again, nothing is added; a third line of c2 is c2's note said again."""
+    lines = [json.dumps({"agent_id": "agent-1", "content": "Standup moved to 9:30",
+                         "created_at": f"2026-05-0{day}T09:00:00Z",
+                         "source_conversation_id": conversation})
+             for day, conversation in ((1, "c1"), (2, "c2"))]
+    first = import_notes(app, lines)
+    assert (first.inserted, first.duplicates) == (2, 0)
+    again = import_notes(app, [*lines, json.dumps({
+        "agent_id": "agent-1", "content": "Standup moved to 9:30",
+        "created_at": "2026-05-03T09:00:00Z", "source_conversation_id": "c2"})])
+    assert (again.inserted, again.duplicates, again.restated) == (0, 3, 1)
+    with app.uow() as uow:
+        dated = {r.source_conversation_id: r.created_at.day
+                 for r in uow.session.query(NoteRow).all()}
+    assert dated == {"c1": 1, "c2": 3}

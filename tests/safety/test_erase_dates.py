@@ -195,10 +195,10 @@ def _log(app: App, note_id: str) -> list[OperationLogRow]:
 
 
 def test_a_fact_remembered_again_in_an_erased_conversation_loses_that_date(app: App) -> None:
-    """Remembered in c1, said again word for word in c2 (a NOOP that dates the note at c2's
-    statement; no note records c2). Erasing c2 dates it back and the log names c2 no more; the
-    note stays, c1's."""
-    first = remember(app, SCOPE_U, "User drinks green tea every morning", conversation_id="c1")
+    """Remembered with no conversation named, said again word for word in c2 (a NOOP that
+    dates the note at c2's statement; no note records c2). Erasing c2 dates it back and the
+    log names c2 no more; the note stays."""
+    first = remember(app, SCOPE_U, "User drinks green tea every morning")
     own = _said(app, first.id)
     again = remember(app, SCOPE_U, "User drinks green tea every morning", conversation_id="c2")
     assert again.action == "NOOP" and _said(app, first.id) != own
@@ -209,26 +209,33 @@ def test_a_fact_remembered_again_in_an_erased_conversation_loses_that_date(app: 
     assert rows(app)[first.id].status == "active"
 
 
-def test_a_line_imported_again_from_an_erased_conversation_loses_that_date(app: App) -> None:
-    """A stored note (c1) whose text a later import's line from c2 says again: the import dates
-    it at that line. Erasing c2 dates it back to its own."""
-    add_notes(app, {"id": "tea", "content": "User drinks green tea", "created_at": days_ago(30),
+@pytest.mark.parametrize("erased", ["c1", "c2"])
+def test_a_fact_imported_from_two_conversations_outlives_either(app: App, erased: str) -> None:
+    """The same words imported from c1, then from c2 (a later import, a line of its own id or
+    none). Before, the c2 line was "already present": it only dated c1's note, and erasing c1
+    took the fact c2 had said too. Now it is c2's own note; a dream keeps one, dated at the
+    later statement, and erasing either conversation leaves the fact active."""
+    text = "User drinks green tea"
+    add_notes(app, {"id": "tea", "content": text, "created_at": days_ago(30),
                     "source_conversation_id": "c1"})
-    own = _said(app, "tea")
-    add_notes(app, {"content": "User drinks green tea", "created_at": days_ago(2),
+    add_notes(app, {"content": text, "created_at": days_ago(2),
                     "source_conversation_id": "c2"})
-    assert set(rows(app)) == {"tea"} and _said(app, "tea") != own
-    result = erase(app, conversation_id="c2")
-    assert (result.note_ids, result.redated_ids) == ([], ["tea"])
-    assert _said(app, "tea") == own
-    assert erase(app, conversation_id="c2").redated_ids == []  # nothing left to take
+    notes = rows(app)
+    assert sorted(n.source_conversation_id or "" for n in notes.values()) == ["c1", "c2"]
+    assert _said(app, "tea")[0] == _at(datetime.fromisoformat(days_ago(30)))  # not c2's date
+    run_phase(app)
+    assert [n.status for n in rows(app).values()].count("active") == 1
+    erase(app, conversation_id=erased)
+    (left,) = [n for n in rows(app).values() if n.status == "active"]
+    assert (left.content, left.source_conversation_id) == (text, {"c1": "c2", "c2": "c1"}[erased])
 
 
 def test_an_erased_statement_no_note_held_never_dates_a_note_again(app: App) -> None:
-    """Remembered in c1, again in c2, again in c3; c2 erased first (the note keeps c3's date),
-    then c3: the note goes back to c1's date, not to c2's erased one."""
+    """Remembered with no conversation named, again in c2, again in c3; c2 erased first (the
+    note keeps c3's date), then c3: the note goes back to its own date, not to c2's erased
+    one."""
     text = "User drinks green tea every morning"
-    first = remember(app, SCOPE_U, text, conversation_id="c1")
+    first = remember(app, SCOPE_U, text)
     own = _said(app, first.id)
     remember(app, SCOPE_U, text, conversation_id="c2")
     remember(app, SCOPE_U, text, conversation_id="c3")
@@ -244,7 +251,7 @@ def test_dream_erase_says_which_notes_it_dated_back(app: App,
     """Through the CLI: the conversation held no note of its own, only a statement that dated
     one; the erasure says it dated that note back and how to revert it."""
     text = "User drinks green tea every morning"
-    first = remember(app, SCOPE_U, text, conversation_id="c1")
+    first = remember(app, SCOPE_U, text)
     remember(app, SCOPE_U, text, conversation_id="c2")
     monkeypatch.setenv("DREAM_DATABASE_URL", app.settings.database_url)
     out = CliRunner().invoke(main, ["erase", "--conversation", "c2", "--yes"])
@@ -255,3 +262,17 @@ def test_dream_erase_says_which_notes_it_dated_back(app: App,
                         "left (the later one it was dated at was erased)")
     assert lines[2].startswith("  to revert the restorations, holds and datings above: "
                                "dream undo erase-")
+
+
+def test_a_line_said_again_in_an_erased_conversation_loses_that_date(app: App) -> None:
+    """A stored note of no conversation, said again by a later import's line from c2: the line
+    dates it (no note of its own: a note of no conversation stands in for it). Erasing c2
+    dates it back to its own."""
+    add_notes(app, {"id": "tea", "content": "User drinks green tea", "created_at": days_ago(30)})
+    own = _said(app, "tea")
+    add_notes(app, {"content": "User drinks green tea", "created_at": days_ago(2),
+                    "source_conversation_id": "c2"})
+    assert set(rows(app)) == {"tea"} and _said(app, "tea") != own
+    result = erase(app, conversation_id="c2")
+    assert (result.note_ids, result.redated_ids) == ([], ["tea"])
+    assert _said(app, "tea") == own

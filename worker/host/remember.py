@@ -176,6 +176,15 @@ class _Said:
     conversation_id: str | None
     manual: bool
 
+    def stands_in(self, conversation_id: str | None) -> bool:
+        """Whether a note said in ``conversation_id`` may stand in for this statement (a NOOP
+        on it, or an UPDATE of it): said in the same conversation, or either names none (a
+        NOOP's log row then names this one: ``said_in``). A fact said in another conversation
+        is that one's own note, so erasing either conversation leaves the other's; the dream
+        merges the two."""
+        return None in (self.conversation_id, conversation_id) \
+            or conversation_id == self.conversation_id
+
 
 def _remember_once(
     app: App, scope: Scope, text: str, kind: str, importance: float, said: _Said
@@ -187,7 +196,8 @@ def _remember_once(
     id_key = _id_key(app)
     with app.uow() as uow:
         same = sorted(uow.notes.with_hash(scope, h), key=lambda r: (r[1] != _ACTIVE, r[0]))
-        live = [r for r in same if r[1] in (_ACTIVE, NoteStatus.PENDING.value)]
+        live = [r for r in same if r[1] in (_ACTIVE, NoteStatus.PENDING.value)
+                and said.stands_in(r[2])]
         if live:
             _used(uow, scope, live[0][0], now, said.conversation_id)
             return RememberResult("NOOP", live[0][0], "identical content already in the scope", 1.0)
@@ -196,7 +206,7 @@ def _remember_once(
                    if best_hash is not None else None)
         action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
                                 settings.update_threshold, kind)
-        action, reason, old = _matched(uow, action, reason, best_id, text)
+        action, reason, old = _matched(uow, action, reason, best_id, text, said)
         held = holding_item(uow, scope, old[0].id) if old else None
         new_id = _free_id(uow, id_key, scope, normalised, {r[0] for r in same}, h)
     if best_hash is not None and best_id is None:
@@ -273,10 +283,13 @@ def _concurrent_noop(app: App, scope: Scope, note_id: str, now: Any,
 
 
 def _matched(uow: Any, action: Action, reason: str, best_id: str | None,
-             text: str) -> tuple[Action, str, list[Any]]:
-    """``decide``'s answer held to the words of the note it matched (``held_to_words``), and
-    the note an UPDATE supersedes ([] otherwise)."""
+             text: str, said: _Said) -> tuple[Action, str, list[Any]]:
+    """``decide``'s answer held to the words of the note it matched (``held_to_words``) and to
+    its conversation (``_Said.stands_in``), and the note an UPDATE supersedes ([] otherwise)."""
     old = uow.notes.get_many([best_id]) if action != "ADD" and best_id else []
+    if old and not said.stands_in(old[0].source_conversation_id):
+        return "ADD", (f"{reason}; but note {old[0].id} was said in another conversation: kept "
+                       "as this one's own note, for the dream to merge"), []
     if old:
         action, reason = held_to_words(action, reason, text, old[0])
     return action, reason, old if action == "UPDATE" else []

@@ -1,9 +1,10 @@
 """A fact an import says again: the note that holds its text is dated at the later statement.
 
 A line under a new id (or none) whose text its scope already holds, live, adds no note
-(``notes._present``). Its date still counts: the fact was stated again then, and a value
+(``notes._present``), unless only notes said in another conversation hold it (``held``: the
+line is then that conversation's own note). Its date still counts: the fact was stated again then, and a value
 stated between the two statements must not read as newer to a judge. A line above in the same
-file takes the later date before it is inserted (``notes._restated``); a stored note takes it
+file takes the later date before it is inserted (``restate_above``); a stored note takes it
 here, under the import's lock, logged as an edit (a new version), in one batch per scope.
 """
 
@@ -20,6 +21,8 @@ from worker.store.repositories.note_writes import SAID_IN
 from worker.store.uow import UnitOfWork
 
 _LIVE = frozenset({"active", "pending"})
+# content hash → source conversation → the statuses of the notes holding that text said there
+Holders = dict[str, dict[str | None, set[str]]]
 _CHANGED = "a note changed during the import; nothing was imported, run it again"
 
 
@@ -29,21 +32,28 @@ def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[s
     line dated after it; ``known``: the lines to pass over (inserted now; of a stored id, which
     is that note, not a statement of it again; without a date of their own). Per scope one
     read, one locked read, one UPDATE batch and one log insert; how many notes were re-dated."""
-    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    # (scope, text) → conversation → the latest such line said there
+    latest: dict[tuple[str, str], dict[str | None, dict[str, Any]]] = {}
     for r in rows:
         if r["id"] in known or r["status"] not in _LIVE:
             continue
-        key = (r["scope_key"], r["content_hash"])
-        if key not in latest or _said(r) > _said(latest[key]):
-            latest[key] = r
-    by_scope: dict[str, list[str]] = {}
+        said = latest.setdefault((r["scope_key"], r["content_hash"]), {})
+        line = said.get(r["source_conversation_id"])
+        if line is None or _said(r) > _said(line):
+            said[r["source_conversation_id"]] = r
+    by_scope: dict[str, set[str]] = {}
     for scope_key, content_hash in latest:
-        by_scope.setdefault(scope_key, []).append(content_hash)
+        by_scope.setdefault(scope_key, set()).add(content_hash)
     moved = 0
     for scope_key, hashes in by_scope.items():
         scope = Scope.from_key(scope_key)
-        lines = ((n, latest[(scope_key, n.content_hash)])
-                 for n in uow.notes.live_with_hashes(scope, hashes))
+        # A line of a conversation says again only a note of that conversation or of none
+        # (another conversation's note kept the line apart: ``held``); a line naming
+        # none says again any note holding the text.
+        lines = ((n, max(found, key=_said)) for n in uow.notes.live_with_hashes(scope, hashes)
+                 if (found := [line for c, line in latest[(scope_key, n.content_hash)].items()
+                               if None in (c, n.source_conversation_id)
+                               or c == n.source_conversation_id]))
         # Later by its date: a line of the same date is the same statement imported again (its
         # recorded order is only this import's), and re-importing a file changes nothing.
         moved += _redate(uow, scope, [(n.id, line) for n, line in lines
@@ -76,3 +86,37 @@ def _redate(uow: UnitOfWork, scope: Scope, later: list[tuple[str, dict[str, Any]
 
 def _said(row: dict[str, Any]) -> tuple[datetime, int]:
     return said_key(row["created_at"], row["write_seq"])
+
+
+def held(holders: Holders, row: dict[str, Any]) -> set[str]:
+    """The statuses of the notes holding ``row``'s text that may stand in for it: said in its
+    conversation or in none, or in any when the line names none. A fact said in another
+    conversation is that conversation's own statement: its own note, so erasing either
+    conversation leaves the other's (a dream then keeps one, dated at the later statement)."""
+    by_conversation = holders.get(row["content_hash"], {})
+    conversation = row["source_conversation_id"]
+    if conversation is None:
+        return set().union(*by_conversation.values())
+    return by_conversation.get(conversation, set()) | by_conversation.get(None, set())
+
+
+def first_holder(kept: dict[str, dict[str | None, dict[str, Any]]],
+                 row: dict[str, Any]) -> dict[str, Any] | None:
+    """The first live line above holding ``row``'s text that stands in for it (``held``)."""
+    by_conversation = kept.get(row["content_hash"], {})
+    conversation = row["source_conversation_id"]
+    if conversation is None:
+        return next(iter(by_conversation.values()), None)
+    return by_conversation.get(conversation) or by_conversation.get(None)
+
+
+def restate_above(first: dict[str, Any] | None, again: dict[str, Any]) -> None:
+    """A live line left out because a line above holds its text: the fact said again, so the
+    note ``first`` makes is dated at the later statement. Before, it kept the first date, and a
+    value stated between the two read as newer to every judge."""
+    if first is None or again["status"] not in _LIVE:
+        return
+    if said_key(again["created_at"], again["write_seq"]) > said_key(first["created_at"],
+                                                                   first["write_seq"]):
+        first["created_at"], first["write_seq"] = again["created_at"], again["write_seq"]
+

@@ -18,7 +18,7 @@ import numpy as np
 from worker.app import App
 from worker.clock import next_write_seq, utcnow
 from worker.domain.limits import BIGINT_MAX, INT_MAX, NOTE_CHARS_MAX, ident_problem, visible_problem
-from worker.domain.types import NoteStatus, NoteType, Protection, Scope, content_hash, said_key
+from worker.domain.types import NoteStatus, NoteType, Protection, Scope, content_hash
 from worker.ingest.fields import (
     choice,
     opt_number,
@@ -29,7 +29,13 @@ from worker.ingest.fields import (
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
-from worker.ingest.note_again import restate_stored
+from worker.ingest.note_again import (
+    Holders,
+    first_holder,
+    held,
+    restate_above,
+    restate_stored,
+)
 from worker.ingest.note_apart import parse_apart, record_apart
 from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
 from worker.ingest.note_states import check_links, check_state
@@ -323,47 +329,38 @@ def _fresh(uow: UnitOfWork, parsed: _Lines, stored_ids: set[str],
     seen = set(stored_ids)
     for key, group in by_scope.items():
         stored = uow.notes.statuses_by_hash(Scope.from_key(key), [r["content_hash"] for r in group])
-        earlier: dict[str, set[str]] = {}
-        kept: dict[str, dict[str, Any]] = {}  # content hash → its first live line's row
+        earlier: Holders = {}
+        # content hash → conversation → its first live line's row
+        kept: dict[str, dict[str | None, dict[str, Any]]] = {}
         for r in group:
             if r["id"] in seen or _present(r, parsed, named, stored, earlier):
                 if r["id"] not in parsed.undated:  # the import's time is no statement's date
-                    _restated(kept.get(r["content_hash"]), r)
+                    restate_above(first_holder(kept, r), r)
                 continue
             seen.add(r["id"])
-            earlier.setdefault(r["content_hash"], set()).add(r["status"])
+            said = (r["content_hash"], r["source_conversation_id"])
+            earlier.setdefault(said[0], {}).setdefault(said[1], set()).add(r["status"])
             if r["status"] in _LIVE:
-                kept.setdefault(r["content_hash"], r)
+                kept.setdefault(said[0], {}).setdefault(said[1], r)
             fresh.append(r)
     return fresh
 
 
-def _restated(first: dict[str, Any] | None, again: dict[str, Any]) -> None:
-    """A live line left out because a line above holds its text: the fact said again, so the
-    note ``first`` makes is dated at the later statement. Before, it kept the first date, and a
-    value stated between the two read as newer to every judge."""
-    if first is None or again["status"] not in _LIVE:
-        return
-    if said_key(again["created_at"], again["write_seq"]) > said_key(first["created_at"],
-                                                                   first["write_seq"]):
-        first["created_at"], first["write_seq"] = again["created_at"], again["write_seq"]
-
-
 def _present(row: dict[str, Any], parsed: _Lines, named: set[str],
-             stored: dict[str, set[str]], earlier: dict[str, set[str]]) -> bool:
+             stored: Holders, earlier: Holders) -> bool:
     """Whether the content of a line whose id is new makes it already present. A line with an id:
     when it is live and a stored live note of its scope holds its text (no live twin), unless
     another line points at it. Distinct ids in one file are distinct notes: a fused note and the
     revoked source whose words it kept are both restored. A line without an id gets a new UUID on
     each import, so re-importing the file must find it by content: present when its scope holds
     the text, stored or earlier in the file, in a live note, or in any note when it is retired.
-    A retired note never stands in for a live line."""
-    h = row["content_hash"]
+    A retired note never stands in for a live line, nor a note said in one conversation for a
+    line of another (``note_again.held``)."""
     live = row["status"] in _LIVE
     if row["id"] not in parsed.anonymous:
-        return live and bool(stored.get(h, set()) & _LIVE) and row["id"] not in named
-    held = stored.get(h, set()) | earlier.get(h, set())
-    return bool(held & _LIVE) or (bool(held) and not live)
+        return live and bool(held(stored, row) & _LIVE) and row["id"] not in named
+    holding = held(stored, row) | held(earlier, row)
+    return bool(holding & _LIVE) or (bool(holding) and not live)
 
 
 def _refuse_id_conflicts(rows: list[dict[str, Any]], stored: dict[str, tuple[str, str]],

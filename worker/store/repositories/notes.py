@@ -141,15 +141,19 @@ class NoteRepository(NoteWrites):
                 else self._run(_COUNT_SCOPE, {"scope_key": scope.key}))
         return {status: count for status, count in rows.all()}
 
-    def statuses_by_hash(self, scope: Scope, hashes: Iterable[str]) -> dict[str, set[str]]:
-        """content hash → the statuses of the scope's notes with it (what an import's
-        content dedup weighs: a retired note does not stand in for a live one); a query per
+    def statuses_by_hash(self, scope: Scope,
+                         hashes: Iterable[str]) -> dict[str, dict[str | None, set[str]]]:
+        """content hash → source conversation → the statuses of the scope's notes with that
+        text said there (what an import's content dedup weighs: a retired note does not stand
+        in for a live one, nor a note of one conversation for a line of another); a query per
         ``IN_CHUNK`` hashes."""
-        found: dict[str, set[str]] = {}
+        found: dict[str, dict[str | None, set[str]]] = {}
         for chunk in chunked(sorted(set(hashes))):
-            for r in self._run(select(NoteRow.content_hash, NoteRow.status).where(
+            for r in self._run(select(NoteRow.content_hash, NoteRow.source_conversation_id,
+                                      NoteRow.status).where(
                     NoteRow.scope_key == scope.key, NoteRow.content_hash.in_(chunk))):
-                found.setdefault(r.content_hash, set()).add(r.status)
+                found.setdefault(r.content_hash, {}).setdefault(
+                    r.source_conversation_id, set()).add(r.status)
         return found
 
     def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
@@ -257,10 +261,11 @@ class NoteRepository(NoteWrites):
         ids = [r[0] for r in rows if r[1] == NoteStatus.ACTIVE.value and r[2] == type]
         return min(ids) if ids else None
 
-    def with_hash(self, scope: Scope, hash_: str) -> list[tuple[str, str]]:
-        """(id, status) of every note of the scope with this content hash, any status."""
+    def with_hash(self, scope: Scope, hash_: str) -> list[tuple[str, str, str | None]]:
+        """(id, status, source conversation) of every note of the scope with this content
+        hash, any status."""
         rows = self._run(
-            select(NoteRow.id, NoteRow.status).where(
+            select(NoteRow.id, NoteRow.status, NoteRow.source_conversation_id).where(
                 NoteRow.scope_key == scope.key, NoteRow.content_hash == hash_)
         ).all()
-        return [(r[0], r[1]) for r in rows]
+        return [(r[0], r[1], r[2]) for r in rows]
