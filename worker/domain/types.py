@@ -229,6 +229,14 @@ def restated_at(own: Said, later: Iterable[Said], protection: str | None) -> Sai
     return latest if latest is not None and said_key(*latest) > said_key(*own) else None
 
 
+def stands_in(held_in: str | None, said_in: str | None) -> bool:
+    """Whether a note said in conversation ``held_in`` may stand for a statement of its text
+    made in ``said_in`` (a NOOP, an import's line said again): the same conversation, or either
+    is none. A fact said in another conversation is that one's own note, so erasing either
+    conversation leaves the other's; a dream merges the two."""
+    return None in (held_in, said_in) or held_in == said_in
+
+
 def recorded_later(a: Note, b: Note) -> bool | None:
     """Whether the store recorded ``a`` after ``b`` (its one clock, whatever the notes'
     ``created_at`` say), or None when it does not know (either has no recorded order)."""

@@ -18,7 +18,14 @@ from sqlalchemy.exc import IntegrityError
 from worker.app import App
 from worker.clock import next_write_seq, utcnow
 from worker.domain.limits import ident_problem, text_problem
-from worker.domain.types import NoteStatus, NoteType, Scope, content_hash, normalise_text
+from worker.domain.types import (
+    NoteStatus,
+    NoteType,
+    Scope,
+    content_hash,
+    normalise_text,
+    stands_in,
+)
 from worker.host.errors import Conflict, Invalid
 from worker.host.remember_cache import RememberCache, hash_words, hex_words
 from worker.phases.consolidate.core import lineage_conversations
@@ -178,12 +185,9 @@ class _Said:
 
     def stands_in(self, conversation_id: str | None) -> bool:
         """Whether a note said in ``conversation_id`` may stand in for this statement (a NOOP
-        on it, or an UPDATE of it): said in the same conversation, or either names none (a
-        NOOP's log row then names this one: ``said_in``). A fact said in another conversation
-        is that one's own note, so erasing either conversation leaves the other's; the dream
-        merges the two."""
-        return None in (self.conversation_id, conversation_id) \
-            or conversation_id == self.conversation_id
+        on it, or an UPDATE of it): ``domain.types.stands_in`` (a NOOP's log row then names
+        this conversation: ``said_in``)."""
+        return stands_in(conversation_id, self.conversation_id)
 
 
 def _remember_once(

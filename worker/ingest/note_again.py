@@ -2,8 +2,8 @@
 
 A line under a new id (or none) whose text its scope already holds, live, adds no note
 (``notes._present``), unless only notes said in another conversation hold it (``held``: the
-line is then that conversation's own note). Its date still counts: the fact was stated again then, and a value
-stated between the two statements must not read as newer to a judge. A line above in the same
+line is then that conversation's own note). Its date still counts: the fact was stated again
+then, and a value stated between the two statements must not read as newer to a judge. A line above in the same
 file takes the later date before it is inserted (``restate_above``); a stored note takes it
 here, under the import's lock, logged as an edit (a new version), in one batch per scope.
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from worker.domain.types import Scope, said_key
+from worker.domain.types import Scope, said_key, stands_in
 from worker.errors import Conflict
 from worker.phases.kit.rows import RowBuilder
 from worker.store.repositories.note_writes import SAID_IN
@@ -47,13 +47,11 @@ def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[s
     moved = 0
     for scope_key, hashes in by_scope.items():
         scope = Scope.from_key(scope_key)
-        # A line of a conversation says again only a note of that conversation or of none
-        # (another conversation's note kept the line apart: ``held``); a line naming
-        # none says again any note holding the text.
+        # A line says again only a note that stands in for it (``stands_in``: another
+        # conversation's note kept the line apart, ``held``).
         lines = ((n, max(found, key=_said)) for n in uow.notes.live_with_hashes(scope, hashes)
                  if (found := [line for c, line in latest[(scope_key, n.content_hash)].items()
-                               if None in (c, n.source_conversation_id)
-                               or c == n.source_conversation_id]))
+                               if stands_in(n.source_conversation_id, c)]))
         # Later by its date: a line of the same date is the same statement imported again (its
         # recorded order is only this import's), and re-importing a file changes nothing.
         moved += _redate(uow, scope, [(n.id, line) for n, line in lines
@@ -89,15 +87,12 @@ def _said(row: dict[str, Any]) -> tuple[datetime, int]:
 
 
 def held(holders: Holders, row: dict[str, Any]) -> set[str]:
-    """The statuses of the notes holding ``row``'s text that may stand in for it: said in its
-    conversation or in none, or in any when the line names none. A fact said in another
-    conversation is that conversation's own statement: its own note, so erasing either
-    conversation leaves the other's (a dream then keeps one, dated at the later statement)."""
+    """The statuses of the notes holding ``row``'s text that may stand in for it
+    (``stands_in``: said in its conversation or in none, or in any when the line names none)."""
     by_conversation = holders.get(row["content_hash"], {})
-    conversation = row["source_conversation_id"]
-    if conversation is None:
-        return set().union(*by_conversation.values())
-    return by_conversation.get(conversation, set()) | by_conversation.get(None, set())
+    said_in = row["source_conversation_id"]
+    return set().union(*(statuses for held_in, statuses in by_conversation.items()
+                         if stands_in(held_in, said_in)))
 
 
 def first_holder(kept: dict[str, dict[str | None, dict[str, Any]]],
@@ -119,4 +114,3 @@ def restate_above(first: dict[str, Any] | None, again: dict[str, Any]) -> None:
     if said_key(again["created_at"], again["write_seq"]) > said_key(first["created_at"],
                                                                    first["write_seq"]):
         first["created_at"], first["write_seq"] = again["created_at"], again["write_seq"]
-

@@ -184,11 +184,10 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
         # A later statement made in the conversation that no note records (a host's remember,
         # an import's line said again) goes with it too: its date, and its name in the log.
         again = uow.safety.said_in(conversation_id) if conversation_id is not None else []
-        statements = {i: n.said for i, n in found.items()} | {
-            f"said-in-{s.log_id}": s.said for s in again}
+        gone = {n.said for n in found.values()} | {s.said for s in again}
         # A user's erasure empties the user's scopes: no note is left there to date back.
         back = DatedBack() if user_id is not None else date_back(
-            uow, statements, scope_keys | {s.scope_key for s in again}, erase_id, subject, now)
+            uow, gone, scope_keys | {s.scope_key for s in again}, erase_id, subject, now)
         uow.safety.forget_said_in(again)
         if again:
             counts["operation_log_scrubbed"] = counts.get("operation_log_scrubbed", 0) + len(again)

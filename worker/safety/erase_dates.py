@@ -37,12 +37,13 @@ class DatedBack:
     reopened: dict[str, list[str]] = field(default_factory=dict)
 
 
-def date_back(uow: UnitOfWork, erased: Mapping[str, Said], scope_keys: set[str],
+def date_back(uow: UnitOfWork, gone: set[Said], scope_keys: set[str],
               erase_id: str, subject: str, now: datetime) -> DatedBack:
-    """Date back every note of ``scope_keys`` carrying the date of an ``erased`` note (id →
-    its statement, read before the erase), in the erase's transaction."""
-    found = uow.safety.carriers(scope_keys, erased)
-    dated = _dates(found, {s for s in erased.values() if s[0] is not None})
+    """Date back every note of ``scope_keys`` carrying one of the erased statements ``gone``
+    (the erased notes' and the conversation's, read before the erase), in the erase's
+    transaction, after the erased notes are deleted."""
+    found = uow.safety.carriers(scope_keys, gone)
+    dated = _dates(found, gone)
     if not dated:
         return DatedBack()
     ends = _ends(found, dated)

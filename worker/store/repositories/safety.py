@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typing
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -359,9 +359,9 @@ class SafetyRepository:
                                        (r.created_at, r.write_seq))
         return out
 
-    def carriers(self, scope_keys: Iterable[str], erased: Mapping[str, Said]) -> list[Carrier]:
-        """``said_dates.carriers``: notes dated at an erased note's statement."""
-        return carriers(self.session, scope_keys, erased)
+    def carriers(self, scope_keys: Iterable[str], gone: set[Said]) -> list[Carrier]:
+        """``said_dates.carriers``: notes dated at an erased statement."""
+        return carriers(self.session, scope_keys, gone)
 
     def said_in(self, conversation_id: str) -> list[SaidIn]:
         """``said_dates.said_in``: re-datings said in the conversation."""

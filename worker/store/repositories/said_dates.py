@@ -8,7 +8,7 @@ carry an erased note's date and every statement of their fact the store still ho
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import product
@@ -66,13 +66,11 @@ class Carrier:
     superseded: list[Superseded] = field(default_factory=list)
 
 
-def carriers(session: Session, scope_keys: Iterable[str],
-             erased: Mapping[str, Said]) -> list[Carrier]:
-    """The notes of ``scope_keys`` outside ``erased`` whose date and recorded order are an
-    erased note's, with their statements: three reads (chunked by 500 ids, or by 250 scopes and
-    250 dates)."""
-    statements = {s for s in erased.values() if s[0] is not None}
-    dates = sorted({d for d, _ in statements if d is not None})
+def carriers(session: Session, scope_keys: Iterable[str], gone: set[Said]) -> list[Carrier]:
+    """The notes of ``scope_keys`` whose date and recorded order are one of the erased
+    statements ``gone`` (read after the erased notes were deleted), with their statements:
+    three reads (chunked by 500 ids, or by 250 scopes and 250 dates)."""
+    dates = sorted({d for d, _ in gone if d is not None})
     keys = sorted(set(scope_keys))
     found: dict[str, Carrier] = {}
     for scopes, chunk in product(chunked(keys, IN_CHUNK // 2), chunked(dates, IN_CHUNK // 2)):
@@ -80,7 +78,7 @@ def carriers(session: Session, scope_keys: Iterable[str],
             select(NoteRow.id, NoteRow.scope_key, NoteRow.created_at, NoteRow.write_seq)
             .where(NoteRow.scope_key.in_(scopes), NoteRow.created_at.in_(chunk))
         ):
-            if r.id not in erased and (r.created_at, r.write_seq) in statements:
+            if (r.created_at, r.write_seq) in gone:
                 found[r.id] = Carrier(r.id, r.scope_key, (r.created_at, r.write_seq))
     if found:
         _statements(session, found)
