@@ -16,7 +16,7 @@ from typing import Any
 
 from worker.domain.types import Scope, said_key, stands_in
 from worker.errors import Conflict
-from worker.phases.kit.rows import RowBuilder
+from worker.phases.kit.rows import Edits
 from worker.store.repositories.note_writes import SAID_IN
 from worker.store.uow import UnitOfWork
 
@@ -69,16 +69,13 @@ def _redate(uow: UnitOfWork, scope: Scope, later: list[tuple[str, dict[str, Any]
     state = uow.writes.lock_state(i for i, _ in later)
     if len(state) != len(later):
         raise Conflict(_CHANGED)
-    rows = RowBuilder(scope, None, now, state, None, {})
+    edits = Edits(state, None, now)
     for note_id, line in later:
         said_in = line.get("source_conversation_id")
-        rows.set_fields(note_id, {"created_at": line["created_at"],
-                                  "write_seq": line["write_seq"]}, "import: stated again",
-                        {SAID_IN: said_in} if said_in else None)
-    for keys, batch in rows.update_batches():
-        if uow.writes.update_notes(keys, batch) != len(batch):
-            raise Conflict(_CHANGED)
-    uow.writes.add_log(rows.log)
+        edits.set(scope.key, note_id, {"created_at": line["created_at"],
+                                       "write_seq": line["write_seq"]}, "import: stated again",
+                  {SAID_IN: said_in} if said_in else None)
+    edits.write(uow.writes, _CHANGED)
     return len(later)
 
 

@@ -22,9 +22,9 @@ from sqlalchemy.exc import OperationalError
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.types import NoteStatus, Scope
+from worker.domain.types import NoteStatus
 from worker.errors import Conflict, InvalidInput, NotFound
-from worker.phases.kit.rows import RowBuilder, restored_fields
+from worker.phases.kit.rows import Edits, restored_fields
 from worker.safety.erase_dates import DatedBack, date_back
 from worker.store.db import SQLITE_BUSY_SECONDS
 from worker.store.repositories.retention import append_comment
@@ -249,7 +249,7 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
     state = uow.writes.lock_state(s.id for s in everyone)
     reason = f"erase of {subject.split()[0]}: a note it stood for was erased"
     restoring = {s.id for s in plan.restore}
-    builders: dict[str, RowBuilder] = {}
+    edits = Edits(state, erase_id, now)
     for s in everyone:
         if s.id not in state:
             raise Conflict(f"note {s.id} changed during the erase; nothing was erased, run it "
@@ -260,18 +260,9 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
                                              _comment(s, restore))}
         if s.relation in REVIEW_RELATIONS:  # ended at the erased note's date: no known time now
             values["valid_to"] = None
-        rows = builders.get(s.scope_key)
-        if rows is None:
-            rows = builders[s.scope_key] = RowBuilder(Scope.from_key(s.scope_key), erase_id, now,
-                                                      state, None, {})
-        rows.set_fields(s.id, values, reason)
-    for rows in builders.values():
-        for keys, batch in rows.update_batches():
-            if uow.writes.update_notes(keys, batch) != len(batch):
-                # The host wrote to one meanwhile: roll everything back rather than half-apply.
-                raise Conflict("a note changed during the erase; nothing was erased, run it "
-                               "again")
-        uow.writes.add_log(rows.log)
+        edits.set(s.scope_key, s.id, values, reason)
+    # The host wrote to one meanwhile: roll everything back rather than half-apply.
+    edits.write(uow.writes, "a note changed during the erase; nothing was erased, run it again")
     by_scope: dict[str, list[str]] = {}
     for s in plan.review:
         by_scope.setdefault(s.scope_key, []).append(s.id)

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from worker.domain.types import Said, Scope, said_key
+from worker.domain.types import Said, said_key
 from worker.errors import Conflict
-from worker.phases.kit.rows import RowBuilder
+from worker.phases.kit.rows import Edits
 from worker.store.repositories.said_dates import Carrier
 from worker.store.uow import UnitOfWork
 
@@ -49,31 +49,20 @@ def date_back(uow: UnitOfWork, gone: set[Said], scope_keys: set[str],
     ends = _ends(found, dated)
     state = uow.writes.lock_state([*dated, *ends])
     why = f"erase of {subject.split()[0]}: "
-    builders: dict[str, RowBuilder] = {}
-
-    def write(scope_key: str, note_id: str, values: dict[str, Any], reason: str) -> None:
-        rows = builders.get(scope_key)
-        if rows is None:
-            rows = builders[scope_key] = RowBuilder(Scope.from_key(scope_key), erase_id, now,
-                                                    state, None, {})
-        rows.set_fields(note_id, values, why + reason)
-
+    edits = Edits(state, erase_id, now)
     for c in found:
         if c.note_id in dated:
             _expect(state, c.note_id, created_at=c.said[0], write_seq=c.said[1])
             when, seq = dated[c.note_id]
-            write(c.scope_key, c.note_id, {"created_at": when, "write_seq": seq},
-                  "the later statement it was dated at was erased")
+            edits.set(c.scope_key, c.note_id, {"created_at": when, "write_seq": seq},
+                      why + "the later statement it was dated at was erased")
             for old in c.superseded:
                 if old.id in ends:
                     _expect(state, old.id, valid_to=old.valid_to)
-                    write(c.scope_key, old.id, {"valid_to": ends[old.id]},
-                          "the statement that ended it was erased; ended at the one left")
-    for rows in builders.values():
-        for keys, batch in rows.update_batches():
-            if uow.writes.update_notes(keys, batch) != len(batch):
-                raise Conflict(_CHANGED)
-        uow.writes.add_log(rows.log)
+                    edits.set(c.scope_key, old.id, {"valid_to": ends[old.id]},
+                              why + "the statement that ended it was erased; ended at the one "
+                              "left")
+    edits.write(uow.writes, _CHANGED)
     return DatedBack(sorted(dated), _reopened(found, dated))
 
 

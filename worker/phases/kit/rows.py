@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from worker.domain.types import NoteStatus, Scope, content_hash
+from worker.errors import Conflict
 from worker.phases.kit.changes import Change, ChangeKind, Member, stated_at
 from worker.phases.kit.evaluate import State, apply_change
 from worker.store.repositories.note_writes import (
@@ -15,6 +16,7 @@ from worker.store.repositories.note_writes import (
     TRACKED_FIELDS,
     UNVERSIONED_FIELDS,
 )
+from worker.store.repositories.writes import WriteRepository
 
 
 def restored_fields(before: dict[str, Any]) -> dict[str, Any]:
@@ -151,3 +153,30 @@ class RowBuilder:
             else:
                 out.append((keys, [row]))
         return out
+
+
+class Edits:
+    """Field edits to notes of any scopes over one locked state (``RowBuilder.set_fields``, a
+    builder per scope): each note a version up, logged under ``run_id`` (None: no run's)."""
+
+    def __init__(self, state: State, run_id: str | None, now: datetime) -> None:
+        self.state, self.run_id, self.now = state, run_id, now
+        self._scopes: dict[str, RowBuilder] = {}
+
+    def set(self, scope_key: str, note_id: str, values: dict[str, Any], reason: str,
+            logged: dict[str, Any] | None = None) -> None:
+        rows = self._scopes.get(scope_key)
+        if rows is None:
+            rows = self._scopes[scope_key] = RowBuilder(
+                Scope.from_key(scope_key), self.run_id, self.now, self.state, None, {})
+        rows.set_fields(note_id, values, reason, logged)
+
+    def write(self, writes: WriteRepository, changed: str | Exception) -> None:
+        """One UPDATE per scope and set of columns, each row guarded by the version read, and
+        one log insert per scope. A row changed since the locked read raises ``changed`` (a
+        message: a ``Conflict``) and the caller's transaction rolls all of it back."""
+        for rows in self._scopes.values():
+            for keys, batch in rows.update_batches():
+                if writes.update_notes(keys, batch) != len(batch):
+                    raise changed if isinstance(changed, Exception) else Conflict(changed)
+            writes.add_log(rows.log)

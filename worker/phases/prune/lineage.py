@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from worker.domain.types import NoteStatus
-from worker.phases.kit.rows import RowBuilder, restored_fields
+from worker.phases.kit.rows import Edits, restored_fields
 from worker.phases.kit.write import PhaseWrite, WriteConflict
 from worker.store.repositories.retention import LineageParent, append_comment
 
@@ -69,19 +69,17 @@ def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str]) -> l
     w.lock_scope()
     state = w.uow.writes.lock_state(planned)
     befores = w.uow.retention.retirement_befores(planned)
-    rows = RowBuilder(t.scope, t.logged_as, t.now, state, None, {})
+    edits = Edits(state, t.logged_as, t.now)
     restored = []
     for note_id, into in planned.items():
         row: dict[str, Any] | None = state.get(note_id)
         if row is None or row["status"] != NoteStatus.REVOKED.value \
                 or row["consolidated_into_id"] != into:
             continue  # the host changed it since the read: left as it is
-        rows.set_fields(note_id, {
+        edits.set(t.scope.key, note_id, {
             **restored_fields(befores.get(note_id, {})), "consolidated_into_id": None,
             "comments": append_comment(row["comments"], RESTORED_COMMENT)}, REASON)
         restored.append(note_id)
-    for keys, batch in rows.update_batches():
-        if w.uow.writes.update_notes(keys, batch) != len(batch):
-            raise WriteConflict("a note changed while prune held it; nothing was written")
-    w.uow.writes.add_log(rows.log)
+    edits.write(w.uow.writes,
+                WriteConflict("a note changed while prune held it; nothing was written"))
     return restored
