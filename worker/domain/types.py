@@ -245,15 +245,6 @@ def recorded_later(a: Note, b: Note) -> bool | None:
     return a.write_seq > b.write_seq
 
 
-def retired_at(note: Note, when: datetime) -> datetime:
-    """The time a retirement takes effect, never before the note itself was recorded: a note
-    superseded by an older one, or a clock passed as ``--now`` in the past, would otherwise get
-    a ``valid_to`` earlier than its ``created_at``."""
-    if note.created_at is not None and note.created_at > when:
-        return note.created_at
-    return when
-
-
 def fingerprint_notes(notes: list[Note]) -> str:
     """Identity of a set of notes at their current versions; changes when any member changes."""
     return fingerprint_versions([(n.id, n.version) for n in notes])

@@ -47,7 +47,6 @@ from worker.config import ConfigError
 from worker.llm.base import LLMError, LLMReply
 from worker.llm.openai_compat import parse_content
 
-ReplyFn = Callable[[str, str, str], Any]  # (prompt_name, system, user) -> reply
 ItemFor = Callable[[str, str, Any], Any]  # (<name>_all key, an id's own notes, default) -> item
 
 _ALIAS = re.compile(r'"alias"\s*:\s*"(n\d+)"')

@@ -134,10 +134,6 @@ class OpenAICompatibleLLM:
             max_output_tokens=settings.llm_max_output_tokens,
         )
 
-    @property
-    def json_schema_supported(self) -> bool:
-        return self._json_schema_supported
-
     def _response_format(self, prompt_name: str, schema: dict[str, Any]) -> dict[str, Any]:
         if self._json_schema_supported:
             return {"type": "json_schema",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from worker.domain.types import Note, StepStatus
@@ -56,7 +56,6 @@ class Unit:
     name: str = ""
     cluster: PlannedCluster | None = None
     open_notes: list[Note] | None = None
-    merged_stand_ins: list[Note] = field(default_factory=list)
 
 
 def merge_change(d: Decision) -> Change:

@@ -77,28 +77,6 @@ class JudgementRepository:
                           "note_ids": sorted(note_ids), "verdict": verdict, "reason": reason,
                           "run_id": run_id, "created_at": now})
 
-    def record_retirement(
-        self, scope: Scope, fingerprint: str, loser_id: str, winner_id: str, kind: str,
-        reason: str | None, run_id: str | None, now: datetime,
-    ) -> None:
-        """A retirement decided but not applied (the guard said no): ``note_ids`` keep the
-        order [loser, winner]; ``fingerprint`` is the pair's at the versions it was decided."""
-        self._first_wins({"scope_key": scope.key, "kind": PENDING_RETIREMENT,
-                          "fingerprint": fingerprint, "note_ids": [loser_id, winner_id],
-                          "verdict": kind, "reason": reason, "run_id": run_id,
-                          "created_at": now})
-
-    def pending_retirements(self, scope: Scope) -> list[tuple[str, str, str, str, str | None]]:
-        """(fingerprint, loser, winner, kind, reason) of every recorded pending retirement,
-        in the order decided; the caller keeps those whose fingerprint still matches."""
-        rows = self._run(
-            select(_J.c.fingerprint, _J.c.note_ids, _J.c.verdict, _J.c.reason)
-            .where(_J.c.scope_key == scope.key, _J.c.kind == PENDING_RETIREMENT)
-            .order_by(_J.c.id)
-        ).all()
-        return [(r.fingerprint, r.note_ids[0], r.note_ids[1], r.verdict, r.reason)
-                for r in rows if r.note_ids and len(r.note_ids) == 2]
-
     def add_review(
         self, scope: Scope, kind: str, note_ids: list[str], reason: str | None,
         run_id: str | None, now: datetime,

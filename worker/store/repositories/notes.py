@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, defer
 
 from worker.domain.types import Note, NoteStatus, Scope
 from worker.store.chunks import chunked, rows_by_id
-from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
+from worker.store.models import NoteLineageRow, NoteRow
 from worker.store.repositories.note_load import ScopeSnapshot, load_scope
 from worker.store.repositories.note_writes import NoteWrites
 
@@ -202,17 +202,6 @@ class NoteRepository(NoteWrites):
                 out.setdefault(child, []).append((parent, relation))
         return out
 
-    def inserted_by_run(self, run_id: str, scope: Scope) -> set[str]:
-        """Ids of notes this run created (its operation-log inserts), e.g. consolidation's fusions."""
-        rows = self._run(
-            select(OperationLogRow.entity_id).where(
-                OperationLogRow.run_id == run_id,
-                OperationLogRow.scope_key == scope.key,
-                OperationLogRow.entity == "note",
-                OperationLogRow.op == "insert",
-            )
-        ).all()
-        return {r[0] for r in rows}
 
     def contents(self, scope: Scope) -> Iterator[str]:
         """Every note text of the scope, any status, streamed (to scrub error messages, R21)."""
