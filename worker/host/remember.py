@@ -211,15 +211,13 @@ def _remember_once(
         action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
                                 settings.update_threshold, kind)
         action, reason, old = _matched(uow, action, reason, best_id, text, said)
+        if action == "NOOP" and best_id is not None:  # its use written in this one transaction
+            _used(uow, scope, best_id, now, said.conversation_id)
+            return RememberResult("NOOP", best_id, reason, _round(best))
         held = holding_item(uow, scope, old[0].id) if old else None
         new_id = _free_id(uow, id_key, scope, normalised, {r[0] for r in same}, h)
     if best_hash is not None and best_id is None:
         return None  # the best match was retired between the two reads: decide again
-    if action == "NOOP":
-        assert best_id is not None
-        with app.uow() as uow:
-            _used(uow, scope, best_id, now, said.conversation_id)
-        return RememberResult("NOOP", best_id, reason, _round(best))
     if action == "UPDATE" and not old:
         return None  # retired meanwhile: decide again
     if old and (not old[0].retirable or held is not None):
