@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
+from tests.conftest import make_sqlite_app
 from worker.app import App
 from worker.ingest import import_notes
 from worker.store.models import NoteRow, OperationLogRow
@@ -131,3 +133,40 @@ def test_the_same_words_from_another_conversation_are_their_own_note(app: App) -
         dated = {r.source_conversation_id: r.created_at.day
                  for r in uow.session.query(NoteRow).all()}
     assert dated == {"c1": 1, "c2": 3}
+
+
+def _end_state(app: App) -> list[tuple[str, str | None, str, str, int | None]]:
+    with app.uow() as uow:
+        return sorted((r.content, r.source_conversation_id, r.status,
+                       r.created_at.isoformat() if r.created_at else "", r.write_seq)
+                      for r in uow.session.query(NoteRow).all())
+
+
+def test_one_file_imported_in_one_go_or_in_parts_ends_the_same(tmp_path: Path) -> None:
+    """A history of one fact said in and out of conversations, at rising dates: imported as
+    one file, or as its first half and then its second, the notes end with the same texts,
+    conversations, statuses, dates and recorded order. Before, a line below in the same file
+    dated only the first note above it, and with no record; a later file dated every note
+    that stands in for it, logged."""
+    said = [(TEA, "c1", 1), (TEA, None, 2), (COFFEE, "c1", 3), (TEA, "c2", 4),
+            (TEA, None, 5), (COFFEE, None, 6), (TEA, "c1", 7), (COFFEE, "c2", 8)]
+    lines = [json.dumps({"agent_id": "agent-1", "content": text, "write_seq": month,
+                         "created_at": datetime(2025, month, 1, tzinfo=UTC).isoformat(),
+                         "source_conversation_id": conversation})
+             for text, conversation, month in said]
+    for cut in (3, 4, 6):
+        whole = make_sqlite_app(tmp_path / f"whole-{cut}")
+        parts = make_sqlite_app(tmp_path / f"parts-{cut}")
+        try:
+            import_notes(whole, lines)
+            import_notes(parts, lines[:cut])
+            import_notes(parts, lines[cut:])
+            assert _end_state(whole) == _end_state(parts), cut
+        finally:
+            whole.dispose()
+            parts.dispose()
+    # A line of no conversation says again every note of its text; a line of c1 only c1's.
+    # Before, the May line dated only the first note above it (c1's), and c2's kept April.
+    assert {(text, c): when[:7] for text, c, _, when, _ in _end_state(parts)} == {
+        (TEA, "c1"): "2025-07", (TEA, "c2"): "2025-05",
+        (COFFEE, "c1"): "2025-06", (COFFEE, "c2"): "2025-08"}

@@ -276,3 +276,21 @@ def test_a_line_said_again_in_an_erased_conversation_loses_that_date(app: App) -
     result = erase(app, conversation_id="c2")
     assert (result.note_ids, result.redated_ids) == ([], ["tea"])
     assert _said(app, "tea") == own
+
+
+def test_a_line_below_in_the_same_file_said_in_an_erased_conversation_loses_that_date(
+        app: App) -> None:
+    """The same two statements in one file: the line of c2 below adds no note (the note of no
+    conversation above stands in for it) and dates that note, logged with c2 as a stored note's
+    is. Before, the note was inserted at c2's date with no record of it, and erasing c2 left
+    the date behind."""
+    add_notes(app, {"id": "tea", "content": "User drinks green tea", "created_at": days_ago(30)},
+              {"content": "User drinks green tea", "created_at": days_ago(2),
+               "source_conversation_id": "c2"})
+    assert set(rows(app)) == {"tea"}
+    dated = _said(app, "tea")[0]
+    assert dated is not None and dated == _at(datetime.fromisoformat(days_ago(2)))
+    result = erase(app, conversation_id="c2")
+    assert (result.note_ids, result.redated_ids) == ([], ["tea"])
+    back = _said(app, "tea")[0]
+    assert back is not None and back == _at(datetime.fromisoformat(days_ago(30)))

@@ -3,9 +3,11 @@
 A line under a new id (or none) whose text its scope already holds, live, adds no note
 (``notes._present``), unless only notes said in another conversation hold it (``held``: the
 line is then that conversation's own note). Its date still counts: the fact was stated again
-then, and a value stated between the two statements must not read as newer to a judge. A line above in the same
-file takes the later date before it is inserted (``restate_above``); a stored note takes it
-here, under the import's lock, logged as an edit (a new version), in one batch per scope.
+then, and a value stated between the two statements must not read as newer to a judge. The
+note takes it here, under the import's lock, after the import's inserts: whether it was stored
+before or made by a line above in the same file, it is logged as an edit (a new version) with
+the conversation the later line was said in, in one batch per scope. So one file imported in
+one go or in parts ends the same, and an erasure of that conversation dates the note back.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ _CHANGED = "a note changed during the import; nothing was imported, run it again
 
 
 def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[str],
-                   now: datetime) -> int:
-    """Each stored live note whose text a live line left out says, dated at the latest such
-    line dated after it; ``known``: the lines to pass over (inserted now; of a stored id, which
-    is that note, not a statement of it again; without a date of their own). Per scope one
-    read, one locked read, one UPDATE batch and one log insert; how many notes were re-dated."""
+                   now: datetime) -> set[str]:
+    """Each stored live note (inserted by this import too) whose text a live line left out
+    says, dated at the latest such line dated after it; ``known``: the lines to pass over (the
+    notes inserted now; of a stored id, which is that note, not a statement of it again;
+    without a date of their own). Per scope one read, one locked read, one UPDATE batch and
+    one log insert; the ids of the notes re-dated."""
     # (scope, text) → conversation → the latest such line said there
     latest: dict[tuple[str, str], dict[str | None, dict[str, Any]]] = {}
     for r in rows:
@@ -44,7 +47,7 @@ def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[s
     by_scope: dict[str, set[str]] = {}
     for scope_key, content_hash in latest:
         by_scope.setdefault(scope_key, set()).add(content_hash)
-    moved = 0
+    moved: set[str] = set()
     for scope_key, hashes in by_scope.items():
         scope = Scope.from_key(scope_key)
         # A line says again only a note that stands in for it (``stands_in``: another
@@ -54,18 +57,18 @@ def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[s
                                if stands_in(n.source_conversation_id, c)]))
         # Later by its date: a line of the same date is the same statement imported again (its
         # recorded order is only this import's), and re-importing a file changes nothing.
-        moved += _redate(uow, scope, [(n.id, line) for n, line in lines
+        moved |= _redate(uow, scope, [(n.id, line) for n, line in lines
                                       if n.created_at is None
                                       or line["created_at"] > n.created_at], now)
     return moved
 
 
 def _redate(uow: UnitOfWork, scope: Scope, later: list[tuple[str, dict[str, Any]]],
-            now: datetime) -> int:
+            now: datetime) -> set[str]:
     """Each note dated at its line's statement, a new version logged as an edit: one locked
     read, one UPDATE batch and one log insert for the scope."""
     if not later:
-        return 0
+        return set()
     state = uow.writes.lock_state(i for i, _ in later)
     if len(state) != len(later):
         raise Conflict(_CHANGED)
@@ -76,7 +79,7 @@ def _redate(uow: UnitOfWork, scope: Scope, later: list[tuple[str, dict[str, Any]
                                        "write_seq": line["write_seq"]}, "import: stated again",
                   {SAID_IN: said_in} if said_in else None)
     edits.write(uow.writes, _CHANGED)
-    return len(later)
+    return {note_id for note_id, _ in later}
 
 
 def _said(row: dict[str, Any]) -> tuple[datetime, int]:
@@ -90,24 +93,3 @@ def held(holders: Holders, row: dict[str, Any]) -> set[str]:
     said_in = row["source_conversation_id"]
     return set().union(*(statuses for held_in, statuses in by_conversation.items()
                          if stands_in(held_in, said_in)))
-
-
-def first_holder(kept: dict[str, dict[str | None, dict[str, Any]]],
-                 row: dict[str, Any]) -> dict[str, Any] | None:
-    """The first live line above holding ``row``'s text that stands in for it (``held``)."""
-    by_conversation = kept.get(row["content_hash"], {})
-    conversation = row["source_conversation_id"]
-    if conversation is None:
-        return next(iter(by_conversation.values()), None)
-    return by_conversation.get(conversation) or by_conversation.get(None)
-
-
-def restate_above(first: dict[str, Any] | None, again: dict[str, Any]) -> None:
-    """A live line left out because a line above holds its text: the fact said again, so the
-    note ``first`` makes is dated at the later statement. Before, it kept the first date, and a
-    value stated between the two read as newer to every judge."""
-    if first is None or again["status"] not in _LIVE:
-        return
-    if said_key(again["created_at"], again["write_seq"]) > said_key(first["created_at"],
-                                                                   first["write_seq"]):
-        first["created_at"], first["write_seq"] = again["created_at"], again["write_seq"]

@@ -31,9 +31,7 @@ from worker.ingest.fields import (
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
 from worker.ingest.note_again import (
     Holders,
-    first_holder,
     held,
-    restate_above,
     restate_stored,
 )
 from worker.ingest.note_apart import parse_apart, record_apart
@@ -224,11 +222,12 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
         hold_scopes(uow.session, {r["scope_key"] for r in parsed.rows})
         fresh = _planned(uow, parsed, planned)  # a subset of ``planned``: embedded already
         edges = lineage_rows(uow, fresh, parsed.lineage, line_of)
-        # A line without a date says nothing of when the fact was said again.
-        result.restated = restate_stored(
-            uow, parsed.rows, {r["id"] for r in fresh} | parsed.stored | parsed.undated, utcnow())
         for start in range(0, len(fresh), 5000):
             uow.notes.insert_many(fresh[start : start + 5000])
+        # A line without a date says nothing of when the fact was said again.
+        inserted = {r["id"] for r in fresh}
+        result.restated = len(restate_stored(
+            uow, parsed.rows, inserted | parsed.stored | parsed.undated, utcnow()) - inserted)
         for start in range(0, len(edges), 5000):  # after the notes: their foreign keys
             uow.notes.insert_lineage(edges[start : start + 5000])
         record_apart(uow, parsed.apart, set(parsed.first_line), line_of, utcnow())
@@ -330,18 +329,12 @@ def _fresh(uow: UnitOfWork, parsed: _Lines, stored_ids: set[str],
     for key, group in by_scope.items():
         stored = uow.notes.statuses_by_hash(Scope.from_key(key), [r["content_hash"] for r in group])
         earlier: Holders = {}
-        # content hash → conversation → its first live line's row
-        kept: dict[str, dict[str | None, dict[str, Any]]] = {}
         for r in group:
             if r["id"] in seen or _present(r, parsed, named, stored, earlier):
-                if r["id"] not in parsed.undated:  # the import's time is no statement's date
-                    restate_above(first_holder(kept, r), r)
-                continue
+                continue  # a live one dates the note holding its text (``restate_stored``)
             seen.add(r["id"])
-            said = (r["content_hash"], r["source_conversation_id"])
-            earlier.setdefault(said[0], {}).setdefault(said[1], set()).add(r["status"])
-            if r["status"] in _LIVE:
-                kept.setdefault(said[0], {}).setdefault(said[1], r)
+            earlier.setdefault(r["content_hash"], {}).setdefault(
+                r["source_conversation_id"], set()).add(r["status"])
             fresh.append(r)
     return fresh
 
