@@ -1,5 +1,6 @@
 """JSONL export of notes, with status, pointers, comments, flags, lineage (parent and relation:
-the relation decides what an erasure follows) and the keep-apart sets that still bind, in the
+the relation decides what an erasure follows), the keep-apart sets that still bind and, for a
+note dated at a later statement of its fact, when it was said (``statements``), in the
 form ``dream notes import`` reads back; not the version (a counter of this store's writes) nor
 an edge's run id (this store's runs are not exported). Examples, sessions and entities too
 (``export_records``), as their importers read them."""
@@ -28,6 +29,7 @@ from worker.store.models import (
     SessionRow,
     UserRow,
 )
+from worker.store.repositories.said_dates import Statements
 
 
 def export_notes(
@@ -81,6 +83,7 @@ def _binding_apart(uow: Any, scope: Scope) -> dict[str, list[list[str]]]:
 def _lines(uow: Any, rows: list[Any], with_embedding: bool,
            apart: dict[str, dict[str, list[list[str]]]]) -> Iterator[str]:
     edges = uow.notes.lineage_edges([r.id for r in rows])
+    said = uow.notes.statements([r.id for r in rows])
     for r in rows:
         key = Scope(r.agent_id, r.user_id, r.company_id).key
         if key not in apart:
@@ -105,6 +108,8 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool,
             "metadata": r.meta,
             "kept_apart": sorted(apart[key].get(r.id, [])),
         }
+        if r.id in said:
+            obj["statements"] = _statements(said[r.id])
         if with_embedding and r.embedding is not None:
             obj["embedding_model"] = r.embedding_model
             # Nine significant digits give back every float32 bit (import keeps a unit vector
@@ -114,6 +119,17 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool,
             yield f'{line[:-1]}, "embedding": [{numbers}]}}'
             continue
         yield json.dumps(obj, ensure_ascii=False)
+
+
+def _statements(said: Statements) -> dict[str, Any]:
+    """When the note's fact was said, as ``dream notes import`` reads it back: the note's own
+    first date, then each later statement no note holds (an import's line, a host's remember)
+    with the conversation it was said in."""
+    (when, seq) = said.first
+    return {"first": {"created_at": _iso(when), "write_seq": seq},
+            "again": [{"created_at": _iso(at), "write_seq": at_seq,
+                       "source_conversation_id": conversation}
+                      for (at, at_seq), conversation in said.again]}
 
 
 def _iso(value: Any) -> str | None:

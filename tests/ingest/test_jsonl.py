@@ -63,6 +63,28 @@ def test_import_is_idempotent_by_id_and_by_content(app: App) -> None:
     (json.dumps({"agent_id": "a", "content": "x", "write_seq": -1}), "line 2: write_seq must be"),
     (json.dumps({"agent_id": "a", "content": "x", "write_seq": 2**63}), "line 2: write_seq must be"),
     (json.dumps({"agent_id": "a", "content": "x", "write_seq": True}), "line 2: write_seq must be"),
+    # statements: when the note's fact was said, as the export writes it
+    (json.dumps({"agent_id": "a", "content": "x", "statements": []}),
+     "line 2: statements must be an object"),
+    (json.dumps({"agent_id": "a", "content": "x", "statements": {"again": []}}),
+     "line 2: statements must be an object"),
+    (json.dumps({"agent_id": "a", "content": "x", "statements": {"first": {"when": "x"}}}),
+     "line 2: statements must be an object"),
+    (json.dumps({"agent_id": "a", "content": "x", "statements": {"first": {}}}),
+     "line 2: statements: every statement needs its created_at"),
+    (json.dumps({"agent_id": "a", "content": "x", "statements": {
+        "first": {"created_at": "2026-01-01T00:00:00Z"}, "again": {}}}),
+     "line 2: statements.again must be an array"),
+    (json.dumps({"agent_id": "a", "content": "x", "statements": {
+        "first": {"created_at": "2026-01-01T00:00:00Z", "write_seq": -2}}}),
+     "line 2: statements: write_seq must be a whole number"),
+    (json.dumps({"agent_id": "a", "content": "x", "created_at": "2026-01-01T00:00:00Z",
+                 "statements": {"first": {"created_at": "2026-02-01T00:00:00Z"}}}),
+     "line 2: statements: a statement is dated after the note's created_at"),
+    (json.dumps({"agent_id": "a", "content": "x", "created_at": "2026-03-01T00:00:00Z",
+                 "statements": {"first": {"created_at": "2026-01-01T00:00:00Z"}, "again": [
+                     {"created_at": "2026-02-01T00:00:00Z", "source_conversation_id": ""}]}}),
+     "line 2: source_conversation_id must be a non-empty string"),
 ])
 def test_bad_line_names_the_line_and_writes_nothing(app: App, bad_line: str, expected: str) -> None:
     """R22: a malformed line gets a one-line error naming it, and nothing is written."""

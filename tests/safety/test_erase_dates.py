@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import make_sqlite_app
 from tests.phases.contradictions.test_restate import DARK, DARK_FULL, LIGHT, modes
 from tests.phases.contradictions.test_service import rows, run_phase, with_stub
 from tests.support.factories import add_notes, days_ago
@@ -23,7 +25,9 @@ from tests.support.safety import note_states
 from worker.app import App
 from worker.cli import main
 from worker.domain.types import Scope
+from worker.export import export_notes
 from worker.host.remember import remember
+from worker.ingest import import_notes
 from worker.safety.erase import REVIEW_KIND, erase
 from worker.safety.undo import UndoRefused, undo_run
 from worker.store.models import OperationLogRow, ReviewRow
@@ -294,3 +298,53 @@ def test_a_line_below_in_the_same_file_said_in_an_erased_conversation_loses_that
     assert (result.note_ids, result.redated_ids) == ([], ["tea"])
     back = _said(app, "tea")[0]
     assert back is not None and back == _at(datetime.fromisoformat(days_ago(30)))
+
+
+def _copy(app: App, tmp_path: Path) -> App:
+    """A store of another machine, holding ``app``'s notes as ``dream notes export`` wrote them
+    and ``dream notes import`` read them."""
+    copy = make_sqlite_app(tmp_path / "copy")
+    exported = list(export_notes(app))
+    assert import_notes(copy, exported).inserted == len(exported)
+    return copy
+
+
+def test_an_imported_export_dates_a_note_back_as_its_first_store_would(
+        app: App, tmp_path: Path) -> None:
+    """A note dated at a later line of c2 (no note of its own), exported and imported into
+    another store: the line's statement comes with it (``statements``), so erasing c2 there
+    dates the note back to its own date. Before, the other store had no record of c2's
+    statement: "nothing to erase", and the note kept c2's date."""
+    add_notes(app, {"id": "tea", "content": "User drinks green tea", "created_at": days_ago(30)},
+              {"content": "User drinks green tea", "created_at": days_ago(2),
+               "source_conversation_id": "c2"})
+    (line,) = (json.loads(x) for x in export_notes(app))
+    assert line["statements"]["first"]["created_at"] == days_ago(30)
+    assert [(s["created_at"], s["source_conversation_id"]) for s in
+            line["statements"]["again"]] == [(days_ago(2), "c2")]
+    copy = _copy(app, tmp_path)
+    try:
+        assert [json.loads(x)["statements"] for x in export_notes(copy)] == [line["statements"]]
+        result = erase(copy, conversation_id="c2")
+        assert (result.note_ids, result.redated_ids) == ([], ["tea"])
+        assert _said(copy, "tea")[0] == _at(datetime.fromisoformat(days_ago(30)))
+    finally:
+        copy.dispose()
+
+
+def test_an_imported_export_of_a_dream_restated_note_dates_it_back_too(
+        app: App, tmp_path: Path) -> None:
+    """The fuller note a contradictions run dated at the short note's statement (c3), exported
+    and imported elsewhere: erasing c3 there dates it back to its own first date (which the
+    export records; the run's log rows stay behind). A note never re-dated exports none."""
+    own = _history(app)
+    copy = _copy(app, tmp_path)
+    try:
+        lines = {json.loads(x)["id"]: json.loads(x) for x in export_notes(copy)}
+        assert "statements" in lines["full"] and "statements" not in lines["light"]
+        assert lines["full"]["statements"]["again"] == []
+        result = erase(copy, conversation_id="c3")
+        assert (result.note_ids, result.redated_ids) == (["short"], ["full"])
+        assert _said(copy, "full")[0] == own[0]
+    finally:
+        copy.dispose()

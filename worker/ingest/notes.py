@@ -36,7 +36,9 @@ from worker.ingest.note_again import (
 )
 from worker.ingest.note_apart import parse_apart, record_apart
 from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
+from worker.ingest.note_statements import parse_statements, record_statements
 from worker.ingest.note_states import check_links, check_state
+from worker.store.repositories.said_dates import Statements
 from worker.store.scope_locks import hold_scopes
 from worker.store.uow import UnitOfWork
 
@@ -46,7 +48,7 @@ NOTE_FIELDS = {
     "protection", "source_conversation_id", "embedding", "embedding_model", "metadata", "status",
     "valid_from", "valid_to", "consolidated_into_id", "comments", "lineage",
     "consolidation_generation", "flags", "last_checked_at", "lineage_conversation_ids",
-    "kept_apart", "write_seq",
+    "kept_apart", "write_seq", "statements",
 }
 MAX_FLAGS = 32  # a run adds one or two ("injection", "contradiction_review")
 _NOTE_TYPES = {t.value.lower(): t.value for t in NoteType}
@@ -202,6 +204,7 @@ class _Lines:
     undated: set[str] = field(default_factory=set)  # lines without created_at (the import's time)
     lineage: dict[str, Edges] = field(default_factory=dict)
     apart: dict[str, list[list[str]]] = field(default_factory=dict)  # ``kept_apart`` sets
+    said: dict[str, Statements] = field(default_factory=dict)  # ``statements``
 
 
 def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
@@ -224,6 +227,7 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
         edges = lineage_rows(uow, fresh, parsed.lineage, line_of)
         for start in range(0, len(fresh), 5000):
             uow.notes.insert_many(fresh[start : start + 5000])
+        record_statements(uow, fresh, parsed.said, utcnow())  # before the re-datings below
         # A line without a date says nothing of when the fact was said again.
         inserted = {r["id"] for r in fresh}
         result.restated = len(restate_stored(
@@ -269,6 +273,8 @@ def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
         parsed.lineage.setdefault(row["id"], edges)
         if apart := parse_apart(obj.get("kept_apart"), row["id"], number):
             parsed.apart.setdefault(row["id"], apart)
+        if said := parse_statements(obj.get("statements"), row["created_at"], number):
+            parsed.said.setdefault(row["id"], said)
         parsed.rows.append(row)
     check_links(parsed.rows, parsed.lineage, {i: f[0] for i, f in parsed.first_line.items()})
     _number(parsed.rows)

@@ -14,6 +14,7 @@ from worker.store.chunks import chunked, rows_by_id
 from worker.store.models import NoteLineageRow, NoteRow
 from worker.store.repositories.note_load import ScopeSnapshot, load_scope
 from worker.store.repositories.note_writes import NoteWrites
+from worker.store.repositories.said_dates import Statements, statements
 
 __all__ = ["NoteRepository", "ScopeSnapshot"]
 
@@ -202,6 +203,11 @@ class NoteRepository(NoteWrites):
                 out.setdefault(child, []).append((parent, relation))
         return out
 
+    def statements(self, note_ids: Iterable[str]) -> dict[str, Statements]:
+        """When each note's fact was said, as the log records it (``said_dates.statements``):
+        what an export writes so that an erasure in the store it is imported to can date a
+        note back."""
+        return statements(self.session, note_ids)
 
     def contents(self, scope: Scope) -> Iterator[str]:
         """Every note text of the scope, any status, streamed (to scrub error messages, R21)."""

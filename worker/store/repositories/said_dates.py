@@ -8,7 +8,7 @@ carry an erased note's date and every statement of their fact the store still ho
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import product
@@ -30,6 +30,8 @@ SAID_AGAIN_RELATIONS = ("duplicate", "subsumed")
 SUPERSEDED = "superseded"
 # The reasons of a re-dating by a host's remember or an import's line (no run): "…: stated again".
 STATED_AGAIN = "%: stated again"
+# An import giving back an exported note's first date (``Statements``): a record, no statement.
+FIRST_SAID = "import: first said"
 
 
 class SaidIn(NamedTuple):
@@ -115,23 +117,54 @@ def forget_said_in(session: Session, found: list[SaidIn]) -> None:
             row.after = {**row.after, SAID_IN: None}
 
 
-def _statements(session: Session, found: dict[str, Carrier]) -> None:
-    """Each carrier's first date and the statements with no note that moved it (the log)."""
-    for chunk in chunked(sorted(found)):
+def _date_moves(session: Session,
+                note_ids: Iterable[str]) -> Iterator[tuple[str, Any, Said, Said]]:
+    """(note, its log row, the date before, the date after) of every logged change that moved a
+    note's date, oldest first per note (one read per 500 notes)."""
+    for chunk in chunked(sorted(note_ids)):
         for r in session.execute(
-            select(OperationLogRow.entity_id, OperationLogRow.run_id, OperationLogRow.before,
-                   OperationLogRow.after)
+            select(OperationLogRow.entity_id, OperationLogRow.run_id, OperationLogRow.reason,
+                   OperationLogRow.before, OperationLogRow.after)
             .where(OperationLogRow.entity == "note", OperationLogRow.entity_id.in_(chunk))
             .order_by(OperationLogRow.id)
         ):
-            c = found[r.entity_id]
             before, after = _said(r.before), _said(r.after)
-            if before is None or after is None:
-                continue
-            if c.first is None:
-                c.first = before
-            if r.run_id is None and not _erased(r.after):
-                c.unheld.append(after)  # an import or a host said it again: no note holds it
+            if before is not None and after is not None:
+                yield r.entity_id, r, before, after
+
+
+def _unheld(row: Any) -> bool:
+    """A later statement no note holds: an import or a host said the fact again (no run), in no
+    conversation since erased; not the first date an import gave back (``FIRST_SAID``)."""
+    return row.run_id is None and row.reason != FIRST_SAID and not _erased(row.after)
+
+
+def _statements(session: Session, found: dict[str, Carrier]) -> None:
+    """Each carrier's first date and the statements with no note that moved it (the log)."""
+    for note_id, row, before, after in _date_moves(session, found):
+        c = found[note_id]
+        if c.first is None:
+            c.first = before
+        if _unheld(row):
+            c.unheld.append(after)
+
+
+class Statements(NamedTuple):
+    """What the log says of when a note's fact was said, as an export writes it: the note's
+    own first date, and the later statements no note holds with their conversations."""
+
+    first: Said
+    again: list[tuple[Said, str | None]]
+
+
+def statements(session: Session, note_ids: Iterable[str]) -> dict[str, Statements]:
+    """``Statements`` of each of ``note_ids`` whose date the log moved (absent: never moved)."""
+    out: dict[str, Statements] = {}
+    for note_id, row, before, after in _date_moves(session, note_ids):
+        found = out.setdefault(note_id, Statements(before, []))
+        if _unheld(row):
+            found.again.append((after, row.after.get(SAID_IN)))
+    return out
 
 
 def _members(session: Session, found: dict[str, Carrier]) -> None:
