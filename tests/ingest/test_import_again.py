@@ -7,9 +7,13 @@ and every judge then kept coffee as the newer value.
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import make_sqlite_app
 from worker.app import App
@@ -170,3 +174,39 @@ def test_one_file_imported_in_one_go_or_in_parts_ends_the_same(tmp_path: Path) -
     assert {(text, c): when[:7] for text, c, _, when, _ in _end_state(parts)} == {
         (TEA, "c1"): "2025-07", (TEA, "c2"): "2025-05",
         (COFFEE, "c1"): "2025-06", (COFFEE, "c2"): "2025-08"}
+
+
+def test_any_history_imported_in_one_go_or_in_parts_ends_the_same(tmp_path: Path) -> None:
+    """The same, for any history of two texts said in no conversation, c1 or c2, in order, cut
+    anywhere: the whole file in one scope, its two parts in another, of one store."""
+    app = make_sqlite_app(tmp_path)
+    histories = itertools.count()
+
+    @settings(max_examples=150, deadline=None)
+    @given(said=st.lists(st.tuples(st.sampled_from([TEA, COFFEE]),
+                                   st.sampled_from([None, "c1", "c2"])), min_size=1, max_size=8),
+           cut=st.integers(0, 8))
+    @example(said=[(TEA, "c1"), (TEA, "c2"), (TEA, None)], cut=2)
+    def ends_the_same(said: list[tuple[str, str | None]], cut: int) -> None:
+        n = next(histories)
+
+        def lines(agent: str) -> list[str]:
+            return [json.dumps({"agent_id": agent, "content": text, "write_seq": k,
+                                "created_at": datetime(2025, 1, 1 + k, tzinfo=UTC).isoformat(),
+                                "source_conversation_id": conversation})
+                    for k, (text, conversation) in enumerate(said)]
+
+        import_notes(app, lines(f"whole-{n}"))
+        import_notes(app, lines(f"parts-{n}")[:cut])
+        import_notes(app, lines(f"parts-{n}")[cut:])
+        with app.uow() as uow:
+            ends = {agent: sorted((r.content, r.source_conversation_id, r.status, r.created_at,
+                                   r.write_seq) for r in uow.session.query(NoteRow)
+                                  .filter_by(agent_id=agent).all())
+                    for agent in (f"whole-{n}", f"parts-{n}")}
+        assert ends[f"whole-{n}"] == ends[f"parts-{n}"]
+
+    try:
+        ends_the_same()
+    finally:
+        app.dispose()
