@@ -3,9 +3,9 @@
 Before, a host's note had no source conversation: `dream erase --conversation C` found none of
 the notes an agent remembered in C (only `--note`, id by id, could take them). A note now
 carries the conversation it was given with; an UPDATE also carries the conversations of the
-note it restates. A note said in another conversation never stands in for a statement (no
-NOOP on it, no UPDATE of it): the fact is that conversation's own note, and erasing one
-conversation leaves what the other said. SQLite and PostgreSQL.
+note it restates. A note said in a conversation never stands in for a statement made in
+another or in none (no NOOP on it, no UPDATE of it): the fact is that statement's own note,
+and erasing one conversation leaves what was said elsewhere. SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -42,18 +42,31 @@ def test_erasing_a_conversation_takes_the_notes_remembered_in_it(app: App) -> No
     assert set(note_states(app)) == {bike.id}
 
 
-def test_an_update_carries_the_conversation_of_the_note_it_restates(app: App) -> None:
-    """Said in c1, then said longer with no conversation named: the longer note records c1
-    among the conversations it carries facts of, and erasing c1 takes both (the longer note
-    repeats its text)."""
+def test_a_statement_in_no_conversation_is_its_own_note_beside_a_conversations(
+        app: App) -> None:
+    """Said in c1, then said longer with no conversation named: before, an UPDATE of c1's
+    note, whose erasure then took the longer statement too, though it was made outside c1.
+    Now its own note, an ADD; erasing c1 leaves it."""
     base = remember(app, SCOPE, BASE, conversation_id="c1")
     longer = remember(app, SCOPE, LONGER)
-    assert longer.action == "UPDATE" and longer.superseded_id == base.id
-    row = _row(app, longer.id)
-    assert (row.source_conversation_id, row.lineage_conversation_ids) == (None, ["c1"])
+    assert longer.action == "ADD" and longer.superseded_id is None
+    assert "was said in conversation c1 and this in no conversation" in longer.reason
     result = erase(app, conversation_id="c1")
-    assert (result.note_ids, result.derived_ids) == ([base.id], [longer.id])
-    assert note_states(app) == {}
+    assert (result.note_ids, result.derived_ids) == ([base.id], [])
+    assert {i: n["status"] for i, n in note_states(app).items()} == {longer.id: "active"}
+
+
+def test_an_update_of_a_note_of_no_conversation_records_the_new_one(app: App) -> None:
+    """Said in no conversation, then longer in c1: an UPDATE (the note of no conversation
+    stands in for any statement), the longer note of c1; erasing c1 takes it and gives the
+    first back."""
+    base = remember(app, SCOPE, BASE)
+    longer = remember(app, SCOPE, LONGER, conversation_id="c1")
+    assert longer.action == "UPDATE" and longer.superseded_id == base.id
+    assert _row(app, longer.id).source_conversation_id == "c1"
+    result = erase(app, conversation_id="c1")
+    assert result.note_ids == [longer.id]
+    assert {i: n["status"] for i, n in note_states(app).items()} == {base.id: "active"}
 
 
 def test_an_update_in_one_conversation_is_undone_by_erasing_it(app: App) -> None:
@@ -74,17 +87,22 @@ def test_a_fact_said_in_another_conversation_is_its_own_note(app: App, text: str
     base = remember(app, SCOPE, BASE, conversation_id="c1")
     again = remember(app, SCOPE, text, conversation_id="c2")
     assert again.action == "ADD" and again.id != base.id
-    assert "said in another conversation" in again.reason
+    assert "was said in conversation c1 and this in conversation c2" in again.reason
     assert _row(app, again.id).source_conversation_id == "c2"
     erase(app, conversation_id="c1")
     assert {i: n["status"] for i, n in note_states(app).items()} == {again.id: "active"}
 
 
 def test_within_one_conversation_a_fact_said_again_is_a_noop(app: App) -> None:
+    """Said again in c1: a NOOP. Said with no conversation named: its own note (erasing c1
+    must leave it); said again then, a NOOP on that one."""
     base = remember(app, SCOPE, BASE, conversation_id="c1")
     assert remember(app, SCOPE, BASE, conversation_id="c1").action == "NOOP"
-    assert remember(app, SCOPE, BASE).action == "NOOP"  # no conversation named: any note
-    assert set(note_states(app)) == {base.id}
+    own = remember(app, SCOPE, BASE)
+    assert own.action == "ADD" and own.id != base.id
+    assert remember(app, SCOPE, BASE).action == "NOOP"
+    assert remember(app, SCOPE, BASE, conversation_id="c2").id == own.id  # it stands in
+    assert set(note_states(app)) == {base.id, own.id}
 
 
 @pytest.mark.parametrize("bad", ["", " c1", "c\n1", "x" * 300])

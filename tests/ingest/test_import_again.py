@@ -139,9 +139,9 @@ def test_the_same_words_from_another_conversation_are_their_own_note(app: App) -
     assert dated == {"c1": 1, "c2": 3}
 
 
-def _end_state(app: App) -> list[tuple[str, str | None, str, str, int | None]]:
+def _end_state(app: App) -> list[tuple[str, str, str, str, int | None]]:
     with app.uow() as uow:
-        return sorted((r.content, r.source_conversation_id, r.status,
+        return sorted((r.content, r.source_conversation_id or "", r.status,
                        r.created_at.isoformat() if r.created_at else "", r.write_seq)
                       for r in uow.session.query(NoteRow).all())
 
@@ -152,8 +152,8 @@ def test_one_file_imported_in_one_go_or_in_parts_ends_the_same(tmp_path: Path) -
     conversations, statuses, dates and recorded order. Before, a line below in the same file
     dated only the first note above it, and with no record; a later file dated every note
     that stands in for it, logged."""
-    said = [(TEA, "c1", 1), (TEA, None, 2), (COFFEE, "c1", 3), (TEA, "c2", 4),
-            (TEA, None, 5), (COFFEE, None, 6), (TEA, "c1", 7), (COFFEE, "c2", 8)]
+    said = [(TEA, "c1", 1), (TEA, None, 2), (COFFEE, "c1", 3), (TEA, "c1", 4),
+            (COFFEE, None, 5), (COFFEE, "c2", 6), (TEA, "c2", 7)]
     lines = [json.dumps({"agent_id": "agent-1", "content": text, "write_seq": month,
                          "created_at": datetime(2025, month, 1, tzinfo=UTC).isoformat(),
                          "source_conversation_id": conversation})
@@ -169,11 +169,12 @@ def test_one_file_imported_in_one_go_or_in_parts_ends_the_same(tmp_path: Path) -
         finally:
             whole.dispose()
             parts.dispose()
-    # A line of no conversation says again every note of its text; a line of c1 only c1's.
-    # Before, the May line dated only the first note above it (c1's), and c2's kept April.
+    # A line of no conversation is its own note beside c1's (erasing c1 must leave it); a line
+    # of c1 says again both notes, one of c2 only the one of no conversation. Before, the April
+    # line dated only the first note above it.
     assert {(text, c): when[:7] for text, c, _, when, _ in _end_state(parts)} == {
-        (TEA, "c1"): "2025-07", (TEA, "c2"): "2025-05",
-        (COFFEE, "c1"): "2025-06", (COFFEE, "c2"): "2025-08"}
+        (TEA, "c1"): "2025-04", (TEA, ""): "2025-07",
+        (COFFEE, "c1"): "2025-03", (COFFEE, ""): "2025-06"}
 
 
 def test_any_history_imported_in_one_go_or_in_parts_ends_the_same(tmp_path: Path) -> None:
@@ -200,8 +201,8 @@ def test_any_history_imported_in_one_go_or_in_parts_ends_the_same(tmp_path: Path
         import_notes(app, lines(f"parts-{n}")[:cut])
         import_notes(app, lines(f"parts-{n}")[cut:])
         with app.uow() as uow:
-            ends = {agent: sorted((r.content, r.source_conversation_id, r.status, r.created_at,
-                                   r.write_seq) for r in uow.session.query(NoteRow)
+            ends = {agent: sorted((r.content, r.source_conversation_id or "", r.status,
+                                   r.created_at, r.write_seq) for r in uow.session.query(NoteRow)
                                   .filter_by(agent_id=agent).all())
                     for agent in (f"whole-{n}", f"parts-{n}")}
         assert ends[f"whole-{n}"] == ends[f"parts-{n}"]

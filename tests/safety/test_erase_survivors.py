@@ -315,3 +315,31 @@ def test_erasing_a_user_takes_their_examples_and_sessions(
     with app.uow() as uow:
         assert [r.user_id for r in uow.session.scalars(select(ExampleRow))] == ["u2"]
         assert {r.user_id for r in uow.session.scalars(select(SessionRow))} == {"u2"}
+
+
+def test_a_fact_said_again_in_another_conversation_outlives_the_fusion_it_matches(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same words said in c1 and c3, fused by a dream (the rule judge merges identical
+    notes), then said again in c5 by an import's line and by a host's remember. Before, the
+    fused note stood in for both ("already present", a NOOP): erasing c1, then c3, took the
+    fact c5 had said too. Now c5's line is its own note (the remember a NOOP on it), and it
+    outlives both erasures."""
+    text = "The user prefers dark mode in every editor"
+    add_notes(app, *({"id": f"n{k}", "user_id": "u1", "content": text,
+                      "source_conversation_id": f"c{k}", "created_at": days_ago(20 - k)}
+                     for k in (1, 3)))
+    run = _cli(app, monkeypatch, "run", "--agent", "agent-1", "--user", "u1", "--force")
+    assert run.exit_code == 0, run.output
+    (fused,) = _active(app)
+    with app.uow() as uow:
+        (note,) = uow.notes.get_many([fused])
+    assert sorted(note.lineage_conversation_ids) == ["c1", "c3"]
+    add_notes(app, {"id": "n5", "user_id": "u1", "content": text,
+                    "source_conversation_id": "c5", "created_at": days_ago(2)})
+    assert set(_active(app)) == {fused, "n5"}
+    again = remember(app, SCOPE, text, conversation_id="c5")
+    assert (again.action, again.id) == ("NOOP", "n5")
+    for conversation in ("c1", "c3"):
+        out = _cli(app, monkeypatch, "erase", "--conversation", conversation, "--yes")
+        assert out.exit_code == 0, out.output
+    assert _active(app) == {"n5": text}

@@ -229,12 +229,20 @@ def restated_at(own: Said, later: Iterable[Said], protection: str | None) -> Sai
     return latest if latest is not None and said_key(*latest) > said_key(*own) else None
 
 
-def stands_in(held_in: str | None, said_in: str | None) -> bool:
-    """Whether a note said in conversation ``held_in`` may stand for a statement of its text
-    made in ``said_in`` (a NOOP, an import's line said again): the same conversation, or either
-    is none. A fact said in another conversation is that one's own note, so erasing either
-    conversation leaves the other's; a dream merges the two."""
-    return None in (held_in, said_in) or held_in == said_in
+def conversations_of(source: str | None, lineage: Iterable[str] | None) -> frozenset[str]:
+    """The conversations whose erasure takes a note: its own, and its sources' (a fusion's
+    ``lineage_conversation_ids``)."""
+    return frozenset(c for c in (source, *(lineage or ())) if c is not None)
+
+
+def stands_in(held_in: frozenset[str], said_in: str | None) -> bool:
+    """Whether a note said in the conversations ``held_in`` (``conversations_of``) may stand
+    for a statement of its text made in ``said_in`` (a NOOP, an import's line said again): only
+    when no erasure can take the note and leave the statement, so when the note was said in no
+    conversation, or in ``said_in`` alone. Otherwise the statement is its own note, and a dream
+    merges the two. Before, a note of c1 (or a fusion of c1's and c3's) stood for a statement
+    made in c5 or in none, and erasing c1 took that statement's fact too."""
+    return all(c == said_in for c in held_in)
 
 
 def recorded_later(a: Note, b: Note) -> bool | None:

@@ -23,6 +23,7 @@ from worker.domain.types import (
     NoteType,
     Scope,
     content_hash,
+    conversations_of,
     normalise_text,
     stands_in,
 )
@@ -183,11 +184,11 @@ class _Said:
     conversation_id: str | None
     manual: bool
 
-    def stands_in(self, conversation_id: str | None) -> bool:
-        """Whether a note said in ``conversation_id`` may stand in for this statement (a NOOP
-        on it, or an UPDATE of it): ``domain.types.stands_in`` (a NOOP's log row then names
-        this conversation: ``said_in``)."""
-        return stands_in(conversation_id, self.conversation_id)
+    def stands_in(self, held_in: frozenset[str]) -> bool:
+        """Whether a note said in the conversations ``held_in`` may stand in for this statement
+        (a NOOP on it, or an UPDATE of it): ``domain.types.stands_in`` (a NOOP's log row then
+        names this conversation: ``said_in``)."""
+        return stands_in(held_in, self.conversation_id)
 
 
 def _remember_once(
@@ -289,9 +290,15 @@ def _matched(uow: Any, action: Action, reason: str, best_id: str | None,
     """``decide``'s answer held to the words of the note it matched (``held_to_words``) and to
     its conversation (``_Said.stands_in``), and the note an UPDATE supersedes ([] otherwise)."""
     old = uow.notes.get_many([best_id]) if action != "ADD" and best_id else []
-    if old and not said.stands_in(old[0].source_conversation_id):
-        return "ADD", (f"{reason}; but note {old[0].id} was said in another conversation: kept "
-                       "as this one's own note, for the dream to merge"), []
+    held_in = conversations_of(old[0].source_conversation_id,
+                               old[0].lineage_conversation_ids) if old else frozenset()
+    if old and not said.stands_in(held_in):
+        where = (f"conversation {said.conversation_id}" if said.conversation_id is not None
+                 else "no conversation")
+        return "ADD", (f"{reason}; but note {old[0].id} was said in conversation "
+                       f"{', '.join(sorted(held_in))} and this in {where}: kept as this "
+                       "statement's own note, so that erasing one leaves the other, for the "
+                       "dream to merge"), []
     if old:
         action, reason = held_to_words(action, reason, text, old[0])
     return action, reason, old if action == "UPDATE" else []

@@ -16,15 +16,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from worker.domain.types import Scope, said_key, stands_in
+from worker.domain.types import Scope, conversations_of, said_key, stands_in
 from worker.errors import Conflict
 from worker.phases.kit.rows import Edits
 from worker.store.repositories.note_writes import SAID_IN
 from worker.store.uow import UnitOfWork
 
 _LIVE = frozenset({"active", "pending"})
-# content hash → source conversation → the statuses of the notes holding that text said there
-Holders = dict[str, dict[str | None, set[str]]]
+# content hash → conversations (``conversations_of``) → the statuses of the notes holding that
+# text said there
+Holders = dict[str, dict[frozenset[str], set[str]]]
 _CHANGED = "a note changed during the import; nothing was imported, run it again"
 
 
@@ -54,7 +55,8 @@ def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[s
         # conversation's note kept the line apart, ``held``).
         lines = ((n, max(found, key=_said)) for n in uow.notes.live_with_hashes(scope, hashes)
                  if (found := [line for c, line in latest[(scope_key, n.content_hash)].items()
-                               if stands_in(n.source_conversation_id, c)]))
+                               if stands_in(conversations_of(n.source_conversation_id,
+                                                             n.lineage_conversation_ids), c)]))
         # Later by its date: a line of the same date is the same statement imported again (its
         # recorded order is only this import's), and re-importing a file changes nothing.
         moved |= _redate(uow, scope, [(n.id, line) for n, line in lines
@@ -88,7 +90,7 @@ def _said(row: dict[str, Any]) -> tuple[datetime, int]:
 
 def held(holders: Holders, row: dict[str, Any]) -> set[str]:
     """The statuses of the notes holding ``row``'s text that may stand in for it
-    (``stands_in``: said in its conversation or in none, or in any when the line names none)."""
+    (``stands_in``: said in no conversation, or in the line's alone)."""
     by_conversation = holders.get(row["content_hash"], {})
     said_in = row["source_conversation_id"]
     return set().union(*(statuses for held_in, statuses in by_conversation.items()

@@ -18,7 +18,14 @@ import numpy as np
 from worker.app import App
 from worker.clock import next_write_seq, utcnow
 from worker.domain.limits import BIGINT_MAX, INT_MAX, NOTE_CHARS_MAX, ident_problem, visible_problem
-from worker.domain.types import NoteStatus, NoteType, Protection, Scope, content_hash
+from worker.domain.types import (
+    NoteStatus,
+    NoteType,
+    Protection,
+    Scope,
+    content_hash,
+    conversations_of,
+)
 from worker.ingest.fields import (
     choice,
     opt_number,
@@ -339,8 +346,8 @@ def _fresh(uow: UnitOfWork, parsed: _Lines, stored_ids: set[str],
             if r["id"] in seen or _present(r, parsed, named, stored, earlier):
                 continue  # a live one dates the note holding its text (``restate_stored``)
             seen.add(r["id"])
-            earlier.setdefault(r["content_hash"], {}).setdefault(
-                r["source_conversation_id"], set()).add(r["status"])
+            held_in = conversations_of(r["source_conversation_id"], r["lineage_conversation_ids"])
+            earlier.setdefault(r["content_hash"], {}).setdefault(held_in, set()).add(r["status"])
             fresh.append(r)
     return fresh
 

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session, defer
 
-from worker.domain.types import Note, NoteStatus, Scope
+from worker.domain.types import Note, NoteStatus, Scope, conversations_of
 from worker.store.chunks import chunked, rows_by_id
 from worker.store.models import NoteLineageRow, NoteRow
 from worker.store.repositories.note_load import ScopeSnapshot, load_scope
@@ -143,18 +143,18 @@ class NoteRepository(NoteWrites):
         return {status: count for status, count in rows.all()}
 
     def statuses_by_hash(self, scope: Scope,
-                         hashes: Iterable[str]) -> dict[str, dict[str | None, set[str]]]:
-        """content hash → source conversation → the statuses of the scope's notes with that
-        text said there (what an import's content dedup weighs: a retired note does not stand
-        in for a live one, nor a note of one conversation for a line of another); a query per
-        ``IN_CHUNK`` hashes."""
-        found: dict[str, dict[str | None, set[str]]] = {}
+                         hashes: Iterable[str]) -> dict[str, dict[frozenset[str], set[str]]]:
+        """content hash → conversations (``conversations_of``) → the statuses of the scope's
+        notes with that text said there (what an import's content dedup weighs: a retired note
+        does not stand in for a live one, nor a note of a conversation for a line of another or
+        of none); a query per ``IN_CHUNK`` hashes."""
+        found: dict[str, dict[frozenset[str], set[str]]] = {}
         for chunk in chunked(sorted(set(hashes))):
             for r in self._run(select(NoteRow.content_hash, NoteRow.source_conversation_id,
-                                      NoteRow.status).where(
+                                      NoteRow.lineage_conversation_ids, NoteRow.status).where(
                     NoteRow.scope_key == scope.key, NoteRow.content_hash.in_(chunk))):
-                found.setdefault(r.content_hash, {}).setdefault(
-                    r.source_conversation_id, set()).add(r.status)
+                held_in = conversations_of(r.source_conversation_id, r.lineage_conversation_ids)
+                found.setdefault(r.content_hash, {}).setdefault(held_in, set()).add(r.status)
         return found
 
     def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
@@ -256,11 +256,12 @@ class NoteRepository(NoteWrites):
         ids = [r[0] for r in rows if r[1] == NoteStatus.ACTIVE.value and r[2] == type]
         return min(ids) if ids else None
 
-    def with_hash(self, scope: Scope, hash_: str) -> list[tuple[str, str, str | None]]:
-        """(id, status, source conversation) of every note of the scope with this content
-        hash, any status."""
+    def with_hash(self, scope: Scope, hash_: str) -> list[tuple[str, str, frozenset[str]]]:
+        """(id, status, conversations: ``conversations_of``) of every note of the scope with
+        this content hash, any status."""
         rows = self._run(
-            select(NoteRow.id, NoteRow.status, NoteRow.source_conversation_id).where(
+            select(NoteRow.id, NoteRow.status, NoteRow.source_conversation_id,
+                   NoteRow.lineage_conversation_ids).where(
                 NoteRow.scope_key == scope.key, NoteRow.content_hash == hash_)
         ).all()
-        return [(r[0], r[1], r[2]) for r in rows]
+        return [(r[0], r[1], conversations_of(r[2], r[3])) for r in rows]
