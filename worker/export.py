@@ -108,8 +108,8 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool,
             "metadata": r.meta,
             "kept_apart": sorted(apart[key].get(r.id, [])),
         }
-        if r.id in said:
-            obj["statements"] = _statements(said[r.id])
+        if (statements := _statements(said.get(r.id), r.created_at)) is not None:
+            obj["statements"] = statements
         if with_embedding and r.embedding is not None:
             obj["embedding_model"] = r.embedding_model
             # Nine significant digits give back every float32 bit (import keeps a unit vector
@@ -121,15 +121,19 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool,
         yield json.dumps(obj, ensure_ascii=False)
 
 
-def _statements(said: Statements) -> dict[str, Any]:
+def _statements(said: Statements | None, created_at: datetime | None) -> dict[str, Any] | None:
     """When the note's fact was said, as ``dream notes import`` reads it back: the note's own
     first date, then each later statement no note holds (an import's line, a host's remember)
-    with the conversation it was said in."""
-    (when, seq) = said.first
+    with the conversation it was said in. None dated after the note's own date (an erasure
+    never dates a note forward, and import refuses them), so an export always imports."""
+    (when, seq) = said.first if said is not None else (None, None)
+    if said is None or when is None or created_at is None or when > created_at:
+        return None
     return {"first": {"created_at": _iso(when), "write_seq": seq},
             "again": [{"created_at": _iso(at), "write_seq": at_seq,
                        "source_conversation_id": conversation}
-                      for (at, at_seq), conversation in said.again]}
+                      for (at, at_seq), conversation in said.again
+                      if at is not None and at <= created_at]}
 
 
 def _iso(value: Any) -> str | None:

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from tests.conftest import make_sqlite_app
 from tests.phases.contradictions.test_restate import DARK, DARK_FULL, LIGHT, modes
 from tests.phases.contradictions.test_service import rows, run_phase, with_stub
-from tests.support.factories import add_notes, days_ago
+from tests.support.factories import NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub
 from tests.support.safety import note_states
 from worker.app import App
@@ -348,3 +348,22 @@ def test_an_imported_export_of_a_dream_restated_note_dates_it_back_too(
         assert _said(copy, "full")[0] == own[0]
     finally:
         copy.dispose()
+
+
+def test_an_export_leaves_out_a_statement_dated_after_its_note(app: App, tmp_path: Path) -> None:
+    """A log row saying the fact later than the note's own date (no path writes one today;
+    an older store's might): no erasure dates a note forward, and import refuses such a
+    statement, so the export leaves it out and its file still imports."""
+    add_notes(app, {"id": "tea", "content": "User drinks green tea", "created_at": days_ago(30)},
+              {"content": "User drinks green tea", "created_at": days_ago(9),
+               "source_conversation_id": "c2"})
+    with app.uow() as uow:
+        uow.writes.add_log([{
+            "run_id": None, "scope_key": Scope("agent-1").key, "entity": "note",
+            "entity_id": "tea", "op": "update", "reason": "remember: stated again",
+            "before": {"created_at": days_ago(9), "write_seq": 1},
+            "after": {"created_at": days_ago(1), "write_seq": 2}, "created_at": NOW}])
+        uow.commit()
+    (line,) = (json.loads(x) for x in export_notes(app))
+    assert [s["created_at"] for s in line["statements"]["again"]] == [days_ago(9)]
+    _copy(app, tmp_path).dispose()

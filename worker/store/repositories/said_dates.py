@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import product
 from typing import Any, NamedTuple
 
@@ -199,5 +199,6 @@ def _said(image: Any) -> Said | None:
     if not isinstance(image, dict) or not image.get("created_at"):
         return None
     seq = image.get("write_seq")
-    return (datetime.fromisoformat(image["created_at"]),
+    when = datetime.fromisoformat(image["created_at"])
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC),  # UTC, as stored
             int(seq) if isinstance(seq, int | float) else None)
