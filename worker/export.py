@@ -126,8 +126,10 @@ def _statements(said: Statements | None, created_at: datetime | None) -> dict[st
     first date, then each later statement no note holds (an import's line, a host's remember)
     with the conversation it was said in. None dated after the note's own date (an erasure
     never dates a note forward, and import refuses them), so an export always imports."""
-    (when, seq) = said.first if said is not None else (None, None)
-    if said is None or when is None or created_at is None or when > created_at:
+    if said is None or created_at is None:
+        return None
+    when, seq = said.first
+    if when is None or when > created_at:
         return None
     return {"first": {"created_at": _iso(when), "write_seq": seq},
             "again": [{"created_at": _iso(at), "write_seq": at_seq,

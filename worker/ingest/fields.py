@@ -12,6 +12,7 @@ from typing import Any
 
 from worker.clock import parse_timestamp
 from worker.domain.limits import (
+    BIGINT_MAX,
     ident_problem,
     scope_problem,
     visible_problem,
@@ -106,4 +107,15 @@ def opt_number(obj: dict[str, Any], key: str, number: int, default: float,
         raise InputError(f"line {number}: {key} must be a finite number")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise InputError(f"line {number}: {key} must be between {lo} and {hi}")
+    return value
+
+
+def seq_value(value: object, number: int, where: str = "", hint: str = "") -> int | None:
+    """A recorded order (``notes.write_seq``, as an export writes it): null, or a whole number
+    the column holds; ``where`` prefixes the field's name in the error, ``hint`` ends it."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= BIGINT_MAX:
+        raise InputError(f"line {number}: {where}write_seq must be a whole number from 0 to "
+                         f"{BIGINT_MAX}, or left out{hint}")
     return value

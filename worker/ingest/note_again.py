@@ -27,6 +27,7 @@ _LIVE = frozenset({"active", "pending"})
 # text said there
 Holders = dict[str, dict[frozenset[str], set[str]]]
 _CHANGED = "a note changed during the import; nothing was imported, run it again"
+IMPORT_STATED_AGAIN = "import: stated again"  # the log reason of a line that dates a note
 
 
 def restate_stored(uow: UnitOfWork, rows: Sequence[dict[str, Any]], known: set[str],
@@ -78,7 +79,7 @@ def _redate(uow: UnitOfWork, scope: Scope, later: list[tuple[str, dict[str, Any]
     for note_id, line in later:
         said_in = line.get("source_conversation_id")
         edits.set(scope.key, note_id, {"created_at": line["created_at"],
-                                       "write_seq": line["write_seq"]}, "import: stated again",
+                                       "write_seq": line["write_seq"]}, IMPORT_STATED_AGAIN,
                   {SAID_IN: said_in} if said_in else None)
     edits.write(uow.writes, _CHANGED)
     return {note_id for note_id, _ in later}

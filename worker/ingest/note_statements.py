@@ -10,14 +10,14 @@ from datetime import datetime
 from typing import Any
 
 from worker.domain.types import Said
-from worker.ingest.fields import opt_str, opt_time
+from worker.ingest.fields import opt_str, opt_time, seq_value
 from worker.ingest.jsonl import InputError
+from worker.ingest.note_again import IMPORT_STATED_AGAIN
 from worker.store.repositories.note_writes import SAID_IN
 from worker.store.repositories.said_dates import FIRST_SAID, Statements
 from worker.store.uow import UnitOfWork
 
 MAX_AGAIN = 10_000  # later statements of one fact
-_SEQ_MAX = 2**63 - 1
 _SHAPE = ('statements must be an object {"first": {"created_at": …, "write_seq": …}, "again": '
           '[{"created_at": …, "write_seq": …, "source_conversation_id": …}, …]}, as dream notes '
           'export writes it')
@@ -49,12 +49,7 @@ def _said(value: object, number: int, keys: set[str]) -> Said:
     when = opt_time(value, "created_at", number)
     if when is None:
         raise InputError(f"line {number}: statements: every statement needs its created_at")
-    seq = value.get("write_seq")
-    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int)
-                            or not 0 <= seq <= _SEQ_MAX):
-        raise InputError(f"line {number}: statements: write_seq must be a whole number from 0 "
-                         f"to {_SEQ_MAX}, or left out")
-    return when, seq
+    return when, seq_value(value.get("write_seq"), number, "statements: ")
 
 
 def record_statements(uow: UnitOfWork, inserted: list[dict[str, Any]],
@@ -71,7 +66,7 @@ def record_statements(uow: UnitOfWork, inserted: list[dict[str, Any]],
                          None, now))
         before = found.first
         for at, conversation in found.again:
-            rows.append(_row(note, before, at, "import: stated again", conversation, now))
+            rows.append(_row(note, before, at, IMPORT_STATED_AGAIN, conversation, now))
             before = at
     uow.writes.add_log(rows)
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from worker.app import App
 from worker.clock import next_write_seq, utcnow
-from worker.domain.limits import BIGINT_MAX, INT_MAX, NOTE_CHARS_MAX, ident_problem, visible_problem
+from worker.domain.limits import INT_MAX, NOTE_CHARS_MAX, ident_problem, visible_problem
 from worker.domain.types import (
     NoteStatus,
     NoteType,
@@ -33,6 +33,7 @@ from worker.ingest.fields import (
     opt_text,
     opt_time,
     parse_scope,
+    seq_value,
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
@@ -105,13 +106,7 @@ def _write_seq(obj: dict[str, Any], number: int) -> object:
     """An export's recorded order, kept (null: none was recorded); left out, ``_TO_NUMBER``."""
     if "write_seq" not in obj:
         return _TO_NUMBER
-    value = obj["write_seq"]
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= BIGINT_MAX:
-        raise InputError(f"line {number}: write_seq must be a whole number from 0 to "
-                         f"{BIGINT_MAX}, or left out (the file's line order is then used)")
-    return value
+    return seq_value(obj["write_seq"], number, hint=" (the file's line order is then used)")
 
 
 def _flags(value: object, number: int) -> list[str] | None:
