@@ -39,6 +39,22 @@ from worker.llm.rules import rule_groups, rule_judge_pairs, same_or_contained
     ("User writes C at work", "User writes C++ at work", False),
     ("Discount is 100", "Discount is 100% today", False),
     ("Pages 5-6 matter", "Pages 5-6 matter most", True),  # a range keeps its hyphen
+    ("Always run the linter", "Always run the linter before committing", True),
+    # another subject or owner, said before the words or by a pronoun (an audit found these
+    # merged: the user's own allergy kept as Anna's, the user's home as the mother's)
+    ("User is allergic to peanuts", "Anna is allergic to peanuts", False),
+    ("User lives in Paris", "User's mother lives in Paris", False),
+    ("User lives in Paris", "User’s mother lives in Paris", False),
+    ("He lives in Paris", "She lives in Paris", False),
+    ("User drinks coffee", "On weekends user drinks coffee", False),  # a qualifier in front
+    ("The user lives in Paris", "User lives in Paris with two cats", True),
+    # a qualifier that turns the fact round, in English or another language
+    ("User is a smoker", "User is a former smoker", False),
+    ("User eats meat", "User hardly ever eats meat", False),
+    ("User has children", "User has zero children", False),
+    ("Nutzer trinkt Kaffee", "Nutzer trinkt Kaffee nicht mehr", False),
+    ("L'utilisateur boit du café", "L'utilisateur ne boit plus du café", False),
+    ("Usuario come carne", "Usuario nunca come carne", False),
 ])
 def test_same_or_contained(small: str, big: str, merged: bool) -> None:
     """Identity or in-place containment with no differing numbers, negations, quantity
@@ -72,6 +88,25 @@ def test_identical_group_keeps_the_newest() -> None:
     """Identical notes: the newest one's wording is kept."""
     groups, open_ids = rule_groups([_note("x", "User prefers tea.", 1), _note("y", "user prefers tea", 5)])
     assert groups[0].keep_id == "y" and groups[0].rule == "identical" and open_ids == []
+
+
+def test_an_older_fuller_note_never_takes_a_newer_ones_place() -> None:
+    """The rules keep a note's text over another's only when it was stated no earlier, or in
+    the same words: a newer, shorter statement may have dropped the word that made the older
+    one wrong ("former", "had a small brown dog" → "has a dog"). Both stay open for a model."""
+    cases = [("User is a former smoker", "User is a smoker"),
+             ("User had a small brown dog", "User has a dog"),
+             ("User prefers Python 3.12 with type hints", "User prefers Python 3.12")]
+    for older, newer in cases:
+        groups, open_ids = rule_groups([_note("old", older, 1), _note("new", newer, 9)])
+        assert (groups, open_ids) == ([], ["new", "old"]), (older, newer)
+    # the other way round the newer, fuller note keeps its text and retires the older
+    groups, _ = rule_groups([_note("old", "User prefers Python 3.12", 1),
+                             _note("new", "User prefers Python 3.12 with type hints", 9)])
+    assert [(g.keep_id, g.note_ids) for g in groups] == [("new", ("new", "old"))]
+    # the same words said again: the older wording stands for both, whichever is kept
+    groups, _ = rule_groups([_note("old", "User prefers tea.", 1), _note("new", "user prefers tea", 9)])
+    assert groups[0].note_ids == ("new", "old") and groups[0].rule == "identical"
 
 
 def test_related_callback_can_veto() -> None:

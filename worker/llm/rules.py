@@ -1,8 +1,11 @@
 """The rule-based judge: merges only what rules settle safely, keeping one note's text verbatim.
 
 Two notes are settled as the same when they are identical after normalisation, or when one
-note's content words all appear in the other and neither adds a number, a negation or a name
-the other lacks in a way that could change the meaning. Everything else stays open.
+note's content words all appear in the other, from its start, with one subject, and neither
+adds a number, a negation or a name the other lacks in a way that could change the meaning.
+Only a note stated no earlier ever keeps its text over another's: a newer, shorter note may
+have dropped the very word ("former", "hardly", "nicht mehr") that made the older one wrong.
+Everything else stays open.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
+from itertools import dropwhile, takewhile
 
-from worker.domain.types import VALUE_SYMBOLS, Note, normalise_text
+from worker.domain.types import VALUE_SYMBOLS, Note, normalise_text, said_order
 
 
 def _wordset(text: str) -> frozenset[str]:
@@ -35,6 +39,18 @@ no not never none nobody nothing nowhere neither nor without cannot can't won't 
 didn't isn't aren't wasn't weren't hasn't haven't hadn't shouldn't wouldn't couldn't mustn't
 n't stop stopped stops quit avoid avoids avoided dislike dislikes hate hates anymore longer
 except instead
+former formerly ex previously hardly barely scarcely zero
+nicht kein keine keinen keiner keines nie niemals ohne niet nooit geen
+ne pas jamais aucun aucune sans nunca nada ningún ninguna sin non não nao nem mai senza
+inte ikke ej aldri aldrig не нет никогда
+""")
+
+# Who a note is about, when a pronoun or the user says it: "User lives in Paris" is not said
+# by "User's mother lives in Paris", nor "He lives in Paris" by "She lives in Paris". These are
+# stop words for containment; the ones before a note's first content word are its subject.
+SUBJECTS = _wordset("""
+i me my mine we us our ours you your yours he him his she her hers they them their theirs
+it its user users user's users'
 """)
 
 # Quantity and frequency words are stop words for containment, yet they state a value like a
@@ -60,6 +76,7 @@ class Words:
     negations: frozenset[str]
     names: frozenset[str]
     quantifiers: frozenset[str] = frozenset()
+    subject: frozenset[str] = frozenset()
 
 
 def _tokens(text: str) -> list[str]:
@@ -86,32 +103,35 @@ def analyse(text: str) -> Words:
     )
     sequence = tuple(t for t in lowered if t not in STOPWORDS and t not in NEGATIONS)
     quantifiers = frozenset(t for t in lowered if t in QUANTIFIERS)
-    return Words(frozenset(sequence), sequence, numbers, negations, names, quantifiers)
+    lead = takewhile(lambda t: t in STOPWORDS or t in NEGATIONS, lowered)
+    subject = frozenset(t for t in lead if t in SUBJECTS)
+    return Words(frozenset(sequence), sequence, numbers, negations, names, quantifiers, subject)
 
 
-def _is_run_within(small: tuple[str, ...], big: tuple[str, ...]) -> bool:
-    """``small`` occurs in ``big`` as one contiguous run of content words."""
-    n = len(small)
-    return any(big[i : i + n] == small for i in range(len(big) - n + 1))
+def _unquantified(sequence: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dropwhile(QUANTIFIERS.__contains__, sequence))
 
 
 def same_or_contained(small: str, big: str) -> bool:
     """True when ``big`` says everything ``small`` says, in place, and changes no specifics.
 
-    ``big`` may add content words but no negation; it may add numbers, quantity words (all,
-    half, always…) or names only where ``small`` has none of that kind to contradict (a
-    refinement, "Python" → "Python 3.12").
+    ``big`` may add content words after what ``small`` says, never before it (a subject or a
+    qualifier: "Anna is allergic to peanuts", "On weekends user drinks coffee"), and no
+    negation; it may add numbers, quantity words (all, half, always…) or names only where
+    ``small`` has none of that kind to contradict (a refinement, "Python" → "Python 3.12").
+    Both have one subject ("User" is not "User's mother", "he" not "she").
     """
     if _folded(small) == _folded(big):
         return True
     a, b = analyse(small), analyse(big)
     # Order and adjacency matter: "cutting a box" is not contained in "cutting the tape on the
     # box", nor "the dog chases the cat" in "the cat chases the dog" (SICK NEUTRAL pairs). A
-    # word of ``small`` missing from ``big`` settles it before the run is looked for.
-    if not a.content or not a.content <= b.content or not _is_run_within(a.sequence,
-                                                                         b.sequence):
+    # word of ``small`` missing from ``big`` settles it before its words are compared in place.
+    # A leading quantity word is the quantifier check's ("Always run the linter …").
+    says, start = _unquantified(a.sequence), _unquantified(b.sequence)
+    if not a.content or not a.content <= b.content or start[:len(says)] != says:
         return False
-    if a.negations != b.negations:
+    if a.negations != b.negations or a.subject != b.subject:
         return False
     if a.quantifiers and a.quantifiers != b.quantifiers:
         return False
@@ -128,6 +148,17 @@ def settles_pair(text_a: str, text_b: str) -> bool:
 def rule_judge_pairs(pairs: Sequence[tuple[str, str]]) -> list[bool]:
     """Would the rule judge merge each (text_a, text_b)? Used by the eval harness."""
     return [settles_pair(a, b) for a, b in pairs]
+
+
+def keeps_over(kept: Note, other: Note) -> bool:
+    """Whether the rules may retire ``other`` into ``kept``, whose text stays: ``kept`` says
+    all ``other`` says (``same_or_contained``), and either both say it in the same words or
+    ``kept`` was stated no earlier. Before, an older, fuller note absorbed the newer one and took
+    its date: "User is a former smoker" (January) kept over "User is a smoker" (March) read as
+    the current fact; "Nutzer trinkt Kaffee nicht mehr" over "Nutzer trinkt Kaffee"."""
+    if not same_or_contained(other.content, kept.content):
+        return False
+    return _folded(other.content) == _folded(kept.content) or said_order(other) <= said_order(kept)
 
 
 def _richness(note: Note) -> tuple[int, datetime | str, str]:
@@ -149,9 +180,10 @@ def rule_groups(
 ) -> tuple[list[RuleGroup], list[str]]:
     """Partition a candidate cluster into groups the rules settle and ids left open.
 
-    Each note joins the richest (then newest) note that subsumes it; a note that subsumes no
-    other and is subsumed by none stays open. ``related`` (e.g. cosine ≥ the rule threshold) must
-    also hold between a note and the one it joins. Deterministic whatever the input order.
+    Each note joins the richest (then newest) note that subsumes it and was stated no earlier
+    (``keeps_over``); a note that subsumes no other and is subsumed by none stays open.
+    ``related`` (e.g. cosine ≥ the rule threshold) must also hold between a note and the one it
+    joins. Deterministic whatever the input order.
     """
     ordered = sorted(notes, key=_richness, reverse=True)
     heads: dict[str, list[Note]] = {}
@@ -163,9 +195,7 @@ def rule_groups(
         for other in ordered:
             if other.id == head.id or other.id in placed or other.id in heads:
                 continue
-            if (related is None or related(other, head)) and same_or_contained(
-                other.content, head.content
-            ):
+            if (related is None or related(other, head)) and keeps_over(head, other):
                 members.append(other)
         if len(members) > 1:
             heads[head.id] = members

@@ -15,6 +15,7 @@ from worker.phases.contradictions.core import (
     Verdict,
     apply_order,
     decide,
+    restates,
     rule_verdict,
 )
 
@@ -251,3 +252,55 @@ def test_apply_order_resolves_chains_oldest_first() -> None:
 def test_rule_verdict_settles_only_identity_and_containment(a: str, b: str, expected: str) -> None:
     """Without a model only identical/contained pairs are settled; never 'conflicting'."""
     assert rule_verdict(note("a", content=a), note("b", content=b))[0] == expected
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        # a (day 0) fuller, b (day 30) said less: b may have dropped the word that made a wrong
+        ("User had a small brown dog", "User has a dog", "open"),
+        ("User prefers dark mode in every editor", "User prefers dark mode", "open"),
+        ("User prefers dark mode", "User prefers dark mode in every editor", "b_subsumes_a"),
+        ("User had a dog", "User has a dog", "equivalent"),  # decide keeps the newer, b
+        ("User started a new job at Acme last week", "User started a new job at Acme", "open"),
+    ],
+)
+def test_rule_verdict_never_keeps_an_older_text_over_a_newer_one(a: str, b: str,
+                                                                  expected: str) -> None:
+    """An audit found older, fuller notes subsuming newer ones ("had a small brown dog" over
+    "has a dog", "trinkt Kaffee nicht mehr" over "trinkt Kaffee"), and "last week" re-dated by
+    months: the rules now leave such pairs open."""
+    assert rule_verdict(note("a", content=a), note("b", content=b, days=30))[0] == expected
+
+
+LAST_WEEK = "User started a new job at Acme last week"
+
+
+@pytest.mark.parametrize(("relation", "a_text", "b_days", "expected"), [
+    ("equivalent", LAST_WEEK, 150, ("none", "relative_time")),  # January's move and June's
+    ("a_subsumes_b", LAST_WEEK, 150, ("none", "relative_time")),  # a would move 150 days
+    ("b_subsumes_a", LAST_WEEK, 150, ("none", "relative_time")),  # a's week would go
+    ("equivalent", LAST_WEEK, 0.01, ("revoke", "equivalent")),  # within the skew: one statement
+    ("conflicting", LAST_WEEK, 150, ("revoke", "conflict")),  # a newer value still wins
+    # the kept note says "last week" and keeps its own, later date: nothing moves
+    ("b_subsumes_a", "User started a new job at Acme", 150, ("revoke", "subsumed")),
+])
+def test_a_relative_time_keeps_both_statements(relation: str, a_text: str, b_days: float,
+                                               expected: tuple[str, str]) -> None:
+    """Keeping one note of two that say "last week" at dates months apart moves the other's
+    week: a model's equivalent or subsumed verdict leaves both (before, the rule path kept
+    the January note dated June)."""
+    a = note("a", content=a_text)
+    b = note("b", content=LAST_WEEK, days=b_days)
+    d = decide(verdict(a, b, relation), a, b, POLICY)
+    assert (d.action, d.kind) == expected
+
+
+def test_the_kept_note_never_takes_a_date_after_the_run() -> None:
+    """A subsumed or equivalent loser dated after the run's clock (an import's wrong year)
+    gives the kept note no date: before, it carried 2029 and read as newer than every note."""
+    policy = PolicySettings(now=T0 + timedelta(days=20))
+    assert restates("subsumed", note("b", days=10), policy)
+    assert restates("equivalent", note("b", days=20), policy)
+    assert not restates("subsumed", note("b", days=21), policy)
+    assert not restates("conflict", note("b", days=10), policy)

@@ -42,10 +42,12 @@ def _at(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
-def test_the_fuller_note_kept_takes_the_later_statements_date(app: App) -> None:
-    """The rule judge retires the short restatement into the fuller, older note: that note
-    is dated at the restatement, at its version, and the log says why."""
+def test_the_fuller_note_kept_takes_the_later_statements_date(app: App,
+                                                             llm_stub: LLMStub) -> None:
+    """The model retires the short restatement into the fuller, older note: that note is
+    dated at the restatement, at its version, and the log says why."""
     _history(app)
+    with_stub(app, llm_stub, fuller)
     run_id = run_phase(app)
     notes = rows(app)
     assert (notes["short"].status, notes["short"].consolidated_into_id) == ("revoked", "full")
@@ -63,20 +65,25 @@ def test_the_fuller_note_kept_takes_the_later_statements_date(app: App) -> None:
 
 
 def test_the_value_restated_last_wins_a_later_model_run(app: App, llm_stub: LLMStub) -> None:
-    """Dark (day 40), light (day 20), dark again in fewer words (day 3). A rule run keeps the
-    fuller dark note; a model run then retires light, not dark. Before, the kept note read as
-    stated on day 40 and the model run retired the current value."""
+    """Dark (day 40), light (day 20), dark again in fewer words (day 3). A rule run keeps no
+    older text over a newer one: both dark notes stay. A model run then retires light, not
+    dark. Before, the rule run kept the fuller dark note at day 40 and the model run retired
+    the current value; then it kept it at day 3, the newer statement retired into the older
+    text (which a dropped "former" or "no longer" would have made wrong)."""
     _history(app)
     run_phase(app)
+    assert {n.id for n in rows(app).values() if n.status == "active"} == {"full", "light", "short"}
     with_stub(app, llm_stub, modes)
     run_phase(app)
     notes = rows(app)
-    assert notes["full"].status == "active"
-    assert (notes["light"].status, notes["light"].consolidated_into_id) == ("revoked", "full")
+    assert notes["short"].status == "active"
+    assert notes["light"].status == "revoked"
 
 
-def test_undoing_the_run_gives_the_note_its_first_date_back(app: App) -> None:
+def test_undoing_the_run_gives_the_note_its_first_date_back(app: App,
+                                                           llm_stub: LLMStub) -> None:
     _history(app)
+    with_stub(app, llm_stub, fuller)
     before = rows(app)["full"]
     run_id = run_phase(app)
     undo_run(app, run_id)

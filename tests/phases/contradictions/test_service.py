@@ -430,13 +430,14 @@ def test_crash_after_revoke_leaves_nothing_half_applied(app: App, llm_stub: LLMS
 
 
 def test_rule_judge_settles_duplicates_and_leaves_conflicts_open(app: App) -> None:
-    """No LLM: a contained note is merged into the richer one; a conflicting pair stays open
-    (child output verdict "open", listed by open_pairs) and nothing is declared conflicting."""
+    """No LLM: a contained note is merged into the richer, later one; a conflicting pair stays
+    open (child output verdict "open", listed by open_pairs) and nothing is declared
+    conflicting."""
     assert app.llm is None
     add_notes(app, {"id": "d1", "content": "User prefers dark mode in the editor",
-                    "created_at": days_ago(2)},
-              {"id": "d2", "content": "User prefers dark mode in the editor and terminal",
                     "created_at": days_ago(9)},
+              {"id": "d2", "content": "User prefers dark mode in the editor and terminal",
+                    "created_at": days_ago(2)},
               {"id": "m", "content": METRIC, "created_at": days_ago(30)},
               {"id": "i", "content": IMPERIAL, "created_at": days_ago(1)})
     run_id = run_phase(app)

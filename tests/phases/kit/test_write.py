@@ -136,7 +136,7 @@ def _consolidate(app: App, scope: Scope, clusters: int) -> dict[str, int]:
 
     add_notes(app, *({"id": f"{scope.agent_id}-g{k}-{i}", "agent_id": scope.agent_id,
                       "content": fact + (" every single day" if i else ""),
-                      "created_at": days_ago(5 + i)}
+                      "created_at": days_ago(6 - i)}  # the fuller, later
                      for k, fact in enumerate(TOPICS[:clusters]) for i in range(2)))
     ensure_scope_embeddings(app, scope)
     run_id = service.create_run(app, scope, force=True, clock=NOW)
