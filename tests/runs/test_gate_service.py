@@ -368,6 +368,23 @@ def test_an_undone_dream_still_counts_as_the_last_dream(app: App) -> None:
     assert service.scope_gate(app, Scope("undid"), now=later).rule is GateRule.DUE
 
 
+def test_an_undone_cancelled_run_is_no_dream(app: App) -> None:
+    """A run that started and was cancelled is no dream, but undone it counted as the scope's
+    last one (the gate took every undone run for an undone dream): the five sessions were
+    spent and the scope waited 24 h and five more. What the run ended as decides
+    (``totals.undone_from``)."""
+    add_sessions(app, 5, agent_id="stopped", start=utcnow() - timedelta(hours=1))
+    run_id = service.create_run(app, Scope("stopped"), force=True)
+    assert run_id is not None and service.claim_run(app, run_id) is not None
+    service.cancel_run(app, run_id)
+    undo_run(app, run_id)
+    with app.uow() as uow:
+        assert uow.runs.get(run_id).status == "undone"  # type: ignore[union-attr]
+    decision = service.scope_gate(app, Scope("stopped"), now=utcnow() + timedelta(minutes=1))
+    assert (decision.rule, decision.reason) == (
+        GateRule.DUE, "due: 5 of 5 sessions since the scope began (first dream)")
+
+
 def test_the_gate_decides_more_scopes_than_a_statement_binds(app: App) -> None:
     """A store knowing more scopes than a statement binds (each gate read binds a key twice;
     SQLite at the smallest limit its builds ship, PostgreSQL at psycopg's 65,535): every scope

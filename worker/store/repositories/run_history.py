@@ -8,17 +8,17 @@ from __future__ import annotations
 import builtins
 from datetime import datetime
 
-from sqlalchemy import Subquery, and_, case, func, or_, select, true
+from sqlalchemy import ColumnElement, Subquery, and_, case, func, or_, select, true
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from worker.domain.types import (
     ACTIVE_RUN_STATUSES,
     DREAMED_RUN_STATUSES,
     ERASED_USER,
-    GATE_RUN_STATUSES,
     JUDGING_PHASES,
     PHASES,
     REVIEW_TRIGGER,
+    UNDONE_FROM,
     RunStatus,
     Scope,
 )
@@ -31,17 +31,28 @@ from worker.store.repositories.usage import phase_step_usage
 _LATEST_WINDOW = 50
 
 
+def ended_as(*statuses: str) -> ColumnElement[bool]:
+    """Runs that ended with one of ``statuses``, whether undone since or not: an undo keeps
+    what the run ended as (``UNDONE_FROM``). An undone dream still counts as the gate's last
+    dream (counted as none, the next beat, minutes later, redid the changes just undone), but
+    an undone failed or cancelled run dreamed nothing: counted, it held the scope back for the
+    gate's hours and sessions, and ended a failure streak it was part of."""
+    undone_from = DreamRunRow.totals[UNDONE_FROM].as_string()
+    return or_(DreamRunRow.status.in_(statuses),
+               and_(DreamRunRow.status == RunStatus.UNDONE.value, undone_from.in_(statuses)))
+
+
 def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None]) -> Subquery:
     """(``scope_key``, ``at``): the latest ``at`` of each scope's runs the gate counts as its last
     dream, the one cut-off of its hours, sessions and changed notes. A non-dry run that dreamed
     (blocked too: retried every day without new activity it would trip the same guard again;
-    undone too: ``GATE_RUN_STATUSES``), never a review approval's run: it applies one item a
+    undone since too: ``ended_as``), never a review approval's run: it applies one item a
     person approved and dreams nothing, so approving an item neither restarts the 24 h nor
     spends the sessions the next dream is for."""
     return (
         select(DreamRunRow.scope_key, func.max(at).label("at"))
         .where(DreamRunRow.scope_key.in_(scope_keys),
-               DreamRunRow.status.in_(GATE_RUN_STATUSES),
+               ended_as(*DREAMED_RUN_STATUSES),
                DreamRunRow.dry_run.is_(False),
                DreamRunRow.trigger != REVIEW_TRIGGER)
         .group_by(DreamRunRow.scope_key)
@@ -84,13 +95,13 @@ class RunHistoryRepository:
     def failure_streaks(self, scope_keys: list[str] | None) -> dict[str, tuple[int, datetime]]:
         """Per scope with any: its failed runs in a row and when the last of them ended (the
         gate's back-off), in one query. Counted: non-dry runs that were claimed (their phases
-        ran) and ended failed, created after the scope's latest reset, which is its last dream
-        (``GATE_RUN_STATUSES``, as the gate counts one) or any forced run (an operator's `dream
-        run --force`, whatever it ended as). A run failed unclaimed (a broker that was down, no
-        worker consuming the queue) says nothing about the scope and is left out, and so are
-        cancelled runs, dry runs and review approvals: none counts, none resets; nor do the runs
-        kept of an erased user (no run will end their streak). ``None``: every scope (the
-        ``/metrics`` gauge)."""
+        ran) and ended failed (undone since or not: ``ended_as``), created after the scope's
+        latest reset, which is its last dream (as the gate counts one) or any forced run (an
+        operator's `dream run --force`, whatever it ended as). A run failed unclaimed (a broker
+        that was down, no worker consuming the queue) says nothing about the scope and is left
+        out, and so are cancelled runs, dry runs and review approvals: none counts, none resets;
+        nor do the runs kept of an erased user (no run will end their streak). ``None``: every
+        scope (the ``/metrics`` gauge)."""
         if scope_keys is not None and not scope_keys:
             return {}
         keyed = DreamRunRow.scope_key.in_(scope_keys) if scope_keys is not None else true()
@@ -98,7 +109,7 @@ class RunHistoryRepository:
             select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
             .where(keyed, DreamRunRow.trigger != REVIEW_TRIGGER,
                    or_(DreamRunRow.force.is_(True),
-                       and_(DreamRunRow.status.in_(GATE_RUN_STATUSES),
+                       and_(ended_as(*DREAMED_RUN_STATUSES),
                             DreamRunRow.dry_run.is_(False))))
             .group_by(DreamRunRow.scope_key)
             .subquery()
@@ -107,7 +118,7 @@ class RunHistoryRepository:
             select(DreamRunRow.scope_key, func.count(),
                    func.max(func.coalesce(DreamRunRow.finished_at, DreamRunRow.created_at)))
             .outerjoin(reset, reset.c.scope_key == DreamRunRow.scope_key)
-            .where(keyed, DreamRunRow.status == RunStatus.FAILED.value,
+            .where(keyed, ended_as(RunStatus.FAILED.value),
                    DreamRunRow.user_id.is_distinct_from(ERASED_USER),
                    DreamRunRow.started_at.is_not(None), DreamRunRow.dry_run.is_(False),
                    DreamRunRow.trigger != REVIEW_TRIGGER,
@@ -194,13 +205,10 @@ class RunHistoryRepository:
             .where(OperationLogRow.run_id == run_id)) or 0)
 
     def ended_blocked(self, scope: Scope | None = None) -> int:
-        """Runs that ended blocked, those undone since included (``totals.undone_from``): what
-        the ``dream_runs_blocked_total`` counter counts, which must never go back."""
-        blocked = RunStatus.BLOCKED.value
-        stmt = select(func.count()).select_from(DreamRunRow).where(or_(
-            DreamRunRow.status == blocked,
-            and_(DreamRunRow.status == RunStatus.UNDONE.value,
-                 DreamRunRow.totals["undone_from"].as_string() == blocked)))
+        """Runs that ended blocked, those undone since included (``ended_as``): what the
+        ``dream_runs_blocked_total`` counter counts, which must never go back."""
+        stmt = select(func.count()).select_from(DreamRunRow).where(
+            ended_as(RunStatus.BLOCKED.value))
         if scope is not None:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
         return int(self.session.scalar(stmt) or 0)
