@@ -137,11 +137,13 @@ class RunHistoryRepository:
     def latest_finished(self, scope: Scope) -> DreamRunRow | None:
         """The scope's most recently created finished dream whose decisions still stand (what
         open candidates come from): an undone run's open items went with it, a review
-        approval's run plans nothing, and a cancelled or failed one may have judged nothing,
-        so none hides the open items of the dream before it (the runs the gauge reads)."""
+        approval's run plans nothing, a cancelled or failed one may have judged nothing, and a
+        dry run's open items are of a scope its merges never changed, so none hides the open
+        items of the dream before it (the runs the gauge reads)."""
         rows = self.session.scalars(
             select(DreamRunRow)
             .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None),
+                   DreamRunRow.dry_run.is_(False),
                    DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                    DreamRunRow.trigger != REVIEW_TRIGGER)
             .order_by(*NEWEST_FIRST)
