@@ -60,6 +60,20 @@ def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None
     )
 
 
+def _worker_wrote(at: InstrumentedAttribute[datetime] | None = None) -> ColumnElement[bool]:
+    """The note's operation log has a row of the worker's own (an undo's, or one a run wrote:
+    a dream, a review approval) stamped ``at`` (the note's ``updated_at``: the note's latest
+    change is that write, as both carry the write's one clock reading); with no ``at``, an
+    insert (the note is the worker's). A host's write logs under no run (``fuse-…``,
+    ``remember-…``, ``erase-…``, an edit) or none at all (an import)."""
+    by_run = select(DreamRunRow.id).where(DreamRunRow.id == OperationLogRow.run_id).exists()
+    which = OperationLogRow.op == "insert" if at is None else OperationLogRow.created_at == at
+    return (select(OperationLogRow.id)
+            .where(OperationLogRow.entity == "note", OperationLogRow.entity_id == NoteRow.id,
+                   which, or_(OperationLogRow.op == "undo", by_run))
+            .exists())
+
+
 class RunHistoryRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -75,19 +89,27 @@ class RunHistoryRepository:
 
     def notes_changed_since_last_success(self, scope_keys: list[str],
                                          now: datetime) -> dict[str, int]:
-        """Notes created or changed per scope since its last dream (``gate_dreams``) finished
-        (all notes for a scope never dreamed) and by ``now``: the gate's volume trigger,
-        aggregated in one query. The cut-off is the run's end, so the dream's own changes never
-        count as new activity; a note stamped past ``now`` (an imported ``updated_at``) has
-        not changed yet, and would otherwise count after every dream."""
+        """Notes the host created or changed per scope since its last dream (``gate_dreams``)
+        finished (all notes for a scope never dreamed) and by ``now``: the gate's volume
+        trigger, aggregated in one query. The cut-off is the run's end, so the dream's own
+        changes never count as new activity, and nor does a later write of the worker's own
+        (``_worker_wrote``): an undo, a review approval's run, a failed or cancelled run's
+        phases. A note the host created since still counts when such a write changed it after.
+        A note stamped past ``now`` (an imported ``updated_at``) has not changed yet, and would
+        otherwise count after every dream."""
         if not scope_keys:
             return {}
         last = gate_dreams(scope_keys, DreamRunRow.finished_at)
+
+        def since(stamp: InstrumentedAttribute[datetime]) -> ColumnElement[bool]:
+            return and_(stamp <= now, or_(last.c.at.is_(None), stamp > last.c.at))
+
+        changed = and_(since(NoteRow.updated_at), ~_worker_wrote(NoteRow.updated_at))
+        created = and_(since(NoteRow.created_at), ~_worker_wrote())
         rows = self.session.execute(
             select(NoteRow.scope_key, func.count())
             .outerjoin(last, last.c.scope_key == NoteRow.scope_key)
-            .where(NoteRow.scope_key.in_(scope_keys), NoteRow.updated_at <= now,
-                   or_(last.c.at.is_(None), NoteRow.updated_at > last.c.at))
+            .where(NoteRow.scope_key.in_(scope_keys), or_(changed, created))
             .group_by(NoteRow.scope_key)
         ).all()
         return {k: int(n) for k, n in rows}
