@@ -179,6 +179,23 @@ def test_a_proposed_rule_merge_leaves_no_open_candidate(tmp_path: Path) -> None:
         app.dispose()
 
 
+def test_notes_an_open_item_holds_are_counted_apart_from_the_runs_own(tmp_path: Path) -> None:
+    """The consolidate phase counted the notes an open review item holds out of its plan as
+    ``notes_skipped_same_run``, the count of notes the run itself wrote (a retried attempt's),
+    so every run after a proposal read as a retry. They are ``notes_held_for_review`` now."""
+    from worker.reporting import run_tree
+
+    app = _store(tmp_path, "s", apply_mode="propose")
+    try:
+        _dream(app, ["consolidate"])
+        tree = run_tree(app, _dream(app, ["consolidate"]))
+        (phase,) = [s for s in tree["steps"] if s["phase"] == "consolidate"]
+        assert phase["output"]["notes_held_for_review"] == 2  # tea-1 and tea-2
+        assert "notes_skipped_same_run" not in phase["output"]
+    finally:
+        app.dispose()
+
+
 def test_an_auto_run_after_a_propose_run_records_the_items_it_made_stale(tmp_path: Path) -> None:
     """An agent switched from propose to auto: its next run applies what the items proposed
     (open items hold nothing back in auto mode), and each item naming a note that run changed

@@ -101,6 +101,26 @@ def test_a_dream_or_a_forced_run_ends_the_streak(due: App) -> None:
         assert uow.run_history.failure_streaks([SCOPE.key]) == {}
 
 
+def test_an_undone_failed_run_still_failed(due: App) -> None:
+    """An undone run counted as the scope's last dream whatever it had ended as: undoing a
+    failed run ended the streak it was part of (the scope was handed out at the next beat) and
+    spent the sessions. It failed all the same (``totals.undone_from``): counted, no reset."""
+    from worker.safety.undo import undo_run
+
+    app = due
+    _fail_once(app)
+    run_id = service.create_run(app, SCOPE)
+    assert run_id is not None
+    assert service.execute_run(app, run_id, BROKEN) == RunStatus.FAILED.value
+    undo_run(app, run_id)
+    with app.uow() as uow:
+        (failures, ended), = uow.run_history.failure_streaks([SCOPE.key]).values()
+    assert failures == 2
+    decision = service.scope_gate(app, SCOPE, now=ended + BEAT)
+    assert (decision.rule, decision.failures) == (GateRule.BACKING_OFF, 2)
+    assert service.scope_gate(app, SCOPE, now=ended + 2 * BEAT).rule is GateRule.DUE
+
+
 def test_only_runs_that_ran_and_failed_count(due: App) -> None:
     """Cancelled runs, dry runs and runs failed before any worker claimed them (a broker that
     was down) say nothing about the scope: none counts, none resets; the claimed failures

@@ -368,6 +368,55 @@ def test_an_undone_dream_still_counts_as_the_last_dream(app: App) -> None:
     assert service.scope_gate(app, Scope("undid"), now=later).rule is GateRule.DUE
 
 
+def test_an_undone_cancelled_run_is_no_dream(app: App) -> None:
+    """A run that started and was cancelled is no dream, but undone it counted as the scope's
+    last one (the gate took every undone run for an undone dream): the five sessions were
+    spent and the scope waited 24 h and five more. What the run ended as decides
+    (``totals.undone_from``)."""
+    add_sessions(app, 5, agent_id="stopped", start=utcnow() - timedelta(hours=1))
+    run_id = service.create_run(app, Scope("stopped"), force=True)
+    assert run_id is not None and service.claim_run(app, run_id) is not None
+    service.cancel_run(app, run_id)
+    undo_run(app, run_id)
+    with app.uow() as uow:
+        assert uow.runs.get(run_id).status == "undone"  # type: ignore[union-attr]
+    decision = service.scope_gate(app, Scope("stopped"), now=utcnow() + timedelta(minutes=1))
+    assert (decision.rule, decision.reason) == (
+        GateRule.DUE, "due: 5 of 5 sessions since the scope began (first dream)")
+
+
+def test_volume_counts_no_undo_of_a_dream(app: App) -> None:
+    """With the volume trigger, undoing the dream made the scope due at once: the notes the
+    undo gave back and the one it revoked were changed after the dream ended. The worker's
+    own writes never count; notes the host remembers afterwards still do."""
+    add_entities(app, {"kind": "agent", "id": "vol", "gate_notes": 3, "gate_hours": 0})
+    add_notes(app, *({"agent_id": "vol", "content": text} for text in DARK_MODE_NOTES))
+    run_id = service.create_run(app, Scope("vol"), force=True)
+    assert run_id is not None and service.execute_run(app, run_id) == "succeeded"
+    assert len(undo_run(app, run_id).restored) >= 2
+    after = service.scope_gate(app, Scope("vol"), now=utcnow() + timedelta(seconds=1))
+    assert (after.rule, after.reason) == (GateRule.TOO_LITTLE_ACTIVITY,
+                                          "0 of 5 sessions or 0 of 3 changed notes since last dream")
+    for text in ("User likes green tea", "User works from Lisbon", "User owns a red bicycle"):
+        remember(app, Scope("vol"), text)
+    later = service.scope_gate(app, Scope("vol"), now=utcnow() + timedelta(seconds=1))
+    assert later.rule is GateRule.DUE and "3 of 3 changed notes" in later.reason
+
+
+def test_volume_counts_the_hosts_notes_not_an_approvals_writes(app: App) -> None:
+    """An approval leaves the gate where the dream left it, but with the volume trigger its
+    writes counted: the merge's fused note made the host's two new notes three changed notes,
+    and the scope was due. The two the host wrote count, though the approval changed them."""
+    add_entities(app, {"kind": "agent", "id": "vol", "gate_notes": 3, "gate_hours": 0})
+    add_notes(app, {"agent_id": "vol", "content": "Works from Lisbon."})
+    dream = service.create_run(app, Scope("vol"), force=True)
+    assert dream is not None and service.execute_run(app, dream) == "succeeded"
+    approve_a_merge(app, Scope("vol"), dream)
+    decision = service.scope_gate(app, Scope("vol"), now=utcnow() + timedelta(seconds=1))
+    assert (decision.rule, decision.reason) == (
+        GateRule.TOO_LITTLE_ACTIVITY, "0 of 5 sessions or 2 of 3 changed notes since last dream")
+
+
 def test_the_gate_decides_more_scopes_than_a_statement_binds(app: App) -> None:
     """A store knowing more scopes than a statement binds (each gate read binds a key twice;
     SQLite at the smallest limit its builds ship, PostgreSQL at psycopg's 65,535): every scope

@@ -74,10 +74,9 @@ ACTIVE_RUN_STATUSES = (RunStatus.QUEUED.value, RunStatus.RUNNING.value,
 # counts: re-trying it every beat would only trip the same guard every 15 minutes.
 DREAMED_RUN_STATUSES = (RunStatus.SUCCEEDED.value, RunStatus.PARTIAL.value,
                         RunStatus.BLOCKED.value)
-# Runs the gate counts as a scope's last dream: those that dreamed, and those undone since. An
-# undo gives the notes back; counting it as no dream made the scope due again at the next beat
-# (within minutes), which redid the very changes just undone. It waits for new activity instead.
-GATE_RUN_STATUSES = (*DREAMED_RUN_STATUSES, RunStatus.UNDONE.value)
+# dream_runs.totals key an undo sets: the status the run ended with before it was undone, so
+# what it ended as stays countable (the gate's last dream, the back-off's failures, /metrics).
+UNDONE_FROM = "undone_from"
 # dream_runs.trigger of a review approval's run: it applies one item a person approved and
 # plans nothing, so it leaves no open candidates behind.
 REVIEW_TRIGGER = "review"

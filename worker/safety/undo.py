@@ -222,10 +222,7 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
     result.review_items_undone += uow.review.undo_applied(run_id)
     run = uow.runs.get(run_id)
     if run is not None:
-        # ``undone_from``: what the run ended as stays countable (/metrics counts the runs that
-        # ended blocked; a counter must never go back).
-        uow.runs.set_status(run_id, RunStatus.UNDONE.value, status_reason=undoer.reason(run),
-                            totals={**(run.totals or {}), "undone_from": run.status})
+        uow.runs.mark_undone(run, undoer.reason(run))
     result.run_ids.append(run_id)
 
 

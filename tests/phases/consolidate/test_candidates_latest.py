@@ -10,6 +10,7 @@ from tests.phases.consolidate.test_service import SCOPE, _notes, _run
 from tests.support.factories import NOW, add_notes
 from worker.app import App
 from worker.domain.types import RunStatus
+from worker.host import fusion_candidates
 from worker.phases.consolidate.service import open_candidates
 from worker.reporting import scope_health
 from worker.runs import service
@@ -63,3 +64,20 @@ def test_a_run_of_other_phases_hides_no_candidate(app: App) -> None:
     assert [c["run_id"] for c in open_candidates(app, SCOPE)] == [dreamed]
     [row] = scope_health(app, ScopeFilter(scope=SCOPE), 1, 10)["scopes"]
     assert row["open"] == [1]  # the dashboard's series: no zero for the prune run
+
+
+def test_a_dry_run_hides_no_candidate_and_offers_none(app: App) -> None:
+    """`dream candidates` read the scope's latest finished run, a dry run too (the gauge and
+    the growth check leave dry runs out): it offered the dry run's open clusters, of a scope
+    its merges never changed, citing the dry run, and hid the open items of the dream before
+    it. Both the phase's listing and the host's read the dream."""
+    add_notes(app, *_notes([
+        "User prefers dark mode in the code editor",
+        "User prefers dark mode in the code editor and terminal",
+        "User prefers the dark mode theme in the code editor",
+    ]))
+    dreamed = _run(app)["run_id"]
+    dry = _run(app, dry_run=True)["run_id"]
+    assert [c["run_id"] for c in open_candidates(app, SCOPE)] == [dreamed]
+    cited = {c["run_id"] for c in fusion_candidates(app, SCOPE) if c.get("run_id")}
+    assert cited == {dreamed} and dry not in cited

@@ -298,6 +298,26 @@ def test_rule_judge_merges_contained_note_and_leaves_rest_open(sqlite_app: App) 
     assert len(candidates[0]["note_ids"]) == 2
 
 
+def test_a_dry_runs_merge_leaves_its_sources_out_of_the_open_rest(app: App) -> None:
+    """--dry-run of the rule judge's merge recorded the merge and then its sources again, open
+    with the rest of the cluster (``clusters_merged`` 1 and an open cluster of the same notes),
+    so a host was told to fuse what the run had just merged. The merge not written is one
+    note-to-be, as a proposed one is: the open rest holds the other note alone, as a real run
+    leaves it beside the fused note."""
+    add_notes(app, *_notes([
+        "User prefers dark mode in the code editor",
+        "User prefers dark mode in the code editor and terminal",
+        "User prefers the dark mode theme in the code editor",
+    ]))
+    result = _run(app, dry_run=True)
+    assert (result["out"]["clusters_merged"], result["out"]["clusters_open"]) == (1, 1)
+    merge, rest = result["children"]
+    assert merge.output["dry_run"] is True and rest.output["verdict"] == "open"
+    assert sorted(merge.output["note_ids"]) == ["d0", "d1"]
+    assert rest.output["note_ids"] == ["d2"]
+    assert all(n.status == "active" for n in _all(app).values())
+
+
 def test_rule_judge_leaves_relative_time_open(app: App) -> None:
     """A verbatim rule merge dates the kept text today, so "next week" would move: notes whose
     kept text holds relative time stay open for a model or the host (counted), never merged."""

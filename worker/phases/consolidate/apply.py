@@ -96,6 +96,9 @@ def write_units(ctx: PhaseContext, parent_step_id: str, units: Sequence[Unit],
         results = w.apply([*flags, *changes], vectors=vectors, journal=journal,
                           known=known(ctx))
         outcome = {id(d): r for d, r in zip(merges, results[len(flags):], strict=True)}
+        # Merges not written but as good as done (proposed, or a dry run's): each leaves the
+        # open rest one note-to-be, never its sources back as open notes.
+        to_be = held | {k for k, r in outcome.items() if r.status == ItemStatus.DRY_RUN}
         for u in units:
             for d in u.decisions:
                 if id(d) in held:
@@ -103,7 +106,7 @@ def write_units(ctx: PhaseContext, parent_step_id: str, units: Sequence[Unit],
                 else:
                     _record(w, d, outcome.get(id(d)), counters)
             if u.open_notes is not None:
-                _record_open(w, u, counters, held)
+                _record_open(w, u, counters, to_be)
         done = written(w, results, vectors)
     keep_current(ctx, done)
     return done
@@ -155,17 +158,18 @@ def _record(w: PhaseWrite, d: Decision, r: ItemResult | None,
 
 
 def _record_open(w: PhaseWrite, u: Unit, counters: ConsolidateCounters,
-                 proposed: Collection[int] = frozenset()) -> None:
+                 to_be: Collection[int] = frozenset()) -> None:
     """What the rules left of a cluster: open notes, plus each merged group's fused note (or
-    the group itself when it was not written; a proposed group counts as its one note-to-be)."""
+    the group itself when it was not written; a proposed or dry-run group counts as its one
+    note-to-be, listed nowhere: its sources listed open too told a host to fuse them again)."""
     assert u.open_notes is not None and u.cluster is not None
     remaining = list(u.open_notes)
     for d in u.decisions:
         if d.new_id is not None:
             remaining.append(Note(id=d.new_id, scope=d.members[0].scope, content=d.content))
-        elif id(d) not in proposed:
+        elif id(d) not in to_be:
             remaining.extend(d.members)
-    if len(remaining) + sum(id(d) in proposed for d in u.decisions) < 2:
+    if len(remaining) + sum(id(d) in to_be for d in u.decisions) < 2:
         return
     counters.clusters_open += 1
     # Beside a merge step of the same cluster, the open rest reads apart from it by name.

@@ -30,7 +30,8 @@ class ConsolidateCounters(Counters):
     # Set only when they happen (absent from the step otherwise).
     calls: int | None = None
     template_hash: str | None = None
-    notes_skipped_same_run: int | None = None
+    notes_skipped_same_run: int | None = None  # notes this run wrote (a retried attempt's)
+    notes_held_for_review: int | None = None  # notes an open review item would change
     flagged_ids: list[str] | None = None
     leftover_ids: list[str] | None = None
     guard_tripped: int | None = None

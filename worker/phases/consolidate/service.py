@@ -48,12 +48,11 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     # output, never its input (a crash-free run could not have merged them again).
     # An open review item's notes wait for its decision (worker.review).
     proposals = proposals_for(ctx)
-    snap = phase_snap.notes.without(set(phase_snap.journal.produced) | proposals.held)
-    held_out = len(phase_snap.notes.notes) - len(snap.notes)
+    produced = set(phase_snap.journal.produced)
+    snap = phase_snap.notes.without(produced | proposals.held)
     notes = snap.notes
     counters.notes_scanned = len(notes)
-    if held_out:
-        counters.notes_skipped_same_run = held_out
+    _count_left_out(counters, phase_snap.notes.notes, produced, proposals.held)
     flags = _flag_injections(ctx, notes, counters)
     if proposals.active:
         flags = []  # a run that proposes applies nothing, not even the flag (kept out anyway)
@@ -92,6 +91,18 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     return PhaseReport(PHASE, StepStatus.SUCCEEDED.value, counters.as_dict(),
                        tokens_in=counters.tokens_in, tokens_out=counters.tokens_out,
                        calls=counters.calls or 0)
+
+
+def _count_left_out(counters: ConsolidateCounters, loaded: list[Note], produced: set[str],
+                    held: set[str]) -> None:
+    """The notes kept out of the plan, by why: this run's own output, or an open review item's
+    (counted as the run's own before, so a propose run's held notes read as a retried one's)."""
+    same_run = sum(n.id in produced for n in loaded)
+    for_review = sum(n.id in held and n.id not in produced for n in loaded)
+    if same_run:
+        counters.notes_skipped_same_run = same_run
+    if for_review:
+        counters.notes_held_for_review = for_review
 
 
 def _kept_apart(notes: list[Note], memory: Memory | None,

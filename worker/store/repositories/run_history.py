@@ -8,17 +8,17 @@ from __future__ import annotations
 import builtins
 from datetime import datetime
 
-from sqlalchemy import Subquery, and_, case, func, or_, select, true
+from sqlalchemy import ColumnElement, Subquery, and_, case, func, or_, select, true
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from worker.domain.types import (
     ACTIVE_RUN_STATUSES,
     DREAMED_RUN_STATUSES,
     ERASED_USER,
-    GATE_RUN_STATUSES,
     JUDGING_PHASES,
     PHASES,
     REVIEW_TRIGGER,
+    UNDONE_FROM,
     RunStatus,
     Scope,
 )
@@ -31,22 +31,47 @@ from worker.store.repositories.usage import phase_step_usage
 _LATEST_WINDOW = 50
 
 
+def ended_as(*statuses: str) -> ColumnElement[bool]:
+    """Runs that ended with one of ``statuses``, whether undone since or not: an undo keeps
+    what the run ended as (``UNDONE_FROM``). An undone dream still counts as the gate's last
+    dream (counted as none, the next beat, minutes later, redid the changes just undone), but
+    an undone failed or cancelled run dreamed nothing: counted, it held the scope back for the
+    gate's hours and sessions, and ended a failure streak it was part of."""
+    undone_from = DreamRunRow.totals[UNDONE_FROM].as_string()
+    return or_(DreamRunRow.status.in_(statuses),
+               and_(DreamRunRow.status == RunStatus.UNDONE.value, undone_from.in_(statuses)))
+
+
 def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None]) -> Subquery:
     """(``scope_key``, ``at``): the latest ``at`` of each scope's runs the gate counts as its last
     dream, the one cut-off of its hours, sessions and changed notes. A non-dry run that dreamed
     (blocked too: retried every day without new activity it would trip the same guard again;
-    undone too: ``GATE_RUN_STATUSES``), never a review approval's run: it applies one item a
+    undone since too: ``ended_as``), never a review approval's run: it applies one item a
     person approved and dreams nothing, so approving an item neither restarts the 24 h nor
     spends the sessions the next dream is for."""
     return (
         select(DreamRunRow.scope_key, func.max(at).label("at"))
         .where(DreamRunRow.scope_key.in_(scope_keys),
-               DreamRunRow.status.in_(GATE_RUN_STATUSES),
+               ended_as(*DREAMED_RUN_STATUSES),
                DreamRunRow.dry_run.is_(False),
                DreamRunRow.trigger != REVIEW_TRIGGER)
         .group_by(DreamRunRow.scope_key)
         .subquery()
     )
+
+
+def _worker_wrote(at: InstrumentedAttribute[datetime] | None = None) -> ColumnElement[bool]:
+    """The note's operation log has a row of the worker's own (an undo's, or one a run wrote:
+    a dream, a review approval) stamped ``at`` (the note's ``updated_at``: the note's latest
+    change is that write, as both carry the write's one clock reading); with no ``at``, an
+    insert (the note is the worker's). A host's write logs under no run (``fuse-…``,
+    ``remember-…``, ``erase-…``, an edit) or none at all (an import)."""
+    by_run = select(DreamRunRow.id).where(DreamRunRow.id == OperationLogRow.run_id).exists()
+    which = OperationLogRow.op == "insert" if at is None else OperationLogRow.created_at == at
+    return (select(OperationLogRow.id)
+            .where(OperationLogRow.entity == "note", OperationLogRow.entity_id == NoteRow.id,
+                   which, or_(OperationLogRow.op == "undo", by_run))
+            .exists())
 
 
 class RunHistoryRepository:
@@ -64,19 +89,27 @@ class RunHistoryRepository:
 
     def notes_changed_since_last_success(self, scope_keys: list[str],
                                          now: datetime) -> dict[str, int]:
-        """Notes created or changed per scope since its last dream (``gate_dreams``) finished
-        (all notes for a scope never dreamed) and by ``now``: the gate's volume trigger,
-        aggregated in one query. The cut-off is the run's end, so the dream's own changes never
-        count as new activity; a note stamped past ``now`` (an imported ``updated_at``) has
-        not changed yet, and would otherwise count after every dream."""
+        """Notes the host created or changed per scope since its last dream (``gate_dreams``)
+        finished (all notes for a scope never dreamed) and by ``now``: the gate's volume
+        trigger, aggregated in one query. The cut-off is the run's end, so the dream's own
+        changes never count as new activity, and nor does a later write of the worker's own
+        (``_worker_wrote``): an undo, a review approval's run, a failed or cancelled run's
+        phases. A note the host created since still counts when such a write changed it after.
+        A note stamped past ``now`` (an imported ``updated_at``) has not changed yet, and would
+        otherwise count after every dream."""
         if not scope_keys:
             return {}
         last = gate_dreams(scope_keys, DreamRunRow.finished_at)
+
+        def since(stamp: InstrumentedAttribute[datetime]) -> ColumnElement[bool]:
+            return and_(stamp <= now, or_(last.c.at.is_(None), stamp > last.c.at))
+
+        changed = and_(since(NoteRow.updated_at), ~_worker_wrote(NoteRow.updated_at))
+        created = and_(since(NoteRow.created_at), ~_worker_wrote())
         rows = self.session.execute(
             select(NoteRow.scope_key, func.count())
             .outerjoin(last, last.c.scope_key == NoteRow.scope_key)
-            .where(NoteRow.scope_key.in_(scope_keys), NoteRow.updated_at <= now,
-                   or_(last.c.at.is_(None), NoteRow.updated_at > last.c.at))
+            .where(NoteRow.scope_key.in_(scope_keys), or_(changed, created))
             .group_by(NoteRow.scope_key)
         ).all()
         return {k: int(n) for k, n in rows}
@@ -84,13 +117,13 @@ class RunHistoryRepository:
     def failure_streaks(self, scope_keys: list[str] | None) -> dict[str, tuple[int, datetime]]:
         """Per scope with any: its failed runs in a row and when the last of them ended (the
         gate's back-off), in one query. Counted: non-dry runs that were claimed (their phases
-        ran) and ended failed, created after the scope's latest reset, which is its last dream
-        (``GATE_RUN_STATUSES``, as the gate counts one) or any forced run (an operator's `dream
-        run --force`, whatever it ended as). A run failed unclaimed (a broker that was down, no
-        worker consuming the queue) says nothing about the scope and is left out, and so are
-        cancelled runs, dry runs and review approvals: none counts, none resets; nor do the runs
-        kept of an erased user (no run will end their streak). ``None``: every scope (the
-        ``/metrics`` gauge)."""
+        ran) and ended failed (undone since or not: ``ended_as``), created after the scope's
+        latest reset, which is its last dream (as the gate counts one) or any forced run (an
+        operator's `dream run --force`, whatever it ended as). A run failed unclaimed (a broker
+        that was down, no worker consuming the queue) says nothing about the scope and is left
+        out, and so are cancelled runs, dry runs and review approvals: none counts, none resets;
+        nor do the runs kept of an erased user (no run will end their streak). ``None``: every
+        scope (the ``/metrics`` gauge)."""
         if scope_keys is not None and not scope_keys:
             return {}
         keyed = DreamRunRow.scope_key.in_(scope_keys) if scope_keys is not None else true()
@@ -98,7 +131,7 @@ class RunHistoryRepository:
             select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
             .where(keyed, DreamRunRow.trigger != REVIEW_TRIGGER,
                    or_(DreamRunRow.force.is_(True),
-                       and_(DreamRunRow.status.in_(GATE_RUN_STATUSES),
+                       and_(ended_as(*DREAMED_RUN_STATUSES),
                             DreamRunRow.dry_run.is_(False))))
             .group_by(DreamRunRow.scope_key)
             .subquery()
@@ -107,7 +140,7 @@ class RunHistoryRepository:
             select(DreamRunRow.scope_key, func.count(),
                    func.max(func.coalesce(DreamRunRow.finished_at, DreamRunRow.created_at)))
             .outerjoin(reset, reset.c.scope_key == DreamRunRow.scope_key)
-            .where(keyed, DreamRunRow.status == RunStatus.FAILED.value,
+            .where(keyed, ended_as(RunStatus.FAILED.value),
                    DreamRunRow.user_id.is_distinct_from(ERASED_USER),
                    DreamRunRow.started_at.is_not(None), DreamRunRow.dry_run.is_(False),
                    DreamRunRow.trigger != REVIEW_TRIGGER,
@@ -126,11 +159,13 @@ class RunHistoryRepository:
     def latest_finished(self, scope: Scope) -> DreamRunRow | None:
         """The scope's most recently created finished dream whose decisions still stand (what
         open candidates come from): an undone run's open items went with it, a review
-        approval's run plans nothing, and a cancelled or failed one may have judged nothing,
-        so none hides the open items of the dream before it (the runs the gauge reads)."""
+        approval's run plans nothing, a cancelled or failed one may have judged nothing, and a
+        dry run's open items are of a scope its merges never changed, so none hides the open
+        items of the dream before it (the runs the gauge reads)."""
         rows = self.session.scalars(
             select(DreamRunRow)
             .where(DreamRunRow.scope_key == scope.key, DreamRunRow.finished_at.is_not(None),
+                   DreamRunRow.dry_run.is_(False),
                    DreamRunRow.status.in_(DREAMED_RUN_STATUSES),
                    DreamRunRow.trigger != REVIEW_TRIGGER)
             .order_by(*NEWEST_FIRST)
@@ -194,13 +229,10 @@ class RunHistoryRepository:
             .where(OperationLogRow.run_id == run_id)) or 0)
 
     def ended_blocked(self, scope: Scope | None = None) -> int:
-        """Runs that ended blocked, those undone since included (``totals.undone_from``): what
-        the ``dream_runs_blocked_total`` counter counts, which must never go back."""
-        blocked = RunStatus.BLOCKED.value
-        stmt = select(func.count()).select_from(DreamRunRow).where(or_(
-            DreamRunRow.status == blocked,
-            and_(DreamRunRow.status == RunStatus.UNDONE.value,
-                 DreamRunRow.totals["undone_from"].as_string() == blocked)))
+        """Runs that ended blocked, those undone since included (``ended_as``): what the
+        ``dream_runs_blocked_total`` counter counts, which must never go back."""
+        stmt = select(func.count()).select_from(DreamRunRow).where(
+            ended_as(RunStatus.BLOCKED.value))
         if scope is not None:
             stmt = stmt.where(DreamRunRow.scope_key == scope.key)
         return int(self.session.scalar(stmt) or 0)

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from worker.domain.types import (
     ACTIVE_RUN_STATUSES,
     PHASES,
+    UNDONE_FROM,
     RunStatus,
     Scope,
     StepStatus,
@@ -140,6 +141,13 @@ class RunRepository:
         self.session.execute(
             update(DreamRunRow).where(DreamRunRow.id == run_id).values(status=status, **values)
         )
+
+    def mark_undone(self, run: DreamRunRow, reason: str) -> None:
+        """``run`` undone. Its totals keep what it ended as (``UNDONE_FROM``), which stays
+        countable: /metrics counts the runs that ended blocked (a counter never goes back), the
+        gate an undone dream as the last dream (never an undone failed or cancelled run)."""
+        self.set_status(run.id, RunStatus.UNDONE.value, status_reason=reason,
+                        totals={**(run.totals or {}), UNDONE_FROM: run.status})
 
     def claim_returning(self, run_id: str, now: datetime, lease_seconds: int) -> Any | None:
         """queued/interrupted → running in one statement: the epoch bumped, one more attempt;
