@@ -259,7 +259,7 @@ class Applier:
                 confidence=verdict.confidence, detail={"relation": verdict.relation},
                 # One fact said twice: the note kept holds it as of its later statement (a
                 # fuller older note dated at its first would lose to any value between).
-                restate=restates(decision.kind, loser, self.policy))]
+                restate=restates(decision.kind, winner, loser, self.policy))]
         reason = f"{decision.why}. {verdict.reason}".strip()
         # Both kept: a comment and a flag on each, each checked against the other's version too.
         return [Change(kind=ChangeKind.ANNOTATE, name=f"flag {note.id}",

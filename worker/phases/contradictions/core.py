@@ -134,38 +134,21 @@ def decide(
         if not _may_lose(older) and _may_lose(newer):
             older, newer = newer, older
         decision = _merge(winner=newer, loser=older, kind="equivalent")
-    decision = _dated_apart(decision, a, b, policy)
     if decision.action == Action.REVOKE and decision.winner_id in suspicious:
         return Decision(Action.FLAG, decision.kind, decision.winner_id, decision.loser_id,
                         why="the winning note reads like instructions")
     return decision
 
 
-def _dated_apart(decision: Decision, a: Note, b: Note, policy: PolicySettings) -> Decision:
-    """A retirement into another note (subsumed, equivalent) keeps one statement's date for
-    both (``restates``). A text that says "last week" or "yesterday" is dated by its own note:
-    retired, its time goes with it ("moved house last week" in January and in June are two
-    moves), and kept, it moves when it takes the later date. Stated more than the clock skew
-    apart, such a pair stays: both kept."""
-    if decision.action != Action.REVOKE or decision.kind == "conflict":
-        return decision
-    notes = {a.id: a, b.id: b}
-    winner, loser = notes[decision.winner_id or ""], notes[decision.loser_id or ""]
-    if abs(created(winner) - created(loser)) <= policy.skew:
-        return decision
-    moved = created(loser) > created(winner) and relative_time_expressions(winner.content)
-    if not (moved or relative_time_expressions(loser.content)):
-        return decision
-    return Decision(Action.NONE, "relative_time", winner.id, loser.id,
-                    why="a relative time ('last week') is dated by its own note: both kept")
-
-
-def restates(kind: str, loser: Note, policy: PolicySettings) -> bool:
+def restates(kind: str, winner: Note, loser: Note, policy: PolicySettings) -> bool:
     """Whether the note kept for a subsumed or equivalent one takes the loser's later date
-    (``Change.restate``): one fact said twice holds as of its later statement, never as of a
-    date after the run's clock (an import's wrong year would make the kept note the newest of
-    every note until then). A conflict's winner keeps its own date."""
-    return kind != "conflict" and (policy.now is None or created(loser) <= policy.now)
+    (``Change.restate``): one fact said twice holds as of its later statement. Never a date
+    after the run's clock (an import's wrong year made the kept note the newest of every note
+    until then), nor for a kept text dated by its note ("started at Acme last week" moved
+    from January to June). A conflict's winner keeps its own date."""
+    if kind == "conflict" or relative_time_expressions(winner.content):
+        return False
+    return policy.now is None or created(loser) <= policy.now
 
 
 def _may_lose(note: Note) -> bool:
@@ -268,16 +251,27 @@ def apply_order(verdicts: Iterable[Verdict], notes: dict[str, Note]) -> list[Ver
     return sorted(verdicts, key=key)
 
 
-def rule_verdict(a: Note, b: Note) -> tuple[str, str]:
+def rule_verdict(a: Note, b: Note, skew: timedelta = PolicySettings.skew) -> tuple[str, str]:
     """The no-LLM judge: identical after normalisation, or one note contained in the other.
 
     Never ``conflicting``; anything else is ``open``. Containment is word-level and refuses an
     added negation, number or name (worker.llm.rules), so "likes tea" is not "no longer likes tea";
     and a fuller note keeps its text over a newer one only in the same words (``keeps_over``):
-    "User had a small brown dog" (January) does not subsume "User has a dog" (March). Two
-    statements of a relative time ("last week") months apart are two events: ``decide`` keeps
-    both.
+    "User had a small brown dog" (January) does not subsume "User has a dog" (March). A note
+    that says a relative time ("last week") and would be retired into one stated more than the
+    clock ``skew`` apart stays open: two statements of "moved house last week" in January and
+    in June may be two events, which the rules cannot tell and a model reading the dates can.
     """
+    relation, reason = _by_words(a, b)
+    retired = {Relation.EQUIVALENT.value: (a, b), Relation.B_SUBSUMES_A.value: (a,),
+               Relation.A_SUBSUMES_B.value: (b,)}.get(relation, ())
+    if abs(created(a) - created(b)) > skew and any(relative_time_expressions(n.content)
+                                                   for n in retired):
+        return OPEN, "a relative time is dated by its own note: rules cannot settle this pair"
+    return relation, reason
+
+
+def _by_words(a: Note, b: Note) -> tuple[str, str]:
     from worker.llm.rules import keeps_over, same_or_contained
 
     if normalise_text(a.content) == normalise_text(b.content):

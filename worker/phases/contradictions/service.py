@@ -328,15 +328,15 @@ def _judge_with_rules(
 ) -> tuple[list[tuple[Verdict, dict[str, Any]]], list[CandidatePair]]:
     """No model: rules settle identity and containment; every other pair stays open."""
     notes = applier.notes
+    policy = policy_settings(ctx)
     verdicts: list[Verdict] = []
     open_pairs_: list[CandidatePair] = []
     for pair in pairs:
-        relation, reason = rule_verdict(notes[pair.a_id], notes[pair.b_id])
+        relation, reason = rule_verdict(notes[pair.a_id], notes[pair.b_id], policy.skew)
         if relation == OPEN:
             open_pairs_.append(pair)
         else:
             verdicts.append(Verdict(pair, relation, 1.0, reason))
-    policy = policy_settings(ctx)
     entries = []
     seen: set[tuple[str, str]] = set()
     for v in apply_order(verdicts, notes):
@@ -350,7 +350,7 @@ def _judge_with_rules(
         pair = moved[0]
         seen.add(pair.ids)
         if pair.ids != v.pair.ids:
-            relation, reason = rule_verdict(notes[pair.a_id], notes[pair.b_id])
+            relation, reason = rule_verdict(notes[pair.a_id], notes[pair.b_id], policy.skew)
             if relation == OPEN:
                 open_pairs_.append(pair)
                 continue
