@@ -36,6 +36,8 @@ class DatedBack:
     # Scope → notes a dated-back note had superseded as the older value that are the later
     # statement now: still retired, held for review (as when the newer note itself is erased).
     reopened: dict[str, list[str]] = field(default_factory=dict)
+    # Each note dated back → its version before (a keep-apart bound it there: ``bind_again``).
+    was: dict[str, int] = field(default_factory=dict)
 
 
 def date_back(uow: UnitOfWork, gone: set[Said], scope_keys: set[str],
@@ -64,7 +66,8 @@ def date_back(uow: UnitOfWork, gone: set[Said], scope_keys: set[str],
                               why + "the statement that ended it was erased; ended at the one "
                               "left")
     edits.write(uow.writes, _CHANGED)
-    return DatedBack(sorted(dated), _reopened(found, dated))
+    return DatedBack(sorted(dated), _reopened(found, dated),
+                     {i: int(state[i]["version"]) for i in dated})
 
 
 def _ends(found: list[Carrier], dated: Mapping[str, Said]) -> dict[str, datetime | None]:
