@@ -288,3 +288,20 @@ def test_fuse_and_keep_apart_refuse_a_source_changed_since_the_model_judged_it(d
     assert statuses(db) == before
     assert dream(url, *fused, "--judged", "a=2", "--judged", "b=1").exit_code == 0
     assert statuses(db)["a"] == "revoked"
+
+
+@pytest.mark.parametrize("given", ["a=99999999999999999999999", "a=2147483648", "a=0", "a=\u0661",
+                                   "a\u200b=1", "=1"])
+def test_judged_refuses_a_version_out_of_range_or_an_id_no_note_can_have(db: App,
+                                                                        given: str) -> None:
+    """A version past the API's bound (2147483647) or an id no option takes is a usage error
+    (exit 2) naming the range, nothing written; before, a huge version read as a note changed
+    since (exit 4) and a non-ASCII digit as a number."""
+    url = db.settings.database_url
+    before = statuses(db)
+    fused = ("fuse", "a", "b", "--content", "The user writes Python.")
+    for args in (fused, ("keep-apart", "a", "b")):
+        line = one_error_line(dream(url, *args, "--judged", given), 2)
+        assert "from 1 to 2147483647" in line or "the note id" in line, line
+    assert statuses(db) == before
+

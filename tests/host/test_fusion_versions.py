@@ -66,6 +66,9 @@ def test_a_verdict_on_a_source_changed_since_the_model_read_it_is_refused(
     ({"a": 1, "c": 1}, "source_versions names note 'c', which is not one of the source ids"),
     ({"a": 0}, "must be a version number"),
     ({"a": True}, "must be a version number"),
+    # past the API's bound (MCP passes any int): before, "changed since", a conflict
+    ({"a": 2**31}, "must be a version number from 1 to 2147483647"),
+    ({"a": 10**22}, "must be a version number from 1 to 2147483647"),
 ])
 @pytest.mark.parametrize("call", ["fuse", "keep_apart"])
 def test_versions_that_name_no_source_are_invalid(

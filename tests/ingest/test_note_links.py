@@ -116,6 +116,36 @@ def test_a_pointer_at_no_note_is_refused_and_nothing_written(
         assert sum(uow.notes.count_by_status().values()) == 0
 
 
+@pytest.mark.parametrize(("line", "expected"), [
+    # a new id whose text a live note of the scope holds
+    ({"id": "n9", "lineage": [{"parent_id": "ghost", "relation": "consolidated"}]},
+     "line 1: lineage names note 'ghost', which is neither in this file nor stored"),
+    # no id: found by its text on every import
+    ({"lineage": [{"parent_id": "ghost", "relation": "fused"}]},
+     "line 1: lineage names note 'ghost', which is neither in this file nor stored"),
+    ({"status": "revoked", "consolidated_into_id": "ghost"},
+     "line 1: consolidated_into_id names note 'ghost'"),
+    # the stored note's own id
+    ({"id": "tea", "lineage": [{"parent_id": "ghost", "relation": "consolidated"}]},
+     "line 1: lineage names note 'ghost', which is neither in this file nor stored"),
+    ({"id": "n9", "lineage": [{"parent_id": "other", "relation": "consolidated"}]},
+     "line 1: lineage names note 'other' of another scope"),
+])
+def test_a_line_whose_text_is_stored_is_refused_as_a_new_one_would_be(
+    app: App, line: dict[str, object], expected: str,
+) -> None:
+    """Every line is checked whole before it is found already present. Before, a line whose
+    text the store held was "already present" (exit 0) with a pointer at no note, or at another
+    scope's, that the same line with new text was refused for."""
+    add_notes(app, {"id": "tea", "agent_id": "ag", "content": "User likes tea"},
+              {"id": "other", "agent_id": "else", "content": "User likes coffee"})
+    before = list(export_notes(app))
+    with pytest.raises(InputError) as err:
+        import_notes(app, [json.dumps({"agent_id": "ag", "content": "User likes tea", **line})])
+    assert expected in str(err.value) and "\n" not in str(err.value)
+    assert list(export_notes(app)) == before
+
+
 def test_a_pointer_may_name_a_stored_note(app: App) -> None:
     """A later file may point into notes an earlier import stored (same scope)."""
     add_notes(app, {"id": "kept", "agent_id": "ag", "content": "User likes green tea"})

@@ -5,6 +5,7 @@ PostgreSQL)."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import select
 
 from tests.review.test_service import _cli, _merge, _propose
@@ -12,7 +13,8 @@ from tests.support.factories import NOW, add_notes
 from tests.support.host_writes import host_sets
 from worker.app import App
 from worker.domain.types import Scope
-from worker.host.fusion import keep_apart
+from worker.host.fusion import fuse, fusion_candidates, keep_apart
+from worker.host.remember import remember
 from worker.runs import service
 from worker.safety.erase import erase
 from worker.store.models import JudgementRow
@@ -62,3 +64,44 @@ def test_a_keep_apart_that_no_longer_bound_is_not_kept_for_the_rest(app: App) ->
     erase(app, note_id="t1")
     assert _named(app) == []
     assert _consolidated(app) == {"t2": "revoked", "t3": "revoked"}  # merged
+
+
+BICYCLES = [{"id": "a", "content": "User owns a red bicycle", "source_conversation_id": "c1"},
+            {"id": "x", "content": "User owns a red bicycle", "source_conversation_id": "c3"},
+            {"id": "b", "content": "User owns a red bicycle, a Brompton",
+             "source_conversation_id": "c2"}]
+
+
+def _statuses_after_consolidating(app: App, *ids: str) -> dict[str, str]:
+    run_id = service.create_run(app, SCOPE, force=True, phases=["consolidate"], clock=NOW)
+    assert run_id
+    service.execute_run(app, run_id)
+    with app.uow() as uow:
+        return {n.id: n.status for n in uow.notes.get_many(ids)}
+
+
+@pytest.mark.parametrize("subject", [{"conversation_id": "c2"}, {"note_id": "b"}])
+def test_a_note_given_back_keeps_the_keep_apart_it_had(app: App,
+                                                       subject: dict[str, str]) -> None:
+    """The host kept a (c1) and x (c3) apart, then fused a with b (c2); erasing c2 (or b) gives
+    a back one version up. Before, the keep-apart bound a at its version before the fuse only,
+    so it lapsed: `dream candidates` offered a and x again and the rule judge merged the
+    twins; now it binds a's new version, as an undo of the fuse leaves it."""
+    add_notes(app, *BICYCLES)
+    keep_apart(app, ["a", "x"])
+    fuse(app, ["a", "b"], "User owns a red bicycle, a Brompton")
+    assert erase(app, **subject).restored_ids == ["a"]
+    assert not any({c["record_a"]["id"], c["record_b"]["id"]} == {"a", "x"}
+                   for c in fusion_candidates(app, SCOPE, 0.5, 50) if c["kind"] == "pair")
+    assert _statuses_after_consolidating(app, "a", "x") == {"a": "active", "x": "active"}
+
+
+def test_a_note_dated_back_keeps_the_keep_apart_it_had(app: App) -> None:
+    """Sibling: t1 said again in c2 (a NOOP dating it), then kept apart from its twin x (c3);
+    erasing c2 dates t1 back, one version up: the keep-apart binds the new version too."""
+    add_notes(app, {"id": "t1", "content": "User owns a red bicycle"},
+              {"id": "x", "content": "User owns a red bicycle", "source_conversation_id": "c3"})
+    assert remember(app, SCOPE, "User owns a red bicycle", conversation_id="c2").id == "t1"
+    keep_apart(app, ["t1", "x"])
+    assert erase(app, conversation_id="c2").redated_ids == ["t1"]
+    assert _statuses_after_consolidating(app, "t1", "x") == {"t1": "active", "x": "active"}

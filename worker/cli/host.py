@@ -12,6 +12,7 @@ import click
 
 from worker.cli.common import IDENT, FiniteRange, cli_app, json_option, scope_options
 from worker.cli.errors import stop_says, user_errors
+from worker.domain.limits import INT_MAX, ident_problem
 from worker.domain.types import NoteType, Scope
 from worker.errors import InvalidInput, NotFound
 
@@ -104,13 +105,19 @@ def _held_line(held: dict[str, int], scope: Scope) -> str:
 
 def _judged(_ctx: click.Context, _param: click.Parameter,
             given: tuple[str, ...]) -> dict[str, int] | None:
-    """``--judged ID=VERSION`` options as the host API's ``source_versions``."""
+    """``--judged ID=VERSION`` options as the host API's ``source_versions``: an id as any
+    option takes one, a version in the range the API takes (no version is larger: a larger one
+    would read as a note changed since)."""
     out: dict[str, int] = {}
     for item in given:
         nid, sep, version = item.rpartition("=")
-        if not sep or not nid or not version.isdecimal() or int(version) < 1:
-            raise click.BadParameter(f"{item[:80]!r} is not ID=VERSION (a version is 1 or more, "
-                                     "as `dream candidates --json` shows it)")
+        if not sep or not nid or not (version.isascii() and version.isdigit()) \
+                or not 1 <= int(version) <= INT_MAX:
+            raise click.BadParameter(f"{item[:80]!r} is not ID=VERSION (a version is a whole "
+                                     f"number from 1 to {INT_MAX}, as `dream candidates "
+                                     "--json` shows it)")
+        if problem := ident_problem(nid):
+            raise click.BadParameter(f"{item[:80]!r}: the note id {problem}")
         out[nid] = int(version)
     return out or None
 

@@ -15,7 +15,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
-from worker.domain.limits import ident_problem, text_problem
+from worker.domain.limits import INT_MAX, ident_problem, text_problem
 from worker.domain.types import (
     Note,
     NoteStatus,
@@ -258,8 +258,10 @@ def check_judged_versions(notes: list[Note], judged: Mapping[str, int] | None) -
         seen = judged.get(n.id)
         if seen is None:
             continue
-        if isinstance(seen, bool) or not isinstance(seen, int) or seen < 1:
-            raise Invalid(f"source_versions of note {n.id} must be a version number (1 or more)")
+        if isinstance(seen, bool) or not isinstance(seen, int) or not 1 <= seen <= INT_MAX:
+            # A larger one is no version any note has: not "changed since", a wrong number.
+            raise Invalid(f"source_versions of note {n.id} must be a version number from 1 to "
+                          f"{INT_MAX}")
         if seen != n.version:
             raise Conflict(f"note {n.id} is at version {n.version}, not version {seen} that "
                            "your model judged: it changed since; fetch candidates again and "

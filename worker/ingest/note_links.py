@@ -75,17 +75,17 @@ def _edge(entry: object, number: int) -> tuple[str, str]:
     return parent, relation
 
 
-def lineage_rows(uow: UnitOfWork, fresh: list[dict[str, Any]], lineage: dict[str, Edges],
-                 line_of: dict[str, int]) -> list[dict[str, Any]]:
-    """The ``note_lineage`` rows of the notes about to be inserted, once every pointer and parent
-    they name is known to be a note of the same scope: one of them, or one stored (one query per
-    500 names)."""
-    known = {r["id"]: r["scope_key"] for r in fresh}
-    named = {target for r in fresh for _, target in references(r, lineage)}
+def check_references(uow: UnitOfWork, rows: list[dict[str, Any]], lineage: dict[str, Edges],
+                     line_of: dict[str, int], known_rows: list[dict[str, Any]]) -> None:
+    """Every pointer and lineage parent ``rows`` name is a note of the same scope: one of
+    ``known_rows``, or one stored (one query per 500 names). Checked for every line of a file
+    before any is found already present: a line is refused for what it says, whether or not
+    its note is stored."""
+    known = {r["id"]: r["scope_key"] for r in known_rows}
+    named = {target for r in rows for _, target in references(r, lineage)}
     stored = uow.notes.identities(named - known.keys())
     known.update((note_id, scope_key) for note_id, (scope_key, _) in stored.items())
-    rows: list[dict[str, Any]] = []
-    for r in fresh:
+    for r in rows:
         for field, target in references(r, lineage):
             where = f"line {line_of[r['id']]}: {field}"
             if target == r["id"]:
@@ -96,10 +96,17 @@ def lineage_rows(uow: UnitOfWork, fresh: list[dict[str, Any]], lineage: dict[str
                                  "leaves it out) or drop the field")
             if known[target] != r["scope_key"]:
                 raise InputError(f"{where} names note {target!r} of another scope")
-        rows.extend({"scope_key": r["scope_key"], "parent_id": parent, "child_id": r["id"],
-                     "relation": relation, "run_id": None, "created_at": r["created_at"]}
-                    for parent, relation in lineage.get(r["id"], []))
-    return rows
+
+
+def lineage_rows(uow: UnitOfWork, fresh: list[dict[str, Any]], lineage: dict[str, Edges],
+                 line_of: dict[str, int]) -> list[dict[str, Any]]:
+    """The ``note_lineage`` rows of the notes about to be inserted, once every pointer and parent
+    they name is known to be a note of the same scope: one of them, or one stored (checked
+    again under the import's lock: a note named may have been erased since)."""
+    check_references(uow, fresh, lineage, line_of, fresh)
+    return [{"scope_key": r["scope_key"], "parent_id": parent, "child_id": r["id"],
+             "relation": relation, "run_id": None, "created_at": r["created_at"]}
+            for r in fresh for parent, relation in lineage.get(r["id"], [])]
 
 
 def references(row: dict[str, Any], lineage: dict[str, Edges]) -> Iterable[tuple[str, str]]:

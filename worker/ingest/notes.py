@@ -6,14 +6,11 @@ hash where a live note of the scope holds the text (``_present``).
 from __future__ import annotations
 
 import itertools
-import math
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-
-import numpy as np
 
 from worker.app import App
 from worker.clock import next_write_seq, utcnow
@@ -43,9 +40,16 @@ from worker.ingest.note_again import (
     restate_stored,
 )
 from worker.ingest.note_apart import parse_apart, record_apart
-from worker.ingest.note_links import Edges, lineage_rows, parse_links, references
+from worker.ingest.note_links import (
+    Edges,
+    check_references,
+    lineage_rows,
+    parse_links,
+    references,
+)
 from worker.ingest.note_statements import parse_statements, record_statements
 from worker.ingest.note_states import check_links, check_state
+from worker.ingest.note_vectors import check_vectors, embed_missing, parse_embedding
 from worker.store.repositories.said_dates import Statements
 from worker.store.scope_locks import hold_scopes
 from worker.store.uow import UnitOfWork
@@ -65,38 +69,6 @@ _STATUSES = {s.value for s in NoteStatus}
 # What ``remember`` also takes for "already in the scope": a note of these statuses stands in
 # for a line of any status; a retired one only for a retired line, never for a live one.
 _LIVE = frozenset({NoteStatus.ACTIVE.value, NoteStatus.PENDING.value})
-
-
-# A float32 unit vector's norm, summed in float64, is 1 within a few float32 ulps.
-UNIT_NORM_SLACK = 1e-6
-
-
-def _embedding(embedding: object, number: int, dims: int | None) -> np.ndarray | None:
-    """An imported vector, checked and normalised; None when the line has none (re-embedded)."""
-    if embedding is None:
-        return None
-    if not isinstance(embedding, list) or not all(
-        isinstance(x, int | float) and not isinstance(x, bool) for x in embedding
-    ):
-        raise InputError(f"line {number}: embedding must be an array of numbers")
-    if dims is not None and len(embedding) != dims:
-        raise InputError(
-            f"line {number}: embedding has {len(embedding)} dimensions, the configured "
-            f"embedder uses {dims} (DREAM_EMBEDDING_DIMENSIONS); drop the field to re-embed"
-        )
-    # float64 first: a value beyond float32's range would silently become inf.
-    try:
-        wide = np.asarray(embedding, dtype=np.float64)
-    except OverflowError:  # an integer beyond float range
-        wide = np.asarray([math.inf])
-    if not np.isfinite(wide).all() or (np.abs(wide) > np.finfo(np.float32).max).any():
-        raise InputError(f"line {number}: embedding values must be finite float32 numbers")
-    norm = float(np.linalg.norm(wide))
-    if norm == 0:
-        raise InputError(f"line {number}: embedding is all zeros")
-    if abs(norm - 1.0) <= UNIT_NORM_SLACK:  # already unit length (an export): kept bit for bit
-        return wide.astype(np.float32)
-    return (wide / norm).astype(np.float32)
 
 
 _TO_NUMBER = object()  # a line without ``write_seq``: numbered once the file is read
@@ -156,7 +128,7 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
     metadata = obj.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise InputError(f"line {number}: metadata must be a JSON object")
-    vector = _embedding(obj.get("embedding"), number, dims)
+    vector = parse_embedding(obj.get("embedding"), number, dims)
     created = opt_time(obj, "created_at", number) or now
     access_count = int(opt_number(obj, "access_count", number, 0, lo=0, hi=INT_MAX))
     if access_count != opt_number(obj, "access_count", number, 0):
@@ -215,13 +187,13 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     dims = app.embedder.dimensions  # checked per line so the error names the line (R22)
     result = ImportResult()
     parsed = _parse_lines(lines, utcnow(), dims, result)
-    _check_vectors(app, parsed.rows)
+    check_vectors(app, parsed.rows)
     with app.uow() as uow:
         planned = _planned(uow, parsed)
     # Embedded before the write holds the store (a remote model may be slow), then what was
     # fresh is looked at again under it: an import of the same lines committed meanwhile
     # makes them present (what was present stays so: an import never removes a note).
-    _embed_missing(app, planned)
+    embed_missing(app, planned)
     line_of = {i: first[0] for i, first in parsed.first_line.items()}
     with app.uow() as uow:
         hold_scopes(uow.session, {r["scope_key"] for r in parsed.rows})
@@ -246,11 +218,14 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
 def _planned(uow: UnitOfWork, parsed: _Lines,
              rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The rows to insert of ``rows`` (default: all), refusing an id the store holds for
-    another note."""
+    another note and a pointer or parent at no note (``check_references``)."""
     rows = parsed.rows if rows is None else rows
     stored = uow.notes.identities(r["id"] for r in rows)
     parsed.stored |= set(stored)
     _refuse_id_conflicts(rows, stored, parsed.first_line)
+    # Every line checked whole before any is found already present (and so never inserted).
+    check_references(uow, rows, parsed.lineage,
+                     {i: first[0] for i, first in parsed.first_line.items()}, parsed.rows)
     return _fresh(uow, parsed, set(stored), rows)
 
 
@@ -309,21 +284,6 @@ def _number(rows: list[dict[str, Any]]) -> None:
             r["write_seq"] = next_write_seq()
 
 
-def _check_vectors(app: App, rows: list[dict[str, Any]]) -> None:
-    """Vectors given in the file must match what this deployment embeds with."""
-    expected = app.embedder.dimensions
-    for r in rows:
-        if r["embedding"] is None:
-            continue
-        if r["embedding"].shape[0] != expected:
-            raise InputError(
-                f"note {r['id']}: embedding has {r['embedding'].shape[0]} dimensions, the "
-                f"configured embedder uses {expected}; drop the field to re-embed"
-            )
-        if r["embedding_model"] == "imported":
-            r["embedding_model"] = app.embedder.model_name
-
-
 def _fresh(uow: UnitOfWork, parsed: _Lines, stored_ids: set[str],
            rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows to insert: those of ``rows`` not already present (``_present``), in file
@@ -380,14 +340,3 @@ def _refuse_id_conflicts(rows: list[dict[str, Any]], stored: dict[str, tuple[str
             raise InputError(f"line {number}: note {r['id']!r} already exists with other content; "
                              "import never overwrites a note: give a new id (or drop the id "
                              "field) to add it")
-
-
-def _embed_missing(app: App, rows: list[dict[str, Any]]) -> None:
-    todo = [r for r in rows if r["embedding"] is None]
-    if not todo:
-        return
-    texts = [r["content"] for r in todo]
-    vectors = app.embedder.embed(texts)
-    for r, v in zip(todo, vectors, strict=True):
-        r["embedding"] = v
-        r["embedding_model"] = app.embedder.model_name

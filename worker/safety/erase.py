@@ -26,6 +26,7 @@ from worker.domain.types import NoteStatus
 from worker.errors import Conflict, InvalidInput, NotFound
 from worker.phases.kit.rows import Edits, restored_fields
 from worker.safety.erase_dates import DatedBack, date_back
+from worker.safety.kept_apart import bind_again
 from worker.store.db import SQLITE_BUSY_SECONDS
 from worker.store.repositories.retention import append_comment
 from worker.store.repositories.safety import Survivor
@@ -189,6 +190,7 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
         back = DatedBack() if user_id is not None else date_back(
             uow, gone, scope_keys | {s.scope_key for s in again}, erase_id, subject, now)
         uow.safety.forget_said_in(again)
+        _keep_apart(uow, plan, back, now)
         if again:
             counts["operation_log_scrubbed"] = counts.get("operation_log_scrubbed", 0) + len(again)
         _hold_for_review(uow, back.reopened, "the note that superseded these was dated at an "
@@ -269,6 +271,16 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
     _hold_for_review(uow, by_scope, "the note that superseded these, or that they were merged "
                      "into after it was retired itself, was erased; reinstate any that still "
                      "hold", erase_id, now)
+
+
+def _keep_apart(uow: UnitOfWork, plan: SurvivorPlan, back: DatedBack, now: datetime) -> None:
+    """A keep-apart that bound a note the erase gave back (at its version before it was
+    retired) or dated back (at its version before) binds it again at its new version: the erase
+    leaves the other conversations' decisions as if the erased one had never been said."""
+    before = {**back.was, **{s.id: int(s.before["version"]) for s in plan.restore
+                             if isinstance(s.before.get("version"), int)}}
+    if before:
+        bind_again(uow, before, {}, now)
 
 
 def _hold_for_review(uow: UnitOfWork, by_scope: dict[str, list[str]], reason: str,

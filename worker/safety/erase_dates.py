@@ -5,7 +5,8 @@ statement (``Change.restate``): a value said between the two must not read as ne
 later statement's note is erased, the kept note kept its date, and the erased conversation still
 decided which value a later judge took as current. The erasure now dates it at the latest
 statement left: its own first date, a later note still retired into it as the same fact, or a
-line an import or a host said it again in. Logged under the erasure's id like its restorations
+line an import or a host said it again in; a fusion, written at its newest source's date, at
+its newest source's statement left. Logged under the erasure's id like its restorations
 (``dream undo`` reverts them together), one version up, so a pair judged on the old date is
 judged again. A note it had superseded as the older value of one attribute, ended at the erased
 date (``valid_to``), is ended at the date left instead; one that is the later statement now
@@ -35,6 +36,8 @@ class DatedBack:
     # Scope → notes a dated-back note had superseded as the older value that are the later
     # statement now: still retired, held for review (as when the newer note itself is erased).
     reopened: dict[str, list[str]] = field(default_factory=dict)
+    # Each note dated back → its version before (a keep-apart bound it there: ``bind_again``).
+    was: dict[str, int] = field(default_factory=dict)
 
 
 def date_back(uow: UnitOfWork, gone: set[Said], scope_keys: set[str],
@@ -63,7 +66,8 @@ def date_back(uow: UnitOfWork, gone: set[Said], scope_keys: set[str],
                               why + "the statement that ended it was erased; ended at the one "
                               "left")
     edits.write(uow.writes, _CHANGED)
-    return DatedBack(sorted(dated), _reopened(found, dated))
+    return DatedBack(sorted(dated), _reopened(found, dated),
+                     {i: int(state[i]["version"]) for i in dated})
 
 
 def _ends(found: list[Carrier], dated: Mapping[str, Said]) -> dict[str, datetime | None]:
@@ -103,20 +107,33 @@ def _expect(state: Mapping[str, Mapping[str, Any]], note_id: str, **fields: Any)
 
 
 def _dates(found: list[Carrier], gone: set[Said]) -> dict[str, Said]:
-    """Each carrier's latest statement not erased, when earlier than its date. A member that is
-    a carrier itself counts at its own new date (a fact said three times, kept twice over)."""
+    """Each carrier's latest statement not erased, when earlier than its date. A member or a
+    fusion's source that is a carrier itself counts at its own new date (a fact said three
+    times, kept twice over; a note dated at the erased statement, then fused)."""
     out: dict[str, Said] = {}
     for _ in range(len(found) + 1):  # each round settles at least one more chain link
         changed = False
         for c in found:
-            if c.first is None:
+            first = _first(c, out)
+            if first is None:
                 continue  # its own date, never moved: the erased note shared it by chance
-            held = [c.first, *c.unheld, *(out.get(i, said) for i, said in c.members)]
+            held = [first, *c.unheld, *(out.get(i, said) for i, said in c.members)]
             left = [s for s in held if s not in gone]
-            latest = max(left, key=lambda s: said_key(*s), default=c.first)
+            # A fusion's first statement is its sources' own (none is erased, or it would be).
+            latest = max([*left, *([first] if c.sources else [])], key=lambda s: said_key(*s),
+                         default=first)
             if said_key(*latest) < said_key(*c.said) and out.get(c.note_id) != latest:
                 out[c.note_id] = latest
                 changed = True
         if not changed:
             break
     return out
+
+
+def _first(c: Carrier, out: Mapping[str, Said]) -> Said | None:
+    """A carrier's own first statement: for a fusion, its newest source's as they stand now
+    (the date it was written with, ``fused_fields``; a source dated back counts at its new
+    date); else its date before the log first moved it (None: never moved)."""
+    if not c.sources:
+        return c.first
+    return max((out.get(i, said) for i, said in c.sources), key=lambda s: said_key(*s))

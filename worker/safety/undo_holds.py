@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from worker.domain.types import NoteStatus, Protection, Scope, fingerprint_versions
-from worker.phases.kit.snapshot import APART_KINDS
+from worker.domain.types import NoteStatus, Protection
+from worker.safety.kept_apart import bind_again
 from worker.safety.undo_restore import before_image, jsonable
 from worker.safety.undo_result import NoteOutcome, outcome_entry
 from worker.store.repositories.note_writes import UNVERSIONED_FIELDS
@@ -102,27 +102,11 @@ def carry_apart(uow: UnitOfWork, by_note: dict[str, list[Any]], undone_at: dict[
                 now: datetime) -> None:
     """Record again, at the versions the undo left, every keep-apart set (a host's, a declined
     review's) that bound the run's notes at their versions before the run, or that a person
-    recorded since, at the versions the undo found (``undone_at``: each active note's): each
-    restore bumps a version, which alone would end the decision, and the next dream would merge
-    notes a person kept apart. ``by_note``: the run's log rows of each note it changed."""
+    recorded since, at the versions the undo found (``undone_at``: each active note's)
+    (``bind_again``). ``by_note``: the run's log rows of each note it changed."""
     before: dict[str, int] = {}
     for note_id, rows in by_note.items():
         first = min(rows, key=lambda r: r.id)
         if first.op != "insert" and (first.before or {}).get("version") is not None:
             before[note_id] = int(first.before["version"])
-    scopes = {row.scope_key for row in uow.safety.note_state(before).values()}
-    for key in sorted(scopes):
-        scope = Scope.from_key(key)
-        for row in uow.judgements.of_kinds(scope, APART_KINDS):
-            ids = list(row.note_ids or ())
-            if not before.keys() & set(ids):
-                continue
-            notes = uow.safety.note_state(ids)
-            if len(notes) != len(ids) or any(n.status != NoteStatus.ACTIVE.value
-                                              for n in notes.values()):
-                continue
-            bound = {fingerprint_versions([(i, versions.get(i, notes[i].version)) for i in ids])
-                     for versions in (before, undone_at)}
-            if row.fingerprint in bound:
-                uow.judgements.record(scope, row.kind, fingerprint_versions(
-                    [(i, notes[i].version) for i in ids]), ids, row.verdict, row.reason, None, now)
+    bind_again(uow, before, undone_at, now)

@@ -2,8 +2,9 @@
 
 A note kept for a later statement of its own fact carries that statement's date
 (``Change.restate``, an import's line said again, a host's ``remember`` NOOP). When the note
-that made the later statement is erased, the date stays behind; these reads find the notes that
-carry an erased note's date and every statement of their fact the store still holds.
+that made the later statement is erased, the date stays behind (on a fusion of that note too,
+written at its newest source's date); these reads find the notes that carry an erased note's
+date and every statement of their fact the store still holds, and a fusion's sources.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from worker.store.repositories.note_writes import SAID_IN
 SAID_AGAIN_RELATIONS = ("duplicate", "subsumed")
 # A note retired into another as the older value of one attribute (contradictions' conflict).
 SUPERSEDED = "superseded"
+# The lineage relations of a note fused into another (a dream's consolidation, a host's fuse):
+# the fused note is dated at its newest source's statement when written (``fused_fields``).
+FUSED_RELATIONS = ("consolidated", "fused")
 # The reasons of a re-dating by a host's remember or an import's line (no run): "…: stated again".
 STATED_AGAIN = "%: stated again"
 # An import giving back an exported note's first date (``Statements``): a record, no statement.
@@ -66,6 +70,9 @@ class Carrier:
     members: list[tuple[str, Said]] = field(default_factory=list)
     # Notes it superseded as the newer value, still retired into it.
     superseded: list[Superseded] = field(default_factory=list)
+    # Notes fused into it, still retired into it: (id, their statement). A fusion's date is its
+    # newest source's, given when it was written (the log never moved it).
+    sources: list[tuple[str, Said]] = field(default_factory=list)
 
 
 def carriers(session: Session, scope_keys: Iterable[str], gone: set[Said]) -> list[Carrier]:
@@ -168,11 +175,12 @@ def statements(session: Session, note_ids: Iterable[str]) -> dict[str, Statement
 
 
 def _members(session: Session, found: dict[str, Carrier]) -> None:
-    """The notes retired into each carrier as its fact said again or as an older value, still
-    retired into it."""
+    """The notes retired into each carrier as its fact said again, as an older value or as a
+    source of a fusion, still retired into it."""
     edge = and_(NoteLineageRow.parent_id == NoteRow.id,
                 NoteLineageRow.child_id == NoteRow.consolidated_into_id,
-                NoteLineageRow.relation.in_((*SAID_AGAIN_RELATIONS, SUPERSEDED)))
+                NoteLineageRow.relation.in_((*SAID_AGAIN_RELATIONS, SUPERSEDED,
+                                             *FUSED_RELATIONS)))
     for chunk in chunked(sorted(found)):
         for r in session.execute(
             select(NoteRow.id, NoteRow.consolidated_into_id, NoteRow.created_at,
@@ -185,6 +193,8 @@ def _members(session: Session, found: dict[str, Carrier]) -> None:
             c, said = found[r.consolidated_into_id], (r.created_at, r.write_seq)
             if r.relation == SUPERSEDED:
                 c.superseded.append(Superseded(r.id, said, r.valid_to))
+            elif r.relation in FUSED_RELATIONS:
+                c.sources.append((r.id, said))
             else:
                 c.members.append((r.id, said))
 
