@@ -228,6 +228,19 @@ def restated_at(own: Said, later: Iterable[Said], protection: str | None) -> Sai
     return latest if latest is not None and said_key(*latest) > said_key(*own) else None
 
 
+def lasting_expiry(expiries: Iterable[datetime | None]) -> datetime | None:
+    """When a note standing for notes of these ``expiries`` expires: at the latest of them, and
+    never (None) when one of them never expires. A retirement never shortens a fact's life: a
+    fusion of notes that all expire used to never expire, and a note that never expires retired
+    into one that does went with it."""
+    latest: datetime | None = None
+    for when in expiries:
+        if when is None:
+            return None
+        latest = when if latest is None or when > latest else latest
+    return latest
+
+
 def conversations_of(source: str | None, lineage: Iterable[str] | None) -> frozenset[str]:
     """The conversations whose erasure takes a note: its own, and its sources' (a fusion's
     ``lineage_conversation_ids``)."""

@@ -44,10 +44,10 @@ _TAKE_BACK = ("undo never retires a person's note: set is_auto_generated back to
 
 
 def annotated_since(row: Any, rows: list[Any]) -> str | None:
-    """The first field the host wrote without a version (flags, comments, the pointer) since
-    the run left it, of those the run changed (``rows``: its log rows of the note, in order);
-    restoring the run's before-image would silently write over it."""
-    for name in sorted(UNVERSIONED_FIELDS):
+    """The first field the host wrote without a version (flags, comments, the pointer, a
+    renewed expiry) since the run left it, of those the run changed (``rows``: its log rows of
+    the note, in order); restoring the run's before-image would silently write over it."""
+    for name in sorted(UNVERSIONED_FIELDS | {"expires_at"}):
         left = [r.after[name] for r in rows if r.op != "insert" and name in (r.after or {})]
         if left and jsonable(getattr(row, name)) != left[-1]:
             return name

@@ -11,7 +11,7 @@ from worker.store.models import OperationLogRow
 from worker.store.repositories.note_writes import TRACKED_FIELDS
 from worker.store.uow import UnitOfWork
 
-DATETIME_FIELDS = ("valid_to", "last_checked_at", "created_at")
+DATETIME_FIELDS = ("valid_to", "last_checked_at", "created_at", "expires_at")
 
 
 def restore_examples(uow: UnitOfWork, run_id: str,

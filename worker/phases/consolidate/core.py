@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from worker.domain.types import Note, NoteType, Protection, said_order
+from worker.domain.types import Note, NoteType, Protection, lasting_expiry, said_order
 from worker.llm.ask import ReplyRejected
 from worker.text.grounding import check_fusion
 from worker.text.temporal import allowed_dates
@@ -346,6 +346,8 @@ def fused_fields(members: Sequence[Note], generation_sources: Sequence[Note]) ->
         # where that member stands among notes stated at the same time.
         "stated_at": newest.created_at,
         "write_seq": newest.write_seq,
+        # It stands for every member: it lives as long as the longest-lived of them.
+        "expires_at": lasting_expiry(n.expires_at for n in members),
     }
 
 

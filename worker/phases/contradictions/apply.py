@@ -258,8 +258,10 @@ class Applier:
                 valid_to=winner.created_at if decision.kind == "conflict" else None,
                 confidence=verdict.confidence, detail={"relation": verdict.relation},
                 # One fact said twice: the note kept holds it as of its later statement (a
-                # fuller older note dated at its first would lose to any value between).
-                restate=restates(decision.kind, winner, loser, self.policy))]
+                # fuller older note dated at its first would lose to any value between), and
+                # for as long as either would have lived (a conflict's loser is outdated).
+                restate=restates(decision.kind, winner, loser, self.policy),
+                extend_expiry=decision.kind != "conflict")]
         reason = f"{decision.why}. {verdict.reason}".strip()
         # Both kept: a comment and a flag on each, each checked against the other's version too.
         return [Change(kind=ChangeKind.ANNOTATE, name=f"flag {note.id}",

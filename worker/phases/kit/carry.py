@@ -178,7 +178,7 @@ def keep_current(ctx: Any, done: Written) -> ScopeLoad | None:
     applied = [r for r in done.results
                if r.status == ItemStatus.APPLIED and r.change.entity == "note"]
     touched = {m.id for r in applied for m in r.change.members} | {
-        r.change.into_id for r in applied if r.change.restate and r.change.into_id}
+        r.change.into_id for r in applied if r.change.edits_into and r.change.into_id}
     born = [r.change.new_note for r in applied if r.change.new_note is not None]
     known = {n.id: n.version for n in held.notes.notes}
     moved = any(i not in touched and i in known and int(row["version"]) != known[i]
@@ -213,6 +213,7 @@ def _notes_after(scope: Any, held: ScopeLoad, touched: set[str], born: list[Any]
             c.consolidated_into_id, c.updated_at = after.get("consolidated_into_id"), done.now
             c.created_at = after.get("created_at", n.created_at)
             c.write_seq = after.get("write_seq", n.write_seq)
+            c.expires_at = after.get("expires_at", n.expires_at)
             keep.append(k)
             notes.append(c)
     new = [_new_note(scope, nn, done.now) for nn in born]
@@ -258,7 +259,8 @@ def _new_note(scope: Any, nn: Any, now: datetime) -> Note:
                 consolidation_generation=nn.consolidation_generation,
                 content_hash=content_hash(nn.content),
                 lineage_conversation_ids=tuple(nn.lineage_conversation_ids),
-                source_conversation_id=nn.source_conversation_id, write_seq=nn.write_seq)
+                source_conversation_id=nn.source_conversation_id, write_seq=nn.write_seq,
+                expires_at=nn.expires_at)
 
 
 def _journal_after(held: ScopeLoad, applied: list[ItemResult], done: Written) -> None:

@@ -59,6 +59,8 @@ class NewNote:
     # moment a run restated them. None: a new statement, created now.
     stated_at: datetime | None = None
     write_seq: int | None = None  # ``Note.write_seq``: a fusion's is its newest source's
+    # A fusion's is the latest of its sources' (``lasting_expiry``); None: never expires.
+    expires_at: datetime | None = None
 
 
 def stated_at(note: NewNote, now: datetime) -> datetime:
@@ -76,7 +78,11 @@ class Change:
       with ``append_comment``; ``valid_to`` (never before a member's own creation) and
       ``importance`` are set when given. With ``restate``, a member stated after ``into_id``
       (the same fact said again: a duplicate, a statement it holds) dates it at that later
-      statement, ``created_at`` and ``write_seq`` (an immutable note keeps its own).
+      statement, ``created_at`` and ``write_seq`` (an immutable note keeps its own). With
+      ``extend_expiry``, ``into_id`` stands for the members' fact: it expires at the latest of
+      its own and their ``expires_at``, never when one of them never does (a retirement never
+      shortens a fact's life); at its version, logged, so an undo gives the old one back (an
+      immutable note, never archived, keeps its own).
     * ``ARCHIVE``: ``members`` archived, ``comment`` appended; ``entity`` "note" or "example".
     * ``ANNOTATE``: ``flags`` added to and ``comment`` appended to every member.
 
@@ -106,12 +112,18 @@ class Change:
     owner_gone: bool = False
     protected_ok: bool = False
     restate: bool = False
+    extend_expiry: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
     expect: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def target_id(self) -> str | None:
         return self.new_note.id if self.new_note is not None else self.into_id
+
+    @property
+    def edits_into(self) -> bool:
+        """Whether the write changes the existing note kept (``restate``, ``extend_expiry``)."""
+        return self.into_id is not None and (self.restate or self.extend_expiry)
 
     @property
     def retires(self) -> bool:
@@ -130,12 +142,13 @@ class Change:
             "valid_to": _iso(self.valid_to), "importance": self.importance,
             "flags": list(self.flags), "entity": self.entity, "confidence": self.confidence,
             "owner_gone": self.owner_gone, "protected_ok": self.protected_ok,
-            "restate": self.restate, "detail": self.detail, "new_note": None,
+            "restate": self.restate, "extend_expiry": self.extend_expiry,
+            "detail": self.detail, "new_note": None,
         }
         if self.new_note is not None:
             n = self.new_note
             out["new_note"] = {**n.__dict__, "last_accessed_at": _iso(n.last_accessed_at),
-                               "stated_at": _iso(n.stated_at)}
+                               "stated_at": _iso(n.stated_at), "expires_at": _iso(n.expires_at)}
         return out
 
     @classmethod
@@ -145,6 +158,7 @@ class Change:
         if raw is not None:
             new = NewNote(**{**raw, "last_accessed_at": _when(raw.get("last_accessed_at")),
                              "stated_at": _when(raw.get("stated_at")),
+                             "expires_at": _when(raw.get("expires_at")),
                              "lineage_conversation_ids": tuple(
                                  raw.get("lineage_conversation_ids") or ())})
         return cls(
@@ -158,6 +172,7 @@ class Change:
             flags=tuple(data.get("flags", ())), entity=data.get("entity", "note"),
             confidence=data.get("confidence"), owner_gone=bool(data.get("owner_gone")),
             protected_ok=bool(data.get("protected_ok")), restate=bool(data.get("restate")),
+            extend_expiry=bool(data.get("extend_expiry")),
             detail=dict(data.get("detail") or {}),
         )
 

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from worker.domain.types import NoteStatus, Said, protection_rank, restated_at
+from worker.domain.types import (
+    NoteStatus,
+    Protection,
+    Said,
+    lasting_expiry,
+    protection_rank,
+    restated_at,
+)
 from worker.phases.kit.changes import Change, ChangeKind, ItemResult, ItemStatus
 from worker.safety.guard import protection_refusal, share_refusal
 
@@ -180,13 +187,15 @@ def apply_change(c: Change, state: State) -> None:
             row["importance"] = c.importance
     if c.restate and c.into_id is not None:
         restate(state[c.into_id], [state[m.id] for m in c.members])
+    if c.extend_expiry and c.into_id is not None:
+        outlive(state[c.into_id], [state[m.id] for m in c.members])
     if c.new_note is not None:
         state[c.new_note.id] = {"version": 1, "status": NoteStatus.ACTIVE.value,
                                 "protection": c.new_note.protection,
                                 "is_auto_generated": c.new_note.is_auto_generated,
                                 "created_at": None, "comments": c.new_note.comments,
                                 "last_accessed_at": c.new_note.last_accessed_at,
-                                "expires_at": None,
+                                "expires_at": c.new_note.expires_at,
                                 "flags": []}
 
 
@@ -195,6 +204,14 @@ def restate(into: dict[str, Any], members: Sequence[dict[str, Any]]) -> None:
     said = restated_at(_said(into), [_said(m) for m in members], into.get("protection"))
     if said is not None:
         into["created_at"], into["write_seq"] = said
+
+
+def outlive(into: dict[str, Any], members: Sequence[dict[str, Any]]) -> None:
+    """``into`` expires no sooner than any of ``members`` (``lasting_expiry``); an immutable
+    note, which no archive takes, keeps its own, as it keeps its date."""
+    if into.get("protection") != Protection.IMMUTABLE.value:
+        into["expires_at"] = lasting_expiry(
+            [into.get("expires_at"), *(m.get("expires_at") for m in members)])
 
 
 def _said(row: dict[str, Any]) -> Said:

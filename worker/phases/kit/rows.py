@@ -43,8 +43,9 @@ class RowBuilder:
         self.embedding_model, self.vectors = embedding_model, vectors
         self.notes: list[dict[str, Any]] = []
         self.updates: list[tuple[tuple[str, ...], dict[str, Any]]] = []
-        # Kept notes dated at a later statement (``Change.restate``): one batch before the rest
-        # (their versions stay, and a note is restated only while active, before any retirement).
+        # Kept notes dated at a later statement (``Change.restate``) or given a later expiry
+        # (``Change.extend_expiry``): one batch before the rest (their versions stay, and a
+        # note is restated only while active, before any retirement).
         self.restates: list[tuple[tuple[str, ...], dict[str, Any]]] = []
         self.lineage: list[dict[str, Any]] = []
         self.log: list[dict[str, Any]] = []
@@ -55,7 +56,7 @@ class RowBuilder:
         if c.new_note is not None:
             self._insert(c)
         was = {m.id: dict(self.after[m.id]) for m in c.members}
-        into = c.into_id if c.restate else None
+        into = c.into_id if c.edits_into else None
         if into is not None:
             was[into] = dict(self.after[into])
         apply_change(c, self.after)
@@ -63,7 +64,7 @@ class RowBuilder:
         keep = c.keep[0] if c.keep else None
         for m in c.members:
             self._update(m.id, was[m.id], self.after[m.id], reason, keep)
-        if into is not None:  # dated at a later statement of its fact, at its version
+        if into is not None:  # dated at its fact's later statement, living as long: its version
             self._update(into, was[into], self.after[into], f"{reason}: restated",
                          batch=self.restates)
         target = c.target_id
@@ -101,7 +102,7 @@ class RowBuilder:
             "protection": n.protection, "comments": n.comments,
             "lineage_conversation_ids": list(n.lineage_conversation_ids) or None,
             "source_conversation_id": n.source_conversation_id,
-            "write_seq": n.write_seq,
+            "write_seq": n.write_seq, "expires_at": n.expires_at,
         })
         # is_auto_generated: an undo tells a note the run made manual from one a person took
         # over since (worker.safety.undo_holds), which keeps the version.

@@ -24,11 +24,13 @@ def supersede(
     new_note: NewNote | None = None, into: Note | None = None, append_comment: bool = False,
     valid_to: datetime | None = None, importance: float | None = None,
     confidence: float | None = None, detail: dict[str, Any] | None = None,
-    restate: bool = False,
+    restate: bool = False, extend_expiry: bool = False,
 ) -> Change:
     """``sources`` revoked into ``new_note`` (created by the write) or into ``into`` (an existing
     note that must still be active at its version), each with a lineage edge ``relation``;
-    ``restate``: ``into`` is dated at the latest of the sources said after it (``Change``)."""
+    ``restate``: ``into`` is dated at the latest of the sources said after it, and
+    ``extend_expiry``: expires no sooner than any of them (``Change``). A ``new_note``
+    standing for the sources carries their ``lasting_expiry`` itself (``fused_fields``)."""
     if (new_note is None) == (into is None):
         raise ValueError("supersede needs exactly one of new_note and into")
     return Change(
@@ -37,6 +39,7 @@ def supersede(
         into_id=into.id if into is not None else None, relation=relation, reason=reason,
         comment=comment, append_comment=append_comment, valid_to=valid_to,
         importance=importance, confidence=confidence, detail=detail or {}, restate=restate,
+        extend_expiry=extend_expiry and into is not None,
         # A host may change a source's protection without a version. A new note's protection
         # is derived from its sources as read (``fused_fields``: ephemeral only if all were);
         # a loser retired into a winner was judged retirable as read (a note pinned since is

@@ -35,6 +35,9 @@ TRACKED_FIELDS = (
     # fact (``Change.restate``) moves it, at the note's version.
     "created_at",
     "write_seq",
+    # A note kept for a note retired into it lives as long as that one did
+    # (``Change.extend_expiry``), at its version.
+    "expires_at",
 )
 
 # Tracked fields written without a version: erasure clears pointers to an erased note and
