@@ -24,9 +24,9 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import NoteStatus
 from worker.errors import Conflict, InvalidInput, NotFound
+from worker.phases.kit.kept_apart import bind_again
 from worker.phases.kit.rows import Edits, restored_fields
 from worker.safety.erase_dates import DatedBack, date_back
-from worker.safety.kept_apart import bind_again
 from worker.store.db import SQLITE_BUSY_SECONDS
 from worker.store.repositories.retention import append_comment
 from worker.store.repositories.safety import Survivor

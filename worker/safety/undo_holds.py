@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from worker.domain.types import NoteStatus, Protection
-from worker.safety.kept_apart import bind_again
+from worker.phases.kit.kept_apart import bind_again
 from worker.safety.undo_restore import before_image, jsonable
 from worker.safety.undo_result import NoteOutcome, outcome_entry
 from worker.store.repositories.note_writes import UNVERSIONED_FIELDS

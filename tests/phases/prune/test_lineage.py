@@ -195,3 +195,26 @@ def test_a_gone_conversation_of_a_fused_notes_sources_orphans_it() -> None:
     assert orphan.comment(NOW).endswith(
         "source conversation of a note it was fused from is deleted")
     assert dead_conversations(records) == {"c1"}
+
+
+def test_a_note_given_back_keeps_the_keep_apart_it_had(app: App) -> None:
+    """The host kept a (c1) and its twin x (c3) apart, then fused a with b (c2); c2 is deleted,
+    prune archives the fusion and gives a back, one version up. Before, the keep-apart bound a
+    at its version before the fuse only, so it lapsed and the next consolidation merged the
+    twins the host had said were different (an erasure of c2 already kept it)."""
+    from worker.host.fusion import keep_apart
+
+    add_entities(app, {"kind": "agent", "id": "agent-1"},
+                 *({"kind": "conversation", "id": c} for c in ("c1", "c3")))
+    add_notes(app, {"id": "a", "content": "User owns a red bicycle", "source_conversation_id": "c1"},
+              {"id": "x", "content": "User owns a red bicycle", "source_conversation_id": "c3"},
+              {"id": "b", "content": "User owns a red bicycle, a Brompton",
+               "source_conversation_id": "c2"})
+    keep_apart(app, ["a", "x"])
+    fuse(app, ["a", "b"], "User owns a red bicycle, a Brompton")
+    add_entities(app, {"kind": "conversation", "id": "c2", "status": "deleted"})
+    _run(app, ["prune"])
+    assert _rows(app)["a"].status == "active"
+    _run(app, ["consolidate"])
+    rows = _rows(app)
+    assert (rows["a"].status, rows["x"].status) == ("active", "active")

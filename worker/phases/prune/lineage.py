@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from worker.domain.types import NoteStatus
+from worker.phases.kit.kept_apart import bind_again
 from worker.phases.kit.rows import Edits, restored_fields
 from worker.phases.kit.write import PhaseWrite, WriteConflict
 from worker.store.repositories.retention import LineageParent, append_comment
@@ -104,4 +105,9 @@ def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str]) -> l
         restored.append(note_id)
     edits.write(w.uow.writes,
                 WriteConflict("a note changed while prune held it; nothing was written"))
+    # A keep-apart that bound a note given back, at its version before it was retired, binds
+    # it at its new one: the other conversations' decisions stand (as an erase keeps them).
+    was = {i: v for i in restored if isinstance(v := befores.get(i, {}).get("version"), int)}
+    if was:
+        bind_again(w.uow, was, {}, t.now)
     return restored
