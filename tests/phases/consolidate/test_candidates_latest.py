@@ -81,3 +81,23 @@ def test_a_dry_run_hides_no_candidate_and_offers_none(app: App) -> None:
     assert [c["run_id"] for c in open_candidates(app, SCOPE)] == [dreamed]
     cited = {c["run_id"] for c in fusion_candidates(app, SCOPE) if c.get("run_id")}
     assert cited == {dreamed} and dry not in cited
+
+
+def test_a_proposing_runs_open_rest_of_one_note_is_no_candidate(app: App) -> None:
+    """In propose mode the rules' merge of two notes is proposed (a note-to-be) and the third
+    is left: the step of the open rest names that one note. `dream candidates` (the host's
+    listing) offered no one-note cluster; the phase's own listing did."""
+    from tests.support.factories import add_entities
+
+    add_entities(app, {"kind": "agent", "id": SCOPE.agent_id, "apply_mode": "propose"})
+    add_notes(app, *_notes([
+        "User prefers dark mode in the code editor",
+        "User prefers dark mode in the code editor and terminal",
+        "User prefers the dark mode theme in the code editor",
+    ]))
+    run_id = _run(app)["run_id"]
+    with app.uow() as uow:
+        named = [s.output["note_ids"] for s in uow.runs.steps(run_id)
+                 if (s.output or {}).get("verdict") == "open"]
+    assert named == [["d2"]]  # the rest the step records: one note beside the proposal
+    assert open_candidates(app, SCOPE) == []

@@ -239,7 +239,8 @@ def open_candidates(app: Any, scope: Scope) -> list[dict[str, Any]]:
     out = []
     for s in steps:
         note_ids = s.output.get("note_ids", [])
-        if all(current.get(i, (0, ""))[1] == "active" for i in note_ids):
+        # A proposing run's open rest beside a proposed merge may name one note: no cluster.
+        if len(note_ids) >= 2 and all(current.get(i, (0, ""))[1] == "active" for i in note_ids):
             out.append({"note_ids": note_ids, "similarity": s.output.get("similarity"),
                         "reason": s.output.get("reason"), "step_id": s.id, "run_id": run.id})
     return out
