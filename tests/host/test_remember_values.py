@@ -64,7 +64,7 @@ def test_a_fact_said_again_is_dated_at_its_latest_statement(app: App) -> None:
     notes = _rows(app)
     assert (_at(notes[economy.id].created_at), notes[economy.id].write_seq) > (
         _at(notes[business.id].created_at), notes[business.id].write_seq)
-    assert notes[economy.id].version == 2 and notes[economy.id].access_count == 1
+    assert notes[economy.id].version == 2 and notes[economy.id].access_count == 0  # no read
     with app.uow() as uow:
         logged = uow.session.query(OperationLogRow).filter_by(entity_id=economy.id,
                                                               op="update").all()
@@ -85,3 +85,24 @@ def test_held_to_words(action: str, text: str, old: str, expected: str) -> None:
     note = Note(id="n1", scope=SCOPE, content=old)
     got, _ = held_to_words(action, "similar", text, note)  # type: ignore[arg-type]
     assert got == expected
+
+
+def test_a_fact_said_again_is_no_read_that_makes_archive_retire_unread_facts(app: App) -> None:
+    """A host that never reports reads: archive keeps its old facts (no read on record says
+    nothing about use). One fact said again (a NOOP) counted an access, and the scope then
+    read as one that records reads: every other old fact was archived as "not accessed",
+    current ones too (found by the adversarial pass). A statement is no read."""
+    from tests.support.factories import NOW, add_notes, days_ago
+    from worker.runs import service
+
+    add_notes(app, *({"id": f"old{i}", "content": text, "created_at": days_ago(280),
+                      "is_auto_generated": True}
+                     for i, text in enumerate(["User lives in Porto", "User works as a nurse",
+                                               "User is allergic to penicillin"])))
+    assert remember(app, SCOPE, "User lives in Porto").action == "NOOP"
+    run_id = service.create_run(app, SCOPE, force=True, clock=NOW, phases=["archive"],
+                                allow_retire=10)
+    assert run_id
+    service.execute_run(app, run_id)
+    assert {i: r.status for i, r in _rows(app).items()} == dict.fromkeys(
+        ("old0", "old1", "old2"), "active")

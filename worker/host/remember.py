@@ -305,16 +305,18 @@ def _matched(uow: Any, action: Action, reason: str, best_id: str | None,
 
 
 def _used(uow: Any, scope: Scope, note_id: str, now: Any, said_in: str | None) -> None:
-    """A NOOP's use, committed; an open archive item that decided on its last use: stale.
+    """A NOOP's statement, committed; an open archive item that decided on the note: stale.
     The note's fact was stated again: it is dated now (logged, a new version, with the
     conversation ``said_in``), as the latest statement of its value. Before, it kept its first
-    date, and a value stated in between read as newer to every later judge."""
+    date, and a value stated in between read as newer to every later judge. A statement is no
+    read: the note's access count and last access are the host's reads alone (before, the count
+    a NOOP added made archive read the scope as one whose host reports reads, and archive every
+    old fact nobody had reported reading, current ones too)."""
     (note,) = uow.notes.get_many([note_id]) or (None,)
     if note is not None and note.status == _ACTIVE and (
             note.created_at is None or note.created_at < now):
         uow.notes.change(note, run_id=None, reason="remember: stated again", now=now,
                          said_in=said_in, created_at=now, write_seq=next_write_seq())
-    uow.notes.count_access(note_id, now)
     settle_stale(uow, scope, now, f"the host's remember used note {note_id}", by="host",
                  naming=[note_id])
     uow.commit()

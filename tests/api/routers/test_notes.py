@@ -44,7 +44,7 @@ def test_remember_table(api_app: App, client: TestClient, measure: str, text: st
         rows = {n.id: n for n in uow.session.scalars(select(NoteRow))}
         edges = uow.session.execute(select(NoteLineageRow.parent_id, NoteLineageRow.child_id)).all()
     if action == "NOOP":
-        assert body["id"] == base_id and len(rows) == 1 and rows[base_id].access_count == 1
+        assert body["id"] == base_id and len(rows) == 1 and rows[base_id].access_count == 0
     elif action == "UPDATE":
         assert body["superseded_id"] == base_id and len(rows) == 2
         assert rows[base_id].status == "revoked"

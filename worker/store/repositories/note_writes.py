@@ -270,13 +270,6 @@ class NoteWrites:
                 locked_in_order(self.session, NoteRow.id, NoteRow.id.in_(chunk)),
             ).values(last_checked_at=when))
 
-    def count_access(self, note_id: str, now: datetime) -> None:
-        self._run(
-            update(NoteRow)
-            .where(NoteRow.id == note_id)
-            .values(access_count=NoteRow.access_count + 1, last_accessed_at=now)
-        )
-
 
 _COPY_TYPES = {"Embedding": "vector", "JSONType": "jsonb", "UTCDateTime": "timestamptz",
                "Boolean": "bool", "Float": "float8", "Integer": "int4", "BigInteger": "int8"}
