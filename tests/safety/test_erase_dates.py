@@ -44,18 +44,35 @@ def _said(app: App, note_id: str) -> tuple[datetime | None, int | None]:
     return _at(note.created_at), note.write_seq
 
 
-def _history(app: App, *more: dict[str, object]) -> tuple[datetime | None, int | None]:
-    """The fuller dark note (c1, 40 days ago), light (c2), the short restatement (c3, 3 days
-    ago) and ``more``; one contradictions run retires the short note into the fuller one, which
-    takes its date. The fuller note's own statement."""
+def _fuller(a: str, b: str) -> tuple[str, float]:
+    """A scripted model: of two notes of the editor's dark mode the longer holds the shorter;
+    anything else stands apart."""
+    if not (a.startswith(DARK) and b.startswith(DARK)):
+        return ("independent", 0.9)
+    return ("a_subsumes_b" if len(a) > len(b) else "b_subsumes_a", 0.95)
+
+
+def _history(app: App, *more: dict[str, object],
+             light_days: int = 20) -> tuple[datetime | None, int | None]:
+    """The fuller dark note (c1, 40 days ago), the short restatement (c3, 3 days ago) and
+    ``more``; one contradictions run, a model's (the rule judge keeps no older text over a
+    later statement), retires the short note into the fuller one, which takes its date. Then
+    light (c2, 20 days ago), left open as the rule judge leaves it. The fuller note's own
+    statement."""
     add_notes(app, {"id": "full", "content": DARK_FULL, "created_at": days_ago(40),
                     "source_conversation_id": "c1"},
-              {"id": "light", "content": LIGHT, "created_at": days_ago(20),
-               "source_conversation_id": "c2"},
               {"id": "short", "content": DARK, "created_at": days_ago(3),
                "source_conversation_id": "c3"}, *more)
     own = _said(app, "full")
-    run_phase(app)
+    stub = LLMStub().start()
+    try:
+        with_stub(app, stub, _fuller)
+        run_phase(app)
+    finally:
+        app.llm = None
+        stub.stop()
+    add_notes(app, {"id": "light", "content": LIGHT, "created_at": days_ago(light_days),
+                    "source_conversation_id": "c2"})
     notes = rows(app)
     assert (notes["short"].status, notes["short"].consolidated_into_id) == ("revoked", "full")
     assert _said(app, "full") == _said(app, "short") != own
@@ -145,13 +162,7 @@ def test_an_older_value_ended_at_the_erased_date_ends_at_the_date_left(
     """Light said on day 50, before either dark note: the model run retires it into the
     fuller dark note, ended at that note's date then (day 3, the short note's). Erasing day 3's
     conversation ends it at day 40, the dark note's own date; nothing is held for review."""
-    add_notes(app, {"id": "full", "content": DARK_FULL, "created_at": days_ago(40),
-                    "source_conversation_id": "c1"},
-              {"id": "light", "content": LIGHT, "created_at": days_ago(50),
-               "source_conversation_id": "c2"},
-              {"id": "short", "content": DARK, "created_at": days_ago(3),
-               "source_conversation_id": "c3"})
-    run_phase(app)
+    _history(app, light_days=50)
     with_stub(app, llm_stub, modes)
     run_phase(app)
     assert _at(rows(app)["light"].valid_to) == _at(datetime.fromisoformat(days_ago(3)))

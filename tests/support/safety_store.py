@@ -51,8 +51,11 @@ def mixed_store(app: App) -> None:
                   {**base, "content": "Invoices for the customer are sent in EUR every month",
                    "protection": "protected", "created_at": days_ago(50),
                    "last_accessed_at": days_ago(1)},
+                  # said before the fuller protected note: the rules retire it into that
+                  # (a later, shorter statement may have dropped what made the fuller one
+                  # wrong, and stays open)
                   {**base, "content": "Invoices for the customer are sent in EUR",
-                   "created_at": days_ago(45)},
+                   "created_at": days_ago(55)},
                   {**base, "content": "User prefers dark mode at all times",
                    "protection": "immutable", "created_at": days_ago(5), "expires_at": days_ago(1)})
 
