@@ -99,18 +99,19 @@ def _print_erased(result: EraseResult) -> None:
     else:
         click.echo(f"erased {result.subject}: {len(result.note_ids)} notes, "
                    f"{len(result.derived_ids)} derived notes")
-    for nid in result.note_ids:
-        click.echo(f"  removed note {nid}")
-    for nid in result.derived_ids:
-        click.echo(f"  removed derived note {nid}")
-    for nid in result.restored_ids:
-        click.echo(f"  restored note {nid} (it was merged into an erased note; active again)")
-    for nid in result.held_ids:
-        click.echo(f"  kept note {nid} retired for review (an erased note had superseded it "
-                   "or had been retired itself, or had dated the note that superseded it)")
-    for nid in result.redated_ids:
-        click.echo(f"  dated note {nid} back to the latest statement of its fact left (the "
-                   "later one it was dated at was erased)")
+    for ids, line in (
+        (result.note_ids, "removed note {}"),
+        (result.derived_ids, "removed derived note {}"),
+        (result.restored_ids, "restored note {} (it was merged into an erased note; active again)"),
+        (result.held_ids, "kept note {} retired for review (an erased note had superseded it or "
+                          "had been retired itself, or had dated the note that superseded it)"),
+        (result.redated_ids, "dated note {} back to the latest statement of its fact left (the "
+                             "later one it was dated at was erased)"),
+        (result.lived_ids, "gave note {} its own expiry back (an erased note retired into it "
+                           "had made it live longer)"),
+    ):
+        for nid in ids:
+            click.echo("  " + line.format(nid))
     for rid in result.interrupted_runs:
         click.echo(f"  interrupted run {rid} (it had read the erased notes; `dream run --due` "
                    "resumes it from a fresh read)")

@@ -27,6 +27,7 @@ from worker.errors import Conflict, InvalidInput, NotFound
 from worker.phases.kit.kept_apart import bind_again
 from worker.phases.kit.rows import Edits, restored_fields
 from worker.safety.erase_dates import DatedBack, date_back
+from worker.safety.erase_expiry import give_lives_back
 from worker.store.db import SQLITE_BUSY_SECONDS
 from worker.store.repositories.retention import append_comment
 from worker.store.repositories.safety import Survivor
@@ -75,6 +76,8 @@ class EraseResult:
     cancelled_runs: list[str] = field(default_factory=list)
     # What became of those runs' provider batches (cancelled, files deleted, or what is left).
     batches: list[RunBatchRelease] = field(default_factory=list)
+    # Kept notes that lived as long as an erased note retired into them: their own expiry again.
+    lived_ids: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,11 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
         back = DatedBack() if user_id is not None else date_back(
             uow, gone, scope_keys | {s.scope_key for s in again}, erase_id, subject, now)
         uow.safety.forget_said_in(again)
-        _keep_apart(uow, plan, back, now)
+        # The life an erased note gave the note it was retired into goes with it too.
+        into = {i for n in found.values() if (i := n.consolidated_into_id)} - set(found)
+        lived = {} if user_id is not None else give_lives_back(uow, into, erase_id, subject,
+                                                               now)
+        _keep_apart(uow, plan, {**lived, **back.was}, now)
         if again:
             counts["operation_log_scrubbed"] = counts.get("operation_log_scrubbed", 0) + len(again)
         _hold_for_review(uow, back.reopened, "the note that superseded these was dated at an "
@@ -203,8 +210,8 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
     return EraseResult(subject, sorted(seed), sorted(set(found) - seed),
                        [s.id for s in plan.restore],
                        sorted({s.id for s in plan.review}.union(*back.reopened.values())),
-                       back.ids, erase_id if plan.restore or plan.review or back.ids else None,
-                       counts,
+                       back.ids, erase_id if plan.restore or plan.review or back.ids or lived
+                       else None, counts, lived_ids=sorted(lived),
                        interrupted_runs=[] if user_id is not None else stopped,
                        cancelled_runs=stopped if user_id is not None else [])
 
@@ -273,12 +280,14 @@ def _apply_survivors(uow: UnitOfWork, plan: SurvivorPlan, erase_id: str, subject
                      "hold", erase_id, now)
 
 
-def _keep_apart(uow: UnitOfWork, plan: SurvivorPlan, back: DatedBack, now: datetime) -> None:
+def _keep_apart(uow: UnitOfWork, plan: SurvivorPlan, was: dict[str, int],
+                now: datetime) -> None:
     """A keep-apart that bound a note the erase gave back (at its version before it was
-    retired) or dated back (at its version before) binds it again at its new version: the erase
-    leaves the other conversations' decisions as if the erased one had never been said."""
-    before = {**back.was, **{s.id: int(s.before["version"]) for s in plan.restore
-                             if isinstance(s.before.get("version"), int)}}
+    retired), dated back or gave its own expiry back (``was``: at its version before) binds it
+    again at its new version: the erase leaves the other conversations' decisions as if the
+    erased one had never been said."""
+    before = {**was, **{s.id: int(s.before["version"]) for s in plan.restore
+                        if isinstance(s.before.get("version"), int)}}
     if before:
         bind_again(uow, before, {}, now)
 

@@ -27,7 +27,7 @@ from worker.phases.kit.rows import Edits
 from worker.store.repositories.said_dates import Carrier
 from worker.store.uow import UnitOfWork
 
-_CHANGED = "a note changed during the erase; nothing was erased, run it again"
+CHANGED = "a note changed during the erase; nothing was erased, run it again"
 
 
 @dataclass
@@ -55,17 +55,17 @@ def date_back(uow: UnitOfWork, gone: set[Said], scope_keys: set[str],
     edits = Edits(state, erase_id, now)
     for c in found:
         if c.note_id in dated:
-            _expect(state, c.note_id, created_at=c.said[0], write_seq=c.said[1])
+            expect(state, c.note_id, created_at=c.said[0], write_seq=c.said[1])
             when, seq = dated[c.note_id]
             edits.set(c.scope_key, c.note_id, {"created_at": when, "write_seq": seq},
                       why + "the later statement it was dated at was erased")
             for old in c.superseded:
                 if old.id in ends:
-                    _expect(state, old.id, valid_to=old.valid_to)
+                    expect(state, old.id, valid_to=old.valid_to)
                     edits.set(c.scope_key, old.id, {"valid_to": ends[old.id]},
                               why + "the statement that ended it was erased; ended at the one "
                               "left")
-    edits.write(uow.writes, _CHANGED)
+    edits.write(uow.writes, CHANGED)
     return DatedBack(sorted(dated), _reopened(found, dated),
                      {i: int(state[i]["version"]) for i in dated})
 
@@ -99,11 +99,11 @@ def _reopened(found: list[Carrier], dated: Mapping[str, Said]) -> dict[str, list
     return out
 
 
-def _expect(state: Mapping[str, Mapping[str, Any]], note_id: str, **fields: Any) -> None:
+def expect(state: Mapping[str, Mapping[str, Any]], note_id: str, **fields: Any) -> None:
     """The locked row still holds ``fields`` as read, or the erase starts over (Conflict)."""
     row = state.get(note_id)
     if row is None or any(row.get(k) != v for k, v in fields.items()):
-        raise Conflict(_CHANGED)
+        raise Conflict(CHANGED)
 
 
 def _dates(found: list[Carrier], gone: set[Said]) -> dict[str, Said]:

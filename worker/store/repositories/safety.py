@@ -40,16 +40,11 @@ from worker.store.models import (
     ReviewRow,
 )
 from worker.store.repositories.erase_records import forget_user_scopes, scrub_scope
+from worker.store.repositories.kept_lives import Keeper, keepers
 from worker.store.repositories.mentions import Mentions
 from worker.store.repositories.restores import restore_statement
 from worker.store.repositories.retention import retirement_befores
-from worker.store.repositories.said_dates import (
-    Carrier,
-    SaidIn,
-    carriers,
-    forget_said_in,
-    said_in,
-)
+from worker.store.repositories.said_dates import Carrier, SaidIn, carriers, forget_said_in, said_in
 from worker.store.row_locks import locked_in_order
 
 # Lineage relations whose child note's text was written from the parent's text: consolidation,
@@ -362,6 +357,10 @@ class SafetyRepository:
     def carriers(self, scope_keys: Iterable[str], gone: set[Said]) -> list[Carrier]:
         """``said_dates.carriers``: notes dated at an erased statement."""
         return carriers(self.session, scope_keys, gone)
+
+    def keepers(self, pointed: Iterable[str]) -> list[Keeper]:
+        """``kept_lives.keepers``: notes an erased note may have made live longer."""
+        return keepers(self.session, pointed)
 
     def said_in(self, conversation_id: str) -> list[SaidIn]:
         """``said_dates.said_in``: re-datings said in the conversation."""
