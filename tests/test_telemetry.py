@@ -408,3 +408,25 @@ def test_celery_tasks_and_phases_are_traced_under_a_real_worker(tmp_path: Path) 
         task = by_id[span["parent_id"]]
         assert task["name"] == f"run/dream.{phase}" and task["kind"] == "SpanKind.CONSUMER"
     assert "Standup is at nine" not in log.read_text()
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("OTEL_BSP_MAX_QUEUE_SIZE", "0"),  # the SDK raises: every command ended in a traceback
+    ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "abc"),
+    ("OTEL_BSP_SCHEDULE_DELAY", "abc"),  # the SDK defaults it, printing a traceback beneath
+])
+def test_a_bad_otel_value_is_one_line_and_the_command_still_runs(
+        tmp_path: Path, variable: str, value: str) -> None:
+    """Tracing never stops a command: a value the SDK refuses leaves tracing off with one
+    warning line naming it; one it defaults is one line too (found by the adversarial pass:
+    `dream db upgrade` itself failed, so no store could be set up)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DREAM_", "OTEL_"))}
+    env |= {"DREAM_DATABASE_URL": f"sqlite:///{tmp_path / 'b.db'}",
+            "OTEL_TRACES_EXPORTER": "console", variable: value}
+    done = subprocess.run([DREAM, "db", "upgrade"], capture_output=True, text=True, timeout=60,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    said = [line for line in done.stderr.splitlines() if variable in line or "OTEL_" in line
+            or "config_invalid" in line]
+    assert len(said) == 1, done.stderr

@@ -6,6 +6,7 @@ token usage, never note or prompt text (R21): no exception message or event is r
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -136,7 +137,12 @@ def configure_telemetry(app: Any) -> None:
             wanted = settings.otel_traces_exporter or (
                 "otlp" if settings.otel_exporter_otlp_endpoint else None)
             if wanted and wanted != "none":
-                _install_provider(wanted)
+                try:
+                    _install_provider(wanted)
+                except Exception as exc:  # a bad OTEL_BSP_* or limit: the SDK refuses it
+                    log.warning("telemetry.config_invalid", error_type=type(exc).__name__,
+                                error=str(exc)[:200], hint="fix the OTEL_* variable; tracing "
+                                "is off until then")
         if not _configured.get("instrumented"):
             _configured["instrumented"] = True
             try:
@@ -149,12 +155,12 @@ def _install_provider(exporters: str) -> None:
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
     except ModuleNotFoundError:
         log.warning("telemetry.sdk_missing", hint="pip install 'dream-worker[otel]'")
         return
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return  # already configured by the launcher or the host application
+    _one_line_sdk_warnings()
     # Resource.create reads OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES; the sampler and the
     # batch processor read OTEL_TRACES_SAMPLER* / OTEL_BSP_* themselves.
     resource = Resource.create()
@@ -163,6 +169,37 @@ def _install_provider(exporters: str) -> None:
         # would win over a default merged beneath it.
         resource = resource.merge(Resource({"service.name": "dream-worker"}))
     provider = TracerProvider(resource=resource)
+    try:
+        _add_exporters(provider, exporters)
+    except Exception:
+        provider.shutdown()  # the processors already started: their threads end
+        raise
+    trace.set_tracer_provider(provider)
+    log.info("telemetry.configured", exporters=exporters)
+
+
+class _NoTraceback(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+
+def _one_line_sdk_warnings() -> None:
+    """The SDK says what it made of a bad OTEL_* value ("Unable to parse value for
+    OTEL_BSP_SCHEDULE_DELAY as integer. Defaulting to 5000.") with a traceback under it: one line
+    on stderr instead, as every other warning of a command."""
+    sdk = logging.getLogger("opentelemetry")
+    if not any(isinstance(f, _NoTraceback) for h in sdk.handlers for f in h.filters):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        handler.addFilter(_NoTraceback())
+        sdk.addHandler(handler)
+        sdk.propagate = False
+
+
+def _add_exporters(provider: Any, exporters: str) -> None:
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
     for name in (n.strip() for n in exporters.split(",")):
         if name == "console":
             # stderr: stdout is a command's answer (an export, the MCP protocol), which spans
@@ -180,8 +217,6 @@ def _install_provider(exporters: str) -> None:
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         elif name:
             log.warning("telemetry.unknown_exporter", exporter=name, supported="otlp, console")
-    trace.set_tracer_provider(provider)
-    log.info("telemetry.configured", exporters=exporters)
 
 
 def _instrument(app: Any) -> None:

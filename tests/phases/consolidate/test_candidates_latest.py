@@ -97,7 +97,7 @@ def test_a_proposing_runs_open_rest_of_one_note_is_no_candidate(app: App) -> Non
     ]))
     run_id = _run(app)["run_id"]
     with app.uow() as uow:
-        named = [s.output["note_ids"] for s in uow.runs.steps(run_id)
+        named = [(s.output or {})["note_ids"] for s in uow.runs.steps(run_id)
                  if (s.output or {}).get("verdict") == "open"]
     assert named == [["d2"]]  # the rest the step records: one note beside the proposal
     assert open_candidates(app, SCOPE) == []
