@@ -59,14 +59,9 @@ class Orphan:
 
     @property
     def inherited(self) -> bool:
-        """A conversation one of its sources came from is gone (a fused note)."""
+        """A conversation one of its sources came from is gone (a fused note): archiving it
+        gives back the sources that came from elsewhere (``prune.lineage``)."""
         return any(d.inherited for d in self.dead)
-
-    @property
-    def gives_back(self) -> bool:
-        """Archived for a gone conversation (its own or a source's), not with its whole scope:
-        what it stood for that came from elsewhere is active again (``prune.lineage``)."""
-        return not self.owner_recorded_gone and any(d.kind == "conversation" for d in self.dead)
 
     @property
     def owner_recorded_gone(self) -> bool:

@@ -1,7 +1,6 @@
-"""Prune follows lineage: a note archived for a gone conversation (its own, or one a note it
-was fused from came from) gives back what it stood for that came from elsewhere: the notes
-fused, subsumed or merged as duplicates into it — what erasure does for the co-sources of an
-erased note (README "Prune and archive").
+"""Prune follows lineage: a fused note that carries facts of a gone conversation is archived
+like a note of that conversation, and what it stood for that came from elsewhere is active again
+— what erasure does for the co-sources of an erased note (README "Prune and archive").
 
 Read and written only when such a note is archived: a scope where nothing is gone pays nothing.
 """
@@ -57,30 +56,9 @@ def plan_restorations(archived: Iterable[str], dead: set[str],
     return dict(sorted(restore.items()))
 
 
-def conversations_behind(archived: Iterable[str], read: ReadParents) -> set[str]:
-    """The conversations of every note ``plan_restorations`` may look at behind ``archived``
-    (read before the write, one ``read`` per generation): whether each is gone is asked with
-    the checker then, so a note is given back only when its own conversations are alive. A
-    note retired into another as its duplicate or subsumed is not in that note's lineage."""
-    found: set[str] = set()
-    seen = set(archived)
-    frontier = sorted(seen)
-    while frontier:
-        behind: set[str] = set()
-        for p in read(frontier):
-            if p.id in seen:
-                continue
-            seen.add(p.id)
-            found.update(c for c in (p.source_conversation_id, *p.lineage_conversation_ids) if c)
-            if p.relation in DERIVED and p.lineage_conversation_ids:
-                behind.add(p.id)
-        frontier = sorted(behind)
-    return found
-
-
 def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str]) -> list[str]:
-    """In prune's write, after ``archived`` (notes archived for a ``dead`` conversation, their
-    own or a source's) were archived: their clean sources made active again, pointer cleared, logged under the
+    """In prune's write, after ``archived`` (fused notes that drew on a ``dead`` conversation)
+    were archived: their clean sources made active again, pointer cleared, logged under the
     run (its undo retires them again); the ids restored."""
     if not archived or w.target.dry_run:
         return []

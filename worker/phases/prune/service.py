@@ -23,7 +23,7 @@ from worker.phases.prune.core import (
     references_of,
 )
 from worker.phases.prune.counters import PruneCounters
-from worker.phases.prune.lineage import RESTORED, conversations_behind, restore_sources
+from worker.phases.prune.lineage import restore_sources
 from worker.references import ReferenceChecker, make_reference_checker, records_of
 from worker.review.changes import archive_change
 from worker.review.items import seen_of
@@ -33,7 +33,6 @@ from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
 from worker.safety.guard import OWNER_GONE_REASON
-from worker.store.repositories.references import EntityRecord
 
 log = structlog.get_logger(__name__)
 
@@ -78,10 +77,10 @@ def run_prune(
     records = as_of(records_of(checker, {kind: ids for kind, ids in wanted.items() if ids}),
                     ctx.now)
     orphans = find_orphans(notes, records)
+    dead = dead_conversations(records) if any(o.inherited for o in orphans) else set()
     review = _review(ctx, orphans) if settings.review == "llm" else None
     plan = _sort(orphans, review)
-    dead = _dead_behind(ctx, checker, records, plan.to_archive)
-    proposed = _propose(ctx, proposals, plan.to_archive, dead)
+    proposed = _propose(ctx, proposals, plan.to_archive)
     if proposed:
         plan.to_archive = []
     archived = _write(ctx, parent_step_id, notes, orphans, plan, review, checker, proposed,
@@ -97,26 +96,6 @@ def run_prune(
         tokens_in=review.tokens_in if review else 0, tokens_out=review.tokens_out if review else 0,
         calls=review.calls if review else 0,
     )
-
-
-def _dead_behind(ctx: PhaseContext, checker: ReferenceChecker,
-                 records: dict[str, dict[str, EntityRecord | None]],
-                 to_archive: list[Orphan]) -> set[str]:
-    """The gone conversations among those of the notes to archive and of every note retired
-    into one of them (a duplicate, a subsumed note: not in its lineage), the latter looked up
-    now in one batch: prune gives back only a note whose own conversations are alive. Nothing
-    is read unless a note goes for a gone conversation."""
-    givers = [o.note.id for o in to_archive if o.gives_back]
-    if not givers or ctx.dry_run:
-        return set()
-    with ctx.uow() as uow:
-        behind = conversations_behind(givers, lambda ids: uow.retention.lineage_parents(
-            ids, tuple(sorted(RESTORED))))
-    known = records.get("conversation", {})
-    if more := sorted(behind - known.keys()):
-        looked = as_of(records_of(checker, {"conversation": more}), ctx.now)
-        records = {**records, "conversation": {**known, **looked.get("conversation", {})}}
-    return dead_conversations(records)
 
 
 def _candidates(ctx: PhaseContext, limit: int) -> tuple[list[Note], bool]:
@@ -207,11 +186,10 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
         for step in review.steps if review else []:
             w.step(step)
         done = {r.change.name for r in results if r.applied}
-        # A note archived for a gone conversation (its own or a source's): what it stood for
-        # that came from elsewhere is active again, whatever the relation (fused, subsumed, a
-        # duplicate); owner gone: the whole scope goes, nothing comes back.
+        # A fused note archived for a gone source conversation: what it stood for that came
+        # from elsewhere is active again (owner gone: the whole scope goes, nothing comes back).
         restored = restore_sources(w, [o.note.id for o in plan.to_archive if o.note.id in done
-                                       and o.gives_back], dead)
+                                       and o.inherited and not o.owner_recorded_gone], dead)
         shown = [o for o, r in zip(plan.to_archive, results, strict=True)
                  if r.status != ItemStatus.GUARDED]
         w.step(ChildStep(
@@ -240,8 +218,7 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
     return [o for o in plan.to_archive if o.note.id in done]
 
 
-def _propose(ctx: PhaseContext, proposals: Proposals, orphans: list[Orphan],
-             dead: set[str]) -> list[str]:
+def _propose(ctx: PhaseContext, proposals: Proposals, orphans: list[Orphan]) -> list[str]:
     """Review before apply (mode propose): every archiving becomes a review item, one a note.
     Prune's rules settle what they archive, so safe_auto applies them."""
     if not orphans or not proposals.wants(settled_by_rule=True):
@@ -252,5 +229,6 @@ def _propose(ctx: PhaseContext, proposals: Proposals, orphans: list[Orphan],
             reason=OWNER_GONE_REASON if o.owner_recorded_gone else "prune: orphaned",
             comment=o.comment(ctx.now), owner_gone=o.owner_recorded_gone,
             seen=seen_of([o.note]),
-            gone_conversations=sorted(dead) if o.gives_back else ()))
+            gone_conversations=() if o.owner_recorded_gone else sorted(
+                {d.entity_id for d in o.dead if d.inherited})))
     return [o.note.id for o in orphans]
