@@ -143,7 +143,7 @@ def test_a_check_stamped_after_the_run_clock_counts_as_none(app: App) -> None:
         uow.notes.mark_checked(["n3", "n4"], NOW - timedelta(days=2))
         uow.commit()
     with app.uow() as uow:
-        first = [n.id for n in uow.retention.prune_candidates(SCOPE, 3, NOW)]
+        first = [n.id for n in uow.retention.prune_candidates(SCOPE, 3, NOW)[0]]
     assert first == ["n0", "n3", "n4"]
     _run(app, phases=["prune"])
     assert _rows(app)["n0"].last_checked_at == NOW

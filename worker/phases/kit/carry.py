@@ -129,7 +129,8 @@ def _embed(ctx: Any, snap: ScopeSnapshot) -> ScopeSnapshot:
     for i, k in enumerate(todo):
         matrix[k] = fresh[i]
     matrix.setflags(write=False)
-    return ScopeSnapshot(snap.notes, matrix, checked=snap.checked, rest=snap.rest)
+    return ScopeSnapshot(snap.notes, matrix, checked=snap.checked, rest=snap.rest,
+                         absorbed=snap.absorbed)
 
 
 def _copy(held: ScopeLoad) -> ScopeLoad:
@@ -141,7 +142,7 @@ def _copy(held: ScopeLoad) -> ScopeLoad:
     # The matrix is read-only, the journal frozen; memory, the checked marks and the rest of
     # each row are only read; the words are shared, each phase adding the texts it read.
     return ScopeLoad(ScopeSnapshot(notes, held.notes.vectors, checked=held.notes.checked,
-                                   rest=held.notes.rest),
+                                   rest=held.notes.rest, absorbed=held.notes.absorbed),
                      held.journal, held.memory, held.vectors, held.unmerged, words=held.words)
 
 
@@ -227,8 +228,16 @@ def _notes_after(scope: Any, held: ScopeLoad, touched: set[str], born: list[Any]
     for n in new:
         snap.checked[n.id] = None
     _rest_after(snap.rest, touched, born, done)
+    # A note with a conversation that this write retired others into is one prune may give
+    # them back from (``ScopeSnapshot.absorbed``, as a fresh load would read it).
+    by_id = {n.id: n for n in notes}
+    for r in done.state.values():
+        into = r.get("consolidated_into_id")
+        if r["status"] == NoteStatus.REVOKED.value and into in by_id \
+                and by_id[into].source_conversation_id is not None:
+            snap.absorbed.add(into)
     return ScopeSnapshot([notes[k] for k in order], matrix, checked=snap.checked,
-                         rest=snap.rest)
+                         rest=snap.rest, absorbed=snap.absorbed)
 
 
 def _rest_after(rest: dict[str, tuple[Any, Any, Any]], touched: set[str], born: list[Any],

@@ -64,6 +64,12 @@ class Orphan:
         return any(d.inherited for d in self.dead)
 
     @property
+    def for_conversation(self) -> bool:
+        """Archived for a gone conversation (its own or a source's), not with its whole scope:
+        what was retired into it and came from elsewhere is active again (``prune.lineage``)."""
+        return not self.owner_recorded_gone and any(d.kind == "conversation" for d in self.dead)
+
+    @property
     def owner_recorded_gone(self) -> bool:
         """The scope's agent, user or company is recorded disabled/deleted: explicit evidence
         about the whole scope, so the blast-radius share does not apply to it (R20)."""

@@ -1,14 +1,17 @@
-"""Prune follows lineage: a fused note that carries facts of a gone conversation is archived
-like a note of that conversation, and what it stood for that came from elsewhere is active again
-— what erasure does for the co-sources of an erased note (README "Prune and archive").
+"""Prune follows lineage: a note archived for a gone conversation (its own, or one a note it
+was fused from came from) gives back what it stood for that came from elsewhere: the notes fused,
+subsumed or merged as duplicates into it whose own conversations are alive — what erasure does
+for the co-sources of an erased note (README "Prune and archive").
 
-Read and written only when such a note is archived: a scope where nothing is gone pays nothing.
+Read and written only when such a note is archived and something was retired into it (the scope
+load says which, ``ScopeSnapshot.absorbed``): a scope where nothing is gone pays nothing, nor
+does one whose gone conversations' notes stood for nothing else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from worker.domain.types import NoteStatus
 from worker.phases.kit.kept_apart import bind_again
@@ -27,6 +30,47 @@ RESTORED_COMMENT = ("[Prune: the note this was merged into was archived (a conve
 REASON = "prune: the note it was merged into drew on a gone conversation"
 
 ReadParents = Callable[[list[str]], Sequence[LineageParent]]
+
+
+class Behind(NamedTuple):
+    """What lies behind the notes prune will archive: every lineage edge read, by child, and
+    the conversations of the notes on them (whether each is gone is asked before the write)."""
+
+    parents: dict[str, list[LineageParent]]
+    conversations: set[str]
+
+
+def read_behind(archived: Iterable[str], read: ReadParents) -> Behind:
+    """Every note ``plan_restorations`` may look at behind ``archived``, one ``read`` per
+    generation, before the write: a note retired into another as its duplicate or subsumed is
+    not in that note's lineage, so its conversations are known only from here."""
+    parents: dict[str, list[LineageParent]] = {}
+    found: set[str] = set()
+    seen = set(archived)
+    frontier = sorted(seen)
+    while frontier:
+        behind: set[str] = set()
+        for child in frontier:
+            parents.setdefault(child, [])
+        for p in read(frontier):
+            parents[p.child_id].append(p)
+            if p.id in seen:
+                continue
+            seen.add(p.id)
+            found.update(c for c in (p.source_conversation_id, *p.lineage_conversation_ids) if c)
+            if p.relation in DERIVED and p.lineage_conversation_ids:
+                behind.add(p.id)
+        frontier = sorted(behind)
+    return Behind(parents, found)
+
+
+def _cached(parents: dict[str, list[LineageParent]], read: ReadParents) -> ReadParents:
+    """``read`` answered from ``parents`` where it holds the child (in ``read``'s order)."""
+    def answer(children: list[str]) -> Sequence[LineageParent]:
+        missing = [c for c in children if c not in parents]
+        held = [p for c in children if c in parents for p in parents[c]]
+        return sorted([*held, *(read(missing) if missing else ())], key=lambda p: p.id)
+    return answer
 
 
 def plan_restorations(archived: Iterable[str], dead: set[str],
@@ -56,14 +100,19 @@ def plan_restorations(archived: Iterable[str], dead: set[str],
     return dict(sorted(restore.items()))
 
 
-def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str]) -> list[str]:
-    """In prune's write, after ``archived`` (fused notes that drew on a ``dead`` conversation)
-    were archived: their clean sources made active again, pointer cleared, logged under the
-    run (its undo retires them again); the ids restored."""
+def restore_sources(w: PhaseWrite, archived: Sequence[str], dead: set[str],
+                    parents: dict[str, list[LineageParent]] | None = None) -> list[str]:
+    """In prune's write, after ``archived`` (notes archived for a ``dead`` conversation, their
+    own or a source's) were archived: the clean notes retired into them made active again,
+    pointer cleared, logged under the run (its undo retires them again); the ids restored.
+    ``parents``: the lineage ``read_behind`` read before the write (re-checked under the lock
+    here), else it is read now."""
     if not archived or w.target.dry_run:
         return []
-    planned = plan_restorations(archived, dead, lambda children: (
-        w.uow.retention.lineage_parents(children, tuple(sorted(RESTORED)))))
+    def read(children: list[str]) -> Sequence[LineageParent]:
+        return w.uow.retention.lineage_parents(children, tuple(sorted(RESTORED)))
+    planned = plan_restorations(archived, dead, read if parents is None
+                                else _cached(parents, read))
     if not planned:
         return []
     t = w.target

@@ -23,7 +23,7 @@ from worker.phases.prune.core import (
     references_of,
 )
 from worker.phases.prune.counters import PruneCounters
-from worker.phases.prune.lineage import restore_sources
+from worker.phases.prune.lineage import RESTORED, Behind, read_behind, restore_sources
 from worker.references import ReferenceChecker, make_reference_checker, records_of
 from worker.review.changes import archive_change
 from worker.review.items import seen_of
@@ -33,6 +33,7 @@ from worker.runs.context import PhaseContext
 from worker.runs.steps import ChildStep
 from worker.safety.crashpoints import crashpoint
 from worker.safety.guard import OWNER_GONE_REASON
+from worker.store.repositories.references import EntityRecord
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +54,11 @@ class _Sorted:
     kept: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)  # what the blast-radius guard held back
+    # The notes to archive that give back what was retired into them, the lineage behind them
+    # and the gone conversations it was checked against (``_behind``).
+    givers: set[str] = field(default_factory=set)
+    behind: Behind | None = None
+    dead: set[str] = field(default_factory=set)
 
 
 def run_prune(
@@ -60,7 +66,7 @@ def run_prune(
 ) -> PhaseReport:
     settings = ctx.settings.prune
     checker = checker or make_reference_checker(ctx.app)
-    notes, rotating = _candidates(ctx, settings.max_notes_per_run)
+    notes, absorbed, rotating = _candidates(ctx, settings.max_notes_per_run)
     proposals = proposals_for(ctx)
     notes = [n for n in notes if n.id not in proposals.held]  # waiting for their review
     if not notes:
@@ -77,14 +83,14 @@ def run_prune(
     records = as_of(records_of(checker, {kind: ids for kind, ids in wanted.items() if ids}),
                     ctx.now)
     orphans = find_orphans(notes, records)
-    dead = dead_conversations(records) if any(o.inherited for o in orphans) else set()
     review = _review(ctx, orphans) if settings.review == "llm" else None
     plan = _sort(orphans, review)
-    proposed = _propose(ctx, proposals, plan.to_archive)
+    _behind(ctx, checker, records, plan, absorbed)
+    proposed = _propose(ctx, proposals, plan)
     if proposed:
         plan.to_archive = []
     archived = _write(ctx, parent_step_id, notes, orphans, plan, review, checker, proposed,
-                      rotating=rotating, dead=dead)
+                      rotating=rotating)
     counters = _counters(len(notes), archived, count_unknown(notes, records))
     if plan.held:
         counters["notes_held"] = len(plan.held)
@@ -98,15 +104,38 @@ def run_prune(
     )
 
 
-def _candidates(ctx: PhaseContext, limit: int) -> tuple[list[Note], bool]:
+def _behind(ctx: PhaseContext, checker: ReferenceChecker,
+            records: dict[str, dict[str, EntityRecord | None]], plan: _Sorted,
+            absorbed: set[str]) -> None:
+    """The notes to archive for a gone conversation that something was retired into (a fused
+    note always; else as the load saw it), the lineage behind them (one read per generation)
+    and whether the conversations on it are gone (the checker, one batch for those not looked
+    up yet): a note is given back only when its own conversations are alive. Nothing is read
+    unless such a note goes."""
+    plan.givers = {o.note.id for o in plan.to_archive if o.for_conversation
+                   and (o.inherited or o.note.id in absorbed)}
+    if not plan.givers or ctx.dry_run:
+        return
+    with ctx.uow() as uow:
+        plan.behind = read_behind(plan.givers, lambda ids: uow.retention.lineage_parents(
+            ids, tuple(sorted(RESTORED))))
+    known = records.get("conversation", {})
+    if more := sorted(plan.behind.conversations - known.keys()):
+        looked = as_of(records_of(checker, {"conversation": more}), ctx.now)
+        records = {**records, "conversation": {**known, **looked.get("conversation", {})}}
+    plan.dead = dead_conversations(records)
+
+
+def _candidates(ctx: PhaseContext, limit: int) -> tuple[list[Note], set[str], bool]:
     """Active, auto-generated, non-protected notes, least recently checked first (never checked
-    first): from the run's carried scope in-process, else one read. With them, whether the
-    budget left some out: only then does the next run's choice depend on this run's marks."""
+    first): from the run's carried scope in-process, else one read. With them, those a retired
+    note points at, and whether the budget left some out: only then does the next run's choice
+    depend on this run's marks."""
     if ctx.carry is None:
         with ctx.uow() as uow:
-            notes = uow.retention.prune_candidates(ctx.scope, limit + 1, ctx.now)
+            notes, absorbed = uow.retention.prune_candidates(ctx.scope, limit + 1, ctx.now)
             ctx.agent(uow)  # on the same transaction; proposals ask for it next
-        return notes[:limit], len(notes) > limit
+        return notes[:limit], absorbed, len(notes) > limit
     snap = load(ctx, vectors=False).notes
     # A check stamped after the run's clock (a run with a later --now) counts as none: else
     # the note sorted after every other for as long, and was never checked again.
@@ -115,7 +144,7 @@ def _candidates(ctx: PhaseContext, limit: int) -> tuple[list[Note], bool]:
     # The SQL order of ``prune_candidates``: never checked first, then oldest check, age, id.
     mine.sort(key=lambda n: (checked.get(n.id) is not None, checked.get(n.id) or _EPOCH,
                              n.created_at or _EPOCH, n.id))
-    return mine[:limit], len(mine) > limit
+    return mine[:limit], snap.absorbed, len(mine) > limit
 
 
 def _review(ctx: PhaseContext, orphans: list[Orphan]) -> ReviewResult | None:
@@ -163,7 +192,7 @@ def _change(ctx: PhaseContext, o: Orphan) -> Change:
 
 def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: list[Orphan],
            plan: _Sorted, review: ReviewResult | None, checker: ReferenceChecker,
-           proposed: list[str], *, rotating: bool, dead: set[str]) -> list[Orphan]:
+           proposed: list[str], *, rotating: bool) -> list[Orphan]:
     """The phase's one guarded write: archives (the guard's share asked once for all), the
     checked marks, the review's and the orphans' steps. The orphans archived.
 
@@ -186,10 +215,11 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
         for step in review.steps if review else []:
             w.step(step)
         done = {r.change.name for r in results if r.applied}
-        # A fused note archived for a gone source conversation: what it stood for that came
-        # from elsewhere is active again (owner gone: the whole scope goes, nothing comes back).
-        restored = restore_sources(w, [o.note.id for o in plan.to_archive if o.note.id in done
-                                       and o.inherited and not o.owner_recorded_gone], dead)
+        # A note archived for a gone conversation (its own or a source's): what was retired
+        # into it and came from elsewhere is active again (owner gone: the whole scope goes,
+        # nothing comes back).
+        restored = restore_sources(w, sorted(plan.givers & done), plan.dead,
+                                   plan.behind.parents if plan.behind else None)
         shown = [o for o, r in zip(plan.to_archive, results, strict=True)
                  if r.status != ItemStatus.GUARDED]
         w.step(ChildStep(
@@ -218,9 +248,10 @@ def _write(ctx: PhaseContext, parent_step_id: str, notes: list[Note], orphans: l
     return [o for o in plan.to_archive if o.note.id in done]
 
 
-def _propose(ctx: PhaseContext, proposals: Proposals, orphans: list[Orphan]) -> list[str]:
+def _propose(ctx: PhaseContext, proposals: Proposals, plan: _Sorted) -> list[str]:
     """Review before apply (mode propose): every archiving becomes a review item, one a note.
     Prune's rules settle what they archive, so safe_auto applies them."""
+    orphans = plan.to_archive
     if not orphans or not proposals.wants(settled_by_rule=True):
         return []
     for o in orphans:
@@ -229,6 +260,14 @@ def _propose(ctx: PhaseContext, proposals: Proposals, orphans: list[Orphan]) -> 
             reason=OWNER_GONE_REASON if o.owner_recorded_gone else "prune: orphaned",
             comment=o.comment(ctx.now), owner_gone=o.owner_recorded_gone,
             seen=seen_of([o.note]),
-            gone_conversations=() if o.owner_recorded_gone else sorted(
-                {d.entity_id for d in o.dead if d.inherited})))
+            gone_conversations=_gone_for(o, plan)))
     return [o.note.id for o in orphans]
+
+
+def _gone_for(o: Orphan, plan: _Sorted) -> list[str]:
+    """The gone conversations an approval of archiving ``o`` checks what it gives back against:
+    its own and those on the lineage behind the notes to archive; none when it gives nothing."""
+    if o.note.id not in plan.givers:
+        return []
+    near = {d.entity_id for d in o.dead if d.kind == "conversation"}
+    return sorted(plan.dead & (near | (plan.behind.conversations if plan.behind else set())))

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from worker.domain.types import Note, NoteStatus, Protection, Scope
 from worker.store.chunks import IN_CHUNK, chunked
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
+from worker.store.repositories.note_load import ABSORBED
 from worker.store.repositories.notes import _NOTE_COLUMNS, _row_to_note
 
 
@@ -157,13 +158,15 @@ class RetentionRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def prune_candidates(self, scope: Scope, limit: int, now: datetime) -> list[Note]:
+    def prune_candidates(self, scope: Scope, limit: int, now: datetime,
+                         ) -> tuple[list[Note], set[str]]:
         """Active, auto-generated, non-protected notes, least recently checked first (never first;
-        a check stamped after ``now``, by a run with a later clock, counts as none)."""
+        a check stamped after ``now``, by a run with a later clock, counts as none); with them,
+        which a retired note points at (``ScopeSnapshot.absorbed``)."""
         never = or_(NoteRow.last_checked_at.is_(None), NoteRow.last_checked_at > now)
         never_first = case((never, 0), else_=1)
         rows = self.session.connection().execute(
-            select(*_NOTE_COLUMNS)
+            select(*_NOTE_COLUMNS, ABSORBED)
             .where(
                 NoteRow.scope_key == scope.key,
                 NoteRow.status == NoteStatus.ACTIVE.value,
@@ -174,7 +177,7 @@ class RetentionRepository:
                       NoteRow.created_at, NoteRow.id)
             .limit(limit)
         ).all()
-        return [_row_to_note(r) for r in rows]
+        return [_row_to_note(r) for r in rows], {r.id for r in rows if r.absorbed}
 
     def lineage_parents(self, child_ids: list[str], relations: tuple[str, ...],
                         ) -> list[LineageParent]:
