@@ -193,12 +193,14 @@ class NoteRepository(NoteWrites):
                 for child, edges in self.lineage_edges(child_ids).items()}
 
     def lineage_edges(self, child_ids: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
-        """child id → its (parent id, relation) edges; a query per ``IN_CHUNK`` children."""
+        """child id → its (parent id, relation) edges, each once; a query per ``IN_CHUNK``
+        children. A run after an undone one records the undone run's edges again (undo keeps
+        them, erasure follows them): the same edge twice is one edge."""
         out: dict[str, list[tuple[str, str]]] = {}
         for chunk in chunked(sorted(set(child_ids))):
             for child, parent, relation in self._run(
                 select(NoteLineageRow.child_id, NoteLineageRow.parent_id, NoteLineageRow.relation)
-                .where(NoteLineageRow.child_id.in_(chunk))
+                .where(NoteLineageRow.child_id.in_(chunk)).distinct()
             ):
                 out.setdefault(child, []).append((parent, relation))
         return out
