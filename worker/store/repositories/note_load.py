@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Boolean, LargeBinary, String, bindparam, case, select, type_coerce
@@ -79,7 +79,7 @@ class _RetiredInto(ColumnElement[bool]):
     """Whether a retired note points at the row (``notes.consolidated_into_id``)."""
 
     inherit_cache = True
-    _traverse_internals: ClassVar[list[Any]] = []  # no state: one cache key, statement cached
+    _traverse_internals = []  # stateless: one cache key, so the load is compiled once
     type = Boolean()
 
 
