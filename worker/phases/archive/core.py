@@ -116,7 +116,7 @@ def plan_notes(notes: list[Note], policy: RetentionPolicy, now: datetime) -> Not
         if note.status != active:
             continue
         idle = _idle(now, idle_since(note.last_accessed_at, note.created_at, note.access_count))
-        expired = note.expires_at is not None and note.expires_at <= now
+        expired = note.expired(now)
         stale = idle > retention
         if not (expired or stale):
             continue
