@@ -71,12 +71,15 @@ _TRAILING = re.compile(r"[.,;:!?/'\u2212-]$")
 _HALF_DAYS = {"am": "am", "pm": "pm", "a.m": "am", "p.m": "pm"}
 # What may follow a shorter note's last word in a fuller one and leave that word's phrase
 # closed: a function word (preposition, conjunction, determiner, pronoun, auxiliary), a
-# quantity or frequency word, a negation (compared on its own), a number. Any other word may
+# quantity or frequency word, a word of time or repetition ("… Vim again", "… once more",
+# "… still", "… daily"), a negation (compared on its own), a number. Any other word may
 # continue the phrase and change its head: "owns a car" / "owns a car wash", "has a dog" /
 # "has a dog walker", "plays football" / "plays football video games".
 _PHRASE_CLOSERS = FUNCTION_WORDS | STOPWORDS | QUANTIFIERS | NEGATIONS | _wordset("""
 down along behind beside near inside outside above below against among beyond like unlike
 despite past
+again once anymore back already ever still now too also either later earlier lately recently
+today tonight yesterday tomorrow nowadays currently really actually daily weekly monthly yearly
 """)
 # An adverb ("drinks coffee slowly", "is singing passionately") says how, it names no new
 # thing: a word of six letters or more in -ly closes the phrase too, except these nouns and
