@@ -30,7 +30,11 @@ from worker.llm.rules import rule_groups, rule_judge_pairs, same_or_contained
      False),
     ("Always run the linter", "Sometimes run the linter before committing", False),
     ("Run the linter before committing", "Always run the linter before committing", True),
-    ("The user has all of the vacation days", "The user has all of the vacation days left", True),
+    ("The user has all of the vacation days", "The user has all of the vacation days for 2025",
+     True),
+    # (a word right after the last one is read as continuing its phrase, "days left" too: the
+    # rules cannot tell it from "a car wash", so the pair stays open for a model or the host)
+    ("The user has all of the vacation days", "The user has all of the vacation days left", False),
     # a value's sign and symbols are the value (before: merged, "-18" kept as "18")
     ("Freezer is set to 18 degrees", "Freezer is set to -18 degrees", False),
     ("Freezer is set to -18 degrees", "Freezer is set to 18 degrees", False),
@@ -55,6 +59,26 @@ from worker.llm.rules import rule_groups, rule_judge_pairs, same_or_contained
     ("Nutzer trinkt Kaffee", "Nutzer trinkt Kaffee nicht mehr", False),
     ("L'utilisateur boit du café", "L'utilisateur ne boit plus du café", False),
     ("Usuario come carne", "Usuario nunca come carne", False),
+    # a word right after the shorter note's last one that continues its phrase names another
+    # thing (an audit found these merged, "owns a car" lost into "owns a car wash")
+    ("The user owns a car", "The user owns a car wash", False),
+    ("The user has a dog", "The user has a dog walker", False),
+    ("The user plays football", "The user plays football video games", False),
+    ("The user drinks coffee", "The user drinks coffee liqueur at Christmas", False),
+    ("The user has a dog", "The user has a dog friendly flat", False),  # not an adverb
+    # ... a function word, punctuation, a number or an adverb after it refines the same thing
+    ("Priya plays the cello", "Priya plays the cello in a quartet this season", True),
+    ("The user drinks coffee", "The user drinks coffee, mostly espresso", True),
+    ("The user drinks coffee", "The user drinks coffee every morning", True),
+    ("The man is driving a car", "The man is driving a car carefully", True),
+    ("One man is running", "One man is running down the road", True),
+    # a time's half of the day is part of its number, like "9pm"
+    ("The standup is at 9 am", "The standup is at 9 pm", False),
+    ("The standup is at 9", "The standup is at 9 p.m.", False),
+    ("The standup is at 9 am", "The standup is at 9 a.m. on Mondays", True),
+    # tense is not compared: of "is" and "was" the rules keep the later statement's text
+    # (``keeps_over``), the answer contradictions would give
+    ("The user is married", "The user was married", True),
 ])
 def test_same_or_contained(small: str, big: str, merged: bool) -> None:
     """Identity or in-place containment with no differing numbers, negations, quantity
@@ -114,3 +138,18 @@ def test_related_callback_can_veto() -> None:
     notes = [_note("a", "User prefers Python", 1), _note("c", "User prefers Python 3.12", 3)]
     groups, open_ids = rule_groups(notes, related=lambda a, b: False)
     assert groups == [] and open_ids == ["a", "c"]
+
+
+@pytest.mark.parametrize("small, big", [
+    ("The user writes code in Vim", "The user writes code in Vim again"),
+    ("Reports use metric units", "Reports use metric units once more"),
+    ("The team chats on Slack", "The team chats on Slack still"),
+    ("The user walks the dog", "The user walks the dog daily"),
+])
+def test_a_word_of_time_or_repetition_after_the_phrase_is_a_restatement(small: str,
+                                                                         big: str) -> None:
+    """The phrase rule ("owns a car" / "owns a car wash") leaves a restatement that only adds
+    when or how often alone: "again", "once more", "still", "daily" continue no noun. Without
+    them in the closers the rule judge left most restated versions of the end-state suite open
+    (superseded retired 404 → 58 of 1,060, tests.bench.eval_endstate --judge rules)."""
+    assert same_or_contained(small, big)

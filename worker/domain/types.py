@@ -199,6 +199,10 @@ class Note:
     def retirable(self) -> bool:
         return self.protection not in _NEVER_RETIRED
 
+    def expired(self, now: datetime) -> bool:
+        """Past its ``expires_at`` at ``now`` (at it counts as past): archive's to take."""
+        return self.expires_at is not None and self.expires_at <= now
+
 
 _BEFORE_ALL = datetime.min.replace(tzinfo=UTC)
 

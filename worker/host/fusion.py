@@ -1,8 +1,6 @@
 """Fusion for hosts that bring their own model: list candidates, fuse with host text, keep apart.
-
 No model call happens here; the host's LLM judges and writes the fused text, the worker checks
-and applies it in one transaction with the same guarantees as the consolidate phase.
-"""
+and applies it in one transaction with the same guarantees as the consolidate phase."""
 
 from __future__ import annotations
 
@@ -87,7 +85,7 @@ def fusion_candidates(
 
     # One read of the scope (every note embedded first) for both kinds of pair.
     live, read, loaded = open_pairs_read(app, scope)
-    snap = read.notes
+    snap = read.notes.live(utcnow())  # an expired note is archive's: offered for no fusion
     with app.uow() as uow:
         run = uow.run_history.latest_finished(scope)
         steps = uow.runs.steps(run.id) if run is not None else []
@@ -274,6 +272,8 @@ def _check_fusable(notes: list[Note]) -> None:
             raise Conflict(f"note {n.id} is {n.status}, not active; only active notes can be fused")
         if not n.retirable:
             raise Conflict(f"note {n.id} is {n.protection}; protected notes are never superseded")
+        if n.expired(utcnow()):  # archive's to take: it neither wins nor joins a fusion
+            raise Conflict(f"note {n.id} expired at {n.expires_at}; it is fused with nothing")
 
 
 def _checked_text(app: App, fused_content: str, fused_importance: float | None) -> str:

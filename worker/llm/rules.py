@@ -2,7 +2,8 @@
 
 Two notes are settled as the same when they are identical after normalisation, or when one
 note's content words all appear in the other, from its start, with one subject, and neither
-adds a number, a negation or a name the other lacks in a way that could change the meaning.
+adds a number, a negation or a name the other lacks in a way that could change the meaning,
+nor a word that makes the shorter one's last noun part of another ("a car" / "a car wash").
 Only a note stated no earlier ever keeps its text over another's: a newer, shorter note may
 have dropped the very word ("former", "hardly", "nicht mehr") that made the older one wrong.
 Everything else stays open.
@@ -19,6 +20,7 @@ from functools import lru_cache
 from itertools import dropwhile, takewhile
 
 from worker.domain.types import VALUE_SYMBOLS, Note, normalise_text, said_order
+from worker.text.words import STOPWORDS as FUNCTION_WORDS
 
 
 def _wordset(text: str) -> frozenset[str]:
@@ -64,6 +66,27 @@ _WORD = re.compile(rf"[\w./'’\u2212{re.escape(VALUE_SYMBOLS)}-]+", re.UNICODE)
 _NUMBER = re.compile(r"\d")
 # Punctuation around a token, but a minus sign that starts a number: "-18" is not "18".
 _EDGES = re.compile(r"^(?:[.,;:!?/']|[-\u2212](?!\d))+|[.,;:!?/'\u2212-]+$")
+_TRAILING = re.compile(r"[.,;:!?/'\u2212-]$")
+# A time's half of the day is part of its number: "at 9 am" is not "at 9 pm", nor "at 9".
+_HALF_DAYS = {"am": "am", "pm": "pm", "a.m": "am", "p.m": "pm"}
+# What may follow a shorter note's last word in a fuller one and leave that word's phrase
+# closed: a function word (preposition, conjunction, determiner, pronoun, auxiliary), a
+# quantity or frequency word, a word of time or repetition ("… Vim again", "… once more",
+# "… still", "… daily"), a negation (compared on its own), a number. Any other word may
+# continue the phrase and change its head: "owns a car" / "owns a car wash", "has a dog" /
+# "has a dog walker", "plays football" / "plays football video games".
+_PHRASE_CLOSERS = FUNCTION_WORDS | STOPWORDS | QUANTIFIERS | NEGATIONS | _wordset("""
+down along behind beside near inside outside above below against among beyond like unlike
+despite past
+again once anymore back already ever still now too also either later earlier lately recently
+today tonight yesterday tomorrow nowadays currently really actually daily weekly monthly yearly
+""")
+# An adverb ("drinks coffee slowly", "is singing passionately") says how, it names no new
+# thing: a word of six letters or more in -ly closes the phrase too, except these nouns and
+# adjectives that make a compound with a noun before them ("a dog friendly …", "car assembly").
+_NOT_ADVERBS = _wordset("""
+friendly family supply assembly monopoly anomaly orderly butterfly dragonfly firefly housefly
+""")
 
 
 @dataclass(frozen=True)
@@ -77,12 +100,48 @@ class Words:
     names: frozenset[str]
     quantifiers: frozenset[str] = frozenset()
     subject: frozenset[str] = frozenset()
+    # Per word of ``sequence``: the word right after it may continue its phrase (a word that
+    # is no ``_PHRASE_CLOSERS``, with no punctuation between).
+    joined: tuple[bool, ...] = ()
 
 
 def _tokens(text: str) -> list[str]:
+    return [t for t, _ in _marked_tokens(text)]
+
+
+def _marked_tokens(text: str) -> list[tuple[str, bool]]:
+    """The tokens, each with whether punctuation follows it (a comma, a dash, a bracket)."""
     text = unicodedata.normalize("NFKC", text)
     text = text.replace("’", "'")
-    return [t for t in (_EDGES.sub("", w).replace("\u2212", "-") for w in _WORD.findall(text)) if t]
+    out: list[tuple[str, bool]] = []
+    end = 0
+    for match in _WORD.finditer(text):
+        word = match.group()
+        token = _EDGES.sub("", word).replace("\u2212", "-")
+        if out and (not token or text[end:match.start()].strip()):
+            out[-1] = (out[-1][0], True)
+        if token:
+            out.append((token, bool(_TRAILING.search(word))))
+        end = match.end()
+    return out
+
+
+def _with_half_days(marked: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """"9 pm" as one number, "9pm", as the fusion checks read it."""
+    out: list[tuple[str, bool]] = []
+    for token, stop in marked:
+        half = _HALF_DAYS.get(token.casefold())
+        if half and out and not out[-1][1] and _NUMBER.search(out[-1][0]):
+            out[-1] = (out[-1][0] + half, stop)
+        else:
+            out.append((token, stop))
+    return out
+
+
+def _continues(word: str) -> bool:
+    if word in _PHRASE_CLOSERS or word.endswith("n't") or _NUMBER.search(word):
+        return False
+    return not (len(word) >= 6 and word.endswith("ly") and word not in _NOT_ADVERBS)
 
 
 # A scope's notes are compared pair by pair: bounded memos of the pure analysis (frozen) and
@@ -92,7 +151,8 @@ _folded = lru_cache(maxsize=1 << 12)(normalise_text)
 
 @lru_cache(maxsize=1 << 12)
 def analyse(text: str) -> Words:
-    raw = _tokens(text)
+    marked = _with_half_days(_marked_tokens(text))
+    raw = [t for t, _ in marked]
     lowered = [t.casefold() for t in raw]
     numbers = frozenset(t for t in lowered if _NUMBER.search(t))
     negations = frozenset(t for t in lowered if t in NEGATIONS or t.endswith("n't"))
@@ -101,11 +161,15 @@ def analyse(text: str) -> Words:
         t.casefold() for i, t in enumerate(raw)
         if i > 0 and t[:1].isupper() and t.casefold() not in STOPWORDS
     )
-    sequence = tuple(t for t in lowered if t not in STOPWORDS and t not in NEGATIONS)
+    kept = [i for i, t in enumerate(lowered) if t not in STOPWORDS and t not in NEGATIONS]
+    sequence = tuple(lowered[i] for i in kept)
+    joined = tuple(not marked[i][1] and i + 1 < len(lowered) and _continues(lowered[i + 1])
+                   for i in kept)
     quantifiers = frozenset(t for t in lowered if t in QUANTIFIERS)
     lead = takewhile(lambda t: t in STOPWORDS or t in NEGATIONS, lowered)
     subject = frozenset(t for t in lead if t in SUBJECTS)
-    return Words(frozenset(sequence), sequence, numbers, negations, names, quantifiers, subject)
+    return Words(frozenset(sequence), sequence, numbers, negations, names, quantifiers, subject,
+                 joined)
 
 
 def _unquantified(sequence: tuple[str, ...]) -> tuple[str, ...]:
@@ -116,7 +180,8 @@ def same_or_contained(small: str, big: str) -> bool:
     """True when ``big`` says everything ``small`` says, in place, and changes no specifics.
 
     ``big`` may add content words after what ``small`` says, never before it (a subject or a
-    qualifier: "Anna is allergic to peanuts", "On weekends user drinks coffee"), and no
+    qualifier: "Anna is allergic to peanuts", "On weekends user drinks coffee"), nor right
+    after its last word without a function word or punctuation between ("a car wash"), and no
     negation; it may add numbers, quantity words (all, half, always…) or names only where
     ``small`` has none of that kind to contradict (a refinement, "Python" → "Python 3.12").
     Both have one subject ("User" is not "User's mother", "he" not "she").
@@ -130,6 +195,11 @@ def same_or_contained(small: str, big: str) -> bool:
     # A leading quantity word is the quantifier check's ("Always run the linter …").
     says, start = _unquantified(a.sequence), _unquantified(b.sequence)
     if not a.content or not a.content <= b.content or start[:len(says)] != says:
+        return False
+    # ``big`` goes on right after ``small``'s last word with a word that may continue its
+    # phrase: another thing, not a refinement of it ("owns a car wash" does not say "owns a
+    # car"; "plays the cello in a quartet" says "plays the cello").
+    if says and b.joined[len(b.sequence) - len(start) + len(says) - 1]:
         return False
     if a.negations != b.negations or a.subject != b.subject:
         return False

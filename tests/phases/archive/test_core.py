@@ -31,6 +31,9 @@ READ = replace(_note(idle=1), id="read")
     (_note(idle=89), None),
     (_note(idle=90), None),  # "not accessed within 90 days" means strictly more than 90
     (_note(idle=None, age=91), "stale"),  # never accessed: counts from creation
+    # read three times, the date of the last read unknown: unknown is not idle, kept
+    (replace(_note(idle=None, age=200), access_count=3), None),
+    (replace(_note(idle=None, age=200, expires_in=-1), access_count=3), "expired"),
     # read 200 days ago, its fact stated again 5 days ago (a note dated at the restatement)
     (_note(idle=200, age=5), None),
     (_note(idle=1, expires_in=-1), "expired"),
@@ -65,7 +68,8 @@ def test_a_scope_whose_host_records_no_read_archives_nothing_for_disuse() -> Non
         ["old"], ["gone"], [])
     counted = replace(old, id="counted", access_count=3)  # read, time of the read unknown
     plan = plan_notes([old, gone, counted], RetentionPolicy(), NOW)
-    assert sorted(d.id for d in plan.stale) == ["counted", "old"] and not plan.unread_preserved
+    # ``counted`` itself stays: its reads have no date, so it is not idle (before, it went too)
+    assert [d.id for d in plan.stale] == ["old"] and not plan.unread_preserved
 
 
 def test_a_last_access_stamped_when_the_note_was_written_is_no_read() -> None:
@@ -98,11 +102,11 @@ def test_the_archive_comment_names_the_limit_that_applied() -> None:
 
 
 def _example(score: float | None, idle: float, auto: bool = True,
-             expires_in: float | None = None) -> Example:
+             expires_in: float | None = None, reads: int = 0) -> Example:
     return Example(id="e", is_auto_generated=auto, success_score=score,
                    created_at=NOW - timedelta(days=idle), last_accessed_at=None,
                    expires_at=NOW + timedelta(days=expires_in) if expires_in is not None else None,
-                   version=1)
+                   version=1, access_count=reads)
 
 
 @pytest.mark.parametrize(("example", "outcome"), [
@@ -110,6 +114,8 @@ def _example(score: float | None, idle: float, auto: bool = True,
     (_example(60, 181), None),
     (_example(50, 181), None),  # < 50 only
     (_example(40, 179), None),
+    (_example(40, 400, reads=2), None),  # used, when unknown: not idle since its creation
+    (_example(40, 400, reads=2, expires_in=-1), "expired"),
     (_example(None, 400), None),  # unscored examples are not judged unsuccessful
     (_example(10, 400, auto=False), "manual"),  # a person wrote it: kept, counted
     (_example(90, 1, expires_in=-1), "expired"),

@@ -94,6 +94,23 @@ def test_a_scope_with_no_read_recorded_archives_nothing_for_disuse(app: App) -> 
     assert kept["output"]["unread"] == ["old"] and step_notes(kept) == ("kept", ["old"])
 
 
+def test_a_note_read_on_no_recorded_date_is_not_archived_for_disuse(app: App) -> None:
+    """A note the host counts reads of (``access_count``) but never dated: when it was last
+    read is unknown, and unknown is not idle, so 200 days after its writing it stays (before,
+    it counted as idle since its creation and a current fact was archived). A note last read
+    200 days ago still goes, and so does an expired one with undated reads."""
+    add_notes(app, {"id": "counted", "content": "a", "created_at": days_ago(200),
+                    "access_count": 3},
+              {"id": "dated", "content": "b", "created_at": days_ago(210),
+               "access_count": 1, "last_accessed_at": days_ago(200)},
+              {"id": "expired", "content": "c", "created_at": days_ago(200),
+               "access_count": 3, "expires_at": days_ago(1)})
+    run_id = _run(app)
+    assert _status(app) == {"counted": "active", "dated": "archived", "expired": "archived"}
+    out = _output(app, run_id)
+    assert (out["notes_stale"], out["notes_expired"]) == (1, 1)
+
+
 def test_manual_note_is_never_archived(app: App) -> None:
     """A manual note unused for 400 days and past expiry stays active and is counted as preserved."""
     add_notes(app, {"id": "m", "content": "a", "is_auto_generated": False,
@@ -110,7 +127,7 @@ def test_protected_only_after_a_year_and_immutable_never(app: App) -> None:
               {"id": "p200", "content": "a", "protection": "protected", "created_at": days_ago(200)},
               {"id": "p400", "content": "b", "protection": "protected", "created_at": days_ago(400)},
               {"id": "i", "content": "c", "protection": "immutable", "created_at": days_ago(900),
-               "access_count": 1})  # read once (when, unrecorded): the host records reads
+               "access_count": 1, "last_accessed_at": days_ago(800)})  # the host records reads
     run_id = _run(app)
     assert _status(app) == {"p200": "active", "p400": "archived", "i": "active"}
     out = _output(app, run_id)
@@ -122,9 +139,9 @@ def test_per_agent_retention(app: App) -> None:
     add_entities(app, {"kind": "agent", "id": "short", "note_retention_days": 30},
                  {"kind": "agent", "id": "long", "note_retention_days": 200})
     add_notes(app, {"agent_id": "short", "id": "s", "content": "a", "created_at": days_ago(45),
-                    "access_count": 1},
+                    "access_count": 1, "last_accessed_at": days_ago(40)},
               {"agent_id": "long", "id": "l", "content": "a", "created_at": days_ago(150),
-               "access_count": 1})
+               "access_count": 1, "last_accessed_at": days_ago(140)})
     _run(app, Scope("short"))
     _run(app, Scope("long"))
     assert _status(app) == {"s": "archived", "l": "active"}
@@ -144,9 +161,12 @@ def test_auto_archive_disabled_archives_nothing(app: App) -> None:
 
 
 def test_examples_by_score_age_and_expiry(app: App) -> None:
-    """Score 40 after 181 days → archived; 60 → kept; 40 after 100 days → kept; expired → archived."""
+    """Score 40 after 181 days → archived; 60 → kept; 40 after 100 days → kept; expired → archived;
+    40 after 400 days but used (an access count, the date unknown) → kept."""
     _examples(app,
               {"id": "low-old", "success_score": 40, "created_at": days_ago(181)},
+              {"id": "low-used", "success_score": 40, "created_at": days_ago(400),
+               "access_count": 2},
               {"id": "good-old", "success_score": 60, "created_at": days_ago(181)},
               {"id": "low-recent", "success_score": 40, "created_at": days_ago(300),
                "last_accessed_at": days_ago(100)},
@@ -154,8 +174,8 @@ def test_examples_by_score_age_and_expiry(app: App) -> None:
                "created_at": days_ago(400)},
               {"id": "expired", "success_score": 90, "expires_at": days_ago(1)})
     run_id = _run(app)
-    assert _status(app, ExampleRow) == {"low-old": "archived", "good-old": "active",
-                                        "low-recent": "active", "manual-low": "active",
+    assert _status(app, ExampleRow) == {"low-old": "archived", "low-used": "active",
+                                        "good-old": "active", "low-recent": "active", "manual-low": "active",
                                         "expired": "archived"}
     out = _output(app, run_id)
     assert (out["examples_stale"], out["examples_expired"]) == (1, 1)
@@ -172,7 +192,8 @@ def test_archive_skips_a_note_the_host_changed(app: App, monkeypatch: pytest.Mon
     import worker.phases.archive.service as archive_service
 
     add_notes(app, {"id": "n1", "content": "a", "created_at": days_ago(400)},
-              {"id": "n2", "content": "b", "created_at": days_ago(400), "access_count": 1})
+              {"id": "n2", "content": "b", "created_at": days_ago(400), "access_count": 1,
+               "last_accessed_at": days_ago(300)})
     original = archive_service._apply
 
     def host_writes_first(*args: Any, **kwargs: Any) -> Any:
@@ -231,9 +252,11 @@ def test_archive_review_lets_the_model_keep_important_notes(app: App) -> None:
     from tests.phases.prune.test_service import KeepEverything
 
     add_notes(app, {"id": "hi", "content": "allergic to nuts", "importance": 0.9,
-                    "created_at": days_ago(120), "access_count": 1},
+                    "created_at": days_ago(120), "access_count": 1,
+                    "last_accessed_at": days_ago(110)},
               {"id": "lo", "content": "liked the blue theme", "importance": 0.2,
-               "created_at": days_ago(120), "access_count": 1})
+               "created_at": days_ago(120), "access_count": 1,
+               "last_accessed_at": days_ago(110)})
     app.settings.archive.review = "llm"
     app.llm = llm = KeepEverything()
     run_id = _run(app)

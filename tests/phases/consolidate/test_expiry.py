@@ -79,15 +79,25 @@ def test_lasting_expiry() -> None:
     assert lasting_expiry([LATER, None]) is None
 
 
-def test_a_fusion_of_notes_past_their_expiry_goes_in_the_same_runs_archive(app: App) -> None:
-    """Both sources had expired (still active: no archive ran since): the fused note carries
-    the later expiry, and the run's archive phase, reading the carried scope, archives it as
-    it would have archived them."""
+def test_notes_past_their_expiry_are_not_fused_and_go_in_the_same_runs_archive(app: App) -> None:
+    """Both notes had expired (still active: no archive ran since): consolidation leaves them
+    out, and the run's archive phase, reading the carried scope, archives each. (Until the
+    expiry rule, they were fused into a note with the later expiry, archived in their place.)"""
     add_notes(app, {"id": "d1", "content": EDITOR, "expires_at": _iso(NOW - timedelta(days=2))},
               {"id": "d2", "content": f"{EDITOR} at night",
                "expires_at": _iso(NOW - timedelta(days=1))})
     _run(app, ["consolidate", "archive"])
+    assert {k: r.status for k, r in _rows(app).items()} == {"d1": "archived", "d2": "archived"}
+
+
+def test_a_note_expired_at_the_run_s_clock_joins_no_fusion(app: App) -> None:
+    """A note past its ``expires_at`` when the run starts is archive's to take: consolidation
+    leaves it out (``notes_expired`` on the step), so it neither absorbs the note that lasts
+    nor lends it its text; the archive phase then takes it alone and the lasting fact stays.
+    Before, the two fused into a note that never expired and carried the ended fact along."""
+    add_notes(app, {"id": "d1", "content": EDITOR},
+              {"id": "d2", "content": f"{EDITOR} at night",
+               "expires_at": _iso(NOW - timedelta(days=1))})
+    _run(app, ["consolidate", "archive"])
     rows = _rows(app)
-    [new] = [r for r in rows.values() if r.id not in ("d1", "d2")]
-    assert (rows["d1"].status, new.status) == ("revoked", "archived")
-    assert _at(new.expires_at) == NOW - timedelta(days=1)
+    assert (rows["d1"].status, rows["d2"].status, len(rows)) == ("active", "archived", 2)

@@ -15,7 +15,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import update
 
-from tests.phases.contradictions.test_service import SCOPE, Judge, rows, run_phase, with_stub
+from tests.phases.contradictions.test_service import (
+    SCOPE,
+    Judge,
+    phase_step,
+    rows,
+    run_phase,
+    with_stub,
+)
 from tests.support.factories import NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub
 from worker.app import App
@@ -133,10 +140,13 @@ def test_a_stored_change_keeps_its_expiry_extension() -> None:
     assert Change.from_json({**change.to_json(), "extend_expiry": None}).extend_expiry is False
 
 
-def test_the_same_runs_archive_sees_the_kept_notes_new_expiry(app: App) -> None:
-    """The season ended before the run: the quartet note is past its expiry but still active
-    when contradictions retires the cello note into it. The run's archive phase, planning
-    from the carried scope, keeps the one note left about the cello."""
+def test_an_expired_fuller_note_keeps_nothing_and_goes_in_the_same_runs_archive(
+        app: App) -> None:
+    """The season ended before the run: the quartet note, which says all the cello note says,
+    is past its expiry but still active. It is archive's to take, so the rules do not retire
+    the cello note into it (nor lend it the cello note's lasting life): the run's archive
+    phase takes it and the cello note stays. (Until the expiry rule, the cello note was
+    retired into it and the ended season's note lived on with no expiry.)"""
     add_notes(app, {"id": "p1", "content": CELLO, "created_at": days_ago(150)},
               {"id": "p2", "content": QUARTET, "created_at": days_ago(5),
                "expires_at": (NOW - timedelta(days=1)).isoformat()})
@@ -144,9 +154,7 @@ def test_the_same_runs_archive_sees_the_kept_notes_new_expiry(app: App) -> None:
                                 phases=["contradictions", "archive"])
     assert run_id
     service.execute_run(app, run_id)
-    notes = rows(app)
-    assert (notes["p1"].status, notes["p1"].consolidated_into_id) == ("revoked", "p2")
-    assert (notes["p2"].status, notes["p2"].expires_at) == ("active", None)
+    assert {k: r.status for k, r in rows(app).items()} == {"p1": "active", "p2": "archived"}
 
 
 def test_outlive() -> None:
@@ -163,3 +171,25 @@ def test_outlive() -> None:
         kept = {"expires_at": own, "protection": protection}
         outlive(kept, [{"expires_at": m} for m in members])
         assert kept["expires_at"] == expected
+
+
+STANDUP = "The standup starts at 9:00"
+THIS_WEEK = "This week only, the standup starts at 11:00"
+
+
+def test_a_note_expired_at_the_run_s_clock_retires_nothing(app: App, llm_stub: LLMStub) -> None:
+    """The audit's case: "… 11:00" (this week only) expired before the run; the model would
+    call the pair a conflict the newer note wins. It is archive's to take, so it is no
+    candidate (``notes_expired``): "… 9:00" stays, and the full run leaves it the one value.
+    Before, 9:00 was retired into 11:00 and archive then took 11:00: no value at all."""
+    add_notes(app, {"id": "old", "content": STANDUP, "created_at": days_ago(30)},
+              {"id": "week", "content": THIS_WEEK, "created_at": days_ago(10),
+               "expires_at": days_ago(6)})
+    with_stub(app, llm_stub, lambda a, b: ("conflicting", 0.95))
+    run_id = run_phase(app)
+    assert rows(app)["old"].status == "active"
+    assert phase_step(app, run_id)["output"]["notes_expired"] == 1
+    full = service.create_run(app, SCOPE, force=True, clock=NOW)
+    assert full
+    service.execute_run(app, full)
+    assert {k: r.status for k, r in rows(app).items()} == {"old": "active", "week": "archived"}

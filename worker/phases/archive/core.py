@@ -58,9 +58,15 @@ class ExamplePlan:
     manual_preserved: list[str] = field(default_factory=list)
 
 
-def idle_since(last_accessed_at: datetime | None, created_at: datetime | None) -> datetime | None:
+def idle_since(last_accessed_at: datetime | None, created_at: datetime | None,
+               access_count: int = 0) -> datetime | None:
     """Never-accessed items count from creation; so does one stated again after its last read
-    (a note dated at a later statement of its fact: the restatement is a use)."""
+    (a note dated at a later statement of its fact: the restatement is a use). An item read
+    (an access count) with no date of its last read has none: when it was last used is
+    unknown, and unknown is not idle (None: never archived for disuse; before, it counted
+    from creation, and a host that counts reads without dating them lost its current facts)."""
+    if last_accessed_at is None and access_count:
+        return None
     if last_accessed_at is None or created_at is None:
         return last_accessed_at or created_at
     return max(last_accessed_at, created_at)
@@ -109,8 +115,8 @@ def plan_notes(notes: list[Note], policy: RetentionPolicy, now: datetime) -> Not
     for note in notes:
         if note.status != active:
             continue
-        idle = _idle(now, idle_since(note.last_accessed_at, note.created_at))
-        expired = note.expires_at is not None and note.expires_at <= now
+        idle = _idle(now, idle_since(note.last_accessed_at, note.created_at, note.access_count))
+        expired = note.expired(now)
         stale = idle > retention
         if not (expired or stale):
             continue
@@ -147,7 +153,7 @@ def plan_examples(examples: list[Example], policy: RetentionPolicy, now: datetim
     plan = ExamplePlan()
     retention = timedelta(days=policy.example_retention_days)
     for ex in examples:
-        idle = _idle(now, idle_since(ex.last_accessed_at, ex.created_at))
+        idle = _idle(now, idle_since(ex.last_accessed_at, ex.created_at, ex.access_count))
         expired = ex.expires_at is not None and ex.expires_at <= now
         unsuccessful = (ex.success_score is not None and ex.success_score < LOW_SUCCESS_SCORE
                         and idle > retention)

@@ -32,6 +32,7 @@ class ConsolidateCounters(Counters):
     template_hash: str | None = None
     notes_skipped_same_run: int | None = None  # notes this run wrote (a retried attempt's)
     notes_held_for_review: int | None = None  # notes an open review item would change
+    notes_expired: int | None = None  # past expires_at at the run's clock: archive's, left out
     flagged_ids: list[str] | None = None
     leftover_ids: list[str] | None = None
     guard_tripped: int | None = None

@@ -49,9 +49,12 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     # An open review item's notes wait for its decision (worker.review).
     proposals = proposals_for(ctx)
     produced = set(phase_snap.journal.produced)
-    snap = phase_snap.notes.without(produced | proposals.held)
+    live = phase_snap.notes.live(ctx.now)  # an expired note is archive's: it joins nothing
+    snap = live.without(produced | proposals.held)
     notes = snap.notes
     counters.notes_scanned = len(notes)
+    if expired := len(phase_snap.notes.notes) - len(live.notes):
+        counters.notes_expired = expired
     _count_left_out(counters, phase_snap.notes.notes, produced, proposals.held)
     flags = _flag_injections(ctx, notes, counters)
     if proposals.active:

@@ -28,6 +28,7 @@ class ContradictionsCounters(Counters):
     pairs_guarded: int | None = None
     pairs_open: int | None = None
     notes_isolated: int | None = None
+    notes_expired: int | None = None  # past expires_at at the run's clock: archive's, left out
     topics_found: int | None = None
     # A scope too large to ask about whole, asked so once its first rounds retired enough:
     # the pairs that late round asked (see ``service.late_whole``).

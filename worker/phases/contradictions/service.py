@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import structlog
 
+from worker.clock import utcnow
 from worker.domain.types import (
     Note,
     PhaseReport,
@@ -119,16 +121,17 @@ def _host_snapshot(app: Any, scope: Scope) -> PhaseSnapshot:
 
 def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
                     clusters: list[list[str]], *, model: bool = False,
-                    host: bool = False) -> Loaded:
+                    host: bool = False, now: datetime | None = None) -> Loaded:
     """The candidate search over the phase's one load, with no transaction open.
 
     Candidates: cosine neighbours at the threshold ∪ clusters this run's consolidation did
     not merge ∪ same-frame pairs ∪ short notes sharing rare terms ∪ pairs a little less alike
     that the text rules settle ∪, for a ``model`` judge in a small scope, every pair of its
-    short notes. Each source's contribution is counted for the step.
+    short notes. Each source's contribution is counted for the step. A note expired at
+    ``now`` (the run's clock; a host's read: the time of the read) is no candidate.
     """
     s = app.settings.contradictions
-    snap, memory = phase_snap.notes, phase_snap.memory
+    snap, memory = phase_snap.notes.live(now or utcnow()), phase_snap.memory
     assert memory is not None
     row = {n.id: k for k, n in enumerate(snap.notes)}
     texts = [n.content for n in snap.notes]
@@ -149,6 +152,8 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     counters: dict[str, Any] = {
         f"candidates_{k}": v for k, v in source_counts(edges).items()}
     counters["generic_frames_skipped"] = frames.generic_frames
+    if expired := len(phase_snap.notes.notes) - len(snap.notes):
+        counters["notes_expired"] = expired
     # Pairs a host kept apart or a reviewer declined: neither retires the other, whether
     # found now or held back by the guard before the "no".
     apart = memory.kept_apart(snap.notes)
@@ -266,7 +271,7 @@ def _limits(ctx: PhaseContext, journal: RunJournal) -> GuardLimits | None:
 
 def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     llm: LLMClient | None = ctx.app.llm
-    loaded = load_candidates(ctx.app, *_snapshot(ctx), model=llm is not None)
+    loaded = load_candidates(ctx.app, *_snapshot(ctx), model=llm is not None, now=ctx.now)
     proposals = proposals_for(ctx)
     if proposals.held:  # an open review item's notes wait for its decision (worker.review)
         loaded.pairs = [p for p in loaded.pairs if not set(p.ids) & proposals.held]

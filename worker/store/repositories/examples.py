@@ -19,7 +19,7 @@ _E = cast(Table, ExampleRow.__table__)
 # Prebuilt (every run's archive phase asks it): no statement built, no cache key generated.
 _ACTIVE = (
     select(_E.c.id, _E.c.is_auto_generated, _E.c.success_score, _E.c.created_at,
-           _E.c.last_accessed_at, _E.c.expires_at, _E.c.version)
+           _E.c.last_accessed_at, _E.c.expires_at, _E.c.version, _E.c.access_count)
     .where(_E.c.scope_key == bindparam("scope_key"), _E.c.status == NoteStatus.ACTIVE.value)
     .order_by(_E.c.id)
 )
@@ -36,6 +36,7 @@ class Example:
     last_accessed_at: datetime | None
     expires_at: datetime | None
     version: int
+    access_count: int = 0  # read, perhaps with no date of the last read: then never idle
 
 
 class ExampleRepository:

@@ -47,6 +47,13 @@ class ScopeSnapshot:
         return ScopeSnapshot([self.notes[i] for i in keep], self.vectors[keep],
                              checked=self.checked, rest=self.rest, absorbed=self.absorbed)
 
+    def live(self, now: datetime) -> ScopeSnapshot:
+        """The snapshot minus the notes expired at ``now``. Such a note is about to be archived:
+        it retires, absorbs or joins nothing (before, "This week only, the standup starts at
+        11:00", expired, retired "… at 9:00" in the run that archived it, leaving no value).
+        The one filter the judging phases and a host's candidates share."""
+        return self.without({n.id for n in self.notes if n.expired(now)})
+
     def state(self, ids: Iterable[str]) -> dict[str, dict[str, Any]] | None:
         """What the locked re-read (``WriteRepository.lock_state``) returns for ``ids``, as this
         snapshot knows them; None when one is not among its notes (not active when loaded)."""
