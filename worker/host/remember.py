@@ -9,6 +9,7 @@ import threading
 import unicodedata
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
@@ -201,8 +202,10 @@ def _remember_once(
     id_key = _id_key(app)
     with app.uow() as uow:
         same = sorted(uow.notes.with_hash(scope, h), key=lambda r: (r[1] != _ACTIVE, r[0]))
+        # An expired note is archive's to take: a statement made again now is a note of its
+        # own, never a NOOP on it (the next run archived it, and the fact just said with it).
         live = [r for r in same if r[1] in (_ACTIVE, NoteStatus.PENDING.value)
-                and said.stands_in(r[2])]
+                and said.stands_in(r[2]) and (r[3] is None or r[3] > now)]
         if live:
             _used(uow, scope, live[0][0], now, said.conversation_id)
             return RememberResult("NOOP", live[0][0], "identical content already in the scope", 1.0)
@@ -211,7 +214,7 @@ def _remember_once(
                    if best_hash is not None else None)
         action, reason = decide(best, len(normalised), old_len, settings.noop_threshold,
                                 settings.update_threshold, kind)
-        action, reason, old = _matched(uow, action, reason, best_id, text, said)
+        action, reason, old = _matched(uow, action, reason, best_id, text, said, now)
         if action == "NOOP" and best_id is not None:  # its use written in this one transaction
             _used(uow, scope, best_id, now, said.conversation_id)
             return RememberResult("NOOP", best_id, reason, _round(best))
@@ -286,10 +289,14 @@ def _concurrent_noop(app: App, scope: Scope, note_id: str, now: Any,
 
 
 def _matched(uow: Any, action: Action, reason: str, best_id: str | None,
-             text: str, said: _Said) -> tuple[Action, str, list[Any]]:
-    """``decide``'s answer held to the words of the note it matched (``held_to_words``) and to
-    its conversation (``_Said.stands_in``), and the note an UPDATE supersedes ([] otherwise)."""
+             text: str, said: _Said, now: datetime) -> tuple[Action, str, list[Any]]:
+    """``decide``'s answer held to the words of the note it matched (``held_to_words``), to
+    its conversation (``_Said.stands_in``) and to its life (an expired note is archive's: the
+    statement is a note of its own), and the note an UPDATE supersedes ([] otherwise)."""
     old = uow.notes.get_many([best_id]) if action != "ADD" and best_id else []
+    if old and old[0].expired(now):
+        return "ADD", (f"{reason}; but note {old[0].id} expired at "
+                       f"{old[0].expires_at.isoformat()}: kept as a note of its own"), []
     held_in = conversations_of(old[0].source_conversation_id,
                                old[0].lineage_conversation_ids) if old else frozenset()
     if old and not said.stands_in(held_in):

@@ -4,6 +4,7 @@ inherited from ``note_writes.NoteWrites``), and the ScopeSnapshot they load."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, select
@@ -258,12 +259,13 @@ class NoteRepository(NoteWrites):
         ids = [r[0] for r in rows if r[1] == NoteStatus.ACTIVE.value and r[2] == type]
         return min(ids) if ids else None
 
-    def with_hash(self, scope: Scope, hash_: str) -> list[tuple[str, str, frozenset[str]]]:
-        """(id, status, conversations: ``conversations_of``) of every note of the scope with
-        this content hash, any status."""
+    def with_hash(self, scope: Scope, hash_: str,
+                  ) -> list[tuple[str, str, frozenset[str], datetime | None]]:
+        """(id, status, conversations: ``conversations_of``, expires_at) of every note of the
+        scope with this content hash, any status."""
         rows = self._run(
             select(NoteRow.id, NoteRow.status, NoteRow.source_conversation_id,
-                   NoteRow.lineage_conversation_ids).where(
+                   NoteRow.lineage_conversation_ids, NoteRow.expires_at).where(
                 NoteRow.scope_key == scope.key, NoteRow.content_hash == hash_)
         ).all()
-        return [(r[0], r[1], conversations_of(r[2], r[3])) for r in rows]
+        return [(r[0], r[1], conversations_of(r[2], r[3]), r[4]) for r in rows]
