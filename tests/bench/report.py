@@ -11,6 +11,9 @@ from worker.domain.types import PHASES
 PHASE_HEADER = ["run", "part", "wall s", "CPU s", "SQL/scope", "retired", "model calls",
                 "tokens", "steps / notes"]
 _RETIRING = ("revoked", "archived", "retired", "conflicts_resolved", "equivalents_merged")
+# Archive's counters name why a note went, not that it was retired (and consolidation's and
+# contradictions' ``notes_expired`` count notes they left out for archive, retiring none).
+_ARCHIVE_RETIRING = ("notes_expired", "notes_stale")
 
 
 def table(title: str, header: list[str], rows: list[list[Any]]) -> None:
@@ -38,6 +41,12 @@ def retired(r: dict[str, Any]) -> int:
     return sum(a.get(s, 0) - b.get(s, 0) for s in ("revoked", "archived"))
 
 
+def _phase_retired(part: str, counters: dict[str, Any]) -> int:
+    if part == "archive":
+        return sum(int(counters.get(k, 0)) for k in _ARCHIVE_RETIRING)
+    return sum(v for k, v in counters.items() if any(w in k for w in _RETIRING))
+
+
 def sql_per_scope(r: dict[str, Any]) -> float | str:
     return sum(r["sql"].values()) / max(1, r["scopes"]) if "sql" in r else "-"
 
@@ -56,7 +65,7 @@ def report_run(label: str, notes: int, r: dict[str, Any]) -> list[list[Any]]:
             label, part, wall / workers if wall is not None else "-",
             r.get("phase_cpu", {}).get(part, "-"),
             r["sql"].get(part, 0) / scopes if "sql" in r else "-",
-            sum(v for k, v in c.items() if any(w in k for w in _RETIRING)) if st else "-",
+            _phase_retired(part, c) if st else "-",
             r.get("calls_by_prompt", {}).get(part, "-"), st.get("tokens", "-"),
             ",".join(f"{k}:{v}" for k, v in sorted(st.get("statuses", {}).items())) or "-"])
     ret, calls = retired(r), r.get("calls", 0)
