@@ -22,6 +22,7 @@ from tests.safety.test_erase_kept_apart import _statuses_after_consolidating
 from tests.safety.test_erase_survivors import _cli
 from tests.support.factories import NOW, add_notes, days_ago
 from worker.app import App
+from worker.clock import utcnow
 from worker.host.fusion import fuse, keep_apart
 from worker.safety.erase import erase
 from worker.safety.erase_expiry import shortened
@@ -30,6 +31,10 @@ from worker.store.models import NoteRow, OperationLogRow
 from worker.store.repositories.kept_lives import Keeper, Life
 
 LATER = SEASON_END + timedelta(days=30)
+# A host's fuse runs at the wall clock and refuses a source already expired then: the sources
+# it fuses expire after it (the phases' notes keep the tests' fixed clock).
+AHEAD = utcnow().replace(microsecond=0) + timedelta(days=60)
+AHEAD_LATER = AHEAD + timedelta(days=30)
 LATEST = SEASON_END + timedelta(days=90)
 RENEWED = NOW + timedelta(days=400)
 
@@ -117,7 +122,7 @@ def test_a_fusion_of_the_kept_note_lives_no_longer_for_the_erased_note(app: App)
     later of its sources' expiries left, p3's."""
     _cello(app)
     add_notes(app, {"id": "p3", "content": "Priya plays the cello on Sundays.",
-                    "created_at": days_ago(2), "expires_at": LATER.isoformat(),
+                    "created_at": days_ago(2), "expires_at": AHEAD_LATER.isoformat(),
                     "source_conversation_id": "c3"})
     fused = fuse(app, ["p2", "p3"], "Priya plays the cello in a quartet this season, on "
                  "Sundays.").note["id"]
@@ -125,7 +130,7 @@ def test_a_fusion_of_the_kept_note_lives_no_longer_for_the_erased_note(app: App)
     result = erase(app, conversation_id="c1")
     assert result.lived_ids == sorted([fused, "p2"])
     notes = rows(app)
-    assert (notes[fused].status, _at(notes[fused].expires_at)) == ("active", LATER)
+    assert (notes[fused].status, _at(notes[fused].expires_at)) == ("active", AHEAD_LATER)
     assert (notes["p2"].status, _at(notes["p2"].expires_at)) == ("revoked", SEASON_END)
 
 
@@ -135,7 +140,7 @@ def test_a_fusion_of_the_erased_note_goes_and_the_other_source_keeps_its_own(app
     the expiry it always had: nothing of n1's life is left."""
     add_notes(app, {"id": "n1", "content": "Prefers green tea.", "source_conversation_id": "c1"},
               {"id": "n2", "content": "Prefers green tea in the morning.",
-               "expires_at": SEASON_END.isoformat(), "source_conversation_id": "c2"})
+               "expires_at": AHEAD.isoformat(), "source_conversation_id": "c2"})
     fused = fuse(app, ["n1", "n2"], "Prefers green tea, in the morning too.").note["id"]
     assert _expiry(app, fused) is None
     result = erase(app, conversation_id="c1")
@@ -143,7 +148,7 @@ def test_a_fusion_of_the_erased_note_goes_and_the_other_source_keeps_its_own(app
         ["n1"], [fused], ["n2"])
     notes = rows(app)
     assert fused not in notes
-    assert (notes["n2"].status, _at(notes["n2"].expires_at)) == ("active", SEASON_END)
+    assert (notes["n2"].status, _at(notes["n2"].expires_at)) == ("active", AHEAD)
 
 
 def _keeper(expires: Life, *, members: Sequence[Life] = (),
