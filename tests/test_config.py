@@ -355,3 +355,29 @@ def test_a_malformed_token_setting_stops_every_command_before_any_write(
     assert not fresh.exists()
     with sqlite_app.uow() as uow:
         assert uow.session.query(DreamRunRow).count() == 0
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite+pysqlite:///:memory:",
+                                 "sqlite:///file:dream?mode=memory&uri=true"])
+def test_an_in_memory_sqlite_database_is_refused_at_start_up(
+        monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    """An in-memory SQLite database lasts one command: `dream db upgrade` reported success,
+    then every other command said to run it, for ever. Refused at start-up with one line
+    (every command, server and Celery process loads its settings so); Settings built in code
+    (the tests' throw-away stores) still take it."""
+    monkeypatch.setenv("DREAM_DATABASE_URL", url)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert str(err.value) == (
+        "invalid setting DREAM_DATABASE_URL: an in-memory SQLite database lasts one command "
+        "(`dream db upgrade` would build a schema nothing after it finds); use sqlite:///PATH "
+        f"(got {url!r}); fix the environment variable and retry")
+    assert config.Settings(database_url=url).database_url == url
+
+
+@pytest.mark.parametrize("url", ["sqlite:////tmp/dream.db", "sqlite:///./memory.db",
+                                 "postgresql://u@localhost/memory"])
+def test_a_database_on_disk_is_not_taken_for_one_in_memory(
+        monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    monkeypatch.setenv("DREAM_DATABASE_URL", url)
+    assert load_settings().database_url == url

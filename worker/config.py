@@ -29,6 +29,7 @@ from worker.config_checks import (
     conflict_problem,
     duration_problem,
     inert_settings,
+    memory_store_problem,
     soft_time_limit,
 )
 from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
@@ -65,10 +66,9 @@ class ConsolidateSettings(BaseModel):
         # Above the maximum, no cluster a model judges can be both: every run found none and
         # said nothing about why (the rule judge's pairs ignore the minimum either way).
         if self.min_cluster_size > self.max_cluster_size:
-            raise ValueError(
-                f"DREAM_CONSOLIDATE__MIN_CLUSTER_SIZE ({self.min_cluster_size}) is above "
-                f"DREAM_CONSOLIDATE__MAX_CLUSTER_SIZE ({self.max_cluster_size}); lower the one "
-                "or raise the other")
+            raise ValueError(f"DREAM_CONSOLIDATE__MIN_CLUSTER_SIZE ({self.min_cluster_size}) is "
+                             f"above DREAM_CONSOLIDATE__MAX_CLUSTER_SIZE ({self.max_cluster_size}); "
+                             "lower the one or raise the other")
         return self
 
 
@@ -339,6 +339,8 @@ def load_settings(**overrides: object) -> Settings:
             f"invalid setting {name}: {msg} (got {given!r}); "
             "fix the environment variable and retry"
         ) from None
+    if problem := memory_store_problem(settings):
+        raise ConfigError(problem)
     for inert in inert_settings(settings):
         if inert not in _warned:
             _warned.add(inert)  # once per process, as an unknown variable
@@ -352,15 +354,13 @@ _URLS = {"BROKER_URL", "RESULT_BACKEND", "DATABASE_URL", "LLM_BASE_URL", "EMBEDD
 OTHER_VARIABLES = {
     "DREAM_RESOURCES_DIR", "DREAM_CRASH_AT", "DREAM_CRASH_MARKER",
     "DREAM_TEST_DATABASE_URL", "DREAM_TEST_PGDATA", "DREAM_TEST_PG_KEEP", "DREAM_REQUIRE_SERVICES",
-    "DREAM_EVAL_DATA",
-    "DREAM_BENCH_DIR", "DREAM_BENCH_LATENCY", "DREAM_SCREENSHOT_DIR",
+    "DREAM_EVAL_DATA", "DREAM_BENCH_DIR", "DREAM_BENCH_LATENCY", "DREAM_SCREENSHOT_DIR",
 }
 _warned: set[str] = set()
 
 
 def known_variables() -> set[str]:
-    """Every DREAM_* variable the worker reads: each setting, each section (as JSON) and each
-    field of a section, and OTHER_VARIABLES."""
+    """Every DREAM_* variable read: each setting, section (as JSON), section field, and more."""
     known = set(OTHER_VARIABLES)
     for name, field in Settings.model_fields.items():
         if field.validation_alias is not None:

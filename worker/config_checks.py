@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from worker.urls import masked_url, memory_database_problem
+
 if TYPE_CHECKING:
     from worker.config import Settings
 
@@ -108,6 +110,15 @@ def _update_band_empty(settings: Settings) -> str | None:
                 f"DREAM_REMEMBER__NOOP_THRESHOLD ({noop:g}): a match that close is a NOOP "
                 "already, so remember would never UPDATE; lower the update threshold or raise "
                 "the noop one")
+    return None
+
+
+def memory_store_problem(settings: Settings) -> str | None:
+    """An in-memory SQLite store, refused by ``load_settings`` (what every command, server and
+    Celery process reads), not by Settings itself: the tests build throw-away stores so."""
+    if problem := memory_database_problem(settings.database_url):
+        return (f"invalid setting DREAM_DATABASE_URL: {problem} (got "
+                f"{masked_url(settings.database_url)!r}); fix the environment variable and retry")
     return None
 
 

@@ -39,6 +39,22 @@ def http_url_problem(url: str) -> str | None:
     return None
 
 
+def memory_database_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the store: an in-memory SQLite database (``sqlite://``,
+    ``sqlite:///:memory:``, a ``mode=memory`` URI) is gone when its command ends, so `dream db
+    upgrade` built a schema nothing after it found, and every later command said to run it."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None  # the engine's own parse says what is wrong with it
+    if parts.scheme.partition("+")[0].lower() != "sqlite":
+        return None
+    if parts.path in ("", "/", "/:memory:") or "mode=memory" in parts.query:
+        return ("an in-memory SQLite database lasts one command (`dream db upgrade` would build "
+                "a schema nothing after it finds); use sqlite:///PATH")
+    return None
+
+
 def _scheme_problem(url: str, known: set[str], accepted: str) -> str | None:
     """Each URL of a Celery URL (a ``;`` list of fail-over URLs) needs a scheme Celery knows
     (before a ``+``: ``sqla+postgresql://``; a dotted name is a class path) and a numeric port."""

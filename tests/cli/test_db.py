@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from alembic.script import ScriptDirectory
 
+from tests.cli.test_commands import dream, one_error_line
 from worker.app import App
 from worker.errors import ConfigError
 from worker.store.migrate import alembic_config
@@ -190,3 +191,11 @@ def test_a_failed_upgrade_leaves_either_backend_as_it_was(app: App, tmp_path: Pa
     assert fixed.returncode == 0, fixed.stderr
     after = _schema(app)
     assert after["version"] == "9999" and "half_done" in after["tables"]  # type: ignore[operator]
+
+
+def test_db_upgrade_of_an_in_memory_database_is_refused() -> None:
+    """`dream db upgrade` on sqlite:///:memory: reported success and kept nothing; now it is
+    one line at start-up, exit 8, as every other command."""
+    for args in (["db", "upgrade"], ["runs", "list"]):
+        line = one_error_line(dream("sqlite:///:memory:", *args), ConfigError.exit_code)
+        assert "an in-memory SQLite database lasts one command" in line, line

@@ -97,6 +97,12 @@ HOSTILE = [
     (["run", "--due", "--now", "2099-01-01T00:00:00Z"], None, "gate --explain"),
     (["gate", "--now", "2099-01-01"], None, "later than the present time"),
     (["sessions", "add", "--agent", "a", "--at", "2062-01-01"], None, "--at 2062-01-01 is later than"),
+    # the same session imported: stored, and never counted by the gate (each line is checked
+    # before any is written: the first line, fine, is not stored either)
+    (["sessions", "import", "-"],
+     json.dumps({"agent_id": "a", "started_at": "2026-01-01T00:00:00Z"}) + "\n"
+     + json.dumps({"agent_id": "a", "started_at": "2099-01-01T00:00:00Z"}),
+     "line 2: started_at 2099-01-01T00:00:00+00:00 is later than the present time"),
     # unhashable values where a choice is expected (a TypeError before)
     (["notes", "import", "-"], FINE + note(status=["active"]), "line 2: status must be one of"),
     (["entities", "import", "-"], json.dumps({"kind": {"agent": 1}, "id": "x"}), "line 1: kind must be one of"),
@@ -157,6 +163,23 @@ def test_a_future_clock_is_for_looking_and_a_present_one_runs(app: App) -> None:
     assert dream(url, ["run", "--agent", "a", "--force", "--now", soon]).exit_code == 0
     with app.uow() as uow:
         assert [n.status for n in uow.notes.get_many(["n1"])] == ["active"]
+
+
+def test_sessions_import_takes_the_skew_and_notes_import_a_dated_corpus(app: App) -> None:
+    """A session started within the hour of clock skew is imported (as `sessions add --at`
+    takes it); notes and examples keep their dates whatever they are (harnesses import dated
+    corpora, and contradictions handle notes dated after the run's clock)."""
+    url = app.settings.database_url
+    soon = (utcnow() + timedelta(minutes=30)).isoformat()
+    assert dream(url, ["sessions", "import", "-"],
+                 json.dumps({"agent_id": "a", "started_at": soon})).exit_code == 0
+    later = {"agent_id": "a", "created_at": "2099-01-01T00:00:00Z"}
+    assert dream(url, ["notes", "import", "-"],
+                 json.dumps({**later, "content": "Tea."})).exit_code == 0
+    assert dream(url, ["examples", "import", "-"],
+                 json.dumps({**later, "input": "hi", "output": "hello"})).exit_code == 0
+    with app.uow() as uow:
+        assert uow.notes.count_by_status() == {"active": 1}
 
 
 def test_id_clashes_on_import_are_reported_not_dropped(app: App) -> None:

@@ -105,3 +105,61 @@ def test_a_refused_upgrade_adds_nothing_to_another_applications_file(tmp_path: P
     assert "table notes already exists" in line and "point DREAM_DATABASE_URL" in line, line
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [("notes",)]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_another_applications_file_is_named_so_not_sent_to_upgrade(
+        tmp_path: Path, args: list[str]) -> None:
+    """A file with a table of ours (``notes``) and no alembic_version: every command said "no
+    dream-worker schema; run `dream db upgrade`", which then refused the file as another
+    application's: a loop. Each now says what the upgrade says, and the file is as it was."""
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    line = one_error_line(dream(f"sqlite:///{path}", *args, input=IMPORT),
+                          ConfigError.exit_code)
+    assert line == ("error: the database already holds a table the migrations create (table "
+                    "notes already exists) but records no dream-worker revision: it is another "
+                    "application's or was built without the migrations; point "
+                    "DREAM_DATABASE_URL at a new database"), line
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == [("notes",)]
+
+
+def test_a_file_with_only_tables_of_its_own_is_sent_to_upgrade(tmp_path: Path) -> None:
+    """Tables none of which the migrations create: `dream db upgrade` adds the schema beside
+    them, so that is still what a command says to run."""
+    path = tmp_path / "shared.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE bookmarks (url TEXT)")
+    line = one_error_line(dream(f"sqlite:///{path}", "runs", "list"), ConfigError.exit_code)
+    assert "no dream-worker schema" in line and "run `dream db upgrade`" in line, line
+    assert dream(f"sqlite:///{path}", "db", "upgrade").exit_code == 0
+    assert dream(f"sqlite:///{path}", "runs", "list").exit_code == 0
+
+
+@pytest.mark.postgres
+def test_another_applications_tables_on_postgresql_are_named_so() -> None:
+    """The same on PostgreSQL, whose missing alembic_version aborts the transaction: it is
+    rolled back before the tables are looked at."""
+    import uuid
+
+    from tests.support.services import postgres_url
+    from worker.store.db import make_engine
+    from worker.store.schema import require_current_schema
+
+    schema = "t_" + uuid.uuid4().hex[:12]
+    admin = make_engine(postgres_url())
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+        conn.execute(text(f"CREATE TABLE {schema}.notes (body TEXT)"))
+    base = postgres_url()
+    engine = make_engine(f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema}")
+    try:
+        with pytest.raises(ConfigError, match="table notes already exists"):
+            require_current_schema(engine)
+    finally:
+        engine.dispose()
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        admin.dispose()

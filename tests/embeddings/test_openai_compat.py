@@ -57,3 +57,87 @@ def test_notes_import_with_a_refused_key_is_one_line(tmp_path: Path,
     with app.uow() as uow:
         assert uow.notes.count_by_status() == {}
     app.dispose()
+
+
+def _answer(*rows: tuple[object, object]) -> StubResponse:
+    """An embeddings answer of (index, embedding) rows, as the endpoint sends it."""
+    return StubResponse(content={"object": "list", "model": "e",
+                                 "data": [{"object": "embedding", "index": i, "embedding": e}
+                                          for i, e in rows],
+                                 "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+
+
+@pytest.mark.parametrize(("answer", "says"), [
+    # Different lengths and strings were a raw ValueError from numpy: a 60-line traceback.
+    (_answer((0, [0.1] * 4), (1, [0.1] * 3)), "vectors of different lengths (3 to 4 numbers)"),
+    (_answer((0, ["a"] * 4), (1, ["a"] * 4)), "holding something other than numbers"),
+    (_answer((0, [0.1, None, 0.1, 0.1]), (1, [0.1] * 4)), "holding something other than numbers"),
+    (_answer((0, [[0.1]] * 4), (1, [[0.1]] * 4)), "holding something other than numbers"),
+    (_answer((0, {"x": 1}), (1, [0.1] * 4)), "whose embedding is no list of numbers"),
+    # NaN and infinity were stored, each row of NaN; so was a number float32 cannot hold.
+    (StubResponse.raw('{"object": "list", "data": [{"index": 0, "embedding": [NaN, 1, 1, 1]},'
+                      ' {"index": 1, "embedding": [1, 1, 1, Infinity]}]}', "application/json"),
+     "NaN or infinite values"),
+    (_answer((0, [1e300] * 4), (1, [0.1] * 4)), "NaN or infinite values"),
+    # Two vectors for index 0 and none for 1 were stored as if in order; no index was a
+    # TypeError.
+    (_answer((0, [0.1] * 4), (0, [0.2] * 4)), "duplicate or missing index values"),
+    (_answer((0, [0.1] * 4), (5, [0.2] * 4)), "duplicate or missing index values"),
+    (_answer((None, [0.1] * 4), (None, [0.2] * 4)), "duplicate or missing index values"),
+    # One vector for two texts said to set DREAM_EMBEDDING_DIMENSIONS: the count is wrong.
+    (_answer((0, [0.1] * 4)), "answered 1 vector for 2 texts"),
+    # The width is what DREAM_EMBEDDING_DIMENSIONS decides.
+    (_answer((0, [0.1] * 3), (1, [0.1] * 3)),
+     "vectors of 3 numbers, expected 4; set DREAM_EMBEDDING_DIMENSIONS to match"),
+    # JSON cut short by a proxy.
+    (StubResponse.raw('{"object": "list", "data": [', "application/json"),
+     "HTTP 200 without embeddings"),
+])
+def test_an_answer_that_is_no_vectors_is_one_embedding_error(
+        llm_stub: LLMStub, answer: StubResponse, says: str) -> None:
+    """Every answer that is not one finite vector of the configured width per text, in index
+    order, is an EmbeddingError of one line naming what is wrong: never a raw exception, never
+    vectors stored."""
+    llm_stub.embeddings_response = answer
+    embedder = OpenAICompatibleEmbedder(base_url=llm_stub.url, api_key="k", model="e",
+                                        dimensions=4)
+    with pytest.raises(EmbeddingError) as err:
+        embedder.embed(["a b", "c d"])
+    assert says in str(err.value) and "\n" not in str(err.value), err.value
+    if "DIMENSIONS" not in says:
+        assert "DREAM_EMBEDDING_DIMENSIONS" not in str(err.value)
+
+
+def test_vectors_out_of_order_are_put_in_order_and_normalised(llm_stub: LLMStub) -> None:
+    """The answer's index decides which text a vector belongs to; huge but finite values are
+    normalised without overflowing."""
+    llm_stub.embeddings_response = _answer((1, [0.0, 3e38, 0.0, 0.0]), (0, [2, 0, 0, 0]))
+    embedder = OpenAICompatibleEmbedder(base_url=llm_stub.url, api_key="k", model="e",
+                                        dimensions=4)
+    assert embedder.embed(["a b", "c d"]).tolist() == [[1, 0, 0, 0], [0, 1, 0, 0]]
+
+
+@pytest.mark.parametrize("command", ["import", "add"])
+def test_notes_import_and_add_refuse_vectors_that_are_garbage(
+        tmp_path: Path, llm_stub: LLMStub, command: str) -> None:
+    """`dream notes import` and `dream notes add` (which embeds when write-time dedup measures
+    cosine) with an endpoint answering vectors of different lengths (a traceback before) or
+    NaN (stored before, exit 0): one line, exit 6, no note written."""
+    app = make_sqlite_app(tmp_path)
+    note = {"agent_id": "a1", "content": "Tea."}
+    args = (["notes", "import", "-"] if command == "import"
+            else ["notes", "add", "--agent", "a1", "--content", "Tea."])
+    env = {"DREAM_EMBEDDING_PROVIDER": "openai", "DREAM_EMBEDDING_BASE_URL": llm_stub.url,
+           "DREAM_EMBEDDING_DIMENSIONS": "8", "DREAM_REMEMBER__MEASURE": "cosine"}
+    nan = "[" + ", ".join(["NaN"] * 8) + "]"
+    for answer in (_answer((0, [0.1] * 8), (1, [0.1] * 3)),
+                   StubResponse.raw(f'{{"data": [{{"index": 0, "embedding": {nan}}}, '
+                                    f'{{"index": 1, "embedding": {nan}}}]}}', "application/json")):
+        llm_stub.embeddings_response = answer
+        lines = json.dumps(note) + "\n" + json.dumps({**note, "content": "Coffee."}) + "\n"
+        line = one_error_line(dream(app.settings.database_url, *args, input=lines, **env),
+                              EmbeddingError.exit_code)
+        assert line.startswith("error: embedding endpoint answered "), line
+    with app.uow() as uow:
+        assert uow.notes.count_by_status() == {}
+    app.dispose()

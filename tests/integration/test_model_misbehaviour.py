@@ -337,13 +337,14 @@ def _timed(handler: Any) -> tuple[list[float], Any]:
 
 
 @pytest.mark.parametrize("failure", ["rate_limited", "server_error", "hanging", "trickling",
-                                     "non_json_200"])
+                                     "non_json_200", "cut_json_200"])
 def test_r16_rate_limits_and_hangs_are_bounded(app: App, llm_stub: LLMStub, failure: str) -> None:
     """R16 (and issue 12 items 3, 18): an endpoint answering 429 with Retry-After, 500 on every
     call, never answering, or trickling its reply one byte every 0.5 s (a read timeout never
     fires) costs each question at most 1 + llm_max_retries requests and the client's wall-time
     cap (whole-request deadline x attempts + back-offs); an HTTP 200 that is no chat completion
-    costs one request. The phase still ends (succeeded, not failed), the cluster is deferred with
+    costs one request; one whose JSON body is cut short (a proxy dropping the connection) is
+    retried like a 5xx (before, its JSONDecodeError failed the phase). The phase still ends (succeeded, not failed), the cluster is deferred with
     the reason and nothing is remembered against it, so the next run with a healthy endpoint
     merges it. The run itself is blocked, not succeeded: its only model call failed, so it could
     not do its work (R27, issue 11); the healthy run after it succeeds."""
@@ -358,6 +359,7 @@ def test_r16_rate_limits_and_hangs_are_bounded(app: App, llm_stub: LLMStub, fail
         "hanging": lambda req: StubResponse.hang(60),
         "trickling": lambda req: StubResponse.trickle(_valid_reply(), every=0.5),
         "non_json_200": lambda req: StubResponse.raw("<html>502 Bad Gateway</html>"),
+        "cut_json_200": lambda req: StubResponse.raw('{"choices": [', "application/json"),
     }[failure]
     times, handler = _timed(bad)
     llm = _use_stub(app, llm_stub, handler)

@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.factories import DARK_MODE_NOTES, NOW, add_entities, add_notes, days_ago
 from tests.support.llm_stub import LLMStub, StubRequest, StubResponse
+from tests.support.llm_stub_batches import RawAnswer
 from tests.support.topic_judge import topic_reply
 from worker.app import App
 from worker.domain.types import Scope
@@ -392,3 +393,66 @@ def test_a_batch_status_that_is_no_status_is_unknown(llm_stub: LLMStub, status: 
     assert llm.batch_state(batch.id, []).status == "unknown"
     release = release_batch(llm, batch.id)
     assert release.status == "unknown" and status not in str(release.as_dict())
+
+
+_NOT_AN_OBJECT = {"html": RawAnswer(b"<html><body>Welcome to nginx!</body></html>", "text/html"),
+                  "cut": RawAnswer(b'{"id": "file-1", "object": "fi'),
+                  "other": RawAnswer(b'{"unexpected": 1}')}
+
+
+@pytest.mark.parametrize("body", sorted(_NOT_AN_OBJECT))
+@pytest.mark.parametrize(("route", "says"), [
+    ("upload", "model endpoint answered HTTP 200 without a file; check DREAM_LLM_BASE_URL"),
+    ("create", "model endpoint answered HTTP 200 without a batch; check DREAM_LLM_BASE_URL"),
+    ("retrieve", "model endpoint answered HTTP 200 without a batch; check DREAM_LLM_BASE_URL"),
+])
+def test_an_http_200_that_is_no_file_or_batch_defers_the_items(
+        stub_app: App, llm_stub: LLMStub, route: str, says: str, body: str) -> None:
+    """A proxy's HTML page, JSON cut short or another JSON object in answer to the upload, the
+    batch's creation or a poll was an AttributeError ('str' object has no attribute 'id') or a
+    JSONDecodeError that failed the phase. It is the endpoint's failure: the cluster is
+    deferred with one line naming it, nothing applied, no uploaded request (note text) left at
+    the provider, and the next run with a sane endpoint merges it."""
+    scope = Scope(f"garbage-{route}-{body}")
+    _store(stub_app, scope, every_phase=False)
+    stub_app.settings.llm_batch = True
+    llm_stub.batches.garbage[route] = _NOT_AN_OBJECT[body]
+    run_id, clusters = _consolidate_run(stub_app, scope)
+    assert [v for v, _ in clusters] == ["deferred"]
+    assert clusters[0][1].startswith(says), clusters[0][1]
+    assert len(_active(stub_app, scope)) == len(DARK_MODE_NOTES)
+    with stub_app.uow() as uow:
+        run = uow.runs.get(run_id)
+    assert run is not None and run.status == "blocked"
+    if route != "retrieve":  # a batch that runs keeps its input until it is read or released
+        assert llm_stub.batches.files == {}
+    llm_stub.batches.garbage.clear()
+    _, clusters = _consolidate_run(stub_app, scope)
+    assert [v for v, _ in clusters] == ["merge"]
+
+
+@pytest.mark.parametrize("route", ["cancel", "delete"])
+def test_a_release_or_delete_answered_with_garbage_fails_nothing(
+        llm_stub: LLMStub, route: str) -> None:
+    """Cancelling a batch or deleting its files answered by JSON cut short: the release says
+    what went wrong (no JSONDecodeError out of it) and the file is reported kept."""
+    from tests.llm.test_batch import MemoryLedger, _ask, _batch_ctx
+    from worker.llm.batch import reschedule_while_pending
+    from worker.llm.openai_batch import release_batch
+
+    llm_stub.set_handler(answer)
+    llm_stub.batches.polls = 10_000
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        _ask(ctx, 1, ledger)
+    (batch,) = llm_stub.batches.batches.values()
+    llm_stub.batches.garbage[route] = _NOT_AN_OBJECT["cut"]
+    llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
+                              timeout=10, max_retries=0)
+    release = release_batch(llm, batch.id)
+    if route == "cancel":
+        assert release.problem == ("model endpoint answered HTTP 200 without a batch; check "
+                                   "DREAM_LLM_BASE_URL")
+    else:
+        assert release.cancelled and release.kept == [batch.input_file_id]
+        assert release.problem == f"the provider kept file {batch.input_file_id}"

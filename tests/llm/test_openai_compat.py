@@ -129,6 +129,30 @@ def test_http_200_without_a_chat_completion_is_an_llm_error(  # type: ignore[no-
         _call(_llm(llm_stub, max_retries=0))
 
 
+@pytest.mark.parametrize("body", ['{"choices": [', '{"id": "x", "choices": [{"inde',
+                                  "\xff\xfe not text"])
+def test_http_200_json_cut_short_is_retried_then_an_llm_error(  # type: ignore[no-untyped-def]
+    llm_stub, body: str,
+) -> None:
+    """An HTTP 200 ``application/json`` body that does not decode (a proxy cutting the reply)
+    was a JSONDecodeError that failed the phase, unretried; it is the endpoint's failure:
+    retried like a 5xx, then one LLMError line saying so, the item deferred."""
+    llm_stub.set_handler(lambda req: StubResponse.raw(body, "application/json"))
+    with pytest.raises(LLMError) as info:
+        _call(_llm(llm_stub, max_retries=1))
+    assert len(llm_stub.chat_requests()) == 2
+    assert str(info.value) == (
+        "model endpoint failed after 2 attempts (HTTP 200 with a body that is not JSON; check "
+        "DREAM_LLM_BASE_URL); the item is deferred to the next run")
+
+
+def test_http_200_json_cut_once_then_whole_is_answered(llm_stub) -> None:  # type: ignore[no-untyped-def]
+    """A single cut reply costs one retry, not the question."""
+    answers = iter([StubResponse.raw('{"choices": [', "application/json"), {"ok": True}])
+    llm_stub.set_handler(lambda req: next(answers))
+    assert _call(_llm(llm_stub, max_retries=1)).data == {"ok": True}
+
+
 def test_ask_starts_no_call_after_its_deadline() -> None:
     """A phase's wall budget: once ``deadline`` has passed, ask() makes no call and says so."""
     fake = FakeLLM(default={"ok": True})

@@ -333,6 +333,30 @@ def test_http_refuses_missing_wrong_and_admin_tokens(http_server: str, token: st
     assert refused.value.code == 401
 
 
+def test_http_tells_an_admin_token_it_needs_a_scoped_one(http_server: str) -> None:
+    """An admin token got the 401 of no token at all ("Authentication required"): only the
+    server's log said why. Its 401 says it was an admin token and to send a scoped one, in the
+    body and in WWW-Authenticate; it never echoes the token. Another token's 401 is the SDK's."""
+    def refusal(token: str) -> tuple[dict[str, Any], str]:
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}",
+                   "Accept": "application/json, text/event-stream"}
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode()
+        request = urllib.request.Request(http_server, data=body, headers=headers, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 401
+        return json.loads(refused.value.read()), refused.value.headers["WWW-Authenticate"]
+
+    answer, challenge = refusal(ADMIN)
+    assert answer == {"error": "invalid_token", "error_description": (
+        "the bearer token is an admin token, which MCP does not take: each tool acts on its "
+        "token's one scope; send a scoped token (one with an agent_id in DREAM_API_TOKENS)")}
+    assert challenge.startswith("Bearer ") and "is an admin token" in challenge
+    assert ADMIN not in challenge and ADMIN not in json.dumps(answer)
+    answer, _ = refusal("wrong-token-0123456789abcdef")
+    assert answer["error_description"] == "Authentication required"
+
+
 def test_http_refuses_an_oversized_body_before_the_token(http_server: str) -> None:
     """R31 for MCP: a body over DREAM_API_MAX_BODY_BYTES is 413 unread, even without a token."""
     host, port = http_server.removeprefix("http://").split("/")[0].split(":")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.llm_stub_batches import BatchEndpoints
+from tests.support.llm_stub_batches import BatchEndpoints, RawAnswer
 from worker.embeddings.hashing import HashingEmbedder
 
 
@@ -132,9 +132,12 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send_json(self, status: int, payload: Any) -> None:
+        content_type = "application/json"
+        if isinstance(payload, RawAnswer):
+            payload, content_type = payload.data, payload.content_type
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         self.send_response(status)
-        self.send_header("content-type", "application/json")
+        self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

@@ -11,7 +11,9 @@ Per test, on ``stub.batches``: ``polls`` (retrieves spent in progress), ``finish
 ("completed", "expired", "failed"), ``answer_before_expiry`` (lines answered when it expires),
 ``fail_line(req) -> bool`` (an error-file line instead of a reply), ``corrupt_line(req) ->
 bool`` (a broken JSON line in the output file), ``refuse_status`` (every request answers it)
-and ``batch_prefix`` (what a batch id starts with). Every answered line goes through the stub's
+and ``batch_prefix`` (what a batch id starts with); ``garbage[route]`` (route one of "upload",
+"create", "retrieve", "cancel", "delete") is a ``RawAnswer``, an HTTP 200 body that is none of
+the API's objects (a proxy's HTML page, JSON cut short), sent instead of the route's answer. Every answered line goes through the stub's
 handler exactly as an online chat completion would.
 """
 
@@ -28,6 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Answer = Callable[[Any], tuple[int, Any, dict[str, str]]]  # StubRequest → (status, body, headers)
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    """An HTTP 200 body sent as it is, with its content type."""
+
+    data: bytes
+    content_type: str = "application/json"
 
 
 @dataclass
@@ -78,17 +88,18 @@ class BatchEndpoints:
         self.cancel_to = "cancelled"  # what a cancel makes of a working batch
         self.batch_prefix = "batch_"  # a batch's id is this and a number
         self.cancelled: list[str] = []  # every batch a cancel stopped
+        self.garbage: dict[str, RawAnswer] = {}  # route → the body it answers instead
 
     # ---- routing -----------------------------------------------------------------------
     def post(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
         if self.refuse_status is not None:
             return self.refuse_status, {"error": {"message": f"stub refuses ({self.refuse_status})"}}
         if path.endswith("/files"):
-            return self._upload(headers.get("content-type", ""), raw)
+            return self.garbled("upload") or self._upload(headers.get("content-type", ""), raw)
         if path.endswith("/cancel"):
-            return self._cancel(path.rstrip("/").split("/")[-2])
+            return self.garbled("cancel") or self._cancel(path.rstrip("/").split("/")[-2])
         if path.endswith("/batches"):
-            return self._create(json.loads(raw or b"{}"))
+            return self.garbled("create") or self._create(json.loads(raw or b"{}"))
         return 404, {"error": {"message": f"no route {path}"}}
 
     def get(self, path: str) -> tuple[int, Any]:
@@ -96,7 +107,7 @@ class BatchEndpoints:
             return self.refuse_status, {"error": {"message": f"stub refuses ({self.refuse_status})"}}
         parts = path.split("?")[0].rstrip("/").split("/")
         if len(parts) >= 3 and parts[-2] == "batches":
-            return self._retrieve(parts[-1])
+            return self.garbled("retrieve") or self._retrieve(parts[-1])
         if parts[-1] == "content" and parts[-3] == "files":
             with self._lock:
                 data = self.files.get(parts[-2])
@@ -109,12 +120,19 @@ class BatchEndpoints:
         refused = self.refuse_status or self.refuse_delete
         if refused is not None:
             return refused, {"error": {"message": f"stub refuses ({refused})"}}
+        if garbled := self.garbled("delete"):
+            return garbled
         parts = path.split("?")[0].rstrip("/").split("/")
         with self._lock:
             if parts[-2] != "files" or self.files.pop(parts[-1], None) is None:
                 return 404, {"error": {"message": f"no file at {path}"}}
             self.deleted.append(parts[-1])
         return 200, {"id": parts[-1], "object": "file", "deleted": True}
+
+    def garbled(self, route: str) -> tuple[int, RawAnswer] | None:
+        """The garbage ``route`` answers in this test, if any."""
+        answer = self.garbage.get(route)
+        return None if answer is None else (200, answer)
 
     # ---- files ---------------------------------------------------------------------------
     def _upload(self, content_type: str, raw: bytes) -> tuple[int, Any]:

@@ -92,7 +92,7 @@ def sessions_import(ctx: click.Context, file: str) -> None:
     company_id, ended_at optional; all-or-nothing and idempotent by id."""
     from worker.ingest.sessions import import_sessions
 
-    result = import_sessions(cli_app(ctx), read_lines(file))
+    result = import_sessions(cli_app(ctx), read_lines(file), present=utcnow())
     echo_imported(result, "sessions")
 
 

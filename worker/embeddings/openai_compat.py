@@ -16,6 +16,7 @@ from worker.llm.openai_compat import (
     endpoint_problem,
     run_with_deadline,
 )
+from worker.text.plural import counted
 
 CLIENT_RETRIES = 2
 
@@ -63,20 +64,14 @@ class OpenAICompatibleEmbedder:
                 # An HTTP 200 that is not an embeddings answer (a proxy's HTML page, null).
                 raise EmbeddingError("embedding endpoint answered HTTP 200 without embeddings; "
                                      "check DREAM_EMBEDDING_BASE_URL")
-            data = sorted(resp.data, key=lambda d: d.index)
-            mat = np.asarray([d.embedding for d in data], dtype=np.float32)
-            if mat.shape != (len(batch), self.dimensions):
-                raise EmbeddingError(
-                    f"embedding endpoint returned shape {mat.shape}, expected "
-                    f"({len(batch)}, {self.dimensions}); set DREAM_EMBEDDING_DIMENSIONS to match"
-                )
-            chunks.append(mat)
+            chunks.append(vectors_of(resp.data, len(batch), self.dimensions))
         if not chunks:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         out = np.vstack(chunks)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        # In float64: a float32 vector near its limit (3.4e38) squares past float32's range.
+        norms = np.linalg.norm(out.astype(np.float64), axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        unit: np.ndarray = out / norms
+        unit: np.ndarray = (out / norms).astype(np.float32)
         return unit
 
     async def _create(self, batch: list[str]) -> Any:
@@ -88,3 +83,44 @@ class OpenAICompatibleEmbedder:
         async with client:
             return await client.embeddings.create(
                 model=self.model, input=batch, dimensions=self.dimensions)
+
+
+def vectors_of(data: list[Any], count: int, dimensions: int) -> np.ndarray:
+    """The ``count`` vectors of one answer, in input order; EmbeddingError for any answer that
+    is not ``count`` finite vectors of ``dimensions`` numbers, one per index. Before, vectors of
+    different lengths or of strings were a raw ValueError (a traceback), and NaN or infinity
+    was stored and poisoned every similarity the note took part in."""
+    if len(data) != count:
+        raise EmbeddingError(f"embedding endpoint answered {counted(len(data), 'vector')} for "
+                             f"{counted(count, 'text')}; check the server behind "
+                             "DREAM_EMBEDDING_BASE_URL")
+    indices = [getattr(d, "index", None) for d in data]
+    if sorted(i if type(i) is int else -1 for i in indices) != list(range(count)):
+        raise EmbeddingError("embedding endpoint answered duplicate or missing index values "
+                             f"(each of 0 to {count - 1} once); check the server behind "
+                             "DREAM_EMBEDDING_BASE_URL")
+    rows = [getattr(d, "embedding", None) for d in sorted(data, key=lambda d: d.index)]
+    widths = sorted({len(r) if isinstance(r, list) else -1 for r in rows})
+    if widths[0] < 0:
+        raise EmbeddingError("embedding endpoint answered an entry whose embedding is no list "
+                             "of numbers; check the server behind DREAM_EMBEDDING_BASE_URL")
+    if len(widths) > 1:
+        raise EmbeddingError(f"embedding endpoint answered vectors of different lengths ("
+                             f"{widths[0]} to {widths[-1]} numbers); check the server behind "
+                             "DREAM_EMBEDDING_BASE_URL")
+    try:
+        mat = np.asarray(rows)  # no dtype: strings, null and booleans stay what they are
+    except (ValueError, TypeError):
+        mat = np.asarray([], dtype=object)
+    if mat.ndim != 2 or mat.dtype.kind not in "iuf":
+        raise EmbeddingError("embedding endpoint answered vectors holding something other than "
+                             "numbers; check the server behind DREAM_EMBEDDING_BASE_URL")
+    if mat.shape[1] != dimensions:
+        raise EmbeddingError(f"embedding endpoint answered vectors of {mat.shape[1]} numbers, "
+                             f"expected {dimensions}; set DREAM_EMBEDDING_DIMENSIONS to match")
+    with np.errstate(over="ignore"):  # beyond float32 is infinity, refused below
+        vectors = mat.astype(np.float32)
+    if not np.isfinite(vectors).all():
+        raise EmbeddingError("embedding endpoint answered NaN or infinite values (or numbers "
+                             "beyond 3.4e38); check the server behind DREAM_EMBEDDING_BASE_URL")
+    return vectors

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from worker.app import App
+from worker.clock import SKEW
 from worker.ingest.fields import (
     derived_id,
     opt_str,
@@ -21,12 +22,21 @@ from worker.store.scope_locks import hold_scopes
 SESSION_FIELDS = {"id", "agent_id", "user_id", "company_id", "started_at", "ended_at"}
 
 
-def parse_session(obj: dict[str, Any], number: int) -> dict[str, Any]:
+def parse_session(obj: dict[str, Any], number: int,
+                  present: datetime | None = None) -> dict[str, Any]:
+    """One session line; with ``present``, one that started later than it (and ``SKEW``) is
+    refused: the gate counts a session once it has started, so one dated 2099 was stored and
+    silently never counted."""
     unknown_fields(obj, SESSION_FIELDS, number)
     scope = parse_scope(obj, number)
     started = opt_time(obj, "started_at", number)
     if started is None:
         raise InputError(f"line {number}: started_at is required")
+    if present is not None and started > present + SKEW:
+        raise InputError(f"line {number}: started_at {started.isoformat()} is later than the "
+                         f"present time ({present.isoformat(timespec='seconds')}): a session is "
+                         "recorded once it has started (the gate would not count it until "
+                         "then); give the time it started")
     ended = opt_time(obj, "ended_at", number)
     if ended is not None and ended < started:
         raise InputError(f"line {number}: ended_at is before started_at")
@@ -37,14 +47,16 @@ def parse_session(obj: dict[str, Any], number: int) -> dict[str, Any]:
     }
 
 
-def import_sessions(app: App, lines: Iterable[str | bytes]) -> ImportResult:
-    """All-or-nothing and idempotent by id; an id reused for another session is refused."""
+def import_sessions(app: App, lines: Iterable[str | bytes], *,
+                    present: datetime | None = None) -> ImportResult:
+    """All-or-nothing and idempotent by id; an id reused for another session is refused, and
+    with ``present`` (the CLI's clock) so is a session that has not started yet."""
     result = ImportResult()
     rows: dict[str, dict[str, Any]] = {}
     line_of: dict[str, int] = {}
     for number, obj in read_jsonl(lines):
         result.read += 1
-        row = parse_session(obj, number)
+        row = parse_session(obj, number, present)
         first = rows.setdefault(row["id"], row)
         line_of.setdefault(row["id"], number)
         if _session_identity(first) != _session_identity(row):

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from typing import Any, Final, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Literal, TypeVar
 
 import openai
 import pydantic
 import structlog
+from openai.types import Batch, FileObject
 from openai.types.chat import ChatCompletion
 
 from worker.llm.base import BATCH_FINISHED, BatchItem, BatchRelease, BatchState, LLMError
-from worker.llm.openai_compat import OpenAICompatibleLLM, chat_reply, client_error
+from worker.llm.openai_compat import UNDECODABLE, OpenAICompatibleLLM, chat_reply, client_error
 
 log = structlog.get_logger(__name__)
 
@@ -33,15 +34,23 @@ def batch_lines(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> bytes:
 
 def submit_batch(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> str:
     """Upload the requests (purpose ``batch``) and start a 24 h batch; its id."""
+    uploaded: FileObject | None = None
     try:
         with llm.sync_client() as client:
-            uploaded = client.files.create(
-                file=("dream-batch.jsonl", batch_lines(llm, items), "application/jsonl"),
-                purpose="batch")
-            batch = client.batches.create(
-                input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h",
-                metadata={"source": "dream-worker", "prompt": items[0].prompt_name[:64]})
-            if not (isinstance(batch.id, str) and _PROVIDER_ID.fullmatch(batch.id)):
+            try:
+                uploaded = answered(lambda: client.files.create(
+                    file=("dream-batch.jsonl", batch_lines(llm, items), "application/jsonl"),
+                    purpose="batch"), FileObject, "file")
+                input_id = uploaded.id
+                batch = answered(lambda: client.batches.create(
+                    input_file_id=input_id, endpoint=ENDPOINT, completion_window="24h",
+                    metadata={"source": "dream-worker", "prompt": items[0].prompt_name[:64]}),
+                    Batch, "batch")
+            except LLMError:
+                if uploaded is not None:  # it holds every prompt: never left at the provider
+                    forget_files(client, "(no batch)", (uploaded.id,))
+                raise
+            if not _PROVIDER_ID.fullmatch(batch.id):
                 forget_files(client, "(no id)", (uploaded.id,))
                 raise LLMError("model endpoint answered a batch id that is no id (1 to 100 "
                                "letters, digits, '_', '-', '.' or ':'); check the server, "
@@ -53,6 +62,30 @@ def submit_batch(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> str:
     except openai.OpenAIError as exc:
         raise client_error(exc) from None
     return batch.id
+
+
+AnswerT = TypeVar("AnswerT", FileObject, Batch)
+
+
+def answered(call: Callable[[], object], kind: type[AnswerT], what: str) -> AnswerT:
+    """The file or batch ``call`` got from the endpoint; LLMError for an HTTP 200 that is none
+    (a proxy's HTML page, JSON cut short or of another shape), which before failed the phase
+    as an AttributeError or a JSONDecodeError instead of deferring its items."""
+    try:
+        value = call()
+    except UNDECODABLE:
+        value = None
+    if isinstance(value, kind) and isinstance(getattr(value, "id", None), str):
+        return value
+    raise LLMError(f"model endpoint answered HTTP 200 without a {what}; check "
+                   "DREAM_LLM_BASE_URL")
+
+
+def batch_files(batch: Batch) -> list[str | None]:
+    """The batch's input, output and error file ids; None for one it has not, or that is no
+    id (a lenient client keeps whatever the endpoint sent: it is neither read nor deleted)."""
+    return [v if isinstance(v, str) and _PROVIDER_ID.fullmatch(v) else None
+            for v in (batch.input_file_id, batch.output_file_id, batch.error_file_id)]
 
 
 # A batch id names its run step (``llm batch <id>``, at most 200 characters), log lines and
@@ -74,16 +107,15 @@ def batch_state(llm: OpenAICompatibleLLM, batch_id: str) -> BatchState:
     failed request of its error file, and the three files deleted (``forget_files``)."""
     try:
         with llm.sync_client() as client:
-            batch = client.batches.retrieve(batch_id)
+            batch = answered(lambda: client.batches.retrieve(batch_id), Batch, "batch")
             state = BatchState(batch_id, provider_status(batch.status))
             if not state.finished:
                 return state
-            if batch.output_file_id:
-                read_output(client.files.content(batch.output_file_id).text, state, llm.model)
-            if batch.error_file_id:
-                read_output(client.files.content(batch.error_file_id).text, state, llm.model)
-            forget_files(client, batch_id, (batch.input_file_id, batch.output_file_id,
-                                            batch.error_file_id))
+            files = batch_files(batch)
+            for result_file in files[1:]:
+                if result_file:
+                    read_output(client.files.content(result_file).text, state, llm.model)
+            forget_files(client, batch_id, files)
     except openai.APIConnectionError:
         raise LLMError(f"cannot reach the model endpoint to check batch {batch_id}; check "
                        "DREAM_LLM_BASE_URL") from None
@@ -109,7 +141,7 @@ def forget_files(client: openai.OpenAI, batch_id: str,
             deleted.append(file_id)
         except openai.NotFoundError:
             continue  # deleted already (the same batch read twice)
-        except openai.OpenAIError as exc:
+        except (openai.OpenAIError, *UNDECODABLE) as exc:
             kept.append(file_id)
             log.warning("llm.batch_file_kept", batch_id=batch_id, file_id=file_id,
                         error_type=type(exc).__name__)
@@ -124,20 +156,20 @@ def release_batch(llm: OpenAICompatibleLLM, batch_id: str) -> BatchRelease:
     release = BatchRelease(batch_id)
     try:
         with llm.sync_client() as client:
-            batch = client.batches.retrieve(batch_id)
+            batch = answered(lambda: client.batches.retrieve(batch_id), Batch, "batch")
             status = provider_status(batch.status)
             if status not in BATCH_FINISHED and status != "cancelling":
-                batch = client.batches.cancel(batch_id)
+                batch = answered(lambda: client.batches.cancel(batch_id), Batch, "batch")
                 release.cancelled = True
             release.status = provider_status(batch.status)
-            release.deleted, release.kept = forget_files(
-                client, batch_id, (batch.input_file_id, batch.output_file_id,
-                                   batch.error_file_id))
+            release.deleted, release.kept = forget_files(client, batch_id, batch_files(batch))
     except openai.NotFoundError:
         release.status = "gone"  # the provider holds no such batch (its retention ended)
         return release
     except openai.APIConnectionError:
         release.problem = "cannot reach the model endpoint (check DREAM_LLM_BASE_URL)"
+    except LLMError as exc:
+        release.problem = str(exc)
     except openai.OpenAIError as exc:
         release.problem = str(client_error(exc))
     if release.problem is None and release.status not in BATCH_FINISHED:

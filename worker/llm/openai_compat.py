@@ -38,6 +38,15 @@ class RequestDeadlineExceeded(Exception):
     """One request ran past its whole-request deadline (headers and body included)."""
 
 
+class UndecodableBody(Exception):
+    """An HTTP 200 whose body says it is JSON and is not (a proxy cut the reply short)."""
+
+
+# What the client raises on such a body (``response.json()``): no OpenAIError, so before it
+# failed the phase with a traceback instead of deferring the item.
+UNDECODABLE = (json.JSONDecodeError, UnicodeDecodeError)
+
+
 def run_with_deadline(coro: Coroutine[Any, Any, T], seconds: float) -> T:
     """Run ``coro`` to completion or cancel it after ``seconds`` in total.
 
@@ -184,7 +193,7 @@ class OpenAICompatibleLLM:
                 continue  # retry at once in JSON mode; not counted as a retry
             except (openai.RateLimitError, openai.InternalServerError, openai.APIStatusError,
                     openai.APITimeoutError, openai.APIConnectionError,
-                    RequestDeadlineExceeded) as exc:
+                    RequestDeadlineExceeded, UndecodableBody) as exc:
                 wait = self._retry_wait(exc, attempt, deadline)
                 log.info("llm.retry", prompt=prompt_name, attempt=attempt + 1,
                          error=_describe(exc), wait_s=round(wait, 2))
@@ -258,11 +267,15 @@ class OpenAICompatibleLLM:
                 http_client=openai.DefaultAsyncHttpxClient(verify=self._ssl, timeout=deadline_s),
             )
             async with client:
-                return await client.chat.completions.create(  # type: ignore[call-overload]
-                    model=self.model, messages=messages, response_format=fmt, temperature=0,
-                    # Lets proxies, logs and test stubs tell prompts apart; carries no note text.
-                    extra_headers={"X-Dream-Prompt": prompt_name}, **self._cap(),
-                )
+                try:
+                    return await client.chat.completions.create(  # type: ignore[call-overload]
+                        model=self.model, messages=messages, response_format=fmt,
+                        temperature=0, **self._cap(),
+                        # Lets proxies, logs and stubs tell prompts apart; carries no note text.
+                        extra_headers={"X-Dream-Prompt": prompt_name},
+                    )
+                except UNDECODABLE:
+                    raise UndecodableBody from None  # retried like a 5xx: a cut is transient
 
         return run_with_deadline(create(), deadline_s)
 
@@ -294,6 +307,8 @@ def _describe(exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
     if isinstance(exc, RequestDeadlineExceeded):
         return "whole-request deadline"
+    if isinstance(exc, UndecodableBody):
+        return "HTTP 200 with a body that is not JSON; check DREAM_LLM_BASE_URL"
     return f"HTTP {status}" if status else type(exc).__name__
 
 

@@ -1,4 +1,5 @@
-"""`dream mcp --transport http`: the SDK's answers to a body it cannot read, made one line.
+"""`dream mcp --transport http`: the SDK's answers to a body it cannot read, made one line,
+and its 401 to an admin token made to say so.
 
 The SDK answers a body that is JSON but no JSON-RPC message with pydantic's multi-line dump,
 ``input_value={...}`` and all: it sends the request back, note text included, and is no line a
@@ -14,6 +15,7 @@ from typing import Any
 import structlog
 from starlette.types import Message, Receive, Scope, Send
 
+from worker.api.auth import Principal, authenticate, bearer
 from worker.api.guards import HTTPMiddleware
 from worker.mcp.stdio import INVALID_REQUEST, INVALID_REQUEST_LINE, PARSE_ERROR, parse_error_line
 
@@ -62,5 +64,52 @@ def _one_line(held: list[Message]) -> list[Message]:
     log.warning("mcp.unreadable_message", code=answer["error"]["code"], transport="http")
     payload = json.dumps(answer).encode()
     headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+    return [{**start, "headers": [*headers, (b"content-length", str(len(payload)).encode())]},
+            {"type": "http.response.body", "body": payload, "more_body": False}]
+
+
+# No quote and ASCII only: it goes into the WWW-Authenticate header as well.
+ADMIN_TOKEN_LINE = ("the bearer token is an admin token, which MCP does not take: each tool acts "
+                    "on its token's one scope; send a scoped token (one with an agent_id in "
+                    "DREAM_API_TOKENS)")
+_SDK_401 = b'error_description="Authentication required"'
+
+
+class AdminTokenRefusal(HTTPMiddleware):
+    """The SDK answers an admin token 401 "Authentication required", as it does no token: only
+    the server's log said why (``mcp.admin_token_refused``). That 401 now says it was an admin
+    token and which to send instead (never the token)."""
+
+    def __init__(self, app: Any, tokens: list[tuple[bytes, Principal]]) -> None:
+        super().__init__(app)
+        self.tokens = tokens
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        given = next((v.decode("latin-1") for k, v in scope.get("headers", [])
+                      if k.lower() == b"authorization"), None)
+        principal = authenticate(self.tokens, bearer(given))
+        if principal is None or principal.scope is not None:
+            await self.app(scope, receive, send)
+            return
+        replaced = False
+
+        async def answer(message: Message) -> None:
+            nonlocal replaced
+            if message["type"] == "http.response.start" and message["status"] == 401:
+                replaced = True
+                for out in _admin_refusal(message):
+                    await send(out)
+            elif not replaced:
+                await send(message)
+
+        await self.app(scope, receive, answer)
+
+
+def _admin_refusal(start: Message) -> list[Message]:
+    """The SDK's 401 start with ADMIN_TOKEN_LINE as its description, in the header and body."""
+    described = f'error_description="{ADMIN_TOKEN_LINE}"'.encode()
+    headers = [(k, v.replace(_SDK_401, described) if k.lower() == b"www-authenticate" else v)
+               for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+    payload = json.dumps({"error": "invalid_token", "error_description": ADMIN_TOKEN_LINE}).encode()
     return [{**start, "headers": [*headers, (b"content-length", str(len(payload)).encode())]},
             {"type": "http.response.body", "body": payload, "more_body": False}]

@@ -11,13 +11,14 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.util.exc import CommandError
-from sqlalchemy import inspect, text
+from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from worker.errors import ConfigError
 from worker.resources import resource_dir
 from worker.store.errors import database_error, not_ours
+from worker.store.schema import tables_without_revision
 
 MIGRATIONS_DIR = resource_dir("migrations")
 
@@ -127,10 +128,7 @@ def _refuse_foreign_tables(conn: Connection) -> None:
     (another application's file, or tables made without the migrations) is refused before the
     first statement: on SQLite each CREATE commits on its own, and a migration that stopped at
     the clash left half of the schema in the other application's file."""
-    from worker.store.models import Base
-
-    clash = sorted(set(inspect(conn).get_table_names()) & set(Base.metadata.tables))
-    if clash:
+    if clash := tables_without_revision(conn):
         raise not_ours(f"table {clash[0]} already exists")
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import functools
 
-from sqlalchemy import text
-from sqlalchemy.engine import Engine
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from worker.errors import ConfigError
 from worker.resources import resource_dir
+from worker.store.errors import not_ours
 
 
 @functools.cache
@@ -28,8 +30,17 @@ def require_current_schema(engine: Engine) -> None:
     the schema, or one that cannot be reached, raises the driver's error, which the callers
     translate (worker.store.errors)."""
     with engine.connect() as conn:
-        found = [str(rev) for rev in conn.execute(
-            text("SELECT version_num FROM alembic_version")).scalars()]
+        try:
+            found = [str(rev) for rev in conn.execute(
+                text("SELECT version_num FROM alembic_version")).scalars()]
+        except (OperationalError, ProgrammingError):
+            # No revision table. Tables of ours without it are another application's (or were
+            # built without the migrations): `dream db upgrade` refuses that database, so
+            # saying to run it sent the user round in a loop.
+            conn.rollback()
+            if clash := tables_without_revision(conn):
+                raise not_ours(f"table {clash[0]} already exists") from None
+            raise
     known = known_revisions()
     if not known or found == [known[-1]]:
         return
@@ -44,3 +55,11 @@ def require_current_schema(engine: Engine) -> None:
                       f"dream-worker's migrations (up to {known[-1]}) do not have: a newer "
                       "dream-worker migrated it; use that version, or point DREAM_DATABASE_URL "
                       "at another database")
+
+
+def tables_without_revision(conn: Connection) -> list[str]:
+    """The tables the migrations create that ``conn``'s database already holds, sorted: on a
+    database that records no revision, they are not ours to migrate over."""
+    from worker.store.models import Base
+
+    return sorted(set(inspect(conn).get_table_names()) & set(Base.metadata.tables))
