@@ -430,3 +430,23 @@ def test_the_gate_decides_more_scopes_than_a_statement_binds(app: App) -> None:
             held = uow.run_history.held_scopes([sc.key for sc in scopes] * 2)
     assert len(decisions) == len(scopes) and held == set()
     assert [sc for sc, d in decisions.items() if d.due] == [Scope("agent-due")]
+
+
+@pytest.mark.parametrize("phases, counts", [(["prune"], False), (["consolidate", "archive"],
+                                                                  False), (None, True)])
+def test_a_run_of_some_phases_is_not_the_scopes_last_dream(
+        app: App, phases: list[str] | None, counts: bool) -> None:
+    """`dream run --phase prune` on a due scope ended `succeeded` and counted as its last
+    dream: the sessions were spent and the 24 h started over, so the phases it did not run
+    waited another day and five sessions, and nothing said so. Only a run of every phase is a
+    dream for the gate; the scope stays due after a narrowed one."""
+    add_notes(app, {"agent_id": "some", "content": "Works from Lisbon."})
+    add_sessions(app, 5, agent_id="some", start=utcnow() - timedelta(hours=2))
+    run_id = service.create_run(app, Scope("some"), force=True, phases=phases)
+    assert run_id is not None and service.execute_run(app, run_id) == "succeeded"
+    decision = service.scope_gate(app, Scope("some"), now=utcnow() + timedelta(minutes=1))
+    if counts:
+        assert (decision.rule, decision.reason) == (GateRule.TOO_LITTLE_ACTIVITY,
+                                                    "0 of 5 sessions since last dream")
+    else:
+        assert decision.rule is GateRule.DUE, decision.reason

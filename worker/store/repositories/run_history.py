@@ -8,7 +8,18 @@ from __future__ import annotations
 import builtins
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Subquery, and_, case, func, or_, select, true
+from sqlalchemy import (
+    ColumnElement,
+    String,
+    Subquery,
+    and_,
+    case,
+    cast,
+    func,
+    or_,
+    select,
+    true,
+)
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from worker.domain.types import (
@@ -48,16 +59,25 @@ def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None
     (blocked too: retried every day without new activity it would trip the same guard again;
     undone since too: ``ended_as``), never a review approval's run: it applies one item a
     person approved and dreams nothing, so approving an item neither restarts the 24 h nor
-    spends the sessions the next dream is for."""
+    spends the sessions the next dream is for. Nor a run asked for some phases only
+    (`dream run --phase prune`): it left the others for the dream, which it made wait another
+    24 h and five sessions while its status said `succeeded`."""
     return (
         select(DreamRunRow.scope_key, func.max(at).label("at"))
         .where(DreamRunRow.scope_key.in_(scope_keys),
                ended_as(*DREAMED_RUN_STATUSES),
                DreamRunRow.dry_run.is_(False),
-               DreamRunRow.trigger != REVIEW_TRIGGER)
+               DreamRunRow.trigger != REVIEW_TRIGGER,
+               every_phase_asked())
         .group_by(DreamRunRow.scope_key)
         .subquery()
     )
+
+
+def every_phase_asked() -> ColumnElement[bool]:
+    """The run asked for every phase (its ``phases``, a JSON list, names each)."""
+    listed = cast(DreamRunRow.phases, String)
+    return and_(*(listed.like(f'%"{phase}"%') for phase in PHASES))
 
 
 def _worker_wrote(at: InstrumentedAttribute[datetime] | None = None) -> ColumnElement[bool]:
