@@ -214,3 +214,26 @@ def test_recorded_outcomes_and_their_step_status(outcome: PhaseOutcome, step_sta
                                      PhaseOutcome.LEASE_LOST])
 def test_an_executor_that_does_not_hold_the_run_stops(outcome: PhaseOutcome) -> None:
     assert outcome.stops_run and outcome is not PhaseOutcome.ALREADY_DONE
+
+
+def test_a_phase_out_of_model_time_blocks_the_run_for_its_budget() -> None:
+    """DREAM_LLM_PHASE_SECONDS ran out with clusters left: the run ended plain `succeeded`
+    with no flag (R27), where calls or tokens running out block it."""
+    outcome = decide_outcome(RunFacts(DEFERRING, phase_out_of_time=["consolidate"]))
+    assert (outcome.status, outcome.flags) == ("blocked", ["budget"])
+    assert outcome.reason is not None
+    assert "consolidate phase's model time, DREAM_LLM_PHASE_SECONDS" in outcome.reason
+
+
+def test_a_phase_whose_every_reply_was_unusable_makes_the_run_partial() -> None:
+    """Consolidation got one usable reply, contradictions three malformed ones: the run-wide
+    share (3 of 4) did not flag it, and a phase that judged nothing left the run `succeeded`.
+    Run-wide unusable replies still block, and say it once."""
+    facts = RunFacts(OK, model_calls=4, model_replies_malformed=3,
+                     phases_unusable=["contradictions"])
+    outcome = decide_outcome(facts)
+    assert (outcome.status, outcome.flags) == ("partial", ["model_partial"])
+    assert outcome.reason is not None and "in the contradictions phase" in outcome.reason
+    everything = decide_outcome(RunFacts(OK, model_calls=3, model_replies_malformed=3,
+                                         phases_unusable=["contradictions"]))
+    assert (everything.status, everything.flags) == ("blocked", ["model_unusable"])

@@ -229,6 +229,25 @@ def test_r27_a_phase_out_of_its_own_budget_blocks_the_run(app: App) -> None:
             run.status_reason or "")
 
 
+def test_r27_a_phase_out_of_model_time_blocks_the_run(app: App) -> None:
+    """DREAM_LLM_PHASE_SECONDS spent before the cluster was asked: it is deferred to the next
+    run, and the run is blocked for its budget, naming the phase and the setting (before:
+    plain `succeeded`, no flag, and the gate counted it as the scope's dream)."""
+    app.settings.llm_phase_seconds = 1e-9
+    add_notes(app, *({"user_id": "u1", "content": c} for c in DARK_MODE_NOTES))
+    app.llm = FakeLLM(default={"should_consolidate": False, "content": "", "type": "Preference",
+                               "source_ids": [], "reason": "unused"})
+    run_id = service.create_run(app, SCOPE, force=True, clock=NOW, phases=["consolidate"])
+    assert run_id is not None
+    assert service.execute_run(app, run_id) == "blocked"
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None
+        assert "the consolidate phase's model time, DREAM_LLM_PHASE_SECONDS" in (
+            run.status_reason or "")
+        assert (run.totals or {})["flags"] == ["budget"]
+
+
 @pytest.mark.parametrize("reply", ["Sure! Here is my answer: keep them.", "{\"topics\": ",
                                    [1, 2, 3]], ids=["prose", "broken_json", "other_shape"])
 def test_r27_a_model_answering_garbage_all_run_blocks_the_run(app: App, llm_stub: LLMStub,
@@ -312,10 +331,12 @@ def test_r27_a_model_down_all_run_blocks_the_run(app: App, llm_stub: LLMStub,
         assert uow.notes.count_by_status(SCOPE) == {"active": len(DARK_MODE_NOTES)}
 
     if failure == "server_error":
-        # The endpoint answers again (a model that declines to fuse): work was judged.
+        # The endpoint answers again (a model that declines to fuse, and finds no topic to
+        # settle): work was judged.
         llm_stub.set_handler(lambda req: {"should_consolidate": False, "content": "",
                                           "type": "Preference", "source_ids": [],
-                                          "reason": "keep apart", "verdicts": []})
+                                          "reason": "keep apart", "verdicts": [],
+                                          "topics": []})
         dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", code=0, **env)
         latest = json.loads(dream(app, "runs", "list", "--json").stdout)[0]
         assert "model_unavailable" not in latest["totals"]["flags"], latest

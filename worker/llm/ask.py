@@ -66,6 +66,9 @@ class AskStatus(StrEnum):
 
 
 # Outcomes that say nothing about the question: its items are asked again by a later run.
+# A step's reason when the phase's model time ran out (``finalize`` reads it: the run is blocked
+# for its budget, as when its calls or tokens ran out).
+OUT_OF_TIME_REASON = "the phase's model wall-time budget is spent; deferred to the next run"
 DEFERRING = frozenset({AskStatus.BUDGET_EXHAUSTED, AskStatus.OUT_OF_TIME, AskStatus.ERROR,
                        AskStatus.DEFERRED})
 
@@ -112,8 +115,7 @@ def ask(
     outcome: Outcome[T] = Outcome(value=None, status=AskStatus.INVALID)
     for attempt in range(1 + MAX_REASKS):
         if deadline is not None and time.monotonic() >= deadline:
-            return _stop(outcome, AskStatus.OUT_OF_TIME,
-                         "the phase's model wall-time budget is spent; deferred to the next run")
+            return _stop(outcome, AskStatus.OUT_OF_TIME, OUT_OF_TIME_REASON)
         if reserve is not None and not reserve():
             return _stop(outcome, AskStatus.BUDGET_EXHAUSTED, "model budget exhausted")
         outcome.attempts = attempt + 1

@@ -15,6 +15,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import JUDGING_PHASES, PHASES, REVIEW_TRIGGER, RunStatus
 from worker.domain.usage import StepUsage
+from worker.llm.ask import OUT_OF_TIME_REASON
 from worker.runs.batches import release_run_batches
 from worker.runs.outcome import PhaseOutcome, RunFacts, decide_outcome
 from worker.runs.phase_run import left_for_later
@@ -99,6 +100,8 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
         limit_reached=_limit_reached(app, spent),
         phase_limits=[s.phase for s in parents
                       if "budget exhausted" in str((s.output or {}).get("reason") or "")],
+        phase_out_of_time=_out_of_time(steps, parents),
+        phases_unusable=[s.phase for s in parents if _unusable(s.output or {})],
         model_calls=sum(int((s.output or {}).get("model_calls_started") or 0) for s in parents),
         model_calls_failed=sum(int((s.output or {}).get("model_calls_failed") or 0)
                                for s in parents),
@@ -109,6 +112,22 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
         changes_applied=applied, approval=approval,
         review_item=(snap.totals or {}).get("review_item"),
     )
+
+
+def _out_of_time(steps: list[RunStepRow], parents: list[RunStepRow]) -> list[str]:
+    """The phases (latest attempts) a child step of which was deferred for the phase's model
+    wall time (``OUT_OF_TIME_REASON``), in run order."""
+    latest = {s.id: s.phase for s in parents}
+    found = {latest[s.parent_id] for s in steps if s.parent_id in latest
+             and OUT_OF_TIME_REASON in str((s.output or {}).get("reason") or "")}
+    return [p for p in PHASES if p in found]
+
+
+def _unusable(output: dict[str, Any]) -> bool:
+    """The phase got replies and not one was usable (``outcome.model_unusable``, per phase)."""
+    replies = int(output.get("model_calls_started") or 0) - int(
+        output.get("model_calls_failed") or 0)
+    return replies > 0 and int(output.get("model_replies_malformed") or 0) >= replies
 
 
 def _open_candidates(steps: list[RunStepRow]) -> int:

@@ -81,6 +81,10 @@ class RunFacts:
     limit_reached: str | None = None
     # Phases whose own model limit deferred work (their parent step says "budget exhausted").
     phase_limits: list[str] = field(default_factory=list)
+    # Phases whose model wall-time budget ran out with work left (DREAM_LLM_PHASE_SECONDS).
+    phase_out_of_time: list[str] = field(default_factory=list)
+    # Phases that got replies and not one usable (each reply no JSON of the asked schema).
+    phases_unusable: list[str] = field(default_factory=list)
     open_candidates: int = 0
     # open_candidates of the scope's earlier finished runs, oldest first (dry runs left out).
     open_history: list[int] = field(default_factory=list)
@@ -151,6 +155,9 @@ def budget_exhausted(facts: RunFacts) -> str | None:
         return facts.limit_reached
     if facts.phase_limits:
         return f"the {facts.phase_limits[0]} phase's limit, work deferred"
+    if facts.phase_out_of_time:
+        return (f"the {facts.phase_out_of_time[0]} phase's model time, "
+                "DREAM_LLM_PHASE_SECONDS, work deferred")
     return None
 
 
@@ -217,6 +224,13 @@ def _partial_reasons(facts: RunFacts, failed: list[str]) -> tuple[list[str], lis
         reasons.append(f"model partly unavailable: {facts.model_calls_failed} of "
                        f"{facts.model_calls} model calls failed ({share}%){cause}; what they "
                        "were to judge waits for the next run")
+    unusable = [] if model_unusable(facts) else facts.phases_unusable
+    if unusable:
+        if "model_partial" not in flags:
+            flags.append("model_partial")
+        reasons.append(f"model answers unusable in the {', '.join(unusable)} phase: not one "
+                       "reply was JSON of the asked schema; what it was to judge is left as it "
+                       "was (check that DREAM_LLM_MODEL answers in JSON)")
     if failed:
         flags.append("phase_failed")
         reasons.append(f"phase failed: {', '.join(failed)}")
