@@ -133,7 +133,8 @@ def test_r29_archive_review_prompt_carries_no_canary(redacting: App, llm_stub: L
     redacting.settings.archive.review = "llm"
     add_notes(redacting, {"id": "old", "content": f"Emergency contact {PHONE}, {EMAIL}",
                           "importance": 0.9, "created_at": days_ago(400),
-                          "access_count": 1})  # read once, long ago: idle, so asked about
+                          "access_count": 1, "last_accessed_at": days_ago(400)})  # read once,
+    # long ago: idle, so asked about (a read with no date is never idle)
     _run(redacting, "archive")
     assert any(r.prompt_name == "archive" for r in llm_stub.chat_requests())
     assert _leaks(llm_stub) == []
@@ -208,7 +209,8 @@ def test_r29_black_box_cli_every_phase_and_host_path(
               "created_at": days_ago(4)},
              {"id": "p", "content": f"Pays with card {CARD}", "source_conversation_id": "gone"},
              {"id": "old", "content": f"Emergency contact {PHONE}", "importance": 0.9,
-              "created_at": days_ago(400), "access_count": 1}]  # read once, long ago: idle
+              "created_at": days_ago(400), "access_count": 1,
+              "last_accessed_at": days_ago(400)}]  # read once, long ago: idle
     path = tmp_path / "notes.jsonl"
     path.write_text("\n".join(json.dumps({"agent_id": "agent-1", **n}) for n in notes))
     entities = tmp_path / "entities.jsonl"

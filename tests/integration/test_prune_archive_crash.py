@@ -41,7 +41,8 @@ def test_crash_after_archive_rolls_back_then_next_run_completes(app: App, point:
     """The crash fails the phase with nothing written; a later run archives exactly once."""
     add_entities(app, {"kind": "agent", "id": "agent-1", "status": "disabled"})
     add_notes(app, {"id": "n1", "content": "a", "created_at": days_ago(200),
-                    "access_count": 1})  # read once, long ago: idle past retention
+                    "access_count": 1, "last_accessed_at": days_ago(200)})  # read once, long
+    # ago: idle past retention (a read with no date is never idle)
     phase = point.split(".")[0]
     crashpoints.arm(point, _boom)
     run_id = service.create_run(app, Scope("agent-1"), force=True, clock=NOW, phases=[phase])

@@ -54,7 +54,8 @@ def test_failing_prune_leaves_archive_running_and_run_partial(
 
     app.reference_checker = lambda a: BrokenChecker()
     add_notes(app, {"id": "old", "content": "a", "created_at": days_ago(200),
-                    "access_count": 1})  # read once, long ago: idle past retention
+                    "access_count": 1, "last_accessed_at": days_ago(200)})  # read once, long
+    # ago: idle past retention (a read with no date is never idle)
     run_id = _run(app)
     tree = run_tree(app, run_id)
     by_phase = {s["phase"]: s for s in tree["steps"]}

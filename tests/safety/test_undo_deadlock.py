@@ -46,7 +46,8 @@ def _annotated(phase: str) -> list[dict[str, Any]]:
     return [*({"id": f"m-x{uuid.uuid4().hex[:8]}", "content": f"Reminder {k} for the trip",
                "expires_at": days_ago(1)} for k in range(3)),
             *({"id": f"m-a{uuid.uuid4().hex[:8]}", "content": f"Old remark {k} on the weather",
-               "created_at": days_ago(200), "access_count": 1}  # read once, long ago: idle
+               "created_at": days_ago(200), "access_count": 1,
+               "last_accessed_at": days_ago(200)}  # read once, long ago: idle
               for k in range(3))]
 
 

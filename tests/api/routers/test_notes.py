@@ -15,8 +15,10 @@ BASE = "The user deploys the billing service on Fridays after the weekly review.
 # (what is written after BASE, expected action, expected HTTP status)
 TABLE = [
     ("the user deploys the billing service on fridays, after the weekly review!", "NOOP", 200),
-    # Adds a word to the note it matches: an UPDATE that keeps it (a NOOP dropped it).
-    ("The user deploys the billing service on Fridays after the weekly review meeting.",
+    # Adds a word to the note it matches: an UPDATE that keeps it (a NOOP dropped it). After
+    # a comma: "review meeting" would make "review" part of another thing (the rule judge's
+    # phrase rule), which is no restatement but another note, an ADD.
+    ("The user deploys the billing service on Fridays after the weekly review, mostly.",
      "UPDATE", 201),
     ("The user deploys the billing service on Fridays after the weekly review, and always "
      "announces the release in the team channel with the changelog first.", "UPDATE", 201),
