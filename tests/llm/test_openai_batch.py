@@ -371,15 +371,10 @@ def test_a_batch_id_that_is_no_id_defers_the_items(
         assert not [s for s in uow.runs.steps(run_id) if s.name.startswith("llm batch ")]
 
 
-@pytest.mark.parametrize("status", ["in_progress\x1b]0;owned\x07", "x" * 500, "Completed"])
-def test_a_batch_status_that_is_no_status_is_unknown(llm_stub: LLMStub, status: str) -> None:
-    """A provider's status is recorded on the batch's step, logged and printed by `dream runs
-    cancel` ("provider batch B: already <status>"): an escape sequence went out raw, pages of
-    text were stored. What is no status reads ``unknown``, which is never finished (waited on,
-    then given up)."""
+def _pending_batch(llm_stub: LLMStub) -> Any:
+    """One question submitted as a provider batch the stub keeps pending: its batch."""
     from tests.llm.test_batch import MemoryLedger, _ask, _batch_ctx
     from worker.llm.batch import reschedule_while_pending
-    from worker.llm.openai_batch import release_batch
 
     llm_stub.set_handler(answer)
     llm_stub.batches.polls = 10_000
@@ -387,6 +382,18 @@ def test_a_batch_status_that_is_no_status_is_unknown(llm_stub: LLMStub, status: 
     with reschedule_while_pending(), pytest.raises(BatchPending):
         _ask(ctx, 1, ledger)
     (batch,) = llm_stub.batches.batches.values()
+    return batch
+
+
+@pytest.mark.parametrize("status", ["in_progress\x1b]0;owned\x07", "x" * 500, "Completed"])
+def test_a_batch_status_that_is_no_status_is_unknown(llm_stub: LLMStub, status: str) -> None:
+    """A provider's status is recorded on the batch's step, logged and printed by `dream runs
+    cancel` ("provider batch B: already <status>"): an escape sequence went out raw, pages of
+    text were stored. What is no status reads ``unknown``, which is never finished (waited on,
+    then given up)."""
+    from worker.llm.openai_batch import release_batch
+
+    batch = _pending_batch(llm_stub)
     batch.status = status
     llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
                               timeout=10, max_retries=0)
@@ -436,16 +443,9 @@ def test_a_release_or_delete_answered_with_garbage_fails_nothing(
         llm_stub: LLMStub, route: str) -> None:
     """Cancelling a batch or deleting its files answered by JSON cut short: the release says
     what went wrong (no JSONDecodeError out of it) and the file is reported kept."""
-    from tests.llm.test_batch import MemoryLedger, _ask, _batch_ctx
-    from worker.llm.batch import reschedule_while_pending
     from worker.llm.openai_batch import release_batch
 
-    llm_stub.set_handler(answer)
-    llm_stub.batches.polls = 10_000
-    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
-    with reschedule_while_pending(), pytest.raises(BatchPending):
-        _ask(ctx, 1, ledger)
-    (batch,) = llm_stub.batches.batches.values()
+    batch = _pending_batch(llm_stub)
     llm_stub.batches.garbage[route] = _NOT_AN_OBJECT["cut"]
     llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
                               timeout=10, max_retries=0)

@@ -11,37 +11,19 @@ into another as its duplicate is not in that note's lineage.
 
 from __future__ import annotations
 
-from sqlalchemy import select
-
 from tests.phases.contradictions.test_service import with_stub
-from tests.phases.prune.test_lineage import LINEAGE
-from tests.support.factories import NOW, add_entities, add_notes, days_ago
+from tests.phases.prune.test_lineage import LINEAGE, SCOPE, _rows, _run
+from tests.support.factories import add_entities, add_notes, days_ago
 from tests.support.llm_stub import LLMStub
 from worker.app import App
-from worker.domain.types import RunStatus, Scope
 from worker.phases.prune.lineage import RESTORED_COMMENT, read_behind
 from worker.reporting import run_tree
 from worker.review.service import Selector, approve, list_items
-from worker.runs import service
 from worker.safety.undo import undo_run
-from worker.store.models import NoteRow
 from worker.store.repositories.retention import LineageParent
 
-SCOPE = Scope("agent-1")
 CELLO = "Priya plays the cello."
 QUARTET = "Priya plays the cello in a quartet this season."
-
-
-def _run(app: App, phases: list[str] | None = None) -> str:
-    run_id = service.create_run(app, SCOPE, force=True, clock=NOW, phases=phases)
-    assert run_id
-    assert service.execute_run(app, run_id) == RunStatus.SUCCEEDED.value
-    return run_id
-
-
-def _rows(app: App) -> dict[str, NoteRow]:
-    with app.uow() as uow:
-        return {r.id: r for r in uow.session.scalars(select(NoteRow))}
 
 
 def fuller(a: str, b: str) -> tuple[str, float]:

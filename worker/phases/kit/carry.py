@@ -228,14 +228,7 @@ def _notes_after(scope: Any, held: ScopeLoad, touched: set[str], born: list[Any]
     for n in new:
         snap.checked[n.id] = None
     _rest_after(snap.rest, touched, born, done)
-    # A note with a conversation that this write retired others into is one prune may give
-    # them back from (``ScopeSnapshot.absorbed``, as a fresh load would read it).
-    by_id = {n.id: n for n in notes}
-    for r in done.state.values():
-        into = r.get("consolidated_into_id")
-        if r["status"] == NoteStatus.REVOKED.value and into in by_id \
-                and by_id[into].source_conversation_id is not None:
-            snap.absorbed.add(into)
+    _absorbed_after(snap.absorbed, notes, done)
     return ScopeSnapshot([notes[k] for k in order], matrix, checked=snap.checked,
                          rest=snap.rest, absorbed=snap.absorbed)
 
@@ -257,6 +250,15 @@ def _rest_after(rest: dict[str, tuple[Any, Any, Any]], touched: set[str], born: 
     for nn in born:
         if nn.comments is not None:
             rest[nn.id] = (nn.comments, None, None)
+
+
+def _absorbed_after(absorbed: set[str], notes: list[Note], done: Written) -> None:
+    """The notes with a conversation the write retired others into: ones prune may give them
+    back from (``ScopeSnapshot.absorbed``, as a fresh load would read it)."""
+    kept = {n.id for n in notes if n.source_conversation_id is not None}
+    absorbed.update(into for r in done.state.values()
+                    if r["status"] == NoteStatus.REVOKED.value
+                    and (into := r.get("consolidated_into_id")) in kept)
 
 
 def _new_note(scope: Any, nn: Any, now: datetime) -> Note:
