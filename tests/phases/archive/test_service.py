@@ -265,3 +265,34 @@ def test_archive_review_lets_the_model_keep_important_notes(app: App) -> None:
     step = next(s for s in run_tree(app, run_id)["steps"] if s["phase"] == "archive")
     assert step["tokens_in"] > 0
     assert any(c["prompt_name"] == "archive" for c in step["children"])
+
+
+@pytest.mark.parametrize("phase", ["prune", "archive"])
+def test_a_review_the_budget_left_unasked_counts_no_model_call(app: App, phase: str) -> None:
+    """With the run's call budget spent before the keep-review, its step names no model and
+    the run counts no call: a review step that named the configured model counted as a call,
+    so a budget of 0 read "model budget exhausted (2 of 0 model calls)" with none made, and
+    ``/metrics`` and the totals counted calls of phases that asked nothing (audit, 7 Dec)."""
+    from tests.phases.prune.test_service import KeepEverything
+
+    add_entities(app, {"kind": "conversation", "id": "c-gone", "deleted_at": days_ago(1)})
+    add_notes(app, {"id": "old", "content": "allergic to nuts", "importance": 0.9,
+                    "created_at": days_ago(120), "access_count": 1,
+                    "last_accessed_at": days_ago(110)},
+              {"id": "orphan", "content": "liked the blue theme",
+               "source_conversation_id": "c-gone", "created_at": days_ago(3)},
+              {"id": "read", "content": "uses a standing desk", "access_count": 1,
+               "created_at": days_ago(3), "last_accessed_at": days_ago(1)})
+    getattr(app.settings, phase).review = "llm"
+    app.settings.budget.max_calls_per_run = 0
+    app.llm = llm = KeepEverything()
+    run_id = service.create_run(app, SCOPE, force=True, clock=NOW, phases=[phase])
+    assert run_id
+    service.execute_run(app, run_id)
+    assert llm.asked == []
+    step = next(s for s in run_tree(app, run_id)["steps"] if s["phase"] == phase)
+    reviews = [c for c in step["children"] if c["prompt_name"] == phase]
+    assert reviews and all(c["model"] is None for c in reviews), reviews
+    with app.uow() as uow:
+        totals = uow.runs.get(run_id).totals
+    assert totals["model_calls"] == 0, totals

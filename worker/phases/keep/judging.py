@@ -103,7 +103,15 @@ def review_keep(
         result.steps.append(ChildStep(
             name=f"review {number}", status="succeeded" if outcome.ok else "skipped",
             input={"note_ids": ids}, output=output, prompt_name=prompt.name,
-            template_hash=prompt.template_hash, model=outcome.model or getattr(llm, "model", None),
+            template_hash=prompt.template_hash, model=_model_asked(outcome, llm),
             tokens_in=outcome.tokens_in, tokens_out=outcome.tokens_out,
         ))
     return result
+
+
+def _model_asked(outcome: Any, llm: Any) -> str | None:
+    """The model a review step asked, or None when none was (the budget or the phase's time
+    had run out first): a step naming a model counts as a call (``domain.usage``)."""
+    if not outcome.attempts:
+        return None
+    return outcome.model or getattr(llm, "model", None)
