@@ -294,5 +294,6 @@ def test_a_review_the_budget_left_unasked_counts_no_model_call(app: App, phase: 
     reviews = [c for c in step["children"] if c["prompt_name"] == phase]
     assert reviews and all(c["model"] is None for c in reviews), reviews
     with app.uow() as uow:
-        totals = uow.runs.get(run_id).totals
-    assert totals["model_calls"] == 0, totals
+        run = uow.runs.get(run_id)
+        assert run is not None and run.totals is not None
+        assert run.totals["model_calls"] == 0, run.totals
