@@ -57,6 +57,12 @@ class Recovery:
     lapsed: bool  # its lease lapsed while running (else: nobody claimed it)
 
 
+def hand_overs_before_failing(settings: Settings) -> int:
+    """How many times a run nobody claims is handed to an executor before the gate check fails
+    it: once when created, then again by each check after a timeout, ``max_attempts`` times."""
+    return settings.max_attempts + 1
+
+
 def plan_recovery(uow: UnitOfWork, settings: Settings, now: datetime,
                   backlog: int | None = None) -> list[Recovery]:
     """The lost runs a gate check at ``now`` recovers, and how; reads only (``recover_runs``
@@ -76,7 +82,7 @@ def plan_recovery(uow: UnitOfWork, settings: Settings, now: datetime,
 def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | None = None) -> None:
     """R5 + R30: runs whose lease expired become interrupted (failed after max_attempts);
     queued/interrupted runs nobody claimed in time are handed out again (failed after
-    max_attempts hand-overs). Every transition is compare-and-set: a live executor wins. The
+    ``hand_overs_before_failing`` hand-overs). Every transition is compare-and-set: a live executor wins. The
     provider batches of the runs failed here are released (``release_run_batches``), and
     releases left incomplete before are tried again (``retry_incomplete_releases``).
 
@@ -116,7 +122,7 @@ def _recover(uow: UnitOfWork, recovery: Recovery, now: datetime, settings: Setti
     elif fate is Fate.GIVE_UP:
         if uow.runs.finish_unclaimed(
             run, RunStatus.FAILED.value, now,
-            error=f"never claimed after {run.requeues + 1} hand-overs of "
+            error=f"never claimed after {counted(run.requeues + 1, 'hand-over')} of "
                   f"{settings.queued_timeout_seconds} s each (no worker consumes the "
                   "queue, or its messages were lost)",
         ):
