@@ -68,6 +68,9 @@ HOSTILE = [
     (["notes", "import", "-"], note(embedding=[0.5] * DIMS).replace("0.5]", "NaN]"), "NaN is not a finite number"),
     (["notes", "import", "-"], note(embedding=[0] * DIMS).replace("0]", "1" + "0" * 400 + "]"),
      "embedding values must be finite"),
+    # a boolean is no number, among numbers too (numpy would read it as 1.0)
+    (["notes", "import", "-"], FINE + note(embedding=[True] + [0.5] * (DIMS - 1)),
+     "line 2: embedding must be an array of numbers"),
     # text no backend stores the same way (item 22): NUL, lone surrogates, at any depth
     (["notes", "import", "-"], FINE + note(content="tea\u0000time"), "line 2: content contains a NUL character"),
     (["notes", "import", "-"], FINE + note(metadata={"k": ["x\u0000"]}), "line 2: metadata contains a NUL"),
