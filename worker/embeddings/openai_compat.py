@@ -129,7 +129,7 @@ def vectors_of(data: list[Any], count: int, dimensions: int) -> np.ndarray:
     # Each value by itself: numpy reads [true, 0.5] as [1.0, 0.5] (a boolean among numbers is
     # promoted with them), so the array's type cannot tell.
     numbers = all(isinstance(x, int | float) and not isinstance(x, bool)
-                  for row in rows for x in row)
+                  for row in rows if isinstance(row, list) for x in row)
     try:
         mat = np.asarray(rows) if numbers else np.asarray([], dtype=object)
     except (ValueError, TypeError):
