@@ -52,6 +52,8 @@ class Fate(StrEnum):
 
 @dataclass(frozen=True)
 class Recovery:
+    """One lost run and what the gate check does with it."""
+
     run: DreamRunRow
     fate: Fate
     lapsed: bool  # its lease lapsed while running (else: nobody claimed it)
@@ -82,9 +84,10 @@ def plan_recovery(uow: UnitOfWork, settings: Settings, now: datetime,
 def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | None = None) -> None:
     """R5 + R30: runs whose lease expired become interrupted (failed after max_attempts);
     queued/interrupted runs nobody claimed in time are handed out again (failed after
-    ``hand_overs_before_failing`` hand-overs). Every transition is compare-and-set: a live executor wins. The
-    provider batches of the runs failed here are released (``release_run_batches``), and
-    releases left incomplete before are tried again (``retry_incomplete_releases``).
+    ``hand_overs_before_failing`` hand-overs), as ``plan_recovery`` finds them. Every
+    transition is compare-and-set: a live executor wins. The provider batches of the runs
+    failed here are released (``release_run_batches``), and releases left incomplete before
+    are tried again (``retry_incomplete_releases``).
 
     ``backlog``: messages waiting in the broker's queue (None: unknown, or no broker). While
     some wait, a run's message may be one of them, behind the rest: a queued run, or a running
