@@ -112,3 +112,25 @@ def test_allow_list_names_only_offenders() -> None:
     stale = (_stale(module_sizes(), MAX_MODULE_LINES, MODULE_ALLOW)
              + _stale(function_sizes(), MAX_FUNCTION_LINES, FUNCTION_ALLOW))
     assert stale == [], "remove from the allow-list in tests/test_layout.py: " + ", ".join(stale)
+
+
+def run_on_summaries(root: Path = WORKER) -> list[str]:
+    """Modules whose docstring's first line is a whole sentence with more text right under it:
+    the blank line after the summary (PEP 257) was dropped, as to fit a module under its limit.
+    A summary that runs over two lines ends on the second, and is no such module."""
+    found = []
+    for path in _modules(root):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False)
+        lines = (doc or "").strip().splitlines()
+        if len(lines) > 1 and lines[0].rstrip().endswith(".") and lines[1].strip():
+            found.append(path.relative_to(root).as_posix())
+    return found
+
+
+def test_a_module_summary_line_is_followed_by_a_blank_line(tmp_path: Path) -> None:
+    """worker/host/fusion.py sat at exactly 400 lines with its summary run on into the text."""
+    assert run_on_summaries() == []
+    (tmp_path / "run_on.py").write_text('"""One line.\nMore text."""\n')
+    (tmp_path / "apart.py").write_text('"""One line.\n\nMore text."""\n')
+    (tmp_path / "long.py").write_text('"""A summary that runs\nover two lines.\n\nMore."""\n')
+    assert run_on_summaries(tmp_path) == ["run_on.py"]

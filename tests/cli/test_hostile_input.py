@@ -68,6 +68,9 @@ HOSTILE = [
     (["notes", "import", "-"], note(embedding=[0.5] * DIMS).replace("0.5]", "NaN]"), "NaN is not a finite number"),
     (["notes", "import", "-"], note(embedding=[0] * DIMS).replace("0]", "1" + "0" * 400 + "]"),
      "embedding values must be finite"),
+    # a boolean is no number, among numbers too (numpy would read it as 1.0)
+    (["notes", "import", "-"], FINE + note(embedding=[True] + [0.5] * (DIMS - 1)),
+     "line 2: embedding must be an array of numbers"),
     # text no backend stores the same way (item 22): NUL, lone surrogates, at any depth
     (["notes", "import", "-"], FINE + note(content="tea\u0000time"), "line 2: content contains a NUL character"),
     (["notes", "import", "-"], FINE + note(metadata={"k": ["x\u0000"]}), "line 2: metadata contains a NUL"),
@@ -103,6 +106,17 @@ HOSTILE = [
      json.dumps({"agent_id": "a", "started_at": "2026-01-01T00:00:00Z"}) + "\n"
      + json.dumps({"agent_id": "a", "started_at": "2099-01-01T00:00:00Z"}),
      "line 2: started_at 2099-01-01T00:00:00+00:00 is later than the present time"),
+    # a session that ends in the future, or before it started (each line checked first)
+    (["sessions", "import", "-"],
+     json.dumps({"agent_id": "a", "started_at": "2026-01-01T00:00:00Z"}) + "\n"
+     + json.dumps({"agent_id": "a", "started_at": "2026-01-02T00:00:00Z",
+                   "ended_at": "2099-01-01T00:00:00Z"}),
+     "line 2: ended_at 2099-01-01T00:00:00+00:00 is later than the present time"),
+    (["sessions", "import", "-"],
+     json.dumps({"agent_id": "a", "started_at": "2026-01-02T00:00:00Z",
+                 "ended_at": "2026-01-01T23:00:00Z"}),
+     "line 1: ended_at 2026-01-01T23:00:00+00:00 is before started_at 2026-01-02T00:00:00+00:00; "
+     "give the time the session ended, or leave ended_at out"),
     # unhashable values where a choice is expected (a TypeError before)
     (["notes", "import", "-"], FINE + note(status=["active"]), "line 2: status must be one of"),
     (["entities", "import", "-"], json.dumps({"kind": {"agent": 1}, "id": "x"}), "line 1: kind must be one of"),
@@ -166,13 +180,15 @@ def test_a_future_clock_is_for_looking_and_a_present_one_runs(app: App) -> None:
 
 
 def test_sessions_import_takes_the_skew_and_notes_import_a_dated_corpus(app: App) -> None:
-    """A session started within the hour of clock skew is imported (as `sessions add --at`
-    takes it); notes and examples keep their dates whatever they are (harnesses import dated
-    corpora, and contradictions handle notes dated after the run's clock)."""
+    """A session started (or ended) within the hour of clock skew is imported (as `sessions
+    add --at` takes it); notes and examples keep their dates whatever they are (harnesses
+    import dated corpora, and contradictions handle notes dated after the run's clock)."""
     url = app.settings.database_url
     soon = (utcnow() + timedelta(minutes=30)).isoformat()
     assert dream(url, ["sessions", "import", "-"],
                  json.dumps({"agent_id": "a", "started_at": soon})).exit_code == 0
+    ended = {"agent_id": "a", "started_at": utcnow().isoformat(), "ended_at": soon}
+    assert dream(url, ["sessions", "import", "-"], json.dumps(ended)).exit_code == 0
     later = {"agent_id": "a", "created_at": "2099-01-01T00:00:00Z"}
     assert dream(url, ["notes", "import", "-"],
                  json.dumps({**later, "content": "Tea."})).exit_code == 0

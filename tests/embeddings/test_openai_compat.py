@@ -73,6 +73,11 @@ def _answer(*rows: tuple[object, object]) -> StubResponse:
     (_answer((0, ["a"] * 4), (1, ["a"] * 4)), "holding something other than numbers"),
     (_answer((0, [0.1, None, 0.1, 0.1]), (1, [0.1] * 4)), "holding something other than numbers"),
     (_answer((0, [[0.1]] * 4), (1, [[0.1]] * 4)), "holding something other than numbers"),
+    # A boolean among numbers was read as 1.0 or 0.0 (the client's parsing coerces it); a
+    # number in a string is no number either.
+    (_answer((0, [True, 0.5, 0.1, 0.1]), (1, [0.1] * 4)), "holding something other than numbers"),
+    (_answer((0, [0.1] * 4), (1, [0.5, False, 1, 2])), "holding something other than numbers"),
+    (_answer((0, ["0.5", 0.1, 0.1, 0.1]), (1, [0.1] * 4)), "holding something other than numbers"),
     (_answer((0, {"x": 1}), (1, [0.1] * 4)), "whose embedding is no list of numbers"),
     # NaN and infinity were stored, each row of NaN; so was a number float32 cannot hold.
     (StubResponse.raw('{"object": "list", "data": [{"index": 0, "embedding": [NaN, 1, 1, 1]},'

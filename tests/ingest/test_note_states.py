@@ -36,6 +36,11 @@ EDGE = {"parent_id": "k", "relation": "consolidated"}
     ([{"id": "a", "content": "User likes tea", "status": "revoked", "comments": "old",
        "created_at": "2026-01-02T00:00:00+00:00", "valid_to": "2026-01-01T00:00:00+00:00"}],
      "line 1: valid_to 2026-01-01T00:00:00+00:00 is before created_at"),
+    # Nor does an expiry (two dates of the line that contradict each other).
+    ([{"id": "a", "content": "User likes tea", "created_at": "2026-01-02T00:00:00+00:00",
+       "expires_at": "2026-01-01T00:00:00+00:00"}],
+     "line 1: expires_at 2026-01-01T00:00:00+00:00 is before created_at "
+     "2026-01-02T00:00:00+00:00; a note cannot expire before it was written"),
     # One edge, once.
     ([KEPT, {"id": "a", "content": "User likes tea", "lineage": [EDGE, EDGE]}],
      "line 2: lineage names parent 'k' twice"),
@@ -64,7 +69,9 @@ def test_what_the_worker_leaves_is_still_imported(app: App) -> None:
     """The states a dream, an undo, an erasure or a host leave pass: revoked into a note,
     revoked with a reason only (an undone run's note) or with none (a host retired it straight
     in the table), archived, a validity ending when it began, a loop-free chain of pointers
-    into a stored note."""
+    into a stored note; and a note without created_at already expired (recorded at the
+    import's time, for the next dream to archive), or edited before its created_at (a dream
+    editing a note dated ahead of its clock stamps its clock)."""
     add_notes(app, {"id": "s", "agent_id": "ag", "content": "User likes black tea"})
     result = import_notes(app, [json.dumps({"agent_id": "ag", **line}) for line in [
         KEPT,
@@ -78,5 +85,8 @@ def test_what_the_worker_leaves_is_still_imported(app: App) -> None:
          "created_at": "2026-01-01T00:00:00+00:00", "valid_to": "2026-01-01T00:00:00+00:00"},
         {"id": "e", "content": "User drank black tea", "status": "revoked",
          "consolidated_into_id": "s"},
+        {"id": "x", "content": "User drank green tea", "expires_at": "2026-01-01T00:00:00+00:00"},
+        {"id": "u", "content": "User drank white tea", "created_at": "2099-01-01T00:00:00+00:00",
+         "updated_at": "2026-01-01T00:00:00+00:00"},
     ]])
-    assert result.inserted == 7
+    assert result.inserted == 9

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from sqlalchemy import update
 
 from tests.conftest import app_on
 from tests.support.factories import add_notes
@@ -32,6 +33,7 @@ from worker.errors import Conflict, NotFound
 from worker.reporting import run_tree
 from worker.runs import service
 from worker.runs.context import PhaseContext
+from worker.store.models import DreamRunRow
 
 DREAM = str(Path(sys.executable).parent / "dream")
 SCOPE = Scope("a1")
@@ -132,6 +134,42 @@ def test_gate_without_a_broker_says_how_its_runs_execute(app: App) -> None:
     resumed = dream(app, "run", "--due")
     assert f"run {run_id} succeeded" in resumed.stdout, resumed.output
     assert dream(app, "run", "--due").stdout.startswith("no scope is due")
+
+
+def _unclaimed_for(app: App, run_id: str, seconds: float) -> None:
+    """The run last handed out ``seconds`` ago (the gate's clock cannot be set ahead)."""
+    with app.uow() as uow:
+        uow.session.execute(update(DreamRunRow).where(DreamRunRow.id == run_id).values(
+            enqueued_at=utcnow() - timedelta(seconds=seconds)))
+        uow.commit()
+
+
+def test_gate_without_a_broker_names_the_hand_overs_a_run_gets(app: App) -> None:
+    """R30: with DREAM_MAX_ATTEMPTS=1 the no-broker line said unclaimed runs are failed "after
+    1 hand-overs", where the gate check fails one after two: its creation's and one more. The
+    line counts them as the check does, and each further check keeps its word."""
+    _notes(app)
+    for _ in range(5):
+        assert dream(app, "sessions", "add", "--agent", "a1").exit_code == 0
+    once = {"DREAM_MAX_ATTEMPTS": "1"}
+    created = dream(app, "gate", **once)
+    assert created.exit_code == 0, created.output
+    timeout = app.settings.queued_timeout_seconds
+    assert f"unclaimed runs are failed after 2 hand-overs of {timeout} s" in created.stdout
+    with app.uow() as uow:
+        run = uow.runs.active_for_scope(SCOPE)
+        assert run is not None
+        run_id = run.id
+    _unclaimed_for(app, run_id, timeout + 1)
+    again = dream(app, "gate", **once)
+    assert "1 unclaimed run handed out again" in again.stdout, again.output
+    _unclaimed_for(app, run_id, timeout + 1)
+    given_up = dream(app, "gate", **once)
+    assert "1 given up" in given_up.stdout, given_up.output
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and run.status == RunStatus.FAILED.value
+        assert (run.error or "").startswith(f"never claimed after 2 hand-overs of {timeout} s")
 
 
 def test_interrupted_run_owns_its_scope_until_resumed_by_run_due(app: App) -> None:

@@ -13,7 +13,8 @@ from tests.support.factories import NOW, add_notes
 from tests.support.host_writes import host_sets
 from worker.app import App
 from worker.domain.types import Scope
-from worker.host.fusion import fuse, fusion_candidates, keep_apart
+from worker.host.candidates import fusion_candidates
+from worker.host.fusion import fuse, keep_apart
 from worker.host.remember import remember
 from worker.runs import service
 from worker.safety.erase import erase

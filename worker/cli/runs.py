@@ -379,6 +379,9 @@ def _gate_and_hand_out(app: App, clock: datetime | None) -> None:
         enqueue_runs(handed_out, app)  # over one producer, as the beat's gate_check task
         click.echo(f"{counted(len(handed_out), 'run')} sent to the broker")
     else:
+        from worker.runs.service import hand_overs_before_failing
+
+        hand_overs = counted(hand_overs_before_failing(app.settings), "hand-over")
         click.echo(f"no broker (DREAM_BROKER_URL unset): execute them here with `dream run "
-                   f"--due`; unclaimed runs are failed after {app.settings.max_attempts} "
-                   f"hand-overs of {app.settings.queued_timeout_seconds} s")
+                   f"--due`; unclaimed runs are failed after {hand_overs} of "
+                   f"{app.settings.queued_timeout_seconds} s")

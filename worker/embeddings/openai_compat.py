@@ -19,6 +19,8 @@ from worker.llm.openai_compat import (
 from worker.text.plural import counted
 
 CLIENT_RETRIES = 2
+_NOT_NUMBERS = ("embedding endpoint answered vectors holding something other than numbers; "
+                "check the server behind DREAM_EMBEDDING_BASE_URL")
 
 
 class EmbeddingError(ModelFailure):
@@ -81,8 +83,24 @@ class OpenAICompatibleEmbedder:
             http_client=openai.DefaultAsyncHttpxClient(verify=self._ssl, timeout=self.timeout),
         )
         async with client:
-            return await client.embeddings.create(
+            raw = await client.embeddings.with_raw_response.create(
                 model=self.model, input=batch, dimensions=self.dimensions)
+            refuse_non_numbers(raw.http_response)
+            return raw.parse()
+
+
+def refuse_non_numbers(answer: Any) -> None:
+    """EmbeddingError when an embedding the answer sends as a JSON array holds anything but
+    numbers. Checked on the body as sent: the client's parsing makes ``true`` 1.0. A body that
+    is no such answer is left to the parsing (and ``vectors_of``)."""
+    try:
+        data = answer.json().get("data")
+        rows = [d.get("embedding") for d in data]
+    except (AttributeError, TypeError, ValueError):
+        return
+    if not all(isinstance(x, int | float) and not isinstance(x, bool)
+               for row in rows if isinstance(row, list) for x in row):
+        raise EmbeddingError(_NOT_NUMBERS)
 
 
 def vectors_of(data: list[Any], count: int, dimensions: int) -> np.ndarray:
@@ -108,13 +126,16 @@ def vectors_of(data: list[Any], count: int, dimensions: int) -> np.ndarray:
         raise EmbeddingError(f"embedding endpoint answered vectors of different lengths ("
                              f"{widths[0]} to {widths[-1]} numbers); check the server behind "
                              "DREAM_EMBEDDING_BASE_URL")
+    # Each value by itself: numpy reads [true, 0.5] as [1.0, 0.5] (a boolean among numbers is
+    # promoted with them), so the array's type cannot tell.
+    numbers = all(isinstance(x, int | float) and not isinstance(x, bool)
+                  for row in rows if isinstance(row, list) for x in row)
     try:
-        mat = np.asarray(rows)  # no dtype: strings, null and booleans stay what they are
+        mat = np.asarray(rows) if numbers else np.asarray([], dtype=object)
     except (ValueError, TypeError):
         mat = np.asarray([], dtype=object)
     if mat.ndim != 2 or mat.dtype.kind not in "iuf":
-        raise EmbeddingError("embedding endpoint answered vectors holding something other than "
-                             "numbers; check the server behind DREAM_EMBEDDING_BASE_URL")
+        raise EmbeddingError(_NOT_NUMBERS)
     if mat.shape[1] != dimensions:
         raise EmbeddingError(f"embedding endpoint answered vectors of {mat.shape[1]} numbers, "
                              f"expected {dimensions}; set DREAM_EMBEDDING_DIMENSIONS to match")

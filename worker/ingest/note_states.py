@@ -1,7 +1,8 @@
 """What an imported note's state must be, beside each field's own checks: one the worker could
 have left (R8): a live note replaced by none, a note merged into a live one pointing at it (what
-an erasure of that note follows to give it back, R28), a validity that ends no earlier than the
-note was recorded, each edge once, and no loop of pointers or of lineage among the file's notes.
+an erasure of that note follows to give it back, R28), a validity or an expiry that ends no
+earlier than the note was recorded, each edge once, and no loop of pointers or of lineage among
+the file's notes.
 Checked before anything is written (R22). A revoked note with neither pointer nor comments
 passes: a host may retire a note straight in the table, and its export must import back."""
 
@@ -16,8 +17,10 @@ from worker.ingest.jsonl import InputError
 _LIVE = frozenset({NoteStatus.ACTIVE.value, NoteStatus.PENDING.value})
 
 
-def check_state(row: dict[str, Any], edges: list[tuple[str, str]], number: int) -> None:
-    """One parsed line (``row`` as ``parse_note`` builds it, ``edges`` its lineage)."""
+def check_state(row: dict[str, Any], edges: list[tuple[str, str]], number: int, *,
+                dated: bool = True) -> None:
+    """One parsed line (``row`` as ``parse_note`` builds it, ``edges`` its lineage; ``dated``:
+    the line gives ``created_at``)."""
     status = row["status"]
     if row["consolidated_into_id"] is not None and status in _LIVE:
         raise InputError(
@@ -30,6 +33,14 @@ def check_state(row: dict[str, Any], edges: list[tuple[str, str]], number: int) 
             f"{row['created_at'].isoformat()}; a note's validity cannot end before it was "
             "recorded (absent, created_at is the time of the import): fix valid_to, give "
             "created_at, or drop valid_to")
+    if dated and row["expires_at"] is not None and row["expires_at"] < row["created_at"]:
+        # Two dates that contradict each other (fields swapped, a wrong year): the next dream
+        # would archive the note as expired. A line without created_at is recorded at the
+        # import's time, and one already expired then is a host's way to have it archived.
+        raise InputError(
+            f"line {number}: expires_at {row['expires_at'].isoformat()} is before created_at "
+            f"{row['created_at'].isoformat()}; a note cannot expire before it was written: "
+            "fix expires_at or created_at, or drop expires_at")
     seen: set[tuple[str, str]] = set()
     for parent, relation in edges:
         if (parent, relation) in seen:

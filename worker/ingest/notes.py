@@ -246,7 +246,7 @@ def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
             # 1 and "1" are the same id: keeping either line would drop the other silently.
             raise InputError(f"line {number}: id {row['id']!r} is also the id of line {first[0]}, "
                              "with other content or scope; give each note its own id")
-        check_state(row, edges, number)
+        check_state(row, edges, number, dated=obj.get("created_at") is not None)
         parsed.lineage.setdefault(row["id"], edges)
         if apart := parse_apart(obj.get("kept_apart"), row["id"], number):
             parsed.apart.setdefault(row["id"], apart)

@@ -24,9 +24,9 @@ SESSION_FIELDS = {"id", "agent_id", "user_id", "company_id", "started_at", "ende
 
 def parse_session(obj: dict[str, Any], number: int,
                   present: datetime | None = None) -> dict[str, Any]:
-    """One session line; with ``present``, one that started later than it (and ``SKEW``) is
-    refused: the gate counts a session once it has started, so one dated 2099 was stored and
-    silently never counted."""
+    """One session line; with ``present``, one that started or ended later than it (and
+    ``SKEW``) is refused: the gate counts a session once it has started, so one dated 2099 was
+    stored and silently never counted, and an end dated ahead held the scope's idle wait then."""
     unknown_fields(obj, SESSION_FIELDS, number)
     scope = parse_scope(obj, number)
     started = opt_time(obj, "started_at", number)
@@ -39,7 +39,15 @@ def parse_session(obj: dict[str, Any], number: int,
                          "then); give the time it started")
     ended = opt_time(obj, "ended_at", number)
     if ended is not None and ended < started:
-        raise InputError(f"line {number}: ended_at is before started_at")
+        raise InputError(f"line {number}: ended_at {ended.isoformat()} is before started_at "
+                         f"{started.isoformat()}; give the time the session ended, or leave "
+                         "ended_at out")
+    if present is not None and ended is not None and ended > present + SKEW:
+        raise InputError(f"line {number}: ended_at {ended.isoformat()} is later than the "
+                         f"present time ({present.isoformat(timespec='seconds')}): a session's "
+                         "end is recorded once it has ended (the gate's idle wait would take "
+                         "it for activity then); give the time it ended, or leave ended_at "
+                         "out while it goes on")
     return {
         "id": opt_str(obj, "id", number) or derived_id(scope.key, started.isoformat()),
         "scope_key": scope.key, **scope.as_dict(),

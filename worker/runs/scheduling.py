@@ -3,19 +3,24 @@ executor was lost (R5, R30). Reads in a few bulk queries; every transition is co
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import structlog
 
 from worker.app import App
 from worker.clock import utcnow
+from worker.config import Settings
 from worker.domain.types import RunStatus, Scope
 from worker.runs.batches import release_run_batches, retry_incomplete_releases
 from worker.runs.create import create_runs
 from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
 from worker.store.chunks import IN_CHUNK, chunked
+from worker.store.models import DreamRunRow
+from worker.store.repositories.run_history import counts_in_streak
+from worker.store.uow import UnitOfWork
 from worker.text.plural import counted
 
 log = structlog.get_logger(__name__)
@@ -37,12 +42,52 @@ class GateResult:
     due: list[Scope] = field(default_factory=list)
 
 
+class Fate(StrEnum):
+    """What a gate check does with a run whose executor was lost (R5, R30)."""
+
+    RETRY = "retry"  # its lease lapsed: interrupted, executed again
+    REQUEUE = "requeue"  # nobody claimed it in time: handed out again
+    GIVE_UP = "give_up"  # either, too often: failed, which frees its scope
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One lost run and what the gate check does with it."""
+
+    run: DreamRunRow
+    fate: Fate
+    lapsed: bool  # its lease lapsed while running (else: nobody claimed it)
+
+
+def hand_overs_before_failing(settings: Settings) -> int:
+    """How many times a run nobody claims is handed to an executor before the gate check fails
+    it: once when created, then again by each check after a timeout, ``max_attempts`` times."""
+    return settings.max_attempts + 1
+
+
+def plan_recovery(uow: UnitOfWork, settings: Settings, now: datetime,
+                  backlog: int | None = None) -> list[Recovery]:
+    """The lost runs a gate check at ``now`` recovers, and how; reads only (``recover_runs``
+    applies it, `dream gate --explain` reports it). The two sets are apart: a run the check
+    interrupts is handed to an executor at ``now``, never before the unclaimed cut-off."""
+    patience = settings.backlog_patience_seconds if backlog else 0
+    lapsed_before = now - timedelta(seconds=patience)
+    stale_before = now - timedelta(seconds=max(settings.queued_timeout_seconds, patience))
+    return [
+        *(Recovery(run, Fate.GIVE_UP if run.attempts >= settings.max_attempts else Fate.RETRY,
+                   lapsed=True) for run in uow.runs.expired_running(lapsed_before)),
+        *(Recovery(run, Fate.GIVE_UP if run.requeues >= settings.max_attempts else Fate.REQUEUE,
+                   lapsed=False) for run in uow.runs.unclaimed(enqueued_before=stale_before)),
+    ]
+
+
 def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | None = None) -> None:
     """R5 + R30: runs whose lease expired become interrupted (failed after max_attempts);
     queued/interrupted runs nobody claimed in time are handed out again (failed after
-    max_attempts hand-overs). Every transition is compare-and-set: a live executor wins. The
-    provider batches of the runs failed here are released (``release_run_batches``), and
-    releases left incomplete before are tried again (``retry_incomplete_releases``).
+    ``hand_overs_before_failing`` hand-overs), as ``plan_recovery`` finds them. Every
+    transition is compare-and-set: a live executor wins. The provider batches of the runs
+    failed here are released (``release_run_batches``), and releases left incomplete before
+    are tried again (``retry_incomplete_releases``).
 
     ``backlog``: messages waiting in the broker's queue (None: unknown, or no broker). While
     some wait, a run's message may be one of them, behind the rest: a queued run, or a running
@@ -50,34 +95,9 @@ def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | Non
     given ``backlog_patience_seconds`` before it counts as lost. Otherwise a fleet whose queue
     takes hours to drain would have its waiting runs sent again (more messages behind the same
     backlog) and failed after ``max_attempts`` timeouts."""
-    settings = app.settings
-    patience = settings.backlog_patience_seconds if backlog else 0
-    lapsed_before = now - timedelta(seconds=patience)
-    stale_before = now - timedelta(seconds=max(settings.queued_timeout_seconds, patience))
     with app.uow() as uow:
-        for run in uow.runs.expired_running(lapsed_before):
-            if run.attempts >= settings.max_attempts:
-                if uow.runs.expire(
-                    run, now, RunStatus.FAILED.value, finished_at=now, lease_expires_at=None,
-                    error=f"gave up after {counted(run.attempts, 'attempt')} (lease expired each time)",
-                ):
-                    result.failed.append(run.id)
-                    uow.runs.interrupt_steps([run.id], "the run gave up", now)
-            elif uow.runs.expire(run, now, RunStatus.INTERRUPTED.value, enqueued_at=now):
-                result.retried.append(run.id)
-                uow.runs.interrupt_steps([run.id], "its lease expired; the run is retried",
-                                         now)
-        for run in uow.runs.unclaimed(enqueued_before=stale_before):
-            if run.requeues >= settings.max_attempts:
-                if uow.runs.finish_unclaimed(
-                    run, RunStatus.FAILED.value, now,
-                    error=f"never claimed after {run.requeues + 1} hand-overs of "
-                          f"{settings.queued_timeout_seconds} s each (no worker consumes the "
-                          "queue, or its messages were lost)",
-                ):
-                    result.failed.append(run.id)
-            elif uow.runs.requeue(run, now):
-                result.requeued.append(run.id)
+        for recovery in plan_recovery(uow, app.settings, now, backlog):
+            _recover(uow, recovery, now, app.settings, result)
         uow.commit()
     # Releases left incomplete earlier (a provider error, a file it kept, a batch still
     # cancelling, whose output file appears when it is done) are tried again: before this
@@ -86,6 +106,32 @@ def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | Non
     # A run given up may have left a provider batch working (and billing) for answers no one
     # will read: cancelled and its files deleted, once the failure is committed.
     release_run_batches(app, result.failed, shown=False)
+
+
+def _recover(uow: UnitOfWork, recovery: Recovery, now: datetime, settings: Settings,
+             result: GateResult) -> None:
+    run, fate = recovery.run, recovery.fate
+    if recovery.lapsed and fate is Fate.GIVE_UP:
+        if uow.runs.expire(
+            run, now, RunStatus.FAILED.value, finished_at=now, lease_expires_at=None,
+            error=f"gave up after {counted(run.attempts, 'attempt')} (lease expired each time)",
+        ):
+            result.failed.append(run.id)
+            uow.runs.interrupt_steps([run.id], "the run gave up", now)
+    elif recovery.lapsed:
+        if uow.runs.expire(run, now, RunStatus.INTERRUPTED.value, enqueued_at=now):
+            result.retried.append(run.id)
+            uow.runs.interrupt_steps([run.id], "its lease expired; the run is retried", now)
+    elif fate is Fate.GIVE_UP:
+        if uow.runs.finish_unclaimed(
+            run, RunStatus.FAILED.value, now,
+            error=f"never claimed after {counted(run.requeues + 1, 'hand-over')} of "
+                  f"{settings.queued_timeout_seconds} s each (no worker consumes the "
+                  "queue, or its messages were lost)",
+        ):
+            result.failed.append(run.id)
+    elif uow.runs.requeue(run, now):
+        result.requeued.append(run.id)
 
 
 def gate_check(app: App, now: datetime | None = None, backlog: int | None = None, *,
@@ -142,14 +188,33 @@ def held(decision: GateDecision) -> GateDecision:
 
 def explain_scopes(app: App, now: datetime | None = None,
                    scopes: list[Scope] | None = None) -> dict[Scope, GateDecision]:
-    """``decide_scopes`` as a gate check would end them (`dream gate --explain`): a due scope
-    that a queued, running or interrupted run holds is ``already_active``, not "due"; creates
-    nothing."""
-    decisions = decide_scopes(app, now or utcnow(), scopes)
+    """``decide_scopes`` as a gate check at ``now`` would end them (`dream gate --explain`,
+    MCP ``dream_status``), changing nothing: first its recovery of lost runs (``plan_recovery``;
+    the broker's backlog unknown, so without its patience): a run it gives up frees its scope
+    and counts in the scope's failed runs; then a due scope still held by a queued, running
+    or interrupted run is ``already_active``, not "due"."""
+    now = now or utcnow()
+    with app.uow() as uow:
+        plan = {r.run.scope_key: r for r in plan_recovery(uow, app.settings, now)}
+    given_up = {key for key, r in plan.items() if r.fate is Fate.GIVE_UP}
+    decisions = decide_scopes(app, now, scopes, failing={
+        key for key in given_up if counts_in_streak(plan[key].run)})
     due = [scope.key for scope, d in decisions.items() if d.due]
     with app.uow() as uow:
-        busy = uow.run_history.held_scopes(due)
-    return {scope: held(d) if scope.key in busy else d for scope, d in decisions.items()}
+        busy = uow.run_history.held_scopes(due) - given_up
+    return {scope: _explained(held(d) if scope.key in busy else d, plan.get(scope.key))
+            for scope, d in decisions.items()}
+
+
+def _explained(decision: GateDecision, recovery: Recovery | None) -> GateDecision:
+    """``decision`` with what the check first does with the scope's lost run, if any."""
+    if recovery is None:
+        return decision
+    lost = "its lease lapsed" if recovery.lapsed else "nobody claimed it"
+    does = {Fate.GIVE_UP: "gives it up", Fate.RETRY: "retries it",
+            Fate.REQUEUE: "hands it out again"}[recovery.fate]
+    return replace(decision, reason=f"{decision.reason} (run {recovery.run.id}: {lost}; the "
+                                    f"gate check {does} first)")
 
 
 def scope_gate(app: App, scope: Scope, now: datetime | None = None) -> GateDecision:
@@ -158,10 +223,11 @@ def scope_gate(app: App, scope: Scope, now: datetime | None = None) -> GateDecis
 
 
 def decide_scopes(
-    app: App, now: datetime, scopes: list[Scope] | None = None
+    app: App, now: datetime, scopes: list[Scope] | None = None, failing: set[str] | None = None
 ) -> dict[Scope, GateDecision]:
     """The gate decision of every known scope (or of ``scopes``), read in a few bulk queries;
-    creates nothing."""
+    creates nothing. ``failing``: keys of scopes whose run fails at ``now`` first (the lost
+    run a gate check gives up), one more failed run in the scope's streak."""
     s = app.settings
     default = GatePolicy(hours=s.gate_hours, sessions=s.gate_sessions, notes=s.gate_notes,
                          idle_minutes=s.gate_idle_minutes, max_stale_hours=s.gate_max_stale_hours,
@@ -192,6 +258,8 @@ def decide_scopes(
     for scope in scopes:
         count, latest, earliest = sessions.get(scope.key, (0, None, None))
         failed, failed_at = streaks.get(scope.key, (0, None))
+        if failing and scope.key in failing:
+            failed, failed_at = failed + 1, now
         activity = ScopeActivity(
             last_success_at=last.get(scope.key), sessions_since=count,
             notes_changed_since=changed.get(scope.key, 0), last_session_at=latest,

@@ -30,6 +30,7 @@ from worker.runs.scheduling import (
     decide_scopes,
     explain_scopes,
     gate_check,
+    hand_overs_before_failing,
     recover_runs,
     scope_gate,
 )
@@ -190,5 +191,5 @@ __all__ = [
     "create_run", "create_runs",
     "decide_scopes", "explain_scopes",
     "ensure_scope_known", "execute_phase", "execute_run", "execute_run_task", "finalize_run", "gate_check",
-    "recover_runs", "scope_gate", "scope_known", "unclaimed_runs",
+    "hand_overs_before_failing", "recover_runs", "scope_gate", "scope_known", "unclaimed_runs",
 ]

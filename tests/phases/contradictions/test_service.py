@@ -451,7 +451,7 @@ def test_rule_judge_settles_duplicates_and_leaves_conflicts_open(app: App) -> No
     verdicts = [v for c in step["children"] for v in c["output"].get("verdicts", [])]
     assert [v["relation"] for v in verdicts] == ["b_subsumes_a"]
     assert [(p["a"], p["b"]) for p in open_pairs(app, SCOPE)] == [("i", "m")]
-    from worker.host.fusion import fusion_candidates
+    from worker.host.candidates import fusion_candidates
 
     listed = [c for c in fusion_candidates(app, SCOPE, threshold=0.99)
               if c["type"] == "contradiction"]

@@ -94,6 +94,14 @@ def _worker_wrote(at: InstrumentedAttribute[datetime] | None = None) -> ColumnEl
             .exists())
 
 
+def counts_in_streak(run: DreamRunRow) -> bool:
+    """Whether ``run``, failed now, is one more in its scope's ``failure_streaks``: claimed,
+    not dry, no review approval, not of an erased user, and not forced (a forced run resets
+    the streak whatever it ends as)."""
+    return (run.started_at is not None and not run.dry_run and not run.force
+            and run.trigger != REVIEW_TRIGGER and run.user_id != ERASED_USER)
+
+
 class RunHistoryRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
