@@ -76,9 +76,17 @@ from worker.llm.rules import rule_groups, rule_judge_pairs, same_or_contained
     ("The standup is at 9 am", "The standup is at 9 pm", False),
     ("The standup is at 9", "The standup is at 9 p.m.", False),
     ("The standup is at 9 am", "The standup is at 9 a.m. on Mondays", True),
-    # tense is not compared: of "is" and "was" the rules keep the later statement's text
-    # (``keeps_over``), the answer contradictions would give
-    ("The user is married", "The user was married", True),
+    # a change of tense is another fact: "was married" may say the marriage ended (an audit
+    # found these merged as one content: the equivalence then retired the newer note when the
+    # older was protected or manual, or was more read, or dated 2099)
+    ("The user is married", "The user was married", False),
+    ("The user was married", "The user is married", False),
+    ("User has a cat named Mochi", "User had a cat named Mochi", False),
+    ("User is vegan", "User has been vegan", False),
+    ("User was vegan", "User has been vegan", False),
+    ("User likes tea", "User likes tea and had a cat", False),
+    ("User is vegan", "User is vegan and has a cat", True),  # both present
+    ("User was vegan", "User was vegan in 2019", True),  # both past
 ])
 def test_same_or_contained(small: str, big: str, merged: bool) -> None:
     """Identity or in-place containment with no differing numbers, negations, quantity
@@ -153,3 +161,15 @@ def test_a_word_of_time_or_repetition_after_the_phrase_is_a_restatement(small: s
     them in the closers the rule judge left most restated versions of the end-state suite open
     (superseded retired 404 → 58 of 1,060, tests.bench.eval_endstate --judge rules)."""
     assert same_or_contained(small, big)
+
+
+@pytest.mark.parametrize(("older", "newer"), [
+    ("The user is vegetarian", "The user was vegetarian"),
+    ("The user was vegetarian", "The user is vegetarian"),
+    ("User has a cat named Mochi", "User had a cat named Mochi"),
+])
+def test_a_change_of_tense_is_never_grouped(older: str, newer: str) -> None:
+    """Consolidation's ``contained`` rule revoked a manual "is vegetarian" for an automatic
+    "was vegetarian" (R26): notes in two tenses stay open for a model or a person."""
+    groups, open_ids = rule_groups([_note("old", older, 1), _note("new", newer, 9)])
+    assert (groups, open_ids) == ([], ["new", "old"])

@@ -1,9 +1,10 @@
 """The rule-based judge: merges only what rules settle safely, keeping one note's text verbatim.
 
 Two notes are settled as the same when they are identical after normalisation, or when one
-note's content words all appear in the other, from its start, with one subject, and neither
-adds a number, a negation or a name the other lacks in a way that could change the meaning,
-nor a word that makes the shorter one's last noun part of another ("a car" / "a car wash").
+note's content words all appear in the other, from its start, with one subject, in one tense
+("is" / "was"), and neither adds a number, a negation or a name the other lacks in a way that
+could change the meaning, nor a word that makes the shorter one's last noun part of another
+("a car" / "a car wash").
 Only a note stated no earlier ever keeps its text over another's: a newer, shorter note may
 have dropped the very word ("former", "hardly", "nicht mehr") that made the older one wrong.
 Everything else stays open.
@@ -55,6 +56,12 @@ i me my mine we us our ours you your yours he him his she her hers they them the
 it its user users user's users'
 """)
 
+# The auxiliaries that say when: "The user is vegetarian" is not "The user was vegetarian", nor
+# "has a cat" "had a cat" or "has been vegan" (an audit found these merged as one content, the
+# newer value retired for a protected older one). A note's tense is the set of these it uses;
+# the present ("is", "has", "does") is compared only against the past and the perfect.
+TENSES = {**dict.fromkeys(("was", "were", "had", "did"), "past"), "been": "perfect"}
+
 # Quantity and frequency words are stop words for containment, yet they state a value like a
 # number does: "has all of the vacation days left" is not contained in "has half of them left".
 QUANTIFIERS = _wordset("""
@@ -103,6 +110,7 @@ class Words:
     # Per word of ``sequence``: the word right after it may continue its phrase (a word that
     # is no ``_PHRASE_CLOSERS``, with no punctuation between).
     joined: tuple[bool, ...] = ()
+    tense: frozenset[str] = frozenset()  # "past", "perfect" (``TENSES``)
 
 
 def _tokens(text: str) -> list[str]:
@@ -168,8 +176,9 @@ def analyse(text: str) -> Words:
     quantifiers = frozenset(t for t in lowered if t in QUANTIFIERS)
     lead = takewhile(lambda t: t in STOPWORDS or t in NEGATIONS, lowered)
     subject = frozenset(t for t in lead if t in SUBJECTS)
+    tense = frozenset(TENSES[t] for t in lowered if t in TENSES)
     return Words(frozenset(sequence), sequence, numbers, negations, names, quantifiers, subject,
-                 joined)
+                 joined, tense)
 
 
 def _unquantified(sequence: tuple[str, ...]) -> tuple[str, ...]:
@@ -184,7 +193,7 @@ def same_or_contained(small: str, big: str) -> bool:
     after its last word without a function word or punctuation between ("a car wash"), and no
     negation; it may add numbers, quantity words (all, half, always…) or names only where
     ``small`` has none of that kind to contradict (a refinement, "Python" → "Python 3.12").
-    Both have one subject ("User" is not "User's mother", "he" not "she").
+    Both say it in one tense ("is" / "was", "has" / "had", "has been"). Both have one subject ("User" is not "User's mother", "he" not "she").
     """
     if _folded(small) == _folded(big):
         return True
@@ -201,7 +210,7 @@ def same_or_contained(small: str, big: str) -> bool:
     # car"; "plays the cello in a quartet" says "plays the cello").
     if says and b.joined[len(b.sequence) - len(start) + len(says) - 1]:
         return False
-    if a.negations != b.negations or a.subject != b.subject:
+    if a.negations != b.negations or a.subject != b.subject or a.tense != b.tense:
         return False
     if a.quantifiers and a.quantifiers != b.quantifiers:
         return False

@@ -10,6 +10,7 @@ import pytest
 
 from worker.domain.types import Note, Scope
 from worker.phases.contradictions.core import (
+    OPEN,
     CandidatePair,
     PolicySettings,
     Verdict,
@@ -261,7 +262,7 @@ def test_rule_verdict_settles_only_identity_and_containment(a: str, b: str, expe
         ("User had a small brown dog", "User has a dog", "open"),
         ("User prefers dark mode in every editor", "User prefers dark mode", "open"),
         ("User prefers dark mode", "User prefers dark mode in every editor", "b_subsumes_a"),
-        ("User had a dog", "User has a dog", "equivalent"),  # decide keeps the newer, b
+        ("User had a dog", "User has a dog", "open"),  # another tense: maybe another fact
         ("User started a new job at Acme last week", "User started a new job at Acme", "open"),
     ],
 )
@@ -298,3 +299,26 @@ def test_the_kept_note_never_takes_a_date_after_the_run_or_moves_its_own_time() 
     assert not restates("subsumed", kept, note("b", days=21), policy)
     assert not restates("conflict", kept, note("b", days=10), policy)
     assert not restates("subsumed", note("a", content=LAST_WEEK), note("b", days=10), policy)
+
+
+@pytest.mark.parametrize(("a_kw", "b_kw"), [
+    # A1, A2: the older note protected; the equivalence swapped and retired the newer one
+    (dict(content="The user is vegetarian", protection="protected"),
+     dict(content="The user was vegetarian", days=59)),
+    (dict(content="User has a cat named Mochi", protection="protected"),
+     dict(content="User had a cat named Mochi", days=59)),
+    # A3: a manual note
+    (dict(content="The user is vegetarian", manual=True),
+     dict(content="The user was vegetarian", days=59)),
+    # A4: one time, the more read past note kept over the later recorded present one
+    (dict(content="User was vegan", access=5), dict(content="User is vegan")),
+    # A5: "is vegan" retired into a note dated 2099
+    (dict(content="User is vegan"), dict(content="User was vegan", days=26_000)),
+])
+def test_a_change_of_tense_stays_open(a_kw: dict[str, Any], b_kw: dict[str, Any]) -> None:
+    """"is" / "was", "has" / "had" were "same content words": the equivalence then ranked by
+    date, then reads, swapped a loser that may not lose, and skipped the conflict safeguards.
+    An audit confirmed each of these retiring the current value; the rules leave them open."""
+    a, b = note("a", **a_kw), note("b", **b_kw)
+    assert rule_verdict(a, b)[0] == OPEN
+    assert rule_verdict(b, a)[0] == OPEN
