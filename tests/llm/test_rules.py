@@ -87,6 +87,19 @@ from worker.llm.rules import rule_groups, rule_judge_pairs, same_or_contained
     ("User likes tea", "User likes tea and had a cat", False),
     ("User is vegan", "User is vegan and has a cat", True),  # both present
     ("User was vegan", "User was vegan in 2019", True),  # both past
+    # a negation moved is another fact, though the words and negations are the same (an audit
+    # found these merged as one content: a manual or protected note revoked, the newer lost)
+    ("User is allergic to peanuts, not to shellfish",
+     "User is not allergic to peanuts, but to shellfish", False),
+    ("User is not allergic to peanuts, but to shellfish",
+     "User is allergic to peanuts, not to shellfish", False),
+    ("Send the weekly reports to Anna, not to Bob",
+     "Send the weekly reports not to Anna, but to Bob", False),
+    ("User never drinks coffee at work, but at home",
+     "User drinks coffee at work, but never at home", False),
+    ("User is allergic to peanuts, not to shellfish",
+     "User is allergic to peanuts, not to shellfish or crab", True),
+    ("User does not eat meat", "User does not eat meat on Fridays", True),
 ])
 def test_same_or_contained(small: str, big: str, merged: bool) -> None:
     """Identity or in-place containment with no differing numbers, negations, quantity
@@ -173,3 +186,11 @@ def test_a_change_of_tense_is_never_grouped(older: str, newer: str) -> None:
     "was vegetarian" (R26): notes in two tenses stay open for a model or a person."""
     groups, open_ids = rule_groups([_note("old", older, 1), _note("new", newer, 9)])
     assert (groups, open_ids) == ([], ["new", "old"])
+
+
+def test_a_moved_negation_is_never_grouped() -> None:
+    """Consolidation merged "allergic to peanuts, not to shellfish" into "not allergic to
+    peanuts, but to shellfish" (same words, same negation): they stay open."""
+    notes = [_note("old", "User is allergic to peanuts, not to shellfish", 1),
+             _note("new", "User is not allergic to peanuts, but to shellfish", 9)]
+    assert rule_groups(notes) == ([], ["new", "old"])

@@ -76,6 +76,7 @@ _EDGES = re.compile(r"^(?:[.,;:!?/']|[-\u2212](?!\d))+|[.,;:!?/'\u2212-]+$")
 _TRAILING = re.compile(r"[.,;:!?/'\u2212-]$")
 # A time's half of the day is part of its number: "at 9 am" is not "at 9 pm", nor "at 9".
 _HALF_DAYS = {"am": "am", "pm": "pm", "a.m": "am", "p.m": "pm"}
+_FUNCTION = FUNCTION_WORDS | STOPWORDS
 # What may follow a shorter note's last word in a fuller one and leave that word's phrase
 # closed: a function word (preposition, conjunction, determiner, pronoun, auxiliary), a
 # quantity or frequency word, a word of time or repetition ("… Vim again", "… once more",
@@ -111,6 +112,8 @@ class Words:
     # is no ``_PHRASE_CLOSERS``, with no punctuation between).
     joined: tuple[bool, ...] = ()
     tense: frozenset[str] = frozenset()  # "past", "perfect" (``TENSES``)
+    # Each negation with its place: the words before and after it that are no function words.
+    negated: frozenset[tuple[str, str, str]] = frozenset()
 
 
 def _tokens(text: str) -> list[str]:
@@ -178,7 +181,22 @@ def analyse(text: str) -> Words:
     subject = frozenset(t for t in lead if t in SUBJECTS)
     tense = frozenset(TENSES[t] for t in lowered if t in TENSES)
     return Words(frozenset(sequence), sequence, numbers, negations, names, quantifiers, subject,
-                 joined, tense)
+                 joined, tense, _negated(lowered))
+
+
+def _is_negation(word: str) -> bool:
+    return word in NEGATIONS or word.endswith("n't")
+
+
+def _negated(lowered: list[str]) -> frozenset[tuple[str, str, str]]:
+    """Where each negation sits: "allergic to peanuts, not to shellfish" is not "not allergic
+    to peanuts, but to shellfish", nor "reports to Anna, not to Bob" "not to Anna, but to Bob"
+    (an audit found these merged: the negations were compared as a set)."""
+    def said(words: list[str]) -> str:
+        return next((w for w in words if w not in _FUNCTION and not _is_negation(w)), "")
+
+    return frozenset((said(lowered[i - 1::-1] if i else []), t, said(lowered[i + 1:]))
+                     for i, t in enumerate(lowered) if _is_negation(t))
 
 
 def _unquantified(sequence: tuple[str, ...]) -> tuple[str, ...]:
@@ -193,7 +211,7 @@ def same_or_contained(small: str, big: str) -> bool:
     after its last word without a function word or punctuation between ("a car wash"), and no
     negation; it may add numbers, quantity words (all, half, always…) or names only where
     ``small`` has none of that kind to contradict (a refinement, "Python" → "Python 3.12").
-    Both say it in one tense ("is" / "was", "has" / "had", "has been"). Both have one subject ("User" is not "User's mother", "he" not "she").
+    A negation sits between the same words in both. Both say it in one tense ("is" / "was", "has" / "had", "has been"). Both have one subject ("User" is not "User's mother", "he" not "she").
     """
     if _folded(small) == _folded(big):
         return True
@@ -210,7 +228,7 @@ def same_or_contained(small: str, big: str) -> bool:
     # car"; "plays the cello in a quartet" says "plays the cello").
     if says and b.joined[len(b.sequence) - len(start) + len(says) - 1]:
         return False
-    if a.negations != b.negations or a.subject != b.subject or a.tense != b.tense:
+    if a.negated != b.negated or a.subject != b.subject or a.tense != b.tense:
         return False
     if a.quantifiers and a.quantifiers != b.quantifiers:
         return False

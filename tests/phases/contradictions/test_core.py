@@ -322,3 +322,26 @@ def test_a_change_of_tense_stays_open(a_kw: dict[str, Any], b_kw: dict[str, Any]
     a, b = note("a", **a_kw), note("b", **b_kw)
     assert rule_verdict(a, b)[0] == OPEN
     assert rule_verdict(b, a)[0] == OPEN
+
+
+PEANUTS = "User is allergic to peanuts, not to shellfish"
+
+
+@pytest.mark.parametrize(("a_kw", "b_kw"), [
+    (dict(content=PEANUTS), dict(content="User is not allergic to peanuts, but to shellfish",
+                                 days=59)),  # B1 (consolidation merged it)
+    (dict(content=PEANUTS, manual=True),
+     dict(content="User is not allergic to peanuts, but to shellfish", days=59)),  # B2
+    (dict(content=PEANUTS, protection="protected"),
+     dict(content="User is not allergic to peanuts, but to shellfish", days=59)),  # B3
+    (dict(content="Send the weekly reports to Anna, not to Bob", manual=True),
+     dict(content="Send the weekly reports not to Anna, but to Bob", days=59)),  # B4
+    (dict(content="User never drinks coffee at work, but at home"),
+     dict(content="User drinks coffee at work, but never at home", days=59)),
+])
+def test_a_moved_negation_stays_open(a_kw: dict[str, Any], b_kw: dict[str, Any]) -> None:
+    """The negations were compared as a set, so a negation moved to another word read as the
+    same content: a manual note revoked, a protected older one kept over the newer value."""
+    a, b = note("a", **a_kw), note("b", **b_kw)
+    assert rule_verdict(a, b)[0] == OPEN
+    assert rule_verdict(b, a)[0] == OPEN
