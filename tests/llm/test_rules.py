@@ -194,3 +194,37 @@ def test_a_moved_negation_is_never_grouped() -> None:
     notes = [_note("old", "User is allergic to peanuts, not to shellfish", 1),
              _note("new", "User is not allergic to peanuts, but to shellfish", 9)]
     assert rule_groups(notes) == ([], ["new", "old"])
+
+
+@pytest.mark.parametrize(("small", "big", "merged"), [
+    # a letter that states something is content, not the article (an audit found "vitamin A"
+    # merged into "vitamin B12", a chain through "B12 and iron" losing it too)
+    ("User is deficient in vitamin A", "User is deficient in vitamin B12", False),
+    ("User is deficient in vitamin A", "User is deficient in vitamin B12 and iron", False),
+    ("User is deficient in vitamin a", "User is deficient in vitamin B12", False),
+    ("The user chose plan A", "The user chose plan B2", False),
+    ("User's blood type is A", "User's blood type is AB", False),
+    ("User got grade A, first try", "User got grade B, first try", False),
+    ("User is deficient in vitamin A", "User is deficient in vitamin A and iron", True),
+    ("User is deficient in vitamin B12", "User is deficient in vitamin B12 and iron", True),
+    ("A cat lives with the user", "A cat lives with the user and a dog", True),  # the article
+    ("User has a cat. A dog too", "User has a cat. A dog too, since May", True),
+    ("I drink tea", "I drink tea every morning", True),  # "I" stays a stop word
+    # a name with a number in it after the last word names another thing; a number refines
+    ("User is deficient in vitamin", "User is deficient in vitamin B12", False),
+    ("User prefers Python", "User prefers Python 2", True),
+])
+def test_a_letter_or_a_numbered_name_is_content(small: str, big: str, merged: bool) -> None:
+    """"A" was a stop word everywhere and a token with a digit always closed a phrase."""
+    assert same_or_contained(small, big) is merged
+
+
+def test_vitamin_a_is_never_grouped_into_another_vitamin() -> None:
+    """The audit's chain: January's vitamin A merged into March's B12, then into "B12 and
+    iron"; the vitamin A note stays open."""
+    notes = [_note("a", "User is deficient in vitamin A", 1),
+             _note("b", "User is deficient in vitamin B12", 5),
+             _note("c", "User is deficient in vitamin B12 and iron", 9)]
+    groups, open_ids = rule_groups(notes)
+    assert [(g.keep_id, g.note_ids) for g in groups] == [("c", ("b", "c"))]
+    assert open_ids == ["a"]

@@ -120,26 +120,29 @@ def _tokens(text: str) -> list[str]:
     return [t for t, _ in _marked_tokens(text)]
 
 
-def _marked_tokens(text: str) -> list[tuple[str, bool]]:
-    """The tokens, each with whether punctuation follows it (a comma, a dash, a bracket)."""
+def _marked_tokens(text: str) -> list[tuple[str, str]]:
+    """The tokens, each with the punctuation that follows it (a comma, a dash, a bracket), or
+    "" when none does."""
     text = unicodedata.normalize("NFKC", text)
     text = text.replace("’", "'")
-    out: list[tuple[str, bool]] = []
+    out: list[tuple[str, str]] = []
     end = 0
     for match in _WORD.finditer(text):
         word = match.group()
         token = _EDGES.sub("", word).replace("\u2212", "-")
-        if out and (not token or text[end:match.start()].strip()):
-            out[-1] = (out[-1][0], True)
+        between = text[end:match.start()].strip() + ("" if token else word)
+        if out and between:
+            out[-1] = (out[-1][0], out[-1][1] + between)
         if token:
-            out.append((token, bool(_TRAILING.search(word))))
+            trailing = _TRAILING.search(word)
+            out.append((token, trailing.group() if trailing else ""))
         end = match.end()
     return out
 
 
-def _with_half_days(marked: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+def _with_half_days(marked: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """"9 pm" as one number, "9pm", as the fusion checks read it."""
-    out: list[tuple[str, bool]] = []
+    out: list[tuple[str, str]] = []
     for token, stop in marked:
         half = _HALF_DAYS.get(token.casefold())
         if half and out and not out[-1][1] and _NUMBER.search(out[-1][0]):
@@ -150,7 +153,11 @@ def _with_half_days(marked: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
 
 
 def _continues(word: str) -> bool:
-    if word in _PHRASE_CLOSERS or word.endswith("n't") or _NUMBER.search(word):
+    if _NUMBER.search(word):
+        # A number refines ("Python" / "Python 3.12"); a name with a number in it after a
+        # letter names another thing ("vitamin" / "vitamin B12", "type" / "type A1").
+        return word[:1].isalpha()
+    if word in _PHRASE_CLOSERS or word.endswith("n't"):
         return False
     return not (len(word) >= 6 and word.endswith("ly") and word not in _NOT_ADVERBS)
 
@@ -164,7 +171,7 @@ _folded = lru_cache(maxsize=1 << 12)(normalise_text)
 def analyse(text: str) -> Words:
     marked = _with_half_days(_marked_tokens(text))
     raw = [t for t, _ in marked]
-    lowered = [t.casefold() for t in raw]
+    lowered = [LETTER if _is_letter(marked, i) else t.casefold() for i, t in enumerate(raw)]
     numbers = frozenset(t for t in lowered if _NUMBER.search(t))
     negations = frozenset(t for t in lowered if t in NEGATIONS or t.endswith("n't"))
     # A capitalised word that is not the first word of the note (sentence case) is a name.
@@ -182,6 +189,23 @@ def analyse(text: str) -> Words:
     tense = frozenset(TENSES[t] for t in lowered if t in TENSES)
     return Words(frozenset(sequence), sequence, numbers, negations, names, quantifiers, subject,
                  joined, tense, _negated(lowered))
+
+
+LETTER = "A"  # the letter "a" as a content word, told from the article (``_is_letter``)
+_SENTENCE_END = re.compile(r"[.!?]")
+
+
+def _is_letter(marked: list[tuple[str, str]], i: int) -> bool:
+    """Whether this "a" is a letter that states something — "vitamin A", "plan A", "grade A",
+    "type A" — not the article: a capital "A" inside a sentence, or an "a" that ends one. The
+    article was a stop word, so "deficient in vitamin A" read as "deficient in vitamin", held
+    by "deficient in vitamin B12" (an audit found it merged and vitamin A lost)."""
+    token, after = marked[i]
+    if token not in ("a", "A"):
+        return False
+    if after or i + 1 == len(marked):
+        return True
+    return token == "A" and i > 0 and not _SENTENCE_END.search(marked[i - 1][1])
 
 
 def _is_negation(word: str) -> bool:
