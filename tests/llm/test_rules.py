@@ -228,3 +228,34 @@ def test_vitamin_a_is_never_grouped_into_another_vitamin() -> None:
     groups, open_ids = rule_groups(notes)
     assert [(g.keep_id, g.note_ids) for g in groups] == [("c", ("b", "c"))]
     assert open_ids == ["a"]
+
+
+@pytest.mark.parametrize(("small", "big", "merged"), [
+    # another person appended, in brackets or after a possessive (an audit found the first
+    # merged as ``contained``: the user's own allergy lost into the wife's)
+    ("Allergic to penicillin", "Allergic to penicillin (his wife)", False),
+    ("Allergic to penicillin", "Allergic to penicillin [her husband]", False),
+    ("Allergic to penicillin", "Allergic to penicillin, like his wife", False),
+    ("User is allergic to penicillin", "User is allergic to penicillin and so is user's son",
+     False),
+    ("Allergic to penicillin (his wife)", "Allergic to penicillin (his wife) since 2019", True),
+    ("User's wife likes tea", "User's wife likes tea and her sister too", False),
+    ("User's wife likes tea", "User's wife likes tea and coffee", True),
+    # the families that stay as they were
+    ("User likes tea", "User likes tea and coffee", True),
+    ("The user owns a car", "The user owns a car wash", False),
+    ("User prefers Python", "User prefers Python 2", True),
+    ("User likes tea", "User no longer likes tea", False),
+])
+def test_another_person_added_is_not_contained(small: str, big: str, merged: bool) -> None:
+    """A fuller note whose added words are in brackets or name another relative may say the
+    shorter note's fact of someone else: the pair stays open."""
+    assert same_or_contained(small, big) is merged
+
+
+def test_the_users_allergy_is_never_grouped_into_another_persons() -> None:
+    """The audit's case: January's "Allergic to penicillin" merged as ``contained`` into
+    March's "Allergic to penicillin (his wife)"; both stay open."""
+    notes = [_note("old", "Allergic to penicillin", 1),
+             _note("new", "Allergic to penicillin (his wife)", 9)]
+    assert rule_groups(notes) == ([], ["new", "old"])

@@ -62,6 +62,17 @@ it its user users user's users'
 # the present ("is", "has", "does") is compared only against the past and the perfect.
 TENSES = {**dict.fromkeys(("was", "were", "had", "did"), "past"), "been": "perfect"}
 
+# Another person named by a possessive and a relation ("his wife", "user's son"): a fuller note
+# that names one the shorter does not may say the shorter note's fact of that person instead.
+POSSESSIVES = _wordset("his her their my our your user's users' its")
+RELATIVES = _wordset("""
+wife husband partner spouse fiance fiancee fiancé fiancée boyfriend girlfriend son sons daughter
+daughters child children kid kids baby mother mom mum father dad parent parents brother
+brothers sister sisters sibling siblings grandmother grandfather grandma grandpa grandparents
+aunt uncle cousin niece nephew friend friends boss manager colleague colleagues coworker
+roommate neighbour neighbor family
+""")
+
 # Quantity and frequency words are stop words for containment, yet they state a value like a
 # number does: "has all of the vacation days left" is not contained in "has half of them left".
 QUANTIFIERS = _wordset("""
@@ -114,6 +125,9 @@ class Words:
     tense: frozenset[str] = frozenset()  # "past", "perfect" (``TENSES``)
     # Each negation with its place: the words before and after it that are no function words.
     negated: frozenset[tuple[str, str, str]] = frozenset()
+    # Content words said in brackets, and the relatives named after a possessive.
+    asides: frozenset[str] = frozenset()
+    others: frozenset[str] = frozenset()
 
 
 def _tokens(text: str) -> list[str]:
@@ -188,7 +202,19 @@ def analyse(text: str) -> Words:
     subject = frozenset(t for t in lead if t in SUBJECTS)
     tense = frozenset(TENSES[t] for t in lowered if t in TENSES)
     return Words(frozenset(sequence), sequence, numbers, negations, names, quantifiers, subject,
-                 joined, tense, _negated(lowered))
+                 joined, tense, _negated(lowered), _asides(marked, lowered),
+                 frozenset(t for p, t in zip(lowered, lowered[1:], strict=False)
+                           if p in POSSESSIVES and t in RELATIVES))
+
+
+def _asides(marked: list[tuple[str, str]], lowered: list[str]) -> frozenset[str]:
+    """The content words inside brackets: "Allergic to penicillin (his wife)"."""
+    depth, out = 0, set()
+    for (_, after), word in zip(marked, lowered, strict=True):
+        if depth and word not in STOPWORDS and not _is_negation(word):
+            out.add(word)
+        depth = max(0, depth + sum(map(after.count, "([{")) - sum(map(after.count, ")]}")))
+    return frozenset(out)
 
 
 LETTER = "A"  # the letter "a" as a content word, told from the article (``_is_letter``)
@@ -235,7 +261,8 @@ def same_or_contained(small: str, big: str) -> bool:
     after its last word without a function word or punctuation between ("a car wash"), and no
     negation; it may add numbers, quantity words (all, half, always…) or names only where
     ``small`` has none of that kind to contradict (a refinement, "Python" → "Python 3.12").
-    A negation sits between the same words in both. Both say it in one tense ("is" / "was", "has" / "had", "has been"). Both have one subject ("User" is not "User's mother", "he" not "she").
+    A negation sits between the same words in both. ``big`` adds no words in brackets and
+    names no other relative ("his wife"). Both say it in one tense ("is" / "was", "has" / "had", "has been"). Both have one subject ("User" is not "User's mother", "he" not "she").
     """
     if _folded(small) == _folded(big):
         return True
@@ -253,6 +280,10 @@ def same_or_contained(small: str, big: str) -> bool:
     if says and b.joined[len(b.sequence) - len(start) + len(says) - 1]:
         return False
     if a.negated != b.negated or a.subject != b.subject or a.tense != b.tense:
+        return False
+    # Words added in brackets, or another person, may say whose fact it is: "Allergic to
+    # penicillin (his wife)" does not hold "Allergic to penicillin" (an audit found it merged).
+    if b.asides - a.content or b.others - a.others:
         return False
     if a.quantifiers and a.quantifiers != b.quantifiers:
         return False
