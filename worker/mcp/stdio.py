@@ -14,6 +14,7 @@ import json
 import re
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -52,8 +53,11 @@ INVALID_REQUEST_LINE = ("invalid request: the message is no JSON-RPC 2.0 request
 
 def parse_error_line(reason: str) -> str:
     """What a sender of invalid JSON is told: the decoder's reason (a position, never text)."""
-    reason = reason.removeprefix("Invalid JSON: ").removeprefix("Parse error: ")[:120]
-    return (f"parse error: the message is not valid JSON ({reason}); {_SEND}, strings valid "
+    # The SDK's bare "Parse error" (its 2026-07-28 HTTP transport) gives no reason to repeat.
+    reason = reason.removeprefix("Invalid JSON: ").removeprefix("Parse error")
+    reason = reason.removeprefix(": ")[:120]
+    because = f" ({reason})" if reason else ""
+    return (f"parse error: the message is not valid JSON{because}; {_SEND}, strings valid "
             "Unicode (no lone \\ud800-\\udfff escape), numbers under 4300 digits")
 
 
@@ -67,15 +71,16 @@ async def serve_stdio(server: Server[Any], max_line_bytes: int,
     in_flight = InFlight()
     again: list[str] = []  # the signal that cut the drain short
     with claimed_stdin() as wire:
-        lines = BoundedLines(wire, max_line_bytes, _request_id)
+        lines = BoundedLines(wire, max_line_bytes, request_id)
+        seen = SeenLines(lines)
         # The SDK reads any async iterable of lines; it types the argument as an anyio file.
-        async with (stdio_server(stdin=lines) as (read_stream, write_stream),  # type: ignore[arg-type]
+        async with (stdio_server(stdin=seen) as (read_stream, write_stream),  # type: ignore[arg-type]
                     anyio.create_task_group() as watching):
             with anyio.CancelScope() as serving:
                 watching.start_soon(_stop_on_signals, lines, serving, again, at_once)
                 # A refusal goes out unwatched: it answers no request read, even one with its id.
                 await server.run(AnsweringReadStream(read_stream, write_stream, max_line_bytes,
-                                                     in_flight),
+                                                     in_flight, seen),
                                  AnsweredWriteStream(write_stream, in_flight),
                                  server.create_initialization_options())
             watching.cancel_scope.cancel()
@@ -121,16 +126,41 @@ async def _receive_stops(lines: BoundedLines, serving: anyio.CancelScope, again:
             lines.stop()
 
 
+class SeenLines:
+    """The lines handed to the SDK, each kept until the read stream takes the item the SDK made
+    of it (one per line, in order: a message or the exception that refused it), so that an
+    answer can read the line's own id: the exception shows only the first error's input, often
+    a value nested in the message (its jsonrpc, its params)."""
+
+    def __init__(self, lines: BoundedLines) -> None:
+        self.lines = lines
+        self.waiting: deque[str] = deque()
+
+    def __aiter__(self) -> SeenLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self.lines.__anext__()
+        self.waiting.append(line)
+        return line
+
+    def taken(self) -> str:
+        """The line of the item the read stream just took."""
+        return self.waiting.popleft() if self.waiting else ""
+
+
 class AnsweringReadStream:
     """The SDK's read stream, minus its exceptions: each is answered on the write stream. At the
     end of stdin it ends only once the requests read are answered: the SDK cancels the handlers
     still running when its read stream ends, and their senders would never hear back."""
 
-    def __init__(self, inner: Any, write: Any, max_line_bytes: int, in_flight: InFlight) -> None:
+    def __init__(self, inner: Any, write: Any, max_line_bytes: int, in_flight: InFlight,
+                 seen: SeenLines) -> None:
         self.inner = inner
         self.write = write
         self.max_line_bytes = max_line_bytes
         self.in_flight = in_flight
+        self.seen = seen
 
     @property
     def last_context(self) -> Any:
@@ -143,9 +173,10 @@ class AnsweringReadStream:
             except anyio.EndOfStream:
                 await self.in_flight.drain()
                 raise
+            line = self.seen.taken()
             if not isinstance(item, Exception):
                 return self.in_flight.received(item)
-            await self.write.send(SessionMessage(refusal(item, self.max_line_bytes)))
+            await self.write.send(SessionMessage(refusal(item, line, self.max_line_bytes)))
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -167,14 +198,13 @@ class AnsweringReadStream:
         await self.aclose()
 
 
-def refusal(exc: Exception, max_line_bytes: int) -> types.JSONRPCError:
+def refusal(exc: Exception, line: str, max_line_bytes: int) -> types.JSONRPCError:
     """The JSON-RPC error for a line the transport could not read as a message."""
     errors = exc.errors() if isinstance(exc, ValidationError) else []
     syntax = next((e for e in errors if e.get("type") == "json_invalid"), None)
-    given = errors[0].get("input") if errors else None
-    too_long, request_id = too_long_id(given)
+    too_long, long_id = too_long_id(line)
     if too_long:
-        return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(
+        return types.JSONRPCError(jsonrpc="2.0", id=long_id, error=types.ErrorData(
             code=INVALID_REQUEST, message=too_long_line(max_line_bytes)))
     if syntax is not None:
         code = PARSE_ERROR
@@ -182,11 +212,11 @@ def refusal(exc: Exception, max_line_bytes: int) -> types.JSONRPCError:
     else:
         code, message = INVALID_REQUEST, INVALID_REQUEST_LINE
     log.warning("mcp.unreadable_message", code=code, error_type=type(exc).__name__)
-    return types.JSONRPCError(jsonrpc="2.0", id=_request_id(given),
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id(line),
                               error=types.ErrorData(code=code, message=message))
 
 
-def _request_id(given: Any) -> int | str | None:
+def request_id(given: Any) -> int | str | None:
     """The id the sender is waiting on, when the line (or what parsed of it) shows one."""
     if isinstance(given, str):
         try:
