@@ -1,8 +1,10 @@
 """A request's id, over stdio and HTTP (worker.mcp.stdio, worker.mcp.http_errors).
 
-A -32600 for a line showing a valid id carries it: the id was read from the first validation
-error's input (the jsonrpc, the params, the method), so most such answers said null, and over
-HTTP the SDK's always did.
+A request whose id is no id (null, a fraction, an object, an array, a boolean) was read by the
+SDK as a notification: over stdio no answer ever came, over HTTP a bare ``202 Accepted``. It is
+answered -32600 with id null (400 over HTTP); a real notification (no id member) still gets no
+answer. A -32600 for a line showing a valid id carries it: the id was read from the first
+validation error's input (the jsonrpc, the params, the method), so most such answers said null.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ WRONG_WITH_ID: list[tuple[str, int | str | None]] = [
     ('{"id":11,"method":"tools/list"}', 11),
     ('{"jsonrpc":"1.0","id":true,"method":"tools/list"}', None),
 ]
+NO_ID = ["null", "7.5", '{"a":1}', "[1]", "true", "false"]
+NOT_AN_ID = ['{"jsonrpc":"2.0","id":' + value + "," + REMEMBER + "}" for value in NO_ID]
+NOTIFICATION = '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+
+
+def _ping(request_id: int) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "ping"})
 
 
 def _assert_refused(answer: dict[str, Any], request_id: int | str | None) -> None:
@@ -75,6 +84,17 @@ def test_stdio_refusal_carries_the_id_the_line_shows(
         _assert_refused(stdio(line), request_id)
 
 
+def test_stdio_answers_a_request_whose_id_is_no_id(
+        stdio: Callable[[str], dict[str, Any]]) -> None:
+    for line in NOT_AN_ID:  # before: no answer, ever
+        answer = stdio(line)
+        _assert_refused(answer, None)
+        assert "string nor an integer" in answer["error"]["message"], answer
+    # A notification (no id member) is still answered by nothing: the next answer is the ping's.
+    pong = stdio(NOTIFICATION + "\n" + _ping(12))
+    assert pong == {"jsonrpc": "2.0", "id": 12, "result": {}}, pong
+
+
 def _post(url: str, body: str, version: str | None) -> tuple[int, bytes]:
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN_A}",
                "Accept": "application/json, text/event-stream"}
@@ -102,4 +122,20 @@ def test_http_refusal_carries_the_id_the_body_shows(
         status, answer = _post(http_server, body, version)
         assert status == 400, (body, status, answer)
         _assert_refused(json.loads(answer), request_id)
+    assert _states(app, "agent-a") == before
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_http_answers_a_request_whose_id_is_no_id(
+    app: App, http_server: str, version: str | None,  # noqa: F811  (the fixture)
+) -> None:
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
+    before = _states(app, "agent-a")
+    for body in NOT_AN_ID:  # before: 202 Accepted, no body
+        status, answer = _post(http_server, body, version)
+        assert status == 400, (body, status, answer)
+        _assert_refused(json.loads(answer), None)
+        assert "string nor an integer" in json.loads(answer)["error"]["message"]
+    status, answer = _post(http_server, NOTIFICATION, version)
+    assert (status, answer) == (202, b""), (status, answer)
     assert _states(app, "agent-a") == before

@@ -6,7 +6,9 @@ The SDK answers a body that is JSON but no JSON-RPC message with pydantic's mult
 client can show. ``OneLineErrors`` rewrites those 400 answers (and the SDK's bare parse error,
 and its "Body must be a single JSON-RPC request" of a protocol version past the handshake's) to
 the stdio server's lines (worker.mcp.stdio), with the same codes and the request's id when the
-body shows one (the SDK's carry null).
+body shows one (the SDK's carry null). A request whose id is no id (null, a fraction, a boolean,
+an object, an array), which the SDK takes for a notification and answers ``202 Accepted`` with
+no body, gets that 400 and -32600 too.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from starlette.types import Message, Receive, Scope, Send
 from worker.api.auth import Principal, authenticate, bearer
 from worker.api.guards import HTTPMiddleware
 from worker.mcp.stdio import (
+    INVALID_ID_LINE,
     INVALID_REQUEST,
     INVALID_REQUEST_LINE,
     PARSE_ERROR,
+    decoded,
+    invalid_id,
     parse_error_line,
     request_id,
 )
@@ -43,7 +48,7 @@ class OneLineErrors(HTTPMiddleware):
             return message
 
         async def rewritten(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 400:
+            if message["type"] == "http.response.start" and message["status"] in (202, 400):
                 held.append(message)
                 return
             if message["type"] == "http.response.start":
@@ -64,21 +69,28 @@ class OneLineErrors(HTTPMiddleware):
 
 
 def _one_line(held: list[Message], request: bytes) -> list[Message]:
-    """The held 400 answer, its JSON-RPC error message replaced when it is the SDK's, and its id
-    the one ``request`` shows."""
+    """The held 400 answer, its JSON-RPC error message replaced when it is the SDK's; the held
+    202, a 400 when the request it accepted has an id that is no id."""
     start, body = held[0], b"".join(m.get("body", b"") for m in held[1:])
-    try:
-        answer: Any = json.loads(body)
-        message = answer["error"]["message"]
-    except (ValueError, TypeError, KeyError):
-        return held
-    if not isinstance(message, str):
-        return held
-    error = _error(message)
-    if error is None:
-        return held
-    answer["error"] = error
-    answer["id"] = request_id(request.decode("utf-8", errors="replace"))
+    text = request.decode("utf-8", errors="replace")
+    if start["status"] == 202:
+        if not invalid_id(decoded(text)):
+            return held
+        answer: Any = {"jsonrpc": "2.0", "id": None,
+                       "error": {"code": INVALID_REQUEST, "message": INVALID_ID_LINE}}
+        start = {**start, "status": 400, "headers": [(b"content-type", b"application/json")]}
+    else:
+        try:
+            answer = json.loads(body)
+            message = answer["error"]["message"]
+        except (ValueError, TypeError, KeyError):
+            return held
+        if not isinstance(message, str):
+            return held
+        error = _error(message, text)
+        if error is None:
+            return held
+        answer["error"], answer["id"] = error, request_id(text)
     log.warning("mcp.unreadable_message", code=answer["error"]["code"], transport="http")
     payload = json.dumps(answer).encode()
     headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
@@ -86,14 +98,15 @@ def _one_line(held: list[Message], request: bytes) -> list[Message]:
             {"type": "http.response.body", "body": payload, "more_body": False}]
 
 
-def _error(message: str) -> dict[str, Any] | None:
-    """The stdio server's error for the SDK's answer ``message``, None when it is no answer to
-    an unreadable body."""
+def _error(message: str, request: str) -> dict[str, Any] | None:
+    """The stdio server's error for the SDK's answer ``message`` to ``request``, None when it is
+    no answer to an unreadable body."""
     if message.startswith("Parse error"):
         return {"code": PARSE_ERROR, "message": parse_error_line(message)}
-    if message.startswith(("Validation error", "Body must be a single JSON-RPC")):
-        return {"code": INVALID_REQUEST, "message": INVALID_REQUEST_LINE}
-    return None
+    if not message.startswith(("Validation error", "Body must be a single JSON-RPC")):
+        return None
+    line = INVALID_ID_LINE if invalid_id(decoded(request)) else INVALID_REQUEST_LINE
+    return {"code": INVALID_REQUEST, "message": line}
 
 
 # No quote and ASCII only: it goes into the WWW-Authenticate header as well.

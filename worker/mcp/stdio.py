@@ -5,7 +5,9 @@ escape, a number too long, nesting too deep, an object that is no request) to th
 exception, which drops it with a debug log: its sender waits for an answer that never comes.
 Here each gets the JSON-RPC error it is due (-32700 parse error, -32600 invalid request), with
 the request's id when the line shows one (else null, as JSON-RPC says), and one line naming the
-problem and what to send: never the line itself, which may hold note text.
+problem and what to send: never the line itself, which may hold note text. So does a request
+whose id is no id (null, a fraction, a boolean, an object, an array): the SDK reads it as a
+notification, which gets no answer.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ _EARLY_ID = re.compile(r'\s*\{\s*(?:"(?:jsonrpc|method)"\s*:\s*"[^"\\]{0,100}"\s
 
 INVALID_REQUEST_LINE = ("invalid request: the message is no JSON-RPC 2.0 request, notification "
                         f"or response; {_SEND}, an object with jsonrpc, id, method and params")
+
+
+INVALID_ID_LINE = ("invalid request: the request's id is neither a string nor an integer (null, "
+                   f"a fraction, a boolean, an object or an array); {_SEND}, each request with "
+                   "a string or integer id, a notification with no id member")
 
 
 def parse_error_line(reason: str) -> str:
@@ -130,7 +137,7 @@ class SeenLines:
     """The lines handed to the SDK, each kept until the read stream takes the item the SDK made
     of it (one per line, in order: a message or the exception that refused it), so that an
     answer can read the line's own id: the exception shows only the first error's input, often
-    a value nested in the message (its jsonrpc, its params)."""
+    a value nested in the message (its jsonrpc, its params), and a notification none at all."""
 
     def __init__(self, lines: BoundedLines) -> None:
         self.lines = lines
@@ -150,9 +157,10 @@ class SeenLines:
 
 
 class AnsweringReadStream:
-    """The SDK's read stream, minus its exceptions: each is answered on the write stream. At the
-    end of stdin it ends only once the requests read are answered: the SDK cancels the handlers
-    still running when its read stream ends, and their senders would never hear back."""
+    """The SDK's read stream, minus its exceptions and the requests it took for notifications:
+    each is answered on the write stream. At the end of stdin it ends only once the requests
+    read are answered: the SDK cancels the handlers still running when its read stream ends,
+    and their senders would never hear back."""
 
     def __init__(self, inner: Any, write: Any, max_line_bytes: int, in_flight: InFlight,
                  seen: SeenLines) -> None:
@@ -174,9 +182,13 @@ class AnsweringReadStream:
                 await self.in_flight.drain()
                 raise
             line = self.seen.taken()
-            if not isinstance(item, Exception):
+            if isinstance(item, Exception):
+                answer = refusal(item, line, self.max_line_bytes)
+            elif isinstance(item.message, types.JSONRPCNotification) and invalid_id(decoded(line)):
+                answer = id_refusal()
+            else:
                 return self.in_flight.received(item)
-            await self.write.send(SessionMessage(refusal(item, line, self.max_line_bytes)))
+            await self.write.send(SessionMessage(answer))
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -209,11 +221,37 @@ def refusal(exc: Exception, line: str, max_line_bytes: int) -> types.JSONRPCErro
     if syntax is not None:
         code = PARSE_ERROR
         message = parse_error_line(str(syntax.get("msg", "invalid JSON")))
-    else:
-        code, message = INVALID_REQUEST, INVALID_REQUEST_LINE
+    else:  # a request whose id is no id and whose rest is wrong too is told of its id first
+        code = INVALID_REQUEST
+        message = INVALID_ID_LINE if invalid_id(decoded(line)) else INVALID_REQUEST_LINE
     log.warning("mcp.unreadable_message", code=code, error_type=type(exc).__name__)
     return types.JSONRPCError(jsonrpc="2.0", id=request_id(line),
                               error=types.ErrorData(code=code, message=message))
+
+
+def id_refusal() -> types.JSONRPCError:
+    """The answer to a request whose id is no id: -32600, id null (it has none to carry)."""
+    log.warning("mcp.unreadable_message", code=INVALID_REQUEST, error_type="InvalidId")
+    return types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+        code=INVALID_REQUEST, message=INVALID_ID_LINE))
+
+
+def invalid_id(message: Any) -> bool:
+    """Whether a decoded message is a request (it has a method) with an id member that is no
+    string and no integer: JSON-RPC allows null only in an answer, MCP not even there for a
+    request, and the SDK reads such a request as a notification, which it never answers."""
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return False
+    found = message["id"]
+    return isinstance(found, bool) or not isinstance(found, int | str)
+
+
+def decoded(text: str) -> Any:
+    """The JSON value of ``text``, or None when it is no JSON Python reads."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def request_id(given: Any) -> int | str | None:
