@@ -74,11 +74,25 @@ class BatchLedger(Protocol):
         """When each batch this phase of the run recorded was submitted."""
         ...
 
+    def read(self, batch_id: str, status: str) -> None:
+        """A finished batch was read (its files deleted): its answers were this phase's."""
+        ...
+
+    def unread(self) -> dict[str, bool]:
+        """The batches recorded that were neither read nor released, each with whether this
+        attempt's step recorded it (its questions are among the step's model calls)."""
+        ...
+
 
 class Spending(Protocol):
     def reserve(self, estimated_tokens: int) -> bool: ...
 
     def charge(self, tokens_in: int, tokens_out: int) -> None: ...
+
+    def withdraw(self, calls: int) -> None:
+        """Calls started whose answers nobody will read (their batch released as obsolete):
+        counted neither answered nor failed."""
+        ...
 
 
 def ask_as_batch(
@@ -100,6 +114,7 @@ def ask_as_batch(
             recorded.append(submitted)
     wanted = {k for k in keys if k not in outcomes}
     batches = [(bid, ids & wanted) for bid, ids in recorded if ids & wanted]
+    release_obsolete(llm, ledger, spending, [(b, ids) for b, ids in recorded if not ids & wanted])
     by_id = {it.custom_id: it for it in items}
     states = _poll(ctx, llm, batches, by_id, ledger)
     for bid, state in states.items():
@@ -107,6 +122,8 @@ def ask_as_batch(
         # and asked again in a new batch, so nobody will read this one.
         if not state.finished or state.unchecked:
             release_recorded(llm, ledger, bid)
+        else:
+            ledger.read(bid, state.status)
     wait = float(ctx.settings.llm_batch_wait)
     for q, key in zip(questions, keys, strict=True):
         if key not in outcomes:
@@ -127,6 +144,22 @@ def release_recorded(llm: BatchLLM, ledger: BatchLedger, batch_id: str) -> Batch
         log.warning("llm.batch_release_incomplete", batch_id=batch_id, status=release.status,
                     problem=release.problem)
     return release
+
+
+def release_obsolete(llm: BatchLLM, ledger: BatchLedger, spending: Spending,
+                     unwanted: list[tuple[str, set[str]]]) -> None:
+    """Release the batches of this phase asking none of its questions now (a resumed phase
+    re-planned: a host keep_apart or remember changed a cluster) that were neither read nor
+    released: nobody will read them, and they hold note text at the provider. The questions
+    this attempt's step asked in them are withdrawn, not failed (the model was not down)."""
+    if not unwanted:
+        return
+    unread = ledger.unread()
+    for bid, ids in unwanted:
+        if bid in unread:
+            release_recorded(llm, ledger, bid)
+            if unread[bid]:
+                spending.withdraw(len(ids))
 
 
 def _submit(
