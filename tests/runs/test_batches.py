@@ -199,6 +199,13 @@ def test_a_batch_out_of_time_in_process_is_cancelled_not_left_running(
     assert llm_stub.batches.files == {}
     release = _release(stub_app, run_id)
     assert release is not None and release["cancelled"] and release["problem"] is None
+    with stub_app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and run.status == RunStatus.BLOCKED.value
+        # The endpoint answered: what to do is wait longer, not check DREAM_LLM_BASE_URL.
+        assert "not finished within DREAM_LLM_BATCH_WAIT (0.2s)" in str(run.status_reason)
+        assert "set a longer DREAM_LLM_BATCH_WAIT" in str(run.status_reason)
+        assert "DREAM_LLM_BASE_URL" not in str(run.status_reason)
 
 
 def test_a_run_failing_with_its_batch_out_releases_it(stub_app: App, llm_stub: LLMStub) -> None:

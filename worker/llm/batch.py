@@ -16,7 +16,7 @@ import structlog
 
 from worker import telemetry
 from worker.clock import utcnow
-from worker.llm.ask import AskStatus, Outcome, check
+from worker.llm.ask import BATCH_WAIT_OUT, AskStatus, Outcome, check
 from worker.llm.base import (
     REFUSED,
     BatchItem,
@@ -276,7 +276,7 @@ def _settle(q: Any, key: str, state: BatchState, spending: Spending,
         why = state.failed.get(key) or (
             f"batch {state.batch_id} {state.status} without answering this request"
             if state.finished else
-            f"batch {state.batch_id} not finished within DREAM_LLM_BATCH_WAIT ({wait:g}s)")
+            f"batch {state.batch_id} {BATCH_WAIT_OUT} ({wait:g}s)")
         return Outcome(None, AskStatus.DEFERRED, f"{why}; deferred to the next run"[:300])
     if _CHARGED.add(key):
         spending.charge(reply.tokens_in, reply.tokens_out)
