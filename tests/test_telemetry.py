@@ -462,8 +462,8 @@ def test_the_otlp_export_and_the_exit_flush_are_bounded(monkeypatch: pytest.Monk
     assert telemetry.export_seconds() == telemetry.EXPORT_SECONDS <= 2
     added: list[Any] = []
     telemetry._add_exporters(type("P", (), {"add_span_processor": added.append})(), "otlp")
-    processor: Any = added[0]
-    assert len(added) == 1 and isinstance(processor, BatchSpanProcessor)
+    assert len(added) == 1 and isinstance(added[0], BatchSpanProcessor)
+    processor: Any = added[0]  # the SDK's private parts: the exporter's client and its timeout
     try:
         assert (processor._batch_processor._exporter._client._timeout
                 == telemetry.EXPORT_SECONDS)
