@@ -193,6 +193,41 @@ def test_a_provider_batch_is_one_chat_span_with_its_usage(
     assert CANARY not in text and "dark mode" not in text and FUSED not in text
 
 
+@pytest.mark.parametrize(("broken", "error_type", "status"), [
+    ("expired", "batch_expired", "expired"),
+    ("failed", "batch_failed", "failed"),
+    ("unchecked", "LLMError", "unchecked"),  # retrieve answers HTTP 200 with no batch
+])
+def test_a_batch_that_answered_nothing_is_an_error_span(
+    app: App, llm_stub: LLMStub, exporter: InMemorySpanExporter, broken: str, error_type: str,
+    status: str,
+) -> None:
+    """A provider batch that expired or failed, or one that could not be checked, is a failed
+    model call: its chat span has error.type and status ERROR, as the README's table says
+    (before: status UNSET and no error.type, and no span at all for the unchecked one)."""
+    from tests.support.llm_stub_batches import RawAnswer
+
+    add_notes(app, *_notes())
+    llm_stub.set_handler(lambda req: {"should_consolidate": False, "reason": "apart"})
+    if broken == "unchecked":
+        llm_stub.batches.garbage["retrieve"] = RawAnswer(b"<html>proxy</html>", "text/html")
+    else:
+        llm_stub.batches.finish_as = broken
+    app.llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
+                                  timeout=10, max_retries=0)
+    app.settings.llm_batch, app.settings.llm_batch_poll = True, 0.05
+    exporter.clear()
+    run_id = service.create_run(app, Scope("agent-1", "u1"), force=True, clock=NOW,
+                                phases=["consolidate"])
+    assert run_id is not None
+    service.execute_run(app, run_id)
+    (call,) = [s for s in exporter.get_finished_spans() if s.name == "chat stub-model"]
+    attrs = call.attributes or {}
+    assert call.status.status_code.name == "ERROR" and attrs["error.type"] == error_type
+    assert attrs["dream.batch.status"] == status and attrs["dream.batch.answered"] == 0
+    assert not call.events and "proxy" not in (call.status.description or "")
+
+
 def test_a_failing_model_call_is_an_error_span_by_type_only(
     app: App, llm_stub: LLMStub, exporter: InMemorySpanExporter,
 ) -> None:

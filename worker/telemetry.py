@@ -58,6 +58,13 @@ class SpanHandle:
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     self.span.set_attribute(f"dream.counter.{name}", value)
 
+    def failed(self, error_type: str) -> None:
+        """A call that failed without raising through the span (a provider batch that expired,
+        one that could not be checked): ``error.type`` and status ERROR, by type only."""
+        if self.span is not None:
+            self.span.set_attribute("error.type", error_type)
+            self.span.set_status(Status(StatusCode.ERROR, error_type))
+
     def model_reply(self, reply: Any) -> None:
         """Usage and the answering model of one completed model call."""
         self.set(gen_ai__response__model=reply.model or None,

@@ -249,23 +249,33 @@ def _state(llm: BatchLLM, batch_id: str, items: list[BatchItem]) -> BatchState:
     try:
         state = llm.batch_state(batch_id, items)
     except LLMError as exc:
-        return BatchState(batch_id, "failed", failed={it.custom_id: str(exc)[:200] for it in items},
-                          unchecked=True)
+        state = BatchState(batch_id, "failed", failed={it.custom_id: str(exc)[:200] for it in items},
+                           unchecked=True)
+        _trace(llm, state, items, type(exc).__name__)
+        return state
     if state.finished:
         _trace(llm, state, items)
     return state
 
 
-def _trace(llm: BatchLLM, state: BatchState, items: list[BatchItem]) -> None:
-    """One model-call span per finished batch: its usage, never its text (R21)."""
+def _trace(llm: BatchLLM, state: BatchState, items: list[BatchItem],
+           unchecked: str | None = None) -> None:
+    """One model-call span per finished batch, or per look that could not check it
+    (``unchecked``: the error's type): its usage, never its text (R21). A batch that expired,
+    failed or was cancelled, or answered none of its requests, is a failed call: ``error.type``
+    (``batch_expired``, ``batch_unanswered``, the check's error type) and status ERROR."""
     replies = [state.replies[it.custom_id] for it in items if it.custom_id in state.replies]
     total = LLMReply(None, sum(r.tokens_in for r in replies), sum(r.tokens_out for r in replies),
                      replies[0].model if replies else "")
+    error = unchecked or (f"batch_{state.status}" if state.status != "completed"
+                          else None if replies else "batch_unanswered")
     with telemetry.model_call_span(llm, items[0].prompt_name) as span:
         span.set(dream__batch__id=state.batch_id,
-                 dream__batch__status=state.status, dream__batch__requests=len(items),
-                 dream__batch__answered=len(replies))
+                 dream__batch__status="unchecked" if unchecked else state.status,
+                 dream__batch__requests=len(items), dream__batch__answered=len(replies))
         span.model_reply(total)
+        if error:
+            span.failed(error)
 
 
 def _settle(q: Any, key: str, state: BatchState, spending: Spending,
