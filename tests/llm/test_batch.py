@@ -155,3 +155,21 @@ def test_a_batch_an_earlier_round_read_is_not_released(llm_stub: Any) -> None:
     _other_round(ctx, ledger)
     assert ledger.releases == [] and llm_stub.batches.cancelled == []
     assert (ctx.budget.started, ctx.budget.answered) == (4, 4)
+
+
+def test_a_question_a_re_planned_phase_dropped_from_a_batch_is_withdrawn_once(
+        llm_stub: Any) -> None:
+    """The re-planned phase still asks two of the batch's three questions: the batch is read
+    (not released), and the third question counts neither answered nor failed, once."""
+    llm_stub.set_handler(_echo)
+    llm_stub.batches.polls = 10_000
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        _ask(ctx, 3, ledger)
+    llm_stub.batches.polls = 0
+    outcomes = _ask(ctx, 2, ledger)
+    assert [o.status for o in outcomes] == [AskStatus.OK, AskStatus.OK]
+    assert ledger.releases == [] and list(ledger.reads) == [ledger.batches[0][0]]
+    assert (ctx.budget.started, ctx.budget.answered) == (2, 2)
+    _ask(ctx, 2, ledger)  # read again (a retried phase): nothing withdrawn twice
+    assert (ctx.budget.started, ctx.budget.answered) == (2, 2)

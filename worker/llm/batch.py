@@ -114,7 +114,11 @@ def ask_as_batch(
             recorded.append(submitted)
     wanted = {k for k in keys if k not in outcomes}
     batches = [(bid, ids & wanted) for bid, ids in recorded if ids & wanted]
-    release_obsolete(llm, ledger, spending, [(b, ids) for b, ids in recorded if not ids & wanted])
+    # Questions a batch holds that this phase no longer asks (it re-planned).
+    dropped = {bid: ids - wanted for bid, ids in recorded if ids - wanted}
+    unread = ledger.unread() if dropped else {}
+    release_obsolete(llm, ledger, spending, [(b, ids) for b, ids in recorded if not ids & wanted],
+                     unread)
     by_id = {it.custom_id: it for it in items}
     states = _poll(ctx, llm, batches, by_id, ledger)
     for bid, state in states.items():
@@ -122,8 +126,10 @@ def ask_as_batch(
         # and asked again in a new batch, so nobody will read this one.
         if not state.finished or state.unchecked:
             release_recorded(llm, ledger, bid)
-        else:
-            ledger.read(bid, state.status)
+            continue
+        ledger.read(bid, state.status)
+        if unread.get(bid) and bid in dropped:  # read once: its dropped questions withdrawn
+            spending.withdraw(len(dropped[bid]))
     wait = float(ctx.settings.llm_batch_wait)
     for q, key in zip(questions, keys, strict=True):
         if key not in outcomes:
@@ -147,14 +153,12 @@ def release_recorded(llm: BatchLLM, ledger: BatchLedger, batch_id: str) -> Batch
 
 
 def release_obsolete(llm: BatchLLM, ledger: BatchLedger, spending: Spending,
-                     unwanted: list[tuple[str, set[str]]]) -> None:
+                     unwanted: list[tuple[str, set[str]]], unread: dict[str, bool]) -> None:
     """Release the batches of this phase asking none of its questions now (a resumed phase
     re-planned: a host keep_apart or remember changed a cluster) that were neither read nor
-    released: nobody will read them, and they hold note text at the provider. The questions
-    this attempt's step asked in them are withdrawn, not failed (the model was not down)."""
-    if not unwanted:
-        return
-    unread = ledger.unread()
+    released (``unread``: the ledger's): nobody will read them, and they hold note text at the
+    provider. The questions this attempt's step asked in them are withdrawn, not failed (the
+    model was not down)."""
     for bid, ids in unwanted:
         if bid in unread:
             release_recorded(llm, ledger, bid)
