@@ -7,6 +7,7 @@ traced under a real worker, and without the extra everything is a no-op."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -520,3 +521,31 @@ def test_the_otlp_export_and_the_exit_flush_are_bounded(monkeypatch: pytest.Monk
     assert ending.is_alive() and ending.daemon  # never holds the interpreter's exit
     release.set()
     ending.join()
+
+
+def test_an_export_problem_is_said_again_an_hour_later_not_on_every_retry() -> None:
+    """A worker runs for weeks: the collector down on Monday and again on Friday is two lines
+    on stderr, the retries of one outage one line (it said the first only, per process)."""
+    from worker import telemetry
+
+    problem = telemetry._ExportProblem()
+
+    problem.endpoint = "http://collector:4318/v1/traces"
+    shown: list[str] = []
+
+    def said(message: str, at: float) -> bool:
+        record = logging.LogRecord("opentelemetry", logging.WARNING, __file__, 1, message,
+                                   None, None)
+        record.created = at
+        passed = problem.filter(record)
+        if passed:
+            shown.append(record.getMessage())
+        return passed
+
+    assert said("Transient error Service Unavailable, retrying in 1.1s", 1000.0)
+    assert shown == ["spans not exported: http://collector:4318/v1/traces did not answer; "
+                     "check OTEL_EXPORTER_OTLP_ENDPOINT and the collector"]
+    assert not said("Transient error Service Unavailable, retrying in 2.3s", 1001.0)
+    assert not said("Failed to export spans batch", 1000.0 + problem.QUIET_SECONDS - 1)
+    assert said("Failed to export spans batch", 1000.0 + problem.QUIET_SECONDS + 1)
+    assert said("Invalid type NoneType for attribute", 1002.0)  # anything else passes

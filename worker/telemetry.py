@@ -223,23 +223,27 @@ class _NoTraceback(logging.Filter):
 
 class _ExportProblem(logging.Filter):
     """The OTLP exporter's retries of an endpoint that does not answer ("Transient error ...
-    retrying in 1.14s" a few times, then "Failed to export spans batch ...") as one line per
-    process naming the endpoint; what else the SDK says passes as it is."""
+    retrying in 1.14s" a few times, then "Failed to export spans batch ...") as one line naming
+    the endpoint, at most once per ``QUIET_SECONDS``: a command says it once, and a worker that
+    runs for weeks says it again when the collector goes down another day. What else the SDK
+    says passes as it is."""
 
     RETRIES = ("Transient error", "Failed to export", "Shutdown in progress", "Exception while "
                "exporting")
 
+    QUIET_SECONDS = 3600.0
+
     def __init__(self) -> None:
         super().__init__()
         self.endpoint = "the OTLP endpoint"
-        self.said = False
+        self.said_at: float | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not str(record.msg).startswith(self.RETRIES):
             return True
-        if self.said:
+        if self.said_at is not None and record.created - self.said_at < self.QUIET_SECONDS:
             return False
-        self.said = True
+        self.said_at = record.created
         record.msg, record.args = ("spans not exported: %s did not answer; check "
                                    "OTEL_EXPORTER_OTLP_ENDPOINT and the collector",
                                    (self.endpoint,))
