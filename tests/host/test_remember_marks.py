@@ -56,7 +56,7 @@ def _hashes(conn: Connection) -> dict[str, str]:
     return {r.id: r.content_hash for r in conn.execute(text("SELECT id, content_hash FROM notes"))}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.text(alphabet=st.sampled_from("aZß ẞ.5-–−+<>=≤❌✅°O,:/'\"!?…\u00ad\ufe0fिं_ 9"), max_size=24))
 def test_migration_0017_folds_as_the_code_does(sample: str) -> None:
     """The migration holds a copy of the rule (a later change needs its own migration): the

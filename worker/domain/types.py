@@ -153,8 +153,7 @@ VALUE_SYMBOLS = "+#%‰$¢£¤¥€₹₽₩₺₪₫₴₦₱₡₲₵₸₼₾
 _KEPT_PUNCT = VALUE_SYMBOLS + "&@§¶†‡′″‴‱"
 # Every dash and the minus sign read as one "-": "–18 °C" (an en dash typed as the minus) is
 # "-18 °C", "10–12" is "10-12". Where it carries no value (between words) it folds away.
-_DASHES = str.maketrans(dict.fromkeys(
-    "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63", "-"))
+_DASHES = re.compile("[\u2010-\u2015\u2212\ufe58\ufe63]")
 # Symbols that are quotes in practice ("`tea`", "it´s"); any other symbol is kept.
 _QUOTE_SYMBOLS = "`´"
 _NOT_WORD = re.compile(r"[^\w\s]", re.UNICODE)
@@ -198,7 +197,7 @@ def normalise_text(text: str) -> str:
     """The identity of a text (identical notes, ``content_hash``): Unicode form, case, spacing,
     quotes and sentence punctuation folded away; what carries a value kept (``_mark``): a
     decimal point or sign of a number, a symbol or emoji, "O-", "C++", "ß"."""
-    text = fold_case(unicodedata.normalize("NFKC", text)).translate(_DASHES)
+    text = _DASHES.sub("-", fold_case(unicodedata.normalize("NFKC", text)))
     folded = _SPACE.sub(" ", _NOT_WORD.sub(_mark, text)).strip()
     # A text of punctuation alone ("!!!", "...") folded to "", one hash for all of them: each
     # imported after the first was "already present". It is its own identity, spacing folded.
