@@ -7,6 +7,7 @@ traced under a real worker, and without the extra everything is a no-op."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -191,6 +192,41 @@ def test_a_provider_batch_is_one_chat_span_with_its_usage(
         step["tokens_in"], step["tokens_out"]) != (0, 0)
     text = _attribute_text(list(spans))
     assert CANARY not in text and "dark mode" not in text and FUSED not in text
+
+
+@pytest.mark.parametrize(("broken", "error_type", "status"), [
+    ("expired", "batch_expired", "expired"),
+    ("failed", "batch_failed", "failed"),
+    ("unchecked", "LLMError", "unchecked"),  # retrieve answers HTTP 200 with no batch
+])
+def test_a_batch_that_answered_nothing_is_an_error_span(
+    app: App, llm_stub: LLMStub, exporter: InMemorySpanExporter, broken: str, error_type: str,
+    status: str,
+) -> None:
+    """A provider batch that expired or failed, or one that could not be checked, is a failed
+    model call: its chat span has error.type and status ERROR, as the README's table says
+    (before: status UNSET and no error.type, and no span at all for the unchecked one)."""
+    from tests.support.llm_stub_batches import RawAnswer
+
+    add_notes(app, *_notes())
+    llm_stub.set_handler(lambda req: {"should_consolidate": False, "reason": "apart"})
+    if broken == "unchecked":
+        llm_stub.batches.garbage["retrieve"] = RawAnswer(b"<html>proxy</html>", "text/html")
+    else:
+        llm_stub.batches.finish_as = broken
+    app.llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
+                                  timeout=10, max_retries=0)
+    app.settings.llm_batch, app.settings.llm_batch_poll = True, 0.05
+    exporter.clear()
+    run_id = service.create_run(app, Scope("agent-1", "u1"), force=True, clock=NOW,
+                                phases=["consolidate"])
+    assert run_id is not None
+    service.execute_run(app, run_id)
+    (call,) = [s for s in exporter.get_finished_spans() if s.name == "chat stub-model"]
+    attrs = call.attributes or {}
+    assert call.status.status_code.name == "ERROR" and attrs["error.type"] == error_type
+    assert attrs["dream.batch.status"] == status and attrs["dream.batch.answered"] == 0
+    assert not call.events and "proxy" not in (call.status.description or "")
 
 
 def test_a_failing_model_call_is_an_error_span_by_type_only(
@@ -430,3 +466,86 @@ def test_a_bad_otel_value_is_one_line_and_the_command_still_runs(
     said = [line for line in done.stderr.splitlines() if variable in line or "OTEL_" in line
             or "config_invalid" in line]
     assert len(said) == 1, done.stderr
+
+
+def test_an_unreachable_otlp_endpoint_is_one_line_naming_it(tmp_path: Path) -> None:
+    """OTEL_EXPORTER_OTLP_ENDPOINT that nobody answers: the command still answers and exits 0,
+    and stderr says so in one line naming the endpoint (before: a "Transient error ...
+    retrying" line per retry and a last "Failed to export", 8-10 s after the answer)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DREAM_", "OTEL_"))}
+    env |= {"DREAM_DATABASE_URL": f"sqlite:///{tmp_path / 'u.db'}", "DREAM_LOG_LEVEL": "WARNING"}
+    subprocess.run([DREAM, "db", "upgrade"], env=env, check=True, capture_output=True,
+                   timeout=60)
+    done = subprocess.run([DREAM, "runs", "list"], capture_output=True, text=True, timeout=60,
+                          env=env | {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "spans not exported: http://127.0.0.1:9/v1/traces did not answer" in line
+
+
+def test_the_otlp_export_and_the_exit_flush_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An OTLP export (its retries included) gets EXPORT_SECONDS unless the SDK's own timeout
+    variable says otherwise, and the flush at exit stops waiting after that long even while
+    the exporter still works (its provider's shutdown is left running, the process ends)."""
+    import threading
+
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from worker import telemetry
+
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    assert telemetry.export_seconds() == telemetry.EXPORT_SECONDS <= 2
+    added: list[Any] = []
+    telemetry._add_exporters(type("P", (), {"add_span_processor": added.append})(), "otlp")
+    assert len(added) == 1 and isinstance(added[0], BatchSpanProcessor)
+    processor: Any = added[0]  # the SDK's private parts: the exporter's client and its timeout
+    try:
+        assert (processor._batch_processor._exporter._client._timeout
+                == telemetry.EXPORT_SECONDS)
+    finally:
+        processor.shutdown()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "7")
+    assert telemetry.export_seconds() == 7.0
+
+    release = threading.Event()
+
+    class Stuck:
+        """A provider whose shutdown waits on an exporter that never answers."""
+
+        def shutdown(self) -> None:
+            release.wait(60)
+
+    telemetry.shutdown_within(Stuck(), 0.01)  # returns with the shutdown still running
+    (ending,) = [t for t in threading.enumerate() if t.name == "otel-shutdown"]
+    assert ending.is_alive() and ending.daemon  # never holds the interpreter's exit
+    release.set()
+    ending.join()
+
+
+def test_an_export_problem_is_said_again_an_hour_later_not_on_every_retry() -> None:
+    """A worker runs for weeks: the collector down on Monday and again on Friday is two lines
+    on stderr, the retries of one outage one line (it said the first only, per process)."""
+    from worker import telemetry
+
+    problem = telemetry._ExportProblem()
+
+    problem.endpoint = "http://collector:4318/v1/traces"
+    shown: list[str] = []
+
+    def said(message: str, at: float) -> bool:
+        record = logging.LogRecord("opentelemetry", logging.WARNING, __file__, 1, message,
+                                   None, None)
+        record.created = at
+        passed = problem.filter(record)
+        if passed:
+            shown.append(record.getMessage())
+        return passed
+
+    assert said("Transient error Service Unavailable, retrying in 1.1s", 1000.0)
+    assert shown == ["spans not exported: http://collector:4318/v1/traces did not answer; "
+                     "check OTEL_EXPORTER_OTLP_ENDPOINT and the collector"]
+    assert not said("Transient error Service Unavailable, retrying in 2.3s", 1001.0)
+    assert not said("Failed to export spans batch", 1000.0 + problem.QUIET_SECONDS - 1)
+    assert said("Failed to export spans batch", 1000.0 + problem.QUIET_SECONDS + 1)
+    assert said("Invalid type NoneType for attribute", 1002.0)  # anything else passes

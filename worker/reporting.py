@@ -184,12 +184,25 @@ def _step_line(step: dict[str, Any], indent: str) -> str:
     # A flag only when set: "dry_run=False" under every child of a real run said nothing.
     counters = ", ".join(f"{k}={v}" for k, v in output.items()
                          if isinstance(v, int | float) and v is not False)
-    reason = output.get("reason") or output.get("verdict") or step.get("error") or ""
+    reason = (output.get("reason") or output.get("verdict") or step.get("error")
+              or release_said(output.get("release")))
     tokens = f"  tokens {step['tokens_in']}/{step['tokens_out']}" if step.get("tokens_in") else ""
     said = f"{counters}{tokens}{'  — ' + shown(str(reason)) if reason else ''}"
     notes = _held(step)
     return (f"{indent}{step['name']:<28} {step['status']:<10} {duration_cell(step)}  {said}"
             f"{'; ' if said and notes else ''}{notes}")
+
+
+def release_said(release: Any) -> str:
+    """What releasing a batch step's batch did (``output.release``), one line of ids: a
+    released batch's step reads ``skipped`` and says why."""
+    if not isinstance(release, dict):
+        return ""
+    did = "cancelled" if release.get("cancelled") else f"found {release.get('status')}"
+    files = f"{len(release.get('deleted') or [])} file(s) deleted"
+    problem = release.get("problem")
+    return (f"released, nobody reads its answers: {did}, {files}"
+            + (f"; not complete: {problem}" if problem else ""))
 
 
 HELD_SHOWN = 10

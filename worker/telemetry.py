@@ -6,7 +6,9 @@ token usage, never note or prompt text (R21): no exception message or event is r
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -26,6 +28,12 @@ except ModuleNotFoundError:  # the otel extra is not installed
 
 TRACER = "dream_worker"
 T = TypeVar("T")
+# An OTLP export's time, retries included (the SDK's default is 10 s), unless
+# OTEL_EXPORTER_OTLP_TRACES_TIMEOUT or OTEL_EXPORTER_OTLP_TIMEOUT says otherwise; the spans
+# left at exit get as long, then the process ends (before, an unreachable endpoint held every
+# command 8-10 s after its answer).
+EXPORT_SECONDS = 2.0
+_TIMEOUT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
 _setup_lock = threading.Lock()
 _configured: dict[str, bool] = {}
 
@@ -49,6 +57,13 @@ class SpanHandle:
             for name, value in counters.items():
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     self.span.set_attribute(f"dream.counter.{name}", value)
+
+    def failed(self, error_type: str) -> None:
+        """A call that failed without raising through the span (a provider batch that expired,
+        one that could not be checked): ``error.type`` and status ERROR, by type only."""
+        if self.span is not None:
+            self.span.set_attribute("error.type", error_type)
+            self.span.set_status(Status(StatusCode.ERROR, error_type))
 
     def model_reply(self, reply: Any) -> None:
         """Usage and the answering model of one completed model call."""
@@ -168,20 +183,74 @@ def _install_provider(exporters: str) -> None:
         # Neither variable names the service: the SDK fills in "unknown_service:python", which
         # would win over a default merged beneath it.
         resource = resource.merge(Resource({"service.name": "dream-worker"}))
-    provider = TracerProvider(resource=resource)
+    # The SDK's own exit handler waits for the last export however long it retries.
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     try:
         _add_exporters(provider, exporters)
     except Exception:
         provider.shutdown()  # the processors already started: their threads end
         raise
     trace.set_tracer_provider(provider)
+    atexit.register(shutdown_within, provider, export_seconds())
     log.info("telemetry.configured", exporters=exporters)
+
+
+def export_seconds() -> float:
+    """How long an OTLP export may take: the SDK's variable when set, else ``EXPORT_SECONDS``."""
+    for name in _TIMEOUT_VARS:
+        if os.environ.get(name):
+            try:
+                return float(os.environ[name])
+            except ValueError:
+                break  # the SDK says so and uses its default
+    return EXPORT_SECONDS
+
+
+def shutdown_within(provider: Any, seconds: float) -> None:
+    """At exit: the spans still queued are exported for at most ``seconds``, then the process
+    ends whatever the exporter is doing (it retries an unreachable endpoint until its own
+    timeout, which a collector that is down should not add to every command)."""
+    ending = threading.Thread(target=provider.shutdown, name="otel-shutdown", daemon=True)
+    ending.start()
+    ending.join(seconds)
 
 
 class _NoTraceback(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.exc_info, record.exc_text, record.stack_info = None, None, None
         return True
+
+
+class _ExportProblem(logging.Filter):
+    """The OTLP exporter's retries of an endpoint that does not answer ("Transient error ...
+    retrying in 1.14s" a few times, then "Failed to export spans batch ...") as one line naming
+    the endpoint, at most once per ``QUIET_SECONDS``: a command says it once, and a worker that
+    runs for weeks says it again when the collector goes down another day. What else the SDK
+    says passes as it is."""
+
+    RETRIES = ("Transient error", "Failed to export", "Shutdown in progress", "Exception while "
+               "exporting")
+
+    QUIET_SECONDS = 3600.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.endpoint = "the OTLP endpoint"
+        self.said_at: float | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(self.RETRIES):
+            return True
+        if self.said_at is not None and record.created - self.said_at < self.QUIET_SECONDS:
+            return False
+        self.said_at = record.created
+        record.msg, record.args = ("spans not exported: %s did not answer; check "
+                                   "OTEL_EXPORTER_OTLP_ENDPOINT and the collector",
+                                   (self.endpoint,))
+        return True
+
+
+EXPORT_PROBLEM = _ExportProblem()
 
 
 def _one_line_sdk_warnings() -> None:
@@ -193,6 +262,7 @@ def _one_line_sdk_warnings() -> None:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
         handler.addFilter(_NoTraceback())
+        handler.addFilter(EXPORT_PROBLEM)
         sdk.addHandler(handler)
         sdk.propagate = False
 
@@ -214,7 +284,11 @@ def _add_exporters(provider: Any, exporters: str) -> None:
                 log.warning("telemetry.otlp_exporter_missing",
                             hint="pip install opentelemetry-exporter-otlp-proto-http")
                 continue
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            bounded = not any(os.environ.get(v) for v in _TIMEOUT_VARS)
+            exporter = OTLPSpanExporter(timeout=EXPORT_SECONDS if bounded else None)
+            EXPORT_PROBLEM.endpoint = str(getattr(exporter, "_endpoint", "") or
+                                          EXPORT_PROBLEM.endpoint)
+            provider.add_span_processor(BatchSpanProcessor(exporter))
         elif name:
             log.warning("telemetry.unknown_exporter", exporter=name, supported="otlp, console")
 

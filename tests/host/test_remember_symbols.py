@@ -29,7 +29,9 @@ SCOPE = Scope("agent-1")
     # what the fold is for still folds: case, punctuation, spacing, hyphens between words
     ("User prefers tea.", "user  prefers TEA!!", True),
     ("state-of-the-art editor", "state of the art editor", True),
-    ("Meeting moved to 10-12", "Meeting moved to 10 12", True),  # a hyphen after a digit
+    # a dash between digits is part of the number ("10-12", "2026-03-10"); any dash reads as one
+    ("Meeting moved to 10-12", "Meeting moved to 10 12", False),
+    ("Meeting moved to 10–12", "Meeting moved to 10-12", True),
     # symbols alone: each its own identity (before: all of them the empty text)
     ("🙂", "!!!", False),
     ("🙂", "🙁", False),

@@ -14,7 +14,8 @@ from worker.clock import utcnow
 from worker.llm.ask import AskStatus
 from worker.llm.base import BatchRelease
 from worker.llm.batch import BatchPending, ask_as_batch, reschedule_while_pending
-from worker.llm.fanout import Spending, question_key
+from worker.llm.fanout import Question, Spending, question_key
+from worker.llm.prompts import RenderedPrompt
 
 
 class MemoryLedger:
@@ -23,6 +24,7 @@ class MemoryLedger:
     def __init__(self) -> None:
         self.batches: list[tuple[str, set[str]]] = []
         self.releases: list[BatchRelease] = []
+        self.reads: dict[str, str] = {}
 
     def recorded(self) -> list[tuple[str, set[str]]]:
         return [(b, set(ids)) for b, ids in self.batches]
@@ -35,6 +37,13 @@ class MemoryLedger:
 
     def submitted(self) -> dict[str, datetime]:
         return dict.fromkeys((b for b, _ in self.batches), utcnow())
+
+    def read(self, batch_id: str, status: str) -> None:
+        self.reads[batch_id] = status
+
+    def unread(self) -> dict[str, bool]:
+        gone = {r.batch_id for r in self.releases} | set(self.reads)
+        return {b: True for b, _ in self.batches if b not in gone}
 
 
 def _batch_ctx(stub: Any, **budget: int) -> Ctx:
@@ -105,3 +114,62 @@ def test_a_batch_that_cannot_be_checked_is_released_not_forgotten(llm_stub: Any)
     (release,) = ledger.releases
     assert release.batch_id == ledger.batches[0][0] and not release.complete
     assert "500" in str(release.problem)
+
+
+def _other_round(ctx: Ctx, ledger: MemoryLedger) -> list[Any]:
+    """Questions none of ``_ask``'s: what a re-planned phase, or a later round, asks."""
+    questions = [Question(RenderedPrompt("consolidate", "sys", f"number {k}", "h2"), Echo)
+                 for k in (7, 8)]
+    keys = [question_key(ctx, "stub-model", q) for q in questions]
+    return ask_as_batch(ctx, ctx.app.llm, questions, keys, Spending(ctx, None), ledger)
+
+
+def test_a_batch_no_question_asks_any_more_is_released_and_withdrawn(llm_stub: Any) -> None:
+    """A re-scheduled phase re-planned and asks other questions: the unread batch of the first
+    look is released (cancelled, its file deleted), once, and its questions no longer count as
+    started (so not as failed: the model was not down)."""
+    llm_stub.set_handler(_echo)
+    llm_stub.batches.polls = 10_000
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        _ask(ctx, 2, ledger)
+    first = ledger.batches[0][0]
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        _other_round(ctx, ledger)
+    assert [r.batch_id for r in ledger.releases] == [first] and ledger.releases[0].complete
+    assert llm_stub.batches.cancelled == [first]
+    llm_stub.batches.polls = 0
+    outcomes = _other_round(ctx, ledger)
+    assert [o.status for o in outcomes] == [AskStatus.OK, AskStatus.OK]
+    assert len(ledger.releases) == 1  # released once, not at every look
+    assert (ctx.budget.started, ctx.budget.answered) == (2, 2)
+
+
+def test_a_batch_an_earlier_round_read_is_not_released(llm_stub: Any) -> None:
+    """Contradictions ask in rounds, one batch each: the second round's questions are none of
+    the first's, whose batch was read: nothing is released, nothing withdrawn."""
+    llm_stub.set_handler(_echo)
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    _ask(ctx, 2, ledger)
+    assert list(ledger.reads.values()) == ["completed"]
+    _other_round(ctx, ledger)
+    assert ledger.releases == [] and llm_stub.batches.cancelled == []
+    assert (ctx.budget.started, ctx.budget.answered) == (4, 4)
+
+
+def test_a_question_a_re_planned_phase_dropped_from_a_batch_is_withdrawn_once(
+        llm_stub: Any) -> None:
+    """The re-planned phase still asks two of the batch's three questions: the batch is read
+    (not released), and the third question counts neither answered nor failed, once."""
+    llm_stub.set_handler(_echo)
+    llm_stub.batches.polls = 10_000
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        _ask(ctx, 3, ledger)
+    llm_stub.batches.polls = 0
+    outcomes = _ask(ctx, 2, ledger)
+    assert [o.status for o in outcomes] == [AskStatus.OK, AskStatus.OK]
+    assert ledger.releases == [] and list(ledger.reads) == [ledger.batches[0][0]]
+    assert (ctx.budget.started, ctx.budget.answered) == (2, 2)
+    _ask(ctx, 2, ledger)  # read again (a retried phase): nothing withdrawn twice
+    assert (ctx.budget.started, ctx.budget.answered) == (2, 2)

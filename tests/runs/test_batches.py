@@ -199,6 +199,13 @@ def test_a_batch_out_of_time_in_process_is_cancelled_not_left_running(
     assert llm_stub.batches.files == {}
     release = _release(stub_app, run_id)
     assert release is not None and release["cancelled"] and release["problem"] is None
+    with stub_app.uow() as uow:
+        run = uow.runs.get(run_id)
+        assert run is not None and run.status == RunStatus.BLOCKED.value
+        # The endpoint answered: what to do is wait longer, not check DREAM_LLM_BASE_URL.
+        assert "not finished within DREAM_LLM_BATCH_WAIT (0.2s)" in str(run.status_reason)
+        assert "set a longer DREAM_LLM_BATCH_WAIT" in str(run.status_reason)
+        assert "DREAM_LLM_BASE_URL" not in str(run.status_reason)
 
 
 def test_a_run_failing_with_its_batch_out_releases_it(stub_app: App, llm_stub: LLMStub) -> None:
@@ -351,3 +358,57 @@ def test_a_batch_within_the_provider_window_is_still_waited_on(
     with reschedule_while_pending():
         assert service.execute_run_task(stub_app, run_id).retry_after is not None
     assert llm_stub.batches.cancelled == [] and _status(stub_app, run_id) == "running"
+
+
+def _resume(app: App, run_id: str) -> str:
+    """Looks of the run's Celery run task until the run ends; its status."""
+    for _ in range(40):
+        with reschedule_while_pending():
+            result = service.execute_run_task(app, run_id)
+        if result.retry_after is None and not result.hand_off:
+            return result.status
+    raise AssertionError("the run never ended")
+
+
+def test_a_batch_a_re_planned_phase_no_longer_asks_is_released(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """A host's keep_apart changes the cluster a waiting consolidation asked about: resumed,
+    the phase re-plans and asks another question in a new batch. The first batch, whose
+    answers nobody will read, is released (cancelled, its file of note text deleted), its step
+    reads skipped with the release, and its question is no failed model call: the run, every
+    question it still wanted answered, succeeds."""
+    from worker.host.fusion import keep_apart
+
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = _waiting_run(stub_app)
+    (first,) = llm_stub.batches.batches
+    keep_apart(stub_app, [f"{SCOPE.agent_id}-c0-0", f"{SCOPE.agent_id}-c0-1"],
+               allowed_scope=SCOPE)
+    llm_stub.batches.polls = 2
+    assert _resume(stub_app, run_id) == RunStatus.SUCCEEDED.value
+    assert len(llm_stub.batches.batches) == 2 and llm_stub.batches.cancelled == [first]
+    assert llm_stub.batches.files == {}
+    with stub_app.uow() as uow:
+        steps = {s.name: s for s in uow.runs.steps(run_id)}
+    old = steps[f"llm batch {first}"]
+    assert old.status == "skipped" and (old.output or {})["release"]["cancelled"]
+    (new,) = [s for n, s in steps.items() if n.startswith("llm batch ") and n != old.name]
+    assert new.status == "succeeded" and "release" not in (new.output or {})
+    assert (steps["consolidate"].output or {})["model_calls_failed"] == 0
+
+
+def test_a_cancelled_waiting_phase_shows_why_it_ended_not_what_it_waited_on(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """`dream runs show` of a run cancelled while a phase waited on its batch: the phase says
+    it was interrupted (not "waiting on batch ..."), the batch step reads skipped and says it
+    was released."""
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = _waiting_run(stub_app)
+    (batch_id,) = llm_stub.batches.batches
+    assert _cli(stub_app, llm_stub, "runs", "cancel", run_id).exit_code == 0
+    out = _cli(stub_app, llm_stub, "runs", "show", run_id)
+    assert out.exit_code == 0, out.output
+    (phase,) = [line for line in out.output.splitlines() if line.startswith("  consolidate ")]
+    assert "— interrupted; the run was cancelled" in phase and "waiting on" not in phase
+    (batch,) = [line for line in out.output.splitlines() if f"llm batch {batch_id}" in line]
+    assert " skipped " in batch and "released" in batch and "cancelled, 1 file(s)" in batch

@@ -173,6 +173,28 @@ def test_partial_outage_reason_names_the_failed_share_and_the_cause() -> None:
                               "were to judge waits for the next run")
 
 
+WAITED = "provider batch not finished within DREAM_LLM_BATCH_WAIT (0.5s)"
+
+
+def test_a_batch_out_of_its_wait_asks_for_a_longer_wait_not_another_endpoint() -> None:
+    """Every call failed because the in-process batch outlived DREAM_LLM_BATCH_WAIT: the
+    endpoint was fine, so the reason names the wait and its remedy, never DREAM_LLM_BASE_URL."""
+    outcome = decide_outcome(RunFacts(OK, model_calls=4, model_calls_failed=4,
+                                      batch_wait=WAITED))
+    assert outcome.status == "blocked" and outcome.reason is not None
+    assert outcome.reason.startswith(f"model unavailable: 4 of 4 model calls failed ({WAITED}: "
+                                     "the endpoint answered, not in time); set a longer "
+                                     "DREAM_LLM_BATCH_WAIT or run under Celery")
+    assert "DREAM_LLM_BASE_URL" not in outcome.reason
+    partial = decide_outcome(RunFacts(OK, model_calls=4, model_calls_failed=1,
+                                      batch_wait=WAITED))
+    assert partial.reason is not None and "set a longer DREAM_LLM_BATCH_WAIT" in partial.reason
+    # An endpoint error beside it: the endpoint is what to check.
+    both = decide_outcome(RunFacts(OK, model_calls=4, model_calls_failed=4, batch_wait=WAITED,
+                                   model_failure="model endpoint answered 500"))
+    assert both.reason is not None and "check DREAM_LLM_BASE_URL" in both.reason
+
+
 @pytest.mark.parametrize(("facts", "spent"), [
     (RunFacts(DEFERRING, limit_reached="3 of 3 model calls"), "3 of 3 model calls"),
     (RunFacts(OK, limit_reached="3 of 3 model calls"), None),

@@ -146,17 +146,60 @@ class Scope:
 # Symbols that carry a value are kept: "C#" is not "C++" nor "C", "100%" is not "$100", and a
 # minus sign before a number ("-5 degrees") is not a hyphen. Folded away, each pair was one
 # note: remember answered NOOP, an import skipped the line as present, the rule judge merged
-# them. Migration 0015 recomputes the stored hashes of texts that hold one.
+# them. Migration 0015 recomputed the stored hashes of texts that hold one, 0017 all of them.
 VALUE_SYMBOLS = "+#%‰$¢£¤¥€₹₽₩₺₪₫₴₦₱₡₲₵₸₼₾₿"
-_PUNCT = re.compile(rf"(?!(?<!\w)[-\u2212]\d)[^\w\s{re.escape(VALUE_SYMBOLS)}]", re.UNICODE)
+# Punctuation (Unicode P*) that names something rather than ending a sentence; kept like a
+# symbol (S*): "R&D", "@anna", "§ 5", "5′10″".
+_KEPT_PUNCT = VALUE_SYMBOLS + "&@§¶†‡′″‴‱"
+# Every dash and the minus sign read as one "-": "–18 °C" (an en dash typed as the minus) is
+# "-18 °C", "10–12" is "10-12". Where it carries no value (between words) it folds away.
+_DASHES = re.compile("[\u2010-\u2015\u2212\ufe58\ufe63]")
+# Symbols that are quotes in practice ("`tea`", "it´s"); any other symbol is kept.
+_QUOTE_SYMBOLS = "`´"
+_NOT_WORD = re.compile(r"[^\w\s]", re.UNICODE)
 _SPACE = re.compile(r"\s+")
 
 
+def _is_letter(c: str) -> bool:
+    return c.isalpha() or unicodedata.category(c).startswith("M")
+
+
+def _mark(match: re.Match[str]) -> str:
+    """What one character that is no letter, digit or space folds to: itself when it carries a
+    value, "" when it shows nothing (a soft hyphen, a variation selector), else a space."""
+    c, text, at = match.group(), match.string, match.start()
+    before = text[at - 1] if at else " "
+    after = text[at + 1] if at + 1 < len(text) else " "
+    kind = unicodedata.category(c)
+    if kind == "Cf" or c in "\ufe0e\ufe0f":
+        return ""
+    if (kind[0] in "SM" and c not in _QUOTE_SYMBOLS) or c in _KEPT_PUNCT:
+        return c  # "<", "≥", "°", "✅", "C++", "100%"
+    if before.isdigit() and after.isdigit():
+        return c  # inside a number: "0.5", "3:30", "1/2", "10-12", "5,6"
+    if c in ".-" and after.isdigit() and not _is_letter(before):
+        return c  # a decimal point or a sign that starts a number: ".5", "-18"
+    if c == "-" and (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
+        return c  # a sign that ends a token: "O-", "A-"
+    return " "
+
+
+def fold_case(text: str) -> str:
+    """Case folded, but "ß" kept: ``casefold`` makes it "ss", and "Maßen" (in moderation) is
+    not "Massen" (in masses). The capital "ẞ" folds to "ß"; "Strasse" and "Straße" stay two
+    spellings (a duplicate left, not a fact lost)."""
+    if "ß" not in text and "ẞ" not in text:
+        return text.casefold()
+    return "ß".join(part.casefold() for part in text.replace("ẞ", "ß").split("ß"))
+
+
 def normalise_text(text: str) -> str:
-    """Case, whitespace, punctuation and Unicode form folded away; used for identity checks."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    folded = _SPACE.sub(" ", _PUNCT.sub(" ", text)).strip()
-    # A text of symbols alone ("🙂", "!!!") folded to "", one hash for all of them: each
+    """The identity of a text (identical notes, ``content_hash``): Unicode form, case, spacing,
+    quotes and sentence punctuation folded away; what carries a value kept (``_mark``): a
+    decimal point or sign of a number, a symbol or emoji, "O-", "C++", "ß"."""
+    text = _DASHES.sub("-", fold_case(unicodedata.normalize("NFKC", text)))
+    folded = _SPACE.sub(" ", _NOT_WORD.sub(_mark, text)).strip()
+    # A text of punctuation alone ("!!!", "...") folded to "", one hash for all of them: each
     # imported after the first was "already present". It is its own identity, spacing folded.
     return folded or _SPACE.sub(" ", text).strip()
 

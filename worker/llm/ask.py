@@ -69,6 +69,9 @@ class AskStatus(StrEnum):
 # A step's reason when the phase's model time ran out (``finalize`` reads it: the run is blocked
 # for its budget, as when its calls or tokens ran out).
 OUT_OF_TIME_REASON = "the phase's model wall-time budget is spent; deferred to the next run"
+# What a question of an in-process batch that outlived DREAM_LLM_BATCH_WAIT says (``finalize``
+# reads it: the remedy is a longer wait, not another endpoint).
+BATCH_WAIT_OUT = "not finished within DREAM_LLM_BATCH_WAIT"
 DEFERRING = frozenset({AskStatus.BUDGET_EXHAUSTED, AskStatus.OUT_OF_TIME, AskStatus.ERROR,
                        AskStatus.DEFERRED})
 

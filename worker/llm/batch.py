@@ -16,7 +16,7 @@ import structlog
 
 from worker import telemetry
 from worker.clock import utcnow
-from worker.llm.ask import AskStatus, Outcome, check
+from worker.llm.ask import BATCH_WAIT_OUT, AskStatus, Outcome, check
 from worker.llm.base import (
     REFUSED,
     BatchItem,
@@ -74,11 +74,25 @@ class BatchLedger(Protocol):
         """When each batch this phase of the run recorded was submitted."""
         ...
 
+    def read(self, batch_id: str, status: str) -> None:
+        """A finished batch was read (its files deleted): its answers were this phase's."""
+        ...
+
+    def unread(self) -> dict[str, bool]:
+        """The batches recorded that were neither read nor released, each with whether this
+        attempt's step recorded it (its questions are among the step's model calls)."""
+        ...
+
 
 class Spending(Protocol):
     def reserve(self, estimated_tokens: int) -> bool: ...
 
     def charge(self, tokens_in: int, tokens_out: int) -> None: ...
+
+    def withdraw(self, calls: int) -> None:
+        """Calls started whose answers nobody will read (their batch released as obsolete):
+        counted neither answered nor failed."""
+        ...
 
 
 def ask_as_batch(
@@ -100,6 +114,11 @@ def ask_as_batch(
             recorded.append(submitted)
     wanted = {k for k in keys if k not in outcomes}
     batches = [(bid, ids & wanted) for bid, ids in recorded if ids & wanted]
+    # Questions a batch holds that this phase no longer asks (it re-planned).
+    dropped = {bid: ids - wanted for bid, ids in recorded if ids - wanted}
+    unread = ledger.unread() if dropped else {}
+    release_obsolete(llm, ledger, spending, [(b, ids) for b, ids in recorded if not ids & wanted],
+                     unread)
     by_id = {it.custom_id: it for it in items}
     states = _poll(ctx, llm, batches, by_id, ledger)
     for bid, state in states.items():
@@ -107,6 +126,10 @@ def ask_as_batch(
         # and asked again in a new batch, so nobody will read this one.
         if not state.finished or state.unchecked:
             release_recorded(llm, ledger, bid)
+            continue
+        ledger.read(bid, state.status)
+        if unread.get(bid) and bid in dropped:  # read once: its dropped questions withdrawn
+            spending.withdraw(len(dropped[bid]))
     wait = float(ctx.settings.llm_batch_wait)
     for q, key in zip(questions, keys, strict=True):
         if key not in outcomes:
@@ -127,6 +150,20 @@ def release_recorded(llm: BatchLLM, ledger: BatchLedger, batch_id: str) -> Batch
         log.warning("llm.batch_release_incomplete", batch_id=batch_id, status=release.status,
                     problem=release.problem)
     return release
+
+
+def release_obsolete(llm: BatchLLM, ledger: BatchLedger, spending: Spending,
+                     unwanted: list[tuple[str, set[str]]], unread: dict[str, bool]) -> None:
+    """Release the batches of this phase asking none of its questions now (a resumed phase
+    re-planned: a host keep_apart or remember changed a cluster) that were neither read nor
+    released (``unread``: the ledger's): nobody will read them, and they hold note text at the
+    provider. The questions this attempt's step asked in them are withdrawn, not failed (the
+    model was not down)."""
+    for bid, ids in unwanted:
+        if bid in unread:
+            release_recorded(llm, ledger, bid)
+            if unread[bid]:
+                spending.withdraw(len(ids))
 
 
 def _submit(
@@ -216,23 +253,33 @@ def _state(llm: BatchLLM, batch_id: str, items: list[BatchItem]) -> BatchState:
     try:
         state = llm.batch_state(batch_id, items)
     except LLMError as exc:
-        return BatchState(batch_id, "failed", failed={it.custom_id: str(exc)[:200] for it in items},
-                          unchecked=True)
+        state = BatchState(batch_id, "failed", failed={it.custom_id: str(exc)[:200] for it in items},
+                           unchecked=True)
+        _trace(llm, state, items, type(exc).__name__)
+        return state
     if state.finished:
         _trace(llm, state, items)
     return state
 
 
-def _trace(llm: BatchLLM, state: BatchState, items: list[BatchItem]) -> None:
-    """One model-call span per finished batch: its usage, never its text (R21)."""
+def _trace(llm: BatchLLM, state: BatchState, items: list[BatchItem],
+           unchecked: str | None = None) -> None:
+    """One model-call span per finished batch, or per look that could not check it
+    (``unchecked``: the error's type): its usage, never its text (R21). A batch that expired,
+    failed or was cancelled, or answered none of its requests, is a failed call: ``error.type``
+    (``batch_expired``, ``batch_unanswered``, the check's error type) and status ERROR."""
     replies = [state.replies[it.custom_id] for it in items if it.custom_id in state.replies]
     total = LLMReply(None, sum(r.tokens_in for r in replies), sum(r.tokens_out for r in replies),
                      replies[0].model if replies else "")
+    error = unchecked or (f"batch_{state.status}" if state.status != "completed"
+                          else None if replies else "batch_unanswered")
     with telemetry.model_call_span(llm, items[0].prompt_name) as span:
         span.set(dream__batch__id=state.batch_id,
-                 dream__batch__status=state.status, dream__batch__requests=len(items),
-                 dream__batch__answered=len(replies))
+                 dream__batch__status="unchecked" if unchecked else state.status,
+                 dream__batch__requests=len(items), dream__batch__answered=len(replies))
         span.model_reply(total)
+        if error:
+            span.failed(error)
 
 
 def _settle(q: Any, key: str, state: BatchState, spending: Spending,
@@ -243,7 +290,7 @@ def _settle(q: Any, key: str, state: BatchState, spending: Spending,
         why = state.failed.get(key) or (
             f"batch {state.batch_id} {state.status} without answering this request"
             if state.finished else
-            f"batch {state.batch_id} not finished within DREAM_LLM_BATCH_WAIT ({wait:g}s)")
+            f"batch {state.batch_id} {BATCH_WAIT_OUT} ({wait:g}s)")
         return Outcome(None, AskStatus.DEFERRED, f"{why}; deferred to the next run"[:300])
     if _CHARGED.add(key):
         spending.charge(reply.tokens_in, reply.tokens_out)

@@ -60,6 +60,8 @@ class Spender(Protocol):
 
     def count_malformed(self, replies: int) -> None: ...
 
+    def withdraw(self, calls: int) -> None: ...
+
 
 class AskingContext(Protocol):
     """What a fan-out needs from a phase's context."""
@@ -148,6 +150,9 @@ class Spending:
         if self.limit is not None:
             self.limit.charge(tokens_in + tokens_out)
         self.budget.charge(tokens_in, tokens_out)
+
+    def withdraw(self, calls: int) -> None:
+        self.budget.withdraw(calls)
 
 
 # The per-run reply cache: validated replies by question key (worker.llm.cache).

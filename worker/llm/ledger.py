@@ -10,7 +10,7 @@ from typing import Any
 from worker.clock import utcnow
 from worker.domain.types import StepStatus
 from worker.llm.base import BatchRelease
-from worker.store.repositories.batches import BATCH_STEP_PREFIX
+from worker.store.repositories.batches import BATCH_STEP_PREFIX, settled
 
 STEP_PREFIX = BATCH_STEP_PREFIX
 
@@ -59,6 +59,23 @@ class StepLedger:
                 "started_at": now, "finished_at": now, "duration_ms": None,
             })
             uow.commit()
+
+    def read(self, batch_id: str, status: str) -> None:
+        """The finished batch was read (``output.read``: its status): its step stays
+        ``succeeded``, and it is never released as obsolete."""
+        with self.ctx.uow() as uow:
+            uow.batches.record_read(self.ctx.run_id, batch_id, status)
+            uow.commit()
+
+    def unread(self) -> dict[str, bool]:
+        with self.ctx.uow() as uow:
+            steps = uow.runs.steps(self.ctx.run_id)
+        running = {s.id for s in steps if s.parent_id is None and s.phase == self.phase
+                   and s.status == StepStatus.RUNNING.value}
+        return {str(s.input["batch_id"]): s.parent_id in running for s in steps
+                if s.parent_id is not None and s.phase == self.phase
+                and s.name.startswith(STEP_PREFIX) and "batch_id" in (s.input or {})
+                and not settled(s.output)}
 
     def released(self, release: BatchRelease) -> None:
         """What releasing the batch did, on its step's output (``release``). Not fenced: it

@@ -266,6 +266,8 @@ def same_or_contained(small: str, big: str) -> bool:
     """
     if _folded(small) == _folded(big):
         return True
+    if not _marks_kept(_folded(small), _folded(big)):
+        return False
     a, b = analyse(small), analyse(big)
     # Order and adjacency matter: "cutting a box" is not contained in "cutting the tape on the
     # box", nor "the dog chases the cat" in "the cat chases the dog" (SICK NEUTRAL pairs). A
@@ -292,6 +294,34 @@ def same_or_contained(small: str, big: str) -> bool:
     return not (a.names and a.names != b.names)
 
 
+def _plain(c: str) -> bool:
+    return c.isalnum() or unicodedata.category(c)[0] == "M"
+
+
+@lru_cache(maxsize=1 << 12)
+def _marked(folded: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The tokens of a folded text that carry a mark the word analysis reads past (a sign, a
+    decimal point, a symbol, "ß"), and every token with its marks taken off."""
+    tokens = folded.split()
+    marked = frozenset(t for t in tokens if "ß" in t or not all(map(_plain, t)))
+    return marked, frozenset(map(_bare, tokens))
+
+
+def _bare(token: str) -> str:
+    return "".join(filter(_plain, token.replace("ß", "ss")))
+
+
+def _marks_kept(small: str, big: str) -> bool:
+    """``big`` keeps every marked token of ``small`` ("< $1500", "❌", "O-", ".5", "Maßen"), and
+    adds one only as a new word, never as another form of a word ``small`` says: "> $1500" is
+    not "< $1500", ".5 mg" not "5 mg", "O-" not "O", "Massen" not "Maßen" (the word analysis
+    reads each pair as the same words)."""
+    (small_marked, small_bare), (big_marked, _) = _marked(small), _marked(big)
+    if not small_marked <= big_marked:
+        return False
+    return not any((bare := _bare(t)) and bare in small_bare for t in big_marked - small_marked)
+
+
 def settles_pair(text_a: str, text_b: str) -> bool:
     """The rule verdict for one pair, in either direction."""
     return same_or_contained(text_a, text_b) or same_or_contained(text_b, text_a)
@@ -304,18 +334,20 @@ def rule_judge_pairs(pairs: Sequence[tuple[str, str]]) -> list[bool]:
 
 def keeps_over(kept: Note, other: Note) -> bool:
     """Whether the rules may retire ``other`` into ``kept``, whose text stays: ``kept`` says
-    all ``other`` says (``same_or_contained``), and either both say it in the same words or
-    ``kept`` was stated no earlier. Before, an older, fuller note absorbed the newer one and took
-    its date: "User is a former smoker" (January) kept over "User is a smoker" (March) read as
-    the current fact; "Nutzer trinkt Kaffee nicht mehr" over "Nutzer trinkt Kaffee"."""
-    if not same_or_contained(other.content, kept.content):
-        return False
-    return _folded(other.content) == _folded(kept.content) or said_order(other) <= said_order(kept)
+    all ``other`` says (``same_or_contained``) and was stated no earlier (``said_order``), in
+    the same words too: the later statement's text and order stay. Before, an older, fuller
+    note absorbed the newer one and took its date: "User is a former smoker" (January) kept
+    over "User is a smoker" (March) read as the current fact; "Nutzer trinkt Kaffee nicht mehr"
+    over "Nutzer trinkt Kaffee"."""
+    return same_or_contained(other.content, kept.content) and said_order(other) <= said_order(kept)
 
 
-def _richness(note: Note) -> tuple[int, datetime | str, str]:
-    created = note.created_at.isoformat() if note.created_at else ""
-    return (len(analyse(note.content).content), created, note.id)
+def _richness(note: Note) -> tuple[int, tuple[datetime, int], str]:
+    """More content words first, then the later statement (``said_order``: the recording order
+    between notes of one ``created_at``, not the id: two lines of one import dated alike kept
+    the first line's text and retired the line recorded after it); the id only breaks a tie
+    of notes without a recorded order."""
+    return (len(analyse(note.content).content), said_order(note), note.id)
 
 
 @dataclass(frozen=True)

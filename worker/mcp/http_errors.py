@@ -3,8 +3,12 @@ and its 401 to an admin token made to say so.
 
 The SDK answers a body that is JSON but no JSON-RPC message with pydantic's multi-line dump,
 ``input_value={...}`` and all: it sends the request back, note text included, and is no line a
-client can show. ``OneLineErrors`` rewrites those 400 answers (and the SDK's bare parse error) to
-the stdio server's lines (worker.mcp.stdio), with the same codes.
+client can show. ``OneLineErrors`` rewrites those 400 answers (and the SDK's bare parse error,
+and its "Body must be a single JSON-RPC request" of a protocol version past the handshake's) to
+the stdio server's lines (worker.mcp.stdio), with the same codes and the request's id when the
+body shows one (the SDK's carry null). A request whose id is no id (null, a fraction, a boolean,
+an object, an array), which the SDK takes for a notification and answers ``202 Accepted`` with
+no body, gets that 400 and -32600 too.
 """
 
 from __future__ import annotations
@@ -17,7 +21,16 @@ from starlette.types import Message, Receive, Scope, Send
 
 from worker.api.auth import Principal, authenticate, bearer
 from worker.api.guards import HTTPMiddleware
-from worker.mcp.stdio import INVALID_REQUEST, INVALID_REQUEST_LINE, PARSE_ERROR, parse_error_line
+from worker.mcp.stdio import (
+    INVALID_ID_LINE,
+    INVALID_REQUEST,
+    INVALID_REQUEST_LINE,
+    PARSE_ERROR,
+    decoded,
+    invalid_id,
+    parse_error_line,
+    request_id,
+)
 
 log = structlog.get_logger(__name__)
 _LIMIT = 1 << 20  # a 400 the SDK writes is a few kilobytes at most; past this, passed on as is
@@ -26,11 +39,20 @@ _LIMIT = 1 << 20  # a 400 the SDK writes is a few kilobytes at most; past this, 
 class OneLineErrors(HTTPMiddleware):
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         held: list[Message] = []
+        request: list[bytes] = []  # the body as the SDK read it, until its answer starts
+
+        async def read() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                request.append(message.get("body", b""))
+            return message
 
         async def rewritten(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 400:
+            if message["type"] == "http.response.start" and message["status"] in (202, 400):
                 held.append(message)
                 return
+            if message["type"] == "http.response.start":
+                request.clear()
             if not held:
                 await send(message)
                 return
@@ -38,34 +60,53 @@ class OneLineErrors(HTTPMiddleware):
             size = sum(len(m.get("body", b"")) for m in held[1:])
             if message.get("more_body", False) and size <= _LIMIT:
                 return
-            for out in _one_line(held):
+            for out in _one_line(held, b"".join(request)):
                 await send(out)
             held.clear()
+            request.clear()
 
-        await self.app(scope, receive, rewritten)
+        await self.app(scope, read, rewritten)
 
 
-def _one_line(held: list[Message]) -> list[Message]:
-    """The held 400 answer, its JSON-RPC error message replaced when it is the SDK's."""
+def _one_line(held: list[Message], request: bytes) -> list[Message]:
+    """The held 400 answer, its JSON-RPC error message replaced when it is the SDK's; the held
+    202, a 400 when the request it accepted has an id that is no id."""
     start, body = held[0], b"".join(m.get("body", b"") for m in held[1:])
-    try:
-        answer: Any = json.loads(body)
-        message = answer["error"]["message"]
-    except (ValueError, TypeError, KeyError):
-        return held
-    if not isinstance(message, str):
-        return held
-    if message.startswith("Validation error"):
-        answer["error"] = {"code": INVALID_REQUEST, "message": INVALID_REQUEST_LINE}
-    elif message.startswith("Parse error"):
-        answer["error"] = {"code": PARSE_ERROR, "message": parse_error_line(message)}
+    text = request.decode("utf-8", errors="replace")
+    if start["status"] == 202:
+        if not invalid_id(decoded(text)):
+            return held
+        answer: Any = {"jsonrpc": "2.0", "id": None,
+                       "error": {"code": INVALID_REQUEST, "message": INVALID_ID_LINE}}
+        start = {**start, "status": 400, "headers": [(b"content-type", b"application/json")]}
     else:
-        return held
+        try:
+            answer = json.loads(body)
+            message = answer["error"]["message"]
+        except (ValueError, TypeError, KeyError):
+            return held
+        if not isinstance(message, str):
+            return held
+        error = _error(message, text)
+        if error is None:
+            return held
+        answer["error"], answer["id"] = error, request_id(text)
     log.warning("mcp.unreadable_message", code=answer["error"]["code"], transport="http")
     payload = json.dumps(answer).encode()
     headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
     return [{**start, "headers": [*headers, (b"content-length", str(len(payload)).encode())]},
             {"type": "http.response.body", "body": payload, "more_body": False}]
+
+
+def _error(message: str, request: str) -> dict[str, Any] | None:
+    """The stdio server's error for the SDK's answer ``message`` to ``request``, None when it is
+    no answer to an unreadable body."""
+    if message.startswith("Parse error"):
+        return {"code": PARSE_ERROR, "message": parse_error_line(message)}
+    if not message.startswith(("Validation error", "Body must be a single JSON-RPC")):
+        return None
+    line = INVALID_ID_LINE if invalid_id(decoded(request)) else INVALID_REQUEST_LINE
+    return {"code": INVALID_REQUEST, "message": line}
 
 
 # No quote and ASCII only: it goes into the WWW-Authenticate header as well.

@@ -5,7 +5,9 @@ escape, a number too long, nesting too deep, an object that is no request) to th
 exception, which drops it with a debug log: its sender waits for an answer that never comes.
 Here each gets the JSON-RPC error it is due (-32700 parse error, -32600 invalid request), with
 the request's id when the line shows one (else null, as JSON-RPC says), and one line naming the
-problem and what to send: never the line itself, which may hold note text.
+problem and what to send: never the line itself, which may hold note text. So does a request
+whose id is no id (null, a fraction, a boolean, an object, an array): the SDK reads it as a
+notification, which gets no answer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import re
 import signal
 import threading
+from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -50,10 +53,18 @@ INVALID_REQUEST_LINE = ("invalid request: the message is no JSON-RPC 2.0 request
                         f"or response; {_SEND}, an object with jsonrpc, id, method and params")
 
 
+INVALID_ID_LINE = ("invalid request: the request's id is neither a string nor an integer (null, "
+                   f"a fraction, a boolean, an object or an array); {_SEND}, each request with "
+                   "a string or integer id, a notification with no id member")
+
+
 def parse_error_line(reason: str) -> str:
     """What a sender of invalid JSON is told: the decoder's reason (a position, never text)."""
-    reason = reason.removeprefix("Invalid JSON: ").removeprefix("Parse error: ")[:120]
-    return (f"parse error: the message is not valid JSON ({reason}); {_SEND}, strings valid "
+    # The SDK's bare "Parse error" (its 2026-07-28 HTTP transport) gives no reason to repeat.
+    reason = reason.removeprefix("Invalid JSON: ").removeprefix("Parse error")
+    reason = reason.removeprefix(": ")[:120]
+    because = f" ({reason})" if reason else ""
+    return (f"parse error: the message is not valid JSON{because}; {_SEND}, strings valid "
             "Unicode (no lone \\ud800-\\udfff escape), numbers under 4300 digits")
 
 
@@ -67,15 +78,16 @@ async def serve_stdio(server: Server[Any], max_line_bytes: int,
     in_flight = InFlight()
     again: list[str] = []  # the signal that cut the drain short
     with claimed_stdin() as wire:
-        lines = BoundedLines(wire, max_line_bytes, _request_id)
+        lines = BoundedLines(wire, max_line_bytes, request_id)
+        seen = SeenLines(lines)
         # The SDK reads any async iterable of lines; it types the argument as an anyio file.
-        async with (stdio_server(stdin=lines) as (read_stream, write_stream),  # type: ignore[arg-type]
+        async with (stdio_server(stdin=seen) as (read_stream, write_stream),  # type: ignore[arg-type]
                     anyio.create_task_group() as watching):
             with anyio.CancelScope() as serving:
                 watching.start_soon(_stop_on_signals, lines, serving, again, at_once)
                 # A refusal goes out unwatched: it answers no request read, even one with its id.
                 await server.run(AnsweringReadStream(read_stream, write_stream, max_line_bytes,
-                                                     in_flight),
+                                                     in_flight, seen),
                                  AnsweredWriteStream(write_stream, in_flight),
                                  server.create_initialization_options())
             watching.cancel_scope.cancel()
@@ -121,16 +133,42 @@ async def _receive_stops(lines: BoundedLines, serving: anyio.CancelScope, again:
             lines.stop()
 
 
-class AnsweringReadStream:
-    """The SDK's read stream, minus its exceptions: each is answered on the write stream. At the
-    end of stdin it ends only once the requests read are answered: the SDK cancels the handlers
-    still running when its read stream ends, and their senders would never hear back."""
+class SeenLines:
+    """The lines handed to the SDK, each kept until the read stream takes the item the SDK made
+    of it (one per line, in order: a message or the exception that refused it), so that an
+    answer can read the line's own id: the exception shows only the first error's input, often
+    a value nested in the message (its jsonrpc, its params), and a notification none at all."""
 
-    def __init__(self, inner: Any, write: Any, max_line_bytes: int, in_flight: InFlight) -> None:
+    def __init__(self, lines: BoundedLines) -> None:
+        self.lines = lines
+        self.waiting: deque[str] = deque()
+
+    def __aiter__(self) -> SeenLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self.lines.__anext__()
+        self.waiting.append(line)
+        return line
+
+    def taken(self) -> str:
+        """The line of the item the read stream just took."""
+        return self.waiting.popleft() if self.waiting else ""
+
+
+class AnsweringReadStream:
+    """The SDK's read stream, minus its exceptions and the requests it took for notifications:
+    each is answered on the write stream. At the end of stdin it ends only once the requests
+    read are answered: the SDK cancels the handlers still running when its read stream ends,
+    and their senders would never hear back."""
+
+    def __init__(self, inner: Any, write: Any, max_line_bytes: int, in_flight: InFlight,
+                 seen: SeenLines) -> None:
         self.inner = inner
         self.write = write
         self.max_line_bytes = max_line_bytes
         self.in_flight = in_flight
+        self.seen = seen
 
     @property
     def last_context(self) -> Any:
@@ -143,9 +181,14 @@ class AnsweringReadStream:
             except anyio.EndOfStream:
                 await self.in_flight.drain()
                 raise
-            if not isinstance(item, Exception):
+            line = self.seen.taken()
+            if isinstance(item, Exception):
+                answer = refusal(item, line, self.max_line_bytes)
+            elif isinstance(item.message, types.JSONRPCNotification) and invalid_id(decoded(line)):
+                answer = id_refusal()
+            else:
                 return self.in_flight.received(item)
-            await self.write.send(SessionMessage(refusal(item, self.max_line_bytes)))
+            await self.write.send(SessionMessage(answer))
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -167,26 +210,51 @@ class AnsweringReadStream:
         await self.aclose()
 
 
-def refusal(exc: Exception, max_line_bytes: int) -> types.JSONRPCError:
+def refusal(exc: Exception, line: str, max_line_bytes: int) -> types.JSONRPCError:
     """The JSON-RPC error for a line the transport could not read as a message."""
     errors = exc.errors() if isinstance(exc, ValidationError) else []
     syntax = next((e for e in errors if e.get("type") == "json_invalid"), None)
-    given = errors[0].get("input") if errors else None
-    too_long, request_id = too_long_id(given)
+    too_long, long_id = too_long_id(line)
     if too_long:
-        return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(
+        return types.JSONRPCError(jsonrpc="2.0", id=long_id, error=types.ErrorData(
             code=INVALID_REQUEST, message=too_long_line(max_line_bytes)))
     if syntax is not None:
         code = PARSE_ERROR
         message = parse_error_line(str(syntax.get("msg", "invalid JSON")))
-    else:
-        code, message = INVALID_REQUEST, INVALID_REQUEST_LINE
+    else:  # a request whose id is no id and whose rest is wrong too is told of its id first
+        code = INVALID_REQUEST
+        message = INVALID_ID_LINE if invalid_id(decoded(line)) else INVALID_REQUEST_LINE
     log.warning("mcp.unreadable_message", code=code, error_type=type(exc).__name__)
-    return types.JSONRPCError(jsonrpc="2.0", id=_request_id(given),
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id(line),
                               error=types.ErrorData(code=code, message=message))
 
 
-def _request_id(given: Any) -> int | str | None:
+def id_refusal() -> types.JSONRPCError:
+    """The answer to a request whose id is no id: -32600, id null (it has none to carry)."""
+    log.warning("mcp.unreadable_message", code=INVALID_REQUEST, error_type="InvalidId")
+    return types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
+        code=INVALID_REQUEST, message=INVALID_ID_LINE))
+
+
+def invalid_id(message: Any) -> bool:
+    """Whether a decoded message is a request (it has a method) with an id member that is no
+    string and no integer: JSON-RPC allows null only in an answer, MCP not even there for a
+    request, and the SDK reads such a request as a notification, which it never answers."""
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return False
+    found = message["id"]
+    return isinstance(found, bool) or not isinstance(found, int | str)
+
+
+def decoded(text: str) -> Any:
+    """The JSON value of ``text``, or None when it is no JSON Python reads."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def request_id(given: Any) -> int | str | None:
     """The id the sender is waiting on, when the line (or what parsed of it) shows one."""
     if isinstance(given, str):
         try:

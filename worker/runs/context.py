@@ -68,6 +68,13 @@ class Budget:
         with self._lock:
             self.malformed += replies
 
+    def withdraw(self, calls: int) -> None:
+        """Calls started whose answers nobody will read (a batch released as obsolete): no
+        longer started, so they count neither answered nor failed (R27). They still count as
+        spent (``calls``): the provider got them."""
+        with self._lock:
+            self.started -= calls
+
     @classmethod
     def for_run(cls, limits: BudgetSettings, calls: int = 0, tokens: int = 0) -> Budget:
         """The run's budget (the tighter of the per-run and per-scope limits), starting from

@@ -15,7 +15,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import JUDGING_PHASES, PHASES, REVIEW_TRIGGER, RunStatus
 from worker.domain.usage import StepUsage
-from worker.llm.ask import OUT_OF_TIME_REASON
+from worker.llm.ask import BATCH_WAIT_OUT, OUT_OF_TIME_REASON
 from worker.runs.batches import release_run_batches
 from worker.runs.outcome import PhaseOutcome, RunFacts, decide_outcome
 from worker.runs.phase_run import left_for_later
@@ -107,7 +107,8 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
                                for s in parents),
         model_replies_malformed=sum(int((s.output or {}).get("model_replies_malformed") or 0)
                                     for s in parents),
-        model_failure=_model_failure(steps), open_candidates=open_now, open_history=history,
+        model_failure=_model_failure(steps), batch_wait=_model_failure(steps, BATCH_WAIT_OUT),
+        open_candidates=open_now, open_history=history,
         growth_runs=growth, dry_run=snap.dry_run, items_stale=stale,
         changes_applied=applied, approval=approval,
         review_item=(snap.totals or {}).get("review_item"),
@@ -162,14 +163,17 @@ def _limit_reached(app: App, usage: StepUsage) -> str | None:
     return None
 
 
-def _model_failure(steps: list[RunStepRow]) -> str | None:
+def _model_failure(steps: list[RunStepRow], what: str = "model endpoint ") -> str | None:
     """The first endpoint failure a step recorded, as the client worded it ("model endpoint
-    failed after 2 attempts (APIConnectionError)"): the client's own words, never note text."""
+    failed after 2 attempts (APIConnectionError)"): the client's own words, never note text.
+    With ``what`` ``BATCH_WAIT_OUT``: the first batch out of its in-process wait ("provider
+    batch not finished within DREAM_LLM_BATCH_WAIT (0.5s)")."""
     for step in steps:
         for said in (str((step.output or {}).get("reason") or ""), step.error or ""):
-            at = said.find("model endpoint ")
+            at = said.find(what)
             if at >= 0:
-                return said[at:].split(";")[0][:160]
+                found = said[at:].split(";")[0][:160]
+                return found if what != BATCH_WAIT_OUT else f"provider batch {found}"
     return None
 
 

@@ -95,6 +95,10 @@ class RunFacts:
     model_calls: int = 0
     model_calls_failed: int = 0
     model_failure: str | None = None
+    # The first provider batch that outlived DREAM_LLM_BATCH_WAIT in-process, as its items say
+    # ("provider batch not finished within DREAM_LLM_BATCH_WAIT (0.5s)"): calls failed for it
+    # were not answered in time, the endpoint may be fine.
+    batch_wait: str | None = None
     # Replies that were no JSON of the asked schema (not JSON at all, or another shape).
     model_replies_malformed: int = 0
     # Changes the run's phases planned that their write found stale (a note changed since the
@@ -193,12 +197,11 @@ def _blocking_reasons(facts: RunFacts) -> tuple[list[str], list[str]]:
         flags.append("budget")
         reasons.append(f"model budget exhausted ({spent}): the rest waits for the next run or "
                        "a larger budget")
-    cause = f" ({facts.model_failure})" if facts.model_failure else ""
     if model_unavailable(facts):
         flags.append("model_unavailable")
         reasons.append(f"model unavailable: {facts.model_calls_failed} of {facts.model_calls} "
-                       f"model calls failed{cause}; check DREAM_LLM_BASE_URL and the endpoint, "
-                       "the deferred work waits for the next run")
+                       f"model calls failed{_cause(facts)}; {_remedy(facts)}, the deferred work "
+                       "waits for the next run")
     if model_unusable(facts):
         flags.append("model_unusable")
         replies = facts.model_calls - facts.model_calls_failed
@@ -214,16 +217,36 @@ def _blocking_reasons(facts: RunFacts) -> tuple[list[str], list[str]]:
     return flags, reasons
 
 
+def waited_only(facts: RunFacts) -> bool:
+    """The failed calls are those of a provider batch that outlived DREAM_LLM_BATCH_WAIT
+    in-process, and no endpoint error was recorded: the endpoint worked, the wait was short."""
+    return facts.batch_wait is not None and facts.model_failure is None
+
+
+def _cause(facts: RunFacts) -> str:
+    """Why the run's model calls failed, in brackets after "N of M model calls failed"."""
+    if waited_only(facts):
+        return f" ({facts.batch_wait}: the endpoint answered, not in time)"
+    return f" ({facts.model_failure})" if facts.model_failure else ""
+
+
+def _remedy(facts: RunFacts) -> str:
+    if waited_only(facts):
+        return ("set a longer DREAM_LLM_BATCH_WAIT or run under Celery, which re-schedules "
+                "instead of waiting")
+    return "check DREAM_LLM_BASE_URL and the endpoint"
+
+
 def _partial_reasons(facts: RunFacts, failed: list[str]) -> tuple[list[str], list[str]]:
     flags: list[str] = []
     reasons: list[str] = []
     if model_partly_unavailable(facts):
         share = round(100 * facts.model_calls_failed / facts.model_calls)
-        cause = f" ({facts.model_failure})" if facts.model_failure else ""
         flags.append("model_partial")
+        remedy = f"{_remedy(facts)}, " if waited_only(facts) else ""
         reasons.append(f"model partly unavailable: {facts.model_calls_failed} of "
-                       f"{facts.model_calls} model calls failed ({share}%){cause}; what they "
-                       "were to judge waits for the next run")
+                       f"{facts.model_calls} model calls failed ({share}%){_cause(facts)}; "
+                       f"{remedy}what they were to judge waits for the next run")
     unusable = [] if model_unusable(facts) else facts.phases_unusable
     if unusable:
         if "model_partial" not in flags:

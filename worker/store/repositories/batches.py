@@ -16,6 +16,7 @@ from worker.store.models import BATCH_STEPS, RunStepRow
 
 BATCH_STEP_PREFIX = "llm batch "  # the step's name: this and the provider's batch id
 RELEASE_KEY = "release"  # in its output: what releasing the batch did
+READ_KEY = "read"  # in its output: the status of the finished batch its phase read
 GIVEN_UP_KEY = "given_up"  # in the release: when the gate check stopped trying it again
 # A phase that ended one of these ways read or released every batch it asked.
 _PHASE_ENDED = (StepStatus.SUCCEEDED.value, StepStatus.NO_ITEMS.value, StepStatus.SKIPPED.value)
@@ -55,17 +56,36 @@ class BatchStepRepository:
 
     def record_release(self, run_id: str, batch_id: str, record: dict[str, Any]) -> None:
         """``record`` as the batch step's ``output.release``, the rest of its output kept, and
-        the time of the first release (``first_at``) kept from the record it replaces."""
-        step = self.session.scalars(select(RunStepRow).where(
-            RunStepRow.run_id == run_id,
-            RunStepRow.name == f"{BATCH_STEP_PREFIX}{batch_id}")).first()
+        the time of the first release (``first_at``) kept from the record it replaces. A batch
+        its phase never read ends ``skipped`` (nobody read its answers); one read stays
+        ``succeeded`` (a release then only deletes what its read left)."""
+        step = self._step(run_id, batch_id)
         if step is None:
             return
         prior = (step.output or {}).get(RELEASE_KEY)
         first = prior.get("first_at", prior.get("at")) if isinstance(prior, dict) else None
         record = {**record, "first_at": first or record.get("at")}
+        read = READ_KEY in (step.output or {})
         self.session.execute(update(RunStepRow).where(RunStepRow.id == step.id).values(
-            output={**(step.output or {}), RELEASE_KEY: record}))
+            output={**(step.output or {}), RELEASE_KEY: record},
+            status=StepStatus.SUCCEEDED.value if read else StepStatus.SKIPPED.value))
+
+    def record_read(self, run_id: str, batch_id: str, status: str) -> None:
+        """The finished batch was read: its status as ``output.read``."""
+        step = self._step(run_id, batch_id)
+        if step is not None:
+            self.session.execute(update(RunStepRow).where(RunStepRow.id == step.id).values(
+                output={**(step.output or {}), READ_KEY: status}))
+
+    def _step(self, run_id: str, batch_id: str) -> RunStepRow | None:
+        return self.session.scalars(select(RunStepRow).where(
+            RunStepRow.run_id == run_id,
+            RunStepRow.name == f"{BATCH_STEP_PREFIX}{batch_id}")).first()
+
+
+def settled(output: dict[str, Any] | None) -> bool:
+    """A batch step whose batch was read or released (nothing of it is left to ask for)."""
+    return READ_KEY in (output or {}) or RELEASE_KEY in (output or {})
 
 
 def released(output: dict[str, Any] | None) -> bool:

@@ -33,7 +33,7 @@ def interrupt_steps(conn: Connection, run_ids: list[str], why: str, now: datetim
     order."""
     parents = [s for chunk in chunked(sorted(set(run_ids))) for s in conn.execute(
         select(_STEPS.c.id, _STEPS.c.run_id, _STEPS.c.phase, _STEPS.c.status,
-               _STEPS.c.started_at, _STEPS.c.finished_at).where(
+               _STEPS.c.started_at, _STEPS.c.finished_at, _STEPS.c.output).where(
             _STEPS.c.run_id.in_(chunk), _STEPS.c.parent_id.is_(None)))]
     running = [s for s in parents if s.status == StepStatus.RUNNING.value]
     first: dict[str, Any] = {}
@@ -53,13 +53,23 @@ def interrupt_steps(conn: Connection, run_ids: list[str], why: str, now: datetim
               else None)
         conn.execute(update(_STEPS).where(_STEPS.c.id == step.id, _RUNNING).values(
             status=StepStatus.INTERRUPTED.value, error=f"interrupted; {why}",
-            started_at=at, finished_at=max(now, at), duration_ms=ms))
+            started_at=at, finished_at=max(now, at), duration_ms=ms,
+            output=_no_longer_waiting(step.output)))
     for s in sorted((s for s in running if s.id != first[s.run_id].id), key=lambda s: s.id):
         # Right after the interrupted phase, in phase order: where the run would have gone on.
         at = began[s.run_id] + timedelta(microseconds=_ORDER.get(s.phase, len(PHASES)) + 1)
         conn.execute(update(_STEPS).where(_STEPS.c.id == s.id, _RUNNING).values(
             status=StepStatus.INTERRUPTED.value, error=f"not started; {why}",
             started_at=at, finished_at=at))
+
+
+def _no_longer_waiting(output: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A step's output once it is interrupted: a phase that was waiting on a batch keeps
+    ``waiting`` (what it waited on) but not that as its ``reason``, which every view shows
+    before the step's error ("interrupted; ...")."""
+    if not output or "waiting" not in output or output.get("reason") != output["waiting"]:
+        return output
+    return {k: v for k, v in output.items() if k != "reason"}
 
 
 def _child_spans(conn: Connection, parent_ids: list[str]) -> dict[str, tuple[Any, Any]]:
