@@ -110,12 +110,12 @@ friendly family supply assembly monopoly anomaly orderly butterfly dragonfly fir
 
 @dataclass(frozen=True)
 class Words:
-    """What the rules compare: content words, numbers, negations and capitalised names."""
+    """What the rules compare: content words, numbers, negations (``negated``) and
+    capitalised names."""
 
     content: frozenset[str]
     sequence: tuple[str, ...]
     numbers: frozenset[str]
-    negations: frozenset[str]
     names: frozenset[str]
     quantifiers: frozenset[str] = frozenset()
     subject: frozenset[str] = frozenset()
@@ -187,7 +187,6 @@ def analyse(text: str) -> Words:
     raw = [t for t, _ in marked]
     lowered = [LETTER if _is_letter(marked, i) else t.casefold() for i, t in enumerate(raw)]
     numbers = frozenset(t for t in lowered if _NUMBER.search(t))
-    negations = frozenset(t for t in lowered if t in NEGATIONS or t.endswith("n't"))
     # A capitalised word that is not the first word of the note (sentence case) is a name.
     names = frozenset(
         t.casefold() for i, t in enumerate(raw)
@@ -201,7 +200,7 @@ def analyse(text: str) -> Words:
     lead = takewhile(lambda t: t in STOPWORDS or t in NEGATIONS, lowered)
     subject = frozenset(t for t in lead if t in SUBJECTS)
     tense = frozenset(TENSES[t] for t in lowered if t in TENSES)
-    return Words(frozenset(sequence), sequence, numbers, negations, names, quantifiers, subject,
+    return Words(frozenset(sequence), sequence, numbers, names, quantifiers, subject,
                  joined, tense, _negated(lowered), _asides(marked, lowered),
                  frozenset(t for p, t in zip(lowered, lowered[1:], strict=False)
                            if p in POSSESSIVES and t in RELATIVES))
