@@ -10,7 +10,6 @@ validation error's input (the jsonrpc, the params, the method), so most such ans
 from __future__ import annotations
 
 import json
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -20,8 +19,8 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[mcp]')")
 
-from tests.mcp.test_server import DREAM, ROOT, TOKEN_A, _env, _states, http_server  # noqa: E402, F401
-from tests.mcp.test_stdio_lines import _exchange, _lines  # noqa: E402
+from tests.mcp.test_server import TOKEN_A, _states, http_server  # noqa: E402, F401
+from tests.mcp.test_stdio_lines import stdio_session  # noqa: E402
 from tests.support.factories import add_notes  # noqa: E402
 from worker.app import App  # noqa: E402
 
@@ -57,25 +56,8 @@ def _assert_refused(answer: dict[str, Any], request_id: int | str | None) -> Non
 def stdio(app: App) -> Iterator[Callable[[str], dict[str, Any]]]:
     """`dream mcp` over stdio, initialized; yields a function that sends a line and returns the
     next answer. Checks afterwards that no note changed and no note text reached the log."""
-    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
-    before = _states(app, "agent-a")
-    proc = subprocess.Popen([DREAM, "mcp", "--agent", "agent-a"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=_env(app, DREAM_LOG_LEVEL="DEBUG"), cwd=str(ROOT))
-    assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
-    answers = _lines(proc.stdout)
-    try:
-        init = _exchange(proc, answers, json.dumps({
-            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"}}}))
-        assert "result" in init
-        yield lambda line: _exchange(proc, answers, line)
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
-    assert CANARY not in proc.stderr.read().decode("utf-8", "replace")
-    assert _states(app, "agent-a") == before  # no remember ran
+    with stdio_session(app, CANARY) as send:
+        yield send
 
 
 def test_stdio_refusal_carries_the_id_the_line_shows(

@@ -9,6 +9,8 @@ import json
 import queue
 import subprocess
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import IO, Any
 
 import pytest
@@ -62,7 +64,10 @@ def _exchange(proc: subprocess.Popen[bytes], answers: queue.Queue[bytes],
     return answer
 
 
-def test_every_unreadable_line_gets_an_error_with_its_id(app: App) -> None:
+@contextmanager
+def stdio_session(app: App, canary: str) -> Iterator[Callable[[str], dict[str, Any]]]:
+    """`dream mcp` over stdio for agent-a (one note), initialized; yields a function that sends a
+    line and returns the next answer. Afterwards: the note unchanged, ``canary`` not on stderr."""
     add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
     before = _states(app, "agent-a")
     proc = subprocess.Popen([DREAM, "mcp", "--agent", "agent-a"], stdin=subprocess.PIPE,
@@ -76,17 +81,22 @@ def test_every_unreadable_line_gets_an_error_with_its_id(app: App) -> None:
                 "protocolVersion": "2025-06-18", "capabilities": {},
                 "clientInfo": {"name": "t", "version": "1"}}}))
         assert "result" in init
+        yield lambda line: _exchange(proc, answers, line)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert canary not in proc.stderr.read().decode("utf-8", "replace")
+    assert _states(app, "agent-a") == before
+
+
+def test_every_unreadable_line_gets_an_error_with_its_id(app: App) -> None:
+    with stdio_session(app, CANARY) as send:
         for line, request_id, code in LINES:
-            answer = _exchange(proc, answers, line)
+            answer = send(line)
             assert answer.get("id") == request_id, answer
             assert answer["error"]["code"] == code, answer
             message = answer["error"]["message"]
             assert "send one JSON-RPC 2.0 message per line" in message and "\n" not in message
             assert CANARY not in message
-        still = _exchange(proc, answers, _call(9, "dream_status", "{}"))
+        still = send(_call(9, "dream_status", "{}"))
         assert still["id"] == 9 and "result" in still, still
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
-    assert CANARY not in proc.stderr.read().decode("utf-8", "replace")
-    assert _states(app, "agent-a") == before
