@@ -150,6 +150,9 @@ def erase(
                 raise
             log.info("erase.deadlock_retried", attempt=attempt + 1)
     result.checkpoint = checkpoint_sqlite(app)
+    # Remember's feature cache holds what it read of the scopes (content hashes, vectors, the
+    # words of every text): this process forgets all of it, and reads it again on its next write.
+    app.remember_cache = None
     # The runs it stopped read the erased text: a provider batch of theirs quotes it, in the
     # provider's files (and a cancelled run's batch bills on). Released: cancelled, deleted.
     from worker.runs.batches import release_run_batches
