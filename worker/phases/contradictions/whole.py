@@ -1,7 +1,6 @@
 """A scope asked about whole: with a model judge, every pair of a small scope's short notes is
 a candidate and one topic holds them, so two statements of one attribute that share no word
-meet; a larger scope is asked so later in the run, after the rounds on its other pairs, in
-topics no larger than a small scope (each pair asked once: verdict memory keeps the answer)."""
+meet; a larger scope is asked so later in the run, once its first rounds have shrunk it."""
 
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ from worker.phases.contradictions.core import CandidatePair
 from worker.similarity.candidates import Edge, union_edges
 from worker.similarity.terms import short_rows, small_scope_pairs
 
-# A scope of up to this many times ``SMALL_SCOPE_NOTES`` short notes is asked about whole
-# after its first rounds (``late_whole``); a larger one never is (its pairs grow as its square).
+# A scope of up to this many times ``SMALL_SCOPE_NOTES`` short notes is asked about whole once
+# its first rounds have retired enough of them (``late_whole``); a larger one never is.
 LATE_FACTOR = 3
 
 
@@ -33,18 +32,18 @@ def late_whole(words: list[Any], snap: Any, max_notes: int,
                ) -> Callable[[set[str]], list[CandidatePair]] | None:
     """For a scope holding more than ``max_notes`` short notes (at most ``LATE_FACTOR`` times
     as many): given the notes the first rounds retired, every fresh pair (``fresh``: not
-    remembered, not kept apart) of the short notes left. The judge asks them in topics of at
-    most ``max_notes`` notes, round after round, until each pair has been asked or the run's
-    calls are spent (the rest wait for the next run, which skips what was answered). Without
-    it a scope that keeps more distinct facts than a small scope holds would never compare two
-    versions of an attribute worded apart ("Alarm set for 6:30" / "She gets up around 7:15")."""
+    remembered, not kept apart) of the short notes left, when they are now few enough to be
+    asked about whole (``small_scope_pairs``), else none. What the scope's next run would ask
+    (a long history retires most of its versions at once), asked in this one."""
     short = short_rows(words)
     if not max_notes < len(short) <= LATE_FACTOR * max_notes:
         return None
 
     def late(retired: set[str]) -> list[CandidatePair]:
         rows = [r for r in short if snap.notes[r].id not in retired]
-        found = small_scope([words[r] for r in rows], [snap.notes[r] for r in rows], len(rows))
+        if len(rows) > max_notes:
+            return []
+        found = small_scope([words[r] for r in rows], [snap.notes[r] for r in rows], max_notes)
         return fresh(union_edges(snap.vectors, [], small_scope=[(rows[i], rows[j])
                                                                  for i, j in found]))
     return late
