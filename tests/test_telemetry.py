@@ -229,6 +229,52 @@ def test_a_batch_that_answered_nothing_is_an_error_span(
     assert not call.events and "proxy" not in (call.status.description or "")
 
 
+@pytest.mark.parametrize("how", ["given_up", "wait_out"])
+def test_a_batch_this_run_stops_waiting_for_is_an_error_span(
+    app: App, llm_stub: LLMStub, exporter: InMemorySpanExporter, how: str,
+) -> None:
+    """A batch still unfinished 25 h after it was submitted (given up under Celery), or past
+    DREAM_LLM_BATCH_WAIT in-process, is released and its calls failed: one chat span with
+    error.type (``batch_given_up``, ``batch_wait_out``), status ERROR and the status the
+    provider last gave (before: no span at all, unlike an expired or failed batch)."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from worker.clock import utcnow
+    from worker.llm.batch import reschedule_while_pending
+    from worker.store.models import RunStepRow
+
+    add_notes(app, *_notes())
+    llm_stub.set_handler(lambda req: {"should_consolidate": False, "reason": "apart"})
+    llm_stub.batches.polls = 10_000
+    app.llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
+                                  timeout=10, max_retries=0)
+    app.settings.llm_batch, app.settings.llm_batch_poll = True, 0.05
+    app.settings.llm_batch_wait = 0.2
+    exporter.clear()
+    run_id = service.create_run(app, Scope("agent-1", "u1"), force=True, clock=NOW,
+                                phases=["consolidate"])
+    assert run_id is not None
+    if how == "wait_out":
+        service.execute_run(app, run_id)
+    else:
+        with reschedule_while_pending():
+            assert service.execute_run_task(app, run_id).retry_after is not None
+        with app.uow() as uow:  # submitted a day and a bit ago
+            uow.session.execute(update(RunStepRow).where(
+                RunStepRow.run_id == run_id, RunStepRow.name.startswith("llm batch ")).values(
+                started_at=utcnow() - timedelta(hours=25, minutes=1)))
+            uow.commit()
+        with reschedule_while_pending():
+            assert service.execute_run_task(app, run_id).retry_after is None
+    (call,) = [s for s in exporter.get_finished_spans() if s.name == "chat stub-model"]
+    attrs = call.attributes or {}
+    assert call.status.status_code.name == "ERROR" and attrs["error.type"] == f"batch_{how}"
+    assert attrs["dream.batch.status"] == "in_progress" and attrs["dream.batch.answered"] == 0
+    assert attrs["dream.batch.id"] in llm_stub.batches.batches and not call.events
+
+
 def test_a_failing_model_call_is_an_error_span_by_type_only(
     app: App, llm_stub: LLMStub, exporter: InMemorySpanExporter,
 ) -> None:

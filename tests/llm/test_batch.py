@@ -25,6 +25,8 @@ class MemoryLedger:
         self.batches: list[tuple[str, set[str]]] = []
         self.releases: list[BatchRelease] = []
         self.reads: dict[str, str] = {}
+        # Batches an earlier attempt's step recorded (and handed over when interrupted).
+        self.earlier: set[str] = set()
 
     def recorded(self) -> list[tuple[str, set[str]]]:
         return [(b, set(ids)) for b, ids in self.batches]
@@ -43,7 +45,10 @@ class MemoryLedger:
 
     def unread(self) -> dict[str, bool]:
         gone = {r.batch_id for r in self.releases} | set(self.reads)
-        return {b: True for b, _ in self.batches if b not in gone}
+        return {b: b not in self.earlier for b, _ in self.batches if b not in gone}
+
+    def recorded_here(self) -> set[str]:
+        return {b for b, _ in self.batches} - self.earlier
 
 
 def _batch_ctx(stub: Any, **budget: int) -> Ctx:
@@ -173,3 +178,61 @@ def test_a_question_a_re_planned_phase_dropped_from_a_batch_is_withdrawn_once(
     assert (ctx.budget.started, ctx.budget.answered) == (2, 2)
     _ask(ctx, 2, ledger)  # read again (a retried phase): nothing withdrawn twice
     assert (ctx.budget.started, ctx.budget.answered) == (2, 2)
+
+
+def test_the_billed_reply_to_a_dropped_question_is_charged_not_answered(
+        llm_stub: Any) -> None:
+    """The re-planned phase dropped one of its batch's three questions before the batch came
+    back: the provider bills all three replies, so the budget is charged all three (before:
+    two, the dropped reply's tokens were never counted), while only two count as answered."""
+    llm_stub.set_handler(_echo)
+    llm_stub.batches.polls = 10_000
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        _ask(ctx, 3, ledger)
+    llm_stub.batches.polls = 0
+    _ask(ctx, 2, ledger)
+    assert (ctx.budget.started, ctx.budget.answered) == (2, 2)
+    assert ctx.budget.tokens == 3 * (11 + 7)
+    assert (ctx.budget.tokens_in, ctx.budget.tokens_out) == (3 * 11, 3 * 7)
+
+
+def test_a_batch_released_after_it_answered_is_charged_what_it_billed(llm_stub: Any) -> None:
+    """The phase re-planned and asks none of its batch's questions, and the provider finished
+    that batch meanwhile: released unread (its files deleted), but its two replies were
+    billed, so their tokens (each line's usage, no reply read) are charged, recorded on the
+    release, and no call counts answered or failed."""
+    llm_stub.set_handler(_echo)
+    llm_stub.batches.polls = 10_000
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        _ask(ctx, 2, ledger)
+    llm_stub.batches.polls = 0  # the release's look finds it completed
+    _other_round(ctx, ledger)
+    (release,) = ledger.releases
+    assert release.status == "completed" and not release.cancelled and release.complete
+    assert (release.billed_in, release.billed_out) == (2 * 11, 2 * 7)
+    assert llm_stub.batches.files == {}
+    assert (ctx.budget.started, ctx.budget.answered) == (2, 2)  # the other round's
+    assert ctx.budget.tokens == 4 * (11 + 7)
+
+
+def test_a_handed_over_batch_counts_as_the_resuming_steps_calls(llm_stub: Any) -> None:
+    """A batch an earlier attempt's step submitted (and handed over when it was interrupted):
+    the step that reads it counts its questions as its own calls, so an expired one fails
+    them here (before: none started, none failed, nothing said) and an answered one answers
+    them."""
+    llm_stub.set_handler(_echo)
+    llm_stub.batches.polls = 10_000
+    ctx, ledger = _batch_ctx(llm_stub), MemoryLedger()
+    with reschedule_while_pending(), pytest.raises(BatchPending) as pending:
+        _ask(ctx, 2, ledger)
+    assert pending.value.calls == 2
+    ledger.earlier = {ledger.batches[0][0]}
+    resumed = _batch_ctx(llm_stub)  # the new attempt: the same run, a budget of its own
+    resumed.run_id = ctx.run_id
+    llm_stub.batches.polls, llm_stub.batches.finish_as = 0, "expired"
+    outcomes = _ask(resumed, 2, ledger)
+    assert [o.status for o in outcomes] == [AskStatus.DEFERRED, AskStatus.DEFERRED]
+    assert outcomes[0].reason.startswith(f"provider batch {ledger.batches[0][0]} expired")
+    assert (resumed.budget.started, resumed.budget.answered, resumed.budget.calls) == (2, 0, 0)

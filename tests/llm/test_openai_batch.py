@@ -175,7 +175,7 @@ def test_expired_batch_defers_its_items_and_the_next_run_asks_again(
     llm_stub.batches.finish_as = "expired"
     _, clusters = _consolidate_run(stub_app, scope)
     assert [v for v, _ in clusters] == ["deferred"]
-    assert "batch_expired" in clusters[0][1]
+    assert "expired: the provider's 24 h completion window ended" in clusters[0][1]
     assert len(_active(stub_app, scope)) == len(DARK_MODE_NOTES)
     llm_stub.batches.finish_as = "completed"
     _, clusters = _consolidate_run(stub_app, scope)
@@ -348,6 +348,25 @@ def test_a_request_answered_twice_is_failed_not_the_last_answer_read() -> None:
     assert list(state.replies) == ["q-2"]
     assert state.failed == {"q-1": "the batch answered this request more than once",
                             "q-3": "the batch answered this request more than once"}
+
+
+def test_both_answers_of_a_request_answered_twice_are_billed() -> None:
+    """Neither of two replies to one request is used, but the provider billed both: their
+    tokens are the state's unused ones, which the run's budget is charged (before: lost)."""
+    from worker.llm.base import BatchState
+    from worker.llm.openai_batch import read_output
+
+    def billed(custom_id: str, tokens_in: int, tokens_out: int) -> str:
+        row = json.loads(_result(custom_id, "{}"))
+        row["response"]["body"]["usage"] = {"prompt_tokens": tokens_in,
+                                            "completion_tokens": tokens_out,
+                                            "total_tokens": tokens_in + tokens_out}
+        return json.dumps(row)
+
+    state = BatchState("batch_1", "completed")
+    read_output("\n".join([billed("q-1", 10, 3), billed("q-2", 5, 1), billed("q-1", 20, 4)]),
+                state, "m")
+    assert list(state.replies) == ["q-2"] and (state.unused_in, state.unused_out) == (30, 7)
 
 
 @pytest.mark.parametrize("prefix", ["batch_" + "x" * 300, "batch\x1b[2J_"])

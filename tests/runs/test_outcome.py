@@ -259,3 +259,26 @@ def test_a_phase_whose_every_reply_was_unusable_makes_the_run_partial() -> None:
     everything = decide_outcome(RunFacts(OK, model_calls=3, model_replies_malformed=3,
                                          phases_unusable=["contradictions"]))
     assert (everything.status, everything.flags) == ("blocked", ["model_unusable"])
+
+
+ENDED = ("provider batch batch_7 expired: the provider's 24 h completion window ended before "
+         "it answered", "the next run asks these questions again in a new batch; if batches "
+         "keep expiring, set DREAM_LLM_BATCH=false to ask online")
+
+
+def test_a_batch_that_ended_unanswered_names_it_and_what_to_do_not_the_endpoint() -> None:
+    """Every call failed in a batch that expired: the reason names the batch's end and its
+    remedy, once, never DREAM_LLM_BASE_URL; some calls failed so: partial, the same words; an
+    endpoint error beside it: the endpoint is what to check."""
+    outcome = decide_outcome(RunFacts(OK, model_calls=2, model_calls_failed=2, batch_end=ENDED))
+    assert (outcome.status, outcome.reason) == ("blocked", (
+        f"model unavailable: 2 of 2 model calls failed ({ENDED[0]}: the endpoint answered, the "
+        f"batch did not); {ENDED[1]}"))
+    partial = decide_outcome(RunFacts(OK, model_calls=4, model_calls_failed=1, batch_end=ENDED))
+    assert (partial.status, partial.reason) == ("partial", (
+        f"model partly unavailable: 1 of 4 model calls failed (25%) ({ENDED[0]}: the endpoint "
+        f"answered, the batch did not); {ENDED[1]}"))
+    both = decide_outcome(RunFacts(OK, model_calls=4, model_calls_failed=4, batch_end=ENDED,
+                                   model_failure="model endpoint answered 500"))
+    assert both.reason is not None and "check DREAM_LLM_BASE_URL" in both.reason
+    assert ENDED[0] not in both.reason

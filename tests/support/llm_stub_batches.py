@@ -9,7 +9,8 @@ retrieve moves a batch one status on:
 validating → in_progress → (after ``polls`` in progress) completed, or what the test asked for.
 Per test, on ``stub.batches``: ``polls`` (retrieves spent in progress), ``finish_as``
 ("completed", "expired", "failed"), ``answer_before_expiry`` (lines answered when it expires),
-``fail_line(req) -> bool`` (an error-file line instead of a reply), ``corrupt_line(req) ->
+``batch_errors`` (a failed batch's ``errors.data``) and ``failed_files`` (False: a failed
+batch writes no file), ``fail_line(req) -> bool`` (an error-file line instead of a reply), ``corrupt_line(req) ->
 bool`` (a broken JSON line in the output file), ``refuse_status`` (every request answers it)
 and ``batch_prefix`` (what a batch id starts with); ``garbage[route]`` (route one of "upload",
 "create", "retrieve", "cancel", "delete") is a ``RawAnswer``, an HTTP 200 body that is none of
@@ -51,6 +52,7 @@ class StubBatch:
     error_file_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     created_at: int = field(default_factory=lambda: int(time.time()))
+    errors: list[dict[str, Any]] | None = None
 
     def body(self, lines: int) -> dict[str, Any]:
         done = self.status in ("completed", "expired", "failed", "cancelled")
@@ -60,6 +62,7 @@ class StubBatch:
             "status": self.status, "created_at": self.created_at,
             "output_file_id": self.output_file_id, "error_file_id": self.error_file_id,
             "metadata": self.metadata,
+            **({"errors": {"object": "list", "data": self.errors}} if self.errors else {}),
             "request_counts": {"total": lines, "completed": lines if done else 0, "failed": 0},
         }
 
@@ -89,6 +92,10 @@ class BatchEndpoints:
         self.batch_prefix = "batch_"  # a batch's id is this and a number
         self.cancelled: list[str] = []  # every batch a cancel stopped
         self.garbage: dict[str, RawAnswer] = {}  # route → the body it answers instead
+        # A failed batch's ``errors.data`` (OpenAI: why it failed validation); with
+        # ``failed_files`` False it writes no output or error file, as OpenAI's do.
+        self.batch_errors: list[dict[str, Any]] | None = None
+        self.failed_files = True
 
     # ---- routing -----------------------------------------------------------------------
     def post(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
@@ -209,6 +216,11 @@ class BatchEndpoints:
 
     def _finish(self, batch: StubBatch) -> None:
         """Answer the batch's lines the way the test asked, into its output and error files."""
+        if self.finish_as == "failed":
+            batch.errors = self.batch_errors
+            if not self.failed_files:
+                batch.status = "failed"
+                return
         out, errors = [], []
         lines = [json.loads(x) for x in self.files[batch.input_file_id].splitlines() if x.strip()]
         for index, line in enumerate(lines):

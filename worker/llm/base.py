@@ -70,6 +70,11 @@ class BatchState:
     failed: dict[str, str] = field(default_factory=dict)
     # The provider could not be asked: "failed" for this attempt only, the batch maybe working.
     unchecked: bool = False
+    # A failed batch's first error code, as the provider gave it (never its message).
+    problem: str | None = None
+    # Tokens billed for replies that answer nothing (a request answered twice: both billed).
+    unused_in: int = 0
+    unused_out: int = 0
 
     @property
     def finished(self) -> bool:
@@ -88,6 +93,10 @@ class BatchRelease:
     deleted: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     problem: str | None = None
+    # What the provider billed for the replies in its output file, which nobody reads: the
+    # usage of each line (no text), so the run's budget is charged what the provider bills.
+    billed_in: int = 0
+    billed_out: int = 0
 
     @property
     def complete(self) -> bool:

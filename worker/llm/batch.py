@@ -16,6 +16,7 @@ import structlog
 
 from worker import telemetry
 from worker.clock import utcnow
+from worker.llm import batch_ends
 from worker.llm.ask import BATCH_WAIT_OUT, AskStatus, Outcome, check
 from worker.llm.base import (
     REFUSED,
@@ -55,6 +56,9 @@ class BatchPending(Exception):
         super().__init__(f"waiting on batch {', '.join(batch_ids)}")
         self.batch_ids = list(batch_ids)
         self.retry_after = retry_after
+        # The calls this attempt's step started that wait in those batches: not failed, and
+        # handed over to the next attempt if this one is interrupted (``run_stops``).
+        self.calls = 0
 
 
 class BatchLedger(Protocol):
@@ -83,15 +87,30 @@ class BatchLedger(Protocol):
         attempt's step recorded it (its questions are among the step's model calls)."""
         ...
 
+    def recorded_here(self) -> set[str]:
+        """The batches this attempt's step recorded; the others an earlier attempt's step
+        submitted and handed over when it was interrupted."""
+        ...
+
 
 class Spending(Protocol):
     def reserve(self, estimated_tokens: int) -> bool: ...
 
     def charge(self, tokens_in: int, tokens_out: int) -> None: ...
 
+    def charge_billed(self, tokens_in: int, tokens_out: int) -> None:
+        """Tokens the provider billed for replies nobody uses (a question the phase dropped,
+        a request answered twice, a released batch's output): spent, no call answered."""
+        ...
+
     def withdraw(self, calls: int) -> None:
         """Calls started whose answers nobody will read (their batch released as obsolete):
         counted neither answered nor failed."""
+        ...
+
+    def take_over(self, calls: int) -> None:
+        """Calls an earlier attempt's step started and handed over, settled by this one: its
+        calls now (answered or failed here), though spent before."""
         ...
 
 
@@ -120,22 +139,51 @@ def ask_as_batch(
     release_obsolete(llm, ledger, spending, [(b, ids) for b, ids in recorded if not ids & wanted],
                      unread)
     by_id = {it.custom_id: it for it in items}
-    states = _poll(ctx, llm, batches, by_id, ledger)
-    for bid, state in states.items():
-        # In-process out of DREAM_LLM_BATCH_WAIT, or not to be checked: its items are deferred
-        # and asked again in a new batch, so nobody will read this one.
-        if not state.finished or state.unchecked:
-            release_recorded(llm, ledger, bid)
-            continue
-        ledger.read(bid, state.status)
-        if unread.get(bid) and bid in dropped:  # read once: its dropped questions withdrawn
-            spending.withdraw(len(dropped[bid]))
+    try:
+        states = _poll(ctx, llm, batches, by_id, ledger)
+    except BatchPending as pending:
+        here = ledger.recorded_here()
+        pending.calls = sum(len(ids) for b, ids in recorded if b in pending.batch_ids and b in here)
+        raise
+    _settle_batches(llm, ledger, spending, states, batches, dropped, unread)
     wait = float(ctx.settings.llm_batch_wait)
     for q, key in zip(questions, keys, strict=True):
         if key not in outcomes:
             bid = next(b for b, ids in batches if key in ids)
             outcomes[key] = _settle(q, key, states[bid], spending, wait)
     return [outcomes[k] for k in keys]
+
+
+def _settle_batches(llm: BatchLLM, ledger: BatchLedger, spending: Spending,
+                    states: dict[str, BatchState], batches: list[tuple[str, set[str]]],
+                    dropped: dict[str, set[str]], unread: dict[str, bool]) -> None:
+    """Each polled batch read or released, once: the questions an earlier attempt's step
+    handed over become this step's calls, and what the provider billed is charged."""
+    here = ledger.recorded_here()
+    for bid, ids in batches:
+        if bid not in here:
+            spending.take_over(len(ids))
+        state = states[bid]
+        # In-process out of DREAM_LLM_BATCH_WAIT, or not to be checked: its items are deferred
+        # and asked again in a new batch, so nobody will read this one.
+        if not state.finished or state.unchecked:
+            release = release_recorded(llm, ledger, bid)
+            spending.charge_billed(release.billed_in, release.billed_out)
+            continue
+        ledger.read(bid, state.status)
+        if unread.get(bid) and bid in dropped:  # read once: its dropped questions withdrawn
+            spending.withdraw(len(dropped[bid]))
+        _charge_unused(state, ids, spending)
+
+
+def _charge_unused(state: BatchState, wanted: set[str], spending: Spending) -> None:
+    """The billed tokens of the replies no question of this phase takes (dropped after the
+    batch was submitted, or answered twice), once per process like any reply."""
+    for custom_id, reply in state.replies.items():
+        if custom_id not in wanted and _CHARGED.add(custom_id):
+            spending.charge_billed(reply.tokens_in, reply.tokens_out)
+    if (state.unused_in or state.unused_out) and _CHARGED.add(f"{state.batch_id}:unused"):
+        spending.charge_billed(state.unused_in, state.unused_out)
 
 
 def release_recorded(llm: BatchLLM, ledger: BatchLedger, batch_id: str) -> BatchRelease:
@@ -161,7 +209,8 @@ def release_obsolete(llm: BatchLLM, ledger: BatchLedger, spending: Spending,
     model was not down)."""
     for bid, ids in unwanted:
         if bid in unread:
-            release_recorded(llm, ledger, bid)
+            release = release_recorded(llm, ledger, bid)
+            spending.charge_billed(release.billed_in, release.billed_out)
             if unread[bid]:
                 spending.withdraw(len(ids))
 
@@ -214,10 +263,20 @@ def _poll(ctx: Any, llm: BatchLLM, batches: list[tuple[str, set[str]]],
             break
         time.sleep(min(float(settings.llm_batch_poll), left))
     if unfinished and rescheduling:
-        unfinished = give_up_overdue(ledger, batches, states, unfinished)
-        if unfinished:
-            raise BatchPending(unfinished, float(settings.llm_batch_poll))
+        waiting = give_up_overdue(ledger, batches, states, unfinished)
+        for bid in set(unfinished) - set(waiting):
+            _trace(llm, states[bid], _items(batches, by_id, bid), "batch_given_up")
+        if waiting:
+            raise BatchPending(waiting, float(settings.llm_batch_poll))
+    else:  # in-process, out of DREAM_LLM_BATCH_WAIT: released, its items failed
+        for bid in unfinished:
+            _trace(llm, states[bid], _items(batches, by_id, bid), "batch_wait_out")
     return states
+
+
+def _items(batches: list[tuple[str, set[str]]], by_id: dict[str, BatchItem],
+           batch_id: str) -> list[BatchItem]:
+    return [by_id[i] for b, ids in batches if b == batch_id for i in sorted(ids)]
 
 
 # The provider's completion window (24 h) and an hour's grace. A batch still unfinished then
@@ -239,8 +298,7 @@ def give_up_overdue(ledger: BatchLedger, batches: list[tuple[str, set[str]]],
             waiting.append(bid)
             continue
         status, hours = states[bid].status[:40], int((now - at).total_seconds() // 3600)
-        why = (f"batch {bid} still {status} {hours} h after it was submitted, past the "
-               "provider's 24 h window; given up")
+        why = batch_ends.given_up(bid, status, hours)
         ids = next(ids for b, ids in batches if b == bid)
         states[bid] = BatchState(bid, status, failed=dict.fromkeys(ids, why), unchecked=True)
         log.warning("llm.batch_given_up", batch_id=bid, status=status, hours=hours)
@@ -263,16 +321,19 @@ def _state(llm: BatchLLM, batch_id: str, items: list[BatchItem]) -> BatchState:
 
 
 def _trace(llm: BatchLLM, state: BatchState, items: list[BatchItem],
-           unchecked: str | None = None) -> None:
-    """One model-call span per finished batch, or per look that could not check it
-    (``unchecked``: the error's type): its usage, never its text (R21). A batch that expired,
-    failed or was cancelled, or answered none of its requests, is a failed call: ``error.type``
-    (``batch_expired``, ``batch_unanswered``, the check's error type) and status ERROR."""
+           unfinished: str | None = None) -> None:
+    """One model-call span per finished batch, per look that could not check it, and per batch
+    this phase stops waiting for (``unfinished``: the check's error type, ``batch_given_up``
+    past the provider's window, ``batch_wait_out`` in-process): its usage, never its text
+    (R21). A batch that expired, failed or was cancelled, answered none of its requests, or
+    ended unfinished is a failed call: ``error.type`` (``batch_expired``,
+    ``batch_unanswered``, ``unfinished``) and status ERROR."""
     replies = [state.replies[it.custom_id] for it in items if it.custom_id in state.replies]
     total = LLMReply(None, sum(r.tokens_in for r in replies), sum(r.tokens_out for r in replies),
                      replies[0].model if replies else "")
-    error = unchecked or (f"batch_{state.status}" if state.status != "completed"
-                          else None if replies else "batch_unanswered")
+    error = unfinished or (f"batch_{state.status}" if state.status != "completed"
+                           else None if replies else "batch_unanswered")
+    unchecked = unfinished is not None and not unfinished.startswith("batch_")
     with telemetry.model_call_span(llm, items[0].prompt_name) as span:
         span.set(dream__batch__id=state.batch_id,
                  dream__batch__status="unchecked" if unchecked else state.status,
@@ -282,16 +343,24 @@ def _trace(llm: BatchLLM, state: BatchState, items: list[BatchItem],
             span.failed(error)
 
 
+def _unanswered(state: BatchState, key: str, wait: float) -> str:
+    """Why the batch has no answer for ``key``: what could not check it or gave it up (its
+    own reason), the in-process wait running out, or how the finished batch ended."""
+    if state.unchecked:
+        return state.failed.get(key) or f"batch {state.batch_id} could not be checked"
+    if not state.finished:
+        return f"batch {state.batch_id} {BATCH_WAIT_OUT} ({wait:g}s)"
+    return batch_ends.unanswered(state.batch_id, state.status, state.failed.get(key),
+                                 state.problem)
+
+
 def _settle(q: Any, key: str, state: BatchState, spending: Spending,
             wait: float) -> Outcome[Any]:
     """One question's outcome from its batch: OK only for a reply the online validators accept."""
     reply = state.replies.get(key)
     if reply is None:
-        why = state.failed.get(key) or (
-            f"batch {state.batch_id} {state.status} without answering this request"
-            if state.finished else
-            f"batch {state.batch_id} {BATCH_WAIT_OUT} ({wait:g}s)")
-        return Outcome(None, AskStatus.DEFERRED, f"{why}; deferred to the next run"[:300])
+        return Outcome(None, AskStatus.DEFERRED,
+                       f"{_unanswered(state, key, wait)}; deferred to the next run"[:300])
     if _CHARGED.add(key):
         spending.charge(reply.tokens_in, reply.tokens_out)
     if reply.refused:

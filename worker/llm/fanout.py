@@ -62,6 +62,10 @@ class Spender(Protocol):
 
     def withdraw(self, calls: int) -> None: ...
 
+    def charge_billed(self, tokens_in: int, tokens_out: int) -> None: ...
+
+    def take_over(self, calls: int) -> None: ...
+
 
 class AskingContext(Protocol):
     """What a fan-out needs from a phase's context."""
@@ -153,6 +157,14 @@ class Spending:
 
     def withdraw(self, calls: int) -> None:
         self.budget.withdraw(calls)
+
+    def charge_billed(self, tokens_in: int, tokens_out: int) -> None:
+        if self.limit is not None:
+            self.limit.charge(tokens_in + tokens_out)
+        self.budget.charge_billed(tokens_in, tokens_out)
+
+    def take_over(self, calls: int) -> None:
+        self.budget.take_over(calls)
 
 
 # The per-run reply cache: validated replies by question key (worker.llm.cache).

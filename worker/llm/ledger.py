@@ -77,6 +77,15 @@ class StepLedger:
                 and s.name.startswith(STEP_PREFIX) and "batch_id" in (s.input or {})
                 and not settled(s.output)}
 
+    def recorded_here(self) -> set[str]:
+        with self.ctx.uow() as uow:
+            steps = uow.runs.steps(self.ctx.run_id)
+        running = {s.id for s in steps if s.parent_id is None and s.phase == self.phase
+                   and s.status == StepStatus.RUNNING.value}
+        return {str(s.input["batch_id"]) for s in steps
+                if s.parent_id in running and s.name.startswith(STEP_PREFIX)
+                and "batch_id" in (s.input or {})}
+
     def released(self, release: BatchRelease) -> None:
         """What releasing the batch did, on its step's output (``release``). Not fenced: it
         records what the provider was told, whoever holds the run now."""

@@ -16,7 +16,15 @@ import structlog
 from openai.types import Batch, FileObject
 from openai.types.chat import ChatCompletion
 
-from worker.llm.base import BATCH_FINISHED, BatchItem, BatchRelease, BatchState, LLMError
+from worker.llm.base import (
+    BATCH_FINISHED,
+    BatchItem,
+    BatchRelease,
+    BatchState,
+    LLMError,
+    LLMReply,
+)
+from worker.llm.batch_ends import line_failed, provider_problem
 from worker.llm.openai_compat import UNDECODABLE, OpenAICompatibleLLM, chat_reply, client_error
 
 log = structlog.get_logger(__name__)
@@ -108,7 +116,8 @@ def batch_state(llm: OpenAICompatibleLLM, batch_id: str) -> BatchState:
     try:
         with llm.sync_client() as client:
             batch = answered(lambda: client.batches.retrieve(batch_id), Batch, "batch")
-            state = BatchState(batch_id, provider_status(batch.status))
+            state = BatchState(batch_id, provider_status(batch.status),
+                               problem=provider_problem(batch.errors))
             if not state.finished:
                 return state
             files = batch_files(batch)
@@ -162,7 +171,9 @@ def release_batch(llm: OpenAICompatibleLLM, batch_id: str) -> BatchRelease:
                 batch = answered(lambda: client.batches.cancel(batch_id), Batch, "batch")
                 release.cancelled = True
             release.status = provider_status(batch.status)
-            release.deleted, release.kept = forget_files(client, batch_id, batch_files(batch))
+            files = batch_files(batch)
+            release.billed_in, release.billed_out = billed(client, batch_id, files[1])
+            release.deleted, release.kept = forget_files(client, batch_id, files)
     except openai.NotFoundError:
         release.status = "gone"  # the provider holds no such batch (its retention ended)
         return release
@@ -182,6 +193,23 @@ def release_batch(llm: OpenAICompatibleLLM, batch_id: str) -> BatchRelease:
     return release
 
 
+def billed(client: openai.OpenAI, batch_id: str, output_file: str | None) -> tuple[int, int]:
+    """The tokens the provider billed for the replies in a released batch's output file
+    (each line's usage: no reply is read), (0, 0) when it has none or it cannot be read."""
+    if not output_file:
+        return 0, 0
+    try:
+        text = client.files.content(output_file).text
+    except (openai.OpenAIError, *UNDECODABLE) as exc:
+        log.warning("llm.batch_usage_unread", batch_id=batch_id, file_id=output_file,
+                    error_type=type(exc).__name__)
+        return 0, 0
+    state = BatchState(batch_id, "completed")
+    read_output(text, state, "")
+    return (sum(r.tokens_in for r in state.replies.values()) + state.unused_in,
+            sum(r.tokens_out for r in state.replies.values()) + state.unused_out)
+
+
 def read_output(text: str, state: BatchState, model: str) -> None:
     """Replies and failures of one output or error file into ``state``. A line that is not a
     result (broken JSON, no custom_id) answers nothing: its question stays unanswered. A
@@ -195,26 +223,35 @@ def read_output(text: str, state: BatchState, model: str) -> None:
         custom_id = row.get("custom_id") if isinstance(row, dict) else None
         if not isinstance(custom_id, str):
             continue
+        reply = _reply(row, model)
         if custom_id in state.replies or custom_id in state.failed:
-            state.replies.pop(custom_id, None)
+            for unused in (state.replies.pop(custom_id, None), reply):  # both are billed
+                if isinstance(unused, LLMReply):
+                    state.unused_in += unused.tokens_in
+                    state.unused_out += unused.tokens_out
             state.failed[custom_id] = "the batch answered this request more than once"
-            continue
-        failure = _failure(row)
-        if failure:
-            state.failed[custom_id] = failure
-            continue
-        try:
-            completion = ChatCompletion.model_validate(row["response"]["body"])
-            state.replies[custom_id] = chat_reply(completion, model)
-        except (pydantic.ValidationError, LLMError, KeyError, TypeError):
-            state.failed[custom_id] = "the batch answered this request without a chat completion"
+        elif isinstance(reply, LLMReply):
+            state.replies[custom_id] = reply
+        else:
+            state.failed[custom_id] = reply
+
+
+def _reply(row: dict[str, Any], model: str) -> LLMReply | str:
+    """A result line's reply, or why it has none (no prompt text)."""
+    failure = _failure(row)
+    if failure:
+        return failure
+    try:
+        return chat_reply(ChatCompletion.model_validate(row["response"]["body"]), model)
+    except (pydantic.ValidationError, LLMError, KeyError, TypeError):
+        return "the batch answered this request without a chat completion"
 
 
 def _failure(row: dict[str, Any]) -> str:
     """Why a result line is a failure ("" when it carries a reply); never the prompt's text."""
     error = row.get("error")
     if isinstance(error, dict) and error:
-        return f"batch request failed ({str(error.get('code') or 'error')[:40]})"
+        return line_failed(str(error.get("code") or "error")[:40])
     response = row.get("response")
     status = response.get("status_code") if isinstance(response, dict) else None
     if status != 200:

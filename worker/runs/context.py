@@ -58,11 +58,17 @@ class Budget:
             return True
 
     def charge(self, tokens_in: int, tokens_out: int = 0) -> None:
+        self.charge_billed(tokens_in, tokens_out)
+        with self._lock:
+            self.answered += 1
+
+    def charge_billed(self, tokens_in: int, tokens_out: int) -> None:
+        """Tokens the provider bills (R15), for a reply or for one nobody uses (a batch's
+        reply to a question dropped meanwhile, a released batch's output): no call answered."""
         with self._lock:
             self.tokens += tokens_in + tokens_out
             self.tokens_in += tokens_in
             self.tokens_out += tokens_out
-            self.answered += 1
 
     def count_malformed(self, replies: int) -> None:
         with self._lock:
@@ -74,6 +80,13 @@ class Budget:
         spent (``calls``): the provider got them."""
         with self._lock:
             self.started -= calls
+
+    def take_over(self, calls: int) -> None:
+        """Calls an interrupted attempt's step started and handed over (their batch), settled
+        by this attempt: started here, so their answers or failures count here (R27), not
+        spent again (``calls``: the earlier step's usage holds them)."""
+        with self._lock:
+            self.started += calls
 
     @classmethod
     def for_run(cls, limits: BudgetSettings, calls: int = 0, tokens: int = 0) -> Budget:

@@ -16,6 +16,7 @@ from worker.clock import utcnow
 from worker.domain.types import JUDGING_PHASES, PHASES, REVIEW_TRIGGER, RunStatus
 from worker.domain.usage import StepUsage
 from worker.llm.ask import BATCH_WAIT_OUT, OUT_OF_TIME_REASON
+from worker.llm.batch_ends import end_of
 from worker.runs.batches import release_run_batches
 from worker.runs.outcome import PhaseOutcome, RunFacts, decide_outcome
 from worker.runs.phase_run import left_for_later
@@ -108,6 +109,7 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
         model_replies_malformed=sum(int((s.output or {}).get("model_replies_malformed") or 0)
                                     for s in parents),
         model_failure=_model_failure(steps), batch_wait=_model_failure(steps, BATCH_WAIT_OUT),
+        batch_end=_batch_end(steps, parents),
         open_candidates=open_now, open_history=history,
         growth_runs=growth, dry_run=snap.dry_run, items_stale=stale,
         changes_applied=applied, approval=approval,
@@ -122,6 +124,18 @@ def _out_of_time(steps: list[RunStepRow], parents: list[RunStepRow]) -> list[str
     found = {latest[s.parent_id] for s in steps if s.parent_id in latest
              and OUT_OF_TIME_REASON in str((s.output or {}).get("reason") or "")}
     return [p for p in PHASES if p in found]
+
+
+def _batch_end(steps: list[RunStepRow], parents: list[RunStepRow]) -> tuple[str, str] | None:
+    """The first provider batch end a child step of the latest attempts was deferred for
+    (``batch_ends``: what happened, what to do)."""
+    latest = {s.id for s in parents}
+    for step in steps:
+        if step.parent_id in latest:
+            found = end_of(str((step.output or {}).get("reason") or ""))
+            if found:
+                return found
+    return None
 
 
 def _unusable(output: dict[str, Any]) -> bool:

@@ -99,6 +99,10 @@ class RunFacts:
     # ("provider batch not finished within DREAM_LLM_BATCH_WAIT (0.5s)"): calls failed for it
     # were not answered in time, the endpoint may be fine.
     batch_wait: str | None = None
+    # The first provider batch that ended without answering (expired, failed, cancelled,
+    # given up, garbled output), as its items say, and what to do: (cause, remedy). The
+    # endpoint answered: its calls failed at the provider.
+    batch_end: tuple[str, str] | None = None
     # Replies that were no JSON of the asked schema (not JSON at all, or another shape).
     model_replies_malformed: int = 0
     # Changes the run's phases planned that their write found stale (a note changed since the
@@ -200,8 +204,8 @@ def _blocking_reasons(facts: RunFacts) -> tuple[list[str], list[str]]:
     if model_unavailable(facts):
         flags.append("model_unavailable")
         reasons.append(f"model unavailable: {facts.model_calls_failed} of {facts.model_calls} "
-                       f"model calls failed{_cause(facts)}; {_remedy(facts)}, the deferred work "
-                       "waits for the next run")
+                       f"model calls failed{_cause(facts)}; {_remedy(facts)}"
+                       f"{_then(facts, 'the deferred work waits for the next run')}")
     if model_unusable(facts):
         flags.append("model_unusable")
         replies = facts.model_calls - facts.model_calls_failed
@@ -227,13 +231,30 @@ def _cause(facts: RunFacts) -> str:
     """Why the run's model calls failed, in brackets after "N of M model calls failed"."""
     if waited_only(facts):
         return f" ({facts.batch_wait}: the endpoint answered, not in time)"
+    if _ended_only(facts) and facts.batch_end is not None:
+        return f" ({facts.batch_end[0]}: the endpoint answered, the batch did not)"
     return f" ({facts.model_failure})" if facts.model_failure else ""
+
+
+def _ended_only(facts: RunFacts) -> bool:
+    """The failed calls are those of provider batches that ended unanswered (expired, failed,
+    given up ...), and no endpoint error or in-process wait was recorded: the endpoint worked,
+    and the remedy says the next run asks again."""
+    return (facts.batch_end is not None and facts.model_failure is None
+            and facts.batch_wait is None)
+
+
+def _then(facts: RunFacts, later: str) -> str:
+    """What waits for the next run, unless the remedy said it (a batch that ended)."""
+    return "" if _ended_only(facts) else f", {later}"
 
 
 def _remedy(facts: RunFacts) -> str:
     if waited_only(facts):
         return ("set a longer DREAM_LLM_BATCH_WAIT or run under Celery, which re-schedules "
                 "instead of waiting")
+    if _ended_only(facts) and facts.batch_end is not None:
+        return facts.batch_end[1]
     return "check DREAM_LLM_BASE_URL and the endpoint"
 
 
@@ -243,10 +264,12 @@ def _partial_reasons(facts: RunFacts, failed: list[str]) -> tuple[list[str], lis
     if model_partly_unavailable(facts):
         share = round(100 * facts.model_calls_failed / facts.model_calls)
         flags.append("model_partial")
-        remedy = f"{_remedy(facts)}, " if waited_only(facts) else ""
+        judge = "what they were to judge waits for the next run"
+        said = (facts.batch_end[1] if _ended_only(facts) and facts.batch_end is not None
+                else f"{_remedy(facts)}, {judge}" if waited_only(facts) else judge)
         reasons.append(f"model partly unavailable: {facts.model_calls_failed} of "
                        f"{facts.model_calls} model calls failed ({share}%){_cause(facts)}; "
-                       f"{remedy}what they were to judge waits for the next run")
+                       f"{said}")
     unusable = [] if model_unusable(facts) else facts.phases_unusable
     if unusable:
         if "model_partial" not in flags:

@@ -267,8 +267,11 @@ def _report(run: Execution, ctx: PhaseContext, phase: str, step_id: str) -> Phas
     try:
         return run.registry[phase](ctx, step_id)
     except BatchPending as pending:
+        # ``model_calls_waiting``: counted failed until answered, but handed over, not failed,
+        # if this attempt is interrupted while it waits (``run_stops``).
         return PhaseReport(phase, PhaseOutcome.WAITING.value,
-                           {"retry_after": pending.retry_after}, reason=str(pending))
+                           {"retry_after": pending.retry_after,
+                            "model_calls_waiting": pending.calls}, reason=str(pending))
 
 
 def _step_tokens(prior: StepRecord, budget: Budget, before: tuple[int, ...]) -> tuple[int, int]:

@@ -66,10 +66,22 @@ def interrupt_steps(conn: Connection, run_ids: list[str], why: str, now: datetim
 def _no_longer_waiting(output: dict[str, Any] | None) -> dict[str, Any] | None:
     """A step's output once it is interrupted: a phase that was waiting on a batch keeps
     ``waiting`` (what it waited on) but not that as its ``reason``, which every view shows
-    before the step's error ("interrupted; ...")."""
-    if not output or "waiting" not in output or output.get("reason") != output["waiting"]:
+    before the step's error ("interrupted; ..."). The calls it started that still waited in
+    that batch (``model_calls_waiting``) are handed over, not failed: the attempt that resumes
+    the run reads the batch and counts them there, and a run stopped for good releases it
+    (before, they stayed in ``model_calls_failed`` as if the model had been down)."""
+    if not output or "waiting" not in output:
         return output
-    return {k: v for k, v in output.items() if k != "reason"}
+    out = dict(output)
+    if out.get("reason") == out["waiting"]:
+        del out["reason"]
+    waiting = out.pop("model_calls_waiting", 0)
+    if isinstance(waiting, int) and waiting > 0:
+        failed = out.get("model_calls_failed")
+        handed = min(waiting, failed) if isinstance(failed, int) else 0
+        out["model_calls_failed"] = (failed or 0) - handed
+        out["model_calls_handed_over"] = handed
+    return out
 
 
 def _child_spans(conn: Connection, parent_ids: list[str]) -> dict[str, tuple[Any, Any]]:
