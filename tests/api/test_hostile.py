@@ -9,7 +9,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from tests.support.safety import all_rows_text
 from tests.support.serve import serve
 from worker.api import create_api
 from worker.app import App
+from worker.domain.types import Scope
 from worker.logging import configure_logging
 
 CANARY = "Quokka-canary-9052"
@@ -235,3 +236,58 @@ def test_host_functions_refuse_unstorable_text_for_every_caller(api_app: App) ->
         with pytest.raises(HostError):
             fuse(api_app, ["n1", "n2"], text)
     assert all_rows_text(api_app) == before
+
+
+@pytest.mark.parametrize(("body", "detail"), [
+    ('{"scope":{"agent_id":"a"},"content":"' + CANARY + ' \\ud800"}', "body: content is not valid Unicode"),
+    ('{"scope":{"agent_id":"a","user_id":"\\udc00"},"content":"x"}', "body: scope.user_id is not valid"),
+    ('{"scope":{"agent_id":"a"},"content":"x","conversation_id":"c\\u0000"}',
+     "body: conversation_id contains a NUL character"),
+])
+def test_unstorable_text_is_refused_naming_its_field(api_app: App, body: str, detail: str) -> None:
+    """The 422 names the field that holds the lone surrogate or the NUL, and what to do (before:
+    ``body: a string is not valid Unicode``, whichever of the strings it was)."""
+    before = all_rows_text(api_app)
+    with TestClient(create_api(api_app), raise_server_exceptions=False) as client:
+        r = client.post("/api/notes", content=body.encode(), headers={**auth(ADMIN), **JSON})
+    assert r.status_code == 422, r.text
+    line = r.json()["detail"]
+    assert line.startswith(detail) and line.endswith("; send the text without it"), line
+    assert CANARY not in line and "\n" not in line
+    assert all_rows_text(api_app) == before
+
+
+@pytest.mark.parametrize("scope", [Scope("a\ud800"), Scope("a", "u\udfff"), Scope("a", None, "c\x00"),
+                                   Scope("a" * 65), Scope("a\n"), Scope("a", "[erased]")],
+                         ids=["surrogate", "surrogate-user", "nul", "65", "line-break", "erased"])
+def test_remember_refuses_a_scope_no_surface_would_take(api_app: App, scope: Scope) -> None:
+    """A Python host's ``remember`` checks its scope as the API, MCP and the CLI do: before, a
+    lone surrogate was the driver's UnicodeEncodeError (a traceback), and a NUL, 65 characters,
+    a line break or the erased users' placeholder were stored as a new tenant."""
+    from worker.host import HostError, remember
+
+    before = all_rows_text(api_app)
+    with pytest.raises(HostError) as refused:
+        remember(api_app, scope, "The user drinks green tea.")
+    assert refused.value.status == 422 and str(refused.value).startswith("scope: "), refused.value
+    assert all_rows_text(api_app) == before
+
+
+@pytest.mark.parametrize("call", ["erase-user", "erase-conversation", "erase-note", "undo", "cancel"])
+def test_safety_and_run_calls_refuse_a_lone_surrogate_id(api_app: App, call: str) -> None:
+    """The same for the Python calls behind `dream erase`, `dream undo` and `dream runs cancel`:
+    an id with a lone surrogate is a 422 naming it (before: the driver's UnicodeEncodeError)."""
+    from worker.errors import InvalidInput
+    from worker.runs.service import cancel_run
+    from worker.safety.erase import erase
+    from worker.safety.undo import undo_run
+
+    bad = "x\ud800"
+    calls: dict[str, Callable[[], object]] = {
+        "erase-user": lambda: erase(api_app, user_id=bad),
+        "erase-conversation": lambda: erase(api_app, conversation_id=bad),
+        "erase-note": lambda: erase(api_app, note_id=bad),
+        "undo": lambda: undo_run(api_app, bad), "cancel": lambda: cancel_run(api_app, bad)}
+    with pytest.raises(InvalidInput) as refused:
+        calls[call]()
+    assert "id is not valid Unicode" in str(refused.value)

@@ -140,9 +140,17 @@ HOSTILE = [
     (["gate", "--explain", "--agent", "a", "--user", "u" * 65], None, "ids are at most 64"),
     (["mcp", "--agent", "a" * 65], None, "ids are at most 64"),
     (["mcp", "--agent", "a", "--company", "c" * 65], None, "ids are at most 64"),
-    (["notes", "add", "--agent", "a", "--content", "hi\x00there"], None, "argument 6 contains a NUL"),
-    (["notes", "add", "--agent", "a", "--content", "hi\udcff"], None, "argument 6 is not valid Unicode"),
-    (["run", "--agent", "a\udcff", "--force"], None, "argument 3 is not valid Unicode"),
+    # the option an argument is the value of is named (before: its position alone)
+    (["notes", "add", "--agent", "a", "--content", "hi\x00there"], None,
+     "argument 6 (--content) contains a NUL"),
+    (["notes", "add", "--agent", "a", "--content", "hi\udcff"], None,
+     "argument 6 (--content) is not valid Unicode"),
+    (["run", "--agent", "a\udcff", "--force"], None, "argument 3 (--agent) is not valid Unicode"),
+    (["notes", "add", "--agent=a\udcff", "--content", "hi"], None,
+     "argument 3 (--agent) is not valid Unicode"),
+    (["keep-apart", "n1", "n\udcff"], None, "argument 3 is not valid Unicode"),  # no option's
+    (["review", "decline", "1", "--agent", "a", "--reason", "\ud800"], None,
+     "argument 7 (--reason) is not valid Unicode"),
 ]
 
 
@@ -319,7 +327,7 @@ def test_invalid_utf8_in_argv_and_stdin_through_a_real_process(app: App) -> None
     before = all_rows_text(app)
     cli: list[str | bytes] = [sys.executable, "-c", "from worker.cli import main; main()"]
     for argv, stdin, says in (
-        ([b"sessions", b"add", b"--agent", b"caf\xe9"], b"", b"argument 4 is not valid Unicode"),
+        ([b"sessions", b"add", b"--agent", b"caf\xe9"], b"", b"argument 4 (--agent) is not valid Unicode"),
         ([b"notes", b"import", b"-"], FINE.encode() + b'{"agent_id":"a","content":"\xc3"}\n',
          b"line 2: not valid UTF-8"),
     ):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.domain.limits import ident_problem, line_problem, visible_problem
+from worker.domain.limits import ident_problem, json_text_problem, line_problem, visible_problem
 
 NOTHING = "has no visible text"
 
@@ -74,3 +74,23 @@ def test_line_problem(value: str, problem: str | None) -> None:
     """A reason is one line of a listing, whatever script it is written in."""
     found = line_problem(value)
     assert found == problem if problem is None else (found or "").startswith(problem)
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ({"content": "tea \ud800"}, "content is not valid Unicode"),
+    ({"scope": {"agent_id": "a", "user_id": "u\x00"}}, "scope.user_id contains a NUL character"),
+    ({"source_ids": ["n1", "\udc00"]}, "source_ids.1 is not valid Unicode"),
+    ({"source_versions": {"\ud800": 1}}, "a key of source_versions is not valid Unicode"),
+    ({"\ud800": 1}, "a key is not valid Unicode"),
+    # a key that is no plain name is not repeated (it is whatever the sender wrote)
+    ({"x y\n": ["\ud800"]}, "<key>.0 is not valid Unicode"),
+    ({"a": "fine", "b": [{"c": "\x00"}], "z": "\ud800"}, "b.0.c contains a NUL"),  # first sent
+    ("\ud800", "the value is not valid Unicode"),
+    ({"content": "tea \U0001f375", "n": [1, None, True]}, None),  # ("\ud83c\udf75" in JSON)
+])
+def test_json_text_problem_names_the_field(value: object, problem: str | None) -> None:
+    found = json_text_problem(value)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and found.startswith(problem), found

@@ -9,10 +9,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from worker.domain.limits import (
     ID_MAX,
     INT_MAX,
+    json_text_problem,
     line_problem,
     reorder_problem,
     scope_problem,
-    text_problem,
     visible_problem,
 )
 from worker.domain.types import Scope
@@ -46,17 +46,10 @@ class Body(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _storable_text(cls, data: Any) -> Any:
-        stack = [data]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, str):
-                if problem := text_problem(item):
-                    raise ValueError(f"a string {problem}")
-            elif isinstance(item, dict):
-                stack.extend(item.keys())
-                stack.extend(item.values())
-            elif isinstance(item, list):
-                stack.extend(item)
+        # The field named (before: "body: a string is not valid Unicode", which left the
+        # sender to guess which of its strings held the "\ud800" escape or the NUL).
+        if problem := json_text_problem(data):
+            raise ValueError(f"{problem}; send the text without it")
         return data
 
 

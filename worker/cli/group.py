@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import re
 import sys
 from typing import Any
 
@@ -21,8 +22,26 @@ def _argument_problem(args: list[str]) -> str | None:
     lone surrogates) or NUL characters (only possible from code)."""
     for position, arg in enumerate(args, start=1):
         if problem := text_problem(arg):
-            return f"argument {position} {problem}; pass UTF-8 text"
+            return f"{_argument_named(args, position)} {problem}; pass UTF-8 text"
     return None
+
+
+_OPTION = re.compile(r"--[a-z][a-z0-9-]{0,38}")
+
+
+def _argument_named(args: list[str], position: int) -> str:
+    """``argument 4 (--agent)``: the option an argument is the value of, when the one before
+    it (or its own ``--name=``) names one; the position alone said not which field to fix."""
+    arg, before = args[position - 1], args[position - 2] if position > 1 else ""
+    if arg.startswith("--") and "=" in arg:
+        option = arg.partition("=")[0]
+    elif before.startswith("--") and "=" not in before and not arg.startswith("-"):
+        option = before
+    else:
+        option = ""
+    if not _OPTION.fullmatch(option):  # (only an option's name: no text the user typed)
+        return f"argument {position}"
+    return f"argument {position} ({option})"
 
 
 def _utf8_output() -> None:

@@ -42,6 +42,36 @@ def text_problem(value: str) -> str | None:
     return None
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def json_text_problem(value: Any) -> str | None:
+    """Which string of a decoded JSON value (a key or a value, at any depth) cannot be stored
+    as text, and why (``text_problem``), or None: ``content is not valid Unicode (...)``,
+    ``scope.user_id contains a NUL character``, ``a key of source_versions ...``. What an API
+    body and a model's reply are checked with, so the one line names the field to fix (a
+    ``"\\ud800"`` escape decodes to a lone surrogate, which no UTF-8 encoder writes). A key
+    that is no plain name (it may be anything the sender wrote) is shown as ``<key>``."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, str):
+            if problem := text_problem(item):
+                return f"{at or 'the value'} {problem}"
+        elif isinstance(item, dict):
+            children = []
+            for key, child in item.items():
+                if isinstance(key, str) and (problem := text_problem(key)):
+                    return f"a key{' of ' + at if at else ''} {problem}"
+                shown_key = key if isinstance(key, str) and _PLAIN_KEY.fullmatch(key) else "<key>"
+                children.append((child, f"{at}.{shown_key}" if at else shown_key))
+            stack.extend(reversed(children))  # the first field named first, as it was sent
+        elif isinstance(item, list):
+            stack.extend(reversed([(child, f"{at}.{i}" if at else str(i))
+                                   for i, child in enumerate(item)]))
+    return None
+
+
 # What a field with nothing to read is told (a note's content, an example's input, a reason,
 # a name, an id): it would show as nothing to whoever reads it, a person or a model.
 NOTHING_VISIBLE = ("has no visible text (only whitespace or invisible characters such as "

@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 from worker.app import App
 from worker.clock import next_write_seq, utcnow
-from worker.domain.limits import ident_problem, text_problem
+from worker.domain.limits import ident_problem, scope_problem, text_problem
 from worker.domain.types import (
     NoteStatus,
     NoteType,
@@ -164,6 +164,8 @@ def remember(
     ``conversation_id``: the conversation it was said in, recorded as its source (what
     `dream erase --conversation` finds it by). ``manual``: a person's note, which no dream
     retires (R26); False for an agent's own note, which dreams maintain as any other."""
+    if problem := scope_problem(scope):  # the API, MCP and the CLI check it; a Python host not
+        raise Invalid(f"scope: {problem}")  # (a surrogate was a traceback, a NUL was stored)
     text, kind = _validate(app, content, note_type)
     if not 0.0 <= importance <= 1.0:
         raise Invalid("importance must be between 0 and 1")

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from worker import telemetry
-from worker.domain.limits import text_problem
+from worker.domain.limits import json_text_problem
 from worker.llm.base import REFUSED, LLMClient, LLMError
 from worker.llm.prompts import RenderedPrompt
 
@@ -183,19 +183,10 @@ def check(
 def unstorable(data: Any) -> str:
     """Why a reply holds a string no backend can store ("" when none does): a NUL (PostgreSQL
     refuses it; SQLite kept it) or a lone surrogate (``"\\ud800"`` in the JSON: no UTF-8
-    encoder writes it). Before, such a reason or fused text failed the phase's write."""
-    stack = [data]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if problem := text_problem(item):
-                return f"reply: a string {problem}; send text without it"
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return ""
+    encoder writes it). Before, such a reason or fused text failed the phase's write. The
+    field is named (``reply: content is not valid Unicode ...``), for the re-ask."""
+    problem = json_text_problem(data)
+    return f"reply: {problem}; send text without it" if problem else ""
 
 
 def _problem(exc: ValidationError) -> str:

@@ -8,19 +8,22 @@ and its "Body must be a single JSON-RPC request" of a protocol version past the 
 the stdio server's lines (worker.mcp.stdio), with the same codes and the request's id when the
 body shows one (the SDK's carry null). A request whose id is no id (null, a fraction, a boolean,
 an object, an array), which the SDK takes for a notification and answers ``202 Accepted`` with
-no body, gets that 400 and -32600 too.
+no body, gets that 400 and -32600 too. ``LoneSurrogates`` refuses a body with a lone surrogate
+escape (``"\\ud800"``) as the other transports do, before the SDK's 2026-07-28 transport reads it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+import pydantic_core
 import structlog
 from starlette.types import Message, Receive, Scope, Send
 
 from worker.api.auth import Principal, authenticate, bearer
-from worker.api.guards import HTTPMiddleware
+from worker.api.guards import HTTPMiddleware, send_json
 from worker.mcp.stdio import (
     INVALID_ID_LINE,
     INVALID_REQUEST,
@@ -66,6 +69,71 @@ class OneLineErrors(HTTPMiddleware):
             request.clear()
 
         await self.app(scope, read, rewritten)
+
+
+# A \\u escape of a surrogate (D800-DFFF): only a body holding one is parsed a second time.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class LoneSurrogates(HTTPMiddleware):
+    """A lone surrogate escape (``"\\ud800"``) is invalid JSON to the SDK's stdio and 2025
+    transports (pydantic's parser: -32700, nothing done), but its 2026-07-28 transport reads
+    bodies with Python's json, which takes it: the request ran, a lone surrogate in its id, its
+    ``_meta`` or a cursor went on, and its answer echoed an id no strict client can read. A
+    scoped request's body is read whole here (BodyLimit bounds it) and refused as the other
+    transports refuse it: 400, -32700, the stdio line, the id when the body shows a valid one.
+    Other requests go on unread: the SDK answers them 401 first."""
+
+    def __init__(self, app: Any, tokens: list[tuple[bytes, Principal]]) -> None:
+        super().__init__(app)
+        self.tokens = tokens
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        principal = authenticate(self.tokens, bearer(_authorization(scope)))
+        if scope.get("method") != "POST" or principal is None or principal.scope is None:
+            await self.app(scope, receive, send)
+            return
+        read = await _whole_body(receive)
+        body = b"".join(m.get("body", b"") for m in read if m["type"] == "http.request")
+        if (reason := _unparsed(body)) is not None:
+            log.warning("mcp.unreadable_message", code=PARSE_ERROR, transport="http")
+            text = body.decode("utf-8", errors="replace")
+            answer = {"jsonrpc": "2.0", "id": request_id(text),
+                      "error": {"code": PARSE_ERROR, "message": parse_error_line(reason)}}
+            await send_json(send, 400, answer)
+            return
+
+        async def replayed() -> Message:
+            return read.pop(0) if read else await receive()
+
+        await self.app(scope, replayed, send)
+
+
+async def _whole_body(receive: Receive) -> list[Message]:
+    """The request's messages up to its last body chunk (or a disconnect)."""
+    read = []
+    while True:
+        message = await receive()
+        read.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return read
+
+
+def _unparsed(body: bytes) -> str | None:
+    """Why pydantic's JSON parser (the SDK's other transports') refuses a body holding a
+    surrogate escape, or None."""
+    if not _SURROGATE_ESCAPE.search(body):
+        return None
+    try:
+        pydantic_core.from_json(body)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _authorization(scope: Scope) -> str | None:
+    return next((v.decode("latin-1") for k, v in scope.get("headers", [])
+                 if k.lower() == b"authorization"), None)
 
 
 def _one_line(held: list[Message], request: bytes) -> list[Message]:
@@ -126,9 +194,7 @@ class AdminTokenRefusal(HTTPMiddleware):
         self.tokens = tokens
 
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        given = next((v.decode("latin-1") for k, v in scope.get("headers", [])
-                      if k.lower() == b"authorization"), None)
-        principal = authenticate(self.tokens, bearer(given))
+        principal = authenticate(self.tokens, bearer(_authorization(scope)))
         if principal is None or principal.scope is not None:
             await self.app(scope, receive, send)
             return

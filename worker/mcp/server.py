@@ -30,7 +30,7 @@ from worker.api.handlers import caller_detail, database_detail, validation_detai
 from worker.app import App
 from worker.domain.types import Scope
 from worker.errors import DreamError
-from worker.mcp.http_errors import AdminTokenRefusal, OneLineErrors
+from worker.mcp.http_errors import AdminTokenRefusal, LoneSurrogates, OneLineErrors
 from worker.mcp.tools import ScopedTools
 from worker.safety.scrub import stack
 from worker.store.errors import database_error
@@ -358,7 +358,9 @@ def http_app(app: App, host: str, port: int) -> ASGIApp:
                                            max_request_body_size=limit)
     # The API's own limit, outermost: an oversized body is refused unread, before the token (R31).
     # Inside it, the SDK's answers to an unreadable body are made one line (worker.mcp.http_errors).
-    return BodyLimit(OneLineErrors(AdminTokenRefusal(starlette, tokens)), max_bytes=limit)
+    # A lone surrogate escape is refused there too, before the SDK's 2026-07-28 transport reads it.
+    return BodyLimit(LoneSurrogates(OneLineErrors(AdminTokenRefusal(starlette, tokens)), tokens),
+                     max_bytes=limit)
 
 
 def _url_host(host: str) -> str:

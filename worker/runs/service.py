@@ -16,7 +16,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.config import Settings
 from worker.config_checks import phase_seconds
-from worker.domain.limits import REASON_MAX, line_problem, visible_problem
+from worker.domain.limits import REASON_MAX, line_problem, stored_ident_problem, visible_problem
 from worker.domain.types import RunStatus, Scope
 from worker.errors import BrokerUnavailable, InvalidRun, RunError, RunNotFound, UnknownScope
 from worker.runs import engine
@@ -108,6 +108,8 @@ def cancel_run(app: App, run_id: str, reason: str = "cancelled by the operator")
 
     A running executor notices at its next fenced write and stops; what it applied before
     stays recorded in the operation log, so `dream undo` can still revert it."""
+    if problem := stored_ident_problem(run_id):  # a surrogate was the driver's traceback
+        raise InvalidRun(f"run id {problem}")
     if problem := visible_problem(reason):  # the run's reason on every dashboard
         raise InvalidRun(f"reason {problem}; say why, or leave --reason out")
     if problem := line_problem(reason):

@@ -22,6 +22,7 @@ from sqlalchemy.exc import OperationalError
 
 from worker.app import App
 from worker.clock import utcnow
+from worker.domain.limits import stored_ident_problem
 from worker.domain.types import NoteStatus
 from worker.errors import Conflict, InvalidInput, NotFound
 from worker.phases.kit.kept_apart import bind_again
@@ -133,6 +134,10 @@ def erase(
     given = [v for v in (user_id, conversation_id, note_id) if v is not None]
     if len(given) != 1:
         raise InvalidInput("give exactly one of --user, --conversation or --note")
+    for name, value in (("user id", user_id), ("conversation id", conversation_id),
+                        ("note id", note_id)):  # any id as stored: one from before the rules
+        if value is not None and (problem := stored_ident_problem(value)):
+            raise InvalidInput(f"{name} {problem}")  # (a surrogate was the driver's traceback)
     subject = (f"user {user_id}" if user_id is not None else
                f"conversation {conversation_id}" if conversation_id is not None else
                f"note {note_id}")

@@ -30,8 +30,9 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
+from worker.domain.limits import stored_ident_problem
 from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus, Scope
-from worker.errors import RunError, RunNotFound
+from worker.errors import InvalidRun, RunError, RunNotFound
 from worker.review.propose import settle_stale
 from worker.safety.undo_holds import annotated_since, carry_apart, held_since, refusal_line
 from worker.safety.undo_restore import before_image, jsonable, restore_examples, undo_log
@@ -73,6 +74,8 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False,
     """Revert every change ``run_id`` made, or raise ``UndoRefused`` and change nothing.
     ``by``: who asked (``cli:<login>``, ``api:<token>``, ``mcp:<scope>``), recorded with the
     time on each undone run's ``status_reason``, before what it said."""
+    if problem := stored_ident_problem(run_id):  # a surrogate was the driver's traceback
+        raise InvalidRun(f"run id {problem}")
     now = utcnow()
     with app.uow() as uow:
         # The scopes' locks first, as a phase's write takes them: the undo and a dream's write
