@@ -134,8 +134,9 @@ def test_r21_no_note_text_in_logs_or_broker_in_process(
     ("value 1234 too big", "value [note text] too big"),
 ])
 def test_r21_error_messages_are_scrubbed_of_note_words(message: str, expected: str) -> None:
-    """Each word an error message shares with a note (3+ letters, or any number) is masked,
-    neighbouring masks collapse; other text is kept so the error stays useful."""
+    """What quotes a note is masked (its words in the note's order, with a number or two
+    telling words, or a whole note), neighbouring masks collapse; other text is kept so the
+    error stays useful (worker.safety.scrub)."""
     notes = [f"User likes {CANARY} tea", "Budget is 1234 euros", "Pay the rent"]
     assert scrub(message, notes) == expected
 

@@ -6,18 +6,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from tests.cli.test_commands import dream
 from tests.conftest import make_sqlite_app
+from tests.runs.test_phase_run import WRITING, _writing
 from tests.support.factories import add_notes
 from worker.app import App
-from worker.domain.types import Scope
+from worker.domain.types import Scope, StepStatus
 from worker.embeddings.openai_compat import EmbeddingError
 from worker.errors import ConfigError
 from worker.llm.base import LLMError
-from worker.safety.scrub import MASK, safe_error_message
+from worker.runs import engine, service
+from worker.safety.scrub import MASK, safe_error_message, scrub
+from worker.store.repositories.writes import WriteRepository
 
 SCOPE = Scope("agent-1")
 # Everyday words a store holds somewhere: every one of them is also in the remedies below.
@@ -45,10 +50,71 @@ def test_an_error_that_says_no_note_text_keeps_its_words(app: App, error: Except
     assert safe_error_message(app, SCOPE, error) == str(error)
 
 
-def test_a_foreign_error_is_still_masked(app: App) -> None:
-    """The same words in an exception we did not word (a driver's, a bug's) are masked."""
-    said = safe_error_message(app, SCOPE, RuntimeError(REMEDY))
-    assert MASK in said and "check" not in said and "endpoint" not in said
+def test_a_foreign_error_quoting_a_note_is_masked(app: App) -> None:
+    """An exception we did not word (a driver's, a bug's) that quotes a note loses the quote;
+    the words it merely shares with notes stay (they are no quote: every common word is in
+    some note of a real store)."""
+    said = safe_error_message(app, SCOPE, RuntimeError(f"bad row: {NOTES[0]!r}; {REMEDY}"))
+    assert said == f"bad row: '{MASK}'; {REMEDY}"
+
+
+@pytest.mark.parametrize(("message", "said"), [
+    # a driver's own message: each word is in some note, none in a note's order
+    ("server closed the connection unexpectedly", "server closed the connection unexpectedly"),
+    ('relation "notes" does not exist', 'relation "notes" does not exist'),
+    # quotes: two telling words in a note's order, a whole note, a number a note holds
+    ("cannot parse 'moved near Alexanderplatz'", f"cannot parse '{MASK}'"),
+    ("KeyError: 'Kreuzberg'", f"KeyError: '{MASK}'"),
+    ("value 030 1234 is odd", f"value {MASK} is odd"),
+    # a lone word of a longer note, with function words in the note's order, is no quote
+    ("unknown district Alexanderplatz", "unknown district Alexanderplatz"),
+    ("the door is open", "the door is open"),
+], ids=["driver", "missing-table", "two-words", "one-word-note", "number", "lone-word",
+        "function-words"])
+def test_a_quote_is_masked_and_a_shared_word_is_not(message: str, said: str) -> None:
+    notes = ["User moved near Alexanderplatz in 2021", "Kreuzberg", "Call 030 1234 after six",
+             "The server at the office closed for the holidays", "Fix the connection pool",
+             "User closed the door; she does not exist online"]
+    assert scrub(message, notes) == said
+
+
+# Everyday words a store holds, each in a note, none in the driver message's order.
+_WORDS = ("User is terminating the gym contract", "The office connection is slow",
+          "Her administrator role ends in May", "User learns command line tools",
+          "The server room is cold", "User closed the input form unexpectedly",
+          "User failed consuming sugar")
+
+
+@pytest.mark.postgres
+def test_a_connection_lost_in_a_phase_write_is_named_unmasked(
+        pg_app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's backend is terminated for real in the phase's write (an operator's
+    pg_terminate_backend): the phase fails and its step says what the driver said, not
+    "terminating [note text] due to [note text]" (before, every word a note shares was
+    masked, and notes hold "the", "connection", "server")."""
+    add_notes(pg_app, *({"id": f"w{i}", "content": c} for i, c in enumerate(_WORDS)))
+    update = WriteRepository.update_notes
+
+    def terminated(repo: WriteRepository, *args: Any, **kwargs: Any) -> int:
+        pid = repo.session.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        with pg_app.engine.connect() as other:
+            other.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid})
+        return update(repo, *args, **kwargs)
+
+    monkeypatch.setattr(WriteRepository, "update_notes", terminated)
+    snap = service.create_claimed_run(pg_app, SCOPE, force=True)
+    assert snap is not None
+    engine.execute_run(pg_app, snap, {**WRITING, "consolidate": _writing("consolidate")})
+    with pg_app.uow() as uow:
+        step = next(s for s in uow.runs.steps(snap.run_id)
+                    if s.phase == "consolidate" and s.parent_id is None)
+    assert step.status == StepStatus.FAILED.value
+    # Which of the two the driver says depends on when it reads the server's goodbye.
+    assert step.error in (
+        "OperationalError: (psycopg.errors.AdminShutdown) terminating connection due to "
+        "administrator command",
+        "OperationalError: (psycopg.OperationalError) consuming input failed: server closed "
+        "the connection unexpectedly")
 
 
 def test_dream_run_names_the_embedding_remedy_in_full(app: App) -> None:

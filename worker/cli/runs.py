@@ -24,6 +24,7 @@ from worker.cli.errors import READ_ONLY, UserError, stop_says, user_errors
 from worker.clock import utcnow
 from worker.domain.limits import shown
 from worker.domain.types import PHASES, RunStatus, Scope
+from worker.runs.outcome import TAKEN_OVER
 from worker.text.plural import counted
 
 if TYPE_CHECKING:
@@ -115,7 +116,9 @@ def _stopped(stop: RunStopped) -> int:
 RUN_EXIT_CODES = {RunStatus.BLOCKED.value: Outcome.BLOCKED,
                   RunStatus.PARTIAL.value: Outcome.PARTIAL, RunStatus.FAILED.value: Outcome.FAILED,
                   RunStatus.INTERRUPTED.value: Outcome.INTERRUPTED,
-                  RunStatus.CANCELLED.value: Outcome.INTERRUPTED}
+                  RunStatus.CANCELLED.value: Outcome.INTERRUPTED,
+                  # This process's execution was cut short: another executor took the run over.
+                  TAKEN_OVER: Outcome.INTERRUPTED}
 
 
 def run_exit_code(status: str) -> int:
@@ -176,6 +179,11 @@ def _due_runs(app: App, clock: datetime | None) -> list[str]:
 def _report(app: App, run_id: str, status: str, via: str) -> None:
     if via == "celery":
         click.echo(f"run {run_id} queued on the broker; follow it with `dream runs show {run_id}`")
+        return
+    if status == TAKEN_OVER:  # its steps and status are the other executor's, not ours
+        click.echo(f"run {run_id}: this process lost the run's lease and another executor "
+                   f"took it over; nothing more was written here; `dream runs show {run_id}` "
+                   "says how it ended")
         return
     reason = _print_summary(app, run_id, status)
     # A run interrupted with a reason (an erasure in its scope) printed it; only one whose

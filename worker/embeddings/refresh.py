@@ -18,7 +18,7 @@ def ensure_scope_embeddings(app: Any, scope: Scope) -> int:
     vectors = embedder.embed(texts)
     with app.uow() as uow:
         uow.notes.set_embeddings(
-            [(nid, vectors[i]) for i, (nid, _) in enumerate(missing)], embedder.model_name
-        )
+            [(nid, vectors[i]) for i, (nid, _) in enumerate(missing)], embedder.model_name,
+            scope.key)
         uow.commit()
     return len(missing)

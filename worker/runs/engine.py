@@ -31,7 +31,7 @@ from worker.domain.types import PHASES, RunStatus
 from worker.runs.context import Budget, Registry, RunCarry
 from worker.runs.finalize import finalize, finalize_run
 from worker.runs.lease import LeaseHeartbeat, executing, give_back
-from worker.runs.outcome import PhaseOutcome
+from worker.runs.outcome import TAKEN_OVER, PhaseOutcome
 from worker.runs.phase_run import Execution, run_phase
 from worker.runs.snapshot import RunSnapshot, claim, read_snapshot
 from worker.runs.stops import deliver_held_stops, signal_of, stops_held
@@ -47,6 +47,16 @@ class RunResult:
     status: str  # the run's status when the call returned
     retry_after: float | None = None  # a phase is WAITING (``poll=False``): look again then
     hand_off: bool = False  # ``hand_off_after`` passed: the rest of the run goes on elsewhere
+    # This executor lost the run to another one (a claim after its lease lapsed, an executor
+    # holding its phase): ``status`` is what that executor made of it, not this one's result.
+    taken_over: bool = False
+
+
+# The statuses of a run another executor holds or finished (not cancelled, interrupted or
+# queued again by the gate check: those say themselves why this executor stopped).
+_ELSEWHERE = frozenset({RunStatus.RUNNING.value, RunStatus.SUCCEEDED.value,
+                        RunStatus.PARTIAL.value, RunStatus.FAILED.value,
+                        RunStatus.BLOCKED.value})
 
 
 @dataclass(frozen=True)
@@ -62,8 +72,11 @@ def execute_run(app: App, run: str | RunSnapshot, registry: Registry,
 
     ``run`` is a run id (claimed here), or the snapshot of a run created already claimed
     (``create_claimed_run``). ``on_phase`` is told each phase's outcome as it ends (the
-    benchmark times phases with it). A phase WAITING on a provider batch is polled."""
-    return execute_run_once(app, run, registry, on_phase).status
+    benchmark times phases with it). A phase WAITING on a provider batch is polled.
+    ``TAKEN_OVER`` when this executor lost the run to another one before it ended: the run's
+    status, whatever it is, is that executor's to report."""
+    result = execute_run_once(app, run, registry, on_phase)
+    return TAKEN_OVER if result.taken_over else result.status
 
 
 def execute_run_once(app: App, run: str | RunSnapshot, registry: Registry,
@@ -141,7 +154,8 @@ def _execute_all(app: App, snap: RunSnapshot, registry: Registry,
         if outcome is PhaseOutcome.WAITING:  # not polled: the caller comes back later
             return RunResult(snap.status, run.retry_after)
         if outcome.stops_run:  # another executor holds this run (or it was cancelled):
-            return RunResult(finalize_run(app, snap.run_id))  # stale snapshot: decide on a read
+            status = finalize_run(app, snap.run_id)  # stale snapshot: decide on a read
+            return RunResult(status, taken_over=status in _ELSEWHERE)
     return RunResult(finalize(app, snap, run.written))
 
 

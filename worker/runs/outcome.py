@@ -9,6 +9,10 @@ from enum import StrEnum
 from worker.domain.types import RunStatus, StepStatus
 from worker.text.plural import counted
 
+# What an in-process executor reports instead of a run status when it lost the run to another
+# executor before the run ended (``engine.execute_run``): the run's status is that one's.
+TAKEN_OVER = "taken_over"
+
 
 class PhaseOutcome(StrEnum):
     """How one execution of one phase ended, for this executor.

@@ -2,8 +2,9 @@
 
 An exception raised inside a phase can quote note text (a database error echoing a row, a model
 client quoting the prompt, a bug formatting a note into a message). Before such a message is
-logged or stored on a step, every word it shares with a note of the scope is masked, and the
-traceback is logged as frames (file, line, function) only, never with the message.
+logged or stored on a step, whatever in it quotes a note of the scope is masked (``scrub``:
+not each word a note merely shares), and the traceback is logged as frames (file, line,
+function) only, never with the message.
 """
 
 from __future__ import annotations
@@ -16,33 +17,46 @@ from typing import Any
 import structlog
 
 from worker.errors import DreamError
+from worker.text.words import NEGATORS, STOPWORDS
 
 log = structlog.get_logger(__name__)
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 MASK = "[note text]"
 MAX_MESSAGE = 200
+_FUNCTION_WORDS = STOPWORDS | NEGATORS
 
 
-def _maskable(word: str) -> bool:
-    # Words of one or two letters say nothing about a note; numbers always may.
-    return len(word) >= 3 or any(ch.isdigit() for ch in word)
+def _telling(word: str) -> bool:
+    """A word that says something about a note: one holding a digit (a number, a code: any
+    length), or one of three letters or more that is no function word ("the", "does", "not")."""
+    if any(ch.isdigit() for ch in word):
+        return True
+    return len(word) >= 3 and word not in _FUNCTION_WORDS
 
 
 def scrub(message: str, texts: Iterable[str]) -> str:
-    """``message`` with each word that also occurs in one of ``texts`` masked (runs collapse)."""
-    words = {m.group(0).casefold() for m in _WORD.finditer(message) if _maskable(m.group(0))}
-    found: set[str] = set()
+    """``message`` with what quotes one of ``texts`` masked (runs collapse).
+
+    A quote is a run of the message's words standing in a note in the same order that holds a
+    number, two telling words (``_telling``), or the whole of that note (if it says anything:
+    a one-word note "Alexanderplatz" is masked wherever it recurs). A word a note merely shares
+    is no quote: in a real store every common word is in some note, and masking each one
+    mangled a driver's own message ("server closed [note text] connection unexpectedly"), as
+    erasure once matched a one-word note inside unrelated records."""
+    words = [m.group(0).casefold() for m in _WORD.finditer(message)]
+    wanted = {w for w in words if _telling(w)}
+    hidden = [False] * len(words)
     for text in texts:
-        if not words - found:
-            break
-        found |= words & {w.casefold() for w in _WORD.findall(text)}
-    if not found:
+        note = [w.casefold() for w in _WORD.findall(text)]
+        if not wanted.isdisjoint(note):
+            _hide_quotes(words, note, hidden)
+    if not any(hidden):
         return message
     out: list[str] = []
     last = 0
-    for m in _WORD.finditer(message):
-        if m.group(0).casefold() not in found:
+    for i, m in enumerate(_WORD.finditer(message)):
+        if not hidden[i]:
             continue
         gap = message[last : m.start()]
         if out and out[-1] == MASK and not gap.strip():
@@ -52,6 +66,26 @@ def scrub(message: str, texts: Iterable[str]) -> str:
         last = m.end()
     out.append(message[last:])
     return "".join(out)
+
+
+def _hide_quotes(words: list[str], note: list[str], hidden: list[bool]) -> None:
+    """Mark in ``hidden`` each word of ``words`` inside a quote of ``note``: every maximal run
+    of words the two share in order, kept when it is a quote (``scrub``)."""
+    at: dict[str, list[int]] = {}
+    for j, w in enumerate(note):
+        at.setdefault(w, []).append(j)
+    for i, w in enumerate(words):
+        for j in at.get(w, ()):
+            if i and j and words[i - 1] == note[j - 1]:
+                continue  # inside a run met from its start
+            n = 1
+            while i + n < len(words) and j + n < len(note) and words[i + n] == note[j + n]:
+                n += 1
+            run = words[i : i + n]
+            telling = [x for x in run if _telling(x)]
+            if (len(telling) >= 2 or any(ch.isdigit() for x in telling for ch in x)
+                    or (telling and n == len(note))):
+                hidden[i : i + n] = [True] * n
 
 
 def safe_error_message(app: Any, scope: Any, exc: BaseException) -> str:

@@ -61,6 +61,43 @@ def _operational(exc: OperationalError, reason: str) -> DreamError:
                            "it or fix DREAM_DATABASE_URL, then run `dream db upgrade`")
     if type(exc.orig).__module__.startswith("sqlite3"):
         return _sqlite_unavailable(reason)
+    return _server_unavailable(exc, reason)
+
+
+# SQLSTATEs of a server that gave up on a statement it was too busy for: what each says.
+_BUSY = {
+    "55P03": "a lock wait timed out",  # lock_not_available: lock_timeout, NOWAIT
+    "57014": "a statement timed out or was cancelled",  # query_canceled: statement_timeout
+    "40P01": "a deadlock between two writers",  # deadlock_detected
+    "40001": "a serialization failure",  # serialization_failure
+    "53300": "too many connections",  # too_many_connections
+    "57P03": "the server is starting up or shutting down",  # cannot_connect_now
+}
+# SQLSTATEs of a session the server ended (an operator's pg_terminate_backend, a shutdown, a
+# crash, an idle timeout); any other of class 08 (a connection exception) too, but the two of
+# a connection never made, which are the URL's or the server's to fix.
+_ENDED = frozenset({"57P01", "57P02", "57P05", "25P03"})
+_NEVER_MADE = frozenset({"08001", "08004"})
+
+
+def _server_unavailable(exc: OperationalError, reason: str) -> DreamError:
+    """A server that was busy, or that lost the connection, is met again by a retry; only one
+    that cannot be reached at all is the URL's or the server's to fix. Lost at a statement,
+    the transaction was rolled back; lost at the commit (no statement), nobody can tell."""
+    state = str(getattr(exc.orig, "sqlstate", None) or "")
+    if state in _BUSY:
+        return Unavailable(f"the database was busy ({_BUSY[state]}: {reason}); nothing was "
+                           "written; try again")
+    lost = exc.connection_invalidated or state in _ENDED or (
+        state.startswith("08") and state not in _NEVER_MADE)
+    if lost and exc.statement is not None:
+        return Unavailable(f"the connection to the database was lost ({reason}); nothing was "
+                           "written; try again, and if it keeps happening check that the "
+                           "server is running")
+    if lost:
+        return Unavailable(f"the connection to the database was lost as the transaction "
+                           f"committed ({reason}): it may or may not have been written; check "
+                           "before trying again")
     return Unavailable(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and "
                        "that the server is running")
 

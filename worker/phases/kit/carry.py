@@ -121,7 +121,7 @@ def _embed(ctx: Any, snap: ScopeSnapshot) -> ScopeSnapshot:
     fresh = embedder.embed([snap.notes[k].content for k in todo])
     with ctx.uow() as uow:
         uow.notes.set_embeddings([(snap.notes[k].id, fresh[i]) for i, k in enumerate(todo)],
-                                 embedder.model_name)
+                                 embedder.model_name, ctx.scope.key)
         uow.commit()
     dim = len(fresh[0])
     matrix = (np.array(snap.vectors, dtype=np.float32) if snap.vectors.shape[1] == dim

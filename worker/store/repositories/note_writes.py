@@ -16,7 +16,8 @@ from worker.clock import next_write_seq, utcnow
 from worker.domain.types import Note, NoteStatus, Scope
 from worker.store.chunks import chunked
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
-from worker.store.row_locks import locked_in_order
+from worker.store.row_locks import lock_sorted, locked_in_order
+from worker.store.scope_locks import lock_scopes
 
 # On an operation-log after-image that re-dates a note: the conversation the later statement
 # was made in (a host's remember, an import's line), which no note records.
@@ -120,15 +121,20 @@ class NoteWrites:
                             values[i] = np.asarray(values[i], dtype=np.float32)
                     copy.write_row(values)
 
-    def set_embeddings(self, items: list[tuple[str, np.ndarray]], model: str) -> None:
+    def set_embeddings(self, items: list[tuple[str, np.ndarray]], model: str,
+                       scope_key: str) -> None:
+        """Store each note's vector (the notes of scope ``scope_key``): one UPDATE per row, in
+        lock order (``row_locks``), after the scope's lock (``scope_locks``), as every
+        transaction that writes a scope's notes in more than one statement: a phase's write
+        in flight commits first, and no row this holds is one it still wants."""
         if not items:
             return
-        # ORM bulk UPDATE by primary key (Core would run it without a WHERE clause); one
-        # statement per row, in id order (``row_locks``).
+        lock_scopes(self.session, [scope_key])
+        # ORM bulk UPDATE by primary key (Core would run it without a WHERE clause).
         self.session.execute(
             update(NoteRow),
             [{"id": nid, "embedding": vec, "embedding_model": model}
-             for nid, vec in sorted(items, key=lambda item: item[0])],
+             for nid, vec in lock_sorted(items, key=lambda item: item[0])],
         )
 
     def create_note(
@@ -265,7 +271,7 @@ class NoteWrites:
         """Bookkeeping only (no version bump): when prune last looked at each note. The rows
         are locked in id order (``row_locks``), as every other multi-row write of notes; an
         UPDATE per ``IN_CHUNK`` ids, the chunks in id order too."""
-        for chunk in chunked(sorted(set(ids))):
+        for chunk in chunked(lock_sorted(set(ids))):
             self._run(update(NoteRow).where(
                 locked_in_order(self.session, NoteRow.id, NoteRow.id.in_(chunk)),
             ).values(last_checked_at=when))

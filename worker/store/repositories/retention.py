@@ -15,6 +15,7 @@ from worker.store.chunks import IN_CHUNK, chunked
 from worker.store.models import NoteLineageRow, NoteRow, OperationLogRow
 from worker.store.repositories.note_load import ABSORBED
 from worker.store.repositories.notes import _NOTE_COLUMNS, _row_to_note
+from worker.store.row_locks import is_postgres, lock_order, lock_sorted
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def archive_rows(
     left alone (R10).
     """
     done: list[str] = []
-    for chunk in chunked(sorted(items, key=lambda i: i.id), _ARCHIVE_CHUNK):
+    for chunk in chunked(lock_sorted(items, key=lambda i: i.id), _ARCHIVE_CHUNK):
         done += _archive_rows(session, model, entity, scope, chunk, run_id=run_id,
                               reason=reason, now=now)
     return sorted(done)
@@ -77,9 +78,10 @@ def _archive_rows(
              if f not in ("id", "version", "status", "comments")]
     current = {
         r.id: r for r in session.connection().execute(
-            # In id order, as every multi-row lock (``worker.store.row_locks``).
-            select(*cols).where(model.id.in_([i.id for i in items])).order_by(model.id)
-            .with_for_update()
+            # In lock order, as every multi-row lock (``worker.store.row_locks``); on SQLite
+            # in id order, no lock (the write lock is the transaction's own).
+            select(*cols).where(model.id.in_([i.id for i in items]))
+            .order_by(lock_order(model.id, is_postgres(session))).with_for_update()
         )
     }
     planned = [item for item in items if (row := current.get(item.id)) is not None

@@ -45,7 +45,7 @@ from worker.store.repositories.mentions import Mentions
 from worker.store.repositories.restores import restore_statement
 from worker.store.repositories.retention import retirement_befores
 from worker.store.repositories.said_dates import Carrier, SaidIn, carriers, forget_said_in, said_in
-from worker.store.row_locks import locked_in_order
+from worker.store.row_locks import is_postgres, lock_sorted, locked, locked_in_order
 
 # Lineage relations whose child note's text was written from the parent's text: consolidation,
 # host fuse, and a host `remember` UPDATE (the longer note replaces and restates the older one).
@@ -141,17 +141,17 @@ class SafetyRepository:
         rolls the whole undo back."""
         table = typing.cast(Table, model.__table__)
         shapes: dict[tuple[tuple[str, ...], bool], list[dict[str, Any]]] = defaultdict(list)
-        for entity_id, version, values in sorted(rows, key=lambda r: r[0]):
+        for entity_id, version, values in lock_sorted(rows, key=lambda r: r[0]):
             retires = model is NoteRow and values.get(
                 "status", NoteStatus.ACTIVE.value) != NoteStatus.ACTIVE.value
             shapes[(tuple(sorted(values)), retires)].append(
                 {"b_id": entity_id, "b_version": version, "v_version": version + 1,
                  **({"b_auto": (auto or {}).get(entity_id, True)} if retires else {}),
                  **{f"v_{k}": v for k, v in values.items()}})
-        if self.session.get_bind().dialect.name == "postgresql":
-            for chunk in chunked(sorted(r[0] for r in rows)):
-                self.session.execute(select(table.c.id).where(table.c.id.in_(chunk))
-                                     .order_by(table.c.id).with_for_update()).all()
+        if is_postgres(self.session):
+            for chunk in chunked(lock_sorted(r[0] for r in rows)):
+                self.session.execute(locked(self.session, select(table.c.id).where(
+                    table.c.id.in_(chunk)), table.c.id)).all()
         moved: list[str] = []
         conn = self.session.connection()
         for (keys, retires), params in shapes.items():
@@ -226,17 +226,16 @@ class SafetyRepository:
 
     def _locked(self, stmt: Select[Any]) -> Select[Any]:
         """``stmt`` FOR UPDATE on PostgreSQL: a host fuse or a run writing from these notes
-        commits before the erase reads what was derived from them, or finds them gone. In id
+        commits before the erase reads what was derived from them, or finds them gone. In lock
         order (``worker.store.row_locks``)."""
-        postgres = self.session.get_bind().dialect.name == "postgresql"
-        return stmt.order_by(NoteRow.id).with_for_update() if postgres else stmt
+        return typing.cast(Select[Any], locked(self.session, stmt, NoteRow.id))
 
     def _lock(self, ids: list[str]) -> None:
         """Lock these notes before reading what was derived from them (PostgreSQL only: on
         SQLite the erase holds the write lock already)."""
-        if self.session.get_bind().dialect.name == "postgresql":
-            self.session.execute(select(NoteRow.id).where(NoteRow.id.in_(ids))
-                                 .order_by(NoteRow.id).with_for_update())
+        if is_postgres(self.session):
+            self.session.execute(locked(self.session, select(NoteRow.id).where(
+                NoteRow.id.in_(ids)), NoteRow.id))
 
     def _subject(self, stmt: Select[Any], user_id: str | None, conversation_id: str | None,
                  note_id: str | None, *, recorded: bool = True) -> Select[Any]:
@@ -270,8 +269,9 @@ class SafetyRepository:
         scopes = self._subject(select(NoteRow.scope_key), user_id, conversation_id, note_id)
         return sorted(r[0] for r in self.session.execute(
             update(DreamRunRow)
-            .where(DreamRunRow.status == RunStatus.RUNNING.value,
-                   DreamRunRow.scope_key.in_(scopes))
+            .where(locked_in_order(self.session, DreamRunRow.id,
+                                   DreamRunRow.status == RunStatus.RUNNING.value,
+                                   DreamRunRow.scope_key.in_(scopes)))
             .values(status=RunStatus.INTERRUPTED.value, lease_epoch=DreamRunRow.lease_epoch + 1,
                     lease_expires_at=None, enqueued_at=now,
                     status_reason="interrupted by an erasure in its scope; `dream run --due` "
@@ -285,8 +285,8 @@ class SafetyRepository:
         other subjects, and taken in the same order."""
         return sorted(r[0] for r in self.session.execute(
             update(DreamRunRow)
-            .where(DreamRunRow.user_id == user_id,
-                   DreamRunRow.status.in_(ACTIVE_RUN_STATUSES))
+            .where(locked_in_order(self.session, DreamRunRow.id, DreamRunRow.user_id == user_id,
+                                   DreamRunRow.status.in_(ACTIVE_RUN_STATUSES)))
             .values(status=RunStatus.CANCELLED.value, lease_epoch=DreamRunRow.lease_epoch + 1,
                     lease_expires_at=None, finished_at=now,
                     status_reason="cancelled: its user was erased, nothing is left in its scope")
@@ -302,7 +302,7 @@ class SafetyRepository:
         frontier = set(seed)
         while frontier:
             nxt: set[str] = set()
-            for chunk in chunked(sorted(frontier)):
+            for chunk in chunked(lock_sorted(frontier)):
                 self._lock(chunk)
                 nxt.update(r[0] for r in self.session.execute(
                     select(NoteLineageRow.child_id).where(
@@ -373,7 +373,7 @@ class SafetyRepository:
         """Hard-delete the notes and every record that names them or quotes their text."""
         counts = {"notes": 0, "lineage": 0, "operation_log": 0, "operation_log_scrubbed": 0,
                   "judgements": 0, "reviews": 0, "run_steps_scrubbed": 0}
-        id_list = sorted(ids)
+        id_list = lock_sorted(ids)
         erased = Mentions(id_list, texts)
         for chunk in chunked(id_list, IN_CHUNK // 2):  # the lineage delete binds each id twice
             counts["lineage"] += self.session.execute(delete(NoteLineageRow).where(

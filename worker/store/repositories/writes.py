@@ -42,6 +42,7 @@ from worker.store.repositories.note_writes import (
     UNVERSIONED_FIELDS,
 )
 from worker.store.repositories.run_statements import fenced_steps_statement
+from worker.store.row_locks import is_postgres, lock_order, lock_sorted
 from worker.store.scope_locks import LOCK_KEY, lock_term
 
 _NOTES = cast(Table, NoteRow.__table__)
@@ -62,7 +63,10 @@ STATE_FIELDS = tuple(dict.fromkeys(("version", "status", "created_at",
                                     *(f for f in DECIDING_FIELDS if f != "status"),
                                     *(f for f in TRACKED_FIELDS if f != "status"))))
 _STATE = select(_NOTES.c.id, *(_NOTES.c[f] for f in STATE_FIELDS)).where(
-    _NOTES.c.id.in_(bindparam("ids", expanding=True))).order_by(_NOTES.c.id)
+    _NOTES.c.id.in_(bindparam("ids", expanding=True)))
+# By dialect (PostgreSQL?): FOR UPDATE in lock order there (``row_locks``); id order on SQLite.
+_STATES = {False: _STATE.order_by(_NOTES.c.id),
+           True: _STATE.order_by(lock_order(_NOTES.c.id, True)).with_for_update()}
 _INSERT_NOTE = insert(_NOTES)
 _LOG = cast(Table, OperationLogRow.__table__)
 _INSERT_LOG = insert(_LOG)
@@ -171,12 +175,12 @@ class WriteRepository:
         """Current version, status, ``DECIDING_FIELDS`` and tracked fields of each id, in one SELECT
         per 500 ids, locked on PostgreSQL (``FOR UPDATE``) until the write ends.
 
-        In id order (sorted chunks, each ORDER BY id): a FOR UPDATE locks rows in the order it
-        returns them, and two writers locking notes in different orders can deadlock."""
-        wanted = sorted(set(ids))
+        In lock order (``row_locks``: sorted chunks, each ORDER BY id COLLATE "C"): a FOR
+        UPDATE locks rows in the order it returns them, and two writers locking notes in
+        different orders can deadlock."""
+        wanted = lock_sorted(set(ids))
         out: dict[str, dict[str, Any]] = {}
-        postgres = self.session.get_bind().dialect.name == "postgresql"
-        stmt = _STATE.with_for_update() if postgres else _STATE
+        stmt = _STATES[is_postgres(self.session)]
         for chunk in chunked(wanted):
             rows = self._run(stmt, {"ids": chunk}).all()
             out.update((r.id, r._asdict()) for r in rows)
@@ -207,10 +211,9 @@ class WriteRepository:
         recorded since keeps the versions: only this sees it, and the caller re-reads)."""
         if not rows:
             return 0
-        # Each row's UPDATE locks it: in id order, as ``lock_state`` takes them (a stable sort:
-        # two changes of one note stay in the order they were made).
-        rows = sorted(rows, key=lambda r: str(r["b_id"]))
-        on_postgres = self.session.get_bind().dialect.name == "postgresql"
+        # Each row's UPDATE locks it: in lock order, as ``lock_state`` takes them.
+        rows = lock_sorted(rows, key=lambda r: str(r["b_id"]))
+        on_postgres = is_postgres(self.session)
         postgres = unversioned and on_postgres
         locking = lock_scope is not None and on_postgres
         if locking:
