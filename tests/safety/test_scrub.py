@@ -66,13 +66,19 @@ def test_a_foreign_error_quoting_a_note_is_masked(app: App) -> None:
     ("cannot parse 'moved near Alexanderplatz'", f"cannot parse '{MASK}'"),
     ("KeyError: 'Kreuzberg'", f"KeyError: '{MASK}'"),
     ("value 030 1234 is odd", f"value {MASK} is odd"),
-    # a lone word of a longer note, with function words in the note's order, is no quote
-    ("unknown district Alexanderplatz", "unknown district Alexanderplatz"),
+    # a lone word of a longer note written as a name (capitalised inside a sentence, or with
+    # a letter beyond ASCII) is one: it says whom or where
+    ("unknown district Alexanderplatz", f"unknown district {MASK}"),
+    ("no user zoëlla here", f"no user {MASK} here"),
+    # a lone common word of a longer note, with function words in the note's order, is not;
+    # nor a capital opening a sentence, nor a word in capitals
     ("the door is open", "the door is open"),
-], ids=["driver", "missing-table", "two-words", "one-word-note", "number", "lone-word",
-        "function-words"])
+    ("Server gone. Office hours: SERVER error", "Server gone. Office hours: SERVER error"),
+], ids=["driver", "missing-table", "two-words", "one-word-note", "number", "name",
+        "non-ascii", "function-words", "sentence-capitals"])
 def test_a_quote_is_masked_and_a_shared_word_is_not(message: str, said: str) -> None:
     notes = ["User moved near Alexanderplatz in 2021", "Kreuzberg", "Call 030 1234 after six",
+             "Zoëlla prefers tea",
              "The server at the office closed for the holidays", "Fix the connection pool",
              "User closed the door; she does not exist online"]
     assert scrub(message, notes) == said

@@ -35,22 +35,39 @@ def _telling(word: str) -> bool:
     return len(word) >= 3 and word not in _FUNCTION_WORDS
 
 
+def _name_like(message: str, match: re.Match[str]) -> bool:
+    """A word written as a name is: capitalised inside a sentence ("district Alexanderplatz",
+    not the "Connection" opening "Connection refused" nor an all-capitals "FATAL"), or holding
+    a letter beyond ASCII ("Zoëlla"), of four letters or more. Alone it still says whom or where a
+    note is about, where a common word does not."""
+    word = match.group(0)
+    if len(word) < 4 or word.isupper():
+        return False
+    if any(ord(ch) > 127 and ch.isalpha() for ch in word):
+        return True
+    before = message[: match.start()].rstrip()
+    return word[0].isupper() and bool(before) and before[-1] not in ".:;!?"
+
+
 def scrub(message: str, texts: Iterable[str]) -> str:
     """``message`` with what quotes one of ``texts`` masked (runs collapse).
 
     A quote is a run of the message's words standing in a note in the same order that holds a
-    number, two telling words (``_telling``), or the whole of that note (if it says anything:
-    a one-word note "Alexanderplatz" is masked wherever it recurs). A word a note merely shares
-    is no quote: in a real store every common word is in some note, and masking each one
-    mangled a driver's own message ("server closed [note text] connection unexpectedly"), as
-    erasure once matched a one-word note inside unrelated records."""
-    words = [m.group(0).casefold() for m in _WORD.finditer(message)]
+    number, two telling words (``_telling``), a word written as a name (``_name_like``), or the
+    whole of that note (if it says anything: a one-word note "Kreuzberg" is masked wherever it
+    recurs). A common word a note merely shares is no quote: in a real store every common word
+    is in some note, and masking each one mangled a driver's own message ("server closed [note
+    text] connection unexpectedly"), as erasure once matched a one-word note inside unrelated
+    records."""
+    matches = list(_WORD.finditer(message))
+    words = [m.group(0).casefold() for m in matches]
+    names = {i for i, m in enumerate(matches) if _name_like(message, m)}
     wanted = {w for w in words if _telling(w)}
     hidden = [False] * len(words)
     for text in texts:
         note = [w.casefold() for w in _WORD.findall(text)]
         if not wanted.isdisjoint(note):
-            _hide_quotes(words, note, hidden)
+            _hide_quotes(words, note, hidden, names)
     if not any(hidden):
         return message
     out: list[str] = []
@@ -68,9 +85,11 @@ def scrub(message: str, texts: Iterable[str]) -> str:
     return "".join(out)
 
 
-def _hide_quotes(words: list[str], note: list[str], hidden: list[bool]) -> None:
+def _hide_quotes(words: list[str], note: list[str], hidden: list[bool],
+                 names: set[int]) -> None:
     """Mark in ``hidden`` each word of ``words`` inside a quote of ``note``: every maximal run
-    of words the two share in order, kept when it is a quote (``scrub``)."""
+    of words the two share in order, kept when it is a quote (``scrub``; ``names``: the
+    positions of the message's words written as names)."""
     at: dict[str, list[int]] = {}
     for j, w in enumerate(note):
         at.setdefault(w, []).append(j)
@@ -84,7 +103,7 @@ def _hide_quotes(words: list[str], note: list[str], hidden: list[bool]) -> None:
             run = words[i : i + n]
             telling = [x for x in run if _telling(x)]
             if (len(telling) >= 2 or any(ch.isdigit() for x in telling for ch in x)
-                    or (telling and n == len(note))):
+                    or (telling and n == len(note)) or not names.isdisjoint(range(i, i + n))):
                 hidden[i : i + n] = [True] * n
 
 
