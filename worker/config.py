@@ -86,6 +86,9 @@ class ContradictionSettings(BaseModel):
     contained_min_similarity: float = Field(0.60, ge=0.0, le=1.0)
     topic_size: int = Field(8, ge=2, le=50)  # notes of one topic asked about together
     small_scope_notes: int = Field(60, ge=0, le=100)  # model: a scope this small asked whole
+    # Model: a scope of up to three times as many short notes asked whole after its rounds in
+    # topics of at most small_scope_notes notes, not only once they fit one (cost: its square).
+    large_scope_pieces: bool = False
     notes_per_call: int = Field(24, ge=2)  # trusted topics packed into one prompt up to this
     max_calls_per_run: int | None = Field(20, ge=0)  # per run and scope, inside the run's
     max_tokens_per_run: int | None = Field(None, ge=0)

@@ -228,3 +228,30 @@ def test_two_notes_kept_apart_are_not_retired_one_into_the_other_through_a_topic
     assert (out["pairs_kept_apart"], out["topics_found"]) == (1, 1)
     assert all(s == "active" for s in _status(app).values())
     assert out["attributes_against_memory"] == 1
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+def test_a_scope_that_stays_too_large_is_asked_in_pieces_when_set(
+    app: App, llm_stub: LLMStub, pieces: bool
+) -> None:
+    """Five short notes, the limit three, and no signal links any pair of them: nothing
+    retires, so the scope never shrinks to one topic and the deploy versions never meet. With
+    ``LARGE_SCOPE_PIECES`` every pair is asked all the same, in topics of at most three notes,
+    round after round, and the old value retires; the next run asks nothing."""
+    _judge(llm_stub, app)
+    app.settings.contradictions.small_scope_notes = 3
+    app.settings.contradictions.topic_size = 2  # pieces of three notes: the larger of the two
+    app.settings.contradictions.large_scope_pieces = pieces
+    _store(app)
+    out = _run(app)
+    status = _status(app)
+    if not pieces:
+        assert (status["old"], status["new"]) == ("active", "active")
+        assert out.get("calls", 0) == 0
+        return
+    assert (status["old"], status["new"]) == ("revoked", "active")
+    assert out["candidates_small_scope_late"] == 10
+    sizes = [len(t["notes"]) for r in llm_stub.chat_requests() for t in prompt_topics(r.user)]
+    assert sizes and max(sizes) == 3
+    calls = len(llm_stub.chat_requests())
+    assert _run(app).get("calls", 0) == 0 and len(llm_stub.chat_requests()) == calls

@@ -83,8 +83,8 @@ def judge_topics(
     """Rounds of at most ``llm_concurrency`` concurrent calls; after each round the applied
     retirements re-plan the rest, so no question is ever spent on a note already retired.
     ``whole``: a small scope's short notes, every pair of them a candidate, fit one topic.
-    ``late``: once the rounds are done with nothing deferred, the pairs of a scope that has
-    become small enough to be asked about whole (one topic), asked in further rounds."""
+    ``late``: once the rounds are done with nothing deferred, every fresh pair of a larger
+    scope's short notes, asked in further rounds in topics of at most a small scope's size."""
     s = ctx.settings.contradictions
     topic_size = max(s.topic_size, whole)
     notes = applier.notes
@@ -103,7 +103,8 @@ def judge_topics(
             if not pending:
                 break
             applier.counters["candidates_small_scope_late"] = len(pending)
-            topic_size = max(topic_size, len({i for p in pending for i in p.ids}))
+            topic_size = max(topic_size, min(len({i for p in pending for i in p.ids}),
+                                             s.small_scope_notes))
         round_no += 1
         active = {k: n for k, n in notes.items() if n.id not in applier.retired}
         planned = isolate_suspicious(plan_topics(pending, active, topic_size), suspicious)

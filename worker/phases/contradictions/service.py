@@ -158,7 +158,7 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     # found now or held back by the guard before the "no".
     apart = memory.kept_apart(snap.notes)
     late = None if not model or whole else late_whole(
-        words, snap, s.small_scope_notes,
+        words, snap, s.small_scope_notes, s.large_scope_pieces,
         lambda found: _new_pairs(found, snap.notes, memory, phase_snap.journal.produced, {},
                                  apart))
     pairs = _new_pairs(edges, snap.notes, memory, phase_snap.journal.produced, counters, apart)
@@ -280,7 +280,9 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         loaded.late = without(loaded.late, proposals.held)
     counters = ContradictionsCounters(judge="llm" if llm is not None else "rules")
     counters.update(loaded.counters)
-    if not loaded.pairs and not loaded.held_back:
+    # A scope asked about in pieces has its late round even when no signal found a pair.
+    pieces = loaded.late is not None and ctx.settings.contradictions.large_scope_pieces
+    if not loaded.pairs and not loaded.held_back and not pieces:
         status = StepStatus.NO_ITEMS.value if not counters.pairs_considered else \
             StepStatus.SUCCEEDED.value
         return PhaseReport(phase=PHASE, status=status, counters=counters.as_dict())
