@@ -145,3 +145,16 @@ def test_a_chain_longer_than_a_topic_splits_along_its_weakest_pair() -> None:
     # Two notes kept apart are never offered together: their group's pairs stay pairs.
     assert [o["type"] for o in chained(items, 3, {frozenset(("a", "c"))})] == [
         "pair", "pair", "pair", "pair", "topic"]
+
+
+def test_a_scope_of_sixty_short_notes_is_one_topic_a_host_can_answer_whole(app: App) -> None:
+    """Sixty short notes, the default small scope: one topic of all of them, which one fuse or
+    keep-apart may name (before, ids one call may name stopped at 50 and a scope of 51 to 60
+    short notes got no topic item: its two deployment days never reached a host)."""
+    _three(app)
+    add_notes(app, *({"id": f"f{k:02d}", "content": f"Asked about the museum number {k} in town",
+                      "created_at": days_ago(20)} for k in range(57)))
+    (topic,) = [t for t in _topics(app) if t["sources"] == ["small_scope"]]
+    assert len(topic["note_ids"]) == 60 and {"tue", "thu"} <= set(topic["note_ids"])
+    keep_apart(app, topic["note_ids"])
+    assert [t for t in _topics(app) if t["sources"] == ["small_scope"]] == []

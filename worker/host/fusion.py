@@ -42,7 +42,10 @@ from worker.text.words import is_blank
 log = structlog.get_logger(__name__)
 
 FUSED = "fused"
-MAX_SOURCE_IDS = 50  # ids one fuse or keep-apart may name (the API's schema says the same)
+# Ids one fuse or keep-apart may name (the API's schema says the same): as many as the largest
+# small scope holds (DREAM_CONTRADICTIONS__SMALL_SCOPE_NOTES, at most 100), so a small scope's
+# topic item can always be answered whole; at 50, a scope of 51-60 short notes got none.
+MAX_SOURCE_IDS = 100
 
 
 @dataclass
