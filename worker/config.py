@@ -81,14 +81,11 @@ class ContradictionSettings(BaseModel):
     # hold (below 2 turns the source off), at least this alike.
     term_max_notes: int = Field(8, ge=0, le=64)
     term_min_similarity: float = Field(0.15, ge=-1.0, le=1.0)
-    # Pairs below the threshold down to this cosine whose texts the rules settle (one note
-    # states the other word for word, with more); at or above the threshold: none.
+    # Below the threshold down to this cosine: pairs the text rules settle (≥ threshold: none).
     contained_min_similarity: float = Field(0.60, ge=0.0, le=1.0)
     topic_size: int = Field(8, ge=2, le=50)  # notes of one topic asked about together
     small_scope_notes: int = Field(60, ge=0, le=100)  # model: a scope this small asked whole
-    # Model: a scope of up to three times as many short notes asked whole after its rounds in
-    # topics of at most small_scope_notes notes, not only once they fit one (cost: its square).
-    large_scope_pieces: bool = False
+    large_scope_pieces: bool = False  # up to 3× that asked whole in pieces too (cost: square)
     notes_per_call: int = Field(24, ge=2)  # trusted topics packed into one prompt up to this
     max_calls_per_run: int | None = Field(20, ge=0)  # per run and scope, inside the run's
     max_tokens_per_run: int | None = Field(None, ge=0)

@@ -17,6 +17,7 @@ from worker.app import App
 from worker.domain.types import Scope
 from worker.host import fuse, fusion_candidates, keep_apart
 from worker.host.topic import topic_item
+from worker.store.models import NoteRow
 
 SCOPE = Scope("agent-1")
 TUESDAY = "Deployments go out on Tuesdays"
@@ -158,3 +159,37 @@ def test_a_scope_of_sixty_short_notes_is_one_topic_a_host_can_answer_whole(app: 
     assert len(topic["note_ids"]) == 60 and {"tue", "thu"} <= set(topic["note_ids"])
     keep_apart(app, topic["note_ids"])
     assert [t for t in _topics(app) if t["sources"] == ["small_scope"]] == []
+
+
+def _filler(app: App, count: int) -> None:
+    """Short notes no signal links to the deployment days or to each other's attribute."""
+    add_notes(app, *({"id": f"f{k:02d}", "content": f"Asked about the museum number {k} in town",
+                      "created_at": days_ago(20)} for k in range(count)))
+
+
+def _pieces(app: App) -> list[dict[str, Any]]:
+    return [t for t in _topics(app) if t["sources"] == ["small_scope"]]
+
+
+def test_a_larger_scope_comes_in_pieces_when_set(app: App) -> None:
+    """Sixty-three short notes, more than a small scope's sixty: no topic item, so the two
+    deployment days never meet, unless LARGE_SCOPE_PIECES is set; then topic items of at most
+    sixty notes (blocks of thirty, each two blocks one item, but those whose every pair another
+    item lists) hold every pair, and the host's answers settle them: fuse the two days, keep
+    the rest of each item apart, and no piece is listed any more."""
+    _three(app)
+    _filler(app, 60)
+    assert _pieces(app) == []
+    app.settings.contradictions.large_scope_pieces = True
+    items = _pieces(app)
+    assert items and all(len(t["note_ids"]) <= 60 for t in items)
+    assert any({"tue", "thu"} <= set(t["note_ids"]) for t in items)
+    fused = fuse(app, ["tue", "thu"], THURSDAY).note["id"]
+    for _ in range(10):
+        if not (items := _pieces(app)):
+            break
+        keep_apart(app, items[0]["note_ids"])
+    assert _pieces(app) == []
+    with app.uow() as uow:
+        status = {r.id: r.status for r in uow.session.query(NoteRow).all()}
+    assert (status["tue"], status["thu"], status[fused]) == ("revoked", "revoked", "active")

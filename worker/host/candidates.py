@@ -13,7 +13,7 @@ from worker.domain.types import Note, Scope, fingerprint_notes
 from worker.host.errors import Invalid
 from worker.host.fusion import FUSED, MAX_SOURCE_IDS
 from worker.host.records import note_record
-from worker.host.topic import chained, topic_item
+from worker.host.topic import chained, topic_item, topic_pieces
 from worker.phases.consolidate.core import clusterable
 from worker.review.propose import held_notes
 from worker.safety.injection import injection_signals
@@ -73,9 +73,12 @@ def fusion_candidates(
     out = chained(_pair_items(pairs, fps, notes, sources, hidden, seen),
                   app.settings.contradictions.topic_size, apart | loaded.apart)
     out += _run_items(open_items, fps[len(pairs):], hidden, seen)
-    topic = topic_item(loaded.small, by_id, (n for n in notes if offered(n) and n.id not in held),
-                       loaded.apart, (item["note_ids"] for item in out), MAX_SOURCE_IDS)
+    shown = [n for n in notes if offered(n) and n.id not in held]
+    listed = [item["note_ids"] for item in out]
+    topic = topic_item(loaded.small, by_id, shown, loaded.apart, listed, MAX_SOURCE_IDS)
     out += [topic] if topic is not None else []
+    out += topic_pieces(loaded.large, by_id, shown, loaded.apart, listed,
+                        min(MAX_SOURCE_IDS, app.settings.contradictions.small_scope_notes))
     return out[:limit] if limit is not None else out
 
 

@@ -12,6 +12,8 @@ so two statements of one attribute that share no word and no frame still meet. A
 gets the same question here, while some pair of them is neither kept apart nor in another
 item. It fuses the notes of each attribute (a changed value into the statement said last) and
 keeps the rest apart; once every pair of them is kept apart, the topic is no longer listed.
+With ``DREAM_CONTRADICTIONS__LARGE_SCOPE_PIECES`` a larger scope's short notes come so too, in
+pieces of at most a small scope's size (``topic_pieces``), as a dream's model is asked them.
 """
 
 from __future__ import annotations
@@ -77,9 +79,38 @@ def topic_item(small: Sequence[str], by_id: dict[str, Note], shown: Iterable[Not
     notes = [by_id[i] for i in small if i in by_id and i in allowed]
     if not 2 <= len(notes) <= max_notes:
         return None
+    return _item(notes, _covered(apart, listed), apart)
+
+
+def topic_pieces(large: Sequence[str], by_id: dict[str, Note], shown: Iterable[Note],
+                 apart: set[frozenset[str]], listed: Iterable[Sequence[str]],
+                 max_notes: int) -> list[dict[str, Any]]:
+    """``LARGE_SCOPE_PIECES``: a larger scope's short notes (``large``) as topic items of at most
+    ``max_notes`` notes each, so every pair of them is in one: the notes cut into blocks of half
+    that, each two blocks one item, listed while some pair of it is left to judge. What a dream's
+    model is asked about such a scope, in the pieces it is asked in."""
+    allowed = {n.id for n in shown}
+    notes = [by_id[i] for i in large if i in by_id and i in allowed]
+    half = max(1, max_notes // 2)
+    blocks = [notes[k : k + half] for k in range(0, len(notes), half)]
+    if len(blocks) < 2 or max_notes < 2:
+        return []
+    covered = _covered(apart, listed)
+    items = (_item(blocks[i] + blocks[j], covered, apart)
+             for i in range(len(blocks)) for j in range(i + 1, len(blocks)))
+    return [item for item in items if item is not None]
+
+
+def _covered(apart: set[frozenset[str]], listed: Iterable[Sequence[str]]) -> set[frozenset[str]]:
     covered = set(apart)
     for ids in listed:
         covered.update(frozenset((a, b)) for k, a in enumerate(ids) for b in ids[k + 1:])
+    return covered
+
+
+def _item(notes: list[Note], covered: set[frozenset[str]],
+          apart: set[frozenset[str]]) -> dict[str, Any] | None:
+    """One topic item over ``notes``, or None when every pair of them is ``covered``."""
     pairs = [(a, b) for k, a in enumerate(notes) for b in notes[k + 1:]]
     if all(frozenset((a.id, b.id)) in covered for a, b in pairs):
         return None

@@ -43,7 +43,7 @@ from worker.phases.contradictions.counters import ContradictionsCounters
 from worker.phases.contradictions.judging import judge_topics
 from worker.phases.contradictions.steps import call_steps, rule_steps
 from worker.phases.contradictions.topics import follow_retirements
-from worker.phases.contradictions.whole import late_whole, small_scope, without
+from worker.phases.contradictions.whole import large_rows, late_whole, small_scope, without
 from worker.phases.kit import PhaseSnapshot, RunJournal, WriteTarget, read_snapshot
 from worker.phases.kit.carry import ScopeLoad, load
 from worker.phases.kit.evaluate import GuardLimits
@@ -59,11 +59,7 @@ from worker.similarity.candidates import (
     source_counts,
     union_edges,
 )
-from worker.similarity.terms import (
-    TermSettings,
-    shared_term_pairs,
-    words_of,
-)
+from worker.similarity.terms import TermSettings, shared_term_pairs, words_of
 from worker.store.repositories.judgements import PENDING_RETIREMENT
 
 log = structlog.get_logger(__name__)
@@ -88,8 +84,10 @@ class Loaded:
     # Pairs no answer may join into one attribute: judged independent before at their
     # current versions, or kept apart by a host or a reviewer (neither retires the other).
     apart: set[frozenset[str]] = field(default_factory=set)
-    # ``host``: a small scope's short notes, which a dream's model is asked about whole.
+    # ``host``: a small scope's short notes, which a dream's model is asked about whole; with
+    # ``large_scope_pieces``, a larger scope's (``large_rows``), which it is asked in pieces.
     small: tuple[str, ...] = ()
+    large: tuple[str, ...] = ()
 
 
 def _snapshot(ctx: PhaseContext) -> tuple[ScopeLoad, list[list[str]]]:
@@ -171,9 +169,12 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     held_back = _still_pending(pending, notes)
     counters["retirements_held_back"] = len(held_back)
     swept = sorted({n for pair in whole for n in pair})
+    large = large_rows(words, snap.notes, s.small_scope_notes) \
+        if host and not whole and s.large_scope_pieces else []
     return Loaded(notes, pairs, counters, held_back, phase_snap.journal,
                   len(swept) if model else 0, late, apart | _judged_apart(memory, notes),
-                  tuple(snap.notes[r].id for r in swept) if host else ())
+                  tuple(snap.notes[r].id for r in swept) if host else (),
+                  tuple(snap.notes[r].id for r in large))
 
 
 def _judged_apart(memory: Any, notes: dict[str, Note]) -> set[frozenset[str]]:

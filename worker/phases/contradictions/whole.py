@@ -28,6 +28,16 @@ def small_scope(words: list[Any], notes: list[Note], max_notes: int) -> list[tup
     return [(i, j) for i, j in whole if i not in steering and j not in steering]
 
 
+def large_rows(words: list[Any], notes: list[Note], max_notes: int) -> list[int]:
+    """The rows of a larger scope's short notes (more than ``max_notes``, at most ``LATE_FACTOR``
+    times as many) but those that read like instructions, else none: what a host is offered in
+    pieces (``LARGE_SCOPE_PIECES``), as a dream's model is asked them (``late_whole``)."""
+    short = short_rows(words)
+    if not max_notes < len(short) <= LATE_FACTOR * max_notes:
+        return []
+    return [r for r in short if not reads_like_instructions(notes[r])]
+
+
 def late_whole(words: list[Any], snap: Any, max_notes: int, pieces: bool,
                fresh: Callable[[list[Edge]], list[CandidatePair]],
                ) -> Callable[[set[str]], list[CandidatePair]] | None:
