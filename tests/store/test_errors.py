@@ -93,13 +93,13 @@ def _lost_at_commit(app: App) -> OperationalError:
 @pytest.mark.parametrize(("provoke", "says"), [
     (lambda app: _busy(app, "SET lock_timeout = '50ms'", "SELECT id FROM notes FOR UPDATE"),
      "the database was busy (a lock wait timed out: canceling statement due to lock timeout); "
-     "nothing was written; try again"),
+     "its transaction was rolled back; try again"),
     (lambda app: _busy(app, "SET statement_timeout = 50", "SELECT pg_sleep(2)"),
      "the database was busy (a statement timed out or was cancelled: canceling statement due "
-     "to statement timeout); nothing was written; try again"),
+     "to statement timeout); its transaction was rolled back; try again"),
     (_lost_mid_transaction,
      "the connection to the database was lost (terminating connection due to administrator "
-     "command); nothing was written; try again, and if it keeps happening check that the "
+     "command); its transaction was rolled back; try again, and if it keeps happening check that the "
      "server is running"),
     (_lost_at_commit,
      "the connection to the database was lost as the transaction committed (terminating "
@@ -129,7 +129,7 @@ def test_a_busy_server_or_a_lost_connection_says_try_again(
 def test_each_busy_state_is_named(orig: Exception, which: str) -> None:
     error = database_error(_operational(orig))
     assert isinstance(error, Unavailable)
-    assert str(error) == (f"the database was busy ({which}: {orig}); nothing was written; "
+    assert str(error) == (f"the database was busy ({which}: {orig}); its transaction was rolled back; "
                           "try again")
 
 

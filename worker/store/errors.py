@@ -86,14 +86,14 @@ def _server_unavailable(exc: OperationalError, reason: str) -> DreamError:
     the transaction was rolled back; lost at the commit (no statement), nobody can tell."""
     state = str(getattr(exc.orig, "sqlstate", None) or "")
     if state in _BUSY:
-        return Unavailable(f"the database was busy ({_BUSY[state]}: {reason}); nothing was "
-                           "written; try again")
+        return Unavailable(f"the database was busy ({_BUSY[state]}: {reason}); its "
+                           "transaction was rolled back; try again")
     lost = exc.connection_invalidated or state in _ENDED or (
         state.startswith("08") and state not in _NEVER_MADE)
     if lost and exc.statement is not None:
-        return Unavailable(f"the connection to the database was lost ({reason}); nothing was "
-                           "written; try again, and if it keeps happening check that the "
-                           "server is running")
+        return Unavailable(f"the connection to the database was lost ({reason}); its "
+                           "transaction was rolled back; try again, and if it keeps happening "
+                           "check that the server is running")
     if lost:
         return Unavailable(f"the connection to the database was lost as the transaction "
                            f"committed ({reason}): it may or may not have been written; check "
