@@ -28,6 +28,14 @@ from worker.domain.usage import StepUsage, StepViews, step_usage
     (StepViews(kid_calls=3, kid_tokens_in=45, kid_tokens_out=8, usage_calls=2,
                usage_tokens=50, usage_tokens_in=40, usage_tokens_out=10),
      StepUsage(3, 55, 45, 10)),
+    # A step that settled a batch an interrupted attempt's step handed over (its one call,
+    # answered here: its child names the model) and asked one more: the handed-over call is
+    # the interrupted step's, its tokens this step's.
+    (StepViews(kid_calls=2, kid_tokens_in=20, kid_tokens_out=4, tokens_in=20, tokens_out=4,
+               calls_started=2, usage_calls=1, usage_tokens=24, taken_over=1),
+     StepUsage(1, 24, 20, 4)),
+    # ... only that call, expired (no child names a model): no call of its own.
+    (StepViews(calls_started=1, taken_over=1), StepUsage()),
     # Nothing asked.
     (StepViews(), StepUsage()),
 ])
@@ -46,3 +54,6 @@ def test_views_of_a_parent_step_row() -> None:
     views = StepViews.of((0, 0, 0), None, None, {"usage": {"calls": 2, "tokens": 9,
                                                            "tokens_in": 7, "tokens_out": 2}})
     assert views == StepViews(0, 0, 0, 0, 0, 0, 2, 9, 7, 2)
+    views = StepViews.of((1, 0, 0), None, None, {"model_calls_started": 1,
+                                                 "model_calls_taken_over": 1})
+    assert views.taken_over == 1 and step_usage(views) == StepUsage()

@@ -174,3 +174,77 @@ def test_a_waiting_step_interrupted_hands_its_calls_over(
     elif finish == "never":
         assert "not finished within DREAM_LLM_BATCH_WAIT (0.3s)" in reason
     assert len(llm_stub.batches.batches) == 1  # the resumed attempt submitted nothing new
+
+
+def _totals(app: App, run_id: str) -> dict[str, Any]:
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+    assert run is not None and run.totals is not None
+    return dict(run.totals)
+
+
+@pytest.mark.parametrize("finish", ["completed", "expired"])
+def test_a_handed_over_call_is_counted_once(stub_app: App, llm_stub: LLMStub,
+                                            finish: str) -> None:
+    """One real call, submitted by an attempt interrupted while it waited and settled by the
+    attempt that resumed the run: the run's totals, its budget (MAX_CALLS_PER_RUN 2 is not
+    reached) and /metrics' per-phase usage count it once, on the interrupted step that spent
+    it; the resuming step says it took it over. Before, the resuming step counted it again
+    (its cluster step names the model, its calls started hold it): model_calls 2, and the
+    limit of 2 read as reached."""
+    _store(stub_app, SCOPE, every_phase=False)
+    stub_app.settings.budget.max_calls_per_run = 2
+    run_id = _waiting_run(stub_app)
+    _interrupt(stub_app, run_id)
+    llm_stub.batches.polls, llm_stub.batches.finish_as = 0, finish
+    status = RunStatus.SUCCEEDED if finish == "completed" else RunStatus.BLOCKED
+    assert service.execute_run(stub_app, run_id) == status.value
+    _, reason, steps = _end(stub_app, run_id)
+    totals = _totals(stub_app, run_id)
+    tokens = (11, 7) if finish == "completed" else (0, 0)
+    assert (totals["model_calls"], totals["tokens_in"], totals["tokens_out"]) == (1, *tokens)
+    assert "budget" not in reason and "model calls" not in " ".join(totals["flags"])
+    with stub_app.uow() as uow:
+        metrics = uow.run_history.step_usage(SCOPE)
+    assert metrics["consolidate"]["calls"] == 1
+    old, new = _phase_steps(steps)["interrupted"], _phase_steps(steps)["succeeded"]
+    assert (old["model_calls_handed_over"], new["model_calls_started"],
+            new["model_calls_taken_over"]) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("finish", ["completed", "expired"])
+def test_an_interrupted_attempts_words_never_state_the_runs_cause(
+        stub_app: App, llm_stub: LLMStub, finish: str) -> None:
+    """The interrupted attempt's step has a child that met an endpoint failure and deferred
+    its cluster (a write of that attempt committed before it waited); the attempt that
+    resumes the run settles the handed-over batch. Its run's cause is what the latest attempt
+    met: answered, the run succeeded with nothing left for later; expired, the reason names
+    the batch's expiry. Before, the old child made the phase read "left for later" (with
+    MAX_CALLS_PER_RUN 1 spent: blocked, budget ran out with work left) and its "model
+    endpoint failed" became the run's stated cause ("check DREAM_LLM_BASE_URL")."""
+    _store(stub_app, SCOPE, every_phase=False)
+    stub_app.settings.budget.max_calls_per_run = 1
+    run_id = _waiting_run(stub_app)
+    _interrupt(stub_app, run_id)
+    with stub_app.uow() as uow:
+        (old,) = [s for s in uow.runs.steps(run_id) if s.parent_id is None
+                  and s.phase == "consolidate" and s.status == "interrupted"]
+        uow.runs.add_step({
+            "run_id": run_id, "parent_id": old.id, "scope_key": SCOPE.key,
+            "phase": "consolidate", "name": "cluster 9", "seq": 9, "status": "skipped",
+            "input": {}, "output": {"verdict": "deferred", "reason": "model endpoint failed "
+                                    "after 2 attempts (APIConnectionError); deferred to the "
+                                    "next run"},
+            "error": None, "prompt_name": None, "template_hash": None, "model": None,
+            "tokens_in": 0, "tokens_out": 0, "started_at": old.started_at,
+            "finished_at": old.started_at, "duration_ms": None})
+        uow.commit()
+    llm_stub.batches.polls, llm_stub.batches.finish_as = 0, finish
+    status = RunStatus.SUCCEEDED if finish == "completed" else RunStatus.BLOCKED
+    assert service.execute_run(stub_app, run_id) == status.value
+    _, reason, _ = _end(stub_app, run_id)
+    assert "model endpoint" not in str(reason) and "DREAM_LLM_BASE_URL" not in str(reason)
+    if finish == "expired":
+        assert "expired: the provider's 24 h completion window" in reason
+    else:
+        assert "deferred" not in reason and "work left" not in reason

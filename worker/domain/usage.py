@@ -17,7 +17,10 @@ class StepViews:
     ``tokens_out``: the parent's columns (every finish adds the step's earlier executions');
     ``calls_started``: ``output.model_calls_started``; ``usage_*``: ``output.usage`` (written by
     every lease beat and every finish, a killed attempt's last beat included; its tokens by
-    direction too, except on a step recorded before they were)."""
+    direction too, except on a step recorded before they were); ``taken_over``:
+    ``output.model_calls_taken_over``, the calls an interrupted attempt's step started and
+    handed over (their batch) that this step settled: among its calls started and its
+    children, never in its ``usage`` (the interrupted step's views count them)."""
 
     kid_calls: int = 0
     kid_tokens_in: int = 0
@@ -29,6 +32,7 @@ class StepViews:
     usage_tokens: int = 0
     usage_tokens_in: int = 0
     usage_tokens_out: int = 0
+    taken_over: int = 0
 
     @classmethod
     def of(cls, kids: tuple[int, int, int], tokens_in: int | None, tokens_out: int | None,
@@ -40,7 +44,8 @@ class StepViews:
         return cls(kids[0], kids[1], kids[2], tokens_in or 0, tokens_out or 0,
                    int(output.get("model_calls_started") or 0), int(usage.get("calls") or 0),
                    int(usage.get("tokens") or 0), int(usage.get("tokens_in") or 0),
-                   int(usage.get("tokens_out") or 0))
+                   int(usage.get("tokens_out") or 0),
+                   int(output.get("model_calls_taken_over") or 0))
 
 
 @dataclass(frozen=True)
@@ -59,10 +64,16 @@ class StepUsage:
 
 def step_usage(v: StepViews) -> StepUsage:
     """The most of the step's views of the same calls, never their sum (a parent's usage and
-    its children's are one spending); separate steps (a killed attempt's, its retry's) add."""
+    its children's are one spending); separate steps (a killed attempt's, its retry's) add.
+
+    A call handed over by an interrupted step is that step's (the provider got it then, and a
+    run stopped for good, or a resumed step that no longer asks it, never settles it), so the
+    step that settles it leaves it out of its calls; its tokens, charged when the reply is
+    read, are the settling step's (the interrupted one charged none)."""
+    taken = v.taken_over
     tokens_in = max(v.tokens_in, v.kid_tokens_in, v.usage_tokens_in)
     tokens_out = max(v.tokens_out, v.kid_tokens_out, v.usage_tokens_out)
     return StepUsage(
-        calls=max(v.kid_calls, v.calls_started, v.usage_calls),
+        calls=max(v.kid_calls - taken, v.calls_started - taken, v.usage_calls, 0),
         tokens=max(tokens_in + tokens_out, v.tokens_in + v.tokens_out, v.usage_tokens),
         tokens_in=tokens_in, tokens_out=tokens_out)

@@ -36,6 +36,10 @@ class Budget:
     # phase that fails records its execution's share on its step from these.
     tokens_in: int = 0
     tokens_out: int = 0
+    # Calls an interrupted attempt's step handed over and this process settled (``take_over``):
+    # among ``started`` here, but spent by that step, so the phase step records them
+    # (``model_calls_taken_over``) and its usage leaves them out (``domain.usage``).
+    taken_over: int = 0
     # Whether the run still holds its lease, asked before each model call (the phase's fence
     # reads it at most once a second, worker.runs.lease.FENCE_SECONDS): an erasure (or a
     # cancel) moves the epoch on, and the prompts a fan-out has not sent yet may quote the
@@ -87,6 +91,7 @@ class Budget:
         spent again (``calls``: the earlier step's usage holds them)."""
         with self._lock:
             self.started += calls
+            self.taken_over += calls
 
     @classmethod
     def for_run(cls, limits: BudgetSettings, calls: int = 0, tokens: int = 0) -> Budget:

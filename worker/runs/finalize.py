@@ -80,8 +80,10 @@ def _row(values: dict[str, Any]) -> Any:
 def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow],
            parents: list[RunStepRow], spent: StepUsage) -> RunFacts:
     """What decide_outcome needs, from the steps (the latest attempt of each phase decides;
-    an interrupted attempt's step is history)."""
-    left = {s.phase for s in steps if left_for_later(s.output or {})}
+    an interrupted attempt's step is history: what it handed over, the latest settled, so its
+    words never state the run's cause)."""
+    latest = _latest(steps, parents)
+    left = {s.phase for s in latest if left_for_later(s.output or {})}
     phases = {s.phase: PhaseOutcome.of_report(s.status, s.phase in left) for s in parents}
     open_now = _open_candidates(steps)
     approval = snap.trigger == REVIEW_TRIGGER
@@ -108,13 +110,23 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
                                for s in parents),
         model_replies_malformed=sum(int((s.output or {}).get("model_replies_malformed") or 0)
                                     for s in parents),
-        model_failure=_model_failure(steps), batch_wait=_model_failure(steps, BATCH_WAIT_OUT),
+        model_failure=_model_failure(latest),
+        batch_wait=_model_failure(latest, BATCH_WAIT_OUT),
         batch_end=_batch_end(steps, parents),
         open_candidates=open_now, open_history=history,
         growth_runs=growth, dry_run=snap.dry_run, items_stale=stale,
         changes_applied=applied, approval=approval,
         review_item=(snap.totals or {}).get("review_item"),
     )
+
+
+def _latest(steps: list[RunStepRow], parents: list[RunStepRow]) -> list[RunStepRow]:
+    """The phase steps of the latest attempts (``parents``) and their children: what states
+    why the run ended as it did. An interrupted attempt's step (and what it recorded under it)
+    is left out: the error it met and the work it left were taken up again by the attempt that
+    resumed the run (its batch handed over and settled there)."""
+    latest = {s.id for s in parents}
+    return [s for s in steps if (s.id if s.parent_id is None else s.parent_id) in latest]
 
 
 def _out_of_time(steps: list[RunStepRow], parents: list[RunStepRow]) -> list[str]:

@@ -197,7 +197,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
                 started)
         return PhaseOutcome.SKIPPED
     b = ctx.budget
-    before = (b.started, b.answered, b.tokens_in, b.tokens_out, b.malformed)
+    before = (b.started, b.answered, b.tokens_in, b.tokens_out, b.malformed, b.taken_over)
     bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
     try:
         with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
@@ -255,8 +255,9 @@ def _failed(app: App, run: Execution, held: HeldWrite, ctx: PhaseContext, phase:
     prior = run.snap.recorded.get(step_id, StepRecord())
     # Its tokens too, by direction, as the budget charged them (it has no report to say).
     b = ctx.budget
+    output = _taken_over({}, b, before, prior)
     _finish(app, run, held, step_id, PhaseOutcome.FAILED,
-            _record_usage({}, _own_usage(b, run.bases[step_id])), started,
+            _record_usage(output, _own_usage(b, run.bases[step_id])), started,
             error=f"{type(exc).__name__}: {message}", tokens=_step_tokens(prior, b, before))
     return PhaseOutcome.FAILED
 
@@ -302,6 +303,17 @@ def _output(report: PhaseReport, budget: Budget, before: tuple[int, ...],
         output["model_calls_failed"] = max(
             0, prior.calls_failed + asked - (budget.answered - before[1]))
         output["model_replies_malformed"] = prior.replies_malformed + budget.malformed - before[4]
+    return _taken_over(output, budget, before, prior)
+
+
+def _taken_over(output: dict[str, Any], budget: Budget, before: tuple[int, ...],
+                prior: StepRecord) -> dict[str, Any]:
+    """``output`` with the calls an interrupted attempt's step handed over that this step
+    settled (``model_calls_taken_over``): among its calls started, answered or failed (R27),
+    but the interrupted step spent them, so the step's usage leaves them out and the run
+    counts each call once (``domain.usage``)."""
+    if taken := prior.calls_taken_over + budget.taken_over - before[5]:
+        output["model_calls_taken_over"] = taken
     return output
 
 

@@ -42,6 +42,7 @@ class StepRecord:
     calls_started: int = 0
     calls_failed: int = 0
     replies_malformed: int = 0
+    calls_taken_over: int = 0
 
     @classmethod
     def of(cls, tokens_in: int | None, tokens_out: int | None,
@@ -50,7 +51,8 @@ class StepRecord:
         return cls(tokens_in or 0, tokens_out or 0,
                    int(output.get("model_calls_started") or 0),
                    int(output.get("model_calls_failed") or 0),
-                   int(output.get("model_replies_malformed") or 0))
+                   int(output.get("model_replies_malformed") or 0),
+                   int(output.get("model_calls_taken_over") or 0))
 
 
 @dataclass

@@ -41,15 +41,17 @@ def phase_step_usage(session: Session, *, scope_key: str | None = None,
         select(RunStepRow.run_id, RunStepRow.phase, RunStepRow.tokens_in, RunStepRow.tokens_out,
                out["model_calls_started"].as_integer(), out[("usage", "calls")].as_integer(),
                out[("usage", "tokens")].as_integer(), out[("usage", "tokens_in")].as_integer(),
-               out[("usage", "tokens_out")].as_integer(), kids.c.calls, kids.c.tokens_in,
+               out[("usage", "tokens_out")].as_integer(),
+               out["model_calls_taken_over"].as_integer(), kids.c.calls, kids.c.tokens_in,
                kids.c.tokens_out)
         .outerjoin(kids, kids.c.parent_id == RunStepRow.id)
         .where(RunStepRow.parent_id.is_(None), *_filters(RunStepRow, scope_key, run_ids))
     ).all()
     return [PhaseStepUsage(run_id, phase, step_usage(StepViews(
         int(kc or 0), int(kin or 0), int(kout or 0), tin or 0, tout or 0, started or 0,
-        calls or 0, tokens or 0, uin or 0, uout or 0)))
-        for run_id, phase, tin, tout, started, calls, tokens, uin, uout, kc, kin, kout in rows]
+        calls or 0, tokens or 0, uin or 0, uout or 0, taken or 0)))
+        for run_id, phase, tin, tout, started, calls, tokens, uin, uout, taken, kc, kin, kout
+        in rows]
 
 
 def _filters(table: Any, scope_key: str | None,
