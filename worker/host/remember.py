@@ -32,6 +32,7 @@ from worker.host.errors import Conflict, Invalid
 from worker.host.remember_cache import RememberCache, hash_words, hex_words
 from worker.phases.consolidate.core import lineage_conversations
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
+from worker.phases.kit.kept_apart import bind_again
 from worker.review.propose import holding_item, settle_stale
 from worker.safety.undo import REMEMBER_PREFIX
 from worker.store.repositories.keys import NOTE_IDS
@@ -317,15 +318,20 @@ def _used(uow: Any, scope: Scope, note_id: str, now: Any, said_in: str | None) -
     """A NOOP's statement, committed; an open archive item that decided on the note: stale.
     The note's fact was stated again: it is dated now (logged, a new version, with the
     conversation ``said_in``), as the latest statement of its value. Before, it kept its first
-    date, and a value stated in between read as newer to every later judge. A statement is no
+    date, and a value stated in between read as newer to every later judge. Its text is the
+    same: a keep-apart (a declined merge) that bound it binds its new version (``bind_again``;
+    before, saying a note again ended the host's keep-apart and the next dream merged the notes).
+    A statement is no
     read: the note's access count and last access are the host's reads alone (before, the count
     a NOOP added made archive read the scope as one whose host reports reads, and archive every
     old fact nobody had reported reading, current ones too)."""
     (note,) = uow.notes.get_many([note_id]) or (None,)
     if note is not None and note.status == _ACTIVE and (
             note.created_at is None or note.created_at < now):
-        uow.notes.change(note, run_id=None, reason="remember: stated again", now=now,
-                         said_in=said_in, created_at=now, write_seq=next_write_seq())
+        was = {note.id: note.version}
+        if uow.notes.change(note, run_id=None, reason="remember: stated again", now=now,
+                            said_in=said_in, created_at=now, write_seq=next_write_seq()):
+            bind_again(uow, was, {}, now)  # said again is no change: a keep-apart still holds
     settle_stale(uow, scope, now, f"the host's remember used note {note_id}", by="host",
                  naming=[note_id])
     uow.commit()

@@ -18,6 +18,7 @@ from typing import Any
 
 from worker.domain.types import Scope, conversations_of, said_key, stands_in
 from worker.errors import Conflict
+from worker.phases.kit.kept_apart import bind_again
 from worker.phases.kit.rows import Edits
 from worker.store.repositories.note_writes import SAID_IN
 from worker.store.uow import UnitOfWork
@@ -82,6 +83,9 @@ def _redate(uow: UnitOfWork, scope: Scope, later: list[tuple[str, dict[str, Any]
                                        "write_seq": line["write_seq"]}, IMPORT_STATED_AGAIN,
                   {SAID_IN: said_in} if said_in else None)
     edits.write(uow.writes, _CHANGED)
+    # Stated again is no change of the note: a keep-apart (a declined merge) that bound it at
+    # its version before binds it at its new one, or the next dream would merge it.
+    bind_again(uow, {i: int(state[i]["version"]) for i, _ in later}, {}, now)
     return {note_id for note_id, _ in later}
 
 
