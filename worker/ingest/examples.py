@@ -21,8 +21,13 @@ from worker.ingest.fields import (
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+from worker.ingest.same_record import first_difference, refuse_later, refuse_twice
 from worker.store.scope_locks import hold_scopes
 
+# What a stored example and a line of its id must agree on (besides scope, input, output); its
+# status may only be the line's or later (archived), its reads anything.
+_FIXED = ("success_score", "is_auto_generated", "created_at", "expires_at")
+_STORED_FIELDS = (*_FIXED, "status")
 EXAMPLE_FIELDS = {
     "id", "agent_id", "user_id", "company_id", "input", "output", "success_score",
     "is_auto_generated", "status", "access_count", "last_accessed_at", "created_at", "expires_at",
@@ -69,6 +74,7 @@ def import_examples(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     result = ImportResult()
     rows: dict[str, dict[str, Any]] = {}
     line_of: dict[str, int] = {}
+    undated: set[str] = set()  # lines without created_at (the import's time)
     for number, obj in read_jsonl(lines):
         result.read += 1
         row = parse_example(obj, number, now)
@@ -78,15 +84,16 @@ def import_examples(app: App, lines: Iterable[str | bytes]) -> ImportResult:
             raise InputError(f"line {number}: example id {row['id']!r} is also the id of line "
                              f"{line_of[row['id']]}, with other content or scope; give each "
                              "example its own id")
+        if differs := first_difference(first, row, row):
+            refuse_twice(number, "example", row["id"], line_of[row["id"]], differs)
+        if obj.get("created_at") is None:
+            undated.add(row["id"])
     with app.uow() as uow:
         repo = ExampleRepository(uow.session)
         hold_scopes(uow.session, {r["scope_key"] for r in rows.values()})
-        stored = repo.identities(rows)
-        for example_id, identity in stored.items():
-            if identity != _example_identity(rows[example_id]):
-                raise InputError(f"line {line_of[example_id]}: example {example_id!r} already "
-                                 "exists with other content or scope; import never overwrites: "
-                                 "give a new id")
+        stored = repo.records(rows, ("scope_key", "input", "output", *_STORED_FIELDS))
+        for example_id, was in sorted(stored.items(), key=lambda s: line_of[s[0]]):
+            _refuse_conflict(rows[example_id], was, line_of[example_id], example_id in undated)
         fresh = [r for r in rows.values() if r["id"] not in stored]
         for start in range(0, len(fresh), 5000):
             repo.insert_many(fresh[start : start + 5000])
@@ -94,6 +101,22 @@ def import_examples(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     result.inserted = len(fresh)
     result.duplicates = result.read - len(fresh)
     return result
+
+
+def _refuse_conflict(row: dict[str, Any], was: dict[str, Any], number: int, undated: bool) -> None:
+    """A stored id is already present for the same example or an earlier state of it: the store
+    may have archived it since (a line active, the stored one archived) and counted its reads
+    (``access_count``, ``last_accessed_at``: the host's). Another example under the id, or a
+    later state (the line archived, the stored one active), is refused (``same_record``)."""
+    if _example_identity(was) != _example_identity(row):
+        raise InputError(f"line {number}: example {row['id']!r} already exists with other "
+                         "content or scope; import never overwrites: give a new id")
+    fields = [f for f in _FIXED if not (undated and f == "created_at")]
+    if differs := first_difference(was, row, fields):
+        refuse_later(number, "example", row["id"], differs, "another example under its id")
+    if row["status"] != was["status"] and row["status"] == NoteStatus.ARCHIVED.value:
+        refuse_later(number, "example", row["id"], "status", "a later state of it (archived, "
+                     "the stored one active)")
 
 
 def _example_identity(row: dict[str, Any]) -> tuple[str, str, str]:

@@ -50,6 +50,7 @@ from worker.ingest.note_links import (
 from worker.ingest.note_statements import parse_statements, record_statements
 from worker.ingest.note_states import check_links, check_state
 from worker.ingest.note_vectors import check_vectors, embed_missing, parse_embedding
+from worker.ingest.same_record import first_difference, refuse_later, refuse_twice
 from worker.store.repositories.said_dates import Statements
 from worker.store.scope_locks import hold_scopes
 from worker.store.uow import UnitOfWork
@@ -71,7 +72,16 @@ _STATUSES = {s.value for s in NoteStatus}
 _LIVE = frozenset({NoteStatus.ACTIVE.value, NoteStatus.PENDING.value})
 
 
-_TO_NUMBER = object()  # a line without ``write_seq``: numbered once the file is read
+_TO_NUMBER = object()
+# What a line of a stored id is compared on when it is a later state than the store's (its
+# ``updated_at`` after the stored one's): every column an export writes but the note's text and
+# scope (compared first), its ``updated_at`` (the clock), ``write_seq`` (numbered by the import
+# when a line leaves it out; it moves with ``created_at``) and the vector (this store's own).
+_STORED_FIELDS = ("type", "status", "protection", "is_auto_generated", "importance",
+                  "access_count", "last_accessed_at", "created_at", "expires_at", "valid_from",
+                  "valid_to", "last_checked_at", "source_conversation_id", "consolidated_into_id",
+                  "comments", "consolidation_generation", "flags", "lineage_conversation_ids",
+                  "meta")  # a line without ``write_seq``: numbered once the file is read
 
 
 def _write_seq(obj: dict[str, Any], number: int) -> object:
@@ -179,6 +189,9 @@ class _Lines:
     lineage: dict[str, Edges] = field(default_factory=dict)
     apart: dict[str, list[list[str]]] = field(default_factory=dict)  # ``kept_apart`` sets
     said: dict[str, Statements] = field(default_factory=dict)  # ``statements``
+    # Each id's first line, all it gives (``same_record``: a later line of the id must match).
+    seen: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stamped: set[str] = field(default_factory=set)  # lines giving updated_at or created_at
 
 
 def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
@@ -220,9 +233,10 @@ def _planned(uow: UnitOfWork, parsed: _Lines,
     """The rows to insert of ``rows`` (default: all), refusing an id the store holds for
     another note and a pointer or parent at no note (``check_references``)."""
     rows = parsed.rows if rows is None else rows
-    stored = uow.notes.identities(r["id"] for r in rows)
+    stored = uow.notes.records((r["id"] for r in rows),
+                               ("scope_key", "content_hash", "updated_at", *_STORED_FIELDS))
     parsed.stored |= set(stored)
-    _refuse_id_conflicts(rows, stored, parsed.first_line)
+    _refuse_id_conflicts(rows, stored, parsed)
     # Every line checked whole before any is found already present (and so never inserted).
     check_references(uow, rows, parsed.lineage,
                      {i: first[0] for i, first in parsed.first_line.items()}, parsed.rows)
@@ -247,10 +261,18 @@ def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
             raise InputError(f"line {number}: id {row['id']!r} is also the id of line {first[0]}, "
                              "with other content or scope; give each note its own id")
         check_state(row, edges, number, dated=obj.get("created_at") is not None)
+        apart = parse_apart(obj.get("kept_apart"), row["id"], number)
+        said = parse_statements(obj.get("statements"), row["created_at"], number)
+        whole = {**row, "lineage": edges, "kept_apart": apart, "statements": said}
+        if (seen := parsed.seen.setdefault(row["id"], whole)) is not whole and (
+                differs := first_difference(seen, whole, whole)):
+            refuse_twice(number, "note", row["id"], first[0], differs)
+        if obj.get("updated_at") is not None or obj.get("created_at") is not None:
+            parsed.stamped.add(row["id"])
         parsed.lineage.setdefault(row["id"], edges)
-        if apart := parse_apart(obj.get("kept_apart"), row["id"], number):
+        if apart:
             parsed.apart.setdefault(row["id"], apart)
-        if said := parse_statements(obj.get("statements"), row["created_at"], number):
+        if said:
             parsed.said.setdefault(row["id"], said)
         parsed.rows.append(row)
     check_links(parsed.rows, parsed.lineage, {i: f[0] for i, f in parsed.first_line.items()})
@@ -324,19 +346,27 @@ def _present(row: dict[str, Any], parsed: _Lines, named: set[str],
     return bool(holding & _LIVE) or (bool(holding) and not live)
 
 
-def _refuse_id_conflicts(rows: list[dict[str, Any]], stored: dict[str, tuple[str, str]],
-                         first_line: dict[str, tuple[int, str, str]]) -> None:
-    """An id already stored counts as "already present" only for the same note; anything else
-    would be a silent drop of the line (import never overwrites)."""
+def _refuse_id_conflicts(rows: list[dict[str, Any]], stored: dict[str, dict[str, Any]],
+                         parsed: _Lines) -> None:
+    """An id already stored counts as "already present" only for the same note, or an earlier
+    state of it (``same_record``); anything else would be a silent drop of the line (import
+    never overwrites)."""
     for r in rows:
-        if r["id"] not in stored:
+        if (was := stored.get(r["id"])) is None:
             continue
-        scope_key, hash_ = stored[r["id"]]
-        number = first_line[r["id"]][0]
-        if scope_key != r["scope_key"]:
+        number = parsed.first_line[r["id"]][0]
+        if was["scope_key"] != r["scope_key"]:
             raise InputError(f"line {number}: id {r['id']!r} is already used by a note of another "
                              "scope; give this note a new id (or drop the id field)")
-        if hash_ != r["content_hash"]:
+        if was["content_hash"] != r["content_hash"]:
             raise InputError(f"line {number}: note {r['id']!r} already exists with other content; "
                              "import never overwrites a note: give a new id (or drop the id "
                              "field) to add it")
+        # Stored at its line's state or changed since (a dream stamps its write): present.
+        if r["id"] not in parsed.stamped or r["updated_at"] <= was["updated_at"]:
+            continue
+        made_up = ("created_at", "valid_from") if r["id"] in parsed.undated else ()
+        if differs := first_difference(was, r, (f for f in _STORED_FIELDS if f not in made_up)):
+            refuse_later(number, "note", r["id"], differs, "a later state of it (its updated_at "
+                         f"{r['updated_at'].isoformat()} is after the stored "
+                         f"{was['updated_at'].isoformat()})")

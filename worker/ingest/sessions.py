@@ -17,6 +17,7 @@ from worker.ingest.fields import (
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+from worker.ingest.same_record import refuse_later, refuse_twice
 from worker.store.scope_locks import hold_scopes
 
 SESSION_FIELDS = {"id", "agent_id", "user_id", "company_id", "started_at", "ended_at"}
@@ -71,19 +72,31 @@ def import_sessions(app: App, lines: Iterable[str | bytes], *,
             raise InputError(f"line {number}: session id {row['id']!r} is also the id of line "
                              f"{line_of[row['id']]}, with another scope or start; give each "
                              "session its own id")
+        if first["ended_at"] != row["ended_at"]:
+            refuse_twice(number, "session", row["id"], line_of[row["id"]], "ended_at")
     with app.uow() as uow:
         hold_scopes(uow.session, {r["scope_key"] for r in rows.values()})
-        stored = uow.sessions.identities(rows)
-        for session_id, identity in stored.items():
-            if identity != _session_identity(rows[session_id]):
-                raise InputError(f"line {line_of[session_id]}: session {session_id!r} already "
-                                 "exists with another scope or start; give a new id")
+        stored = uow.sessions.records(rows, ("scope_key", "started_at", "ended_at"))
+        for session_id, was in sorted(stored.items(), key=lambda s: line_of[s[0]]):
+            _refuse_conflict(rows[session_id], was, line_of[session_id])
         fresh = [r for r in rows.values() if r["id"] not in stored]
         uow.sessions.add_many(fresh)
         uow.commit()
     result.inserted = len(fresh)
     result.duplicates = result.read - len(fresh)
     return result
+
+
+def _refuse_conflict(row: dict[str, Any], was: dict[str, Any], number: int) -> None:
+    """A stored id is already present for the same session, or an earlier state of it (the
+    line still open, the stored one ended since); another end is refused (``same_record``)."""
+    if _session_identity(was) != _session_identity(row):
+        raise InputError(f"line {number}: session {row['id']!r} already exists with another "
+                         "scope or start; give a new id")
+    if row["ended_at"] is not None and row["ended_at"] != was["ended_at"]:
+        refuse_later(number, "session", row["id"], "ended_at",
+                     "a later state of it (ended, the stored one still open)"
+                     if was["ended_at"] is None else "another end of it")
 
 
 def _session_identity(row: dict[str, Any]) -> tuple[str, datetime]:

@@ -41,3 +41,11 @@ def rows_by_id(session: Session, id_column: Column, columns: Sequence[Column],
         stmt = select(id_column, *columns).where(id_column.in_(chunk))
         found.update((r[0], r) for r in conn.execute(stmt))
     return found
+
+
+def records_by_id(session: Session, model: Any, fields: Sequence[str],
+                  ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """id → {attribute: value} of ``model``'s ``fields`` for the ids that exist (``rows_by_id``):
+    what an import compares a line of a stored id against."""
+    found = rows_by_id(session, model.id, [getattr(model, f) for f in fields], ids)
+    return {i: dict(zip(fields, tuple(r)[1:], strict=True)) for i, r in found.items()}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -11,7 +11,7 @@ from sqlalchemy import Table, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from worker.domain.types import NoteStatus, Scope
-from worker.store.chunks import rows_by_id
+from worker.store.chunks import records_by_id, rows_by_id
 from worker.store.models import ExampleRow
 from worker.store.repositories.retention import ArchiveItem, archive_rows
 
@@ -47,11 +47,10 @@ class ExampleRepository:
         if rows:
             self.session.execute(insert(ExampleRow), rows)
 
-    def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, str, str]]:
-        """id → (scope key, input, output) for the ids that exist: what an import compares against."""
-        found = rows_by_id(self.session, ExampleRow.id,
-                           (ExampleRow.scope_key, ExampleRow.input, ExampleRow.output), ids)
-        return {i: (r.scope_key, r.input, r.output) for i, r in found.items()}
+    def records(self, ids: Iterable[str], fields: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """id → ``fields`` of the stored ones: what an import compares a line of a stored id
+        against (``worker.ingest.same_record``)."""
+        return records_by_id(self.session, ExampleRow, fields, ids)
 
     def active(self, scope: Scope) -> list[Example]:
         """One query per scope: every active example with the fields retention decides on."""

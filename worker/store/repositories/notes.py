@@ -11,7 +11,7 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session, defer
 
 from worker.domain.types import Note, NoteStatus, Scope, conversations_of
-from worker.store.chunks import chunked, rows_by_id
+from worker.store.chunks import chunked, records_by_id, rows_by_id
 from worker.store.models import NoteLineageRow, NoteRow
 from worker.store.repositories.note_load import ScopeSnapshot, load_scope
 from worker.store.repositories.note_writes import NoteWrites
@@ -162,6 +162,11 @@ class NoteRepository(NoteWrites):
         """id → (scope key, content hash) for the ids that exist: what an import compares against."""
         found = rows_by_id(self.session, NoteRow.id, (NoteRow.scope_key, NoteRow.content_hash), ids)
         return {i: (r.scope_key, r.content_hash) for i, r in found.items()}
+
+    def records(self, ids: Iterable[str], fields: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """id → ``fields`` of the stored ones: what an import compares a line of a stored id
+        against (``worker.ingest.same_record``)."""
+        return records_by_id(self.session, NoteRow, fields, ids)
 
     def export_rows(
         self,

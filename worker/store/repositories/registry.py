@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from worker.clock import SKEW
 from worker.domain.types import Scope
-from worker.store.chunks import chunked, rows_by_id
+from worker.store.chunks import chunked, records_by_id
 from worker.store.models import (
     AgentRow,
     CompanyRow,
@@ -53,11 +53,10 @@ class SessionRepository:
         if rows:
             self.session.execute(insert(SessionRow), rows)
 
-    def identities(self, ids: Iterable[str]) -> dict[str, tuple[str, datetime]]:
-        """id → (scope key, started_at) for the ids that exist: what an import compares against."""
-        found = rows_by_id(self.session, SessionRow.id,
-                           (SessionRow.scope_key, SessionRow.started_at), ids)
-        return {i: (r.scope_key, r.started_at) for i, r in found.items()}
+    def records(self, ids: Iterable[str], fields: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """id → ``fields`` of the stored ones: what an import compares a line of a stored id
+        against (``worker.ingest.same_record``)."""
+        return records_by_id(self.session, SessionRow, fields, ids)
 
     def counts_since(self, since: dict[str, datetime | None]) -> dict[str, int]:
         """Sessions per scope started after each scope's own cut-off, grouped in one query."""
