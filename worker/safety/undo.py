@@ -34,7 +34,14 @@ from worker.domain.limits import stored_ident_problem
 from worker.domain.types import ACTIVE_RUN_STATUSES, ERASED_USER, NoteStatus, RunStatus, Scope
 from worker.errors import InvalidRun, RunError, RunNotFound
 from worker.review.propose import settle_stale
-from worker.safety.undo_holds import annotated_since, carry_apart, held_since, refusal_line
+from worker.safety.undo_holds import (
+    annotated_since,
+    carry_apart,
+    held_since,
+    refusal_line,
+    refusals,
+    way_out,
+)
 from worker.safety.undo_restore import before_image, jsonable, restore_examples, undo_log
 from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
 from worker.store.models import OperationLogRow
@@ -63,10 +70,6 @@ class UndoRefused(RunError):
 
     def details(self) -> dict[str, Any]:
         return {"refused": self.refused}
-
-
-def _refusals(entity: str, why: dict[str, str]) -> list[dict[str, Any]]:
-    return [outcome_entry(entity, i, NoteOutcome.REFUSED, why=w) for i, w in sorted(why.items())]
 
 
 def undo_run(app: App, run_id: str, force_cascade: bool = False,
@@ -154,6 +157,8 @@ def _check_undoable(uow: UnitOfWork, run_id: str) -> str | None:
                        f"`dream runs cancel {run_id}`) before undoing it")
     if run.status == RunStatus.UNDONE.value:
         raise RunError(f"run {run_id} is already undone")
+    if run.dry_run:  # it stays as it ran (before, it was marked undone, "nothing to revert")
+        raise RunError(f"run {run_id} was a dry run: it changed nothing; nothing to undo")
     if run.user_id == ERASED_USER:
         # Its notes and its operation log went with the user: "undone" would claim a revert
         # that never happened and rewrite the record of what ran.
@@ -198,17 +203,17 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         raise UndoRefused(
             f"cannot undo run {run_id}: example {example_id} was changed since (version "
             f"{version}); pass --force-cascade to give it back its status anyway",
-            _refusals("example", {e: f"was changed since (version {v})"
-                                  for e, v in edited.items()}) + _refusals("note", conflicts))
+            refusals("example", {e: f"was changed since (version {v})"
+                                  for e, v in edited.items()}) + refusals("note", conflicts))
     later = uow.safety.log_after(conflicts, last_id) if conflicts else []
     _refuse_unfinished(uow, later, undoer.asked)
     _refuse_host_writes(uow, undoer.asked, later)  # with or without --force-cascade
     if conflicts and not force:
         note_id, why = next(iter(sorted(conflicts.items())))
-        raise UndoRefused(
-            f"cannot undo run {run_id}: note {note_id} {why} ({len(conflicts)} note(s) changed "
-            "since); undo the later run first or pass --force-cascade",
-            _refusals("note", conflicts))
+        runs = [r.run_id for r in later if r.run_id and r.op != "undo"
+                and not _is_undone(uow, r.run_id)]
+        raise UndoRefused(f"cannot undo run {run_id}: note {note_id} {why} ({len(conflicts)} "
+                          f"note(s) changed since); {way_out(runs)}", refusals("note", conflicts))
     remaining: dict[str, str] = {}
     if conflicts:
         _cascade(uow, later, now, result, undoer)
@@ -265,7 +270,7 @@ def _refuse_host_writes(uow: UnitOfWork, run_id: str, later: list[OperationLogRo
         raise UndoRefused(
             f"cannot undo run {run_id}: note {note_id} was superseded since by the host's "
             f"{what} {write}, which a cascade never undoes; to give back both, undo it first "
-            f"(`dream undo {write}`), then this run", _refusals("note", {
+            f"(`dream undo {write}`), then this run", refusals("note", {
                 n: f"was superseded since by the host's write {w}"
                 for w, n in host.items()}))
 
@@ -288,7 +293,7 @@ def _refuse_unfinished(uow: UnitOfWork, later: list[OperationLogRow], asked: str
         raise UndoRefused(
             f"cannot undo run {asked}: run {run.id}, which changed note {note_id} "
             f"since, is {run.status}; wait for it to finish (or stop it with `dream runs "
-            f"cancel {run.id}`), then undo again", _refusals("note", unfinished))
+            f"cancel {run.id}`), then undo again", refusals("note", unfinished))
 
 
 def _is_undone(uow: UnitOfWork, run_id: str) -> bool:
@@ -352,7 +357,7 @@ def _moved(uow: UnitOfWork, run_id: str, entity: str, entity_id: str) -> RunErro
         return RunError(f"{named} is already undone")
     return UndoRefused(f"cannot undo {named}: {entity} {entity_id} changed while the undo was "
                        "being written; nothing was undone; run the undo again to see what "
-                       "changed", _refusals(entity, {entity_id: "changed while the undo was "
+                       "changed", refusals(entity, {entity_id: "changed while the undo was "
                                                                 "being written"}))
 
 

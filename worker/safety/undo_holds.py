@@ -110,3 +110,18 @@ def carry_apart(uow: UnitOfWork, by_note: dict[str, list[Any]], undone_at: dict[
         if first.op != "insert" and (first.before or {}).get("version") is not None:
             before[note_id] = int(first.before["version"])
     bind_again(uow, before, undone_at, now)
+
+
+def way_out(later_runs: list[str]) -> str:
+    """What a plain undo refused over notes changed since offers: the latest run (or erase,
+    fuse, remember id) that changed them, to undo first; when only the host changed them, the
+    forced undo (before, it said "undo the later run first" then too, with no run to undo)."""
+    if later_runs:
+        return f"undo the later run first (`dream undo {later_runs[-1]}`) or pass --force-cascade"
+    return ("no later run changed it, the host did: pass --force-cascade to give the run's notes "
+            "their state before it anyway, over the host's change")
+
+
+def refusals(entity: str, why: dict[str, str]) -> list[dict[str, Any]]:
+    """The outcome entries of an undo's refusal: each record that refuses it, and why."""
+    return [outcome_entry(entity, i, NoteOutcome.REFUSED, why=w) for i, w in sorted(why.items())]

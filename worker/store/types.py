@@ -48,9 +48,11 @@ class JSONType(TypeDecorator[Any]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        # ``JSONType(none_as_null=True)``: None binds as SQL NULL, not the JSON text 'null'.
+        none_as_null = bool(getattr(self.impl, "none_as_null", False))
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(JSONB())
-        return dialect.type_descriptor(JSON())
+            return dialect.type_descriptor(JSONB(none_as_null=none_as_null))
+        return dialect.type_descriptor(JSON(none_as_null=none_as_null))
 
 
 class UTCDateTime(TypeDecorator[datetime]):

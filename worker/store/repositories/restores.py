@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Boolean, Table, and_, bindparam, or_, update
 
 from worker.domain.types import NoteStatus, Protection
+from worker.store.types import JSONType
 
 _PINNED = (Protection.PROTECTED.value, Protection.IMMUTABLE.value)
 _RESTORES: dict[tuple[str, tuple[str, ...], bool], Any] = {}
@@ -22,7 +23,7 @@ def restore_statement(table: Table, keys: tuple[str, ...], retires: bool) -> Any
     if stmt is None:
         stmt = (update(table)
                 .where(table.c.id == bindparam("b_id"), table.c.version == bindparam("b_version"))
-                .values({k: bindparam(f"v_{k}") for k in (*keys, "version")}))
+                .values({k: _value(table, k) for k in (*keys, "version")}))
         if retires:
             # Not NOT IN: an expanding list cannot go through executemany.
             stmt = stmt.where(or_(table.c.status != NoteStatus.ACTIVE.value, and_(
@@ -30,3 +31,11 @@ def restore_statement(table: Table, keys: tuple[str, ...], retires: bool) -> Any
                 table.c.is_auto_generated == bindparam("b_auto", type_=Boolean))))
         _RESTORES[(table.name, keys, retires)] = stmt
     return stmt
+
+
+def _value(table: Table, key: str) -> Any:
+    """The bound value of ``key``: a JSON column's None (a before-image without flags) is SQL
+    NULL, as the note held it; bound as the column's type it was the JSON text 'null'."""
+    if isinstance(table.c[key].type, JSONType):
+        return bindparam(f"v_{key}", type_=JSONType(none_as_null=True))
+    return bindparam(f"v_{key}")
