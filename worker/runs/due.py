@@ -12,6 +12,7 @@ import structlog
 
 from worker.app import App
 from worker.runs import service
+from worker.runs.decide import GateClosed
 from worker.runs.scheduling import GateResult
 from worker.runs.snapshot import claim
 from worker.runs.stops import stops_held
@@ -60,7 +61,12 @@ def execute_due(app: App, work: DueWork, clock: datetime | None) -> Iterator[tup
             log.info("run.due_no_longer", scope=scope.key)
             continue
         with stops_held():
-            created = service.create_claimed_run(app, scope, trigger="beat", clock=clock)
+            try:  # the gate asked again once the insert holds the scope (``create.regate``)
+                created = service.create_claimed_run(app, scope, trigger="beat", clock=clock,
+                                                     gated=True)
+            except GateClosed:
+                log.info("run.due_no_longer", scope=scope.key)
+                continue
             status = None if created is None else service.execute_run(app, created)
         if created is None or status is None:  # another executor's run holds the scope (R1)
             log.info("run.due_taken", scope=scope.key)

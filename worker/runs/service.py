@@ -23,11 +23,11 @@ from worker.runs import engine
 from worker.runs.batches import RunBatchRelease, release_run_batches
 from worker.runs.context import Registry
 from worker.runs.create import busy_message, create_claimed_run, create_run, create_runs
+from worker.runs.decide import decide_scopes
 from worker.runs.finalize import finalize_run
 from worker.runs.outcome import PhaseOutcome
 from worker.runs.scheduling import (
     GateResult,
-    decide_scopes,
     explain_scopes,
     gate_check,
     hand_overs_before_failing,
