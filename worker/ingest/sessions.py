@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from worker.app import App
-from worker.clock import SKEW
+from worker.clock import SKEW, utcnow
 from worker.ingest.fields import (
     derived_id,
     opt_str,
@@ -58,7 +58,8 @@ def parse_session(obj: dict[str, Any], number: int,
 def import_sessions(app: App, lines: Iterable[str | bytes], *,
                     present: datetime | None = None) -> ImportResult:
     """All-or-nothing and idempotent by id; an id reused for another session is refused, and
-    with ``present`` (the CLI's clock) so is a session that has not started yet."""
+    with ``present`` (the CLI's clock) so is a session that has not started yet. A stored
+    session without an end gets the ``ended_at`` a line gives it (``_ends_to_record``)."""
     result = ImportResult()
     rows: dict[str, dict[str, Any]] = {}
     line_of: dict[str, int] = {}
@@ -79,11 +80,39 @@ def import_sessions(app: App, lines: Iterable[str | bytes], *,
                 raise InputError(f"line {line_of[session_id]}: session {session_id!r} already "
                                  "exists with another scope or start; give a new id")
         fresh = [r for r in rows.values() if r["id"] not in stored]
+        ended = _ends_to_record(uow.sessions.ends(stored), rows, line_of, present or utcnow())
         uow.sessions.add_many(fresh)
+        uow.sessions.set_ended(ended)
         uow.commit()
     result.inserted = len(fresh)
-    result.duplicates = result.read - len(fresh)
+    result.ended = len(ended)
+    result.duplicates = result.read - len(fresh) - len(ended)
     return result
+
+
+def _ends_to_record(stored: dict[str, datetime | None], rows: dict[str, dict[str, Any]],
+                    line_of: dict[str, int], present: datetime) -> dict[str, datetime]:
+    """The ends of stored sessions these lines give and the store has not: a host records a
+    session as it starts and again with ``ended_at`` once it ends (dropped as "already
+    present", the end was never recorded, and the gate's idle wait dreamed mid-conversation).
+    Another end than the one stored is refused (the stored end stands), and so is an end later
+    than ``present`` (and ``SKEW``), whoever imports."""
+    ends: dict[str, datetime] = {}
+    for session_id, was in stored.items():
+        end = rows[session_id]["ended_at"]
+        if end is None or end == was:
+            continue
+        number = line_of[session_id]
+        if was is not None:
+            raise InputError(f"line {number}: session {session_id!r} already ended at "
+                             f"{was.isoformat()}, not {end.isoformat()}; give the end it has, "
+                             "or leave ended_at out")
+        if end > present + SKEW:
+            raise InputError(f"line {number}: ended_at {end.isoformat()} is later than the "
+                             f"present time ({present.isoformat(timespec='seconds')}); give "
+                             "the time the session ended once it has")
+        ends[session_id] = end
+    return ends
 
 
 def _session_identity(row: dict[str, Any]) -> tuple[str, datetime]:

@@ -6,7 +6,19 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, bindparam, case, exists, func, insert, literal, or_, select
+from sqlalchemy import (
+    Row,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -58,6 +70,18 @@ class SessionRepository:
         found = rows_by_id(self.session, SessionRow.id,
                            (SessionRow.scope_key, SessionRow.started_at), ids)
         return {i: (r.scope_key, r.started_at) for i, r in found.items()}
+
+    def ends(self, ids: Iterable[str]) -> dict[str, datetime | None]:
+        """id → ended_at (None: still going on) for the ids that exist."""
+        found = rows_by_id(self.session, SessionRow.id, (SessionRow.ended_at,), ids)
+        return {i: _aware(r.ended_at) for i, r in found.items()}
+
+    def set_ended(self, ended: dict[str, datetime]) -> None:
+        """Record the end of sessions stored without one (``ended_at`` still NULL)."""
+        for session_id, at in ended.items():
+            self.session.execute(update(SessionRow)
+                                 .where(SessionRow.id == session_id, SessionRow.ended_at.is_(None))
+                                 .values(ended_at=at))
 
     def counts_since(self, since: dict[str, datetime | None]) -> dict[str, int]:
         """Sessions per scope started after each scope's own cut-off, grouped in one query."""
