@@ -86,7 +86,7 @@ def create_gated_runs(
         if gated:
             mine = [scope for scope in scopes if scope.key in created]
             closed = {scope: d for scope, d in
-                      decide_in(uow, app.settings, clock or utcnow(), mine).items()
+                      decide_in(uow, app.settings, clock, mine).items()
                       if not d.due}
             uow.runs.drop_created([created.pop(scope.key) for scope in closed])
         uow.commit()
@@ -100,13 +100,12 @@ def create_gated_runs(
 def regate(uow: UnitOfWork, app: App, scope: Scope, clock: datetime | None) -> None:
     """GateClosed (the caller's transaction rolled back: nothing written) unless the gate,
     asked in the transaction that just inserted the scope's run, still finds it due: at the
-    run's ``clock`` (`--now`), else at this moment (the dream that just ended began after the
-    first reading's moment, which would not count it: ``gate_dreams``' bound).
+    run's ``clock`` (`--now`), else at this moment.
     The insert holds the scope (R1): no run of it can start or end until the commit, and one
     that ended before the insert is read here (each statement of READ COMMITTED sees every
     commit before it; SQLite's writer the latest). Asked only before the insert, the gate
     missed a run that ended in between, and a second dream followed at once."""
-    decision = decide_in(uow, app.settings, clock or utcnow(), [scope])[scope]
+    decision = decide_in(uow, app.settings, clock, [scope])[scope]
     if not decision.due:
         raise GateClosed(decision)
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from worker.app import App
+from worker.clock import utcnow
 from worker.config import Settings
 from worker.domain.types import Scope
 from worker.runs.gate import GateDecision, GatePolicy, ScopeActivity, decide_gate
@@ -26,18 +27,22 @@ class GateClosed(Exception):
 
 
 def decide_scopes(
-    app: App, now: datetime, scopes: list[Scope] | None = None, failing: set[str] | None = None
+    app: App, now: datetime | None, scopes: list[Scope] | None = None,
+    failing: set[str] | None = None,
 ) -> dict[Scope, GateDecision]:
     """The gate decision of every known scope (or of ``scopes``), read in a few bulk queries;
-    creates nothing. ``failing``: keys of scopes whose run fails at ``now`` first (the lost
-    run a gate check gives up), one more failed run in the scope's streak."""
+    creates nothing. ``now``: a `--now` given, the store as of then (no run begun after it
+    counts), else None: the present. ``failing``: keys of scopes whose run fails at ``now``
+    first (the lost run a gate check gives up), one more failed run in the scope's streak."""
     with app.uow() as uow:
         return decide_in(uow, app.settings, now, scopes, failing)
 
 
-def decide_in(uow: UnitOfWork, s: Settings, now: datetime, scopes: list[Scope] | None = None,
+def decide_in(uow: UnitOfWork, s: Settings, clock: datetime | None,
+              scopes: list[Scope] | None = None,
               failing: set[str] | None = None) -> dict[Scope, GateDecision]:
     """``decide_scopes`` in the caller's transaction (the one inserting the scopes' runs)."""
+    now = clock or utcnow()
     default = GatePolicy(hours=s.gate_hours, sessions=s.gate_sessions, notes=s.gate_notes,
                          idle_minutes=s.gate_idle_minutes, max_stale_hours=s.gate_max_stale_hours,
                          backoff_seconds=s.beat_interval_seconds,
@@ -55,11 +60,11 @@ def decide_in(uow: UnitOfWork, s: Settings, now: datetime, scopes: list[Scope] |
     # A query per chunk of scopes: each binds a scope's key twice (in its last dream's
     # sub-select and in the filter), and a store may know more scopes than a statement binds.
     for keys in chunked([sc.key for sc in scopes], IN_CHUNK // 2):
-        last.update(uow.run_history.last_success_at(keys))
-        sessions.update(uow.sessions.activity_since_last_success(keys, now))
-        changed.update(uow.run_history.notes_changed_since_last_success(keys, now)
+        last.update(uow.run_history.last_success_at(keys, clock))
+        sessions.update(uow.sessions.activity_since_last_success(keys, now, clock))
+        changed.update(uow.run_history.notes_changed_since_last_success(keys, now, clock)
                        if volume else {})
-        streaks.update(uow.run_history.failure_streaks(keys)
+        streaks.update(uow.run_history.failure_streaks(keys, clock)
                        if s.failure_backoff_max_seconds else {})
     decisions: dict[Scope, GateDecision] = {}
     for scope in scopes:

@@ -144,7 +144,7 @@ def gate_check(app: App, now: datetime | None = None, backlog: int | None = None
     now = now or utcnow()
     result = GateResult([], {}, [], [], backlog=backlog)
     recover_runs(app, now, result, backlog)
-    decisions = decide_scopes(app, now)
+    decisions = decide_scopes(app, clock)
     due = [scope for scope, d in decisions.items() if d.due]
     # Every due scope's run in one transaction (R1 still refuses a scope that has one), the
     # gate asked again there: a run of a scope may have ended since ``decide_scopes`` read.
@@ -195,11 +195,11 @@ def explain_scopes(app: App, now: datetime | None = None,
     the broker's backlog unknown, so without its patience): a run it gives up frees its scope
     and counts in the scope's failed runs; then a due scope still held by a queued, running
     or interrupted run is ``already_active``, not "due"."""
-    now = now or utcnow()
+    clock, now = now, now or utcnow()
     with app.uow() as uow:
         plan = {r.run.scope_key: r for r in plan_recovery(uow, app.settings, now)}
     given_up = {key for key, r in plan.items() if r.fate is Fate.GIVE_UP}
-    decisions = decide_scopes(app, now, scopes, failing={
+    decisions = decide_scopes(app, clock, scopes, failing={
         key for key in given_up if counts_in_streak(plan[key].run)})
     due = [scope.key for scope, d in decisions.items() if d.due]
     with app.uow() as uow:
@@ -221,4 +221,4 @@ def _explained(decision: GateDecision, recovery: Recovery | None) -> GateDecisio
 
 def scope_gate(app: App, scope: Scope, now: datetime | None = None) -> GateDecision:
     """The gate decision for one scope (the CLI asks before an unforced run)."""
-    return decide_scopes(app, now or utcnow(), [scope])[scope]
+    return decide_scopes(app, now, [scope])[scope]

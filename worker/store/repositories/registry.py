@@ -100,16 +100,17 @@ class SessionRepository:
         return counts
 
     def activity_since_last_success(
-        self, scope_keys: list[str], now: datetime
+        self, scope_keys: list[str], now: datetime, clock: datetime | None = None
     ) -> dict[str, tuple[int, datetime | None, datetime | None]]:
         """Per scope, aggregated in the database in one query (the session history only grows):
         (sessions started after its last dream (``gate_dreams``) began and by ``now``, latest
         session start or end at any time, earliest session start after that dream). A session
         stamped past ``now`` has not happened yet: counted, it would start after every dream
-        and make the scope due forever."""
+        and make the scope due forever. ``clock``: a `--now` given, the last dream begun by
+        then (``gate_dreams``)."""
         if not scope_keys:
             return {}
-        last = gate_dreams(scope_keys, DreamRunRow.started_at)
+        last = gate_dreams(scope_keys, DreamRunRow.started_at, clock)
         pending = and_(SessionRow.started_at <= now,
                        or_(last.c.at.is_(None), SessionRow.started_at > last.c.at))
         # A stamp a little ahead (clock skew) is activity now (the idle wait holds); one
