@@ -11,6 +11,7 @@ from kombu.exceptions import OperationalError
 
 import worker.tasks as tasks
 from worker.app import App
+from worker.celery_app import app as celery_app
 from worker.domain.types import RunStatus, Scope
 from worker.errors import BrokerUnavailable
 from worker.runs import service
@@ -20,12 +21,12 @@ class _Lost:
     def __enter__(self) -> Any:
         raise OperationalError("Error 111 connecting")
 
-    def __exit__(self, *exc: object) -> bool:
-        return False
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 def _send(app: App, run_ids: list[str], monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(tasks.app, "producer_or_acquire", lambda *a, **k: _Lost())
+    monkeypatch.setattr(celery_app, "producer_or_acquire", lambda *a, **k: _Lost())
     with pytest.raises(BrokerUnavailable) as raised:
         list(tasks.send_runs(run_ids, app))
     return str(raised.value)
