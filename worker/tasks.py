@@ -179,17 +179,22 @@ def send_runs(run_ids: Sequence[str], dream_app: App | None = None) -> Iterator[
     except (KombuOperationalError, OSError) as exc:
         cut = ""
         if sent < len(run_ids):  # (not a failure to hand the producer back after the last)
-            service.abandon_run(dream_app, run_ids[sent],
-                                f"could not enqueue: {type(exc).__name__}")
-            cut = _cut_short(sent, run_ids, dream_app.settings.queued_timeout_seconds)
+            failed = service.abandon_run(dream_app, run_ids[sent],
+                                         f"could not enqueue: {type(exc).__name__}")
+            cut = _cut_short(sent, run_ids, dream_app.settings.queued_timeout_seconds, failed)
         raise service.BrokerUnavailable(
             _broker_message(exc, dream_app.settings.broker_url, cut)) from None
 
 
-def _cut_short(sent: int, run_ids: Sequence[str], timeout: int) -> str:
-    """What a broker failure after ``sent`` messages left, as one clause (run ids only)."""
+def _cut_short(sent: int, run_ids: Sequence[str], timeout: int, failed: bool = True) -> str:
+    """What a broker failure after ``sent`` messages left, as one clause (run ids only).
+    ``failed``: whether the run being sent was failed (``abandon_run``); an interrupted one
+    stays as it is, for the gate check to hand out again."""
     left = len(run_ids) - sent - 1
-    return (f"run {run_ids[sent]} failed unsent"
+    unsent = ("failed unsent" if failed else
+              f"was not sent and stays as it is for the gate check to hand out again after "
+              f"{timeout} s")
+    return (f"run {run_ids[sent]} {unsent}"
             + (f" after {sent} of {len(run_ids)} were sent" if len(run_ids) > 1 else "")
             + (f", {left} more {'stays' if left == 1 else 'stay'} queued for the gate check "
                f"to hand out again after {timeout} s" if left else ""))

@@ -133,11 +133,18 @@ def test_a_session_id_given_twice_as_two_records_refuses_the_file(app: App) -> N
     assert list(export_records(app, "sessions")) == []
 
 
-def test_a_stored_session_takes_an_earlier_state_and_refuses_a_later_one(app: App) -> None:
+def test_a_stored_session_takes_an_earlier_state_and_its_end_and_refuses_another_end(
+        app: App) -> None:
+    """A session stored open takes the end a later line gives it (a host records a session as
+    it starts and again once it ends: ``tests/ingest/test_session_ends.py``); the open line
+    again is an earlier state, already present; another end is refused, nothing changed."""
     import_sessions(app, _lines(SESSION))
-    with pytest.raises(InputError, match="^line 1: session 's1' is stored with another "
-                                         "ended_at, and this line is a later state of it"):
-        import_sessions(app, _lines(ENDED))
-    assert [json.loads(line).get("ended_at") for line in export_records(app, "sessions")] \
-        == [None]
+    assert import_sessions(app, _lines(ENDED)).ended == 1
+    ended = [json.loads(line).get("ended_at") for line in export_records(app, "sessions")]
+    assert ended != [None]
     assert import_sessions(app, _lines(SESSION)).duplicates == 1
+    other = {**json.loads(_lines(ENDED)[0]), "ended_at": "2026-05-01T09:30:00+00:00"}
+    with pytest.raises(InputError, match="^line 1: session 's1' already ended at"):
+        import_sessions(app, [json.dumps(other)])
+    assert [json.loads(line).get("ended_at") for line in export_records(app, "sessions")] \
+        == ended

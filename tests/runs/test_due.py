@@ -117,3 +117,18 @@ def test_runs_the_gate_creates_with_now_keep_that_clock(app: App) -> None:
         with app.uow() as uow:
             (note,) = uow.notes.get_many([f"{agent}-n"])
         assert note.status == "active", agent  # not expired as of the run's clock
+
+
+def test_a_queued_run_a_gate_check_created_after_the_sweep_is_claimed_here(app: App) -> None:
+    """A `dream gate` without a broker creates a due scope's queued run after this invocation's
+    sweep of waiting runs: the run is claimed and executed here (before: skipped silently,
+    exit 0, left for the next `--due`)."""
+    _due_scopes(app)
+    work = find_due(app, None)
+    assert work.waiting == [] and len(work.check.due) == len(AGENTS)
+    queued = service.gate_check(app).created
+    assert len(queued) == len(AGENTS)
+    executed = dict(execute_due(app, work, None))
+    assert sorted(executed) == sorted(queued)
+    assert set(executed.values()) == {RunStatus.SUCCEEDED.value}
+    assert len(_runs(app)) == len(AGENTS)

@@ -152,8 +152,10 @@ def echo_imported(result: Any, noun: str) -> None:
                    "writes none)")
         return
     restated = getattr(result, "restated", 0)
+    ended = getattr(result, "ended", 0)
     click.echo(f"read {result.read} {noun}: {result.inserted} added, "
-               f"{result.duplicates} already present"
+               + (f"{ended} stored without an end given it, " if ended else "")
+               + f"{result.duplicates} already present"
                + (f" ({restated} stored {'note' if restated == 1 else 'notes'} said again "
                   "later: dated at the later statement)" if restated else ""))
 

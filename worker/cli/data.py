@@ -109,20 +109,36 @@ def sessions_export(ctx: click.Context) -> None:
 @stop_says("the session is one write, recorded whole or not at all")
 @scope_options
 @click.option("--at", "at", default=None, help="Start time (ISO-8601); default now.")
+@click.option("--ended-at", "ended_at", default=None,
+              help="End time (ISO-8601), once it has ended: the same --at again records the end "
+                   "of a session added without one.")
 @click.pass_context
 @user_errors
 def sessions_add(ctx: click.Context, agent: str, user: str | None, company: str | None,
-                 at: str | None) -> None:
-    """Record one session for a scope."""
+                 at: str | None, ended_at: str | None) -> None:
+    """Record one session for a scope (or the end of one recorded without it)."""
     from worker.ingest.sessions import import_sessions
 
     started = parse_past_timestamp(
         at, "--at", "a session is recorded once it has started (the gate would not count it "
         "until then); give the time it started, or leave --at out for now") or utcnow()
+    ended = parse_past_timestamp(
+        ended_at, "--ended-at", "a session's end is recorded once it has ended (the gate's idle "
+        "wait would take it for activity); leave --ended-at out while it goes on")
     line = json.dumps({"agent_id": agent, "user_id": user, "company_id": company,
-                       "started_at": started.isoformat()})
-    import_sessions(cli_app(ctx), [line])
-    click.echo(f"session recorded for {Scope(agent, user, company).key} at {started.isoformat()}")
+                       "started_at": started.isoformat(),
+                       "ended_at": ended.isoformat() if ended else None})
+    result = import_sessions(cli_app(ctx), [line], present=utcnow())
+    key = Scope(agent, user, company).key
+    if result.inserted:
+        click.echo(f"session recorded for {key} at {started.isoformat()}"
+                   + (f", ended {ended.isoformat()}" if ended else ""))
+    elif result.ended:
+        click.echo(f"session end recorded for {key} at {started.isoformat()}: ended "
+                   f"{ended.isoformat() if ended else ''}")
+    else:
+        click.echo(f"session already present for {key} at {started.isoformat()}; nothing "
+                   "added")
 
 
 @click.group()

@@ -33,6 +33,8 @@ class ImportResult:
     duplicates: int = 0
     # Stored notes an already-present line said again later: dated at it (``note_again``).
     restated: int = 0
+    # Stored sessions without an end whose end a line gave: recorded (``import_sessions``).
+    ended: int = 0
     # Lines imported as given whose values do nothing as the settings stand, one line each.
     warnings: list[str] = dataclasses.field(default_factory=list)
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from worker.app import App
-from worker.clock import SKEW
+from worker.clock import SKEW, utcnow
 from worker.ingest.fields import (
     derived_id,
     opt_str,
@@ -17,7 +17,7 @@ from worker.ingest.fields import (
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
-from worker.ingest.same_record import refuse_later, refuse_twice
+from worker.ingest.same_record import refuse_twice
 from worker.store.scope_locks import hold_scopes
 
 SESSION_FIELDS = {"id", "agent_id", "user_id", "company_id", "started_at", "ended_at"}
@@ -59,7 +59,8 @@ def parse_session(obj: dict[str, Any], number: int,
 def import_sessions(app: App, lines: Iterable[str | bytes], *,
                     present: datetime | None = None) -> ImportResult:
     """All-or-nothing and idempotent by id; an id reused for another session is refused, and
-    with ``present`` (the CLI's clock) so is a session that has not started yet."""
+    with ``present`` (the CLI's clock) so is a session that has not started yet. A stored
+    session without an end gets the ``ended_at`` a line gives it (``_ends_to_record``)."""
     result = ImportResult()
     rows: dict[str, dict[str, Any]] = {}
     line_of: dict[str, int] = {}
@@ -80,23 +81,46 @@ def import_sessions(app: App, lines: Iterable[str | bytes], *,
         for session_id, was in sorted(stored.items(), key=lambda s: line_of[s[0]]):
             _refuse_conflict(rows[session_id], was, line_of[session_id])
         fresh = [r for r in rows.values() if r["id"] not in stored]
+        ended = _ends_to_record(uow.sessions.ends(stored), rows, line_of, present or utcnow())
         uow.sessions.add_many(fresh)
+        uow.sessions.set_ended(ended)
         uow.commit()
     result.inserted = len(fresh)
-    result.duplicates = result.read - len(fresh)
+    result.ended = len(ended)
+    result.duplicates = result.read - len(fresh) - len(ended)
     return result
 
 
 def _refuse_conflict(row: dict[str, Any], was: dict[str, Any], number: int) -> None:
-    """A stored id is already present for the same session, or an earlier state of it (the
-    line still open, the stored one ended since); another end is refused (``same_record``)."""
+    """A stored id is the same session (scope and start); its end is ``_ends_to_record``'s."""
     if _session_identity(was) != _session_identity(row):
         raise InputError(f"line {number}: session {row['id']!r} already exists with another "
                          "scope or start; give a new id")
-    if row["ended_at"] is not None and row["ended_at"] != was["ended_at"]:
-        refuse_later(number, "session", row["id"], "ended_at",
-                     "a later state of it (ended, the stored one still open)"
-                     if was["ended_at"] is None else "another end of it")
+
+
+def _ends_to_record(stored: dict[str, datetime | None], rows: dict[str, dict[str, Any]],
+                    line_of: dict[str, int], present: datetime) -> dict[str, datetime]:
+    """The ends of stored sessions these lines give and the store has not: a host records a
+    session as it starts and again with ``ended_at`` once it ends (dropped as "already
+    present", the end was never recorded, and the gate's idle wait dreamed mid-conversation).
+    Another end than the one stored is refused (the stored end stands), and so is an end later
+    than ``present`` (and ``SKEW``), whoever imports."""
+    ends: dict[str, datetime] = {}
+    for session_id, was in stored.items():
+        end = rows[session_id]["ended_at"]
+        if end is None or end == was:
+            continue
+        number = line_of[session_id]
+        if was is not None:
+            raise InputError(f"line {number}: session {session_id!r} already ended at "
+                             f"{was.isoformat()}, not {end.isoformat()}; give the end it has, "
+                             "or leave ended_at out")
+        if end > present + SKEW:
+            raise InputError(f"line {number}: ended_at {end.isoformat()} is later than the "
+                             f"present time ({present.isoformat(timespec='seconds')}); give "
+                             "the time the session ended once it has")
+        ends[session_id] = end
+    return ends
 
 
 def _session_identity(row: dict[str, Any]) -> tuple[str, datetime]:

@@ -11,9 +11,11 @@ from datetime import datetime
 import structlog
 
 from worker.app import App
+from worker.domain.types import RunStatus, Scope
 from worker.runs import service
+from worker.runs.decide import GateClosed
 from worker.runs.scheduling import GateResult
-from worker.runs.snapshot import claim
+from worker.runs.snapshot import RunSnapshot, claim
 from worker.runs.stops import stops_held
 from worker.safety.crashpoints import crashpoint
 
@@ -43,7 +45,9 @@ def execute_due(app: App, work: DueWork, clock: datetime | None) -> Iterator[tup
     """Each run this invocation claims, executed to its end: (run id, final status). A waiting
     run is claimed before it runs; a due scope's run is created claimed just before it runs,
     after its gate is asked again (a run of another executor may have dreamed it meanwhile).
-    What another executor claimed or holds is its own to run and report: skipped here."""
+    A due scope held by a queued or interrupted run (a concurrent `dream gate` without a broker
+    created it after the sweep) is that run's, claimed here as a waiting run is (``_held``).
+    What another executor claimed is its own to run and report: skipped here."""
     # A stop between a claim (or a creation) and the engine's give-back is held until the
     # engine covers the run (worker.runs.stops): never a run left running by it.
     for run_id in work.waiting:
@@ -60,10 +64,28 @@ def execute_due(app: App, work: DueWork, clock: datetime | None) -> Iterator[tup
             log.info("run.due_no_longer", scope=scope.key)
             continue
         with stops_held():
-            created = service.create_claimed_run(app, scope, trigger="beat", clock=clock)
-            status = None if created is None else service.execute_run(app, created)
-        if created is None or status is None:  # another executor's run holds the scope (R1)
+            try:  # the gate asked again once the insert holds the scope (``create.regate``)
+                created = service.create_claimed_run(app, scope, trigger="beat", clock=clock,
+                                                     gated=True)
+            except GateClosed:
+                log.info("run.due_no_longer", scope=scope.key)
+                continue
+            snap = created if created is not None else _held(app, scope)
+            status = None if snap is None else service.execute_run(app, snap)
+        if snap is None or status is None:  # another executor's run holds the scope (R1)
             log.info("run.due_taken", scope=scope.key)
             continue
-        yield created.run_id, status
+        yield snap.run_id, status
         crashpoint("run.due_reported")
+
+
+def _held(app: App, scope: Scope) -> RunSnapshot | None:
+    """The queued or interrupted run holding ``scope``, claimed (compare-and-set: a Celery
+    worker or another `--due` that claims it first keeps it); None when a running run holds it
+    or the claim lost. Before, such a run, created by a `dream gate` without a broker after
+    this invocation's sweep, was skipped silently, and left for the next `--due`."""
+    with app.uow() as uow:
+        run = uow.runs.active_for_scope(scope)
+    if run is None or run.status == RunStatus.RUNNING.value:
+        return None
+    return claim(app, run.id, opening=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
 
 import structlog
 
@@ -15,9 +14,9 @@ from worker.clock import utcnow
 from worker.config import Settings
 from worker.domain.types import RunStatus, Scope
 from worker.runs.batches import release_run_batches, retry_incomplete_releases
-from worker.runs.create import create_runs
-from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
-from worker.store.chunks import IN_CHUNK, chunked
+from worker.runs.create import create_gated_runs
+from worker.runs.decide import decide_scopes
+from worker.runs.gate import GateDecision, GateRule
 from worker.store.models import DreamRunRow
 from worker.store.repositories.run_history import counts_in_streak
 from worker.store.uow import UnitOfWork
@@ -145,11 +144,14 @@ def gate_check(app: App, now: datetime | None = None, backlog: int | None = None
     now = now or utcnow()
     result = GateResult([], {}, [], [], backlog=backlog)
     recover_runs(app, now, result, backlog)
-    decisions = decide_scopes(app, now)
+    decisions = decide_scopes(app, clock)
     due = [scope for scope, d in decisions.items() if d.due]
-    # Every due scope's run in one transaction (R1 still refuses a scope that has one).
-    runs = create_runs(app, due, trigger="beat", clock=clock) if create else {}
+    # Every due scope's run in one transaction (R1 still refuses a scope that has one), the
+    # gate asked again there: a run of a scope may have ended since ``decide_scopes`` read.
+    made = create_gated_runs(app, due, trigger="beat", clock=clock, gated=True) if create \
+        else None
     for scope, decision in decisions.items():
+        decision = made.closed.get(scope, decision) if made else decision
         result.decisions[scope.key] = decision
         if not decision.due:
             result.skipped[scope.key] = decision.reason
@@ -157,7 +159,7 @@ def gate_check(app: App, now: datetime | None = None, backlog: int | None = None
         if not create:
             result.due.append(scope)
             continue
-        run_id = runs[scope]
+        run_id = made.runs[scope] if made else None
         if run_id is None:
             result.skipped[scope.key] = HELD
             result.decisions[scope.key] = held(decision)
@@ -193,11 +195,11 @@ def explain_scopes(app: App, now: datetime | None = None,
     the broker's backlog unknown, so without its patience): a run it gives up frees its scope
     and counts in the scope's failed runs; then a due scope still held by a queued, running
     or interrupted run is ``already_active``, not "due"."""
-    now = now or utcnow()
+    clock, now = now, now or utcnow()
     with app.uow() as uow:
         plan = {r.run.scope_key: r for r in plan_recovery(uow, app.settings, now)}
     given_up = {key for key, r in plan.items() if r.fate is Fate.GIVE_UP}
-    decisions = decide_scopes(app, now, scopes, failing={
+    decisions = decide_scopes(app, clock, scopes, failing={
         key for key in given_up if counts_in_streak(plan[key].run)})
     due = [scope.key for scope, d in decisions.items() if d.due]
     with app.uow() as uow:
@@ -219,59 +221,4 @@ def _explained(decision: GateDecision, recovery: Recovery | None) -> GateDecisio
 
 def scope_gate(app: App, scope: Scope, now: datetime | None = None) -> GateDecision:
     """The gate decision for one scope (the CLI asks before an unforced run)."""
-    return decide_scopes(app, now or utcnow(), [scope])[scope]
-
-
-def decide_scopes(
-    app: App, now: datetime, scopes: list[Scope] | None = None, failing: set[str] | None = None
-) -> dict[Scope, GateDecision]:
-    """The gate decision of every known scope (or of ``scopes``), read in a few bulk queries;
-    creates nothing. ``failing``: keys of scopes whose run fails at ``now`` first (the lost
-    run a gate check gives up), one more failed run in the scope's streak."""
-    s = app.settings
-    default = GatePolicy(hours=s.gate_hours, sessions=s.gate_sessions, notes=s.gate_notes,
-                         idle_minutes=s.gate_idle_minutes, max_stale_hours=s.gate_max_stale_hours,
-                         backoff_seconds=s.beat_interval_seconds,
-                         backoff_max_seconds=s.failure_backoff_max_seconds)
-    with app.uow() as uow:
-        if scopes is None:
-            scopes = sorted(set(uow.sessions.scopes()) | set(uow.notes.scopes()))
-        agents = uow.entities.fetch("agent", {sc.agent_id for sc in scopes})
-        policies = {sc: default.overridden(_agent_gate(agents.get(sc.agent_id)))
-                    for sc in scopes}
-        # The volume count is one aggregate over notes: only paid for when some scope uses it.
-        volume = any(p.notes is not None for p in policies.values())
-        last: dict[str, datetime] = {}
-        sessions: dict[str, tuple[int, datetime | None, datetime | None]] = {}
-        changed: dict[str, int] = {}
-        streaks: dict[str, tuple[int, datetime]] = {}
-        # A query per chunk of scopes: each binds a scope's key twice (in its last dream's
-        # sub-select and in the filter), and a store may know more scopes than a statement binds.
-        for keys in chunked([sc.key for sc in scopes], IN_CHUNK // 2):
-            last.update(uow.run_history.last_success_at(keys))
-            sessions.update(uow.sessions.activity_since_last_success(keys, now))
-            changed.update(uow.run_history.notes_changed_since_last_success(keys, now)
-                           if volume else {})
-            streaks.update(uow.run_history.failure_streaks(keys)
-                           if s.failure_backoff_max_seconds else {})
-    decisions: dict[Scope, GateDecision] = {}
-    for scope in scopes:
-        count, latest, earliest = sessions.get(scope.key, (0, None, None))
-        failed, failed_at = streaks.get(scope.key, (0, None))
-        if failing and scope.key in failing:
-            failed, failed_at = failed + 1, now
-        activity = ScopeActivity(
-            last_success_at=last.get(scope.key), sessions_since=count,
-            notes_changed_since=changed.get(scope.key, 0), last_session_at=latest,
-            pending_since=earliest, failed_runs=failed, last_failed_at=failed_at,
-        )
-        decisions[scope] = decide_gate(now=now, policy=policies[scope], activity=activity)
-    return decisions
-
-
-def _agent_gate(agent: Any) -> dict[str, Any]:
-    if agent is None:
-        return {}
-    return {"hours": agent.gate_hours, "sessions": agent.gate_sessions, "notes": agent.gate_notes,
-            "idle_minutes": agent.gate_idle_minutes,
-            "max_stale_hours": agent.gate_max_stale_hours}
+    return decide_scopes(app, now, [scope])[scope]

@@ -23,11 +23,11 @@ from worker.runs import engine
 from worker.runs.batches import RunBatchRelease, release_run_batches
 from worker.runs.context import Registry
 from worker.runs.create import busy_message, create_claimed_run, create_run, create_runs
+from worker.runs.decide import decide_scopes
 from worker.runs.finalize import finalize_run
 from worker.runs.outcome import PhaseOutcome
 from worker.runs.scheduling import (
     GateResult,
-    decide_scopes,
     explain_scopes,
     gate_check,
     hand_overs_before_failing,
@@ -175,17 +175,21 @@ def scope_known(app: App, scope: Scope) -> bool:
         ) or bool(uow.runs.list(scope, limit=1))
 
 
-def abandon_run(app: App, run_id: str, reason: str) -> None:
+def abandon_run(app: App, run_id: str, reason: str) -> bool:
     """A queued run that never reached the broker: mark it failed at once, so the user who asked
-    for it sees why and the scope is free (rather than waiting for the gate check's timeout)."""
+    for it sees why and the scope is free (rather than waiting for the gate check's timeout).
+    Whether it was failed: a run in any other status (an interrupted one the gate check hands
+    out again, one claimed meanwhile) is left as it is, and the caller must not say it failed."""
     with app.uow() as uow:
         run = uow.runs.get(run_id)
-        if run is not None and run.status == RunStatus.QUEUED.value:
-            uow.runs.set_status(run_id, RunStatus.FAILED.value, finished_at=utcnow(), error=reason)
-            uow.commit()
+        failed = (run is not None and run.status == RunStatus.QUEUED.value
+                  and uow.runs.finish_unclaimed(run, RunStatus.FAILED.value, utcnow(),
+                                                error=reason))
+        uow.commit()
     # Not a warning: the BrokerUnavailable raised next names the run (the CLI's one error
     # line, the gate check task's failure); a second line on a terminal would repeat it.
-    log.info("run.abandoned", run_id=run_id, reason=reason)
+    log.info("run.abandoned" if failed else "run.unsent", run_id=run_id, reason=reason)
+    return failed
 
 __all__ = [
     "BrokerUnavailable", "GateResult", "PhaseOutcome", "RunError", "UnknownScope",

@@ -18,6 +18,7 @@ from worker.app import App
 from worker.domain.types import PHASES, RunStatus, Scope
 from worker.errors import ConfigError, Conflict, InvalidRun
 from worker.runs import service
+from worker.runs.decide import GateClosed
 from worker.runs.gate import GateDecision
 from worker.runs.snapshot import RunSnapshot
 from worker.runs.stops import stops_held
@@ -82,23 +83,32 @@ def start_run(app: App, request: RunRequest, via: Via | None = None) -> StartedR
         require_broker(app)
     service.ensure_scope_known(app, request.scope)
     if not request.force:
-        decision = service.scope_gate(app, request.scope, now=request.clock)
-        if not decision.due:
-            hint = _FORCE_HINT.get(request.trigger, "force it to run anyway")
-            raise NotDue(f"not due for {request.scope.key}: {decision.reason}; {hint}", decision)
+        _refuse_unless_due(request, service.scope_gate(app, request.scope, now=request.clock))
     # A run executed here starts claimed (one statement for create and claim); Celery's
     # workers claim theirs. Here, a stop from its creation until the engine's give-back covers
     # it waits for that give-back (worker.runs.stops): never a run left running by a stop.
     create = service.create_run if via is Via.CELERY else service.create_claimed_run
     with stops_held() if via is Via.HERE else nullcontext():
-        run = create(
-            app, request.scope, trigger=request.trigger, force=request.force,
-            dry_run=request.dry_run, phases=list(request.phases) or None, clock=request.clock,
-            allow_retire=request.allow_retire)
+        try:  # the gate asked again once the insert holds the scope (``create.regate``)
+            run = create(
+                app, request.scope, trigger=request.trigger, force=request.force,
+                dry_run=request.dry_run, phases=list(request.phases) or None,
+                clock=request.clock, allow_retire=request.allow_retire,
+                gated=not request.force)
+        except GateClosed as closed:
+            _refuse_unless_due(request, closed.decision)
+            raise
         if run is None:
             raise Conflict(service.busy_message(app, request.scope))
         run_id = run if isinstance(run, str) else run.run_id
         return StartedRun(run_id, via, dispatch_run(app, run, via))
+
+
+def _refuse_unless_due(request: RunRequest, decision: GateDecision) -> None:
+    """NotDue, naming the gate's reason and how this shell forces a run, unless due."""
+    if not decision.due:
+        hint = _FORCE_HINT.get(request.trigger, "force it to run anyway")
+        raise NotDue(f"not due for {request.scope.key}: {decision.reason}; {hint}", decision)
 
 
 def check_request(request: RunRequest) -> None:

@@ -6,7 +6,19 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, bindparam, case, exists, func, insert, literal, or_, select
+from sqlalchemy import (
+    Row,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -58,6 +70,20 @@ class SessionRepository:
         against (``worker.ingest.same_record``)."""
         return records_by_id(self.session, SessionRow, fields, ids)
 
+    def ends(self, ids: Iterable[str]) -> dict[str, datetime | None]:
+        """id → ended_at (None: still going on) for the ids that exist."""
+        found = records_by_id(self.session, SessionRow, ("ended_at",), ids)
+        return {i: _aware(r["ended_at"]) for i, r in found.items()}
+
+    def set_ended(self, ended: dict[str, datetime]) -> None:
+        """Record the end of sessions stored without one (``ended_at`` still NULL)."""
+        if ended:  # one executemany, not a statement per session
+            self.session.connection().execute(
+                update(SessionRow).where(SessionRow.id == bindparam("sid"),
+                                         SessionRow.ended_at.is_(None))
+                .values(ended_at=bindparam("at")),
+                [{"sid": i, "at": at} for i, at in ended.items()])
+
     def counts_since(self, since: dict[str, datetime | None]) -> dict[str, int]:
         """Sessions per scope started after each scope's own cut-off, grouped in one query."""
         if not since:
@@ -75,16 +101,17 @@ class SessionRepository:
         return counts
 
     def activity_since_last_success(
-        self, scope_keys: list[str], now: datetime
+        self, scope_keys: list[str], now: datetime, clock: datetime | None = None
     ) -> dict[str, tuple[int, datetime | None, datetime | None]]:
         """Per scope, aggregated in the database in one query (the session history only grows):
         (sessions started after its last dream (``gate_dreams``) began and by ``now``, latest
         session start or end at any time, earliest session start after that dream). A session
         stamped past ``now`` has not happened yet: counted, it would start after every dream
-        and make the scope due forever."""
+        and make the scope due forever. ``clock``: a `--now` given, the last dream begun by
+        then (``gate_dreams``)."""
         if not scope_keys:
             return {}
-        last = gate_dreams(scope_keys, DreamRunRow.started_at)
+        last = gate_dreams(scope_keys, DreamRunRow.started_at, clock)
         pending = and_(SessionRow.started_at <= now,
                        or_(last.c.at.is_(None), SessionRow.started_at > last.c.at))
         # A stamp a little ahead (clock skew) is activity now (the idle wait holds); one

@@ -53,7 +53,8 @@ def ended_as(*statuses: str) -> ColumnElement[bool]:
                and_(DreamRunRow.status == RunStatus.UNDONE.value, undone_from.in_(statuses)))
 
 
-def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None]) -> Subquery:
+def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None],
+                now: datetime | None = None) -> Subquery:
     """(``scope_key``, ``at``): the latest ``at`` of each scope's runs the gate counts as its last
     dream, the one cut-off of its hours, sessions and changed notes. A non-dry run that dreamed
     (blocked too: retried every day without new activity it would trip the same guard again;
@@ -61,17 +62,26 @@ def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None
     person approved and dreams nothing, so approving an item neither restarts the 24 h nor
     spends the sessions the next dream is for. Nor a run asked for some phases only
     (`dream run --phase prune`): it left the others for the dream, which it made wait another
-    24 h and five sessions while its status said `succeeded`."""
+    24 h and five sessions while its status said `succeeded`. With ``now`` (a `--now` given:
+    the store as of then), only a dream begun by then: `dream gate --explain --now` of a past
+    time counted the dreams after it, and found the scope too soon or short of sessions then.
+    Without (the present), every dream: one a worker whose clock runs a little ahead stamped
+    after this process's present still counts."""
     return (
         select(DreamRunRow.scope_key, func.max(at).label("at"))
-        .where(DreamRunRow.scope_key.in_(scope_keys),
-               ended_as(*DREAMED_RUN_STATUSES),
-               DreamRunRow.dry_run.is_(False),
-               DreamRunRow.trigger != REVIEW_TRIGGER,
-               every_phase_asked())
+        .where(DreamRunRow.scope_key.in_(scope_keys), dreamed(now))
         .group_by(DreamRunRow.scope_key)
         .subquery()
     )
+
+
+def dreamed(now: datetime | None = None) -> ColumnElement[bool]:
+    """The run is one the gate counts as a dream (``gate_dreams``), begun by ``now`` if given."""
+    return and_(ended_as(*DREAMED_RUN_STATUSES),
+                DreamRunRow.dry_run.is_(False),
+                DreamRunRow.trigger != REVIEW_TRIGGER,
+                every_phase_asked(),
+                true() if now is None else DreamRunRow.started_at <= now)
 
 
 def every_phase_asked() -> ColumnElement[bool]:
@@ -106,17 +116,18 @@ class RunHistoryRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def last_success_at(self, scope_keys: list[str]) -> dict[str, datetime]:
-        """Start time of each scope's last dream as the gate counts it (``gate_dreams``), in
-        one query."""
+    def last_success_at(self, scope_keys: list[str],
+                        now: datetime | None = None) -> dict[str, datetime]:
+        """Start time of each scope's last dream as the gate counts it (``gate_dreams``, begun
+        by ``now`` if given), in one query."""
         if not scope_keys:
             return {}
-        last = gate_dreams(scope_keys, DreamRunRow.started_at)
+        last = gate_dreams(scope_keys, DreamRunRow.started_at, now)
         rows = self.session.execute(select(last.c.scope_key, last.c.at)).all()
         return {k: v for k, v in rows if v is not None}
 
-    def notes_changed_since_last_success(self, scope_keys: list[str],
-                                         now: datetime) -> dict[str, int]:
+    def notes_changed_since_last_success(self, scope_keys: list[str], now: datetime,
+                                         clock: datetime | None = None) -> dict[str, int]:
         """Notes the host created or changed per scope since its last dream (``gate_dreams``)
         finished (all notes for a scope never dreamed) and by ``now``: the gate's volume
         trigger, aggregated in one query. The cut-off is the run's end, so the dream's own
@@ -124,10 +135,10 @@ class RunHistoryRepository:
         (``_worker_wrote``): an undo, a review approval's run, a failed or cancelled run's
         phases. A note the host created since still counts when such a write changed it after.
         A note stamped past ``now`` (an imported ``updated_at``) has not changed yet, and would
-        otherwise count after every dream."""
+        otherwise count after every dream. ``clock``: as ``last_success_at``'s ``now``."""
         if not scope_keys:
             return {}
-        last = gate_dreams(scope_keys, DreamRunRow.finished_at)
+        last = gate_dreams(scope_keys, DreamRunRow.finished_at, clock)
 
         def since(stamp: InstrumentedAttribute[datetime]) -> ColumnElement[bool]:
             return and_(stamp <= now, or_(last.c.at.is_(None), stamp > last.c.at))
@@ -142,7 +153,8 @@ class RunHistoryRepository:
         ).all()
         return {k: int(n) for k, n in rows}
 
-    def failure_streaks(self, scope_keys: list[str] | None) -> dict[str, tuple[int, datetime]]:
+    def failure_streaks(self, scope_keys: list[str] | None,
+                        now: datetime | None = None) -> dict[str, tuple[int, datetime]]:
         """Per scope with any: its failed runs in a row and when the last of them ended (the
         gate's back-off), in one query. Counted: non-dry runs that were claimed (their phases
         ran) and ended failed (undone since or not: ``ended_as``), created after the scope's
@@ -151,16 +163,17 @@ class RunHistoryRepository:
         that was down, no worker consuming the queue) says nothing about the scope and is left
         out, and so are cancelled runs, dry runs and review approvals: none counts, none resets;
         nor do the runs kept of an erased user (no run will end their streak). ``None``: every
-        scope (the ``/metrics`` gauge)."""
+        scope (the ``/metrics`` gauge). A run asked for some phases only (`dream run --phase
+        prune`) is no dream, and ends no streak unless forced. With ``now`` (a `--now` given),
+        only the runs begun (a forced one: created) by then."""
         if scope_keys is not None and not scope_keys:
             return {}
         keyed = DreamRunRow.scope_key.in_(scope_keys) if scope_keys is not None else true()
+        by_now = true() if now is None else DreamRunRow.created_at <= now
         reset = (
             select(DreamRunRow.scope_key, func.max(DreamRunRow.created_at).label("at"))
             .where(keyed, DreamRunRow.trigger != REVIEW_TRIGGER,
-                   or_(DreamRunRow.force.is_(True),
-                       and_(ended_as(*DREAMED_RUN_STATUSES),
-                            DreamRunRow.dry_run.is_(False))))
+                   or_(and_(DreamRunRow.force.is_(True), by_now), dreamed(now)))
             .group_by(DreamRunRow.scope_key)
             .subquery()
         )
@@ -171,6 +184,7 @@ class RunHistoryRepository:
             .where(keyed, ended_as(RunStatus.FAILED.value),
                    DreamRunRow.user_id.is_distinct_from(ERASED_USER),
                    DreamRunRow.started_at.is_not(None), DreamRunRow.dry_run.is_(False),
+                   true() if now is None else DreamRunRow.started_at <= now,
                    DreamRunRow.trigger != REVIEW_TRIGGER,
                    or_(reset.c.at.is_(None), DreamRunRow.created_at > reset.c.at))
             .group_by(DreamRunRow.scope_key)

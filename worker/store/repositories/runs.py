@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, literal, select, update
+from sqlalchemy import Table, bindparam, delete, func, insert, literal, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
@@ -126,6 +126,11 @@ class RunRepository:
                     .returning(_RUNS.c.id, _RUNS.c.scope_key))
             created.update((row.scope_key, row.id) for row in conn.execute(stmt))
         return created
+
+    def drop_created(self, run_ids: list[str]) -> None:
+        """Delete runs this transaction inserted and has not committed (no one has seen them)."""
+        for chunk in chunked(run_ids):
+            self.session.execute(delete(DreamRunRow).where(DreamRunRow.id.in_(chunk)))
 
     def get(self, run_id: str) -> DreamRunRow | None:
         return self.session.get(DreamRunRow, run_id)
