@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,8 +19,8 @@ import numpy as np
 import pytest
 from sqlalchemy import event, select, text
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
 
+from tests.store.test_row_locks import _wait_for_lock
 from tests.support.factories import add_notes
 from worker.app import App
 from worker.clock import utcnow
@@ -94,20 +93,6 @@ def test_every_multi_row_lock_sorts_its_ids_byte_wise(pg_app: App) -> None:
     orders = [m for s in locks for m in _ORDER.findall(s)]
     assert len(orders) >= 11, locks  # every method above sent its lock
     assert [col for col, collated in orders if not collated and col not in _INTEGER_IDS] == []
-
-
-def _wait_for_lock(probe: Connection, pid: list[int]) -> None:
-    """Until the writer's backend waits on a lock (5 s at most)."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if pid:
-            waiting = probe.execute(text("SELECT wait_event_type FROM pg_stat_activity "
-                                         "WHERE pid = :pid"), {"pid": pid[0]}).scalar()
-            probe.rollback()  # pg_stat_activity is read once per transaction
-            if waiting == "Lock":
-                return
-        time.sleep(0.02)
-    raise AssertionError("set_embeddings never waited")
 
 
 @pytest.mark.postgres
