@@ -116,6 +116,25 @@ def test_review_page_forms_need_the_csrf_token_and_the_same_site(client: TestCli
     assert _statuses(api_app)["t1"] == "revoked"
 
 
+def test_a_click_through_a_proxy_that_ends_tls_is_the_same_site(client: TestClient,
+                                                                  api_app: App) -> None:
+    """Behind an ingress that ends TLS the browser's Origin says https:// while this server
+    sees http://: the page's own form was refused as another site's, blaming the CSRF token.
+    The Origin's host and port decide; another site's post is refused naming that, not the
+    token."""
+    item = _seed(api_app)
+    client.get(f"/dashboard/review?token={AGENT_1}")
+    url = f"/dashboard/review/{item}/decline"
+    foreign = client.post(url, data={"csrf": csrf_token(AGENT_1)}, follow_redirects=False,
+                          headers={"origin": "https://testserver.evil.example"})
+    assert foreign.status_code == 403 and "another site" in foreign.text
+    assert "CSRF" not in foreign.text
+    assert _statuses(api_app)["t1"] == "active"
+    proxied = client.post(url, data={"csrf": csrf_token(AGENT_1)}, follow_redirects=False,
+                          headers={"origin": "https://testserver", "sec-fetch-site": "same-origin"})
+    assert proxied.status_code == 303 and "declined+item" in proxied.headers["location"]
+
+
 def test_the_page_shows_only_the_outcome_line_its_own_redirect_sealed(
         client: TestClient, api_app: App) -> None:
     """The outcome line rides in the address after a decision. A link someone else made

@@ -173,6 +173,15 @@ def test_a_database_that_is_down_is_unavailable_not_internal() -> None:
     assert "mcp.tool_failed" not in events and "mcp.database_failed" in events
 
 
+def test_review_list_with_an_unknown_status_names_every_status_it_takes(app: App) -> None:
+    """``any`` lists every item, and a status it does not know is refused naming all six:
+    the line used to leave ``any`` out."""
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Likes tea."})
+    (answer,) = _refusals(app, [("review_list", {"status": "bogus"})])
+    assert answer.endswith("invalid: status must be one of open, approved, declined, stale, "
+                           "undone, any"), answer
+
+
 def test_review_list_by_a_run_of_another_scope_or_none_is_not_found(app: App) -> None:
     """review_list(run_id=...) naming agent-b's run or no run is ``not_found`` (the same line
     for both), never an empty list; dream_status(run_id="") is a malformed id, not the

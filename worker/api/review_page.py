@@ -100,13 +100,19 @@ def review_page(request: Request, token: str | None = None, scope: str | None = 
 
 
 def _cross_site(request: Request) -> bool:
-    if request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+    """Whether the browser says the form was posted from another site. The Origin's host and
+    port are compared with the Host header, not its scheme: behind a proxy that ends TLS the
+    page is served as https:// while this server sees http://, and every same-page click was
+    refused."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site in ("cross-site", "same-site"):
         return True
     origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        return origin == "null"
-    own = f"{request.url.scheme}://{request.headers.get('host', '')}"
-    return origin != own
+    if origin is None or fetch_site == "same-origin":
+        return False
+    if origin == "null":
+        return True
+    return urllib.parse.urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower()
 
 
 @router.post(PAGE + "/{item_id}/{action}")
@@ -123,8 +129,10 @@ def decide_from_page(
     who = authenticate(request.app.state.tokens, given)
     if who is None or given is None:
         return login_page()
-    if _cross_site(request) or not hmac.compare_digest(csrf.encode(),
-                                                       csrf_token(given).encode()):
+    if _cross_site(request):
+        return HTMLResponse("<p>Refused: the browser says this form was posted from another "
+                            "site. Open the review page itself and retry.</p>", status_code=403)
+    if not hmac.compare_digest(csrf.encode(), csrf_token(given).encode()):
         return HTMLResponse("<p>Refused: this form did not come from the review page "
                             "(missing or wrong CSRF token). Reload the page and retry.</p>",
                             status_code=403)

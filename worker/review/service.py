@@ -87,8 +87,11 @@ def item_dict(row: Any) -> dict[str, Any]:
 def list_items(app: App, scope: Scope, *, status: str | None = ItemStatus.OPEN.value,
                run_id: str | None = None, limit: int | None = 100,
                offset: int = 0) -> list[dict[str, Any]]:
+    """A scope's review items of ``status`` (``any`` or None: every status), oldest first."""
+    if status == "any":
+        status = None
     if status is not None and status not in set(ItemStatus):
-        raise Invalid(f"status must be one of {', '.join(ItemStatus)}")
+        raise Invalid(f"status must be one of {', '.join(ItemStatus)}, any")
     with app.uow() as uow:
         return [item_dict(r) for r in uow.review.list(scope, status=status, run_id=run_id,
                                                       limit=limit, offset=offset)]
