@@ -131,6 +131,11 @@ def render_tree(tree: dict[str, Any]) -> str:
         lines.append(f"  duration {totals['duration_ms']:.1f} ms  model calls "
                      f"{totals.get('model_calls', 0)}  tokens "
                      f"{totals.get('tokens_in', 0)}/{totals.get('tokens_out', 0)}")
+    elif "model_calls" in totals:  # a run stopped for good: its usage, read again at its release
+        lines.append(f"  model calls {totals['model_calls']}  tokens "
+                     f"{totals.get('tokens_in', 0)}/{totals.get('tokens_out', 0)}")
+    if said := batch_calls_said(totals):
+        lines.append(f"  {said}")
     for step in tree["steps"]:
         lines.append(_step_line(step, "  "))
         for child in step["children"]:
@@ -138,6 +143,25 @@ def render_tree(tree: dict[str, Any]) -> str:
     if tree.get("undo") is not None:
         lines.extend(_undo_lines(tree["undo"]))
     return "\n".join(lines)
+
+
+def batch_calls_said(totals: dict[str, Any]) -> str:
+    """What became of the batch calls an interrupted attempt left waiting (handed over to the
+    attempt that resumed the run, or given up: nobody read their answers) and the tokens the
+    provider billed after their phase (``runs.run_usage.batch_calls``), one line; "" when
+    there is nothing to say."""
+    said = []
+    if handed := totals.get("model_calls_handed_over"):
+        said.append(f"{handed} handed over to the attempt that resumed the run")
+    if given := totals.get("model_calls_given_up"):
+        said.append(f"{given} given up (the run stopped for good or no longer asked them; "
+                    "nobody read their answers)")
+    out = f"batch calls: {', '.join(said)}" if said else ""
+    late = totals.get("tokens_billed_late")
+    if isinstance(late, dict) and (late.get("tokens_in") or late.get("tokens_out")):
+        out += (f"{'; ' if out else ''}tokens billed after their phase "
+                f"{late.get('tokens_in', 0)}/{late.get('tokens_out', 0)} (in the run's tokens)")
+    return out
 
 
 UNDO_SHOWN = 20

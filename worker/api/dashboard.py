@@ -23,6 +23,7 @@ from worker.app import App
 from worker.domain.limits import ident_problem, scope_problem
 from worker.domain.types import Scope
 from worker.errors import NotFound
+from worker.reporting import batch_calls_said
 from worker.store.repositories.dashboard import ScopeFilter
 
 TOKEN_COOKIE = "dream_token"
@@ -74,7 +75,7 @@ def make_templates() -> Environment:
     extend ``base.html`` to get the navigation."""
     jinja = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape())
     jinja.globals.update(counts=_counts, nav_links=NAV_LINKS, counter_columns=counter_columns,
-                         scope_label=scope_label)
+                         scope_label=scope_label, batch_calls_said=batch_calls_said)
     return jinja
 
 

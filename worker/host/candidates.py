@@ -9,6 +9,7 @@ from typing import Any
 
 from worker.app import App
 from worker.clock import utcnow
+from worker.domain.attempts import latest_attempts
 from worker.domain.types import Note, Scope, fingerprint_notes
 from worker.host.errors import Invalid
 from worker.host.fusion import FUSED, MAX_SOURCE_IDS
@@ -47,7 +48,8 @@ def fusion_candidates(
     snap = read.notes.live(utcnow())  # an expired note is archive's: offered for no fusion
     with app.uow() as uow:
         run = uow.run_history.latest_finished(scope)
-        steps = uow.runs.steps(run.id) if run is not None else []
+        # The latest attempts' (an interrupted attempt's open clusters were judged again).
+        steps = latest_attempts(uow.runs.steps(run.id)) if run is not None else []
         notes = snap.notes
         pairs = [(i, j, s) for i, j, s in neighbour_pairs(
             snap.vectors, threshold, app.settings.ann_threshold)

@@ -90,7 +90,9 @@ class StepLedger:
         """What releasing the batch did, on its step's output (``release``). Not fenced: it
         records what the provider was told, whoever holds the run now."""
         with self.ctx.uow() as uow:
-            uow.batches.record_release(self.ctx.run_id, release.batch_id, release_record(release))
+            # Its phase charges what the release found billed (``batch.release_recorded``).
+            uow.batches.record_release(self.ctx.run_id, release.batch_id, release_record(release),
+                                       charged=True)
             uow.commit()
 
 

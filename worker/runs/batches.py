@@ -15,6 +15,7 @@ import structlog
 from worker.app import App
 from worker.llm.base import BatchLLM, BatchRelease
 from worker.llm.ledger import release_record
+from worker.runs.run_usage import charge_late
 from worker.store.repositories.batches import GIVEN_UP_KEY, RELEASE_KEY
 
 log = structlog.get_logger(__name__)
@@ -76,12 +77,15 @@ def release_run_batches(app: App, run_ids: Sequence[str], *,
 def _record(app: App, done: list[RunBatchRelease],
             more: Sequence[tuple[str, str, dict[str, Any]]] = ()) -> None:
     """What each release did (and ``more``: records given as they are), on the batch steps, in
-    one transaction after the provider's calls."""
+    one transaction after the provider's calls; what the provider billed for a batch that its
+    phase never charged is charged to the run that sent it (``run_usage.charge_late``: a
+    finished run's totals read again)."""
     with app.uow() as uow:
         for d in done:
             uow.batches.record_release(d.run_id, d.release.batch_id, release_record(d.release))
         for run_id, batch_id, record in more:
             uow.batches.record_release(run_id, batch_id, record)
+        charge_late(uow, [d.run_id for d in done] + [run_id for run_id, _, _ in more])
         uow.commit()
 
 

@@ -20,6 +20,7 @@ from worker.llm.batch_ends import end_of
 from worker.runs.batches import release_run_batches
 from worker.runs.outcome import PhaseOutcome, RunFacts, decide_outcome
 from worker.runs.phase_run import left_for_later
+from worker.runs.run_usage import batch_calls
 from worker.runs.snapshot import TERMINAL_STEP, RunSnapshot, read_snapshot, step_usages
 from worker.safety.crashpoints import crashpoint
 from worker.safety.guard import GUARD_STEP
@@ -54,7 +55,7 @@ def finalize(app: App, snap: RunSnapshot, written: list[dict[str, Any]] | None =
         spent = sum(step_usages(steps).values(), StepUsage())
         facts = _facts(app, uow, snap, steps, parents, spent)
         outcome = decide_outcome(facts)
-        totals = _totals(snap, parents, facts, outcome.flags, spent)
+        totals = _totals(snap, parents, facts, outcome.flags, spent, batch_calls(steps))
         done = uow.runs.finish_fenced(snap.run_id, snap.epoch, outcome.status, snap.scope,
                                       finished_at=utcnow(), totals=totals,
                                       lease_expires_at=None, status_reason=outcome.reason)
@@ -85,7 +86,7 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
     latest = _latest(steps, parents)
     left = {s.phase for s in latest if left_for_later(s.output or {})}
     phases = {s.phase: PhaseOutcome.of_report(s.status, s.phase in left) for s in parents}
-    open_now = _open_candidates(steps)
+    open_now = _open_candidates(latest)
     approval = snap.trigger == REVIEW_TRIGGER
     stale = _stale_items(steps, parents)
     # Counted only where it decides something: a run with nothing stale, or a dry run, applied
@@ -98,7 +99,7 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
                if open_now >= growth - 1 and not snap.dry_run else [])
     return RunFacts(
         phases=phases,
-        guard_reasons=[str((s.output or {}).get("reason")) for s in steps
+        guard_reasons=[str((s.output or {}).get("reason")) for s in latest
                        if s.parent_id is not None and s.name == GUARD_STEP],
         limit_reached=_limit_reached(app, spent),
         phase_limits=[s.phase for s in parents
@@ -158,6 +159,8 @@ def _unusable(output: dict[str, Any]) -> bool:
 
 
 def _open_candidates(steps: list[RunStepRow]) -> int:
+    """The clusters the latest attempts' steps (``_latest``) left open: an interrupted
+    attempt's are judged again by the attempt that resumed the run (counted there)."""
     return sum(1 for s in steps
                if s.parent_id is not None and (s.output or {}).get("verdict") == "open")
 
@@ -204,7 +207,7 @@ def _model_failure(steps: list[RunStepRow], what: str = "model endpoint ") -> st
 
 
 def _totals(snap: RunSnapshot, parents: list[RunStepRow], facts: RunFacts, flags: list[str],
-            spent: StepUsage) -> dict[str, Any]:
+            spent: StepUsage, batches: dict[str, Any]) -> dict[str, Any]:
     totals: dict[str, Any] = {
         "notes_after": None,  # the scope's counts, taken by the final update (``finish_fenced``)
         # Every attempt's spending, a killed one's and a failed phase's included (R15).
@@ -225,4 +228,7 @@ def _totals(snap: RunSnapshot, parents: list[RunStepRow], facts: RunFacts, flags
     }
     if snap.notes_before is not None:
         totals["notes_before"] = snap.notes_before
+    # What became of the batch calls an interrupted attempt left waiting, and the tokens billed
+    # for its batches after their phases (``run_usage.batch_calls``; in the tokens above).
+    totals.update(batches)
     return {**(snap.totals or {}), **totals}

@@ -116,7 +116,7 @@ def _recover(uow: UnitOfWork, recovery: Recovery, now: datetime, settings: Setti
             error=f"gave up after {counted(run.attempts, 'attempt')} (lease expired each time)",
         ):
             result.failed.append(run.id)
-            uow.runs.interrupt_steps([run.id], "the run gave up", now)
+            uow.runs.interrupt_steps([run.id], "the run gave up", now, resumed=False)
     elif recovery.lapsed:
         if uow.runs.expire(run, now, RunStatus.INTERRUPTED.value, enqueued_at=now):
             result.retried.append(run.id)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import structlog
 
+from worker.domain.attempts import latest_attempts
 from worker.domain.types import Note, PhaseReport, Scope, StepStatus
 from worker.phases.consolidate.apply import Unit, write_units
 from worker.phases.consolidate.core import ClusterPlan, TopicalLinks, plan_clusters
@@ -234,7 +235,8 @@ def open_candidates(app: Any, scope: Scope) -> list[dict[str, Any]]:
         run = uow.run_history.latest_finished(scope)
         if run is None:
             return []
-        steps = [s for s in uow.runs.steps(run.id)
+        # The latest attempts' (an interrupted attempt's open clusters were judged again).
+        steps = [s for s in latest_attempts(uow.runs.steps(run.id))
                  if s.phase == PHASE and s.parent_id is not None
                  and (s.output or {}).get("verdict") == "open"]
         ids = {i for s in steps for i in s.output.get("note_ids", [])}
@@ -258,9 +260,11 @@ def unmerged_clusters(uow: Any, run_id: str) -> list[list[str]]:
     """Note ids of each cluster this run's consolidate phase refused or left open.
 
     Read from the run's recorded steps, so a phase running in another process (Celery) sees the
-    same hand-off as one in the same process.
+    same hand-off as one in the same process: the latest attempt's, as the carry holds them
+    (an interrupted attempt's clusters were judged again).
     """
-    return unmerged_of((s.phase, s.parent_id, s.output) for s in uow.runs.steps(run_id))
+    return unmerged_of((s.phase, s.parent_id, s.output)
+                       for s in latest_attempts(uow.runs.steps(run_id)))
 
 
 def unmerged_of(steps: Iterable[tuple[str, str | None, Any]]) -> list[list[str]]:

@@ -11,13 +11,17 @@ from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session
 
 from worker.domain.types import StepStatus
+from worker.domain.usage import BILLED_LATE
 from worker.store.chunks import chunked
-from worker.store.models import BATCH_STEPS, RunStepRow
+from worker.store.models import BATCH_STEPS, DreamRunRow, RunStepRow
 
 BATCH_STEP_PREFIX = "llm batch "  # the step's name: this and the provider's batch id
 RELEASE_KEY = "release"  # in its output: what releasing the batch did
 READ_KEY = "read"  # in its output: the status of the finished batch its phase read
 GIVEN_UP_KEY = "given_up"  # in the release: when the gate check stopped trying it again
+# In its output: the tokens (in, out) of its output its phase charged (what it read or released
+# itself); the rest the provider billed is ``BILLED_LATE``.
+CHARGED_KEY = "charged"
 # A phase that ended one of these ways read or released every batch it asked.
 _PHASE_ENDED = (StepStatus.SUCCEEDED.value, StepStatus.NO_ITEMS.value, StepStatus.SKIPPED.value)
 
@@ -54,21 +58,45 @@ class BatchStepRepository:
         return [s for s in self.session.scalars(incomplete_releases_query(limit, since))
                 if "batch_id" in (s.input or {})]
 
-    def record_release(self, run_id: str, batch_id: str, record: dict[str, Any]) -> None:
+    def record_release(self, run_id: str, batch_id: str, record: dict[str, Any], *,
+                       charged: bool = False) -> None:
         """``record`` as the batch step's ``output.release``, the rest of its output kept, and
         the time of the first release (``first_at``) kept from the record it replaces. A batch
         its phase never read ends ``skipped`` (nobody read its answers); one read stays
-        ``succeeded`` (a release then only deletes what its read left)."""
+        ``succeeded`` (a release then only deletes what its read left).
+
+        What the provider billed for its output (``billed_in``/``billed_out``) is the most any
+        release of it read, never their sum (a kept file is read again). ``charged``: the
+        phase releasing it charges that to its budget; a batch its phase read was charged
+        reply by reply. The rest is billed late (``BILLED_LATE``, added to the run's usage):
+        a batch released by a run stopped for good, or whose output a later release found."""
         step = self._step(run_id, batch_id)
         if step is None:
             return
-        prior = (step.output or {}).get(RELEASE_KEY)
-        first = prior.get("first_at", prior.get("at")) if isinstance(prior, dict) else None
-        record = {**record, "first_at": first or record.get("at")}
-        read = READ_KEY in (step.output or {})
+        output = dict(step.output or {})
+        prior = output.get(RELEASE_KEY)
+        prior = prior if isinstance(prior, dict) else {}
+        first = prior.get("first_at", prior.get("at"))
+        billed = tuple(max(int(prior.get(k) or 0), int(record.get(k) or 0))
+                       for k in ("billed_in", "billed_out"))
+        record = {**record, "first_at": first or record.get("at"), "billed_in": billed[0],
+                  "billed_out": billed[1]}
+        read = READ_KEY in output
+        if charged or read:
+            output[CHARGED_KEY] = list(billed)
+        paid = output.get(CHARGED_KEY) or [0, 0]
+        late = (max(0, billed[0] - int(paid[0])), max(0, billed[1] - int(paid[1])))
+        output.pop(BILLED_LATE, None)
+        if any(late):
+            output[BILLED_LATE] = {"tokens_in": late[0], "tokens_out": late[1]}
         self.session.execute(update(RunStepRow).where(RunStepRow.id == step.id).values(
-            output={**(step.output or {}), RELEASE_KEY: record},
+            output={**output, RELEASE_KEY: record},
             status=StepStatus.SUCCEEDED.value if read else StepStatus.SKIPPED.value))
+
+    def set_run_totals(self, run_id: str, totals: dict[str, Any]) -> None:
+        """The run's totals, as its usage read again after a release (``runs.run_usage``)."""
+        self.session.execute(update(DreamRunRow).where(DreamRunRow.id == run_id).values(
+            totals=totals))
 
     def record_read(self, run_id: str, batch_id: str, status: str) -> None:
         """The finished batch was read: its status as ``output.read``."""

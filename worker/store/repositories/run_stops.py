@@ -19,7 +19,8 @@ _RUNNING = _STEPS.c.status == StepStatus.RUNNING.value
 _ORDER = {p: i for i, p in enumerate(PHASES)}
 
 
-def interrupt_steps(conn: Connection, run_ids: list[str], why: str, now: datetime) -> None:
+def interrupt_steps(conn: Connection, run_ids: list[str], why: str, now: datetime, *,
+                    resumed: bool = True) -> None:
     """The parent steps the runs' attempts left running end ``interrupted``: a terminal state
     for whoever reads the run, never a done phase (``TERMINAL_STEP``), so a retry still runs
     the phase under a step of its own. Phases run in order, so only a run's first running step
@@ -30,7 +31,8 @@ def interrupt_steps(conn: Connection, run_ids: list[str], why: str, now: datetim
     records when it began): an interrupted one begins when the run's last finished phase
     ended, and lasts what its children show (unknown without one: None, never 0), and one not
     started reads right after it, in phase order, so `dream runs show` lists them in run
-    order."""
+    order. ``resumed``: the runs are retried (an interrupted waiting step hands its batch's
+    calls over); False, stopped for good (it gives them up, ``_no_longer_waiting``)."""
     parents = [s for chunk in chunked(sorted(set(run_ids))) for s in conn.execute(
         select(_STEPS.c.id, _STEPS.c.run_id, _STEPS.c.phase, _STEPS.c.status,
                _STEPS.c.started_at, _STEPS.c.finished_at, _STEPS.c.output).where(
@@ -54,7 +56,7 @@ def interrupt_steps(conn: Connection, run_ids: list[str], why: str, now: datetim
         conn.execute(update(_STEPS).where(_STEPS.c.id == step.id, _RUNNING).values(
             status=StepStatus.INTERRUPTED.value, error=f"interrupted; {why}",
             started_at=at, finished_at=max(now, at), duration_ms=ms,
-            output=_no_longer_waiting(step.output)))
+            output=_no_longer_waiting(step.output, resumed)))
     for s in sorted((s for s in running if s.id != first[s.run_id].id), key=lambda s: s.id):
         # Right after the interrupted phase, in phase order: where the run would have gone on.
         at = began[s.run_id] + timedelta(microseconds=_ORDER.get(s.phase, len(PHASES)) + 1)
@@ -63,13 +65,16 @@ def interrupt_steps(conn: Connection, run_ids: list[str], why: str, now: datetim
             started_at=at, finished_at=at))
 
 
-def _no_longer_waiting(output: dict[str, Any] | None) -> dict[str, Any] | None:
+def _no_longer_waiting(output: dict[str, Any] | None,
+                       resumed: bool = True) -> dict[str, Any] | None:
     """A step's output once it is interrupted: a phase that was waiting on a batch keeps
     ``waiting`` (what it waited on) but not that as its ``reason``, which every view shows
     before the step's error ("interrupted; ..."). The calls it started that still waited in
     that batch (``model_calls_waiting``) are handed over, not failed: the attempt that resumes
-    the run reads the batch and counts them there, and a run stopped for good releases it
-    (before, they stayed in ``model_calls_failed`` as if the model had been down)."""
+    the run reads the batch and counts them there (``model_calls_handed_over``); a run stopped
+    for good (not ``resumed``) releases it, and nobody settles them: ``model_calls_given_up``
+    (before, they read handed over to an attempt that never came, and before that they stayed
+    in ``model_calls_failed`` as if the model had been down)."""
     if not output or "waiting" not in output:
         return output
     out = dict(output)
@@ -80,7 +85,7 @@ def _no_longer_waiting(output: dict[str, Any] | None) -> dict[str, Any] | None:
         failed = out.get("model_calls_failed")
         handed = min(waiting, failed) if isinstance(failed, int) else 0
         out["model_calls_failed"] = (failed or 0) - handed
-        out["model_calls_handed_over"] = handed
+        out["model_calls_handed_over" if resumed else "model_calls_given_up"] = handed
     return out
 
 

@@ -197,12 +197,13 @@ class RunRepository:
         """Parent steps a killed attempt left running stay visible, marked as interrupted."""
         self.interrupt_steps([run_id], f"retried by attempt {epoch}", now)
 
-    def interrupt_steps(self, run_ids: builtins.list[str], why: str, now: datetime) -> None:
+    def interrupt_steps(self, run_ids: builtins.list[str], why: str, now: datetime, *,
+                        resumed: bool = True) -> None:
         """The parent steps the runs' attempts left running end ``interrupted`` (the first of
-        a run's), or "not started" (the later ones), in run order
-        (``run_stops.interrupt_steps``)."""
+        a run's), or "not started" (the later ones), in run order; ``resumed``: to be retried,
+        else stopped for good (``run_stops.interrupt_steps``)."""
         if run_ids:
-            interrupt_steps(self.session.connection(), run_ids, why, now)
+            interrupt_steps(self.session.connection(), run_ids, why, now, resumed=resumed)
 
     def stop_steps(self, run_ids: builtins.list[str], why: str, now: datetime) -> None:
         """Runs stopped for good (cancelled by the operator, or by their user's erasure): the
@@ -213,7 +214,7 @@ class RunRepository:
         tasks one at a time) and a dashboard reads why each did not finish."""
         if not run_ids:
             return
-        self.interrupt_steps(run_ids, why, now)
+        self.interrupt_steps(run_ids, why, now, resumed=False)
         conn = self.session.connection()
         scopes: dict[str, str] = {}
         steps: builtins.list[Any] = []

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, case, func, select
 from sqlalchemy.orm import Session, aliased
 
+from worker.domain.usage import BILLED_LATE as LATE
 from worker.domain.usage import StepUsage, StepViews, step_usage
 from worker.store.models import RunStepRow
 
@@ -33,7 +34,12 @@ def phase_step_usage(session: Session, *, scope_key: str | None = None,
     kids = (select(kid.parent_id.label("parent_id"),
                    func.sum(case((kid.model.is_not(None), 1), else_=0)).label("calls"),
                    func.sum(func.coalesce(kid.tokens_in, 0)).label("tokens_in"),
-                   func.sum(func.coalesce(kid.tokens_out, 0)).label("tokens_out"))
+                   func.sum(func.coalesce(kid.tokens_out, 0)).label("tokens_out"),
+                   # What the provider billed for a batch after its phase's views were written.
+                   func.sum(func.coalesce(kid.output[(LATE, "tokens_in")].as_integer(), 0))
+                   .label("late_in"),
+                   func.sum(func.coalesce(kid.output[(LATE, "tokens_out")].as_integer(), 0))
+                   .label("late_out"))
             .where(kid.parent_id.is_not(None), *kid_filter)
             .group_by(kid.parent_id).subquery())
     out = RunStepRow.output
@@ -43,15 +49,16 @@ def phase_step_usage(session: Session, *, scope_key: str | None = None,
                out[("usage", "tokens")].as_integer(), out[("usage", "tokens_in")].as_integer(),
                out[("usage", "tokens_out")].as_integer(),
                out["model_calls_taken_over"].as_integer(), kids.c.calls, kids.c.tokens_in,
-               kids.c.tokens_out)
+               kids.c.tokens_out, kids.c.late_in, kids.c.late_out)
         .outerjoin(kids, kids.c.parent_id == RunStepRow.id)
         .where(RunStepRow.parent_id.is_(None), *_filters(RunStepRow, scope_key, run_ids))
     ).all()
     return [PhaseStepUsage(run_id, phase, step_usage(StepViews(
         int(kc or 0), int(kin or 0), int(kout or 0), tin or 0, tout or 0, started or 0,
-        calls or 0, tokens or 0, uin or 0, uout or 0, taken or 0)))
-        for run_id, phase, tin, tout, started, calls, tokens, uin, uout, taken, kc, kin, kout
-        in rows]
+        calls or 0, tokens or 0, uin or 0, uout or 0, taken or 0, int(lin or 0),
+        int(lout or 0))))
+        for run_id, phase, tin, tout, started, calls, tokens, uin, uout, taken, kc, kin, kout,
+        lin, lout in rows]
 
 
 def _filters(table: Any, scope_key: str | None,
