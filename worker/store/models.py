@@ -191,6 +191,9 @@ class SessionRow(Base):
     company_id: Mapped[str | None] = mapped_column(ID)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # When this store recorded the session (NULL: recorded before revision 0019): a session
+    # imported after a dream but dated before it counts toward the next one (the gate).
+    recorded_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (Index("ix_sessions_scope_started", "scope_key", "started_at"),)
 
