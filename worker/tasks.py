@@ -21,9 +21,10 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from worker.app import App
 from worker.celery_app import app, resources
 from worker.config import ConfigError
-from worker.domain.types import PHASES
+from worker.domain.types import PHASES, RunStatus
 from worker.llm.batch import reschedule_while_pending
 from worker.runs import service
+from worker.runs.deliveries import begin_delivery
 from worker.runs.outcome import PhaseOutcome
 from worker.store.schema import require_current_schema
 from worker.urls import masked_url
@@ -39,8 +40,14 @@ def _load_phases(**_: Any) -> None:
     service.phase_registry()
 
 
-@app.task(name="dream.gate_check")
-def gate_check() -> list[str]:
+@app.task(name="dream.gate_check", bind=True)
+def gate_check(self: Any) -> list[str]:
+    if (self.request.delivery_info or {}).get("redelivered"):
+        # Put back after the worker process running it died: run again, a check that kills
+        # its worker would do so until its message expired (one beat interval). The next
+        # beat's check does what this one would have done.
+        log.warning("gate.redelivered_dropped")
+        return []
     dream_app = resources()
     try:
         require_current_schema(dream_app.engine)
@@ -77,17 +84,31 @@ def _wait_for_schema(task: Any, dream_app: App) -> None:
     _schema_current[:] = [dream_app]
 
 
-def _phase(task: Any, run_id: str, phase: str) -> str:
+def _delivered(task: Any, dream_app: App, run_id: str, died: int) -> bool:
+    """Count this delivery of a run's task (``deliveries``): False when the run was given up
+    (too many deliveries died in a row); a back-off retries the task later, carrying the
+    count. Asked after the schema wait: the count is a column of the current schema."""
+    found = begin_delivery(dream_app, run_id, task.name,
+                           f"{task.request.id}:{task.request.retries}", died)
+    if found.back_off is not None:
+        raise task.retry(countdown=found.back_off, kwargs={"died": found.deaths})
+    return not found.gave_up
+
+
+def _phase(task: Any, run_id: str, phase: str, died: int) -> str:
     dream_app = resources()
     _wait_for_schema(task, dream_app)
+    if not _delivered(task, dream_app, run_id, died):
+        return PhaseOutcome.FAILED.value
     with reschedule_while_pending():  # a provider batch re-schedules the task, never blocks it
         result = service.execute_phase(dream_app, run_id, phase)
     if result.outcome is PhaseOutcome.WAITING:
         # The phase's step stays open; the retried task resumes it under the same lease.
         delay = wait_delay(result.retry_after, dream_app.settings.task_time_limit)
         # Unbounded: the task's own max_retries is None (``retry(max_retries=None)`` alone
-        # means Celery's default of 3, which ended a batch wait after three looks).
-        raise task.retry(countdown=delay)
+        # means Celery's default of 3, which ended a batch wait after three looks). A delivery
+        # that came back alive carries no death on (``kwargs``).
+        raise task.retry(countdown=delay, kwargs={})
     return result.outcome.value
 
 
@@ -99,45 +120,49 @@ def wait_delay(retry_after: float | None, task_time_limit: int) -> float:
 
 
 @app.task(name="dream.consolidate", bind=True, max_retries=None)
-def consolidate(self: Any, run_id: str) -> str:
-    return _phase(self, run_id, "consolidate")
+def consolidate(self: Any, run_id: str, died: int = 0) -> str:
+    return _phase(self, run_id, "consolidate", died)
 
 
 @app.task(name="dream.contradictions", bind=True, max_retries=None)
-def contradictions(self: Any, run_id: str) -> str:
-    return _phase(self, run_id, "contradictions")
+def contradictions(self: Any, run_id: str, died: int = 0) -> str:
+    return _phase(self, run_id, "contradictions", died)
 
 
 @app.task(name="dream.prune", bind=True, max_retries=None)
-def prune(self: Any, run_id: str) -> str:
-    return _phase(self, run_id, "prune")
+def prune(self: Any, run_id: str, died: int = 0) -> str:
+    return _phase(self, run_id, "prune", died)
 
 
 @app.task(name="dream.archive", bind=True, max_retries=None)
-def archive(self: Any, run_id: str) -> str:
-    return _phase(self, run_id, "archive")
+def archive(self: Any, run_id: str, died: int = 0) -> str:
+    return _phase(self, run_id, "archive", died)
 
 
 @app.task(name="dream.run", bind=True, max_retries=None)
-def run(self: Any, run_id: str) -> str:
+def run(self: Any, run_id: str, died: int = 0) -> str:
     dream_app = resources()
     _wait_for_schema(self, dream_app)
+    if not _delivered(self, dream_app, run_id, died):
+        return RunStatus.FAILED.value
     with reschedule_while_pending():
         result = service.execute_run_task(dream_app, run_id)
     if result.retry_after is not None:  # resumed at the waiting phase by the retried task
         raise self.retry(countdown=wait_delay(result.retry_after,
-                                              dream_app.settings.task_time_limit))
+                                              dream_app.settings.task_time_limit), kwargs={})
     if result.hand_off:  # near its time limit: the next phases go on in a fresh task
-        raise self.retry(countdown=0)
+        raise self.retry(countdown=0, kwargs={})
     return result.status
 
 
 @app.task(name="dream.finalize", bind=True, max_retries=None)
-def finalize(self: Any, run_id: str) -> str:
+def finalize(self: Any, run_id: str, died: int = 0) -> str:
     """No longer chained (the archive task finalizes); kept for chains an earlier version sent,
     which are exactly the messages an upgrade leaves in the queue: it waits for the schema too."""
     dream_app = resources()
     _wait_for_schema(self, dream_app)
+    if not _delivered(self, dream_app, run_id, died):
+        return RunStatus.FAILED.value
     return service.finalize_run(dream_app, run_id)
 
 

@@ -39,7 +39,7 @@ def create_run(
             dry_run=dry_run, clock=clock, allow_retire=allow_retire,
         )
         if run_id is not None and gated:
-            regate(uow, app, scope, clock)
+            regate(uow, app, scope, clock, writing=not dry_run)
         uow.commit()
     if run_id:
         log.info("run.created", run_id=run_id, scope=scope.key, trigger=trigger)
@@ -86,7 +86,7 @@ def create_gated_runs(
         if gated:
             mine = [scope for scope in scopes if scope.key in created]
             closed = {scope: d for scope, d in
-                      decide_in(uow, app.settings, clock, mine).items()
+                      decide_in(uow, app.settings, clock, mine, writing=True).items()
                       if not d.due}
             uow.runs.drop_created([created.pop(scope.key) for scope in closed])
         uow.commit()
@@ -97,15 +97,17 @@ def create_gated_runs(
     return GatedRuns(runs, closed)
 
 
-def regate(uow: UnitOfWork, app: App, scope: Scope, clock: datetime | None) -> None:
+def regate(uow: UnitOfWork, app: App, scope: Scope, clock: datetime | None, *,
+           writing: bool = True) -> None:
     """GateClosed (the caller's transaction rolled back: nothing written) unless the gate,
     asked in the transaction that just inserted the scope's run, still finds it due: at the
     run's ``clock`` (`--now`), else at this moment.
     The insert holds the scope (R1): no run of it can start or end until the commit, and one
     that ended before the insert is read here (each statement of READ COMMITTED sees every
     commit before it; SQLite's writer the latest). Asked only before the insert, the gate
-    missed a run that ended in between, and a second dream followed at once."""
-    decision = decide_in(uow, app.settings, clock, [scope])[scope]
+    missed a run that ended in between, and a second dream followed at once. ``writing``: a
+    run that writes (not a dry run), see ``decide_scopes``."""
+    decision = decide_in(uow, app.settings, clock, [scope], writing=writing)[scope]
     if not decision.due:
         raise GateClosed(decision)
 
@@ -132,7 +134,7 @@ def create_claimed_run(
         if values is None:
             return None
         if gated:
-            regate(uow, app, scope, clock)
+            regate(uow, app, scope, clock, writing=not dry_run)
         snap = snapshot_of(SimpleNamespace(**{"totals": None, **values}), [])
         open_phases(uow, snap)
         uow.commit()

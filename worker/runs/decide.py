@@ -11,7 +11,7 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.config import Settings
 from worker.domain.types import Scope
-from worker.runs.gate import GateDecision, GatePolicy, ScopeActivity, decide_gate
+from worker.runs.gate import GateDecision, GatePolicy, GateRule, ScopeActivity, decide_gate
 from worker.store.chunks import IN_CHUNK, chunked
 from worker.store.uow import UnitOfWork
 
@@ -28,19 +28,22 @@ class GateClosed(Exception):
 
 def decide_scopes(
     app: App, now: datetime | None, scopes: list[Scope] | None = None,
-    failing: set[str] | None = None,
+    failing: set[str] | None = None, *, writing: bool = False,
 ) -> dict[Scope, GateDecision]:
     """The gate decision of every known scope (or of ``scopes``), read in a few bulk queries;
     creates nothing. ``now``: a `--now` given, the store as of then (no run begun after it
     counts), else None: the present. ``failing``: keys of scopes whose run fails at ``now``
-    first (the lost run a gate check gives up), one more failed run in the scope's streak."""
+    first (the lost run a gate check gives up), one more failed run in the scope's streak.
+    ``writing``: the decision is for a run that writes, dated ``now``: a scope dreamt after that
+    time is not due (``dreamt_since``)."""
     with app.uow() as uow:
-        return decide_in(uow, app.settings, now, scopes, failing)
+        return decide_in(uow, app.settings, now, scopes, failing, writing=writing)
 
 
 def decide_in(uow: UnitOfWork, s: Settings, clock: datetime | None,
               scopes: list[Scope] | None = None,
-              failing: set[str] | None = None) -> dict[Scope, GateDecision]:
+              failing: set[str] | None = None, *,
+              writing: bool = False) -> dict[Scope, GateDecision]:
     """``decide_scopes`` in the caller's transaction (the one inserting the scopes' runs)."""
     now = clock or utcnow()
     default = GatePolicy(hours=s.gate_hours, sessions=s.gate_sessions, notes=s.gate_notes,
@@ -57,6 +60,8 @@ def decide_in(uow: UnitOfWork, s: Settings, clock: datetime | None,
     sessions: dict[str, tuple[int, datetime | None, datetime | None]] = {}
     changed: dict[str, int] = {}
     streaks: dict[str, tuple[int, datetime]] = {}
+    cancels: dict[str, datetime] = {}
+    dreamt: dict[str, datetime] = {}  # writing at a past clock: each scope's latest dream
     # A query per chunk of scopes: each binds a scope's key twice (in its last dream's
     # sub-select and in the filter), and a store may know more scopes than a statement binds.
     for keys in chunked([sc.key for sc in scopes], IN_CHUNK // 2):
@@ -66,6 +71,8 @@ def decide_in(uow: UnitOfWork, s: Settings, clock: datetime | None,
                        if volume else {})
         streaks.update(uow.run_history.failure_streaks(keys, clock)
                        if s.failure_backoff_max_seconds else {})
+        cancels.update(uow.run_history.last_cancelled_at(keys, clock))
+        dreamt.update(uow.run_history.last_success_at(keys) if writing and clock else {})
     decisions: dict[Scope, GateDecision] = {}
     for scope in scopes:
         count, latest, earliest = sessions.get(scope.key, (0, None, None))
@@ -76,9 +83,23 @@ def decide_in(uow: UnitOfWork, s: Settings, clock: datetime | None,
             last_success_at=last.get(scope.key), sessions_since=count,
             notes_changed_since=changed.get(scope.key, 0), last_session_at=latest,
             pending_since=earliest, failed_runs=failed, last_failed_at=failed_at,
+            last_cancelled_at=cancels.get(scope.key),
         )
-        decisions[scope] = decide_gate(now=now, policy=policies[scope], activity=activity)
+        decisions[scope] = dreamt_since(now, dreamt.get(scope.key)) or decide_gate(
+            now=now, policy=policies[scope], activity=activity)
     return decisions
+
+
+def dreamt_since(clock: datetime, dreamt_at: datetime | None) -> GateDecision | None:
+    """A run dated ``clock`` (a past `--now`) of a scope whose latest dream began after it
+    would dream again what that dream did (the gate, as of then, does not count it): not due,
+    saying so; None otherwise."""
+    if dreamt_at is None or dreamt_at <= clock:
+        return None
+    return GateDecision(
+        False, f"already dreamt at {dreamt_at:%Y-%m-%d %H:%M:%S} UTC, after --now "
+               f"{clock:%Y-%m-%d %H:%M:%S} UTC: a run dated then would dream it again; give a "
+               "later --now, or --force to replay anyway", GateRule.DREAMT_SINCE)
 
 
 def _agent_gate(agent: Any) -> dict[str, Any]:

@@ -60,7 +60,7 @@ def execute_due(app: App, work: DueWork, clock: datetime | None) -> Iterator[tup
         yield run_id, status
         crashpoint("run.due_reported")  # a run reported, the next not claimed yet
     for scope in work.check.due:
-        if not service.scope_gate(app, scope, now=clock).due:
+        if not service.scope_gate(app, scope, now=clock, writing=True).due:
             log.info("run.due_no_longer", scope=scope.key)
             continue
         with stops_held():

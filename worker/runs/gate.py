@@ -23,6 +23,9 @@ class GateRule(StrEnum):
     DUE_STALE = "due_stale"  # the user never went quiet, but the scope waited long enough
     ALREADY_ACTIVE = "already_active"  # due, but a run is already queued or running
     BACKING_OFF = "backing_off"  # due, but its last runs failed: it waits before the next try
+    # A run writing at a past `--now`: the scope was dreamt after that time (a replay would
+    # dream it again).
+    DREAMT_SINCE = "dreamt_since"
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class ScopeActivity:
     # Failed runs in a row since the scope's last dream or forced run, and when the last ended.
     failed_runs: int = 0
     last_failed_at: datetime | None = None
+    # When the scope's latest cancelled run was cancelled (any time): the operator's "not now"
+    # holds the scope for the gate's hours, as a dream would, its sessions unspent.
+    last_cancelled_at: datetime | None = None
 
 
 def decide_gate(*, now: datetime, policy: GatePolicy, activity: ScopeActivity) -> GateDecision:
@@ -110,9 +116,12 @@ def _backing_off(now: datetime, p: GatePolicy, a: ScopeActivity,
 
 
 def _decide_due(now: datetime, p: GatePolicy, a: ScopeActivity) -> GateDecision:
-    by_sessions = a.sessions_since >= p.sessions
+    # No hours and no sessions would dream every scope at every gate check, on nothing new:
+    # then a dream needs one session (or the changed notes of the volume trigger).
+    needed = max(p.sessions, 1) if p.hours <= 0 else p.sessions
+    by_sessions = a.sessions_since >= needed
     by_notes = p.notes is not None and a.notes_changed_since >= p.notes
-    counted = f"{a.sessions_since} of {p.sessions} sessions"
+    counted = f"{a.sessions_since} of {needed} sessions"
     if p.notes is not None:
         counted += f" or {a.notes_changed_since} of {p.notes} changed notes"
     if not (by_sessions or by_notes):
@@ -128,8 +137,16 @@ def _decide_due(now: datetime, p: GatePolicy, a: ScopeActivity) -> GateDecision:
         since = f"and {_hours(elapsed)} since last dream"
     else:
         since = "since the scope began (first dream)"
+    if (a.last_cancelled_at is not None
+            and (a.last_success_at is None or a.last_cancelled_at > a.last_success_at)):
+        held = now - a.last_cancelled_at
+        if held < timedelta(hours=p.hours):
+            return GateDecision(
+                False, f"{_hours(held)} of {p.hours:g} h since a run of the scope was "
+                       "cancelled (a cancel holds the scope as a dream does; its sessions "
+                       "still count)", GateRule.TOO_SOON)
     enough = (f"{a.notes_changed_since} of {p.notes} changed notes" if by_notes and not by_sessions
-              else f"{a.sessions_since} of {p.sessions} sessions")
+              else f"{a.sessions_since} of {needed} sessions")
     if p.idle_minutes is not None and a.last_session_at is not None:
         quiet = now - a.last_session_at
         # A session stamped in the future (clock skew) counts as activity right now.

@@ -144,7 +144,7 @@ def gate_check(app: App, now: datetime | None = None, backlog: int | None = None
     now = now or utcnow()
     result = GateResult([], {}, [], [], backlog=backlog)
     recover_runs(app, now, result, backlog)
-    decisions = decide_scopes(app, clock)
+    decisions = decide_scopes(app, clock, writing=True)
     due = [scope for scope, d in decisions.items() if d.due]
     # Every due scope's run in one transaction (R1 still refuses a scope that has one), the
     # gate asked again there: a run of a scope may have ended since ``decide_scopes`` read.
@@ -219,6 +219,8 @@ def _explained(decision: GateDecision, recovery: Recovery | None) -> GateDecisio
                                     f"gate check {does} first)")
 
 
-def scope_gate(app: App, scope: Scope, now: datetime | None = None) -> GateDecision:
-    """The gate decision for one scope (the CLI asks before an unforced run)."""
-    return decide_scopes(app, now, [scope])[scope]
+def scope_gate(app: App, scope: Scope, now: datetime | None = None, *,
+               writing: bool = False) -> GateDecision:
+    """The gate decision for one scope (the CLI asks before an unforced run; ``writing``: one
+    that writes, see ``decide_scopes``)."""
+    return decide_scopes(app, now, [scope], writing=writing)[scope]

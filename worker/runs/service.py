@@ -170,9 +170,7 @@ def ensure_scope_known(app: App, scope: Scope) -> None:
 def scope_known(app: App, scope: Scope) -> bool:
     """True if the scope has any note, session or run (a run on an unknown scope is a typo, R22)."""
     with app.uow() as uow:
-        return bool(uow.notes.count_by_status(scope)) or bool(
-            uow.sessions.counts_since({scope.key: None}).get(scope.key, 0)
-        ) or bool(uow.runs.list(scope, limit=1))
+        return uow.sessions.scope_known(scope)
 
 
 def abandon_run(app: App, run_id: str, reason: str) -> bool:

@@ -83,7 +83,8 @@ def start_run(app: App, request: RunRequest, via: Via | None = None) -> StartedR
         require_broker(app)
     service.ensure_scope_known(app, request.scope)
     if not request.force:
-        _refuse_unless_due(request, service.scope_gate(app, request.scope, now=request.clock))
+        _refuse_unless_due(request, service.scope_gate(app, request.scope, now=request.clock,
+                                                       writing=not request.dry_run))
     # A run executed here starts claimed (one statement for create and claim); Celery's
     # workers claim theirs. Here, a stop from its creation until the engine's give-back covers
     # it waits for that give-back (worker.runs.stops): never a run left running by a stop.

@@ -191,6 +191,9 @@ class SessionRow(Base):
     company_id: Mapped[str | None] = mapped_column(ID)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # When this store recorded the session (NULL: recorded before revision 0019): a session
+    # imported after a dream but dated before it counts toward the next one (the gate).
+    recorded_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (Index("ix_sessions_scope_started", "scope_key", "started_at"),)
 
@@ -226,6 +229,12 @@ class DreamRunRow(Base):
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     requeues: Mapped[int] = mapped_column(Integer, nullable=False, default=0,
                                           server_default="0")
+    # The Celery message (task id and retry) that last started one of the run's tasks, and
+    # how many deliveries of it (and of the retries it backed off into) started in a row: a
+    # delivery whose worker died never ends, and the next one counts it (``runs.deliveries``).
+    delivery: Mapped[str | None] = mapped_column(String(200))
+    deliveries: Mapped[int] = mapped_column(Integer, nullable=False, default=0,
+                                            server_default="0")
 
     __table_args__ = (
         # R1: the database, not the broker, guarantees one queued/running/interrupted run per

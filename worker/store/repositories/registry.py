@@ -23,7 +23,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from worker.clock import SKEW
+from worker.clock import SKEW, utcnow
 from worker.domain.types import Scope
 from worker.store.chunks import chunked, records_by_id
 from worker.store.models import (
@@ -62,8 +62,10 @@ class SessionRepository:
         self.session = session
 
     def add_many(self, rows: list[dict[str, Any]]) -> None:
+        """Insert sessions, each stamped with the time this store recorded it (the gate)."""
         if rows:
-            self.session.execute(insert(SessionRow), rows)
+            at = utcnow()
+            self.session.execute(insert(SessionRow), [{"recorded_at": at, **r} for r in rows])
 
     def records(self, ids: Iterable[str], fields: Sequence[str]) -> dict[str, dict[str, Any]]:
         """id → ``fields`` of the stored ones: what an import compares a line of a stored id
@@ -84,36 +86,33 @@ class SessionRepository:
                 .values(ended_at=bindparam("at")),
                 [{"sid": i, "at": at} for i, at in ended.items()])
 
-    def counts_since(self, since: dict[str, datetime | None]) -> dict[str, int]:
-        """Sessions per scope started after each scope's own cut-off, grouped in one query."""
-        if not since:
-            return {}
-        rows = self.session.execute(
-            select(SessionRow.scope_key, SessionRow.started_at).where(
-                SessionRow.scope_key.in_(list(since))
-            )
-        ).all()
-        counts = dict.fromkeys(since, 0)
-        for key, started in rows:
-            cutoff = since[key]
-            if cutoff is None or started > cutoff:
-                counts[key] += 1
-        return counts
+    def scope_known(self, scope: Scope) -> bool:
+        """Whether the scope has a note (any status), a session or a run: one statement of
+        three EXISTS, each stopping at its first row (an index on ``scope_key`` each). Before,
+        every session of the scope was loaded to answer it."""
+        return bool(self.session.scalar(select(or_(
+            *(exists().where(model.scope_key == scope.key)
+              for model in (NoteRow, SessionRow, DreamRunRow))))))
 
     def activity_since_last_success(
         self, scope_keys: list[str], now: datetime, clock: datetime | None = None
     ) -> dict[str, tuple[int, datetime | None, datetime | None]]:
         """Per scope, aggregated in the database in one query (the session history only grows):
-        (sessions started after its last dream (``gate_dreams``) began and by ``now``, latest
-        session start or end at any time, earliest session start after that dream). A session
+        (sessions started, or recorded, after its last dream (``gate_dreams``) began, and
+        started by ``now``; latest session start or end at any time; earliest start of those
+        sessions). A session
         stamped past ``now`` has not happened yet: counted, it would start after every dream
         and make the scope due forever. ``clock``: a `--now` given, the last dream begun by
         then (``gate_dreams``)."""
         if not scope_keys:
             return {}
         last = gate_dreams(scope_keys, DreamRunRow.started_at, clock)
+        # A session counts for the first dream begun after it both started and was recorded:
+        # one imported after a dream, dated before it, counts once, for the next (before, it
+        # never did, and a host that uploads sessions late starved its scopes).
         pending = and_(SessionRow.started_at <= now,
-                       or_(last.c.at.is_(None), SessionRow.started_at > last.c.at))
+                       or_(last.c.at.is_(None), SessionRow.started_at > last.c.at,
+                           SessionRow.recorded_at > last.c.at))
         # A stamp a little ahead (clock skew) is activity now (the idle wait holds); one
         # further ahead (a host's wrong year, 2099) has not happened, and counted it held the
         # scope in its idle wait until then.

@@ -126,6 +126,25 @@ class RunHistoryRepository:
         rows = self.session.execute(select(last.c.scope_key, last.c.at)).all()
         return {k: v for k, v in rows if v is not None}
 
+    def last_cancelled_at(self, scope_keys: list[str],
+                          now: datetime | None = None) -> dict[str, datetime]:
+        """When each scope's latest cancelled run was cancelled (its end), in one query: the
+        operator's cancel holds the scope for the gate's hours. A dry run's or a review
+        approval's cancel holds nothing (neither was a dream). ``now`` (a `--now` given): only
+        a cancel by then."""
+        if not scope_keys:
+            return {}
+        at = func.coalesce(DreamRunRow.finished_at, DreamRunRow.created_at)
+        rows = self.session.execute(
+            select(DreamRunRow.scope_key, func.max(at))
+            .where(DreamRunRow.scope_key.in_(scope_keys),
+                   DreamRunRow.status == RunStatus.CANCELLED.value,
+                   DreamRunRow.dry_run.is_(False), DreamRunRow.trigger != REVIEW_TRIGGER,
+                   true() if now is None else at <= now)
+            .group_by(DreamRunRow.scope_key)
+        ).all()
+        return {k: v for k, v in rows if v is not None}
+
     def notes_changed_since_last_success(self, scope_keys: list[str], now: datetime,
                                          clock: datetime | None = None) -> dict[str, int]:
         """Notes the host created or changed per scope since its last dream (``gate_dreams``)
