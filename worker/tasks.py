@@ -24,6 +24,7 @@ from worker.config import ConfigError
 from worker.domain.types import PHASES
 from worker.llm.batch import reschedule_while_pending
 from worker.runs import service
+from worker.runs.interruption import RunInterrupted
 from worker.runs.outcome import PhaseOutcome
 from worker.store.schema import require_current_schema
 from worker.urls import masked_url
@@ -77,11 +78,30 @@ def _wait_for_schema(task: Any, dream_app: App) -> None:
     _schema_current[:] = [dream_app]
 
 
+# How long a task whose run the database interrupted (busy, or the connection lost) waits
+# before it claims the run again (``_retry_interrupted``).
+INTERRUPTED_RETRY_SECONDS = 30.0
+
+
+def _retry_interrupted(task: Any, dream_app: App, lost: RunInterrupted) -> Exception:
+    """A run the database interrupted and this task gave back: the task is retried, resuming
+    it in a while, while its claims stay below DREAM_MAX_ATTEMPTS; past that (or a run not
+    given back) the task fails, and the gate check hands the run out again as it does a lost
+    one (R30)."""
+    if lost.given_back and lost.attempts < dream_app.settings.max_attempts:
+        return task.retry(countdown=wait_delay(INTERRUPTED_RETRY_SECONDS,  # type: ignore[no-any-return]
+                                               dream_app.settings.task_time_limit))
+    return lost
+
+
 def _phase(task: Any, run_id: str, phase: str) -> str:
     dream_app = resources()
     _wait_for_schema(task, dream_app)
-    with reschedule_while_pending():  # a provider batch re-schedules the task, never blocks it
-        result = service.execute_phase(dream_app, run_id, phase)
+    try:
+        with reschedule_while_pending():  # a provider batch re-schedules the task, never blocks
+            result = service.execute_phase(dream_app, run_id, phase)
+    except RunInterrupted as lost:  # the chain goes on from the retried task, or stops here
+        raise _retry_interrupted(task, dream_app, lost) from None
     if result.outcome is PhaseOutcome.WAITING:
         # The phase's step stays open; the retried task resumes it under the same lease.
         delay = wait_delay(result.retry_after, dream_app.settings.task_time_limit)
@@ -122,8 +142,11 @@ def archive(self: Any, run_id: str) -> str:
 def run(self: Any, run_id: str) -> str:
     dream_app = resources()
     _wait_for_schema(self, dream_app)
-    with reschedule_while_pending():
-        result = service.execute_run_task(dream_app, run_id)
+    try:
+        with reschedule_while_pending():
+            result = service.execute_run_task(dream_app, run_id)
+    except RunInterrupted as lost:
+        raise _retry_interrupted(self, dream_app, lost) from None
     if result.retry_after is not None:  # resumed at the waiting phase by the retried task
         raise self.retry(countdown=wait_delay(result.retry_after,
                                               dream_app.settings.task_time_limit))
