@@ -50,11 +50,13 @@ def interrupted_by_database(app: App, run_id: str, epoch: int, attempts: int,
     if cause is None:
         return None
     try:
-        given: bool | None = give_back(app, run_id, epoch, f"{cause}; the run is resumed by `dream run "
-                          "--due` or the next gate check")
+        given: bool | None = give_back(
+            app, run_id, epoch, f"{cause}; the run is resumed by `dream run --due` or the next "
+            "gate check", said=True)
     except SQLAlchemyError as again:
-        log.warning("run.give_back_failed", run_id=run_id, error_type=type(again).__name__)
+        log.info("run.give_back_failed", run_id=run_id, error_type=type(again).__name__)
         given = None
-    log.warning("run.database_interrupted", run_id=run_id, cause=cause, given_back=given,
+    # Said by whoever gets the error (a command's line, a task's retry, a server's log).
+    log.info("run.database_interrupted", run_id=run_id, cause=cause, given_back=given,
                 error_type=type(exc).__name__)
     return RunInterrupted(run_id, cause, given, attempts)
