@@ -181,3 +181,48 @@ def test_a_migration_outlasts_the_statement_timeout_a_run_would_meet(pg_app: App
 
 def _schema(app: App) -> str:
     return app.settings.database_url.split("search_path%3D")[1].split(",")[0]
+
+
+@pytest.mark.parametrize(("task_name", "max_attempts"), [("run", 3), ("consolidate", 3),
+                                                         ("run", 1)])
+def test_a_celery_task_retries_the_run_its_database_interrupted(
+        monkeypatch: pytest.MonkeyPatch, task_name: str, max_attempts: int) -> None:
+    """The run task (or the chain's first phase task) whose write waits past the lock timeout
+    gives the run back and asks to be retried, which resumes it; with no claims left it fails
+    with the one line instead (the gate check hands the interrupted run out again)."""
+    from celery.exceptions import Retry
+
+    from worker import celery_app, tasks
+
+    app = make_postgres_app(db_lock_timeout_seconds=0.3, max_attempts=max_attempts)
+    monkeypatch.setattr(celery_app, "_resources", {"app": app})
+    monkeypatch.setattr(tasks, "_schema_current", [app])
+    try:
+        mixed_store(app)
+        run_id = service.create_run(app, SCOPE, force=True, clock=NOW,
+                                    allow_retire=RETIRE_ALLOWANCE)
+        assert run_id is not None
+        task = getattr(tasks, task_name)
+        with app.engine.connect() as holder:
+            _hold_scope(holder)
+            release = threading.Timer(15, holder.rollback)  # without a lock timeout: waits
+            release.start()
+            try:
+                if max_attempts == 1:
+                    from worker.runs.interruption import RunInterrupted
+
+                    with pytest.raises(RunInterrupted, match="the database was busy"):
+                        task(run_id)
+                else:
+                    with pytest.raises(Retry):
+                        task(run_id)
+            finally:
+                release.cancel()
+            holder.rollback()
+        with app.uow() as uow:
+            run = uow.runs.get(run_id)
+        assert run is not None and (run.status, run.attempts) == (RunStatus.INTERRUPTED.value, 1)
+        if task_name == "run" and max_attempts > 1:  # the retry resumes it
+            assert task(run_id) == RunStatus.SUCCEEDED.value
+    finally:
+        drop_postgres_app(app)
