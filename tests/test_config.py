@@ -74,6 +74,10 @@ def test_nested_section_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ("DREAM_LLM_MAX_RETRIES", "1000", "DREAM_LLM_MAX_RETRIES: Input should be less than or equal to 20"),
     # a reply cap below what one short verdict takes would cut every reply
     ("DREAM_LLM_MAX_OUTPUT_TOKENS", "5", "DREAM_LLM_MAX_OUTPUT_TOKENS: Input should be greater than or equal to 16"),
+    # PostgreSQL's bounds: a negative wait means nothing, and past a day nobody waits
+    ("DREAM_DB_LOCK_TIMEOUT_SECONDS", "-1", "DREAM_DB_LOCK_TIMEOUT_SECONDS: Input should be greater than or equal to 0"),
+    ("DREAM_DB_STATEMENT_TIMEOUT_SECONDS", "-0.5", "DREAM_DB_STATEMENT_TIMEOUT_SECONDS: Input should be greater than or equal to 0"),
+    ("DREAM_DB_STATEMENT_TIMEOUT_SECONDS", "1e9", "DREAM_DB_STATEMENT_TIMEOUT_SECONDS: Input should be less than or equal to 86400"),
     # a whole section as one variable is parsed as JSON: a SettingsError traceback before
     ("DREAM_CONSOLIDATE", "threshold=0.65", "DREAM_CONSOLIDATE: not valid JSON; give a JSON object"),
     ("DREAM_GUARD", "{max_retire_share: 0.2}", "DREAM_GUARD: not valid JSON; give a JSON object"),

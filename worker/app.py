@@ -15,7 +15,7 @@ from worker.embeddings.base import Embedder, make_embedder
 from worker.llm.base import LLMClient
 from worker.llm.fanout import shutdown_pool
 from worker.privacy import OutboundEmbedder, OutboundLLM, outbound
-from worker.store.db import make_engine, make_session_factory
+from worker.store.db import Waits, make_engine, make_session_factory
 from worker.store.uow import UnitOfWork
 
 if TYPE_CHECKING:
@@ -72,7 +72,8 @@ def build_app(
     embedder: Embedder | None = None, create_database: bool = True,
 ) -> App:
     settings = settings or load_settings()
-    engine = make_engine(settings.database_url, create=create_database)
+    engine = make_engine(settings.database_url, create=create_database,
+                         waits=Waits.of(settings))
     return App(
         settings=settings,
         engine=engine,

@@ -32,6 +32,8 @@ from worker.config_checks import (
     memory_store_problem,
     soft_time_limit,
 )
+from worker.config_sections import BudgetSettings as BudgetSettings  # re-exported
+from worker.config_sections import HostSettings, PrivacySettings, RememberSettings
 from worker.errors import ConfigError as ConfigError  # re-exported: callers import it here
 from worker.tokens import parse_tokens
 from worker.urls import backend_url_problem, broker_url_problem, http_url_problem, masked_url
@@ -141,30 +143,6 @@ class GuardSettings(BaseModel):
     min_scope_size: int = Field(10, ge=1)
 
 
-class BudgetSettings(BaseModel):
-    max_calls_per_run: int | None = Field(None, ge=0)
-    max_tokens_per_run: int | None = Field(None, ge=0)
-    max_calls_per_scope: int | None = Field(None, ge=0)
-    max_tokens_per_scope: int | None = Field(None, ge=0)
-
-
-class PrivacySettings(BaseModel):
-    redact: bool = False
-
-
-class RememberSettings(BaseModel):
-    noop_threshold: float = Field(0.85, ge=0.0, le=1.0)
-    update_threshold: float = Field(0.5, ge=0.0, le=1.0)
-    measure: Literal["jaccard", "cosine"] = "jaccard"
-
-
-class HostSettings(BaseModel):
-    """Limits on what a host may write through the API (fused text, remembered notes)."""
-
-    max_fused_chars: int = Field(2000, ge=20)
-    max_note_chars: int = Field(8000, ge=20)
-
-
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="DREAM_",
@@ -174,6 +152,11 @@ class Settings(BaseSettings):
     )
 
     database_url: str = Field(default_factory=default_database_url)
+    # PostgreSQL: how long a statement waits for a lock, and runs at all, before the server
+    # cancels it (a busy error; a run is given back as interrupted), 0: no bound of ours.
+    # Migrations run without the statement bound. SQLite waits 30 s for its write lock.
+    db_lock_timeout_seconds: float = Field(30.0, ge=0, le=86_400)
+    db_statement_timeout_seconds: float = Field(300.0, ge=0, le=86_400)
     broker_url: str | None = None
     result_backend: str | None = None
     celery_queue: str = Field("dream", min_length=1)  # workers consume it; beat and the CLI send to it

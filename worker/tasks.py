@@ -25,6 +25,7 @@ from worker.domain.types import PHASES, RunStatus
 from worker.llm.batch import reschedule_while_pending
 from worker.runs import service
 from worker.runs.deliveries import begin_delivery
+from worker.runs.interruption import RunInterrupted
 from worker.runs.outcome import PhaseOutcome
 from worker.store.schema import require_current_schema
 from worker.urls import masked_url
@@ -95,13 +96,32 @@ def _delivered(task: Any, dream_app: App, run_id: str, died: int) -> bool:
     return not found.gave_up
 
 
+# How long a task whose run the database interrupted (busy, or the connection lost) waits
+# before it claims the run again (``_retry_interrupted``).
+INTERRUPTED_RETRY_SECONDS = 30.0
+
+
+def _retry_interrupted(task: Any, dream_app: App, lost: RunInterrupted) -> Exception:
+    """A run the database interrupted and this task gave back: the task is retried, resuming
+    it in a while, while its claims stay below DREAM_MAX_ATTEMPTS; past that (or a run not
+    given back) the task fails, and the gate check hands the run out again as it does a lost
+    one (R30). The task came back alive: its retry carries no death (``kwargs``)."""
+    if lost.given_back and lost.attempts < dream_app.settings.max_attempts:
+        return task.retry(countdown=wait_delay(INTERRUPTED_RETRY_SECONDS,  # type: ignore[no-any-return]
+                                               dream_app.settings.task_time_limit), kwargs={})
+    return lost
+
+
 def _phase(task: Any, run_id: str, phase: str, died: int) -> str:
     dream_app = resources()
     _wait_for_schema(task, dream_app)
     if not _delivered(task, dream_app, run_id, died):
         return PhaseOutcome.FAILED.value
-    with reschedule_while_pending():  # a provider batch re-schedules the task, never blocks it
-        result = service.execute_phase(dream_app, run_id, phase)
+    try:
+        with reschedule_while_pending():  # a provider batch re-schedules the task, never blocks
+            result = service.execute_phase(dream_app, run_id, phase)
+    except RunInterrupted as lost:  # the chain goes on from the retried task, or stops here
+        raise _retry_interrupted(task, dream_app, lost) from None
     if result.outcome is PhaseOutcome.WAITING:
         # The phase's step stays open; the retried task resumes it under the same lease.
         delay = wait_delay(result.retry_after, dream_app.settings.task_time_limit)
@@ -145,8 +165,11 @@ def run(self: Any, run_id: str, died: int = 0) -> str:
     _wait_for_schema(self, dream_app)
     if not _delivered(self, dream_app, run_id, died):
         return RunStatus.FAILED.value
-    with reschedule_while_pending():
-        result = service.execute_run_task(dream_app, run_id)
+    try:
+        with reschedule_while_pending():
+            result = service.execute_run_task(dream_app, run_id)
+    except RunInterrupted as lost:
+        raise _retry_interrupted(self, dream_app, lost) from None
     if result.retry_after is not None:  # resumed at the waiting phase by the retried task
         raise self.retry(countdown=wait_delay(result.retry_after,
                                               dream_app.settings.task_time_limit), kwargs={})

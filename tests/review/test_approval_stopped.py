@@ -47,3 +47,45 @@ def test_an_approval_stopped_while_it_writes_leaves_the_item_open_and_its_scope_
     (decided,) = review.approve(app, SCOPE, review.Selector(item_id=item), by="cli:ana")
     assert decided.status == "approved", decided
     assert _statuses(app)["t1"][0] == "revoked"
+
+
+@pytest.mark.postgres
+def test_an_approval_its_database_cuts_short_frees_its_scope_at_once() -> None:
+    """The approval's write waits past DREAM_DB_LOCK_TIMEOUT_SECONDS on the scope lock a stuck
+    session holds: the error says the database was busy and to try again, nothing is written,
+    and its run is cancelled at once. Before, the run stayed running until its lease lapsed,
+    and the retry the error asked for was refused: the scope was busy (an hour by default)."""
+    import threading
+
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    from tests.conftest import drop_postgres_app, make_postgres_app
+    from worker.store import scope_locks
+
+    app = make_postgres_app(db_lock_timeout_seconds=0.3)
+    try:
+        _seed(app)
+        before = _statuses(app)
+        item = _propose(app, _merge(["t1", "t2"], "Prefers green tea."))
+        with app.engine.connect() as holder:
+            holder.execute(text("SELECT pg_advisory_xact_lock(:space, hashtext(:key))"),
+                           {"space": scope_locks._SCOPE_LOCKS, "key": SCOPE.key})
+            release = threading.Timer(15, holder.rollback)  # without a lock timeout: waits
+            release.start()
+            try:
+                with pytest.raises(OperationalError, match="lock timeout"):
+                    review.approve(app, SCOPE, review.Selector(item_id=item), by="cli:ana")
+            finally:
+                release.cancel()
+            holder.rollback()
+        assert _statuses(app) == before
+        assert _item(app, item).status == "open"
+        with app.uow() as uow:
+            assert uow.runs.active_for_scope(SCOPE) is None
+            (approval,) = [r for r in uow.runs.list(SCOPE) if r.trigger == "review"]
+            assert approval.status == RunStatus.CANCELLED.value
+        (decided,) = review.approve(app, SCOPE, review.Selector(item_id=item), by="cli:ana")
+        assert decided.status == "approved", decided
+    finally:
+        drop_postgres_app(app)

@@ -21,6 +21,7 @@ from worker.embeddings.openai_compat import EmbeddingError
 from worker.errors import ConfigError
 from worker.llm.base import LLMError
 from worker.runs import engine, service
+from worker.runs.interruption import RunInterrupted
 from worker.safety.scrub import MASK, safe_error_message, scrub
 from worker.store.repositories.writes import WriteRepository
 
@@ -95,9 +96,10 @@ _WORDS = ("User is terminating the gym contract", "The office connection is slow
 def test_a_connection_lost_in_a_phase_write_is_named_unmasked(
         pg_app: App, monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's backend is terminated for real in the phase's write (an operator's
-    pg_terminate_backend): the phase fails and its step says what the driver said, not
-    "terminating [note text] due to [note text]" (before, every word a note shares was
-    masked, and notes hold "the", "connection", "server")."""
+    pg_terminate_backend): the run is given back as interrupted, and its step says the
+    connection was lost in words of ours, not "terminating [note text] due to [note text]"
+    (every word a note shares was masked in the driver's message, and notes hold "the",
+    "connection", "server")."""
     add_notes(pg_app, *({"id": f"w{i}", "content": c} for i, c in enumerate(_WORDS)))
     update = WriteRepository.update_notes
 
@@ -110,17 +112,15 @@ def test_a_connection_lost_in_a_phase_write_is_named_unmasked(
     monkeypatch.setattr(WriteRepository, "update_notes", terminated)
     snap = service.create_claimed_run(pg_app, SCOPE, force=True)
     assert snap is not None
-    engine.execute_run(pg_app, snap, {**WRITING, "consolidate": _writing("consolidate")})
+    with pytest.raises(RunInterrupted, match="the connection to the database was lost"):
+        engine.execute_run(pg_app, snap, {**WRITING, "consolidate": _writing("consolidate")})
     with pg_app.uow() as uow:
         step = next(s for s in uow.runs.steps(snap.run_id)
                     if s.phase == "consolidate" and s.parent_id is None)
-    assert step.status == StepStatus.FAILED.value
-    # Which of the two the driver says depends on when it reads the server's goodbye.
-    assert step.error in (
-        "OperationalError: (psycopg.errors.AdminShutdown) terminating connection due to "
-        "administrator command",
-        "OperationalError: (psycopg.OperationalError) consuming input failed: server closed "
-        "the connection unexpectedly")
+    assert step.status == StepStatus.INTERRUPTED.value
+    assert (step.error or "").startswith(
+        "interrupted; the connection to the database was lost"), step.error
+    assert MASK not in (step.error or "")
 
 
 def test_dream_run_names_the_embedding_remedy_in_full(app: App) -> None:

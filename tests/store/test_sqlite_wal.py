@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from worker.store.db import WAL_CHECKPOINT_PAGES, make_engine
+from worker.store.db import SQLITE_BUSY_SECONDS, WAL_CHECKPOINT_PAGES, Waits, make_engine
 
 
 def test_every_sqlite_connection_checkpoints_at_the_longer_interval(tmp_path: Path) -> None:
@@ -66,3 +66,14 @@ def test_a_second_engine_on_an_open_store_keeps_the_process_locks(tmp_path: Path
     held.close()
     first.dispose()
     second.dispose()
+
+
+def test_a_writer_waits_the_busy_timeout_and_postgres_bounds_leave_sqlite_alone(
+        tmp_path: Path) -> None:
+    """SQLite's own bound on a lock wait (30 s for the write lock, reported as busy); the
+    PostgreSQL settings change nothing of it and run no SET on an SQLite connection."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}",
+                         waits=Waits(lock_timeout=1.0, statement_timeout=1.0))
+    with engine.connect() as conn:
+        assert conn.execute(text("PRAGMA busy_timeout")).scalar_one() == SQLITE_BUSY_SECONDS * 1000
+    engine.dispose()

@@ -6,10 +6,12 @@ neither (R3), and a decision someone else made first rolls the change back unsee
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from worker.app import App
 from worker.clock import utcnow
@@ -201,3 +203,15 @@ def cancel_approval_run(app: App, run_id: str, epoch: int | None, why: str) -> b
             uow.commit()
             return True
     return False
+
+
+def free_interrupted(app: App, ctx: PhaseContext, cause: str) -> None:
+    """The approval's run cancelled at once when its database cut it short (busy, or the
+    connection lost: ``cause``; its write rolled back whole): left running, it held its scope
+    until its lease lapsed, and the "try again" its error says was refused as a busy scope.
+    A database that still fails leaves it to the lease, as a crash does."""
+    assert ctx.held is not None
+    ctx.held.discard()
+    with suppress(SQLAlchemyError):
+        cancel_approval_run(app, ctx.run_id, ctx.epoch,
+                            f"{cause}; nothing was written: approve the item again")

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 import structlog
+from sqlalchemy.exc import SQLAlchemyError
 
 from worker.app import App
 from worker.clock import utcnow
@@ -31,6 +32,7 @@ from worker.review.approval import (
     apply_approved,
     cancel_approval_run,
     finish_approval,
+    free_interrupted,
     open_approval,
     stop_approval,
 )
@@ -51,6 +53,7 @@ from worker.review.staleness import apart_line, stale_line
 from worker.runs.context import PhaseContext
 from worker.runs.lease import executing
 from worker.runs.stops import deliver_held_stops, signal_of, stops_held
+from worker.store.errors import interruption
 from worker.store.scope_locks import lock_scopes
 from worker.store.uow import StaleLease
 
@@ -340,6 +343,10 @@ def _approve_one(app: App, scope: Scope, row: Any, by: str, known: _Current,
             name = signal_of(stop)
             cancelled = stop_approval(app, ctx, row.id, name)
             raise ApprovalStopped(row.id, ctx.run_id, name, cancelled) from stop
+        except SQLAlchemyError as exc:  # busy or lost: its run freed now, not at its lease
+            if (cause := interruption(exc)) is not None:
+                free_interrupted(app, ctx, cause)
+            raise  # "the database was busy ...; try again": the item is open, its scope free
         finally:
             ctx.held.discard()  # a write the finish did not take (an exception) is never kept
     return Decided(row.id, "refused", f"item {row.id} not applied: its run {ctx.run_id} was "

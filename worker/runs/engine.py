@@ -24,12 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
+from sqlalchemy.exc import SQLAlchemyError
 
 from worker import telemetry
 from worker.app import App
 from worker.domain.types import PHASES, RunStatus
 from worker.runs.context import Budget, Registry, RunCarry
 from worker.runs.finalize import finalize, finalize_run
+from worker.runs.interruption import interrupted_by_database
 from worker.runs.lease import LeaseHeartbeat, executing, give_back
 from worker.runs.outcome import TAKEN_OVER, PhaseOutcome
 from worker.runs.phase_run import Execution, run_phase
@@ -118,6 +120,10 @@ def execute_run_once(app: App, run: str | RunSnapshot, registry: Registry,
             given = give_back(app, run_id, epoch, f"stopped by {name}; the run is "
                               "resumed by `dream run --due` or the next gate check")
             raise RunStopped(run_id, name, given) from stop
+        except SQLAlchemyError as exc:  # busy or lost: interrupted, not failed
+            if (lost := interrupted_by_database(app, run_id, epoch, snap.attempts, exc)) is None:
+                raise
+            raise lost from exc
         span.set(dream__run__status=result.status)
         return result
 
@@ -182,7 +188,14 @@ def execute_phase(app: App, run_id: str, phase: str, registry: Registry) -> Phas
                            status=finalize_run(app, run_id) if last else None)
     run = Execution(snap, Budget.for_run(app.settings.budget, snap.usage.calls,
                                          snap.usage.tokens), registry)
-    outcome = run_phase(app, run, phase)
+    try:
+        outcome = run_phase(app, run, phase)
+    except SQLAlchemyError as exc:  # busy or lost: interrupted, not failed (the task retries)
+        lost = None if snap.epoch is None else interrupted_by_database(
+            app, run_id, snap.epoch, snap.attempts, exc)
+        if lost is None:
+            raise
+        raise lost from exc
     if outcome is PhaseOutcome.WAITING:
         return PhaseResult(outcome, run.retry_after)
     if not last:

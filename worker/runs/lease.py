@@ -196,19 +196,20 @@ def lease_fence(app: App, run_id: str, epoch: int) -> Callable[[], bool]:
     return held
 
 
-def give_back(app: App, run_id: str, epoch: int, why: str) -> bool:
+def give_back(app: App, run_id: str, epoch: int, why: str, *, said: bool = False) -> bool:
     """The run this process holds under ``epoch``, stopped by a signal between or within its
     writes (each write rolled back whole): interrupted now, its running phase step saying
     ``why``, so `dream run --due` or the gate can resume it at once: running, it could not be
     claimed until its lease lapsed (an hour by default), and nothing else runs in its scope
-    meanwhile. False if it moved on."""
+    meanwhile. False if it moved on. ``said``: the caller reports it (logged at INFO only,
+    so a command's stderr keeps its one line)."""
     now = utcnow()
     with app.uow() as uow:
         if not uow.runs.release_stopped(run_id, epoch, now):
             return False
         uow.runs.interrupt_steps([run_id], why, now)
         uow.commit()
-    log.warning("run.stopped", run_id=run_id, why=why)
+    (log.info if said else log.warning)("run.stopped", run_id=run_id, why=why)
     return True
 
 

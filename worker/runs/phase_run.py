@@ -36,6 +36,7 @@ from worker.runs.snapshot import (
 from worker.runs.steps import StepRecorder
 from worker.safety.scrub import safe_error_message
 from worker.safety.scrub import stack as error_stack
+from worker.store.errors import interruption
 from worker.store.uow import StaleLease, UnitOfWork
 
 log = structlog.get_logger(__name__)
@@ -206,6 +207,8 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
     except StaleLease:
         raise
     except Exception as exc:  # a failing phase must not stop the next one (R6)
+        if interruption(exc) is not None:  # the database's, not the phase's: the engine
+            raise  # gives the run back (``worker.runs.interruption``)
         return _failed(app, run, held, ctx, phase, (started, before), exc)  # with its write
     # A resumed waiting step: its finish adds this execution to what the earlier ones recorded.
     prior = run.snap.recorded.get(step_id, StepRecord())
@@ -224,7 +227,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
                 model=getattr(app.llm, "model", None)
                 if report.calls or b.started > before[0] else None)
     except SQLAlchemyError as exc:
-        if not wrote:
+        if not wrote or interruption(exc) is not None:
             raise
         # The phase's write failed to commit (with its finish): nothing of it was kept, so the
         # run's carried scope and the steps it holds are not what the database has.

@@ -20,6 +20,7 @@ from worker.errors import ConfigError, Conflict, InvalidRun
 from worker.runs import service
 from worker.runs.decide import GateClosed
 from worker.runs.gate import GateDecision
+from worker.runs.interruption import RunInterrupted
 from worker.runs.snapshot import RunSnapshot
 from worker.runs.stops import stops_held
 from worker.safety.scrub import stack
@@ -147,6 +148,8 @@ def dispatch_run(app: App, run: str | RunSnapshot, via: Via) -> str:
     def work() -> None:
         try:
             service.execute_run(app, run)
+        except RunInterrupted as lost:  # the database's: given back, resumed later (no bug)
+            log.warning("run.thread_interrupted", run_id=run_id, error=str(lost))
         except Exception as exc:  # the run row records phase failures; this is a last resort
             # No raw message or traceback text: either can quote note content (R21).
             log.error("run.thread_failed", run_id=run_id, error_type=type(exc).__name__,

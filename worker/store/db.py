@@ -6,8 +6,9 @@ import os
 import sqlite3
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
@@ -16,6 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from worker.config import ConfigError
 
+if TYPE_CHECKING:
+    from worker.config import Settings
+
 SQLITE_BUSY_SECONDS = 30
 # A pooled PostgreSQL connection idle for longer than this is pinged before it is handed out (a
 # dead one is replaced); one back within it is not: a run's short transactions follow each other
@@ -23,9 +27,12 @@ SQLITE_BUSY_SECONDS = 30
 PING_AFTER_IDLE_SECONDS = 5.0
 
 
-def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
+def make_engine(url: str, *, create: bool = True, waits: Waits | None = None,
+                **kwargs: Any) -> Engine:
     """An engine for a sqlite:// or postgresql:// URL. With ``create`` False a missing SQLite
-    file is refused instead of created (read-only commands must not leave empty files)."""
+    file is refused instead of created (read-only commands must not leave empty files).
+    ``waits``: PostgreSQL's bounds on each connection's lock waits and statements (none: the
+    server's own settings)."""
     try:
         parsed = make_url(url)
         backend = parsed.get_backend_name()
@@ -48,10 +55,61 @@ def make_engine(url: str, *, create: bool = True, **kwargs: Any) -> Engine:
         # An unreachable host fails in seconds with one line, instead of hanging the command.
         kwargs.setdefault("connect_args", {}).setdefault("connect_timeout", 10)
     engine = _create(url, **kwargs)
-    event.listen(engine, "connect", _custom_plans)
+    _session_settings(engine, waits or Waits())
     _ping_when_idle(engine)
     _note_writes(engine)
     return engine
+
+
+@dataclass(frozen=True)
+class Waits:
+    """How long a PostgreSQL statement may wait for a lock, and run at all, in seconds, before
+    the server cancels it (SQLSTATE 55P03, 57014: the transaction rolls back and the caller is
+    told the database was busy); 0 leaves the server's own setting (none by default)."""
+
+    lock_timeout: float = 0.0
+    statement_timeout: float = 0.0
+
+    @classmethod
+    def of(cls, settings: Settings) -> Waits:
+        return cls(settings.db_lock_timeout_seconds, settings.db_statement_timeout_seconds)
+
+    def statements(self) -> list[str]:
+        """The SETs a new connection runs: custom plans (``CUSTOM_PLANS``), then the bounds
+        (milliseconds, at least 1 for any bound)."""
+        return [CUSTOM_PLANS, *(f"SET {name} = {max(1, round(seconds * 1000))}"
+                                for name, seconds in (("lock_timeout", self.lock_timeout),
+                                                      ("statement_timeout", self.statement_timeout))
+                                if seconds > 0)]
+
+
+# Plan every statement for its own values. psycopg prepares a statement once its text has run
+# five times on a connection; the server then may switch it to one generic plan. For a look-up
+# of ``IN_CHUNK`` ids or hashes (every chunk but the last has the same text) that plan took
+# 0.3-0.5 s a statement against ~10 ms planned for its values, growing with the table:
+# re-importing 100,000 notes took 382 s instead of ~18. A custom plan keeps the prepared
+# statement's saved parse and costs a plan per execution, not measurable in the run bench.
+CUSTOM_PLANS = "SET plan_cache_mode = force_custom_plan"
+
+
+def _session_settings(engine: Engine, waits: Waits) -> None:
+    """Each new connection's session plans statements for their values (``CUSTOM_PLANS``) and
+    bounds its lock waits and statements: a statement waiting on a lock a stuck session holds
+    (or one that runs away) otherwise waited for ever, its run holding the scope's lease all
+    the while. Set once per connection, outside any transaction (the pool keeps the connection
+    and its settings); a migration lifts the statement bound for its own transaction
+    (``worker.store.migrate``)."""
+    sets = "; ".join(waits.statements())
+
+    @event.listens_for(engine, "connect")
+    def _connected(dbapi_conn: Any, _record: Any) -> None:
+        autocommit = dbapi_conn.autocommit
+        dbapi_conn.autocommit = True  # a SET in a transaction is undone by its rollback
+        try:
+            with dbapi_conn.cursor() as cur:
+                cur.execute(sets)
+        finally:
+            dbapi_conn.autocommit = autocommit
 
 
 def _create(url: str, **kwargs: Any) -> Engine:
@@ -112,22 +170,6 @@ def read_one_snapshot(session: Session) -> None:
     else:
         session.connection(execution_options={"isolation_level": "REPEATABLE READ",
                                               "postgresql_readonly": True})
-
-
-def _custom_plans(dbapi_conn: Any, _record: Any) -> None:
-    """Plan every statement for its own values (PostgreSQL's ``plan_cache_mode``). psycopg
-    prepares a statement once its text has run five times on a connection; the server then may
-    switch it to one generic plan. For a look-up of ``IN_CHUNK`` ids or hashes (every chunk but
-    the last has the same text) that plan took 0.3-0.5 s a statement against ~10 ms planned for
-    its values, growing with the table: re-importing 100,000 notes took 382 s instead of ~10.
-    A custom plan keeps the prepared statement's saved parse and costs a plan per execution, not
-    measurable in the run bench. Set in autocommit, so no transaction's rollback takes it back."""
-    autocommit = dbapi_conn.autocommit
-    dbapi_conn.autocommit = True
-    try:
-        dbapi_conn.execute("SET plan_cache_mode = force_custom_plan")
-    finally:
-        dbapi_conn.autocommit = autocommit
 
 
 def _ping_when_idle(engine: Engine) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy.exc import (
     ArgumentError,
     DatabaseError,
+    DBAPIError,
     OperationalError,
     ProgrammingError,
     SQLAlchemyError,
@@ -100,6 +101,35 @@ def _server_unavailable(exc: OperationalError, reason: str) -> DreamError:
                            "before trying again")
     return Unavailable(f"cannot use the database ({reason}); check DREAM_DATABASE_URL and "
                        "that the server is running")
+
+
+def interruption(exc: BaseException) -> str | None:
+    """What cut the work short, when ``exc`` (or what it was raised from) is a database error
+    the same work may well not meet again: the server was busy (a lock or statement timeout, a
+    deadlock, too many connections; SQLite's write lock held past its busy timeout) or the
+    connection was lost (the backend terminated, the server restarting, the network). Words of
+    ours only (never the driver's text, which may quote a value). None for anything else: a
+    bug, a schema or a setting to fix, a server never reached."""
+    seen = 0
+    while exc is not None and seen < 4:
+        if isinstance(exc, DBAPIError):
+            return _cut_short(exc)
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1  # type: ignore[assignment]
+    return None
+
+
+def _cut_short(exc: DBAPIError) -> str | None:
+    state = str(getattr(exc.orig, "sqlstate", None) or "")
+    if state in _BUSY:
+        return f"the database was busy ({_BUSY[state]}, SQLSTATE {state})"
+    if exc.connection_invalidated or state in _ENDED or (
+            state.startswith("08") and state not in _NEVER_MADE):
+        return f"the connection to the database was lost{f' (SQLSTATE {state})' if state else ''}"
+    reason = str(exc.orig or "")
+    if type(exc.orig).__module__.startswith("sqlite3") and ("locked" in reason or "busy" in reason):
+        return (f"the SQLite database was busy (another process kept writing to it for "
+                f"{SQLITE_BUSY_SECONDS:g} s)")
+    return None
 
 
 def not_ours(reason: str) -> DreamError:

@@ -72,6 +72,11 @@ def upgrade(engine: Engine, revision: str = "head", *,
             # Taken at once: a second upgrade waits here (busy timeout), not half-way through.
             conn.exec_driver_sql("BEGIN IMMEDIATE")
         if conn.dialect.name == "postgresql":
+            # A migration may rewrite a table or build an index over every note: not cut off
+            # by DREAM_DB_STATEMENT_TIMEOUT_SECONDS, which bounds a run's statements. Its lock
+            # waits stay bounded: waiting behind a long transaction it would queue every
+            # other statement on the table behind itself; it gives up (busy, try again).
+            conn.execute(text("SET LOCAL statement_timeout = 0"))
             conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
         before = _revision(conn)
         if before is None:
