@@ -196,3 +196,50 @@ def test_a_run_task_on_a_schema_older_than_the_code_waits_and_writes_nothing(
         assert tasks._schema_current == [app]
     finally:
         celery_app._resources.pop("app", old).dispose()
+
+
+def test_each_retry_of_a_run_task_is_a_message_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delivery is counted by its message's identity, and the same identity arriving again
+    counts as a delivery that died. A retry keeps the task id and counts ``retries`` up, so a
+    broker's duplicate of one message, retrying beside the original (each waiting on a batch),
+    gave the same identities again, and three such waits failed a healthy run as "died 3 times
+    in a row". Each retry now carries a token of its own: a duplicate's retries meet none of the
+    original's."""
+    from tests.conftest import make_sqlite_app
+    from tests.support.safety_store import SCOPE, mixed_store
+    from worker import celery_app, tasks
+    from worker.runs.deliveries import begin_delivery
+    from worker.runs.engine import PhaseResult
+    from worker.runs.outcome import PhaseOutcome
+
+    app = make_sqlite_app(tmp_path)
+    monkeypatch.setattr(celery_app, "_resources", {"app": app})
+    monkeypatch.setattr(tasks, "_schema_current", [app])
+    try:
+        mixed_store(app)
+        run_id = service.create_run(app, SCOPE, force=True)
+        assert run_id is not None
+        keys: list[str] = []
+        real = begin_delivery
+
+        def counted(dream_app: App, run: str, task: str, message: str, carried: int) -> Any:
+            keys.append(message)
+            return real(dream_app, run, task, message, carried)
+
+        monkeypatch.setattr(tasks, "begin_delivery", counted)
+        # The phase waits on its provider's batch twice, then ends (each copy of the message).
+        waiting, done = PhaseResult(PhaseOutcome.WAITING, 1.0), PhaseResult(PhaseOutcome.SUCCEEDED)
+        replies = iter([waiting, waiting, done] * 2)
+        monkeypatch.setattr(service, "execute_phase", lambda *_: next(replies))
+        for _ in range(2):  # the message, then a broker's duplicate of it (same task id)
+            result = tasks.consolidate.apply(args=(run_id,), task_id="message-1")
+            assert result.successful() and result.result == PhaseOutcome.SUCCEEDED.value
+        original, duplicate = keys[:3], keys[3:]
+        assert len(duplicate) == 3 and original[0] == duplicate[0]
+        assert not set(original[1:]) & set(duplicate[1:]), keys
+        with app.uow() as uow:
+            run = uow.runs.get(run_id)
+        assert run is not None and run.status != RunStatus.FAILED.value and run.deliveries == 1
+    finally:
+        app.dispose()

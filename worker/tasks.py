@@ -8,6 +8,7 @@ re-schedules its own task instead of holding the worker."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -80,19 +81,31 @@ def _wait_for_schema(task: Any, dream_app: App) -> None:
         require_current_schema(dream_app.engine)
     except ConfigError as exc:
         log.error("task.schema_not_current", error=str(exc))
-        raise task.retry(countdown=wait_delay(SCHEMA_WAIT_SECONDS,
-                                              dream_app.settings.task_time_limit)) from None
+        raise _again(task, wait_delay(SCHEMA_WAIT_SECONDS, dream_app.settings.task_time_limit),
+                     died=int((task.request.kwargs or {}).get("died") or 0)) from None
     _schema_current[:] = [dream_app]
 
 
-def _delivered(task: Any, dream_app: App, run_id: str, died: int) -> bool:
+def _again(task: Any, countdown: float, died: int = 0) -> Exception:
+    """``task`` retried in ``countdown`` seconds as a message of its own: its ``delivery`` token
+    is new, so the delivery count tells this message's redelivery (its worker died) from
+    another retry of the task. A retry keeps the task id and counts ``retries`` up, so two
+    copies of one message (a broker's duplicate) each retrying gave two messages one identity,
+    and the second counted as a death. ``died``: the deaths in a row it carries on."""
+    return task.retry(countdown=countdown,  # type: ignore[no-any-return]
+                      kwargs={"died": died, "delivery": uuid.uuid4().hex})
+
+
+def _delivered(task: Any, dream_app: App, run_id: str, died: int, delivery: str) -> bool:
     """Count this delivery of a run's task (``deliveries``): False when the run was given up
     (too many deliveries died in a row); a back-off retries the task later, carrying the
-    count. Asked after the schema wait: the count is a column of the current schema."""
-    found = begin_delivery(dream_app, run_id, task.name,
-                           f"{task.request.id}:{task.request.retries}", died)
+    count. Asked after the schema wait: the count is a column of the current schema. A task
+    called in-process (no message, no id) has no delivery to count."""
+    if task.request.id is None:
+        return True
+    found = begin_delivery(dream_app, run_id, task.name, f"{task.request.id}:{delivery}", died)
     if found.back_off is not None:
-        raise task.retry(countdown=found.back_off, kwargs={"died": found.deaths})
+        raise _again(task, found.back_off, died=found.deaths)
     return not found.gave_up
 
 
@@ -107,15 +120,15 @@ def _retry_interrupted(task: Any, dream_app: App, lost: RunInterrupted) -> Excep
     given back) the task fails, and the gate check hands the run out again as it does a lost
     one (R30). The task came back alive: its retry carries no death (``kwargs``)."""
     if lost.given_back and lost.attempts < dream_app.settings.max_attempts:
-        return task.retry(countdown=wait_delay(INTERRUPTED_RETRY_SECONDS,  # type: ignore[no-any-return]
-                                               dream_app.settings.task_time_limit), kwargs={})
+        return _again(task, wait_delay(INTERRUPTED_RETRY_SECONDS,
+                                       dream_app.settings.task_time_limit))
     return lost
 
 
-def _phase(task: Any, run_id: str, phase: str, died: int) -> str:
+def _phase(task: Any, run_id: str, phase: str, died: int, delivery: str) -> str:
     dream_app = resources()
     _wait_for_schema(task, dream_app)
-    if not _delivered(task, dream_app, run_id, died):
+    if not _delivered(task, dream_app, run_id, died, delivery):
         return PhaseOutcome.FAILED.value
     try:
         with reschedule_while_pending():  # a provider batch re-schedules the task, never blocks
@@ -127,8 +140,8 @@ def _phase(task: Any, run_id: str, phase: str, died: int) -> str:
         delay = wait_delay(result.retry_after, dream_app.settings.task_time_limit)
         # Unbounded: the task's own max_retries is None (``retry(max_retries=None)`` alone
         # means Celery's default of 3, which ended a batch wait after three looks). A delivery
-        # that came back alive carries no death on (``kwargs``).
-        raise task.retry(countdown=delay, kwargs={})
+        # that came back alive carries no death on.
+        raise _again(task, delay)
     return result.outcome.value
 
 
@@ -140,30 +153,30 @@ def wait_delay(retry_after: float | None, task_time_limit: int) -> float:
 
 
 @app.task(name="dream.consolidate", bind=True, max_retries=None)
-def consolidate(self: Any, run_id: str, died: int = 0) -> str:
-    return _phase(self, run_id, "consolidate", died)
+def consolidate(self: Any, run_id: str, died: int = 0, delivery: str = "") -> str:
+    return _phase(self, run_id, "consolidate", died, delivery)
 
 
 @app.task(name="dream.contradictions", bind=True, max_retries=None)
-def contradictions(self: Any, run_id: str, died: int = 0) -> str:
-    return _phase(self, run_id, "contradictions", died)
+def contradictions(self: Any, run_id: str, died: int = 0, delivery: str = "") -> str:
+    return _phase(self, run_id, "contradictions", died, delivery)
 
 
 @app.task(name="dream.prune", bind=True, max_retries=None)
-def prune(self: Any, run_id: str, died: int = 0) -> str:
-    return _phase(self, run_id, "prune", died)
+def prune(self: Any, run_id: str, died: int = 0, delivery: str = "") -> str:
+    return _phase(self, run_id, "prune", died, delivery)
 
 
 @app.task(name="dream.archive", bind=True, max_retries=None)
-def archive(self: Any, run_id: str, died: int = 0) -> str:
-    return _phase(self, run_id, "archive", died)
+def archive(self: Any, run_id: str, died: int = 0, delivery: str = "") -> str:
+    return _phase(self, run_id, "archive", died, delivery)
 
 
 @app.task(name="dream.run", bind=True, max_retries=None)
-def run(self: Any, run_id: str, died: int = 0) -> str:
+def run(self: Any, run_id: str, died: int = 0, delivery: str = "") -> str:
     dream_app = resources()
     _wait_for_schema(self, dream_app)
-    if not _delivered(self, dream_app, run_id, died):
+    if not _delivered(self, dream_app, run_id, died, delivery):
         return RunStatus.FAILED.value
     try:
         with reschedule_while_pending():
@@ -171,20 +184,19 @@ def run(self: Any, run_id: str, died: int = 0) -> str:
     except RunInterrupted as lost:
         raise _retry_interrupted(self, dream_app, lost) from None
     if result.retry_after is not None:  # resumed at the waiting phase by the retried task
-        raise self.retry(countdown=wait_delay(result.retry_after,
-                                              dream_app.settings.task_time_limit), kwargs={})
+        raise _again(self, wait_delay(result.retry_after, dream_app.settings.task_time_limit))
     if result.hand_off:  # near its time limit: the next phases go on in a fresh task
-        raise self.retry(countdown=0, kwargs={})
+        raise _again(self, 0)
     return result.status
 
 
 @app.task(name="dream.finalize", bind=True, max_retries=None)
-def finalize(self: Any, run_id: str, died: int = 0) -> str:
+def finalize(self: Any, run_id: str, died: int = 0, delivery: str = "") -> str:
     """No longer chained (the archive task finalizes); kept for chains an earlier version sent,
     which are exactly the messages an upgrade leaves in the queue: it waits for the schema too."""
     dream_app = resources()
     _wait_for_schema(self, dream_app)
-    if not _delivered(self, dream_app, run_id, died):
+    if not _delivered(self, dream_app, run_id, died, delivery):
         return RunStatus.FAILED.value
     return service.finalize_run(dream_app, run_id)
 

@@ -119,3 +119,24 @@ def test_scope_known_is_one_bounded_statement(app: App) -> None:
     assert len(statements) == 2, statements
     assert all("EXISTS" in s.upper() and "GROUP BY" not in s.upper() for s in statements), \
         statements
+
+
+def test_a_cancel_of_what_would_not_have_been_a_dream_holds_nothing(app: App) -> None:
+    """A run of some phases only, had it ended, would not have counted as the scope's dream,
+    so its cancel holds nothing either (it held the scope's real dream for the gate's hours);
+    nor does an erasure's cancel of its user's runs: its user's next sessions are due."""
+    from worker.safety.erase import erase
+
+    _sessions(app)
+    prune_only = service.create_run(app, SCOPE, phases=["prune"], force=True)
+    assert prune_only is not None
+    service.cancel_run(app, prune_only)
+    assert service.scope_gate(app, SCOPE).due
+    queued = service.create_run(app, SCOPE)
+    assert queued is not None
+    erase(app, user_id=SCOPE.user_id)
+    with app.uow() as uow:
+        run = uow.runs.get(queued)
+    assert run is not None and run.status == RunStatus.CANCELLED.value
+    _sessions(app, start=utcnow() - timedelta(days=1))
+    assert service.scope_gate(app, SCOPE).due

@@ -84,6 +84,11 @@ def dreamed(now: datetime | None = None) -> ColumnElement[bool]:
                 true() if now is None else DreamRunRow.started_at <= now)
 
 
+# The reason an erasure's cancel gives a run of the erased user's scope (``cancel_user_runs``):
+# no operator's "not now", so it holds no scope (``last_cancelled_at``).
+USER_ERASED_CANCEL = "cancelled: its user was erased, nothing is left in its scope"
+
+
 def every_phase_asked() -> ColumnElement[bool]:
     """The run asked for every phase (its ``phases``, a JSON list, names each)."""
     listed = cast(DreamRunRow.phases, String)
@@ -129,9 +134,10 @@ class RunHistoryRepository:
     def last_cancelled_at(self, scope_keys: list[str],
                           now: datetime | None = None) -> dict[str, datetime]:
         """When each scope's latest cancelled run was cancelled (its end), in one query: the
-        operator's cancel holds the scope for the gate's hours. A dry run's or a review
-        approval's cancel holds nothing (neither was a dream). ``now`` (a `--now` given): only
-        a cancel by then."""
+        operator's cancel of a dream holds the scope for the gate's hours. A cancel of what
+        would not have been a dream had it ended (``dreamed``: a dry run, a review approval, a
+        run of some phases only) holds nothing, nor does an erasure's. ``now`` (a `--now`
+        given): only a cancel by then."""
         if not scope_keys:
             return {}
         at = func.coalesce(DreamRunRow.finished_at, DreamRunRow.created_at)
@@ -140,6 +146,8 @@ class RunHistoryRepository:
             .where(DreamRunRow.scope_key.in_(scope_keys),
                    DreamRunRow.status == RunStatus.CANCELLED.value,
                    DreamRunRow.dry_run.is_(False), DreamRunRow.trigger != REVIEW_TRIGGER,
+                   every_phase_asked(),
+                   DreamRunRow.status_reason.is_distinct_from(USER_ERASED_CANCEL),
                    true() if now is None else at <= now)
             .group_by(DreamRunRow.scope_key)
         ).all()

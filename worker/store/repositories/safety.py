@@ -44,6 +44,7 @@ from worker.store.repositories.kept_lives import Keeper, keepers
 from worker.store.repositories.mentions import Mentions
 from worker.store.repositories.restores import restore_statement
 from worker.store.repositories.retention import retirement_befores
+from worker.store.repositories.run_history import USER_ERASED_CANCEL
 from worker.store.repositories.said_dates import Carrier, SaidIn, carriers, forget_said_in, said_in
 from worker.store.row_locks import is_postgres, lock_sorted, locked, locked_in_order
 
@@ -289,7 +290,7 @@ class SafetyRepository:
                                    DreamRunRow.status.in_(ACTIVE_RUN_STATUSES)))
             .values(status=RunStatus.CANCELLED.value, lease_epoch=DreamRunRow.lease_epoch + 1,
                     lease_expires_at=None, finished_at=now,
-                    status_reason="cancelled: its user was erased, nothing is left in its scope")
+                    status_reason=USER_ERASED_CANCEL)
             .returning(DreamRunRow.id)))
 
     def derived_closure(self, seed: set[str]) -> set[str]:
