@@ -51,7 +51,8 @@ class TopicalLinks:
 
 def clusterable(note: Note) -> bool:
     """Immutable and protected notes are never cluster members; nor are flagged ones."""
-    return note.retirable and not any(f.startswith("injection") for f in note.flags)
+    return note.retirable and not (note.flags and any(f.startswith("injection")
+                                                      for f in note.flags))
 
 
 def plan_clusters(
