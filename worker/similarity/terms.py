@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, combinations, compress, filterfalse, repeat
+from itertools import chain, combinations, compress, filterfalse
 from operator import itemgetter, not_
 from typing import NamedTuple
 
@@ -124,7 +124,7 @@ def _shared_pairs(terms: Sequence[frozenset[str]], rare: set[str]) -> list[tuple
     """The pairs (i < j) sharing a rare term, in the order ``_shared_counts`` finds them (its
     keys, without counting: built in C)."""
     posted = _postings(terms, rare).values()
-    return list(dict.fromkeys(chain.from_iterable(map(combinations, posted, repeat(2)))))
+    return list(dict.fromkeys(chain.from_iterable(combinations(rows, 2) for rows in posted)))
 
 
 def _shared_counts(
