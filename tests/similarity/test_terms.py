@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from worker.embeddings.hashing import HashingEmbedder
 from worker.similarity.candidates import same_frame_pairs
@@ -13,6 +15,9 @@ from worker.similarity.terms import (
     NoteWords,
     TermSettings,
     _content_terms,
+    _rarity,
+    _shared_counts,
+    _shared_pairs,
     frame_tokens,
     note_words,
     shared_term_pairs,
@@ -198,3 +203,13 @@ def test_words_made_once_give_the_pairs_of_words_made_by_each_signal() -> None:
             texts, 8, vectors, floor)
         assert shared_term_pairs(texts, TermSettings(), vectors, floor, words=words) == (
             shared_term_pairs(texts, TermSettings(), vectors, floor))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.frozensets(st.sampled_from("abcdefgh"), max_size=5), max_size=30))
+def test_topical_pairs_are_the_shared_counts_pairs_in_their_order(
+        terms: list[frozenset[str]]) -> None:
+    """The pairs ``topical_pairs`` reads from the posting lists (without counting) are the
+    pairs ``_shared_counts`` counts, in the order it finds them (what ``_alike`` is given)."""
+    rare, _ = _rarity(terms, 4)
+    assert _shared_pairs(terms, rare) == list(_shared_counts(terms, rare))

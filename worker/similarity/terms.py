@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, filterfalse
+from itertools import chain, combinations, compress, filterfalse
 from operator import itemgetter, not_
 from typing import NamedTuple
 
@@ -109,16 +109,30 @@ def _rarity(terms: Sequence[frozenset[str]], most: int) -> tuple[set[str], set[s
     return rare, common
 
 
-def _shared_counts(
-    terms: Sequence[frozenset[str]], rare: set[str], pairable: Sequence[bool] | None = None,
-) -> dict[tuple[int, int], int]:
-    """Rare terms shared per pair (i < j) of ``pairable`` notes, from posting lists of the rare
-    terms alone (never all pairs)."""
+def _postings(terms: Sequence[frozenset[str]], rare: set[str],
+              pairable: Sequence[bool] | None = None) -> dict[str, list[int]]:
+    """The rows of the ``pairable`` notes holding each rare term, in row order."""
     notes_with: dict[str, list[int]] = {}
     for row, found in enumerate(terms):
         if pairable is None or pairable[row]:
             for t in found & rare:
                 notes_with.setdefault(t, []).append(row)
+    return notes_with
+
+
+def _shared_pairs(terms: Sequence[frozenset[str]], rare: set[str]) -> list[tuple[int, int]]:
+    """The pairs (i < j) sharing a rare term, in the order ``_shared_counts`` finds them (its
+    keys, without counting: built in C)."""
+    posted = _postings(terms, rare).values()
+    return list(dict.fromkeys(chain.from_iterable(combinations(rows, 2) for rows in posted)))
+
+
+def _shared_counts(
+    terms: Sequence[frozenset[str]], rare: set[str], pairable: Sequence[bool] | None = None,
+) -> dict[tuple[int, int], int]:
+    """Rare terms shared per pair (i < j) of ``pairable`` notes, from posting lists of the rare
+    terms alone (never all pairs)."""
+    notes_with = _postings(terms, rare, pairable)
     shared: dict[tuple[int, int], int] = {}
     for rows in notes_with.values():
         for x, i in enumerate(rows):
@@ -134,7 +148,7 @@ def _alike(pairs: list[tuple[int, int]], vectors: np.ndarray | None,
         return set(pairs)
     ends = np.asarray(pairs)
     alike = np.einsum("ij,ij->i", vectors[ends[:, 0]], vectors[ends[:, 1]]) >= min_similarity
-    return {p for p, ok in zip(pairs, alike.tolist(), strict=True) if ok}
+    return set(compress(pairs, alike.tolist()))
 
 
 @dataclass(frozen=True)
@@ -197,7 +211,7 @@ def topical_pairs(
     found = words if words is not None else words_of(texts)
     terms = [w.topical for w in found]
     rare, common = _rarity(terms, _most_notes(len(terms), max_notes))
-    pairs = list(_shared_counts(terms, rare))
+    pairs = _shared_pairs(terms, rare)
     # A name is never written lower case (``any`` stops at the first note writing it so).
     names = {t for t in common if not any(t in w.lowered for w in found)}
     if names:

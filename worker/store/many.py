@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, cast
 
@@ -41,32 +42,41 @@ class _Plan:
         return out
 
     @cached_property
-    def _picks(self) -> tuple[Callable[[dict[str, Any]], tuple[Any, ...]], dict[str, Any],
-                              tuple[tuple[int, Processor], ...]]:
-        """What ``_positional`` binds a row with: a getter of every parameter in order from the
-        row merged with the fixed values (keyed by their names, which no row carries), the
-        fixed values, and (position, processor) of each row value a processor converts."""
-        fixed = {name: value for name, key, value, _ in self.binds if key is None}
-        keys = [name if key is None else key for name, key, _, _ in self.binds]
-        getter = itemgetter(*keys)
-        get = getter if len(keys) > 1 else (lambda row: (getter(row),))
-        procs = tuple((i, proc) for i, (_, key, _, proc) in enumerate(self.binds)
-                      if key is not None and proc is not None)
-        return get, fixed, procs
+    def _picks(self) -> tuple[Callable[[dict[str, Any]], tuple[Any, ...]] | None,
+                              tuple[tuple[int | None, Any, Processor | None], ...]]:
+        """What ``_positional`` binds rows with: a getter of the row values in order (None when
+        every parameter is fixed), and per parameter where it comes from (the index of its
+        row value, or None for a value fixed in the statement), that fixed value and the
+        processor of its row value."""
+        keys = [key for _, key, _, _ in self.binds if key is not None]
+        getter = itemgetter(*keys) if keys else None
+        get = getter if len(keys) != 1 or getter is None else (lambda row: (getter(row),))
+        sources: list[tuple[int | None, Any, Processor | None]] = []
+        at = 0
+        for _, key, value, proc in self.binds:
+            if key is None:
+                sources.append((None, value, None))
+            else:
+                sources.append((at, None, proc))
+                at += 1
+        return get, tuple(sources)
 
     def _positional(self, rows: Sequence[dict[str, Any]]) -> list[Any]:
-        """The positional parameters of each row: picked in C, then the processors applied."""
-        get, fixed, procs = self._picks
-        picked = map(get, [{**row, **fixed} for row in rows] if fixed else rows)
-        if not procs:
-            return list(picked)
-        out: list[Any] = []
-        for values in picked:
-            row = list(values)
-            for i, proc in procs:
-                row[i] = proc(row[i])
-            out.append(tuple(row))
-        return out
+        """The positional parameters of each row: picked in C; when a value is fixed or
+        converted, column by column (each processor mapped over its column, every fixed value
+        repeated) and the rows zipped back."""
+        get, sources = self._picks
+        if get is not None and all(at == k and proc is None
+                                   for k, (at, _, proc) in enumerate(sources)):
+            return list(map(get, rows))  # every parameter a row value, as it is
+        picked: list[Any] = list(zip(*map(get, rows), strict=True)) if get is not None else []
+        columns: list[Any] = []
+        for at, value, proc in sources:
+            if at is None:
+                columns.append(repeat(value, len(rows)))
+            else:
+                columns.append(picked[at] if proc is None else map(proc, picked[at]))
+        return list(zip(*columns, strict=True))
 
 
 def execute_many(conn: Connection, stmt: Executable, rows: Sequence[dict[str, Any]]) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
+from operator import attrgetter
 
 
 class Kind(StrEnum):
@@ -217,15 +218,25 @@ def tokens(text: str) -> list[Token]:
 # and mostly shared through _word's memo; 2,048 texts hold about 2 MB.
 @lru_cache(maxsize=1 << 11)
 def _tokens(text: str) -> tuple[Token, ...]:
-    return tuple(_fold_number_words(list(_raw_tokens(_normal(text)))))
+    raw = list(_raw_tokens(_normal(text)))
+    # Most texts spell out no number: no word starts a phrase, and every token stays as it is.
+    if _PHRASE_STARTS.isdisjoint(map(_SURFACE, raw)):
+        return tuple(raw)
+    return tuple(_fold_number_words(raw))
 
 
 _KINDS = {kind.value: kind for kind in Kind}
+_SURFACE = attrgetter("surface")
 
 
 def _raw_tokens(text: str) -> Iterator[Token]:
+    word = _word
     for m in _TOKEN.finditer(text):
-        kind = _KINDS[m.lastgroup or "break"]
+        group = m.lastgroup
+        if group == "word":  # most tokens: tested first
+            yield word(m.group(0).casefold())
+            continue
+        kind = _KINDS[group or "break"]
         value = m.group(0)
         if kind is Kind.URL:
             value = value.rstrip(".,;:!?").casefold()
@@ -237,8 +248,6 @@ def _raw_tokens(text: str) -> Iterator[Token]:
             value = value.casefold().replace("\u2212", "-")
             digits = value.replace(",", "") if _THOUSANDS.fullmatch(value) else value
             yield Token(kind, value, digits, content=True)
-        elif kind is Kind.WORD:
-            yield _word(value.casefold())
         else:
             yield Token(kind, value.strip(), "")
 

@@ -51,7 +51,8 @@ class TopicalLinks:
 
 def clusterable(note: Note) -> bool:
     """Immutable and protected notes are never cluster members; nor are flagged ones."""
-    return note.retirable and not any(f.startswith("injection") for f in note.flags)
+    return note.retirable and not (note.flags and any(f.startswith("injection")
+                                                      for f in note.flags))
 
 
 def plan_clusters(
@@ -169,18 +170,19 @@ def _grow(seed: int, pool: set[int], g: _Growth) -> list[int]:
     _shut_out(alive, seed, at, g)
     lengths = g.lengths[rest] if g.lengths is not None else None
     room = g.max_chars - int(g.lengths[seed]) if g.lengths is not None else 0
-    while len(members) < g.max_size and alive.any():
+    bar = g.threshold - 1e-6
+    while len(members) < g.max_size:
         usable = alive if lengths is None else alive & (lengths <= room)
         means = np.where(usable, sums / len(members), -np.inf)
         best = int(np.argmax(means))  # first maximum: ties go to the smaller id
-        if means[best] < g.threshold - 1e-6:
+        if means[best] < bar:  # with no candidate usable (none alive) too: all read -inf
             break
         members.append(rest[best])
         alive[best] = False
         _shut_out(alive, rest[best], at, g)
         if lengths is not None:
             room -= int(lengths[best])
-        sums = sums + _lifted(candidates @ candidates[best], rest[best], at, g)
+        sums += _lifted(candidates @ candidates[best], rest[best], at, g)
     return members
 
 

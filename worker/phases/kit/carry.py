@@ -133,11 +133,19 @@ def _embed(ctx: Any, snap: ScopeSnapshot) -> ScopeSnapshot:
                          absorbed=snap.absorbed)
 
 
+def _copy_note(n: Note) -> Note:
+    """A field-for-field copy, without ``__init__``'s defaults (its own dict: one copy in C)."""
+    c: Note = object.__new__(Note)
+    c.__dict__ = n.__dict__.copy()
+    return c
+
+
 def _copy(held: ScopeLoad) -> ScopeLoad:
     notes = []
+    new = object.__new__
     for n in held.notes.notes:
-        c = object.__new__(Note)  # a field-for-field copy, without __init__'s defaults
-        c.__dict__.update(n.__dict__)
+        c = new(Note)  # a field-for-field copy, without __init__'s defaults (one dict copy)
+        c.__dict__ = n.__dict__.copy()
         notes.append(c)
     # The matrix is read-only, the journal frozen; memory, the checked marks and the rest of
     # each row are only read; the words are shared, each phase adding the texts it read.
@@ -207,8 +215,7 @@ def _notes_after(scope: Any, held: ScopeLoad, touched: set[str], born: list[Any]
             keep.append(k)
             notes.append(n)
         elif after["status"] == NoteStatus.ACTIVE.value:
-            c = object.__new__(Note)
-            c.__dict__.update(n.__dict__)
+            c = _copy_note(n)
             c.version, c.flags = int(after["version"]), list(after.get("flags") or [])
             c.importance = after.get("importance", n.importance)
             c.consolidated_into_id, c.updated_at = after.get("consolidated_into_id"), done.now

@@ -151,10 +151,16 @@ def _utc(value: Any) -> datetime | None:
 def _notes_of(rows: Sequence[Any], scope: Scope) -> list[Note]:
     # Every row is of ``scope`` (the WHERE clause says so): one Scope shared by all.
     t = _utc
-    return [Note(r[0], scope, r[1], r[2], r[3], r[4], r[5], r[6], r[7], t(r[8]), t(r[9]),
-                 t(r[10]), t(r[11]), r[12], r[13], r[14], r[15], r[16], list(r[_FLAGS] or ()),
-                 tuple(r[_LINEAGE] or ()), r[_SEQ])
-            for r in rows]
+    notes = []
+    for r in rows:
+        created = t(r[8])
+        # A note never changed since it was written: its updated_at reads as its created_at
+        # (one parse, one immutable datetime for both).
+        updated = created if r[9] == r[8] else t(r[9])
+        notes.append(Note(r[0], scope, r[1], r[2], r[3], r[4], r[5], r[6], r[7], created,
+                          updated, t(r[10]), t(r[11]), r[12], r[13], r[14], r[15], r[16],
+                          list(r[_FLAGS] or ()), tuple(r[_LINEAGE] or ()), r[_SEQ]))
+    return notes
 
 
 def _matrix(vectors: list[Any], unembedded: list[int]) -> np.ndarray:
@@ -195,7 +201,10 @@ def load_scope(
     else:
         rows = repo._run(_LOADS[vectors], params).all()
     notes = _notes_of(rows, scope)
-    checked = {r[0]: _utc(r[_CHECKED]) for r in rows}
+    # Most notes were never looked at by prune; a mark equal to the note's updated_at (prune
+    # changed it as it looked) reads as that, parsed once.
+    checked = {r[0]: None if r[_CHECKED] is None else n.updated_at if r[_CHECKED] == r[9]
+               else _utc(r[_CHECKED]) for r, n in zip(rows, notes, strict=True)}
     # Kept as read (valid_to parsed only for a note a write touches): most rows have none.
     rest = {r[0]: (r[_COMMENTS], r[_VALID_TO], r[_FLAGS]) for r in rows
             if r[_COMMENTS] is not None or r[_VALID_TO] is not None or r[_FLAGS] is not None}
