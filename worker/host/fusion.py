@@ -199,14 +199,17 @@ def fuse(
 
 
 def grounding_problems(sources: list[Note], text: str) -> tuple[list[str], list[str]]:
-    """What ``strict`` refuses (invented facts, flipped negations, a dropped source, relative
-    time), and what is only a warning (omitted phrases); the consolidate phase's own check."""
+    """What ``strict`` refuses (invented facts, flipped negations, a reversed relation, a
+    dropped source, relative time), and what is only a warning (omitted phrases); the
+    consolidate phase's own check."""
     check = check_fusion([n.content for n in sources], text, allowed=allowed_dates(sources))
     problems = []
     if check.invented:
         problems.append(f"not found in any source: {', '.join(check.invented[:10])}")
     if check.negation_flips:
         problems.append(f"negation changed: {', '.join(check.negation_flips[:5])}")
+    if check.reversed:
+        problems.append(f"relation reversed: {', '.join(check.reversed[:5])}")
     if check.dropped:
         problems.append("leaves out most of "
                         + ", ".join(sources[i].id for i in check.dropped[:5]))

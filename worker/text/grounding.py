@@ -1,5 +1,6 @@
 """Is a fused text faithful to its sources (R13)? One check for the consolidate phase and the
-host API: whole tokens, every content word grounded, negations kept, facts not dropped."""
+host API: whole tokens, every content word grounded, negations kept, relations not turned
+round, facts not dropped."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from worker.text.direction import reversals
 from worker.text.temporal import relative_time_expressions
 from worker.text.words import Kind, Token, tokens
 
@@ -39,10 +41,12 @@ class Grounding:
     omitted: tuple[str, ...]  # source phrases missing from the fusion ("session store")
     dropped: tuple[int, ...]  # indices of sources whose content is mostly missing
     relative_time: tuple[str, ...]  # relative time expressions left in the fusion
+    # "anna reports to bob" from "Bob reports to Anna": a relation turned round (direction.py)
+    reversed: tuple[str, ...] = ()
 
     @property
     def grounded(self) -> bool:
-        return not self.invented and not self.negation_flips
+        return not self.invented and not self.negation_flips and not self.reversed
 
 
 def clauses(toks: Sequence[Token]) -> list[Clause]:
@@ -76,8 +80,8 @@ def clauses(toks: Sequence[Token]) -> list[Clause]:
 def check_fusion(
     sources: Sequence[str], fused: str, *, allowed: Iterable[str] = ()
 ) -> Grounding:
-    """Compare ``fused`` with ``sources``: invented facts, negation flips, omissions, dropped
-    sources and relative time left in. ``allowed`` are extra tokens a fusion may add (dates a
+    """Compare ``fused`` with ``sources``: invented facts, negation flips, reversed relations,
+    omissions, dropped sources and relative time left in. ``allowed`` are extra tokens a fusion may add (dates a
     source's "last week" resolves to)."""
     source_tokens = [tokens(s) for s in sources]
     fused_tokens = tokens(fused)
@@ -95,6 +99,7 @@ def check_fusion(
         omitted=tuple(_omitted(source_tokens, fused_keys)),
         dropped=tuple(i for i, toks in enumerate(source_tokens) if _dropped(toks, fused_keys)),
         relative_time=tuple(relative_time_expressions(fused)),
+        reversed=tuple(reversals(source_tokens, fused_tokens)),
     )
 
 

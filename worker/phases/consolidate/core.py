@@ -301,6 +301,9 @@ def validate_fusion(
     if check.negation_flips:
         raise ReplyRejected(f"content changes a negation ({check.negation_flips[0]!r}) that the "
                             "notes state the other way; keep each fact's polarity")
+    if check.reversed:
+        raise ReplyRejected(f"content turns a relation round ({check.reversed[0]!r}) that the "
+                            "notes state the other way; keep each word on its side")
     if check.dropped:
         alias = aliases[check.dropped[0]] if check.dropped[0] < len(aliases) else "a note"
         raise ReplyRejected(f"content leaves out most of {alias}; keep every note's facts or "
