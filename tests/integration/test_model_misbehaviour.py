@@ -420,6 +420,10 @@ def _reply_to(req: StubRequest, content: str) -> dict[str, Any]:
     ("User never uses the light theme in the code editor",
      "User never prefers dark mode in the code editor and terminal, at night too",
      "changes a negation"),
+    # A relation turned round: the same words, the other way (an audit's finding).
+    ("User prefers dark mode over light mode in the code editor",
+     "User prefers light mode over dark mode in the code editor and terminal, at night too",
+     "turns a relation round ('light mode over dark mode')"),
 ])
 def test_r13_adversarial_fusions_are_rejected_through_the_stub(
     app: App, llm_stub: LLMStub, extra_source: str, content: str, reason: str,
@@ -436,6 +440,29 @@ def test_r13_adversarial_fusions_are_rejected_through_the_stub(
     (child,) = result["children"]
     assert child.output["verdict"] == "invalid", child.output
     assert reason in child.output["reason"]
+    assert result["out"]["clusters_merged"] == 0
+    assert _state(app, scope) == before
+
+
+def test_a_fusion_that_reverses_the_notes_is_reasked_then_refused(app: App,
+                                                                  llm_stub: LLMStub) -> None:
+    """The audit's case through the real client: three notes that Alice prefers tea over
+    coffee, fused as "Alice prefers coffee over tea in the morning" — the same words — are
+    not replaced: every re-ask quotes the reversed relation, the cluster ends invalid and
+    nothing changes (before: the notes were revoked for the reversed note, run succeeded)."""
+    scope = _scope()
+    _add_dark(app, scope, ["Alice prefers tea over coffee in the morning",
+                           "Alice prefers tea over coffee in the morning at work",
+                           "Alice prefers tea over coffee in the morning on weekdays"])
+    before = _state(app, scope)
+    content = "Alice prefers coffee over tea in the morning at work on weekdays"
+    _use_stub(app, llm_stub, lambda req: _reply_to(req, content), max_retries=0)
+    result = _run(app, scope)
+    asked = llm_stub.chat_requests()
+    assert len(asked) == CALLS_PER_QUESTION
+    assert all("turns a relation round ('coffee over tea')" in a.user for a in asked[1:])
+    (child,) = result["children"]
+    assert child.output["verdict"] == "invalid", child.output
     assert result["out"]["clusters_merged"] == 0
     assert _state(app, scope) == before
 

@@ -78,6 +78,52 @@ def test_negation_flips(sources: list[str], fused: str, flipped: bool) -> None:
     assert bool(check_fusion(sources, fused).negation_flips) is flipped
 
 
+@pytest.mark.parametrize(("sources", "fused", "found"), [
+    # The audit's cases: the same words, the relation turned round (passed before).
+    (["Bob reports to Anna"], "Anna reports to Bob", ("anna reports to bob",)),
+    (["Alice prefers tea over coffee in the morning"] * 3,
+     "Alice prefers coffee over tea in the morning", ("coffee over tea",)),
+    # A comparison, a choice, a span, an agent, an order in time (and its converse marker).
+    (["Alice is taller than Bob"], "Bob is taller than Alice", ("bob is taller than alice",)),
+    (["Alice prefers tea rather than coffee"], "Alice prefers coffee rather than tea",
+     ("coffee rather than tea",)),
+    (["Alice moved from Paris to Berlin"], "Alice moved from Berlin to Paris",
+     ("berlin to paris",)),
+    (["Slack was replaced by Teams"], "Teams was replaced by Slack",
+     ("teams was replaced by slack",)),
+    (["Alice runs before breakfast"], "Alice runs after breakfast",
+     ("alice runs after breakfast",)),
+    (["The cache sits above the database"], "The cache sits below the database",
+     ("cache sits below the database",)),
+    (["Score went from 3 to 5"], "Score went from 5 to 3", ("5 to 3",)),
+    # Legitimate rewordings: one phrase moved, a converse marker, a symmetric relation, every
+    # source's order kept, sources that state both orders (a changed preference), a passive.
+    (["Alice drinks tea in the morning"], "In the morning Alice drinks tea", ()),
+    (["Alice switched to Vim in 2020"], "In 2020 Alice switched to Vim", ()),
+    (["Alice moved from Paris to Berlin"], "Alice moved to Berlin from Paris", ()),
+    (["Alice wakes before Bob"], "Bob wakes after Alice", ()),
+    (["Alice runs before breakfast"], "Before breakfast, Alice runs", ()),
+    (["Alice is married to Bob"], "Bob is married to Alice", ()),
+    (["Alice lives next to Bob"], "Bob lives next to Alice", ()),
+    (["Alice is talking to Bob"], "Bob is talking to Alice", ()),
+    (["Alice prefers tea over coffee", "Alice prefers tea over coffee at night"],
+     "At night too Alice prefers tea over coffee", ()),
+    (["Alice prefers tea over coffee", "Alice now prefers coffee over tea"],
+     "Alice now prefers coffee over tea", ()),
+    (["Bob reports to Anna", "Anna leads the billing team"],
+     "Anna leads the billing team; Bob reports to Anna", ()),
+    (["A bee is clinging to a yellow flower"], "A yellow flower is being clung to by a bee", ()),
+    (["A horse is ridden in a creek by a man"], "The man rides a horse by a creek", ()),
+])
+def test_reversed_relations(sources: list[str], fused: str, found: tuple[str, ...]) -> None:
+    """Two words a source orders one way across a directional marker (to, from, by, than,
+    over, instead of, before/after, above/below) may not swap sides in the fusion; one phrase
+    moving, a converse marker saying the same, or a symmetric relation is a rewording."""
+    check = check_fusion(sources, fused)
+    assert check.reversed == found
+    assert check.grounded is not found
+
+
 def test_omissions_are_phrases_and_dropped_sources_are_named() -> None:
     """Missing source content comes back as adjacent phrases ("session store"); a source whose
     content is mostly missing is dropped, not merged."""
@@ -140,3 +186,26 @@ def test_verbatim_sources_and_their_union_invent_nothing(sources: list[str]) -> 
     assert check_fusion(sources, sources[0]).invented == ()
     union = check_fusion(sources, " ; ".join(sources))
     assert union.invented == () and union.dropped == () and union.omitted == ()
+
+
+_SIDES = ["alice", "bob", "tea", "coffee", "berlin", "2020", "team"]
+_MARKERS = ["to", "over", "than", "before", "after", "from", "below", "replaced by"]
+
+
+@given(st.lists(st.tuples(st.lists(st.sampled_from(_SIDES), min_size=1, max_size=3),
+                          st.sampled_from(_MARKERS),
+                          st.lists(st.sampled_from(_SIDES), min_size=1, max_size=3)),
+                min_size=1, max_size=3))
+def test_a_relation_reverses_only_when_its_sides_swap(
+        relations: list[tuple[list[str], str, list[str]]]) -> None:
+    """Any sources built of relations ("alice tea over coffee"): one of them verbatim, or all
+    joined, reverses nothing; a source's relation with its sides swapped is reversed exactly
+    when the sources never state it that way (the sides share no word)."""
+    sources = [" ".join([*left, marker, *right]) for left, marker, right in relations]
+    assert check_fusion(sources, sources[0]).reversed == ()
+    assert check_fusion(sources, " ; ".join(sources)).reversed == ()
+    left, marker, right = relations[0]
+    swapped = " ".join([*right, marker, *left])
+    stated = set(left) & set(right) or any(swapped == s for s in sources)
+    if not stated and len(sources) == 1:
+        assert check_fusion(sources, swapped).reversed != ()

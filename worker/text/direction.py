@@ -79,12 +79,13 @@ def _marker(toks: Sequence[Token], m: int, start: int) -> bool:
 def reversals(source_tokens: Sequence[Sequence[Token]], fused_tokens: Sequence[Token]
               ) -> list[str]:
     """The fused phrases ("anna reports to bob") whose relation the sources state the other
-    way round and never this way; one per fused marker, the shortest."""
+    way round and never this way; one per fused marker, from its first reversed word to its
+    last."""
     stated = {pair for toks in source_tokens for pair, *_ in relation_pairs(toks)}
-    found: dict[int, tuple[int, int]] = {}  # marker index → the shortest reversed span
+    found: dict[int, tuple[int, int]] = {}  # marker index → the span of its reversed words
     for (relation, a, b), i, m, j in relation_pairs(fused_tokens):
         if (relation, b, a) in stated and (relation, a, b) not in stated:
-            if m not in found or j - i < found[m][1] - found[m][0]:
-                found[m] = (i, j)
+            first, last = found.get(m, (i, j))
+            found[m] = (min(first, i), max(last, j))
     return list(dict.fromkeys(
         " ".join(t.surface for t in fused_tokens[i:j + 1]) for i, j in found.values()))

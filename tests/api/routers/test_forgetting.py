@@ -273,13 +273,16 @@ def test_open_items_left_by_a_real_rule_judged_run(api_app: App, client: TestCli
      "The user has twenty cats at home.", "twenty"),
     (["The user moved to Porto.", "The user moved to Porto in May."],
      "The user moved to Porto yesterday.", "relative time"),
+    (["Bob reports to Anna.", "Bob reports to Anna in Berlin."],
+     "Anna reports to Bob in Berlin.", "relation reversed: anna reports to bob"),
 ])
 def test_strict_fuse_refuses_each_adversarial_fusion(
     api_app: App, client: TestClient, sources: list[str], fused: str, named: str,
 ) -> None:
     """Host fuse with strict over HTTP uses the consolidate phase's grounding check: a substring
     of a source word ("Lemo" in "lemon", "Orn" in "morning"), of a number ("20" in "2021"), a
-    flipped negation, a spelled-out number or relative time is a 422 naming it, and nothing
+    flipped negation, a reversed relation, a spelled-out number or relative time is a 422
+    naming it, and nothing
     changes; without strict the same text is applied with the problem as a warning."""
     add_notes(api_app, {"id": "s1", "content": sources[0]}, {"id": "s2", "content": sources[1]})
     before = state(api_app)
