@@ -26,11 +26,11 @@ MARKERS: dict[str, tuple[str, int]] = {
     "above": ("above", 1), "below": ("above", -1), "under": ("above", -1),
 }
 # A word that makes its marker symmetric: "married to Bob" is "Bob is married to Alice".
-_SYMMETRIC = frozenset(stem(w) for w in """
-married engaged next close closer similar related equal identical adjacent connected linked
-near compared opposite different far separate separated divorced apart distinct parallel
-friends friend talk talking speak speaking chat chatting
-""".split())
+_SYMMETRIC = frozenset(stem(w) for w in [
+    "married", "engaged", "next", "close", "closer", "similar", "related", "equal", "identical",
+    "adjacent", "connected", "linked", "near", "compared", "opposite", "different", "far",
+    "separate", "separated", "divorced", "apart", "distinct", "parallel", "friends", "friend",
+    "talk", "talking", "speak", "speaking", "chat", "chatting"])
 _PARTICIPLE = ("ed", "en", "wn", "ung", "ught", "lt", "nt", "de", "ne")
 
 Pair = tuple[str, str, str]  # relation, the word its left side holds, the word its right holds

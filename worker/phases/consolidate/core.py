@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from worker.domain.types import Note, NoteType, Protection, lasting_expiry, said_order
 from worker.llm.ask import ReplyRejected
-from worker.text.grounding import check_fusion
+from worker.text.grounding import Grounding, check_fusion
 from worker.text.temporal import allowed_dates
 from worker.text.words import strip_invisible
 
@@ -295,15 +295,8 @@ def validate_fusion(
                             "tag, variation selector or escape characters) that no note "
                             "shown to you has; write visible text only")
     check = check_fusion([n.content for n in sources], text, allowed=allowed_dates(sources))
-    if check.invented:
-        raise ReplyRejected(f"content adds {check.invented[0]!r}, which no source note states; "
-                            "use only facts and words from the notes")
-    if check.negation_flips:
-        raise ReplyRejected(f"content changes a negation ({check.negation_flips[0]!r}) that the "
-                            "notes state the other way; keep each fact's polarity")
-    if check.reversed:
-        raise ReplyRejected(f"content turns a relation round ({check.reversed[0]!r}) that the "
-                            "notes state the other way; keep each word on its side")
+    if (changed := _changed_fact(check)) is not None:
+        raise ReplyRejected(changed)
     if check.dropped:
         alias = aliases[check.dropped[0]] if check.dropped[0] < len(aliases) else "a note"
         raise ReplyRejected(f"content leaves out most of {alias}; keep every note's facts or "
@@ -318,6 +311,21 @@ def validate_fusion(
         raise ReplyRejected(f"content drops {check.omitted[0]!r} stated by a source; keep every "
                             "specific detail or refuse")
     return warnings
+
+
+def _changed_fact(check: Grounding) -> str | None:
+    """The re-ask line for a fact the fusion states otherwise than its notes: an invented word,
+    a flipped negation or a relation turned round; None when it states none."""
+    if check.invented:
+        return (f"content adds {check.invented[0]!r}, which no source note states; use only "
+                "facts and words from the notes")
+    if check.negation_flips:
+        return (f"content changes a negation ({check.negation_flips[0]!r}) that the notes "
+                "state the other way; keep each fact's polarity")
+    if check.reversed:
+        return (f"content turns a relation round ({check.reversed[0]!r}) that the notes state "
+                "the other way; keep each word on its side")
+    return None
 
 
 # ---- the fused note -----------------------------------------------------------------------
