@@ -5,13 +5,16 @@ comment, is used only when it reads as a plain, short reason.
 
 The sameness rule was chosen by measurement (tests/bench/eval_endstate.py, heavy rewording,
 and the SICK and MSRP pairs of ../shared/eval-data): a note retired into the kept note of its
-value must share at least ``SAME_SHARE`` of its content words (stems, numbers), less the words
-most of the scope's notes hold ("Alice", a team's name), with the kept note, and both must
-have the same polarity (a negator in both or in neither). Every pair of one value of the
-evolving suite passes (its heaviest rewording, "The team ships releases on Tuesdays" /
-"Deployments go out on Tuesdays", shares one word of four or five); 2 % of SICK's
-ENTAILMENT pairs and 10 % of its CONTRADICTION pairs would not pass (100 % passed without the
-polarity test), and none of seven unrelated facts about one person.
+value must share most of its content words with the kept note, or a content word (a stem, a
+number) beyond the words most
+of the scope's notes hold ("Alice", a team's name), and both must have the same polarity (a
+negator in both or in neither). Every pair of one value of the evolving suite passes (its
+heaviest rewording, "The team ships releases on Tuesdays" / "Deployments go out on
+Tuesdays", shares one word of four or five; inside a 12-30 word lead-in, one of ten or
+more, so no share of the words is asked for); of SICK's pairs 2 % of
+ENTAILMENT, 29 % of NEUTRAL and 90 % of CONTRADICTION are refused (under 1 % of CONTRADICTION
+without the polarity test), of MSRP's paraphrases 3 %; and every pair of seven unrelated
+facts about one person.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from worker.phases.contradictions.topics import Attribute, TopicVerdict
 from worker.safety.injection import injection_signals
 from worker.text.words import hides_text, strip_invisible, tokens
 
-# The least share of a retired note's own content words the kept note must hold: one of five
-# (measured: the evolving suite's heaviest rewording of one value shares one word of five).
-SAME_SHARE = 0.2
+# A retired note whose content words the kept note holds for more than this share restates
+# it, whatever the scope's subject ("Never run the linter before each commit" / "... before
+# committing" in a scope mostly about the linter); a two-word name is only half of a note.
+MOST = 0.5
 # A word in at least this share of the scope's notes (of three or more) is its subject: it
 # says whom the note is about, not what.
 SUBJECT_SHARE = 0.5
@@ -55,9 +59,12 @@ def unlike(retired: str, kept: str, subject: frozenset[str]) -> str | None:
     """Why ``retired`` cannot be a restatement of ``kept``; None when it can."""
     if _negated(retired) != _negated(kept):
         return "one is negated and the other is not"
-    own = content_words(retired) - subject
-    if own and len(own & content_words(kept)) < SAME_SHARE * len(own):
-        return "they share too few words beyond the scope's subject"
+    words, held = content_words(retired), content_words(kept)
+    if len(words & held) > MOST * len(words):
+        return None  # most of what it says, the kept note says (in a scope all about it too)
+    own = words - subject
+    if own and own.isdisjoint(held):
+        return "they share no word beyond the scope's subject"
     return None
 
 
