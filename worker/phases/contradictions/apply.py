@@ -31,8 +31,8 @@ from worker.phases.contradictions.core import (
     resolved_comment,
     restates,
 )
+from worker.phases.contradictions.sameness import Consistency, usable_reason
 from worker.phases.contradictions.topics import (
-    Attribute,
     TopicVerdict,
     follow_retirements,
     independent_pairs,
@@ -107,6 +107,7 @@ class Applier:
         # versions (before, or by this run: no active note changes version within it), and
         # those a host kept apart or a reviewer declined to join.
         self.apart = set(apart or ())
+        self.consistency = Consistency(notes, self.apart, counters)
         # Review before apply: decisions the apply mode holds back become review items.
         self.proposals = proposals if proposals is not None and proposals.active else None
         self.by_rule = ctx.app.llm is None
@@ -147,9 +148,8 @@ class Applier:
     def apply_topic(self, verdict: TopicVerdict) -> list[dict[str, Any]]:
         """Every decision the topic's answer implies, in order; unmentioned pairs remembered."""
         suspicious = suspicious_notes(self.notes, list(verdict.topic.pairs))
-        entries = []
         covered: set[tuple[str, str]] = set()
-        consistent = self._consistent(verdict)
+        consistent, entries = self.consistency.consistent(verdict)
         for pd in topic_decisions(consistent, self.notes, self.policy, suspicious):
             covered.add(pd.verdict.pair.ids)
             # The entry itself, not a copy: the write completes it (a loser found stale).
@@ -165,25 +165,6 @@ class Applier:
                 self.apart.add(frozenset(p.ids))
         self.counters["pairs_judged"] += len(verdict.topic.pairs)
         return entries
-
-    def _consistent(self, verdict: TopicVerdict) -> TopicVerdict:
-        """The answer without its attributes that join two notes judged apart at their
-        current versions (before, or earlier in this run) or kept apart by a host or a
-        reviewer: a model lumping two attributes, or overriding a person's word, not a finding
-        (a pair judged apart is not asked again unless a note changes, so no later answer is
-        taking back a mistake made on it). Counted; the attribute's pairs are asked again."""
-        if not self.apart:
-            return verdict
-        kept = [attr for attr in verdict.attributes if not self._joins_apart(attr)]
-        if len(kept) == len(verdict.attributes):
-            return verdict
-        self.counters["attributes_against_memory"] = (
-            self.counters.get("attributes_against_memory") or 0) + len(verdict.attributes) - len(kept)
-        return TopicVerdict(verdict.topic, kept)
-
-    def _joins_apart(self, attr: Attribute) -> bool:
-        ids = sorted(nid for cls in attr.values for nid in cls.note_ids)
-        return any(frozenset((a, b)) in self.apart for k, a in enumerate(ids) for b in ids[k + 1:])
 
     def apply(self, verdict: Verdict, decision: Decision,
               head: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -248,7 +229,8 @@ class Applier:
             assert decision.winner_id is not None and decision.loser_id is not None
             winner, loser = self.notes[decision.winner_id], self.notes[decision.loser_id]
             assert winner.created_at is not None
-            reason = verdict.reason or decision.why
+            # The model's reason is kept only as a plain, short reason; else the policy's.
+            reason = usable_reason(verdict.reason, decision.why or "no usable reason given")
             return [supersede(
                 f"{loser.id}->{winner.id}", [loser], into=winner,
                 relation=LINEAGE[decision.kind], reason=f"contradictions.{decision.kind}",
@@ -262,7 +244,7 @@ class Applier:
                 # for as long as either would have lived (a conflict's loser is outdated).
                 restate=restates(decision.kind, winner, loser, self.policy),
                 extend_expiry=decision.kind != "conflict")]
-        reason = f"{decision.why}. {verdict.reason}".strip()
+        reason = f"{decision.why}. {usable_reason(verdict.reason, '')}".strip(" .")
         # Both kept: a comment and a flag on each, each checked against the other's version too.
         return [Change(kind=ChangeKind.ANNOTATE, name=f"flag {note.id}",
                        members=(Member(note.id, note.version),),
@@ -340,8 +322,8 @@ class Applier:
                 assert p.decision.loser_id is not None
                 self.notes[p.decision.loser_id].status = NoteStatus.REVOKED.value
             else:
-                reason = f"{p.decision.why}. {p.verdict.reason}".strip()
-                w.review(REVIEW_KIND, [a.id, b.id], reason[:500])
+                reason = f"{p.decision.why}. {usable_reason(p.verdict.reason, '')}".strip(" .")
+                w.review(REVIEW_KIND, [a.id, b.id], reason)
                 for n in (a, b):
                     n.flags = sorted(set(n.flags) | {REVIEW_FLAG})
             # Remembered at the versions judged (a flag keeps them), so no later run asks again.

@@ -36,6 +36,9 @@ class ContradictionsCounters(Counters):
     # An answer's attribute joining two notes judged apart before at their versions (a lumped
     # answer, not a finding): nothing of it applied, its pairs asked again (``Applier``).
     attributes_against_memory: int | None = None
+    # An answer's value whose notes do not say one thing (``sameness``): its attribute applies
+    # nothing, no note of it is retired, its pairs are asked again.
+    values_unsupported: int | None = None
     rounds: int | None = None
     topics_judged: int | None = None
     calls: int | None = None
