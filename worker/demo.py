@@ -23,7 +23,7 @@ from worker.ingest.entities import import_entities
 from worker.ingest.notes import import_notes
 from worker.ingest.sessions import import_sessions
 from worker.logging import configure_logging
-from worker.reporting import run_tree, said_counters, step_notes
+from worker.reporting import run_tree, said_counters, step_actions, step_notes
 from worker.runs import service
 from worker.store.db import is_sqlite_file
 from worker.store.migrate import upgrade
@@ -193,14 +193,6 @@ def _store_agents(path: Path) -> set[str] | None:
         return None
 
 
-def _action_line(action: dict[str, Any]) -> str:
-    """"units-new ~ units-old: conflicting, revoke units-old (newer note wins)"."""
-    a, b, winner = action.get("a"), action.get("b"), action.get("winner")
-    loser = f" {a if winner == b else b}" if winner in (a, b) else ""
-    why = f" ({action['why']})" if action.get("why") else ""
-    return f"{a} ~ {b}: {action.get('relation')}, {action.get('action')}{loser}{why}"
-
-
 def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
     tree = run_tree(app, run_id)  # type: ignore[arg-type]
     for step in tree["steps"]:
@@ -217,8 +209,8 @@ def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
             if out.get("content") and verdict in ("merge", "stale"):
                 target = f" → {out['new_note_id']}" if out.get("new_note_id") else ""
                 echo(f"          fused{target}: {shown(out['content'])}")
-            for action in out.get("actions") or []:  # a contradictions model call's decisions
-                echo(f"          {_action_line(action)}")
+            for said in step_actions(child):  # a contradictions step's decisions
+                echo(f"          {said}")
     with app.uow() as uow:  # type: ignore[attr-defined]
         scope = Scope(tree["agent_id"], tree["user_id"], tree["company_id"])
         snap = uow.notes.load_scope(scope, statuses=("active", "revoked", "archived"))
