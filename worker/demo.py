@@ -9,7 +9,6 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import platformdirs
 
@@ -204,12 +203,13 @@ def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
             reason = out.get("reason") or ""
             echo(f"      - {child['name']}: {verdict}{' — ' + shown(reason) if reason else ''}")
             label, ids = step_notes(child)
-            if ids:  # a cluster's or a pair's notes, what a guard held, what was archived
+            decided = step_actions(child)  # a contradictions step's decisions name its notes
+            if ids and not decided:  # a cluster's notes, what a guard held, what was archived
                 echo(f"          {label}: {', '.join(ids)}")
             if out.get("content") and verdict in ("merge", "stale"):
                 target = f" → {out['new_note_id']}" if out.get("new_note_id") else ""
                 echo(f"          fused{target}: {shown(out['content'])}")
-            for said in step_actions(child):  # a contradictions step's decisions
+            for said in decided:
                 echo(f"          {said}")
     with app.uow() as uow:  # type: ignore[attr-defined]
         scope = Scope(tree["agent_id"], tree["user_id"], tree["company_id"])

@@ -86,7 +86,7 @@ def test_a_phase_with_one_usable_reply_among_rejected_ones_still_succeeds(
     llm_stub.set_handler(handle)
     _import_dark_mode(app)
     dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", "--phase", "consolidate",
-          **ENV, DREAM_LLM_BASE_URL=llm_stub.url)
+          code=0, **ENV, DREAM_LLM_BASE_URL=llm_stub.url)
     [listed] = json.loads(dream(app, "runs", "list", "--json").stdout)
     assert (listed["status"], listed["status_reason"]) == ("succeeded", None), listed
     step = next(s for s in json.loads(dream(app, "runs", "show", listed["id"], "--json").stdout)
