@@ -9,7 +9,6 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import platformdirs
 
@@ -23,7 +22,7 @@ from worker.ingest.entities import import_entities
 from worker.ingest.notes import import_notes
 from worker.ingest.sessions import import_sessions
 from worker.logging import configure_logging
-from worker.reporting import run_tree, said_counters, step_notes
+from worker.reporting import run_tree, said_counters, step_actions, step_notes
 from worker.runs import service
 from worker.store.db import is_sqlite_file
 from worker.store.migrate import upgrade
@@ -193,14 +192,6 @@ def _store_agents(path: Path) -> set[str] | None:
         return None
 
 
-def _action_line(action: dict[str, Any]) -> str:
-    """"units-new ~ units-old: conflicting, revoke units-old (newer note wins)"."""
-    a, b, winner = action.get("a"), action.get("b"), action.get("winner")
-    loser = f" {a if winner == b else b}" if winner in (a, b) else ""
-    why = f" ({action['why']})" if action.get("why") else ""
-    return f"{a} ~ {b}: {action.get('relation')}, {action.get('action')}{loser}{why}"
-
-
 def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
     tree = run_tree(app, run_id)  # type: ignore[arg-type]
     for step in tree["steps"]:
@@ -212,13 +203,14 @@ def _explain(app: object, run_id: str, echo: Callable[[str], None]) -> None:
             reason = out.get("reason") or ""
             echo(f"      - {child['name']}: {verdict}{' — ' + shown(reason) if reason else ''}")
             label, ids = step_notes(child)
-            if ids:  # a cluster's or a pair's notes, what a guard held, what was archived
+            decided = step_actions(child)  # a contradictions step's decisions name its notes
+            if ids and not decided:  # a cluster's notes, what a guard held, what was archived
                 echo(f"          {label}: {', '.join(ids)}")
             if out.get("content") and verdict in ("merge", "stale"):
                 target = f" → {out['new_note_id']}" if out.get("new_note_id") else ""
                 echo(f"          fused{target}: {shown(out['content'])}")
-            for action in out.get("actions") or []:  # a contradictions model call's decisions
-                echo(f"          {_action_line(action)}")
+            for said in decided:
+                echo(f"          {said}")
     with app.uow() as uow:  # type: ignore[attr-defined]
         scope = Scope(tree["agent_id"], tree["user_id"], tree["company_id"])
         snap = uow.notes.load_scope(scope, statuses=("active", "revoked", "archived"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from worker.app import App
@@ -140,6 +141,8 @@ def render_tree(tree: dict[str, Any]) -> str:
         lines.append(_step_line(step, "  "))
         for child in step["children"]:
             lines.append(_step_line(child, "      "))
+            # What a contradictions step decided on its pairs (the notes it retired).
+            lines.extend(f"          {shown(said)}" for said in step_actions(child))
     if tree.get("undo") is not None:
         lines.extend(_undo_lines(tree["undo"]))
     return "\n".join(lines)
@@ -236,8 +239,11 @@ def step_notes(step: dict[str, Any]) -> tuple[str, list[str]]:
     """The notes a step is about, ids only, as the step records them, with what they are to
     it: those a guard ``held`` back, a cluster's or a pair's ``notes``, the notes a prune or
     archive step ``archived`` or archive ``kept`` (protected, manual, never read). What `dream runs show` and `dream demo` print under a step."""
-    output = step.get("output") or {}
-    ids = [str(i) for i in (step.get("input") or {}).get("note_ids") or []]
+    output, given = step.get("output") or {}, step.get("input") or {}
+    ids = [str(i) for i in given.get("note_ids") or []]
+    if not ids:  # a contradictions model call: the notes of the topics it asked about
+        ids = list(dict.fromkeys(str(i) for t in given.get("topics") or [] if isinstance(t, dict)
+                                 for i in t.get("note_ids") or []))
     label = "held" if output.get("guard") else "notes"
     if not ids and isinstance(output.get("archived"), dict | list):
         ids, label = [str(i) for i in output["archived"]], "archived"
@@ -245,6 +251,23 @@ def step_notes(step: dict[str, Any]) -> tuple[str, list[str]]:
         kept = [output.get(k) for k in ("protected", "manual", "unread")]
         ids, label = [str(i) for k in kept if isinstance(k, list) for i in k], "kept"
     return label, ids
+
+
+def action_line(action: dict[str, Any], name: Callable[[object], str] = str) -> str:
+    """One decision of a contradictions step, ids only (``name`` shortens them): "new ~ old:
+    conflicting, revoke old (newer note wins)"."""
+    a, b, winner = action.get("a"), action.get("b"), action.get("winner")
+    loser = f" {name(a if winner == b else b)}" if winner in (a, b) else ""
+    why = f" ({action['why']})" if action.get("why") else ""
+    return f"{name(a)} ~ {name(b)}: {action.get('relation')}, {action.get('action')}{loser}{why}"
+
+
+def step_actions(step: dict[str, Any], name: Callable[[object], str] = str) -> list[str]:
+    """What a contradictions step decided: a model call's ``actions``, a rule step's
+    ``verdicts`` (each with the action taken), one ``action_line`` each."""
+    output = step.get("output") or {}
+    found = output.get("actions") or output.get("verdicts") or []
+    return [action_line(a, name) for a in found if isinstance(a, dict) and a.get("action")]
 
 
 def _held(step: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ import pytest
 
 from tests.llm.test_fanout import Ctx, Echo, _ctx, _echo, _questions
 from worker.clock import utcnow
-from worker.llm.ask import AskStatus
+from worker.llm.ask import AskStatus, ReplyRejected
 from worker.llm.base import BatchRelease
 from worker.llm.batch import BatchPending, ask_as_batch, reschedule_while_pending
 from worker.llm.fanout import Question, Spending, question_key
@@ -236,3 +236,21 @@ def test_a_handed_over_batch_counts_as_the_resuming_steps_calls(llm_stub: Any) -
     assert [o.status for o in outcomes] == [AskStatus.DEFERRED, AskStatus.DEFERRED]
     assert outcomes[0].reason.startswith(f"provider batch {ledger.batches[0][0]} expired")
     assert (resumed.budget.started, resumed.budget.answered, resumed.budget.calls) == (2, 0, 0)
+
+
+def test_a_batch_reply_the_validator_rejects_is_counted_rejected_not_malformed(
+        llm_stub: Any) -> None:
+    """A batch's well-formed reply its validator refuses is deferred and counted rejected;
+    a prose reply is counted malformed: each unusable, neither both."""
+    def odd(reply: Any) -> None:
+        if reply.n % 2:
+            raise ReplyRejected("n must be even")
+
+    llm_stub.set_handler(lambda req: "prose" if "number 2" in req.user else _echo(req))
+    ctx = _batch_ctx(llm_stub)
+    questions = [Question(q.prompt, q.reply_model, odd) for q in _questions(3)]
+    keys = [question_key(ctx, "stub-model", q) for q in questions]
+    outcomes = ask_as_batch(ctx, ctx.app.llm, questions, keys, Spending(ctx, None),
+                            MemoryLedger())
+    assert [o.status for o in outcomes] == [AskStatus.OK, AskStatus.DEFERRED, AskStatus.DEFERRED]
+    assert [(o.malformed, o.rejected) for o in outcomes] == [(0, 0), (0, 1), (1, 0)]

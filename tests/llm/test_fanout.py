@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from tests.support.llm_stub import StubResponse
 from worker.config import Settings
 from worker.domain.types import Scope
-from worker.llm.ask import AskStatus
+from worker.llm.ask import AskStatus, ReplyRejected
 from worker.llm.fanout import CallLimit, Question, ask_all, room
 from worker.llm.openai_compat import OpenAICompatibleLLM
 from worker.llm.prompts import RenderedPrompt
@@ -119,3 +119,22 @@ def test_endpoint_failure_is_an_outcome_not_an_exception(llm_stub: Any) -> None:
     [outcome] = ask_all(ctx, _questions(1))
     assert outcome.status is AskStatus.ERROR and "DREAM_LLM_API_KEY" in outcome.reason
     assert (ctx.budget.started, ctx.budget.answered) == (1, 0)
+
+
+def _no_odd(reply: Echo) -> None:
+    if reply.n % 2:
+        raise ReplyRejected("n must be even")
+
+
+def test_rejected_and_malformed_replies_are_counted_apart(llm_stub: Any) -> None:
+    """Question 1's every reply is well-formed but rejected by its validator (three calls),
+    question 2's every reply is prose (three calls), question 0 is answered: the budget counts
+    three rejected and three malformed replies, what tells a phase that could use none
+    (before, a rejected reply counted nowhere)."""
+    llm_stub.set_handler(lambda req: "prose" if "number 2" in req.user else _echo(req))
+    ctx = _ctx(llm_stub)
+    questions = [Question(q.prompt, Echo, _no_odd) for q in _questions(3)]
+    outcomes = ask_all(ctx, questions)
+    assert [o.status for o in outcomes] == [AskStatus.OK, AskStatus.INVALID, AskStatus.INVALID]
+    assert [(o.malformed, o.rejected) for o in outcomes] == [(0, 0), (0, 3), (3, 0)]
+    assert (ctx.budget.started, ctx.budget.malformed, ctx.budget.rejected) == (7, 3, 3)

@@ -282,3 +282,21 @@ def test_a_batch_that_ended_unanswered_names_it_and_what_to_do_not_the_endpoint(
                                    model_failure="model endpoint answered 500"))
     assert both.reason is not None and "check DREAM_LLM_BASE_URL" in both.reason
     assert ENDED[0] not in both.reason
+
+
+def test_a_phase_whose_replies_were_rejected_names_the_checks_not_json() -> None:
+    """Contradictions: 2 replies rejected by its checks, 1 no JSON; consolidation: 3 no JSON
+    of 4 run-wide replies, one usable elsewhere. Each phase gets its own cause; one flag."""
+    facts = RunFacts(OK, model_calls=7, model_replies_malformed=4,
+                     phases_unusable=["consolidate", "contradictions"],
+                     phases_rejected={"contradictions": (2, 3)})
+    outcome = decide_outcome(facts)
+    assert (outcome.status, outcome.flags) == ("partial", ["model_partial"])
+    assert outcome.reason is not None
+    first, second = outcome.reason.split("; what it was to judge is left as it was")[:2]
+    assert first == ("model answers unusable in the consolidate phase: not one reply was JSON "
+                     "of the asked schema")
+    assert second.startswith(" (check that DREAM_LLM_MODEL answers in JSON); model answers "
+                             "unusable in the contradictions phase: its checks rejected 2 of 3 "
+                             "replies (notes not in the question")
+    assert second.endswith(", 1 not JSON of the asked schema")

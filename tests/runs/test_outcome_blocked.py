@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from tests.support.factories import DARK_MODE_NOTES, NOW, add_notes
-from tests.support.llm_stub import LLMStub, StubResponse
+from tests.support.llm_stub import LLMStub, StubRequest, StubResponse
+from tests.support.topic_judge import topic_reply
 from worker.api import create_api
 from worker.app import App, build_app
 from worker.cli import main
@@ -271,12 +272,20 @@ def test_r27_a_model_answering_garbage_all_run_blocks_the_run(app: App, llm_stub
     with app.uow() as uow:
         assert uow.notes.count_by_status(SCOPE) == {"active": len(DARK_MODE_NOTES)}
 
-    llm_stub.set_handler(lambda req: {"should_consolidate": False, "content": "",
-                                      "type": "Preference", "source_ids": [],
-                                      "reason": "keep apart", "topics": []})
+    llm_stub.set_handler(answering_model)
     dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", code=0, **env)
     latest = json.loads(dream(app, "runs", "list", "--json").stdout)[0]
     assert "model_unusable" not in latest["totals"]["flags"], latest
+
+
+def answering_model(req: StubRequest) -> dict[str, Any]:
+    """A model that answers each question usably: it keeps the cluster apart and answers every
+    topic it is asked (an empty ``topics`` leaves them unanswered: a reply its checks reject,
+    so the phase could use none of its replies and the run is partial)."""
+    if req.prompt_name == "contradictions":
+        return topic_reply(req.user, lambda a, b: "independent")
+    return {"should_consolidate": False, "content": "", "type": "Preference", "source_ids": [],
+            "reason": "keep apart"}
 
 
 def _blocked_dark_mode_run(app: App, env: dict[str, str]) -> Any:
@@ -333,10 +342,7 @@ def test_r27_a_model_down_all_run_blocks_the_run(app: App, llm_stub: LLMStub,
     if failure == "server_error":
         # The endpoint answers again (a model that declines to fuse, and finds no topic to
         # settle): work was judged.
-        llm_stub.set_handler(lambda req: {"should_consolidate": False, "content": "",
-                                          "type": "Preference", "source_ids": [],
-                                          "reason": "keep apart", "verdicts": [],
-                                          "topics": []})
+        llm_stub.set_handler(answering_model)
         dream(app, "run", "--agent", "agent-1", "--user", "u1", "--force", code=0, **env)
         latest = json.loads(dream(app, "runs", "list", "--json").stdout)[0]
         assert "model_unavailable" not in latest["totals"]["flags"], latest

@@ -11,6 +11,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from worker.reporting import step_actions
+
 # Counters a phase always shows (in this order); the others appear only when not zero.
 PRIMARY = {
     "consolidate": ("notes_scanned", "clusters_found", "clusters_merged", "notes_revoked",
@@ -23,6 +25,7 @@ PRIMARY = {
 # Shown in their own columns (tokens) or as the step's own figures, not as counters.
 _NOT_COUNTERS = {"tokens_in", "tokens_out"}
 ID_CHARS = 8
+ACTIONS_SHOWN = 3  # a contradictions step's decisions in its outcome cell; the rest counted
 
 
 def humanize(key: str) -> str:
@@ -70,6 +73,15 @@ def _relations(verdicts: list[dict[str, Any]], key: str) -> str:
     return ", ".join(f"{n} {r}" for r, n in counts.most_common())
 
 
+def _decided(step: dict[str, Any], otherwise: str) -> str:
+    """What a contradictions step decided, a pair a clause ("ab12… ~ cd34…: conflicting,
+    revoke cd34… (newer note wins)"; ``reporting.step_actions``, as `dream runs show` says
+    it), the first ACTIONS_SHOWN; ``otherwise`` when it decided nothing."""
+    said = step_actions(step, short_id)
+    more = f"; +{len(said) - ACTIONS_SHOWN} more" if len(said) > ACTIONS_SHOWN else ""
+    return "; ".join(said[:ACTIONS_SHOWN]) + more if said else otherwise
+
+
 def _contradictions(step: dict[str, Any], _: dict[str, Any]) -> tuple[str, str]:
     inp, out = step.get("input") or {}, step.get("output") or {}
     name = step.get("name")
@@ -78,15 +90,16 @@ def _contradictions(step: dict[str, Any], _: dict[str, Any]) -> tuple[str, str]:
         return _pair(a, b), str(out.get("verdict") or "open")
     if name == "rules":
         verdicts = [v for v in out.get("verdicts") or [] if isinstance(v, dict)]
+        relations = _decided(step, _relations(verdicts, "relation"))
         if len(verdicts) == 1:
-            return _pair(verdicts[0].get("a"), verdicts[0].get("b")), _relations(verdicts,
-                                                                                 "relation")
-        return f"rule verdicts on {len(verdicts)} pairs", _relations(verdicts, "relation")
+            return _pair(verdicts[0].get("a"), verdicts[0].get("b")), relations
+        return f"rule verdicts on {len(verdicts)} pairs", relations
     if name == "model":
         topics = [t for t in inp.get("topics") or [] if isinstance(t, dict)]
         pairs = [p for t in topics for p in t.get("pairs") or [] if isinstance(p, dict)]
         actions = [a for a in out.get("actions") or [] if isinstance(a, dict)]
-        outcome = _relations(actions, "relation") if actions else str(step.get("status") or "")
+        outcome = _decided(step, _relations(actions, "relation") if actions
+                           else str(step.get("status") or ""))
         if len(pairs) == 1:
             return _pair(pairs[0].get("a"), pairs[0].get("b")), outcome
         return (f"model call {inp.get('call', '?')} (round {inp.get('round', '?')}): "

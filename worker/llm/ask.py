@@ -88,9 +88,13 @@ class Outcome(Generic[T]):
     tokens_out: int = 0
     model: str = ""
     errors: list[str] = field(default_factory=list)
-    # Replies that were not JSON of the reply's schema at all (a rejected but well-formed
-    # reply is not counted): a run whose every reply was so could not use its model (R27).
+    # Replies that were not JSON of the reply's schema at all: a run whose every reply was so
+    # could not use its model (R27).
     malformed: int = 0
+    # Well-formed replies the question's validator rejected (a note id not in the question, a
+    # note left out, content no note states): a phase whose every reply was malformed or
+    # rejected judged nothing (``finalize``: the run is partial, not succeeded).
+    rejected: int = 0
 
     @property
     def ok(self) -> bool:
@@ -145,6 +149,7 @@ def ask(
             outcome.value, outcome.reason = value, ""
             outcome.status = AskStatus.OK
             return outcome
+        outcome.rejected += not malformed
         outcome.errors.append(problem)
         outcome.reason = problem
         if final:

@@ -370,7 +370,8 @@ def _settle(q: Any, key: str, state: BatchState, spending: Spending,
     value, problem, _, malformed = check(q.reply_model, q.validate, reply.data)
     outcome: Outcome[Any] = Outcome(value, AskStatus.OK, attempts=1, tokens_in=reply.tokens_in,
                                     tokens_out=reply.tokens_out, model=reply.model,
-                                    malformed=int(malformed))
+                                    malformed=int(malformed),
+                                    rejected=int(value is None and not malformed))
     if value is None:
         outcome.status = AskStatus.DEFERRED
         outcome.reason = f"the batch reply could not be used ({problem}); deferred to the next run"

@@ -60,6 +60,8 @@ class Spender(Protocol):
 
     def count_malformed(self, replies: int) -> None: ...
 
+    def count_rejected(self, replies: int) -> None: ...
+
     def withdraw(self, calls: int) -> None: ...
 
     def charge_billed(self, tokens_in: int, tokens_out: int) -> None: ...
@@ -222,6 +224,8 @@ def ask_all(
         answered = []
     if malformed := sum(o.malformed for o in answered):
         spending.budget.count_malformed(malformed)
+    if rejected := sum(o.rejected for o in answered):
+        spending.budget.count_rejected(rejected)
     for i, outcome in zip(todo, answered, strict=True):
         outcomes[i] = outcome
         if outcome.ok and outcome.value is not None:

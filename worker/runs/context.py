@@ -32,6 +32,9 @@ class Budget:
     # Replies that were no JSON of the asked schema (R27: a model whose every reply was so
     # judged nothing).
     malformed: int = 0
+    # Well-formed replies the validators rejected (``Outcome.rejected``): with the malformed
+    # ones, a phase none of whose replies was usable judged nothing.
+    rejected: int = 0
     # The tokens charged in this process by direction (``tokens`` has the run's sum only): a
     # phase that fails records its execution's share on its step from these.
     tokens_in: int = 0
@@ -77,6 +80,12 @@ class Budget:
     def count_malformed(self, replies: int) -> None:
         with self._lock:
             self.malformed += replies
+
+    def count_rejected(self, replies: int) -> None:
+        """Replies the validators rejected; negative for one a phase used after all (the
+        contradictions phase keeps the topics a rejected last reply answered cleanly)."""
+        with self._lock:
+            self.rejected += replies
 
     def withdraw(self, calls: int) -> None:
         """Calls started whose answers nobody will read (a batch released as obsolete): no

@@ -106,6 +106,8 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
                       if "budget exhausted" in str((s.output or {}).get("reason") or "")],
         phase_out_of_time=_out_of_time(steps, parents),
         phases_unusable=[s.phase for s in parents if _unusable(s.output or {})],
+        phases_rejected={s.phase: _rejected(s.output or {}) for s in parents
+                         if _unusable(s.output or {}) and _rejected(s.output or {})[0]},
         model_calls=sum(int((s.output or {}).get("model_calls_started") or 0) for s in parents),
         model_calls_failed=sum(int((s.output or {}).get("model_calls_failed") or 0)
                                for s in parents),
@@ -151,11 +153,20 @@ def _batch_end(steps: list[RunStepRow], parents: list[RunStepRow]) -> tuple[str,
     return None
 
 
-def _unusable(output: dict[str, Any]) -> bool:
-    """The phase got replies and not one was usable (``outcome.model_unusable``, per phase)."""
+def _rejected(output: dict[str, Any]) -> tuple[int, int]:
+    """The phase's replies its validators rejected and the replies it got."""
     replies = int(output.get("model_calls_started") or 0) - int(
         output.get("model_calls_failed") or 0)
-    return replies > 0 and int(output.get("model_replies_malformed") or 0) >= replies
+    return int(output.get("model_replies_rejected") or 0), replies
+
+
+def _unusable(output: dict[str, Any]) -> bool:
+    """The phase got replies and not one was usable: each was no JSON of the asked schema or
+    was rejected by the question's checks (``outcome.model_unusable`` is the run-wide JSON
+    case). Before, a rejected reply did not count: a model naming notes not in the question
+    judged nothing and the run read `succeeded`."""
+    rejected, replies = _rejected(output)
+    return replies > 0 and int(output.get("model_replies_malformed") or 0) + rejected >= replies
 
 
 def _open_candidates(steps: list[RunStepRow]) -> int:

@@ -87,8 +87,11 @@ class RunFacts:
     phase_limits: list[str] = field(default_factory=list)
     # Phases whose model wall-time budget ran out with work left (DREAM_LLM_PHASE_SECONDS).
     phase_out_of_time: list[str] = field(default_factory=list)
-    # Phases that got replies and not one usable (each reply no JSON of the asked schema).
+    # Phases that got replies and not one usable (each reply no JSON of the asked schema, or
+    # rejected by the question's checks), and of those whose checks rejected some, how many
+    # (rejected, replies).
     phases_unusable: list[str] = field(default_factory=list)
+    phases_rejected: dict[str, tuple[int, int]] = field(default_factory=dict)
     open_candidates: int = 0
     # open_candidates of the scope's earlier finished runs, oldest first (dry runs left out).
     open_history: list[int] = field(default_factory=list)
@@ -275,16 +278,29 @@ def _partial_reasons(facts: RunFacts, failed: list[str]) -> tuple[list[str], lis
                        f"{facts.model_calls} model calls failed ({share}%){_cause(facts)}; "
                        f"{said}")
     unusable = [] if model_unusable(facts) else facts.phases_unusable
-    if unusable:
-        if "model_partial" not in flags:
-            flags.append("model_partial")
-        reasons.append(f"model answers unusable in the {', '.join(unusable)} phase: not one "
+    if unusable and "model_partial" not in flags:
+        flags.append("model_partial")
+    if malformed := [p for p in unusable if p not in facts.phases_rejected]:
+        reasons.append(f"model answers unusable in the {', '.join(malformed)} phase: not one "
                        "reply was JSON of the asked schema; what it was to judge is left as it "
                        "was (check that DREAM_LLM_MODEL answers in JSON)")
+    reasons += [_rejected_reason(p, *facts.phases_rejected[p]) for p in unusable
+                if p in facts.phases_rejected]
     if failed:
         flags.append("phase_failed")
         reasons.append(f"phase failed: {', '.join(failed)}")
     return flags, reasons
+
+
+def _rejected_reason(phase: str, rejected: int, replies: int) -> str:
+    """A phase none of whose replies was usable, some of them (or all) well-formed but
+    rejected by the question's checks: a model that answers in shape but not to the point."""
+    malformed = replies - rejected
+    rest = f", {malformed} not JSON of the asked schema" if malformed > 0 else ""
+    return (f"model answers unusable in the {phase} phase: its checks rejected {rejected} of "
+            f"{replies} replies (notes not in the question, notes left out, or content the "
+            f"notes do not state; its steps' errors say which){rest}; what it was to judge is "
+            "left as it was (check that DREAM_LLM_MODEL can do the task)")
 
 
 def _approval_stopped(facts: RunFacts) -> str:

@@ -198,7 +198,8 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
                 started)
         return PhaseOutcome.SKIPPED
     b = ctx.budget
-    before = (b.started, b.answered, b.tokens_in, b.tokens_out, b.malformed, b.taken_over)
+    before = (b.started, b.answered, b.tokens_in, b.tokens_out, b.malformed, b.taken_over,
+              b.rejected)
     bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
     try:
         with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
@@ -306,6 +307,9 @@ def _output(report: PhaseReport, budget: Budget, before: tuple[int, ...],
         output["model_calls_failed"] = max(
             0, prior.calls_failed + asked - (budget.answered - before[1]))
         output["model_replies_malformed"] = prior.replies_malformed + budget.malformed - before[4]
+        # Well-formed replies the validators rejected: with the malformed ones, what tells a
+        # phase that got replies and could use none (``finalize._unusable``).
+        output["model_replies_rejected"] = prior.replies_rejected + budget.rejected - before[6]
     return _taken_over(output, budget, before, prior)
 
 

@@ -179,6 +179,10 @@ def _keep_clean_topics(ctx: PhaseContext, result: CallResult,
         # doubled or malformed topic changes nothing for its notes (R12).
         result.verdicts, result.dropped = check_topic_reply(
             last_reply[-1], result.alias_of, result.by_topic)
+        if result.verdicts and outcome.rejected and not outcome.ok:
+            # The rejected last reply was usable in part: not counted among the replies
+            # none of which the phase could use (``finalize._unusable``).
+            ctx.budget.count_rejected(-1)
     else:
         result.dropped = {tid: outcome.reason or outcome.status for tid in result.by_topic}
     if result.dropped:
