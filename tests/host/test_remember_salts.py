@@ -52,8 +52,10 @@ def test_the_erased_text_remembered_again_gets_an_unrelated_id(app: App, subject
     first = remember(app, SCOPE, PIN, conversation_id="c1")
     assert first.action == "ADD"
     remember(app, SCOPE, "The user likes green tea", conversation_id="c2")  # kept (but: user)
-    by = {"conversation": {"conversation_id": "c1"}, "note": {"note_id": first.id},
-          "user": {"user_id": SCOPE.user_id}}[subject]
+    subjects: dict[str, dict[str, str | None]] = {
+        "conversation": {"conversation_id": "c1"}, "note": {"note_id": first.id},
+        "user": {"user_id": SCOPE.user_id}}
+    by = subjects[subject]
     assert first.id in erase(app, **by).note_ids and first.id not in _ids(app)
     again = remember(app, SCOPE, PIN)
     assert again.action == "ADD" and again.id != first.id
@@ -106,7 +108,7 @@ def test_an_erasure_between_the_read_and_the_write_makes_the_write_decide_again(
     erased: list[str] = []
 
     def then_erased(uow: Any, key: str, scope: Scope) -> str:
-        salt = real(uow, key, scope)
+        salt: str = real(uow, key, scope)
         if not erased:  # once: the erasure commits after this write read the salt
             erased.extend(erase(second, conversation_id="c1").note_ids)
         return salt
