@@ -11,7 +11,8 @@ from worker.api.auth import Principal, authenticate, bearer, parse_tokens
 from worker.api.metrics import render
 from worker.config import ConfigError
 from worker.domain.types import Scope
-from worker.host.remember import decide, derived_id
+from worker.host.note_ids import derived_id
+from worker.host.remember import decide
 
 
 @pytest.mark.parametrize(("best", "new_len", "old_len", "action"), [
@@ -40,14 +41,16 @@ def test_an_add_names_the_type_it_compared_within(best: float | None, reason: st
                   note_type="Preference") == ("ADD", reason)
 
 
-def test_derived_ids_depend_on_key_scope_text_and_attempt() -> None:
-    """Same key, scope and normalised text → same id; another key (another database), scope,
-    text or attempt → another id."""
+def test_derived_ids_depend_on_key_salt_scope_text_and_attempt() -> None:
+    """Same key, salt, scope and normalised text → same id; another key (another database),
+    salt (the scope's after an erasure), scope, text or attempt → another id."""
     a, b = Scope("a"), Scope("a", "u")
-    k = "0f" * 32
-    assert derived_id(k, a, "x y") == derived_id(k, a, "x y") and len(derived_id(k, a, "x y")) == 64
-    assert len({derived_id(k, a, "x y"), derived_id(k, b, "x y"), derived_id(k, a, "x z"),
-                derived_id(k, a, "x y", 1), derived_id("1e" * 32, a, "x y")}) == 5
+    k, s = "0f" * 32, "5a" * 32
+    one = derived_id(k, a, "x y", salt=s)
+    assert one == derived_id(k, a, "x y", salt=s) and len(one) == 64
+    assert len({one, derived_id(k, b, "x y", salt=s), derived_id(k, a, "x z", salt=s),
+                derived_id(k, a, "x y", 1, salt=s), derived_id("1e" * 32, a, "x y", salt=s),
+                derived_id(k, a, "x y", salt="a5" * 32)}) == 6
 
 
 def test_tokens_parse_admin_and_scoped_and_compare_all() -> None:

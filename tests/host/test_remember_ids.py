@@ -16,6 +16,7 @@ from worker.domain.types import Scope, normalise_text
 from worker.host.remember import remember
 from worker.safety.erase import erase
 from worker.store.models import InstanceKeyRow
+from worker.store.repositories.keys import NOTE_IDS
 
 SCOPE = Scope("agent-1", "u-7")
 SECRET = "The user's salary is 93,000 euros a year"
@@ -44,5 +45,5 @@ def test_a_database_whose_key_row_was_deleted_makes_a_new_one(app: App) -> None:
     app.remember_cache = None  # a process started after the row went
     made = remember(app, SCOPE, SECRET)
     with app.uow() as uow:
-        (row,) = uow.session.query(InstanceKeyRow).all()
+        (row,) = uow.session.query(InstanceKeyRow).filter(InstanceKeyRow.name == NOTE_IDS).all()
     assert made.action == "ADD" and len(row.value) == 64

@@ -13,7 +13,8 @@ from sqlalchemy import text, update
 from tests.store.test_migrate import _migrate
 from worker.app import App
 from worker.domain.types import Scope, content_hash, normalise_text
-from worker.host.remember import derived_id, remember
+from worker.host.note_ids import derived_id, id_key, scope_salt
+from worker.host.remember import remember
 from worker.ingest import import_notes
 from worker.store.models import NoteRow
 
@@ -65,6 +66,7 @@ def test_migration_0015_rehashes_notes_holding_a_value_symbol(app: App) -> None:
     own lines adds nothing, and remember of the text without the symbol is a new note, not a
     NOOP on the old one (nor a clash with the id derived from the old fold)."""
     old_fold = hashlib_of("user writes c at work")
+    taken = _derived(app, "user writes c at work")  # the scope's salt made, as a remember would
     lines = [json.dumps({"id": "n1", "agent_id": "agent-1", "content": "User writes C++ at work"}),
              json.dumps({"id": "n2", "agent_id": "agent-1", "content": "User likes tea"}),
              json.dumps({"id": "n3", "agent_id": "agent-1", "content": "👍"})]
@@ -77,7 +79,6 @@ def test_migration_0015_rehashes_notes_holding_a_value_symbol(app: App) -> None:
             == old_fold
         plain = conn.execute(text("SELECT content_hash FROM notes WHERE id = 'n2'")).scalar()
         # remember derived its ids from the old fold: the C++ note holds the id "C" derives now
-        taken = derived_id(_key(app), SCOPE, "user writes c at work")
         conn.execute(update(NoteRow).where(NoteRow.id == "n1").values(id=taken))
     _migrate(app, "upgrade", "head")
     with app.engine.begin() as conn:
@@ -99,7 +100,9 @@ def hashlib_of(folded: str) -> str:
     return hashlib.sha256(folded.encode()).hexdigest()
 
 
-def _key(app: App) -> str:
-    from worker.host.remember import _id_key
-
-    return _id_key(app)
+def _derived(app: App, normalised: str) -> str:
+    """The id remember derives for ``normalised`` in SCOPE now (its salt made if it has none)."""
+    key = id_key(app)
+    with app.uow() as uow:
+        salt = scope_salt(uow, key, SCOPE)
+    return derived_id(key, SCOPE, normalised, salt=salt)

@@ -3,9 +3,6 @@ near-duplicate) or ADD, with one light indexed query and one vectorised comparis
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import threading
 import unicodedata
 import uuid
 from dataclasses import dataclass
@@ -29,13 +26,13 @@ from worker.domain.types import (
     stands_in,
 )
 from worker.host.errors import Conflict, Invalid
-from worker.host.remember_cache import RememberCache, hash_words, hex_words
+from worker.host.note_ids import derived_id, id_key, salt_held, scope_salt
+from worker.host.remember_cache import cache_of, hash_words, hex_words
 from worker.phases.consolidate.core import lineage_conversations
 from worker.phases.kit import ItemStatus, NewNote, WriteConflict, WriteTarget, open_write, supersede
 from worker.phases.kit.kept_apart import bind_again
 from worker.review.propose import holding_item, settle_stale
 from worker.safety.undo import REMEMBER_PREFIX
-from worker.store.repositories.keys import NOTE_IDS
 from worker.text.words import is_blank
 
 log = structlog.get_logger(__name__)
@@ -101,36 +98,10 @@ def held_to_words(action: Action, reason: str, text: str, old: Any) -> tuple[Act
     return action, reason
 
 
-def derived_id(key: str, scope: Scope, normalised: str, attempt: int = 0) -> str:
-    """Deterministic id so concurrent identical writes collide on the primary key, keyed with the
-    database's secret (``instance_keys``): else an id confirms a guess at the note's text."""
-    raw = f"{scope.key}\n{normalised}" + (f"\n#{attempt}" if attempt else "")
-    return hmac.new(key.encode("ascii"), raw.encode("utf-8"), hashlib.sha256).hexdigest()
-
-
 def words(normalised: str) -> set[str]:
     return set(normalised.split())
 
 
-def _cache(app: App) -> RememberCache:
-    with _CACHE_LOCK:
-        if app.remember_cache is None:
-            app.remember_cache = RememberCache()
-        return app.remember_cache
-
-
-_CACHE_LOCK = threading.Lock()
-
-
-def _id_key(app: App) -> str:
-    """The database's ``note_ids`` key: read on the first write of this App, then kept (made
-    and committed first if the row is missing)."""
-    cache = _cache(app)
-    if cache.id_key is None:
-        with app.uow() as uow:
-            cache.id_key = uow.keys.get(NOTE_IDS)
-            uow.commit()
-    return cache.id_key
 
 
 # ---- the service ----------------------------------------------------------------------------
@@ -202,7 +173,7 @@ def _remember_once(
     normalised = normalise_text(text)
     h = content_hash(text)
     now = utcnow()
-    id_key = _id_key(app)
+    key = id_key(app)
     with app.uow() as uow:
         same = sorted(uow.notes.with_hash(scope, h), key=lambda r: (r[1] != _ACTIVE, r[0]))
         # An expired note is archive's to take: a statement made again now is a note of its
@@ -222,7 +193,7 @@ def _remember_once(
             _used(uow, scope, best_id, now, said.conversation_id)
             return RememberResult("NOOP", best_id, reason, _round(best))
         held = holding_item(uow, scope, old[0].id) if old else None
-        new_id = _free_id(uow, id_key, scope, normalised, {r[0] for r in same}, h)
+        new_id, salt = _free_id(uow, key, scope, normalised, {r[0] for r in same}, h)
     if best_hash is not None and best_id is None:
         return None  # the best match was retired between the two reads: decide again
     if action == "UPDATE" and not old:
@@ -244,6 +215,8 @@ def _remember_once(
             (result,) = w.apply([change], vectors={new_id: vector} if vector is not None else {})
             if result.status != ItemStatus.APPLIED:
                 raise WriteConflict("the note to update changed")
+            if not salt_held(w.uow, key, scope, salt):  # an erasure in the scope meanwhile
+                raise WriteConflict("the scope's id salt changed")
             if old:  # an item over the superseded note was stale already (else: an ADD)
                 settle_stale(w.uow, scope, now, f"the host's remember {undo_id}", by="host",
                              naming=[old[0].id])
@@ -268,19 +241,22 @@ def _new_note(new_id: str, text: str, kind: str, importance: float, action: Acti
                    lineage_conversation_ids=lineage_conversations(old))
 
 
-def _free_id(uow: Any, id_key: str, scope: Scope, normalised: str, taken: set[str],
-             text_hash: str) -> str:
+def _free_id(uow: Any, key: str, scope: Scope, normalised: str, taken: set[str],
+             text_hash: str) -> tuple[str, str]:
     """The first derived id no note of this text read before holds (the same text remembered
     and retired since: a counter suffix) nor a note of another text: one whose id was derived
     from a fold that dropped the symbols it holds ("C++" read as "C" before 0015). A note of
-    this text that holds it now was written meanwhile: its insert collides, the write a NOOP."""
+    this text that holds it now was written meanwhile: its insert collides, the write a NOOP.
+    With the scope's salt it was derived under (``note_ids``), read after the notes of this
+    text were: an erasure committed since deleted the salt with them."""
+    salt = scope_salt(uow, key, scope)
     attempt = 0
     while True:
-        candidate = derived_id(id_key, scope, normalised, attempt)
+        candidate = derived_id(key, scope, normalised, attempt, salt=salt)
         if candidate not in taken:
             held = uow.notes.get_many([candidate])
             if not held or content_hash(held[0].content) == text_hash:
-                return candidate
+                return candidate, salt
         attempt += 1
 
 
@@ -353,7 +329,7 @@ def _most_similar(
     active = hash_words(uow.notes.active_hashes(scope, kind))
     if len(active) == 0:
         return None, None, 0, vector
-    cache = _cache(app)
+    cache = cache_of(app)
     key = (scope.key, kind, app.settings.remember.measure)
     with cache.lock:
         feats = cache.features(key, embedder.dimensions if cosine else 0, len(active))

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from worker.app import App
 
 
 class _Grow:
@@ -116,3 +119,14 @@ class RememberCache:
             self.scopes.clear()
             self.scopes[key] = feats = _ScopeFeatures(dims)
         return feats
+
+
+_CACHE_LOCK = threading.Lock()
+
+
+def cache_of(app: App) -> RememberCache:
+    """``app``'s cache, made on its first use (an erasure drops it: read again after)."""
+    with _CACHE_LOCK:
+        if app.remember_cache is None:
+            app.remember_cache = RememberCache()
+        return app.remember_cache

@@ -13,7 +13,6 @@ from worker.domain.limits import INT_MAX, visible_problem
 from worker.domain.types import NoteStatus
 from worker.ingest.fields import (
     choice,
-    derived_id,
     opt_number,
     opt_str,
     opt_time,
@@ -21,6 +20,7 @@ from worker.ingest.fields import (
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+from worker.ingest.record_ids import adopt_unkeyed, derived_id, import_key, unkeyed_id
 from worker.ingest.same_record import first_difference, refuse_later, refuse_twice
 from worker.store.scope_locks import hold_scopes
 
@@ -34,8 +34,10 @@ EXAMPLE_FIELDS = {
 }
 
 
-def parse_example(obj: dict[str, Any], number: int, now: datetime) -> dict[str, Any]:
-    """One JSONL object → an ``examples`` row dict, or InputError naming the line."""
+def parse_example(obj: dict[str, Any], number: int, now: datetime,
+                  id_key: str) -> dict[str, Any]:
+    """One JSONL object → an ``examples`` row dict, or InputError naming the line; ``id_key``:
+    the database's, that the id of a line without one is derived with (``record_ids``)."""
     unknown_fields(obj, EXAMPLE_FIELDS, number)  # names the allowed ones, as every importer does
     scope = parse_scope(obj, number)
     for key in ("input", "output"):  # what a model is shown as an example, and a reviewer
@@ -55,7 +57,8 @@ def parse_example(obj: dict[str, Any], number: int, now: datetime) -> dict[str, 
     if access_count != int(access_count):
         raise InputError(f"line {number}: access_count must be a whole number")
     return {
-        "id": opt_str(obj, "id", number) or derived_id(scope.key, obj["input"], obj["output"]),
+        "id": opt_str(obj, "id", number) or derived_id(id_key, scope.key, obj["input"],
+                                                       obj["output"]),
         "scope_key": scope.key, **scope.as_dict(),
         "input": obj["input"], "output": obj["output"], "success_score": score,
         "is_auto_generated": auto, "status": status, "access_count": int(access_count),
@@ -70,14 +73,17 @@ def import_examples(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     reused for another example is refused, never dropped."""
     from worker.store.repositories.examples import ExampleRepository
 
-    now = utcnow()
+    now, key = utcnow(), import_key(app)
     result = ImportResult()
     rows: dict[str, dict[str, Any]] = {}
     line_of: dict[str, int] = {}
     undated: set[str] = set()  # lines without created_at (the import's time)
+    unkeyed: dict[str, str] = {}  # a line without an id: its id → the one derived before
     for number, obj in read_jsonl(lines):
         result.read += 1
-        row = parse_example(obj, number, now)
+        row = parse_example(obj, number, now, key)
+        if obj.get("id") is None:
+            unkeyed[row["id"]] = unkeyed_id(*_example_identity(row))
         first = rows.setdefault(row["id"], row)
         line_of.setdefault(row["id"], number)
         if _example_identity(first) != _example_identity(row):
@@ -91,6 +97,8 @@ def import_examples(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     with app.uow() as uow:
         repo = ExampleRepository(uow.session)
         hold_scopes(uow.session, {r["scope_key"] for r in rows.values()})
+        moved = adopt_unkeyed(rows, line_of, unkeyed, repo.records, "example")
+        undated = {moved.get(i, i) for i in undated}
         stored = repo.records(rows, ("scope_key", "input", "output", *_STORED_FIELDS))
         for example_id, was in sorted(stored.items(), key=lambda s: line_of[s[0]]):
             _refuse_conflict(rows[example_id], was, line_of[example_id], example_id in undated)

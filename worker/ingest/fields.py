@@ -5,7 +5,6 @@ each refusal is an InputError naming the line.
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -19,16 +18,6 @@ from worker.domain.limits import (
 )
 from worker.domain.types import Scope
 from worker.ingest.jsonl import InputError
-
-# The namespace of the ids made for lines that give none (uuid5 of what identifies the record).
-_DERIVED = uuid.uuid5(uuid.NAMESPACE_URL, "https://dream-worker/import")
-
-
-def derived_id(*identity: str) -> str:
-    """The id of a line without one, made from what identifies its record (a session: its scope
-    and start; an example: its scope, input and output): importing the line again, or the same
-    record twice at once, finds it present instead of adding it once more."""
-    return str(uuid.uuid5(_DERIVED, "\x1f".join(identity)))
 
 
 def unknown_fields(obj: dict[str, Any], allowed: set[str], number: int) -> None:

@@ -10,24 +10,25 @@ from typing import Any
 from worker.app import App
 from worker.clock import SKEW, utcnow
 from worker.ingest.fields import (
-    derived_id,
     opt_str,
     opt_time,
     parse_scope,
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+from worker.ingest.record_ids import adopt_unkeyed, derived_id, import_key, unkeyed_id
 from worker.ingest.same_record import refuse_twice
 from worker.store.scope_locks import hold_scopes
 
 SESSION_FIELDS = {"id", "agent_id", "user_id", "company_id", "started_at", "ended_at"}
 
 
-def parse_session(obj: dict[str, Any], number: int,
+def parse_session(obj: dict[str, Any], number: int, id_key: str,
                   present: datetime | None = None) -> dict[str, Any]:
     """One session line; with ``present``, one that started or ended later than it (and
     ``SKEW``) is refused: the gate counts a session once it has started, so one dated 2099 was
-    stored and silently never counted, and an end dated ahead held the scope's idle wait then."""
+    stored and silently never counted, and an end dated ahead held the scope's idle wait then.
+    ``id_key``: the database's, that the id of a line without one is derived with."""
     unknown_fields(obj, SESSION_FIELDS, number)
     scope = parse_scope(obj, number)
     started = opt_time(obj, "started_at", number)
@@ -50,7 +51,7 @@ def parse_session(obj: dict[str, Any], number: int,
                          "it for activity then); give the time it ended, or leave ended_at "
                          "out while it goes on")
     return {
-        "id": opt_str(obj, "id", number) or derived_id(scope.key, started.isoformat()),
+        "id": opt_str(obj, "id", number) or derived_id(id_key, scope.key, started.isoformat()),
         "scope_key": scope.key, **scope.as_dict(),
         "started_at": started, "ended_at": ended,
     }
@@ -61,12 +62,15 @@ def import_sessions(app: App, lines: Iterable[str | bytes], *,
     """All-or-nothing and idempotent by id; an id reused for another session is refused, and
     with ``present`` (the CLI's clock) so is a session that has not started yet. A stored
     session without an end gets the ``ended_at`` a line gives it (``_ends_to_record``)."""
-    result = ImportResult()
+    result, key = ImportResult(), import_key(app)
     rows: dict[str, dict[str, Any]] = {}
     line_of: dict[str, int] = {}
+    unkeyed: dict[str, str] = {}  # a line without an id: its id → the one derived before
     for number, obj in read_jsonl(lines):
         result.read += 1
-        row = parse_session(obj, number, present)
+        row = parse_session(obj, number, key, present)
+        if obj.get("id") is None:
+            unkeyed[row["id"]] = unkeyed_id(row["scope_key"], row["started_at"].isoformat())
         first = rows.setdefault(row["id"], row)
         line_of.setdefault(row["id"], number)
         if _session_identity(first) != _session_identity(row):
@@ -77,6 +81,7 @@ def import_sessions(app: App, lines: Iterable[str | bytes], *,
             refuse_twice(number, "session", row["id"], line_of[row["id"]], "ended_at")
     with app.uow() as uow:
         hold_scopes(uow.session, {r["scope_key"] for r in rows.values()})
+        adopt_unkeyed(rows, line_of, unkeyed, uow.sessions.records, "session")
         stored = uow.sessions.records(rows, ("scope_key", "started_at", "ended_at"))
         for session_id, was in sorted(stored.items(), key=lambda s: line_of[s[0]]):
             _refuse_conflict(rows[session_id], was, line_of[session_id])

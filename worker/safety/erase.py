@@ -30,6 +30,7 @@ from worker.phases.kit.rows import Edits, restored_fields
 from worker.safety.erase_dates import DatedBack, date_back
 from worker.safety.erase_expiry import give_lives_back
 from worker.store.db import SQLITE_BUSY_SECONDS
+from worker.store.repositories.keys import NOTE_IDS
 from worker.store.repositories.retention import append_comment
 from worker.store.repositories.safety import Survivor
 from worker.store.scope_locks import lock_scopes
@@ -214,6 +215,10 @@ def _erase_once(app: App, subject: str, *, user_id: str | None, conversation_id:
         if user_id is not None:
             for name, n in uow.safety.forget_user(user_id, scope_keys).items():
                 counts[name] = counts.get(name, 0) + n
+        # Remember's ids in these scopes derive from new salts: the same text remembered
+        # again gets an id unrelated to the one this erasure names (no oracle on its text).
+        if scope_keys or user_id is not None:
+            uow.keys.forget_salts(uow.keys.get(NOTE_IDS), scope_keys, user_id)
         uow.commit()
     return EraseResult(subject, sorted(seed), sorted(set(found) - seed),
                        [s.id for s in plan.restore],
