@@ -7,13 +7,13 @@ now derive from a salt that every erasure of notes of the scope deletes, in its 
 from __future__ import annotations
 
 import importlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 
+from tests.support.at_once import both_at_once
 from worker.app import App, build_app
 from worker.domain.types import Scope, normalise_text
 from worker.host.note_ids import derived_id, id_key, scope_salt
@@ -126,33 +126,8 @@ def test_an_erasure_between_the_read_and_the_write_makes_the_write_decide_again(
 def test_identical_remembers_at_once_in_a_new_scope_are_one_note(app: App) -> None:
     """Both make the scope's salt at once: the first maker's stands, both derive one id, and
     the second insert collides on the primary key (a NOOP), as before the salts."""
-    barrier = threading.Barrier(2, timeout=20)
-    started: set[int] = set()
-
-    def first_statement(*_: Any) -> None:
-        me = threading.get_ident()
-        if me not in started:
-            started.add(me)
-            barrier.wait()
-
-    outcomes: list[Any] = []
-
-    def one() -> None:
-        try:
-            outcomes.append(remember(app, SCOPE, PIN))
-        except Exception as exc:  # noqa: BLE001 - the test reports what remember raised
-            outcomes.append(exc)
-
     id_key(app)  # the database key is read once per process: both threads wait on the notes
-    event.listen(app.engine, "before_cursor_execute", first_statement)
-    try:
-        threads = [threading.Thread(target=one) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-    finally:
-        event.remove(app.engine, "before_cursor_execute", first_statement)
+    outcomes = both_at_once(app, lambda: remember(app, SCOPE, PIN))
     assert all(isinstance(o, RememberResult) for o in outcomes), outcomes
     assert sorted(o.action for o in outcomes) == ["ADD", "NOOP"]
     assert len({o.id for o in outcomes}) == 1 and _ids(app) == {outcomes[0].id}

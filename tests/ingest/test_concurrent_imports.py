@@ -5,13 +5,13 @@ holds the store and looks again (SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import func, select
 
+from tests.support.at_once import both_at_once
 from worker.app import App
 from worker.ingest import import_examples, import_notes, import_sessions
 from worker.ingest.jsonl import ImportResult
@@ -32,33 +32,7 @@ SESSIONS = [json.dumps({"id": f"s{i}", "agent_id": "agent-1",
 def _both_at_once(app: App, importer: Importer, lines: list[str]) -> list[Any]:
     """Two threads import ``lines``; each waits for the other before its first statement, so
     both have started before either has written."""
-    barrier = threading.Barrier(2, timeout=20)
-    started: set[int] = set()
-
-    def first_statement(*_: Any) -> None:
-        me = threading.get_ident()
-        if me not in started:
-            started.add(me)
-            barrier.wait()
-
-    outcomes: list[Any] = []
-
-    def one() -> None:
-        try:
-            outcomes.append(importer(app, lines))
-        except Exception as exc:  # noqa: BLE001 - the test reports what the import raised
-            outcomes.append(exc)
-
-    event.listen(app.engine, "before_cursor_execute", first_statement)
-    try:
-        threads = [threading.Thread(target=one) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-    finally:
-        event.remove(app.engine, "before_cursor_execute", first_statement)
-    return outcomes
+    return both_at_once(app, lambda: importer(app, lines))
 
 
 @pytest.mark.parametrize(("importer", "lines", "table"), [
