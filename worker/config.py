@@ -83,6 +83,9 @@ class ContradictionSettings(BaseModel):
     # hold (below 2 turns the source off), at least this alike.
     term_max_notes: int = Field(8, ge=0, le=64)
     term_min_similarity: float = Field(0.15, ge=-1.0, le=1.0)
+    # Same-frame pairs once a lead-in ("… the user mentioned that") is set aside: notes a
+    # lead-in must open or close (worker.similarity.lead_ins; 0 turns it off).
+    lead_in_notes: int = Field(5, ge=0, le=1000)
     # Below the threshold down to this cosine: pairs the text rules settle (≥ threshold: none).
     contained_min_similarity: float = Field(0.60, ge=0.0, le=1.0)
     topic_size: int = Field(8, ge=2, le=50)  # notes of one topic asked about together

@@ -53,12 +53,8 @@ from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.similarity import neighbour_pairs
-from worker.similarity.candidates import (
-    FrameSettings,
-    same_frame_pairs,
-    source_counts,
-    union_edges,
-)
+from worker.similarity.candidates import FrameSettings, same_frame_pairs, source_counts, union_edges
+from worker.similarity.lead_ins import LeadInSettings, lead_in_pairs
 from worker.similarity.terms import TermSettings, shared_term_pairs, words_of
 from worker.store.repositories.judgements import PENDING_RETIREMENT
 
@@ -138,9 +134,11 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
                                               app.settings.ann_threshold)
     # One tokenization for both lexical sources; in-process, the run's (consolidation's).
     words = words_of(texts, phase_snap.words if isinstance(phase_snap, ScopeLoad) else None)
-    frames = same_frame_pairs(texts, FrameSettings(max_span=s.frame_max_span,
-                                                   min_frame=s.frame_min_words),
-                              tokens=[w.frame for w in words])
+    frame = FrameSettings(max_span=s.frame_max_span, min_frame=s.frame_min_words)
+    frames = same_frame_pairs(texts, frame, tokens=[w.frame for w in words])
+    if s.lead_in_notes:
+        frames.pairs |= lead_in_pairs([w.frame for w in words], frame,
+                                      LeadInSettings(min_notes=max(2, s.lead_in_notes)))
     terms = shared_term_pairs(texts, TermSettings(max_notes=s.term_max_notes), snap.vectors,
                               s.term_min_similarity, words=words)
     cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
