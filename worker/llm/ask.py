@@ -95,6 +95,10 @@ class Outcome(Generic[T]):
     # note left out, content no note states): a phase whose every reply was malformed or
     # rejected judged nothing (``finalize``: the run is partial, not succeeded).
     rejected: int = 0
+    # Replies that were the model's refusal (``LLMReply.refused``): no malformed reply (its
+    # model answers JSON), but no verdict either. Before, uncounted: a phase whose every
+    # question was refused judged nothing and its run read ``succeeded`` (R27).
+    refused: int = 0
 
     @property
     def ok(self) -> bool:
@@ -139,9 +143,9 @@ def ask(
         outcome.model = reply.model
         if charge is not None:
             charge(reply.tokens_in, reply.tokens_out)
-        if reply.refused:  # re-asked, it refused again and counted as malformed (R27's flag)
+        if reply.refused:  # not re-asked (it refuses again); counted apart from malformed
+            outcome.refused, outcome.reason = 1, REFUSED
             outcome.errors.append(REFUSED)
-            outcome.reason = REFUSED
             return outcome
         value, problem, final, malformed = check(reply_model, validate, reply.data)
         outcome.malformed += malformed

@@ -366,7 +366,7 @@ def _settle(q: Any, key: str, state: BatchState, spending: Spending,
     if reply.refused:
         return Outcome(None, AskStatus.DEFERRED, f"{REFUSED}; deferred to the next run", attempts=1,
                        tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, model=reply.model,
-                       errors=[REFUSED])
+                       errors=[REFUSED], refused=1)
     value, problem, _, malformed = check(q.reply_model, q.validate, reply.data)
     outcome: Outcome[Any] = Outcome(value, AskStatus.OK, attempts=1, tokens_in=reply.tokens_in,
                                     tokens_out=reply.tokens_out, model=reply.model,

@@ -62,6 +62,8 @@ class Spender(Protocol):
 
     def count_rejected(self, replies: int) -> None: ...
 
+    def count_refused(self, replies: int) -> None: ...
+
     def withdraw(self, calls: int) -> None: ...
 
     def charge_billed(self, tokens_in: int, tokens_out: int) -> None: ...
@@ -226,6 +228,8 @@ def ask_all(
         spending.budget.count_malformed(malformed)
     if rejected := sum(o.rejected for o in answered):
         spending.budget.count_rejected(rejected)
+    if refused := sum(o.refused for o in answered):
+        spending.budget.count_refused(refused)
     for i, outcome in zip(todo, answered, strict=True):
         outcomes[i] = outcome
         if outcome.ok and outcome.value is not None:

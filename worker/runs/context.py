@@ -35,6 +35,9 @@ class Budget:
     # Well-formed replies the validators rejected (``Outcome.rejected``): with the malformed
     # ones, a phase none of whose replies was usable judged nothing.
     rejected: int = 0
+    # Replies that were the model's refusal (``Outcome.refused``): no verdict either, so a
+    # phase whose replies were all refused (or otherwise unusable) judged nothing (R27).
+    refused: int = 0
     # The tokens charged in this process by direction (``tokens`` has the run's sum only): a
     # phase that fails records its execution's share on its step from these.
     tokens_in: int = 0
@@ -86,6 +89,10 @@ class Budget:
         contradictions phase keeps the topics a rejected last reply answered cleanly)."""
         with self._lock:
             self.rejected += replies
+
+    def count_refused(self, replies: int) -> None:
+        with self._lock:
+            self.refused += replies
 
     def withdraw(self, calls: int) -> None:
         """Calls started whose answers nobody will read (a batch released as obsolete): no

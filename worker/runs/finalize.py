@@ -108,6 +108,8 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
         phases_unusable=[s.phase for s in parents if _unusable(s.output or {})],
         phases_rejected={s.phase: _rejected(s.output or {}) for s in parents
                          if _unusable(s.output or {}) and _rejected(s.output or {})[0]},
+        phases_refused={s.phase: _refused(s.output or {}) for s in parents
+                        if _unusable(s.output or {}) and _refused(s.output or {})[0]},
         model_calls=sum(int((s.output or {}).get("model_calls_started") or 0) for s in parents),
         model_calls_failed=sum(int((s.output or {}).get("model_calls_failed") or 0)
                                for s in parents),
@@ -160,13 +162,19 @@ def _rejected(output: dict[str, Any]) -> tuple[int, int]:
     return int(output.get("model_replies_rejected") or 0), replies
 
 
+def _refused(output: dict[str, Any]) -> tuple[int, int]:
+    """The phase's replies that were the model's refusal and the replies it got."""
+    return int(output.get("model_replies_refused") or 0), _rejected(output)[1]
+
+
 def _unusable(output: dict[str, Any]) -> bool:
-    """The phase got replies and not one was usable: each was no JSON of the asked schema or
-    was rejected by the question's checks (``outcome.model_unusable`` is the run-wide JSON
-    case). Before, a rejected reply did not count: a model naming notes not in the question
-    judged nothing and the run read `succeeded`."""
+    """The phase got replies and not one was usable: each was no JSON of the asked schema, was
+    rejected by the question's checks, or was a refusal (``outcome.model_unusable`` is the
+    run-wide JSON case). Before, a rejected reply did not count: a model naming notes not in
+    the question judged nothing and the run read `succeeded`; nor did a refusal."""
     rejected, replies = _rejected(output)
-    return replies > 0 and int(output.get("model_replies_malformed") or 0) + rejected >= replies
+    bad = int(output.get("model_replies_malformed") or 0) + rejected + _refused(output)[0]
+    return replies > 0 and bad >= replies
 
 
 def _open_candidates(steps: list[RunStepRow]) -> int:

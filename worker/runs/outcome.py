@@ -92,6 +92,8 @@ class RunFacts:
     # (rejected, replies).
     phases_unusable: list[str] = field(default_factory=list)
     phases_rejected: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Of those, the phases some of whose replies were the model's refusal: (refused, replies).
+    phases_refused: dict[str, tuple[int, int]] = field(default_factory=dict)
     open_candidates: int = 0
     # open_candidates of the scope's earlier finished runs, oldest first (dry runs left out).
     open_history: list[int] = field(default_factory=list)
@@ -129,7 +131,7 @@ class RunOutcome:
     status: str
     reason: str | None  # one line: ids, counts, phase names; never note text
     # guard | budget | model_unavailable | model_unusable | open_growing | model_partial |
-    # phase_failed
+    # model_refused | phase_failed
     flags: list[str]
 
 
@@ -280,12 +282,18 @@ def _partial_reasons(facts: RunFacts, failed: list[str]) -> tuple[list[str], lis
     unusable = [] if model_unusable(facts) else facts.phases_unusable
     if unusable and "model_partial" not in flags:
         flags.append("model_partial")
-    if malformed := [p for p in unusable if p not in facts.phases_rejected]:
+    refused = [p for p in unusable if p in facts.phases_refused]
+    if refused:
+        flags.append("model_refused")
+    if malformed := [p for p in unusable if p not in facts.phases_rejected and p not in refused]:
         reasons.append(f"model answers unusable in the {', '.join(malformed)} phase: not one "
                        "reply was JSON of the asked schema; what it was to judge is left as it "
                        "was (check that DREAM_LLM_MODEL answers in JSON)")
     reasons += [_rejected_reason(p, *facts.phases_rejected[p]) for p in unusable
-                if p in facts.phases_rejected]
+                if p in facts.phases_rejected and p not in refused]
+    reasons += [_refused_reason(p, facts.phases_refused[p][0],
+                                facts.phases_rejected.get(p, (0, 0))[0],
+                                facts.phases_refused[p][1]) for p in refused]
     if failed:
         flags.append("phase_failed")
         reasons.append(f"phase failed: {', '.join(failed)}")
@@ -301,6 +309,19 @@ def _rejected_reason(phase: str, rejected: int, replies: int) -> str:
             f"{replies} replies (notes not in the question, notes left out, or content the "
             f"notes do not state; its steps' errors say which){rest}; what it was to judge is "
             "left as it was (check that DREAM_LLM_MODEL can do the task)")
+
+
+def _refused_reason(phase: str, refused: int, rejected: int, replies: int) -> str:
+    """A phase none of whose replies was usable, some of them (or all) the model's refusal:
+    no malformed reply (the model answers JSON), so no advice to change that, but no verdict
+    either. Before, refusals were not counted and such a run read `succeeded`, exit 0."""
+    malformed = replies - refused - rejected
+    rest = "".join([f", {rejected} rejected by its checks" if rejected > 0 else "",
+                    f", {malformed} not JSON of the asked schema" if malformed > 0 else ""])
+    return (f"model refused in the {phase} phase: {refused} of {replies} replies were refusals "
+            f"(a refusal is no verdict; its steps' errors say which){rest}; what it was to "
+            "judge is left as it was (check what DREAM_LLM_MODEL declines to do, e.g. its "
+            "content policy)")
 
 
 def _approval_stopped(facts: RunFacts) -> str:

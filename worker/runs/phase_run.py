@@ -199,7 +199,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
         return PhaseOutcome.SKIPPED
     b = ctx.budget
     before = (b.started, b.answered, b.tokens_in, b.tokens_out, b.malformed, b.taken_over,
-              b.rejected)
+              b.rejected, b.refused)
     bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
     try:
         with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
@@ -310,6 +310,9 @@ def _output(report: PhaseReport, budget: Budget, before: tuple[int, ...],
         # Well-formed replies the validators rejected: with the malformed ones, what tells a
         # phase that got replies and could use none (``finalize._unusable``).
         output["model_replies_rejected"] = prior.replies_rejected + budget.rejected - before[6]
+        # Refusals: no verdict either (``finalize._unusable``); only said when there were some.
+        if refused := prior.replies_refused + budget.refused - before[7]:
+            output["model_replies_refused"] = refused
     return _taken_over(output, budget, before, prior)
 
 

@@ -44,6 +44,7 @@ class StepRecord:
     replies_malformed: int = 0
     calls_taken_over: int = 0
     replies_rejected: int = 0
+    replies_refused: int = 0
 
     @classmethod
     def of(cls, tokens_in: int | None, tokens_out: int | None,
@@ -54,7 +55,8 @@ class StepRecord:
                    int(output.get("model_calls_failed") or 0),
                    int(output.get("model_replies_malformed") or 0),
                    int(output.get("model_calls_taken_over") or 0),
-                   int(output.get("model_replies_rejected") or 0))
+                   int(output.get("model_replies_rejected") or 0),
+                   int(output.get("model_replies_refused") or 0))
 
 
 @dataclass
