@@ -344,6 +344,7 @@ def test_a_reply_cap_is_sent_as_max_tokens_and_a_cut_reply_is_logged(llm_stub) -
 def test_the_budget_reserves_a_reply_cap_beside_the_prompt() -> None:
     """With a cap, a question reserves its prompt's tokens plus the cap, so a run's token
     budget holds however long the replies would have been."""
+    from worker.llm.ask import schema_text
     from worker.llm.base import reply_cap
     from worker.llm.fanout import Question
 
@@ -352,6 +353,9 @@ def test_the_budget_reserves_a_reply_cap_beside_the_prompt() -> None:
     q = Question(prompt, Ok)
     capped = OpenAICompatibleLLM(base_url="http://127.0.0.1:9/v1", model="m", api_key="k",
                                  max_output_tokens=500)
-    assert q.estimate_tokens() == 200
-    assert q.estimate_tokens(reply_cap(capped)) == 700
+    # The prompt's 800 characters, the reply's schema the client appends to the system message
+    # and the line that introduces it, 4 characters a token.
+    sent = (800 + len(schema_text(Ok)) + 64) // 4
+    assert q.estimate_tokens() == sent
+    assert q.estimate_tokens(reply_cap(capped)) == sent + 500
     assert reply_cap(FakeLLM(rules=[])) == 0

@@ -7,13 +7,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from worker import telemetry
 from worker.domain.limits import json_text_problem
-from worker.llm.base import REFUSED, LLMClient, LLMError
+from worker.llm.base import LOST_ATTEMPT, REFUSED, LLMClient, LLMError, LLMReply
 from worker.llm.prompts import RenderedPrompt
 
 T = TypeVar("T", bound=BaseModel)
@@ -111,15 +111,15 @@ def ask(
     reply_model: type[T],
     *,
     validate: Callable[[T], None] | None = None,
-    reserve: Callable[[], bool] | None = None,
-    charge: Callable[[int, int], None] | None = None,
+    spend: CallSpend | None = None,
     deadline: float | None = None,
 ) -> Outcome[T]:
     """One question, at most 1 + MAX_REASKS calls; nothing here touches the database (R12).
 
-    ``reserve`` is asked before each call (False → stop with budget_exhausted); ``charge`` is
-    told the tokens (in, out) each call used; no call starts after ``deadline`` (``time.monotonic()``),
-    so a phase's wall budget is overrun by at most one call's own cap.
+    ``spend`` reserves before each call (False → stop with budget_exhausted), is charged each
+    reply, released when a call fails, and told of each attempt the client retries that may
+    have been billed (``LOST_ATTEMPT``); no call starts after ``deadline``
+    (``time.monotonic()``), so a phase's wall budget is overrun by at most one call's own cap.
     """
     schema = reply_schema(reply_model)
     user = prompt.user
@@ -127,22 +127,17 @@ def ask(
     for attempt in range(1 + MAX_REASKS):
         if deadline is not None and time.monotonic() >= deadline:
             return _stop(outcome, AskStatus.OUT_OF_TIME, OUT_OF_TIME_REASON)
-        if reserve is not None and not reserve():
+        if spend is not None and not spend.reserve():
             return _stop(outcome, AskStatus.BUDGET_EXHAUSTED, "model budget exhausted")
         outcome.attempts = attempt + 1
         try:
-            with telemetry.model_call_span(llm, prompt.name) as span:
-                reply = llm.complete_json(
-                    prompt_name=prompt.name, system=prompt.system, user=user, schema=schema
-                )
-                span.model_reply(reply)
+            reply = _call(llm, prompt, user, schema, spend)
         except LLMError as exc:
             return _stop(outcome, AskStatus.ERROR, str(exc)[:300])
-        outcome.tokens_in += reply.tokens_in
-        outcome.tokens_out += reply.tokens_out
+        spent = spend.charge(reply) if spend is not None else (reply.tokens_in, reply.tokens_out)
+        outcome.tokens_in += spent[0]
+        outcome.tokens_out += spent[1]
         outcome.model = reply.model
-        if charge is not None:
-            charge(reply.tokens_in, reply.tokens_out)
         if reply.refused:  # not re-asked (it refuses again); counted apart from malformed
             outcome.refused, outcome.reason = 1, REFUSED
             outcome.errors.append(REFUSED)
@@ -165,6 +160,39 @@ def ask(
             + "\nReply again with one JSON object that follows the schema exactly."
         )
     return outcome
+
+
+class CallSpend(Protocol):
+    """A question's spending (``worker.llm.fanout.HeldCall``)."""
+
+    def reserve(self) -> bool: ...
+
+    def charge(self, reply: LLMReply) -> tuple[int, int]:
+        """Charge the reply (its usage, or the call's estimate without one): (in, out)."""
+
+    def release(self) -> None: ...
+
+    def lost_attempt(self) -> bool: ...
+
+
+def _call(llm: LLMClient, prompt: RenderedPrompt, user: str, schema: dict[str, Any],
+          spend: CallSpend | None) -> LLMReply:
+    """One call in its span; the client tells ``spend`` of each lost attempt it retries, and a
+    failed call gives its reservation back (what was billed of it is charged already)."""
+    lost = LOST_ATTEMPT.set(spend.lost_attempt if spend is not None else None)
+    try:
+        with telemetry.model_call_span(llm, prompt.name) as span:
+            reply = llm.complete_json(
+                prompt_name=prompt.name, system=prompt.system, user=user, schema=schema
+            )
+            span.model_reply(reply)
+    except LLMError:
+        if spend is not None:
+            spend.release()
+        raise
+    finally:
+        LOST_ATTEMPT.reset(lost)
+    return reply
 
 
 def check(

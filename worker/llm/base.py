@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -21,6 +22,17 @@ class LLMReply:
     # The model declined to answer (the API's ``refusal``, no content): a refusal is no
     # malformed reply, and asking again gets the same one.
     refused: bool = False
+    # The endpoint sent no ``usage`` (some servers count nothing): the tokens above are 0, so
+    # the budget charges the call's reserved estimate instead, or a run's cap would not hold.
+    unmetered: bool = False
+
+
+# Set by ``ask`` around one call (``worker.llm.fanout.HeldCall.lost_attempt``): a client calls
+# it after each attempt the provider may have billed though no usage came back (a request past
+# its deadline, an HTTP 200 body cut short), before it retries. It charges that attempt's
+# estimate and holds another for the retry; False: the budget has no room, do not retry.
+LOST_ATTEMPT: ContextVar[Callable[[], bool] | None] = ContextVar("dream_llm_lost_attempt",
+                                                                 default=None)
 
 
 # What a question the model refused ends with (never the refusal's text, which may quote notes).

@@ -29,6 +29,7 @@ from worker.llm.base import (
     reply_cap,
 )
 from worker.llm.cache import ReplyCache
+from worker.llm.spending import BatchSpending, Holds
 
 log = structlog.get_logger(__name__)
 
@@ -93,12 +94,9 @@ class BatchLedger(Protocol):
         ...
 
 
-class Spending(Protocol):
-    def reserve(self, estimated_tokens: int) -> bool: ...
-
-    def charge(self, tokens_in: int, tokens_out: int) -> None: ...
-
-    def charge_billed(self, tokens_in: int, tokens_out: int) -> None:
+class Spending(BatchSpending, Protocol):
+    def charge_billed(self, tokens_in: int, tokens_out: int, held: int = 0,
+                      estimated: bool = False) -> None:
         """Tokens the provider billed for replies nobody uses (a question the phase dropped,
         a request answered twice, a released batch's output): spent, no call answered."""
         ...
@@ -125,12 +123,30 @@ def ask_as_batch(
                   for q, k in zip(questions, keys, strict=True)}.values())
     outcomes: dict[str, Outcome[Any]] = {}
     recorded = ledger.recorded()
-    held = {i for _, ids in recorded for i in ids}
-    fresh = [it for it in items if it.custom_id not in held]
-    if fresh:
-        submitted = _submit(llm, fresh, questions, keys, spending, ledger, outcomes)
-        if submitted is not None:
-            recorded.append(submitted)
+    asked = {i for _, ids in recorded for i in ids}
+    fresh = [it for it in items if it.custom_id not in asked]
+    # The estimates reserved at submit, by custom id: each is held until its reply is charged
+    # (or given back when none comes), so a batch's questions fit under the caps together.
+    holds = Holds(spending, {k: (q.estimate_tokens(), reply_cap(llm))
+                             for q, k in zip(questions, keys, strict=True)})
+    try:
+        if fresh:
+            submitted = _submit(llm, fresh, holds, ledger, outcomes)
+            if submitted is not None:
+                recorded.append(submitted)
+        return _collect(ctx, llm, (questions, keys, items), recorded, (spending, holds), ledger,
+                        outcomes)
+    finally:
+        holds.release_all()
+
+
+def _collect(ctx: Any, llm: BatchLLM,
+             asked: tuple[Sequence[Any], Sequence[str], list[BatchItem]],
+             recorded: list[tuple[str, set[str]]], spent: tuple[Spending, Holds],
+             ledger: BatchLedger, outcomes: dict[str, Outcome[Any]]) -> list[Outcome[Any]]:
+    """Poll the batches that hold the wanted questions (``asked``: the questions, their keys
+    and batch lines) and settle each question on the spending and its holds (``spent``)."""
+    (questions, keys, items), (spending, holds) = asked, spent
     wanted = {k for k in keys if k not in outcomes}
     batches = [(bid, ids & wanted) for bid, ids in recorded if ids & wanted]
     # Questions a batch holds that this phase no longer asks (it re-planned).
@@ -150,7 +166,7 @@ def ask_as_batch(
     for q, key in zip(questions, keys, strict=True):
         if key not in outcomes:
             bid = next(b for b, ids in batches if key in ids)
-            outcomes[key] = _settle(q, key, states[bid], spending, wait)
+            outcomes[key] = _settle(q, key, states[bid], holds, wait)
     return [outcomes[k] for k in keys]
 
 
@@ -216,15 +232,15 @@ def release_obsolete(llm: BatchLLM, ledger: BatchLedger, spending: Spending,
 
 
 def _submit(
-    llm: BatchLLM, fresh: list[BatchItem], questions: Sequence[Any], keys: Sequence[str],
-    spending: Spending, ledger: BatchLedger, outcomes: dict[str, Outcome[Any]],
+    llm: BatchLLM, fresh: list[BatchItem], holds: Holds, ledger: BatchLedger,
+    outcomes: dict[str, Outcome[Any]],
 ) -> tuple[str, set[str]] | None:
-    """One batch of the questions the budget allows; the rest stop as budget_exhausted."""
-    cap = reply_cap(llm)
-    estimate = {k: q.estimate_tokens(cap) for q, k in zip(questions, keys, strict=True)}
+    """One batch of the questions the budget allows, each holding its estimate until its
+    reply is charged (so the caps bound what is submitted); the rest stop as
+    budget_exhausted and are deferred, as online."""
     reserved = []
     for it in fresh:
-        if spending.reserve(estimate[it.custom_id]):
+        if holds.reserve(it.custom_id):
             reserved.append(it)
         else:
             outcomes[it.custom_id] = Outcome(None, AskStatus.BUDGET_EXHAUSTED,
@@ -354,7 +370,7 @@ def _unanswered(state: BatchState, key: str, wait: float) -> str:
                                  state.problem)
 
 
-def _settle(q: Any, key: str, state: BatchState, spending: Spending,
+def _settle(q: Any, key: str, state: BatchState, holds: Holds,
             wait: float) -> Outcome[Any]:
     """One question's outcome from its batch: OK only for a reply the online validators accept."""
     reply = state.replies.get(key)
@@ -362,7 +378,7 @@ def _settle(q: Any, key: str, state: BatchState, spending: Spending,
         return Outcome(None, AskStatus.DEFERRED,
                        f"{_unanswered(state, key, wait)}; deferred to the next run"[:300])
     if _CHARGED.add(key):
-        spending.charge(reply.tokens_in, reply.tokens_out)
+        holds.charge(key, reply)
     if reply.refused:
         return Outcome(None, AskStatus.DEFERRED, f"{REFUSED}; deferred to the next run", attempts=1,
                        tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, model=reply.model,

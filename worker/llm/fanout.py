@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 import structlog
@@ -22,7 +22,10 @@ from worker.llm.ask import AskStatus, Outcome, ask, check, reply_schema, schema_
 from worker.llm.base import BatchLLM, LLMClient, reply_cap
 from worker.llm.cache import ReplyCache
 from worker.llm.prompts import RenderedPrompt
+from worker.llm.spending import CallLimit, HeldCall, Spender, Spending
 from worker.telemetry import in_current_trace
+
+__all__ = ["CallLimit", "HeldCall", "Question", "Spender", "Spending", "ask_all", "room"]
 
 T = TypeVar("T", bound=BaseModel)
 log = structlog.get_logger(__name__)
@@ -40,35 +43,11 @@ class Question(Generic[T]):
         return reply_schema(self.reply_model)
 
     def estimate_tokens(self, reply_cap: int = 0) -> int:
-        """The prompt's tokens (4 characters each), plus the reply's cap when the client has
-        one: what the budget reserves for the call."""
-        return (len(self.prompt.system) + len(self.prompt.user)) // 4 + reply_cap
-
-
-
-class Spender(Protocol):
-    """The run's budget (``worker.runs.context.Budget``)."""
-
-    max_calls: int | None
-    max_tokens: int | None
-    calls: int
-    tokens: int
-
-    def try_reserve_call(self) -> bool: ...
-
-    def charge(self, tokens_in: int, tokens_out: int = 0) -> None: ...
-
-    def count_malformed(self, replies: int) -> None: ...
-
-    def count_rejected(self, replies: int) -> None: ...
-
-    def count_refused(self, replies: int) -> None: ...
-
-    def withdraw(self, calls: int) -> None: ...
-
-    def charge_billed(self, tokens_in: int, tokens_out: int) -> None: ...
-
-    def take_over(self, calls: int) -> None: ...
+        """The prompt's tokens (4 characters each; the client sends the reply's schema in the
+        system message too), plus the reply's cap when the client has one: what the budget
+        reserves for the call."""
+        sent = len(self.prompt.system) + len(self.prompt.user) + len(schema_text(self.reply_model))
+        return (sent + 64) // 4 + reply_cap
 
 
 class AskingContext(Protocol):
@@ -87,41 +66,6 @@ class AskingContext(Protocol):
     def scope(self) -> Any: ...
 
 
-@dataclass
-class CallLimit:
-    """A phase's own cap on model calls and tokens (per run and scope), on top of the run's."""
-
-    max_calls: int | None
-    max_tokens: int | None
-    calls: int = 0
-    tokens: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def reserve(self, estimated_tokens: int = 0) -> bool:
-        """One call, if it is left and its estimated tokens still fit."""
-        with self._lock:
-            if self.max_calls is not None and self.calls >= self.max_calls:
-                return False
-            if self.max_tokens is not None and (
-                self.tokens >= self.max_tokens or self.tokens + estimated_tokens > self.max_tokens
-            ):
-                return False
-            self.calls += 1
-            return True
-
-    def release(self) -> None:
-        with self._lock:
-            self.calls -= 1
-
-    def charge(self, tokens: int) -> None:
-        with self._lock:
-            self.tokens += tokens
-
-    def calls_left(self) -> int | None:
-        with self._lock:
-            return None if self.max_calls is None else self.max_calls - self.calls
-
-
 def room(ctx: AskingContext, limit: CallLimit | None = None) -> int:
     """How many questions may go out now: the concurrency, the calls left to the run and to
     the phase, and none once the run's tokens are spent."""
@@ -136,39 +80,6 @@ def room(ctx: AskingContext, limit: CallLimit | None = None) -> int:
     if limit is not None and (phase_left := limit.calls_left()) is not None:
         left.append(phase_left)
     return max(0, min(left))
-
-
-class Spending:
-    """Reserve before each call and charge after each reply, on the run and the phase cap."""
-
-    def __init__(self, ctx: AskingContext, limit: CallLimit | None) -> None:
-        self.budget = ctx.budget
-        self.limit = limit
-
-    def reserve(self, estimated_tokens: int) -> bool:
-        if self.limit is not None and not self.limit.reserve(estimated_tokens):
-            return False
-        if not self.budget.try_reserve_call():
-            if self.limit is not None:
-                self.limit.release()
-            return False
-        return True
-
-    def charge(self, tokens_in: int, tokens_out: int) -> None:
-        if self.limit is not None:
-            self.limit.charge(tokens_in + tokens_out)
-        self.budget.charge(tokens_in, tokens_out)
-
-    def withdraw(self, calls: int) -> None:
-        self.budget.withdraw(calls)
-
-    def charge_billed(self, tokens_in: int, tokens_out: int) -> None:
-        if self.limit is not None:
-            self.limit.charge(tokens_in + tokens_out)
-        self.budget.charge_billed(tokens_in, tokens_out)
-
-    def take_over(self, calls: int) -> None:
-        self.budget.take_over(calls)
 
 
 # The per-run reply cache: validated replies by question key (worker.llm.cache).
@@ -256,9 +167,8 @@ def _ask_online(
     deadline: float | None,
 ) -> list[Outcome[Any]]:
     def one(q: Question[Any]) -> Outcome[Any]:
-        estimate = q.estimate_tokens(reply_cap(llm))
-        return ask(llm, q.prompt, q.reply_model, validate=q.validate,
-                   reserve=lambda: spending.reserve(estimate), charge=spending.charge,
+        spend = HeldCall(spending, q.estimate_tokens(), reply_cap(llm))
+        return ask(llm, q.prompt, q.reply_model, validate=q.validate, spend=spend,
                    deadline=deadline)
 
     workers = min(int(ctx.settings.llm_concurrency), len(questions))

@@ -24,7 +24,7 @@ import structlog
 
 from worker.config_checks import model_call_seconds
 from worker.errors import ConfigError
-from worker.llm.base import BatchItem, BatchRelease, BatchState, LLMError, LLMReply
+from worker.llm.base import LOST_ATTEMPT, BatchItem, BatchRelease, BatchState, LLMError, LLMReply
 from worker.text.plural import counted
 
 log = structlog.get_logger(__name__)
@@ -194,6 +194,8 @@ class OpenAICompatibleLLM:
             except (openai.RateLimitError, openai.InternalServerError, openai.APIStatusError,
                     openai.APITimeoutError, openai.APIConnectionError,
                     RequestDeadlineExceeded, UndecodableBody) as exc:
+                if _maybe_billed(exc):
+                    _lost_attempt(prompt_name, exc)
                 wait = self._retry_wait(exc, attempt, deadline)
                 log.info("llm.retry", prompt=prompt_name, attempt=attempt + 1,
                          error=_describe(exc), wait_s=round(wait, 2))
@@ -303,6 +305,22 @@ def endpoint_problem(exc: Exception, what: str, prefix: str) -> str | None:
     return None
 
 
+def _maybe_billed(exc: Exception) -> bool:
+    """The request reached the model and may have been billed, though no usage came back: it
+    outlived its deadline (the model may have answered all along) or its HTTP 200 body was cut
+    short. A 429, a 5xx or a refused connection is not billed."""
+    return isinstance(exc, openai.APITimeoutError | RequestDeadlineExceeded | UndecodableBody)
+
+
+def _lost_attempt(prompt_name: str, exc: Exception) -> None:
+    """Tell the asker's budget (``LOST_ATTEMPT``) of an attempt that may have been billed:
+    it charges the attempt's estimate and holds another for a retry, or has no room left."""
+    hook = LOST_ATTEMPT.get()
+    if hook is not None and not hook():
+        raise LLMError(f"model endpoint failed ({_describe(exc)}) and the model budget has no "
+                       f"room to retry {prompt_name}; the item is deferred to the next run")
+
+
 def _describe(exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
     if isinstance(exc, RequestDeadlineExceeded):
@@ -339,7 +357,14 @@ def chat_reply(resp: Any, default_model: str) -> LLMReply:
         model=model_name(resp.model, default_model),
         raw=content or "",
         refused=not content and isinstance(refusal, str) and bool(refusal.strip()),
+        unmetered=_unmetered(resp.usage),
     )
+
+
+def _unmetered(usage: Any) -> bool:
+    """The reply came without token counts (no ``usage``, or one without either count)."""
+    return usage is None or (getattr(usage, "prompt_tokens", None) is None
+                             and getattr(usage, "completion_tokens", None) is None)
 
 
 # Far above any model's context window (a reply never uses more), far below what the steps'

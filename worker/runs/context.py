@@ -46,6 +46,12 @@ class Budget:
     # among ``started`` here, but spent by that step, so the phase step records them
     # (``model_calls_taken_over``) and its usage leaves them out (``domain.usage``).
     taken_over: int = 0
+    # Tokens reserved for calls in flight (each call's prompt plus reply cap, replaced by its
+    # usage once charged): N concurrent calls all fit under the cap, not each on its own.
+    held: int = 0
+    # Tokens charged as estimates, not as the endpoint counted them: a reply without ``usage``,
+    # an attempt that may have been billed but failed (the phase step's ``tokens_estimated``).
+    estimated: int = 0
     # Whether the run still holds its lease, asked before each model call (the phase's fence
     # reads it at most once a second, worker.runs.lease.FENCE_SECONDS): an erasure (or a
     # cancel) moves the epoch on, and the prompts a fan-out has not sent yet may quote the
@@ -54,31 +60,60 @@ class Budget:
     lost: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def try_reserve_call(self) -> bool:
+    def try_reserve_call(self, estimate: int = 0) -> bool:
+        """One call, if it is left and its estimated tokens fit beside what is spent and
+        held for the calls in flight; the estimate is held until the call is charged."""
         with self._lock:
             if self.lost or (self.fence is not None and not self.fence()):
                 self.lost = True
                 return False
             if self.max_calls is not None and self.calls >= self.max_calls:
                 return False
-            if self.max_tokens is not None and self.tokens >= self.max_tokens:
+            if not self._fits(estimate):
                 return False
             self.calls += 1
             self.started += 1
+            self.held += estimate
             return True
 
-    def charge(self, tokens_in: int, tokens_out: int = 0) -> None:
-        self.charge_billed(tokens_in, tokens_out)
+    def hold(self, estimate: int) -> bool:
+        """Another estimate for the call in flight (its retry after an attempt that may have
+        been billed), if it fits; no call is counted."""
+        with self._lock:
+            if self.lost or not self._fits(estimate):
+                return False
+            self.held += estimate
+            return True
+
+    def _fits(self, estimate: int) -> bool:
+        return self.max_tokens is None or (
+            self.tokens < self.max_tokens
+            and self.tokens + self.held + estimate <= self.max_tokens)
+
+    def release(self, held: int) -> None:
+        """A call's held estimate, given back: it failed and nothing of it was billed."""
+        with self._lock:
+            self.held = max(0, self.held - held)
+
+    def charge(self, tokens_in: int, tokens_out: int = 0, held: int = 0,
+               estimated: bool = False) -> None:
+        self.charge_billed(tokens_in, tokens_out, held, estimated)
         with self._lock:
             self.answered += 1
 
-    def charge_billed(self, tokens_in: int, tokens_out: int) -> None:
+    def charge_billed(self, tokens_in: int, tokens_out: int, held: int = 0,
+                      estimated: bool = False) -> None:
         """Tokens the provider bills (R15), for a reply or for one nobody uses (a batch's
-        reply to a question dropped meanwhile, a released batch's output): no call answered."""
+        reply to a question dropped meanwhile, a released batch's output): no call answered.
+        ``held``: the call's estimate, replaced by these; ``estimated``: they are that
+        estimate (the endpoint counted nothing)."""
         with self._lock:
             self.tokens += tokens_in + tokens_out
             self.tokens_in += tokens_in
             self.tokens_out += tokens_out
+            self.held = max(0, self.held - held)
+            if estimated:
+                self.estimated += tokens_in + tokens_out
 
     def count_malformed(self, replies: int) -> None:
         with self._lock:

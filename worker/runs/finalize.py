@@ -101,7 +101,10 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
         phases=phases,
         guard_reasons=[str((s.output or {}).get("reason")) for s in latest
                        if s.parent_id is not None and s.name == GUARD_STEP],
-        limit_reached=_limit_reached(app, spent),
+        limit_reached=_limit_reached(app, spent, any(
+            "model budget exhausted" in str((s.output or {}).get("reason") or "")
+            for s in latest if s.parent_id is not None)),
+        over_budget=_over_budget(app, spent, parents),
         phase_limits=[s.phase for s in parents
                       if "budget exhausted" in str((s.output or {}).get("reason") or "")],
         phase_out_of_time=_out_of_time(steps, parents),
@@ -199,8 +202,10 @@ def _stale_items(steps: list[RunStepRow], parents: list[RunStepRow]) -> int:
     return counted + listed
 
 
-def _limit_reached(app: App, usage: StepUsage) -> str | None:
-    """The run's own model limit, when its usage (every attempt, R15) reached it."""
+def _limit_reached(app: App, usage: StepUsage, refused: bool = False) -> str | None:
+    """The run's own model limit, when its usage (every attempt, R15) reached it, or when a
+    step was refused a call (``refused``) because the call's reservation (its prompt plus
+    the reply cap) did not fit the tokens left: before, such a run read `succeeded`."""
     b = app.settings.budget
     calls = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
     tokens = [t for t in (b.max_tokens_per_run, b.max_tokens_per_scope) if t is not None]
@@ -208,6 +213,28 @@ def _limit_reached(app: App, usage: StepUsage) -> str | None:
         return f"{usage.calls} of {min(calls)} model calls"
     if tokens and usage.tokens >= min(tokens):
         return f"{usage.tokens} of {min(tokens)} tokens"
+    if tokens and refused:
+        return (f"{usage.tokens} of {min(tokens)} tokens, the next call's prompt and reply cap "
+                "not fitting the rest")
+    return None
+
+
+def _over_budget(app: App, usage: StepUsage, parents: list[RunStepRow]) -> str | None:
+    """What the run spent past a model limit, however it came to (a reply longer than its
+    reservation, no ``DREAM_LLM_MAX_OUTPUT_TOKENS`` to bound one, a prompt that is more
+    tokens than its estimate): before, a run that spent 823 tokens of 50 read `succeeded`."""
+    b = app.settings.budget
+    calls = [c for c in (b.max_calls_per_run, b.max_calls_per_scope) if c is not None]
+    tokens = [t for t in (b.max_tokens_per_run, b.max_tokens_per_scope) if t is not None]
+    if calls and usage.calls > min(calls):
+        return f"{usage.calls} of {min(calls)} model calls"
+    if tokens and usage.tokens > min(tokens):
+        return f"{usage.tokens} of {min(tokens)} tokens"
+    cap = app.settings.contradictions.max_tokens_per_run
+    spent = sum((s.tokens_in or 0) + (s.tokens_out or 0) for s in parents
+                if s.phase == "contradictions")
+    if cap is not None and spent > cap:
+        return f"{spent} of {cap} tokens in the contradictions phase"
     return None
 
 

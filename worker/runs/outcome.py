@@ -83,6 +83,9 @@ class RunFacts:
     # The run's own model limit, when reached ("12 of 12 model calls"); it blocks the run only
     # when some phase left work for it (DEFERRED).
     limit_reached: str | None = None
+    # What the run spent past a model limit ("823 of 50 tokens"): the cap did not hold, so the
+    # run is blocked for it whether or not work was left.
+    over_budget: str | None = None
     # Phases whose own model limit deferred work (their parent step says "budget exhausted").
     phase_limits: list[str] = field(default_factory=list)
     # Phases whose model wall-time budget ran out with work left (DREAM_LLM_PHASE_SECONDS).
@@ -130,8 +133,8 @@ class RunFacts:
 class RunOutcome:
     status: str
     reason: str | None  # one line: ids, counts, phase names; never note text
-    # guard | budget | model_unavailable | model_unusable | open_growing | model_partial |
-    # model_refused | phase_failed
+    # guard | budget | over_budget | model_unavailable | model_unusable | open_growing |
+    # model_partial | model_refused | phase_failed
     flags: list[str]
 
 
@@ -210,6 +213,11 @@ def _blocking_reasons(facts: RunFacts) -> tuple[list[str], list[str]]:
         flags.append("budget")
         reasons.append(f"model budget exhausted ({spent}): the rest waits for the next run or "
                        "a larger budget")
+    if facts.over_budget:
+        flags.append("over_budget")
+        reasons.append(f"model budget overrun (spent {facts.over_budget}): a reply outgrew what "
+                       "its call reserved; set DREAM_LLM_MAX_OUTPUT_TOKENS so each call "
+                       "reserves its prompt plus that cap, or raise the limit")
     if model_unavailable(facts):
         flags.append("model_unavailable")
         reasons.append(f"model unavailable: {facts.model_calls_failed} of {facts.model_calls} "

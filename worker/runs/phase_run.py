@@ -199,7 +199,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
         return PhaseOutcome.SKIPPED
     b = ctx.budget
     before = (b.started, b.answered, b.tokens_in, b.tokens_out, b.malformed, b.taken_over,
-              b.rejected, b.refused)
+              b.rejected, b.refused, b.estimated)
     bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
     try:
         with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
@@ -324,6 +324,9 @@ def _taken_over(output: dict[str, Any], budget: Budget, before: tuple[int, ...],
     counts each call once (``domain.usage``)."""
     if taken := prior.calls_taken_over + budget.taken_over - before[5]:
         output["model_calls_taken_over"] = taken
+    # Tokens charged as estimates (no ``usage`` in a reply, a lost attempt): not counted.
+    if estimated := budget.estimated - before[8]:
+        output["tokens_estimated"] = estimated
     return output
 
 

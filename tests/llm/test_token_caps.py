@@ -1,0 +1,146 @@
+"""Token caps hold before calls go out, through the real `openai` client and the stub: each
+call reserves its prompt's estimate plus the reply cap (``DREAM_LLM_MAX_OUTPUT_TOKENS``) and
+holds it until its usage replaces it, so calls in flight together, a provider batch, a reply
+without ``usage`` and a retried request all stay under the run's and the phase's caps.
+
+Before, the run budget only checked ``tokens >= max_tokens`` (a 793-token call went out
+against a cap of 50), in-flight estimates were not held (N concurrent calls all passed), a
+batch submitted every question, a reply without usage cost 0 tokens and a timed-out attempt
+that a provider bills was never counted."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from tests.llm.test_batch import MemoryLedger, _batch_ctx
+from tests.llm.test_fanout import Ctx, _ctx, _echo, _questions
+from tests.support.llm_stub import LLMStub, StubResponse
+from worker.llm.ask import AskStatus
+from worker.llm.batch import ask_as_batch
+from worker.llm.fanout import CallLimit, Spending, ask_all, question_key
+from worker.llm.openai_compat import OpenAICompatibleLLM
+
+CAP = 16  # DREAM_LLM_MAX_OUTPUT_TOKENS
+PROMPT = _questions(1)[0].estimate_tokens()  # every question's prompt estimate
+ESTIMATE = PROMPT + CAP  # what each call reserves
+
+
+def _capped(stub: LLMStub, ctx: Ctx, **kw: Any) -> Ctx:
+    ctx.app.llm = OpenAICompatibleLLM(base_url=stub.url, model="stub-model", api_key="k",
+                                      max_output_tokens=CAP, **{"timeout": 5.0, **kw})
+    return ctx
+
+
+def _at_cap(req: Any) -> StubResponse:
+    """A reply that uses all its reservation: the prompt as estimated and the whole cap."""
+    time.sleep(0.2)  # long enough for every drainer to reserve before the first is charged
+    return StubResponse(content=_echo(req), tokens_in=PROMPT, tokens_out=CAP)
+
+
+def test_concurrent_calls_hold_their_estimates_under_the_run_token_cap(
+    llm_stub: LLMStub,
+) -> None:
+    """Room for two and a half calls, four asked at once: two go out (before, all four passed
+    ``tokens >= max_tokens`` while nothing was charged yet, and the run spent 4 × its share)."""
+    llm_stub.set_handler(_at_cap)
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=4, max_tokens=ESTIMATE * 5 // 2))
+    outcomes = ask_all(ctx, _questions(6))
+    assert len(llm_stub.chat_requests()) == 2
+    assert [o.status for o in outcomes].count(AskStatus.BUDGET_EXHAUSTED) == 4
+    assert ctx.budget.tokens == 2 * ESTIMATE <= ctx.budget.max_tokens  # type: ignore[operator]
+    assert ctx.budget.held == 0
+
+
+def test_concurrent_calls_hold_their_estimates_under_a_phase_token_cap(
+    llm_stub: LLMStub,
+) -> None:
+    """The phase's own cap (contradictions' MAX_TOKENS_PER_RUN) likewise: before, each call's
+    estimate was checked against the tokens charged so far only, and the phase spent 3×."""
+    llm_stub.set_handler(_at_cap)
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=4))
+    limit = CallLimit(max_calls=None, max_tokens=ESTIMATE * 5 // 2)
+    ask_all(ctx, _questions(6), limit=limit)
+    assert len(llm_stub.chat_requests()) == 2
+    assert limit.tokens == 2 * ESTIMATE and limit.held == 0
+
+
+def test_a_call_whose_reservation_does_not_fit_is_not_sent(llm_stub: LLMStub) -> None:
+    """A cap below one call's estimate: nothing goes out (before, the first call went out
+    since 0 < cap, and spent many times the cap)."""
+    llm_stub.set_handler(_at_cap)
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=1, max_tokens=ESTIMATE - 1))
+    [outcome] = ask_all(ctx, _questions(1))
+    assert outcome.status is AskStatus.BUDGET_EXHAUSTED
+    assert llm_stub.chat_requests() == [] and ctx.budget.tokens == 0
+
+
+def test_a_reply_without_usage_is_charged_its_estimate(llm_stub: LLMStub) -> None:
+    """A server that counts nothing: each reply costs its reservation (counted apart as
+    estimated), so the cap still bounds the calls. Before, it cost 0 and every call went out."""
+    llm_stub.set_handler(lambda req: StubResponse.completion(json.dumps(_echo(req)), usage=None))
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=1, max_tokens=ESTIMATE * 3 // 2))
+    outcomes = ask_all(ctx, _questions(3))
+    assert [o.status for o in outcomes] == [AskStatus.OK, AskStatus.BUDGET_EXHAUSTED,
+                                            AskStatus.BUDGET_EXHAUSTED]
+    assert len(llm_stub.chat_requests()) == 1
+    assert (ctx.budget.tokens, ctx.budget.estimated) == (ESTIMATE, ESTIMATE)
+    assert (outcomes[0].tokens_in, outcomes[0].tokens_out) == (PROMPT, CAP)
+
+
+def _first_then(first: StubResponse) -> Any:
+    seen, lock = [0], threading.Lock()
+
+    def handler(req: Any) -> Any:
+        with lock:
+            seen[0] += 1
+            k = seen[0]
+        return first if k == 1 else StubResponse(content=_echo(req), tokens_in=5, tokens_out=3)
+
+    return handler
+
+
+CUT = StubResponse.raw('{"id": "chatcmpl-x", "object": "chat.completion", "choices": [{"in',
+                       content_type="application/json")
+
+
+def test_a_retried_cut_reply_counts_its_estimate_once_per_attempt(llm_stub: LLMStub) -> None:
+    """An HTTP 200 body cut short (a provider bills it) then a good reply: the lost attempt
+    costs its estimate, the reply its usage. Before, the run counted only the reply."""
+    llm_stub.set_handler(_first_then(CUT))
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=1), max_retries=2)
+    [outcome] = ask_all(ctx, _questions(1))
+    assert outcome.ok and len(llm_stub.chat_requests()) == 2
+    assert (ctx.budget.tokens, ctx.budget.estimated) == (ESTIMATE + 8, ESTIMATE)
+    assert ctx.budget.calls == 1 and ctx.budget.held == 0
+
+
+def test_a_retry_the_cap_has_no_room_for_is_not_sent(llm_stub: LLMStub) -> None:
+    """A request past its deadline may have been billed: its retry must reserve another
+    estimate, and with room for one and a half calls it is not sent (before, it was, and the
+    lost attempt was never counted)."""
+    llm_stub.set_handler(_first_then(StubResponse.hang(2.0)))
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=1, max_tokens=ESTIMATE * 3 // 2),
+                  timeout=0.5, max_retries=2)
+    [outcome] = ask_all(ctx, _questions(1))
+    assert outcome.status is AskStatus.ERROR and "no room to retry" in outcome.reason
+    assert len(llm_stub.chat_requests()) == 1
+    assert (ctx.budget.tokens, ctx.budget.held) == (ESTIMATE, 0)
+
+
+def test_a_batch_submits_only_what_the_token_cap_holds(llm_stub: LLMStub) -> None:
+    """Batch mode reserves at submit and holds each line's estimate: four questions, room for
+    two and a half, two lines submitted and the rest deferred as budget_exhausted. Before, all
+    four went in the batch and the run spent past its cap."""
+    llm_stub.set_handler(lambda req: StubResponse(content=_echo(req), tokens_in=PROMPT,
+                                                  tokens_out=CAP))
+    ctx = _capped(llm_stub, _batch_ctx(llm_stub, max_tokens=ESTIMATE * 5 // 2))
+    questions = _questions(4)
+    keys = [question_key(ctx, "stub-model", q) for q in questions]
+    outcomes = ask_as_batch(ctx, ctx.app.llm, questions, keys, Spending(ctx, None),
+                            MemoryLedger())
+    assert len(llm_stub.batches.line_requests) == 2
+    assert [o.status for o in outcomes].count(AskStatus.BUDGET_EXHAUSTED) == 2
+    assert ctx.budget.tokens == 2 * ESTIMATE and ctx.budget.held == 0
