@@ -18,6 +18,7 @@ from worker.similarity.terms import (
     _rarity,
     _shared_counts,
     _shared_pairs,
+    as_stated,
     frame_tokens,
     note_words,
     shared_term_pairs,
@@ -213,3 +214,14 @@ def test_topical_pairs_are_the_shared_counts_pairs_in_their_order(
     pairs ``_shared_counts`` counts, in the order it finds them (what ``_alike`` is given)."""
     rare, _ = _rarity(terms, 4)
     assert _shared_pairs(terms, rare) == list(_shared_counts(terms, rare))
+
+
+def test_words_that_only_say_a_fact_was_said_before_leave_its_frame() -> None:
+    again = frame_tokens("The user always flies premium economy class once more")
+    assert as_stated(tuple(again)) == tuple(frame_tokens(
+        "The user always flies premium economy class"))
+    assert as_stated(tuple(frame_tokens("Deployments go out on Mondays again"))) == tuple(
+        frame_tokens("Deployments go out on Mondays"))
+    # "once" and "more" alone say something else; a frame without them is itself.
+    kept = tuple(frame_tokens("The user visited Kyoto once and wants more matcha"))
+    assert as_stated(kept) == kept

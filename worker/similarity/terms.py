@@ -39,6 +39,27 @@ _NOT_ATTRIBUTES = frozenset(stem(w) for w in (
     "daily", "weekly", "monthly", "yearly", "day", "week", "month", "year", "morning",
     "afternoon", "evening", "night", "weekend", "weekday"))
 _NOT_TERMS = _NOT_ATTRIBUTES | frozenset(map(stem, STOPWORDS))
+# Words that only say a fact was said before, as frames are stemmed: "again", "anymore", and
+# "more" after "once" or "any".
+_AGAIN = frozenset(map(stem, ("again", "anymore")))
+_MORE, _ONCE_ANY = stem("more"), frozenset(map(stem, ("once", "any")))
+
+
+def as_stated(frame: tuple[str, ...]) -> tuple[str, ...]:
+    """``frame`` without the words that only say it was said before: "The user always flies
+    premium economy class once more" states the frame of "The user always books business
+    class" (a value said again after another, while the notes saying it first are retired)."""
+    if _AGAIN.isdisjoint(frame) and _MORE not in frame:
+        return frame
+    out: list[str] = []
+    for word in frame:
+        if word in _AGAIN:
+            continue
+        if word == _MORE and out and out[-1] in _ONCE_ANY:
+            out.pop()
+            continue
+        out.append(word)
+    return tuple(out)
 
 
 def _content_terms(stems: Iterable[str]) -> frozenset[str]:
