@@ -29,7 +29,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from worker.similarity.candidates import FrameSettings, same_frame_pairs
+from worker.similarity.candidates import FrameReport, FrameSettings, same_frame_pairs
+from worker.similarity.terms import as_stated
 from worker.text.words import stem
 
 # Words (as ``frame_tokens`` stems them) of saying something or of where it was said. ("note"
@@ -145,3 +146,16 @@ def lead_in_pairs(frames: Sequence[Sequence[str]], frame: FrameSettings = FrameS
         if i != j:
             pairs.add((min(i, j), max(i, j)))
     return pairs
+
+
+def frame_pairs(frames: Sequence[Sequence[str]], frame: FrameSettings = FrameSettings(),
+                lead_in_notes: int = LeadInSettings.min_notes) -> FrameReport:
+    """Same-frame pairs of the notes (their ``frame_tokens``) as stated (``as_stated``: "…
+    again" is the frame of "…"), and with the scope's lead-ins set aside (``lead_in_notes``
+    notes a lead-in must open or close; 0: not)."""
+    stated = [as_stated(tuple(f)) for f in frames]
+    report = same_frame_pairs((), frame, tokens=stated)
+    if lead_in_notes:
+        report.pairs |= lead_in_pairs(stated, frame,
+                                      LeadInSettings(min_notes=max(2, lead_in_notes)))
+    return report

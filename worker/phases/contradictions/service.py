@@ -53,9 +53,9 @@ from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
 from worker.runs.context import PhaseContext
 from worker.similarity import neighbour_pairs
-from worker.similarity.candidates import FrameSettings, same_frame_pairs, source_counts, union_edges
-from worker.similarity.lead_ins import LeadInSettings, lead_in_pairs
-from worker.similarity.terms import TermSettings, as_stated, shared_term_pairs, words_of
+from worker.similarity.candidates import FrameSettings, source_counts, union_edges
+from worker.similarity.lead_ins import frame_pairs
+from worker.similarity.terms import TermSettings, shared_term_pairs, words_of
 from worker.store.repositories.judgements import PENDING_RETIREMENT
 
 log = structlog.get_logger(__name__)
@@ -134,12 +134,8 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
                                               app.settings.ann_threshold)
     # One tokenization for both lexical sources; in-process, the run's (consolidation's).
     words = words_of(texts, phase_snap.words if isinstance(phase_snap, ScopeLoad) else None)
-    frame = FrameSettings(max_span=s.frame_max_span, min_frame=s.frame_min_words)
-    stated = [as_stated(w.frame) for w in words]
-    frames = same_frame_pairs(texts, frame, tokens=stated)
-    if s.lead_in_notes:
-        frames.pairs |= lead_in_pairs(stated, frame,
-                                      LeadInSettings(min_notes=max(2, s.lead_in_notes)))
+    frames = frame_pairs([w.frame for w in words], FrameSettings(
+        max_span=s.frame_max_span, min_frame=s.frame_min_words), s.lead_in_notes)
     terms = shared_term_pairs(texts, TermSettings(max_notes=s.term_max_notes), snap.vectors,
                               s.term_min_similarity, words=words)
     cluster_rows = [[row[i] for i in ids if i in row] for ids in clusters]
