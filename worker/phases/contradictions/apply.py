@@ -306,7 +306,7 @@ class Applier:
                 self._settle(w, p, [next(results) for _ in p.changes])
             if self.guard_reason is not None:
                 if self.gate is not None and self.gate.tripped is not None:
-                    self.guard_reason = self.gate.final()  # counting every loser held back
+                    self.guard_reason = self.gate.final() or self.guard_reason  # every loser held back
                 self.counters["pairs_guarded"] = len(self.guarded)
                 self.counters["notes_held"] = len(set(self.guarded))
                 w.trip(self.guard_reason, self.guarded)

@@ -168,7 +168,7 @@ class Gate:
         if g is None or g.each:
             final = self.final()
             for r in self.held:
-                r.reason = final if r.reason == self.tripped else r.reason
+                r.reason = final if final is not None and r.reason == self.tripped else r.reason
             return final
         refusal = self.tripped or _share(g, len(self.retired))
         if refusal is not None:  # all or nothing: every counted retirement is held back
