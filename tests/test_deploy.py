@@ -181,7 +181,8 @@ def test_dockerfile_is_slim_non_root_and_copies_what_the_code_needs() -> None:
     assert users and users[-1].split(":")[0] not in ("0", "root")
     copies = [ln.split()[1:] for ln in lines if ln.startswith("COPY ")]
     sources = {src for c in copies for src in c[:-1]}
-    assert {"worker", "migrations", "prompts", "pyproject.toml"} <= sources
+    # examples/: the scripted model `dream demo` tells the user to run next (its absolute path)
+    assert {"worker", "migrations", "prompts", "examples", "pyproject.toml"} <= sources
     for src in sources:
         assert (ROOT / src).exists(), src
     assert "PYTHONPATH=/app" in text and "WORKDIR /app" in text
