@@ -115,8 +115,10 @@ def test_compose_environment_is_valid_settings() -> None:
     services = compose()["services"]
     known = setting_names()
     for name in ("migrate", "worker", "beat", "api", "mcp"):
-        env = {k: interpolate(str(v)) for k, v in services[name]["environment"].items()}
-        assert set(env) <= known, set(env) - known
+        assert set(services[name]["environment"]) <= known
+        # A variable without a value is the shell's, or unset in the container.
+        env = {k: interpolate(str(v)) for k, v in services[name]["environment"].items()
+               if v is not None}
         env = {k: v for k, v in env.items() if v != ""}
         settings = env_to_settings(env)
         assert settings.database_url.startswith("postgresql://") and "@postgres:" in settings.database_url
@@ -124,6 +126,33 @@ def test_compose_environment_is_valid_settings() -> None:
     worker_cmd = services["worker"]["command"]
     queue = worker_cmd[worker_cmd.index("-Q") + 1]
     assert queue == services["worker"]["environment"]["DREAM_CELERY_QUEUE"]
+
+
+# What choosing a model takes: passed through from the shell running compose (a new user's
+# report: only the providers were, so `DREAM_LLM_PROVIDER=openai` stopped every service).
+MODEL_SETTINGS = ("DREAM_LLM_BASE_URL", "DREAM_LLM_API_KEY", "DREAM_LLM_MODEL",
+                  "DREAM_EMBEDDING_BASE_URL", "DREAM_EMBEDDING_API_KEY", "DREAM_EMBEDDING_MODEL",
+                  "DREAM_EMBEDDING_DIMENSIONS")
+
+
+def test_compose_passes_the_chosen_model_through_to_every_service() -> None:
+    """Each model setting has no value in the file (compose passes the shell's value, or leaves
+    it unset: an empty string would be refused as a URL, a model name or a number), and a model
+    chosen in the shell validates in every app service."""
+    services = compose()["services"]
+    chosen = {"DREAM_LLM_PROVIDER": "openai", "DREAM_LLM_BASE_URL": "http://ollama:11434/v1",
+              "DREAM_LLM_API_KEY": "k", "DREAM_LLM_MODEL": "llama3.1",
+              "DREAM_EMBEDDING_PROVIDER": "openai",
+              "DREAM_EMBEDDING_BASE_URL": "http://ollama:11434/v1",
+              "DREAM_EMBEDDING_API_KEY": "k", "DREAM_EMBEDDING_MODEL": "nomic-embed-text",
+              "DREAM_EMBEDDING_DIMENSIONS": "768"}
+    for name in ("migrate", "worker", "beat", "api", "mcp"):
+        env = services[name]["environment"]
+        assert all(k in env and env[k] is None for k in MODEL_SETTINGS), name
+        given = {k: chosen.get(k, interpolate(str(v))) for k, v in env.items()
+                 if k in chosen or v is not None}
+        settings = env_to_settings({k: v for k, v in given.items() if v != ""})
+        assert settings.llm_model == "llama3.1" and settings.embedding_dimensions == 768
 
 
 def test_compose_images_build_from_the_dockerfile_and_commands_exist() -> None:
@@ -152,7 +181,8 @@ def test_dockerfile_is_slim_non_root_and_copies_what_the_code_needs() -> None:
     assert users and users[-1].split(":")[0] not in ("0", "root")
     copies = [ln.split()[1:] for ln in lines if ln.startswith("COPY ")]
     sources = {src for c in copies for src in c[:-1]}
-    assert {"worker", "migrations", "prompts", "pyproject.toml"} <= sources
+    # examples/: the scripted model `dream demo` tells the user to run next (its absolute path)
+    assert {"worker", "migrations", "prompts", "examples", "pyproject.toml"} <= sources
     for src in sources:
         assert (ROOT / src).exists(), src
     assert "PYTHONPATH=/app" in text and "WORKDIR /app" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import sqlite3
 import sys
@@ -23,6 +24,7 @@ from worker.ingest.notes import import_notes
 from worker.ingest.sessions import import_sessions
 from worker.logging import configure_logging
 from worker.reporting import run_tree, said_counters, step_actions, step_notes
+from worker.resources import resource_dir
 from worker.runs import service
 from worker.store.db import is_sqlite_file
 from worker.store.migrate import upgrade
@@ -89,6 +91,26 @@ def _dream_command() -> str:
     return str(script) if script.name == "dream" else "dream"
 
 
+def _next(echo: Callable[[str], None], path: Path, given: bool, run_id: str,
+          provider: str) -> None:
+    """Commands to paste from any directory: absolute paths, the same --database."""
+    echo("Next:")
+    dream = _dream_command()
+    url = shlex.quote(f"sqlite:///{path.absolute()}")
+    echo(f"  DREAM_DATABASE_URL={url} {dream} runs show {run_id}")
+    echo(f"  DREAM_DATABASE_URL={url} {dream} notes export --status revoked")
+    if provider != "none":
+        return
+    script = resource_dir("examples") / "fake-llm-demo.json"
+    again = f"{dream} demo" + (f" --database {shlex.quote(str(path.absolute()))}" if given else "")
+    if script.is_file():
+        echo(f"  DREAM_LLM_PROVIDER=fake DREAM_FAKE_LLM_SCRIPT={shlex.quote(str(script.absolute()))} "
+             f"{again}   # the same store judged by a scripted model")
+    else:  # an install without the examples: say where the script is to be had
+        echo(f"  DREAM_LLM_PROVIDER=fake DREAM_FAKE_LLM_SCRIPT=<examples/fake-llm-demo.json of "
+             f"the dream-worker source> {again}   # the same store judged by a scripted model")
+
+
 def seed_demo(app: App, now: datetime) -> int:
     """The demo's entities, notes and sessions, dated back from ``now``; how many notes."""
 
@@ -139,13 +161,7 @@ def run_demo(database: str | None, echo: Callable[[str], None] = print) -> str:
             echo(f"dream run {run_id} on {scope.key}: {status}")
             _explain(app, run_id, echo)
         echo("")
-        echo("Next:")
-        dream = _dream_command()
-        echo(f"  DREAM_DATABASE_URL={url} {dream} runs show {run_ids[0]}")
-        echo(f"  DREAM_DATABASE_URL={url} {dream} notes export --status revoked")
-        if settings.llm_provider == "none":
-            echo("  DREAM_LLM_PROVIDER=fake DREAM_FAKE_LLM_SCRIPT=examples/fake-llm-demo.json "
-                 f"{dream} demo   # the same store judged by a scripted model")
+        _next(echo, path, database is not None, run_ids[0], settings.llm_provider)
         return run_ids[0]
     finally:
         app.dispose()

@@ -3,8 +3,10 @@ empty file or an earlier demo store may be replaced (worker.demo.refuse_unless_d
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from tests.cli.test_commands import dream, one_error_line
 from tests.conftest import make_sqlite_app
@@ -60,3 +62,19 @@ def test_demo_refuses_a_path_that_is_no_regular_file(tmp_path: Path) -> None:
         assert f"{what} is not a regular file" in line, line
     assert stat.S_ISFIFO(pipe.stat().st_mode) and (tmp_path / "store.db-wal").is_dir()
     assert not beside.exists()
+
+
+def test_demo_next_lines_work_from_any_directory(tmp_path: Path, monkeypatch: Any) -> None:
+    """A new user's report: after `dream demo --database X` the "Next" line to see it judged
+    by a scripted model named `examples/fake-llm-demo.json` relative (only valid in a
+    checkout's root) and left out `--database`, so it rebuilt another store. Now every path is
+    absolute, the script's is a file, and the demo command repeats the --database given."""
+    monkeypatch.chdir(tmp_path)
+    shown = dream(UNUSED, "demo", "--database", "mine.db")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.split("Next:\n", 1)[1].splitlines()
+    store = tmp_path / "mine.db"
+    assert all(f"DREAM_DATABASE_URL=sqlite:///{store} " in ln for ln in lines[:2])
+    (script,) = re.findall(r"DREAM_FAKE_LLM_SCRIPT=(\S+) ", lines[2])
+    assert Path(script).is_absolute() and Path(script).is_file()
+    assert f"demo --database {store} " in lines[2]

@@ -10,6 +10,7 @@ import json
 from datetime import datetime, timedelta
 
 import pytest
+from sqlalchemy import select
 
 from tests.cli.test_commands import dream, one_error_line, url_of
 from worker.app import App
@@ -19,6 +20,7 @@ from worker.ingest import import_sessions
 from worker.ingest.jsonl import InputError
 from worker.runs import service
 from worker.runs.gate import GateRule
+from worker.store.models import SessionRow
 
 SCOPE = Scope("talking-bot", "alice")
 
@@ -94,3 +96,22 @@ def test_sessions_add_records_an_end_and_says_when_it_added_nothing(app: App) ->
                                     "ended 2026-03-01T10:40:00+00:00")
     other = dream(url_of(app), *args, "--ended-at", "2026-03-01T10:50:00Z")
     assert "already ended at 2026-03-01T10:40:00+00:00" in one_error_line(other)
+
+
+def test_sessions_add_refusals_name_the_options_typed_not_a_line_or_an_id(app: App) -> None:
+    """A new user's report: `dream sessions add` said `line 1: ended_at … before started_at` and
+    `session '<a derived uuid>' already ended`: a file's words for one command line. Its
+    refusals name --at and --ended-at, no line number, no generated id; nothing changes."""
+    at = "2026-03-01T10:00:00+00:00"
+    args = ("sessions", "add", "--agent", "a1", "--at", at)
+    before = one_error_line(dream(url_of(app), *args, "--ended-at", "2026-03-01T09:00:00Z"))
+    assert before == ("error: --ended-at 2026-03-01T09:00:00+00:00 is before --at "
+                      f"{at}; give the time the session ended, or leave --ended-at out")
+    assert dream(url_of(app), *args, "--ended-at", "2026-03-01T10:40:00Z").exit_code == 0
+    other = one_error_line(dream(url_of(app), *args, "--ended-at", "2026-03-01T10:50:00Z"))
+    assert other == (f'error: the session of ["a1",null,null] that started at {at} (--at) '
+                     "already ended at 2026-03-01T10:40:00+00:00, not 2026-03-01T10:50:00+00:00 "
+                     "(--ended-at); give the end it has, or leave --ended-at out")
+    with app.uow() as uow:
+        rows = uow.session.execute(select(SessionRow.ended_at)).scalars().all()
+    assert [r and r.replace(tzinfo=None) for r in rows] == [datetime(2026, 3, 1, 10, 40)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import select
 
 from tests.support.factories import NOW, add_entities, add_notes, days_ago
@@ -9,6 +11,7 @@ from worker.app import App
 from worker.domain.types import Scope
 from worker.reporting import run_tree
 from worker.runs import service
+from worker.safety.undo import undo_run
 from worker.store.models import NoteRow, ReviewRow
 
 SCOPE = Scope("agent-1", "u1")
@@ -122,3 +125,25 @@ def test_a_held_archive_says_how_many_notes_it_held(app: App) -> None:
     assert enough and service.execute_run(app, enough) == "succeeded"
     archive = next(s for s in run_tree(app, enough)["steps"] if s["phase"] == "archive")
     assert archive["output"]["notes_expired"] == 12 and "notes_held" not in archive["output"]
+
+
+def test_r20_the_count_a_blocked_run_offers_is_enough_for_the_same_plan(sqlite_app: App) -> None:
+    """R20 (a new user's report): two clusters of near-duplicates (12 notes) tripped the guard
+    at the first cluster, offered --allow-retire 7, and the re-run was blocked again asking 12.
+    The offered count now covers the phase's whole plan: undo, re-run with it, and it succeeds."""
+    app = sqlite_app
+    scope = Scope("guard-bot")
+    add_notes(app, *({"id": f"g{i}", "agent_id": "guard-bot",
+                      "content": "The office opens at nine" + "." * i} for i in range(12)))
+    first = service.create_run(app, scope, force=True, clock=NOW)
+    assert first
+    service.execute_run(app, first)
+    reason = run_tree(app, first)["status_reason"] or ""
+    assert run_tree(app, first)["status"] == "blocked"
+    offered = int(re.search(r"re-run with --allow-retire (\d+)", reason).group(1))  # type: ignore[union-attr]
+    undo_run(app, first)
+    again = service.create_run(app, scope, force=True, clock=NOW, allow_retire=offered)
+    assert again
+    service.execute_run(app, again)
+    tree = run_tree(app, again)
+    assert tree["status"] == "succeeded", tree["status_reason"]

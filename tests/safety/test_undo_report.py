@@ -188,3 +188,18 @@ def _refusable(app: App) -> tuple[str, str]:
     fused = _fuse(app, run_id, ["m0", "m1"], f"User owns cats {CANARY}")
     _host_edit(app, "m0")
     return run_id, fused
+
+
+def test_every_refused_undo_prints_its_json_object(app: App) -> None:
+    """A new user's report: with --json only a note's refusal printed JSON; an id already
+    undone or no run's printed nothing on stdout. Each prints `{"undone": false, "refused":
+    [], "error": …}`, with the same one error line and exit code as without --json."""
+    run_id, _ = _merged(app)
+    assert dream(app, "undo", run_id).exit_code == 0
+    for rid, code in ((run_id, CONFLICT), ("no-such-run", 3)):
+        plain = dream(app, "undo", rid)
+        refused = dream(app, "undo", rid, "--json")
+        assert refused.exit_code == plain.exit_code == code, refused.output
+        assert json.loads(refused.stdout) == {"run_id": rid, "undone": False, "refused": [],
+                                              "error": plain.stderr.strip()[len("error: "):]}
+        assert refused.stderr == plain.stderr and len(plain.stderr.strip().splitlines()) == 1

@@ -117,7 +117,7 @@ def sessions_export(ctx: click.Context) -> None:
 def sessions_add(ctx: click.Context, agent: str, user: str | None, company: str | None,
                  at: str | None, ended_at: str | None) -> None:
     """Record one session for a scope (or the end of one recorded without it)."""
-    from worker.ingest.sessions import import_sessions
+    from worker.ingest.sessions import EndRecorded, import_sessions
 
     started = parse_past_timestamp(
         at, "--at", "a session is recorded once it has started (the gate would not count it "
@@ -125,11 +125,21 @@ def sessions_add(ctx: click.Context, agent: str, user: str | None, company: str 
     ended = parse_past_timestamp(
         ended_at, "--ended-at", "a session's end is recorded once it has ended (the gate's idle "
         "wait would take it for activity); leave --ended-at out while it goes on")
+    key = Scope(agent, user, company).key
+    # The importer's words are a file's (a line number, its fields, the id it derives): the
+    # refusals this one line can meet are said here with the options the user typed.
+    if ended is not None and ended < started:
+        raise UserError(f"--ended-at {ended.isoformat()} is before --at {started.isoformat()}; "
+                        "give the time the session ended, or leave --ended-at out")
     line = json.dumps({"agent_id": agent, "user_id": user, "company_id": company,
                        "started_at": started.isoformat(),
                        "ended_at": ended.isoformat() if ended else None})
-    result = import_sessions(cli_app(ctx), [line], present=utcnow())
-    key = Scope(agent, user, company).key
+    try:
+        result = import_sessions(cli_app(ctx), [line], present=utcnow())
+    except EndRecorded as exc:
+        raise UserError(f"the session of {key} that started at {started.isoformat()} (--at) "
+                        f"already ended at {exc.was.isoformat()}, not {exc.end.isoformat()} "
+                        "(--ended-at); give the end it has, or leave --ended-at out") from None
     if result.inserted:
         click.echo(f"session recorded for {key} at {started.isoformat()}"
                    + (f", ended {ended.isoformat()}" if ended else ""))

@@ -18,6 +18,7 @@ from worker.cli.common import (
     operator,
 )
 from worker.cli.errors import UserError, stop_says, user_errors
+from worker.errors import Conflict, InvalidInput, NotFound
 
 if TYPE_CHECKING:
     from worker.safety.erase import EraseResult
@@ -43,15 +44,19 @@ def undo_cmd(ctx: click.Context, run_id: str, force_cascade: bool, as_json: bool
 
     RUN_ID is a run's id, or the `fuse-…`, `remember-…` or `erase-…` id that `dream fuse`,
     `dream notes add` (an UPDATE) or `dream erase` printed. --json prints what became of each
-    note (`notes`); a refusal prints every note that refuses it and why (`refused`), then
-    fails with its one error line."""
+    note (`notes`); every refusal prints `"undone": false`, the notes that refuse it and why
+    (`refused`, empty when none does) and its `error`, then fails with its one error line."""
     from worker.safety.undo import LOGGED_WITHOUT_RUN, UndoRefused, undo_run
 
     try:
         result = undo_run(cli_app(ctx), run_id, force_cascade=force_cascade, by=operator())
-    except UndoRefused as refused:
-        if as_json:  # the list on stdout; the error line and its exit code as without --json
-            click.echo(json.dumps({"run_id": run_id, "undone": False, **refused.details(),
+    except (InvalidInput, NotFound, Conflict) as refused:
+        # Every refusal, not only a note's (an unknown id, one already undone, a run still
+        # going): a script reading --json gets its object. The list on stdout (empty when no
+        # note refuses); the error line and its exit code as without --json.
+        if as_json:
+            notes = refused.details() if isinstance(refused, UndoRefused) else {"refused": []}
+            click.echo(json.dumps({"run_id": run_id, "undone": False, **notes,
                                    "error": str(refused)}, indent=2))
         raise
     if as_json:

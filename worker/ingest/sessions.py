@@ -96,6 +96,15 @@ def import_sessions(app: App, lines: Iterable[str | bytes], *,
     return result
 
 
+class EndRecorded(InputError):
+    """A line's ``ended_at`` for a session whose other end is stored (the stored one stands);
+    ``dream sessions add`` words it with its own options."""
+
+    def __init__(self, message: str, was: datetime, end: datetime) -> None:
+        super().__init__(message)
+        self.was, self.end = was, end
+
+
 def _refuse_conflict(row: dict[str, Any], was: dict[str, Any], number: int) -> None:
     """A stored id is the same session (scope and start); its end is ``_ends_to_record``'s."""
     if _session_identity(was) != _session_identity(row):
@@ -117,9 +126,9 @@ def _ends_to_record(stored: dict[str, datetime | None], rows: dict[str, dict[str
             continue
         number = line_of[session_id]
         if was is not None:
-            raise InputError(f"line {number}: session {session_id!r} already ended at "
-                             f"{was.isoformat()}, not {end.isoformat()}; give the end it has, "
-                             "or leave ended_at out")
+            raise EndRecorded(f"line {number}: session {session_id!r} already ended at "
+                              f"{was.isoformat()}, not {end.isoformat()}; give the end it "
+                              "has, or leave ended_at out", was, end)
         if end > present + SKEW:
             raise InputError(f"line {number}: ended_at {end.isoformat()} is later than the "
                              f"present time ({present.isoformat(timespec='seconds')}); give "

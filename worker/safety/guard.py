@@ -41,5 +41,6 @@ def share_refusal(total: int, baseline: int, max_share: float, min_scope_size: i
     return (
         f"blast-radius guard: would retire {total} of {baseline} active notes "
         f"(limit {max_share:.0%}){over}; if this is intended, re-run with "
-        f"--allow-retire {total} (and --force to skip the gate)"
+        f"--allow-retire {total} (and --force to skip the gate); {total} is what the run "
+        "planned to retire up to this phase, a later phase may ask for more"
     )

@@ -12,7 +12,7 @@ import pytest
 from worker.domain.types import Note, Scope
 from worker.phases.kit import supersede
 from worker.phases.kit.changes import Change, ChangeKind, ItemStatus, Member, NewNote
-from worker.phases.kit.evaluate import GuardLimits, evaluate
+from worker.phases.kit.evaluate import Gate, GuardLimits, evaluate
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -56,6 +56,34 @@ def test_the_guard_admits_retirements_in_order_or_all_together(
                                 _state("a", "b", "c"), limits)
     assert [r.status.value for r in results] == expected
     assert (tripped is not None) == ("guarded" in expected)
+
+
+def test_a_share_refusal_names_every_retirement_the_write_planned() -> None:
+    """R20: the count offered for --allow-retire is the write's whole plan (3 already + 4),
+    not the total at the first item refused (6), so re-running with it is not refused again
+    by the rest of the same plan; every held-back item carries that reason."""
+    results, tripped = evaluate([_archive("a"), _archive("b"), _archive("c"), _archive("d")],
+                                _state("a", "b", "c", "d"), _limits(already=3))
+    assert [r.status.value for r in results] == ["applied", "applied", "guarded", "guarded"]
+    assert tripped is not None and "would retire 7 of 10" in tripped
+    assert "--allow-retire 7 " in tripped and "a later phase may ask for more" in tripped
+    assert {r.reason for r in results if r.reason} == {tripped}
+    lifted, again = evaluate([_archive("a"), _archive("b"), _archive("c"), _archive("d")],
+                             _state("a", "b", "c", "d"), _limits(already=3, allow=7))
+    assert again is None and {r.status.value for r in lifted} == {"applied"}
+
+
+def test_a_gate_counts_what_its_phase_held_back_unasked() -> None:
+    """Contradictions asks the gate once, then holds later losers back without asking
+    (``Gate.want``): the final reason counts them too; a protection trip keeps its reason."""
+    gate = Gate(_limits(already=5))
+    assert gate.check(["a"], ["standard"]) is not None
+    gate.want(["b", "c"])
+    assert "would retire 8 of 10" in (gate.final() or "")
+    protected = Gate(_limits(already=5))
+    reason = protected.check(["p"], ["protected"])
+    protected.want(["b"])
+    assert protected.final() == reason and "protected" in (reason or "")
 
 
 def test_owner_gone_archives_are_outside_the_share() -> None:

@@ -284,6 +284,8 @@ class Applier:
     def _hold_back(self, verdict: Verdict, decision: Decision) -> None:
         assert decision.loser_id is not None and decision.winner_id is not None
         self.guarded.append(decision.loser_id)
+        if self.gate is not None:
+            self.gate.want([decision.loser_id])
         if decision.loser_id in self.held_into:
             return  # a loser is held back into one winner: the first decided
         self.held_back.append((verdict, decision))
@@ -303,6 +305,8 @@ class Applier:
             for p in self.planned:
                 self._settle(w, p, [next(results) for _ in p.changes])
             if self.guard_reason is not None:
+                if self.gate is not None and self.gate.tripped is not None:
+                    self.guard_reason = self.gate.final() or self.guard_reason  # every loser held back
                 self.counters["pairs_guarded"] = len(self.guarded)
                 self.counters["notes_held"] = len(set(self.guarded))
                 w.trip(self.guard_reason, self.guarded)

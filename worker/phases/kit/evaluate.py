@@ -109,8 +109,14 @@ class Gate:
     def __init__(self, guard: GuardLimits | None) -> None:
         self.guard = guard
         self.retired = set(guard.already) if guard is not None else set()
+        # Everything the phase asked to retire, refused or not: the count a share refusal
+        # names once the phase's whole plan is known (``final``), so re-running with the
+        # ``--allow-retire`` it offers is not refused again by the rest of this phase's plan.
+        self.wanted = set(self.retired)
         self.tripped: str | None = None
+        self.by_share = False  # the trip was the share's (a count), not a protection
         self.counted: list[ItemResult] = []
+        self.held: list[ItemResult] = []
 
     def check(self, ids: Sequence[str], protections: Sequence[str], *, owner_gone: bool = False,
               protected_ok: bool = False) -> str | None:
@@ -118,18 +124,33 @@ class Gate:
         g = self.guard
         if g is None:
             return None
-        if self.tripped is not None and g.each:
-            return self.tripped
         refusal = next((p for i, prot in zip(ids, protections, strict=True)
                         if (p := protection_refusal(i, prot, protected_ok))), None)
+        if refusal is None and not owner_gone:
+            self.wanted |= set(ids)
+        if self.tripped is not None and g.each:
+            return self.tripped
         if refusal is None and not owner_gone:
             proposed = set(ids) - self.retired
             refusal = _share(g, len(self.retired) + len(proposed)) if g.each else None
             if refusal is None:
                 self.retired |= proposed
+            elif self.tripped is None:
+                self.by_share = True
         if refusal is not None:
             self.tripped = self.tripped or refusal
         return refusal
+
+    def want(self, ids: Sequence[str]) -> None:
+        """Retirements the phase decided after the trip without asking (held back unasked)."""
+        self.wanted |= set(ids)
+
+    def final(self) -> str | None:
+        """The trip's reason once the phase's plan is complete: a share refusal names every
+        retirement the run wanted up to here, not just those up to the first one refused."""
+        if self.tripped is None or not self.by_share or self.guard is None:
+            return self.tripped
+        return _share(self.guard, len(self.wanted)) or self.tripped
 
     def admit(self, r: ItemResult, state: State) -> None:
         c = r.change
@@ -138,13 +159,17 @@ class Gate:
                              owner_gone=c.owner_gone, protected_ok=c.protected_ok)
         if refusal is not None:
             r.status, r.reason = ItemStatus.GUARDED, refusal
+            self.held.append(r)
         elif not c.owner_gone:
             self.counted.append(r)
 
     def finish(self) -> str | None:
         g = self.guard
         if g is None or g.each:
-            return self.tripped
+            final = self.final()
+            for r in self.held:
+                r.reason = final if final is not None and r.reason == self.tripped else r.reason
+            return final
         refusal = self.tripped or _share(g, len(self.retired))
         if refusal is not None:  # all or nothing: every counted retirement is held back
             for r in self.counted:
