@@ -99,3 +99,17 @@ def test_every_connection_plans_statements_for_their_own_values(pg_app: App) -> 
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
             "WHERE statement LIKE '%agents.id IN%'")).one()
     assert plans.generic_plans == 0 and plans.custom_plans >= 2
+
+
+def test_a_database_error_never_carries_the_statements_values(app: App) -> None:
+    """A failed insert's message names the statement, not its parameters (a note's text would
+    reach a task's log, a trace or an error reply with it)."""
+    from sqlalchemy.exc import IntegrityError
+
+    secret = "the user's door code is 4471"
+    row = {"id": "a-1", "name": secret}
+    with pytest.raises(IntegrityError) as failed, app.uow() as uow:
+        uow.session.execute(insert(AgentRow), [row])
+        uow.session.execute(insert(AgentRow), [row])
+    assert secret not in str(failed.value)
+    assert "hidden" in str(failed.value)

@@ -115,6 +115,9 @@ def _session_settings(engine: Engine, waits: Waits) -> None:
 def _create(url: str, **kwargs: Any) -> Engine:
     """create_engine, refusing a driver the URL names that is not installed
     (``postgresql+psycopg2://``, ``sqlite+pysqlcipher://``) as a setting, not a traceback."""
+    # A database error's message lists the statement's parameters: a note's text, in an error
+    # that a Celery task's log, a trace's exception event or a 500 would carry (R21).
+    kwargs.setdefault("hide_parameters", True)
     try:
         with warnings.catch_warnings():
             # pysqlite only warns about a query option it does not take, and ignores it: the
