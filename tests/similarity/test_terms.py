@@ -69,7 +69,8 @@ def test_a_term_too_many_notes_hold_is_not_rare() -> None:
 def test_long_notes_and_a_small_share_of_terms_are_left_to_cosine() -> None:
     long = ("The user spent the whole afternoon comparing espresso machines for the new office "
             "kitchen, read reviews of each, asked two colleagues which they liked and finally "
-            "picked the cheapest one they could find")  # over 30 words: more than one fact
+            "picked the cheapest one they could find, which arrives on Monday with a free bag of "
+            "beans")  # over 40 words: more than one fact
     assert shared_term_pairs([long, "The office kitchen has a new fridge"]) == set()
     # One shared term among the five of the note with fewer is too little (a quarter: two).
     texts = ["Kitchen rota: Alice Bob Carol Dave", "Kitchen duty: Erin Frank Grace Heidi Ivan"]

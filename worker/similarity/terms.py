@@ -175,9 +175,9 @@ def _alike(pairs: list[tuple[int, int]], vectors: np.ndarray | None,
 @dataclass(frozen=True)
 class TermSettings:
     # Both notes this short: one fact each, as written or as an extraction model words it
-    # (LoCoMo's observation facts: median 14 words, 99th percentile 25); longer ones are
-    # left to cosine.
-    max_words: int = 30
+    # (LoCoMo's observation facts: median 14 words, 99th percentile 25; a fact inside a clause
+    # about where it was said, 33-40); longer ones are left to cosine, as frames are (40).
+    max_words: int = 40
     max_notes: int = 8  # a term in more of the scope's notes is too common to name one attribute
     min_share: float = 0.25  # shared rare terms / content terms of the note with fewer
 

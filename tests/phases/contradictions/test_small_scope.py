@@ -31,7 +31,7 @@ SLOT = {OLD: "deploy", NEW: "deploy", "The user drinks coffee in the morning": "
         "Asked for a banana bread recipe for a party": "banana"}
 LONG = ("The user described at some length how the quarterly planning meeting went, who was "
         "there, what the finance team said about the budget, why it ran late and what they "
-        "mean to change before the next one")  # more than one fact: over 30 words
+        "mean to change before the next one, and who will chair it")  # over 40 words
 
 
 def _judge(stub: LLMStub, app: App) -> None:

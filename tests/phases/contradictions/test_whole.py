@@ -17,7 +17,7 @@ from worker.similarity.candidates import Edge
 from worker.similarity.terms import words_of
 
 SCOPE = Scope("agent-1")
-LONG = " ".join(["word"] * 31)  # over 30 words: never in a whole-scope topic
+LONG = " ".join(["word"] * 41)  # over 40 words: never in a whole-scope topic
 
 
 @dataclass
