@@ -226,3 +226,18 @@ def test_words_that_only_say_a_fact_was_said_before_leave_its_frame() -> None:
     # "once" and "more" alone say something else; a frame without them is itself.
     kept = tuple(frame_tokens("The user visited Kyoto once and wants more matcha"))
     assert as_stated(kept) == kept
+
+
+def test_three_rare_terms_in_common_join_two_long_notes() -> None:
+    """A quarter of a 30-word note's content terms is four or more: two long statements of one
+    habit sharing three rare words ("rowing", "club", "harbour") met nothing."""
+    # 15 content terms each: a quarter would be four in common.
+    texts = ["While planning spring weekends over coffee and toast, the user explained that "
+             "they go rowing with the harbour club every Saturday before the farmers market "
+             "opens near the station",
+             "Complaining later about the new timetable, cold mornings and rising fees, the "
+             "user said the harbour club now takes its rowing crews out on Thursday evenings "
+             "after the bakery closes",
+             "The user's sister teaches chemistry", "Lunch is ordered from the Thai place"]
+    assert shared_term_pairs(texts) == {(0, 1)}
+    assert shared_term_pairs(texts, TermSettings(enough=4)) == set()

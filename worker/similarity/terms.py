@@ -180,6 +180,7 @@ class TermSettings:
     max_words: int = 40
     max_notes: int = 8  # a term in more of the scope's notes is too common to name one attribute
     min_share: float = 0.25  # shared rare terms / content terms of the note with fewer
+    enough: int = 3  # … or this many, whatever the notes' length
 
 
 def shared_term_pairs(
@@ -206,7 +207,8 @@ def shared_term_pairs(
     rare, _ = _rarity(terms, _most_notes(len(terms), settings.max_notes))
     shared = _shared_counts(terms, rare, [len(w.frame) <= settings.max_words for w in found])
     pairs = [(i, j) for (i, j), n in shared.items()
-             if n >= max(1.0, settings.min_share * min(len(terms[i]), len(terms[j])))]
+             if n >= max(1.0, min(settings.enough, settings.min_share * min(len(terms[i]),
+                                                                           len(terms[j]))))]
     return _alike(pairs, vectors, min_similarity)
 
 
