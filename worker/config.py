@@ -82,7 +82,7 @@ class ContradictionSettings(BaseModel):
     # Shared-term candidates: short notes sharing a word at most this many of the scope's notes
     # hold (below 2 turns the source off), at least this alike.
     term_max_notes: int = Field(8, ge=0, le=64)
-    term_min_similarity: float = Field(0.15, ge=-1.0, le=1.0)
+    term_min_similarity: float = Field(0.0, ge=-1.0, le=1.0)
     # Same-frame pairs once a lead-in ("… the user mentioned that") is set aside: notes a
     # lead-in must open or close (worker.similarity.lead_ins; 0 turns it off).
     lead_in_notes: int = Field(5, ge=0, le=1000)

@@ -39,3 +39,18 @@ def test_candidates_from_the_runs_words_equal_those_a_phase_makes_alone(app: App
     assert carried.counters == alone.counters
     assert alone.counters["candidates_shared_term"] >= 1
     assert alone.counters["candidates_same_frame"] >= 1
+
+
+def test_a_rare_word_in_common_joins_two_notes_a_little_alike(app: App) -> None:
+    """The shared-term source's floor is 0.0: "Smokes about five cigarettes a day" / "Quit
+    smoking in March" (cosine 0.09) meet; at the old floor of 0.15 they did not."""
+    texts = ["Smokes about five cigarettes a day", "Quit smoking in March",
+             "The user plays the cello", "Lunch is ordered from the Thai place",
+             "The car needs new tyres", "The dog is called Biscuit"]
+    add_notes(app, *({"id": f"s{k}", "content": t} for k, t in enumerate(texts)))
+    ensure_scope_embeddings(app, SCOPE)
+    with app.uow() as uow:
+        snap = read_snapshot(uow, SCOPE, None, ("pair",))
+    found = {(p.a_id, p.b_id): p for p in load_candidates(app, snap, []).pairs}
+    assert 0.0 <= found[("s0", "s1")].similarity < 0.15
+    assert "shared_term" in found[("s0", "s1")].sources
