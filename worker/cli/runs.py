@@ -172,7 +172,9 @@ def _due_runs(app: App, clock: datetime | None) -> list[str]:
     result = service.gate_check(app, now=clock, backlog=queue_backlog(app))
     run_ids = result.created + result.retried + result.requeued
     if not run_ids:
-        click.echo(f"no scope is due ({len(result.skipped)} checked)")
+        from worker.runs.due import nothing_sent
+
+        click.echo(nothing_sent(result))
     return run_ids
 
 

@@ -14,10 +14,12 @@ from worker.app import App
 from worker.domain.types import RunStatus, Scope
 from worker.runs import service
 from worker.runs.decide import GateClosed
+from worker.runs.gate import GateRule
 from worker.runs.scheduling import GateResult
 from worker.runs.snapshot import RunSnapshot, claim
 from worker.runs.stops import stops_held
 from worker.safety.crashpoints import crashpoint
+from worker.text.plural import counted
 
 log = structlog.get_logger(__name__)
 
@@ -89,3 +91,15 @@ def _held(app: App, scope: Scope) -> RunSnapshot | None:
     if run is None or run.status == RunStatus.RUNNING.value:
         return None
     return claim(app, run.id, opening=True)
+
+
+def nothing_sent(result: GateResult) -> str:
+    """Why `--due --via-celery` sent nothing: a due scope another executor's run holds (a
+    concurrent `--due`, beat's check) is not "no scope is due" (the in-process `--due` says
+    another executor took it)."""
+    held = sum(d.rule is GateRule.ALREADY_ACTIVE for d in result.decisions.values())
+    if not held:
+        return f"no scope is due ({len(result.skipped)} checked)"
+    return (f"no run sent from here: {counted(held, 'due scope')} already "
+            f"{'has' if held == 1 else 'have'} a run queued or running (`dream runs list`); "
+            f"{len(result.skipped)} checked")
