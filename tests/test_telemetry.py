@@ -112,8 +112,9 @@ def test_run_phase_and_model_call_spans_follow_the_genai_conventions(
     app.llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
                                   timeout=10, max_retries=1)
     # The consolidation calls are what this traces; the script has no contradictions answer
-    # for the small scope asked about whole.
+    # for the small scope asked about whole, nor for two notes sharing a rare word.
     app.settings.contradictions.small_scope_notes = 0
+    app.settings.contradictions.term_max_notes = 0
     exporter.clear()
     run_id = service.create_run(app, Scope("agent-1", "u1"), force=True, clock=NOW)
     assert run_id is not None
