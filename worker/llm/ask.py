@@ -163,7 +163,7 @@ def ask(
 
 
 class CallSpend(Protocol):
-    """A question's spending (``worker.llm.fanout.HeldCall``)."""
+    """A question's spending (``worker.llm.spending.HeldCall``)."""
 
     def reserve(self) -> bool: ...
 

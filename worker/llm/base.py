@@ -27,7 +27,7 @@ class LLMReply:
     unmetered: bool = False
 
 
-# Set by ``ask`` around one call (``worker.llm.fanout.HeldCall.lost_attempt``): a client calls
+# Set by ``ask`` around one call (``worker.llm.spending.HeldCall.lost_attempt``): a client calls
 # it after each attempt the provider may have billed though no usage came back (a request past
 # its deadline, an HTTP 200 body cut short), before it retries. It charges that attempt's
 # estimate and holds another for the retry; False: the budget has no room, do not retry.
