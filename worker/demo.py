@@ -84,11 +84,12 @@ def demo_notes(now_iso: Callable[[int], str]) -> list[dict[str, object]]:
 
 
 def _dream_command() -> str:
-    """How the user can call `dream` again: plain if it is on PATH, else this venv's script."""
+    """How the user can call `dream` again: plain if it is on PATH, else this venv's script by
+    its absolute path (``make run`` calls it as ``.venv/bin/dream``, valid in the checkout only)."""
     if shutil.which("dream"):
         return "dream"
     script = Path(sys.argv[0])
-    return str(script) if script.name == "dream" else "dream"
+    return shlex.quote(str(script.absolute())) if script.name == "dream" else "dream"
 
 
 def _next(echo: Callable[[str], None], path: Path, given: bool, run_id: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +79,16 @@ def test_demo_next_lines_work_from_any_directory(tmp_path: Path, monkeypatch: An
     (script,) = re.findall(r"DREAM_FAKE_LLM_SCRIPT=(\S+) ", lines[2])
     assert Path(script).is_absolute() and Path(script).is_file()
     assert f"demo --database {store} " in lines[2]
+
+
+def test_demo_next_lines_name_the_dream_script_absolutely(tmp_path: Path, monkeypatch: Any) -> None:
+    """A new user's report: `make run` calls the demo as `.venv/bin/dream`, and with `dream`
+    not on PATH the "Next" lines repeated that relative path, valid only in the checkout."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-such-bin"))
+    monkeypatch.setattr(sys, "argv", [".venv/bin/dream", "demo"])
+    shown = dream(UNUSED, "demo", "--database", "mine.db")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.split("Next:\n", 1)[1].splitlines()
+    called = [ln.split()[1] for ln in lines[:2]]
+    assert called == [str(tmp_path / ".venv/bin/dream")] * 2, lines
