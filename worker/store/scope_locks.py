@@ -1,7 +1,8 @@
 """One lock per scope, held to the end of a transaction (PostgreSQL; SQLite has one writer).
 
 Every transaction that writes a scope's notes in more than one statement takes its scopes' locks
-first, in key order: a phase's guarded write (``worker.phases.kit.write``), an undo, an erasure.
+first, in the locks' own order: a phase's guarded write (``worker.phases.kit.write``), an undo,
+an erasure.
 Each then waits for the other to commit instead of holding some notes while it waits for others,
 whatever order its own statements touch notes, review items, judgements and run rows in: two
 such orders could form a cycle that PostgreSQL breaks by failing one side ("deadlock detected").
@@ -31,10 +32,12 @@ from worker.store.models import NoteRow
 # the same hash only wait for each other).
 _SCOPE_LOCKS = 0x64726D  # "drm"
 _LOCK = text("SELECT pg_advisory_xact_lock(:space, hashtext(:key))")
-# Every key's lock in the order given: a volatile output expression is evaluated after the
-# ORDER BY sort (PostgreSQL ≥ 9.6), the keys' own order as listed (WITH ORDINALITY).
-_LOCK_ALL = text("SELECT pg_advisory_xact_lock(:space, hashtext(t.key)) "
-                 "FROM unnest(CAST(:keys AS text[])) WITH ORDINALITY AS t(key, n) ORDER BY t.n")
+# Every key's lock in the order of the locks themselves (their hashes), each once: a volatile
+# output expression is evaluated after the ORDER BY sort (PostgreSQL ≥ 9.6). Not the keys'
+# order: two keys of one hash share a lock, so with hash(c) = hash(a), [a, b] taken as a then b
+# and [b, c] as b then c (a's lock) could each hold the lock the other waits for.
+_LOCK_ALL = text("SELECT pg_advisory_xact_lock(:space, t.h) FROM (SELECT DISTINCT hashtext(k) "
+                 "AS h FROM unnest(CAST(:keys AS text[])) AS k) AS t ORDER BY t.h")
 LOCK_KEY = "l_scope"  # the parameter ``lock_term`` binds the scope key as
 
 
@@ -50,8 +53,8 @@ def lock_term() -> ColumnElement[bool]:
 
 
 def lock_scopes(session: Session, scope_keys: Iterable[str]) -> None:
-    """Take each scope's lock for the rest of ``session``'s transaction, in key order (a no-op
-    on SQLite, whose write lock is the transaction's own)."""
+    """Take each scope's lock for the rest of ``session``'s transaction, in the locks' order
+    (a no-op on SQLite, whose write lock is the transaction's own)."""
     if session.get_bind().dialect.name != "postgresql":
         return
     keys = sorted(set(scope_keys))
