@@ -430,3 +430,37 @@ def test_a_model_review_without_a_model_is_one_warning_line(
     monkeypatch.setattr(config, "_warned", set())
     load_settings()
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.parametrize(("env", "line"), [
+    # 0 sessions are always reached, so the changed notes never counted: only the hours did
+    ({"DREAM_GATE_NOTES": "20", "DREAM_GATE_SESSIONS": "0"},
+     "warning: DREAM_GATE_NOTES=20 counts instead of the sessions, and DREAM_GATE_SESSIONS is "
+     "0, always reached: a scope is due every DREAM_GATE_HOURS (24) whatever changed; set "
+     "DREAM_GATE_SESSIONS above 0 for the notes to count, or drop DREAM_GATE_NOTES"),
+    ({"DREAM_GATE_NOTES": "20", "DREAM_GATE_SESSIONS": "0", "DREAM_GATE_HOURS": "0"}, None),
+    ({"DREAM_GATE_NOTES": "20", "DREAM_GATE_SESSIONS": "1"}, None),
+    # the built-in registry reads no host table
+    ({"DREAM_PRUNE__SQL_USERS": "host_users.id.state"},
+     "warning: DREAM_PRUNE__SQL_USERS names a host table only DREAM_PRUNE__CHECKER=sql reads, "
+     "and the checker is 'registry': prune checks the built-in registry instead (unless the "
+     "host sets app.reference_checker); set DREAM_PRUNE__CHECKER=sql, or unset "
+     "DREAM_PRUNE__SQL_USERS"),
+    ({"DREAM_PRUNE__SQL_USERS": "host_users.id.state", "DREAM_PRUNE__SQL_AGENTS": "a.id.s"},
+     "warning: DREAM_PRUNE__SQL_AGENTS, DREAM_PRUNE__SQL_USERS name host tables only"),
+    ({"DREAM_PRUNE__SQL_USERS": "host_users.id.state", "DREAM_PRUNE__CHECKER": "sql"}, None),
+])
+def test_a_setting_another_leaves_nothing_to_do_is_one_warning_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        env: dict[str, str], line: str | None) -> None:
+    """Accepted and silently without effect as the others stood; one `warning:` line now (an
+    agent's own gate settings or a host's checker may still give it effect), none when it acts."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    load_settings()
+    lines = capsys.readouterr().err.splitlines()
+    if line is None:
+        assert lines == []
+        return
+    assert len(lines) == 1 and lines[0].startswith(line), lines

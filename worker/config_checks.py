@@ -191,6 +191,14 @@ def _inert_gate(settings: Settings) -> list[str]:
             "is due and never waits DREAM_GATE_IDLE_MINUTES for quiet (only a first dream "
             f"does); raise it above {hours:g} (the hours plus the longest wait), or drop "
             "DREAM_GATE_IDLE_MINUTES")
+    if settings.gate_notes is not None and settings.gate_sessions == 0 < hours:
+        # The changed notes are an alternative to the sessions, and 0 sessions are always
+        # reached: the hours alone decide (with no hours either, one session or the notes do).
+        found.append(
+            f"DREAM_GATE_NOTES={settings.gate_notes} counts instead of the sessions, and "
+            "DREAM_GATE_SESSIONS is 0, always reached: a scope is due every "
+            f"DREAM_GATE_HOURS ({hours:g}) whatever changed; set DREAM_GATE_SESSIONS above 0 "
+            "for the notes to count, or drop DREAM_GATE_NOTES")
     return found
 
 
@@ -223,4 +231,14 @@ def _inert_checker(settings: Settings) -> list[str]:
             "_SQL_USERS, _SQL_COMPANIES and _SQL_CONVERSATIONS name, and none is set: prune "
             "checks no reference (unless the host sets app.reference_checker); name the "
             "tables, or drop DREAM_PRUNE__CHECKER for the built-in registry"]
+    tables = [f"DREAM_PRUNE__{name.upper()}" for name in
+              ("sql_agents", "sql_users", "sql_companies", "sql_conversations")
+              if getattr(prune, name)]
+    if prune.checker == "registry" and tables:
+        # Only the SQL checker reads the host's tables; the built-in registry ignores them.
+        named = ", ".join(tables)
+        what = "names a host table" if len(tables) == 1 else "name host tables"
+        return [f"{named} {what} only DREAM_PRUNE__CHECKER=sql reads, and the checker is "
+                "'registry': prune checks the built-in registry instead (unless the host sets "
+                f"app.reference_checker); set DREAM_PRUNE__CHECKER=sql, or unset {named}"]
     return []
