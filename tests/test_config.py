@@ -385,3 +385,82 @@ def test_a_database_on_disk_is_not_taken_for_one_in_memory(
         monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     monkeypatch.setenv("DREAM_DATABASE_URL", url)
     assert load_settings().database_url == url
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.parametrize(("stale", "hours", "warned"), [
+    ("12", "24", True), ("24", "24", True),  # stale once due: the idle wait never held a scope
+    ("30", "24", False), ("1", "0", False),
+])
+def test_a_staleness_bound_within_the_gate_hours_is_one_warning_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stale: str,
+        hours: str, warned: bool) -> None:
+    """Staleness counts from the last dream, and a scope is due DREAM_GATE_HOURS after it: a
+    bound no longer than those hours ended every idle wait as it began, silently. One line
+    now (an agent's own gate_hours may still give it effect); settings still load."""
+    monkeypatch.setenv("DREAM_GATE_IDLE_MINUTES", "30")
+    monkeypatch.setenv("DREAM_GATE_MAX_STALE_HOURS", stale)
+    monkeypatch.setenv("DREAM_GATE_HOURS", hours)
+    assert load_settings().gate_max_stale_hours == float(stale)
+    lines = capsys.readouterr().err.splitlines()
+    if not warned:
+        assert lines == []
+        return
+    assert lines == [
+        f"warning: DREAM_GATE_MAX_STALE_HOURS={stale} is not above DREAM_GATE_HOURS={hours}: "
+        "staleness counts from the last dream, so a scope that has dreamt is stale once it is "
+        "due and never waits DREAM_GATE_IDLE_MINUTES for quiet (only a first dream does); "
+        f"raise it above {hours} (the hours plus the longest wait), or drop "
+        "DREAM_GATE_IDLE_MINUTES"], lines
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.parametrize("phase", ["PRUNE", "ARCHIVE"])
+def test_a_model_review_without_a_model_is_one_warning_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], phase: str) -> None:
+    """DREAM_<PHASE>__REVIEW=llm with the rule judge: the review was skipped and the notes
+    archived unreviewed, saying nothing. One warning line now; with a model, none."""
+    monkeypatch.setenv(f"DREAM_{phase}__REVIEW", "llm")
+    load_settings()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"warning: DREAM_{phase}__REVIEW=llm asks a model, and DREAM_LLM_PROVIDER "
+                     "is 'none': notes are archived unreviewed; set DREAM_LLM_PROVIDER, or drop "
+                     f"DREAM_{phase}__REVIEW"], lines
+    monkeypatch.setenv("DREAM_LLM_PROVIDER", "fake")
+    monkeypatch.setattr(config, "_warned", set())
+    load_settings()
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+@pytest.mark.parametrize(("env", "line"), [
+    # 0 sessions are always reached, so the changed notes never counted: only the hours did
+    ({"DREAM_GATE_NOTES": "20", "DREAM_GATE_SESSIONS": "0"},
+     "warning: DREAM_GATE_NOTES=20 counts instead of the sessions, and DREAM_GATE_SESSIONS is "
+     "0, always reached: a scope is due every DREAM_GATE_HOURS (24) whatever changed; set "
+     "DREAM_GATE_SESSIONS above 0 for the notes to count, or drop DREAM_GATE_NOTES"),
+    ({"DREAM_GATE_NOTES": "20", "DREAM_GATE_SESSIONS": "0", "DREAM_GATE_HOURS": "0"}, None),
+    ({"DREAM_GATE_NOTES": "20", "DREAM_GATE_SESSIONS": "1"}, None),
+    # the built-in registry reads no host table
+    ({"DREAM_PRUNE__SQL_USERS": "host_users.id.state"},
+     "warning: DREAM_PRUNE__SQL_USERS names a host table only DREAM_PRUNE__CHECKER=sql reads, "
+     "and the checker is 'registry': prune checks the built-in registry instead (unless the "
+     "host sets app.reference_checker); set DREAM_PRUNE__CHECKER=sql, or unset "
+     "DREAM_PRUNE__SQL_USERS"),
+    ({"DREAM_PRUNE__SQL_USERS": "host_users.id.state", "DREAM_PRUNE__SQL_AGENTS": "a.id.s"},
+     "warning: DREAM_PRUNE__SQL_AGENTS, DREAM_PRUNE__SQL_USERS name host tables only"),
+    ({"DREAM_PRUNE__SQL_USERS": "host_users.id.state", "DREAM_PRUNE__CHECKER": "sql"}, None),
+])
+def test_a_setting_another_leaves_nothing_to_do_is_one_warning_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        env: dict[str, str], line: str | None) -> None:
+    """Accepted and silently without effect as the others stood; one `warning:` line now (an
+    agent's own gate settings or a host's checker may still give it effect), none when it acts."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    load_settings()
+    lines = capsys.readouterr().err.splitlines()
+    if line is None:
+        assert lines == []
+        return
+    assert len(lines) == 1 and lines[0].startswith(line), lines

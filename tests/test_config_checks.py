@@ -125,3 +125,71 @@ def test_a_contradicting_pair_stops_dream_run_before_any_run(sqlite_app: App) ->
                            "in DREAM_TASK_TIME_LIMIT (600)"), line
     with sqlite_app.uow() as uow:
         assert uow.session.query(DreamRunRow).count() == 0
+
+
+@pytest.mark.parametrize(("env", "refused"), [
+    # a lead-in is words several notes share: 1 was read as 2, and said nothing
+    ({"DREAM_CONTRADICTIONS__LEAD_IN_NOTES": "1"},
+     "DREAM_CONTRADICTIONS__LEAD_IN_NOTES is 1, but a lead-in is a run of words several notes "
+     "open or close with, and one note alone shares its words with no other; set 0 to turn "
+     "lead-ins off, or a count from 2 to 1000"),
+    ({"DREAM_CONTRADICTIONS__LEAD_IN_NOTES": "0"}, None),
+    ({"DREAM_CONTRADICTIONS__LEAD_IN_NOTES": "2"}, None),
+    # pieces of at most SMALL_SCOPE_NOTES notes: at 0 no scope was cut, at 1 no piece held a pair
+    ({"DREAM_CONTRADICTIONS__LARGE_SCOPE_PIECES": "true",
+      "DREAM_CONTRADICTIONS__SMALL_SCOPE_NOTES": "0"},
+     "DREAM_CONTRADICTIONS__LARGE_SCOPE_PIECES=true asks a scope's short notes in pieces of at "
+     "most DREAM_CONTRADICTIONS__SMALL_SCOPE_NOTES notes, and that is 0: no piece holds a pair; "
+     "raise DREAM_CONTRADICTIONS__SMALL_SCOPE_NOTES to at least 2, or drop "
+     "DREAM_CONTRADICTIONS__LARGE_SCOPE_PIECES"),
+    ({"DREAM_CONTRADICTIONS__LARGE_SCOPE_PIECES": "true",
+      "DREAM_CONTRADICTIONS__SMALL_SCOPE_NOTES": "1"}, "and that is 1: no piece holds a pair"),
+    ({"DREAM_CONTRADICTIONS__LARGE_SCOPE_PIECES": "true",
+      "DREAM_CONTRADICTIONS__SMALL_SCOPE_NOTES": "2"}, None),
+    ({"DREAM_CONTRADICTIONS__SMALL_SCOPE_NOTES": "0"}, None),  # the small scope off, alone
+    # PostgreSQL counts whole milliseconds: less was raised to 1 ms
+    ({"DREAM_DB_LOCK_TIMEOUT_SECONDS": "0.0004"},
+     "DREAM_DB_LOCK_TIMEOUT_SECONDS (0.0004) is below one millisecond, the least PostgreSQL "
+     "waits; set at least 0.001, or 0 to leave the server's own setting"),
+    ({"DREAM_DB_STATEMENT_TIMEOUT_SECONDS": "0.0009"},
+     "DREAM_DB_STATEMENT_TIMEOUT_SECONDS (0.0009) is below one millisecond"),
+    ({"DREAM_DB_LOCK_TIMEOUT_SECONDS": "0.001", "DREAM_DB_STATEMENT_TIMEOUT_SECONDS": "0"}, None),
+])
+def test_a_value_the_code_would_read_as_another_is_refused(
+        monkeypatch: pytest.MonkeyPatch, env: dict[str, str], refused: str | None) -> None:
+    """Each value passed its own bounds, and the code silently used another (a floor raised
+    it, or another setting left it nothing to do); now one line naming it and what to set."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if refused is None:
+        settings = load_settings()
+        assert settings.contradictions.lead_in_notes != 1
+        return
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    message = str(err.value)
+    assert message.startswith("invalid setting: DREAM_"), message
+    assert refused in message and "\n" not in message
+    assert message.endswith("; fix the environment variable and retry")
+
+
+def test_a_reread_value_stops_dream_gate_before_any_run(sqlite_app: App) -> None:
+    """`dream gate` with DREAM_CONTRADICTIONS__LEAD_IN_NOTES=1: before, it created the run and
+    the phase read 1 as 2; now exit 8, one `error:` line, no run row, no traceback."""
+    from click.testing import CliRunner
+
+    from tests.support.factories import add_notes
+    from worker.cli import main
+    from worker.store.models import DreamRunRow
+
+    add_notes(sqlite_app, {"content": "Prefers tea."})
+    result = CliRunner().invoke(main, ["gate"], env={
+        "DREAM_DATABASE_URL": sqlite_app.settings.database_url, "DREAM_GATE_SESSIONS": "0",
+        "DREAM_GATE_HOURS": "0", "DREAM_CONTRADICTIONS__LEAD_IN_NOTES": "1",
+        "DREAM_LOG_LEVEL": "WARNING"})
+    assert result.exit_code == ConfigError.exit_code, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: invalid setting: DREAM_CONTRADICTIONS__LEAD_IN_NOTES is 1, "
+                           "but a lead-in"), line
+    with sqlite_app.uow() as uow:
+        assert uow.session.query(DreamRunRow).count() == 0

@@ -30,6 +30,7 @@ from worker.config_checks import (
     duration_problem,
     inert_settings,
     memory_store_problem,
+    reread_problem,
     soft_time_limit,
 )
 from worker.config_sections import BudgetSettings as BudgetSettings  # re-exported
@@ -84,13 +85,13 @@ class ContradictionSettings(BaseModel):
     term_max_notes: int = Field(8, ge=0, le=64)
     term_min_similarity: float = Field(0.0, ge=-1.0, le=1.0)
     # Same-frame pairs once a lead-in ("… the user mentioned that") is set aside: notes a
-    # lead-in must open or close (worker.similarity.lead_ins; 0 turns it off).
+    # lead-in must open or close (worker.similarity.lead_ins; 0 turns it off; 1 is refused).
     lead_in_notes: int = Field(5, ge=0, le=1000)
     # Below the threshold down to this cosine: pairs the text rules settle (≥ threshold: none).
     contained_min_similarity: float = Field(0.60, ge=0.0, le=1.0)
     topic_size: int = Field(8, ge=2, le=50)  # notes of one topic asked about together
     small_scope_notes: int = Field(60, ge=0, le=100)  # model: a scope this small asked whole
-    large_scope_pieces: bool = False  # up to 3× that asked whole in pieces too (cost: square)
+    large_scope_pieces: bool = False  # up to 3× that asked in pieces too (cost: square; needs ≥ 2)
     notes_per_call: int = Field(24, ge=2)  # trusted topics packed into one prompt up to this
     max_calls_per_run: int | None = Field(20, ge=0)  # per run and scope, inside the run's
     max_tokens_per_run: int | None = Field(None, ge=0)
@@ -156,7 +157,8 @@ class Settings(BaseSettings):
 
     database_url: str = Field(default_factory=default_database_url)
     # PostgreSQL: how long a statement waits for a lock, and runs at all, before the server
-    # cancels it (a busy error; a run is given back as interrupted), 0: no bound of ours.
+    # cancels it (a busy error; a run is given back as interrupted), 0: no bound of ours
+    # (else at least 1 ms: the server counts whole milliseconds).
     # Migrations run without the statement bound. SQLite waits 30 s for its write lock.
     db_lock_timeout_seconds: float = Field(30.0, ge=0, le=86_400)
     db_statement_timeout_seconds: float = Field(300.0, ge=0, le=86_400)
@@ -292,8 +294,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _settings_agree(self) -> Settings:
-        # Each value passed alone; together they may overflow a clock or contradict each other.
-        if problem := duration_problem(self) or conflict_problem(self):
+        # Each value passed alone; together they may overflow a clock or contradict each other,
+        # and one may be a value the code would read as another (refused, not reinterpreted).
+        if problem := (duration_problem(self) or conflict_problem(self)
+                       or reread_problem(self)):
             raise ValueError(problem)
         return self
 

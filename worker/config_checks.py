@@ -1,6 +1,7 @@
 """Checks across settings, run as they load (``worker.config.Settings``): values that pass one
-by one but together overflow a clock or contradict each other. Each check gives one line
-naming the variables, their values and what to change, or None."""
+by one but together overflow a clock or contradict each other, or that the code would read as
+another value. Each check gives one line naming the variables, their values and what to change,
+or None."""
 
 from __future__ import annotations
 
@@ -113,6 +114,48 @@ def _update_band_empty(settings: Settings) -> str | None:
     return None
 
 
+def reread_problem(settings: Settings) -> str | None:
+    """The first value that passes its own bounds but that the code would read as another (a
+    floor it raises, a source another setting leaves nothing to do), as one line; None when
+    every value means what it says."""
+    return (_lead_in_of_one(settings) or _pieces_without_small_scope(settings)
+            or _wait_below_a_millisecond(settings))
+
+
+def _lead_in_of_one(settings: Settings) -> str | None:
+    # A lead-in is a run of words at least this many notes share (worker.similarity.lead_ins):
+    # every note shares its own words, so 1 would cut every note (the phase used to read 2).
+    if settings.contradictions.lead_in_notes == 1:
+        return ("DREAM_CONTRADICTIONS__LEAD_IN_NOTES is 1, but a lead-in is a run of words "
+                "several notes open or close with, and one note alone shares its words with "
+                "no other; set 0 to turn lead-ins off, or a count from 2 to 1000")
+    return None
+
+
+def _pieces_without_small_scope(settings: Settings) -> str | None:
+    # Pieces hold at most SMALL_SCOPE_NOTES notes, and a scope up to three times that is cut
+    # into them: at 0 no scope is, at 1 no piece holds a pair (a host was offered none).
+    c = settings.contradictions
+    if c.large_scope_pieces and c.small_scope_notes < 2:
+        return (f"DREAM_CONTRADICTIONS__LARGE_SCOPE_PIECES=true asks a scope's short notes in "
+                f"pieces of at most DREAM_CONTRADICTIONS__SMALL_SCOPE_NOTES notes, and that is "
+                f"{c.small_scope_notes}: no piece holds a pair; raise "
+                "DREAM_CONTRADICTIONS__SMALL_SCOPE_NOTES to at least 2, or drop "
+                "DREAM_CONTRADICTIONS__LARGE_SCOPE_PIECES")
+    return None
+
+
+def _wait_below_a_millisecond(settings: Settings) -> str | None:
+    # PostgreSQL takes whole milliseconds (worker.store.db.Waits): less was raised to 1 ms.
+    for name in ("db_lock_timeout_seconds", "db_statement_timeout_seconds"):
+        value = getattr(settings, name)
+        if 0 < value < 0.001:
+            return (f"DREAM_{name.upper()} ({value:g}) is below one millisecond, the least "
+                    "PostgreSQL waits; set at least 0.001, or 0 to leave the server's own "
+                    "setting")
+    return None
+
+
 def memory_store_problem(settings: Settings) -> str | None:
     """An in-memory SQLite store, refused by ``load_settings`` (what every command, server and
     Celery process reads), not by Settings itself: the tests build throw-away stores so."""
@@ -124,14 +167,51 @@ def memory_store_problem(settings: Settings) -> str | None:
 
 def inert_settings(settings: Settings) -> list[str]:
     """Each setting that does nothing as the others stand (a warning, not an error: an agent's
-    own gate settings may still give it effect), one line each; empty when every one acts."""
+    own gate settings, or a model a host gives the app, may still give it effect), one line
+    each; empty when every one acts."""
+    return [*_inert_gate(settings), *_inert_without_model(settings), *_inert_checker(settings)]
+
+
+def _inert_gate(settings: Settings) -> list[str]:
     found = []
-    if settings.gate_max_stale_hours is not None and settings.gate_idle_minutes is None:
+    stale, idle, hours = (settings.gate_max_stale_hours, settings.gate_idle_minutes,
+                          settings.gate_hours)
+    if stale is not None and idle is None:
         found.append(
-            f"DREAM_GATE_MAX_STALE_HOURS={settings.gate_max_stale_hours:g} only ends an "
+            f"DREAM_GATE_MAX_STALE_HOURS={stale:g} only ends an "
             "idle wait, and DREAM_GATE_IDLE_MINUTES is not set: it acts only for agents with "
             "their own gate_idle_minutes; set DREAM_GATE_IDLE_MINUTES to wait for quiet "
             "users everywhere, or drop DREAM_GATE_MAX_STALE_HOURS")
+    elif stale is not None and stale <= hours:
+        # Staleness counts from the last dream, and a scope is due only DREAM_GATE_HOURS after
+        # it: by then it is stale already, and only a first dream ever waited for quiet.
+        found.append(
+            f"DREAM_GATE_MAX_STALE_HOURS={stale:g} is not above DREAM_GATE_HOURS={hours:g}: "
+            "staleness counts from the last dream, so a scope that has dreamt is stale once it "
+            "is due and never waits DREAM_GATE_IDLE_MINUTES for quiet (only a first dream "
+            f"does); raise it above {hours:g} (the hours plus the longest wait), or drop "
+            "DREAM_GATE_IDLE_MINUTES")
+    if settings.gate_notes is not None and settings.gate_sessions == 0 < hours:
+        # The changed notes are an alternative to the sessions, and 0 sessions are always
+        # reached: the hours alone decide (with no hours either, one session or the notes do).
+        found.append(
+            f"DREAM_GATE_NOTES={settings.gate_notes} counts instead of the sessions, and "
+            "DREAM_GATE_SESSIONS is 0, always reached: a scope is due every "
+            f"DREAM_GATE_HOURS ({hours:g}) whatever changed; set DREAM_GATE_SESSIONS above 0 "
+            "for the notes to count, or drop DREAM_GATE_NOTES")
+    return found
+
+
+def _inert_without_model(settings: Settings) -> list[str]:
+    if settings.llm_provider != "none":
+        found = []
+    else:
+        # Without a model the reviews are skipped: prune and archive archive as with none.
+        found = [f"DREAM_{name}__REVIEW=llm asks a model, and DREAM_LLM_PROVIDER is 'none': "
+                 "notes are archived unreviewed; set DREAM_LLM_PROVIDER, or drop "
+                 f"DREAM_{name}__REVIEW"
+                 for name, review in (("PRUNE", settings.prune.review),
+                                      ("ARCHIVE", settings.archive.review)) if review == "llm"]
     if settings.llm_batch and settings.llm_provider != "openai":
         # Only the OpenAI-compatible client has the files and batches API; any other judge
         # asks online, so the half price the setting promises never comes.
@@ -139,12 +219,26 @@ def inert_settings(settings: Settings) -> list[str]:
             f"DREAM_LLM_BATCH=true batches through an OpenAI-compatible provider, and "
             f"DREAM_LLM_PROVIDER is {settings.llm_provider!r}: nothing is batched; set "
             "DREAM_LLM_PROVIDER=openai, or drop DREAM_LLM_BATCH")
+    return found
+
+
+def _inert_checker(settings: Settings) -> list[str]:
     prune = settings.prune
     if prune.checker == "sql" and not (prune.sql_agents or prune.sql_users
                                        or prune.sql_companies or prune.sql_conversations):
-        found.append(
+        return [
             "DREAM_PRUNE__CHECKER=sql reads the host tables DREAM_PRUNE__SQL_AGENTS, "
             "_SQL_USERS, _SQL_COMPANIES and _SQL_CONVERSATIONS name, and none is set: prune "
             "checks no reference (unless the host sets app.reference_checker); name the "
-            "tables, or drop DREAM_PRUNE__CHECKER for the built-in registry")
-    return found
+            "tables, or drop DREAM_PRUNE__CHECKER for the built-in registry"]
+    tables = [f"DREAM_PRUNE__{name.upper()}" for name in
+              ("sql_agents", "sql_users", "sql_companies", "sql_conversations")
+              if getattr(prune, name)]
+    if prune.checker == "registry" and tables:
+        # Only the SQL checker reads the host's tables; the built-in registry ignores them.
+        named = ", ".join(tables)
+        what = "names a host table" if len(tables) == 1 else "name host tables"
+        return [f"{named} {what} only DREAM_PRUNE__CHECKER=sql reads, and the checker is "
+                "'registry': prune checks the built-in registry instead (unless the host sets "
+                f"app.reference_checker); set DREAM_PRUNE__CHECKER=sql, or unset {named}"]
+    return []

@@ -3,8 +3,10 @@ as a same-frame pair; a fact's own first words are never taken for a wrapping.""
 
 from __future__ import annotations
 
+import pytest
+
 from worker.similarity.candidates import FrameSettings, same_frame_pairs
-from worker.similarity.lead_ins import LeadInSettings, lead_in_cores, lead_in_pairs
+from worker.similarity.lead_ins import LeadInSettings, frame_pairs, lead_in_cores, lead_in_pairs
 from worker.similarity.terms import frame_tokens
 
 CALL = "During the weekly planning call the user mentioned that "
@@ -92,3 +94,15 @@ def test_spans_follow_the_frame_settings() -> None:
     texts = _scope(CALL + "the team chats on Slack every day",
                    TOLD + "the team chats on Microsoft Teams")
     assert (W, W + 1) not in lead_in_pairs(_frames(texts), FrameSettings(max_span=2))
+
+
+def test_a_lead_in_of_one_note_is_refused_not_read_as_two() -> None:
+    """``frame_pairs`` read ``lead_in_notes=1`` as 2 (``max(2, …)``); the setting refuses 1 at
+    start-up, and the function no longer stands another count in for it."""
+    texts = _scope(CALL + "the team chats on Slack every day",
+                   TOLD + "the team chats on Microsoft Teams")
+    assert (W, W + 1) in frame_pairs(_frames(texts), FrameSettings(), 2).pairs
+    with pytest.raises(ValueError, match="at least 2 notes, not 1"):
+        frame_pairs(_frames(texts), FrameSettings(), 1)
+    with pytest.raises(ValueError):
+        LeadInSettings(min_notes=1)

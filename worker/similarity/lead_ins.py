@@ -54,6 +54,12 @@ class LeadInSettings:
     max_words: int = 24  # the longest wrapping looked for
     max_cores: int = 3  # cores per note (longest lead-in first, at each end, then both ends)
 
+    def __post_init__(self) -> None:
+        # One note shares its words with itself only: every note would be cut everywhere.
+        # The setting refuses 1 (worker.config_checks); nothing reads it as another count.
+        if self.min_notes < 2:
+            raise ValueError(f"a lead-in needs at least 2 notes, not {self.min_notes}")
+
 
 def _shared_runs(frames: Sequence[Sequence[str]], s: LeadInSettings) -> Counter[tuple[str, ...]]:
     """How many notes open with each run of ``min_words`` to ``max_words`` words (the longer
@@ -152,10 +158,9 @@ def frame_pairs(frames: Sequence[Sequence[str]], frame: FrameSettings = FrameSet
                 lead_in_notes: int = LeadInSettings.min_notes) -> FrameReport:
     """Same-frame pairs of the notes (their ``frame_tokens``) as stated (``as_stated``: "…
     again" is the frame of "…"), and with the scope's lead-ins set aside (``lead_in_notes``
-    notes a lead-in must open or close; 0: not)."""
+    notes a lead-in must open or close, at least 2; 0: not)."""
     stated = [as_stated(tuple(f)) for f in frames]
     report = same_frame_pairs((), frame, tokens=stated)
     if lead_in_notes:
-        report.pairs |= lead_in_pairs(stated, frame,
-                                      LeadInSettings(min_notes=max(2, lead_in_notes)))
+        report.pairs |= lead_in_pairs(stated, frame, LeadInSettings(min_notes=lead_in_notes))
     return report
