@@ -71,9 +71,9 @@ class SessionRepository:
         at = utcnow()
         given = sorted({r["scope_key"] for r in rows if r.get("recorded_at") is not None})
         last: dict[str, datetime | None] = {}
-        if given:
-            dreams = gate_dreams(given, DreamRunRow.started_at)
-            last = {key: _aware(when) for key, when in self.session.execute(select(dreams))}
+        for chunk in chunked(given):
+            dreams = gate_dreams(chunk, DreamRunRow.started_at)
+            last.update((key, _aware(when)) for key, when in self.session.execute(select(dreams)))
         stamped = []
         for r in rows:
             recorded, dream = r.get("recorded_at"), last.get(r["scope_key"])
