@@ -11,12 +11,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from tests.cli.test_commands import dream, one_error_line, url_of
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import Scope
+from worker.export import export_records
 from worker.ingest import import_sessions
 from worker.ingest.jsonl import InputError
 from worker.runs import service
@@ -99,3 +100,18 @@ def test_the_cli_refuses_a_bad_recorded_at_in_one_line(app: App, tmp_path: Path)
     line = one_error_line(dream(url_of(app), "sessions", "import", str(path)))
     assert line.startswith("error: line 1: recorded_at: "), line
     assert dream(url_of(app), "sessions", "export").stdout == ""
+
+
+def test_a_session_recorded_before_the_store_kept_the_time_exports_as_its_start(
+        app: App, other: App) -> None:
+    """A session from before revision 0019 (``recorded_at`` NULL), which the gate counts by its
+    start alone, is written with its start as ``recorded_at``: counted the same way in the
+    store it is imported to, and its export there is the same line."""
+    started = utcnow() - timedelta(days=2)
+    import_sessions(app, [_line(started, started)], present=utcnow())
+    with app.engine.begin() as conn:
+        conn.execute(update(SessionRow).values(recorded_at=None))
+    lines = list(export_records(app, "sessions"))
+    assert json.loads(lines[0])["recorded_at"] == started.isoformat()
+    assert import_sessions(other, lines, present=utcnow()).inserted == 1
+    assert list(export_records(other, "sessions")) == lines
