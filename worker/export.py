@@ -1,8 +1,9 @@
-"""JSONL export of notes, with status, pointers, comments, flags, lineage (parent and relation:
-the relation decides what an erasure follows), the keep-apart sets that still bind and, for a
-note dated at a later statement of its fact, when it was said (``statements``), in the
-form ``dream notes import`` reads back; not the version (a counter of this store's writes) nor
-an edge's run id (this store's runs are not exported). Examples, sessions and entities too
+"""JSONL export of notes, with status, pointers, comments, flags, lineage (parent, relation
+and when the edge was recorded: the relation decides what an erasure follows), the keep-apart
+sets that still bind and, for a note dated at a later statement of its fact, when it was said
+(``statements``), in the form ``dream notes import`` reads back; not the version (a counter of
+this store's writes) nor an edge's run id (this store's runs are not exported). Examples,
+sessions (with when the store recorded each: what its gate counts from) and entities too
 (``export_records``), as their importers read them."""
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def _binding_apart(uow: Any, scope: Scope) -> dict[str, list[list[str]]]:
 
 def _lines(uow: Any, rows: list[Any], with_embedding: bool,
            apart: dict[str, dict[str, list[list[str]]]]) -> Iterator[str]:
-    edges = uow.notes.lineage_edges([r.id for r in rows])
+    edges = uow.notes.dated_lineage([r.id for r in rows])
     said = uow.notes.statements([r.id for r in rows])
     for r in rows:
         key = Scope(r.agent_id, r.user_id, r.company_id).key
@@ -103,8 +104,8 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool,
             "flags": list(r.flags or []),
             "lineage_conversation_ids": r.lineage_conversation_ids,
             "write_seq": r.write_seq,
-            "lineage": [{"parent_id": parent, "relation": relation}
-                        for parent, relation in sorted(edges.get(r.id, []))],
+            "lineage": [{"parent_id": parent, "relation": relation, "created_at": _iso(at)}
+                        for parent, relation, at in sorted(edges.get(r.id, []))],
             "metadata": r.meta,
             "kept_apart": sorted(apart[key].get(r.id, [])),
         }
@@ -148,7 +149,7 @@ _RECORDS: dict[str, tuple[tuple[str | None, type[Any], tuple[str, ...]], ...]] =
     "examples": ((None, ExampleRow, (*_SCOPE, "input", "output", "success_score",
                                      "is_auto_generated", "status", "access_count",
                                      "last_accessed_at", "created_at", "expires_at")),),
-    "sessions": ((None, SessionRow, (*_SCOPE, "started_at", "ended_at")),),
+    "sessions": ((None, SessionRow, (*_SCOPE, "started_at", "ended_at", "recorded_at")),),
     "entities": (
         ("agent", AgentRow, ("id", "status", "deleted_at", "name", "note_retention_days",
                              "example_retention_days", "auto_archive_enabled", "gate_hours",
@@ -171,6 +172,10 @@ def export_records(app: App, what: str) -> Iterator[str]:
             for row in uow.session.scalars(stmt):
                 obj = {"kind": kind} if kind else {}
                 obj.update((key, _plain(getattr(row, key))) for key in keys)
+                if model is SessionRow and obj["recorded_at"] is None:
+                    # Recorded before the store kept the time (revision 0019): its gate counts
+                    # it by its start alone, as it counts one recorded as it started.
+                    obj["recorded_at"] = obj["started_at"]
                 yield json.dumps(obj, ensure_ascii=False)
 
 

@@ -102,6 +102,12 @@ def test_erasure_follows_imported_lineage(two_stores: tuple[App, App]) -> None:
      "line 1: each lineage entry must be an object"),
     ([{"id": "b", "content": "New", "lineage": [{"parent_id": "a", "relation": ""}]}],
      "line 1: lineage relation must be a string"),
+    ([{"id": "a", "content": "Old"}, {"id": "b", "content": "New", "lineage": [
+        {"parent_id": "a", "relation": "fused", "created_at": "last week"}]}],
+     "line 2: lineage created_at: "),
+    ([{"id": "a", "content": "Old"}, {"id": "b", "content": "New", "lineage": [
+        {"parent_id": "a", "relation": "fused", "run_id": "r1"}]}],
+     "line 2: each lineage entry must be an object"),
     ([{"id": "b", "content": "New", "comments": 3}], "line 1: comments must be a string"),
     ([{"id": "b", "content": "New", "consolidation_generation": 1.5}],
      "line 1: consolidation_generation must be a whole number"),
@@ -157,4 +163,6 @@ def test_a_pointer_may_name_a_stored_note(app: App) -> None:
             {"parent_id": "old", "relation": "consolidated"}]})])
     rows = {r["id"]: r for r in map(json.loads, export_notes(app))}
     assert rows["old"]["consolidated_into_id"] == "kept" and rows["old"]["comments"] == "merged"
-    assert rows["fused"]["lineage"] == [{"parent_id": "old", "relation": "consolidated"}]
+    # An entry without a date (as exports before it was written) is dated at its note's.
+    assert rows["fused"]["lineage"] == [{"parent_id": "old", "relation": "consolidated",
+                                         "created_at": rows["fused"]["created_at"]}]

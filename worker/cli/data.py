@@ -89,7 +89,7 @@ def sessions() -> None:
 @user_errors
 def sessions_import(ctx: click.Context, file: str) -> None:
     """Import sessions from JSONL (- for stdin): agent_id, started_at required; id, user_id,
-    company_id, ended_at optional; all-or-nothing and idempotent by id."""
+    company_id, ended_at, recorded_at optional; all-or-nothing and idempotent by id."""
     from worker.ingest.sessions import import_sessions
 
     result = import_sessions(cli_app(ctx), read_lines(file), present=utcnow())

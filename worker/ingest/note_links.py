@@ -8,22 +8,25 @@ keys, erasure follows both).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from worker.domain.limits import INT_MAX, ident_problem
-from worker.ingest.fields import opt_number, opt_str
+from worker.ingest.fields import opt_number, opt_str, opt_time
 from worker.ingest.jsonl import InputError
 from worker.store.uow import UnitOfWork
 
 MAX_RELATION_CHARS = 32  # note_lineage.relation
 MAX_LINEAGE_CONVERSATIONS = 10_000  # a fusion of fusions of whole conversations, and then some
 Edges = list[tuple[str, str]]  # (parent id, relation) of one child
+EdgeDates = dict[tuple[str, str], datetime]  # (parent id, relation) → when the edge was recorded
 
 
 def parse_links(obj: dict[str, Any], number: int) -> dict[str, Any]:
     """The line's pointer, comments, fusion generation (what caps re-fusing) and lineage edges
-    (``lineage``, not a column: the caller takes it out of the row)."""
+    (``lineage`` and the dates its entries give, ``lineage_dates``: no columns, the caller
+    takes them out of the row)."""
     generation = opt_number(obj, "consolidation_generation", number, 0, lo=0, hi=INT_MAX)
     if generation != int(generation):
         raise InputError(f"line {number}: consolidation_generation must be a whole number")
@@ -35,11 +38,14 @@ def parse_links(obj: dict[str, Any], number: int) -> dict[str, Any]:
         raw = []
     if not isinstance(raw, list):
         raise InputError(f"line {number}: lineage must be an array")
+    edges = [_edge(entry, number) for entry in raw]
     return {"consolidated_into_id": opt_str(obj, "consolidated_into_id", number),
             "comments": comments, "consolidation_generation": int(generation),
             "lineage_conversation_ids": _conversations(obj.get("lineage_conversation_ids"),
                                                        number),
-            "lineage": [_edge(entry, number) for entry in raw]}
+            "lineage": [(parent, relation) for parent, relation, _ in edges],
+            "lineage_dates": {(parent, relation): at for parent, relation, at in edges
+                              if at is not None}}
 
 
 def _conversations(value: object, number: int) -> list[str] | None:
@@ -57,14 +63,18 @@ def _conversations(value: object, number: int) -> list[str] | None:
     return sorted(set(value)) or None
 
 
-def _edge(entry: object, number: int) -> tuple[str, str]:
-    if not isinstance(entry, dict) or set(entry) != {"parent_id", "relation"}:
+def _edge(entry: object, number: int) -> tuple[str, str, datetime | None]:
+    """(parent, relation, when recorded: None for the child's ``created_at``, as exports before
+    the date was written)."""
+    if not isinstance(entry, dict) or not {"parent_id", "relation"} <= set(entry) \
+            or not set(entry) <= {"parent_id", "relation", "created_at"}:
         # A bare parent id (exports before the relation was written) would have to guess the
         # relation, and erasure follows "consolidated" edges but not "superseded" ones.
         raise InputError(f"line {number}: each lineage entry must be an object "
-                         '{"parent_id": …, "relation": …}, as dream notes export writes it; a '
-                         "file exported before relations were written imports without lineage "
-                         "(as it always did) once its lineage fields are removed")
+                         '{"parent_id": …, "relation": …, "created_at": … (optional)}, as dream '
+                         "notes export writes it; a file exported before relations were written "
+                         "imports without lineage (as it always did) once its lineage fields are "
+                         "removed")
     parent = opt_str(entry, "parent_id", number)
     relation = entry["relation"]
     if parent is None:
@@ -72,7 +82,8 @@ def _edge(entry: object, number: int) -> tuple[str, str]:
     if not isinstance(relation, str) or not relation or len(relation) > MAX_RELATION_CHARS:
         raise InputError(f"line {number}: lineage relation must be a string of 1 to "
                          f"{MAX_RELATION_CHARS} characters")
-    return parent, relation
+    return parent, relation, opt_time({"lineage created_at": entry.get("created_at")},
+                                      "lineage created_at", number)
 
 
 def check_references(uow: UnitOfWork, rows: list[dict[str, Any]], lineage: dict[str, Edges],
@@ -99,13 +110,16 @@ def check_references(uow: UnitOfWork, rows: list[dict[str, Any]], lineage: dict[
 
 
 def lineage_rows(uow: UnitOfWork, fresh: list[dict[str, Any]], lineage: dict[str, Edges],
-                 line_of: dict[str, int]) -> list[dict[str, Any]]:
+                 line_of: dict[str, int], dates: Mapping[str, EdgeDates]
+                 ) -> list[dict[str, Any]]:
     """The ``note_lineage`` rows of the notes about to be inserted, once every pointer and parent
     they name is known to be a note of the same scope: one of them, or one stored (checked
-    again under the import's lock: a note named may have been erased since)."""
+    again under the import's lock: a note named may have been erased since). Each dated as its
+    entry says (``dates``: child id → its edges' dates), else at the child's creation."""
     check_references(uow, fresh, lineage, line_of, fresh)
     return [{"scope_key": r["scope_key"], "parent_id": parent, "child_id": r["id"],
-             "relation": relation, "run_id": None, "created_at": r["created_at"]}
+             "relation": relation, "run_id": None,
+             "created_at": dates.get(r["id"], {}).get((parent, relation), r["created_at"])}
             for r in fresh for parent, relation in lineage.get(r["id"], [])]
 
 

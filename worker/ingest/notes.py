@@ -41,6 +41,7 @@ from worker.ingest.note_again import (
 )
 from worker.ingest.note_apart import parse_apart, record_apart
 from worker.ingest.note_links import (
+    EdgeDates,
     Edges,
     check_references,
     lineage_rows,
@@ -166,7 +167,8 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
         "created_at": created,
         "updated_at": opt_time(obj, "updated_at", number) or created,
         "expires_at": opt_time(obj, "expires_at", number),
-        "valid_from": opt_time(obj, "valid_from", number) or created,
+        # Left out: valid from its creation. An export's null (a host's row without one) stays.
+        "valid_from": opt_time(obj, "valid_from", number) if "valid_from" in obj else created,
         "valid_to": opt_time(obj, "valid_to", number),
         "meta": metadata,
         "flags": _flags(obj.get("flags"), number),
@@ -187,6 +189,7 @@ class _Lines:
     stored: set[str] = field(default_factory=set)  # the lines' ids the store already holds
     undated: set[str] = field(default_factory=set)  # lines without created_at (the import's time)
     lineage: dict[str, Edges] = field(default_factory=dict)
+    edge_dates: dict[str, EdgeDates] = field(default_factory=dict)  # the dates edges give
     apart: dict[str, list[list[str]]] = field(default_factory=dict)  # ``kept_apart`` sets
     said: dict[str, Statements] = field(default_factory=dict)  # ``statements``
     # Each id's first line, all it gives (``same_record``: a later line of the id must match).
@@ -211,7 +214,7 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     with app.uow() as uow:
         hold_scopes(uow.session, {r["scope_key"] for r in parsed.rows})
         fresh = _planned(uow, parsed, planned)  # a subset of ``planned``: embedded already
-        edges = lineage_rows(uow, fresh, parsed.lineage, line_of)
+        edges = lineage_rows(uow, fresh, parsed.lineage, line_of, parsed.edge_dates)
         for start in range(0, len(fresh), 5000):
             uow.notes.insert_many(fresh[start : start + 5000])
         record_statements(uow, fresh, parsed.said, utcnow())  # before the re-datings below
@@ -249,7 +252,7 @@ def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
     for number, obj in read_jsonl(lines):
         result.read += 1
         row = parse_note(obj, number, now, dims)
-        edges = row.pop("lineage")
+        edges, dates = row.pop("lineage"), row.pop("lineage_dates")
         if obj.get("id") is None:
             parsed.anonymous.add(row["id"])
         if obj.get("created_at") is None:
@@ -263,13 +266,15 @@ def _parse_lines(lines: Iterable[str | bytes], now: datetime, dims: int | None,
         check_state(row, edges, number, dated=obj.get("created_at") is not None)
         apart = parse_apart(obj.get("kept_apart"), row["id"], number)
         said = parse_statements(obj.get("statements"), row["created_at"], number)
-        whole = {**row, "lineage": edges, "kept_apart": apart, "statements": said}
+        whole = {**row, "lineage": edges, "lineage_dates": dates, "kept_apart": apart,
+                 "statements": said}
         if (seen := parsed.seen.setdefault(row["id"], whole)) is not whole and (
                 differs := first_difference(seen, whole, whole)):
             refuse_twice(number, "note", row["id"], first[0], differs)
         if obj.get("updated_at") is not None or obj.get("created_at") is not None:
             parsed.stamped.add(row["id"])
         parsed.lineage.setdefault(row["id"], edges)
+        parsed.edge_dates.setdefault(row["id"], dates)
         if apart:
             parsed.apart.setdefault(row["id"], apart)
         if said:

@@ -26,7 +26,7 @@ import numpy as np
 from worker.ingest.jsonl import InputError
 
 # A row's key → the field name a file gives it by.
-_FILE_NAMES = {"meta": "metadata"}
+_FILE_NAMES = {"meta": "metadata", "lineage_dates": "lineage created_at"}
 
 
 def first_difference(a: Mapping[str, Any], b: Mapping[str, Any],

@@ -20,7 +20,8 @@ from worker.ingest.record_ids import adopt_unkeyed, derived_id, import_key, unke
 from worker.ingest.same_record import refuse_twice
 from worker.store.scope_locks import hold_scopes
 
-SESSION_FIELDS = {"id", "agent_id", "user_id", "company_id", "started_at", "ended_at"}
+SESSION_FIELDS = {"id", "agent_id", "user_id", "company_id", "started_at", "ended_at",
+                  "recorded_at"}
 
 
 def parse_session(obj: dict[str, Any], number: int, id_key: str,
@@ -54,14 +55,36 @@ def parse_session(obj: dict[str, Any], number: int, id_key: str,
         "id": opt_str(obj, "id", number) or derived_id(id_key, scope.key, started.isoformat()),
         "scope_key": scope.key, **scope.as_dict(),
         "started_at": started, "ended_at": ended,
+        "recorded_at": _recorded_at(obj, number, started, present or utcnow()),
     }
+
+
+def _recorded_at(obj: dict[str, Any], number: int, started: datetime,
+                 present: datetime) -> datetime | None:
+    """When the store a line was exported from recorded the session (what its gate counts
+    from), or None: this import's time. Recorded once started, and by ``present`` (and
+    ``SKEW``): one dated ahead would count toward every dream until then."""
+    recorded = opt_time(obj, "recorded_at", number)
+    if recorded is None:
+        return None
+    if recorded < started - SKEW:
+        raise InputError(f"line {number}: recorded_at {recorded.isoformat()} is before "
+                         f"started_at {started.isoformat()}: a session is recorded once it has "
+                         "started; give the time it was recorded, or leave recorded_at out")
+    if recorded > present + SKEW:
+        raise InputError(f"line {number}: recorded_at {recorded.isoformat()} is later than the "
+                         f"present time ({present.isoformat(timespec='seconds')}); give the time "
+                         "the session was recorded, or leave recorded_at out")
+    return recorded
 
 
 def import_sessions(app: App, lines: Iterable[str | bytes], *,
                     present: datetime | None = None) -> ImportResult:
     """All-or-nothing and idempotent by id; an id reused for another session is refused, and
     with ``present`` (the CLI's clock) so is a session that has not started yet. A stored
-    session without an end gets the ``ended_at`` a line gives it (``_ends_to_record``)."""
+    session without an end gets the ``ended_at`` a line gives it (``_ends_to_record``); its
+    ``recorded_at`` stays the store's. A new one keeps the line's ``recorded_at`` (an export's)
+    unless a dream of this store began since (``SessionRepository.add_many``)."""
     result, key = ImportResult(), import_key(app)
     rows: dict[str, dict[str, Any]] = {}
     line_of: dict[str, int] = {}
@@ -79,6 +102,10 @@ def import_sessions(app: App, lines: Iterable[str | bytes], *,
                              "session its own id")
         if first["ended_at"] != row["ended_at"]:
             refuse_twice(number, "session", row["id"], line_of[row["id"]], "ended_at")
+        if first["recorded_at"] is None:
+            first["recorded_at"] = row["recorded_at"]
+        elif row["recorded_at"] not in (None, first["recorded_at"]):
+            refuse_twice(number, "session", row["id"], line_of[row["id"]], "recorded_at")
     with app.uow() as uow:
         hold_scopes(uow.session, {r["scope_key"] for r in rows.values()})
         adopt_unkeyed(rows, line_of, unkeyed, uow.sessions.records, "session")

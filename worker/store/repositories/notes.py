@@ -199,16 +199,26 @@ class NoteRepository(NoteWrites):
                 for child, edges in self.lineage_edges(child_ids).items()}
 
     def lineage_edges(self, child_ids: Iterable[str]) -> dict[str, list[tuple[str, str]]]:
-        """child id → its (parent id, relation) edges, each once; a query per ``IN_CHUNK``
-        children. A run after an undone one records the undone run's edges again (undo keeps
-        them, erasure follows them): the same edge twice is one edge."""
-        out: dict[str, list[tuple[str, str]]] = {}
+        """child id → its (parent id, relation) edges, each once (``dated_lineage``)."""
+        return {child: [(parent, relation) for parent, relation, _ in edges]
+                for child, edges in self.dated_lineage(child_ids).items()}
+
+    def dated_lineage(self, child_ids: Iterable[str]
+                      ) -> dict[str, list[tuple[str, str, datetime]]]:
+        """child id → its (parent id, relation, first recorded) edges, each once; a query per
+        ``IN_CHUNK`` children. A run after an undone one records the undone run's edges again
+        (undo keeps them, erasure follows them): the same edge twice is one edge, dated when
+        it was first recorded."""
+        out: dict[str, list[tuple[str, str, datetime]]] = {}
         for chunk in chunked(sorted(set(child_ids))):
-            for child, parent, relation in self._run(
-                select(NoteLineageRow.child_id, NoteLineageRow.parent_id, NoteLineageRow.relation)
-                .where(NoteLineageRow.child_id.in_(chunk)).distinct()
+            for child, parent, relation, at in self._run(
+                select(NoteLineageRow.child_id, NoteLineageRow.parent_id, NoteLineageRow.relation,
+                       func.min(NoteLineageRow.created_at))
+                .where(NoteLineageRow.child_id.in_(chunk))
+                .group_by(NoteLineageRow.child_id, NoteLineageRow.parent_id,
+                          NoteLineageRow.relation)
             ):
-                out.setdefault(child, []).append((parent, relation))
+                out.setdefault(child, []).append((parent, relation, at))
         return out
 
     def statements(self, note_ids: Iterable[str]) -> dict[str, Statements]:

@@ -62,10 +62,25 @@ class SessionRepository:
         self.session = session
 
     def add_many(self, rows: list[dict[str, Any]]) -> None:
-        """Insert sessions, each stamped with the time this store recorded it (the gate)."""
-        if rows:
-            at = utcnow()
-            self.session.execute(insert(SessionRow), [{"recorded_at": at, **r} for r in rows])
+        """Insert sessions, each stamped with the time this store recorded it (the gate): the
+        row's ``recorded_at`` (an export's, the store it came from) while no dream of this
+        store has begun since, else now. Kept past one, the session would count as seen by a
+        dream that never saw it, and a host's late upload starved its scope again."""
+        if not rows:
+            return
+        at = utcnow()
+        given = sorted({r["scope_key"] for r in rows if r.get("recorded_at") is not None})
+        last: dict[str, datetime | None] = {}
+        for chunk in chunked(given):
+            dreams = gate_dreams(chunk, DreamRunRow.started_at)
+            last.update((key, _aware(when)) for key, when in self.session.execute(select(dreams)))
+        stamped = []
+        for r in rows:
+            recorded, dream = r.get("recorded_at"), last.get(r["scope_key"])
+            if recorded is None or (dream is not None and recorded <= dream):
+                recorded = at
+            stamped.append({**r, "recorded_at": recorded})
+        self.session.execute(insert(SessionRow), stamped)
 
     def records(self, ids: Iterable[str], fields: Sequence[str]) -> dict[str, dict[str, Any]]:
         """id → ``fields`` of the stored ones: what an import compares a line of a stored id
