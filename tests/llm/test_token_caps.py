@@ -11,8 +11,10 @@ that a provider bills was never counted."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from tests.llm.test_batch import MemoryLedger, _batch_ctx
@@ -115,6 +117,45 @@ def test_a_retried_cut_reply_counts_its_estimate_once_per_attempt(llm_stub: LLMS
     assert outcome.ok and len(llm_stub.chat_requests()) == 2
     assert (ctx.budget.tokens, ctx.budget.estimated) == (ESTIMATE + 8, ESTIMATE)
     assert ctx.budget.calls == 1 and ctx.budget.held == 0
+
+
+def test_a_connection_dropped_mid_reply_counts_its_estimate(llm_stub: LLMStub) -> None:
+    """Headers and part of a reply, then the connection closes: the server answered, so a
+    provider bills it. Its estimate is charged like a timed-out attempt's, and the retry holds
+    another. Before, a dropped connection was taken for one that never carried the request:
+    the run counted only the retry's reply."""
+    llm_stub.set_handler(_first_then(StubResponse.dropped({"n": 0}, after=30)))
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=1), max_retries=2)
+    [outcome] = ask_all(ctx, _questions(1))
+    assert outcome.ok and len(llm_stub.chat_requests()) == 2
+    assert (ctx.budget.tokens, ctx.budget.estimated) == (ESTIMATE + 8, ESTIMATE)
+    assert ctx.budget.calls == 1 and ctx.budget.held == 0
+
+
+def test_a_dropped_connection_the_cap_has_no_room_to_retry_is_not_sent(
+    llm_stub: LLMStub,
+) -> None:
+    """A reply dropped mid-body with room for one and a half calls: charged, and no retry."""
+    llm_stub.set_handler(_first_then(StubResponse.dropped({"n": 0}, after=30)))
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=1, max_tokens=ESTIMATE * 3 // 2),
+                  max_retries=2)
+    [outcome] = ask_all(ctx, _questions(1))
+    assert outcome.status is AskStatus.ERROR and "no room to retry" in outcome.reason
+    assert len(llm_stub.chat_requests()) == 1
+    assert (ctx.budget.tokens, ctx.budget.held) == (ESTIMATE, 0)
+
+
+def test_a_connection_refused_is_not_charged() -> None:
+    """Nothing listens on the port: the request never left, so nothing is charged and the
+    hold is given back (the bound on lost attempts does not charge what was never sent)."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    nowhere = SimpleNamespace(url=f"http://127.0.0.1:{port}/v1")
+    ctx = _capped(nowhere, _ctx(nowhere, concurrency=1), timeout=2.0, max_retries=1)
+    [outcome] = ask_all(ctx, _questions(1))
+    assert outcome.status is AskStatus.ERROR
+    assert (ctx.budget.tokens, ctx.budget.estimated, ctx.budget.held) == (0, 0, 0)
 
 
 def test_a_retry_the_cap_has_no_room_for_is_not_sent(llm_stub: LLMStub) -> None:

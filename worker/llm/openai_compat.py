@@ -307,9 +307,20 @@ def endpoint_problem(exc: Exception, what: str, prefix: str) -> str | None:
 
 def _maybe_billed(exc: Exception) -> bool:
     """The request reached the model and may have been billed, though no usage came back: it
-    outlived its deadline (the model may have answered all along) or its HTTP 200 body was cut
-    short. A 429, a 5xx or a refused connection is not billed."""
-    return isinstance(exc, openai.APITimeoutError | RequestDeadlineExceeded | UndecodableBody)
+    outlived its deadline (the model may have answered all along), its HTTP 200 body was cut
+    short, or the connection dropped once the request was sent (mid-reply: the server answered
+    and billed it). A 429, a 5xx or a connection that never carried the request is not billed."""
+    if isinstance(exc, RequestDeadlineExceeded | UndecodableBody):
+        return True
+    # APITimeoutError is one of these: a read timeout may have been billed, a connect one not.
+    return isinstance(exc, openai.APIConnectionError) and not _UNSENT & {
+        kind.__name__ for kind in type(exc.__cause__).__mro__}
+
+
+# What the client's transport raises (openai's cause) when the request never reached the server
+# whole. By name: the openai client ships its own copy of httpx (``httpx2``), whose classes are
+# not those of the ``httpx`` this package imports.
+_UNSENT = frozenset({"ConnectError", "ConnectTimeout", "WriteError", "WriteTimeout"})
 
 
 def _lost_attempt(prompt_name: str, exc: Exception) -> None:
