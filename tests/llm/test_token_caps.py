@@ -17,13 +17,17 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from tests.llm.test_batch import MemoryLedger, _batch_ctx
 from tests.llm.test_fanout import Ctx, _ctx, _echo, _questions
 from tests.support.llm_stub import LLMStub, StubResponse
+from worker.config_sections import BudgetSettings
 from worker.llm.ask import AskStatus
-from worker.llm.batch import ask_as_batch
+from worker.llm.batch import BatchPending, ask_as_batch, reschedule_while_pending
 from worker.llm.fanout import CallLimit, Spending, ask_all, question_key
 from worker.llm.openai_compat import OpenAICompatibleLLM
+from worker.runs.context import Budget
 
 CAP = 16  # DREAM_LLM_MAX_OUTPUT_TOKENS
 PROMPT = _questions(1)[0].estimate_tokens()  # every question's prompt estimate
@@ -185,3 +189,30 @@ def test_a_batch_submits_only_what_the_token_cap_holds(llm_stub: LLMStub) -> Non
     assert len(llm_stub.batches.line_requests) == 2
     assert [o.status for o in outcomes].count(AskStatus.BUDGET_EXHAUSTED) == 2
     assert ctx.budget.tokens == 2 * ESTIMATE and ctx.budget.held == 0
+
+
+def test_a_resumed_batch_attempt_holds_the_questions_still_in_flight(llm_stub: LLMStub) -> None:
+    """Under Celery a pending batch re-schedules the task: the next attempt's budget starts
+    from what was charged, while the first attempt's two questions are still with the
+    provider. A re-planned phase now asks them and a third: with room for two and a half
+    calls, the third is not submitted. Before, their estimates were held by nobody, the third
+    went into a second batch, and the run spent three calls' tokens against its cap."""
+    llm_stub.set_handler(lambda req: StubResponse(content=_echo(req), tokens_in=PROMPT,
+                                                  tokens_out=CAP))
+    llm_stub.batches.polls = 10_000
+    cap = ESTIMATE * 5 // 2
+    ctx, ledger = _capped(llm_stub, _batch_ctx(llm_stub, max_tokens=cap)), MemoryLedger()
+    first, resumed = _questions(2), _questions(3)
+    keys = [question_key(ctx, "stub-model", q) for q in resumed]
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        ask_as_batch(ctx, ctx.app.llm, first, keys[:2], Spending(ctx, None), ledger)
+    assert ctx.budget.held == 0  # given back as the attempt ends
+    # The re-scheduled task: a fresh budget from what the run's steps record (calls started).
+    ctx.budget = Budget.for_run(BudgetSettings(max_tokens_per_run=cap), ctx.budget.calls,
+                                ctx.budget.tokens)
+    llm_stub.batches.polls = 0
+    outcomes = ask_as_batch(ctx, ctx.app.llm, resumed, keys, Spending(ctx, None), ledger)
+    assert [o.status for o in outcomes] == [AskStatus.OK, AskStatus.OK,
+                                            AskStatus.BUDGET_EXHAUSTED]
+    assert len(llm_stub.batches.batches) == 1 and len(llm_stub.batches.line_requests) == 2
+    assert ctx.budget.tokens == 2 * ESTIMATE <= cap and ctx.budget.held == 0

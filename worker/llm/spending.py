@@ -196,6 +196,8 @@ class BatchSpending(Protocol):
 
     def reserve(self, estimated_tokens: int) -> bool: ...
 
+    def hold(self, estimated_tokens: int) -> bool: ...
+
     def release(self, held: int) -> None: ...
 
     def charge(self, tokens_in: int, tokens_out: int, held: int = 0,
@@ -203,8 +205,9 @@ class BatchSpending(Protocol):
 
 
 class Holds:
-    """The estimates this phase's submit reserved, by custom id (a question an earlier
-    attempt submitted holds none here), each given back or replaced by its reply's charge."""
+    """The estimates this phase's submit reserved, by custom id (and, before it submits more,
+    those of the questions an earlier attempt submitted that are still in flight), each given
+    back or replaced by its reply's charge."""
 
     def __init__(self, spending: BatchSpending, estimates: dict[str, tuple[int, int]]) -> None:
         self.spending = spending
@@ -217,6 +220,19 @@ class Holds:
             return False
         self.held[key] = estimate
         return True
+
+    def hold_again(self, keys: set[str]) -> bool:
+        """The estimates of questions an earlier attempt submitted that are still in flight,
+        held again (no call counted: that attempt counted them); False when the caps have no
+        room for them all."""
+        held = True
+        for key in sorted(keys):
+            estimate = sum(self.estimates[key])
+            if self.spending.hold(estimate):
+                self.held[key] = estimate
+            else:
+                held = False
+        return held
 
     def charge(self, key: str, reply: LLMReply) -> None:
         """The reply's usage, or the question's estimate when the line has none."""
