@@ -34,7 +34,7 @@ PROMPT = _questions(1)[0].estimate_tokens()  # every question's prompt estimate
 ESTIMATE = PROMPT + CAP  # what each call reserves
 
 
-def _capped(stub: LLMStub, ctx: Ctx, **kw: Any) -> Ctx:
+def _capped(stub: LLMStub | SimpleNamespace, ctx: Ctx, **kw: Any) -> Ctx:
     ctx.app.llm = OpenAICompatibleLLM(base_url=stub.url, model="stub-model", api_key="k",
                                       max_output_tokens=CAP, **{"timeout": 5.0, **kw})
     return ctx

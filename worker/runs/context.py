@@ -38,6 +38,9 @@ class Budget:
     # Replies that were the model's refusal (``Outcome.refused``): no verdict either, so a
     # phase whose replies were all refused (or otherwise unusable) judged nothing (R27).
     refused: int = 0
+    # Questions not asked: the model refused them, or answered unusably, on a recent run
+    # (``worker.llm.unanswered``, DREAM_LLM_UNANSWERED_HOURS).
+    cooling: int = 0
     # The tokens charged in this process by direction (``tokens`` has the run's sum only): a
     # phase that fails records its execution's share on its step from these.
     tokens_in: int = 0
@@ -128,6 +131,10 @@ class Budget:
     def count_refused(self, replies: int) -> None:
         with self._lock:
             self.refused += replies
+
+    def count_cooling(self, questions: int) -> None:
+        with self._lock:
+            self.cooling += questions
 
     def withdraw(self, calls: int) -> None:
         """Calls started whose answers nobody will read (a batch released as obsolete): no

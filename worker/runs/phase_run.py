@@ -199,7 +199,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
         return PhaseOutcome.SKIPPED
     b = ctx.budget
     before = (b.started, b.answered, b.tokens_in, b.tokens_out, b.malformed, b.taken_over,
-              b.rejected, b.refused, b.estimated)
+              b.rejected, b.refused, b.estimated, b.cooling)
     bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
     try:
         with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
@@ -313,6 +313,8 @@ def _output(report: PhaseReport, budget: Budget, before: tuple[int, ...],
         # Refusals: no verdict either (``finalize._unusable``); only said when there were some.
         if refused := prior.replies_refused + budget.refused - before[7]:
             output["model_replies_refused"] = refused
+    if cooling := budget.cooling - before[9]:  # refused or unusable lately: not asked again
+        output["model_questions_cooling"] = cooling
     return _taken_over(output, budget, before, prior)
 
 

@@ -150,7 +150,8 @@ def _ask_round(
         result.template_hash = prompt.template_hash
         last_reply: list[list[dict[str, object]]] = []
         questions.append(Question(prompt, ContradictionReply,
-                                  partial(_validate, alias_of, by_topic, last_reply)))
+                                  partial(_validate, alias_of, by_topic, last_reply),
+                                  about=tuple((i, notes[i].version) for i in dict.fromkeys(alias_of.values()))))
         results.append(result)
         replies.append(last_reply)
     outcomes = ask_all(ctx, questions, llm=llm, limit=limit, phase=PHASE)
