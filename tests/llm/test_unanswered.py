@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from tests.llm.test_openai_batch import _refused, _store
-from tests.support.factories import NOW
-from tests.support.llm_stub import LLMStub, StubResponse
+from tests.llm.test_openai_batch import TEA_NOTES, _refused, _store, answer
+from tests.support.factories import DARK_MODE_NOTES, NOW
+from tests.support.llm_stub import LLMStub, StubRequest, StubResponse
 from worker.app import App
 from worker.domain.types import Scope
 from worker.llm.openai_compat import OpenAICompatibleLLM
@@ -24,6 +24,7 @@ from worker.runs import service
 from worker.store.models import NoteRow
 
 JUDGES = {"consolidate", "contradictions", "prune", "archive"}
+ONLY = ["consolidate"]
 
 
 def _judging_app(app: App, stub: LLMStub, batch: bool) -> App:
@@ -37,10 +38,11 @@ def _judging_app(app: App, stub: LLMStub, batch: bool) -> App:
     return app
 
 
-def _run(app: App, scope: Scope, at: Any) -> dict[str, dict[str, Any]]:
+def _run(app: App, scope: Scope, at: Any, phases: list[str] | None = None,
+         ) -> dict[str, dict[str, Any]]:
     """One forced run at ``at``; each phase's parent step output, by phase, and the run's
     status, reason and flags (``"run"``)."""
-    run_id = service.create_run(app, scope, force=True, clock=at)
+    run_id = service.create_run(app, scope, force=True, clock=at, phases=phases)
     assert run_id is not None
     service.execute_run(app, run_id)
     with app.uow() as uow:
@@ -95,26 +97,45 @@ def test_a_refused_question_is_not_asked_again_until_its_cooling_off_ends(
 
 def test_garbage_is_remembered_and_what_the_endpoint_failed_is_not(
         app: App, llm_stub: LLMStub) -> None:
-    """A reply that is no JSON of the schema (after its re-asks) cools off like a refusal;
-    a question the endpoint failed (HTTP 500) says nothing of the question and is asked
-    again by the next run."""
+    """A question the endpoint failed (HTTP 500) says nothing of the question: asked again by
+    the next run. A reply that is no JSON of the schema (after its re-asks) beside a usable
+    answer to another question cools off like a refusal."""
     _judging_app(app, llm_stub, batch=False)
     scope = Scope("garbage")
-    _store(app, scope, every_phase=False)
+    _store(app, scope, clusters=(DARK_MODE_NOTES, TEA_NOTES), every_phase=False)
     llm_stub.set_handler(lambda req: StubResponse.error(500))
-    _run(app, scope, NOW)
+    _run(app, scope, NOW, ONLY)
     failed = len(llm_stub.chat_requests())
-    llm_stub.set_handler(lambda req: "this is not JSON")
-    garbage = _run(app, scope, NOW + timedelta(days=1))
-    assert len(llm_stub.chat_requests()) > failed  # the endpoint's failure was not remembered
-    assert garbage["consolidate"]["model_replies_malformed"] >= 1
-    seen = len(llm_stub.chat_requests())
-    again = _run(app, scope, NOW + timedelta(days=2))
-    assert len(llm_stub.chat_requests()) == seen
+
+    def tea_garbage(req: StubRequest) -> Any:
+        return "this is not JSON" if "green tea" in req.user else answer(req)
+
+    llm_stub.set_handler(tea_garbage)
+    garbage = _run(app, scope, NOW + timedelta(days=1), ONLY)
+    assert len(llm_stub.chat_requests()) == failed + 1 + 3  # asked again; tea: 2 re-asks
+    assert garbage["consolidate"]["model_replies_malformed"] == 3
+    again = _run(app, scope, NOW + timedelta(days=2), ONLY)
+    assert len(llm_stub.chat_requests()) == failed + 4
     assert again["consolidate"]["model_questions_cooling"] == 1
+    # The dark-mode cluster was fused: the run had nothing else to ask, so it judged nothing.
+    assert (again["run"]["status"], again["run"]["flags"]) == ("partial", ["model_cooling"])
     with app.uow() as uow:
         rows = uow.judgements.of_kinds(scope, [KIND])
-    assert {(r.verdict, r.reason) for r in rows} == {("unusable", "model unusable")}
+    assert [(r.verdict, r.reason) for r in rows] == [("unusable", "model unusable")]
+
+
+def test_garbage_to_every_question_is_not_remembered(app: App, llm_stub: LLMStub) -> None:
+    """No usable reply at all: the model (or a proxy before it) is what fails, and the run
+    is blocked for it (model_unusable); once it is fixed the next run asks again."""
+    _judging_app(app, llm_stub, batch=False)
+    scope = Scope("all-garbage")
+    _store(app, scope, every_phase=False)
+    llm_stub.set_handler(lambda req: "this is not JSON")
+    assert _run(app, scope, NOW)["run"]["flags"] == ["model_unusable"]
+    llm_stub.set_handler(answer)
+    fixed = _run(app, scope, NOW + timedelta(days=1))
+    assert fixed["consolidate"].get("model_calls_started") == 1
+    assert "model_questions_cooling" not in fixed["consolidate"]
 
 
 def test_a_changed_note_is_asked_about_at_once(app: App, llm_stub: LLMStub) -> None:

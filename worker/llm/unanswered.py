@@ -76,12 +76,19 @@ def recall(ctx: Any, keys: dict[int, str]) -> dict[int, Outcome[Any]]:
 
 def remember(ctx: Any, asked: Sequence[tuple[Any, str | None, Outcome[Any]]]) -> int:
     """Record each question (question, key, outcome) the model refused or answered unusably,
-    in place of an older record of it; none in a dry run. One short write; how many."""
+    in place of an older record of it; none in a dry run. One short write; how many.
+
+    Unusable answers count only beside a usable one: when no question of the fan-out got one,
+    the model (or the endpoint before it) is what fails, not the questions (the run is blocked,
+    ``model_unusable``), and once the operator fixes it the next run asks again. A refusal is
+    the model's answer to that question, and is remembered either way."""
     if not _remembers(ctx) or getattr(ctx, "dry_run", False):
         return 0
+    usable = any(o.ok for _, _, o in asked)
     rows = [{"fingerprint": key, "note_ids": sorted({i for i, _ in q.about}), "verdict": why,
              "reason": f"model {why}", "run_id": ctx.run_id, "created_at": ctx.now}
-            for q, key, o in asked if key is not None and (why := failure(o)) is not None]
+            for q, key, o in asked if key is not None and (why := failure(o)) is not None
+            and (usable or why == REFUSED)]
     if rows:
         with ctx.uow() as uow:
             uow.check_lease(ctx.run_id, getattr(ctx, "epoch", None))
