@@ -134,7 +134,7 @@ def ask_as_batch(
         # still in flight and will be billed, and this attempt's budget started from what was
         # charged: their estimates are held again before anything more is submitted. Before,
         # new questions took the room those replies then used, past the run's token cap.
-        if fresh and not holds.hold_again(_in_flight(keys, recorded, ledger)):
+        if not holds.hold_again(_in_flight(keys, recorded, ledger)) and fresh:
             for it in fresh:  # the replies still to come take the room left: not submitted
                 outcomes[it.custom_id] = Outcome(None, AskStatus.BUDGET_EXHAUSTED,
                                                  "model budget exhausted")

@@ -80,6 +80,12 @@ class CallLimit:
             self.held += estimated_tokens
             return True
 
+    def resume(self, calls: int) -> None:
+        """Calls an earlier execution of the phase sent (a provider batch's), counted again as
+        this one collects them: they were sent, cap or not."""
+        with self._lock:
+            self.calls += calls
+
     def _fits(self, estimate: int) -> bool:
         return self.max_tokens is None or (
             self.tokens < self.max_tokens and self.tokens + self.held + estimate <= self.max_tokens)
@@ -127,6 +133,12 @@ class Spending:
                 self.limit.release(estimated_tokens, call=False)
             return False
         return True
+
+    def resume(self, calls: int) -> None:
+        """Calls an earlier attempt sent and this one collects, on the phase's cap (the run's
+        budget counted them: its calls start from what the run's steps record)."""
+        if self.limit is not None:
+            self.limit.resume(calls)
 
     def release(self, held: int) -> None:
         """A failed call's held estimate, nothing of it billed (the call stays spent)."""
@@ -200,6 +212,8 @@ class BatchSpending(Protocol):
 
     def hold(self, estimated_tokens: int) -> bool: ...
 
+    def resume(self, calls: int) -> None: ...
+
     def release(self, held: int) -> None: ...
 
     def charge(self, tokens_in: int, tokens_out: int, held: int = 0,
@@ -225,9 +239,10 @@ class Holds:
 
     def hold_again(self, keys: set[str]) -> bool:
         """The estimates of questions an earlier attempt submitted that are still in flight,
-        held again (no call counted: that attempt counted them); False when the caps have no
-        room for them all."""
+        held again, and their calls counted again on the phase's cap (the run's budget starts
+        from the calls its steps record); False when the caps have no room for them all."""
         held = True
+        self.spending.resume(len(keys))
         for key in sorted(keys):
             estimate = sum(self.estimates[key])
             if self.spending.hold(estimate):

@@ -12,6 +12,7 @@ from typing import Any
 from worker.app import App
 from worker.config import BudgetSettings, Settings
 from worker.domain.types import PhaseReport, Scope
+from worker.runs.snapshot import StepRecord
 from worker.runs.steps import StepRecorder
 from worker.store.uow import UnitOfWork, before_next_unit
 
@@ -269,6 +270,9 @@ class PhaseContext:
     # Set by the engine: the phase's write is held there for the parent step's finish (None: a
     # write commits at the end of its block, as outside a run).
     held: HeldWrite | None = None
+    # What the earlier executions of this phase's step spent (a step waiting on a provider
+    # batch, resumed by a re-scheduled task): a phase's own model cap counts from it.
+    step_spent: StepRecord | None = None
     _agent: Any = field(default=_UNREAD, repr=False)
 
     def agent(self, uow: UnitOfWork | None = None) -> Any:
