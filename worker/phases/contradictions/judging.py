@@ -91,10 +91,10 @@ def judge_topics(
     # From what the step's earlier executions spent (the calls still in their batch count
     # again as this one collects them): a phase resumed after its batch came back kept to its
     # cap only per execution before, and spent it again each time.
-    spent = ctx.step_spent
+    earlier = ctx.step_spent
     limit = CallLimit(s.max_calls_per_run, s.max_tokens_per_run,
-                      calls=spent.calls_started - spent.calls_waiting if spent else 0,
-                      tokens=spent.tokens_in + spent.tokens_out if spent else 0)
+                      calls=earlier.calls_started - earlier.calls_waiting if earlier else 0,
+                      tokens=earlier.tokens_in + earlier.tokens_out if earlier else 0)
     suspicious = suspicious_notes(notes, pairs)
     applier.counters["notes_isolated"] = len(suspicious)
     results: list[CallResult] = []
