@@ -88,13 +88,7 @@ def judge_topics(
     s = ctx.settings.contradictions
     topic_size = max(s.topic_size, whole)
     notes = applier.notes
-    # From what the step's earlier executions spent (the calls still in their batch count
-    # again as this one collects them): a phase resumed after its batch came back kept to its
-    # cap only per execution before, and spent it again each time.
-    earlier = ctx.step_spent
-    limit = CallLimit(s.max_calls_per_run, s.max_tokens_per_run,
-                      calls=earlier.calls_started - earlier.calls_waiting if earlier else 0,
-                      tokens=earlier.tokens_in + earlier.tokens_out if earlier else 0)
+    limit = _phase_limit(ctx)
     suspicious = suspicious_notes(notes, pairs)
     applier.counters["notes_isolated"] = len(suspicious)
     results: list[CallResult] = []
@@ -139,6 +133,16 @@ def judge_topics(
     applier.counters["rounds"] = round_no
     applier.counters["topics_judged"] = sum(len(r.verdicts) for r in results)
     return results, deferred
+
+
+def _phase_limit(ctx: PhaseContext) -> CallLimit:
+    """The phase's own cap, from what the step's earlier executions spent (the calls still in
+    their batch count again as this one collects them): a phase resumed after its batch came
+    back kept to its cap only per execution before, and spent it again each time."""
+    s, earlier = ctx.settings.contradictions, ctx.step_spent
+    return CallLimit(s.max_calls_per_run, s.max_tokens_per_run,
+                     calls=earlier.calls_started - earlier.calls_waiting if earlier else 0,
+                     tokens=earlier.tokens_in + earlier.tokens_out if earlier else 0)
 
 
 def _ask_round(
