@@ -161,6 +161,9 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload = (self.stub.batches.delete(self.path) if delete
                            else self.stub.batches.get(self.path) if raw is None
                            else self.stub.batches.post(self.path, headers, raw))
+        if raw is not None and self.stub.batches.lose_create_answer(self.path):
+            self.close_connection = True  # created, and the answer never sent
+            return True
         self._send_json(status, payload)
         return True
 
