@@ -11,6 +11,7 @@ that a provider bills was never counted."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import threading
 import time
@@ -216,3 +217,31 @@ def test_a_resumed_batch_attempt_holds_the_questions_still_in_flight(llm_stub: L
                                             AskStatus.BUDGET_EXHAUSTED]
     assert len(llm_stub.batches.batches) == 1 and len(llm_stub.batches.line_requests) == 2
     assert ctx.budget.tokens == 2 * ESTIMATE <= cap and ctx.budget.held == 0
+
+
+class _TimeLimit(Exception):
+    """What Celery's soft time limit raises in the task's thread (SoftTimeLimitExceeded)."""
+
+
+def test_a_call_stopped_by_a_time_limit_is_charged_its_estimate(llm_stub: LLMStub) -> None:
+    """A signal interrupts the call in flight, as Celery's soft time limit does: the request
+    went out and may be billed, so its estimate is charged and nothing stays held. Before, it
+    was neither charged nor released (the run's usage left it out, its hold shrank the room
+    of every later call of the run)."""
+    llm_stub.set_handler(lambda req: StubResponse.hang(10.0))
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=1), max_retries=0, timeout=10.0)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _TimeLimit
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(_TimeLimit):
+            ask_all(ctx, _questions(1))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(llm_stub.chat_requests()) == 1
+    assert (ctx.budget.tokens, ctx.budget.estimated, ctx.budget.held) == (
+        ESTIMATE, ESTIMATE, 0)

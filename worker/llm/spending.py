@@ -204,6 +204,11 @@ class HeldCall:
         self.held = self.estimate if self.spending.hold(self.estimate) else 0
         return self.held > 0 or self.estimate == 0
 
+    def abandon(self) -> None:
+        """The call was stopped while in flight (a time limit): charged its estimate."""
+        self.spending.charge_billed(self.prompt_tokens, self.cap, self.held, estimated=True)
+        self.held = 0
+
 
 class BatchSpending(Protocol):
     """What a batch reserves and charges through (``Spending``, or a test's own)."""
