@@ -1,8 +1,6 @@
-"""Questions the model refused, or answered with nothing usable, remembered for a cooling-off
-period (``DREAM_LLM_UNANSWERED_HOURS``): a later run does not pay to ask them again before it
-ends, online or in a provider batch alike. A question is known by what it is about (its notes
-at their versions), the model and the prompt template, never by its text (a prompt names
-today's date): nothing of a note is stored, only ids and a digest."""
+"""Questions the model refused, or answered with nothing usable, not asked (nor paid for) again
+for a while (``DREAM_LLM_UNANSWERED_HOURS``), online or batched: known by their notes' ids and
+versions, the model and the prompt template, never by text (a prompt names today's date)."""
 
 from __future__ import annotations
 
