@@ -210,6 +210,8 @@ class Settings(BaseSettings):
     # In-process: how long a phase polls its batch before deferring what is unanswered.
     llm_batch_wait: float = Field(600.0, ge=0)
     llm_batch_poll: float = Field(10.0, gt=0)  # seconds between polls (and Celery re-schedules)
+    # A question the model refused or answered unusably is not asked again for this long (0: off).
+    llm_unanswered_hours: float = Field(168.0, ge=0, le=24 * 366)
     fake_llm_script: Path | None = None
 
     embedding_provider: Literal["hashing", "openai"] = "hashing"

@@ -19,6 +19,7 @@ from tests.support.llm_stub_batches import RawAnswer
 from tests.support.topic_judge import topic_reply
 from worker.app import App
 from worker.domain.types import Scope
+from worker.llm.base import BatchItem, LLMError
 from worker.llm.batch import BatchPending
 from worker.llm.openai_compat import OpenAICompatibleLLM
 from worker.runs import service
@@ -475,3 +476,18 @@ def test_a_release_or_delete_answered_with_garbage_fails_nothing(
     else:
         assert release.cancelled and release.kept == [batch.input_file_id]
         assert release.problem == f"the provider kept file {batch.input_file_id}"
+
+
+def test_a_batch_create_whose_answer_is_lost_is_not_sent_again(llm_stub: LLMStub) -> None:
+    """The provider created the batch and the answer never came (the connection closed): the
+    client does not create it again (a second batch billed for the same questions, the first
+    unknown to the run: never charged, never released). The items are deferred instead.
+    Before, the openai client's own retries created up to three batches."""
+    llm_stub.set_handler(answer)
+    llm_stub.batches.lost_creates = 1
+    llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
+                              timeout=10, max_retries=2)
+    item = BatchItem("q-1", "consolidate", "sys", "user", {"type": "object"})
+    with pytest.raises(LLMError):
+        llm.submit_batch([item])
+    assert len(llm_stub.batches.batches) == 1

@@ -11,24 +11,31 @@ that a provider bills was never counted."""
 from __future__ import annotations
 
 import json
+import signal
+import socket
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from tests.llm.test_batch import MemoryLedger, _batch_ctx
 from tests.llm.test_fanout import Ctx, _ctx, _echo, _questions
 from tests.support.llm_stub import LLMStub, StubResponse
+from worker.config_sections import BudgetSettings
 from worker.llm.ask import AskStatus
-from worker.llm.batch import ask_as_batch
+from worker.llm.batch import BatchPending, ask_as_batch, reschedule_while_pending
 from worker.llm.fanout import CallLimit, Spending, ask_all, question_key
 from worker.llm.openai_compat import OpenAICompatibleLLM
+from worker.runs.context import Budget
 
 CAP = 16  # DREAM_LLM_MAX_OUTPUT_TOKENS
 PROMPT = _questions(1)[0].estimate_tokens()  # every question's prompt estimate
 ESTIMATE = PROMPT + CAP  # what each call reserves
 
 
-def _capped(stub: LLMStub, ctx: Ctx, **kw: Any) -> Ctx:
+def _capped(stub: LLMStub | SimpleNamespace, ctx: Ctx, **kw: Any) -> Ctx:
     ctx.app.llm = OpenAICompatibleLLM(base_url=stub.url, model="stub-model", api_key="k",
                                       max_output_tokens=CAP, **{"timeout": 5.0, **kw})
     return ctx
@@ -117,6 +124,45 @@ def test_a_retried_cut_reply_counts_its_estimate_once_per_attempt(llm_stub: LLMS
     assert ctx.budget.calls == 1 and ctx.budget.held == 0
 
 
+def test_a_connection_dropped_mid_reply_counts_its_estimate(llm_stub: LLMStub) -> None:
+    """Headers and part of a reply, then the connection closes: the server answered, so a
+    provider bills it. Its estimate is charged like a timed-out attempt's, and the retry holds
+    another. Before, a dropped connection was taken for one that never carried the request:
+    the run counted only the retry's reply."""
+    llm_stub.set_handler(_first_then(StubResponse.dropped({"n": 0}, after=30)))
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=1), max_retries=2)
+    [outcome] = ask_all(ctx, _questions(1))
+    assert outcome.ok and len(llm_stub.chat_requests()) == 2
+    assert (ctx.budget.tokens, ctx.budget.estimated) == (ESTIMATE + 8, ESTIMATE)
+    assert ctx.budget.calls == 1 and ctx.budget.held == 0
+
+
+def test_a_dropped_connection_the_cap_has_no_room_to_retry_is_not_sent(
+    llm_stub: LLMStub,
+) -> None:
+    """A reply dropped mid-body with room for one and a half calls: charged, and no retry."""
+    llm_stub.set_handler(_first_then(StubResponse.dropped({"n": 0}, after=30)))
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=1, max_tokens=ESTIMATE * 3 // 2),
+                  max_retries=2)
+    [outcome] = ask_all(ctx, _questions(1))
+    assert outcome.status is AskStatus.ERROR and "no room to retry" in outcome.reason
+    assert len(llm_stub.chat_requests()) == 1
+    assert (ctx.budget.tokens, ctx.budget.held) == (ESTIMATE, 0)
+
+
+def test_a_connection_refused_is_not_charged() -> None:
+    """Nothing listens on the port: the request never left, so nothing is charged and the
+    hold is given back (the bound on lost attempts does not charge what was never sent)."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    nowhere = SimpleNamespace(url=f"http://127.0.0.1:{port}/v1")
+    ctx = _capped(nowhere, _ctx(nowhere, concurrency=1), timeout=2.0, max_retries=1)
+    [outcome] = ask_all(ctx, _questions(1))
+    assert outcome.status is AskStatus.ERROR
+    assert (ctx.budget.tokens, ctx.budget.estimated, ctx.budget.held) == (0, 0, 0)
+
+
 def test_a_retry_the_cap_has_no_room_for_is_not_sent(llm_stub: LLMStub) -> None:
     """A request past its deadline may have been billed: its retry must reserve another
     estimate, and with room for one and a half calls it is not sent (before, it was, and the
@@ -144,3 +190,58 @@ def test_a_batch_submits_only_what_the_token_cap_holds(llm_stub: LLMStub) -> Non
     assert len(llm_stub.batches.line_requests) == 2
     assert [o.status for o in outcomes].count(AskStatus.BUDGET_EXHAUSTED) == 2
     assert ctx.budget.tokens == 2 * ESTIMATE and ctx.budget.held == 0
+
+
+def test_a_resumed_batch_attempt_holds_the_questions_still_in_flight(llm_stub: LLMStub) -> None:
+    """Under Celery a pending batch re-schedules the task: the next attempt's budget starts
+    from what was charged, while the first attempt's two questions are still with the
+    provider. A re-planned phase now asks them and a third: with room for two and a half
+    calls, the third is not submitted. Before, their estimates were held by nobody, the third
+    went into a second batch, and the run spent three calls' tokens against its cap."""
+    llm_stub.set_handler(lambda req: StubResponse(content=_echo(req), tokens_in=PROMPT,
+                                                  tokens_out=CAP))
+    llm_stub.batches.polls = 10_000
+    cap = ESTIMATE * 5 // 2
+    ctx, ledger = _capped(llm_stub, _batch_ctx(llm_stub, max_tokens=cap)), MemoryLedger()
+    first, resumed = _questions(2), _questions(3)
+    keys = [question_key(ctx, "stub-model", q) for q in resumed]
+    with reschedule_while_pending(), pytest.raises(BatchPending):
+        ask_as_batch(ctx, ctx.app.llm, first, keys[:2], Spending(ctx, None), ledger)
+    assert ctx.budget.held == 0  # given back as the attempt ends
+    # The re-scheduled task: a fresh budget from what the run's steps record (calls started).
+    ctx.budget = Budget.for_run(BudgetSettings(max_tokens_per_run=cap), ctx.budget.calls,
+                                ctx.budget.tokens)
+    llm_stub.batches.polls = 0
+    outcomes = ask_as_batch(ctx, ctx.app.llm, resumed, keys, Spending(ctx, None), ledger)
+    assert [o.status for o in outcomes] == [AskStatus.OK, AskStatus.OK,
+                                            AskStatus.BUDGET_EXHAUSTED]
+    assert len(llm_stub.batches.batches) == 1 and len(llm_stub.batches.line_requests) == 2
+    assert ctx.budget.tokens == 2 * ESTIMATE <= cap and ctx.budget.held == 0
+
+
+class _TimeLimit(Exception):
+    """What Celery's soft time limit raises in the task's thread (SoftTimeLimitExceeded)."""
+
+
+def test_a_call_stopped_by_a_time_limit_is_charged_its_estimate(llm_stub: LLMStub) -> None:
+    """A signal interrupts the call in flight, as Celery's soft time limit does: the request
+    went out and may be billed, so its estimate is charged and nothing stays held. Before, it
+    was neither charged nor released (the run's usage left it out, its hold shrank the room
+    of every later call of the run)."""
+    llm_stub.set_handler(lambda req: StubResponse.hang(10.0))
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=1), max_retries=0, timeout=10.0)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _TimeLimit
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(_TimeLimit):
+            ask_all(ctx, _questions(1))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(llm_stub.chat_requests()) == 1
+    assert (ctx.budget.tokens, ctx.budget.estimated, ctx.budget.held) == (
+        ESTIMATE, ESTIMATE, 0)

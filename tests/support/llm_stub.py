@@ -16,8 +16,9 @@ a dict/list (sent as the JSON reply content), a str (sent as raw content, e.g. b
 ``StubResponse.error(500)``, ``StubResponse.hang(seconds)`` (sleeps, released early by
 ``stop()``), ``StubResponse.reply(data, delay=...)``, ``StubResponse.trickle(data, every=3)``
 (headers at once, then the body one byte every ``every`` seconds: a read timeout never fires),
-``StubResponse.raw(text, content_type=...)`` (an HTTP 200 whose body is not a chat completion). Set ``reject_json_schema = True`` to answer
-400 to ``response_format: json_schema`` (as servers without it do) and exercise the fallback.
+``StubResponse.raw(text, content_type=...)`` (an HTTP 200 whose body is not a chat completion),
+``StubResponse.dropped(data, after=20)`` (headers and part of the body, then the connection
+closes). Set ``reject_json_schema = True`` to answer 400 to ``response_format: json_schema`` (as servers without it do) and exercise the fallback.
 ``POST /v1/embeddings`` answers with the built-in hashing embedder, or with
 ``embeddings_response`` when it is set (e.g. a ``StubResponse.trickle`` or ``.raw``).
 ``/v1/files`` and ``/v1/batches`` (the provider batch API) are served by ``stub.batches``
@@ -81,6 +82,7 @@ class StubResponse:
     trickle_every: float = 0.0  # > 0: send the body one byte at a time, this many seconds apart
     raw_body: str | None = None  # sent as-is instead of a JSON body
     content_type: str = "application/json"
+    drop_after: int | None = None  # send this many bytes of the body, then close the connection
 
     @classmethod
     def reply(cls, content: Any, delay: float = 0.0) -> StubResponse:
@@ -102,6 +104,12 @@ class StubResponse:
     @classmethod
     def trickle(cls, content: Any, every: float = 3.0) -> StubResponse:
         return cls(content=content, trickle_every=every)
+
+    @classmethod
+    def dropped(cls, content: Any, after: int = 20) -> StubResponse:
+        """Headers and the first ``after`` bytes of a whole reply, then the connection closes:
+        the server answered (and billed) it, the client never got it all."""
+        return cls(content=content, drop_after=after)
 
     @classmethod
     def raw(cls, text: str, content_type: str = "text/html") -> StubResponse:
@@ -153,6 +161,9 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload = (self.stub.batches.delete(self.path) if delete
                            else self.stub.batches.get(self.path) if raw is None
                            else self.stub.batches.post(self.path, headers, raw))
+        if raw is not None and self.stub.batches.lose_create_answer(self.path):
+            self.close_connection = True  # created, and the answer never sent
+            return True
         self._send_json(status, payload)
         return True
 
@@ -188,7 +199,11 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in headers.items():
                 self.send_header(k, v)
             self.end_headers()
-            if resp is not None and resp.trickle_every > 0:
+            if resp is not None and resp.drop_after is not None:
+                self.wfile.write(data[:resp.drop_after])
+                self.wfile.flush()
+                self.close_connection = True
+            elif resp is not None and resp.trickle_every > 0:
                 self.wfile.flush()
                 for at in range(len(data)):
                     if self.stub._released.wait(resp.trickle_every):

@@ -96,6 +96,17 @@ class BatchEndpoints:
         # ``failed_files`` False it writes no output or error file, as OpenAI's do.
         self.batch_errors: list[dict[str, Any]] | None = None
         self.failed_files = True
+        # The next this many batch creates are carried out and their answer lost (the
+        # connection closes before it): the client cannot tell a batch was created.
+        self.lost_creates = 0
+
+    def lose_create_answer(self, path: str) -> bool:
+        """Whether to drop the answer to this POST (a batch create, ``lost_creates``)."""
+        with self._lock:
+            if not path.rstrip("/").endswith("/batches") or self.lost_creates <= 0:
+                return False
+            self.lost_creates -= 1
+            return True
 
     # ---- routing -----------------------------------------------------------------------
     def post(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:

@@ -174,6 +174,8 @@ class CallSpend(Protocol):
 
     def lost_attempt(self) -> bool: ...
 
+    def abandon(self) -> None: ...
+
 
 def _call(llm: LLMClient, prompt: RenderedPrompt, user: str, schema: dict[str, Any],
           spend: CallSpend | None) -> LLMReply:
@@ -189,6 +191,13 @@ def _call(llm: LLMClient, prompt: RenderedPrompt, user: str, schema: dict[str, A
     except LLMError:
         if spend is not None:
             spend.release()
+        raise
+    except BaseException:
+        # Stopped mid-call (the Celery task's soft time limit, an interrupt): the request may
+        # be out and billed, so its estimate is charged, as for an attempt lost to a timeout.
+        # Before, it was neither charged nor released.
+        if spend is not None:
+            spend.abandon()
         raise
     finally:
         LOST_ATTEMPT.reset(lost)

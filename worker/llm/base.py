@@ -36,8 +36,8 @@ LOST_ATTEMPT: ContextVar[Callable[[], bool] | None] = ContextVar("dream_llm_lost
 
 
 # What a question the model refused ends with (never the refusal's text, which may quote notes).
-REFUSED = ("the model refused to answer (a refusal, not a verdict); not asked again this run, "
-           "nothing applied")
+REFUSED = ("the model refused to answer (a refusal, not a verdict); not asked again this run "
+           "(nor for DREAM_LLM_UNANSWERED_HOURS), nothing applied")
 
 
 class LLMError(ModelFailure):

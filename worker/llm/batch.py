@@ -17,7 +17,7 @@ import structlog
 from worker import telemetry
 from worker.clock import utcnow
 from worker.llm import batch_ends
-from worker.llm.ask import BATCH_WAIT_OUT, AskStatus, Outcome, check
+from worker.llm.ask import AskStatus, Outcome, check
 from worker.llm.base import (
     REFUSED,
     BatchItem,
@@ -130,7 +130,15 @@ def ask_as_batch(
     holds = Holds(spending, {k: (q.estimate_tokens(), reply_cap(llm))
                              for q, k in zip(questions, keys, strict=True)})
     try:
-        if fresh:
+        # The questions an earlier attempt (a re-scheduled or retried task) submitted are
+        # still in flight and will be billed, and this attempt's budget started from what was
+        # charged: their estimates are held again before anything more is submitted. Before,
+        # new questions took the room those replies then used, past the run's token cap.
+        if not holds.hold_again(_in_flight(keys, recorded, ledger)) and fresh:
+            for it in fresh:  # the replies still to come take the room left: not submitted
+                outcomes[it.custom_id] = Outcome(None, AskStatus.BUDGET_EXHAUSTED,
+                                                 "model budget exhausted")
+        elif fresh:
             submitted = _submit(llm, fresh, holds, ledger, outcomes)
             if submitted is not None:
                 recorded.append(submitted)
@@ -138,6 +146,13 @@ def ask_as_batch(
                         outcomes)
     finally:
         holds.release_all()
+
+
+def _in_flight(keys: Sequence[str], recorded: list[tuple[str, set[str]]],
+               ledger: BatchLedger) -> set[str]:
+    """Those of ``keys`` an earlier attempt submitted in batches neither read nor released."""
+    unread = ledger.unread() if recorded else {}
+    return {k for bid, ids in recorded if bid in unread for k in ids} & set(keys)
 
 
 def _collect(ctx: Any, llm: BatchLLM,
@@ -359,24 +374,13 @@ def _trace(llm: BatchLLM, state: BatchState, items: list[BatchItem],
             span.failed(error)
 
 
-def _unanswered(state: BatchState, key: str, wait: float) -> str:
-    """Why the batch has no answer for ``key``: what could not check it or gave it up (its
-    own reason), the in-process wait running out, or how the finished batch ended."""
-    if state.unchecked:
-        return state.failed.get(key) or f"batch {state.batch_id} could not be checked"
-    if not state.finished:
-        return f"batch {state.batch_id} {BATCH_WAIT_OUT} ({wait:g}s)"
-    return batch_ends.unanswered(state.batch_id, state.status, state.failed.get(key),
-                                 state.problem)
-
-
 def _settle(q: Any, key: str, state: BatchState, holds: Holds,
             wait: float) -> Outcome[Any]:
     """One question's outcome from its batch: OK only for a reply the online validators accept."""
     reply = state.replies.get(key)
     if reply is None:
         return Outcome(None, AskStatus.DEFERRED,
-                       f"{_unanswered(state, key, wait)}; deferred to the next run"[:300])
+                       f"{batch_ends.unanswered_item(state, key, wait)}; deferred to the next run"[:300])
     if _CHARGED.add(key):
         holds.charge(key, reply)
     if reply.refused:

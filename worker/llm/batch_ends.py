@@ -9,6 +9,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from worker.llm.ask import BATCH_WAIT_OUT
+from worker.llm.base import BatchState
+
 PREFIX = "provider batch "
 # An error-file line's code that says the whole batch ended, not this one request.
 BATCH_LEVEL_CODES = {"batch_expired": "expired", "batch_failed": "failed",
@@ -92,3 +95,13 @@ def end_of(text: str) -> tuple[str, str] | None:
         if f" {end.says}" in cause:
             return cause, end.remedy
     return None
+
+
+def unanswered_item(state: BatchState, key: str, wait: float) -> str:
+    """Why the batch has no answer for ``key``: what could not check it or gave it up (its
+    own reason), the in-process wait running out, or how the finished batch ended."""
+    if state.unchecked:
+        return state.failed.get(key) or f"batch {state.batch_id} could not be checked"
+    if not state.finished:
+        return f"batch {state.batch_id} {BATCH_WAIT_OUT} ({wait:g}s)"
+    return unanswered(state.batch_id, state.status, state.failed.get(key), state.problem)

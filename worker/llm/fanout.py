@@ -1,8 +1,10 @@
 """The one concurrent fan-out every judge asks through: questions in, outcomes out (same order).
 
 Concurrency, the run's budget (and a phase's own cap), a per-run reply cache, validation with
-bounded re-asks (``ask``) and, with ``DREAM_LLM_BATCH``, one provider batch per fan-out. No
-database anywhere: callers ask with no transaction open.
+bounded re-asks (``ask``), the memory of questions the model refused (``unanswered``) and,
+with ``DREAM_LLM_BATCH``, one provider batch per fan-out. Callers ask with no transaction
+open; the memory and a batch's ledger read and write in short ones of their own, never while a
+call is in flight.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 import structlog
 from pydantic import BaseModel
 
+from worker.llm import unanswered
 from worker.llm.ask import AskStatus, Outcome, ask, check, reply_schema, schema_text
 from worker.llm.base import BatchLLM, LLMClient, reply_cap
 from worker.llm.cache import ReplyCache
@@ -38,6 +41,9 @@ class Question(Generic[T]):
     prompt: RenderedPrompt
     reply_model: type[T]
     validate: Callable[[T], None] | None = None
+    # The notes it is about, (id, version): what a question the model refused or answered
+    # unusably is remembered by across runs (``worker.llm.unanswered``); none: not remembered.
+    about: tuple[tuple[str, int], ...] = ()
 
     def schema(self) -> dict[str, Any]:
         return reply_schema(self.reply_model)
@@ -122,8 +128,15 @@ def ask_all(
     for q, key in zip(questions, keys, strict=True):
         data = REPLIES.get(key)
         outcomes.append(_cached(q, data) if data is not None else None)
-    todo = [i for i, o in enumerate(outcomes) if o is None]
     spending = Spending(ctx, limit)
+    # Refused or unusable on a recent run: not asked (paid for) again until its cooling-off ends.
+    memo = {i: k for i, o in enumerate(outcomes)
+            if o is None and (k := unanswered.memory_key(ctx, model, questions[i])) is not None}
+    if cooling := unanswered.recall(ctx, memo):
+        spending.budget.count_cooling(len(cooling))
+        for i, outcome in cooling.items():
+            outcomes[i] = outcome
+    todo = [i for i, o in enumerate(outcomes) if o is None]
     batch = bool(ctx.settings.llm_batch) and _batches_supported(client)
     if todo and batch:
         from worker.llm.batch import ask_as_batch
@@ -145,6 +158,8 @@ def ask_all(
         outcomes[i] = outcome
         if outcome.ok and outcome.value is not None:
             REPLIES.put(keys[i], outcome.value.model_dump(mode="json"))
+    unanswered.remember(ctx, [(questions[i], memo.get(i), o)
+                              for i, o in zip(todo, answered, strict=True)])
     return [o for o in outcomes if o is not None]
 
 

@@ -50,7 +50,10 @@ def submit_batch(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> str:
                     file=("dream-batch.jsonl", batch_lines(llm, items), "application/jsonl"),
                     purpose="batch"), FileObject, "file")
                 input_id = uploaded.id
-                batch = answered(lambda: client.batches.create(
+                # Never retried by the client: a create whose answer was lost may have made
+                # a batch, and another would be billed for the same questions beside one the
+                # run never learns of (never charged, never released). Deferred instead.
+                batch = answered(lambda: client.with_options(max_retries=0).batches.create(
                     input_file_id=input_id, endpoint=ENDPOINT, completion_window="24h",
                     metadata={"source": "dream-worker", "prompt": items[0].prompt_name[:64]}),
                     Batch, "batch")

@@ -25,6 +25,7 @@ import structlog
 from worker.config_checks import model_call_seconds
 from worker.errors import ConfigError
 from worker.llm.base import LOST_ATTEMPT, BatchItem, BatchRelease, BatchState, LLMError, LLMReply
+from worker.llm.reply_fields import model_name, token_count, unmetered
 from worker.text.plural import counted
 
 log = structlog.get_logger(__name__)
@@ -307,9 +308,20 @@ def endpoint_problem(exc: Exception, what: str, prefix: str) -> str | None:
 
 def _maybe_billed(exc: Exception) -> bool:
     """The request reached the model and may have been billed, though no usage came back: it
-    outlived its deadline (the model may have answered all along) or its HTTP 200 body was cut
-    short. A 429, a 5xx or a refused connection is not billed."""
-    return isinstance(exc, openai.APITimeoutError | RequestDeadlineExceeded | UndecodableBody)
+    outlived its deadline (the model may have answered all along), its HTTP 200 body was cut
+    short, or the connection dropped once the request was sent (mid-reply: the server answered
+    and billed it). A 429, a 5xx or a connection that never carried the request is not billed."""
+    if isinstance(exc, RequestDeadlineExceeded | UndecodableBody):
+        return True
+    # APITimeoutError is one of these: a read timeout may have been billed, a connect one not.
+    return isinstance(exc, openai.APIConnectionError) and not _UNSENT & {
+        kind.__name__ for kind in type(exc.__cause__).__mro__}
+
+
+# What the client's transport raises (openai's cause) when the request never reached the server
+# whole. By name: the openai client ships its own copy of httpx (``httpx2``), whose classes are
+# not those of the ``httpx`` this package imports.
+_UNSENT = frozenset({"ConnectError", "ConnectTimeout", "WriteError", "WriteTimeout"})
 
 
 def _lost_attempt(prompt_name: str, exc: Exception) -> None:
@@ -357,43 +369,5 @@ def chat_reply(resp: Any, default_model: str) -> LLMReply:
         model=model_name(resp.model, default_model),
         raw=content or "",
         refused=not content and isinstance(refusal, str) and bool(refusal.strip()),
-        unmetered=_unmetered(resp.usage),
+        unmetered=unmetered(resp.usage),
     )
-
-
-def _unmetered(usage: Any) -> bool:
-    """The reply came without token counts (no ``usage``, or one without either count)."""
-    return usage is None or (getattr(usage, "prompt_tokens", None) is None
-                             and getattr(usage, "completion_tokens", None) is None)
-
-
-# Far above any model's context window (a reply never uses more), far below what the steps'
-# 32-bit token columns overflow at when a phase sums its replies.
-MAX_REPLY_TOKENS = 10_000_000
-
-
-def token_count(usage: Any, field: str) -> int:
-    """One of a reply's token counts, which the run's budget is charged (R15). A server that
-    counts nothing sends none (0); anything but a whole number up to ``MAX_REPLY_TOKENS`` is
-    an endpoint answering garbage, and the item is deferred: a negative count gave the budget
-    back, a huge one failed the phase's write, a string or an object failed the phase."""
-    value = getattr(usage, field, None) if usage is not None else None
-    if value is None:
-        return 0
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REPLY_TOKENS:
-        raise LLMError(f"model endpoint answered a usage.{field} that is no token count (a whole "
-                       f"number from 0 to {MAX_REPLY_TOKENS:,}); check the server; the item is "
-                       "deferred to the next run")
-    return value
-
-
-_MODEL_NAME = re.compile(r"[\x21-\x7e]{1,200}")
-
-
-def model_name(value: Any, default_model: str) -> str:
-    """The model a reply names, as steps, spans and listings record it; the configured model
-    when the endpoint sends no name, or something no model is called (not a string, control
-    characters, pages of text), which would be copied onto every step of the run."""
-    return value if isinstance(value, str) and _MODEL_NAME.fullmatch(value) else default_model

@@ -38,6 +38,8 @@ class Spender(Protocol):
 
     def count_refused(self, replies: int) -> None: ...
 
+    def count_cooling(self, questions: int) -> None: ...
+
     def withdraw(self, calls: int) -> None: ...
 
     def charge_billed(self, tokens_in: int, tokens_out: int, held: int = 0,
@@ -77,6 +79,12 @@ class CallLimit:
                 return False
             self.held += estimated_tokens
             return True
+
+    def resume(self, calls: int) -> None:
+        """Calls an earlier execution of the phase sent (a provider batch's), counted again as
+        this one collects them: they were sent, cap or not."""
+        with self._lock:
+            self.calls += calls
 
     def _fits(self, estimate: int) -> bool:
         return self.max_tokens is None or (
@@ -125,6 +133,12 @@ class Spending:
                 self.limit.release(estimated_tokens, call=False)
             return False
         return True
+
+    def resume(self, calls: int) -> None:
+        """Calls an earlier attempt sent and this one collects, on the phase's cap (the run's
+        budget counted them: its calls start from what the run's steps record)."""
+        if self.limit is not None:
+            self.limit.resume(calls)
 
     def release(self, held: int) -> None:
         """A failed call's held estimate, nothing of it billed (the call stays spent)."""
@@ -190,11 +204,20 @@ class HeldCall:
         self.held = self.estimate if self.spending.hold(self.estimate) else 0
         return self.held > 0 or self.estimate == 0
 
+    def abandon(self) -> None:
+        """The call was stopped while in flight (a time limit): charged its estimate."""
+        self.spending.charge_billed(self.prompt_tokens, self.cap, self.held, estimated=True)
+        self.held = 0
+
 
 class BatchSpending(Protocol):
     """What a batch reserves and charges through (``Spending``, or a test's own)."""
 
     def reserve(self, estimated_tokens: int) -> bool: ...
+
+    def hold(self, estimated_tokens: int) -> bool: ...
+
+    def resume(self, calls: int) -> None: ...
 
     def release(self, held: int) -> None: ...
 
@@ -203,8 +226,9 @@ class BatchSpending(Protocol):
 
 
 class Holds:
-    """The estimates this phase's submit reserved, by custom id (a question an earlier
-    attempt submitted holds none here), each given back or replaced by its reply's charge."""
+    """The estimates this phase's submit reserved, by custom id (and, before it submits more,
+    those of the questions an earlier attempt submitted that are still in flight), each given
+    back or replaced by its reply's charge."""
 
     def __init__(self, spending: BatchSpending, estimates: dict[str, tuple[int, int]]) -> None:
         self.spending = spending
@@ -217,6 +241,20 @@ class Holds:
             return False
         self.held[key] = estimate
         return True
+
+    def hold_again(self, keys: set[str]) -> bool:
+        """The estimates of questions an earlier attempt submitted that are still in flight,
+        held again, and their calls counted again on the phase's cap (the run's budget starts
+        from the calls its steps record); False when the caps have no room for them all."""
+        held = True
+        self.spending.resume(len(keys))
+        for key in sorted(keys):
+            estimate = sum(self.estimates[key])
+            if self.spending.hold(estimate):
+                self.held[key] = estimate
+            else:
+                held = False
+        return held
 
     def charge(self, key: str, reply: LLMReply) -> None:
         """The reply's usage, or the question's estimate when the line has none."""

@@ -12,6 +12,7 @@ from typing import Any
 from worker.app import App
 from worker.config import BudgetSettings, Settings
 from worker.domain.types import PhaseReport, Scope
+from worker.runs.snapshot import StepRecord
 from worker.runs.steps import StepRecorder
 from worker.store.uow import UnitOfWork, before_next_unit
 
@@ -38,6 +39,9 @@ class Budget:
     # Replies that were the model's refusal (``Outcome.refused``): no verdict either, so a
     # phase whose replies were all refused (or otherwise unusable) judged nothing (R27).
     refused: int = 0
+    # Questions not asked: the model refused them, or answered unusably, on a recent run
+    # (``worker.llm.unanswered``, DREAM_LLM_UNANSWERED_HOURS).
+    cooling: int = 0
     # The tokens charged in this process by direction (``tokens`` has the run's sum only): a
     # phase that fails records its execution's share on its step from these.
     tokens_in: int = 0
@@ -128,6 +132,10 @@ class Budget:
     def count_refused(self, replies: int) -> None:
         with self._lock:
             self.refused += replies
+
+    def count_cooling(self, questions: int) -> None:
+        with self._lock:
+            self.cooling += questions
 
     def withdraw(self, calls: int) -> None:
         """Calls started whose answers nobody will read (a batch released as obsolete): no
@@ -262,6 +270,9 @@ class PhaseContext:
     # Set by the engine: the phase's write is held there for the parent step's finish (None: a
     # write commits at the end of its block, as outside a run).
     held: HeldWrite | None = None
+    # What the earlier executions of this phase's step spent (a step waiting on a provider
+    # batch, resumed by a re-scheduled task): a phase's own model cap counts from it.
+    step_spent: StepRecord | None = None
     _agent: Any = field(default=_UNREAD, repr=False)
 
     def agent(self, uow: UnitOfWork | None = None) -> Any:

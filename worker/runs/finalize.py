@@ -113,6 +113,7 @@ def _facts(app: App, uow: UnitOfWork, snap: RunSnapshot, steps: list[RunStepRow]
                          if _unusable(s.output or {}) and _rejected(s.output or {})[0]},
         phases_refused={s.phase: _refused(s.output or {}) for s in parents
                         if _unusable(s.output or {}) and _refused(s.output or {})[0]},
+        phases_cooling={s.phase: n for s in parents if (n := _cooling(s.output or {}))},
         model_calls=sum(int((s.output or {}).get("model_calls_started") or 0) for s in parents),
         model_calls_failed=sum(int((s.output or {}).get("model_calls_failed") or 0)
                                for s in parents),
@@ -168,6 +169,13 @@ def _rejected(output: dict[str, Any]) -> tuple[int, int]:
 def _refused(output: dict[str, Any]) -> tuple[int, int]:
     """The phase's replies that were the model's refusal and the replies it got."""
     return int(output.get("model_replies_refused") or 0), _rejected(output)[1]
+
+
+def _cooling(output: dict[str, Any]) -> int:
+    """The questions the phase did not ask again (the model refused them, or answered them
+    unusably, on a recent run), when it got no usable reply either; else 0."""
+    cooling = int(output.get("model_questions_cooling") or 0)
+    return cooling if _rejected(output)[1] == 0 or _unusable(output) else 0
 
 
 def _unusable(output: dict[str, Any]) -> bool:

@@ -97,6 +97,9 @@ class RunFacts:
     phases_rejected: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Of those, the phases some of whose replies were the model's refusal: (refused, replies).
     phases_refused: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Phases that got no usable reply and left questions unasked, the model having refused
+    # them (or answered unusably) on a recent run: how many (DREAM_LLM_UNANSWERED_HOURS).
+    phases_cooling: dict[str, int] = field(default_factory=dict)
     open_candidates: int = 0
     # open_candidates of the scope's earlier finished runs, oldest first (dry runs left out).
     open_history: list[int] = field(default_factory=list)
@@ -134,7 +137,7 @@ class RunOutcome:
     status: str
     reason: str | None  # one line: ids, counts, phase names; never note text
     # guard | budget | over_budget | model_unavailable | model_unusable | open_growing |
-    # model_partial | model_refused | phase_failed
+    # model_partial | model_refused | model_cooling | phase_failed
     flags: list[str]
 
 
@@ -302,6 +305,12 @@ def _partial_reasons(facts: RunFacts, failed: list[str]) -> tuple[list[str], lis
     reasons += [_refused_reason(p, facts.phases_refused[p][0],
                                 facts.phases_rejected.get(p, (0, 0))[0],
                                 facts.phases_refused[p][1]) for p in refused]
+    if facts.phases_cooling:
+        flags.append("model_cooling")
+        reasons += [f"{counted(n, 'question')} of the {p} phase not asked again: the model "
+                    "refused or answered unusably on a recent run; what it was to judge is left "
+                    "as it was until DREAM_LLM_UNANSWERED_HOURS pass or a note changes"
+                    for p, n in facts.phases_cooling.items()]
     if failed:
         flags.append("phase_failed")
         reasons.append(f"phase failed: {', '.join(failed)}")

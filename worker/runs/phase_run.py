@@ -101,10 +101,10 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
         steps=StepRecorder(app, snap.run_id, snap.scope), dry_run=snap.dry_run,
         force=snap.force, budget=run.budget, allow_retire=snap.allow_retire, carry=run.carry,
         notes_before=snap.notes_before, trigger=snap.trigger, held=HeldWrite(),
+        step_spent=run.snap.recorded.get(step_id),
     )
     run.budget.lost = False  # asked again under this claim's epoch
-    run.budget.fence = (None if snap.epoch is None
-                        else lease_fence(app, snap.run_id, snap.epoch))
+    run.budget.fence = None if snap.epoch is None else lease_fence(app, snap.run_id, snap.epoch)
     base = run.bases.setdefault(step_id, _usage_base(run, step_id))
     try:
         with LeaseHeartbeat(app, snap.run_id, snap.epoch, _usage_recorder(ctx, step_id, base)):
@@ -199,7 +199,7 @@ def _execute(app: App, run: Execution, ctx: PhaseContext, phase: str,
         return PhaseOutcome.SKIPPED
     b = ctx.budget
     before = (b.started, b.answered, b.tokens_in, b.tokens_out, b.malformed, b.taken_over,
-              b.rejected, b.refused, b.estimated)
+              b.rejected, b.refused, b.estimated, b.cooling)
     bound = log.bind(run_id=ctx.run_id, scope=ctx.scope.key, phase=phase)
     try:
         with telemetry.phase_span(ctx.run_id, phase, ctx.scope.key) as span:
@@ -313,6 +313,8 @@ def _output(report: PhaseReport, budget: Budget, before: tuple[int, ...],
         # Refusals: no verdict either (``finalize._unusable``); only said when there were some.
         if refused := prior.replies_refused + budget.refused - before[7]:
             output["model_replies_refused"] = refused
+    if cooling := budget.cooling - before[9]:  # refused or unusable lately: not asked again
+        output["model_questions_cooling"] = cooling
     return _taken_over(output, budget, before, prior)
 
 

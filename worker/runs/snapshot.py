@@ -45,6 +45,7 @@ class StepRecord:
     calls_taken_over: int = 0
     replies_rejected: int = 0
     replies_refused: int = 0
+    calls_waiting: int = 0  # of calls_started, those still in a provider batch
 
     @classmethod
     def of(cls, tokens_in: int | None, tokens_out: int | None,
@@ -56,7 +57,8 @@ class StepRecord:
                    int(output.get("model_replies_malformed") or 0),
                    int(output.get("model_calls_taken_over") or 0),
                    int(output.get("model_replies_rejected") or 0),
-                   int(output.get("model_replies_refused") or 0))
+                   int(output.get("model_replies_refused") or 0),
+                   int(output.get("model_calls_waiting") or 0))
 
 
 @dataclass

@@ -167,7 +167,8 @@ def _review(ctx: PhaseContext, notes: list[Any], plan: NotePlan,
          "days_unused": idle[n.id],
          "created_at": n.created_at.isoformat() if n.created_at else None}
         for n in important
-    ], {"now": ctx.now.date().isoformat(), "retention_days": policy.note_retention_days})
+    ], {"now": ctx.now.date().isoformat(), "retention_days": policy.note_retention_days},
+        {n.id: n.version for n in important})
     return _Review([n.id for n in important], result)
 
 

@@ -89,7 +89,8 @@ def _question(ctx: PhaseContext, d: Decision) -> Question[FusionReply]:
                 d.relative_time_rejections += 1
             raise
 
-    return Question(prompt, FusionReply, validate)
+    return Question(prompt, FusionReply, validate,
+                    about=tuple((n.id, n.version) for n in d.members))
 
 
 def _settle(d: Decision, o: Outcome[FusionReply]) -> None:

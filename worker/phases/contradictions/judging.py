@@ -88,7 +88,7 @@ def judge_topics(
     s = ctx.settings.contradictions
     topic_size = max(s.topic_size, whole)
     notes = applier.notes
-    limit = CallLimit(s.max_calls_per_run, s.max_tokens_per_run)
+    limit = _phase_limit(ctx)
     suspicious = suspicious_notes(notes, pairs)
     applier.counters["notes_isolated"] = len(suspicious)
     results: list[CallResult] = []
@@ -135,6 +135,16 @@ def judge_topics(
     return results, deferred
 
 
+def _phase_limit(ctx: PhaseContext) -> CallLimit:
+    """The phase's own cap, from what the step's earlier executions spent (the calls still in
+    their batch count again as this one collects them): a phase resumed after its batch came
+    back kept to its cap only per execution before, and spent it again each time."""
+    s, earlier = ctx.settings.contradictions, ctx.step_spent
+    return CallLimit(s.max_calls_per_run, s.max_tokens_per_run,
+                     calls=earlier.calls_started - earlier.calls_waiting if earlier else 0,
+                     tokens=earlier.tokens_in + earlier.tokens_out if earlier else 0)
+
+
 def _ask_round(
     ctx: PhaseContext, llm: LLMClient, calls: list[Call], notes: dict[str, Note],
     limit: CallLimit, round_no: int,
@@ -150,7 +160,8 @@ def _ask_round(
         result.template_hash = prompt.template_hash
         last_reply: list[list[dict[str, object]]] = []
         questions.append(Question(prompt, ContradictionReply,
-                                  partial(_validate, alias_of, by_topic, last_reply)))
+                                  partial(_validate, alias_of, by_topic, last_reply),
+                                  about=tuple((i, notes[i].version) for i in dict.fromkeys(alias_of.values()))))
         results.append(result)
         replies.append(last_reply)
     outcomes = ask_all(ctx, questions, llm=llm, limit=limit, phase=PHASE)

@@ -72,8 +72,10 @@ def review_batches(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 def review_keep(
     ctx: PhaseContext, prompt_name: str, items: list[dict[str, Any]], context: dict[str, Any],
+    versions: dict[str, int] | None = None,
 ) -> ReviewResult:
-    """``items`` are prompt-ready dicts with an ``id``; the prompt gets ``notes`` plus ``context``."""
+    """``items`` are prompt-ready dicts with an ``id``; the prompt gets ``notes`` plus ``context``.
+    ``versions``: each item's note version (a batch the model refused is then remembered)."""
     result = ReviewResult()
     llm = ctx.app.llm
     if llm is None or not items:
@@ -82,7 +84,9 @@ def review_keep(
     # The phase's wall budget: batches not asked by then are deferred (kept), never failed.
     deadline = time.monotonic() + ctx.settings.llm_phase_seconds
     questions = [Question(render_prompt(prompt_name, {**context, "notes": batch}), KeepReply,
-                          _validator([b["id"] for b in batch])) for batch in batches]
+                          _validator([b["id"] for b in batch]), about=tuple(
+                              (b["id"], versions[b["id"]]) for b in batch) if versions else ())
+                 for batch in batches]
     outcomes = ask_all(ctx, questions, deadline=deadline, phase=prompt_name)
     answers = [(b, q.prompt, o) for b, q, o in zip(batches, questions, outcomes, strict=True)]
     for number, (batch, prompt, outcome) in enumerate(answers, start=1):

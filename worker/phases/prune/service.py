@@ -157,7 +157,7 @@ def _review(ctx: PhaseContext, orphans: list[Orphan]) -> ReviewResult | None:
          "created_at": o.note.created_at.isoformat() if o.note.created_at else None,
          "missing": [d.describe() for d in o.dead]}
         for o in askable
-    ], {"now": ctx.now.date().isoformat()})
+    ], {"now": ctx.now.date().isoformat()}, {o.note.id: o.note.version for o in askable})
 
 
 def _sort(orphans: list[Orphan], review: ReviewResult | None) -> _Sorted:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, insert, select
+from sqlalchemy import Table, bindparam, delete, insert, select
 from sqlalchemy.orm import Session
 
 from worker.domain.types import Scope
@@ -76,6 +76,26 @@ class JudgementRepository:
         self._first_wins({"scope_key": scope.key, "kind": kind, "fingerprint": fingerprint,
                           "note_ids": sorted(note_ids), "verdict": verdict, "reason": reason,
                           "run_id": run_id, "created_at": now})
+
+    def of_kind_since(self, scope: Scope, kind: str, fingerprints: Iterable[str],
+                      after: datetime) -> dict[str, tuple[str, datetime]]:
+        """Fingerprint → (verdict, when recorded), for those recorded at or after ``after``."""
+        fps = list(set(fingerprints))
+        out: dict[str, tuple[str, datetime]] = {}
+        for chunk in chunked(fps):
+            rows = self._run(select(_J.c.fingerprint, _J.c.verdict, _J.c.created_at).where(
+                _J.c.scope_key == scope.key, _J.c.kind == kind, _J.c.fingerprint.in_(chunk),
+                _J.c.created_at >= after)).all()
+            out.update({r.fingerprint: (r.verdict, r.created_at) for r in rows})
+        return out
+
+    def replace(self, scope: Scope, kind: str, rows: list[dict[str, Any]]) -> None:
+        """Rows of ``kind`` (fingerprint, note_ids, verdict, reason, run_id, created_at), each
+        in place of the one its fingerprint had (a memory renewed, not kept at first write)."""
+        for chunk in chunked([r["fingerprint"] for r in rows]):
+            self._run(delete(_J).where(_J.c.scope_key == scope.key, _J.c.kind == kind,
+                                       _J.c.fingerprint.in_(chunk)))
+        self._run(insert(_J), [{"scope_key": scope.key, "kind": kind, **r} for r in rows])
 
     def add_review(
         self, scope: Scope, kind: str, note_ids: list[str], reason: str | None,

@@ -1,0 +1,95 @@
+"""Questions the model refused, or answered with nothing usable, not asked (nor paid for) again
+for a while (``DREAM_LLM_UNANSWERED_HOURS``), online or batched: known by their notes' ids and
+versions, the model and the prompt template, never by text (a prompt names today's date)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from worker.domain.types import fingerprint_versions
+from worker.llm.ask import AskStatus, Outcome
+
+KIND = "unanswered"  # judgements.kind
+REFUSED = "refused"  # the model's refusal (``LLMReply.refused``)
+UNUSABLE = "unusable"  # replies no JSON of the schema, or that the question's checks rejected
+# What a remembered question's outcome says (no note text: a date and the setting).
+COOLING = ("the model {verdict} this question on {at:%Y-%m-%d %H:%M} UTC; not asked again "
+           "before {until:%Y-%m-%d %H:%M} UTC (DREAM_LLM_UNANSWERED_HOURS) unless one of its "
+           "notes, the model or the prompt changes; deferred")
+_SAID = {REFUSED: "refused", UNUSABLE: "gave no usable answer to"}
+
+
+def memory_key(ctx: Any, model: str, question: Any) -> str | None:
+    """The question's key across runs, or None for one about no notes (not remembered)."""
+    about = list(getattr(question, "about", ()) or ())
+    if not about:
+        return None
+    digest = hashlib.sha256()
+    for part in (str(ctx.scope.key), model, question.prompt.name, question.prompt.template_hash,
+                 fingerprint_versions(about)):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def failure(outcome: Outcome[Any]) -> str | None:
+    """REFUSED or UNUSABLE when the model was asked and what it answered could not be used
+    (online after its re-asks, or a batch's one reply); None for an answer, or for a question
+    the budget, the clock or the endpoint stopped (those say nothing of the question)."""
+    if outcome.ok or outcome.status not in (AskStatus.INVALID, AskStatus.DEFERRED):
+        return None
+    if outcome.refused:
+        return REFUSED
+    return UNUSABLE if outcome.malformed or outcome.rejected else None
+
+
+def _hours(ctx: Any) -> float:
+    return float(getattr(ctx.settings, "llm_unanswered_hours", 0) or 0)
+
+
+def _remembers(ctx: Any) -> bool:
+    """Memory needs the run's store (a phase's context) and a period above 0."""
+    return _hours(ctx) > 0 and callable(getattr(ctx, "uow", None)) and ctx.run_id is not None
+
+
+def recall(ctx: Any, keys: dict[int, str]) -> dict[int, Outcome[Any]]:
+    """The questions (by index) whose key a run recorded within the cooling-off period: each
+    a DEFERRED outcome that says when it may be asked again. One short read."""
+    if not keys or not _remembers(ctx):
+        return {}
+    period = timedelta(hours=_hours(ctx))
+    with ctx.uow() as uow:
+        rows = uow.judgements.of_kind_since(ctx.scope, KIND, keys.values(), ctx.now - period)
+    out: dict[int, Outcome[Any]] = {}
+    for i, key in keys.items():
+        if key in rows:
+            verdict, at = rows[key]
+            why = COOLING.format(verdict=_SAID.get(verdict, verdict), at=at, until=at + period)
+            out[i] = Outcome(None, AskStatus.DEFERRED, why)
+    return out
+
+
+def remember(ctx: Any, asked: Sequence[tuple[Any, str | None, Outcome[Any]]]) -> int:
+    """Record each question (question, key, outcome) the model refused or answered unusably,
+    in place of an older record of it; none in a dry run. One short write; how many.
+
+    Unusable answers count only beside a usable one: when no question of the fan-out got one,
+    the model (or the endpoint before it) is what fails, not the questions (the run is blocked,
+    ``model_unusable``), and once the operator fixes it the next run asks again. A refusal is
+    the model's answer to that question, and is remembered either way."""
+    if not _remembers(ctx) or getattr(ctx, "dry_run", False):
+        return 0
+    usable = any(o.ok for _, _, o in asked)
+    rows = [{"fingerprint": key, "note_ids": sorted({i for i, _ in q.about}), "verdict": why,
+             "reason": f"model {why}", "run_id": ctx.run_id, "created_at": ctx.now}
+            for q, key, o in asked if key is not None and (why := failure(o)) is not None
+            and (usable or why == REFUSED)]
+    if rows:
+        with ctx.uow() as uow:
+            uow.check_lease(ctx.run_id, getattr(ctx, "epoch", None))
+            uow.judgements.replace(ctx.scope, KIND, rows)
+            uow.commit()
+    return len(rows)
