@@ -57,12 +57,19 @@ def _remembers(ctx: Any) -> bool:
 
 def recall(ctx: Any, keys: dict[int, str]) -> dict[int, Outcome[Any]]:
     """The questions (by index) whose key a run recorded within the cooling-off period: each
-    a DEFERRED outcome that says when it may be asked again. One short read."""
+    a DEFERRED outcome that says when it may be asked again. From the phase's loaded memory
+    (``ctx.unanswered``), else one short read."""
     if not keys or not _remembers(ctx):
         return {}
     period = timedelta(hours=_hours(ctx))
-    with ctx.uow() as uow:
-        rows = uow.judgements.of_kind_since(ctx.scope, KIND, keys.values(), ctx.now - period)
+    since = ctx.now - period
+    loaded = getattr(ctx, "unanswered", None)
+    if loaded is not None:
+        rows = {k: v for k in set(keys.values()) if (v := loaded.get(k)) is not None
+                and v[1] >= since}
+    else:
+        with ctx.uow() as uow:
+            rows = uow.judgements.of_kind_since(ctx.scope, KIND, keys.values(), since)
     out: dict[int, Outcome[Any]] = {}
     for i, key in keys.items():
         if key in rows:

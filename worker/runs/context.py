@@ -273,6 +273,10 @@ class PhaseContext:
     # What the earlier executions of this phase's step spent (a step waiting on a provider
     # batch, resumed by a re-scheduled task): a phase's own model cap counts from it.
     step_spent: StepRecord | None = None
+    # The scope's remembered unanswered questions (fingerprint → (verdict, when)), set when
+    # the phase loads its verdict memory (``worker.phases.kit.carry.load``); None: not loaded,
+    # and ``worker.llm.unanswered.recall`` reads them itself.
+    unanswered: dict[str, tuple[str, datetime]] | None = None
     _agent: Any = field(default=_UNREAD, repr=False)
 
     def agent(self, uow: UnitOfWork | None = None) -> Any:

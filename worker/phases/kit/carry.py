@@ -27,7 +27,9 @@ from worker.store.repositories.notes import ScopeSnapshot
 
 # Every verdict-memory kind a phase reads (consolidation's refusals, the host's keep-apart and a
 # reviewer's declines, contradictions' pairs and held-back retirements): one query per run.
-MEMORY_KINDS = ("cluster", KEEP_APART, DECLINED_APART, "pair", "retire_pending")
+# "unanswered": questions the model refused or answered unusably (worker.llm.unanswered), read
+# with the rest so a phase's fan-outs recall them without a statement of their own.
+MEMORY_KINDS = ("cluster", KEEP_APART, DECLINED_APART, "pair", "retire_pending", "unanswered")
 
 
 class Judged(NamedTuple):
@@ -38,6 +40,7 @@ class Judged(NamedTuple):
     note_ids: list[str]
     verdict: str
     reason: str | None
+    at: datetime | None = None  # when recorded (the memory's load reads it)
 
 
 @dataclass
@@ -86,6 +89,8 @@ def load(ctx: Any, *, vectors: bool = True, memory: bool = False) -> ScopeLoad:
         if memory and held.memory is None:
             with ctx.uow() as uow:
                 held.memory = _memory(uow, ctx)
+        if memory:
+            _hand_unanswered(ctx, held.memory)
         return _copy(held)
     with ctx.uow() as uow:
         model = ctx.app.embedder.model_name if vectors else None
@@ -96,6 +101,8 @@ def load(ctx: Any, *, vectors: bool = True, memory: bool = False) -> ScopeLoad:
         ctx.agent(uow)  # read once with the rest; proposals and retention ask it later
     if snap.unembedded:
         snap = _embed(ctx, snap)
+    if memory:
+        _hand_unanswered(ctx, mem)
     fresh = ScopeLoad(snap, journal, mem, vectors, words=held.words if held is not None else {})
     if carry is not None:
         carry.scope_notes = fresh
@@ -109,8 +116,16 @@ def _journal(uow: Any, ctx: Any) -> RunJournal:
 
 
 def _memory(uow: Any, ctx: Any) -> Memory:
-    rows = [Judged(*r) for r in uow.judgements.of_kinds(ctx.scope, MEMORY_KINDS)]
+    rows = [Judged(*r) for r in uow.judgements.memory_rows(ctx.scope, MEMORY_KINDS)]
     return Memory({(r.kind, r.fingerprint): r.verdict for r in rows}, rows)
+
+
+def _hand_unanswered(ctx: Any, memory: Memory | None) -> None:
+    """The loaded memory's unanswered questions on the context, for the phase's fan-outs
+    (``worker.llm.unanswered.recall``): fingerprint → (verdict, when recorded)."""
+    if memory is not None and hasattr(ctx, "unanswered"):
+        ctx.unanswered = {r.fingerprint: (r.verdict, r.at) for r in memory.rows
+                          if r.kind == "unanswered" and getattr(r, "at", None) is not None}
 
 
 def _embed(ctx: Any, snap: ScopeSnapshot) -> ScopeSnapshot:

@@ -21,6 +21,7 @@ _KNOWN = select(_J.c.fingerprint, _J.c.verdict).where(
 _OF_KINDS = select(_J.c.kind, _J.c.fingerprint, _J.c.note_ids, _J.c.verdict, _J.c.reason).where(
     _J.c.scope_key == bindparam("scope_key"), _J.c.kind.in_(bindparam("kinds", expanding=True)),
 ).order_by(_J.c.id)
+_MEMORY = _OF_KINDS.add_columns(_J.c.created_at)
 # A retirement a phase decided but the blast-radius guard (R20) held back for a later run.
 PENDING_RETIREMENT = "retire_pending"
 
@@ -48,6 +49,11 @@ class JudgementRepository:
             rows = self._run(_KNOWN, {"scope_key": scope.key, "kind": kind, "fps": chunk}).all()
             out.update({r.fingerprint: r.verdict for r in rows})
         return out
+
+    def memory_rows(self, scope: Scope, kinds: Iterable[str]) -> list[Any]:
+        """``of_kinds`` with each row's ``created_at`` last (one SELECT): a phase's verdict
+        memory, whose remembered unanswered questions cool off from their date."""
+        return list(self._run(_MEMORY, {"scope_key": scope.key, "kinds": list(kinds)}).all())
 
     def of_kinds(self, scope: Scope, kinds: Iterable[str]) -> list[Any]:
         """Every verdict-memory row of these kinds in the scope, oldest first (one SELECT):
