@@ -132,7 +132,7 @@ def render_tree(tree: dict[str, Any]) -> str:
         lines.append(f"  duration {totals['duration_ms']:.1f} ms  model calls "
                      f"{totals.get('model_calls', 0)}  tokens "
                      f"{totals.get('tokens_in', 0)}/{totals.get('tokens_out', 0)}")
-    elif "model_calls" in totals:  # a run stopped for good: its usage, read again at its release
+    elif "model_calls" in totals:  # a run stopped for good: its usage, written as it stopped
         lines.append(f"  model calls {totals['model_calls']}  tokens "
                      f"{totals.get('tokens_in', 0)}/{totals.get('tokens_out', 0)}")
     if said := batch_calls_said(totals):
@@ -151,7 +151,7 @@ def render_tree(tree: dict[str, Any]) -> str:
 def batch_calls_said(totals: dict[str, Any]) -> str:
     """What became of the batch calls an interrupted attempt left waiting (handed over to the
     attempt that resumed the run, or given up: nobody read their answers) and the tokens the
-    provider billed after their phase (``runs.run_usage.batch_calls``), one line; "" when
+    provider billed after their phase (``domain.run_usage.batch_calls``), one line; "" when
     there is nothing to say."""
     said = []
     if handed := totals.get("model_calls_handed_over"):

@@ -105,3 +105,6 @@ def test_a_decline_landing_as_the_approval_starts_rolls_its_change_back_unseen(
         (run,) = [r for r in uow.session.scalars(select(DreamRunRow))]
         assert run.status == "cancelled" and not uow.safety.run_log(run.id)
         assert run.status_reason == f"review item {item} was decided meanwhile; nothing was written"
+        # What it spent (an approval asks no model): in its totals as any stopped run's are.
+        assert {k: (run.totals or {}).get(k) for k in ("model_calls", "model_tokens")} == {
+            "model_calls": 0, "model_tokens": 0}

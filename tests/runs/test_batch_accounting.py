@@ -184,3 +184,23 @@ def test_a_batch_billed_after_its_run_ended_is_charged_to_that_run(
     assert {k: v for k, v in after.items() if not k.startswith(("tokens", "model_tokens"))} == {
         k: v for k, v in before.items() if not k.startswith(("tokens", "model_tokens"))}
     assert "tokens billed after their phase 11/7" in _show(stub_app, llm_stub, run_id)
+
+
+def test_a_run_whose_deliveries_died_gives_its_batch_calls_up(stub_app: App) -> None:
+    """A run waits on its batch; every delivery of its next task dies until the run is failed.
+    Nobody will read that batch (it is released): its waiting step's call reads given up, as a
+    cancel or the gate check's give-up records it, and the run's totals say so. Before, the
+    step read the call handed over to an attempt that never came."""
+    from worker.runs.deliveries import begin_delivery
+
+    _store(stub_app, SCOPE, every_phase=False)
+    run_id = _waiting_run(stub_app)
+    for _ in range(stub_app.settings.max_attempts):
+        assert not begin_delivery(stub_app, run_id, "dream.run", "m-1").gave_up
+    assert begin_delivery(stub_app, run_id, "dream.run", "m-1").gave_up
+    status, _, steps = _end(stub_app, run_id)
+    assert status == RunStatus.FAILED.value
+    old = _phase_steps(steps)["interrupted"]
+    assert (old.get("model_calls_given_up"), old.get("model_calls_handed_over")) == (1, None)
+    totals = _totals(stub_app, run_id)
+    assert (totals["model_calls"], totals["model_calls_given_up"]) == (1, 1)

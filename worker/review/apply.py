@@ -48,9 +48,10 @@ def end_lost_run(app: Any, run_id: str) -> str:
     with app.uow() as uow:
         run = uow.runs.get(run_id)
         if run is not None and run.status == RunStatus.INTERRUPTED.value:
-            uow.runs.finish_unclaimed(run, RunStatus.CANCELLED.value, utcnow(),
-                                      status_reason="the approval lost its lease while "
-                                                    "applying; nothing was written")
+            if uow.runs.finish_unclaimed(run, RunStatus.CANCELLED.value, utcnow(),
+                                         status_reason="the approval lost its lease while "
+                                                       "applying; nothing was written"):
+                uow.runs.record_usage([run_id])
             uow.commit()
         return str(run.status) if run is not None else "gone"
 

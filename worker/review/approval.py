@@ -152,6 +152,7 @@ def _end_unwritten(app: App, run_id: str, parent: str, item_id: int) -> None:
                             lease_expires_at=None,
                             status_reason=f"review item {item_id} was decided meanwhile; "
                                           "nothing was written")
+        uow.runs.record_usage([run_id])
         uow.commit()
 
 

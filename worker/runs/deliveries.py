@@ -48,8 +48,9 @@ def begin_delivery(app: App, run_id: str, task: str, message: str,
         failed = False
         if deaths >= limit and status in ACTIVE_RUN_STATUSES:
             failed = fail_active(uow.session, run_id, now, died(task, deaths))
-            if failed:
-                uow.runs.interrupt_steps([run_id], "the run gave up", now)
+            if failed:  # for good: its batch calls given up, its usage in its totals
+                uow.runs.interrupt_steps([run_id], "the run gave up", now, resumed=False)
+                uow.runs.record_usage([run_id])
         uow.commit()
     if deaths >= limit:
         log.error("task.gave_up", run_id=run_id, task=task, deaths=deaths, failed=failed)

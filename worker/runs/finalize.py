@@ -13,6 +13,7 @@ import structlog
 
 from worker.app import App
 from worker.clock import utcnow
+from worker.domain.run_usage import batch_calls, step_usages
 from worker.domain.types import JUDGING_PHASES, PHASES, REVIEW_TRIGGER, RunStatus
 from worker.domain.usage import StepUsage
 from worker.llm.ask import BATCH_WAIT_OUT, OUT_OF_TIME_REASON
@@ -20,8 +21,7 @@ from worker.llm.batch_ends import end_of
 from worker.runs.batches import release_run_batches
 from worker.runs.outcome import PhaseOutcome, RunFacts, decide_outcome
 from worker.runs.phase_run import left_for_later
-from worker.runs.run_usage import batch_calls
-from worker.runs.snapshot import TERMINAL_STEP, RunSnapshot, read_snapshot, step_usages
+from worker.runs.snapshot import TERMINAL_STEP, RunSnapshot, read_snapshot
 from worker.safety.crashpoints import crashpoint
 from worker.safety.guard import GUARD_STEP
 from worker.store.models import RunStepRow
@@ -283,6 +283,6 @@ def _totals(snap: RunSnapshot, parents: list[RunStepRow], facts: RunFacts, flags
     if snap.notes_before is not None:
         totals["notes_before"] = snap.notes_before
     # What became of the batch calls an interrupted attempt left waiting, and the tokens billed
-    # for its batches after their phases (``run_usage.batch_calls``; in the tokens above).
+    # for its batches after their phases (``domain.run_usage.batch_calls``; in the tokens above).
     totals.update(batches)
     return {**(snap.totals or {}), **totals}

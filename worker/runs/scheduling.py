@@ -95,8 +95,12 @@ def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | Non
     takes hours to drain would have its waiting runs sent again (more messages behind the same
     backlog) and failed after ``max_attempts`` timeouts."""
     with app.uow() as uow:
+        before = len(result.failed)
         for recovery in plan_recovery(uow, app.settings, now, backlog):
             _recover(uow, recovery, now, app.settings, result)
+        # The runs given up store what every attempt of theirs spent, as a finalized run's
+        # totals do: all of them at once (two reads per chunk of ids, one executemany).
+        uow.runs.record_usage(result.failed[before:])
         uow.commit()
     # Releases left incomplete earlier (a provider error, a file it kept, a batch still
     # cancelling, whose output file appears when it is done) are tried again: before this

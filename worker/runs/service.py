@@ -183,6 +183,8 @@ def abandon_run(app: App, run_id: str, reason: str) -> bool:
         failed = (run is not None and run.status == RunStatus.QUEUED.value
                   and uow.runs.finish_unclaimed(run, RunStatus.FAILED.value, utcnow(),
                                                 error=reason))
+        if failed:
+            uow.runs.record_usage([run_id])
         uow.commit()
     # Not a warning: the BrokerUnavailable raised next names the run (the CLI's one error
     # line, the gate check task's failure); a second line on a terminal would repeat it.

@@ -12,8 +12,9 @@ from typing import Any
 
 from worker.app import App
 from worker.clock import utcnow
+from worker.domain.run_usage import step_usages
 from worker.domain.types import PHASES, RunStatus, Scope, StepStatus
-from worker.domain.usage import StepUsage, StepViews, billed_late, step_usage
+from worker.domain.usage import StepUsage
 from worker.errors import RunNotFound
 from worker.store.models import RunStepRow
 
@@ -247,24 +248,6 @@ def usage_by_step(steps: Iterable[RunStepRow]) -> dict[str, Usage]:
     recorded (``phase_run``); separate steps (a killed attempt's and its retry's) are added by
     ``usage_of``."""
     return {i: Usage(u.calls, u.tokens) for i, u in step_usages(steps).items()}
-
-
-def step_usages(steps: Iterable[RunStepRow]) -> dict[str, StepUsage]:
-    """``usage_by_step`` with the tokens by direction (what a run's totals report)."""
-    kids: dict[str | None, tuple[int, int, int, int, int]] = {}
-    parents: list[RunStepRow] = []
-    for s in steps:
-        if s.parent_id is None:
-            parents.append(s)
-            continue
-        calls, tokens_in, tokens_out, late_in, late_out = kids.get(s.parent_id, (0,) * 5)
-        more_in, more_out = billed_late(s.output)
-        kids[s.parent_id] = (calls + (s.model is not None), tokens_in + (s.tokens_in or 0),
-                             tokens_out + (s.tokens_out or 0), late_in + more_in,
-                             late_out + more_out)
-    return {p.id: step_usage(StepViews.of(kids.get(p.id, (0,) * 5), p.tokens_in, p.tokens_out,
-                                          p.output))
-            for p in parents}
 
 
 def _summed(usages: Iterable[Usage]) -> Usage:

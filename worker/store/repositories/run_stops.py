@@ -1,19 +1,30 @@
 """The parent steps a run's attempt left running, ended when the attempt is lost (killed, its
-lease lapsed, an erasure interrupted it, the run given up) or the run is stopped for good;
-``RunRepository`` delegates here."""
+lease lapsed, an erasure interrupted it, the run given up) or the run is stopped for good, and
+the usage a run stopped for good spent written to its totals; ``RunRepository`` delegates
+here."""
 
 from __future__ import annotations
 
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, func, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
 
+from worker.domain.run_usage import with_usage
 from worker.domain.types import PHASES, StepStatus
 from worker.store.chunks import chunked
-from worker.store.models import RunStepRow
+from worker.store.models import DreamRunRow, RunStepRow
 
+_RUNS = cast(Table, DreamRunRow.__table__)
 _STEPS = cast(Table, RunStepRow.__table__)
+# What a run's usage is read from (``domain.run_usage.usage_totals``): every step row of it.
+USAGE_COLUMNS = (_STEPS.c.id, _STEPS.c.run_id, _STEPS.c.parent_id, _STEPS.c.status,
+                 _STEPS.c.model, _STEPS.c.tokens_in, _STEPS.c.tokens_out, _STEPS.c.output)
+_SET_TOTALS = (update(_RUNS).where(_RUNS.c.id == bindparam("r_id"))
+               .values(totals=bindparam("r_totals", type_=_RUNS.c.totals.type)))
 _INSERT_STEP = insert(_STEPS)
 _RUNNING = _STEPS.c.status == StepStatus.RUNNING.value
 _ORDER = {p: i for i, p in enumerate(PHASES)}
@@ -96,3 +107,63 @@ def _child_spans(conn: Connection, parent_ids: list[str]) -> dict[str, tuple[Any
                 select(_STEPS.c.parent_id, func.min(_STEPS.c.started_at).label("first"),
                        func.max(_STEPS.c.finished_at).label("last"))
                 .where(_STEPS.c.parent_id.in_(chunk)).group_by(_STEPS.c.parent_id))}
+
+
+def stop_steps(conn: Connection, run_ids: list[str], why: str,
+               now: datetime) -> dict[str, dict[str, Any]]:
+    """``RunRepository.stop_steps``: the runs' running steps interrupted (their batch calls
+    given up), a "not started" step for each phase a run never reached, and the runs' totals
+    with the usage of every step they wrote (``write_usage``), from one read of their rows and
+    steps per chunk of ids. The totals written, by run id."""
+    interrupt_steps(conn, run_ids, why, now, resumed=False)
+    runs: list[Any] = []
+    steps: list[Any] = []
+    for chunk in chunked(sorted(set(run_ids))):  # one statement per chunk of ids
+        runs += conn.execute(select(_RUNS.c.id, _RUNS.c.scope_key, _RUNS.c.totals)
+                             .where(_RUNS.c.id.in_(chunk))).all()
+        steps += conn.execute(select(*USAGE_COLUMNS, _STEPS.c.phase, _STEPS.c.seq)
+                              .where(_STEPS.c.run_id.in_(chunk))).all()
+    written = write_usage(conn, runs, steps)
+    reached = {(s.run_id, s.phase) for s in steps if s.parent_id is None}
+    last = {s.run_id: s.seq for s in sorted(steps, key=lambda s: s.seq)}
+    rows = []
+    for run in sorted(runs, key=lambda r: r.id):
+        missing = [p for p in PHASES if (run.id, p) not in reached]
+        for i, phase in enumerate(missing, start=1):  # after its steps, in phase order
+            at = now + timedelta(microseconds=i)
+            rows.append({"id": str(uuid.uuid4()), "run_id": run.id, "parent_id": None,
+                         "scope_key": run.scope_key, "phase": phase, "name": phase,
+                         "seq": last.get(run.id, 0) + i, "status": StepStatus.INTERRUPTED.value,
+                         "input": {}, "error": f"not started; {why}", "started_at": at,
+                         "finished_at": at})
+    if rows:
+        conn.execute(_INSERT_STEP, rows)
+    return written
+
+
+def record_usage(conn: Connection, run_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The runs' totals take the usage of every step they wrote so far (``write_usage``): two
+    reads per chunk of ids, one executemany for all of them. The totals written, by run id."""
+    runs: list[Any] = []
+    steps: list[Any] = []
+    for chunk in chunked(sorted(set(run_ids))):
+        runs += conn.execute(select(_RUNS.c.id, _RUNS.c.totals).where(_RUNS.c.id.in_(chunk)))
+        steps += conn.execute(select(*USAGE_COLUMNS).where(_STEPS.c.run_id.in_(chunk)))
+    return write_usage(conn, runs, steps)
+
+
+def write_usage(conn: Connection, runs: Iterable[Any],
+                steps: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """Each of ``runs`` (rows with ``id`` and ``totals``) stores its totals with the usage its
+    ``steps`` (rows with ``USAGE_COLUMNS``, every step of those runs) record
+    (``domain.run_usage.with_usage``, as ``finalize`` counts it; its other keys kept), in one
+    executemany: a run stopped without ``finalize`` (cancelled, given up, its user erased)
+    reported no usage at all, its spend invisible to `dream runs show`, the API and the cost
+    reports that read the runs' totals. The totals written, by run id."""
+    of: dict[str, list[Any]] = defaultdict(list)
+    for step in steps:
+        of[step.run_id].append(step)
+    written = {run.id: with_usage(run.totals, of[run.id]) for run in runs}
+    if written:  # in id order: row locks taken in one order
+        conn.execute(_SET_TOTALS, [{"r_id": i, "r_totals": t} for i, t in sorted(written.items())])
+    return written

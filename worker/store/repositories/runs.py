@@ -14,14 +14,13 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from worker.domain.types import (
     ACTIVE_RUN_STATUSES,
-    PHASES,
     UNDONE_FROM,
     RunStatus,
     Scope,
-    StepStatus,
 )
 from worker.store.chunks import chunked
 from worker.store.models import DreamRunRow, RunStepRow
@@ -36,7 +35,7 @@ from worker.store.repositories.run_statements import (
     ordered_after,
     run_row,
 )
-from worker.store.repositories.run_stops import interrupt_steps
+from worker.store.repositories.run_stops import interrupt_steps, record_usage, stop_steps
 
 _RUNS = cast(Table, DreamRunRow.__table__)
 _LEASE = select(_RUNS.c.lease_epoch, _RUNS.c.status).where(_RUNS.c.id == bindparam("run_id"))
@@ -211,33 +210,25 @@ class RunRepository:
         ``interrupt_steps``), and each phase a run never reached gets a parent step that says
         so ("not started; ``why``", also ``interrupted``), so a stopped run shows its four
         phases whichever executor had it (in-process opens all four with its claim, Celery's
-        tasks one at a time) and a dashboard reads why each did not finish."""
-        if not run_ids:
-            return
-        self.interrupt_steps(run_ids, why, now, resumed=False)
-        conn = self.session.connection()
-        scopes: dict[str, str] = {}
-        steps: builtins.list[Any] = []
-        for chunk in chunked(sorted(set(run_ids))):  # one statement per chunk of ids
-            scopes.update((r.id, r.scope_key) for r in conn.execute(
-                select(_RUNS.c.id, _RUNS.c.scope_key).where(_RUNS.c.id.in_(chunk))))
-            steps += conn.execute(select(_STEPS.c.run_id, _STEPS.c.phase, _STEPS.c.parent_id,
-                                         _STEPS.c.seq).where(_STEPS.c.run_id.in_(chunk))).all()
-        reached = {(s.run_id, s.phase) for s in steps if s.parent_id is None}
-        last = {s.run_id: s.seq for s in sorted(steps, key=lambda s: s.seq)}
-        rows = []
-        for run_id, scope_key in sorted(scopes.items()):
-            missing = [p for p in PHASES if (run_id, p) not in reached]
-            for i, phase in enumerate(missing, start=1):  # after its steps, in phase order
-                at = now + timedelta(microseconds=i)
-                rows.append({"id": str(uuid.uuid4()), "run_id": run_id, "parent_id": None,
-                             "scope_key": scope_key, "phase": phase, "name": phase,
-                             "seq": last.get(run_id, 0) + i,
-                             "status": StepStatus.INTERRUPTED.value, "input": {},
-                             "error": f"not started; {why}", "started_at": at,
-                             "finished_at": at})
-        if rows:
-            conn.execute(_INSERT_STEP, rows)
+        tasks one at a time) and a dashboard reads why each did not finish. Their totals take
+        the usage of every step they wrote (``run_stops.write_usage``), in the same
+        transaction."""
+        if run_ids:
+            self._loaded(stop_steps(self.session.connection(), run_ids, why, now))
+
+    def record_usage(self, run_ids: builtins.list[str]) -> None:
+        """The runs, stopped in this transaction without ``finalize``, store the usage of
+        every step they wrote in their totals (``run_stops.record_usage``: a few statements
+        for any number of runs)."""
+        if run_ids:
+            self._loaded(record_usage(self.session.connection(), run_ids))
+
+    def _loaded(self, totals: dict[str, dict[str, Any]]) -> None:
+        """A run row this session loaded holds the ``totals`` written past the ORM, as if
+        read (never flushed again over them, still readable once the session is closed)."""
+        for obj in builtins.list(self.session.identity_map.values()):
+            if isinstance(obj, DreamRunRow) and obj.id in totals:
+                set_committed_value(obj, "totals", totals[obj.id])
 
     def finish_fenced(self, run_id: str, epoch: int, status: str, scope: Scope,
                       **values: Any) -> bool:
