@@ -193,3 +193,33 @@ def test_a_reread_value_stops_dream_gate_before_any_run(sqlite_app: App) -> None
                            "but a lead-in"), line
     with sqlite_app.uow() as uow:
         assert uow.session.query(DreamRunRow).count() == 0
+
+
+@pytest.mark.parametrize(("env", "refused"), [
+    ({"DREAM_BUDGET__MAX_TOKENS_PER_RUN": "500"},
+     "DREAM_BUDGET__MAX_TOKENS_PER_RUN (500) is not above DREAM_LLM_MAX_OUTPUT_TOKENS (1024)"),
+    ({"DREAM_BUDGET__MAX_TOKENS_PER_SCOPE": "1024"},
+     "DREAM_BUDGET__MAX_TOKENS_PER_SCOPE (1024) is not above DREAM_LLM_MAX_OUTPUT_TOKENS"),
+    ({"DREAM_CONTRADICTIONS__MAX_TOKENS_PER_RUN": "16"},
+     "DREAM_CONTRADICTIONS__MAX_TOKENS_PER_RUN (16) is not above"),
+    ({"DREAM_BUDGET__MAX_TOKENS_PER_RUN": "20000"}, None),
+    ({"DREAM_BUDGET__MAX_TOKENS_PER_RUN": "0"}, None),  # no tokens at all: said, not a slip
+    ({"DREAM_BUDGET__MAX_TOKENS_PER_RUN": "500", "DREAM_LLM_PROVIDER": "none"}, None),
+])
+def test_a_token_cap_no_call_fits_under_is_refused(
+        monkeypatch: pytest.MonkeyPatch, env: dict[str, str], refused: str | None) -> None:
+    """A call holds its prompt's estimate plus the reply cap before it is sent: under a token
+    cap no larger than DREAM_LLM_MAX_OUTPUT_TOKENS none ever was, and every run that had a
+    question ended blocked on its budget, night after night. Now one line at start-up."""
+    monkeypatch.setenv("DREAM_LLM_PROVIDER", "openai")
+    monkeypatch.setenv("DREAM_LLM_MAX_OUTPUT_TOKENS", "1024")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if refused is None:
+        assert load_settings().llm_max_output_tokens == 1024
+        return
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    message = str(err.value)
+    assert message.startswith("invalid setting: DREAM_") and refused in message, message
+    assert "\n" not in message and message.endswith("; fix the environment variable and retry")

@@ -60,7 +60,7 @@ def duration_problem(settings: Settings) -> str | None:
 def conflict_problem(settings: Settings) -> str | None:
     """The first pair of settings that contradict each other, as one line; None when none do."""
     return (_phase_outlives_task(settings) or _backoff_cap_below_beat(settings)
-            or _update_band_empty(settings))
+            or _update_band_empty(settings) or _no_call_fits(settings))
 
 
 def _phase_outlives_task(settings: Settings) -> str | None:
@@ -111,6 +111,25 @@ def _update_band_empty(settings: Settings) -> str | None:
                 f"DREAM_REMEMBER__NOOP_THRESHOLD ({noop:g}): a match that close is a NOOP "
                 "already, so remember would never UPDATE; lower the update threshold or raise "
                 "the noop one")
+    return None
+
+
+def _no_call_fits(settings: Settings) -> str | None:
+    # A call holds its prompt's estimate plus the reply cap (worker.llm.spending) before it is
+    # sent: under a token cap no larger than the reply cap alone, none ever is, and every run
+    # that has something to ask ends blocked on its budget (0 is left alone: no tokens at all).
+    reply = settings.llm_max_output_tokens
+    if settings.llm_provider == "none" or reply is None:
+        return None
+    for name, cap in (("DREAM_BUDGET__MAX_TOKENS_PER_RUN", settings.budget.max_tokens_per_run),
+                      ("DREAM_BUDGET__MAX_TOKENS_PER_SCOPE", settings.budget.max_tokens_per_scope),
+                      ("DREAM_CONTRADICTIONS__MAX_TOKENS_PER_RUN",
+                       settings.contradictions.max_tokens_per_run)):
+        if cap and cap <= reply:
+            return (f"{name} ({cap}) is not above DREAM_LLM_MAX_OUTPUT_TOKENS ({reply}): a model "
+                    "call holds its prompt's estimate plus the reply cap before it is sent, so "
+                    "no call would ever fit and every run would end blocked; raise the token "
+                    f"cap well above {reply}, or lower DREAM_LLM_MAX_OUTPUT_TOKENS")
     return None
 
 
