@@ -91,6 +91,9 @@ class ContradictionSettings(BaseModel):
     contained_min_similarity: float = Field(0.60, ge=0.0, le=1.0)
     topic_size: int = Field(8, ge=2, le=50)  # notes of one topic asked about together
     small_scope_notes: int = Field(60, ge=0, le=100)  # model: a scope this small asked whole
+    # A retirement only the whole-scope ask found is asked again alone before it applies
+    # (worker.phases.contradictions.confirm): a model lumping two attributes must err twice.
+    confirm_whole: bool = True
     large_scope_pieces: bool = False  # up to 3× that asked in pieces too (cost: square; needs ≥ 2)
     notes_per_call: int = Field(24, ge=2)  # trusted topics packed into one prompt up to this
     max_calls_per_run: int | None = Field(20, ge=0)  # per run and scope, inside the run's

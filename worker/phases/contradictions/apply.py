@@ -18,6 +18,7 @@ from worker.domain.types import (
     fingerprint_versions,
     restated_at,
 )
+from worker.phases.contradictions.confirm import Confirming
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
     PHASE,
@@ -123,6 +124,8 @@ class Applier:
         self.held_back: list[tuple[Verdict, Decision]] = []
         self.held_into: dict[str, str] = {}
         self.planned: list[_Planned] = []
+        # Retirements only asking the scope whole found, waiting to be asked alone.
+        self.confirming = Confirming(ctx.settings.contradictions.confirm_whole, counters)
 
     def decided_into(self) -> dict[str, str]:
         """Loser → winner of every retirement decided, applied or held back by the guard:
@@ -152,11 +155,15 @@ class Applier:
         consistent, entries = self.consistency.consistent(verdict)
         for pd in topic_decisions(consistent, self.notes, self.policy, suspicious):
             covered.add(pd.verdict.pair.ids)
+            if (held := self.confirming.hold(verdict.topic, pd, self.notes)) is not None:
+                entries.append(held)
+                continue
             # The entry itself, not a copy: the write completes it (a loser found stale).
             entry = self.apply(pd.verdict, pd.decision, {
                 "a": pd.verdict.pair.a_id, "b": pd.verdict.pair.b_id,
                 "relation": pd.verdict.relation})
             entries.append(entry)
+        self.confirming.again(verdict.topic, entries)
         # Pairs of a dropped attribute are neither decided nor remembered: asked again.
         for p in independent_pairs(verdict):
             if p.ids not in covered and not (set(p.ids) & self.retired):

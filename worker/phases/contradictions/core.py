@@ -41,6 +41,7 @@ class Action(StrEnum):
     SKIPPED = "skipped"  # a note of the pair was already retired in this run
     GUARDED = "guarded"  # the blast-radius guard held the revocation back for a later run
     STALE = "stale"  # a note changed since the plan read it
+    CONFIRM = "confirm"  # only asking the scope whole found it: asked again alone first
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from worker.llm.base import LLMClient
 from worker.llm.fanout import CallLimit, Question, ask_all, room
 from worker.llm.prompts import render_prompt
 from worker.phases.contradictions.apply import Applier, suspicious_notes
+from worker.phases.contradictions.confirm import lone_topics
 from worker.phases.contradictions.core import (
     PHASE,
     PROMPT,
@@ -94,9 +95,10 @@ def judge_topics(
     results: list[CallResult] = []
     asked: set[tuple[str, str]] = set()
     pending, deferred = pairs, list[Topic]()
+    confirming: list[CandidatePair] = []  # pairs to ask alone (``confirm``)
     round_no = 0
-    while pending or (late is not None and not deferred):
-        if not pending:
+    while pending or confirming or (late is not None and not deferred):
+        if not pending and not confirming:
             assert late is not None
             pending = [p for p in late(applier.retired) if p.ids not in asked]
             late = None
@@ -107,7 +109,7 @@ def judge_topics(
                                              s.small_scope_notes))
         round_no += 1
         active = {k: n for k, n in notes.items() if n.id not in applier.retired}
-        planned = isolate_suspicious(plan_topics(pending, active, topic_size), suspicious)
+        planned = _planned(confirming, pending, notes, active, topic_size, suspicious)
         applier.counters["topics_found"] = applier.counters.get("topics_found", 0) + len(planned)
         calls = pack_calls(planned, suspicious, s.notes_per_call)
         # Never more prompts in flight than calls left: the fair order decides who is asked.
@@ -130,9 +132,31 @@ def judge_topics(
             break
         active = {k: n for k, n in notes.items() if n.id not in applier.retired}
         pending = follow_retirements(pending, applier.decided_into(), asked, active)
+        confirming = [p for p in confirming if p.ids not in asked]  # past the round's calls
+        pending, confirming = _with_confirming(pending, confirming, applier, active)
     applier.counters["rounds"] = round_no
     applier.counters["topics_judged"] = sum(len(r.verdicts) for r in results)
     return results, deferred
+
+
+def _planned(confirming: list[CandidatePair], pending: list[CandidatePair], notes: dict[str, Note],
+             active: dict[str, Note], topic_size: int, suspicious: frozenset[str]) -> list[Topic]:
+    """The round's topics. Pairs to confirm go in a round of their own: a topic asked beside
+    them could retire one of their notes first, and the answer about the two alone be wasted."""
+    if confirming:
+        return lone_topics(confirming, notes)
+    return isolate_suspicious(plan_topics(pending, active, topic_size), suspicious)
+
+
+def _with_confirming(pending: list[CandidatePair], left: list[CandidatePair], applier: Applier,
+                     active: dict[str, Note]) -> tuple[list[CandidatePair], list[CandidatePair]]:
+    """The pairs left but the retirements to confirm (``confirm``: those ``left`` unasked and
+    the new ones), and those, each moved to the notes that replaced a retired one: asked
+    alone in the next round."""
+    fresh = follow_retirements([*left, *applier.confirming.take()], applier.decided_into(),
+                               set(), active)
+    ids = {p.ids for p in fresh}
+    return [p for p in pending if p.ids not in ids], fresh
 
 
 def _phase_limit(ctx: PhaseContext) -> CallLimit:
