@@ -41,8 +41,9 @@ def lone_topics(pairs: Sequence[CandidatePair], notes: dict[str, Note]) -> list[
     """Each pair to confirm as a topic of its own (as a suspicious note's pairs are,
     ``topics.isolate_suspicious``), its answer resting on its two notes. Not planned with the
     rest: a topic too large is split along its weakest pairs, and such a pair (no likeness)
-    went first. Asked first: a retirement already decided once waits on them, and after the
-    other topics the run's calls ran out before them, run after run."""
+    went first. Asked in the round right after they are held, a round of their own: a
+    retirement already decided once waits on them, and after the other topics the run's calls
+    ran out before them, run after run."""
     return [Topic(p.ids, (p,), False, max(created(notes[p.a_id]), created(notes[p.b_id])))
             for p in pairs]
 
@@ -80,8 +81,8 @@ class Confirming:
 
     def take(self) -> list[CandidatePair]:
         """The pairs to ask alone in the next round, each loser with the last winner of its
-        chain of held retirements (A → B and B → C held: A with C, B with C), so no pair of
-        the round retires a note another pair of it is about."""
+        chain of held retirements (A → B and B → C held: A with C, B with C), so the pairs
+        of one chain do not retire each other's notes (pairs held apart may still: ``again``)."""
         def final(nid: str) -> str:
             seen = {nid}
             while (nxt := self.into.get(nid)) is not None and nxt not in seen:
