@@ -28,7 +28,9 @@ JUDGES = {"consolidate", "contradictions", "prune", "archive"}
 ONLY = ["consolidate"]
 
 
-def _judging_app(app: App, stub: LLMStub, batch: bool) -> App:
+def judging_app(app: App, stub: LLMStub, batch: bool) -> App:
+    """The real client on the stub judging in every phase (prune's and archive's reviews too),
+    online or in provider batches."""
     app.llm = OpenAICompatibleLLM(base_url=stub.url, model="stub-model", api_key="k",
                                   timeout=10, max_retries=0)
     app.settings.prune.review = "llm"
@@ -68,7 +70,7 @@ def test_a_refused_question_is_not_asked_again_until_its_cooling_off_ends(
     each judging phase says how many questions it skipped. Past the period (7 days by
     default) they are asked again."""
     llm_stub.set_handler(lambda req: _refused())
-    _judging_app(app, llm_stub, batch)
+    judging_app(app, llm_stub, batch)
     scope = Scope("cooling")
     _store(app, scope)
     first = _run(app, scope, NOW)
@@ -101,7 +103,7 @@ def test_garbage_is_remembered_and_what_the_endpoint_failed_is_not(
     """A question the endpoint failed (HTTP 500) says nothing of the question: asked again by
     the next run. A reply that is no JSON of the schema (after its re-asks) beside a usable
     answer to another question cools off like a refusal."""
-    _judging_app(app, llm_stub, batch=False)
+    judging_app(app, llm_stub, batch=False)
     scope = Scope("garbage")
     _store(app, scope, clusters=(DARK_MODE_NOTES, TEA_NOTES), every_phase=False)
     llm_stub.set_handler(lambda req: StubResponse.error(500))
@@ -128,7 +130,7 @@ def test_garbage_is_remembered_and_what_the_endpoint_failed_is_not(
 def test_garbage_to_every_question_is_not_remembered(app: App, llm_stub: LLMStub) -> None:
     """No usable reply at all: the model (or a proxy before it) is what fails, and the run
     is blocked for it (model_unusable); once it is fixed the next run asks again."""
-    _judging_app(app, llm_stub, batch=False)
+    judging_app(app, llm_stub, batch=False)
     scope = Scope("all-garbage")
     _store(app, scope, every_phase=False)
     llm_stub.set_handler(lambda req: "this is not JSON")
@@ -142,7 +144,7 @@ def test_garbage_to_every_question_is_not_remembered(app: App, llm_stub: LLMStub
 def test_a_changed_note_is_asked_about_at_once(app: App, llm_stub: LLMStub) -> None:
     """The memory holds the notes at their versions: a host's edit of one of them makes a
     new question, asked on the next run."""
-    _judging_app(app, llm_stub, batch=False)
+    judging_app(app, llm_stub, batch=False)
     llm_stub.set_handler(lambda req: _refused())
     scope = Scope("edited")
     _store(app, scope, every_phase=False)
@@ -158,7 +160,7 @@ def test_a_changed_note_is_asked_about_at_once(app: App, llm_stub: LLMStub) -> N
 
 def test_the_period_0_turns_the_memory_off(app: App, llm_stub: LLMStub) -> None:
     """DREAM_LLM_UNANSWERED_HOURS=0: every run asks again, as before."""
-    _judging_app(app, llm_stub, batch=False)
+    judging_app(app, llm_stub, batch=False)
     app.settings.llm_unanswered_hours = 0
     llm_stub.set_handler(lambda req: _refused())
     scope = Scope("off")
@@ -175,7 +177,7 @@ def test_a_phase_recalls_from_the_memory_it_loaded(app: App, llm_stub: LLMStub) 
     judgements again (a statement per phase and per contradictions round: the bench's SQL per
     scope went from 24.5 to 26.6, over the 25 the engine holds to)."""
     llm_stub.set_handler(lambda req: _refused())
-    _judging_app(app, llm_stub, batch=False)
+    judging_app(app, llm_stub, batch=False)
     scope = Scope("recalled")
     _store(app, scope, every_phase=False)
     phases = ["consolidate", "contradictions"]

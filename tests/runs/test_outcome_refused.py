@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.llm.test_openai_batch import TEA_NOTES, _refused, _store, answer
+from tests.llm.test_unanswered import judging_app
 from tests.phases.contradictions.test_service import phase_step, run_phase, with_stub
 from tests.runs.test_outcome_blocked import dream
 from tests.runs.test_outcome_rejected import ENV, PARTIAL, UNITS, _import_dark_mode, _units
@@ -107,13 +108,7 @@ def test_every_judge_refusing_names_each_phase(app: App, llm_stub: LLMStub, batc
     """Every phase that asks a model (consolidate, contradictions, prune's and archive's
     reviews), online and as provider batches: each one that asked is named."""
     llm_stub.set_handler(lambda req: _refused())
-    app.llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
-                                  timeout=10, max_retries=0)
-    app.settings.prune.review = "llm"
-    app.settings.archive.review = "llm"
-    app.settings.llm_batch = batch
-    app.settings.llm_batch_poll = 0.05
-    app.settings.llm_batch_wait = 20
+    judging_app(app, llm_stub, batch)
     scope = Scope("every-judge")
     _store(app, scope)
     run_id = service.create_run(app, scope, force=True, clock=NOW)
