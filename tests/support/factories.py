@@ -21,6 +21,8 @@ def add_notes(app: App, *notes: dict[str, Any]) -> None:
     for n in notes:
         n = dict(n)
         n.setdefault("agent_id", "agent-1")
+        if "embedding" in n:  # a test's own vector: this store's model made it
+            n.setdefault("embedding_model", app.embedder.model_name)
         lines.append(json.dumps(n))
     import_notes(app, lines)
 

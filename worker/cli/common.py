@@ -146,7 +146,8 @@ def _bounded(fh: Any, *, close: bool) -> Iterator[bytes]:
 
 
 def echo_imported(result: Any, noun: str) -> None:
-    """The one summary line of every JSONL import (an ingest result: read, inserted, duplicates)."""
+    """The one summary line of every JSONL import (an ingest result: read, inserted, duplicates),
+    then its warnings on stderr."""
     if not result.read:
         click.echo(f"nothing to import: no {noun} in the input (an export with no {noun} "
                    "writes none)")
@@ -158,6 +159,8 @@ def echo_imported(result: Any, noun: str) -> None:
                + f"{result.duplicates} already present"
                + (f" ({restated} stored {'note' if restated == 1 else 'notes'} said again "
                   "later: dated at the later statement)" if restated else ""))
+    for warning in getattr(result, "warnings", ()):
+        click.echo(f"warning: {warning}", err=True)
 
 
 def echo_batch_releases(releases: Iterable[Any], indent: str = "") -> None:

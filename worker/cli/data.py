@@ -168,8 +168,8 @@ def entities_import(ctx: click.Context, file: str) -> None:
     result = import_entities(cli_app(ctx), read_lines(file))
     if not result.read:
         echo_imported(result, "entities")
-    else:
-        click.echo(f"read {result.read} entities: {result.inserted} upserted")
+        return
+    click.echo(f"read {result.read} entities: {result.inserted} upserted")
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
 

@@ -43,9 +43,16 @@ def parse_embedding(embedding: object, number: int, dims: int | None) -> np.ndar
     return (wide / norm).astype(np.float32)
 
 
-def check_vectors(app: App, rows: list[dict[str, Any]]) -> None:
-    """Vectors given in the file must match what this deployment embeds with."""
+def check_vectors(app: App, rows: list[dict[str, Any]]) -> list[str]:
+    """Vectors given in the file must match what this deployment embeds with: its dimensions
+    (else refused), and its model. A vector of another model, or of none named, is set aside
+    and the note embedded here like a line without one: one store holds one model's vectors,
+    and a host's vectors of the same width but another model (or a stamp of this one on them,
+    as before) made every cosine between its notes and the store's own meaningless. Returns
+    the warnings (one line, when some were set aside)."""
     expected = app.embedder.dimensions
+    model = app.embedder.model_name
+    other: list[dict[str, Any]] = []
     for r in rows:
         if r["embedding"] is None:
             continue
@@ -54,9 +61,15 @@ def check_vectors(app: App, rows: list[dict[str, Any]]) -> None:
                 f"note {r['id']}: embedding has {r['embedding'].shape[0]} dimensions, the "
                 f"configured embedder uses {expected}; drop the field to re-embed"
             )
-        if r["embedding_model"] == "imported":
-            r["embedding_model"] = app.embedder.model_name
-
+        if r["embedding_model"] != model:
+            other.append(r)
+    for r in other:
+        r["embedding"] = r["embedding_model"] = None
+    if not other:
+        return []
+    return [f"{len(other)} notes gave an embedding without embedding_model {model!r} (another "
+            f"model's, or no model named): embedded here with {model!r} instead; name the "
+            "model in embedding_model to keep a vector it made"]
 
 
 def embed_missing(app: App, rows: list[dict[str, Any]]) -> None:

@@ -157,7 +157,7 @@ def parse_note(obj: dict[str, Any], number: int, now: datetime, dims: int | None
         "content": content,
         "content_hash": content_hash(content),
         "embedding": vector,
-        "embedding_model": (model or "imported") if vector is not None else None,
+        "embedding_model": model if vector is not None else None,
         "status": status,
         "is_auto_generated": auto,
         "protection": protection,
@@ -203,7 +203,7 @@ def import_notes(app: App, lines: Iterable[str | bytes]) -> ImportResult:
     dims = app.embedder.dimensions  # checked per line so the error names the line (R22)
     result = ImportResult()
     parsed = _parse_lines(lines, utcnow(), dims, result)
-    check_vectors(app, parsed.rows)
+    result.warnings.extend(check_vectors(app, parsed.rows))
     with app.uow() as uow:
         planned = _planned(uow, parsed)
     # Embedded before the write holds the store (a remote model may be slow), then what was
