@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from worker.config import Settings
-from worker.llm.base import BatchItem, BatchRelease, BatchState
+from worker.llm.base import BatchItem, BatchRelease, BatchState, SubmissionLookup
 
 
 class HasSettings(Protocol):
@@ -150,8 +150,12 @@ class OutboundLLM:
                                user=self._out(item.user, table)))
         return out, tables
 
-    def submit_batch(self, items: Sequence[BatchItem]) -> str:
-        return str(self.inner.submit_batch(self._outbound_items(items)[0]))
+    def submit_batch(self, items: Sequence[BatchItem], submission: str) -> str:
+        return str(self.inner.submit_batch(self._outbound_items(items)[0], submission))
+
+    def find_submission(self, submission: str) -> SubmissionLookup:
+        lookup: SubmissionLookup = self.inner.find_submission(submission)  # ids only, no text
+        return lookup
 
     def release_batch(self, batch_id: str) -> BatchRelease:
         release: BatchRelease = self.inner.release_batch(batch_id)  # ids only, no text

@@ -27,12 +27,27 @@ class MemoryLedger:
         self.reads: dict[str, str] = {}
         # Batches an earlier attempt's step recorded (and handed over when interrupted).
         self.earlier: set[str] = set()
+        # Submissions written ahead: key -> custom ids, and the reason of those closed.
+        self.intents: dict[str, list[str]] = {}
+        self.closed: dict[str, str] = {}
 
     def recorded(self) -> list[tuple[str, set[str]]]:
         return [(b, set(ids)) for b, ids in self.batches]
 
-    def record(self, batch_id: str, custom_ids: Sequence[str]) -> None:
+    def intend(self, submission: str, custom_ids: Sequence[str]) -> None:
+        self.intents[submission] = list(custom_ids)
+
+    def record(self, batch_id: str, custom_ids: Sequence[str], submission: str = "") -> None:
+        if submission:
+            assert submission in self.intents  # written ahead
+            self.closed[submission] = batch_id
         self.batches.append((batch_id, set(custom_ids)))
+
+    def open_submissions(self) -> list[tuple[str, set[str]]]:
+        return [(k, set(ids)) for k, ids in self.intents.items() if k not in self.closed]
+
+    def unsubmitted(self, submission: str, why: str) -> None:
+        self.closed[submission] = why
 
     def released(self, release: BatchRelease) -> None:
         self.releases.append(release)

@@ -19,7 +19,7 @@ from tests.support.llm_stub_batches import RawAnswer
 from tests.support.topic_judge import topic_reply
 from worker.app import App
 from worker.domain.types import Scope
-from worker.llm.base import BatchItem, LLMError
+from worker.llm.base import BatchItem
 from worker.llm.batch import BatchPending
 from worker.llm.openai_compat import OpenAICompatibleLLM
 from worker.runs import service
@@ -388,7 +388,10 @@ def test_a_batch_id_that_is_no_id_defers_the_items(
     assert llm_stub.batches.sent and llm_stub.batches.files == {}
     assert len(_active(stub_app, scope)) == len(DARK_MODE_NOTES)
     with stub_app.uow() as uow:
-        assert not [s for s in uow.runs.steps(run_id) if s.name.startswith("llm batch ")]
+        steps = [s for s in uow.runs.steps(run_id) if s.name.startswith("llm batch ")]
+    # Only the submission written ahead, closed with the reason (no batch id recorded).
+    assert [(s.status, "batch_id" in (s.input or {})) for s in steps] == [("skipped", False)]
+    assert "batch id that is no id" in (steps[0].output or {})["lookup"]["why"]
 
 
 def _pending_batch(llm_stub: LLMStub) -> Any:
@@ -481,13 +484,13 @@ def test_a_release_or_delete_answered_with_garbage_fails_nothing(
 def test_a_batch_create_whose_answer_is_lost_is_not_sent_again(llm_stub: LLMStub) -> None:
     """The provider created the batch and the answer never came (the connection closed): the
     client does not create it again (a second batch billed for the same questions, the first
-    unknown to the run: never charged, never released). The items are deferred instead.
-    Before, the openai client's own retries created up to three batches."""
+    unknown to the run: never charged, never released). Before, the openai client's own
+    retries created up to three batches; the batch made is found by its key and adopted."""
     llm_stub.set_handler(answer)
     llm_stub.batches.lost_creates = 1
     llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
                               timeout=10, max_retries=2)
     item = BatchItem("q-1", "consolidate", "sys", "user", {"type": "object"})
-    with pytest.raises(LLMError):
-        llm.submit_batch([item])
-    assert len(llm_stub.batches.batches) == 1
+    batch_id = llm.submit_batch([item], "dw-" + "a" * 32)
+    assert list(llm_stub.batches.batches) == [batch_id]
+    assert llm_stub.batches.batches[batch_id].metadata["submission"] == "dw-" + "a" * 32

@@ -7,6 +7,7 @@ against the local stub's files and batches endpoints (tests/support/llm_stub_bat
 
 from __future__ import annotations
 
+import json
 from collections.abc import MutableMapping
 from datetime import timedelta
 from typing import Any
@@ -418,3 +419,50 @@ def test_a_cancelled_waiting_phase_shows_why_it_ended_not_what_it_waited_on(
     assert "— interrupted; the run was cancelled" in phase and "waiting on" not in phase
     (batch,) = [line for line in out.output.splitlines() if f"llm batch {batch_id}" in line]
     assert " skipped " in batch and "released" in batch and "cancelled, 1 file(s)" in batch
+
+
+def _submitted_unknown(app: App, stub: LLMStub, run_id: str, key: str) -> str:
+    """A batch the provider made with ``key`` whose create answer the run never got (its
+    process died before recording it): the submission written ahead on the run's consolidate
+    step, open, and the batch at the stub; the batch's id."""
+    line = {"custom_id": "q-lost", "method": "POST", "url": "/v1/chat/completions", "body": {}}
+    input_id = stub.batches._store(json.dumps(line).encode() + b"\n", "batch", f"{key}.jsonl")
+    _, body = stub.batches._create({"input_file_id": input_id, "completion_window": "24h",
+                                    "endpoint": "/v1/chat/completions",
+                                    "metadata": {"source": "dream-worker", "submission": key}})
+    with app.uow() as uow:
+        (batch_step,) = [s for s in uow.runs.steps(run_id) if s.name.startswith("llm batch ")]
+        uow.runs.add_step({
+            "run_id": run_id, "parent_id": batch_step.parent_id, "scope_key": batch_step.scope_key,
+            "phase": "consolidate", "name": f"llm batch {key}", "seq": 0, "status": "succeeded",
+            "input": {"submission": key, "custom_ids": ["q-lost"]}, "output": {"submitting": 1},
+            "error": None, "prompt_name": None, "template_hash": None, "model": None,
+            "tokens_in": 0, "tokens_out": 0, "started_at": utcnow(), "finished_at": utcnow(),
+            "duration_ms": None})
+        uow.commit()
+    return str(body["id"])
+
+
+def test_cancelling_a_run_releases_the_batch_it_never_learned_of(
+        stub_app: App, llm_stub: LLMStub) -> None:
+    """A run whose process died between the provider making a batch and recording it, then
+    cancelled: before, that batch ran on unknown (billed, its file of note text kept) as the
+    run only released the batches it had recorded. Now the submission written ahead is looked
+    up by its key, the batch found is cancelled and its file deleted, recorded on the step;
+    a batch another run made under another key is left alone."""
+    _store(stub_app, SCOPE, every_phase=False)
+    _store(stub_app, Scope("other-scope"), every_phase=False)
+    run_id = _waiting_run(stub_app)
+    (recorded,) = llm_stub.batches.batches
+    lost = _submitted_unknown(stub_app, llm_stub, run_id, "dw-" + "c" * 32)
+    other = _waiting_run(stub_app, Scope("other-scope"))
+    (foreign,) = set(llm_stub.batches.batches) - {recorded, lost}
+    out = _cli(stub_app, llm_stub, "runs", "cancel", run_id)
+    assert out.exit_code == 0, out.output
+    assert f"provider batch {lost}: cancelled, 1 file(s) deleted" in out.output
+    assert sorted(llm_stub.batches.cancelled) == sorted([recorded, lost])
+    assert llm_stub.batches.batches[foreign].input_file_id in llm_stub.batches.files
+    with stub_app.uow() as uow:
+        (step,) = [s for s in uow.runs.steps(run_id) if s.name == f"llm batch {lost}"]
+    assert (step.input or {})["submission"] == "dw-" + "c" * 32 and step.status == "skipped"
+    assert _status(stub_app, other) == RunStatus.RUNNING.value

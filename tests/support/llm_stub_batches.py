@@ -14,7 +14,11 @@ batch writes no file), ``fail_line(req) -> bool`` (an error-file line instead of
 bool`` (a broken JSON line in the output file), ``refuse_status`` (every request answers it)
 and ``batch_prefix`` (what a batch id starts with); ``garbage[route]`` (route one of "upload",
 "create", "retrieve", "cancel", "delete") is a ``RawAnswer``, an HTTP 200 body that is none of
-the API's objects (a proxy's HTML page, JSON cut short), sent instead of the route's answer. Every answered line goes through the stub's
+the API's objects (a proxy's HTML page, JSON cut short), sent instead of the route's answer.
+``lost_creates`` / ``lost_uploads``: the next so many batch creates / uploads are carried out
+and their answer never sent (the connection closes). ``GET /v1/batches`` and ``GET /v1/files``
+list them newest first (``limit``, ``after``; files by ``purpose``), as OpenAI pages them;
+``refuse_list`` makes both answer that status. Every answered line goes through the stub's
 handler exactly as an online chat completion would.
 """
 
@@ -26,6 +30,7 @@ import itertools
 import json
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,14 +104,23 @@ class BatchEndpoints:
         # The next this many batch creates are carried out and their answer lost (the
         # connection closes before it): the client cannot tell a batch was created.
         self.lost_creates = 0
+        self.lost_uploads = 0  # likewise for file uploads
+        self.refuse_list: int | None = None  # every batches/files list answers this
+        self.names: dict[str, str] = {}  # file id -> the name it was uploaded under
+        self.lists: list[str] = []  # every list request's path and query
 
     def lose_create_answer(self, path: str) -> bool:
-        """Whether to drop the answer to this POST (a batch create, ``lost_creates``)."""
+        """Whether to drop the answer to this POST (a batch create, ``lost_creates``, or an
+        upload, ``lost_uploads``)."""
+        route = path.split("?")[0].rstrip("/")
         with self._lock:
-            if not path.rstrip("/").endswith("/batches") or self.lost_creates <= 0:
-                return False
-            self.lost_creates -= 1
-            return True
+            if route.endswith("/batches") and self.lost_creates > 0:
+                self.lost_creates -= 1
+                return True
+            if route.endswith("/files") and self.lost_uploads > 0:
+                self.lost_uploads -= 1
+                return True
+            return False
 
     # ---- routing -----------------------------------------------------------------------
     def post(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
@@ -124,6 +138,8 @@ class BatchEndpoints:
         if self.refuse_status is not None:
             return self.refuse_status, {"error": {"message": f"stub refuses ({self.refuse_status})"}}
         parts = path.split("?")[0].rstrip("/").split("/")
+        if parts[-1] in ("batches", "files"):
+            return self._list(parts[-1], path)
         if len(parts) >= 3 and parts[-2] == "batches":
             return self.garbled("retrieve") or self._retrieve(parts[-1])
         if parts[-1] == "content" and parts[-3] == "files":
@@ -152,30 +168,55 @@ class BatchEndpoints:
         answer = self.garbage.get(route)
         return None if answer is None else (200, answer)
 
+    def _list(self, kind: str, path: str) -> tuple[int, Any]:
+        """A page of batches or batch files, newest first, after the ``after`` id."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+        with self._lock:
+            self.lists.append(path)
+            if self.refuse_list is not None:
+                return self.refuse_list, {"error": {"message": "stub refuses to list"}}
+            if kind == "batches":
+                rows = [b.body(self._line_count(b)) for b in reversed(self.batches.values())]
+            else:
+                purpose = query.get("purpose", [None])[0]
+                rows = [self._file_body(f) for f in reversed(self.files)
+                        if purpose is None or self.purposes[f] == purpose]
+        after = query.get("after", [None])[0]
+        if after is not None:
+            rows = rows[[r["id"] for r in rows].index(after) + 1:]
+        limit = int(query.get("limit", ["20"])[0])
+        return 200, {"object": "list", "data": rows[:limit], "has_more": len(rows) > limit,
+                     "first_id": rows[0]["id"] if rows else None,
+                     "last_id": rows[:limit][-1]["id"] if rows else None}
+
     # ---- files ---------------------------------------------------------------------------
     def _upload(self, content_type: str, raw: bytes) -> tuple[int, Any]:
         message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
             f"content-type: {content_type}\r\n\r\n".encode() + raw)
         fields: dict[str, bytes] = {}
+        filename = "upload"
         for part in message.iter_parts():
             name = part.get_param("name", header="content-disposition")
             payload = part.get_payload(decode=True)
             fields[str(name)] = payload if isinstance(payload, bytes) else b""
+            if name == "file":
+                filename = part.get_filename() or filename
         if "file" not in fields:
             return 400, {"error": {"message": "no file in the upload"}}
-        file_id = self._store(fields["file"], fields.get("purpose", b"").decode())
+        file_id = self._store(fields["file"], fields.get("purpose", b"").decode(), filename)
         return 200, self._file_body(file_id)
 
-    def _store(self, data: bytes, purpose: str) -> str:
+    def _store(self, data: bytes, purpose: str, filename: str | None = None) -> str:
         with self._lock:
             file_id = f"file-{next(self._ids)}"
             self.files[file_id], self.purposes[file_id] = data, purpose
             self.sent[file_id] = data
+            self.names[file_id] = filename or f"{file_id}.jsonl"
         return file_id
 
     def _file_body(self, file_id: str) -> dict[str, Any]:
         return {"id": file_id, "object": "file", "bytes": len(self.sent[file_id]),
-                "created_at": int(time.time()), "filename": f"{file_id}.jsonl",
+                "created_at": int(time.time()), "filename": self.names[file_id],
                 "purpose": self.purposes[file_id], "status": "processed"}
 
     # ---- batches -------------------------------------------------------------------------

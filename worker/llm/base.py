@@ -46,6 +46,11 @@ class LLMError(ModelFailure):
     says_no_note_text = True  # status codes, exception class names, prompt names
 
 
+class SubmissionUnknown(LLMError):
+    """A batch create's answer was lost and looking it up failed too: whether the provider made
+    the batch is unknown, so its submission stays open on the ledger for a later look."""
+
+
 class LLMClient(Protocol):
     model: str
 
@@ -119,13 +124,36 @@ class BatchRelease:
         return asdict(self)
 
 
+@dataclass
+class SubmissionLookup:
+    """What looking up a submission whose create answer was lost found at the provider (by its
+    key, ``batch_lookup``): the batch made with it (None: none among the most recent), the
+    files uploaded under its name deleted and kept, and ``problem``, one line without note
+    text, when the look failed (what the provider holds is then unknown)."""
+
+    submission: str
+    batch_id: str | None = None
+    deleted: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 class BatchLLM(LLMClient, Protocol):
     """A client that can also send questions as one provider batch (files + batches API)."""
 
     supports_batch: bool
 
-    def submit_batch(self, items: Sequence[BatchItem]) -> str:
-        """Upload the requests and start the batch; its id."""
+    def submit_batch(self, items: Sequence[BatchItem], submission: str) -> str:
+        """Upload the requests and start the batch, sent with the ``submission`` key; its id
+        (the one made with that key, adopted, when the create's answer was lost)."""
+        ...
+
+    def find_submission(self, submission: str) -> SubmissionLookup:
+        """The batch made with ``submission`` (a create whose answer never came back), or,
+        without one, the files uploaded under its name deleted; never raises for the provider."""
         ...
 
     def batch_state(self, batch_id: str, items: Sequence[BatchItem]) -> BatchState:

@@ -28,6 +28,7 @@ from worker.llm.base import (
     LLMReply,
     reply_cap,
 )
+from worker.llm.batch_submit import adopt_open, submit
 from worker.llm.cache import ReplyCache
 from worker.llm.spending import BatchSpending, Holds
 
@@ -69,7 +70,19 @@ class BatchLedger(Protocol):
         """(batch id, custom ids) of every batch this phase of the run submitted."""
         ...
 
-    def record(self, batch_id: str, custom_ids: Sequence[str]) -> None: ...
+    def intend(self, submission: str, custom_ids: Sequence[str]) -> None:
+        """Written ahead of a submission (its key, ``batch_submit``): open until recorded."""
+        ...
+
+    def record(self, batch_id: str, custom_ids: Sequence[str], submission: str) -> None: ...
+
+    def open_submissions(self) -> list[tuple[str, set[str]]]:
+        """(key, custom ids) of this phase's submissions whose batch is unknown yet."""
+        ...
+
+    def unsubmitted(self, submission: str, why: str) -> None:
+        """No batch was made with ``submission`` (refused, or none found): closed."""
+        ...
 
     def released(self, release: BatchRelease) -> None:
         """What releasing one of its batches did (recorded beside the batch)."""
@@ -121,9 +134,11 @@ def ask_as_batch(
     # One line per custom id (a provider refuses a file that repeats one).
     items = list({k: BatchItem(k, q.prompt.name, q.prompt.system, q.prompt.user, q.schema())
                   for q, k in zip(questions, keys, strict=True)}.values())
-    outcomes: dict[str, Outcome[Any]] = {}
+    # Submissions an earlier attempt left unknown are looked up first (``adopt_open``).
+    outcomes: dict[str, Outcome[Any]] = {k: Outcome(None, AskStatus.DEFERRED, why)
+                for k, why in adopt_open(llm, ledger).items() if k in keys}
     recorded = ledger.recorded()
-    asked = {i for _, ids in recorded for i in ids}
+    asked = {i for _, ids in recorded for i in ids} | set(outcomes)
     fresh = [it for it in items if it.custom_id not in asked]
     # The estimates reserved at submit, by custom id: each is held until its reply is charged
     # (or given back when none comes), so a batch's questions fit under the caps together.
@@ -139,7 +154,7 @@ def ask_as_batch(
                 outcomes[it.custom_id] = Outcome(None, AskStatus.BUDGET_EXHAUSTED,
                                                  "model budget exhausted")
         elif fresh:
-            submitted = _submit(llm, fresh, holds, ledger, outcomes)
+            submitted = submit(llm, fresh, holds, ledger, outcomes)
             if submitted is not None:
                 recorded.append(submitted)
         return _collect(ctx, llm, (questions, keys, items), recorded, (spending, holds), ledger,
@@ -244,35 +259,6 @@ def release_obsolete(llm: BatchLLM, ledger: BatchLedger, spending: Spending,
             spending.charge_billed(release.billed_in, release.billed_out)
             if unread[bid]:
                 spending.withdraw(len(ids))
-
-
-def _submit(
-    llm: BatchLLM, fresh: list[BatchItem], holds: Holds, ledger: BatchLedger,
-    outcomes: dict[str, Outcome[Any]],
-) -> tuple[str, set[str]] | None:
-    """One batch of the questions the budget allows, each holding its estimate until its
-    reply is charged (so the caps bound what is submitted); the rest stop as
-    budget_exhausted and are deferred, as online."""
-    reserved = []
-    for it in fresh:
-        if holds.reserve(it.custom_id):
-            reserved.append(it)
-        else:
-            outcomes[it.custom_id] = Outcome(None, AskStatus.BUDGET_EXHAUSTED,
-                                             "model budget exhausted")
-    if not reserved:
-        return None
-    try:
-        batch_id = llm.submit_batch(reserved)
-    except LLMError as exc:
-        for it in reserved:
-            outcomes[it.custom_id] = Outcome(None, AskStatus.ERROR, str(exc)[:300], attempts=1)
-        return None
-    ids = [it.custom_id for it in reserved]
-    ledger.record(batch_id, ids)
-    log.info("llm.batch_submitted", batch_id=batch_id, requests=len(ids),
-             prompt=reserved[0].prompt_name)
-    return batch_id, set(ids)
 
 
 def _poll(ctx: Any, llm: BatchLLM, batches: list[tuple[str, set[str]]],

@@ -24,7 +24,15 @@ import structlog
 
 from worker.config_checks import model_call_seconds
 from worker.errors import ConfigError
-from worker.llm.base import LOST_ATTEMPT, BatchItem, BatchRelease, BatchState, LLMError, LLMReply
+from worker.llm.base import (
+    LOST_ATTEMPT,
+    BatchItem,
+    BatchRelease,
+    BatchState,
+    LLMError,
+    LLMReply,
+    SubmissionLookup,
+)
 from worker.llm.reply_fields import model_name, token_count, unmetered
 from worker.text.plural import counted
 
@@ -235,10 +243,15 @@ class OpenAICompatibleLLM:
     # ---- provider batches (worker.llm.openai_batch) -------------------------------------
     supports_batch = True
 
-    def submit_batch(self, items: Sequence[BatchItem]) -> str:
+    def submit_batch(self, items: Sequence[BatchItem], submission: str) -> str:
         from worker.llm.openai_batch import submit_batch
 
-        return submit_batch(self, items)
+        return submit_batch(self, items, submission)
+
+    def find_submission(self, submission: str) -> SubmissionLookup:
+        from worker.llm.openai_batch import find_submission
+
+        return find_submission(self, submission)
 
     def batch_state(self, batch_id: str, items: Sequence[BatchItem]) -> BatchState:
         from worker.llm.openai_batch import batch_state
@@ -314,8 +327,13 @@ def _maybe_billed(exc: Exception) -> bool:
     if isinstance(exc, RequestDeadlineExceeded | UndecodableBody):
         return True
     # APITimeoutError is one of these: a read timeout may have been billed, a connect one not.
-    return isinstance(exc, openai.APIConnectionError) and not _UNSENT & {
-        kind.__name__ for kind in type(exc.__cause__).__mro__}
+    return isinstance(exc, openai.APIConnectionError) and not never_sent(exc)
+
+
+def never_sent(exc: Exception) -> bool:
+    """The client's failure happened before the request reached the server whole (nothing
+    there can have carried it out)."""
+    return bool(_UNSENT & {kind.__name__ for kind in type(exc.__cause__).__mro__})
 
 
 # What the client's transport raises (openai's cause) when the request never reached the server

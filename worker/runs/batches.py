@@ -16,7 +16,7 @@ from worker.app import App
 from worker.llm.base import BatchLLM, BatchRelease
 from worker.llm.ledger import release_record
 from worker.runs.run_usage import charge_late
-from worker.store.repositories.batches import GIVEN_UP_KEY, RELEASE_KEY
+from worker.store.repositories.batches import GIVEN_UP_KEY, RELEASE_KEY, SUBMISSION_KEY
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +55,7 @@ def release_run_batches(app: App, run_ids: Sequence[str], *,
     so a release left incomplete is logged at info; else (the gate check) as a warning."""
     if not run_ids:
         return []
+    look_up_open_submissions(app, run_ids)
     with app.uow() as uow:
         steps = [(s.run_id, str((s.input or {})["batch_id"]))
                  for s in uow.batches.unreleased(list(run_ids))]
@@ -86,6 +87,37 @@ def _record(app: App, done: list[RunBatchRelease],
         for run_id, batch_id, record in more:
             uow.batches.record_release(run_id, batch_id, record)
         charge_late(uow, [d.run_id for d in done] + [run_id for run_id, _, _ in more])
+        uow.commit()
+
+
+def look_up_open_submissions(app: App, run_ids: Sequence[str]) -> None:
+    """The submissions of ``run_ids`` whose batch is unknown (its create's answer was lost and
+    the look failed, or the process died before recording it), looked up by their key before
+    the runs' batches are released: a batch found becomes its step's and is released with the
+    others (it would bill, and holds note text); without one, the files uploaded under its
+    name are deleted and the submission closed. A look that fails leaves it open (logged)."""
+    if not getattr(app.llm, "supports_batch", False):
+        return
+    with app.uow() as uow:
+        steps = [(s.id, s.run_id, str((s.input or {})[SUBMISSION_KEY]),
+                  list((s.input or {}).get("custom_ids") or ()))
+                 for s in uow.batches.open_submissions(list(run_ids))]
+    if not steps:
+        return
+    found = [(step_id, run_id, ids, cast(BatchLLM, app.llm).find_submission(key))
+             for step_id, run_id, key, ids in steps]
+    with app.uow() as uow:
+        for step_id, run_id, ids, f in found:
+            if f.batch_id is not None:
+                uow.batches.adopt(step_id, f.batch_id, ids)
+            elif f.problem is None:
+                uow.batches.close_submission(step_id, {
+                    "why": "no batch with its key among the provider's most recent; "
+                           f"{len(f.deleted)} file(s) of its name deleted",
+                    "at": datetime.now(UTC).isoformat()})
+            (log.info if f.problem is None else log.warning)(
+                "run.batch_submission_looked_up", run_id=run_id, submission=f.submission,
+                batch_id=f.batch_id, files_deleted=len(f.deleted), problem=f.problem)
         uow.commit()
 
 

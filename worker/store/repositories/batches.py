@@ -22,6 +22,11 @@ GIVEN_UP_KEY = "given_up"  # in the release: when the gate check stopped trying 
 # In its output: the tokens (in, out) of its output its phase charged (what it read or released
 # itself); the rest the provider billed is ``BILLED_LATE``.
 CHARGED_KEY = "charged"
+# In its input, before the provider answered: the submission key the batch is created with
+# (written ahead, ``worker.llm.ledger``); in its output, what a look for a batch made with that
+# key found when the create's answer was lost (none: the step ends ``skipped``).
+SUBMISSION_KEY = "submission"
+LOOKUP_KEY = "lookup"
 # A phase that ended one of these ways read or released every batch it asked.
 _PHASE_ENDED = (StepStatus.SUCCEEDED.value, StepStatus.NO_ITEMS.value, StepStatus.SKIPPED.value)
 
@@ -93,6 +98,38 @@ class BatchStepRepository:
             output={**output, RELEASE_KEY: record},
             status=StepStatus.SUCCEEDED.value if read else StepStatus.SKIPPED.value))
 
+    def open_submissions(self, run_ids: builtins.list[str]) -> builtins.list[RunStepRow]:
+        """The batch steps of ``run_ids`` written ahead of a submission that never learned its
+        batch (no batch id, no settled look): the provider may run a batch made with their key
+        (``input.submission``). One read per ``IN_CHUNK`` runs."""
+        steps: builtins.list[RunStepRow] = []
+        for chunk in chunked(sorted(set(run_ids))):
+            steps += self.session.scalars(
+                select(RunStepRow).where(RunStepRow.run_id.in_(chunk),
+                                         RunStepRow.parent_id.is_not(None),
+                                         RunStepRow.name.startswith(BATCH_STEP_PREFIX)))
+        return [s for s in steps if open_submission(s.input, s.output)]
+
+    def adopt(self, step_id: str, batch_id: str, custom_ids: builtins.list[str]) -> None:
+        """The submission's batch is known (created, or found by its key): its step becomes
+        the batch's (``llm batch <id>``, ``input.batch_id``), under the same parent."""
+        step = self.session.get(RunStepRow, step_id)
+        if step is None:
+            return
+        self.session.execute(update(RunStepRow).where(RunStepRow.id == step_id).values(
+            name=f"{BATCH_STEP_PREFIX}{batch_id}",
+            input={**(step.input or {}), "batch_id": batch_id, "custom_ids": custom_ids},
+            output={**(step.output or {}), "submitted": len(custom_ids)}))
+
+    def close_submission(self, step_id: str, record: dict[str, Any]) -> None:
+        """No batch was made with the submission's key (refused, or none found by a look):
+        ``record`` as its ``output.lookup``, and the step ends ``skipped``."""
+        step = self.session.get(RunStepRow, step_id)
+        if step is not None:
+            self.session.execute(update(RunStepRow).where(RunStepRow.id == step_id).values(
+                output={**(step.output or {}), LOOKUP_KEY: record},
+                status=StepStatus.SKIPPED.value))
+
     def set_run_totals(self, run_id: str, totals: dict[str, Any]) -> None:
         """The run's totals, as its usage read again after a release (``runs.run_usage``)."""
         self.session.execute(update(DreamRunRow).where(DreamRunRow.id == run_id).values(
@@ -114,6 +151,12 @@ class BatchStepRepository:
 def settled(output: dict[str, Any] | None) -> bool:
     """A batch step whose batch was read or released (nothing of it is left to ask for)."""
     return READ_KEY in (output or {}) or RELEASE_KEY in (output or {})
+
+
+def open_submission(input_: dict[str, Any] | None, output: dict[str, Any] | None) -> bool:
+    """A batch step written ahead of its submission whose batch is not known yet."""
+    return (SUBMISSION_KEY in (input_ or {}) and "batch_id" not in (input_ or {})
+            and LOOKUP_KEY not in (output or {}))
 
 
 def released(output: dict[str, Any] | None) -> bool:
