@@ -23,7 +23,9 @@ from tests.llm.test_openai_batch import (
 from tests.support.factories import DARK_MODE_NOTES
 from tests.support.llm_stub import LLMStub
 from worker.app import App
+from worker.clock import utcnow
 from worker.domain.types import Scope
+from worker.runs.scheduling import GateResult, recover_runs
 
 
 def _batch_steps(app: App, run_id: str) -> list[Any]:
@@ -157,3 +159,31 @@ def test_a_submission_that_cannot_be_looked_up_is_not_asked_again(llm_stub: LLMS
     outcomes = _ask(ctx, 2, ledger)
     assert [o.value.n for o in outcomes if isinstance(o.value, Echo)] == [0, 1]
     assert len(llm_stub.batches.batches) == 1 and ledger.open_submissions() == []
+
+
+def test_the_gate_check_finds_and_releases_the_batch_of_a_run_that_ended_without_it(
+        stub_app: App, llm_stub: LLMStub) -> None:  # noqa: F811  (the fixture)
+    """The create's answer was lost and the provider's list failed: the run deferred the
+    cluster and ended, its submission open. Before, nothing looked again (no attempt of an
+    ended run does) and the batch worked and billed at the provider for answers nobody would
+    read, its files holding the prompts. Now the gate check looks it up, adopts it on its step
+    and releases it (cancelled, files deleted, the run's usage charged late); the check after
+    lists nothing."""
+    stub_app.settings.llm_batch = True
+    scope = Scope("ended")
+    _store(stub_app, scope, every_phase=False)
+    llm_stub.batches.polls = 10_000  # the batch stays in progress until cancelled
+    llm_stub.batches.lost_creates, llm_stub.batches.refuse_list = 1, 503
+    run_id, clusters = _consolidate_run(stub_app, scope)
+    assert [v for v, _ in clusters] == ["deferred"]
+    (batch_id,) = llm_stub.batches.batches
+    assert llm_stub.batches.cancelled == [] and llm_stub.batches.files != {}
+    llm_stub.batches.refuse_list = None
+    recover_runs(stub_app, utcnow(), GateResult([], {}, [], []))
+    assert llm_stub.batches.cancelled == [batch_id]
+    assert llm_stub.batches.files == {}
+    [step] = _batch_steps(stub_app, run_id)
+    assert step.input["batch_id"] == batch_id and step.output["release"]["cancelled"] is True
+    looks = len(llm_stub.batches.lists)
+    recover_runs(stub_app, utcnow(), GateResult([], {}, [], []))
+    assert len(llm_stub.batches.lists) == looks  # nothing open is left to look up

@@ -99,17 +99,50 @@ def look_up_open_submissions(app: App, run_ids: Sequence[str]) -> None:
     if not getattr(app.llm, "supports_batch", False):
         return
     with app.uow() as uow:
-        steps = [(s.id, s.run_id, str((s.input or {})[SUBMISSION_KEY]),
-                  list((s.input or {}).get("custom_ids") or ()))
-                 for s in uow.batches.open_submissions(list(run_ids))]
+        steps = _keys(uow.batches.open_submissions(list(run_ids)))
+    _look_up(app, steps)
+
+
+def look_up_ended_submissions(app: App, now: datetime, limit: int = RETRIES_PER_CHECK) -> int:
+    """The gate check's look for the open submissions of runs that ended (at most ``limit``,
+    written within ``RETRY_HORIZON``): a run whose look failed went on without those questions
+    and ended, and no attempt of it looks again, while a batch made with the key may be running
+    (and billing) at the provider for answers nobody will read. A batch found is released at
+    once (cancelled, its files deleted, what it billed charged to its run late); without one
+    the submission is closed. How many were found."""
+    if not getattr(app.llm, "supports_batch", False):
+        return 0
+    with app.uow() as uow:
+        steps = _keys(uow.batches.ended_open_submissions(limit, now - RETRY_HORIZON))
+    adopted = _look_up(app, steps)
+    done = [RunBatchRelease(run_id, _release(app, batch_id)) for run_id, batch_id in adopted]
+    if done:
+        _record(app, done)
+        log.warning("gate.batch_submissions_found", found=len(done),
+                    released=sum(d.release.complete for d in done))
+    return len(done)
+
+
+def _keys(rows: Sequence[Any]) -> list[tuple[str, str, str, list[str]]]:
+    """(step id, run id, submission key, custom ids) of each open submission step."""
+    return [(s.id, s.run_id, str((s.input or {})[SUBMISSION_KEY]),
+             list((s.input or {}).get("custom_ids") or ())) for s in rows]
+
+
+def _look_up(app: App, steps: list[tuple[str, str, str, list[str]]]) -> list[tuple[str, str]]:
+    """Each open submission of ``steps`` (``_keys``) looked up by its key, with no transaction
+    open during the provider's calls: a batch found becomes its step's, none closes it, a look
+    that fails leaves it open (logged). The (run id, batch id) of those found."""
     if not steps:
-        return
+        return []
     found = [(step_id, run_id, ids, cast(BatchLLM, app.llm).find_submission(key))
              for step_id, run_id, key, ids in steps]
+    adopted = []
     with app.uow() as uow:
         for step_id, run_id, ids, f in found:
             if f.batch_id is not None:
                 uow.batches.adopt(step_id, f.batch_id, ids)
+                adopted.append((run_id, f.batch_id))
             elif f.problem is None:
                 uow.batches.close_submission(step_id, {
                     "why": "no batch with its key among the provider's most recent; "
@@ -119,6 +152,7 @@ def look_up_open_submissions(app: App, run_ids: Sequence[str]) -> None:
                 "run.batch_submission_looked_up", run_id=run_id, submission=f.submission,
                 batch_id=f.batch_id, files_deleted=len(f.deleted), problem=f.problem)
         uow.commit()
+    return adopted
 
 
 def _release(app: App, batch_id: str) -> BatchRelease:

@@ -13,7 +13,11 @@ from worker.app import App
 from worker.clock import utcnow
 from worker.config import Settings
 from worker.domain.types import RunStatus, Scope
-from worker.runs.batches import release_run_batches, retry_incomplete_releases
+from worker.runs.batches import (
+    look_up_ended_submissions,
+    release_run_batches,
+    retry_incomplete_releases,
+)
 from worker.runs.create import create_gated_runs
 from worker.runs.decide import decide_scopes
 from worker.runs.gate import GateDecision, GateRule
@@ -85,8 +89,9 @@ def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | Non
     queued/interrupted runs nobody claimed in time are handed out again (failed after
     ``hand_overs_before_failing`` hand-overs), as ``plan_recovery`` finds them. Every
     transition is compare-and-set: a live executor wins. The provider batches of the runs
-    failed here are released (``release_run_batches``), and releases left incomplete before
-    are tried again (``retry_incomplete_releases``).
+    failed here are released (``release_run_batches``), releases left incomplete before are
+    tried again (``retry_incomplete_releases``), and the submissions ended runs left open are
+    looked up (``look_up_ended_submissions``).
 
     ``backlog``: messages waiting in the broker's queue (None: unknown, or no broker). While
     some wait, a run's message may be one of them, behind the rest: a queued run, or a running
@@ -106,6 +111,9 @@ def recover_runs(app: App, now: datetime, result: GateResult, backlog: int | Non
     # cancelling, whose output file appears when it is done) are tried again: before this
     # check's own, which would otherwise be tried twice in a row.
     retry_incomplete_releases(app, now)
+    # A submission whose look failed mid-run, its run ended since: looked up once more, and a
+    # batch found is released (no attempt of its run would ever look again).
+    look_up_ended_submissions(app, now)
     # A run given up may have left a provider batch working (and billing) for answers no one
     # will read: cancelled and its files deleted, once the failure is committed.
     release_run_batches(app, result.failed, shown=False)

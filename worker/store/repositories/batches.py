@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session
 
-from worker.domain.types import StepStatus
+from worker.domain.types import ACTIVE_RUN_STATUSES, StepStatus
 from worker.domain.usage import BILLED_LATE
 from worker.store.chunks import chunked
 from worker.store.models import BATCH_STEPS, DreamRunRow, RunStepRow
@@ -109,6 +109,19 @@ class BatchStepRepository:
                                          RunStepRow.parent_id.is_not(None),
                                          RunStepRow.name.startswith(BATCH_STEP_PREFIX)))
         return [s for s in steps if open_submission(s.input, s.output)]
+
+    def ended_open_submissions(self, limit: int, since: datetime) -> builtins.list[RunStepRow]:
+        """The open submissions (``open_submission``) written ``since`` by runs that ended: no
+        attempt of theirs will look them up again (their phase went on without the questions,
+        the look having failed); oldest first, at most ``limit``. One read, of the batch steps'
+        own index."""
+        steps = self.session.scalars(
+            select(RunStepRow).join(DreamRunRow, DreamRunRow.id == RunStepRow.run_id).where(
+                BATCH_STEPS, RunStepRow.started_at >= since, RunStepRow.parent_id.is_not(None),
+                RunStepRow.input[SUBMISSION_KEY].as_string().is_not(None),
+                DreamRunRow.status.not_in(ACTIVE_RUN_STATUSES))
+            .order_by(RunStepRow.started_at, RunStepRow.id))
+        return [s for s in steps if open_submission(s.input, s.output)][:limit]
 
     def adopt(self, step_id: str, batch_id: str, custom_ids: builtins.list[str]) -> None:
         """The submission's batch is known (created, or found by its key): its step becomes
