@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from worker import config
 from worker.app import App
 from worker.config import ConfigError, Settings, load_settings
 from worker.config_checks import phase_seconds
@@ -223,3 +224,58 @@ def test_a_token_cap_no_call_fits_under_is_refused(
     message = str(err.value)
     assert message.startswith("invalid setting: DREAM_") and refused in message, message
     assert "\n" not in message and message.endswith("; fix the environment variable and retry")
+
+
+@pytest.mark.parametrize(("env", "line"), [
+    # A statement's time includes its lock waits: the statement bound cut every lock wait
+    # short, and a lock wait was reported as a runaway statement.
+    ({"DREAM_DB_LOCK_TIMEOUT_SECONDS": "300", "DREAM_DB_STATEMENT_TIMEOUT_SECONDS": "300"},
+     "warning: DREAM_DB_LOCK_TIMEOUT_SECONDS=300 is not below "
+     "DREAM_DB_STATEMENT_TIMEOUT_SECONDS=300: a statement's time includes its lock waits, so the "
+     "statement bound cancels a lock wait first and it is reported as a statement that ran too "
+     "long (only `dream db upgrade`, without the statement bound, meets the lock one); lower the "
+     "lock timeout below 300, or raise the statement timeout"),
+    ({"DREAM_DB_LOCK_TIMEOUT_SECONDS": "60", "DREAM_DB_STATEMENT_TIMEOUT_SECONDS": "5"},
+     "warning: DREAM_DB_LOCK_TIMEOUT_SECONDS=60 is not below DREAM_DB_STATEMENT_TIMEOUT_SECONDS=5"),
+    ({"DREAM_DB_LOCK_TIMEOUT_SECONDS": "299.5"}, None),
+    ({"DREAM_DB_LOCK_TIMEOUT_SECONDS": "600", "DREAM_DB_STATEMENT_TIMEOUT_SECONDS": "0"}, None),
+    ({"DREAM_DB_LOCK_TIMEOUT_SECONDS": "0", "DREAM_DB_STATEMENT_TIMEOUT_SECONDS": "5"}, None),
+    # 8,000 characters of up to 4 bytes each, plus 4,096 for the rest of the request: a note
+    # the host limit accepts was refused unread (413) by the body limit.
+    ({"DREAM_API_MAX_BODY_BYTES": "36095"},
+     "warning: DREAM_API_MAX_BODY_BYTES=36095 is below what a text of "
+     "DREAM_HOST__MAX_NOTE_CHARS=8000 characters may take in a request, 36096 bytes (UTF-8 "
+     "takes up to 4 bytes a character, plus 4096 for the rest of the request): the API and MCP "
+     "refuse such a text unread although its limit allows it; raise DREAM_API_MAX_BODY_BYTES "
+     "to at least 36096, or lower DREAM_HOST__MAX_NOTE_CHARS"),
+    ({"DREAM_API_MAX_BODY_BYTES": "36096"}, None),
+    ({"DREAM_API_MAX_BODY_BYTES": "8192", "DREAM_HOST__MAX_NOTE_CHARS": "1000",
+      "DREAM_HOST__MAX_FUSED_CHARS": "1000"}, None),
+    # the fused text's own limit (2,000), when it is the longer one
+    ({"DREAM_API_MAX_BODY_BYTES": "8192", "DREAM_HOST__MAX_NOTE_CHARS": "1000"},
+     "warning: DREAM_API_MAX_BODY_BYTES=8192 is below what a text of "
+     "DREAM_HOST__MAX_FUSED_CHARS=2000 characters may take in a request, 12096 bytes"),
+    # A protected note goes once unread past both its agent's retention and the protected
+    # days: at or below the retention (90 for an agent not in the registry) it went as any.
+    ({"DREAM_ARCHIVE__PROTECTED_INACTIVE_DAYS": "90"},
+     "warning: DREAM_ARCHIVE__PROTECTED_INACTIVE_DAYS=90 is not above 90, the retention of an "
+     "agent not in the registry: archive takes a protected note once it is unread past both, so "
+     "such agents' protected notes go as soon as any other (and so do those of an agent whose "
+     "note_retention_days is at least as long); raise it above the retentions"),
+    ({"DREAM_ARCHIVE__PROTECTED_INACTIVE_DAYS": "91"}, None),
+])
+def test_a_setting_another_defeats_is_one_warning_line(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        env: dict[str, str], line: str | None) -> None:
+    """Accepted, and silently cut short by another setting; one `warning:` line now (a
+    migration, a shorter note or an agent's own retention may still give it effect), none when
+    it acts. Settings still load."""
+    monkeypatch.setattr(config, "_warned", set())
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    load_settings()
+    lines = capsys.readouterr().err.splitlines()
+    if line is None:
+        assert lines == []
+        return
+    assert len(lines) == 1 and lines[0].startswith(line), lines

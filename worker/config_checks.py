@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from worker.domain.types import DEFAULT_NOTE_RETENTION_DAYS
 from worker.urls import masked_url, memory_database_problem
 
 if TYPE_CHECKING:
@@ -27,6 +28,10 @@ PHASE_WRITE_SECONDS = 60.0
 # The short back-offs one model call may wait between its attempts, all of them together.
 CALL_BACKOFF_SECONDS = 10.0
 SOFT_SHARE = 0.9  # Celery's soft time limit, as a share of the hard one
+# A request body beside its one note: the scope's ids, the other fields, JSON's quotes and an
+# MCP call's JSON-RPC envelope (a few hundred bytes in practice).
+BODY_OVERHEAD_BYTES = 4096
+UTF8_MAX_BYTES = 4  # the most bytes UTF-8 takes for one character
 
 
 def soft_time_limit(task_time_limit: int) -> int:
@@ -185,10 +190,58 @@ def memory_store_problem(settings: Settings) -> str | None:
 
 
 def inert_settings(settings: Settings) -> list[str]:
-    """Each setting that does nothing as the others stand (a warning, not an error: an agent's
-    own gate settings, or a model a host gives the app, may still give it effect), one line
-    each; empty when every one acts."""
-    return [*_inert_gate(settings), *_inert_without_model(settings), *_inert_checker(settings)]
+    """Each setting that does nothing, or less than it says, as the others stand (a warning, not
+    an error: an agent's own settings, a model a host gives the app, a migration or a shorter
+    note may still give it effect), one line each; empty when every one acts."""
+    return [*_inert_gate(settings), *_inert_without_model(settings), *_inert_checker(settings),
+            *_inert_lock_wait(settings), *_inert_protection(settings), *_body_below_a_note(settings)]
+
+
+def _inert_lock_wait(settings: Settings) -> list[str]:
+    # A statement's time includes its lock waits: a lock bound not below the statement's is
+    # cut short by it, and a lock wait reports as a runaway statement (SQLSTATE 57014, not
+    # 55P03). A warning: `dream db upgrade` lifts the statement bound and meets the lock one.
+    lock, statement = settings.db_lock_timeout_seconds, settings.db_statement_timeout_seconds
+    if 0 < statement <= lock:
+        return [f"DREAM_DB_LOCK_TIMEOUT_SECONDS={lock:g} is not below "
+                f"DREAM_DB_STATEMENT_TIMEOUT_SECONDS={statement:g}: a statement's time includes "
+                "its lock waits, so the statement bound cancels a lock wait first and it is "
+                "reported as a statement that ran too long (only `dream db upgrade`, without the "
+                f"statement bound, meets the lock one); lower the lock timeout below "
+                f"{statement:g}, or raise the statement timeout"]
+    return []
+
+
+def _body_below_a_note(settings: Settings) -> list[str]:
+    # The API and MCP refuse a body over DREAM_API_MAX_BODY_BYTES unread: below the longest
+    # text the host limits allow, in UTF-8's most bytes a character and with the rest of the
+    # request, a note or fused text the limits accept may never be posted. A warning: shorter
+    # or plainer (ASCII) texts still go, and a small body bound may be the point.
+    body = settings.api_max_body_bytes
+    name, chars = max((("DREAM_HOST__MAX_NOTE_CHARS", settings.host.max_note_chars),
+                       ("DREAM_HOST__MAX_FUSED_CHARS", settings.host.max_fused_chars)),
+                      key=lambda pair: pair[1])
+    need = chars * UTF8_MAX_BYTES + BODY_OVERHEAD_BYTES
+    if body >= need:
+        return []
+    return [f"DREAM_API_MAX_BODY_BYTES={body} is below what a text of {name}={chars} "
+            f"characters may take in a request, {need} bytes (UTF-8 takes up to "
+            f"{UTF8_MAX_BYTES} bytes a character, plus {BODY_OVERHEAD_BYTES} for the rest of "
+            "the request): the API and MCP refuse such a text unread although its limit "
+            f"allows it; raise DREAM_API_MAX_BODY_BYTES to at least {need}, or lower {name}"]
+
+
+def _inert_protection(settings: Settings) -> list[str]:
+    # Archive takes a protected note once it has gone unread past both its agent's retention
+    # and the protected days: at or below the retention, the protected days add nothing.
+    days = settings.archive.protected_inactive_days
+    if days <= DEFAULT_NOTE_RETENTION_DAYS:
+        return [f"DREAM_ARCHIVE__PROTECTED_INACTIVE_DAYS={days} is not above "
+                f"{DEFAULT_NOTE_RETENTION_DAYS}, the retention of an agent not in the registry: "
+                "archive takes a protected note once it is unread past both, so such agents' "
+                "protected notes go as soon as any other (and so do those of an agent whose "
+                "note_retention_days is at least as long); raise it above the retentions"]
+    return []
 
 
 def _inert_gate(settings: Settings) -> list[str]:

@@ -370,6 +370,26 @@ def test_an_agent_staleness_bound_without_an_idle_wait_is_imported_with_a_warnin
         assert agent is not None and agent.gate_max_stale_hours == 48
 
 
+def test_an_agent_retention_past_the_protected_days_is_imported_with_a_warning(
+        app: App) -> None:
+    """Archive takes a protected note once it is unread past both its agent's
+    note_retention_days and DREAM_ARCHIVE__PROTECTED_INACTIVE_DAYS (365): an agent keeping
+    notes 400 days had protected notes that went as soon as any other, silently. Imported
+    still, with one warning line naming the line and agent; 364 days says nothing."""
+    rows: list[dict[str, Any]] = [{"kind": "agent", "id": "a1", "note_retention_days": 364},
+                                  {"kind": "agent", "id": "a2", "note_retention_days": 400}]
+    res = dream(url_of(app), "entities", "import", "-", input=jsonl(rows))
+    assert res.exit_code == 0 and res.stdout.strip() == "read 2 entities: 2 upserted"
+    assert res.stderr.splitlines() == [
+        "warning: line 2: agent 'a2' has note_retention_days 400, not below "
+        "DREAM_ARCHIVE__PROTECTED_INACTIVE_DAYS (365): archive takes a protected note once it is "
+        "unread past both, so its protected notes go as soon as any other; give it fewer days, "
+        "or raise DREAM_ARCHIVE__PROTECTED_INACTIVE_DAYS"]
+    with app.uow() as uow:
+        agent = uow.entities.agent("a2")
+        assert agent is not None and agent.note_retention_days == 400
+
+
 # ---- runs --------------------------------------------------------------------------------------
 
 def test_run_options_and_run_inspection(app: App) -> None:

@@ -1,18 +1,22 @@
 """What the gate counts from a scope's run history: a run asked for some phases only is no
 dream and ends no failure streak (as it starts no new 24 h); a past `--now` (`dream gate
---explain`, `dream run --dry-run`) counts no run begun after it. SQLite and PostgreSQL."""
+--explain`, `dream run --dry-run`) counts no run ended after it. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from sqlalchemy import update
+
 from tests.runs.test_gate_backoff import BROKEN, WORKING
+from tests.runs.test_gate_service import _dream
 from tests.support.factories import add_sessions
 from worker.app import App
 from worker.clock import utcnow
 from worker.domain.types import RunStatus, Scope
 from worker.runs import service
 from worker.runs.gate import GateRule
+from worker.store.models import DreamRunRow
 
 SCOPE = Scope("history-bot", "bob")
 
@@ -20,6 +24,16 @@ SCOPE = Scope("history-bot", "bob")
 def _sessions(app: App) -> None:
     add_sessions(app, 5, agent_id=SCOPE.agent_id, user_id=SCOPE.user_id,
                  start=utcnow() - timedelta(days=3))
+
+
+def _begun_before(app: App, hours: float) -> None:
+    """Every run of the scope stamped as begun (and created) ``hours`` ago; each still ended
+    now: a past clock in between finds them running."""
+    with app.uow() as uow:
+        uow.session.execute(update(DreamRunRow).values(
+            started_at=utcnow() - timedelta(hours=hours),
+            created_at=utcnow() - timedelta(hours=hours)))
+        uow.commit()
 
 
 def _run(app: App, registry: object, **options: object) -> str:
@@ -59,3 +73,43 @@ def test_a_past_now_counts_no_failure_begun_after_it(app: App) -> None:
         assert _run(app, BROKEN) == RunStatus.FAILED.value
     assert service.scope_gate(app, SCOPE).rule is GateRule.BACKING_OFF
     assert service.scope_gate(app, SCOPE, now=before).rule is GateRule.DUE
+
+
+def test_a_past_now_counts_no_dream_still_running_then(app: App) -> None:
+    """A dream begun two hours ago and ended now was running an hour ago: no dream yet then
+    (it made the scope too soon); a run dated then would dream it again."""
+    _sessions(app)
+    assert _run(app, WORKING) == RunStatus.SUCCEEDED.value
+    _begun_before(app, 2)
+    before = utcnow() - timedelta(hours=1)
+    assert service.scope_gate(app, SCOPE).rule is GateRule.TOO_SOON
+    assert service.scope_gate(app, SCOPE, now=before).rule is GateRule.DUE
+    assert service.scope_gate(app, SCOPE, now=before,
+                              writing=True).rule is GateRule.DREAMT_SINCE
+
+
+def test_a_past_now_counts_no_failure_still_running_then(app: App) -> None:
+    """Failed runs begun two hours ago and ended now had not failed an hour ago: no back-off
+    then (it backed off from a failure still to come)."""
+    _sessions(app)
+    for _ in range(2):
+        assert _run(app, BROKEN) == RunStatus.FAILED.value
+    _begun_before(app, 2)
+    assert service.scope_gate(app, SCOPE).rule is GateRule.BACKING_OFF
+    assert service.scope_gate(app, SCOPE, now=utcnow() - timedelta(hours=1)).rule is GateRule.DUE
+
+
+def test_gate_explain_without_now_counts_a_dream_stamped_a_little_ahead(app: App) -> None:
+    """`dream gate --explain` without --now read the present as a --now given: a dream a worker
+    whose clock runs a minute ahead stamped after this process's present was not counted, and
+    the scope it had just dreamt read due again. The gate itself (beat) counts it."""
+    _sessions(app)
+    assert _run(app, WORKING) == RunStatus.SUCCEEDED.value
+    ahead = utcnow() + timedelta(minutes=2)
+    with app.uow() as uow:
+        uow.session.execute(update(DreamRunRow).values(started_at=ahead, finished_at=ahead))
+        uow.commit()
+    assert service.scope_gate(app, SCOPE).rule is GateRule.TOO_LITTLE_ACTIVITY
+    said = _dream(app, "gate", "--explain", "--agent", SCOPE.agent_id, "--user", "bob")
+    assert said.exit_code == 0, said.output
+    assert said.output.startswith("not due  too_little_activity"), said.output

@@ -21,7 +21,6 @@ from worker.cli.common import (
     parse_run_clock,
 )
 from worker.cli.errors import READ_ONLY, UserError, stop_says, user_errors
-from worker.clock import utcnow
 from worker.domain.limits import shown
 from worker.domain.types import PHASES, RunStatus, Scope
 from worker.runs.outcome import TAKEN_OVER
@@ -337,7 +336,9 @@ def _explain(app: App, clock: datetime | None, scope: Scope | None, as_json: boo
 
     if scope is not None:
         ensure_scope_known(app, scope)
-    decisions = explain_scopes(app, clock or utcnow(), None if scope is None else [scope])
+    # No --now: the present, every dream and session counted (a worker's clock a little ahead
+    # may stamp them after this process's present).
+    decisions = explain_scopes(app, clock, None if scope is None else [scope])
     if as_json:
         click.echo(json.dumps({"scopes": [{"scope": s.key, **d.as_dict()}
                                           for s, d in decisions.items()]}, indent=2))

@@ -36,6 +36,10 @@ class Protection(StrEnum):
     EPHEMERAL = "ephemeral"
 
 
+# How long archive keeps an unread note of an agent the registry does not hold (an agent's own
+# note_retention_days otherwise); a protected note stays DREAM_ARCHIVE__PROTECTED_INACTIVE_DAYS.
+DEFAULT_NOTE_RETENTION_DAYS = 90
+
 # Read for every note of every plan: plain strings, not enum members looked up on each call.
 _NEVER_RETIRED = frozenset((Protection.IMMUTABLE.value, Protection.PROTECTED.value))
 _WEAKEST_FIRST = (Protection.EPHEMERAL, Protection.STANDARD, Protection.PROTECTED,

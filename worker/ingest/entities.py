@@ -5,10 +5,11 @@ retention and gate settings checked.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.app import App
 from worker.domain.limits import INT_MAX, user_problem
+from worker.domain.types import DEFAULT_NOTE_RETENTION_DAYS
 from worker.ingest.fields import (
     choice,
     opt_str,
@@ -17,6 +18,9 @@ from worker.ingest.fields import (
     unknown_fields,
 )
 from worker.ingest.jsonl import ImportResult, InputError, read_jsonl
+
+if TYPE_CHECKING:
+    from worker.config import Settings
 
 APPLY_MODES = ("auto", "propose", "safe_auto")  # worker.review.items.ApplyMode
 MAX_RETENTION_DAYS = 36_500  # a century; longer windows overflow date arithmetic
@@ -47,7 +51,8 @@ def parse_entity(obj: dict[str, Any], number: int) -> tuple[str, dict[str, Any]]
     row: dict[str, Any] = {"id": entity_id, "status": status,
                            "deleted_at": opt_time(obj, "deleted_at", number)}
     if kind == "agent":
-        for key, default in (("note_retention_days", 90), ("example_retention_days", 180)):
+        for key, default in (("note_retention_days", DEFAULT_NOTE_RETENTION_DAYS),
+                             ("example_retention_days", 180)):
             value = obj.get(key, default)
             if (isinstance(value, bool) or not isinstance(value, int)
                     or not 1 <= value <= MAX_RETENTION_DAYS):
@@ -121,11 +126,27 @@ def import_entities(app: App, lines: Iterable[str | bytes]) -> ImportResult:
             uow.entities.upsert(kind, list(rows.values()))
         uow.commit()
     result.inserted = sum(len(r) for r in grouped.values())
-    if app.settings.gate_idle_minutes is None:
-        result.warnings = [
-            f"line {line_of[('agent', a)]}: agent {a!r} has gate_max_stale_hours but no "
-            "gate_idle_minutes, and DREAM_GATE_IDLE_MINUTES is not set: a maximum staleness "
-            "only ends an idle wait, so it does nothing; give the agent gate_idle_minutes too"
-            for a, row in grouped.get("agent", {}).items()
-            if row["gate_max_stale_hours"] is not None and row["gate_idle_minutes"] is None]
+    result.warnings = [f"line {line_of[('agent', a)]}: agent {a!r} {problem}"
+                       for a, row in grouped.get("agent", {}).items()
+                       for problem in _inert_agent_settings(app.settings, row)]
     return result
+
+
+def _inert_agent_settings(settings: Settings, row: dict[str, Any]) -> list[str]:
+    """What an agent's own settings leave undone as the deployment's stand, one clause each
+    (imported still: the deployment may change)."""
+    found = []
+    if (settings.gate_idle_minutes is None and row["gate_max_stale_hours"] is not None
+            and row["gate_idle_minutes"] is None):
+        found.append("has gate_max_stale_hours but no gate_idle_minutes, and "
+                     "DREAM_GATE_IDLE_MINUTES is not set: a maximum staleness only ends an idle "
+                     "wait, so it does nothing; give the agent gate_idle_minutes too")
+    protected = settings.archive.protected_inactive_days
+    if row["note_retention_days"] >= protected:
+        # Archive takes a protected note once unread past both (worker.phases.archive.core).
+        found.append(f"has note_retention_days {row['note_retention_days']}, not below "
+                     f"DREAM_ARCHIVE__PROTECTED_INACTIVE_DAYS ({protected}): archive takes a "
+                     "protected note once it is unread past both, so its protected notes go as "
+                     "soon as any other; give it fewer days, or raise "
+                     "DREAM_ARCHIVE__PROTECTED_INACTIVE_DAYS")
+    return found

@@ -31,8 +31,8 @@ def decide_scopes(
     failing: set[str] | None = None, *, writing: bool = False,
 ) -> dict[Scope, GateDecision]:
     """The gate decision of every known scope (or of ``scopes``), read in a few bulk queries;
-    creates nothing. ``now``: a `--now` given, the store as of then (no run begun after it
-    counts), else None: the present. ``failing``: keys of scopes whose run fails at ``now``
+    creates nothing. ``now``: a `--now` given, the store as of then (no dream or failure ended
+    after it counts), else None: the present. ``failing``: keys of scopes whose run fails at ``now``
     first (the lost run a gate check gives up), one more failed run in the scope's streak.
     ``writing``: the decision is for a run that writes, dated ``now``: a scope dreamt after that
     time is not due (``dreamt_since``)."""
@@ -72,7 +72,8 @@ def decide_in(uow: UnitOfWork, s: Settings, clock: datetime | None,
         streaks.update(uow.run_history.failure_streaks(keys, clock)
                        if s.failure_backoff_max_seconds else {})
         cancels.update(uow.run_history.last_cancelled_at(keys, clock))
-        dreamt.update(uow.run_history.last_success_at(keys) if writing and clock else {})
+        dreamt.update(uow.run_history.last_success_at(keys, ended=True)
+                      if writing and clock else {})
     decisions: dict[Scope, GateDecision] = {}
     for scope in scopes:
         count, latest, earliest = sessions.get(scope.key, (0, None, None))
@@ -91,9 +92,9 @@ def decide_in(uow: UnitOfWork, s: Settings, clock: datetime | None,
 
 
 def dreamt_since(clock: datetime, dreamt_at: datetime | None) -> GateDecision | None:
-    """A run dated ``clock`` (a past `--now`) of a scope whose latest dream began after it
-    would dream again what that dream did (the gate, as of then, does not count it): not due,
-    saying so; None otherwise."""
+    """A run dated ``clock`` (a past `--now`) of a scope whose latest dream ended after it
+    would dream again what that dream did (the gate, as of then, does not count it: it had not
+    finished): not due, saying so; None otherwise."""
     if dreamt_at is None or dreamt_at <= clock:
         return None
     return GateDecision(

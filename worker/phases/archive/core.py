@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from worker.domain.types import Note, NoteStatus, Protection
+from worker.domain.types import DEFAULT_NOTE_RETENTION_DAYS, Note, NoteStatus, Protection
 from worker.store.repositories.examples import Example
 
-DEFAULT_NOTE_RETENTION_DAYS = 90
 DEFAULT_EXAMPLE_RETENTION_DAYS = 180
 LOW_SUCCESS_SCORE = 50.0
 

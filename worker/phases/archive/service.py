@@ -7,7 +7,7 @@ from typing import Any
 
 import structlog
 
-from worker.domain.types import PhaseReport, StepStatus
+from worker.domain.types import DEFAULT_NOTE_RETENTION_DAYS, PhaseReport, StepStatus
 from worker.phases.archive.core import (
     Decision,
     ExamplePlan,
@@ -67,7 +67,7 @@ def run_archive(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         return PhaseReport("archive", StepStatus.SKIPPED.value, zero,
                            reason="auto-archive is disabled for this agent")
     policy = RetentionPolicy(
-        note_retention_days=agent.note_retention_days if agent else 90,
+        note_retention_days=agent.note_retention_days if agent else DEFAULT_NOTE_RETENTION_DAYS,
         example_retention_days=agent.example_retention_days if agent else 180,
         protected_inactive_days=ctx.settings.archive.protected_inactive_days,
     )

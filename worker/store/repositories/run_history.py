@@ -63,8 +63,9 @@ def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None
     spends the sessions the next dream is for. Nor a run asked for some phases only
     (`dream run --phase prune`): it left the others for the dream, which it made wait another
     24 h and five sessions while its status said `succeeded`. With ``now`` (a `--now` given:
-    the store as of then), only a dream begun by then: `dream gate --explain --now` of a past
-    time counted the dreams after it, and found the scope too soon or short of sessions then.
+    the store as of then), only a dream finished by then: `dream gate --explain --now` of a past
+    time counted the dreams after it, and found the scope too soon or short of sessions then
+    (one still running then was no dream yet either).
     Without (the present), every dream: one a worker whose clock runs a little ahead stamped
     after this process's present still counts."""
     return (
@@ -76,12 +77,13 @@ def gate_dreams(scope_keys: list[str], at: InstrumentedAttribute[datetime | None
 
 
 def dreamed(now: datetime | None = None) -> ColumnElement[bool]:
-    """The run is one the gate counts as a dream (``gate_dreams``), begun by ``now`` if given."""
+    """The run is one the gate counts as a dream (``gate_dreams``), finished by ``now`` if
+    given."""
     return and_(ended_as(*DREAMED_RUN_STATUSES),
                 DreamRunRow.dry_run.is_(False),
                 DreamRunRow.trigger != REVIEW_TRIGGER,
                 every_phase_asked(),
-                true() if now is None else DreamRunRow.started_at <= now)
+                true() if now is None else DreamRunRow.finished_at <= now)
 
 
 # The reason an erasure's cancel gives a run of the erased user's scope (``cancel_user_runs``):
@@ -121,13 +123,14 @@ class RunHistoryRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def last_success_at(self, scope_keys: list[str],
-                        now: datetime | None = None) -> dict[str, datetime]:
-        """Start time of each scope's last dream as the gate counts it (``gate_dreams``, begun
-        by ``now`` if given), in one query."""
+    def last_success_at(self, scope_keys: list[str], now: datetime | None = None, *,
+                        ended: bool = False) -> dict[str, datetime]:
+        """Start time (``ended``: end time) of each scope's last dream as the gate counts it
+        (``gate_dreams``, finished by ``now`` if given), in one query."""
         if not scope_keys:
             return {}
-        last = gate_dreams(scope_keys, DreamRunRow.started_at, now)
+        at = DreamRunRow.finished_at if ended else DreamRunRow.started_at
+        last = gate_dreams(scope_keys, at, now)
         rows = self.session.execute(select(last.c.scope_key, last.c.at)).all()
         return {k: v for k, v in rows if v is not None}
 
@@ -192,7 +195,9 @@ class RunHistoryRepository:
         nor do the runs kept of an erased user (no run will end their streak). ``None``: every
         scope (the ``/metrics`` gauge). A run asked for some phases only (`dream run --phase
         prune`) is no dream, and ends no streak unless forced. With ``now`` (a `--now` given),
-        only the runs begun (a forced one: created) by then."""
+        only the failures ended by then (one ending later was still running, and its end made
+        the scope back off from a time still to come) and resets begun (a forced one: created)
+        by then."""
         if scope_keys is not None and not scope_keys:
             return {}
         keyed = DreamRunRow.scope_key.in_(scope_keys) if scope_keys is not None else true()
@@ -204,14 +209,14 @@ class RunHistoryRepository:
             .group_by(DreamRunRow.scope_key)
             .subquery()
         )
+        ended = func.coalesce(DreamRunRow.finished_at, DreamRunRow.created_at)
         rows = self.session.execute(
-            select(DreamRunRow.scope_key, func.count(),
-                   func.max(func.coalesce(DreamRunRow.finished_at, DreamRunRow.created_at)))
+            select(DreamRunRow.scope_key, func.count(), func.max(ended))
             .outerjoin(reset, reset.c.scope_key == DreamRunRow.scope_key)
             .where(keyed, ended_as(RunStatus.FAILED.value),
                    DreamRunRow.user_id.is_distinct_from(ERASED_USER),
                    DreamRunRow.started_at.is_not(None), DreamRunRow.dry_run.is_(False),
-                   true() if now is None else DreamRunRow.started_at <= now,
+                   true() if now is None else ended <= now,
                    DreamRunRow.trigger != REVIEW_TRIGGER,
                    or_(reset.c.at.is_(None), DreamRunRow.created_at > reset.c.at))
             .group_by(DreamRunRow.scope_key)
