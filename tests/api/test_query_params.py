@@ -22,7 +22,7 @@ from worker.runs import service
     ("/healthz", {"verbose": "1"}, "verbose"),
 ])
 def test_an_unknown_query_parameter_is_422_naming_it(
-        sqlite_api_app: App, path: str, params: dict[str, object], named: str) -> None:
+        sqlite_api_app: App, path: str, params: dict[str, str | int], named: str) -> None:
     """Before: 200, the parameter ignored (every run of every scope listed for a typo)."""
     from worker.api import create_api
 
@@ -33,6 +33,8 @@ def test_an_unknown_query_parameter_is_422_naming_it(
         detail = r.json()["detail"]
         assert detail.startswith(f"unknown query parameter {named!r}; this endpoint takes ")
         assert "\n" not in detail
+        if path != "/healthz":  # no or a wrong token is still the 401 first
+            assert client.get(path, params=params).status_code == 401
         page = client.get("/dashboard", params={"utm_source": "mail"}, headers=auth(ADMIN))
         assert page.status_code == 200
 

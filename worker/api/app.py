@@ -14,9 +14,9 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 
 from worker.api.auth import parse_tokens
+from worker.api.deps import known_query
 from worker.api.guards import BodyLimit, ScrubbedErrors
 from worker.api.handlers import install_error_handlers
-from worker.api.deps import known_query
 from worker.api.routers import PAGES, ROUTERS
 from worker.app import App
 

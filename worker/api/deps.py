@@ -36,10 +36,17 @@ def known_query(request: Request) -> None:
     dependant = getattr(request.scope.get("route"), "dependant", None)
     if dependant is None:
         return
+    if _needs(dependant, principal):
+        principal(request)  # no or a wrong token is the 401 before anything else is said
     taken = sorted(_query_names(dependant))
     if unknown := sorted(set(request.query_params) - set(taken)):
         raise InvalidInput(f"unknown query parameter {unknown[0]!r}; this endpoint takes "
                            f"{', '.join(taken) or 'none'}")
+
+
+def _needs(dependant: Any, call: Any) -> bool:
+    """Whether a route or a dependency under it depends on ``call``."""
+    return any(sub.call is call or _needs(sub, call) for sub in dependant.dependencies)
 
 
 def _query_names(dependant: Any) -> set[str]:
