@@ -206,6 +206,29 @@ def test_a_run_filter_naming_no_run_of_the_scope_is_an_error_not_an_empty_list(a
         assert says in line, line
 
 
+@pytest.mark.parametrize("verb", ["approve", "decline"])
+def test_a_decision_by_a_run_that_is_no_run_of_the_scope_says_so(app: App, verb: str) -> None:
+    """`dream review approve --run` (and decline) with a mistyped id, or another scope's run,
+    said "no open review items of run X" and sent the reviewer to `dream review list --run X`,
+    which then said there was no such run: now the line `review list --run` gives, naming the
+    run (and, for another scope's, the scope), exit 3, nothing written. The service, which the
+    API and MCP call, answers both as "no run with id X" (another scope's run is not shown)."""
+    add_notes(app, {"id": "o1", "agent_id": "agent-2", "content": "Another tenant's note."},
+              {"id": "n1", "content": "A note of this scope."})
+    assert _cli(app, "run", "--agent", "agent-2", "--force").exit_code == 0
+    theirs = json.loads(_cli(app, "runs", "list", "--json").stdout)[0]["id"]
+    before = all_rows_text(app)
+    for run_id, says in (("no-such-run", "error: no run with id no-such-run; list runs with"),
+                         (theirs, f"error: run {theirs} is not a run of scope {SCOPE.key}")):
+        line = one_error_line(_cli(app, "review", verb, "--run", run_id, "--agent", "agent-1"),
+                              NotFound.exit_code)
+        assert line.startswith(says), line
+        decide = getattr(review_service, verb)
+        with pytest.raises(NotFound, match=f"^no run with id {run_id}; list runs with"):
+            decide(app, SCOPE, review_service.Selector(run_id=run_id), "test")
+    assert all_rows_text(app) == before
+
+
 def test_show_of_an_undone_approval_names_the_approver_as_approver_and_the_undone_run(
         app: App) -> None:
     """`review show` of an item whose applying run was undone said "undone by cli:ana … (run

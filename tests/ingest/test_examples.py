@@ -72,3 +72,25 @@ def test_an_example_with_nothing_visible_is_refused_and_nothing_written(
         import_examples(sqlite_app, lines)
     assert str(refused.value).startswith(f"line 2: {key} has no visible text")
     assert _count(sqlite_app) == 0
+
+
+def test_an_example_that_expires_before_it_was_written_is_refused(sqlite_app: App) -> None:
+    """``created_at`` 2026-01-02 with ``expires_at`` 2020-01-01 (swapped, a wrong year) was
+    imported, and the next dream archived the example as expired; a note's line is refused
+    for it. Now the example's is too, one line naming both dates, nothing written; a line
+    without ``created_at`` (recorded at the import's time) may still come already expired."""
+    from worker.ingest import InputError, import_examples
+
+    lines = [json.dumps({"agent_id": "a", "input": "q", "output": "a"}),
+             json.dumps({"agent_id": "a", "input": "q2", "output": "a2",
+                         "created_at": "2026-01-02T00:00:00Z", "expires_at": "2020-01-01"})]
+    with pytest.raises(InputError) as refused:
+        import_examples(sqlite_app, lines)
+    assert str(refused.value) == (
+        "line 2: expires_at 2020-01-01T00:00:00+00:00 is before created_at "
+        "2026-01-02T00:00:00+00:00; an example cannot expire before it was written: fix "
+        "expires_at or created_at, or drop expires_at")
+    assert _count(sqlite_app) == 0
+    undated = json.dumps({"agent_id": "a", "input": "q3", "output": "a3",
+                          "expires_at": "2020-01-01"})
+    assert import_examples(sqlite_app, [undated]).inserted == 1

@@ -10,13 +10,14 @@ import time
 from typing import Any
 
 import structlog
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 
 from worker.api.auth import parse_tokens
+from worker.api.deps import known_query
 from worker.api.guards import BodyLimit, ScrubbedErrors
 from worker.api.handlers import install_error_handlers
-from worker.api.routers import ROUTERS
+from worker.api.routers import PAGES, ROUTERS
 from worker.app import App
 
 log = structlog.get_logger(__name__)
@@ -35,7 +36,8 @@ def create_api(app: App) -> FastAPI:
     api.add_middleware(ScrubbedErrors)
     api.add_middleware(BodyLimit, max_bytes=app.settings.api_max_body_bytes)
     for router in ROUTERS:
-        api.include_router(router)
+        api.include_router(router, dependencies=[] if router in PAGES
+                           else [Depends(known_query)])
     return api
 
 

@@ -29,6 +29,34 @@ def principal(request: Request) -> Principal:
     return found
 
 
+def known_query(request: Request) -> None:
+    """A query parameter the endpoint does not take is a 422 naming it and the ones it takes:
+    FastAPI drops it unread, so a misspelt filter (``statuss=blocked``, ``agent=bot``) listed
+    every run of every scope as if it had matched, where a body's unknown field is refused."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is None:
+        return
+    if _needs(dependant, principal):
+        principal(request)  # no or a wrong token is the 401 before anything else is said
+    taken = sorted(_query_names(dependant))
+    if unknown := sorted(set(request.query_params) - set(taken)):
+        raise InvalidInput(f"unknown query parameter {unknown[0]!r}; this endpoint takes "
+                           f"{', '.join(taken) or 'none'}")
+
+
+def _needs(dependant: Any, call: Any) -> bool:
+    """Whether a route or a dependency under it depends on ``call``."""
+    return any(sub.call is call or _needs(sub, call) for sub in dependant.dependencies)
+
+
+def _query_names(dependant: Any) -> set[str]:
+    """The query parameters a route and every dependency under it read."""
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
 DreamApp = Annotated[App, Depends(dream_app)]
 Caller = Annotated[Principal, Depends(principal)]
 

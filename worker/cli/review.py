@@ -65,13 +65,18 @@ def _known_scope(ctx: click.Context, agent: str, user: str | None, company: str 
     return app, scope
 
 
-def _selector(item_id: int | None, run_id: str | None, all_: bool) -> Any:
+def _selector(app: Any, scope: Scope, item_id: int | None, run_id: str | None,
+              all_: bool) -> Any:
+    """The items to decide; a ``--run`` that names no run of the scope is refused first, as
+    `dream review list --run` refuses it (``_check_run`` names the scope of another's run)."""
     from worker.review.service import Selector
 
     selector = Selector(item_id, run_id, all_)
     if sum((item_id is not None, run_id is not None, all_)) != 1:
         raise UserError("name one ITEM_ID, or --run RUN_ID (that run's open items), or --all "
                         "(every open item of the scope)")
+    if run_id is not None:
+        _check_run(app, scope, run_id)
     return selector
 
 
@@ -231,7 +236,8 @@ def approve_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str |
 
     app, scope = _known_scope(ctx, agent, user, company)
     try:
-        decided = approve(app, scope, _selector(item_id, run_id, all_), operator(by))
+        decided = approve(app, scope, _selector(app, scope, item_id, run_id, all_),
+                          operator(by))
     except ApprovalStopped as stop:
         click.echo(stop.line)
         ctx.exit(int(Outcome.INTERRUPTED))
@@ -256,5 +262,5 @@ def decline_cmd(ctx: click.Context, item_id: int | None, agent: str, user: str |
     if reason is not None and (len(reason) > REASON_MAX or "\x00" in reason):
         raise UserError(f"--reason must be at most {REASON_MAX} characters, without NUL")
     app, scope = _known_scope(ctx, agent, user, company)
-    _echo(ctx, decline(app, scope, _selector(item_id, run_id, all_), operator(by), reason),
-          as_json)
+    _echo(ctx, decline(app, scope, _selector(app, scope, item_id, run_id, all_), operator(by),
+                       reason), as_json)

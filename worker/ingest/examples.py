@@ -56,6 +56,16 @@ def parse_example(obj: dict[str, Any], number: int, now: datetime,
     access_count = opt_number(obj, "access_count", number, 0, lo=0, hi=INT_MAX)
     if access_count != int(access_count):
         raise InputError(f"line {number}: access_count must be a whole number")
+    created, expires = (opt_time(obj, "created_at", number),
+                        opt_time(obj, "expires_at", number))
+    if created is not None and expires is not None and expires < created:
+        # Two dates of the line that contradict each other (swapped, a wrong year), refused as
+        # a note's are: the next dream archived the example as expired. A line without
+        # created_at is recorded at the import's time, and may come already expired.
+        raise InputError(
+            f"line {number}: expires_at {expires.isoformat()} is before created_at "
+            f"{created.isoformat()}; an example cannot expire before it was written: fix "
+            "expires_at or created_at, or drop expires_at")
     return {
         "id": opt_str(obj, "id", number) or derived_id(id_key, scope.key, obj["input"],
                                                        obj["output"]),
@@ -63,8 +73,7 @@ def parse_example(obj: dict[str, Any], number: int, now: datetime,
         "input": obj["input"], "output": obj["output"], "success_score": score,
         "is_auto_generated": auto, "status": status, "access_count": int(access_count),
         "last_accessed_at": opt_time(obj, "last_accessed_at", number),
-        "created_at": opt_time(obj, "created_at", number) or now,
-        "expires_at": opt_time(obj, "expires_at", number), "version": 1,
+        "created_at": created or now, "expires_at": expires, "version": 1,
     }
 
 

@@ -184,6 +184,10 @@ def _selected(app: App, scope: Scope, selector: Selector) -> list[Any]:
         # rest open, unsaid (the reviewer, a script, read "all decided").
         rows = uow.review.list(scope, run_id=selector.run_id)
     if selector.run_id is not None and not rows:
+        # A run id that names no run of the scope is the typo's "no run" (another scope's
+        # answers alike), as `dream review list --run` says it; before, "no open review items
+        # of run X", sending the reviewer to a listing that then said there was no such run.
+        check_run_of(app, scope, selector.run_id)
         raise NotFound(f"no open review items of run {selector.run_id} in this scope; `dream "
                        f"review list --run {selector.run_id} --status any` shows what became of them")
     return rows

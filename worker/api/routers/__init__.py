@@ -3,7 +3,8 @@
 To add an area (as the review API and the dashboard's pages do): write a module with
 ``router = fastapi.APIRouter(...)``, take the App and the caller from ``worker.api.deps``
 (``DreamApp``, ``Caller``, ``scope_for``), raise ``worker.errors`` classes (one handler maps
-them to status codes), and append its router to ``ROUTERS``.
+them to status codes), and append its router to ``ROUTERS`` (an HTML page's to ``PAGES`` too:
+every other route refuses a query parameter it does not take, ``deps.known_query``).
 """
 
 from __future__ import annotations
@@ -18,3 +19,5 @@ ROUTERS: tuple[APIRouter, ...] = (
     review_routes.router,  # the review helper's: /api/review
     dashboard.router, review_page.router,  # HTML pages (no schema)
 )
+# A browser's pages: a query they do not read (a bookmark's leftovers) changes nothing shown.
+PAGES: tuple[APIRouter, ...] = (dashboard.router, review_page.router)
