@@ -18,6 +18,7 @@ from worker.domain.types import (
     fingerprint_versions,
     restated_at,
 )
+from worker.phases.contradictions import unsettled
 from worker.phases.contradictions.confirm import Confirming
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
@@ -118,6 +119,7 @@ class Applier:
         self.retired: set[str] = set()
         self.retired_into: dict[str, str] = {}
         self.remember: dict[tuple[str, str], Verdict] = {}
+        self.unsettled: set[tuple[str, str]] = set()  # pairs an answer settled nothing about
         self.guard_reason: str | None = None
         self.guarded: list[str] = []
         # Revocations the guard refused: kept for the next run, which applies them unasked.
@@ -164,7 +166,9 @@ class Applier:
                 "relation": pd.verdict.relation})
             entries.append(entry)
         self.confirming.again(verdict.topic, entries)
-        # Pairs of a dropped attribute are neither decided nor remembered: asked again.
+        # A pair of one attribute no decision covers: not asked by every run (``unsettled``).
+        self.unsettled.update(p.ids for p in unsettled.left_open(
+            verdict, consistent, self.consistency.refused, self.policy, covered, self.retired))
         for p in independent_pairs(verdict):
             if p.ids not in covered and not (set(p.ids) & self.retired):
                 self.remember.setdefault(p.ids, Verdict(p, Relation.INDEPENDENT, 1.0,
@@ -303,7 +307,7 @@ class Applier:
         entry completed), the guard's trip and what it held back, every settled pair
         remembered at the notes' current versions, then ``steps()``."""
         changes = [c for p in self.planned for c in p.changes]
-        pending_ids = {i for v in self.remember.values() for i in v.pair.ids}
+        pending_ids = {i for ids in (*self.remember, *self.unsettled) for i in ids}
         pending_ids |= {i for v, _ in self.held_back for i in v.pair.ids}
         with open_write(WriteTarget.of(self.ctx, PHASE, self.parent_step_id)) as w:
             applied = w.apply(changes, journal=self.journal, also=sorted(pending_ids),
@@ -370,6 +374,19 @@ class Applier:
             if pair is not None:
                 w.judgement(JUDGEMENT_KIND, fingerprint_versions(pair), list(ids), v.relation,
                             v.reason)
+        self._remember_unsettled(w)
+
+    def _remember_unsettled(self, w: PhaseWrite) -> None:
+        """Unsettled pairs, no note retired or a loser, at the versions the write leaves."""
+        if unsettled.hours(self.ctx.settings) <= 0 or not self.unsettled:
+            return
+        model, gone = unsettled.model_of(self.ctx.app), self.retired | set(self.decided_into())
+        left = [(ids, pair) for ids in sorted(self.unsettled - set(self.remember))
+                if not gone & set(ids) and (pair := self._at_current(w, list(ids)))]
+        for ids, pair in left:
+            w.judgement(unsettled.KIND, unsettled.key(fingerprint_versions(pair), model),
+                        list(ids), unsettled.VERDICT, unsettled.WHY)
+        self.counters["pairs_unsettled"] = len(left) or None
 
     @staticmethod
     def _at_current(w: PhaseWrite, ids: list[str]) -> list[tuple[str, int]] | None:

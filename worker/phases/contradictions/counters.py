@@ -34,11 +34,15 @@ class ContradictionsCounters(Counters):
     # the pairs that late round asked (see ``service.late_whole``).
     candidates_small_scope_late: int | None = None
     # An answer's attribute joining two notes judged apart before at their versions (a lumped
-    # answer, not a finding): nothing of it applied, its pairs asked again (``Applier``).
+    # answer, not a finding): nothing of it applied, its pairs left unsettled (``Applier``).
     attributes_against_memory: int | None = None
     # An answer's value whose notes do not say one thing (``sameness``): its attribute applies
-    # nothing, no note of it is retired, its pairs are asked again.
+    # nothing, no note of it is retired, its pairs left unsettled.
     values_unsupported: int | None = None
+    # Pairs of one attribute an answer settled nothing about, remembered (``unsettled``); and
+    # candidates left out as remembered so within DREAM_LLM_UNANSWERED_HOURS.
+    pairs_unsettled: int | None = None
+    pairs_cooling: int | None = None
     rounds: int | None = None
     topics_judged: int | None = None
     calls: int | None = None

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import permutations
 from typing import Any
 
@@ -40,6 +40,9 @@ SUBJECT_SHARE = 0.5
 SUBJECT_MIN_NOTES = 3
 # The model's reason in a comment: at most this many characters.
 REASON_MAX = 200
+# When a refused attribute's pairs are asked again (``unsettled``).
+ASKED_AGAIN = ("the attribute is asked again once a note of it changes or "
+               "DREAM_LLM_UNANSWERED_HOURS pass")
 
 
 def content_words(text: str) -> frozenset[str]:
@@ -97,6 +100,8 @@ class Consistency:
     apart: set[frozenset[str]]
     counters: Any
     _subject: frozenset[str] | None = None
+    # The last answer's attributes refused for a value (``unsettled``: not asked by every run).
+    refused: list[Attribute] = field(default_factory=list)
 
     def subject(self) -> frozenset[str]:
         if self._subject is None:
@@ -109,10 +114,11 @@ class Consistency:
         reviewer: a model lumping two attributes, or overriding a person's word, not a finding
         (a pair judged apart is not asked again unless a note changes, so no later answer is
         taking back a mistake made on it); nor those with a value whose notes do not say one
-        thing. Counted, with an entry for each value refused; the attribute's pairs are
-        neither decided nor remembered, so they are asked again."""
+        thing. Counted, with an entry for each value refused; the attribute's pairs are not
+        decided, and are not asked again for a while (``unsettled``)."""
         kept: list[Attribute] = []
         entries: list[dict[str, Any]] = []
+        self.refused = []
         for attr in verdict.attributes:
             if self._joins_apart(attr):
                 self._count("attributes_against_memory")
@@ -122,9 +128,10 @@ class Consistency:
                 kept.append(attr)
                 continue
             self._count("values_unsupported")
+            self.refused.append(attr)
             entries.append({"a": found[0], "b": found[1], "relation": "same value",
                             "action": "none", "kind": "unsupported",
-                            "why": f"kept both: {found[2]}; the attribute is asked again"})
+                            "why": f"kept both: {found[2]}; {ASKED_AGAIN}"})
         if len(kept) == len(verdict.attributes):
             return verdict, entries
         return TopicVerdict(verdict.topic, kept), entries

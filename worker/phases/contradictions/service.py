@@ -24,6 +24,7 @@ from worker.domain.types import (
 )
 from worker.llm.base import LLMClient
 from worker.llm.rules import settles_pair
+from worker.phases.contradictions import unsettled
 from worker.phases.contradictions.apply import Applier, policy_settings
 from worker.phases.contradictions.core import (
     JUDGEMENT_KIND,
@@ -150,11 +151,13 @@ def load_candidates(app: Any, phase_snap: PhaseSnapshot | ScopeLoad,
     # Pairs a host kept apart or a reviewer declined: neither retires the other, whether
     # found now or held back by the guard before the "no".
     apart = memory.kept_apart(snap.notes)
+    # Pairs an answer left unsettled lately: not the dream's to ask yet (a host's may).
+    cool = unsettled.cooling(memory, now or utcnow(), app) if not host else lambda fp: False
+    produced = phase_snap.journal.produced
     late = None if not model or whole else late_whole(
         words, snap, s.small_scope_notes, s.large_scope_pieces,
-        lambda found: _new_pairs(found, snap.notes, memory, phase_snap.journal.produced, {},
-                                 apart))
-    pairs = _new_pairs(edges, snap.notes, memory, phase_snap.journal.produced, counters, apart)
+        lambda found: _new_pairs(found, snap.notes, memory, produced, {}, apart, cool))
+    pairs = _new_pairs(edges, snap.notes, memory, produced, counters, apart, cool)
     counters["pairs_considered"] = len(edges)
     notes = snap.by_id()
     pending = [(r.fingerprint, r.note_ids[0], r.note_ids[1], r.verdict, r.reason)
@@ -186,15 +189,16 @@ def _judged_apart(memory: Any, notes: dict[str, Note]) -> set[frozenset[str]]:
 
 
 def _new_pairs(edges: list[Any], notes: list[Note], memory: Any, produced: Any,
-               counters: dict[str, Any], apart: set[frozenset[str]]) -> list[CandidatePair]:
+               counters: dict[str, Any], apart: set[frozenset[str]],
+               cool: Callable[[str], bool]) -> list[CandidatePair]:
     """The candidate edges worth a judgement, best first: not two notes this run wrote, not
     two notes a host kept apart or a reviewer declined to merge, revoke or flag (``apart``:
-    both stay, neither retires the other), not a pair judged at these versions before; each
-    left-out kind counted."""
+    both stay, neither retires the other), not a pair judged at these versions before, nor
+    one an answer left unsettled recently (``cool``); each left-out kind counted."""
     judged = {tuple(sorted(r.note_ids)) for r in memory.rows
               if r.kind == JUDGEMENT_KIND and r.note_ids and len(r.note_ids) == 2}
     pairs: list[CandidatePair] = []
-    same_run = remembered = kept_apart = 0
+    same_run = remembered = kept_apart = cooling = 0
     for e in edges:
         a, b = notes[e.i], notes[e.j]
         if b.id < a.id:
@@ -209,12 +213,14 @@ def _new_pairs(edges: list[Any], notes: list[Note], memory: Any, produced: Any,
         if (JUDGEMENT_KIND, fp) in memory.verdicts:
             remembered += 1
             continue
+        if cool(fp):
+            cooling += 1
+            continue
         pairs.append(CandidatePair(a.id, b.id, e.similarity, fp, (a.id, b.id) in judged,
                                    tuple(sorted(e.sources))))
     pairs.sort(key=lambda p: (p.judged_before, -p.similarity, p.a_id, p.b_id))
-    counters.update(pairs_skipped_same_run=same_run, pairs_remembered=remembered)
-    if kept_apart:
-        counters["pairs_kept_apart"] = kept_apart
+    counters.update(pairs_skipped_same_run=same_run, pairs_remembered=remembered, **{
+        k: v for k, v in (("pairs_kept_apart", kept_apart), ("pairs_cooling", cooling)) if v})
     return pairs
 
 

@@ -28,8 +28,10 @@ from worker.store.repositories.notes import ScopeSnapshot
 # Every verdict-memory kind a phase reads (consolidation's refusals, the host's keep-apart and a
 # reviewer's declines, contradictions' pairs and held-back retirements): one query per run.
 # "unanswered": questions the model refused or answered unusably (worker.llm.unanswered), read
-# with the rest so a phase's fan-outs recall them without a statement of their own.
-MEMORY_KINDS = ("cluster", KEEP_APART, DECLINED_APART, "pair", "retire_pending", "unanswered")
+# with the rest so a phase's fan-outs recall them without a statement of their own;
+# "unsettled": pairs a contradictions answer settled nothing about, each with its date.
+MEMORY_KINDS = ("cluster", KEEP_APART, DECLINED_APART, "pair", "retire_pending", "unanswered",
+                "unsettled")
 
 
 class Judged(NamedTuple):

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from worker.domain.types import Scope
 from worker.store.chunks import chunked
 from worker.store.models import JudgementRow, ReviewRow
-from worker.store.repositories.writes import NEW_JUDGEMENTS
+from worker.store.repositories.writes import NEW_JUDGEMENTS, UNSETTLED
 
 _J = cast(Table, JudgementRow.__table__)
 _KNOWN = select(_J.c.fingerprint, _J.c.verdict).where(
@@ -24,6 +24,7 @@ _OF_KINDS = select(_J.c.kind, _J.c.fingerprint, _J.c.note_ids, _J.c.verdict, _J.
 _MEMORY = _OF_KINDS.add_columns(_J.c.created_at)
 # A retirement a phase decided but the blast-radius guard (R20) held back for a later run.
 PENDING_RETIREMENT = "retire_pending"
+__all__ = ["PENDING_RETIREMENT", "UNSETTLED", "JudgementRepository"]
 
 
 class JudgementRepository:

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Integer,
     Table,
     bindparam,
+    delete,
     exists,
     func,
     insert,
@@ -87,6 +88,12 @@ NEW_JUDGEMENTS = {
     .on_conflict_do_nothing(index_elements=["scope_key", "kind", "fingerprint"])
     for postgres in (False, True)
 }
+# A pair a contradictions answer left unsettled (``worker.phases.contradictions.unsettled``):
+# remembered from its date, so a new row takes the place of its fingerprint's older one.
+UNSETTLED = "unsettled"
+_OLD_UNSETTLED = delete(_JUDGEMENTS).where(
+    _JUDGEMENTS.c.scope_key == bindparam("scope_key"), _JUDGEMENTS.c.kind == UNSETTLED,
+    _JUDGEMENTS.c.fingerprint == bindparam("fingerprint"))
 
 
 def _unchanged(name: str, postgres: bool, prefix: str = "g") -> Any:
@@ -286,6 +293,11 @@ class WriteRepository:
             self._many(_INSERT_REVIEW, rows)
 
     def add_judgements(self, rows: list[dict[str, Any]]) -> None:
-        """Verdict memory, first writer wins: a fingerprint already recorded is left as it is."""
+        """Verdict memory, first writer wins: a fingerprint already recorded is left as it is;
+        but an unsettled pair's row, dated, replaces its older row (a renewed memory)."""
+        renewed = [{"scope_key": r["scope_key"], "fingerprint": r["fingerprint"]}
+                   for r in rows if r["kind"] == UNSETTLED]
+        if renewed:
+            self._many(_OLD_UNSETTLED, renewed)
         if rows:
             self._many(NEW_JUDGEMENTS[self.session.get_bind().dialect.name == "postgresql"], rows)
