@@ -37,6 +37,8 @@ from worker.review.propose import settle_stale
 from worker.safety.undo_holds import (
     annotated_since,
     carry_apart,
+    changed_since,
+    earlier_undos,
     held_since,
     refusal_line,
     refusals,
@@ -213,7 +215,8 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         runs = [r.run_id for r in later if r.run_id and r.op != "undo"
                 and not _is_undone(uow, r.run_id)]
         raise UndoRefused(f"cannot undo run {run_id}: note {note_id} {why} ({len(conflicts)} "
-                          f"note(s) changed since); {way_out(runs)}", refusals("note", conflicts))
+                          f"note(s) changed since); {way_out(runs, earlier_undos(later))}",
+                          refusals("note", conflicts))
     remaining: dict[str, str] = {}
     if conflicts:
         _cascade(uow, later, now, result, undoer)
@@ -386,15 +389,10 @@ def _conflicts(uow: UnitOfWork, by_note: dict[str, list[OperationLogRow]],
         foreign = [r for r in changes if r.op != "undo" and r.run_id not in undone]
         # A later run's annotation (flags, comments) keeps the version but is still a change
         # that restoring this run's before-image would silently overwrite.
-        if row.version == expected and not foreign:
+        if row.version == expected and not foreign and not earlier_undos(changes):
             if field := annotated_since(row, rows):
                 out[note_id] = f"was edited since (its {field}, by the host)"
             continue
-        bumps = sum(1 for r in changes
-                    if (r.after or {}).get("version") != (r.before or {}).get("version"))
-        if foreign:
-            who = f"run {foreign[-1].run_id}" if foreign[-1].run_id else "the host"
-            out[note_id] = f"was changed since by {who} (version {row.version}, expected {expected})"
-        elif row.version != expected + bumps:
-            out[note_id] = f"was edited since (version {row.version}, expected {expected})"
+        if why := changed_since(row.version, expected, changes, foreign, _named):
+            out[note_id] = why
     return out

@@ -5,6 +5,7 @@ run's notes before the run binds them again afterwards."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -112,12 +113,49 @@ def carry_apart(uow: UnitOfWork, by_note: dict[str, list[Any]], undone_at: dict[
     bind_again(uow, before, undone_at, now)
 
 
-def way_out(later_runs: list[str]) -> str:
+UNDO_REASON = "undo of run "  # an undo's log rows: ``undo_restore.undo_log``
+
+
+def earlier_undos(changes: list[Any]) -> list[str]:
+    """The runs (or erase, fuse, remember ids) whose undo is among ``changes`` (a note's log
+    rows after a run's, in order) although they changed nothing of the note after that run:
+    an undo of an *earlier* write, a change on top of the run's like any other. The undo of a
+    later run only takes that run's change back and is no change; before, every undo row was
+    taken for one, so undoing an erasure left out of a cascade (it reached another scope) wrote
+    its before-image over the undo that had since given the note its state before the run."""
+    later = {r.run_id for r in changes if r.op != "undo"}
+    undone = [str(r.reason)[len(UNDO_REASON):] for r in changes
+              if r.op == "undo" and str(r.reason or "").startswith(UNDO_REASON)]
+    return [u for u in undone if u not in later]
+
+
+def changed_since(version: int, expected: int, changes: list[Any], foreign: list[Any],
+                  named: Callable[[str], str]) -> str | None:
+    """Why a note the run left at version ``expected``, now at ``version``, refuses a plain
+    undo, or None (``changes``: its log rows after the run's; ``foreign``: those of later
+    writes not undone; ``named``: how a run or logged id is named)."""
+    at = f"(version {version}, expected {expected})"
+    if foreign:
+        who = f"run {foreign[-1].run_id}" if foreign[-1].run_id else "the host"
+        return f"was changed since by {who} {at}"
+    if undos := earlier_undos(changes):
+        return f"was changed since by the undo of {named(undos[-1])} {at}"
+    bumps = sum(1 for r in changes
+                if (r.after or {}).get("version") != (r.before or {}).get("version"))
+    return f"was edited since {at}" if version != expected + bumps else None
+
+
+def way_out(later_runs: list[str], undos: list[str] | None = None) -> str:
     """What a plain undo refused over notes changed since offers: the latest run (or erase,
-    fuse, remember id) that changed them, to undo first; when only the host changed them, the
-    forced undo (before, it said "undo the later run first" then too, with no run to undo)."""
+    fuse, remember id) that changed them, to undo first; when an undo of an earlier write
+    changed them (``earlier_undos``), or only the host, the forced undo (before, it said "undo
+    the later run first" then too, with no run to undo)."""
     if later_runs:
         return f"undo the later run first (`dream undo {later_runs[-1]}`) or pass --force-cascade"
+    if undos:
+        return (f"an undo of an earlier write ({undos[-1]}) changed them since: pass "
+                "--force-cascade to give the run's notes their state before it anyway, over "
+                "that undo")
     return ("no later run changed it, the host did: pass --force-cascade to give the run's notes "
             "their state before it anyway, over the host's change")
 

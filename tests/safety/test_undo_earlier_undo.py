@@ -1,0 +1,85 @@
+"""Undo (R17) of a write whose note an undo of an *earlier* write changed since: that undo is a
+change like any other, never written over in silence. A conversation id names one
+conversation in every scope, so erasing it restores co-sources in two scopes under one
+``erase-…`` id; a cascade from one scope's run leaves that id alone (it reached another scope)
+and overwrites its change. Undoing the erasure afterwards took the run's undo row for "no
+change" (every undo row was) and revoked the note again, over the state the run's undo had
+given it back. SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.factories import NOW, add_notes
+from tests.support.safety import note_states, run_row
+from worker.app import App
+from worker.domain.types import Scope, content_hash
+from worker.safety.erase import erase
+from worker.safety.undo import UndoRefused, undo_run
+
+ONE, TWO = Scope("agent-1", "u1"), Scope("agent-1", "u2")
+
+
+def _merge(app: App, scope: Scope, ids: list[str], text: str) -> str:
+    """What consolidation writes for one cluster of ``scope``, in a run of its own."""
+    run_id = run_row(app, scope)
+    with app.uow() as uow:
+        notes = {n.id: n for n in uow.notes.get_many(ids)}
+        new_id = uow.notes.create_note(scope=scope, content=text, content_hash=content_hash(text),
+                                       type="Preference", embedding=None, embedding_model=None,
+                                       run_id=run_id, now=NOW, consolidation_generation=1)
+        uow.notes.add_lineage(scope, ids, new_id, "consolidated", run_id, NOW)
+        for nid in ids:
+            assert uow.notes.change(notes[nid], run_id=run_id, reason="merged", now=NOW,
+                                    status="revoked", consolidated_into_id=new_id)
+        uow.commit()
+    return run_id
+
+
+def _two_scopes_one_conversation(app: App) -> tuple[str, str]:
+    """a1 (c1) and a2 (c2) merged in u1's scope, k1 (k1c) and k2 (c2) in u2's; c2 erased:
+    a1 and k1 are given back under one erase id that names both scopes. Returns the u1 run
+    and the erase id."""
+    add_notes(app, {"id": "a1", "user_id": "u1", "content": "hikes in the Alps in summer",
+                    "source_conversation_id": "c1"},
+              {"id": "a2", "user_id": "u1", "content": "hikes in the Alps with friends",
+               "source_conversation_id": "c2"},
+              {"id": "k1", "user_id": "u2", "content": "hikes in the Alps in summer",
+               "source_conversation_id": "k1c"},
+              {"id": "k2", "user_id": "u2", "content": "hikes in the Alps with friends",
+               "source_conversation_id": "c2"})
+    run_id = _merge(app, ONE, ["a1", "a2"], "hikes in the Alps in summer with friends")
+    _merge(app, TWO, ["k1", "k2"], "hikes in the Alps in summer with friends")
+    done = erase(app, conversation_id="c2")
+    assert done.erase_id is not None and done.restored_ids == ["a1", "k1"]
+    return run_id, done.erase_id
+
+
+def test_undoing_an_erasure_after_a_cascade_overwrote_it_refuses_over_that_undo(app: App) -> None:
+    """The cascade from u1's run overwrites the erasure's change to a1 (the erase id reached u2
+    too, so it is left alone) and leaves a1 active, as before the run. Undoing the erase id then
+    is refused, naming a1 and the undo that changed it, and writes nothing (before, it revoked
+    a1 again with no successor: u1's c1 fact in no active note); forced, it overwrites it,
+    marked so."""
+    run_id, erase_id = _two_scopes_one_conversation(app)
+    cascaded = undo_run(app, run_id, force_cascade=True)
+    assert cascaded.run_ids == [run_id] and cascaded.overwritten == ["a1"]
+    before = note_states(app)
+    assert before["a1"]["status"] == "active" and before["k1"]["status"] == "active"
+    with pytest.raises(UndoRefused, match=f"note a1 was changed since by the undo of run "
+                                          f"{run_id} .*pass --force-cascade") as refused:
+        undo_run(app, erase_id)
+    assert [r["id"] for r in refused.value.refused] == ["a1"]
+    assert note_states(app) == before
+    forced = undo_run(app, erase_id, force_cascade=True)
+    assert forced.overwritten == ["a1"] and note_states(app)["a1"]["status"] == "revoked"
+
+
+def test_the_undo_of_a_later_write_is_still_no_change(app: App) -> None:
+    """An undo that took back a write made after the run (here the erasure, undone first) is no
+    change: the run is then undone plainly, its notes as before it."""
+    run_id, erase_id = _two_scopes_one_conversation(app)
+    undo_run(app, erase_id)
+    result = undo_run(app, run_id)
+    assert result.restored == ["a1"] and not result.overwritten
+    assert note_states(app)["a1"]["status"] == "active"
