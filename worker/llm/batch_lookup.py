@@ -4,12 +4,12 @@ it was sent with, among the provider's most recent batches (``metadata.submissio
 batch files (its file name). Only an exact match of the key is touched: a batch or file
 another run or scope made (another key, or none) is never adopted, cancelled or deleted.
 
-The key is opaque (``dw-`` and a uuid4): it names no scope, run or note."""
+The key is opaque (``dw-`` and a uuid4, ``batch_submit.new_submission``): it names no scope,
+run or note."""
 
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
 import openai
@@ -31,11 +31,6 @@ LOOKED = SEARCH_PAGES * PAGE_SIZE
 # what `dream runs cancel` prints: another string (pages of text, an escape sequence) failed
 # the step's write on PostgreSQL, orphaning the batch, or was printed raw.
 PROVIDER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
-
-
-def new_submission() -> str:
-    """A key no other submission has: sent in the batch's metadata and its file's name."""
-    return f"dw-{uuid.uuid4().hex}"
 
 
 def file_name(submission: str) -> str:
