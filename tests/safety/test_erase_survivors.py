@@ -162,30 +162,69 @@ def test_r28_a_loser_superseded_by_an_erased_winner_is_kept_for_review(
     assert [r.note_ids for r in reviews] == [["old"]]
     assert CANARY not in all_rows_text(app)
     erase_id = next(line.split()[-1] for line in out.output.splitlines() if "dream undo" in line)
+    # Its undo would retire dup into the erased note, its fact in no active note (R8): refused,
+    # nothing written, the review kept (before, dup was revoked again into nothing).
+    before = note_states(app)
+    undone = _cli(app, monkeypatch, "undo", erase_id)
+    assert undone.exit_code == Conflict.exit_code, undone.output
+    assert f"error: cannot undo {erase_id}: note dup would be retired into no active note" \
+        in undone.output
+    assert note_states(app) == before
+    with app.uow() as uow:
+        assert uow.session.scalars(select(ReviewRow).where(ReviewRow.kind == REVIEW_KIND)).all()
+
+
+def test_r28_an_erasure_that_only_held_a_loser_for_review_is_undone(
+        app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An erase id that retires no live note again (it only held a conflict loser for review)
+    is undone as before: the review goes with it, the loser stays retired."""
+    add_notes(app, {"id": "old", "user_id": "u1", "content": "User lives in Paris"},
+              {"id": "new", "user_id": "u1", "content": f"User now lives in Berlin {CANARY}"})
+    _retire_into(app, "old", "new", "superseded")
+    out = _cli(app, monkeypatch, "erase", "--note", "new", "--yes")
+    assert out.exit_code == 0, out.output
+    erase_id = next(line.split()[-1] for line in out.output.splitlines() if "dream undo" in line)
     undone = _cli(app, monkeypatch, "undo", erase_id)
     assert undone.exit_code == 0, undone.output
     # The summary names only what the undo did: one review removed, no judgement to speak of.
     assert "removed 1 review the run(s) recorded" in undone.output
     assert "judgement" not in undone.output
-    assert note_states(app)["dup"]["status"] == "revoked"
+    assert note_states(app)["old"]["status"] == "revoked"
+    with app.uow() as uow:
+        assert not uow.session.scalars(select(ReviewRow)
+                                       .where(ReviewRow.kind == REVIEW_KIND)).all()
 
 
 def test_r28_restorations_are_recorded_and_undoable(
         app: App, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The restorations are operation-log rows under an erase id; `dream undo <id>` retires the
-    co-sources again (a second undo is refused); the erased notes stay erased."""
+    """The restorations are operation-log rows under an erase id. `dream undo <id>` alone
+    would retire the co-sources again into the erased fused note, their facts in no active note
+    (R8): refused in one line naming both and the way out, nothing written (before: both
+    revoked, pointing at nothing). That way out, the fusing run's undo with --force-cascade,
+    undoes the erase id with it and leaves both active; the erase id's undo is then refused as
+    already undone; the erased notes stay erased."""
     add_notes(app, *({"id": f"n{k}", "user_id": "u1", "content": f"likes tea {k}"}
                      for k in range(3)))
-    _write_fusion(app, run_row(app, SCOPE), ["n0", "n1", "n2"], "likes tea 0 1 2")
+    run_id = run_row(app, SCOPE)
+    _write_fusion(app, run_id, ["n0", "n1", "n2"], "likes tea 0 1 2")
     result = erase(app, note_id="n0")
     assert result.erase_id is not None and result.restored_ids == ["n1", "n2"]
+    before = note_states(app)
     out = _cli(app, monkeypatch, "undo", result.erase_id)
+    assert out.exit_code == Conflict.exit_code, out.output
+    lines = [line for line in out.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: cannot undo {result.erase_id}: 2 notes (n1, n2) would be retired into no "
+        "active note")
+    assert lines[0].endswith(f"`dream undo {run_id} --force-cascade` instead (it gives the "
+                             "notes their state before that run)")
+    assert note_states(app) == before
+    out = _cli(app, monkeypatch, "undo", run_id, "--force-cascade")
     assert out.exit_code == 0, out.output
-    assert "restored 2 notes" in out.output
+    assert f"undone {result.erase_id}" in out.output
     states = note_states(app)
     assert set(states) == {"n1", "n2"}
-    assert all(s["status"] == "revoked" and s["consolidated_into_id"] is None
-               for s in states.values())
+    assert all(s["status"] == "active" for s in states.values())
     again = _cli(app, monkeypatch, "undo", result.erase_id)
     assert again.exit_code == Conflict.exit_code and "already undone" in again.output
 

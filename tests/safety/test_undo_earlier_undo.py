@@ -4,7 +4,8 @@ conversation in every scope, so erasing it restores co-sources in two scopes und
 ``erase-…`` id; a cascade from one scope's run leaves that id alone (it reached another scope)
 and overwrites its change. Undoing the erasure afterwards took the run's undo row for "no
 change" (every undo row was) and revoked the note again, over the state the run's undo had
-given it back. SQLite and PostgreSQL."""
+given it back. That undo is now refused forced or not, since it would retire the notes into
+the ones it erased (``test_undo_lost_successor``). SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -55,31 +56,47 @@ def _two_scopes_one_conversation(app: App) -> tuple[str, str]:
     return run_id, done.erase_id
 
 
-def test_undoing_an_erasure_after_a_cascade_overwrote_it_refuses_over_that_undo(app: App) -> None:
+def test_undoing_an_erasure_after_a_cascade_overwrote_it_is_refused_forced_or_not(
+        app: App) -> None:
     """The cascade from u1's run overwrites the erasure's change to a1 (the erase id reached u2
     too, so it is left alone) and leaves a1 active, as before the run. Undoing the erase id then
-    is refused, naming a1 and the undo that changed it, and writes nothing (before, it revoked
-    a1 again with no successor: u1's c1 fact in no active note); forced, it overwrites it,
-    marked so."""
+    is refused, forced or not, naming a1 and k1, and writes nothing: it would retire both into
+    the notes it erased (before, the plain undo revoked a1 again with no successor, u1's c1 fact
+    in no active note; then the forced one did, over the undo that had changed it). The way out
+    named is u2's run, whose forced undo gives k1 its state before it."""
     run_id, erase_id = _two_scopes_one_conversation(app)
     cascaded = undo_run(app, run_id, force_cascade=True)
     assert cascaded.run_ids == [run_id] and cascaded.overwritten == ["a1"]
     before = note_states(app)
     assert before["a1"]["status"] == "active" and before["k1"]["status"] == "active"
-    with pytest.raises(UndoRefused, match=f"note a1 was changed since by the undo of run "
-                                          f"{run_id} .*pass --force-cascade") as refused:
-        undo_run(app, erase_id)
-    assert [r["id"] for r in refused.value.refused] == ["a1"]
-    assert note_states(app) == before
-    forced = undo_run(app, erase_id, force_cascade=True)
-    assert forced.overwritten == ["a1"] and note_states(app)["a1"]["status"] == "revoked"
+    with app.uow() as uow:
+        other = next(r.run_id for r in uow.safety.log_after(["k1"], 0) if r.run_id != erase_id)
+    for force in (False, True):
+        with pytest.raises(UndoRefused, match=f"cannot undo {erase_id}: 2 notes .a1, k1. would "
+                                              f"be retired into no active note.*`dream undo "
+                                              f"{other} --force-cascade`") as refused:
+            undo_run(app, erase_id, force_cascade=force)
+        assert [r["id"] for r in refused.value.refused] == ["a1", "k1"]
+        assert note_states(app) == before
+
+
+def _later_write(app: App, note_id: str) -> str:
+    """A later run's change to ``note_id`` (its importance), in a run of its own."""
+    run_id = run_row(app, ONE)
+    with app.uow() as uow:
+        (note,) = uow.notes.get_many([note_id])
+        assert uow.notes.change(note, run_id=run_id, reason="rescored", now=NOW, importance=0.9)
+        uow.commit()
+    return run_id
 
 
 def test_the_undo_of_a_later_write_is_still_no_change(app: App) -> None:
-    """An undo that took back a write made after the run (here the erasure, undone first) is no
-    change: the run is then undone plainly, its notes as before it."""
-    run_id, erase_id = _two_scopes_one_conversation(app)
-    undo_run(app, erase_id)
+    """An undo that took back a write made after the run (here a later run's, undone first) is
+    no change: the run is then undone plainly, its notes as before it."""
+    add_notes(app, {"id": "a1", "user_id": "u1", "content": "hikes in the Alps in summer"},
+              {"id": "a2", "user_id": "u1", "content": "hikes in the Alps with friends"})
+    run_id = _merge(app, ONE, ["a1", "a2"], "hikes in the Alps in summer with friends")
+    undo_run(app, _later_write(app, "a1"))
     result = undo_run(app, run_id)
-    assert result.restored == ["a1"] and not result.overwritten
+    assert result.restored == ["a1", "a2"] and not result.overwritten
     assert note_states(app)["a1"]["status"] == "active"

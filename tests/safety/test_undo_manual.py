@@ -115,11 +115,14 @@ def test_undo_refuses_to_write_over_a_hosts_annotation_made_since(
 
 def test_undo_of_an_erasure_refuses_to_re_retire_a_note_a_person_took_over_since(
         app: App) -> None:
-    """The erasure gave a co-source back (active again) and a person then marked it manual:
-    undoing the `erase-…` id, even with --force-cascade, refuses naming it and what to do and
-    writes nothing (before: the person's note was revoked again, the log having no record of
-    whether it was manual then); marked auto-generated again, the undo proceeds. A note that
-    was already manual when the erasure gave it back is retired again as it was."""
+    """The erasure gave a co-source back (active again) and a person then marked it manual.
+    The erase id's own undo would retire it into the erased note and is refused for that first
+    (R8, ``test_undo_lost_successor``), naming the way out: the fusing run's forced undo, whose
+    cascade undoes the erase id on the way and refuses naming the manual note and what to do,
+    writing nothing (before: the person's note was revoked again, the log having no record of
+    whether it was manual then); marked auto-generated again, it proceeds. A host fuse's
+    sources the erasure gave back come back through the fuse id's forced undo, a note that was
+    already manual when the erasure gave it back too."""
     _seed(app)
     host_sets(app, "n2", is_auto_generated=False)
     done = fuse(app, ["n2", "n3"], "User likes tea number 2 and 3")
@@ -131,18 +134,21 @@ def test_undo_of_an_erasure_refuses_to_re_retire_a_note_a_person_took_over_since
     assert first_erase is not None and second_erase is not None
     host_sets(app, "n0", is_auto_generated=False)
     before = note_states(app)
-    for force in (False, True):
-        with pytest.raises(UndoRefused, match="note n0 is manual .* is_auto_generated") \
-                as refused:
-            undo_run(app, first_erase, force_cascade=force)
-        assert str(refused.value).count("\n") == 0
-        assert [r["id"] for r in refused.value.refused] == ["n0"]
-        assert note_states(app) == before
+    for erase_id, way in ((first_erase, run_id), (second_erase, done.undo_id)):
+        with pytest.raises(UndoRefused, match=f"would be retired into no active note.*"
+                                              f"`dream undo {way} --force-cascade`"):
+            undo_run(app, erase_id)
+    with pytest.raises(UndoRefused, match="note n0 is manual .* is_auto_generated") as refused:
+        undo_run(app, run_id, force_cascade=True)
+    assert str(refused.value).count("\n") == 0
+    assert [r["id"] for r in refused.value.refused] == ["n0"]
+    assert note_states(app) == before
     host_sets(app, "n0", is_auto_generated=True)
-    assert sorted(undo_run(app, first_erase).restored) == ["n0", "n1"]
-    assert sorted(undo_run(app, second_erase).restored) == ["n2", "n3"]
-    assert {i: s["status"] for i, s in note_states(app).items() if i in ("n0", "n2")} == {
-        "n0": "revoked", "n2": "revoked"}
+    assert undo_run(app, run_id, force_cascade=True).run_ids == [first_erase, run_id]
+    assert undo_run(app, done.undo_id, force_cascade=True).run_ids == [second_erase,
+                                                                       done.undo_id]
+    assert {i: s["status"] for i, s in note_states(app).items()} == {
+        "n0": "active", "n1": "active", "n2": "active", "n3": "active"}
 
 
 def test_undo_of_a_prune_refuses_to_re_retire_a_source_a_person_took_over_since(
@@ -166,8 +172,9 @@ def test_undo_of_a_prune_refuses_to_re_retire_a_source_a_person_took_over_since(
 
 def test_undo_of_an_erasure_logged_before_it_recorded_is_auto_generated(app: App) -> None:
     """A restoration logged before its after-image named ``is_auto_generated`` cannot tell
-    whether a note manual now was manual then: the undo refuses rather than retire what may be
-    a person's note, saying the log does not record it; set auto-generated, it proceeds."""
+    whether a note manual now was manual then: the fusing run's forced undo, whose cascade
+    undoes the erase id (its own undo is refused: R8), refuses rather than retire what may be a
+    person's note, saying the log does not record it; set auto-generated, it proceeds."""
     _seed(app)
     run_id = run_row(app, SCOPE)
     done = erase(app, note_id=_fuse(app, run_id, ["n0", "n1"], "User likes tea"))
@@ -179,6 +186,8 @@ def test_undo_of_an_erasure_logged_before_it_recorded_is_auto_generated(app: App
             row.after = {k: v for k, v in (row.after or {}).items() if k != "is_auto_generated"}
         uow.commit()
     with pytest.raises(UndoRefused, match="note n0 is manual and the log does not record"):
-        undo_run(app, done.erase_id)
+        undo_run(app, run_id, force_cascade=True)  # its cascade undoes the erase id first
     host_sets(app, "n0", is_auto_generated=True)
-    assert sorted(undo_run(app, done.erase_id).restored) == ["n0", "n1"]
+    assert undo_run(app, run_id, force_cascade=True).run_ids == [done.erase_id, run_id]
+    assert {i: s["status"] for i, s in note_states(app).items()} == {
+        "n0": "active", "n1": "active", "n2": "active", "n3": "active"}

@@ -50,8 +50,10 @@ def test_undo_of_a_host_fuse_refuses_to_retire_its_pinned_note(app: App) -> None
 
 
 def test_undo_of_an_erasure_refuses_to_retire_a_restored_note_pinned_since(app: App) -> None:
-    """Sibling: the erasure made a co-source active again and the host pinned it; undoing the
-    `erase-…` id would revoke it again."""
+    """Sibling: the erasure made a co-source active again and the host pinned it. The erase
+    id's own undo is refused first (it would retire it into the erased note: R8); the fusing
+    run's forced undo, whose cascade undoes the erase id, would revoke it on the way: refused,
+    naming the pin, nothing written."""
     _seed(app)
     run_id = run_row(app, SCOPE)
     fused = _fuse(app, run_id, ["n0", "n1"], "User likes tea")
@@ -59,8 +61,10 @@ def test_undo_of_an_erasure_refuses_to_retire_a_restored_note_pinned_since(app: 
     assert done.erase_id and "n0" in done.restored_ids
     host_sets(app, "n0", protection="protected")
     before = note_states(app)
-    with pytest.raises(UndoRefused, match="note n0 is protected"):
+    with pytest.raises(UndoRefused, match="2 notes .n0, n1. would be retired into no active"):
         undo_run(app, done.erase_id)
+    with pytest.raises(UndoRefused, match="note n0 is protected"):
+        undo_run(app, run_id, force_cascade=True)
     assert note_states(app) == before
 
 

@@ -16,7 +16,8 @@ than a later run that was itself undone (and that undo): a later run's change, o
 the note. ``force_cascade`` first undoes, newest first, every later run that touched such a
 note, then restores anyway; host edits to the fields the run changed are overwritten (other
 fields, like a host's content edit, are kept). A host's fuse or remember that built on such a
-note is never undone by a cascade: the undo is refused, naming it.
+note is never undone by a cascade: the undo is refused, naming it. Nor, forced or not, one that
+would retire a note into no active note (``worker.safety.undo_lost``, R8).
 """
 
 from __future__ import annotations
@@ -42,7 +43,14 @@ from worker.safety.undo_holds import (
     held_since,
     refusal_line,
     refusals,
+    unfinished_since,
     way_out,
+)
+from worker.safety.undo_lost import (
+    lost_facts,
+    lost_refusal,
+    restores_into_nothing,
+    would_lose,
 )
 from worker.safety.undo_restore import before_image, jsonable, restore_examples, undo_log
 from worker.safety.undo_result import OVERWROTE, NoteOutcome, UndoResult, outcome_entry
@@ -92,6 +100,8 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False,
         result = UndoResult(run_ids=[])
         _undo(uow, run_id, force_cascade, now, result,
               _Undoer(by, run_id, now.isoformat(timespec="seconds")))
+        if lost := lost_facts(uow, result):  # R8: forced or not, never a fact in no note
+            raise UndoRefused(*lost_refusal(uow, _named(run_id), lost))
         touched = list(result.outcomes)  # the notes and examples the undo wrote
         result.review_items_applied = [{"id": i, "run_id": r}
                                        for i, r in uow.review.applied_of(run_id)]
@@ -196,6 +206,8 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         elif row.entity == "example":
             by_example[row.entity_id].append(row)
     last_id = max((r.id for r in rows), default=0)
+    if not force and (lost := would_lose(uow, by_note)):  # R8: --force-cascade would not help
+        raise UndoRefused(*lost_refusal(uow, _named(run_id), lost))
     conflicts = _conflicts(uow, by_note, last_id, set(result.run_ids))
     examples = uow.safety.example_state(by_example)
     edited = {eid: v for eid, (v, _, _) in examples.items()
@@ -208,14 +220,16 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
             refusals("example", {e: f"was changed since (version {v})"
                                   for e, v in edited.items()}) + refusals("note", conflicts))
     later = uow.safety.log_after(conflicts, last_id) if conflicts else []
-    _refuse_unfinished(uow, later, undoer.asked)
+    if waits := unfinished_since(uow, later, undoer.asked):
+        raise UndoRefused(*waits)
     _refuse_host_writes(uow, undoer.asked, later)  # with or without --force-cascade
     if conflicts and not force:
         note_id, why = next(iter(sorted(conflicts.items())))
         runs = [r.run_id for r in later if r.run_id and r.op != "undo"
                 and not _is_undone(uow, r.run_id)]
         raise UndoRefused(f"cannot undo run {run_id}: note {note_id} {why} ({len(conflicts)} "
-                          f"note(s) changed since); {way_out(runs, earlier_undos(later))}",
+                          f"note(s) changed since); "
+                          f"{way_out(runs, earlier_undos(later), restores_into_nothing(uow, runs))}",
                           refusals("note", conflicts))
     remaining: dict[str, str] = {}
     if conflicts:
@@ -276,27 +290,6 @@ def _refuse_host_writes(uow: UnitOfWork, run_id: str, later: list[OperationLogRo
             f"(`dream undo {write}`), then this run", refusals("note", {
                 n: f"was superseded since by the host's write {w}"
                 for w, n in host.items()}))
-
-
-def _refuse_unfinished(uow: UnitOfWork, later: list[OperationLogRow], asked: str) -> None:
-    """A later run that changed a conflicting note and is not finished (running, or
-    interrupted to resume) can be neither undone first nor overwritten (that would be a
-    run's change, not a host's edit, and leave what it built from this run's notes standing):
-    the undo waits for it, whether or not it cascades."""
-    unfinished: dict[str, str] = {}
-    first = None
-    for r in later:
-        run = uow.runs.get(r.run_id) if r.run_id else None
-        if run is not None and run.status in ACTIVE_RUN_STATUSES and r.op != "undo":
-            first = first or (r.entity_id, run)
-            unfinished.setdefault(r.entity_id,
-                                  f"was changed since by run {run.id}, which is {run.status}")
-    if first is not None:
-        note_id, run = first
-        raise UndoRefused(
-            f"cannot undo run {asked}: run {run.id}, which changed note {note_id} "
-            f"since, is {run.status}; wait for it to finish (or stop it with `dream runs "
-            f"cancel {run.id}`), then undo again", refusals("note", unfinished))
 
 
 def _is_undone(uow: UnitOfWork, run_id: str) -> bool:

@@ -1,7 +1,8 @@
 """What an undo keeps of the host's decisions. It never retires a note the host has pinned
 (``protected``/``immutable``) since the run created it or made it active, nor one a person has
 taken over (marked manual) since (R26): nothing lifts either. And a keep-apart that bound the
-run's notes before the run binds them again afterwards."""
+run's notes before the run binds them again afterwards; and it waits for a later run that changed
+them and is not finished."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from worker.domain.types import NoteStatus, Protection
+from worker.domain.types import ACTIVE_RUN_STATUSES, NoteStatus, Protection
 from worker.phases.kit.kept_apart import bind_again
 from worker.safety.undo_restore import before_image, jsonable
 from worker.safety.undo_result import NoteOutcome, outcome_entry
@@ -145,11 +146,18 @@ def changed_since(version: int, expected: int, changes: list[Any], foreign: list
     return f"was edited since {at}" if version != expected + bumps else None
 
 
-def way_out(later_runs: list[str], undos: list[str] | None = None) -> str:
+def way_out(later_runs: list[str], undos: list[str] | None = None,
+            refused_alone: set[str] | None = None) -> str:
     """What a plain undo refused over notes changed since offers: the latest run (or erase,
     fuse, remember id) that changed them, to undo first; when an undo of an earlier write
     changed them (``earlier_undos``), or only the host, the forced undo (before, it said "undo
-    the later run first" then too, with no run to undo)."""
+    the later run first" then too, with no run to undo). Nor is an erasure whose own undo is
+    refused (``refused_alone``, ``undo_lost.restores_into_nothing``) offered first: the forced
+    undo takes it back with the run, or overwrites it (before, it offered `dream undo erase-…`,
+    which retired the notes the erasure gave back into the note it had erased)."""
+    if later_runs and later_runs[-1] in (refused_alone or set()):
+        return (f"pass --force-cascade (undoing {later_runs[-1]} alone is refused: it would "
+                "retire notes it gave back into the note it erased)")
     if later_runs:
         return f"undo the later run first (`dream undo {later_runs[-1]}`) or pass --force-cascade"
     if undos:
@@ -163,3 +171,26 @@ def way_out(later_runs: list[str], undos: list[str] | None = None) -> str:
 def refusals(entity: str, why: dict[str, str]) -> list[dict[str, Any]]:
     """The outcome entries of an undo's refusal: each record that refuses it, and why."""
     return [outcome_entry(entity, i, NoteOutcome.REFUSED, why=w) for i, w in sorted(why.items())]
+
+
+def unfinished_since(uow: UnitOfWork, later: list[Any],
+                     asked: str) -> tuple[str, list[dict[str, Any]]] | None:
+    """A later run that changed a conflicting note and is not finished (running, or
+    interrupted to resume) can be neither undone first nor overwritten (that would be a
+    run's change, not a host's edit, and leave what it built from this run's notes standing):
+    the undo waits for it, whether or not it cascades. The error line and its ``refused``
+    entries, or None (``later``: the log rows of the notes changed since)."""
+    unfinished: dict[str, str] = {}
+    first = None
+    for r in later:
+        run = uow.runs.get(r.run_id) if r.run_id else None
+        if run is not None and run.status in ACTIVE_RUN_STATUSES and r.op != "undo":
+            first = first or (r.entity_id, run)
+            unfinished.setdefault(r.entity_id,
+                                  f"was changed since by run {run.id}, which is {run.status}")
+    if first is None:
+        return None
+    note_id, run = first
+    return (f"cannot undo run {asked}: run {run.id}, which changed note {note_id} since, is "
+            f"{run.status}; wait for it to finish (or stop it with `dream runs cancel "
+            f"{run.id}`), then undo again", refusals("note", unfinished))

@@ -58,6 +58,8 @@ class UndoResult:
     # Each note and example as the undo leaves it (a cascade's later outcome replaces an
     # earlier one: a note the asked run created ends retired), in the order first touched.
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Each note's status before the undo's first write to it (``outcomes`` keeps the last).
+    was_before: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """What the API and the MCP tool answer (the CLI's ``summary`` says the same; its
@@ -73,6 +75,7 @@ class UndoResult:
                 "notes": list(self.outcomes.values())}
 
     def note(self, entry: dict[str, Any]) -> None:
+        self.was_before.setdefault(entry["id"], entry.get("was"))
         self.outcomes[entry["id"]] = entry
 
     def settle(self) -> None:
