@@ -188,3 +188,29 @@ def test_a_phase_recalls_from_the_memory_it_loaded(app: App, llm_stub: LLMStub) 
     assert "model_calls_started" not in second["consolidate"], second
     reads = [s for s in seen if s.startswith("SELECT") and "FROM judgements" in s]
     assert reads and not [s for s in reads if "judgements.created_at >=" in s], reads
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["online", "batch"])
+def test_a_prompt_longer_than_the_model_takes_is_not_sent_again_by_every_run(
+        app: App, llm_stub: LLMStub, batch: bool) -> None:
+    """The endpoint refuses the cluster's prompt as longer than the model's context (HTTP 400
+    ``context_length_exceeded``, online or as a batch line): the same prompt fails the same
+    way every time, so it is remembered like a refusal and the next runs send nothing, each
+    saying why. Before, every run sent it again (online, twice: once more in JSON mode) and
+    was blocked "model unavailable" for it, for ever."""
+    llm_stub.set_handler(lambda req: StubResponse(status=400, body={"error": {
+        "message": "This model's maximum context length is 8192 tokens", "type":
+        "invalid_request_error", "code": "context_length_exceeded"}}))
+    judging_app(app, llm_stub, batch)
+    scope = Scope("too-long")
+    _store(app, scope, every_phase=False)
+    first = _run(app, scope, NOW, ONLY)
+    assert _asked(llm_stub) == 1
+    if not batch:
+        assert "longer than the model's context window" in first["run"]["reason"]
+    with app.uow() as uow:
+        rows = uow.judgements.of_kinds(scope, [KIND])
+    assert [r.verdict for r in rows] == ["too_long"]
+    later = _run(app, scope, NOW + timedelta(days=1), ONLY)
+    assert _asked(llm_stub) == 1  # not sent again
+    assert later["consolidate"]["model_questions_cooling"] == 1

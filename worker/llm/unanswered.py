@@ -15,11 +15,13 @@ from worker.llm.ask import AskStatus, Outcome
 KIND = "unanswered"  # judgements.kind
 REFUSED = "refused"  # the model's refusal (``LLMReply.refused``)
 UNUSABLE = "unusable"  # replies no JSON of the schema, or that the question's checks rejected
+TOO_LONG = "too_long"  # the endpoint refused the prompt as longer than the model's context
 # What a remembered question's outcome says (no note text: a date and the setting).
 COOLING = ("the model {verdict} this question on {at:%Y-%m-%d %H:%M} UTC; not asked again "
            "before {until:%Y-%m-%d %H:%M} UTC (DREAM_LLM_UNANSWERED_HOURS) unless one of its "
            "notes, the model or the prompt changes; deferred")
-_SAID = {REFUSED: "refused", UNUSABLE: "gave no usable answer to"}
+_SAID = {REFUSED: "refused", UNUSABLE: "gave no usable answer to",
+         TOO_LONG: "could not take (longer than its context window)"}
 
 
 def memory_key(ctx: Any, model: str, question: Any) -> str | None:
@@ -38,7 +40,11 @@ def memory_key(ctx: Any, model: str, question: Any) -> str | None:
 def failure(outcome: Outcome[Any]) -> str | None:
     """REFUSED or UNUSABLE when the model was asked and what it answered could not be used
     (online after its re-asks, or a batch's one reply); None for an answer, or for a question
-    the budget, the clock or the endpoint stopped (those say nothing of the question)."""
+    the budget, the clock or the endpoint stopped (those say nothing of the question); TOO_LONG
+    when the endpoint refused its prompt as longer than the model's context window (the same
+    prompt fails the same way every time)."""
+    if outcome.too_long:
+        return TOO_LONG
     if outcome.ok or outcome.status not in (AskStatus.INVALID, AskStatus.DEFERRED):
         return None
     if outcome.refused:
@@ -86,14 +92,15 @@ def remember(ctx: Any, asked: Sequence[tuple[Any, str | None, Outcome[Any]]]) ->
     Unusable answers count only beside a usable one: when no question of the fan-out got one,
     the model (or the endpoint before it) is what fails, not the questions (the run is blocked,
     ``model_unusable``), and once the operator fixes it the next run asks again. A refusal is
-    the model's answer to that question, and is remembered either way."""
+    the model's answer to that question, and a prompt too long for the model's context is the
+    question's own, so both are remembered either way."""
     if not _remembers(ctx) or getattr(ctx, "dry_run", False):
         return 0
     usable = any(o.ok for _, _, o in asked)
     rows = [{"fingerprint": key, "note_ids": sorted({i for i, _ in q.about}), "verdict": why,
              "reason": f"model {why}", "run_id": ctx.run_id, "created_at": ctx.now}
             for q, key, o in asked if key is not None and (why := failure(o)) is not None
-            and (usable or why == REFUSED)]
+            and (usable or why != UNUSABLE)]
     if rows:
         with ctx.uow() as uow:
             uow.check_lease(ctx.run_id, getattr(ctx, "epoch", None))
