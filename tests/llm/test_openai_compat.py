@@ -300,6 +300,7 @@ def test_a_usage_left_out_or_whole_is_accepted(llm_stub, usage: Any) -> None:  #
     assert reply.data == {"ok": True}
     assert (reply.tokens_in, reply.tokens_out) == ((11, 0) if usage and usage.get(
         "prompt_tokens") else (0, 0))
+    assert reply.unmetered  # none counts a reply with text: charged its call's estimate
 
 
 @pytest.mark.parametrize("model", [{"name": "x"}, 7, "", "m" * 201, "gpt\x1b[2J", "a b\nc"])

@@ -396,5 +396,5 @@ def chat_reply(resp: Any, default_model: str) -> LLMReply:
         model=model_name(resp.model, default_model),
         raw=content or "",
         refused=not content and isinstance(refusal, str) and bool(refusal.strip()),
-        unmetered=unmetered(resp.usage),
+        unmetered=unmetered(resp.usage, content),
     )
