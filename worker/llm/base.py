@@ -54,9 +54,10 @@ CONTEXT_EXCEEDED = "longer than the model's context window"
 TOO_LONG_CODE = "context_length_exceeded"
 # How servers word a prompt longer than the model's context window (OpenAI and vLLM: "maximum
 # context length", llama.cpp: "exceeds the available context size", LiteLLM: its
-# ContextWindowExceededError, others: "prompt is too long", "too many tokens").
+# ContextWindowExceededError, others: "prompt is too long", "too many tokens"; OpenAI's
+# embeddings: "max 300000 tokens per request").
 _TOO_LONG = re.compile(r"context[ _-]?(length|window|size)|prompt is too long|input is too long|"
-                       r"too many (input )?tokens", re.IGNORECASE)
+                       r"too many (input )?tokens|tokens[ _]per[ _]request", re.IGNORECASE)
 
 
 def says_too_long(status: object, *said: object) -> bool:
