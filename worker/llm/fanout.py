@@ -44,6 +44,10 @@ class Question(Generic[T]):
     # The notes it is about, (id, version): what a question the model refused or answered
     # unusably is remembered by across runs (``worker.llm.unanswered``); none: not remembered.
     about: tuple[tuple[str, int], ...] = ()
+    # An answer later runs take from memory instead of asking again, while ``about`` stays as
+    # it is (``worker.llm.unanswered``): whether a reply is it, and the reply to replay (no
+    # text of the model's is stored). None: every run asks.
+    replay: tuple[Callable[[T], bool], Callable[[], T]] | None = None
 
     def schema(self) -> dict[str, Any]:
         return reply_schema(self.reply_model)
@@ -132,8 +136,8 @@ def ask_all(
     # Refused or unusable on a recent run: not asked (paid for) again until its cooling-off ends.
     memo = {i: k for i, o in enumerate(outcomes)
             if o is None and (k := unanswered.memory_key(ctx, model, questions[i])) is not None}
-    if cooling := unanswered.recall(ctx, memo):
-        spending.budget.count_cooling(len(cooling))
+    if cooling := unanswered.recall(ctx, memo, questions):
+        spending.budget.count_cooling(sum(not o.ok for o in cooling.values()))
         for i, outcome in cooling.items():
             outcomes[i] = outcome
     todo = [i for i, o in enumerate(outcomes) if o is None]
