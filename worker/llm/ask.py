@@ -103,6 +103,9 @@ class Outcome(Generic[T]):
     # (``PromptTooLong``): an ERROR that says something of the question, so it is remembered
     # (``unanswered``) and not sent again by every run, each time failing the same way.
     too_long: bool = False
+    # BUDGET_EXHAUSTED because the question is more than a whole token cap (``fanout.oversized``),
+    # not because the budget ran out: the questions after it are still asked.
+    oversized: bool = False
 
     @property
     def ok(self) -> bool:
