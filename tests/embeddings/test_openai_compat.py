@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,58 @@ def test_an_http_refusal_names_the_setting_to_fix(llm_stub: LLMStub, status: int
     with pytest.raises(EmbeddingError) as err:
         embedder.embed(["a b"])
     assert str(err.value).startswith(says), err.value
+
+
+def _refusing_long_texts(stub: LLMStub, monkeypatch: pytest.MonkeyPatch,
+                         limit: int) -> list[list[str]]:
+    """The stub refuses a request holding a text over ``limit`` characters as OpenAI does (400,
+    "maximum context length"); the inputs of every embedding request, in order."""
+    seen: list[list[str]] = []
+    answer = stub._answer
+
+    def refusing(req: Any) -> Any:
+        if req.path.endswith("/embeddings"):
+            seen.append(list(req.body["input"]))
+            if any(len(t) > limit for t in req.body["input"]):
+                return 400, {"error": {"message": "This model's maximum context length is 8192 "
+                                       "tokens, however you requested 9000 tokens",
+                                       "type": "invalid_request_error"}}, {}
+        return answer(req)
+
+    monkeypatch.setattr(stub, "_answer", refusing)
+    return seen
+
+
+def test_a_text_longer_than_the_model_takes_is_clipped_and_the_rest_embedded(
+        llm_stub: LLMStub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One note of a batch is longer than the embedding model takes: the batch is split until
+    it stands alone, and it is embedded by its first part; the other notes get the vectors
+    they get by themselves, in few requests. Before, the whole embedding failed (every run,
+    each phase paying for the scope's other notes again)."""
+    seen = _refusing_long_texts(llm_stub, monkeypatch, limit=1000)
+    texts = [f"user fact number {k}" for k in range(7)]
+    texts[5] = "word " * 800  # 4,000 characters
+    embedder = OpenAICompatibleEmbedder(base_url=llm_stub.url, api_key="k", model="e",
+                                        dimensions=64)
+    vectors = embedder.embed(texts)
+    alone = embedder.embed([t for k, t in enumerate(texts) if k != 5])
+    assert vectors.shape == (7, 64)
+    assert (vectors[[0, 1, 2, 3, 4, 6]] == alone).all()
+    assert (vectors[5] == embedder.embed([texts[5][:1000]])).all()
+    assert len(seen) <= 12  # 7 texts: 3 halvings of the batch, 2 of the text, each refused
+
+
+def test_a_short_text_still_refused_is_one_line(llm_stub: LLMStub,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clipping stops at a few hundred characters: a model refusing those is not one to
+    clip for, and the refusal stands, naming the cause."""
+    _refusing_long_texts(llm_stub, monkeypatch, limit=10)
+    embedder = OpenAICompatibleEmbedder(base_url=llm_stub.url, api_key="k", model="e",
+                                        dimensions=64)
+    with pytest.raises(EmbeddingError, match=r"^embedding endpoint refused a text as longer than "
+                                             r"the model's context window \(400\); check "
+                                             "DREAM_EMBEDDING_MODEL$"):
+        embedder.embed(["x" * 2000, "short"])
 
 
 def test_no_answer_at_all_still_points_at_the_endpoint() -> None:

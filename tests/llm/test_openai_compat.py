@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from tests.support.llm_stub import StubResponse
 from worker.llm.ask import ask
-from worker.llm.base import LLMError
+from worker.llm.base import LLMError, PromptTooLong
 from worker.llm.fake import FakeLLM, FakeRule
 from worker.llm.openai_compat import OpenAICompatibleLLM, parse_retry_after
 from worker.llm.prompts import RenderedPrompt
@@ -51,6 +51,36 @@ def test_json_schema_rejected_falls_back_to_json_object_and_remembers(llm_stub) 
     formats = [r.response_format for r in llm_stub.chat_requests()]
     assert formats == ["json_schema", "json_object", "json_object"]
     assert "JSON schema" in llm_stub.requests[-1].system
+
+
+def _too_long(status: int = 400) -> StubResponse:
+    """What OpenAI answers a prompt longer than the model's context (its message quotes no
+    prompt, but another server's may)."""
+    return StubResponse(status=status, body={"error": {
+        "message": "This model's maximum context length is 8192 tokens. However, your messages "
+                   "resulted in 9000 tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+
+
+@pytest.mark.parametrize("status", [400, 413])
+def test_a_prompt_longer_than_the_context_is_sent_once_and_says_so(  # type: ignore[no-untyped-def]
+        llm_stub, status: int) -> None:
+    """A 400 ``context_length_exceeded`` (or a 413) is the prompt's own: one request, one line
+    naming the cause and the remedy, and JSON-schema replies stay on for every other prompt.
+    Before, it was taken for a server without json_schema: the prompt was sent again in JSON
+    mode, every later call of the process lost the schema, and the line said to check
+    DREAM_LLM_MODEL and the server's logs."""
+    llm_stub.set_handler(lambda req: _too_long(status) if req.user == "usr" else {"ok": True})
+    llm = _llm(llm_stub, max_retries=2)
+    with pytest.raises(PromptTooLong) as info:
+        _call(llm)
+    assert len(llm_stub.chat_requests()) == 1
+    said = str(info.value)
+    assert said.startswith("model endpoint refused the consolidate prompt as longer than the "
+                           f"model's context window (HTTP {status}); use a DREAM_LLM_MODEL")
+    assert "\n" not in said and "8192" not in said
+    llm.complete_json(prompt_name="consolidate", system="sys", user="short", schema=SCHEMA)
+    assert [r.response_format for r in llm_stub.chat_requests()] == ["json_schema"] * 2
 
 
 def test_429_with_retry_after_is_retried_then_succeeds(llm_stub) -> None:  # type: ignore[no-untyped-def]
@@ -270,6 +300,7 @@ def test_a_usage_left_out_or_whole_is_accepted(llm_stub, usage: Any) -> None:  #
     assert reply.data == {"ok": True}
     assert (reply.tokens_in, reply.tokens_out) == ((11, 0) if usage and usage.get(
         "prompt_tokens") else (0, 0))
+    assert reply.unmetered  # none counts a reply with text: charged its call's estimate
 
 
 @pytest.mark.parametrize("model", [{"name": "x"}, 7, "", "m" * 201, "gpt\x1b[2J", "a b\nc"])

@@ -97,6 +97,40 @@ def test_a_reply_without_usage_is_charged_its_estimate(llm_stub: LLMStub) -> Non
     assert (outcomes[0].tokens_in, outcomes[0].tokens_out) == (PROMPT, CAP)
 
 
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    {"prompt_tokens": 0, "completion_tokens": 3, "total_tokens": 3},
+    {"prompt_tokens": 40, "total_tokens": 40},
+    {"total_tokens": 9},
+], ids=["zeros", "no_prompt", "no_completion", "total_only"])
+def test_a_reply_whose_usage_counts_nothing_is_charged_its_estimate(
+        llm_stub: LLMStub, usage: dict[str, int]) -> None:
+    """A server that sends zeros, or one of the two counts only, counts nothing the budget can
+    be charged (every prompt has tokens, every reply with text too): charged its reservation
+    like a reply without usage. Before, zeros cost 0 and the completion alone cost only it:
+    every call went out under a cap that held nothing."""
+    llm_stub.set_handler(lambda req: StubResponse.completion(json.dumps(_echo(req)), usage=usage))
+    ctx = _capped(llm_stub, _ctx(llm_stub, concurrency=1, max_tokens=ESTIMATE * 3 // 2))
+    outcomes = ask_all(ctx, _questions(3))
+    assert [o.status for o in outcomes] == [AskStatus.OK, AskStatus.BUDGET_EXHAUSTED,
+                                            AskStatus.BUDGET_EXHAUSTED]
+    assert (ctx.budget.tokens, ctx.budget.estimated) == (ESTIMATE, ESTIMATE)
+
+
+def test_a_reply_without_usage_or_cap_is_charged_its_text(llm_stub: LLMStub) -> None:
+    """Without DREAM_LLM_MAX_OUTPUT_TOKENS a reply without usage is charged its prompt's
+    estimate and its own text at 4 characters a token. Before, its reply cost 0, however
+    long the model answered."""
+    llm_stub.set_handler(lambda req: StubResponse.completion(json.dumps(
+        {**_echo(req), "pad": "x" * 4000}), usage=None))
+    ctx = _ctx(llm_stub, concurrency=1)
+    ctx.app.llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
+                                      timeout=5.0)
+    [outcome] = ask_all(ctx, _questions(1))
+    assert outcome.ok and outcome.tokens_in == PROMPT
+    assert outcome.tokens_out >= 1000 and ctx.budget.tokens == PROMPT + outcome.tokens_out
+
+
 def _first_then(first: StubResponse) -> Any:
     seen, lock = [0], threading.Lock()
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from tests.llm.test_openai_batch import TEA_NOTES, _refused, _store, answer
+from tests.llm.test_openai_batch import TEA_NOTES, _notes_of, _refused, _store, answer
 from tests.support.factories import DARK_MODE_NOTES, NOW
 from tests.support.llm_stub import LLMStub, StubRequest, StubResponse
 from tests.support.sql import recorded_statements
@@ -188,3 +188,61 @@ def test_a_phase_recalls_from_the_memory_it_loaded(app: App, llm_stub: LLMStub) 
     assert "model_calls_started" not in second["consolidate"], second
     reads = [s for s in seen if s.startswith("SELECT") and "FROM judgements" in s]
     assert reads and not [s for s in reads if "judgements.created_at >=" in s], reads
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["online", "batch"])
+def test_a_prompt_longer_than_the_model_takes_is_not_sent_again_by_every_run(
+        app: App, llm_stub: LLMStub, batch: bool) -> None:
+    """The endpoint refuses the cluster's prompt as longer than the model's context (HTTP 400
+    ``context_length_exceeded``, online or as a batch line): the same prompt fails the same
+    way every time, so it is remembered like a refusal and the next runs send nothing, each
+    saying why. Before, every run sent it again (online, twice: once more in JSON mode) and
+    was blocked "model unavailable" for it, for ever."""
+    llm_stub.set_handler(lambda req: StubResponse(status=400, body={"error": {
+        "message": "This model's maximum context length is 8192 tokens", "type":
+        "invalid_request_error", "code": "context_length_exceeded"}}))
+    judging_app(app, llm_stub, batch)
+    scope = Scope("too-long")
+    _store(app, scope, every_phase=False)
+    first = _run(app, scope, NOW, ONLY)
+    assert _asked(llm_stub) == 1
+    if not batch:
+        assert "longer than the model's context window" in first["run"]["reason"]
+    with app.uow() as uow:
+        rows = uow.judgements.of_kinds(scope, [KIND])
+    assert [r.verdict for r in rows] == ["too_long"]
+    later = _run(app, scope, NOW + timedelta(days=1), ONLY)
+    assert _asked(llm_stub) == 1  # not sent again
+    assert later["consolidate"]["model_questions_cooling"] == 1
+
+
+def _keep(req: StubRequest) -> Any:
+    """Prune's and archive's review keeping every note it is shown."""
+    return {"decisions": [{"id": n["id"], "decision": "keep", "reason": "still useful"}
+                          for n in _notes_of(req)]}
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["online", "batch"])
+def test_notes_a_review_kept_are_not_asked_about_again_by_every_run(
+        app: App, llm_stub: LLMStub, batch: bool) -> None:
+    """Prune's review keeps the orphan, archive's keeps the important idle note: the next runs,
+    on a store where nothing changed, ask nothing (the notes stay, the run succeeds, nothing
+    counted as cooling); past DREAM_LLM_UNANSWERED_HOURS, or once a note changes, they are
+    asked again. Before, every run asked about every kept note again, paying each time."""
+    llm_stub.set_handler(_keep)
+    judging_app(app, llm_stub, batch)
+    scope = Scope("kept")
+    _store(app, scope)
+    phases = ["prune", "archive"]
+    first = _run(app, scope, NOW, phases)
+    assert {p: first[p].get("model_calls_started") for p in phases} == {"prune": 1, "archive": 1}
+    asked = _asked(llm_stub)
+    second = _run(app, scope, NOW + timedelta(days=1), phases)
+    assert _asked(llm_stub) == asked  # nothing paid for again
+    assert second["run"]["status"] == "succeeded", second["run"]
+    assert not any(second[p].get("model_questions_cooling") for p in phases)
+    with app.uow() as uow:
+        active = {n.id for n in uow.notes.load_scope(scope).notes}
+    assert {f"{scope.agent_id}-orphan", f"{scope.agent_id}-old"} <= active
+    _run(app, scope, NOW + timedelta(days=8, minutes=1), phases)
+    assert _asked(llm_stub) == asked + 2

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from tests.integration.test_model_misbehaviour import _add_dark, _scope, _valid_reply
-from tests.support.factories import NOW
+from tests.support.factories import NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub, StubResponse
+from tests.support.topic_judge import prompt_topics
 from worker.app import App
 from worker.llm.openai_compat import OpenAICompatibleLLM
 from worker.runs import service
@@ -64,3 +65,43 @@ def test_a_run_that_spent_past_its_cap_is_blocked_with_a_flag(app: App, llm_stub
     assert run.status == "blocked" and "over_budget" in totals["flags"]
     assert f"spent {totals['model_tokens']} of 2000 tokens" in (run.status_reason or "")
     assert "DREAM_LLM_MAX_OUTPUT_TOKENS" in (run.status_reason or "")
+
+
+def test_a_topic_no_token_cap_holds_does_not_hold_up_the_others(
+    app: App, llm_stub: LLMStub,
+) -> None:
+    """Contradictions: one pair of long notes needs more than the whole token cap, three short
+    pairs fit. The short ones are asked (the long topic, packed with them, is split off), the
+    long one is deferred with a line saying why, and the run is blocked for its budget. Before,
+    the long topic read as the budget running out: every topic after it was deferred, nothing
+    was asked, run after run."""
+    scope = _scope()
+    pad = " It came up in a long talk about many other unrelated things." * 1000
+    notes: list[dict[str, Any]] = [
+        {"id": f"{scope.agent_id}-big{k}", "agent_id": scope.agent_id, "user_id": scope.user_id,
+         "type": "Context", "content": f"User's home city is {city}.{pad}",
+         "created_at": days_ago(40 - k)} for k, city in enumerate(["Lisbon", "Porto"])]
+    for k, (a, b) in enumerate([("blue", "green"), ("Acme", "Globex"), ("42", "43")]):
+        notes += [{"id": f"{scope.agent_id}-s{k}{v}", "agent_id": scope.agent_id,
+                   "user_id": scope.user_id, "type": "Preference",
+                   "content": f"User's favourite thing number {k} is {value}",
+                   "created_at": days_ago(20 - 10 * j)}
+                  for j, (v, value) in enumerate([("a", a), ("b", b)])]
+    add_notes(app, *notes)
+    app.settings.budget.max_tokens_per_run = 20_000
+    llm_stub.set_handler(lambda req: {"topics": [
+        {"topic": t["topic"], "attributes": []} for t in prompt_topics(req.user)]})
+    app.llm = OpenAICompatibleLLM(base_url=llm_stub.url, model="stub-model", api_key="k",
+                                  timeout=5.0, max_retries=0, max_output_tokens=500)
+    run_id = service.create_run(app, scope, force=True, phases=["contradictions"], clock=NOW)
+    assert run_id is not None
+    service.execute_run(app, run_id)
+    asked = llm_stub.chat_requests()
+    assert len(asked) == 1 and "favourite thing number 0" in asked[0].user
+    assert "home city" not in asked[0].user
+    with app.uow() as uow:
+        run = uow.runs.get(run_id)
+        dropped = [d["reason"] for s in uow.runs.steps(run_id) if s.parent_id is not None
+                   for d in (s.output or {}).get("dropped", [])]
+    assert run is not None and run.status == "blocked"
+    assert len(dropped) == 1 and "more than the whole token cap (20,000" in dropped[0]

@@ -9,8 +9,10 @@ from typing import Any
 import certifi
 import numpy as np
 import openai
+import structlog
 
 from worker.errors import ModelFailure
+from worker.llm.base import too_long
 from worker.llm.openai_compat import (
     RequestDeadlineExceeded,
     endpoint_problem,
@@ -18,7 +20,11 @@ from worker.llm.openai_compat import (
 )
 from worker.text.plural import counted
 
+log = structlog.get_logger(__name__)
+
 CLIENT_RETRIES = 2
+# The shortest text a refused one is clipped to (below, the endpoint's refusal stands).
+MIN_CLIPPED = 256
 _NOT_NUMBERS = ("embedding endpoint answered vectors holding something other than numbers; "
                 "check the server behind DREAM_EMBEDDING_BASE_URL")
 
@@ -49,24 +55,7 @@ class OpenAICompatibleEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         chunks: list[np.ndarray] = []
         for start in range(0, len(texts), self.batch_size):
-            batch = list(texts[start : start + self.batch_size])
-            try:
-                resp = run_with_deadline(self._create(batch), self.deadline_seconds)
-            except (openai.OpenAIError, RequestDeadlineExceeded) as exc:
-                # An HTTP answer names what to fix (a refused key is not a wrong URL); no
-                # answer at all (refused connection, deadline) points at the endpoint.
-                raise EmbeddingError(
-                    endpoint_problem(exc, "embedding", "DREAM_EMBEDDING")
-                    or f"embedding endpoint failed ({type(exc).__name__}); check "
-                    "DREAM_EMBEDDING_BASE_URL and DREAM_EMBEDDING_MODEL"
-                ) from None
-            except (AttributeError, TypeError, ValueError):
-                resp = None  # the client's own post-processing choked on a non-answer
-            if not isinstance(getattr(resp, "data", None), list):
-                # An HTTP 200 that is not an embeddings answer (a proxy's HTML page, null).
-                raise EmbeddingError("embedding endpoint answered HTTP 200 without embeddings; "
-                                     "check DREAM_EMBEDDING_BASE_URL")
-            chunks.append(vectors_of(resp.data, len(batch), self.dimensions))
+            chunks.append(self._embed_batch(list(texts[start : start + self.batch_size])))
         if not chunks:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         out = np.vstack(chunks)
@@ -75,6 +64,44 @@ class OpenAICompatibleEmbedder:
         norms[norms == 0] = 1.0
         unit: np.ndarray = (out / norms).astype(np.float32)
         return unit
+
+    def _embed_batch(self, batch: list[str]) -> np.ndarray:
+        """One request's vectors. A request the endpoint refuses as too long (a text past the
+        model's input limit, or past its tokens per request) is split in halves, and a text
+        alone still refused is embedded by its first half, down to ``MIN_CLIPPED`` characters:
+        a refused request is not billed, and a few more requests bound it (about twice the
+        halvings of the batch and of the text). Before, one note longer than the model takes
+        failed the whole embedding every run: the scope's other notes were embedded (and
+        paid for) again by each phase of each run, and its judging phases failed for ever."""
+        try:
+            resp = run_with_deadline(self._create(batch), self.deadline_seconds)
+        except openai.APIStatusError as exc:
+            if not too_long(exc) or (len(batch) == 1 and len(batch[0]) <= MIN_CLIPPED):
+                raise self._failed(exc) from None
+            if len(batch) > 1:
+                half = len(batch) // 2
+                return np.vstack([self._embed_batch(batch[:half]),
+                                  self._embed_batch(batch[half:])])
+            log.warning("embedding.clipped", chars=len(batch[0]), to=len(batch[0]) // 2)
+            return self._embed_batch([batch[0][: len(batch[0]) // 2]])
+        except (openai.OpenAIError, RequestDeadlineExceeded) as exc:
+            raise self._failed(exc) from None
+        except (AttributeError, TypeError, ValueError):
+            resp = None  # the client's own post-processing choked on a non-answer
+        if not isinstance(getattr(resp, "data", None), list):
+            # An HTTP 200 that is not an embeddings answer (a proxy's HTML page, null).
+            raise EmbeddingError("embedding endpoint answered HTTP 200 without embeddings; "
+                                 "check DREAM_EMBEDDING_BASE_URL")
+        return vectors_of(resp.data, len(batch), self.dimensions)
+
+    @staticmethod
+    def _failed(exc: Exception) -> EmbeddingError:
+        # An HTTP answer names what to fix (a refused key is not a wrong URL); no answer at all
+        # (refused connection, deadline) points at the endpoint.
+        return EmbeddingError(
+            endpoint_problem(exc, "embedding", "DREAM_EMBEDDING")
+            or f"embedding endpoint failed ({type(exc).__name__}); check "
+            "DREAM_EMBEDDING_BASE_URL and DREAM_EMBEDDING_MODEL")
 
     async def _create(self, batch: list[str]) -> Any:
         client = openai.AsyncOpenAI(

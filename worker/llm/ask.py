@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from worker import telemetry
 from worker.domain.limits import json_text_problem
-from worker.llm.base import LOST_ATTEMPT, REFUSED, LLMClient, LLMError, LLMReply
+from worker.llm.base import LOST_ATTEMPT, REFUSED, LLMClient, LLMError, LLMReply, PromptTooLong
 from worker.llm.prompts import RenderedPrompt
 
 T = TypeVar("T", bound=BaseModel)
@@ -99,6 +99,13 @@ class Outcome(Generic[T]):
     # model answers JSON), but no verdict either. Before, uncounted: a phase whose every
     # question was refused judged nothing and its run read ``succeeded`` (R27).
     refused: int = 0
+    # The endpoint refused the prompt as longer than the model's context window
+    # (``PromptTooLong``): an ERROR that says something of the question, so it is remembered
+    # (``unanswered``) and not sent again by every run, each time failing the same way.
+    too_long: bool = False
+    # BUDGET_EXHAUSTED because the question is more than a whole token cap (``fanout.oversized``),
+    # not because the budget ran out: the questions after it are still asked.
+    oversized: bool = False
 
     @property
     def ok(self) -> bool:
@@ -133,6 +140,7 @@ def ask(
         try:
             reply = _call(llm, prompt, user, schema, spend)
         except LLMError as exc:
+            outcome.too_long = isinstance(exc, PromptTooLong)
             return _stop(outcome, AskStatus.ERROR, str(exc)[:300])
         spent = spend.charge(reply) if spend is not None else (reply.tokens_in, reply.tokens_out)
         outcome.tokens_in += spent[0]

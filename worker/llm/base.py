@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
@@ -44,6 +45,53 @@ class LLMError(ModelFailure):
     """The model endpoint failed in a way retries did not fix (unreachable, 4xx, timeouts)."""
 
     says_no_note_text = True  # status codes, exception class names, prompt names
+
+
+# What ``PromptTooLong`` says (``worker.runs.outcome`` reads it: the remedy is another model,
+# not another endpoint).
+CONTEXT_EXCEEDED = "longer than the model's context window"
+# The code a batch line refused for its length is recorded under (OpenAI's own).
+TOO_LONG_CODE = "context_length_exceeded"
+# How servers word a prompt longer than the model's context window (OpenAI and vLLM: "maximum
+# context length", llama.cpp: "exceeds the available context size", LiteLLM: its
+# ContextWindowExceededError, others: "prompt is too long", "too many tokens"; OpenAI's
+# embeddings: "max 300000 tokens per request").
+_TOO_LONG = re.compile(r"context[ _-]?(length|window|size)|prompt is too long|input is too long|"
+                       r"too many (input )?tokens|tokens[ _]per[ _]request", re.IGNORECASE)
+
+
+def says_too_long(status: object, *said: object) -> bool:
+    """An endpoint's error answer refuses the request as longer than the model takes: a 413,
+    or a 400 (a 422, a 500 from some proxies) whose error code, type or message says the
+    context is exceeded. Sent again, in JSON mode, after a back-off or by the next run, the
+    same prompt fails the same way."""
+    if status == 413:
+        return True
+    return status in (400, 422, 500) and bool(
+        _TOO_LONG.search(" ".join(str(part) for part in said if part)))
+
+
+class PromptTooLong(LLMError):
+    """The endpoint refused the prompt as longer than the model's context window (a 400
+    ``context_length_exceeded``, a 413): the same prompt fails the same way every time, so the
+    question is neither retried nor re-sent in JSON mode, and is remembered as unanswered
+    (``worker.llm.unanswered``) until its notes, the model or the prompt change."""
+
+    @classmethod
+    def of(cls, prompt_name: str, exc: Exception) -> PromptTooLong:
+        """The one line it becomes (never the server's message, which may quote the prompt)."""
+        return cls(f"model endpoint refused the {prompt_name} prompt as {CONTEXT_EXCEEDED} (HTTP "
+                   f"{getattr(exc, 'status_code', None)}); use a DREAM_LLM_MODEL with a larger "
+                   "context, or shorter notes; the question is not asked again for "
+                   "DREAM_LLM_UNANSWERED_HOURS unless its notes or the model change")
+
+
+def too_long(exc: Exception) -> bool:
+    """An HTTP error the client raised (``openai.APIStatusError``) refuses the request as
+    longer than the model takes (``says_too_long``)."""
+    return isinstance(getattr(exc, "status_code", None), int) and says_too_long(
+        getattr(exc, "status_code", None), getattr(exc, "code", None),
+        getattr(exc, "type", None), getattr(exc, "message", None))
 
 
 class SubmissionUnknown(LLMError):

@@ -20,6 +20,7 @@ from worker.llm import batch_ends
 from worker.llm.ask import AskStatus, Outcome, check
 from worker.llm.base import (
     REFUSED,
+    TOO_LONG_CODE,
     BatchItem,
     BatchLLM,
     BatchRelease,
@@ -365,8 +366,11 @@ def _settle(q: Any, key: str, state: BatchState, holds: Holds,
     """One question's outcome from its batch: OK only for a reply the online validators accept."""
     reply = state.replies.get(key)
     if reply is None:
+        # A line refused as longer than the model takes is remembered (``unanswered``): the
+        # next run would submit it again, to fail the same way.
         return Outcome(None, AskStatus.DEFERRED,
-                       f"{batch_ends.unanswered_item(state, key, wait)}; deferred to the next run"[:300])
+                       f"{batch_ends.unanswered_item(state, key, wait)}; deferred to the next run"[:300],
+                       too_long=state.failed.get(key) == batch_ends.line_failed(TOO_LONG_CODE))
     if _CHARGED.add(key):
         holds.charge(key, reply)
     if reply.refused:

@@ -44,6 +44,10 @@ class Question(Generic[T]):
     # The notes it is about, (id, version): what a question the model refused or answered
     # unusably is remembered by across runs (``worker.llm.unanswered``); none: not remembered.
     about: tuple[tuple[str, int], ...] = ()
+    # An answer later runs take from memory instead of asking again, while ``about`` stays as
+    # it is (``worker.llm.unanswered``): whether a reply is it, and the reply to replay (no
+    # text of the model's is stored). None: every run asks.
+    replay: tuple[Callable[[T], bool], Callable[[], T]] | None = None
 
     def schema(self) -> dict[str, Any]:
         return reply_schema(self.reply_model)
@@ -132,10 +136,11 @@ def ask_all(
     # Refused or unusable on a recent run: not asked (paid for) again until its cooling-off ends.
     memo = {i: k for i, o in enumerate(outcomes)
             if o is None and (k := unanswered.memory_key(ctx, model, questions[i])) is not None}
-    if cooling := unanswered.recall(ctx, memo):
-        spending.budget.count_cooling(len(cooling))
+    if cooling := unanswered.recall(ctx, memo, questions):
+        spending.budget.count_cooling(sum(not o.ok for o in cooling.values()))
         for i, outcome in cooling.items():
             outcomes[i] = outcome
+    _set_oversized(ctx, limit, reply_cap(client), questions, outcomes)
     todo = [i for i, o in enumerate(outcomes) if o is None]
     batch = bool(ctx.settings.llm_batch) and _batches_supported(client)
     if todo and batch:
@@ -161,6 +166,34 @@ def ask_all(
     unanswered.remember(ctx, [(questions[i], memo.get(i), o)
                               for i, o in zip(todo, answered, strict=True)])
     return [o for o in outcomes if o is not None]
+
+
+def oversized(ctx: AskingContext, limit: CallLimit | None, q: Question[Any], cap: int) -> str:
+    """Why ``q`` is never asked under the token caps as set ("" when it may be): its
+    reservation (prompt estimate plus reply cap) is more than a whole cap, the run's or the
+    phase's. Its item is deferred for the budget with this line, marked ``oversized``: no
+    budget ran out, so the others are still asked. Before, the contradictions phase took it
+    for the budget running out and deferred every topic after it, run after run, nothing
+    asked."""
+    caps = [c for c in (ctx.budget.max_tokens, limit.max_tokens if limit else None)
+            if c is not None]
+    need = q.estimate_tokens(cap)
+    if not caps or need <= min(caps):
+        return ""
+    log.warning("llm.question_over_cap", prompt=q.prompt.name, estimate=need, cap=min(caps))
+    return (f"model budget exhausted: the {q.prompt.name} prompt needs about {need:,} tokens "
+            f"with its reply cap, more than the whole token cap ({min(caps):,}: "
+            "DREAM_BUDGET__MAX_TOKENS_PER_RUN, _PER_SCOPE or the phase's MAX_TOKENS_PER_RUN); "
+            "raise it or shorten the notes; the item is deferred")[:300]
+
+
+def _set_oversized(ctx: AskingContext, limit: CallLimit | None, cap: int,
+                   questions: Sequence[Question[Any]], outcomes: list[Outcome[Any] | None]) -> None:
+    """The questions no token cap as set can ever hold (``oversized``): deferred, each with
+    its line, before anything is reserved, so they hold nothing up."""
+    for i, o in enumerate(outcomes):
+        if o is None and (why := oversized(ctx, limit, questions[i], cap)):
+            outcomes[i] = Outcome(None, AskStatus.BUDGET_EXHAUSTED, why, oversized=True)
 
 
 _warned: set[str] = set()

@@ -18,6 +18,7 @@ from openai.types.chat import ChatCompletion
 
 from worker.llm.base import (
     BATCH_FINISHED,
+    TOO_LONG_CODE,
     BatchItem,
     BatchRelease,
     BatchState,
@@ -25,6 +26,7 @@ from worker.llm.base import (
     LLMReply,
     SubmissionLookup,
     SubmissionUnknown,
+    says_too_long,
 )
 from worker.llm.batch_ends import line_failed, provider_problem
 from worker.llm.batch_lookup import LOOKED, PROVIDER_ID, file_name, look_up, maybe_created
@@ -318,9 +320,17 @@ def _failure(row: dict[str, Any]) -> str:
     """Why a result line is a failure ("" when it carries a reply); never the prompt's text."""
     error = row.get("error")
     if isinstance(error, dict) and error:
+        if says_too_long(400, error.get("code"), error.get("message")):
+            return line_failed(TOO_LONG_CODE)
         return line_failed(str(error.get("code") or "error")[:40])
     response = row.get("response")
     status = response.get("status_code") if isinstance(response, dict) else None
     if status != 200:
+        body = response.get("body") if isinstance(response, dict) else None
+        said = body.get("error") if isinstance(body, dict) else None
+        if isinstance(said, dict) and says_too_long(
+                status, said.get("code"), said.get("type"), said.get("message")):
+            # The same line fails the same way every run: remembered, not submitted again.
+            return line_failed(TOO_LONG_CODE)
         return f"batch request failed (HTTP {status})"
     return ""

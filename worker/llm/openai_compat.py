@@ -25,13 +25,16 @@ import structlog
 from worker.config_checks import model_call_seconds
 from worker.errors import ConfigError
 from worker.llm.base import (
+    CONTEXT_EXCEEDED,
     LOST_ATTEMPT,
     BatchItem,
     BatchRelease,
     BatchState,
     LLMError,
     LLMReply,
+    PromptTooLong,
     SubmissionLookup,
+    too_long,
 )
 from worker.llm.reply_fields import model_name, token_count, unmetered
 from worker.text.plural import counted
@@ -193,6 +196,8 @@ class OpenAICompatibleLLM:
             try:
                 resp = self._create(prompt_name, messages, fmt, min(self.timeout, remaining))
             except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
+                if too_long(exc):
+                    raise PromptTooLong.of(prompt_name, exc) from None
                 if fmt["type"] != "json_schema":
                     raise LLMError(f"model endpoint rejected the request ({exc.status_code}); "
                                    "check DREAM_LLM_MODEL and the server's logs") from None
@@ -203,6 +208,8 @@ class OpenAICompatibleLLM:
             except (openai.RateLimitError, openai.InternalServerError, openai.APIStatusError,
                     openai.APITimeoutError, openai.APIConnectionError,
                     RequestDeadlineExceeded, UndecodableBody) as exc:
+                if too_long(exc):
+                    raise PromptTooLong.of(prompt_name, exc) from None
                 if _maybe_billed(exc):
                     _lost_attempt(prompt_name, exc)
                 wait = self._retry_wait(exc, attempt, deadline)
@@ -311,6 +318,8 @@ def endpoint_problem(exc: Exception, what: str, prefix: str) -> str | None:
     if isinstance(exc, openai.NotFoundError):
         return (f"{what} endpoint answered 404; check {prefix}_BASE_URL (usually ends in /v1) "
                 f"and {prefix}_MODEL")
+    if too_long(exc):  # a note longer than the embedding model takes
+        return f"{what} endpoint refused a text as {CONTEXT_EXCEEDED} ({status}); check {prefix}_MODEL"
     if isinstance(exc, openai.BadRequestError | openai.UnprocessableEntityError):
         return (f"{what} endpoint rejected the request ({status}); check {prefix}_MODEL and the "
                 "server's logs")
@@ -387,5 +396,5 @@ def chat_reply(resp: Any, default_model: str) -> LLMReply:
         model=model_name(resp.model, default_model),
         raw=content or "",
         refused=not content and isinstance(refusal, str) and bool(refusal.strip()),
-        unmetered=unmetered(resp.usage),
+        unmetered=unmetered(resp.usage, content),
     )

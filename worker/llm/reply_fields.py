@@ -9,10 +9,16 @@ from typing import Any
 from worker.llm.base import LLMError
 
 
-def unmetered(usage: Any) -> bool:
-    """The reply came without token counts (no ``usage``, or one without either count)."""
-    return usage is None or (getattr(usage, "prompt_tokens", None) is None
-                             and getattr(usage, "completion_tokens", None) is None)
+def unmetered(usage: Any, content: str | None = None) -> bool:
+    """The reply came without token counts the budget can be charged: no ``usage``, a prompt
+    counted 0 or not at all (every prompt carries the system message and the schema), or no
+    completion count, or 0 for a reply with text. Before, only a ``usage`` without either
+    count was: a server sending zeros (or the completion alone) had its calls charged 0 and
+    no token cap held."""
+    if usage is None:
+        return True
+    prompt, completion = (getattr(usage, f, None) for f in ("prompt_tokens", "completion_tokens"))
+    return not prompt or completion is None or (completion == 0 and bool(content))
 
 
 # Far above any model's context window (a reply never uses more), far below what the steps'

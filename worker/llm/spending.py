@@ -165,6 +165,14 @@ class Spending:
         self.budget.take_over(calls)
 
 
+def unmetered_spend(estimate: tuple[int, int], reply: LLMReply) -> tuple[int, int]:
+    """What a reply without usable token counts is charged: the call's estimate (prompt, reply
+    cap); with no cap, its text at 4 characters a token (before, 0: a server counting nothing
+    answered at any length for free)."""
+    prompt, cap = estimate
+    return prompt, cap or (len(reply.raw) + 3) // 4
+
+
 class HeldCall:
     """One question's spending across its calls (``ask``'s ``spend``): each call reserves the
     prompt's estimate plus the reply cap, its reply's usage replaces it (the estimate itself
@@ -189,7 +197,7 @@ class HeldCall:
 
     def charge(self, reply: LLMReply) -> tuple[int, int]:
         """The reply's tokens (in, out) as charged."""
-        spent = (self.prompt_tokens, self.cap) if reply.unmetered else (
+        spent = unmetered_spend((self.prompt_tokens, self.cap), reply) if reply.unmetered else (
             reply.tokens_in, reply.tokens_out)
         self.spending.charge(*spent, self.held, reply.unmetered)
         self.held = 0
@@ -258,7 +266,8 @@ class Holds:
 
     def charge(self, key: str, reply: LLMReply) -> None:
         """The reply's usage, or the question's estimate when the line has none."""
-        spent = self.estimates[key] if reply.unmetered else (reply.tokens_in, reply.tokens_out)
+        spent = unmetered_spend(self.estimates[key], reply) if reply.unmetered else (
+            reply.tokens_in, reply.tokens_out)
         self.spending.charge(*spent, self.held.pop(key, 0), reply.unmetered)
 
     def release_all(self) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from worker.domain.types import RunStatus, StepStatus
+from worker.llm.base import CONTEXT_EXCEEDED
 from worker.text.plural import counted
 
 # What an in-process executor reports instead of a run status when it lost the run to another
@@ -270,6 +271,8 @@ def _then(facts: RunFacts, later: str) -> str:
 
 
 def _remedy(facts: RunFacts) -> str:
+    if facts.model_failure and CONTEXT_EXCEEDED in facts.model_failure:  # no endpoint to fix
+        return "use a DREAM_LLM_MODEL with a larger context, or shorter notes"
     if waited_only(facts):
         return ("set a longer DREAM_LLM_BATCH_WAIT or run under Celery, which re-schedules "
                 "instead of waiting")

@@ -14,9 +14,9 @@ from pydantic import BaseModel, Field
 
 from worker.domain.types import Note
 from worker.llm.ask import AskStatus, Outcome, ReplyRejected
-from worker.llm.base import LLMClient
-from worker.llm.fanout import CallLimit, Question, ask_all, room
-from worker.llm.prompts import render_prompt
+from worker.llm.base import LLMClient, reply_cap
+from worker.llm.fanout import CallLimit, Question, ask_all, oversized, room
+from worker.llm.prompts import RenderedPrompt, render_prompt
 from worker.phases.contradictions.apply import Applier, suspicious_notes
 from worker.phases.contradictions.confirm import lone_topics
 from worker.phases.contradictions.core import (
@@ -111,7 +111,7 @@ def judge_topics(
         active = {k: n for k, n in notes.items() if n.id not in applier.retired}
         planned = _planned(confirming, pending, notes, active, topic_size, suspicious)
         applier.counters["topics_found"] = applier.counters.get("topics_found", 0) + len(planned)
-        calls = pack_calls(planned, suspicious, s.notes_per_call)
+        calls = _fit_caps(ctx, llm, pack_calls(planned, suspicious, s.notes_per_call), notes, limit)
         # Never more prompts in flight than calls left: the fair order decides who is asked.
         batch = calls[: room(ctx, limit)]
         if not batch:  # the run's or the phase's calls or tokens are spent
@@ -125,7 +125,7 @@ def judge_topics(
             for t in result.call.topics:
                 asked.update(p.ids for p in t.pairs)
         spent = [r for r in done if r.outcome is not None
-                 and r.outcome.status is AskStatus.BUDGET_EXHAUSTED]
+                 and r.outcome.status is AskStatus.BUDGET_EXHAUSTED and not r.outcome.oversized]
         if spent:
             deferred = [t for c in calls[len(batch):] for t in c.topics]
             deferred += [t for r in spent for t in r.call.topics]
@@ -137,6 +137,28 @@ def judge_topics(
     applier.counters["rounds"] = round_no
     applier.counters["topics_judged"] = sum(len(r.verdicts) for r in results)
     return results, deferred
+
+
+def _fit_caps(ctx: PhaseContext, llm: LLMClient, calls: list[Call], notes: dict[str, Note],
+              limit: CallLimit) -> list[Call]:
+    """Each packed prompt no token cap can hold (``fanout.oversized``) split into its topics,
+    so only a topic too large by itself is left unasked. Before, one long topic packed with
+    others took them down with it, run after run. Rendered here only under a token cap."""
+    if ctx.budget.max_tokens is None and limit.max_tokens is None:
+        return calls
+    out: list[Call] = []
+    for call in calls:
+        question = Question(_prompt(call, notes), ContradictionReply)
+        if len(call.topics) > 1 and oversized(ctx, limit, question, reply_cap(llm)):
+            out.extend(Call([t], isolated=call.isolated) for t in call.topics)
+        else:
+            out.append(call)
+    return out
+
+
+def _prompt(call: Call, notes: dict[str, Note]) -> RenderedPrompt:
+    items, _, by_topic = prompt_topics(call, notes)
+    return render_prompt(PROMPT, {"topics": items, "topic_ids": list(by_topic)})
 
 
 def _planned(confirming: list[CandidatePair], pending: list[CandidatePair], notes: dict[str, Note],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -60,6 +61,22 @@ def _validator(ids: list[str]):  # type: ignore[no-untyped-def]
     return validate
 
 
+def _keeps_all(reply: KeepReply) -> bool:
+    return all(d.decision == "keep" for d in reply.decisions)
+
+
+def _kept(ids: list[str]) -> KeepReply:
+    """A review that kept every note of its batch, as later runs take it from memory: the same
+    notes at the same versions are not asked about again (and paid for) by every run while
+    ``DREAM_LLM_UNANSWERED_HOURS`` last. Before, each run asked again about every note the
+    review had kept."""
+    return KeepReply(decisions=[KeepDecision(id=i, decision="keep", reason=KEPT_BEFORE)
+                                for i in ids])
+
+
+KEPT_BEFORE = "kept by the review of an earlier run, the note unchanged since"
+
+
 def review_batches(items: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Batches of ``BATCH``; a note whose text reads like instructions is asked alone, so it
     can never steer the decision on another note of its prompt (issue 12 item 2, R14)."""
@@ -85,7 +102,8 @@ def review_keep(
     deadline = time.monotonic() + ctx.settings.llm_phase_seconds
     questions = [Question(render_prompt(prompt_name, {**context, "notes": batch}), KeepReply,
                           _validator([b["id"] for b in batch]), about=tuple(
-                              (b["id"], versions[b["id"]]) for b in batch) if versions else ())
+                              (b["id"], versions[b["id"]]) for b in batch) if versions else (),
+                          replay=(_keeps_all, partial(_kept, [b["id"] for b in batch])))
                  for batch in batches]
     outcomes = ask_all(ctx, questions, deadline=deadline, phase=prompt_name)
     answers = [(b, q.prompt, o) for b, q, o in zip(batches, questions, outcomes, strict=True)]
