@@ -456,6 +456,14 @@ def test_a_setting_another_leaves_nothing_to_do_is_one_warning_line(
         env: dict[str, str], line: str | None) -> None:
     """Accepted and silently without effect as the others stood; one `warning:` line now (an
     agent's own gate settings or a host's checker may still give it effect), none when it acts."""
+    expect_warning_line(monkeypatch, capsys, env, line)
+
+
+def expect_warning_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                        env: dict[str, str], line: str | None) -> None:
+    """Settings load with ``env`` set, saying on stderr one line starting with ``line``, or
+    nothing when ``line`` is None (each warning counted afresh: once per process otherwise)."""
+    monkeypatch.setattr(config, "_warned", set())
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     load_settings()

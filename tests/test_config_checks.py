@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from worker import config
+from tests.test_config import expect_warning_line
 from worker.app import App
 from worker.config import ConfigError, Settings, load_settings
 from worker.config_checks import phase_seconds
@@ -270,12 +270,4 @@ def test_a_setting_another_defeats_is_one_warning_line(
     """Accepted, and silently cut short by another setting; one `warning:` line now (a
     migration, a shorter note or an agent's own retention may still give it effect), none when
     it acts. Settings still load."""
-    monkeypatch.setattr(config, "_warned", set())
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    load_settings()
-    lines = capsys.readouterr().err.splitlines()
-    if line is None:
-        assert lines == []
-        return
-    assert len(lines) == 1 and lines[0].startswith(line), lines
+    expect_warning_line(monkeypatch, capsys, env, line)

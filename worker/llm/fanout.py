@@ -126,7 +126,7 @@ def ask_all(
     client = llm if llm is not None else ctx.app.llm
     if client is None:
         raise ValueError("ask_all needs a model client; the rule judge asks nothing")
-    model = str(getattr(client, "model", "") or "")
+    model = unanswered.model_name(client)
     keys = [question_key(ctx, model, q) for q in questions]
     outcomes: list[Outcome[Any] | None] = []
     for q, key in zip(questions, keys, strict=True):

@@ -67,7 +67,7 @@ def submit_batch(llm: OpenAICompatibleLLM, items: Sequence[BatchItem], submissio
                               "submission": submission}), Batch, "batch")
             except (LLMError, openai.OpenAIError) as exc:
                 return _lost_create(client, submission, uploaded.id, exc)
-            if not _PROVIDER_ID.fullmatch(batch.id):
+            if not PROVIDER_ID.fullmatch(batch.id):
                 forget_files(client, "(no id)", (uploaded.id,))
                 raise LLMError("model endpoint answered a batch id that is no id (1 to 100 "
                                "letters, digits, '_', '-', '.' or ':'); check the server, "
@@ -154,11 +154,10 @@ def answered(call: Callable[[], object], kind: type[AnswerT], what: str) -> Answ
 def batch_files(batch: Batch) -> list[str | None]:
     """The batch's input, output and error file ids; None for one it has not, or that is no
     id (a lenient client keeps whatever the endpoint sent: it is neither read nor deleted)."""
-    return [v if isinstance(v, str) and _PROVIDER_ID.fullmatch(v) else None
+    return [v if isinstance(v, str) and PROVIDER_ID.fullmatch(v) else None
             for v in (batch.input_file_id, batch.output_file_id, batch.error_file_id)]
 
 
-_PROVIDER_ID = PROVIDER_ID  # a batch id names its run step (``batch_lookup``)
 _STATUS = re.compile(r"[a-z_]{1,40}")
 
 

@@ -58,13 +58,20 @@ def failure(outcome: Outcome[Any]) -> str | None:
     return UNUSABLE if outcome.malformed or outcome.rejected else None
 
 
-def _hours(ctx: Any) -> float:
-    return float(getattr(ctx.settings, "llm_unanswered_hours", 0) or 0)
+def hours(settings: Any) -> float:
+    """``DREAM_LLM_UNANSWERED_HOURS``: how long a question (or, in contradictions, a pair left
+    unsettled) is not asked again; 0 for never remembered."""
+    return float(getattr(settings, "llm_unanswered_hours", 0) or 0)
+
+
+def model_name(client: Any) -> str:
+    """The model a client asks, as the memory keys it; "" for none."""
+    return str(getattr(client, "model", "") or "")
 
 
 def _remembers(ctx: Any) -> bool:
     """Memory needs the run's store (a phase's context) and a period above 0."""
-    return _hours(ctx) > 0 and callable(getattr(ctx, "uow", None)) and ctx.run_id is not None
+    return hours(ctx.settings) > 0 and callable(getattr(ctx, "uow", None)) and ctx.run_id is not None
 
 
 def recall(ctx: Any, keys: dict[int, str], questions: Sequence[Any] = ()
@@ -75,7 +82,7 @@ def recall(ctx: Any, keys: dict[int, str], questions: Sequence[Any] = ()
     loaded memory (``ctx.unanswered``), else one short read."""
     if not keys or not _remembers(ctx):
         return {}
-    period = timedelta(hours=_hours(ctx))
+    period = timedelta(hours=hours(ctx.settings))
     since = ctx.now - period
     loaded = getattr(ctx, "unanswered", None)
     if loaded is not None:

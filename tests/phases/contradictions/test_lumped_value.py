@@ -8,6 +8,7 @@ The real `openai` client against the local stub.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from tests.support.factories import NOW, add_notes, days_ago
@@ -56,8 +57,10 @@ def _lumping_model(stub: LLMStub, app: App) -> None:
                                   timeout=10, max_retries=0)
 
 
-def _run(app: App) -> tuple[str, dict[str, Any]]:
-    run_id = service.create_run(app, SCOPE, force=True, phases=["contradictions"], clock=NOW)
+def run_contradictions(app: App, at: datetime = NOW) -> tuple[str, dict[str, Any]]:
+    """A contradictions-only run of ``SCOPE`` at ``at``: its status, and the phase's output
+    with every child step's actions."""
+    run_id = service.create_run(app, SCOPE, force=True, phases=["contradictions"], clock=at)
     assert run_id
     service.execute_run(app, run_id)
     tree = run_tree(app, run_id)
@@ -79,7 +82,7 @@ def test_a_value_group_of_unrelated_notes_retires_none_and_a_restatement_still_r
                      for k, text in enumerate(UNRELATED)),
               {"id": "said", "content": SAID, "created_at": days_ago(20)},
               {"id": "resaid", "content": RESAID, "created_at": days_ago(10)})
-    status, out = _run(app)
+    status, out = run_contradictions(app)
     notes = _notes(app)
     assert status == "succeeded"  # a refused value is no model failure
     assert all(notes[f"fact-{k}"] == ("active", None) for k in range(len(UNRELATED)))
@@ -92,7 +95,7 @@ def test_a_value_group_of_unrelated_notes_retires_none_and_a_restatement_still_r
     # The lumped attribute's pairs are remembered as unsettled: the next run, the same
     # answer to the same notes, does not ask about them again (``unsettled``).
     asked = len(llm_stub.chat_requests())
-    status, again = _run(app)
+    status, again = run_contradictions(app)
     assert status == "succeeded" and len(llm_stub.chat_requests()) == asked
     assert again["pairs_cooling"] == out["pairs_unsettled"] > 0
     assert all(_notes(app)[f"fact-{k}"][0] == "active" for k in range(len(UNRELATED)))

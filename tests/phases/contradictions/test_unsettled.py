@@ -12,19 +12,18 @@ The real `openai` client against the local stub.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import update
 
+from tests.phases.contradictions.test_lumped_value import run_contradictions
 from tests.support.factories import NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub, StubRequest
 from tests.support.topic_judge import prompt_topics
 from worker.app import App
 from worker.domain.types import Scope
 from worker.llm.openai_compat import OpenAICompatibleLLM
-from worker.reporting import run_tree
-from worker.runs import service
 from worker.store.models import NoteRow
 
 SCOPE = Scope("agent-1")
@@ -56,16 +55,6 @@ def _one_value(alias: dict[str, str]) -> list[dict[str, Any]]:
     return [_attribute([[alias[NEVER], alias[ONLY]]])] if {NEVER, ONLY} <= set(alias) else []
 
 
-def _run(app: App, at: datetime = NOW) -> tuple[str, dict[str, Any]]:
-    run_id = service.create_run(app, SCOPE, force=True, phases=["contradictions"], clock=at)
-    assert run_id
-    service.execute_run(app, run_id)
-    tree = run_tree(app, run_id)
-    (step,) = [s for s in tree["steps"] if s["phase"] == "contradictions"]
-    actions = [a for c in step["children"] for a in c["output"].get("actions", [])]
-    return str(tree["status"]), {**step["output"], "actions": actions}
-
-
 def _status(app: App) -> dict[str, str]:
     with app.uow() as uow:
         return {r.id: r.status for r in uow.session.query(NoteRow).all()}
@@ -81,10 +70,10 @@ def test_a_refused_value_is_asked_again_only_once_a_note_changes_or_the_period_e
     _model(llm_stub, app, _one_value)
     add_notes(app, {"id": "never", "content": NEVER, "created_at": days_ago(20)},
               {"id": "only", "content": ONLY, "created_at": days_ago(10)})
-    status, out = _run(app)
+    status, out = run_contradictions(app)
     assert status == "succeeded" and _asked(llm_stub) == 1
     # The next day: the same question at the same versions is not sent again.
-    status, again = _run(app, NOW + timedelta(days=1))
+    status, again = run_contradictions(app, NOW + timedelta(days=1))
     assert status == "succeeded" and _asked(llm_stub) == 1
     assert out["values_unsupported"] == 1 and out["pairs_unsettled"] == 1
     (refused,) = [a for a in out["actions"] if a.get("kind") == "unsupported"]
@@ -93,19 +82,19 @@ def test_a_refused_value_is_asked_again_only_once_a_note_changes_or_the_period_e
     assert _status(app) == {"never": "active", "only": "active"}
     # Once the period has passed it is asked again; refused again, its date is renewed.
     hours = app.settings.llm_unanswered_hours
-    _run(app, NOW + timedelta(hours=hours + 1))
+    run_contradictions(app, NOW + timedelta(hours=hours + 1))
     assert _asked(llm_stub) == 2
-    _run(app, NOW + timedelta(hours=hours + 2))
+    run_contradictions(app, NOW + timedelta(hours=hours + 2))
     assert _asked(llm_stub) == 2
     # Another model is asked at once; so is the pair once a note of it changes.
     _model(llm_stub, app, _one_value, name="another-model")
-    _run(app, NOW + timedelta(hours=hours + 3))
+    run_contradictions(app, NOW + timedelta(hours=hours + 3))
     assert _asked(llm_stub) == 3
     with app.uow() as uow:
         uow.session.execute(update(NoteRow).where(NoteRow.id == "only").values(
             importance=0.9, version=NoteRow.version + 1))
         uow.commit()
-    _run(app, NOW + timedelta(hours=hours + 4))
+    run_contradictions(app, NOW + timedelta(hours=hours + 4))
     assert _asked(llm_stub) == 4
     assert _status(app) == {"never": "active", "only": "active"}
 
@@ -117,8 +106,8 @@ def test_with_no_period_a_refused_value_is_asked_by_every_run(
     _model(llm_stub, app, _one_value)
     add_notes(app, {"id": "never", "content": NEVER, "created_at": days_ago(20)},
               {"id": "only", "content": ONLY, "created_at": days_ago(10)})
-    _run(app)
-    _, again = _run(app, NOW + timedelta(days=1))
+    run_contradictions(app)
+    _, again = run_contradictions(app, NOW + timedelta(days=1))
     assert _asked(llm_stub) == 2 and again["values_unsupported"] == 1
 
 
@@ -132,8 +121,8 @@ def test_an_attribute_too_uncertain_to_order_is_not_asked_by_every_run(
     _model(llm_stub, app, unsure)
     add_notes(app, {"id": "old", "content": OLD, "created_at": days_ago(40)},
               {"id": "new", "content": NEW, "created_at": days_ago(12)})
-    _, out = _run(app)
-    _, again = _run(app, NOW + timedelta(days=1))
+    _, out = run_contradictions(app)
+    _, again = run_contradictions(app, NOW + timedelta(days=1))
     assert _asked(llm_stub) == 1
     assert out["pairs_unsettled"] == 1 and again["pairs_cooling"] == 1
     assert _status(app) == {"old": "active", "new": "active"}

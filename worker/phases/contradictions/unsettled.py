@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from worker.llm.unanswered import hours as hours  # the period, read by ``apply``
+from worker.llm.unanswered import model_name
 from worker.phases.contradictions.core import CandidatePair, PolicySettings
 from worker.phases.contradictions.topics import Attribute, TopicVerdict
 from worker.store.repositories.judgements import UNSETTLED
@@ -37,17 +39,13 @@ WHY = "one attribute's pair the answer settled nothing about"
 
 
 def model_of(app: Any) -> str:
-    """The judge's model name as the fan-out knows it (``ask_all``); "" for none."""
-    return str(getattr(getattr(app, "llm", None), "model", "") or "")
+    """The judge's model name as the fan-out keys it (``ask_all``); "" for none."""
+    return model_name(getattr(app, "llm", None))
 
 
 def key(pair_fingerprint: str, model: str) -> str:
     """The memory's fingerprint: the pair at its versions (``fingerprint_notes``), the model."""
     return hashlib.sha256(f"{pair_fingerprint}\0{model}".encode()).hexdigest()
-
-
-def hours(settings: Any) -> float:
-    return float(getattr(settings, "llm_unanswered_hours", 0) or 0)
 
 
 def cooling(memory: Any, now: datetime, app: Any) -> Callable[[str], bool]:
