@@ -13,6 +13,7 @@ relation; and a verbatim source, or all of them joined, never reverses anything.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
+from operator import attrgetter
 
 from worker.text.words import Kind, Token, stem
 
@@ -33,13 +34,14 @@ _SYMMETRIC = frozenset(stem(w) for w in [
     "talk", "talking", "speak", "speaking", "chat", "chatting"])
 _PARTICIPLE = ("ed", "en", "wn", "ung", "ught", "lt", "nt", "de", "ne")
 
+_SURFACE = attrgetter("surface")
 Pair = tuple[str, str, str]  # relation, the word its left side holds, the word its right holds
 
 
 def relation_pairs(toks: Sequence[Token]) -> Iterator[tuple[Pair, int, int, int]]:
     """Every (relation, left, right) a text orders, oriented by the marker's sign, with the
     token indices of the left word, the marker and the right word as written."""
-    if not any(t.surface in MARKERS for t in toks):  # most texts state no relation: no pairs
+    if MARKERS.keys().isdisjoint(map(_SURFACE, toks)):  # most texts state no relation
         return
     start = 0
     for end in [*(i for i, t in enumerate(toks) if t.kind is Kind.BREAK), len(toks)]:

@@ -92,12 +92,16 @@ def check_fusion(
     a content token no source holds, so it may be a lazy iterable."""
     readings = [read_source(s) for s in sources]
     fused_tokens = tokens(fused)
-    fused_keys = {t.key for t in fused_tokens if t.kind is not Kind.BREAK}
+    fused_keys = set(map(_KEY, fused_tokens))
+    fused_keys.discard("")  # a break's key: every other token's key has a character
+    # Each source's facts the fusion lacks: its omitted phrases and whether it was dropped.
+    missing = [r.facts - fused_keys for r in readings]
     return Grounding(
         invented=_invented(readings, fused_tokens, allowed),
         negation_flips=tuple(_negation_flips(readings, fused_tokens)),
-        omitted=tuple(_omitted(readings, fused_keys)),
-        dropped=tuple(i for i, r in enumerate(readings) if _dropped(r.facts, fused_keys)),
+        omitted=tuple(_omitted(readings, missing)),
+        dropped=tuple(i for i, (r, gone) in enumerate(zip(readings, missing, strict=True))
+                      if _dropped(r.facts, gone)),
         relative_time=tuple(relative_time_expressions(fused)),
         reversed=tuple(reversals(lambda: _stated(readings), fused_tokens)),
     )
@@ -110,7 +114,7 @@ class SourceReading:
     __slots__ = ("_pairs", "facts", "groundable", "negated", "negated_facts", "toks")
 
     def __init__(self, text: str) -> None:
-        toks = self.toks = tuple(tokens(text))
+        toks = self.toks = tokens(text)  # a fresh list, never changed
         keys = list(map(_KEY, toks))
         # Its tokens' keys (only a break's key is empty), and a word written inside its URL or
         # address ("python.org").
@@ -182,15 +186,15 @@ def _negation_flips(readings: list[SourceReading], fused_tokens: list[Token]) ->
     return list(dict.fromkeys(flips))
 
 
-def _omitted(readings: list[SourceReading], fused_keys: set[str]) -> list[str]:
+def _omitted(readings: list[SourceReading], missing: list[frozenset[str]]) -> list[str]:
     """Runs of adjacent source content tokens the fusion lacks, as phrases ("session store")."""
     phrases: list[str] = []
-    for r in readings:
-        if r.facts <= fused_keys:  # every fact of it is in the fusion: no run to find
+    for r, gone in zip(readings, missing, strict=True):
+        if not gone:  # every fact of it is in the fusion: no run to find
             continue
         run: list[str] = []
         for t in [*r.toks, None]:
-            if t is not None and t.content and t.key not in fused_keys:
+            if t is not None and t.content and t.key in gone:
                 run.append(t.surface)
                 continue
             if run:
@@ -200,5 +204,5 @@ def _omitted(readings: list[SourceReading], fused_keys: set[str]) -> list[str]:
     return [p for p in dict.fromkeys(phrases) if relative_time_expressions(p) != [p]]
 
 
-def _dropped(facts: frozenset[str], fused_keys: set[str]) -> bool:
-    return bool(facts) and len(facts & fused_keys) / len(facts) < DROPPED_BELOW
+def _dropped(facts: frozenset[str], missing: frozenset[str]) -> bool:
+    return bool(facts) and (len(facts) - len(missing)) / len(facts) < DROPPED_BELOW

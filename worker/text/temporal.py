@@ -44,8 +44,18 @@ _HINT = re.compile(
     rf"days?|earlier|lately|previous|{_DAY_NAMES})\b", re.IGNORECASE)
 
 
+# A word one of the patterns above must contain (every weekday ends in "day"): an ASCII text
+# holding none of them has no relative time, which spares most texts both searches.
+_NEEDED = ("day", "tonight", "tomorrow", "recently", "lately", "ago", "last", "next", "this",
+           "coming", "past", "previous", "second", "minute", "hour", "week", "month", "year")
+
+
 def relative_time_expressions(text: str) -> list[str]:
     """Relative time expressions in ``text`` (casefolded, in order); empty: all time is absolute."""
+    if text.isascii():  # (a non-ASCII letter may match an ASCII one when case is ignored)
+        low = text.lower()
+        if not any(word in low for word in _NEEDED):
+            return []
     found = [m.group(0).casefold() for m in _RELATIVE.finditer(text)]
     for m in _WEEKDAY.finditer(text):
         window = text[max(0, m.start() - 25): m.end() + 25]
