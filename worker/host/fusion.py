@@ -36,7 +36,7 @@ from worker.review.propose import settle_stale
 from worker.safety.undo import FUSE_PREFIX
 from worker.store.scope_locks import lock_scopes
 from worker.text.grounding import check_fusion
-from worker.text.temporal import allowed_dates
+from worker.text.temporal import allowed_dates_lazily
 from worker.text.words import is_blank
 
 log = structlog.get_logger(__name__)
@@ -202,7 +202,7 @@ def grounding_problems(sources: list[Note], text: str) -> tuple[list[str], list[
     """What ``strict`` refuses (invented facts, flipped negations, a reversed relation, a
     dropped source, relative time), and what is only a warning (omitted phrases); the
     consolidate phase's own check."""
-    check = check_fusion([n.content for n in sources], text, allowed=allowed_dates(sources))
+    check = check_fusion([n.content for n in sources], text, allowed=allowed_dates_lazily(sources))
     problems = []
     if check.invented:
         problems.append(f"not found in any source: {', '.join(check.invented[:10])}")

@@ -12,7 +12,8 @@ relation; and a verbatim source, or all of them joined, never reverses anything.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from operator import attrgetter
 
 from worker.text.words import Kind, Token, stem
 
@@ -33,12 +34,15 @@ _SYMMETRIC = frozenset(stem(w) for w in [
     "talk", "talking", "speak", "speaking", "chat", "chatting"])
 _PARTICIPLE = ("ed", "en", "wn", "ung", "ught", "lt", "nt", "de", "ne")
 
+_SURFACE = attrgetter("surface")
 Pair = tuple[str, str, str]  # relation, the word its left side holds, the word its right holds
 
 
 def relation_pairs(toks: Sequence[Token]) -> Iterator[tuple[Pair, int, int, int]]:
     """Every (relation, left, right) a text orders, oriented by the marker's sign, with the
     token indices of the left word, the marker and the right word as written."""
+    if MARKERS.keys().isdisjoint(map(_SURFACE, toks)):  # most texts state no relation
+        return
     start = 0
     for end in [*(i for i, t in enumerate(toks) if t.kind is Kind.BREAK), len(toks)]:
         yield from _clause_pairs(toks, start, end)
@@ -47,7 +51,8 @@ def relation_pairs(toks: Sequence[Token]) -> Iterator[tuple[Pair, int, int, int]
 
 def _clause_pairs(toks: Sequence[Token], start: int, end: int
                   ) -> Iterator[tuple[Pair, int, int, int]]:
-    markers = [m for m in range(start, end) if _marker(toks, m, start)]
+    markers = [m for m in range(start, end)
+               if toks[m].surface in MARKERS and _marker(toks, m, start)]
     # A marker's sides end at the next marker: "moved from Paris to Berlin" orders Paris
     # before Berlin, and "decided to plead guilty to conspiring to aid" no verb with another.
     for k, m in enumerate(markers):
@@ -76,15 +81,25 @@ def _marker(toks: Sequence[Token], m: int, start: int) -> bool:
     return t.surface != "by" or previous.endswith(_PARTICIPLE) or previous in MARKERS
 
 
-def reversals(source_tokens: Sequence[Sequence[Token]], fused_tokens: Sequence[Token]
+def stated_pairs(toks: Sequence[Token]) -> frozenset[Pair]:
+    """The (relation, left, right) pairs a source orders, for ``reversals``."""
+    return frozenset(pair for pair, *_ in relation_pairs(toks))
+
+
+def reversals(stated: Callable[[], Collection[Pair]], fused_tokens: Sequence[Token]
               ) -> list[str]:
     """The fused phrases ("anna reports to bob") whose relation the sources state the other
     way round and never this way; one per fused marker, from its first reversed word to its
-    last."""
-    stated = {pair for toks in source_tokens for pair, *_ in relation_pairs(toks)}
+    last. ``stated``: the sources' ``stated_pairs`` joined, asked for only when the fusion
+    orders a pair at all (most fusions state no relation, and the sources' pairs are the
+    costly part)."""
+    fused = list(relation_pairs(fused_tokens))
+    if not fused:
+        return []
+    known = stated()
     found: dict[int, tuple[int, int]] = {}  # marker index → the span of its reversed words
-    for (relation, a, b), i, m, j in relation_pairs(fused_tokens):
-        if (relation, b, a) in stated and (relation, a, b) not in stated:
+    for (relation, a, b), i, m, j in fused:
+        if (relation, b, a) in known and (relation, a, b) not in known:
             first, last = found.get(m, (i, j))
             found[m] = (min(first, i), max(last, j))
     return list(dict.fromkeys(

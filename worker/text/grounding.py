@@ -8,8 +8,11 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import compress
+from operator import attrgetter
 
-from worker.text.direction import reversals
+from worker.text.direction import Pair, reversals, stated_pairs
 from worker.text.temporal import relative_time_expressions
 from worker.text.words import Kind, Token, tokens
 
@@ -21,6 +24,9 @@ DROPPED_BELOW = 0.5
 # Windows".
 FLIP_SHARE = 2 / 3
 _LETTERS = re.compile(r"[^\W\d_]+")
+_LINKS = frozenset((Kind.URL, Kind.EMAIL))
+_KEY, _KIND = attrgetter("key"), attrgetter("kind")
+_CONTENT, _NEGATOR = attrgetter("content"), attrgetter("negator")
 
 
 @dataclass(frozen=True)
@@ -81,57 +87,114 @@ def check_fusion(
     sources: Sequence[str], fused: str, *, allowed: Iterable[str] = ()
 ) -> Grounding:
     """Compare ``fused`` with ``sources``: invented facts, negation flips, reversed relations,
-    omissions, dropped sources and relative time left in. ``allowed`` are extra tokens a fusion may add (dates a
-    source's "last week" resolves to)."""
-    source_tokens = [tokens(s) for s in sources]
+    omissions, dropped sources and relative time left in. ``allowed`` are extra tokens a fusion
+    may add (dates a source's "last week" resolves to); it is iterated only when the fusion has
+    a content token no source holds, so it may be a lazy iterable."""
+    readings = [read_source(s) for s in sources]
     fused_tokens = tokens(fused)
-    groundable = {t.key for toks in source_tokens for t in toks if t.kind is not Kind.BREAK}
-    groundable |= {t.key for a in allowed for t in tokens(a)}
-    # A word written inside a source's URL or address is in the source too ("python.org").
-    groundable |= {w.casefold() for toks in source_tokens for t in toks
-                   if t.kind in (Kind.URL, Kind.EMAIL) for w in _LETTERS.findall(t.key)}
-    invented = [t.surface for t in fused_tokens if t.content and t.key not in groundable]
-
-    fused_keys = {t.key for t in fused_tokens if t.kind is not Kind.BREAK}
+    fused_keys = set(map(_KEY, fused_tokens))
+    fused_keys.discard("")  # a break's key: every other token's key has a character
+    # Each source's facts the fusion lacks: its omitted phrases and whether it was dropped.
+    missing = [r.facts - fused_keys for r in readings]
     return Grounding(
-        invented=tuple(dict.fromkeys(invented)),
-        negation_flips=tuple(_negation_flips(source_tokens, fused_tokens)),
-        omitted=tuple(_omitted(source_tokens, fused_keys)),
-        dropped=tuple(i for i, toks in enumerate(source_tokens) if _dropped(toks, fused_keys)),
+        invented=_invented(readings, fused_tokens, allowed),
+        negation_flips=tuple(_negation_flips(readings, fused_tokens)),
+        omitted=tuple(_omitted(readings, missing)),
+        dropped=tuple(i for i, (r, gone) in enumerate(zip(readings, missing, strict=True))
+                      if _dropped(r.facts, gone)),
         relative_time=tuple(relative_time_expressions(fused)),
-        reversed=tuple(reversals(source_tokens, fused_tokens)),
+        reversed=tuple(reversals(lambda: _stated(readings), fused_tokens)),
     )
 
 
-def _negation_flips(source_tokens: list[list[Token]], fused_tokens: list[Token]) -> list[str]:
-    source_clauses = [c for toks in source_tokens for c in clauses(toks)]
+class SourceReading:
+    """What one source text contributes to every check of a fusion of it, read once: the same
+    sources are checked against every reply and re-ask of their cluster."""
+
+    __slots__ = ("_pairs", "facts", "groundable", "negated", "negated_facts", "toks")
+
+    def __init__(self, text: str) -> None:
+        toks = self.toks = tokens(text)  # a fresh list, never changed
+        keys = list(map(_KEY, toks))
+        # Its tokens' keys (only a break's key is empty), and a word written inside its URL or
+        # address ("python.org").
+        groundable = set(keys)
+        groundable.discard("")
+        if not _LINKS.isdisjoint(map(_KIND, toks)):
+            groundable |= {w.casefold() for t in toks if t.kind in _LINKS
+                           for w in _LETTERS.findall(t.key)}
+        self.groundable = frozenset(groundable)
+        self.facts = frozenset(compress(keys, map(_CONTENT, toks)))
+        # Its negated facts: the keys a negator scopes, and per clause the words a fused clause
+        # must state positively to flip it, with the phrase a re-ask names. No negator, none.
+        cl = clauses(toks) if any(map(_NEGATOR, toks)) else []
+        self.negated = frozenset(t.key for c in cl for t in c.negated)
+        self.negated_facts = tuple(
+            (fact, math.ceil(FLIP_SHARE * len(fact)),
+             " ".join((*c.negators[:1], *(t.surface for t in c.negated))))
+            for c in cl if (fact := frozenset(t.key for t in c.negated)))
+        self._pairs: frozenset[Pair] | None = None
+
+    def pairs(self) -> frozenset[Pair]:
+        """The relations it orders; read on demand (only a fusion that orders one needs them)."""
+        if self._pairs is None:
+            self._pairs = stated_pairs(self.toks)
+        return self._pairs
+
+
+# Sources come back with every reply and re-ask of a cluster, and to the host's check: a
+# bounded memo keyed by the text alone (the same bound as the token memo it reads from).
+@lru_cache(maxsize=1 << 11)
+def read_source(text: str) -> SourceReading:
+    return SourceReading(text)
+
+
+def _stated(readings: list[SourceReading]) -> set[Pair]:
+    return {pair for r in readings for pair in r.pairs()}
+
+
+def _invented(readings: list[SourceReading], fused_tokens: list[Token],
+              allowed: Iterable[str]) -> tuple[str, ...]:
+    groundable = frozenset().union(*(r.groundable for r in readings))
+    unknown = [t for t in fused_tokens if t.content and t.key not in groundable]
+    if unknown:  # only then the allowed dates: most fusions add no word of their own
+        extra = {t.key for a in allowed for t in tokens(a)}
+        unknown = [t for t in unknown if t.key not in extra]
+    return tuple(dict.fromkeys(t.surface for t in unknown))
+
+
+def _negation_flips(readings: list[SourceReading], fused_tokens: list[Token]) -> list[str]:
+    source_facts = [f for r in readings for f in r.negated_facts]
+    fused_negates = any(map(_NEGATOR, fused_tokens))
+    if not source_facts and not fused_negates:  # no negation on either side: nothing flips
+        return []
     fused_clauses = clauses(fused_tokens)
-    negated_in_sources = {t.key for c in source_clauses for t in c.negated}
     flips: list[str] = []
     # A negation the fusion adds: every word it negates must be negated by some source.
-    for c in fused_clauses:
-        added = [t for t in c.negated if t.key not in negated_in_sources]
-        if added:
-            flips.append(" ".join((*c.negators[:1], *(t.surface for t in c.negated))))
+    if fused_negates:
+        negated_in_sources = frozenset().union(*(r.negated for r in readings))
+        for c in fused_clauses:
+            added = [t for t in c.negated if t.key not in negated_in_sources]
+            if added:
+                flips.append(" ".join((*c.negators[:1], *(t.surface for t in c.negated))))
     # A negation the fusion drops: a fused clause states most of a source's negated fact
     # outside any negation.
-    for src in source_clauses:
-        fact = {t.key for t in src.negated}
-        if not fact:
-            continue
-        need = math.ceil(FLIP_SHARE * len(fact))
-        if any(len(fact & {t.key for t in c.positive}) >= need for c in fused_clauses):
-            flips.append(" ".join((*src.negators[:1], *(t.surface for t in src.negated))))
+    positives = [{t.key for t in c.positive} for c in fused_clauses]
+    for fact, need, phrase in source_facts:
+        if any(len(fact & keys) >= need for keys in positives):
+            flips.append(phrase)
     return list(dict.fromkeys(flips))
 
 
-def _omitted(source_tokens: list[list[Token]], fused_keys: set[str]) -> list[str]:
+def _omitted(readings: list[SourceReading], missing: list[frozenset[str]]) -> list[str]:
     """Runs of adjacent source content tokens the fusion lacks, as phrases ("session store")."""
     phrases: list[str] = []
-    for toks in source_tokens:
+    for r, gone in zip(readings, missing, strict=True):
+        if not gone:  # every fact of it is in the fusion: no run to find
+            continue
         run: list[str] = []
-        for t in [*toks, None]:
-            if t is not None and t.content and t.key not in fused_keys:
+        for t in [*r.toks, None]:
+            if t is not None and t.content and t.key in gone:
                 run.append(t.surface)
                 continue
             if run:
@@ -141,6 +204,5 @@ def _omitted(source_tokens: list[list[Token]], fused_keys: set[str]) -> list[str
     return [p for p in dict.fromkeys(phrases) if relative_time_expressions(p) != [p]]
 
 
-def _dropped(toks: list[Token], fused_keys: set[str]) -> bool:
-    facts = {t.key for t in toks if t.content}
-    return bool(facts) and len(facts & fused_keys) / len(facts) < DROPPED_BELOW
+def _dropped(facts: frozenset[str], missing: frozenset[str]) -> bool:
+    return bool(facts) and (len(facts) - len(missing)) / len(facts) < DROPPED_BELOW

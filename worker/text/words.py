@@ -71,15 +71,18 @@ _TENS = {w: 10 * (i + 2) for i, w in enumerate(
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
 _PHRASE_STARTS = frozenset(_UNITS) | frozenset(_TENS)
 
-_TOKEN = re.compile(
-    r"(?P<url>https?://[^\s)\"'<>\]]+|www\.[^\s)\"'<>\]]+)"
-    r"|(?P<email>[\w.+-]+@[\w-]+(?:\.[\w-]+)+)"
+_LINK = (r"(?P<url>https?://[^\s)\"'<>\]]+|www\.[^\s)\"'<>\]]+)"
+         r"|(?P<email>[\w.+-]+@[\w-]+(?:\.[\w-]+)+)")
+_PLAIN_TOKEN = (
     # 3.12, 2026-05-04, 2pm, 5kg, and a minus sign that starts one: -18 is not 18
-    r"|(?P<number>(?:(?<![\w.\-\u2212])[-\u2212])?\d+(?:[.,:/-]\d+)*(?:[^\W\d_]{1,3}\b)?)"
+    r"(?P<number>(?:(?<![\w.\-\u2212])[-\u2212])?\d+(?:[.,:/-]\d+)*(?:[^\W\d_]{1,3}\b)?)"
     r"|(?P<word>[^\W\d_]+(?:['’][^\W\d_]+)*)"
-    r"|(?P<break>[.;:!?,()\[\]{}\n\"]|\s[-–—]\s)",
-    re.IGNORECASE,
+    r"|(?P<break>[.;:!?,()\[\]{}\n\"]|\s[-–—]\s)"
 )
+_TOKEN = re.compile(f"{_LINK}|{_PLAIN_TOKEN}", re.IGNORECASE)
+# A text with no "@", "://" or "www." holds no URL or address: the same matches without trying
+# those two at every word (a quarter of the matching).
+_PLAIN = re.compile(_PLAIN_TOKEN, re.IGNORECASE)
 _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+")
 
 
@@ -218,7 +221,7 @@ def tokens(text: str) -> list[Token]:
 # and mostly shared through _word's memo; 2,048 texts hold about 2 MB.
 @lru_cache(maxsize=1 << 11)
 def _tokens(text: str) -> tuple[Token, ...]:
-    raw = list(_raw_tokens(_normal(text)))
+    raw = _raw_tokens(_normal(text))
     # Most texts spell out no number: no word starts a phrase, and every token stays as it is.
     if _PHRASE_STARTS.isdisjoint(map(_SURFACE, raw)):
         return tuple(raw)
@@ -229,7 +232,34 @@ _KINDS = {kind.value: kind for kind in Kind}
 _SURFACE = attrgetter("surface")
 
 
-def _raw_tokens(text: str) -> Iterator[Token]:
+def _raw_tokens(text: str) -> list[Token]:
+    if not text.isascii():
+        return list(_matched_tokens(text))
+    # Most notes: casefolding is lowering, lowering first moves no match (the pattern ignores
+    # case), and ``findall`` hands every match's groups over in one C call.
+    low, word = text.lower(), _word
+    if "@" in low or "://" in low or "www." in low:
+        return [word(w) if w else _other_token(url, email, number, brk)
+                for url, email, number, w, brk in _TOKEN.findall(low)]
+    return [word(w) if w else _other_token("", "", number, brk)
+            for number, w, brk in _PLAIN.findall(low)]
+
+
+def _other_token(url: str, email: str, number: str, brk: str) -> Token:
+    """The token of an ASCII match that is not a word (its text already lowered); exactly one
+    of the groups is non-empty, as each alternative matches at least one character."""
+    if url:
+        value = url.rstrip(".,;:!?")
+        return Token(Kind.URL, value, value.rstrip("/"), content=True)
+    if email:
+        return Token(Kind.EMAIL, email, email, content=True)
+    if number:
+        digits = number.replace(",", "") if _THOUSANDS.fullmatch(number) else number
+        return Token(Kind.NUMBER, number, digits, content=True)
+    return Token(Kind.BREAK, brk.strip(), "")
+
+
+def _matched_tokens(text: str) -> Iterator[Token]:
     word = _word
     for m in _TOKEN.finditer(text):
         group = m.lastgroup

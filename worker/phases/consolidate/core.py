@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from worker.domain.types import Note, NoteType, Protection, lasting_expiry, said_order
 from worker.llm.ask import ReplyRejected
 from worker.text.grounding import Grounding, check_fusion
-from worker.text.temporal import allowed_dates
+from worker.text.temporal import allowed_dates_lazily
 from worker.text.words import strip_invisible
 
 PROMPT_NAME = "consolidate"
@@ -294,7 +294,7 @@ def validate_fusion(
         raise ReplyRejected("content holds invisible or control characters (zero-width, bidi, "
                             "tag, variation selector or escape characters) that no note "
                             "shown to you has; write visible text only")
-    check = check_fusion([n.content for n in sources], text, allowed=allowed_dates(sources))
+    check = check_fusion([n.content for n in sources], text, allowed=allowed_dates_lazily(sources))
     if (changed := _changed_fact(check)) is not None:
         raise ReplyRejected(changed)
     if check.dropped:
