@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,3 +82,19 @@ def build_app(
         embedder=embedder or make_embedder(settings),
         llm=llm if llm is not None else make_llm(settings),
     )
+
+
+# Young collections every 10,000 allocations instead of 700: a phase builds many short-lived
+# objects per note (words, tokens, rows), and at the default the collector ran often enough to
+# take a tenth of a run's CPU, promoting each scope's notes to be scanned again; the older
+# generations keep their defaults. About 2 MB more at the peak of a 100-note scope's run.
+YOUNG_COLLECTION_EVERY = 10_000
+
+
+def settle_process() -> None:
+    """Once a process that runs dreams has built its App: what lives as long as the process (the
+    App, imported modules, prebuilt statements) is frozen out of every later collection, and
+    young collections run less often (``YOUNG_COLLECTION_EVERY``)."""
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_EVERY, middle, old)

@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import event, select
 
+import worker.app as app_module
 from tests.bench import corpus
 from tests.bench.bench_llm import BenchLLM
 from tests.bench.stores import settings
@@ -138,7 +139,9 @@ def _child(url: str, latency: float | None, concurrency: int, extra: dict[str, A
     app = build_app(settings(url, llm_concurrency=concurrency, **extra), llm=llm)
     meter = Meter(app)
     metered_registry(meter)
-    gc.freeze()  # as a Celery worker process does once its App is built (celery_app)
+    # As a Celery worker process does once its App is built (celery_app); an older checkout
+    # (--before) only froze what it had built.
+    getattr(app_module, "settle_process", gc.freeze)()
     scope_list = scopes_in(app)[part[0]::part[1]]
     statuses: Counter[str] = Counter()
     start_epoch, t0, cpu0 = time.time(), time.perf_counter(), time.process_time()
