@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from worker.app import App, build_app
+from worker.app import App, build_app, settle_process
 from worker.cli.errors import UserError
 from worker.clock import SKEW, parse_timestamp, utcnow
 from worker.config import Settings, load_settings
@@ -39,11 +39,14 @@ class Outcome(IntEnum):
     STALE = 14  # what a review item was decided on changed: nothing written for it
 
 
-def cli_app(ctx: click.Context, create: bool = False, serving: bool = False) -> App:
+def cli_app(ctx: click.Context, create: bool = False, serving: bool = False,
+            running: bool = False) -> App:
     """The process's App; ``create`` only for commands that may create a missing SQLite file
     (`dream db upgrade`), ``serving`` for the servers (`dream api`, `dream mcp`), which log as
-    the worker does. Any other command refuses a database whose schema is not at the newest
-    migration before it reads or writes a row (the servers answer 503, see /healthz)."""
+    the worker does, ``running`` for `dream run` executing here (the process settled as a
+    worker process is, ``settle_process``). Any other command refuses a database whose schema
+    is not at the newest migration before it reads or writes a row (the servers answer 503,
+    see /healthz)."""
     obj = ctx.ensure_object(dict)
     if "app" not in obj:
         settings = load_settings()
@@ -53,6 +56,8 @@ def cli_app(ctx: click.Context, create: bool = False, serving: bool = False) -> 
         if not (create or serving):
             require_current_schema(obj["app"].engine)
         configure_telemetry(obj["app"])
+        if running:
+            settle_process()
     app: App = obj["app"]
     return app
 

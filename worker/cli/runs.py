@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from worker.app import App, settle_process
+from worker.app import App
 from worker.cli.common import (
     IDENT,
     USER_IDENT,
@@ -80,10 +80,8 @@ def run_cmd(ctx: click.Context, agent: str | None, user: str | None, company: st
     clock = parse_option_timestamp(now, "--now") if dry_run else parse_run_clock(
         now, "add --dry-run to see what the run would do then" if agent else
         "`dream gate --explain --now TS` shows which scopes would be due then")
-    app = cli_app(ctx)
+    app = cli_app(ctx, running=not via_celery)
     via = Via.CELERY if via_celery else Via.HERE
-    if via is Via.HERE:
-        settle_process()  # runs here, as a worker process would
     if not agent:
         ctx.exit(_run_due(app, clock, via))
     request = RunRequest(Scope(agent, user, company), trigger="cli", force=force,
