@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from worker.app import YOUNG_COLLECTION_EVERY
 from worker.celery_app import celery_config
 from worker.config import Settings
 
@@ -108,8 +109,8 @@ def test_a_bad_setting_is_raised_where_the_module_is_imported_by_code() -> None:
 
 def test_a_worker_process_settles_its_collector_once_its_app_is_built(tmp_path: Path) -> None:
     """A worker process froze what it had built, but young collections still ran every 700
-    allocations, about a tenth of a run's CPU; now every 10,000 (the older generations as
-    Python sets them)."""
+    allocations, about a tenth of a run's CPU; now every YOUNG_COLLECTION_EVERY (the older
+    generations as Python sets them)."""
     env = {**os.environ, "DREAM_DATABASE_URL": f"sqlite:///{tmp_path / 'dream.db'}"}
     script = ("import gc, json; default = gc.get_threshold(); from worker import celery_app; "
               "celery_app._init_process(); "
@@ -118,5 +119,5 @@ def test_a_worker_process_settles_its_collector_once_its_app_is_built(tmp_path: 
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     default, settled, frozen = json.loads(done.stdout.splitlines()[-1])
-    assert settled == [10000, *default[1:]]
+    assert settled == [YOUNG_COLLECTION_EVERY, *default[1:]]
     assert frozen > 0
