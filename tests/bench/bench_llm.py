@@ -32,16 +32,22 @@ class BenchLLM:
         self.tokens_in = 0
         self.tokens_out = 0
         self.by_prompt: dict[str, int] = {}
+        # The stand-in's own CPU seconds per prompt: a real model's answers cost this process
+        # nothing, so the bench shows how much of a phase's CPU was the stand-in answering.
+        self.cpu_by_prompt: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def complete_json(self, *, prompt_name: str, system: str, user: str,
                       schema: dict[str, Any]) -> LLMReply:
         if self.latency:
             time.sleep(self.latency)
+        started = time.thread_time()
         data = self._reply(prompt_name, user, schema)
         raw = json.dumps(data)
         t_in, t_out = _tokens(system) + _tokens(user), _tokens(raw)
+        spent = time.thread_time() - started
         with self._lock:
+            self.cpu_by_prompt[prompt_name] = self.cpu_by_prompt.get(prompt_name, 0.0) + spent
             self.calls += 1
             self.tokens_in += t_in
             self.tokens_out += t_out

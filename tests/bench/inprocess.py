@@ -163,6 +163,7 @@ def _child(url: str, latency: float | None, concurrency: int, extra: dict[str, A
         "load": os.getloadavg()[0],
         "calls": llm.calls if llm else 0, "tokens": (llm.tokens_in + llm.tokens_out) if llm else 0,
         "calls_by_prompt": dict(llm.by_prompt) if llm else {},
+        "model_cpu_by_prompt": dict(llm.cpu_by_prompt) if llm else {},
     })
     app.dispose()
 
@@ -253,8 +254,9 @@ def run_inprocess(url: str, *, latency: float | None = None, concurrency: int = 
         p.join()
     merged: dict[str, Any] = {"workers": workers}
     merged["wall"] = max(r["span"][1] for r in results) - min(r["span"][0] for r in results)
-    for key in ("phase_wall", "phase_cpu", "sql", "calls_by_prompt", "run_status"):
-        merged[key] = dict(sum((Counter(r[key]) for r in results), Counter()))
+    for key in ("phase_wall", "phase_cpu", "sql", "calls_by_prompt", "run_status",
+                "model_cpu_by_prompt"):
+        merged[key] = dict(sum((Counter(r.get(key, {})) for r in results), Counter()))
     for key in ("scopes", "cpu", "calls", "tokens"):
         merged[key] = sum(r[key] for r in results)
     merged["rss_mb"] = max(r["rss_mb"] for r in results)

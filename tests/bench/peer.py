@@ -138,9 +138,14 @@ def compare(ours: dict[str, Any], peer: dict[str, Any],
     merged = ", ".join(f"{k} {v:,}" for k, v in sorted(counters.items())
                        if k in ("clusters", "clusters_merged", "merged", "notes_revoked",
                                 "notes_retired", "equivalents_merged"))
+    # The stand-in model answers in this process; a real model's answers cost it nothing.
+    stand_in = sum(v for k, v in ours.get("model_cpu_by_prompt", {}).items()
+                   if k.startswith("consolidate"))
     return [
         ["dream-worker consolidate (load, cluster, judge, apply, steps)", wall, cpu,
          merged or "-"],
+        *([["  of which the stand-in model answering (a real model runs elsewhere)", "-",
+            stand_in, f"{stand_in / cpu:.0%} of the phase's CPU"]] if stand_in and cpu else []),
         [f"kore-memory 3.0.4 load + clustering (> {peer['threshold']:.2f}, no merge)",
          peer["wall"], peer["cpu"],
          f"{peer['clusters']:,} clusters, {peer['clustered']:,} of {peer['memories']:,} "
