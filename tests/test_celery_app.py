@@ -109,7 +109,7 @@ def test_a_bad_setting_is_raised_where_the_module_is_imported_by_code() -> None:
 
 def test_a_worker_process_settles_its_collector_once_its_app_is_built(tmp_path: Path) -> None:
     """A worker process froze what it had built, but young collections still ran every 700
-    allocations, about a tenth of a run's CPU; now every YOUNG_COLLECTION_EVERY (the older
+    allocations, a few per cent of a run's CPU; now every YOUNG_COLLECTION_EVERY (the older
     generations as Python sets them)."""
     env = {**os.environ, "DREAM_DATABASE_URL": f"sqlite:///{tmp_path / 'dream.db'}"}
     script = ("import gc, json; default = gc.get_threshold(); from worker import celery_app; "
