@@ -9,11 +9,11 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from tests.support.factories import NOW, add_notes
-from tests.support.safety import all_rows_text, note_states, run_row
+from tests.support.safety import all_rows_text, fuse_in_run, note_states, run_row
 from tests.support.sql import recorded_statements
 from worker.app import App
 from worker.cli import main
-from worker.domain.types import RunStatus, Scope, content_hash
+from worker.domain.types import RunStatus, Scope
 from worker.errors import NotFound
 from worker.export import export_notes
 from worker.safety.erase import erase
@@ -25,18 +25,7 @@ SCOPE = Scope("agent-1", "u1")
 
 def _fuse(app: App, run_id: str, ids: list[str], text: str) -> str:
     """What consolidation writes for one cluster: a fused note, lineage, revoked sources."""
-    with app.uow() as uow:
-        notes = {n.id: n for n in uow.notes.get_many(ids)}
-        new_id = uow.notes.create_note(scope=SCOPE, content=text, content_hash=content_hash(text),
-                                       type="Preference", embedding=None, embedding_model=None,
-                                       run_id=run_id, now=NOW, consolidation_generation=1)
-        uow.notes.add_lineage(SCOPE, ids, new_id, "consolidated", run_id, NOW)
-        for nid in ids:
-            assert uow.notes.change(notes[nid], run_id=run_id, reason="merged", now=NOW,
-                                    status="revoked", consolidated_into_id=new_id,
-                                    comments=f"merged into {new_id}")
-        uow.commit()
-    return new_id
+    return fuse_in_run(app, SCOPE, run_id, ids, text, now=NOW)
 
 
 def _seed(app: App) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from tests.support.factories import NOW, add_notes
-from tests.support.safety import note_states, run_row
+from tests.support.safety import fuse_in_run, note_states, reweigh_in_run, run_row
 from worker.app import App
-from worker.domain.types import Scope, content_hash
+from worker.domain.types import Scope
 from worker.safety.erase import erase
 from worker.safety.undo import UndoRefused, undo_run
 
@@ -24,16 +24,7 @@ ONE, TWO = Scope("agent-1", "u1"), Scope("agent-1", "u2")
 def _merge(app: App, scope: Scope, ids: list[str], text: str) -> str:
     """What consolidation writes for one cluster of ``scope``, in a run of its own."""
     run_id = run_row(app, scope)
-    with app.uow() as uow:
-        notes = {n.id: n for n in uow.notes.get_many(ids)}
-        new_id = uow.notes.create_note(scope=scope, content=text, content_hash=content_hash(text),
-                                       type="Preference", embedding=None, embedding_model=None,
-                                       run_id=run_id, now=NOW, consolidation_generation=1)
-        uow.notes.add_lineage(scope, ids, new_id, "consolidated", run_id, NOW)
-        for nid in ids:
-            assert uow.notes.change(notes[nid], run_id=run_id, reason="merged", now=NOW,
-                                    status="revoked", consolidated_into_id=new_id)
-        uow.commit()
+    fuse_in_run(app, scope, run_id, ids, text, now=NOW, commented=False)
     return run_id
 
 
@@ -82,12 +73,7 @@ def test_undoing_an_erasure_after_a_cascade_overwrote_it_is_refused_forced_or_no
 
 def _later_write(app: App, note_id: str) -> str:
     """A later run's change to ``note_id`` (its importance), in a run of its own."""
-    run_id = run_row(app, ONE)
-    with app.uow() as uow:
-        (note,) = uow.notes.get_many([note_id])
-        assert uow.notes.change(note, run_id=run_id, reason="rescored", now=NOW, importance=0.9)
-        uow.commit()
-    return run_id
+    return reweigh_in_run(app, ONE, note_id, "rescored", now=NOW)
 
 
 def test_the_undo_of_a_later_write_is_still_no_change(app: App) -> None:

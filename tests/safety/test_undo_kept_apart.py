@@ -8,7 +8,7 @@ import json
 
 from tests.support.factories import NOW, add_notes
 from tests.support.host_writes import host_sets
-from tests.support.safety import run_row
+from tests.support.safety import reweigh_in_run, run_row
 from worker.app import App
 from worker.domain.types import Scope
 from worker.export import export_notes
@@ -71,12 +71,7 @@ def test_a_keep_apart_that_no_longer_bound_before_the_run_is_not_revived(app: Ap
 
 def _reweigh(app: App, note_id: str) -> str:
     """A finished run that changed ``note_id``'s importance (a new version) and left it active."""
-    run_id = run_row(app, SCOPE)
-    with app.uow() as uow:
-        (note,) = uow.notes.get_many([note_id])
-        assert uow.notes.change(note, run_id=run_id, reason="reweigh", now=NOW, importance=0.9)
-        uow.commit()
-    return run_id
+    return reweigh_in_run(app, SCOPE, note_id, "reweigh", now=NOW)
 
 
 def test_a_keep_apart_the_host_recorded_after_the_run_outlives_its_undo(app: App) -> None:
