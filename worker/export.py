@@ -96,7 +96,7 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool,
             "importance": r.importance, "access_count": r.access_count,
             "created_at": _iso(r.created_at), "updated_at": _iso(r.updated_at),
             "last_accessed_at": _iso(r.last_accessed_at), "expires_at": _iso(r.expires_at),
-            "valid_from": _iso(r.valid_from), "valid_to": _iso(r.valid_to),
+            "valid_from": _iso(r.valid_from), "valid_to": _iso(_ended(r.valid_from, r.valid_to)),
             "last_checked_at": _iso(r.last_checked_at),
             "source_conversation_id": r.source_conversation_id,
             "consolidated_into_id": r.consolidated_into_id, "comments": r.comments,
@@ -120,6 +120,13 @@ def _lines(uow: Any, rows: list[Any], with_embedding: bool,
             yield f'{line[:-1]}, "embedding": [{numbers}]}}'
             continue
         yield json.dumps(obj, ensure_ascii=False)
+
+
+def _ended(began: datetime | None, ended: datetime | None) -> datetime | None:
+    """A note's ``valid_to`` as the worker writes it now, never before its ``valid_from``: a
+    worker before that could end a fusion or an imported note so, and the import refuses a
+    validity that ends before it begins (so an export always imports)."""
+    return began if began is not None and ended is not None and ended < began else ended
 
 
 def _statements(said: Statements | None, created_at: datetime | None) -> dict[str, Any] | None:

@@ -27,6 +27,15 @@ GOOD = json.dumps({"agent_id": "a", "user_id": "u", "content": "User likes tea"}
     (["notes", "import", "-"],
      GOOD + "\n" + json.dumps({"agent_id": "a", "content": "x", "embedding": [0.5] * 7}),
      "line 2"),
+    # a validity that ends before it begins (the good line before it is not written either)
+    (["notes", "import", "-"],
+     GOOD + "\n" + json.dumps({"agent_id": "a", "content": "x",
+                               "created_at": "2026-01-01T00:00:00Z",
+                               "valid_from": "2026-05-01T00:00:00Z",
+                               "valid_to": "2026-02-01T00:00:00Z"}),
+     "line 2: valid_to 2026-02-01T00:00:00+00:00 is before valid_from "
+     "2026-05-01T00:00:00+00:00; a note's validity cannot end before it begins: fix valid_to "
+     "or valid_from, or drop valid_to"),
     (["run", "--agent", "ghost", "--force"], None, "unknown scope"),
     # the key shows null, and so does the hint (it said None)
     (["run", "--agent", "a", "--user", "nobody", "--force"], None,

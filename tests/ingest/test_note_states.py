@@ -36,6 +36,15 @@ EDGE = {"parent_id": "k", "relation": "consolidated"}
     ([{"id": "a", "content": "User likes tea", "status": "revoked", "comments": "old",
        "created_at": "2026-01-02T00:00:00+00:00", "valid_to": "2026-01-01T00:00:00+00:00"}],
      "line 1: valid_to 2026-01-01T00:00:00+00:00 is before created_at"),
+    # Nor before it began (valid_from later than created_at: a later start, or swapped dates).
+    ([{"id": "a", "content": "User likes tea", "created_at": "2026-01-01T00:00:00+00:00",
+       "valid_from": "2026-05-01T00:00:00+00:00", "valid_to": "2026-02-01T00:00:00+00:00"}],
+     "line 1: valid_to 2026-02-01T00:00:00+00:00 is before valid_from "
+     "2026-05-01T00:00:00+00:00; a note's validity cannot end before it begins"),
+    ([{"id": "a", "content": "User likes tea", "status": "revoked", "comments": "old",
+       "created_at": "2026-01-01T00:00:00+00:00", "valid_from": "2026-05-01T00:00:00+00:00",
+       "valid_to": "2026-02-01T00:00:00+00:00"}],
+     "line 1: valid_to 2026-02-01T00:00:00+00:00 is before valid_from"),
     # Nor does an expiry (two dates of the line that contradict each other).
     ([{"id": "a", "content": "User likes tea", "created_at": "2026-01-02T00:00:00+00:00",
        "expires_at": "2026-01-01T00:00:00+00:00"}],
@@ -85,8 +94,12 @@ def test_what_the_worker_leaves_is_still_imported(app: App) -> None:
          "created_at": "2026-01-01T00:00:00+00:00", "valid_to": "2026-01-01T00:00:00+00:00"},
         {"id": "e", "content": "User drank black tea", "status": "revoked",
          "consolidated_into_id": "s"},
+        # ended at its start, later than its date (a run's fusion retired before it began)
+        {"id": "f", "content": "User drank oolong tea", "status": "revoked",
+         "consolidated_into_id": "s", "created_at": "2026-01-01T00:00:00+00:00",
+         "valid_from": "2026-03-01T00:00:00+00:00", "valid_to": "2026-03-01T00:00:00+00:00"},
         {"id": "x", "content": "User drank green tea", "expires_at": "2026-01-01T00:00:00+00:00"},
         {"id": "u", "content": "User drank white tea", "created_at": "2099-01-01T00:00:00+00:00",
          "updated_at": "2026-01-01T00:00:00+00:00"},
     ]])
-    assert result.inserted == 9
+    assert result.inserted == 10

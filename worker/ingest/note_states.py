@@ -1,8 +1,8 @@
 """What an imported note's state must be, beside each field's own checks: one the worker could
 have left (R8): a live note replaced by none, a note merged into a live one pointing at it (what
 an erasure of that note follows to give it back, R28), a validity or an expiry that ends no
-earlier than the note was recorded, each edge once, and no loop of pointers or of lineage among
-the file's notes.
+earlier than the note was recorded, a validity that ends no earlier than it began, each edge
+once, and no loop of pointers or of lineage among the file's notes.
 Checked before anything is written (R22). A revoked note with neither pointer nor comments
 passes: a host may retire a note straight in the table, and its export must import back."""
 
@@ -33,6 +33,14 @@ def check_state(row: dict[str, Any], edges: list[tuple[str, str]], number: int, 
             f"{row['created_at'].isoformat()}; a note's validity cannot end before it was "
             "recorded (absent, created_at is the time of the import): fix valid_to, give "
             "created_at, or drop valid_to")
+    if row["valid_to"] is not None and row["valid_from"] is not None \
+            and row["valid_to"] < row["valid_from"]:
+        # A window that ends before it begins (fields swapped, a wrong year). A worker before
+        # this check could end a note so; its export writes the end at the start (``export``).
+        raise InputError(
+            f"line {number}: valid_to {row['valid_to'].isoformat()} is before valid_from "
+            f"{row['valid_from'].isoformat()}; a note's validity cannot end before it begins: "
+            "fix valid_to or valid_from, or drop valid_to")
     if dated and row["expires_at"] is not None and row["expires_at"] < row["created_at"]:
         # Two dates that contradict each other (fields swapped, a wrong year): the next dream
         # would archive the note as expired. A line without created_at is recorded at the

@@ -9,9 +9,9 @@ line an import or a host said it again in; a fusion, written at its newest sourc
 its newest source's statement left. Logged under the erasure's id like its restorations
 (``dream undo`` reverts them together), one version up, so a pair judged on the old date is
 judged again. A note it had superseded as the older value of one attribute, ended at the erased
-date (``valid_to``), is ended at the date left instead; one that is the later statement now
-stays retired, ended at no known time, and is held for review, as when the newer note itself
-is erased.
+date (``valid_to``), is ended at the date left instead (never before its ``valid_from``); one
+that is the later statement now stays retired, ended at no known time, and is held for review,
+as when the newer note itself is erased.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ def date_back(uow: UnitOfWork, gone: set[Said], scope_keys: set[str],
         return DatedBack()
     ends = _ends(found, dated)
     state = uow.writes.lock_state([*dated, *ends])
+    for old_id, began in uow.writes.valid_from(i for i, end in ends.items() if end).items():
+        ends[old_id] = max(ends[old_id] or began, began)  # never before its validity began
     why = f"erase of {subject.split()[0]}: "
     edits = Edits(state, erase_id, now)
     for c in found:

@@ -207,7 +207,7 @@ def apply_change(c: Change, state: State) -> None:
         row["status"] = NoteStatus.REVOKED.value
         row["consolidated_into_id"] = c.target_id
         if c.valid_to is not None:
-            row["valid_to"] = _not_before(row.get("created_at"), c.valid_to)
+            row["valid_to"] = _not_before(c.valid_to, row.get("created_at"), row.get("valid_from"))
         if c.importance is not None:
             row["importance"] = c.importance
     if c.restate and c.into_id is not None:
@@ -243,6 +243,7 @@ def _said(row: dict[str, Any]) -> Said:
     return row.get("created_at"), row.get("write_seq")
 
 
-def _not_before(created: datetime | None, when: datetime) -> datetime:
-    """A retirement never takes effect before the note itself was recorded."""
-    return created if created is not None and created > when else when
+def _not_before(when: datetime, *starts: datetime | None) -> datetime:
+    """A retirement never takes effect before the note itself was recorded, nor before its
+    validity began (``valid_from``, when the write read it: ``rows.with_valid_from``)."""
+    return max([when, *(s for s in starts if s is not None)])
