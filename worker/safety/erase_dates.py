@@ -51,8 +51,10 @@ def date_back(uow: UnitOfWork, gone: set[Said], scope_keys: set[str],
         return DatedBack()
     ends = _ends(found, dated)
     state = uow.writes.lock_state([*dated, *ends])
-    for old_id, began in uow.writes.valid_from(i for i, end in ends.items() if end).items():
-        ends[old_id] = max(ends[old_id] or began, began)  # never before its validity began
+    for old_id, end in ends.items():
+        began = state.get(old_id, {}).get("valid_from")
+        if end is not None and began is not None and end < began:
+            ends[old_id] = began  # never before its validity began
     why = f"erase of {subject.split()[0]}: "
     edits = Edits(state, erase_id, now)
     for c in found:

@@ -147,7 +147,7 @@ def _embed(ctx: Any, snap: ScopeSnapshot) -> ScopeSnapshot:
         matrix[k] = fresh[i]
     matrix.setflags(write=False)
     return ScopeSnapshot(snap.notes, matrix, checked=snap.checked, rest=snap.rest,
-                         absorbed=snap.absorbed)
+                         absorbed=snap.absorbed, began=snap.began)
 
 
 def _copy_note(n: Note) -> Note:
@@ -167,7 +167,8 @@ def _copy(held: ScopeLoad) -> ScopeLoad:
     # The matrix is read-only, the journal frozen; memory, the checked marks and the rest of
     # each row are only read; the words are shared, each phase adding the texts it read.
     return ScopeLoad(ScopeSnapshot(notes, held.notes.vectors, checked=held.notes.checked,
-                                   rest=held.notes.rest, absorbed=held.notes.absorbed),
+                                   rest=held.notes.rest, absorbed=held.notes.absorbed,
+                                   began=held.notes.began),
                      held.journal, held.memory, held.vectors, held.unmerged, words=held.words)
 
 
@@ -251,10 +252,11 @@ def _notes_after(scope: Any, held: ScopeLoad, touched: set[str], born: list[Any]
               np.zeros((len(notes), 0), dtype=np.float32))
     for n in new:
         snap.checked[n.id] = None
+        snap.began[n.id] = done.now  # RowBuilder writes it valid from the write's time
     _rest_after(snap.rest, touched, born, done)
     _absorbed_after(snap.absorbed, notes, done)
     return ScopeSnapshot([notes[k] for k in order], matrix, checked=snap.checked,
-                         rest=snap.rest, absorbed=snap.absorbed)
+                         rest=snap.rest, absorbed=snap.absorbed, began=snap.began)
 
 
 def _rest_after(rest: dict[str, tuple[Any, Any, Any]], touched: set[str], born: list[Any],

@@ -245,5 +245,5 @@ def _said(row: dict[str, Any]) -> Said:
 
 def _not_before(when: datetime, *starts: datetime | None) -> datetime:
     """A retirement never takes effect before the note itself was recorded, nor before its
-    validity began (``valid_from``, when the write read it: ``rows.with_valid_from``)."""
+    validity began (``valid_from``: the locked re-read and the scope load carry it)."""
     return max([when, *(s for s in starts if s is not None)])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -30,19 +29,6 @@ def restored_fields(before: dict[str, Any]) -> dict[str, Any]:
     if before.get("valid_to"):
         values["valid_to"] = datetime.fromisoformat(before["valid_to"])
     return values
-
-
-def members_state(writes: WriteRepository, changes: Sequence[Change], known: State | None,
-                  ids: list[str]) -> State:
-    """The members' state (``known``, else their locked re-read) with the ``valid_from`` of
-    each note a change ends (``Change.valid_to``), read once: a note is never ended before its
-    validity began (a fusion a run wrote is valid from the run's time, though dated at its
-    sources' statement; an import may give any later start)."""
-    state = known if known is not None else writes.lock_state(ids)
-    ended = [m.id for c in changes if c.valid_to is not None for m in c.members if m.id in state]
-    for note_id, began in writes.valid_from(ended).items() if ended else ():
-        state[note_id]["valid_from"] = began
-    return state
 
 
 def _jsonable(value: Any) -> Any:

@@ -29,7 +29,7 @@ from worker.phases.kit.apart import carried_apart
 from worker.phases.kit.carry import ScopeLoad
 from worker.phases.kit.changes import Change, ChangeKind, ItemResult, ItemStatus
 from worker.phases.kit.evaluate import GuardLimits, State, evaluate
-from worker.phases.kit.rows import RowBuilder, members_state
+from worker.phases.kit.rows import RowBuilder
 from worker.phases.kit.snapshot import APART_KINDS, Memory, RunJournal, journal_of
 from worker.review.propose import settle_stale
 from worker.runs.context import Held, HeldWrite
@@ -225,7 +225,7 @@ class PhaseWrite:
         t = self.target
         if known is None:
             self.lock_scope()
-        self.state = members_state(self.uow.writes, changes, known, ids)
+        self.state = known if known is not None else self.uow.writes.lock_state(ids)
         guard = self._guard_limits(changes, journal, guard_each)
         # From a known state the plan read the keep-aparts with it, and each UPDATE checks
         # none was recorded since (``apart``); after a re-read they are read again here.

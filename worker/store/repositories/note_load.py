@@ -34,6 +34,9 @@ class ScopeSnapshot:
     # The notes with a conversation that a retired note points at (``absorbed``): prune gives
     # those back when it archives such a note for its conversation, and reads lineage only then.
     absorbed: set[str] = field(default_factory=set)
+    # When each note's validity began, of the notes where that is not its created_at (a fusion
+    # is valid from when it was written; an import may give any start), as read.
+    began: dict[str, Any] = field(default_factory=dict)
     _index: dict[str, Note] | None = field(default=None, repr=False, compare=False)
 
     def by_id(self) -> dict[str, Note]:
@@ -45,7 +48,8 @@ class ScopeSnapshot:
         if len(keep) == len(self.notes):
             return self
         return ScopeSnapshot([self.notes[i] for i in keep], self.vectors[keep],
-                             checked=self.checked, rest=self.rest, absorbed=self.absorbed)
+                             checked=self.checked, rest=self.rest, absorbed=self.absorbed,
+                             began=self.began)
 
     def live(self, now: datetime) -> ScopeSnapshot:
         """The snapshot minus the notes expired at ``now``. Such a note is about to be archived:
@@ -73,7 +77,8 @@ class ScopeSnapshot:
                       "consolidated_into_id": n.consolidated_into_id, "comments": comments,
                       "valid_to": _utc(valid_to), "importance": n.importance,
                       "flags": list(flags) if flags is not None else None,
-                      "last_checked_at": self.checked.get(i), "write_seq": n.write_seq}
+                      "last_checked_at": self.checked.get(i), "write_seq": n.write_seq,
+                      "valid_from": _utc(self.began[i]) if i in self.began else n.created_at}
         return out
 
 
@@ -123,8 +128,10 @@ _LOAD_COLUMNS = (
     NoteRow.consolidated_into_id, NoteRow.version, NoteRow.content_hash, NoteRow.flags,
     _raw(NoteRow.last_checked_at), NoteRow.embedding_model, NoteRow.comments,
     _raw(NoteRow.valid_to), NoteRow.lineage_conversation_ids, NoteRow.write_seq, ABSORBED,
+    _raw(NoteRow.valid_from),
 )
-_FLAGS, _CHECKED, _MODEL, _COMMENTS, _VALID_TO, _LINEAGE, _SEQ, _ABSORBED, _VECTOR = range(17, 26)
+(_FLAGS, _CHECKED, _MODEL, _COMMENTS, _VALID_TO, _LINEAGE, _SEQ, _ABSORBED, _VALID_FROM,
+ _VECTOR) = range(17, 27)
 _NOTHING = (None, None, None)
 _RAW_VECTOR = type_coerce(NoteRow.embedding, LargeBinary).label("embedding")
 # Built once: the scope and statuses are bound per call (no statement construction per load).
@@ -209,19 +216,22 @@ def load_scope(
     rest = {r[0]: (r[_COMMENTS], r[_VALID_TO], r[_FLAGS]) for r in rows
             if r[_COMMENTS] is not None or r[_VALID_TO] is not None or r[_FLAGS] is not None}
     absorbed = {r[0] for r in rows if r[_ABSORBED]}
+    began = {r[0]: r[_VALID_FROM] for r in rows if r[_VALID_FROM] != r[8]}  # 8: created_at
     empty = np.zeros((len(notes), 0), dtype=np.float32)
     if not vectors:
-        return ScopeSnapshot(notes, empty, checked=checked, rest=rest, absorbed=absorbed)
+        return ScopeSnapshot(notes, empty, checked=checked, rest=rest, absorbed=absorbed,
+                             began=began)
     raw = [r[_VECTOR] for r in rows]
     if model is None:
         unembedded = [k for k, v in enumerate(raw) if v is None]
         if unembedded:
-            return ScopeSnapshot(notes, empty, checked=checked, rest=rest, absorbed=absorbed)
+            return ScopeSnapshot(notes, empty, checked=checked, rest=rest,
+                                 absorbed=absorbed, began=began)
     else:
         unembedded = [k for k, r in enumerate(rows)
                       if r[_VECTOR] is None or r[_MODEL] is None or r[_MODEL] != model]
     return ScopeSnapshot(notes, _matrix(raw, unembedded), unembedded, checked, rest,
-                         absorbed)
+                         absorbed, began)
 
 def _binary_load(dialect: Any, statuses: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
     """The scope load's SQL for the raw cursor and its fixed parameters (the statuses), compiled

@@ -6,7 +6,6 @@ the lease epoch as the write's last statement (or the lease fence on its own).""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -64,14 +63,13 @@ _FENCE = (
 STATE_FIELDS = tuple(dict.fromkeys(("version", "status", "created_at",
                                     *(f for f in DECIDING_FIELDS if f != "status"),
                                     *(f for f in TRACKED_FIELDS if f != "status"))))
-_STATE = select(_NOTES.c.id, *(_NOTES.c[f] for f in STATE_FIELDS)).where(
+# With ``valid_from``: a retirement never ends a note before its validity began.
+_STATE = select(_NOTES.c.id, *(_NOTES.c[f] for f in STATE_FIELDS), _NOTES.c.valid_from).where(
     _NOTES.c.id.in_(bindparam("ids", expanding=True)))
 # By dialect (PostgreSQL?): FOR UPDATE in lock order there (``row_locks``); id order on SQLite.
 _STATES = {False: _STATE.order_by(_NOTES.c.id),
            True: _STATE.order_by(lock_order(_NOTES.c.id, True)).with_for_update()}
 _INSERT_NOTE = insert(_NOTES)
-_VALID_FROM = select(_NOTES.c.id, _NOTES.c.valid_from).where(
-    _NOTES.c.id.in_(bindparam("ids", expanding=True)), _NOTES.c.valid_from.is_not(None))
 _LOG = cast(Table, OperationLogRow.__table__)
 _INSERT_LOG = insert(_LOG)
 _INSERT_LINEAGE = insert(cast(Table, NoteLineageRow.__table__))
@@ -194,14 +192,6 @@ class WriteRepository:
         for chunk in chunked(wanted):
             rows = self._run(stmt, {"ids": chunk}).all()
             out.update((r.id, r._asdict()) for r in rows)
-        return out
-
-    def valid_from(self, ids: Iterable[str]) -> dict[str, datetime]:
-        """When each note's validity began, of those that record it (one SELECT per 500 ids,
-        unlocked: only the insert writes ``valid_from``)."""
-        out: dict[str, datetime] = {}
-        for chunk in chunked(sorted(set(ids))):
-            out.update((r.id, r.valid_from) for r in self._run(_VALID_FROM, {"ids": chunk}))
         return out
 
     def insert_notes(self, rows: list[dict[str, Any]]) -> None:
