@@ -58,7 +58,7 @@ def forget_dead(ctx: Any, load: Any) -> int | None:
     if not ids:
         return None
     with ctx.uow() as uow:
-        gone = uow.judgements.forget(ctx.scope, ids, ctx.run_id, ctx.epoch)
+        gone: int = uow.judgements.forget(ctx.scope, ids, ctx.run_id, ctx.epoch)
         uow.commit()
     drop = set(ids)
     for r in memory.rows:
