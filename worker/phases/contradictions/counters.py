@@ -43,6 +43,8 @@ class ContradictionsCounters(Counters):
     # candidates left out as remembered so within DREAM_LLM_UNANSWERED_HOURS.
     pairs_unsettled: int | None = None
     pairs_cooling: int | None = None
+    # Verdict-memory rows of earlier runs no run reads again, deleted (``kit.forget``).
+    verdicts_pruned: int | None = None
     rounds: int | None = None
     topics_judged: int | None = None
     calls: int | None = None

@@ -15,13 +15,7 @@ import numpy as np
 import structlog
 
 from worker.clock import utcnow
-from worker.domain.types import (
-    Note,
-    PhaseReport,
-    Scope,
-    StepStatus,
-    fingerprint_notes,
-)
+from worker.domain.types import Note, PhaseReport, Scope, StepStatus, fingerprint_notes
 from worker.llm.base import LLMClient
 from worker.llm.rules import settles_pair
 from worker.phases.contradictions import unsettled
@@ -48,6 +42,7 @@ from worker.phases.contradictions.whole import large_rows, late_whole, small_sco
 from worker.phases.kit import PhaseSnapshot, RunJournal, WriteTarget, read_snapshot
 from worker.phases.kit.carry import ScopeLoad, load
 from worker.phases.kit.evaluate import GuardLimits
+from worker.phases.kit.forget import forget_dead
 from worker.phases.kit.snapshot import DECLINED_APART, KEEP_APART
 from worker.phases.kit.write import guard_limits
 from worker.review.propose import proposals_for
@@ -273,7 +268,9 @@ def _limits(ctx: PhaseContext, journal: RunJournal) -> GuardLimits | None:
 
 def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     llm: LLMClient | None = ctx.app.llm
-    loaded = load_candidates(ctx.app, *_snapshot(ctx), model=llm is not None, now=ctx.now)
+    snap, clusters = _snapshot(ctx)
+    pruned = forget_dead(ctx, snap)  # the memory rows no run reads again (kit.forget)
+    loaded = load_candidates(ctx.app, snap, clusters, model=llm is not None, now=ctx.now)
     proposals = proposals_for(ctx)
     if proposals.held:  # an open review item's notes wait for its decision (worker.review)
         loaded.pairs = [p for p in loaded.pairs if not set(p.ids) & proposals.held]
@@ -282,6 +279,7 @@ def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
         loaded.late = without(loaded.late, proposals.held)
     counters = ContradictionsCounters(judge="llm" if llm is not None else "rules")
     counters.update(loaded.counters)
+    counters.verdicts_pruned = pruned
     # A scope asked about in pieces has its late round even when no signal found a pair.
     pieces = loaded.late is not None and ctx.settings.contradictions.large_scope_pieces
     if not loaded.pairs and not loaded.held_back and not pieces:

@@ -43,6 +43,8 @@ class Judged(NamedTuple):
     verdict: str
     reason: str | None
     at: datetime | None = None  # when recorded (the memory's load reads it)
+    row_id: int | None = None  # the table's id, and the run that recorded it (the load reads
+    run_id: str | None = None  # both; a row this run recorded since has neither)
 
 
 @dataclass

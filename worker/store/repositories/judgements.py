@@ -6,13 +6,15 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, insert, select
+from sqlalchemy import Table, bindparam, delete, exists, insert, literal_column, select
 from sqlalchemy.orm import Session
 
-from worker.domain.types import Scope
+from worker.domain.types import RunStatus, Scope
 from worker.store.chunks import chunked
-from worker.store.models import JudgementRow, ReviewRow
+from worker.store.models import DreamRunRow, JudgementRow, ReviewRow
 from worker.store.repositories.writes import NEW_JUDGEMENTS, UNSETTLED
+from worker.store.row_locks import is_postgres
+from worker.store.scope_locks import LOCK_KEY, lock_term
 
 _J = cast(Table, JudgementRow.__table__)
 _KNOWN = select(_J.c.fingerprint, _J.c.verdict).where(
@@ -21,10 +23,16 @@ _KNOWN = select(_J.c.fingerprint, _J.c.verdict).where(
 _OF_KINDS = select(_J.c.kind, _J.c.fingerprint, _J.c.note_ids, _J.c.verdict, _J.c.reason).where(
     _J.c.scope_key == bindparam("scope_key"), _J.c.kind.in_(bindparam("kinds", expanding=True)),
 ).order_by(_J.c.id)
-_MEMORY = _OF_KINDS.add_columns(_J.c.created_at)
+_MEMORY = _OF_KINDS.add_columns(_J.c.created_at, _J.c.id, _J.c.run_id)
 # A retirement a phase decided but the blast-radius guard (R20) held back for a later run.
 PENDING_RETIREMENT = "retire_pending"
-__all__ = ["PENDING_RETIREMENT", "UNSETTLED", "JudgementRepository"]
+# The kinds a run records of its own (a judge's answers, a retirement held back, a question or
+# a pair cooling off): what ``forget`` may delete once no run can read it again. Never a
+# person's decision: a host's keep_apart or fuse, a reviewer's declined_apart or
+# review_declined (nor the cluster and pair rows a decline records, which carry no run).
+RUN_KINDS = ("cluster", "pair", PENDING_RETIREMENT, "unanswered", UNSETTLED)
+_RUNS = cast(Table, DreamRunRow.__table__)
+__all__ = ["PENDING_RETIREMENT", "RUN_KINDS", "UNSETTLED", "JudgementRepository"]
 
 
 class JudgementRepository:
@@ -52,8 +60,9 @@ class JudgementRepository:
         return out
 
     def memory_rows(self, scope: Scope, kinds: Iterable[str]) -> list[Any]:
-        """``of_kinds`` with each row's ``created_at`` last (one SELECT): a phase's verdict
-        memory, whose remembered unanswered questions cool off from their date."""
+        """``of_kinds`` with each row's ``created_at``, ``id`` and ``run_id`` last (one SELECT):
+        a phase's verdict memory, whose remembered unanswered questions cool off from their
+        date, and whose dead rows the run deletes by id (``forget``)."""
         return list(self._run(_MEMORY, {"scope_key": scope.key, "kinds": list(kinds)}).all())
 
     def of_kinds(self, scope: Scope, kinds: Iterable[str]) -> list[Any]:
@@ -103,6 +112,24 @@ class JudgementRepository:
             self._run(delete(_J).where(_J.c.scope_key == scope.key, _J.c.kind == kind,
                                        _J.c.fingerprint.in_(chunk)))
         self._run(insert(_J), [{"scope_key": scope.key, "kind": kind, **r} for r in rows])
+
+    def forget(self, scope: Scope, ids: Iterable[int], run_id: str, epoch: int | None) -> int:
+        """Delete these verdict-memory rows of the scope (one statement per 500 ids), only of
+        ``RUN_KINDS`` and recorded by another run than ``run_id``, and only while that run
+        still holds its lease at ``epoch`` (none given: unfenced); on PostgreSQL the scope's
+        lock first, in the statement. How many went."""
+        params = {LOCK_KEY: scope.key} if is_postgres(self.session) else {}
+        gone = 0
+        for chunk in chunked(sorted(set(ids))):
+            terms = [lock_term()] if params else []  # first: taken before any row is read
+            terms += [_J.c.scope_key == scope.key, _J.c.id.in_(chunk), _J.c.kind.in_(RUN_KINDS),
+                      _J.c.run_id.is_not(None), _J.c.run_id != run_id]
+            if epoch is not None:
+                terms.append(exists(select(literal_column("1")).where(
+                    _RUNS.c.id == run_id, _RUNS.c.lease_epoch == epoch,
+                    _RUNS.c.status == RunStatus.RUNNING.value)))
+            gone += int(self._run(delete(_J).where(*terms), params or None).rowcount)
+        return gone
 
     def add_review(
         self, scope: Scope, kind: str, note_ids: list[str], reason: str | None,
