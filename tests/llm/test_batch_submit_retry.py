@@ -7,6 +7,7 @@ the real `openai` client against the local stub (tests/support/llm_stub_batches.
 from __future__ import annotations
 
 import time
+
 import pytest
 
 from tests.llm.test_batch import MemoryLedger, _ask, _batch_ctx

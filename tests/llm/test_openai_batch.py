@@ -18,8 +18,8 @@ from tests.support.llm_stub import LLMStub, StubRequest, StubResponse
 from tests.support.llm_stub_batches import RawAnswer
 from tests.support.topic_judge import topic_reply
 from worker.app import App
-from worker.domain.types import Scope
 from worker.clock import utcnow
+from worker.domain.types import Scope
 from worker.llm import batch_lookup
 from worker.llm.base import BatchItem
 from worker.llm.batch import BatchPending
