@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.llm_stub_batches import BatchEndpoints, RawAnswer
+from tests.support.llm_stub_batches import BatchEndpoints, RawAnswer, Refusal
 from worker.embeddings.hashing import HashingEmbedder
 
 
@@ -141,12 +141,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_json(self, status: int, payload: Any) -> None:
         content_type = "application/json"
+        headers: dict[str, str] = {}
+        if isinstance(payload, Refusal):
+            headers = payload.headers()
+            payload = {"error": {"message": f"stub refuses ({payload.status})"}}
         if isinstance(payload, RawAnswer):
             payload, content_type = payload.data, payload.content_type
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(data)))
+        for k, v in headers.items():
+            self.send_header(k, v)
         self.end_headers()
         self.wfile.write(data)
 
@@ -161,7 +167,8 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload = (self.stub.batches.delete(self.path) if delete
                            else self.stub.batches.get(self.path) if raw is None
                            else self.stub.batches.post(self.path, headers, raw))
-        if raw is not None and self.stub.batches.lose_create_answer(self.path):
+        if (raw is not None and not isinstance(payload, Refusal)
+                and self.stub.batches.lose_create_answer(self.path)):
             self.close_connection = True  # created, and the answer never sent
             return True
         self._send_json(status, payload)

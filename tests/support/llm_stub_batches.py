@@ -18,7 +18,10 @@ the API's objects (a proxy's HTML page, JSON cut short), sent instead of the rou
 ``lost_creates`` / ``lost_uploads``: the next so many batch creates / uploads are carried out
 and their answer never sent (the connection closes). ``GET /v1/batches`` and ``GET /v1/files``
 list them newest first (``limit``, ``after``; files by ``purpose``), as OpenAI pages them;
-``refuse_list`` makes both answer that status. Every answered line goes through the stub's
+``refuse_list`` makes both answer that status; while ``list_late`` is set, a batch created is
+left out of the list (``unlisted``) until the test clears it, as a provider may list one late.
+``refuse_next[route]`` (route "upload" or "create"): a ``Refusal`` (status, Retry-After) each
+of the next requests answers instead, carrying nothing out. Every answered line goes through the stub's
 handler exactly as an online chat completion would.
 """
 
@@ -44,6 +47,17 @@ class RawAnswer:
 
     data: bytes
     content_type: str = "application/json"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An error status answered before the route does anything, with its Retry-After."""
+
+    status: int
+    retry_after: float | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after is None else {"retry-after": f"{self.retry_after:g}"}
 
 
 @dataclass
@@ -106,6 +120,10 @@ class BatchEndpoints:
         self.lost_creates = 0
         self.lost_uploads = 0  # likewise for file uploads
         self.refuse_list: int | None = None  # every batches/files list answers this
+        self.list_late = False  # batches created now are not listed (``unlisted``)
+        self.unlisted: set[str] = set()
+        self.refuse_next: dict[str, list[Refusal]] = {}  # route -> what its next ones answer
+        self.posts: list[str] = []  # every POST's route ("upload", "create", "cancel")
         self.names: dict[str, str] = {}  # file id -> the name it was uploaded under
         self.lists: list[str] = []  # every list request's path and query
 
@@ -126,6 +144,14 @@ class BatchEndpoints:
     def post(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
         if self.refuse_status is not None:
             return self.refuse_status, {"error": {"message": f"stub refuses ({self.refuse_status})"}}
+        route = ("cancel" if path.endswith("/cancel") else "upload" if path.endswith("/files")
+                 else "create")
+        with self._lock:
+            self.posts.append(route)
+            queued = self.refuse_next.get(route)
+            refusal = queued.pop(0) if queued else None
+        if refusal is not None:
+            return refusal.status, refusal
         if path.endswith("/files"):
             return self.garbled("upload") or self._upload(headers.get("content-type", ""), raw)
         if path.endswith("/cancel"):
@@ -176,7 +202,8 @@ class BatchEndpoints:
             if self.refuse_list is not None:
                 return self.refuse_list, {"error": {"message": "stub refuses to list"}}
             if kind == "batches":
-                rows = [b.body(self._line_count(b)) for b in reversed(self.batches.values())]
+                rows = [b.body(self._line_count(b)) for b in reversed(self.batches.values())
+                        if b.id not in self.unlisted]
             else:
                 purpose = query.get("purpose", [None])[0]
                 rows = [self._file_body(f) for f in reversed(self.files)
@@ -231,6 +258,8 @@ class BatchEndpoints:
                               str(body.get("endpoint")),
                               metadata=dict(body.get("metadata") or {}))
             self.batches[batch.id] = batch
+            if self.list_late:
+                self.unlisted.add(batch.id)
         return 200, batch.body(self._line_count(batch))
 
     def _retrieve(self, batch_id: str) -> tuple[int, Any]:

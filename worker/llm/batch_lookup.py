@@ -4,12 +4,15 @@ it was sent with, among the provider's most recent batches (``metadata.submissio
 batch files (its file name). Only an exact match of the key is touched: a batch or file
 another run or scope made (another key, or none) is never adopted, cancelled or deleted.
 
-The key is opaque (``dw-`` and a uuid4, ``batch_submit.new_submission``): it names no scope,
-run or note."""
+The key is opaque (``dw-`` and a UUIDv7, ``batch_submit.new_submission``): it names no scope,
+run or note, only when it was made. A provider may list a batch late: a look that finds none
+for a key younger than ``LISTED_WITHIN`` settles nothing (the input file is kept for the batch
+a later look may adopt)."""
 
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import openai
@@ -31,6 +34,25 @@ LOOKED = SEARCH_PAGES * PAGE_SIZE
 # what `dream runs cancel` prints: another string (pages of text, an escape sequence) failed
 # the step's write on PostgreSQL, orphaning the batch, or was printed raw.
 PROVIDER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+
+# How long after its create a provider may still not list a batch (seconds): a look that finds
+# none sooner is no proof there is none. Before, the first look's "none" deleted the input file
+# of a batch listed a moment later, and closed its submission (its questions asked again).
+LISTED_WITHIN = 600.0
+_MADE_AT = re.compile(r"dw-([0-9a-f]{12})7[0-9a-f]{19}")
+
+
+def submitted_at(submission: str) -> float | None:
+    """When the key was made (epoch seconds, ``batch_submit.new_submission``); None for a key
+    that does not say (one of an older version: a uuid4)."""
+    made = _MADE_AT.fullmatch(submission)
+    return int(made[1], 16) / 1000 if made else None
+
+
+def too_young(submission: str) -> bool:
+    """Whether a batch made with ``submission`` may still be missing from the provider's list."""
+    made = submitted_at(submission)
+    return made is not None and time.time() - made < LISTED_WITHIN
 
 
 def file_name(submission: str) -> str:
@@ -79,17 +101,24 @@ def find_files(client: openai.OpenAI, submission: str) -> list[str]:
             and isinstance(getattr(f, "id", None), str) and PROVIDER_ID.fullmatch(f.id)]
 
 
-def look_up(client: openai.OpenAI, submission: str) -> SubmissionLookup:
+def look_up(client: openai.OpenAI, submission: str, *, batch: bool = True) -> SubmissionLookup:
     """Find the batch made with ``submission``; without one, delete every file uploaded under
     its name (they hold every prompt: note text). A batch found keeps its input file: it is
-    deleted when the batch is read or released. Never raises for the provider: a look that
-    failed is the lookup's ``problem`` (what the provider holds is then unknown)."""
+    deleted when the batch is read or released. None found for a key made less than
+    ``LISTED_WITHIN`` ago settles nothing: the files are kept and that is the ``problem``.
+    ``batch`` False: no create was sent (a lost upload), only the files are looked for. Never
+    raises for the provider: a look that failed is the lookup's ``problem`` (what the provider
+    holds is then unknown)."""
     from worker.llm.openai_batch import forget_files
 
     found = SubmissionLookup(submission)
     try:
-        found.batch_id = find_batch(client, submission)
-        if found.batch_id is None:
+        found.batch_id = find_batch(client, submission) if batch else None
+        if found.batch_id is None and batch and too_young(submission):
+            found.problem = (f"no batch with its key is listed yet, and a provider may list one "
+                             f"late: looked up again once the key is {LISTED_WITHIN / 60:g} "
+                             "minutes old")
+        elif found.batch_id is None:
             found.deleted, found.kept = forget_files(client, "(no batch)",
                                                      find_files(client, submission))
     except (openai.OpenAIError, *UNDECODABLE) as exc:

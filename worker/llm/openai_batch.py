@@ -25,11 +25,10 @@ from worker.llm.base import (
     LLMError,
     LLMReply,
     SubmissionLookup,
-    SubmissionUnknown,
     says_too_long,
 )
 from worker.llm.batch_ends import line_failed, provider_problem
-from worker.llm.batch_lookup import LOOKED, PROVIDER_ID, file_name, look_up, maybe_created
+from worker.llm.batch_lookup import PROVIDER_ID, look_up
 from worker.llm.openai_compat import UNDECODABLE, OpenAICompatibleLLM, chat_reply, client_error
 
 log = structlog.get_logger(__name__)
@@ -43,95 +42,6 @@ def batch_lines(llm: OpenAICompatibleLLM, items: Sequence[BatchItem]) -> bytes:
                          "body": llm.chat_body(it.prompt_name, it.system, it.user, it.schema)},
                         ensure_ascii=False) for it in items]
     return ("\n".join(lines) + "\n").encode()
-
-
-def submit_batch(llm: OpenAICompatibleLLM, items: Sequence[BatchItem], submission: str) -> str:
-    """Upload the requests (purpose ``batch``, named after ``submission``) and start a 24 h
-    batch carrying ``submission`` in its metadata; its id. Neither call is retried by the
-    client: a create whose answer was lost may have been carried out, and another would be
-    billed beside one the run never learns of. The batch is looked up by its key instead
-    (``batch_lookup``) and adopted; a lost upload's file is found by its name and deleted."""
-    try:
-        with llm.sync_client() as client:
-            once = client.with_options(max_retries=0)
-            try:
-                uploaded = answered(lambda: once.files.create(
-                    file=(file_name(submission), batch_lines(llm, items), "application/jsonl"),
-                    purpose="batch"), FileObject, "file")
-            except (LLMError, openai.OpenAIError) as exc:
-                raise _lost_upload(client, submission, exc) from None
-            try:
-                batch = answered(lambda: once.batches.create(
-                    input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h",
-                    metadata={"source": "dream-worker", "prompt": items[0].prompt_name[:64],
-                              "submission": submission}), Batch, "batch")
-            except (LLMError, openai.OpenAIError) as exc:
-                return _lost_create(client, submission, uploaded.id, exc)
-            if not PROVIDER_ID.fullmatch(batch.id):
-                forget_files(client, "(no id)", (uploaded.id,))
-                raise LLMError("model endpoint answered a batch id that is no id (1 to 100 "
-                               "letters, digits, '_', '-', '.' or ':'); check the server, "
-                               "which may still run that batch; the items are deferred to the "
-                               "next run")
-    except openai.APIConnectionError:
-        raise LLMError("cannot reach the model endpoint to submit a batch; check "
-                       "DREAM_LLM_BASE_URL; the items are deferred to the next run") from None
-    except openai.OpenAIError as exc:
-        raise client_error(exc) from None
-    return batch.id
-
-
-def _submit_error(exc: Exception) -> LLMError:
-    """The one line a failed upload or create becomes."""
-    if isinstance(exc, LLMError):
-        return exc
-    if isinstance(exc, openai.APIConnectionError):
-        return LLMError("cannot reach the model endpoint to submit a batch; check "
-                        "DREAM_LLM_BASE_URL")
-    return client_error(exc)
-
-
-def _lost_upload(client: openai.OpenAI, submission: str, exc: Exception) -> LLMError:
-    """The error of an upload that failed; one whose answer was lost may have stored the file
-    (every prompt: note text), which is found by its name and deleted."""
-    error = _submit_error(exc)
-    if not maybe_created(exc):
-        return error
-    found = look_up(client, submission)
-    log.warning("llm.batch_upload_lost", submission=submission, files_deleted=len(found.deleted),
-                problem=found.problem)
-    if found.problem is not None:
-        return SubmissionUnknown(
-            f"{error}; the file may have been stored all the same and looking for it failed "
-            f"({found.problem}): delete the batch file named {file_name(submission)} at the "
-            "provider if it is there; the items are deferred to the next run")
-    return LLMError(f"{error}; {len(found.deleted)} file(s) it stored all the same deleted; "
-                    "the items are deferred to the next run")
-
-
-def _lost_create(client: openai.OpenAI, submission: str, input_id: str, exc: Exception) -> str:
-    """The batch a create that failed made anyway (its answer was lost), found by its key and
-    adopted; else the input file deleted (it holds every prompt) and the create's error."""
-    error = _submit_error(exc)
-    if not maybe_created(exc):  # refused: no batch
-        forget_files(client, "(no batch)", (input_id,))
-        raise LLMError(f"{error}; the items are deferred to the next run")
-    found = look_up(client, submission)
-    if found.batch_id is not None:
-        log.warning("llm.batch_adopted", batch_id=found.batch_id, submission=submission,
-                    error=str(error)[:200])
-        return found.batch_id
-    if found.problem is not None:  # its input file is kept for the batch a later look adopts
-        raise SubmissionUnknown(
-            f"{error}; the batch may have been created all the same and looking it up by its "
-            f"key failed ({found.problem}): if the provider lists a batch with metadata "
-            f"submission={submission}, cancel it there and delete its input file "
-            f"{input_id}; the items are deferred to the next run")
-    forget_files(client, "(no batch)", (input_id,))
-    log.warning("llm.batch_create_lost", submission=submission, looked=LOOKED)
-    raise LLMError(f"{error}; no batch with its key ({submission}) is among the provider's "
-                   f"{LOOKED} most recent, so none was made; the items are deferred to the next "
-                   "run")
 
 
 AnswerT = TypeVar("AnswerT", FileObject, Batch)

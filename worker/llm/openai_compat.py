@@ -251,7 +251,7 @@ class OpenAICompatibleLLM:
     supports_batch = True
 
     def submit_batch(self, items: Sequence[BatchItem], submission: str) -> str:
-        from worker.llm.openai_batch import submit_batch
+        from worker.llm.openai_batch_submit import submit_batch
 
         return submit_batch(self, items, submission)
 

@@ -34,10 +34,18 @@ RETRY_HORIZON = timedelta(days=7)
 class RunBatchRelease:
     run_id: str
     release: BatchRelease
+    # A submission whose batch a look could not find or rule out (``release.problem`` says
+    # why): the provider may run a batch made with this key.
+    submission: str | None = None
 
     def line(self) -> str:
         """What was done, or what failed and what the operator can do: one line of ids."""
         r, bid = self.release, self.release.batch_id
+        if self.submission is not None:
+            return (f"batch submission {self.submission} of run {self.run_id} not settled: "
+                    f"{r.problem}; a batch made with it may bill and hold note text: `dream "
+                    f"runs cancel {self.run_id}` looks again, or cancel the batch with metadata "
+                    f"submission={self.submission} at the provider and delete its files")
         if r.complete:
             did = "cancelled" if r.cancelled else f"already {r.status}"
             return f"provider batch {bid}: {did}, {len(r.deleted)} file(s) deleted"
@@ -55,12 +63,12 @@ def release_run_batches(app: App, run_ids: Sequence[str], *,
     so a release left incomplete is logged at info; else (the gate check) as a warning."""
     if not run_ids:
         return []
-    look_up_open_submissions(app, run_ids)
+    unsettled = look_up_open_submissions(app, run_ids, shown=shown)
     with app.uow() as uow:
         steps = [(s.run_id, str((s.input or {})["batch_id"]))
                  for s in uow.batches.unreleased(list(run_ids))]
     if not steps:
-        return []
+        return unsettled
     done = [RunBatchRelease(run_id, _release(app, batch_id)) for run_id, batch_id in steps]
     _record(app, done)
     for d in done:
@@ -72,7 +80,7 @@ def release_run_batches(app: App, run_ids: Sequence[str], *,
             (log.info if shown else log.warning)(
                 "run.batch_release_incomplete", run_id=d.run_id, batch_id=r.batch_id,
                 status=r.status, cancelled=r.cancelled, problem=r.problem)
-    return done
+    return unsettled + done
 
 
 def _record(app: App, done: list[RunBatchRelease],
@@ -90,17 +98,21 @@ def _record(app: App, done: list[RunBatchRelease],
         uow.commit()
 
 
-def look_up_open_submissions(app: App, run_ids: Sequence[str]) -> None:
+def look_up_open_submissions(app: App, run_ids: Sequence[str], *,
+                             shown: bool = True) -> list[RunBatchRelease]:
     """The submissions of ``run_ids`` whose batch is unknown (its create's answer was lost and
     the look failed, or the process died before recording it), looked up by their key before
     the runs' batches are released: a batch found becomes its step's and is released with the
     others (it would bill, and holds note text); without one, the files uploaded under its
-    name are deleted and the submission closed. A look that fails leaves it open (logged)."""
+    name are deleted and the submission closed. A look that settles nothing leaves it open:
+    each such submission, for its line (before, only logged: `dream runs cancel` said
+    nothing of it). ``shown`` as ``release_run_batches``'."""
     if not getattr(app.llm, "supports_batch", False):
-        return
+        return []
     with app.uow() as uow:
         steps = _keys(uow.batches.open_submissions(list(run_ids)))
-    _look_up(app, steps)
+    _, unsettled = _look_up(app, steps, shown=shown)
+    return unsettled
 
 
 def look_up_ended_submissions(app: App, now: datetime, limit: int = RETRIES_PER_CHECK) -> int:
@@ -114,7 +126,7 @@ def look_up_ended_submissions(app: App, now: datetime, limit: int = RETRIES_PER_
         return 0
     with app.uow() as uow:
         steps = _keys(uow.batches.ended_open_submissions(limit, now - RETRY_HORIZON))
-    adopted = _look_up(app, steps)
+    adopted, _ = _look_up(app, steps, shown=False)
     done = [RunBatchRelease(run_id, _release(app, batch_id)) for run_id, batch_id in adopted]
     if done:
         _record(app, done)
@@ -129,15 +141,17 @@ def _keys(rows: Sequence[Any]) -> list[tuple[str, str, str, list[str]]]:
              list((s.input or {}).get("custom_ids") or ())) for s in rows]
 
 
-def _look_up(app: App, steps: list[tuple[str, str, str, list[str]]]) -> list[tuple[str, str]]:
+def _look_up(app: App, steps: list[tuple[str, str, str, list[str]]], *,
+             shown: bool) -> tuple[list[tuple[str, str]], list[RunBatchRelease]]:
     """Each open submission of ``steps`` (``_keys``) looked up by its key, with no transaction
     open during the provider's calls: a batch found becomes its step's, none closes it, a look
-    that fails leaves it open (logged). The (run id, batch id) of those found."""
+    that settles nothing leaves it open (logged, as a warning unless ``shown``). The (run id,
+    batch id) of those found, and a line's record for each left open."""
     if not steps:
-        return []
+        return [], []
     found = [(step_id, run_id, ids, cast(BatchLLM, app.llm).find_submission(key))
              for step_id, run_id, key, ids in steps]
-    adopted = []
+    adopted, unsettled = [], []
     with app.uow() as uow:
         for step_id, run_id, ids, f in found:
             if f.batch_id is not None:
@@ -148,11 +162,14 @@ def _look_up(app: App, steps: list[tuple[str, str, str, list[str]]]) -> list[tup
                     "why": "no batch with its key among the provider's most recent; "
                            f"{len(f.deleted)} file(s) of its name deleted",
                     "at": datetime.now(UTC).isoformat()})
-            (log.info if f.problem is None else log.warning)(
+            else:
+                unsettled.append(RunBatchRelease(run_id, BatchRelease("", problem=f.problem),
+                                                 submission=f.submission))
+            (log.info if f.problem is None or shown else log.warning)(
                 "run.batch_submission_looked_up", run_id=run_id, submission=f.submission,
                 batch_id=f.batch_id, files_deleted=len(f.deleted), problem=f.problem)
         uow.commit()
-    return adopted
+    return adopted, unsettled
 
 
 def _release(app: App, batch_id: str) -> BatchRelease:

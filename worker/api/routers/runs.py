@@ -85,7 +85,8 @@ def cancel(run_id: RunId, who: Caller, app: DreamApp) -> dict[str, Any]:
     done = cancel_run(app, run_id, f"cancelled through the API by {who.label}")
     status = done.was if done.was == RunStatus.FAILED.value else RunStatus.CANCELLED.value
     return {"run_id": run_id, "status": status, "was": done.was,
-            "batches": [{**b.release.as_dict(), "line": b.line()} for b in done.batches]}
+            "batches": [{**b.release.as_dict(), "submission": b.submission, "line": b.line()}
+                        for b in done.batches]}
 
 
 @router.post("/{run_id}/undo")
