@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -91,7 +93,7 @@ def plan_clusters(
     if len(rest) < min_size:  # no pair is a topical cluster
         return plan
     links = _adjacency([*cosine, *topical.pairs], rest)
-    lengths = np.asarray([len(n.content) + 1 for n in notes], dtype=np.int64)  # + a space
+    lengths = [len(n.content) + 1 for n in notes]  # + a space
     second = _Growth(vectors, ids, threshold, max_size, links, lengths, topical.max_chars + 1,
                      _adjacency([*topical.apart, *apart], rest))
     found = _cluster(notes, links, second, min_size, ephemeral_pairs=False)
@@ -112,9 +114,15 @@ class _Growth:
     threshold: float
     max_size: int
     links: dict[int, set[int]] | None = None
-    lengths: np.ndarray | None = None
+    lengths: list[int] | None = None
     max_chars: int = 0
     apart: dict[int, set[int]] | None = None  # a member shuts these out
+
+    @cached_property
+    def bar(self) -> float:
+        """The least mean that joins: ``threshold`` less a hair, as a float32 (a float32 mean
+        compared with a Python float is compared in float32: the float rounded first)."""
+        return float(np.float32(self.threshold - 1e-6))
 
 
 _EPHEMERAL = Protection.EPHEMERAL.value
@@ -158,35 +166,54 @@ def _cluster(
 
 def _grow(seed: int, pool: set[int], g: _Growth) -> list[int]:
     """Add, one at a time, the pool note most similar on average to the members so far (and,
-    with a length cap, whose text still fits)."""
+    with a length cap, whose text still fits).
+
+    The similarities and their sums and means are numpy's float32 (one matrix-vector product
+    a step: the BLAS's bits, which a matrix product or float64 sums could differ from in the
+    last place and so flip a tie or the bar); the choice among the few candidates is plain
+    Python over their means, as ``argmax`` chooses: the first maximum, a NaN before all."""
     members = [seed]
-    rest = sorted(pool - {seed}, key=lambda i: g.ids[i])
+    rest = sorted(pool - {seed}, key=g.ids.__getitem__)
     if not rest:
         return members
-    candidates = g.vectors[rest]  # gathered once, not on every step
+    candidates = g.vectors.take(rest, axis=0)  # gathered once, not on every step
     at = {r: k for k, r in enumerate(rest)} if g.links is not None or g.apart else {}
     sums = _lifted(candidates @ g.vectors[seed], seed, at, g)
-    alive = np.ones(len(rest), dtype=bool)
+    alive = [True] * len(rest)
     _shut_out(alive, seed, at, g)
-    lengths = g.lengths[rest] if g.lengths is not None else None
-    room = g.max_chars - int(g.lengths[seed]) if g.lengths is not None else 0
-    bar = g.threshold - 1e-6
+    lengths = [g.lengths[i] for i in rest] if g.lengths is not None else None
+    room = g.max_chars - g.lengths[seed] if g.lengths is not None else 0
+    bar = g.bar
     while len(members) < g.max_size:
-        usable = alive if lengths is None else alive & (lengths <= room)
-        means = np.where(usable, sums / len(members), -np.inf)
-        best = int(np.argmax(means))  # first maximum: ties go to the smaller id
-        if means[best] < bar:  # with no candidate usable (none alive) too: all read -inf
+        means = (sums if len(members) == 1 else sums / np.float32(len(members))).tolist()
+        best = _best(means, alive, lengths, room)
+        if best < 0 or means[best] < bar:
             break
         members.append(rest[best])
         alive[best] = False
         _shut_out(alive, rest[best], at, g)
         if lengths is not None:
-            room -= int(lengths[best])
+            room -= lengths[best]
+        if len(members) == g.max_size or not any(alive):
+            break  # no step follows: its sums would go unread
         sums += _lifted(candidates @ candidates[best], rest[best], at, g)
     return members
 
 
-def _shut_out(alive: np.ndarray, member: int, at: dict[int, int], g: _Growth) -> None:
+def _best(means: list[float], alive: list[bool], lengths: list[int] | None, room: int) -> int:
+    """The first candidate with the highest mean among those alive (and fitting ``room``),
+    a NaN mean counting as highest; -1 when none is or all read -inf (none joins then)."""
+    best, top = -1, -math.inf
+    for k, mean in enumerate(means):
+        if alive[k] and (lengths is None or lengths[k] <= room):
+            if mean != mean:  # NaN
+                return k
+            if mean > top:
+                best, top = k, mean
+    return best
+
+
+def _shut_out(alive: list[bool], member: int, at: dict[int, int], g: _Growth) -> None:
     """The candidates that may not share a cluster with ``member`` can no longer join."""
     if g.apart:
         for i in g.apart.get(member, ()):
@@ -225,7 +252,8 @@ def _components(adjacency: dict[int, set[int]], ids: list[str]) -> list[list[int
 
 
 def _planned(members: list[int], vectors: np.ndarray) -> PlannedCluster:
-    sims = [float(vectors[a] @ vectors[b]) for k, a in enumerate(members) for b in members[k + 1 :]]
+    rows = [vectors[m] for m in members]
+    sims = [float(a @ b) for k, a in enumerate(rows) for b in rows[k + 1 :]]
     return PlannedCluster(members, round(sum(sims) / len(sims), 4), round(min(sims), 4))
 
 
