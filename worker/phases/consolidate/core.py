@@ -120,8 +120,7 @@ class _Growth:
 
     @cached_property
     def bar(self) -> float:
-        """The least mean that joins: ``threshold`` less a hair, as a float32 (a float32 mean
-        compared with a Python float is compared in float32: the float rounded first)."""
+        """The least mean that joins, rounded to float32 as numpy compares a float32 with it."""
         return float(np.float32(self.threshold - 1e-6))
 
 
@@ -166,12 +165,9 @@ def _cluster(
 
 def _grow(seed: int, pool: set[int], g: _Growth) -> list[int]:
     """Add, one at a time, the pool note most similar on average to the members so far (and,
-    with a length cap, whose text still fits).
-
-    The similarities and their sums and means are numpy's float32 (one matrix-vector product
-    a step: the BLAS's bits, which a matrix product or float64 sums could differ from in the
-    last place and so flip a tie or the bar); the choice among the few candidates is plain
-    Python over their means, as ``argmax`` chooses: the first maximum, a NaN before all."""
+    with a length cap, whose text still fits). Sums and means stay numpy's float32 from one
+    matrix-vector product a step (a matrix product's or float64's bits differ and flip ties or
+    the bar); only the choice among the few candidates is plain Python."""
     members = [seed]
     rest = sorted(pool - {seed}, key=g.ids.__getitem__)
     if not rest:
@@ -201,8 +197,7 @@ def _grow(seed: int, pool: set[int], g: _Growth) -> list[int]:
 
 
 def _best(means: list[float], alive: list[bool], lengths: list[int] | None, room: int) -> int:
-    """The first candidate with the highest mean among those alive (and fitting ``room``),
-    a NaN mean counting as highest; -1 when none is or all read -inf (none joins then)."""
+    """As ``argmax`` over the usable means: the first maximum, a NaN before all; -1 if none."""
     best, top = -1, -math.inf
     for k, mean in enumerate(means):
         if alive[k] and (lengths is None or lengths[k] <= room):
