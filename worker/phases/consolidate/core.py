@@ -7,7 +7,6 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -118,11 +117,6 @@ class _Growth:
     max_chars: int = 0
     apart: dict[int, set[int]] | None = None  # a member shuts these out
 
-    @cached_property
-    def bar(self) -> float:
-        """The least mean that joins, rounded to float32 as numpy compares a float32 with it."""
-        return float(np.float32(self.threshold - 1e-6))
-
 
 _EPHEMERAL = Protection.EPHEMERAL.value
 
@@ -179,9 +173,9 @@ def _grow(seed: int, pool: set[int], g: _Growth) -> list[int]:
     _shut_out(alive, seed, at, g)
     lengths = [g.lengths[i] for i in rest] if g.lengths is not None else None
     room = g.max_chars - g.lengths[seed] if g.lengths is not None else 0
-    bar = g.bar
+    bar = float(np.float32(g.threshold - 1e-6))  # as numpy compares a float32 mean with it
     while len(members) < g.max_size:
-        means = (sums if len(members) == 1 else sums / np.float32(len(members))).tolist()
+        means = (sums / len(members)).tolist()
         best = _best(means, alive, lengths, room)
         if best < 0 or means[best] < bar:
             break
@@ -247,8 +241,7 @@ def _components(adjacency: dict[int, set[int]], ids: list[str]) -> list[list[int
 
 
 def _planned(members: list[int], vectors: np.ndarray) -> PlannedCluster:
-    rows = [vectors[m] for m in members]
-    sims = [float(a @ b) for k, a in enumerate(rows) for b in rows[k + 1 :]]
+    sims = [float(vectors[a] @ vectors[b]) for k, a in enumerate(members) for b in members[k + 1 :]]
     return PlannedCluster(members, round(sum(sims) / len(sims), 4), round(min(sims), 4))
 
 
