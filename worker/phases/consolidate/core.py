@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -91,7 +92,7 @@ def plan_clusters(
     if len(rest) < min_size:  # no pair is a topical cluster
         return plan
     links = _adjacency([*cosine, *topical.pairs], rest)
-    lengths = np.asarray([len(n.content) + 1 for n in notes], dtype=np.int64)  # + a space
+    lengths = [len(n.content) + 1 for n in notes]  # + a space
     second = _Growth(vectors, ids, threshold, max_size, links, lengths, topical.max_chars + 1,
                      _adjacency([*topical.apart, *apart], rest))
     found = _cluster(notes, links, second, min_size, ephemeral_pairs=False)
@@ -112,7 +113,7 @@ class _Growth:
     threshold: float
     max_size: int
     links: dict[int, set[int]] | None = None
-    lengths: np.ndarray | None = None
+    lengths: list[int] | None = None
     max_chars: int = 0
     apart: dict[int, set[int]] | None = None  # a member shuts these out
 
@@ -158,35 +159,50 @@ def _cluster(
 
 def _grow(seed: int, pool: set[int], g: _Growth) -> list[int]:
     """Add, one at a time, the pool note most similar on average to the members so far (and,
-    with a length cap, whose text still fits)."""
+    with a length cap, whose text still fits). Sums and means stay numpy's float32 from one
+    matrix-vector product a step (a matrix product's or float64's bits differ and flip ties or
+    the bar); only the choice among the few candidates is plain Python."""
     members = [seed]
-    rest = sorted(pool - {seed}, key=lambda i: g.ids[i])
+    rest = sorted(pool - {seed}, key=g.ids.__getitem__)
     if not rest:
         return members
-    candidates = g.vectors[rest]  # gathered once, not on every step
+    candidates = g.vectors.take(rest, axis=0)  # gathered once, not on every step
     at = {r: k for k, r in enumerate(rest)} if g.links is not None or g.apart else {}
     sums = _lifted(candidates @ g.vectors[seed], seed, at, g)
-    alive = np.ones(len(rest), dtype=bool)
+    alive = [True] * len(rest)
     _shut_out(alive, seed, at, g)
-    lengths = g.lengths[rest] if g.lengths is not None else None
-    room = g.max_chars - int(g.lengths[seed]) if g.lengths is not None else 0
-    bar = g.threshold - 1e-6
+    lengths = [g.lengths[i] for i in rest] if g.lengths is not None else None
+    room = g.max_chars - g.lengths[seed] if g.lengths is not None else 0
+    bar = float(np.float32(g.threshold - 1e-6))  # as numpy compares a float32 mean with it
     while len(members) < g.max_size:
-        usable = alive if lengths is None else alive & (lengths <= room)
-        means = np.where(usable, sums / len(members), -np.inf)
-        best = int(np.argmax(means))  # first maximum: ties go to the smaller id
-        if means[best] < bar:  # with no candidate usable (none alive) too: all read -inf
+        means = (sums / len(members)).tolist()
+        best = _best(means, alive, lengths, room)
+        if best < 0 or means[best] < bar:
             break
         members.append(rest[best])
         alive[best] = False
         _shut_out(alive, rest[best], at, g)
         if lengths is not None:
-            room -= int(lengths[best])
+            room -= lengths[best]
+        if len(members) == g.max_size or not any(alive):
+            break  # no step follows: its sums would go unread
         sums += _lifted(candidates @ candidates[best], rest[best], at, g)
     return members
 
 
-def _shut_out(alive: np.ndarray, member: int, at: dict[int, int], g: _Growth) -> None:
+def _best(means: list[float], alive: list[bool], lengths: list[int] | None, room: int) -> int:
+    """As ``argmax`` over the usable means: the first maximum, a NaN before all; -1 if none."""
+    best, top = -1, -math.inf
+    for k, mean in enumerate(means):
+        if alive[k] and (lengths is None or lengths[k] <= room):
+            if mean != mean:  # NaN
+                return k
+            if mean > top:
+                best, top = k, mean
+    return best
+
+
+def _shut_out(alive: list[bool], member: int, at: dict[int, int], g: _Growth) -> None:
     """The candidates that may not share a cluster with ``member`` can no longer join."""
     if g.apart:
         for i in g.apart.get(member, ()):
