@@ -120,3 +120,28 @@ def test_the_cascades_refusal_is_one_error_line_and_exit_4(
     out = CliRunner().invoke(main, ["undo", first, "--force-cascade", "--json"])
     assert out.exit_code == RunError.exit_code and f'"id": "{g}"' in out.stdout
     assert note_states(app) == before
+
+
+@pytest.mark.parametrize("hold", HOLDS, ids=HOLD_IDS)
+def test_a_plain_undo_names_the_hold_not_a_forced_undo_that_would_refuse_too(
+        app: App, hold: dict[str, Any]) -> None:
+    """A person edits run 1's fused note (a new version, no log row) and pins or takes it over:
+    the plain undo refused over the edit and offered --force-cascade, which then refused over
+    the hold. Now both name the hold and what to do, nothing written; released, the plain undo
+    offers --force-cascade again and that retires the note."""
+    _seed(app)
+    first = run_row(app, SCOPE)
+    f = _fuse(app, first, ["n0", "n1"], "User likes tea")
+    version = note_rows(app)[f].version
+    host_sets(app, f, content="User likes green tea", version=version + 1, **hold)
+    before = note_states(app)
+    what = "manual" if "is_auto_generated" in hold else hold["protection"]
+    for force in (False, True):
+        with pytest.raises(UndoRefused, match=f"^cannot undo run {first}: note {f} is {what} "):
+            undo_run(app, first, force_cascade=force)
+        assert note_states(app) == before
+    host_sets(app, f, **({"is_auto_generated": True} if what == "manual"
+                         else {"protection": "standard"}))
+    with pytest.raises(UndoRefused, match=f"note {f} was edited since .*--force-cascade"):
+        undo_run(app, first)
+    assert undo_run(app, first, force_cascade=True).retired == [f]

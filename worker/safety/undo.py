@@ -18,7 +18,7 @@ note, then restores anyway; host edits to the fields the run changed are overwri
 fields, like a host's content edit, are kept). A host's fuse or remember that built on such a
 note is never undone by a cascade: the undo is refused, naming it. Nor, forced or not, one that
 would retire a note into no active note (``worker.safety.undo_lost``, R8), nor one pinned or
-taken over since that it leaves retired (a cascade's step may retire one an earlier undo gives back).
+taken over since that it leaves retired (a cascade may retire one on its way that it gives back).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from worker.safety.undo_holds import (
     changed_since,
     earlier_undos,
     held_at_end,
+    held_beyond_cascade,
     held_since,
     refusal_line,
     refusals,
@@ -72,9 +73,8 @@ LOGGED_WITHOUT_RUN = (ERASE_PREFIX, FUSE_PREFIX, REMEMBER_PREFIX)
 
 
 class UndoRefused(RunError):
-    """A note the run changed has changed since; the message names it and the way out,
-    ``refused`` lists every note (and example) that refuses the undo and why (the CLI's
-    ``--json`` and the API's 409 answer carry it)."""
+    """A note the run changed has changed since; the message names it and the way out, ``refused``
+    lists every note (and example) that refuses it and why (``--json``, the API's 409 carry it)."""
 
     def __init__(self, message: str, refused: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
@@ -185,12 +185,12 @@ def _check_undoable(uow: UnitOfWork, run_id: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Undoer:
-    """Who undid, the run they asked to undo, and when: what an undone run's reason says."""
+    """Who undid, the run they asked to undo, and when: what an undone run's reason says; and
+    each pinned or manual note a cascade's step retired → (the step, why): ``held_at_end``."""
 
     by: str
     asked: str
     at: str
-    # A pinned or manual note a cascade's step retired → (the step, why): ``held_at_end``.
     held: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def reason(self, run: Any) -> str:
@@ -230,6 +230,8 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         raise UndoRefused(*waits)
     _refuse_host_writes(uow, undoer.asked, later)  # with or without --force-cascade
     if conflicts and not force:
+        if held := held_beyond_cascade(uow, by_note, last_id):  # --force-cascade is no way out
+            raise UndoRefused(*refusal_line(_named(run_id), held))
         note_id, why = next(iter(sorted(conflicts.items())))
         runs = [r.run_id for r in later if r.run_id and r.op != "undo"
                 and not _is_undone(uow, r.run_id)]
@@ -260,8 +262,7 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
 def _cascade(uow: UnitOfWork, later: list[OperationLogRow], now: datetime,
              result: UndoResult, undoer: _Undoer) -> None:
     """--force-cascade: undo the later finished runs that touched a conflicting note (``later``:
-    their log rows), newest first, so this run's before-images are laid back over their
-    changes, not under them."""
+    their log rows), newest first, so this run's before-images are laid over their changes."""
     scopes = {r.scope_key for r in later}
     newest_first: list[str] = []
     for r in sorted(later, key=lambda r: r.id, reverse=True):
