@@ -13,14 +13,14 @@ from tests.phases.prune.test_lineage import _fused, _run
 from tests.safety.test_undo import SCOPE, _fuse, _seed
 from tests.safety.test_undo_races import RESTORE_LOCK
 from tests.support.factories import NOW, add_entities
-from tests.support.host_writes import host_sets
+from tests.support.host_writes import host_sets, note_rows
 from tests.support.safety import note_states, run_row
 from tests.support.sql import before_first
 from worker.app import App
 from worker.host.fusion import fuse
 from worker.safety.erase import erase
 from worker.safety.undo import UndoRefused, undo_run
-from worker.store.models import OperationLogRow
+from worker.store.models import DreamRunRow, OperationLogRow
 
 
 def test_undo_refuses_to_retire_a_fused_note_a_person_took_over_since(app: App) -> None:
@@ -113,16 +113,15 @@ def test_undo_refuses_to_write_over_a_hosts_annotation_made_since(
     assert undo_run(app, run_id, force_cascade=True).overwritten == ["n2"]
 
 
-def test_undo_of_an_erasure_refuses_to_re_retire_a_note_a_person_took_over_since(
+def test_a_cascade_gives_back_active_a_note_an_erasure_restored_and_a_person_took_over(
         app: App) -> None:
     """The erasure gave a co-source back (active again) and a person then marked it manual.
-    The erase id's own undo would retire it into the erased note and is refused for that first
+    The erase id's own undo would retire it into the erased note and is refused for that
     (R8, ``test_undo_lost_successor``), naming the way out: the fusing run's forced undo, whose
-    cascade undoes the erase id on the way and refuses naming the manual note and what to do,
-    writing nothing (before: the person's note was revoked again, the log having no record of
-    whether it was manual then); marked auto-generated again, it proceeds. A host fuse's
-    sources the erasure gave back come back through the fuse id's forced undo, a note that was
-    already manual when the erasure gave it back too."""
+    cascade undoes the erase id on the way and then gives the note back active, still the
+    person's (before: refused over the takeover at the erase id's step, though the note would
+    have ended active). A host fuse's sources the erasure gave back come back through the fuse
+    id's forced undo, a note that was already manual when the erasure gave it back too."""
     _seed(app)
     host_sets(app, "n2", is_auto_generated=False)
     done = fuse(app, ["n2", "n3"], "User likes tea number 2 and 3")
@@ -138,17 +137,14 @@ def test_undo_of_an_erasure_refuses_to_re_retire_a_note_a_person_took_over_since
         with pytest.raises(UndoRefused, match=f"would be retired into no active note.*"
                                               f"`dream undo {way} --force-cascade`"):
             undo_run(app, erase_id)
-    with pytest.raises(UndoRefused, match="note n0 is manual .* is_auto_generated") as refused:
-        undo_run(app, run_id, force_cascade=True)
-    assert str(refused.value).count("\n") == 0
-    assert [r["id"] for r in refused.value.refused] == ["n0"]
     assert note_states(app) == before
-    host_sets(app, "n0", is_auto_generated=True)
     assert undo_run(app, run_id, force_cascade=True).run_ids == [first_erase, run_id]
     assert undo_run(app, done.undo_id, force_cascade=True).run_ids == [second_erase,
                                                                        done.undo_id]
     assert {i: s["status"] for i, s in note_states(app).items()} == {
         "n0": "active", "n1": "active", "n2": "active", "n3": "active"}
+    assert {i: r.is_auto_generated for i, r in note_rows(app).items()} == {
+        "n0": False, "n1": True, "n2": False, "n3": True}
 
 
 def test_undo_of_a_prune_refuses_to_re_retire_a_source_a_person_took_over_since(
@@ -170,24 +166,28 @@ def test_undo_of_a_prune_refuses_to_re_retire_a_source_a_person_took_over_since(
     assert note_states(app)["d2"]["status"] == "revoked" and fused in note_states(app)
 
 
-def test_undo_of_an_erasure_logged_before_it_recorded_is_auto_generated(app: App) -> None:
+def test_undo_of_a_prune_logged_before_it_recorded_is_auto_generated(app: App) -> None:
     """A restoration logged before its after-image named ``is_auto_generated`` cannot tell
-    whether a note manual now was manual then: the fusing run's forced undo, whose cascade
-    undoes the erase id (its own undo is refused: R8), refuses rather than retire what may be a
-    person's note, saying the log does not record it; set auto-generated, it proceeds."""
-    _seed(app)
-    run_id = run_row(app, SCOPE)
-    done = erase(app, note_id=_fuse(app, run_id, ["n0", "n1"], "User likes tea"))
-    assert done.erase_id is not None
-    host_sets(app, "n0", is_auto_generated=False)
+    whether a note manual now was manual then: the prune's undo, which would retire the source
+    it gave back again, refuses rather than retire what may be a person's note, saying the log
+    does not record it. The consolidating run's forced undo, whose cascade undoes the prune on
+    the way, gives the note back active, so that is no reason to refuse it."""
+    fused = _fused(app, ("c1", "c2"))
+    with app.uow() as uow:
+        [consolidated] = uow.session.scalars(select(DreamRunRow.id)).all()
+    add_entities(app, {"kind": "conversation", "id": "c1", "status": "deleted"})
+    run_id = _run(app)
+    host_sets(app, "d2", is_auto_generated=False)
     with app.uow() as uow:
         for row in uow.session.scalars(select(OperationLogRow).where(
-                OperationLogRow.run_id == done.erase_id)):
+                OperationLogRow.run_id == run_id)):
             row.after = {k: v for k, v in (row.after or {}).items() if k != "is_auto_generated"}
         uow.commit()
-    with pytest.raises(UndoRefused, match="note n0 is manual and the log does not record"):
-        undo_run(app, run_id, force_cascade=True)  # its cascade undoes the erase id first
-    host_sets(app, "n0", is_auto_generated=True)
-    assert undo_run(app, run_id, force_cascade=True).run_ids == [done.erase_id, run_id]
-    assert {i: s["status"] for i, s in note_states(app).items()} == {
-        "n0": "active", "n1": "active", "n2": "active", "n3": "active"}
+    before = note_states(app)
+    with pytest.raises(UndoRefused, match="note d2 is manual and the log does not record"):
+        undo_run(app, run_id)
+    assert note_states(app) == before
+    assert undo_run(app, consolidated, force_cascade=True).run_ids == [run_id, consolidated]
+    after = note_states(app)
+    assert (after["d1"]["status"], after["d2"]["status"], after[fused]["status"]) == (
+        "active", "active", "revoked")

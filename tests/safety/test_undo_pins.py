@@ -49,11 +49,13 @@ def test_undo_of_a_host_fuse_refuses_to_retire_its_pinned_note(app: App) -> None
     assert note_states(app) == before
 
 
-def test_undo_of_an_erasure_refuses_to_retire_a_restored_note_pinned_since(app: App) -> None:
+def test_a_cascade_gives_back_active_a_note_an_erasure_restored_and_the_host_pinned_since(
+        app: App) -> None:
     """Sibling: the erasure made a co-source active again and the host pinned it. The erase
-    id's own undo is refused first (it would retire it into the erased note: R8); the fusing
-    run's forced undo, whose cascade undoes the erase id, would revoke it on the way: refused,
-    naming the pin, nothing written."""
+    id's own undo is refused (it would retire it into the erased note: R8); the fusing run's
+    forced undo, whose cascade undoes the erase id on the way, gives it back active, pinned
+    still, as the run's before-image has it (before: refused over the pin at the erase id's
+    step, though the note would have ended active: the refusal protected nothing)."""
     _seed(app)
     run_id = run_row(app, SCOPE)
     fused = _fuse(app, run_id, ["n0", "n1"], "User likes tea")
@@ -63,9 +65,11 @@ def test_undo_of_an_erasure_refuses_to_retire_a_restored_note_pinned_since(app: 
     before = note_states(app)
     with pytest.raises(UndoRefused, match="2 notes .n0, n1. would be retired into no active"):
         undo_run(app, done.erase_id)
-    with pytest.raises(UndoRefused, match="note n0 is protected"):
-        undo_run(app, run_id, force_cascade=True)
     assert note_states(app) == before
+    assert undo_run(app, run_id, force_cascade=True).run_ids == [done.erase_id, run_id]
+    after = note_states(app)
+    assert {i: s["status"] for i, s in after.items()} == {f"n{i}": "active" for i in range(4)}
+    assert after["n0"]["protection"] == "protected"
 
 
 def test_a_pin_refusal_is_one_error_line_and_exit_4(app: App,

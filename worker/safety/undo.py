@@ -17,13 +17,14 @@ the note. ``force_cascade`` first undoes, newest first, every later run that tou
 note, then restores anyway; host edits to the fields the run changed are overwritten (other
 fields, like a host's content edit, are kept). A host's fuse or remember that built on such a
 note is never undone by a cascade: the undo is refused, naming it. Nor, forced or not, one that
-would retire a note into no active note (``worker.safety.undo_lost``, R8).
+would retire a note into no active note (``worker.safety.undo_lost``, R8), nor one pinned or
+taken over since that it leaves retired (a cascade may retire one on its way that it gives back).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +41,8 @@ from worker.safety.undo_holds import (
     carry_apart,
     changed_since,
     earlier_undos,
+    held_at_end,
+    held_beyond_cascade,
     held_since,
     refusal_line,
     refusals,
@@ -70,9 +73,8 @@ LOGGED_WITHOUT_RUN = (ERASE_PREFIX, FUSE_PREFIX, REMEMBER_PREFIX)
 
 
 class UndoRefused(RunError):
-    """A note the run changed has changed since; the message names it and the way out,
-    ``refused`` lists every note (and example) that refuses the undo and why (the CLI's
-    ``--json`` and the API's 409 answer carry it)."""
+    """A note the run changed has changed since; the message names it and the way out, ``refused``
+    lists every note (and example) that refuses it and why (``--json``, the API's 409 carry it)."""
 
     def __init__(self, message: str, refused: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
@@ -98,8 +100,10 @@ def undo_run(app: App, run_id: str, force_cascade: bool = False,
         uow.session.expire_all()  # what was read before the lock is read again
         _hold(uow, run_id)
         result = UndoResult(run_ids=[])
-        _undo(uow, run_id, force_cascade, now, result,
-              _Undoer(by, run_id, now.isoformat(timespec="seconds")))
+        undoer = _Undoer(by, run_id, now.isoformat(timespec="seconds"))
+        _undo(uow, run_id, force_cascade, now, result, undoer)
+        if held := held_at_end(uow, undoer.held, _named(run_id), _named):
+            raise UndoRefused(*held)  # a pinned or manual note a cascade's step left retired
         if lost := lost_facts(uow, result):  # R8: forced or not, never a fact in no note
             raise UndoRefused(*lost_refusal(uow, _named(run_id), lost))
         touched = list(result.outcomes)  # the notes and examples the undo wrote
@@ -181,11 +185,13 @@ def _check_undoable(uow: UnitOfWork, run_id: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Undoer:
-    """Who undid, the run they asked to undo, and when: what an undone run's reason says."""
+    """Who undid, the run they asked to undo, and when: what an undone run's reason says; and
+    each pinned or manual note a cascade's step retired → (the step, why): ``held_at_end``."""
 
     by: str
     asked: str
     at: str
+    held: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def reason(self, run: Any) -> str:
         said = f"undone by {self.by} at {self.at}"
@@ -224,6 +230,8 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         raise UndoRefused(*waits)
     _refuse_host_writes(uow, undoer.asked, later)  # with or without --force-cascade
     if conflicts and not force:
+        if held := held_beyond_cascade(uow, by_note, last_id):  # --force-cascade is no way out
+            raise UndoRefused(*refusal_line(_named(run_id), held))
         note_id, why = next(iter(sorted(conflicts.items())))
         runs = [r.run_id for r in later if r.run_id and r.op != "undo"
                 and not _is_undone(uow, r.run_id)]
@@ -236,7 +244,7 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
         _cascade(uow, later, now, result, undoer)
         remaining = _conflicts(uow, by_note, last_id, set(result.run_ids))
         result.overwritten.extend(sorted(remaining))
-    was = _restore_notes(uow, run_id, by_note, now, result, set(remaining))
+    was = _restore_notes(uow, run_id, by_note, now, result, set(remaining), undoer)
     carry_apart(uow, by_note, was, now)
     if moved := restore_examples(uow, run_id, by_example, examples, now, result):
         raise _moved(uow, run_id, "example", moved)
@@ -254,8 +262,7 @@ def _undo(uow: UnitOfWork, run_id: str, force: bool, now: datetime, result: Undo
 def _cascade(uow: UnitOfWork, later: list[OperationLogRow], now: datetime,
              result: UndoResult, undoer: _Undoer) -> None:
     """--force-cascade: undo the later finished runs that touched a conflicting note (``later``:
-    their log rows), newest first, so this run's before-images are laid back over their
-    changes, not under them."""
+    their log rows), newest first, so this run's before-images are laid over their changes."""
     scopes = {r.scope_key for r in later}
     newest_first: list[str] = []
     for r in sorted(later, key=lambda r: r.id, reverse=True):
@@ -301,15 +308,17 @@ def _is_undone(uow: UnitOfWork, run_id: str) -> bool:
 
 
 def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[OperationLogRow]],
-                   now: datetime, result: UndoResult, overwritten: set[str]) -> dict[str, int]:
+                   now: datetime, result: UndoResult, overwritten: set[str],
+                   undoer: _Undoer) -> dict[str, int]:
     """A note the run inserted is revoked; one it changed gets its before-image back; each
-    outcome is recorded on the undo's log row and in ``result`` (``overwritten``: notes whose
-    host edit this restore replaces, marked so on the row). One guarded write per set of
-    columns and one log insert for the whole run, however many notes it touched. Returns each
-    active note's version before the undo."""
+    outcome on the undo's log row and in ``result`` (``overwritten``: notes whose host edit it
+    replaces, marked so). A pinned or manual note it retires refuses it, or in a cascade's step
+    is left to ``undoer.held``. One guarded write per set of columns and one log insert for the
+    whole run. Returns each active note's version before the undo."""
     state = uow.safety.note_state(by_note)
-    if held := held_since(state, by_note):
+    if (held := held_since(state, by_note)) and run_id == undoer.asked:  # nothing after it
         raise UndoRefused(*refusal_line(_named(run_id), held))
+    undoer.held.update((note_id, (run_id, why)) for note_id, why in held.items())
     writes: list[tuple[str, int, dict[str, Any]]] = []
     log: list[dict[str, Any]] = []
     for note_id, note_rows in sorted(by_note.items()):
@@ -339,7 +348,7 @@ def _restore_notes(uow: UnitOfWork, run_id: str, by_note: dict[str, list[Operati
                                   status=values.get("status", was),
                                   overwrote=bool(mark)))
     if moved := uow.safety.restore_notes(writes, {i: bool(r.is_auto_generated)
-                                                  for i, r in state.items()}):
+                                                  for i, r in state.items() if i not in held}):
         raise _moved(uow, run_id, "note", moved[0])
     uow.writes.add_log(log)
     return {i: r.version for i, r in state.items() if r.status == NoteStatus.ACTIVE.value}

@@ -100,6 +100,33 @@ def refusal_line(named: str, why: dict[str, str]) -> tuple[str, list[dict[str, A
                   for i, w in sorted(why.items())]
 
 
+def held_beyond_cascade(uow: UnitOfWork, by_note: dict[str, list[Any]],
+                        last_id: int) -> dict[str, str]:
+    """``held_since`` of the run's notes no later write logged a change to (a host's edit logs
+    none, an undo no run): a cascade never reaches them, so --force-cascade would be refused over
+    them too, and a plain undo refused over changes since names them, not that way out."""
+    touched = {r.entity_id for r in uow.safety.log_after(by_note, last_id) if r.run_id}
+    rows = {note_id: r for note_id, r in by_note.items() if note_id not in touched}
+    return held_since(uow.safety.note_state(rows), rows)
+
+
+def held_at_end(uow: UnitOfWork, held: dict[str, tuple[str, str]], asked: str,
+                named: Callable[[str], str]) -> tuple[str, list[dict[str, Any]]] | None:
+    """The refusal of a forced undo whose cascade retired a pinned or manual note on its way
+    (``held``: each with the step that retired it and why it holds) that the whole undo leaves
+    retired, or None: one an earlier run's undo gives back active loses nothing (before, the
+    step refused it, though the note would have ended active as it is). ``asked``: the undo's
+    run, named."""
+    state = uow.safety.note_state(held)
+    left = {i: h for i, h in held.items()
+            if i in state and state[i].status != NoteStatus.ACTIVE.value}
+    if not left:
+        return None
+    step = left[min(left)][0]
+    return refusal_line(f"{asked} with --force-cascade (which undoes {named(step)} on its way)",
+                        {i: why for i, (_, why) in left.items()})
+
+
 def carry_apart(uow: UnitOfWork, by_note: dict[str, list[Any]], undone_at: dict[str, int],
                 now: datetime) -> None:
     """Record again, at the versions the undo left, every keep-apart set (a host's, a declined

@@ -123,7 +123,7 @@ class SafetyRepository:
     def restore_notes(self, rows: list[tuple[str, int, dict[str, Any]]],
                       auto: dict[str, bool]) -> list[str]:
         """``_restore`` of notes; ``auto``: each note's ``is_auto_generated`` as the undo read it
-        (one it retires must still be so: a person's takeover keeps the version)."""
+        (one it retires must still be so: a takeover keeps the version; one left out, unguarded)."""
         return self._restore(NoteRow, rows, auto)
 
     def restore_examples(self, rows: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
@@ -143,11 +143,11 @@ class SafetyRepository:
         table = typing.cast(Table, model.__table__)
         shapes: dict[tuple[tuple[str, ...], bool], list[dict[str, Any]]] = defaultdict(list)
         for entity_id, version, values in lock_sorted(rows, key=lambda r: r[0]):
-            retires = model is NoteRow and values.get(
+            retires = model is NoteRow and entity_id in (auto or {}) and values.get(
                 "status", NoteStatus.ACTIVE.value) != NoteStatus.ACTIVE.value
             shapes[(tuple(sorted(values)), retires)].append(
                 {"b_id": entity_id, "b_version": version, "v_version": version + 1,
-                 **({"b_auto": (auto or {}).get(entity_id, True)} if retires else {}),
+                 **({"b_auto": (auto or {})[entity_id]} if retires else {}),
                  **{f"v_{k}": v for k, v in values.items()}})
         if is_postgres(self.session):
             for chunk in chunked(lock_sorted(r[0] for r in rows)):
