@@ -127,3 +127,18 @@ def test_deferral_age_counts_from_the_first_dream_not_from_the_note(
     out = phase_step(app, run_id)["output"]
     assert asked(llm_stub, about("Alder")) == [0]  # waiting longest: found first
     assert (out["topics_deferred"], out["oldest_deferral_days"]) == (1, 3.1)
+
+
+def test_the_first_dream_is_the_first_run_that_could_judge(app: App) -> None:
+    """A dry run, or a run of other phases only, asked nothing: the backlog has not waited on
+    the budget since them."""
+    for clock, phases, dry in ((NOW - timedelta(days=10), ["prune"], False),
+                               (NOW - timedelta(days=5), ["contradictions"], True),
+                               (NOW - timedelta(days=1), ["contradictions"], False)):
+        run_id = service.create_run(app, SCOPE, force=True, phases=phases, clock=clock,
+                                    dry_run=dry)
+        assert run_id
+        service.execute_run(app, run_id)
+    with app.uow() as uow:
+        assert uow.run_history.first_dream_at(SCOPE, "contradictions") == NOW - timedelta(days=1)
+        assert uow.run_history.first_dream_at(SCOPE, "prune") == NOW - timedelta(days=10)
