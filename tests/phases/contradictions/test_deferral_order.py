@@ -19,6 +19,7 @@ from tests.phases.contradictions.test_service import (
 )
 from tests.support.factories import NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub
+from tests.support.sql import recorded_statements
 from worker.app import App
 from worker.runs import service
 from worker.store.models import NoteRow
@@ -142,3 +143,29 @@ def test_the_first_dream_is_the_first_run_that_could_judge(app: App) -> None:
     with app.uow() as uow:
         assert uow.run_history.first_dream_at(SCOPE, "contradictions") == NOW - timedelta(days=1)
         assert uow.run_history.first_dream_at(SCOPE, "prune") == NOW - timedelta(days=10)
+
+
+def test_a_run_its_budget_covers_reads_no_first_dream(app: App, llm_stub: LLMStub) -> None:
+    """The order only decides who is asked when the budget may fall short: a run whose calls
+    fit its budget asks every topic and reads the scope's run history for nothing more (one
+    statement a run kept off the common path); one that falls short reads it once."""
+    with_stub(app, llm_stub)
+    add_notes(app, *build_pair("Alder", NOW - timedelta(days=9)),
+              *build_pair("Birch", NOW - timedelta(days=8)))
+    app.settings.contradictions.notes_per_call = 2
+    app.settings.contradictions.small_scope_notes = 0
+    with recorded_statements(app) as seen:
+        run_at(app, NOW)
+    assert asked(llm_stub, about("Alder")) and asked(llm_stub, about("Birch"))
+    assert not [s for s in seen if _first_dream_read(s)]
+    add_notes(app, *build_pair("Cedar", NOW), *build_pair("Elm", NOW))
+    app.settings.contradictions.max_calls_per_run = 1
+    with recorded_statements(app) as seen:
+        run_at(app, NOW + timedelta(days=1))
+    assert len([s for s in seen if _first_dream_read(s)]) == 1
+
+
+def _first_dream_read(statement: str) -> bool:
+    return statement.startswith("SELECT coalesce(dream_runs.clock") or (
+        "FROM dream_runs" in statement and "coalesce(dream_runs.clock, dream_runs.started_at)"
+        in statement and "ORDER BY" in statement)
