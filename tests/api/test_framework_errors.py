@@ -117,3 +117,17 @@ def test_a_key_given_twice_in_a_body_is_422_naming_it(
                                   "(JSON readers keep either value)"), r.json()
     assert wrong.status_code == 401
     assert all_rows_text(sqlite_api_app) == before
+
+
+@pytest.mark.parametrize("body", [{}, {"item_id": 1, "all": True}, {"run_id": "r", "all": True}])
+@pytest.mark.parametrize("path", ["/api/review/approve", "/api/review/decline"])
+def test_a_review_decision_naming_no_or_two_selections_names_the_fields_to_send(
+    sqlite_api_app: App, path: str, body: dict[str, object],
+) -> None:
+    """It named the CLI's options (`--run RUN_ID`, `--all`), which an API or MCP caller has not."""
+    with TestClient(create_api(sqlite_api_app), raise_server_exceptions=False) as client:
+        r = client.post(path, json=body, headers=auth(AGENT_1))
+    assert r.status_code == 422, r.text[:300]
+    detail = r.json()["detail"]
+    assert "item_id" in detail and "run_id" in detail and "all" in detail, detail
+    assert "--" not in detail, detail
