@@ -4,6 +4,7 @@ and the scope a request may act on (a scoped token's own; another scope is "not 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -43,6 +44,10 @@ def known_query(request: Request) -> None:
     if unknown := sorted(set(request.query_params) - set(taken)):
         raise InvalidInput(f"unknown query parameter {unknown[0]!r}; this endpoint takes "
                            f"{', '.join(taken) or 'none'}")
+    counts = Counter(key for key, _ in request.query_params.multi_items())
+    if twice := sorted(key for key, count in counts.items() if count > 1):  # the last was taken
+        raise InvalidInput(f"query parameter {twice[0][:64]!r} is given twice; give it once "
+                           "(the last value would be taken alone)")
 
 
 async def unique_body_keys(request: Request) -> None:
