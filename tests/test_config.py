@@ -81,6 +81,9 @@ def test_nested_section_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # a whole section as one variable is parsed as JSON: a SettingsError traceback before
     ("DREAM_CONSOLIDATE", "threshold=0.65", "DREAM_CONSOLIDATE: not valid JSON; give a JSON object"),
     ("DREAM_GUARD", "{max_retire_share: 0.2}", "DREAM_GUARD: not valid JSON; give a JSON object"),
+    # a key twice in a section's JSON: the last was taken silently (here the valid 0.5)
+    ("DREAM_CONSOLIDATE", '{"threshold": 1.7, "threshold": 0.5}',
+     "invalid setting DREAM_CONSOLIDATE: key 'threshold' appears twice in its JSON"),
 ])
 def test_bad_value_fails_with_one_line(monkeypatch: pytest.MonkeyPatch, var: str, value: str,
                                        named: str) -> None:

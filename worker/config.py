@@ -31,6 +31,7 @@ from worker.config_checks import (
     inert_settings,
     memory_store_problem,
     reread_problem,
+    section_key_twice,
     soft_time_limit,
 )
 from worker.config_sections import BudgetSettings as BudgetSettings  # re-exported
@@ -310,6 +311,8 @@ class Settings(BaseSettings):
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment, turning validation errors into one clear line."""
     warn_unknown_variables()
+    if problem := section_key_twice(os.environ, Settings):
+        raise ConfigError(problem)
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
     except SettingsError as exc:

@@ -5,9 +5,14 @@ or None."""
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from pydantic import BaseModel
+
+from worker.domain.limits import DuplicateKey, unique_keys
 from worker.domain.types import DEFAULT_NOTE_RETENTION_DAYS
 from worker.urls import masked_url, memory_database_problem
 
@@ -314,3 +319,24 @@ def _inert_checker(settings: Settings) -> list[str]:
                 "'registry': prune checks the built-in registry instead (unless the host sets "
                 f"app.reference_checker); set DREAM_PRUNE__CHECKER=sql, or unset {named}"]
     return []
+
+
+def section_key_twice(environ: Mapping[str, str], settings: type[Settings]) -> str | None:
+    """A section given whole as JSON (``DREAM_CONSOLIDATE='{...}'``) naming a key twice:
+    pydantic-settings reads it with Python's json, which keeps the last value silently (a
+    valid second value hid a refused first one), where every importer refuses a key twice."""
+    sections = {f"DREAM_{name.upper()}" for name, field in settings.model_fields.items()
+                if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)}
+    for name, value in sorted(environ.items()):
+        if name.upper() not in sections:
+            continue
+        try:
+            json.loads(value, object_pairs_hook=unique_keys)
+        except DuplicateKey as exc:
+            key = str(exc)[:64]
+            return (f"invalid setting {name}: key {key!r} appears twice in its JSON (the last "
+                    f"would be taken silently); give it once, or set it alone "
+                    f"({name.upper()}__{key.upper()}=...), and retry")
+        except (ValueError, RecursionError):
+            continue  # not JSON: the settings' own line says so
+    return None

@@ -80,3 +80,54 @@ def test_a_value_of_the_wrong_type_is_422_never_converted(
     assert r.status_code == 422, r.text[:300]
     assert r.json()["detail"].startswith(f"{field}: Input should be a valid"), r.json()
     assert all_rows_text(sqlite_api_app) == before
+
+
+# A key given twice in one object: Python's json (and so FastAPI) kept the last value silently,
+# so an admin's `{"scope": {"user_id": "u-1", ..., "user_id": "u-2"}}` acted on the second
+# scope and `{"content": A, "content": B}` stored B, where every importer refuses such a line.
+DUPLICATE_KEYS = [
+    ("/api/notes", '{"scope": {"agent_id": "agent-1", "agent_id": "agent-2"}, "content": "Prefers tea."}',
+     "agent_id"),
+    ("/api/notes", '{"scope": {"agent_id": "agent-1"}, "content": "Prefers tea.", '
+     '"content": "Prefers coffee."}', "content"),
+    ("/api/runs", '{"scope": {"agent_id": "agent-1"}, "force": false, "force": true}', "force"),
+    ("/api/forgetting/keep-apart", '{"source_ids": ["n1", "n2"], "source_ids": ["n1", "n3"]}',
+     "source_ids"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "key"), DUPLICATE_KEYS,
+                         ids=[f"{p} {k}" for p, _, k in DUPLICATE_KEYS])
+def test_a_key_given_twice_in_a_body_is_422_naming_it(
+    sqlite_api_app: App, path: str, body: str, key: str,
+) -> None:
+    from tests.api.conftest import ADMIN
+    from tests.support.factories import add_notes
+
+    add_notes(sqlite_api_app, {"id": "n1", "content": "Prefers tea."},
+              {"id": "n2", "content": "Prefers green tea."},
+              {"id": "n3", "content": "Prefers black tea."})
+    before = all_rows_text(sqlite_api_app)
+    with TestClient(create_api(sqlite_api_app), raise_server_exceptions=False) as client:
+        r = client.post(path, content=body.encode(), headers={**auth(ADMIN), **JSON})
+        wrong = client.post(path, content=body.encode(), headers=JSON)  # no token: 401 first
+    assert r.status_code == 422, r.text[:300]
+    assert r.json()["error"] == "invalid"
+    assert r.json()["detail"] == (f"body: key {key!r} appears twice in one object; keep one "
+                                  "(JSON readers keep either value)"), r.json()
+    assert wrong.status_code == 401
+    assert all_rows_text(sqlite_api_app) == before
+
+
+@pytest.mark.parametrize("body", [{}, {"item_id": 1, "all": True}, {"run_id": "r", "all": True}])
+@pytest.mark.parametrize("path", ["/api/review/approve", "/api/review/decline"])
+def test_a_review_decision_naming_no_or_two_selections_names_the_fields_to_send(
+    sqlite_api_app: App, path: str, body: dict[str, object],
+) -> None:
+    """It named the CLI's options (`--run RUN_ID`, `--all`), which an API or MCP caller has not."""
+    with TestClient(create_api(sqlite_api_app), raise_server_exceptions=False) as client:
+        r = client.post(path, json=body, headers=auth(AGENT_1))
+    assert r.status_code == 422, r.text[:300]
+    detail = r.json()["detail"]
+    assert "item_id" in detail and "run_id" in detail and "all" in detail, detail
+    assert "--" not in detail, detail

@@ -55,3 +55,20 @@ def test_a_refused_query_parameter_changes_nothing(sqlite_api_app: App) -> None:
         assert r.json()["detail"] == ("unknown query parameter 'reason'; this endpoint takes "
                                       "none")
         assert client.get(f"/api/runs/{run_id}", headers=auth(AGENT_1)).json() == before
+
+
+@pytest.mark.parametrize("query", ["agent_id=agent-1&agent_id=agent-2", "limit=1&limit=2",
+                                   "status=blocked&status=succeeded"])
+def test_a_query_parameter_given_twice_is_422_naming_it(sqlite_api_app: App, query: str) -> None:
+    """Before: the last value was taken silently (`agent_id=a&agent_id=b` listed b's runs), as a
+    body's key given twice and a CLI option given twice were."""
+    from worker.api import create_api
+
+    add_notes(sqlite_api_app, {"content": "a note"})
+    name = query.partition("=")[0]
+    with TestClient(create_api(sqlite_api_app)) as client:
+        r = client.get(f"/api/runs?{query}", headers=auth(ADMIN))
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"] == (f"query parameter {name!r} is given twice; give it once "
+                                      "(the last value would be taken alone)"), r.json()
+        assert client.get(f"/api/runs?{query}").status_code == 401

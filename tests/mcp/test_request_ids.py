@@ -121,3 +121,36 @@ def test_http_answers_a_request_whose_id_is_no_id(
     status, answer = _post(http_server, NOTIFICATION, version)
     assert (status, answer) == (202, b""), (status, answer)
     assert _states(app, "agent-a") == before
+
+
+# A key given twice in one object: pydantic (the SDK's reader) kept the last value silently, so
+# `remember` stored the second `content` (and a doubled id answered the second id).
+TWICE: list[tuple[str, str, int | None]] = [
+    ('{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"remember","arguments":'
+     '{"content":"' + CANARY + ' sails","content":"' + CANARY + ' skis"}}}', "content", 21),
+    ('{"jsonrpc":"2.0","id":22,"id":23,' + REMEMBER + "}", "id", None),
+    ('{"jsonrpc":"2.0","id":24,"method":"tools/call","method":"tools/list","params":{}}', "method", 24),
+]
+
+
+def test_stdio_refuses_a_key_given_twice(stdio: Callable[[str], dict[str, Any]]) -> None:
+    for line, key, request_id in TWICE:  # before: run, with one of the two values
+        answer = stdio(line)
+        _assert_refused(answer, request_id)
+        assert f"key {key!r} appears twice" in answer["error"]["message"], answer
+    pong = stdio(_ping(25))  # the server goes on with the next line
+    assert pong == {"jsonrpc": "2.0", "id": 25, "result": {}}, pong
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_http_refuses_a_key_given_twice(
+    app: App, http_server: str, version: str | None,  # noqa: F811  (the fixture)
+) -> None:
+    add_notes(app, {"id": "a0", "agent_id": "agent-a", "content": "Prefers green tea."})
+    before = _states(app, "agent-a")
+    for body, key, request_id in TWICE:
+        status, answer = _post(http_server, body, version)
+        assert status == 400, (body, status, answer)
+        _assert_refused(json.loads(answer), request_id)
+        assert f"key {key!r} appears twice" in json.loads(answer)["error"]["message"]
+    assert _states(app, "agent-a") == before

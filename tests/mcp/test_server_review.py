@@ -67,7 +67,7 @@ def test_review_tools_decide_the_bound_scopes_items_only(app: App) -> None:
             assert [i["id"] for i in declined["items"]] == [expired]
             assert (await _call(client, "review_list"))["items"] == []
             refused = await _refused(client, "review_approve")
-            assert "invalid: name one item id" in refused
+            assert "invalid: name one of item_id" in refused
 
     anyio.run(scenario)
     states = _states(app, "agent-a")

@@ -3,6 +3,8 @@ and the scope a request may act on (a scoped token's own; another scope is "not 
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -10,7 +12,7 @@ from fastapi import Depends, Request
 from worker.api.auth import Principal, authenticate, bearer
 from worker.api.schemas import ScopeIn
 from worker.app import App
-from worker.domain.limits import ident_problem, scope_problem
+from worker.domain.limits import DuplicateKey, ident_problem, scope_problem, unique_keys
 from worker.domain.types import Scope
 from worker.errors import InvalidInput, NotFound, RunNotFound, Unauthorized
 
@@ -42,6 +44,29 @@ def known_query(request: Request) -> None:
     if unknown := sorted(set(request.query_params) - set(taken)):
         raise InvalidInput(f"unknown query parameter {unknown[0]!r}; this endpoint takes "
                            f"{', '.join(taken) or 'none'}")
+    counts = Counter(key for key, _ in request.query_params.multi_items())
+    if twice := sorted(key for key, count in counts.items() if count > 1):  # the last was taken
+        raise InvalidInput(f"query parameter {twice[0][:64]!r} is given twice; give it once "
+                           "(the last value would be taken alone)")
+
+
+async def unique_body_keys(request: Request) -> None:
+    """A JSON body naming one key twice in an object is a 422 naming the key: FastAPI reads it
+    with Python's json, which keeps the last value silently (an admin's scope with two
+    ``user_id`` acted on the second, two ``content`` stored the second), where every importer
+    refuses such a line. The body FastAPI read as JSON only; after ``known_query``, so no or a
+    wrong token is still the 401 before anything is said of the body."""
+    body = await request.body()
+    kind = request.headers.get("content-type")
+    if not body or (kind is not None and "json" not in kind.split(";")[0].lower()):
+        return
+    try:
+        json.loads(body, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        raise InvalidInput(f"body: key {str(exc)[:64]!r} appears twice in one object; keep one "
+                           "(JSON readers keep either value)") from None
+    except (ValueError, RecursionError):  # FastAPI has answered what it could not read
+        return
 
 
 def _needs(dependant: Any, call: Any) -> bool:

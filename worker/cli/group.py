@@ -44,6 +44,41 @@ def _argument_named(args: list[str], position: int) -> str:
     return f"argument {position} ({option})"
 
 
+def _repeated_option(group: click.Group, args: list[str]) -> str | None:
+    """An option of one value given twice (``--note n1 --note n2``), named with the command's
+    help: click keeps the last value silently, so `dream erase --note n1 --note n2 --yes`
+    erased n2 alone, as a JSON key given twice is refused by every importer, the API and MCP.
+    Options that add up (``--phase``, ``--judged``) and flags may repeat; a value is skipped
+    as such (``--content --agent`` is text), and nothing after ``--`` is an option."""
+    cmd: click.Command = group
+    path, seen, waiting = ["dream"], set[str](), False
+    for arg in args:
+        if waiting:
+            waiting = False
+            continue
+        if arg == "--":
+            return None
+        name, eq, _ = arg.partition("=")
+        option = _options(cmd).get(name) if arg.startswith("--") else None
+        if option is not None:
+            waiting = not eq and not option.is_flag and not option.count
+            if option.multiple or option.is_flag or option.count:
+                continue
+            if option.name in seen:
+                return (f"{name} is given twice; give it once (the command would take the last "
+                        f"value alone) (see `{' '.join(path)} --help`)")
+            seen.add(option.name or name)
+        elif isinstance(cmd, click.Group) and (sub := cmd.commands.get(arg)) is not None:
+            cmd, seen = sub, set()
+            path.append(arg)
+    return None
+
+
+def _options(cmd: click.Command) -> dict[str, click.Option]:
+    return {name: p for p in cmd.params if isinstance(p, click.Option)
+            for name in (*p.opts, *p.secondary_opts)}
+
+
 def _utf8_output() -> None:
     """stdout is UTF-8 whatever the locale: what `dream notes export` writes is a UTF-8 file
     (the importers read nothing else), and under an ASCII or Latin-1 locale (or
@@ -65,7 +100,7 @@ class DreamGroup(click.Group):
                      **extra: Any) -> click.Context:
         if parent is None:
             _utf8_output()
-        if parent is None and (problem := _argument_problem(args)):
+        if parent is None and (problem := _argument_problem(args) or _repeated_option(self, args)):
             raise error_line(UserError(problem))
         try:
             ctx = super().make_context(info_name, args, parent=parent, **extra)

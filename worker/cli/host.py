@@ -118,6 +118,9 @@ def _judged(_ctx: click.Context, _param: click.Parameter,
                                      "--json` shows it)")
         if problem := ident_problem(nid):
             raise click.BadParameter(f"{item[:80]!r}: the note id {problem}")
+        if nid in out:  # the last one was taken silently
+            raise click.BadParameter(f"note {nid!r} is named twice; give each source's version "
+                                     "once")
         out[nid] = int(version)
     return out or None
 

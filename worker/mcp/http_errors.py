@@ -30,6 +30,8 @@ from worker.mcp.stdio import (
     INVALID_REQUEST_LINE,
     PARSE_ERROR,
     decoded,
+    duplicate_key,
+    duplicate_line,
     invalid_id,
     parse_error_line,
     request_id,
@@ -101,6 +103,14 @@ class LoneSurrogates(HTTPMiddleware):
             answer = {"jsonrpc": "2.0", "id": request_id(text),
                       "error": {"code": PARSE_ERROR, "message": parse_error_line(reason)}}
             await send_json(send, 400, answer)
+            return
+        if (key := duplicate_key(body)) is not None:  # pydantic keeps the last value silently
+            log.warning("mcp.unreadable_message", code=INVALID_REQUEST, transport="http")
+            text = body.decode("utf-8", errors="replace")
+            await send_json(send, 400, {"jsonrpc": "2.0",
+                                        "id": None if key == "id" else request_id(text),
+                                        "error": {"code": INVALID_REQUEST,
+                                                  "message": duplicate_line(key)}})
             return
 
         async def replayed() -> Message:

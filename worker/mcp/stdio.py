@@ -29,6 +29,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from worker.domain.limits import DuplicateKey, unique_keys
 from worker.mcp.stdio_wire import (
     AnsweredWriteStream,
     BoundedLines,
@@ -186,6 +187,8 @@ class AnsweringReadStream:
                 answer = refusal(item, line, self.max_line_bytes)
             elif isinstance(item.message, types.JSONRPCNotification) and invalid_id(decoded(line)):
                 answer = id_refusal()
+            elif (key := duplicate_key(line)) is not None:
+                answer = duplicate_refusal(key, line)
             else:
                 return self.in_flight.received(item)
             await self.write.send(SessionMessage(answer))
@@ -234,6 +237,33 @@ def id_refusal() -> types.JSONRPCError:
     log.warning("mcp.unreadable_message", code=INVALID_REQUEST, error_type="InvalidId")
     return types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(
         code=INVALID_REQUEST, message=INVALID_ID_LINE))
+
+
+def duplicate_key(text: str | bytes) -> str | None:
+    """The key a JSON message names twice in one object, or None: the SDK reads it with
+    pydantic, which keeps the last value silently (two ``content`` arguments stored the
+    second), where every importer and the HTTP API refuse it."""
+    try:
+        json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        return str(exc)[:64]
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
+def duplicate_line(key: str) -> str:
+    return (f"invalid request: key {key!r} appears twice in one object; {_SEND}, each key "
+            "once in an object (JSON readers keep either value)")
+
+
+def duplicate_refusal(key: str, line: str) -> types.JSONRPCError:
+    """The answer to a message naming a key twice: -32600, nothing run; its id when the id
+    itself is not the key given twice."""
+    log.warning("mcp.unreadable_message", code=INVALID_REQUEST, error_type="DuplicateKey")
+    return types.JSONRPCError(jsonrpc="2.0", id=None if key == "id" else request_id(line),
+                              error=types.ErrorData(code=INVALID_REQUEST,
+                                                    message=duplicate_line(key)))
 
 
 def invalid_id(message: Any) -> bool:

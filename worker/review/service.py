@@ -71,7 +71,8 @@ class Selector:
     def check(self) -> None:
         given = sum((self.item_id is not None, self.run_id is not None, self.all))
         if given != 1:
-            raise Invalid("name one item id, or a run (--run RUN_ID), or --all")
+            raise Invalid("name one of item_id (one item), run_id (that run's open items) or all "
+                          "(every open item of the scope)")
 
 
 def item_dict(row: Any) -> dict[str, Any]:
