@@ -11,7 +11,7 @@ from typing import Any
 
 from worker.app import App
 from worker.config import BudgetSettings, Settings
-from worker.domain.types import PhaseReport, Scope
+from worker.domain.types import PHASES, PhaseReport, Scope
 from worker.runs.snapshot import StepRecord
 from worker.runs.steps import StepRecorder
 from worker.store.uow import UnitOfWork, before_next_unit
@@ -267,6 +267,9 @@ class PhaseContext:
     # What started the run (dream_runs.trigger, from the run snapshot): an approval's run
     # (``review``) applies what it is given whatever the scope's apply mode.
     trigger: str = "cli"
+    # The phases the run asked for (``dream run --phase``; the others are skipped): the last
+    # of them to load the verdict memory prunes it (``worker.phases.kit.forget``).
+    requested: tuple[str, ...] = PHASES
     # Set by the engine: the phase's write is held there for the parent step's finish (None: a
     # write commits at the end of its block, as outside a run).
     held: HeldWrite | None = None

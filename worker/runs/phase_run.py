@@ -100,8 +100,8 @@ def run_phase(app: App, run: Execution, phase: str) -> PhaseOutcome:
         app=app, run_id=snap.run_id, scope=snap.scope, now=snap.now, epoch=snap.epoch,
         steps=StepRecorder(app, snap.run_id, snap.scope), dry_run=snap.dry_run,
         force=snap.force, budget=run.budget, allow_retire=snap.allow_retire, carry=run.carry,
-        notes_before=snap.notes_before, trigger=snap.trigger, held=HeldWrite(),
-        step_spent=run.snap.recorded.get(step_id),
+        notes_before=snap.notes_before, trigger=snap.trigger, requested=snap.requested,
+        held=HeldWrite(), step_spent=run.snap.recorded.get(step_id),
     )
     run.budget.lost = False  # asked again under this claim's epoch
     run.budget.fence = None if snap.epoch is None else lease_fence(app, snap.run_id, snap.epoch)

@@ -25,7 +25,7 @@ from tests.support.llm_stub import LLMStub
 from tests.support.safety import run_row
 from tests.support.sql import recorded_statements
 from worker.app import App
-from worker.domain.types import Scope
+from worker.domain.types import Scope, fingerprint_versions
 from worker.host.fusion import keep_apart
 from worker.phases.kit.carry import Judged
 from worker.phases.kit.forget import dead
@@ -143,15 +143,19 @@ def test_an_undo_after_pruning_gives_the_note_back_and_asks_only_its_pairs(
             "a": "active", "b": "active", "c": "active"}
 
 
-def _row(kind: str, ids: list[str], run_id: str | None, at: datetime, row_id: int = 1) -> Judged:
-    return Judged(kind, "fp", ids, "v", None, at, row_id, run_id)
+AB = fingerprint_versions([("a", 1), ("b", 1)])  # a and b at their versions now
+
+
+def _row(kind: str, ids: list[str], run_id: str | None, at: datetime, row_id: int = 1,
+         fp: str = "fp") -> Judged:
+    return Judged(kind, fp, ids, "v", None, at, row_id, run_id)
 
 
 def test_only_a_run_kind_of_another_run_naming_a_retired_note_or_cooled_off_is_dead() -> None:
-    live, since = {"a", "b"}, NOW - DAY
+    live, since = {"a": 1, "b": 1}, NOW - DAY
     rows = [
         _row("pair", ["a", "x"], "r1", NOW, 1),  # x retired: dead
-        _row("pair", ["a", "b"], "r1", NOW - 9 * DAY, 2),  # live notes, any age: kept
+        _row("pair", ["a", "b"], "r1", NOW - 9 * DAY, 2, AB),  # live notes, any age: kept
         _row("cluster", ["a", "b", "x"], "r1", NOW, 3),  # dead
         _row("retire_pending", ["x", "a"], "r1", NOW, 4),  # dead
         _row("unanswered", ["a"], "r1", since - timedelta(seconds=1), 5),  # cooled off: dead

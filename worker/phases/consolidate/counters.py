@@ -38,6 +38,9 @@ class ConsolidateCounters(Counters):
     guard_tripped: int | None = None
     rule_groups_relative_time: int | None = None
     pairs_kept_apart: int | None = None  # kept apart (host) or declined (review): never together
+    # Verdict-memory rows of earlier runs no run reads again, deleted here by a run without
+    # the contradictions phase (``kit.forget``).
+    verdicts_pruned: int | None = None
     # Set when the topical pass runs: the pairs it found, and the clusters it added.
     topical_links: int | None = None
     topical_apart: int | None = None  # links dropped: one frame, a short span apart

@@ -21,6 +21,7 @@ from worker.phases.consolidate.judging import judge_with_model
 from worker.phases.consolidate.rules import plan_rule_units
 from worker.phases.kit import Change, ChangeKind, Member
 from worker.phases.kit.carry import Written, load
+from worker.phases.kit.forget import forget_dead
 from worker.phases.kit.snapshot import Memory
 from worker.review.propose import proposals_for
 from worker.review.propose import record as record_proposals
@@ -44,6 +45,8 @@ def run_consolidate(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     # Memory for the model's known refusals; in-process also for contradictions, which follows.
     # The memory also holds what the host kept apart, which binds the rule judge too.
     phase_snap = load(ctx, memory=True)
+    # Pruned here only in a run without contradictions (``dream run --phase``): kit.forget.
+    counters.verdicts_pruned = forget_dead(ctx, phase_snap, PHASE)
     # R3: a retried attempt plans exactly what a crash-free run would have planned after the
     # merges the interrupted attempt committed; the notes those merges inserted are this run's
     # output, never its input (a crash-free run could not have merged them again).

@@ -269,7 +269,7 @@ def _limits(ctx: PhaseContext, journal: RunJournal) -> GuardLimits | None:
 def run_contradictions(ctx: PhaseContext, parent_step_id: str) -> PhaseReport:
     llm: LLMClient | None = ctx.app.llm
     snap, clusters = _snapshot(ctx)
-    pruned = forget_dead(ctx, snap)  # the memory rows no run reads again (kit.forget)
+    pruned = forget_dead(ctx, snap, PHASE)  # the rows no run reads again (kit.forget)
     loaded = load_candidates(ctx.app, snap, clusters, model=llm is not None, now=ctx.now)
     proposals = proposals_for(ctx)
     if proposals.held:  # an open review item's notes wait for its decision (worker.review)
