@@ -108,13 +108,9 @@ def test_a_run_deletes_dead_verdicts_of_earlier_runs_and_keeps_every_other(
     assert len(llm_stub.chat_requests()) == asked
 
 
-def test_an_undo_after_pruning_gives_the_note_back_and_asks_only_its_pairs(
-    app: App, llm_stub: LLMStub
-) -> None:
-    """A run archived c; the next dream pruned c's verdicts (not the host's keep-apart of a
-    and c); undoing the archive gives c back at a new version, and the dream after asks only
-    about c's pair the host did not keep apart (what it would ask had nothing been pruned:
-    c's version moved), applying nothing it should not."""
+def three_notes_dreamed(app: App, llm_stub: LLMStub) -> str:
+    """Notes a, b, c, the host keeping a and c apart, and a first dream that asks about
+    (a, b) and (b, c); its run id."""
     with_stub(app, llm_stub)
     add_notes(app, {"id": "a", "content": TEA_BREAKFAST, "created_at": days_ago(30)},
               {"id": "b", "content": TEA_SUGAR, "created_at": days_ago(20)},
@@ -122,6 +118,17 @@ def test_an_undo_after_pruning_gives_the_note_back_and_asks_only_its_pairs(
     keep_apart(app, ["a", "c"])
     first = _dream(app, NOW)
     assert _asked(app, first) == [("a", "b"), ("b", "c")]
+    return first
+
+
+def test_an_undo_after_pruning_gives_the_note_back_and_asks_only_its_pairs(
+    app: App, llm_stub: LLMStub
+) -> None:
+    """A run archived c; the next dream pruned c's verdicts (not the host's keep-apart of a
+    and c); undoing the archive gives c back at a new version, and the dream after asks only
+    about c's pair the host did not keep apart (what it would ask had nothing been pruned:
+    c's version moved), applying nothing it should not."""
+    three_notes_dreamed(app, llm_stub)
     archived = run_row(app, SCOPE)
     with app.uow() as uow:
         (c,) = uow.notes.get_many(["c"])

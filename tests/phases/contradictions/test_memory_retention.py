@@ -21,13 +21,12 @@ from tests.phases.contradictions.test_memory_pruning import (
     _dream,
     _memory,
     _row,
+    three_notes_dreamed,
 )
 from tests.phases.contradictions.test_service import (
     METRIC,
-    TEA_BREAKFAST,
     TEA_SUGAR,
     phase_step,
-    with_stub,
 )
 from tests.support.factories import NOW, add_notes, days_ago
 from tests.support.llm_stub import LLMStub
@@ -35,7 +34,6 @@ from tests.support.safety import run_row
 from tests.support.sql import recorded_statements
 from worker.app import App
 from worker.domain.types import fingerprint_versions
-from worker.host.fusion import keep_apart
 from worker.phases.kit.carry import Judged
 from worker.phases.kit.forget import dead, prunes
 from worker.reporting import run_tree
@@ -62,13 +60,7 @@ def _pairs(app: App) -> list[tuple[tuple[str, ...], str | None]]:
 def test_a_verdict_at_versions_a_host_edit_moved_goes_once_a_later_one_names_its_notes(
     app: App, llm_stub: LLMStub
 ) -> None:
-    with_stub(app, llm_stub)
-    add_notes(app, {"id": "a", "content": TEA_BREAKFAST, "created_at": days_ago(30)},
-              {"id": "b", "content": TEA_SUGAR, "created_at": days_ago(20)},
-              {"id": "c", "content": METRIC, "created_at": days_ago(10)})
-    keep_apart(app, ["a", "c"])
-    first = _dream(app, NOW)
-    assert _asked(app, first) == [("a", "b"), ("b", "c")]
+    first = three_notes_dreamed(app, llm_stub)
     assert _pairs(app) == [(("a", "b"), first), (("b", "c"), first)]
 
     _edit(app, "b")
