@@ -95,6 +95,26 @@ def test_bad_value_fails_with_one_line(monkeypatch: pytest.MonkeyPatch, var: str
     assert named in message and "\n" not in message
 
 
+@pytest.mark.parametrize("nested", ["DREAM_CONSOLIDATE__THRESHOLD", "dream_consolidate__threshold"])
+def test_section_field_given_both_ways_fails(monkeypatch: pytest.MonkeyPatch, nested: str) -> None:
+    """A field given in a section's JSON and by its nested variable: the nested one was taken
+    silently (here the valid 0.7 over the JSON's 0.5); now one line naming both."""
+    monkeypatch.setenv("DREAM_CONSOLIDATE", '{"threshold": 0.5}')
+    monkeypatch.setenv(nested, "0.7")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    message = str(err.value)
+    assert "DREAM_CONSOLIDATE:" in message and nested in message and "\n" not in message
+    assert "set it one way only" in message
+
+
+def test_section_json_and_other_nested_field_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DREAM_CONSOLIDATE", '{"threshold": 0.5}')
+    monkeypatch.setenv("DREAM_CONSOLIDATE__MAX_CHARS", "400")
+    settings = load_settings()
+    assert (settings.consolidate.threshold, settings.consolidate.max_chars) == (0.5, 400)
+
+
 @pytest.mark.parametrize(("minimum", "maximum", "refused"), [
     ("8", "7", True), ("3", "2", True),  # no cluster can be both: every run found none
     ("7", "7", False), ("2", "7", False),

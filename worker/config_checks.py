@@ -322,16 +322,18 @@ def _inert_checker(settings: Settings) -> list[str]:
 
 
 def section_key_twice(environ: Mapping[str, str], settings: type[Settings]) -> str | None:
-    """A section given whole as JSON (``DREAM_CONSOLIDATE='{...}'``) naming a key twice:
-    pydantic-settings reads it with Python's json, which keeps the last value silently (a
-    valid second value hid a refused first one), where every importer refuses a key twice."""
+    """A section given whole as JSON (``DREAM_CONSOLIDATE='{...}'``) naming a key twice, or
+    naming a key a nested variable (``DREAM_CONSOLIDATE__THRESHOLD``) sets too: pydantic-settings
+    reads the JSON with Python's json, which keeps the last value silently (a valid second value
+    hid a refused first one), and lets the nested variable win silently over the JSON's."""
     sections = {f"DREAM_{name.upper()}" for name, field in settings.model_fields.items()
                 if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)}
+    nested = {name.upper(): name for name in environ}
     for name, value in sorted(environ.items()):
         if name.upper() not in sections:
             continue
         try:
-            json.loads(value, object_pairs_hook=unique_keys)
+            given = json.loads(value, object_pairs_hook=unique_keys)
         except DuplicateKey as exc:
             key = str(exc)[:64]
             return (f"invalid setting {name}: key {key!r} appears twice in its JSON (the last "
@@ -339,4 +341,9 @@ def section_key_twice(environ: Mapping[str, str], settings: type[Settings]) -> s
                     f"({name.upper()}__{key.upper()}=...), and retry")
         except (ValueError, RecursionError):
             continue  # not JSON: the settings' own line says so
+        for key in sorted(given) if isinstance(given, dict) else ():
+            if (other := nested.get(f"{name.upper()}__{key.upper()}")) is not None:
+                return (f"invalid setting {name}: its JSON gives {key[:64]!r}, and {other} "
+                        f"sets it too (that one would be taken silently); set it one way only: "
+                        f"drop the key from {name} or unset {other}, and retry")
     return None
