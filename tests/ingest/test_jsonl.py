@@ -56,6 +56,9 @@ def test_import_is_idempotent_by_id_and_by_content(app: App) -> None:
      "line 2: lineage_conversation_ids must be an array"),
     (json.dumps({"agent_id": "a", "content": "x", "lineage_conversation_ids": ["c" * 65]}),
      "line 2: a lineage conversation id has 65 characters"),
+    # before: accepted as ["c1"], where flags ["a", "a"] is refused
+    (json.dumps({"agent_id": "a", "content": "x", "lineage_conversation_ids": ["c1", "c1"]}),
+     "line 2: lineage_conversation_ids names a conversation twice"),
     # write_seq: the export's whole number of the order the store recorded the note in
     (json.dumps({"agent_id": "a", "content": "x", "write_seq": "7"}),
      "line 2: write_seq must be a whole number from 0 to"),
@@ -165,3 +168,14 @@ def test_flags_and_last_check_are_exported_and_an_older_export_still_imports(app
     with app.uow() as uow:
         (flagged,) = uow.notes.get_many(["f1"])
         assert flagged.flags == ["injection"]
+
+
+def test_lineage_conversations_round_trip_distinct(app: App) -> None:
+    """The export writes a note's lineage conversations as stored, each once (every writer
+    stores a set), so refusing one named twice never refuses an export: it imports back."""
+    line = {"id": "f1", "agent_id": "a", "content": "Fused from two talks",
+            "source_conversation_id": "c0", "lineage_conversation_ids": ["c2", "c1"]}
+    assert import_notes(app, [json.dumps(line)]).inserted == 1
+    rows = [json.loads(text) for text in export_notes(app)]
+    assert rows[0]["lineage_conversation_ids"] == ["c1", "c2"]
+    assert import_notes(app, [json.dumps(r) for r in rows]).inserted == 0

@@ -50,7 +50,7 @@ def parse_links(obj: dict[str, Any], number: int) -> dict[str, Any]:
 
 def _conversations(value: object, number: int) -> list[str] | None:
     """A fused note's sources' conversations (what prune checks it against), as the export
-    writes them; absent (an older export) is none."""
+    writes them (distinct: every writer stores a set); absent (an older export) is none."""
     if value is None:
         return None
     if not isinstance(value, list) or len(value) > MAX_LINEAGE_CONVERSATIONS:
@@ -60,7 +60,10 @@ def _conversations(value: object, number: int) -> list[str] | None:
         if not isinstance(entry, str) or (problem := ident_problem(entry)):
             what = problem if isinstance(entry, str) else "must be a non-empty string"
             raise InputError(f"line {number}: a lineage conversation id {what}")
-    return sorted(set(value)) or None
+    if len(set(value)) != len(value):  # as flags: the export never writes one twice
+        raise InputError(f"line {number}: lineage_conversation_ids names a conversation twice; "
+                         "give each once")
+    return sorted(value) or None
 
 
 def _edge(entry: object, number: int) -> tuple[str, str, datetime | None]:
