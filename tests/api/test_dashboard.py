@@ -262,6 +262,27 @@ def test_a_malformed_query_is_a_one_line_page_not_json(tmp_path: Path) -> None:
     assert api.status_code == 422 and api.json()["error"] == "invalid"  # the API keeps JSON
 
 
+@pytest.mark.parametrize("query", ["scope=a&scope=b", "page=1&page=2", "token=x&token=y"])
+def test_a_query_field_given_twice_is_a_one_line_page(tmp_path: Path, query: str) -> None:
+    """A field the page reads given twice: the last was taken silently (the API's query says
+    so: a 422); now the page's 422 naming it. One it does not read may still repeat."""
+    app = make_sqlite_app(tmp_path, api_tokens=TOKENS)
+    try:
+        with TestClient(create_api(app)) as c:
+            r = c.get(f"/dashboard?{query}", headers=auth(ADMIN), follow_redirects=False)
+            run = c.get(f"/dashboard/runs/{'0' * 8}-0000-0000-0000-{'0' * 12}?token=x&token=y",
+                        headers=auth(ADMIN), follow_redirects=False)
+            leftovers = c.get("/dashboard?utm=1&utm=2", headers=auth(ADMIN))
+    finally:
+        app.dispose()
+    name = query.partition("=")[0]
+    for page in (r, run) if name == "token" else (r,):
+        assert page.status_code == 422 and page.headers["content-type"].startswith("text/html")
+        (line,) = re.findall(r'<p id="invalid" class="problem">([^<]*)</p>', page.text)
+        assert line.startswith(f"query.{name}: given twice; give it once"), line
+    assert leftovers.status_code == 200
+
+
 def test_a_review_approval_is_no_successful_dream_on_the_dashboard(app: App) -> None:
     """A review approval applies one item in a run of its own that succeeds: the dashboard took
     it for the scope's last successful dream (scope health) and for the success that resolves

@@ -313,3 +313,23 @@ def test_a_decision_by_too_long_says_characters(client: TestClient, api_app: App
     assert r.json()["detail"] == "body.by: String should have at most 100 characters"
     listed = client.get("/api/review/items", headers=auth(AGENT_1)).json()
     assert [(i["id"], i["status"]) for i in listed["items"]] == [(item, "open")]
+
+
+def test_a_review_field_given_twice_is_422_in_one_line(client: TestClient, api_app: App) -> None:
+    """The form's and the page's fields given twice: the last was taken silently (an admin's
+    second scope acted, a second CSRF token was the one checked); now a 422 page naming the
+    field, nothing decided. A field the page does not read may still repeat."""
+    item = _seed(api_app)
+    before = _statuses(api_app)
+    assert client.get(f"/dashboard/review?token={ADMIN}").status_code == 200
+    scope = '["agent-1",null,null]'
+    for data in ({"csrf": csrf_token(ADMIN), "scope": ['["agent-9",null,null]', scope]},
+                 {"csrf": ["0" * 64, csrf_token(ADMIN)], "scope": scope}):
+        r = client.post(f"/dashboard/review/{item}/approve", data=data, follow_redirects=False)
+        assert r.status_code == 422 and r.headers["content-type"].startswith("text/html"), r.text
+        assert 'id="invalid"' in r.text and "given twice; give it once" in r.text, r.text
+    assert _statuses(api_app) == before
+    page = client.get("/dashboard/review", params=[("scope", scope), ("scope", scope)])
+    assert page.status_code == 422 and "query.scope: given twice" in page.text
+    leftovers = client.get("/dashboard/review", params=[("scope", scope), ("u", "1"), ("u", "2")])
+    assert leftovers.status_code == 200 and f'id="approve-{item}"' in leftovers.text

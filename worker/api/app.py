@@ -14,7 +14,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 
 from worker.api.auth import parse_tokens
-from worker.api.deps import known_query, unique_body_keys
+from worker.api.deps import known_query, page_fields_once, unique_body_keys
 from worker.api.guards import BodyLimit, ScrubbedErrors
 from worker.api.handlers import install_error_handlers
 from worker.api.routers import PAGES, ROUTERS
@@ -36,7 +36,7 @@ def create_api(app: App) -> FastAPI:
     api.add_middleware(ScrubbedErrors)
     api.add_middleware(BodyLimit, max_bytes=app.settings.api_max_body_bytes)
     for router in ROUTERS:
-        api.include_router(router, dependencies=[] if router in PAGES
+        api.include_router(router, dependencies=[Depends(page_fields_once)] if router in PAGES
                            else [Depends(known_query), Depends(unique_body_keys)])
     return api
 

@@ -8,6 +8,8 @@ from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.formparsers import MultiPartException
 
 from worker.api.auth import Principal, authenticate, bearer
 from worker.api.schemas import ScopeIn
@@ -67,6 +69,30 @@ async def unique_body_keys(request: Request) -> None:
                            "(JSON readers keep either value)") from None
     except (ValueError, RecursionError):  # FastAPI has answered what it could not read
         return
+
+
+async def page_fields_once(request: Request) -> None:
+    """A dashboard page's query field, or a review form's field, given twice is the pages' 422
+    (one line, ``handlers.invalid_request``): the last value was taken silently, as the API's
+    query was. Only fields the page reads: a bookmark's leftovers change nothing shown."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is None:
+        return
+    given = [("query", key) for key, _ in request.query_params.multi_items()
+             if key in _query_names(dependant)]
+    form_fields = {p.alias for p in dependant.body_params}
+    kind = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+    if form_fields and kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        try:
+            form = await request.form()
+        except MultiPartException:  # FastAPI says what it could not read
+            return
+        given += [("body", key) for key, _ in form.multi_items() if key in form_fields]
+    if twice := sorted(where for where, count in Counter(given).items() if count > 1):
+        where, name = twice[0]
+        raise RequestValidationError([{
+            "type": "value_error", "loc": (where, name[:64]),
+            "msg": "given twice; give it once (the last value would be taken alone)"}])
 
 
 def _needs(dependant: Any, call: Any) -> bool:

@@ -4,7 +4,8 @@ To add an area (as the review API and the dashboard's pages do): write a module 
 ``router = fastapi.APIRouter(...)``, take the App and the caller from ``worker.api.deps``
 (``DreamApp``, ``Caller``, ``scope_for``), raise ``worker.errors`` classes (one handler maps
 them to status codes), and append its router to ``ROUTERS`` (an HTML page's to ``PAGES`` too:
-every other route refuses a query parameter it does not take, ``deps.known_query``).
+every other route refuses a query parameter it does not take, ``deps.known_query``; a page
+refuses a field it reads given twice, ``deps.page_fields_once``).
 """
 
 from __future__ import annotations
