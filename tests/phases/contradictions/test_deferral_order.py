@@ -145,19 +145,21 @@ def test_the_first_dream_is_the_first_run_that_could_judge(app: App) -> None:
         assert uow.run_history.first_dream_at(SCOPE, "prune") == NOW - timedelta(days=10)
 
 
-def test_a_run_of_one_topic_reads_no_first_dream(app: App, llm_stub: LLMStub) -> None:
-    """The order only matters among two topics or more: a run with one asks it and reads the
-    scope's run history for nothing more (one statement kept off the common path); one with
-    several reads it once, whatever budget is left, so every execution orders them alike."""
+def test_a_run_its_budget_covers_reads_no_first_dream(app: App, llm_stub: LLMStub) -> None:
+    """The order only decides who is asked when the budget may fall short: a run whose calls
+    fit its budget asks every topic and reads the scope's run history for nothing more (one
+    statement a run kept off the common path); one that falls short reads it once."""
     with_stub(app, llm_stub)
-    add_notes(app, *build_pair("Alder", NOW - timedelta(days=9)))
+    add_notes(app, *build_pair("Alder", NOW - timedelta(days=9)),
+              *build_pair("Birch", NOW - timedelta(days=8)))
     app.settings.contradictions.notes_per_call = 2
     app.settings.contradictions.small_scope_notes = 0
     with recorded_statements(app) as seen:
         run_at(app, NOW)
-    assert asked(llm_stub, about("Alder"))
+    assert asked(llm_stub, about("Alder")) and asked(llm_stub, about("Birch"))
     assert not [s for s in seen if _first_dream_read(s)]
     add_notes(app, *build_pair("Cedar", NOW), *build_pair("Elm", NOW))
+    app.settings.contradictions.max_calls_per_run = 1
     with recorded_statements(app) as seen:
         run_at(app, NOW + timedelta(days=1))
     assert len([s for s in seen if _first_dream_read(s)]) == 1

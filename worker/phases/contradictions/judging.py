@@ -143,26 +143,38 @@ def judge_topics(
 def _plan_round(ctx: PhaseContext, llm: LLMClient, plan: Callable[[datetime | None], list[Topic]],
                 since: datetime | None, suspicious: frozenset[str], notes: dict[str, Note],
                 limit: CallLimit) -> tuple[list[Topic], list[Call], datetime | None]:
-    """The round's topics in their fair order and its prompts. With two topics or more the
-    order decides who is asked first (and, under a budget, at all): the scope's first dream is
-    read then (``first_dream_at``, one statement a run) and the round planned by it, the same
-    whatever budget is left, so a phase resumed for its batch plans what it submitted. A run
-    with a single topic reads nothing more: its order is the same either way."""
+    """The round's topics in their fair order and its prompts. Once the budget may not cover
+    the round's prompts, the order decides who is asked: the scope's first dream is read then
+    (``first_dream_at``, one statement a run), and the round planned by it. A run its budget
+    covers reads nothing more: every topic is asked, in the order of when it became askable."""
     planned = plan(since)
-    if since is None and len(planned) > 1:
+    calls = pack_calls(planned, suspicious, ctx.settings.contradictions.notes_per_call)
+    if since is None and _may_fall_short(ctx, limit, len(calls)):
         since = first_dream_at(ctx)
         planned = plan(since)
-    calls = pack_calls(planned, suspicious, ctx.settings.contradictions.notes_per_call)
+        calls = pack_calls(planned, suspicious, ctx.settings.contradictions.notes_per_call)
     return planned, _fit_caps(ctx, llm, calls, notes, limit), since
 
 
 def _waited(ctx: PhaseContext, deferred: list[Topic], since: datetime | None) -> list[Topic]:
     """The deferred topics, each waiting no earlier than the scope's first dream (read here when
-    no round read it: a single topic deferred), as reported."""
+    no round read it: a cap no plan foresaw, a re-ask that spent the budget), as reported."""
     if not deferred or since is not None:
         return deferred
     first = first_dream_at(ctx)
     return [replace(t, waiting_since=max(t.waiting_since, first)) for t in deferred]
+
+
+def _may_fall_short(ctx: PhaseContext, limit: CallLimit, wanted: int) -> bool:
+    """Whether the run's or the phase's budget may not cover ``wanted`` more calls: fewer calls
+    left, or a token cap (what the prompts and replies will cost is not known before)."""
+    b = ctx.budget
+    if b.max_tokens is not None or limit.max_tokens is not None:
+        return True
+    left = [b.max_calls - b.calls] if b.max_calls is not None else []
+    if (phase_left := limit.calls_left()) is not None:
+        left.append(phase_left)
+    return bool(left) and wanted > min(left)
 
 
 def _fit_caps(ctx: PhaseContext, llm: LLMClient, calls: list[Call], notes: dict[str, Note],
@@ -199,8 +211,9 @@ def _planned(confirming: list[CandidatePair], pending: list[CandidatePair], note
 
 def first_dream_at(ctx: PhaseContext) -> datetime:
     """The scope's first dream that judged contradictions (this one if none before): what a
-    backlog found by it has waited since (``topics.plan_topics``). Read only by a round of two
-    topics or more (their order), or by a run that deferred some (their reported wait)."""
+    backlog found by it has waited since (``topics.plan_topics``). Read only by a run whose
+    budget may not cover its prompts, or that deferred some, so a run the budget covers reads
+    nothing more."""
     with ctx.uow() as uow:
         at = uow.run_history.first_dream_at(ctx.scope, PHASE)
     return ctx.now if at is None else min(at, ctx.now)
