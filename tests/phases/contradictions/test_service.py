@@ -395,7 +395,7 @@ def test_exhausted_budget_stops_cleanly_and_leaves_pairs_for_later(
     step = phase_step(app, run_id)
     assert step["status"] == "succeeded" and "budget" in step["output"]["reason"]
     assert step["output"]["pairs_judged"] == 0 and step["output"]["topics_deferred"] == 1
-    assert step["output"]["oldest_deferral_days"] == 0.0  # a first dream: none waited before
+    assert step["output"]["oldest_deferral_days"] == 1.0  # waiting since "new" was recorded
     app.settings.budget.max_calls_per_run = None
     run_phase(app)
     assert rows(app)["old"].status == "revoked"
@@ -624,13 +624,11 @@ def test_budget_is_never_spent_on_a_note_retired_this_run(app: App, llm_stub: LL
     assert out["calls"] <= 6  # at most one model call per retired fact
 
 
-def test_budget_goes_to_the_newest_history_of_a_first_dream_and_the_rest_is_reported(
+def test_budget_goes_to_the_longest_waiting_topic_and_the_rest_is_reported(
     app: App, llm_stub: LLMStub
 ) -> None:
-    """Issue 13.3: with one model call allowed, a first dream asks its newest history (every
-    topic of its backlog waits since that dream: tests/phases/contradictions/
-    test_deferral_order.py); the other is deferred and the step shows the deferred count and
-    the oldest deferral's age (none yet); the next run's budget goes to it."""
+    """Issue 13.3: with one model call allowed, the topic waiting longest is asked; the other
+    is deferred and the step shows the deferred count and the oldest deferral's age."""
     with_stub(app, llm_stub)
     app.settings.contradictions.max_calls_per_run = 1
     app.settings.contradictions.notes_per_call = 2
@@ -640,12 +638,12 @@ def test_budget_goes_to_the_newest_history_of_a_first_dream_and_the_rest_is_repo
               {"id": "e", "content": EXPRESS, "created_at": days_ago(30)},
               {"id": "f", "content": FASTIFY, "created_at": days_ago(5)})
     run_id = run_phase(app)
-    assert rows(app)["e"].status == "revoked" and rows(app)["m"].status == "active"
+    assert rows(app)["m"].status == "revoked" and rows(app)["e"].status == "active"
     out = phase_step(app, run_id)["output"]
-    assert (out["calls"], out["topics_deferred"], out["oldest_deferral_days"]) == (1, 1, 0.0)
+    assert (out["calls"], out["topics_deferred"], out["oldest_deferral_days"]) == (1, 1, 5.0)
     assert "budget" in out["reason"]
     run_phase(app)  # the next run's budget goes to the deferred topic
-    assert rows(app)["m"].status == "revoked"
+    assert rows(app)["e"].status == "revoked"
 
 
 def test_refused_consolidation_cluster_is_handed_to_contradictions(

@@ -37,29 +37,14 @@ def pair(a: str, b: str, sim: float = 0.5, judged: bool = False) -> CandidatePai
     return CandidatePair(min(a, b), max(a, b), sim, "fp", judged)
 
 
-def test_plan_topics_longest_waiting_first_an_edited_pair_waiting_from_its_edit() -> None:
-    """Fairness: the topic whose pair became a question earliest comes first; a pair judged at
-    an earlier version became one again when a note of it was edited (not when it was first
-    stated, which would put it ahead of every topic since), and then waits its turn, never
-    behind every topic never judged (there it starved while new topics outran the budget)."""
-    notes = {n.id: n for n in (note("a", 0), note("b", 1, updated_at=T0 + timedelta(days=50)),
-                               note("c", 10), note("d", 20), note("e", 1), note("f", 2),
-                               note("g", 55), note("h", 60))}
-    pairs = [pair("a", "b", judged=True), pair("c", "d"), pair("e", "f"), pair("g", "h")]
-    plan = plan_topics(pairs, notes, 8)
-    assert [t.note_ids for t in plan] == [("e", "f"), ("c", "d"), ("a", "b"), ("g", "h")]
+def test_plan_topics_never_judged_first_then_longest_waiting() -> None:
+    """Fairness: a topic with a pair never judged comes before one judged at another version;
+    among equals, the one whose pair became a candidate earliest comes first."""
+    notes = {n.id: n for n in (note("a", 0), note("b", 50), note("c", 10), note("d", 20),
+                               note("e", 1), note("f", 2))}
+    plan = plan_topics([pair("a", "b", judged=True), pair("c", "d"), pair("e", "f")], notes, 8)
+    assert [t.note_ids for t in plan] == [("e", "f"), ("c", "d"), ("a", "b")]
     assert plan[0].waiting_since == notes["f"].created_at
-
-
-def test_plan_topics_a_first_dreams_backlog_newest_first() -> None:
-    """Every topic stated before the scope's first dream waits since that dream: the newest
-    statement goes first; a topic stated after it waits from its own newer note, behind."""
-    notes = {n.id: n for n in (note("a", 0), note("b", 5), note("c", 10), note("d", 20),
-                               note("e", 30), note("f", 40))}
-    first_dream = T0 + timedelta(days=25)
-    plan = plan_topics([pair("a", "b"), pair("c", "d"), pair("e", "f")], notes, 8, first_dream)
-    assert [t.note_ids for t in plan] == [("c", "d"), ("a", "b"), ("e", "f")]
-    assert [t.waiting_since for t in plan] == [first_dream, first_dream, notes["f"].created_at]
 
 
 def test_follow_retirements_moves_pairs_to_the_survivor_and_drops_asked_ones() -> None:

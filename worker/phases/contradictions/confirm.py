@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from worker.domain.types import Note, fingerprint_notes
@@ -38,20 +37,15 @@ def unsupported(ids: tuple[str, str], topic: Topic) -> bool:
     return not any(set(p.ids) == pair and set(p.sources) - WHOLE for p in topic.pairs)
 
 
-def lone_topics(pairs: Sequence[CandidatePair], notes: dict[str, Note],
-                since: datetime | None = None) -> list[Topic]:
+def lone_topics(pairs: Sequence[CandidatePair], notes: dict[str, Note]) -> list[Topic]:
     """Each pair to confirm as a topic of its own (as a suspicious note's pairs are,
     ``topics.isolate_suspicious``), its answer resting on its two notes. Not planned with the
     rest: a topic too large is split along its weakest pairs, and such a pair (no likeness)
     went first. Asked in the round right after they are held, a round of their own: a
     retirement already decided once waits on them, and after the other topics the run's calls
     ran out before them, run after run."""
-    out = []
-    for p in pairs:
-        stated = max(created(notes[p.a_id]), created(notes[p.b_id]))
-        out.append(Topic(p.ids, (p,), False, stated if since is None else max(stated, since),
-                         stated))
-    return out
+    return [Topic(p.ids, (p,), False, max(created(notes[p.a_id]), created(notes[p.b_id])))
+            for p in pairs]
 
 
 class Confirming:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -97,7 +96,7 @@ def judge_topics(
     asked: set[tuple[str, str]] = set()
     pending, deferred = pairs, list[Topic]()
     confirming: list[CandidatePair] = []  # pairs to ask alone (``confirm``)
-    round_no, since = 0, None  # since: the scope's first dream, read once the budget may fall short
+    round_no = 0
     while pending or confirming or (late is not None and not deferred):
         if not pending and not confirming:
             assert late is not None
@@ -110,9 +109,9 @@ def judge_topics(
                                              s.small_scope_notes))
         round_no += 1
         active = {k: n for k, n in notes.items() if n.id not in applier.retired}
-        plan = partial(_planned, confirming, pending, notes, active, topic_size, suspicious)
-        planned, calls, since = _plan_round(ctx, llm, plan, since, suspicious, notes, limit)
+        planned = _planned(confirming, pending, notes, active, topic_size, suspicious)
         applier.counters["topics_found"] = applier.counters.get("topics_found", 0) + len(planned)
+        calls = _fit_caps(ctx, llm, pack_calls(planned, suspicious, s.notes_per_call), notes, limit)
         # Never more prompts in flight than calls left: the fair order decides who is asked.
         batch = calls[: room(ctx, limit)]
         if not batch:  # the run's or the phase's calls or tokens are spent
@@ -137,44 +136,7 @@ def judge_topics(
         pending, confirming = _with_confirming(pending, confirming, applier, active)
     applier.counters["rounds"] = round_no
     applier.counters["topics_judged"] = sum(len(r.verdicts) for r in results)
-    return results, _waited(ctx, deferred, since)
-
-
-def _plan_round(ctx: PhaseContext, llm: LLMClient, plan: Callable[[datetime | None], list[Topic]],
-                since: datetime | None, suspicious: frozenset[str], notes: dict[str, Note],
-                limit: CallLimit) -> tuple[list[Topic], list[Call], datetime | None]:
-    """The round's topics in their fair order and its prompts. Once the budget may not cover
-    the round's prompts, the order decides who is asked: the scope's first dream is read then
-    (``first_dream_at``, one statement a run), and the round planned by it. A run its budget
-    covers reads nothing more: every topic is asked, in the order of when it became askable."""
-    planned = plan(since)
-    calls = pack_calls(planned, suspicious, ctx.settings.contradictions.notes_per_call)
-    if since is None and _may_fall_short(ctx, limit, len(calls)):
-        since = first_dream_at(ctx)
-        planned = plan(since)
-        calls = pack_calls(planned, suspicious, ctx.settings.contradictions.notes_per_call)
-    return planned, _fit_caps(ctx, llm, calls, notes, limit), since
-
-
-def _waited(ctx: PhaseContext, deferred: list[Topic], since: datetime | None) -> list[Topic]:
-    """The deferred topics, each waiting no earlier than the scope's first dream (read here when
-    no round read it: a cap no plan foresaw, a re-ask that spent the budget), as reported."""
-    if not deferred or since is not None:
-        return deferred
-    first = first_dream_at(ctx)
-    return [replace(t, waiting_since=max(t.waiting_since, first)) for t in deferred]
-
-
-def _may_fall_short(ctx: PhaseContext, limit: CallLimit, wanted: int) -> bool:
-    """Whether the run's or the phase's budget may not cover ``wanted`` more calls: fewer calls
-    left, or a token cap (what the prompts and replies will cost is not known before)."""
-    b = ctx.budget
-    if b.max_tokens is not None or limit.max_tokens is not None:
-        return True
-    left = [b.max_calls - b.calls] if b.max_calls is not None else []
-    if (phase_left := limit.calls_left()) is not None:
-        left.append(phase_left)
-    return bool(left) and wanted > min(left)
+    return results, deferred
 
 
 def _fit_caps(ctx: PhaseContext, llm: LLMClient, calls: list[Call], notes: dict[str, Note],
@@ -200,23 +162,12 @@ def _prompt(call: Call, notes: dict[str, Note]) -> RenderedPrompt:
 
 
 def _planned(confirming: list[CandidatePair], pending: list[CandidatePair], notes: dict[str, Note],
-             active: dict[str, Note], topic_size: int, suspicious: frozenset[str],
-             since: datetime | None) -> list[Topic]:
+             active: dict[str, Note], topic_size: int, suspicious: frozenset[str]) -> list[Topic]:
     """The round's topics. Pairs to confirm go in a round of their own: a topic asked beside
     them could retire one of their notes first, and the answer about the two alone be wasted."""
     if confirming:
-        return lone_topics(confirming, notes, since)
-    return isolate_suspicious(plan_topics(pending, active, topic_size, since), suspicious)
-
-
-def first_dream_at(ctx: PhaseContext) -> datetime:
-    """The scope's first dream that judged contradictions (this one if none before): what a
-    backlog found by it has waited since (``topics.plan_topics``). Read only by a run whose
-    budget may not cover its prompts, or that deferred some, so a run the budget covers reads
-    nothing more."""
-    with ctx.uow() as uow:
-        at = uow.run_history.first_dream_at(ctx.scope, PHASE)
-    return ctx.now if at is None else min(at, ctx.now)
+        return lone_topics(confirming, notes)
+    return isolate_suspicious(plan_topics(pending, active, topic_size), suspicious)
 
 
 def _with_confirming(pending: list[CandidatePair], left: list[CandidatePair], applier: Applier,

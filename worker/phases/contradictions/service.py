@@ -316,8 +316,7 @@ def _model_report(ctx: PhaseContext, counters: ContradictionsCounters, results: 
     counters.topics_deferred = len(deferred)
     if deferred:
         oldest = min(t.waiting_since for t in deferred)
-        waited = max(0.0, (ctx.now - oldest).total_seconds())  # a note dated ahead: none
-        counters.oldest_deferral_days = round(waited / 86400, 1)
+        counters.oldest_deferral_days = round((ctx.now - oldest).total_seconds() / 86400, 1)
     budget_hit = bool(deferred) or any(
         r.outcome is not None and r.outcome.status == "budget_exhausted" for r in results)
     log.info("contradictions.finished", run_id=ctx.run_id, scope=ctx.scope.key, **counters.ints())

@@ -23,8 +23,7 @@ class Topic:
     note_ids: tuple[str, ...]
     pairs: tuple[CandidatePair, ...]
     judged_before: bool  # some pair of it had a verdict at an earlier version
-    waiting_since: datetime  # since when a dream could have asked its longest-waiting pair
-    newest: datetime | None = None  # its newest pair's ``askable_since`` (None: waiting)
+    waiting_since: datetime  # when its oldest unjudged pair became a candidate
 
     @property
     def key(self) -> str:
@@ -32,13 +31,12 @@ class Topic:
 
 
 def plan_topics(
-    pairs: Sequence[CandidatePair], notes: dict[str, Note], max_size: int,
-    since: datetime | None = None,
+    pairs: Sequence[CandidatePair], notes: dict[str, Note], max_size: int
 ) -> list[Topic]:
-    """Topics of at most ``max_size`` notes over ``pairs``, fairest first (``fair_order``).
+    """Topics of at most ``max_size`` notes over ``pairs``, fairest first.
 
-    ``since``: the scope's first dream (``RunHistoryRepository.first_dream_at``); a pair older
-    than it has waited only since then, as long as every other pair of that backlog.
+    Fair: topics never judged before first, then the one waiting longest (a pair waits from the
+    creation of its newer note), so a scope's old, re-edited topic cannot starve new ones.
     """
     groups = group_topics({n for p in pairs for n in p.ids},
                           [(p.a_id, p.b_id, p.similarity) for p in pairs], max(2, max_size))
@@ -50,36 +48,11 @@ def plan_topics(
             by_group.setdefault(k, []).append(p)
     out = []
     for k, members in by_group.items():
-        askable = [askable_since(p, notes) for p in members]
+        since = min(max(created(notes[p.a_id]), created(notes[p.b_id])) for p in members)
         out.append(Topic(tuple(groups[k]), tuple(members),
-                         all(p.judged_before for p in members),
-                         min(askable) if since is None else max(min(askable), since),
-                         max(askable)))
-    return fair_order(out)
-
-
-def askable_since(pair: CandidatePair, notes: dict[str, Note]) -> datetime:
-    """When the pair's current versions were both there: its newer note's ``created_at``, or,
-    for a pair judged at an earlier version, the later of its notes' last changes (an edit
-    makes a pair a new question; its old date would put it ahead of every pair since)."""
-    a, b = notes[pair.a_id], notes[pair.b_id]
-    if not pair.judged_before:
-        return max(created(a), created(b))
-    return max(created(a), created(b), a.updated_at or created(a), b.updated_at or created(b))
-
-
-def fair_order(topic_list: Sequence[Topic]) -> list[Topic]:
-    """Longest waiting first; among topics waiting since the same time (a first dream's
-    backlog, every one waiting since that dream), the newest statement first.
-
-    No topic starves: its wait is fixed and every topic found later waits since later, so
-    each run's budget reaches it once the topics ahead of it are asked. Before, a topic judged
-    at an earlier version came after every topic never judged, however long it had waited
-    (starved while new topics outran the budget), and a first dream asked a store's oldest
-    histories first, the ones changed last (what retrieval returns today) in its last runs.
-    """
-    return sorted(topic_list, key=lambda t: (
-        t.waiting_since, -(t.newest or t.waiting_since).timestamp(), t.key))
+                         all(p.judged_before for p in members), since))
+    out.sort(key=lambda t: (t.judged_before, t.waiting_since, t.key))
+    return out
 
 
 def follow_retirements(

@@ -230,19 +230,6 @@ class RunHistoryRepository:
             select(DreamRunRow.scope_key).where(DreamRunRow.scope_key.in_(chunk),
                                                 DreamRunRow.status.in_(ACTIVE_RUN_STATUSES)))}
 
-    def first_dream_at(self, scope: Scope, phase: str) -> datetime | None:
-        """When the scope's first dream that ran ``phase`` started (its ``clock`` if it was
-        given one), any status, a dry run or a review approval's run aside: from then on a
-        question that phase left unasked has waited on the budget, not on a dream."""
-        at = func.coalesce(DreamRunRow.clock, DreamRunRow.started_at)
-        rows = self.session.execute(
-            select(at, DreamRunRow.phases)
-            .where(DreamRunRow.scope_key == scope.key, DreamRunRow.started_at.is_not(None),
-                   DreamRunRow.dry_run.is_(False), DreamRunRow.trigger != REVIEW_TRIGGER)
-            .order_by(at, DreamRunRow.id)
-            .limit(_LATEST_WINDOW)).all()
-        return next((r[0] for r in rows if phase in (r[1] or PHASES)), None)
-
     def latest_finished(self, scope: Scope) -> DreamRunRow | None:
         """The scope's most recently created finished dream whose decisions still stand (what
         open candidates come from): an undone run's open items went with it, a review
